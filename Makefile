@@ -1,0 +1,131 @@
+# rnnlua build. `make` builds ./rnnlua; `make test`, `make demo`, `make bench`, `make deps`.
+# Options: CUDA=0 (leave CUDA out), CUDA=1 (demand it; default: use it when nvcc is found),
+#          SANITIZE=1 (AddressSanitizer + UBSan, separate build dir), WERROR=1 (warnings fail).
+
+CC      ?= cc
+PKGS    := lua5.4 hdf5 openblas libedit
+NVCC    ?= $(or $(shell command -v nvcc 2>/dev/null),$(wildcard /usr/local/cuda/bin/nvcc))
+
+ifeq ($(CUDA),)
+  CUDA := $(if $(NVCC),1,0)
+endif
+ifeq ($(CUDA),1)
+  ifeq ($(NVCC),)
+    $(error CUDA=1 but no nvcc on the PATH or under /usr/local/cuda)
+  endif
+  CUDA_HOME := $(patsubst %/bin/nvcc,%,$(NVCC))
+endif
+
+BUILD   := build$(if $(filter 1,$(SANITIZE)),-san)$(if $(filter 0,$(CUDA)),-nocuda)
+# On a fresh machine, install what is missing before anything is compiled.
+ifeq ($(filter deps clean format,$(MAKECMDGOALS)),)
+  ifneq ($(shell bash scripts/deps.sh --check >/dev/null 2>&1 && echo ok),ok)
+    $(info rnnlua: installing missing dependencies with scripts/deps.sh)
+    ifneq ($(shell bash scripts/deps.sh >&2; echo $$?),0)
+      $(error scripts/deps.sh failed; run `make deps` to see why)
+    endif
+  endif
+endif
+PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null) -llua5.4-filesystem
+
+WARN    := -Wall -Wextra -Wshadow -Wmissing-prototypes -Wno-unused-parameter
+CFLAGS  ?= -O2 -g
+CFLAGS  += -std=c11 -D_GNU_SOURCE -fPIC $(WARN) -MMD -MP -I. $(PKG_CFLAGS)
+LDLIBS  := $(PKG_LIBS) -lm -lpthread
+ifeq ($(WERROR),1)
+  CFLAGS += -Werror
+endif
+ifeq ($(SANITIZE),1)
+  CFLAGS  += -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+  LDFLAGS += -fsanitize=address,undefined
+endif
+ifeq ($(CUDA),1)
+  CFLAGS   += -DRL_WITH_CUDA
+  NVFLAGS  := -O2 -std=c++17 -I. -DRL_WITH_CUDA --compiler-options -fPIC,-Wall \
+              -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
+              -gencode arch=compute_90,code=compute_90
+  LDLIBS   += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lcublas -lstdc++
+endif
+
+LIB_SRC  := $(wildcard core/*.c kernels/*.c kernels/cpu/*.c layers/*.c) \
+            $(filter-out lua/rnnlua.c lua/embed.c,$(wildcard lua/*.c))
+CU_SRC   := $(if $(filter 1,$(CUDA)),$(wildcard kernels/cuda/*.cu))
+LUA_LIB  := $(sort $(wildcard lua/rnnlua/*.lua layers/*.lua))
+LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o) $(CU_SRC:%.cu=$(BUILD)/%.cu.o) $(BUILD)/gen/embedded.o
+CTESTS   := $(patsubst tests/c/%.c,$(BUILD)/tests/%,$(wildcard tests/c/test_*.c))
+BENCHES  := $(patsubst bench/%.c,$(BUILD)/bench/%,$(wildcard bench/*.c))
+
+.PHONY: all deps test test-gpu demo bench clean format check-cuda
+all: rnnlua
+
+# Install missing system packages (apt-get) on a fresh machine.
+deps:
+	@bash scripts/deps.sh
+
+rnnlua: $(BUILD)/rnnlua
+	cp $< $@
+
+$(BUILD)/rnnlua: $(BUILD)/lua/rnnlua.o $(BUILD)/librnnlua.a
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/librnnlua.a: $(LIB_OBJ)
+	rm -f $@ && ar rcs $@ $^
+
+$(BUILD)/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c -o $@ $<
+
+$(BUILD)/%.cu.o: %.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVFLAGS) -M -MT $@ -o $(BUILD)/$*.cu.d $<
+	$(NVCC) $(NVFLAGS) -c -o $@ $<
+
+# The Lua library is compiled into the binary, so rnnlua finds it wherever it runs from.
+$(BUILD)/embed: lua/embed.c
+	@mkdir -p $(dir $@)
+	$(CC) -std=c11 -O2 -Wall -o $@ $<
+
+$(BUILD)/gen/embedded.c: $(BUILD)/embed $(LUA_LIB)
+	@mkdir -p $(dir $@)
+	$(BUILD)/embed $@ $(LUA_LIB)
+
+$(BUILD)/gen/embedded.o: $(BUILD)/gen/embedded.c
+	$(CC) $(CFLAGS) -c -o $@ $<
+
+$(BUILD)/tests/%: tests/c/%.c $(BUILD)/librnnlua.a tests/c/check.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(BUILD)/librnnlua.a $(LDLIBS)
+
+$(BUILD)/bench/%: bench/%.c $(BUILD)/librnnlua.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(BUILD)/librnnlua.a $(LDLIBS)
+
+test: $(BUILD)/rnnlua $(CTESTS)
+	@bash tests/run.sh $(BUILD)
+
+# CUDA-vs-CPU parity of every op; prints a SKIP line and passes where there is no GPU.
+test-gpu: $(BUILD)/rnnlua $(BUILD)/tests-gpu/test_parity
+	$(BUILD)/tests-gpu/test_parity
+
+$(BUILD)/tests-gpu/test_parity: tests/gpu/test_parity.c $(BUILD)/librnnlua.a tests/c/check.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ tests/gpu/test_parity.c $(BUILD)/librnnlua.a $(LDLIBS)
+
+bench: $(BUILD)/rnnlua $(BENCHES)
+	@bash bench/run.sh $(BUILD)
+
+demo: rnnlua
+	./rnnlua recipes/demo.lua
+
+# Compile-and-link check of every CUDA source (no GPU needed).
+check-cuda:
+	$(MAKE) --no-print-directory CUDA=1 WERROR=1 $(BUILD)/rnnlua
+
+format:
+	clang-format -i $(wildcard core/*.[ch] kernels/*.[ch] kernels/cpu/*.[ch] kernels/cuda/*.cu kernels/cuda/*.h layers/*.[ch] lua/*.[ch] tests/c/*.[ch] bench/*.c)
+
+clean:
+	rm -rf build build-san build-nocuda build-san-nocuda rnnlua
+
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

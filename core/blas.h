@@ -1,0 +1,19 @@
+/* CPU BLAS dispatch (OpenBLAS through CBLAS). Row-major, as the tensors are.
+ * C = alpha * op(A) * op(B) + beta * C with op(A) M x K, op(B) K x N, C M x N. */
+#ifndef RL_BLAS_H
+#define RL_BLAS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+void rl_blas_sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                   const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c,
+                   int64_t ldc);
+void rl_blas_dgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha,
+                   const double *a, int64_t lda, const double *b, int64_t ldb, double beta,
+                   double *c, int64_t ldc);
+/* Threads used by BLAS and by rnnlua's own CPU loops. */
+void rl_blas_set_threads(int n);
+int rl_blas_get_threads(void);
+
+#endif

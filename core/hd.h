@@ -1,0 +1,13 @@
+/* RL_HD marks a static inline function that is compiled for both the host and the device.
+ * Headers of shared formulas (philox.h, kernels/pointwise.h) use it, so one definition of each
+ * formula serves the CPU loops and the CUDA kernels. It includes no CUDA header. */
+#ifndef RL_HD_H
+#define RL_HD_H
+
+#ifdef __CUDACC__
+#define RL_HD __host__ __device__ __forceinline__
+#else
+#define RL_HD
+#endif
+
+#endif

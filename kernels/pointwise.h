@@ -1,0 +1,166 @@
+/* Pointwise formulas, one definition each, compiled for the host (CPU loops) and the device
+ * (CUDA kernels) alike. Float32 math stays in float32 (tanhf, expf, ...); float64 in double.
+ * The layers' gate functions (sigmoid, tanh and their derivatives) live here too. */
+#ifndef RL_POINTWISE_H
+#define RL_POINTWISE_H
+
+#include <math.h>
+#include <stdint.h>
+
+#include "../core/hd.h"
+#include "ops.h"
+
+/* Activations and their derivatives, written in terms of the output y where that is how the
+ * backward passes use them. */
+static inline RL_HD float rl_sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
+static inline RL_HD double rl_sigmoid(double x) { return 1.0 / (1.0 + exp(-x)); }
+static inline RL_HD float rl_dsigmoidf(float y) { return y * (1.0f - y); }
+static inline RL_HD double rl_dsigmoid(double y) { return y * (1.0 - y); }
+static inline RL_HD float rl_dtanhf(float y) { return 1.0f - y * y; }
+static inline RL_HD double rl_dtanh(double y) { return 1.0 - y * y; }
+/* log(1 + e^x) without overflow for large x */
+static inline RL_HD float rl_softplusf(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
+static inline RL_HD double rl_softplus(double x) { return x > 30.0 ? x : log1p(exp(x)); }
+
+static inline RL_HD float rl_unary_f32(rl_unary_op op, float x, float p0, float p1) {
+    switch (op) {
+    case RL_UN_NEG: return -x;
+    case RL_UN_ABS: return fabsf(x);
+    case RL_UN_SIGN: return (float)((x > 0.0f) - (x < 0.0f));
+    case RL_UN_EXP: return expf(x);
+    case RL_UN_LOG: return logf(x);
+    case RL_UN_LOG1P: return log1pf(x);
+    case RL_UN_EXPM1: return expm1f(x);
+    case RL_UN_SQRT: return sqrtf(x);
+    case RL_UN_RSQRT: return 1.0f / sqrtf(x);
+    case RL_UN_SQUARE: return x * x;
+    case RL_UN_RECIPROCAL: return 1.0f / x;
+    case RL_UN_SIN: return sinf(x);
+    case RL_UN_COS: return cosf(x);
+    case RL_UN_TANH: return tanhf(x);
+    case RL_UN_SIGMOID: return rl_sigmoidf(x);
+    case RL_UN_RELU: return x > 0.0f ? x : 0.0f;
+    case RL_UN_ELU: return x > 0.0f ? x : p0 * expm1f(x);
+    case RL_UN_SOFTPLUS: return rl_softplusf(x);
+    case RL_UN_FLOOR: return floorf(x);
+    case RL_UN_CEIL: return ceilf(x);
+    case RL_UN_ROUND: return roundf(x);
+    case RL_UN_CLAMP: return x < p0 ? p0 : (x > p1 ? p1 : x);
+    default: return x;
+    }
+}
+
+static inline RL_HD double rl_unary_f64(rl_unary_op op, double x, double p0, double p1) {
+    switch (op) {
+    case RL_UN_NEG: return -x;
+    case RL_UN_ABS: return fabs(x);
+    case RL_UN_SIGN: return (double)((x > 0.0) - (x < 0.0));
+    case RL_UN_EXP: return exp(x);
+    case RL_UN_LOG: return log(x);
+    case RL_UN_LOG1P: return log1p(x);
+    case RL_UN_EXPM1: return expm1(x);
+    case RL_UN_SQRT: return sqrt(x);
+    case RL_UN_RSQRT: return 1.0 / sqrt(x);
+    case RL_UN_SQUARE: return x * x;
+    case RL_UN_RECIPROCAL: return 1.0 / x;
+    case RL_UN_SIN: return sin(x);
+    case RL_UN_COS: return cos(x);
+    case RL_UN_TANH: return tanh(x);
+    case RL_UN_SIGMOID: return rl_sigmoid(x);
+    case RL_UN_RELU: return x > 0.0 ? x : 0.0;
+    case RL_UN_ELU: return x > 0.0 ? x : p0 * expm1(x);
+    case RL_UN_SOFTPLUS: return rl_softplus(x);
+    case RL_UN_FLOOR: return floor(x);
+    case RL_UN_CEIL: return ceil(x);
+    case RL_UN_ROUND: return round(x);
+    case RL_UN_CLAMP: return x < p0 ? p0 : (x > p1 ? p1 : x);
+    default: return x;
+    }
+}
+
+/* int32 takes only the ops for which rl_unary_needs_float() is false */
+static inline RL_HD int32_t rl_unary_i32(rl_unary_op op, int32_t x, int32_t p0, int32_t p1) {
+    switch (op) {
+    case RL_UN_NEG: return (int32_t)(0u - (uint32_t)x);
+    case RL_UN_ABS: return x < 0 ? (int32_t)(0u - (uint32_t)x) : x;
+    case RL_UN_SIGN: return (x > 0) - (x < 0);
+    case RL_UN_SQUARE: return (int32_t)((uint32_t)x * (uint32_t)x);
+    case RL_UN_CLAMP: return x < p0 ? p0 : (x > p1 ? p1 : x);
+    default: return x;
+    }
+}
+
+static inline RL_HD float rl_binary_f32(rl_binary_op op, float a, float b) {
+    switch (op) {
+    case RL_BIN_ADD: return a + b;
+    case RL_BIN_SUB: return a - b;
+    case RL_BIN_MUL: return a * b;
+    case RL_BIN_DIV: return a / b;
+    case RL_BIN_POW: return powf(a, b);
+    case RL_BIN_MAX: return a > b || a != a ? a : b; /* NaN propagates */
+    case RL_BIN_MIN: return a < b || a != a ? a : b;
+    case RL_BIN_EQ: return (float)(a == b);
+    case RL_BIN_NE: return (float)(a != b);
+    case RL_BIN_LT: return (float)(a < b);
+    case RL_BIN_LE: return (float)(a <= b);
+    case RL_BIN_GT: return (float)(a > b);
+    case RL_BIN_GE: return (float)(a >= b);
+    default: return a;
+    }
+}
+
+static inline RL_HD double rl_binary_f64(rl_binary_op op, double a, double b) {
+    switch (op) {
+    case RL_BIN_ADD: return a + b;
+    case RL_BIN_SUB: return a - b;
+    case RL_BIN_MUL: return a * b;
+    case RL_BIN_DIV: return a / b;
+    case RL_BIN_POW: return pow(a, b);
+    case RL_BIN_MAX: return a > b || a != a ? a : b;
+    case RL_BIN_MIN: return a < b || a != a ? a : b;
+    case RL_BIN_EQ: return (double)(a == b);
+    case RL_BIN_NE: return (double)(a != b);
+    case RL_BIN_LT: return (double)(a < b);
+    case RL_BIN_LE: return (double)(a <= b);
+    case RL_BIN_GT: return (double)(a > b);
+    case RL_BIN_GE: return (double)(a >= b);
+    default: return a;
+    }
+}
+
+/* Integer division truncates toward zero; division by zero gives 0 (the dispatcher rejects a
+ * zero scalar divisor; a zero inside a tensor cannot be reported from a kernel). Integer pow
+ * with a negative exponent gives 0 unless the base is 1 or -1. Wrapping arithmetic. */
+static inline RL_HD int32_t rl_binary_i32(rl_binary_op op, int32_t a, int32_t b) {
+    switch (op) {
+    case RL_BIN_ADD: return (int32_t)((uint32_t)a + (uint32_t)b);
+    case RL_BIN_SUB: return (int32_t)((uint32_t)a - (uint32_t)b);
+    case RL_BIN_MUL: return (int32_t)((uint32_t)a * (uint32_t)b);
+    case RL_BIN_DIV: return (b == 0 || (a == INT32_MIN && b == -1)) ? 0 : a / b;
+    case RL_BIN_POW: {
+        if (b < 0) return (a == 1) ? 1 : (a == -1 ? ((b & 1) ? -1 : 1) : 0);
+        uint32_t r = 1, base = (uint32_t)a;
+        for (int32_t e = b; e > 0; e >>= 1) {
+            if (e & 1) r *= base;
+            base *= base;
+        }
+        return (int32_t)r;
+    }
+    case RL_BIN_MAX: return a > b ? a : b;
+    case RL_BIN_MIN: return a < b ? a : b;
+    case RL_BIN_EQ: return a == b;
+    case RL_BIN_NE: return a != b;
+    case RL_BIN_LT: return a < b;
+    case RL_BIN_LE: return a <= b;
+    case RL_BIN_GT: return a > b;
+    case RL_BIN_GE: return a >= b;
+    default: return a;
+    }
+}
+
+/* Box-Muller: two uniform words -> one standard normal (the cosine branch). */
+static inline RL_HD double rl_box_muller(double u1_open, double u2) {
+    return sqrt(-2.0 * log(u1_open)) * cos(6.283185307179586 * u2);
+}
+
+#endif

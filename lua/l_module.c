@@ -1,0 +1,57 @@
+/* The rnnlua module: the C functions of every binding file, then the embedded Lua library
+ * (lua/rnnlua/init.lua), which receives the module table and completes it. */
+#include <lauxlib.h>
+#include <lua.h>
+
+#include "../core/blas.h"
+#include "../kernels/ops.h"
+#include "embedded.h"
+#include "l_tensor.h"
+#include "version.h"
+
+static int l_cuda_built(lua_State *L) {
+#ifdef RL_WITH_CUDA
+    lua_pushboolean(L, 1);
+#else
+    lua_pushboolean(L, 0);
+#endif
+    return 1;
+}
+
+static int l_set_num_threads(lua_State *L) {
+    lua_Integer n = luaL_checkinteger(L, 1);
+    if (n < 1 || n > 1024)
+        return luaL_error(L, "set_num_threads: %d threads is out of range 1..1024", (int)n);
+    rl_blas_set_threads((int)n);
+    return 0;
+}
+
+static int l_get_num_threads(lua_State *L) {
+    lua_pushinteger(L, rl_blas_get_threads());
+    return 1;
+}
+
+static const luaL_Reg module_funcs[] = {
+    {"cuda_built", l_cuda_built},
+    {"set_num_threads", l_set_num_threads},
+    {"get_num_threads", l_get_num_threads},
+    {NULL, NULL},
+};
+
+int luaopen_rnnlua(lua_State *L) {
+    rl_ops_init();
+    lua_newtable(L);
+    luaL_setfuncs(L, module_funcs, 0);
+    lua_pushstring(L, RL_VERSION);
+    lua_setfield(L, -2, "version");
+    rl_lua_open_tensor(L);
+    rl_lua_open_h5(L);
+
+    size_t len;
+    const char *src = rl_embedded_find("rnnlua.init", &len);
+    if (!src) return luaL_error(L, "rnnlua: the embedded Lua library lacks rnnlua.init");
+    if (luaL_loadbuffer(L, src, len, "@lua/rnnlua/init.lua") != LUA_OK) return lua_error(L);
+    lua_pushvalue(L, -2);
+    lua_call(L, 1, 0);
+    return 1;
+}

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Installs the system packages rnnlua builds against, from Debian's archive.
+# `deps.sh --check` only reports (exit 1 when something is missing).
+set -euo pipefail
+
+pkgs=(pkg-config liblua5.4-dev lua-filesystem-dev libhdf5-dev libopenblas-dev libedit-dev hdf5-tools)
+
+missing=()
+for p in "${pkgs[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+
+if [ "${1:-}" = "--check" ]; then
+    [ ${#missing[@]} -eq 0 ] && exit 0
+    echo "missing: ${missing[*]}"
+    exit 1
+fi
+if [ ${#missing[@]} -eq 0 ]; then
+    echo "deps: all present"
+    exit 0
+fi
+
+echo "deps: installing ${missing[*]}"
+sudo=""
+[ "$(id -u)" -eq 0 ] || sudo="sudo"
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -qq
+$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"

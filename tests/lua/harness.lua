@@ -1,0 +1,44 @@
+-- A small test harness for the Lua tests: test(name, fn) runs fn under pcall and counts it;
+-- expect_error(fn, pattern) passes when fn raises an error whose message matches pattern;
+-- done() prints the closing "N passed, N failed" line and exits non-zero on failure.
+local H = {passed = 0, failed = 0}
+
+function H.test(name, fn)
+  local ok, err = xpcall(fn, debug.traceback)
+  if ok then
+    H.passed = H.passed + 1
+  else
+    H.failed = H.failed + 1
+    io.stderr:write("FAIL ", name, ": ", tostring(err), "\n")
+  end
+end
+
+function H.check(cond, msg, level)
+  if not cond then error(msg or "check failed", (level or 1) + 1) end
+end
+
+function H.near(a, b, tol, what)
+  tol = tol or 1e-6
+  if math.abs(a - b) > tol then
+    error(string.format("%s: got %.9g, expected %.9g (tol %g)", what or "near", a, b, tol), 2)
+  end
+end
+
+-- The error must be catchable, and its message must match `pattern` (plain find).
+function H.expect_error(name, fn, pattern)
+  H.test(name, function()
+    local ok, err = pcall(fn)
+    if ok then error("expected an error, got none", 0) end
+    err = tostring(err)
+    if pattern and not err:find(pattern, 1, true) then
+      error(string.format("error message %q does not mention %q", err, pattern), 0)
+    end
+  end)
+end
+
+function H.done()
+  print(string.format("%d passed, %d failed", H.passed, H.failed))
+  os.exit(H.failed == 0 and 0 or 1)
+end
+
+return H

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Runs every C unit test (BUILD/tests/test_*) and every Lua test (tests/lua/test_*.lua,
+# through the rnnlua binary), adds up their closing "N passed, N failed" lines and prints the
+# total. A program that crashes or prints no closing line counts as one failure.
+set -u
+build=${1:-build}
+bin="$build/rnnlua"
+total_pass=0
+total_fail=0
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+
+run_one() {
+    local name=$1
+    shift
+    "$@" >"$log" 2>&1
+    local rc=$?
+    local line
+    line=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$log" | tail -n 1)
+    local p=0 f=0
+    if [ -n "$line" ]; then
+        p=$(echo "$line" | awk '{print $1}')
+        f=$(echo "$line" | awk '{print $3}')
+    fi
+    if [ -z "$line" ] || { [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; }; then
+        f=$((f + 1))
+        echo "FAIL $name (exit $rc, no clean closing line)"
+        tail -n 30 "$log"
+    elif [ "$f" -ne 0 ]; then
+        echo "FAIL $name: $line"
+        grep -vE '^(ok|[0-9]+ passed)' "$log" | tail -n 40
+    else
+        echo "ok   $name: $line"
+    fi
+    total_pass=$((total_pass + p))
+    total_fail=$((total_fail + f))
+}
+
+for t in "$build"/tests/test_*; do
+    [ -x "$t" ] || continue
+    run_one "$(basename "$t")" "$t"
+done
+for t in tests/lua/test_*.lua; do
+    [ -f "$t" ] || continue
+    run_one "$(basename "$t")" "$bin" "$t"
+done
+for t in tests/sh/test_*.sh; do
+    [ -f "$t" ] || continue
+    run_one "$(basename "$t")" bash "$t" "$bin"
+done
+
+echo "$total_pass passed, $total_fail failed"
+[ "$total_fail" -eq 0 ]
