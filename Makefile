@@ -34,7 +34,8 @@ CFLAGS  ?= -O2 -g
 CFLAGS  += -std=c11 -D_GNU_SOURCE -fPIC $(WARN) -MMD -MP -I. $(PKG_CFLAGS)
 LDLIBS  := $(PKG_LIBS) -lm -lpthread
 ifeq ($(WERROR),1)
-  CFLAGS += -Werror
+  CFLAGS  += -Werror
+  NVFLAGS += -Werror all-warnings
 endif
 ifeq ($(SANITIZE),1)
   CFLAGS  += -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
@@ -42,7 +43,7 @@ ifeq ($(SANITIZE),1)
 endif
 ifeq ($(CUDA),1)
   CFLAGS   += -DRL_WITH_CUDA
-  NVFLAGS  := -O2 -std=c++17 -I. -DRL_WITH_CUDA --compiler-options -fPIC,-Wall \
+  NVFLAGS  += -O2 -std=c++17 -I. -DRL_WITH_CUDA --compiler-options -fPIC,-Wall \
               -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
               -gencode arch=compute_90,code=compute_90
   LDLIBS   += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lcublas -lstdc++

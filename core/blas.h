@@ -6,6 +6,10 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 void rl_blas_sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                    const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c,
                    int64_t ldc);
@@ -15,5 +19,9 @@ void rl_blas_dgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, 
 /* Threads used by BLAS and by rnnlua's own CPU loops. */
 void rl_blas_set_threads(int n);
 int rl_blas_get_threads(void);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

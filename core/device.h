@@ -7,6 +7,10 @@
 
 #include "tensor.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef struct rl_device_backend {
     const char *name;
     int (*count)(void);
@@ -27,5 +31,9 @@ rl_status rl_device_check(rl_device d);
 /* Copy `nbytes` between any two devices (host<->device, device<->device, host<->host). */
 rl_status rl_device_memcpy(void *dst, rl_device ddev, const void *src, rl_device sdev,
                            size_t nbytes);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -7,6 +7,10 @@
 #ifndef RL_ERROR_H
 #define RL_ERROR_H
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef enum {
     RL_OK = 0,
     RL_EARG,    /* a bad argument: unknown name, value out of range */
@@ -32,5 +36,9 @@ void rl_error_clear(void);
         rl_status rl_try_st_ = (expr);                                                             \
         if (rl_try_st_ != RL_OK) return rl_try_st_;                                                \
     } while (0)
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

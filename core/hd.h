@@ -5,7 +5,7 @@
 #define RL_HD_H
 
 #ifdef __CUDACC__
-#define RL_HD __host__ __device__ __forceinline__
+#define RL_HD __host__ __device__
 #else
 #define RL_HD
 #endif

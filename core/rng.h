@@ -9,6 +9,10 @@
 
 #include <stdint.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef struct {
     uint64_t seed;
     uint64_t offset; /* next unused Philox block */
@@ -19,5 +23,9 @@ void rl_rng_seed(rl_rng *g, uint64_t seed);
 uint64_t rl_rng_reserve(rl_rng *g, uint64_t nwords);
 /* The process-wide generator used by rl.manual_seed and by ops given no generator. */
 rl_rng *rl_rng_default(void);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -152,13 +152,33 @@ rl_status rl_tensor_empty(rl_tensor *out, rl_dtype dt, rl_device dev, int ndim,
     out->storage = s;
     out->dtype = dt;
     out->ndim = ndim;
-    memcpy(out->shape, shape, (size_t)ndim * sizeof *shape);
-    rl_contiguous_strides(ndim, shape, out->stride);
+    if (ndim > 0)
+        memcpy(out->shape, shape, (size_t)ndim * sizeof *shape);
+    rl_contiguous_strides(ndim, out->shape, out->stride);
     return RL_OK;
 }
 
 rl_status rl_tensor_empty_like(rl_tensor *out, const rl_tensor *like) {
     return rl_tensor_empty(out, like->dtype, rl_tensor_device(like), like->ndim, like->shape);
+}
+
+rl_status rl_buffer_ensure(rl_tensor *buf, rl_dtype dt, rl_device dev, int ndim,
+                           const int64_t *shape) {
+    int64_t n = 0;
+    RL_TRY(check_shape("buffer", ndim, shape, &n));
+    size_t need = (size_t)n * rl_dtype_size(dt);
+    rl_storage *s = buf->storage;
+    if (s && s->nbytes >= need && rl_device_eq(s->device, dev)) {
+        buf->dtype = dt;
+        buf->ndim = ndim;
+        buf->offset = 0;
+        if (ndim > 0)
+            memcpy(buf->shape, shape, (size_t)ndim * sizeof *shape);
+        rl_contiguous_strides(ndim, buf->shape, buf->stride);
+        return RL_OK;
+    }
+    rl_tensor_release(buf);
+    return rl_tensor_empty(buf, dt, dev, ndim, shape);
 }
 
 void rl_tensor_release(rl_tensor *t) {
@@ -179,6 +199,8 @@ int64_t rl_tensor_numel(const rl_tensor *t) {
 }
 
 bool rl_tensor_is_contiguous(const rl_tensor *t) {
+    if (rl_tensor_numel(t) == 0)
+        return true;
     int64_t acc = 1;
     for (int d = t->ndim - 1; d >= 0; d--) {
         if (t->shape[d] != 1 && t->stride[d] != acc) return false;

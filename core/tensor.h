@@ -20,6 +20,10 @@
 
 #include "error.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 #define RL_MAX_DIMS 5
 
 typedef enum { RL_FLOAT32 = 0, RL_FLOAT64, RL_INT32, RL_NUM_DTYPES } rl_dtype;
@@ -68,6 +72,13 @@ rl_status rl_tensor_empty(rl_tensor *out, rl_dtype dt, rl_device dev, int ndim,
                           const int64_t *shape);
 /* A new contiguous tensor with the dtype, device and shape of `like`. */
 rl_status rl_tensor_empty_like(rl_tensor *out, const rl_tensor *like);
+/* Makes `buf` (unset or set) a contiguous tensor of this dtype, device and shape, reusing its
+ * storage when it is large enough (views of it taken earlier then see the new contents, as
+ * with a Torch module's `output`); allocates only otherwise. Layers
+ * keep their activations and scratch in such buffers, so a training loop over batches of one
+ * shape allocates nothing after the first. The contents are unspecified afterwards. */
+rl_status rl_buffer_ensure(rl_tensor *buf, rl_dtype dt, rl_device dev, int ndim,
+                           const int64_t *shape);
 /* Drops the reference (if any) and makes `t` unset. */
 void rl_tensor_release(rl_tensor *t);
 /* `out` becomes another view with the same geometry as `src` (shares storage). */
@@ -109,5 +120,9 @@ rl_status rl_broadcast_shape(const char *op, const rl_tensor *a, const rl_tensor
  * per dim, no bounds check. Values convert through double. */
 double rl_tensor_get(const rl_tensor *t, const int64_t *index);
 void rl_tensor_set(rl_tensor *t, const int64_t *index, double v);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

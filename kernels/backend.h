@@ -8,6 +8,10 @@
 
 #include "ops.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef struct rl_kernels {
     rl_status (*fill)(rl_tensor *t, double value);
     /* dst and src of the same shape; dtypes may differ (conversion as by a C cast, floats
@@ -41,5 +45,9 @@ typedef struct rl_kernels {
 } rl_kernels;
 
 const rl_kernels *rl_kernels_cpu(void);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

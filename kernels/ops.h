@@ -21,6 +21,10 @@
 #include "../core/rng.h"
 #include "../core/tensor.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef enum {
     RL_UN_NEG = 0,
     RL_UN_ABS,
@@ -134,5 +138,9 @@ rl_status rl_op_normal(rl_tensor *t, rl_rng *g, double mean, double std);
 void rl_ops_init(void);
 /* Waits for all queued work on dev (a no-op on the CPU). */
 rl_status rl_op_synchronize(rl_device dev);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -286,7 +286,7 @@ static void fill_from_table(lua_State *L, rl_tensor *t, int depth, int64_t *inde
                 luaL_error(L, "rl.tensor: element %s is a %s, expected a number", where,
                            luaL_typename(L, -1));
             }
-            if (t->dtype == RL_INT32 && (v != floor(v) || fabs(v) > 2147483647.0)) {
+            if (t->dtype == RL_INT32 && (v != floor(v) || v < -2147483648.0 || v > 2147483647.0)) {
                 path_str(where, sizeof where, index, depth + 1);
                 luaL_error(L, "rl.tensor: element %s = %f is not an int32", where, v);
             }

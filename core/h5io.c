@@ -1,0 +1,922 @@
+/* HDF5 files of tensors (see h5io.h): open/create-and-commit, datasets of tensors and strings,
+ * recursive listing, attributes.
+ *
+ * Every function releases each HDF5 handle it opened before it returns, on every path: the
+ * handles are initialised to H5I_INVALID_HID and closed once at a single exit label. HDF5's
+ * error stack is read only to add its innermost reason to our message, then cleared.
+ */
+#include "h5io.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <hdf5.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+struct rl_h5file {
+    hid_t id;
+    char *path; /* the final path */
+    char *tmp;  /* the temporary file of a created, not yet committed file; NULL otherwise */
+};
+
+static void h5_quiet(void) { H5Eset_auto2(H5E_DEFAULT, NULL, NULL); }
+
+static void h5_close_id(hid_t *id, herr_t (*closer)(hid_t)) {
+    if (*id >= 0) closer(*id);
+    *id = H5I_INVALID_HID;
+}
+
+/* HDF5's error stack is walked from the most specific entry: the first one with a description
+ * says what was actually wrong ("truncated file: eof = ...", "no write intent on file"). */
+typedef struct {
+    char text[256];
+} h5_reason;
+
+static herr_t h5_reason_cb(unsigned n, const H5E_error2_t *e, void *data) {
+    h5_reason *r = data;
+    if (r->text[0] == '\0' && e->desc && e->desc[0])
+        snprintf(r->text, sizeof r->text, "%s", e->desc);
+    return 0;
+}
+
+/* RL_EIO with "<file>: <object>: <what>", plus HDF5's reason for the failure that just
+ * happened (call it right after the failing HDF5 call). */
+static rl_status h5_fail(const char *path, const char *obj, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static rl_status h5_fail(const char *path, const char *obj, const char *fmt, ...) {
+    char what[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
+    h5_reason r = {{0}};
+    H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, h5_reason_cb, &r);
+    H5Eclear2(H5E_DEFAULT);
+    char head[1024];
+    if (obj)
+        snprintf(head, sizeof head, "%s: %s: %s", path, obj, what);
+    else
+        snprintf(head, sizeof head, "%s: %s", path, what);
+    if (r.text[0]) return rl_error(RL_EIO, "%s (HDF5: %s)", head, r.text);
+    return rl_error(RL_EIO, "%s", head);
+}
+
+/* Paths inside the file are taken relative to the root; a leading "/" is dropped. */
+static const char *h5_rel(const char *name) {
+    if (!name) return "";
+    while (*name == '/')
+        name++;
+    return name;
+}
+
+static hid_t h5_native(rl_dtype dt) {
+    switch (dt) {
+    case RL_FLOAT32: return H5T_NATIVE_FLOAT;
+    case RL_FLOAT64: return H5T_NATIVE_DOUBLE;
+    case RL_INT32: return H5T_NATIVE_INT;
+    default: return H5I_INVALID_HID;
+    }
+}
+
+static hid_t h5_fapl(void) {
+    hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
+    if (fapl >= 0) H5Pset_fclose_degree(fapl, H5F_CLOSE_STRONG);
+    return fapl;
+}
+
+/* Link creation that makes the missing groups of a path and stores names as UTF-8 (as h5py). */
+static hid_t h5_lcpl(void) {
+    hid_t lcpl = H5Pcreate(H5P_LINK_CREATE);
+    if (lcpl >= 0) {
+        H5Pset_create_intermediate_group(lcpl, 1);
+        H5Pset_char_encoding(lcpl, H5T_CSET_UTF8);
+    }
+    return lcpl;
+}
+
+/* 1 when every component of `rel` exists, 0 when one is missing, -1 on an HDF5 error. H5Lexists
+ * fails rather than answering "no" when an intermediate group is missing, hence the walk. */
+static int h5_path_exists(hid_t loc, const char *rel) {
+    if (!*rel) return 1;
+    char *buf = strdup(rel);
+    if (!buf) return -1;
+    int result = 1;
+    for (char *p = buf;; p++) {
+        if (*p == '/' || *p == '\0') {
+            char c = *p;
+            *p = '\0';
+            htri_t e = H5Lexists(loc, buf, H5P_DEFAULT);
+            if (e <= 0) {
+                result = e < 0 ? -1 : 0;
+                break;
+            }
+            if (c == '\0') break;
+            *p = c;
+        }
+    }
+    free(buf);
+    return result;
+}
+
+static void h5_file_free(rl_h5file *f) {
+    free(f->path);
+    free(f->tmp);
+    free(f);
+}
+
+static rl_status h5_file_new(rl_h5file **out, const char *path, bool temporary) {
+    rl_h5file *f = calloc(1, sizeof *f);
+    if (!f) return rl_error(RL_ENOMEM, "%s: out of memory", path);
+    f->id = H5I_INVALID_HID;
+    f->path = strdup(path);
+    if (f->path && temporary) {
+        size_t n = strlen(path) + 32;
+        f->tmp = malloc(n);
+        if (f->tmp) snprintf(f->tmp, n, "%s.tmp.%ld", path, (long)getpid());
+    }
+    if (!f->path || (temporary && !f->tmp)) {
+        h5_file_free(f);
+        return rl_error(RL_ENOMEM, "%s: out of memory", path);
+    }
+    *out = f;
+    return RL_OK;
+}
+
+rl_status rl_h5_open(rl_h5file **out, const char *path, bool writable) {
+    *out = NULL;
+    h5_quiet();
+    struct stat st;
+    if (stat(path, &st) != 0) return rl_error(RL_EIO, "%s: cannot open: %s", path, strerror(errno));
+    if (S_ISDIR(st.st_mode)) return rl_error(RL_EIO, "%s: cannot open: is a directory", path);
+    if (H5Fis_hdf5(path) <= 0) {
+        H5Eclear2(H5E_DEFAULT);
+        return rl_error(RL_EIO, "%s: not an HDF5 file", path);
+    }
+    rl_h5file *f;
+    RL_TRY(h5_file_new(&f, path, false));
+    hid_t fapl = h5_fapl();
+    f->id = H5Fopen(path, writable ? H5F_ACC_RDWR : H5F_ACC_RDONLY, fapl);
+    if (f->id < 0) {
+        rl_status s = h5_fail(path, NULL, "cannot open (truncated or corrupt file?)");
+        h5_close_id(&fapl, H5Pclose);
+        h5_file_free(f);
+        return s;
+    }
+    h5_close_id(&fapl, H5Pclose);
+    *out = f;
+    return RL_OK;
+}
+
+rl_status rl_h5_create(rl_h5file **out, const char *path) {
+    *out = NULL;
+    h5_quiet();
+    rl_h5file *f;
+    RL_TRY(h5_file_new(&f, path, true));
+    hid_t fapl = h5_fapl();
+    f->id = H5Fcreate(f->tmp, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
+    if (f->id < 0) {
+        rl_status s = h5_fail(path, NULL, "cannot create the temporary file %s", f->tmp);
+        h5_close_id(&fapl, H5Pclose);
+        h5_file_free(f);
+        return s;
+    }
+    h5_close_id(&fapl, H5Pclose);
+    *out = f;
+    return RL_OK;
+}
+
+/* The data must be on disk before the rename makes it the file at `path`. */
+static rl_status h5_fsync(const rl_h5file *f) {
+    int fd = open(f->tmp, O_RDONLY);
+    if (fd < 0 || fsync(fd) != 0) {
+        int e = errno;
+        if (fd >= 0) close(fd);
+        return rl_error(RL_EIO, "%s: cannot sync %s: %s", f->path, f->tmp, strerror(e));
+    }
+    close(fd);
+    return RL_OK;
+}
+
+rl_status rl_h5_commit(rl_h5file *f) {
+    rl_status s = RL_OK;
+    if (H5Fclose(f->id) < 0)
+        s = h5_fail(f->path, NULL, "closing %s failed", f->tmp ? f->tmp : f->path);
+    f->id = H5I_INVALID_HID;
+    if (s == RL_OK && f->tmp) {
+        s = h5_fsync(f);
+        if (s == RL_OK && rename(f->tmp, f->path) != 0)
+            s = rl_error(RL_EIO, "%s: cannot rename %s over it: %s", f->path, f->tmp,
+                         strerror(errno));
+    }
+    if (s != RL_OK && f->tmp) unlink(f->tmp);
+    h5_file_free(f);
+    return s;
+}
+
+void rl_h5_close(rl_h5file *f) {
+    if (!f) return;
+    if (f->id >= 0) H5Fclose(f->id);
+    if (f->tmp) unlink(f->tmp);
+    H5Eclear2(H5E_DEFAULT);
+    h5_file_free(f);
+}
+
+const char *rl_h5_path(const rl_h5file *f) { return f->path; }
+
+int64_t rl_h5_open_handles(const rl_h5file *f) {
+    return (int64_t)H5Fget_obj_count(f->id, H5F_OBJ_ALL | H5F_OBJ_LOCAL) - 1;
+}
+
+/* ---- writing tensors ---- */
+
+/* A CPU tensor's elements in row-major order: the tensor's own memory when it is contiguous,
+ * else a gathered copy (*owned set; free it). Empty tensors give NULL. */
+static rl_status h5_pack(const char *path, const char *obj, const rl_tensor *t, const void **buf,
+                         void **owned) {
+    *buf = NULL;
+    *owned = NULL;
+    if (!t->storage) return rl_error(RL_EARG, "%s: %s: the tensor is unset", path, obj);
+    if (t->storage->device.type != RL_CPU) {
+        char d[32];
+        rl_device_name(t->storage->device, d, sizeof d);
+        return rl_error(RL_EDEVICE, "%s: %s: the tensor is on %s; copy it to the CPU first", path,
+                        obj, d);
+    }
+    if (h5_native(t->dtype) < 0)
+        return rl_error(RL_EDTYPE, "%s: %s: unsupported dtype %d", path, obj, (int)t->dtype);
+    int64_t n = rl_tensor_numel(t);
+    if (n == 0) return RL_OK;
+    if (rl_tensor_is_contiguous(t)) {
+        *buf = rl_tensor_data(t);
+        return RL_OK;
+    }
+    size_t es = rl_dtype_size(t->dtype);
+    char *dst = malloc((size_t)n * es);
+    if (!dst)
+        return rl_error(RL_ENOMEM, "%s: %s: out of memory packing %lld elements", path, obj,
+                        (long long)n);
+    const char *src = rl_tensor_data(t);
+    int64_t idx[RL_MAX_DIMS] = {0};
+    for (int64_t i = 0; i < n; i++) {
+        int64_t off = 0;
+        for (int d = 0; d < t->ndim; d++)
+            off += idx[d] * t->stride[d];
+        memcpy(dst + (size_t)i * es, src + off * (int64_t)es, es);
+        for (int d = t->ndim - 1; d >= 0; d--) {
+            if (++idx[d] < t->shape[d]) break;
+            idx[d] = 0;
+        }
+    }
+    *buf = dst;
+    *owned = dst;
+    return RL_OK;
+}
+
+static hid_t h5_space_of(int ndim, const int64_t *shape) {
+    if (ndim == 0) return H5Screate(H5S_SCALAR);
+    hsize_t dims[RL_MAX_DIMS];
+    for (int d = 0; d < ndim; d++)
+        dims[d] = (hsize_t)shape[d];
+    return H5Screate_simple(ndim, dims, NULL);
+}
+
+/* Removes the link `rel` when it exists, so that a write replaces it. */
+static rl_status h5_unlink_existing(rl_h5file *f, const char *rel) {
+    int e = h5_path_exists(f->id, rel);
+    if (e < 0) return h5_fail(f->path, rel, "cannot look up");
+    if (e > 0 && H5Ldelete(f->id, rel, H5P_DEFAULT) < 0)
+        return h5_fail(f->path, rel, "cannot replace the existing object");
+    return RL_OK;
+}
+
+rl_status rl_h5_write_tensor(rl_h5file *f, const char *name, const rl_tensor *t) {
+    const char *rel = h5_rel(name);
+    if (!*rel) return rl_error(RL_EARG, "%s: empty dataset name", f->path);
+    const void *buf;
+    void *owned;
+    RL_TRY(h5_pack(f->path, rel, t, &buf, &owned));
+    rl_status s = h5_unlink_existing(f, rel);
+    hid_t space = H5I_INVALID_HID, lcpl = H5I_INVALID_HID, ds = H5I_INVALID_HID;
+    if (s != RL_OK) goto done;
+    hid_t mtype = h5_native(t->dtype);
+    space = h5_space_of(t->ndim, t->shape);
+    lcpl = h5_lcpl();
+    if (space < 0 || lcpl < 0) {
+        s = h5_fail(f->path, rel, "cannot describe the dataset");
+        goto done;
+    }
+    ds = H5Dcreate2(f->id, rel, mtype, space, lcpl, H5P_DEFAULT, H5P_DEFAULT);
+    if (ds < 0) {
+        s = h5_fail(f->path, rel, "cannot create the dataset");
+        goto done;
+    }
+    if (buf && H5Dwrite(ds, mtype, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf) < 0)
+        s = h5_fail(f->path, rel, "cannot write the dataset");
+done:
+    h5_close_id(&ds, H5Dclose);
+    h5_close_id(&lcpl, H5Pclose);
+    h5_close_id(&space, H5Sclose);
+    free(owned);
+    return s;
+}
+
+/* ---- reading tensors ---- */
+
+/* The dtype a stored type reads as. Integers that might not fit int32 (4-byte unsigned, 8-byte)
+ * go through int64 (*wide) and are range-checked, because HDF5 would clamp them silently. */
+static rl_status h5_pick_dtype(const char *path, const char *obj, hid_t ftype, rl_dtype *dt,
+                               hid_t *mtype, bool *wide) {
+    H5T_class_t cls = H5Tget_class(ftype);
+    size_t size = H5Tget_size(ftype);
+    *wide = false;
+    if (cls == H5T_INTEGER) {
+        *dt = RL_INT32;
+        *mtype = H5T_NATIVE_INT;
+        if (size > 4 || (size == 4 && H5Tget_sign(ftype) == H5T_SGN_NONE)) {
+            *wide = true;
+            *mtype = H5T_NATIVE_LLONG;
+        }
+        return RL_OK;
+    }
+    if (cls == H5T_FLOAT) {
+        *dt = size >= 8 ? RL_FLOAT64 : RL_FLOAT32;
+        *mtype = size >= 8 ? H5T_NATIVE_DOUBLE : H5T_NATIVE_FLOAT;
+        return RL_OK;
+    }
+    static const char *const names[] = {"integer",  "float",  "time",     "string",
+                                        "bitfield", "opaque", "compound", "reference",
+                                        "enum",     "vlen",   "array"};
+    const char *cname =
+        cls >= 0 && cls < (int)(sizeof names / sizeof names[0]) ? names[cls] : "unknown";
+    H5Eclear2(H5E_DEFAULT);
+    return rl_error(RL_EIO, "%s: %s: unsupported type (HDF5 class %s); numbers are expected", path,
+                    obj, cname);
+}
+
+/* ndim and shape of a dataspace; scalar is 0-dim, more than RL_MAX_DIMS is an error. */
+static rl_status h5_space_shape(const char *path, const char *obj, hid_t space, int *ndim,
+                                int64_t *shape) {
+    H5S_class_t cls = H5Sget_simple_extent_type(space);
+    if (cls == H5S_SCALAR) {
+        *ndim = 0;
+        return RL_OK;
+    }
+    if (cls != H5S_SIMPLE) return h5_fail(path, obj, "has no data (null dataspace)");
+    int nd = H5Sget_simple_extent_ndims(space);
+    if (nd < 0) return h5_fail(path, obj, "cannot read the dataspace");
+    if (nd > RL_MAX_DIMS)
+        return rl_error(RL_EIO, "%s: %s: has %d dims, at most %d are supported", path, obj, nd,
+                        RL_MAX_DIMS);
+    hsize_t dims[RL_MAX_DIMS];
+    H5Sget_simple_extent_dims(space, dims, NULL);
+    for (int d = 0; d < nd; d++)
+        shape[d] = (int64_t)dims[d];
+    *ndim = nd;
+    return RL_OK;
+}
+
+/* Reads a dataset (selection fspace into mspace) or, when `is_attr`, a whole attribute, into a
+ * new tensor of the given shape. */
+static rl_status h5_read_numeric(const char *path, const char *obj, hid_t id, bool is_attr,
+                                 hid_t ftype, hid_t mspace, hid_t fspace, int ndim,
+                                 const int64_t *shape, rl_tensor *out) {
+    rl_dtype dt;
+    hid_t mtype;
+    bool wide;
+    RL_TRY(h5_pick_dtype(path, obj, ftype, &dt, &mtype, &wide));
+    rl_tensor t = {0};
+    RL_TRY(rl_tensor_empty(&t, dt, RL_DEVICE_CPU, ndim, shape));
+    int64_t n = rl_tensor_numel(&t);
+    if (n == 0) {
+        *out = t;
+        return RL_OK;
+    }
+    long long *tmp = NULL;
+    if (wide) {
+        tmp = malloc((size_t)n * sizeof *tmp);
+        if (!tmp) {
+            rl_tensor_release(&t);
+            return rl_error(RL_ENOMEM, "%s: %s: out of memory", path, obj);
+        }
+    }
+    void *dst = wide ? (void *)tmp : rl_tensor_data(&t);
+    herr_t r =
+        is_attr ? H5Aread(id, mtype, dst) : H5Dread(id, mtype, mspace, fspace, H5P_DEFAULT, dst);
+    rl_status s = RL_OK;
+    if (r < 0) {
+        s = h5_fail(path, obj, "cannot read the data");
+    } else if (wide) {
+        int32_t *v = rl_tensor_data(&t);
+        for (int64_t i = 0; i < n && s == RL_OK; i++) {
+            if (tmp[i] < INT32_MIN || tmp[i] > INT32_MAX)
+                s = rl_error(RL_EIO, "%s: %s: value %lld at element %lld does not fit int32", path,
+                             obj, tmp[i], (long long)i);
+            else
+                v[i] = (int32_t)tmp[i];
+        }
+    }
+    free(tmp);
+    if (s != RL_OK) {
+        rl_tensor_release(&t);
+        return s;
+    }
+    *out = t;
+    return RL_OK;
+}
+
+static rl_status h5_open_dataset(rl_h5file *f, const char *rel, hid_t *ds) {
+    *ds = H5I_INVALID_HID;
+    if (!*rel) return rl_error(RL_EIO, "%s: empty dataset name", f->path);
+    int e = h5_path_exists(f->id, rel);
+    if (e < 0) return h5_fail(f->path, rel, "cannot look up");
+    if (e == 0) return rl_error(RL_EIO, "%s: %s: no such dataset", f->path, rel);
+    *ds = H5Dopen2(f->id, rel, H5P_DEFAULT);
+    if (*ds < 0) return h5_fail(f->path, rel, "cannot open as a dataset");
+    return RL_OK;
+}
+
+/* Shared by read_tensor (rows < 0: everything) and read_rows. */
+static rl_status h5_read_dataset(rl_h5file *f, const char *name, int64_t start, int64_t rows,
+                                 rl_tensor *out) {
+    const char *rel = h5_rel(name);
+    hid_t ds, ftype = H5I_INVALID_HID, fspace = H5I_INVALID_HID, mspace = H5I_INVALID_HID;
+    RL_TRY(h5_open_dataset(f, rel, &ds));
+    rl_status s = RL_OK;
+    int ndim = 0;
+    int64_t shape[RL_MAX_DIMS] = {0};
+    ftype = H5Dget_type(ds);
+    fspace = H5Dget_space(ds);
+    if (ftype < 0 || fspace < 0) {
+        s = h5_fail(f->path, rel, "cannot read the type or the dataspace");
+        goto done;
+    }
+    s = h5_space_shape(f->path, rel, fspace, &ndim, shape);
+    if (s != RL_OK) goto done;
+    if (rows >= 0) {
+        if (ndim == 0) {
+            s = rl_error(RL_EIO, "%s: %s: a scalar has no rows", f->path, rel);
+            goto done;
+        }
+        if (start < 0 || start > shape[0] || rows > shape[0] - start) {
+            s = rl_error(RL_EINDEX, "%s: %s: rows [%lld, %lld) out of range for %lld rows", f->path,
+                         rel, (long long)start, (long long)(start + rows), (long long)shape[0]);
+            goto done;
+        }
+        shape[0] = rows;
+        if (rows > 0) {
+            hsize_t off[RL_MAX_DIMS] = {0}, cnt[RL_MAX_DIMS];
+            for (int d = 0; d < ndim; d++)
+                cnt[d] = (hsize_t)shape[d];
+            off[0] = (hsize_t)start;
+            mspace = h5_space_of(ndim, shape);
+            if (mspace < 0 ||
+                H5Sselect_hyperslab(fspace, H5S_SELECT_SET, off, NULL, cnt, NULL) < 0) {
+                s = h5_fail(f->path, rel, "cannot select rows");
+                goto done;
+            }
+        }
+    }
+    s = h5_read_numeric(f->path, rel, ds, false, ftype, mspace >= 0 ? mspace : H5S_ALL,
+                        mspace >= 0 ? fspace : H5S_ALL, ndim, shape, out);
+done:
+    h5_close_id(&mspace, H5Sclose);
+    h5_close_id(&fspace, H5Sclose);
+    h5_close_id(&ftype, H5Tclose);
+    h5_close_id(&ds, H5Dclose);
+    return s;
+}
+
+rl_status rl_h5_read_tensor(rl_h5file *f, const char *name, rl_tensor *out) {
+    return h5_read_dataset(f, name, 0, -1, out);
+}
+
+rl_status rl_h5_read_rows(rl_h5file *f, const char *name, int64_t start, int64_t count,
+                          rl_tensor *out) {
+    if (count < 0)
+        return rl_error(RL_EINDEX, "%s: %s: negative row count %lld", f->path, h5_rel(name),
+                        (long long)count);
+    return h5_read_dataset(f, name, start, count, out);
+}
+
+rl_status rl_h5_dataset_info(rl_h5file *f, const char *name, rl_dtype *dtype, int *ndim,
+                             int64_t shape[RL_MAX_DIMS]) {
+    const char *rel = h5_rel(name);
+    hid_t ds, ftype = H5I_INVALID_HID, fspace = H5I_INVALID_HID;
+    RL_TRY(h5_open_dataset(f, rel, &ds));
+    rl_status s;
+    ftype = H5Dget_type(ds);
+    fspace = H5Dget_space(ds);
+    if (ftype < 0 || fspace < 0) {
+        s = h5_fail(f->path, rel, "cannot read the type or the dataspace");
+    } else {
+        hid_t mtype;
+        bool wide;
+        s = h5_pick_dtype(f->path, rel, ftype, dtype, &mtype, &wide);
+        if (s == RL_OK) s = h5_space_shape(f->path, rel, fspace, ndim, shape);
+    }
+    h5_close_id(&fspace, H5Sclose);
+    h5_close_id(&ftype, H5Tclose);
+    h5_close_id(&ds, H5Dclose);
+    return s;
+}
+
+rl_status rl_h5_exists(rl_h5file *f, const char *name, bool *out) {
+    const char *rel = h5_rel(name);
+    int e = h5_path_exists(f->id, rel);
+    if (e < 0) return h5_fail(f->path, rel, "cannot look up");
+    *out = e > 0;
+    return RL_OK;
+}
+
+/* ---- listing ---- */
+
+typedef struct {
+    char **names;
+    int64_t count, cap;
+    bool nomem;
+} h5_list;
+
+static herr_t h5_list_cb(hid_t group, const char *name, const H5L_info_t *info, void *data) {
+    h5_list *l = data;
+    if (info->type != H5L_TYPE_HARD) return 0;
+    hid_t obj = H5Oopen(group, name, H5P_DEFAULT);
+    if (obj < 0) return 0;
+    bool is_ds = H5Iget_type(obj) == H5I_DATASET;
+    H5Oclose(obj);
+    if (!is_ds) return 0;
+    if (l->count == l->cap) {
+        int64_t cap = l->cap ? 2 * l->cap : 16;
+        char **grown = realloc(l->names, (size_t)cap * sizeof *grown);
+        if (!grown) {
+            l->nomem = true;
+            return -1;
+        }
+        l->names = grown;
+        l->cap = cap;
+    }
+    l->names[l->count] = strdup(name);
+    if (!l->names[l->count]) {
+        l->nomem = true;
+        return -1;
+    }
+    l->count++;
+    return 0;
+}
+
+rl_status rl_h5_list(rl_h5file *f, const char *group, char ***names, int64_t *count) {
+    *names = NULL;
+    *count = 0;
+    const char *rel = h5_rel(group);
+    int e = h5_path_exists(f->id, rel);
+    if (e <= 0)
+        return e < 0 ? h5_fail(f->path, *rel ? rel : "/", "cannot look up")
+                     : rl_error(RL_EIO, "%s: %s: no such group", f->path, rel);
+    hid_t g = H5Gopen2(f->id, *rel ? rel : "/", H5P_DEFAULT);
+    if (g < 0) return h5_fail(f->path, *rel ? rel : "/", "cannot open as a group");
+    h5_list l = {0};
+    herr_t r = H5Lvisit(g, H5_INDEX_NAME, H5_ITER_INC, h5_list_cb, &l);
+    rl_status s = RL_OK;
+    if (l.nomem)
+        s = rl_error(RL_ENOMEM, "%s: out of memory listing datasets", f->path);
+    else if (r < 0)
+        s = h5_fail(f->path, *rel ? rel : "/", "cannot list the datasets");
+    H5Gclose(g);
+    if (s != RL_OK) {
+        rl_h5_list_free(l.names, l.count);
+        return s;
+    }
+    *names = l.names;
+    *count = l.count;
+    return RL_OK;
+}
+
+void rl_h5_list_free(char **names, int64_t count) {
+    for (int64_t i = 0; i < count; i++)
+        free(names[i]);
+    free(names);
+}
+
+/* ---- strings ---- */
+
+static hid_t h5_vlen_utf8(void) {
+    hid_t t = H5Tcopy(H5T_C_S1);
+    if (t >= 0 && (H5Tset_size(t, H5T_VARIABLE) < 0 || H5Tset_cset(t, H5T_CSET_UTF8) < 0)) {
+        H5Tclose(t);
+        return H5I_INVALID_HID;
+    }
+    return t;
+}
+
+rl_status rl_h5_write_strings(rl_h5file *f, const char *name, const char *const *strs,
+                              int64_t count) {
+    const char *rel = h5_rel(name);
+    if (!*rel) return rl_error(RL_EARG, "%s: empty dataset name", f->path);
+    for (int64_t i = 0; i < count; i++)
+        if (!strs[i])
+            return rl_error(RL_EARG, "%s: %s: string %lld is NULL", f->path, rel, (long long)i);
+    RL_TRY(h5_unlink_existing(f, rel));
+    rl_status s = RL_OK;
+    int64_t shape[1] = {count};
+    hid_t type = h5_vlen_utf8(), space = h5_space_of(1, shape), lcpl = h5_lcpl();
+    hid_t ds = H5I_INVALID_HID;
+    if (type < 0 || space < 0 || lcpl < 0) {
+        s = h5_fail(f->path, rel, "cannot describe the dataset");
+        goto done;
+    }
+    ds = H5Dcreate2(f->id, rel, type, space, lcpl, H5P_DEFAULT, H5P_DEFAULT);
+    if (ds < 0)
+        s = h5_fail(f->path, rel, "cannot create the dataset");
+    else if (count > 0 && H5Dwrite(ds, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, strs) < 0)
+        s = h5_fail(f->path, rel, "cannot write the dataset");
+done:
+    h5_close_id(&ds, H5Dclose);
+    h5_close_id(&lcpl, H5Pclose);
+    h5_close_id(&space, H5Sclose);
+    h5_close_id(&type, H5Tclose);
+    return s;
+}
+
+/* Reads `n` strings of a dataset or attribute (type ftype, dataspace space) into malloc'd
+ * copies, for variable- and fixed-length string types alike. */
+static rl_status h5_read_string_data(const char *path, const char *obj, hid_t id, bool is_attr,
+                                     hid_t ftype, hid_t space, int64_t n, char **out) {
+    if (H5Tget_class(ftype) != H5T_STRING) {
+        H5Eclear2(H5E_DEFAULT);
+        return rl_error(RL_EIO, "%s: %s: not a string", path, obj);
+    }
+    htri_t vlen = H5Tis_variable_str(ftype);
+    size_t fsize = H5Tget_size(ftype);
+    hid_t mtype = H5Tcopy(H5T_C_S1);
+    if (vlen < 0 || mtype < 0 || H5Tset_cset(mtype, H5Tget_cset(ftype)) < 0 ||
+        H5Tset_size(mtype, vlen ? H5T_VARIABLE : fsize + 1) < 0 ||
+        (!vlen && H5Tset_strpad(mtype, H5T_STR_NULLTERM) < 0)) {
+        rl_status s = h5_fail(path, obj, "cannot describe the string type");
+        h5_close_id(&mtype, H5Tclose);
+        return s;
+    }
+    size_t elem = vlen ? sizeof(char *) : fsize + 1;
+    char *raw = calloc((size_t)(n > 0 ? n : 1), elem);
+    rl_status s = RL_OK;
+    if (!raw) {
+        s = rl_error(RL_ENOMEM, "%s: %s: out of memory", path, obj);
+    } else if ((is_attr ? H5Aread(id, mtype, raw)
+                        : H5Dread(id, mtype, H5S_ALL, H5S_ALL, H5P_DEFAULT, raw)) < 0) {
+        s = h5_fail(path, obj, "cannot read the strings");
+    } else {
+        for (int64_t i = 0; i < n; i++) {
+            const char *src = vlen ? ((char **)raw)[i] : raw + (size_t)i * elem;
+            out[i] = strdup(src ? src : "");
+            if (!out[i] && s == RL_OK) s = rl_error(RL_ENOMEM, "%s: %s: out of memory", path, obj);
+        }
+        if (vlen) H5Dvlen_reclaim(mtype, space, H5P_DEFAULT, raw);
+    }
+    free(raw);
+    H5Tclose(mtype);
+    return s;
+}
+
+rl_status rl_h5_read_strings(rl_h5file *f, const char *name, char ***strs, int64_t *count) {
+    *strs = NULL;
+    *count = 0;
+    const char *rel = h5_rel(name);
+    hid_t ds, ftype = H5I_INVALID_HID, space = H5I_INVALID_HID;
+    RL_TRY(h5_open_dataset(f, rel, &ds));
+    rl_status s;
+    int ndim = 0;
+    int64_t shape[RL_MAX_DIMS] = {0};
+    char **out = NULL;
+    int64_t n = 0;
+    ftype = H5Dget_type(ds);
+    space = H5Dget_space(ds);
+    if (ftype < 0 || space < 0) {
+        s = h5_fail(f->path, rel, "cannot read the type or the dataspace");
+        goto done;
+    }
+    s = h5_space_shape(f->path, rel, space, &ndim, shape);
+    if (s != RL_OK) goto done;
+    if (ndim > 1) {
+        s = rl_error(RL_EIO, "%s: %s: strings must be 1-dim, not %d-dim", f->path, rel, ndim);
+        goto done;
+    }
+    n = ndim == 0 ? 1 : shape[0];
+    out = calloc((size_t)(n > 0 ? n : 1), sizeof *out);
+    if (!out) {
+        s = rl_error(RL_ENOMEM, "%s: %s: out of memory", f->path, rel);
+        goto done;
+    }
+    s = h5_read_string_data(f->path, rel, ds, false, ftype, space, n, out);
+done:
+    h5_close_id(&space, H5Sclose);
+    h5_close_id(&ftype, H5Tclose);
+    h5_close_id(&ds, H5Dclose);
+    if (s != RL_OK) {
+        if (out) rl_h5_list_free(out, n);
+        return s;
+    }
+    *strs = out;
+    *count = n;
+    return RL_OK;
+}
+
+/* ---- attributes ---- */
+
+/* Opens the object an attribute belongs to; with `create`, a missing one becomes a group. */
+static rl_status h5_open_obj(rl_h5file *f, const char *rel, bool create, hid_t *obj) {
+    *obj = H5I_INVALID_HID;
+    const char *shown = *rel ? rel : "/";
+    int e = h5_path_exists(f->id, rel);
+    if (e < 0) return h5_fail(f->path, shown, "cannot look up");
+    if (e > 0) {
+        *obj = H5Oopen(f->id, *rel ? rel : "/", H5P_DEFAULT);
+        return *obj < 0 ? h5_fail(f->path, shown, "cannot open") : RL_OK;
+    }
+    if (!create) return rl_error(RL_EIO, "%s: %s: no such object", f->path, shown);
+    hid_t lcpl = h5_lcpl();
+    *obj = H5Gcreate2(f->id, rel, lcpl, H5P_DEFAULT, H5P_DEFAULT);
+    rl_status s = *obj < 0 ? h5_fail(f->path, shown, "cannot create the group") : RL_OK;
+    h5_close_id(&lcpl, H5Pclose);
+    return s;
+}
+
+/* Writes attribute `name` of `obj` (replacing it) from `buf` of memory type mtype. */
+static rl_status h5_attr_write(rl_h5file *f, const char *obj, const char *name, hid_t ftype,
+                               hid_t mtype, hid_t space, const void *buf) {
+    const char *rel = h5_rel(obj);
+    hid_t o, a = H5I_INVALID_HID;
+    RL_TRY(h5_open_obj(f, rel, true, &o));
+    rl_status s = RL_OK;
+    char what[512];
+    snprintf(what, sizeof what, "%s attribute %s", *rel ? rel : "/", name);
+    htri_t e = H5Aexists(o, name);
+    if (e < 0 || (e > 0 && H5Adelete(o, name) < 0)) {
+        s = h5_fail(f->path, what, "cannot replace the attribute");
+        goto done;
+    }
+    a = H5Acreate2(o, name, ftype, space, H5P_DEFAULT, H5P_DEFAULT);
+    if (a < 0)
+        s = h5_fail(f->path, what, "cannot create the attribute");
+    else if (buf && H5Awrite(a, mtype, buf) < 0)
+        s = h5_fail(f->path, what, "cannot write the attribute");
+done:
+    h5_close_id(&a, H5Aclose);
+    h5_close_id(&o, H5Oclose);
+    return s;
+}
+
+/* Opens attribute `name` of `obj`; `what` receives "<obj> attribute <name>" for messages. */
+static rl_status h5_attr_open(rl_h5file *f, const char *obj, const char *name, hid_t *attr,
+                              char *what, size_t wn) {
+    const char *rel = h5_rel(obj);
+    snprintf(what, wn, "%s attribute %s", *rel ? rel : "/", name);
+    *attr = H5I_INVALID_HID;
+    hid_t o;
+    RL_TRY(h5_open_obj(f, rel, false, &o));
+    rl_status s = RL_OK;
+    htri_t e = H5Aexists(o, name);
+    if (e < 0)
+        s = h5_fail(f->path, what, "cannot look up");
+    else if (e == 0)
+        s = rl_error(RL_EIO, "%s: %s: no such attribute", f->path, what);
+    else if ((*attr = H5Aopen(o, name, H5P_DEFAULT)) < 0)
+        s = h5_fail(f->path, what, "cannot open");
+    H5Oclose(o);
+    return s;
+}
+
+rl_status rl_h5_attr_write_string(rl_h5file *f, const char *obj, const char *name,
+                                  const char *value) {
+    hid_t type = h5_vlen_utf8(), space = H5Screate(H5S_SCALAR);
+    rl_status s;
+    if (type < 0 || space < 0)
+        s = h5_fail(f->path, name, "cannot describe the attribute");
+    else
+        s = h5_attr_write(f, obj, name, type, type, space, &value);
+    h5_close_id(&space, H5Sclose);
+    h5_close_id(&type, H5Tclose);
+    return s;
+}
+
+rl_status rl_h5_attr_read_string(rl_h5file *f, const char *obj, const char *name, char **value) {
+    *value = NULL;
+    char what[512];
+    hid_t a, ftype = H5I_INVALID_HID, space = H5I_INVALID_HID;
+    RL_TRY(h5_attr_open(f, obj, name, &a, what, sizeof what));
+    rl_status s;
+    ftype = H5Aget_type(a);
+    space = H5Aget_space(a);
+    if (ftype < 0 || space < 0)
+        s = h5_fail(f->path, what, "cannot read the type or the dataspace");
+    else if (H5Sget_simple_extent_npoints(space) != 1)
+        s = rl_error(RL_EIO, "%s: %s: holds %lld strings, not one", f->path, what,
+                     (long long)H5Sget_simple_extent_npoints(space));
+    else
+        s = h5_read_string_data(f->path, what, a, true, ftype, space, 1, value);
+    h5_close_id(&space, H5Sclose);
+    h5_close_id(&ftype, H5Tclose);
+    h5_close_id(&a, H5Aclose);
+    return s;
+}
+
+rl_status rl_h5_attr_write_tensor(rl_h5file *f, const char *obj, const char *name,
+                                  const rl_tensor *t) {
+    const void *buf;
+    void *owned;
+    RL_TRY(h5_pack(f->path, name, t, &buf, &owned));
+    hid_t space = h5_space_of(t->ndim, t->shape);
+    rl_status s = space < 0 ? h5_fail(f->path, name, "cannot describe the attribute")
+                            : h5_attr_write(f, obj, name, h5_native(t->dtype), h5_native(t->dtype),
+                                            space, buf);
+    h5_close_id(&space, H5Sclose);
+    free(owned);
+    return s;
+}
+
+rl_status rl_h5_attr_read_tensor(rl_h5file *f, const char *obj, const char *name, rl_tensor *out) {
+    char what[512];
+    hid_t a, ftype = H5I_INVALID_HID, space = H5I_INVALID_HID;
+    RL_TRY(h5_attr_open(f, obj, name, &a, what, sizeof what));
+    rl_status s;
+    int ndim = 0;
+    int64_t shape[RL_MAX_DIMS] = {0};
+    ftype = H5Aget_type(a);
+    space = H5Aget_space(a);
+    if (ftype < 0 || space < 0)
+        s = h5_fail(f->path, what, "cannot read the type or the dataspace");
+    else
+        s = h5_space_shape(f->path, what, space, &ndim, shape);
+    if (s == RL_OK)
+        s = h5_read_numeric(f->path, what, a, true, ftype, H5S_ALL, H5S_ALL, ndim, shape, out);
+    h5_close_id(&space, H5Sclose);
+    h5_close_id(&ftype, H5Tclose);
+    h5_close_id(&a, H5Aclose);
+    return s;
+}
+
+static rl_status h5_attr_write_scalar(rl_h5file *f, const char *obj, const char *name, hid_t type,
+                                      const void *v) {
+    hid_t space = H5Screate(H5S_SCALAR);
+    rl_status s = space < 0 ? h5_fail(f->path, name, "cannot describe the attribute")
+                            : h5_attr_write(f, obj, name, type, type, space, v);
+    h5_close_id(&space, H5Sclose);
+    return s;
+}
+
+rl_status rl_h5_attr_write_int64(rl_h5file *f, const char *obj, const char *name, int64_t v) {
+    long long x = v;
+    return h5_attr_write_scalar(f, obj, name, H5T_NATIVE_LLONG, &x);
+}
+
+rl_status rl_h5_attr_write_double(rl_h5file *f, const char *obj, const char *name, double v) {
+    return h5_attr_write_scalar(f, obj, name, H5T_NATIVE_DOUBLE, &v);
+}
+
+/* Reads a numeric attribute holding exactly one value, as long long or double. */
+static rl_status h5_attr_read_scalar(rl_h5file *f, const char *obj, const char *name, long long *iv,
+                                     double *dv) {
+    char what[512];
+    hid_t a, ftype = H5I_INVALID_HID, space = H5I_INVALID_HID;
+    RL_TRY(h5_attr_open(f, obj, name, &a, what, sizeof what));
+    rl_status s = RL_OK;
+    ftype = H5Aget_type(a);
+    space = H5Aget_space(a);
+    H5T_class_t cls = ftype >= 0 ? H5Tget_class(ftype) : H5T_NO_CLASS;
+    if (ftype < 0 || space < 0) {
+        s = h5_fail(f->path, what, "cannot read the type or the dataspace");
+    } else if (cls != H5T_INTEGER && cls != H5T_FLOAT) {
+        s = rl_error(RL_EIO, "%s: %s: not a number", f->path, what);
+    } else if (H5Sget_simple_extent_npoints(space) != 1) {
+        s = rl_error(RL_EIO, "%s: %s: holds %lld values, not one", f->path, what,
+                     (long long)H5Sget_simple_extent_npoints(space));
+    } else if (dv || cls == H5T_FLOAT) {
+        double d = 0;
+        if (H5Aread(a, H5T_NATIVE_DOUBLE, &d) < 0)
+            s = h5_fail(f->path, what, "cannot read the attribute");
+        else if (dv)
+            *dv = d;
+        else if (!(d >= -9.2e18 && d <= 9.2e18) || d != (double)(long long)d)
+            s = rl_error(RL_EIO, "%s: %s: %g is not an integer", f->path, what, d);
+        else
+            *iv = (long long)d;
+    } else if (H5Aread(a, H5T_NATIVE_LLONG, iv) < 0) {
+        s = h5_fail(f->path, what, "cannot read the attribute");
+    }
+    h5_close_id(&space, H5Sclose);
+    h5_close_id(&ftype, H5Tclose);
+    h5_close_id(&a, H5Aclose);
+    return s;
+}
+
+rl_status rl_h5_attr_read_int64(rl_h5file *f, const char *obj, const char *name, int64_t *v) {
+    long long x = 0;
+    RL_TRY(h5_attr_read_scalar(f, obj, name, &x, NULL));
+    *v = x;
+    return RL_OK;
+}
+
+rl_status rl_h5_attr_read_double(rl_h5file *f, const char *obj, const char *name, double *v) {
+    return h5_attr_read_scalar(f, obj, name, NULL, v);
+}
