@@ -152,8 +152,7 @@ rl_status rl_tensor_empty(rl_tensor *out, rl_dtype dt, rl_device dev, int ndim,
     out->storage = s;
     out->dtype = dt;
     out->ndim = ndim;
-    if (ndim > 0)
-        memcpy(out->shape, shape, (size_t)ndim * sizeof *shape);
+    if (ndim > 0) memcpy(out->shape, shape, (size_t)ndim * sizeof *shape);
     rl_contiguous_strides(ndim, out->shape, out->stride);
     return RL_OK;
 }
@@ -172,8 +171,7 @@ rl_status rl_buffer_ensure(rl_tensor *buf, rl_dtype dt, rl_device dev, int ndim,
         buf->dtype = dt;
         buf->ndim = ndim;
         buf->offset = 0;
-        if (ndim > 0)
-            memcpy(buf->shape, shape, (size_t)ndim * sizeof *shape);
+        if (ndim > 0) memcpy(buf->shape, shape, (size_t)ndim * sizeof *shape);
         rl_contiguous_strides(ndim, buf->shape, buf->stride);
         return RL_OK;
     }
@@ -199,8 +197,7 @@ int64_t rl_tensor_numel(const rl_tensor *t) {
 }
 
 bool rl_tensor_is_contiguous(const rl_tensor *t) {
-    if (rl_tensor_numel(t) == 0)
-        return true;
+    if (rl_tensor_numel(t) == 0) return true;
     int64_t acc = 1;
     for (int d = t->ndim - 1; d >= 0; d--) {
         if (t->shape[d] != 1 && t->stride[d] != acc) return false;
@@ -465,7 +462,12 @@ void rl_tensor_set(rl_tensor *t, const int64_t *index, double v) {
     switch (t->dtype) {
     case RL_FLOAT32: ((float *)rl_tensor_data(t))[off] = (float)v; break;
     case RL_FLOAT64: ((double *)rl_tensor_data(t))[off] = v; break;
-    case RL_INT32: ((int32_t *)rl_tensor_data(t))[off] = (int32_t)v; break;
+    case RL_INT32: /* saturating, NaN -> 0: a plain cast of those is undefined */
+        ((int32_t *)rl_tensor_data(t))[off] = v != v               ? 0
+                                              : v >= 2147483647.0  ? INT32_MAX
+                                              : v <= -2147483648.0 ? INT32_MIN
+                                                                   : (int32_t)v;
+        break;
     default: break;
     }
 }
