@@ -31,7 +31,13 @@ PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null) -llua5.4-filesystem
 
 WARN    := -Wall -Wextra -Wshadow -Wmissing-prototypes -Wno-unused-parameter
 CFLAGS  ?= -O2 -g
-CFLAGS  += -std=c11 -D_GNU_SOURCE -fPIC $(WARN) -MMD -MP -I. $(PKG_CFLAGS)
+# -fno-trapping-math lets GCC if-convert and vectorise the float formulas of
+# kernels/pointwise.h (rnnlua never enables FP traps); unlike -ffast-math/-Ofast it keeps
+# NaN and Inf semantics, which NaN checks and gradient checks rely on. The binary is built
+# for the machine it is built on (ARCH=x86-64 for a portable one).
+ARCH    ?= native
+CFLAGS  += -std=c11 -D_GNU_SOURCE -fPIC -march=$(ARCH) -fno-trapping-math $(WARN) -MMD -MP -I. \
+           $(PKG_CFLAGS)
 LDLIBS  := $(PKG_LIBS) -lm -lpthread
 ifeq ($(WERROR),1)
   CFLAGS  += -Werror
@@ -73,11 +79,11 @@ $(BUILD)/rnnlua: $(BUILD)/lua/rnnlua.o $(BUILD)/librnnlua.a
 $(BUILD)/librnnlua.a: $(LIB_OBJ)
 	rm -f $@ && ar rcs $@ $^
 
-$(BUILD)/%.o: %.c
+$(BUILD)/%.o: %.c Makefile
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c -o $@ $<
 
-$(BUILD)/%.cu.o: %.cu
+$(BUILD)/%.cu.o: %.cu Makefile
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVFLAGS) -M -MT $@ -o $(BUILD)/$*.cu.d $<
 	$(NVCC) $(NVFLAGS) -c -o $@ $<

@@ -609,17 +609,19 @@ rl_status rl_op_gemm(rl_tensor *c, const rl_tensor *a, const rl_tensor *b, bool 
     return finish(gemm3(k, &c3, &a3, &b3, trans_a, trans_b, alpha, beta), c, fresh);
 }
 
+/* Formats the shapes only when there is an error: matmul sits in per-step loops. */
+static rl_status matmul_error(const rl_tensor *a, const rl_tensor *b, const char *what) {
+    char sa[128], sb[128];
+    return rl_error(RL_ESHAPE, "matmul: %s @ %s: %s", rl_shape_str(a, sa, sizeof sa),
+                    rl_shape_str(b, sb, sizeof sb), what);
+}
+
 rl_status rl_op_matmul(rl_tensor *out, const rl_tensor *a, const rl_tensor *b) {
     RL_TRY(check_matmul_args("matmul", a, b));
-    char sa[128], sb[128];
-    rl_shape_str(a, sa, sizeof sa);
-    rl_shape_str(b, sb, sizeof sb);
     int an = a->ndim, bn = b->ndim;
     if (an < 1 || an > 3 || bn < 1 || bn > 3 || (an == 1 && bn == 3) || (an == 3 && bn == 1))
-        return rl_error(RL_ESHAPE,
-                        "matmul: %s @ %s: unsupported ranks (1-D, 2-D or 3-D, "
-                        "a 1-D operand only with a 1-D or 2-D one)",
-                        sa, sb);
+        return matmul_error(a, b, "unsupported ranks (1-D, 2-D or 3-D, a 1-D operand only "
+                                  "with a 1-D or 2-D one)");
     /* a as (batch, m, k), b as (batch, k, n), borrowed */
     rl_tensor a3, b3;
     if (an == 1)
@@ -635,10 +637,10 @@ rl_status rl_op_matmul(rl_tensor *out, const rl_tensor *a, const rl_tensor *b) {
     else
         b3 = *b;
     if (a3.shape[2] != b3.shape[1])
-        return rl_error(RL_ESHAPE, "matmul: %s @ %s: inner dims differ", sa, sb);
+        return matmul_error(a, b, "inner dims differ");
     int64_t ba = a3.shape[0], bb = b3.shape[0];
     if (ba != bb && ba != 1 && bb != 1)
-        return rl_error(RL_ESHAPE, "matmul: %s @ %s: batch sizes differ", sa, sb);
+        return matmul_error(a, b, "batch sizes differ");
     int64_t batch = ba > bb ? ba : bb, m = a3.shape[1], n = b3.shape[2];
     int ond = 0;
     int64_t oshape[3];

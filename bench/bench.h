@@ -1,0 +1,100 @@
+/* Timing shared by the bench programs (each built on its own against the library).
+ *
+ * A "row" of a benchmark is a few variants of the same work (e.g. direct BLAS, the C tensor
+ * API, the Lua API). bench_row() warms each variant up, picks each one's repetition count so
+ * that one measurement takes about RL_BENCH_SECONDS (default 0.5 s) of wall time, then takes
+ * RL_BENCH_ROUNDS (default 5) measurements of every variant interleaved (a, b, c, a, b, c, ...)
+ * so that machine noise hits all variants alike, and returns the median seconds per call.
+ *
+ * Bench programs are not library code: on a failing op they print the message and exit 1. */
+#ifndef RL_BENCH_H
+#define RL_BENCH_H
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "../core/error.h"
+
+#define BENCH_MAX_VARIANTS 16
+#define BENCH_MAX_ROUNDS 99
+
+/* Runs the variant's work `reps` times. */
+typedef void (*bench_fn)(void *ctx, int64_t reps);
+
+typedef struct {
+    bench_fn fn;
+    void *ctx;
+} bench_variant;
+
+static inline double bench_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static inline double bench_env(const char *name, double dflt, double lo, double hi) {
+    const char *s = getenv(name);
+    if (!s || !*s) return dflt;
+    char *end;
+    double v = strtod(s, &end);
+    if (*end || v < lo || v > hi) {
+        fprintf(stderr, "bench: %s=%s is not a number in [%g, %g]\n", name, s, lo, hi);
+        exit(1);
+    }
+    return v;
+}
+
+static inline double bench_seconds(void) { return bench_env("RL_BENCH_SECONDS", 0.5, 1e-3, 60); }
+
+static inline int bench_rounds(void) {
+    return (int)bench_env("RL_BENCH_ROUNDS", 5, 1, BENCH_MAX_ROUNDS);
+}
+
+static inline void bench_check(rl_status st, const char *what) {
+    if (st != RL_OK) {
+        fprintf(stderr, "bench: %s failed: %s\n", what, rl_errmsg());
+        exit(1);
+    }
+}
+
+static inline double bench_time(const bench_variant *v, int64_t reps) {
+    double t0 = bench_now();
+    v->fn(v->ctx, reps);
+    return bench_now() - t0;
+}
+
+static inline int bench_cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Fills per_call[i] with the median seconds per call of variant i. */
+static inline void bench_row(int n, const bench_variant *vs, double *per_call) {
+    double target = bench_seconds();
+    int rounds = bench_rounds();
+    int64_t reps[BENCH_MAX_VARIANTS];
+    for (int i = 0; i < n; i++) {
+        /* the first call pays for page faults and BLAS buffers; then grow the count until one
+         * measurement is long enough to estimate the cost of a call */
+        bench_time(&vs[i], 1);
+        int64_t r = 1;
+        double t;
+        while ((t = bench_time(&vs[i], r)) < target / 10)
+            r *= 2;
+        double want = target * (double)r / t;
+        reps[i] = want < 1 ? 1 : (int64_t)(want + 0.5);
+    }
+    double times[BENCH_MAX_VARIANTS][BENCH_MAX_ROUNDS];
+    for (int k = 0; k < rounds; k++)
+        for (int i = 0; i < n; i++)
+            times[i][k] = bench_time(&vs[i], reps[i]) / (double)reps[i];
+    for (int i = 0; i < n; i++) {
+        qsort(times[i], (size_t)rounds, sizeof(double), bench_cmp_double);
+        per_call[i] = rounds % 2 ? times[i][rounds / 2]
+                                 : 0.5 * (times[i][rounds / 2 - 1] + times[i][rounds / 2]);
+    }
+}
+
+#endif

@@ -1,0 +1,227 @@
+/* GEMM benchmark: float32 C (M,N) = A (M,K) @ B (K,N), all row-major and contiguous, four ways:
+ *   direct        cblas_sgemm on the raw arrays;
+ *   rl_op_matmul  the C tensor API into a preallocated output;
+ *   rl_op_gemm    the same with alpha = 1, beta = 0;
+ *   rl.matmul     the Lua API, rl.matmul(a, b, out) in a Lua loop.
+ * All four read and write the very same buffers. The Lua variant runs in a Lua state set up as
+ * the rnnlua host sets up its own (standard libraries, generational GC, the rnnlua module as
+ * the global `rl`, the embedded Lua library on package.searchers), so the loop is timed with
+ * a wall clock from C: Lua itself has only os.clock, which is CPU time summed over threads.
+ *
+ * Prints a Markdown table (GFLOP/s = 2*M*N*K / seconds per call, median of the interleaved
+ * rounds of bench.h) and the measured sgemm peak, the best direct GFLOP/s over the square
+ * shapes, on a line "sgemm peak: X GFLOP/s" that bench/run.sh passes on to later benchmarks.
+ * OpenBLAS keeps its default thread count. Exits 1 when the variants disagree. */
+#include <cblas.h>
+#include <inttypes.h>
+#include <lauxlib.h>
+#include <lua.h>
+#include <lualib.h>
+#include <math.h>
+#include <string.h>
+
+#include "../core/blas.h"
+#include "../core/rng.h"
+#include "../kernels/ops.h"
+#include "../lua/embedded.h"
+#include "../lua/l_tensor.h"
+#include "bench.h"
+
+typedef struct {
+    int64_t m, k, n;
+    bool square;
+} shape;
+
+static const shape shapes[] = {
+    {1024, 1024, 1024, true},
+    {2048, 2048, 2048, true},
+    {16, 512, 2048, false},  /* LSTM: one time step, batch 16, input 512 -> 4 gates of 512 */
+    {4000, 45, 2048, false}, /* LSTM: the input projection of all frames at once */
+};
+
+typedef struct {
+    const shape *s;
+    rl_tensor a, b, c;
+    lua_State *L; /* stack: loop chunk, a, b, c as tensor userdata */
+} gemm_ctx;
+
+static void run_direct(void *p, int64_t reps) {
+    gemm_ctx *g = p;
+    const float *a = rl_tensor_data(&g->a), *b = rl_tensor_data(&g->b);
+    float *c = rl_tensor_data(&g->c);
+    int m = (int)g->s->m, k = (int)g->s->k, n = (int)g->s->n;
+    for (int64_t r = 0; r < reps; r++)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, k, 1.0f, a, k, b, n, 0.0f, c,
+                    n);
+}
+
+static void run_matmul(void *p, int64_t reps) {
+    gemm_ctx *g = p;
+    for (int64_t r = 0; r < reps; r++)
+        bench_check(rl_op_matmul(&g->c, &g->a, &g->b), "rl_op_matmul");
+}
+
+static void run_gemm(void *p, int64_t reps) {
+    gemm_ctx *g = p;
+    for (int64_t r = 0; r < reps; r++)
+        bench_check(rl_op_gemm(&g->c, &g->a, &g->b, false, false, 1.0, 0.0), "rl_op_gemm");
+}
+
+static const char lua_loop[] = "local a, b, out, reps = ...\n"
+                               "for _ = 1, reps do rl.matmul(a, b, out) end\n";
+
+static void run_lua(void *p, int64_t reps) {
+    gemm_ctx *g = p;
+    for (int i = 1; i <= 4; i++)
+        lua_pushvalue(g->L, i);
+    lua_pushinteger(g->L, (lua_Integer)reps);
+    if (lua_pcall(g->L, 4, 0, 0) != LUA_OK) {
+        fprintf(stderr, "bench: the Lua loop failed: %s\n", lua_tostring(g->L, -1));
+        exit(1);
+    }
+}
+
+/* package.searchers entry for rnnlua.* modules of the embedded library (as the host has). */
+static int searcher_embedded(lua_State *L) {
+    const char *module = luaL_checkstring(L, 1);
+    size_t len;
+    const char *src = rl_embedded_find(module, &len);
+    if (!src) {
+        lua_pushfstring(L, "no embedded module '%s'", module);
+        return 1;
+    }
+    if (luaL_loadbuffer(L, src, len, module) != LUA_OK) return lua_error(L);
+    lua_pushstring(L, module);
+    return 2;
+}
+
+static lua_State *new_lua(void) {
+    lua_State *L = luaL_newstate();
+    if (!L) {
+        fputs("bench: cannot create a Lua state\n", stderr);
+        exit(1);
+    }
+    luaL_openlibs(L);
+    lua_gc(L, LUA_GCGEN, 0, 0);
+    lua_getglobal(L, "package");
+    lua_getfield(L, -1, "searchers");
+    lua_pushcfunction(L, searcher_embedded);
+    lua_rawseti(L, -2, (lua_Integer)lua_rawlen(L, -2) + 1);
+    lua_pop(L, 2);
+    luaL_requiref(L, "rnnlua", luaopen_rnnlua, 0);
+    lua_setglobal(L, "rl");
+    return L;
+}
+
+static void push_shared(lua_State *L, const rl_tensor *t) {
+    rl_tensor_share(rl_lua_push_tensor(L), t);
+}
+
+/* Largest |x - ref| relative to the largest |ref|. */
+static double rel_diff(const float *x, const float *ref, int64_t n) {
+    double d = 0, mx = 0;
+    for (int64_t i = 0; i < n; i++) {
+        d = fmax(d, fabs((double)x[i] - (double)ref[i]));
+        mx = fmax(mx, fabs((double)ref[i]));
+    }
+    return mx > 0 ? d / mx : d;
+}
+
+/* Runs each variant once and compares its result with the direct call's. */
+static void check_agree(gemm_ctx *g, const bench_variant *vs, int nv) {
+    int64_t n = g->s->m * g->s->n;
+    float *ref = malloc((size_t)n * sizeof(float));
+    if (!ref) {
+        fputs("bench: out of memory\n", stderr);
+        exit(1);
+    }
+    float *c = rl_tensor_data(&g->c);
+    vs[0].fn(vs[0].ctx, 1);
+    memcpy(ref, c, (size_t)n * sizeof(float));
+    for (int i = 1; i < nv; i++) {
+        memset(c, 0xff, (size_t)n * sizeof(float)); /* NaNs: a variant that writes nothing fails */
+        vs[i].fn(vs[i].ctx, 1);
+        double d = rel_diff(c, ref, n);
+        if (!(d <= 1e-5)) {
+            fprintf(stderr, "bench: variant %d differs from cblas_sgemm by %g\n", i, d);
+            exit(1);
+        }
+    }
+    free(ref);
+}
+
+enum { NV = 4 };
+
+/* Median seconds per call of each variant on shape s (fresh random operands). */
+static void bench_shape(lua_State *L, const shape *s, double *t) {
+    gemm_ctx g = {.s = s, .L = L};
+    int64_t sa[2] = {s->m, s->k}, sb[2] = {s->k, s->n}, sc[2] = {s->m, s->n};
+    bench_check(rl_tensor_empty(&g.a, RL_FLOAT32, RL_DEVICE_CPU, 2, sa), "empty");
+    bench_check(rl_tensor_empty(&g.b, RL_FLOAT32, RL_DEVICE_CPU, 2, sb), "empty");
+    bench_check(rl_tensor_empty(&g.c, RL_FLOAT32, RL_DEVICE_CPU, 2, sc), "empty");
+    bench_check(rl_op_normal(&g.a, rl_rng_default(), 0, 1), "normal");
+    bench_check(rl_op_normal(&g.b, rl_rng_default(), 0, 1), "normal");
+    if (luaL_loadstring(L, lua_loop) != LUA_OK) {
+        fprintf(stderr, "bench: %s\n", lua_tostring(L, -1));
+        exit(1);
+    }
+    push_shared(L, &g.a);
+    push_shared(L, &g.b);
+    push_shared(L, &g.c);
+
+    bench_variant vs[NV] = {{run_direct, &g}, {run_matmul, &g}, {run_gemm, &g}, {run_lua, &g}};
+    check_agree(&g, vs, NV);
+    bench_row(NV, vs, t);
+
+    lua_settop(L, 0);
+    lua_gc(L, LUA_GCCOLLECT);
+    rl_tensor_release(&g.a);
+    rl_tensor_release(&g.b);
+    rl_tensor_release(&g.c);
+}
+
+int main(void) {
+    rl_ops_init();
+    rl_rng_seed(rl_rng_default(), 1);
+    lua_State *L = new_lua();
+    const char *names[NV] = {"cblas_sgemm", "rl_op_matmul", "rl_op_gemm", "rl.matmul (Lua)"};
+    double peak = 0, t[NV];
+
+    printf("### GEMM, float32, %d OpenBLAS threads (%s)\n\n", rl_blas_get_threads(),
+           openblas_get_config());
+    printf("| M x K x N |");
+    for (int i = 0; i < NV; i++)
+        printf(" %s GFLOP/s |", names[i]);
+    printf(" matmul / direct | gemm / direct | Lua / direct |\n|---|");
+    for (int i = 0; i < NV + 3; i++)
+        printf("---:|");
+    printf("\n");
+    fflush(stdout);
+
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        const shape *s = &shapes[si];
+        bench_shape(L, s, t);
+        double flop = 2.0 * (double)s->m * (double)s->n * (double)s->k;
+        if (s->square && flop / t[0] * 1e-9 > peak) peak = flop / t[0] * 1e-9;
+        printf("| %" PRId64 " x %" PRId64 " x %" PRId64 " |", s->m, s->k, s->n);
+        for (int i = 0; i < NV; i++)
+            printf(" %.1f |", flop / t[i] * 1e-9);
+        for (int i = 1; i < NV; i++)
+            printf(" %.3f |", t[0] / t[i]);
+        printf("\n");
+        fflush(stdout);
+    }
+    printf("\nRatios are speeds relative to the direct call (1.000 = the same; the goal is "
+           "above 0.95).\n");
+
+    /* A 1 x 1 x 1 product costs next to nothing, so the differences are the cost of each
+     * layer itself; unlike the ratios above, they do not drown in machine noise. */
+    const shape tiny = {1, 1, 1, false};
+    bench_shape(L, &tiny, t);
+    printf("Per-call overhead on a 1 x 1 x 1 product: cblas_sgemm %.0f ns; rl_op_matmul "
+           "%+.0f ns, rl_op_gemm %+.0f ns, rl.matmul from Lua %+.0f ns over it.\n",
+           1e9 * t[0], 1e9 * (t[1] - t[0]), 1e9 * (t[2] - t[0]), 1e9 * (t[3] - t[0]));
+    printf("\nsgemm peak: %.1f GFLOP/s (the best direct call over the square shapes)\n", peak);
+    lua_close(L);
+    return 0;
+}

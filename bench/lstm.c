@@ -1,0 +1,269 @@
+/* LSTM training step: the lstm layer stacks of three reference topologies, forward and
+ * backward, plus the output layer (a GEMM, softmax and the cross-entropy gradient, written
+ * here with BLAS), float32 on the CPU. Prints a Markdown table: time per step, frames per
+ * second, GFLOP/s and the fraction of the sgemm peak measured in this program (the best of a
+ * 1024^3 and a 2048^3 sgemm). FLOPs per step: 24*T*B*H*(I+H) per LSTM direction and layer,
+ * plus 6*T*B*H_last*C for the output layer. bench/torch_lstm.py times the same with PyTorch. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "bench.h"
+
+#include "../core/blas.h"
+#include "../core/rng.h"
+#include "../kernels/ops.h"
+#include "../layers/layer.h"
+#include "../layers/layers.h"
+
+typedef struct {
+    const char *name;
+    int layers, dirs;
+    int64_t in, hidden, classes, T, B;
+} topology;
+
+static const topology TOPOS[] = {
+    {"chime", 3, 2, 45, 512, 1501, 250, 16},
+    {"ptb_large", 2, 1, 650, 650, 10000, 50, 20},
+    {"seqmnist", 1, 1, 28, 128, 10, 28, 64},
+};
+
+#define MAX_L 3
+#define MAX_D 2
+
+typedef struct {
+    const topology *tp;
+    rl_layer *l[MAX_L][MAX_D];
+    rl_tensor x, len, gin[MAX_L][MAX_D][MAX_D]; /* gin[layer][dir][input] */
+    rl_tensor Wo, dWo, logits, labels;
+    rl_tensor dhid[MAX_D]; /* gradient w.r.t. the top layer's outputs */
+} model;
+
+static rl_status opt_num(void *ctx, const char *key, double *v, int *found) {
+    const double *d = ctx; /* {n_out, direction} */
+    *found = 1;
+    if (strcmp(key, "n_out") == 0)
+        *v = d[0];
+    else if (strcmp(key, "direction") == 0)
+        *v = d[1];
+    else
+        *found = 0;
+    return RL_OK;
+}
+static rl_status opt_str(void *ctx, const char *key, const char **v, int *found) {
+    (void)ctx, (void)key, (void)v;
+    *found = 0;
+    return RL_OK;
+}
+static rl_status opt_bool(void *ctx, const char *key, bool *v, int *found) {
+    (void)ctx, (void)key, (void)v;
+    *found = 0;
+    return RL_OK;
+}
+
+static void model_init(model *m, const topology *tp, rl_rng *g) {
+    memset(m, 0, sizeof *m);
+    m->tp = tp;
+    int64_t T = tp->T, B = tp->B, H = tp->hidden;
+    for (int li = 0; li < tp->layers; li++)
+        for (int d = 0; d < tp->dirs; d++) {
+            double o[2] = {(double)H, d ? -1.0 : 1.0};
+            rl_options opts = {o, opt_num, opt_str, opt_bool};
+            int n_in = li ? tp->dirs : 1;
+            int64_t dims[MAX_D] = {li ? H : tp->in, H};
+            char name[32];
+            snprintf(name, sizeof name, "l%d_%s", li + 1, d ? "bw" : "fw");
+            bench_check(rl_layer_create(&m->l[li][d], "lstm", name, &opts, n_in, dims), name);
+            rl_layer *l = m->l[li][d];
+            for (int p = 0; p < l->n_params; p++) {
+                rl_param *pp = &l->params[p];
+                bench_check(
+                    rl_tensor_empty(&pp->value, RL_FLOAT32, RL_DEVICE_CPU, pp->ndim, pp->shape),
+                    "param");
+                bench_check(
+                    rl_tensor_empty(&pp->grad, RL_FLOAT32, RL_DEVICE_CPU, pp->ndim, pp->shape),
+                    "grad");
+                bench_check(rl_param_init(pp, g), "init");
+                bench_check(rl_op_fill(&pp->grad, 0.0), "fill");
+            }
+            for (int k = 0; k < n_in && li > 0; k++) {
+                int64_t s[3] = {T, B, H};
+                bench_check(rl_tensor_empty(&m->gin[li][d][k], RL_FLOAT32, RL_DEVICE_CPU, 3, s),
+                            "gin");
+            }
+        }
+    int64_t xs[3] = {T, B, tp->in}, ls[1] = {B}, ws[2] = {tp->dirs * H, tp->classes},
+            zs[2] = {T * B, tp->classes}, ys[1] = {T * B}, hs[3] = {T, B, H};
+    bench_check(rl_tensor_empty(&m->x, RL_FLOAT32, RL_DEVICE_CPU, 3, xs), "x");
+    bench_check(rl_op_normal(&m->x, g, 0, 1), "x");
+    bench_check(rl_tensor_empty(&m->len, RL_INT32, RL_DEVICE_CPU, 1, ls), "len");
+    bench_check(rl_op_fill(&m->len, (double)T), "len");
+    bench_check(rl_tensor_empty(&m->Wo, RL_FLOAT32, RL_DEVICE_CPU, 2, ws), "Wo");
+    bench_check(rl_op_normal(&m->Wo, g, 0, 0.05), "Wo");
+    bench_check(rl_tensor_empty(&m->dWo, RL_FLOAT32, RL_DEVICE_CPU, 2, ws), "dWo");
+    bench_check(rl_op_fill(&m->dWo, 0.0), "dWo");
+    bench_check(rl_tensor_empty(&m->logits, RL_FLOAT32, RL_DEVICE_CPU, 2, zs), "logits");
+    bench_check(rl_tensor_empty(&m->labels, RL_INT32, RL_DEVICE_CPU, 1, ys), "labels");
+    int32_t *y = rl_tensor_data(&m->labels);
+    for (int64_t i = 0; i < T * B; i++)
+        y[i] = (int32_t)((i * 2654435761u) % (uint64_t)tp->classes);
+    for (int d = 0; d < tp->dirs; d++)
+        bench_check(rl_tensor_empty(&m->dhid[d], RL_FLOAT32, RL_DEVICE_CPU, 3, hs), "dhid");
+}
+
+/* One training step: forward and backward through the stack and the output layer. */
+static void train_step(model *m) {
+    const topology *tp = m->tp;
+    int64_t N = tp->T * tp->B, H = tp->hidden, C = tp->classes;
+    rl_layer_io io[MAX_L][MAX_D];
+    for (int li = 0; li < tp->layers; li++)
+        for (int d = 0; d < tp->dirs; d++) {
+            rl_layer_io *p = &io[li][d];
+            memset(p, 0, sizeof *p);
+            p->lengths = &m->len;
+            p->train = true;
+            if (li == 0) {
+                p->n_in = 1;
+                p->in[0] = &m->x;
+            } else {
+                p->n_in = tp->dirs;
+                for (int k = 0; k < tp->dirs; k++)
+                    p->in[k] = &m->l[li - 1][k]->out;
+            }
+            bench_check(m->l[li][d]->ops->forward(m->l[li][d], p), "lstm forward");
+        }
+    /* output layer: logits = sum_d out_d Wo_d, softmax, dlogits = p - onehot (in place) */
+    float *z = rl_tensor_data(&m->logits), *Wo = rl_tensor_data(&m->Wo),
+          *dWo = rl_tensor_data(&m->dWo);
+    int top = tp->layers - 1;
+    for (int d = 0; d < tp->dirs; d++)
+        rl_blas_sgemm(false, false, N, C, H, 1.0f, rl_tensor_data(&m->l[top][d]->out), H,
+                      Wo + d * H * C, C, d ? 1.0f : 0.0f, z, C);
+    const int32_t *y = rl_tensor_data(&m->labels);
+    for (int64_t n = 0; n < N; n++) {
+        float *r = z + n * C, mx = r[0], sum = 0;
+        for (int64_t c = 1; c < C; c++)
+            mx = r[c] > mx ? r[c] : mx;
+        for (int64_t c = 0; c < C; c++)
+            sum += (r[c] = expf(r[c] - mx));
+        for (int64_t c = 0; c < C; c++)
+            r[c] /= sum;
+        r[y[n]] -= 1.0f;
+    }
+    for (int d = 0; d < tp->dirs; d++) {
+        float *hd = rl_tensor_data(&m->l[top][d]->out);
+        rl_blas_sgemm(true, false, H, C, N, 1.0f, hd, H, z, C, 1.0f, dWo + d * H * C, C);
+        rl_blas_sgemm(false, true, N, H, C, 1.0f, z, C, Wo + d * H * C, C, 0.0f,
+                      rl_tensor_data(&m->dhid[d]), H);
+    }
+    /* the stack, top down; a lower output's gradient is the sum over the layers above */
+    rl_tensor *gout[MAX_D] = {&m->dhid[0], &m->dhid[1]};
+    for (int li = top; li >= 0; li--) {
+        for (int d = 0; d < tp->dirs; d++) {
+            rl_tensor *gin[MAX_D] = {NULL, NULL};
+            for (int k = 0; k < tp->dirs && li > 0; k++)
+                gin[k] = &m->gin[li][d][k];
+            bench_check(m->l[li][d]->ops->backward(m->l[li][d], &io[li][d], gout[d], gin),
+                        "lstm backward");
+        }
+        if (li == 0) break;
+        for (int k = 0; k < tp->dirs; k++) {
+            for (int d = 1; d < tp->dirs; d++)
+                bench_check(rl_op_binary(&m->gin[li][0][k], &m->gin[li][0][k], &m->gin[li][d][k],
+                                         RL_BIN_ADD),
+                            "add");
+            gout[k] = &m->gin[li][0][k];
+        }
+    }
+}
+
+static void model_free(model *m) {
+    for (int li = 0; li < m->tp->layers; li++)
+        for (int d = 0; d < m->tp->dirs; d++) {
+            rl_layer_free(m->l[li][d]);
+            for (int k = 0; k < MAX_D; k++)
+                rl_tensor_release(&m->gin[li][d][k]);
+        }
+    rl_tensor *ts[] = {&m->x,      &m->len,    &m->Wo,      &m->dWo,
+                       &m->logits, &m->labels, &m->dhid[0], &m->dhid[1]};
+    for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
+        rl_tensor_release(ts[i]);
+}
+
+static void run_step(void *ctx, int64_t reps) {
+    for (int64_t r = 0; r < reps; r++)
+        train_step(ctx);
+}
+
+typedef struct {
+    int64_t n;
+    float *a, *b, *c;
+} sgemm_ctx;
+
+static void run_sgemm(void *ctx, int64_t reps) {
+    sgemm_ctx *s = ctx;
+    for (int64_t r = 0; r < reps; r++)
+        rl_blas_sgemm(false, false, s->n, s->n, s->n, 1.0f, s->a, s->n, s->b, s->n, 0.0f, s->c,
+                      s->n);
+}
+
+static double sgemm_peak(void) {
+    double best = 0;
+    for (int64_t n = 1024; n <= 2048; n *= 2) {
+        rl_tensor t[3] = {{0}};
+        int64_t sh[2] = {n, n};
+        sgemm_ctx s = {n, NULL, NULL, NULL};
+        float **p[3] = {&s.a, &s.b, &s.c};
+        for (int i = 0; i < 3; i++) {
+            bench_check(rl_tensor_empty(&t[i], RL_FLOAT32, RL_DEVICE_CPU, 2, sh), "sgemm");
+            bench_check(rl_op_fill(&t[i], 0.5), "sgemm");
+            *p[i] = rl_tensor_data(&t[i]);
+        }
+        bench_variant v = {run_sgemm, &s};
+        double sec;
+        bench_row(1, &v, &sec);
+        double gf = 2.0 * (double)n * (double)n * (double)n / sec / 1e9;
+        best = gf > best ? gf : best;
+        for (int i = 0; i < 3; i++)
+            rl_tensor_release(&t[i]);
+    }
+    return best;
+}
+
+static double step_flops(const topology *tp) {
+    double f = 0, H = (double)tp->hidden, TB = (double)tp->T * (double)tp->B;
+    for (int li = 0; li < tp->layers; li++) {
+        double I = li ? (double)tp->dirs * H : (double)tp->in;
+        f += tp->dirs * 24.0 * TB * H * (I + H);
+    }
+    return f + 6.0 * TB * tp->dirs * H * (double)tp->classes;
+}
+
+int main(int argc, char **argv) {
+    rl_ops_init();
+    rl_rng g;
+    rl_rng_seed(&g, 1);
+    double peak = sgemm_peak();
+    printf("### LSTM training step (rnnlua, float32, CPU, %d BLAS threads)\n\n",
+           rl_blas_get_threads());
+    printf("sgemm peak in this run: %.1f GFLOP/s (best of 1024^3 and 2048^3)\n\n", peak);
+    printf("| config | ms/step | frames/s | GFLOP/s | of sgemm peak |\n");
+    printf("|---|---:|---:|---:|---:|\n");
+    for (size_t i = 0; i < sizeof TOPOS / sizeof TOPOS[0]; i++) {
+        const topology *tp = &TOPOS[i];
+        if (argc > 1 && strcmp(argv[1], tp->name) != 0) continue;
+        model m;
+        model_init(&m, tp, &g);
+        bench_variant v = {run_step, &m};
+        double sec;
+        bench_row(1, &v, &sec);
+        double gf = step_flops(tp) / sec / 1e9;
+        printf("| %s | %.1f | %.0f | %.1f | %.0f%% |\n", tp->name, sec * 1e3,
+               (double)(tp->T * tp->B) / sec, gf, 100.0 * gf / peak);
+        fflush(stdout);
+        model_free(&m);
+    }
+    printf("\nFLOPs per step: 24*T*B*H*(I+H) per LSTM direction and layer + 6*T*B*H_last*C "
+           "(output layer); compare with bench/torch_lstm.py.\n");
+    return 0;
+}

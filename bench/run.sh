@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Runs every benchmark in turn and prints one Markdown report, ready to paste into the README:
+# a header naming the machine, then each benchmark's own Markdown section (title, table, notes).
+#   1. the bench programs BUILD/bench/* (built from bench/*.c): gemm first, then the others in
+#      name order;
+#   2. the Lua scripts bench/*.lua, each run by BUILD/rnnlua.
+# gemm prints "sgemm peak: X GFLOP/s"; X is exported as RL_SGEMM_PEAK_GFLOPS to everything run
+# after it, so that later benchmarks can report a fraction of the machine's GEMM speed.
+# RL_BENCH_SECONDS (seconds per measurement, default 0.5) and RL_BENCH_ROUNDS (measurements
+# per variant, default 5) pass through to the benchmarks. Exits 1 if any benchmark failed.
+set -u
+build=${1:-build}
+bin="$build/rnnlua"
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+failed=0
+
+cpu=$(grep -m1 '^model name' /proc/cpuinfo | sed 's/^[^:]*: *//')
+blas_threads=$("$bin" -e 'io.write(rl.get_num_threads())' 2>/dev/null || echo '?')
+echo "## rnnlua benchmarks"
+echo
+echo "- machine: $(nproc) CPUs, ${cpu:-unknown CPU}, $(free -g | awk '/^Mem:/ {print $2}') GiB," \
+    "load average $(cut -d' ' -f1-3 /proc/loadavg) at the start"
+echo "- OpenBLAS threads: $blas_threads (default; the elementwise loops run on 1 thread)"
+echo "- $(date -u '+%Y-%m-%d %H:%M UTC'), rnnlua $("$bin" -v 2>/dev/null | head -n 1)," \
+    "build dir \`$build\`"
+echo "- timing: median of ${RL_BENCH_ROUNDS:-5} interleaved measurements of" \
+    "~${RL_BENCH_SECONDS:-0.5} s each, wall clock"
+echo
+
+run_one() {
+    local name=$1
+    shift
+    "$@" >"$log" 2>&1
+    local rc=$?
+    cat "$log"
+    echo
+    if [ "$rc" -ne 0 ]; then
+        echo "**FAILED: $name (exit $rc)**"
+        echo
+        failed=1
+    fi
+    local peak
+    peak=$(sed -n 's/^sgemm peak: \([0-9.]*\) GFLOP\/s.*/\1/p' "$log" | tail -n 1)
+    if [ -n "$peak" ]; then
+        export RL_SGEMM_PEAK_GFLOPS=$peak
+    fi
+}
+
+programs=()
+[ -x "$build/bench/gemm" ] && programs+=("$build/bench/gemm")
+for p in "$build"/bench/*; do
+    case $p in *.d | */gemm) continue ;; esac
+    [ -f "$p" ] && [ -x "$p" ] && programs+=("$p")
+done
+for p in "${programs[@]}"; do
+    run_one "$(basename "$p")" "$p"
+done
+for s in bench/*.lua; do
+    [ -f "$s" ] || continue
+    run_one "$s" "$bin" "$s"
+done
+echo "Load average at the end: $(cut -d' ' -f1-3 /proc/loadavg) (the machine's other work" \
+    "slows all variants of a row alike, as they are interleaved, but not whole rows alike)."
+exit "$failed"
