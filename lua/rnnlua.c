@@ -1,0 +1,646 @@
+/* The rnnlua host program: a Lua 5.4 interpreter with the rnnlua library as the global `rl`.
+ *
+ * Modelled on the stand-alone lua.c: the command line (script and args, -e, -l, -i, -),
+ * every chunk run under lua_pcall with a traceback handler, Ctrl-C turned into an
+ * "interrupted!" error through a debug hook. On top of that:
+ *   - the Lua library compiled into the binary (lua/embedded.h) is found by a package
+ *     searcher placed right after package.preload, or, when RNNLUA_LUA_DIR is set, read
+ *     from that source tree, so the library can be edited without rebuilding;
+ *   - `lfs` and `rnnlua` are in package.preload;
+ *   - the REPL uses libedit (history, Tab completion from the Lua module rnnlua.repl) when
+ *     stdin is a terminal, and plain lines without prompts when it is not, so that it can
+ *     be driven through a pipe. */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/select.h>
+#include <unistd.h>
+
+#include <editline/readline.h>
+#include <lauxlib.h>
+#include <lfs.h>
+#include <lua.h>
+#include <lualib.h>
+
+#include "lua/embedded.h"
+#include "lua/l_tensor.h"
+#include "lua/version.h"
+
+#define PROGNAME "rnnlua"
+#define PROMPT "> "
+#define PROMPT2 ">> "
+#define HISTORY_FILE ".rnnlua_history"
+#define HISTORY_MAX 1000
+/* The tail of a syntax error that means "the chunk is not finished yet". */
+#define EOFMARK "<eof>"
+/* The REPL's chunks report errors as "stdin:LINE: ...", as in lua.c. */
+#define REPL_CHUNKNAME "=stdin"
+#define LIB_DIR_ENV "RNNLUA_LUA_DIR"
+
+/* Where a SIGINT must land: the state running Lua code (set around every pcall). */
+static lua_State *volatile running_L;
+/* Set by SIGINT while the REPL waits for a line on a terminal. */
+static volatile sig_atomic_t prompt_interrupted;
+
+static void print_usage(FILE *f) { fputs("usage: " PROGNAME " [options] [script [args]]\n", f); }
+
+static void print_help(void) {
+    print_usage(stdout);
+    fputs("Runs a Lua 5.4 script (a recipe) with the rnnlua library loaded as the global `rl`.\n"
+          "With no script and no -e or -v, opens the REPL.\n"
+          "\n"
+          "Options:\n"
+          "  -e CODE        run the Lua chunk CODE (repeatable; in order, before the script)\n"
+          "  -l NAME        require module NAME into the global NAME (repeatable)\n"
+          "  -i             open the REPL after running the script and -e chunks\n"
+          "  -v, --version  print the version\n"
+          "  -h, --help     print this help and exit\n"
+          "  --             stop handling options (the next argument is the script)\n"
+          "  -              run the standard input as the script\n"
+          "The script sees its arguments in the global `arg` (arg[0] the script, arg[1..] the\n"
+          "arguments, negative indices the interpreter and options) and as `...`.\n"
+          "\n"
+          "Environment:\n"
+          "  " LIB_DIR_ENV "=DIR  load the Lua library (modules rnnlua.*) from the source\n"
+          "                      tree at DIR instead of the copy built into the binary:\n"
+          "                      rnnlua.X from DIR/lua/rnnlua/X.lua, rnnlua.layers.X from\n"
+          "                      DIR/layers/X.lua (DIR is the repository root, e.g. `.`)\n"
+          "\n"
+          "REPL: an expression prints its values; a statement runs; an unfinished chunk\n"
+          "continues on the next line (\">> \"). Tab completes globals, fields after `.` and\n"
+          "methods after `:`. Ctrl-C interrupts a running computation or clears the line;\n"
+          "Ctrl-D exits. History is kept in ~/" HISTORY_FILE ".\n",
+          stdout);
+}
+
+static void print_version(void) {
+    printf("%s %s (%s)\n", PROGNAME, RL_VERSION, LUA_RELEASE);
+    fflush(stdout);
+}
+
+/* Errors and failures go to stderr as "rnnlua: <msg>". */
+static void message(const char *msg) {
+    fflush(stdout);
+    fprintf(stderr, "%s: %s\n", PROGNAME, msg);
+    fflush(stderr);
+}
+
+static int report(lua_State *L, int status) {
+    if (status != LUA_OK) {
+        const char *msg = lua_tostring(L, -1);
+        message(msg ? msg : "(error object is not a string)");
+        lua_pop(L, 1);
+    }
+    return status;
+}
+
+/* ---- Ctrl-C ---------------------------------------------------------------------------- */
+
+static void interrupt_hook(lua_State *L, lua_Debug *ar) {
+    (void)ar;
+    lua_sethook(L, NULL, 0, 0);
+    luaL_error(L, "interrupted!");
+}
+
+/* Installs handler for SIGINT; the previous action goes to *old when old is not NULL. */
+static void set_sigint(void (*handler)(int), int flags, struct sigaction *old) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = handler;
+    sa.sa_flags = flags;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, old);
+}
+
+/* A hook is the only async-signal-safe way into a running Lua state (lua_sethook is
+ * documented as safe here). A second Ctrl-C before the hook fires (e.g. inside a long C
+ * call) kills the process, as in lua.c. */
+static void on_sigint_running(int sig) {
+    (void)sig;
+    set_sigint(SIG_DFL, 0, NULL);
+    lua_sethook(running_L, interrupt_hook,
+                LUA_MASKCALL | LUA_MASKRET | LUA_MASKLINE | LUA_MASKCOUNT, 1);
+}
+
+static void on_sigint_prompt(int sig) {
+    (void)sig;
+    prompt_interrupted = 1;
+}
+
+static int msghandler(lua_State *L) {
+    const char *msg = lua_tostring(L, 1);
+    if (msg == NULL) {
+        if (luaL_callmeta(L, 1, "__tostring") && lua_type(L, -1) == LUA_TSTRING) return 1;
+        msg = lua_pushfstring(L, "(error object is a %s value)", luaL_typename(L, 1));
+    }
+    luaL_traceback(L, L, msg, 1);
+    return 1;
+}
+
+/* lua_pcall with the traceback handler and with Ctrl-C armed; the SIGINT action of the
+ * caller (the REPL's, between lines) comes back afterwards. */
+static int docall(lua_State *L, int narg, int nres) {
+    int base = lua_gettop(L) - narg;
+    lua_pushcfunction(L, msghandler);
+    lua_insert(L, base);
+    running_L = L;
+    struct sigaction outer;
+    set_sigint(on_sigint_running, SA_RESTART, &outer);
+    int status = lua_pcall(L, narg, nres, base);
+    sigaction(SIGINT, &outer, NULL);
+    /* A Ctrl-C that came as the chunk finished must not hit the next one. */
+    if (lua_gethook(L) == interrupt_hook) lua_sethook(L, NULL, 0, 0);
+    lua_remove(L, base);
+    return status;
+}
+
+/* ---- the Lua library: embedded, or from RNNLUA_LUA_DIR ----------------------------------- */
+
+static const rl_embedded_file *embedded_file(const char *module) {
+    size_t n;
+    const rl_embedded_file *files = rl_embedded_list(&n);
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(files[i].module, module) == 0) return &files[i];
+    return NULL;
+}
+
+static int readable(const char *path) {
+    FILE *f = fopen(path, "r");
+    if (f == NULL) return 0;
+    fclose(f);
+    return 1;
+}
+
+/* Loads `module` from the source tree `dir`, inverting embed's naming rule: rnnlua.X.Y from
+ * lua/rnnlua/X/Y.lua; rnnlua.layers.X from layers/X.lua first. */
+static int search_dir(lua_State *L, const char *module, const char *dir) {
+    const char *rest = module + strlen("rnnlua.");
+    luaL_Buffer notfound;
+    int ncand = 0;
+    const char *cand[2];
+    if (strncmp(rest, "layers.", 7) == 0 && strchr(rest + 7, '.') == NULL)
+        cand[ncand++] = lua_pushfstring(L, "%s/layers/%s.lua", dir, rest + 7);
+    cand[ncand++] =
+        lua_pushfstring(L, "%s/lua/rnnlua/%s.lua", dir, luaL_gsub(L, rest, ".", LUA_DIRSEP));
+    luaL_buffinit(L, &notfound);
+    for (int i = 0; i < ncand; i++) {
+        if (!readable(cand[i])) {
+            lua_pushfstring(L, "%sno file '%s' (" LIB_DIR_ENV ")", i ? "\n\t" : "", cand[i]);
+            luaL_addvalue(&notfound);
+            continue;
+        }
+        if (luaL_loadfilex(L, cand[i], "t") != LUA_OK)
+            return luaL_error(L, "error loading module '%s' from file '%s':\n\t%s", module, cand[i],
+                              lua_tostring(L, -1));
+        lua_pushstring(L, cand[i]);
+        return 2;
+    }
+    luaL_pushresult(&notfound);
+    return 1;
+}
+
+/* A package.searchers entry for the modules rnnlua.*; others are left to the standard
+ * searchers. Embedded chunks are named "@<source path>" so tracebacks name the file. */
+static int searcher_rnnlua(lua_State *L) {
+    const char *module = luaL_checkstring(L, 1);
+    if (strncmp(module, "rnnlua.", 7) != 0) return 0;
+    const char *dir = getenv(LIB_DIR_ENV);
+    if (dir != NULL && dir[0] != '\0') return search_dir(L, module, dir);
+    const rl_embedded_file *f = embedded_file(module);
+    if (f == NULL) {
+        lua_pushfstring(L, "no embedded module '%s'", module);
+        return 1;
+    }
+    const char *chunkname = lua_pushfstring(L, "@%s", f->path);
+    if (luaL_loadbufferx(L, f->bytes, f->len, chunkname, "t") != LUA_OK)
+        return luaL_error(L, "error loading embedded module '%s' (%s):\n\t%s", module, f->path,
+                          lua_tostring(L, -1));
+    lua_pushstring(L, f->path);
+    return 2;
+}
+
+/* Inserts searcher_rnnlua as package.searchers[2], right after the preload searcher. */
+static void add_searcher(lua_State *L) {
+    lua_getglobal(L, "package");
+    lua_getfield(L, -1, "searchers");
+    lua_Integer n = (lua_Integer)lua_rawlen(L, -1);
+    for (lua_Integer i = n; i >= 2; i--) {
+        lua_rawgeti(L, -1, i);
+        lua_rawseti(L, -2, i + 1);
+    }
+    lua_pushcfunction(L, searcher_rnnlua);
+    lua_rawseti(L, -2, 2);
+    lua_pop(L, 2);
+}
+
+static void add_preloads(lua_State *L) {
+    luaL_getsubtable(L, LUA_REGISTRYINDEX, LUA_PRELOAD_TABLE);
+    lua_pushcfunction(L, luaopen_lfs);
+    lua_setfield(L, -2, "lfs");
+    lua_pushcfunction(L, luaopen_rnnlua);
+    lua_setfield(L, -2, "rnnlua");
+    lua_pop(L, 1);
+}
+
+/* global[name] = require(module) */
+static int dorequire(lua_State *L, const char *module, const char *global) {
+    lua_getglobal(L, "require");
+    lua_pushstring(L, module);
+    int status = docall(L, 1, 1);
+    if (status == LUA_OK) lua_setglobal(L, global);
+    return report(L, status);
+}
+
+/* ---- running chunks ------------------------------------------------------------------- */
+
+static int dochunk(lua_State *L, int status) {
+    if (status == LUA_OK) status = docall(L, 0, 0);
+    return report(L, status);
+}
+
+static int dostring(lua_State *L, const char *s, const char *name) {
+    return dochunk(L, luaL_loadbuffer(L, s, strlen(s), name));
+}
+
+/* The script's own arguments (after the script name) also go to it as `...`. */
+static int pushargs(lua_State *L) {
+    if (lua_getglobal(L, "arg") != LUA_TTABLE) luaL_error(L, "'arg' is not a table");
+    int n = (int)luaL_len(L, -1);
+    luaL_checkstack(L, n + 3, "too many arguments to script");
+    for (int i = 1; i <= n; i++)
+        lua_rawgeti(L, -i, i);
+    lua_remove(L, -n - 1);
+    return n;
+}
+
+static int handle_script(lua_State *L, char **argv) {
+    const char *fname = argv[0];
+    if (strcmp(fname, "-") == 0 && strcmp(argv[-1], "--") != 0) fname = NULL; /* stdin */
+    int status = luaL_loadfile(L, fname);
+    if (status == LUA_OK) {
+        int n = pushargs(L);
+        status = docall(L, n, LUA_MULTRET);
+    }
+    return report(L, status);
+}
+
+/* arg[0] = the script (or the program when there is none), arg[1..] = its arguments, and the
+ * interpreter with its options at negative indices. */
+static void create_arg_table(lua_State *L, char **argv, int argc, int script) {
+    if (script == argc) script = 0;
+    lua_createtable(L, argc - script - 1, script + 1);
+    for (int i = 0; i < argc; i++) {
+        lua_pushstring(L, argv[i]);
+        lua_rawseti(L, -2, i - script);
+    }
+    lua_setglobal(L, "arg");
+}
+
+/* ---- the REPL ------------------------------------------------------------------------- */
+
+/* libedit calls this for each key; returning EOF on Ctrl-C makes readline() give up the line.
+ * SIGINT stays blocked except inside pselect, so a Ctrl-C between the flag test and the wait
+ * cannot be missed (it would otherwise only count at the next key). */
+static int getc_interruptible(FILE *f) {
+    int fd = f ? fileno(f) : STDIN_FILENO;
+    sigset_t block, outer;
+    sigemptyset(&block);
+    sigaddset(&block, SIGINT);
+    sigprocmask(SIG_BLOCK, &block, &outer);
+    int c = EOF;
+    for (;;) {
+        if (prompt_interrupted) break;
+        fd_set in;
+        FD_ZERO(&in);
+        FD_SET(fd, &in);
+        int r = pselect(fd + 1, &in, NULL, NULL, NULL, &outer);
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) break;
+        unsigned char ch;
+        ssize_t n = read(fd, &ch, 1);
+        if (n == 1) c = ch;
+        if (n == 1 || n == 0 || errno != EINTR) break;
+    }
+    sigprocmask(SIG_SETMASK, &outer, NULL);
+    return c;
+}
+
+enum { LINE_OK, LINE_EOF, LINE_CANCEL };
+
+/* Reads one line (without its newline) into a malloc'd *line. */
+static int read_line(int tty, const char *prompt, char **line) {
+    *line = NULL;
+    if (tty) {
+        prompt_interrupted = 0;
+        char *s = readline(prompt);
+        if (prompt_interrupted) {
+            free(s);
+            fputs("\n", stdout);
+            fflush(stdout);
+            return LINE_CANCEL;
+        }
+        if (s == NULL) return LINE_EOF;
+        *line = s;
+        return LINE_OK;
+    }
+    size_t cap = 0;
+    ssize_t n = getline(line, &cap, stdin);
+    if (n < 0) {
+        free(*line);
+        *line = NULL;
+        return LINE_EOF;
+    }
+    if (n > 0 && (*line)[n - 1] == '\n') (*line)[n - 1] = '\0';
+    return LINE_OK;
+}
+
+static void save_history(int tty, const char *chunk) {
+    if (tty && chunk[0] != '\0') add_history(chunk);
+}
+
+static int incomplete(lua_State *L, int status) {
+    if (status != LUA_ERRSYNTAX) return 0;
+    size_t len;
+    const char *msg = lua_tolstring(L, -1, &len);
+    size_t mlen = sizeof EOFMARK - 1;
+    return len >= mlen && strcmp(msg + len - mlen, EOFMARK) == 0;
+}
+
+enum { CHUNK_EOF = -1, CHUNK_CANCEL = -2 };
+
+/* Reads and compiles one chunk: pushes the function (LUA_OK) or an error message (a load
+ * status), or pushes nothing (CHUNK_EOF, CHUNK_CANCEL). A line is first tried as an
+ * expression ("return " .. line, as lua.c does), then as statements continued over further
+ * lines while the parser stops at <eof>. */
+static int read_chunk(lua_State *L, int tty) {
+    char *line;
+    int got = read_line(tty, PROMPT, &line);
+    if (got != LINE_OK) return got == LINE_EOF ? CHUNK_EOF : CHUNK_CANCEL;
+    const char *expr = line[0] == '=' ? line + 1 : line; /* "=x", as Lua 5.1-5.3 took it */
+    const char *ret = lua_pushfstring(L, "return %s;", expr);
+    if (luaL_loadbuffer(L, ret, strlen(ret), REPL_CHUNKNAME) == LUA_OK) {
+        lua_remove(L, -2);
+        save_history(tty, line);
+        free(line);
+        return LUA_OK;
+    }
+    lua_pop(L, 2);
+    lua_pushstring(L, line);
+    free(line);
+    for (;;) {
+        size_t len;
+        const char *chunk = lua_tolstring(L, -1, &len);
+        int status = luaL_loadbuffer(L, chunk, len, REPL_CHUNKNAME);
+        if (!incomplete(L, status)) {
+            save_history(tty, chunk);
+            lua_remove(L, -2);
+            return status;
+        }
+        got = read_line(tty, PROMPT2, &line);
+        if (got == LINE_EOF) { /* the input ended inside a chunk: report the <eof> error */
+            save_history(tty, chunk);
+            lua_remove(L, -2);
+            return status;
+        }
+        lua_pop(L, 1);
+        if (got == LINE_CANCEL) {
+            save_history(tty, chunk);
+            lua_pop(L, 1);
+            return CHUNK_CANCEL;
+        }
+        lua_pushliteral(L, "\n");
+        lua_pushstring(L, line);
+        free(line);
+        lua_concat(L, 3);
+    }
+}
+
+/* Prints all values on the stack with tostring, separated by tabs (as print does, but
+ * without going through a global `print` the user may have replaced). */
+static int print_values(lua_State *L) {
+    int n = lua_gettop(L);
+    for (int i = 1; i <= n; i++) {
+        size_t len;
+        const char *s = luaL_tolstring(L, i, &len);
+        if (i > 1) fputc('\t', stdout);
+        fwrite(s, 1, len, stdout);
+        lua_pop(L, 1);
+    }
+    fputc('\n', stdout);
+    fflush(stdout);
+    return 0;
+}
+
+/* The candidates of rnnlua.repl.complete(text), called under pcall from the completer. */
+static int complete_in_lua(lua_State *L) {
+    lua_getglobal(L, "require");
+    lua_pushliteral(L, "rnnlua.repl");
+    lua_call(L, 1, 1);
+    lua_getfield(L, -1, "complete");
+    lua_pushvalue(L, 1);
+    lua_call(L, 1, 1);
+    return 1;
+}
+
+static lua_State *repl_L;
+
+/* libedit's completion hook: matches[0] is what replaces the word (the candidates' longest
+ * common prefix), then the candidates, then NULL. */
+static char **complete_word(const char *text, int start, int end) {
+    (void)start;
+    (void)end;
+    rl_attempted_completion_over = 1; /* never fall back to file names */
+    lua_State *L = repl_L;
+    int top = lua_gettop(L);
+    lua_pushcfunction(L, complete_in_lua);
+    lua_pushstring(L, text);
+    char **m = NULL;
+    if (lua_pcall(L, 1, 1, 0) == LUA_OK && lua_istable(L, -1)) {
+        size_t n = (size_t)lua_rawlen(L, -1);
+        m = n ? calloc(n + 2, sizeof *m) : NULL;
+        for (size_t i = 0; m && i < n; i++) {
+            lua_rawgeti(L, -1, (lua_Integer)i + 1);
+            const char *c = lua_tostring(L, -1);
+            m[i + 1] = strdup(c ? c : "");
+            lua_pop(L, 1);
+        }
+        if (m) {
+            size_t common = strlen(m[1]);
+            for (size_t i = 2; i <= n; i++) {
+                size_t k = 0;
+                while (k < common && m[i][k] == m[1][k])
+                    k++;
+                common = k;
+            }
+            m[0] = strndup(m[1], common);
+            if (n == 1) { /* a single candidate is the replacement itself */
+                free(m[1]);
+                m[1] = NULL;
+            }
+        }
+    }
+    lua_settop(L, top);
+    return m;
+}
+
+static const char *history_path(void) {
+    static char path[4096];
+    const char *home = getenv("HOME");
+    if (home == NULL || home[0] == '\0') return NULL;
+    if ((size_t)snprintf(path, sizeof path, "%s/%s", home, HISTORY_FILE) >= sizeof path)
+        return NULL;
+    return path;
+}
+
+static void repl_init_tty(lua_State *L) {
+    repl_L = L;
+    rl_readline_name = PROGNAME;
+    /* Ctrl-C at the prompt is ours (getc_interruptible), not libedit's. */
+    rl_catch_signals = 0;
+    rl_getc_function = getc_interruptible;
+    /* "." and ":" stay inside the word so that "rl.layers.re" completes as one word. */
+    static char breaks[] = " \t\n\"\\'`@$><=;|&{(,+-*/%^~#[]}";
+    rl_basic_word_break_characters = breaks;
+    rl_completer_word_break_characters = breaks;
+    rl_attempted_completion_function = complete_word;
+    rl_completion_append_character = '\0';
+    rl_initialize();
+    using_history();
+    stifle_history(HISTORY_MAX);
+    const char *hp = history_path();
+    if (hp) read_history(hp);
+}
+
+static void do_repl(lua_State *L, int banner) {
+    int tty = isatty(STDIN_FILENO);
+    struct sigaction outer;
+    if (tty) {
+        if (banner) print_version();
+        repl_init_tty(L);
+        /* Between lines too (printing, completing), Ctrl-C must not kill the session. No
+         * SA_RESTART: the read() under readline must return EINTR. */
+        set_sigint(on_sigint_prompt, 0, &outer);
+    }
+    lua_settop(L, 0);
+    for (;;) {
+        int status = read_chunk(L, tty);
+        if (status == CHUNK_EOF) break;
+        if (status == CHUNK_CANCEL) continue;
+        if (status == LUA_OK) status = docall(L, 0, LUA_MULTRET);
+        if (status == LUA_OK && lua_gettop(L) > 0) {
+            lua_pushcfunction(L, print_values);
+            lua_insert(L, 1);
+            status = docall(L, lua_gettop(L) - 1, 0);
+        }
+        report(L, status);
+        lua_settop(L, 0);
+    }
+    if (tty) {
+        sigaction(SIGINT, &outer, NULL);
+        fputs("\n", stdout);
+        fflush(stdout);
+        const char *hp = history_path();
+        if (hp) write_history(hp);
+    }
+}
+
+/* ---- command line --------------------------------------------------------------------- */
+
+enum { HAS_ERROR = 1, HAS_I = 2, HAS_V = 4, HAS_E = 8, HAS_HELP = 16 };
+
+/* Scans the options; returns flags and sets *script to the script's index (argc if none). */
+static int collect_args(char **argv, int argc, int *script) {
+    int flags = 0;
+    *script = argc;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (a[0] != '-' || strcmp(a, "-") == 0) {
+            *script = i;
+            return flags;
+        }
+        if (strcmp(a, "--") == 0) {
+            *script = i + 1 < argc ? i + 1 : argc;
+            return flags;
+        }
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            flags |= HAS_HELP;
+        } else if (strcmp(a, "--version") == 0 || strcmp(a, "-v") == 0) {
+            flags |= HAS_V;
+        } else if (strcmp(a, "-i") == 0) {
+            flags |= HAS_I;
+        } else if (a[1] == 'e' || a[1] == 'l') { /* -e CODE, -eCODE, -l NAME, -lNAME */
+            if (a[1] == 'e') flags |= HAS_E;
+            if (a[2] == '\0' && ++i >= argc) {
+                fprintf(stderr, "%s: '%s' needs an argument\n", PROGNAME, a);
+                return HAS_ERROR;
+            }
+        } else {
+            fprintf(stderr, "%s: unrecognized option '%s'\n", PROGNAME, a);
+            return HAS_ERROR;
+        }
+    }
+    return flags;
+}
+
+/* Runs the -e and -l options in their order (collect_args has checked them). */
+static int run_options(lua_State *L, char **argv, int script) {
+    for (int i = 1; i < script; i++) {
+        const char *a = argv[i];
+        if (a[0] != '-' || (a[1] != 'e' && a[1] != 'l')) continue;
+        const char *val = a[2] != '\0' ? a + 2 : argv[++i];
+        int status = a[1] == 'e' ? dostring(L, val, "=(command line)") : dorequire(L, val, val);
+        if (status != LUA_OK) return 0;
+    }
+    return 1;
+}
+
+/* Everything that runs Lua, itself run under lua_pcall so that memory errors are caught. */
+static int pmain(lua_State *L) {
+    int argc = (int)lua_tointeger(L, 1);
+    char **argv = (char **)lua_touserdata(L, 2);
+    int script;
+    int flags = collect_args(argv, argc, &script);
+    if (flags & HAS_ERROR) {
+        print_usage(stderr);
+        fputs("(" PROGNAME " --help lists the options)\n", stderr);
+        return 0;
+    }
+    if (flags & HAS_HELP) {
+        print_help();
+        lua_pushboolean(L, 1);
+        return 1;
+    }
+    if (flags & HAS_V) print_version();
+    luaL_openlibs(L);
+    add_preloads(L);
+    add_searcher(L);
+    create_arg_table(L, argv, argc, script);
+    lua_gc(L, LUA_GCRESTART);
+    lua_gc(L, LUA_GCGEN, 0, 0);
+    if (dorequire(L, "rnnlua", "rl") != LUA_OK) return 0;
+    if (!run_options(L, argv, script)) return 0;
+    if (script < argc && handle_script(L, argv + script) != LUA_OK) return 0;
+    if ((flags & HAS_I) || (script == argc && !(flags & (HAS_E | HAS_V))))
+        do_repl(L, !(flags & HAS_V));
+    lua_pushboolean(L, 1);
+    return 1;
+}
+
+int main(int argc, char **argv) {
+    lua_State *L = luaL_newstate();
+    if (L == NULL) {
+        message("cannot create state: not enough memory");
+        return EXIT_FAILURE;
+    }
+    lua_gc(L, LUA_GCSTOP);
+    lua_pushcfunction(L, pmain);
+    lua_pushinteger(L, argc);
+    lua_pushlightuserdata(L, argv);
+    int status = lua_pcall(L, 2, 1, 0);
+    int ok = lua_toboolean(L, -1);
+    report(L, status);
+    lua_close(L);
+    return (ok && status == LUA_OK) ? EXIT_SUCCESS : EXIT_FAILURE;
+}
