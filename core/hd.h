@@ -10,4 +10,14 @@
 #define RL_HD
 #endif
 
+/* For the small formulas the hot loops call: always inlined, also into CPU loops compiled for
+ * another instruction set with a target attribute (where GCC inlines only when forced). */
+#if defined(__CUDACC__)
+#define RL_HD_INLINE static __forceinline__ __host__ __device__
+#elif defined(__GNUC__)
+#define RL_HD_INLINE static inline __attribute__((always_inline))
+#else
+#define RL_HD_INLINE static inline
+#endif
+
 #endif

@@ -6,6 +6,7 @@
 #include "../core/blas.h"
 #include "../kernels/ops.h"
 #include "embedded.h"
+#include "l_layers.h"
 #include "l_tensor.h"
 #include "version.h"
 
@@ -46,6 +47,7 @@ int luaopen_rnnlua(lua_State *L) {
     lua_setfield(L, -2, "version");
     rl_lua_open_tensor(L);
     rl_lua_open_h5(L);
+    rl_lua_open_layers(L);
 
     size_t len;
     const char *src = rl_embedded_find("rnnlua.init", &len);

@@ -131,4 +131,10 @@ function Tensor.__tostring(t)
   return table.concat(lines, "\n")
 end
 
+---------------------------------------------------------------------------- layers and networks
+
+require("rnnlua.layers").install(rl)    -- rl.layers (and the Lua layer classes)
+require("rnnlua.network").install(rl)   -- rl.network
+require("rnnlua.gradcheck").install(rl) -- rl.gradcheck
+
 return rl

@@ -41,8 +41,8 @@ static double sigmoid_ref(double x) { return 1.0 / (1.0 + exp(-x)); }
 
 int main(void) {
     sweep("expf", rl_expf, exp, -87.0f, 88.0f, 2.0, 0.0);
-    sweep("tanhf", rl_tanhf, tanh, -10.0f, 10.0f, 3.0, 0.0);
-    sweep("tanhf small", rl_tanhf, tanh, -0.7f, 0.7f, 3.0, 0.0);
+    sweep("tanhf", rl_tanhf, tanh, -10.0f, 10.0f, 7.0, 0.0);
+    sweep("tanhf small", rl_tanhf, tanh, -0.7f, 0.7f, 5.0, 0.0);
     sweep("sigmoidf", rl_sigmoidf, sigmoid_ref, -80.0f, 20.0f, 3.0, 0.0);
     CHECK(isnan(rl_expf(NAN)) && isnan(rl_tanhf(NAN)) && isnan(rl_sigmoidf(NAN)));
     CHECK(rl_expf(INFINITY) == INFINITY && rl_expf(100.0f) == INFINITY);

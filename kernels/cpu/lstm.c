@@ -1,0 +1,278 @@
+/* The fused pointwise passes of an LSTM step on the CPU (see kernels/lstm.h for the layout
+ * and kernels/lstm_cell.h for the formulas).
+ *
+ * One pass per step reads the step's pre-activations once and writes the gate activations,
+ * the cell, the state and the output (forward), or the gate gradients, the state gradients and
+ * the bias and peephole gradients (backward). The float32 loops are compiled three times
+ * (AVX-512, AVX2+FMA, baseline) and picked at run time, since the build targets the baseline
+ * x86-64 and these loops are a fixed share of every step; float64 serves the gradient checks
+ * and uses one baseline loop.
+ */
+#include <stdbool.h>
+#include <string.h>
+
+#include "../lstm.h"
+#include "../lstm_cell.h"
+
+#define RL_INLINE static inline __attribute__((always_inline))
+
+/* The loops vectorise only with the full cost model and without trapping-math (which keeps
+ * the clamps of the float32 tanh as branches); nothing here relies on FP exceptions, and
+ * NaN still propagates. */
+#if defined(__GNUC__) && !defined(__clang__)
+#define RL_VECTORISE optimize("O3", "no-trapping-math")
+#define RL_IVDEP _Pragma("GCC ivdep")
+#else
+#define RL_VECTORISE
+#define RL_IVDEP
+#endif
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define RL_LSTM_X86 1
+#define RL_TARGET_AVX512 __attribute__((target("avx512f,avx512vl,avx2,fma"), RL_VECTORISE))
+#define RL_TARGET_AVX2 __attribute__((target("avx2,fma"), RL_VECTORISE))
+#endif
+#define RL_TARGET_BASE __attribute__((RL_VECTORISE))
+
+RL_INLINE void fwd_body_f32(bool has_peep, int64_t B, int64_t H, int64_t t, const int32_t *len,
+                            float *z, const float *bias, const float *const *peep, const float *cp,
+                            const float *hp, float *c, float *h, float *out) {
+    const float *restrict bi = bias, *restrict bf = bias + H, *restrict bg = bias + 2 * H,
+                          *restrict bo = bias + 3 * H;
+    const float *restrict pi = has_peep ? peep[0] : NULL;
+    const float *restrict pf = has_peep ? peep[1] : NULL;
+    const float *restrict po = has_peep ? peep[2] : NULL;
+    for (int64_t b = 0; b < B; b++) {
+        const float *restrict cpr = cp + b * H;
+        float *restrict cr = c + b * H, *restrict hr = h + b * H, *restrict outr = out + b * H;
+        if (t >= len[b]) {
+            memcpy(cr, cpr, (size_t)H * sizeof *cr);
+            memcpy(hr, hp + b * H, (size_t)H * sizeof *hr);
+            memset(outr, 0, (size_t)H * sizeof *outr);
+            continue;
+        }
+        float *restrict zi = z + b * 4 * H, *restrict zf = zi + H, *restrict zg = zi + 2 * H,
+                        *restrict zo = zi + 3 * H;
+        /* the row pointers never overlap; restrict on locals does not tell GCC so */
+        RL_IVDEP
+        for (int64_t j = 0; j < H; j++) {
+            float ii, ff, gg, oo, cc, hh;
+            rl_lstm_cell_fwd_f32(zi[j] + bi[j], zf[j] + bf[j], zg[j] + bg[j], zo[j] + bo[j], cpr[j],
+                                 has_peep ? pi[j] : 0.0f, has_peep ? pf[j] : 0.0f,
+                                 has_peep ? po[j] : 0.0f, &ii, &ff, &gg, &oo, &cc, &hh);
+            zi[j] = ii;
+            zf[j] = ff;
+            zg[j] = gg;
+            zo[j] = oo;
+            cr[j] = cc;
+            hr[j] = hh;
+            outr[j] = hh;
+        }
+    }
+}
+
+RL_INLINE void bwd_body_f32(bool has_peep, int64_t B, int64_t H, int64_t t, const int32_t *len,
+                            float *z, const float *const *peep, const float *cp, const float *c,
+                            const float *dout, int64_t dout_ld, float *dh, float *dc, float *db,
+                            float *const *dpeep) {
+    const float *restrict pi = has_peep ? peep[0] : NULL;
+    const float *restrict pf = has_peep ? peep[1] : NULL;
+    const float *restrict po = has_peep ? peep[2] : NULL;
+    float *restrict dpi = has_peep ? dpeep[0] : NULL;
+    float *restrict dpf = has_peep ? dpeep[1] : NULL;
+    float *restrict dpo = has_peep ? dpeep[2] : NULL;
+    float *restrict dbi = db, *restrict dbf = db + H, *restrict dbg = db + 2 * H,
+                    *restrict dbo = db + 3 * H;
+    for (int64_t b = 0; b < B; b++) {
+        float *restrict zi = z + b * 4 * H, *restrict zf = zi + H, *restrict zg = zi + 2 * H,
+                        *restrict zo = zi + 3 * H;
+        if (t >= len[b]) {
+            memset(zi, 0, (size_t)(4 * H) * sizeof *zi);
+            continue;
+        }
+        const float *restrict cpr = cp + b * H, *restrict cr = c + b * H;
+        const float *restrict dor = dout ? dout + b * dout_ld : NULL;
+        float *restrict dhr = dh + b * H, *restrict dcr = dc + b * H;
+        RL_IVDEP
+        for (int64_t j = 0; j < H; j++) {
+            float dzi, dzf, dzg, dzo, dcp;
+            float dhj = dhr[j] + (dor ? dor[j] : 0.0f);
+            rl_lstm_cell_bwd_f32(zi[j], zf[j], zg[j], zo[j], cpr[j], cr[j], has_peep ? pi[j] : 0.0f,
+                                 has_peep ? pf[j] : 0.0f, has_peep ? po[j] : 0.0f, dhj, dcr[j],
+                                 &dzi, &dzf, &dzg, &dzo, &dcp);
+            zi[j] = dzi;
+            zf[j] = dzf;
+            zg[j] = dzg;
+            zo[j] = dzo;
+            dcr[j] = dcp;
+            dhr[j] = 0.0f;
+            dbi[j] += dzi;
+            dbf[j] += dzf;
+            dbg[j] += dzg;
+            dbo[j] += dzo;
+            if (has_peep) {
+                dpi[j] += dzi * cpr[j];
+                dpf[j] += dzf * cpr[j];
+                dpo[j] += dzo * cr[j];
+            }
+        }
+    }
+}
+
+/* The three compilations of each float32 pass; the peephole flag is a constant in each call
+ * so that the loop without peepholes carries no dead multiplications. */
+#ifdef RL_LSTM_X86
+RL_TARGET_AVX512 static void fwd_avx512(int64_t B, int64_t H, int64_t t, const int32_t *len,
+                                        float *z, const float *bias, const float *const *peep,
+                                        const float *cp, const float *hp, float *c, float *h,
+                                        float *out) {
+    if (peep)
+        fwd_body_f32(true, B, H, t, len, z, bias, peep, cp, hp, c, h, out);
+    else
+        fwd_body_f32(false, B, H, t, len, z, bias, peep, cp, hp, c, h, out);
+}
+
+RL_TARGET_AVX2 static void fwd_avx2(int64_t B, int64_t H, int64_t t, const int32_t *len, float *z,
+                                    const float *bias, const float *const *peep, const float *cp,
+                                    const float *hp, float *c, float *h, float *out) {
+    if (peep)
+        fwd_body_f32(true, B, H, t, len, z, bias, peep, cp, hp, c, h, out);
+    else
+        fwd_body_f32(false, B, H, t, len, z, bias, peep, cp, hp, c, h, out);
+}
+
+RL_TARGET_AVX512 static void bwd_avx512(int64_t B, int64_t H, int64_t t, const int32_t *len,
+                                        float *z, const float *const *peep, const float *cp,
+                                        const float *c, const float *dout, int64_t dout_ld,
+                                        float *dh, float *dc, float *db, float *const *dpeep) {
+    if (peep)
+        bwd_body_f32(true, B, H, t, len, z, peep, cp, c, dout, dout_ld, dh, dc, db, dpeep);
+    else
+        bwd_body_f32(false, B, H, t, len, z, peep, cp, c, dout, dout_ld, dh, dc, db, dpeep);
+}
+
+RL_TARGET_AVX2 static void bwd_avx2(int64_t B, int64_t H, int64_t t, const int32_t *len, float *z,
+                                    const float *const *peep, const float *cp, const float *c,
+                                    const float *dout, int64_t dout_ld, float *dh, float *dc,
+                                    float *db, float *const *dpeep) {
+    if (peep)
+        bwd_body_f32(true, B, H, t, len, z, peep, cp, c, dout, dout_ld, dh, dc, db, dpeep);
+    else
+        bwd_body_f32(false, B, H, t, len, z, peep, cp, c, dout, dout_ld, dh, dc, db, dpeep);
+}
+#endif
+
+RL_TARGET_BASE static void fwd_base(int64_t B, int64_t H, int64_t t, const int32_t *len, float *z,
+                                    const float *bias, const float *const *peep, const float *cp,
+                                    const float *hp, float *c, float *h, float *out) {
+    if (peep)
+        fwd_body_f32(true, B, H, t, len, z, bias, peep, cp, hp, c, h, out);
+    else
+        fwd_body_f32(false, B, H, t, len, z, bias, peep, cp, hp, c, h, out);
+}
+
+RL_TARGET_BASE static void bwd_base(int64_t B, int64_t H, int64_t t, const int32_t *len, float *z,
+                                    const float *const *peep, const float *cp, const float *c,
+                                    const float *dout, int64_t dout_ld, float *dh, float *dc,
+                                    float *db, float *const *dpeep) {
+    if (peep)
+        bwd_body_f32(true, B, H, t, len, z, peep, cp, c, dout, dout_ld, dh, dc, db, dpeep);
+    else
+        bwd_body_f32(false, B, H, t, len, z, peep, cp, c, dout, dout_ld, dh, dc, db, dpeep);
+}
+
+/* 2: AVX-512, 1: AVX2+FMA, 0: baseline */
+static int cpu_level(void) {
+#ifdef RL_LSTM_X86
+    static int level = -1;
+    if (level < 0) {
+        __builtin_cpu_init();
+        level = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") ? 2
+                : __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")       ? 1
+                                                                                        : 0;
+    }
+    return level;
+#else
+    return 0;
+#endif
+}
+
+void rl_lstm_cpu_fwd_f32(int64_t B, int64_t H, int64_t t, const int32_t *len, float *z,
+                         const float *bias, const float *const *peep, const float *cp,
+                         const float *hp, float *c, float *h, float *out) {
+    switch (cpu_level()) {
+#ifdef RL_LSTM_X86
+    case 2: fwd_avx512(B, H, t, len, z, bias, peep, cp, hp, c, h, out); return;
+    case 1: fwd_avx2(B, H, t, len, z, bias, peep, cp, hp, c, h, out); return;
+#endif
+    default: fwd_base(B, H, t, len, z, bias, peep, cp, hp, c, h, out); return;
+    }
+}
+
+void rl_lstm_cpu_bwd_f32(int64_t B, int64_t H, int64_t t, const int32_t *len, float *z,
+                         const float *const *peep, const float *cp, const float *c,
+                         const float *dout, int64_t dout_ld, float *dh, float *dc, float *db,
+                         float *const *dpeep) {
+    switch (cpu_level()) {
+#ifdef RL_LSTM_X86
+    case 2: bwd_avx512(B, H, t, len, z, peep, cp, c, dout, dout_ld, dh, dc, db, dpeep); return;
+    case 1: bwd_avx2(B, H, t, len, z, peep, cp, c, dout, dout_ld, dh, dc, db, dpeep); return;
+#endif
+    default: bwd_base(B, H, t, len, z, peep, cp, c, dout, dout_ld, dh, dc, db, dpeep); return;
+    }
+}
+
+void rl_lstm_cpu_fwd_f64(int64_t B, int64_t H, int64_t t, const int32_t *len, double *z,
+                         const double *bias, const double *const *peep, const double *cp,
+                         const double *hp, double *c, double *h, double *out) {
+    for (int64_t b = 0; b < B; b++) {
+        const double *cpr = cp + b * H;
+        double *cr = c + b * H, *hr = h + b * H, *outr = out + b * H;
+        if (t >= len[b]) {
+            memcpy(cr, cpr, (size_t)H * sizeof *cr);
+            memcpy(hr, hp + b * H, (size_t)H * sizeof *hr);
+            memset(outr, 0, (size_t)H * sizeof *outr);
+            continue;
+        }
+        double *zr = z + b * 4 * H;
+        for (int64_t j = 0; j < H; j++) {
+            double *zi = zr + j, *zf = zr + H + j, *zg = zr + 2 * H + j, *zo = zr + 3 * H + j;
+            rl_lstm_cell_fwd_f64(*zi + bias[j], *zf + bias[H + j], *zg + bias[2 * H + j],
+                                 *zo + bias[3 * H + j], cpr[j], peep ? peep[0][j] : 0.0,
+                                 peep ? peep[1][j] : 0.0, peep ? peep[2][j] : 0.0, zi, zf, zg, zo,
+                                 &cr[j], &hr[j]);
+            outr[j] = hr[j];
+        }
+    }
+}
+
+void rl_lstm_cpu_bwd_f64(int64_t B, int64_t H, int64_t t, const int32_t *len, double *z,
+                         const double *const *peep, const double *cp, const double *c,
+                         const double *dout, int64_t dout_ld, double *dh, double *dc, double *db,
+                         double *const *dpeep) {
+    for (int64_t b = 0; b < B; b++) {
+        double *zr = z + b * 4 * H;
+        if (t >= len[b]) {
+            memset(zr, 0, (size_t)(4 * H) * sizeof *zr);
+            continue;
+        }
+        const double *cpr = cp + b * H, *cr = c + b * H;
+        double *dhr = dh + b * H, *dcr = dc + b * H;
+        for (int64_t j = 0; j < H; j++) {
+            double *zi = zr + j, *zf = zr + H + j, *zg = zr + 2 * H + j, *zo = zr + 3 * H + j;
+            double dhj = dhr[j] + (dout ? dout[b * dout_ld + j] : 0.0);
+            rl_lstm_cell_bwd_f64(*zi, *zf, *zg, *zo, cpr[j], cr[j], peep ? peep[0][j] : 0.0,
+                                 peep ? peep[1][j] : 0.0, peep ? peep[2][j] : 0.0, dhj, dcr[j], zi,
+                                 zf, zg, zo, &dcr[j]);
+            dhr[j] = 0.0;
+            db[j] += *zi;
+            db[H + j] += *zf;
+            db[2 * H + j] += *zg;
+            db[3 * H + j] += *zo;
+            if (dpeep) {
+                dpeep[0][j] += *zi * cpr[j];
+                dpeep[1][j] += *zf * cpr[j];
+                dpeep[2][j] += *zo * cr[j];
+            }
+        }
+    }
+}

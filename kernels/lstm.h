@@ -1,0 +1,52 @@
+/* The fused pointwise passes of one LSTM step over a batch (B, H), CPU, float32 and float64.
+ * The formulas are those of kernels/lstm_cell.h; layers/lstm.c calls these between its GEMMs.
+ *
+ * Layout of one step (all row-major, contiguous, host memory):
+ *   z       (B, 4H)  gate blocks in the order i, f, g, o (PyTorch/cuDNN order)
+ *   cp, hp  (B, H)   the previous cell and hidden state
+ *   c, h    (B, H)   this step's cell and hidden state (the recurrent state)
+ *   out     (B, H)   this step's output: h on valid rows, 0 on padded ones
+ * A row b is valid when t < len[b]. A padded row carries the state (c = cp, h = hp) and, in
+ * backward, passes the state gradients through unchanged and contributes nothing else.
+ * peep: p_i, p_f, p_o (H each), or NULL for an LSTM without peepholes.
+ */
+#ifndef RL_KERNELS_LSTM_H
+#define RL_KERNELS_LSTM_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Forward: z holds the pre-activations without bias on entry (input and recurrent
+ * projections) and the gate activations i, f, g, o on return (kept for backward; rows of
+ * padded frames are left as they were). */
+void rl_lstm_cpu_fwd_f32(int64_t B, int64_t H, int64_t t, const int32_t *len, float *z,
+                         const float *bias, const float *const *peep, const float *cp,
+                         const float *hp, float *c, float *h, float *out);
+void rl_lstm_cpu_fwd_f64(int64_t B, int64_t H, int64_t t, const int32_t *len, double *z,
+                         const double *bias, const double *const *peep, const double *cp,
+                         const double *hp, double *c, double *h, double *out);
+
+/* Backward: z holds the activations on entry and dLoss/dz on return (0 on padded rows).
+ * dout: dLoss/dout of this step, rows dout_ld elements apart (NULL: zero).
+ * dh (B, H): on entry dLoss/dh_t from the next step's recurrent projection; on return 0 on
+ * valid rows (the caller then adds dz U^T) and unchanged on padded rows.
+ * dc (B, H): dLoss/dc_t on entry, dLoss/dc_{t-1} on return.
+ * db (4H) += column sums of dz; dpeep (3 pointers, H each, or NULL) += the peephole
+ * gradients. */
+void rl_lstm_cpu_bwd_f32(int64_t B, int64_t H, int64_t t, const int32_t *len, float *z,
+                         const float *const *peep, const float *cp, const float *c,
+                         const float *dout, int64_t dout_ld, float *dh, float *dc, float *db,
+                         float *const *dpeep);
+void rl_lstm_cpu_bwd_f64(int64_t B, int64_t H, int64_t t, const int32_t *len, double *z,
+                         const double *const *peep, const double *cp, const double *c,
+                         const double *dout, int64_t dout_ld, double *dh, double *dc, double *db,
+                         double *const *dpeep);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

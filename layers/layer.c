@@ -1,0 +1,231 @@
+/* Helpers shared by every layer: allocation, parameter declaration and initialisation,
+ * option reading, batch checks (see layer.h). */
+#include "layer.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../kernels/ops.h"
+
+rl_status rl_opt_number(const rl_options *o, const char *layer, const char *key, double def,
+                        double *v) {
+    int found = 0;
+    *v = def;
+    RL_TRY(o->number(o->ctx, key, v, &found));
+    if (found && !isfinite(*v))
+        return rl_error(RL_EARG, "layer '%s': option %s must be a finite number", layer, key);
+    return RL_OK;
+}
+
+rl_status rl_opt_int(const rl_options *o, const char *layer, const char *key, int64_t def,
+                     int64_t min, bool required, int64_t *v) {
+    int found = 0;
+    double d = (double)def;
+    RL_TRY(o->number(o->ctx, key, &d, &found));
+    if (!found && required) return rl_error(RL_EARG, "layer '%s': missing option %s", layer, key);
+    if (d != floor(d) || d < (double)min || d > 1e15)
+        return rl_error(RL_EARG, "layer '%s': option %s = %g must be an integer >= %" PRId64, layer,
+                        key, d, min);
+    *v = (int64_t)d;
+    return RL_OK;
+}
+
+rl_status rl_opt_string(const rl_options *o, const char *layer, const char *key, const char *def,
+                        const char **v) {
+    int found = 0;
+    *v = def;
+    (void)layer;
+    return o->string(o->ctx, key, v, &found);
+}
+
+rl_status rl_opt_bool(const rl_options *o, const char *layer, const char *key, bool def, bool *v) {
+    int found = 0;
+    *v = def;
+    (void)layer;
+    return o->boolean(o->ctx, key, v, &found);
+}
+
+rl_status rl_layer_alloc(rl_layer **out, size_t size, const rl_layer_ops *ops, const char *name,
+                         int n_in, const int64_t *in_dims) {
+    *out = NULL;
+    if (n_in < 0 || n_in > RL_LAYER_MAX_INPUTS)
+        return rl_error(RL_EARG, "layer '%s': %d inputs, at most %d are supported", name, n_in,
+                        RL_LAYER_MAX_INPUTS);
+    if (strlen(name) >= RL_LAYER_NAME_MAX)
+        return rl_error(RL_EARG, "layer name '%s' is longer than %d characters", name,
+                        RL_LAYER_NAME_MAX - 1);
+    rl_layer *l = calloc(1, size);
+    if (!l) return rl_error(RL_ENOMEM, "layer '%s': out of memory", name);
+    l->ops = ops;
+    snprintf(l->name, sizeof l->name, "%s", name);
+    l->n_in = n_in;
+    for (int i = 0; i < n_in; i++)
+        l->in_dims[i] = in_dims[i];
+    *out = l;
+    return RL_OK;
+}
+
+rl_status rl_layer_add_param(rl_layer *l, const char *pname, int ndim, const int64_t *shape,
+                             rl_init_kind init, double init_a, int64_t fan_in, int64_t fan_out,
+                             int *index) {
+    if (l->n_params == RL_LAYER_MAX_PARAMS)
+        return rl_error(RL_EARG, "layer '%s': more than %d parameters", l->name,
+                        RL_LAYER_MAX_PARAMS);
+    rl_param *p = &l->params[l->n_params];
+    memset(p, 0, sizeof *p);
+    snprintf(p->name, sizeof p->name, "%s", pname);
+    p->ndim = ndim;
+    for (int d = 0; d < ndim; d++)
+        p->shape[d] = shape[d];
+    p->init = init;
+    p->init_a = init_a;
+    p->fan_in = fan_in;
+    p->fan_out = fan_out;
+    if (index) *index = l->n_params;
+    l->n_params++;
+    return RL_OK;
+}
+
+int64_t rl_layer_num_params(const rl_layer *l) {
+    int64_t n = 0;
+    for (int i = 0; i < l->n_params; i++) {
+        int64_t k = 1;
+        for (int d = 0; d < l->params[i].ndim; d++)
+            k *= l->params[i].shape[d];
+        n += k;
+    }
+    return n;
+}
+
+rl_status rl_layer_check_inputs(const rl_layer *l, const rl_layer_io *io, int64_t *T, int64_t *B) {
+    char s[128];
+    if (io->n_in != l->n_in)
+        return rl_error(RL_EARG, "layer '%s': %d inputs given, %d expected", l->name, io->n_in,
+                        l->n_in);
+    for (int i = 0; i < io->n_in; i++) {
+        const rl_tensor *x = io->in[i];
+        if (!x || !x->storage || x->ndim != 3)
+            return rl_error(RL_ESHAPE,
+                            "layer '%s': input %d must be a (T, B, %" PRId64 ") tensor, got %s",
+                            l->name, i + 1, l->in_dims[i],
+                            x && x->storage ? rl_shape_str(x, s, sizeof s) : "nothing");
+        if (x->shape[2] != l->in_dims[i])
+            return rl_error(
+                RL_ESHAPE,
+                "layer '%s': input %d has %" PRId64 " features, expected %" PRId64 " (shape %s)",
+                l->name, i + 1, x->shape[2], l->in_dims[i], rl_shape_str(x, s, sizeof s));
+        if (i > 0 && (x->shape[0] != io->in[0]->shape[0] || x->shape[1] != io->in[0]->shape[1] ||
+                      x->dtype != io->in[0]->dtype))
+            return rl_error(RL_ESHAPE, "layer '%s': input %d is %s, input 1 is %s", l->name, i + 1,
+                            rl_tensor_describe(x, s, sizeof s),
+                            rl_tensor_describe(io->in[0], s + 64, 64));
+        if (x->dtype == RL_INT32)
+            return rl_error(RL_EDTYPE,
+                            "layer '%s': input %d is int32, expected float32 or "
+                            "float64",
+                            l->name, i + 1);
+    }
+    *T = io->n_in ? io->in[0]->shape[0] : 0;
+    *B = io->n_in ? io->in[0]->shape[1] : 0;
+    const rl_tensor *len = io->lengths;
+    if (!len || !len->storage || len->ndim != 1 || len->dtype != RL_INT32 ||
+        rl_tensor_device(len).type != RL_CPU || len->shape[0] != *B)
+        return rl_error(RL_ESHAPE,
+                        "layer '%s': lengths must be a CPU int32 tensor of shape "
+                        "(%" PRId64 ")",
+                        l->name, *B);
+    for (int64_t b = 0; b < *B; b++) {
+        int64_t v = (int64_t)rl_tensor_get(len, &b);
+        if (v < 1 || v > *T)
+            return rl_error(RL_ESHAPE,
+                            "layer '%s': lengths[%" PRId64 "] = %" PRId64 " is outside 1..%" PRId64
+                            " (T)",
+                            l->name, b + 1, v, *T);
+    }
+    return RL_OK;
+}
+
+/* Orthogonalises each (r, r) block of the row-major (r, c) matrix m in place (modified
+ * Gram-Schmidt over the block's rows); c must be a multiple of r. */
+static void orthogonalise(double *m, int64_t r, int64_t c) {
+    for (int64_t blk = 0; blk + r <= c; blk += r) {
+        for (int64_t i = 0; i < r; i++) {
+            double *ri = m + i * c + blk;
+            for (int64_t j = 0; j < i; j++) {
+                const double *rj = m + j * c + blk;
+                double dot = 0;
+                for (int64_t k = 0; k < r; k++)
+                    dot += ri[k] * rj[k];
+                for (int64_t k = 0; k < r; k++)
+                    ri[k] -= dot * rj[k];
+            }
+            double norm = 0;
+            for (int64_t k = 0; k < r; k++)
+                norm += ri[k] * ri[k];
+            norm = sqrt(norm);
+            for (int64_t k = 0; k < r; k++)
+                ri[k] = norm > 0 ? ri[k] / norm : 0;
+        }
+    }
+}
+
+rl_status rl_param_init(rl_param *p, rl_rng *g) {
+    rl_tensor *v = &p->value;
+    switch (p->init) {
+    case RL_INIT_ZEROS: return rl_op_fill(v, 0.0);
+    case RL_INIT_CONSTANT: return rl_op_fill(v, p->init_a);
+    case RL_INIT_UNIFORM: return rl_op_uniform(v, g, -p->init_a, p->init_a);
+    case RL_INIT_NORMAL: return rl_op_normal(v, g, 0.0, p->init_a);
+    case RL_INIT_GLOROT: {
+        double fan = (double)(p->fan_in + p->fan_out);
+        double s = p->init_a * sqrt(6.0 / (fan > 0 ? fan : 1.0));
+        return rl_op_uniform(v, g, -s, s);
+    }
+    case RL_INIT_ORTHOGONAL: {
+        if (v->ndim != 2 || v->shape[1] % v->shape[0] != 0)
+            return rl_error(RL_ESHAPE, "orthogonal init of %s needs a (r, k*r) matrix", p->name);
+        rl_tensor tmp = {0};
+        RL_TRY(rl_tensor_empty(&tmp, RL_FLOAT64, RL_DEVICE_CPU, 2, v->shape));
+        rl_status st = rl_op_normal(&tmp, g, 0.0, 1.0);
+        if (st == RL_OK) {
+            orthogonalise(rl_tensor_data(&tmp), v->shape[0], v->shape[1]);
+            if (p->init_a != 1.0 && p->init_a != 0.0)
+                st = rl_op_binary_scalar(&tmp, &tmp, p->init_a, RL_BIN_MUL, false);
+        }
+        if (st == RL_OK) st = rl_op_copy(v, &tmp);
+        rl_tensor_release(&tmp);
+        return st;
+    }
+    }
+    return rl_error(RL_EARG, "parameter %s: unknown init kind %d", p->name, (int)p->init);
+}
+
+rl_status rl_layer_init_params(rl_layer *l, rl_rng *g) {
+    for (int i = 0; i < l->n_params; i++) {
+        if (!l->params[i].value.storage)
+            return rl_error(RL_EARG, "layer '%s': parameter %s is not bound", l->name,
+                            l->params[i].name);
+        RL_TRY(rl_param_init(&l->params[i], g));
+    }
+    return l->ops->init_params ? l->ops->init_params(l, g) : RL_OK;
+}
+
+int rl_layer_find_param(const rl_layer *l, const char *pname) {
+    for (int i = 0; i < l->n_params; i++)
+        if (strcmp(l->params[i].name, pname) == 0) return i;
+    return -1;
+}
+
+void rl_layer_free(rl_layer *l) {
+    if (!l) return;
+    if (l->ops && l->ops->destroy) l->ops->destroy(l);
+    for (int i = 0; i < l->n_params; i++) {
+        rl_tensor_release(&l->params[i].value);
+        rl_tensor_release(&l->params[i].grad);
+    }
+    rl_tensor_release(&l->out);
+    free(l);
+}

@@ -1,0 +1,161 @@
+/* Layer objects: the contract every layer of rnnlua follows, C or Lua.
+ *
+ * Data is time-major: an input or output is (T, B, F) with int32 lengths[B] on the CPU
+ * (1 <= lengths[b] <= T). Frames t >= lengths[b] are padding: they never reach a loss, a
+ * gradient or a recurrent state, and a layer writes 0 to its output there when that is
+ * cheap (the network does not rely on it: losses mask by lengths).
+ *
+ * The gradient rule: backward writes the gradient of each input with `=` into the buffer the
+ * network gives (grad_in[i], NULL when that input needs none) and accumulates the gradient of
+ * each parameter with `+=` into param.grad. A layer may keep in its own buffers whatever its
+ * forward computed for its backward (activations, gates); backward is called at most once
+ * after each forward, with the same inputs.
+ *
+ * Buffers: a layer owns `out` and its scratch and (re)sizes them with rl_buffer_ensure at the
+ * start of forward, so batches of one shape allocate nothing after the first.
+ *
+ * dtype: a layer computes in its inputs' dtype (float32 for training, float64 on the CPU for
+ * gradient checks); its parameters have the same dtype (the network's).
+ *
+ * Adding a layer type: one file layers/X.c with its ops and a create function, and one line
+ * in layers/registry.c.
+ */
+#ifndef RL_LAYER_H
+#define RL_LAYER_H
+
+#include <stdbool.h>
+
+#include "../core/rng.h"
+#include "../core/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define RL_LAYER_MAX_INPUTS 16
+#define RL_LAYER_MAX_PARAMS 8
+#define RL_LAYER_NAME_MAX 64
+
+/* How a parameter is initialised (by the network, from the seeded generator). */
+typedef enum {
+    RL_INIT_ZEROS = 0,
+    RL_INIT_CONSTANT,   /* a */
+    RL_INIT_UNIFORM,    /* U(-a, a) */
+    RL_INIT_NORMAL,     /* N(0, a^2) */
+    RL_INIT_GLOROT,     /* U(-s, s), s = a * sqrt(6 / (fan_in + fan_out)); a is the gain */
+    RL_INIT_ORTHOGONAL, /* each (rows, rows) block of a 2-D (rows, k*rows) matrix orthogonal */
+} rl_init_kind;
+
+typedef struct rl_param {
+    char name[32]; /* "W", "U", "b", ... unique within the layer */
+    int ndim;
+    int64_t shape[RL_MAX_DIMS];
+    rl_init_kind init;
+    double init_a;
+    int64_t fan_in, fan_out; /* for glorot */
+    rl_tensor value;         /* view into the network's flat parameter buffer */
+    rl_tensor grad;          /* view into the flat gradient buffer (same geometry) */
+} rl_param;
+
+/* Options of a layer description ({class = "lstm", n_out = 32, ...}), read by name. The Lua
+ * side implements it over the description table and reports every key no layer asked for as
+ * an unknown option, so layers only read what they understand. Each getter returns RL_OK
+ * with the default when the key is absent, and an error naming the layer and the key when
+ * the value has the wrong type or is out of range. */
+typedef struct rl_options {
+    void *ctx;
+    /* found: 1 when present, 0 absent; an error status when present with the wrong type */
+    rl_status (*number)(void *ctx, const char *key, double *v, int *found);
+    rl_status (*string)(void *ctx, const char *key, const char **v, int *found);
+    rl_status (*boolean)(void *ctx, const char *key, bool *v, int *found);
+} rl_options;
+
+rl_status rl_opt_number(const rl_options *o, const char *layer, const char *key, double def,
+                        double *v);
+/* An integer >= min; `required` makes absence an error ("layer 'x': missing n_out"). */
+rl_status rl_opt_int(const rl_options *o, const char *layer, const char *key, int64_t def,
+                     int64_t min, bool required, int64_t *v);
+rl_status rl_opt_string(const rl_options *o, const char *layer, const char *key, const char *def,
+                        const char **v);
+rl_status rl_opt_bool(const rl_options *o, const char *layer, const char *key, bool def, bool *v);
+
+/* What the network hands a layer for one batch. */
+typedef struct rl_layer_io {
+    int n_in;
+    const rl_tensor *in[RL_LAYER_MAX_INPUTS]; /* (T, B, in_dims[i]) */
+    const rl_tensor *lengths;                 /* (B) int32, CPU */
+    const rl_tensor *target;                  /* loss layers: (T, B) int32 or (T, B, F) */
+    bool train;                               /* dropout and the like act only when true */
+    rl_rng *rng;                              /* the network's generator (dropout masks) */
+    /* loss layers fill these in forward when target is set: the summed loss over valid
+     * frames, the number of wrongly classified frames (0 for mse) and of valid frames */
+    double loss, n_errors, n_frames;
+} rl_layer_io;
+
+typedef struct rl_layer rl_layer;
+
+typedef struct rl_layer_ops {
+    const char *class_name;
+    /* Computes l->out (T, B, n_out) from io->in; loss layers also the loss when io->target. */
+    rl_status (*forward)(rl_layer *l, rl_layer_io *io);
+    /* grad_out: dLoss/dout (T, B, n_out), 0 on padded frames; NULL for a loss layer starting
+     * from its own loss (a loss layer given a grad_out adds it to its own loss's gradient).
+     * grad_in[i]: set tensors shaped like io->in[i] to write with `=`, or NULL. */
+    rl_status (*backward)(rl_layer *l, rl_layer_io *io, const rl_tensor *grad_out,
+                          rl_tensor *const *grad_in);
+    /* Frees what the layer owns beyond the struct fields below (may be NULL). */
+    void (*destroy)(rl_layer *l);
+    /* Runs after every param got its init kind's values (rl_layer_init_params), for inits no
+     * kind expresses, such as the LSTM's forget-gate bias; may be NULL. */
+    rl_status (*init_params)(rl_layer *l, rl_rng *g);
+} rl_layer_ops;
+
+struct rl_layer {
+    const rl_layer_ops *ops;
+    char name[RL_LAYER_NAME_MAX];
+    int n_in;
+    int64_t in_dims[RL_LAYER_MAX_INPUTS];
+    int64_t n_out;
+    bool is_loss; /* computes a loss from a target (softmax with loss = "ce"/"mse") */
+    int n_params;
+    rl_param params[RL_LAYER_MAX_PARAMS];
+    rl_tensor out; /* (T, B, n_out), owned */
+};
+
+/* Creates a layer of a registered class. in_dims: the feature dim of each input. */
+typedef rl_status (*rl_layer_create_fn)(rl_layer **out, const char *name, const rl_options *opts,
+                                        int n_in, const int64_t *in_dims);
+
+rl_status rl_layer_create(rl_layer **out, const char *class_name, const char *name,
+                          const rl_options *opts, int n_in, const int64_t *in_dims);
+/* Names of the registered C classes, NULL-terminated. */
+const char *const *rl_layer_classes(void);
+/* Releases out, the params' views and everything else the layer owns; frees it. */
+void rl_layer_free(rl_layer *l);
+
+/* Helpers for layer implementations. */
+/* Allocates a zeroed layer struct of `size` bytes (>= sizeof(rl_layer)) and fills the common
+ * fields; the struct's first member must be the rl_layer. */
+rl_status rl_layer_alloc(rl_layer **out, size_t size, const rl_layer_ops *ops, const char *name,
+                         int n_in, const int64_t *in_dims);
+/* Declares parameter number l->n_params; returns its index. */
+rl_status rl_layer_add_param(rl_layer *l, const char *pname, int ndim, const int64_t *shape,
+                             rl_init_kind init, double init_a, int64_t fan_in, int64_t fan_out,
+                             int *index);
+/* Checks the batch: every input (T, B, in_dims[i]) with the same T and B and dtype, lengths
+ * (B) int32 within 1..T; sets T and B. Errors name the layer and the shapes. */
+rl_status rl_layer_check_inputs(const rl_layer *l, const rl_layer_io *io, int64_t *T, int64_t *B);
+/* Fills params[i].value per its init (fan-in/out, orthogonal via Gram-Schmidt in float64). */
+rl_status rl_param_init(rl_param *p, rl_rng *g);
+/* Initialises every (bound) param of the layer in order, then runs ops->init_params. */
+rl_status rl_layer_init_params(rl_layer *l, rl_rng *g);
+/* The index of the param named pname, or -1. */
+int rl_layer_find_param(const rl_layer *l, const char *pname);
+/* The layer's total parameter count. */
+int64_t rl_layer_num_params(const rl_layer *l);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,81 @@
+/* The create functions of the built-in C layer classes (registered in registry.c). */
+#ifndef RL_LAYERS_H
+#define RL_LAYERS_H
+
+#include "layer.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* copy: the inputs concatenated along the feature dim, unchanged. */
+rl_status rl_copy_create(rl_layer **out, const char *name, const rl_options *opts, int n_in,
+                         const int64_t *in_dims);
+
+/* linear (n_out, activation, with_bias), activation (activation), dropout (dropout),
+ * combine (kind = add | concat | mul), window (window, or left/right), softmax (n_out,
+ * with_bias, loss = "ce"): see the top of each layers/X.c for equations and buffers. */
+rl_status rl_linear_create(rl_layer **out, const char *name, const rl_options *opts, int n_in,
+                           const int64_t *in_dims);
+rl_status rl_activation_create(rl_layer **out, const char *name, const rl_options *opts, int n_in,
+                               const int64_t *in_dims);
+rl_status rl_dropout_create(rl_layer **out, const char *name, const rl_options *opts, int n_in,
+                            const int64_t *in_dims);
+rl_status rl_combine_create(rl_layer **out, const char *name, const rl_options *opts, int n_in,
+                            const int64_t *in_dims);
+rl_status rl_window_create(rl_layer **out, const char *name, const rl_options *opts, int n_in,
+                           const int64_t *in_dims);
+rl_status rl_softmax_create(rl_layer **out, const char *name, const rl_options *opts, int n_in,
+                            const int64_t *in_dims);
+
+/* lstm (layers/lstm.c): n_out, direction = 1 | -1, peepholes, forget_bias. */
+rl_status rl_lstm_create(rl_layer **out, const char *name, const rl_options *opts, int n_in,
+                         const int64_t *in_dims);
+/* The initial state of an lstm layer for the following batches: h0, c0 (B, n_out) float CPU
+ * tensors (shared, not copied; dtype converted at each forward) or NULL for zeros. */
+rl_status rl_lstm_set_initial_state(rl_layer *l, const rl_tensor *h0, const rl_tensor *c0);
+/* h, c (unset, or NULL to skip) become views (B, n_out) of each sequence's state after its own
+ * last frame in the processing direction; valid until the next forward. */
+rl_status rl_lstm_final_state(rl_layer *l, rl_tensor *h, rl_tensor *c);
+/* dh0, dc0 (unset, or NULL) become views (B, n_out) of dLoss/dh0 and dLoss/dc0 after a
+ * backward; valid until the next backward. */
+rl_status rl_lstm_initial_state_grad(rl_layer *l, rl_tensor *dh0, rl_tensor *dc0);
+
+/* Activation functions, shared by linear and activation (layers/activation.c). */
+typedef enum {
+    RL_ACT_IDENTITY = 0,
+    RL_ACT_TANH,
+    RL_ACT_SIGMOID,
+    RL_ACT_RELU,
+    RL_ACT_ELU, /* alpha = 1 */
+    RL_ACT_SOFTPLUS,
+    RL_ACT_EXP,
+    RL_ACT_SQUARE,
+    RL_NUM_ACTIVATIONS
+} rl_activation;
+
+const char *rl_activation_name(rl_activation a);
+/* "tanh" -> RL_ACT_TANH; an unknown name is an error naming the layer and the known names. */
+rl_status rl_activation_parse(const char *s, const char *layer, rl_activation *out);
+/* y (set) = f(x); y may be x itself. */
+rl_status rl_activation_forward(rl_activation a, rl_tensor *y, const rl_tensor *x);
+/* Whether backward reads x (else only y = f(x) is needed and f may be applied in place). */
+bool rl_activation_needs_input(rl_activation a);
+/* dx (set) = dy * f'(x), from x and y = f(x); dx must not overlap dy, x or y. */
+rl_status rl_activation_backward(rl_activation a, rl_tensor *dx, const rl_tensor *dy,
+                                 const rl_tensor *x, const rl_tensor *y);
+
+/* The affine map of linear and softmax (layers/linear.c): z (T, B, n_out) = sum_i in_i W_i + b
+ * with W (sum F_i, n_out), W_i its rows for input i, b NULL without bias. */
+rl_status rl_affine_params(rl_layer *l, bool with_bias, int *iW, int *ib);
+rl_status rl_affine_forward(const rl_layer *l, const rl_layer_io *io, const rl_param *W,
+                            const rl_param *b, rl_tensor *z);
+/* dW += x^T dz, db += sum_rows dz (db_scratch: an (n_out) buffer), grad_in[i] = dz W_i^T. */
+rl_status rl_affine_backward(const rl_layer *l, const rl_layer_io *io, rl_param *W, rl_param *b,
+                             const rl_tensor *dz, rl_tensor *db_scratch, rl_tensor *const *grad_in);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

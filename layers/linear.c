@@ -1,0 +1,186 @@
+/* linear: out = f(z), z = concat(in_1, ..., in_n) W + b, f an activation (activation.c).
+ *
+ * Params (RETURNN's layout, input-major): W (sum F_i, n_out), glorot; b (n_out), zeros,
+ * present unless with_bias = false. Rows off_i .. off_i + F_i - 1 of W multiply input i, so
+ * z = sum_i in_i W_i + b with W_i a row-narrow of W: one GEMM per input accumulating into z
+ * (beta = 1), and no concatenated copy of the inputs.
+ *   forward:  z (T*B, n_out) = b (broadcast) + sum_i x_i (T*B, F_i) W_i (F_i, n_out)
+ *   backward: dz = grad_out * f'(z);  dW_i += x_i^T dz;  db += sum_rows dz;  dx_i = dz W_i^T
+ * Buffers: out (T, B, n_out); z (T, B, n_out) only for activations whose derivative needs the
+ * input (softplus, square), otherwise f is applied to out in place; dz (T, B, n_out) in
+ * backward unless f is the identity; db (n_out). Backward keeps z and out from forward and
+ * reads the inputs again.
+ *
+ * The affine part (rl_affine_forward/backward) is shared with softmax. */
+#include <inttypes.h>
+
+#include "layer.h"
+#include "layers.h"
+
+#include "../kernels/ops.h"
+
+/* t (T, B, F) as (T*B, F): a view when the strides allow (always for the network's buffers),
+ * else, for a read-only operand, a contiguous copy. */
+static rl_status rows_of(rl_tensor *out, const rl_tensor *t, bool writable, const char *layer) {
+    int64_t shape[2] = {t->shape[0] * t->shape[1], t->shape[2]};
+    RL_TRY(rl_op_reshape(out, t, 2, shape));
+    if (writable && out->storage != t->storage) {
+        rl_tensor_release(out);
+        return rl_error(RL_ESHAPE,
+                        "layer '%s': a gradient buffer whose (T, B) dims cannot be merged into "
+                        "one is not supported",
+                        layer);
+    }
+    return RL_OK;
+}
+
+static rl_status check_param(const rl_layer *l, const rl_param *p, const rl_tensor *like) {
+    char s[128];
+    if (!p->value.storage || !p->grad.storage)
+        return rl_error(RL_EARG, "layer '%s': parameter %s is not bound to a buffer", l->name,
+                        p->name);
+    if (p->value.dtype != like->dtype ||
+        !rl_device_eq(rl_tensor_device(&p->value), rl_tensor_device(like)))
+        return rl_error(RL_EDTYPE, "layer '%s': parameter %s is %s, the input %s", l->name, p->name,
+                        rl_dtype_name(p->value.dtype), rl_tensor_describe(like, s, sizeof s));
+    return RL_OK;
+}
+
+rl_status rl_affine_forward(const rl_layer *l, const rl_layer_io *io, const rl_param *W,
+                            const rl_param *b, rl_tensor *z) {
+    RL_TRY(check_param(l, W, io->in[0]));
+    if (b) RL_TRY(check_param(l, b, io->in[0]));
+    rl_tensor z2 = {0};
+    RL_TRY(rows_of(&z2, z, true, l->name));
+    rl_status st = b ? rl_op_copy(&z2, &b->value) : RL_OK;
+    int64_t off = 0;
+    for (int i = 0; i < io->n_in && st == RL_OK; i++) {
+        rl_tensor x2 = {0}, Wi = {0};
+        st = rows_of(&x2, io->in[i], false, l->name);
+        if (st == RL_OK) st = rl_tensor_narrow(&Wi, &W->value, 0, off, l->in_dims[i]);
+        if (st == RL_OK) st = rl_op_gemm(&z2, &x2, &Wi, false, false, 1.0, b || i > 0 ? 1.0 : 0.0);
+        rl_tensor_release(&Wi);
+        rl_tensor_release(&x2);
+        off += l->in_dims[i];
+    }
+    rl_tensor_release(&z2);
+    return st;
+}
+
+rl_status rl_affine_backward(const rl_layer *l, const rl_layer_io *io, rl_param *W, rl_param *b,
+                             const rl_tensor *dz, rl_tensor *db, rl_tensor *const *grad_in) {
+    rl_tensor dz2 = {0};
+    RL_TRY(rows_of(&dz2, dz, false, l->name));
+    rl_status st = RL_OK;
+    if (b) {
+        st = rl_buffer_ensure(db, dz->dtype, rl_tensor_device(dz), 1, &l->n_out);
+        if (st == RL_OK) st = rl_op_reduce_dim(db, NULL, &dz2, 0, false, RL_RED_SUM);
+        if (st == RL_OK) st = rl_op_binary(&b->grad, &b->grad, db, RL_BIN_ADD);
+    }
+    int64_t off = 0;
+    for (int i = 0; i < io->n_in && st == RL_OK; i++) {
+        rl_tensor x2 = {0}, Wi = {0}, dWi = {0}, dx2 = {0};
+        st = rows_of(&x2, io->in[i], false, l->name);
+        if (st == RL_OK) st = rl_tensor_narrow(&Wi, &W->value, 0, off, l->in_dims[i]);
+        if (st == RL_OK) st = rl_tensor_narrow(&dWi, &W->grad, 0, off, l->in_dims[i]);
+        if (st == RL_OK) st = rl_op_gemm(&dWi, &x2, &dz2, true, false, 1.0, 1.0);
+        if (st == RL_OK && grad_in[i]) st = rows_of(&dx2, grad_in[i], true, l->name);
+        if (st == RL_OK && grad_in[i]) st = rl_op_gemm(&dx2, &dz2, &Wi, false, true, 1.0, 0.0);
+        rl_tensor_release(&dx2);
+        rl_tensor_release(&dWi);
+        rl_tensor_release(&Wi);
+        rl_tensor_release(&x2);
+        off += l->in_dims[i];
+    }
+    rl_tensor_release(&dz2);
+    return st;
+}
+
+rl_status rl_affine_params(rl_layer *l, bool with_bias, int *iW, int *ib) {
+    int64_t fan_in = 0;
+    for (int i = 0; i < l->n_in; i++)
+        fan_in += l->in_dims[i];
+    int64_t wshape[2] = {fan_in, l->n_out};
+    RL_TRY(rl_layer_add_param(l, "W", 2, wshape, RL_INIT_GLOROT, 1.0, fan_in, l->n_out, iW));
+    *ib = -1;
+    if (with_bias) RL_TRY(rl_layer_add_param(l, "b", 1, &l->n_out, RL_INIT_ZEROS, 0.0, 0, 0, ib));
+    return RL_OK;
+}
+
+typedef struct {
+    rl_layer base;
+    rl_activation act;
+    int iW, ib;
+    rl_tensor z;  /* (T, B, n_out) pre-activation, when f' needs it */
+    rl_tensor dz; /* (T, B, n_out) */
+    rl_tensor db; /* (n_out) */
+} linear_layer;
+
+static rl_status linear_forward(rl_layer *l, rl_layer_io *io) {
+    linear_layer *L = (linear_layer *)l;
+    int64_t T, B;
+    RL_TRY(rl_layer_check_inputs(l, io, &T, &B));
+    int64_t shape[3] = {T, B, l->n_out};
+    rl_dtype dt = io->in[0]->dtype;
+    rl_device dev = rl_tensor_device(io->in[0]);
+    RL_TRY(rl_buffer_ensure(&l->out, dt, dev, 3, shape));
+    rl_tensor *z = &l->out;
+    if (rl_activation_needs_input(L->act)) {
+        RL_TRY(rl_buffer_ensure(&L->z, dt, dev, 3, shape));
+        z = &L->z;
+    }
+    RL_TRY(rl_affine_forward(l, io, &l->params[L->iW], L->ib >= 0 ? &l->params[L->ib] : NULL, z));
+    return rl_activation_forward(L->act, &l->out, z);
+}
+
+static rl_status linear_backward(rl_layer *l, rl_layer_io *io, const rl_tensor *grad_out,
+                                 rl_tensor *const *grad_in) {
+    linear_layer *L = (linear_layer *)l;
+    if (!grad_out)
+        return rl_error(RL_EARG, "layer '%s' (linear): backward needs grad_out", l->name);
+    const rl_tensor *dz = grad_out;
+    if (L->act != RL_ACT_IDENTITY) {
+        RL_TRY(
+            rl_buffer_ensure(&L->dz, grad_out->dtype, rl_tensor_device(grad_out), 3, l->out.shape));
+        RL_TRY(rl_activation_backward(L->act, &L->dz, grad_out, &L->z, &l->out));
+        dz = &L->dz;
+    }
+    return rl_affine_backward(l, io, &l->params[L->iW], L->ib >= 0 ? &l->params[L->ib] : NULL, dz,
+                              &L->db, grad_in);
+}
+
+static void linear_destroy(rl_layer *l) {
+    linear_layer *L = (linear_layer *)l;
+    rl_tensor_release(&L->z);
+    rl_tensor_release(&L->dz);
+    rl_tensor_release(&L->db);
+}
+
+static const rl_layer_ops linear_ops = {.class_name = "linear",
+                                        .forward = linear_forward,
+                                        .backward = linear_backward,
+                                        .destroy = linear_destroy};
+
+rl_status rl_linear_create(rl_layer **out, const char *name, const rl_options *opts, int n_in,
+                           const int64_t *in_dims) {
+    *out = NULL;
+    if (n_in < 1) return rl_error(RL_EARG, "layer '%s' (linear): needs at least one input", name);
+    int64_t n_out;
+    const char *s;
+    bool with_bias;
+    rl_activation act = RL_ACT_IDENTITY;
+    RL_TRY(rl_opt_int(opts, name, "n_out", 0, 1, true, &n_out));
+    RL_TRY(rl_opt_string(opts, name, "activation", "identity", &s));
+    RL_TRY(rl_activation_parse(s, name, &act));
+    RL_TRY(rl_opt_bool(opts, name, "with_bias", true, &with_bias));
+    RL_TRY(rl_layer_alloc(out, sizeof(linear_layer), &linear_ops, name, n_in, in_dims));
+    linear_layer *L = (linear_layer *)*out;
+    L->act = act;
+    (*out)->n_out = n_out;
+    rl_status st = rl_affine_params(*out, with_bias, &L->iW, &L->ib);
+    if (st != RL_OK) {
+        rl_layer_free(*out);
+        *out = NULL;
+    }
+    return st;
+}

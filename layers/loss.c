@@ -1,0 +1,185 @@
+/* Losses (mse, frame-wise cross entropy) and the padding helpers of the layers (see loss.h).
+ * Losses are summed over valid frames, not averaged.
+ *   mse:  loss = sum_{t<len[b], f} (out - target)^2,  d loss/d out = 2 (out - target)
+ *   ce:   loss = -sum_{t<len[b]} logp[t, b, target[t, b]],  d loss/d logits = p - onehot
+ * The onehot is built on the device from the target (classes == target), so no (T, B, C)
+ * tensor crosses between host and device. */
+#include "loss.h"
+
+#include <inttypes.h>
+
+#include "../kernels/ops.h"
+
+static rl_status check_lengths(const char *who, const rl_tensor *lengths, int64_t T, int64_t B) {
+    if (!lengths || !lengths->storage || lengths->ndim != 1 || lengths->dtype != RL_INT32 ||
+        rl_tensor_device(lengths).type != RL_CPU || lengths->shape[0] != B)
+        return rl_error(RL_ESHAPE, "%s: lengths must be a CPU int32 tensor of shape (%" PRId64 ")",
+                        who, B);
+    for (int64_t b = 0; b < B; b++) {
+        double v = rl_tensor_get(lengths, &b);
+        if (v < 0 || v > (double)T)
+            return rl_error(RL_ESHAPE,
+                            "%s: lengths[%" PRId64 "] = %g is outside 0..%" PRId64 " (T)", who,
+                            b + 1, v, T);
+    }
+    return RL_OK;
+}
+
+rl_status rl_fill_padding(rl_tensor *x, const rl_tensor *lengths, double value) {
+    if (!x || !x->storage || x->ndim < 2)
+        return rl_error(RL_ESHAPE, "fill_padding: needs a (T, B, ...) tensor");
+    int64_t T = x->shape[0], B = x->shape[1];
+    RL_TRY(check_lengths("fill_padding", lengths, T, B));
+    for (int64_t b = 0; b < B; b++) {
+        int64_t len = (int64_t)rl_tensor_get(lengths, &b);
+        if (len == T) continue;
+        rl_tensor seq = {0}, pad = {0};
+        RL_TRY(rl_tensor_narrow(&seq, x, 1, b, 1));
+        rl_status st = rl_tensor_narrow(&pad, &seq, 0, len, T - len);
+        if (st == RL_OK) st = rl_op_fill(&pad, value);
+        rl_tensor_release(&pad);
+        rl_tensor_release(&seq);
+        RL_TRY(st);
+    }
+    return RL_OK;
+}
+
+double rl_count_frames(const rl_tensor *lengths) {
+    double n = 0;
+    for (int64_t b = 0; b < lengths->shape[0]; b++)
+        n += rl_tensor_get(lengths, &b);
+    return n;
+}
+
+rl_status rl_loss_mse(const rl_tensor *out, const rl_tensor *target, const rl_tensor *lengths,
+                      double *loss, double *n_frames, rl_tensor *grad) {
+    char so[128], st_[128];
+    if (!out || !out->storage || !target || !target->storage || out->ndim != 3 ||
+        !rl_tensor_same_shape(out, target) || out->dtype != target->dtype ||
+        !rl_device_eq(rl_tensor_device(out), rl_tensor_device(target)))
+        return rl_error(RL_ESHAPE, "mse: output %s and target %s must be (T, B, F) alike",
+                        out && out->storage ? rl_tensor_describe(out, so, sizeof so) : "nothing",
+                        target && target->storage ? rl_tensor_describe(target, st_, sizeof st_)
+                                                  : "nothing");
+    if (out->dtype == RL_INT32)
+        return rl_error(RL_EDTYPE, "mse: output is int32, expected float32 or float64");
+    RL_TRY(check_lengths("mse", lengths, out->shape[0], out->shape[1]));
+    if (grad && (!grad->storage || !rl_tensor_same_shape(grad, out) || grad->dtype != out->dtype ||
+                 !rl_device_eq(rl_tensor_device(grad), rl_tensor_device(out))))
+        return rl_error(RL_ESHAPE, "mse: gradient buffer %s does not match the output %s",
+                        grad->storage ? rl_tensor_describe(grad, st_, sizeof st_) : "unset",
+                        rl_tensor_describe(out, so, sizeof so));
+    rl_tensor tmp = {0};
+    rl_tensor *d = grad ? grad : &tmp;
+    rl_status st = rl_op_binary(d, out, target, RL_BIN_SUB);
+    if (st == RL_OK) st = rl_fill_padding(d, lengths, 0.0);
+    double norm = 0;
+    if (st == RL_OK) st = rl_op_reduce_all(&norm, NULL, d, RL_RED_NORM);
+    if (st == RL_OK && grad) st = rl_op_binary_scalar(grad, grad, 2.0, RL_BIN_MUL, false);
+    rl_tensor_release(&tmp);
+    RL_TRY(st);
+    *loss = norm * norm;
+    *n_frames = rl_count_frames(lengths);
+    return RL_OK;
+}
+
+/* A CPU view of the int32 (T, B) tensor t: t itself, or a copy in *host. */
+static rl_status host_view(const rl_tensor **out, const rl_tensor *t, rl_tensor *host) {
+    if (rl_tensor_device(t).type == RL_CPU) {
+        *out = t;
+        return RL_OK;
+    }
+    RL_TRY(rl_buffer_ensure(host, RL_INT32, RL_DEVICE_CPU, t->ndim, t->shape));
+    RL_TRY(rl_op_copy(host, t));
+    *out = host;
+    return RL_OK;
+}
+
+rl_status rl_loss_ce(rl_ce_work *w, const char *layer, const rl_tensor *logp,
+                     const rl_tensor *target, const rl_tensor *lengths, double *loss,
+                     double *n_errors, double *n_frames) {
+    char s[128];
+    int64_t T = logp->shape[0], B = logp->shape[1], C = logp->shape[2];
+    rl_dtype dt = logp->dtype;
+    rl_device dev = rl_tensor_device(logp);
+    if (!target || !target->storage || target->dtype != RL_INT32 || target->ndim != 2 ||
+        target->shape[0] != T || target->shape[1] != B)
+        return rl_error(
+            RL_ESHAPE,
+            "layer '%s': ce target must be int32 (T, B) = (%" PRId64 ", %" PRId64 "), got %s",
+            layer, T, B,
+            target && target->storage ? rl_tensor_describe(target, s, sizeof s) : "nothing");
+    RL_TRY(check_lengths(layer, lengths, T, B));
+
+    const rl_tensor *th;
+    RL_TRY(host_view(&th, target, &w->target_host));
+    for (int64_t b = 0; b < B; b++) {
+        int64_t len = (int64_t)rl_tensor_get(lengths, &b);
+        for (int64_t t = 0; t < len; t++) {
+            int64_t idx[2] = {t, b};
+            double c = rl_tensor_get(th, idx);
+            if (c < 0 || c >= (double)C)
+                return rl_error(RL_EINDEX,
+                                "layer '%s': target %g at frame %" PRId64 " of sequence %" PRId64
+                                " (1-based) is outside 0..%" PRId64 " (n_out = %" PRId64 ")",
+                                layer, c, t + 1, b + 1, C - 1, C);
+        }
+    }
+
+    int64_t tb1[3] = {T, B, 1}, tbc[3] = {T, B, C};
+    rl_tensor tview = {0};
+    RL_TRY(rl_buffer_ensure(&w->target_f, dt, dev, 3, tb1));
+    RL_TRY(rl_buffer_ensure(&w->classes, dt, dev, 1, &C));
+    RL_TRY(rl_buffer_ensure(&w->onehot, dt, dev, 3, tbc));
+    RL_TRY(rl_buffer_ensure(&w->tmp, dt, dev, 3, tbc));
+    RL_TRY(rl_buffer_ensure(&w->maxv, dt, dev, 2, tbc));
+    RL_TRY(rl_buffer_ensure(&w->argmax, RL_INT32, dev, 2, tbc));
+    RL_TRY(rl_tensor_unsqueeze(&tview, target, 2));
+    rl_status st = rl_op_copy(&w->target_f, &tview);
+    rl_tensor_release(&tview);
+    RL_TRY(st);
+    RL_TRY(rl_fill_padding(&w->target_f, lengths, -1.0));
+    RL_TRY(rl_op_arange(&w->classes, 0.0, 1.0));
+    RL_TRY(rl_op_binary(&w->onehot, &w->classes, &w->target_f, RL_BIN_EQ));
+    RL_TRY(rl_op_binary(&w->tmp, &w->onehot, logp, RL_BIN_MUL));
+    double sum = 0;
+    RL_TRY(rl_op_reduce_all(&sum, NULL, &w->tmp, RL_RED_SUM));
+
+    RL_TRY(rl_op_reduce_dim(&w->maxv, &w->argmax, logp, 2, false, RL_RED_MAX));
+    const rl_tensor *ah;
+    RL_TRY(host_view(&ah, &w->argmax, &w->argmax_host));
+    double errors = 0;
+    for (int64_t b = 0; b < B; b++) {
+        int64_t len = (int64_t)rl_tensor_get(lengths, &b);
+        for (int64_t t = 0; t < len; t++) {
+            int64_t idx[2] = {t, b};
+            errors += rl_tensor_get(ah, idx) != rl_tensor_get(th, idx);
+        }
+    }
+    *loss = -sum;
+    *n_errors = errors;
+    *n_frames = rl_count_frames(lengths);
+    return RL_OK;
+}
+
+rl_status rl_loss_ce_grad(rl_ce_work *w, const rl_tensor *p, const rl_tensor *lengths,
+                          rl_tensor *grad, bool accumulate) {
+    if (!w->onehot.storage || !rl_tensor_same_shape(&w->onehot, p))
+        return rl_error(RL_EARG, "ce gradient: no matching rl_loss_ce before it");
+    rl_tensor *d = accumulate ? &w->tmp : grad;
+    RL_TRY(rl_op_binary(d, p, &w->onehot, RL_BIN_SUB));
+    RL_TRY(rl_fill_padding(d, lengths, 0.0));
+    if (accumulate) RL_TRY(rl_op_binary(grad, grad, d, RL_BIN_ADD));
+    return RL_OK;
+}
+
+void rl_ce_work_release(rl_ce_work *w) {
+    rl_tensor_release(&w->target_host);
+    rl_tensor_release(&w->target_f);
+    rl_tensor_release(&w->classes);
+    rl_tensor_release(&w->onehot);
+    rl_tensor_release(&w->tmp);
+    rl_tensor_release(&w->maxv);
+    rl_tensor_release(&w->argmax);
+    rl_tensor_release(&w->argmax_host);
+}

@@ -1,0 +1,45 @@
+/* The registry of C layer classes: adding a class is one line here (and its file). */
+#include <stdio.h>
+#include <string.h>
+
+#include "layer.h"
+#include "layers.h"
+
+static const struct {
+    const char *name;
+    rl_layer_create_fn create;
+} classes[] = {
+    {"copy", rl_copy_create},
+    {"linear", rl_linear_create},
+    {"activation", rl_activation_create},
+    {"dropout", rl_dropout_create},
+    {"combine", rl_combine_create},
+    {"window", rl_window_create},
+    {"softmax", rl_softmax_create},
+    {"lstm", rl_lstm_create},
+};
+
+#define N_CLASSES (sizeof classes / sizeof classes[0])
+
+const char *const *rl_layer_classes(void) {
+    static const char *names[N_CLASSES + 1];
+    for (size_t i = 0; i < N_CLASSES; i++)
+        names[i] = classes[i].name;
+    names[N_CLASSES] = NULL;
+    return names;
+}
+
+rl_status rl_layer_create(rl_layer **out, const char *class_name, const char *name,
+                          const rl_options *opts, int n_in, const int64_t *in_dims) {
+    *out = NULL;
+    for (size_t i = 0; i < N_CLASSES; i++)
+        if (strcmp(classes[i].name, class_name) == 0)
+            return classes[i].create(out, name, opts, n_in, in_dims);
+    char known[512];
+    size_t used = 0;
+    known[0] = '\0';
+    for (size_t i = 0; i < N_CLASSES && used < sizeof known; i++)
+        used += (size_t)snprintf(known + used, sizeof known - used, "%s%s", i ? ", " : "",
+                                 classes[i].name);
+    return rl_error(RL_EARG, "layer '%s': unknown class '%s' (known: %s)", name, class_name, known);
+}

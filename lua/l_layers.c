@@ -1,0 +1,546 @@
+/* The Lua face of the C layers: a Layer userdata per rl_layer, made by the network builder
+ * (lua/rnnlua/network.lua) through rl._layer_new, and the C helpers Lua-side layers share.
+ *
+ *   rl._layer_new(class, name, desc, in_dims) -> layer, read
+ *       creates a layer of a registered C class; its options are read from the description
+ *       table `desc`, and `read` is the set of keys the layer asked for, so that the caller
+ *       can report every other key as an unknown option (one rule for C and Lua layers).
+ *   layer:params()                     -> {{name=, shape=Size, numel=, init=, ...}, ...}
+ *   layer:bind(values, grads, offset)  -> offset after the layer's parameters; each param
+ *       becomes a view of the flat 1-D buffers at a 0-based element offset (shares storage)
+ *   layer:init_params()                initialises the bound params in order (seeded RNG)
+ *   layer:forward(inputs, lengths, train [, target]) -> out [, loss, n_errors, n_frames]
+ *       out is a view of the layer's own output buffer: the next forward overwrites it.
+ *       The inputs stay referenced by the layer until the next forward, for backward.
+ *   layer:backward(grad_out | nil, grad_in)  grad_in: one entry per input, a tensor shaped
+ *       like that input (written with `=`) or false; parameter gradients are added (`+=`)
+ *   fields: name, class, n_out, n_in, in_dims, is_loss, num_params
+ *   lstm: layer:set_initial_state(h0, c0 | nil), layer:final_state() -> h, c,
+ *         layer:initial_state_grad() -> dh0, dc0 (after backward)
+ *   rl._layer_classes()                -> the C class names
+ *   rl._param_init(t, kind, a, fan_in, fan_out)  the C initialisers, for Lua layers
+ *   rl._loss_mse(out, target, lengths [, grad]) -> loss, n_frames (grad written with `=`)
+ *
+ * Errors from C already name the layer; they are raised as they are. The userdata is pushed
+ * before the layer is created, so a failure leaves nothing behind; __gc frees the layer,
+ * which releases its views of the network's flat buffers. */
+#include "l_layers.h"
+
+#include <lauxlib.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "../core/rng.h"
+#include "../layers/layer.h"
+#include "../layers/layers.h"
+#include "../layers/loss.h"
+#include "l_tensor.h"
+
+typedef struct {
+    rl_layer *layer;
+    rl_layer_io io; /* of the last forward; its tensors are kept alive by the user value */
+    bool forwarded; /* a forward succeeded and its backward has not run yet */
+} layer_ud;
+
+static int raise_plain(lua_State *L) {
+    lua_pushstring(L, rl_errmsg());
+    return lua_error(L);
+}
+
+static layer_ud *check_layer(lua_State *L, int idx) {
+    layer_ud *ud = luaL_checkudata(L, idx, RL_LAYER_MT);
+    if (!ud->layer) luaL_error(L, "layer: the layer has been freed");
+    return ud;
+}
+
+static const char *class_of(const rl_layer *l) { return l->ops->class_name; }
+
+/* ---------------------------------------------------------------- options over a table */
+
+typedef struct {
+    lua_State *L;
+    int desc; /* stack index of the description table */
+    int read; /* stack index of the set of keys read */
+    const char *layer;
+    const char *cls;
+} opts_ctx;
+
+/* Pushes desc[key] (raw: a description is plain data) and records the key as read. */
+static int opt_get(opts_ctx *c, const char *key) {
+    lua_pushboolean(c->L, 1);
+    lua_setfield(c->L, c->read, key);
+    lua_pushstring(c->L, key);
+    return lua_rawget(c->L, c->desc);
+}
+
+static rl_status opt_type_error(opts_ctx *c, const char *key, const char *want) {
+    rl_status st = rl_error(RL_EARG, "layer '%s' (class %s): option %s must be %s, got %s",
+                            c->layer, c->cls, key, want, luaL_typename(c->L, -1));
+    lua_pop(c->L, 1);
+    return st;
+}
+
+static rl_status opt_number(void *ctx, const char *key, double *v, int *found) {
+    opts_ctx *c = ctx;
+    int t = opt_get(c, key);
+    *found = 0;
+    if (t == LUA_TNIL) {
+        lua_pop(c->L, 1);
+        return RL_OK;
+    }
+    if (t != LUA_TNUMBER) return opt_type_error(c, key, "a number");
+    *v = lua_tonumber(c->L, -1);
+    *found = 1;
+    lua_pop(c->L, 1);
+    return RL_OK;
+}
+
+/* The string stays valid while the description table lives, i.e. during create: a layer
+ * that keeps an option string copies it. */
+static rl_status opt_string(void *ctx, const char *key, const char **v, int *found) {
+    opts_ctx *c = ctx;
+    int t = opt_get(c, key);
+    *found = 0;
+    if (t == LUA_TNIL) {
+        lua_pop(c->L, 1);
+        return RL_OK;
+    }
+    if (t != LUA_TSTRING) return opt_type_error(c, key, "a string");
+    *v = lua_tostring(c->L, -1);
+    *found = 1;
+    lua_pop(c->L, 1);
+    return RL_OK;
+}
+
+static rl_status opt_boolean(void *ctx, const char *key, bool *v, int *found) {
+    opts_ctx *c = ctx;
+    int t = opt_get(c, key);
+    *found = 0;
+    if (t == LUA_TNIL) {
+        lua_pop(c->L, 1);
+        return RL_OK;
+    }
+    if (t != LUA_TBOOLEAN) return opt_type_error(c, key, "a boolean");
+    *v = lua_toboolean(c->L, -1);
+    *found = 1;
+    lua_pop(c->L, 1);
+    return RL_OK;
+}
+
+/* ---------------------------------------------------------------- creation */
+
+/* rl._layer_new(class, name, desc, in_dims) -> layer, read */
+static int l_layer_new(lua_State *L) {
+    const char *cls = luaL_checkstring(L, 1);
+    const char *name = luaL_checkstring(L, 2);
+    luaL_checktype(L, 3, LUA_TTABLE);
+    luaL_checktype(L, 4, LUA_TTABLE);
+    lua_settop(L, 4);
+    lua_Integer n = luaL_len(L, 4);
+    if (n > RL_LAYER_MAX_INPUTS)
+        return luaL_error(L, "layer '%s' (class %s): %d inputs, at most %d are supported", name,
+                          cls, (int)n, RL_LAYER_MAX_INPUTS);
+    int64_t dims[RL_LAYER_MAX_INPUTS];
+    for (lua_Integer i = 0; i < n; i++) {
+        lua_geti(L, 4, i + 1);
+        int isnum;
+        lua_Integer d = lua_tointegerx(L, -1, &isnum);
+        if (!isnum || d < 1)
+            return luaL_error(L, "layer '%s' (class %s): input dim %d must be a positive integer",
+                              name, cls, (int)i + 1);
+        dims[i] = d;
+        lua_pop(L, 1);
+    }
+    lua_newtable(L); /* 5: keys read */
+    layer_ud *ud = lua_newuserdatauv(L, sizeof *ud, 1);
+    memset(ud, 0, sizeof *ud);
+    luaL_setmetatable(L, RL_LAYER_MT);
+    lua_newtable(L);
+    lua_setiuservalue(L, -2, 1);
+    opts_ctx c = {L, 3, 5, name, cls};
+    rl_options o = {&c, opt_number, opt_string, opt_boolean};
+    if (rl_layer_create(&ud->layer, cls, name, &o, (int)n, dims) != RL_OK) return raise_plain(L);
+    lua_pushvalue(L, 5);
+    return 2;
+}
+
+static int l_layer_classes(lua_State *L) {
+    const char *const *names = rl_layer_classes();
+    lua_newtable(L);
+    for (int i = 0; names[i]; i++) {
+        lua_pushstring(L, names[i]);
+        lua_rawseti(L, -2, i + 1);
+    }
+    return 1;
+}
+
+/* ---------------------------------------------------------------- parameters */
+
+static const struct {
+    const char *name;
+    rl_init_kind kind;
+} init_kinds[] = {
+    {"zeros", RL_INIT_ZEROS},   {"constant", RL_INIT_CONSTANT}, {"uniform", RL_INIT_UNIFORM},
+    {"normal", RL_INIT_NORMAL}, {"glorot", RL_INIT_GLOROT},     {"orthogonal", RL_INIT_ORTHOGONAL},
+};
+#define N_INIT_KINDS (sizeof init_kinds / sizeof init_kinds[0])
+
+static const char *init_name(rl_init_kind k) {
+    for (size_t i = 0; i < N_INIT_KINDS; i++)
+        if (init_kinds[i].kind == k) return init_kinds[i].name;
+    return "?";
+}
+
+static void push_shape(lua_State *L, int ndim, const int64_t *shape) {
+    lua_createtable(L, ndim, 0);
+    for (int d = 0; d < ndim; d++) {
+        lua_pushinteger(L, shape[d]);
+        lua_rawseti(L, -2, d + 1);
+    }
+    luaL_setmetatable(L, "rnnlua.Size");
+}
+
+static int64_t param_numel(const rl_param *p) {
+    int64_t k = 1;
+    for (int d = 0; d < p->ndim; d++)
+        k *= p->shape[d];
+    return k;
+}
+
+static int m_params(lua_State *L) {
+    rl_layer *l = check_layer(L, 1)->layer;
+    lua_createtable(L, l->n_params, 0);
+    for (int i = 0; i < l->n_params; i++) {
+        const rl_param *p = &l->params[i];
+        lua_createtable(L, 0, 7);
+        lua_pushstring(L, p->name);
+        lua_setfield(L, -2, "name");
+        push_shape(L, p->ndim, p->shape);
+        lua_setfield(L, -2, "shape");
+        lua_pushinteger(L, param_numel(p));
+        lua_setfield(L, -2, "numel");
+        lua_pushstring(L, init_name(p->init));
+        lua_setfield(L, -2, "init");
+        lua_pushnumber(L, p->init_a);
+        lua_setfield(L, -2, "init_scale");
+        lua_pushinteger(L, p->fan_in);
+        lua_setfield(L, -2, "fan_in");
+        lua_pushinteger(L, p->fan_out);
+        lua_setfield(L, -2, "fan_out");
+        lua_rawseti(L, -2, i + 1);
+    }
+    return 1;
+}
+
+static void check_flat(lua_State *L, const rl_layer *l, const rl_tensor *t, const char *what) {
+    char s[160];
+    if (t->ndim != 1 || !rl_tensor_is_contiguous(t) || t->dtype == RL_INT32)
+        luaL_error(L,
+                   "layer '%s' (class %s): bind: the %s must be a contiguous 1-D float tensor, "
+                   "got %s",
+                   l->name, class_of(l), what, rl_tensor_describe(t, s, sizeof s));
+}
+
+/* Makes *dst a (shape) view of flat[off : off + numel(shape)]. */
+static rl_status flat_view(rl_tensor *dst, const rl_tensor *flat, int64_t off, const rl_param *p) {
+    rl_tensor part = {0};
+    RL_TRY(rl_tensor_narrow(&part, flat, 0, off, param_numel(p)));
+    rl_status st = rl_tensor_view(dst, &part, p->ndim, p->shape);
+    rl_tensor_release(&part);
+    return st;
+}
+
+/* layer:bind(values, grads, offset) -> offset after this layer's parameters */
+static int m_bind(lua_State *L) {
+    rl_layer *l = check_layer(L, 1)->layer;
+    rl_tensor *v = rl_lua_check_tensor(L, 2), *g = rl_lua_check_tensor(L, 3);
+    lua_Integer off = luaL_checkinteger(L, 4);
+    check_flat(L, l, v, "parameter buffer");
+    check_flat(L, l, g, "gradient buffer");
+    if (v->dtype != g->dtype || v->shape[0] != g->shape[0])
+        return luaL_error(L, "layer '%s': bind: parameter and gradient buffers differ", l->name);
+    if (off < 0 || off + rl_layer_num_params(l) > v->shape[0])
+        return luaL_error(
+            L, "layer '%s': bind: %I parameters at offset %I do not fit a buffer of %I", l->name,
+            (lua_Integer)rl_layer_num_params(l), off, (lua_Integer)v->shape[0]);
+    for (int i = 0; i < l->n_params; i++) {
+        rl_param *p = &l->params[i];
+        rl_tensor nv = {0}, ng = {0};
+        if (flat_view(&nv, v, off, p) != RL_OK || flat_view(&ng, g, off, p) != RL_OK) {
+            rl_tensor_release(&nv);
+            return raise_plain(L);
+        }
+        rl_tensor_release(&p->value);
+        rl_tensor_release(&p->grad);
+        p->value = nv;
+        p->grad = ng;
+        off += param_numel(p);
+    }
+    lua_pushinteger(L, off);
+    return 1;
+}
+
+static int m_init_params(lua_State *L) {
+    rl_layer *l = check_layer(L, 1)->layer;
+    for (int i = 0; i < l->n_params; i++)
+        if (!l->params[i].value.storage)
+            return luaL_error(L, "layer '%s': init_params before bind", l->name);
+    if (rl_layer_init_params(l, rl_rng_default()) != RL_OK) {
+        lua_pushfstring(L, "layer '%s' (class %s): %s", l->name, class_of(l), rl_errmsg());
+        return lua_error(L);
+    }
+    return 0;
+}
+
+/* rl._param_init(t, kind, a, fan_in, fan_out [, name]): the C initialisers for any tensor */
+static int l_param_init(lua_State *L) {
+    rl_tensor *t = rl_lua_check_tensor(L, 1);
+    const char *kind = luaL_checkstring(L, 2);
+    rl_param p;
+    memset(&p, 0, sizeof p);
+    size_t k = 0;
+    while (k < N_INIT_KINDS && strcmp(init_kinds[k].name, kind) != 0)
+        k++;
+    if (k == N_INIT_KINDS)
+        return luaL_error(L,
+                          "param_init: unknown init '%s' (known: zeros, constant, uniform, "
+                          "normal, glorot, orthogonal)",
+                          kind);
+    p.init = init_kinds[k].kind;
+    p.init_a = luaL_optnumber(L, 3, 1.0);
+    p.fan_in = luaL_optinteger(L, 4, 0);
+    p.fan_out = luaL_optinteger(L, 5, 0);
+    snprintf(p.name, sizeof p.name, "%s", luaL_optstring(L, 6, "param"));
+    /* a borrowed view: p is not released, the userdata keeps owning t */
+    p.value = *t;
+    p.ndim = t->ndim;
+    for (int d = 0; d < t->ndim; d++)
+        p.shape[d] = t->shape[d];
+    if (rl_param_init(&p, rl_rng_default()) != RL_OK) return raise_plain(L);
+    return 0;
+}
+
+/* ---------------------------------------------------------------- forward and backward */
+
+/* layer:forward(inputs, lengths, train [, target]) -> out [, loss, n_errors, n_frames] */
+static int m_forward(lua_State *L) {
+    layer_ud *ud = check_layer(L, 1);
+    rl_layer *l = ud->layer;
+    luaL_checktype(L, 2, LUA_TTABLE);
+    rl_tensor *len = rl_lua_check_tensor(L, 3);
+    bool train = lua_toboolean(L, 4);
+    rl_tensor *target = lua_isnoneornil(L, 5) ? NULL : rl_lua_check_tensor(L, 5);
+    lua_settop(L, 5);
+    int n = (int)luaL_len(L, 2);
+    if (n != l->n_in)
+        return luaL_error(L, "layer '%s' (class %s): %d inputs given, %d expected", l->name,
+                          class_of(l), n, l->n_in);
+    ud->forwarded = false;
+    rl_layer_io *io = &ud->io;
+    memset(io, 0, sizeof *io);
+    lua_getiuservalue(L, 1, 1); /* 6: what this forward's io points to */
+    for (int i = 0; i < n; i++) {
+        lua_geti(L, 2, i + 1);
+        rl_tensor *x = rl_lua_to_tensor(L, -1);
+        if (!x)
+            return luaL_error(L, "layer '%s' (class %s): input %d is a %s, expected a tensor",
+                              l->name, class_of(l), i + 1, luaL_typename(L, -1));
+        lua_seti(L, 6, i + 1);
+        io->in[i] = x;
+    }
+    lua_pushvalue(L, 3);
+    lua_setfield(L, 6, "lengths");
+    lua_pushvalue(L, 5);
+    lua_setfield(L, 6, "target");
+    io->n_in = n;
+    io->lengths = len;
+    io->target = target;
+    io->train = train;
+    io->rng = rl_rng_default();
+    rl_tensor *out = rl_lua_push_tensor(L);
+    if (l->ops->forward(l, io) != RL_OK) return raise_plain(L);
+    rl_tensor_share(out, &l->out);
+    ud->forwarded = true;
+    if (!l->is_loss || !target) return 1;
+    lua_pushnumber(L, io->loss);
+    lua_pushnumber(L, io->n_errors);
+    lua_pushnumber(L, io->n_frames);
+    return 4;
+}
+
+static void check_grad(lua_State *L, const rl_layer *l, const rl_tensor *g, const rl_tensor *like,
+                       const char *what) {
+    char s1[160], s2[160];
+    if (!rl_tensor_same_shape(g, like) || g->dtype != like->dtype || !rl_tensor_is_contiguous(g))
+        luaL_error(L, "layer '%s' (class %s): %s must be a contiguous %s, got %s", l->name,
+                   class_of(l), what, rl_tensor_describe(like, s1, sizeof s1),
+                   rl_tensor_describe(g, s2, sizeof s2));
+}
+
+/* layer:backward(grad_out | nil, grad_in) */
+static int m_backward(lua_State *L) {
+    layer_ud *ud = check_layer(L, 1);
+    rl_layer *l = ud->layer;
+    if (!ud->forwarded)
+        return luaL_error(L,
+                          "layer '%s' (class %s): backward needs a forward before it (once "
+                          "per forward)",
+                          l->name, class_of(l));
+    const rl_tensor *gout = NULL;
+    if (!lua_isnoneornil(L, 2)) {
+        gout = rl_lua_check_tensor(L, 2);
+        check_grad(L, l, gout, &l->out, "grad_out");
+    } else if (!l->is_loss || !ud->io.target) {
+        return luaL_error(L,
+                          "layer '%s' (class %s): backward needs grad_out (only a loss layer "
+                          "given a target starts from its own loss)",
+                          l->name, class_of(l));
+    }
+    luaL_checktype(L, 3, LUA_TTABLE);
+    rl_tensor *gin[RL_LAYER_MAX_INPUTS] = {0};
+    char what[32];
+    for (int i = 0; i < l->n_in; i++) {
+        lua_geti(L, 3, i + 1);
+        if (lua_toboolean(L, -1)) {
+            gin[i] = rl_lua_check_tensor(L, -1);
+            snprintf(what, sizeof what, "grad_in[%d]", i + 1);
+            check_grad(L, l, gin[i], ud->io.in[i], what);
+        }
+        lua_pop(L, 1); /* the caller's table keeps it alive */
+    }
+    ud->forwarded = false;
+    if (l->ops->backward(l, &ud->io, gout, gin) != RL_OK) return raise_plain(L);
+    return 0;
+}
+
+/* ---------------------------------------------------------------- lstm state */
+
+/* layer:set_initial_state(h0, c0 | nil): (B, n_out) each; nil h0 restores the zero state */
+static int m_set_initial_state(lua_State *L) {
+    rl_layer *l = check_layer(L, 1)->layer;
+    const rl_tensor *h0 = lua_isnoneornil(L, 2) ? NULL : rl_lua_check_tensor(L, 2);
+    const rl_tensor *c0 = lua_isnoneornil(L, 3) ? NULL : rl_lua_check_tensor(L, 3);
+    if (rl_lstm_set_initial_state(l, h0, c0) != RL_OK) return raise_plain(L);
+    return 0;
+}
+
+/* layer:final_state() -> h, c (B, n_out): each sequence's state after its last frame */
+static int m_final_state(lua_State *L) {
+    rl_layer *l = check_layer(L, 1)->layer;
+    rl_tensor *h = rl_lua_push_tensor(L);
+    rl_tensor *c = rl_lua_push_tensor(L);
+    if (rl_lstm_final_state(l, h, c) != RL_OK) return raise_plain(L);
+    return 2;
+}
+
+/* layer:initial_state_grad() -> dh0, dc0 (B, n_out): dLoss/d(initial state), after backward */
+static int m_initial_state_grad(lua_State *L) {
+    rl_layer *l = check_layer(L, 1)->layer;
+    rl_tensor *dh = rl_lua_push_tensor(L);
+    rl_tensor *dc = rl_lua_push_tensor(L);
+    if (rl_lstm_initial_state_grad(l, dh, dc) != RL_OK) return raise_plain(L);
+    return 2;
+}
+
+/* ---------------------------------------------------------------- losses */
+
+/* rl._loss_mse(out, target, lengths [, grad]) -> loss, n_frames */
+static int l_loss_mse(lua_State *L) {
+    rl_tensor *out = rl_lua_check_tensor(L, 1);
+    rl_tensor *target = rl_lua_check_tensor(L, 2);
+    rl_tensor *len = rl_lua_check_tensor(L, 3);
+    rl_tensor *grad = lua_isnoneornil(L, 4) ? NULL : rl_lua_check_tensor(L, 4);
+    double loss = 0, n_frames = 0;
+    if (rl_loss_mse(out, target, len, &loss, &n_frames, grad) != RL_OK) return raise_plain(L);
+    lua_pushnumber(L, loss);
+    lua_pushnumber(L, n_frames);
+    return 2;
+}
+
+/* ---------------------------------------------------------------- metatable */
+
+static int mm_index(lua_State *L) {
+    layer_ud *ud = luaL_checkudata(L, 1, RL_LAYER_MT);
+    if (lua_getfield(L, lua_upvalueindex(1), luaL_checkstring(L, 2)) != LUA_TNIL) return 1;
+    const char *k = lua_tostring(L, 2);
+    const rl_layer *l = ud->layer;
+    if (!l) return 0;
+    if (strcmp(k, "name") == 0) {
+        lua_pushstring(L, l->name);
+    } else if (strcmp(k, "class") == 0) {
+        lua_pushstring(L, class_of(l));
+    } else if (strcmp(k, "n_out") == 0) {
+        lua_pushinteger(L, l->n_out);
+    } else if (strcmp(k, "n_in") == 0) {
+        lua_pushinteger(L, l->n_in);
+    } else if (strcmp(k, "is_loss") == 0) {
+        lua_pushboolean(L, l->is_loss);
+    } else if (strcmp(k, "num_params") == 0) {
+        lua_pushinteger(L, rl_layer_num_params(l));
+    } else if (strcmp(k, "in_dims") == 0) {
+        lua_createtable(L, l->n_in, 0);
+        for (int i = 0; i < l->n_in; i++) {
+            lua_pushinteger(L, l->in_dims[i]);
+            lua_rawseti(L, -2, i + 1);
+        }
+    } else {
+        lua_pushnil(L);
+    }
+    return 1;
+}
+
+static int mm_gc(lua_State *L) {
+    layer_ud *ud = luaL_checkudata(L, 1, RL_LAYER_MT);
+    rl_layer_free(ud->layer);
+    ud->layer = NULL;
+    ud->forwarded = false;
+    return 0;
+}
+
+static int mm_tostring(lua_State *L) {
+    layer_ud *ud = luaL_checkudata(L, 1, RL_LAYER_MT);
+    const rl_layer *l = ud->layer;
+    if (!l) {
+        lua_pushstring(L, "Layer (freed)");
+        return 1;
+    }
+    lua_pushfstring(L, "Layer '%s' (class %s, %d inputs, n_out %d, %d params)", l->name,
+                    class_of(l), l->n_in, (int)l->n_out, (int)rl_layer_num_params(l));
+    return 1;
+}
+
+static const luaL_Reg layer_methods[] = {
+    {"params", m_params},
+    {"bind", m_bind},
+    {"init_params", m_init_params},
+    {"forward", m_forward},
+    {"backward", m_backward},
+    {"set_initial_state", m_set_initial_state},
+    {"final_state", m_final_state},
+    {"initial_state_grad", m_initial_state_grad},
+    {NULL, NULL},
+};
+
+static const luaL_Reg module_funcs[] = {
+    {"_layer_new", l_layer_new},
+    {"_layer_classes", l_layer_classes},
+    {"_param_init", l_param_init},
+    {"_loss_mse", l_loss_mse},
+    {NULL, NULL},
+};
+
+void rl_lua_open_layers(lua_State *L) {
+    int module = lua_gettop(L);
+    luaL_newmetatable(L, RL_LAYER_MT);
+    lua_newtable(L);
+    luaL_setfuncs(L, layer_methods, 0);
+    lua_pushcclosure(L, mm_index, 1);
+    lua_setfield(L, -2, "__index");
+    lua_pushcfunction(L, mm_gc);
+    lua_setfield(L, -2, "__gc");
+    lua_pushcfunction(L, mm_tostring);
+    lua_setfield(L, -2, "__tostring");
+    lua_pop(L, 1);
+    luaL_setfuncs(L, module_funcs, 0);
+    lua_settop(L, module);
+}

@@ -1,0 +1,14 @@
+/* The Lua face of the C layer objects (lua/l_layers.c): the Layer userdata that the network
+ * builder (lua/rnnlua/network.lua) wires together, and the few C helpers it needs. */
+#ifndef RL_L_LAYERS_H
+#define RL_L_LAYERS_H
+
+#include <lua.h>
+
+#define RL_LAYER_MT "rnnlua.Layer"
+
+/* Registers the Layer metatable and rl._layer_new, rl._layer_classes, rl._param_init and
+ * rl._loss_mse into the module table on top of the stack. */
+void rl_lua_open_layers(lua_State *L);
+
+#endif

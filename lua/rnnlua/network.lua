@@ -1,0 +1,538 @@
+-- rl.network: a network from a RETURNN-style description, with one flat parameter buffer.
+--
+--   local net = rl.network(layers, extern_data [, {dtype = "float32"|"float64", seed = n,
+--                                                   input_grads = false}])
+--   layers:      name -> {class = ..., from = name | {names} (default "data"), loss = "ce" |
+--                "mse", target = key, loss_scale = 1, is_output_layer = true, ...options}
+--   extern_data: key -> {dim = F} (dense (T, B, F) float input) or {dim = C, sparse = true}
+--                ((T, B) int32 class indices, 0-based)
+--
+-- Starting from the layers with a loss and those with is_output_layer (or, when no layer has
+-- a loss, the layer named "output"), the network instantiates every layer they depend on, in
+-- dependency order (depth first, roots and froms visited in sorted/given order, so the order
+-- is deterministic). All parameters live in one flat buffer and all gradients in another, of
+-- the network's dtype; each layer's weights are views of them, initialised in that order
+-- from the seeded generator (rl.manual_seed before rl.network reproduces them).
+--
+--   net:forward{data = x, classes = y, lengths = len} [, {train = false}] -> loss, errors
+--       loss: the sum over loss layers of loss_scale * (loss summed over valid frames);
+--       errors: wrongly classified frames; net.n_frames: the valid frames. train defaults
+--       to true (dropout active).
+--   net:backward()      gradients of that loss, ADDED to net:grads() (zero them first)
+--   net:zero_grads(), net:params(), net:grads(), net:num_params(), net:param_list(),
+--   net:layer(name), net:input_grad(key) (with input_grads = true), net.description,
+--   net.extern_data, net.order (layer names in dependency order), net.dtype
+--
+-- Backward walks the layers in reverse order. A layer's grad_out is the sum of the input
+-- gradients its consumers wrote; with a single consumer that consumer's grad_in buffer is
+-- used directly. Layers whose output no loss depends on, and layers with no parameter above
+-- or below them that needs a gradient, are skipped. Gradient buffers are sized on the first
+-- batch of a shape and reused. loss = "ce" is the softmax layer's own loss; loss = "mse" is
+-- computed by the layer itself when it takes it (is_loss), else by the network on the
+-- layer's output.
+local M = {}
+
+local layers = require("rnnlua.layers")
+local rl -- the module table, set by install
+
+local Network = {}
+Network.__index = Network
+
+local function fail(fmt, ...)
+  error(string.format(fmt, ...), 0)
+end
+
+local function sorted_keys(t)
+  local keys = {}
+  for k in pairs(t) do keys[#keys + 1] = k end
+  table.sort(keys, function(a, b) return tostring(a) < tostring(b) end)
+  return keys
+end
+
+local function is_int(v) return math.type(v) == "integer" or (type(v) == "number" and v == math.floor(v)) end
+
+---------------------------------------------------------------------------- construction
+
+local function check_extern(extern_data)
+  if type(extern_data) ~= "table" then
+    fail("rl.network: extern_data must be a table (key -> {dim = ..., sparse = ...}), got %s",
+      type(extern_data))
+  end
+  local ext = {}
+  for _, key in ipairs(sorted_keys(extern_data)) do
+    local e = extern_data[key]
+    if type(key) ~= "string" then fail("rl.network: extern_data keys must be strings") end
+    if type(e) ~= "table" then fail("rl.network: extern_data '%s' must be a table", key) end
+    if not is_int(e.dim) or e.dim < 1 then
+      fail("rl.network: extern_data '%s' needs dim, a positive integer", key)
+    end
+    if e.sparse ~= nil and type(e.sparse) ~= "boolean" then
+      fail("rl.network: extern_data '%s': sparse must be a boolean", key)
+    end
+    ext[key] = {dim = math.tointeger(e.dim), sparse = e.sparse == true}
+  end
+  if next(ext) == nil then fail("rl.network: extern_data is empty") end
+  return ext
+end
+
+local function froms_of(name, d)
+  local f = d.from
+  if f == nil then return {"data"} end
+  if type(f) == "string" then return {f} end
+  if type(f) ~= "table" or #f == 0 then
+    fail("layer '%s': from must be a layer or input name or a non-empty list of them", name)
+  end
+  local list = {}
+  for i, s in ipairs(f) do
+    if type(s) ~= "string" then fail("layer '%s': from[%d] must be a name, got %s", name, i, type(s)) end
+    list[i] = s
+  end
+  return list
+end
+
+-- Depth-first post-order from the roots: each layer after all the layers it reads.
+local function topological_order(desc, ext, roots)
+  local order, state, stack = {}, {}, {}
+  local function visit(name)
+    if state[name] == "done" then return end
+    if state[name] == "active" then
+      local path, start = {}, 1
+      for i, n in ipairs(stack) do if n == name then start = i end end
+      for i = start, #stack do path[#path + 1] = stack[i] end
+      path[#path + 1] = name
+      fail("layer '%s': cycle in from: %s", name, table.concat(path, " -> "))
+    end
+    state[name] = "active"
+    stack[#stack + 1] = name
+    for _, src in ipairs(froms_of(name, desc[name])) do
+      if ext[src] == nil then
+        if desc[src] == nil then
+          fail("layer '%s': unknown from '%s' (layers: %s; inputs: %s)", name, src,
+            table.concat(sorted_keys(desc), ", "), table.concat(sorted_keys(ext), ", "))
+        end
+        visit(src)
+      end
+    end
+    stack[#stack] = nil
+    state[name] = "done"
+    order[#order + 1] = name
+  end
+  for _, r in ipairs(roots) do visit(r) end
+  return order
+end
+
+local function check_loss(node, d, ext)
+  local name, layer = node.name, node.layer
+  if d.loss == nil then
+    if d.target ~= nil and (type(d.target) ~= "string" or not ext[d.target]) then
+      fail("layer '%s': target '%s' is not in extern_data (keys: %s)", name, tostring(d.target),
+        table.concat(sorted_keys(ext), ", "))
+    end
+    return
+  end
+  if type(d.loss) ~= "string" then fail("layer '%s': loss must be a string", name) end
+  if d.target == nil then
+    fail("layer '%s': loss '%s' needs a target (one of the extern_data keys: %s)", name, d.loss,
+      table.concat(sorted_keys(ext), ", "))
+  end
+  local t = type(d.target) == "string" and ext[d.target]
+  if not t then
+    fail("layer '%s': target '%s' is not in extern_data (keys: %s)", name, tostring(d.target),
+      table.concat(sorted_keys(ext), ", "))
+  end
+  if d.loss_scale ~= nil and type(d.loss_scale) ~= "number" then
+    fail("layer '%s': loss_scale must be a number", name)
+  end
+  node.loss, node.target, node.loss_scale = d.loss, d.target, d.loss_scale or 1
+  if d.loss == "ce" then
+    if d.class ~= "softmax" or not layer.is_loss then
+      fail("layer '%s': loss 'ce' needs a softmax layer (this one is class %s)", name, d.class)
+    end
+    if not t.sparse then
+      fail("layer '%s': loss 'ce' needs a sparse target, extern_data '%s' is dense", name, d.target)
+    end
+    node.loss_kind = "layer"
+  elseif d.loss == "mse" then
+    if t.sparse then
+      fail("layer '%s': loss 'mse' needs a dense target, extern_data '%s' is sparse", name,
+        d.target)
+    end
+    node.loss_kind = layer.is_loss and "layer" or "mse"
+  else
+    fail("layer '%s': unknown loss '%s' (known: ce, mse)", name, d.loss)
+  end
+  if t.dim ~= layer.n_out then
+    fail("layer '%s': target '%s' has dim %d, the layer's n_out is %d", name, d.target, t.dim,
+      layer.n_out)
+  end
+end
+
+function M.new(desc, extern_data, opts)
+  if type(desc) ~= "table" then
+    fail("rl.network: the description must be a table (name -> layer), got %s", type(desc))
+  end
+  opts = opts or {}
+  local dtype = opts.dtype or "float32"
+  if dtype ~= "float32" and dtype ~= "float64" then
+    fail("rl.network: dtype must be float32 or float64, got %s", tostring(dtype))
+  end
+  local ext = check_extern(extern_data)
+  local names = sorted_keys(desc)
+  local roots, has_loss = {}, false
+  for _, name in ipairs(names) do
+    local d = desc[name]
+    if type(name) ~= "string" then fail("rl.network: layer names must be strings") end
+    if type(d) ~= "table" then fail("layer '%s': the description must be a table", name) end
+    if ext[name] then fail("layer '%s': the name is taken by an extern_data input", name) end
+    if d.loss ~= nil then has_loss = true end
+    if d.loss ~= nil or d.is_output_layer then roots[#roots + 1] = name end
+  end
+  if not has_loss and desc.output ~= nil and not desc.output.is_output_layer then
+    roots[#roots + 1] = "output"
+    table.sort(roots)
+  end
+  if #roots == 0 then
+    fail("rl.network: nothing to build: no layer has a loss or is_output_layer = true, and "
+      .. "there is no layer named 'output'")
+  end
+  if opts.seed ~= nil then rl.manual_seed(opts.seed) end
+
+  local self = setmetatable({
+    description = desc, extern_data = extern_data, dtype = dtype, ext = ext, order = {},
+    nodes = {}, by_name = {}, loss_nodes = {}, used_extern = {}, input_keys = {}, input_grads_on =
+    opts.input_grads == true, input_grad_bufs = {}, forwarded = false,
+  }, Network)
+
+  for i, name in ipairs(topological_order(desc, ext, roots)) do
+    local d = desc[name]
+    local srcs = froms_of(name, d)
+    local in_dims = {}
+    for k, src in ipairs(srcs) do
+      if ext[src] then
+        if ext[src].sparse then
+          fail("layer '%s': input '%s' is sparse (int32 class indices) and cannot feed a layer",
+            name, src)
+        end
+        in_dims[k] = ext[src].dim
+        self.used_extern[src], self.input_keys[src] = true, true
+      else
+        in_dims[k] = self.by_name[src].layer.n_out
+      end
+    end
+    if d.class == nil then
+      fail("layer '%s': missing class (known: %s)", name, table.concat(layers.classes(), ", "))
+    end
+    if type(d.class) ~= "string" then fail("layer '%s': class must be a string", name) end
+    -- as in RETURNN, a loss layer without n_out gets its target's dim
+    local defaults = {}
+    if d.n_out == nil and d.loss ~= nil and type(d.target) == "string" and ext[d.target] then
+      defaults.n_out = ext[d.target].dim
+    end
+    local node = {
+      name = name, index = i, srcs = srcs,
+      layer = layers.create(d.class, name, d, in_dims, dtype, defaults),
+      in_dims = in_dims, consumers = {}, grad_in = {}, inputs = {},
+    }
+    check_loss(node, d, ext)
+    if node.loss then
+      self.loss_nodes[#self.loss_nodes + 1] = node
+      self.used_extern[node.target] = true
+    end
+    self.nodes[i], self.by_name[name], self.order[i] = node, node, name
+  end
+
+  -- who reads whom, and who needs gradients
+  for _, node in ipairs(self.nodes) do
+    node.requires_grad = node.layer.num_params > 0
+    for k, src in ipairs(node.srcs) do
+      local p = self.by_name[src]
+      if p then
+        p.consumers[#p.consumers + 1] = {node = node, slot = k}
+        node.requires_grad = node.requires_grad or p.requires_grad
+      else
+        node.requires_grad = node.requires_grad or self.input_grads_on
+      end
+    end
+  end
+  for i = #self.nodes, 1, -1 do
+    local node = self.nodes[i]
+    node.on_loss_path = node.loss ~= nil
+    for _, c in ipairs(node.consumers) do
+      node.on_loss_path = node.on_loss_path or c.node.on_loss_path
+    end
+    node.do_backward = node.on_loss_path and node.requires_grad
+    node.grad_edges = {}
+    for _, c in ipairs(node.consumers) do
+      if c.node.do_backward then node.grad_edges[#node.grad_edges + 1] = c end
+    end
+    if node.loss_kind == "layer" and node.loss_scale == 0 and #node.grad_edges > 0 then
+      fail("layer '%s': loss_scale = 0 on a loss layer that feeds other layers ('%s') is not "
+        .. "supported", node.name, node.grad_edges[1].node.name)
+    end
+    node.wants_grad_in = {}
+    for k, src in ipairs(node.srcs) do
+      local p = self.by_name[src]
+      node.wants_grad_in[k] = (p and p.requires_grad) or (not p and self.input_grads_on) or false
+    end
+  end
+
+  -- the flat buffers, the views and the initial values
+  local total = 0
+  for _, node in ipairs(self.nodes) do total = total + node.layer.num_params end
+  self.flat_params = rl.zeros(total, dtype)
+  self.flat_grads = rl.zeros(total, dtype)
+  self.plist = {}
+  local off = 0
+  for _, node in ipairs(self.nodes) do
+    local start = off
+    off = node.layer:bind(self.flat_params, self.flat_grads, off)
+    node.views = {}
+    for _, p in ipairs(node.layer:params()) do
+      local v = {
+        layer = node.name, name = p.name,
+        value = self.flat_params:narrow(1, start + 1, p.numel):view(p.shape),
+        grad = self.flat_grads:narrow(1, start + 1, p.numel):view(p.shape),
+      }
+      start = start + p.numel
+      node.views[#node.views + 1] = v
+      self.plist[#self.plist + 1] = v
+    end
+    node.layer:init_params()
+  end
+  self.total = total
+  return self
+end
+
+---------------------------------------------------------------------------- forward
+
+local function describe(t)
+  return string.format("%s %s", t:dtype(), tostring(t:size()))
+end
+
+-- Checks the batch against extern_data; returns T, B.
+function Network:check_batch(batch)
+  if type(batch) ~= "table" then
+    fail("net:forward: the batch must be a table {data = ..., lengths = ...}, got %s", type(batch))
+  end
+  local len = batch.lengths
+  if not rl.is_tensor(len) or len:dim() ~= 1 or len:dtype() ~= "int32" then
+    fail("net:forward: batch.lengths must be a (B) int32 tensor, got %s",
+      rl.is_tensor(len) and describe(len) or tostring(len))
+  end
+  local B, T = len:size(1), nil
+  for _, key in ipairs(sorted_keys(self.used_extern)) do
+    local e, x = self.ext[key], batch[key]
+    if x == nil then fail("net:forward: the batch lacks '%s'", key) end
+    if not rl.is_tensor(x) then fail("net:forward: batch.%s must be a tensor, got %s", key, type(x)) end
+    if e.sparse then
+      if x:dim() ~= 2 or x:dtype() ~= "int32" or x:size(2) ~= B then
+        fail("net:forward: batch.%s must be a (T, %d) int32 tensor of class indices (sparse, dim "
+          .. "%d), got %s", key, B, e.dim, describe(x))
+      end
+    elseif x:dim() ~= 3 or x:size(2) ~= B or x:size(3) ~= e.dim or x:dtype() ~= self.dtype then
+      fail("net:forward: batch.%s must be a (T, %d, %d) %s tensor, got %s", key, B, e.dim,
+        self.dtype, describe(x))
+    end
+    if T and x:size(1) ~= T then
+      fail("net:forward: batch.%s has T = %d, other inputs have T = %d", key, x:size(1), T)
+    end
+    T = x:size(1)
+  end
+  if B == 0 or T == nil then fail("net:forward: empty batch") end
+  local lo, hi = len:min(), len:max()
+  if lo < 1 or hi > T then
+    fail("net:forward: batch.lengths must lie within 1..%d (T), got %d..%d", T, lo, hi)
+  end
+  return T, B
+end
+
+function Network:forward(batch, fopts)
+  local train = true
+  if fopts ~= nil and fopts.train ~= nil then train = fopts.train == true end
+  local T, B = self:check_batch(batch)
+  local lengths = batch.lengths
+  self.forwarded = false
+  local loss, errors, n_frames = 0, 0, nil
+  for _, node in ipairs(self.nodes) do
+    local inputs = node.inputs
+    for k, src in ipairs(node.srcs) do
+      local p = self.by_name[src]
+      inputs[k] = p and p.out or batch[src]
+    end
+    local l, e, f = 0, 0, nil
+    if node.loss_kind == "layer" then
+      node.out, l, e, f = node.layer:forward(inputs, lengths, train, batch[node.target])
+    else
+      node.out = node.layer:forward(inputs, lengths, train)
+      if node.loss_kind == "mse" then
+        node.loss_grad = self:buffer(node.loss_grad, T, B, node.layer.n_out)
+        l, f = rl._loss_mse(node.out, batch[node.target], lengths, node.loss_grad)
+        if node.loss_scale ~= 1 then node.loss_grad:mul_(node.loss_scale) end
+      end
+    end
+    if node.loss then
+      node.last_loss, node.last_errors = l * node.loss_scale, e
+      loss, errors = loss + l * node.loss_scale, errors + e
+      n_frames = n_frames or f
+    end
+  end
+  self.T, self.B, self.lengths = T, B, lengths
+  self.loss, self.n_errors = loss, errors
+  self.n_frames = n_frames or lengths:sum()
+  self.forwarded = true
+  return loss, errors
+end
+
+---------------------------------------------------------------------------- backward
+
+-- buf when it is (T, B, F), else a new zeroed one.
+function Network:buffer(buf, T, B, F)
+  if buf and buf:size(1) == T and buf:size(2) == B then return buf end
+  return rl.zeros(T, B, F, self.dtype)
+end
+
+-- Sum of the grad_in buffers of edges into acc (with `=` for the first unless add).
+local function sum_into(acc, edges, add)
+  for i, e in ipairs(edges) do
+    local g = e.node.grad_in[e.slot]
+    if i == 1 and not add then acc:copy_(g) else acc:add_(g) end
+  end
+end
+
+-- The backward of a layer that computes its own loss, with that loss scaled by s: the layer
+-- adds the gradient of (own loss + <grad_out, out>), so it gets grad_out / s and the result
+-- is scaled by s (param grads: old + s * (new - old); input grads: s * new).
+local function scaled_loss_backward(node, gout, grad_in)
+  local s, before = node.loss_scale, {}
+  if gout then gout:mul_(1 / s) end
+  for i, v in ipairs(node.views) do before[i] = v.grad:clone() end
+  node.layer:backward(gout, grad_in)
+  for i, v in ipairs(node.views) do v.grad:sub_(before[i]):mul_(s):add_(before[i]) end
+  for _, g in ipairs(grad_in) do if g then g:mul_(s) end end
+end
+
+function Network:backward()
+  if not self.forwarded then
+    error("net:backward: needs a net:forward before it (once per forward)", 2)
+  end
+  if #self.loss_nodes == 0 then error("net:backward: the network has no loss", 2) end
+  self.forwarded = false
+  local T, B = self.T, self.B
+  for i = #self.nodes, 1, -1 do
+    local node = self.nodes[i]
+    if node.do_backward then
+      local gout = nil
+      local edges = node.grad_edges
+      if node.loss_kind == "mse" then
+        gout = node.loss_grad
+        sum_into(gout, edges, true)
+      elseif #edges == 1 and node.loss_kind == nil then
+        gout = edges[1].node.grad_in[edges[1].slot]
+      elseif #edges > 0 then
+        node.grad_out = self:buffer(node.grad_out, T, B, node.layer.n_out)
+        gout = node.grad_out
+        sum_into(gout, edges, false)
+      end
+      for k = 1, #node.srcs do
+        if node.wants_grad_in[k] then
+          node.grad_in[k] = self:buffer(node.grad_in[k] or nil, T, B, node.in_dims[k])
+        else
+          node.grad_in[k] = false
+        end
+      end
+      if node.loss_kind == "layer" and node.loss_scale ~= 1 then
+        scaled_loss_backward(node, gout, node.grad_in)
+      else
+        node.layer:backward(gout, node.grad_in)
+      end
+    end
+  end
+  if self.input_grads_on then
+    for key in pairs(self.input_keys) do
+      local edges = {}
+      for _, node in ipairs(self.nodes) do
+        if node.do_backward then
+          for k, src in ipairs(node.srcs) do
+            if src == key then edges[#edges + 1] = {node = node, slot = k} end
+          end
+        end
+      end
+      local buf = self:buffer(self.input_grad_bufs[key], T, B, self.ext[key].dim)
+      buf:zero_()
+      sum_into(buf, edges, true)
+      self.input_grad_bufs[key] = buf
+    end
+  end
+end
+
+---------------------------------------------------------------------------- access
+
+function Network:params() return self.flat_params end
+function Network:grads() return self.flat_grads end
+function Network:zero_grads() self.flat_grads:zero_() end
+function Network:num_params() return self.total end
+
+function Network:param_list()
+  local list = {}
+  for i, v in ipairs(self.plist) do
+    list[i] = {layer = v.layer, name = v.name, value = v.value, grad = v.grad}
+  end
+  return list
+end
+
+-- The gradient of the loss with respect to a dense input, after backward (input_grads = true).
+function Network:input_grad(key)
+  if not self.input_grads_on then
+    error("net:input_grad: build the network with {input_grads = true}", 2)
+  end
+  return self.input_grad_bufs[key]
+end
+
+local LayerView = {}
+LayerView.__index = LayerView
+
+function LayerView:__tostring()
+  local lines = {string.format("layer '%s' (class %s, from %s, n_out %d)", self.name, self.class,
+    table.concat(self.from, ", "), self.n_out)}
+  for _, v in ipairs(self.param_names) do
+    lines[#lines + 1] = string.format("  %s %s", v, tostring(self.params[v]:size()))
+  end
+  if self.output then lines[#lines + 1] = "  output " .. describe(self.output) end
+  return table.concat(lines, "\n")
+end
+
+-- The layer `name` as seen from the REPL: output (of the last forward), params and grads by
+-- name (views of the flat buffers), class, n_out, from, and the layer object itself.
+function Network:layer(name)
+  local node = self.by_name[name]
+  if not node then
+    error(string.format("net:layer: no layer '%s' in the network (layers: %s)", tostring(name),
+      table.concat(self.order, ", ")), 2)
+  end
+  local view = setmetatable({
+    name = name, class = node.layer.class, n_out = node.layer.n_out, from = node.srcs,
+    output = node.out, params = {}, grads = {}, param_names = {}, object = node.layer,
+  }, LayerView)
+  for i, v in ipairs(node.views) do
+    view.params[v.name], view.grads[v.name], view.param_names[i] = v.value, v.grad, v.name
+  end
+  return view
+end
+
+function Network:__tostring()
+  local lines = {string.format("network (%s, %d parameters)", self.dtype, self.total)}
+  for _, node in ipairs(self.nodes) do
+    lines[#lines + 1] = string.format("  %-12s %-10s from %-16s n_out %-5d params %d%s", node.name,
+      node.layer.class, table.concat(node.srcs, ","), node.layer.n_out, node.layer.num_params,
+      node.loss and string.format("  loss %s -> %s", node.loss, node.target) or "")
+  end
+  return table.concat(lines, "\n")
+end
+
+function M.install(module)
+  rl = module
+  rl.network = M.new
+  return M
+end
+
+return M

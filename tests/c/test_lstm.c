@@ -1,0 +1,383 @@
+/* The lstm layer against a float64 reference written here (per-step loops, no BLAS), both
+ * directions, peepholes, ragged lengths, several inputs, a given initial state; a central-
+ * difference gradient check in float64 of inputs, parameters and initial state; float32 near
+ * float64; error messages that name the layer. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+
+#include "../../core/rng.h"
+#include "../../kernels/ops.h"
+#include "../../layers/layer.h"
+#include "../../layers/layers.h"
+
+/* Options from a fixed table: key -> number (booleans as 0/1). */
+typedef struct {
+    const char *keys[8];
+    double vals[8];
+    int n;
+} opt_table;
+
+static rl_status opt_num(void *ctx, const char *key, double *v, int *found) {
+    opt_table *t = ctx;
+    *found = 0;
+    for (int i = 0; i < t->n; i++)
+        if (strcmp(t->keys[i], key) == 0) {
+            *v = t->vals[i];
+            *found = 1;
+        }
+    return RL_OK;
+}
+static rl_status opt_str(void *ctx, const char *key, const char **v, int *found) {
+    (void)ctx, (void)key, (void)v;
+    *found = 0;
+    return RL_OK;
+}
+static rl_status opt_bool(void *ctx, const char *key, bool *v, int *found) {
+    double d = 0;
+    opt_num(ctx, key, &d, found);
+    if (*found) *v = d != 0;
+    return RL_OK;
+}
+
+typedef struct {
+    int dir;
+    bool peep;
+    double fb;
+    bool init_state;
+    int n_in;
+    int64_t F[2];
+} config;
+
+enum { T = 4, B = 3, H = 3 };
+static const int32_t LENS[B] = {4, 1, 3};
+
+typedef struct {
+    rl_layer *l;
+    rl_tensor x[2], len, h0, c0, gout, gin[2];
+    rl_rng g;
+} fixture;
+
+static double urand(uint64_t *s) {
+    *s = *s * 6364136223846793005ull + 1442695040888963407ull;
+    return (double)(*s >> 11) / 9007199254740992.0 * 2.0 - 1.0;
+}
+
+static void fill_rand(rl_tensor *t, uint64_t *s, double scale) {
+    double *p = rl_tensor_data(t);
+    for (int64_t i = 0; i < rl_tensor_numel(t); i++)
+        p[i] = scale * urand(s);
+}
+
+static rl_status make_layer(rl_layer **l, const config *c) {
+    opt_table t = {
+        {"n_out", "direction", "peepholes", "forget_bias"}, {H, c->dir, c->peep, c->fb}, 4};
+    rl_options o = {&t, opt_num, opt_str, opt_bool};
+    return rl_layer_create(l, "lstm", "enc", &o, c->n_in, c->F);
+}
+
+/* float64 layer, params randomised (not the init) so peepholes and biases matter */
+static void fixture_init(fixture *f, const config *c, rl_dtype dt) {
+    memset(f, 0, sizeof *f);
+    uint64_t s = 12345;
+    CHECK_OK(make_layer(&f->l, c));
+    rl_rng_seed(&f->g, 7);
+    for (int i = 0; i < f->l->n_params; i++) {
+        rl_param *p = &f->l->params[i];
+        CHECK_OK(rl_tensor_empty(&p->value, RL_FLOAT64, RL_DEVICE_CPU, p->ndim, p->shape));
+        CHECK_OK(rl_tensor_empty(&p->grad, RL_FLOAT64, RL_DEVICE_CPU, p->ndim, p->shape));
+        fill_rand(&p->value, &s, 0.6);
+        CHECK_OK(rl_op_fill(&p->grad, 0.0));
+    }
+    for (int k = 0; k < c->n_in; k++) {
+        int64_t sh[3] = {T, B, c->F[k]};
+        CHECK_OK(rl_tensor_empty(&f->x[k], RL_FLOAT64, RL_DEVICE_CPU, 3, sh));
+        fill_rand(&f->x[k], &s, 1.0);
+        CHECK_OK(rl_tensor_empty(&f->gin[k], RL_FLOAT64, RL_DEVICE_CPU, 3, sh));
+    }
+    int64_t bs[1] = {B}, st[2] = {B, H}, os[3] = {T, B, H};
+    CHECK_OK(rl_tensor_empty(&f->len, RL_INT32, RL_DEVICE_CPU, 1, bs));
+    memcpy(rl_tensor_data(&f->len), LENS, sizeof LENS);
+    CHECK_OK(rl_tensor_empty(&f->h0, RL_FLOAT64, RL_DEVICE_CPU, 2, st));
+    CHECK_OK(rl_tensor_empty(&f->c0, RL_FLOAT64, RL_DEVICE_CPU, 2, st));
+    fill_rand(&f->h0, &s, 0.5);
+    fill_rand(&f->c0, &s, 0.5);
+    CHECK_OK(rl_tensor_empty(&f->gout, RL_FLOAT64, RL_DEVICE_CPU, 3, os));
+    fill_rand(&f->gout, &s, 1.0);
+    if (c->init_state) CHECK_OK(rl_lstm_set_initial_state(f->l, &f->h0, &f->c0));
+    if (dt == RL_FLOAT32) { /* convert everything to float32 */
+        for (int i = 0; i < f->l->n_params; i++) {
+            rl_param *p = &f->l->params[i];
+            rl_tensor v = {0}, gr = {0};
+            CHECK_OK(rl_op_to(&v, &p->value, RL_FLOAT32, RL_DEVICE_CPU));
+            CHECK_OK(rl_op_to(&gr, &p->grad, RL_FLOAT32, RL_DEVICE_CPU));
+            rl_tensor_release(&p->value);
+            rl_tensor_release(&p->grad);
+            p->value = v;
+            p->grad = gr;
+        }
+        for (int k = 0; k < c->n_in; k++) {
+            rl_tensor v = {0};
+            CHECK_OK(rl_op_to(&v, &f->x[k], RL_FLOAT32, RL_DEVICE_CPU));
+            rl_tensor_release(&f->x[k]);
+            f->x[k] = v;
+        }
+    }
+}
+
+static void fixture_free(fixture *f, int n_in) {
+    rl_layer_free(f->l);
+    for (int k = 0; k < n_in; k++) {
+        rl_tensor_release(&f->x[k]);
+        rl_tensor_release(&f->gin[k]);
+    }
+    rl_tensor *ts[] = {&f->len, &f->h0, &f->c0, &f->gout};
+    for (int i = 0; i < 4; i++)
+        rl_tensor_release(ts[i]);
+}
+
+static rl_layer_io make_io(fixture *f, const config *c) {
+    rl_layer_io io = {0};
+    io.n_in = c->n_in;
+    for (int k = 0; k < c->n_in; k++)
+        io.in[k] = &f->x[k];
+    io.lengths = &f->len;
+    return io;
+}
+
+static double sig(double x) { return 1.0 / (1.0 + exp(-x)); }
+
+/* The reference: out (T, B, H), final states hT, cT (B, H). */
+static void reference(fixture *f, const config *c, double *out, double *hT, double *cT) {
+    const double *W = rl_tensor_data(&f->l->params[0].value);
+    const double *U = rl_tensor_data(&f->l->params[1].value);
+    const double *bb = rl_tensor_data(&f->l->params[2].value);
+    const double *pp[3] = {0};
+    for (int k = 0; k < 3 && c->peep; k++)
+        pp[k] = rl_tensor_data(&f->l->params[3 + k].value);
+    const double *h0 = rl_tensor_data(&f->h0), *c0 = rl_tensor_data(&f->c0);
+    for (int b = 0; b < B; b++) {
+        double h[H], cc[H];
+        for (int j = 0; j < H; j++) {
+            h[j] = c->init_state ? h0[b * H + j] : 0.0;
+            cc[j] = c->init_state ? c0[b * H + j] : 0.0;
+        }
+        for (int s = 0; s < T; s++) {
+            int t = c->dir > 0 ? s : T - 1 - s;
+            if (t >= LENS[b]) {
+                for (int j = 0; j < H; j++)
+                    out[(t * B + b) * H + j] = 0.0;
+                continue;
+            }
+            double z[4 * H];
+            for (int n = 0; n < 4 * H; n++) {
+                z[n] = bb[n];
+                int row = 0;
+                for (int k = 0; k < c->n_in; k++) {
+                    const double *x = rl_tensor_data(&f->x[k]);
+                    for (int i = 0; i < c->F[k]; i++)
+                        z[n] += x[(t * B + b) * c->F[k] + i] * W[(row + i) * 4 * H + n];
+                    row += (int)c->F[k];
+                }
+                for (int i = 0; i < H; i++)
+                    z[n] += h[i] * U[i * 4 * H + n];
+            }
+            for (int j = 0; j < H; j++) {
+                double ig = sig(z[j] + (c->peep ? pp[0][j] * cc[j] : 0));
+                double fg = sig(z[H + j] + (c->peep ? pp[1][j] * cc[j] : 0));
+                double gg = tanh(z[2 * H + j]);
+                cc[j] = fg * cc[j] + ig * gg;
+                double og = sig(z[3 * H + j] + (c->peep ? pp[2][j] * cc[j] : 0));
+                h[j] = og * tanh(cc[j]);
+                out[(t * B + b) * H + j] = h[j];
+            }
+        }
+        for (int j = 0; j < H; j++) {
+            hT[b * H + j] = h[j];
+            cT[b * H + j] = cc[j];
+        }
+    }
+}
+
+static double loss_of(fixture *f, const config *c) {
+    rl_layer_io io = make_io(f, c);
+    CHECK_OK(f->l->ops->forward(f->l, &io));
+    const double *o = rl_tensor_data(&f->l->out), *r = rl_tensor_data(&f->gout);
+    double L = 0;
+    for (int i = 0; i < T * B * H; i++)
+        L += o[i] * r[i];
+    return L;
+}
+
+static double max_rel = 0;
+
+/* Compares the analytic gradient ga[i] with central differences of the loss in v[i]. */
+static void check_grad(fixture *f, const config *c, double *v, const double *ga, int64_t n,
+                       const char *what) {
+    double worst = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double keep = v[i], eps = 1e-5;
+        v[i] = keep + eps;
+        double lp = loss_of(f, c);
+        v[i] = keep - eps;
+        double lm = loss_of(f, c);
+        v[i] = keep;
+        double num = (lp - lm) / (2 * eps);
+        double den = fmax(fmax(fabs(num), fabs(ga[i])), 1e-3);
+        double rel = fabs(num - ga[i]) / den;
+        if (rel > worst) worst = rel;
+    }
+    if (worst > max_rel) max_rel = worst;
+    if (!(worst < 1e-6))
+        fprintf(stderr, "gradient of %s (dir %d, peep %d, init %d): rel error %.3g\n", what, c->dir,
+                c->peep, c->init_state, worst);
+    CHECK(worst < 1e-6);
+}
+
+static void test_config(const config *c) {
+    fixture f;
+    fixture_init(&f, c, RL_FLOAT64);
+    double ref[T * B * H], hT[B * H], cT[B * H];
+    reference(&f, c, ref, hT, cT);
+    (void)loss_of(&f, c);
+    const double *o = rl_tensor_data(&f.l->out);
+    double err = 0;
+    for (int i = 0; i < T * B * H; i++)
+        err = fmax(err, fabs(o[i] - ref[i]));
+    CHECK(err < 1e-12);
+    int zeros_ok = 1;
+    for (int t = 0; t < T; t++)
+        for (int b = 0; b < B; b++)
+            for (int j = 0; j < H; j++)
+                if (t >= LENS[b] && o[(t * B + b) * H + j] != 0.0) zeros_ok = 0;
+    CHECK(zeros_ok);
+    rl_tensor hf = {0}, cf = {0};
+    CHECK_OK(rl_lstm_final_state(f.l, &hf, &cf));
+    double ferr = 0;
+    for (int i = 0; i < B * H; i++) {
+        ferr = fmax(ferr, fabs(((double *)rl_tensor_data(&hf))[i] - hT[i]));
+        ferr = fmax(ferr, fabs(((double *)rl_tensor_data(&cf))[i] - cT[i]));
+    }
+    CHECK(ferr < 1e-12);
+    rl_tensor_release(&hf);
+    rl_tensor_release(&cf);
+
+    /* analytic gradients: params += twice over zeroed grads checks the += rule */
+    rl_layer_io io = make_io(&f, c);
+    rl_tensor *gin[2] = {&f.gin[0], &f.gin[1]};
+    for (int rep = 0; rep < 2; rep++) {
+        (void)loss_of(&f, c);
+        CHECK_OK(f.l->ops->backward(f.l, &io, &f.gout, gin));
+    }
+    rl_tensor dh0 = {0}, dc0 = {0};
+    CHECK_OK(rl_lstm_initial_state_grad(f.l, &dh0, &dc0));
+    double gh[B * H], gc[B * H];
+    memcpy(gh, rl_tensor_data(&dh0), sizeof gh);
+    memcpy(gc, rl_tensor_data(&dc0), sizeof gc);
+    rl_tensor_release(&dh0);
+    rl_tensor_release(&dc0);
+    for (int i = 0; i < f.l->n_params; i++) {
+        rl_param *p = &f.l->params[i];
+        int64_t n = rl_tensor_numel(&p->grad);
+        double *half = malloc((size_t)n * sizeof *half);
+        for (int64_t k = 0; k < n; k++)
+            half[k] = 0.5 * ((double *)rl_tensor_data(&p->grad))[k];
+        check_grad(&f, c, rl_tensor_data(&p->value), half, n, p->name);
+        free(half);
+    }
+    for (int k = 0; k < c->n_in; k++)
+        check_grad(&f, c, rl_tensor_data(&f.x[k]), rl_tensor_data(&f.gin[k]),
+                   rl_tensor_numel(&f.x[k]), "input");
+    if (c->init_state) {
+        check_grad(&f, c, rl_tensor_data(&f.h0), gh, B * H, "h0");
+        check_grad(&f, c, rl_tensor_data(&f.c0), gc, B * H, "c0");
+    }
+    fixture_free(&f, c->n_in);
+
+    /* float32 forward close to float64 */
+    fixture f32;
+    fixture_init(&f32, c, RL_FLOAT32);
+    rl_layer_io io32 = make_io(&f32, c);
+    CHECK_OK(f32.l->ops->forward(f32.l, &io32));
+    const float *o32 = rl_tensor_data(&f32.l->out);
+    double e32 = 0;
+    for (int i = 0; i < T * B * H; i++)
+        e32 = fmax(e32, fabs(o32[i] - ref[i]));
+    CHECK(e32 < 1e-5);
+    fixture_free(&f32, c->n_in);
+}
+
+static void test_errors(void) {
+    opt_table t = {{"direction"}, {1}, 1};
+    rl_options o = {&t, opt_num, opt_str, opt_bool};
+    int64_t F[1] = {2};
+    rl_layer *l = NULL;
+    CHECK(rl_layer_create(&l, "lstm", "enc", &o, 1, F) != RL_OK);
+    CHECK(strstr(rl_errmsg(), "enc") && strstr(rl_errmsg(), "n_out"));
+    opt_table t2 = {{"n_out", "direction"}, {3, 2}, 2};
+    o.ctx = &t2;
+    CHECK(rl_layer_create(&l, "lstm", "enc", &o, 1, F) != RL_OK);
+    CHECK(strstr(rl_errmsg(), "enc") && strstr(rl_errmsg(), "direction"));
+
+    config c = {1, false, 0, false, 1, {2, 0}};
+    fixture f;
+    fixture_init(&f, &c, RL_FLOAT64);
+    int64_t bad[2] = {T, 2};
+    rl_tensor x2 = {0};
+    CHECK_OK(rl_tensor_empty(&x2, RL_FLOAT64, RL_DEVICE_CPU, 2, bad));
+    rl_layer_io io = make_io(&f, &c);
+    io.in[0] = &x2;
+    CHECK(f.l->ops->forward(f.l, &io) != RL_OK);
+    CHECK(strstr(rl_errmsg(), "enc") != NULL);
+    rl_tensor_release(&x2);
+    int64_t wrongf[3] = {T, B, 5};
+    CHECK_OK(rl_tensor_empty(&x2, RL_FLOAT64, RL_DEVICE_CPU, 3, wrongf));
+    CHECK(f.l->ops->forward(f.l, &io) != RL_OK);
+    CHECK(strstr(rl_errmsg(), "enc") != NULL);
+    rl_tensor_release(&x2);
+    int64_t hs[2] = {B + 1, H};
+    rl_tensor h = {0};
+    CHECK_OK(rl_tensor_empty(&h, RL_FLOAT64, RL_DEVICE_CPU, 2, hs));
+    CHECK_OK(rl_op_fill(&h, 0.0));
+    CHECK_OK(rl_lstm_set_initial_state(f.l, &h, NULL));
+    io = make_io(&f, &c);
+    CHECK(f.l->ops->forward(f.l, &io) != RL_OK);
+    CHECK(strstr(rl_errmsg(), "enc") && strstr(rl_errmsg(), "initial"));
+    CHECK_OK(rl_lstm_set_initial_state(f.l, NULL, NULL));
+    CHECK_OK(f.l->ops->forward(f.l, &io));
+    rl_tensor_release(&h);
+    fixture_free(&f, 1);
+}
+
+/* the declared parameters, their init kinds and layout */
+static void test_params(void) {
+    config c = {-1, true, 1.0, false, 2, {2, 3}};
+    rl_layer *l = NULL;
+    CHECK_OK(make_layer(&l, &c));
+    if (!l) return;
+    CHECK(l->n_out == H && l->n_params == 6);
+    CHECK(strcmp(l->params[0].name, "W") == 0 && l->params[0].shape[0] == 5 &&
+          l->params[0].shape[1] == 4 * H && l->params[0].init == RL_INIT_GLOROT);
+    CHECK(strcmp(l->params[1].name, "U") == 0 && l->params[1].init == RL_INIT_ORTHOGONAL);
+    CHECK(strcmp(l->params[2].name, "b") == 0 && l->params[2].shape[0] == 4 * H);
+    CHECK(strcmp(l->params[5].name, "p_o") == 0 && l->params[5].shape[0] == H);
+    rl_layer_free(l);
+}
+
+int main(void) {
+    rl_ops_init();
+    for (int dir = -1; dir <= 1; dir += 2)
+        for (int peep = 0; peep <= 1; peep++)
+            for (int init = 0; init <= 1; init++) {
+                config c = {dir, peep, peep ? 0.7 : 0.0, init, 2, {2, 3}};
+                test_config(&c);
+            }
+    config one = {1, true, 0.0, true, 1, {4, 0}};
+    test_config(&one);
+    test_errors();
+    test_params();
+    printf("max gradient rel error %.3g\n", max_rel);
+    TEST_MAIN_END();
+}
