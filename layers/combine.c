@@ -34,16 +34,7 @@ static rl_status combine_forward(rl_layer *l, rl_layer_io *io) {
     case COMBINE_MUL: return rl_op_binary(&l->out, io->in[0], io->in[1], RL_BIN_MUL);
     case COMBINE_CONCAT: break;
     }
-    int64_t off = 0;
-    for (int i = 0; i < io->n_in; i++) {
-        rl_tensor part = {0};
-        RL_TRY(rl_tensor_narrow(&part, &l->out, 2, off, l->in_dims[i]));
-        rl_status st = rl_op_copy(&part, io->in[i]);
-        rl_tensor_release(&part);
-        RL_TRY(st);
-        off += l->in_dims[i];
-    }
-    return RL_OK;
+    return rl_layer_concat_inputs(l, io, &l->out);
 }
 
 static rl_status combine_backward(rl_layer *l, rl_layer_io *io, const rl_tensor *grad_out,
@@ -51,23 +42,13 @@ static rl_status combine_backward(rl_layer *l, rl_layer_io *io, const rl_tensor 
     combine_layer *C = (combine_layer *)l;
     if (!grad_out)
         return rl_error(RL_EARG, "layer '%s' (combine): backward needs grad_out", l->name);
-    int64_t off = 0;
+    if (C->kind == COMBINE_CONCAT) return rl_layer_split_grad(l, grad_out, grad_in);
     for (int i = 0; i < io->n_in; i++) {
-        if (grad_in[i]) {
-            rl_status st;
-            if (C->kind == COMBINE_ADD) {
-                st = rl_op_copy(grad_in[i], grad_out);
-            } else if (C->kind == COMBINE_MUL) {
-                st = rl_op_binary(grad_in[i], grad_out, io->in[1 - i], RL_BIN_MUL);
-            } else {
-                rl_tensor part = {0};
-                st = rl_tensor_narrow(&part, grad_out, 2, off, l->in_dims[i]);
-                if (st == RL_OK) st = rl_op_copy(grad_in[i], &part);
-                rl_tensor_release(&part);
-            }
-            RL_TRY(st);
-        }
-        off += l->in_dims[i];
+        if (!grad_in[i]) continue;
+        if (C->kind == COMBINE_ADD)
+            RL_TRY(rl_op_copy(grad_in[i], grad_out));
+        else
+            RL_TRY(rl_op_binary(grad_in[i], grad_out, io->in[1 - i], RL_BIN_MUL));
     }
     return RL_OK;
 }

@@ -12,32 +12,13 @@ static rl_status copy_forward(rl_layer *l, rl_layer_io *io) {
     RL_TRY(rl_layer_check_inputs(l, io, &T, &B));
     int64_t shape[3] = {T, B, l->n_out};
     RL_TRY(rl_buffer_ensure(&l->out, io->in[0]->dtype, rl_tensor_device(io->in[0]), 3, shape));
-    int64_t off = 0;
-    for (int i = 0; i < io->n_in; i++) {
-        rl_tensor part = {0};
-        RL_TRY(rl_tensor_narrow(&part, &l->out, 2, off, l->in_dims[i]));
-        rl_status st = rl_op_copy(&part, io->in[i]);
-        rl_tensor_release(&part);
-        RL_TRY(st);
-        off += l->in_dims[i];
-    }
-    return RL_OK;
+    return rl_layer_concat_inputs(l, io, &l->out);
 }
 
 static rl_status copy_backward(rl_layer *l, rl_layer_io *io, const rl_tensor *grad_out,
                                rl_tensor *const *grad_in) {
-    int64_t off = 0;
-    for (int i = 0; i < io->n_in; i++) {
-        if (grad_in[i]) {
-            rl_tensor part = {0};
-            RL_TRY(rl_tensor_narrow(&part, grad_out, 2, off, l->in_dims[i]));
-            rl_status st = rl_op_copy(grad_in[i], &part);
-            rl_tensor_release(&part);
-            RL_TRY(st);
-        }
-        off += l->in_dims[i];
-    }
-    return RL_OK;
+    (void)io;
+    return rl_layer_split_grad(l, grad_out, grad_in);
 }
 
 static const rl_layer_ops copy_ops = {

@@ -203,6 +203,35 @@ rl_status rl_param_init(rl_param *p, rl_rng *g) {
     return rl_error(RL_EARG, "parameter %s: unknown init kind %d", p->name, (int)p->init);
 }
 
+rl_status rl_layer_concat_inputs(const rl_layer *l, const rl_layer_io *io, rl_tensor *out) {
+    int64_t off = 0;
+    for (int i = 0; i < io->n_in; i++) {
+        rl_tensor part = {0};
+        RL_TRY(rl_tensor_narrow(&part, out, 2, off, l->in_dims[i]));
+        rl_status st = rl_op_copy(&part, io->in[i]);
+        rl_tensor_release(&part);
+        RL_TRY(st);
+        off += l->in_dims[i];
+    }
+    return RL_OK;
+}
+
+rl_status rl_layer_split_grad(const rl_layer *l, const rl_tensor *grad_out,
+                              rl_tensor *const *grad_in) {
+    int64_t off = 0;
+    for (int i = 0; i < l->n_in; i++) {
+        if (grad_in[i]) {
+            rl_tensor part = {0};
+            RL_TRY(rl_tensor_narrow(&part, grad_out, 2, off, l->in_dims[i]));
+            rl_status st = rl_op_copy(grad_in[i], &part);
+            rl_tensor_release(&part);
+            RL_TRY(st);
+        }
+        off += l->in_dims[i];
+    }
+    return RL_OK;
+}
+
 rl_status rl_layer_init_params(rl_layer *l, rl_rng *g) {
     for (int i = 0; i < l->n_params; i++) {
         if (!l->params[i].value.storage)

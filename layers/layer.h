@@ -145,6 +145,12 @@ rl_status rl_layer_add_param(rl_layer *l, const char *pname, int ndim, const int
 /* Checks the batch: every input (T, B, in_dims[i]) with the same T and B and dtype, lengths
  * (B) int32 within 1..T; sets T and B. Errors name the layer and the shapes. */
 rl_status rl_layer_check_inputs(const rl_layer *l, const rl_layer_io *io, int64_t *T, int64_t *B);
+/* Concatenated inputs: writes io->in[0..n_in-1] side by side along the feature dim into out
+ * (set, (T, B, sum in_dims)); and the transpose, each grad_in[i] (NULL to skip) = its slice of
+ * grad_out. Used by every layer whose output is its inputs concatenated. */
+rl_status rl_layer_concat_inputs(const rl_layer *l, const rl_layer_io *io, rl_tensor *out);
+rl_status rl_layer_split_grad(const rl_layer *l, const rl_tensor *grad_out,
+                              rl_tensor *const *grad_in);
 /* Fills params[i].value per its init (fan-in/out, orthogonal via Gram-Schmidt in float64). */
 rl_status rl_param_init(rl_param *p, rl_rng *g);
 /* Initialises every (bound) param of the layer in order, then runs ops->init_params. */
