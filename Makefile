@@ -32,11 +32,12 @@ PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null) -llua5.4-filesystem
 WARN    := -Wall -Wextra -Wshadow -Wmissing-prototypes -Wno-unused-parameter
 CFLAGS  ?= -O2 -g
 # -fno-trapping-math lets GCC if-convert and vectorise the float formulas of
-# kernels/pointwise.h (rnnlua never enables FP traps); unlike -ffast-math/-Ofast it keeps
-# NaN and Inf semantics, which NaN checks and gradient checks rely on. The binary is built
+# kernels/pointwise.h (rnnlua never enables FP traps), -fno-math-errno lets it vectorise sqrt
+# (rnnlua never reads errno after math calls); unlike -ffast-math/-Ofast both keep NaN and
+# Inf semantics, which NaN checks and gradient checks rely on. The binary is built
 # for the machine it is built on (ARCH=x86-64 for a portable one).
 ARCH    ?= native
-CFLAGS  += -std=c11 -D_GNU_SOURCE -fPIC -march=$(ARCH) -fno-trapping-math $(WARN) -MMD -MP -I. \
+CFLAGS  += -std=c11 -D_GNU_SOURCE -fPIC -march=$(ARCH) -fno-trapping-math -fno-math-errno $(WARN) -MMD -MP -I. \
            $(PKG_CFLAGS)
 LDLIBS  := $(PKG_LIBS) -lm -lpthread
 ifeq ($(WERROR),1)
@@ -123,7 +124,7 @@ bench: $(BUILD)/rnnlua $(BENCHES)
 	@bash bench/run.sh $(BUILD)
 
 demo: rnnlua
-	./rnnlua recipes/demo.lua
+	./rnnlua recipes/12ax_blstm.lua
 
 # Compile-and-link check of every CUDA source (no GPU needed).
 check-cuda:

@@ -6,7 +6,10 @@
 #include "../core/blas.h"
 #include "../kernels/ops.h"
 #include "embedded.h"
+#include "l_dataset.h"
 #include "l_layers.h"
+#include "l_optim.h"
+#include "l_sys.h"
 #include "l_tensor.h"
 #include "version.h"
 
@@ -48,6 +51,9 @@ int luaopen_rnnlua(lua_State *L) {
     rl_lua_open_tensor(L);
     rl_lua_open_h5(L);
     rl_lua_open_layers(L);
+    rl_lua_open_optim(L);
+    rl_lua_open_dataset(L);
+    rl_lua_open_sys(L);
 
     size_t len;
     const char *src = rl_embedded_find("rnnlua.init", &len);

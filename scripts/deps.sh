@@ -3,7 +3,9 @@
 # `deps.sh --check` only reports (exit 1 when something is missing).
 set -euo pipefail
 
-pkgs=(pkg-config liblua5.4-dev lua-filesystem-dev libhdf5-dev libopenblas-dev libedit-dev hdf5-tools)
+# hdf5-tools (h5dump) and python3-h5py are for the tests: files written by other writers
+pkgs=(pkg-config liblua5.4-dev lua-filesystem-dev libhdf5-dev libopenblas-dev libedit-dev hdf5-tools
+      python3-h5py)
 
 missing=()
 for p in "${pkgs[@]}"; do

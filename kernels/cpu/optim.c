@@ -1,0 +1,157 @@
+/* The CPU loops of the optimizers (kernels/optim.h): one pass over contiguous flat buffers for
+ * the update, one for the squared gradient norm, and the column rescaling of max-norm. The
+ * formulas come from kernels/optim_rules.h; each loop converts to double, applies them and
+ * stores in the buffers' dtype. The dispatcher (kernels/optim.c) has checked dtypes, devices,
+ * lengths and contiguity. */
+#include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "../optim.h"
+#include "../optim_rules.h"
+
+/* The noise of elements i and i + 1 (i even) comes from one Philox block. */
+static double noise_at(const rl_optim_coef *c, rl_philox_block *b, uint64_t i) {
+    if (i % 2 == 0) *b = rl_philox(c->noise_seed, 0, c->noise_offset + i / 2);
+    return rl_optim_noise(*b, i);
+}
+
+/* One loop per method and dtype: `kind` is a constant at each inlined call, so the switch of
+ * rl_optim_rule and the state tests fold away, and the loop without noise vectorises (the
+ * noise loop stays scalar: Philox and Box-Muller per element). */
+#define LOOP_ATTR static inline __attribute__((always_inline))
+
+LOOP_ATTR void elem_f32(const rl_optim_coef *c, float *restrict w, const float *restrict g,
+                        float *restrict s1, float *restrict s2, int64_t i, double nz) {
+    bool has1 = rl_optim_states_of(c->kind) >= 1, has2 = rl_optim_states_of(c->kind) >= 2;
+    double a = has1 ? s1[i] : 0.0, z = has2 ? s2[i] : 0.0;
+    w[i] = (float)rl_optim_rule(c, w[i], g[i], nz, &a, &z);
+    if (has1) s1[i] = (float)a;
+    if (has2) s2[i] = (float)z;
+}
+
+LOOP_ATTR void elem_f64(const rl_optim_coef *c, double *restrict w, const double *restrict g,
+                        double *restrict s1, double *restrict s2, int64_t i, double nz) {
+    bool has1 = rl_optim_states_of(c->kind) >= 1, has2 = rl_optim_states_of(c->kind) >= 2;
+    double a = has1 ? s1[i] : 0.0, z = has2 ? s2[i] : 0.0;
+    w[i] = rl_optim_rule(c, w[i], g[i], nz, &a, &z);
+    if (has1) s1[i] = a;
+    if (has2) s2[i] = z;
+}
+
+LOOP_ATTR void loop_f32(rl_optim_kind kind, float *restrict w, const float *restrict g,
+                        float *restrict s1, float *restrict s2, int64_t n,
+                        const rl_optim_coef *coef) {
+    rl_optim_coef c = *coef;
+    c.kind = kind;
+    if (c.noise_std != 0) {
+        rl_philox_block b = {{0, 0, 0, 0}};
+        for (int64_t i = 0; i < n; i++)
+            elem_f32(&c, w, g, s1, s2, i, noise_at(&c, &b, (uint64_t)i));
+    } else {
+        for (int64_t i = 0; i < n; i++)
+            elem_f32(&c, w, g, s1, s2, i, 0.0);
+    }
+}
+
+LOOP_ATTR void loop_f64(rl_optim_kind kind, double *restrict w, const double *restrict g,
+                        double *restrict s1, double *restrict s2, int64_t n,
+                        const rl_optim_coef *coef) {
+    rl_optim_coef c = *coef;
+    c.kind = kind;
+    if (c.noise_std != 0) {
+        rl_philox_block b = {{0, 0, 0, 0}};
+        for (int64_t i = 0; i < n; i++)
+            elem_f64(&c, w, g, s1, s2, i, noise_at(&c, &b, (uint64_t)i));
+    } else {
+        for (int64_t i = 0; i < n; i++)
+            elem_f64(&c, w, g, s1, s2, i, 0.0);
+    }
+}
+
+static void update_f32(float *w, const float *g, float *s1, float *s2, int64_t n,
+                       const rl_optim_coef *c) {
+    switch (c->kind) {
+    case RL_OPT_MOMENTUM: loop_f32(RL_OPT_MOMENTUM, w, g, s1, s2, n, c); break;
+    case RL_OPT_NESTEROV: loop_f32(RL_OPT_NESTEROV, w, g, s1, s2, n, c); break;
+    case RL_OPT_ADAGRAD: loop_f32(RL_OPT_ADAGRAD, w, g, s1, s2, n, c); break;
+    case RL_OPT_ADADELTA: loop_f32(RL_OPT_ADADELTA, w, g, s1, s2, n, c); break;
+    case RL_OPT_ADAM: loop_f32(RL_OPT_ADAM, w, g, s1, s2, n, c); break;
+    case RL_OPT_ADAMW: loop_f32(RL_OPT_ADAMW, w, g, s1, s2, n, c); break;
+    default: loop_f32(RL_OPT_SGD, w, g, s1, s2, n, c); break;
+    }
+}
+
+static void update_f64(double *w, const double *g, double *s1, double *s2, int64_t n,
+                       const rl_optim_coef *c) {
+    switch (c->kind) {
+    case RL_OPT_MOMENTUM: loop_f64(RL_OPT_MOMENTUM, w, g, s1, s2, n, c); break;
+    case RL_OPT_NESTEROV: loop_f64(RL_OPT_NESTEROV, w, g, s1, s2, n, c); break;
+    case RL_OPT_ADAGRAD: loop_f64(RL_OPT_ADAGRAD, w, g, s1, s2, n, c); break;
+    case RL_OPT_ADADELTA: loop_f64(RL_OPT_ADADELTA, w, g, s1, s2, n, c); break;
+    case RL_OPT_ADAM: loop_f64(RL_OPT_ADAM, w, g, s1, s2, n, c); break;
+    case RL_OPT_ADAMW: loop_f64(RL_OPT_ADAMW, w, g, s1, s2, n, c); break;
+    default: loop_f64(RL_OPT_SGD, w, g, s1, s2, n, c); break;
+    }
+}
+
+void rl_optim_cpu_update(rl_tensor *params, const rl_tensor *grads, rl_tensor *s1, rl_tensor *s2,
+                         const rl_optim_coef *coef) {
+    int64_t n = rl_tensor_numel(params);
+    if (params->dtype == RL_FLOAT32)
+        update_f32(rl_tensor_data(params), rl_tensor_data(grads), s1 ? rl_tensor_data(s1) : NULL,
+                   s2 ? rl_tensor_data(s2) : NULL, n, coef);
+    else
+        update_f64(rl_tensor_data(params), rl_tensor_data(grads), s1 ? rl_tensor_data(s1) : NULL,
+                   s2 ? rl_tensor_data(s2) : NULL, n, coef);
+}
+
+/* Eight independent partial sums, so the loop vectorises without reassociation (-ffast-math
+ * is never used); the order is fixed, so the result is deterministic. */
+double rl_optim_cpu_sqnorm(const rl_tensor *t) {
+    int64_t n = rl_tensor_numel(t), i = 0;
+    double acc[8] = {0};
+    if (t->dtype == RL_FLOAT32) {
+        const float *p = rl_tensor_data(t);
+        for (; i + 8 <= n; i += 8)
+            for (int k = 0; k < 8; k++)
+                acc[k] += (double)p[i + k] * (double)p[i + k];
+        for (; i < n; i++)
+            acc[0] += (double)p[i] * (double)p[i];
+    } else {
+        const double *p = rl_tensor_data(t);
+        for (; i + 8 <= n; i += 8)
+            for (int k = 0; k < 8; k++)
+                acc[k] += p[i + k] * p[i + k];
+        for (; i < n; i++)
+            acc[0] += p[i] * p[i];
+    }
+    return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+}
+
+static double get(const rl_tensor *w, int64_t i, int64_t j) {
+    int64_t k = i * w->stride[0] + j * w->stride[1];
+    return w->dtype == RL_FLOAT32 ? ((const float *)rl_tensor_data(w))[k]
+                                  : ((const double *)rl_tensor_data(w))[k];
+}
+
+static void scale_at(rl_tensor *w, int64_t i, int64_t j, double s) {
+    int64_t k = i * w->stride[0] + j * w->stride[1];
+    if (w->dtype == RL_FLOAT32)
+        ((float *)rl_tensor_data(w))[k] = (float)(((float *)rl_tensor_data(w))[k] * s);
+    else
+        ((double *)rl_tensor_data(w))[k] *= s;
+}
+
+void rl_optim_cpu_max_norm(rl_tensor *w, double max_norm) {
+    for (int64_t j = 0; j < w->shape[1]; j++) {
+        double sum = 0.0;
+        for (int64_t i = 0; i < w->shape[0]; i++)
+            sum += get(w, i, j) * get(w, i, j);
+        double norm = sqrt(sum);
+        if (!(norm > max_norm)) continue;
+        double s = max_norm / norm;
+        for (int64_t i = 0; i < w->shape[0]; i++)
+            scale_at(w, i, j, s);
+    }
+}

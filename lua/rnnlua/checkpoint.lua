@@ -1,0 +1,318 @@
+-- Checkpoints: one HDF5 file per save, readable with h5dump or h5py.
+--
+--   rl.save_checkpoint(path, {net =, optimizer =, lr_control =, epoch =, step =
+--                             [, rng_state = (default: rl.get_rng_state())]})
+--   rl.load_checkpoint(path) -> {path =, description =, extern_data =, dtype =, params = flat
+--       tensor, param_tensors = {["layer/name"] = tensor}, param_order = {"layer/name", ...},
+--       optimizer_state =, lr_control_state =, rng_state = {seed =, offset =}, epoch =, step =}
+--   rl.checkpoint.load_params(ck, net [, {partial = true}])  copies the saved values into the
+--       net's parameters by layer and name (partial: the net may hold a subset of them)
+--   rl.checkpoint.serialize(value, what) / rl.checkpoint.deserialize(text, what)
+--
+-- Layout:
+--   /                  attrs format = "rnnlua-checkpoint", version, epoch, step, dtype,
+--                      num_params, description and extern_data (Lua literals, see below)
+--   /params/<layer>/<name>   each parameter with its shape; attr order on /params (a Lua
+--                      list of "layer/name" in the flat buffer's order)
+--   /optimizer, /lr_control  their state tables: tensors as datasets, numbers and strings
+--                      as attributes (integers int64, floats double) for h5dump and h5py, and
+--                      attr _values, a Lua literal of every non-tensor entry, which is what
+--                      load reads: it keeps integers and floats apart and takes booleans
+--                      and tables, and HDF5 attributes cannot be listed through core/h5io
+--   /rng               attrs seed, offset (int64) and state (the same as a Lua literal, read
+--                      back exactly: rl.h5file reads numeric attributes as doubles)
+-- The file is read and written with rl.h5file (lua/l_dataset.c).
+-- Descriptions are written as Lua literals with sorted keys, so the same table always gives
+-- the same text, and read back with load() in an empty environment (data, not code): a
+-- function in a description cannot be saved and is an error naming its key.
+-- The file is written under a temporary name and renamed when complete (core/h5io), so an
+-- error or a crash while saving leaves the previous file at that path as it was.
+local M = {}
+local rl -- the module table, set by install
+
+local FORMAT, VERSION = "rnnlua-checkpoint", 1
+
+---------------------------------------------------------------------------- Lua literals
+
+local KEYWORDS = {}
+for w in ("and break do else elseif end false for function goto if in local nil not or "
+  .. "repeat return then true until while"):gmatch("%a+") do
+  KEYWORDS[w] = true
+end
+
+local TYPE_ORDER = {number = 1, string = 2, boolean = 3}
+
+local function key_less(a, b)
+  local ta, tb = type(a), type(b)
+  if ta ~= tb then return (TYPE_ORDER[ta] or 9) < (TYPE_ORDER[tb] or 9) end
+  if ta == "boolean" then return (a and 1 or 0) < (b and 1 or 0) end
+  return a < b
+end
+
+local function number_literal(v)
+  if v ~= v then return "0/0" end
+  if v == math.huge then return "1/0" end
+  if v == -math.huge then return "-1/0" end
+  if math.type(v) == "integer" then
+    -- "-9223372036854775808" would read back as a float
+    if v == math.mininteger then return string.format("(%d - 1)", v + 1) end
+    return string.format("%d", v)
+  end
+  local s = string.format("%.17g", v)
+  if not s:find("[.eEni]") then s = s .. ".0" end -- stays a float when read back
+  return s
+end
+
+local function emit(v, path, out, seen)
+  local tv = type(v)
+  if tv == "string" then
+    out[#out + 1] = string.format("%q", v)
+  elseif tv == "number" then
+    out[#out + 1] = number_literal(v)
+  elseif tv == "boolean" then
+    out[#out + 1] = tostring(v)
+  elseif tv == "table" then
+    if rl.is_tensor(v) then
+      error(string.format("%s: a tensor cannot be written as a Lua literal", path), 0)
+    end
+    if seen[v] then error(string.format("%s: the table contains itself", path), 0) end
+    seen[v] = true
+    local keys = {}
+    for k in pairs(v) do
+      if TYPE_ORDER[type(k)] == nil or (type(k) == "number" and (k ~= k or k == math.huge or
+          k == -math.huge)) then
+        error(string.format("%s: a key of type %s cannot be written", path, type(k)), 0)
+      end
+      keys[#keys + 1] = k
+    end
+    table.sort(keys, key_less)
+    local n = #v
+    out[#out + 1] = "{"
+    for i, k in ipairs(keys) do
+      if i > 1 then out[#out + 1] = ", " end
+      local sub
+      if math.type(k) == "integer" and k >= 1 and k <= n then
+        sub = string.format("%s[%d]", path, k)
+      elseif type(k) == "string" and k:match("^[%a_][%w_]*$") and not KEYWORDS[k] then
+        out[#out + 1] = k .. " = "
+        sub = path .. "." .. k
+      else
+        out[#out + 1] = "[" .. (type(k) == "string" and string.format("%q", k)
+          or type(k) == "number" and number_literal(k) or tostring(k)) .. "] = "
+        sub = string.format("%s[%s]", path, tostring(k))
+      end
+      emit(v[k], sub, out, seen)
+    end
+    out[#out + 1] = "}"
+    seen[v] = nil
+  else
+    error(string.format("%s: a %s cannot be saved (only tables, strings, numbers and booleans)",
+      path, tv), 0)
+  end
+end
+
+-- The value as a Lua literal; `what` names it in errors ("network" -> "network.fw.fn: ...").
+function M.serialize(v, what)
+  local out = {}
+  emit(v, what or "value", out, {})
+  return table.concat(out)
+end
+
+function M.deserialize(text, what)
+  local chunk, err = load("return " .. text, "=" .. (what or "literal"), "t", {})
+  if not chunk then error(string.format("%s: not a Lua literal: %s", what or "literal", err), 0) end
+  local ok, v = pcall(chunk)
+  if not ok then error(string.format("%s: %s", what or "literal", tostring(v)), 0) end
+  return v
+end
+
+---------------------------------------------------------------------------- state tables
+
+local function write_state(f, group, state)
+  if type(state) ~= "table" then
+    error(string.format("%s state must be a table, got %s", group, type(state)), 0)
+  end
+  local values, tensors = {}, {}
+  for k, v in pairs(state) do
+    if type(k) ~= "string" or k == "" or k:find("/", 1, true) or k:sub(1, 1) == "_" then
+      error(string.format("%s state: key %s cannot be saved (a string without '/' or a "
+        .. "leading '_')", group, tostring(k)), 0)
+    end
+    if rl.is_tensor(v) then
+      f:write(group .. "/" .. k, v)
+      tensors[#tensors + 1] = k
+    else
+      values[k] = v
+      if type(v) == "number" or type(v) == "string" then f:set_attr(group, k, v) end
+    end
+  end
+  table.sort(tensors)
+  f:set_attr(group, "_values", M.serialize(values, group))
+  f:set_attr(group, "_tensors", M.serialize(tensors, group))
+end
+
+local function read_state(f, group)
+  local state = M.deserialize(f:attr_string(group, "_values"), group .. " _values")
+  for _, k in ipairs(M.deserialize(f:attr_string(group, "_tensors"), group .. " _tensors")) do
+    state[k] = f:read(group .. "/" .. k)
+  end
+  return state
+end
+
+---------------------------------------------------------------------------- save and load
+
+local function check_int(v, what)
+  if math.type(v) ~= "integer" or v < 0 then
+    error(string.format("rl.save_checkpoint: %s must be an integer >= 0, got %s", what,
+      tostring(v)), 3)
+  end
+end
+
+function M.save(path, s)
+  if type(path) ~= "string" then
+    error("rl.save_checkpoint: the path must be a string, got " .. type(path), 2)
+  end
+  if type(s) ~= "table" or type(s.net) ~= "table" or type(s.net.param_list) ~= "function" then
+    error("rl.save_checkpoint: expects {net = network, optimizer =, lr_control =, epoch =, step =}",
+      2)
+  end
+  check_int(s.epoch or 0, "epoch")
+  check_int(s.step or 0, "step")
+  local net = s.net
+  local rng = s.rng_state or rl.get_rng_state()
+  local f = rl.h5file(path, "w")
+  local ok, err = pcall(function()
+    f:set_attr("/", "format", FORMAT)
+    f:set_attr("/", "version", VERSION)
+    f:set_attr("/", "epoch", s.epoch or 0)
+    f:set_attr("/", "step", s.step or 0)
+    f:set_attr("/", "dtype", net.dtype or "float32")
+    f:set_attr("/", "num_params", net:num_params())
+    f:set_attr("/", "description", M.serialize(net.description, "network"))
+    f:set_attr("/", "extern_data", M.serialize(net.extern_data, "extern_data"))
+    local order = {}
+    for _, p in ipairs(net:param_list()) do
+      if p.layer:find("/", 1, true) then
+        error(string.format("layer '%s': a name with '/' cannot be saved", p.layer), 0)
+      end
+      local name = p.layer .. "/" .. p.name
+      f:write("params/" .. name, p.value)
+      order[#order + 1] = name
+    end
+    f:set_attr("params", "order", M.serialize(order, "params"))
+    if s.optimizer ~= nil then write_state(f, "optimizer", s.optimizer:state()) end
+    if s.lr_control ~= nil then write_state(f, "lr_control", s.lr_control:state()) end
+    f:set_attr("rng", "seed", rng.seed)
+    f:set_attr("rng", "offset", rng.offset)
+    f:set_attr("rng", "state", M.serialize({seed = rng.seed, offset = rng.offset}, "rng"))
+    f:commit()
+  end)
+  if not ok then
+    f:close()
+    error(string.format("rl.save_checkpoint: %s: %s", path, tostring(err)), 2)
+  end
+  return path
+end
+
+local function int_attr(f, obj, name)
+  local v = f:attr_number(obj, name)
+  if math.type(v) ~= "integer" then
+    error(string.format("attribute %s of %s is %s, not an integer", name, obj, tostring(v)), 0)
+  end
+  return v
+end
+
+function M.load(path)
+  if type(path) ~= "string" then
+    error("rl.load_checkpoint: the path must be a string, got " .. type(path), 2)
+  end
+  local okopen, f = pcall(rl.h5file, path, "r")
+  if not okopen then
+    error(string.format("rl.load_checkpoint: cannot read checkpoint %s: %s", path,
+      (tostring(f):gsub("^rl%.h5file: ", ""))), 2)
+  end
+  local ok, ck = pcall(function()
+    local has_fmt, fmt = pcall(f.attr_string, f, "/", "format")
+    if not has_fmt or fmt ~= FORMAT then
+      error("not an rnnlua checkpoint (no format = \"" .. FORMAT .. "\" attribute)", 0)
+    end
+    local version = int_attr(f, "/", "version")
+    if version > VERSION then
+      error(string.format("checkpoint version %d is newer than this rnnlua reads (%d)", version,
+        VERSION), 0)
+    end
+    local ck = {
+      path = path, epoch = int_attr(f, "/", "epoch"), step = int_attr(f, "/", "step"),
+      dtype = f:attr_string("/", "dtype"),
+      description = M.deserialize(f:attr_string("/", "description"), "description"),
+      extern_data = M.deserialize(f:attr_string("/", "extern_data"), "extern_data"),
+      rng_state = M.deserialize(f:attr_string("rng", "state"), "rng state"),
+      param_tensors = {},
+    }
+    ck.param_order = M.deserialize(f:attr_string("params", "order"), "params order")
+    local total = 0
+    for _, name in ipairs(ck.param_order) do
+      local t = f:read("params/" .. name)
+      ck.param_tensors[name] = t
+      total = total + t:numel()
+    end
+    if total ~= int_attr(f, "/", "num_params") then
+      error(string.format("the parameters hold %d values, num_params says %d", total,
+        int_attr(f, "/", "num_params")), 0)
+    end
+    ck.params = rl.zeros(total, ck.dtype)
+    local off = 0
+    for _, name in ipairs(ck.param_order) do
+      local t = ck.param_tensors[name]
+      local n = t:numel()
+      if n > 0 then ck.params:narrow(1, off + 1, n):view(t:size()):copy_(t) end
+      off = off + n
+    end
+    if f:exists("optimizer") then ck.optimizer_state = read_state(f, "optimizer") end
+    if f:exists("lr_control") then ck.lr_control_state = read_state(f, "lr_control") end
+    return ck
+  end)
+  f:close()
+  if not ok then
+    error(string.format("rl.load_checkpoint: %s: %s", path, tostring(ck)), 2)
+  end
+  return ck
+end
+
+local function shape_str(t)
+  return "(" .. table.concat(t:size(), ", ") .. ")"
+end
+
+function M.load_params(ck, net, opts)
+  local partial = opts and opts.partial
+  local used = 0
+  for _, p in ipairs(net:param_list()) do
+    local name = p.layer .. "/" .. p.name
+    local t = ck.param_tensors[name]
+    if t == nil then
+      error(string.format("checkpoint %s has no parameter %s: the network differs from the saved "
+        .. "one (saved: %s)", ck.path or "?", name, table.concat(ck.param_order, ", ")), 2)
+    end
+    if shape_str(t) ~= shape_str(p.value) then
+      error(string.format("checkpoint %s: parameter %s has shape %s, the network's is %s",
+        ck.path or "?", name, shape_str(t), shape_str(p.value)), 2)
+    end
+    p.value:copy_(t)
+    used = used + 1
+  end
+  if not partial and used ~= #ck.param_order then
+    error(string.format("checkpoint %s holds %d parameters, the network has %d: the network "
+      .. "differs from the saved one", ck.path or "?", #ck.param_order, used), 2)
+  end
+end
+
+function M.install(module)
+  rl = module
+  rl.save_checkpoint = M.save
+  rl.load_checkpoint = M.load
+  rl.checkpoint = {serialize = M.serialize, deserialize = M.deserialize,
+                   load_params = M.load_params}
+  return M
+end
+
+return M

@@ -1,0 +1,435 @@
+-- rl.train(config [, argv]): the default training loop. A recipe may write its own: this one
+-- only uses the dataset, optimizer and learning-rate-control interfaces, so any Lua object
+-- with those methods can stand in for each (config.train/dev: a dataset config or object;
+-- config.optimizer: a config for rl.optimizer, an object with step/state/load_state, or a
+-- function(params, grads, net) returning one; config.lr_control: an object with
+-- lr/epoch_done/state/load_state instead of the learning_rate* keys).
+--
+-- Per epoch: train:init_epoch(epoch); for each batch of rl.batches: zero the gradients,
+-- forward, backward, opt:step(lrc:lr(epoch, step)) (a skipped step is logged); then the dev
+-- set is scored with train = false (loss per frame, frame error rate), a summary line is
+-- logged, one JSON line is appended to learning_curve_file, lrc:epoch_done(epoch, scores)
+-- decides the next learning rate and every save_interval epochs (and after the last) a
+-- checkpoint model .. ".%03d.h5" is written. `step` counts training batches over the whole
+-- run, skipped ones included.
+--
+-- Command-line overrides: `rnnlua recipe.lua ++num_epochs 3 ++train.num_seqs 100` sets
+-- config keys (nested with dots) from argv (default: the global `arg`); values are read as
+-- booleans, numbers or strings. A key that rl.train does not know, in the config or in an
+-- override, is an error naming it.
+--
+-- Resuming: load = "last" continues from the newest model.NNN.h5 (if there is none, training
+-- starts from scratch), load = path from that file: parameters, optimizer state, lr control,
+-- RNG state, epoch and step are restored and training goes on with the next epoch. Since the
+-- dataset's order depends only on its seed and the epoch, a resumed run on the CPU ends with
+-- the same parameters, bit for bit, as an uninterrupted one.
+--
+-- Returns {config = (the config used: defaults and overrides applied), net =, optimizer =,
+-- lr_control =, epoch =, step =, history = {per-epoch records}, checkpoint = last path written
+-- or loaded, learning_curve_file =, train_score =, train_error =, dev_score =, dev_error =}
+-- (the scores of the last epoch trained).
+local M = {}
+local rl -- the module table, set by install
+local checkpoint = require("rnnlua.checkpoint")
+local logmod = require("rnnlua.log")
+
+-- Every key rl.train knows, with its default (false: no default).
+local KEYS = {
+  network = false, extern_data = false, train = false, dev = false, num_epochs = 1,
+  batch_size = 5000, max_seqs = 40, chunking = false, optimizer = {class = "adam"},
+  learning_rate = 1e-3, learning_rate_control = "constant", lr_control = false,
+  min_learning_rate = false, learning_rate_warmup_steps = false, model = false,
+  save_interval = 1, load = false, log_verbosity = 3, log_file = false,
+  log_progress_interval = 5, learning_curve_file = false, seed = 1, device = "cpu",
+  dtype = "float32", num_threads = false,
+}
+-- learning-rate-control options handed to rl.lr_control besides those above
+local function is_lr_key(k)
+  return k:match("^newbob_") ~= nil or k:match("^learning_rate") ~= nil or k == "min_learning_rate"
+end
+
+local function fail(fmt, ...)
+  error("rl.train: " .. string.format(fmt, ...), 0)
+end
+
+---------------------------------------------------------------------------- configuration
+
+local function parse_value(s)
+  if s == "true" then return true end
+  if s == "false" then return false end
+  if s == "nil" then return nil end
+  local n = math.tointeger(tonumber(s)) or tonumber(s)
+  if n ~= nil then return n end
+  return s
+end
+
+local function copy_table(t)
+  local c = {}
+  for k, v in pairs(t) do c[k] = v end
+  return c
+end
+
+-- The ++key value pairs of argv (a list) applied to cfg.
+local function apply_overrides(cfg, argv)
+  if type(argv) ~= "table" then return end
+  local i = 1
+  while argv[i] ~= nil do
+    local a = argv[i]
+    if type(a) == "string" and a:sub(1, 2) == "++" then
+      local key = a:sub(3)
+      if key == "" then fail("override '++' lacks a key name") end
+      if argv[i + 1] == nil then fail("override ++%s lacks a value", key) end
+      local path = {}
+      for part in key:gmatch("[^.]+") do path[#path + 1] = part end
+      if KEYS[path[1]] == nil and not is_lr_key(path[1]) then
+        fail("unknown config key '%s' (from ++%s)", path[1], key)
+      end
+      local t = cfg
+      for j = 1, #path - 1 do
+        local sub = t[path[j]]
+        if sub == nil then sub = {} end
+        if type(sub) ~= "table" then
+          fail("override ++%s: '%s' is a %s, not a table", key,
+            table.concat(path, ".", 1, j), type(sub))
+        end
+        -- a plain table is copied so that the recipe's own config is not changed
+        if getmetatable(sub) == nil then sub = copy_table(sub) end
+        t[path[j]] = sub
+        t = sub
+      end
+      t[path[#path]] = parse_value(argv[i + 1])
+      i = i + 2
+    else
+      i = i + 1
+    end
+  end
+end
+
+local function check_config(config, argv)
+  if type(config) ~= "table" then fail("expects a config table, got %s", type(config)) end
+  local cfg = copy_table(config)
+  for k in pairs(cfg) do
+    if type(k) ~= "string" or (KEYS[k] == nil and not is_lr_key(k)) then
+      fail("unknown config key '%s'", tostring(k))
+    end
+  end
+  apply_overrides(cfg, argv)
+  for k, d in pairs(KEYS) do
+    if cfg[k] == nil and d ~= false then cfg[k] = d end
+  end
+  if type(cfg.network) ~= "table" then fail("config.network must be a table of layers") end
+  if cfg.train == nil then fail("config.train (a dataset config or object) is missing") end
+  local function posint(k)
+    if math.type(cfg[k]) ~= "integer" or cfg[k] < 1 then
+      fail("config.%s must be a positive integer, got %s", k, tostring(cfg[k]))
+    end
+  end
+  posint("num_epochs")
+  posint("batch_size")
+  posint("max_seqs")
+  posint("save_interval")
+  if cfg.device ~= "cpu" then
+    fail("config.device = '%s': the engine trains on the cpu only for now", tostring(cfg.device))
+  end
+  if cfg.load ~= nil and type(cfg.load) ~= "string" then
+    fail("config.load must be \"last\" or a checkpoint path, got %s", type(cfg.load))
+  end
+  if cfg.load == "last" and cfg.model == nil then fail("load = \"last\" needs config.model") end
+  if cfg.model ~= nil and type(cfg.model) ~= "string" then
+    fail("config.model must be a path prefix (string), got %s", type(cfg.model))
+  end
+  return cfg
+end
+
+---------------------------------------------------------------------------- helpers
+
+-- The newest <model>.NNN.h5, or nil.
+local function last_checkpoint(model)
+  local lfs = require("lfs")
+  local dir, base = model:match("^(.*)/([^/]*)$")
+  local where = dir == nil and "." or dir == "" and "/" or dir
+  if lfs.attributes(where, "mode") ~= "directory" then return nil end
+  local best, best_epoch = nil, -1
+  local pattern = "^" .. (dir and base or model):gsub("%p", "%%%0") .. "%.(%d+)%.h5$"
+  for entry in lfs.dir(where) do
+    local e = tonumber(entry:match(pattern))
+    if e and e > best_epoch then
+      best, best_epoch = dir and dir .. "/" .. entry or entry, e
+    end
+  end
+  return best
+end
+
+local function mkdir_p(path)
+  local lfs = require("lfs")
+  local cur = path:sub(1, 1) == "/" and "/" or ""
+  for part in path:gmatch("[^/]+") do
+    cur = cur .. part
+    if lfs.attributes(cur, "mode") == nil then
+      local ok, err = lfs.mkdir(cur)
+      if not ok and lfs.attributes(cur, "mode") ~= "directory" then
+        fail("cannot create directory %s: %s", cur, tostring(err))
+      end
+    end
+    cur = cur .. "/"
+  end
+end
+
+local function dir_of(path)
+  return path:match("^(.*)/[^/]*$")
+end
+
+-- The dataset's streams must match what the network reads.
+local function check_dims(ds, net, which)
+  local keys = {}
+  for k in pairs(net.used_extern) do keys[#keys + 1] = k end
+  table.sort(keys)
+  local ok, err = pcall(rl.check_dataset_dims, ds, net.ext, keys)
+  if not ok then fail("the %s dataset does not fit the network: %s", which, tostring(err)) end
+end
+
+local function json_number(v)
+  if v == nil or v ~= v or v == math.huge or v == -math.huge then return "null" end
+  if math.type(v) == "integer" then return string.format("%d", v) end
+  return string.format("%.10g", v)
+end
+
+local CURVE_KEYS = {"epoch", "lr", "train_score", "train_error", "dev_score", "dev_error",
+                    "time", "steps", "skipped"}
+
+local function curve_line(rec)
+  local parts = {}
+  for _, k in ipairs(CURVE_KEYS) do
+    parts[#parts + 1] = string.format("%q: %s", k, json_number(rec[k]))
+  end
+  return "{" .. table.concat(parts, ", ") .. "}"
+end
+
+local function fmt_time(s)
+  if s == nil or s ~= s or s == math.huge then return "?" end
+  s = math.floor(s + 0.5)
+  if s >= 3600 then return string.format("%dh%02dm", s // 3600, s % 3600 // 60) end
+  if s >= 60 then return string.format("%dm%02ds", s // 60, s % 60) end
+  return string.format("%ds", s)
+end
+
+local function pct(e)
+  return e and string.format("%.2f%%", 100 * e) or "-"
+end
+
+local function score(s)
+  return s and string.format("%.4f", s) or "-"
+end
+
+local function finite(x) return x == x and x ~= math.huge and x ~= -math.huge end
+
+---------------------------------------------------------------------------- the loop
+
+local function make_optimizer(cfg, net)
+  local o = cfg.optimizer
+  if type(o) == "function" then return o(net:params(), net:grads(), net) end
+  if type(o) == "table" and type(o.step) == "function" then return o end
+  if type(o) ~= "table" then
+    fail("config.optimizer must be a table or an object, got %s", type(o))
+  end
+  local ocfg = copy_table(o)
+  if ocfg.max_norm ~= nil and ocfg.param_list == nil then ocfg.param_list = net:param_list() end
+  return rl.optimizer(ocfg, net:params(), net:grads())
+end
+
+local function make_lr_control(cfg)
+  if cfg.lr_control ~= nil then return cfg.lr_control end
+  local lcfg = {}
+  for k, v in pairs(cfg) do
+    if is_lr_key(k) then lcfg[k] = v end
+  end
+  return rl.lr_control(lcfg)
+end
+
+-- Loss per frame and frame error rate of a dataset, without training.
+local function evaluate(net, ds, cfg, which)
+  ds:init_epoch(1)
+  if ds:num_seqs() == 0 then fail("the %s dataset is empty (0 sequences)", which) end
+  local loss, errors, frames = 0, 0, 0
+  for batch in rl.batches(ds, {batch_size = cfg.batch_size, max_seqs = cfg.max_seqs}) do
+    local l, e = net:forward(batch, {train = false})
+    loss, errors, frames = loss + l, errors + e, frames + net.n_frames
+  end
+  if frames == 0 then fail("the %s dataset gave no frames", which) end
+  return loss / frames, errors / frames
+end
+
+local function train_epoch(ctx, epoch)
+  local cfg, net, opt, lrc, log, ds = ctx.cfg, ctx.net, ctx.opt, ctx.lrc, ctx.log, ctx.train
+  ds:init_epoch(epoch)
+  local nseqs = ds:num_seqs()
+  if nseqs == 0 then fail("epoch %d: the train dataset is empty (0 sequences)", epoch) end
+  local total = ds.total_frames and cfg.chunking == nil and ds:total_frames() or nil
+  local t0 = rl.clock()
+  local loss, errors, frames, seqs, steps, skipped, lr = 0, 0, 0, 0, 0, 0, nil
+  local bopts = {batch_size = cfg.batch_size, max_seqs = cfg.max_seqs, chunking = cfg.chunking}
+  local ok, err = pcall(function()
+    for batch in rl.batches(ds, bopts) do
+      ctx.step = ctx.step + 1
+      steps = steps + 1
+      net:zero_grads()
+      local l, e = net:forward(batch)
+      if not finite(l) then
+        error(string.format("the loss is %s (batch of %d sequences, first tag %s); stopped "
+          .. "before the update, existing checkpoints are untouched%s", tostring(l),
+          batch.lengths:size(1), tostring(batch.tags and batch.tags[1]),
+          ctx.checkpoint and " (last: " .. ctx.checkpoint .. ")" or ""), 0)
+      end
+      net:backward()
+      lr = lrc:lr(epoch, ctx.step)
+      local applied, reason = opt:step(lr)
+      if applied == false then
+        skipped = skipped + 1
+        log:write(2, "epoch %d step %d: update skipped (%s)", epoch, ctx.step, tostring(reason))
+      end
+      local nf = net.n_frames
+      loss, errors, frames = loss + l, errors + e, frames + nf
+      seqs = seqs + batch.lengths:size(1)
+      local dt = rl.clock() - t0
+      local done = total and frames / total or seqs / nseqs
+      local eta = done > 0 and dt * (1 - done) / done or nil
+      local line = string.format("epoch %d  batch %d  %d/%d seqs  %.0f frames/s  score %.4f  "
+        .. "error %s  lr %.3g  ETA %s", epoch, steps, math.min(seqs, nseqs), nseqs,
+        dt > 0 and frames / dt or 0, loss / frames, pct(errors / frames), lr,
+        fmt_time(math.max(0, eta or 0)))
+      if log.verbosity >= 4 then
+        log:write(4, "%s  batch loss %.4f", line, l / nf)
+      else
+        log:progress(line)
+      end
+    end
+  end)
+  if not ok then
+    fail("epoch %d, step %d: %s", epoch, ctx.step, (tostring(err):gsub("^rl%.train: ", "")))
+  end
+  if steps == 0 then fail("epoch %d: the train dataset gave no batches", epoch) end
+  log:clear_progress()
+  return {loss = loss / frames, error = errors / frames, frames = frames, steps = steps,
+          skipped = skipped, lr = lr, time = rl.clock() - t0}
+end
+
+function M.train(config, argv)
+  if argv == nil then argv = _G.arg end
+  local cfg = check_config(config, argv)
+  for _, k in ipairs({"model", "log_file", "learning_curve_file"}) do
+    if type(cfg[k]) == "string" and dir_of(cfg[k]) then mkdir_p(dir_of(cfg[k])) end
+  end
+  local log = logmod.new{verbosity = cfg.log_verbosity, file = cfg.log_file,
+                         progress_interval = cfg.log_progress_interval}
+  local ok, result = pcall(function()
+    if cfg.num_threads then rl.set_num_threads(cfg.num_threads) end
+    local train = rl.dataset(cfg.train)
+    local dev = cfg.dev ~= nil and rl.dataset(cfg.dev) or nil
+    local extern = cfg.extern_data or train:extern_data()
+    rl.manual_seed(cfg.seed)
+    local net = rl.network(cfg.network, extern, {dtype = cfg.dtype})
+    check_dims(train, net, "train")
+    if dev then check_dims(dev, net, "dev") end
+    local ctx = {cfg = cfg, net = net, log = log, train = train, step = 0, history = {}}
+    ctx.opt = make_optimizer(cfg, net)
+    ctx.lrc = make_lr_control(cfg)
+    log:write(2, "network: %d parameters, layers %s", net:num_params(),
+      table.concat(net.order, ", "))
+
+    local start = 1
+    local load = cfg.load
+    if load == "last" then
+      load = last_checkpoint(cfg.model)
+      if not load then
+        log:write(2, "no checkpoint %s.NNN.h5 yet: training from scratch", cfg.model)
+      end
+    end
+    if load then
+      local ck = rl.load_checkpoint(load)
+      checkpoint.load_params(ck, net)
+      if ck.optimizer_state and ctx.opt.load_state then ctx.opt:load_state(ck.optimizer_state) end
+      if ck.lr_control_state and ctx.lrc.load_state then ctx.lrc:load_state(ck.lr_control_state) end
+      rl.set_rng_state(ck.rng_state)
+      start, ctx.step, ctx.checkpoint = ck.epoch + 1, ck.step, load
+      log:write(1, "resumed from %s (epoch %d, step %d)", load, ck.epoch, ck.step)
+    end
+
+    local curve_path = cfg.learning_curve_file or (cfg.model and cfg.model .. ".curve.jsonl")
+    if curve_path and start == 1 then
+      local f = io.open(curve_path, "w")
+      if not f then fail("cannot write learning_curve_file %s", curve_path) end
+      f:close()
+    end
+
+    local last
+    for epoch = start, cfg.num_epochs do
+      local tr = train_epoch(ctx, epoch)
+      local rec = {epoch = epoch, lr = tr.lr, train_score = tr.loss, train_error = tr.error,
+                   time = tr.time, steps = tr.steps, skipped = tr.skipped}
+      if dev then
+        local okd, s, e = pcall(evaluate, net, dev, cfg, "dev")
+        if not okd then
+          fail("epoch %d, dev scoring: %s", epoch, (tostring(s):gsub("^rl%.train: ", "")))
+        end
+        if not finite(s) then fail("epoch %d: the dev loss is %s", epoch, tostring(s)) end
+        rec.dev_score, rec.dev_error = s, e
+      end
+      log:write(1, "epoch %3d/%d  train score %s error %s  dev score %s error %s  lr %.3g  "
+        .. "%.1f s  %.0f frames/s  %d steps%s", epoch, cfg.num_epochs, score(rec.train_score),
+        pct(rec.train_error), score(rec.dev_score), pct(rec.dev_error), tr.lr, tr.time,
+        tr.frames / math.max(tr.time, 1e-9), tr.steps,
+        tr.skipped > 0 and string.format(" (%d skipped)", tr.skipped) or "")
+      ctx.lrc:epoch_done(epoch, {dev_score = rec.dev_score, dev_error = rec.dev_error,
+                                 train_score = rec.train_score, train_error = rec.train_error})
+      if ctx.lrc.log_line then
+        -- shown by default only when the rate changes
+        local changed = tr.lr ~= ctx.lrc:lr(epoch + 1, ctx.step + 1)
+        log:write(changed and 2 or 4, "lr control: %s", ctx.lrc:log_line())
+      end
+      if curve_path then
+        local f = io.open(curve_path, "a")
+        if not f then fail("cannot append to learning_curve_file %s", curve_path) end
+        f:write(curve_line(rec), "\n")
+        f:close()
+      end
+      if cfg.model and (epoch % cfg.save_interval == 0 or epoch == cfg.num_epochs) then
+        local path = cfg.model .. string.format(".%03d.h5", epoch)
+        rl.save_checkpoint(path, {net = net, optimizer = ctx.opt, lr_control = ctx.lrc,
+                                  epoch = epoch, step = ctx.step})
+        ctx.checkpoint = path
+        log:write(2, "saved %s", path)
+      end
+      ctx.history[#ctx.history + 1] = rec
+      last = rec
+    end
+    if start > cfg.num_epochs then
+      log:write(1, "nothing to train: the checkpoint is at epoch %d, num_epochs = %d", start - 1,
+        cfg.num_epochs)
+    end
+    return {config = cfg, net = net, optimizer = ctx.opt, lr_control = ctx.lrc,
+      epoch = math.max(start - 1, last and last.epoch or 0), step = ctx.step, history = ctx.history,
+      checkpoint = ctx.checkpoint, learning_curve_file = curve_path,
+      train_score = last and last.train_score, train_error = last and last.train_error,
+      dev_score = last and last.dev_score, dev_error = last and last.dev_error}
+  end)
+  if not ok then
+    local msg = tostring(result)
+    if not msg:find("^rl%.train: ") then msg = "rl.train: " .. msg end
+    log:to_file(msg)
+    log:close()
+    error(msg, 0)
+  end
+  log:close()
+  return result
+end
+
+function M.install(module)
+  rl = module
+  logmod.install(module)
+  checkpoint.install(module)
+  require("rnnlua.forward").install(module)
+  rl.train = M.train
+  return M
+end
+
+return M

@@ -1,0 +1,117 @@
+-- rl.forward{model =, data =, layer = "output", output_file =, batch_size = 5000, max_seqs = 40,
+--            log_verbosity = 1}: RETURNN's forward task.
+--
+-- Loads the checkpoint `model` (a path), builds its network from the description and
+-- extern_data stored in it (no recipe needed), runs the dataset `data` (a dataset config or
+-- object) through it with train = false and writes the activations of `layer` for each
+-- sequence (its valid frames only, (T, n_out) float32) under the sequence's tag to
+-- output_file, in the dataset layout of rl.hdf_writer, so it reads back with
+-- rl.dataset{class = "hdf", files = {output_file}}.
+--
+-- Only what `layer` depends on is built, with the losses left out, so the data needs only
+-- the inputs (no targets). A layer class registered by a recipe (rl.layers.register) must be
+-- registered before rl.forward. Returns {output_file =, num_seqs =, n_frames =, dim =}.
+--
+-- From the shell: rnnlua recipes/forward.lua model=out/net.010.h5 data=dev.h5 layer=output
+-- output=fwd.h5  (or rnnlua -e 'rl.forward{...}').
+local M = {}
+local rl -- the module table, set by install
+local checkpoint = require("rnnlua.checkpoint")
+
+local KEYS = {model = true, data = true, layer = true, output_file = true, batch_size = true,
+              max_seqs = true, log_verbosity = true}
+
+local function fail(fmt, ...)
+  error("rl.forward: " .. string.format(fmt, ...), 0)
+end
+
+local function sorted_keys(t)
+  local keys = {}
+  for k in pairs(t) do keys[#keys + 1] = k end
+  table.sort(keys)
+  return keys
+end
+
+-- The description with every loss taken out and `layer` as the one output. A loss layer
+-- without n_out had its target's dim (rl.network's rule): it keeps it.
+local function forward_description(desc, extern_data, layer)
+  local d = {}
+  for name, l in pairs(desc) do
+    local c = {}
+    for k, v in pairs(l) do c[k] = v end
+    if c.n_out == nil and c.loss ~= nil and extern_data[c.target] then
+      c.n_out = extern_data[c.target].dim
+    end
+    c.loss, c.target, c.loss_scale, c.is_output_layer = nil, nil, nil, nil
+    d[name] = c
+  end
+  d[layer].is_output_layer = true
+  return d
+end
+
+function M.forward(cfg)
+  if type(cfg) ~= "table" then fail("expects a table {model =, data =, layer =, output_file =}") end
+  for k in pairs(cfg) do
+    if not KEYS[k] then
+      fail("unknown key '%s' (known: %s)", tostring(k), table.concat(sorted_keys(KEYS), ", "))
+    end
+  end
+  if type(cfg.model) ~= "string" then fail("model must be a checkpoint path") end
+  if type(cfg.output_file) ~= "string" then fail("output_file must be a path") end
+  if cfg.data == nil then fail("data (a dataset config or object) is missing") end
+  local layer = cfg.layer or "output"
+  local verbosity = cfg.log_verbosity or 1
+
+  local ck = rl.load_checkpoint(cfg.model)
+  if type(ck.description[layer]) ~= "table" then
+    fail("no layer '%s' in the network of %s (layers: %s)", tostring(layer), cfg.model,
+      table.concat(sorted_keys(ck.description), ", "))
+  end
+  local net = rl.network(forward_description(ck.description, ck.extern_data, layer), ck.extern_data,
+    {dtype = ck.dtype})
+  checkpoint.load_params(ck, net, {partial = true})
+
+  local ds = rl.dataset(cfg.data)
+  local keys = sorted_keys(net.used_extern)
+  local okd, err = pcall(rl.check_dataset_dims, ds, net.ext, keys)
+  if not okd then
+    fail("the dataset does not fit the network of %s: %s", cfg.model, tostring(err))
+  end
+  ds:init_epoch(1)
+  if ds:num_seqs() == 0 then fail("the dataset is empty (0 sequences)") end
+
+  local dim = net:layer(layer).n_out
+  local w = rl.hdf_writer(cfg.output_file, {data_dim = dim, sparse = false})
+  local nseqs, nframes = 0, 0
+  local ok, err = pcall(function()
+    local bopts = {batch_size = cfg.batch_size or 5000, max_seqs = cfg.max_seqs or 40}
+    for batch in rl.batches(ds, bopts) do
+      net:forward(batch, {train = false})
+      local out = net:layer(layer).output -- (T, B, n_out)
+      local lengths = batch.lengths
+      for b = 1, lengths:size(1) do
+        local len = lengths[b]
+        local tag = batch.tags and batch.tags[b] or string.format("seq-%d", nseqs + 1)
+        w:add(tag, out:select(2, b):narrow(1, 1, len):contiguous())
+        nseqs, nframes = nseqs + 1, nframes + len
+      end
+    end
+    w:close()
+  end)
+  if not ok then
+    fail("%s: %s", cfg.output_file, tostring(err))
+  end
+  if verbosity >= 1 then
+    print(string.format("forward: %d sequences, %d frames of layer '%s' (dim %d) -> %s", nseqs,
+      nframes, layer, dim, cfg.output_file))
+  end
+  return {output_file = cfg.output_file, num_seqs = nseqs, n_frames = nframes, dim = dim}
+end
+
+function M.install(module)
+  rl = module
+  rl.forward = M.forward
+  return M
+end
+
+return M

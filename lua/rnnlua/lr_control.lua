@@ -1,0 +1,309 @@
+-- rl.lr_control: learning-rate control per epoch (RETURNN's LearningRateControl) plus a linear
+-- warmup per step.
+--
+--   local lrc = rl.lr_control(cfg)
+--   cfg = {learning_rate = 1.0 (RETURNN's default), learning_rate_control = "constant" (default)
+--          | "newbob" | "newbob_rel" | "newbob_relative" | "newbob_abs" | "newbob_multi_epoch"
+--          | function(epoch, step, scores) -> lr,
+--          newbob_relative_error_threshold = -0.01, newbob_error_threshold = -0.01 (abs),
+--          newbob_learning_rate_decay = 0.5, newbob_relative_error_div_by_old = false,
+--          newbob_multi_num_epochs = 5, newbob_multi_update_interval = newbob_multi_num_epochs,
+--          learning_rate_control_error_measure = key of the scores (default below),
+--          min_learning_rate = 0, learning_rate_warmup_steps = 0}
+--   lrc:lr(epoch, step) -> lr     the epoch's lr times min(1, step / warmup_steps); step is the
+--                                 1-based global update count (the first update is step 1)
+--   lrc:epoch_done(epoch, scores) records {dev_score =, dev_error =, train_score =, ...} and
+--                                 decides the lr of epoch + 1
+--   lrc:state() / lrc:load_state(t)  a flat table of numbers and strings
+--   lrc:log_line() -> the last decision, in words
+--
+-- Newbob follows RETURNN (returnn/learning_rate_control.py). The lr of epoch e + 1 is decided
+-- from the scores of the two last finished epochs, old (e - 1) and new (e), under one key:
+--   newbob / newbob_rel:  r = (new - old) / |new| (|old| with newbob_relative_error_div_by_old);
+--                         r > newbob_relative_error_threshold -> lr = lr * decay
+--                         (with -0.01: decay unless the score improved by more than 1%)
+--   newbob_abs:           new - old > newbob_error_threshold -> lr = lr * decay
+--   newbob_multi_epoch:   r averaged over the last newbob_multi_num_epochs pairs of epochs,
+--                         decided only for epochs e + 1 with (e + 1) % interval == 1 when the
+--                         interval (newbob_multi_update_interval) is > 1
+--   after a decay lr = max(lr, min_learning_rate). No decision after the first epoch. The key:
+--   learning_rate_control_error_measure if set, else "dev_score", else the first "dev_*" key
+--   in sorted order, else "train_score" (RETURNN's order). RETURNN's lr growth, its
+--   min_num_epochs_per_new_lr and relative_error_relative_lr are not implemented.
+-- A function control gets (epoch, step, scores) with scores[e] = the scores table of each
+-- finished epoch e; its result is used as it is (warmup still applies).
+local M = {}
+
+local rl -- the module table, set by install
+
+local DEFAULTS = {
+  learning_rate = 1.0,
+  learning_rate_control = "constant",
+  newbob_relative_error_threshold = -0.01,
+  newbob_error_threshold = -0.01,
+  newbob_learning_rate_decay = 0.5,
+  newbob_relative_error_div_by_old = false,
+  newbob_multi_num_epochs = 5,
+  newbob_multi_update_interval = false, -- = newbob_multi_num_epochs
+  learning_rate_control_error_measure = false,
+  min_learning_rate = 0.0,
+  learning_rate_warmup_steps = 0,
+}
+
+local CONTROLS = {
+  constant = "constant", newbob = "newbob_rel", newbob_rel = "newbob_rel",
+  newbob_relative = "newbob_rel", newbob_abs = "newbob_abs",
+  newbob_multi_epoch = "newbob_multi_epoch",
+}
+
+local LRC = {}
+LRC.__index = LRC
+
+local function sorted_keys(t)
+  local ks = {}
+  for k in pairs(t) do ks[#ks + 1] = tostring(k) end
+  table.sort(ks)
+  return ks
+end
+
+local function fmt(x) return string.format("%.6g", x) end
+
+local function check_number(cfg, key, lo)
+  local v = cfg[key]
+  if type(v) ~= "number" or v ~= v or (lo and v < lo) then
+    error(string.format("rl.lr_control: %s must be a number%s, got %s", key,
+      lo and (" >= " .. lo) or "", tostring(v)), 3)
+  end
+end
+
+function M.new(cfg)
+  cfg = cfg or {}
+  if type(cfg) ~= "table" then error("rl.lr_control: cfg must be a table", 2) end
+  for _, k in ipairs(sorted_keys(cfg)) do
+    if DEFAULTS[k] == nil then
+      error(string.format("rl.lr_control: unknown option '%s' (known: %s)", k,
+        table.concat(sorted_keys(DEFAULTS), ", ")), 2)
+    end
+  end
+  local c = {}
+  for k, v in pairs(DEFAULTS) do c[k] = v end
+  for k, v in pairs(cfg) do c[k] = v end
+  local self = setmetatable({cfg = c}, LRC)
+  if type(c.learning_rate_control) == "function" then
+    self.fn, self.control = c.learning_rate_control, "function"
+  else
+    self.control = CONTROLS[c.learning_rate_control]
+    if not self.control then
+      error(string.format("rl.lr_control: unknown learning_rate_control '%s' (constant, newbob, "
+        .. "newbob_rel, newbob_abs, newbob_multi_epoch, or a function)",
+        tostring(c.learning_rate_control)), 2)
+    end
+  end
+  check_number(c, "learning_rate", 0)
+  check_number(c, "min_learning_rate", 0)
+  check_number(c, "newbob_relative_error_threshold")
+  check_number(c, "newbob_error_threshold")
+  check_number(c, "newbob_learning_rate_decay", 0)
+  check_number(c, "newbob_multi_num_epochs", 1)
+  check_number(c, "learning_rate_warmup_steps", 0)
+  if not c.newbob_multi_update_interval then
+    c.newbob_multi_update_interval = c.newbob_multi_num_epochs
+  end
+  check_number(c, "newbob_multi_update_interval", 1)
+  self.lrs = {}       -- epoch -> lr decided for it
+  self.scores = {}    -- finished epoch -> {key = number}
+  self.last_epoch = 0 -- the last finished epoch
+  self.decision = string.format("lr %s (%s)", fmt(c.learning_rate), self.control)
+  return self
+end
+
+-- The lr of `epoch` before warmup: decided, or the most recent one before it.
+function LRC:epoch_lr(epoch)
+  if self.lrs[epoch] then return self.lrs[epoch] end
+  local best, lr = 0, self.cfg.learning_rate
+  for e, v in pairs(self.lrs) do
+    if e < epoch and e > best then best, lr = e, v end
+  end
+  return lr
+end
+
+function LRC:lr(epoch, step)
+  if math.type(epoch) ~= "integer" or epoch < 1 then
+    error("lrc:lr: epoch must be an integer >= 1, got " .. tostring(epoch), 2)
+  end
+  step = step or 1
+  local lr
+  if self.fn then
+    lr = self.fn(epoch, step, self.scores)
+    if type(lr) ~= "number" or lr ~= lr or lr < 0 then
+      error(string.format("lrc:lr: the learning_rate_control function returned %s for epoch %d "
+        .. "step %d (expects a number >= 0)", tostring(lr), epoch, step), 2)
+    end
+  else
+    lr = self:epoch_lr(epoch)
+  end
+  local w = self.cfg.learning_rate_warmup_steps
+  if w > 0 and step < w then lr = lr * math.max(step, 0) / w end
+  return lr
+end
+
+-- RETURNN's choice of the score key for an epoch's scores.
+function LRC:score_key(scores)
+  local k = self.cfg.learning_rate_control_error_measure
+  if k then return scores[k] ~= nil and k or nil end
+  if scores.dev_score ~= nil then return "dev_score" end
+  for _, key in ipairs(sorted_keys(scores)) do
+    if key:sub(1, 4) == "dev_" then return key end
+  end
+  if scores.train_score ~= nil then return "train_score" end
+  return nil
+end
+
+-- The last finished epoch before `epoch` that has scores.
+function LRC:prev_epoch(epoch)
+  local best
+  for e in pairs(self.scores) do
+    if e < epoch and (not best or e > best) then best = e end
+  end
+  return best
+end
+
+-- Relative error between two epochs under one key, or nil (missing or different keys).
+function LRC:relative(old_e, new_e)
+  local old_s, new_s = self.scores[old_e], self.scores[new_e]
+  local ko, kn = self:score_key(old_s), self:score_key(new_s)
+  if not ko or ko ~= kn then return nil end
+  local old, new = old_s[ko], new_s[kn]
+  local denom = self.cfg.newbob_relative_error_div_by_old and math.abs(old) or math.abs(new)
+  return (new - old) / denom, kn, old, new
+end
+
+function LRC:decay(lr)
+  return math.max(lr * self.cfg.newbob_learning_rate_decay, self.cfg.min_learning_rate)
+end
+
+-- Decides the lr of epoch + 1 after `epoch` finished; returns it and the decision in words.
+function LRC:decide(epoch)
+  local c, lr = self.cfg, self:epoch_lr(epoch)
+  local nxt = epoch + 1
+  if self.control == "constant" or self.control == "function" then
+    return lr, string.format("epoch %d done, lr %s (%s)", epoch, fmt(lr), self.control)
+  end
+  local old_e = self:prev_epoch(epoch)
+  if not old_e or not self.scores[epoch] then
+    return lr, string.format("epoch %d done, keeping lr %s (no earlier score to compare)", epoch,
+      fmt(lr))
+  end
+  local metric, threshold, key, old, new, what
+  if self.control == "newbob_multi_epoch" then
+    local iv = c.newbob_multi_update_interval
+    if iv > 1 and nxt % iv ~= 1 then
+      return lr, string.format("epoch %d done, keeping lr %s (next update at an epoch = 1 mod %d)",
+        epoch, fmt(lr), iv)
+    end
+    local eps = {}
+    for e in pairs(self.scores) do if e <= epoch then eps[#eps + 1] = e end end
+    table.sort(eps)
+    local first = math.max(1, #eps - c.newbob_multi_num_epochs)
+    local sum, n = 0, 0
+    for i = first, #eps - 1 do
+      local r, k = self:relative(eps[i], eps[i + 1])
+      if not r then
+        return lr, string.format("epoch %d done, keeping lr %s (scores under different keys)",
+          epoch, fmt(lr))
+      end
+      sum, n, key = sum + r, n + 1, k
+    end
+    metric, threshold = sum / n, c.newbob_relative_error_threshold
+    what = string.format("mean relative change of %s over %d epochs %s", key, n, fmt(metric))
+  else
+    local r, k, o, nw = self:relative(old_e, epoch)
+    if not r then
+      return lr, string.format("epoch %d done, keeping lr %s (scores under different keys)",
+        epoch, fmt(lr))
+    end
+    key, old, new = k, o, nw
+    if self.control == "newbob_abs" then
+      metric, threshold = new - old, c.newbob_error_threshold
+      what = string.format("%s %s -> %s, change %s", key, fmt(old), fmt(new), fmt(metric))
+    else
+      metric, threshold = r, c.newbob_relative_error_threshold
+      what = string.format("%s %s -> %s, relative change %s", key, fmt(old), fmt(new), fmt(metric))
+    end
+  end
+  if metric > threshold then
+    local nlr = self:decay(lr)
+    return nlr, string.format("epoch %d: %s > threshold %s: lr %s -> %s for epoch %d", epoch, what,
+      fmt(threshold), fmt(lr), fmt(nlr), nxt)
+  end
+  return lr, string.format("epoch %d: %s <= threshold %s: keeping lr %s for epoch %d", epoch,
+    what, fmt(threshold), fmt(lr), nxt)
+end
+
+function LRC:epoch_done(epoch, scores)
+  if math.type(epoch) ~= "integer" or epoch < 1 then
+    error("lrc:epoch_done: epoch must be an integer >= 1, got " .. tostring(epoch), 2)
+  end
+  if type(scores) ~= "table" then error("lrc:epoch_done: scores must be a table", 2) end
+  local s = {}
+  for k, v in pairs(scores) do
+    if type(k) == "string" and type(v) == "number" then s[k] = v end
+  end
+  if not self.lrs[epoch] then self.lrs[epoch] = self:epoch_lr(epoch) end
+  self.scores[epoch] = s
+  self.last_epoch = math.max(self.last_epoch, epoch)
+  local lr, decision = self:decide(epoch)
+  self.lrs[epoch + 1] = lr
+  self.decision = decision
+  return lr
+end
+
+function LRC:log_line()
+  return "learning-rate control: " .. self.decision
+end
+
+-- Flat: control, last_epoch, decision, "lr.<e>" = lr, "score.<e>.<key>" = value.
+function LRC:state()
+  local st = {control = self.control, last_epoch = self.last_epoch, decision = self.decision}
+  for e, lr in pairs(self.lrs) do st["lr." .. e] = lr end
+  for e, s in pairs(self.scores) do
+    for k, v in pairs(s) do st["score." .. e .. "." .. k] = v end
+  end
+  return st
+end
+
+function LRC:load_state(st)
+  if type(st) ~= "table" then error("lrc:load_state: expects the table of lrc:state()", 2) end
+  if st.control ~= self.control then
+    error(string.format("lrc:load_state: the state is of control '%s', this one is '%s'",
+      tostring(st.control), self.control), 2)
+  end
+  local lrs, scores = {}, {}
+  for k, v in pairs(st) do
+    local e = type(k) == "string" and k:match("^lr%.(%d+)$")
+    if e then lrs[math.tointeger(tonumber(e))] = v end
+    local se, key = nil, nil
+    if type(k) == "string" then se, key = k:match("^score%.(%d+)%.(.+)$") end
+    if se then
+      local ei = math.tointeger(tonumber(se))
+      scores[ei] = scores[ei] or {}
+      scores[ei][key] = v
+    end
+  end
+  local last = math.tointeger(st.last_epoch)
+  if not last or last < 0 then error("lrc:load_state: last_epoch must be an integer >= 0", 2) end
+  self.lrs, self.scores, self.last_epoch = lrs, scores, last
+  self.decision = type(st.decision) == "string" and st.decision or self.decision
+end
+
+function LRC:__tostring()
+  return "lr_control " .. self.control .. ": " .. self.decision
+end
+
+function M.install(module)
+  rl = module
+  rl.lr_control = M.new
+  rl.lr_control_options = sorted_keys(DEFAULTS)
+end
+
+return M

@@ -1,0 +1,230 @@
+-- Checkpoints: a round trip of everything saved (parameters, optimizer and lr-control state,
+-- RNG state, epoch, step, description, extern_data), the layout seen by h5ls/h5dump, the Lua
+-- literals of descriptions, and clear errors for files that are corrupt, truncated or not
+-- checkpoints, with the previous file left as it was when a save fails.
+local H = dofile("tests/lua/harness.lua")
+local lfs = require("lfs")
+
+local dir = os.tmpname()
+os.remove(dir)
+assert(lfs.mkdir(dir))
+
+local function read_bytes(path)
+  local f = assert(io.open(path, "rb"))
+  local s = f:read("a")
+  f:close()
+  return s
+end
+
+local function write_bytes(path, s)
+  local f = assert(io.open(path, "wb"))
+  f:write(s)
+  f:close()
+end
+
+local function same_tensor(a, b)
+  return a:dtype() == b:dtype() and table.concat(a:size(), ",") == table.concat(b:size(), ",")
+    and (a:numel() == 0 or (a:double() - b:double()):abs():max() == 0)
+end
+
+-- Deep equality of plain values, with math.type of numbers (an integer stays an integer).
+local function deep_equal(a, b)
+  if type(a) ~= type(b) then return false end
+  if type(a) == "number" then
+    return math.type(a) == math.type(b) and (a == b or (a ~= a and b ~= b))
+  end
+  if type(a) ~= "table" then return a == b end
+  for k, v in pairs(a) do if not deep_equal(v, b[k]) then return false end end
+  for k in pairs(b) do if a[k] == nil then return false end end
+  return true
+end
+
+local desc = {
+  fw = {class = "lstm", n_out = 6},
+  bw = {class = "lstm", n_out = 6, direction = -1},
+  output = {class = "softmax", from = {"fw", "bw"}, loss = "ce", target = "classes"},
+}
+local ext = {data = {dim = 3}, classes = {dim = 4, sparse = true}}
+
+local function make_batch()
+  local T, B = 5, 2
+  local x = rl.randn(T, B, 3)
+  local y = rl.zeros(T, B, "int32")
+  for t = 1, T do for b = 1, B do y[t][b] = (t + b) % 4 end end
+  return {data = x, classes = y, lengths = rl.tensor({5, 3}, "int32")}
+end
+
+-- A net, an adam optimizer and a learning-rate control after two steps.
+local function trained()
+  rl.manual_seed(5)
+  local net = rl.network(desc, ext)
+  local opt = rl.optimizer({class = "adam"}, net:params(), net:grads())
+  local lrc = rl.lr_control({learning_rate = 0.01, learning_rate_control = "newbob"})
+  for _ = 1, 2 do
+    net:zero_grads()
+    net:forward(make_batch())
+    net:backward()
+    opt:step(lrc:lr(1, 1))
+  end
+  lrc:epoch_done(1, {dev_score = 0.5, dev_error = 0.1, train_score = 0.6})
+  return net, opt, lrc
+end
+
+H.test("round trip of parameters, states, rng, epoch, step and description", function()
+  local net, opt, lrc = trained()
+  local path = dir .. "/rt.h5"
+  rl.manual_seed(77)
+  rl.randn(3) -- a non-zero offset
+  local rng = rl.get_rng_state()
+  rl.save_checkpoint(path, {net = net, optimizer = opt, lr_control = lrc, epoch = 7, step = 123})
+  local ck = rl.load_checkpoint(path)
+  H.check(ck.epoch == 7 and math.type(ck.epoch) == "integer", "epoch")
+  H.check(ck.step == 123, "step")
+  H.check(deep_equal(ck.rng_state, rng), "rng state")
+  H.check(deep_equal(ck.description, desc), "description")
+  H.check(deep_equal(ck.extern_data, ext), "extern_data")
+  H.check(ck.dtype == "float32", "dtype")
+  H.check(same_tensor(ck.params, net:params()), "flat params")
+  for _, p in ipairs(net:param_list()) do
+    local name = p.layer .. "/" .. p.name
+    H.check(same_tensor(ck.param_tensors[name], p.value), name)
+  end
+  -- every entry of the optimizer and lr-control states, tensors bit for bit, numbers with type
+  local ostate = opt:state()
+  for k, v in pairs(ostate) do
+    if rl.is_tensor(v) then
+      H.check(same_tensor(ck.optimizer_state[k], v), "optimizer " .. k)
+    else
+      H.check(deep_equal(ck.optimizer_state[k], v), "optimizer " .. k)
+    end
+  end
+  for k in pairs(ck.optimizer_state) do H.check(ostate[k] ~= nil, "extra optimizer key " .. k) end
+  H.check(deep_equal(ck.lr_control_state, lrc:state()), "lr control state")
+
+  -- loaded into fresh objects, they continue exactly as the originals
+  rl.manual_seed(99)
+  local net2 = rl.network(desc, ext)
+  rl.checkpoint.load_params(ck, net2)
+  local opt2 = rl.optimizer({class = "adam"}, net2:params(), net2:grads())
+  opt2:load_state(ck.optimizer_state)
+  local lrc2 = rl.lr_control({learning_rate = 0.01, learning_rate_control = "newbob"})
+  lrc2:load_state(ck.lr_control_state)
+  H.check(lrc2:lr(2, 3) == lrc:lr(2, 3), "lr after load")
+  rl.manual_seed(3)
+  local batch = make_batch()
+  for _, pair in ipairs({{net, opt}, {net2, opt2}}) do
+    pair[1]:zero_grads()
+    pair[1]:forward(batch)
+    pair[1]:backward()
+    pair[2]:step(0.01)
+  end
+  H.check(same_tensor(net:params(), net2:params()), "a step after load matches")
+end)
+
+H.test("h5ls and h5dump read the layout", function()
+  if not os.execute("command -v h5ls >/dev/null 2>&1") then
+    print("skip: no h5ls")
+    return
+  end
+  local net, opt, lrc = trained()
+  local path = dir .. "/layout.h5"
+  rl.save_checkpoint(path, {net = net, optimizer = opt, lr_control = lrc, epoch = 3, step = 9})
+  local p = io.popen("h5ls -r " .. path)
+  local ls = p:read("a")
+  p:close()
+  for _, want in ipairs({"/params/fw/W", "/params/bw/U", "/params/output/b", "/optimizer",
+                         "/lr_control", "/rng"}) do
+    H.check(ls:find(want, 1, true), "h5ls lacks " .. want .. ":\n" .. ls)
+  end
+  local W = net:layer("fw").params.W
+  H.check(ls:find("/params/fw/W%s+Dataset {" .. W:size(1) .. ", " .. W:size(2) .. "}"), "W shape")
+  p = io.popen("h5dump -a /epoch -a /rng/offset -a /description " .. path)
+  local dump = p:read("a")
+  p:close()
+  H.check(dump:find("(0): 3", 1, true), "epoch in h5dump:\n" .. dump)
+  H.check(dump:find('class = \\"softmax\\"', 1, true) or dump:find('class = "softmax"', 1, true),
+    "description in h5dump")
+end)
+
+H.test("lua literals: sorted keys, exact numbers, strings, nesting", function()
+  local S, D = rl.checkpoint.serialize, rl.checkpoint.deserialize
+  local a, b = {}, {}
+  for i = 1, 20 do a["k" .. i] = i end
+  for i = 20, 1, -1 do b["k" .. i] = i end
+  H.check(S(a) == S(b), "insertion order changes the text")
+  local text = S({b = 1, a = {2, 3}, ["end"] = true})
+  H.check(text == '{a = {2, 3}, b = 1, ["end"] = true}', text)
+  local v = {0.1, 1e300, -0.0, 2.0, 3, math.maxinteger, math.mininteger, 1 / 0, -1 / 0,
+             "q\"uo\nte\0", {x = {y = {z = false}}}, [20] = "sparse", [-1] = "neg", [1.5] = "f"}
+  local back = D(S(v))
+  H.check(deep_equal(back, v), "round trip: " .. S(v) .. " -> " .. S(back))
+  H.check(1 / back[3] == -math.huge, "-0.0 keeps its sign")
+  local nan = D(S({0 / 0}))[1]
+  H.check(nan ~= nan, "nan")
+end)
+
+H.expect_error("a function in the description names its key", function()
+  rl.checkpoint.serialize({output = {class = "x", init = function() end}}, "network")
+end, "network.output.init")
+
+H.expect_error("deserialize runs no code", function()
+  rl.checkpoint.deserialize("os.exit(3)", "description")
+end, "description")
+
+local function good_file()
+  local net, opt, lrc = trained()
+  local path = dir .. "/good.h5"
+  rl.save_checkpoint(path, {net = net, optimizer = opt, lr_control = lrc, epoch = 1, step = 2})
+  return path, net
+end
+
+H.expect_error("a corrupt file names the file", function()
+  local path = good_file()
+  local s = read_bytes(path)
+  local bad = dir .. "/corrupt.h5"
+  write_bytes(bad, s:sub(1, 8) .. string.rep("\xAB", #s - 8))
+  rl.load_checkpoint(bad)
+end, dir .. "/corrupt.h5")
+
+H.expect_error("a truncated file names the file", function()
+  local path = good_file()
+  local s = read_bytes(path)
+  local bad = dir .. "/truncated.h5"
+  write_bytes(bad, s:sub(1, #s // 2))
+  rl.load_checkpoint(bad)
+end, dir .. "/truncated.h5")
+
+H.expect_error("an HDF5 file that is not a checkpoint", function()
+  rl.save(dir .. "/plain.h5", {x = rl.zeros(2)})
+  rl.load_checkpoint(dir .. "/plain.h5")
+end, "not an rnnlua checkpoint")
+
+H.expect_error("a missing file names the file", function()
+  rl.load_checkpoint(dir .. "/nope.h5")
+end, dir .. "/nope.h5")
+
+H.expect_error("parameters of another network are refused", function()
+  local path = good_file()
+  local ck = rl.load_checkpoint(path)
+  local other = rl.network({output = {class = "softmax", loss = "ce", target = "classes"}}, ext)
+  rl.checkpoint.load_params(ck, other)
+end, "output/W")
+
+H.test("a failed save leaves the previous file and no temporary file", function()
+  local path, net = good_file()
+  local before = read_bytes(path)
+  net.description.fw.hook = function() end
+  local ok, err = pcall(rl.save_checkpoint, path, {net = net, epoch = 2, step = 3})
+  net.description.fw.hook = nil
+  H.check(not ok and tostring(err):find("network.fw.hook", 1, true), tostring(err))
+  H.check(read_bytes(path) == before, "the old checkpoint changed")
+  for entry in lfs.dir(dir) do
+    H.check(not entry:find("%.tmp"), "temporary file left: " .. entry)
+  end
+end)
+
+for entry in lfs.dir(dir) do
+  if entry ~= "." and entry ~= ".." then os.remove(dir .. "/" .. entry) end
+end
+lfs.rmdir(dir)
+H.done()

@@ -1,0 +1,293 @@
+-- rl.train: a short run learns; the learning curve, ++key overrides, unknown keys, the log
+-- (plain progress lines off a terminal, log_file); resume bit-identity; and errors (bad
+-- checkpoints, dims, an empty dataset, NaN inputs, a NaN loss) that stop with a clear message
+-- and leave the existing checkpoints byte-identical.
+local H = dofile("tests/lua/harness.lua")
+local lfs = require("lfs")
+
+local root = os.tmpname()
+os.remove(root)
+assert(lfs.mkdir(root))
+local ndirs = 0
+local function newdir()
+  ndirs = ndirs + 1
+  local d = root .. "/" .. ndirs
+  assert(lfs.mkdir(d))
+  return d
+end
+
+local function read_bytes(path)
+  local f = io.open(path, "rb")
+  if not f then return nil end
+  local s = f:read("a")
+  f:close()
+  return s
+end
+
+local function lines_of(path)
+  local t = {}
+  for l in io.lines(path) do t[#t + 1] = l end
+  return t
+end
+
+local NET = {
+  fw = {class = "lstm", n_out = 8},
+  drop = {class = "dropout", from = "fw", dropout = 0.1},
+  output = {class = "softmax", from = "drop", loss = "ce", target = "classes"},
+}
+
+-- A small 12AX config; fields of `extra` are added or replace.
+local function config(extra)
+  local c = {
+    network = NET,
+    train = {class = "12ax", num_seqs = 24, seed = 1, min_len = 5, max_len = 20,
+             seq_ordering = "random"},
+    dev = {class = "12ax", num_seqs = 8, seed = 2, min_len = 5, max_len = 20},
+    num_epochs = 3, batch_size = 120, max_seqs = 8, optimizer = {class = "adam"},
+    learning_rate = 0.02, log_verbosity = 0, seed = 3,
+  }
+  for k, v in pairs(extra or {}) do c[k] = v end
+  return c
+end
+
+-- Every file in dir with its bytes.
+local function snapshot(dir)
+  local s = {}
+  for e in lfs.dir(dir) do
+    if e ~= "." and e ~= ".." then s[e] = read_bytes(dir .. "/" .. e) end
+  end
+  return s
+end
+
+local function same_snapshot(a, b, what)
+  for k, v in pairs(a) do
+    if k:match("%.h5$") then H.check(b[k] == v, what .. ": " .. k .. " changed or vanished") end
+  end
+  for k in pairs(b) do
+    if k:match("%.h5$") then H.check(a[k] ~= nil, what .. ": new file " .. k) end
+  end
+end
+
+local function expect_fail(fn, ...)
+  local ok, err = pcall(fn)
+  H.check(not ok, "expected an error")
+  err = tostring(err)
+  for _, p in ipairs({...}) do
+    H.check(err:find(p, 1, true), string.format("error %q does not mention %q", err, p), 2)
+  end
+  return err
+end
+
+H.test("a short run lowers the loss and writes curve, checkpoints and log", function()
+  local d = newdir()
+  local r = rl.train(config({model = d .. "/m", log_file = d .. "/log.txt", log_verbosity = 2}), {})
+  local h = r.history
+  H.check(#h == 3 and r.epoch == 3, "3 epochs")
+  H.check(h[3].train_score < h[1].train_score, string.format("train score %g -> %g",
+    h[1].train_score, h[3].train_score))
+  H.check(h[3].dev_score < h[1].dev_score, "dev score falls")
+  for e = 1, 3 do
+    H.check(lfs.attributes(string.format("%s/m.%03d.h5", d, e)), "checkpoint " .. e)
+  end
+  local curve = lines_of(d .. "/m.curve.jsonl")
+  H.check(#curve == 3, "3 curve lines")
+  for e, l in ipairs(curve) do
+    H.check(l:match('^{"epoch": (%d+),') == tostring(e), l)
+    for _, k in ipairs({"lr", "train_score", "train_error", "dev_score", "dev_error", "time",
+                        "steps"}) do
+      H.check(l:find('"' .. k .. '": [%d.e-]+'), k .. " in " .. l)
+    end
+    H.near(tonumber(l:match('"dev_score": ([%d.e-]+)')), h[e].dev_score, 1e-8, "curve dev_score")
+  end
+  local log = read_bytes(d .. "/log.txt")
+  H.check(log:find("epoch   1/3  train score", 1, true), "summary line in log")
+  H.check(log:find("%d%d%d%d%-%d%d%-%d%d %d%d:%d%d:%d%d epoch   3/3"), "time stamps")
+  H.check(log:find("saved " .. d .. "/m.003.h5", 1, true), "saved line")
+end)
+
+H.test("progress and summaries as plain lines when stdout is not a terminal", function()
+  local d = newdir()
+  local out = assert(io.open(d .. "/stdout.txt", "w"))
+  local old = io.output()
+  io.output(out)
+  local ok, err = pcall(rl.train, config({num_epochs = 1, log_verbosity = 3,
+                                          log_progress_interval = 0}), {})
+  io.output(old)
+  out:close()
+  H.check(ok, tostring(err))
+  local text = read_bytes(d .. "/stdout.txt")
+  H.check(not text:find("\r", 1, true), "no carriage returns off a terminal")
+  local n = 0
+  for l in text:gmatch("[^\n]+") do
+    if l:find("^epoch 1  batch %d+  %d+/24 seqs  %d+ frames/s  score [%d.]+  error [%d.]+%%  lr ")
+      and l:find("ETA") then
+      n = n + 1
+    end
+  end
+  H.check(n >= 3, "progress lines: " .. n .. "\n" .. text)
+  H.check(text:find("epoch   1/1  train score"), "summary line")
+end)
+
+H.test("++key value overrides, from argv and from the global arg", function()
+  local r = rl.train(config(), {"x", "++num_epochs", "1", "++train.num_seqs", "10",
+                                "++learning_rate", "0.5", "++log_verbosity", "0"})
+  H.check(#r.history == 1, "num_epochs overridden")
+  H.check(r.history[1].lr == 0.5, "learning_rate overridden: " .. tostring(r.history[1].lr))
+  local saved = _G.arg
+  _G.arg = {[0] = "recipe.lua", "++num_epochs", "2"}
+  local ok, r2 = pcall(rl.train, config())
+  _G.arg = saved
+  H.check(ok, tostring(r2))
+  H.check(#r2.history == 2, "global arg read")
+end)
+
+H.test("unknown keys are errors naming the key", function()
+  expect_fail(function() rl.train(config({num_epoch = 2}), {}) end,
+    "unknown config key 'num_epoch'")
+  expect_fail(function() rl.train(config(), {"++bogus_key", "1"}) end, "bogus_key")
+  expect_fail(function() rl.train(config(), {"++num_epochs"}) end, "++num_epochs lacks a value")
+end)
+
+H.test("a resumed run ends bit-identical to an uninterrupted one", function()
+  local a, b = newdir(), newdir()
+  local full = rl.train(config({model = a .. "/m"}), {})
+  local first = rl.train(config({model = b .. "/m", num_epochs = 2}), {})
+  H.check(first.epoch == 2 and not lfs.attributes(b .. "/m.003.h5"), "2 epochs first")
+  local resumed = rl.train(config({model = b .. "/m", load = "last"}), {})
+  H.check(#resumed.history == 1 and resumed.history[1].epoch == 3, "only epoch 3 trained")
+  H.check(resumed.step == full.step, string.format("steps %d vs %d", resumed.step, full.step))
+  local pa, pb = full.net:params(), resumed.net:params()
+  H.check((pa - pb):abs():max() == 0, "parameters differ after resume")
+  H.check(full.history[3].dev_score == resumed.history[1].dev_score, "dev score differs")
+  -- the comparison can fail: another seed gives other parameters
+  local other = rl.train(config({seed = 4}), {})
+  H.check((other.net:params() - pa):abs():max() > 0, "the seed changes nothing")
+  -- the curve of the resumed run continues the old one
+  H.check(#lines_of(b .. "/m.curve.jsonl") == 3, "resumed curve has 3 lines")
+end)
+
+-- A run with checkpoints 1 and 2 to break things against.
+local function base_run()
+  local d = newdir()
+  rl.train(config({model = d .. "/m", num_epochs = 2}), {})
+  return d, snapshot(d)
+end
+
+H.test("corrupt and truncated checkpoints: clear errors, other files untouched", function()
+  local d, before = base_run()
+  local s = read_bytes(d .. "/m.002.h5")
+  local f = assert(io.open(d .. "/m.003.h5", "wb"))
+  f:write(s:sub(1, #s // 2))
+  f:close()
+  before["m.003.h5"] = read_bytes(d .. "/m.003.h5")
+  expect_fail(function()
+    rl.train(config({model = d .. "/m", load = "last", num_epochs = 4}), {})
+  end, d .. "/m.003.h5")
+  f = assert(io.open(d .. "/junk.h5", "wb"))
+  f:write(string.rep("not hdf5 ", 100))
+  f:close()
+  before["junk.h5"] = read_bytes(d .. "/junk.h5")
+  expect_fail(function() rl.train(config({model = d .. "/m", load = d .. "/junk.h5"}), {}) end,
+    d .. "/junk.h5")
+  same_snapshot(before, snapshot(d), "bad checkpoints")
+end)
+
+H.test("a dataset whose dims disagree with the network", function()
+  local d, before = base_run()
+  expect_fail(function()
+    rl.train(config({model = d .. "/m", load = "last",
+                     dev = {class = "copy", num_seqs = 4, n_symbols = 3}}), {})
+  end, "dev dataset does not fit the network", "has dim")
+  same_snapshot(before, snapshot(d), "dims")
+end)
+
+-- A Lua dataset object: the given sequences, dim 9 / 2 classes like 12AX.
+local function lua_dataset(seqs)
+  return {
+    num_seqs = function() return #seqs end, init_epoch = function() end,
+    get_seq = function(_, i) return seqs[i] end, keys = function() return {"data", "classes"} end,
+    extern_data = function() return {data = {dim = 9}, classes = {dim = 2, sparse = true}} end,
+  }
+end
+
+H.test("an empty dataset", function()
+  local d, before = base_run()
+  expect_fail(function()
+    rl.train(config({model = d .. "/m", load = "last", num_epochs = 3,
+                     train = lua_dataset({})}), {})
+  end, "epoch 3", "empty")
+  same_snapshot(before, snapshot(d), "empty")
+end)
+
+H.test("NaN inputs in an HDF5 dataset: the dataset's error with the epoch", function()
+  local d, before = base_run()
+  local x = rl.zeros(6, 9)
+  x[2][3] = 0 / 0
+  local seqs = {{tag = "ok", data = rl.zeros(4, 9), classes = rl.zeros(4, "int32")},
+                {tag = "bad", data = x, classes = rl.zeros(6, "int32")}}
+  rl.dataset_write(d .. "/nan.hdf", seqs,
+    {extern_data = {data = {dim = 9}, classes = {dim = 2, sparse = true}}})
+  before["nan.hdf"] = read_bytes(d .. "/nan.hdf")
+  local err = expect_fail(function()
+    rl.train(config({model = d .. "/m", load = "last", num_epochs = 3,
+                     train = {class = "hdf", files = {d .. "/nan.hdf"}}}), {})
+  end, "epoch 3", "nan.hdf")
+  H.check(err:lower():find("nan"), err)
+  same_snapshot(before, snapshot(d), "nan inputs")
+end)
+
+H.test("a NaN loss stops with the epoch and step, checkpoints untouched", function()
+  local d, before = base_run()
+  local x = rl.zeros(5, 9)
+  x:fill(1e30)
+  local net = {lin = {class = "linear", n_out = 4, from = "data"},
+               output = {class = "softmax", from = "lin", loss = "ce", target = "classes"}}
+  rl.train(config({network = net, model = d .. "/n", num_epochs = 1}), {})
+  before = snapshot(d)
+  local seqs = {{tag = "huge", data = x:mul(1e30), classes = rl.zeros(5, "int32")}}
+  local err = expect_fail(function()
+    rl.train(config({network = net, model = d .. "/n", load = "last", num_epochs = 2,
+                     train = lua_dataset(seqs)}), {})
+  end, "epoch 2, step", "loss is")
+  H.check(err:find("untouched"), err)
+  same_snapshot(before, snapshot(d), "nan loss")
+end)
+
+H.test("forward task: the file reads back and matches a direct net:forward", function()
+  local d = newdir()
+  local r = rl.train(config({model = d .. "/m", num_epochs = 1}), {})
+  local data = {class = "12ax", num_seqs = 6, seed = 7, min_len = 5, max_len = 20}
+  for _, layer in ipairs({"output", "fw"}) do
+    local res = rl.forward{model = r.checkpoint, data = data, layer = layer, log_verbosity = 0,
+                           output_file = d .. "/" .. layer .. ".h5", batch_size = 60}
+    H.check(res.num_seqs == 6, "6 sequences")
+    local back = rl.dataset{class = "hdf", files = {d .. "/" .. layer .. ".h5"}}
+    local src = rl.dataset(data)
+    back:init_epoch(1)
+    src:init_epoch(1)
+    H.check(back:num_seqs() == 6, "reads back")
+    for i = 1, 6 do
+      local s, b = src:get_seq(i), back:get_seq(i)
+      local T = s.data:size(1)
+      H.check(b.tag == s.tag, "tag " .. b.tag .. " vs " .. s.tag)
+      H.check(b.data:size(1) == T and b.data:size(2) == (layer == "fw" and 8 or 2), "shape")
+      r.net:forward({data = s.data:view(T, 1, 9), classes = s.classes:view(T, 1),
+                     lengths = rl.tensor({T}, "int32")}, {train = false})
+      local want = r.net:layer(layer).output:select(2, 1)
+      H.check((want - b.data):abs():max() < 1e-5, layer .. ": activations differ for " .. s.tag)
+    end
+  end
+end)
+
+local function rmtree(p)
+  if lfs.attributes(p, "mode") == "directory" then
+    for e in lfs.dir(p) do
+      if e ~= "." and e ~= ".." then rmtree(p .. "/" .. e) end
+    end
+    lfs.rmdir(p)
+  else
+    os.remove(p)
+  end
+end
+rmtree(root)
+H.done()

@@ -1,0 +1,145 @@
+-- rl.lr_control: newbob's decisions on scripted dev scores (relative, absolute, multi-epoch),
+-- the minimum, a function control, warmup values, the state round trip and bad options.
+local H = dofile("tests/lua/harness.lua")
+
+local SCORES = {1.0, 0.9, 0.895, 0.85, 0.849}
+
+-- The lr of epochs 1 .. #scores + 1 when the scores arrive one epoch at a time.
+local function lrs_for(cfg, scores, key)
+  local lrc = rl.lr_control(cfg)
+  local out = {lrc:lr(1, 1000)}
+  for e, s in ipairs(scores) do
+    lrc:epoch_done(e, {[key or "dev_score"] = s, train_score = 5})
+    out[e + 1] = lrc:lr(e + 1, 1000)
+  end
+  return out, lrc
+end
+
+local function same(got, want, what)
+  H.check(#got == #want, what .. ": length " .. #got)
+  for i = 1, #want do
+    H.near(got[i], want[i], 1e-15, string.format("%s: epoch %d", what, i))
+  end
+end
+
+H.test("newbob (relative): decay unless the score improved by more than 1%", function()
+  -- relative changes (new - old) / new: -0.111, -0.00559 (decay), -0.0529, -0.00118 (decay)
+  local got = lrs_for({learning_rate = 1.0, learning_rate_control = "newbob",
+    newbob_relative_error_threshold = -0.01, newbob_learning_rate_decay = 0.5}, SCORES)
+  same(got, {1.0, 1.0, 1.0, 0.5, 0.5, 0.25}, "newbob")
+end)
+
+H.test("newbob_rel with another threshold and decay", function()
+  -- threshold -0.1: only the first change (-0.111) is an improvement enough
+  local got = lrs_for({learning_rate = 0.8, learning_rate_control = "newbob_rel",
+    newbob_relative_error_threshold = -0.1, newbob_learning_rate_decay = 0.7}, SCORES)
+  same(got, {0.8, 0.8, 0.8, 0.8 * 0.7, 0.8 * 0.7 * 0.7, 0.8 * 0.7 * 0.7 * 0.7}, "newbob_rel")
+end)
+
+H.test("newbob_abs with min_learning_rate", function()
+  -- changes -0.1 (keep), -0.005, -0.045, -0.001 (all above -0.05: decay), floored at 0.2
+  local got = lrs_for({learning_rate = 1.0, learning_rate_control = "newbob_abs",
+    newbob_error_threshold = -0.05, min_learning_rate = 0.2}, SCORES)
+  same(got, {1.0, 1.0, 1.0, 0.5, 0.25, 0.2}, "newbob_abs")
+end)
+
+H.test("newbob uses dev_score before train_score, and a chosen measure", function()
+  -- the dev scores improve fast (no decay); train_score (constant) would decay every epoch
+  local got = lrs_for({learning_rate = 1.0, learning_rate_control = "newbob"}, {3, 2, 1})
+  same(got, {1, 1, 1, 1}, "dev_score")
+  got = lrs_for({learning_rate = 1.0, learning_rate_control = "newbob",
+    learning_rate_control_error_measure = "train_score"}, {3, 2, 1})
+  same(got, {1, 1, 0.5, 0.25}, "train_score")
+  -- without dev_score, the first dev_* key
+  got = lrs_for({learning_rate = 1.0, learning_rate_control = "newbob"}, {3, 2, 1}, "dev_error")
+  same(got, {1, 1, 1, 1}, "dev_error")
+end)
+
+H.test("newbob_multi_epoch averages relative changes and updates every n epochs", function()
+  -- num_epochs 2, interval 2: decisions only for epochs 3 and 5 (= 1 mod 2).
+  -- epoch 3: mean of (0.9-1)/0.9 = -0.1111 -> keep 1.0 (only epochs 1..2 known)
+  -- epoch 5: mean of (0.895-0.9)/0.895, (0.85-0.895)/0.85 = -0.0293 -> keep
+  local got = lrs_for({learning_rate = 1.0, learning_rate_control = "newbob_multi_epoch",
+    newbob_multi_num_epochs = 2}, SCORES)
+  same(got, {1, 1, 1, 1, 1, 1}, "multi, threshold -0.01")
+  -- threshold -0.05: epoch 3 keeps (-0.111), epoch 5 decays (-0.0293 > -0.05), epoch 6 is
+  -- between updates
+  got = lrs_for({learning_rate = 1.0, learning_rate_control = "newbob_multi_epoch",
+    newbob_multi_num_epochs = 2, newbob_relative_error_threshold = -0.05}, SCORES)
+  same(got, {1, 1, 1, 1, 0.5, 0.5}, "multi, threshold -0.05")
+end)
+
+H.test("constant keeps the lr", function()
+  local got = lrs_for({learning_rate = 0.3}, SCORES)
+  same(got, {0.3, 0.3, 0.3, 0.3, 0.3, 0.3}, "constant")
+end)
+
+H.test("a function control gets epoch, step and the scores so far", function()
+  local seen
+  local lrc = rl.lr_control{learning_rate_control = function(epoch, step, scores)
+    seen = scores
+    local n = 0
+    for _ in pairs(scores) do n = n + 1 end
+    return 0.1 / epoch + step * 1e-6 + n
+  end}
+  H.near(lrc:lr(1, 10), 0.1 + 1e-5, 1e-15, "epoch 1")
+  lrc:epoch_done(1, {dev_score = 2.5})
+  H.near(lrc:lr(2, 20), 0.05 + 2e-5 + 1, 1e-15, "epoch 2")
+  H.check(seen[1].dev_score == 2.5, "scores passed")
+  local bad = rl.lr_control{learning_rate_control = function() return "x" end}
+  H.check(not pcall(bad.lr, bad, 1, 1), "a non-number lr is an error")
+end)
+
+H.test("linear warmup over learning_rate_warmup_steps", function()
+  local lrc = rl.lr_control{learning_rate = 0.01, learning_rate_warmup_steps = 4}
+  local want = {0.0025, 0.005, 0.0075, 0.01, 0.01}
+  for step = 1, 5 do H.near(lrc:lr(1, step), want[step], 1e-15, "step " .. step) end
+  -- warmup multiplies the epoch's lr, whatever newbob decided
+  local n = rl.lr_control{learning_rate = 1.0, learning_rate_control = "newbob",
+    learning_rate_warmup_steps = 10}
+  n:epoch_done(1, {dev_score = 1}); n:epoch_done(2, {dev_score = 1})
+  H.near(n:lr(3, 5), 0.25, 1e-15, "decayed and warming up")
+end)
+
+H.test("state round trip: a restored control decides as the original", function()
+  local cfg = {learning_rate = 1.0, learning_rate_control = "newbob",
+    newbob_learning_rate_decay = 0.5}
+  local a = rl.lr_control(cfg)
+  for e = 1, 3 do a:epoch_done(e, {dev_score = SCORES[e], dev_error = 0.1}) end
+  local st = a:state()
+  for k, v in pairs(st) do
+    H.check(type(k) == "string" and (type(v) == "number" or type(v) == "string"),
+      "flat state: " .. tostring(k))
+  end
+  local b = rl.lr_control(cfg)
+  b:load_state(st)
+  H.check(b:log_line() == a:log_line(), "log line restored")
+  H.near(b:lr(4, 1), 0.5, 0, "epoch 4 lr restored")
+  for e = 4, 5 do
+    a:epoch_done(e, {dev_score = SCORES[e]})
+    b:epoch_done(e, {dev_score = SCORES[e]})
+    H.near(b:lr(e + 1, 1), a:lr(e + 1, 1), 0, "epoch " .. (e + 1))
+  end
+  H.near(b:lr(6, 1), 0.25, 0, "epoch 6")
+  local c = rl.lr_control{learning_rate_control = "newbob_abs"}
+  H.check(not pcall(c.load_state, c, st), "state of another control refused")
+end)
+
+H.test("log_line describes the decision", function()
+  local _, lrc = lrs_for({learning_rate = 1.0, learning_rate_control = "newbob"}, {1.0, 0.9, 0.895})
+  local line = lrc:log_line()
+  H.check(line:find("epoch 3", 1, true) and line:find("dev_score", 1, true)
+    and line:find("1 -> 0.5", 1, true), line)
+end)
+
+H.expect_error("unknown option is named", function()
+  rl.lr_control{learning_rate = 1, newbob_decay = 0.5}
+end, "unknown option 'newbob_decay'")
+H.expect_error("unknown control is named", function()
+  rl.lr_control{learning_rate_control = "newbobb"}
+end, "unknown learning_rate_control 'newbobb'")
+H.expect_error("a bad value is named", function()
+  rl.lr_control{learning_rate = -1}
+end, "learning_rate must be a number >= 0")
+
+H.done()

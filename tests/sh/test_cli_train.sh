@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# Training and the forward task from the shell: a recipe with ++key overrides, resuming with
+# ++load last, recipes/forward.lua with key=value arguments, and non-zero exit codes with a
+# message naming the problem. Usage: test_cli_train.sh path/to/rnnlua (from the repository root)
+set -u
+bin=${1:?usage: test_cli_train.sh path/to/rnnlua}
+pass=0
+fail=0
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+
+ok() { # name, condition result
+    if [ "$2" -eq 0 ]; then
+        pass=$((pass + 1))
+    else
+        fail=$((fail + 1))
+        echo "FAIL $1"
+        [ -f "$dir/err" ] && tail -n 5 "$dir/err"
+    fi
+}
+
+small="++train.num_seqs 40 ++train.max_len 30 ++dev.num_seqs 10 ++dev.max_len 30 ++log_verbosity 2"
+
+"$bin" recipes/12ax_blstm.lua ++num_epochs 1 ++model "$dir/m" $small >"$dir/out" 2>"$dir/err"
+ok "recipe with ++num_epochs 1 ++model runs" $?
+[ -f "$dir/m.001.h5" ] && [ ! -f "$dir/m.002.h5" ]
+ok "one checkpoint written" $?
+[ "$(wc -l <"$dir/m.curve.jsonl")" -eq 1 ] && grep -q '^{"epoch": 1, "lr": ' "$dir/m.curve.jsonl"
+ok "learning curve line" $?
+grep -q "final dev frame error rate" "$dir/out" &&
+    grep -q "forward output:  $dir/dev_output.h5" "$dir/out"
+ok "recipe prints its results and where they went" $?
+grep -q "epoch   1/1  train score" "$dir/out" && ! grep -q $'\r' "$dir/out"
+ok "plain summary lines when stdout is a file" $?
+
+"$bin" recipes/12ax_blstm.lua ++num_epochs 2 ++model "$dir/m" ++load last $small \
+    >"$dir/out" 2>"$dir/err"
+ok "++load last resumes" $?
+grep -q "resumed from $dir/m.001.h5 (epoch 1" "$dir/out" && [ -f "$dir/m.002.h5" ] &&
+    [ "$(wc -l <"$dir/m.curve.jsonl")" -eq 2 ]
+ok "resumed at epoch 2, curve continued" $?
+
+"$bin" recipes/forward.lua model="$dir/m.002.h5" data="$dir/dev.h5" layer=fw output="$dir/fw.h5" \
+    >"$dir/out" 2>"$dir/err"
+ok "forward recipe runs" $?
+"$bin" -e "
+local ds = rl.dataset{class = 'hdf', files = {'$dir/fw.h5'}}
+local dev = rl.dataset{class = 'hdf', files = {'$dir/dev.h5'}}
+ds:init_epoch(1) dev:init_epoch(1)
+assert(ds:num_seqs() == 10 and ds:extern_data().data.dim == 32, 'shape')
+for i = 1, 10 do
+  local a, b = ds:get_seq(i), dev:get_seq(i)
+  assert(a.tag == b.tag and a.data:size(1) == b.data:size(1), 'seq ' .. i)
+end" >"$dir/err" 2>&1
+ok "forward output: tags and lengths of the dev set, dim of layer fw" $?
+
+"$bin" recipes/forward.lua model="$dir/m.002.h5" data='{class = "12ax", num_seqs = 3}' \
+    output="$dir/o.h5" >"$dir/out" 2>"$dir/err"
+ok "forward recipe with a dataset config literal" $?
+grep -q "3 sequences" "$dir/out"
+ok "forward reports what it wrote" $?
+
+# errors: non-zero exit, a message naming the key or the file
+"$bin" recipes/12ax_blstm.lua ++num_epochs 1 ++model "$dir/x" ++bogus_key 3 >"$dir/out" 2>"$dir/err"
+[ $? -ne 0 ] && grep -q "unknown config key 'bogus_key'" "$dir/err"
+ok "unknown ++key exits non-zero naming it" $?
+"$bin" recipes/forward.lua model="$dir/none.h5" data="$dir/dev.h5" output="$dir/o2.h5" \
+    >"$dir/out" 2>"$dir/err"
+[ $? -ne 0 ] && grep -q "$dir/none.h5" "$dir/err" && [ ! -f "$dir/o2.h5" ]
+ok "forward with a missing checkpoint exits non-zero naming it" $?
+head -c 3000 "$dir/m.002.h5" >"$dir/cut.h5"
+"$bin" recipes/forward.lua model="$dir/cut.h5" data="$dir/dev.h5" output="$dir/o3.h5" \
+    >"$dir/out" 2>"$dir/err"
+[ $? -ne 0 ] && grep -q "$dir/cut.h5" "$dir/err"
+ok "forward with a truncated checkpoint exits non-zero naming it" $?
+"$bin" recipes/forward.lua model="$dir/m.002.h5" >"$dir/out" 2>"$dir/err"
+[ $? -ne 0 ] && grep -q "usage:" "$dir/err"
+ok "forward without data= prints its usage" $?
+
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]
