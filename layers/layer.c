@@ -148,6 +148,60 @@ rl_status rl_layer_check_inputs(const rl_layer *l, const rl_layer_io *io, int64_
     return RL_OK;
 }
 
+rl_status rl_layer_check_inputs_2d(const rl_layer *l, const rl_layer_io *io, int64_t *H, int64_t *W,
+                                   int64_t *B) {
+    char s[128], s0[128];
+    if (io->n_in != l->n_in || io->n_in < 1)
+        return rl_error(RL_EARG, "layer '%s': %d inputs given, %d expected", l->name, io->n_in,
+                        l->n_in);
+    const rl_tensor *x0 = io->in[0];
+    for (int i = 0; i < io->n_in; i++) {
+        const rl_tensor *x = io->in[i];
+        if (!x || !x->storage || x->ndim != 4)
+            return rl_error(RL_ESHAPE,
+                            "layer '%s': input %d must be an (H, W, B, %" PRId64
+                            ") image tensor, got %s",
+                            l->name, i + 1, l->in_dims[i],
+                            x && x->storage ? rl_shape_str(x, s, sizeof s) : "nothing");
+        if (x->shape[3] != l->in_dims[i])
+            return rl_error(
+                RL_ESHAPE,
+                "layer '%s': input %d has %" PRId64 " features, expected %" PRId64 " (shape %s)",
+                l->name, i + 1, x->shape[3], l->in_dims[i], rl_shape_str(x, s, sizeof s));
+        if (x->dtype == RL_INT32)
+            return rl_error(RL_EDTYPE,
+                            "layer '%s': input %d is int32, expected float32 or "
+                            "float64",
+                            l->name, i + 1);
+        if (i > 0 && (x->shape[0] != x0->shape[0] || x->shape[1] != x0->shape[1] ||
+                      x->shape[2] != x0->shape[2] || x->dtype != x0->dtype ||
+                      !rl_device_eq(rl_tensor_device(x), rl_tensor_device(x0))))
+            return rl_error(RL_ESHAPE, "layer '%s': input %d is %s, input 1 is %s", l->name, i + 1,
+                            rl_tensor_describe(x, s, sizeof s),
+                            rl_tensor_describe(x0, s0, sizeof s0));
+    }
+    *H = x0->shape[0];
+    *W = x0->shape[1];
+    *B = x0->shape[2];
+    const rl_tensor *sz = io->sizes;
+    if (!sz || !sz->storage || sz->ndim != 2 || sz->shape[0] != *B || sz->shape[1] != 2 ||
+        sz->dtype != RL_INT32 || rl_tensor_device(sz).type != RL_CPU)
+        return rl_error(RL_ESHAPE,
+                        "layer '%s': sizes must be a CPU int32 tensor of shape (%" PRId64
+                        ", 2) (height, width per image)",
+                        l->name, *B);
+    for (int64_t b = 0; b < *B; b++) {
+        int64_t ih[2] = {b, 0}, iw[2] = {b, 1};
+        int64_t h = (int64_t)rl_tensor_get(sz, ih), w = (int64_t)rl_tensor_get(sz, iw);
+        if (h < 1 || h > *H || w < 1 || w > *W)
+            return rl_error(RL_ESHAPE,
+                            "layer '%s': image %" PRId64 " has size %" PRId64 " x %" PRId64
+                            ", outside 1..%" PRId64 " x 1..%" PRId64,
+                            l->name, b + 1, h, w, *H, *W);
+    }
+    return RL_OK;
+}
+
 /* Orthogonalises each (r, r) block of the row-major (r, c) matrix m in place (modified
  * Gram-Schmidt over the block's rows); c must be a multiple of r. */
 static void orthogonalise(double *m, int64_t r, int64_t c) {

@@ -14,6 +14,11 @@
  * Buffers: a layer owns `out` and its scratch and (re)sizes them with rl_buffer_ensure at the
  * start of forward, so batches of one shape allocate nothing after the first.
  *
+ * 2-D data (images): an input or output is (H, W, B, F) with int32 sizes (B, 2) on the CPU,
+ * sizes[b] = (height, width) of image b (1 <= height <= H, 1 <= width <= W). Positions with
+ * y >= height or x >= width are padding, under the same rules as padded frames. Which layers
+ * take or give 2-D data is a property of the class (rl_layer_class_flags).
+ *
  * dtype: a layer computes in its inputs' dtype (float32 for training, float64 on the CPU for
  * gradient checks); its parameters have the same dtype (the network's).
  *
@@ -83,7 +88,8 @@ rl_status rl_opt_bool(const rl_options *o, const char *layer, const char *key, b
 typedef struct rl_layer_io {
     int n_in;
     const rl_tensor *in[RL_LAYER_MAX_INPUTS]; /* (T, B, in_dims[i]) */
-    const rl_tensor *lengths;                 /* (B) int32, CPU */
+    const rl_tensor *lengths;                 /* (B) int32, CPU; for 2-D inputs NULL */
+    const rl_tensor *sizes;                   /* 2-D inputs: (B, 2) int32, CPU; else NULL */
     const rl_tensor *target;                  /* loss layers: (T, B) int32 or (T, B, F) */
     bool train;                               /* dropout and the like act only when true */
     rl_rng *rng;                              /* the network's generator (dropout masks) */
@@ -126,6 +132,15 @@ struct rl_layer {
 typedef rl_status (*rl_layer_create_fn)(rl_layer **out, const char *name, const rl_options *opts,
                                         int n_in, const int64_t *in_dims);
 
+/* What a class takes and gives (registry.c): sequences (T, B, F) by default. */
+enum {
+    RL_LAYER_IN_2D = 1,    /* its inputs are (H, W, B, F) with sizes */
+    RL_LAYER_OUT_2D = 2,   /* its output is (H, W, B, F) with the inputs' sizes */
+    RL_LAYER_ANY_RANK = 4, /* works on (T, B, F) and (H, W, B, F) alike, keeping the rank */
+};
+/* The flags of a registered class, or -1 when there is no such class. */
+int rl_layer_class_flags(const char *class_name);
+
 rl_status rl_layer_create(rl_layer **out, const char *class_name, const char *name,
                           const rl_options *opts, int n_in, const int64_t *in_dims);
 /* Names of the registered C classes, NULL-terminated. */
@@ -145,6 +160,10 @@ rl_status rl_layer_add_param(rl_layer *l, const char *pname, int ndim, const int
 /* Checks the batch: every input (T, B, in_dims[i]) with the same T and B and dtype, lengths
  * (B) int32 within 1..T; sets T and B. Errors name the layer and the shapes. */
 rl_status rl_layer_check_inputs(const rl_layer *l, const rl_layer_io *io, int64_t *T, int64_t *B);
+/* The same for 2-D inputs: every input (H, W, B, in_dims[i]), sizes (B, 2) int32 within
+ * 1..H and 1..W. */
+rl_status rl_layer_check_inputs_2d(const rl_layer *l, const rl_layer_io *io, int64_t *H, int64_t *W,
+                                   int64_t *B);
 /* Concatenated inputs: writes io->in[0..n_in-1] side by side along the feature dim into out
  * (set, (T, B, sum in_dims)); and the transpose, each grad_in[i] (NULL to skip) = its slice of
  * grad_out. Used by every layer whose output is its inputs concatenated. */

@@ -8,15 +8,16 @@
 static const struct {
     const char *name;
     rl_layer_create_fn create;
+    int flags; /* RL_LAYER_* of layer.h */
 } classes[] = {
-    {"copy", rl_copy_create},
-    {"linear", rl_linear_create},
-    {"activation", rl_activation_create},
-    {"dropout", rl_dropout_create},
-    {"combine", rl_combine_create},
-    {"window", rl_window_create},
-    {"softmax", rl_softmax_create},
-    {"lstm", rl_lstm_create},
+    {"copy", rl_copy_create, 0},
+    {"linear", rl_linear_create, 0},
+    {"activation", rl_activation_create, 0},
+    {"dropout", rl_dropout_create, 0},
+    {"combine", rl_combine_create, 0},
+    {"window", rl_window_create, 0},
+    {"softmax", rl_softmax_create, 0},
+    {"lstm", rl_lstm_create, 0},
 };
 
 #define N_CLASSES (sizeof classes / sizeof classes[0])
@@ -27,6 +28,12 @@ const char *const *rl_layer_classes(void) {
         names[i] = classes[i].name;
     names[N_CLASSES] = NULL;
     return names;
+}
+
+int rl_layer_class_flags(const char *class_name) {
+    for (size_t i = 0; i < N_CLASSES; i++)
+        if (strcmp(classes[i].name, class_name) == 0) return classes[i].flags;
+    return -1;
 }
 
 rl_status rl_layer_create(rl_layer **out, const char *class_name, const char *name,
