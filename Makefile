@@ -53,7 +53,7 @@ ifeq ($(CUDA),1)
   NVFLAGS  += -O2 -std=c++17 -I. -DRL_WITH_CUDA --compiler-options -fPIC,-Wall \
               -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
               -gencode arch=compute_90,code=compute_90
-  LDLIBS   += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lcublas -lstdc++
+  LDLIBS   += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lcublas -lcudnn -lstdc++
 endif
 
 LIB_SRC  := $(wildcard core/*.c kernels/*.c kernels/cpu/*.c layers/*.c) \
@@ -112,13 +112,15 @@ $(BUILD)/bench/%: bench/%.c $(BUILD)/librnnlua.a
 test: $(BUILD)/rnnlua $(CTESTS)
 	@bash tests/run.sh $(BUILD)
 
-# CUDA-vs-CPU parity of every op; prints a SKIP line and passes where there is no GPU.
-test-gpu: $(BUILD)/rnnlua $(BUILD)/tests-gpu/test_parity
+# CUDA-vs-CPU parity of every op and of the LSTM (own kernels, cuDNN); each prints a SKIP line
+# and passes where there is no GPU.
+test-gpu: $(BUILD)/rnnlua $(BUILD)/tests-gpu/test_parity $(BUILD)/tests-gpu/test_lstm_parity
 	$(BUILD)/tests-gpu/test_parity
+	$(BUILD)/tests-gpu/test_lstm_parity
 
-$(BUILD)/tests-gpu/test_parity: tests/gpu/test_parity.c $(BUILD)/librnnlua.a tests/c/check.h
+$(BUILD)/tests-gpu/%: tests/gpu/%.c $(BUILD)/librnnlua.a tests/c/check.h
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ tests/gpu/test_parity.c $(BUILD)/librnnlua.a $(LDLIBS)
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(BUILD)/librnnlua.a $(LDLIBS)
 
 bench: $(BUILD)/rnnlua $(BENCHES)
 	@bash bench/run.sh $(BUILD)

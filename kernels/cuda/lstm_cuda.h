@@ -1,0 +1,158 @@
+/* The LSTM on CUDA devices: rnnlua's own kernels (kernels/cuda/lstm.cu) and the cuDNN 9 path
+ * (kernels/cuda/cudnn_lstm.cu). A plain C header: no CUDA include; streams are `void *` holding a
+ * cudaStream_t (NULL: the legacy default stream). Only present in a CUDA build (RL_WITH_CUDA).
+ *
+ * Every pointer named a buffer is device memory of the tensors' device (the launchers make that
+ * device current); scalars, `len_host` and the arrays of three peephole pointers are host memory.
+ * All calls are asynchronous on their stream; errors come back as RL_EDEVICE (a failing CUDA,
+ * cuBLAS or cuDNN call, naming the function and the sizes), RL_ENOMEM, RL_EARG or RL_EDTYPE.
+ *
+ * Layout and equations are those of layers/lstm.c and kernels/lstm.h (gate order i, f, g, o;
+ * row-major; time-major (T, B, .) sequences; a row b of step t is valid when t < len[b], padded
+ * rows carry the state and output 0).
+ *
+ * Streams and both directions at once: give each direction of a bidirectional layer (each lstm
+ * layer object) its own stream from rl_lstm_cuda_stream_create and pass it to every call of that
+ * layer; the host only queues work, so the forward and backward directions overlap on the GPU.
+ * These streams are blocking streams: they order themselves with the legacy default stream,
+ * which every tensor op (kernels/cuda/ops.cu) uses, so a tensor op queued after the LSTM calls
+ * waits for them and LSTM calls queued after a tensor op wait for it. The one hazard: a buffer
+ * released by one side stream and handed by the caching allocator to another side stream with no
+ * default-stream work queued in between; the layers keep their buffers across batches, so call
+ * rl_lstm_cuda_stream_sync before freeing a buffer a side stream may still be using.
+ */
+#ifndef RL_KERNELS_CUDA_LSTM_H
+#define RL_KERNELS_CUDA_LSTM_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "../../core/error.h"
+#include "../../core/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- streams ---- */
+
+/* A new blocking stream on cuda:device (see above); destroy it with rl_lstm_cuda_stream_destroy
+ * (queued work finishes first). */
+rl_status rl_lstm_cuda_stream_create(int device, void **stream);
+void rl_lstm_cuda_stream_destroy(void *stream);
+/* Waits until all work queued on the stream has finished. */
+rl_status rl_lstm_cuda_stream_sync(void *stream);
+
+/* ---- own kernels: one step (device counterparts of kernels/lstm.h) ----
+ *
+ * Same arguments and meaning as rl_lstm_cpu_fwd_f32/bwd_f32, plus the stream first; len is the
+ * int32 lengths (B) on the device; peep and dpeep are host arrays of three device pointers (or
+ * NULL). Backward adds the bias and peephole gradients deterministically: each thread block owns
+ * 32 columns and sums over the batch rows in a fixed order (no atomics); db and dpeep may be NULL
+ * to leave that to rl_lstm_cuda_param_grads over all frames (what rl_lstm_cuda_backward does). */
+rl_status rl_lstm_cuda_fwd_f32(void *stream, int64_t B, int64_t H, int64_t t, const int32_t *len,
+                               float *z, const float *bias, const float *const *peep,
+                               const float *cp, const float *hp, float *c, float *h, float *out);
+rl_status rl_lstm_cuda_fwd_f64(void *stream, int64_t B, int64_t H, int64_t t, const int32_t *len,
+                               double *z, const double *bias, const double *const *peep,
+                               const double *cp, const double *hp, double *c, double *h,
+                               double *out);
+rl_status rl_lstm_cuda_bwd_f32(void *stream, int64_t B, int64_t H, int64_t t, const int32_t *len,
+                               float *z, const float *const *peep, const float *cp, const float *c,
+                               const float *dout, int64_t dout_ld, float *dh, float *dc, float *db,
+                               float *const *dpeep);
+rl_status rl_lstm_cuda_bwd_f64(void *stream, int64_t B, int64_t H, int64_t t, const int32_t *len,
+                               double *z, const double *const *peep, const double *cp,
+                               const double *c, const double *dout, int64_t dout_ld, double *dh,
+                               double *dc, double *db, double *const *dpeep);
+
+/* Bias and peephole gradients of N frames at once (deterministic column sums):
+ *   db (4H) += sum_n dz[n, :]
+ *   dpeep[0] (H) += sum_n dz_i[n] * cprev[n],  dpeep[1] += dz_f * cprev,  dpeep[2] += dz_o * cur
+ * dz (N, 4H), cprev and cur (N, H); dpeep and cprev/cur may be NULL (no peepholes). dt: float32
+ * or float64. */
+rl_status rl_lstm_cuda_param_grads(void *stream, rl_dtype dt, int64_t N, int64_t H, const void *dz,
+                                   const void *cprev, const void *cur, void *db,
+                                   void *const *dpeep);
+
+/* Row-major c = alpha op(a) op(b) + beta c on the stream (a cuBLAS handle per stream, no TF32),
+ * for the input projection and the weight and input gradients; dt float32 or float64. */
+rl_status rl_lstm_cuda_gemm(void *stream, rl_dtype dt, bool trans_a, bool trans_b, int64_t m,
+                            int64_t n, int64_t k, double alpha, const void *a, int64_t lda,
+                            const void *b, int64_t ldb, double beta, void *c, int64_t ldc);
+
+/* ---- own kernels: the whole recurrence of one direction ----
+ *
+ * The step loops of layers/lstm.c with its buffers (all contiguous, dt float32 or float64):
+ *   gates (T, B, 4H)  forward: x W on entry (no bias), activations on return;
+ *                     backward: activations on entry, dZ on return (0 on padded rows)
+ *   hs, cs (T+1, B, H) states; direction 1: row 0 initial, row t+1 after frame t;
+ *                     direction -1: row t after frame t, row T initial. Forward reads the
+ *                     initial row (the caller writes it: zeros or the given state) and writes the
+ *                     others; backward only reads them.
+ *   out (T, B, H)     the output (h on valid rows, 0 on padded ones)
+ *   U (H, 4H), bias (4H), peep: host array of 3 device pointers (H each) or NULL
+ *   dout              dLoss/dout, a (T*B, dout_ld) matrix (NULL: zero)
+ *   dh, dc (B, H)     the state gradients after the last frame on entry (zeros normally), the
+ *                     initial state's gradients on return
+ *   dU (H, 4H), db (4H), dpeep (3 x H or NULL): += this batch's gradients
+ * Forward per step: z_t += h_prev U (cuBLAS), then the fused pointwise kernel. Backward per
+ * step: the pointwise kernel, then dh += dz_t U^T; after the loop dU += Hprev^T dZ as one GEMM
+ * over all frames and db, dpeep with rl_lstm_cuda_param_grads. Left to the caller (they depend on
+ * the inputs): gates = x W before forward; dW += X^T dZ and dX = dZ W^T after backward, with
+ * rl_lstm_cuda_gemm on the same stream. */
+rl_status rl_lstm_cuda_forward(void *stream, rl_dtype dt, int64_t T, int64_t B, int64_t H,
+                               int direction, const int32_t *len, void *gates, const void *U,
+                               const void *bias, const void *const *peep, void *hs, void *cs,
+                               void *out);
+rl_status rl_lstm_cuda_backward(void *stream, rl_dtype dt, int64_t T, int64_t B, int64_t H,
+                                int direction, const int32_t *len, void *gates, const void *U,
+                                const void *const *peep, const void *hs, const void *cs,
+                                const void *dout, int64_t dout_ld, void *dh, void *dc, void *dU,
+                                void *db, void *const *dpeep);
+
+/* ---- cuDNN 9 path ----
+ *
+ * One object per unidirectional LSTM layer (no peepholes: cuDNN has none) with input size F
+ * (the layer's inputs concatenated along the features, in `from` order, as W's rows are) and
+ * hidden size H, float32 or float64. It owns the cuDNN handle and descriptors, the weight space
+ * and its gradient, the work and reserve spaces (grown to the largest batch seen, then reused),
+ * and for direction -1 the time-reversed copies of x, y and dy: cuDNN runs forward in time only,
+ * so each sequence is reversed within its own length (a gather kernel) before and after. x and y
+ * given to forward must stay unchanged until backward. cuDNN runs with FMA math (no TF32), bias
+ * mode CUDNN_RNN_SINGLE_INP_BIAS (one bias per gate: our b) and padded I/O (fill 0).
+ *
+ * Per batch: rl_cudnn_lstm_pack_weights (after every optimizer step), rl_cudnn_lstm_forward,
+ * then rl_cudnn_lstm_backward and rl_cudnn_lstm_unpack_grads. */
+typedef struct rl_cudnn_lstm rl_cudnn_lstm;
+
+rl_status rl_cudnn_lstm_create(rl_cudnn_lstm **out, int device, rl_dtype dt, int64_t F, int64_t H,
+                               int direction);
+void rl_cudnn_lstm_free(rl_cudnn_lstm *r);
+/* All later calls of the object run on this stream (NULL: the legacy default stream). */
+rl_status rl_cudnn_lstm_set_stream(rl_cudnn_lstm *r, void *stream);
+
+/* W (F, 4H), U (H, 4H), b (4H) in rnnlua's layout -> the object's cuDNN weight space. */
+rl_status rl_cudnn_lstm_pack_weights(rl_cudnn_lstm *r, const void *W, const void *U, const void *b);
+/* The object's weight space -> W, U, b (overwritten): for checkpoints and tests. */
+rl_status rl_cudnn_lstm_unpack_weights(rl_cudnn_lstm *r, void *W, void *U, void *b);
+/* The weight gradients of the last backward -> dW, dU, db (+=, the layer contract). */
+rl_status rl_cudnn_lstm_unpack_grads(rl_cudnn_lstm *r, void *dW, void *dU, void *db);
+
+/* x (T, B, F) -> y (T, B, H), 0 on padded frames. len_host and len_dev: the same int32 lengths
+ * (B), 1 <= len <= T (the layer contract), on the host and on the device. h0, c0 (B, H): the
+ * initial state (NULL: zero); hT, cT (B, H): each sequence's final state, or NULL. train: keep what
+ * backward needs. */
+rl_status rl_cudnn_lstm_forward(rl_cudnn_lstm *r, bool train, int64_t T, int64_t B,
+                                const int32_t *len_host, const int32_t *len_dev, const void *x,
+                                void *y, const void *h0, const void *c0, void *hT, void *cT);
+/* After a training forward: dy (T, B, H) -> dx (T, B, F) (=, or NULL when not needed), the
+ * initial state's gradients dh0, dc0 (B, H; = or NULL), and the weight gradients into the
+ * object's gradient space (read them with rl_cudnn_lstm_unpack_grads). */
+rl_status rl_cudnn_lstm_backward(rl_cudnn_lstm *r, const void *dy, void *dx, void *dh0, void *dc0);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

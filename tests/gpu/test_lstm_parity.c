@@ -1,0 +1,484 @@
+/* LSTM parity on a GPU: rnnlua's own CUDA kernels and the cuDNN path against the CPU lstm layer
+ * (layers/lstm.c, built with rl_layer_create) on the same random weights and inputs: T=7, B=3
+ * with ragged lengths {7, 4, 1}, H=5, F=4, both directions, with and without peepholes (own
+ * kernels only; cuDNN has none). Compared: the output, each sequence's final state, the input
+ * gradient, every parameter gradient and the initial state's gradients; float32 to 1e-5 of each
+ * tensor's largest magnitude (cuDNN 3e-5: its own activation functions), float64 to 1e-10.
+ * The own kernels run three ways: the whole-recurrence calls of both directions queued at once on
+ * two streams, and the per-step calls (with their fused bias and peephole sums) on the default
+ * stream. The cuDNN weight conversion must round-trip exactly.
+ * Without a CUDA build or device it prints a SKIP line and passes. Run by `make test-gpu`. */
+#include <stdio.h>
+#include <string.h>
+
+#include "core/device.h"
+#include "kernels/ops.h"
+#include "layers/layer.h"
+#include "layers/layers.h"
+#include "tests/c/check.h"
+
+#ifdef RL_WITH_CUDA
+#include "kernels/cuda/lstm_cuda.h"
+
+enum { T = 7, B = 3, H = 5, F = 4 };
+static const int32_t LENS[B] = {7, 4, 1};
+static const rl_device CUDA0 = {RL_CUDA, 0};
+
+/* ---- inputs ---- */
+
+static uint64_t rand_state = 0x2545F4914F6CDD1Du;
+
+static double urand(double lo, double hi) {
+    rand_state ^= rand_state << 13;
+    rand_state ^= rand_state >> 7;
+    rand_state ^= rand_state << 17;
+    return lo + (hi - lo) * (double)(rand_state >> 11) * (1.0 / 9007199254740992.0);
+}
+
+static void set_elem(rl_tensor *t, int64_t i, double v) {
+    if (t->dtype == RL_FLOAT32)
+        ((float *)rl_tensor_data(t))[i] = (float)v;
+    else
+        ((double *)rl_tensor_data(t))[i] = v;
+}
+
+/* A new contiguous CPU tensor, uniform in [-a, a); with `padded_zero` (a (T, B, .) tensor) 0 on
+ * padded frames. */
+static rl_tensor rand_cpu(rl_dtype dt, int ndim, const int64_t *shape, double a, bool padded_zero) {
+    rl_tensor t = {0};
+    CHECK_OK(rl_tensor_empty(&t, dt, RL_DEVICE_CPU, ndim, shape));
+    if (!t.storage) return t;
+    int64_t n = rl_tensor_numel(&t), row = ndim == 3 ? shape[2] : 1;
+    for (int64_t i = 0; i < n; i++) {
+        int64_t tb = i / row, tt = tb / B, b = tb % B;
+        set_elem(&t, i, padded_zero && tt >= LENS[b] ? 0.0 : urand(-a, a));
+    }
+    return t;
+}
+
+static rl_tensor to_dev(const rl_tensor *t) {
+    rl_tensor g = {0};
+    CHECK_OK(rl_op_to(&g, t, t->dtype, CUDA0));
+    return g;
+}
+
+static rl_tensor zeros_dev(rl_dtype dt, int ndim, const int64_t *shape) {
+    rl_tensor g = {0};
+    CHECK_OK(rl_tensor_empty(&g, dt, CUDA0, ndim, shape));
+    if (g.storage) CHECK_OK(rl_op_fill(&g, 0.0));
+    return g;
+}
+
+/* byte offset i elements into a tensor's data */
+static void *el(const rl_tensor *t, int64_t i) {
+    return (char *)rl_tensor_data(t) + (size_t)i * rl_dtype_size(t->dtype);
+}
+
+/* ---- comparison ---- */
+
+/* want (CPU) against got (any device): max |want - got| <= rtol * max |want|; one check. */
+static void compare(const char *tag, const char *what, const rl_tensor *want, const rl_tensor *got,
+                    double rtol) {
+    rl_tensor a = {0}, g = {0};
+    if (!want->storage || !got->storage || rl_tensor_numel(want) != rl_tensor_numel(got)) {
+        check_failed++;
+        fprintf(stderr, "FAIL %s %s: missing or mis-sized result (%s)\n", tag, what, rl_errmsg());
+        return;
+    }
+    CHECK_OK(rl_op_to(&a, want, RL_FLOAT64, RL_DEVICE_CPU));
+    CHECK_OK(rl_op_to(&g, got, RL_FLOAT64, RL_DEVICE_CPU));
+    if (!a.storage || !g.storage) return;
+    const double *pa = rl_tensor_data(&a), *pg = rl_tensor_data(&g);
+    int64_t n = rl_tensor_numel(&a), worst = 0;
+    double scale = 0, err = 0;
+    for (int64_t i = 0; i < n; i++)
+        scale = fmax(scale, fabs(pa[i]));
+    for (int64_t i = 0; i < n; i++) {
+        double e = fabs(pa[i] - pg[i]);
+        if (!(e <= err)) { /* NaN counts as worst */
+            err = e;
+            worst = i;
+        }
+    }
+    if (err <= rtol * scale) {
+        check_passed++;
+    } else {
+        check_failed++;
+        fprintf(stderr,
+                "FAIL %s %s: max error %.3g (scale %.3g, rtol %g) at %lld: want %.9g got %.9g\n",
+                tag, what, err, scale, rtol, (long long)worst, pa[worst], pg[worst]);
+    }
+    rl_tensor_release(&a);
+    rl_tensor_release(&g);
+}
+
+/* ---- the CPU reference ---- */
+
+typedef struct {
+    const char *keys[3];
+    double vals[3];
+} opt_table;
+
+static rl_status opt_num(void *ctx, const char *key, double *v, int *found) {
+    opt_table *t = ctx;
+    *found = 0;
+    for (int i = 0; i < 3; i++)
+        if (strcmp(t->keys[i], key) == 0) {
+            *v = t->vals[i];
+            *found = 1;
+        }
+    return RL_OK;
+}
+static rl_status opt_str(void *ctx, const char *key, const char **v, int *found) {
+    (void)ctx, (void)key, (void)v;
+    *found = 0;
+    return RL_OK;
+}
+static rl_status opt_bool(void *ctx, const char *key, bool *v, int *found) {
+    double d = 0;
+    opt_num(ctx, key, &d, found);
+    if (*found) *v = d != 0;
+    return RL_OK;
+}
+
+typedef struct {
+    int dir;
+    bool peep;
+    rl_dtype dt;
+    rl_layer *l;
+    rl_tensor x, len, gout, gx; /* CPU inputs and the input gradient */
+    rl_tensor hT, cT, dh0, dc0; /* views of the layer's final state and initial-state grads */
+} ref;
+
+/* Builds the CPU layer with random parameters and inputs, runs forward and backward. */
+static bool ref_run(ref *r, int dir, bool peep, rl_dtype dt) {
+    memset(r, 0, sizeof *r);
+    r->dir = dir;
+    r->peep = peep;
+    r->dt = dt;
+    opt_table t = {{"n_out", "direction", "peepholes"}, {H, dir, peep}};
+    rl_options o = {&t, opt_num, opt_str, opt_bool};
+    int64_t in_dims[1] = {F};
+    CHECK_OK(rl_layer_create(&r->l, "lstm", peep ? "lstm_peep" : "lstm", &o, 1, in_dims));
+    if (!r->l) return false;
+    for (int i = 0; i < r->l->n_params; i++) {
+        rl_param *p = &r->l->params[i];
+        p->value = rand_cpu(dt, p->ndim, p->shape, 0.6, false);
+        CHECK_OK(rl_tensor_empty(&p->grad, dt, RL_DEVICE_CPU, p->ndim, p->shape));
+        CHECK_OK(rl_op_fill(&p->grad, 0.0));
+    }
+    int64_t xs[3] = {T, B, F}, os[3] = {T, B, H}, bs[1] = {B};
+    r->x = rand_cpu(dt, 3, xs, 1.0, false);
+    r->gout = rand_cpu(dt, 3, os, 1.0, true);
+    CHECK_OK(rl_tensor_empty(&r->gx, dt, RL_DEVICE_CPU, 3, xs));
+    CHECK_OK(rl_tensor_empty(&r->len, RL_INT32, RL_DEVICE_CPU, 1, bs));
+    if (!r->len.storage || !r->gx.storage) return false;
+    memcpy(rl_tensor_data(&r->len), LENS, sizeof LENS);
+    rl_layer_io io = {0};
+    io.n_in = 1;
+    io.in[0] = &r->x;
+    io.lengths = &r->len;
+    io.train = true;
+    rl_tensor *gin[1] = {&r->gx};
+    rl_status st = r->l->ops->forward(r->l, &io);
+    CHECK_OK(st);
+    if (st == RL_OK) CHECK_OK(st = rl_lstm_final_state(r->l, &r->hT, &r->cT));
+    if (st == RL_OK) CHECK_OK(st = r->l->ops->backward(r->l, &io, &r->gout, gin));
+    if (st == RL_OK) CHECK_OK(st = rl_lstm_initial_state_grad(r->l, &r->dh0, &r->dc0));
+    return st == RL_OK;
+}
+
+static void ref_free(ref *r) {
+    rl_tensor *ts[] = {&r->x, &r->len, &r->gout, &r->gx, &r->hT, &r->cT, &r->dh0, &r->dc0};
+    for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
+        rl_tensor_release(ts[i]);
+    if (r->l) rl_layer_free(r->l); /* with the params' values and gradients */
+}
+
+static const rl_tensor *param(const ref *r, int i) { return &r->l->params[i].value; }
+static const rl_tensor *grad(const ref *r, int i) { return &r->l->params[i].grad; }
+
+/* ---- own kernels ---- */
+
+/* The device buffers of one run, laid out as layers/lstm.c lays out its own. */
+typedef struct {
+    rl_tensor W, U, b, p[3], x, len, gout;
+    rl_tensor gates, hs, cs, out, dh, dc, dW, dU, db, dp[3], dx;
+    const void *peep[3];
+    void *dpeep[3];
+} dev_run;
+
+static void dev_setup(dev_run *d, const ref *r) {
+    memset(d, 0, sizeof *d);
+    rl_dtype dt = r->dt;
+    d->W = to_dev(param(r, 0));
+    d->U = to_dev(param(r, 1));
+    d->b = to_dev(param(r, 2));
+    d->x = to_dev(&r->x);
+    d->len = to_dev(&r->len);
+    d->gout = to_dev(&r->gout);
+    int64_t gs[3] = {T, B, 4 * H}, ss[3] = {T + 1, B, H}, os[3] = {T, B, H}, xs[3] = {T, B, F};
+    int64_t bh[2] = {B, H}, ws[2] = {F, 4 * H}, us[2] = {H, 4 * H}, b4[1] = {4 * H}, h1[1] = {H};
+    d->gates = zeros_dev(dt, 3, gs);
+    d->hs = zeros_dev(dt, 3, ss); /* the initial state row: zeros */
+    d->cs = zeros_dev(dt, 3, ss);
+    d->out = zeros_dev(dt, 3, os);
+    d->dx = zeros_dev(dt, 3, xs);
+    d->dh = zeros_dev(dt, 2, bh);
+    d->dc = zeros_dev(dt, 2, bh);
+    d->dW = zeros_dev(dt, 2, ws);
+    d->dU = zeros_dev(dt, 2, us);
+    d->db = zeros_dev(dt, 1, b4);
+    for (int k = 0; k < 3 && r->peep; k++) {
+        d->p[k] = to_dev(param(r, 3 + k));
+        d->dp[k] = zeros_dev(dt, 1, h1);
+        d->peep[k] = rl_tensor_data(&d->p[k]);
+        d->dpeep[k] = rl_tensor_data(&d->dp[k]);
+    }
+}
+
+static void dev_free(dev_run *d) {
+    rl_tensor *ts[] = {&d->W,     &d->U,     &d->b,     &d->x,    &d->len,  &d->gout,
+                       &d->gates, &d->hs,    &d->cs,    &d->out,  &d->dh,   &d->dc,
+                       &d->dW,    &d->dU,    &d->db,    &d->dx,   &d->p[0], &d->p[1],
+                       &d->p[2],  &d->dp[0], &d->dp[1], &d->dp[2]};
+    for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
+        rl_tensor_release(ts[i]);
+}
+
+static void *D(const rl_tensor *t) { return rl_tensor_data(t); }
+
+/* gates = x W (what the layer does before the recurrence) */
+static rl_status input_projection(void *s, const dev_run *d, rl_dtype dt) {
+    return rl_lstm_cuda_gemm(s, dt, false, false, T * B, 4 * H, F, 1.0, D(&d->x), F, D(&d->W),
+                             4 * H, 0.0, D(&d->gates), 4 * H);
+}
+
+/* dW += X^T dZ, dx = dZ W^T (what the layer does after the recurrence) */
+static rl_status input_grads(void *s, const dev_run *d, rl_dtype dt) {
+    RL_TRY(rl_lstm_cuda_gemm(s, dt, true, false, F, 4 * H, T * B, 1.0, D(&d->x), F, D(&d->gates),
+                             4 * H, 1.0, D(&d->dW), 4 * H));
+    return rl_lstm_cuda_gemm(s, dt, false, true, T * B, F, 4 * H, 1.0, D(&d->gates), 4 * H,
+                             D(&d->W), 4 * H, 0.0, D(&d->dx), F);
+}
+
+static rl_status loop_forward(void *s, const dev_run *d, const ref *r) {
+    RL_TRY(input_projection(s, d, r->dt));
+    return rl_lstm_cuda_forward(s, r->dt, T, B, H, r->dir, D(&d->len), D(&d->gates), D(&d->U),
+                                D(&d->b), r->peep ? d->peep : NULL, D(&d->hs), D(&d->cs),
+                                D(&d->out));
+}
+
+static rl_status loop_backward(void *s, const dev_run *d, const ref *r) {
+    RL_TRY(rl_lstm_cuda_backward(s, r->dt, T, B, H, r->dir, D(&d->len), D(&d->gates), D(&d->U),
+                                 r->peep ? d->peep : NULL, D(&d->hs), D(&d->cs), D(&d->gout), H,
+                                 D(&d->dh), D(&d->dc), D(&d->dU), D(&d->db),
+                                 r->peep ? (void *const *)d->dpeep : NULL));
+    return input_grads(s, d, r->dt);
+}
+
+/* The per-step API on the default stream, in the order of layers/lstm.c's loops, with the bias
+ * and peephole sums done per step by the backward kernel. */
+static rl_status steps(const dev_run *d, const ref *r) {
+    rl_dtype dt = r->dt;
+    int64_t BH = B * H;
+    const int32_t *len = D(&d->len);
+    RL_TRY(input_projection(NULL, d, dt));
+    for (int64_t s = 0; s < T; s++) {
+        int64_t t = r->dir > 0 ? s : T - 1 - s;
+        int64_t prev = r->dir > 0 ? t : t + 1, cur = r->dir > 0 ? t + 1 : t;
+        void *zt = el(&d->gates, t * B * 4 * H);
+        RL_TRY(rl_lstm_cuda_gemm(NULL, dt, false, false, B, 4 * H, H, 1.0, el(&d->hs, prev * BH), H,
+                                 D(&d->U), 4 * H, 1.0, zt, 4 * H));
+        if (dt == RL_FLOAT32)
+            RL_TRY(rl_lstm_cuda_fwd_f32(
+                NULL, B, H, t, len, zt, D(&d->b), r->peep ? (const float *const *)d->peep : NULL,
+                el(&d->cs, prev * BH), el(&d->hs, prev * BH), el(&d->cs, cur * BH),
+                el(&d->hs, cur * BH), el(&d->out, t * BH)));
+        else
+            RL_TRY(rl_lstm_cuda_fwd_f64(
+                NULL, B, H, t, len, zt, D(&d->b), r->peep ? (const double *const *)d->peep : NULL,
+                el(&d->cs, prev * BH), el(&d->hs, prev * BH), el(&d->cs, cur * BH),
+                el(&d->hs, cur * BH), el(&d->out, t * BH)));
+    }
+    for (int64_t s = T - 1; s >= 0; s--) {
+        int64_t t = r->dir > 0 ? s : T - 1 - s;
+        int64_t prev = r->dir > 0 ? t : t + 1, cur = r->dir > 0 ? t + 1 : t;
+        void *zt = el(&d->gates, t * B * 4 * H);
+        if (dt == RL_FLOAT32)
+            RL_TRY(rl_lstm_cuda_bwd_f32(
+                NULL, B, H, t, len, zt, r->peep ? (const float *const *)d->peep : NULL,
+                el(&d->cs, prev * BH), el(&d->cs, cur * BH), el(&d->gout, t * BH), H, D(&d->dh),
+                D(&d->dc), D(&d->db), r->peep ? (float *const *)d->dpeep : NULL));
+        else
+            RL_TRY(rl_lstm_cuda_bwd_f64(
+                NULL, B, H, t, len, zt, r->peep ? (const double *const *)d->peep : NULL,
+                el(&d->cs, prev * BH), el(&d->cs, cur * BH), el(&d->gout, t * BH), H, D(&d->dh),
+                D(&d->dc), D(&d->db), r->peep ? (double *const *)d->dpeep : NULL));
+        RL_TRY(rl_lstm_cuda_gemm(NULL, dt, false, true, B, H, 4 * H, 1.0, zt, 4 * H, D(&d->U),
+                                 4 * H, 1.0, D(&d->dh), H));
+    }
+    RL_TRY(rl_lstm_cuda_gemm(NULL, dt, true, false, H, 4 * H, T * B, 1.0,
+                             el(&d->hs, r->dir > 0 ? 0 : BH), H, D(&d->gates), 4 * H, 1.0,
+                             D(&d->dU), 4 * H));
+    return input_grads(NULL, d, dt);
+}
+
+static void dev_compare(const char *tag, const dev_run *d, const ref *r, double rtol) {
+    rl_tensor hT = {0}, cT = {0};
+    int64_t last = r->dir > 0 ? T : 0;
+    CHECK_OK(rl_tensor_select(&hT, &d->hs, 0, last));
+    CHECK_OK(rl_tensor_select(&cT, &d->cs, 0, last));
+    compare(tag, "out", &r->l->out, &d->out, rtol);
+    compare(tag, "final h", &r->hT, &hT, rtol);
+    compare(tag, "final c", &r->cT, &cT, rtol);
+    compare(tag, "dx", &r->gx, &d->dx, rtol);
+    compare(tag, "dW", grad(r, 0), &d->dW, rtol);
+    compare(tag, "dU", grad(r, 1), &d->dU, rtol);
+    compare(tag, "db", grad(r, 2), &d->db, rtol);
+    for (int k = 0; k < 3 && r->peep; k++)
+        compare(tag, r->l->params[3 + k].name, grad(r, 3 + k), &d->dp[k], rtol);
+    compare(tag, "dh0", &r->dh0, &d->dh, rtol);
+    compare(tag, "dc0", &r->dc0, &d->dc, rtol);
+    rl_tensor_release(&hT);
+    rl_tensor_release(&cT);
+}
+
+/* Both directions queued at once on two streams, then compared; then the per-step API. */
+static void test_own(rl_dtype dt, bool peep, double rtol) {
+    ref r[2];
+    dev_run d[2];
+    void *s[2] = {NULL, NULL};
+    bool ok = ref_run(&r[0], 1, peep, dt) & ref_run(&r[1], -1, peep, dt);
+    char tag[2][64];
+    for (int k = 0; k < 2; k++) {
+        snprintf(tag[k], sizeof tag[k], "own %s dir %d%s (streams)", rl_dtype_name(dt), r[k].dir,
+                 peep ? " peep" : "");
+        CHECK_OK(rl_lstm_cuda_stream_create(0, &s[k]));
+    }
+    if (ok) {
+        for (int k = 0; k < 2; k++)
+            dev_setup(&d[k], &r[k]);
+        for (int k = 0; k < 2; k++)
+            CHECK_OK(loop_forward(s[k], &d[k], &r[k]));
+        for (int k = 0; k < 2; k++)
+            CHECK_OK(loop_backward(s[k], &d[k], &r[k]));
+        for (int k = 0; k < 2; k++) {
+            CHECK_OK(rl_lstm_cuda_stream_sync(s[k]));
+            dev_compare(tag[k], &d[k], &r[k], rtol);
+            dev_free(&d[k]);
+        }
+        for (int k = 0; k < 2; k++) {
+            snprintf(tag[k], sizeof tag[k], "own %s dir %d%s (steps)", rl_dtype_name(dt), r[k].dir,
+                     peep ? " peep" : "");
+            dev_setup(&d[k], &r[k]);
+            CHECK_OK(steps(&d[k], &r[k]));
+            CHECK_OK(rl_op_synchronize(CUDA0));
+            dev_compare(tag[k], &d[k], &r[k], rtol);
+            dev_free(&d[k]);
+        }
+    }
+    for (int k = 0; k < 2; k++) {
+        rl_lstm_cuda_stream_destroy(s[k]);
+        ref_free(&r[k]);
+    }
+}
+
+/* ---- cuDNN ---- */
+
+static void test_cudnn(rl_dtype dt, int dir, double rtol) {
+    ref r;
+    char tag[64];
+    snprintf(tag, sizeof tag, "cudnn %s dir %d", rl_dtype_name(dt), dir);
+    if (!ref_run(&r, dir, false, dt)) {
+        ref_free(&r);
+        return;
+    }
+    rl_cudnn_lstm *c = NULL;
+    void *s = NULL;
+    CHECK_OK(rl_cudnn_lstm_create(&c, 0, dt, F, H, dir));
+    /* the backward direction also runs on a stream of its own */
+    if (dir < 0) CHECK_OK(rl_lstm_cuda_stream_create(0, &s));
+    if (c && s) CHECK_OK(rl_cudnn_lstm_set_stream(c, s));
+    if (c) {
+        int64_t ws[2] = {F, 4 * H}, us[2] = {H, 4 * H}, b4[1] = {4 * H}, os[3] = {T, B, H};
+        int64_t xs[3] = {T, B, F}, bh[2] = {B, H};
+        rl_tensor W = to_dev(param(&r, 0)), U = to_dev(param(&r, 1)), b = to_dev(param(&r, 2));
+        rl_tensor x = to_dev(&r.x), len = to_dev(&r.len), gout = to_dev(&r.gout);
+        rl_tensor W2 = zeros_dev(dt, 2, ws), U2 = zeros_dev(dt, 2, us), b2 = zeros_dev(dt, 1, b4);
+        rl_tensor dW = zeros_dev(dt, 2, ws), dU = zeros_dev(dt, 2, us), db = zeros_dev(dt, 1, b4);
+        rl_tensor y = zeros_dev(dt, 3, os), dx = zeros_dev(dt, 3, xs);
+        rl_tensor hT = zeros_dev(dt, 2, bh), cT = zeros_dev(dt, 2, bh);
+        rl_tensor dh0 = zeros_dev(dt, 2, bh), dc0 = zeros_dev(dt, 2, bh);
+        CHECK_OK(rl_cudnn_lstm_pack_weights(c, D(&W), D(&U), D(&b)));
+        CHECK_OK(rl_cudnn_lstm_unpack_weights(c, D(&W2), D(&U2), D(&b2)));
+        CHECK_OK(rl_cudnn_lstm_forward(c, true, T, B, LENS, D(&len), D(&x), D(&y), NULL, NULL,
+                                       D(&hT), D(&cT)));
+        CHECK_OK(rl_cudnn_lstm_backward(c, D(&gout), D(&dx), D(&dh0), D(&dc0)));
+        CHECK_OK(rl_cudnn_lstm_unpack_grads(c, D(&dW), D(&dU), D(&db)));
+        CHECK_OK(s ? rl_lstm_cuda_stream_sync(s) : rl_op_synchronize(CUDA0));
+        compare(tag, "W round trip", param(&r, 0), &W2, 0.0);
+        compare(tag, "U round trip", param(&r, 1), &U2, 0.0);
+        compare(tag, "b round trip", param(&r, 2), &b2, 0.0);
+        compare(tag, "out", &r.l->out, &y, rtol);
+        compare(tag, "final h", &r.hT, &hT, rtol);
+        compare(tag, "final c", &r.cT, &cT, rtol);
+        compare(tag, "dx", &r.gx, &dx, rtol);
+        compare(tag, "dW", grad(&r, 0), &dW, rtol);
+        compare(tag, "dU", grad(&r, 1), &dU, rtol);
+        compare(tag, "db", grad(&r, 2), &db, rtol);
+        compare(tag, "dh0", &r.dh0, &dh0, rtol);
+        compare(tag, "dc0", &r.dc0, &dc0, rtol);
+        rl_tensor *ts[] = {&W,  &U,  &b,  &x, &len, &gout, &W2, &U2,  &b2,
+                           &dW, &dU, &db, &y, &dx,  &hT,   &cT, &dh0, &dc0};
+        for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
+            rl_tensor_release(ts[i]);
+    }
+    rl_cudnn_lstm_free(c);
+    rl_lstm_cuda_stream_destroy(s);
+    ref_free(&r);
+}
+
+/* A backward without a forward and a bad length are errors, not crashes. */
+static void test_cudnn_misuse(void) {
+    rl_cudnn_lstm *c = NULL;
+    CHECK_OK(rl_cudnn_lstm_create(&c, 0, RL_FLOAT32, F, H, 1));
+    if (!c) return;
+    CHECK(rl_cudnn_lstm_backward(c, NULL, NULL, NULL, NULL) == RL_EARG);
+    int32_t bad[B] = {7, 0, 9};
+    int64_t os[3] = {T, B, H}, xs[3] = {T, B, F};
+    rl_tensor x = zeros_dev(RL_FLOAT32, 3, xs), y = zeros_dev(RL_FLOAT32, 3, os);
+    CHECK(rl_cudnn_lstm_forward(c, true, T, B, bad, bad, D(&x), D(&y), NULL, NULL, NULL, NULL) ==
+          RL_EARG);
+    CHECK(strstr(rl_errmsg(), "rl_cudnn_lstm_forward") != NULL);
+    rl_tensor_release(&x);
+    rl_tensor_release(&y);
+    rl_cudnn_lstm_free(c);
+}
+
+static void run_all(void) {
+    for (int peep = 0; peep < 2; peep++) {
+        test_own(RL_FLOAT32, peep, 1e-5);
+        test_own(RL_FLOAT64, peep, 1e-10);
+    }
+    for (int dir = 1; dir >= -1; dir -= 2) {
+        test_cudnn(RL_FLOAT32, dir, 3e-5);
+        test_cudnn(RL_FLOAT64, dir, 1e-10);
+    }
+    test_cudnn_misuse();
+}
+#endif
+
+int main(void) {
+#ifdef RL_WITH_CUDA
+    rl_ops_init();
+    const rl_device_backend *be = rl_device_cuda_backend();
+    if (be && be->count() > 0)
+        run_all();
+    else
+        printf("SKIP: no CUDA device (the LSTM parity test needs a GPU)\n");
+#else
+    printf("SKIP: not a CUDA build (the LSTM parity test needs CUDA=1 and a GPU)\n");
+#endif
+    TEST_MAIN_END();
+}
