@@ -33,6 +33,15 @@ rl_status rl_opt_int(const rl_options *o, const char *layer, const char *key, in
     return RL_OK;
 }
 
+rl_status rl_opt_pair(const rl_options *o, const char *layer, const char *key, int64_t def,
+                      int64_t min, bool required, int64_t v[2]) {
+    char k1[64], k2[64];
+    snprintf(k1, sizeof k1, "%s[1]", key);
+    snprintf(k2, sizeof k2, "%s[2]", key);
+    RL_TRY(rl_opt_int(o, layer, k1, def, min, required, &v[0]));
+    return rl_opt_int(o, layer, k2, v[0], min, false, &v[1]);
+}
+
 rl_status rl_opt_string(const rl_options *o, const char *layer, const char *key, const char *def,
                         const char **v) {
     int found = 0;

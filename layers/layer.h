@@ -80,6 +80,10 @@ rl_status rl_opt_number(const rl_options *o, const char *layer, const char *key,
 /* An integer >= min; `required` makes absence an error ("layer 'x': missing n_out"). */
 rl_status rl_opt_int(const rl_options *o, const char *layer, const char *key, int64_t def,
                      int64_t min, bool required, int64_t *v);
+/* A pair option such as filter_size = {fh, fw}: read as the numbers "KEY[1]" and "KEY[2]"
+ * (the Lua binding also accepts KEY = n for both); KEY[2] defaults to KEY[1]. */
+rl_status rl_opt_pair(const rl_options *o, const char *layer, const char *key, int64_t def,
+                      int64_t min, bool required, int64_t v[2]);
 rl_status rl_opt_string(const rl_options *o, const char *layer, const char *key, const char *def,
                         const char **v);
 rl_status rl_opt_bool(const rl_options *o, const char *layer, const char *key, bool def, bool *v);

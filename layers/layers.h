@@ -41,6 +41,32 @@ rl_status rl_lstm_final_state(rl_layer *l, rl_tensor *h, rl_tensor *c);
  * backward; valid until the next backward. */
 rl_status rl_lstm_initial_state_grad(rl_layer *l, rl_tensor *dh0, rl_tensor *dc0);
 
+/* mdlstm (layers/mdlstm.c): 2-D multi-directional LSTM over (H, W, B, F) images; n_out (per
+ * direction), directions ("tl,tr,bl,br"), combine = concat | sum, cell = standard | stable,
+ * forget_bias. */
+rl_status rl_mdlstm_create(rl_layer **out, const char *name, const rl_options *opts, int n_in,
+                           const int64_t *in_dims);
+
+/* The 2-D layers (see the top of each layers/X.c): conv2d (n_out, filter_size, padding,
+ * strides, activation, with_bias) and pool2d (mode = max | avg, pool_size, strides, padding)
+ * map images to images with new per-image sizes; collapse (mode = sum | max | last) maps
+ * images to sequences over the width, global_pool (mode = mean | max) to one frame each. */
+rl_status rl_conv2d_create(rl_layer **out, const char *name, const rl_options *opts, int n_in,
+                           const int64_t *in_dims);
+rl_status rl_pool2d_create(rl_layer **out, const char *name, const rl_options *opts, int n_in,
+                           const int64_t *in_dims);
+rl_status rl_collapse_create(rl_layer **out, const char *name, const rl_options *opts, int n_in,
+                             const int64_t *in_dims);
+rl_status rl_global_pool_create(rl_layer **out, const char *name, const rl_options *opts, int n_in,
+                                const int64_t *in_dims);
+/* The geometry of the last forward's output, owned by the layer (valid until its next forward),
+ * or NULL when l is not of that class: conv2d and pool2d the (B, 2) int32 sizes of their output
+ * images, collapse the (B) int32 lengths of its sequences (the widths), global_pool (B) ones. */
+const rl_tensor *rl_conv2d_out_sizes(const rl_layer *l);
+const rl_tensor *rl_pool2d_out_sizes(const rl_layer *l);
+const rl_tensor *rl_collapse_out_lengths(const rl_layer *l);
+const rl_tensor *rl_global_pool_out_lengths(const rl_layer *l);
+
 /* Activation functions, shared by linear and activation (layers/activation.c). */
 typedef enum {
     RL_ACT_IDENTITY = 0,

@@ -10,14 +10,19 @@ static const struct {
     rl_layer_create_fn create;
     int flags; /* RL_LAYER_* of layer.h */
 } classes[] = {
-    {"copy", rl_copy_create, 0},
-    {"linear", rl_linear_create, 0},
-    {"activation", rl_activation_create, 0},
-    {"dropout", rl_dropout_create, 0},
-    {"combine", rl_combine_create, 0},
+    {"copy", rl_copy_create, RL_LAYER_ANY_RANK},
+    {"linear", rl_linear_create, RL_LAYER_ANY_RANK},
+    {"activation", rl_activation_create, RL_LAYER_ANY_RANK},
+    {"dropout", rl_dropout_create, RL_LAYER_ANY_RANK},
+    {"combine", rl_combine_create, RL_LAYER_ANY_RANK},
     {"window", rl_window_create, 0},
     {"softmax", rl_softmax_create, 0},
     {"lstm", rl_lstm_create, 0},
+    {"conv2d", rl_conv2d_create, RL_LAYER_IN_2D | RL_LAYER_OUT_2D},
+    {"pool2d", rl_pool2d_create, RL_LAYER_IN_2D | RL_LAYER_OUT_2D},
+    {"collapse", rl_collapse_create, RL_LAYER_IN_2D},
+    {"global_pool", rl_global_pool_create, RL_LAYER_IN_2D},
+    {"mdlstm", rl_mdlstm_create, RL_LAYER_IN_2D | RL_LAYER_OUT_2D},
 };
 
 #define N_CLASSES (sizeof classes / sizeof classes[0])

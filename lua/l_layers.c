@@ -12,6 +12,16 @@
  *   layer:forward(inputs, lengths, train [, target]) -> out [, loss, n_errors, n_frames]
  *       out is a view of the layer's own output buffer: the next forward overwrites it.
  *       The inputs stay referenced by the layer until the next forward, for backward.
+ *       For a class taking images (RL_LAYER_IN_2D) `lengths` is the (B, 2) int32 sizes
+ *       tensor, given to the layer as io->sizes (a (B) tensor is io->lengths).
+ *   layer:out_geometry() -> the (B, 2) sizes of a conv2d/pool2d output or the (B) lengths of a
+ *       collapse/global_pool output after a forward (a view of the layer's buffer), or nil for
+ *       layers whose output keeps its inputs' sizes or lengths
+ *   rl._layer_class_flags(class) -> RL_LAYER_* flags of a C class (1 = takes images, 2 = gives
+ *       images, 4 = any rank), or nil for a class that is not a C class
+ *
+ * Pair options (filter_size = {fh, fw}, strides, pool_size) reach C as the numbers "KEY[1]" and
+ * "KEY[2]" (rl_opt_pair): the description may give KEY = {a, b} or KEY = n for both.
  *   layer:backward(grad_out | nil, grad_in)  grad_in: one entry per input, a tensor shaped
  *       like that input (written with `=`) or false; parameter gradients are added (`+=`)
  *   fields: name, class, n_out, n_in, in_dims, is_loss, num_params
@@ -65,8 +75,27 @@ typedef struct {
     const char *cls;
 } opts_ctx;
 
-/* Pushes desc[key] (raw: a description is plain data) and records the key as read. */
+/* Pushes desc[key] (raw: a description is plain data) and records the key as read. A key
+ * "NAME[i]" (i = 1, 2) reads element i of a table desc.NAME, or desc.NAME itself when it is a
+ * number, and records NAME. */
 static int opt_get(opts_ctx *c, const char *key) {
+    const char *br = strchr(key, '[');
+    if (br && (br[1] == '1' || br[1] == '2') && br[2] == ']' && br[3] == '\0') {
+        lua_pushlstring(c->L, key, (size_t)(br - key));
+        lua_pushvalue(c->L, -1);
+        lua_pushboolean(c->L, 1);
+        lua_rawset(c->L, c->read);
+        int t = lua_rawget(c->L, c->desc);
+        if (t != LUA_TTABLE) return t;
+        if (luaL_len(c->L, -1) != 2) {
+            lua_pop(c->L, 1);
+            lua_pushliteral(c->L, "a table of other than 2 numbers");
+            return LUA_TSTRING;
+        }
+        t = lua_rawgeti(c->L, -1, br[1] - '0');
+        lua_remove(c->L, -2);
+        return t;
+    }
     lua_pushboolean(c->L, 1);
     lua_setfield(c->L, c->read, key);
     lua_pushstring(c->L, key);
@@ -353,7 +382,10 @@ static int m_forward(lua_State *L) {
     lua_pushvalue(L, 5);
     lua_setfield(L, 6, "target");
     io->n_in = n;
-    io->lengths = len;
+    if (len->ndim == 2)
+        io->sizes = len;
+    else
+        io->lengths = len;
     io->target = target;
     io->train = train;
     io->rng = rl_rng_default();
@@ -411,6 +443,30 @@ static int m_backward(lua_State *L) {
     ud->forwarded = false;
     if (l->ops->backward(l, &ud->io, gout, gin) != RL_OK) return raise_plain(L);
     return 0;
+}
+
+/* layer:out_geometry() -> sizes (B, 2) | lengths (B) | nil */
+static int m_out_geometry(lua_State *L) {
+    rl_layer *l = check_layer(L, 1)->layer;
+    const rl_tensor *g = rl_conv2d_out_sizes(l);
+    if (!g) g = rl_pool2d_out_sizes(l);
+    if (!g) g = rl_collapse_out_lengths(l);
+    if (!g) g = rl_global_pool_out_lengths(l);
+    if (!g || !g->storage) {
+        lua_pushnil(L);
+        return 1;
+    }
+    rl_tensor_share(rl_lua_push_tensor(L), g);
+    return 1;
+}
+
+static int l_layer_class_flags(lua_State *L) {
+    int flags = rl_layer_class_flags(luaL_checkstring(L, 1));
+    if (flags < 0)
+        lua_pushnil(L);
+    else
+        lua_pushinteger(L, flags);
+    return 1;
 }
 
 /* ---------------------------------------------------------------- lstm state */
@@ -515,6 +571,7 @@ static const luaL_Reg layer_methods[] = {
     {"init_params", m_init_params},
     {"forward", m_forward},
     {"backward", m_backward},
+    {"out_geometry", m_out_geometry},
     {"set_initial_state", m_set_initial_state},
     {"final_state", m_final_state},
     {"initial_state_grad", m_initial_state_grad},
@@ -524,6 +581,7 @@ static const luaL_Reg layer_methods[] = {
 static const luaL_Reg module_funcs[] = {
     {"_layer_new", l_layer_new},
     {"_layer_classes", l_layer_classes},
+    {"_layer_class_flags", l_layer_class_flags},
     {"_param_init", l_param_init},
     {"_loss_mse", l_loss_mse},
     {NULL, NULL},

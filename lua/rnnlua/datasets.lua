@@ -11,6 +11,16 @@
 --   ds:keys(), ds:extern_data(), ds:total_frames() (input frames of the current epoch)
 -- The built-in datasets also have ds:seq_len(i), ds:cached_bytes() and ds.name.
 --
+-- Images (2-D data). RETURNN's HDF layout has no images; rnnlua extends it with one dataset:
+--   /seqSizes [num_seqs, 2] int32: (height, width) of each sequence's image.
+-- The image's pixels are its rows of /inputs in row-major order (pixel (y, x) at row y*w + x
+-- of the sequence, 0-based), so /seqLengths column 0 is h*w and files without /seqSizes are
+-- read as before (a RETURNN tool sees an image as a sequence of h*w pixels). Such a dataset's
+-- get_seq gives data (h, w, F), its extern_data says data = {dim = F, spatial = 2}, and
+-- rl.batches gives data (H, W, B, F) zero-padded with sizes (B, 2) int32 = (h, w) per image
+-- and lengths (B) = h*w. Targets stay sequences: one frame per image for classification
+-- (classes (1, B)), or one per column, and so on.
+--
 -- rl.dataset(cfg):
 --   {class = "hdf", files = {...} | "file.h5", cache_size = bytes (default 256 MiB), ...}
 --   {class = "12ax" | "copy" | "regression", num_seqs =, seed =, min_len =, max_len =, ...}
@@ -54,10 +64,12 @@
 --   Chunking (RETURNN's): chunks start at frames 0, step, 2 step, ... while start < T, each
 --   min(size, T - start) frames long; all keys are cut alike and must have T frames.
 --   Without chunking a key whose lengths differ from data's also gets `lengths_<key>`.
---   Every batch has new tensors, zero-padded; T is at least 1.
+--   Every batch has new tensors, zero-padded; T is at least 1. Images: a batch takes images
+--   while max_H * max_W * B <= batch_size; chunking does not apply to them.
 --
 -- rl.hdf_writer(path, {data_dim =, sparse = false, targets = {key = {dim =, sparse =}},
---   labels = {input label names} (-> /labels), target_labels = {key = {names}}}):
+--   labels = {input label names} (-> /labels), target_labels = {key = {names}},
+--   spatial = 2 (images: data given as (h, w, F), written with /seqSizes)}):
 --   w:add(tag, data [, {key = tensor}]) copies the tensors; w:close() writes the RETURNN layout
 --   to a temporary file and renames it over path. The sequences are held in memory until close.
 -- rl.dataset_write(path, ds_or_seqs [, {epoch = 1, extern_data =}]) writes a dataset's
@@ -224,7 +236,7 @@ end
 
 function Base:extern_data()
   local e = {}
-  for k, v in pairs(self._ext) do e[k] = {dim = v.dim, sparse = v.sparse} end
+  for k, v in pairs(self._ext) do e[k] = {dim = v.dim, sparse = v.sparse, spatial = v.spatial} end
   return e
 end
 
@@ -491,6 +503,22 @@ local function hdf_open_file(path)
         path, acc[j + 1], key, key, info.targets[key].rows)
     end
   end
+  if h5call(path, f.exists, f, "seqSizes") then
+    local ss = h5call(path, f.read, f, "seqSizes")
+    if ss:dtype() ~= "int32" or (n > 0 and (ss:dim() ~= 2 or ss:size(1) ~= n or ss:size(2) ~= 2)) then
+      fail("rl.dataset: %s: /seqSizes must be [%d, 2] int32 (height, width per sequence), got %s %s",
+        path, n, ss:dtype(), tostring(ss:size()))
+    end
+    if info.sparse then fail("rl.dataset: %s: images (/seqSizes) need dense /inputs", path) end
+    info.sizes = n > 0 and ss:totable() or {}
+    for i = 1, n do
+      local h, w = info.sizes[i][1], info.sizes[i][2]
+      if h < 1 or w < 1 or h * w ~= info.in_len[i] then
+        fail("rl.dataset: %s: sequence %d: /seqSizes says %d x %d but /seqLengths says %d pixels",
+          path, i, h, w, info.in_len[i])
+      end
+    end
+  end
   if h5call(path, f.exists, f, "seqTags") then
     info.tags = h5call(path, f.read_strings, f, "seqTags")
     if #info.tags ~= n then
@@ -524,7 +552,7 @@ local function hdf_new(cfg)
       first = info
     else
       local same = info.dim == first.dim and info.sparse == first.sparse
-        and #info.keys == #first.keys
+        and #info.keys == #first.keys and (info.sizes == nil) == (first.sizes == nil)
       for _, key in ipairs(first.keys) do
         local a, b = first.targets[key], info.targets[key]
         same = same and b ~= nil and a.dim == b.dim and a.sparse == b.sparse
@@ -546,7 +574,7 @@ local function hdf_new(cfg)
     fail("rl.dataset: %s: the dataset is empty (0 sequences)", table.concat(files, ", "))
   end
   self._keys = {"data"}
-  self._ext = {data = {dim = first.dim, sparse = first.sparse}}
+  self._ext = {data = {dim = first.dim, sparse = first.sparse, spatial = first.sizes and 2 or nil}}
   for _, key in ipairs(first.keys) do
     self._keys[#self._keys + 1] = key
     self._ext[key] = {dim = first.targets[key].dim, sparse = first.targets[key].sparse}
@@ -603,6 +631,7 @@ function Hdf:_load(k)
   local seq = {tag = tag}
   seq.data = read_stream(info, "inputs", info.in_off[i], info.in_len[i], info.sparse, info.dim)
   check_values(info.path, tag, "data", seq.data, info.sparse, info.dim)
+  if info.sizes then seq.data = seq.data:view(info.sizes[i][1], info.sizes[i][2], info.dim) end
   for _, key in ipairs(info.keys) do
     local t = info.targets[key]
     seq[key] = read_stream(info, "targets/data/" .. key, t.off[i], t.len[i], t.sparse, t.dim)
@@ -840,6 +869,11 @@ function M.check_dataset_dims(ds, extern_data, keys)
       fail("check_dataset_dims: '%s': dataset %s is %s, the network expects it %s", key,
         ds_name(ds), d.sparse and "sparse" or "dense", e.sparse and "sparse" or "dense")
     end
+    if (d.spatial == 2) ~= (e.spatial == 2) then
+      fail("check_dataset_dims: '%s': dataset %s holds %s, the network expects %s", key,
+        ds_name(ds), d.spatial == 2 and "images" or "sequences",
+        e.spatial == 2 and "images (spatial = 2)" or "sequences")
+    end
   end
 end
 
@@ -887,6 +921,19 @@ local function stack(items, key, T)
   return out
 end
 
+-- (H, W, B, F) zero-padded images and their (B, 2) sizes.
+local function stack_images(items, H, W)
+  local first = items[1].seq.data
+  local out = rl.zeros({H, W, #items, first:size(3)}, first:dtype())
+  local sizes = {}
+  for b, it in ipairs(items) do
+    local h, w = it.hw[1], it.hw[2]
+    out:select(3, b):narrow(1, 1, h):narrow(2, 1, w):copy(it.seq.data)
+    sizes[b] = {h, w}
+  end
+  return out, rl.tensor(sizes, "int32")
+end
+
 function M.batches(ds, opts)
   opts = opts or {}
   for k in pairs(opts) do
@@ -915,9 +962,20 @@ function M.batches(ds, opts)
       if type(seq) ~= "table" or not rl.is_tensor(seq.data) then
         fail("rl.batches: dataset %s: get_seq(%d) gave no data tensor", ds_name(ds), i)
       end
-      local T = seq.data:size(1)
+      local image = seq.data:dim() == 3 and not seq.data:dtype():find("int")
+      local T = image and seq.data:size(1) * seq.data:size(2) or seq.data:size(1)
       local ks = seq_keys(seq, keys)
-      if csize then
+      if image then
+        if csize then
+          fail("rl.batches: dataset %s holds images: chunking does not apply to them", ds_name(ds))
+        end
+        local len_of = {data = T}
+        for _, k in ipairs(ks) do
+          if k ~= "data" then len_of[k] = seq[k]:size(1) end
+        end
+        queue[1] = {seq = seq, pos = i, start = 0, len = T, len_of = len_of, keys = ks,
+          hw = {seq.data:size(1), seq.data:size(2)}}
+      elseif csize then
         for _, k in ipairs(ks) do
           if seq[k]:size(1) ~= T then
             fail("rl.batches: chunking: sequence '%s': '%s' has %d frames but data has %d " ..
@@ -944,13 +1002,19 @@ function M.batches(ds, opts)
   end
 
   return function()
-    local items, maxT = {}, 0
+    local items, maxT, maxH, maxW = {}, 0, 0, 0
     while refill() do
       local it = queue[qpos]
       local m = math.max(maxT, it.len)
+      if it.hw then m = math.max(maxH, it.hw[1]) * math.max(maxW, it.hw[2]) end
       if #items > 0 and (m * (#items + 1) > bs or #items + 1 > ms) then break end
+      if #items > 0 and (it.hw == nil) ~= (items[1].hw == nil) then
+        fail("rl.batches: dataset %s mixes images and sequences ('%s')", ds_name(ds),
+          tostring(it.seq.tag))
+      end
       items[#items + 1] = it
       maxT = m
+      if it.hw then maxH, maxW = math.max(maxH, it.hw[1]), math.max(maxW, it.hw[2]) end
       qpos = qpos + 1
     end
     if #items == 0 then return nil end
@@ -975,8 +1039,12 @@ function M.batches(ds, opts)
         T = math.max(T, klens[b])
         differs = differs or klens[b] ~= lens[b]
       end
-      batch[k] = stack(items, k, T)
-      if differs then batch["lengths_" .. k] = rl.tensor(klens, "int32") end
+      if k == "data" and items[1].hw then
+        batch.data, batch.sizes = stack_images(items, maxH, maxW)
+      else
+        batch[k] = stack(items, k, T)
+        if differs then batch["lengths_" .. k] = rl.tensor(klens, "int32") end
+      end
     end
     return batch
   end
@@ -1005,7 +1073,14 @@ function M.hdf_writer(path, opts)
   if math.type(dd) ~= "integer" or dd < 1 then
     fail("rl.hdf_writer: %s: data_dim must be a positive integer, got %s", path, tostring(dd))
   end
+  if opts.spatial ~= nil and opts.spatial ~= 2 and opts.spatial ~= 1 then
+    fail("rl.hdf_writer: %s: spatial must be 2 (images) or 1, got %s", path, tostring(opts.spatial))
+  end
+  if opts.spatial == 2 and opts.sparse then
+    fail("rl.hdf_writer: %s: images (spatial = 2) must be dense", path)
+  end
   local w = setmetatable({path = path, data_dim = dd, sparse = opts.sparse and true or false,
+    spatial = opts.spatial == 2, sizes = {},
     targets = {}, target_keys = {}, labels = opts.labels, target_labels = opts.target_labels or {},
     tags = {}, data = {}, tdata = {}}, Writer)
   for _, key in ipairs(sorted_keys(opts.targets or {})) do
@@ -1036,7 +1111,17 @@ function Writer:add(tag, data, targets)
   local where = "hdf_writer:add: " .. self.path
   if self.closed then fail("%s: the writer is closed", where) end
   if type(tag) ~= "string" then fail("%s: tag must be a string, got %s", where, type(tag)) end
-  check_stream(where, "data", data, self.data_dim, self.sparse)
+  if self.spatial then
+    if not rl.is_tensor(data) or data:dim() ~= 3 or data:size(3) ~= self.data_dim
+        or data:size(1) < 1 or data:size(2) < 1 then
+      fail("%s: images: data must be (h, w, %d), got %s", where, self.data_dim,
+        rl.is_tensor(data) and tostring(data:size()) or type(data))
+    end
+    self.sizes[#self.tags + 1] = {data:size(1), data:size(2)}
+    data = data:contiguous():view(data:size(1) * data:size(2), self.data_dim)
+  else
+    check_stream(where, "data", data, self.data_dim, self.sparse)
+  end
   targets = targets or {}
   for k in pairs(targets) do
     if not self.targets[k] then fail("%s: '%s' is not a declared target", where, tostring(k)) end
@@ -1082,6 +1167,9 @@ function Writer:close()
     local ncol = 1 + #self.target_keys
     f:write("seqLengths", n > 0 and rl.tensor(sl, "int32") or rl.zeros({0, ncol}, "int32"))
     f:write_strings("seqTags", self.tags)
+    if self.spatial then
+      f:write("seqSizes", n > 0 and rl.tensor(self.sizes, "int32") or rl.zeros({0, 2}, "int32"))
+    end
     for _, key in ipairs(self.target_keys) do
       local spec = self.targets[key]
       f:write("targets/data/" .. key, (concat_rows(self.tdata[key], spec.sparse, spec.dim)))
@@ -1132,6 +1220,8 @@ function M.dataset_write(path, src, opts)
               hi = math.max(hi, math.tointeger(m)) end
             end
             ext[k] = {dim = hi + 1, sparse = true}
+          elseif v:dim() == 3 then
+            ext[k] = {dim = v:size(3), spatial = 2}
           else
             ext[k] = {dim = v:size(2)}
           end
@@ -1147,7 +1237,7 @@ function M.dataset_write(path, src, opts)
     if k ~= "data" then targets[k] = v end
   end
   local w = M.hdf_writer(path, {data_dim = ext.data.dim, sparse = ext.data.sparse,
-    targets = targets,
+    spatial = ext.data.spatial, targets = targets,
     target_labels = opts.target_labels, labels = opts.labels})
   for i, s in ipairs(seqs) do
     local t = {}

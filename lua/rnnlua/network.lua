@@ -5,7 +5,8 @@
 --   layers:      name -> {class = ..., from = name | {names} (default "data"), loss = "ce" |
 --                "mse", target = key, loss_scale = 1, is_output_layer = true, ...options}
 --   extern_data: key -> {dim = F} (dense (T, B, F) float input) or {dim = C, sparse = true}
---                ((T, B) int32 class indices, 0-based)
+--                ((T, B) int32 class indices, 0-based) or {dim = F, spatial = 2} (images:
+--                (H, W, B, F) float with batch.sizes (B, 2) int32 = (height, width) per image)
 --
 -- Starting from the layers with a loss and those with is_output_layer (or, when no layer has
 -- a loss, the layer named "output"), the network instantiates every layer they depend on, in
@@ -15,6 +16,8 @@
 -- from the seeded generator (rl.manual_seed before rl.network reproduces them).
 --
 --   net:forward{data = x, classes = y, lengths = len} [, {train = false}] -> loss, errors
+--       with image inputs also sizes = (B, 2) int32; lengths is then needed only when a
+--       sequence input feeds a layer
 --       loss: the sum over loss layers of loss_scale * (loss summed over valid frames);
 --       errors: wrongly classified frames; net.n_frames: the valid frames. train defaults
 --       to true (dropout active).
@@ -30,6 +33,19 @@
 -- batch of a shape and reused. loss = "ce" is the softmax layer's own loss; loss = "mse" is
 -- computed by the layer itself when it takes it (is_loss), else by the network on the
 -- layer's output.
+--
+-- Images (2-D data). What a layer takes and gives is its class's (rl._layer_class_flags):
+-- image classes (conv2d, pool2d, mdlstm) take (H, W, B, F) with sizes and give images, with
+-- the sizes their layer reports (layer:out_geometry(), e.g. after a strided conv2d) or else
+-- those of their input; collapse and global_pool take images and give sequences whose
+-- lengths they report (the widths; ones); "any rank" classes (copy, linear, activation,
+-- dropout, combine) keep the rank of their inputs: on images the network hands them
+-- (H*W, B, F) views with every position counted as valid, which is exact for these
+-- position-wise layers because padded positions carry zero gradient (the layer contract) and
+-- image layers never read their input's padding. Every other class (lstm, softmax, window,
+-- Lua classes) takes sequences. A layer given the wrong rank, or inputs of different
+-- rank or geometry, is an error naming it; a loss layer must give sequences. Each layer
+-- receives the sizes or lengths of its own inputs, so layers after a collapse see the widths.
 local M = {}
 
 local layers = require("rnnlua.layers")
@@ -69,7 +85,15 @@ local function check_extern(extern_data)
     if e.sparse ~= nil and type(e.sparse) ~= "boolean" then
       fail("rl.network: extern_data '%s': sparse must be a boolean", key)
     end
-    ext[key] = {dim = math.tointeger(e.dim), sparse = e.sparse == true}
+    if e.spatial ~= nil and e.spatial ~= 1 and e.spatial ~= 2 then
+      fail("rl.network: extern_data '%s': spatial must be 2 (images) or 1 (sequences), got %s",
+        key, tostring(e.spatial))
+    end
+    if e.spatial == 2 and e.sparse then
+      fail("rl.network: extern_data '%s': images (spatial = 2) must be dense", key)
+    end
+    ext[key] = {dim = math.tointeger(e.dim), sparse = e.sparse == true,
+      spatial = e.spatial == 2 and 2 or nil}
   end
   if next(ext) == nil then fail("rl.network: extern_data is empty") end
   return ext
@@ -167,6 +191,39 @@ local function check_loss(node, d, ext)
   end
 end
 
+local RANK_NAME = {"sequences (T, B, F)", "images (H, W, B, F)"}
+
+-- node.rank: 1 (sequences) or 2 (images) of the output; node.fold: an any-rank layer on images.
+function Network:set_rank(node, d)
+  local flags = rl._layer_class_flags(d.class) or 0
+  local in_2d, out_2d, any = flags & 1 ~= 0, flags & 2 ~= 0, flags & 4 ~= 0
+  local rank
+  for k, src in ipairs(node.srcs) do
+    local r = self.ext[src] and (self.ext[src].spatial or 1) or self.by_name[src].rank
+    if rank and r ~= rank then
+      fail("layer '%s': its inputs mix %s ('%s') and %s ('%s')", node.name, RANK_NAME[rank],
+        node.srcs[1], RANK_NAME[r], src)
+    end
+    rank = r
+    local want = in_2d and 2 or (not any and 1 or r)
+    if r ~= want then
+      fail("layer '%s' (class %s) takes %s but '%s' gives %s%s", node.name, d.class,
+        RANK_NAME[want], src, RANK_NAME[r], want == 1
+        and " (use a collapse or global_pool layer in between)" or "")
+    end
+  end
+  if in_2d then
+    node.rank = out_2d and 2 or 1
+  elseif any then
+    node.rank, node.fold = rank, rank == 2
+  elseif out_2d then
+    fail("layer '%s' (class %s): a class that gives images from sequences is not supported",
+      node.name, d.class)
+  else
+    node.rank = 1
+  end
+end
+
 function M.new(desc, extern_data, opts)
   if type(desc) ~= "table" then
     fail("rl.network: the description must be a table (name -> layer), got %s", type(desc))
@@ -233,7 +290,12 @@ function M.new(desc, extern_data, opts)
       layer = layers.create(d.class, name, d, in_dims, dtype, defaults),
       in_dims = in_dims, consumers = {}, grad_in = {}, inputs = {},
     }
+    self:set_rank(node, d)
     check_loss(node, d, ext)
+    if node.loss and node.rank == 2 then
+      fail("layer '%s': a loss layer must give sequences, its output is images (put a collapse "
+        .. "or global_pool layer before it)", name)
+    end
     if node.loss then
       self.loss_nodes[#self.loss_nodes + 1] = node
       self.used_extern[node.target] = true
@@ -309,64 +371,151 @@ local function describe(t)
   return string.format("%s %s", t:dtype(), tostring(t:size()))
 end
 
--- Checks the batch against extern_data; returns T, B.
+-- Checks the batch against extern_data; returns B.
 function Network:check_batch(batch)
   if type(batch) ~= "table" then
     fail("net:forward: the batch must be a table {data = ..., lengths = ...}, got %s", type(batch))
   end
-  local len = batch.lengths
-  if not rl.is_tensor(len) or len:dim() ~= 1 or len:dtype() ~= "int32" then
-    fail("net:forward: batch.lengths must be a (B) int32 tensor, got %s",
-      rl.is_tensor(len) and describe(len) or tostring(len))
+  local keys = sorted_keys(self.used_extern)
+  local images, seq_inputs = false, false
+  for _, key in ipairs(keys) do
+    if self.ext[key].spatial == 2 then images = true
+    elseif self.input_keys[key] then seq_inputs = true end
   end
-  local B, T = len:size(1), nil
-  for _, key in ipairs(sorted_keys(self.used_extern)) do
+  local len, sizes, B = batch.lengths, batch.sizes, nil
+  if images then
+    if not rl.is_tensor(sizes) or sizes:dim() ~= 2 or sizes:size(2) ~= 2
+        or sizes:dtype() ~= "int32" then
+      fail("net:forward: batch.sizes must be a (B, 2) int32 tensor of (height, width) per image, "
+        .. "got %s", rl.is_tensor(sizes) and describe(sizes) or tostring(sizes))
+    end
+    B = sizes:size(1)
+  end
+  if not images or seq_inputs then
+    if not rl.is_tensor(len) or len:dim() ~= 1 or len:dtype() ~= "int32" then
+      fail("net:forward: batch.lengths must be a (B) int32 tensor, got %s",
+        rl.is_tensor(len) and describe(len) or tostring(len))
+    end
+    if B and len:size(1) ~= B then
+      fail("net:forward: batch.lengths has %d entries, batch.sizes %d", len:size(1), B)
+    end
+    B = len:size(1)
+  end
+  local T, HW = nil, nil
+  for _, key in ipairs(keys) do
     local e, x = self.ext[key], batch[key]
     if x == nil then fail("net:forward: the batch lacks '%s'", key) end
     if not rl.is_tensor(x) then fail("net:forward: batch.%s must be a tensor, got %s", key, type(x)) end
-    if e.sparse then
-      if x:dim() ~= 2 or x:dtype() ~= "int32" or x:size(2) ~= B then
-        fail("net:forward: batch.%s must be a (T, %d) int32 tensor of class indices (sparse, dim "
-          .. "%d), got %s", key, B, e.dim, describe(x))
+    if e.spatial == 2 then
+      if x:dim() ~= 4 or x:size(3) ~= B or x:size(4) ~= e.dim or x:dtype() ~= self.dtype then
+        fail("net:forward: batch.%s must be an (H, W, %d, %d) %s tensor of images, got %s", key,
+          B, e.dim, self.dtype, describe(x))
       end
-    elseif x:dim() ~= 3 or x:size(2) ~= B or x:size(3) ~= e.dim or x:dtype() ~= self.dtype then
-      fail("net:forward: batch.%s must be a (T, %d, %d) %s tensor, got %s", key, B, e.dim,
-        self.dtype, describe(x))
+      if HW and (HW[1] ~= x:size(1) or HW[2] ~= x:size(2)) then
+        fail("net:forward: batch.%s is %s, other images are %d x %d", key, describe(x), HW[1],
+          HW[2])
+      end
+      HW = {x:size(1), x:size(2)}
+    else
+      if e.sparse then
+        if x:dim() ~= 2 or x:dtype() ~= "int32" or x:size(2) ~= B then
+          fail("net:forward: batch.%s must be a (T, %d) int32 tensor of class indices (sparse, "
+            .. "dim %d), got %s", key, B, e.dim, describe(x))
+        end
+      elseif x:dim() ~= 3 or x:size(2) ~= B or x:size(3) ~= e.dim or x:dtype() ~= self.dtype then
+        fail("net:forward: batch.%s must be a (T, %d, %d) %s tensor, got %s", key, B, e.dim,
+          self.dtype, describe(x))
+      end
+      -- with images, targets follow the frames of the layers that score them (one per image,
+      -- one per column, ...): the loss layers check them
+      if not images or self.input_keys[key] then
+        if T and x:size(1) ~= T then
+          fail("net:forward: batch.%s has T = %d, other inputs have T = %d", key, x:size(1), T)
+        end
+        T = x:size(1)
+      end
     end
-    if T and x:size(1) ~= T then
-      fail("net:forward: batch.%s has T = %d, other inputs have T = %d", key, x:size(1), T)
+  end
+  if not B or B == 0 or (T == nil and HW == nil) then fail("net:forward: empty batch") end
+  if T then
+    local lo, hi = len:min(), len:max()
+    if lo < 1 or hi > T then
+      fail("net:forward: batch.lengths must lie within 1..%d (T), got %d..%d", T, lo, hi)
     end
-    T = x:size(1)
   end
-  if B == 0 or T == nil then fail("net:forward: empty batch") end
-  local lo, hi = len:min(), len:max()
-  if lo < 1 or hi > T then
-    fail("net:forward: batch.lengths must lie within 1..%d (T), got %d..%d", T, lo, hi)
+  if HW then
+    local hs, ws = sizes:select(2, 1), sizes:select(2, 2)
+    if hs:min() < 1 or hs:max() > HW[1] or ws:min() < 1 or ws:max() > HW[2] then
+      fail("net:forward: batch.sizes must lie within 1..%d x 1..%d (H x W), got heights %d..%d, "
+        .. "widths %d..%d", HW[1], HW[2], hs:min(), hs:max(), ws:min(), ws:max())
+    end
   end
-  return T, B
+  return B
+end
+
+-- The (B) lengths of T for a folded any-rank layer: every position valid.
+function Network:full_lengths(T, B)
+  local f = self.full_len
+  if not f or f:size(1) ~= B or f[1] ~= T then
+    f = rl.full({B}, T, "int32")
+    self.full_len = f
+  end
+  return f
+end
+
+local function same_geometry(a, b)
+  if rawequal(a, b) then return true end
+  if a:size() ~= b:size() then return false end
+  return rl.eq(a, b):min() == 1
 end
 
 function Network:forward(batch, fopts)
   local train = true
   if fopts ~= nil and fopts.train ~= nil then train = fopts.train == true end
-  local T, B = self:check_batch(batch)
-  local lengths = batch.lengths
+  local B = self:check_batch(batch)
   self.forwarded = false
   local loss, errors, n_frames = 0, 0, nil
   for _, node in ipairs(self.nodes) do
-    local inputs = node.inputs
+    local inputs, geom = node.inputs, nil
     for k, src in ipairs(node.srcs) do
       local p = self.by_name[src]
-      inputs[k] = p and p.out or batch[src]
+      local g
+      if p then
+        inputs[k], g = p.out, p.geom
+      else
+        inputs[k] = batch[src]
+        g = self.ext[src].spatial == 2 and batch.sizes or batch.lengths
+      end
+      if geom and not same_geometry(geom, g) then
+        fail("layer '%s': its inputs '%s' and '%s' have different %s", node.name, node.srcs[1],
+          src, node.rank == 2 and "image sizes" or "sequence lengths")
+      end
+      geom = g
     end
     local l, e, f = 0, 0, nil
-    if node.loss_kind == "layer" then
-      node.out, l, e, f = node.layer:forward(inputs, lengths, train, batch[node.target])
+    if node.fold then
+      -- an any-rank layer on images: (H, W, B, F) as (H*W, B, F) frames
+      local x1 = inputs[1]
+      local H, W = x1:size(1), x1:size(2)
+      node.folded = node.folded or {}
+      for k, x in ipairs(inputs) do
+        node.folded[k] = (x:is_contiguous() and x or x:contiguous()):view(H * W, B, x:size(4))
+      end
+      local out = node.layer:forward(node.folded, self:full_lengths(H * W, B), train)
+      node.out, node.geom = out:view(H, W, B, node.layer.n_out), geom
+    elseif node.loss_kind == "layer" then
+      node.out, l, e, f = node.layer:forward(inputs, geom, train, batch[node.target])
+      node.geom = geom
     else
-      node.out = node.layer:forward(inputs, lengths, train)
+      node.out = node.layer:forward(inputs, geom, train)
+      node.geom = node.layer.out_geometry and node.layer:out_geometry() or geom
+      if node.geom:dim() ~= (node.rank == 2 and 2 or 1) then
+        fail("layer '%s' (class %s) gives %s but reports no %s", node.name, node.layer.class,
+          RANK_NAME[node.rank], node.rank == 2 and "image sizes" or "sequence lengths")
+      end
       if node.loss_kind == "mse" then
-        node.loss_grad = self:buffer(node.loss_grad, T, B, node.layer.n_out)
-        l, f = rl._loss_mse(node.out, batch[node.target], lengths, node.loss_grad)
+        node.loss_grad = self:buffer_like(node.loss_grad, node.out)
+        l, f = rl._loss_mse(node.out, batch[node.target], node.geom, node.loss_grad)
         if node.loss_scale ~= 1 then node.loss_grad:mul_(node.loss_scale) end
       end
     end
@@ -376,19 +525,25 @@ function Network:forward(batch, fopts)
       n_frames = n_frames or f
     end
   end
-  self.T, self.B, self.lengths = T, B, lengths
+  self.B, self.lengths, self.sizes, self.last_batch = B, batch.lengths, batch.sizes, batch
   self.loss, self.n_errors = loss, errors
-  self.n_frames = n_frames or lengths:sum()
+  self.n_frames = n_frames or (batch.lengths and batch.lengths:sum()) or B
   self.forwarded = true
   return loss, errors
 end
 
 ---------------------------------------------------------------------------- backward
 
--- buf when it is (T, B, F), else a new zeroed one.
-function Network:buffer(buf, T, B, F)
-  if buf and buf:size(1) == T and buf:size(2) == B then return buf end
-  return rl.zeros(T, B, F, self.dtype)
+-- buf when it has the shape of t, else a new zeroed one.
+function Network:buffer_like(buf, t)
+  local size = t:size()
+  if buf and buf:size() == size then return buf end
+  return rl.zeros(size, self.dtype)
+end
+
+-- A (H*W, B, F) view of an image tensor (H, W, B, F), for a folded layer.
+local function fold(t)
+  return t:view(t:size(1) * t:size(2), t:size(3), t:size(4))
 end
 
 -- Sum of the grad_in buffers of edges into acc (with `=` for the first unless add).
@@ -417,7 +572,6 @@ function Network:backward()
   end
   if #self.loss_nodes == 0 then error("net:backward: the network has no loss", 2) end
   self.forwarded = false
-  local T, B = self.T, self.B
   for i = #self.nodes, 1, -1 do
     local node = self.nodes[i]
     if node.do_backward then
@@ -429,18 +583,22 @@ function Network:backward()
       elseif #edges == 1 and node.loss_kind == nil then
         gout = edges[1].node.grad_in[edges[1].slot]
       elseif #edges > 0 then
-        node.grad_out = self:buffer(node.grad_out, T, B, node.layer.n_out)
+        node.grad_out = self:buffer_like(node.grad_out, node.out)
         gout = node.grad_out
         sum_into(gout, edges, false)
       end
       for k = 1, #node.srcs do
         if node.wants_grad_in[k] then
-          node.grad_in[k] = self:buffer(node.grad_in[k] or nil, T, B, node.in_dims[k])
+          node.grad_in[k] = self:buffer_like(node.grad_in[k] or nil, node.inputs[k])
         else
           node.grad_in[k] = false
         end
       end
-      if node.loss_kind == "layer" and node.loss_scale ~= 1 then
+      if node.fold then
+        local gin = {}
+        for k = 1, #node.srcs do gin[k] = node.grad_in[k] and fold(node.grad_in[k]) end
+        node.layer:backward(gout and fold(gout), gin)
+      elseif node.loss_kind == "layer" and node.loss_scale ~= 1 then
         scaled_loss_backward(node, gout, node.grad_in)
       else
         node.layer:backward(gout, node.grad_in)
@@ -457,7 +615,7 @@ function Network:backward()
           end
         end
       end
-      local buf = self:buffer(self.input_grad_bufs[key], T, B, self.ext[key].dim)
+      local buf = self:buffer_like(self.input_grad_bufs[key], self.last_batch[key])
       buf:zero_()
       sum_into(buf, edges, true)
       self.input_grad_bufs[key] = buf
@@ -502,7 +660,8 @@ function LayerView:__tostring()
 end
 
 -- The layer `name` as seen from the REPL: output (of the last forward), params and grads by
--- name (views of the flat buffers), class, n_out, from, and the layer object itself.
+-- name (views of the flat buffers), class, n_out, from, and the layer object itself; rank (1
+-- sequences, 2 images) and geometry: the (B) lengths or (B, 2) sizes of the last output.
 function Network:layer(name)
   local node = self.by_name[name]
   if not node then
@@ -512,6 +671,7 @@ function Network:layer(name)
   local view = setmetatable({
     name = name, class = node.layer.class, n_out = node.layer.n_out, from = node.srcs,
     output = node.out, params = {}, grads = {}, param_names = {}, object = node.layer,
+    rank = node.rank, geometry = node.geom,
   }, LayerView)
   for i, v in ipairs(node.views) do
     view.params[v.name], view.grads[v.name], view.param_names[i] = v.value, v.grad, v.name

@@ -1,0 +1,167 @@
+/* MDLSTM training step: the mdlstm layer, four directions concatenated, forward and backward
+ * (input gradient included) on full-size images, float32 on the CPU. Prints a Markdown table:
+ * time per step, pixels per second, GFLOP/s and the fraction of the sgemm peak (from
+ * RL_SGEMM_PEAK_GFLOPS when bench/run.sh exports it, else measured here as the best of a
+ * 1024^3 and a 2048^3 sgemm). FLOPs per step: 3 * ndirs * 2 * 5D * (F + 2D) per pixel (the
+ * forward's GEMMs, and twice that for backward). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench.h"
+
+#include "../core/blas.h"
+#include "../core/rng.h"
+#include "../kernels/ops.h"
+#include "../layers/layer.h"
+#include "../layers/layers.h"
+
+typedef struct {
+    int64_t H, W, B, F, D;
+} shape;
+
+static const shape SHAPES[] = {{32, 256, 16, 16, 16}, {16, 256, 10, 105, 120}};
+enum { NDIRS = 4 };
+
+typedef struct {
+    rl_layer *l;
+    rl_tensor x, sizes, gout, gin;
+    rl_layer_io io;
+} model;
+
+static rl_status opt_num(void *ctx, const char *key, double *v, int *found) {
+    *found = strcmp(key, "n_out") == 0;
+    if (*found) *v = *(const double *)ctx;
+    return RL_OK;
+}
+static rl_status opt_str(void *ctx, const char *key, const char **v, int *found) {
+    (void)ctx, (void)key, (void)v;
+    *found = 0;
+    return RL_OK;
+}
+static rl_status opt_bool(void *ctx, const char *key, bool *v, int *found) {
+    (void)ctx, (void)key, (void)v;
+    *found = 0;
+    return RL_OK;
+}
+
+static void model_init(model *m, const shape *s, rl_rng *g) {
+    memset(m, 0, sizeof *m);
+    double n_out = (double)s->D;
+    rl_options o = {&n_out, opt_num, opt_str, opt_bool};
+    bench_check(rl_layer_create(&m->l, "mdlstm", "md", &o, 1, &s->F), "create");
+    for (int p = 0; p < m->l->n_params; p++) {
+        rl_param *pp = &m->l->params[p];
+        bench_check(rl_tensor_empty(&pp->value, RL_FLOAT32, RL_DEVICE_CPU, pp->ndim, pp->shape),
+                    "param");
+        bench_check(rl_tensor_empty(&pp->grad, RL_FLOAT32, RL_DEVICE_CPU, pp->ndim, pp->shape),
+                    "grad");
+        bench_check(rl_param_init(pp, g), "init");
+        bench_check(rl_op_fill(&pp->grad, 0.0), "fill");
+    }
+    int64_t xs[4] = {s->H, s->W, s->B, s->F}, ss[2] = {s->B, 2},
+            os[4] = {s->H, s->W, s->B, NDIRS * s->D};
+    bench_check(rl_tensor_empty(&m->x, RL_FLOAT32, RL_DEVICE_CPU, 4, xs), "x");
+    bench_check(rl_op_normal(&m->x, g, 0, 1), "x");
+    bench_check(rl_tensor_empty(&m->gin, RL_FLOAT32, RL_DEVICE_CPU, 4, xs), "gin");
+    bench_check(rl_tensor_empty(&m->gout, RL_FLOAT32, RL_DEVICE_CPU, 4, os), "gout");
+    bench_check(rl_op_normal(&m->gout, g, 0, 0.1), "gout");
+    bench_check(rl_tensor_empty(&m->sizes, RL_INT32, RL_DEVICE_CPU, 2, ss), "sizes");
+    int32_t *sz = rl_tensor_data(&m->sizes);
+    for (int64_t b = 0; b < s->B; b++) {
+        sz[2 * b] = (int32_t)s->H;
+        sz[2 * b + 1] = (int32_t)s->W;
+    }
+    m->io.n_in = 1;
+    m->io.in[0] = &m->x;
+    m->io.sizes = &m->sizes;
+    m->io.train = true;
+}
+
+static void model_free(model *m) {
+    rl_layer_free(m->l);
+    rl_tensor_release(&m->x);
+    rl_tensor_release(&m->sizes);
+    rl_tensor_release(&m->gout);
+    rl_tensor_release(&m->gin);
+}
+
+static void run_step(void *ctx, int64_t reps) {
+    model *m = ctx;
+    rl_tensor *gin[1] = {&m->gin};
+    for (int64_t r = 0; r < reps; r++) {
+        bench_check(m->l->ops->forward(m->l, &m->io), "mdlstm forward");
+        bench_check(m->l->ops->backward(m->l, &m->io, &m->gout, gin), "mdlstm backward");
+    }
+}
+
+typedef struct {
+    int64_t n;
+    float *a, *b, *c;
+} sgemm_ctx;
+
+static void run_sgemm(void *ctx, int64_t reps) {
+    sgemm_ctx *s = ctx;
+    for (int64_t r = 0; r < reps; r++)
+        rl_blas_sgemm(false, false, s->n, s->n, s->n, 1.0f, s->a, s->n, s->b, s->n, 0.0f, s->c,
+                      s->n);
+}
+
+static double sgemm_peak(void) {
+    double best = 0;
+    for (int64_t n = 1024; n <= 2048; n *= 2) {
+        rl_tensor t[3] = {{0}};
+        int64_t sh[2] = {n, n};
+        sgemm_ctx s = {n, NULL, NULL, NULL};
+        float **p[3] = {&s.a, &s.b, &s.c};
+        for (int i = 0; i < 3; i++) {
+            bench_check(rl_tensor_empty(&t[i], RL_FLOAT32, RL_DEVICE_CPU, 2, sh), "sgemm");
+            bench_check(rl_op_fill(&t[i], 0.5), "sgemm");
+            *p[i] = rl_tensor_data(&t[i]);
+        }
+        bench_variant v = {run_sgemm, &s};
+        double sec;
+        bench_row(1, &v, &sec);
+        double gf = 2.0 * (double)n * (double)n * (double)n / sec / 1e9;
+        best = gf > best ? gf : best;
+        for (int i = 0; i < 3; i++)
+            rl_tensor_release(&t[i]);
+    }
+    return best;
+}
+
+int main(void) {
+    rl_ops_init();
+    rl_rng g;
+    rl_rng_seed(&g, 1);
+    double peak = bench_env("RL_SGEMM_PEAK_GFLOPS", 0, 0, 1e9);
+    const char *src = "from RL_SGEMM_PEAK_GFLOPS";
+    if (peak <= 0) {
+        peak = sgemm_peak();
+        src = "measured here, best of 1024^3 and 2048^3";
+    }
+    printf("### MDLSTM training step (rnnlua, float32, CPU, %d BLAS threads)\n\n",
+           rl_blas_get_threads());
+    printf("sgemm peak: %.1f GFLOP/s (%s)\n\n", peak, src);
+    printf("| H, W, B, F, D | directions | ms/step | pixels/s | GFLOP/s | of sgemm peak |\n");
+    printf("|---|---:|---:|---:|---:|---:|\n");
+    for (size_t i = 0; i < sizeof SHAPES / sizeof SHAPES[0]; i++) {
+        const shape *s = &SHAPES[i];
+        model m;
+        model_init(&m, s, &g);
+        bench_variant v = {run_step, &m};
+        double sec;
+        bench_row(1, &v, &sec);
+        double pixels = (double)(s->H * s->W * s->B);
+        double flops = pixels * 3.0 * NDIRS * 2.0 * 5.0 * (double)s->D * (double)(s->F + 2 * s->D);
+        double gf = flops / sec / 1e9;
+        printf("| %lld, %lld, %lld, %lld, %lld | %d | %.1f | %.0f | %.1f | %.0f%% |\n",
+               (long long)s->H, (long long)s->W, (long long)s->B, (long long)s->F, (long long)s->D,
+               NDIRS, sec * 1e3, pixels / sec, gf, 100.0 * gf / peak);
+        fflush(stdout);
+        model_free(&m);
+    }
+    printf("\nFLOPs per step: 3 * directions * 2 * 5D * (F + 2D) per pixel (forward GEMMs, "
+           "twice that for backward); forward + backward with the input gradient.\n");
+    return 0;
+}

@@ -1,0 +1,579 @@
+/* mdlstm: a two-dimensional, multi-directional LSTM over images (H, W, B, F) with per-image
+ * heights and widths (Graves et al. 2007; RETURNN's MDLSTM, Voigtlaender et al. 2016).
+ *
+ * Options: n_out (D, per direction, required); directions = a string of names from "tl",
+ * "tr", "bl", "br" separated by commas or spaces (default all four; "tl" starts at the top
+ * left corner and scans down and right, "br" starts at the bottom right and scans up and
+ * left); combine = "concat" (default: n_out = ndirs * D, direction blocks in the order given)
+ * or "sum" (n_out = D); cell = "standard" | "stable"; forget_bias (initial bias of the
+ * forget gates: a and, for the standard cell, b below).
+ *
+ * Parameters (ndirs = number of directions, gate order i, a, b, g, o along each 5D block):
+ *   W      (sum_k F_k, ndirs*5D)  input weights, inputs' rows stacked in `from` order (glorot)
+ *   U_up   (D, ndirs*5D)          recurrent weights from the up predecessor      (orthogonal)
+ *   U_left (D, ndirs*5D)          recurrent weights from the left predecessor    (orthogonal)
+ *   b      (ndirs*5D)             bias                                           (zeros)
+ * Direction k owns columns k*5D .. k*5D+5D-1 of each. Gates: standard a = forget gate of the
+ * up predecessor, b = of the left one; stable a = forget gate, b = lambda (see
+ * kernels/mdlstm_cell.h for both cells' equations).
+ *
+ * Equations, direction k, cell (y, x) in that direction's own scan coordinates (each image
+ * is scanned from its own corner: "br" starts at (height-1, width-1) of every image):
+ *   z = sum_k x W_k + h(y-1, x) U_up + h(y, x-1) U_left + b
+ *   c, h = the cell of kernels/mdlstm_cell.h with cu = c(y-1, x), cl = c(y, x-1)
+ * A predecessor outside the image contributes zero state. out = the directions' h side by
+ * side (concat) or their sum; 0 on padding, which never feeds a state or a gradient.
+ *
+ * Flipped directions are index arithmetic, not copies: all buffers are position-major
+ * (row = (y * W + x) * B + b, actual image coordinates), and each direction maps its scan
+ * coordinates to actual ones per image when it lists a diagonal's cells.
+ *
+ * Cost: the input projection of all positions and directions is one GEMM per input
+ * (H*W*B, F_k) x (F_k, ndirs*5D). Then, for each anti-diagonal s = y + x (scan coordinates)
+ * of all images and directions together: per direction, the predecessors' states are
+ * gathered side by side into one (n, 2D) operand, one GEMM against [U_up; U_left] gives the
+ * recurrent projection (n, 5D), and one fused pointwise pass (kernels/cpu/mdlstm.c) computes
+ * the cells. Backward runs the diagonals in reverse: per direction, the successors' dZ rows
+ * are gathered into (n, 10D), one GEMM gives dh (n, D), one pointwise pass gives dZ (in place
+ * of the gates) and the cell gradients passed back.
+ * Afterwards dU_up, dU_left are GEMMs of shifted views of the stored states against dZ (one for
+ * U_up, one per image row for U_left, per direction), dW_k = X_k^T dZ and dX_k = dZ W_k^T.
+ *
+ * Buffers (sized per batch shape with rl_buffer_ensure; all kept from forward for backward):
+ *   z        (H, W, B, ndirs*5D)  input projections, then gate activations; backward turns
+ *                                 them into dZ (0 on padding)
+ *   hs, cs   (H, W, B, ndirs*D)   states of every direction, 0 on padding (hs is out itself
+ *                                 with combine = "concat")
+ *   dcu, dcl (H, W, B, ndirs*D)   backward: cell gradients each cell passes to its up / left
+ *                                 predecessor
+ *   s1 (nmax*10D), s3 (nmax*5D)   per-diagonal GEMM operands, nmax = ndirs*B*min(H, W)
+ *   ucat     (ndirs*10D*D)        U_up and U_left of each direction side by side (stack_u)
+ *   cells    5 * nmax int64       a diagonal's cell rows (pos, up, left, down, right)
+ *   xs[k], gout, dxs[k]           contiguous copies of inputs / grad_out / input gradients
+ *                                 whose (H, W, B) dims cannot be folded into rows
+ * No allocation happens inside the diagonal loop.
+ */
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "layer.h"
+#include "layers.h"
+
+#include "../core/blas.h"
+#include "../kernels/mdlstm.h"
+#include "../kernels/ops.h"
+
+enum { P_W, P_UUP, P_ULEFT, P_B };
+enum { MAX_DIRS = 4 };
+
+static const char *const DIR_NAMES[MAX_DIRS] = {"tl", "tr", "bl", "br"};
+
+typedef struct {
+    rl_layer base;
+    int64_t D;
+    int ndirs;
+    int dirs[MAX_DIRS]; /* index into DIR_NAMES: bit 0 flips x, bit 1 flips y */
+    bool sum, stable;
+    double forget_bias;
+    rl_tensor z, hs, cs, dcu, dcl, s1, s3, ucat, gout;
+    rl_tensor xs[RL_LAYER_MAX_INPUTS], dxs[RL_LAYER_MAX_INPUTS];
+    int64_t *cells;
+    int64_t cells_cap;
+    int64_t H, W, B; /* of the last forward */
+    bool have_forward;
+} mdlstm_layer;
+
+/* A row-major matrix operand: pointer and leading dimension. */
+typedef struct {
+    void *p;
+    int64_t ld;
+} mat;
+
+static void gemm(rl_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k, mat a, mat b,
+                 double beta, mat c) {
+    if (m == 0 || n == 0) return;
+    if (dt == RL_FLOAT32)
+        rl_blas_sgemm(ta, tb, m, n, k, 1.0f, a.p, a.ld, b.p, b.ld, (float)beta, c.p, c.ld);
+    else
+        rl_blas_dgemm(ta, tb, m, n, k, 1.0, a.p, a.ld, b.p, b.ld, beta, c.p, c.ld);
+}
+
+/* m offset by `rows` rows and `cols` columns */
+static mat sub(mat m, int64_t rows, int64_t cols, rl_dtype dt) {
+    return (mat){(char *)m.p + (size_t)(rows * m.ld + cols) * rl_dtype_size(dt), m.ld};
+}
+
+static mat tmat(const rl_tensor *t, int64_t ld) { return (mat){rl_tensor_data(t), ld}; }
+
+/* x (H, W, B, F) as an (H*W*B, F) matrix without a copy when its strides allow. */
+static bool fold_hwb(const rl_tensor *x, mat *m) {
+    int64_t H = x->shape[0], W = x->shape[1], B = x->shape[2], F = x->shape[3];
+    if (F > 1 && x->stride[3] != 1) return false;
+    int64_t ld = B > 1 ? x->stride[2] : (W > 1 ? x->stride[1] : (H > 1 ? x->stride[0] : F));
+    if (ld < F) return false;
+    if (B > 1 && W > 1 && x->stride[1] != B * ld) return false;
+    if (H > 1 && x->stride[0] != W * B * ld) return false;
+    if (B == 1 && W > 1 && x->stride[1] != ld) return false;
+    m->p = rl_tensor_data(x);
+    m->ld = ld > 0 ? ld : 1;
+    return true;
+}
+
+static rl_status param_mat(const mdlstm_layer *L, const rl_tensor *t, const char *pname,
+                           rl_dtype dt, mat *m) {
+    char s[96];
+    if (!t->storage || !rl_tensor_is_contiguous(t) || t->dtype != dt ||
+        rl_tensor_device(t).type != RL_CPU)
+        return rl_error(RL_EARG,
+                        "layer '%s' (mdlstm): parameter %s must be a contiguous %s CPU tensor, "
+                        "got %s",
+                        L->base.name, pname, rl_dtype_name(dt),
+                        t->storage ? rl_tensor_describe(t, s, sizeof s) : "nothing");
+    m->p = rl_tensor_data(t);
+    m->ld = t->ndim == 2 ? t->shape[1] : 1;
+    return RL_OK;
+}
+
+/* Lists the cells of scan diagonal s for every direction: direction k's cells are
+ * cells[off[k] .. off[k+1]-1] of each of the five arrays (pos, up, left, down, right). */
+static void list_cells(const mdlstm_layer *L, int64_t s, const int32_t *sz, int64_t *off) {
+    int64_t W = L->W, B = L->B, cap = L->cells_cap, n = 0;
+    int64_t *pos = L->cells, *up = pos + cap, *left = up + cap, *down = left + cap,
+            *right = down + cap;
+    for (int k = 0; k < L->ndirs; k++) {
+        bool fx = L->dirs[k] & 1, fy = L->dirs[k] & 2;
+        int64_t sy = fy ? -1 : 1, sx = fx ? -1 : 1; /* actual step of a scan step */
+        off[k] = n;
+        for (int64_t b = 0; b < B; b++) {
+            int64_t h = sz[2 * b], w = sz[2 * b + 1];
+            int64_t y0 = s - w + 1 > 0 ? s - w + 1 : 0, y1 = s < h - 1 ? s : h - 1;
+            for (int64_t ys = y0; ys <= y1; ys++) {
+                int64_t xs = s - ys;
+                int64_t y = fy ? h - 1 - ys : ys, x = fx ? w - 1 - xs : xs;
+                int64_t p = (y * W + x) * B + b;
+                pos[n] = p;
+                up[n] = ys > 0 ? p - sy * W * B : -1;
+                left[n] = xs > 0 ? p - sx * B : -1;
+                down[n] = ys + 1 < h ? p + sy * W * B : -1;
+                right[n] = xs + 1 < w ? p + sx * B : -1;
+                n++;
+            }
+        }
+    }
+    off[L->ndirs] = n;
+}
+
+static rl_status ensure_cells(mdlstm_layer *L, int64_t cap) {
+    if (cap <= L->cells_cap) return RL_OK;
+    int64_t *p = realloc(L->cells, (size_t)(5 * cap) * sizeof *p);
+    if (!p)
+        return rl_error(RL_ENOMEM, "layer '%s' (mdlstm): out of memory for %" PRId64 " cells",
+                        L->base.name, cap);
+    L->cells = p;
+    L->cells_cap = cap;
+    return RL_OK;
+}
+
+/* ucat <- each direction's two recurrent matrices side by side, so that one GEMM per
+ * direction and diagonal takes both predecessors: forward (ndirs, 2D, 5D) with rows
+ * [U_up_k; U_left_k] (the operand of [h_up | h_left] (n, 2D)), backward (ndirs, D, 10D) with
+ * rows [U_up_k | U_left_k] (transposed operand of [dz_down | dz_right] (n, 10D)). */
+static void stack_u(mdlstm_layer *L, mat Uu, mat Ul, rl_dtype dt, bool backward) {
+    int64_t D = L->D, G = 5 * D;
+    size_t es = rl_dtype_size(dt), row = (size_t)G * es;
+    char *dst = rl_tensor_data(&L->ucat);
+    for (int k = 0; k < L->ndirs; k++)
+        for (int64_t m = 0; m < D; m++) {
+            const char *up = sub(Uu, m, k * G, dt).p, *left = sub(Ul, m, k * G, dt).p;
+            char *base = dst + (size_t)(k * 2 * D * G) * es;
+            if (backward) {
+                memcpy(base + (size_t)(m * 2 * G) * es, up, row);
+                memcpy(base + (size_t)(m * 2 * G + G) * es, left, row);
+            } else {
+                memcpy(base + (size_t)(m * G) * es, up, row);
+                memcpy(base + (size_t)((D + m) * G) * es, left, row);
+            }
+        }
+}
+
+static rl_status mdlstm_forward(rl_layer *l, rl_layer_io *io) {
+    mdlstm_layer *L = (mdlstm_layer *)l;
+    int64_t H, W, B, D = L->D, nd = L->ndirs;
+    RL_TRY(rl_layer_check_inputs_2d(l, io, &H, &W, &B));
+    rl_dtype dt = io->in[0]->dtype;
+    rl_device dev = rl_tensor_device(io->in[0]);
+    if (dev.type != RL_CPU)
+        return rl_error(RL_EDEVICE, "layer '%s' (mdlstm): only CPU tensors are supported so far",
+                        l->name);
+    mat Wm, Uu, Ul, bias;
+    RL_TRY(param_mat(L, &l->params[P_W].value, "W", dt, &Wm));
+    RL_TRY(param_mat(L, &l->params[P_UUP].value, "U_up", dt, &Uu));
+    RL_TRY(param_mat(L, &l->params[P_ULEFT].value, "U_left", dt, &Ul));
+    RL_TRY(param_mat(L, &l->params[P_B].value, "b", dt, &bias));
+
+    int64_t N = H * W * B, ldz = nd * 5 * D, ldh = nd * D;
+    int64_t nmax = nd * B * (H < W ? H : W), s1n = nmax * 10 * D, s3n = nmax * 5 * D,
+            un = nd * 10 * D * D;
+    int64_t zs[4] = {H, W, B, ldz}, hs4[4] = {H, W, B, ldh}, os[4] = {H, W, B, l->n_out};
+    RL_TRY(rl_buffer_ensure(&l->out, dt, dev, 4, os));
+    RL_TRY(rl_buffer_ensure(&L->z, dt, dev, 4, zs));
+    if (L->sum) RL_TRY(rl_buffer_ensure(&L->hs, dt, dev, 4, hs4));
+    RL_TRY(rl_buffer_ensure(&L->cs, dt, dev, 4, hs4));
+    RL_TRY(rl_buffer_ensure(&L->s1, dt, dev, 1, &s1n));
+    RL_TRY(rl_buffer_ensure(&L->s3, dt, dev, 1, &s3n));
+    RL_TRY(rl_buffer_ensure(&L->ucat, dt, dev, 1, &un));
+    stack_u(L, Uu, Ul, dt, false);
+    RL_TRY(ensure_cells(L, nmax));
+    L->H = H;
+    L->W = W;
+    L->B = B;
+    L->have_forward = false;
+    rl_tensor *hst = L->sum ? &L->hs : &l->out;
+    RL_TRY(rl_op_fill(hst, 0.0));
+    RL_TRY(rl_op_fill(&L->cs, 0.0));
+
+    /* input projection of all positions and directions: one GEMM per input */
+    mat Z = tmat(&L->z, ldz);
+    int64_t row = 0;
+    for (int k = 0; k < io->n_in; k++) {
+        mat X;
+        if (!fold_hwb(io->in[k], &X)) {
+            RL_TRY(rl_buffer_ensure(&L->xs[k], dt, dev, 4, io->in[k]->shape));
+            RL_TRY(rl_op_copy(&L->xs[k], io->in[k]));
+            X = tmat(&L->xs[k], l->in_dims[k]);
+        }
+        gemm(dt, false, false, N, ldz, l->in_dims[k], X, sub(Wm, row, 0, dt), k ? 1.0 : 0.0, Z);
+        row += l->in_dims[k];
+    }
+
+    const int32_t *sz = rl_tensor_data(io->sizes);
+    int64_t cap = L->cells_cap, off[MAX_DIRS + 1];
+    const int64_t *pos = L->cells, *up = pos + cap, *left = up + cap;
+    mat Hs = tmat(hst, ldh), Cs = tmat(&L->cs, ldh);
+    for (int64_t s = 0; s < H + W - 1; s++) {
+        list_cells(L, s, sz, off);
+        for (int k = 0; k < nd; k++) {
+            int64_t o = off[k], n = off[k + 1] - o;
+            if (n == 0) continue;
+            mat hk = sub(Hs, 0, k * D, dt), ck = sub(Cs, 0, k * D, dt),
+                zk = sub(Z, 0, k * 5 * D, dt);
+            mat A = tmat(&L->s1, 2 * D), R = tmat(&L->s3, 5 * D);
+            mat Uk = sub(tmat(&L->ucat, 5 * D), k * 2 * D, 0, dt);
+            const void *bk = (char *)bias.p + (size_t)(k * 5 * D) * rl_dtype_size(dt);
+            if (dt == RL_FLOAT32) {
+                rl_mdlstm_cpu_gather_f32(n, D, up + o, hk.p, ldh, A.p, 2 * D);
+                rl_mdlstm_cpu_gather_f32(n, D, left + o, hk.p, ldh, sub(A, 0, D, dt).p, 2 * D);
+            } else {
+                rl_mdlstm_cpu_gather_f64(n, D, up + o, hk.p, ldh, A.p, 2 * D);
+                rl_mdlstm_cpu_gather_f64(n, D, left + o, hk.p, ldh, sub(A, 0, D, dt).p, 2 * D);
+            }
+            gemm(dt, false, false, n, 5 * D, 2 * D, A, Uk, 0.0, R);
+            if (dt == RL_FLOAT32)
+                rl_mdlstm_cpu_fwd_f32(L->stable, n, D, pos + o, up + o, left + o, zk.p, ldz, R.p,
+                                      bk, ck.p, hk.p, ldh);
+            else
+                rl_mdlstm_cpu_fwd_f64(L->stable, n, D, pos + o, up + o, left + o, zk.p, ldz, R.p,
+                                      bk, ck.p, hk.p, ldh);
+        }
+    }
+    if (L->sum) {
+        /* out = the directions' states summed (0 on padding, where every state is 0) */
+        size_t es = rl_dtype_size(dt);
+        for (int64_t r = 0; r < N; r++) {
+            char *o = (char *)rl_tensor_data(&l->out) + (size_t)(r * D) * es;
+            const char *h = (const char *)Hs.p + (size_t)(r * ldh) * es;
+            if (dt == RL_FLOAT32) {
+                float *of = (float *)o;
+                const float *hf = (const float *)h;
+                for (int64_t j = 0; j < D; j++) {
+                    float a = 0;
+                    for (int k = 0; k < nd; k++)
+                        a += hf[k * D + j];
+                    of[j] = a;
+                }
+            } else {
+                double *od = (double *)o;
+                const double *hd = (const double *)h;
+                for (int64_t j = 0; j < D; j++) {
+                    double a = 0;
+                    for (int k = 0; k < nd; k++)
+                        a += hd[k * D + j];
+                    od[j] = a;
+                }
+            }
+        }
+    }
+    L->have_forward = true;
+    return RL_OK;
+}
+
+/* Zeroes dZ on padded positions (which hold their input projections) and adds its column
+ * sums to db. */
+static void finish_dz(const mdlstm_layer *L, const int32_t *sz, rl_dtype dt, void *z, void *db) {
+    int64_t H = L->H, W = L->W, B = L->B, ldz = L->ndirs * 5 * L->D;
+    size_t es = rl_dtype_size(dt);
+    for (int64_t y = 0; y < H; y++)
+        for (int64_t x = 0; x < W; x++)
+            for (int64_t b = 0; b < B; b++) {
+                int64_t r = (y * W + x) * B + b;
+                char *zr = (char *)z + (size_t)(r * ldz) * es;
+                if (y >= sz[2 * b] || x >= sz[2 * b + 1]) {
+                    memset(zr, 0, (size_t)ldz * es);
+                    continue;
+                }
+                if (dt == RL_FLOAT32)
+                    for (int64_t j = 0; j < ldz; j++)
+                        ((float *)db)[j] += ((const float *)zr)[j];
+                else
+                    for (int64_t j = 0; j < ldz; j++)
+                        ((double *)db)[j] += ((const double *)zr)[j];
+            }
+}
+
+static rl_status mdlstm_backward(rl_layer *l, rl_layer_io *io, const rl_tensor *grad_out,
+                                 rl_tensor *const *grad_in) {
+    mdlstm_layer *L = (mdlstm_layer *)l;
+    int64_t H = L->H, W = L->W, B = L->B, D = L->D, nd = L->ndirs;
+    int64_t N = H * W * B, ldz = nd * 5 * D, ldh = nd * D;
+    char s1[96], s2[96];
+    if (!L->have_forward)
+        return rl_error(RL_EARG, "layer '%s' (mdlstm): backward without a forward", l->name);
+    rl_dtype dt = L->z.dtype;
+    rl_device dev = rl_tensor_device(&L->z);
+    mat dout = {NULL, 0};
+    if (grad_out) {
+        if (grad_out->ndim != 4 || grad_out->shape[0] != H || grad_out->shape[1] != W ||
+            grad_out->shape[2] != B || grad_out->shape[3] != l->n_out || grad_out->dtype != dt ||
+            rl_tensor_device(grad_out).type != RL_CPU)
+            return rl_error(RL_ESHAPE,
+                            "layer '%s' (mdlstm): grad_out is %s, expected (%" PRId64 ", %" PRId64
+                            ", %" PRId64 ", %" PRId64 ") %s",
+                            l->name, rl_tensor_describe(grad_out, s1, sizeof s1), H, W, B, l->n_out,
+                            rl_dtype_name(dt));
+        if (!fold_hwb(grad_out, &dout)) {
+            RL_TRY(rl_buffer_ensure(&L->gout, dt, dev, 4, grad_out->shape));
+            RL_TRY(rl_op_copy(&L->gout, grad_out));
+            dout = tmat(&L->gout, l->n_out);
+        }
+    }
+    for (int k = 0; k < io->n_in; k++) {
+        rl_tensor *gi = grad_in ? grad_in[k] : NULL;
+        if (gi && (!rl_tensor_same_shape(gi, io->in[k]) || gi->dtype != dt))
+            return rl_error(RL_ESHAPE, "layer '%s' (mdlstm): grad_in[%d] is %s, expected %s",
+                            l->name, k + 1, rl_tensor_describe(gi, s1, sizeof s1),
+                            rl_tensor_describe(io->in[k], s2, sizeof s2));
+    }
+    mat Wm, Uu, Ul, dW, dUu, dUl, db;
+    RL_TRY(param_mat(L, &l->params[P_W].value, "W", dt, &Wm));
+    RL_TRY(param_mat(L, &l->params[P_UUP].value, "U_up", dt, &Uu));
+    RL_TRY(param_mat(L, &l->params[P_ULEFT].value, "U_left", dt, &Ul));
+    RL_TRY(param_mat(L, &l->params[P_W].grad, "W (gradient)", dt, &dW));
+    RL_TRY(param_mat(L, &l->params[P_UUP].grad, "U_up (gradient)", dt, &dUu));
+    RL_TRY(param_mat(L, &l->params[P_ULEFT].grad, "U_left (gradient)", dt, &dUl));
+    RL_TRY(param_mat(L, &l->params[P_B].grad, "b (gradient)", dt, &db));
+    int64_t hs4[4] = {H, W, B, ldh};
+    RL_TRY(rl_buffer_ensure(&L->dcu, dt, dev, 4, hs4));
+    RL_TRY(rl_buffer_ensure(&L->dcl, dt, dev, 4, hs4));
+    stack_u(L, Uu, Ul, dt, true);
+    L->have_forward = false; /* the gates become dZ */
+
+    const int32_t *sz = rl_tensor_data(io->sizes);
+    int64_t cap = L->cells_cap, off[MAX_DIRS + 1];
+    const int64_t *pos = L->cells, *up = pos + cap, *left = up + cap, *down = left + cap,
+                  *right = down + cap;
+    mat Z = tmat(&L->z, ldz), Hs = tmat(L->sum ? &L->hs : &l->out, ldh), Cs = tmat(&L->cs, ldh);
+    mat Dcu = tmat(&L->dcu, ldh), Dcl = tmat(&L->dcl, ldh);
+    for (int64_t s = H + W - 2; s >= 0; s--) {
+        list_cells(L, s, sz, off);
+        for (int k = 0; k < nd; k++) {
+            int64_t o = off[k], n = off[k + 1] - o;
+            if (n == 0) continue;
+            mat zk = sub(Z, 0, k * 5 * D, dt), ck = sub(Cs, 0, k * D, dt);
+            mat ak = sub(Dcu, 0, k * D, dt), lk = sub(Dcl, 0, k * D, dt);
+            mat Gs = tmat(&L->s1, 10 * D), dH = tmat(&L->s3, D);
+            mat Uk = sub(tmat(&L->ucat, 10 * D), k * D, 0, dt);
+            const void *dk = dout.p ? sub(dout, 0, L->sum ? 0 : k * D, dt).p : NULL;
+            void *gr = sub(Gs, 0, 5 * D, dt).p;
+            if (dt == RL_FLOAT32) {
+                rl_mdlstm_cpu_gather_f32(n, 5 * D, down + o, zk.p, ldz, Gs.p, 10 * D);
+                rl_mdlstm_cpu_gather_f32(n, 5 * D, right + o, zk.p, ldz, gr, 10 * D);
+            } else {
+                rl_mdlstm_cpu_gather_f64(n, 5 * D, down + o, zk.p, ldz, Gs.p, 10 * D);
+                rl_mdlstm_cpu_gather_f64(n, 5 * D, right + o, zk.p, ldz, gr, 10 * D);
+            }
+            gemm(dt, false, true, n, D, 10 * D, Gs, Uk, 0.0, dH);
+            if (dt == RL_FLOAT32)
+                rl_mdlstm_cpu_bwd_f32(L->stable, n, D, pos + o, up + o, left + o, down + o,
+                                      right + o, zk.p, ldz, dH.p, dk, dout.ld, ck.p, ak.p, lk.p,
+                                      ldh);
+            else
+                rl_mdlstm_cpu_bwd_f64(L->stable, n, D, pos + o, up + o, left + o, down + o,
+                                      right + o, zk.p, ldz, dH.p, dk, dout.ld, ck.p, ak.p, lk.p,
+                                      ldh);
+        }
+    }
+    finish_dz(L, sz, dt, Z.p, db.p);
+
+    /* dU: the predecessors' states are the stored states shifted by one row (up) or one
+     * column (left); a predecessor outside the image is a padded position, whose state is 0,
+     * and one outside the array is left out of the product */
+    int64_t WB = W * B;
+    for (int k = 0; k < nd && H > 1; k++) {
+        bool fy = L->dirs[k] & 2;
+        mat hk = sub(Hs, fy ? WB : 0, k * D, dt), zk = sub(Z, fy ? 0 : WB, k * 5 * D, dt);
+        gemm(dt, true, false, D, 5 * D, (H - 1) * WB, hk, zk, 1.0, sub(dUu, 0, k * 5 * D, dt));
+    }
+    for (int k = 0; k < nd && W > 1; k++) {
+        bool fx = L->dirs[k] & 1;
+        for (int64_t y = 0; y < H; y++) {
+            mat hk = sub(Hs, y * WB + (fx ? B : 0), k * D, dt);
+            mat zk = sub(Z, y * WB + (fx ? 0 : B), k * 5 * D, dt);
+            gemm(dt, true, false, D, 5 * D, (W - 1) * B, hk, zk, 1.0, sub(dUl, 0, k * 5 * D, dt));
+        }
+    }
+    int64_t row = 0;
+    for (int k = 0; k < io->n_in; k++) {
+        int64_t F = l->in_dims[k];
+        mat X;
+        if (!fold_hwb(io->in[k], &X)) X = tmat(&L->xs[k], F);
+        gemm(dt, true, false, F, ldz, N, X, Z, 1.0, sub(dW, row, 0, dt));
+        rl_tensor *gi = grad_in ? grad_in[k] : NULL;
+        if (gi) {
+            mat G;
+            bool direct = fold_hwb(gi, &G);
+            if (!direct) {
+                RL_TRY(rl_buffer_ensure(&L->dxs[k], dt, dev, 4, gi->shape));
+                G = tmat(&L->dxs[k], F);
+            }
+            gemm(dt, false, true, N, F, ldz, Z, sub(Wm, row, 0, dt), 0.0, G);
+            if (!direct) RL_TRY(rl_op_copy(gi, &L->dxs[k]));
+        }
+        row += F;
+    }
+    return RL_OK;
+}
+
+static void mdlstm_destroy(rl_layer *l) {
+    mdlstm_layer *L = (mdlstm_layer *)l;
+    rl_tensor *ts[] = {&L->z, &L->hs, &L->cs, &L->dcu, &L->dcl, &L->s1, &L->s3, &L->ucat, &L->gout};
+    for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
+        rl_tensor_release(ts[i]);
+    for (int k = 0; k < RL_LAYER_MAX_INPUTS; k++) {
+        rl_tensor_release(&L->xs[k]);
+        rl_tensor_release(&L->dxs[k]);
+    }
+    free(L->cells);
+}
+
+/* The forget gates' bias blocks start at forget_bias: a of every direction, and b for the
+ * standard cell (the stable cell's b is lambda, which starts at 0: an even mix). */
+static rl_status mdlstm_init_params(rl_layer *l, rl_rng *g) {
+    (void)g;
+    mdlstm_layer *L = (mdlstm_layer *)l;
+    if (L->forget_bias == 0.0) return RL_OK;
+    int64_t D = L->D;
+    for (int k = 0; k < L->ndirs; k++) {
+        rl_tensor f = {0};
+        RL_TRY(
+            rl_tensor_narrow(&f, &l->params[P_B].value, 0, k * 5 * D + D, L->stable ? D : 2 * D));
+        rl_status st = rl_op_fill(&f, L->forget_bias);
+        rl_tensor_release(&f);
+        RL_TRY(st);
+    }
+    return RL_OK;
+}
+
+static const rl_layer_ops mdlstm_ops = {.class_name = "mdlstm",
+                                        .forward = mdlstm_forward,
+                                        .backward = mdlstm_backward,
+                                        .destroy = mdlstm_destroy,
+                                        .init_params = mdlstm_init_params};
+
+/* "tl, br" -> dirs {0, 3}; names separated by commas or spaces, each at most once. */
+static rl_status parse_dirs(const char *name, const char *s, int *dirs, int *nd) {
+    *nd = 0;
+    const char *p = s;
+    while (*p) {
+        if (*p == ',' || *p == ' ') {
+            p++;
+            continue;
+        }
+        size_t len = strcspn(p, ", ");
+        int found = -1;
+        for (int k = 0; k < MAX_DIRS; k++)
+            if (len == 2 && strncmp(p, DIR_NAMES[k], 2) == 0) found = k;
+        if (found < 0)
+            return rl_error(RL_EARG,
+                            "layer '%s' (mdlstm): unknown direction '%.*s' in directions = "
+                            "\"%s\" (known: tl, tr, bl, br)",
+                            name, (int)(len < 32 ? len : 32), p, s);
+        for (int k = 0; k < *nd; k++)
+            if (dirs[k] == found)
+                return rl_error(RL_EARG,
+                                "layer '%s' (mdlstm): direction %s given twice in directions = "
+                                "\"%s\"",
+                                name, DIR_NAMES[found], s);
+        dirs[(*nd)++] = found;
+        p += len;
+    }
+    if (*nd == 0)
+        return rl_error(RL_EARG, "layer '%s' (mdlstm): directions = \"%s\" names no direction",
+                        name, s);
+    return RL_OK;
+}
+
+rl_status rl_mdlstm_create(rl_layer **out, const char *name, const rl_options *opts, int n_in,
+                           const int64_t *in_dims) {
+    int64_t D;
+    double fb;
+    const char *dirs_s, *combine, *cell;
+    int dirs[MAX_DIRS], nd;
+    *out = NULL;
+    if (n_in < 1) return rl_error(RL_EARG, "layer '%s' (mdlstm): needs at least one input", name);
+    RL_TRY(rl_opt_int(opts, name, "n_out", 0, 1, true, &D));
+    RL_TRY(rl_opt_string(opts, name, "directions", "tl,tr,bl,br", &dirs_s));
+    RL_TRY(parse_dirs(name, dirs_s, dirs, &nd));
+    RL_TRY(rl_opt_string(opts, name, "combine", "concat", &combine));
+    if (strcmp(combine, "concat") != 0 && strcmp(combine, "sum") != 0)
+        return rl_error(RL_EARG,
+                        "layer '%s' (mdlstm): combine = \"%s\", expected \"concat\" or \"sum\"",
+                        name, combine);
+    RL_TRY(rl_opt_string(opts, name, "cell", "standard", &cell));
+    if (strcmp(cell, "standard") != 0 && strcmp(cell, "stable") != 0)
+        return rl_error(RL_EARG,
+                        "layer '%s' (mdlstm): cell = \"%s\", expected \"standard\" or \"stable\"",
+                        name, cell);
+    RL_TRY(rl_opt_number(opts, name, "forget_bias", 0.0, &fb));
+    int64_t F = 0;
+    for (int k = 0; k < n_in; k++) {
+        if (in_dims[k] < 1)
+            return rl_error(RL_ESHAPE, "layer '%s' (mdlstm): input %d has %" PRId64 " features",
+                            name, k + 1, in_dims[k]);
+        F += in_dims[k];
+    }
+    rl_layer *l;
+    RL_TRY(rl_layer_alloc(&l, sizeof(mdlstm_layer), &mdlstm_ops, name, n_in, in_dims));
+    mdlstm_layer *L = (mdlstm_layer *)l;
+    L->D = D;
+    L->ndirs = nd;
+    memcpy(L->dirs, dirs, sizeof dirs);
+    L->sum = strcmp(combine, "sum") == 0;
+    L->stable = strcmp(cell, "stable") == 0;
+    L->forget_bias = fb;
+    l->n_out = L->sum ? D : nd * D;
+    int64_t G = nd * 5 * D;
+    int64_t ws[2] = {F, G}, us[2] = {D, G}, bs[1] = {G};
+    rl_status st = rl_layer_add_param(l, "W", 2, ws, RL_INIT_GLOROT, 1.0, F, 5 * D, NULL);
+    if (st == RL_OK)
+        st = rl_layer_add_param(l, "U_up", 2, us, RL_INIT_ORTHOGONAL, 1.0, D, 5 * D, NULL);
+    if (st == RL_OK)
+        st = rl_layer_add_param(l, "U_left", 2, us, RL_INIT_ORTHOGONAL, 1.0, D, 5 * D, NULL);
+    if (st == RL_OK) st = rl_layer_add_param(l, "b", 1, bs, RL_INIT_ZEROS, 0.0, 0, 0, NULL);
+    if (st != RL_OK) {
+        rl_layer_free(l);
+        return st;
+    }
+    *out = l;
+    return RL_OK;
+}

@@ -1,0 +1,264 @@
+/* pool2d: max or average pooling over ragged images.
+ *
+ *   in  x (H, W, B, F) with sizes (B, 2);  out y (Ho, Wo, B, F)
+ *   window of output (yo, xo): rows yo sy - py + i, columns xo sx - px + j, i < ph, j < pw,
+ *   restricted to the taps inside image b (batch padding is never read)
+ *   max: y = max over the window's taps;  avg: y = their mean (padding not counted)
+ *   y = 0 on outputs outside the image's output size (ho_b, wo_b)
+ * Options: mode = "max" (default) | "avg", pool_size = {ph, pw} (or one number, required),
+ * strides = {sy, sx} (default pool_size), padding = "valid" (default) | "same", with the
+ * output sizes of conv2d: valid ho = (h - ph) / sy + 1 (an error for an image smaller than the
+ * window), same ho = ceil(h / sy) with py = (ph - 1) / 2.
+ * Backward: max routes each output's gradient to the tap that won (the first in window order
+ * on ties), avg spreads it evenly over the window's taps; padding gets 0.
+ * Buffers: out; the tap map (kernels/im2col.h) and, for max, the winning input offset per
+ * output element (arg, int64), both kept for backward. CPU only. */
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "layer.h"
+#include "layers.h"
+
+#include "../kernels/im2col.h"
+#include "../kernels/ops.h"
+
+typedef struct {
+    rl_layer base;
+    int64_t ph, pw, sy, sx;
+    bool same, max;
+    rl_conv_geom g;
+    int64_t *map, *arg;
+    size_t map_cap, arg_cap;
+    rl_tensor out_sizes; /* (B, 2) int32 */
+} pool2d_layer;
+
+static const rl_layer_ops pool2d_ops;
+
+static int64_t out_extent(bool same, int64_t n, int64_t k, int64_t s) {
+    if (same) return (n + s - 1) / s;
+    return n < k ? -1 : (n - k) / s + 1;
+}
+
+static rl_status grow(int64_t **p, size_t *cap, size_t n, const char *layer) {
+    if (n <= *cap) return RL_OK;
+    int64_t *m = realloc(*p, n * sizeof *m);
+    if (!m)
+        return rl_error(RL_ENOMEM, "layer '%s': out of memory for %zu pooling entries", layer, n);
+    *p = m;
+    *cap = n;
+    return RL_OK;
+}
+
+/* One output row r: the window's taps map[0..K-1] over x, F features, into y (and arg). */
+static void pool_row_f32(float *y, int64_t *arg, const float *x, const int64_t *map, int64_t K,
+                         int64_t F, bool max) {
+    int64_t n = 0;
+    for (int64_t f = 0; f < F; f++) {
+        y[f] = 0;
+        if (arg) arg[f] = -1;
+    }
+    for (int64_t k = 0; k < K; k++) {
+        if (map[k] < 0) continue;
+        const float *v = x + map[k];
+        for (int64_t f = 0; f < F; f++) {
+            if (!max)
+                y[f] += v[f];
+            else if (n == 0 || v[f] > y[f]) {
+                y[f] = v[f];
+                arg[f] = map[k] + f;
+            }
+        }
+        n++;
+    }
+    if (!max && n > 0)
+        for (int64_t f = 0; f < F; f++)
+            y[f] /= (float)n;
+}
+
+static void pool_row_f64(double *y, int64_t *arg, const double *x, const int64_t *map, int64_t K,
+                         int64_t F, bool max) {
+    int64_t n = 0;
+    for (int64_t f = 0; f < F; f++) {
+        y[f] = 0;
+        if (arg) arg[f] = -1;
+    }
+    for (int64_t k = 0; k < K; k++) {
+        if (map[k] < 0) continue;
+        const double *v = x + map[k];
+        for (int64_t f = 0; f < F; f++) {
+            if (!max)
+                y[f] += v[f];
+            else if (n == 0 || v[f] > y[f]) {
+                y[f] = v[f];
+                arg[f] = map[k] + f;
+            }
+        }
+        n++;
+    }
+    if (!max && n > 0)
+        for (int64_t f = 0; f < F; f++)
+            y[f] /= (double)n;
+}
+
+static rl_status pool2d_forward(rl_layer *l, rl_layer_io *io) {
+    pool2d_layer *P = (pool2d_layer *)l;
+    int64_t H, W, B;
+    RL_TRY(rl_layer_check_inputs_2d(l, io, &H, &W, &B));
+    const rl_tensor *x0 = io->in[0];
+    if (rl_tensor_device(x0).type != RL_CPU)
+        return rl_error(RL_EARG, "layer '%s' (pool2d): runs on the CPU only", l->name);
+    rl_dtype dt = x0->dtype;
+    int64_t F = l->in_dims[0];
+    rl_conv_geom *g = &P->g;
+    *g = (rl_conv_geom){H,
+                        W,
+                        B,
+                        F,
+                        out_extent(P->same, H, P->ph, P->sy),
+                        out_extent(P->same, W, P->pw, P->sx),
+                        P->ph,
+                        P->pw,
+                        P->sy,
+                        P->sx,
+                        P->same ? (P->ph - 1) / 2 : 0,
+                        P->same ? (P->pw - 1) / 2 : 0};
+    int64_t sshape[2] = {B, 2};
+    RL_TRY(rl_buffer_ensure(&P->out_sizes, RL_INT32, RL_DEVICE_CPU, 2, sshape));
+    int32_t *os = rl_tensor_data(&P->out_sizes);
+    rl_tensor sz = {0};
+    RL_TRY(rl_op_contiguous(&sz, io->sizes));
+    const int32_t *s = rl_tensor_data(&sz);
+    rl_status st = RL_OK;
+    for (int64_t b = 0; b < B && st == RL_OK; b++) {
+        int64_t ho = out_extent(P->same, s[2 * b], P->ph, P->sy);
+        int64_t wo = out_extent(P->same, s[2 * b + 1], P->pw, P->sx);
+        if (ho < 1 || wo < 1)
+            st = rl_error(RL_ESHAPE,
+                          "layer '%s' (pool2d): image %" PRId64
+                          " is %d x %d, smaller than the %" PRId64 " x %" PRId64
+                          " window (padding \"valid\")",
+                          l->name, b + 1, s[2 * b], s[2 * b + 1], P->ph, P->pw);
+        os[2 * b] = (int32_t)ho;
+        os[2 * b + 1] = (int32_t)wo;
+    }
+    int64_t R = g->Ho * g->Wo * B, K = P->ph * P->pw;
+    if (st == RL_OK) st = grow(&P->map, &P->map_cap, (size_t)(R * K), l->name);
+    if (st == RL_OK && P->max) st = grow(&P->arg, &P->arg_cap, (size_t)(R * F), l->name);
+    if (st == RL_OK) rl_im2col_map(P->map, g, s, os);
+    rl_tensor_release(&sz);
+    RL_TRY(st);
+    int64_t oshape[4] = {g->Ho, g->Wo, B, F};
+    RL_TRY(rl_buffer_ensure(&l->out, dt, RL_DEVICE_CPU, 4, oshape));
+    rl_tensor xc = {0};
+    RL_TRY(rl_op_contiguous(&xc, x0));
+    for (int64_t r = 0; r < R; r++) {
+        int64_t *arg = P->max ? P->arg + r * F : NULL;
+        if (dt == RL_FLOAT32)
+            pool_row_f32((float *)rl_tensor_data(&l->out) + r * F, arg, rl_tensor_data(&xc),
+                         P->map + r * K, K, F, P->max);
+        else
+            pool_row_f64((double *)rl_tensor_data(&l->out) + r * F, arg, rl_tensor_data(&xc),
+                         P->map + r * K, K, F, P->max);
+    }
+    rl_tensor_release(&xc);
+    return RL_OK;
+}
+
+static rl_status pool2d_backward(rl_layer *l, rl_layer_io *io, const rl_tensor *grad_out,
+                                 rl_tensor *const *grad_in) {
+    pool2d_layer *P = (pool2d_layer *)l;
+    (void)io;
+    if (!grad_out)
+        return rl_error(RL_EARG, "layer '%s' (pool2d): backward needs grad_out", l->name);
+    if (!grad_in[0]) return RL_OK;
+    RL_TRY(rl_op_fill(grad_in[0], 0.0));
+    rl_tensor gc = {0};
+    RL_TRY(rl_op_contiguous(&gc, grad_out));
+    int64_t F = P->g.F, R = P->g.Ho * P->g.Wo * P->g.B, K = P->ph * P->pw;
+    bool f32 = l->out.dtype == RL_FLOAT32;
+    void *dx = rl_tensor_data(grad_in[0]);
+    const void *dy = rl_tensor_data(&gc);
+    for (int64_t r = 0; r < R; r++) {
+        if (P->max) {
+            for (int64_t f = 0; f < F; f++) {
+                int64_t a = P->arg[r * F + f];
+                if (a < 0) continue;
+                if (f32)
+                    ((float *)dx)[a] += ((const float *)dy)[r * F + f];
+                else
+                    ((double *)dx)[a] += ((const double *)dy)[r * F + f];
+            }
+            continue;
+        }
+        const int64_t *m = P->map + r * K;
+        int64_t n = 0;
+        for (int64_t k = 0; k < K; k++)
+            n += m[k] >= 0;
+        for (int64_t k = 0; k < K && n > 0; k++) {
+            if (m[k] < 0) continue;
+            for (int64_t f = 0; f < F; f++) {
+                if (f32)
+                    ((float *)dx)[m[k] + f] += ((const float *)dy)[r * F + f] / (float)n;
+                else
+                    ((double *)dx)[m[k] + f] += ((const double *)dy)[r * F + f] / (double)n;
+            }
+        }
+    }
+    rl_tensor_release(&gc);
+    return RL_OK;
+}
+
+static void pool2d_destroy(rl_layer *l) {
+    pool2d_layer *P = (pool2d_layer *)l;
+    free(P->map);
+    free(P->arg);
+    rl_tensor_release(&P->out_sizes);
+}
+
+static const rl_layer_ops pool2d_ops = {.class_name = "pool2d",
+                                        .forward = pool2d_forward,
+                                        .backward = pool2d_backward,
+                                        .destroy = pool2d_destroy};
+
+const rl_tensor *rl_pool2d_out_sizes(const rl_layer *l) {
+    return l->ops == &pool2d_ops ? &((const pool2d_layer *)l)->out_sizes : NULL;
+}
+
+rl_status rl_pool2d_create(rl_layer **out, const char *name, const rl_options *opts, int n_in,
+                           const int64_t *in_dims) {
+    *out = NULL;
+    if (n_in != 1)
+        return rl_error(RL_EARG,
+                        "layer '%s' (pool2d): takes one input, got %d (concatenate images with a "
+                        "copy layer)",
+                        name, n_in);
+    int64_t psize[2], strides[2];
+    const char *mode, *pad;
+    RL_TRY(rl_opt_pair(opts, name, "pool_size", 0, 1, true, psize));
+    double given;
+    int found = 0;
+    RL_TRY(opts->number(opts->ctx, "strides[1]", &given, &found));
+    strides[0] = psize[0];
+    strides[1] = psize[1];
+    if (found) RL_TRY(rl_opt_pair(opts, name, "strides", 1, 1, false, strides));
+    RL_TRY(rl_opt_string(opts, name, "mode", "max", &mode));
+    RL_TRY(rl_opt_string(opts, name, "padding", "valid", &pad));
+    if (strcmp(mode, "max") != 0 && strcmp(mode, "avg") != 0)
+        return rl_error(RL_EARG, "layer '%s' (pool2d): mode must be \"max\" or \"avg\", got '%s'",
+                        name, mode);
+    if (strcmp(pad, "same") != 0 && strcmp(pad, "valid") != 0)
+        return rl_error(RL_EARG,
+                        "layer '%s' (pool2d): padding must be \"same\" or \"valid\", got '%s'",
+                        name, pad);
+    RL_TRY(rl_layer_alloc(out, sizeof(pool2d_layer), &pool2d_ops, name, n_in, in_dims));
+    pool2d_layer *P = (pool2d_layer *)*out;
+    P->ph = psize[0];
+    P->pw = psize[1];
+    P->sy = strides[0];
+    P->sx = strides[1];
+    P->max = strcmp(mode, "max") == 0;
+    P->same = strcmp(pad, "same") == 0;
+    (*out)->n_out = in_dims[0];
+    return RL_OK;
+}
