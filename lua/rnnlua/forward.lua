@@ -81,19 +81,30 @@ function M.forward(cfg)
   if ds:num_seqs() == 0 then fail("the dataset is empty (0 sequences)") end
 
   local dim = net:layer(layer).n_out
-  local w = rl.hdf_writer(cfg.output_file, {data_dim = dim, sparse = false})
+  local images = net:layer(layer).rank == 2
+  local w = rl.hdf_writer(cfg.output_file, {data_dim = dim, sparse = false,
+                                            spatial = images and 2 or nil})
   local nseqs, nframes = 0, 0
   local ok, err = pcall(function()
     local bopts = {batch_size = cfg.batch_size or 5000, max_seqs = cfg.max_seqs or 40}
     for batch in rl.batches(ds, bopts) do
       net:forward(batch, {train = false})
-      local out = net:layer(layer).output -- (T, B, n_out)
-      local lengths = batch.lengths
-      for b = 1, lengths:size(1) do
-        local len = lengths[b]
+      -- the layer's own geometry: after a collapse or a strided conv2d it differs from the
+      -- batch's (lengths (B) for sequences (T, B, F), sizes (B, 2) for images (H, W, B, F))
+      local L = net:layer(layer)
+      local out, geom = L.output, L.geometry
+      for b = 1, geom:size(1) do
         local tag = batch.tags and batch.tags[b] or string.format("seq-%d", nseqs + 1)
-        w:add(tag, out:select(2, b):narrow(1, 1, len):contiguous())
-        nseqs, nframes = nseqs + 1, nframes + len
+        if images then
+          local h, wd = geom[b][1], geom[b][2]
+          w:add(tag, out:select(3, b):narrow(1, 1, h):narrow(2, 1, wd):contiguous())
+          nframes = nframes + h * wd
+        else
+          local len = geom[b]
+          w:add(tag, out:select(2, b):narrow(1, 1, len):contiguous())
+          nframes = nframes + len
+        end
+        nseqs = nseqs + 1
       end
     end
     w:close()
