@@ -114,9 +114,11 @@ test: $(BUILD)/rnnlua $(CTESTS)
 
 # CUDA-vs-CPU parity of every op and of the LSTM (own kernels, cuDNN); each prints a SKIP line
 # and passes where there is no GPU.
-test-gpu: $(BUILD)/rnnlua $(BUILD)/tests-gpu/test_parity $(BUILD)/tests-gpu/test_lstm_parity
+test-gpu: $(BUILD)/rnnlua $(BUILD)/tests-gpu/test_parity $(BUILD)/tests-gpu/test_lstm_parity \
+          $(BUILD)/tests-gpu/test_optim_parity
 	$(BUILD)/tests-gpu/test_parity
 	$(BUILD)/tests-gpu/test_lstm_parity
+	$(BUILD)/tests-gpu/test_optim_parity
 
 $(BUILD)/tests-gpu/%: tests/gpu/%.c $(BUILD)/librnnlua.a tests/c/check.h
 	@mkdir -p $(dir $@)

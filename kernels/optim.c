@@ -1,6 +1,8 @@
 /* The optimizer dispatcher (kernels/optim.h): configuration checks, state allocation, the
  * outlier protection and running gradient-norm average, the per-step coefficients, and the
- * calls into the kernels of the buffers' device (CPU: kernels/cpu/optim.c). */
+ * calls into the kernels of the buffers' device (CPU: kernels/cpu/optim.c; CUDA, in a CUDA
+ * build: kernels/cuda/optim.cu, where the state lives on the params' device and the gradient
+ * norm comes back to the host once per step for the outlier test and the global-norm scale). */
 #include "optim.h"
 
 #include <math.h>
@@ -9,6 +11,12 @@
 
 #include "ops.h"
 #include "optim_rules.h"
+
+#ifdef RL_WITH_CUDA
+#include "cuda/optim_cuda.h"
+
+static bool on_cuda(const rl_tensor *t) { return rl_tensor_device(t).type == RL_CUDA; }
+#endif
 
 static const char *const kind_names[RL_NUM_OPT] = {"sgd",      "momentum", "nesterov", "adagrad",
                                                    "adadelta", "adam",     "adamw"};
@@ -114,9 +122,13 @@ static rl_status check_buffer(const char *fn, const rl_tensor *t, const rl_tenso
     return RL_OK;
 }
 
-static rl_status need_cpu(const char *fn, const rl_tensor *t) {
+/* RL_OK when this build has optimizer kernels for t's device. */
+static rl_status need_kernels(const char *fn, const rl_tensor *t) {
     rl_device dev = rl_tensor_device(t);
     if (dev.type == RL_CPU) return RL_OK;
+#ifdef RL_WITH_CUDA
+    if (dev.type == RL_CUDA) return RL_OK;
+#endif
     char name[32];
     rl_device_name(dev, name, sizeof name);
     return rl_error(RL_EDEVICE, "%s: no optimizer kernels for %s in this build", fn, name);
@@ -124,7 +136,15 @@ static rl_status need_cpu(const char *fn, const rl_tensor *t) {
 
 rl_status rl_optim_grad_norm(double *norm, const rl_tensor *grads) {
     RL_TRY(check_buffer("optim_grad_norm", grads, grads, "grads"));
-    RL_TRY(need_cpu("optim_grad_norm", grads));
+    RL_TRY(need_kernels("optim_grad_norm", grads));
+#ifdef RL_WITH_CUDA
+    if (on_cuda(grads)) {
+        double sq;
+        RL_TRY(rl_optim_cuda_sqnorm(&sq, grads));
+        *norm = sqrt(sq);
+        return RL_OK;
+    }
+#endif
     *norm = sqrt(rl_optim_cpu_sqnorm(grads));
     return RL_OK;
 }
@@ -137,7 +157,11 @@ rl_status rl_optim_update(rl_tensor *params, const rl_tensor *grads, rl_tensor *
     int ns = rl_optim_num_states(coef->kind);
     if (ns >= 1) RL_TRY(check_buffer(fn, s1, params, rl_optim_state_name(coef->kind, 0)));
     if (ns >= 2) RL_TRY(check_buffer(fn, s2, params, rl_optim_state_name(coef->kind, 1)));
-    RL_TRY(need_cpu(fn, params));
+    RL_TRY(need_kernels(fn, params));
+#ifdef RL_WITH_CUDA
+    if (on_cuda(params))
+        return rl_optim_cuda_update(params, grads, ns >= 1 ? s1 : NULL, ns >= 2 ? s2 : NULL, coef);
+#endif
     rl_optim_cpu_update(params, grads, ns >= 1 ? s1 : NULL, ns >= 2 ? s2 : NULL, coef);
     return RL_OK;
 }
@@ -150,7 +174,10 @@ rl_status rl_optim_max_norm(rl_tensor *w, double max_norm) {
                         rl_tensor_describe(w, d, sizeof d));
     if (!(max_norm > 0))
         return rl_error(RL_EARG, "optim_max_norm: max_norm = %g must be > 0", max_norm);
-    RL_TRY(need_cpu("optim_max_norm", w));
+    RL_TRY(need_kernels("optim_max_norm", w));
+#ifdef RL_WITH_CUDA
+    if (on_cuda(w)) return rl_optim_cuda_max_norm(w, max_norm);
+#endif
     rl_optim_cpu_max_norm(w, max_norm);
     return RL_OK;
 }
@@ -159,7 +186,7 @@ rl_status rl_optimizer_init(rl_optimizer *o, const rl_optim_config *cfg, const r
     memset(o, 0, sizeof *o);
     RL_TRY(check_config(cfg));
     RL_TRY(check_buffer("optimizer", params, params, "params"));
-    RL_TRY(need_cpu("optimizer", params));
+    RL_TRY(need_kernels("optimizer", params));
     o->cfg = *cfg;
     for (int i = 0; i < rl_optim_num_states(cfg->kind); i++) {
         rl_status st = rl_tensor_empty_like(&o->state[i], params);

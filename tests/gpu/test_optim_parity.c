@@ -1,0 +1,384 @@
+/* CUDA-vs-CPU parity of the optimizers (kernels/optim.h, kernels/cuda/optim.cu): for every
+ * method, every regulariser (l2, elementwise clip, global-norm scale, gradient noise, all at
+ * once; adamw with its decoupled decay) and both float dtypes, the same params and gradients
+ * go through rl_optimizer_step on the CPU and on cuda:0 for several steps, one of them an
+ * outlier and one with a NaN gradient (both must be skipped on both devices), and params,
+ * states, norms and counters are compared (float32 to 1e-6, float64 to 1e-10, relative to the
+ * element or to the buffer's largest element). The gradient norm is also compared on lengths
+ * around the block sizes and must be bit-identical from run to run; max-norm is compared on
+ * contiguous, transposed and narrowed weights. Buffers have odd lengths on purpose.
+ * Without a CUDA build or device it prints one SKIP line and passes. Run by `make test-gpu`. */
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "core/device.h"
+#include "kernels/ops.h"
+#include "kernels/optim.h"
+#include "tests/c/check.h"
+
+#ifdef RL_WITH_CUDA
+
+static const rl_device CUDA0 = {RL_CUDA, 0};
+
+/* ---- inputs ---- */
+
+static uint64_t rand_state = 0x2545F4914F6CDD1Du;
+
+static double urand(void) {
+    rand_state ^= rand_state << 13;
+    rand_state ^= rand_state >> 7;
+    rand_state ^= rand_state << 17;
+    return (double)(rand_state >> 11) * (1.0 / 9007199254740992.0);
+}
+
+/* A new contiguous CPU tensor with values uniform in [lo, hi). */
+static rl_tensor rand_cpu(rl_dtype dt, int ndim, const int64_t *shape, double lo, double hi) {
+    rl_tensor t = {0};
+    CHECK_OK(rl_tensor_empty(&t, dt, RL_DEVICE_CPU, ndim, shape));
+    if (!t.storage) return t;
+    int64_t n = rl_tensor_numel(&t);
+    for (int64_t i = 0; i < n; i++) {
+        double v = lo + (hi - lo) * urand();
+        if (dt == RL_FLOAT32)
+            ((float *)rl_tensor_data(&t))[i] = (float)v;
+        else
+            ((double *)rl_tensor_data(&t))[i] = v;
+    }
+    return t;
+}
+
+static void set_flat(rl_tensor *t, int64_t i, double v) {
+    if (t->dtype == RL_FLOAT32)
+        ((float *)rl_tensor_data(t))[i] = (float)v;
+    else
+        ((double *)rl_tensor_data(t))[i] = v;
+}
+
+static rl_tensor to_dev(const rl_tensor *t, rl_device dev) {
+    rl_tensor g = {0};
+    CHECK_OK(rl_op_to(&g, t, t->dtype, dev));
+    return g;
+}
+
+/* Steps idx through shape in row-major order; false after the last element. */
+static bool next_index(int ndim, const int64_t *shape, int64_t *idx) {
+    for (int d = ndim - 1; d >= 0; d--) {
+        if (++idx[d] < shape[d]) return true;
+        idx[d] = 0;
+    }
+    return false;
+}
+
+/* ---- comparison ---- */
+
+/* want (CPU) against got (CUDA, any geometry): |a - b| <= rtol (|a| + max |want|), so elements
+ * that cancel to near zero are judged on the buffer's scale. One pass or one failure. */
+static void compare(const char *what, const rl_tensor *want, const rl_tensor *got, double rtol) {
+    if (!want->storage || !got->storage) {
+        check_failed++;
+        fprintf(stderr, "FAIL %s: missing result (%s)\n", what, rl_errmsg());
+        return;
+    }
+    if (!rl_tensor_same_shape(want, got) || want->dtype != got->dtype) {
+        check_failed++;
+        fprintf(stderr, "FAIL %s: cpu and cuda results differ in shape or dtype\n", what);
+        return;
+    }
+    rl_tensor host = {0};
+    if (rl_op_to(&host, got, got->dtype, RL_DEVICE_CPU) != RL_OK) {
+        check_failed++;
+        fprintf(stderr, "FAIL %s: copy to the host: %s\n", what, rl_errmsg());
+        return;
+    }
+    int64_t idx[RL_MAX_DIMS] = {0};
+    double scale = 0.0;
+    do {
+        double a = fabs(rl_tensor_get(want, idx));
+        if (a > scale) scale = a;
+    } while (next_index(want->ndim, want->shape, idx));
+    double worst = 0.0, wa = 0.0, wb = 0.0;
+    int64_t worst_at = -1, flat = 0;
+    memset(idx, 0, sizeof idx);
+    do {
+        double a = rl_tensor_get(want, idx), b = rl_tensor_get(&host, idx);
+        double ratio = a == b ? 0.0 : fabs(a - b) / (rtol * (fabs(a) + scale));
+        if (!(ratio <= worst)) { /* NaN on one side only counts as the worst */
+            worst = isnan(ratio) ? INFINITY : ratio;
+            worst_at = flat;
+            wa = a;
+            wb = b;
+        }
+        flat++;
+    } while (next_index(want->ndim, want->shape, idx));
+    rl_tensor_release(&host);
+    if (worst <= 1.0) {
+        check_passed++;
+    } else {
+        check_failed++;
+        fprintf(stderr,
+                "FAIL %s: element %" PRId64 ": cpu %.9g, cuda %.9g (%.3g x the tolerance %g)\n",
+                what, worst_at, wa, wb, worst, rtol);
+    }
+}
+
+static void compare_scalar(const char *what, double want, double got, double rtol) {
+    if (fabs(want - got) <= rtol * fabs(want) || (isnan(want) && isnan(got))) {
+        check_passed++;
+    } else {
+        check_failed++;
+        fprintf(stderr, "FAIL %s: cpu %.17g, cuda %.17g\n", what, want, got);
+    }
+}
+
+static double rtol_of(rl_dtype dt) { return dt == RL_FLOAT64 ? 1e-10 : 1e-6; }
+
+/* ---- the gradient norm ---- */
+
+static void test_grad_norm(rl_dtype dt) {
+    const int64_t lens[] = {1, 2, 255, 256, 257, 10007, 262145, 1048579};
+    for (size_t k = 0; k < sizeof lens / sizeof lens[0]; k++) {
+        rl_tensor c = rand_cpu(dt, 1, &lens[k], -2.0, 2.0);
+        rl_tensor g = to_dev(&c, CUDA0);
+        double nc = -1, ng = -1, ng2 = -2;
+        CHECK_OK(rl_optim_grad_norm(&nc, &c));
+        CHECK_OK(rl_optim_grad_norm(&ng, &g));
+        CHECK_OK(rl_optim_grad_norm(&ng2, &g));
+        char what[96];
+        snprintf(what, sizeof what, "grad_norm %s n=%" PRId64, rl_dtype_name(dt), lens[k]);
+        compare_scalar(what, nc, ng, 1e-11);
+        if (memcmp(&ng, &ng2, sizeof ng) != 0) {
+            check_failed++;
+            fprintf(stderr, "FAIL %s: not reproducible (%.17g, then %.17g)\n", what, ng, ng2);
+        } else {
+            check_passed++;
+        }
+        rl_tensor_release(&c);
+        rl_tensor_release(&g);
+    }
+    /* NaN and Inf propagate as on the CPU */
+    int64_t n = 1001;
+    rl_tensor c = rand_cpu(dt, 1, &n, -1.0, 1.0);
+    set_flat(&c, 500, INFINITY);
+    rl_tensor g = to_dev(&c, CUDA0);
+    double nc = 0, ng = 0;
+    CHECK_OK(rl_optim_grad_norm(&ng, &g));
+    CHECK_OK(rl_optim_grad_norm(&nc, &c));
+    CHECK(isinf(nc) && isinf(ng));
+    rl_tensor_release(&g);
+    set_flat(&c, 7, NAN);
+    g = to_dev(&c, CUDA0);
+    CHECK_OK(rl_optim_grad_norm(&ng, &g));
+    CHECK(isnan(ng));
+    rl_tensor_release(&c);
+    rl_tensor_release(&g);
+}
+
+/* ---- optimizer steps ---- */
+
+typedef struct {
+    const char *name;
+    double l2, clip, global_norm, noise;
+} options;
+
+static const options option_sets[] = {
+    {"plain", 0, 0, 0, 0},        {"l2", 1e-2, 0, 0, 0},   {"clip", 0, 0.5, 0, 0},
+    {"global-norm", 0, 0, 10, 0}, {"noise", 0, 0, 0, 0.1}, {"all", 1e-2, 0.5, 10, 0.1},
+};
+
+#define NUM_STEPS 8
+#define OUTLIER_STEP 4 /* gradients 1000x larger: skipped after the warmup */
+#define NAN_STEP 5     /* one NaN gradient: skipped */
+
+static void test_steps(rl_optim_kind kind, const options *opt, rl_dtype dt) {
+    char what[128];
+    snprintf(what, sizeof what, "%s %s %s", rl_optim_name(kind), opt->name, rl_dtype_name(dt));
+    rl_optim_config cfg;
+    rl_optim_config_default(&cfg, kind);
+    cfg.l2 = opt->l2;
+    cfg.gradient_clip = opt->clip;
+    cfg.gradient_clip_global_norm = opt->global_norm;
+    cfg.gradient_noise = opt->noise;
+    cfg.outlier_warmup = 2;
+
+    int64_t n = 10007;
+    rl_tensor pc = rand_cpu(dt, 1, &n, -1.0, 1.0);
+    rl_tensor pg = to_dev(&pc, CUDA0);
+    rl_optimizer oc, og;
+    CHECK_OK(rl_optimizer_init(&oc, &cfg, &pc));
+    if (rl_optimizer_init(&og, &cfg, &pg) != RL_OK) {
+        check_failed++;
+        fprintf(stderr, "FAIL %s: rl_optimizer_init on cuda:0: %s\n", what, rl_errmsg());
+        rl_optimizer_free(&oc);
+        rl_tensor_release(&pc);
+        rl_tensor_release(&pg);
+        return;
+    }
+    for (int i = 0; i < rl_optim_num_states(kind); i++)
+        CHECK(rl_tensor_device(&og.state[i]).type == RL_CUDA);
+
+    rl_rng rc, rg;
+    rl_rng_seed(&rc, 20160101);
+    rl_rng_seed(&rg, 20160101);
+    for (int step = 0; step < NUM_STEPS; step++) {
+        double s = step == OUTLIER_STEP ? 1000.0 : 1.0;
+        rl_tensor gc = rand_cpu(dt, 1, &n, -s, s);
+        if (step == NAN_STEP) set_flat(&gc, 17, NAN);
+        rl_tensor gg = to_dev(&gc, CUDA0);
+        double lr = 0.05 / (1 + step);
+        bool ac = false, ag = false;
+        CHECK_OK(rl_optimizer_step(&oc, &pc, &gc, lr, &rc, &ac));
+        CHECK_OK(rl_optimizer_step(&og, &pg, &gg, lr, &rg, &ag));
+        bool want = step != OUTLIER_STEP && step != NAN_STEP;
+        if (ac != want || ag != want) {
+            check_failed++;
+            fprintf(stderr, "FAIL %s step %d: applied cpu %d, cuda %d, expected %d (%s | %s)\n",
+                    what, step, ac, ag, want, oc.skip_reason, og.skip_reason);
+        } else {
+            check_passed++;
+        }
+        char sw[160];
+        snprintf(sw, sizeof sw, "%s step %d grad norm", what, step);
+        compare_scalar(sw, oc.last_grad_norm, og.last_grad_norm, 1e-12);
+        rl_tensor_release(&gc);
+        rl_tensor_release(&gg);
+    }
+    CHECK(oc.num_steps == NUM_STEPS - 2 && og.num_steps == oc.num_steps);
+    CHECK(oc.skipped == 2 && og.skipped == 2);
+    CHECK(oc.norm_count == og.norm_count);
+    CHECK(rc.offset == rg.offset);
+    char sw[160];
+    snprintf(sw, sizeof sw, "%s avg_norm", what);
+    compare_scalar(sw, oc.avg_norm, og.avg_norm, 1e-12);
+    double rtol = rtol_of(dt);
+    snprintf(sw, sizeof sw, "%s params", what);
+    compare(sw, &pc, &pg, rtol);
+    for (int i = 0; i < rl_optim_num_states(kind); i++) {
+        snprintf(sw, sizeof sw, "%s %s", what, rl_optim_state_name(kind, i));
+        compare(sw, &oc.state[i], &og.state[i], rtol);
+    }
+    rl_optimizer_free(&oc);
+    rl_optimizer_free(&og);
+    rl_tensor_release(&pc);
+    rl_tensor_release(&pg);
+}
+
+/* The noise must be there at all: the same run without it ends elsewhere (on the CPU, where
+ * the stream is rl_op_normal's; the parity above then pins the GPU to it). */
+static void test_noise_matters(void) {
+    int64_t n = 1001;
+    rl_tensor p0 = rand_cpu(RL_FLOAT32, 1, &n, -1, 1), g = rand_cpu(RL_FLOAT32, 1, &n, -1, 1);
+    rl_tensor p1 = to_dev(&p0, RL_DEVICE_CPU);
+    rl_optim_config cfg;
+    rl_optim_config_default(&cfg, RL_OPT_SGD);
+    rl_optimizer a, b;
+    CHECK_OK(rl_optimizer_init(&a, &cfg, &p0));
+    cfg.gradient_noise = 0.1;
+    CHECK_OK(rl_optimizer_init(&b, &cfg, &p1));
+    rl_rng r;
+    rl_rng_seed(&r, 5);
+    bool applied;
+    CHECK_OK(rl_optimizer_step(&a, &p0, &g, 1.0, &r, &applied));
+    CHECK_OK(rl_optimizer_step(&b, &p1, &g, 1.0, &r, &applied));
+    int64_t i0 = 0, i1 = 1;
+    CHECK(rl_tensor_get(&p0, &i0) != rl_tensor_get(&p1, &i0));
+    CHECK(rl_tensor_get(&p0, &i1) != rl_tensor_get(&p1, &i1));
+    rl_optimizer_free(&a);
+    rl_optimizer_free(&b);
+    rl_tensor_release(&p0);
+    rl_tensor_release(&p1);
+    rl_tensor_release(&g);
+}
+
+/* ---- max-norm ---- */
+
+/* Columns j % 3 == 0 are made 5x longer, so some columns exceed the bound and some do not. */
+static rl_tensor weight_cpu(rl_dtype dt, int64_t rows, int64_t cols) {
+    int64_t shape[2] = {rows, cols};
+    rl_tensor w = rand_cpu(dt, 2, shape, -1, 1);
+    for (int64_t i = 0; i < rows; i++)
+        for (int64_t j = 0; j < cols; j += 3) {
+            int64_t idx[2] = {i, j};
+            rl_tensor_set(&w, idx, 5 * rl_tensor_get(&w, idx));
+        }
+    return w;
+}
+
+static void check_max_norm(const char *what, rl_tensor *wc, rl_tensor *wg, double bound,
+                           double rtol) {
+    CHECK_OK(rl_optim_max_norm(wc, bound));
+    CHECK_OK(rl_optim_max_norm(wg, bound));
+    compare(what, wc, wg, rtol);
+    /* and independently of the CPU kernel: no column is longer than the bound afterwards */
+    double longest = 0;
+    for (int64_t j = 0; j < wc->shape[1]; j++) {
+        double s = 0;
+        for (int64_t i = 0; i < wc->shape[0]; i++) {
+            int64_t idx[2] = {i, j};
+            s += rl_tensor_get(wc, idx) * rl_tensor_get(wc, idx);
+        }
+        if (sqrt(s) > longest) longest = sqrt(s);
+    }
+    CHECK(longest <= bound * (1 + 1e-6));
+}
+
+static void test_max_norm(rl_dtype dt) {
+    const int64_t sizes[][2] = {{37, 101}, {5000, 3}, {3, 5003}, {1, 1}};
+    double rtol = rtol_of(dt);
+    char what[96];
+    for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+        rl_tensor wc = weight_cpu(dt, sizes[k][0], sizes[k][1]);
+        rl_tensor wg = to_dev(&wc, CUDA0);
+        double bound = 0.8 * sqrt((double)sizes[k][0] / 3.0) + 0.1;
+        snprintf(what, sizeof what, "max_norm %s (%" PRId64 ", %" PRId64 ")", rl_dtype_name(dt),
+                 sizes[k][0], sizes[k][1]);
+        check_max_norm(what, &wc, &wg, bound, rtol);
+        rl_tensor_release(&wc);
+        rl_tensor_release(&wg);
+    }
+    /* a transposed view (strides (1, rows)) and a narrowed one (offset, row stride > cols) */
+    rl_tensor bc = weight_cpu(dt, 101, 37), bg = to_dev(&bc, CUDA0);
+    rl_tensor tc = {0}, tg = {0}, nc = {0}, ng = {0};
+    CHECK_OK(rl_tensor_transpose(&tc, &bc, 0, 1));
+    CHECK_OK(rl_tensor_transpose(&tg, &bg, 0, 1));
+    snprintf(what, sizeof what, "max_norm %s transposed", rl_dtype_name(dt));
+    check_max_norm(what, &tc, &tg, 4.0, rtol);
+    compare("max_norm: the base of the transposed view", &bc, &bg, rtol);
+    CHECK_OK(rl_tensor_narrow(&nc, &bc, 1, 5, 20));
+    CHECK_OK(rl_tensor_narrow(&ng, &bg, 1, 5, 20));
+    snprintf(what, sizeof what, "max_norm %s narrowed", rl_dtype_name(dt));
+    check_max_norm(what, &nc, &ng, 2.0, rtol);
+    compare("max_norm: the base of the narrowed view", &bc, &bg, rtol);
+    rl_tensor *ts[] = {&bc, &bg, &tc, &tg, &nc, &ng};
+    for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
+        rl_tensor_release(ts[i]);
+}
+
+static void run_all(void) {
+    rl_dtype dts[2] = {RL_FLOAT32, RL_FLOAT64};
+    for (int d = 0; d < 2; d++) {
+        test_grad_norm(dts[d]);
+        for (int k = 0; k < RL_NUM_OPT; k++)
+            for (size_t o = 0; o < sizeof option_sets / sizeof option_sets[0]; o++)
+                test_steps((rl_optim_kind)k, &option_sets[o], dts[d]);
+        test_max_norm(dts[d]);
+    }
+    test_noise_matters();
+}
+
+#endif
+
+int main(void) {
+    rl_ops_init();
+#ifdef RL_WITH_CUDA
+    const rl_device_backend *be = rl_device_cuda_backend();
+    if (be && be->count() > 0)
+        run_all();
+    else
+        printf("SKIP: no CUDA device (the optimizer parity test needs a GPU)\n");
+#else
+    printf("SKIP: not a CUDA build (the optimizer parity test needs CUDA=1 and a GPU)\n");
+#endif
+    TEST_MAIN_END();
+}
