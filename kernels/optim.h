@@ -15,7 +15,8 @@
  *
  * Buffers must be contiguous float32 or float64 tensors on one device with equal numbers of
  * elements (their shapes may differ, e.g. a flat buffer and its 1-D view). Errors name the
- * function and the tensors. Kernels: kernels/cpu/optim.c, and kernels/cuda/optim.cu in a CUDA build.
+ * function and the tensors. Kernels: kernels/cpu/optim.c, and kernels/cuda/optim.cu in a CUDA
+ * build.
  */
 #ifndef RL_OPTIM_H
 #define RL_OPTIM_H
