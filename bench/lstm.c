@@ -2,9 +2,18 @@
  * backward, plus the output layer (a GEMM, softmax and the cross-entropy gradient, written
  * here with BLAS), float32 on the CPU. Prints a Markdown table: time per step, frames per
  * second, GFLOP/s and the fraction of the sgemm peak measured in this program (the best of a
- * 1024^3 and a 2048^3 sgemm). FLOPs per step: 24*T*B*H*(I+H) per LSTM direction and layer,
- * plus 6*T*B*H_last*C for the output layer. bench/torch_lstm.py times the same with PyTorch. */
+ * 1024^3 and a 2048^3 sgemm). FLOPs per step: 24*T*B*H*(I+H) per LSTM direction and layer
+ * (forward 8*H*(I+H) per frame for the input and recurrent products, backward twice that for
+ * the input, recurrent and weight gradients), plus 6*T*B*H_last*C for the output layer; the
+ * pointwise work, the softmax and the gradient sums are not counted. bench/torch_lstm.py
+ * times the same with PyTorch.
+ *
+ * The plain row calls the layers one after the other, as a network does, each using every
+ * BLAS thread. For bidirectional stacks a second row, "directions in pairs", runs the
+ * forward and backward layers of a level at the same time on two threads with one BLAS
+ * thread each (threads made here, in the bench: the network does not do this). */
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -37,6 +46,7 @@ typedef struct {
     rl_tensor x, len, gin[MAX_L][MAX_D][MAX_D]; /* gin[layer][dir][input] */
     rl_tensor Wo, dWo, logits, labels;
     rl_tensor dhid[MAX_D]; /* gradient w.r.t. the top layer's outputs */
+    bool pairs;            /* run the two directions of a layer concurrently */
 } model;
 
 static rl_status opt_num(void *ctx, const char *key, double *v, int *found) {
@@ -111,6 +121,45 @@ static void model_init(model *m, const topology *tp, rl_rng *g) {
         bench_check(rl_tensor_empty(&m->dhid[d], RL_FLOAT32, RL_DEVICE_CPU, 3, hs), "dhid");
 }
 
+/* The two directions of a layer, run one after the other or (pairs) at the same time on two
+ * threads with one BLAS thread each. */
+typedef struct {
+    rl_layer *l;
+    rl_layer_io *io;
+    const rl_tensor *gout;
+    rl_tensor **gin;
+} layer_call;
+
+static void call_layer(const layer_call *c) {
+    if (c->gout)
+        bench_check(c->l->ops->backward(c->l, c->io, c->gout, c->gin), "lstm backward");
+    else
+        bench_check(c->l->ops->forward(c->l, c->io), "lstm forward");
+}
+
+static void *call_layer_thread(void *arg) {
+    call_layer(arg);
+    return NULL;
+}
+
+static void call_layers(const layer_call *c, int n, bool pairs) {
+    if (!pairs || n != 2) {
+        for (int i = 0; i < n; i++)
+            call_layer(&c[i]);
+        return;
+    }
+    int threads = rl_blas_get_threads();
+    rl_blas_set_threads(1);
+    pthread_t th;
+    if (pthread_create(&th, NULL, call_layer_thread, (void *)&c[1]) != 0) {
+        fprintf(stderr, "lstm bench: pthread_create failed\n");
+        exit(1);
+    }
+    call_layer(&c[0]);
+    pthread_join(th, NULL);
+    rl_blas_set_threads(threads);
+}
+
 /* One training step: forward and backward through the stack and the output layer. */
 static void train_step(model *m) {
     const topology *tp = m->tp;
@@ -130,8 +179,13 @@ static void train_step(model *m) {
                 for (int k = 0; k < tp->dirs; k++)
                     p->in[k] = &m->l[li - 1][k]->out;
             }
-            bench_check(m->l[li][d]->ops->forward(m->l[li][d], p), "lstm forward");
         }
+    for (int li = 0; li < tp->layers; li++) {
+        layer_call c[MAX_D];
+        for (int d = 0; d < tp->dirs; d++)
+            c[d] = (layer_call){m->l[li][d], &io[li][d], NULL, NULL};
+        call_layers(c, tp->dirs, m->pairs);
+    }
     /* output layer: logits = sum_d out_d Wo_d, softmax, dlogits = p - onehot (in place) */
     float *z = rl_tensor_data(&m->logits), *Wo = rl_tensor_data(&m->Wo),
           *dWo = rl_tensor_data(&m->dWo);
@@ -159,13 +213,14 @@ static void train_step(model *m) {
     /* the stack, top down; a lower output's gradient is the sum over the layers above */
     rl_tensor *gout[MAX_D] = {&m->dhid[0], &m->dhid[1]};
     for (int li = top; li >= 0; li--) {
+        rl_tensor *gin[MAX_D][MAX_D] = {{NULL}};
+        layer_call c[MAX_D];
         for (int d = 0; d < tp->dirs; d++) {
-            rl_tensor *gin[MAX_D] = {NULL, NULL};
             for (int k = 0; k < tp->dirs && li > 0; k++)
-                gin[k] = &m->gin[li][d][k];
-            bench_check(m->l[li][d]->ops->backward(m->l[li][d], &io[li][d], gout[d], gin),
-                        "lstm backward");
+                gin[d][k] = &m->gin[li][d][k];
+            c[d] = (layer_call){m->l[li][d], &io[li][d], gout[d], gin[d]};
         }
+        call_layers(c, tp->dirs, m->pairs);
         if (li == 0) break;
         for (int k = 0; k < tp->dirs; k++) {
             for (int d = 1; d < tp->dirs; d++)
@@ -190,9 +245,16 @@ static void model_free(model *m) {
         rl_tensor_release(ts[i]);
 }
 
+typedef struct {
+    model *m;
+    bool pairs;
+} step_ctx;
+
 static void run_step(void *ctx, int64_t reps) {
+    step_ctx *c = ctx;
+    c->m->pairs = c->pairs;
     for (int64_t r = 0; r < reps; r++)
-        train_step(ctx);
+        train_step(c->m);
 }
 
 typedef struct {
@@ -254,12 +316,17 @@ int main(int argc, char **argv) {
         if (argc > 1 && strcmp(argv[1], tp->name) != 0) continue;
         model m;
         model_init(&m, tp, &g);
-        bench_variant v = {run_step, &m};
-        double sec;
-        bench_row(1, &v, &sec);
-        double gf = step_flops(tp) / sec / 1e9;
-        printf("| %s | %.1f | %.0f | %.1f | %.0f%% |\n", tp->name, sec * 1e3,
-               (double)(tp->T * tp->B) / sec, gf, 100.0 * gf / peak);
+        step_ctx ctx[2] = {{&m, false}, {&m, true}};
+        bench_variant v[2] = {{run_step, &ctx[0]}, {run_step, &ctx[1]}};
+        double sec[2];
+        int nv = tp->dirs == 2 ? 2 : 1;
+        bench_row(nv, v, sec);
+        for (int k = 0; k < nv; k++) {
+            double gf = step_flops(tp) / sec[k] / 1e9;
+            printf("| %s%s | %.1f | %.0f | %.1f | %.0f%% |\n", tp->name,
+                   k ? " (directions in pairs)" : "", sec[k] * 1e3,
+                   (double)(tp->T * tp->B) / sec[k], gf, 100.0 * gf / peak);
+        }
         fflush(stdout);
         model_free(&m);
     }

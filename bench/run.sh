@@ -3,6 +3,9 @@
 # a header naming the machine, then each benchmark's own Markdown section (title, table, notes).
 #   1. the bench programs BUILD/bench/* (built from bench/*.c): gemm first, then the others in
 #      name order;
+#      right after BUILD/bench/lstm, bench/torch_lstm.py times the same LSTM training steps with
+#      PyTorch (Debian's /usr/bin/python3 and python3-torch; a SKIP line where either is
+#      missing), so that the comparison comes from one run on one machine state;
 #   2. the Lua scripts bench/*.lua, each run by BUILD/rnnlua.
 # gemm prints "sgemm peak: X GFLOP/s"; X is exported as RL_SGEMM_PEAK_GFLOPS to everything run
 # after it, so that later benchmarks can report a fraction of the machine's GEMM speed.
@@ -55,6 +58,15 @@ for p in "$build"/bench/*; do
 done
 for p in "${programs[@]}"; do
     run_one "$(basename "$p")" "$p"
+    if [ "$(basename "$p")" = lstm ]; then
+        if [ -x /usr/bin/python3 ]; then
+            run_one torch_lstm /usr/bin/python3 bench/torch_lstm.py
+        else
+            echo "SKIP torch_lstm: /usr/bin/python3 not found (PyTorch comparison needs Debian's" \
+                "python3-torch)"
+            echo
+        fi
+    fi
 done
 for s in bench/*.lua; do
     [ -f "$s" ] || continue

@@ -20,7 +20,10 @@
  * recurrent GEMM (B, H) x (H, 4H) into the step's rows of z and one fused pointwise pass
  * (kernels/cpu/lstm.c). Backward runs one pointwise pass (dz_t, in place of the gates) and one
  * GEMM dz_t U^T per step, then dW_k = X_k^T dZ, dU = Hprev^T dZ and dX_k = dZ W_k^T as single
- * GEMMs over all frames.
+ * GEMMs over all frames. In float32 on an AVX-512 CPU the per-step products use
+ * kernels/cpu/gemm_small.c with U (forward) or U^T (backward) packed once per pass, split
+ * over the BLAS thread count: a BLAS call would repack U on every step and runs those
+ * few-row products at a fraction of its speed; float64 and other CPUs use BLAS throughout.
  *
  * Buffers (sized per batch shape with rl_buffer_ensure; all kept from forward for backward):
  *   gates (T, B, 4H)     pre-activations, then activations; backward overwrites them with dZ
@@ -30,6 +33,7 @@
  *                        previous states of all frames are rows 0..T-1 (1) or 1..T (-1).
  *   dh, dc (B, H)        backward's running state gradients; at the end the gradients of the
  *                        initial state
+ *   upack                U or U^T in gemm_small.h's packed layout (float32 only)
  *   xs[k], dxs[k]        contiguous copies, only for inputs (or input gradients) whose (T, B)
  *                        dims cannot be folded into one
  * The work runs on CPU tensors; the device-specific parts are gemm() and the two pointwise
@@ -42,6 +46,7 @@
 #include "layers.h"
 
 #include "../core/blas.h"
+#include "../kernels/cpu/gemm_small.h"
 #include "../kernels/lstm.h"
 #include "../kernels/ops.h"
 
@@ -54,7 +59,8 @@ typedef struct {
     double forget_bias;
     rl_tensor h0, c0; /* the given initial state (shared views), or unset */
     rl_tensor gates, hs, cs, dh, dc;
-    rl_tensor gout; /* a contiguous copy of grad_out when it cannot be folded */
+    rl_tensor upack; /* U (forward) or U^T (backward) packed for the per-step product */
+    rl_tensor gout;  /* a contiguous copy of grad_out when it cannot be folded */
     rl_tensor xs[RL_LAYER_MAX_INPUTS], dxs[RL_LAYER_MAX_INPUTS];
     int64_t T, B; /* of the last forward */
     bool have_forward;
@@ -181,11 +187,20 @@ static rl_status lstm_forward(rl_layer *l, rl_layer_io *io) {
 
     const int32_t *len = rl_tensor_data(io->lengths);
     int64_t BH = B * H;
+    bool packed = dt == RL_FLOAT32 && rl_gemm_packed_fast();
+    if (packed) {
+        int64_t n = rl_gemm_packed_size(H, 4 * H);
+        RL_TRY(rl_buffer_ensure(&L->upack, RL_FLOAT32, dev, 1, &n));
+        rl_gemm_pack_f32(rl_tensor_data(&L->upack), U.p, 4 * H, false, H, 4 * H);
+    }
     for (int64_t s = 0; s < T; s++) {
         int64_t t = L->direction > 0 ? s : T - 1 - s;
         int64_t prev = L->direction > 0 ? t : t + 1, cur = L->direction > 0 ? t + 1 : t;
         mat Hp = {at(&L->hs, prev * BH), H}, Zt = {at(&L->gates, t * B * 4 * H), 4 * H};
-        gemm(dt, false, false, B, 4 * H, H, Hp, U, 1.0, Zt);
+        if (packed)
+            rl_gemm_packed_f32(B, 4 * H, H, Hp.p, H, rl_tensor_data(&L->upack), true, Zt.p, 4 * H);
+        else
+            gemm(dt, false, false, B, 4 * H, H, Hp, U, 1.0, Zt);
         if (dt == RL_FLOAT32)
             rl_lstm_cpu_fwd_f32(B, H, t, len, Zt.p, bias.p,
                                 L->peepholes ? (const float *const *)peep : NULL,
@@ -249,6 +264,12 @@ static rl_status lstm_backward(rl_layer *l, rl_layer_io *io, const rl_tensor *gr
 
     const int32_t *len = rl_tensor_data(io->lengths);
     mat dH = {rl_tensor_data(&L->dh), H};
+    bool packed = dt == RL_FLOAT32 && rl_gemm_packed_fast();
+    if (packed) {
+        int64_t n = rl_gemm_packed_size(4 * H, H);
+        RL_TRY(rl_buffer_ensure(&L->upack, RL_FLOAT32, dev, 1, &n));
+        rl_gemm_pack_f32(rl_tensor_data(&L->upack), U.p, 4 * H, true, 4 * H, H);
+    }
     for (int64_t s = T - 1; s >= 0; s--) {
         int64_t t = L->direction > 0 ? s : T - 1 - s;
         int64_t prev = L->direction > 0 ? t : t + 1, cur = L->direction > 0 ? t + 1 : t;
@@ -266,7 +287,10 @@ static rl_status lstm_backward(rl_layer *l, rl_layer_io *io, const rl_tensor *gr
                 at(&L->cs, prev * BH), at(&L->cs, cur * BH), dot, dout.ld, dH.p,
                 rl_tensor_data(&L->dc), db.p, L->peepholes ? (double *const *)dpeep : NULL);
         /* padded rows of dZ_t are 0, so their dh passes through unchanged */
-        gemm(dt, false, true, B, H, 4 * H, Zt, U, 1.0, dH);
+        if (packed)
+            rl_gemm_packed_f32(B, H, 4 * H, Zt.p, 4 * H, rl_tensor_data(&L->upack), true, dH.p, H);
+        else
+            gemm(dt, false, true, B, H, 4 * H, Zt, U, 1.0, dH);
     }
 
     /* weight gradients and input gradients: single GEMMs over all frames */
@@ -302,7 +326,8 @@ static rl_status lstm_backward(rl_layer *l, rl_layer_io *io, const rl_tensor *gr
 
 static void lstm_destroy(rl_layer *l) {
     lstm_layer *L = (lstm_layer *)l;
-    rl_tensor *ts[] = {&L->h0, &L->c0, &L->gates, &L->hs, &L->cs, &L->dh, &L->dc, &L->gout};
+    rl_tensor *ts[] = {&L->h0, &L->c0, &L->gates, &L->hs,   &L->cs,
+                       &L->dh, &L->dc, &L->gout,  &L->upack};
     for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
         rl_tensor_release(ts[i]);
     for (int k = 0; k < RL_LAYER_MAX_INPUTS; k++) {

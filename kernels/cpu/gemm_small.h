@@ -1,0 +1,43 @@
+/* A float32 GEMM for few rows against a pre-packed right-hand side, CPU.
+ *
+ * The LSTM's per-step recurrent products are (B x H) x (H x 4H) forward and
+ * (B x 4H) x (4H x H) backward with B small (16-64): a BLAS call repacks the whole large
+ * operand on every step and reaches a fraction of the machine's GEMM speed. Here the large
+ * operand is packed once (per forward or backward pass) into column panels of
+ * RL_GEMM_PANEL columns, each stored k-major (panel p, row k: columns p*RL_GEMM_PANEL ..
+ * +RL_GEMM_PANEL-1, zero-padded past n), and every step streams the panels through an
+ * AVX-512 register-blocked kernel. Without AVX-512 a portable loop computes the same result
+ * (rl_gemm_packed_fast() then says false, so callers may prefer BLAS).
+ */
+#ifndef RL_KERNELS_CPU_GEMM_SMALL_H
+#define RL_KERNELS_CPU_GEMM_SMALL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define RL_GEMM_PANEL 48
+
+/* Floats needed to pack a k x n operand. */
+int64_t rl_gemm_packed_size(int64_t k, int64_t n);
+
+/* Packs op(b) (k x n) into dst (rl_gemm_packed_size(k, n) floats): op(b)[i][j] is
+ * b[i * ldb + j], or b[j * ldb + i] with trans. */
+void rl_gemm_pack_f32(float *dst, const float *b, int64_t ldb, bool trans, int64_t k, int64_t n);
+
+/* c (m x n, rows ldc apart) = a (m x k, rows lda apart) * packed (+ c with accumulate). */
+void rl_gemm_packed_f32(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
+                        const float *packed, bool accumulate, float *c, int64_t ldc);
+
+/* Whether rl_gemm_packed_f32 runs the AVX-512 kernel on this CPU. */
+bool rl_gemm_packed_fast(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
