@@ -41,8 +41,15 @@ static rl_status collapse_forward(rl_layer *l, rl_layer_io *io) {
     collapse_layer *c = (collapse_layer *)l;
     int64_t H, W, B, F = l->n_out;
     RL_TRY(rl_layer_check_inputs_2d(l, io, &H, &W, &B));
-    if (rl_tensor_device(io->in[0]).type != RL_CPU)
-        return rl_error(RL_EARG, "layer '%s' (collapse): runs on the CPU only", l->name);
+    if (rl_tensor_device(io->in[0]).type != RL_CPU) {
+        char dn[32];
+        rl_device_name(rl_tensor_device(io->in[0]), dn, sizeof dn);
+        return rl_error(
+            RL_EDEVICE,
+            "layer '%s' (collapse): its input is on %s, but collapse runs on the CPU only so "
+            "far (keep networks with collapse layers on the cpu)",
+            l->name, dn);
+    }
     c->H = H;
     c->W = W;
     c->B = B;

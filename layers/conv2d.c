@@ -79,8 +79,15 @@ static rl_status conv2d_forward(rl_layer *l, rl_layer_io *io) {
     int64_t H, W, B;
     RL_TRY(rl_layer_check_inputs_2d(l, io, &H, &W, &B));
     const rl_tensor *x0 = io->in[0];
-    if (rl_tensor_device(x0).type != RL_CPU)
-        return rl_error(RL_EARG, "layer '%s' (conv2d): runs on the CPU only", l->name);
+    if (rl_tensor_device(x0).type != RL_CPU) {
+        char dn[32];
+        rl_device_name(rl_tensor_device(x0), dn, sizeof dn);
+        return rl_error(
+            RL_EDEVICE,
+            "layer '%s' (conv2d): its input is on %s, but conv2d runs on the CPU only so "
+            "far (keep networks with conv2d layers on the cpu)",
+            l->name, dn);
+    }
     rl_dtype dt = x0->dtype;
     int64_t F = l->in_dims[0];
     rl_conv_geom *g = &C->g;

@@ -31,8 +31,15 @@ static rl_status global_pool_forward(rl_layer *l, rl_layer_io *io) {
     global_pool_layer *g = (global_pool_layer *)l;
     int64_t H, W, B, F = l->n_out;
     RL_TRY(rl_layer_check_inputs_2d(l, io, &H, &W, &B));
-    if (rl_tensor_device(io->in[0]).type != RL_CPU)
-        return rl_error(RL_EARG, "layer '%s' (global_pool): runs on the CPU only", l->name);
+    if (rl_tensor_device(io->in[0]).type != RL_CPU) {
+        char dn[32];
+        rl_device_name(rl_tensor_device(io->in[0]), dn, sizeof dn);
+        return rl_error(
+            RL_EDEVICE,
+            "layer '%s' (global_pool): its input is on %s, but global_pool runs on the CPU only so "
+            "far (keep networks with global_pool layers on the cpu)",
+            l->name, dn);
+    }
     g->W = W;
     g->B = B;
     rl_dtype dt = io->in[0]->dtype;

@@ -127,7 +127,8 @@ rl_status rl_layer_check_inputs(const rl_layer *l, const rl_layer_io *io, int64_
                 "layer '%s': input %d has %" PRId64 " features, expected %" PRId64 " (shape %s)",
                 l->name, i + 1, x->shape[2], l->in_dims[i], rl_shape_str(x, s, sizeof s));
         if (i > 0 && (x->shape[0] != io->in[0]->shape[0] || x->shape[1] != io->in[0]->shape[1] ||
-                      x->dtype != io->in[0]->dtype))
+                      x->dtype != io->in[0]->dtype ||
+                      !rl_device_eq(rl_tensor_device(x), rl_tensor_device(io->in[0]))))
             return rl_error(RL_ESHAPE, "layer '%s': input %d is %s, input 1 is %s", l->name, i + 1,
                             rl_tensor_describe(x, s, sizeof s),
                             rl_tensor_describe(io->in[0], s + 64, 64));

@@ -3,7 +3,8 @@
  *   mse:  loss = sum_{t<len[b], f} (out - target)^2,  d loss/d out = 2 (out - target)
  *   ce:   loss = -sum_{t<len[b]} logp[t, b, target[t, b]],  d loss/d logits = p - onehot
  * The onehot is built on the device from the target (classes == target), so no (T, B, C)
- * tensor crosses between host and device. */
+ * tensor crosses between host and device; the (T, B) padding mask is built on the host from
+ * the lengths and copied once per batch. */
 #include "loss.h"
 
 #include <inttypes.h>
@@ -83,37 +84,40 @@ rl_status rl_loss_mse(const rl_tensor *out, const rl_tensor *target, const rl_te
     return RL_OK;
 }
 
-/* A CPU view of the int32 (T, B) tensor t: t itself, or a copy in *host. */
-static rl_status host_view(const rl_tensor **out, const rl_tensor *t, rl_tensor *host) {
-    if (rl_tensor_device(t).type == RL_CPU) {
-        *out = t;
+/* w->pad_host (T, B, 1) in dt on the CPU: 1 on the padded frames t >= lengths[b], 0 elsewhere;
+ * *pad: that mask on dev (pad_host itself on the CPU, else one copy into w->pad). */
+static rl_status build_pad(rl_ce_work *w, const rl_tensor **pad, const rl_tensor *lengths,
+                           int64_t T, int64_t B, rl_dtype dt, rl_device dev) {
+    int64_t tb1[3] = {T, B, 1};
+    RL_TRY(rl_buffer_ensure(&w->pad_host, dt, RL_DEVICE_CPU, 3, tb1));
+    for (int64_t b = 0; b < B; b++) {
+        int64_t len = (int64_t)rl_tensor_get(lengths, &b);
+        for (int64_t t = 0; t < T; t++) {
+            int64_t idx[3] = {t, b, 0};
+            rl_tensor_set(&w->pad_host, idx, t >= len ? 1.0 : 0.0);
+        }
+    }
+    if (dev.type == RL_CPU) {
+        *pad = &w->pad_host;
         return RL_OK;
     }
-    RL_TRY(rl_buffer_ensure(host, RL_INT32, RL_DEVICE_CPU, t->ndim, t->shape));
-    RL_TRY(rl_op_copy(host, t));
-    *out = host;
+    RL_TRY(rl_buffer_ensure(&w->pad, dt, dev, 3, tb1));
+    RL_TRY(rl_op_copy(&w->pad, &w->pad_host));
+    *pad = &w->pad;
     return RL_OK;
 }
 
-rl_status rl_loss_ce(rl_ce_work *w, const char *layer, const rl_tensor *logp,
-                     const rl_tensor *target, const rl_tensor *lengths, double *loss,
-                     double *n_errors, double *n_frames) {
-    char s[128];
-    int64_t T = logp->shape[0], B = logp->shape[1], C = logp->shape[2];
-    rl_dtype dt = logp->dtype;
-    rl_device dev = rl_tensor_device(logp);
-    if (!target || !target->storage || target->dtype != RL_INT32 || target->ndim != 2 ||
-        target->shape[0] != T || target->shape[1] != B)
-        return rl_error(
-            RL_ESHAPE,
-            "layer '%s': ce target must be int32 (T, B) = (%" PRId64 ", %" PRId64 "), got %s",
-            layer, T, B,
-            target && target->storage ? rl_tensor_describe(target, s, sizeof s) : "nothing");
-    RL_TRY(check_lengths(layer, lengths, T, B));
-
-    const rl_tensor *th;
-    RL_TRY(host_view(&th, target, &w->target_host));
-    for (int64_t b = 0; b < B; b++) {
+/* The error for the first valid frame whose target is outside 0..C-1 (the range check found
+ * one); reads the target on the host. */
+static rl_status bad_target(rl_ce_work *w, const char *layer, const rl_tensor *target,
+                            const rl_tensor *lengths, int64_t C) {
+    const rl_tensor *th = target;
+    if (rl_tensor_device(target).type != RL_CPU) {
+        RL_TRY(rl_buffer_ensure(&w->target_host, RL_INT32, RL_DEVICE_CPU, 2, target->shape));
+        RL_TRY(rl_op_copy(&w->target_host, target));
+        th = &w->target_host;
+    }
+    for (int64_t b = 0; b < lengths->shape[0]; b++) {
         int64_t len = (int64_t)rl_tensor_get(lengths, &b);
         for (int64_t t = 0; t < len; t++) {
             int64_t idx[2] = {t, b};
@@ -125,37 +129,71 @@ rl_status rl_loss_ce(rl_ce_work *w, const char *layer, const rl_tensor *logp,
                                 layer, c, t + 1, b + 1, C - 1, C);
         }
     }
+    return rl_error(RL_EINDEX, "layer '%s': a target is outside 0..%" PRId64, layer, C - 1);
+}
 
+/* Everything runs on the logits' device: the onehot is classes == target (padded frames get
+ * target -1, an all-zero row); a valid frame's row sums to 1 exactly when its target is in
+ * range, so min(row sum + pad) == 1 checks every target with one scalar read back. */
+rl_status rl_loss_ce(rl_ce_work *w, const char *layer, const rl_tensor *logp,
+                     const rl_tensor *target, const rl_tensor *lengths, double *loss,
+                     double *n_errors, double *n_frames) {
+    char s[128], s2[128];
+    int64_t T = logp->shape[0], B = logp->shape[1], C = logp->shape[2];
+    rl_dtype dt = logp->dtype;
+    rl_device dev = rl_tensor_device(logp);
+    if (!target || !target->storage || target->dtype != RL_INT32 || target->ndim != 2 ||
+        target->shape[0] != T || target->shape[1] != B)
+        return rl_error(
+            RL_ESHAPE,
+            "layer '%s': ce target must be int32 (T, B) = (%" PRId64 ", %" PRId64 "), got %s",
+            layer, T, B,
+            target && target->storage ? rl_tensor_describe(target, s, sizeof s) : "nothing");
+    if (!rl_device_eq(rl_tensor_device(target), dev))
+        return rl_error(
+            RL_EDEVICE, "layer '%s': ce target %s is not on the device of the output %s", layer,
+            rl_tensor_describe(target, s, sizeof s), rl_tensor_describe(logp, s2, sizeof s2));
+    RL_TRY(check_lengths(layer, lengths, T, B));
+
+    const rl_tensor *pad;
+    RL_TRY(build_pad(w, &pad, lengths, T, B, dt, dev));
     int64_t tb1[3] = {T, B, 1}, tbc[3] = {T, B, C};
-    rl_tensor tview = {0};
+    rl_tensor tview = {0}, pad2 = {0};
     RL_TRY(rl_buffer_ensure(&w->target_f, dt, dev, 3, tb1));
+    RL_TRY(rl_buffer_ensure(&w->rows, dt, dev, 3, tb1));
     RL_TRY(rl_buffer_ensure(&w->classes, dt, dev, 1, &C));
     RL_TRY(rl_buffer_ensure(&w->onehot, dt, dev, 3, tbc));
     RL_TRY(rl_buffer_ensure(&w->tmp, dt, dev, 3, tbc));
     RL_TRY(rl_buffer_ensure(&w->maxv, dt, dev, 2, tbc));
     RL_TRY(rl_buffer_ensure(&w->argmax, RL_INT32, dev, 2, tbc));
+    RL_TRY(rl_buffer_ensure(&w->wrong, RL_INT32, dev, 2, tbc));
     RL_TRY(rl_tensor_unsqueeze(&tview, target, 2));
     rl_status st = rl_op_copy(&w->target_f, &tview);
     rl_tensor_release(&tview);
     RL_TRY(st);
-    RL_TRY(rl_fill_padding(&w->target_f, lengths, -1.0));
+    RL_TRY(rl_op_masked_fill(&w->target_f, pad, -1.0));
     RL_TRY(rl_op_arange(&w->classes, 0.0, 1.0));
     RL_TRY(rl_op_binary(&w->onehot, &w->classes, &w->target_f, RL_BIN_EQ));
+
+    double in_range = 1;
+    RL_TRY(rl_op_reduce_dim(&w->rows, NULL, &w->onehot, 2, true, RL_RED_SUM));
+    RL_TRY(rl_op_binary(&w->rows, &w->rows, pad, RL_BIN_ADD));
+    if (T * B > 0) RL_TRY(rl_op_reduce_all(&in_range, NULL, &w->rows, RL_RED_MIN));
+    if (in_range != 1) return bad_target(w, layer, target, lengths, C);
+
     RL_TRY(rl_op_binary(&w->tmp, &w->onehot, logp, RL_BIN_MUL));
     double sum = 0;
     RL_TRY(rl_op_reduce_all(&sum, NULL, &w->tmp, RL_RED_SUM));
 
-    RL_TRY(rl_op_reduce_dim(&w->maxv, &w->argmax, logp, 2, false, RL_RED_MAX));
-    const rl_tensor *ah;
-    RL_TRY(host_view(&ah, &w->argmax, &w->argmax_host));
     double errors = 0;
-    for (int64_t b = 0; b < B; b++) {
-        int64_t len = (int64_t)rl_tensor_get(lengths, &b);
-        for (int64_t t = 0; t < len; t++) {
-            int64_t idx[2] = {t, b};
-            errors += rl_tensor_get(ah, idx) != rl_tensor_get(th, idx);
-        }
-    }
+    RL_TRY(rl_op_reduce_dim(&w->maxv, &w->argmax, logp, 2, false, RL_RED_MAX));
+    RL_TRY(rl_op_binary(&w->wrong, &w->argmax, target, RL_BIN_NE));
+    int64_t tb[2] = {T, B};
+    RL_TRY(rl_tensor_view(&pad2, pad, 2, tb));
+    st = rl_op_masked_fill(&w->wrong, &pad2, 0.0);
+    rl_tensor_release(&pad2);
+    RL_TRY(st);
+    RL_TRY(rl_op_reduce_all(&errors, NULL, &w->wrong, RL_RED_SUM));
     *loss = -sum;
     *n_errors = errors;
     *n_frames = rl_count_frames(lengths);
@@ -164,22 +202,28 @@ rl_status rl_loss_ce(rl_ce_work *w, const char *layer, const rl_tensor *logp,
 
 rl_status rl_loss_ce_grad(rl_ce_work *w, const rl_tensor *p, const rl_tensor *lengths,
                           rl_tensor *grad, bool accumulate) {
-    if (!w->onehot.storage || !rl_tensor_same_shape(&w->onehot, p))
+    (void)lengths;
+    if (!w->onehot.storage || !rl_tensor_same_shape(&w->onehot, p) ||
+        !rl_device_eq(rl_tensor_device(&w->onehot), rl_tensor_device(p)))
         return rl_error(RL_EARG, "ce gradient: no matching rl_loss_ce before it");
+    const rl_tensor *pad = rl_tensor_device(p).type == RL_CPU ? &w->pad_host : &w->pad;
     rl_tensor *d = accumulate ? &w->tmp : grad;
     RL_TRY(rl_op_binary(d, p, &w->onehot, RL_BIN_SUB));
-    RL_TRY(rl_fill_padding(d, lengths, 0.0));
+    RL_TRY(rl_op_masked_fill(d, pad, 0.0));
     if (accumulate) RL_TRY(rl_op_binary(grad, grad, d, RL_BIN_ADD));
     return RL_OK;
 }
 
 void rl_ce_work_release(rl_ce_work *w) {
-    rl_tensor_release(&w->target_host);
+    rl_tensor_release(&w->pad_host);
+    rl_tensor_release(&w->pad);
     rl_tensor_release(&w->target_f);
     rl_tensor_release(&w->classes);
     rl_tensor_release(&w->onehot);
     rl_tensor_release(&w->tmp);
+    rl_tensor_release(&w->rows);
     rl_tensor_release(&w->maxv);
     rl_tensor_release(&w->argmax);
-    rl_tensor_release(&w->argmax_host);
+    rl_tensor_release(&w->wrong);
+    rl_tensor_release(&w->target_host);
 }

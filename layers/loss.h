@@ -6,7 +6,11 @@
  * loss, an error count or a gradient, whatever their contents.
  *
  * All computations go through rl_op_* and work in the tensors' dtype (float32 or float64) on
- * their device; only lengths and the int32 targets/argmax (T*B numbers) are read on the host.
+ * their device. Host reads per call: the lengths (CPU tensors); rl_loss_ce additionally builds
+ * a (T, B) padding mask on the host and copies it to the device once, and reads back three
+ * scalars (a range check of the targets, the loss, the error count); rl_loss_mse reads back
+ * one (the loss). A device target is copied to the host only to name an out-of-range class in
+ * the error message.
  */
 #ifndef RL_LOSS_H
 #define RL_LOSS_H
@@ -36,16 +40,20 @@ rl_status rl_loss_mse(const rl_tensor *out, const rl_tensor *target, const rl_te
                       double *loss, double *n_frames, rl_tensor *grad);
 
 /* Frame-wise cross entropy on sparse targets, the state it keeps between the loss and its
- * gradient. All buffers are sized on the first batch of a shape and reused. */
+ * gradient. All buffers are sized on the first batch of a shape and reused; they live on the
+ * logits' device except pad_host and target_host. */
 typedef struct rl_ce_work {
-    rl_tensor target_host; /* (T, B) int32 CPU copy of a device target */
-    rl_tensor target_f;    /* (T, B, 1) target as the logits' dtype, -1 on padded frames */
-    rl_tensor classes;     /* (C) 0, 1, ..., C-1 */
-    rl_tensor onehot;      /* (T, B, C) onehot of the target, all-zero rows on padded frames */
-    rl_tensor tmp;         /* (T, B, C) scratch */
-    rl_tensor maxv;        /* (T, B) row maxima (unused beyond the argmax) */
-    rl_tensor argmax;      /* (T, B) int32 predicted class, on the device */
-    rl_tensor argmax_host; /* (T, B) int32 CPU copy of argmax for a device batch */
+    rl_tensor pad_host; /* (T, B, 1) CPU, logits' dtype: 1 on padded frames, built from lengths */
+    rl_tensor pad;      /* (T, B, 1) pad_host on the logits' device (unset on the CPU) */
+    rl_tensor target_f; /* (T, B, 1) target as the logits' dtype, -1 on padded frames */
+    rl_tensor classes;  /* (C) 0, 1, ..., C-1 */
+    rl_tensor onehot;   /* (T, B, C) onehot of the target, all-zero rows on padded frames */
+    rl_tensor tmp;      /* (T, B, C) scratch */
+    rl_tensor rows;     /* (T, B, 1) onehot row sums plus pad, for the range check */
+    rl_tensor maxv;     /* (T, B) row maxima (unused beyond the argmax) */
+    rl_tensor argmax;   /* (T, B) int32 predicted class */
+    rl_tensor wrong;    /* (T, B) int32: argmax != target on valid frames, else 0 */
+    rl_tensor target_host; /* (T, B) int32 CPU copy of a device target, only to name a bad one */
 } rl_ce_work;
 
 /* logp: (T, B, C) log-probabilities (log softmax of the logits); target: (T, B) int32 0-based

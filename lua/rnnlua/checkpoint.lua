@@ -21,7 +21,10 @@
 --                      and tables, and HDF5 attributes cannot be listed through core/h5io
 --   /rng               attrs seed, offset (int64) and state (the same as a Lua literal, read
 --                      back exactly: rl.h5file reads numeric attributes as doubles)
--- The file is read and written with rl.h5file (lua/l_dataset.c).
+-- The file is read and written with rl.h5file (lua/l_dataset.c). Tensors on a device (a
+-- network moved with net:to, its optimizer's state) are copied to the host to be written, one
+-- copy each; load gives CPU tensors, and load_params copies them into the network's
+-- parameters on whatever device the network is.
 -- Descriptions are written as Lua literals with sorted keys, so the same table always gives
 -- the same text, and read back with load() in an empty environment (data, not code): a
 -- function in a description cannot be saved and is an error naming its key.
@@ -128,6 +131,10 @@ end
 
 ---------------------------------------------------------------------------- state tables
 
+local function on_host(t)
+  return t:device() == "cpu" and t or t:cpu()
+end
+
 local function write_state(f, group, state)
   if type(state) ~= "table" then
     error(string.format("%s state must be a table, got %s", group, type(state)), 0)
@@ -139,7 +146,7 @@ local function write_state(f, group, state)
         .. "leading '_')", group, tostring(k)), 0)
     end
     if rl.is_tensor(v) then
-      f:write(group .. "/" .. k, v)
+      f:write(group .. "/" .. k, on_host(v))
       tensors[#tensors + 1] = k
     else
       values[k] = v
@@ -196,7 +203,7 @@ function M.save(path, s)
         error(string.format("layer '%s': a name with '/' cannot be saved", p.layer), 0)
       end
       local name = p.layer .. "/" .. p.name
-      f:write("params/" .. name, p.value)
+      f:write("params/" .. name, on_host(p.value))
       order[#order + 1] = name
     end
     f:set_attr("params", "order", M.serialize(order, "params"))

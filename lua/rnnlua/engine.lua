@@ -13,6 +13,18 @@
 -- checkpoint model .. ".%03d.h5" is written. `step` counts training batches over the whole
 -- run, skipped ones included.
 --
+-- Devices: device = "cuda" (or "cuda:N"; default "cpu") builds the network on the CPU (the
+-- same initial values as a CPU run), moves it there with net:to, then builds the optimizer, so
+-- its state lives on the device too. Each batch is assembled on the host by rl.batches and
+-- its input and target tensors are copied to the device by net:forward (one copy each;
+-- lengths and sizes stay on the host); dev scoring runs on the device; checkpoints copy the
+-- parameters and optimizer state to the host, and load = ... copies them back onto the
+-- device. Overlap: kernels are queued asynchronously, so the host assembles the next batch
+-- (reading, padding, stacking) while the device still runs the current step's backward; the
+-- host-to-device copies themselves are synchronous (pageable memory), and the loss of each
+-- step is read back at the end of its forward (a synchronisation point). A device that cannot
+-- be used (no CUDA build, no GPU, no such ordinal) is an error before any data is read.
+--
 -- Command-line overrides: `rnnlua recipe.lua ++num_epochs 3 ++train.num_seqs 100` sets
 -- config keys (nested with dots) from argv (default: the global `arg`); values are read as
 -- booleans, numbers or strings. A key that rl.train does not know, in the config or in an
@@ -128,8 +140,9 @@ local function check_config(config, argv)
   posint("batch_size")
   posint("max_seqs")
   posint("save_interval")
-  if cfg.device ~= "cpu" then
-    fail("config.device = '%s': the engine trains on the cpu only for now", tostring(cfg.device))
+  if type(cfg.device) ~= "string" or not (cfg.device == "cpu" or cfg.device:match("^cuda$")
+      or cfg.device:match("^cuda:%d+$")) then
+    fail("config.device must be \"cpu\", \"cuda\" or \"cuda:N\", got %s", tostring(cfg.device))
   end
   if cfg.load ~= nil and type(cfg.load) ~= "string" then
     fail("config.load must be \"last\" or a checkpoint path, got %s", type(cfg.load))
@@ -269,7 +282,14 @@ local function train_epoch(ctx, epoch)
   local loss, errors, frames, seqs, steps, skipped, lr = 0, 0, 0, 0, 0, 0, nil
   local bopts = {batch_size = cfg.batch_size, max_seqs = cfg.max_seqs, chunking = cfg.chunking}
   local ok, err = pcall(function()
-    for batch in rl.batches(ds, bopts) do
+    local next_batch = rl.batches(ds, bopts)
+    -- {ok, batch or error}: an error in assembling a batch is raised when its turn comes
+    local function fetch() return table.pack(pcall(next_batch)) end
+    local pending = fetch()
+    while true do
+      if not pending[1] then error(pending[2], 0) end
+      local batch = pending[2]
+      if batch == nil then break end
       ctx.step = ctx.step + 1
       steps = steps + 1
       net:zero_grads()
@@ -281,6 +301,8 @@ local function train_epoch(ctx, epoch)
           ctx.checkpoint and " (last: " .. ctx.checkpoint .. ")" or ""), 0)
       end
       net:backward()
+      -- the next batch is assembled on the host while the device runs this backward
+      pending = fetch()
       lr = lrc:lr(epoch, ctx.step)
       local applied, reason = opt:step(lr)
       if applied == false then
@@ -322,12 +344,23 @@ function M.train(config, argv)
   local log = logmod.new{verbosity = cfg.log_verbosity, file = cfg.log_file,
                          progress_interval = cfg.log_progress_interval}
   local ok, result = pcall(function()
+    if cfg.device ~= "cpu" then
+      local probe = rl.zeros(1)
+      local okd, err = pcall(probe.to, probe, cfg.device)
+      if not okd then
+        fail("config.device = \"%s\": %s", cfg.device, (tostring(err):gsub("^to: ", "")))
+      end
+    end
     if cfg.num_threads then rl.set_num_threads(cfg.num_threads) end
     local train = rl.dataset(cfg.train)
     local dev = cfg.dev ~= nil and rl.dataset(cfg.dev) or nil
     local extern = cfg.extern_data or train:extern_data()
     rl.manual_seed(cfg.seed)
     local net = rl.network(cfg.network, extern, {dtype = cfg.dtype})
+    if cfg.device ~= "cpu" then
+      net:to(cfg.device)
+      log:write(2, "network moved to %s", net.device)
+    end
     check_dims(train, net, "train")
     if dev then check_dims(dev, net, "dev") end
     local ctx = {cfg = cfg, net = net, log = log, train = train, step = 0, history = {}}

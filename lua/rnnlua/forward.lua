@@ -1,5 +1,5 @@
 -- rl.forward{model =, data =, layer = "output", output_file =, batch_size = 5000, max_seqs = 40,
---            log_verbosity = 1}: RETURNN's forward task.
+--            log_verbosity = 1, device = "cpu"}: RETURNN's forward task.
 --
 -- Loads the checkpoint `model` (a path), builds its network from the description and
 -- extern_data stored in it (no recipe needed), runs the dataset `data` (a dataset config or
@@ -7,6 +7,9 @@
 -- sequence (its valid frames only, (T, n_out) float32) under the sequence's tag to
 -- output_file, in the dataset layout of rl.hdf_writer, so it reads back with
 -- rl.dataset{class = "hdf", files = {output_file}}.
+--
+-- device = "cuda" (or "cuda:N") runs the network there (net:to after the parameters are
+-- loaded); the layer's output is copied to the host once per batch to be written.
 --
 -- Only what `layer` depends on is built, with the losses left out, so the data needs only
 -- the inputs (no targets). A layer class registered by a recipe (rl.layers.register) must be
@@ -19,7 +22,7 @@ local rl -- the module table, set by install
 local checkpoint = require("rnnlua.checkpoint")
 
 local KEYS = {model = true, data = true, layer = true, output_file = true, batch_size = true,
-              max_seqs = true, log_verbosity = true}
+              max_seqs = true, log_verbosity = true, device = true}
 
 local function fail(fmt, ...)
   error("rl.forward: " .. string.format(fmt, ...), 0)
@@ -60,6 +63,11 @@ function M.forward(cfg)
   if type(cfg.output_file) ~= "string" then fail("output_file must be a path") end
   if cfg.data == nil then fail("data (a dataset config or object) is missing") end
   local layer = cfg.layer or "output"
+  local device = cfg.device or "cpu"
+  if type(device) ~= "string" or not (device == "cpu" or device:match("^cuda$")
+      or device:match("^cuda:%d+$")) then
+    fail("device must be \"cpu\", \"cuda\" or \"cuda:N\", got %s", tostring(device))
+  end
   local verbosity = cfg.log_verbosity or 1
 
   local ck = rl.load_checkpoint(cfg.model)
@@ -70,6 +78,10 @@ function M.forward(cfg)
   local net = rl.network(forward_description(ck.description, ck.extern_data, layer), ck.extern_data,
     {dtype = ck.dtype})
   checkpoint.load_params(ck, net, {partial = true})
+  if device ~= "cpu" then
+    local okt, err = pcall(net.to, net, device)
+    if not okt then fail("%s", tostring(err)) end
+  end
 
   local ds = rl.dataset(cfg.data)
   local keys = sorted_keys(net.used_extern)
@@ -93,6 +105,7 @@ function M.forward(cfg)
       -- batch's (lengths (B) for sequences (T, B, F), sizes (B, 2) for images (H, W, B, F))
       local L = net:layer(layer)
       local out, geom = L.output, L.geometry
+      if out:device() ~= "cpu" then out = out:cpu() end
       for b = 1, geom:size(1) do
         local tag = batch.tags and batch.tags[b] or string.format("seq-%d", nseqs + 1)
         if images then

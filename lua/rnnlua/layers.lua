@@ -29,7 +29,10 @@
 --
 -- During init and after it, self.name, self.class, self.dtype ("float32"/"float64") and
 -- self.in_dims are set; after the network has bound the layer, self.params[name] and
--- self.grads[name] are views into the network's flat parameter and gradient buffers. A class
+-- self.grads[name] are views into the network's flat parameter and gradient buffers, and
+-- self.device names their device ("cpu", "cuda:0", ...): after net:to(device) the inputs,
+-- grad_out and params are tensors on that device (lengths stay on the CPU), and the tensors a
+-- layer makes itself must be put there (rl.zeros(..., self.device), t:to(self.device)). A class
 -- without a metatable inherits the helpers of rl.layers.Base (self:frame_mask). A Lua error
 -- inside a class function is raised as "layer 'NAME' (class CLASS): MESSAGE".
 local M = {}
@@ -71,11 +74,14 @@ end
 local Base = {}
 M.Base = Base
 
--- (T, B, 1) in the layer's dtype: 1 on valid frames t <= lengths[b], 0 on padding.
+-- (T, B, 1) in the layer's dtype on its device: 1 on valid frames t <= lengths[b], 0 on
+-- padding. Built on the CPU from the CPU lengths and copied once to the device.
 function Base:frame_mask(lengths, T)
   local B = lengths:size(1)
   local t = rl.arange(T, self.dtype):view(T, 1)
-  return rl.lt(t, lengths:to(self.dtype):view(1, B)):view(T, B, 1)
+  local m = rl.lt(t, lengths:to(self.dtype):view(1, B)):view(T, B, 1)
+  local dev = self.device or "cpu"
+  return dev == "cpu" and m or m:to(dev)
 end
 
 ---------------------------------------------------------------------------- registration
@@ -233,6 +239,7 @@ function LuaLayer:params()
 end
 
 function LuaLayer:bind(values, grads, offset)
+  self.inst.device = values:device()
   for _, s in ipairs(self.specs) do
     self.inst.params[s.name] = values:narrow(1, offset + 1, s.numel):view(s.shape)
     self.inst.grads[s.name] = grads:narrow(1, offset + 1, s.numel):view(s.shape)

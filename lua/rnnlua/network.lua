@@ -24,7 +24,21 @@
 --   net:backward()      gradients of that loss, ADDED to net:grads() (zero them first)
 --   net:zero_grads(), net:params(), net:grads(), net:num_params(), net:param_list(),
 --   net:layer(name), net:input_grad(key) (with input_grads = true), net.description,
---   net.extern_data, net.order (layer names in dependency order), net.dtype
+--   net.extern_data, net.order (layer names in dependency order), net.dtype, net.device
+--   net:to(device)      moves the network to "cpu", "cuda" or "cuda:N" (returns net)
+--
+-- Devices. A network is built on the CPU (so its initial values do not depend on the device)
+-- and moved with net:to(device): the flat parameter and gradient buffers are copied once each,
+-- every layer is bound again to the new buffers (values kept), and the layers' activation and
+-- scratch buffers follow on their next forward. Tensors taken from the network before the move
+-- (net:params(), net:grads(), net:param_list(), an optimizer built on them) still refer to the
+-- old buffers: build the optimizer after net:to. net:forward takes a batch on any device and
+-- copies each input and target tensor that is not on the network's device there (one copy per
+-- tensor and batch); lengths and sizes stay CPU tensors (layers read them on the host). Layers
+-- written in Lua receive their inputs and params on the network's device (self.device names
+-- it; self:frame_mask gives the mask there). An unavailable device (no CUDA build, no GPU, no
+-- such ordinal) is an error naming it; lstm, mdlstm and the 2-D layers (conv2d, pool2d,
+-- collapse, global_pool) raise an error naming the layer and the device when given CUDA data.
 --
 -- Backward walks the layers in reverse order. A layer's grad_out is the sum of the input
 -- gradients its consumers wrote; with a single consumer that consumer's grad_in buffer is
@@ -257,7 +271,7 @@ function M.new(desc, extern_data, opts)
   local self = setmetatable({
     description = desc, extern_data = extern_data, dtype = dtype, ext = ext, order = {},
     nodes = {}, by_name = {}, loss_nodes = {}, used_extern = {}, input_keys = {}, input_grads_on =
-    opts.input_grads == true, input_grad_bufs = {}, forwarded = false,
+    opts.input_grads == true, input_grad_bufs = {}, forwarded = false, device = "cpu",
   }, Network)
 
   for i, name in ipairs(topological_order(desc, ext, roots)) do
@@ -338,30 +352,64 @@ function M.new(desc, extern_data, opts)
     end
   end
 
-  -- the flat buffers, the views and the initial values
+  -- the flat buffers, the views and the initial values (in layer order, from the seeded
+  -- generator, on the CPU)
   local total = 0
   for _, node in ipairs(self.nodes) do total = total + node.layer.num_params end
-  self.flat_params = rl.zeros(total, dtype)
-  self.flat_grads = rl.zeros(total, dtype)
+  self:bind_buffers(rl.zeros(total, dtype), rl.zeros(total, dtype))
+  for _, node in ipairs(self.nodes) do node.layer:init_params() end
+  self.total = total
+  return self
+end
+
+-- Makes p and g (1-D, the network's dtype, one device) the flat parameter and gradient
+-- buffers: every layer is bound to them and the views of param_list are rebuilt.
+function Network:bind_buffers(p, g)
+  self.flat_params, self.flat_grads = p, g
   self.plist = {}
   local off = 0
   for _, node in ipairs(self.nodes) do
     local start = off
-    off = node.layer:bind(self.flat_params, self.flat_grads, off)
+    off = node.layer:bind(p, g, off)
     node.views = {}
-    for _, p in ipairs(node.layer:params()) do
+    for _, pr in ipairs(node.layer:params()) do
       local v = {
-        layer = node.name, name = p.name,
-        value = self.flat_params:narrow(1, start + 1, p.numel):view(p.shape),
-        grad = self.flat_grads:narrow(1, start + 1, p.numel):view(p.shape),
+        layer = node.name, name = pr.name,
+        value = p:narrow(1, start + 1, pr.numel):view(pr.shape),
+        grad = g:narrow(1, start + 1, pr.numel):view(pr.shape),
       }
-      start = start + p.numel
+      start = start + pr.numel
       node.views[#node.views + 1] = v
       self.plist[#self.plist + 1] = v
     end
-    node.layer:init_params()
   end
-  self.total = total
+end
+
+-- "cpu", "cuda", "cuda:N": the names rl tensors take.
+local function check_device_name(device, who)
+  if type(device) ~= "string" or not (device == "cpu" or device:match("^cuda$")
+      or device:match("^cuda:%d+$")) then
+    fail("%s: device must be \"cpu\", \"cuda\" or \"cuda:N\", got %s", who, tostring(device))
+  end
+end
+M.check_device_name = check_device_name
+
+function Network:to(device)
+  check_device_name(device, "net:to")
+  local okp, p = pcall(self.flat_params.to, self.flat_params, device)
+  if not okp then
+    fail("net:to(\"%s\"): %s", device, (tostring(p):gsub("^to: ", "")))
+  end
+  local dev = p:device()
+  if dev == self.device then return self end
+  self:bind_buffers(p, self.flat_grads:to(dev))
+  self.device = dev
+  -- the network's own per-batch buffers are made again on the new device
+  for _, node in ipairs(self.nodes) do
+    node.grad_in, node.grad_out, node.loss_grad, node.out, node.inputs = {}, nil, nil, nil, {}
+    node.folded = nil
+  end
+  self.input_grad_bufs, self.last_batch, self.forwarded = {}, nil, false
   return self
 end
 
@@ -469,10 +517,28 @@ local function same_geometry(a, b)
   return rl.eq(a, b):min() == 1
 end
 
+-- The batch with each tensor the network reads (inputs and targets) on the network's device:
+-- the batch itself when they all are there, else a shallow copy with those tensors copied.
+function Network:on_device(batch)
+  local moved
+  for key in pairs(self.used_extern) do
+    local x = batch[key]
+    if x:device() ~= self.device then
+      if not moved then
+        moved = {}
+        for k, v in pairs(batch) do moved[k] = v end
+      end
+      moved[key] = x:to(self.device)
+    end
+  end
+  return moved or batch
+end
+
 function Network:forward(batch, fopts)
   local train = true
   if fopts ~= nil and fopts.train ~= nil then train = fopts.train == true end
   local B = self:check_batch(batch)
+  batch = self:on_device(batch)
   self.forwarded = false
   local loss, errors, n_frames = 0, 0, nil
   for _, node in ipairs(self.nodes) do
@@ -538,7 +604,7 @@ end
 function Network:buffer_like(buf, t)
   local size = t:size()
   if buf and buf:size() == size then return buf end
-  return rl.zeros(size, self.dtype)
+  return rl.zeros(size, self.dtype, self.device)
 end
 
 -- A (H*W, B, F) view of an image tensor (H, W, B, F), for a folded layer.
@@ -680,7 +746,8 @@ function Network:layer(name)
 end
 
 function Network:__tostring()
-  local lines = {string.format("network (%s, %d parameters)", self.dtype, self.total)}
+  local lines = {string.format("network (%s, %s, %d parameters)", self.dtype, self.device,
+    self.total)}
   for _, node in ipairs(self.nodes) do
     lines[#lines + 1] = string.format("  %-12s %-10s from %-16s n_out %-5d params %d%s", node.name,
       node.layer.class, table.concat(node.srcs, ","), node.layer.n_out, node.layer.num_params,

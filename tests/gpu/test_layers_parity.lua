@@ -1,0 +1,288 @@
+-- CUDA-vs-CPU parity of networks: for every built-in layer class but lstm and mdlstm (their
+-- CUDA paths are tested by test_lstm_parity.c and wired into the layers separately), a tiny
+-- network on ragged lengths is built twice from one seed, once left on the CPU and once moved
+-- to cuda:0, and run on the same CPU batch (float32): every layer's output, the loss, the
+-- error count, the flat parameter gradient and the input gradient must agree to a relative
+-- 1e-5 (the largest difference over the largest magnitude of the CPU's tensor). Dropout draws
+-- from the shared counter-based generator, so its masks agree too. The 2-D layers, which run
+-- on the CPU only so far, must refuse CUDA data with an error naming the layer and the device.
+-- Then whole rl.train runs (2 epochs, SGD, dropout, dev scoring, a checkpoint) on "cpu" and
+-- "cuda" must end with close parameters (relative 1e-4), and the checkpoint written from the
+-- GPU must load and run on both devices.
+-- Run by `make test-gpu` through the rnnlua binary; without a GPU it prints one SKIP line.
+local H = dofile("tests/lua/harness.lua")
+
+if rl.device_count() == 0 then
+  print("SKIP: no CUDA device (the layer parity test needs a CUDA build and a GPU)")
+  H.done()
+end
+
+local lfs = require("lfs")
+local DEV = "cuda:0"
+local TOL = 1e-5
+local T, B, F, C = 6, 3, 4, 5
+local LENS = {6, 2, 4}
+
+local function rel_diff(got, want)
+  local g, w = got:cpu():double(), want:cpu():double()
+  if g:numel() == 0 then return 0 end
+  local diff = (g - w):abs():max()
+  local scale = w:abs():max()
+  return diff / math.max(scale, 1e-6)
+end
+
+local function close(got, want, what, tol)
+  tol = tol or TOL
+  H.check(got:size() == want:size(), string.format("%s: shape %s vs %s", what,
+    tostring(got:size()), tostring(want:size())), 2)
+  local r = rel_diff(got, want)
+  if not (r <= tol) then
+    error(string.format("%s: relative difference %.3g > %g", what, r, tol), 2)
+  end
+end
+
+local function close_num(got, want, what, tol)
+  tol = tol or TOL
+  local r = math.abs(got - want) / math.max(math.abs(want), 1e-6)
+  if not (r <= tol) then
+    error(string.format("%s: %.9g vs %.9g (relative %.3g > %g)", what, got, want, r, tol), 2)
+  end
+end
+
+local function seq_batch(ext)
+  rl.manual_seed(101)
+  local bt = {lengths = rl.tensor(LENS, "int32")}
+  for key, e in pairs(ext) do
+    if e.sparse then
+      local y = {}
+      for t = 1, T do
+        y[t] = {}
+        for b = 1, B do y[t][b] = (t * 7 + b * 3) % e.dim end
+      end
+      bt[key] = rl.tensor(y, "int32")
+    else
+      bt[key] = rl.randn(T, B, e.dim)
+    end
+  end
+  return bt
+end
+
+-- The network built from `seed` on `device`, after one forward (train) and backward on bt.
+local function run(desc, ext, bt, device, train)
+  rl.manual_seed(7)
+  local net = rl.network(desc, ext, {input_grads = true})
+  if device ~= "cpu" then net:to(device) end
+  rl.manual_seed(9) -- the draws of dropout
+  net:zero_grads()
+  local loss, err = net:forward(bt, {train = train ~= false})
+  net:backward()
+  return net, loss, err
+end
+
+local function parity(name, desc, ext, train)
+  H.test(name, function()
+    local bt = seq_batch(ext)
+    local cpu, lc, ec = run(desc, ext, bt, "cpu", train)
+    local gpu, lg, eg = run(desc, ext, bt, DEV, train)
+    H.check(gpu.device == DEV and gpu:params():device() == DEV, "moved")
+    for _, lname in ipairs(cpu.order) do
+      local oc, og = cpu:layer(lname).output, gpu:layer(lname).output
+      H.check(og:device() == DEV, lname .. " output is on " .. og:device())
+      close(og, oc, "output of " .. lname)
+    end
+    close_num(lg, lc, "loss")
+    H.check(eg == ec, string.format("errors %s vs %s", tostring(eg), tostring(ec)))
+    H.check(gpu.n_frames == cpu.n_frames)
+    close(gpu:grads(), cpu:grads(), "parameter gradients")
+    for _, p in ipairs(cpu:param_list()) do
+      local q
+      for _, v in ipairs(gpu:param_list()) do
+        if v.layer == p.layer and v.name == p.name then q = v end
+      end
+      close(q.grad, p.grad, string.format("gradient of %s/%s", p.layer, p.name))
+      close(q.value, p.value, string.format("value of %s/%s", p.layer, p.name), 0)
+    end
+    for key in pairs(cpu.input_keys) do
+      close(gpu:input_grad(key), cpu:input_grad(key), "input gradient of " .. key)
+    end
+  end)
+end
+
+local EXT = {data = {dim = F}, classes = {dim = C, sparse = true}}
+local function ce_on(from, extra)
+  local d = extra or {}
+  d.output = {class = "softmax", from = from, loss = "ce", target = "classes"}
+  return d
+end
+
+for _, act in ipairs({"identity", "tanh", "sigmoid", "relu", "elu", "softplus", "exp",
+                      "square"}) do
+  parity("linear " .. act, ce_on("h", {h = {class = "linear", n_out = 7, activation = act}}), EXT)
+end
+parity("linear without bias, two inputs", ce_on("h", {
+  a = {class = "linear", n_out = 3, activation = "tanh"},
+  h = {class = "linear", from = {"a", "data"}, n_out = 6, with_bias = false},
+}), EXT)
+parity("activation over two inputs", ce_on("act", {
+  a = {class = "linear", n_out = 3},
+  act = {class = "activation", from = {"a", "data"}, activation = "sigmoid"},
+}), EXT)
+parity("dropout (training: the same masks)", ce_on("drop", {
+  h = {class = "linear", n_out = 8, activation = "relu"},
+  drop = {class = "dropout", from = "h", dropout = 0.3},
+}), EXT)
+parity("dropout (evaluation)", ce_on("drop", {
+  h = {class = "linear", n_out = 8, activation = "relu"},
+  drop = {class = "dropout", from = "h", dropout = 0.3},
+}), EXT, false)
+for _, kind in ipairs({"add", "concat", "mul"}) do
+  parity("combine " .. kind, ce_on("c", {
+    a = {class = "linear", n_out = 4, activation = "tanh"},
+    b = {class = "linear", n_out = 4, activation = "sigmoid"},
+    c = {class = "combine", kind = kind, from = {"a", "b"}},
+  }), EXT)
+end
+parity("copy of two inputs", ce_on("cp", {
+  a = {class = "linear", n_out = 3, activation = "tanh"},
+  cp = {class = "copy", from = {"a", "data"}},
+}), EXT)
+parity("window 3", ce_on("w", {
+  a = {class = "linear", n_out = 3, activation = "tanh"},
+  w = {class = "window", from = "a", window = 3},
+}), EXT)
+parity("window left 2, two inputs", ce_on("w", {
+  a = {class = "linear", n_out = 2},
+  w = {class = "window", from = {"a", "data"}, left = 2},
+}), EXT)
+parity("layer_norm (a Lua layer)", ce_on("n", {
+  a = {class = "linear", n_out = 6},
+  n = {class = "layer_norm", from = "a"},
+}), EXT)
+parity("softmax ce with loss_scale, feeding another loss", {
+  a = {class = "linear", n_out = 4, activation = "tanh"},
+  s = {class = "softmax", from = "a", n_out = C, loss = "ce", target = "classes", loss_scale = 0.5},
+  output = {class = "softmax", from = {"s", "a"}, loss = "ce", target = "classes"},
+}, EXT)
+local EXT_MSE = {data = {dim = F}, target = {dim = 3}}
+parity("linear with mse", {
+  output = {class = "linear", n_out = 3, activation = "tanh", loss = "mse", target = "target"},
+}, EXT_MSE)
+parity("softmax with mse", {
+  a = {class = "linear", n_out = 5, activation = "relu"},
+  output = {class = "softmax", from = "a", n_out = 3, loss = "mse", target = "target"},
+}, EXT_MSE)
+
+H.test("images: an any-rank layer on (H, W, B, F) runs folded on the device", function()
+  local ext = {data = {dim = 3, spatial = 2}}
+  local desc = {h = {class = "linear", n_out = 4, activation = "tanh", is_output_layer = true}}
+  rl.manual_seed(3)
+  local x = rl.randn(4, 5, 2, 3)
+  local bt = {data = x, sizes = rl.tensor({{4, 5}, {2, 3}}, "int32")}
+  local outs = {}
+  for _, dev in ipairs({"cpu", DEV}) do
+    rl.manual_seed(7)
+    local net = rl.network(desc, ext)
+    net:to(dev)
+    net:forward(bt, {train = false})
+    outs[dev] = net:layer("h").output
+  end
+  close(outs[DEV], outs.cpu, "folded linear on images")
+end)
+
+-- The 2-D layers on CUDA data: a clear error, not a crash.
+local IMG = {data = {dim = 2, spatial = 2}, classes = {dim = 3, sparse = true}}
+for cls, opts in pairs({conv2d = {n_out = 3, filter_size = {3, 3}}, pool2d = {pool_size = {2, 2}},
+                        collapse = {}, global_pool = {}}) do
+  H.test(cls .. " refuses CUDA data with a clear error", function()
+    local d = {class = cls}
+    for k, v in pairs(opts) do d[k] = v end
+    local desc = {l = d}
+    local last = "l"
+    if cls == "conv2d" or cls == "pool2d" then
+      desc.c = {class = "collapse", from = "l"}
+      last = "c"
+    end
+    desc.output = {class = "softmax", from = last, loss = "ce", target = "classes"}
+    rl.manual_seed(7)
+    local net = rl.network(desc, IMG)
+    net:to(DEV)
+    rl.manual_seed(3)
+    local bt = {data = rl.randn(4, 4, 2, 2), sizes = rl.tensor({{4, 4}, {2, 3}}, "int32")}
+    local W = cls == "global_pool" and 1 or (cls == "pool2d" and 2 or 4)
+    bt.classes = rl.zeros({W, 2}, "int32")
+    bt.lengths = rl.full({2}, W, "int32")
+    local ok, err = pcall(net.forward, net, bt)
+    H.check(not ok, "expected an error")
+    H.check(tostring(err):find("(" .. cls .. ")", 1, true) and tostring(err):find(DEV, 1, true),
+      tostring(err))
+  end)
+end
+
+H.test("net:to round trip cpu -> cuda -> cpu keeps every value", function()
+  rl.manual_seed(7)
+  local net = rl.network(ce_on("h", {h = {class = "linear", n_out = 7}}), EXT)
+  local before = net:params():clone()
+  net:to("cuda")
+  H.check(net.device == DEV and net:params():device() == DEV)
+  net:to("cpu")
+  H.check(net.device == "cpu")
+  close(net:params(), before, "values after the round trip", 0)
+end)
+
+-- Whole training runs: the same recipe on both devices.
+local root = os.tmpname()
+os.remove(root)
+assert(lfs.mkdir(root))
+
+local function train_cfg(device, model)
+  return {
+    network = {
+      h = {class = "linear", n_out = 16, activation = "tanh"},
+      w = {class = "window", from = "h", window = 3},
+      drop = {class = "dropout", from = "w", dropout = 0.1},
+      output = {class = "softmax", from = "drop", loss = "ce", target = "classes"},
+    },
+    train = {class = "12ax", num_seqs = 24, seed = 1, min_len = 5, max_len = 20,
+             seq_ordering = "random"},
+    dev = {class = "12ax", num_seqs = 8, seed = 2, min_len = 5, max_len = 20},
+    num_epochs = 2, batch_size = 120, max_seqs = 8, optimizer = {class = "sgd"},
+    learning_rate = 1e-3, log_verbosity = 0, seed = 3, device = device, model = model,
+  }
+end
+
+H.test("rl.train 2 epochs on cuda vs cpu: close parameters, scores and checkpoints", function()
+  local rc = rl.train(train_cfg("cpu", root .. "/cpu"), {})
+  local rg = rl.train(train_cfg("cuda", root .. "/gpu"), {})
+  H.check(rg.net.device == DEV, "the trained net is on " .. rg.net.device)
+  close(rg.net:params(), rc.net:params(), "parameters after 2 epochs", 1e-4)
+  close_num(rg.train_score, rc.train_score, "train score", 1e-4)
+  close_num(rg.dev_score, rc.dev_score, "dev score", 1e-4)
+  local ck = rl.load_checkpoint(root .. "/gpu.002.h5")
+  H.check(ck.params:device() == "cpu")
+  close(ck.params, rg.net:params(), "checkpoint written from the GPU", 0)
+  -- resume on the GPU from the GPU's checkpoint of epoch 1: the same end as uninterrupted
+  local cfg = train_cfg("cuda", root .. "/gpu")
+  cfg.load = root .. "/gpu.001.h5"
+  local rr = rl.train(cfg, {})
+  close(rr.net:params(), rg.net:params(), "resumed on the GPU", 1e-6)
+  -- forward task on both devices from the GPU's checkpoint
+  local outs = {}
+  for i, dev in ipairs({"cpu", "cuda"}) do
+    local path = string.format("%s/fwd_%d.h5", root, i)
+    rl.forward{model = root .. "/gpu.002.h5", data = {class = "12ax", num_seqs = 4, seed = 5},
+               output_file = path, device = dev, log_verbosity = 0}
+    outs[i] = rl.dataset{class = "hdf", files = {path}}
+    outs[i]:init_epoch(1)
+  end
+  H.check(outs[1]:num_seqs() == 4 and outs[2]:num_seqs() == 4)
+  for i = 1, 4 do
+    close(outs[2]:get_seq(i).data, outs[1]:get_seq(i).data, "forward output " .. i)
+  end
+end)
+
+for e in lfs.dir(root) do
+  if e ~= "." and e ~= ".." then os.remove(root .. "/" .. e) end
+end
+lfs.rmdir(root)
+
+H.done()
