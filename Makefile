@@ -64,7 +64,7 @@ LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o) $(CU_SRC:%.cu=$(BUILD)/%.cu.o) $(BUILD)/
 CTESTS   := $(patsubst tests/c/%.c,$(BUILD)/tests/%,$(wildcard tests/c/test_*.c))
 BENCHES  := $(patsubst bench/%.c,$(BUILD)/bench/%,$(wildcard bench/*.c))
 
-.PHONY: all deps test test-gpu demo bench clean format check-cuda
+.PHONY: all deps test test-gpu demo bench bench-gpu clean format check-cuda
 all: rnnlua
 
 # Install missing system packages (apt-get) on a fresh machine.
@@ -128,6 +128,10 @@ $(BUILD)/tests-gpu/%: tests/gpu/%.c $(BUILD)/librnnlua.a tests/c/check.h
 
 bench: $(BUILD)/rnnlua $(BENCHES)
 	@bash bench/run.sh $(BUILD)
+
+# The GPU benchmarks alone (one SKIP line each without a GPU; `make bench` runs them too).
+bench-gpu: $(BUILD)/bench/lstm_gpu
+	$(BUILD)/bench/lstm_gpu
 
 demo: rnnlua
 	./rnnlua recipes/12ax_blstm.lua

@@ -31,8 +31,9 @@ rl_status rl_softmax_create(rl_layer **out, const char *name, const rl_options *
 /* lstm (layers/lstm.c): n_out, direction = 1 | -1, peepholes, forget_bias. */
 rl_status rl_lstm_create(rl_layer **out, const char *name, const rl_options *opts, int n_in,
                          const int64_t *in_dims);
-/* The initial state of an lstm layer for the following batches: h0, c0 (B, n_out) float CPU
- * tensors (shared, not copied; dtype converted at each forward) or NULL for zeros. */
+/* The initial state of an lstm layer for the following batches: h0, c0 (B, n_out) float
+ * tensors on the inputs' device, checked at forward (shared, not copied; dtype converted at
+ * each forward) or NULL for zeros. */
 rl_status rl_lstm_set_initial_state(rl_layer *l, const rl_tensor *h0, const rl_tensor *c0);
 /* h, c (unset, or NULL to skip) become views (B, n_out) of each sequence's state after its own
  * last frame in the processing direction; valid until the next forward. */

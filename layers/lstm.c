@@ -36,8 +36,38 @@
  *   upack                U or U^T in gemm_small.h's packed layout (float32 only)
  *   xs[k], dxs[k]        contiguous copies, only for inputs (or input gradients) whose (T, B)
  *                        dims cannot be folded into one
- * The work runs on CPU tensors; the device-specific parts are gemm() and the two pointwise
- * calls, where a CUDA path will branch.
+ *   len_dev (B)          CUDA: the batch's lengths on the device (copied once per forward)
+ *   xcat, dxcat (T, B, F) cuDNN: the inputs (their gradients) side by side, when not one
+ *                        contiguous input already
+ *
+ * Devices: one layer for the CPU and CUDA; the device of the inputs decides, and the params,
+ * the given initial state and grad_out/grad_in must be on it (checked at every entry, so device
+ * memory never reaches a host loop; lengths are CPU tensors by the layer contract). The device
+ * branches are few: gemm() (BLAS or rl_lstm_cuda_gemm), the recurrence (the CPU step loops
+ * below, unchanged, or rl_lstm_cuda_forward/backward of kernels/cuda/lstm.cu, which also do dU,
+ * db and the peephole gradients there), buffer growth and the small state writes.
+ *
+ * impl = "own" (default) or "cudnn". cudnn runs the cuDNN 9 RNN API (kernels/cuda/cudnn_lstm.cu)
+ * and needs CUDA tensors (on CPU tensors forward fails naming the layer: no silent fallback) and
+ * no peepholes (an error at creation). The weights stay W, U, b in the flat buffers in the layout
+ * above: they are packed into cuDNN's weight space before every forward and the weight gradients
+ * are added back (rl_cudnn_lstm_unpack_grads), so a checkpoint is the same whichever impl trained
+ * it and loads into either, or into the CPU layer. The final state and the initial state's
+ * gradients work as with own (hs, cs are then (2, B, H): initial and final state).
+ *
+ * Streams and synchronisation (CUDA): each layer object owns a blocking stream
+ * (rl_lstm_cuda_stream_create) and queues all its work of a forward or backward there: the
+ * lengths, the initial state row, the GEMMs, the recurrence, the cuDNN calls. The host does not
+ * wait, so the two directions of a bidirectional pair, called one after the other, run at the
+ * same time on the GPU. Results are consumed by tensor ops on the legacy default stream, and a
+ * blocking stream orders itself with it both ways (CUDA runtime docs, "Stream synchronization
+ * behavior": an action on the legacy stream first waits for all blocking streams, and blocking
+ * streams then wait for it): the next layer's ops wait for this layer's work, and this layer's
+ * work waits for the ops that produced its inputs. A few rare cases (an input or grad_out whose
+ * (T, B) dims cannot be folded, a given initial state of another dtype or layout) use rl_op_copy
+ * on the legacy stream: still ordered, only less overlap. Memory: before a buffer grows the
+ * device is synchronised (a block freed by one side stream must not reach another while in use),
+ * and destroy waits for the stream before releasing the buffers.
  */
 #include <inttypes.h>
 #include <string.h>
@@ -49,6 +79,9 @@
 #include "../kernels/cpu/gemm_small.h"
 #include "../kernels/lstm.h"
 #include "../kernels/ops.h"
+#ifdef RL_WITH_CUDA
+#include "../kernels/cuda/lstm_cuda.h"
+#endif
 
 enum { P_W, P_U, P_B, P_PI, P_PF, P_PO };
 
@@ -56,14 +89,23 @@ typedef struct {
     rl_layer base;
     int direction;
     bool peepholes;
+    bool cudnn; /* impl = "cudnn" */
     double forget_bias;
     rl_tensor h0, c0; /* the given initial state (shared views), or unset */
     rl_tensor gates, hs, cs, dh, dc;
     rl_tensor upack; /* U (forward) or U^T (backward) packed for the per-step product */
     rl_tensor gout;  /* a contiguous copy of grad_out when it cannot be folded */
     rl_tensor xs[RL_LAYER_MAX_INPUTS], dxs[RL_LAYER_MAX_INPUTS];
-    int64_t T, B; /* of the last forward */
+    rl_tensor len_dev, xcat, dxcat;
+    void *stream;              /* CUDA: this layer's stream (a cudaStream_t), or NULL */
+    int stream_dev;            /* its device ordinal */
+    struct rl_cudnn_lstm *rnn; /* impl = "cudnn": the cuDNN object, made on first use */
+    rl_dtype rnn_dt;           /* the dtype and device rnn was made for */
+    int rnn_dev;
+    int64_t T, B;     /* of the last forward */
+    int64_t last_row; /* the row of hs, cs holding the final state */
     bool have_forward;
+    bool trained; /* the last forward kept what backward needs (cuDNN: train = true) */
 } lstm_layer;
 
 static const rl_layer_ops lstm_ops;
@@ -74,14 +116,28 @@ typedef struct {
     int64_t ld;
 } mat;
 
-/* c = alpha op(a) op(b) + beta c on raw host pointers. */
-static void gemm(rl_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k, mat a, mat b,
-                 double beta, mat c) {
+/* c = op(a) op(b) + beta c on raw host pointers. */
+static void gemm_cpu(rl_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k, mat a, mat b,
+                     double beta, mat c) {
     if (m == 0 || n == 0) return;
     if (dt == RL_FLOAT32)
         rl_blas_sgemm(ta, tb, m, n, k, 1.0f, a.p, a.ld, b.p, b.ld, (float)beta, c.p, c.ld);
     else
         rl_blas_dgemm(ta, tb, m, n, k, 1.0, a.p, a.ld, b.p, b.ld, beta, c.p, c.ld);
+}
+
+/* The same on the layer's device: BLAS, or cuBLAS on the layer's stream. */
+static rl_status gemm(const lstm_layer *L, rl_device dev, rl_dtype dt, bool ta, bool tb, int64_t m,
+                      int64_t n, int64_t k, mat a, mat b, double beta, mat c) {
+#ifdef RL_WITH_CUDA
+    if (dev.type == RL_CUDA)
+        return rl_lstm_cuda_gemm(L->stream, dt, ta, tb, m, n, k, 1.0, a.p, a.ld, b.p, b.ld, beta,
+                                 c.p, c.ld);
+#else
+    (void)L, (void)dev;
+#endif
+    gemm_cpu(dt, ta, tb, m, n, k, a, b, beta, c);
+    return RL_OK;
 }
 
 static void *at(const rl_tensor *t, int64_t elems) {
@@ -99,72 +155,389 @@ static bool fold_tb(const rl_tensor *x, mat *m) {
     return true;
 }
 
-/* A parameter's value or gradient as a contiguous host matrix (the network's flat buffers
- * give contiguous views). */
+/* A parameter's value or gradient as a contiguous matrix on the inputs' device (the network's
+ * flat buffers give contiguous views). */
 static rl_status param_mat(const lstm_layer *L, const rl_tensor *t, const char *pname, rl_dtype dt,
-                           mat *m) {
-    char s[96];
+                           rl_device dev, mat *m) {
+    char s[96], d[32];
     if (!t->storage || !rl_tensor_is_contiguous(t) || t->dtype != dt ||
-        rl_tensor_device(t).type != RL_CPU)
+        !rl_device_eq(rl_tensor_device(t), dev)) {
+        rl_device_name(dev, d, sizeof d);
         return rl_error(RL_EARG,
-                        "layer '%s' (lstm): parameter %s must be a contiguous %s CPU tensor, "
-                        "got %s",
-                        L->base.name, pname, rl_dtype_name(dt),
+                        "layer '%s' (lstm): parameter %s must be a contiguous %s tensor on %s "
+                        "(the inputs' device), got %s",
+                        L->base.name, pname, rl_dtype_name(dt), d,
                         t->storage ? rl_tensor_describe(t, s, sizeof s) : "nothing");
+    }
     m->p = rl_tensor_data(t);
     m->ld = t->ndim == 2 ? t->shape[1] : 1;
     return RL_OK;
 }
 
-static rl_status check_state(const lstm_layer *L, const rl_tensor *s, const char *what, int64_t B) {
-    char buf[96];
+static rl_status check_state(const lstm_layer *L, const rl_tensor *s, const char *what, int64_t B,
+                             rl_device dev) {
+    char buf[96], d[32];
     int64_t H = L->base.n_out;
     if (s->ndim != 2 || s->shape[0] != B || s->shape[1] != H)
         return rl_error(RL_ESHAPE,
                         "layer '%s' (lstm): initial %s is %s, expected (%" PRId64 ", %" PRId64
                         ") for this batch",
                         L->base.name, what, rl_shape_str(s, buf, sizeof buf), B, H);
+    if (!rl_device_eq(rl_tensor_device(s), dev)) {
+        rl_device_name(dev, d, sizeof d);
+        return rl_error(RL_EDEVICE,
+                        "layer '%s' (lstm): initial %s is %s, expected it on %s (the inputs' "
+                        "device)",
+                        L->base.name, what, rl_tensor_describe(s, buf, sizeof buf), d);
+    }
     return RL_OK;
 }
+
+/* Whether the layer can run on dev; on CUDA, makes sure it has its stream there. */
+static rl_status use_device(lstm_layer *L, rl_device dev) {
+    char d[32];
+    rl_device_name(dev, d, sizeof d);
+    if (dev.type == RL_CPU) {
+        if (L->cudnn)
+            return rl_error(RL_EDEVICE,
+                            "layer '%s' (lstm): impl = \"cudnn\" needs CUDA tensors, the inputs "
+                            "are on cpu (use impl = \"own\" on the CPU)",
+                            L->base.name);
+#ifdef RL_WITH_CUDA
+        /* buffers of an earlier CUDA run are about to be released */
+        if (L->stream) RL_TRY(rl_lstm_cuda_stream_sync(L->stream));
+#endif
+        return RL_OK;
+    }
+#ifdef RL_WITH_CUDA
+    if (dev.type == RL_CUDA) {
+        if (L->stream && L->stream_dev == dev.index) return RL_OK;
+        if (L->stream) {
+            RL_TRY(rl_lstm_cuda_stream_sync(L->stream));
+            rl_lstm_cuda_stream_destroy(L->stream);
+            L->stream = NULL;
+        }
+        RL_TRY(rl_lstm_cuda_stream_create(dev.index, &L->stream));
+        L->stream_dev = dev.index;
+        return RL_OK;
+    }
+#endif
+    return rl_error(RL_EDEVICE, "layer '%s' (lstm): tensors on %s are not supported by this build",
+                    L->base.name, d);
+}
+
+/* rl_buffer_ensure, synchronising the devices involved first when it must allocate: the old
+ * block may still be used by this layer's stream, and a cached block handed out now may have
+ * been released by another layer's stream still using it (kernels/cuda/lstm_cuda.h). */
+static rl_status ensure(rl_tensor *buf, rl_dtype dt, rl_device dev, int ndim,
+                        const int64_t *shape) {
+    int64_t n = 1;
+    for (int d = 0; d < ndim; d++)
+        n *= shape[d];
+    rl_storage *s = buf->storage;
+    bool fits = s && rl_device_eq(s->device, dev) && s->nbytes >= (size_t)n * rl_dtype_size(dt);
+    if (!fits && s && s->device.type != RL_CPU) RL_TRY(rl_op_synchronize(s->device));
+    if (!fits && dev.type != RL_CPU) RL_TRY(rl_op_synchronize(dev));
+    return rl_buffer_ensure(buf, dt, dev, ndim, shape);
+}
+
+/* dst (B, H) <- src, or zeros when src is NULL; on CUDA queued on the layer's stream when the
+ * layouts allow a plain copy. */
+static rl_status write_state(const lstm_layer *L, rl_tensor *dst, const rl_tensor *src) {
+#ifdef RL_WITH_CUDA
+    if (rl_tensor_device(dst).type == RL_CUDA) {
+        size_t bytes = (size_t)rl_tensor_numel(dst) * rl_dtype_size(dst->dtype);
+        if (!src) return rl_lstm_cuda_zero(L->stream, rl_tensor_data(dst), bytes);
+        if (src->dtype == dst->dtype && rl_tensor_is_contiguous(src))
+            return rl_lstm_cuda_copy_rows(L->stream, rl_tensor_data(dst), bytes,
+                                          rl_tensor_data(src), bytes, bytes, 1);
+    }
+#else
+    (void)L;
+#endif
+    return src ? rl_op_copy(dst, src) : rl_op_fill(dst, 0.0);
+}
+
+/* Backward must see the batch forward saw (it reads the inputs and, on the CPU, the lengths). */
+static rl_status check_backward_io(const lstm_layer *L, const rl_layer_io *io, rl_dtype dt,
+                                   rl_device dev) {
+    char s[96];
+    const rl_layer *l = &L->base;
+    if (io->n_in != l->n_in)
+        return rl_error(RL_EARG, "layer '%s' (lstm): backward got %d inputs, expected %d", l->name,
+                        io->n_in, l->n_in);
+    for (int k = 0; k < io->n_in; k++) {
+        const rl_tensor *x = io->in[k];
+        if (!x || !x->storage || x->ndim != 3 || x->shape[0] != L->T || x->shape[1] != L->B ||
+            x->shape[2] != l->in_dims[k] || x->dtype != dt ||
+            !rl_device_eq(rl_tensor_device(x), dev))
+            return rl_error(RL_ESHAPE,
+                            "layer '%s' (lstm): backward's input %d is %s, not the forward's "
+                            "(%" PRId64 ", %" PRId64 ", %" PRId64 ") %s",
+                            l->name, k + 1,
+                            x && x->storage ? rl_tensor_describe(x, s, sizeof s) : "nothing", L->T,
+                            L->B, l->in_dims[k], rl_dtype_name(dt));
+    }
+    const rl_tensor *len = io->lengths;
+    if (!len || !len->storage || len->ndim != 1 || len->dtype != RL_INT32 ||
+        rl_tensor_device(len).type != RL_CPU || len->shape[0] != L->B ||
+        !rl_tensor_is_contiguous(len))
+        return rl_error(RL_ESHAPE,
+                        "layer '%s' (lstm): backward needs the forward's lengths, a CPU int32 "
+                        "tensor of shape (%" PRId64 ")",
+                        l->name, L->B);
+    return RL_OK;
+}
+
+/* The forward recurrence on the CPU: per step the recurrent product (packed small-M GEMM or
+ * BLAS) and the fused pointwise pass of kernels/cpu/lstm.c. peep: NULL without peepholes. */
+static rl_status forward_steps_cpu(lstm_layer *L, rl_dtype dt, const int32_t *len, mat U, mat bias,
+                                   const void *const *peep) {
+    rl_layer *l = &L->base;
+    int64_t T = L->T, B = L->B, H = l->n_out, BH = B * H;
+    bool packed = dt == RL_FLOAT32 && rl_gemm_packed_fast();
+    if (packed) {
+        int64_t n = rl_gemm_packed_size(H, 4 * H);
+        RL_TRY(rl_buffer_ensure(&L->upack, RL_FLOAT32, RL_DEVICE_CPU, 1, &n));
+        rl_gemm_pack_f32(rl_tensor_data(&L->upack), U.p, 4 * H, false, H, 4 * H);
+    }
+    for (int64_t s = 0; s < T; s++) {
+        int64_t t = L->direction > 0 ? s : T - 1 - s;
+        int64_t prev = L->direction > 0 ? t : t + 1, cur = L->direction > 0 ? t + 1 : t;
+        mat Hp = {at(&L->hs, prev * BH), H}, Zt = {at(&L->gates, t * B * 4 * H), 4 * H};
+        if (packed)
+            rl_gemm_packed_f32(B, 4 * H, H, Hp.p, H, rl_tensor_data(&L->upack), true, Zt.p, 4 * H);
+        else
+            gemm_cpu(dt, false, false, B, 4 * H, H, Hp, U, 1.0, Zt);
+        if (dt == RL_FLOAT32)
+            rl_lstm_cpu_fwd_f32(B, H, t, len, Zt.p, bias.p, (const float *const *)peep,
+                                at(&L->cs, prev * BH), Hp.p, at(&L->cs, cur * BH),
+                                at(&L->hs, cur * BH), at(&l->out, t * BH));
+        else
+            rl_lstm_cpu_fwd_f64(B, H, t, len, Zt.p, bias.p, (const double *const *)peep,
+                                at(&L->cs, prev * BH), Hp.p, at(&L->cs, cur * BH),
+                                at(&L->hs, cur * BH), at(&l->out, t * BH));
+    }
+    return RL_OK;
+}
+
+/* The backward recurrence on the CPU (dZ over the gates, dh, dc, db and dpeep per step), then
+ * dU = Hprev^T dZ. */
+static rl_status backward_steps_cpu(lstm_layer *L, rl_dtype dt, const int32_t *len, mat dout, mat U,
+                                    mat dU, mat db, const void *const *peep, void *const *dpeep) {
+    rl_layer *l = &L->base;
+    int64_t T = L->T, B = L->B, H = l->n_out, BH = B * H;
+    mat dH = {rl_tensor_data(&L->dh), H};
+    bool packed = dt == RL_FLOAT32 && rl_gemm_packed_fast();
+    if (packed) {
+        int64_t n = rl_gemm_packed_size(4 * H, H);
+        RL_TRY(rl_buffer_ensure(&L->upack, RL_FLOAT32, RL_DEVICE_CPU, 1, &n));
+        rl_gemm_pack_f32(rl_tensor_data(&L->upack), U.p, 4 * H, true, 4 * H, H);
+    }
+    for (int64_t s = T - 1; s >= 0; s--) {
+        int64_t t = L->direction > 0 ? s : T - 1 - s;
+        int64_t prev = L->direction > 0 ? t : t + 1, cur = L->direction > 0 ? t + 1 : t;
+        mat Zt = {at(&L->gates, t * B * 4 * H), 4 * H};
+        const void *dot =
+            dout.p ? (char *)dout.p + (size_t)(t * B * dout.ld) * rl_dtype_size(dt) : NULL;
+        if (dt == RL_FLOAT32)
+            rl_lstm_cpu_bwd_f32(B, H, t, len, Zt.p, (const float *const *)peep,
+                                at(&L->cs, prev * BH), at(&L->cs, cur * BH), dot, dout.ld, dH.p,
+                                rl_tensor_data(&L->dc), db.p, (float *const *)dpeep);
+        else
+            rl_lstm_cpu_bwd_f64(B, H, t, len, Zt.p, (const double *const *)peep,
+                                at(&L->cs, prev * BH), at(&L->cs, cur * BH), dot, dout.ld, dH.p,
+                                rl_tensor_data(&L->dc), db.p, (double *const *)dpeep);
+        /* padded rows of dZ_t are 0, so their dh passes through unchanged */
+        if (packed)
+            rl_gemm_packed_f32(B, H, 4 * H, Zt.p, 4 * H, rl_tensor_data(&L->upack), true, dH.p, H);
+        else
+            gemm_cpu(dt, false, true, B, H, 4 * H, Zt, U, 1.0, dH);
+    }
+    mat dZ = {rl_tensor_data(&L->gates), 4 * H};
+    mat Hprev = {at(&L->hs, L->direction > 0 ? 0 : BH), H};
+    gemm_cpu(dt, true, false, H, 4 * H, T * B, Hprev, dZ, 1.0, dU);
+    return RL_OK;
+}
+
+#ifdef RL_WITH_CUDA
+/* impl = "cudnn", forward: the inputs side by side in xcat unless they are one contiguous input,
+ * the given initial state in row 0 of hs, cs (final state in row 1), W, U, b packed into cuDNN's
+ * weight space, then cudnnRNNForward; all on the layer's stream. */
+static rl_status forward_cudnn(lstm_layer *L, const rl_layer_io *io, rl_dtype dt, rl_device dev,
+                               mat W, mat U, mat bias) {
+    rl_layer *l = &L->base;
+    int64_t T = L->T, B = L->B, H = l->n_out, F = 0;
+    size_t es = rl_dtype_size(dt);
+    for (int k = 0; k < l->n_in; k++)
+        F += l->in_dims[k];
+    if (!L->rnn || L->rnn_dt != dt || L->rnn_dev != dev.index) {
+        rl_cudnn_lstm_free(L->rnn);
+        L->rnn = NULL;
+        rl_cudnn_lstm *r = NULL;
+        RL_TRY(rl_cudnn_lstm_create(&r, dev.index, dt, F, H, L->direction));
+        rl_status st = rl_cudnn_lstm_set_stream(r, L->stream);
+        if (st != RL_OK) {
+            rl_cudnn_lstm_free(r);
+            return st;
+        }
+        L->rnn = r;
+        L->rnn_dt = dt;
+        L->rnn_dev = dev.index;
+    }
+    mat X;
+    const void *x;
+    if (io->n_in == 1 && fold_tb(io->in[0], &X) && X.ld == F) {
+        x = X.p;
+    } else {
+        int64_t xs[3] = {T, B, F};
+        RL_TRY(ensure(&L->xcat, dt, dev, 3, xs));
+        int64_t off = 0;
+        for (int k = 0; k < io->n_in; off += l->in_dims[k++]) {
+            int64_t Fk = l->in_dims[k];
+            if (fold_tb(io->in[k], &X)) {
+                RL_TRY(rl_lstm_cuda_copy_rows(L->stream, at(&L->xcat, off), (size_t)F * es, X.p,
+                                              (size_t)X.ld * es, (size_t)Fk * es, T * B));
+            } else {
+                rl_tensor v = {0};
+                RL_TRY(rl_tensor_narrow(&v, &L->xcat, 2, off, Fk));
+                rl_status st = rl_op_copy(&v, io->in[k]);
+                rl_tensor_release(&v);
+                RL_TRY(st);
+            }
+        }
+        x = rl_tensor_data(&L->xcat);
+    }
+    int64_t ss[3] = {2, B, H};
+    RL_TRY(ensure(&L->hs, dt, dev, 3, ss));
+    RL_TRY(ensure(&L->cs, dt, dev, 3, ss));
+    rl_tensor hrow = {0}, crow = {0};
+    RL_TRY(rl_tensor_select(&hrow, &L->hs, 0, 0));
+    rl_status st = rl_tensor_select(&crow, &L->cs, 0, 0);
+    if (st == RL_OK && L->h0.storage) st = write_state(L, &hrow, &L->h0);
+    if (st == RL_OK && L->c0.storage) st = write_state(L, &crow, &L->c0);
+    rl_tensor_release(&hrow);
+    rl_tensor_release(&crow);
+    RL_TRY(st);
+    RL_TRY(rl_cudnn_lstm_pack_weights(L->rnn, W.p, U.p, bias.p));
+    RL_TRY(rl_cudnn_lstm_forward(
+        L->rnn, io->train, T, B, rl_tensor_data(io->lengths), rl_tensor_data(&L->len_dev), x,
+        rl_tensor_data(&l->out), L->h0.storage ? rl_tensor_data(&L->hs) : NULL,
+        L->c0.storage ? rl_tensor_data(&L->cs) : NULL, at(&L->hs, B * H), at(&L->cs, B * H)));
+    L->last_row = 1;
+    L->have_forward = true;
+    L->trained = io->train;
+    return RL_OK;
+}
+
+/* impl = "cudnn", backward: dy contiguous (T, B, H), dx into grad_in directly or through dxcat,
+ * the initial state's gradients into dh, dc, and the weight gradients added to dW, dU, db. */
+static rl_status backward_cudnn(lstm_layer *L, const rl_layer_io *io, rl_tensor *const *grad_in,
+                                rl_dtype dt, rl_device dev, mat dout, mat dW, mat dU, mat db) {
+    rl_layer *l = &L->base;
+    int64_t T = L->T, B = L->B, H = l->n_out, F = 0;
+    size_t es = rl_dtype_size(dt);
+    for (int k = 0; k < l->n_in; k++)
+        F += l->in_dims[k];
+    const void *dy = dout.p;
+    if (!dout.p || dout.ld != H) {
+        int64_t os[3] = {T, B, H};
+        RL_TRY(ensure(&L->gout, dt, dev, 3, os));
+        if (dout.p)
+            RL_TRY(rl_lstm_cuda_copy_rows(L->stream, rl_tensor_data(&L->gout), (size_t)H * es,
+                                          dout.p, (size_t)dout.ld * es, (size_t)H * es, T * B));
+        else
+            RL_TRY(
+                rl_lstm_cuda_zero(L->stream, rl_tensor_data(&L->gout), (size_t)(T * B * H) * es));
+        dy = rl_tensor_data(&L->gout);
+    }
+    bool any = false;
+    for (int k = 0; k < io->n_in && grad_in; k++)
+        any = any || grad_in[k];
+    mat G;
+    void *dx = NULL;
+    bool split = false;
+    if (any && io->n_in == 1 && fold_tb(grad_in[0], &G) && G.ld == F) {
+        dx = G.p;
+    } else if (any) {
+        int64_t xs[3] = {T, B, F};
+        RL_TRY(ensure(&L->dxcat, dt, dev, 3, xs));
+        dx = rl_tensor_data(&L->dxcat);
+        split = true;
+    }
+    int64_t bh[2] = {B, H};
+    RL_TRY(ensure(&L->dh, dt, dev, 2, bh));
+    RL_TRY(ensure(&L->dc, dt, dev, 2, bh));
+    L->have_forward = false;
+    RL_TRY(rl_cudnn_lstm_backward(L->rnn, dy, dx, rl_tensor_data(&L->dh), rl_tensor_data(&L->dc)));
+    RL_TRY(rl_cudnn_lstm_unpack_grads(L->rnn, dW.p, dU.p, db.p));
+    int64_t off = 0;
+    for (int k = 0; k < io->n_in && split; off += l->in_dims[k++]) {
+        int64_t Fk = l->in_dims[k];
+        rl_tensor *gi = grad_in[k];
+        if (!gi) continue;
+        if (fold_tb(gi, &G)) {
+            RL_TRY(rl_lstm_cuda_copy_rows(L->stream, G.p, (size_t)G.ld * es, at(&L->dxcat, off),
+                                          (size_t)F * es, (size_t)Fk * es, T * B));
+        } else {
+            rl_tensor v = {0};
+            RL_TRY(rl_tensor_narrow(&v, &L->dxcat, 2, off, Fk));
+            rl_status st = rl_op_copy(gi, &v);
+            rl_tensor_release(&v);
+            RL_TRY(st);
+        }
+    }
+    return RL_OK;
+}
+#endif
 
 static rl_status lstm_forward(rl_layer *l, rl_layer_io *io) {
     lstm_layer *L = (lstm_layer *)l;
     int64_t T, B, H = l->n_out;
     RL_TRY(rl_layer_check_inputs(l, io, &T, &B));
+    if (!rl_tensor_is_contiguous(io->lengths))
+        return rl_error(RL_ESHAPE, "layer '%s' (lstm): lengths must be contiguous", l->name);
     rl_dtype dt = io->in[0]->dtype;
     rl_device dev = rl_tensor_device(io->in[0]);
-    if (dev.type != RL_CPU)
-        return rl_error(RL_EDEVICE, "layer '%s' (lstm): only CPU tensors are supported so far",
-                        l->name);
+    RL_TRY(use_device(L, dev));
     mat W, U, bias;
-    const void *peep[3];
-    RL_TRY(param_mat(L, &l->params[P_W].value, "W", dt, &W));
-    RL_TRY(param_mat(L, &l->params[P_U].value, "U", dt, &U));
-    RL_TRY(param_mat(L, &l->params[P_B].value, "b", dt, &bias));
+    const void *peep[3] = {NULL, NULL, NULL};
+    RL_TRY(param_mat(L, &l->params[P_W].value, "W", dt, dev, &W));
+    RL_TRY(param_mat(L, &l->params[P_U].value, "U", dt, dev, &U));
+    RL_TRY(param_mat(L, &l->params[P_B].value, "b", dt, dev, &bias));
     for (int k = 0; k < 3 && L->peepholes; k++) {
         mat pm;
-        RL_TRY(param_mat(L, &l->params[P_PI + k].value, l->params[P_PI + k].name, dt, &pm));
+        RL_TRY(param_mat(L, &l->params[P_PI + k].value, l->params[P_PI + k].name, dt, dev, &pm));
         peep[k] = pm.p;
     }
-    if (L->h0.storage) RL_TRY(check_state(L, &L->h0, "h", B));
-    if (L->c0.storage) RL_TRY(check_state(L, &L->c0, "c", B));
+    if (L->h0.storage) RL_TRY(check_state(L, &L->h0, "h", B, dev));
+    if (L->c0.storage) RL_TRY(check_state(L, &L->c0, "c", B, dev));
 
     int64_t gshape[3] = {T, B, 4 * H}, sshape[3] = {T + 1, B, H}, oshape[3] = {T, B, H};
-    RL_TRY(rl_buffer_ensure(&l->out, dt, dev, 3, oshape));
-    RL_TRY(rl_buffer_ensure(&L->gates, dt, dev, 3, gshape));
-    RL_TRY(rl_buffer_ensure(&L->hs, dt, dev, 3, sshape));
-    RL_TRY(rl_buffer_ensure(&L->cs, dt, dev, 3, sshape));
     L->T = T;
     L->B = B;
     L->have_forward = false;
+    L->trained = false;
+    RL_TRY(ensure(&l->out, dt, dev, 3, oshape));
+#ifdef RL_WITH_CUDA
+    if (dev.type == RL_CUDA) {
+        RL_TRY(ensure(&L->len_dev, RL_INT32, dev, 1, &B));
+        RL_TRY(rl_lstm_cuda_set_lengths(L->stream, rl_tensor_data(&L->len_dev),
+                                        rl_tensor_data(io->lengths), B));
+        if (L->cudnn) return forward_cudnn(L, io, dt, dev, W, U, bias);
+    }
+#endif
+    RL_TRY(ensure(&L->gates, dt, dev, 3, gshape));
+    RL_TRY(ensure(&L->hs, dt, dev, 3, sshape));
+    RL_TRY(ensure(&L->cs, dt, dev, 3, sshape));
 
     /* the initial state row */
     int64_t init_row = L->direction > 0 ? 0 : T;
     rl_tensor hrow = {0}, crow = {0};
     RL_TRY(rl_tensor_select(&hrow, &L->hs, 0, init_row));
     rl_status st = rl_tensor_select(&crow, &L->cs, 0, init_row);
-    if (st == RL_OK) st = L->h0.storage ? rl_op_copy(&hrow, &L->h0) : rl_op_fill(&hrow, 0.0);
-    if (st == RL_OK) st = L->c0.storage ? rl_op_copy(&crow, &L->c0) : rl_op_fill(&crow, 0.0);
+    if (st == RL_OK) st = write_state(L, &hrow, L->h0.storage ? &L->h0 : NULL);
+    if (st == RL_OK) st = write_state(L, &crow, L->c0.storage ? &L->c0 : NULL);
     rl_tensor_release(&hrow);
     rl_tensor_release(&crow);
     RL_TRY(st);
@@ -175,148 +548,128 @@ static rl_status lstm_forward(rl_layer *l, rl_layer_io *io) {
     for (int k = 0; k < io->n_in; k++) {
         mat X;
         if (!fold_tb(io->in[k], &X)) {
-            RL_TRY(rl_buffer_ensure(&L->xs[k], dt, dev, 3, io->in[k]->shape));
+            RL_TRY(ensure(&L->xs[k], dt, dev, 3, io->in[k]->shape));
             RL_TRY(rl_op_copy(&L->xs[k], io->in[k]));
             X = (mat){rl_tensor_data(&L->xs[k]), l->in_dims[k]};
         }
         mat Wk = {(char *)W.p + (size_t)(row * 4 * H) * rl_dtype_size(dt), 4 * H};
-        gemm(dt, false, false, T * B, 4 * H, l->in_dims[k], X, Wk, k ? 1.0 : 0.0, Z);
+        RL_TRY(
+            gemm(L, dev, dt, false, false, T * B, 4 * H, l->in_dims[k], X, Wk, k ? 1.0 : 0.0, Z));
         row += l->in_dims[k];
     }
-    if (io->n_in == 0) RL_TRY(rl_op_fill(&L->gates, 0.0));
 
-    const int32_t *len = rl_tensor_data(io->lengths);
-    int64_t BH = B * H;
-    bool packed = dt == RL_FLOAT32 && rl_gemm_packed_fast();
-    if (packed) {
-        int64_t n = rl_gemm_packed_size(H, 4 * H);
-        RL_TRY(rl_buffer_ensure(&L->upack, RL_FLOAT32, dev, 1, &n));
-        rl_gemm_pack_f32(rl_tensor_data(&L->upack), U.p, 4 * H, false, H, 4 * H);
-    }
-    for (int64_t s = 0; s < T; s++) {
-        int64_t t = L->direction > 0 ? s : T - 1 - s;
-        int64_t prev = L->direction > 0 ? t : t + 1, cur = L->direction > 0 ? t + 1 : t;
-        mat Hp = {at(&L->hs, prev * BH), H}, Zt = {at(&L->gates, t * B * 4 * H), 4 * H};
-        if (packed)
-            rl_gemm_packed_f32(B, 4 * H, H, Hp.p, H, rl_tensor_data(&L->upack), true, Zt.p, 4 * H);
-        else
-            gemm(dt, false, false, B, 4 * H, H, Hp, U, 1.0, Zt);
-        if (dt == RL_FLOAT32)
-            rl_lstm_cpu_fwd_f32(B, H, t, len, Zt.p, bias.p,
-                                L->peepholes ? (const float *const *)peep : NULL,
-                                at(&L->cs, prev * BH), Hp.p, at(&L->cs, cur * BH),
-                                at(&L->hs, cur * BH), at(&l->out, t * BH));
-        else
-            rl_lstm_cpu_fwd_f64(B, H, t, len, Zt.p, bias.p,
-                                L->peepholes ? (const double *const *)peep : NULL,
-                                at(&L->cs, prev * BH), Hp.p, at(&L->cs, cur * BH),
-                                at(&L->hs, cur * BH), at(&l->out, t * BH));
-    }
+    const void *const *pp = L->peepholes ? peep : NULL;
+    if (dev.type == RL_CPU)
+        RL_TRY(forward_steps_cpu(L, dt, rl_tensor_data(io->lengths), U, bias, pp));
+#ifdef RL_WITH_CUDA
+    else
+        RL_TRY(rl_lstm_cuda_forward(L->stream, dt, T, B, H, L->direction,
+                                    rl_tensor_data(&L->len_dev), rl_tensor_data(&L->gates), U.p,
+                                    bias.p, pp, rl_tensor_data(&L->hs), rl_tensor_data(&L->cs),
+                                    rl_tensor_data(&l->out)));
+#endif
+    L->last_row = L->direction > 0 ? T : 0;
     L->have_forward = true;
+    L->trained = true;
     return RL_OK;
 }
 
 static rl_status lstm_backward(rl_layer *l, rl_layer_io *io, const rl_tensor *grad_out,
                                rl_tensor *const *grad_in) {
     lstm_layer *L = (lstm_layer *)l;
-    int64_t T = L->T, B = L->B, H = l->n_out, BH = B * H;
-    char s1[96];
+    int64_t T = L->T, B = L->B, H = l->n_out;
+    char s1[96], s2[96];
     if (!L->have_forward)
         return rl_error(RL_EARG, "layer '%s' (lstm): backward without a forward", l->name);
-    rl_dtype dt = L->gates.dtype;
-    rl_device dev = rl_tensor_device(&L->gates);
+    if (!L->trained)
+        return rl_error(RL_EARG,
+                        "layer '%s' (lstm): backward after a forward with train = false "
+                        "(impl = \"cudnn\" keeps nothing for backward then)",
+                        l->name);
+    rl_dtype dt = l->out.dtype;
+    rl_device dev = rl_tensor_device(&l->out);
+    RL_TRY(check_backward_io(L, io, dt, dev));
     mat dout = {NULL, 0};
     if (grad_out) {
         if (grad_out->ndim != 3 || grad_out->shape[0] != T || grad_out->shape[1] != B ||
             grad_out->shape[2] != H || grad_out->dtype != dt ||
-            rl_tensor_device(grad_out).type != RL_CPU)
+            !rl_device_eq(rl_tensor_device(grad_out), dev))
             return rl_error(RL_ESHAPE,
                             "layer '%s' (lstm): grad_out is %s, expected (%" PRId64 ", %" PRId64
-                            ", %" PRId64 ") %s",
+                            ", %" PRId64 ") %s on the output's device",
                             l->name, rl_tensor_describe(grad_out, s1, sizeof s1), T, B, H,
                             rl_dtype_name(dt));
         if (!fold_tb(grad_out, &dout)) {
-            RL_TRY(rl_buffer_ensure(&L->gout, dt, dev, 3, grad_out->shape));
+            RL_TRY(ensure(&L->gout, dt, dev, 3, grad_out->shape));
             RL_TRY(rl_op_copy(&L->gout, grad_out));
             dout = (mat){rl_tensor_data(&L->gout), H};
         }
     }
+    for (int k = 0; k < io->n_in && grad_in; k++) {
+        rl_tensor *gi = grad_in[k];
+        if (gi && (!gi->storage || !rl_tensor_same_shape(gi, io->in[k]) || gi->dtype != dt ||
+                   !rl_device_eq(rl_tensor_device(gi), dev)))
+            return rl_error(RL_ESHAPE, "layer '%s' (lstm): grad_in[%d] is %s, expected %s", l->name,
+                            k + 1, gi->storage ? rl_tensor_describe(gi, s1, sizeof s1) : "nothing",
+                            rl_tensor_describe(io->in[k], s2, sizeof s2));
+    }
     mat W, U, dW, dU, db;
-    void *peep[3], *dpeep[3];
-    RL_TRY(param_mat(L, &l->params[P_W].value, "W", dt, &W));
-    RL_TRY(param_mat(L, &l->params[P_U].value, "U", dt, &U));
-    RL_TRY(param_mat(L, &l->params[P_W].grad, "W (gradient)", dt, &dW));
-    RL_TRY(param_mat(L, &l->params[P_U].grad, "U (gradient)", dt, &dU));
-    RL_TRY(param_mat(L, &l->params[P_B].grad, "b (gradient)", dt, &db));
+    const void *peep[3] = {NULL, NULL, NULL};
+    void *dpeep[3] = {NULL, NULL, NULL};
+    RL_TRY(param_mat(L, &l->params[P_W].value, "W", dt, dev, &W));
+    RL_TRY(param_mat(L, &l->params[P_U].value, "U", dt, dev, &U));
+    RL_TRY(param_mat(L, &l->params[P_W].grad, "W (gradient)", dt, dev, &dW));
+    RL_TRY(param_mat(L, &l->params[P_U].grad, "U (gradient)", dt, dev, &dU));
+    RL_TRY(param_mat(L, &l->params[P_B].grad, "b (gradient)", dt, dev, &db));
     for (int k = 0; k < 3 && L->peepholes; k++) {
         mat pm, gm;
-        RL_TRY(param_mat(L, &l->params[P_PI + k].value, l->params[P_PI + k].name, dt, &pm));
-        RL_TRY(param_mat(L, &l->params[P_PI + k].grad, l->params[P_PI + k].name, dt, &gm));
+        RL_TRY(param_mat(L, &l->params[P_PI + k].value, l->params[P_PI + k].name, dt, dev, &pm));
+        RL_TRY(param_mat(L, &l->params[P_PI + k].grad, l->params[P_PI + k].name, dt, dev, &gm));
         peep[k] = pm.p;
         dpeep[k] = gm.p;
     }
+#ifdef RL_WITH_CUDA
+    if (L->cudnn) return backward_cudnn(L, io, grad_in, dt, dev, dout, dW, dU, db);
+#endif
     int64_t sshape[2] = {B, H};
-    RL_TRY(rl_buffer_ensure(&L->dh, dt, dev, 2, sshape));
-    RL_TRY(rl_buffer_ensure(&L->dc, dt, dev, 2, sshape));
-    RL_TRY(rl_op_fill(&L->dh, 0.0));
-    RL_TRY(rl_op_fill(&L->dc, 0.0));
+    RL_TRY(ensure(&L->dh, dt, dev, 2, sshape));
+    RL_TRY(ensure(&L->dc, dt, dev, 2, sshape));
+    RL_TRY(write_state(L, &L->dh, NULL));
+    RL_TRY(write_state(L, &L->dc, NULL));
     L->have_forward = false; /* the gates become dZ */
 
-    const int32_t *len = rl_tensor_data(io->lengths);
-    mat dH = {rl_tensor_data(&L->dh), H};
-    bool packed = dt == RL_FLOAT32 && rl_gemm_packed_fast();
-    if (packed) {
-        int64_t n = rl_gemm_packed_size(4 * H, H);
-        RL_TRY(rl_buffer_ensure(&L->upack, RL_FLOAT32, dev, 1, &n));
-        rl_gemm_pack_f32(rl_tensor_data(&L->upack), U.p, 4 * H, true, 4 * H, H);
-    }
-    for (int64_t s = T - 1; s >= 0; s--) {
-        int64_t t = L->direction > 0 ? s : T - 1 - s;
-        int64_t prev = L->direction > 0 ? t : t + 1, cur = L->direction > 0 ? t + 1 : t;
-        mat Zt = {at(&L->gates, t * B * 4 * H), 4 * H};
-        const void *dot =
-            dout.p ? (char *)dout.p + (size_t)(t * B * dout.ld) * rl_dtype_size(dt) : NULL;
-        if (dt == RL_FLOAT32)
-            rl_lstm_cpu_bwd_f32(
-                B, H, t, len, Zt.p, L->peepholes ? (const float *const *)peep : NULL,
-                at(&L->cs, prev * BH), at(&L->cs, cur * BH), dot, dout.ld, dH.p,
-                rl_tensor_data(&L->dc), db.p, L->peepholes ? (float *const *)dpeep : NULL);
-        else
-            rl_lstm_cpu_bwd_f64(
-                B, H, t, len, Zt.p, L->peepholes ? (const double *const *)peep : NULL,
-                at(&L->cs, prev * BH), at(&L->cs, cur * BH), dot, dout.ld, dH.p,
-                rl_tensor_data(&L->dc), db.p, L->peepholes ? (double *const *)dpeep : NULL);
-        /* padded rows of dZ_t are 0, so their dh passes through unchanged */
-        if (packed)
-            rl_gemm_packed_f32(B, H, 4 * H, Zt.p, 4 * H, rl_tensor_data(&L->upack), true, dH.p, H);
-        else
-            gemm(dt, false, true, B, H, 4 * H, Zt, U, 1.0, dH);
-    }
+    const void *const *pp = L->peepholes ? peep : NULL;
+    void *const *dpp = L->peepholes ? dpeep : NULL;
+    if (dev.type == RL_CPU)
+        RL_TRY(backward_steps_cpu(L, dt, rl_tensor_data(io->lengths), dout, U, dU, db, pp, dpp));
+#ifdef RL_WITH_CUDA
+    else
+        RL_TRY(rl_lstm_cuda_backward(
+            L->stream, dt, T, B, H, L->direction, rl_tensor_data(&L->len_dev),
+            rl_tensor_data(&L->gates), U.p, pp, rl_tensor_data(&L->hs), rl_tensor_data(&L->cs),
+            dout.p, dout.ld, rl_tensor_data(&L->dh), rl_tensor_data(&L->dc), dU.p, db.p, dpp));
+#endif
 
     /* weight gradients and input gradients: single GEMMs over all frames */
     mat dZ = {rl_tensor_data(&L->gates), 4 * H};
-    mat Hprev = {at(&L->hs, L->direction > 0 ? 0 : BH), H};
-    gemm(dt, true, false, H, 4 * H, T * B, Hprev, dZ, 1.0, dU);
     int64_t row = 0;
     for (int k = 0; k < io->n_in; k++) {
         int64_t F = l->in_dims[k];
         size_t off = (size_t)(row * 4 * H) * rl_dtype_size(dt);
         mat X;
         if (!fold_tb(io->in[k], &X)) X = (mat){rl_tensor_data(&L->xs[k]), F};
-        gemm(dt, true, false, F, 4 * H, T * B, X, dZ, 1.0, (mat){(char *)dW.p + off, 4 * H});
+        RL_TRY(gemm(L, dev, dt, true, false, F, 4 * H, T * B, X, dZ, 1.0,
+                    (mat){(char *)dW.p + off, 4 * H}));
         rl_tensor *gi = grad_in ? grad_in[k] : NULL;
         if (gi) {
-            if (!rl_tensor_same_shape(gi, io->in[k]) || gi->dtype != dt)
-                return rl_error(RL_ESHAPE, "layer '%s' (lstm): grad_in[%d] is %s, expected %s",
-                                l->name, k + 1, rl_tensor_describe(gi, s1, sizeof s1),
-                                rl_tensor_describe(io->in[k], s1 + 48, 48));
             mat G;
             bool direct = fold_tb(gi, &G);
             if (!direct) {
-                RL_TRY(rl_buffer_ensure(&L->dxs[k], dt, dev, 3, gi->shape));
+                RL_TRY(ensure(&L->dxs[k], dt, dev, 3, gi->shape));
                 G = (mat){rl_tensor_data(&L->dxs[k]), F};
             }
-            gemm(dt, false, true, T * B, F, 4 * H, dZ, (mat){(char *)W.p + off, 4 * H}, 0.0, G);
+            RL_TRY(gemm(L, dev, dt, false, true, T * B, F, 4 * H, dZ,
+                        (mat){(char *)W.p + off, 4 * H}, 0.0, G));
             if (!direct) RL_TRY(rl_op_copy(gi, &L->dxs[k]));
         }
         row += F;
@@ -326,14 +679,23 @@ static rl_status lstm_backward(rl_layer *l, rl_layer_io *io, const rl_tensor *gr
 
 static void lstm_destroy(rl_layer *l) {
     lstm_layer *L = (lstm_layer *)l;
-    rl_tensor *ts[] = {&L->h0, &L->c0, &L->gates, &L->hs,   &L->cs,
-                       &L->dh, &L->dc, &L->gout,  &L->upack};
+#ifdef RL_WITH_CUDA
+    /* the stream may still be using the buffers released below; a failure here has no one to
+     * report to (the message stays in rl_errmsg) */
+    if (L->stream) (void)rl_lstm_cuda_stream_sync(L->stream);
+    rl_cudnn_lstm_free(L->rnn);
+#endif
+    rl_tensor *ts[] = {&L->h0, &L->c0,   &L->gates, &L->hs,      &L->cs,   &L->dh,
+                       &L->dc, &L->gout, &L->upack, &L->len_dev, &L->xcat, &L->dxcat};
     for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
         rl_tensor_release(ts[i]);
     for (int k = 0; k < RL_LAYER_MAX_INPUTS; k++) {
         rl_tensor_release(&L->xs[k]);
         rl_tensor_release(&L->dxs[k]);
     }
+#ifdef RL_WITH_CUDA
+    rl_lstm_cuda_stream_destroy(L->stream);
+#endif
 }
 
 /* b's f block starts at forget_bias (the other param inits are their kinds'). */
@@ -369,6 +731,17 @@ rl_status rl_lstm_create(rl_layer **out, const char *name, const rl_options *opt
                         name, dir);
     RL_TRY(rl_opt_bool(opts, name, "peepholes", false, &peep));
     RL_TRY(rl_opt_number(opts, name, "forget_bias", 0.0, &fb));
+    const char *impl = NULL;
+    RL_TRY(rl_opt_string(opts, name, "impl", "own", &impl));
+    bool cudnn = impl && strcmp(impl, "cudnn") == 0;
+    if (!impl || (!cudnn && strcmp(impl, "own") != 0))
+        return rl_error(RL_EARG, "layer '%s' (lstm): impl = \"%s\", expected \"own\" or \"cudnn\"",
+                        name, impl ? impl : "(null)");
+    if (cudnn && peep)
+        return rl_error(RL_EARG,
+                        "layer '%s' (lstm): peepholes = true and impl = \"cudnn\" do not go "
+                        "together (cuDNN's LSTM has no peepholes; use impl = \"own\")",
+                        name);
     int64_t F = 0;
     for (int k = 0; k < n_in; k++) {
         if (in_dims[k] < 1)
@@ -382,6 +755,7 @@ rl_status rl_lstm_create(rl_layer **out, const char *name, const rl_options *opt
     l->n_out = H;
     L->direction = (int)dir;
     L->peepholes = peep;
+    L->cudnn = cudnn;
     L->forget_bias = fb;
     int64_t ws[2] = {F, 4 * H}, us[2] = {H, 4 * H}, bs[1] = {4 * H}, ps[1] = {H};
     rl_status st = rl_layer_add_param(l, "W", 2, ws, RL_INIT_GLOROT, 1.0, F, 4 * H, NULL);
@@ -413,11 +787,11 @@ rl_status rl_lstm_set_initial_state(rl_layer *l, const rl_tensor *h0, const rl_t
     const rl_tensor *given[2] = {h0, c0};
     for (int k = 0; k < 2; k++) {
         const rl_tensor *g = given[k];
-        if (g && (!g->storage || g->ndim != 2 || g->shape[1] != l->n_out || g->dtype == RL_INT32 ||
-                  rl_tensor_device(g).type != RL_CPU))
+        /* the device is checked at each forward against the inputs' */
+        if (g && (!g->storage || g->ndim != 2 || g->shape[1] != l->n_out || g->dtype == RL_INT32))
             return rl_error(RL_ESHAPE,
                             "layer '%s' (lstm): initial %s must be a float (B, %" PRId64
-                            ") CPU tensor, got %s",
+                            ") tensor, got %s",
                             l->name, k ? "c" : "h", l->n_out,
                             g && g->storage ? rl_tensor_describe(g, s, sizeof s) : "nothing");
     }
@@ -434,7 +808,7 @@ rl_status rl_lstm_final_state(rl_layer *l, rl_tensor *h, rl_tensor *c) {
     if (!L->have_forward)
         return rl_error(RL_EARG, "rl_lstm_final_state: layer '%s' has no forward to read", l->name);
     /* the carried states make the last processed row every sequence's own final state */
-    int64_t last = L->direction > 0 ? L->T : 0;
+    int64_t last = L->last_row;
     if (h) RL_TRY(rl_tensor_select(h, &L->hs, 0, last));
     if (c) {
         rl_status st = rl_tensor_select(c, &L->cs, 0, last);

@@ -19,8 +19,8 @@
  * layer's dW, dU, db by the same conversion.
  *
  * Buffers come from the caching allocator of kernels/cuda/device.cu, grow to the largest batch
- * seen and are reused; a buffer is given back only after the object's stream has finished with
- * it. Every cuDNN error becomes rl_error(RL_EDEVICE, "cudnn <call>: <message> (sizes)").
+ * seen and are reused; growing one synchronises the device first (see buf_ensure). Every cuDNN
+ * error becomes rl_error(RL_EDEVICE, "cudnn <call>: <message> (sizes)").
  */
 #include <stdbool.h>
 #include <stddef.h>
@@ -184,17 +184,16 @@ void buf_free(rl_cudnn_lstm *r, Buf *b) {
     b->bytes = 0;
 }
 
-/* Grows b to at least `bytes`; the old block is given back after the stream has finished
- * with it (the allocator may hand it to another stream at once). */
+/* Grows b to at least `bytes`. The device is synchronised first: the old block may still be in
+ * use on the object's stream, and the allocator may hand out a block that another side stream
+ * (another layer's) has released but not finished with (kernels/cuda/lstm_cuda.h). */
 rl_status buf_ensure(rl_cudnn_lstm *r, Buf *b, size_t bytes) {
     if (b->p && b->bytes >= bytes) return RL_OK;
     const rl_device_backend *be = rl_device_cuda_backend();
     if (!be) return rl_error(RL_EDEVICE, "cudnn lstm: the CUDA backend is not registered");
-    if (b->p) {
-        cudaError_t e = cudaStreamSynchronize(r->stream);
-        if (e != cudaSuccess) return cuda_fail(r, "cudaStreamSynchronize", e);
-        buf_free(r, b);
-    }
+    cudaError_t e = cudaDeviceSynchronize();
+    if (e != cudaSuccess) return cuda_fail(r, "cudaDeviceSynchronize", e);
+    buf_free(r, b);
     if (bytes == 0) return RL_OK;
     RL_TRY(be->alloc(r->device, bytes, &b->p));
     b->bytes = bytes;

@@ -232,6 +232,17 @@ __global__ void k_param_grads(int64_t N, int64_t H, const T *__restrict__ dz,
     block_add<T, PEEP ? 7 : 4>(part, dst, j, H);
 }
 
+/* Up to kLenChunk lengths by value (a kernel argument: 2 KiB, below the 4 KiB limit). */
+constexpr int kLenChunk = 512;
+struct LenChunk {
+    int32_t v[kLenChunk];
+};
+
+__global__ void k_set_lengths(int32_t *__restrict__ dst, LenChunk c, int n) {
+    int i = (int)(blockIdx.x * blockDim.x + threadIdx.x);
+    if (i < n) dst[i] = c.v[i];
+}
+
 /* ---- launchers ---- */
 
 template <typename T>
@@ -460,6 +471,57 @@ extern "C" rl_status rl_lstm_cuda_stream_sync(void *stream) {
         cudaGetLastError();
         return rl_error(RL_EDEVICE, "rl_lstm_cuda_stream_sync: cudaStreamSynchronize: %s",
                         cudaGetErrorString(e));
+    }
+    return RL_OK;
+}
+
+extern "C" rl_status rl_lstm_cuda_set_lengths(void *stream, int32_t *len_dev,
+                                              const int32_t *len_host, int64_t B) {
+    const char *fn = "rl_lstm_cuda_set_lengths";
+    if (B <= 0) return RL_OK;
+    if (!len_dev || !len_host)
+        return rl_error(RL_EARG, "%s: no lengths buffer (B=%lld)", fn, (long long)B);
+    RL_TRY(enter(fn, len_dev, B, 0));
+    for (int64_t at = 0; at < B; at += kLenChunk) {
+        int n = (int)(B - at < kLenChunk ? B - at : kLenChunk);
+        LenChunk c;
+        for (int i = 0; i < n; i++)
+            c.v[i] = len_host[at + i];
+        k_set_lengths<<<(unsigned)((n + kThreads - 1) / kThreads), kThreads, 0,
+                        as_stream(stream)>>>(len_dev + at, c, n);
+        RL_TRY(launched(fn, "k_set_lengths", B, 0, -1));
+    }
+    return RL_OK;
+}
+
+extern "C" rl_status rl_lstm_cuda_zero(void *stream, void *p, size_t bytes) {
+    const char *fn = "rl_lstm_cuda_zero";
+    if (bytes == 0) return RL_OK;
+    RL_TRY(enter(fn, p, 0, 0));
+    cudaError_t e = cudaMemsetAsync(p, 0, bytes, as_stream(stream));
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        return rl_error(RL_EDEVICE, "%s: cudaMemsetAsync: %s (%zu bytes)", fn,
+                        cudaGetErrorString(e), bytes);
+    }
+    return RL_OK;
+}
+
+extern "C" rl_status rl_lstm_cuda_copy_rows(void *stream, void *dst, size_t dst_pitch,
+                                            const void *src, size_t src_pitch, size_t row_bytes,
+                                            int64_t rows) {
+    const char *fn = "rl_lstm_cuda_copy_rows";
+    if (rows <= 0 || row_bytes == 0) return RL_OK;
+    if (dst_pitch < row_bytes || src_pitch < row_bytes)
+        return rl_error(RL_EARG, "%s: pitches %zu, %zu below the row size %zu", fn, dst_pitch,
+                        src_pitch, row_bytes);
+    RL_TRY(enter(fn, dst, rows, 0));
+    cudaError_t e = cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, row_bytes, (size_t)rows,
+                                      cudaMemcpyDeviceToDevice, as_stream(stream));
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        return rl_error(RL_EDEVICE, "%s: cudaMemcpy2DAsync: %s (%lld rows of %zu bytes)", fn,
+                        cudaGetErrorString(e), (long long)rows, row_bytes);
     }
     return RL_OK;
 }

@@ -18,13 +18,16 @@
  * which every tensor op (kernels/cuda/ops.cu) uses, so a tensor op queued after the LSTM calls
  * waits for them and LSTM calls queued after a tensor op wait for it. The one hazard: a buffer
  * released by one side stream and handed by the caching allocator to another side stream with no
- * default-stream work queued in between; the layers keep their buffers across batches, so call
- * rl_lstm_cuda_stream_sync before freeing a buffer a side stream may still be using.
+ * default-stream work queued in between. So a user of side streams synchronises the device before
+ * it allocates (layers/lstm.c does when a buffer must grow; the cuDNN object when its spaces
+ * grow) and its own stream before it frees a buffer that stream may still use; buffers are kept
+ * across batches, so both are rare.
  */
 #ifndef RL_KERNELS_CUDA_LSTM_H
 #define RL_KERNELS_CUDA_LSTM_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "../../core/error.h"
@@ -42,6 +45,22 @@ rl_status rl_lstm_cuda_stream_create(int device, void **stream);
 void rl_lstm_cuda_stream_destroy(void *stream);
 /* Waits until all work queued on the stream has finished. */
 rl_status rl_lstm_cuda_stream_sync(void *stream);
+
+/* ---- stream-ordered helpers for the layer (nothing here touches the legacy default stream,
+ * so queuing them never waits for another layer's stream) ---- */
+
+/* len_dev (B int32, device) <- len_host (B, host), queued on the stream. The values travel as
+ * kernel arguments (chunks of 512), so len_host need not be pinned, may change as soon as this
+ * returns, and the host never waits: a cudaMemcpy from pageable memory would first synchronise
+ * (with the legacy default stream, and so with every blocking stream). */
+rl_status rl_lstm_cuda_set_lengths(void *stream, int32_t *len_dev, const int32_t *len_host,
+                                   int64_t B);
+/* `bytes` zero bytes at p (device), queued on the stream. */
+rl_status rl_lstm_cuda_zero(void *stream, void *p, size_t bytes);
+/* `rows` rows of `row_bytes` bytes from src (rows src_pitch bytes apart) to dst (dst_pitch apart),
+ * device to device on the stream: concatenating and splitting feature blocks, state copies. */
+rl_status rl_lstm_cuda_copy_rows(void *stream, void *dst, size_t dst_pitch, const void *src,
+                                 size_t src_pitch, size_t row_bytes, int64_t rows);
 
 /* ---- own kernels: one step (device counterparts of kernels/lstm.h) ----
  *

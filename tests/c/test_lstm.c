@@ -1,7 +1,8 @@
 /* The lstm layer against a float64 reference written here (per-step loops, no BLAS), both
  * directions, peepholes, ragged lengths, several inputs, a given initial state; a central-
  * difference gradient check in float64 of inputs, parameters and initial state; float32 near
- * float64; error messages that name the layer. */
+ * float64; error messages that name the layer, including impl = "cudnn" on CPU tensors and with
+ * peepholes, and backward calls that do not match their forward. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,12 +16,14 @@
 #include "../../layers/layer.h"
 #include "../../layers/layers.h"
 
-/* Options from a fixed table: key -> number (booleans as 0/1). */
+/* Options from a fixed table: key -> number (booleans as 0/1); the string option impl is
+ * impl_opt (absent while NULL). */
 typedef struct {
     const char *keys[8];
     double vals[8];
     int n;
 } opt_table;
+static const char *impl_opt;
 
 static rl_status opt_num(void *ctx, const char *key, double *v, int *found) {
     opt_table *t = ctx;
@@ -33,8 +36,9 @@ static rl_status opt_num(void *ctx, const char *key, double *v, int *found) {
     return RL_OK;
 }
 static rl_status opt_str(void *ctx, const char *key, const char **v, int *found) {
-    (void)ctx, (void)key, (void)v;
-    *found = 0;
+    (void)ctx;
+    *found = impl_opt && strcmp(key, "impl") == 0;
+    if (*found) *v = impl_opt;
     return RL_OK;
 }
 static rl_status opt_bool(void *ctx, const char *key, bool *v, int *found) {
@@ -353,6 +357,85 @@ static void test_errors(void) {
     fixture_free(&f, 1);
 }
 
+/* impl = "cudnn": an error naming the layer on CPU tensors (no silent fallback) and together
+ * with peepholes (at creation); an unknown impl is an error; impl = "own" is the default. */
+static void test_impl(void) {
+    int64_t F[1] = {2};
+    rl_layer *l = NULL;
+    opt_table tp = {{"n_out", "peepholes"}, {H, 1}, 2};
+    impl_opt = "cudnn";
+    rl_options o = {&tp, opt_num, opt_str, opt_bool};
+    CHECK(rl_layer_create(&l, "lstm", "enc", &o, 1, F) == RL_EARG && !l);
+    CHECK(strstr(rl_errmsg(), "'enc'") && strstr(rl_errmsg(), "peepholes") &&
+          strstr(rl_errmsg(), "cudnn"));
+    opt_table tb = {{"n_out"}, {H}, 1};
+    o.ctx = &tb;
+    impl_opt = "fast";
+    CHECK(rl_layer_create(&l, "lstm", "enc", &o, 1, F) == RL_EARG && !l);
+    CHECK(strstr(rl_errmsg(), "'enc'") && strstr(rl_errmsg(), "fast"));
+
+    /* the fixture's layer is rebuilt with impl = "cudnn" and the same params and inputs */
+    impl_opt = NULL;
+    config c = {1, false, 0, false, 1, {2, 0}};
+    fixture f;
+    fixture_init(&f, &c, RL_FLOAT64);
+    opt_table tc = {{"n_out"}, {H}, 1};
+    o.ctx = &tc;
+    impl_opt = "cudnn";
+    rl_layer *cl = NULL;
+    CHECK_OK(rl_layer_create(&cl, "lstm", "enc_cudnn", &o, 1, F));
+    if (cl) {
+        for (int i = 0; i < cl->n_params; i++) {
+            rl_tensor_share(&cl->params[i].value, &f.l->params[i].value);
+            rl_tensor_share(&cl->params[i].grad, &f.l->params[i].grad);
+        }
+        rl_layer_io io = make_io(&f, &c);
+        CHECK(cl->ops->forward(cl, &io) == RL_EDEVICE);
+        CHECK(strstr(rl_errmsg(), "'enc_cudnn'") && strstr(rl_errmsg(), "cudnn") &&
+              strstr(rl_errmsg(), "cpu"));
+        CHECK(cl->ops->backward(cl, &io, &f.gout, NULL) == RL_EARG);
+        CHECK(strstr(rl_errmsg(), "'enc_cudnn'") != NULL);
+        rl_layer_free(cl);
+    }
+    /* impl = "own" spelled out is the default */
+    opt_table to = {{"n_out"}, {H}, 1};
+    o.ctx = &to;
+    impl_opt = "own";
+    CHECK_OK(rl_layer_create(&l, "lstm", "enc_own", &o, 1, F));
+    rl_layer_free(l);
+    impl_opt = NULL;
+    fixture_free(&f, 1);
+}
+
+/* Device checks at every entry: a backward whose inputs are not the forward's, a grad_in of
+ * another dtype, an initial state of the wrong shape are errors naming the layer, before any
+ * buffer is read. (Mixed CPU/CUDA tensors are checked by the same code; the GPU parity suite
+ * runs those cases.) */
+static void test_entry_checks(void) {
+    config c = {-1, false, 0, false, 1, {2, 0}};
+    fixture f;
+    fixture_init(&f, &c, RL_FLOAT64);
+    rl_layer_io io = make_io(&f, &c);
+    CHECK_OK(f.l->ops->forward(f.l, &io));
+    int64_t xs[3] = {T, B, 2}, xs2[3] = {T - 1, B, 2};
+    rl_tensor x32 = {0}, xshort = {0};
+    CHECK_OK(rl_tensor_empty(&x32, RL_FLOAT32, RL_DEVICE_CPU, 3, xs));
+    CHECK_OK(rl_tensor_empty(&xshort, RL_FLOAT64, RL_DEVICE_CPU, 3, xs2));
+    rl_layer_io bad = io;
+    bad.in[0] = &xshort;
+    CHECK(f.l->ops->backward(f.l, &bad, &f.gout, NULL) == RL_ESHAPE);
+    CHECK(strstr(rl_errmsg(), "'enc'") && strstr(rl_errmsg(), "backward"));
+    rl_tensor *gin[1] = {&x32};
+    CHECK(f.l->ops->backward(f.l, &io, &f.gout, gin) == RL_ESHAPE);
+    CHECK(strstr(rl_errmsg(), "'enc'") && strstr(rl_errmsg(), "grad_in"));
+    /* after the rejected calls the forward's buffers are intact: a real backward still works */
+    gin[0] = &f.gin[0];
+    CHECK_OK(f.l->ops->backward(f.l, &io, &f.gout, gin));
+    rl_tensor_release(&x32);
+    rl_tensor_release(&xshort);
+    fixture_free(&f, 1);
+}
+
 /* the declared parameters, their init kinds and layout */
 static void test_params(void) {
     config c = {-1, true, 1.0, false, 2, {2, 3}};
@@ -520,6 +603,8 @@ int main(void) {
     config one = {1, true, 0.0, true, 1, {4, 0}};
     test_config(&one);
     test_errors();
+    test_impl();
+    test_entry_checks();
     test_params();
     test_packed_gemm();
     test_float32_large();

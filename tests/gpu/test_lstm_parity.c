@@ -6,7 +6,10 @@
  * tensor's largest magnitude (cuDNN 3e-5: its own activation functions), float64 to 1e-10.
  * The own kernels run three ways: the whole-recurrence calls of both directions queued at once on
  * two streams, and the per-step calls (with their fused bias and peephole sums) on the default
- * stream. The cuDNN weight conversion must round-trip exactly.
+ * stream. The cuDNN weight conversion must round-trip exactly. Then the lstm LAYER itself
+ * (rl_layer_create on CUDA tensors, impl = "own" and "cudnn") against the CPU layer: both
+ * directions queued at once, two inputs (one a strided view), a given initial state, peepholes
+ * (own), every gradient, two runs; and mixed CPU/CUDA arguments as errors naming the layer.
  * Without a CUDA build or device it prints a SKIP line and passes. Run by `make test-gpu`. */
 #include <stdio.h>
 #include <string.h>
@@ -129,9 +132,13 @@ static rl_status opt_num(void *ctx, const char *key, double *v, int *found) {
         }
     return RL_OK;
 }
+/* the string option impl (absent while NULL) */
+static const char *impl_opt;
+
 static rl_status opt_str(void *ctx, const char *key, const char **v, int *found) {
-    (void)ctx, (void)key, (void)v;
-    *found = 0;
+    (void)ctx;
+    *found = impl_opt && strcmp(key, "impl") == 0;
+    if (*found) *v = impl_opt;
     return RL_OK;
 }
 static rl_status opt_bool(void *ctx, const char *key, bool *v, int *found) {
@@ -456,6 +463,193 @@ static void test_cudnn_misuse(void) {
     rl_cudnn_lstm_free(c);
 }
 
+/* ---- the layer itself on CUDA tensors ---- */
+
+enum { F1 = 3, F2 = 2, F2W = 4 }; /* input 2 is columns 1..2 of a (T, B, 4) tensor */
+
+/* One direction: the CPU reference layer and the same layer class on cuda:0. */
+typedef struct {
+    rl_layer *cpu, *gpu;
+    rl_tensor x1, x2w, x2, len, h0, c0, gout, gx1, gx2;           /* CPU */
+    rl_tensor dx1, dx2w, dx2, dh0, dc0, dgout, dgx1, dgx2w, dgx2; /* device */
+} layer_case;
+
+static rl_layer *make_lstm(int dir, bool peep, const char *impl, const char *name) {
+    opt_table t = {{"n_out", "direction", "peepholes"}, {H, dir, peep}};
+    rl_options o = {&t, opt_num, opt_str, opt_bool};
+    int64_t in_dims[2] = {F1, F2};
+    rl_layer *l = NULL;
+    impl_opt = impl;
+    CHECK_OK(rl_layer_create(&l, "lstm", name, &o, 2, in_dims));
+    impl_opt = NULL;
+    return l;
+}
+
+static void narrow_cols(rl_tensor *out, const rl_tensor *wide) {
+    CHECK_OK(rl_tensor_narrow(out, wide, 2, 1, F2));
+}
+
+/* The CPU run (forward, final state, backward with both input gradients) and the device copies
+ * of everything; the device layer gets the CPU layer's parameter values. */
+static bool case_setup(layer_case *c, rl_dtype dt, int dir, bool peep, const char *impl) {
+    memset(c, 0, sizeof *c);
+    c->cpu = make_lstm(dir, peep, NULL, "ref");
+    c->gpu = make_lstm(dir, peep, impl, "dev");
+    if (!c->cpu || !c->gpu) return false;
+    for (int i = 0; i < c->cpu->n_params; i++) {
+        rl_param *p = &c->cpu->params[i], *q = &c->gpu->params[i];
+        p->value = rand_cpu(dt, p->ndim, p->shape, 0.6, false);
+        CHECK_OK(rl_tensor_empty(&p->grad, dt, RL_DEVICE_CPU, p->ndim, p->shape));
+        CHECK_OK(rl_op_fill(&p->grad, 0.0));
+        q->value = to_dev(&p->value);
+        q->grad = zeros_dev(dt, q->ndim, q->shape);
+    }
+    int64_t x1s[3] = {T, B, F1}, x2ws[3] = {T, B, F2W}, os[3] = {T, B, H}, bs[1] = {B};
+    int64_t bh[2] = {B, H};
+    c->x1 = rand_cpu(dt, 3, x1s, 1.0, false);
+    c->x2w = rand_cpu(dt, 3, x2ws, 1.0, false);
+    narrow_cols(&c->x2, &c->x2w);
+    c->h0 = rand_cpu(dt, 2, bh, 0.5, false);
+    c->c0 = rand_cpu(dt, 2, bh, 0.5, false);
+    c->gout = rand_cpu(dt, 3, os, 1.0, true);
+    CHECK_OK(rl_tensor_empty(&c->len, RL_INT32, RL_DEVICE_CPU, 1, bs));
+    if (!c->len.storage) return false;
+    memcpy(rl_tensor_data(&c->len), LENS, sizeof LENS);
+    CHECK_OK(rl_tensor_empty(&c->gx1, dt, RL_DEVICE_CPU, 3, x1s));
+    int64_t x2s[3] = {T, B, F2};
+    CHECK_OK(rl_tensor_empty(&c->gx2, dt, RL_DEVICE_CPU, 3, x2s));
+    CHECK_OK(rl_lstm_set_initial_state(c->cpu, &c->h0, &c->c0));
+    rl_layer_io io = {0};
+    io.n_in = 2;
+    io.in[0] = &c->x1;
+    io.in[1] = &c->x2;
+    io.lengths = &c->len;
+    io.train = true;
+    rl_tensor *gin[2] = {&c->gx1, &c->gx2};
+    rl_status st = c->cpu->ops->forward(c->cpu, &io);
+    CHECK_OK(st);
+    if (st == RL_OK) CHECK_OK(st = c->cpu->ops->backward(c->cpu, &io, &c->gout, gin));
+    if (st != RL_OK) return false;
+
+    c->dx1 = to_dev(&c->x1);
+    c->dx2w = to_dev(&c->x2w);
+    narrow_cols(&c->dx2, &c->dx2w);
+    c->dh0 = to_dev(&c->h0);
+    c->dc0 = to_dev(&c->c0);
+    c->dgout = to_dev(&c->gout);
+    c->dgx1 = zeros_dev(dt, 3, x1s);
+    c->dgx2w = zeros_dev(dt, 3, x2ws);
+    narrow_cols(&c->dgx2, &c->dgx2w);
+    CHECK_OK(rl_lstm_set_initial_state(c->gpu, &c->dh0, &c->dc0));
+    return true;
+}
+
+static void case_free(layer_case *c) {
+    rl_tensor *ts[] = {&c->x1,   &c->x2w, &c->x2,    &c->len,  &c->h0,    &c->c0,
+                       &c->gout, &c->gx1, &c->gx2,   &c->dx1,  &c->dx2w,  &c->dx2,
+                       &c->dh0,  &c->dc0, &c->dgout, &c->dgx1, &c->dgx2w, &c->dgx2};
+    for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
+        rl_tensor_release(ts[i]);
+    rl_layer_free(c->cpu);
+    rl_layer_free(c->gpu);
+}
+
+static rl_layer_io case_io(layer_case *c) {
+    rl_layer_io io = {0};
+    io.n_in = 2;
+    io.in[0] = &c->dx1;
+    io.in[1] = &c->dx2;
+    io.lengths = &c->len;
+    io.train = true;
+    return io;
+}
+
+static void case_compare(const char *tag, layer_case *c, double rtol) {
+    rl_tensor hw = {0}, cw = {0}, hg = {0}, cg = {0}, dhw = {0}, dcw = {0}, dhg = {0}, dcg = {0};
+    CHECK_OK(rl_lstm_final_state(c->cpu, &hw, &cw));
+    CHECK_OK(rl_lstm_final_state(c->gpu, &hg, &cg));
+    CHECK_OK(rl_lstm_initial_state_grad(c->cpu, &dhw, &dcw));
+    CHECK_OK(rl_lstm_initial_state_grad(c->gpu, &dhg, &dcg));
+    compare(tag, "out", &c->cpu->out, &c->gpu->out, rtol);
+    compare(tag, "final h", &hw, &hg, rtol);
+    compare(tag, "final c", &cw, &cg, rtol);
+    compare(tag, "dx1", &c->gx1, &c->dgx1, rtol);
+    compare(tag, "dx2 (strided)", &c->gx2, &c->dgx2, rtol);
+    for (int i = 0; i < c->cpu->n_params; i++)
+        compare(tag, c->cpu->params[i].name, &c->cpu->params[i].grad, &c->gpu->params[i].grad,
+                rtol);
+    compare(tag, "dh0", &dhw, &dhg, rtol);
+    compare(tag, "dc0", &dcw, &dcg, rtol);
+    /* the columns of the strided input's gradient outside its view stay untouched (0) */
+    rl_tensor col0 = {0};
+    CHECK_OK(rl_tensor_narrow(&col0, &c->dgx2w, 2, 0, 1));
+    rl_tensor zero = {0};
+    int64_t zs[3] = {T, B, 1};
+    CHECK_OK(rl_tensor_empty(&zero, c->cpu->out.dtype, RL_DEVICE_CPU, 3, zs));
+    CHECK_OK(rl_op_fill(&zero, 0.0));
+    compare(tag, "dx2 outside its view", &zero, &col0, 0.0);
+    rl_tensor *ts[] = {&hw, &cw, &hg, &cg, &dhw, &dcw, &dhg, &dcg, &col0, &zero};
+    for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
+        rl_tensor_release(ts[i]);
+}
+
+/* Both directions of a bidirectional pair as lstm layers on cuda:0 against the CPU layer: two
+ * inputs (one a strided view), ragged lengths, a given initial state, forward and every gradient.
+ * The two layers' calls are queued back to back (forward, forward, backward, backward) so their
+ * streams overlap; the batch runs twice (gradients zeroed between) to cover buffer reuse and the
+ * cuDNN weight repacking. */
+static void test_layer(rl_dtype dt, bool peep, const char *impl, double rtol) {
+    layer_case c[2];
+    bool ok = case_setup(&c[0], dt, 1, peep, impl) & case_setup(&c[1], dt, -1, peep, impl);
+    for (int rep = 0; rep < 2 && ok; rep++) {
+        rl_layer_io io[2] = {case_io(&c[0]), case_io(&c[1])};
+        for (int k = 0; k < 2; k++)
+            for (int i = 0; i < c[k].gpu->n_params; i++)
+                CHECK_OK(rl_op_fill(&c[k].gpu->params[i].grad, 0.0));
+        for (int k = 0; k < 2; k++)
+            CHECK_OK(c[k].gpu->ops->forward(c[k].gpu, &io[k]));
+        for (int k = 0; k < 2; k++) {
+            rl_tensor *gin[2] = {&c[k].dgx1, &c[k].dgx2};
+            CHECK_OK(c[k].gpu->ops->backward(c[k].gpu, &io[k], &c[k].dgout, gin));
+        }
+        CHECK_OK(rl_op_synchronize(CUDA0));
+        for (int k = 0; k < 2; k++) {
+            char tag[96];
+            snprintf(tag, sizeof tag, "layer impl=%s %s dir %d%s (run %d)", impl, rl_dtype_name(dt),
+                     k ? -1 : 1, peep ? " peep" : "", rep + 1);
+            case_compare(tag, &c[k], rtol);
+        }
+    }
+    for (int k = 0; k < 2; k++)
+        case_free(&c[k]);
+}
+
+/* Mixed devices are errors naming the layer, before any buffer is touched. */
+static void test_layer_devices(void) {
+    layer_case c;
+    if (case_setup(&c, RL_FLOAT32, 1, false, "own")) {
+        rl_layer_io io = case_io(&c);
+        io.in[0] = &c.x1; /* a CPU input beside a CUDA one */
+        CHECK(c.gpu->ops->forward(c.gpu, &io) != RL_OK);
+        CHECK(strstr(rl_errmsg(), "'dev'") != NULL);
+        /* CUDA inputs with the CPU layer's CPU params */
+        io = case_io(&c);
+        CHECK(c.cpu->ops->forward(c.cpu, &io) != RL_OK);
+        CHECK(strstr(rl_errmsg(), "'ref'") && strstr(rl_errmsg(), "parameter"));
+        /* a CPU initial state with CUDA inputs */
+        CHECK_OK(rl_lstm_set_initial_state(c.gpu, &c.h0, NULL));
+        CHECK(c.gpu->ops->forward(c.gpu, &io) == RL_EDEVICE);
+        CHECK(strstr(rl_errmsg(), "'dev'") && strstr(rl_errmsg(), "initial"));
+        CHECK_OK(rl_lstm_set_initial_state(c.gpu, NULL, NULL));
+        CHECK_OK(c.gpu->ops->forward(c.gpu, &io));
+        /* a CPU grad_out for a CUDA forward */
+        CHECK(c.gpu->ops->backward(c.gpu, &io, &c.gout, NULL) != RL_OK);
+        CHECK(strstr(rl_errmsg(), "'dev'") && strstr(rl_errmsg(), "grad_out"));
+        CHECK_OK(rl_op_synchronize(CUDA0));
+    }
+    case_free(&c);
+}
+
 static void run_all(void) {
     for (int peep = 0; peep < 2; peep++) {
         test_own(RL_FLOAT32, peep, 1e-5);
@@ -466,6 +660,13 @@ static void run_all(void) {
         test_cudnn(RL_FLOAT64, dir, 1e-10);
     }
     test_cudnn_misuse();
+    for (int peep = 0; peep < 2; peep++) {
+        test_layer(RL_FLOAT32, peep, "own", 1e-5);
+        test_layer(RL_FLOAT64, peep, "own", 1e-10);
+    }
+    test_layer(RL_FLOAT32, false, "cudnn", 3e-5);
+    test_layer(RL_FLOAT64, false, "cudnn", 1e-10);
+    test_layer_devices();
 }
 #endif
 

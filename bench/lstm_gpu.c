@@ -1,0 +1,237 @@
+/* LSTM training step on a GPU: the lstm layer stacks of bench/lstm.c's three topologies (chime,
+ * ptb_large, seqmnist) plus DeepBench's LSTM training sizes (H=1024, B=64, T=25 and H=256, B=32,
+ * T=150, input size = H, one layer), float32 on cuda:0, each with rnnlua's own kernels
+ * (impl = "own") and with cuDNN (impl = "cudnn"), interleaved in one bench_row. A step is the
+ * forward and backward of every lstm layer (input gradients included, the two directions of a
+ * bidirectional level queued back to back so their streams overlap), ended by
+ * rl_op_synchronize; the top layer's output gradient is a fixed random tensor, the output layer
+ * itself is left out (it is the same GEMMs for both implementations). FLOPs per step:
+ * bench/lstm.c's LSTM accounting, 24*T*B*H*(I+H) per direction and layer (the output layer's
+ * 6*T*B*H*C is not counted, as it is not run). Prints a Markdown table with ms/step, frames/s,
+ * TFLOP/s and the time ratio own/cuDNN (below 1: ours is faster). Without a CUDA build or device it
+ * prints one SKIP line and exits 0 at once. Run by `make bench-gpu` (and `make bench`). */
+#include <stdio.h>
+#include <string.h>
+
+#include "bench.h"
+
+#include "../core/device.h"
+#include "../core/rng.h"
+#include "../kernels/ops.h"
+#include "../layers/layer.h"
+#include "../layers/layers.h"
+
+#ifdef RL_WITH_CUDA
+typedef struct {
+    const char *name;
+    int layers, dirs;
+    int64_t in, hidden, T, B;
+} topology;
+
+static const topology TOPOS[] = {
+    {"chime", 3, 2, 45, 512, 250, 16},           {"ptb_large", 2, 1, 650, 650, 50, 20},
+    {"seqmnist", 1, 1, 28, 128, 28, 64},         {"deepbench_h1024", 1, 1, 1024, 1024, 25, 64},
+    {"deepbench_h256", 1, 1, 256, 256, 150, 32},
+};
+
+#define MAX_L 3
+#define MAX_D 2
+
+static const rl_device DEV = {RL_CUDA, 0};
+
+typedef struct {
+    const topology *tp;
+    rl_layer *l[MAX_L][MAX_D];
+    rl_tensor x, len, gin[MAX_L][MAX_D][MAX_D]; /* gin[layer][dir][input] */
+    rl_tensor gtop[MAX_D];                      /* the top layer's output gradient */
+} model;
+
+typedef struct {
+    double n_out, direction;
+    const char *impl;
+} opts_ctx;
+
+static rl_status opt_num(void *ctx, const char *key, double *v, int *found) {
+    const opts_ctx *o = ctx;
+    *found = 1;
+    if (strcmp(key, "n_out") == 0)
+        *v = o->n_out;
+    else if (strcmp(key, "direction") == 0)
+        *v = o->direction;
+    else
+        *found = 0;
+    return RL_OK;
+}
+static rl_status opt_str(void *ctx, const char *key, const char **v, int *found) {
+    const opts_ctx *o = ctx;
+    *found = strcmp(key, "impl") == 0;
+    if (*found) *v = o->impl;
+    return RL_OK;
+}
+static rl_status opt_bool(void *ctx, const char *key, bool *v, int *found) {
+    (void)ctx, (void)key, (void)v;
+    *found = 0;
+    return RL_OK;
+}
+
+/* A device tensor of the shape, normal(0, std) from g (drawn on the CPU, then copied). */
+static void dev_normal(rl_tensor *t, int ndim, const int64_t *shape, rl_rng *g, double std) {
+    rl_tensor h = {0};
+    bench_check(rl_tensor_empty(&h, RL_FLOAT32, RL_DEVICE_CPU, ndim, shape), "tensor");
+    bench_check(rl_op_normal(&h, g, 0, std), "normal");
+    bench_check(rl_op_to(t, &h, RL_FLOAT32, DEV), "to cuda");
+    rl_tensor_release(&h);
+}
+
+static void model_init(model *m, const topology *tp, const char *impl, rl_rng *g) {
+    memset(m, 0, sizeof *m);
+    m->tp = tp;
+    int64_t T = tp->T, B = tp->B, H = tp->hidden;
+    for (int li = 0; li < tp->layers; li++)
+        for (int d = 0; d < tp->dirs; d++) {
+            opts_ctx o = {(double)H, d ? -1.0 : 1.0, impl};
+            rl_options opts = {&o, opt_num, opt_str, opt_bool};
+            int n_in = li ? tp->dirs : 1;
+            int64_t dims[MAX_D] = {li ? H : tp->in, H};
+            char name[32];
+            snprintf(name, sizeof name, "l%d_%s", li + 1, d ? "bw" : "fw");
+            bench_check(rl_layer_create(&m->l[li][d], "lstm", name, &opts, n_in, dims), name);
+            rl_layer *l = m->l[li][d];
+            for (int p = 0; p < l->n_params; p++) {
+                rl_param *pp = &l->params[p];
+                rl_tensor dv = {0};
+                bench_check(
+                    rl_tensor_empty(&pp->value, RL_FLOAT32, RL_DEVICE_CPU, pp->ndim, pp->shape),
+                    "param");
+                bench_check(rl_param_init(pp, g), "init");
+                bench_check(rl_op_to(&dv, &pp->value, RL_FLOAT32, DEV), "param to cuda");
+                rl_tensor_release(&pp->value);
+                pp->value = dv;
+                bench_check(rl_tensor_empty(&pp->grad, RL_FLOAT32, DEV, pp->ndim, pp->shape),
+                            "grad");
+                bench_check(rl_op_fill(&pp->grad, 0.0), "grad");
+            }
+            for (int k = 0; k < n_in && li > 0; k++) {
+                int64_t s[3] = {T, B, H};
+                bench_check(rl_tensor_empty(&m->gin[li][d][k], RL_FLOAT32, DEV, 3, s), "gin");
+            }
+        }
+    int64_t xs[3] = {T, B, tp->in}, ls[1] = {B}, hs[3] = {T, B, H};
+    dev_normal(&m->x, 3, xs, g, 1.0);
+    bench_check(rl_tensor_empty(&m->len, RL_INT32, RL_DEVICE_CPU, 1, ls), "len");
+    bench_check(rl_op_fill(&m->len, (double)T), "len");
+    for (int d = 0; d < tp->dirs; d++)
+        dev_normal(&m->gtop[d], 3, hs, g, 0.01);
+}
+
+/* One training step of the stack: forward bottom up, backward top down; a lower output's
+ * gradient is the sum over the directions above (rl_op_binary, on the legacy default stream). */
+static void train_step(model *m) {
+    const topology *tp = m->tp;
+    rl_layer_io io[MAX_L][MAX_D];
+    for (int li = 0; li < tp->layers; li++)
+        for (int d = 0; d < tp->dirs; d++) {
+            rl_layer_io *p = &io[li][d];
+            memset(p, 0, sizeof *p);
+            p->lengths = &m->len;
+            p->train = true;
+            p->n_in = li ? tp->dirs : 1;
+            for (int k = 0; k < p->n_in; k++)
+                p->in[k] = li ? &m->l[li - 1][k]->out : &m->x;
+        }
+    for (int li = 0; li < tp->layers; li++)
+        for (int d = 0; d < tp->dirs; d++)
+            bench_check(m->l[li][d]->ops->forward(m->l[li][d], &io[li][d]), "lstm forward");
+    rl_tensor *gout[MAX_D] = {&m->gtop[0], &m->gtop[1]};
+    for (int li = tp->layers - 1; li >= 0; li--) {
+        for (int d = 0; d < tp->dirs; d++) {
+            rl_tensor *gin[MAX_D] = {NULL, NULL};
+            for (int k = 0; k < tp->dirs && li > 0; k++)
+                gin[k] = &m->gin[li][d][k];
+            bench_check(m->l[li][d]->ops->backward(m->l[li][d], &io[li][d], gout[d], gin),
+                        "lstm backward");
+        }
+        if (li == 0) break;
+        for (int k = 0; k < tp->dirs; k++) {
+            for (int d = 1; d < tp->dirs; d++)
+                bench_check(rl_op_binary(&m->gin[li][0][k], &m->gin[li][0][k], &m->gin[li][d][k],
+                                         RL_BIN_ADD),
+                            "add");
+            gout[k] = &m->gin[li][0][k];
+        }
+    }
+}
+
+static void model_free(model *m) {
+    for (int li = 0; li < m->tp->layers; li++)
+        for (int d = 0; d < m->tp->dirs; d++) {
+            rl_layer_free(m->l[li][d]);
+            for (int k = 0; k < MAX_D; k++)
+                rl_tensor_release(&m->gin[li][d][k]);
+        }
+    rl_tensor *ts[] = {&m->x, &m->len, &m->gtop[0], &m->gtop[1]};
+    for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
+        rl_tensor_release(ts[i]);
+}
+
+static void run_steps(void *ctx, int64_t reps) {
+    model *m = ctx;
+    for (int64_t r = 0; r < reps; r++)
+        train_step(m);
+    bench_check(rl_op_synchronize(DEV), "synchronize");
+}
+
+static double step_flops(const topology *tp) {
+    double f = 0, H = (double)tp->hidden, TB = (double)tp->T * (double)tp->B;
+    for (int li = 0; li < tp->layers; li++) {
+        double I = li ? (double)tp->dirs * H : (double)tp->in;
+        f += tp->dirs * 24.0 * TB * H * (I + H);
+    }
+    return f;
+}
+#endif
+
+int main(int argc, char **argv) {
+#ifdef RL_WITH_CUDA
+    rl_ops_init();
+    const rl_device_backend *be = rl_device_cuda_backend();
+    if (!be || be->count() < 1) {
+        printf("SKIP lstm_gpu: no CUDA device (the GPU LSTM benchmark needs one)\n");
+        return 0;
+    }
+    rl_rng g;
+    rl_rng_seed(&g, 1);
+    printf("### LSTM training step on the GPU (rnnlua, float32, cuda:0): own kernels vs cuDNN\n\n");
+    printf("| config | impl | ms/step | frames/s | TFLOP/s | own/cuDNN time |\n");
+    printf("|---|---|---:|---:|---:|---:|\n");
+    for (size_t i = 0; i < sizeof TOPOS / sizeof TOPOS[0]; i++) {
+        const topology *tp = &TOPOS[i];
+        if (argc > 1 && strcmp(argv[1], tp->name) != 0) continue;
+        model m[2];
+        model_init(&m[0], tp, "own", &g);
+        model_init(&m[1], tp, "cudnn", &g);
+        bench_variant v[2] = {{run_steps, &m[0]}, {run_steps, &m[1]}};
+        double sec[2];
+        bench_row(2, v, sec);
+        for (int k = 0; k < 2; k++) {
+            double tf = step_flops(tp) / sec[k] / 1e12;
+            printf("| %s | %s | %.2f | %.0f | %.2f |", tp->name, k ? "cudnn" : "own", sec[k] * 1e3,
+                   (double)(tp->T * tp->B) / sec[k], tf);
+            if (k == 0)
+                printf(" %.2f |\n", sec[0] / sec[1]);
+            else
+                printf(" |\n");
+        }
+        fflush(stdout);
+        model_free(&m[0]);
+        model_free(&m[1]);
+    }
+    printf("\nA step: forward + backward of every lstm layer (input gradients included), ended by "
+           "a device synchronisation; FLOPs 24*T*B*H*(I+H) per direction and layer.\n");
+    return 0;
+#else
+    (void)argc, (void)argv;
+    printf("SKIP lstm_gpu: not a CUDA build (the GPU LSTM benchmark needs CUDA=1 and a GPU)\n");
+    return 0;
+#endif
+}
