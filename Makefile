@@ -116,10 +116,11 @@ test: $(BUILD)/rnnlua $(CTESTS)
 # networks of every other layer class (including whole rl.train runs); each prints a SKIP line
 # and passes where there is no GPU.
 test-gpu: $(BUILD)/rnnlua $(BUILD)/tests-gpu/test_parity $(BUILD)/tests-gpu/test_lstm_parity \
-          $(BUILD)/tests-gpu/test_optim_parity
+          $(BUILD)/tests-gpu/test_optim_parity $(BUILD)/tests-gpu/test_mdlstm_parity
 	$(BUILD)/tests-gpu/test_parity
 	$(BUILD)/tests-gpu/test_lstm_parity
 	$(BUILD)/tests-gpu/test_optim_parity
+	$(BUILD)/tests-gpu/test_mdlstm_parity
 	$(BUILD)/rnnlua tests/gpu/test_layers_parity.lua
 
 $(BUILD)/tests-gpu/%: tests/gpu/%.c $(BUILD)/librnnlua.a tests/c/check.h
@@ -129,9 +130,11 @@ $(BUILD)/tests-gpu/%: tests/gpu/%.c $(BUILD)/librnnlua.a tests/c/check.h
 bench: $(BUILD)/rnnlua $(BENCHES)
 	@bash bench/run.sh $(BUILD)
 
-# The GPU benchmarks alone (one SKIP line each without a GPU; `make bench` runs them too).
-bench-gpu: $(BUILD)/bench/lstm_gpu
+# The GPU LSTM benchmark alone: own kernels vs cuDNN per configuration (one SKIP line without a
+# GPU; `make bench` runs it too).
+bench-gpu: $(BUILD)/bench/lstm_gpu $(BUILD)/bench/mdlstm_gpu
 	$(BUILD)/bench/lstm_gpu
+	$(BUILD)/bench/mdlstm_gpu
 
 demo: rnnlua
 	./rnnlua recipes/12ax_blstm.lua

@@ -47,6 +47,13 @@ rl_status rl_lstm_initial_state_grad(rl_layer *l, rl_tensor *dh0, rl_tensor *dc0
  * forget_bias. */
 rl_status rl_mdlstm_create(rl_layer **out, const char *name, const rl_options *opts, int n_in,
                            const int64_t *in_dims);
+/* mdlstm's cell lists (layers/mdlstm.c), exported for tests/c/test_mdlstm.c, which checks
+ * the lists a CUDA device receives: the number of cells of all nd directions of a batch with
+ * sizes sz (B, 2), and every diagonal's lists: diagonal s at cells[first[s] .. first[s+1]-1]
+ * (first: H + W entries), each direction a block of (first[s+1] - first[s]) / nd cells. */
+int64_t rl_mdlstm_count_cells(int nd, int64_t B, const int32_t *sz);
+void rl_mdlstm_list_all(const int *dirs, int nd, int64_t H, int64_t W, int64_t B, const int32_t *sz,
+                        int64_t *cells, int64_t cap, int64_t *first);
 
 /* The 2-D layers (see the top of each layers/X.c): conv2d (n_out, filter_size, padding,
  * strides, activation, with_bias) and pool2d (mode = max | avg, pool_size, strides, padding)

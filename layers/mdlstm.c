@@ -52,6 +52,15 @@
  *   xs[k], gout, dxs[k]           contiguous copies of inputs / grad_out / input gradients
  *                                 whose (H, W, B) dims cannot be folded into rows
  * No allocation happens inside the diagonal loop.
+ *
+ * On a CUDA device (kernels/cuda/mdlstm.cu) the same buffers live on the device and the large
+ * GEMMs go through cuBLAS; the diagonal loop takes all directions of a diagonal together (one
+ * gather, one strided-batched GEMM over the directions, one pointwise launch), so it needs the
+ * cell lists of every diagonal at once: they are built on the host (rl_mdlstm_list_all, the CPU's
+ * list_cells diagonal after diagonal) and copied to the device in one transfer, together with
+ * the sizes, only when the batch's shape or sizes differ from the last one's. dU_left is one
+ * GEMM per direction against a copy of the states shifted by one column (in dcl, free after
+ * the loop) instead of one per image row. Sizes stay a CPU tensor, read on the host.
  */
 #include <inttypes.h>
 #include <stdlib.h>
@@ -61,8 +70,13 @@
 #include "layers.h"
 
 #include "../core/blas.h"
+#include "../core/device.h"
 #include "../kernels/mdlstm.h"
 #include "../kernels/ops.h"
+#ifdef RL_WITH_CUDA
+#include "../kernels/cuda/lstm_cuda.h"
+#include "../kernels/cuda/mdlstm_cuda.h"
+#endif
 
 enum { P_W, P_UUP, P_ULEFT, P_B };
 enum { MAX_DIRS = 4 };
@@ -82,6 +96,16 @@ typedef struct {
     int64_t cells_cap;
     int64_t H, W, B; /* of the last forward */
     bool have_forward;
+    /* CUDA: every diagonal's cell lists (5 * dcap int64, then the sizes (B, 2) int32) on the host
+     * and on the device, diagonal d's cells at dfirst[d] .. dfirst[d+1]-1; valid for dkey_* */
+    char *dhost;
+    size_t dhost_bytes;
+    int64_t *dfirst, dfirst_cap, dcap;
+    rl_storage *dcells;
+    bool dvalid;
+    int64_t dkey_H, dkey_W, dkey_B;
+    rl_device dkey_dev;
+    rl_tensor red; /* (RL_MDLSTM_CUDA_CHUNKS, ndirs*5D): partial column sums of dZ */
 } mdlstm_layer;
 
 /* A row-major matrix operand: pointer and leading dimension. */
@@ -90,13 +114,23 @@ typedef struct {
     int64_t ld;
 } mat;
 
-static void gemm(rl_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k, mat a, mat b,
-                 double beta, mat c) {
-    if (m == 0 || n == 0) return;
+/* c = op(a) op(b) + beta c on the device that holds the operands (the legacy default stream on
+ * a CUDA device, ordered with the tensor ops). */
+static rl_status gemm(rl_device dev, rl_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
+                      mat a, mat b, double beta, mat c) {
+    if (m == 0 || n == 0) return RL_OK;
+#ifdef RL_WITH_CUDA
+    if (dev.type == RL_CUDA)
+        return rl_lstm_cuda_gemm(NULL, dt, ta, tb, m, n, k, 1.0, a.p, a.ld, b.p, b.ld, beta, c.p,
+                                 c.ld);
+#else
+    (void)dev;
+#endif
     if (dt == RL_FLOAT32)
         rl_blas_sgemm(ta, tb, m, n, k, 1.0f, a.p, a.ld, b.p, b.ld, (float)beta, c.p, c.ld);
     else
         rl_blas_dgemm(ta, tb, m, n, k, 1.0, a.p, a.ld, b.p, b.ld, beta, c.p, c.ld);
+    return RL_OK;
 }
 
 /* m offset by `rows` rows and `cols` columns */
@@ -121,28 +155,32 @@ static bool fold_hwb(const rl_tensor *x, mat *m) {
 }
 
 static rl_status param_mat(const mdlstm_layer *L, const rl_tensor *t, const char *pname,
-                           rl_dtype dt, mat *m) {
-    char s[96];
+                           rl_dtype dt, rl_device dev, mat *m) {
+    char s[96], dn[32];
     if (!t->storage || !rl_tensor_is_contiguous(t) || t->dtype != dt ||
-        rl_tensor_device(t).type != RL_CPU)
+        !rl_device_eq(rl_tensor_device(t), dev)) {
+        rl_device_name(dev, dn, sizeof dn);
         return rl_error(RL_EARG,
-                        "layer '%s' (mdlstm): parameter %s must be a contiguous %s CPU tensor, "
-                        "got %s",
-                        L->base.name, pname, rl_dtype_name(dt),
+                        "layer '%s' (mdlstm): parameter %s must be a contiguous %s tensor on %s "
+                        "(the inputs' device), got %s",
+                        L->base.name, pname, rl_dtype_name(dt), dn,
                         t->storage ? rl_tensor_describe(t, s, sizeof s) : "nothing");
+    }
     m->p = rl_tensor_data(t);
     m->ld = t->ndim == 2 ? t->shape[1] : 1;
     return RL_OK;
 }
 
-/* Lists the cells of scan diagonal s for every direction: direction k's cells are
- * cells[off[k] .. off[k+1]-1] of each of the five arrays (pos, up, left, down, right). */
-static void list_cells(const mdlstm_layer *L, int64_t s, const int32_t *sz, int64_t *off) {
-    int64_t W = L->W, B = L->B, cap = L->cells_cap, n = 0;
-    int64_t *pos = L->cells, *up = pos + cap, *left = up + cap, *down = left + cap,
+/* Lists the cells of scan diagonal s for every direction from entry n0 on: direction k's cells
+ * are cells[off[k] .. off[k+1]-1] of each of the five arrays (pos, up, left, down, right; cap
+ * entries apart). Direction k's count is the same for every k: it depends only on the sizes. */
+static void list_cells(const int *dirs, int nd, int64_t W, int64_t B, int64_t s, const int32_t *sz,
+                       int64_t *cells, int64_t cap, int64_t n0, int64_t *off) {
+    int64_t n = n0;
+    int64_t *pos = cells, *up = pos + cap, *left = up + cap, *down = left + cap,
             *right = down + cap;
-    for (int k = 0; k < L->ndirs; k++) {
-        bool fx = L->dirs[k] & 1, fy = L->dirs[k] & 2;
+    for (int k = 0; k < nd; k++) {
+        bool fx = dirs[k] & 1, fy = dirs[k] & 2;
         int64_t sy = fy ? -1 : 1, sx = fx ? -1 : 1; /* actual step of a scan step */
         off[k] = n;
         for (int64_t b = 0; b < B; b++) {
@@ -161,7 +199,24 @@ static void list_cells(const mdlstm_layer *L, int64_t s, const int32_t *sz, int6
             }
         }
     }
-    off[L->ndirs] = n;
+    off[nd] = n;
+}
+
+int64_t rl_mdlstm_count_cells(int nd, int64_t B, const int32_t *sz) {
+    int64_t n = 0;
+    for (int64_t b = 0; b < B; b++)
+        n += (int64_t)sz[2 * b] * sz[2 * b + 1];
+    return nd * n;
+}
+
+void rl_mdlstm_list_all(const int *dirs, int nd, int64_t H, int64_t W, int64_t B, const int32_t *sz,
+                        int64_t *cells, int64_t cap, int64_t *first) {
+    int64_t off[MAX_DIRS + 1];
+    first[0] = 0;
+    for (int64_t s = 0; s < H + W - 1; s++) {
+        list_cells(dirs, nd, W, B, s, sz, cells, cap, first[s], off);
+        first[s + 1] = off[nd];
+    }
 }
 
 static rl_status ensure_cells(mdlstm_layer *L, int64_t cap) {
@@ -197,20 +252,156 @@ static void stack_u(mdlstm_layer *L, mat Uu, mat Ul, rl_dtype dt, bool backward)
         }
 }
 
+/* The batch's tensors are on the CPU, or on a CUDA device in a CUDA build: each goes only to
+ * its own device's code. */
+static rl_status check_device(const rl_layer *l, rl_device dev) {
+#ifndef RL_WITH_CUDA
+    if (dev.type != RL_CPU)
+        return rl_error(RL_EDEVICE,
+                        "layer '%s' (mdlstm): the inputs are on a CUDA device, but rnnlua was "
+                        "built without CUDA",
+                        l->name);
+#else
+    (void)l, (void)dev;
+#endif
+    return RL_OK;
+}
+
+/* t (a tensor the batch hands in) must be on dev, the device of the layer's inputs. */
+static rl_status check_on(const rl_layer *l, const rl_tensor *t, const char *what, rl_device dev) {
+    char s[96], dn[32];
+    if (rl_device_eq(rl_tensor_device(t), dev)) return RL_OK;
+    rl_device_name(dev, dn, sizeof dn);
+    return rl_error(RL_EDEVICE, "layer '%s' (mdlstm): %s is %s, expected a tensor on %s", l->name,
+                    what, rl_tensor_describe(t, s, sizeof s), dn);
+}
+
+static void diagonals_fwd_cpu(mdlstm_layer *L, rl_dtype dt, const int32_t *sz, mat Z, mat Hs,
+                              mat Cs, mat bias) {
+    int64_t H = L->H, W = L->W, D = L->D, nd = L->ndirs, ldz = Z.ld, ldh = Hs.ld;
+    int64_t cap = L->cells_cap, off[MAX_DIRS + 1];
+    const int64_t *pos = L->cells, *up = pos + cap, *left = up + cap;
+    for (int64_t s = 0; s < H + W - 1; s++) {
+        list_cells(L->dirs, L->ndirs, W, L->B, s, sz, L->cells, cap, 0, off);
+        for (int k = 0; k < nd; k++) {
+            int64_t o = off[k], n = off[k + 1] - o;
+            if (n == 0) continue;
+            mat hk = sub(Hs, 0, k * D, dt), ck = sub(Cs, 0, k * D, dt),
+                zk = sub(Z, 0, k * 5 * D, dt);
+            mat A = tmat(&L->s1, 2 * D), R = tmat(&L->s3, 5 * D);
+            mat Uk = sub(tmat(&L->ucat, 5 * D), k * 2 * D, 0, dt);
+            const void *bk = (char *)bias.p + (size_t)(k * 5 * D) * rl_dtype_size(dt);
+            if (dt == RL_FLOAT32) {
+                rl_mdlstm_cpu_gather_f32(n, D, up + o, hk.p, ldh, A.p, 2 * D);
+                rl_mdlstm_cpu_gather_f32(n, D, left + o, hk.p, ldh, sub(A, 0, D, dt).p, 2 * D);
+            } else {
+                rl_mdlstm_cpu_gather_f64(n, D, up + o, hk.p, ldh, A.p, 2 * D);
+                rl_mdlstm_cpu_gather_f64(n, D, left + o, hk.p, ldh, sub(A, 0, D, dt).p, 2 * D);
+            }
+            gemm(RL_DEVICE_CPU, dt, false, false, n, 5 * D, 2 * D, A, Uk, 0.0, R);
+            if (dt == RL_FLOAT32)
+                rl_mdlstm_cpu_fwd_f32(L->stable, n, D, pos + o, up + o, left + o, zk.p, ldz, R.p,
+                                      bk, ck.p, hk.p, ldh);
+            else
+                rl_mdlstm_cpu_fwd_f64(L->stable, n, D, pos + o, up + o, left + o, zk.p, ldz, R.p,
+                                      bk, ck.p, hk.p, ldh);
+        }
+    }
+}
+
+/* out = the directions' states summed (0 on padding, where every state is 0) */
+static void sum_dirs_cpu(const mdlstm_layer *L, rl_dtype dt, int64_t N, mat Hs, void *out) {
+    int64_t D = L->D, nd = L->ndirs, ldh = Hs.ld;
+    size_t es = rl_dtype_size(dt);
+    for (int64_t r = 0; r < N; r++) {
+        char *o = (char *)out + (size_t)(r * D) * es;
+        const char *h = (const char *)Hs.p + (size_t)(r * ldh) * es;
+        if (dt == RL_FLOAT32) {
+            float *of = (float *)o;
+            const float *hf = (const float *)h;
+            for (int64_t j = 0; j < D; j++) {
+                float a = 0;
+                for (int k = 0; k < nd; k++)
+                    a += hf[k * D + j];
+                of[j] = a;
+            }
+        } else {
+            double *od = (double *)o;
+            const double *hd = (const double *)h;
+            for (int64_t j = 0; j < D; j++) {
+                double a = 0;
+                for (int k = 0; k < nd; k++)
+                    a += hd[k * D + j];
+                od[j] = a;
+            }
+        }
+    }
+}
+
+#ifdef RL_WITH_CUDA
+/* Every diagonal's cell lists and the sizes on the device, in one transfer; kept while batches
+ * come with the same shape and sizes on the same device. */
+static rl_status device_cells(mdlstm_layer *L, rl_device dev, const int32_t *sz) {
+    int64_t H = L->H, W = L->W, B = L->B;
+    int64_t cap = rl_mdlstm_count_cells(L->ndirs, B, sz);
+    size_t cbytes = (size_t)(5 * cap) * sizeof(int64_t), sbytes = (size_t)(2 * B) * sizeof *sz;
+    size_t bytes = cbytes + sbytes;
+    if (L->dvalid && L->dkey_H == H && L->dkey_W == W && L->dkey_B == B && L->dcap == cap &&
+        rl_device_eq(L->dkey_dev, dev) && memcmp(L->dhost + cbytes, sz, sbytes) == 0)
+        return RL_OK;
+    L->dvalid = false;
+    if (bytes > L->dhost_bytes) {
+        char *p = realloc(L->dhost, bytes);
+        if (!p)
+            return rl_error(RL_ENOMEM,
+                            "layer '%s' (mdlstm): out of host memory for %" PRId64 " cell lists",
+                            L->base.name, cap);
+        L->dhost = p;
+        L->dhost_bytes = bytes;
+    }
+    if (H + W > L->dfirst_cap) {
+        int64_t *p = realloc(L->dfirst, (size_t)(H + W) * sizeof *p);
+        if (!p) return rl_error(RL_ENOMEM, "layer '%s' (mdlstm): out of host memory", L->base.name);
+        L->dfirst = p;
+        L->dfirst_cap = H + W;
+    }
+    rl_mdlstm_list_all(L->dirs, L->ndirs, H, W, B, sz, (int64_t *)(void *)L->dhost, cap, L->dfirst);
+    memcpy(L->dhost + cbytes, sz, sbytes);
+    if (!L->dcells || L->dcells->nbytes < bytes || !rl_device_eq(L->dcells->device, dev)) {
+        rl_storage_release(L->dcells);
+        L->dcells = NULL;
+        RL_TRY(rl_storage_new(&L->dcells, bytes, dev));
+    }
+    RL_TRY(rl_device_memcpy(L->dcells->data, dev, L->dhost, RL_DEVICE_CPU, bytes));
+    L->dcap = cap;
+    L->dkey_H = H;
+    L->dkey_W = W;
+    L->dkey_B = B;
+    L->dkey_dev = dev;
+    L->dvalid = true;
+    return RL_OK;
+}
+
+static const int64_t *dev_cells(const mdlstm_layer *L) { return L->dcells->data; }
+
+static const int32_t *dev_sizes(const mdlstm_layer *L) {
+    return (const int32_t *)(const void *)((const char *)L->dcells->data +
+                                           (size_t)(5 * L->dcap) * sizeof(int64_t));
+}
+#endif
+
 static rl_status mdlstm_forward(rl_layer *l, rl_layer_io *io) {
     mdlstm_layer *L = (mdlstm_layer *)l;
     int64_t H, W, B, D = L->D, nd = L->ndirs;
     RL_TRY(rl_layer_check_inputs_2d(l, io, &H, &W, &B));
     rl_dtype dt = io->in[0]->dtype;
     rl_device dev = rl_tensor_device(io->in[0]);
-    if (dev.type != RL_CPU)
-        return rl_error(RL_EDEVICE, "layer '%s' (mdlstm): only CPU tensors are supported so far",
-                        l->name);
+    RL_TRY(check_device(l, dev));
     mat Wm, Uu, Ul, bias;
-    RL_TRY(param_mat(L, &l->params[P_W].value, "W", dt, &Wm));
-    RL_TRY(param_mat(L, &l->params[P_UUP].value, "U_up", dt, &Uu));
-    RL_TRY(param_mat(L, &l->params[P_ULEFT].value, "U_left", dt, &Ul));
-    RL_TRY(param_mat(L, &l->params[P_B].value, "b", dt, &bias));
+    RL_TRY(param_mat(L, &l->params[P_W].value, "W", dt, dev, &Wm));
+    RL_TRY(param_mat(L, &l->params[P_UUP].value, "U_up", dt, dev, &Uu));
+    RL_TRY(param_mat(L, &l->params[P_ULEFT].value, "U_left", dt, dev, &Ul));
+    RL_TRY(param_mat(L, &l->params[P_B].value, "b", dt, dev, &bias));
 
     int64_t N = H * W * B, ldz = nd * 5 * D, ldh = nd * D;
     int64_t nmax = nd * B * (H < W ? H : W), s1n = nmax * 10 * D, s3n = nmax * 5 * D,
@@ -223,8 +414,16 @@ static rl_status mdlstm_forward(rl_layer *l, rl_layer_io *io) {
     RL_TRY(rl_buffer_ensure(&L->s1, dt, dev, 1, &s1n));
     RL_TRY(rl_buffer_ensure(&L->s3, dt, dev, 1, &s3n));
     RL_TRY(rl_buffer_ensure(&L->ucat, dt, dev, 1, &un));
-    stack_u(L, Uu, Ul, dt, false);
-    RL_TRY(ensure_cells(L, nmax));
+    if (dev.type == RL_CPU) {
+        stack_u(L, Uu, Ul, dt, false);
+        RL_TRY(ensure_cells(L, nmax));
+    }
+#ifdef RL_WITH_CUDA
+    else {
+        RL_TRY(rl_mdlstm_cuda_stack_u(NULL, dt, (int)nd, D, Uu.p, Ul.p, rl_tensor_data(&L->ucat),
+                                      false));
+    }
+#endif
     L->H = H;
     L->W = W;
     L->B = B;
@@ -243,67 +442,28 @@ static rl_status mdlstm_forward(rl_layer *l, rl_layer_io *io) {
             RL_TRY(rl_op_copy(&L->xs[k], io->in[k]));
             X = tmat(&L->xs[k], l->in_dims[k]);
         }
-        gemm(dt, false, false, N, ldz, l->in_dims[k], X, sub(Wm, row, 0, dt), k ? 1.0 : 0.0, Z);
+        RL_TRY(gemm(dev, dt, false, false, N, ldz, l->in_dims[k], X, sub(Wm, row, 0, dt),
+                    k ? 1.0 : 0.0, Z));
         row += l->in_dims[k];
     }
 
     const int32_t *sz = rl_tensor_data(io->sizes);
-    int64_t cap = L->cells_cap, off[MAX_DIRS + 1];
-    const int64_t *pos = L->cells, *up = pos + cap, *left = up + cap;
     mat Hs = tmat(hst, ldh), Cs = tmat(&L->cs, ldh);
-    for (int64_t s = 0; s < H + W - 1; s++) {
-        list_cells(L, s, sz, off);
-        for (int k = 0; k < nd; k++) {
-            int64_t o = off[k], n = off[k + 1] - o;
-            if (n == 0) continue;
-            mat hk = sub(Hs, 0, k * D, dt), ck = sub(Cs, 0, k * D, dt),
-                zk = sub(Z, 0, k * 5 * D, dt);
-            mat A = tmat(&L->s1, 2 * D), R = tmat(&L->s3, 5 * D);
-            mat Uk = sub(tmat(&L->ucat, 5 * D), k * 2 * D, 0, dt);
-            const void *bk = (char *)bias.p + (size_t)(k * 5 * D) * rl_dtype_size(dt);
-            if (dt == RL_FLOAT32) {
-                rl_mdlstm_cpu_gather_f32(n, D, up + o, hk.p, ldh, A.p, 2 * D);
-                rl_mdlstm_cpu_gather_f32(n, D, left + o, hk.p, ldh, sub(A, 0, D, dt).p, 2 * D);
-            } else {
-                rl_mdlstm_cpu_gather_f64(n, D, up + o, hk.p, ldh, A.p, 2 * D);
-                rl_mdlstm_cpu_gather_f64(n, D, left + o, hk.p, ldh, sub(A, 0, D, dt).p, 2 * D);
-            }
-            gemm(dt, false, false, n, 5 * D, 2 * D, A, Uk, 0.0, R);
-            if (dt == RL_FLOAT32)
-                rl_mdlstm_cpu_fwd_f32(L->stable, n, D, pos + o, up + o, left + o, zk.p, ldz, R.p,
-                                      bk, ck.p, hk.p, ldh);
-            else
-                rl_mdlstm_cpu_fwd_f64(L->stable, n, D, pos + o, up + o, left + o, zk.p, ldz, R.p,
-                                      bk, ck.p, hk.p, ldh);
-        }
+    if (dev.type == RL_CPU) {
+        diagonals_fwd_cpu(L, dt, sz, Z, Hs, Cs, bias);
+        if (L->sum) sum_dirs_cpu(L, dt, N, Hs, rl_tensor_data(&l->out));
     }
-    if (L->sum) {
-        /* out = the directions' states summed (0 on padding, where every state is 0) */
-        size_t es = rl_dtype_size(dt);
-        for (int64_t r = 0; r < N; r++) {
-            char *o = (char *)rl_tensor_data(&l->out) + (size_t)(r * D) * es;
-            const char *h = (const char *)Hs.p + (size_t)(r * ldh) * es;
-            if (dt == RL_FLOAT32) {
-                float *of = (float *)o;
-                const float *hf = (const float *)h;
-                for (int64_t j = 0; j < D; j++) {
-                    float a = 0;
-                    for (int k = 0; k < nd; k++)
-                        a += hf[k * D + j];
-                    of[j] = a;
-                }
-            } else {
-                double *od = (double *)o;
-                const double *hd = (const double *)h;
-                for (int64_t j = 0; j < D; j++) {
-                    double a = 0;
-                    for (int k = 0; k < nd; k++)
-                        a += hd[k * D + j];
-                    od[j] = a;
-                }
-            }
-        }
+#ifdef RL_WITH_CUDA
+    else {
+        RL_TRY(device_cells(L, dev, sz));
+        RL_TRY(rl_mdlstm_cuda_forward(NULL, dt, L->stable, (int)nd, D, H + W - 1, L->dfirst,
+                                      dev_cells(L), L->dcap, Z.p, ldz, rl_tensor_data(&L->ucat),
+                                      bias.p, Cs.p, Hs.p, ldh, rl_tensor_data(&L->s1),
+                                      rl_tensor_data(&L->s3)));
+        if (L->sum)
+            RL_TRY(rl_mdlstm_cuda_sum_dirs(NULL, dt, N, (int)nd, D, Hs.p, rl_tensor_data(&l->out)));
     }
+#endif
     L->have_forward = true;
     return RL_OK;
 }
@@ -331,61 +491,14 @@ static void finish_dz(const mdlstm_layer *L, const int32_t *sz, rl_dtype dt, voi
             }
 }
 
-static rl_status mdlstm_backward(rl_layer *l, rl_layer_io *io, const rl_tensor *grad_out,
-                                 rl_tensor *const *grad_in) {
-    mdlstm_layer *L = (mdlstm_layer *)l;
-    int64_t H = L->H, W = L->W, B = L->B, D = L->D, nd = L->ndirs;
-    int64_t N = H * W * B, ldz = nd * 5 * D, ldh = nd * D;
-    char s1[96], s2[96];
-    if (!L->have_forward)
-        return rl_error(RL_EARG, "layer '%s' (mdlstm): backward without a forward", l->name);
-    rl_dtype dt = L->z.dtype;
-    rl_device dev = rl_tensor_device(&L->z);
-    mat dout = {NULL, 0};
-    if (grad_out) {
-        if (grad_out->ndim != 4 || grad_out->shape[0] != H || grad_out->shape[1] != W ||
-            grad_out->shape[2] != B || grad_out->shape[3] != l->n_out || grad_out->dtype != dt ||
-            rl_tensor_device(grad_out).type != RL_CPU)
-            return rl_error(RL_ESHAPE,
-                            "layer '%s' (mdlstm): grad_out is %s, expected (%" PRId64 ", %" PRId64
-                            ", %" PRId64 ", %" PRId64 ") %s",
-                            l->name, rl_tensor_describe(grad_out, s1, sizeof s1), H, W, B, l->n_out,
-                            rl_dtype_name(dt));
-        if (!fold_hwb(grad_out, &dout)) {
-            RL_TRY(rl_buffer_ensure(&L->gout, dt, dev, 4, grad_out->shape));
-            RL_TRY(rl_op_copy(&L->gout, grad_out));
-            dout = tmat(&L->gout, l->n_out);
-        }
-    }
-    for (int k = 0; k < io->n_in; k++) {
-        rl_tensor *gi = grad_in ? grad_in[k] : NULL;
-        if (gi && (!rl_tensor_same_shape(gi, io->in[k]) || gi->dtype != dt))
-            return rl_error(RL_ESHAPE, "layer '%s' (mdlstm): grad_in[%d] is %s, expected %s",
-                            l->name, k + 1, rl_tensor_describe(gi, s1, sizeof s1),
-                            rl_tensor_describe(io->in[k], s2, sizeof s2));
-    }
-    mat Wm, Uu, Ul, dW, dUu, dUl, db;
-    RL_TRY(param_mat(L, &l->params[P_W].value, "W", dt, &Wm));
-    RL_TRY(param_mat(L, &l->params[P_UUP].value, "U_up", dt, &Uu));
-    RL_TRY(param_mat(L, &l->params[P_ULEFT].value, "U_left", dt, &Ul));
-    RL_TRY(param_mat(L, &l->params[P_W].grad, "W (gradient)", dt, &dW));
-    RL_TRY(param_mat(L, &l->params[P_UUP].grad, "U_up (gradient)", dt, &dUu));
-    RL_TRY(param_mat(L, &l->params[P_ULEFT].grad, "U_left (gradient)", dt, &dUl));
-    RL_TRY(param_mat(L, &l->params[P_B].grad, "b (gradient)", dt, &db));
-    int64_t hs4[4] = {H, W, B, ldh};
-    RL_TRY(rl_buffer_ensure(&L->dcu, dt, dev, 4, hs4));
-    RL_TRY(rl_buffer_ensure(&L->dcl, dt, dev, 4, hs4));
-    stack_u(L, Uu, Ul, dt, true);
-    L->have_forward = false; /* the gates become dZ */
-
-    const int32_t *sz = rl_tensor_data(io->sizes);
+static void diagonals_bwd_cpu(mdlstm_layer *L, rl_dtype dt, const int32_t *sz, mat Z, mat Cs,
+                              mat Dcu, mat Dcl, mat dout) {
+    int64_t H = L->H, W = L->W, D = L->D, nd = L->ndirs, ldz = Z.ld, ldh = Cs.ld;
     int64_t cap = L->cells_cap, off[MAX_DIRS + 1];
     const int64_t *pos = L->cells, *up = pos + cap, *left = up + cap, *down = left + cap,
                   *right = down + cap;
-    mat Z = tmat(&L->z, ldz), Hs = tmat(L->sum ? &L->hs : &l->out, ldh), Cs = tmat(&L->cs, ldh);
-    mat Dcu = tmat(&L->dcu, ldh), Dcl = tmat(&L->dcl, ldh);
     for (int64_t s = H + W - 2; s >= 0; s--) {
-        list_cells(L, s, sz, off);
+        list_cells(L->dirs, L->ndirs, W, L->B, s, sz, L->cells, cap, 0, off);
         for (int k = 0; k < nd; k++) {
             int64_t o = off[k], n = off[k + 1] - o;
             if (n == 0) continue;
@@ -402,7 +515,7 @@ static rl_status mdlstm_backward(rl_layer *l, rl_layer_io *io, const rl_tensor *
                 rl_mdlstm_cpu_gather_f64(n, 5 * D, down + o, zk.p, ldz, Gs.p, 10 * D);
                 rl_mdlstm_cpu_gather_f64(n, 5 * D, right + o, zk.p, ldz, gr, 10 * D);
             }
-            gemm(dt, false, true, n, D, 10 * D, Gs, Uk, 0.0, dH);
+            gemm(RL_DEVICE_CPU, dt, false, true, n, D, 10 * D, Gs, Uk, 0.0, dH);
             if (dt == RL_FLOAT32)
                 rl_mdlstm_cpu_bwd_f32(L->stable, n, D, pos + o, up + o, left + o, down + o,
                                       right + o, zk.p, ldz, dH.p, dk, dout.ld, ck.p, ak.p, lk.p,
@@ -413,7 +526,82 @@ static rl_status mdlstm_backward(rl_layer *l, rl_layer_io *io, const rl_tensor *
                                       ldh);
         }
     }
-    finish_dz(L, sz, dt, Z.p, db.p);
+}
+
+static rl_status mdlstm_backward(rl_layer *l, rl_layer_io *io, const rl_tensor *grad_out,
+                                 rl_tensor *const *grad_in) {
+    mdlstm_layer *L = (mdlstm_layer *)l;
+    int64_t H = L->H, W = L->W, B = L->B, D = L->D, nd = L->ndirs;
+    int64_t N = H * W * B, ldz = nd * 5 * D, ldh = nd * D;
+    char s1[96], s2[96];
+    if (!L->have_forward)
+        return rl_error(RL_EARG, "layer '%s' (mdlstm): backward without a forward", l->name);
+    rl_dtype dt = L->z.dtype;
+    rl_device dev = rl_tensor_device(&L->z);
+    mat dout = {NULL, 0};
+    if (grad_out) {
+        if (grad_out->ndim != 4 || grad_out->shape[0] != H || grad_out->shape[1] != W ||
+            grad_out->shape[2] != B || grad_out->shape[3] != l->n_out || grad_out->dtype != dt)
+            return rl_error(RL_ESHAPE,
+                            "layer '%s' (mdlstm): grad_out is %s, expected (%" PRId64 ", %" PRId64
+                            ", %" PRId64 ", %" PRId64 ") %s",
+                            l->name, rl_tensor_describe(grad_out, s1, sizeof s1), H, W, B, l->n_out,
+                            rl_dtype_name(dt));
+        RL_TRY(check_on(l, grad_out, "grad_out", dev));
+        if (!fold_hwb(grad_out, &dout)) {
+            RL_TRY(rl_buffer_ensure(&L->gout, dt, dev, 4, grad_out->shape));
+            RL_TRY(rl_op_copy(&L->gout, grad_out));
+            dout = tmat(&L->gout, l->n_out);
+        }
+    }
+    for (int k = 0; k < io->n_in; k++) {
+        rl_tensor *gi = grad_in ? grad_in[k] : NULL;
+        if (gi && (!rl_tensor_same_shape(gi, io->in[k]) || gi->dtype != dt))
+            return rl_error(RL_ESHAPE, "layer '%s' (mdlstm): grad_in[%d] is %s, expected %s",
+                            l->name, k + 1, rl_tensor_describe(gi, s1, sizeof s1),
+                            rl_tensor_describe(io->in[k], s2, sizeof s2));
+        RL_TRY(check_on(l, io->in[k], "an input", dev));
+        if (gi) RL_TRY(check_on(l, gi, "an input gradient", dev));
+    }
+    mat Wm, Uu, Ul, dW, dUu, dUl, db;
+    RL_TRY(param_mat(L, &l->params[P_W].value, "W", dt, dev, &Wm));
+    RL_TRY(param_mat(L, &l->params[P_UUP].value, "U_up", dt, dev, &Uu));
+    RL_TRY(param_mat(L, &l->params[P_ULEFT].value, "U_left", dt, dev, &Ul));
+    RL_TRY(param_mat(L, &l->params[P_W].grad, "W (gradient)", dt, dev, &dW));
+    RL_TRY(param_mat(L, &l->params[P_UUP].grad, "U_up (gradient)", dt, dev, &dUu));
+    RL_TRY(param_mat(L, &l->params[P_ULEFT].grad, "U_left (gradient)", dt, dev, &dUl));
+    RL_TRY(param_mat(L, &l->params[P_B].grad, "b (gradient)", dt, dev, &db));
+    int64_t hs4[4] = {H, W, B, ldh};
+    RL_TRY(rl_buffer_ensure(&L->dcu, dt, dev, 4, hs4));
+    RL_TRY(rl_buffer_ensure(&L->dcl, dt, dev, 4, hs4));
+    if (dev.type == RL_CPU) stack_u(L, Uu, Ul, dt, true);
+#ifdef RL_WITH_CUDA
+    else {
+        int64_t rs[2] = {RL_MDLSTM_CUDA_CHUNKS, ldz};
+        RL_TRY(rl_buffer_ensure(&L->red, dt, dev, 2, rs));
+        RL_TRY(rl_mdlstm_cuda_stack_u(NULL, dt, (int)nd, D, Uu.p, Ul.p, rl_tensor_data(&L->ucat),
+                                      true));
+    }
+#endif
+    L->have_forward = false; /* the gates become dZ */
+
+    const int32_t *sz = rl_tensor_data(io->sizes);
+    mat Z = tmat(&L->z, ldz), Hs = tmat(L->sum ? &L->hs : &l->out, ldh), Cs = tmat(&L->cs, ldh);
+    mat Dcu = tmat(&L->dcu, ldh), Dcl = tmat(&L->dcl, ldh);
+    if (dev.type == RL_CPU) {
+        diagonals_bwd_cpu(L, dt, sz, Z, Cs, Dcu, Dcl, dout);
+        finish_dz(L, sz, dt, Z.p, db.p);
+    }
+#ifdef RL_WITH_CUDA
+    else {
+        RL_TRY(rl_mdlstm_cuda_backward(NULL, dt, L->stable, (int)nd, D, H + W - 1, L->dfirst,
+                                       dev_cells(L), L->dcap, Z.p, ldz, rl_tensor_data(&L->ucat),
+                                       dout.p, dout.ld, L->sum ? 0 : D, Cs.p, Dcu.p, Dcl.p, ldh,
+                                       rl_tensor_data(&L->s1), rl_tensor_data(&L->s3)));
+        RL_TRY(rl_mdlstm_cuda_finish_dz(NULL, dt, H, W, B, dev_sizes(L), Z.p, ldz,
+                                        rl_tensor_data(&L->red), db.p));
+    }
+#endif
 
     /* dU: the predecessors' states are the stored states shifted by one row (up) or one
      * column (left); a predecessor outside the image is a padded position, whose state is 0,
@@ -422,22 +610,37 @@ static rl_status mdlstm_backward(rl_layer *l, rl_layer_io *io, const rl_tensor *
     for (int k = 0; k < nd && H > 1; k++) {
         bool fy = L->dirs[k] & 2;
         mat hk = sub(Hs, fy ? WB : 0, k * D, dt), zk = sub(Z, fy ? 0 : WB, k * 5 * D, dt);
-        gemm(dt, true, false, D, 5 * D, (H - 1) * WB, hk, zk, 1.0, sub(dUu, 0, k * 5 * D, dt));
+        RL_TRY(gemm(dev, dt, true, false, D, 5 * D, (H - 1) * WB, hk, zk, 1.0,
+                    sub(dUu, 0, k * 5 * D, dt)));
     }
-    for (int k = 0; k < nd && W > 1; k++) {
-        bool fx = L->dirs[k] & 1;
-        for (int64_t y = 0; y < H; y++) {
-            mat hk = sub(Hs, y * WB + (fx ? B : 0), k * D, dt);
-            mat zk = sub(Z, y * WB + (fx ? 0 : B), k * 5 * D, dt);
-            gemm(dt, true, false, D, 5 * D, (W - 1) * B, hk, zk, 1.0, sub(dUl, 0, k * 5 * D, dt));
+    if (dev.type == RL_CPU) {
+        for (int k = 0; k < nd && W > 1; k++) {
+            bool fx = L->dirs[k] & 1;
+            for (int64_t y = 0; y < H; y++) {
+                mat hk = sub(Hs, y * WB + (fx ? B : 0), k * D, dt);
+                mat zk = sub(Z, y * WB + (fx ? 0 : B), k * 5 * D, dt);
+                gemm(dev, dt, true, false, D, 5 * D, (W - 1) * B, hk, zk, 1.0,
+                     sub(dUl, 0, k * 5 * D, dt));
+            }
         }
     }
+#ifdef RL_WITH_CUDA
+    else if (W > 1) {
+        unsigned flip_x = 0;
+        for (int k = 0; k < nd; k++)
+            flip_x |= (L->dirs[k] & 1) ? 1u << k : 0u;
+        RL_TRY(rl_mdlstm_cuda_shift_left(NULL, dt, H, W, B, (int)nd, flip_x, D, Hs.p, Dcl.p));
+        for (int k = 0; k < nd; k++)
+            RL_TRY(gemm(dev, dt, true, false, D, 5 * D, N, sub(Dcl, 0, k * D, dt),
+                        sub(Z, 0, k * 5 * D, dt), 1.0, sub(dUl, 0, k * 5 * D, dt)));
+    }
+#endif
     int64_t row = 0;
     for (int k = 0; k < io->n_in; k++) {
         int64_t F = l->in_dims[k];
         mat X;
         if (!fold_hwb(io->in[k], &X)) X = tmat(&L->xs[k], F);
-        gemm(dt, true, false, F, ldz, N, X, Z, 1.0, sub(dW, row, 0, dt));
+        RL_TRY(gemm(dev, dt, true, false, F, ldz, N, X, Z, 1.0, sub(dW, row, 0, dt)));
         rl_tensor *gi = grad_in ? grad_in[k] : NULL;
         if (gi) {
             mat G;
@@ -446,7 +649,7 @@ static rl_status mdlstm_backward(rl_layer *l, rl_layer_io *io, const rl_tensor *
                 RL_TRY(rl_buffer_ensure(&L->dxs[k], dt, dev, 4, gi->shape));
                 G = tmat(&L->dxs[k], F);
             }
-            gemm(dt, false, true, N, F, ldz, Z, sub(Wm, row, 0, dt), 0.0, G);
+            RL_TRY(gemm(dev, dt, false, true, N, F, ldz, Z, sub(Wm, row, 0, dt), 0.0, G));
             if (!direct) RL_TRY(rl_op_copy(gi, &L->dxs[k]));
         }
         row += F;
@@ -456,7 +659,8 @@ static rl_status mdlstm_backward(rl_layer *l, rl_layer_io *io, const rl_tensor *
 
 static void mdlstm_destroy(rl_layer *l) {
     mdlstm_layer *L = (mdlstm_layer *)l;
-    rl_tensor *ts[] = {&L->z, &L->hs, &L->cs, &L->dcu, &L->dcl, &L->s1, &L->s3, &L->ucat, &L->gout};
+    rl_tensor *ts[] = {&L->z,  &L->hs, &L->cs,   &L->dcu,  &L->dcl,
+                       &L->s1, &L->s3, &L->ucat, &L->gout, &L->red};
     for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
         rl_tensor_release(ts[i]);
     for (int k = 0; k < RL_LAYER_MAX_INPUTS; k++) {
@@ -464,6 +668,9 @@ static void mdlstm_destroy(rl_layer *l) {
         rl_tensor_release(&L->dxs[k]);
     }
     free(L->cells);
+    free(L->dhost);
+    free(L->dfirst);
+    rl_storage_release(L->dcells);
 }
 
 /* The forget gates' bias blocks start at forget_bias: a of every direction, and b for the

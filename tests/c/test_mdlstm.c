@@ -3,7 +3,9 @@
  * direction and all four, concat and sum, both cell types, two inputs (one a narrowed view);
  * outputs 0 on padding; a central-difference gradient check in float64 of the inputs and all
  * parameters for every direction and both cells, with the padding's input gradient exactly 0
- * and perturbations there changing nothing; float32 near float64; errors that name the layer.
+ * and perturbations there changing nothing; float32 near float64; errors that name the layer;
+ * the cell lists of every diagonal that the CUDA path copies to the device, against lists
+ * derived here from each image's positions.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -425,6 +427,80 @@ static void test_float32(void) {
     }
 }
 
+/* ---- every diagonal's cell lists (what layers/mdlstm.c copies to a CUDA device) ---- */
+
+
+/* Checks the lists of directions `codes` on (Hh, Ww, Bb) images of sizes sz against ones derived
+ * from each image's positions in raster order: per diagonal s and direction k, the positions
+ * whose scan coordinates (ys, xs) add up to s, image by image and by ys within an image, with
+ * their neighbours' rows in that direction (-1 outside the image). Returns the mismatches. */
+static int64_t check_lists(const int *codes, int nd, int64_t Hh, int64_t Ww, int64_t Bb,
+                           const int32_t *sz) {
+    int64_t cap = rl_mdlstm_count_cells(nd, Bb, sz), bad = 0, want_cap = 0;
+    for (int64_t b = 0; b < Bb; b++)
+        want_cap += nd * sz[2 * b] * sz[2 * b + 1];
+    if (cap != want_cap) return 1;
+    int64_t *cells = malloc(sizeof(int64_t) * (size_t)(5 * cap)),
+            *first = malloc(sizeof(int64_t) * (size_t)(Hh + Ww));
+    rl_mdlstm_list_all(codes, nd, Hh, Ww, Bb, sz, cells, cap, first);
+    bad += first[0] != 0 || first[Hh + Ww - 1] != cap;
+    for (int64_t s = 0; s + 1 < Hh + Ww && !bad; s++) {
+        int64_t ntot = first[s + 1] - first[s], n = ntot / nd;
+        bad += ntot % nd != 0;
+        for (int k = 0; k < nd && !bad; k++) {
+            bool fx = codes[k] & 1, fy = codes[k] & 2;
+            int64_t e = first[s] + k * n; /* the next entry to match */
+            for (int64_t b = 0; b < Bb; b++) {
+                int64_t h = sz[2 * b], w = sz[2 * b + 1];
+                /* ys ascending along the diagonal is y ascending unless y is flipped */
+                for (int64_t i = 0; i < h; i++) {
+                    int64_t y = fy ? h - 1 - i : i;
+                    for (int64_t x = 0; x < w; x++) {
+                        int64_t ys = fy ? h - 1 - y : y, xs = fx ? w - 1 - x : x;
+                        if (ys + xs != s) continue;
+                        int64_t uy = fy ? y + 1 : y - 1, lx = fx ? x + 1 : x - 1;
+                        int64_t dy = fy ? y - 1 : y + 1, rx = fx ? x - 1 : x + 1;
+                        int64_t want[5] = {
+                            (y * Ww + x) * Bb + b,
+                            uy >= 0 && uy < h ? (uy * Ww + x) * Bb + b : -1,
+                            lx >= 0 && lx < w ? (y * Ww + lx) * Bb + b : -1,
+                            dy >= 0 && dy < h ? (dy * Ww + x) * Bb + b : -1,
+                            rx >= 0 && rx < w ? (y * Ww + rx) * Bb + b : -1,
+                        };
+                        for (int a = 0; a < 5; a++)
+                            bad += e >= first[s] + (k + 1) * n || cells[a * cap + e] != want[a];
+                        e++;
+                    }
+                }
+            }
+            bad += e != first[s] + (k + 1) * n;
+        }
+    }
+    free(cells);
+    free(first);
+    return bad;
+}
+
+static void test_device_lists(void) {
+    const int32_t tall[4][2] = {{7, 2}, {1, 1}, {3, 2}, {5, 1}};
+    int all[4] = {0, 1, 2, 3}, two[2] = {3, 0}, one[1] = {2};
+    CHECK(check_lists(all, 4, H, W, B, &SIZES[0][0]) == 0);
+    CHECK(check_lists(two, 2, H, W, B, &SIZES[0][0]) == 0);
+    CHECK(check_lists(one, 1, H, W, B, &SIZES[0][0]) == 0);
+    CHECK(check_lists(all, 4, 7, 2, 4, &tall[0][0]) == 0);
+    CHECK(check_lists(two, 2, 8, 3, 4, &tall[0][0]) == 0);
+    /* the check can fail: a list built for other sizes does not match */
+    int32_t other[B][2];
+    memcpy(other, SIZES, sizeof other);
+    CHECK(check_lists(all, 4, H, W, B, &other[0][0]) == 0);
+    other[1][1] = 4;
+    int64_t cap = rl_mdlstm_count_cells(4, B, &other[0][0]);
+    int64_t *cells = malloc(sizeof(int64_t) * (size_t)(5 * cap)), first[H + W];
+    rl_mdlstm_list_all(all, 4, H, W, B, &SIZES[0][0], cells, cap, first);
+    CHECK(first[H + W - 1] != cap);
+    free(cells);
+}
+
 static void test_options_and_errors(void) {
     CHECK(rl_layer_class_flags("mdlstm") == (RL_LAYER_IN_2D | RL_LAYER_OUT_2D));
     int64_t dims[1] = {3};
@@ -530,6 +606,7 @@ static void test_options_and_errors(void) {
 int main(void) {
     rl_ops_init();
     test_options_and_errors();
+    test_device_lists();
     test_forward();
     test_float32();
     test_gradients();
