@@ -71,6 +71,7 @@
 
 #include "../core/blas.h"
 #include "../core/device.h"
+#include "../kernels/cpu/gemm_small.h"
 #include "../kernels/mdlstm.h"
 #include "../kernels/ops.h"
 #ifdef RL_WITH_CUDA
@@ -91,6 +92,8 @@ typedef struct {
     bool sum, stable;
     double forget_bias;
     rl_tensor z, hs, cs, dcu, dcl, s1, s3, ucat, gout;
+    rl_tensor upack; /* CPU float32: each direction's block of ucat packed for gemm_small */
+    bool packed;     /* upack holds this pass's operands (else the per-diagonal GEMMs use BLAS) */
     rl_tensor xs[RL_LAYER_MAX_INPUTS], dxs[RL_LAYER_MAX_INPUTS];
     int64_t *cells;
     int64_t cells_cap;
@@ -252,6 +255,26 @@ static void stack_u(mdlstm_layer *L, mat Uu, mat Ul, rl_dtype dt, bool backward)
         }
 }
 
+/* On the CPU in float32 with the AVX-512 kernel of kernels/cpu/gemm_small.c, the per-diagonal
+ * recurrent products (n, 2D) x (2D, 5D) forward and (n, 10D) x (10D, D) backward, with n at
+ * most ndirs * B * min(H, W) rows, run against each direction's block of ucat packed once per
+ * pass: BLAS would repack that block on every diagonal. Otherwise they stay BLAS calls. */
+static rl_status pack_u(mdlstm_layer *L, rl_dtype dt, bool backward) {
+    L->packed = dt == RL_FLOAT32 && rl_gemm_packed_fast();
+    if (!L->packed) return RL_OK;
+    int64_t D = L->D, k = backward ? 10 * D : 2 * D, n = backward ? D : 5 * D;
+    int64_t per = rl_gemm_packed_size(k, n), total = per * L->ndirs;
+    RL_TRY(rl_buffer_ensure(&L->upack, RL_FLOAT32, RL_DEVICE_CPU, 1, &total));
+    const float *u = rl_tensor_data(&L->ucat);
+    float *dst = rl_tensor_data(&L->upack);
+    for (int d = 0; d < L->ndirs; d++) {
+        /* forward block d: rows [U_up; U_left] (2D, 5D); backward: (D, 10D), used transposed */
+        const float *blk = u + (size_t)(d * 10 * D * D);
+        rl_gemm_pack_f32(dst + (size_t)(d * per), blk, backward ? 10 * D : 5 * D, backward, k, n);
+    }
+    return RL_OK;
+}
+
 /* The batch's tensors are on the CPU, or on a CUDA device in a CUDA build: each goes only to
  * its own device's code. */
 static rl_status check_device(const rl_layer *l, rl_device dev) {
@@ -298,7 +321,13 @@ static void diagonals_fwd_cpu(mdlstm_layer *L, rl_dtype dt, const int32_t *sz, m
                 rl_mdlstm_cpu_gather_f64(n, D, up + o, hk.p, ldh, A.p, 2 * D);
                 rl_mdlstm_cpu_gather_f64(n, D, left + o, hk.p, ldh, sub(A, 0, D, dt).p, 2 * D);
             }
-            gemm(RL_DEVICE_CPU, dt, false, false, n, 5 * D, 2 * D, A, Uk, 0.0, R);
+            if (L->packed)
+                rl_gemm_packed_f32(n, 5 * D, 2 * D, A.p, 2 * D,
+                                   (const float *)rl_tensor_data(&L->upack) +
+                                       k * rl_gemm_packed_size(2 * D, 5 * D),
+                                   false, R.p, 5 * D);
+            else
+                gemm(RL_DEVICE_CPU, dt, false, false, n, 5 * D, 2 * D, A, Uk, 0.0, R);
             if (dt == RL_FLOAT32)
                 rl_mdlstm_cpu_fwd_f32(L->stable, n, D, pos + o, up + o, left + o, zk.p, ldz, R.p,
                                       bk, ck.p, hk.p, ldh);
@@ -416,6 +445,7 @@ static rl_status mdlstm_forward(rl_layer *l, rl_layer_io *io) {
     RL_TRY(rl_buffer_ensure(&L->ucat, dt, dev, 1, &un));
     if (dev.type == RL_CPU) {
         stack_u(L, Uu, Ul, dt, false);
+        RL_TRY(pack_u(L, dt, false));
         RL_TRY(ensure_cells(L, nmax));
     }
 #ifdef RL_WITH_CUDA
@@ -515,7 +545,13 @@ static void diagonals_bwd_cpu(mdlstm_layer *L, rl_dtype dt, const int32_t *sz, m
                 rl_mdlstm_cpu_gather_f64(n, 5 * D, down + o, zk.p, ldz, Gs.p, 10 * D);
                 rl_mdlstm_cpu_gather_f64(n, 5 * D, right + o, zk.p, ldz, gr, 10 * D);
             }
-            gemm(RL_DEVICE_CPU, dt, false, true, n, D, 10 * D, Gs, Uk, 0.0, dH);
+            if (L->packed)
+                rl_gemm_packed_f32(n, D, 10 * D, Gs.p, 10 * D,
+                                   (const float *)rl_tensor_data(&L->upack) +
+                                       k * rl_gemm_packed_size(10 * D, D),
+                                   false, dH.p, D);
+            else
+                gemm(RL_DEVICE_CPU, dt, false, true, n, D, 10 * D, Gs, Uk, 0.0, dH);
             if (dt == RL_FLOAT32)
                 rl_mdlstm_cpu_bwd_f32(L->stable, n, D, pos + o, up + o, left + o, down + o,
                                       right + o, zk.p, ldz, dH.p, dk, dout.ld, ck.p, ak.p, lk.p,
@@ -574,7 +610,10 @@ static rl_status mdlstm_backward(rl_layer *l, rl_layer_io *io, const rl_tensor *
     int64_t hs4[4] = {H, W, B, ldh};
     RL_TRY(rl_buffer_ensure(&L->dcu, dt, dev, 4, hs4));
     RL_TRY(rl_buffer_ensure(&L->dcl, dt, dev, 4, hs4));
-    if (dev.type == RL_CPU) stack_u(L, Uu, Ul, dt, true);
+    if (dev.type == RL_CPU) {
+        stack_u(L, Uu, Ul, dt, true);
+        RL_TRY(pack_u(L, dt, true));
+    }
 #ifdef RL_WITH_CUDA
     else {
         int64_t rs[2] = {RL_MDLSTM_CUDA_CHUNKS, ldz};
@@ -659,8 +698,8 @@ static rl_status mdlstm_backward(rl_layer *l, rl_layer_io *io, const rl_tensor *
 
 static void mdlstm_destroy(rl_layer *l) {
     mdlstm_layer *L = (mdlstm_layer *)l;
-    rl_tensor *ts[] = {&L->z,  &L->hs, &L->cs,   &L->dcu,  &L->dcl,
-                       &L->s1, &L->s3, &L->ucat, &L->gout, &L->red};
+    rl_tensor *ts[] = {&L->z,  &L->hs,   &L->cs,   &L->dcu, &L->dcl,  &L->s1,
+                       &L->s3, &L->ucat, &L->gout, &L->red, &L->upack};
     for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
         rl_tensor_release(ts[i]);
     for (int k = 0; k < RL_LAYER_MAX_INPUTS; k++) {
