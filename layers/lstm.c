@@ -74,8 +74,8 @@
 
 #include "layer.h"
 #include "layers.h"
+#include "matrix.h"
 
-#include "../core/blas.h"
 #include "../kernels/cpu/gemm_small.h"
 #include "../kernels/lstm.h"
 #include "../kernels/ops.h"
@@ -111,33 +111,10 @@ typedef struct {
 static const rl_layer_ops lstm_ops;
 
 /* A row-major matrix operand: pointer and leading dimension. */
-typedef struct {
-    void *p;
-    int64_t ld;
-} mat;
-
-/* c = op(a) op(b) + beta c on raw host pointers. */
-static void gemm_cpu(rl_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k, mat a, mat b,
-                     double beta, mat c) {
-    if (m == 0 || n == 0) return;
-    if (dt == RL_FLOAT32)
-        rl_blas_sgemm(ta, tb, m, n, k, 1.0f, a.p, a.ld, b.p, b.ld, (float)beta, c.p, c.ld);
-    else
-        rl_blas_dgemm(ta, tb, m, n, k, 1.0, a.p, a.ld, b.p, b.ld, beta, c.p, c.ld);
-}
-
-/* The same on the layer's device: BLAS, or cuBLAS on the layer's stream. */
+/* c = op(a) op(b) + beta c on the layer's device: BLAS, or cuBLAS on the layer's stream. */
 static rl_status gemm(const lstm_layer *L, rl_device dev, rl_dtype dt, bool ta, bool tb, int64_t m,
-                      int64_t n, int64_t k, mat a, mat b, double beta, mat c) {
-#ifdef RL_WITH_CUDA
-    if (dev.type == RL_CUDA)
-        return rl_lstm_cuda_gemm(L->stream, dt, ta, tb, m, n, k, 1.0, a.p, a.ld, b.p, b.ld, beta,
-                                 c.p, c.ld);
-#else
-    (void)L, (void)dev;
-#endif
-    gemm_cpu(dt, ta, tb, m, n, k, a, b, beta, c);
-    return RL_OK;
+                      int64_t n, int64_t k, rl_mat a, rl_mat b, double beta, rl_mat c) {
+    return rl_mat_gemm(dev, L->stream, dt, ta, tb, m, n, k, a, b, beta, c);
 }
 
 static void *at(const rl_tensor *t, int64_t elems) {
@@ -145,7 +122,7 @@ static void *at(const rl_tensor *t, int64_t elems) {
 }
 
 /* x (T, B, F) as a (T*B, F) matrix without a copy when its strides allow. */
-static bool fold_tb(const rl_tensor *x, mat *m) {
+static bool fold_tb(const rl_tensor *x, rl_mat *m) {
     if (x->shape[2] > 1 && x->stride[2] != 1) return false;
     if (x->shape[0] > 1 && x->stride[0] != x->shape[1] * x->stride[1]) return false;
     int64_t ld = x->shape[1] > 1 ? x->stride[1] : (x->shape[0] > 1 ? x->stride[0] : x->shape[2]);
@@ -153,25 +130,6 @@ static bool fold_tb(const rl_tensor *x, mat *m) {
     m->p = rl_tensor_data(x);
     m->ld = ld > 0 ? ld : 1;
     return true;
-}
-
-/* A parameter's value or gradient as a contiguous matrix on the inputs' device (the network's
- * flat buffers give contiguous views). */
-static rl_status param_mat(const lstm_layer *L, const rl_tensor *t, const char *pname, rl_dtype dt,
-                           rl_device dev, mat *m) {
-    char s[96], d[32];
-    if (!t->storage || !rl_tensor_is_contiguous(t) || t->dtype != dt ||
-        !rl_device_eq(rl_tensor_device(t), dev)) {
-        rl_device_name(dev, d, sizeof d);
-        return rl_error(RL_EARG,
-                        "layer '%s' (lstm): parameter %s must be a contiguous %s tensor on %s "
-                        "(the inputs' device), got %s",
-                        L->base.name, pname, rl_dtype_name(dt), d,
-                        t->storage ? rl_tensor_describe(t, s, sizeof s) : "nothing");
-    }
-    m->p = rl_tensor_data(t);
-    m->ld = t->ndim == 2 ? t->shape[1] : 1;
-    return RL_OK;
 }
 
 static rl_status check_state(const lstm_layer *L, const rl_tensor *s, const char *what, int64_t B,
@@ -291,8 +249,8 @@ static rl_status check_backward_io(const lstm_layer *L, const rl_layer_io *io, r
 
 /* The forward recurrence on the CPU: per step the recurrent product (packed small-M GEMM or
  * BLAS) and the fused pointwise pass of kernels/cpu/lstm.c. peep: NULL without peepholes. */
-static rl_status forward_steps_cpu(lstm_layer *L, rl_dtype dt, const int32_t *len, mat U, mat bias,
-                                   const void *const *peep) {
+static rl_status forward_steps_cpu(lstm_layer *L, rl_dtype dt, const int32_t *len, rl_mat U,
+                                   rl_mat bias, const void *const *peep) {
     rl_layer *l = &L->base;
     int64_t T = L->T, B = L->B, H = l->n_out, BH = B * H;
     bool packed = dt == RL_FLOAT32 && rl_gemm_packed_fast();
@@ -304,11 +262,11 @@ static rl_status forward_steps_cpu(lstm_layer *L, rl_dtype dt, const int32_t *le
     for (int64_t s = 0; s < T; s++) {
         int64_t t = L->direction > 0 ? s : T - 1 - s;
         int64_t prev = L->direction > 0 ? t : t + 1, cur = L->direction > 0 ? t + 1 : t;
-        mat Hp = {at(&L->hs, prev * BH), H}, Zt = {at(&L->gates, t * B * 4 * H), 4 * H};
+        rl_mat Hp = {at(&L->hs, prev * BH), H}, Zt = {at(&L->gates, t * B * 4 * H), 4 * H};
         if (packed)
             rl_gemm_packed_f32(B, 4 * H, H, Hp.p, H, rl_tensor_data(&L->upack), true, Zt.p, 4 * H);
         else
-            gemm_cpu(dt, false, false, B, 4 * H, H, Hp, U, 1.0, Zt);
+            rl_mat_gemm(RL_DEVICE_CPU, NULL, dt, false, false, B, 4 * H, H, Hp, U, 1.0, Zt);
         if (dt == RL_FLOAT32)
             rl_lstm_cpu_fwd_f32(B, H, t, len, Zt.p, bias.p, (const float *const *)peep,
                                 at(&L->cs, prev * BH), Hp.p, at(&L->cs, cur * BH),
@@ -323,11 +281,12 @@ static rl_status forward_steps_cpu(lstm_layer *L, rl_dtype dt, const int32_t *le
 
 /* The backward recurrence on the CPU (dZ over the gates, dh, dc, db and dpeep per step), then
  * dU = Hprev^T dZ. */
-static rl_status backward_steps_cpu(lstm_layer *L, rl_dtype dt, const int32_t *len, mat dout, mat U,
-                                    mat dU, mat db, const void *const *peep, void *const *dpeep) {
+static rl_status backward_steps_cpu(lstm_layer *L, rl_dtype dt, const int32_t *len, rl_mat dout,
+                                    rl_mat U, rl_mat dU, rl_mat db, const void *const *peep,
+                                    void *const *dpeep) {
     rl_layer *l = &L->base;
     int64_t T = L->T, B = L->B, H = l->n_out, BH = B * H;
-    mat dH = {rl_tensor_data(&L->dh), H};
+    rl_mat dH = {rl_tensor_data(&L->dh), H};
     bool packed = dt == RL_FLOAT32 && rl_gemm_packed_fast();
     if (packed) {
         int64_t n = rl_gemm_packed_size(4 * H, H);
@@ -337,7 +296,7 @@ static rl_status backward_steps_cpu(lstm_layer *L, rl_dtype dt, const int32_t *l
     for (int64_t s = T - 1; s >= 0; s--) {
         int64_t t = L->direction > 0 ? s : T - 1 - s;
         int64_t prev = L->direction > 0 ? t : t + 1, cur = L->direction > 0 ? t + 1 : t;
-        mat Zt = {at(&L->gates, t * B * 4 * H), 4 * H};
+        rl_mat Zt = {at(&L->gates, t * B * 4 * H), 4 * H};
         const void *dot =
             dout.p ? (char *)dout.p + (size_t)(t * B * dout.ld) * rl_dtype_size(dt) : NULL;
         if (dt == RL_FLOAT32)
@@ -352,11 +311,11 @@ static rl_status backward_steps_cpu(lstm_layer *L, rl_dtype dt, const int32_t *l
         if (packed)
             rl_gemm_packed_f32(B, H, 4 * H, Zt.p, 4 * H, rl_tensor_data(&L->upack), true, dH.p, H);
         else
-            gemm_cpu(dt, false, true, B, H, 4 * H, Zt, U, 1.0, dH);
+            rl_mat_gemm(RL_DEVICE_CPU, NULL, dt, false, true, B, H, 4 * H, Zt, U, 1.0, dH);
     }
-    mat dZ = {rl_tensor_data(&L->gates), 4 * H};
-    mat Hprev = {at(&L->hs, L->direction > 0 ? 0 : BH), H};
-    gemm_cpu(dt, true, false, H, 4 * H, T * B, Hprev, dZ, 1.0, dU);
+    rl_mat dZ = {rl_tensor_data(&L->gates), 4 * H};
+    rl_mat Hprev = {at(&L->hs, L->direction > 0 ? 0 : BH), H};
+    rl_mat_gemm(RL_DEVICE_CPU, NULL, dt, true, false, H, 4 * H, T * B, Hprev, dZ, 1.0, dU);
     return RL_OK;
 }
 
@@ -365,7 +324,7 @@ static rl_status backward_steps_cpu(lstm_layer *L, rl_dtype dt, const int32_t *l
  * the given initial state in row 0 of hs, cs (final state in row 1), W, U, b packed into cuDNN's
  * weight space, then cudnnRNNForward; all on the layer's stream. */
 static rl_status forward_cudnn(lstm_layer *L, const rl_layer_io *io, rl_dtype dt, rl_device dev,
-                               mat W, mat U, mat bias) {
+                               rl_mat W, rl_mat U, rl_mat bias) {
     rl_layer *l = &L->base;
     int64_t T = L->T, B = L->B, H = l->n_out, F = 0;
     size_t es = rl_dtype_size(dt);
@@ -385,7 +344,7 @@ static rl_status forward_cudnn(lstm_layer *L, const rl_layer_io *io, rl_dtype dt
         L->rnn_dt = dt;
         L->rnn_dev = dev.index;
     }
-    mat X;
+    rl_mat X;
     const void *x;
     if (io->n_in == 1 && fold_tb(io->in[0], &X) && X.ld == F) {
         x = X.p;
@@ -433,7 +392,8 @@ static rl_status forward_cudnn(lstm_layer *L, const rl_layer_io *io, rl_dtype dt
 /* impl = "cudnn", backward: dy contiguous (T, B, H), dx into grad_in directly or through dxcat,
  * the initial state's gradients into dh, dc, and the weight gradients added to dW, dU, db. */
 static rl_status backward_cudnn(lstm_layer *L, const rl_layer_io *io, rl_tensor *const *grad_in,
-                                rl_dtype dt, rl_device dev, mat dout, mat dW, mat dU, mat db) {
+                                rl_dtype dt, rl_device dev, rl_mat dout, rl_mat dW, rl_mat dU,
+                                rl_mat db) {
     rl_layer *l = &L->base;
     int64_t T = L->T, B = L->B, H = l->n_out, F = 0;
     size_t es = rl_dtype_size(dt);
@@ -454,7 +414,7 @@ static rl_status backward_cudnn(lstm_layer *L, const rl_layer_io *io, rl_tensor 
     bool any = false;
     for (int k = 0; k < io->n_in && grad_in; k++)
         any = any || grad_in[k];
-    mat G;
+    rl_mat G;
     void *dx = NULL;
     bool split = false;
     if (any && io->n_in == 1 && fold_tb(grad_in[0], &G) && G.ld == F) {
@@ -500,14 +460,15 @@ static rl_status lstm_forward(rl_layer *l, rl_layer_io *io) {
     rl_dtype dt = io->in[0]->dtype;
     rl_device dev = rl_tensor_device(io->in[0]);
     RL_TRY(use_device(L, dev));
-    mat W, U, bias;
+    rl_mat W, U, bias;
     const void *peep[3] = {NULL, NULL, NULL};
-    RL_TRY(param_mat(L, &l->params[P_W].value, "W", dt, dev, &W));
-    RL_TRY(param_mat(L, &l->params[P_U].value, "U", dt, dev, &U));
-    RL_TRY(param_mat(L, &l->params[P_B].value, "b", dt, dev, &bias));
+    RL_TRY(rl_param_mat(&L->base, &l->params[P_W].value, "W", dt, dev, &W));
+    RL_TRY(rl_param_mat(&L->base, &l->params[P_U].value, "U", dt, dev, &U));
+    RL_TRY(rl_param_mat(&L->base, &l->params[P_B].value, "b", dt, dev, &bias));
     for (int k = 0; k < 3 && L->peepholes; k++) {
-        mat pm;
-        RL_TRY(param_mat(L, &l->params[P_PI + k].value, l->params[P_PI + k].name, dt, dev, &pm));
+        rl_mat pm;
+        RL_TRY(rl_param_mat(&L->base, &l->params[P_PI + k].value, l->params[P_PI + k].name, dt, dev,
+                            &pm));
         peep[k] = pm.p;
     }
     if (L->h0.storage) RL_TRY(check_state(L, &L->h0, "h", B, dev));
@@ -543,16 +504,16 @@ static rl_status lstm_forward(rl_layer *l, rl_layer_io *io) {
     RL_TRY(st);
 
     /* input projection of all frames: one GEMM per input, accumulated */
-    mat Z = {rl_tensor_data(&L->gates), 4 * H};
+    rl_mat Z = {rl_tensor_data(&L->gates), 4 * H};
     int64_t row = 0;
     for (int k = 0; k < io->n_in; k++) {
-        mat X;
+        rl_mat X;
         if (!fold_tb(io->in[k], &X)) {
             RL_TRY(ensure(&L->xs[k], dt, dev, 3, io->in[k]->shape));
             RL_TRY(rl_op_copy(&L->xs[k], io->in[k]));
-            X = (mat){rl_tensor_data(&L->xs[k]), l->in_dims[k]};
+            X = (rl_mat){rl_tensor_data(&L->xs[k]), l->in_dims[k]};
         }
-        mat Wk = {(char *)W.p + (size_t)(row * 4 * H) * rl_dtype_size(dt), 4 * H};
+        rl_mat Wk = {(char *)W.p + (size_t)(row * 4 * H) * rl_dtype_size(dt), 4 * H};
         RL_TRY(
             gemm(L, dev, dt, false, false, T * B, 4 * H, l->in_dims[k], X, Wk, k ? 1.0 : 0.0, Z));
         row += l->in_dims[k];
@@ -589,7 +550,7 @@ static rl_status lstm_backward(rl_layer *l, rl_layer_io *io, const rl_tensor *gr
     rl_dtype dt = l->out.dtype;
     rl_device dev = rl_tensor_device(&l->out);
     RL_TRY(check_backward_io(L, io, dt, dev));
-    mat dout = {NULL, 0};
+    rl_mat dout = {NULL, 0};
     if (grad_out) {
         if (grad_out->ndim != 3 || grad_out->shape[0] != T || grad_out->shape[1] != B ||
             grad_out->shape[2] != H || grad_out->dtype != dt ||
@@ -602,7 +563,7 @@ static rl_status lstm_backward(rl_layer *l, rl_layer_io *io, const rl_tensor *gr
         if (!fold_tb(grad_out, &dout)) {
             RL_TRY(ensure(&L->gout, dt, dev, 3, grad_out->shape));
             RL_TRY(rl_op_copy(&L->gout, grad_out));
-            dout = (mat){rl_tensor_data(&L->gout), H};
+            dout = (rl_mat){rl_tensor_data(&L->gout), H};
         }
     }
     for (int k = 0; k < io->n_in && grad_in; k++) {
@@ -613,18 +574,20 @@ static rl_status lstm_backward(rl_layer *l, rl_layer_io *io, const rl_tensor *gr
                             k + 1, gi->storage ? rl_tensor_describe(gi, s1, sizeof s1) : "nothing",
                             rl_tensor_describe(io->in[k], s2, sizeof s2));
     }
-    mat W, U, dW, dU, db;
+    rl_mat W, U, dW, dU, db;
     const void *peep[3] = {NULL, NULL, NULL};
     void *dpeep[3] = {NULL, NULL, NULL};
-    RL_TRY(param_mat(L, &l->params[P_W].value, "W", dt, dev, &W));
-    RL_TRY(param_mat(L, &l->params[P_U].value, "U", dt, dev, &U));
-    RL_TRY(param_mat(L, &l->params[P_W].grad, "W (gradient)", dt, dev, &dW));
-    RL_TRY(param_mat(L, &l->params[P_U].grad, "U (gradient)", dt, dev, &dU));
-    RL_TRY(param_mat(L, &l->params[P_B].grad, "b (gradient)", dt, dev, &db));
+    RL_TRY(rl_param_mat(&L->base, &l->params[P_W].value, "W", dt, dev, &W));
+    RL_TRY(rl_param_mat(&L->base, &l->params[P_U].value, "U", dt, dev, &U));
+    RL_TRY(rl_param_mat(&L->base, &l->params[P_W].grad, "W (gradient)", dt, dev, &dW));
+    RL_TRY(rl_param_mat(&L->base, &l->params[P_U].grad, "U (gradient)", dt, dev, &dU));
+    RL_TRY(rl_param_mat(&L->base, &l->params[P_B].grad, "b (gradient)", dt, dev, &db));
     for (int k = 0; k < 3 && L->peepholes; k++) {
-        mat pm, gm;
-        RL_TRY(param_mat(L, &l->params[P_PI + k].value, l->params[P_PI + k].name, dt, dev, &pm));
-        RL_TRY(param_mat(L, &l->params[P_PI + k].grad, l->params[P_PI + k].name, dt, dev, &gm));
+        rl_mat pm, gm;
+        RL_TRY(rl_param_mat(&L->base, &l->params[P_PI + k].value, l->params[P_PI + k].name, dt, dev,
+                            &pm));
+        RL_TRY(rl_param_mat(&L->base, &l->params[P_PI + k].grad, l->params[P_PI + k].name, dt, dev,
+                            &gm));
         peep[k] = pm.p;
         dpeep[k] = gm.p;
     }
@@ -651,25 +614,25 @@ static rl_status lstm_backward(rl_layer *l, rl_layer_io *io, const rl_tensor *gr
 #endif
 
     /* weight gradients and input gradients: single GEMMs over all frames */
-    mat dZ = {rl_tensor_data(&L->gates), 4 * H};
+    rl_mat dZ = {rl_tensor_data(&L->gates), 4 * H};
     int64_t row = 0;
     for (int k = 0; k < io->n_in; k++) {
         int64_t F = l->in_dims[k];
         size_t off = (size_t)(row * 4 * H) * rl_dtype_size(dt);
-        mat X;
-        if (!fold_tb(io->in[k], &X)) X = (mat){rl_tensor_data(&L->xs[k]), F};
+        rl_mat X;
+        if (!fold_tb(io->in[k], &X)) X = (rl_mat){rl_tensor_data(&L->xs[k]), F};
         RL_TRY(gemm(L, dev, dt, true, false, F, 4 * H, T * B, X, dZ, 1.0,
-                    (mat){(char *)dW.p + off, 4 * H}));
+                    (rl_mat){(char *)dW.p + off, 4 * H}));
         rl_tensor *gi = grad_in ? grad_in[k] : NULL;
         if (gi) {
-            mat G;
+            rl_mat G;
             bool direct = fold_tb(gi, &G);
             if (!direct) {
                 RL_TRY(ensure(&L->dxs[k], dt, dev, 3, gi->shape));
-                G = (mat){rl_tensor_data(&L->dxs[k]), F};
+                G = (rl_mat){rl_tensor_data(&L->dxs[k]), F};
             }
             RL_TRY(gemm(L, dev, dt, false, true, T * B, F, 4 * H, dZ,
-                        (mat){(char *)W.p + off, 4 * H}, 0.0, G));
+                        (rl_mat){(char *)W.p + off, 4 * H}, 0.0, G));
             if (!direct) RL_TRY(rl_op_copy(gi, &L->dxs[k]));
         }
         row += F;

@@ -68,8 +68,8 @@
 
 #include "layer.h"
 #include "layers.h"
+#include "matrix.h"
 
-#include "../core/blas.h"
 #include "../core/device.h"
 #include "../kernels/cpu/gemm_small.h"
 #include "../kernels/mdlstm.h"
@@ -111,40 +111,15 @@ typedef struct {
     rl_tensor red; /* (RL_MDLSTM_CUDA_CHUNKS, ndirs*5D): partial column sums of dZ */
 } mdlstm_layer;
 
-/* A row-major matrix operand: pointer and leading dimension. */
-typedef struct {
-    void *p;
-    int64_t ld;
-} mat;
-
 /* c = op(a) op(b) + beta c on the device that holds the operands (the legacy default stream on
  * a CUDA device, ordered with the tensor ops). */
 static rl_status gemm(rl_device dev, rl_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
-                      mat a, mat b, double beta, mat c) {
-    if (m == 0 || n == 0) return RL_OK;
-#ifdef RL_WITH_CUDA
-    if (dev.type == RL_CUDA)
-        return rl_lstm_cuda_gemm(NULL, dt, ta, tb, m, n, k, 1.0, a.p, a.ld, b.p, b.ld, beta, c.p,
-                                 c.ld);
-#else
-    (void)dev;
-#endif
-    if (dt == RL_FLOAT32)
-        rl_blas_sgemm(ta, tb, m, n, k, 1.0f, a.p, a.ld, b.p, b.ld, (float)beta, c.p, c.ld);
-    else
-        rl_blas_dgemm(ta, tb, m, n, k, 1.0, a.p, a.ld, b.p, b.ld, beta, c.p, c.ld);
-    return RL_OK;
+                      rl_mat a, rl_mat b, double beta, rl_mat c) {
+    return rl_mat_gemm(dev, NULL, dt, ta, tb, m, n, k, a, b, beta, c);
 }
-
-/* m offset by `rows` rows and `cols` columns */
-static mat sub(mat m, int64_t rows, int64_t cols, rl_dtype dt) {
-    return (mat){(char *)m.p + (size_t)(rows * m.ld + cols) * rl_dtype_size(dt), m.ld};
-}
-
-static mat tmat(const rl_tensor *t, int64_t ld) { return (mat){rl_tensor_data(t), ld}; }
 
 /* x (H, W, B, F) as an (H*W*B, F) matrix without a copy when its strides allow. */
-static bool fold_hwb(const rl_tensor *x, mat *m) {
+static bool fold_hwb(const rl_tensor *x, rl_mat *m) {
     int64_t H = x->shape[0], W = x->shape[1], B = x->shape[2], F = x->shape[3];
     if (F > 1 && x->stride[3] != 1) return false;
     int64_t ld = B > 1 ? x->stride[2] : (W > 1 ? x->stride[1] : (H > 1 ? x->stride[0] : F));
@@ -155,23 +130,6 @@ static bool fold_hwb(const rl_tensor *x, mat *m) {
     m->p = rl_tensor_data(x);
     m->ld = ld > 0 ? ld : 1;
     return true;
-}
-
-static rl_status param_mat(const mdlstm_layer *L, const rl_tensor *t, const char *pname,
-                           rl_dtype dt, rl_device dev, mat *m) {
-    char s[96], dn[32];
-    if (!t->storage || !rl_tensor_is_contiguous(t) || t->dtype != dt ||
-        !rl_device_eq(rl_tensor_device(t), dev)) {
-        rl_device_name(dev, dn, sizeof dn);
-        return rl_error(RL_EARG,
-                        "layer '%s' (mdlstm): parameter %s must be a contiguous %s tensor on %s "
-                        "(the inputs' device), got %s",
-                        L->base.name, pname, rl_dtype_name(dt), dn,
-                        t->storage ? rl_tensor_describe(t, s, sizeof s) : "nothing");
-    }
-    m->p = rl_tensor_data(t);
-    m->ld = t->ndim == 2 ? t->shape[1] : 1;
-    return RL_OK;
 }
 
 /* Lists the cells of scan diagonal s for every direction from entry n0 on: direction k's cells
@@ -237,13 +195,13 @@ static rl_status ensure_cells(mdlstm_layer *L, int64_t cap) {
  * direction and diagonal takes both predecessors: forward (ndirs, 2D, 5D) with rows
  * [U_up_k; U_left_k] (the operand of [h_up | h_left] (n, 2D)), backward (ndirs, D, 10D) with
  * rows [U_up_k | U_left_k] (transposed operand of [dz_down | dz_right] (n, 10D)). */
-static void stack_u(mdlstm_layer *L, mat Uu, mat Ul, rl_dtype dt, bool backward) {
+static void stack_u(mdlstm_layer *L, rl_mat Uu, rl_mat Ul, rl_dtype dt, bool backward) {
     int64_t D = L->D, G = 5 * D;
     size_t es = rl_dtype_size(dt), row = (size_t)G * es;
     char *dst = rl_tensor_data(&L->ucat);
     for (int k = 0; k < L->ndirs; k++)
         for (int64_t m = 0; m < D; m++) {
-            const char *up = sub(Uu, m, k * G, dt).p, *left = sub(Ul, m, k * G, dt).p;
+            const char *up = rl_mat_sub(Uu, m, k * G, dt).p, *left = rl_mat_sub(Ul, m, k * G, dt).p;
             char *base = dst + (size_t)(k * 2 * D * G) * es;
             if (backward) {
                 memcpy(base + (size_t)(m * 2 * G) * es, up, row);
@@ -299,8 +257,8 @@ static rl_status check_on(const rl_layer *l, const rl_tensor *t, const char *wha
                     what, rl_tensor_describe(t, s, sizeof s), dn);
 }
 
-static void diagonals_fwd_cpu(mdlstm_layer *L, rl_dtype dt, const int32_t *sz, mat Z, mat Hs,
-                              mat Cs, mat bias) {
+static void diagonals_fwd_cpu(mdlstm_layer *L, rl_dtype dt, const int32_t *sz, rl_mat Z, rl_mat Hs,
+                              rl_mat Cs, rl_mat bias) {
     int64_t H = L->H, W = L->W, D = L->D, nd = L->ndirs, ldz = Z.ld, ldh = Hs.ld;
     int64_t cap = L->cells_cap, off[MAX_DIRS + 1];
     const int64_t *pos = L->cells, *up = pos + cap, *left = up + cap;
@@ -309,17 +267,19 @@ static void diagonals_fwd_cpu(mdlstm_layer *L, rl_dtype dt, const int32_t *sz, m
         for (int k = 0; k < nd; k++) {
             int64_t o = off[k], n = off[k + 1] - o;
             if (n == 0) continue;
-            mat hk = sub(Hs, 0, k * D, dt), ck = sub(Cs, 0, k * D, dt),
-                zk = sub(Z, 0, k * 5 * D, dt);
-            mat A = tmat(&L->s1, 2 * D), R = tmat(&L->s3, 5 * D);
-            mat Uk = sub(tmat(&L->ucat, 5 * D), k * 2 * D, 0, dt);
+            rl_mat hk = rl_mat_sub(Hs, 0, k * D, dt), ck = rl_mat_sub(Cs, 0, k * D, dt),
+                   zk = rl_mat_sub(Z, 0, k * 5 * D, dt);
+            rl_mat A = rl_mat_of(&L->s1, 2 * D), R = rl_mat_of(&L->s3, 5 * D);
+            rl_mat Uk = rl_mat_sub(rl_mat_of(&L->ucat, 5 * D), k * 2 * D, 0, dt);
             const void *bk = (char *)bias.p + (size_t)(k * 5 * D) * rl_dtype_size(dt);
             if (dt == RL_FLOAT32) {
                 rl_mdlstm_cpu_gather_f32(n, D, up + o, hk.p, ldh, A.p, 2 * D);
-                rl_mdlstm_cpu_gather_f32(n, D, left + o, hk.p, ldh, sub(A, 0, D, dt).p, 2 * D);
+                rl_mdlstm_cpu_gather_f32(n, D, left + o, hk.p, ldh, rl_mat_sub(A, 0, D, dt).p,
+                                         2 * D);
             } else {
                 rl_mdlstm_cpu_gather_f64(n, D, up + o, hk.p, ldh, A.p, 2 * D);
-                rl_mdlstm_cpu_gather_f64(n, D, left + o, hk.p, ldh, sub(A, 0, D, dt).p, 2 * D);
+                rl_mdlstm_cpu_gather_f64(n, D, left + o, hk.p, ldh, rl_mat_sub(A, 0, D, dt).p,
+                                         2 * D);
             }
             if (L->packed)
                 rl_gemm_packed_f32(n, 5 * D, 2 * D, A.p, 2 * D,
@@ -339,7 +299,7 @@ static void diagonals_fwd_cpu(mdlstm_layer *L, rl_dtype dt, const int32_t *sz, m
 }
 
 /* out = the directions' states summed (0 on padding, where every state is 0) */
-static void sum_dirs_cpu(const mdlstm_layer *L, rl_dtype dt, int64_t N, mat Hs, void *out) {
+static void sum_dirs_cpu(const mdlstm_layer *L, rl_dtype dt, int64_t N, rl_mat Hs, void *out) {
     int64_t D = L->D, nd = L->ndirs, ldh = Hs.ld;
     size_t es = rl_dtype_size(dt);
     for (int64_t r = 0; r < N; r++) {
@@ -426,11 +386,11 @@ static rl_status mdlstm_forward(rl_layer *l, rl_layer_io *io) {
     rl_dtype dt = io->in[0]->dtype;
     rl_device dev = rl_tensor_device(io->in[0]);
     RL_TRY(check_device(l, dev));
-    mat Wm, Uu, Ul, bias;
-    RL_TRY(param_mat(L, &l->params[P_W].value, "W", dt, dev, &Wm));
-    RL_TRY(param_mat(L, &l->params[P_UUP].value, "U_up", dt, dev, &Uu));
-    RL_TRY(param_mat(L, &l->params[P_ULEFT].value, "U_left", dt, dev, &Ul));
-    RL_TRY(param_mat(L, &l->params[P_B].value, "b", dt, dev, &bias));
+    rl_mat Wm, Uu, Ul, bias;
+    RL_TRY(rl_param_mat(&L->base, &l->params[P_W].value, "W", dt, dev, &Wm));
+    RL_TRY(rl_param_mat(&L->base, &l->params[P_UUP].value, "U_up", dt, dev, &Uu));
+    RL_TRY(rl_param_mat(&L->base, &l->params[P_ULEFT].value, "U_left", dt, dev, &Ul));
+    RL_TRY(rl_param_mat(&L->base, &l->params[P_B].value, "b", dt, dev, &bias));
 
     int64_t N = H * W * B, ldz = nd * 5 * D, ldh = nd * D;
     int64_t nmax = nd * B * (H < W ? H : W), s1n = nmax * 10 * D, s3n = nmax * 5 * D,
@@ -463,22 +423,22 @@ static rl_status mdlstm_forward(rl_layer *l, rl_layer_io *io) {
     RL_TRY(rl_op_fill(&L->cs, 0.0));
 
     /* input projection of all positions and directions: one GEMM per input */
-    mat Z = tmat(&L->z, ldz);
+    rl_mat Z = rl_mat_of(&L->z, ldz);
     int64_t row = 0;
     for (int k = 0; k < io->n_in; k++) {
-        mat X;
+        rl_mat X;
         if (!fold_hwb(io->in[k], &X)) {
             RL_TRY(rl_buffer_ensure(&L->xs[k], dt, dev, 4, io->in[k]->shape));
             RL_TRY(rl_op_copy(&L->xs[k], io->in[k]));
-            X = tmat(&L->xs[k], l->in_dims[k]);
+            X = rl_mat_of(&L->xs[k], l->in_dims[k]);
         }
-        RL_TRY(gemm(dev, dt, false, false, N, ldz, l->in_dims[k], X, sub(Wm, row, 0, dt),
+        RL_TRY(gemm(dev, dt, false, false, N, ldz, l->in_dims[k], X, rl_mat_sub(Wm, row, 0, dt),
                     k ? 1.0 : 0.0, Z));
         row += l->in_dims[k];
     }
 
     const int32_t *sz = rl_tensor_data(io->sizes);
-    mat Hs = tmat(hst, ldh), Cs = tmat(&L->cs, ldh);
+    rl_mat Hs = rl_mat_of(hst, ldh), Cs = rl_mat_of(&L->cs, ldh);
     if (dev.type == RL_CPU) {
         diagonals_fwd_cpu(L, dt, sz, Z, Hs, Cs, bias);
         if (L->sum) sum_dirs_cpu(L, dt, N, Hs, rl_tensor_data(&l->out));
@@ -521,8 +481,8 @@ static void finish_dz(const mdlstm_layer *L, const int32_t *sz, rl_dtype dt, voi
             }
 }
 
-static void diagonals_bwd_cpu(mdlstm_layer *L, rl_dtype dt, const int32_t *sz, mat Z, mat Cs,
-                              mat Dcu, mat Dcl, mat dout) {
+static void diagonals_bwd_cpu(mdlstm_layer *L, rl_dtype dt, const int32_t *sz, rl_mat Z, rl_mat Cs,
+                              rl_mat Dcu, rl_mat Dcl, rl_mat dout) {
     int64_t H = L->H, W = L->W, D = L->D, nd = L->ndirs, ldz = Z.ld, ldh = Cs.ld;
     int64_t cap = L->cells_cap, off[MAX_DIRS + 1];
     const int64_t *pos = L->cells, *up = pos + cap, *left = up + cap, *down = left + cap,
@@ -532,12 +492,12 @@ static void diagonals_bwd_cpu(mdlstm_layer *L, rl_dtype dt, const int32_t *sz, m
         for (int k = 0; k < nd; k++) {
             int64_t o = off[k], n = off[k + 1] - o;
             if (n == 0) continue;
-            mat zk = sub(Z, 0, k * 5 * D, dt), ck = sub(Cs, 0, k * D, dt);
-            mat ak = sub(Dcu, 0, k * D, dt), lk = sub(Dcl, 0, k * D, dt);
-            mat Gs = tmat(&L->s1, 10 * D), dH = tmat(&L->s3, D);
-            mat Uk = sub(tmat(&L->ucat, 10 * D), k * D, 0, dt);
-            const void *dk = dout.p ? sub(dout, 0, L->sum ? 0 : k * D, dt).p : NULL;
-            void *gr = sub(Gs, 0, 5 * D, dt).p;
+            rl_mat zk = rl_mat_sub(Z, 0, k * 5 * D, dt), ck = rl_mat_sub(Cs, 0, k * D, dt);
+            rl_mat ak = rl_mat_sub(Dcu, 0, k * D, dt), lk = rl_mat_sub(Dcl, 0, k * D, dt);
+            rl_mat Gs = rl_mat_of(&L->s1, 10 * D), dH = rl_mat_of(&L->s3, D);
+            rl_mat Uk = rl_mat_sub(rl_mat_of(&L->ucat, 10 * D), k * D, 0, dt);
+            const void *dk = dout.p ? rl_mat_sub(dout, 0, L->sum ? 0 : k * D, dt).p : NULL;
+            void *gr = rl_mat_sub(Gs, 0, 5 * D, dt).p;
             if (dt == RL_FLOAT32) {
                 rl_mdlstm_cpu_gather_f32(n, 5 * D, down + o, zk.p, ldz, Gs.p, 10 * D);
                 rl_mdlstm_cpu_gather_f32(n, 5 * D, right + o, zk.p, ldz, gr, 10 * D);
@@ -574,7 +534,7 @@ static rl_status mdlstm_backward(rl_layer *l, rl_layer_io *io, const rl_tensor *
         return rl_error(RL_EARG, "layer '%s' (mdlstm): backward without a forward", l->name);
     rl_dtype dt = L->z.dtype;
     rl_device dev = rl_tensor_device(&L->z);
-    mat dout = {NULL, 0};
+    rl_mat dout = {NULL, 0};
     if (grad_out) {
         if (grad_out->ndim != 4 || grad_out->shape[0] != H || grad_out->shape[1] != W ||
             grad_out->shape[2] != B || grad_out->shape[3] != l->n_out || grad_out->dtype != dt)
@@ -587,7 +547,7 @@ static rl_status mdlstm_backward(rl_layer *l, rl_layer_io *io, const rl_tensor *
         if (!fold_hwb(grad_out, &dout)) {
             RL_TRY(rl_buffer_ensure(&L->gout, dt, dev, 4, grad_out->shape));
             RL_TRY(rl_op_copy(&L->gout, grad_out));
-            dout = tmat(&L->gout, l->n_out);
+            dout = rl_mat_of(&L->gout, l->n_out);
         }
     }
     for (int k = 0; k < io->n_in; k++) {
@@ -599,14 +559,14 @@ static rl_status mdlstm_backward(rl_layer *l, rl_layer_io *io, const rl_tensor *
         RL_TRY(check_on(l, io->in[k], "an input", dev));
         if (gi) RL_TRY(check_on(l, gi, "an input gradient", dev));
     }
-    mat Wm, Uu, Ul, dW, dUu, dUl, db;
-    RL_TRY(param_mat(L, &l->params[P_W].value, "W", dt, dev, &Wm));
-    RL_TRY(param_mat(L, &l->params[P_UUP].value, "U_up", dt, dev, &Uu));
-    RL_TRY(param_mat(L, &l->params[P_ULEFT].value, "U_left", dt, dev, &Ul));
-    RL_TRY(param_mat(L, &l->params[P_W].grad, "W (gradient)", dt, dev, &dW));
-    RL_TRY(param_mat(L, &l->params[P_UUP].grad, "U_up (gradient)", dt, dev, &dUu));
-    RL_TRY(param_mat(L, &l->params[P_ULEFT].grad, "U_left (gradient)", dt, dev, &dUl));
-    RL_TRY(param_mat(L, &l->params[P_B].grad, "b (gradient)", dt, dev, &db));
+    rl_mat Wm, Uu, Ul, dW, dUu, dUl, db;
+    RL_TRY(rl_param_mat(&L->base, &l->params[P_W].value, "W", dt, dev, &Wm));
+    RL_TRY(rl_param_mat(&L->base, &l->params[P_UUP].value, "U_up", dt, dev, &Uu));
+    RL_TRY(rl_param_mat(&L->base, &l->params[P_ULEFT].value, "U_left", dt, dev, &Ul));
+    RL_TRY(rl_param_mat(&L->base, &l->params[P_W].grad, "W (gradient)", dt, dev, &dW));
+    RL_TRY(rl_param_mat(&L->base, &l->params[P_UUP].grad, "U_up (gradient)", dt, dev, &dUu));
+    RL_TRY(rl_param_mat(&L->base, &l->params[P_ULEFT].grad, "U_left (gradient)", dt, dev, &dUl));
+    RL_TRY(rl_param_mat(&L->base, &l->params[P_B].grad, "b (gradient)", dt, dev, &db));
     int64_t hs4[4] = {H, W, B, ldh};
     RL_TRY(rl_buffer_ensure(&L->dcu, dt, dev, 4, hs4));
     RL_TRY(rl_buffer_ensure(&L->dcl, dt, dev, 4, hs4));
@@ -625,8 +585,9 @@ static rl_status mdlstm_backward(rl_layer *l, rl_layer_io *io, const rl_tensor *
     L->have_forward = false; /* the gates become dZ */
 
     const int32_t *sz = rl_tensor_data(io->sizes);
-    mat Z = tmat(&L->z, ldz), Hs = tmat(L->sum ? &L->hs : &l->out, ldh), Cs = tmat(&L->cs, ldh);
-    mat Dcu = tmat(&L->dcu, ldh), Dcl = tmat(&L->dcl, ldh);
+    rl_mat Z = rl_mat_of(&L->z, ldz), Hs = rl_mat_of(L->sum ? &L->hs : &l->out, ldh),
+           Cs = rl_mat_of(&L->cs, ldh);
+    rl_mat Dcu = rl_mat_of(&L->dcu, ldh), Dcl = rl_mat_of(&L->dcl, ldh);
     if (dev.type == RL_CPU) {
         diagonals_bwd_cpu(L, dt, sz, Z, Cs, Dcu, Dcl, dout);
         finish_dz(L, sz, dt, Z.p, db.p);
@@ -648,18 +609,19 @@ static rl_status mdlstm_backward(rl_layer *l, rl_layer_io *io, const rl_tensor *
     int64_t WB = W * B;
     for (int k = 0; k < nd && H > 1; k++) {
         bool fy = L->dirs[k] & 2;
-        mat hk = sub(Hs, fy ? WB : 0, k * D, dt), zk = sub(Z, fy ? 0 : WB, k * 5 * D, dt);
+        rl_mat hk = rl_mat_sub(Hs, fy ? WB : 0, k * D, dt),
+               zk = rl_mat_sub(Z, fy ? 0 : WB, k * 5 * D, dt);
         RL_TRY(gemm(dev, dt, true, false, D, 5 * D, (H - 1) * WB, hk, zk, 1.0,
-                    sub(dUu, 0, k * 5 * D, dt)));
+                    rl_mat_sub(dUu, 0, k * 5 * D, dt)));
     }
     if (dev.type == RL_CPU) {
         for (int k = 0; k < nd && W > 1; k++) {
             bool fx = L->dirs[k] & 1;
             for (int64_t y = 0; y < H; y++) {
-                mat hk = sub(Hs, y * WB + (fx ? B : 0), k * D, dt);
-                mat zk = sub(Z, y * WB + (fx ? 0 : B), k * 5 * D, dt);
+                rl_mat hk = rl_mat_sub(Hs, y * WB + (fx ? B : 0), k * D, dt);
+                rl_mat zk = rl_mat_sub(Z, y * WB + (fx ? 0 : B), k * 5 * D, dt);
                 gemm(dev, dt, true, false, D, 5 * D, (W - 1) * B, hk, zk, 1.0,
-                     sub(dUl, 0, k * 5 * D, dt));
+                     rl_mat_sub(dUl, 0, k * 5 * D, dt));
             }
         }
     }
@@ -670,25 +632,25 @@ static rl_status mdlstm_backward(rl_layer *l, rl_layer_io *io, const rl_tensor *
             flip_x |= (L->dirs[k] & 1) ? 1u << k : 0u;
         RL_TRY(rl_mdlstm_cuda_shift_left(NULL, dt, H, W, B, (int)nd, flip_x, D, Hs.p, Dcl.p));
         for (int k = 0; k < nd; k++)
-            RL_TRY(gemm(dev, dt, true, false, D, 5 * D, N, sub(Dcl, 0, k * D, dt),
-                        sub(Z, 0, k * 5 * D, dt), 1.0, sub(dUl, 0, k * 5 * D, dt)));
+            RL_TRY(gemm(dev, dt, true, false, D, 5 * D, N, rl_mat_sub(Dcl, 0, k * D, dt),
+                        rl_mat_sub(Z, 0, k * 5 * D, dt), 1.0, rl_mat_sub(dUl, 0, k * 5 * D, dt)));
     }
 #endif
     int64_t row = 0;
     for (int k = 0; k < io->n_in; k++) {
         int64_t F = l->in_dims[k];
-        mat X;
-        if (!fold_hwb(io->in[k], &X)) X = tmat(&L->xs[k], F);
-        RL_TRY(gemm(dev, dt, true, false, F, ldz, N, X, Z, 1.0, sub(dW, row, 0, dt)));
+        rl_mat X;
+        if (!fold_hwb(io->in[k], &X)) X = rl_mat_of(&L->xs[k], F);
+        RL_TRY(gemm(dev, dt, true, false, F, ldz, N, X, Z, 1.0, rl_mat_sub(dW, row, 0, dt)));
         rl_tensor *gi = grad_in ? grad_in[k] : NULL;
         if (gi) {
-            mat G;
+            rl_mat G;
             bool direct = fold_hwb(gi, &G);
             if (!direct) {
                 RL_TRY(rl_buffer_ensure(&L->dxs[k], dt, dev, 4, gi->shape));
-                G = tmat(&L->dxs[k], F);
+                G = rl_mat_of(&L->dxs[k], F);
             }
-            RL_TRY(gemm(dev, dt, false, true, N, F, ldz, Z, sub(Wm, row, 0, dt), 0.0, G));
+            RL_TRY(gemm(dev, dt, false, true, N, F, ldz, Z, rl_mat_sub(Wm, row, 0, dt), 0.0, G));
             if (!direct) RL_TRY(rl_op_copy(gi, &L->dxs[k]));
         }
         row += F;
