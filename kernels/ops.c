@@ -620,8 +620,9 @@ rl_status rl_op_matmul(rl_tensor *out, const rl_tensor *a, const rl_tensor *b) {
     RL_TRY(check_matmul_args("matmul", a, b));
     int an = a->ndim, bn = b->ndim;
     if (an < 1 || an > 3 || bn < 1 || bn > 3 || (an == 1 && bn == 3) || (an == 3 && bn == 1))
-        return matmul_error(a, b, "unsupported ranks (1-D, 2-D or 3-D, a 1-D operand only "
-                                  "with a 1-D or 2-D one)");
+        return matmul_error(a, b,
+                            "unsupported ranks (1-D, 2-D or 3-D, a 1-D operand only "
+                            "with a 1-D or 2-D one)");
     /* a as (batch, m, k), b as (batch, k, n), borrowed */
     rl_tensor a3, b3;
     if (an == 1)
@@ -636,11 +637,9 @@ rl_status rl_op_matmul(rl_tensor *out, const rl_tensor *a, const rl_tensor *b) {
         b3 = mat3(b, 1, b->shape[0], b->shape[1], 0, b->stride[0], b->stride[1]);
     else
         b3 = *b;
-    if (a3.shape[2] != b3.shape[1])
-        return matmul_error(a, b, "inner dims differ");
+    if (a3.shape[2] != b3.shape[1]) return matmul_error(a, b, "inner dims differ");
     int64_t ba = a3.shape[0], bb = b3.shape[0];
-    if (ba != bb && ba != 1 && bb != 1)
-        return matmul_error(a, b, "batch sizes differ");
+    if (ba != bb && ba != 1 && bb != 1) return matmul_error(a, b, "batch sizes differ");
     int64_t batch = ba > bb ? ba : bb, m = a3.shape[1], n = b3.shape[2];
     int ond = 0;
     int64_t oshape[3];

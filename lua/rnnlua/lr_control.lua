@@ -29,7 +29,8 @@
 --   after a decay lr = max(lr, min_learning_rate). No decision after the first epoch. The key:
 --   learning_rate_control_error_measure if set, else "dev_score", else the first "dev_*" key
 --   in sorted order, else "train_score" (RETURNN's order). RETURNN's lr growth, its
---   min_num_epochs_per_new_lr and relative_error_relative_lr are not implemented.
+--   min_num_epochs_per_new_lr and relative_error_relative_lr are not supported (rl.lr_control
+--   rejects them as unknown keys).
 -- A function control gets (epoch, step, scores) with scores[e] = the scores table of each
 -- finished epoch e; its result is used as it is (warmup still applies).
 local M = {}

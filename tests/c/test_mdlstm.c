@@ -429,7 +429,6 @@ static void test_float32(void) {
 
 /* ---- every diagonal's cell lists (what layers/mdlstm.c copies to a CUDA device) ---- */
 
-
 /* Checks the lists of directions `codes` on (Hh, Ww, Bb) images of sizes sz against ones derived
  * from each image's positions in raster order: per diagonal s and direction k, the positions
  * whose scan coordinates (ys, xs) add up to s, image by image and by ys within an image, with

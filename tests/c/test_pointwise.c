@@ -11,8 +11,7 @@
 /* distance in units in the last place of float32 between got and the correctly rounded want */
 static double ulps(float got, double want) {
     float w = (float)want;
-    if (got == w)
-        return 0;
+    if (got == w) return 0;
     float next = nextafterf(w, got > w ? INFINITY : -INFINITY);
     double ulp = fabs((double)next - (double)w);
     return fabs((double)got - want) / ulp;
@@ -32,8 +31,7 @@ static void sweep(const char *name, float (*f)(float), double (*ref)(double), fl
             worst_x = x;
         }
     }
-    if (worst > max_ulps)
-        fprintf(stderr, "%s: %.1f ulp at x = %.9g\n", name, worst, worst_x);
+    if (worst > max_ulps) fprintf(stderr, "%s: %.1f ulp at x = %.9g\n", name, worst, worst_x);
     CHECK(worst <= max_ulps);
 }
 
