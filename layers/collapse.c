@@ -11,23 +11,38 @@
  * for sum, the winning row for max, the last row for last), 0 on padding.
  * Option: mode = "sum" (default) | "max" | "last".
  * Buffers: out (W, B, F); lengths (B) int32 (the widths, see rl_collapse_out_lengths); for
- * max the winning row per output element (W, B, F) int32, kept for backward. CPU only. */
+ * max the winning row per output element (W, B, F) int32, kept for backward.
+ * On a CUDA device: out, arg and the sizes' copy live there (the copy made once per forward),
+ * forward and backward are one kernel each (kernels/cuda/image.cu; backward sets every input
+ * element, no atomics); the lengths stay a CPU tensor. */
+#include <stdio.h>
 #include <string.h>
 
 #include "layer.h"
 #include "layers.h"
 
+#include "../core/device.h"
 #include "../kernels/ops.h"
+#ifdef RL_WITH_CUDA
+#include "../kernels/cuda/image_cuda.h"
+#endif
 
 enum { MODE_SUM, MODE_MAX, MODE_LAST };
+#ifdef RL_WITH_CUDA
+_Static_assert((int)MODE_SUM == (int)RL_IMAGE_COLLAPSE_SUM &&
+                   (int)MODE_MAX == (int)RL_IMAGE_COLLAPSE_MAX &&
+                   (int)MODE_LAST == (int)RL_IMAGE_COLLAPSE_LAST,
+               "collapse modes are passed to the CUDA kernels as they are");
+#endif
 
 typedef struct {
     rl_layer base;
     int mode;
     int64_t H, W, B;
     rl_tensor lengths; /* (B) int32 */
-    rl_tensor arg;     /* (W, B, F) int32, max only */
-    rl_tensor sizes;   /* (B, 2) int32, a copy of the last forward's sizes */
+    rl_tensor arg;     /* (W, B, F) int32, max only; on the input's device */
+    rl_tensor sizes;   /* (B, 2) int32, a copy of the last forward's sizes; on the input's device */
+    rl_device dev;     /* of the last forward's input */
 } collapse_layer;
 
 static const rl_layer_ops collapse_ops;
@@ -37,29 +52,72 @@ static int64_t at(const collapse_layer *c, int64_t F, int64_t y, int64_t x, int6
     return ((y * c->W + x) * c->B + b) * F;
 }
 
+/* The input's device must be usable: the CPU, or an existing CUDA device in a CUDA build. */
+static rl_status check_device(const rl_layer *l, rl_device dev) {
+    if (rl_device_check(dev) == RL_OK) return RL_OK;
+    char why[256], dn[32];
+    snprintf(why, sizeof why, "%s", rl_errmsg());
+    rl_device_name(dev, dn, sizeof dn);
+    return rl_error(RL_EDEVICE, "layer '%s' (collapse): its input is on %s: %s", l->name, dn, why);
+}
+
+/* The CUDA half of forward (out, the sizes' copy and arg already on the device): the lengths
+ * on the host, then one kernel. A CPU-only build never has CUDA data (check_device refuses it). */
+static rl_status forward_cuda(collapse_layer *c, const rl_layer_io *io) {
+#ifdef RL_WITH_CUDA
+    rl_tensor t = {0};
+    RL_TRY(rl_op_contiguous(&t, io->sizes));
+    const int32_t *s = rl_tensor_data(&t);
+    int32_t *len = rl_tensor_data(&c->lengths);
+    for (int64_t b = 0; b < c->B; b++)
+        len[b] = s[2 * b + 1];
+    rl_tensor_release(&t);
+    RL_TRY(rl_op_contiguous(&t, io->in[0]));
+    rl_status st = rl_image_cuda_collapse_forward(
+        t.dtype, c->mode, c->H, c->W, c->B, c->base.n_out, rl_tensor_data(&c->sizes),
+        rl_tensor_data(&t), rl_tensor_data(&c->base.out),
+        c->mode == MODE_MAX ? rl_tensor_data(&c->arg) : NULL);
+    rl_tensor_release(&t);
+    return st;
+#else
+    (void)io;
+    return rl_error(RL_EDEVICE, "layer '%s' (collapse): rnnlua was built without CUDA",
+                    c->base.name);
+#endif
+}
+
+/* The CUDA half of backward: grad_in from the contiguous grad_out gc, set on every element. */
+static rl_status backward_cuda(collapse_layer *c, const rl_tensor *gc, rl_tensor *grad_in) {
+#ifdef RL_WITH_CUDA
+    return rl_image_cuda_collapse_backward(gc->dtype, c->mode, c->H, c->W, c->B, c->base.n_out,
+                                           rl_tensor_data(&c->sizes),
+                                           c->mode == MODE_MAX ? rl_tensor_data(&c->arg) : NULL,
+                                           rl_tensor_data(gc), rl_tensor_data(grad_in));
+#else
+    (void)gc, (void)grad_in;
+    return rl_error(RL_EDEVICE, "layer '%s' (collapse): rnnlua was built without CUDA",
+                    c->base.name);
+#endif
+}
+
 static rl_status collapse_forward(rl_layer *l, rl_layer_io *io) {
     collapse_layer *c = (collapse_layer *)l;
     int64_t H, W, B, F = l->n_out;
     RL_TRY(rl_layer_check_inputs_2d(l, io, &H, &W, &B));
-    if (rl_tensor_device(io->in[0]).type != RL_CPU) {
-        char dn[32];
-        rl_device_name(rl_tensor_device(io->in[0]), dn, sizeof dn);
-        return rl_error(
-            RL_EDEVICE,
-            "layer '%s' (collapse): its input is on %s, but collapse runs on the CPU only so "
-            "far (keep networks with collapse layers on the cpu)",
-            l->name, dn);
-    }
+    rl_device dev = rl_tensor_device(io->in[0]);
+    RL_TRY(check_device(l, dev));
+    c->dev = dev;
     c->H = H;
     c->W = W;
     c->B = B;
     rl_dtype dt = io->in[0]->dtype;
     int64_t oshape[3] = {W, B, F}, sshape[2] = {B, 2};
-    RL_TRY(rl_buffer_ensure(&l->out, dt, RL_DEVICE_CPU, 3, oshape));
+    RL_TRY(rl_buffer_ensure(&l->out, dt, dev, 3, oshape));
     RL_TRY(rl_buffer_ensure(&c->lengths, RL_INT32, RL_DEVICE_CPU, 1, &B));
-    RL_TRY(rl_buffer_ensure(&c->sizes, RL_INT32, RL_DEVICE_CPU, 2, sshape));
+    RL_TRY(rl_buffer_ensure(&c->sizes, RL_INT32, dev, 2, sshape));
     RL_TRY(rl_op_copy(&c->sizes, io->sizes));
-    if (c->mode == MODE_MAX) RL_TRY(rl_buffer_ensure(&c->arg, RL_INT32, RL_DEVICE_CPU, 3, oshape));
+    if (c->mode == MODE_MAX) RL_TRY(rl_buffer_ensure(&c->arg, RL_INT32, dev, 3, oshape));
+    if (dev.type != RL_CPU) return forward_cuda(c, io);
     RL_TRY(rl_op_fill(&l->out, 0.0));
     rl_tensor xc = {0};
     RL_TRY(rl_op_contiguous(&xc, io->in[0]));
@@ -105,8 +163,14 @@ static rl_status collapse_backward(rl_layer *l, rl_layer_io *io, const rl_tensor
     if (!grad_out)
         return rl_error(RL_EARG, "layer '%s' (collapse): backward needs grad_out", l->name);
     if (!grad_in[0]) return RL_OK;
-    RL_TRY(rl_op_fill(grad_in[0], 0.0));
     rl_tensor gc = {0};
+    if (c->dev.type != RL_CPU) {
+        RL_TRY(rl_op_contiguous(&gc, grad_out));
+        rl_status st = backward_cuda(c, &gc, grad_in[0]);
+        rl_tensor_release(&gc);
+        return st;
+    }
+    RL_TRY(rl_op_fill(grad_in[0], 0.0));
     RL_TRY(rl_op_contiguous(&gc, grad_out));
     int64_t B = c->B, F = l->n_out;
     const int32_t *s = rl_tensor_data(&c->sizes);

@@ -19,8 +19,11 @@
  * z = cols W + b (one GEMM), y = act(z) times the row mask (1 on valid outputs).
  * Backward: dz = grad_out act'(z) mask; dW += cols^T dz; db += sum_rows dz; grad_in = col2im(
  * dz W^T), which is 0 on padding. Backward keeps cols, map, mask, out and (for activations
- * whose derivative needs the input) z from forward. CPU only; a GPU version (cuDNN) would sit
- * beside this one behind the same options. */
+ * whose derivative needs the input) z from forward.
+ * On a CUDA device the same steps run there: im2col, col2im and the mask are kernels of
+ * kernels/cuda/image.cu that read the sizes and output sizes from a device copy made once per
+ * forward (no tap map), the GEMMs are cuBLAS through rl_op_gemm, and bias, activation and mask
+ * go through rl_op_* as on the CPU. The output sizes stay a CPU tensor. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,8 +32,12 @@
 #include "layer.h"
 #include "layers.h"
 
+#include "../core/device.h"
 #include "../kernels/im2col.h"
 #include "../kernels/ops.h"
+#ifdef RL_WITH_CUDA
+#include "../kernels/cuda/image_cuda.h"
+#endif
 
 typedef struct {
     rl_layer base;
@@ -48,6 +55,8 @@ typedef struct {
     rl_tensor dcols;     /* (Ho Wo B, fh fw F) */
     rl_tensor db;        /* (n_out) */
     rl_tensor out_sizes; /* (B, 2) int32 */
+    rl_device dev;       /* of the last forward's input */
+    rl_tensor dsizes;    /* (2, B, 2) int32 on a CUDA device: sizes, out_sizes */
 } conv2d_layer;
 
 static const rl_layer_ops conv2d_ops;
@@ -68,10 +77,44 @@ static rl_status ensure_map(int64_t **map, size_t *cap, size_t n, const char *la
     return RL_OK;
 }
 
+/* The input's device must be usable: the CPU, or an existing CUDA device in a CUDA build. */
+static rl_status check_device(const rl_layer *l, rl_device dev) {
+    if (rl_device_check(dev) == RL_OK) return RL_OK;
+    char why[256], dn[32];
+    snprintf(why, sizeof why, "%s", rl_errmsg());
+    rl_device_name(dev, dn, sizeof dn);
+    return rl_error(RL_EDEVICE, "layer '%s' (conv2d): its input is on %s: %s", l->name, dn, why);
+}
+
 /* A 2-D (rows, cols) view of a contiguous tensor. */
 static rl_status rows_view(rl_tensor *out, const rl_tensor *t, int64_t rows, int64_t cols) {
     int64_t shape[2] = {rows, cols};
     return rl_tensor_view(out, t, 2, shape);
+}
+
+/* The CUDA half of forward: the sizes and output sizes to the device, then cols and mask there.
+ * A CPU-only build never has CUDA data (check_device refuses it). */
+static rl_status cols_cuda(conv2d_layer *C, const rl_tensor *sizes, const rl_tensor *xc) {
+#ifdef RL_WITH_CUDA
+    int64_t B = C->g.B, dshape[3] = {2, B, 2};
+    RL_TRY(rl_buffer_ensure(&C->dsizes, RL_INT32, C->dev, 3, dshape));
+    rl_tensor v = {0};
+    RL_TRY(rl_tensor_select(&v, &C->dsizes, 0, 0));
+    rl_status st = rl_op_copy(&v, sizes);
+    rl_tensor_release(&v);
+    if (st == RL_OK) st = rl_tensor_select(&v, &C->dsizes, 0, 1);
+    if (st == RL_OK) st = rl_op_copy(&v, &C->out_sizes);
+    rl_tensor_release(&v);
+    RL_TRY(st);
+    const int32_t *ds = rl_tensor_data(&C->dsizes);
+    rl_dtype dt = xc->dtype;
+    RL_TRY(rl_image_cuda_im2col(dt, &C->g, ds, ds + 2 * B, rl_tensor_data(xc),
+                                rl_tensor_data(&C->cols)));
+    return rl_image_cuda_row_mask(dt, &C->g, ds + 2 * B, rl_tensor_data(&C->mask));
+#else
+    (void)sizes, (void)xc;
+    return rl_error(RL_EDEVICE, "layer '%s' (conv2d): rnnlua was built without CUDA", C->base.name);
+#endif
 }
 
 static rl_status conv2d_forward(rl_layer *l, rl_layer_io *io) {
@@ -79,15 +122,9 @@ static rl_status conv2d_forward(rl_layer *l, rl_layer_io *io) {
     int64_t H, W, B;
     RL_TRY(rl_layer_check_inputs_2d(l, io, &H, &W, &B));
     const rl_tensor *x0 = io->in[0];
-    if (rl_tensor_device(x0).type != RL_CPU) {
-        char dn[32];
-        rl_device_name(rl_tensor_device(x0), dn, sizeof dn);
-        return rl_error(
-            RL_EDEVICE,
-            "layer '%s' (conv2d): its input is on %s, but conv2d runs on the CPU only so "
-            "far (keep networks with conv2d layers on the cpu)",
-            l->name, dn);
-    }
+    rl_device dev = rl_tensor_device(x0);
+    RL_TRY(check_device(l, dev));
+    C->dev = dev;
     rl_dtype dt = x0->dtype;
     int64_t F = l->in_dims[0];
     rl_conv_geom *g = &C->g;
@@ -123,29 +160,36 @@ static rl_status conv2d_forward(rl_layer *l, rl_layer_io *io) {
         os[2 * b + 1] = (int32_t)wo;
     }
     int64_t R = g->Ho * g->Wo * B, K = C->fh * C->fw;
-    if (st == RL_OK) st = ensure_map(&C->map, &C->map_cap, (size_t)(R * K), l->name);
-    if (st == RL_OK) rl_im2col_map(C->map, g, s, os);
+    if (st == RL_OK && dev.type == RL_CPU)
+        st = ensure_map(&C->map, &C->map_cap, (size_t)(R * K), l->name);
+    if (st == RL_OK && dev.type == RL_CPU) rl_im2col_map(C->map, g, s, os);
     rl_tensor_release(&sz);
     RL_TRY(st);
 
     int64_t cshape[2] = {R, K * F}, mshape[2] = {R, 1};
     int64_t oshape[4] = {g->Ho, g->Wo, B, l->n_out};
-    RL_TRY(rl_buffer_ensure(&C->cols, dt, RL_DEVICE_CPU, 2, cshape));
-    RL_TRY(rl_buffer_ensure(&C->mask, dt, RL_DEVICE_CPU, 2, mshape));
-    RL_TRY(rl_buffer_ensure(&l->out, dt, RL_DEVICE_CPU, 4, oshape));
+    RL_TRY(rl_buffer_ensure(&C->cols, dt, dev, 2, cshape));
+    RL_TRY(rl_buffer_ensure(&C->mask, dt, dev, 2, mshape));
+    RL_TRY(rl_buffer_ensure(&l->out, dt, dev, 4, oshape));
     rl_tensor xc = {0};
     RL_TRY(rl_op_contiguous(&xc, x0));
-    rl_im2col(rl_tensor_data(&C->cols), rl_tensor_data(&xc), C->map, R * K, F, rl_dtype_size(dt));
-    rl_tensor_release(&xc);
-    for (int64_t r = 0; r < R; r++) {
-        int64_t b = r % B, xo = (r / B) % g->Wo, yo = r / (B * g->Wo);
-        int64_t idx[2] = {r, 0};
-        rl_tensor_set(&C->mask, idx, yo < os[2 * b] && xo < os[2 * b + 1] ? 1.0 : 0.0);
+    if (dev.type == RL_CPU) {
+        rl_im2col(rl_tensor_data(&C->cols), rl_tensor_data(&xc), C->map, R * K, F,
+                  rl_dtype_size(dt));
+        for (int64_t r = 0; r < R; r++) {
+            int64_t b = r % B, xo = (r / B) % g->Wo, yo = r / (B * g->Wo);
+            int64_t idx[2] = {r, 0};
+            rl_tensor_set(&C->mask, idx, yo < os[2 * b] && xo < os[2 * b + 1] ? 1.0 : 0.0);
+        }
+    } else {
+        st = cols_cuda(C, io->sizes, &xc);
     }
+    rl_tensor_release(&xc);
+    RL_TRY(st);
 
     rl_tensor *z = &l->out;
     if (rl_activation_needs_input(C->act)) {
-        RL_TRY(rl_buffer_ensure(&C->z, dt, RL_DEVICE_CPU, 4, oshape));
+        RL_TRY(rl_buffer_ensure(&C->z, dt, dev, 4, oshape));
         z = &C->z;
     }
     rl_tensor z2 = {0}, y2 = {0};
@@ -162,6 +206,18 @@ static rl_status conv2d_forward(rl_layer *l, rl_layer_io *io) {
     return st;
 }
 
+/* The CUDA half of backward: grad_in = col2im(dcols), set on every element. */
+static rl_status col2im_cuda(conv2d_layer *C, rl_tensor *grad_in) {
+#ifdef RL_WITH_CUDA
+    const int32_t *ds = rl_tensor_data(&C->dsizes);
+    return rl_image_cuda_col2im(C->dcols.dtype, &C->g, ds, ds + 2 * C->g.B,
+                                rl_tensor_data(&C->dcols), rl_tensor_data(grad_in));
+#else
+    (void)grad_in;
+    return rl_error(RL_EDEVICE, "layer '%s' (conv2d): rnnlua was built without CUDA", C->base.name);
+#endif
+}
+
 static rl_status conv2d_backward(rl_layer *l, rl_layer_io *io, const rl_tensor *grad_out,
                                  rl_tensor *const *grad_in) {
     conv2d_layer *C = (conv2d_layer *)l;
@@ -170,27 +226,31 @@ static rl_status conv2d_backward(rl_layer *l, rl_layer_io *io, const rl_tensor *
         return rl_error(RL_EARG, "layer '%s' (conv2d): backward needs grad_out", l->name);
     rl_dtype dt = l->out.dtype;
     int64_t R = C->g.Ho * C->g.Wo * C->g.B, KF = C->fh * C->fw * C->g.F;
-    RL_TRY(rl_buffer_ensure(&C->dz, dt, RL_DEVICE_CPU, 4, l->out.shape));
+    RL_TRY(rl_buffer_ensure(&C->dz, dt, C->dev, 4, l->out.shape));
     RL_TRY(rl_activation_backward(C->act, &C->dz, grad_out, &C->z, &l->out));
     rl_tensor dz2 = {0};
     RL_TRY(rows_view(&dz2, &C->dz, R, l->n_out));
     rl_status st = rl_op_binary(&dz2, &dz2, &C->mask, RL_BIN_MUL);
     if (st == RL_OK) st = rl_op_gemm(&l->params[C->iW].grad, &C->cols, &dz2, true, false, 1.0, 1.0);
     if (st == RL_OK && C->ib >= 0) {
-        st = rl_buffer_ensure(&C->db, dt, RL_DEVICE_CPU, 1, &l->n_out);
+        st = rl_buffer_ensure(&C->db, dt, C->dev, 1, &l->n_out);
         if (st == RL_OK) st = rl_op_reduce_dim(&C->db, NULL, &dz2, 0, false, RL_RED_SUM);
         if (st == RL_OK)
             st = rl_op_binary(&l->params[C->ib].grad, &l->params[C->ib].grad, &C->db, RL_BIN_ADD);
     }
     if (st == RL_OK && grad_in[0]) {
         int64_t cshape[2] = {R, KF};
-        st = rl_buffer_ensure(&C->dcols, dt, RL_DEVICE_CPU, 2, cshape);
+        st = rl_buffer_ensure(&C->dcols, dt, C->dev, 2, cshape);
         if (st == RL_OK)
             st = rl_op_gemm(&C->dcols, &dz2, &l->params[C->iW].value, false, true, 1.0, 0.0);
-        if (st == RL_OK) st = rl_op_fill(grad_in[0], 0.0);
-        if (st == RL_OK)
-            rl_col2im(rl_tensor_data(grad_in[0]), rl_tensor_data(&C->dcols), C->map,
-                      R * C->fh * C->fw, C->g.F, dt);
+        if (st == RL_OK && C->dev.type == RL_CPU) {
+            st = rl_op_fill(grad_in[0], 0.0);
+            if (st == RL_OK)
+                rl_col2im(rl_tensor_data(grad_in[0]), rl_tensor_data(&C->dcols), C->map,
+                          R * C->fh * C->fw, C->g.F, dt);
+        } else if (st == RL_OK) {
+            st = col2im_cuda(C, grad_in[0]);
+        }
     }
     rl_tensor_release(&dz2);
     return st;
@@ -206,6 +266,7 @@ static void conv2d_destroy(rl_layer *l) {
     rl_tensor_release(&C->dcols);
     rl_tensor_release(&C->db);
     rl_tensor_release(&C->out_sizes);
+    rl_tensor_release(&C->dsizes);
 }
 
 static const rl_layer_ops conv2d_ops = {.class_name = "conv2d",

@@ -8,48 +8,96 @@
  * Option: mode = "mean" (default) | "max".
  * Buffers: out (1, B, F); lengths (B) int32 of ones (rl_global_pool_out_lengths); a copy of
  * the sizes and, for max, the winning position y W + x per output element (B, F) int32, kept
- * for backward. CPU only. */
+ * for backward.
+ * On a CUDA device: out, arg and the sizes' copy live there (the copy made once per forward),
+ * forward and backward are one kernel each (kernels/cuda/image.cu: the mean accumulated in
+ * double as here; backward sets every input element, no atomics); the lengths stay a CPU
+ * tensor. */
+#include <stdio.h>
 #include <string.h>
 
 #include "layer.h"
 #include "layers.h"
 
+#include "../core/device.h"
 #include "../kernels/ops.h"
+#ifdef RL_WITH_CUDA
+#include "../kernels/cuda/image_cuda.h"
+#endif
 
 typedef struct {
     rl_layer base;
     bool max;
     int64_t W, B;
     rl_tensor lengths; /* (B) int32, ones */
-    rl_tensor sizes;   /* (B, 2) int32 */
-    rl_tensor arg;     /* (B, F) int32, max only */
+    rl_tensor sizes;   /* (B, 2) int32, on the input's device */
+    rl_tensor arg;     /* (B, F) int32, max only, on the input's device */
+    int64_t H;
+    rl_device dev; /* of the last forward's input */
 } global_pool_layer;
 
 static const rl_layer_ops global_pool_ops;
+
+/* The input's device must be usable: the CPU, or an existing CUDA device in a CUDA build. */
+static rl_status check_device(const rl_layer *l, rl_device dev) {
+    if (rl_device_check(dev) == RL_OK) return RL_OK;
+    char why[256], dn[32];
+    snprintf(why, sizeof why, "%s", rl_errmsg());
+    rl_device_name(dev, dn, sizeof dn);
+    return rl_error(RL_EDEVICE, "layer '%s' (global_pool): its input is on %s: %s", l->name, dn,
+                    why);
+}
+
+/* The CUDA half of forward (out, the sizes' copy and arg already on the device): one kernel.
+ * A CPU-only build never has CUDA data (check_device refuses it). */
+static rl_status forward_cuda(global_pool_layer *g, const rl_tensor *x) {
+#ifdef RL_WITH_CUDA
+    rl_tensor t = {0};
+    RL_TRY(rl_op_contiguous(&t, x));
+    rl_status st = rl_image_cuda_global_pool_forward(
+        t.dtype, g->max, g->H, g->W, g->B, g->base.n_out, rl_tensor_data(&g->sizes),
+        rl_tensor_data(&t), rl_tensor_data(&g->base.out), g->max ? rl_tensor_data(&g->arg) : NULL);
+    rl_tensor_release(&t);
+    return st;
+#else
+    (void)x;
+    return rl_error(RL_EDEVICE, "layer '%s' (global_pool): rnnlua was built without CUDA",
+                    g->base.name);
+#endif
+}
+
+/* The CUDA half of backward: grad_in from the contiguous grad_out gc, set on every element. */
+static rl_status backward_cuda(global_pool_layer *g, const rl_tensor *gc, rl_tensor *grad_in) {
+#ifdef RL_WITH_CUDA
+    return rl_image_cuda_global_pool_backward(
+        gc->dtype, g->max, g->H, g->W, g->B, g->base.n_out, rl_tensor_data(&g->sizes),
+        g->max ? rl_tensor_data(&g->arg) : NULL, rl_tensor_data(gc), rl_tensor_data(grad_in));
+#else
+    (void)gc, (void)grad_in;
+    return rl_error(RL_EDEVICE, "layer '%s' (global_pool): rnnlua was built without CUDA",
+                    g->base.name);
+#endif
+}
 
 static rl_status global_pool_forward(rl_layer *l, rl_layer_io *io) {
     global_pool_layer *g = (global_pool_layer *)l;
     int64_t H, W, B, F = l->n_out;
     RL_TRY(rl_layer_check_inputs_2d(l, io, &H, &W, &B));
-    if (rl_tensor_device(io->in[0]).type != RL_CPU) {
-        char dn[32];
-        rl_device_name(rl_tensor_device(io->in[0]), dn, sizeof dn);
-        return rl_error(
-            RL_EDEVICE,
-            "layer '%s' (global_pool): its input is on %s, but global_pool runs on the CPU only so "
-            "far (keep networks with global_pool layers on the cpu)",
-            l->name, dn);
-    }
+    rl_device dev = rl_tensor_device(io->in[0]);
+    RL_TRY(check_device(l, dev));
+    g->dev = dev;
+    g->H = H;
     g->W = W;
     g->B = B;
     rl_dtype dt = io->in[0]->dtype;
     int64_t oshape[3] = {1, B, F}, sshape[2] = {B, 2}, ashape[2] = {B, F};
-    RL_TRY(rl_buffer_ensure(&l->out, dt, RL_DEVICE_CPU, 3, oshape));
+    RL_TRY(rl_buffer_ensure(&l->out, dt, dev, 3, oshape));
     RL_TRY(rl_buffer_ensure(&g->lengths, RL_INT32, RL_DEVICE_CPU, 1, &B));
     RL_TRY(rl_op_fill(&g->lengths, 1.0));
-    RL_TRY(rl_buffer_ensure(&g->sizes, RL_INT32, RL_DEVICE_CPU, 2, sshape));
+    RL_TRY(rl_buffer_ensure(&g->sizes, RL_INT32, dev, 2, sshape));
     RL_TRY(rl_op_copy(&g->sizes, io->sizes));
-    if (g->max) RL_TRY(rl_buffer_ensure(&g->arg, RL_INT32, RL_DEVICE_CPU, 2, ashape));
+    if (g->max) RL_TRY(rl_buffer_ensure(&g->arg, RL_INT32, dev, 2, ashape));
+    if (dev.type != RL_CPU) return forward_cuda(g, io->in[0]);
     rl_tensor xc = {0};
     RL_TRY(rl_op_contiguous(&xc, io->in[0]));
     const int32_t *s = rl_tensor_data(&g->sizes);
@@ -92,8 +140,14 @@ static rl_status global_pool_backward(rl_layer *l, rl_layer_io *io, const rl_ten
     if (!grad_out)
         return rl_error(RL_EARG, "layer '%s' (global_pool): backward needs grad_out", l->name);
     if (!grad_in[0]) return RL_OK;
-    RL_TRY(rl_op_fill(grad_in[0], 0.0));
     rl_tensor gc = {0};
+    if (g->dev.type != RL_CPU) {
+        RL_TRY(rl_op_contiguous(&gc, grad_out));
+        rl_status st = backward_cuda(g, &gc, grad_in[0]);
+        rl_tensor_release(&gc);
+        return st;
+    }
+    RL_TRY(rl_op_fill(grad_in[0], 0.0));
     RL_TRY(rl_op_contiguous(&gc, grad_out));
     int64_t W = g->W, B = g->B, F = l->n_out;
     const int32_t *s = rl_tensor_data(&g->sizes);

@@ -12,16 +12,26 @@
  * Backward: max routes each output's gradient to the tap that won (the first in window order
  * on ties), avg spreads it evenly over the window's taps; padding gets 0.
  * Buffers: out; the tap map (kernels/im2col.h) and, for max, the winning input offset per
- * output element (arg, int64), both kept for backward. CPU only. */
+ * output element (arg, int64), both kept for backward.
+ * On a CUDA device: the kernels of kernels/cuda/image.cu, which read the sizes and output sizes
+ * from a device copy made once per forward (no tap map); max keeps the winning tap i pw + j per
+ * output element (darg, int32, -1 for none); backward gathers over input positions (no
+ * atomics, also for overlapping windows), so it is deterministic. The output sizes stay a CPU
+ * tensor. */
 #include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "layer.h"
 #include "layers.h"
 
+#include "../core/device.h"
 #include "../kernels/im2col.h"
 #include "../kernels/ops.h"
+#ifdef RL_WITH_CUDA
+#include "../kernels/cuda/image_cuda.h"
+#endif
 
 typedef struct {
     rl_layer base;
@@ -31,6 +41,9 @@ typedef struct {
     int64_t *map, *arg;
     size_t map_cap, arg_cap;
     rl_tensor out_sizes; /* (B, 2) int32 */
+    rl_device dev;       /* of the last forward's input */
+    rl_tensor dsizes;    /* (2, B, 2) int32 on a CUDA device: sizes, out_sizes */
+    rl_tensor darg;      /* (Ho Wo B, F) int32 on a CUDA device, max only */
 } pool2d_layer;
 
 static const rl_layer_ops pool2d_ops;
@@ -48,6 +61,15 @@ static rl_status grow(int64_t **p, size_t *cap, size_t n, const char *layer) {
     *p = m;
     *cap = n;
     return RL_OK;
+}
+
+/* The input's device must be usable: the CPU, or an existing CUDA device in a CUDA build. */
+static rl_status check_device(const rl_layer *l, rl_device dev) {
+    if (rl_device_check(dev) == RL_OK) return RL_OK;
+    char why[256], dn[32];
+    snprintf(why, sizeof why, "%s", rl_errmsg());
+    rl_device_name(dev, dn, sizeof dn);
+    return rl_error(RL_EDEVICE, "layer '%s' (pool2d): its input is on %s: %s", l->name, dn, why);
 }
 
 /* One output row r: the window's taps map[0..K-1] over x, F features, into y (and arg). */
@@ -101,20 +123,52 @@ static void pool_row_f64(double *y, int64_t *arg, const double *x, const int64_t
             y[f] /= (double)n;
 }
 
+/* The CUDA half of forward: the sizes and output sizes to the device, then one kernel. A
+ * CPU-only build never has CUDA data (check_device refuses it). */
+static rl_status forward_cuda(pool2d_layer *P, const rl_tensor *sizes, const rl_tensor *xc) {
+#ifdef RL_WITH_CUDA
+    int64_t B = P->g.B, dshape[3] = {2, B, 2}, ashape[2] = {P->g.Ho * P->g.Wo * B, P->g.F};
+    RL_TRY(rl_buffer_ensure(&P->dsizes, RL_INT32, P->dev, 3, dshape));
+    if (P->max) RL_TRY(rl_buffer_ensure(&P->darg, RL_INT32, P->dev, 2, ashape));
+    rl_tensor v = {0};
+    RL_TRY(rl_tensor_select(&v, &P->dsizes, 0, 0));
+    rl_status st = rl_op_copy(&v, sizes);
+    rl_tensor_release(&v);
+    if (st == RL_OK) st = rl_tensor_select(&v, &P->dsizes, 0, 1);
+    if (st == RL_OK) st = rl_op_copy(&v, &P->out_sizes);
+    rl_tensor_release(&v);
+    RL_TRY(st);
+    const int32_t *ds = rl_tensor_data(&P->dsizes);
+    return rl_image_cuda_pool_forward(xc->dtype, &P->g, ds, ds + 2 * B, P->max, rl_tensor_data(xc),
+                                      rl_tensor_data(&P->base.out),
+                                      P->max ? rl_tensor_data(&P->darg) : NULL);
+#else
+    (void)sizes, (void)xc;
+    return rl_error(RL_EDEVICE, "layer '%s' (pool2d): rnnlua was built without CUDA", P->base.name);
+#endif
+}
+
+/* The CUDA half of backward: grad_in from the contiguous grad_out gc, set on every element. */
+static rl_status backward_cuda(pool2d_layer *P, const rl_tensor *gc, rl_tensor *grad_in) {
+#ifdef RL_WITH_CUDA
+    const int32_t *ds = rl_tensor_data(&P->dsizes);
+    return rl_image_cuda_pool_backward(gc->dtype, &P->g, ds, ds + 2 * P->g.B, P->max,
+                                       P->max ? rl_tensor_data(&P->darg) : NULL, rl_tensor_data(gc),
+                                       rl_tensor_data(grad_in));
+#else
+    (void)gc, (void)grad_in;
+    return rl_error(RL_EDEVICE, "layer '%s' (pool2d): rnnlua was built without CUDA", P->base.name);
+#endif
+}
+
 static rl_status pool2d_forward(rl_layer *l, rl_layer_io *io) {
     pool2d_layer *P = (pool2d_layer *)l;
     int64_t H, W, B;
     RL_TRY(rl_layer_check_inputs_2d(l, io, &H, &W, &B));
     const rl_tensor *x0 = io->in[0];
-    if (rl_tensor_device(x0).type != RL_CPU) {
-        char dn[32];
-        rl_device_name(rl_tensor_device(x0), dn, sizeof dn);
-        return rl_error(
-            RL_EDEVICE,
-            "layer '%s' (pool2d): its input is on %s, but pool2d runs on the CPU only so "
-            "far (keep networks with pool2d layers on the cpu)",
-            l->name, dn);
-    }
+    rl_device dev = rl_tensor_device(x0);
+    RL_TRY(check_device(l, dev));
+    P->dev = dev;
     rl_dtype dt = x0->dtype;
     int64_t F = l->in_dims[0];
     rl_conv_geom *g = &P->g;
@@ -150,15 +204,21 @@ static rl_status pool2d_forward(rl_layer *l, rl_layer_io *io) {
         os[2 * b + 1] = (int32_t)wo;
     }
     int64_t R = g->Ho * g->Wo * B, K = P->ph * P->pw;
-    if (st == RL_OK) st = grow(&P->map, &P->map_cap, (size_t)(R * K), l->name);
-    if (st == RL_OK && P->max) st = grow(&P->arg, &P->arg_cap, (size_t)(R * F), l->name);
-    if (st == RL_OK) rl_im2col_map(P->map, g, s, os);
+    bool cpu = dev.type == RL_CPU;
+    if (st == RL_OK && cpu) st = grow(&P->map, &P->map_cap, (size_t)(R * K), l->name);
+    if (st == RL_OK && cpu && P->max) st = grow(&P->arg, &P->arg_cap, (size_t)(R * F), l->name);
+    if (st == RL_OK && cpu) rl_im2col_map(P->map, g, s, os);
     rl_tensor_release(&sz);
     RL_TRY(st);
     int64_t oshape[4] = {g->Ho, g->Wo, B, F};
-    RL_TRY(rl_buffer_ensure(&l->out, dt, RL_DEVICE_CPU, 4, oshape));
+    RL_TRY(rl_buffer_ensure(&l->out, dt, dev, 4, oshape));
     rl_tensor xc = {0};
     RL_TRY(rl_op_contiguous(&xc, x0));
+    if (!cpu) {
+        st = forward_cuda(P, io->sizes, &xc);
+        rl_tensor_release(&xc);
+        return st;
+    }
     for (int64_t r = 0; r < R; r++) {
         int64_t *arg = P->max ? P->arg + r * F : NULL;
         if (dt == RL_FLOAT32)
@@ -179,8 +239,14 @@ static rl_status pool2d_backward(rl_layer *l, rl_layer_io *io, const rl_tensor *
     if (!grad_out)
         return rl_error(RL_EARG, "layer '%s' (pool2d): backward needs grad_out", l->name);
     if (!grad_in[0]) return RL_OK;
-    RL_TRY(rl_op_fill(grad_in[0], 0.0));
     rl_tensor gc = {0};
+    if (P->dev.type != RL_CPU) {
+        RL_TRY(rl_op_contiguous(&gc, grad_out));
+        rl_status st = backward_cuda(P, &gc, grad_in[0]);
+        rl_tensor_release(&gc);
+        return st;
+    }
+    RL_TRY(rl_op_fill(grad_in[0], 0.0));
     RL_TRY(rl_op_contiguous(&gc, grad_out));
     int64_t F = P->g.F, R = P->g.Ho * P->g.Wo * P->g.B, K = P->ph * P->pw;
     bool f32 = l->out.dtype == RL_FLOAT32;
@@ -221,6 +287,8 @@ static void pool2d_destroy(rl_layer *l) {
     free(P->map);
     free(P->arg);
     rl_tensor_release(&P->out_sizes);
+    rl_tensor_release(&P->dsizes);
+    rl_tensor_release(&P->darg);
 }
 
 static const rl_layer_ops pool2d_ops = {.class_name = "pool2d",

@@ -5,8 +5,10 @@
  * with exactly zero gradient on input padding, and errors that name the layer. */
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
+#include "../../core/device.h"
 #include "../../core/tensor.h"
 #include "../../kernels/ops.h"
 #include "../../layers/layer.h"
@@ -436,11 +438,46 @@ static void test_errors(void) {
     }
 }
 
+/* CUDA data where no CUDA device can be used (a CPU-only build, or no GPU): each 2-D layer
+ * refuses it with an error naming the layer and the device, before it reads the data. The input
+ * is the fixture's CPU tensor relabelled as cuda:0, so this runs only where cuda:0 is unusable. */
+static void test_cuda_unavailable(void) {
+    rl_device cuda0 = {RL_CUDA, 0};
+    if (rl_device_check(cuda0) == RL_OK) return;
+    static const char *const classes[4] = {"conv2d", "pool2d", "collapse", "global_pool"};
+    for (int c = 0; c < 4; c++) {
+        gc_opts o = {0};
+        gc_opt_num(&o, "n_out", 2);
+        gc_opt_num(&o, "filter_size[1]", 3);
+        gc_opt_num(&o, "pool_size[1]", 2);
+        fixture f;
+        if (!fx_make(&f, classes[c], &o, H, W, B, SIZES, 29)) continue;
+        rl_storage fake = *f.x.storage;
+        fake.device = cuda0;
+        rl_tensor xf = f.x;
+        xf.storage = &fake;
+        rl_layer_io io;
+        memset(&io, 0, sizeof io);
+        io.n_in = 1;
+        io.in[0] = &xf;
+        io.sizes = &f.sizes;
+        char needle[64];
+        snprintf(needle, sizeof needle, "(%s)", classes[c]);
+        rl_status st = f.l->ops->forward(f.l, &io);
+        CHECK(st == RL_EDEVICE);
+        expect_error(st, needle);
+        expect_error(st, "cuda:0");
+        fx_free(&f);
+    }
+}
+
 int main(void) {
+    rl_ops_init();
     test_conv2d();
     test_pool2d();
     test_collapse_global_pool();
     test_float32();
     test_errors();
+    test_cuda_unavailable();
     TEST_MAIN_END();
 }

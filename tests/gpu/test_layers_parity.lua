@@ -4,8 +4,8 @@
 -- to cuda:0, and run on the same CPU batch (float32): every layer's output, the loss, the
 -- error count, the flat parameter gradient and the input gradient must agree to a relative
 -- 1e-5 (the largest difference over the largest magnitude of the CPU's tensor). Dropout draws
--- from the shared counter-based generator, so its masks agree too. The 2-D layers, which run
--- on the CPU only so far, must refuse CUDA data with an error naming the layer and the device.
+-- from the shared counter-based generator, so its masks agree too. The 2-D layers (conv2d,
+-- pool2d, collapse, global_pool) are checked the same way on ragged image batches.
 -- Then whole rl.train runs (2 epochs, SGD, dropout, dev scoring, a checkpoint) on "cpu" and
 -- "cuda" must end with close parameters (relative 1e-4), and the checkpoint written from the
 -- GPU must load and run on both devices.
@@ -79,9 +79,9 @@ local function run(desc, ext, bt, device, train)
   return net, loss, err
 end
 
-local function parity(name, desc, ext, train)
+local function parity(name, desc, ext, train, batch)
   H.test(name, function()
-    local bt = seq_batch(ext)
+    local bt = batch and batch() or seq_batch(ext)
     local cpu, lc, ec = run(desc, ext, bt, "cpu", train)
     local gpu, lg, eg = run(desc, ext, bt, DEV, train)
     H.check(gpu.device == DEV and gpu:params():device() == DEV, "moved")
@@ -189,34 +189,61 @@ H.test("images: an any-rank layer on (H, W, B, F) runs folded on the device", fu
   close(outs[DEV], outs.cpu, "folded linear on images")
 end)
 
--- The 2-D layers on CUDA data: a clear error, not a crash.
-local IMG = {data = {dim = 2, spatial = 2}, classes = {dim = 3, sparse = true}}
-for cls, opts in pairs({conv2d = {n_out = 3, filter_size = {3, 3}}, pool2d = {pool_size = {2, 2}},
-                        collapse = {}, global_pool = {}}) do
-  H.test(cls .. " refuses CUDA data with a clear error", function()
-    local d = {class = cls}
-    for k, v in pairs(opts) do d[k] = v end
-    local desc = {l = d}
-    local last = "l"
-    if cls == "conv2d" or cls == "pool2d" then
-      desc.c = {class = "collapse", from = "l"}
-      last = "c"
+-- The 2-D layers on ragged images (4 x 6, 3 x 4, 5 x 2 in a (5, 6, 3, 2) batch), each feeding a
+-- softmax through collapse or global_pool; t_out and lens: the time axis and lengths after it.
+local IMG = {data = {dim = 2, spatial = 2}, classes = {dim = C, sparse = true}}
+local function img_batch(t_out, lens)
+  return function()
+    rl.manual_seed(103)
+    local bt = {data = rl.randn(5, 6, 3, 2), sizes = rl.tensor({{4, 6}, {3, 4}, {5, 2}}, "int32"),
+                lengths = rl.tensor(lens, "int32")}
+    local y = {}
+    for t = 1, t_out do
+      y[t] = {}
+      for b = 1, 3 do y[t][b] = (t * 7 + b * 3) % C end
     end
-    desc.output = {class = "softmax", from = last, loss = "ce", target = "classes"}
-    rl.manual_seed(7)
-    local net = rl.network(desc, IMG)
-    net:to(DEV)
-    rl.manual_seed(3)
-    local bt = {data = rl.randn(4, 4, 2, 2), sizes = rl.tensor({{4, 4}, {2, 3}}, "int32")}
-    local W = cls == "global_pool" and 1 or (cls == "pool2d" and 2 or 4)
-    bt.classes = rl.zeros({W, 2}, "int32")
-    bt.lengths = rl.full({2}, W, "int32")
-    local ok, err = pcall(net.forward, net, bt)
-    H.check(not ok, "expected an error")
-    H.check(tostring(err):find("(" .. cls .. ")", 1, true) and tostring(err):find(DEV, 1, true),
-      tostring(err))
-  end)
+    bt.classes = rl.tensor(y, "int32")
+    return bt
+  end
 end
+local WIDTHS = img_batch(6, {6, 4, 2})
+parity("conv2d same 3x3 tanh, collapse sum", ce_on("col", {
+  c = {class = "conv2d", n_out = 3, filter_size = {3, 3}, activation = "tanh"},
+  col = {class = "collapse", from = "c", mode = "sum"},
+}), IMG, true, WIDTHS)
+parity("conv2d valid 3x2 strides (2, 1) relu without bias, collapse max", ce_on("col", {
+  c = {class = "conv2d", n_out = 4, filter_size = {3, 2}, strides = {2, 1}, padding = "valid",
+       activation = "relu", with_bias = false},
+  col = {class = "collapse", from = "c", mode = "max"},
+}), IMG, true, img_batch(5, {5, 3, 1}))
+parity("conv2d same 2x3 strides 2 softplus, global_pool mean", ce_on("g", {
+  c = {class = "conv2d", n_out = 3, filter_size = {2, 3}, strides = {2, 2}, activation = "softplus"},
+  g = {class = "global_pool", from = "c", mode = "mean"},
+}), IMG, true, img_batch(1, {1, 1, 1}))
+parity("pool2d max 2x2 after conv2d, collapse last", ce_on("col", {
+  c = {class = "conv2d", n_out = 3, filter_size = {3, 3}, activation = "square"},
+  p = {class = "pool2d", from = "c", pool_size = {2, 2}},
+  col = {class = "collapse", from = "p", mode = "last"},
+}), IMG, true, img_batch(3, {3, 2, 1}))
+parity("pool2d avg 3x3 strides 1 same (overlapping) after conv2d, collapse sum", ce_on("col", {
+  c = {class = "conv2d", n_out = 3, filter_size = {1, 1}, activation = "sigmoid"},
+  p = {class = "pool2d", from = "c", mode = "avg", pool_size = {3, 3}, strides = {1, 1},
+       padding = "same"},
+  col = {class = "collapse", from = "p", mode = "sum"},
+}), IMG, true, WIDTHS)
+parity("pool2d max 3x3 strides 2 same (overlapping) after conv2d, global_pool max", ce_on("g", {
+  c = {class = "conv2d", n_out = 4, filter_size = {3, 3}, activation = "elu"},
+  p = {class = "pool2d", from = "c", pool_size = {3, 3}, strides = {2, 2}, padding = "same"},
+  g = {class = "global_pool", from = "p", mode = "max"},
+}), IMG, true, img_batch(1, {1, 1, 1}))
+parity("collapse max on the data", ce_on("col", {
+  col = {class = "collapse", mode = "max"},
+}), IMG, true, WIDTHS)
+parity("global_pool mean and max on the data", ce_on("cat", {
+  gm = {class = "global_pool", mode = "mean"},
+  gx = {class = "global_pool", mode = "max"},
+  cat = {class = "copy", from = {"gm", "gx"}},
+}), IMG, true, img_batch(1, {1, 1, 1}))
 
 H.test("net:to round trip cpu -> cuda -> cpu keeps every value", function()
   rl.manual_seed(7)
