@@ -61,12 +61,6 @@ typedef struct {
 
 static const rl_layer_ops conv2d_ops;
 
-/* Output extent along one axis of an image of extent n, or -1 when n < k for valid. */
-static int64_t out_extent(bool same, int64_t n, int64_t k, int64_t s) {
-    if (same) return (n + s - 1) / s;
-    return n < k ? -1 : (n - k) / s + 1;
-}
-
 static rl_status ensure_map(int64_t **map, size_t *cap, size_t n, const char *layer) {
     if (n <= *cap) return RL_OK;
     int64_t *m = realloc(*map, n * sizeof *m);
@@ -128,37 +122,11 @@ static rl_status conv2d_forward(rl_layer *l, rl_layer_io *io) {
     rl_dtype dt = x0->dtype;
     int64_t F = l->in_dims[0];
     rl_conv_geom *g = &C->g;
-    *g = (rl_conv_geom){H,
-                        W,
-                        B,
-                        F,
-                        out_extent(C->same, H, C->fh, C->sy),
-                        out_extent(C->same, W, C->fw, C->sx),
-                        C->fh,
-                        C->fw,
-                        C->sy,
-                        C->sx,
-                        C->same ? (C->fh - 1) / 2 : 0,
-                        C->same ? (C->fw - 1) / 2 : 0};
-    int64_t sshape[2] = {B, 2};
-    RL_TRY(rl_buffer_ensure(&C->out_sizes, RL_INT32, RL_DEVICE_CPU, 2, sshape));
-    int32_t *os = rl_tensor_data(&C->out_sizes);
     rl_tensor sz = {0};
-    RL_TRY(rl_op_contiguous(&sz, io->sizes));
-    const int32_t *s = rl_tensor_data(&sz);
+    RL_TRY(rl_sliding_geometry(l, "filter", io, C->fh, C->fw, C->sy, C->sx, C->same, g,
+                               &C->out_sizes, &sz));
+    const int32_t *s = rl_tensor_data(&sz), *os = rl_tensor_data(&C->out_sizes);
     rl_status st = RL_OK;
-    for (int64_t b = 0; b < B && st == RL_OK; b++) {
-        int64_t ho = out_extent(C->same, s[2 * b], C->fh, C->sy);
-        int64_t wo = out_extent(C->same, s[2 * b + 1], C->fw, C->sx);
-        if (ho < 1 || wo < 1)
-            st = rl_error(RL_ESHAPE,
-                          "layer '%s' (conv2d): image %" PRId64
-                          " is %d x %d, smaller than the %" PRId64 " x %" PRId64
-                          " filter (padding \"valid\")",
-                          l->name, b + 1, s[2 * b], s[2 * b + 1], C->fh, C->fw);
-        os[2 * b] = (int32_t)ho;
-        os[2 * b + 1] = (int32_t)wo;
-    }
     int64_t R = g->Ho * g->Wo * B, K = C->fh * C->fw;
     if (st == RL_OK && dev.type == RL_CPU)
         st = ensure_map(&C->map, &C->map_cap, (size_t)(R * K), l->name);

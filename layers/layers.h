@@ -4,6 +4,8 @@
 
 #include "layer.h"
 
+#include "../kernels/im2col.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -59,6 +61,14 @@ void rl_mdlstm_list_all(const int *dirs, int nd, int64_t H, int64_t W, int64_t B
  * strides, activation, with_bias) and pool2d (mode = max | avg, pool_size, strides, padding)
  * map images to images with new per-image sizes; collapse (mode = sum | max | last) maps
  * images to sequences over the width, global_pool (mode = mean | max) to one frame each. */
+/* conv2d and pool2d: the geometry g of a (fh, fw) window sliding by (sy, sx) over the
+ * (H, W, B, F) input io->in[0], padded ("same": ceil(n / s) outputs) or not ("valid"); the
+ * per-image output sizes into out_sizes ((B, 2) int32, CPU) and a contiguous CPU copy of the
+ * input sizes into sizes (unset; the caller releases it). An image smaller than a "valid"
+ * window is an error naming the layer and the image. */
+rl_status rl_sliding_geometry(const rl_layer *l, const char *window, const rl_layer_io *io,
+                              int64_t fh, int64_t fw, int64_t sy, int64_t sx, bool same,
+                              rl_conv_geom *g, rl_tensor *out_sizes, rl_tensor *sizes);
 rl_status rl_conv2d_create(rl_layer **out, const char *name, const rl_options *opts, int n_in,
                            const int64_t *in_dims);
 rl_status rl_pool2d_create(rl_layer **out, const char *name, const rl_options *opts, int n_in,

@@ -48,11 +48,6 @@ typedef struct {
 
 static const rl_layer_ops pool2d_ops;
 
-static int64_t out_extent(bool same, int64_t n, int64_t k, int64_t s) {
-    if (same) return (n + s - 1) / s;
-    return n < k ? -1 : (n - k) / s + 1;
-}
-
 static rl_status grow(int64_t **p, size_t *cap, size_t n, const char *layer) {
     if (n <= *cap) return RL_OK;
     int64_t *m = realloc(*p, n * sizeof *m);
@@ -172,37 +167,11 @@ static rl_status pool2d_forward(rl_layer *l, rl_layer_io *io) {
     rl_dtype dt = x0->dtype;
     int64_t F = l->in_dims[0];
     rl_conv_geom *g = &P->g;
-    *g = (rl_conv_geom){H,
-                        W,
-                        B,
-                        F,
-                        out_extent(P->same, H, P->ph, P->sy),
-                        out_extent(P->same, W, P->pw, P->sx),
-                        P->ph,
-                        P->pw,
-                        P->sy,
-                        P->sx,
-                        P->same ? (P->ph - 1) / 2 : 0,
-                        P->same ? (P->pw - 1) / 2 : 0};
-    int64_t sshape[2] = {B, 2};
-    RL_TRY(rl_buffer_ensure(&P->out_sizes, RL_INT32, RL_DEVICE_CPU, 2, sshape));
-    int32_t *os = rl_tensor_data(&P->out_sizes);
     rl_tensor sz = {0};
-    RL_TRY(rl_op_contiguous(&sz, io->sizes));
-    const int32_t *s = rl_tensor_data(&sz);
+    RL_TRY(rl_sliding_geometry(l, "window", io, P->ph, P->pw, P->sy, P->sx, P->same, g,
+                               &P->out_sizes, &sz));
+    const int32_t *s = rl_tensor_data(&sz), *os = rl_tensor_data(&P->out_sizes);
     rl_status st = RL_OK;
-    for (int64_t b = 0; b < B && st == RL_OK; b++) {
-        int64_t ho = out_extent(P->same, s[2 * b], P->ph, P->sy);
-        int64_t wo = out_extent(P->same, s[2 * b + 1], P->pw, P->sx);
-        if (ho < 1 || wo < 1)
-            st = rl_error(RL_ESHAPE,
-                          "layer '%s' (pool2d): image %" PRId64
-                          " is %d x %d, smaller than the %" PRId64 " x %" PRId64
-                          " window (padding \"valid\")",
-                          l->name, b + 1, s[2 * b], s[2 * b + 1], P->ph, P->pw);
-        os[2 * b] = (int32_t)ho;
-        os[2 * b + 1] = (int32_t)wo;
-    }
     int64_t R = g->Ho * g->Wo * B, K = P->ph * P->pw;
     bool cpu = dev.type == RL_CPU;
     if (st == RL_OK && cpu) st = grow(&P->map, &P->map_cap, (size_t)(R * K), l->name);
