@@ -52,17 +52,9 @@ static int64_t at(const collapse_layer *c, int64_t F, int64_t y, int64_t x, int6
     return ((y * c->W + x) * c->B + b) * F;
 }
 
-/* The input's device must be usable: the CPU, or an existing CUDA device in a CUDA build. */
-static rl_status check_device(const rl_layer *l, rl_device dev) {
-    if (rl_device_check(dev) == RL_OK) return RL_OK;
-    char why[256], dn[32];
-    snprintf(why, sizeof why, "%s", rl_errmsg());
-    rl_device_name(dev, dn, sizeof dn);
-    return rl_error(RL_EDEVICE, "layer '%s' (collapse): its input is on %s: %s", l->name, dn, why);
-}
-
 /* The CUDA half of forward (out, the sizes' copy and arg already on the device): the lengths
- * on the host, then one kernel. A CPU-only build never has CUDA data (check_device refuses it). */
+ * on the host, then one kernel. A CPU-only build never has CUDA data (rl_layer_check_device refuses
+ * it). */
 static rl_status forward_cuda(collapse_layer *c, const rl_layer_io *io) {
 #ifdef RL_WITH_CUDA
     rl_tensor t = {0};
@@ -105,7 +97,7 @@ static rl_status collapse_forward(rl_layer *l, rl_layer_io *io) {
     int64_t H, W, B, F = l->n_out;
     RL_TRY(rl_layer_check_inputs_2d(l, io, &H, &W, &B));
     rl_device dev = rl_tensor_device(io->in[0]);
-    RL_TRY(check_device(l, dev));
+    RL_TRY(rl_layer_check_device(l, dev));
     c->dev = dev;
     c->H = H;
     c->W = W;

@@ -61,25 +61,6 @@ typedef struct {
 
 static const rl_layer_ops conv2d_ops;
 
-static rl_status ensure_map(int64_t **map, size_t *cap, size_t n, const char *layer) {
-    if (n <= *cap) return RL_OK;
-    int64_t *m = realloc(*map, n * sizeof *m);
-    if (!m)
-        return rl_error(RL_ENOMEM, "layer '%s': out of memory for %zu im2col entries", layer, n);
-    *map = m;
-    *cap = n;
-    return RL_OK;
-}
-
-/* The input's device must be usable: the CPU, or an existing CUDA device in a CUDA build. */
-static rl_status check_device(const rl_layer *l, rl_device dev) {
-    if (rl_device_check(dev) == RL_OK) return RL_OK;
-    char why[256], dn[32];
-    snprintf(why, sizeof why, "%s", rl_errmsg());
-    rl_device_name(dev, dn, sizeof dn);
-    return rl_error(RL_EDEVICE, "layer '%s' (conv2d): its input is on %s: %s", l->name, dn, why);
-}
-
 /* A 2-D (rows, cols) view of a contiguous tensor. */
 static rl_status rows_view(rl_tensor *out, const rl_tensor *t, int64_t rows, int64_t cols) {
     int64_t shape[2] = {rows, cols};
@@ -87,7 +68,7 @@ static rl_status rows_view(rl_tensor *out, const rl_tensor *t, int64_t rows, int
 }
 
 /* The CUDA half of forward: the sizes and output sizes to the device, then cols and mask there.
- * A CPU-only build never has CUDA data (check_device refuses it). */
+ * A CPU-only build never has CUDA data (rl_layer_check_device refuses it). */
 static rl_status cols_cuda(conv2d_layer *C, const rl_tensor *sizes, const rl_tensor *xc) {
 #ifdef RL_WITH_CUDA
     int64_t B = C->g.B, dshape[3] = {2, B, 2};
@@ -117,7 +98,7 @@ static rl_status conv2d_forward(rl_layer *l, rl_layer_io *io) {
     RL_TRY(rl_layer_check_inputs_2d(l, io, &H, &W, &B));
     const rl_tensor *x0 = io->in[0];
     rl_device dev = rl_tensor_device(x0);
-    RL_TRY(check_device(l, dev));
+    RL_TRY(rl_layer_check_device(l, dev));
     C->dev = dev;
     rl_dtype dt = x0->dtype;
     int64_t F = l->in_dims[0];
@@ -129,7 +110,7 @@ static rl_status conv2d_forward(rl_layer *l, rl_layer_io *io) {
     rl_status st = RL_OK;
     int64_t R = g->Ho * g->Wo * B, K = C->fh * C->fw;
     if (st == RL_OK && dev.type == RL_CPU)
-        st = ensure_map(&C->map, &C->map_cap, (size_t)(R * K), l->name);
+        st = rl_layer_grow_index(l, &C->map, &C->map_cap, (size_t)(R * K));
     if (st == RL_OK && dev.type == RL_CPU) rl_im2col_map(C->map, g, s, os);
     rl_tensor_release(&sz);
     RL_TRY(st);

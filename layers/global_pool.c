@@ -38,18 +38,8 @@ typedef struct {
 
 static const rl_layer_ops global_pool_ops;
 
-/* The input's device must be usable: the CPU, or an existing CUDA device in a CUDA build. */
-static rl_status check_device(const rl_layer *l, rl_device dev) {
-    if (rl_device_check(dev) == RL_OK) return RL_OK;
-    char why[256], dn[32];
-    snprintf(why, sizeof why, "%s", rl_errmsg());
-    rl_device_name(dev, dn, sizeof dn);
-    return rl_error(RL_EDEVICE, "layer '%s' (global_pool): its input is on %s: %s", l->name, dn,
-                    why);
-}
-
 /* The CUDA half of forward (out, the sizes' copy and arg already on the device): one kernel.
- * A CPU-only build never has CUDA data (check_device refuses it). */
+ * A CPU-only build never has CUDA data (rl_layer_check_device refuses it). */
 static rl_status forward_cuda(global_pool_layer *g, const rl_tensor *x) {
 #ifdef RL_WITH_CUDA
     rl_tensor t = {0};
@@ -84,7 +74,7 @@ static rl_status global_pool_forward(rl_layer *l, rl_layer_io *io) {
     int64_t H, W, B, F = l->n_out;
     RL_TRY(rl_layer_check_inputs_2d(l, io, &H, &W, &B));
     rl_device dev = rl_tensor_device(io->in[0]);
-    RL_TRY(check_device(l, dev));
+    RL_TRY(rl_layer_check_device(l, dev));
     g->dev = dev;
     g->H = H;
     g->W = W;

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../core/device.h"
 #include "../kernels/ops.h"
 
 rl_status rl_opt_number(const rl_options *o, const char *layer, const char *key, double def,
@@ -265,6 +266,26 @@ rl_status rl_param_init(rl_param *p, rl_rng *g) {
     }
     }
     return rl_error(RL_EARG, "parameter %s: unknown init kind %d", p->name, (int)p->init);
+}
+
+rl_status rl_layer_check_device(const rl_layer *l, rl_device dev) {
+    if (rl_device_check(dev) == RL_OK) return RL_OK;
+    char why[256], dn[32];
+    snprintf(why, sizeof why, "%s", rl_errmsg());
+    rl_device_name(dev, dn, sizeof dn);
+    return rl_error(RL_EDEVICE, "layer '%s' (%s): its input is on %s: %s", l->name,
+                    l->ops->class_name, dn, why);
+}
+
+rl_status rl_layer_grow_index(const rl_layer *l, int64_t **p, size_t *cap, size_t n) {
+    if (n <= *cap) return RL_OK;
+    int64_t *m = realloc(*p, n * sizeof *m);
+    if (!m)
+        return rl_error(RL_ENOMEM, "layer '%s' (%s): out of memory for %zu index entries", l->name,
+                        l->ops->class_name, n);
+    *p = m;
+    *cap = n;
+    return RL_OK;
 }
 
 rl_status rl_layer_concat_inputs(const rl_layer *l, const rl_layer_io *io, rl_tensor *out) {

@@ -168,6 +168,12 @@ rl_status rl_layer_check_inputs(const rl_layer *l, const rl_layer_io *io, int64_
  * 1..H and 1..W. */
 rl_status rl_layer_check_inputs_2d(const rl_layer *l, const rl_layer_io *io, int64_t *H, int64_t *W,
                                    int64_t *B);
+/* RL_OK when dev can hold tensors now (the CPU, or an existing CUDA device in a CUDA build);
+ * else an RL_EDEVICE error naming the layer, its class and the device. */
+rl_status rl_layer_check_device(const rl_layer *l, rl_device dev);
+/* Grows a layer-owned index array *p of *cap entries to at least n (realloc; kept otherwise);
+ * an out-of-memory error names the layer. */
+rl_status rl_layer_grow_index(const rl_layer *l, int64_t **p, size_t *cap, size_t n);
 /* Concatenated inputs: writes io->in[0..n_in-1] side by side along the feature dim into out
  * (set, (T, B, sum in_dims)); and the transpose, each grad_in[i] (NULL to skip) = its slice of
  * grad_out. Used by every layer whose output is its inputs concatenated. */

@@ -48,25 +48,6 @@ typedef struct {
 
 static const rl_layer_ops pool2d_ops;
 
-static rl_status grow(int64_t **p, size_t *cap, size_t n, const char *layer) {
-    if (n <= *cap) return RL_OK;
-    int64_t *m = realloc(*p, n * sizeof *m);
-    if (!m)
-        return rl_error(RL_ENOMEM, "layer '%s': out of memory for %zu pooling entries", layer, n);
-    *p = m;
-    *cap = n;
-    return RL_OK;
-}
-
-/* The input's device must be usable: the CPU, or an existing CUDA device in a CUDA build. */
-static rl_status check_device(const rl_layer *l, rl_device dev) {
-    if (rl_device_check(dev) == RL_OK) return RL_OK;
-    char why[256], dn[32];
-    snprintf(why, sizeof why, "%s", rl_errmsg());
-    rl_device_name(dev, dn, sizeof dn);
-    return rl_error(RL_EDEVICE, "layer '%s' (pool2d): its input is on %s: %s", l->name, dn, why);
-}
-
 /* One output row r: the window's taps map[0..K-1] over x, F features, into y (and arg). */
 static void pool_row_f32(float *y, int64_t *arg, const float *x, const int64_t *map, int64_t K,
                          int64_t F, bool max) {
@@ -119,7 +100,7 @@ static void pool_row_f64(double *y, int64_t *arg, const double *x, const int64_t
 }
 
 /* The CUDA half of forward: the sizes and output sizes to the device, then one kernel. A
- * CPU-only build never has CUDA data (check_device refuses it). */
+ * CPU-only build never has CUDA data (rl_layer_check_device refuses it). */
 static rl_status forward_cuda(pool2d_layer *P, const rl_tensor *sizes, const rl_tensor *xc) {
 #ifdef RL_WITH_CUDA
     int64_t B = P->g.B, dshape[3] = {2, B, 2}, ashape[2] = {P->g.Ho * P->g.Wo * B, P->g.F};
@@ -162,7 +143,7 @@ static rl_status pool2d_forward(rl_layer *l, rl_layer_io *io) {
     RL_TRY(rl_layer_check_inputs_2d(l, io, &H, &W, &B));
     const rl_tensor *x0 = io->in[0];
     rl_device dev = rl_tensor_device(x0);
-    RL_TRY(check_device(l, dev));
+    RL_TRY(rl_layer_check_device(l, dev));
     P->dev = dev;
     rl_dtype dt = x0->dtype;
     int64_t F = l->in_dims[0];
@@ -174,8 +155,9 @@ static rl_status pool2d_forward(rl_layer *l, rl_layer_io *io) {
     rl_status st = RL_OK;
     int64_t R = g->Ho * g->Wo * B, K = P->ph * P->pw;
     bool cpu = dev.type == RL_CPU;
-    if (st == RL_OK && cpu) st = grow(&P->map, &P->map_cap, (size_t)(R * K), l->name);
-    if (st == RL_OK && cpu && P->max) st = grow(&P->arg, &P->arg_cap, (size_t)(R * F), l->name);
+    if (st == RL_OK && cpu) st = rl_layer_grow_index(l, &P->map, &P->map_cap, (size_t)(R * K));
+    if (st == RL_OK && cpu && P->max)
+        st = rl_layer_grow_index(l, &P->arg, &P->arg_cap, (size_t)(R * F));
     if (st == RL_OK && cpu) rl_im2col_map(P->map, g, s, os);
     rl_tensor_release(&sz);
     RL_TRY(st);
