@@ -15,7 +15,10 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include "../core/blas.h"
 #include "../core/error.h"
+#include "../core/tensor.h"
+#include "../kernels/ops.h"
 
 #define BENCH_MAX_VARIANTS 16
 #define BENCH_MAX_ROUNDS 99
@@ -95,6 +98,43 @@ static inline void bench_row(int n, const bench_variant *vs, double *per_call) {
         per_call[i] = rounds % 2 ? times[i][rounds / 2]
                                  : 0.5 * (times[i][rounds / 2 - 1] + times[i][rounds / 2]);
     }
+}
+
+/* The machine's sgemm speed in GFLOP/s: the best of 1024^3 and 2048^3 products through
+ * OpenBLAS, measured by bench_row. Benchmarks report their speed as a fraction of it. */
+typedef struct {
+    int64_t n;
+    float *a, *b, *c;
+} bench_sgemm_ctx;
+
+static inline void bench_run_sgemm(void *ctx, int64_t reps) {
+    bench_sgemm_ctx *s = ctx;
+    for (int64_t r = 0; r < reps; r++)
+        rl_blas_sgemm(false, false, s->n, s->n, s->n, 1.0f, s->a, s->n, s->b, s->n, 0.0f, s->c,
+                      s->n);
+}
+
+static inline double bench_sgemm_peak(void) {
+    double best = 0;
+    for (int64_t n = 1024; n <= 2048; n *= 2) {
+        rl_tensor t[3] = {{0}};
+        int64_t sh[2] = {n, n};
+        bench_sgemm_ctx s = {n, NULL, NULL, NULL};
+        float **p[3] = {&s.a, &s.b, &s.c};
+        for (int i = 0; i < 3; i++) {
+            bench_check(rl_tensor_empty(&t[i], RL_FLOAT32, RL_DEVICE_CPU, 2, sh), "sgemm");
+            bench_check(rl_op_fill(&t[i], 0.5), "sgemm");
+            *p[i] = rl_tensor_data(&t[i]);
+        }
+        bench_variant v = {bench_run_sgemm, &s};
+        double sec;
+        bench_row(1, &v, &sec);
+        double gf = 2.0 * (double)n * (double)n * (double)n / sec / 1e9;
+        best = gf > best ? gf : best;
+        for (int i = 0; i < 3; i++)
+            rl_tensor_release(&t[i]);
+    }
+    return best;
 }
 
 #endif

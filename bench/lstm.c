@@ -257,41 +257,6 @@ static void run_step(void *ctx, int64_t reps) {
         train_step(c->m);
 }
 
-typedef struct {
-    int64_t n;
-    float *a, *b, *c;
-} sgemm_ctx;
-
-static void run_sgemm(void *ctx, int64_t reps) {
-    sgemm_ctx *s = ctx;
-    for (int64_t r = 0; r < reps; r++)
-        rl_blas_sgemm(false, false, s->n, s->n, s->n, 1.0f, s->a, s->n, s->b, s->n, 0.0f, s->c,
-                      s->n);
-}
-
-static double sgemm_peak(void) {
-    double best = 0;
-    for (int64_t n = 1024; n <= 2048; n *= 2) {
-        rl_tensor t[3] = {{0}};
-        int64_t sh[2] = {n, n};
-        sgemm_ctx s = {n, NULL, NULL, NULL};
-        float **p[3] = {&s.a, &s.b, &s.c};
-        for (int i = 0; i < 3; i++) {
-            bench_check(rl_tensor_empty(&t[i], RL_FLOAT32, RL_DEVICE_CPU, 2, sh), "sgemm");
-            bench_check(rl_op_fill(&t[i], 0.5), "sgemm");
-            *p[i] = rl_tensor_data(&t[i]);
-        }
-        bench_variant v = {run_sgemm, &s};
-        double sec;
-        bench_row(1, &v, &sec);
-        double gf = 2.0 * (double)n * (double)n * (double)n / sec / 1e9;
-        best = gf > best ? gf : best;
-        for (int i = 0; i < 3; i++)
-            rl_tensor_release(&t[i]);
-    }
-    return best;
-}
-
 static double step_flops(const topology *tp) {
     double f = 0, H = (double)tp->hidden, TB = (double)tp->T * (double)tp->B;
     for (int li = 0; li < tp->layers; li++) {
@@ -305,7 +270,7 @@ int main(int argc, char **argv) {
     rl_ops_init();
     rl_rng g;
     rl_rng_seed(&g, 1);
-    double peak = sgemm_peak();
+    double peak = bench_sgemm_peak();
     printf("### LSTM training step (rnnlua, float32, CPU, %d BLAS threads)\n\n",
            rl_blas_get_threads());
     printf("sgemm peak in this run: %.1f GFLOP/s (best of 1024^3 and 2048^3)\n\n", peak);

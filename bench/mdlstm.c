@@ -95,41 +95,6 @@ static void run_step(void *ctx, int64_t reps) {
     }
 }
 
-typedef struct {
-    int64_t n;
-    float *a, *b, *c;
-} sgemm_ctx;
-
-static void run_sgemm(void *ctx, int64_t reps) {
-    sgemm_ctx *s = ctx;
-    for (int64_t r = 0; r < reps; r++)
-        rl_blas_sgemm(false, false, s->n, s->n, s->n, 1.0f, s->a, s->n, s->b, s->n, 0.0f, s->c,
-                      s->n);
-}
-
-static double sgemm_peak(void) {
-    double best = 0;
-    for (int64_t n = 1024; n <= 2048; n *= 2) {
-        rl_tensor t[3] = {{0}};
-        int64_t sh[2] = {n, n};
-        sgemm_ctx s = {n, NULL, NULL, NULL};
-        float **p[3] = {&s.a, &s.b, &s.c};
-        for (int i = 0; i < 3; i++) {
-            bench_check(rl_tensor_empty(&t[i], RL_FLOAT32, RL_DEVICE_CPU, 2, sh), "sgemm");
-            bench_check(rl_op_fill(&t[i], 0.5), "sgemm");
-            *p[i] = rl_tensor_data(&t[i]);
-        }
-        bench_variant v = {run_sgemm, &s};
-        double sec;
-        bench_row(1, &v, &sec);
-        double gf = 2.0 * (double)n * (double)n * (double)n / sec / 1e9;
-        best = gf > best ? gf : best;
-        for (int i = 0; i < 3; i++)
-            rl_tensor_release(&t[i]);
-    }
-    return best;
-}
-
 int main(void) {
     rl_ops_init();
     rl_rng g;
@@ -137,7 +102,7 @@ int main(void) {
     double peak = bench_env("RL_SGEMM_PEAK_GFLOPS", 0, 0, 1e9);
     const char *src = "from RL_SGEMM_PEAK_GFLOPS";
     if (peak <= 0) {
-        peak = sgemm_peak();
+        peak = bench_sgemm_peak();
         src = "measured here, best of 1024^3 and 2048^3";
     }
     printf("### MDLSTM training step (rnnlua, float32, CPU, %d BLAS threads)\n\n",
