@@ -17,7 +17,14 @@
 --
 --   net:forward{data = x, classes = y, lengths = len} [, {train = false}] -> loss, errors
 --       with image inputs also sizes = (B, 2) int32; lengths is then needed only when a
---       sequence input feeds a layer
+--       sequence input feeds a layer.
+--       Targets of their own length: a target key K may come with lengths_K = (B) int32, its
+--       own length per sequence, and then be (S, B) int32 (sparse) with any S >= max
+--       lengths_K, padded after each sequence's end with anything (masked by lengths_K), as
+--       rl.batches gives it: the label sequences of loss = "ctc". A frame-level loss (ce,
+--       mse) checks that its target has its output's frames and lengths and raises an error
+--       naming the layer and the key otherwise. Without lengths_K a target must have the
+--       input's T and lengths.
 --       loss: the sum over loss layers of loss_scale * (loss summed over valid frames);
 --       errors: wrongly classified frames; net.n_frames: the valid frames. train defaults
 --       to true (dropout active).
@@ -474,9 +481,21 @@ function Network:check_batch(batch)
         fail("net:forward: batch.%s must be a (T, %d, %d) %s tensor, got %s", key, B, e.dim,
           self.dtype, describe(x))
       end
-      -- with images, targets follow the frames of the layers that score them (one per image,
-      -- one per column, ...): the loss layers check them
-      if not images or self.input_keys[key] then
+      local own = not self.input_keys[key] and batch["lengths_" .. key]
+      if own then
+        -- a target of its own length (S, B): checked against its layer in forward
+        if not rl.is_tensor(own) or own:dim() ~= 1 or own:dtype() ~= "int32"
+            or own:size(1) ~= B then
+          fail("net:forward: batch.lengths_%s must be a (%d) int32 tensor, got %s", key, B,
+            rl.is_tensor(own) and describe(own) or tostring(own))
+        end
+        if own:min() < 0 or own:max() > x:size(1) then
+          fail("net:forward: batch.lengths_%s must lie within 0..%d (the length of batch.%s), "
+            .. "got %d..%d", key, x:size(1), key, own:min(), own:max())
+        end
+      elseif not images or self.input_keys[key] then
+        -- with images, targets follow the frames of the layers that score them (one per
+        -- image, one per column, ...): the loss layers check them
         if T and x:size(1) ~= T then
           fail("net:forward: batch.%s has T = %d, other inputs have T = %d", key, x:size(1), T)
         end
@@ -515,6 +534,19 @@ local function same_geometry(a, b)
   if rawequal(a, b) then return true end
   if a:size() ~= b:size() then return false end
   return rl.eq(a, b):min() == 1
+end
+
+-- A frame-level loss (ce, mse) scores one target frame per output frame of the layer: a
+-- target of another length (a label sequence) is an error naming the layer and the key.
+local function check_frame_target(node, batch, T, geom)
+  local key = node.target
+  local y, own = batch[key], batch["lengths_" .. key]
+  if y:size(1) ~= T or (own and not same_geometry(own, geom)) then
+    fail("layer '%s': loss '%s' scores frames, but target '%s' is not frame-aligned with the "
+      .. "layer's output (%d target frames, lengths %s; the layer gives %d frames, lengths %s)",
+      node.name, node.loss, key, y:size(1), own and table.concat(own:totable(), ",") or "-", T,
+      table.concat(geom:totable(), ","))
+  end
 end
 
 -- The batch with each tensor the network reads (inputs and targets) on the network's device:
@@ -570,6 +602,7 @@ function Network:forward(batch, fopts)
       local out = node.layer:forward(node.folded, self:full_lengths(H * W, B), train)
       node.out, node.geom = out:view(H, W, B, node.layer.n_out), geom
     elseif node.loss_kind == "layer" then
+      check_frame_target(node, batch, inputs[1]:size(1), geom)
       node.out, l, e, f = node.layer:forward(inputs, geom, train, batch[node.target])
       node.geom = geom
     else
@@ -580,6 +613,7 @@ function Network:forward(batch, fopts)
           RANK_NAME[node.rank], node.rank == 2 and "image sizes" or "sequence lengths")
       end
       if node.loss_kind == "mse" then
+        check_frame_target(node, batch, node.out:size(1), node.geom)
         node.loss_grad = self:buffer_like(node.loss_grad, node.out)
         l, f = rl._loss_mse(node.out, batch[node.target], node.geom, node.loss_grad)
         if node.loss_scale ~= 1 then node.loss_grad:mul_(node.loss_scale) end
