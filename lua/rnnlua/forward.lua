@@ -43,8 +43,9 @@ local function forward_description(desc, extern_data, layer)
     local c = {}
     for k, v in pairs(l) do c[k] = v end
     if c.n_out == nil and c.loss ~= nil and extern_data[c.target] then
-      c.n_out = extern_data[c.target].dim
+      c.n_out = extern_data[c.target].dim + (c.loss == "ctc" and 1 or 0)
     end
+    if c.loss == "ctc" then c.blank_index = nil end -- an option of the ctc loss only
     c.loss, c.target, c.loss_scale, c.is_output_layer = nil, nil, nil, nil
     d[name] = c
   end
