@@ -1,6 +1,7 @@
 -- The softmax layer with loss = "ctc" in networks: gradient checks (float64), build errors,
 -- infeasible sequences skipped, label errors, and a short rl.train run on label sequences that
--- learns, reports its label error rate (epoch line, learning curve) and lets newbob follow it.
+-- learns, reports its label error rate (epoch line, learning curve) and lets newbob follow it;
+-- the forward task then decodes the dev set (best path and beam search) to the dataset layout.
 local H = dofile("tests/lua/harness.lua")
 local test, check, expect_error = H.test, H.check, H.expect_error
 
@@ -160,6 +161,26 @@ test("rl.train with ctc: learns, LER in the epoch line and the curve, newbob on 
     check(curve:find('"dev_ler": [%d.]') and curve:find('"train_ler": [%d.]')
       and curve:find('"ctc_skipped": 0'), "curve keys: " .. curve)
     check(r.lr_control:score_key(r.history[1]) == "dev_ler", "newbob follows dev_ler")
+    -- the forward task decodes the dev set; its label error rate is the engine's
+    local out = tmp("hyp.h5")
+    for _, beam in ipairs({1, 4}) do
+      local f = rl.forward{model = model .. ".006.h5", data = {class = "hdf", files = dev},
+        output_file = out, decode = "ctc", beam = beam, log_verbosity = 0}
+      check(f.num_seqs == 16, "16 sequences")
+      local hyp = rl.dataset{class = "hdf", files = out}
+      local ref = rl.dataset{class = "hdf", files = dev}
+      check(hyp:extern_data().data.sparse and hyp:extern_data().data.dim == 4, "sparse, 4 labels")
+      local errs, n = 0, 0
+      for i = 1, ref:num_seqs() do
+        local h, rf = hyp:get_seq(i), ref:get_seq(i)
+        check(h.tag == rf.tag, "tags in order")
+        errs = errs + rl.edit_distance(h.data, rf.classes)
+        n = n + rf.classes:size(1)
+      end
+      if beam == 1 then H.near(errs / n, r.dev_error, 1e-12, "LER of the decoded file") end
+      check(errs / n <= 0.2, "beam " .. beam .. " LER " .. errs / n)
+    end
+    os.remove(out)
     for _, f in ipairs({train, dev, log, model .. ".curve.jsonl"}) do os.remove(f) end
     for e = 1, 6 do os.remove(model .. string.format(".%03d.h5", e)) end
   end)
