@@ -43,12 +43,12 @@ local function inputs(T, B, V, S)
 end
 
 local function torch_round(T, B, V, S, reps)
-  local cmd = string.format("%s bench/torch_ctc.py %d %d %d %d %d %d", py, T, B, V, S, reps,
+  local cmd = string.format("%s bench/torch_ctc.py %d %d %d %d %d %d 2>&1", py, T, B, V, S, reps,
     threads)
   local p = io.popen(cmd)
   local out = p:read("a")
   p:close()
-  local dt, loss = out:match("^([%d.e-]+) ([%d.e+-]+)")
+  local dt, loss = out:match("([%d.e-]+) ([%d.e+-]+)\n?$")
   if not dt then error("bench/torch_ctc.py failed: " .. cmd .. "\n" .. out) end
   return tonumber(dt), tonumber(loss)
 end

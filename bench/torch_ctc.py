@@ -30,7 +30,7 @@ def main():
         lp = torch.log_softmax(x, dim=2)
         loss = torch.nn.functional.ctc_loss(lp, targets, il, tl, blank=V - 1, reduction="sum")
         loss.backward()
-        return float(loss)
+        return float(loss.detach())
 
     step()
     t0 = time.perf_counter()

@@ -23,7 +23,8 @@
  * 88.72 +inf. */
 RL_HD_INLINE float rl_expf(float x) {
     const float hi = 88.72f, lo = -87.3f;
-    float xc = x < lo ? lo : (x > hi ? hi : x);
+    /* NaN computes as 0 (converting it to int32 below would be undefined) and is returned */
+    float xc = x < lo ? lo : (x > hi ? hi : (x == x ? x : 0.0f));
     const float shifter = 12582912.0f; /* 1.5 * 2^23 */
     float t = xc * 1.44269504088896341f + shifter;
     float n = t - shifter;
@@ -42,7 +43,7 @@ RL_HD_INLINE float rl_expf(float x) {
     } scale;
     scale.i = ((int32_t)n + 127) * (1 << 23);
     float y = e * scale.f;
-    return x > hi ? INFINITY : (x < lo ? 0.0f : y);
+    return x > hi ? INFINITY : (x < lo ? 0.0f : (x == x ? y : x));
 }
 
 /* rl_logf: Cephes' method. x = m 2^e with m in [sqrt(1/2), sqrt(2)) read from the exponent
