@@ -21,22 +21,42 @@
 
 /* ---------------------------------------------------------------- userdata basics */
 
+/* The userdata: the tensor and whether it was freed. `<close>`, a closed coroutine's pending
+ * closes and __gc release the storage, but the userdata itself can still be reached (the
+ * variable stays in scope after a close; a finaliser can resurrect an object), so every entry
+ * point checks `freed` before it touches the tensor. */
+typedef struct {
+    rl_tensor t;
+    bool freed;
+} tensor_ud;
+
 rl_tensor *rl_lua_push_tensor(lua_State *L) {
-    rl_tensor *t = lua_newuserdatauv(L, sizeof(rl_tensor), 0);
-    memset(t, 0, sizeof *t);
+    tensor_ud *u = lua_newuserdatauv(L, sizeof(tensor_ud), 0);
+    memset(u, 0, sizeof *u);
     luaL_setmetatable(L, RL_TENSOR_MT);
-    return t;
+    return &u->t;
 }
 
-rl_tensor *rl_lua_to_tensor(lua_State *L, int idx) { return luaL_testudata(L, idx, RL_TENSOR_MT); }
+static rl_tensor *live_tensor(lua_State *L, int idx, tensor_ud *u) {
+    if (u && u->freed)
+        luaL_error(L,
+                   "argument %d: the tensor was freed (closed by <close> or a closed coroutine, "
+                   "or collected) and cannot be used any more",
+                   idx);
+    return u ? &u->t : NULL;
+}
+
+rl_tensor *rl_lua_to_tensor(lua_State *L, int idx) {
+    return live_tensor(L, idx, luaL_testudata(L, idx, RL_TENSOR_MT));
+}
 
 rl_tensor *rl_lua_check_tensor(lua_State *L, int idx) {
-    rl_tensor *t = luaL_testudata(L, idx, RL_TENSOR_MT);
-    if (!t) {
+    tensor_ud *u = luaL_testudata(L, idx, RL_TENSOR_MT);
+    if (!u) {
         const char *msg = lua_pushfstring(L, "tensor expected, got %s", luaL_typename(L, idx));
         luaL_argerror(L, idx, msg);
     }
-    return t;
+    return live_tensor(L, idx, u);
 }
 
 int rl_lua_raise(lua_State *L, const char *fname) {
@@ -1046,15 +1066,16 @@ static int mm_len(lua_State *L) {
 }
 
 static int mm_gc(lua_State *L) {
-    rl_tensor *t = luaL_checkudata(L, 1, RL_TENSOR_MT);
-    rl_tensor_release(t);
+    tensor_ud *u = luaL_checkudata(L, 1, RL_TENSOR_MT);
+    rl_tensor_release(&u->t);
+    u->freed = true;
     return 0;
 }
 
 /* ---------------------------------------------------------------- module functions */
 
 static int l_is_tensor(lua_State *L) {
-    lua_pushboolean(L, rl_lua_to_tensor(L, 1) != NULL);
+    lua_pushboolean(L, luaL_testudata(L, 1, RL_TENSOR_MT) != NULL);
     return 1;
 }
 

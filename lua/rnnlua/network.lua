@@ -260,6 +260,12 @@ function M.new(desc, extern_data, opts)
   for _, name in ipairs(names) do
     local d = desc[name]
     if type(name) ~= "string" then fail("rl.network: layer names must be strings") end
+    -- a name becomes an HDF5 group in checkpoints: "a\0b" would save as "a", "." and ".."
+    -- name the group itself and its parent, control characters break logs and h5dump
+    if name == "" or name == "." or name == ".." or name:find("[%c/]") then
+      fail("rl.network: layer name %q cannot be used (a name must be non-empty, not '.' or "
+        .. "'..', without '/' and without control characters such as NUL)", name)
+    end
     if type(d) ~= "table" then fail("layer '%s': the description must be a table", name) end
     if ext[name] then fail("layer '%s': the name is taken by an extern_data input", name) end
     if d.loss ~= nil then has_loss = true end
