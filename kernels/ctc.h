@@ -60,6 +60,15 @@ void rl_ctc_cpu_f64(int64_t T, int64_t B, int64_t V, const double *logits, const
                     const int32_t *label_len, int32_t blank, bool zero_infinity, double *loss,
                     double *grad, void *work, int threads);
 
+/* Decoding and error counting (kernels/ctc_decode.c), host memory.
+ * rl_ctc_collapse: the labels of a frame-wise path path[t * stride], t < n: repeats merged, then
+ * blanks removed; writes them to out (at most n) and returns their count.
+ * rl_edit_distance: Levenshtein distance (substitutions, insertions, deletions, cost 1 each)
+ * between a (na labels) and b (nb labels); row: nb + 1 entries of scratch. */
+int64_t rl_ctc_collapse(const int32_t *path, int64_t n, int64_t stride, int32_t blank,
+                        int32_t *out);
+int64_t rl_edit_distance(const int32_t *a, int64_t na, const int32_t *b, int64_t nb, int64_t *row);
+
 #ifdef __cplusplus
 }
 #endif

@@ -4,7 +4,7 @@
 
 #include <lua.h>
 
-/* rl.ctc_loss into the module table on top of the stack. */
+/* rl.ctc_loss and rl.edit_distance into the module table on top of the stack. */
 void rl_lua_open_ctc(lua_State *L);
 
 #endif

@@ -3,7 +3,7 @@
 --   local net = rl.network(layers, extern_data [, {dtype = "float32"|"float64", seed = n,
 --                                                   input_grads = false}])
 --   layers:      name -> {class = ..., from = name | {names} (default "data"), loss = "ce" |
---                "mse", target = key, loss_scale = 1, is_output_layer = true, ...options}
+--                "ctc" | "mse", target = key, loss_scale = 1, is_output_layer = true, ...options}
 --   extern_data: key -> {dim = F} (dense (T, B, F) float input) or {dim = C, sparse = true}
 --                ((T, B) int32 class indices, 0-based) or {dim = F, spatial = 2} (images:
 --                (H, W, B, F) float with batch.sizes (B, 2) int32 = (height, width) per image)
@@ -26,8 +26,17 @@
 --       naming the layer and the key otherwise. Without lengths_K a target must have the
 --       input's T and lengths.
 --       loss: the sum over loss layers of loss_scale * (loss summed over valid frames);
---       errors: wrongly classified frames; net.n_frames: the valid frames. train defaults
---       to true (dropout active).
+--       errors: wrongly classified frames (ce), plus label errors (ctc: the edit distance of
+--       each sequence's best path to its target); net.n_frames: the valid frames;
+--       net.n_error_units: what errors counts from (the frames of ce/mse layers plus the
+--       reference labels of ctc layers: errors / n_error_units is the frame or label error
+--       rate); net.n_labels: the reference labels of ctc layers; net.n_skipped: sequences a
+--       ctc layer left out (no alignment fits their input: infinite loss, zero gradient);
+--       net.has_ctc: a ctc loss is in the network. train defaults to true (dropout active).
+--   loss = "ctc" (softmax layers): Connectionist Temporal Classification against a target of
+--       label sequences (sparse, dim = the number of labels, with lengths_<key>); the layer
+--       has n_out = dim + 1 classes, the blank at blank_index (default dim, the last class),
+--       so label k of the target is class k of the output. See layers/softmax.c.
 --   net:backward()      gradients of that loss, ADDED to net:grads() (zero them first)
 --   net:zero_grads(), net:params(), net:grads(), net:num_params(), net:param_list(),
 --   net:layer(name), net:input_grad(key) (with input_grads = true), net.description,
@@ -197,6 +206,20 @@ local function check_loss(node, d, ext)
       fail("layer '%s': loss 'ce' needs a sparse target, extern_data '%s' is dense", name, d.target)
     end
     node.loss_kind = "layer"
+  elseif d.loss == "ctc" then
+    if d.class ~= "softmax" or not layer.is_loss then
+      fail("layer '%s': loss 'ctc' needs a softmax layer (this one is class %s)", name, d.class)
+    end
+    if not t.sparse then
+      fail("layer '%s': loss 'ctc' needs a sparse target (label sequences), extern_data '%s' "
+        .. "is dense", name, d.target)
+    end
+    if t.dim + 1 ~= layer.n_out then
+      fail("layer '%s': loss 'ctc': target '%s' has %d labels, so the layer's n_out must be %d "
+        .. "(the labels and the blank), got %d", name, d.target, t.dim, t.dim + 1, layer.n_out)
+    end
+    node.loss_kind, node.ctc = "layer", true
+    return
   elseif d.loss == "mse" then
     if t.sparse then
       fail("layer '%s': loss 'mse' needs a dense target, extern_data '%s' is sparse", name,
@@ -204,7 +227,7 @@ local function check_loss(node, d, ext)
     end
     node.loss_kind = layer.is_loss and "layer" or "mse"
   else
-    fail("layer '%s': unknown loss '%s' (known: ce, mse)", name, d.loss)
+    fail("layer '%s': unknown loss '%s' (known: ce, ctc, mse)", name, d.loss)
   end
   if t.dim ~= layer.n_out then
     fail("layer '%s': target '%s' has dim %d, the layer's n_out is %d", name, d.target, t.dim,
@@ -310,7 +333,8 @@ function M.new(desc, extern_data, opts)
     -- as in RETURNN, a loss layer without n_out gets its target's dim
     local defaults = {}
     if d.n_out == nil and d.loss ~= nil and type(d.target) == "string" and ext[d.target] then
-      defaults.n_out = ext[d.target].dim
+      -- loss "ctc" adds the blank to the target's labels
+      defaults.n_out = ext[d.target].dim + (d.loss == "ctc" and 1 or 0)
     end
     local node = {
       name = name, index = i, srcs = srcs,
@@ -326,6 +350,7 @@ function M.new(desc, extern_data, opts)
     if node.loss then
       self.loss_nodes[#self.loss_nodes + 1] = node
       self.used_extern[node.target] = true
+      self.has_ctc = self.has_ctc or node.ctc == true
     end
     self.nodes[i], self.by_name[name], self.order[i] = node, node, name
   end
@@ -579,6 +604,7 @@ function Network:forward(batch, fopts)
   batch = self:on_device(batch)
   self.forwarded = false
   local loss, errors, n_frames = 0, 0, nil
+  local n_units, n_labels, n_skipped = 0, 0, 0
   for _, node in ipairs(self.nodes) do
     local inputs, geom = node.inputs, nil
     for k, src in ipairs(node.srcs) do
@@ -607,10 +633,22 @@ function Network:forward(batch, fopts)
       end
       local out = node.layer:forward(node.folded, self:full_lengths(H * W, B), train)
       node.out, node.geom = out:view(H, W, B, node.layer.n_out), geom
+    elseif node.ctc then
+      local tlen = batch["lengths_" .. node.target]
+      if tlen == nil then
+        fail("layer '%s': loss 'ctc' needs batch.lengths_%s, the (B) int32 lengths of the label "
+          .. "sequences in batch.%s (rl.batches gives them)", node.name, node.target, node.target)
+      end
+      local r, sk
+      node.out, l, e, f, r, sk = node.layer:forward(inputs, geom, train, batch[node.target], tlen)
+      node.geom = geom
+      n_labels, n_skipped = n_labels + r, n_skipped + sk
+      n_units = n_units + r
     elseif node.loss_kind == "layer" then
       check_frame_target(node, batch, inputs[1]:size(1), geom)
       node.out, l, e, f = node.layer:forward(inputs, geom, train, batch[node.target])
       node.geom = geom
+      n_units = n_units + (f or 0)
     else
       node.out = node.layer:forward(inputs, geom, train)
       node.geom = node.layer.out_geometry and node.layer:out_geometry() or geom
@@ -623,6 +661,7 @@ function Network:forward(batch, fopts)
         node.loss_grad = self:buffer_like(node.loss_grad, node.out)
         l, f = rl._loss_mse(node.out, batch[node.target], node.geom, node.loss_grad)
         if node.loss_scale ~= 1 then node.loss_grad:mul_(node.loss_scale) end
+        n_units = n_units + (f or 0)
       end
     end
     if node.loss then
@@ -634,6 +673,8 @@ function Network:forward(batch, fopts)
   self.B, self.lengths, self.sizes, self.last_batch = B, batch.lengths, batch.sizes, batch
   self.loss, self.n_errors = loss, errors
   self.n_frames = n_frames or (batch.lengths and batch.lengths:sum()) or B
+  self.n_error_units = n_units > 0 and n_units or self.n_frames
+  self.n_labels, self.n_skipped = n_labels, n_skipped
   self.forwarded = true
   return loss, errors
 end

@@ -248,4 +248,93 @@ expect_error("targets of the wrong batch size", function()
   rl.ctc_loss(x0, rl.zeros({3, 1}, "int32"), il0, rl.tensor({1, 1}, "int32"))
 end, "rl.ctc_loss: targets must be a (2, S) int32 tensor")
 
+---------------------------------------------------------------------------- decoding
+
+local function logp_tensor(rows) -- rows[t] = probabilities of frame t (B = 1)
+  local x = {}
+  for t, r in ipairs(rows) do
+    x[t] = {{}}
+    for v, p in ipairs(r) do x[t][1][v] = math.log(p) end
+  end
+  return rl.tensor(x, "float64")
+end
+
+test("best path on hand-made posteriors", function()
+  -- classes a = 0, b = 1, blank = 2: frames a a - b b - b -> a b b
+  local rows = {}
+  for t, c in ipairs({0, 0, 2, 1, 1, 2, 1}) do
+    rows[t] = {0.1, 0.1, 0.1}
+    rows[t][c + 1] = 0.8
+  end
+  local x = logp_tensor(rows)
+  local hyp = rl.ctc_decode(x, rl.tensor({7}, "int32"))
+  check(table.concat(hyp[1], ",") == "0,1,1", "a b b: " .. table.concat(hyp[1], ","))
+  hyp = rl.ctc_decode(x, rl.tensor({3}, "int32"))
+  check(table.concat(hyp[1], ",") == "0", "only the first 3 frames")
+  hyp = rl.ctc_decode(x, rl.tensor({7}, "int32"), {blank = 0})
+  check(table.concat(hyp[1], ",") == "2,1,2,1", "blank 0: " .. table.concat(hyp[1], ","))
+end)
+
+test("prefix beam search finds a more probable labelling than the best path", function()
+  -- each frame: a 0.4, blank 0.6. Best path: blank blank = "" (0.36);
+  -- "a" sums aa, a-, -a = 0.64
+  local x = logp_tensor({{0.4, 0.6}, {0.4, 0.6}})
+  local len = rl.tensor({2}, "int32")
+  local best = rl.ctc_decode(x, len)[1]
+  local beam = rl.ctc_decode(x, len, {beam = 3})[1]
+  check(#best == 0 and #beam == 1 and beam[1] == 0, "beam finds 'a'")
+  local function prob(labels)
+    local t, l = target_tensor({labels})
+    return math.exp(-rl.ctc_loss(x, t, len, l, {blank = 1})[1])
+  end
+  H.near(prob(best), 0.36, 1e-12, "P(best path)")
+  H.near(prob(beam), 0.64, 1e-12, "P(beam)")
+end)
+
+test("prefix beam search with a wide beam is exact (brute force, repeats)", function()
+  local T, V, blank = 5, 3, 2
+  local x = rand_table(T, 1, V, 21)
+  local lt = rl.tensor(x, "float64")
+  -- the most probable labelling by enumerating every path
+  local best, bestp = nil, -1
+  local byl = {}
+  local sm = select(2, brute(x, 1, T, V, {}, blank))
+  local path = {}
+  local function rec(t, p)
+    if t > T then
+      local k = table.concat(collapse(path, blank), ",")
+      byl[k] = (byl[k] or 0) + p
+      return
+    end
+    for c = 0, V - 1 do path[t] = c; rec(t + 1, p * sm[t][c + 1]) end
+  end
+  rec(1, 1)
+  for k, p in pairs(byl) do if p > bestp then best, bestp = k, p end end
+  local hyp = rl.ctc_decode(lt, rl.tensor({T}, "int32"), {beam = 64})[1]
+  check(table.concat(hyp, ",") == best, "beam " .. table.concat(hyp, ",") .. " vs " .. best)
+end)
+
+expect_error("ctc_decode: blank out of range", function()
+  rl.ctc_decode(rl.zeros(2, 1, 3), rl.tensor({2}, "int32"), {blank = 3})
+end, "rl.ctc_decode: blank = 3 is outside 0..2")
+expect_error("ctc_decode: lengths of the wrong dtype", function()
+  rl.ctc_decode(rl.zeros(2, 1, 3), rl.tensor({2}))
+end, "rl.ctc_decode: lengths must be a (1) int32 tensor")
+expect_error("ctc_decode: a length beyond T", function()
+  rl.ctc_decode(rl.zeros(2, 2, 3), rl.tensor({2, 3}, "int32"), {beam = 2})
+end, "rl.ctc_decode: sequence 2: length 3 is outside 0..2")
+expect_error("ctc_decode: bad beam", function()
+  rl.ctc_decode(rl.zeros(2, 1, 3), rl.tensor({2}, "int32"), {beam = 0})
+end, "rl.ctc_decode: beam must be a positive integer")
+
+test("edit_distance", function()
+  check(rl.edit_distance({1, 2, 3}, {1, 3}) == 1, "deletion")
+  check(rl.edit_distance({}, {4, 5}) == 2, "from empty")
+  check(rl.edit_distance({1, 2, 3, 4}, {2, 3, 4, 5}) == 2, "shift")
+  check(rl.edit_distance({7, 7}, {7, 7}) == 0, "equal")
+  check(rl.edit_distance(rl.tensor({1, 2}, "int32"), {2, 1}) == 2, "tensor and table")
+end)
+expect_error("edit_distance: not integers", function() rl.edit_distance({"a"}, {}) end,
+  "rl.edit_distance: argument 1: entry 1 is not an integer")
+
 H.done()
