@@ -275,9 +275,11 @@ rl_status rl_op_reshape(rl_tensor *out, const rl_tensor *src, int ndim, const in
         if (shape[d] == -1 && infer < 0)
             infer = d;
         else if (shape[d] < 0)
-            return rl_error(RL_ESHAPE, "reshape: bad size %lld in dim %d", (long long)shape[d], d);
-        else
-            known *= shape[d];
+            return rl_error(RL_ESHAPE, "reshape: bad size %lld in dim %d", (long long)shape[d],
+                            d + 1);
+        else if (!rl_mul_ok(known, shape[d], &known) || known > RL_MAX_NUMEL)
+            return rl_error(RL_ESHAPE, "reshape: the new shape has more than %lld elements",
+                            (long long)RL_MAX_NUMEL);
     }
     if (infer >= 0 && known > 0 && numel % known == 0) want[infer] = numel / known;
     if ((infer >= 0 && (known == 0 || numel % known != 0)) || (infer < 0 && known != numel)) {

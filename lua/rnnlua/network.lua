@@ -361,7 +361,12 @@ function M.new(desc, extern_data, opts)
   -- the flat buffers, the views and the initial values (in layer order, from the seeded
   -- generator, on the CPU)
   local total = 0
-  for _, node in ipairs(self.nodes) do total = total + node.layer.num_params end
+  for _, node in ipairs(self.nodes) do
+    total = total + node.layer.num_params -- each is at most rl.MAX_NUMEL: this cannot wrap
+    if total > rl.MAX_NUMEL then
+      fail("rl.network: more than %d parameters (at layer '%s')", rl.MAX_NUMEL, node.name)
+    end
+  end
   self:bind_buffers(rl.zeros(total, dtype), rl.zeros(total, dtype))
   for _, node in ipairs(self.nodes) do node.layer:init_params() end
   self.total = total

@@ -9,7 +9,9 @@ os.remove(dir)
 assert(lfs.mkdir(dir))
 
 local function cases(list)
-  for _, c in ipairs(list) do H.expect_error(c[1], c[2], c[3]) end
+  for _, c in ipairs(list) do
+    if c[1] then H.expect_error(c[1], c[2], c[3]) end
+  end
 end
 
 ---------------------------------------------------------------- use after free
@@ -72,6 +74,88 @@ end
 H.test("a freed tensor is still a tensor for is_tensor", function()
   H.check(rl.is_tensor(closed()))
 end)
+
+---------------------------------------------------------------- sizes and positions
+-- Sizes and positions near 2^31, 2^32, 2^62 and the ends of the integers: an error naming the
+-- function, never a view outside its storage or a wrapped position.
+local MAXI, MINI = math.maxinteger, math.mininteger
+local BIG = {1 << 31, 1 << 32, (1 << 32) + 1, 1 << 62, MAXI, MINI, -1, -(1 << 32)}
+local ext = {data = {dim = 3}, classes = {dim = 4, sparse = true}}
+
+for _, n in ipairs(BIG) do
+  local v = rl.zeros(4)
+  local m = rl.zeros(2, 3)
+  local tag = string.format(" (%d)", n)
+  cases{
+    {"narrow start" .. tag, function() v:narrow(1, n, 1) end, "narrow"},
+    {"narrow length" .. tag, function() v:narrow(1, 2, n) end, "narrow"},
+    {"t[i]" .. tag, function() return v[n] end, string.format("position %d", n)},
+    {"t[i] = x" .. tag, function() v[n] = 1 end, string.format("position %d", n)},
+    {"select" .. tag, function() m:select(1, n == -1 and -3 or n) end, "select"},
+    {"index_select table" .. tag, function() v:index_select(1, {1, n}) end,
+     string.format("position %d (entry 2", n)},
+    {"view" .. tag, function() m:view(n, n) end, "view"},
+    {"reshape" .. tag, function() m:reshape(n, n, 6) end, "reshape"},
+    {"expand" .. tag, function() rl.zeros(1, 3):expand(n, n, 3) end, "expand"},
+    {"zeros" .. tag, function() rl.zeros(n, n) end, "zeros"},
+    -- n_out in the range an allocation could satisfy is left to the out-of-memory case below
+    n < (1 << 40) and n > 0 and {} or {"n_out" .. tag, function()
+       rl.network({h = {class = "linear", n_out = n},
+                   output = {class = "softmax", from = "h", loss = "ce", target = "classes"}}, ext)
+     end, "layer 'h'"},
+    n < (1 << 40) and n > 0 and {} or {"lstm n_out" .. tag, function()
+       rl.network({h = {class = "lstm", n_out = n},
+                   output = {class = "softmax", from = "h", loss = "ce", target = "classes"}}, ext)
+     end, "layer 'h'"},
+  }
+end
+cases{
+  {"index_select with an int32 index tensor reports positions 1-based",
+   function() rl.zeros(4):index_select(1, rl.tensor({1, 5}, "int32")) end,
+   "position 5 (entry 2 of the index) out of range 1..4"},
+  {"index_select position 0", function() rl.zeros(4):index_select(1, {0}) end, "position 0"},
+  {"index_select with a 2-D index", function()
+     rl.zeros(4):index_select(1, rl.ones(1, 1, "int32")) end, "1-D int32"},
+  {"view of 2^32 x 2^32 elements that wraps to 0", function()
+     rl.zeros(0):view(1 << 32, 1 << 32, 0) end, "view"},
+  {"reshape that wraps to the element count", function()
+     rl.zeros(2, 3):reshape(1 << 62, 4, 6) end, "reshape"},
+  {"expand to a negative size", function() rl.zeros(1, 3):expand(-5, 3) end, "negative size"},
+  {"narrow at position 0", function() rl.zeros(4):narrow(1, 0, 2) end, "start position 0"},
+  {"narrow past the end", function() rl.zeros(4):narrow(1, 3, 3) end,
+   "3 elements from position 3 are out of range"},
+  {"dim 2^32 + 1", function() rl.zeros(4):size((1 << 32) + 1) end, "dim 4294967297"},
+}
+for _, shape in ipairs{{1 << 31, 1 << 31, 1 << 31}, {1 << 62}, {MAXI}, {1 << 40, 1 << 40}} do
+  H.expect_error("a Lua layer with param shape " .. table.concat(shape, "x"), function()
+    rl.layers.register("huge_" .. #shape .. "_" .. shape[1], {
+      init = function() return 2 end,
+      params = function() return {{name = "W", shape = shape}} end,
+      forward = function(self, x) return x[1] end,
+      backward = function(self, g) return {g} end,
+    })
+    rl.network({h = {class = "huge_" .. #shape .. "_" .. shape[1]},
+                output = {class = "softmax", from = "h", loss = "ce", target = "classes"}}, ext)
+  end, "elements")
+end
+
+do
+  local path = dir .. "/rows.h5"
+  local w = rl.h5file(path, "w")
+  w:write("x", rl.ones(4, 2))
+  w:commit()
+  local f = rl.h5file(path)
+  for _, r in ipairs{{1, MAXI}, {MAXI, 1}, {MAXI, MAXI}, {1 << 62, 1 << 62}, {0, 1}, {MINI, 1},
+                     {1, -1}, {1, MINI}, {5, 1}, {(1 << 32) + 1, 1}} do
+    H.expect_error(string.format("read_rows(%d, %d)", r[1], r[2]), function()
+      f:read_rows("x", r[1], r[2])
+    end, path)
+  end
+  H.test("read_rows of the last row still works", function()
+    H.check(f:read_rows("x", 4, 1):size(1) == 1)
+  end)
+  f:close()
+end
 
 for entry in lfs.dir(dir) do
   if entry ~= "." and entry ~= ".." then os.remove(dir .. "/" .. entry) end
