@@ -157,6 +157,70 @@ do
   f:close()
 end
 
+---------------------------------------------------------------- aliasing
+-- An output that overlaps an input: the right numbers (through a temporary), or an error when
+-- the output repeats elements.
+local function flat(t) return table.concat(t:contiguous():view(t:numel()):totable(), ",") end
+local function same(a, b) return flat(a) == flat(b) end
+local function sq() return rl.tensor{{1, 2}, {3, 4}} end
+
+H.test("matmul(a, a, a) gives a @ a", function()
+  local a = sq()
+  local want = rl.matmul(sq(), sq())
+  rl.matmul(a, a, a)
+  H.check(same(a, want), flat(a))
+end)
+H.test("matmul into a transposed view of its input", function()
+  local a = sq()
+  local want = rl.matmul(sq(), sq()):t()
+  rl.matmul(a, a, a:t())
+  H.check(same(a, want), flat(a))
+end)
+H.test("gemm with beta = 1 into its own input", function()
+  local d = sq()
+  rl.gemm(d, d, {out = d, beta = 1})
+  H.check(flat(d) == "8.0,12.0,18.0,26.0", flat(d))
+end)
+H.test("a 3-D matmul into its first operand", function()
+  local a = rl.randn(2, 3, 3)
+  local want = rl.matmul(a:clone(), a:clone())
+  rl.matmul(a, a, a)
+  H.check((a - want):abs():max() < 1e-5)
+end)
+H.test("a:copy_(a:t()) transposes", function()
+  local a = sq()
+  a:copy_(a:t())
+  H.check(flat(a) == "1.0,3.0,2.0,4.0", flat(a))
+end)
+H.test("copy_ of a shifted view of itself", function()
+  local v = rl.arange(1, 7)
+  v:narrow(1, 2, 5):copy_(v:narrow(1, 1, 5))
+  H.check(flat(v) == "1.0,1.0,2.0,3.0,4.0,5.0", flat(v))
+end)
+H.test("a:add_(a:t())", function()
+  local a = sq()
+  a:add_(a:t())
+  H.check(flat(a) == "2.0,5.0,5.0,8.0", flat(a))
+end)
+H.test("a:mul_(a) (the same view) squares", function()
+  local a = sq()
+  a:mul_(a)
+  H.check(flat(a) == "1.0,4.0,9.0,16.0", flat(a))
+end)
+local EXPANDED = "is an expanded view"
+cases{
+  {"matmul into an expanded output", function()
+     rl.matmul(sq(), sq(), rl.zeros(1, 2):expand(2, 2)) end, EXPANDED},
+  {"matmul into an output expanded along columns", function()
+     rl.matmul(sq(), sq(), rl.zeros(2, 1):expand(2, 2)) end, EXPANDED},
+  {"gemm into an expanded output", function()
+     rl.gemm(sq(), sq(), {out = rl.zeros(1, 2):expand(2, 2)}) end, EXPANDED},
+  {"copy_ into an expanded view", function() rl.zeros(1, 2):expand(2, 2):copy_(sq()) end,
+   EXPANDED},
+  {"add_ into an expanded view", function() rl.zeros(1, 2):expand(2, 2):add_(1) end, EXPANDED},
+  {"exp_ of an expanded view", function() rl.zeros(1, 2):expand(2, 2):exp_() end, EXPANDED},
+}
+
 for entry in lfs.dir(dir) do
   if entry ~= "." and entry ~= ".." then os.remove(dir .. "/" .. entry) end
 end
