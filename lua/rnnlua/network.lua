@@ -530,16 +530,31 @@ end
 
 -- The batch with each tensor the network reads (inputs and targets) on the network's device:
 -- the batch itself when they all are there, else a shallow copy with those tensors copied.
+-- The padded frames of a dense sequence input are set to 0 by selection (masked_fill of a
+-- copy): layers mask padding by multiplying with 0, and 0 * NaN is NaN, so a NaN or Inf left
+-- in padding would otherwise reach the weight gradients (dW += x^T dz, dz = 0 there).
 function Network:on_device(batch)
   local moved
+  local function copy_batch()
+    if not moved then
+      moved = {}
+      for k, v in pairs(batch) do moved[k] = v end
+    end
+  end
+  local pad
   for key in pairs(self.used_extern) do
-    local x = batch[key]
+    local x, e = batch[key], self.ext[key]
     if x:device() ~= self.device then
-      if not moved then
-        moved = {}
-        for k, v in pairs(batch) do moved[k] = v end
-      end
+      copy_batch()
       moved[key] = x:to(self.device)
+    end
+    local len = batch.lengths
+    if self.input_keys[key] and not e.sparse and e.spatial ~= 2 and len
+        and len:min() < x:size(1) then
+      local T, B = x:size(1), len:size(1)
+      pad = pad or rl.arange(T):view(T, 1, 1):ge(len:float():view(1, B, 1)):to(self.device)
+      copy_batch()
+      moved[key] = (moved[key] == x and x:clone() or moved[key]):masked_fill_(pad, 0)
     end
   end
   return moved or batch

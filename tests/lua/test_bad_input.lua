@@ -221,6 +221,49 @@ cases{
   {"exp_ of an expanded view", function() rl.zeros(1, 2):expand(2, 2):exp_() end, EXPANDED},
 }
 
+---------------------------------------------------------------- NaN in padding
+-- A NaN or Inf in a padded frame (t > length) is no input: the loss and every gradient stay
+-- finite and equal to those of the same batch with zeros there.
+for _, dt in ipairs{"float32", "float64"} do
+  for _, cls in ipairs{"lstm", "linear"} do
+    H.test(string.format("NaN and Inf in padded frames (%s, %s)", cls, dt), function()
+      local function run(fill)
+        rl.manual_seed(3)
+        local net = rl.network({h = {class = cls, n_out = 4}, output = {class = "softmax",
+          from = "h", loss = "ce", target = "classes"}}, ext, {dtype = dt})
+        rl.manual_seed(4)
+        local x = rl.randn(5, 2, 3, dt)
+        if fill then
+          x[5][1]:fill(0 / 0)
+          x[4][1]:fill(1 / 0)
+        else
+          x[5][1]:fill(0)
+          x[4][1]:fill(0)
+        end
+        local y = rl.zeros(5, 2, "int32")
+        local loss = net:forward{data = x, classes = y, lengths = rl.tensor({3, 5}, "int32")}
+        net:backward()
+        return loss, net:grads():clone(), x
+      end
+      local l1, g1, x1 = run(true)
+      local l0, g0 = run(false)
+      H.check(l1 == l1 and l1 == l0, "loss " .. l1 .. " vs " .. l0)
+      H.check(g1:ne(g1):sum() == 0, "NaN in the gradients")
+      H.check((g1 - g0):abs():max() == 0, "the gradients differ from those with zero padding")
+      H.check(x1[5][1][1] ~= x1[5][1][1], "the caller's batch was changed")
+    end)
+  end
+end
+H.test("logits of +-1000 give a finite ce loss", function()
+  local net = rl.network({output = {class = "softmax", loss = "ce", target = "classes"}},
+    {data = {dim = 2}, classes = {dim = 2, sparse = true}})
+  net:params():copy_(rl.tensor({1000, -1000, 0, 0, 0, 0}))
+  local x = rl.tensor({{{1, 0}}})
+  local loss = net:forward{data = x, classes = rl.zeros(1, 1, "int32"),
+                           lengths = rl.tensor({1}, "int32")}
+  H.check(loss == loss and loss < 1e-3, "loss " .. tostring(loss))
+end)
+
 for entry in lfs.dir(dir) do
   if entry ~= "." and entry ~= ".." then os.remove(dir .. "/" .. entry) end
 end
