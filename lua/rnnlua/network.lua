@@ -159,15 +159,9 @@ local function topological_order(desc, ext, roots)
   return order
 end
 
-local function check_loss(node, d, ext)
-  local name, layer = node.name, node.layer
-  if d.loss == nil then
-    if d.target ~= nil and (type(d.target) ~= "string" or not ext[d.target]) then
-      fail("layer '%s': target '%s' is not in extern_data (keys: %s)", name, tostring(d.target),
-        table.concat(sorted_keys(ext), ", "))
-    end
-    return
-  end
+-- A loss layer's target: checked before the layer is made, since without n_out the layer takes
+-- its size from the target's dim (an unknown target must not read as "missing option n_out").
+local function check_target(name, d, ext)
   if type(d.loss) ~= "string" then fail("layer '%s': loss must be a string", name) end
   if d.target == nil then
     fail("layer '%s': loss '%s' needs a target (one of the extern_data keys: %s)", name, d.loss,
@@ -178,6 +172,19 @@ local function check_loss(node, d, ext)
     fail("layer '%s': target '%s' is not in extern_data (keys: %s)", name, tostring(d.target),
       table.concat(sorted_keys(ext), ", "))
   end
+  return t
+end
+
+local function check_loss(node, d, ext)
+  local name, layer = node.name, node.layer
+  if d.loss == nil then
+    if d.target ~= nil and (type(d.target) ~= "string" or not ext[d.target]) then
+      fail("layer '%s': target '%s' is not in extern_data (keys: %s)", name, tostring(d.target),
+        table.concat(sorted_keys(ext), ", "))
+    end
+    return
+  end
+  local t = check_target(name, d, ext)
   if d.loss_scale ~= nil and type(d.loss_scale) ~= "number" then
     fail("layer '%s': loss_scale must be a number", name)
   end
@@ -302,9 +309,7 @@ function M.new(desc, extern_data, opts)
     if type(d.class) ~= "string" then fail("layer '%s': class must be a string", name) end
     -- as in RETURNN, a loss layer without n_out gets its target's dim
     local defaults = {}
-    if d.n_out == nil and d.loss ~= nil and type(d.target) == "string" and ext[d.target] then
-      defaults.n_out = ext[d.target].dim
-    end
+    if d.n_out == nil and d.loss ~= nil then defaults.n_out = check_target(name, d, ext).dim end
     local node = {
       name = name, index = i, srcs = srcs,
       layer = layers.create(d.class, name, d, in_dims, dtype, defaults),
@@ -361,13 +366,23 @@ function M.new(desc, extern_data, opts)
   -- the flat buffers, the views and the initial values (in layer order, from the seeded
   -- generator, on the CPU)
   local total = 0
+  local biggest
   for _, node in ipairs(self.nodes) do
     total = total + node.layer.num_params -- each is at most rl.MAX_NUMEL: this cannot wrap
     if total > rl.MAX_NUMEL then
       fail("rl.network: more than %d parameters (at layer '%s')", rl.MAX_NUMEL, node.name)
     end
+    if not biggest or node.layer.num_params > biggest.layer.num_params then biggest = node end
   end
-  self:bind_buffers(rl.zeros(total, dtype), rl.zeros(total, dtype))
+  local ok, values = pcall(rl.zeros, total, dtype)
+  local ok2, grads = false, values
+  if ok then ok2, grads = pcall(rl.zeros, total, dtype) end
+  if not ok2 then
+    fail("rl.network: cannot allocate the %d parameters (%s): the largest layer is '%s' "
+      .. "(class %s, n_out %d, %d parameters): %s", total, dtype, biggest.name,
+      biggest.layer.class, biggest.layer.n_out, biggest.layer.num_params, tostring(grads))
+  end
+  self:bind_buffers(values, grads)
   for _, node in ipairs(self.nodes) do node.layer:init_params() end
   self.total = total
   return self
@@ -459,6 +474,22 @@ function Network:check_batch(batch)
       fail("net:forward: batch.lengths has %d entries, batch.sizes %d", len:size(1), B)
     end
     B = len:size(1)
+    -- a lengths of the wrong size must be named as such, not as a wrong input
+    local first
+    for _, key in ipairs(keys) do
+      local x = batch[key]
+      if self.ext[key].spatial ~= 2 and rl.is_tensor(x) and x:dim() >= 2 then
+        if first and x:size(2) == first[2] and x:size(2) ~= B then
+          fail("net:forward: batch.lengths has %d entries, but batch.%s and batch.%s hold %d "
+            .. "sequences (dim 2)", B, first[1], key, x:size(2))
+        end
+        first = first or {key, x:size(2)}
+      end
+    end
+    if first and #keys == 1 and first[2] ~= B then
+      fail("net:forward: batch.lengths has %d entries, but batch.%s holds %d sequences (dim 2)",
+        B, first[1], first[2])
+    end
   end
   local T, HW = nil, nil
   for _, key in ipairs(keys) do

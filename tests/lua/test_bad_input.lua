@@ -264,6 +264,87 @@ H.test("logits of +-1000 give a finite ce loss", function()
   H.check(loss == loss and loss < 1e-3, "loss " .. tostring(loss))
 end)
 
+---------------------------------------------------------------- messages that name the cause
+local function seq_batch(B, lengths)
+  return {data = rl.zeros(4, B, 3), classes = rl.zeros(4, B, "int32"),
+          lengths = rl.tensor(lengths, "int32")}
+end
+local softmax_ce = {output = {class = "softmax", loss = "ce", target = "classes"}}
+cases{
+  {"a loss without a target", function()
+     rl.network({output = {class = "softmax", loss = "ce"}}, ext) end,
+   "loss 'ce' needs a target"},
+  {"a loss with an unknown target", function()
+     rl.network({output = {class = "softmax", loss = "ce", target = "nope"}}, ext) end,
+   "target 'nope' is not in extern_data"},
+  {"a loss with a non-string target", function()
+     rl.network({output = {class = "softmax", loss = "ce", target = 3}}, ext) end,
+   "target '3' is not in extern_data"},
+  {"lengths with one entry too many", function()
+     rl.network(softmax_ce, ext):forward(seq_batch(2, {4, 4, 4})) end,
+   "batch.lengths has 3 entries, but batch.classes and batch.data hold 2 sequences"},
+  {"lengths with one entry too few", function()
+     rl.network(softmax_ce, ext):forward(seq_batch(2, {4})) end,
+   "batch.lengths has 1 entries"},
+  {"out of memory for a huge layer names the layer", function()
+     rl.network({huge = {class = "linear", n_out = 1 << 40},
+                 output = {class = "softmax", from = "huge", loss = "ce", target = "classes"}},
+                ext) end, "the largest layer is 'output'"},
+  {"out of memory names the largest layer", function()
+     rl.network({huge = {class = "lstm", n_out = 1 << 28},
+                 output = {class = "softmax", from = "huge", loss = "ce", target = "classes"}},
+                ext) end, "the largest layer is 'huge' (class lstm"},
+}
+
+-- A dataset object written in Lua whose methods return the wrong types.
+local function lua_dataset(over)
+  local ds = {name = "mine"}
+  function ds:init_epoch() end
+  function ds:num_seqs() return 1 end
+  function ds:keys() return {"data", "classes"} end
+  function ds:extern_data() return {data = {dim = 3}, classes = {dim = 4, sparse = true}} end
+  function ds:get_seq() return {tag = "s", data = rl.zeros(2, 3), classes = rl.zeros(2, "int32")} end
+  for k, v in pairs(over) do ds[k] = v end
+  return ds
+end
+for _, c in ipairs{
+  {"num_seqs", function() return "3" end, "num_seqs() returned 3 (a string)"},
+  {"num_seqs", function() return 2.5 end, "num_seqs() returned 2.5"},
+  {"keys", function() return "data" end, "keys() returned a string"},
+  {"extern_data", function() return 7 end, "extern_data() returned a number"},
+  {"get_seq", function() return 5 end, "get_seq(1) gave no data tensor"},
+} do
+  H.expect_error("a dataset whose " .. c[1] .. " returns the wrong type", function()
+    rl.train{network = softmax_ce, extern_data = ext, train = lua_dataset({[c[1]] = c[2]}),
+             num_epochs = 1, batch_size = 100, optimizer = {class = "sgd"}, learning_rate = 0.1,
+             log_verbosity = 0}
+  end, c[3])
+end
+
+H.expect_error("a sequence of length 0 in a file names the file and the sequence", function()
+  local path = dir .. "/empty_seq.h5"
+  rl.dataset_write(path, {{data = rl.ones(3, 3), classes = rl.zeros(3, "int32"), tag = "a"},
+                          {data = rl.ones(0, 3), classes = rl.zeros(0, "int32"), tag = "b"}},
+                   {extern_data = ext})
+  rl.train{network = softmax_ce, extern_data = ext, train = {class = "hdf", files = {path}},
+           num_epochs = 1, batch_size = 100, optimizer = {class = "sgd"}, learning_rate = 0.1,
+           log_verbosity = 0}
+end, "empty_seq.h5: sequence 'b' (number 2 in the file) has length 0")
+
+for _, c in ipairs{
+  {{"++train.files.1", dir .. "/no-such-file.h5"}, "no-such-file.h5"},
+  {{"++train..files", "x"}, "a key part is empty"},
+  {{"++nosuchkey", "1"}, "unknown config key 'nosuchkey'"},
+  {{"++num_epochs"}, "lacks a value"},
+} do
+  H.expect_error("override " .. c[1][1], function()
+    rl.train({network = softmax_ce, extern_data = ext,
+              train = {class = "hdf", files = {dir .. "/empty_seq.h5"}}, num_epochs = 1,
+              batch_size = 100, optimizer = {class = "sgd"}, learning_rate = 0.1,
+              log_verbosity = 0}, c[1])
+  end, c[2])
+end
+
 for entry in lfs.dir(dir) do
   if entry ~= "." and entry ~= ".." then os.remove(dir .. "/" .. entry) end
 end
