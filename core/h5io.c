@@ -502,8 +502,10 @@ static rl_status h5_read_dataset(rl_h5file *f, const char *name, int64_t start, 
             goto done;
         }
         if (start < 0 || start > shape[0] || rows > shape[0] - start) {
-            s = rl_error(RL_EINDEX, "%s: %s: rows [%lld, %lld) out of range for %lld rows", f->path,
-                         rel, (long long)start, (long long)(start + rows), (long long)shape[0]);
+            /* printed 1-based as the Lua API takes them; start + rows may overflow */
+            s = rl_error(RL_EINDEX,
+                         "%s: %s: %lld rows from row %lld are out of range for %lld rows", f->path,
+                         rel, (long long)rows, (long long)start + 1, (long long)shape[0]);
             goto done;
         }
         shape[0] = rows;

@@ -97,7 +97,13 @@ local function apply_overrides(cfg, argv)
       if key == "" then fail("override '++' lacks a key name") end
       if argv[i + 1] == nil then fail("override ++%s lacks a value", key) end
       local path = {}
-      for part in key:gmatch("[^.]+") do path[#path + 1] = part end
+      if key:find("^%.") or key:find("%.$") or key:find("%.%.") then
+        fail("override ++%s: a key part is empty", key)
+      end
+      -- ++train.files.1 sets the list entry files[1], not a key "1" nothing reads
+      for part in key:gmatch("[^.]+") do
+        path[#path + 1] = part:match("^%d+$") and math.tointeger(tonumber(part)) or part
+      end
       if KEYS[path[1]] == nil and not is_lr_key(path[1]) then
         fail("unknown config key '%s' (from ++%s)", path[1], key)
       end

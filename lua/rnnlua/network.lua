@@ -175,15 +175,9 @@ local function topological_order(desc, ext, roots)
   return order
 end
 
-local function check_loss(node, d, ext)
-  local name, layer = node.name, node.layer
-  if d.loss == nil then
-    if d.target ~= nil and (type(d.target) ~= "string" or not ext[d.target]) then
-      fail("layer '%s': target '%s' is not in extern_data (keys: %s)", name, tostring(d.target),
-        table.concat(sorted_keys(ext), ", "))
-    end
-    return
-  end
+-- A loss layer's target: checked before the layer is made, since without n_out the layer takes
+-- its size from the target's dim (an unknown target must not read as "missing option n_out").
+local function check_target(name, d, ext)
   if type(d.loss) ~= "string" then fail("layer '%s': loss must be a string", name) end
   if d.target == nil then
     fail("layer '%s': loss '%s' needs a target (one of the extern_data keys: %s)", name, d.loss,
@@ -194,6 +188,19 @@ local function check_loss(node, d, ext)
     fail("layer '%s': target '%s' is not in extern_data (keys: %s)", name, tostring(d.target),
       table.concat(sorted_keys(ext), ", "))
   end
+  return t
+end
+
+local function check_loss(node, d, ext)
+  local name, layer = node.name, node.layer
+  if d.loss == nil then
+    if d.target ~= nil and (type(d.target) ~= "string" or not ext[d.target]) then
+      fail("layer '%s': target '%s' is not in extern_data (keys: %s)", name, tostring(d.target),
+        table.concat(sorted_keys(ext), ", "))
+    end
+    return
+  end
+  local t = check_target(name, d, ext)
   if d.loss_scale ~= nil and type(d.loss_scale) ~= "number" then
     fail("layer '%s': loss_scale must be a number", name)
   end
@@ -332,9 +339,9 @@ function M.new(desc, extern_data, opts)
     if type(d.class) ~= "string" then fail("layer '%s': class must be a string", name) end
     -- as in RETURNN, a loss layer without n_out gets its target's dim
     local defaults = {}
-    if d.n_out == nil and d.loss ~= nil and type(d.target) == "string" and ext[d.target] then
+    if d.n_out == nil and d.loss ~= nil then
       -- loss "ctc" adds the blank to the target's labels
-      defaults.n_out = ext[d.target].dim + (d.loss == "ctc" and 1 or 0)
+      defaults.n_out = check_target(name, d, ext).dim + (d.loss == "ctc" and 1 or 0)
     end
     local node = {
       name = name, index = i, srcs = srcs,
@@ -393,8 +400,23 @@ function M.new(desc, extern_data, opts)
   -- the flat buffers, the views and the initial values (in layer order, from the seeded
   -- generator, on the CPU)
   local total = 0
-  for _, node in ipairs(self.nodes) do total = total + node.layer.num_params end
-  self:bind_buffers(rl.zeros(total, dtype), rl.zeros(total, dtype))
+  local biggest
+  for _, node in ipairs(self.nodes) do
+    total = total + node.layer.num_params -- each is at most rl.MAX_NUMEL: this cannot wrap
+    if total > rl.MAX_NUMEL then
+      fail("rl.network: more than %d parameters (at layer '%s')", rl.MAX_NUMEL, node.name)
+    end
+    if not biggest or node.layer.num_params > biggest.layer.num_params then biggest = node end
+  end
+  local ok, values = pcall(rl.zeros, total, dtype)
+  local ok2, grads = false, values
+  if ok then ok2, grads = pcall(rl.zeros, total, dtype) end
+  if not ok2 then
+    fail("rl.network: cannot allocate the %d parameters (%s): the largest layer is '%s' "
+      .. "(class %s, n_out %d, %d parameters): %s", total, dtype, biggest.name,
+      biggest.layer.class, biggest.layer.n_out, biggest.layer.num_params, tostring(grads))
+  end
+  self:bind_buffers(values, grads)
   for _, node in ipairs(self.nodes) do node.layer:init_params() end
   self.total = total
   return self
@@ -486,6 +508,22 @@ function Network:check_batch(batch)
       fail("net:forward: batch.lengths has %d entries, batch.sizes %d", len:size(1), B)
     end
     B = len:size(1)
+    -- a lengths of the wrong size must be named as such, not as a wrong input
+    local first
+    for _, key in ipairs(keys) do
+      local x = batch[key]
+      if self.ext[key].spatial ~= 2 and rl.is_tensor(x) and x:dim() >= 2 then
+        if first and x:size(2) == first[2] and x:size(2) ~= B then
+          fail("net:forward: batch.lengths has %d entries, but batch.%s and batch.%s hold %d "
+            .. "sequences (dim 2)", B, first[1], key, x:size(2))
+        end
+        first = first or {key, x:size(2)}
+      end
+    end
+    if first and #keys == 1 and first[2] ~= B then
+      fail("net:forward: batch.lengths has %d entries, but batch.%s holds %d sequences (dim 2)",
+        B, first[1], first[2])
+    end
   end
   local T, HW = nil, nil
   for _, key in ipairs(keys) do
@@ -582,16 +620,31 @@ end
 
 -- The batch with each tensor the network reads (inputs and targets) on the network's device:
 -- the batch itself when they all are there, else a shallow copy with those tensors copied.
+-- The padded frames of a dense sequence input are set to 0 by selection (masked_fill of a
+-- copy): layers mask padding by multiplying with 0, and 0 * NaN is NaN, so a NaN or Inf left
+-- in padding would otherwise reach the weight gradients (dW += x^T dz, dz = 0 there).
 function Network:on_device(batch)
   local moved
+  local function copy_batch()
+    if not moved then
+      moved = {}
+      for k, v in pairs(batch) do moved[k] = v end
+    end
+  end
+  local pad
   for key in pairs(self.used_extern) do
-    local x = batch[key]
+    local x, e = batch[key], self.ext[key]
     if x:device() ~= self.device then
-      if not moved then
-        moved = {}
-        for k, v in pairs(batch) do moved[k] = v end
-      end
+      copy_batch()
       moved[key] = x:to(self.device)
+    end
+    local len = batch.lengths
+    if self.input_keys[key] and not e.sparse and e.spatial ~= 2 and len
+        and len:min() < x:size(1) then
+      local T, B = x:size(1), len:size(1)
+      pad = pad or rl.arange(T):view(T, 1, 1):ge(len:float():view(1, B, 1)):to(self.device)
+      copy_batch()
+      moved[key] = (moved[key] == x and x:clone() or moved[key]):masked_fill_(pad, 0)
     end
   end
   return moved or batch
