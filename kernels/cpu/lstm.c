@@ -4,15 +4,16 @@
  * One pass per step reads the step's pre-activations once and writes the gate activations,
  * the cell, the state and the output (forward), or the gate gradients, the state gradients and
  * the bias and peephole gradients (backward). The float32 loops are compiled three times
- * (AVX-512, AVX2+FMA, baseline) and picked at run time, since the build targets the baseline
- * x86-64 and these loops are a fixed share of every step; float64 serves the gradient checks
- * and uses one baseline loop.
+ * (AVX-512, AVX2+FMA, baseline) and picked at run time (kernels/cpu/cpu_level.h), since a
+ * portable build targets the baseline x86-64 and these loops are a fixed share of every step;
+ * float64 serves the gradient checks and uses one baseline loop.
  */
 #include <stdbool.h>
 #include <string.h>
 
 #include "../lstm.h"
 #include "../lstm_cell.h"
+#include "cpu_level.h"
 
 #define RL_INLINE static inline __attribute__((always_inline))
 
@@ -180,29 +181,13 @@ RL_TARGET_BASE static void bwd_base(int64_t B, int64_t H, int64_t t, const int32
         bwd_body_f32(false, B, H, t, len, z, peep, cp, c, dout, dout_ld, dh, dc, db, dpeep);
 }
 
-/* 2: AVX-512, 1: AVX2+FMA, 0: baseline */
-static int cpu_level(void) {
-#ifdef RL_LSTM_X86
-    static int level = -1;
-    if (level < 0) {
-        __builtin_cpu_init();
-        level = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") ? 2
-                : __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")       ? 1
-                                                                                        : 0;
-    }
-    return level;
-#else
-    return 0;
-#endif
-}
-
 void rl_lstm_cpu_fwd_f32(int64_t B, int64_t H, int64_t t, const int32_t *len, float *z,
                          const float *bias, const float *const *peep, const float *cp,
                          const float *hp, float *c, float *h, float *out) {
-    switch (cpu_level()) {
+    switch (rl_cpu_level_get()) {
 #ifdef RL_LSTM_X86
-    case 2: fwd_avx512(B, H, t, len, z, bias, peep, cp, hp, c, h, out); return;
-    case 1: fwd_avx2(B, H, t, len, z, bias, peep, cp, hp, c, h, out); return;
+    case RL_CPU_AVX512: fwd_avx512(B, H, t, len, z, bias, peep, cp, hp, c, h, out); return;
+    case RL_CPU_AVX2: fwd_avx2(B, H, t, len, z, bias, peep, cp, hp, c, h, out); return;
 #endif
     default: fwd_base(B, H, t, len, z, bias, peep, cp, hp, c, h, out); return;
     }
@@ -212,10 +197,14 @@ void rl_lstm_cpu_bwd_f32(int64_t B, int64_t H, int64_t t, const int32_t *len, fl
                          const float *const *peep, const float *cp, const float *c,
                          const float *dout, int64_t dout_ld, float *dh, float *dc, float *db,
                          float *const *dpeep) {
-    switch (cpu_level()) {
+    switch (rl_cpu_level_get()) {
 #ifdef RL_LSTM_X86
-    case 2: bwd_avx512(B, H, t, len, z, peep, cp, c, dout, dout_ld, dh, dc, db, dpeep); return;
-    case 1: bwd_avx2(B, H, t, len, z, peep, cp, c, dout, dout_ld, dh, dc, db, dpeep); return;
+    case RL_CPU_AVX512:
+        bwd_avx512(B, H, t, len, z, peep, cp, c, dout, dout_ld, dh, dc, db, dpeep);
+        return;
+    case RL_CPU_AVX2:
+        bwd_avx2(B, H, t, len, z, peep, cp, c, dout, dout_ld, dh, dc, db, dpeep);
+        return;
 #endif
     default: bwd_base(B, H, t, len, z, peep, cp, c, dout, dout_ld, dh, dc, db, dpeep); return;
     }
