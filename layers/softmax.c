@@ -13,9 +13,15 @@
  * feeds other layers) both terms are summed, the gradient of loss + <grad_out, out>.
  * loss = "mse" (or no loss) makes a plain softmax output: the network applies rl_loss_mse to
  * out and hands its gradient in as grad_out.
- * Buffers: out = p (T, B, n_out); z (T, B, n_out) logits, then logp; rs (T, B, 1) row
- * max/sum; dz (T, B, n_out) and db (n_out) in backward; the CE state (loss.h: onehot, ...).
- * Backward keeps out and the CE onehot from forward and reads the inputs again. */
+ * On the CPU the row passes are fused (kernels/softmax_ce.h): the affine map writes the logits
+ * into out, one sweep per row turns them into p in place and adds up the loss and the errors,
+ * and backward writes p - onehot in one more; the (T, B) targets are kept, -1 on padded frames.
+ * Elsewhere (CUDA) they are generic ops over (T, B, n_out) with the state of loss.h.
+ * Buffers: out = p (T, B, n_out); dz (T, B, n_out) and db (n_out) in backward; CPU: tgt (T, B)
+ * int32, lens (B) int32; other devices: z (T, B, n_out) logits, then logp; rs (T, B, 1) row
+ * max/sum; the CE state (loss.h: onehot, ...).
+ * Backward keeps out and the targets (CPU) or the CE onehot from forward and reads the inputs
+ * again. */
 #include <string.h>
 
 #include "layer.h"
@@ -23,17 +29,55 @@
 #include "loss.h"
 
 #include "../kernels/ops.h"
+#include "../kernels/softmax_ce.h"
 
 typedef struct {
     rl_layer base;
     int iW, ib;
-    bool ce_ready; /* the last forward computed the CE loss (there was a target) */
-    rl_tensor z;   /* (T, B, n_out) */
-    rl_tensor rs;  /* (T, B, 1) */
-    rl_tensor dz;  /* (T, B, n_out) */
-    rl_tensor db;  /* (n_out) */
+    bool ce_ready;  /* the last forward computed the CE loss (there was a target) */
+    rl_tensor z;    /* (T, B, n_out) */
+    rl_tensor rs;   /* (T, B, 1) */
+    rl_tensor dz;   /* (T, B, n_out) */
+    rl_tensor db;   /* (n_out) */
+    rl_tensor tgt;  /* (T, B) int32, CPU: the target on valid frames, -1 on padded ones */
+    rl_tensor lens; /* (B) int32, CPU: a contiguous copy of the lengths */
     rl_ce_work ce;
 } softmax_layer;
+
+/* The CPU forward (kernels/softmax_ce.h): logits into out, then softmax (and CE) in place. */
+static rl_status forward_cpu(softmax_layer *S, rl_layer_io *io) {
+    rl_layer *l = &S->base;
+    rl_tensor *p = &l->out;
+    int64_t T = p->shape[0], B = p->shape[1], C = p->shape[2];
+    RL_TRY(rl_affine_forward(l, io, &l->params[S->iW], S->ib >= 0 ? &l->params[S->ib] : NULL, p));
+    bool ce = l->is_loss && io->target;
+    const int32_t *tgt = NULL;
+    if (ce) {
+        RL_TRY(rl_ce_check_args(l->name, p, io->target, io->lengths));
+        int64_t tb[2] = {T, B};
+        RL_TRY(rl_buffer_ensure(&S->tgt, RL_INT32, RL_DEVICE_CPU, 2, tb));
+        RL_TRY(rl_buffer_ensure(&S->lens, RL_INT32, RL_DEVICE_CPU, 1, &B));
+        RL_TRY(rl_op_copy(&S->tgt, io->target));
+        RL_TRY(rl_op_copy(&S->lens, io->lengths));
+        int32_t *t32 = rl_tensor_data(&S->tgt);
+        int64_t bad = rl_ce_targets_cpu(T, B, C, t32, rl_tensor_data(&S->lens), t32);
+        if (bad >= 0) return rl_ce_bad_target(l->name, bad / B, bad % B, t32[bad], C);
+        tgt = t32;
+    }
+    double loss = 0, n_errors = 0;
+    if (p->dtype == RL_FLOAT32)
+        rl_softmax_ce_cpu_f32(T * B, C, rl_tensor_data(p), rl_tensor_data(p), tgt, &loss,
+                              &n_errors);
+    else
+        rl_softmax_ce_cpu_f64(T * B, C, rl_tensor_data(p), rl_tensor_data(p), tgt, &loss,
+                              &n_errors);
+    if (!ce) return RL_OK;
+    io->loss = loss;
+    io->n_errors = n_errors;
+    io->n_frames = rl_count_frames(io->lengths);
+    S->ce_ready = true;
+    return RL_OK;
+}
 
 static rl_status softmax_forward(rl_layer *l, rl_layer_io *io) {
     softmax_layer *S = (softmax_layer *)l;
@@ -44,6 +88,7 @@ static rl_status softmax_forward(rl_layer *l, rl_layer_io *io) {
     rl_device dev = rl_tensor_device(io->in[0]);
     S->ce_ready = false;
     RL_TRY(rl_buffer_ensure(&l->out, dt, dev, 3, shape));
+    if (dev.type == RL_CPU) return forward_cpu(S, io);
     RL_TRY(rl_buffer_ensure(&S->z, dt, dev, 3, shape));
     RL_TRY(rl_buffer_ensure(&S->rs, dt, dev, 3, rshape));
     RL_TRY(
@@ -80,7 +125,18 @@ static rl_status softmax_backward(rl_layer *l, rl_layer_io *io, const rl_tensor 
         RL_TRY(rl_op_binary(&S->dz, grad_out, &S->rs, RL_BIN_SUB));
         RL_TRY(rl_op_binary(&S->dz, &S->dz, p, RL_BIN_MUL));
     }
-    if (S->ce_ready) RL_TRY(rl_loss_ce_grad(&S->ce, p, io->lengths, &S->dz, grad_out != NULL));
+    if (S->ce_ready && rl_tensor_device(p).type == RL_CPU) {
+        int64_t rows = p->shape[0] * p->shape[1], C = p->shape[2];
+        const int32_t *tgt = rl_tensor_data(&S->tgt);
+        if (p->dtype == RL_FLOAT32)
+            rl_ce_grad_cpu_f32(rows, C, rl_tensor_data(p), tgt, rl_tensor_data(&S->dz),
+                               grad_out != NULL);
+        else
+            rl_ce_grad_cpu_f64(rows, C, rl_tensor_data(p), tgt, rl_tensor_data(&S->dz),
+                               grad_out != NULL);
+    } else if (S->ce_ready) {
+        RL_TRY(rl_loss_ce_grad(&S->ce, p, io->lengths, &S->dz, grad_out != NULL));
+    }
     return rl_affine_backward(l, io, &l->params[S->iW], S->ib >= 0 ? &l->params[S->ib] : NULL,
                               &S->dz, &S->db, grad_in);
 }
@@ -91,6 +147,8 @@ static void softmax_destroy(rl_layer *l) {
     rl_tensor_release(&S->rs);
     rl_tensor_release(&S->dz);
     rl_tensor_release(&S->db);
+    rl_tensor_release(&S->tgt);
+    rl_tensor_release(&S->lens);
     rl_ce_work_release(&S->ce);
 }
 

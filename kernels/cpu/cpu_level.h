@@ -14,6 +14,24 @@
 
 #include "../../core/error.h"
 
+/* For the kernels compiled once per level: RL_TARGET_AVX512, RL_TARGET_AVX2 (defined with
+ * RL_CPU_X86 on x86-64 GCC) and RL_TARGET_BASE mark a function's instruction set. Their loops
+ * vectorise only with the full cost model and without trapping-math (which keeps clamps as
+ * branches); nothing there relies on FP exceptions, and NaN still propagates. */
+#if defined(__GNUC__) && !defined(__clang__)
+#define RL_VECTORISE optimize("O3", "no-trapping-math")
+#define RL_IVDEP _Pragma("GCC ivdep")
+#else
+#define RL_VECTORISE
+#define RL_IVDEP
+#endif
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define RL_CPU_X86 1
+#define RL_TARGET_AVX512 __attribute__((target("avx512f,avx512vl,avx2,fma"), RL_VECTORISE))
+#define RL_TARGET_AVX2 __attribute__((target("avx2,fma"), RL_VECTORISE))
+#endif
+#define RL_TARGET_BASE __attribute__((RL_VECTORISE))
+
 #ifdef __cplusplus
 extern "C" {
 #endif

@@ -17,23 +17,6 @@
 
 #define RL_INLINE static inline __attribute__((always_inline))
 
-/* The loops vectorise only with the full cost model and without trapping-math (which keeps
- * the clamps of the float32 tanh as branches); nothing here relies on FP exceptions, and
- * NaN still propagates. */
-#if defined(__GNUC__) && !defined(__clang__)
-#define RL_VECTORISE optimize("O3", "no-trapping-math")
-#define RL_IVDEP _Pragma("GCC ivdep")
-#else
-#define RL_VECTORISE
-#define RL_IVDEP
-#endif
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define RL_LSTM_X86 1
-#define RL_TARGET_AVX512 __attribute__((target("avx512f,avx512vl,avx2,fma"), RL_VECTORISE))
-#define RL_TARGET_AVX2 __attribute__((target("avx2,fma"), RL_VECTORISE))
-#endif
-#define RL_TARGET_BASE __attribute__((RL_VECTORISE))
-
 RL_INLINE void fwd_body_f32(bool has_peep, int64_t B, int64_t H, int64_t t, const int32_t *len,
                             float *z, const float *bias, const float *const *peep, const float *cp,
                             const float *hp, float *c, float *h, float *out) {
@@ -121,7 +104,7 @@ RL_INLINE void bwd_body_f32(bool has_peep, int64_t B, int64_t H, int64_t t, cons
 
 /* The three compilations of each float32 pass; the peephole flag is a constant in each call
  * so that the loop without peepholes carries no dead multiplications. */
-#ifdef RL_LSTM_X86
+#ifdef RL_CPU_X86
 RL_TARGET_AVX512 static void fwd_avx512(int64_t B, int64_t H, int64_t t, const int32_t *len,
                                         float *z, const float *bias, const float *const *peep,
                                         const float *cp, const float *hp, float *c, float *h,
@@ -185,7 +168,7 @@ void rl_lstm_cpu_fwd_f32(int64_t B, int64_t H, int64_t t, const int32_t *len, fl
                          const float *bias, const float *const *peep, const float *cp,
                          const float *hp, float *c, float *h, float *out) {
     switch (rl_cpu_level_get()) {
-#ifdef RL_LSTM_X86
+#ifdef RL_CPU_X86
     case RL_CPU_AVX512: fwd_avx512(B, H, t, len, z, bias, peep, cp, hp, c, h, out); return;
     case RL_CPU_AVX2: fwd_avx2(B, H, t, len, z, bias, peep, cp, hp, c, h, out); return;
 #endif
@@ -198,7 +181,7 @@ void rl_lstm_cpu_bwd_f32(int64_t B, int64_t H, int64_t t, const int32_t *len, fl
                          const float *dout, int64_t dout_ld, float *dh, float *dc, float *db,
                          float *const *dpeep) {
     switch (rl_cpu_level_get()) {
-#ifdef RL_LSTM_X86
+#ifdef RL_CPU_X86
     case RL_CPU_AVX512:
         bwd_avx512(B, H, t, len, z, peep, cp, c, dout, dout_ld, dh, dc, db, dpeep);
         return;
