@@ -20,7 +20,7 @@
  * recurrent GEMM (B, H) x (H, 4H) into the step's rows of z and one fused pointwise pass
  * (kernels/cpu/lstm.c). Backward runs one pointwise pass (dz_t, in place of the gates) and one
  * GEMM dz_t U^T per step, then dW_k = X_k^T dZ, dU = Hprev^T dZ and dX_k = dZ W_k^T as single
- * GEMMs over all frames. In float32 on an AVX-512 CPU the per-step products use
+ * GEMMs over all frames. In float32 on an AVX2+FMA or AVX-512 CPU the per-step products use
  * kernels/cpu/gemm_small.c with U (forward) or U^T (backward) packed once per pass, split
  * over the BLAS thread count: a BLAS call would repack U on every step and runs those
  * few-row products at a fraction of its speed; float64 and other CPUs use BLAS throughout.

@@ -397,6 +397,21 @@ function M.new(desc, extern_data, opts)
     end
   end
 
+  -- Neighbours in the order that are two C LSTM layers, neither reading the other (the two
+  -- directions of a bidirectional pair), run concurrently on the CPU, one thread each
+  -- (opts.concurrent = false runs every layer alone, each with every BLAS thread).
+  if opts.concurrent ~= false then
+    local i = 1
+    while i < #self.nodes do
+      local a, b = self.nodes[i], self.nodes[i + 1]
+      local independent = type(a.layer) == "userdata" and type(b.layer) == "userdata"
+        and a.layer.class == "lstm" and b.layer.class == "lstm" and not a.loss and not b.loss
+      for _, src in ipairs(b.srcs) do independent = independent and src ~= a.name end
+      a.pair_next = independent
+      i = independent and i + 2 or i + 1
+    end
+  end
+
   -- the flat buffers, the views and the initial values (in layer order, from the seeded
   -- generator, on the CPU)
   local total = 0
@@ -650,6 +665,55 @@ function Network:on_device(batch)
   return moved or batch
 end
 
+-- The inputs of node and their sequence lengths or image sizes (checked to agree).
+function Network:gather_inputs(node, batch)
+  local inputs, geom = node.inputs, nil
+  for k, src in ipairs(node.srcs) do
+    local p = self.by_name[src]
+    local g
+    if p then
+      inputs[k], g = p.out, p.geom
+    else
+      inputs[k] = batch[src]
+      g = self.ext[src].spatial == 2 and batch.sizes or batch.lengths
+    end
+    if geom and not same_geometry(geom, g) then
+      fail("layer '%s': its inputs '%s' and '%s' have different %s", node.name, node.srcs[1],
+        src, node.rank == 2 and "image sizes" or "sequence lengths")
+    end
+    geom = g
+  end
+  return inputs, geom
+end
+
+-- Runs first(), then second(), then finish(), always all three (finish joins what first
+-- started); raises the first error of them.
+local function run_joined(first, second, finish)
+  local ok1, e1 = pcall(first)
+  local ok2, e2 = true, nil
+  if ok1 then ok2, e2 = pcall(second) end
+  local ok3, e3 = true, nil
+  if ok1 then ok3, e3 = pcall(finish) end
+  if not ok1 then error(e1, 0) end
+  if not ok2 then error(e2, 0) end
+  if not ok3 then error(e3, 0) end
+end
+
+-- The forward of the pair a, b (see pair_next in M.new): a on its own thread, b here.
+function Network:forward_pair(a, b, batch, train)
+  local ga
+  run_joined(function()
+    local inputs
+    inputs, ga = self:gather_inputs(a, batch)
+    a.layer:_forward_start(inputs, ga, train)
+  end, function()
+    local inputs, gb = self:gather_inputs(b, batch)
+    b.out, b.geom = b.layer:forward(inputs, gb, train), gb
+  end, function()
+    a.out, a.geom = a.layer:_wait(), ga
+  end)
+end
+
 function Network:forward(batch, fopts)
   local train = true
   if fopts ~= nil and fopts.train ~= nil then train = fopts.train == true end
@@ -658,70 +722,67 @@ function Network:forward(batch, fopts)
   self.forwarded = false
   local loss, errors, n_frames = 0, 0, nil
   local n_units, n_labels, n_skipped = 0, 0, 0
-  for _, node in ipairs(self.nodes) do
-    local inputs, geom = node.inputs, nil
-    for k, src in ipairs(node.srcs) do
-      local p = self.by_name[src]
-      local g
-      if p then
-        inputs[k], g = p.out, p.geom
-      else
-        inputs[k] = batch[src]
-        g = self.ext[src].spatial == 2 and batch.sizes or batch.lengths
-      end
-      if geom and not same_geometry(geom, g) then
-        fail("layer '%s': its inputs '%s' and '%s' have different %s", node.name, node.srcs[1],
-          src, node.rank == 2 and "image sizes" or "sequence lengths")
-      end
-      geom = g
+  local skip = nil
+  for i, node in ipairs(self.nodes) do
+    if node == skip then goto continue end
+    if node.pair_next and self.device == "cpu" then
+      skip = self.nodes[i + 1]
+      self:forward_pair(node, skip, batch, train)
+      goto continue
     end
-    local l, e, f = 0, 0, nil
-    if node.fold then
-      -- an any-rank layer on images: (H, W, B, F) as (H*W, B, F) frames
-      local x1 = inputs[1]
-      local H, W = x1:size(1), x1:size(2)
-      node.folded = node.folded or {}
-      for k, x in ipairs(inputs) do
-        node.folded[k] = (x:is_contiguous() and x or x:contiguous()):view(H * W, B, x:size(4))
-      end
-      local out = node.layer:forward(node.folded, self:full_lengths(H * W, B), train)
-      node.out, node.geom = out:view(H, W, B, node.layer.n_out), geom
-    elseif node.ctc then
-      local tlen = batch["lengths_" .. node.target]
-      if tlen == nil then
-        fail("layer '%s': loss 'ctc' needs batch.lengths_%s, the (B) int32 lengths of the label "
-          .. "sequences in batch.%s (rl.batches gives them)", node.name, node.target, node.target)
-      end
-      local r, sk
-      node.out, l, e, f, r, sk = node.layer:forward(inputs, geom, train, batch[node.target], tlen)
-      node.geom = geom
-      n_labels, n_skipped = n_labels + r, n_skipped + sk
-      n_units = n_units + r
-    elseif node.loss_kind == "layer" then
-      check_frame_target(node, batch, inputs[1]:size(1), geom)
-      node.out, l, e, f = node.layer:forward(inputs, geom, train, batch[node.target])
-      node.geom = geom
-      n_units = n_units + (f or 0)
-    else
-      node.out = node.layer:forward(inputs, geom, train)
-      node.geom = node.layer.out_geometry and node.layer:out_geometry() or geom
-      if node.geom:dim() ~= (node.rank == 2 and 2 or 1) then
-        fail("layer '%s' (class %s) gives %s but reports no %s", node.name, node.layer.class,
-          RANK_NAME[node.rank], node.rank == 2 and "image sizes" or "sequence lengths")
-      end
-      if node.loss_kind == "mse" then
-        check_frame_target(node, batch, node.out:size(1), node.geom)
-        node.loss_grad = self:buffer_like(node.loss_grad, node.out)
-        l, f = rl._loss_mse(node.out, batch[node.target], node.geom, node.loss_grad)
-        if node.loss_scale ~= 1 then node.loss_grad:mul_(node.loss_scale) end
+    do
+      local inputs, geom = self:gather_inputs(node, batch)
+      local l, e, f = 0, 0, nil
+      if node.fold then
+        -- an any-rank layer on images: (H, W, B, F) as (H*W, B, F) frames
+        local x1 = inputs[1]
+        local H, W = x1:size(1), x1:size(2)
+        node.folded = node.folded or {}
+        for k, x in ipairs(inputs) do
+          node.folded[k] = (x:is_contiguous() and x or x:contiguous()):view(H * W, B, x:size(4))
+        end
+        local out = node.layer:forward(node.folded, self:full_lengths(H * W, B), train)
+        node.out, node.geom = out:view(H, W, B, node.layer.n_out), geom
+      elseif node.ctc then
+        local tlen = batch["lengths_" .. node.target]
+        if tlen == nil then
+          fail("layer '%s': loss 'ctc' needs batch.lengths_%s, the (B) int32 lengths of the "
+            .. "label sequences in batch.%s (rl.batches gives them)", node.name, node.target,
+            node.target)
+        end
+        local r, sk
+        node.out, l, e, f, r, sk = node.layer:forward(inputs, geom, train, batch[node.target],
+          tlen)
+        node.geom = geom
+        n_labels, n_skipped = n_labels + r, n_skipped + sk
+        n_units = n_units + r
+      elseif node.loss_kind == "layer" then
+        check_frame_target(node, batch, inputs[1]:size(1), geom)
+        node.out, l, e, f = node.layer:forward(inputs, geom, train, batch[node.target])
+        node.geom = geom
         n_units = n_units + (f or 0)
+      else
+        node.out = node.layer:forward(inputs, geom, train)
+        node.geom = node.layer.out_geometry and node.layer:out_geometry() or geom
+        if node.geom:dim() ~= (node.rank == 2 and 2 or 1) then
+          fail("layer '%s' (class %s) gives %s but reports no %s", node.name, node.layer.class,
+            RANK_NAME[node.rank], node.rank == 2 and "image sizes" or "sequence lengths")
+        end
+        if node.loss_kind == "mse" then
+          check_frame_target(node, batch, node.out:size(1), node.geom)
+          node.loss_grad = self:buffer_like(node.loss_grad, node.out)
+          l, f = rl._loss_mse(node.out, batch[node.target], node.geom, node.loss_grad)
+          if node.loss_scale ~= 1 then node.loss_grad:mul_(node.loss_scale) end
+          n_units = n_units + (f or 0)
+        end
+      end
+      if node.loss then
+        node.last_loss, node.last_errors = l * node.loss_scale, e
+        loss, errors = loss + l * node.loss_scale, errors + e
+        n_frames = n_frames or f
       end
     end
-    if node.loss then
-      node.last_loss, node.last_errors = l * node.loss_scale, e
-      loss, errors = loss + l * node.loss_scale, errors + e
-      n_frames = n_frames or f
-    end
+    ::continue::
   end
   self.B, self.lengths, self.sizes, self.last_batch = B, batch.lengths, batch.sizes, batch
   self.loss, self.n_errors = loss, errors
@@ -766,43 +827,63 @@ local function scaled_loss_backward(node, gout, grad_in)
   for _, g in ipairs(grad_in) do if g then g:mul_(s) end end
 end
 
+-- The gradient flowing into node's output (nil for a loss layer that starts from its own
+-- loss), with node.grad_in made ready for its input gradients.
+function Network:prepare_backward(node)
+  local gout = nil
+  local edges = node.grad_edges
+  if node.loss_kind == "mse" then
+    gout = node.loss_grad
+    sum_into(gout, edges, true)
+  elseif #edges == 1 and node.loss_kind == nil then
+    gout = edges[1].node.grad_in[edges[1].slot]
+  elseif #edges > 0 then
+    node.grad_out = self:buffer_like(node.grad_out, node.out)
+    gout = node.grad_out
+    sum_into(gout, edges, false)
+  end
+  for k = 1, #node.srcs do
+    if node.wants_grad_in[k] then
+      node.grad_in[k] = self:buffer_like(node.grad_in[k] or nil, node.inputs[k])
+    else
+      node.grad_in[k] = false
+    end
+  end
+  return gout
+end
+
 function Network:backward()
   if not self.forwarded then
     error("net:backward: needs a net:forward before it (once per forward)", 2)
   end
   if #self.loss_nodes == 0 then error("net:backward: the network has no loss", 2) end
   self.forwarded = false
-  for i = #self.nodes, 1, -1 do
-    local node = self.nodes[i]
-    if node.do_backward then
-      local gout = nil
-      local edges = node.grad_edges
-      if node.loss_kind == "mse" then
-        gout = node.loss_grad
-        sum_into(gout, edges, true)
-      elseif #edges == 1 and node.loss_kind == nil then
-        gout = edges[1].node.grad_in[edges[1].slot]
-      elseif #edges > 0 then
-        node.grad_out = self:buffer_like(node.grad_out, node.out)
-        gout = node.grad_out
-        sum_into(gout, edges, false)
-      end
-      for k = 1, #node.srcs do
-        if node.wants_grad_in[k] then
-          node.grad_in[k] = self:buffer_like(node.grad_in[k] or nil, node.inputs[k])
+  local i = #self.nodes
+  while i >= 1 do
+    local node, prev = self.nodes[i], self.nodes[i - 1]
+    if prev and prev.pair_next and self.device == "cpu" and node.do_backward
+        and prev.do_backward then
+      -- the pair of forward_pair: node on its own thread, prev here
+      run_joined(function()
+        node.layer:_backward_start(self:prepare_backward(node), node.grad_in)
+      end, function()
+        prev.layer:backward(self:prepare_backward(prev), prev.grad_in)
+      end, function() node.layer:_wait() end)
+      i = i - 2
+    else
+      if node.do_backward then
+        local gout = self:prepare_backward(node)
+        if node.fold then
+          local gin = {}
+          for k = 1, #node.srcs do gin[k] = node.grad_in[k] and fold(node.grad_in[k]) end
+          node.layer:backward(gout and fold(gout), gin)
+        elseif node.loss_kind == "layer" and node.loss_scale ~= 1 then
+          scaled_loss_backward(node, gout, node.grad_in)
         else
-          node.grad_in[k] = false
+          node.layer:backward(gout, node.grad_in)
         end
       end
-      if node.fold then
-        local gin = {}
-        for k = 1, #node.srcs do gin[k] = node.grad_in[k] and fold(node.grad_in[k]) end
-        node.layer:backward(gout and fold(gout), gin)
-      elseif node.loss_kind == "layer" and node.loss_scale ~= 1 then
-        scaled_loss_backward(node, gout, node.grad_in)
-      else
-        node.layer:backward(gout, node.grad_in)
-      end
+      i = i - 1
     end
   end
   if self.input_grads_on then
