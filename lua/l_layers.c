@@ -35,6 +35,8 @@
  *   fields: name, class, n_out, n_in, in_dims, is_loss, num_params
  *   lstm: layer:set_initial_state(h0, c0 | nil), layer:final_state() -> h, c,
  *         layer:initial_state_grad() -> dh0, dc0 (after backward)
+ *   gru:  the same with h alone: set_initial_state(h0 | nil), final_state() -> h,
+ *         initial_state_grad() -> dh0
  *   rl._layer_classes()                -> the C class names
  *   rl._param_init(t, kind, a, fan_in, fan_out)  the C initialisers, for Lua layers
  *   rl._loss_mse(out, target, lengths [, grad]) -> loss, n_frames (grad written with `=`)
@@ -575,30 +577,50 @@ static int l_layer_class_flags(lua_State *L) {
     return 1;
 }
 
-/* ---------------------------------------------------------------- lstm state */
+/* ---------------------------------------------------------------- lstm and gru state */
 
-/* layer:set_initial_state(h0, c0 | nil): (B, n_out) each; nil h0 restores the zero state */
+static bool is_gru(const rl_layer *l) { return strcmp(class_of(l), "gru") == 0; }
+
+/* layer:set_initial_state(h0, c0 | nil): (B, n_out) each (a gru takes h0 alone); nil h0
+ * restores the zero state */
 static int m_set_initial_state(lua_State *L) {
     rl_layer *l = check_layer(L, 1)->layer;
     const rl_tensor *h0 = lua_isnoneornil(L, 2) ? NULL : rl_lua_check_tensor(L, 2);
+    if (is_gru(l)) {
+        if (!lua_isnoneornil(L, 3))
+            return luaL_error(L, "layer '%s' (gru): set_initial_state takes h0 alone (no cell)",
+                              l->name);
+        if (rl_gru_set_initial_state(l, h0) != RL_OK) return raise_plain(L);
+        return 0;
+    }
     const rl_tensor *c0 = lua_isnoneornil(L, 3) ? NULL : rl_lua_check_tensor(L, 3);
     if (rl_lstm_set_initial_state(l, h0, c0) != RL_OK) return raise_plain(L);
     return 0;
 }
 
-/* layer:final_state() -> h, c (B, n_out): each sequence's state after its last frame */
+/* layer:final_state() -> h, c (B, n_out): each sequence's state after its last frame (h alone
+ * for a gru) */
 static int m_final_state(lua_State *L) {
     rl_layer *l = check_layer(L, 1)->layer;
     rl_tensor *h = rl_lua_push_tensor(L);
+    if (is_gru(l)) {
+        if (rl_gru_final_state(l, h) != RL_OK) return raise_plain(L);
+        return 1;
+    }
     rl_tensor *c = rl_lua_push_tensor(L);
     if (rl_lstm_final_state(l, h, c) != RL_OK) return raise_plain(L);
     return 2;
 }
 
-/* layer:initial_state_grad() -> dh0, dc0 (B, n_out): dLoss/d(initial state), after backward */
+/* layer:initial_state_grad() -> dh0, dc0 (B, n_out): dLoss/d(initial state), after backward
+ * (dh0 alone for a gru) */
 static int m_initial_state_grad(lua_State *L) {
     rl_layer *l = check_layer(L, 1)->layer;
     rl_tensor *dh = rl_lua_push_tensor(L);
+    if (is_gru(l)) {
+        if (rl_gru_initial_state_grad(l, dh) != RL_OK) return raise_plain(L);
+        return 1;
+    }
     rl_tensor *dc = rl_lua_push_tensor(L);
     if (rl_lstm_initial_state_grad(l, dh, dc) != RL_OK) return raise_plain(L);
     return 2;
