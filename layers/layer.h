@@ -141,6 +141,7 @@ enum {
     RL_LAYER_IN_2D = 1,    /* its inputs are (H, W, B, F) with sizes */
     RL_LAYER_OUT_2D = 2,   /* its output is (H, W, B, F) with the inputs' sizes */
     RL_LAYER_ANY_RANK = 4, /* works on (T, B, F) and (H, W, B, F) alike, keeping the rank */
+    RL_LAYER_SPARSE_IN = 8, /* its input is (T, B) int32 class indices; in_dims[0] = classes */
 };
 /* The flags of a registered class, or -1 when there is no such class. */
 int rl_layer_class_flags(const char *class_name);

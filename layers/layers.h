@@ -44,6 +44,11 @@ rl_status rl_lstm_final_state(rl_layer *l, rl_tensor *h, rl_tensor *c);
  * backward; valid until the next backward. */
 rl_status rl_lstm_initial_state_grad(rl_layer *l, rl_tensor *dh0, rl_tensor *dc0);
 
+/* embedding (layers/embedding.c): n_out; one sparse input (T, B) int32 of in_dims[0] classes,
+ * W (in_dims[0], n_out). */
+rl_status rl_embedding_create(rl_layer **out, const char *name, const rl_options *opts, int n_in,
+                              const int64_t *in_dims);
+
 /* mdlstm (layers/mdlstm.c): 2-D multi-directional LSTM over (H, W, B, F) images; n_out (per
  * direction), directions ("tl,tr,bl,br"), combine = concat | sum, cell = standard | stable,
  * forget_bias. */

@@ -280,9 +280,9 @@ function M.new(desc, extern_data, opts)
     local in_dims = {}
     for k, src in ipairs(srcs) do
       if ext[src] then
-        if ext[src].sparse then
-          fail("layer '%s': input '%s' is sparse (int32 class indices) and cannot feed a layer",
-            name, src)
+        if ext[src].sparse and (rl._layer_class_flags(d.class or "") or 0) & 8 == 0 then
+          fail("layer '%s': input '%s' is sparse (int32 class indices) and cannot feed a layer "
+            .. "of class %s (embedding takes it)", name, src, tostring(d.class))
         end
         in_dims[k] = ext[src].dim
         self.used_extern[src], self.input_keys[src] = true, true
@@ -348,7 +348,8 @@ function M.new(desc, extern_data, opts)
     node.wants_grad_in = {}
     for k, src in ipairs(node.srcs) do
       local p = self.by_name[src]
-      node.wants_grad_in[k] = (p and p.requires_grad) or (not p and self.input_grads_on) or false
+      node.wants_grad_in[k] = (p and p.requires_grad)
+        or (not p and self.input_grads_on and not self.ext[src].sparse) or false
     end
   end
 
@@ -673,6 +674,7 @@ function Network:backward()
   end
   if self.input_grads_on then
     for key in pairs(self.input_keys) do
+      if self.ext[key].sparse then goto continue end -- class indices have no gradient
       local edges = {}
       for _, node in ipairs(self.nodes) do
         if node.do_backward then
@@ -685,6 +687,7 @@ function Network:backward()
       buf:zero_()
       sum_into(buf, edges, true)
       self.input_grad_bufs[key] = buf
+      ::continue::
     end
   end
 end
