@@ -63,6 +63,7 @@
 local M = {}
 
 local layers = require("rnnlua.layers")
+local rec = require("rnnlua.rec")
 local rl -- the module table, set by install
 
 local Network = {}
@@ -128,6 +129,12 @@ local function froms_of(name, d)
   return list
 end
 
+-- What layer `name` reads: its from, and for a rec layer also the base layers of its unit.
+local function sources_of(desc, name, d)
+  if d.class == "rec" then return rec.sources(name, d, desc) end
+  return froms_of(name, d), nil
+end
+
 -- Depth-first post-order from the roots: each layer after all the layers it reads.
 local function topological_order(desc, ext, roots)
   local order, state, stack = {}, {}, {}
@@ -142,7 +149,7 @@ local function topological_order(desc, ext, roots)
     end
     state[name] = "active"
     stack[#stack + 1] = name
-    for _, src in ipairs(froms_of(name, desc[name])) do
+    for _, src in ipairs((sources_of(desc, name, desc[name]))) do
       if ext[src] == nil then
         if desc[src] == nil then
           fail("layer '%s': unknown from '%s' (layers: %s; inputs: %s)", name, src,
@@ -255,8 +262,9 @@ function M.new(desc, extern_data, opts)
     if type(name) ~= "string" then fail("rl.network: layer names must be strings") end
     if type(d) ~= "table" then fail("layer '%s': the description must be a table", name) end
     if ext[name] then fail("layer '%s': the name is taken by an extern_data input", name) end
-    if d.loss ~= nil then has_loss = true end
-    if d.loss ~= nil or d.is_output_layer then roots[#roots + 1] = name end
+    local inner_loss = d.class == "rec" and rec.has_loss(d)
+    if d.loss ~= nil or inner_loss then has_loss = true end
+    if d.loss ~= nil or inner_loss or d.is_output_layer then roots[#roots + 1] = name end
   end
   if not has_loss and desc.output ~= nil and not desc.output.is_output_layer then
     roots[#roots + 1] = "output"
@@ -276,7 +284,7 @@ function M.new(desc, extern_data, opts)
 
   for i, name in ipairs(topological_order(desc, ext, roots)) do
     local d = desc[name]
-    local srcs = froms_of(name, d)
+    local srcs, n_from = sources_of(desc, name, d)
     local in_dims = {}
     for k, src in ipairs(srcs) do
       if ext[src] then
@@ -300,12 +308,17 @@ function M.new(desc, extern_data, opts)
       defaults.n_out = ext[d.target].dim
     end
     local node = {
-      name = name, index = i, srcs = srcs,
-      layer = layers.create(d.class, name, d, in_dims, dtype, defaults),
+      name = name, index = i, srcs = srcs, rec = d.class == "rec",
+      layer = d.class == "rec" and rec.create(name, d, srcs, n_from, in_dims, dtype, ext)
+        or layers.create(d.class, name, d, in_dims, dtype, defaults),
       in_dims = in_dims, consumers = {}, grad_in = {}, inputs = {},
     }
     self:set_rank(node, d)
     check_loss(node, d, ext)
+    if node.rec and #node.layer.losses > 0 then
+      -- the losses of the unit's layers, reported by the rec layer as its own
+      node.loss, node.loss_kind, node.target, node.loss_scale = "unit", "rec", node.layer.target, 1
+    end
     if node.loss and node.rank == 2 then
       fail("layer '%s': a loss layer must give sequences, its output is images (put a collapse "
         .. "or global_pool layer before it)", name)
@@ -475,9 +488,21 @@ function Network:check_batch(batch)
         fail("net:forward: batch.%s must be a (T, %d, %d) %s tensor, got %s", key, B, e.dim,
           self.dtype, describe(x))
       end
-      -- with images, targets follow the frames of the layers that score them (one per image,
-      -- one per column, ...): the loss layers check them
-      if not images or self.input_keys[key] then
+      local own = not self.input_keys[key] and batch["lengths_" .. key]
+      if own then
+        -- a target of its own length (S, B): checked against its layer in forward
+        if not rl.is_tensor(own) or own:dim() ~= 1 or own:dtype() ~= "int32"
+            or own:size(1) ~= B then
+          fail("net:forward: batch.lengths_%s must be a (%d) int32 tensor, got %s", key, B,
+            rl.is_tensor(own) and describe(own) or tostring(own))
+        end
+        if own:min() < 0 or own:max() > x:size(1) then
+          fail("net:forward: batch.lengths_%s must lie within 0..%d (the length of batch.%s), "
+            .. "got %d..%d", key, x:size(1), key, own:min(), own:max())
+        end
+      elseif not images or self.input_keys[key] then
+        -- with images, targets follow the frames of the layers that score them (one per
+        -- image, one per column, ...): the loss layers check them
         if T and x:size(1) ~= T then
           fail("net:forward: batch.%s has T = %d, other inputs have T = %d", key, x:size(1), T)
         end
@@ -560,7 +585,10 @@ function Network:forward(batch, fopts)
       geom = g
     end
     local l, e, f = 0, 0, nil
-    if node.fold then
+    if node.rec then
+      node.out, l, e, f = node.layer:forward(inputs, geom or batch.lengths, train, batch)
+      node.geom = node.layer:out_geometry()
+    elseif node.fold then
       -- an any-rank layer on images: (H, W, B, F) as (H*W, B, F) frames
       local x1 = inputs[1]
       local H, W = x1:size(1), x1:size(2)
