@@ -722,6 +722,9 @@ end
 
 ---------------------------------------------------------------------------- access
 
+-- Beam search through the rec layer's choice (lua/rnnlua/rec.lua, M.search).
+function Network:search(batch, opts) return rec.search(self, batch, opts) end
+
 function Network:params() return self.flat_params end
 function Network:grads() return self.flat_grads end
 function Network:zero_grads() self.flat_grads:zero_() end

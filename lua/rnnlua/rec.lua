@@ -560,8 +560,12 @@ function Rec:steps_of(inputs, geom, batch)
     return y:size(1), geom, y
   end
   if self.source then return self.source:size(1), geom, nil end
-  fail("layer '%s' (rec): nothing gives the number of steps: no target '%s' in the batch and no "
-    .. "from (data:source); search with rl.search", self.name, tostring(key))
+  if self.choice then
+    fail("layer '%s' (rec), unit layer '%s': a choice without a target in the batch needs search "
+      .. "(net:search, rl.search), or give target '%s'", self.name, self.choice.name, key)
+  end
+  fail("layer '%s' (rec): nothing gives the number of steps: no target and no from "
+    .. "(data:source)", self.name)
 end
 
 -- forward(inputs, geom, train, batch) -> out [, loss, errors, frames]
@@ -734,6 +738,233 @@ function Rec:backward(grad_out, grad_in)
       if gi then unit.obj:finish_backward(gi) end
     end
   end
+end
+
+---------------------------------------------------------------------------- search
+
+-- The step limit of each sequence: max_seq_len is a number, a function of the input length, or
+-- a string expression of T (the input length), e.g. "2 * T + 3".
+function Rec:limits(geom, max_seq_len)
+  local f = max_seq_len
+  local where = string.format("layer '%s' (rec), unit layer '%s'", self.name, self.choice.name)
+  if f == nil then
+    fail("%s: search needs max_seq_len (a number, a function of the input length T, or an "
+      .. "expression of T such as \"2 * T + 3\")", where)
+  end
+  if type(f) == "string" then
+    local env = {math = math}
+    local chunk, err = load("return " .. f, "max_seq_len", "t", env)
+    if not chunk then fail("%s: max_seq_len '%s': %s", where, max_seq_len, err) end
+    f = function(T)
+      env.T = T
+      return chunk()
+    end
+  end
+  local lim = {}
+  for b, T in ipairs(geom:totable()) do
+    local n = type(f) == "function" and f(T) or f
+    if type(n) ~= "number" or n ~= n then
+      fail("%s: max_seq_len gave %s for input length %d", where, tostring(n), T)
+    end
+    n = math.floor(n)
+    if n <= 0 then
+      fail("%s: max_seq_len must be >= 1, got %d for input length %d", where, n, T)
+    end
+    lim[b] = n
+  end
+  return lim
+end
+
+-- Beam search over the choice layer: inputs and geom as in forward (no target needed).
+-- opts: beam_size (default the choice's), eos (the end-of-sequence label, default 0),
+-- max_seq_len (default the rec layer's). Returns one entry per sequence: {labels = {...}
+-- (without the end label), score = sum of log-probabilities (with the end label's), hyps =
+-- {{labels, score}, ...} best first}. Hypotheses that reach max_seq_len stop there unfinished.
+-- Beam size 1 is greedy decoding. Scores are not length-normalised.
+function Rec:search(inputs, geom, opts)
+  opts = opts or {}
+  local choice = self.choice
+  if not choice then
+    fail("layer '%s' (rec): search needs a choice layer in the unit", self.name)
+  end
+  local where = string.format("layer '%s' (rec), unit layer '%s'", self.name, choice.name)
+  local K = opts.beam_size or choice.beam_size
+  if math.type(K) ~= "integer" or K < 1 then
+    fail("%s: beam_size must be a positive integer, got %s", where, tostring(K))
+  end
+  local V = choice.n_out
+  local eos = opts.eos or 0
+  if math.type(eos) ~= "integer" or eos < 0 or eos >= V then
+    fail("%s: eos must be a label in 0..%d, got %s", where, V - 1, tostring(eos))
+  end
+  local lim = self:limits(geom, opts.max_seq_len or self.max_seq_len)
+  local B = geom:size(1)
+  local BK = B * K
+  local S = 0
+  for _, n in ipairs(lim) do S = math.max(S, n) end
+  -- every sequence K times: hypothesis k of sequence b is row (b - 1) * K + k
+  local rep = {}
+  for b = 1, B do for _ = 1, K do rep[#rep + 1] = b end end
+  local rep_idx = rl.tensor(rep, "int32")
+  local glen = geom:index_select(1, rep_idx)
+  self.B, self.S, self.train, self.teacher = BK, S, false, false
+  self.source = self.n_from == 1 and inputs[1]:index_select(2, rep_idx) or nil
+  if self.source and self.source:size(1) < S then
+    fail("%s: the unit reads data:source (%d frames), max_seq_len allows %d steps", where,
+      self.source:size(1), S)
+  end
+  self:size_buffers(S, BK)
+  for _, unit in ipairs(self.units) do
+    if unit.kind == "attention" then
+      unit.obj:start(inputs[self.base_index[unit.base]]:index_select(2, rep_idx), glen, S)
+    end
+  end
+  local score, done = {}, {}
+  for i = 1, BK do score[i], done[i] = (i - 1) % K == 0 and 0 or -math.huge, false end
+  local back, labels = {}, {}
+  local src = self.by_name[choice.srcs[1].name]
+  for t = 1, S do
+    for _, unit in ipairs(self.units) do
+      if unit.kind ~= "choice" then
+        local out = self:run_unit(unit, t, false)
+        unit.out:narrow(1, t, 1):copy_(out)
+        if unit.kind == "lstm" then
+          local _, c = unit.obj:final_state()
+          unit.cells:select(1, t):copy_(c)
+        end
+      end
+    end
+    local logp = src.out:select(1, t):clamp(1e-30, 1):log():to{dtype = "float64",
+      device = "cpu"}:totable()
+    local origin, lab = {}, {}
+    for b = 1, B do
+      -- the K best extensions of sequence b's hypotheses; a finished one extends only by
+      -- itself (label eos, no cost)
+      local cand = {}
+      for k = 1, K do
+        local i = (b - 1) * K + k
+        if score[i] > -math.huge then
+          if done[i] or t > lim[b] then
+            cand[#cand + 1] = {score[i], i, eos, true}
+          else
+            local row = logp[i]
+            for v = 1, V do cand[#cand + 1] = {score[i] + row[v], i, v - 1, v - 1 == eos} end
+          end
+        end
+      end
+      table.sort(cand, function(x, y)
+        if x[1] ~= y[1] then return x[1] > y[1] end
+        if x[2] ~= y[2] then return x[2] < y[2] end
+        return x[3] < y[3]
+      end)
+      for k = 1, K do
+        local i = (b - 1) * K + k
+        local c = cand[k]
+        if c then
+          origin[i], lab[i] = c[2], c[3]
+          score[i], done[i] = c[1], c[4] or (t >= lim[b])
+        else
+          origin[i], lab[i], score[i], done[i] = i, eos, -math.huge, true
+        end
+      end
+    end
+    back[t], labels[t] = origin, lab
+    -- the chosen hypotheses' states become row t
+    local idx = rl.tensor(origin, "int32")
+    for _, unit in ipairs(self.units) do
+      if unit.kind ~= "choice" then
+        local row = unit.out:select(1, t)
+        row:copy_(row:index_select(1, idx))
+        if unit.kind == "lstm" then
+          local c = unit.cells:select(1, t)
+          c:copy_(c:index_select(1, idx))
+        end
+      end
+    end
+    choice.out:select(1, t):copy_(rl.tensor(lab, "int32"))
+    local all = true
+    for i = 1, BK do all = all and done[i] end
+    if all then S = t break end
+  end
+  self.S = S
+  local results = {}
+  for b = 1, B do
+    local hyps = {}
+    for k = 1, K do
+      local i = (b - 1) * K + k
+      if score[i] > -math.huge then
+        local seq, j = {}, i
+        for t = S, 1, -1 do
+          seq[t] = labels[t][j]
+          j = back[t][j]
+        end
+        local out = {}
+        for _, v in ipairs(seq) do
+          if v == eos then break end
+          out[#out + 1] = v
+        end
+        hyps[#hyps + 1] = {labels = out, score = score[i]}
+      end
+    end
+    results[b] = {labels = hyps[1].labels, score = hyps[1].score, hyps = hyps}
+  end
+  return results
+end
+
+-- net:search(batch, opts): runs the layers the rec layer reads (train = false), then its beam
+-- search; opts.layer names the rec layer when the network has several.
+function M.search(net, batch, opts)
+  opts = opts or {}
+  local target
+  for _, node in ipairs(net.nodes) do
+    if node.rec and node.layer.choice and (opts.layer == nil or opts.layer == node.name) then
+      target = node
+    end
+  end
+  if not target then
+    fail("net:search: no rec layer with a choice in its unit%s", opts.layer
+      and string.format(" named '%s'", tostring(opts.layer)) or "")
+  end
+  if type(batch) ~= "table" or not rl.is_tensor(batch.lengths) then
+    fail("net:search: the batch must be a table with lengths (B) int32 and the inputs")
+  end
+  -- the layers the rec layer depends on
+  local need = {[target.name] = true}
+  for i = target.index, 1, -1 do
+    local node = net.nodes[i]
+    if need[node.name] then
+      for _, s in ipairs(node.srcs) do need[s] = true end
+    end
+  end
+  for key in pairs(net.input_keys) do
+    if need[key] and not rl.is_tensor(batch[key]) then
+      fail("net:search: the batch lacks input '%s'", key)
+    end
+  end
+  local moved = {}
+  for key in pairs(net.input_keys) do
+    if need[key] then moved[key] = batch[key]:to(net.device) end
+  end
+  local results
+  for i = 1, target.index do
+    local node = net.nodes[i]
+    if need[node.name] then
+      local inputs = {}
+      for k, s in ipairs(node.srcs) do
+        inputs[k] = net.by_name[s] and net.by_name[s].out or moved[s]
+      end
+      if node == target then
+        results = node.layer:search(inputs, batch.lengths, opts)
+      elseif node.rec or node.rank ~= 1 or node.fold then
+        fail("net:search: layer '%s' (class %s) before the search is not supported", node.name,
+          node.layer.class)
+      else
+        node.out = node.layer:forward(inputs, batch.lengths, false)
+      end
+    end
+  end
+  net.forwarded = false
+  return results
 end
 
 -- The attention weights (S, B, Te) of unit layer `name` from the last forward.

@@ -176,4 +176,77 @@ H.expect_error("a label out of range", function()
   net:forward(b)
 end, "layer 'dec' (rec), unit layer 'output': label 6 at step 2 of sequence 1 is outside 0..5")
 
+-- search: beam 1 is greedy decoding, computed here by teacher-forced forwards of the prefix
+local function trained_like_net(seed)
+  rl.manual_seed(seed)
+  local d, ext = seq2seq("additive")
+  d.dec.max_seq_len = "T + 2"
+  return rl.network(d, ext)
+end
+
+local function greedy(net, x, len, eos, limit)
+  local B = len:size(1)
+  local res = {}
+  for b = 1, B do
+    local xb, lb = x:narrow(2, b, 1):contiguous(), rl.tensor({len[b]}, "int32")
+    local prefix, score = {}, 0
+    for t = 1, limit(len[b]) do
+      local y = rl.zeros({t, 1}, "int32")
+      for i, v in ipairs(prefix) do y[i][1] = v end
+      net:forward{data = xb, lengths = lb, classes = y, lengths_classes = rl.tensor({t}, "int32")}
+      local p = net:layer("dec").object.by_name.output_prob.out[t][1]
+      local best, pos = p:max()
+      score = score + math.log(best)
+      prefix[#prefix + 1] = pos - 1
+      if pos - 1 == eos then break end
+    end
+    if prefix[#prefix] == eos then prefix[#prefix] = nil end
+    res[b] = {labels = prefix, score = score}
+  end
+  return res
+end
+
+H.test("search: beam 1 equals greedy decoding, a larger beam's best is never worse", function()
+  local net = trained_like_net(5)
+  local x, len = rl.randn(5, 3, 3), rl.tensor({5, 2, 4}, "int32")
+  local g = greedy(net, x, len, 1, function(T) return T + 2 end)
+  local r1 = net:search({data = x, lengths = len}, {beam_size = 1, eos = 1})
+  local r8 = net:search({data = x, lengths = len}, {beam_size = 8, eos = 1})
+  for b = 1, 3 do
+    H.check(table.concat(r1[b].labels, ",") == table.concat(g[b].labels, ","),
+      string.format("sequence %d: beam 1 gave %s, greedy %s", b, table.concat(r1[b].labels, ","),
+        table.concat(g[b].labels, ",")))
+    H.near(r1[b].score, g[b].score, 1e-4, "greedy score")
+    H.check(r8[b].score >= r1[b].score - 1e-6, "beam 8 worse than greedy")
+    H.check(#r8[b].hyps == 8 and r8[b].hyps[1].score >= r8[b].hyps[8].score, "hyps sorted")
+    H.check(#r8[b].labels <= len[b] + 2, "longer than max_seq_len")
+  end
+end)
+
+H.expect_error("search: max_seq_len <= 0", function()
+  local net = trained_like_net(5)
+  net:search({data = rl.randn(3, 1, 3), lengths = rl.tensor({3}, "int32")},
+    {max_seq_len = "T - 5"})
+end, "layer 'dec' (rec), unit layer 'output': max_seq_len must be >= 1, got -2")
+
+H.expect_error("a choice without a target in the batch, outside search", function()
+  local net = trained_like_net(5)
+  net:forward{data = rl.randn(3, 1, 3), lengths = rl.tensor({3}, "int32"),
+    classes = rl.zeros({3, 1}, "int32")}
+  local d, ext = seq2seq("dot")
+  d.dec.unit.output_prob.loss, d.dec.unit.output_prob.target = nil, nil
+  d.dec.unit.output_prob.n_out = 6
+  d.dec.is_output_layer = true
+  rl.network(d, ext):forward{data = rl.randn(3, 1, 3), lengths = rl.tensor({3}, "int32")}
+end, "layer 'dec' (rec), unit layer 'output': a choice without a target in the batch needs search")
+
+gradcheck("gradient check: a Lua layer (layer_norm) inside a unit", {network = {
+  dec = {class = "rec", from = "data", unit = {
+    h = {class = "linear", activation = "tanh", n_out = 4, from = {"data:source", "prev:h"}},
+    output = {class = "layer_norm", from = "h"},
+  }},
+  output = {class = "softmax", from = "dec", loss = "ce", target = "classes"},
+}, extern_data = {data = {dim = 3}, classes = {dim = 3, sparse = true}}, T = 4, B = 2,
+  lengths = {4, 3}})
+
 H.done()
