@@ -34,7 +34,8 @@
  *       like that input (written with `=`) or false; parameter gradients are added (`+=`)
  *   fields: name, class, n_out, n_in, in_dims, is_loss, num_params
  *   lstm: layer:set_initial_state(h0, c0 | nil), layer:final_state() -> h, c,
- *         layer:initial_state_grad() -> dh0, dc0 (after backward)
+ *         layer:initial_state_grad() -> dh0, dc0 (after backward),
+ *         layer:set_final_state_grad(dh, dc | nil) (where backward starts; rec units)
  *   gru:  the same with h alone: set_initial_state(h0 | nil), final_state() -> h,
  *         initial_state_grad() -> dh0
  *   rl._layer_classes()                -> the C class names
@@ -612,6 +613,16 @@ static int m_final_state(lua_State *L) {
     return 2;
 }
 
+/* layer:set_final_state_grad(dh, dc | nil): dLoss/d(final state) (B, n_out) each, where the
+ * following backward passes start; nil dh restores zeros */
+static int m_set_final_state_grad(lua_State *L) {
+    rl_layer *l = check_layer(L, 1)->layer;
+    const rl_tensor *dh = lua_isnoneornil(L, 2) ? NULL : rl_lua_check_tensor(L, 2);
+    const rl_tensor *dc = lua_isnoneornil(L, 3) ? NULL : rl_lua_check_tensor(L, 3);
+    if (rl_lstm_set_final_state_grad(l, dh, dc) != RL_OK) return raise_plain(L);
+    return 0;
+}
+
 /* layer:initial_state_grad() -> dh0, dc0 (B, n_out): dLoss/d(initial state), after backward
  * (dh0 alone for a gru) */
 static int m_initial_state_grad(lua_State *L) {
@@ -707,6 +718,7 @@ static const luaL_Reg layer_methods[] = {
     {"set_initial_state", m_set_initial_state},
     {"final_state", m_final_state},
     {"initial_state_grad", m_initial_state_grad},
+    {"set_final_state_grad", m_set_final_state_grad},
     {NULL, NULL},
 };
 

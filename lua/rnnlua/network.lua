@@ -79,6 +79,7 @@
 local M = {}
 
 local layers = require("rnnlua.layers")
+local rec = require("rnnlua.rec")
 local rl -- the module table, set by install
 
 local Network = {}
@@ -144,6 +145,12 @@ local function froms_of(name, d)
   return list
 end
 
+-- What layer `name` reads: its from, and for a rec layer also the base layers of its unit.
+local function sources_of(desc, name, d)
+  if d.class == "rec" then return rec.sources(name, d, desc) end
+  return froms_of(name, d), nil
+end
+
 -- Depth-first post-order from the roots: each layer after all the layers it reads.
 local function topological_order(desc, ext, roots)
   local order, state, stack = {}, {}, {}
@@ -158,7 +165,7 @@ local function topological_order(desc, ext, roots)
     end
     state[name] = "active"
     stack[#stack + 1] = name
-    for _, src in ipairs(froms_of(name, desc[name])) do
+    for _, src in ipairs((sources_of(desc, name, desc[name]))) do
       if ext[src] == nil then
         if desc[src] == nil then
           fail("layer '%s': unknown from '%s' (layers: %s; inputs: %s)", name, src,
@@ -298,8 +305,9 @@ function M.new(desc, extern_data, opts)
     end
     if type(d) ~= "table" then fail("layer '%s': the description must be a table", name) end
     if ext[name] then fail("layer '%s': the name is taken by an extern_data input", name) end
-    if d.loss ~= nil then has_loss = true end
-    if d.loss ~= nil or d.is_output_layer then roots[#roots + 1] = name end
+    local inner_loss = d.class == "rec" and rec.has_loss(d)
+    if d.loss ~= nil or inner_loss then has_loss = true end
+    if d.loss ~= nil or inner_loss or d.is_output_layer then roots[#roots + 1] = name end
   end
   if not has_loss and desc.output ~= nil and not desc.output.is_output_layer then
     roots[#roots + 1] = "output"
@@ -319,13 +327,13 @@ function M.new(desc, extern_data, opts)
 
   for i, name in ipairs(topological_order(desc, ext, roots)) do
     local d = desc[name]
-    local srcs = froms_of(name, d)
+    local srcs, n_from = sources_of(desc, name, d)
     local in_dims = {}
     for k, src in ipairs(srcs) do
       if ext[src] then
-        if ext[src].sparse then
-          fail("layer '%s': input '%s' is sparse (int32 class indices) and cannot feed a layer",
-            name, src)
+        if ext[src].sparse and (rl._layer_class_flags(d.class or "") or 0) & 8 == 0 then
+          fail("layer '%s': input '%s' is sparse (int32 class indices) and cannot feed a layer "
+            .. "of class %s (embedding takes it)", name, src, tostring(d.class))
         end
         in_dims[k] = ext[src].dim
         self.used_extern[src], self.input_keys[src] = true, true
@@ -344,12 +352,17 @@ function M.new(desc, extern_data, opts)
       defaults.n_out = check_target(name, d, ext).dim + (d.loss == "ctc" and 1 or 0)
     end
     local node = {
-      name = name, index = i, srcs = srcs,
-      layer = layers.create(d.class, name, d, in_dims, dtype, defaults),
+      name = name, index = i, srcs = srcs, rec = d.class == "rec",
+      layer = d.class == "rec" and rec.create(name, d, srcs, n_from, in_dims, dtype, ext)
+        or layers.create(d.class, name, d, in_dims, dtype, defaults),
       in_dims = in_dims, consumers = {}, grad_in = {}, inputs = {},
     }
     self:set_rank(node, d)
     check_loss(node, d, ext)
+    if node.rec and #node.layer.losses > 0 then
+      -- the losses of the unit's layers, reported by the rec layer as its own
+      node.loss, node.loss_kind, node.target, node.loss_scale = "unit", "rec", node.layer.target, 1
+    end
     if node.loss and node.rank == 2 then
       fail("layer '%s': a loss layer must give sequences, its output is images (put a collapse "
         .. "or global_pool layer before it)", name)
@@ -393,7 +406,8 @@ function M.new(desc, extern_data, opts)
     node.wants_grad_in = {}
     for k, src in ipairs(node.srcs) do
       local p = self.by_name[src]
-      node.wants_grad_in[k] = (p and p.requires_grad) or (not p and self.input_grads_on) or false
+      node.wants_grad_in[k] = (p and p.requires_grad)
+        or (not p and self.input_grads_on and not self.ext[src].sparse) or false
     end
   end
 
@@ -733,7 +747,11 @@ function Network:forward(batch, fopts)
     do
       local inputs, geom = self:gather_inputs(node, batch)
       local l, e, f = 0, 0, nil
-      if node.fold then
+      if node.rec then
+        node.out, l, e, f = node.layer:forward(inputs, geom or batch.lengths, train, batch)
+        node.geom = node.layer:out_geometry()
+        n_units = n_units + (f or 0)
+      elseif node.fold then
         -- an any-rank layer on images: (H, W, B, F) as (H*W, B, F) frames
         local x1 = inputs[1]
         local H, W = x1:size(1), x1:size(2)
@@ -888,6 +906,7 @@ function Network:backward()
   end
   if self.input_grads_on then
     for key in pairs(self.input_keys) do
+      if self.ext[key].sparse then goto continue end -- class indices have no gradient
       local edges = {}
       for _, node in ipairs(self.nodes) do
         if node.do_backward then
@@ -900,11 +919,15 @@ function Network:backward()
       buf:zero_()
       sum_into(buf, edges, true)
       self.input_grad_bufs[key] = buf
+      ::continue::
     end
   end
 end
 
 ---------------------------------------------------------------------------- access
+
+-- Beam search through the rec layer's choice (lua/rnnlua/rec.lua, M.search).
+function Network:search(batch, opts) return rec.search(self, batch, opts) end
 
 function Network:params() return self.flat_params end
 function Network:grads() return self.flat_grads end
