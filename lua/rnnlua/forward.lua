@@ -52,6 +52,38 @@ local function forward_description(desc, extern_data, layer)
   return d
 end
 
+-- The network of checkpoint `path` that computes `layer` (losses left out), with the saved
+-- parameters, on `device`: {ck =, net =, layer =, dim = the layer's n_out, images = whether
+-- it gives images}. rl.forward and `rnnlua serve` (rnnlua.serve) both run it, so the served
+-- answers are rl.forward's. Errors name the file and the layer, prefixed by `who`.
+function M.load_model(path, layer, device, who)
+  local ck = rl.load_checkpoint(path)
+  if type(ck.description[layer]) ~= "table" then
+    error(string.format("%s: no layer '%s' in the network of %s (layers: %s)", who, tostring(layer),
+      path, table.concat(sorted_keys(ck.description), ", ")), 0)
+  end
+  local net = rl.network(forward_description(ck.description, ck.extern_data, layer), ck.extern_data,
+    {dtype = ck.dtype})
+  checkpoint.load_params(ck, net, {partial = true})
+  if device ~= "cpu" then
+    local okt, err = pcall(net.to, net, device)
+    if not okt then error(string.format("%s: %s", who, tostring(err)), 0) end
+  end
+  local L = net:layer(layer)
+  return {ck = ck, net = net, layer = layer, dim = L.n_out, images = L.rank == 2}
+end
+
+-- One batch through a model of load_model, in inference mode: the layer's output on the host
+-- ((T, B, n_out) or (H, W, B, n_out)) and its own geometry, which after a collapse or a
+-- strided conv2d differs from the batch's ((B) lengths for sequences, (B, 2) sizes for images).
+function M.run(model, batch)
+  model.net:forward(batch, {train = false})
+  local L = model.net:layer(model.layer)
+  local out = L.output
+  if out:device() ~= "cpu" then out = out:cpu() end
+  return out, L.geometry
+end
+
 function M.forward(cfg)
   if type(cfg) ~= "table" then fail("expects a table {model =, data =, layer =, output_file =}") end
   for k in pairs(cfg) do
@@ -70,18 +102,8 @@ function M.forward(cfg)
   end
   local verbosity = cfg.log_verbosity or 1
 
-  local ck = rl.load_checkpoint(cfg.model)
-  if type(ck.description[layer]) ~= "table" then
-    fail("no layer '%s' in the network of %s (layers: %s)", tostring(layer), cfg.model,
-      table.concat(sorted_keys(ck.description), ", "))
-  end
-  local net = rl.network(forward_description(ck.description, ck.extern_data, layer), ck.extern_data,
-    {dtype = ck.dtype})
-  checkpoint.load_params(ck, net, {partial = true})
-  if device ~= "cpu" then
-    local okt, err = pcall(net.to, net, device)
-    if not okt then fail("%s", tostring(err)) end
-  end
+  local model = M.load_model(cfg.model, layer, device, "rl.forward")
+  local net = model.net
 
   local ds = rl.dataset(cfg.data)
   local keys = sorted_keys(net.used_extern)
@@ -92,20 +114,14 @@ function M.forward(cfg)
   ds:init_epoch(1)
   if ds:num_seqs() == 0 then fail("the dataset is empty (0 sequences)") end
 
-  local dim = net:layer(layer).n_out
-  local images = net:layer(layer).rank == 2
+  local dim, images = model.dim, model.images
   local w = rl.hdf_writer(cfg.output_file, {data_dim = dim, sparse = false,
                                             spatial = images and 2 or nil})
   local nseqs, nframes = 0, 0
   local ok, err = pcall(function()
     local bopts = {batch_size = cfg.batch_size or 5000, max_seqs = cfg.max_seqs or 40}
     for batch in rl.batches(ds, bopts) do
-      net:forward(batch, {train = false})
-      -- the layer's own geometry: after a collapse or a strided conv2d it differs from the
-      -- batch's (lengths (B) for sequences (T, B, F), sizes (B, 2) for images (H, W, B, F))
-      local L = net:layer(layer)
-      local out, geom = L.output, L.geometry
-      if out:device() ~= "cpu" then out = out:cpu() end
+      local out, geom = M.run(model, batch)
       for b = 1, geom:size(1) do
         local tag = batch.tags and batch.tags[b] or string.format("seq-%d", nseqs + 1)
         if images then
