@@ -41,6 +41,7 @@
 #include <lua.h>
 #include <microhttpd.h>
 
+#include "../core/blas.h"
 #include "l_tensor.h"
 #include "serve.h"
 
@@ -48,7 +49,7 @@
 
 typedef struct {
     const char *model_path, *listen, *layer;
-    int port, threads, max_connections, timeout_s, max_beam;
+    int port, threads, blas_threads, max_connections, timeout_s, max_beam;
     int64_t max_batch_frames, max_frames, max_queue_frames;
     double max_wait_ms, drain_s;
     size_t max_body;
@@ -86,6 +87,7 @@ typedef struct request {
     char *body;
     size_t len, cap;
     bool too_large;
+    bool incoming; /* counted in server.incoming: its body is on its way, not yet queued */
     job *job;
 } request;
 
@@ -108,6 +110,7 @@ typedef struct server {
     bool stop, reload;
     atomic_bool draining;
     atomic_int connections, requests;
+    atomic_int incoming; /* forward/decode requests being received or parsed */
     struct MHD_Daemon *daemon;
     int listen_fd;
     pthread_t sig_thread;
@@ -509,8 +512,12 @@ static bool queue_reserve(server *S, int64_t frames, perr *e) {
     return ok;
 }
 
-static void queue_push(server *S, job *j) {
+static void not_incoming(server *S, request *r);
+
+/* Appends j (the job of r) and wakes the model thread. */
+static void queue_push(server *S, job *j, request *r) {
     pthread_mutex_lock(&S->mu);
+    not_incoming(S, r);
     j->t_queued = now_s();
     if (S->tail)
         S->tail->next = j;
@@ -581,7 +588,31 @@ static enum MHD_Result begin_request(server *S, struct MHD_Connection *c, reques
                                "the body has %llu bytes; the limit is %zu (--max-body)", n,
                                S->o.max_body);
     }
+    if (r->route != R_RELOAD) {
+        r->incoming = true;
+        atomic_fetch_add(&S->incoming, 1);
+    }
     return MHD_YES;
+}
+
+/* The request's body has been queued or refused: it no longer keeps the model thread waiting. */
+static void not_incoming(server *S, request *r) {
+    if (!r->incoming) return;
+    r->incoming = false;
+    atomic_fetch_sub(&S->incoming, 1);
+}
+
+/* reply_error for a request whose body was read and is refused. */
+static enum MHD_Result reply_refused(server *S, request *r, struct MHD_Connection *c,
+                                     unsigned status, const char *allow, const char *fmt, ...) {
+    not_incoming(S, r);
+    va_list ap;
+    va_start(ap, fmt);
+    char *msg = vformat(fmt, ap);
+    va_end(ap);
+    enum MHD_Result ret = reply_error(c, status, allow, "%s", msg ? msg : "out of memory");
+    free(msg);
+    return ret;
 }
 
 /* Appends a piece of the body; beyond the limit (a chunked body without Content-Length) the
@@ -642,29 +673,30 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         return MHD_YES;
     }
     if (r->too_large)
-        return reply_error(c, MHD_HTTP_CONTENT_TOO_LARGE, NULL,
-                           "the body is larger than %zu bytes (--max-body)", S->o.max_body);
+        return reply_refused(S, r, c, MHD_HTTP_CONTENT_TOO_LARGE, NULL,
+                             "the body is larger than %zu bytes (--max-body)", S->o.max_body);
     perr e = {{0}, 0};
     job *j;
     if (r->route == R_RELOAD) {
         j = calloc(1, sizeof *j);
-        if (j == NULL) return reply_error(c, MHD_HTTP_SERVICE_UNAVAILABLE, NULL, "out of memory");
+        if (j == NULL)
+            return reply_refused(S, r, c, MHD_HTTP_SERVICE_UNAVAILABLE, NULL, "out of memory");
         j->kind = JOB_RELOAD;
     } else {
         j = parse_job(S, r->route, r->body ? r->body : "", r->len, &e);
-        if (j == NULL) return reply_error(c, (unsigned)e.status, NULL, "%s", e.msg);
+        if (j == NULL) return reply_refused(S, r, c, (unsigned)e.status, NULL, "%s", e.msg);
     }
     free(r->body);
     r->body = NULL;
     if (!queue_reserve(S, j->frames, &e)) {
         job_free(j);
-        return reply_error(c, (unsigned)e.status, NULL, "%s", e.msg);
+        return reply_refused(S, r, c, (unsigned)e.status, NULL, "%s", e.msg);
     }
     j->conn = c;
     r->job = j;
     /* suspended before it is queued: the model thread may resume it at once */
     MHD_suspend_connection(c);
-    queue_push(S, j);
+    queue_push(S, j, r);
     return MHD_YES;
 }
 
@@ -675,6 +707,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     server *S = cls;
     request *r = *con_cls;
     if (r == NULL) return;
+    not_incoming(S, r);
     job_free(r->job);
     free(r->body);
     free(r);
@@ -1076,8 +1109,10 @@ static int take_batch(server *S, job **jobs, int cap) {
                 W = j->maxW > W ? j->maxW : W;
                 full = batch_cost(S, B, T, H, W) >= S->o.max_batch_frames;
             }
+            /* wait only while requests are on their way: a closed-loop client waits for its
+             * answer, and waiting for requests nobody is sending only adds latency */
             double left = deadline - now_s();
-            if (full || S->stop || left <= 0) break;
+            if (full || S->stop || left <= 0 || atomic_load(&S->incoming) == 0) break;
             struct timespec ts;
             clock_gettime(CLOCK_MONOTONIC, &ts);
             double t = (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9 + left;
@@ -1267,6 +1302,7 @@ static int parse_options(int argc, char **argv, serve_opts *o) {
         {"--layer", 0, 0, 0, offsetof(serve_opts, layer)},
         {"--port", 0, 65535, 1, offsetof(serve_opts, port)},
         {"--threads", 1, 256, 1, offsetof(serve_opts, threads)},
+        {"--blas-threads", 1, 256, 1, offsetof(serve_opts, blas_threads)},
         {"--max-connections", 1, 100000, 1, offsetof(serve_opts, max_connections)},
         {"--timeout", 1, 86400, 1, offsetof(serve_opts, timeout_s)},
         {"--max-batch-frames", 0, 1e9, 3, offsetof(serve_opts, max_batch_frames)},
@@ -1384,6 +1420,7 @@ int rl_serve_main(lua_State *L, int argc, char **argv) {
     if (rc >= 0) return rc;
     S->L = L;
     S->model_ref = LUA_NOREF;
+    rl_blas_set_threads(S->o.blas_threads);
     S->listen_fd = -1;
     pthread_mutex_init(&S->mu, NULL);
     pthread_condattr_t ca;
