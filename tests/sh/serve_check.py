@@ -36,15 +36,17 @@ def check(name, cond, detail=""):
     return cond
 
 
-def read_seqs(path):
+def read_seqs(path, sizes=False):
+    """The sequences of a dataset file, (T, F) each; with sizes, also each image's [h, w]."""
     with h5py.File(path, "r") as f:
         x = np.asarray(f["inputs"], dtype=np.float32)
         lens = np.asarray(f["seqLengths"])[:, 0]
+        hw = np.asarray(f["seqSizes"]).tolist() if sizes else None
     out, o = [], 0
     for n in lens:
         out.append(x[o:o + n])
         o += n
-    return out
+    return (out, hw) if sizes else out
 
 
 INPUTS = read_seqs(os.path.join(DIR, "dev.h5"))
@@ -405,6 +407,43 @@ def test_drain():
     check("  ... and the port is closed afterwards", refused)
 
 
+def test_images():
+    imgs, sizes = read_seqs(os.path.join(DIR, "img.h5"), sizes=True)
+    for layer in ("conv", "side"):
+        ref, ref_sizes = read_seqs(os.path.join(DIR, "fwd_%s.h5" % layer), sizes=True) \
+            if layer == "conv" else (read_seqs(os.path.join(DIR, "fwd_side.h5")), None)
+        s = Server("--layer", layer, model="img.001.h5")
+        try:
+            st, doc, _ = s.request("GET", "/v1/model")
+            check("image model, layer %s: /v1/model says images in" % layer,
+                  st == 200 and doc["input"]["kind"] == "images", doc)
+            ok = True
+            for i in range(len(imgs)):
+                st, doc, _ = s.request("POST", "/v1/forward",
+                                       {"data": imgs[i].tolist(), "size": sizes[i]})
+                ok = ok and st == 200 and equal(doc, ref[i])
+                if layer == "conv":
+                    ok = ok and doc.get("size") == ref_sizes[i]
+            check("image model, layer %s: each image alone equals rl.forward's" % layer, ok)
+            st, doc, _ = s.request("POST", "/v1/forward", {"batch": [
+                {"data": imgs[i].tolist(), "size": sizes[i]} for i in range(len(imgs))]})
+            check("image model, layer %s: all images in one batch equal rl.forward's" % layer,
+                  st == 200 and all(equal(d, ref[i]) for i, d in enumerate(doc["batch"])), st)
+            h, w = sizes[0]
+            st, doc, _ = s.request("POST", "/v1/forward", {"data": imgs[0].tolist()})
+            check("image model: data without size -> 422", st == 422
+                  and "needs \"size\"" in doc["error"], doc)
+            st, doc, _ = s.request("POST", "/v1/forward",
+                                   {"data": imgs[0].tolist(), "size": [h + 1, w]})
+            check("image model: a size that does not fit the frames -> 422", st == 422
+                  and "does not match" in doc["error"], doc)
+            st, doc, _ = s.request("POST", "/v1/forward", {"data": imgs[0].tolist(), "size": [h]})
+            check("image model: size not [h, w] -> 422", st == 422, doc)
+        finally:
+            rc = s.stop()
+        check("image server (layer %s) stops with exit 0" % layer, rc == 0, rc)
+
+
 def test_cli():
     r = subprocess.run([BIN, "serve"], capture_output=True)
     check("serve without a model: exit 2 with the usage", r.returncode == 2
@@ -452,6 +491,7 @@ def main():
     check("the server stops on SIGTERM with exit 0 after all that", rc == 0, rc)
     test_limits()
     test_drain()
+    test_images()
     test_cli()
     print("%d passed, %d failed" % (PASSED[0], FAILED[0]))
     return 1 if FAILED[0] else 0

@@ -15,7 +15,8 @@ if ! "$py" -c 'import h5py' 2>/dev/null; then
 fi
 
 # The model: one short epoch of the demo's BLSTM; a second checkpoint (other weights, epoch 7)
-# and one of another interface for the reload tests; rl.forward's answers for both models.
+# and one of another interface for the reload tests; rl.forward's answers for both models; an
+# image model (conv2d, collapse) and rl.forward's answers of an image layer and a sequence layer.
 if ! "$bin" -e "
 local cfg = {
   network = {
@@ -39,6 +40,27 @@ rl.forward{model = '$dir/other.h5', data = {class = 'hdf', files = {'$dir/dev.h5
 local net5 = rl.network({output = {class = 'softmax', n_out = 2, from = 'data'}},
                         {data = {dim = 5}})
 rl.save_checkpoint('$dir/dim5.h5', {net = net5, epoch = 1})
+-- an image model: images in, an image layer (conv) and a sequence layer after a collapse (side)
+local w = rl.hdf_writer('$dir/img.h5', {data_dim = 2, spatial = 2,
+                                        targets = {classes = {dim = 3, sparse = true}}})
+rl.manual_seed(3)
+for i = 1, 6 do
+  w:add('img' .. i, rl.rand(3 + i % 3, 4 + i % 2, 2), {classes = rl.tensor({i % 3}, 'int32')})
+end
+w:close()
+rl.train{network = {
+    conv = {class = 'conv2d', n_out = 4, filter_size = {3, 3}, from = 'data'},
+    col = {class = 'collapse', mode = 'max', from = 'conv'},
+    pool = {class = 'global_pool', mode = 'mean', from = 'conv'},
+    output = {class = 'softmax', from = 'pool', loss = 'ce', target = 'classes'},
+    side = {class = 'softmax', from = 'col', n_out = 3, is_output_layer = true},
+  },
+  train = {class = 'hdf', files = {'$dir/img.h5'}}, num_epochs = 1, model = '$dir/img',
+  optimizer = {class = 'adam'}, learning_rate = 1e-3, log_verbosity = 0}
+for _, layer in ipairs{'conv', 'side'} do
+  rl.forward{model = '$dir/img.001.h5', data = {class = 'hdf', files = {'$dir/img.h5'}},
+             layer = layer, output_file = '$dir/fwd_' .. layer .. '.h5', log_verbosity = 0}
+end
 " >"$dir/setup.log" 2>&1; then
     echo "FAIL setting up the models and rl.forward's answers"
     tail -n 20 "$dir/setup.log"
