@@ -181,7 +181,15 @@ rl_status rl_loss_ce(rl_ce_work *w, const char *layer, const rl_tensor *logp,
     if (T * B > 0) RL_TRY(rl_op_reduce_all(&in_range, NULL, &w->rows, RL_RED_MIN));
     if (in_range != 1) return bad_target(w, layer, target, lengths, C);
 
-    RL_TRY(rl_op_binary(&w->tmp, &w->onehot, logp, RL_BIN_MUL));
+    /* the target's log-probabilities by selection: tmp = logp where onehot, 0 elsewhere. A
+     * product onehot * logp would turn a -inf (an underflowed class) or a NaN in a padded frame
+     * into NaN. masked_fill fills where its mask is non-zero, so onehot is flipped to
+     * 1 - onehot for the fill and back afterwards (exact for 0 and 1; no second (T, B, C)). */
+    RL_TRY(rl_op_copy(&w->tmp, logp));
+    RL_TRY(rl_op_binary_scalar(&w->onehot, &w->onehot, 1.0, RL_BIN_SUB, true));
+    rl_status fst = rl_op_masked_fill(&w->tmp, &w->onehot, 0.0);
+    RL_TRY(rl_op_binary_scalar(&w->onehot, &w->onehot, 1.0, RL_BIN_SUB, true));
+    RL_TRY(fst);
     double sum = 0;
     RL_TRY(rl_op_reduce_all(&sum, NULL, &w->tmp, RL_RED_SUM));
 

@@ -9,7 +9,8 @@
  *   layer:bind(values, grads, offset)  -> offset after the layer's parameters; each param
  *       becomes a view of the flat 1-D buffers at a 0-based element offset (shares storage)
  *   layer:init_params()                initialises the bound params in order (seeded RNG)
- *   layer:forward(inputs, lengths, train [, target]) -> out [, loss, n_errors, n_frames]
+ *   layer:forward(inputs, lengths, train [, target [, target_lengths]])
+ *       -> out [, loss, n_errors, n_frames, n_labels, n_skipped] (layer.h: rl_layer_io)
  *       out is a view of the layer's own output buffer: the next forward overwrites it.
  *       The inputs stay referenced by the layer until the next forward, for backward.
  *       For a class taking images (RL_LAYER_IN_2D) `lengths` is the (B, 2) int32 sizes
@@ -351,7 +352,8 @@ static int l_param_init(lua_State *L) {
 
 /* ---------------------------------------------------------------- forward and backward */
 
-/* layer:forward(inputs, lengths, train [, target]) -> out [, loss, n_errors, n_frames] */
+/* layer:forward(inputs, lengths, train [, target [, target_lengths]])
+ *     -> out [, loss, n_errors, n_frames, n_labels, n_skipped] */
 static int m_forward(lua_State *L) {
     layer_ud *ud = check_layer(L, 1);
     rl_layer *l = ud->layer;
@@ -359,7 +361,12 @@ static int m_forward(lua_State *L) {
     rl_tensor *len = rl_lua_check_tensor(L, 3);
     bool train = lua_toboolean(L, 4);
     rl_tensor *target = lua_isnoneornil(L, 5) ? NULL : rl_lua_check_tensor(L, 5);
-    lua_settop(L, 5);
+    rl_tensor *tlen = lua_isnoneornil(L, 6) ? NULL : rl_lua_check_tensor(L, 6);
+    lua_settop(L, 6);
+    lua_getiuservalue(L, 1, 1); /* 7: what this forward's io points to */
+    lua_pushvalue(L, 6);
+    lua_setfield(L, 7, "target_lengths");
+    lua_remove(L, 6); /* the user value table is now at 6 */
     int n = (int)luaL_len(L, 2);
     if (n != l->n_in)
         return luaL_error(L, "layer '%s' (class %s): %d inputs given, %d expected", l->name,
@@ -367,7 +374,6 @@ static int m_forward(lua_State *L) {
     ud->forwarded = false;
     rl_layer_io *io = &ud->io;
     memset(io, 0, sizeof *io);
-    lua_getiuservalue(L, 1, 1); /* 6: what this forward's io points to */
     for (int i = 0; i < n; i++) {
         lua_geti(L, 2, i + 1);
         rl_tensor *x = rl_lua_to_tensor(L, -1);
@@ -387,6 +393,7 @@ static int m_forward(lua_State *L) {
     else
         io->lengths = len;
     io->target = target;
+    io->target_lengths = tlen;
     io->train = train;
     io->rng = rl_rng_default();
     rl_tensor *out = rl_lua_push_tensor(L);
@@ -397,7 +404,9 @@ static int m_forward(lua_State *L) {
     lua_pushnumber(L, io->loss);
     lua_pushnumber(L, io->n_errors);
     lua_pushnumber(L, io->n_frames);
-    return 4;
+    lua_pushnumber(L, io->n_labels);
+    lua_pushnumber(L, io->n_skipped);
+    return 6;
 }
 
 static void check_grad(lua_State *L, const rl_layer *l, const rl_tensor *g, const rl_tensor *like,

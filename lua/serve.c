@@ -269,8 +269,9 @@ static bool check_seq(const server *S, json_t *seq, const char *where, const cha
     if (!json_is_object(seq)) return bad(e, 400, "%s must be an object {\"data\": ...}", where);
     const char *key;
     json_t *v;
+    /* the body's own keys (data, beam, ...) were checked by parse_job */
     json_object_foreach(seq, key, v) {
-        if (strcmp(key, "data") != 0 && !(S->images && strcmp(key, "size") == 0))
+        if (pfx[0] != '\0' && strcmp(key, "data") != 0 && !(S->images && strcmp(key, "size") == 0))
             return bad(e, 400, "%s: unknown key '%s' (known: data%s)", where, key,
                        S->images ? ", size" : "");
     }

@@ -15,6 +15,13 @@
 -- the inputs (no targets). A layer class registered by a recipe (rl.layers.register) must be
 -- registered before rl.forward. Returns {output_file =, num_seqs =, n_frames =, dim =}.
 --
+-- decode = "ctc" (with beam = 1, best path, or beam = n, prefix beam search: rl.ctc_decode)
+-- writes each sequence's decoded labels instead of the activations: the layer must be a
+-- softmax trained with loss = "ctc"; the output file is sparse (/inputs [total labels] int32,
+-- inputPattSize = the number of labels, /seqLengths the label count per sequence), with the
+-- target's label numbers (the blank, at the layer's blank_index, removed). n_frames is then
+-- the number of labels written.
+--
 -- From the shell: rnnlua recipes/forward.lua model=out/net.010.h5 data=dev.h5 layer=output
 -- output=fwd.h5  (or rnnlua -e 'rl.forward{...}').
 local M = {}
@@ -22,7 +29,7 @@ local rl -- the module table, set by install
 local checkpoint = require("rnnlua.checkpoint")
 
 local KEYS = {model = true, data = true, layer = true, output_file = true, batch_size = true,
-              max_seqs = true, log_verbosity = true, device = true}
+              max_seqs = true, log_verbosity = true, device = true, decode = true, beam = true}
 
 local function fail(fmt, ...)
   error("rl.forward: " .. string.format(fmt, ...), 0)
@@ -43,8 +50,9 @@ local function forward_description(desc, extern_data, layer)
     local c = {}
     for k, v in pairs(l) do c[k] = v end
     if c.n_out == nil and c.loss ~= nil and extern_data[c.target] then
-      c.n_out = extern_data[c.target].dim
+      c.n_out = extern_data[c.target].dim + (c.loss == "ctc" and 1 or 0)
     end
+    if c.loss == "ctc" then c.blank_index = nil end -- an option of the ctc loss only
     c.loss, c.target, c.loss_scale, c.is_output_layer = nil, nil, nil, nil
     d[name] = c
   end
@@ -54,7 +62,7 @@ end
 
 -- The network of checkpoint `path` that computes `layer` (losses left out), with the saved
 -- parameters, on `device`: {ck =, net =, layer =, dim = the layer's n_out, images = whether
--- it gives images}. rl.forward and `rnnlua serve` (rnnlua.serve) both run it, so the served
+-- it gives images, blank = the blank's class of a CTC layer}. rl.forward and `rnnlua serve` (rnnlua.serve) both run it, so the served
 -- answers are rl.forward's. Errors name the file and the layer, prefixed by `who`.
 function M.load_model(path, layer, device, who)
   local ck = rl.load_checkpoint(path)
@@ -70,7 +78,32 @@ function M.load_model(path, layer, device, who)
     if not okt then error(string.format("%s: %s", who, tostring(err)), 0) end
   end
   local L = net:layer(layer)
-  return {ck = ck, net = net, layer = layer, dim = L.n_out, images = L.rank == 2}
+  local d = ck.description[layer]
+  return {ck = ck, net = net, layer = layer, dim = L.n_out, images = L.rank == 2,
+          blank = d.loss == "ctc" and (d.blank_index or L.n_out - 1) or nil}
+end
+
+-- Why the layer of a model of load_model cannot be decoded with CTC, or nil when it can.
+function M.ctc_unfit(model)
+  local d = model.ck.description[model.layer]
+  if d.class ~= "softmax" or d.loss ~= "ctc" then
+    return string.format("needs a softmax layer trained with loss = \"ctc\"; layer '%s' is "
+      .. "class %s with loss %s", model.layer, tostring(d.class), tostring(d.loss))
+  end
+  if model.images then return string.format("needs sequences; layer '%s' gives images", model.layer) end
+  return nil
+end
+
+-- The label sequences of one batch's output (M.run) of a CTC layer, by rl.ctc_decode (beam 1:
+-- best path; n: prefix beam search), numbered as the targets are (the blank taken out).
+-- The softmax gives probabilities: their log is a log-softmax, as rl.ctc_decode wants.
+function M.ctc_labels(model, out, geom, beam)
+  local blank = model.blank
+  local hyp = rl.ctc_decode(out:double():log(), geom, {blank = blank, beam = beam})
+  for _, labels in ipairs(hyp) do
+    for k, c in ipairs(labels) do labels[k] = c < blank and c or c - 1 end
+  end
+  return hyp
 end
 
 -- One batch through a model of load_model, in inference mode: the layer's output on the host
@@ -115,13 +148,33 @@ function M.forward(cfg)
   if ds:num_seqs() == 0 then fail("the dataset is empty (0 sequences)") end
 
   local dim, images = model.dim, model.images
-  local w = rl.hdf_writer(cfg.output_file, {data_dim = dim, sparse = false,
-                                            spatial = images and 2 or nil})
+  local blank
+  if cfg.decode ~= nil then
+    if cfg.decode ~= "ctc" then fail("decode must be \"ctc\", got %s", tostring(cfg.decode)) end
+    local why = M.ctc_unfit(model)
+    if why then fail("decode = \"ctc\" %s", why) end
+    if cfg.beam ~= nil and (math.type(cfg.beam) ~= "integer" or cfg.beam < 1) then
+      fail("beam must be a positive integer, got %s", tostring(cfg.beam))
+    end
+    blank = model.blank
+  elseif cfg.beam ~= nil then
+    fail("beam applies to decode = \"ctc\" only")
+  end
+  local w = rl.hdf_writer(cfg.output_file, {data_dim = blank and dim - 1 or dim,
+    sparse = blank ~= nil, spatial = images and 2 or nil})
   local nseqs, nframes = 0, 0
   local ok, err = pcall(function()
     local bopts = {batch_size = cfg.batch_size or 5000, max_seqs = cfg.max_seqs or 40}
     for batch in rl.batches(ds, bopts) do
       local out, geom = M.run(model, batch)
+      if blank then
+        for b, labels in ipairs(M.ctc_labels(model, out, geom, cfg.beam)) do
+          local tag = batch.tags and batch.tags[b] or string.format("seq-%d", nseqs + 1)
+          w:add(tag, #labels > 0 and rl.tensor(labels, "int32") or rl.zeros({0}, "int32"))
+          nframes, nseqs = nframes + #labels, nseqs + 1
+        end
+        goto next_batch
+      end
       for b = 1, geom:size(1) do
         local tag = batch.tags and batch.tags[b] or string.format("seq-%d", nseqs + 1)
         if images then
@@ -135,6 +188,7 @@ function M.forward(cfg)
         end
         nseqs = nseqs + 1
       end
+      ::next_batch::
     end
     w:close()
   end)
@@ -142,8 +196,8 @@ function M.forward(cfg)
     fail("%s: %s", cfg.output_file, tostring(err))
   end
   if verbosity >= 1 then
-    print(string.format("forward: %d sequences, %d frames of layer '%s' (dim %d) -> %s", nseqs,
-      nframes, layer, dim, cfg.output_file))
+    print(string.format("forward: %d sequences, %d %s of layer '%s' (dim %d) -> %s", nseqs,
+      nframes, blank and "decoded labels" or "frames", layer, dim, cfg.output_file))
   end
   return {output_file = cfg.output_file, num_seqs = nseqs, n_frames = nframes, dim = dim}
 end

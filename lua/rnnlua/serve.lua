@@ -27,22 +27,25 @@ local function fail(fmt, ...)
   error(string.format(fmt, ...), 0)
 end
 
-function Model:forward(x, geom)
+function Model:batch(x, geom)
   local batch = {lengths = geom}
   if self.images then batch = {sizes = geom} end
   if not self.sparse and self.net.dtype ~= "float32" then x = x:double() end
   batch[self.key] = x
-  local out, og = forward.run(self.fm, batch)
+  return batch
+end
+
+function Model:forward(x, geom)
+  local out, og = forward.run(self.fm, self:batch(x, geom))
   if out:dtype() ~= "float32" then out = out:float() end
   return out:contiguous(), og
 end
 
--- CTC models: the served layer is the softmax trained with loss = "ctc"; its output (the
--- probabilities) goes to rl.ctc_decode as log-probabilities, which are logits of the same
--- distribution (log_softmax(log p) = log p).
+-- CTC models (the served layer is a softmax trained with loss = "ctc"): the labels that
+-- rl.forward{decode = "ctc", beam = beam} writes, by the same function.
 function Model:decode(x, geom, beam)
-  local p, lengths = self:forward(x, geom)
-  return rl.ctc_decode(p:log(), lengths, {blank = self.blank, beam = beam})
+  local out, og = forward.run(self.fm, self:batch(x, geom))
+  return forward.ctc_labels(self.fm, out, og, beam)
 end
 
 function Model:info()
@@ -53,7 +56,7 @@ function Model:info()
     input = {key = self.key, dim = self.in_dim, sparse = self.sparse,
              kind = self.images and "images" or "sequences"},
     output = {dim = self.out_dim, kind = self.out_images and "images" or "sequences"},
-    decode = self.decode_error == nil and {blank = self.blank} or false,
+    decode = self.decode_error == nil and {blank = self.fm.blank} or false,
     network = ck.description, extern_data = ck.extern_data,
   }
 end
@@ -91,19 +94,10 @@ function M.load(path, layer)
   local m = setmetatable({path = path, layer = layer, fm = fm, net = net, key = keys[1],
     in_dim = e.dim, sparse = e.sparse, images = e.spatial == 2, out_dim = fm.dim,
     out_images = fm.images}, Model)
-  local d = fm.ck.description[layer]
-  if d.loss ~= "ctc" then
-    m.decode_error = string.format("layer '%s' of %s was not trained with CTC (loss %s): "
-      .. "POST /v1/decode answers CTC models", layer, path, tostring(d.loss or "none"))
+  local why = forward.ctc_unfit(fm)
+  if why then
+    m.decode_error = string.format("POST /v1/decode %s (%s)", why, path)
     m.decode_status = 422
-  elseif rl.ctc_decode == nil then
-    m.decode_error, m.decode_status = "this rnnlua has no rl.ctc_decode: decoding is not "
-      .. "implemented yet", 501
-  elseif m.out_images then
-    m.decode_error, m.decode_status = string.format("layer '%s' gives images, not sequences",
-      layer), 422
-  else
-    m.blank = d.blank_index or m.out_dim - 1
   end
   smoke_test(m)
   return m

@@ -286,10 +286,66 @@ def test_malformed(s, max_body, max_frames):
     check("at least 30 malformed requests tried (%d)" % n, n >= 30)
 
 
+def read_labels(path):
+    with h5py.File(path, "r") as f:
+        x = np.asarray(f["inputs"]).tolist()
+        lens = np.asarray(f["seqLengths"])[:, 0]
+    out, o = [], 0
+    for n in lens:
+        out.append(x[o:o + n])
+        o += n
+    return out
+
+
 def test_decode(s):
     st, doc, _ = s.request("POST", "/v1/decode", {"data": frames(0)})
-    check("decode on a model without CTC -> 4xx/501 naming why",
-          st in (422, 501) and "error" in doc, (st, doc))
+    check("decode on a model without CTC -> 422 naming why",
+          st == 422 and "loss = \"ctc\"" in doc["error"], (st, doc))
+
+
+def test_ctc():
+    s = Server(model="ctc.h5")
+    try:
+        st, doc, _ = s.request("GET", "/v1/model")
+        check("CTC model: /v1/model names the blank", st == 200 and doc["decode"]["blank"] == 4,
+              doc)
+        for beam in (1, 4):
+            ref = read_labels(os.path.join(DIR, "dec%d.h5" % beam))
+            ok = True
+            for i in range(len(INPUTS)):
+                body = {"data": frames(i)}
+                if beam > 1:
+                    body["beam"] = beam
+                st, doc, _ = s.request("POST", "/v1/decode", body)
+                ok = ok and st == 200 and doc["labels"] == ref[i]
+            check("decode beam %d: each sequence equals rl.forward{decode = 'ctc'}'s labels" % beam,
+                  ok and sum(len(r) for r in ref) > 0)
+            st, doc, _ = s.request("POST", "/v1/decode", {
+                "batch": [{"data": frames(i)} for i in range(len(INPUTS))], "beam": beam})
+            check("decode beam %d: one batch request equals rl.forward's labels" % beam,
+                  st == 200 and [d["labels"] for d in doc["batch"]] == ref, st)
+        bad = []
+
+        def worker(k):
+            ref1 = read_labels(os.path.join(DIR, "dec1.h5"))
+            for n in range(8):
+                i = (k * 3 + n) % len(INPUTS)
+                st, doc, _ = s.request("POST", "/v1/decode", {"data": frames(i)})
+                if st != 200 or doc["labels"] != ref1[i]:
+                    bad.append((k, n, st))
+        ts = [threading.Thread(target=worker, args=(k,)) for k in range(8)]
+        [t.start() for t in ts]
+        [t.join() for t in ts]
+        check("decode: 8 concurrent clients (batched) equal rl.forward's labels", not bad, bad[:3])
+        for beam in (0, 65, 1.5, "2"):
+            st, doc, _ = s.request("POST", "/v1/decode", {"data": frames(0), "beam": beam})
+            check("decode: beam %r -> 422" % (beam,), st == 422 and "beam" in doc["error"], doc)
+        st, doc, _ = s.request("POST", "/v1/forward", {"data": frames(0)})
+        check("CTC model: /v1/forward gives the softmax's 5 outputs",
+              st == 200 and len(doc["output"][0]) == 5, st)
+    finally:
+        rc = s.stop()
+    check("CTC server stops with exit 0", rc == 0, rc)
 
 
 def test_limits():
@@ -491,6 +547,7 @@ def main():
     check("the server stops on SIGTERM with exit 0 after all that", rc == 0, rc)
     test_limits()
     test_drain()
+    test_ctc()
     test_images()
     test_cli()
     print("%d passed, %d failed" % (PASSED[0], FAILED[0]))

@@ -16,7 +16,8 @@ fi
 
 # The model: one short epoch of the demo's BLSTM; a second checkpoint (other weights, epoch 7)
 # and one of another interface for the reload tests; rl.forward's answers for both models; an
-# image model (conv2d, collapse) and rl.forward's answers of an image layer and a sequence layer.
+# image model (conv2d, collapse) and rl.forward's answers of an image layer and a sequence layer;
+# a CTC model and rl.forward's decoded labels (best path and beam 4).
 if ! "$bin" -e "
 local cfg = {
   network = {
@@ -40,6 +41,18 @@ rl.forward{model = '$dir/other.h5', data = {class = 'hdf', files = {'$dir/dev.h5
 local net5 = rl.network({output = {class = 'softmax', n_out = 2, from = 'data'}},
                         {data = {dim = 5}})
 rl.save_checkpoint('$dir/dim5.h5', {net = net5, epoch = 1})
+-- a CTC model (untrained: decoding it gives varied labels) and rl.forward's decoded labels
+rl.manual_seed(9)
+local ctc = rl.network({
+    fw = {class = 'lstm', n_out = 8}, bw = {class = 'lstm', n_out = 8, direction = -1},
+    output = {class = 'softmax', from = {'fw', 'bw'}, loss = 'ctc', target = 'classes'},
+  }, {data = {dim = 9}, classes = {dim = 4, sparse = true}})
+rl.save_checkpoint('$dir/ctc.h5', {net = ctc, epoch = 2})
+for _, beam in ipairs{1, 4} do
+  rl.forward{model = '$dir/ctc.h5', data = {class = 'hdf', files = {'$dir/dev.h5'}},
+             output_file = '$dir/dec' .. beam .. '.h5', decode = 'ctc', beam = beam,
+             log_verbosity = 0}
+end
 -- an image model: images in, an image layer (conv) and a sequence layer after a collapse (side)
 local w = rl.hdf_writer('$dir/img.h5', {data_dim = 2, spatial = 2,
                                         targets = {classes = {dim = 3, sparse = true}}})
