@@ -7,6 +7,7 @@
 #include "../kernels/ops.h"
 #include "embedded.h"
 #include "l_dataset.h"
+#include "l_dist.h"
 #include "l_layers.h"
 #include "l_optim.h"
 #include "l_sys.h"
@@ -54,6 +55,7 @@ int luaopen_rnnlua(lua_State *L) {
     rl_lua_open_optim(L);
     rl_lua_open_dataset(L);
     rl_lua_open_sys(L);
+    rl_lua_open_dist(L);
 
     size_t len;
     const char *src = rl_embedded_find("rnnlua.init", &len);
