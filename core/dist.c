@@ -70,6 +70,7 @@ int rl_dist_rank(void) { return 0; }
 int rl_dist_size(void) { return 1; }
 int rl_dist_local_rank(void) { return 0; }
 int rl_dist_broken(void) { return 0; }
+void rl_dist_set_broken(void) {}
 rl_status rl_dist_allreduce(rl_tensor *t) { return check_buffer(t, "allreduce"); }
 rl_status rl_dist_broadcast(rl_tensor *t, int root) {
     RL_TRY(check_buffer(t, "broadcast"));
@@ -96,6 +97,7 @@ static struct {
     long *notice;       /* send buffers of the notices, one per destination */
     MPI_Request *req;   /* their requests */
     int dev_ready;      /* the device communicator is set up */
+    char why[512];      /* the failure that broke the world */
 } g = {.rank = 0, .size = 1};
 
 static double now(void) {
@@ -104,12 +106,18 @@ static double now(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* Marks the world broken by the failure whose message rl_error has just set. */
+static rl_status broke(rl_status st) {
+    g.broken = 1;
+    snprintf(g.why, sizeof g.why, "%s", rl_errmsg());
+    return st;
+}
+
 static rl_status mpi_error(const char *op, int rc) {
     char s[MPI_MAX_ERROR_STRING];
     int n = 0;
     if (MPI_Error_string(rc, s, &n) != MPI_SUCCESS) snprintf(s, sizeof s, "error code %d", rc);
-    g.broken = 1;
-    return rl_error(RL_EDEVICE, "%s: rank %d of %d: MPI error: %s", op, g.rank, g.size, s);
+    return broke(rl_error(RL_EDEVICE, "%s: rank %d of %d: MPI error: %s", op, g.rank, g.size, s));
 }
 
 rl_status rl_dist_init(void) {
@@ -153,6 +161,12 @@ int rl_dist_rank(void) { return g.rank; }
 int rl_dist_size(void) { return g.size; }
 int rl_dist_local_rank(void) { return g.local_rank; }
 int rl_dist_broken(void) { return g.broken; }
+void rl_dist_set_broken(void) {
+    if (!g.active || g.size == 1 || g.broken) return;
+    g.broken = 1;
+    snprintf(g.why, sizeof g.why,
+             "rank %d left the common sequence of collectives after an error of its own", g.rank);
+}
 
 /* Reads every notice that has come in. */
 static void drain_notices(void) {
@@ -183,9 +197,9 @@ static void notify(int dest) {
 static rl_status begin(const char *op) {
     if (g.broken)
         return rl_error(RL_EDEVICE,
-                        "%s: rank %d of %d: an earlier collective failed; the "
-                        "distributed world cannot be used any more",
-                        op, g.rank, g.size);
+                        "%s: rank %d of %d: the distributed world cannot be used any more "
+                        "after an earlier failure: %s",
+                        op, g.rank, g.size, g.why);
     g.seq++;
     g.arrived[g.rank] = g.seq;
     if (g.rank == 0) {
@@ -199,7 +213,6 @@ static rl_status begin(const char *op) {
 }
 
 static rl_status timed_out(const char *op, double waited) {
-    g.broken = 1;
     drain_notices();
     char who[256] = "";
     size_t len = 0;
@@ -212,14 +225,20 @@ static rl_status timed_out(const char *op, double waited) {
         }
     }
     if (missing > 0)
-        return rl_error(RL_EDEVICE,
-                        "%s (collective #%ld): rank %d of %d waited %.0f s; rank%s %s "
-                        "never reached it (dead or hung)",
-                        op, g.seq, g.rank, g.size, waited, missing > 1 ? "s" : "", who);
-    return rl_error(RL_EDEVICE,
-                    "%s (collective #%ld): rank %d of %d waited %.0f s; rank 0 reached "
-                    "it, another rank did not (rank 0 names it)",
-                    op, g.seq, g.rank, g.size, waited);
+        return broke(rl_error(RL_EDEVICE,
+                              "%s (collective #%ld): rank %d of %d waited %.0f s; rank%s %s "
+                              "never reached it (dead or hung)",
+                              op, g.seq, g.rank, g.size, waited, missing > 1 ? "s" : "", who));
+    if (g.rank == 0)
+        return broke(
+            rl_error(RL_EDEVICE,
+                     "%s (collective #%ld): rank 0 of %d waited %.0f s although every rank "
+                     "reached collective #%ld: the ranks call different collectives",
+                     op, g.seq, g.size, waited, g.seq));
+    return broke(rl_error(RL_EDEVICE,
+                          "%s (collective #%ld): rank %d of %d waited %.0f s; rank 0 reached "
+                          "it, another rank did not (rank 0 names it)",
+                          op, g.seq, g.rank, g.size, waited));
 }
 
 static rl_status wait_for(MPI_Request *req, const char *op) {
@@ -302,10 +321,7 @@ static rl_status device_comm_ready(int device, const char *op) {
             s = g_dev_comm->init(msg + sizeof(int), g.rank, g.size, device);
     }
     free(msg);
-    if (s != RL_OK) {
-        g.broken = 1;
-        return s;
-    }
+    if (s != RL_OK) return broke(s);
     g.dev_ready = 1;
     return RL_OK;
 }
@@ -342,8 +358,7 @@ static rl_status collective(rl_tensor *t, int root, int reduce) {
     RL_TRY(begin(op));
     rl_status s = reduce ? g_dev_comm->allreduce(rl_tensor_data(t), n, t->dtype, g_timeout)
                          : g_dev_comm->broadcast(rl_tensor_data(t), nb, root, g_timeout);
-    if (s != RL_OK) g.broken = 1;
-    return s;
+    return s == RL_OK ? s : broke(s);
 }
 
 rl_status rl_dist_allreduce(rl_tensor *t) { return collective(t, 0, 1); }

@@ -47,6 +47,10 @@ void rl_dist_set_timeout(double seconds);
 double rl_dist_get_timeout(void);
 /* 1 after a collective failed (the world cannot be used any more). */
 int rl_dist_broken(void);
+/* Marks the world broken: a caller that left the ranks' common sequence of collectives (an
+ * error on this rank alone) must not start another one that would pair with a different one
+ * elsewhere. */
+void rl_dist_set_broken(void);
 
 /* In-place elementwise sum over all ranks of a contiguous tensor (float32, float64, int32). A
  * CPU tensor goes through MPI; a CUDA tensor through the registered device communicator (NCCL)

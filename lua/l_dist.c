@@ -8,6 +8,8 @@
  *   rl.dist.active()            this process was started by an MPI launcher and joined its world
  *   rl.dist.set_timeout(s), rl.dist.timeout()   the deadline of every collective (seconds)
  *   rl.dist.broken()            a collective failed; the world cannot be used any more
+ *   rl.dist.set_broken()        this rank left the common sequence of collectives (an error
+ *                               of its own): its later collectives fail at once
  * Every rank must call the collectives in the same order with tensors of the same size and
  * dtype. A failure (an MPI error, a rank that died or hangs past the deadline) raises an error
  * that names the operation and this rank. */
@@ -45,6 +47,11 @@ static int l_active(lua_State *L) {
 static int l_broken(lua_State *L) {
     lua_pushboolean(L, rl_dist_broken());
     return 1;
+}
+
+static int l_set_broken(lua_State *L) {
+    rl_dist_set_broken();
+    return 0;
 }
 
 static int l_allreduce(lua_State *L) {
@@ -89,6 +96,7 @@ static const luaL_Reg dist_funcs[] = {
     {"built", l_built},
     {"active", l_active},
     {"broken", l_broken},
+    {"set_broken", l_set_broken},
     {"allreduce", l_allreduce},
     {"broadcast", l_broadcast},
     {"barrier", l_barrier},
