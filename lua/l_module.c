@@ -9,6 +9,7 @@
 #include "embedded.h"
 #include "l_ctc.h"
 #include "l_dataset.h"
+#include "l_dist.h"
 #include "l_layers.h"
 #include "l_optim.h"
 #include "l_sys.h"
@@ -73,6 +74,7 @@ int luaopen_rnnlua(lua_State *L) {
     rl_lua_open_dataset(L);
     rl_lua_open_sys(L);
     rl_lua_open_ctc(L);
+    rl_lua_open_dist(L);
 
     size_t len;
     const char *src = rl_embedded_find("rnnlua.init", &len);
