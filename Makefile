@@ -144,12 +144,13 @@ test: $(BUILD)/rnnlua $(CTESTS)
 # and passes where there is no GPU.
 test-gpu: $(BUILD)/rnnlua $(BUILD)/tests-gpu/test_parity $(BUILD)/tests-gpu/test_lstm_parity \
           $(BUILD)/tests-gpu/test_optim_parity $(BUILD)/tests-gpu/test_mdlstm_parity \
-          $(BUILD)/tests-gpu/test_gru_parity
+          $(BUILD)/tests-gpu/test_gru_parity $(BUILD)/tests-gpu/test_ctc_parity
 	$(BUILD)/tests-gpu/test_parity
 	$(BUILD)/tests-gpu/test_lstm_parity
 	$(BUILD)/tests-gpu/test_gru_parity
 	$(BUILD)/tests-gpu/test_optim_parity
 	$(BUILD)/tests-gpu/test_mdlstm_parity
+	$(BUILD)/tests-gpu/test_ctc_parity
 	$(BUILD)/rnnlua tests/gpu/test_layers_parity.lua
 
 $(BUILD)/tests-gpu/%: tests/gpu/%.c $(BUILD)/librnnlua.a tests/c/check.h
