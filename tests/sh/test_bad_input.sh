@@ -45,6 +45,37 @@ fails "a corrupted bytecode recipe is refused, not run" "binary chunk" "$bin" "$
 fails "a bytecode recipe on stdin is refused" "binary chunk" sh -c "'$bin' - <'$tmp/chunk.luac'"
 fails "-e with a binary chunk is refused" "binary chunk" "$bin" -e "$(printf '\033Lua')"
 
+# ---- the command line
+fails "an unknown option" "unrecognized option '--nope'" "$bin" --nope
+fails "-e without code" "'-e' needs an argument" "$bin" -e
+fails "a missing recipe" "cannot open $tmp/none.lua" "$bin" "$tmp/none.lua"
+fails "a directory as the recipe" "Is a directory" "$bin" "$tmp"
+fails "-e with a syntax error" "(command line):1:" "$bin" -e 'x ='
+fails "-e that raises" "boom" "$bin" -e 'error("boom")'
+printf 'local x = \n' >"$tmp/syntax.lua"
+fails "a recipe with a syntax error names file and line" "syntax.lua:2:" "$bin" "$tmp/syntax.lua"
+printf 'local t = rl.zeros(2)\nreturn t[3]\n' >"$tmp/index.lua"
+fails "a recipe indexing out of range names the position" "position 3 out of range 1..2" \
+    "$bin" "$tmp/index.lua"
+cat >"$tmp/train.lua" <<'LUA'
+rl.train{network = {output = {class = "softmax", loss = "ce", target = "classes"}},
+         train = {class = "12ax", num_seqs = 4, seed = 1}, num_epochs = 1, batch_size = 100,
+         optimizer = {class = "sgd"}, learning_rate = 0.1, log_verbosity = 0}
+LUA
+fails "++ with an unknown key" "unknown config key 'nope'" "$bin" "$tmp/train.lua" ++nope 1
+fails "++ without a value" "lacks a value" "$bin" "$tmp/train.lua" ++num_epochs
+fails "++num_epochs as a word" "num_epochs" "$bin" "$tmp/train.lua" ++num_epochs many
+sed "s|train = {class = \"12ax\", num_seqs = 4, seed = 1}|train = {class = \"hdf\", files = {\"$tmp/first.h5\"}}|" \
+    "$tmp/train.lua" >"$tmp/train_hdf.lua"
+fails "++train.files.1 is applied, not ignored" "$tmp/second.h5" \
+    "$bin" "$tmp/train_hdf.lua" ++train.files.1 "$tmp/second.h5"
+fails "++ with an empty key part" "a key part is empty" "$bin" "$tmp/train.lua" ++train..seed 1
+fails "a recipe loading a tampered checkpoint names it" "$tmp/ck.h5" \
+    "$bin" -e "local f = rl.h5file('$tmp/ck.h5', 'w') f:set_attr('/', 'format', 'rnnlua-checkpoint')
+f:set_attr('/', 'version', 1) f:set_attr('/', 'epoch', 0) f:set_attr('/', 'step', 0)
+f:set_attr('/', 'dtype', 'float32') f:set_attr('/', 'description', 'os.exit(0)') f:commit()
+rl.load_checkpoint('$tmp/ck.h5')"
+
 # ---- the REPL through a pseudo-terminal: no keystroke may crash it (libedit's command mode,
 # Meta-x in emacs mode and ':' in vi command mode, crashed on a quote)
 mkdir -p "$tmp/home"
