@@ -1,9 +1,18 @@
 # rnnlua build. `make` builds ./rnnlua; `make test`, `make demo`, `make bench`, `make deps`.
 # Options: CUDA=0 (leave CUDA out), CUDA=1 (demand it; default: use it when nvcc is found),
-#          SANITIZE=1 (AddressSanitizer + UBSan, separate build dir), WERROR=1 (warnings fail).
+#          SANITIZE=1 (AddressSanitizer + UBSan, separate build dir), WERROR=1 (warnings fail),
+#          BLAS=openblas (default) or BLAS=blis (separate build dir; bench/blas_compare.sh
+#          measures both on rnnlua's GEMM shapes).
 
 CC      ?= cc
-PKGS    := lua5.4 hdf5 openblas libedit
+BLAS    ?= openblas
+ifeq ($(BLAS),openblas)
+  PKGS  := lua5.4 hdf5 openblas libedit
+else ifeq ($(BLAS),blis)
+  PKGS  := lua5.4 hdf5 libedit
+else
+  $(error BLAS=$(BLAS): expected openblas or blis)
+endif
 NVCC    ?= $(or $(shell command -v nvcc 2>/dev/null),$(wildcard /usr/local/cuda/bin/nvcc))
 
 ifeq ($(CUDA),)
@@ -16,12 +25,12 @@ ifeq ($(CUDA),1)
   CUDA_HOME := $(patsubst %/bin/nvcc,%,$(NVCC))
 endif
 
-BUILD   := build$(if $(filter 1,$(SANITIZE)),-san)$(if $(filter 0,$(CUDA)),-nocuda)
+BUILD   := build$(if $(filter 1,$(SANITIZE)),-san)$(if $(filter 0,$(CUDA)),-nocuda)$(if $(filter blis,$(BLAS)),-blis)
 # On a fresh machine, install what is missing before anything is compiled.
 ifeq ($(filter deps clean format,$(MAKECMDGOALS)),)
-  ifneq ($(shell bash scripts/deps.sh --check >/dev/null 2>&1 && echo ok),ok)
+  ifneq ($(shell RL_BLAS=$(BLAS) bash scripts/deps.sh --check >/dev/null 2>&1 && echo ok),ok)
     $(info rnnlua: installing missing dependencies with scripts/deps.sh)
-    ifneq ($(shell bash scripts/deps.sh >&2; echo $$?),0)
+    ifneq ($(shell RL_BLAS=$(BLAS) bash scripts/deps.sh >&2; echo $$?),0)
       $(error scripts/deps.sh failed; run `make deps` to see why)
     endif
   endif
@@ -40,6 +49,10 @@ ARCH    ?= native
 CFLAGS  += -std=c11 -D_GNU_SOURCE -fPIC -march=$(ARCH) -fno-trapping-math -fno-math-errno $(WARN) -MMD -MP -I. \
            $(PKG_CFLAGS)
 LDLIBS  := $(PKG_LIBS) -lm -lpthread
+ifeq ($(BLAS),blis)
+  CFLAGS  += -DRL_BLAS_BLIS
+  LDLIBS  += -lblis
+endif
 ifeq ($(WERROR),1)
   CFLAGS  += -Werror
   NVFLAGS += -Werror all-warnings
@@ -69,7 +82,7 @@ all: rnnlua
 
 # Install missing system packages (apt-get) on a fresh machine.
 deps:
-	@bash scripts/deps.sh
+	@RL_BLAS=$(BLAS) bash scripts/deps.sh
 
 rnnlua: $(BUILD)/rnnlua
 	cp $< $@

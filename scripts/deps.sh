@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Installs the system packages rnnlua builds against, from Debian's archive.
-# `deps.sh --check` only reports (exit 1 when something is missing).
+# `deps.sh --check` only reports (exit 1 when something is missing). RL_BLAS=blis (make BLAS=blis)
+# adds BLIS to the default OpenBLAS.
 set -euo pipefail
 
 # hdf5-tools (h5dump) and python3-h5py are for the tests: files written by other writers
 pkgs=(pkg-config liblua5.4-dev lua-filesystem-dev libhdf5-dev libopenblas-dev libedit-dev hdf5-tools
       python3-h5py)
+[ "${RL_BLAS:-openblas}" = blis ] && pkgs+=(libblis-dev)
 
 missing=()
 for p in "${pkgs[@]}"; do
