@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the system packages rnnlua builds against, from Debian's archive.
-# `deps.sh --check` only reports (exit 1 when something is missing).
+# `deps.sh --check` only reports (exit 1 when something is missing). RL_BLAS=blis (make BLAS=blis)
+# adds BLIS to the default OpenBLAS.
 set -euo pipefail
 
 # hdf5-tools (h5dump) and python3-h5py are for the tests: files written by other writers;
@@ -9,6 +10,7 @@ set -euo pipefail
 # libopenmpi-dev and openmpi-bin (mpirun) for data-parallel training (make MPI=0 builds without)
 pkgs=(pkg-config liblua5.4-dev lua-filesystem-dev libhdf5-dev libopenblas-dev libedit-dev hdf5-tools
       python3-h5py festlex-cmu libmicrohttpd-dev libjansson-dev libopenmpi-dev openmpi-bin)
+[ "${RL_BLAS:-openblas}" = blis ] && pkgs+=(libblis-dev)
 
 missing=()
 for p in "${pkgs[@]}"; do
