@@ -78,7 +78,7 @@ typedef struct job {
     char *error; /* malloc'd message of a failed job */
     float *out;  /* the rows of every sequence, one after the other */
     int64_t *oT, *oH, *oW, *ooff;
-    json_t *extra; /* reload: the answer object */
+    json_t *extra; /* reload and decode: the answer */
 } job;
 
 typedef struct request {
@@ -236,7 +236,7 @@ static bool job_alloc_seqs(job *j, int64_t n) {
     return j->T && j->H && j->W && j->off && j->oT && j->oH && j->oW && j->ooff;
 }
 
-/* Marks j done with an error (model thread, mu held by the caller or not needed). */
+/* Gives j an error answer (model thread; complete() then marks it done). */
 static void job_fail(job *j, int status, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
