@@ -25,6 +25,7 @@
 #include <lua.h>
 #include <lualib.h>
 
+#include "core/dist.h"
 #include "lua/embedded.h"
 #include "lua/l_tensor.h"
 #include "lua/serve.h"
@@ -104,10 +105,14 @@ static void print_version(void) {
     fflush(stdout);
 }
 
-/* Errors and failures go to stderr as "rnnlua: <msg>". */
+/* Errors and failures go to stderr as "rnnlua: <msg>", in a world of several processes as
+ * "rnnlua: rank R: <msg>", so that each rank's error reaches the terminal with its rank. */
 static void message(const char *msg) {
     fflush(stdout);
-    fprintf(stderr, "%s: %s\n", PROGNAME, msg);
+    if (rl_dist_size() > 1)
+        fprintf(stderr, "%s: rank %d: %s\n", PROGNAME, rl_dist_rank(), msg);
+    else
+        fprintf(stderr, "%s: %s\n", PROGNAME, msg);
     fflush(stderr);
 }
 
@@ -671,6 +676,12 @@ static int pmain(lua_State *L) {
 }
 
 int main(int argc, char **argv) {
+    /* Under mpirun/srun this process joins the MPI world (a plain run does not need one). */
+    if (rl_dist_init() != RL_OK) {
+        message(rl_errmsg());
+        rl_dist_finalize(1);
+        return EXIT_FAILURE;
+    }
     lua_State *L = luaL_newstate();
     if (L == NULL) {
         message("cannot create state: not enough memory");
@@ -686,5 +697,8 @@ int main(int argc, char **argv) {
     if (status == LUA_OK && lua_isinteger(L, -1)) code = (int)lua_tointeger(L, -1);
     report(L, status);
     lua_close(L);
+    /* After an error the other ranks may wait in a collective for this one: MPI_Abort ends the
+     * job instead of MPI_Finalize, which would wait for them. */
+    rl_dist_finalize(!(ok && status == LUA_OK));
     return code;
 }
