@@ -6,15 +6,16 @@
  * the same function (checked on one request before timing). Each request is one 100-frame
  * 12AX sequence (random symbols of "123ABCXYZ", one-hot), POST /v1/forward over a keep-alive
  * connection. Servers: rnnlua serve with dynamic batching (the defaults: --max-batch-frames
- * 4000, --max-wait-ms 1), rnnlua serve without (--max-batch-frames 0: each request alone), and
- * the PyTorch server (ThreadingHTTPServer, torch.set_num_threads(1), no batching). For 1, 8 and
- * 32 closed-loop clients (threads of this program, one connection each: a client sends its next
- * request when the answer is in) every server is measured RL_BENCH_ROUNDS times (default 3) for
- * RL_SERVE_BENCH_SECONDS (default 2) each, the servers interleaved within a round; the table
- * gives the median round's requests/s and the median p50/p99 latency over rounds. The clients
- * run on the same cores as the servers.
+ * 1000, --max-wait-ms 1; --max-batch-frames F here changes it), rnnlua serve without
+ * (--max-batch-frames 0: each request alone), and the PyTorch server (ThreadingHTTPServer,
+ * torch.set_num_threads(1), no batching). For 1, 8 and 32 closed-loop clients (threads of this
+ * program, one connection each: a client sends its next request when the answer is in) every server
+ * is measured RL_BENCH_ROUNDS times (default 3) for RL_SERVE_BENCH_SECONDS (default 2) each, the
+ * servers interleaved within a round; the table gives the median round's requests/s and the median
+ * p50/p99 latency over rounds. The clients run on the same cores as the servers.
  *
  * Options: --clients 1,8,32  --seconds S  --rounds R  --only rnnlua|nobatch|torch (repeatable)
+ *          --max-batch-frames F (of the batching server)
  * The PyTorch server needs `bash bench/torch_env.sh BUILD` (PyPI's torch in a venv); without it
  * the torch rows print SKIP. Bench programs are not library code: errors print and exit 1. */
 #include <arpa/inet.h>
@@ -283,6 +284,7 @@ static double median(double *v, int n) {
 
 int main(int argc, char **argv) {
     int clients[8] = {1, 8, 32}, nclients = 3, rounds = 3;
+    char *mbf = "1000"; /* the server's default */
     double seconds = 2;
     const char *env = getenv("RL_SERVE_BENCH_SECONDS");
     if (env) seconds = atof(env);
@@ -294,6 +296,8 @@ int main(int argc, char **argv) {
             nclients = 0;
             for (char *t = strtok(argv[++i], ","); t && nclients < 8; t = strtok(NULL, ","))
                 clients[nclients++] = atoi(t);
+        } else if (strcmp(argv[i], "--max-batch-frames") == 0 && i + 1 < argc) {
+            mbf = argv[++i];
         } else if (strcmp(argv[i], "--seconds") == 0 && i + 1 < argc) {
             seconds = atof(argv[++i]);
         } else if (strcmp(argv[i], "--rounds") == 0 && i + 1 < argc) {
@@ -305,7 +309,8 @@ int main(int argc, char **argv) {
             for (int k = 0; k < MAX_SERVERS; k++)
                 if (strcmp(argv[i], names[k]) == 0) want[k] = true;
         } else {
-            die("unknown argument %s (--clients 1,8,32 --seconds S --rounds R --only NAME)",
+            die("unknown argument %s (--clients 1,8,32 --seconds S --rounds R --only NAME "
+                "--max-batch-frames F)",
                 argv[i]);
         }
     }
@@ -357,7 +362,7 @@ int main(int argc, char **argv) {
     server sv[MAX_SERVERS] = {{"rnnlua serve, dynamic batching", 0, 0},
                               {"rnnlua serve, no batching", 0, 0},
                               {"PyTorch http.server", 0, 0}};
-    char *a0[] = {rnnlua, "serve", model, "--port", "0", NULL};
+    char *a0[] = {rnnlua, "serve", model, "--port", "0", "--max-batch-frames", mbf, NULL};
     char *a1[] = {rnnlua, "serve", model, "--port", "0", "--max-batch-frames", "0", NULL};
     char *a2[] = {py, "bench/torch_serve.py", weights, NULL};
     char **args[MAX_SERVERS] = {a0, a1, a2};
@@ -391,6 +396,9 @@ int main(int argc, char **argv) {
     }
     if (want[2] && py[0] == '\0')
         printf("- SKIP PyTorch server: `bash bench/torch_env.sh %s` gave no python\n", build);
+    /* warm-up: PyTorch's first requests are slow, and every server's buffers settle */
+    for (int k = 0; k < MAX_SERVERS; k++)
+        if (sv[k].port) run_load(sv[k].port, 8, 0.5);
     printf("- %d rounds of %.1f s per cell, servers interleaved; clients are threads of the bench "
            "program on the same machine (closed loop, keep-alive)\n\n",
            rounds, seconds);
@@ -420,7 +428,7 @@ int main(int argc, char **argv) {
     if (sv[0].port && sv[2].port) {
         printf("\nThroughput of rnnlua serve (dynamic batching) over the PyTorch server:");
         for (int ci = 0; ci < nclients; ci++)
-            printf(" %s%d clients %.1fx", ci ? ", " : "", clients[ci],
+            printf("%s%d clients %.1fx", ci ? ", " : " ", clients[ci],
                    best_rps[ci][0] / best_rps[ci][2]);
         printf(".\n");
     }
