@@ -7,7 +7,8 @@
 -- twice the frames per step. Prints a Markdown table: frames/s of each, their ratio, the
 -- allreduce time per step and its share of the step, the parameter bytes summed per step.
 -- Rounds alternate between the two variants (median of RL_BENCH_ROUNDS, default 3);
--- RL_BENCH_STEPS overrides the timed steps per measurement. SKIP without MPI or mpirun.
+-- RL_BENCH_STEPS overrides the timed steps per measurement, RL_BENCH_TOPOS="chime" picks
+-- topologies. SKIP without MPI or mpirun.
 --   ./rnnlua bench/dist.lua                          the comparison (run by `make bench`)
 --   mpirun -np N ./rnnlua bench/dist.lua worker TOPO STEPS THREADS   one measurement
 local TOPOS = {
@@ -16,7 +17,10 @@ local TOPOS = {
   chime = {layers = 3, dirs = 2, input = 45, hidden = 512, classes = 1501, T = 250, B = 16,
            steps = 2},
 }
-local ORDER = {"ptb_small", "chime"}
+local ORDER = {}
+for name in (os.getenv("RL_BENCH_TOPOS") or "ptb_small chime"):gmatch("[%w_]+") do
+  ORDER[#ORDER + 1] = name
+end
 
 local function network(t)
   local net, prev = {}, "data"
@@ -110,6 +114,7 @@ print("| topology | params | 1 proc x 2 thr frames/s | 2 proc x 1 thr frames/s |
 print("|---|---:|---:|---:|---:|---:|---:|---:|")
 local mpirun = "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --allow-run-as-root"
   .. " -np 2 --oversubscribe --bind-to none "
+local measured = {}
 for _, name in ipairs(ORDER) do
   local steps = tonumber(os.getenv("RL_BENCH_STEPS")) or TOPOS[name].steps
   local one, two = {}, {}
@@ -122,7 +127,30 @@ for _, name in ipairs(ORDER) do
   print(string.format("| %s | %.2fM (%.0f MB) | %.0f | %.0f | %.2f | %.0f ms | %.1f ms | %.1f%% |",
     name, one[1].params / 1e6, one[1].params * 4 / 1e6, f1, f2, f2 / f1, step * 1e3, comm * 1e3,
     100 * comm / step))
+  measured[#measured + 1] = {name = name, bytes = one[1].params * 4, compute = step - comm}
 end
 print()
 print("ratio = 2 processes' frames/s / 1 process's; allreduce/step: the time of the gradient sum")
 print("(rnnlua.dist, buckets of 32 MB) per step of 2 processes, share: of the whole step.")
+print()
+-- A ring allreduce (what MPI and NCCL use for large buffers) sends and receives 2 (N-1)/N of
+-- the buffer per worker, in 2 (N-1) rounds: t = 2 (N-1)/N * S / bandwidth + 2 (N-1) * latency.
+local LAT = 20e-6
+print("Modelled gradient sum per step (ring allreduce: 2(N-1)/N x S bytes per worker at the")
+print(string.format("link rate, plus 2(N-1) x %.0f us latency) against the compute per step", LAT * 1e6))
+print("measured above (2-process step minus its allreduce, one batch per worker); share =")
+print("allreduce / (compute + allreduce) when nothing overlaps:")
+print()
+print("| topology | S | compute/step | N | 10 Gbit/s | share | 100 Gbit/s | share |")
+print("|---|---:|---:|---:|---:|---:|---:|---:|")
+for _, m in ipairs(measured) do
+  for _, n in ipairs({8, 64}) do
+    local cells = {}
+    for _, gbit in ipairs({10, 100}) do
+      local t = 2 * (n - 1) / n * m.bytes / (gbit * 1e9 / 8) + 2 * (n - 1) * LAT
+      cells[#cells + 1] = string.format("%.1f ms | %.0f%%", t * 1e3, 100 * t / (m.compute + t))
+    end
+    print(string.format("| %s | %.0f MB | %.0f ms | %d | %s | %s |", m.name, m.bytes / 1e6,
+      m.compute * 1e3, n, cells[1], cells[2]))
+  end
+end
