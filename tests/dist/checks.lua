@@ -73,6 +73,14 @@ H.expect_error("bad distributed mode", function()
   rl.train{network = {output = {class = "softmax", loss = "ce", target = "classes"}},
            train = {class = "12ax", num_seqs = 4}, distributed = {mode = "ring"}}
 end, "config.distributed.mode must be")
+H.expect_error("scale_lr that is not a boolean", function()
+  rl.train{network = {output = {class = "softmax", loss = "ce", target = "classes"}},
+           train = {class = "12ax", num_seqs = 4}, distributed = {mode = "average", scale_lr = 2}}
+end, "scale_lr must be true or false")
+H.expect_error("an unknown key in distributed", function()
+  rl.train{network = {output = {class = "softmax", loss = "ce", target = "classes"}},
+           train = {class = "12ax", num_seqs = 4}, distributed = {evry = 2}}
+end, "unknown key 'evry'")
 H.expect_error("gradient noise in sync mode", function()
   rl.train{network = {output = {class = "softmax", loss = "ce", target = "classes"}},
            train = {class = "12ax", num_seqs = 4}, optimizer = {class = "sgd", gradient_noise = 0.1}}
