@@ -6,6 +6,9 @@
 #      right after BUILD/bench/lstm, bench/torch_lstm.py times the same LSTM training steps with
 #      PyTorch (Debian's /usr/bin/python3 and python3-torch; a SKIP line where either is
 #      missing), so that the comparison comes from one run on one machine state;
+#      BUILD/bench/gru runs under bench/torch_gru.py with the PyTorch of bench/torch_env.sh,
+#      which interleaves its measurements with nn.GRU's (alone, with a SKIP line, when that
+#      PyTorch cannot be set up);
 #   2. the Lua scripts bench/*.lua, each run by BUILD/rnnlua.
 # gemm prints "sgemm peak: X GFLOP/s"; X is exported as RL_SGEMM_PEAK_GFLOPS to everything run
 # after it, so that later benchmarks can report a fraction of the machine's GEMM speed.
@@ -57,6 +60,16 @@ for p in "$build"/bench/*; do
     [ -f "$p" ] && [ -x "$p" ] && programs+=("$p")
 done
 for p in "${programs[@]}"; do
+    if [ "$(basename "$p")" = gru ]; then
+        if py=$(bash bench/torch_env.sh 2>/dev/null | tail -n 1) && [ -x "$py" ]; then
+            run_one torch_gru "$py" bench/torch_gru.py "$p"
+        else
+            echo "SKIP torch_gru: bench/torch_env.sh could not set up PyTorch; rnnlua alone:"
+            echo
+            run_one gru "$p"
+        fi
+        continue
+    fi
     run_one "$(basename "$p")" "$p"
     if [ "$(basename "$p")" = lstm ]; then
         if [ -x /usr/bin/python3 ]; then
