@@ -3,7 +3,7 @@
 #          SANITIZE=1 (AddressSanitizer + UBSan, separate build dir), WERROR=1 (warnings fail).
 
 CC      ?= cc
-PKGS    := lua5.4 hdf5 openblas libedit
+PKGS    := lua5.4 hdf5 openblas libedit libmicrohttpd jansson
 NVCC    ?= $(or $(shell command -v nvcc 2>/dev/null),$(wildcard /usr/local/cuda/bin/nvcc))
 
 ifeq ($(CUDA),)

@@ -22,6 +22,16 @@
  * dtype: a layer computes in its inputs' dtype (float32 for training, float64 on the CPU for
  * gradient checks); its parameters have the same dtype (the network's).
  *
+ * Per-step use (a rec unit, lua/rnnlua/rec.lua): a layer may be run on (1, B, F) views, one
+ * step of a sequence at a time, with lengths all 1 (the rec layer keeps finished sequences'
+ * gradients at zero itself). A layer with recurrent state takes it explicitly instead of
+ * keeping it between calls: before forward the previous state (rl_lstm_set_initial_state),
+ * after it the new one (rl_lstm_final_state); before backward the gradient of the new state from
+ * the step after (rl_lstm_set_final_state_grad), after it the gradient of the previous state
+ * (rl_lstm_initial_state_grad). Since backward must follow the forward it belongs to, the rec
+ * layer re-runs each step's forward from its stored inputs and state right before that step's
+ * backward; a layer needs nothing else for per-step use.
+ *
  * Adding a layer type: one file layers/X.c with its ops and a create function, and one line
  * in layers/registry.c.
  */
@@ -95,11 +105,16 @@ typedef struct rl_layer_io {
     const rl_tensor *lengths;                 /* (B) int32, CPU; for 2-D inputs NULL */
     const rl_tensor *sizes;                   /* 2-D inputs: (B, 2) int32, CPU; else NULL */
     const rl_tensor *target;                  /* loss layers: (T, B) int32 or (T, B, F) */
-    bool train;                               /* dropout and the like act only when true */
-    rl_rng *rng;                              /* the network's generator (dropout masks) */
+    /* a target of its own length (loss "ctc": (S, B) int32 labels): (B) int32 CPU, else NULL */
+    const rl_tensor *target_lengths;
+    bool train;  /* dropout and the like act only when true */
+    rl_rng *rng; /* the network's generator (dropout masks) */
     /* loss layers fill these in forward when target is set: the summed loss over valid
-     * frames, the number of wrongly classified frames (0 for mse) and of valid frames */
-    double loss, n_errors, n_frames;
+     * frames, the number of wrongly classified frames (0 for mse) and of valid frames; a
+     * sequence-level loss (ctc) counts label errors (edit distance of the best path to the
+     * target) in n_errors, their reference labels in n_labels and the sequences it left out
+     * of the loss (no alignment fits: infinite loss) in n_skipped */
+    double loss, n_errors, n_frames, n_labels, n_skipped;
 } rl_layer_io;
 
 typedef struct rl_layer rl_layer;
@@ -138,9 +153,10 @@ typedef rl_status (*rl_layer_create_fn)(rl_layer **out, const char *name, const 
 
 /* What a class takes and gives (registry.c): sequences (T, B, F) by default. */
 enum {
-    RL_LAYER_IN_2D = 1,    /* its inputs are (H, W, B, F) with sizes */
-    RL_LAYER_OUT_2D = 2,   /* its output is (H, W, B, F) with the inputs' sizes */
-    RL_LAYER_ANY_RANK = 4, /* works on (T, B, F) and (H, W, B, F) alike, keeping the rank */
+    RL_LAYER_IN_2D = 1,     /* its inputs are (H, W, B, F) with sizes */
+    RL_LAYER_OUT_2D = 2,    /* its output is (H, W, B, F) with the inputs' sizes */
+    RL_LAYER_ANY_RANK = 4,  /* works on (T, B, F) and (H, W, B, F) alike, keeping the rank */
+    RL_LAYER_SPARSE_IN = 8, /* its input is (T, B) int32 class indices; in_dims[0] = classes */
 };
 /* The flags of a registered class, or -1 when there is no such class. */
 int rl_layer_class_flags(const char *class_name);

@@ -14,13 +14,16 @@
  *   i, f, g, o, c_t, h_t = the cell of kernels/lstm_cell.h
  *   out_t = h_t on valid frames (t < len[b]), 0 on padded ones, which carry the state
  *   (c_t = c_prev, h_t = h_prev): a backward LSTM starts each sequence at its own last frame.
- * The initial state is zero or the one given with rl_lstm_set_initial_state.
+ * The initial state is zero or the one given with rl_lstm_set_initial_state; backward starts
+ * from zero state gradients or the ones given with rl_lstm_set_final_state_grad (dLoss/dh_T and
+ * dLoss/dc_T from beyond the last frame: a rec unit runs the layer one step at a time and hands
+ * each step's state gradients to the step before).
  *
  * Cost: the input projection of all frames is one GEMM per input; each step is one
  * recurrent GEMM (B, H) x (H, 4H) into the step's rows of z and one fused pointwise pass
  * (kernels/cpu/lstm.c). Backward runs one pointwise pass (dz_t, in place of the gates) and one
  * GEMM dz_t U^T per step, then dW_k = X_k^T dZ, dU = Hprev^T dZ and dX_k = dZ W_k^T as single
- * GEMMs over all frames. In float32 on an AVX-512 CPU the per-step products use
+ * GEMMs over all frames. In float32 on an AVX2+FMA or AVX-512 CPU the per-step products use
  * kernels/cpu/gemm_small.c with U (forward) or U^T (backward) packed once per pass, split
  * over the BLAS thread count: a BLAS call would repack U on every step and runs those
  * few-row products at a fraction of its speed; float64 and other CPUs use BLAS throughout.
@@ -91,7 +94,8 @@ typedef struct {
     bool peepholes;
     bool cudnn; /* impl = "cudnn" */
     double forget_bias;
-    rl_tensor h0, c0; /* the given initial state (shared views), or unset */
+    rl_tensor h0, c0;   /* the given initial state (shared views), or unset */
+    rl_tensor dhT, dcT; /* the given final state gradients (shared views), or unset */
     rl_tensor gates, hs, cs, dh, dc;
     rl_tensor upack; /* U (forward) or U^T (backward) packed for the per-step product */
     rl_tensor gout;  /* a contiguous copy of grad_out when it cannot be folded */
@@ -566,13 +570,18 @@ static rl_status lstm_backward(rl_layer *l, rl_layer_io *io, const rl_tensor *gr
         dpeep[k] = gm.p;
     }
 #ifdef RL_WITH_CUDA
+    if (L->cudnn && (L->dhT.storage || L->dcT.storage))
+        return rl_error(
+            RL_EARG, "layer '%s' (lstm): impl = \"cudnn\" takes no final state gradients", l->name);
     if (L->cudnn) return backward_cudnn(L, io, grad_in, dt, dev, dout, dW, dU, db);
 #endif
     int64_t sshape[2] = {B, H};
     RL_TRY(rl_buffer_ensure_synced(&L->dh, dt, dev, 2, sshape));
     RL_TRY(rl_buffer_ensure_synced(&L->dc, dt, dev, 2, sshape));
-    RL_TRY(write_state(L, &L->dh, NULL));
-    RL_TRY(write_state(L, &L->dc, NULL));
+    if (L->dhT.storage) RL_TRY(check_state(L, &L->dhT, "final h gradient", B, dev));
+    if (L->dcT.storage) RL_TRY(check_state(L, &L->dcT, "final c gradient", B, dev));
+    RL_TRY(write_state(L, &L->dh, L->dhT.storage ? &L->dhT : NULL));
+    RL_TRY(write_state(L, &L->dc, L->dcT.storage ? &L->dcT : NULL));
     L->have_forward = false; /* the gates become dZ */
 
     const void *const *pp = L->peepholes ? peep : NULL;
@@ -622,8 +631,8 @@ static void lstm_destroy(rl_layer *l) {
     if (L->stream) (void)rl_lstm_cuda_stream_sync(L->stream);
     rl_cudnn_lstm_free(L->rnn);
 #endif
-    rl_tensor *ts[] = {&L->h0, &L->c0,   &L->gates, &L->hs,      &L->cs,   &L->dh,
-                       &L->dc, &L->gout, &L->upack, &L->len_dev, &L->xcat, &L->dxcat};
+    rl_tensor *ts[] = {&L->h0, &L->c0, &L->dhT,  &L->dcT,   &L->gates,   &L->hs,   &L->cs,
+                       &L->dh, &L->dc, &L->gout, &L->upack, &L->len_dev, &L->xcat, &L->dxcat};
     for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
         rl_tensor_release(ts[i]);
     for (int k = 0; k < RL_LAYER_MAX_INPUTS; k++) {
@@ -736,6 +745,28 @@ rl_status rl_lstm_set_initial_state(rl_layer *l, const rl_tensor *h0, const rl_t
     rl_tensor_release(&L->c0);
     if (h0) rl_tensor_share(&L->h0, h0);
     if (c0) rl_tensor_share(&L->c0, c0);
+    return RL_OK;
+}
+
+rl_status rl_lstm_set_final_state_grad(rl_layer *l, const rl_tensor *dh, const rl_tensor *dc) {
+    lstm_layer *L = NULL;
+    char s[96];
+    RL_TRY(as_lstm(l, &L, "rl_lstm_set_final_state_grad"));
+    const rl_tensor *given[2] = {dh, dc};
+    for (int k = 0; k < 2; k++) {
+        const rl_tensor *g = given[k];
+        /* shape against B and the device are checked at each backward */
+        if (g && (!g->storage || g->ndim != 2 || g->shape[1] != l->n_out || g->dtype == RL_INT32))
+            return rl_error(RL_ESHAPE,
+                            "layer '%s' (lstm): final %s gradient must be a float (B, %" PRId64
+                            ") tensor, got %s",
+                            l->name, k ? "c" : "h", l->n_out,
+                            g && g->storage ? rl_tensor_describe(g, s, sizeof s) : "nothing");
+    }
+    rl_tensor_release(&L->dhT);
+    rl_tensor_release(&L->dcT);
+    if (dh) rl_tensor_share(&L->dhT, dh);
+    if (dc) rl_tensor_share(&L->dcT, dc);
     return RL_OK;
 }
 

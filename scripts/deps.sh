@@ -3,9 +3,11 @@
 # `deps.sh --check` only reports (exit 1 when something is missing).
 set -euo pipefail
 
-# hdf5-tools (h5dump) and python3-h5py are for the tests: files written by other writers
+# hdf5-tools (h5dump) and python3-h5py are for the tests: files written by other writers;
+# festlex-cmu (CMUdict) for recipes/g2p_cmudict.lua and its smoke test;
+# libmicrohttpd-dev and libjansson-dev for `rnnlua serve` (HTTP, JSON)
 pkgs=(pkg-config liblua5.4-dev lua-filesystem-dev libhdf5-dev libopenblas-dev libedit-dev hdf5-tools
-      python3-h5py)
+      python3-h5py festlex-cmu libmicrohttpd-dev libjansson-dev)
 
 missing=()
 for p in "${pkgs[@]}"; do

@@ -134,11 +134,13 @@ end
 ---------------------------------------------------------------------------- layers and networks
 
 require("rnnlua.layers").install(rl)    -- rl.layers (and the Lua layer classes)
+require("rnnlua.rec").install(rl)       -- the rec layer (recurrent sub-networks), attention
 require("rnnlua.network").install(rl)   -- rl.network
 require("rnnlua.gradcheck").install(rl) -- rl.gradcheck
 require("rnnlua.optim").install(rl)      -- rl.optimizer
 require("rnnlua.lr_control").install(rl) -- rl.lr_control
 require("rnnlua.datasets").install(rl)  -- rl.dataset, rl.batches, rl.hdf_writer, rl.dataset_write
 require("rnnlua.engine").install(rl)    -- rl.train, rl.forward, rl.save/load_checkpoint
+require("rnnlua.ctc").install(rl)       -- rl.ctc_decode
 
 return rl
