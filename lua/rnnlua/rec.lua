@@ -634,7 +634,6 @@ function Rec:forward(inputs, geom, train, batch)
       end
     end
   end
-  self.rng_after = rl.get_rng_state()
   local loss, errors, frames = 0, 0, nil
   for _, unit in ipairs(self.losses) do
     local ins = {}
@@ -645,6 +644,7 @@ function Rec:forward(inputs, geom, train, batch)
     loss, errors = loss + l * unit.loss_scale, errors + e
     frames = frames or f
   end
+  self.rng_after = rl.get_rng_state()
   self.forwarded = true
   self.out_len = len
   self.has_loss = #self.losses > 0 and teacher

@@ -240,6 +240,17 @@ H.expect_error("a choice without a target in the batch, outside search", functio
   rl.network(d, ext):forward{data = rl.randn(3, 1, 3), lengths = rl.tensor({3}, "int32")}
 end, "layer 'dec' (rec), unit layer 'output': a choice without a target in the batch needs search")
 
+gradcheck("gradient check: dropout inside a unit (the masks repeat in backward through time)",
+  {network = {
+    dec = {class = "rec", from = "data", unit = {
+      d = {class = "dropout", dropout = 0.3, from = "prev:h"},
+      h = {class = "linear", activation = "tanh", n_out = 4, from = {"data:source", "d"}},
+      output = {class = "copy", from = "h"},
+    }},
+    output = {class = "softmax", from = "dec", loss = "ce", target = "classes"},
+  }, extern_data = {data = {dim = 3}, classes = {dim = 3, sparse = true}}, T = 5, B = 3,
+  lengths = {5, 2, 4}, train = true})
+
 gradcheck("gradient check: a Lua layer (layer_norm) inside a unit", {network = {
   dec = {class = "rec", from = "data", unit = {
     h = {class = "linear", activation = "tanh", n_out = 4, from = {"data:source", "prev:h"}},
