@@ -10,7 +10,7 @@
 -- The unit's layer `output` is the rec layer's output (S, B, n_out), one frame per step.
 -- Unit layers are ordinary layer objects (C or Lua classes) run on (1, B, F) views, one step at
 -- a time, plus three kinds the rec layer drives itself:
---   lstm                its state (h, c) carried from step to step (prev state in, final
+--   lstm, gru           their state (h, c; h) carried from step to step (prev state in, final
 --                       state out, layers/layer.h "Per-step use")
 --   attention           lua/rnnlua/attention.lua: base = "base:enc", from = the query
 --   choice              {class = "choice", from = "output_prob", target = "classes",
@@ -339,7 +339,7 @@ function M.create(name, d, srcs, n_from, in_dims, dtype, ext)
         u.loss and type(u.target) == "string" and ext[u.target] and {n_out = ext[u.target].dim})
       if not ok then fail("layer '%s' (rec), unit layer '%s': %s", name, uname, tostring(layer)) end
       unit.obj, unit.n_out = layer, layer.n_out
-      unit.kind = u.class == "lstm" and "lstm" or "layer"
+      unit.kind = (u.class == "lstm" or u.class == "gru") and u.class or "layer"
       if u.loss ~= nil then
         if u.loss ~= "ce" or not layer.is_loss then
           fail("%s: only loss = \"ce\" on a softmax layer is supported inside a unit", p.where)
@@ -486,8 +486,10 @@ function Rec:size_buffers(S, B)
     unit.init_buf:fill_(unit.initial)
     if unit.kind == "lstm" then
       unit.cells = ensure(unit.cells, dt, dev, S, B, unit.n_out)
-      unit.zero_state = ensure(unit.zero_state, dt, dev, B, unit.n_out)
       unit.dc = ensure(unit.dc, dt, dev, B, unit.n_out)
+    end
+    if unit.kind == "lstm" or unit.kind == "gru" then
+      unit.zero_state = ensure(unit.zero_state, dt, dev, B, unit.n_out)
     end
     if unit.loss then
       unit.loss_gin = unit.loss_gin or {}
@@ -530,6 +532,8 @@ function Rec:run_unit(unit, t, train)
     local h0 = t == 1 and unit.zero_state or unit.out:select(1, t - 1)
     local c0 = t == 1 and unit.zero_state or unit.cells:select(1, t - 1)
     unit.obj:set_initial_state(h0, c0)
+  elseif unit.kind == "gru" then
+    unit.obj:set_initial_state(t == 1 and unit.zero_state or unit.out:select(1, t - 1))
   end
   local ok, out = pcall(unit.obj.forward, unit.obj, ins, self.ones, train)
   if not ok then fail("layer '%s' (rec), unit layer '%s', step %d: %s", self.name, unit.name, t,
@@ -720,9 +724,10 @@ function Rec:backward(grad_out, grad_in)
           local ok, err = pcall(unit.obj.backward, unit.obj, g, unit.gin)
           if not ok then fail("layer '%s' (rec), unit layer '%s', step %d: %s", self.name,
               unit.name, t, tostring(err)) end
-          if unit.kind == "lstm" then
+          if unit.kind == "lstm" or unit.kind == "gru" then
+            -- the state's gradient flows to the previous step's output (= its h)
             local dh0, dc0 = unit.obj:initial_state_grad()
-            unit.dc:copy_(dc0)
+            if dc0 then unit.dc:copy_(dc0) end
             if t > 1 then unit.grad:select(1, t - 1):add_(dh0) end
           end
           for k, s in ipairs(unit.srcs) do
