@@ -278,7 +278,7 @@ function M.create(name, d, srcs, n_from, in_dims, dtype, ext)
         fail("%s (class %s): '%s' gives labels (sparse); feed it through an embedding layer",
           p.where, u.class, s.text)
       end
-      if not sparse_in[k] and flags & 8 ~= 0 then
+      if not sparse_in[k] and u.class == "embedding" then
         fail("%s (class %s): '%s' is dense; this class takes labels", p.where, u.class, s.text)
       end
     end
@@ -545,6 +545,15 @@ function Rec:run_unit(unit, t, train)
   return out
 end
 
+-- Runs unit layer `unit` at step t and keeps its output (and an lstm's cell) as row t.
+function Rec:store_unit(unit, t, train)
+  unit.out:narrow(1, t, 1):copy_(self:run_unit(unit, t, train))
+  if unit.kind == "lstm" then
+    local _, c = unit.obj:final_state()
+    unit.cells:select(1, t):copy_(c)
+  end
+end
+
 -- Whether unit runs in the step loop (loss layers and choices are handled apart in training).
 local function in_loop(unit, teacher)
   if teacher then return not unit.loss and unit.kind ~= "choice" end
@@ -570,7 +579,7 @@ function Rec:steps_of(inputs, geom, batch)
   if self.source then return self.source:size(1), geom, nil end
   if self.choice then
     fail("layer '%s' (rec), unit layer '%s': a choice without a target in the batch needs search "
-      .. "(net:search, rl.search), or give target '%s'", self.name, self.choice.name, key)
+      .. "(net:search), or give target '%s'", self.name, self.choice.name, key)
   end
   fail("layer '%s' (rec): nothing gives the number of steps: no target and no from "
     .. "(data:source)", self.name)
@@ -627,18 +636,12 @@ function Rec:forward(inputs, geom, train, batch)
       if in_loop(unit, teacher) then
         if unit.kind == "choice" then
           fail("layer '%s' (rec), unit layer '%s': a choice without a target in the batch needs "
-            .. "search (rl.search)", self.name, unit.name)
+            .. "search (net:search)", self.name, unit.name)
         end
-        local out = self:run_unit(unit, t, train)
-        unit.out:narrow(1, t, 1):copy_(out)
-        if unit.kind == "lstm" then
-          local _, c = unit.obj:final_state()
-          unit.cells:select(1, t):copy_(c)
-        end
+        self:store_unit(unit, t, train)
       end
     end
   end
-  self.rng_after = rl.get_rng_state()
   local loss, errors, frames = 0, 0, nil
   for _, unit in ipairs(self.losses) do
     local ins = {}
@@ -649,6 +652,7 @@ function Rec:forward(inputs, geom, train, batch)
     loss, errors = loss + l * unit.loss_scale, errors + e
     frames = frames or f
   end
+  self.rng_after = rl.get_rng_state()
   self.forwarded = true
   self.out_len = len
   self.has_loss = #self.losses > 0 and teacher
@@ -724,9 +728,10 @@ function Rec:backward(grad_out, grad_in)
           local ok, err = pcall(unit.obj.backward, unit.obj, g, unit.gin)
           if not ok then fail("layer '%s' (rec), unit layer '%s', step %d: %s", self.name,
               unit.name, t, tostring(err)) end
-          if unit.kind == "lstm" then
+          if unit.kind == "lstm" or unit.kind == "gru" then
+            -- the state's gradient flows to the previous step's output (= its h)
             local dh0, dc0 = unit.obj:initial_state_grad()
-            unit.dc:copy_(dc0)
+            if dc0 then unit.dc:copy_(dc0) end
             if t > 1 then unit.grad:select(1, t - 1):add_(dh0) end
           elseif unit.kind == "gru" and t > 1 then
             unit.grad:select(1, t - 1):add_(unit.obj:initial_state_grad())
@@ -835,14 +840,7 @@ function Rec:search(inputs, geom, opts)
   local src = self.by_name[choice.srcs[1].name]
   for t = 1, S do
     for _, unit in ipairs(self.units) do
-      if unit.kind ~= "choice" then
-        local out = self:run_unit(unit, t, false)
-        unit.out:narrow(1, t, 1):copy_(out)
-        if unit.kind == "lstm" then
-          local _, c = unit.obj:final_state()
-          unit.cells:select(1, t):copy_(c)
-        end
-      end
+      if unit.kind ~= "choice" then self:store_unit(unit, t, false) end
     end
     local logp = src.out:select(1, t):clamp(1e-30, 1):log():to{dtype = "float64",
       device = "cpu"}:totable()
