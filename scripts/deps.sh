@@ -3,9 +3,12 @@
 # `deps.sh --check` only reports (exit 1 when something is missing).
 set -euo pipefail
 
-# hdf5-tools (h5dump) and python3-h5py are for the tests: files written by other writers
+# hdf5-tools (h5dump) and python3-h5py are for the tests: files written by other writers;
+# bible-kjv, python3-pil, python3-numpy and the fonts-* are recipes/htr_lines.lua's data, which
+# tests/lua/test_htr_lines.lua converts
 pkgs=(pkg-config liblua5.4-dev lua-filesystem-dev libhdf5-dev libopenblas-dev libedit-dev hdf5-tools
-      python3-h5py)
+      python3-h5py bible-kjv python3-pil python3-numpy fonts-dkg-handwriting fonts-breip
+      fonts-femkeklaver fonts-kristi fonts-comic-neue fonts-rufscript)
 
 missing=()
 for p in "${pkgs[@]}"; do
