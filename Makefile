@@ -112,13 +112,15 @@ $(BUILD)/bench/%: bench/%.c $(BUILD)/librnnlua.a
 test: $(BUILD)/rnnlua $(CTESTS)
 	@bash tests/run.sh $(BUILD)
 
-# CUDA-vs-CPU parity of every op, of the LSTM (own kernels, cuDNN), of the optimizers and of
+# CUDA-vs-CPU parity of every op, of the LSTM (own kernels, cuDNN), of the GRU, of the optimizers and of
 # networks of every other layer class (including whole rl.train runs); each prints a SKIP line
 # and passes where there is no GPU.
 test-gpu: $(BUILD)/rnnlua $(BUILD)/tests-gpu/test_parity $(BUILD)/tests-gpu/test_lstm_parity \
-          $(BUILD)/tests-gpu/test_optim_parity $(BUILD)/tests-gpu/test_mdlstm_parity
+          $(BUILD)/tests-gpu/test_optim_parity $(BUILD)/tests-gpu/test_mdlstm_parity \
+          $(BUILD)/tests-gpu/test_gru_parity
 	$(BUILD)/tests-gpu/test_parity
 	$(BUILD)/tests-gpu/test_lstm_parity
+	$(BUILD)/tests-gpu/test_gru_parity
 	$(BUILD)/tests-gpu/test_optim_parity
 	$(BUILD)/tests-gpu/test_mdlstm_parity
 	$(BUILD)/rnnlua tests/gpu/test_layers_parity.lua

@@ -5,6 +5,7 @@
 #define RL_POINTWISE_H
 
 #include <math.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "../core/hd.h"
@@ -19,10 +20,12 @@
  * rl_expf: Cephes' method. n = round(x / ln 2) by the 1.5 * 2^23 rounding trick (no call to
  * rintf), r = x - n ln 2 in two parts, e^r by a degree-6 polynomial, times 2^n built in the
  * exponent bits. Below x = -87.3 (results under the smallest normal float) it gives 0, above
- * 88.72 +inf. */
+ * 88.72 +inf, for NaN NaN. */
 RL_HD_INLINE float rl_expf(float x) {
     const float hi = 88.72f, lo = -87.3f;
-    float xc = x < lo ? lo : (x > hi ? hi : x);
+    /* written so that NaN clamps to lo: n must stay finite, a NaN converted to int32 below is
+     * undefined behaviour; the NaN itself is returned at the end */
+    float xc = x > lo ? (x < hi ? x : hi) : lo;
     const float shifter = 12582912.0f; /* 1.5 * 2^23 */
     float t = xc * 1.44269504088896341f + shifter;
     float n = t - shifter;
@@ -41,7 +44,43 @@ RL_HD_INLINE float rl_expf(float x) {
     } scale;
     scale.i = ((int32_t)n + 127) * (1 << 23);
     float y = e * scale.f;
-    return x > hi ? INFINITY : (x < lo ? 0.0f : y);
+    return x != x ? x : (x > hi ? INFINITY : (x < lo ? 0.0f : y));
+}
+
+/* rl_logf: Cephes' method. x = m 2^e with m in [sqrt(1/2), sqrt(2)) read from the exponent
+ * bits (subnormals scaled by 2^23 first), log(m) by a degree-9 polynomial in m - 1, plus e ln 2
+ * in two parts. Special values by selects (so loops stay branch-free): log(0) = -inf,
+ * log(x < 0) = NaN, log(+inf) = +inf, NaN propagates. Within 2 ulp (test_pointwise.c). */
+RL_HD_INLINE float rl_logf(float x) {
+    const float tiny = 1.17549435e-38f; /* FLT_MIN */
+    float xs = x < tiny ? x * 8388608.0f : x;
+    float ebias = x < tiny ? -23.0f : 0.0f;
+    union {
+        float f;
+        int32_t i;
+    } u;
+    u.f = xs;
+    float e = (float)(((u.i >> 23) & 0xff) - 126) + ebias;
+    u.i = (u.i & 0x007fffff) | 0x3f000000; /* m in [0.5, 1) */
+    float m = u.f;
+    bool low = m < 0.707106781186547524f;
+    e = low ? e - 1.0f : e;
+    m = low ? m + m - 1.0f : m - 1.0f;
+    float z = m * m;
+    float p = 7.0376836292e-2f;
+    p = p * m + -1.1514610310e-1f;
+    p = p * m + 1.1676998740e-1f;
+    p = p * m + -1.2420140846e-1f;
+    p = p * m + 1.4249322787e-1f;
+    p = p * m + -1.6668057665e-1f;
+    p = p * m + 2.0000714765e-1f;
+    p = p * m + -2.4999993993e-1f;
+    p = p * m + 3.3333331174e-1f;
+    float y = p * m * z + e * -2.12194440e-4f - 0.5f * z;
+    float r = m + y + e * 0.693359375f;
+    r = x == INFINITY ? INFINITY : r;
+    r = x == 0.0f ? -INFINITY : r;
+    return x < 0.0f || x != x ? NAN : r;
 }
 
 /* tanh: Eigen's rational approximation (a degree-13 odd polynomial over a degree-6 even one)

@@ -28,7 +28,8 @@ rl_status rl_opt_int(const rl_options *o, const char *layer, const char *key, in
     RL_TRY(o->number(o->ctx, key, &d, &found));
     if (!found && required) return rl_error(RL_EARG, "layer '%s': missing option %s", layer, key);
     if (d != floor(d) || d < (double)min || d > 1e15)
-        return rl_error(RL_EARG, "layer '%s': option %s = %g must be an integer >= %" PRId64, layer,
+        return rl_error(RL_EARG,
+                        "layer '%s': option %s = %g must be an integer in %" PRId64 "..1e15", layer,
                         key, d, min);
     *v = (int64_t)d;
     return RL_OK;
@@ -84,6 +85,13 @@ rl_status rl_layer_add_param(rl_layer *l, const char *pname, int ndim, const int
     if (l->n_params == RL_LAYER_MAX_PARAMS)
         return rl_error(RL_EARG, "layer '%s': more than %d parameters", l->name,
                         RL_LAYER_MAX_PARAMS);
+    char what[160];
+    snprintf(what, sizeof what, "layer '%s': parameter %s", l->name, pname);
+    int64_t numel, total;
+    RL_TRY(rl_shape_numel(what, ndim, shape, &numel));
+    if (!rl_add_ok(rl_layer_num_params(l), numel, &total) || total > RL_MAX_NUMEL)
+        return rl_error(RL_ESHAPE, "layer '%s': more than %" PRId64 " parameters", l->name,
+                        RL_MAX_NUMEL);
     rl_param *p = &l->params[l->n_params];
     memset(p, 0, sizeof *p);
     snprintf(p->name, sizeof p->name, "%s", pname);

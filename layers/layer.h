@@ -95,11 +95,16 @@ typedef struct rl_layer_io {
     const rl_tensor *lengths;                 /* (B) int32, CPU; for 2-D inputs NULL */
     const rl_tensor *sizes;                   /* 2-D inputs: (B, 2) int32, CPU; else NULL */
     const rl_tensor *target;                  /* loss layers: (T, B) int32 or (T, B, F) */
-    bool train;                               /* dropout and the like act only when true */
-    rl_rng *rng;                              /* the network's generator (dropout masks) */
+    /* a target of its own length (loss "ctc": (S, B) int32 labels): (B) int32 CPU, else NULL */
+    const rl_tensor *target_lengths;
+    bool train;  /* dropout and the like act only when true */
+    rl_rng *rng; /* the network's generator (dropout masks) */
     /* loss layers fill these in forward when target is set: the summed loss over valid
-     * frames, the number of wrongly classified frames (0 for mse) and of valid frames */
-    double loss, n_errors, n_frames;
+     * frames, the number of wrongly classified frames (0 for mse) and of valid frames; a
+     * sequence-level loss (ctc) counts label errors (edit distance of the best path to the
+     * target) in n_errors, their reference labels in n_labels and the sequences it left out
+     * of the loss (no alignment fits: infinite loss) in n_skipped */
+    double loss, n_errors, n_frames, n_labels, n_skipped;
 } rl_layer_io;
 
 typedef struct rl_layer rl_layer;

@@ -44,6 +44,16 @@ rl_status rl_lstm_final_state(rl_layer *l, rl_tensor *h, rl_tensor *c);
  * backward; valid until the next backward. */
 rl_status rl_lstm_initial_state_grad(rl_layer *l, rl_tensor *dh0, rl_tensor *dc0);
 
+/* gru (layers/gru.c): n_out, direction = 1 | -1; PyTorch's GRU formulation and weight layout.
+ * The initial state (B, n_out), the final state and the initial state's gradient work as the
+ * lstm's above (without a cell); together they make one forward/backward with T = 1 a single
+ * step with explicit state in and out. */
+rl_status rl_gru_create(rl_layer **out, const char *name, const rl_options *opts, int n_in,
+                        const int64_t *in_dims);
+rl_status rl_gru_set_initial_state(rl_layer *l, const rl_tensor *h0);
+rl_status rl_gru_final_state(rl_layer *l, rl_tensor *h);
+rl_status rl_gru_initial_state_grad(rl_layer *l, rl_tensor *dh0);
+
 /* mdlstm (layers/mdlstm.c): 2-D multi-directional LSTM over (H, W, B, F) images; n_out (per
  * direction), directions ("tl,tr,bl,br"), combine = concat | sum, cell = standard | stable,
  * forget_bias. */

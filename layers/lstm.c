@@ -20,7 +20,7 @@
  * recurrent GEMM (B, H) x (H, 4H) into the step's rows of z and one fused pointwise pass
  * (kernels/cpu/lstm.c). Backward runs one pointwise pass (dz_t, in place of the gates) and one
  * GEMM dz_t U^T per step, then dW_k = X_k^T dZ, dU = Hprev^T dZ and dX_k = dZ W_k^T as single
- * GEMMs over all frames. In float32 on an AVX-512 CPU the per-step products use
+ * GEMMs over all frames. In float32 on an AVX2+FMA or AVX-512 CPU the per-step products use
  * kernels/cpu/gemm_small.c with U (forward) or U^T (backward) packed once per pass, split
  * over the BLAS thread count: a BLAS call would repack U on every step and runs those
  * few-row products at a fraction of its speed; float64 and other CPUs use BLAS throughout.
@@ -121,17 +121,6 @@ static void *at(const rl_tensor *t, int64_t elems) {
     return (char *)rl_tensor_data(t) + (size_t)elems * rl_dtype_size(t->dtype);
 }
 
-/* x (T, B, F) as a (T*B, F) matrix without a copy when its strides allow. */
-static bool fold_tb(const rl_tensor *x, rl_mat *m) {
-    if (x->shape[2] > 1 && x->stride[2] != 1) return false;
-    if (x->shape[0] > 1 && x->stride[0] != x->shape[1] * x->stride[1]) return false;
-    int64_t ld = x->shape[1] > 1 ? x->stride[1] : (x->shape[0] > 1 ? x->stride[0] : x->shape[2]);
-    if (ld < x->shape[2]) return false;
-    m->p = rl_tensor_data(x);
-    m->ld = ld > 0 ? ld : 1;
-    return true;
-}
-
 static rl_status check_state(const lstm_layer *L, const rl_tensor *s, const char *what, int64_t B,
                              rl_device dev) {
     char buf[96], d[32];
@@ -182,21 +171,6 @@ static rl_status use_device(lstm_layer *L, rl_device dev) {
 #endif
     return rl_error(RL_EDEVICE, "layer '%s' (lstm): tensors on %s are not supported by this build",
                     L->base.name, d);
-}
-
-/* rl_buffer_ensure, synchronising the devices involved first when it must allocate: the old
- * block may still be used by this layer's stream, and a cached block handed out now may have
- * been released by another layer's stream still using it (kernels/cuda/lstm_cuda.h). */
-static rl_status ensure(rl_tensor *buf, rl_dtype dt, rl_device dev, int ndim,
-                        const int64_t *shape) {
-    int64_t n = 1;
-    for (int d = 0; d < ndim; d++)
-        n *= shape[d];
-    rl_storage *s = buf->storage;
-    bool fits = s && rl_device_eq(s->device, dev) && s->nbytes >= (size_t)n * rl_dtype_size(dt);
-    if (!fits && s && s->device.type != RL_CPU) RL_TRY(rl_op_synchronize(s->device));
-    if (!fits && dev.type != RL_CPU) RL_TRY(rl_op_synchronize(dev));
-    return rl_buffer_ensure(buf, dt, dev, ndim, shape);
 }
 
 /* dst (B, H) <- src, or zeros when src is NULL; on CUDA queued on the layer's stream when the
@@ -346,15 +320,15 @@ static rl_status forward_cudnn(lstm_layer *L, const rl_layer_io *io, rl_dtype dt
     }
     rl_mat X;
     const void *x;
-    if (io->n_in == 1 && fold_tb(io->in[0], &X) && X.ld == F) {
+    if (io->n_in == 1 && rl_mat_fold_tb(io->in[0], &X) && X.ld == F) {
         x = X.p;
     } else {
         int64_t xs[3] = {T, B, F};
-        RL_TRY(ensure(&L->xcat, dt, dev, 3, xs));
+        RL_TRY(rl_buffer_ensure_synced(&L->xcat, dt, dev, 3, xs));
         int64_t off = 0;
         for (int k = 0; k < io->n_in; off += l->in_dims[k++]) {
             int64_t Fk = l->in_dims[k];
-            if (fold_tb(io->in[k], &X)) {
+            if (rl_mat_fold_tb(io->in[k], &X)) {
                 RL_TRY(rl_lstm_cuda_copy_rows(L->stream, at(&L->xcat, off), (size_t)F * es, X.p,
                                               (size_t)X.ld * es, (size_t)Fk * es, T * B));
             } else {
@@ -368,8 +342,8 @@ static rl_status forward_cudnn(lstm_layer *L, const rl_layer_io *io, rl_dtype dt
         x = rl_tensor_data(&L->xcat);
     }
     int64_t ss[3] = {2, B, H};
-    RL_TRY(ensure(&L->hs, dt, dev, 3, ss));
-    RL_TRY(ensure(&L->cs, dt, dev, 3, ss));
+    RL_TRY(rl_buffer_ensure_synced(&L->hs, dt, dev, 3, ss));
+    RL_TRY(rl_buffer_ensure_synced(&L->cs, dt, dev, 3, ss));
     rl_tensor hrow = {0}, crow = {0};
     RL_TRY(rl_tensor_select(&hrow, &L->hs, 0, 0));
     rl_status st = rl_tensor_select(&crow, &L->cs, 0, 0);
@@ -402,7 +376,7 @@ static rl_status backward_cudnn(lstm_layer *L, const rl_layer_io *io, rl_tensor 
     const void *dy = dout.p;
     if (!dout.p || dout.ld != H) {
         int64_t os[3] = {T, B, H};
-        RL_TRY(ensure(&L->gout, dt, dev, 3, os));
+        RL_TRY(rl_buffer_ensure_synced(&L->gout, dt, dev, 3, os));
         if (dout.p)
             RL_TRY(rl_lstm_cuda_copy_rows(L->stream, rl_tensor_data(&L->gout), (size_t)H * es,
                                           dout.p, (size_t)dout.ld * es, (size_t)H * es, T * B));
@@ -417,17 +391,17 @@ static rl_status backward_cudnn(lstm_layer *L, const rl_layer_io *io, rl_tensor 
     rl_mat G;
     void *dx = NULL;
     bool split = false;
-    if (any && io->n_in == 1 && fold_tb(grad_in[0], &G) && G.ld == F) {
+    if (any && io->n_in == 1 && rl_mat_fold_tb(grad_in[0], &G) && G.ld == F) {
         dx = G.p;
     } else if (any) {
         int64_t xs[3] = {T, B, F};
-        RL_TRY(ensure(&L->dxcat, dt, dev, 3, xs));
+        RL_TRY(rl_buffer_ensure_synced(&L->dxcat, dt, dev, 3, xs));
         dx = rl_tensor_data(&L->dxcat);
         split = true;
     }
     int64_t bh[2] = {B, H};
-    RL_TRY(ensure(&L->dh, dt, dev, 2, bh));
-    RL_TRY(ensure(&L->dc, dt, dev, 2, bh));
+    RL_TRY(rl_buffer_ensure_synced(&L->dh, dt, dev, 2, bh));
+    RL_TRY(rl_buffer_ensure_synced(&L->dc, dt, dev, 2, bh));
     L->have_forward = false;
     RL_TRY(rl_cudnn_lstm_backward(L->rnn, dy, dx, rl_tensor_data(&L->dh), rl_tensor_data(&L->dc)));
     RL_TRY(rl_cudnn_lstm_unpack_grads(L->rnn, dW.p, dU.p, db.p));
@@ -436,7 +410,7 @@ static rl_status backward_cudnn(lstm_layer *L, const rl_layer_io *io, rl_tensor 
         int64_t Fk = l->in_dims[k];
         rl_tensor *gi = grad_in[k];
         if (!gi) continue;
-        if (fold_tb(gi, &G)) {
+        if (rl_mat_fold_tb(gi, &G)) {
             RL_TRY(rl_lstm_cuda_copy_rows(L->stream, G.p, (size_t)G.ld * es, at(&L->dxcat, off),
                                           (size_t)F * es, (size_t)Fk * es, T * B));
         } else {
@@ -479,18 +453,18 @@ static rl_status lstm_forward(rl_layer *l, rl_layer_io *io) {
     L->B = B;
     L->have_forward = false;
     L->trained = false;
-    RL_TRY(ensure(&l->out, dt, dev, 3, oshape));
+    RL_TRY(rl_buffer_ensure_synced(&l->out, dt, dev, 3, oshape));
 #ifdef RL_WITH_CUDA
     if (dev.type == RL_CUDA) {
-        RL_TRY(ensure(&L->len_dev, RL_INT32, dev, 1, &B));
+        RL_TRY(rl_buffer_ensure_synced(&L->len_dev, RL_INT32, dev, 1, &B));
         RL_TRY(rl_lstm_cuda_set_lengths(L->stream, rl_tensor_data(&L->len_dev),
                                         rl_tensor_data(io->lengths), B));
         if (L->cudnn) return forward_cudnn(L, io, dt, dev, W, U, bias);
     }
 #endif
-    RL_TRY(ensure(&L->gates, dt, dev, 3, gshape));
-    RL_TRY(ensure(&L->hs, dt, dev, 3, sshape));
-    RL_TRY(ensure(&L->cs, dt, dev, 3, sshape));
+    RL_TRY(rl_buffer_ensure_synced(&L->gates, dt, dev, 3, gshape));
+    RL_TRY(rl_buffer_ensure_synced(&L->hs, dt, dev, 3, sshape));
+    RL_TRY(rl_buffer_ensure_synced(&L->cs, dt, dev, 3, sshape));
 
     /* the initial state row */
     int64_t init_row = L->direction > 0 ? 0 : T;
@@ -508,8 +482,8 @@ static rl_status lstm_forward(rl_layer *l, rl_layer_io *io) {
     int64_t row = 0;
     for (int k = 0; k < io->n_in; k++) {
         rl_mat X;
-        if (!fold_tb(io->in[k], &X)) {
-            RL_TRY(ensure(&L->xs[k], dt, dev, 3, io->in[k]->shape));
+        if (!rl_mat_fold_tb(io->in[k], &X)) {
+            RL_TRY(rl_buffer_ensure_synced(&L->xs[k], dt, dev, 3, io->in[k]->shape));
             RL_TRY(rl_op_copy(&L->xs[k], io->in[k]));
             X = (rl_mat){rl_tensor_data(&L->xs[k]), l->in_dims[k]};
         }
@@ -560,8 +534,8 @@ static rl_status lstm_backward(rl_layer *l, rl_layer_io *io, const rl_tensor *gr
                             ", %" PRId64 ") %s on the output's device",
                             l->name, rl_tensor_describe(grad_out, s1, sizeof s1), T, B, H,
                             rl_dtype_name(dt));
-        if (!fold_tb(grad_out, &dout)) {
-            RL_TRY(ensure(&L->gout, dt, dev, 3, grad_out->shape));
+        if (!rl_mat_fold_tb(grad_out, &dout)) {
+            RL_TRY(rl_buffer_ensure_synced(&L->gout, dt, dev, 3, grad_out->shape));
             RL_TRY(rl_op_copy(&L->gout, grad_out));
             dout = (rl_mat){rl_tensor_data(&L->gout), H};
         }
@@ -595,8 +569,8 @@ static rl_status lstm_backward(rl_layer *l, rl_layer_io *io, const rl_tensor *gr
     if (L->cudnn) return backward_cudnn(L, io, grad_in, dt, dev, dout, dW, dU, db);
 #endif
     int64_t sshape[2] = {B, H};
-    RL_TRY(ensure(&L->dh, dt, dev, 2, sshape));
-    RL_TRY(ensure(&L->dc, dt, dev, 2, sshape));
+    RL_TRY(rl_buffer_ensure_synced(&L->dh, dt, dev, 2, sshape));
+    RL_TRY(rl_buffer_ensure_synced(&L->dc, dt, dev, 2, sshape));
     RL_TRY(write_state(L, &L->dh, NULL));
     RL_TRY(write_state(L, &L->dc, NULL));
     L->have_forward = false; /* the gates become dZ */
@@ -620,15 +594,15 @@ static rl_status lstm_backward(rl_layer *l, rl_layer_io *io, const rl_tensor *gr
         int64_t F = l->in_dims[k];
         size_t off = (size_t)(row * 4 * H) * rl_dtype_size(dt);
         rl_mat X;
-        if (!fold_tb(io->in[k], &X)) X = (rl_mat){rl_tensor_data(&L->xs[k]), F};
+        if (!rl_mat_fold_tb(io->in[k], &X)) X = (rl_mat){rl_tensor_data(&L->xs[k]), F};
         RL_TRY(gemm(L, dev, dt, true, false, F, 4 * H, T * B, X, dZ, 1.0,
                     (rl_mat){(char *)dW.p + off, 4 * H}));
         rl_tensor *gi = grad_in ? grad_in[k] : NULL;
         if (gi) {
             rl_mat G;
-            bool direct = fold_tb(gi, &G);
+            bool direct = rl_mat_fold_tb(gi, &G);
             if (!direct) {
-                RL_TRY(ensure(&L->dxs[k], dt, dev, 3, gi->shape));
+                RL_TRY(rl_buffer_ensure_synced(&L->dxs[k], dt, dev, 3, gi->shape));
                 G = (rl_mat){rl_tensor_data(&L->dxs[k]), F};
             }
             RL_TRY(gemm(L, dev, dt, false, true, T * B, F, 4 * H, dZ,

@@ -18,6 +18,7 @@ static const struct {
     {"window", rl_window_create, 0},
     {"softmax", rl_softmax_create, 0},
     {"lstm", rl_lstm_create, 0},
+    {"gru", rl_gru_create, 0},
     {"conv2d", rl_conv2d_create, RL_LAYER_IN_2D | RL_LAYER_OUT_2D},
     {"pool2d", rl_pool2d_create, RL_LAYER_IN_2D | RL_LAYER_OUT_2D},
     {"collapse", rl_collapse_create, RL_LAYER_IN_2D},

@@ -261,7 +261,7 @@ static int dochunk(lua_State *L, int status) {
 }
 
 static int dostring(lua_State *L, const char *s, const char *name) {
-    return dochunk(L, luaL_loadbuffer(L, s, strlen(s), name));
+    return dochunk(L, luaL_loadbufferx(L, s, strlen(s), name, "t"));
 }
 
 /* The script's own arguments (after the script name) also go to it as `...`. */
@@ -278,7 +278,7 @@ static int pushargs(lua_State *L) {
 static int handle_script(lua_State *L, char **argv) {
     const char *fname = argv[0];
     if (strcmp(fname, "-") == 0 && strcmp(argv[-1], "--") != 0) fname = NULL; /* stdin */
-    int status = luaL_loadfile(L, fname);
+    int status = luaL_loadfilex(L, fname, "t");
     if (status == LUA_OK) {
         int n = pushargs(L);
         status = docall(L, n, LUA_MULTRET);
@@ -380,7 +380,7 @@ static int read_chunk(lua_State *L, int tty) {
     if (got != LINE_OK) return got == LINE_EOF ? CHUNK_EOF : CHUNK_CANCEL;
     const char *expr = line[0] == '=' ? line + 1 : line; /* "=x", as Lua 5.1-5.3 took it */
     const char *ret = lua_pushfstring(L, "return %s;", expr);
-    if (luaL_loadbuffer(L, ret, strlen(ret), REPL_CHUNKNAME) == LUA_OK) {
+    if (luaL_loadbufferx(L, ret, strlen(ret), REPL_CHUNKNAME, "t") == LUA_OK) {
         lua_remove(L, -2);
         save_history(tty, line);
         free(line);
@@ -392,7 +392,7 @@ static int read_chunk(lua_State *L, int tty) {
     for (;;) {
         size_t len;
         const char *chunk = lua_tolstring(L, -1, &len);
-        int status = luaL_loadbuffer(L, chunk, len, REPL_CHUNKNAME);
+        int status = luaL_loadbufferx(L, chunk, len, REPL_CHUNKNAME, "t");
         if (!incomplete(L, status)) {
             save_history(tty, chunk);
             lua_remove(L, -2);
@@ -507,6 +507,13 @@ static void repl_init_tty(lua_State *L) {
     rl_attempted_completion_function = complete_word;
     rl_completion_append_character = '\0';
     rl_initialize();
+    /* libedit's command mode (Meta-x in emacs mode, ':' in vi command mode, even when ~/.editrc
+     * chose vi) reads and runs editline commands; a stray quote there crashes libedit. No
+     * keystroke at the rnnlua prompt may do that, so those keys do nothing. */
+    static const char *const no_command_mode[] = {
+        "bind '\\ex' ed-unassigned", "bind '\\eX' ed-unassigned", "bind -a : ed-unassigned"};
+    for (size_t i = 0; i < sizeof no_command_mode / sizeof no_command_mode[0]; i++)
+        rl_parse_and_bind(no_command_mode[i]);
     using_history();
     stifle_history(HISTORY_MAX);
     const char *hp = history_path();

@@ -62,8 +62,13 @@
 --   A sequence (or chunk) joins the batch while max_T * B <= batch_size and B <= max_seqs; a
 --   batch always takes at least one, so a sequence longer than batch_size is a batch alone.
 --   Chunking (RETURNN's): chunks start at frames 0, step, 2 step, ... while start < T, each
---   min(size, T - start) frames long; all keys are cut alike and must have T frames.
---   Without chunking a key whose lengths differ from data's also gets `lengths_<key>`.
+--   min(size, T - start) frames long; all keys are cut alike and must have T frames (a key of
+--   its own length, such as a CTC label sequence, is an error naming it).
+--   Targets of their own length: every key K other than data is padded to its own maximum
+--   S_max (time-major (S_max, B) int32 for sparse keys, (S_max, B, F) for dense ones, zeros
+--   after each sequence's end; consumers mask by length, never by the pad value) and comes
+--   with `lengths_K` (B) int32, its own length per sequence (equal to `lengths` for
+--   frame-aligned keys). batch_size and max_seqs count data frames only.
 --   Every batch has new tensors, zero-padded; T is at least 1. Images: a batch takes images
 --   while max_H * max_W * B <= batch_size; chunking does not apply to them.
 --
@@ -628,6 +633,10 @@ end
 function Hdf:_load(k)
   local info, i = self._files[self._fidx[k]], self._local[k]
   local tag = self:tag(k)
+  if info.in_len[i] < 1 then
+    fail("rl.dataset: %s: sequence '%s' (number %d in the file) has length 0 (/seqLengths): "
+      .. "an empty sequence cannot be trained on or forwarded", info.path, tag, i)
+  end
   local seq = {tag = tag}
   seq.data = read_stream(info, "inputs", info.in_off[i], info.in_len[i], info.sparse, info.dim)
   check_values(info.path, tag, "data", seq.data, info.sparse, info.dim)
@@ -853,6 +862,10 @@ end
 
 function M.check_dataset_dims(ds, extern_data, keys)
   local have = ds:extern_data()
+  if type(have) ~= "table" then
+    fail("check_dataset_dims: dataset %s: extern_data() returned a %s, expected a table "
+      .. "{key = {dim =, sparse =}}", ds_name(ds), type(have))
+  end
   keys = keys or sorted_keys(extern_data)
   for _, key in ipairs(keys) do
     local e, d = extern_data[key], have[key]
@@ -950,6 +963,15 @@ function M.batches(ds, opts)
   local csize, cstep = parse_chunking(opts.chunking)
   local keys = ds:keys()
   local n = ds:num_seqs()
+  -- a dataset object written in Lua may return anything: say which method gave what
+  if type(keys) ~= "table" then
+    fail("rl.batches: dataset %s: keys() returned a %s, expected a list of names", ds_name(ds),
+      type(keys))
+  end
+  if math.type(n) ~= "integer" or n < 0 then
+    fail("rl.batches: dataset %s: num_seqs() returned %s (a %s), expected an integer >= 0",
+      ds_name(ds), tostring(n), type(n))
+  end
   local i = 0          -- last sequence taken from the dataset
   local queue = {}     -- items (whole sequences or chunks) not yet batched
   local qpos = 1
@@ -978,9 +1000,9 @@ function M.batches(ds, opts)
       elseif csize then
         for _, k in ipairs(ks) do
           if seq[k]:size(1) ~= T then
-            fail("rl.batches: chunking: sequence '%s': '%s' has %d frames but data has %d " ..
-              "(chunking needs all keys at the same frame rate)", tostring(seq.tag), k,
-              seq[k]:size(1), T)
+            fail("rl.batches: chunking: sequence '%s': key '%s' has %d frames but data has %d " ..
+              "(chunking needs every key at data's frame rate; '%s' has its own length: " ..
+              "train without chunking)", tostring(seq.tag), k, seq[k]:size(1), T, k)
           end
         end
         local start = 0
@@ -1029,7 +1051,7 @@ function M.batches(ds, opts)
     end
     batch.lengths = rl.tensor(lens, "int32")
     for _, k in ipairs(items[1].keys) do
-      local T, klens, differs = 1, {}, false
+      local T, klens = 1, {}
       for b, it in ipairs(items) do
         if not it.len_of[k] then
           fail("rl.batches: sequence '%s' lacks '%s' which others in the dataset have",
@@ -1037,13 +1059,12 @@ function M.batches(ds, opts)
         end
         klens[b] = it.len_of[k]
         T = math.max(T, klens[b])
-        differs = differs or klens[b] ~= lens[b]
       end
       if k == "data" and items[1].hw then
         batch.data, batch.sizes = stack_images(items, maxH, maxW)
       else
         batch[k] = stack(items, k, T)
-        if differs then batch["lengths_" .. k] = rl.tensor(klens, "int32") end
+        if k ~= "data" then batch["lengths_" .. k] = rl.tensor(klens, "int32") end
       end
     end
     return batch

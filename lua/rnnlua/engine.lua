@@ -9,6 +9,11 @@
 -- forward, backward, opt:step(lrc:lr(epoch, step)) (a skipped step is logged); then the dev
 -- set is scored with train = false (loss per frame, frame error rate), a summary line is
 -- logged, one JSON line is appended to learning_curve_file, lrc:epoch_done(epoch, scores)
+-- (a network with a ctc loss reports the label error rate instead of the frame error rate:
+-- edit distances of the best paths over reference labels, summed over the whole set, as
+-- "LER" in the lines and as train_ler/dev_ler in the curve and the scores, so that
+-- learning_rate_control_error_measure = "dev_ler" lets newbob follow it; sequences the ctc
+-- loss skipped (no alignment fits) are logged at verbosity 2 and counted as ctc_skipped)
 -- decides the next learning rate and every save_interval epochs (and after the last) a
 -- checkpoint model .. ".%03d.h5" is written. `step` counts training batches over the whole
 -- run, skipped ones included.
@@ -92,7 +97,13 @@ local function apply_overrides(cfg, argv)
       if key == "" then fail("override '++' lacks a key name") end
       if argv[i + 1] == nil then fail("override ++%s lacks a value", key) end
       local path = {}
-      for part in key:gmatch("[^.]+") do path[#path + 1] = part end
+      if key:find("^%.") or key:find("%.$") or key:find("%.%.") then
+        fail("override ++%s: a key part is empty", key)
+      end
+      -- ++train.files.1 sets the list entry files[1], not a key "1" nothing reads
+      for part in key:gmatch("[^.]+") do
+        path[#path + 1] = part:match("^%d+$") and math.tointeger(tonumber(part)) or part
+      end
       if KEYS[path[1]] == nil and not is_lr_key(path[1]) then
         fail("unknown config key '%s' (from ++%s)", path[1], key)
       end
@@ -209,10 +220,17 @@ end
 
 local CURVE_KEYS = {"epoch", "lr", "train_score", "train_error", "dev_score", "dev_error",
                     "time", "steps", "skipped"}
+-- a network with a ctc loss adds its label error rates and the sequences it skipped
+local CTC_CURVE_KEYS = {"train_ler", "dev_ler", "ctc_skipped"}
 
-local function curve_line(rec)
+local function curve_line(rec, ctc)
   local parts = {}
-  for _, k in ipairs(CURVE_KEYS) do
+  local keys = CURVE_KEYS
+  if ctc then
+    keys = table.move(CURVE_KEYS, 1, #CURVE_KEYS, 1, {})
+    table.move(CTC_CURVE_KEYS, 1, #CTC_CURVE_KEYS, #keys + 1, keys)
+  end
+  for _, k in ipairs(keys) do
     parts[#parts + 1] = string.format("%q: %s", k, json_number(rec[k]))
   end
   return "{" .. table.concat(parts, ", ") .. "}"
@@ -259,17 +277,20 @@ local function make_lr_control(cfg)
   return rl.lr_control(lcfg)
 end
 
--- Loss per frame and frame error rate of a dataset, without training.
+-- Loss per frame and error rate of a dataset, without training: frame errors per frame, or
+-- for a ctc network label errors (edit distance of the best paths) per reference label over
+-- the whole set; and the number of sequences a ctc loss skipped.
 local function evaluate(net, ds, cfg, which)
   ds:init_epoch(1)
   if ds:num_seqs() == 0 then fail("the %s dataset is empty (0 sequences)", which) end
-  local loss, errors, frames = 0, 0, 0
+  local loss, errors, frames, units, skipped = 0, 0, 0, 0, 0
   for batch in rl.batches(ds, {batch_size = cfg.batch_size, max_seqs = cfg.max_seqs}) do
     local l, e = net:forward(batch, {train = false})
     loss, errors, frames = loss + l, errors + e, frames + net.n_frames
+    units, skipped = units + net.n_error_units, skipped + net.n_skipped
   end
   if frames == 0 then fail("the %s dataset gave no frames", which) end
-  return loss / frames, errors / frames
+  return loss / frames, errors / math.max(units, 1), skipped
 end
 
 local function train_epoch(ctx, epoch)
@@ -280,6 +301,8 @@ local function train_epoch(ctx, epoch)
   local total = ds.total_frames and cfg.chunking == nil and ds:total_frames() or nil
   local t0 = rl.clock()
   local loss, errors, frames, seqs, steps, skipped, lr = 0, 0, 0, 0, 0, 0, nil
+  local units, ctc_skipped = 0, 0
+  local ename = net.has_ctc and "LER" or "error"
   local bopts = {batch_size = cfg.batch_size, max_seqs = cfg.max_seqs, chunking = cfg.chunking}
   local ok, err = pcall(function()
     local next_batch = rl.batches(ds, bopts)
@@ -300,6 +323,12 @@ local function train_epoch(ctx, epoch)
           batch.lengths:size(1), tostring(batch.tags and batch.tags[1]),
           ctx.checkpoint and " (last: " .. ctx.checkpoint .. ")" or ""), 0)
       end
+      if net.n_skipped > 0 then
+        ctc_skipped = ctc_skipped + net.n_skipped
+        log:write(2, "epoch %d step %d: %d sequence(s) skipped by the ctc loss: no alignment "
+          .. "fits (more labels than frames allow; first tag %s)", epoch, ctx.step,
+          net.n_skipped, tostring(batch.tags and batch.tags[1]))
+      end
       net:backward()
       -- the next batch is assembled on the host while the device runs this backward
       pending = fetch()
@@ -311,13 +340,14 @@ local function train_epoch(ctx, epoch)
       end
       local nf = net.n_frames
       loss, errors, frames = loss + l, errors + e, frames + nf
+      units = units + net.n_error_units
       seqs = seqs + batch.lengths:size(1)
       local dt = rl.clock() - t0
       local done = total and frames / total or seqs / nseqs
       local eta = done > 0 and dt * (1 - done) / done or nil
       local line = string.format("epoch %d  batch %d  %d/%d seqs  %.0f frames/s  score %.4f  "
-        .. "error %s  lr %.3g  ETA %s", epoch, steps, math.min(seqs, nseqs), nseqs,
-        dt > 0 and frames / dt or 0, loss / frames, pct(errors / frames), lr,
+        .. "%s %s  lr %.3g  ETA %s", epoch, steps, math.min(seqs, nseqs), nseqs,
+        dt > 0 and frames / dt or 0, loss / frames, ename, pct(errors / math.max(units, 1)), lr,
         fmt_time(math.max(0, eta or 0)))
       if log.verbosity >= 4 then
         log:write(4, "%s  batch loss %.4f", line, l / nf)
@@ -331,8 +361,9 @@ local function train_epoch(ctx, epoch)
   end
   if steps == 0 then fail("epoch %d: the train dataset gave no batches", epoch) end
   log:clear_progress()
-  return {loss = loss / frames, error = errors / frames, frames = frames, steps = steps,
-          skipped = skipped, lr = lr, time = rl.clock() - t0}
+  return {loss = loss / frames, error = errors / math.max(units, 1), frames = frames,
+          steps = steps, skipped = skipped, lr = lr, time = rl.clock() - t0,
+          ctc_skipped = ctc_skipped}
 end
 
 function M.train(config, argv)
@@ -399,21 +430,30 @@ function M.train(config, argv)
       local tr = train_epoch(ctx, epoch)
       local rec = {epoch = epoch, lr = tr.lr, train_score = tr.loss, train_error = tr.error,
                    time = tr.time, steps = tr.steps, skipped = tr.skipped}
+      local ctc = net.has_ctc
+      if ctc then rec.train_ler, rec.ctc_skipped = tr.error, tr.ctc_skipped end
       if dev then
-        local okd, s, e = pcall(evaluate, net, dev, cfg, "dev")
+        local okd, s, e, sk = pcall(evaluate, net, dev, cfg, "dev")
         if not okd then
           fail("epoch %d, dev scoring: %s", epoch, (tostring(s):gsub("^rl%.train: ", "")))
         end
         if not finite(s) then fail("epoch %d: the dev loss is %s", epoch, tostring(s)) end
         rec.dev_score, rec.dev_error = s, e
+        if ctc then rec.dev_ler, rec.ctc_skipped = e, rec.ctc_skipped + sk end
       end
-      log:write(1, "epoch %3d/%d  train score %s error %s  dev score %s error %s  lr %.3g  "
-        .. "%.1f s  %.0f frames/s  %d steps%s", epoch, cfg.num_epochs, score(rec.train_score),
-        pct(rec.train_error), score(rec.dev_score), pct(rec.dev_error), tr.lr, tr.time,
-        tr.frames / math.max(tr.time, 1e-9), tr.steps,
-        tr.skipped > 0 and string.format(" (%d skipped)", tr.skipped) or "")
+      -- a ctc network's error is its label error rate (LER)
+      local ename = ctc and "LER" or "error"
+      log:write(1, "epoch %3d/%d  train score %s %s %s  dev score %s %s %s  lr %.3g  "
+        .. "%.1f s  %.0f frames/s  %d steps%s%s", epoch, cfg.num_epochs, score(rec.train_score),
+        ename, pct(rec.train_error), score(rec.dev_score), ename, pct(rec.dev_error), tr.lr,
+        tr.time, tr.frames / math.max(tr.time, 1e-9), tr.steps,
+        tr.skipped > 0 and string.format(" (%d skipped)", tr.skipped) or "",
+        ctc and rec.ctc_skipped > 0
+          and string.format(" (%d sequences without a fitting alignment skipped)", rec.ctc_skipped)
+          or "")
       ctx.lrc:epoch_done(epoch, {dev_score = rec.dev_score, dev_error = rec.dev_error,
-                                 train_score = rec.train_score, train_error = rec.train_error})
+                                 train_score = rec.train_score, train_error = rec.train_error,
+                                 dev_ler = rec.dev_ler, train_ler = rec.train_ler})
       if ctx.lrc.log_line then
         -- shown by default only when the rate changes
         local changed = tr.lr ~= ctx.lrc:lr(epoch + 1, ctx.step + 1)
@@ -422,7 +462,7 @@ function M.train(config, argv)
       if curve_path then
         local f = io.open(curve_path, "a")
         if not f then fail("cannot append to learning_curve_file %s", curve_path) end
-        f:write(curve_line(rec), "\n")
+        f:write(curve_line(rec, net.has_ctc), "\n")
         f:close()
       end
       if cfg.model and (epoch % cfg.save_interval == 0 or epoch == cfg.num_epochs) then

@@ -15,6 +15,13 @@
 -- the inputs (no targets). A layer class registered by a recipe (rl.layers.register) must be
 -- registered before rl.forward. Returns {output_file =, num_seqs =, n_frames =, dim =}.
 --
+-- decode = "ctc" (with beam = 1, best path, or beam = n, prefix beam search: rl.ctc_decode)
+-- writes each sequence's decoded labels instead of the activations: the layer must be a
+-- softmax trained with loss = "ctc"; the output file is sparse (/inputs [total labels] int32,
+-- inputPattSize = the number of labels, /seqLengths the label count per sequence), with the
+-- target's label numbers (the blank, at the layer's blank_index, removed). n_frames is then
+-- the number of labels written.
+--
 -- From the shell: rnnlua recipes/forward.lua model=out/net.010.h5 data=dev.h5 layer=output
 -- output=fwd.h5  (or rnnlua -e 'rl.forward{...}').
 local M = {}
@@ -22,7 +29,7 @@ local rl -- the module table, set by install
 local checkpoint = require("rnnlua.checkpoint")
 
 local KEYS = {model = true, data = true, layer = true, output_file = true, batch_size = true,
-              max_seqs = true, log_verbosity = true, device = true}
+              max_seqs = true, log_verbosity = true, device = true, decode = true, beam = true}
 
 local function fail(fmt, ...)
   error("rl.forward: " .. string.format(fmt, ...), 0)
@@ -43,8 +50,9 @@ local function forward_description(desc, extern_data, layer)
     local c = {}
     for k, v in pairs(l) do c[k] = v end
     if c.n_out == nil and c.loss ~= nil and extern_data[c.target] then
-      c.n_out = extern_data[c.target].dim
+      c.n_out = extern_data[c.target].dim + (c.loss == "ctc" and 1 or 0)
     end
+    if c.loss == "ctc" then c.blank_index = nil end -- an option of the ctc loss only
     c.loss, c.target, c.loss_scale, c.is_output_layer = nil, nil, nil, nil
     d[name] = c
   end
@@ -94,8 +102,23 @@ function M.forward(cfg)
 
   local dim = net:layer(layer).n_out
   local images = net:layer(layer).rank == 2
-  local w = rl.hdf_writer(cfg.output_file, {data_dim = dim, sparse = false,
-                                            spatial = images and 2 or nil})
+  local blank
+  if cfg.decode ~= nil then
+    local d = ck.description[layer]
+    if cfg.decode ~= "ctc" then fail("decode must be \"ctc\", got %s", tostring(cfg.decode)) end
+    if d.class ~= "softmax" or d.loss ~= "ctc" then
+      fail("decode = \"ctc\" needs a softmax layer trained with loss = \"ctc\"; layer '%s' is "
+        .. "class %s with loss %s", layer, tostring(d.class), tostring(d.loss))
+    end
+    if cfg.beam ~= nil and (math.type(cfg.beam) ~= "integer" or cfg.beam < 1) then
+      fail("beam must be a positive integer, got %s", tostring(cfg.beam))
+    end
+    blank = d.blank_index or dim - 1
+  elseif cfg.beam ~= nil then
+    fail("beam applies to decode = \"ctc\" only")
+  end
+  local w = rl.hdf_writer(cfg.output_file, {data_dim = blank and dim - 1 or dim,
+    sparse = blank ~= nil, spatial = images and 2 or nil})
   local nseqs, nframes = 0, 0
   local ok, err = pcall(function()
     local bopts = {batch_size = cfg.batch_size or 5000, max_seqs = cfg.max_seqs or 40}
@@ -106,6 +129,17 @@ function M.forward(cfg)
       local L = net:layer(layer)
       local out, geom = L.output, L.geometry
       if out:device() ~= "cpu" then out = out:cpu() end
+      if blank then
+        -- the softmax's probabilities: their log is a log-softmax, as rl.ctc_decode wants
+        local hyp = rl.ctc_decode(out:double():log(), geom, {blank = blank, beam = cfg.beam})
+        for b, labels in ipairs(hyp) do
+          local tag = batch.tags and batch.tags[b] or string.format("seq-%d", nseqs + 1)
+          for k, c in ipairs(labels) do labels[k] = c < blank and c or c - 1 end
+          w:add(tag, #labels > 0 and rl.tensor(labels, "int32") or rl.zeros({0}, "int32"))
+          nframes, nseqs = nframes + #labels, nseqs + 1
+        end
+        goto next_batch
+      end
       for b = 1, geom:size(1) do
         local tag = batch.tags and batch.tags[b] or string.format("seq-%d", nseqs + 1)
         if images then
@@ -119,6 +153,7 @@ function M.forward(cfg)
         end
         nseqs = nseqs + 1
       end
+      ::next_batch::
     end
     w:close()
   end)
@@ -126,8 +161,8 @@ function M.forward(cfg)
     fail("%s: %s", cfg.output_file, tostring(err))
   end
   if verbosity >= 1 then
-    print(string.format("forward: %d sequences, %d frames of layer '%s' (dim %d) -> %s", nseqs,
-      nframes, layer, dim, cfg.output_file))
+    print(string.format("forward: %d sequences, %d %s of layer '%s' (dim %d) -> %s", nseqs,
+      nframes, blank and "decoded labels" or "frames", layer, dim, cfg.output_file))
   end
   return {output_file = cfg.output_file, num_seqs = nseqs, n_frames = nframes, dim = dim}
 end

@@ -3,7 +3,8 @@
 --   rl.gradcheck{network = {...}, extern_data = {...}}          a whole network, or
 --   rl.gradcheck{layer = {class = "lstm", n_out = 3}, in_dim = 4} one layer (in_dim may be a
 --       list, one input each: data, data2, ...), with a loss on it: the layer's own loss when
---       the description has one, else mse against random targets
+--       the description has one, else mse against random targets (a ctc loss gets random
+--       label sequences of about half their input's length, with lengths_<key>)
 --   options: T = 5, B = 3, lengths = {T, T-1, ...} (ragged), eps = 1e-6, seed = 1,
 --       max_params_per_tensor (check a random subset of at most this many elements of each
 --       parameter tensor; all by default), max_inputs = 60 (elements of each dense input;
@@ -50,10 +51,14 @@ local function wrap_layer(o)
   d.from = #froms == 1 and froms[1] or froms
   local probe = copy(d)
   probe.loss, probe.target, probe.loss_scale, probe.is_output_layer = nil, nil, nil, true
+  probe.blank_index = nil
   local n_out = rl.network({layer = probe}, extern, {dtype = "float64"}):layer("layer").n_out
   if d.loss == "ce" then
     d.target = d.target or "classes"
     extern[d.target] = {dim = n_out, sparse = true}
+  elseif d.loss == "ctc" then
+    d.target = d.target or "classes"
+    extern[d.target] = {dim = n_out - 1, sparse = true}
   else
     d.loss, d.target = d.loss or "mse", d.target or "target"
     extern[d.target] = {dim = n_out}
@@ -105,9 +110,20 @@ function M.gradcheck(o)
   local keys = {}
   for k in pairs(net.used_extern) do keys[#keys + 1] = k end
   table.sort(keys)
+  local ctc_keys = {}
+  for _, node in ipairs(net.loss_nodes) do
+    if node.ctc then ctc_keys[node.target] = true end
+  end
   for _, key in ipairs(keys) do
     local e = net.ext[key]
-    if e.sparse then
+    if ctc_keys[key] then
+      -- label sequences of about half their input's length (always feasible)
+      local S = math.max(1, T // 2)
+      batch[key] = (rl.rand(S, B, "float64") * e.dim):floor():clamp(0, e.dim - 1):int()
+      local tl = {}
+      for b = 1, B do tl[b] = math.min(S, math.max(0, lengths[b] // 2)) end
+      batch["lengths_" .. key] = rl.tensor(tl, "int32")
+    elseif e.sparse then
       batch[key] = (rl.rand(T, B, "float64") * e.dim):floor():clamp(0, e.dim - 1):int()
     else
       batch[key] = rl.randn(T, B, e.dim, "float64")

@@ -140,5 +140,6 @@ require("rnnlua.optim").install(rl)      -- rl.optimizer
 require("rnnlua.lr_control").install(rl) -- rl.lr_control
 require("rnnlua.datasets").install(rl)  -- rl.dataset, rl.batches, rl.hdf_writer, rl.dataset_write
 require("rnnlua.engine").install(rl)    -- rl.train, rl.forward, rl.save/load_checkpoint
+require("rnnlua.ctc").install(rl)       -- rl.ctc_decode
 
 return rl

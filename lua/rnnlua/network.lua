@@ -3,7 +3,7 @@
 --   local net = rl.network(layers, extern_data [, {dtype = "float32"|"float64", seed = n,
 --                                                   input_grads = false}])
 --   layers:      name -> {class = ..., from = name | {names} (default "data"), loss = "ce" |
---                "mse", target = key, loss_scale = 1, is_output_layer = true, ...options}
+--                "ctc" | "mse", target = key, loss_scale = 1, is_output_layer = true, ...options}
 --   extern_data: key -> {dim = F} (dense (T, B, F) float input) or {dim = C, sparse = true}
 --                ((T, B) int32 class indices, 0-based) or {dim = F, spatial = 2} (images:
 --                (H, W, B, F) float with batch.sizes (B, 2) int32 = (height, width) per image)
@@ -17,10 +17,26 @@
 --
 --   net:forward{data = x, classes = y, lengths = len} [, {train = false}] -> loss, errors
 --       with image inputs also sizes = (B, 2) int32; lengths is then needed only when a
---       sequence input feeds a layer
+--       sequence input feeds a layer.
+--       Targets of their own length: a target key K may come with lengths_K = (B) int32, its
+--       own length per sequence, and then be (S, B) int32 (sparse) with any S >= max
+--       lengths_K, padded after each sequence's end with anything (masked by lengths_K), as
+--       rl.batches gives it: the label sequences of loss = "ctc". A frame-level loss (ce,
+--       mse) checks that its target has its output's frames and lengths and raises an error
+--       naming the layer and the key otherwise. Without lengths_K a target must have the
+--       input's T and lengths.
 --       loss: the sum over loss layers of loss_scale * (loss summed over valid frames);
---       errors: wrongly classified frames; net.n_frames: the valid frames. train defaults
---       to true (dropout active).
+--       errors: wrongly classified frames (ce), plus label errors (ctc: the edit distance of
+--       each sequence's best path to its target); net.n_frames: the valid frames;
+--       net.n_error_units: what errors counts from (the frames of ce/mse layers plus the
+--       reference labels of ctc layers: errors / n_error_units is the frame or label error
+--       rate); net.n_labels: the reference labels of ctc layers; net.n_skipped: sequences a
+--       ctc layer left out (no alignment fits their input: infinite loss, zero gradient);
+--       net.has_ctc: a ctc loss is in the network. train defaults to true (dropout active).
+--   loss = "ctc" (softmax layers): Connectionist Temporal Classification against a target of
+--       label sequences (sparse, dim = the number of labels, with lengths_<key>); the layer
+--       has n_out = dim + 1 classes, the blank at blank_index (default dim, the last class),
+--       so label k of the target is class k of the output. See layers/softmax.c.
 --   net:backward()      gradients of that loss, ADDED to net:grads() (zero them first)
 --   net:zero_grads(), net:params(), net:grads(), net:num_params(), net:param_list(),
 --   net:layer(name), net:input_grad(key) (with input_grads = true), net.description,
@@ -159,15 +175,9 @@ local function topological_order(desc, ext, roots)
   return order
 end
 
-local function check_loss(node, d, ext)
-  local name, layer = node.name, node.layer
-  if d.loss == nil then
-    if d.target ~= nil and (type(d.target) ~= "string" or not ext[d.target]) then
-      fail("layer '%s': target '%s' is not in extern_data (keys: %s)", name, tostring(d.target),
-        table.concat(sorted_keys(ext), ", "))
-    end
-    return
-  end
+-- A loss layer's target: checked before the layer is made, since without n_out the layer takes
+-- its size from the target's dim (an unknown target must not read as "missing option n_out").
+local function check_target(name, d, ext)
   if type(d.loss) ~= "string" then fail("layer '%s': loss must be a string", name) end
   if d.target == nil then
     fail("layer '%s': loss '%s' needs a target (one of the extern_data keys: %s)", name, d.loss,
@@ -178,6 +188,19 @@ local function check_loss(node, d, ext)
     fail("layer '%s': target '%s' is not in extern_data (keys: %s)", name, tostring(d.target),
       table.concat(sorted_keys(ext), ", "))
   end
+  return t
+end
+
+local function check_loss(node, d, ext)
+  local name, layer = node.name, node.layer
+  if d.loss == nil then
+    if d.target ~= nil and (type(d.target) ~= "string" or not ext[d.target]) then
+      fail("layer '%s': target '%s' is not in extern_data (keys: %s)", name, tostring(d.target),
+        table.concat(sorted_keys(ext), ", "))
+    end
+    return
+  end
+  local t = check_target(name, d, ext)
   if d.loss_scale ~= nil and type(d.loss_scale) ~= "number" then
     fail("layer '%s': loss_scale must be a number", name)
   end
@@ -190,6 +213,20 @@ local function check_loss(node, d, ext)
       fail("layer '%s': loss 'ce' needs a sparse target, extern_data '%s' is dense", name, d.target)
     end
     node.loss_kind = "layer"
+  elseif d.loss == "ctc" then
+    if d.class ~= "softmax" or not layer.is_loss then
+      fail("layer '%s': loss 'ctc' needs a softmax layer (this one is class %s)", name, d.class)
+    end
+    if not t.sparse then
+      fail("layer '%s': loss 'ctc' needs a sparse target (label sequences), extern_data '%s' "
+        .. "is dense", name, d.target)
+    end
+    if t.dim + 1 ~= layer.n_out then
+      fail("layer '%s': loss 'ctc': target '%s' has %d labels, so the layer's n_out must be %d "
+        .. "(the labels and the blank), got %d", name, d.target, t.dim, t.dim + 1, layer.n_out)
+    end
+    node.loss_kind, node.ctc = "layer", true
+    return
   elseif d.loss == "mse" then
     if t.sparse then
       fail("layer '%s': loss 'mse' needs a dense target, extern_data '%s' is sparse", name,
@@ -197,7 +234,7 @@ local function check_loss(node, d, ext)
     end
     node.loss_kind = layer.is_loss and "layer" or "mse"
   else
-    fail("layer '%s': unknown loss '%s' (known: ce, mse)", name, d.loss)
+    fail("layer '%s': unknown loss '%s' (known: ce, ctc, mse)", name, d.loss)
   end
   if t.dim ~= layer.n_out then
     fail("layer '%s': target '%s' has dim %d, the layer's n_out is %d", name, d.target, t.dim,
@@ -253,6 +290,12 @@ function M.new(desc, extern_data, opts)
   for _, name in ipairs(names) do
     local d = desc[name]
     if type(name) ~= "string" then fail("rl.network: layer names must be strings") end
+    -- a name becomes an HDF5 group in checkpoints: "a\0b" would save as "a", "." and ".."
+    -- name the group itself and its parent, control characters break logs and h5dump
+    if name == "" or name == "." or name == ".." or name:find("[%c/]") then
+      fail("rl.network: layer name %q cannot be used (a name must be non-empty, not '.' or "
+        .. "'..', without '/' and without control characters such as NUL)", name)
+    end
     if type(d) ~= "table" then fail("layer '%s': the description must be a table", name) end
     if ext[name] then fail("layer '%s': the name is taken by an extern_data input", name) end
     if d.loss ~= nil then has_loss = true end
@@ -296,8 +339,9 @@ function M.new(desc, extern_data, opts)
     if type(d.class) ~= "string" then fail("layer '%s': class must be a string", name) end
     -- as in RETURNN, a loss layer without n_out gets its target's dim
     local defaults = {}
-    if d.n_out == nil and d.loss ~= nil and type(d.target) == "string" and ext[d.target] then
-      defaults.n_out = ext[d.target].dim
+    if d.n_out == nil and d.loss ~= nil then
+      -- loss "ctc" adds the blank to the target's labels
+      defaults.n_out = check_target(name, d, ext).dim + (d.loss == "ctc" and 1 or 0)
     end
     local node = {
       name = name, index = i, srcs = srcs,
@@ -313,6 +357,7 @@ function M.new(desc, extern_data, opts)
     if node.loss then
       self.loss_nodes[#self.loss_nodes + 1] = node
       self.used_extern[node.target] = true
+      self.has_ctc = self.has_ctc or node.ctc == true
     end
     self.nodes[i], self.by_name[name], self.order[i] = node, node, name
   end
@@ -352,11 +397,41 @@ function M.new(desc, extern_data, opts)
     end
   end
 
+  -- Neighbours in the order that are two C LSTM layers, neither reading the other (the two
+  -- directions of a bidirectional pair), run concurrently on the CPU, one thread each
+  -- (opts.concurrent = false runs every layer alone, each with every BLAS thread).
+  if opts.concurrent ~= false then
+    local i = 1
+    while i < #self.nodes do
+      local a, b = self.nodes[i], self.nodes[i + 1]
+      local independent = type(a.layer) == "userdata" and type(b.layer) == "userdata"
+        and a.layer.class == "lstm" and b.layer.class == "lstm" and not a.loss and not b.loss
+      for _, src in ipairs(b.srcs) do independent = independent and src ~= a.name end
+      a.pair_next = independent
+      i = independent and i + 2 or i + 1
+    end
+  end
+
   -- the flat buffers, the views and the initial values (in layer order, from the seeded
   -- generator, on the CPU)
   local total = 0
-  for _, node in ipairs(self.nodes) do total = total + node.layer.num_params end
-  self:bind_buffers(rl.zeros(total, dtype), rl.zeros(total, dtype))
+  local biggest
+  for _, node in ipairs(self.nodes) do
+    total = total + node.layer.num_params -- each is at most rl.MAX_NUMEL: this cannot wrap
+    if total > rl.MAX_NUMEL then
+      fail("rl.network: more than %d parameters (at layer '%s')", rl.MAX_NUMEL, node.name)
+    end
+    if not biggest or node.layer.num_params > biggest.layer.num_params then biggest = node end
+  end
+  local ok, values = pcall(rl.zeros, total, dtype)
+  local ok2, grads = false, values
+  if ok then ok2, grads = pcall(rl.zeros, total, dtype) end
+  if not ok2 then
+    fail("rl.network: cannot allocate the %d parameters (%s): the largest layer is '%s' "
+      .. "(class %s, n_out %d, %d parameters): %s", total, dtype, biggest.name,
+      biggest.layer.class, biggest.layer.n_out, biggest.layer.num_params, tostring(grads))
+  end
+  self:bind_buffers(values, grads)
   for _, node in ipairs(self.nodes) do node.layer:init_params() end
   self.total = total
   return self
@@ -448,6 +523,22 @@ function Network:check_batch(batch)
       fail("net:forward: batch.lengths has %d entries, batch.sizes %d", len:size(1), B)
     end
     B = len:size(1)
+    -- a lengths of the wrong size must be named as such, not as a wrong input
+    local first
+    for _, key in ipairs(keys) do
+      local x = batch[key]
+      if self.ext[key].spatial ~= 2 and rl.is_tensor(x) and x:dim() >= 2 then
+        if first and x:size(2) == first[2] and x:size(2) ~= B then
+          fail("net:forward: batch.lengths has %d entries, but batch.%s and batch.%s hold %d "
+            .. "sequences (dim 2)", B, first[1], key, x:size(2))
+        end
+        first = first or {key, x:size(2)}
+      end
+    end
+    if first and #keys == 1 and first[2] ~= B then
+      fail("net:forward: batch.lengths has %d entries, but batch.%s holds %d sequences (dim 2)",
+        B, first[1], first[2])
+    end
   end
   local T, HW = nil, nil
   for _, key in ipairs(keys) do
@@ -474,9 +565,21 @@ function Network:check_batch(batch)
         fail("net:forward: batch.%s must be a (T, %d, %d) %s tensor, got %s", key, B, e.dim,
           self.dtype, describe(x))
       end
-      -- with images, targets follow the frames of the layers that score them (one per image,
-      -- one per column, ...): the loss layers check them
-      if not images or self.input_keys[key] then
+      local own = not self.input_keys[key] and batch["lengths_" .. key]
+      if own then
+        -- a target of its own length (S, B): checked against its layer in forward
+        if not rl.is_tensor(own) or own:dim() ~= 1 or own:dtype() ~= "int32"
+            or own:size(1) ~= B then
+          fail("net:forward: batch.lengths_%s must be a (%d) int32 tensor, got %s", key, B,
+            rl.is_tensor(own) and describe(own) or tostring(own))
+        end
+        if own:min() < 0 or own:max() > x:size(1) then
+          fail("net:forward: batch.lengths_%s must lie within 0..%d (the length of batch.%s), "
+            .. "got %d..%d", key, x:size(1), key, own:min(), own:max())
+        end
+      elseif not images or self.input_keys[key] then
+        -- with images, targets follow the frames of the layers that score them (one per
+        -- image, one per column, ...): the loss layers check them
         if T and x:size(1) ~= T then
           fail("net:forward: batch.%s has T = %d, other inputs have T = %d", key, x:size(1), T)
         end
@@ -517,21 +620,98 @@ local function same_geometry(a, b)
   return rl.eq(a, b):min() == 1
 end
 
+-- A frame-level loss (ce, mse) scores one target frame per output frame of the layer: a
+-- target of another length (a label sequence) is an error naming the layer and the key.
+local function check_frame_target(node, batch, T, geom)
+  local key = node.target
+  local y, own = batch[key], batch["lengths_" .. key]
+  if y:size(1) ~= T or (own and not same_geometry(own, geom)) then
+    fail("layer '%s': loss '%s' scores frames, but target '%s' is not frame-aligned with the "
+      .. "layer's output (%d target frames, lengths %s; the layer gives %d frames, lengths %s)",
+      node.name, node.loss, key, y:size(1), own and table.concat(own:totable(), ",") or "-", T,
+      table.concat(geom:totable(), ","))
+  end
+end
+
 -- The batch with each tensor the network reads (inputs and targets) on the network's device:
 -- the batch itself when they all are there, else a shallow copy with those tensors copied.
+-- The padded frames of a dense sequence input are set to 0 by selection (masked_fill of a
+-- copy): layers mask padding by multiplying with 0, and 0 * NaN is NaN, so a NaN or Inf left
+-- in padding would otherwise reach the weight gradients (dW += x^T dz, dz = 0 there).
 function Network:on_device(batch)
   local moved
+  local function copy_batch()
+    if not moved then
+      moved = {}
+      for k, v in pairs(batch) do moved[k] = v end
+    end
+  end
+  local pad
   for key in pairs(self.used_extern) do
-    local x = batch[key]
+    local x, e = batch[key], self.ext[key]
     if x:device() ~= self.device then
-      if not moved then
-        moved = {}
-        for k, v in pairs(batch) do moved[k] = v end
-      end
+      copy_batch()
       moved[key] = x:to(self.device)
+    end
+    local len = batch.lengths
+    if self.input_keys[key] and not e.sparse and e.spatial ~= 2 and len
+        and len:min() < x:size(1) then
+      local T, B = x:size(1), len:size(1)
+      pad = pad or rl.arange(T):view(T, 1, 1):ge(len:float():view(1, B, 1)):to(self.device)
+      copy_batch()
+      moved[key] = (moved[key] == x and x:clone() or moved[key]):masked_fill_(pad, 0)
     end
   end
   return moved or batch
+end
+
+-- The inputs of node and their sequence lengths or image sizes (checked to agree).
+function Network:gather_inputs(node, batch)
+  local inputs, geom = node.inputs, nil
+  for k, src in ipairs(node.srcs) do
+    local p = self.by_name[src]
+    local g
+    if p then
+      inputs[k], g = p.out, p.geom
+    else
+      inputs[k] = batch[src]
+      g = self.ext[src].spatial == 2 and batch.sizes or batch.lengths
+    end
+    if geom and not same_geometry(geom, g) then
+      fail("layer '%s': its inputs '%s' and '%s' have different %s", node.name, node.srcs[1],
+        src, node.rank == 2 and "image sizes" or "sequence lengths")
+    end
+    geom = g
+  end
+  return inputs, geom
+end
+
+-- Runs first(), then second(), then finish(), always all three (finish joins what first
+-- started); raises the first error of them.
+local function run_joined(first, second, finish)
+  local ok1, e1 = pcall(first)
+  local ok2, e2 = true, nil
+  if ok1 then ok2, e2 = pcall(second) end
+  local ok3, e3 = true, nil
+  if ok1 then ok3, e3 = pcall(finish) end
+  if not ok1 then error(e1, 0) end
+  if not ok2 then error(e2, 0) end
+  if not ok3 then error(e3, 0) end
+end
+
+-- The forward of the pair a, b (see pair_next in M.new): a on its own thread, b here.
+function Network:forward_pair(a, b, batch, train)
+  local ga
+  run_joined(function()
+    local inputs
+    inputs, ga = self:gather_inputs(a, batch)
+    a.layer:_forward_start(inputs, ga, train)
+  end, function()
+    local inputs, gb = self:gather_inputs(b, batch)
+    b.out, b.geom = b.layer:forward(inputs, gb, train), gb
+  end, function()
+    a.out, a.geom = a.layer:_wait(), ga
+  end)
 end
 
 function Network:forward(batch, fopts)
@@ -541,59 +721,74 @@ function Network:forward(batch, fopts)
   batch = self:on_device(batch)
   self.forwarded = false
   local loss, errors, n_frames = 0, 0, nil
-  for _, node in ipairs(self.nodes) do
-    local inputs, geom = node.inputs, nil
-    for k, src in ipairs(node.srcs) do
-      local p = self.by_name[src]
-      local g
-      if p then
-        inputs[k], g = p.out, p.geom
+  local n_units, n_labels, n_skipped = 0, 0, 0
+  local skip = nil
+  for i, node in ipairs(self.nodes) do
+    if node == skip then goto continue end
+    if node.pair_next and self.device == "cpu" then
+      skip = self.nodes[i + 1]
+      self:forward_pair(node, skip, batch, train)
+      goto continue
+    end
+    do
+      local inputs, geom = self:gather_inputs(node, batch)
+      local l, e, f = 0, 0, nil
+      if node.fold then
+        -- an any-rank layer on images: (H, W, B, F) as (H*W, B, F) frames
+        local x1 = inputs[1]
+        local H, W = x1:size(1), x1:size(2)
+        node.folded = node.folded or {}
+        for k, x in ipairs(inputs) do
+          node.folded[k] = (x:is_contiguous() and x or x:contiguous()):view(H * W, B, x:size(4))
+        end
+        local out = node.layer:forward(node.folded, self:full_lengths(H * W, B), train)
+        node.out, node.geom = out:view(H, W, B, node.layer.n_out), geom
+      elseif node.ctc then
+        local tlen = batch["lengths_" .. node.target]
+        if tlen == nil then
+          fail("layer '%s': loss 'ctc' needs batch.lengths_%s, the (B) int32 lengths of the "
+            .. "label sequences in batch.%s (rl.batches gives them)", node.name, node.target,
+            node.target)
+        end
+        local r, sk
+        node.out, l, e, f, r, sk = node.layer:forward(inputs, geom, train, batch[node.target],
+          tlen)
+        node.geom = geom
+        n_labels, n_skipped = n_labels + r, n_skipped + sk
+        n_units = n_units + r
+      elseif node.loss_kind == "layer" then
+        check_frame_target(node, batch, inputs[1]:size(1), geom)
+        node.out, l, e, f = node.layer:forward(inputs, geom, train, batch[node.target])
+        node.geom = geom
+        n_units = n_units + (f or 0)
       else
-        inputs[k] = batch[src]
-        g = self.ext[src].spatial == 2 and batch.sizes or batch.lengths
+        node.out = node.layer:forward(inputs, geom, train)
+        node.geom = node.layer.out_geometry and node.layer:out_geometry() or geom
+        if node.geom:dim() ~= (node.rank == 2 and 2 or 1) then
+          fail("layer '%s' (class %s) gives %s but reports no %s", node.name, node.layer.class,
+            RANK_NAME[node.rank], node.rank == 2 and "image sizes" or "sequence lengths")
+        end
+        if node.loss_kind == "mse" then
+          check_frame_target(node, batch, node.out:size(1), node.geom)
+          node.loss_grad = self:buffer_like(node.loss_grad, node.out)
+          l, f = rl._loss_mse(node.out, batch[node.target], node.geom, node.loss_grad)
+          if node.loss_scale ~= 1 then node.loss_grad:mul_(node.loss_scale) end
+          n_units = n_units + (f or 0)
+        end
       end
-      if geom and not same_geometry(geom, g) then
-        fail("layer '%s': its inputs '%s' and '%s' have different %s", node.name, node.srcs[1],
-          src, node.rank == 2 and "image sizes" or "sequence lengths")
-      end
-      geom = g
-    end
-    local l, e, f = 0, 0, nil
-    if node.fold then
-      -- an any-rank layer on images: (H, W, B, F) as (H*W, B, F) frames
-      local x1 = inputs[1]
-      local H, W = x1:size(1), x1:size(2)
-      node.folded = node.folded or {}
-      for k, x in ipairs(inputs) do
-        node.folded[k] = (x:is_contiguous() and x or x:contiguous()):view(H * W, B, x:size(4))
-      end
-      local out = node.layer:forward(node.folded, self:full_lengths(H * W, B), train)
-      node.out, node.geom = out:view(H, W, B, node.layer.n_out), geom
-    elseif node.loss_kind == "layer" then
-      node.out, l, e, f = node.layer:forward(inputs, geom, train, batch[node.target])
-      node.geom = geom
-    else
-      node.out = node.layer:forward(inputs, geom, train)
-      node.geom = node.layer.out_geometry and node.layer:out_geometry() or geom
-      if node.geom:dim() ~= (node.rank == 2 and 2 or 1) then
-        fail("layer '%s' (class %s) gives %s but reports no %s", node.name, node.layer.class,
-          RANK_NAME[node.rank], node.rank == 2 and "image sizes" or "sequence lengths")
-      end
-      if node.loss_kind == "mse" then
-        node.loss_grad = self:buffer_like(node.loss_grad, node.out)
-        l, f = rl._loss_mse(node.out, batch[node.target], node.geom, node.loss_grad)
-        if node.loss_scale ~= 1 then node.loss_grad:mul_(node.loss_scale) end
+      if node.loss then
+        node.last_loss, node.last_errors = l * node.loss_scale, e
+        loss, errors = loss + l * node.loss_scale, errors + e
+        n_frames = n_frames or f
       end
     end
-    if node.loss then
-      node.last_loss, node.last_errors = l * node.loss_scale, e
-      loss, errors = loss + l * node.loss_scale, errors + e
-      n_frames = n_frames or f
-    end
+    ::continue::
   end
   self.B, self.lengths, self.sizes, self.last_batch = B, batch.lengths, batch.sizes, batch
   self.loss, self.n_errors = loss, errors
   self.n_frames = n_frames or (batch.lengths and batch.lengths:sum()) or B
+  self.n_error_units = n_units > 0 and n_units or self.n_frames
+  self.n_labels, self.n_skipped = n_labels, n_skipped
   self.forwarded = true
   return loss, errors
 end
@@ -632,43 +827,63 @@ local function scaled_loss_backward(node, gout, grad_in)
   for _, g in ipairs(grad_in) do if g then g:mul_(s) end end
 end
 
+-- The gradient flowing into node's output (nil for a loss layer that starts from its own
+-- loss), with node.grad_in made ready for its input gradients.
+function Network:prepare_backward(node)
+  local gout = nil
+  local edges = node.grad_edges
+  if node.loss_kind == "mse" then
+    gout = node.loss_grad
+    sum_into(gout, edges, true)
+  elseif #edges == 1 and node.loss_kind == nil then
+    gout = edges[1].node.grad_in[edges[1].slot]
+  elseif #edges > 0 then
+    node.grad_out = self:buffer_like(node.grad_out, node.out)
+    gout = node.grad_out
+    sum_into(gout, edges, false)
+  end
+  for k = 1, #node.srcs do
+    if node.wants_grad_in[k] then
+      node.grad_in[k] = self:buffer_like(node.grad_in[k] or nil, node.inputs[k])
+    else
+      node.grad_in[k] = false
+    end
+  end
+  return gout
+end
+
 function Network:backward()
   if not self.forwarded then
     error("net:backward: needs a net:forward before it (once per forward)", 2)
   end
   if #self.loss_nodes == 0 then error("net:backward: the network has no loss", 2) end
   self.forwarded = false
-  for i = #self.nodes, 1, -1 do
-    local node = self.nodes[i]
-    if node.do_backward then
-      local gout = nil
-      local edges = node.grad_edges
-      if node.loss_kind == "mse" then
-        gout = node.loss_grad
-        sum_into(gout, edges, true)
-      elseif #edges == 1 and node.loss_kind == nil then
-        gout = edges[1].node.grad_in[edges[1].slot]
-      elseif #edges > 0 then
-        node.grad_out = self:buffer_like(node.grad_out, node.out)
-        gout = node.grad_out
-        sum_into(gout, edges, false)
-      end
-      for k = 1, #node.srcs do
-        if node.wants_grad_in[k] then
-          node.grad_in[k] = self:buffer_like(node.grad_in[k] or nil, node.inputs[k])
+  local i = #self.nodes
+  while i >= 1 do
+    local node, prev = self.nodes[i], self.nodes[i - 1]
+    if prev and prev.pair_next and self.device == "cpu" and node.do_backward
+        and prev.do_backward then
+      -- the pair of forward_pair: node on its own thread, prev here
+      run_joined(function()
+        node.layer:_backward_start(self:prepare_backward(node), node.grad_in)
+      end, function()
+        prev.layer:backward(self:prepare_backward(prev), prev.grad_in)
+      end, function() node.layer:_wait() end)
+      i = i - 2
+    else
+      if node.do_backward then
+        local gout = self:prepare_backward(node)
+        if node.fold then
+          local gin = {}
+          for k = 1, #node.srcs do gin[k] = node.grad_in[k] and fold(node.grad_in[k]) end
+          node.layer:backward(gout and fold(gout), gin)
+        elseif node.loss_kind == "layer" and node.loss_scale ~= 1 then
+          scaled_loss_backward(node, gout, node.grad_in)
         else
-          node.grad_in[k] = false
+          node.layer:backward(gout, node.grad_in)
         end
       end
-      if node.fold then
-        local gin = {}
-        for k = 1, #node.srcs do gin[k] = node.grad_in[k] and fold(node.grad_in[k]) end
-        node.layer:backward(gout and fold(gout), gin)
-      elseif node.loss_kind == "layer" and node.loss_scale ~= 1 then
-        scaled_loss_backward(node, gout, node.grad_in)
-      else
-        node.layer:backward(gout, node.grad_in)
-      end
+      i = i - 1
     end
   end
   if self.input_grads_on then

@@ -612,8 +612,8 @@ static void test_errors(void) {
     expect_create_error("window", "win_c", &both, 1, d1, "either");
     gc_opts sl = {0};
     gc_opt_num(&sl, "n_out", 3);
-    gc_opt_str(&sl, "loss", "ctc");
-    expect_create_error("softmax", "sm_b", &sl, 1, d1, "ctc");
+    gc_opt_str(&sl, "loss", "hinge");
+    expect_create_error("softmax", "sm_b", &sl, 1, d1, "unknown loss 'hinge'");
     gc_opts wrong_type = {0};
     gc_opt_str(&wrong_type, "n_out", "three");
     expect_create_error("linear", "n_out", &wrong_type, 1, d1, "n_out");

@@ -1,0 +1,76 @@
+/* Connectionist Temporal Classification: the loss and its gradient for a batch of sequences,
+ * fused with the log-softmax, on the CPU or CUDA (formulas: kernels/ctc_step.h).
+ *
+ * Shapes: logits (T, B, V) contiguous, unnormalised (the log-softmax is taken inside);
+ * labels (B, S) int32 with any strides (a transposed (S, B) batch target works as it is),
+ * 0-based labels l in 0..V-1 other than the blank, read up to label_len[b]; input_len and
+ * label_len (B) int32 on the CPU. Frames t >= input_len[b] and labels s >= label_len[b] are
+ * padding: never read, whatever they hold (NaN included), and their gradient is exactly 0.
+ * loss (B): -log P(labels_b | logits_b). grad (T, B, V) = d (sum_b loss_b) / d logits
+ * = softmax - posteriors on valid frames.
+ *
+ * A sequence whose labels cannot fit its frames (S labels plus one blank between each pair of
+ * equal neighbours need more than input_len frames) has no path: loss +inf, or 0 with
+ * zero_infinity (PyTorch's option); its gradient is 0 either way, never NaN. */
+#ifndef RL_KERNELS_CTC_H
+#define RL_KERNELS_CTC_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../core/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* What rl_ctc_loss keeps between calls (sized on the first batch of a shape, then reused):
+ * the CPU kernel's per-thread scratch, and on CUDA the labels and lengths on the device plus
+ * the alphas and betas. */
+typedef struct rl_ctc_work {
+    rl_tensor scratch;     /* CPU: per-thread rows; CUDA: alphas and betas (device) */
+    rl_tensor labels_host; /* (B, S) int32 CPU copy of device labels (for the checks) */
+    rl_tensor dev_int;     /* CUDA: labels (B, S), input_len (B), label_len (B) int32 */
+} rl_ctc_work;
+
+/* The checked entry point. `who` names the caller in errors ("rl.ctc_loss", "layer 'out'").
+ * blank in 0..V-1. loss: unset (allocated) or set (B) in the logits' dtype and device; grad:
+ * NULL (loss only), unset or set (T, B, V) like the logits, written with `=`.
+ * Errors (RL_EARG/RL_ESHAPE/RL_EDTYPE/RL_EINDEX), each naming `who` and, where it applies, the
+ * sequence (1-based, as in Lua): wrong dtypes or shapes of any argument, lengths outside
+ * 0..T or 0..S, a label outside 0..V-1 or equal to the blank, label_len[b] > input_len[b]. */
+rl_status rl_ctc_loss(rl_ctc_work *w, const char *who, const rl_tensor *logits,
+                      const rl_tensor *labels, const rl_tensor *input_len,
+                      const rl_tensor *label_len, int64_t blank, bool zero_infinity,
+                      rl_tensor *loss, rl_tensor *grad);
+void rl_ctc_work_release(rl_ctc_work *w);
+
+/* The CPU kernel (kernels/cpu/ctc.c), arguments already checked. Sequences are spread over
+ * `threads` threads (the caller's plus threads - 1 started for the call), longest first.
+ * work: rl_ctc_cpu_work_bytes(...) bytes, 64-byte aligned. loss (B) contiguous; grad (T, B, V)
+ * contiguous or NULL. */
+size_t rl_ctc_cpu_work_bytes(size_t elem, int64_t T, int64_t B, int64_t V, int64_t S, int threads);
+void rl_ctc_cpu_f32(int64_t T, int64_t B, int64_t V, const float *logits, const int32_t *labels,
+                    int64_t lab_stride_b, int64_t lab_stride_s, const int32_t *input_len,
+                    const int32_t *label_len, int32_t blank, bool zero_infinity, float *loss,
+                    float *grad, void *work, int threads);
+void rl_ctc_cpu_f64(int64_t T, int64_t B, int64_t V, const double *logits, const int32_t *labels,
+                    int64_t lab_stride_b, int64_t lab_stride_s, const int32_t *input_len,
+                    const int32_t *label_len, int32_t blank, bool zero_infinity, double *loss,
+                    double *grad, void *work, int threads);
+
+/* Decoding and error counting (kernels/ctc_decode.c), host memory.
+ * rl_ctc_collapse: the labels of a frame-wise path path[t * stride], t < n: repeats merged, then
+ * blanks removed; writes them to out (at most n) and returns their count.
+ * rl_edit_distance: Levenshtein distance (substitutions, insertions, deletions, cost 1 each)
+ * between a (na labels) and b (nb labels); row: nb + 1 entries of scratch. */
+int64_t rl_ctc_collapse(const int32_t *path, int64_t n, int64_t stride, int32_t blank,
+                        int32_t *out);
+int64_t rl_edit_distance(const int32_t *a, int64_t na, const int32_t *b, int64_t nb, int64_t *row);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
