@@ -2,8 +2,8 @@
 -- King James Bible lines rendered in Debian's handwriting fonts. Checks the image layout
 -- (/seqSizes, heights 32..48, ink in [0, 1]), that the character labels read back to the corpus
 -- texts, that the held-out font draws only the test texts and no training line, that no dev or
--- test text is a training line, that the conversion is deterministic and done once, and the
--- batches the recipe trains on.
+-- test text is a training line, that the conversion is deterministic and done once, the
+-- batches the recipe trains on, and that the recipe's smoke mode trains and prints its CERs.
 local H = dofile("tests/lua/harness.lua")
 local D = dofile("recipes/htr_lines_data.lua")
 local lfs = require("lfs")
@@ -143,6 +143,18 @@ H.test("image batches with the characters as a padded label sequence", function(
     seen = seen + B
   end
   H.check(seen == opts.n_train, "every training line in a batch")
+end)
+
+H.test("the recipe's smoke mode trains one epoch and prints both CER lines", function()
+  local p = io.popen(string.format("%s recipes/htr_lines.lua smoke out=%s 2>&1", arg[-1], dir))
+  local out = p:read("a")
+  local ok = p:close()
+  H.check(ok, "htr_lines.lua smoke failed:\n" .. out)
+  H.check(out:find("epoch   1/1  train score", 1, true), "an epoch line:\n" .. out)
+  H.check(out:find("\ntest CER %d+%.%d+%%\n"), "the test CER line:\n" .. out)
+  H.check(out:find("\nheld%-out font CER %d+%.%d+%% %(rufscript%)\n"), "the font CER line:\n" .. out)
+  H.check(not out:find("htr_lines: test:", 1, true), "the data converted above is reused")
+  H.check(lfs.attributes(dir .. "/smoke/net.001.h5", "mode") == "file", "a checkpoint")
 end)
 
 H.expect_error("more lines than the corpus has", function()
