@@ -733,8 +733,6 @@ function Rec:backward(grad_out, grad_in)
             local dh0, dc0 = unit.obj:initial_state_grad()
             if dc0 then unit.dc:copy_(dc0) end
             if t > 1 then unit.grad:select(1, t - 1):add_(dh0) end
-          elseif unit.kind == "gru" and t > 1 then
-            unit.grad:select(1, t - 1):add_(unit.obj:initial_state_grad())
           end
           for k, s in ipairs(unit.srcs) do
             if unit.gin[k] then self:route(s, t, unit.gin[k]) end
