@@ -1,9 +1,20 @@
 # rnnlua build. `make` builds ./rnnlua; `make test`, `make demo`, `make bench`, `make deps`.
 # Options: CUDA=0 (leave CUDA out), CUDA=1 (demand it; default: use it when nvcc is found),
-#          SANITIZE=1 (AddressSanitizer + UBSan, separate build dir), WERROR=1 (warnings fail).
+#          MPI=0 (leave MPI out), MPI=1 (demand it; default: use Open MPI when pkg-config finds
+#          it), NCCL comes with CUDA=1 when the toolkit has it (NCCL=0 leaves it out),
+#          SANITIZE=1 (AddressSanitizer + UBSan, separate build dir), WERROR=1 (warnings fail),
+#          BLAS=openblas (default) or BLAS=blis (separate build dir; bench/blas_compare.sh
+#          measures both on rnnlua's GEMM shapes).
 
 CC      ?= cc
-PKGS    := lua5.4 hdf5 openblas libedit
+BLAS    ?= openblas
+ifeq ($(BLAS),openblas)
+  PKGS  := lua5.4 hdf5 openblas libedit libmicrohttpd jansson
+else ifeq ($(BLAS),blis)
+  PKGS  := lua5.4 hdf5 libedit libmicrohttpd jansson
+else
+  $(error BLAS=$(BLAS): expected openblas or blis)
+endif
 NVCC    ?= $(or $(shell command -v nvcc 2>/dev/null),$(wildcard /usr/local/cuda/bin/nvcc))
 
 ifeq ($(CUDA),)
@@ -16,18 +27,31 @@ ifeq ($(CUDA),1)
   CUDA_HOME := $(patsubst %/bin/nvcc,%,$(NVCC))
 endif
 
-BUILD   := build$(if $(filter 1,$(SANITIZE)),-san)$(if $(filter 0,$(CUDA)),-nocuda)
+BUILD   := build$(if $(filter 1,$(SANITIZE)),-san)$(if $(filter 0,$(CUDA)),-nocuda)$(if $(filter 0,$(MPI)),-nompi)$(if $(filter blis,$(BLAS)),-blis)
 # On a fresh machine, install what is missing before anything is compiled.
 ifeq ($(filter deps clean format,$(MAKECMDGOALS)),)
-  ifneq ($(shell bash scripts/deps.sh --check >/dev/null 2>&1 && echo ok),ok)
+  ifneq ($(shell RL_BLAS=$(BLAS) bash scripts/deps.sh --check >/dev/null 2>&1 && echo ok),ok)
     $(info rnnlua: installing missing dependencies with scripts/deps.sh)
-    ifneq ($(shell bash scripts/deps.sh >&2; echo $$?),0)
+    ifneq ($(shell RL_BLAS=$(BLAS) bash scripts/deps.sh >&2; echo $$?),0)
       $(error scripts/deps.sh failed; run `make deps` to see why)
     endif
   endif
 endif
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null) -llua5.4-filesystem
+
+# MPI (data-parallel training, core/dist.c): Open MPI's C binding through pkg-config.
+MPI_PKG := ompi-c
+ifeq ($(MPI),)
+  MPI := $(if $(shell pkg-config --exists $(MPI_PKG) 2>/dev/null && echo y),1,0)
+endif
+ifeq ($(MPI),1)
+  ifneq ($(shell pkg-config --exists $(MPI_PKG) 2>/dev/null && echo y),y)
+    $(error MPI=1 but pkg-config finds no $(MPI_PKG) (install libopenmpi-dev: scripts/deps.sh))
+  endif
+  PKG_CFLAGS += -DRL_WITH_MPI $(shell pkg-config --cflags $(MPI_PKG))
+  PKG_LIBS   += $(shell pkg-config --libs $(MPI_PKG))
+endif
 
 WARN    := -Wall -Wextra -Wshadow -Wmissing-prototypes -Wno-unused-parameter
 CFLAGS  ?= -O2 -g
@@ -40,6 +64,10 @@ ARCH    ?= native
 CFLAGS  += -std=c11 -D_GNU_SOURCE -fPIC -march=$(ARCH) -fno-trapping-math -fno-math-errno $(WARN) -MMD -MP -I. \
            $(PKG_CFLAGS)
 LDLIBS  := $(PKG_LIBS) -lm -lpthread
+ifeq ($(BLAS),blis)
+  CFLAGS  += -DRL_BLAS_BLIS
+  LDLIBS  += -lblis
+endif
 ifeq ($(WERROR),1)
   CFLAGS  += -Werror
   NVFLAGS += -Werror all-warnings
@@ -54,11 +82,23 @@ ifeq ($(CUDA),1)
               -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
               -gencode arch=compute_90,code=compute_90
   LDLIBS   += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lcublas -lcudnn -lstdc++
+  # NCCL (allreduce of device buffers across ranks) when the toolkit ships it
+  ifeq ($(NCCL),)
+    NCCL := $(if $(wildcard $(CUDA_HOME)/include/nccl.h),1,0)
+  endif
+endif
+ifneq ($(CUDA),1)
+  NCCL := 0
+endif
+ifeq ($(NCCL),1)
+  NVFLAGS += -DRL_WITH_NCCL
+  CFLAGS  += -DRL_WITH_NCCL
+  LDLIBS  += -lnccl
 endif
 
 LIB_SRC  := $(wildcard core/*.c kernels/*.c kernels/cpu/*.c layers/*.c) \
             $(filter-out lua/rnnlua.c lua/embed.c,$(wildcard lua/*.c))
-CU_SRC   := $(if $(filter 1,$(CUDA)),$(wildcard kernels/cuda/*.cu))
+CU_SRC   := $(if $(filter 1,$(CUDA)),$(filter-out $(if $(filter 1,$(NCCL)),,kernels/cuda/nccl.cu),$(wildcard kernels/cuda/*.cu)))
 LUA_LIB  := $(sort $(wildcard lua/rnnlua/*.lua layers/*.lua))
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o) $(CU_SRC:%.cu=$(BUILD)/%.cu.o) $(BUILD)/gen/embedded.o
 CTESTS   := $(patsubst tests/c/%.c,$(BUILD)/tests/%,$(wildcard tests/c/test_*.c))
@@ -69,7 +109,7 @@ all: rnnlua
 
 # Install missing system packages (apt-get) on a fresh machine.
 deps:
-	@bash scripts/deps.sh
+	@RL_BLAS=$(BLAS) bash scripts/deps.sh
 
 rnnlua: $(BUILD)/rnnlua
 	cp $< $@
@@ -112,18 +152,21 @@ $(BUILD)/bench/%: bench/%.c $(BUILD)/librnnlua.a
 test: $(BUILD)/rnnlua $(CTESTS)
 	@bash tests/run.sh $(BUILD)
 
-# CUDA-vs-CPU parity of every op, of the LSTM (own kernels, cuDNN), of the optimizers and of
-# networks of every other layer class (including whole rl.train runs); each prints a SKIP line
-# and passes where there is no GPU.
+# CUDA-vs-CPU parity of every op, of the LSTM (own kernels, cuDNN), of the GRU, of CTC, of the
+# optimizers and of networks of every other layer class (including whole rl.train runs), of
+# rl.dist through NCCL (mpirun -np 2, one GPU per rank); each prints a SKIP line and passes
+# where there is no GPU.
 test-gpu: $(BUILD)/rnnlua $(BUILD)/tests-gpu/test_parity $(BUILD)/tests-gpu/test_lstm_parity \
           $(BUILD)/tests-gpu/test_optim_parity $(BUILD)/tests-gpu/test_mdlstm_parity \
-          $(BUILD)/tests-gpu/test_ctc_parity
+          $(BUILD)/tests-gpu/test_gru_parity $(BUILD)/tests-gpu/test_ctc_parity
 	$(BUILD)/tests-gpu/test_parity
 	$(BUILD)/tests-gpu/test_lstm_parity
+	$(BUILD)/tests-gpu/test_gru_parity
 	$(BUILD)/tests-gpu/test_optim_parity
 	$(BUILD)/tests-gpu/test_mdlstm_parity
 	$(BUILD)/tests-gpu/test_ctc_parity
 	$(BUILD)/rnnlua tests/gpu/test_layers_parity.lua
+	bash tests/gpu/test_dist_nccl.sh $(BUILD)/rnnlua
 
 $(BUILD)/tests-gpu/%: tests/gpu/%.c $(BUILD)/librnnlua.a tests/c/check.h
 	@mkdir -p $(dir $@)

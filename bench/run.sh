@@ -3,10 +3,15 @@
 # a header naming the machine, then each benchmark's own Markdown section (title, table, notes).
 #   1. the bench programs BUILD/bench/* (built from bench/*.c): gemm first, then the others in
 #      name order;
-#      right after BUILD/bench/lstm, bench/torch_lstm.py times the same LSTM training steps with
-#      PyTorch (Debian's /usr/bin/python3 and python3-torch; a SKIP line where either is
-#      missing), so that the comparison comes from one run on one machine state;
-#   2. the Lua scripts bench/*.lua, each run by BUILD/rnnlua.
+#      right after BUILD/bench/lstm, bench/lstm_compare.sh times LSTM networks' training steps
+#      against a current PyTorch (bench/torch_env.sh sets it up under BUILD), interleaved, with
+#      peak memory; on an AVX-512 machine a second table forces both to AVX2
+#      (RL_BENCH_LEVEL=avx2), which is what an AVX2-only machine runs;
+#      BUILD/bench/gru runs under bench/torch_gru.py with the PyTorch of bench/torch_env.sh,
+#      which interleaves its measurements with nn.GRU's (alone, with a SKIP line, when that
+#      PyTorch cannot be set up);
+#   2. the Lua scripts bench/*.lua, each run by BUILD/rnnlua (bench/lstm_step.lua is
+#      lstm_compare.sh's worker, not run on its own).
 # gemm prints "sgemm peak: X GFLOP/s"; X is exported as RL_SGEMM_PEAK_GFLOPS to everything run
 # after it, so that later benchmarks can report a fraction of the machine's GEMM speed.
 # RL_BENCH_SECONDS (seconds per measurement, default 0.5) and RL_BENCH_ROUNDS (measurements
@@ -57,19 +62,27 @@ for p in "$build"/bench/*; do
     [ -f "$p" ] && [ -x "$p" ] && programs+=("$p")
 done
 for p in "${programs[@]}"; do
+    if [ "$(basename "$p")" = gru ]; then
+        if py=$(bash bench/torch_env.sh "$build" 2>/dev/null | tail -n 1) && [ -x "$py" ]; then
+            run_one torch_gru "$py" bench/torch_gru.py "$p"
+        else
+            echo "SKIP torch_gru: bench/torch_env.sh could not set up PyTorch; rnnlua alone:"
+            echo
+            run_one gru "$p"
+        fi
+        continue
+    fi
     run_one "$(basename "$p")" "$p"
     if [ "$(basename "$p")" = lstm ]; then
-        if [ -x /usr/bin/python3 ]; then
-            run_one torch_lstm /usr/bin/python3 bench/torch_lstm.py
-        else
-            echo "SKIP torch_lstm: /usr/bin/python3 not found (PyTorch comparison needs Debian's" \
-                "python3-torch)"
-            echo
+        run_one lstm_compare bash bench/lstm_compare.sh "$build"
+        if [ "$("$bin" -e 'io.write(select(2, rl.cpu_level()))')" = avx512 ]; then
+            RL_BENCH_LEVEL=avx2 run_one "lstm_compare (avx2)" bash bench/lstm_compare.sh "$build"
         fi
     fi
 done
 for s in bench/*.lua; do
     [ -f "$s" ] || continue
+    [ "$s" = bench/lstm_step.lua ] && continue
     run_one "$s" "$bin" "$s"
 done
 echo "Load average at the end: $(cut -d' ' -f1-3 /proc/loadavg) (the machine's other work" \

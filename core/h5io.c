@@ -7,9 +7,11 @@
  */
 #include "h5io.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <hdf5.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -171,11 +173,49 @@ rl_status rl_h5_open(rl_h5file **out, const char *path, bool writable) {
     return RL_OK;
 }
 
+/* A save killed before its commit leaves PATH.tmp.PID behind. The next save of PATH removes
+ * those of processes that no longer exist (kill(pid, 0) fails with ESRCH); a live process's
+ * file, perhaps a concurrent save, is left alone. Best effort: failures change nothing. */
+static void h5_remove_stale_tmp(const char *path) {
+    const char *slash = strrchr(path, '/');
+    const char *base = slash ? slash + 1 : path;
+    size_t dir_len = slash ? (size_t)(slash - path) : 0;
+    char dir[4096], prefix[512];
+    if (dir_len + 1 >= sizeof dir) return;
+    if (!slash)
+        strcpy(dir, ".");
+    else if (dir_len == 0)
+        strcpy(dir, "/");
+    else
+        memcpy(dir, path, dir_len), dir[dir_len] = '\0';
+    if ((size_t)snprintf(prefix, sizeof prefix, "%s.tmp.", base) >= sizeof prefix) return;
+    size_t plen = strlen(prefix);
+    DIR *d = opendir(dir);
+    if (!d) return;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (strncmp(e->d_name, prefix, plen) != 0) continue;
+        const char *digits = e->d_name + plen;
+        char *end;
+        errno = 0;
+        long pid = strtol(digits, &end, 10);
+        if (*digits < '0' || *digits > '9' || *end != '\0' || errno != 0 || pid <= 0 ||
+            pid == (long)getpid() || pid > INT32_MAX)
+            continue;
+        if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue;
+        char full[4096 + 512];
+        if ((size_t)snprintf(full, sizeof full, "%s/%s", dir, e->d_name) < sizeof full)
+            unlink(full);
+    }
+    closedir(d);
+}
+
 rl_status rl_h5_create(rl_h5file **out, const char *path) {
     *out = NULL;
     h5_quiet();
     rl_h5file *f;
     RL_TRY(h5_file_new(&f, path, true));
+    h5_remove_stale_tmp(path);
     hid_t fapl = h5_fapl();
     f->id = H5Fcreate(f->tmp, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
     if (f->id < 0) {
@@ -462,8 +502,10 @@ static rl_status h5_read_dataset(rl_h5file *f, const char *name, int64_t start, 
             goto done;
         }
         if (start < 0 || start > shape[0] || rows > shape[0] - start) {
-            s = rl_error(RL_EINDEX, "%s: %s: rows [%lld, %lld) out of range for %lld rows", f->path,
-                         rel, (long long)start, (long long)(start + rows), (long long)shape[0]);
+            /* printed 1-based as the Lua API takes them; start + rows may overflow */
+            s = rl_error(RL_EINDEX,
+                         "%s: %s: %lld rows from row %lld are out of range for %lld rows", f->path,
+                         rel, (long long)rows, (long long)start + 1, (long long)shape[0]);
             goto done;
         }
         shape[0] = rows;

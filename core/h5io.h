@@ -37,7 +37,8 @@ typedef struct rl_h5file rl_h5file;
 
 /* Opens an existing file. Errors: no such file, not an HDF5 file, truncated or corrupt. */
 rl_status rl_h5_open(rl_h5file **out, const char *path, bool writable);
-/* Creates `<path>.tmp.<pid>` (truncating a stale one); nothing at `path` changes yet. */
+/* Creates `<path>.tmp.<pid>` (truncating a stale one); nothing at `path` changes yet. Removes
+ * the `<path>.tmp.<pid>` files that saves of processes no longer running left behind. */
 rl_status rl_h5_create(rl_h5file **out, const char *path);
 /* Closes `f` and frees it, whatever happens. For a created file: flushes it to disk and renames
  * it over `path`; on failure the temporary file is removed and `path` is left untouched. */

@@ -115,6 +115,15 @@ void rl_storage_release(rl_storage *s) {
     free(s);
 }
 
+static const char *shape_text(int ndim, const int64_t *shape, char *buf, size_t n) {
+    size_t used = 0;
+    used += (size_t)snprintf(buf, n, "(");
+    for (int d = 0; d < ndim && used < n; d++)
+        used += (size_t)snprintf(buf + used, n - used, "%s%" PRId64, d ? ", " : "", shape[d]);
+    if (used < n) snprintf(buf + used, n - used, ")");
+    return buf;
+}
+
 void rl_contiguous_strides(int ndim, const int64_t *shape, int64_t *stride) {
     int64_t acc = 1;
     for (int d = ndim - 1; d >= 0; d--) {
@@ -123,18 +132,22 @@ void rl_contiguous_strides(int ndim, const int64_t *shape, int64_t *stride) {
     }
 }
 
-static rl_status check_shape(const char *fn, int ndim, const int64_t *shape, int64_t *numel) {
+rl_status rl_shape_numel(const char *what, int ndim, const int64_t *shape, int64_t *numel) {
     if (ndim < 0 || ndim > RL_MAX_DIMS)
-        return rl_error(RL_ESHAPE, "%s: %d dims requested, at most %d are supported", fn, ndim,
+        return rl_error(RL_ESHAPE, "%s: %d dims requested, at most %d are supported", what, ndim,
                         RL_MAX_DIMS);
     int64_t n = 1;
     for (int d = 0; d < ndim; d++) {
         if (shape[d] < 0)
-            return rl_error(RL_ESHAPE, "%s: negative size %" PRId64 " in dim %d", fn, shape[d],
+            return rl_error(RL_ESHAPE, "%s: negative size %" PRId64 " in dim %d", what, shape[d],
                             d + 1);
-        if (shape[d] > 0 && n > INT64_MAX / 16 / shape[d])
-            return rl_error(RL_ESHAPE, "%s: shape too large", fn);
-        n *= shape[d];
+    }
+    for (int d = 0; d < ndim; d++) {
+        if (!rl_mul_ok(n, shape[d], &n) || n > RL_MAX_NUMEL) {
+            char s[160];
+            return rl_error(RL_ESHAPE, "%s: shape %s has more than %" PRId64 " elements", what,
+                            shape_text(ndim, shape, s, sizeof s), RL_MAX_NUMEL);
+        }
     }
     *numel = n;
     return RL_OK;
@@ -146,7 +159,7 @@ rl_status rl_tensor_empty(rl_tensor *out, rl_dtype dt, rl_device dev, int ndim,
     if ((unsigned)dt >= RL_NUM_DTYPES)
         return rl_error(RL_EDTYPE, "empty: invalid dtype %d", (int)dt);
     int64_t n = 0;
-    RL_TRY(check_shape("empty", ndim, shape, &n));
+    RL_TRY(rl_shape_numel("empty", ndim, shape, &n));
     rl_storage *s;
     RL_TRY(rl_storage_new(&s, (size_t)n * rl_dtype_size(dt), dev));
     out->storage = s;
@@ -164,7 +177,7 @@ rl_status rl_tensor_empty_like(rl_tensor *out, const rl_tensor *like) {
 rl_status rl_buffer_ensure(rl_tensor *buf, rl_dtype dt, rl_device dev, int ndim,
                            const int64_t *shape) {
     int64_t n = 0;
-    RL_TRY(check_shape("buffer", ndim, shape, &n));
+    RL_TRY(rl_shape_numel("buffer", ndim, shape, &n));
     size_t need = (size_t)n * rl_dtype_size(dt);
     rl_storage *s = buf->storage;
     if (s && s->nbytes >= need && rl_device_eq(s->device, dev)) {
@@ -223,12 +236,7 @@ void *rl_tensor_data(const rl_tensor *t) {
 }
 
 const char *rl_shape_str(const rl_tensor *t, char *buf, size_t n) {
-    size_t used = 0;
-    used += (size_t)snprintf(buf, n, "(");
-    for (int d = 0; d < t->ndim && used < n; d++)
-        used += (size_t)snprintf(buf + used, n - used, "%s%" PRId64, d ? ", " : "", t->shape[d]);
-    if (used < n) snprintf(buf + used, n - used, ")");
-    return buf;
+    return shape_text(t->ndim, t->shape, buf, n);
 }
 
 const char *rl_tensor_describe(const rl_tensor *t, char *buf, size_t n) {
@@ -250,12 +258,13 @@ rl_status rl_tensor_narrow(rl_tensor *out, const rl_tensor *src, int dim, int64_
                            int64_t len) {
     memset(out, 0, sizeof *out);
     if (dim < 0 || dim >= src->ndim) return dim_error("narrow", src, dim);
-    if (start < 0 || len < 0 || start + len > src->shape[dim]) {
+    if (start < 0 || len < 0 || start > src->shape[dim] || len > src->shape[dim] - start) {
         char s[128];
+        /* printed 1-based; start + len might overflow */
         return rl_error(RL_EINDEX,
-                        "narrow: positions %" PRId64 "..%" PRId64 " out of range for dim %d of "
-                        "size %" PRId64 " in %s",
-                        start + 1, start + len, dim + 1, src->shape[dim],
+                        "narrow: %" PRId64 " elements from position %" PRId64 " are out of range "
+                        "for dim %d of size %" PRId64 " in %s",
+                        len, start < INT64_MAX ? start + 1 : start, dim + 1, src->shape[dim],
                         rl_shape_str(src, s, sizeof s));
     }
     rl_tensor_share(out, src);
@@ -300,8 +309,9 @@ rl_status rl_tensor_view(rl_tensor *out, const rl_tensor *src, int ndim, const i
         } else if (shape[d] < 0) {
             return rl_error(RL_ESHAPE, "view: negative size %" PRId64 " in dim %d", shape[d],
                             d + 1);
-        } else {
-            known *= shape[d];
+        } else if (!rl_mul_ok(known, shape[d], &known) || known > RL_MAX_NUMEL) {
+            return rl_error(RL_ESHAPE, "view: the new shape has more than %" PRId64 " elements",
+                            RL_MAX_NUMEL);
         }
     }
     if (infer >= 0) {
@@ -397,6 +407,8 @@ rl_status rl_tensor_expand(rl_tensor *out, const rl_tensor *src, int ndim, const
     if (ndim < src->ndim || ndim > RL_MAX_DIMS)
         return rl_error(RL_ESHAPE, "expand: cannot expand %s to %d dims",
                         rl_shape_str(src, s, sizeof s), ndim);
+    int64_t numel;
+    RL_TRY(rl_shape_numel("expand", ndim, shape, &numel));
     rl_tensor e = *src;
     int lead = ndim - src->ndim;
     for (int d = 0; d < ndim; d++) {

@@ -67,6 +67,23 @@ rl_status rl_storage_new(rl_storage **out, size_t nbytes, rl_device dev);
 void rl_storage_retain(rl_storage *s);
 void rl_storage_release(rl_storage *s);
 
+/* Checked arithmetic for shapes, sizes and positions: every product or sum of sizes that comes
+ * from a user (a Lua call, a network description, a file) goes through these, so a size near
+ * 2^31, 2^62 or INT64_MAX is an error instead of a wrapped number (a view that reads outside
+ * its storage). A tensor holds at most RL_MAX_NUMEL elements, so that its byte count (at most
+ * 8 bytes an element) and any sum of two element offsets stay far from overflowing. */
+#define RL_MAX_NUMEL ((int64_t)1 << 59)
+/* *r = a * b or a + b; false (and *r unspecified) when the exact result overflows int64. */
+static inline bool rl_mul_ok(int64_t a, int64_t b, int64_t *r) {
+    return !__builtin_mul_overflow(a, b, r);
+}
+static inline bool rl_add_ok(int64_t a, int64_t b, int64_t *r) {
+    return !__builtin_add_overflow(a, b, r);
+}
+/* The element count of a shape. Errors (named by `what`, e.g. "zeros" or "layer 'fw': parameter
+ * W"): more than RL_MAX_DIMS dims, a negative size, a count above RL_MAX_NUMEL. */
+rl_status rl_shape_numel(const char *what, int ndim, const int64_t *shape, int64_t *numel);
+
 /* Creation: a new contiguous tensor (row-major strides), contents uninitialised. */
 rl_status rl_tensor_empty(rl_tensor *out, rl_dtype dt, rl_device dev, int ndim,
                           const int64_t *shape);

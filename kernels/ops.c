@@ -25,10 +25,18 @@
 
 #ifdef RL_WITH_CUDA
 #include "cuda/cuda.h"
+#ifdef RL_WITH_NCCL
+#include "cuda/nccl_comm.h"
+#endif
 
 static const rl_kernels *cuda_kernels(void) { return rl_kernels_cuda(); }
 
-void rl_ops_init(void) { rl_cuda_register(); }
+void rl_ops_init(void) {
+    rl_cuda_register();
+#ifdef RL_WITH_NCCL
+    rl_nccl_register(); /* device buffers of rl.dist go through NCCL */
+#endif
+}
 #else
 static const rl_kernels *cuda_kernels(void) { return NULL; }
 
@@ -120,6 +128,70 @@ static rl_status int32_value(const char *op, rl_dtype dt, double v, const char *
     return RL_OK;
 }
 
+/* ---- aliasing: an output that shares memory with an input ----
+ * Kernels read and write element by element, so an output may share memory with an input only
+ * when both are the very same view (out = a in add_). Any other overlap (a:copy_(a:t()),
+ * matmul(a, a, a)) goes through a temporary copy of the input; an output that repeats elements
+ * (an expanded view, stride 0) cannot be written at all. */
+
+/* The byte range [lo, hi) a non-empty view can touch. */
+static void extent(const rl_tensor *t, int64_t *lo, int64_t *hi) {
+    int64_t a = t->offset, b = t->offset;
+    for (int d = 0; d < t->ndim; d++) {
+        int64_t span = (t->shape[d] - 1) * t->stride[d];
+        if (span < 0)
+            a += span;
+        else
+            b += span;
+    }
+    int64_t size = (int64_t)rl_dtype_size(t->dtype);
+    *lo = a * size;
+    *hi = (b + 1) * size;
+}
+
+static bool overlaps(const rl_tensor *a, const rl_tensor *b) {
+    if (!a->storage || a->storage != b->storage) return false;
+    if (rl_tensor_numel(a) == 0 || rl_tensor_numel(b) == 0) return false;
+    int64_t alo, ahi, blo, bhi;
+    extent(a, &alo, &ahi);
+    extent(b, &blo, &bhi);
+    return alo < bhi && blo < ahi;
+}
+
+static bool same_view(const rl_tensor *a, const rl_tensor *b) {
+    if (a->storage != b->storage || a->offset != b->offset || a->dtype != b->dtype ||
+        !rl_tensor_same_shape(a, b))
+        return false;
+    for (int d = 0; d < a->ndim; d++)
+        if (a->shape[d] > 1 && a->stride[d] != b->stride[d]) return false;
+    return true;
+}
+
+/* An output that holds some element twice (a dim of size > 1 with stride 0, from expand). */
+static rl_status writable(const char *op, const rl_tensor *out) {
+    for (int d = 0; d < out->ndim; d++) {
+        if (out->shape[d] > 1 && out->stride[d] == 0) {
+            char s[128];
+            return rl_error(RL_EARG,
+                            "%s: the output %s is an expanded view (dim %d repeats one element): "
+                            "writing into it would be ambiguous; write into a contiguous tensor",
+                            op, rl_shape_str(out, s, sizeof s), d + 1);
+        }
+    }
+    return RL_OK;
+}
+
+/* *use = in, or a fresh copy of it in *tmp when it overlaps `out` other than as the same view.
+ * The caller releases *tmp (unset when no copy was made). */
+static rl_status unalias(const rl_tensor *out, const rl_tensor *in, rl_tensor *tmp,
+                         const rl_tensor **use) {
+    *use = in;
+    if (!overlaps(out, in) || same_view(out, in)) return RL_OK;
+    RL_TRY(rl_op_to(tmp, in, in->dtype, rl_tensor_device(in)));
+    *use = tmp;
+    return RL_OK;
+}
+
 /* The output rule of ops.h. *fresh tells whether `out` was allocated here (and must be
  * released again if the op fails later). */
 static rl_status prepare_out(const char *op, rl_tensor *out, rl_dtype dt, rl_device dev, int ndim,
@@ -141,7 +213,7 @@ static rl_status prepare_out(const char *op, rl_tensor *out, rl_dtype dt, rl_dev
                         rl_tensor_describe(out, have, sizeof have), rl_dtype_name(dt),
                         shape_str(ndim, shape, want, sizeof want), dev_name);
     }
-    return RL_OK;
+    return writable(op, out);
 }
 
 static rl_status finish(rl_status st, rl_tensor *out, bool fresh) {
@@ -193,10 +265,15 @@ rl_status rl_op_copy(rl_tensor *dst, const rl_tensor *src) {
     const rl_kernels *k;
     RL_TRY(kernels_of("copy", dst, &k));
     if (rl_tensor_numel(dst) == 0) return RL_OK;
+    RL_TRY(writable("copy", dst));
     rl_device dd = rl_tensor_device(dst), sd = rl_tensor_device(src);
     if (rl_device_eq(dd, sd)) {
-        rl_tensor s = broadcast_view(src, dst->ndim, dst->shape);
-        return k->copy(dst, &s);
+        rl_tensor s = broadcast_view(src, dst->ndim, dst->shape), tmp = {0};
+        const rl_tensor *from;
+        RL_TRY(unalias(dst, &s, &tmp, &from));
+        rl_status st = k->copy(dst, from);
+        rl_tensor_release(&tmp);
+        return st;
     }
     /* Across devices: make the source contiguous where it is, move the bytes, then
      * broadcast and convert on the destination's device. */
@@ -275,9 +352,11 @@ rl_status rl_op_reshape(rl_tensor *out, const rl_tensor *src, int ndim, const in
         if (shape[d] == -1 && infer < 0)
             infer = d;
         else if (shape[d] < 0)
-            return rl_error(RL_ESHAPE, "reshape: bad size %lld in dim %d", (long long)shape[d], d);
-        else
-            known *= shape[d];
+            return rl_error(RL_ESHAPE, "reshape: bad size %lld in dim %d", (long long)shape[d],
+                            d + 1);
+        else if (!rl_mul_ok(known, shape[d], &known) || known > RL_MAX_NUMEL)
+            return rl_error(RL_ESHAPE, "reshape: the new shape has more than %lld elements",
+                            (long long)RL_MAX_NUMEL);
     }
     if (infer >= 0 && known > 0 && numel % known == 0) want[infer] = numel / known;
     if ((infer >= 0 && (known == 0 || numel % known != 0)) || (infer < 0 && known != numel)) {
@@ -320,7 +399,12 @@ rl_status rl_op_unary(rl_tensor *out, const rl_tensor *a, rl_unary_op op, double
     RL_TRY(kernels_of(name, a, &k));
     RL_TRY(prepare_out(name, out, a->dtype, rl_tensor_device(a), a->ndim, a->shape, &fresh));
     if (rl_tensor_numel(a) == 0) return RL_OK;
-    return finish(k->unary(out, a, op, p0, p1), out, fresh);
+    rl_tensor tmp = {0};
+    const rl_tensor *in;
+    rl_status st = unalias(out, a, &tmp, &in);
+    if (st == RL_OK) st = k->unary(out, in, op, p0, p1);
+    rl_tensor_release(&tmp);
+    return finish(st, out, fresh);
 }
 
 rl_status rl_op_binary(rl_tensor *out, const rl_tensor *a, const rl_tensor *b, rl_binary_op op) {
@@ -339,7 +423,14 @@ rl_status rl_op_binary(rl_tensor *out, const rl_tensor *a, const rl_tensor *b, r
     RL_TRY(prepare_out(name, out, a->dtype, rl_tensor_device(a), nd, shape, &fresh));
     rl_tensor av = broadcast_view(a, nd, shape), bv = broadcast_view(b, nd, shape);
     if (rl_tensor_numel(out) == 0) return RL_OK;
-    return finish(k->binary(out, &av, &bv, op), out, fresh);
+    rl_tensor ta = {0}, tb = {0};
+    const rl_tensor *ua, *ub;
+    rl_status st = unalias(out, &av, &ta, &ua);
+    if (st == RL_OK) st = unalias(out, &bv, &tb, &ub);
+    if (st == RL_OK) st = k->binary(out, ua, ub, op);
+    rl_tensor_release(&tb);
+    rl_tensor_release(&ta);
+    return finish(st, out, fresh);
 }
 
 rl_status rl_op_binary_scalar(rl_tensor *out, const rl_tensor *a, double s, rl_binary_op op,
@@ -553,8 +644,9 @@ static rl_status gemm3(const rl_kernels *k, rl_tensor *c, const rl_tensor *a, co
     bool ct;
     int64_t ldc;
     if (!blas_layout(m, n, c->stride[1], c->stride[2], &ct, &ldc) ||
-        (batch > 1 && c->stride[0] == 0)) {
-        /* c itself is not BLAS-writable: compute into a contiguous copy and copy back */
+        (batch > 1 && c->stride[0] == 0) || overlaps(c, a) || overlaps(c, b)) {
+        /* c itself is not BLAS-writable, or BLAS would overwrite an operand while reading it:
+         * compute into a contiguous copy and copy back */
         rl_tensor tmp = {0};
         RL_TRY(rl_op_to(&tmp, c, c->dtype, rl_tensor_device(c)));
         rl_status st = gemm3(k, &tmp, a, b, ta, tb, alpha, beta);

@@ -20,11 +20,12 @@
  * rl_expf: Cephes' method. n = round(x / ln 2) by the 1.5 * 2^23 rounding trick (no call to
  * rintf), r = x - n ln 2 in two parts, e^r by a degree-6 polynomial, times 2^n built in the
  * exponent bits. Below x = -87.3 (results under the smallest normal float) it gives 0, above
- * 88.72 +inf. */
+ * 88.72 +inf, for NaN NaN. */
 RL_HD_INLINE float rl_expf(float x) {
     const float hi = 88.72f, lo = -87.3f;
-    /* NaN computes as 0 (converting it to int32 below would be undefined) and is returned */
-    float xc = x < lo ? lo : (x > hi ? hi : (x == x ? x : 0.0f));
+    /* written so that NaN clamps to lo: n must stay finite, a NaN converted to int32 below is
+     * undefined behaviour; the NaN itself is returned at the end */
+    float xc = x > lo ? (x < hi ? x : hi) : lo;
     const float shifter = 12582912.0f; /* 1.5 * 2^23 */
     float t = xc * 1.44269504088896341f + shifter;
     float n = t - shifter;
@@ -43,7 +44,7 @@ RL_HD_INLINE float rl_expf(float x) {
     } scale;
     scale.i = ((int32_t)n + 127) * (1 << 23);
     float y = e * scale.f;
-    return x > hi ? INFINITY : (x < lo ? 0.0f : (x == x ? y : x));
+    return x != x ? x : (x > hi ? INFINITY : (x < lo ? 0.0f : y));
 }
 
 /* rl_logf: Cephes' method. x = m 2^e with m in [sqrt(1/2), sqrt(2)) read from the exponent

@@ -22,6 +22,16 @@
  * dtype: a layer computes in its inputs' dtype (float32 for training, float64 on the CPU for
  * gradient checks); its parameters have the same dtype (the network's).
  *
+ * Per-step use (a rec unit, lua/rnnlua/rec.lua): a layer may be run on (1, B, F) views, one
+ * step of a sequence at a time, with lengths all 1 (the rec layer keeps finished sequences'
+ * gradients at zero itself). A layer with recurrent state takes it explicitly instead of
+ * keeping it between calls: before forward the previous state (rl_lstm_set_initial_state),
+ * after it the new one (rl_lstm_final_state); before backward the gradient of the new state from
+ * the step after (rl_lstm_set_final_state_grad), after it the gradient of the previous state
+ * (rl_lstm_initial_state_grad). Since backward must follow the forward it belongs to, the rec
+ * layer re-runs each step's forward from its stored inputs and state right before that step's
+ * backward; a layer needs nothing else for per-step use.
+ *
  * Adding a layer type: one file layers/X.c with its ops and a create function, and one line
  * in layers/registry.c.
  */
@@ -143,9 +153,10 @@ typedef rl_status (*rl_layer_create_fn)(rl_layer **out, const char *name, const 
 
 /* What a class takes and gives (registry.c): sequences (T, B, F) by default. */
 enum {
-    RL_LAYER_IN_2D = 1,    /* its inputs are (H, W, B, F) with sizes */
-    RL_LAYER_OUT_2D = 2,   /* its output is (H, W, B, F) with the inputs' sizes */
-    RL_LAYER_ANY_RANK = 4, /* works on (T, B, F) and (H, W, B, F) alike, keeping the rank */
+    RL_LAYER_IN_2D = 1,     /* its inputs are (H, W, B, F) with sizes */
+    RL_LAYER_OUT_2D = 2,    /* its output is (H, W, B, F) with the inputs' sizes */
+    RL_LAYER_ANY_RANK = 4,  /* works on (T, B, F) and (H, W, B, F) alike, keeping the rank */
+    RL_LAYER_SPARSE_IN = 8, /* its input is (T, B) int32 class indices; in_dims[0] = classes */
 };
 /* The flags of a registered class, or -1 when there is no such class. */
 int rl_layer_class_flags(const char *class_name);
@@ -169,6 +180,20 @@ rl_status rl_layer_add_param(rl_layer *l, const char *pname, int ndim, const int
 /* Checks the batch: every input (T, B, in_dims[i]) with the same T and B and dtype, lengths
  * (B) int32 within 1..T; sets T and B. Errors name the layer and the shapes. */
 rl_status rl_layer_check_inputs(const rl_layer *l, const rl_layer_io *io, int64_t *T, int64_t *B);
+/* Classes flagged RL_LAYER_SPARSE_IN (embedding, linear, softmax) also take (T, B) int32 class
+ * indices as an input (in_dims[i] = the number of classes): rl_layer_check_inputs then also
+ * checks every index of a valid frame against 0..in_dims[i]-1 (padded frames are never read)
+ * and that it is on the CPU. rl_layer_input_sparse tells such an input apart;
+ * rl_layer_compute_type gives the dtype and device a layer computes in: its first dense
+ * input's, else its parameters'. */
+bool rl_layer_input_sparse(const rl_layer *l, const rl_tensor *x);
+rl_status rl_layer_compute_type(const rl_layer *l, const rl_layer_io *io, rl_dtype *dt,
+                                rl_device *dev);
+/* Sparse rows: z (T*B, D) row (t*B + b) += W[x[t, b]] (W (V, D)) on valid frames t < len[b],
+ * or with scatter W[x[t, b]] += z row (the weight gradient). CPU tensors of one float dtype,
+ * indices checked before (rl_layer_check_inputs). */
+void rl_sparse_rows_add(rl_tensor *z, const rl_tensor *x, const rl_tensor *len, rl_tensor *W,
+                        bool scatter);
 /* The same for 2-D inputs: every input (H, W, B, in_dims[i]), sizes (B, 2) int32 within
  * 1..H and 1..W. */
 rl_status rl_layer_check_inputs_2d(const rl_layer *l, const rl_layer_io *io, int64_t *H, int64_t *W,

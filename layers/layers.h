@@ -43,6 +43,25 @@ rl_status rl_lstm_final_state(rl_layer *l, rl_tensor *h, rl_tensor *c);
 /* dh0, dc0 (unset, or NULL) become views (B, n_out) of dLoss/dh0 and dLoss/dc0 after a
  * backward; valid until the next backward. */
 rl_status rl_lstm_initial_state_grad(rl_layer *l, rl_tensor *dh0, rl_tensor *dc0);
+/* The gradients dLoss/dh_T, dLoss/dc_T (B, n_out) of the final state that the following
+ * backward passes start from (shared, read at each backward), or NULL for zeros; per-step use
+ * in a rec unit (layer.h). Not with impl = "cudnn". */
+rl_status rl_lstm_set_final_state_grad(rl_layer *l, const rl_tensor *dh, const rl_tensor *dc);
+
+/* embedding (layers/embedding.c): n_out; one sparse input (T, B) int32 of in_dims[0] classes,
+ * W (in_dims[0], n_out). */
+rl_status rl_embedding_create(rl_layer **out, const char *name, const rl_options *opts, int n_in,
+                              const int64_t *in_dims);
+
+/* gru (layers/gru.c): n_out, direction = 1 | -1; PyTorch's GRU formulation and weight layout.
+ * The initial state (B, n_out), the final state and the initial state's gradient work as the
+ * lstm's above (without a cell); together they make one forward/backward with T = 1 a single
+ * step with explicit state in and out. */
+rl_status rl_gru_create(rl_layer **out, const char *name, const rl_options *opts, int n_in,
+                        const int64_t *in_dims);
+rl_status rl_gru_set_initial_state(rl_layer *l, const rl_tensor *h0);
+rl_status rl_gru_final_state(rl_layer *l, rl_tensor *h);
+rl_status rl_gru_initial_state_grad(rl_layer *l, rl_tensor *dh0);
 
 /* mdlstm (layers/mdlstm.c): 2-D multi-directional LSTM over (H, W, B, F) images; n_out (per
  * direction), directions ("tl,tr,bl,br"), combine = concat | sum, cell = standard | stable,

@@ -107,6 +107,13 @@ static rl_status build_pad(rl_ce_work *w, const rl_tensor **pad, const rl_tensor
     return RL_OK;
 }
 
+rl_status rl_ce_bad_target(const char *layer, int64_t t, int64_t b, double value, int64_t C) {
+    return rl_error(RL_EINDEX,
+                    "layer '%s': target %g at frame %" PRId64 " of sequence %" PRId64
+                    " (1-based) is outside 0..%" PRId64 " (n_out = %" PRId64 ")",
+                    layer, value, t + 1, b + 1, C - 1, C);
+}
+
 /* The error for the first valid frame whose target is outside 0..C-1 (the range check found
  * one); reads the target on the host. */
 static rl_status bad_target(rl_ce_work *w, const char *layer, const rl_tensor *target,
@@ -122,14 +129,28 @@ static rl_status bad_target(rl_ce_work *w, const char *layer, const rl_tensor *t
         for (int64_t t = 0; t < len; t++) {
             int64_t idx[2] = {t, b};
             double c = rl_tensor_get(th, idx);
-            if (c < 0 || c >= (double)C)
-                return rl_error(RL_EINDEX,
-                                "layer '%s': target %g at frame %" PRId64 " of sequence %" PRId64
-                                " (1-based) is outside 0..%" PRId64 " (n_out = %" PRId64 ")",
-                                layer, c, t + 1, b + 1, C - 1, C);
+            if (c < 0 || c >= (double)C) return rl_ce_bad_target(layer, t, b, c, C);
         }
     }
     return rl_error(RL_EINDEX, "layer '%s': a target is outside 0..%" PRId64, layer, C - 1);
+}
+
+rl_status rl_ce_check_args(const char *layer, const rl_tensor *logp, const rl_tensor *target,
+                           const rl_tensor *lengths) {
+    char s[128], s2[128];
+    int64_t T = logp->shape[0], B = logp->shape[1];
+    if (!target || !target->storage || target->dtype != RL_INT32 || target->ndim != 2 ||
+        target->shape[0] != T || target->shape[1] != B)
+        return rl_error(
+            RL_ESHAPE,
+            "layer '%s': ce target must be int32 (T, B) = (%" PRId64 ", %" PRId64 "), got %s",
+            layer, T, B,
+            target && target->storage ? rl_tensor_describe(target, s, sizeof s) : "nothing");
+    if (!rl_device_eq(rl_tensor_device(target), rl_tensor_device(logp)))
+        return rl_error(
+            RL_EDEVICE, "layer '%s': ce target %s is not on the device of the output %s", layer,
+            rl_tensor_describe(target, s, sizeof s), rl_tensor_describe(logp, s2, sizeof s2));
+    return check_lengths(layer, lengths, T, B);
 }
 
 /* Everything runs on the logits' device: the onehot is classes == target (padded frames get
@@ -138,22 +159,10 @@ static rl_status bad_target(rl_ce_work *w, const char *layer, const rl_tensor *t
 rl_status rl_loss_ce(rl_ce_work *w, const char *layer, const rl_tensor *logp,
                      const rl_tensor *target, const rl_tensor *lengths, double *loss,
                      double *n_errors, double *n_frames) {
-    char s[128], s2[128];
     int64_t T = logp->shape[0], B = logp->shape[1], C = logp->shape[2];
     rl_dtype dt = logp->dtype;
     rl_device dev = rl_tensor_device(logp);
-    if (!target || !target->storage || target->dtype != RL_INT32 || target->ndim != 2 ||
-        target->shape[0] != T || target->shape[1] != B)
-        return rl_error(
-            RL_ESHAPE,
-            "layer '%s': ce target must be int32 (T, B) = (%" PRId64 ", %" PRId64 "), got %s",
-            layer, T, B,
-            target && target->storage ? rl_tensor_describe(target, s, sizeof s) : "nothing");
-    if (!rl_device_eq(rl_tensor_device(target), dev))
-        return rl_error(
-            RL_EDEVICE, "layer '%s': ce target %s is not on the device of the output %s", layer,
-            rl_tensor_describe(target, s, sizeof s), rl_tensor_describe(logp, s2, sizeof s2));
-    RL_TRY(check_lengths(layer, lengths, T, B));
+    RL_TRY(rl_ce_check_args(layer, logp, target, lengths));
 
     const rl_tensor *pad;
     RL_TRY(build_pad(w, &pad, lengths, T, B, dt, dev));
@@ -181,7 +190,15 @@ rl_status rl_loss_ce(rl_ce_work *w, const char *layer, const rl_tensor *logp,
     if (T * B > 0) RL_TRY(rl_op_reduce_all(&in_range, NULL, &w->rows, RL_RED_MIN));
     if (in_range != 1) return bad_target(w, layer, target, lengths, C);
 
-    RL_TRY(rl_op_binary(&w->tmp, &w->onehot, logp, RL_BIN_MUL));
+    /* the target's log-probabilities by selection: tmp = logp where onehot, 0 elsewhere. A
+     * product onehot * logp would turn a -inf (an underflowed class) or a NaN in a padded frame
+     * into NaN. masked_fill fills where its mask is non-zero, so onehot is flipped to
+     * 1 - onehot for the fill and back afterwards (exact for 0 and 1; no second (T, B, C)). */
+    RL_TRY(rl_op_copy(&w->tmp, logp));
+    RL_TRY(rl_op_binary_scalar(&w->onehot, &w->onehot, 1.0, RL_BIN_SUB, true));
+    rl_status fst = rl_op_masked_fill(&w->tmp, &w->onehot, 0.0);
+    RL_TRY(rl_op_binary_scalar(&w->onehot, &w->onehot, 1.0, RL_BIN_SUB, true));
+    RL_TRY(fst);
     double sum = 0;
     RL_TRY(rl_op_reduce_all(&sum, NULL, &w->tmp, RL_RED_SUM));
 

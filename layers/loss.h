@@ -74,6 +74,14 @@ rl_status rl_loss_ce_grad(rl_ce_work *w, const rl_tensor *p, const rl_tensor *le
 
 void rl_ce_work_release(rl_ce_work *w);
 
+/* The argument checks of rl_loss_ce (target int32 (T, B) on logp's device, CPU int32 lengths
+ * (B) in 0..T), for a fused CE that computes the rest itself. */
+rl_status rl_ce_check_args(const char *layer, const rl_tensor *logp, const rl_tensor *target,
+                           const rl_tensor *lengths);
+
+/* The RL_EINDEX error of a target `value` outside 0..C-1 at frame t of sequence b (0-based). */
+rl_status rl_ce_bad_target(const char *layer, int64_t t, int64_t b, double value, int64_t C);
+
 #ifdef __cplusplus
 }
 #endif

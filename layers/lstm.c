@@ -14,13 +14,16 @@
  *   i, f, g, o, c_t, h_t = the cell of kernels/lstm_cell.h
  *   out_t = h_t on valid frames (t < len[b]), 0 on padded ones, which carry the state
  *   (c_t = c_prev, h_t = h_prev): a backward LSTM starts each sequence at its own last frame.
- * The initial state is zero or the one given with rl_lstm_set_initial_state.
+ * The initial state is zero or the one given with rl_lstm_set_initial_state; backward starts
+ * from zero state gradients or the ones given with rl_lstm_set_final_state_grad (dLoss/dh_T and
+ * dLoss/dc_T from beyond the last frame: a rec unit runs the layer one step at a time and hands
+ * each step's state gradients to the step before).
  *
  * Cost: the input projection of all frames is one GEMM per input; each step is one
  * recurrent GEMM (B, H) x (H, 4H) into the step's rows of z and one fused pointwise pass
  * (kernels/cpu/lstm.c). Backward runs one pointwise pass (dz_t, in place of the gates) and one
  * GEMM dz_t U^T per step, then dW_k = X_k^T dZ, dU = Hprev^T dZ and dX_k = dZ W_k^T as single
- * GEMMs over all frames. In float32 on an AVX-512 CPU the per-step products use
+ * GEMMs over all frames. In float32 on an AVX2+FMA or AVX-512 CPU the per-step products use
  * kernels/cpu/gemm_small.c with U (forward) or U^T (backward) packed once per pass, split
  * over the BLAS thread count: a BLAS call would repack U on every step and runs those
  * few-row products at a fraction of its speed; float64 and other CPUs use BLAS throughout.
@@ -91,7 +94,8 @@ typedef struct {
     bool peepholes;
     bool cudnn; /* impl = "cudnn" */
     double forget_bias;
-    rl_tensor h0, c0; /* the given initial state (shared views), or unset */
+    rl_tensor h0, c0;   /* the given initial state (shared views), or unset */
+    rl_tensor dhT, dcT; /* the given final state gradients (shared views), or unset */
     rl_tensor gates, hs, cs, dh, dc;
     rl_tensor upack; /* U (forward) or U^T (backward) packed for the per-step product */
     rl_tensor gout;  /* a contiguous copy of grad_out when it cannot be folded */
@@ -119,17 +123,6 @@ static rl_status gemm(const lstm_layer *L, rl_device dev, rl_dtype dt, bool ta, 
 
 static void *at(const rl_tensor *t, int64_t elems) {
     return (char *)rl_tensor_data(t) + (size_t)elems * rl_dtype_size(t->dtype);
-}
-
-/* x (T, B, F) as a (T*B, F) matrix without a copy when its strides allow. */
-static bool fold_tb(const rl_tensor *x, rl_mat *m) {
-    if (x->shape[2] > 1 && x->stride[2] != 1) return false;
-    if (x->shape[0] > 1 && x->stride[0] != x->shape[1] * x->stride[1]) return false;
-    int64_t ld = x->shape[1] > 1 ? x->stride[1] : (x->shape[0] > 1 ? x->stride[0] : x->shape[2]);
-    if (ld < x->shape[2]) return false;
-    m->p = rl_tensor_data(x);
-    m->ld = ld > 0 ? ld : 1;
-    return true;
 }
 
 static rl_status check_state(const lstm_layer *L, const rl_tensor *s, const char *what, int64_t B,
@@ -182,21 +175,6 @@ static rl_status use_device(lstm_layer *L, rl_device dev) {
 #endif
     return rl_error(RL_EDEVICE, "layer '%s' (lstm): tensors on %s are not supported by this build",
                     L->base.name, d);
-}
-
-/* rl_buffer_ensure, synchronising the devices involved first when it must allocate: the old
- * block may still be used by this layer's stream, and a cached block handed out now may have
- * been released by another layer's stream still using it (kernels/cuda/lstm_cuda.h). */
-static rl_status ensure(rl_tensor *buf, rl_dtype dt, rl_device dev, int ndim,
-                        const int64_t *shape) {
-    int64_t n = 1;
-    for (int d = 0; d < ndim; d++)
-        n *= shape[d];
-    rl_storage *s = buf->storage;
-    bool fits = s && rl_device_eq(s->device, dev) && s->nbytes >= (size_t)n * rl_dtype_size(dt);
-    if (!fits && s && s->device.type != RL_CPU) RL_TRY(rl_op_synchronize(s->device));
-    if (!fits && dev.type != RL_CPU) RL_TRY(rl_op_synchronize(dev));
-    return rl_buffer_ensure(buf, dt, dev, ndim, shape);
 }
 
 /* dst (B, H) <- src, or zeros when src is NULL; on CUDA queued on the layer's stream when the
@@ -346,15 +324,15 @@ static rl_status forward_cudnn(lstm_layer *L, const rl_layer_io *io, rl_dtype dt
     }
     rl_mat X;
     const void *x;
-    if (io->n_in == 1 && fold_tb(io->in[0], &X) && X.ld == F) {
+    if (io->n_in == 1 && rl_mat_fold_tb(io->in[0], &X) && X.ld == F) {
         x = X.p;
     } else {
         int64_t xs[3] = {T, B, F};
-        RL_TRY(ensure(&L->xcat, dt, dev, 3, xs));
+        RL_TRY(rl_buffer_ensure_synced(&L->xcat, dt, dev, 3, xs));
         int64_t off = 0;
         for (int k = 0; k < io->n_in; off += l->in_dims[k++]) {
             int64_t Fk = l->in_dims[k];
-            if (fold_tb(io->in[k], &X)) {
+            if (rl_mat_fold_tb(io->in[k], &X)) {
                 RL_TRY(rl_lstm_cuda_copy_rows(L->stream, at(&L->xcat, off), (size_t)F * es, X.p,
                                               (size_t)X.ld * es, (size_t)Fk * es, T * B));
             } else {
@@ -368,8 +346,8 @@ static rl_status forward_cudnn(lstm_layer *L, const rl_layer_io *io, rl_dtype dt
         x = rl_tensor_data(&L->xcat);
     }
     int64_t ss[3] = {2, B, H};
-    RL_TRY(ensure(&L->hs, dt, dev, 3, ss));
-    RL_TRY(ensure(&L->cs, dt, dev, 3, ss));
+    RL_TRY(rl_buffer_ensure_synced(&L->hs, dt, dev, 3, ss));
+    RL_TRY(rl_buffer_ensure_synced(&L->cs, dt, dev, 3, ss));
     rl_tensor hrow = {0}, crow = {0};
     RL_TRY(rl_tensor_select(&hrow, &L->hs, 0, 0));
     rl_status st = rl_tensor_select(&crow, &L->cs, 0, 0);
@@ -402,7 +380,7 @@ static rl_status backward_cudnn(lstm_layer *L, const rl_layer_io *io, rl_tensor 
     const void *dy = dout.p;
     if (!dout.p || dout.ld != H) {
         int64_t os[3] = {T, B, H};
-        RL_TRY(ensure(&L->gout, dt, dev, 3, os));
+        RL_TRY(rl_buffer_ensure_synced(&L->gout, dt, dev, 3, os));
         if (dout.p)
             RL_TRY(rl_lstm_cuda_copy_rows(L->stream, rl_tensor_data(&L->gout), (size_t)H * es,
                                           dout.p, (size_t)dout.ld * es, (size_t)H * es, T * B));
@@ -417,17 +395,17 @@ static rl_status backward_cudnn(lstm_layer *L, const rl_layer_io *io, rl_tensor 
     rl_mat G;
     void *dx = NULL;
     bool split = false;
-    if (any && io->n_in == 1 && fold_tb(grad_in[0], &G) && G.ld == F) {
+    if (any && io->n_in == 1 && rl_mat_fold_tb(grad_in[0], &G) && G.ld == F) {
         dx = G.p;
     } else if (any) {
         int64_t xs[3] = {T, B, F};
-        RL_TRY(ensure(&L->dxcat, dt, dev, 3, xs));
+        RL_TRY(rl_buffer_ensure_synced(&L->dxcat, dt, dev, 3, xs));
         dx = rl_tensor_data(&L->dxcat);
         split = true;
     }
     int64_t bh[2] = {B, H};
-    RL_TRY(ensure(&L->dh, dt, dev, 2, bh));
-    RL_TRY(ensure(&L->dc, dt, dev, 2, bh));
+    RL_TRY(rl_buffer_ensure_synced(&L->dh, dt, dev, 2, bh));
+    RL_TRY(rl_buffer_ensure_synced(&L->dc, dt, dev, 2, bh));
     L->have_forward = false;
     RL_TRY(rl_cudnn_lstm_backward(L->rnn, dy, dx, rl_tensor_data(&L->dh), rl_tensor_data(&L->dc)));
     RL_TRY(rl_cudnn_lstm_unpack_grads(L->rnn, dW.p, dU.p, db.p));
@@ -436,7 +414,7 @@ static rl_status backward_cudnn(lstm_layer *L, const rl_layer_io *io, rl_tensor 
         int64_t Fk = l->in_dims[k];
         rl_tensor *gi = grad_in[k];
         if (!gi) continue;
-        if (fold_tb(gi, &G)) {
+        if (rl_mat_fold_tb(gi, &G)) {
             RL_TRY(rl_lstm_cuda_copy_rows(L->stream, G.p, (size_t)G.ld * es, at(&L->dxcat, off),
                                           (size_t)F * es, (size_t)Fk * es, T * B));
         } else {
@@ -479,18 +457,18 @@ static rl_status lstm_forward(rl_layer *l, rl_layer_io *io) {
     L->B = B;
     L->have_forward = false;
     L->trained = false;
-    RL_TRY(ensure(&l->out, dt, dev, 3, oshape));
+    RL_TRY(rl_buffer_ensure_synced(&l->out, dt, dev, 3, oshape));
 #ifdef RL_WITH_CUDA
     if (dev.type == RL_CUDA) {
-        RL_TRY(ensure(&L->len_dev, RL_INT32, dev, 1, &B));
+        RL_TRY(rl_buffer_ensure_synced(&L->len_dev, RL_INT32, dev, 1, &B));
         RL_TRY(rl_lstm_cuda_set_lengths(L->stream, rl_tensor_data(&L->len_dev),
                                         rl_tensor_data(io->lengths), B));
         if (L->cudnn) return forward_cudnn(L, io, dt, dev, W, U, bias);
     }
 #endif
-    RL_TRY(ensure(&L->gates, dt, dev, 3, gshape));
-    RL_TRY(ensure(&L->hs, dt, dev, 3, sshape));
-    RL_TRY(ensure(&L->cs, dt, dev, 3, sshape));
+    RL_TRY(rl_buffer_ensure_synced(&L->gates, dt, dev, 3, gshape));
+    RL_TRY(rl_buffer_ensure_synced(&L->hs, dt, dev, 3, sshape));
+    RL_TRY(rl_buffer_ensure_synced(&L->cs, dt, dev, 3, sshape));
 
     /* the initial state row */
     int64_t init_row = L->direction > 0 ? 0 : T;
@@ -508,8 +486,8 @@ static rl_status lstm_forward(rl_layer *l, rl_layer_io *io) {
     int64_t row = 0;
     for (int k = 0; k < io->n_in; k++) {
         rl_mat X;
-        if (!fold_tb(io->in[k], &X)) {
-            RL_TRY(ensure(&L->xs[k], dt, dev, 3, io->in[k]->shape));
+        if (!rl_mat_fold_tb(io->in[k], &X)) {
+            RL_TRY(rl_buffer_ensure_synced(&L->xs[k], dt, dev, 3, io->in[k]->shape));
             RL_TRY(rl_op_copy(&L->xs[k], io->in[k]));
             X = (rl_mat){rl_tensor_data(&L->xs[k]), l->in_dims[k]};
         }
@@ -560,8 +538,8 @@ static rl_status lstm_backward(rl_layer *l, rl_layer_io *io, const rl_tensor *gr
                             ", %" PRId64 ") %s on the output's device",
                             l->name, rl_tensor_describe(grad_out, s1, sizeof s1), T, B, H,
                             rl_dtype_name(dt));
-        if (!fold_tb(grad_out, &dout)) {
-            RL_TRY(ensure(&L->gout, dt, dev, 3, grad_out->shape));
+        if (!rl_mat_fold_tb(grad_out, &dout)) {
+            RL_TRY(rl_buffer_ensure_synced(&L->gout, dt, dev, 3, grad_out->shape));
             RL_TRY(rl_op_copy(&L->gout, grad_out));
             dout = (rl_mat){rl_tensor_data(&L->gout), H};
         }
@@ -592,13 +570,18 @@ static rl_status lstm_backward(rl_layer *l, rl_layer_io *io, const rl_tensor *gr
         dpeep[k] = gm.p;
     }
 #ifdef RL_WITH_CUDA
+    if (L->cudnn && (L->dhT.storage || L->dcT.storage))
+        return rl_error(
+            RL_EARG, "layer '%s' (lstm): impl = \"cudnn\" takes no final state gradients", l->name);
     if (L->cudnn) return backward_cudnn(L, io, grad_in, dt, dev, dout, dW, dU, db);
 #endif
     int64_t sshape[2] = {B, H};
-    RL_TRY(ensure(&L->dh, dt, dev, 2, sshape));
-    RL_TRY(ensure(&L->dc, dt, dev, 2, sshape));
-    RL_TRY(write_state(L, &L->dh, NULL));
-    RL_TRY(write_state(L, &L->dc, NULL));
+    RL_TRY(rl_buffer_ensure_synced(&L->dh, dt, dev, 2, sshape));
+    RL_TRY(rl_buffer_ensure_synced(&L->dc, dt, dev, 2, sshape));
+    if (L->dhT.storage) RL_TRY(check_state(L, &L->dhT, "final h gradient", B, dev));
+    if (L->dcT.storage) RL_TRY(check_state(L, &L->dcT, "final c gradient", B, dev));
+    RL_TRY(write_state(L, &L->dh, L->dhT.storage ? &L->dhT : NULL));
+    RL_TRY(write_state(L, &L->dc, L->dcT.storage ? &L->dcT : NULL));
     L->have_forward = false; /* the gates become dZ */
 
     const void *const *pp = L->peepholes ? peep : NULL;
@@ -620,15 +603,15 @@ static rl_status lstm_backward(rl_layer *l, rl_layer_io *io, const rl_tensor *gr
         int64_t F = l->in_dims[k];
         size_t off = (size_t)(row * 4 * H) * rl_dtype_size(dt);
         rl_mat X;
-        if (!fold_tb(io->in[k], &X)) X = (rl_mat){rl_tensor_data(&L->xs[k]), F};
+        if (!rl_mat_fold_tb(io->in[k], &X)) X = (rl_mat){rl_tensor_data(&L->xs[k]), F};
         RL_TRY(gemm(L, dev, dt, true, false, F, 4 * H, T * B, X, dZ, 1.0,
                     (rl_mat){(char *)dW.p + off, 4 * H}));
         rl_tensor *gi = grad_in ? grad_in[k] : NULL;
         if (gi) {
             rl_mat G;
-            bool direct = fold_tb(gi, &G);
+            bool direct = rl_mat_fold_tb(gi, &G);
             if (!direct) {
-                RL_TRY(ensure(&L->dxs[k], dt, dev, 3, gi->shape));
+                RL_TRY(rl_buffer_ensure_synced(&L->dxs[k], dt, dev, 3, gi->shape));
                 G = (rl_mat){rl_tensor_data(&L->dxs[k]), F};
             }
             RL_TRY(gemm(L, dev, dt, false, true, T * B, F, 4 * H, dZ,
@@ -648,8 +631,8 @@ static void lstm_destroy(rl_layer *l) {
     if (L->stream) (void)rl_lstm_cuda_stream_sync(L->stream);
     rl_cudnn_lstm_free(L->rnn);
 #endif
-    rl_tensor *ts[] = {&L->h0, &L->c0,   &L->gates, &L->hs,      &L->cs,   &L->dh,
-                       &L->dc, &L->gout, &L->upack, &L->len_dev, &L->xcat, &L->dxcat};
+    rl_tensor *ts[] = {&L->h0, &L->c0, &L->dhT,  &L->dcT,   &L->gates,   &L->hs,   &L->cs,
+                       &L->dh, &L->dc, &L->gout, &L->upack, &L->len_dev, &L->xcat, &L->dxcat};
     for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
         rl_tensor_release(ts[i]);
     for (int k = 0; k < RL_LAYER_MAX_INPUTS; k++) {
@@ -762,6 +745,28 @@ rl_status rl_lstm_set_initial_state(rl_layer *l, const rl_tensor *h0, const rl_t
     rl_tensor_release(&L->c0);
     if (h0) rl_tensor_share(&L->h0, h0);
     if (c0) rl_tensor_share(&L->c0, c0);
+    return RL_OK;
+}
+
+rl_status rl_lstm_set_final_state_grad(rl_layer *l, const rl_tensor *dh, const rl_tensor *dc) {
+    lstm_layer *L = NULL;
+    char s[96];
+    RL_TRY(as_lstm(l, &L, "rl_lstm_set_final_state_grad"));
+    const rl_tensor *given[2] = {dh, dc};
+    for (int k = 0; k < 2; k++) {
+        const rl_tensor *g = given[k];
+        /* shape against B and the device are checked at each backward */
+        if (g && (!g->storage || g->ndim != 2 || g->shape[1] != l->n_out || g->dtype == RL_INT32))
+            return rl_error(RL_ESHAPE,
+                            "layer '%s' (lstm): final %s gradient must be a float (B, %" PRId64
+                            ") tensor, got %s",
+                            l->name, k ? "c" : "h", l->n_out,
+                            g && g->storage ? rl_tensor_describe(g, s, sizeof s) : "nothing");
+    }
+    rl_tensor_release(&L->dhT);
+    rl_tensor_release(&L->dcT);
+    if (dh) rl_tensor_share(&L->dhT, dh);
+    if (dc) rl_tensor_share(&L->dcT, dc);
     return RL_OK;
 }
 

@@ -1,6 +1,7 @@
 #include "matrix.h"
 
 #include "../core/blas.h"
+#include "../kernels/ops.h"
 #ifdef RL_WITH_CUDA
 #include "../kernels/cuda/lstm_cuda.h"
 #endif
@@ -37,4 +38,26 @@ rl_status rl_param_mat(const rl_layer *l, const rl_tensor *t, const char *what, 
     m->p = rl_tensor_data(t);
     m->ld = t->ndim == 2 ? t->shape[1] : 1;
     return RL_OK;
+}
+
+bool rl_mat_fold_tb(const rl_tensor *x, rl_mat *m) {
+    if (x->shape[2] > 1 && x->stride[2] != 1) return false;
+    if (x->shape[0] > 1 && x->stride[0] != x->shape[1] * x->stride[1]) return false;
+    int64_t ld = x->shape[1] > 1 ? x->stride[1] : (x->shape[0] > 1 ? x->stride[0] : x->shape[2]);
+    if (ld < x->shape[2]) return false;
+    m->p = rl_tensor_data(x);
+    m->ld = ld > 0 ? ld : 1;
+    return true;
+}
+
+rl_status rl_buffer_ensure_synced(rl_tensor *buf, rl_dtype dt, rl_device dev, int ndim,
+                                  const int64_t *shape) {
+    int64_t n = 1;
+    for (int d = 0; d < ndim; d++)
+        n *= shape[d];
+    rl_storage *s = buf->storage;
+    bool fits = s && rl_device_eq(s->device, dev) && s->nbytes >= (size_t)n * rl_dtype_size(dt);
+    if (!fits && s && s->device.type != RL_CPU) RL_TRY(rl_op_synchronize(s->device));
+    if (!fits && dev.type != RL_CPU) RL_TRY(rl_op_synchronize(dev));
+    return rl_buffer_ensure(buf, dt, dev, ndim, shape);
 }

@@ -37,6 +37,17 @@ static inline rl_mat rl_mat_of(const rl_tensor *t, int64_t ld) {
 rl_status rl_mat_gemm(rl_device dev, void *stream, rl_dtype dt, bool ta, bool tb, int64_t m,
                       int64_t n, int64_t k, rl_mat a, rl_mat b, double beta, rl_mat c);
 
+/* x (T, B, F) as a (T*B, F) matrix without a copy when its strides allow (true), for the
+ * recurrent layers' input projections and input gradients over all frames at once. */
+bool rl_mat_fold_tb(const rl_tensor *x, rl_mat *m);
+
+/* rl_buffer_ensure for layers that queue work on their own CUDA stream: when it must allocate,
+ * the devices involved are synchronised first, since the old block may still be used by the
+ * layer's stream and a cached block handed out now may have been released by another layer's
+ * stream still using it (kernels/cuda/lstm_cuda.h). On the CPU it is rl_buffer_ensure. */
+rl_status rl_buffer_ensure_synced(rl_tensor *buf, rl_dtype dt, rl_device dev, int ndim,
+                                  const int64_t *shape);
+
 /* A parameter's value or gradient t as a contiguous matrix on dev with dtype dt (the network's
  * flat buffers give contiguous views); otherwise an error naming the layer, its class, the
  * parameter (what) and both devices. */

@@ -213,10 +213,11 @@ static void stack_u(mdlstm_layer *L, rl_mat Uu, rl_mat Ul, rl_dtype dt, bool bac
         }
 }
 
-/* On the CPU in float32 with the AVX-512 kernel of kernels/cpu/gemm_small.c, the per-diagonal
- * recurrent products (n, 2D) x (2D, 5D) forward and (n, 10D) x (10D, D) backward, with n at
- * most ndirs * B * min(H, W) rows, run against each direction's block of ucat packed once per
- * pass: BLAS would repack that block on every diagonal. Otherwise they stay BLAS calls. */
+/* On the CPU in float32 with a vector kernel of kernels/cpu/gemm_small.c (AVX2, AVX-512), the
+ * per-diagonal recurrent products (n, 2D) x (2D, 5D) forward and (n, 10D) x (10D, D)
+ * backward, with n at most ndirs * B * min(H, W) rows, run against each direction's block of
+ * ucat packed once per pass: BLAS would repack that block on every diagonal. Otherwise they
+ * stay BLAS calls. */
 static rl_status pack_u(mdlstm_layer *L, rl_dtype dt, bool backward) {
     L->packed = dt == RL_FLOAT32 && rl_gemm_packed_fast();
     if (!L->packed) return RL_OK;

@@ -26,10 +26,18 @@
  *             (argmax per frame, repeats merged, blanks removed) and the target, io->n_labels
  *             = sum of the target lengths, io->n_frames = sum len
  *   backward: dz = cg (+ the softmax Jacobian term when grad_out), then as in linear.
- * Buffers: out = p (T, B, n_out); z (T, B, n_out) logits, then logp; rs (T, B, 1) row
- * max/sum; dz (T, B, n_out) and db (n_out) in backward; the CE state (loss.h: onehot, ...);
- * CTC: cg (T, B, n_out), closs (B), the CTC work, argmax (T, B, 1) and host scratch (dec, row).
- * Backward keeps out and the CE onehot (or cg) from forward and reads the inputs again. */
+ * On the CPU (ce or no loss) the row passes are fused (kernels/softmax_ce.h): the affine map
+ * writes the logits
+ * into out, one sweep per row turns them into p in place and adds up the loss and the errors,
+ * and backward writes p - onehot in one more; the (T, B) targets are kept, -1 on padded frames.
+ * Elsewhere (CUDA) they are generic ops over (T, B, n_out) with the state of loss.h.
+ * Buffers: out = p (T, B, n_out); dz (T, B, n_out) and db (n_out) in backward; CPU: tgt (T, B)
+ * int32, lens (B) int32; the generic path: z (T, B, n_out) logits, then logp; rs (T, B, 1) row
+ * max/sum; the CE state (loss.h: onehot, ...).
+ * Backward keeps out and the targets (CPU) or the CE onehot from forward and reads the inputs
+ * again.
+ * CTC (on every device, the generic path below): cg (T, B, n_out), closs (B), the CTC work,
+ * argmax (T, B, 1) and host scratch (dec, row); backward keeps cg. */
 #include <string.h>
 
 #include "layer.h"
@@ -38,6 +46,7 @@
 
 #include "../kernels/ctc.h"
 #include "../kernels/ops.h"
+#include "../kernels/softmax_ce.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -47,11 +56,13 @@
 typedef struct {
     rl_layer base;
     int iW, ib;
-    bool ce_ready; /* the last forward computed the CE loss (there was a target) */
-    rl_tensor z;   /* (T, B, n_out) */
-    rl_tensor rs;  /* (T, B, 1) */
-    rl_tensor dz;  /* (T, B, n_out) */
-    rl_tensor db;  /* (n_out) */
+    bool ce_ready;  /* the last forward computed the CE loss (there was a target) */
+    rl_tensor z;    /* (T, B, n_out) */
+    rl_tensor rs;   /* (T, B, 1) */
+    rl_tensor dz;   /* (T, B, n_out) */
+    rl_tensor db;   /* (n_out) */
+    rl_tensor tgt;  /* (T, B) int32, CPU: the target on valid frames, -1 on padded ones */
+    rl_tensor lens; /* (B) int32, CPU: a contiguous copy of the lengths */
     rl_ce_work ce;
     bool ctc;       /* loss = "ctc" */
     bool ctc_ready; /* the last forward computed the CTC loss and cg */
@@ -189,16 +200,53 @@ static rl_status ctc_forward(softmax_layer *S, rl_layer_io *io, int64_t T, int64
     return RL_OK;
 }
 
+/* The CPU forward (kernels/softmax_ce.h): logits into out, then softmax (and CE) in place. */
+static rl_status forward_cpu(softmax_layer *S, rl_layer_io *io) {
+    rl_layer *l = &S->base;
+    rl_tensor *p = &l->out;
+    int64_t T = p->shape[0], B = p->shape[1], C = p->shape[2];
+    RL_TRY(rl_affine_forward(l, io, &l->params[S->iW], S->ib >= 0 ? &l->params[S->ib] : NULL, p));
+    bool ce = l->is_loss && io->target;
+    const int32_t *tgt = NULL;
+    if (ce) {
+        RL_TRY(rl_ce_check_args(l->name, p, io->target, io->lengths));
+        int64_t tb[2] = {T, B};
+        RL_TRY(rl_buffer_ensure(&S->tgt, RL_INT32, RL_DEVICE_CPU, 2, tb));
+        RL_TRY(rl_buffer_ensure(&S->lens, RL_INT32, RL_DEVICE_CPU, 1, &B));
+        RL_TRY(rl_op_copy(&S->tgt, io->target));
+        RL_TRY(rl_op_copy(&S->lens, io->lengths));
+        int32_t *t32 = rl_tensor_data(&S->tgt);
+        int64_t bad = rl_ce_targets_cpu(T, B, C, t32, rl_tensor_data(&S->lens), t32);
+        if (bad >= 0) return rl_ce_bad_target(l->name, bad / B, bad % B, t32[bad], C);
+        tgt = t32;
+    }
+    double loss = 0, n_errors = 0;
+    if (p->dtype == RL_FLOAT32)
+        rl_softmax_ce_cpu_f32(T * B, C, rl_tensor_data(p), rl_tensor_data(p), tgt, &loss,
+                              &n_errors);
+    else
+        rl_softmax_ce_cpu_f64(T * B, C, rl_tensor_data(p), rl_tensor_data(p), tgt, &loss,
+                              &n_errors);
+    if (!ce) return RL_OK;
+    io->loss = loss;
+    io->n_errors = n_errors;
+    io->n_frames = rl_count_frames(io->lengths);
+    S->ce_ready = true;
+    return RL_OK;
+}
+
 static rl_status softmax_forward(rl_layer *l, rl_layer_io *io) {
     softmax_layer *S = (softmax_layer *)l;
     int64_t T, B;
     RL_TRY(rl_layer_check_inputs(l, io, &T, &B));
     int64_t shape[3] = {T, B, l->n_out}, rshape[3] = {T, B, 1};
-    rl_dtype dt = io->in[0]->dtype;
-    rl_device dev = rl_tensor_device(io->in[0]);
+    rl_dtype dt;
+    rl_device dev;
+    RL_TRY(rl_layer_compute_type(l, io, &dt, &dev));
     S->ce_ready = false;
     S->ctc_ready = false;
     RL_TRY(rl_buffer_ensure(&l->out, dt, dev, 3, shape));
+    if (dev.type == RL_CPU && !S->ctc) return forward_cpu(S, io);
     RL_TRY(rl_buffer_ensure(&S->z, dt, dev, 3, shape));
     RL_TRY(rl_buffer_ensure(&S->rs, dt, dev, 3, rshape));
     RL_TRY(
@@ -231,7 +279,9 @@ static rl_status softmax_backward(rl_layer *l, rl_layer_io *io, const rl_tensor 
     const rl_tensor *p = &l->out;
     rl_tensor *dz = &S->dz;
     if (grad_out) {
+        int64_t rshape[3] = {p->shape[0], p->shape[1], 1};
         RL_TRY(rl_buffer_ensure(&S->dz, p->dtype, rl_tensor_device(p), 3, p->shape));
+        RL_TRY(rl_buffer_ensure(&S->rs, p->dtype, rl_tensor_device(p), 3, rshape));
         RL_TRY(rl_op_binary(&S->dz, grad_out, p, RL_BIN_MUL));
         RL_TRY(rl_op_reduce_dim(&S->rs, NULL, &S->dz, 2, true, RL_RED_SUM));
         RL_TRY(rl_op_binary(&S->dz, grad_out, &S->rs, RL_BIN_SUB));
@@ -242,9 +292,20 @@ static rl_status softmax_backward(rl_layer *l, rl_layer_io *io, const rl_tensor 
     } else {
         RL_TRY(rl_buffer_ensure(&S->dz, p->dtype, rl_tensor_device(p), 3, p->shape));
     }
-    if (S->ce_ready) RL_TRY(rl_loss_ce_grad(&S->ce, p, io->lengths, &S->dz, grad_out != NULL));
-    return rl_affine_backward(l, io, &l->params[S->iW], S->ib >= 0 ? &l->params[S->ib] : NULL, dz,
-                              &S->db, grad_in);
+    if (S->ce_ready && rl_tensor_device(p).type == RL_CPU) {
+        int64_t rows = p->shape[0] * p->shape[1], C = p->shape[2];
+        const int32_t *tgt = rl_tensor_data(&S->tgt);
+        if (p->dtype == RL_FLOAT32)
+            rl_ce_grad_cpu_f32(rows, C, rl_tensor_data(p), tgt, rl_tensor_data(&S->dz),
+                               grad_out != NULL);
+        else
+            rl_ce_grad_cpu_f64(rows, C, rl_tensor_data(p), tgt, rl_tensor_data(&S->dz),
+                               grad_out != NULL);
+    } else if (S->ce_ready) {
+        RL_TRY(rl_loss_ce_grad(&S->ce, p, io->lengths, &S->dz, grad_out != NULL));
+    }
+    return rl_affine_backward(l, io, &l->params[S->iW], S->ib >= 0 ? &l->params[S->ib] : NULL,
+                              dz, &S->db, grad_in);
 }
 
 static void softmax_destroy(rl_layer *l) {
@@ -253,6 +314,8 @@ static void softmax_destroy(rl_layer *l) {
     rl_tensor_release(&S->rs);
     rl_tensor_release(&S->dz);
     rl_tensor_release(&S->db);
+    rl_tensor_release(&S->tgt);
+    rl_tensor_release(&S->lens);
     rl_ce_work_release(&S->ce);
     rl_ctc_work_release(&S->ctc_w);
     rl_tensor_release(&S->cg);

@@ -86,8 +86,10 @@ static int m_read_rows(lua_State *L) {
     lua_Integer first = luaL_checkinteger(L, 3);
     lua_Integer count = luaL_checkinteger(L, 4);
     if (first < 1 || count < 0)
-        return luaL_error(L, "h5file:read_rows: %s: %s: bad rows first=%d count=%d", rl_h5_path(f),
-                          name, (int)first, (int)count);
+        return luaL_error(L,
+                          "h5file:read_rows: %s: %s: bad rows first=%I count=%I (first >= 1, "
+                          "count >= 0)",
+                          rl_h5_path(f), name, first, count);
     rl_tensor *t = rl_lua_push_tensor(L);
     if (rl_h5_read_rows(f, name, (int64_t)first - 1, (int64_t)count, t) != RL_OK)
         return rl_lua_raise(L, "h5file:read_rows");

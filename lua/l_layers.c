@@ -15,6 +15,13 @@
  *       The inputs stay referenced by the layer until the next forward, for backward.
  *       For a class taking images (RL_LAYER_IN_2D) `lengths` is the (B, 2) int32 sizes
  *       tensor, given to the layer as io->sizes (a (B) tensor is io->lengths).
+ *   layer:_forward_start(inputs, lengths, train [, target]) and
+ *   layer:_backward_start(grad_out | nil, grad_in) run forward or backward as above on a
+ *       thread of their own and return at once; layer:_wait() joins it and returns what
+ *       forward or backward returns (or raises its error). Meanwhile the caller may run another
+ *       layer that shares no buffer with this one (the network runs the two directions of a
+ *       bidirectional LSTM pair so); while any such thread runs, BLAS uses one thread.
+ *       Touching the layer before _wait is an error; garbage collection waits for it.
  *   layer:out_geometry() -> the (B, 2) sizes of a conv2d/pool2d output or the (B) lengths of a
  *       collapse/global_pool output after a forward (a view of the layer's buffer), or nil for
  *       layers whose output keeps its inputs' sizes or lengths
@@ -27,7 +34,10 @@
  *       like that input (written with `=`) or false; parameter gradients are added (`+=`)
  *   fields: name, class, n_out, n_in, in_dims, is_loss, num_params
  *   lstm: layer:set_initial_state(h0, c0 | nil), layer:final_state() -> h, c,
- *         layer:initial_state_grad() -> dh0, dc0 (after backward)
+ *         layer:initial_state_grad() -> dh0, dc0 (after backward),
+ *         layer:set_final_state_grad(dh, dc | nil) (where backward starts; rec units)
+ *   gru:  the same with h alone: set_initial_state(h0 | nil), final_state() -> h,
+ *         initial_state_grad() -> dh0
  *   rl._layer_classes()                -> the C class names
  *   rl._param_init(t, kind, a, fan_in, fan_out)  the C initialisers, for Lua layers
  *   rl._loss_mse(out, target, lengths [, grad]) -> loss, n_frames (grad written with `=`)
@@ -38,9 +48,11 @@
 #include "l_layers.h"
 
 #include <lauxlib.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "../core/blas.h"
 #include "../core/rng.h"
 #include "../layers/layer.h"
 #include "../layers/layers.h"
@@ -51,16 +63,63 @@ typedef struct {
     rl_layer *layer;
     rl_layer_io io; /* of the last forward; its tensors are kept alive by the user value */
     bool forwarded; /* a forward succeeded and its backward has not run yet */
+    /* a forward or backward running on its own thread (_forward_start, _backward_start) */
+    bool running, run_backward;
+    pthread_t thread;
+    const rl_tensor *gout;
+    rl_tensor *gin[RL_LAYER_MAX_INPUTS];
+    rl_status status;
+    char err[512]; /* the thread's error message (messages are per thread) */
 } layer_ud;
+
+/* Layers running on their own threads, and the BLAS thread count to restore after them. */
+static int async_running, async_saved_threads;
 
 static int raise_plain(lua_State *L) {
     lua_pushstring(L, rl_errmsg());
     return lua_error(L);
 }
 
+static void *async_main(void *arg) {
+    layer_ud *ud = arg;
+    rl_layer *l = ud->layer;
+    ud->status = ud->run_backward ? l->ops->backward(l, &ud->io, ud->gout, ud->gin)
+                                  : l->ops->forward(l, &ud->io);
+    if (ud->status != RL_OK) snprintf(ud->err, sizeof ud->err, "%s", rl_errmsg());
+    return NULL;
+}
+
+/* Starts the prepared forward or backward on a thread; without one it runs here (the result
+ * is the same, only not concurrent). */
+static void async_start(layer_ud *ud, bool backward) {
+    if (async_running++ == 0) {
+        async_saved_threads = rl_blas_get_threads();
+        rl_blas_set_threads(1);
+    }
+    ud->run_backward = backward;
+    ud->running = true;
+    if (pthread_create(&ud->thread, NULL, async_main, ud) != 0) {
+        async_main(ud);
+        ud->thread = pthread_self();
+    }
+}
+
+/* Joins the layer's thread (if any); returns its status, the message set on this thread. */
+static rl_status async_join(layer_ud *ud) {
+    if (!ud->running) return RL_OK;
+    if (!pthread_equal(ud->thread, pthread_self())) pthread_join(ud->thread, NULL);
+    ud->running = false;
+    if (--async_running == 0) rl_blas_set_threads(async_saved_threads);
+    if (ud->status != RL_OK) return rl_error(ud->status, "%s", ud->err);
+    return RL_OK;
+}
+
 static layer_ud *check_layer(lua_State *L, int idx) {
     layer_ud *ud = luaL_checkudata(L, idx, RL_LAYER_MT);
     if (!ud->layer) luaL_error(L, "layer: the layer has been freed");
+    if (ud->running)
+        luaL_error(L, "layer '%s': a forward or backward of it is still running (layer:_wait())",
+                   ud->layer->name);
     return ud;
 }
 
@@ -354,7 +413,9 @@ static int l_param_init(lua_State *L) {
 
 /* layer:forward(inputs, lengths, train [, target [, target_lengths]])
  *     -> out [, loss, n_errors, n_frames, n_labels, n_skipped] */
-static int m_forward(lua_State *L) {
+/* Checks forward's arguments (the layer at 1) and fills the layer's io; on return the stack
+ * holds the 5 arguments and the io's user value. */
+static layer_ud *forward_prepare(lua_State *L) {
     layer_ud *ud = check_layer(L, 1);
     rl_layer *l = ud->layer;
     luaL_checktype(L, 2, LUA_TTABLE);
@@ -369,8 +430,8 @@ static int m_forward(lua_State *L) {
     lua_remove(L, 6); /* the user value table is now at 6 */
     int n = (int)luaL_len(L, 2);
     if (n != l->n_in)
-        return luaL_error(L, "layer '%s' (class %s): %d inputs given, %d expected", l->name,
-                          class_of(l), n, l->n_in);
+        luaL_error(L, "layer '%s' (class %s): %d inputs given, %d expected", l->name, class_of(l),
+                   n, l->n_in);
     ud->forwarded = false;
     rl_layer_io *io = &ud->io;
     memset(io, 0, sizeof *io);
@@ -378,8 +439,8 @@ static int m_forward(lua_State *L) {
         lua_geti(L, 2, i + 1);
         rl_tensor *x = rl_lua_to_tensor(L, -1);
         if (!x)
-            return luaL_error(L, "layer '%s' (class %s): input %d is a %s, expected a tensor",
-                              l->name, class_of(l), i + 1, luaL_typename(L, -1));
+            luaL_error(L, "layer '%s' (class %s): input %d is a %s, expected a tensor", l->name,
+                       class_of(l), i + 1, luaL_typename(L, -1));
         lua_seti(L, 6, i + 1);
         io->in[i] = x;
     }
@@ -396,17 +457,33 @@ static int m_forward(lua_State *L) {
     io->target_lengths = tlen;
     io->train = train;
     io->rng = rl_rng_default();
-    rl_tensor *out = rl_lua_push_tensor(L);
-    if (l->ops->forward(l, io) != RL_OK) return raise_plain(L);
+    return ud;
+}
+
+/* forward's results after its status st: out [, loss, n_errors, n_frames, n_labels, n_skipped] */
+static int forward_finish(lua_State *L, layer_ud *ud, rl_tensor *out, rl_status st) {
+    rl_layer *l = ud->layer;
+    if (st != RL_OK) return raise_plain(L);
     rl_tensor_share(out, &l->out);
     ud->forwarded = true;
-    if (!l->is_loss || !target) return 1;
-    lua_pushnumber(L, io->loss);
-    lua_pushnumber(L, io->n_errors);
-    lua_pushnumber(L, io->n_frames);
-    lua_pushnumber(L, io->n_labels);
-    lua_pushnumber(L, io->n_skipped);
+    if (!l->is_loss || !ud->io.target) return 1;
+    lua_pushnumber(L, ud->io.loss);
+    lua_pushnumber(L, ud->io.n_errors);
+    lua_pushnumber(L, ud->io.n_frames);
+    lua_pushnumber(L, ud->io.n_labels);
+    lua_pushnumber(L, ud->io.n_skipped);
     return 6;
+}
+
+static int m_forward(lua_State *L) {
+    layer_ud *ud = forward_prepare(L);
+    rl_tensor *out = rl_lua_push_tensor(L);
+    return forward_finish(L, ud, out, ud->layer->ops->forward(ud->layer, &ud->io));
+}
+
+static int m_forward_start(lua_State *L) {
+    async_start(forward_prepare(L), false);
+    return 0;
 }
 
 static void check_grad(lua_State *L, const rl_layer *l, const rl_tensor *g, const rl_tensor *like,
@@ -418,40 +495,63 @@ static void check_grad(lua_State *L, const rl_layer *l, const rl_tensor *g, cons
                    rl_tensor_describe(g, s2, sizeof s2));
 }
 
-/* layer:backward(grad_out | nil, grad_in) */
-static int m_backward(lua_State *L) {
+/* Checks backward's arguments (the layer at 1) into ud->gout and ud->gin. */
+static layer_ud *backward_prepare(lua_State *L) {
     layer_ud *ud = check_layer(L, 1);
     rl_layer *l = ud->layer;
     if (!ud->forwarded)
-        return luaL_error(L,
-                          "layer '%s' (class %s): backward needs a forward before it (once "
-                          "per forward)",
-                          l->name, class_of(l));
-    const rl_tensor *gout = NULL;
+        luaL_error(L,
+                   "layer '%s' (class %s): backward needs a forward before it (once "
+                   "per forward)",
+                   l->name, class_of(l));
+    ud->gout = NULL;
     if (!lua_isnoneornil(L, 2)) {
-        gout = rl_lua_check_tensor(L, 2);
-        check_grad(L, l, gout, &l->out, "grad_out");
+        ud->gout = rl_lua_check_tensor(L, 2);
+        check_grad(L, l, ud->gout, &l->out, "grad_out");
     } else if (!l->is_loss || !ud->io.target) {
-        return luaL_error(L,
-                          "layer '%s' (class %s): backward needs grad_out (only a loss layer "
-                          "given a target starts from its own loss)",
-                          l->name, class_of(l));
+        luaL_error(L,
+                   "layer '%s' (class %s): backward needs grad_out (only a loss layer "
+                   "given a target starts from its own loss)",
+                   l->name, class_of(l));
     }
     luaL_checktype(L, 3, LUA_TTABLE);
-    rl_tensor *gin[RL_LAYER_MAX_INPUTS] = {0};
+    memset(ud->gin, 0, sizeof ud->gin);
     char what[32];
     for (int i = 0; i < l->n_in; i++) {
         lua_geti(L, 3, i + 1);
         if (lua_toboolean(L, -1)) {
-            gin[i] = rl_lua_check_tensor(L, -1);
+            ud->gin[i] = rl_lua_check_tensor(L, -1);
             snprintf(what, sizeof what, "grad_in[%d]", i + 1);
-            check_grad(L, l, gin[i], ud->io.in[i], what);
+            check_grad(L, l, ud->gin[i], ud->io.in[i], what);
         }
         lua_pop(L, 1); /* the caller's table keeps it alive */
     }
     ud->forwarded = false;
-    if (l->ops->backward(l, &ud->io, gout, gin) != RL_OK) return raise_plain(L);
+    return ud;
+}
+
+/* layer:backward(grad_out | nil, grad_in) */
+static int m_backward(lua_State *L) {
+    layer_ud *ud = backward_prepare(L);
+    rl_layer *l = ud->layer;
+    if (l->ops->backward(l, &ud->io, ud->gout, ud->gin) != RL_OK) return raise_plain(L);
     return 0;
+}
+
+static int m_backward_start(lua_State *L) {
+    async_start(backward_prepare(L), true);
+    return 0;
+}
+
+/* layer:_wait() -> what the started forward or backward returns */
+static int m_wait(lua_State *L) {
+    layer_ud *ud = luaL_checkudata(L, 1, RL_LAYER_MT);
+    if (!ud->running) return luaL_error(L, "layer:_wait(): nothing was started");
+    bool backward = ud->run_backward;
+    rl_status st = async_join(ud);
+    if (backward) return st == RL_OK ? 0 : raise_plain(L);
+    rl_tensor *out = rl_lua_push_tensor(L);
+    return forward_finish(L, ud, out, st);
 }
 
 /* layer:out_geometry() -> sizes (B, 2) | lengths (B) | nil */
@@ -478,30 +578,60 @@ static int l_layer_class_flags(lua_State *L) {
     return 1;
 }
 
-/* ---------------------------------------------------------------- lstm state */
+/* ---------------------------------------------------------------- lstm and gru state */
 
-/* layer:set_initial_state(h0, c0 | nil): (B, n_out) each; nil h0 restores the zero state */
+static bool is_gru(const rl_layer *l) { return strcmp(class_of(l), "gru") == 0; }
+
+/* layer:set_initial_state(h0, c0 | nil): (B, n_out) each (a gru takes h0 alone); nil h0
+ * restores the zero state */
 static int m_set_initial_state(lua_State *L) {
     rl_layer *l = check_layer(L, 1)->layer;
     const rl_tensor *h0 = lua_isnoneornil(L, 2) ? NULL : rl_lua_check_tensor(L, 2);
+    if (is_gru(l)) {
+        if (!lua_isnoneornil(L, 3))
+            return luaL_error(L, "layer '%s' (gru): set_initial_state takes h0 alone (no cell)",
+                              l->name);
+        if (rl_gru_set_initial_state(l, h0) != RL_OK) return raise_plain(L);
+        return 0;
+    }
     const rl_tensor *c0 = lua_isnoneornil(L, 3) ? NULL : rl_lua_check_tensor(L, 3);
     if (rl_lstm_set_initial_state(l, h0, c0) != RL_OK) return raise_plain(L);
     return 0;
 }
 
-/* layer:final_state() -> h, c (B, n_out): each sequence's state after its last frame */
+/* layer:final_state() -> h, c (B, n_out): each sequence's state after its last frame (h alone
+ * for a gru) */
 static int m_final_state(lua_State *L) {
     rl_layer *l = check_layer(L, 1)->layer;
     rl_tensor *h = rl_lua_push_tensor(L);
+    if (is_gru(l)) {
+        if (rl_gru_final_state(l, h) != RL_OK) return raise_plain(L);
+        return 1;
+    }
     rl_tensor *c = rl_lua_push_tensor(L);
     if (rl_lstm_final_state(l, h, c) != RL_OK) return raise_plain(L);
     return 2;
 }
 
-/* layer:initial_state_grad() -> dh0, dc0 (B, n_out): dLoss/d(initial state), after backward */
+/* layer:set_final_state_grad(dh, dc | nil): dLoss/d(final state) (B, n_out) each, where the
+ * following backward passes start; nil dh restores zeros */
+static int m_set_final_state_grad(lua_State *L) {
+    rl_layer *l = check_layer(L, 1)->layer;
+    const rl_tensor *dh = lua_isnoneornil(L, 2) ? NULL : rl_lua_check_tensor(L, 2);
+    const rl_tensor *dc = lua_isnoneornil(L, 3) ? NULL : rl_lua_check_tensor(L, 3);
+    if (rl_lstm_set_final_state_grad(l, dh, dc) != RL_OK) return raise_plain(L);
+    return 0;
+}
+
+/* layer:initial_state_grad() -> dh0, dc0 (B, n_out): dLoss/d(initial state), after backward
+ * (dh0 alone for a gru) */
 static int m_initial_state_grad(lua_State *L) {
     rl_layer *l = check_layer(L, 1)->layer;
     rl_tensor *dh = rl_lua_push_tensor(L);
+    if (is_gru(l)) {
+        if (rl_gru_initial_state_grad(l, dh) != RL_OK) return raise_plain(L);
+        return 1;
+    }
     rl_tensor *dc = rl_lua_push_tensor(L);
     if (rl_lstm_initial_state_grad(l, dh, dc) != RL_OK) return raise_plain(L);
     return 2;
@@ -556,6 +686,7 @@ static int mm_index(lua_State *L) {
 
 static int mm_gc(lua_State *L) {
     layer_ud *ud = luaL_checkudata(L, 1, RL_LAYER_MT);
+    async_join(ud);
     rl_layer_free(ud->layer);
     ud->layer = NULL;
     ud->forwarded = false;
@@ -580,10 +711,14 @@ static const luaL_Reg layer_methods[] = {
     {"init_params", m_init_params},
     {"forward", m_forward},
     {"backward", m_backward},
+    {"_forward_start", m_forward_start},
+    {"_backward_start", m_backward_start},
+    {"_wait", m_wait},
     {"out_geometry", m_out_geometry},
     {"set_initial_state", m_set_initial_state},
     {"final_state", m_final_state},
     {"initial_state_grad", m_initial_state_grad},
+    {"set_final_state_grad", m_set_final_state_grad},
     {NULL, NULL},
 };
 

@@ -4,10 +4,12 @@
 #include <lua.h>
 
 #include "../core/blas.h"
+#include "../kernels/cpu/cpu_level.h"
 #include "../kernels/ops.h"
 #include "embedded.h"
 #include "l_ctc.h"
 #include "l_dataset.h"
+#include "l_dist.h"
 #include "l_layers.h"
 #include "l_optim.h"
 #include "l_sys.h"
@@ -36,7 +38,22 @@ static int l_get_num_threads(lua_State *L) {
     return 1;
 }
 
+/* rl.cpu_level([name]) -> the level in use, the best this CPU supports; with a name
+ * ("generic", "avx2", "avx512") it first switches to that level. */
+static int l_cpu_level(lua_State *L) {
+    if (!lua_isnoneornil(L, 1)) {
+        static const char *const names[] = {"generic", "avx2", "avx512", NULL};
+        int level = luaL_checkoption(L, 1, NULL, names);
+        if (rl_cpu_level_set((rl_cpu_level)level) != RL_OK)
+            return luaL_error(L, "cpu_level: %s", rl_errmsg());
+    }
+    lua_pushstring(L, rl_cpu_level_name(rl_cpu_level_get()));
+    lua_pushstring(L, rl_cpu_level_name(rl_cpu_level_supported()));
+    return 2;
+}
+
 static const luaL_Reg module_funcs[] = {
+    {"cpu_level", l_cpu_level},
     {"cuda_built", l_cuda_built},
     {"set_num_threads", l_set_num_threads},
     {"get_num_threads", l_get_num_threads},
@@ -45,6 +62,7 @@ static const luaL_Reg module_funcs[] = {
 
 int luaopen_rnnlua(lua_State *L) {
     rl_ops_init();
+    if (rl_cpu_level_check_env() != RL_OK) return luaL_error(L, "rnnlua: %s", rl_errmsg());
     lua_newtable(L);
     luaL_setfuncs(L, module_funcs, 0);
     lua_pushstring(L, RL_VERSION);
@@ -56,6 +74,7 @@ int luaopen_rnnlua(lua_State *L) {
     rl_lua_open_dataset(L);
     rl_lua_open_sys(L);
     rl_lua_open_ctc(L);
+    rl_lua_open_dist(L);
 
     size_t len;
     const char *src = rl_embedded_find("rnnlua.init", &len);

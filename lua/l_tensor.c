@@ -21,22 +21,42 @@
 
 /* ---------------------------------------------------------------- userdata basics */
 
+/* The userdata: the tensor and whether it was freed. `<close>`, a closed coroutine's pending
+ * closes and __gc release the storage, but the userdata itself can still be reached (the
+ * variable stays in scope after a close; a finaliser can resurrect an object), so every entry
+ * point checks `freed` before it touches the tensor. */
+typedef struct {
+    rl_tensor t;
+    bool freed;
+} tensor_ud;
+
 rl_tensor *rl_lua_push_tensor(lua_State *L) {
-    rl_tensor *t = lua_newuserdatauv(L, sizeof(rl_tensor), 0);
-    memset(t, 0, sizeof *t);
+    tensor_ud *u = lua_newuserdatauv(L, sizeof(tensor_ud), 0);
+    memset(u, 0, sizeof *u);
     luaL_setmetatable(L, RL_TENSOR_MT);
-    return t;
+    return &u->t;
 }
 
-rl_tensor *rl_lua_to_tensor(lua_State *L, int idx) { return luaL_testudata(L, idx, RL_TENSOR_MT); }
+static rl_tensor *live_tensor(lua_State *L, int idx, tensor_ud *u) {
+    if (u && u->freed)
+        luaL_error(L,
+                   "argument %d: the tensor was freed (closed by <close> or a closed coroutine, "
+                   "or collected) and cannot be used any more",
+                   idx);
+    return u ? &u->t : NULL;
+}
+
+rl_tensor *rl_lua_to_tensor(lua_State *L, int idx) {
+    return live_tensor(L, idx, luaL_testudata(L, idx, RL_TENSOR_MT));
+}
 
 rl_tensor *rl_lua_check_tensor(lua_State *L, int idx) {
-    rl_tensor *t = luaL_testudata(L, idx, RL_TENSOR_MT);
-    if (!t) {
+    tensor_ud *u = luaL_testudata(L, idx, RL_TENSOR_MT);
+    if (!u) {
         const char *msg = lua_pushfstring(L, "tensor expected, got %s", luaL_typename(L, idx));
         luaL_argerror(L, idx, msg);
     }
-    return t;
+    return live_tensor(L, idx, u);
 }
 
 int rl_lua_raise(lua_State *L, const char *fname) {
@@ -62,9 +82,8 @@ static int check_dim_range(lua_State *L, int arg, int ndim, int extra, const cha
     if (d < 0) d += n + 1;
     if (d < 1 || d > n) {
         return luaL_error(L,
-                          "%s: dim %d out of range for a %d-dim tensor (valid: 1..%d or "
-                          "-%d..-1)",
-                          fname, (int)luaL_checkinteger(L, arg), ndim, n, n);
+                          "%s: dim %I out of range for a %d-dim tensor (valid: 1..%d or -%d..-1)",
+                          fname, luaL_checkinteger(L, arg), ndim, n, n);
     }
     return (int)d - 1;
 }
@@ -107,7 +126,7 @@ static int read_shape(lua_State *L, int first, const char *fname, int *ndim, int
     }
     for (int d = 0; d < n; d++)
         if (shape[d] < 0)
-            luaL_error(L, "%s: negative size %d in dim %d", fname, (int)shape[d], d + 1);
+            luaL_error(L, "%s: negative size %I in dim %d", fname, (lua_Integer)shape[d], d + 1);
     *ndim = n;
     return arg;
 }
@@ -397,6 +416,9 @@ static int m_narrow(lua_State *L) {
     rl_tensor *t = rl_lua_check_tensor(L, 1);
     int dim = rl_lua_check_dim(L, 2, t, "narrow");
     lua_Integer start = luaL_checkinteger(L, 3), len = luaL_checkinteger(L, 4);
+    if (start < 1)
+        return luaL_error(L, "narrow: start position %I must be >= 1 (positions are 1-based)",
+                          start);
     rl_tensor *out = rl_lua_push_tensor(L);
     raise_if(L, rl_tensor_narrow(out, t, dim, start - 1, len), "narrow");
     return 1;
@@ -940,18 +962,30 @@ static int l_cat(lua_State *L) {
     return 1;
 }
 
-/* t:index_select(dim, idx) with idx a 1-D int32 tensor (or a table) of 1-based positions */
+/* t:index_select(dim, idx) with idx a 1-D int32 tensor (or a table) of 1-based positions. The
+ * positions are checked here, so that an error names them 1-based, as the caller wrote them. */
+static void check_position(lua_State *L, lua_Integer v, int64_t entry, int64_t size, int dim) {
+    if (v < 1 || v > size || v > INT32_MAX)
+        luaL_error(L,
+                   "index_select: position %I (entry %I of the index) out of range 1..%I for "
+                   "dim %d",
+                   v, (lua_Integer)entry + 1, (lua_Integer)size, dim + 1);
+}
+
 static int m_index_select(lua_State *L) {
     rl_tensor *t = rl_lua_check_tensor(L, 1);
     int dim = rl_lua_check_dim(L, 2, t, "index_select");
     rl_tensor *idx = rl_lua_to_tensor(L, 3);
     rl_tensor *zero_based = rl_lua_push_tensor(L);
     if (idx) {
-        if (idx->dtype != RL_INT32) {
+        if (idx->dtype != RL_INT32 || idx->ndim != 1) {
             char s[160];
-            return luaL_error(L, "index_select: the index must be int32, got %s",
+            return luaL_error(L, "index_select: the index must be a 1-D int32 tensor, got %s",
                               rl_tensor_describe(idx, s, sizeof s));
         }
+        rl_tensor *host = on_cpu(L, idx, "index_select");
+        for (int64_t i = 0; i < host->shape[0]; i++)
+            check_position(L, (lua_Integer)rl_tensor_get(host, &i), i, t->shape[dim], dim);
         raise_if(L, rl_op_binary_scalar(zero_based, idx, 1.0, RL_BIN_SUB, false), "index_select");
     } else if (lua_istable(L, 3)) {
         int64_t n = (int64_t)luaL_len(L, 3);
@@ -967,8 +1001,10 @@ static int m_index_select(lua_State *L) {
             int isnum;
             lua_Integer v = lua_tointegerx(L, -1, &isnum);
             if (!isnum)
-                return luaL_error(L, "index_select: index %d is not an integer", (int)i + 1);
+                return luaL_error(L, "index_select: entry %I of the index is not an integer (%s)",
+                                  (lua_Integer)i + 1, luaL_typename(L, -1));
             lua_pop(L, 1);
+            check_position(L, v, i, t->shape[dim], dim);
             ((int32_t *)rl_tensor_data(host))[i] = (int32_t)(v - 1);
         }
         if (host != zero_based) {
@@ -1001,8 +1037,8 @@ static int mm_index(lua_State *L) {
     if (t->ndim == 0) return luaL_error(L, "index: cannot index a 0-dim tensor (use item())");
     if (i < 1 || i > t->shape[0]) {
         char s[128];
-        return luaL_error(L, "index: position %d out of range 1..%d for %s", (int)i,
-                          (int)t->shape[0], rl_shape_str(t, s, sizeof s));
+        return luaL_error(L, "index: position %I out of range 1..%I for %s", i,
+                          (lua_Integer)t->shape[0], rl_shape_str(t, s, sizeof s));
     }
     rl_tensor *v = rl_lua_push_tensor(L);
     raise_if(L, rl_tensor_select(v, t, 0, i - 1), "index");
@@ -1023,7 +1059,7 @@ static int mm_newindex(lua_State *L) {
                           luaL_typename(L, 2));
     if (t->ndim == 0 || i < 1 || i > t->shape[0]) {
         char s[128];
-        return luaL_error(L, "index assignment: position %d out of range for %s", (int)i,
+        return luaL_error(L, "index assignment: position %I out of range for %s", i,
                           rl_shape_str(t, s, sizeof s));
     }
     rl_tensor *v = rl_lua_push_tensor(L);
@@ -1046,15 +1082,16 @@ static int mm_len(lua_State *L) {
 }
 
 static int mm_gc(lua_State *L) {
-    rl_tensor *t = luaL_checkudata(L, 1, RL_TENSOR_MT);
-    rl_tensor_release(t);
+    tensor_ud *u = luaL_checkudata(L, 1, RL_TENSOR_MT);
+    rl_tensor_release(&u->t);
+    u->freed = true;
     return 0;
 }
 
 /* ---------------------------------------------------------------- module functions */
 
 static int l_is_tensor(lua_State *L) {
-    lua_pushboolean(L, rl_lua_to_tensor(L, 1) != NULL);
+    lua_pushboolean(L, luaL_testudata(L, 1, RL_TENSOR_MT) != NULL);
     return 1;
 }
 
@@ -1258,6 +1295,8 @@ void rl_lua_open_tensor(lua_State *L) {
     lua_pop(L, 1);
 
     luaL_setfuncs(L, module_funcs, 0);
+    lua_pushinteger(L, RL_MAX_NUMEL);
+    lua_setfield(L, -2, "MAX_NUMEL");
     for (size_t k = 0; k < N_UNARY; k++)
         add_op_closure(L, l_unary, k, false, unary_ops[k].name);
     for (size_t k = 0; k < N_BINARY; k++)

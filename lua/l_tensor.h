@@ -15,7 +15,8 @@
 
 /* Pushes a new tensor userdata holding an unset tensor; returns its rl_tensor to fill. */
 rl_tensor *rl_lua_push_tensor(lua_State *L);
-/* The tensor at idx, or a Lua argument error ("tensor expected, got X"). */
+/* The tensor at idx, or a Lua argument error ("tensor expected, got X"); both raise for a
+ * tensor that was freed (by <close>, a closed coroutine or __gc before a resurrection). */
 rl_tensor *rl_lua_check_tensor(lua_State *L, int idx);
 /* The tensor at idx, or NULL when it is not a tensor userdata. */
 rl_tensor *rl_lua_to_tensor(lua_State *L, int idx);

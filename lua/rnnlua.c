@@ -9,7 +9,8 @@
  *   - `lfs` and `rnnlua` are in package.preload;
  *   - the REPL uses libedit (history, Tab completion from the Lua module rnnlua.repl) when
  *     stdin is a terminal, and plain lines without prompts when it is not, so that it can
- *     be driven through a pipe. */
+ *     be driven through a pipe;
+ *   - subcommands (`rnnlua serve MODEL.h5 ...`) from a table: one line adds one. */
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
@@ -24,8 +25,10 @@
 #include <lua.h>
 #include <lualib.h>
 
+#include "core/dist.h"
 #include "lua/embedded.h"
 #include "lua/l_tensor.h"
+#include "lua/serve.h"
 #include "lua/version.h"
 
 #define PROGNAME "rnnlua"
@@ -44,7 +47,29 @@ static lua_State *volatile running_L;
 /* Set by SIGINT while the REPL waits for a line on a terminal. */
 static volatile sig_atomic_t prompt_interrupted;
 
-static void print_usage(FILE *f) { fputs("usage: " PROGNAME " [options] [script [args]]\n", f); }
+/* ---- subcommands: `rnnlua NAME args...` ---------------------------------------------------- */
+
+/* A subcommand runs with the library loaded (the global `rl`); argv[0] is its name. It returns
+ * the process exit status. Adding one is one line here. */
+static const struct {
+    const char *name;
+    int (*run)(lua_State *L, int argc, char **argv);
+    const char *summary;
+} subcommands[] = {
+    {"serve", rl_serve_main, "serve MODEL.h5 [--port P] ...  an HTTP service (serve --help)"},
+};
+
+static int find_subcommand(const char *name) {
+    for (size_t i = 0; i < sizeof subcommands / sizeof subcommands[0]; i++)
+        if (strcmp(name, subcommands[i].name) == 0) return (int)i;
+    return -1;
+}
+
+static void print_usage(FILE *f) {
+    fputs("usage: " PROGNAME " [options] [script [args]]\n", f);
+    for (size_t i = 0; i < sizeof subcommands / sizeof subcommands[0]; i++)
+        fprintf(f, "       " PROGNAME " %s\n", subcommands[i].summary);
+}
 
 static void print_help(void) {
     print_usage(stdout);
@@ -80,10 +105,14 @@ static void print_version(void) {
     fflush(stdout);
 }
 
-/* Errors and failures go to stderr as "rnnlua: <msg>". */
+/* Errors and failures go to stderr as "rnnlua: <msg>", in a world of several processes as
+ * "rnnlua: rank R: <msg>", so that each rank's error reaches the terminal with its rank. */
 static void message(const char *msg) {
     fflush(stdout);
-    fprintf(stderr, "%s: %s\n", PROGNAME, msg);
+    if (rl_dist_size() > 1)
+        fprintf(stderr, "%s: rank %d: %s\n", PROGNAME, rl_dist_rank(), msg);
+    else
+        fprintf(stderr, "%s: %s\n", PROGNAME, msg);
     fflush(stderr);
 }
 
@@ -261,7 +290,7 @@ static int dochunk(lua_State *L, int status) {
 }
 
 static int dostring(lua_State *L, const char *s, const char *name) {
-    return dochunk(L, luaL_loadbuffer(L, s, strlen(s), name));
+    return dochunk(L, luaL_loadbufferx(L, s, strlen(s), name, "t"));
 }
 
 /* The script's own arguments (after the script name) also go to it as `...`. */
@@ -278,7 +307,7 @@ static int pushargs(lua_State *L) {
 static int handle_script(lua_State *L, char **argv) {
     const char *fname = argv[0];
     if (strcmp(fname, "-") == 0 && strcmp(argv[-1], "--") != 0) fname = NULL; /* stdin */
-    int status = luaL_loadfile(L, fname);
+    int status = luaL_loadfilex(L, fname, "t");
     if (status == LUA_OK) {
         int n = pushargs(L);
         status = docall(L, n, LUA_MULTRET);
@@ -380,7 +409,7 @@ static int read_chunk(lua_State *L, int tty) {
     if (got != LINE_OK) return got == LINE_EOF ? CHUNK_EOF : CHUNK_CANCEL;
     const char *expr = line[0] == '=' ? line + 1 : line; /* "=x", as Lua 5.1-5.3 took it */
     const char *ret = lua_pushfstring(L, "return %s;", expr);
-    if (luaL_loadbuffer(L, ret, strlen(ret), REPL_CHUNKNAME) == LUA_OK) {
+    if (luaL_loadbufferx(L, ret, strlen(ret), REPL_CHUNKNAME, "t") == LUA_OK) {
         lua_remove(L, -2);
         save_history(tty, line);
         free(line);
@@ -392,7 +421,7 @@ static int read_chunk(lua_State *L, int tty) {
     for (;;) {
         size_t len;
         const char *chunk = lua_tolstring(L, -1, &len);
-        int status = luaL_loadbuffer(L, chunk, len, REPL_CHUNKNAME);
+        int status = luaL_loadbufferx(L, chunk, len, REPL_CHUNKNAME, "t");
         if (!incomplete(L, status)) {
             save_history(tty, chunk);
             lua_remove(L, -2);
@@ -507,6 +536,13 @@ static void repl_init_tty(lua_State *L) {
     rl_attempted_completion_function = complete_word;
     rl_completion_append_character = '\0';
     rl_initialize();
+    /* libedit's command mode (Meta-x in emacs mode, ':' in vi command mode, even when ~/.editrc
+     * chose vi) reads and runs editline commands; a stray quote there crashes libedit. No
+     * keystroke at the rnnlua prompt may do that, so those keys do nothing. */
+    static const char *const no_command_mode[] = {
+        "bind '\\ex' ed-unassigned", "bind '\\eX' ed-unassigned", "bind -a : ed-unassigned"};
+    for (size_t i = 0; i < sizeof no_command_mode / sizeof no_command_mode[0]; i++)
+        rl_parse_and_bind(no_command_mode[i]);
     using_history();
     stifle_history(HISTORY_MAX);
     const char *hp = history_path();
@@ -596,10 +632,26 @@ static int run_options(lua_State *L, char **argv, int script) {
     return 1;
 }
 
+/* The standard libraries, the package searchers and the rnnlua library as the global `rl`. */
+static int open_library(lua_State *L) {
+    luaL_openlibs(L);
+    add_preloads(L);
+    add_searcher(L);
+    lua_gc(L, LUA_GCRESTART);
+    lua_gc(L, LUA_GCGEN, 0, 0);
+    return dorequire(L, "rnnlua", "rl") == LUA_OK;
+}
+
 /* Everything that runs Lua, itself run under lua_pcall so that memory errors are caught. */
 static int pmain(lua_State *L) {
     int argc = (int)lua_tointeger(L, 1);
     char **argv = (char **)lua_touserdata(L, 2);
+    int sub = argc > 1 ? find_subcommand(argv[1]) : -1;
+    if (sub >= 0) {
+        if (!open_library(L)) return 0;
+        lua_pushinteger(L, subcommands[sub].run(L, argc - 1, argv + 1)); /* the exit status */
+        return 1;
+    }
     int script;
     int flags = collect_args(argv, argc, &script);
     if (flags & HAS_ERROR) {
@@ -613,13 +665,8 @@ static int pmain(lua_State *L) {
         return 1;
     }
     if (flags & HAS_V) print_version();
-    luaL_openlibs(L);
-    add_preloads(L);
-    add_searcher(L);
     create_arg_table(L, argv, argc, script);
-    lua_gc(L, LUA_GCRESTART);
-    lua_gc(L, LUA_GCGEN, 0, 0);
-    if (dorequire(L, "rnnlua", "rl") != LUA_OK) return 0;
+    if (!open_library(L)) return 0;
     if (!run_options(L, argv, script)) return 0;
     if (script < argc && handle_script(L, argv + script) != LUA_OK) return 0;
     if ((flags & HAS_I) || (script == argc && !(flags & (HAS_E | HAS_V))))
@@ -629,6 +676,12 @@ static int pmain(lua_State *L) {
 }
 
 int main(int argc, char **argv) {
+    /* Under mpirun/srun this process joins the MPI world (a plain run does not need one). */
+    if (rl_dist_init() != RL_OK) {
+        message(rl_errmsg());
+        rl_dist_finalize(1);
+        return EXIT_FAILURE;
+    }
     lua_State *L = luaL_newstate();
     if (L == NULL) {
         message("cannot create state: not enough memory");
@@ -640,7 +693,12 @@ int main(int argc, char **argv) {
     lua_pushlightuserdata(L, argv);
     int status = lua_pcall(L, 2, 1, 0);
     int ok = lua_toboolean(L, -1);
+    int code = (ok && status == LUA_OK) ? EXIT_SUCCESS : EXIT_FAILURE;
+    if (status == LUA_OK && lua_isinteger(L, -1)) code = (int)lua_tointeger(L, -1);
     report(L, status);
     lua_close(L);
-    return (ok && status == LUA_OK) ? EXIT_SUCCESS : EXIT_FAILURE;
+    /* After an error the other ranks may wait in a collective for this one: MPI_Abort ends the
+     * job instead of MPI_Finalize, which would wait for them. */
+    rl_dist_finalize(!(ok && status == LUA_OK));
+    return code;
 }

@@ -1,11 +1,17 @@
-/* The packed small-M float32 GEMM of gemm_small.h: packing, the AVX-512 kernel and its
- * portable counterpart.
+/* The packed small-M float32 GEMM of gemm_small.h: packing, the AVX-512 and AVX2+FMA kernels
+ * (picked at run time by kernels/cpu/cpu_level.h) and their portable counterpart.
  *
- * Kernel: a tile of up to 8 rows of c by one 48-column panel lives in 24 zmm accumulators;
+ * AVX-512: a tile of up to 8 rows of c by one 48-column panel lives in 24 zmm accumulators;
  * each k loads three panel vectors and broadcasts 8 values of a, i.e. 11 loads for 24 FMAs,
  * so the loop is FMA-bound while the panel streams from L2. Panels are the outer loop so that
  * the row blocks of one panel (B = 16: two) reuse it from cache; the whole packed operand of
  * a 512-unit LSTM (4 MiB) is read once per step.
+ *
+ * AVX2 has 16 ymm registers: a tile is up to 4 rows by half a panel (24 columns, 12
+ * accumulators, 3 panel vectors, 1 broadcast), 7 loads for 12 FMAs. With 4-row tiles a panel
+ * is read B/4 times per step, so k is cut into blocks of KC rows (KC x 48 floats, 24 KiB, stay
+ * in L1 across the row tiles and both halves); partial sums go through c between blocks, in
+ * the same order of k, so the rounding does not depend on the blocking.
  */
 #include "gemm_small.h"
 
@@ -15,6 +21,7 @@
 #include <string.h>
 
 #include "../../core/blas.h"
+#include "cpu_level.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #define RL_GEMM_X86 1
@@ -124,16 +131,98 @@ RL_AVX512 static void packed_avx512(int64_t m, int64_t n, int64_t k, const float
         }
     }
 }
+
+#define RL_AVX2 __attribute__((target("avx2,fma")))
+#define MR2 4
+#define NH 24  /* half a panel */
+#define KC 128 /* k rows of a panel block kept in L1 */
+
+/* One mr x 24 tile over kc rows of k; with load_c the tile starts from c (a partial sum of
+ * earlier k blocks, or the accumulate operand), else from zero. w (1..24) columns are stored;
+ * masked moves only where w < 24, since AMD cores microcode vmaskmovps stores. */
+RL_AVX2 static inline __attribute__((always_inline)) void
+tile_avx2(const int mr, int64_t kc, const float *a, int64_t lda, const float *pp, bool load_c,
+          float *c, int64_t ldc, int64_t w) {
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    __m256i m0 = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)w), lane),
+            m1 = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)w - 8), lane),
+            m2 = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)w - 16), lane);
+    bool full = w == NH;
+    __m256 c0[MR2], c1[MR2], c2[MR2];
+    RL_UNROLL
+    for (int r = 0; r < mr; r++) {
+        const float *cr = c + r * ldc;
+        if (load_c && full) {
+            c0[r] = _mm256_loadu_ps(cr);
+            c1[r] = _mm256_loadu_ps(cr + 8);
+            c2[r] = _mm256_loadu_ps(cr + 16);
+        } else if (load_c) {
+            c0[r] = _mm256_maskload_ps(cr, m0);
+            c1[r] = _mm256_maskload_ps(cr + 8, m1);
+            c2[r] = _mm256_maskload_ps(cr + 16, m2);
+        } else {
+            c0[r] = c1[r] = c2[r] = _mm256_setzero_ps();
+        }
+    }
+    for (int64_t i = 0; i < kc; i++, pp += NR) {
+        __m256 b0 = _mm256_loadu_ps(pp), b1 = _mm256_loadu_ps(pp + 8),
+               b2 = _mm256_loadu_ps(pp + 16);
+        /* keep the panel vectors in registers: folded into each FMA as memory operands they
+         * would be loaded mr times, and the loop would be bound by loads, not FMAs */
+        __asm__("" : "+x"(b0), "+x"(b1), "+x"(b2));
+        RL_UNROLL
+        for (int r = 0; r < mr; r++) {
+            __m256 ar = _mm256_broadcast_ss(a + r * lda + i);
+            c0[r] = _mm256_fmadd_ps(ar, b0, c0[r]);
+            c1[r] = _mm256_fmadd_ps(ar, b1, c1[r]);
+            c2[r] = _mm256_fmadd_ps(ar, b2, c2[r]);
+        }
+    }
+    RL_UNROLL
+    for (int r = 0; r < mr; r++) {
+        float *cr = c + r * ldc;
+        if (full) {
+            _mm256_storeu_ps(cr, c0[r]);
+            _mm256_storeu_ps(cr + 8, c1[r]);
+            _mm256_storeu_ps(cr + 16, c2[r]);
+        } else {
+            _mm256_maskstore_ps(cr, m0, c0[r]);
+            _mm256_maskstore_ps(cr + 8, m1, c1[r]);
+            _mm256_maskstore_ps(cr + 16, m2, c2[r]);
+        }
+    }
+}
+
+RL_AVX2 static void packed_avx2(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
+                                const float *packed, bool accumulate, float *c, int64_t ldc) {
+    for (int64_t p0 = 0; p0 < n; p0 += NR) {
+        int64_t w = n - p0 < NR ? n - p0 : NR;
+        const float *pp = packed + p0 * k;
+        for (int64_t k0 = 0; k0 < k; k0 += KC) {
+            int64_t kc = k - k0 < KC ? k - k0 : KC;
+            bool load_c = accumulate || k0 > 0;
+            for (int64_t h = 0; h < w; h += NH) {
+                int64_t wh = w - h < NH ? w - h : NH;
+                const float *pb = pp + k0 * NR + h;
+                for (int64_t r0 = 0; r0 < m; r0 += MR2) {
+                    const float *ar = a + r0 * lda + k0;
+                    float *cr = c + r0 * ldc + p0 + h;
+                    switch (m - r0 < MR2 ? m - r0 : MR2) {
+                    case 1: tile_avx2(1, kc, ar, lda, pb, load_c, cr, ldc, wh); break;
+                    case 2: tile_avx2(2, kc, ar, lda, pb, load_c, cr, ldc, wh); break;
+                    case 3: tile_avx2(3, kc, ar, lda, pb, load_c, cr, ldc, wh); break;
+                    default: tile_avx2(4, kc, ar, lda, pb, load_c, cr, ldc, wh); break;
+                    }
+                }
+            }
+        }
+    }
+}
 #endif
 
 bool rl_gemm_packed_fast(void) {
 #ifdef RL_GEMM_X86
-    static int fast = -1;
-    if (fast < 0) {
-        __builtin_cpu_init();
-        fast = __builtin_cpu_supports("avx512f") ? 1 : 0;
-    }
-    return fast == 1;
+    return rl_cpu_level_get() >= RL_CPU_AVX2;
 #else
     return false;
 #endif
@@ -145,6 +234,7 @@ typedef struct {
     float *c;
     bool accumulate;
     int parts;
+    rl_cpu_level level; /* read once per call: every part runs the same kernel */
 } job;
 
 /* Part `part` of `parts`: a contiguous range of whole panels. */
@@ -153,15 +243,16 @@ static void run_part(const job *j, int part) {
     int64_t p0 = panels * part / j->parts * NR, p1 = panels * (part + 1) / j->parts * NR;
     if (p1 > j->n) p1 = j->n;
     if (p0 >= p1) return;
+    void (*fn)(int64_t, int64_t, int64_t, const float *, int64_t, const float *, bool, float *,
+               int64_t) = packed_portable;
 #ifdef RL_GEMM_X86
-    if (rl_gemm_packed_fast()) {
-        packed_avx512(j->m, p1 - p0, j->k, j->a, j->lda, j->packed + p0 * j->k, j->accumulate,
-                      j->c + p0, j->ldc);
-        return;
+    switch (j->level) {
+    case RL_CPU_AVX512: fn = packed_avx512; break;
+    case RL_CPU_AVX2: fn = packed_avx2; break;
+    default: break;
     }
 #endif
-    packed_portable(j->m, p1 - p0, j->k, j->a, j->lda, j->packed + p0 * j->k, j->accumulate,
-                    j->c + p0, j->ldc);
+    fn(j->m, p1 - p0, j->k, j->a, j->lda, j->packed + p0 * j->k, j->accumulate, j->c + p0, j->ldc);
 }
 
 /* Helper threads for the column split. A step's product takes ~0.1-0.3 ms, so a handoff must
@@ -232,7 +323,7 @@ static int ensure_helpers(int want) {
 
 void rl_gemm_packed_f32(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
                         const float *packed, bool accumulate, float *c, int64_t ldc) {
-    job j = {m, n, k, lda, ldc, a, packed, c, accumulate, 1};
+    job j = {m, n, k, lda, ldc, a, packed, c, accumulate, 1, rl_cpu_level_get()};
     int64_t panels = (n + NR - 1) / NR;
     int threads = rl_blas_get_threads();
     /* below ~1 MFLOP per part a handoff costs more than it saves */

@@ -4,34 +4,18 @@
  * One pass per step reads the step's pre-activations once and writes the gate activations,
  * the cell, the state and the output (forward), or the gate gradients, the state gradients and
  * the bias and peephole gradients (backward). The float32 loops are compiled three times
- * (AVX-512, AVX2+FMA, baseline) and picked at run time, since the build targets the baseline
- * x86-64 and these loops are a fixed share of every step; float64 serves the gradient checks
- * and uses one baseline loop.
+ * (AVX-512, AVX2+FMA, baseline) and picked at run time (kernels/cpu/cpu_level.h), since a
+ * portable build targets the baseline x86-64 and these loops are a fixed share of every step;
+ * float64 serves the gradient checks and uses one baseline loop.
  */
 #include <stdbool.h>
 #include <string.h>
 
 #include "../lstm.h"
 #include "../lstm_cell.h"
+#include "cpu_level.h"
 
 #define RL_INLINE static inline __attribute__((always_inline))
-
-/* The loops vectorise only with the full cost model and without trapping-math (which keeps
- * the clamps of the float32 tanh as branches); nothing here relies on FP exceptions, and
- * NaN still propagates. */
-#if defined(__GNUC__) && !defined(__clang__)
-#define RL_VECTORISE optimize("O3", "no-trapping-math")
-#define RL_IVDEP _Pragma("GCC ivdep")
-#else
-#define RL_VECTORISE
-#define RL_IVDEP
-#endif
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define RL_LSTM_X86 1
-#define RL_TARGET_AVX512 __attribute__((target("avx512f,avx512vl,avx2,fma"), RL_VECTORISE))
-#define RL_TARGET_AVX2 __attribute__((target("avx2,fma"), RL_VECTORISE))
-#endif
-#define RL_TARGET_BASE __attribute__((RL_VECTORISE))
 
 RL_INLINE void fwd_body_f32(bool has_peep, int64_t B, int64_t H, int64_t t, const int32_t *len,
                             float *z, const float *bias, const float *const *peep, const float *cp,
@@ -120,7 +104,7 @@ RL_INLINE void bwd_body_f32(bool has_peep, int64_t B, int64_t H, int64_t t, cons
 
 /* The three compilations of each float32 pass; the peephole flag is a constant in each call
  * so that the loop without peepholes carries no dead multiplications. */
-#ifdef RL_LSTM_X86
+#ifdef RL_CPU_X86
 RL_TARGET_AVX512 static void fwd_avx512(int64_t B, int64_t H, int64_t t, const int32_t *len,
                                         float *z, const float *bias, const float *const *peep,
                                         const float *cp, const float *hp, float *c, float *h,
@@ -180,29 +164,13 @@ RL_TARGET_BASE static void bwd_base(int64_t B, int64_t H, int64_t t, const int32
         bwd_body_f32(false, B, H, t, len, z, peep, cp, c, dout, dout_ld, dh, dc, db, dpeep);
 }
 
-/* 2: AVX-512, 1: AVX2+FMA, 0: baseline */
-static int cpu_level(void) {
-#ifdef RL_LSTM_X86
-    static int level = -1;
-    if (level < 0) {
-        __builtin_cpu_init();
-        level = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") ? 2
-                : __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")       ? 1
-                                                                                        : 0;
-    }
-    return level;
-#else
-    return 0;
-#endif
-}
-
 void rl_lstm_cpu_fwd_f32(int64_t B, int64_t H, int64_t t, const int32_t *len, float *z,
                          const float *bias, const float *const *peep, const float *cp,
                          const float *hp, float *c, float *h, float *out) {
-    switch (cpu_level()) {
-#ifdef RL_LSTM_X86
-    case 2: fwd_avx512(B, H, t, len, z, bias, peep, cp, hp, c, h, out); return;
-    case 1: fwd_avx2(B, H, t, len, z, bias, peep, cp, hp, c, h, out); return;
+    switch (rl_cpu_level_get()) {
+#ifdef RL_CPU_X86
+    case RL_CPU_AVX512: fwd_avx512(B, H, t, len, z, bias, peep, cp, hp, c, h, out); return;
+    case RL_CPU_AVX2: fwd_avx2(B, H, t, len, z, bias, peep, cp, hp, c, h, out); return;
 #endif
     default: fwd_base(B, H, t, len, z, bias, peep, cp, hp, c, h, out); return;
     }
@@ -212,10 +180,14 @@ void rl_lstm_cpu_bwd_f32(int64_t B, int64_t H, int64_t t, const int32_t *len, fl
                          const float *const *peep, const float *cp, const float *c,
                          const float *dout, int64_t dout_ld, float *dh, float *dc, float *db,
                          float *const *dpeep) {
-    switch (cpu_level()) {
-#ifdef RL_LSTM_X86
-    case 2: bwd_avx512(B, H, t, len, z, peep, cp, c, dout, dout_ld, dh, dc, db, dpeep); return;
-    case 1: bwd_avx2(B, H, t, len, z, peep, cp, c, dout, dout_ld, dh, dc, db, dpeep); return;
+    switch (rl_cpu_level_get()) {
+#ifdef RL_CPU_X86
+    case RL_CPU_AVX512:
+        bwd_avx512(B, H, t, len, z, peep, cp, c, dout, dout_ld, dh, dc, db, dpeep);
+        return;
+    case RL_CPU_AVX2:
+        bwd_avx2(B, H, t, len, z, peep, cp, c, dout, dout_ld, dh, dc, db, dpeep);
+        return;
 #endif
     default: bwd_base(B, H, t, len, z, peep, cp, c, dout, dout_ld, dh, dc, db, dpeep); return;
     }

@@ -32,6 +32,7 @@ extern "C" {
 #include "../lstm_cell.h"
 #include "lstm_cuda.h"
 }
+#include "launch.h"
 
 namespace {
 
@@ -39,38 +40,11 @@ constexpr int kThreads = 256;
 constexpr int kCols = 32; /* columns per block of the reduction kernels */
 constexpr int kRows = 8;  /* batch rows per block of the reduction kernels */
 
-/* ---- devices, errors ---- */
+/* ---- devices, errors (kernels/cuda/launch.h) ---- */
 
-rl_status cuda_fail(const char *fn, const char *call, cudaError_t e, long long B, long long H) {
-    cudaGetLastError();
-    return rl_error(RL_EDEVICE, "%s: %s: %s (B=%lld H=%lld)", fn, call, cudaGetErrorString(e), B,
-                    H);
-}
-
-/* Makes the device that holds p current (the launchers take bare pointers). */
-rl_status enter(const char *fn, const void *p, long long B, long long H) {
-    cudaPointerAttributes attr;
-    cudaError_t e = cudaPointerGetAttributes(&attr, p);
-    if (e != cudaSuccess) return cuda_fail(fn, "cudaPointerGetAttributes", e, B, H);
-    if (attr.type != cudaMemoryTypeDevice && attr.type != cudaMemoryTypeManaged)
-        return rl_error(RL_EDEVICE, "%s: a buffer is not in CUDA device memory (B=%lld H=%lld)", fn,
-                        B, H);
-    int cur = -1;
-    e = cudaGetDevice(&cur);
-    if (e != cudaSuccess) return cuda_fail(fn, "cudaGetDevice", e, B, H);
-    if (cur != attr.device) {
-        e = cudaSetDevice(attr.device);
-        if (e != cudaSuccess) return cuda_fail(fn, "cudaSetDevice", e, B, H);
-    }
-    return RL_OK;
-}
-
-rl_status launched(const char *fn, const char *kernel, long long B, long long H, long long t) {
-    cudaError_t e = cudaGetLastError();
-    if (e == cudaSuccess) return RL_OK;
-    return rl_error(RL_EDEVICE, "%s: launching %s (B=%lld H=%lld t=%lld): %s", fn, kernel, B, H, t,
-                    cudaGetErrorString(e));
-}
+using rl_launch::cuda_fail;
+using rl_launch::enter;
+using rl_launch::launched;
 
 unsigned blocks_for(int64_t work) {
     int64_t b = (work + kThreads - 1) / kThreads;

@@ -26,8 +26,8 @@
 -- copy each; load gives CPU tensors, and load_params copies them into the network's
 -- parameters on whatever device the network is.
 -- Descriptions are written as Lua literals with sorted keys, so the same table always gives
--- the same text, and read back with load() in an empty environment (data, not code): a
--- function in a description cannot be saved and is an error naming its key.
+-- the same text, and read back by a parser of literals that runs nothing (see parse_literal):
+-- a function in a description cannot be saved and is an error naming its key.
 -- The file is written under a temporary name and renamed when complete (core/h5io), so an
 -- error or a crash while saving leaves the previous file at that path as it was.
 local M = {}
@@ -121,12 +121,146 @@ function M.serialize(v, what)
   return table.concat(out)
 end
 
-function M.deserialize(text, what)
-  local chunk, err = load("return " .. text, "=" .. (what or "literal"), "t", {})
-  if not chunk then error(string.format("%s: not a Lua literal: %s", what or "literal", err), 0) end
-  local ok, v = pcall(chunk)
-  if not ok then error(string.format("%s: %s", what or "literal", tostring(v)), 0) end
+-- The reader of those literals is a parser of data only: it never runs anything from the file
+-- (a crafted checkpoint must not execute code or loop forever on load). It takes what
+-- serialize writes: tables ({v, ...}, {name = v}, {[k] = v}), strings in double or single
+-- quotes with Lua's escapes, decimal numbers, 0/0, 1/0, -1/0, (N - 1), true and false.
+local MAX_DEPTH = 200
+local SPECIAL_NUMBERS = {["0/0"] = 0 / 0, ["1/0"] = math.huge, ["-1/0"] = -math.huge}
+local ESCAPES = {a = "\a", b = "\b", f = "\f", n = "\n", r = "\r", t = "\t", v = "\v",
+                 ["\\"] = "\\", ['"'] = '"', ["'"] = "'", ["\n"] = "\n"}
+
+local function parse_literal(text, what)
+  local pos = 1
+  local function fail(msg)
+    if pos > #text and msg ~= "unexpected end" then msg = "unexpected end: " .. msg end
+    error(string.format("%s: not a valid literal at byte %d: %s", what, pos, msg), 0)
+  end
+  local function skip()
+    pos = text:find("[^ \t\r\n]", pos) or #text + 1
+  end
+  local function parse_string(quote)
+    local parts, i = {}, pos + 1
+    while true do
+      local j = text:find("[\\" .. quote .. "\n]", i)
+      if not j then pos = #text + 1; fail("unfinished string") end
+      parts[#parts + 1] = text:sub(i, j - 1)
+      local c = text:sub(j, j)
+      if c == quote then pos = j + 1; return table.concat(parts) end
+      if c == "\n" then pos = j; fail("unfinished string") end
+      local e = text:sub(j + 1, j + 1)
+      local digits = text:match("^%d%d?%d?", j + 1)
+      if digits then
+        local code = tonumber(digits)
+        if code > 255 then pos = j; fail("escape \\" .. digits .. " is not a byte") end
+        parts[#parts + 1] = string.char(code)
+        i = j + 1 + #digits
+      elseif ESCAPES[e] then
+        parts[#parts + 1] = ESCAPES[e]
+        i = j + 2
+      else
+        pos = j
+        fail("unknown escape in a string")
+      end
+    end
+  end
+  local parse_value
+  local function parse_table(depth)
+    if depth > MAX_DEPTH then fail("tables nested deeper than " .. MAX_DEPTH) end
+    pos = pos + 1
+    local t, list = {}, {}
+    while true do
+      skip()
+      local c = text:sub(pos, pos)
+      if c == "}" then pos = pos + 1; break end
+      local key, has_key
+      if c == "[" then
+        pos = pos + 1
+        skip()
+        local at = pos
+        key = parse_value(depth + 1)
+        if type(key) == "table" or key ~= key then pos = at; fail("a table key must be a "
+          .. "string, a number (not NaN) or a boolean") end
+        skip()
+        if text:sub(pos, pos) ~= "]" then fail("expected ']'") end
+        pos = pos + 1
+        has_key = true
+      else
+        local name = text:match("^[%a_][%w_]*", pos)
+        local after = name and text:find("^[ \t\r\n]*=", pos + #name)
+        if name and after and name ~= "true" and name ~= "false" then
+          key, has_key = name, true
+          pos = pos + #name
+        end
+      end
+      if has_key then
+        skip()
+        if text:sub(pos, pos) ~= "=" then fail("expected '='") end
+        pos = pos + 1
+        skip()
+        if math.type(key) == "float" and key == math.floor(key) and key > -2^63 and
+            key < 2^63 then
+          key = math.tointeger(key)
+        end
+        if t[key] ~= nil then fail("key " .. tostring(key) .. " appears twice") end
+        t[key] = parse_value(depth + 1)
+      else
+        list[#list + 1] = parse_value(depth + 1)
+      end
+      skip()
+      c = text:sub(pos, pos)
+      if c == "," or c == ";" then
+        pos = pos + 1
+      elseif c ~= "}" then
+        fail("expected ',' or '}'")
+      end
+    end
+    for i, v in ipairs(list) do
+      if t[i] ~= nil then fail("key " .. i .. " appears twice") end
+      t[i] = v
+    end
+    return t
+  end
+  function parse_value(depth)
+    skip()
+    local c = text:sub(pos, pos)
+    if c == "{" then return parse_table(depth) end
+    if c == '"' or c == "'" then return parse_string(c) end
+    for lit, v in pairs(SPECIAL_NUMBERS) do
+      if text:sub(pos, pos + #lit - 1) == lit and not text:find("^[%w_.]", pos + #lit) then
+        pos = pos + #lit
+        return v
+      end
+    end
+    local word = text:match("^[%a_][%w_]*", pos)
+    if word == "true" or word == "false" then
+      pos = pos + #word
+      return word == "true"
+    end
+    local n = text:match("^%(%s*%-9223372036854775807%s*%-%s*1%s*%)", pos)
+    if n then
+      pos = pos + #n
+      return math.mininteger
+    end
+    local num = text:match("^%-?%d+%.?%d*[eE][%+%-]?%d+", pos) or text:match("^%-?%d+%.?%d*", pos)
+    if num and not text:find("^[%w_.]", pos + #num) then
+      pos = pos + #num
+      return tonumber(num)
+    end
+    fail(word and ("'" .. word .. "' is not a value (only data: tables, strings, numbers, "
+      .. "booleans)") or c == "" and "unexpected end" or ("unexpected '" .. c .. "'"))
+  end
+  if type(text) ~= "string" then
+    error(string.format("%s: expected a string, got %s", what, type(text)), 0)
+  end
+  local v = parse_value(0)
+  skip()
+  if pos <= #text then fail("unexpected text after the value") end
   return v
+end
+
+function M.deserialize(text, what)
+  return parse_literal(text, what or "literal")
 end
 
 ---------------------------------------------------------------------------- state tables
@@ -158,9 +292,29 @@ local function write_state(f, group, state)
   f:set_attr(group, "_tensors", M.serialize(tensors, group))
 end
 
+-- A literal attribute that must decode to a table (of tables, with the_list: a list of strings);
+-- a tampered file gets an error naming the attribute instead of a failure later on.
+local function table_attr(f, obj, name, what, kind)
+  local v = M.deserialize(f:attr_string(obj, name), what)
+  if type(v) ~= "table" then
+    error(string.format("%s is a %s, expected a table", what, type(v)), 0)
+  end
+  for k, x in pairs(v) do
+    if kind == "strings" and (math.type(k) ~= "integer" or k < 1 or k > #v or
+        type(x) ~= "string") then
+      error(string.format("%s must be a list of strings, entry %s is a %s", what, tostring(k),
+        type(x)), 0)
+    elseif kind == "tables" and (type(k) ~= "string" or type(x) ~= "table") then
+      error(string.format("%s: entry %s must be a table under a string key, got a %s", what,
+        tostring(k), type(x)), 0)
+    end
+  end
+  return v
+end
+
 local function read_state(f, group)
-  local state = M.deserialize(f:attr_string(group, "_values"), group .. " _values")
-  for _, k in ipairs(M.deserialize(f:attr_string(group, "_tensors"), group .. " _tensors")) do
+  local state = table_attr(f, group, "_values", group .. " _values")
+  for _, k in ipairs(table_attr(f, group, "_tensors", group .. " _tensors", "strings")) do
     state[k] = f:read(group .. "/" .. k)
   end
   return state
@@ -251,12 +405,15 @@ function M.load(path)
     local ck = {
       path = path, epoch = int_attr(f, "/", "epoch"), step = int_attr(f, "/", "step"),
       dtype = f:attr_string("/", "dtype"),
-      description = M.deserialize(f:attr_string("/", "description"), "description"),
-      extern_data = M.deserialize(f:attr_string("/", "extern_data"), "extern_data"),
-      rng_state = M.deserialize(f:attr_string("rng", "state"), "rng state"),
+      description = table_attr(f, "/", "description", "description", "tables"),
+      extern_data = table_attr(f, "/", "extern_data", "extern_data", "tables"),
+      rng_state = table_attr(f, "rng", "state", "rng state"),
       param_tensors = {},
     }
-    ck.param_order = M.deserialize(f:attr_string("params", "order"), "params order")
+    if math.type(ck.rng_state.seed) ~= "integer" or math.type(ck.rng_state.offset) ~= "integer" then
+      error("rng state must hold integers seed and offset", 0)
+    end
+    ck.param_order = table_attr(f, "params", "order", "params order", "strings")
     local total = 0
     for _, name in ipairs(ck.param_order) do
       local t = f:read("params/" .. name)

@@ -633,6 +633,10 @@ end
 function Hdf:_load(k)
   local info, i = self._files[self._fidx[k]], self._local[k]
   local tag = self:tag(k)
+  if info.in_len[i] < 1 then
+    fail("rl.dataset: %s: sequence '%s' (number %d in the file) has length 0 (/seqLengths): "
+      .. "an empty sequence cannot be trained on or forwarded", info.path, tag, i)
+  end
   local seq = {tag = tag}
   seq.data = read_stream(info, "inputs", info.in_off[i], info.in_len[i], info.sparse, info.dim)
   check_values(info.path, tag, "data", seq.data, info.sparse, info.dim)
@@ -858,6 +862,10 @@ end
 
 function M.check_dataset_dims(ds, extern_data, keys)
   local have = ds:extern_data()
+  if type(have) ~= "table" then
+    fail("check_dataset_dims: dataset %s: extern_data() returned a %s, expected a table "
+      .. "{key = {dim =, sparse =}}", ds_name(ds), type(have))
+  end
   keys = keys or sorted_keys(extern_data)
   for _, key in ipairs(keys) do
     local e, d = extern_data[key], have[key]
@@ -955,6 +963,15 @@ function M.batches(ds, opts)
   local csize, cstep = parse_chunking(opts.chunking)
   local keys = ds:keys()
   local n = ds:num_seqs()
+  -- a dataset object written in Lua may return anything: say which method gave what
+  if type(keys) ~= "table" then
+    fail("rl.batches: dataset %s: keys() returned a %s, expected a list of names", ds_name(ds),
+      type(keys))
+  end
+  if math.type(n) ~= "integer" or n < 0 then
+    fail("rl.batches: dataset %s: num_seqs() returned %s (a %s), expected an integer >= 0",
+      ds_name(ds), tostring(n), type(n))
+  end
   local i = 0          -- last sequence taken from the dataset
   local queue = {}     -- items (whole sequences or chunks) not yet batched
   local qpos = 1

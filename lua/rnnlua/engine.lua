@@ -41,6 +41,10 @@
 -- dataset's order depends only on its seed and the epoch, a resumed run on the CPU ends with
 -- the same parameters, bit for bit, as an uninterrupted one.
 --
+-- Several processes (`mpirun -np N`, config.distributed): rnnlua.dist deals the data to the
+-- ranks, sums the gradients (sync) or averages the parameters (average), adds up the scores;
+-- only rank 0 writes files and the log. With one process ctx.dist is nil and nothing changes.
+--
 -- Returns {config = (the config used: defaults and overrides applied), net =, optimizer =,
 -- lr_control =, epoch =, step =, history = {per-epoch records}, checkpoint = last path written
 -- or loaded, learning_curve_file =, train_score =, train_error =, dev_score =, dev_error =}
@@ -49,6 +53,7 @@ local M = {}
 local rl -- the module table, set by install
 local checkpoint = require("rnnlua.checkpoint")
 local logmod = require("rnnlua.log")
+local distmod = require("rnnlua.dist")
 
 -- Every key rl.train knows, with its default (false: no default).
 local KEYS = {
@@ -58,7 +63,7 @@ local KEYS = {
   min_learning_rate = false, learning_rate_warmup_steps = false, model = false,
   save_interval = 1, load = false, log_verbosity = 3, log_file = false,
   log_progress_interval = 5, learning_curve_file = false, seed = 1, device = "cpu",
-  dtype = "float32", num_threads = false,
+  dtype = "float32", num_threads = false, distributed = false,
 }
 -- learning-rate-control options handed to rl.lr_control besides those above
 local function is_lr_key(k)
@@ -97,7 +102,13 @@ local function apply_overrides(cfg, argv)
       if key == "" then fail("override '++' lacks a key name") end
       if argv[i + 1] == nil then fail("override ++%s lacks a value", key) end
       local path = {}
-      for part in key:gmatch("[^.]+") do path[#path + 1] = part end
+      if key:find("^%.") or key:find("%.$") or key:find("%.%.") then
+        fail("override ++%s: a key part is empty", key)
+      end
+      -- ++train.files.1 sets the list entry files[1], not a key "1" nothing reads
+      for part in key:gmatch("[^.]+") do
+        path[#path + 1] = part:match("^%d+$") and math.tointeger(tonumber(part)) or part
+      end
       if KEYS[path[1]] == nil and not is_lr_key(path[1]) then
         fail("unknown config key '%s' (from ++%s)", path[1], key)
       end
@@ -273,15 +284,18 @@ end
 
 -- Loss per frame and error rate of a dataset, without training: frame errors per frame, or
 -- for a ctc network label errors (edit distance of the best paths) per reference label over
--- the whole set; and the number of sequences a ctc loss skipped.
-local function evaluate(net, ds, cfg, which)
+-- the whole set; and the number of sequences a ctc loss skipped (dist: sums of the world).
+local function evaluate(net, ds, cfg, which, dist)
   ds:init_epoch(1)
-  if ds:num_seqs() == 0 then fail("the %s dataset is empty (0 sequences)", which) end
+  if ds:num_seqs() == 0 and not dist then fail("the %s dataset is empty (0 sequences)", which) end
   local loss, errors, frames, units, skipped = 0, 0, 0, 0, 0
   for batch in rl.batches(ds, {batch_size = cfg.batch_size, max_seqs = cfg.max_seqs}) do
     local l, e = net:forward(batch, {train = false})
     loss, errors, frames = loss + l, errors + e, frames + net.n_frames
     units, skipped = units + net.n_error_units, skipped + net.n_skipped
+  end
+  if dist then
+    loss, errors, frames, units, skipped = dist:sum(loss, errors, frames, units, skipped)
   end
   if frames == 0 then fail("the %s dataset gave no frames", which) end
   return loss / frames, errors / math.max(units, 1), skipped
@@ -289,9 +303,13 @@ end
 
 local function train_epoch(ctx, epoch)
   local cfg, net, opt, lrc, log, ds = ctx.cfg, ctx.net, ctx.opt, ctx.lrc, ctx.log, ctx.train
+  local dist = ctx.dist
+  if dist then dist:epoch_begins(epoch) end
   ds:init_epoch(epoch)
   local nseqs = ds:num_seqs()
-  if nseqs == 0 then fail("epoch %d: the train dataset is empty (0 sequences)", epoch) end
+  if nseqs == 0 and not dist then
+    fail("epoch %d: the train dataset is empty (0 sequences)", epoch)
+  end
   local total = ds.total_frames and cfg.chunking == nil and ds:total_frames() or nil
   local t0 = rl.clock()
   local loss, errors, frames, seqs, steps, skipped, lr = 0, 0, 0, 0, 0, 0, nil
@@ -299,7 +317,8 @@ local function train_epoch(ctx, epoch)
   local ename = net.has_ctc and "LER" or "error"
   local bopts = {batch_size = cfg.batch_size, max_seqs = cfg.max_seqs, chunking = cfg.chunking}
   local ok, err = pcall(function()
-    local next_batch = rl.batches(ds, bopts)
+    -- dist: false is an empty step of a rank whose share is used up (others still train)
+    local next_batch = dist and dist:batches(ds, bopts) or rl.batches(ds, bopts)
     -- {ok, batch or error}: an error in assembling a batch is raised when its turn comes
     local function fetch() return table.pack(pcall(next_batch)) end
     local pending = fetch()
@@ -310,32 +329,38 @@ local function train_epoch(ctx, epoch)
       ctx.step = ctx.step + 1
       steps = steps + 1
       net:zero_grads()
-      local l, e = net:forward(batch)
+      local l, e = 0, 0
+      if batch then l, e = net:forward(batch) end
       if not finite(l) then
         error(string.format("the loss is %s (batch of %d sequences, first tag %s); stopped "
           .. "before the update, existing checkpoints are untouched%s", tostring(l),
           batch.lengths:size(1), tostring(batch.tags and batch.tags[1]),
           ctx.checkpoint and " (last: " .. ctx.checkpoint .. ")" or ""), 0)
       end
-      if net.n_skipped > 0 then
+      if batch and net.n_skipped > 0 then
         ctc_skipped = ctc_skipped + net.n_skipped
         log:write(2, "epoch %d step %d: %d sequence(s) skipped by the ctc loss: no alignment "
           .. "fits (more labels than frames allow; first tag %s)", epoch, ctx.step,
           net.n_skipped, tostring(batch.tags and batch.tags[1]))
       end
-      net:backward()
+      if batch then net:backward() end
       -- the next batch is assembled on the host while the device runs this backward
       pending = fetch()
       lr = lrc:lr(epoch, ctx.step)
-      local applied, reason = opt:step(lr)
+      local applied, reason
+      if dist then
+        applied, reason = dist:step(opt, lr, net, ctx.step, batch ~= false)
+      else
+        applied, reason = opt:step(lr)
+      end
       if applied == false then
         skipped = skipped + 1
         log:write(2, "epoch %d step %d: update skipped (%s)", epoch, ctx.step, tostring(reason))
       end
-      local nf = net.n_frames
+      local nf = batch and net.n_frames or 0
       loss, errors, frames = loss + l, errors + e, frames + nf
-      units = units + net.n_error_units
-      seqs = seqs + batch.lengths:size(1)
+      units = units + (batch and net.n_error_units or 0)
+      seqs = seqs + (batch and batch.lengths:size(1) or 0)
       local dt = rl.clock() - t0
       local done = total and frames / total or seqs / nseqs
       local eta = done > 0 and dt * (1 - done) / done or nil
@@ -344,7 +369,7 @@ local function train_epoch(ctx, epoch)
         dt > 0 and frames / dt or 0, loss / frames, ename, pct(errors / math.max(units, 1)), lr,
         fmt_time(math.max(0, eta or 0)))
       if log.verbosity >= 4 then
-        log:write(4, "%s  batch loss %.4f", line, l / nf)
+        log:write(4, "%s  batch loss %.4f", line, l / math.max(nf, 1))
       else
         log:progress(line)
       end
@@ -355,6 +380,10 @@ local function train_epoch(ctx, epoch)
   end
   if steps == 0 then fail("epoch %d: the train dataset gave no batches", epoch) end
   log:clear_progress()
+  if dist then
+    loss, errors, frames, units, ctc_skipped = dist:epoch_ends(net, opt, loss, errors, frames,
+      units, ctc_skipped)
+  end
   return {loss = loss / frames, error = errors / math.max(units, 1), frames = frames,
           steps = steps, skipped = skipped, lr = lr, time = rl.clock() - t0,
           ctc_skipped = ctc_skipped}
@@ -363,10 +392,14 @@ end
 function M.train(config, argv)
   if argv == nil then argv = _G.arg end
   local cfg = check_config(config, argv)
+  -- a world of several processes (mpirun): rnnlua.dist; only rank 0 writes files and the log
+  local dist = distmod.setup(cfg)
+  local writer = not dist or dist:writer()
   for _, k in ipairs({"model", "log_file", "learning_curve_file"}) do
-    if type(cfg[k]) == "string" and dir_of(cfg[k]) then mkdir_p(dir_of(cfg[k])) end
+    if writer and type(cfg[k]) == "string" and dir_of(cfg[k]) then mkdir_p(dir_of(cfg[k])) end
   end
-  local log = logmod.new{verbosity = cfg.log_verbosity, file = cfg.log_file,
+  local log = logmod.new{verbosity = writer and cfg.log_verbosity or 0,
+                         file = writer and cfg.log_file or nil,
                          progress_interval = cfg.log_progress_interval}
   local ok, result = pcall(function()
     if cfg.device ~= "cpu" then
@@ -379,6 +412,10 @@ function M.train(config, argv)
     if cfg.num_threads then rl.set_num_threads(cfg.num_threads) end
     local train = rl.dataset(cfg.train)
     local dev = cfg.dev ~= nil and rl.dataset(cfg.dev) or nil
+    if dist then
+      train, dev = dist:train_set(train), dev and dist:dev_set(dev)
+      log:write(2, "%s", dist:describe())
+    end
     local extern = cfg.extern_data or train:extern_data()
     rl.manual_seed(cfg.seed)
     local net = rl.network(cfg.network, extern, {dtype = cfg.dtype})
@@ -388,7 +425,8 @@ function M.train(config, argv)
     end
     check_dims(train, net, "train")
     if dev then check_dims(dev, net, "dev") end
-    local ctx = {cfg = cfg, net = net, log = log, train = train, step = 0, history = {}}
+    local ctx = {cfg = cfg, net = net, log = log, train = train, step = 0, history = {},
+                 dist = dist}
     ctx.opt = make_optimizer(cfg, net)
     ctx.lrc = make_lr_control(cfg)
     log:write(2, "network: %d parameters, layers %s", net:num_params(),
@@ -398,6 +436,8 @@ function M.train(config, argv)
     local load = cfg.load
     if load == "last" then
       load = last_checkpoint(cfg.model)
+      if dist then dist:agree("the newest checkpoint's epoch", load and tonumber(
+        load:match("%.(%d+)%.h5$")) or 0) end
       if not load then
         log:write(2, "no checkpoint %s.NNN.h5 yet: training from scratch", cfg.model)
       end
@@ -411,8 +451,10 @@ function M.train(config, argv)
       start, ctx.step, ctx.checkpoint = ck.epoch + 1, ck.step, load
       log:write(1, "resumed from %s (epoch %d, step %d)", load, ck.epoch, ck.step)
     end
+    if dist then dist:sync_params(net) end
 
     local curve_path = cfg.learning_curve_file or (cfg.model and cfg.model .. ".curve.jsonl")
+    if not writer then curve_path = nil end
     if curve_path and start == 1 then
       local f = io.open(curve_path, "w")
       if not f then fail("cannot write learning_curve_file %s", curve_path) end
@@ -427,7 +469,7 @@ function M.train(config, argv)
       local ctc = net.has_ctc
       if ctc then rec.train_ler, rec.ctc_skipped = tr.error, tr.ctc_skipped end
       if dev then
-        local okd, s, e, sk = pcall(evaluate, net, dev, cfg, "dev")
+        local okd, s, e, sk = pcall(evaluate, net, dev, cfg, "dev", dist)
         if not okd then
           fail("epoch %d, dev scoring: %s", epoch, (tostring(s):gsub("^rl%.train: ", "")))
         end
@@ -448,6 +490,7 @@ function M.train(config, argv)
       ctx.lrc:epoch_done(epoch, {dev_score = rec.dev_score, dev_error = rec.dev_error,
                                  train_score = rec.train_score, train_error = rec.train_error,
                                  dev_ler = rec.dev_ler, train_ler = rec.train_ler})
+      if dist then dist:agree("the next learning rate", ctx.lrc:lr(epoch + 1, ctx.step + 1)) end
       if ctx.lrc.log_line then
         -- shown by default only when the rate changes
         local changed = tr.lr ~= ctx.lrc:lr(epoch + 1, ctx.step + 1)
@@ -461,14 +504,17 @@ function M.train(config, argv)
       end
       if cfg.model and (epoch % cfg.save_interval == 0 or epoch == cfg.num_epochs) then
         local path = cfg.model .. string.format(".%03d.h5", epoch)
-        rl.save_checkpoint(path, {net = net, optimizer = ctx.opt, lr_control = ctx.lrc,
-                                  epoch = epoch, step = ctx.step})
+        if writer then
+          rl.save_checkpoint(path, {net = net, optimizer = ctx.opt, lr_control = ctx.lrc,
+                                    epoch = epoch, step = ctx.step})
+          log:write(2, "saved %s", path)
+        end
         ctx.checkpoint = path
-        log:write(2, "saved %s", path)
       end
       ctx.history[#ctx.history + 1] = rec
       last = rec
     end
+    if dist then dist:finish() end
     if start > cfg.num_epochs then
       log:write(1, "nothing to train: the checkpoint is at epoch %d, num_epochs = %d", start - 1,
         cfg.num_epochs)
@@ -480,6 +526,7 @@ function M.train(config, argv)
       dev_score = last and last.dev_score, dev_error = last and last.dev_error}
   end)
   if not ok then
+    if dist then dist:abandon() end
     local msg = tostring(result)
     if not msg:find("^rl%.train: ") then msg = "rl.train: " .. msg end
     log:to_file(msg)
@@ -495,6 +542,7 @@ function M.install(module)
   logmod.install(module)
   checkpoint.install(module)
   require("rnnlua.forward").install(module)
+  distmod.install(module)
   rl.train = M.train
   return M
 end

@@ -60,6 +60,63 @@ local function forward_description(desc, extern_data, layer)
   return d
 end
 
+-- The network of checkpoint `path` that computes `layer` (losses left out), with the saved
+-- parameters, on `device`: {ck =, net =, layer =, dim = the layer's n_out, images = whether
+-- it gives images, blank = the blank's class of a CTC layer}. rl.forward and `rnnlua serve` (rnnlua.serve) both run it, so the served
+-- answers are rl.forward's. Errors name the file and the layer, prefixed by `who`.
+function M.load_model(path, layer, device, who)
+  local ck = rl.load_checkpoint(path)
+  if type(ck.description[layer]) ~= "table" then
+    error(string.format("%s: no layer '%s' in the network of %s (layers: %s)", who, tostring(layer),
+      path, table.concat(sorted_keys(ck.description), ", ")), 0)
+  end
+  local net = rl.network(forward_description(ck.description, ck.extern_data, layer), ck.extern_data,
+    {dtype = ck.dtype})
+  checkpoint.load_params(ck, net, {partial = true})
+  if device ~= "cpu" then
+    local okt, err = pcall(net.to, net, device)
+    if not okt then error(string.format("%s: %s", who, tostring(err)), 0) end
+  end
+  local L = net:layer(layer)
+  local d = ck.description[layer]
+  return {ck = ck, net = net, layer = layer, dim = L.n_out, images = L.rank == 2,
+          blank = d.loss == "ctc" and (d.blank_index or L.n_out - 1) or nil}
+end
+
+-- Why the layer of a model of load_model cannot be decoded with CTC, or nil when it can.
+function M.ctc_unfit(model)
+  local d = model.ck.description[model.layer]
+  if d.class ~= "softmax" or d.loss ~= "ctc" then
+    return string.format("needs a softmax layer trained with loss = \"ctc\"; layer '%s' is "
+      .. "class %s with loss %s", model.layer, tostring(d.class), tostring(d.loss))
+  end
+  if model.images then return string.format("needs sequences; layer '%s' gives images", model.layer) end
+  return nil
+end
+
+-- The label sequences of one batch's output (M.run) of a CTC layer, by rl.ctc_decode (beam 1:
+-- best path; n: prefix beam search), numbered as the targets are (the blank taken out).
+-- The softmax gives probabilities: their log is a log-softmax, as rl.ctc_decode wants.
+function M.ctc_labels(model, out, geom, beam)
+  local blank = model.blank
+  local hyp = rl.ctc_decode(out:double():log(), geom, {blank = blank, beam = beam})
+  for _, labels in ipairs(hyp) do
+    for k, c in ipairs(labels) do labels[k] = c < blank and c or c - 1 end
+  end
+  return hyp
+end
+
+-- One batch through a model of load_model, in inference mode: the layer's output on the host
+-- ((T, B, n_out) or (H, W, B, n_out)) and its own geometry, which after a collapse or a
+-- strided conv2d differs from the batch's ((B) lengths for sequences, (B, 2) sizes for images).
+function M.run(model, batch)
+  model.net:forward(batch, {train = false})
+  local L = model.net:layer(model.layer)
+  local out = L.output
+  if out:device() ~= "cpu" then out = out:cpu() end
+  return out, L.geometry
+end
+
 function M.forward(cfg)
   if type(cfg) ~= "table" then fail("expects a table {model =, data =, layer =, output_file =}") end
   for k in pairs(cfg) do
@@ -78,18 +135,8 @@ function M.forward(cfg)
   end
   local verbosity = cfg.log_verbosity or 1
 
-  local ck = rl.load_checkpoint(cfg.model)
-  if type(ck.description[layer]) ~= "table" then
-    fail("no layer '%s' in the network of %s (layers: %s)", tostring(layer), cfg.model,
-      table.concat(sorted_keys(ck.description), ", "))
-  end
-  local net = rl.network(forward_description(ck.description, ck.extern_data, layer), ck.extern_data,
-    {dtype = ck.dtype})
-  checkpoint.load_params(ck, net, {partial = true})
-  if device ~= "cpu" then
-    local okt, err = pcall(net.to, net, device)
-    if not okt then fail("%s", tostring(err)) end
-  end
+  local model = M.load_model(cfg.model, layer, device, "rl.forward")
+  local net = model.net
 
   local ds = rl.dataset(cfg.data)
   local keys = sorted_keys(net.used_extern)
@@ -100,20 +147,16 @@ function M.forward(cfg)
   ds:init_epoch(1)
   if ds:num_seqs() == 0 then fail("the dataset is empty (0 sequences)") end
 
-  local dim = net:layer(layer).n_out
-  local images = net:layer(layer).rank == 2
+  local dim, images = model.dim, model.images
   local blank
   if cfg.decode ~= nil then
-    local d = ck.description[layer]
     if cfg.decode ~= "ctc" then fail("decode must be \"ctc\", got %s", tostring(cfg.decode)) end
-    if d.class ~= "softmax" or d.loss ~= "ctc" then
-      fail("decode = \"ctc\" needs a softmax layer trained with loss = \"ctc\"; layer '%s' is "
-        .. "class %s with loss %s", layer, tostring(d.class), tostring(d.loss))
-    end
+    local why = M.ctc_unfit(model)
+    if why then fail("decode = \"ctc\" %s", why) end
     if cfg.beam ~= nil and (math.type(cfg.beam) ~= "integer" or cfg.beam < 1) then
       fail("beam must be a positive integer, got %s", tostring(cfg.beam))
     end
-    blank = d.blank_index or dim - 1
+    blank = model.blank
   elseif cfg.beam ~= nil then
     fail("beam applies to decode = \"ctc\" only")
   end
@@ -123,18 +166,10 @@ function M.forward(cfg)
   local ok, err = pcall(function()
     local bopts = {batch_size = cfg.batch_size or 5000, max_seqs = cfg.max_seqs or 40}
     for batch in rl.batches(ds, bopts) do
-      net:forward(batch, {train = false})
-      -- the layer's own geometry: after a collapse or a strided conv2d it differs from the
-      -- batch's (lengths (B) for sequences (T, B, F), sizes (B, 2) for images (H, W, B, F))
-      local L = net:layer(layer)
-      local out, geom = L.output, L.geometry
-      if out:device() ~= "cpu" then out = out:cpu() end
+      local out, geom = M.run(model, batch)
       if blank then
-        -- the softmax's probabilities: their log is a log-softmax, as rl.ctc_decode wants
-        local hyp = rl.ctc_decode(out:double():log(), geom, {blank = blank, beam = cfg.beam})
-        for b, labels in ipairs(hyp) do
+        for b, labels in ipairs(M.ctc_labels(model, out, geom, cfg.beam)) do
           local tag = batch.tags and batch.tags[b] or string.format("seq-%d", nseqs + 1)
-          for k, c in ipairs(labels) do labels[k] = c < blank and c or c - 1 end
           w:add(tag, #labels > 0 and rl.tensor(labels, "int32") or rl.zeros({0}, "int32"))
           nframes, nseqs = nframes + #labels, nseqs + 1
         end

@@ -8,7 +8,8 @@
 --   options: T = 5, B = 3, lengths = {T, T-1, ...} (ragged), eps = 1e-6, seed = 1,
 --       max_params_per_tensor (check a random subset of at most this many elements of each
 --       parameter tensor; all by default), max_inputs = 60 (elements of each dense input;
---       0 skips the inputs), train = false (with true, dropout masks repeat: the generator
+--       0 skips the inputs), batch = {key = tensor, ...} (entries that replace the random
+--       ones, e.g. a label sequence classes (S, B) with lengths_classes), train = false (with true, dropout masks repeat: the generator
 --       is reset before every forward), floor = 1e-5, tol = 1e-3, assert = false
 --
 -- The network is built in float64 (rl.manual_seed(seed) and math.randomseed(seed) are called,
@@ -131,6 +132,8 @@ function M.gradcheck(o)
     end
   end
 
+  -- given entries (targets of their own length, say) replace the random ones
+  for k, v in pairs(o.batch or {}) do batch[k] = v end
   local train = o.train == true
   local state = rl.get_rng_state()
   local function loss()

@@ -134,6 +134,7 @@ end
 ---------------------------------------------------------------------------- layers and networks
 
 require("rnnlua.layers").install(rl)    -- rl.layers (and the Lua layer classes)
+require("rnnlua.rec").install(rl)       -- the rec layer (recurrent sub-networks), attention
 require("rnnlua.network").install(rl)   -- rl.network
 require("rnnlua.gradcheck").install(rl) -- rl.gradcheck
 require("rnnlua.optim").install(rl)      -- rl.optimizer

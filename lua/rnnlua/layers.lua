@@ -186,6 +186,9 @@ local function check_specs(self, specs)
         fail("%s (%s): size %d must be a positive integer", where, s.name, d)
       end
       shape[d] = n
+      if n > rl.MAX_NUMEL // numel then -- checked: a Lua integer product would wrap around
+        fail("%s (%s): shape has more than %d elements", where, s.name, rl.MAX_NUMEL)
+      end
       numel = numel * n
     end
     local init = s.init or "glorot"
@@ -201,6 +204,9 @@ local function check_specs(self, specs)
       fan_in = s.fan_in or fan_in, fan_out = s.fan_out or shape[#shape],
     }
     total = total + numel
+    if total > rl.MAX_NUMEL then
+      fail("layer '%s' (class %s): more than %d parameters", self.name, self.class, rl.MAX_NUMEL)
+    end
   end
   return out, total
 end

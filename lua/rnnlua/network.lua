@@ -79,6 +79,7 @@
 local M = {}
 
 local layers = require("rnnlua.layers")
+local rec = require("rnnlua.rec")
 local rl -- the module table, set by install
 
 local Network = {}
@@ -144,6 +145,12 @@ local function froms_of(name, d)
   return list
 end
 
+-- What layer `name` reads: its from, and for a rec layer also the base layers of its unit.
+local function sources_of(desc, name, d)
+  if d.class == "rec" then return rec.sources(name, d, desc) end
+  return froms_of(name, d), nil
+end
+
 -- Depth-first post-order from the roots: each layer after all the layers it reads.
 local function topological_order(desc, ext, roots)
   local order, state, stack = {}, {}, {}
@@ -158,7 +165,7 @@ local function topological_order(desc, ext, roots)
     end
     state[name] = "active"
     stack[#stack + 1] = name
-    for _, src in ipairs(froms_of(name, desc[name])) do
+    for _, src in ipairs((sources_of(desc, name, desc[name]))) do
       if ext[src] == nil then
         if desc[src] == nil then
           fail("layer '%s': unknown from '%s' (layers: %s; inputs: %s)", name, src,
@@ -175,15 +182,9 @@ local function topological_order(desc, ext, roots)
   return order
 end
 
-local function check_loss(node, d, ext)
-  local name, layer = node.name, node.layer
-  if d.loss == nil then
-    if d.target ~= nil and (type(d.target) ~= "string" or not ext[d.target]) then
-      fail("layer '%s': target '%s' is not in extern_data (keys: %s)", name, tostring(d.target),
-        table.concat(sorted_keys(ext), ", "))
-    end
-    return
-  end
+-- A loss layer's target: checked before the layer is made, since without n_out the layer takes
+-- its size from the target's dim (an unknown target must not read as "missing option n_out").
+local function check_target(name, d, ext)
   if type(d.loss) ~= "string" then fail("layer '%s': loss must be a string", name) end
   if d.target == nil then
     fail("layer '%s': loss '%s' needs a target (one of the extern_data keys: %s)", name, d.loss,
@@ -194,6 +195,19 @@ local function check_loss(node, d, ext)
     fail("layer '%s': target '%s' is not in extern_data (keys: %s)", name, tostring(d.target),
       table.concat(sorted_keys(ext), ", "))
   end
+  return t
+end
+
+local function check_loss(node, d, ext)
+  local name, layer = node.name, node.layer
+  if d.loss == nil then
+    if d.target ~= nil and (type(d.target) ~= "string" or not ext[d.target]) then
+      fail("layer '%s': target '%s' is not in extern_data (keys: %s)", name, tostring(d.target),
+        table.concat(sorted_keys(ext), ", "))
+    end
+    return
+  end
+  local t = check_target(name, d, ext)
   if d.loss_scale ~= nil and type(d.loss_scale) ~= "number" then
     fail("layer '%s': loss_scale must be a number", name)
   end
@@ -283,10 +297,17 @@ function M.new(desc, extern_data, opts)
   for _, name in ipairs(names) do
     local d = desc[name]
     if type(name) ~= "string" then fail("rl.network: layer names must be strings") end
+    -- a name becomes an HDF5 group in checkpoints: "a\0b" would save as "a", "." and ".."
+    -- name the group itself and its parent, control characters break logs and h5dump
+    if name == "" or name == "." or name == ".." or name:find("[%c/]") then
+      fail("rl.network: layer name %q cannot be used (a name must be non-empty, not '.' or "
+        .. "'..', without '/' and without control characters such as NUL)", name)
+    end
     if type(d) ~= "table" then fail("layer '%s': the description must be a table", name) end
     if ext[name] then fail("layer '%s': the name is taken by an extern_data input", name) end
-    if d.loss ~= nil then has_loss = true end
-    if d.loss ~= nil or d.is_output_layer then roots[#roots + 1] = name end
+    local inner_loss = d.class == "rec" and rec.has_loss(d)
+    if d.loss ~= nil or inner_loss then has_loss = true end
+    if d.loss ~= nil or inner_loss or d.is_output_layer then roots[#roots + 1] = name end
   end
   if not has_loss and desc.output ~= nil and not desc.output.is_output_layer then
     roots[#roots + 1] = "output"
@@ -306,13 +327,13 @@ function M.new(desc, extern_data, opts)
 
   for i, name in ipairs(topological_order(desc, ext, roots)) do
     local d = desc[name]
-    local srcs = froms_of(name, d)
+    local srcs, n_from = sources_of(desc, name, d)
     local in_dims = {}
     for k, src in ipairs(srcs) do
       if ext[src] then
-        if ext[src].sparse then
-          fail("layer '%s': input '%s' is sparse (int32 class indices) and cannot feed a layer",
-            name, src)
+        if ext[src].sparse and (rl._layer_class_flags(d.class or "") or 0) & 8 == 0 then
+          fail("layer '%s': input '%s' is sparse (int32 class indices) and cannot feed a layer "
+            .. "of class %s (embedding takes it)", name, src, tostring(d.class))
         end
         in_dims[k] = ext[src].dim
         self.used_extern[src], self.input_keys[src] = true, true
@@ -326,17 +347,22 @@ function M.new(desc, extern_data, opts)
     if type(d.class) ~= "string" then fail("layer '%s': class must be a string", name) end
     -- as in RETURNN, a loss layer without n_out gets its target's dim
     local defaults = {}
-    if d.n_out == nil and d.loss ~= nil and type(d.target) == "string" and ext[d.target] then
+    if d.n_out == nil and d.loss ~= nil then
       -- loss "ctc" adds the blank to the target's labels
-      defaults.n_out = ext[d.target].dim + (d.loss == "ctc" and 1 or 0)
+      defaults.n_out = check_target(name, d, ext).dim + (d.loss == "ctc" and 1 or 0)
     end
     local node = {
-      name = name, index = i, srcs = srcs,
-      layer = layers.create(d.class, name, d, in_dims, dtype, defaults),
+      name = name, index = i, srcs = srcs, rec = d.class == "rec",
+      layer = d.class == "rec" and rec.create(name, d, srcs, n_from, in_dims, dtype, ext)
+        or layers.create(d.class, name, d, in_dims, dtype, defaults),
       in_dims = in_dims, consumers = {}, grad_in = {}, inputs = {},
     }
     self:set_rank(node, d)
     check_loss(node, d, ext)
+    if node.rec and #node.layer.losses > 0 then
+      -- the losses of the unit's layers, reported by the rec layer as its own
+      node.loss, node.loss_kind, node.target, node.loss_scale = "unit", "rec", node.layer.target, 1
+    end
     if node.loss and node.rank == 2 then
       fail("layer '%s': a loss layer must give sequences, its output is images (put a collapse "
         .. "or global_pool layer before it)", name)
@@ -380,15 +406,46 @@ function M.new(desc, extern_data, opts)
     node.wants_grad_in = {}
     for k, src in ipairs(node.srcs) do
       local p = self.by_name[src]
-      node.wants_grad_in[k] = (p and p.requires_grad) or (not p and self.input_grads_on) or false
+      node.wants_grad_in[k] = (p and p.requires_grad)
+        or (not p and self.input_grads_on and not self.ext[src].sparse) or false
+    end
+  end
+
+  -- Neighbours in the order that are two C LSTM layers, neither reading the other (the two
+  -- directions of a bidirectional pair), run concurrently on the CPU, one thread each
+  -- (opts.concurrent = false runs every layer alone, each with every BLAS thread).
+  if opts.concurrent ~= false then
+    local i = 1
+    while i < #self.nodes do
+      local a, b = self.nodes[i], self.nodes[i + 1]
+      local independent = type(a.layer) == "userdata" and type(b.layer) == "userdata"
+        and a.layer.class == "lstm" and b.layer.class == "lstm" and not a.loss and not b.loss
+      for _, src in ipairs(b.srcs) do independent = independent and src ~= a.name end
+      a.pair_next = independent
+      i = independent and i + 2 or i + 1
     end
   end
 
   -- the flat buffers, the views and the initial values (in layer order, from the seeded
   -- generator, on the CPU)
   local total = 0
-  for _, node in ipairs(self.nodes) do total = total + node.layer.num_params end
-  self:bind_buffers(rl.zeros(total, dtype), rl.zeros(total, dtype))
+  local biggest
+  for _, node in ipairs(self.nodes) do
+    total = total + node.layer.num_params -- each is at most rl.MAX_NUMEL: this cannot wrap
+    if total > rl.MAX_NUMEL then
+      fail("rl.network: more than %d parameters (at layer '%s')", rl.MAX_NUMEL, node.name)
+    end
+    if not biggest or node.layer.num_params > biggest.layer.num_params then biggest = node end
+  end
+  local ok, values = pcall(rl.zeros, total, dtype)
+  local ok2, grads = false, values
+  if ok then ok2, grads = pcall(rl.zeros, total, dtype) end
+  if not ok2 then
+    fail("rl.network: cannot allocate the %d parameters (%s): the largest layer is '%s' "
+      .. "(class %s, n_out %d, %d parameters): %s", total, dtype, biggest.name,
+      biggest.layer.class, biggest.layer.n_out, biggest.layer.num_params, tostring(grads))
+  end
+  self:bind_buffers(values, grads)
   for _, node in ipairs(self.nodes) do node.layer:init_params() end
   self.total = total
   return self
@@ -480,6 +537,22 @@ function Network:check_batch(batch)
       fail("net:forward: batch.lengths has %d entries, batch.sizes %d", len:size(1), B)
     end
     B = len:size(1)
+    -- a lengths of the wrong size must be named as such, not as a wrong input
+    local first
+    for _, key in ipairs(keys) do
+      local x = batch[key]
+      if self.ext[key].spatial ~= 2 and rl.is_tensor(x) and x:dim() >= 2 then
+        if first and x:size(2) == first[2] and x:size(2) ~= B then
+          fail("net:forward: batch.lengths has %d entries, but batch.%s and batch.%s hold %d "
+            .. "sequences (dim 2)", B, first[1], key, x:size(2))
+        end
+        first = first or {key, x:size(2)}
+      end
+    end
+    if first and #keys == 1 and first[2] ~= B then
+      fail("net:forward: batch.lengths has %d entries, but batch.%s holds %d sequences (dim 2)",
+        B, first[1], first[2])
+    end
   end
   local T, HW = nil, nil
   for _, key in ipairs(keys) do
@@ -576,19 +649,83 @@ end
 
 -- The batch with each tensor the network reads (inputs and targets) on the network's device:
 -- the batch itself when they all are there, else a shallow copy with those tensors copied.
+-- The padded frames of a dense sequence input are set to 0 by selection (masked_fill of a
+-- copy): layers mask padding by multiplying with 0, and 0 * NaN is NaN, so a NaN or Inf left
+-- in padding would otherwise reach the weight gradients (dW += x^T dz, dz = 0 there).
 function Network:on_device(batch)
   local moved
+  local function copy_batch()
+    if not moved then
+      moved = {}
+      for k, v in pairs(batch) do moved[k] = v end
+    end
+  end
+  local pad
   for key in pairs(self.used_extern) do
-    local x = batch[key]
+    local x, e = batch[key], self.ext[key]
     if x:device() ~= self.device then
-      if not moved then
-        moved = {}
-        for k, v in pairs(batch) do moved[k] = v end
-      end
+      copy_batch()
       moved[key] = x:to(self.device)
+    end
+    local len = batch.lengths
+    if self.input_keys[key] and not e.sparse and e.spatial ~= 2 and len
+        and len:min() < x:size(1) then
+      local T, B = x:size(1), len:size(1)
+      pad = pad or rl.arange(T):view(T, 1, 1):ge(len:float():view(1, B, 1)):to(self.device)
+      copy_batch()
+      moved[key] = (moved[key] == x and x:clone() or moved[key]):masked_fill_(pad, 0)
     end
   end
   return moved or batch
+end
+
+-- The inputs of node and their sequence lengths or image sizes (checked to agree).
+function Network:gather_inputs(node, batch)
+  local inputs, geom = node.inputs, nil
+  for k, src in ipairs(node.srcs) do
+    local p = self.by_name[src]
+    local g
+    if p then
+      inputs[k], g = p.out, p.geom
+    else
+      inputs[k] = batch[src]
+      g = self.ext[src].spatial == 2 and batch.sizes or batch.lengths
+    end
+    if geom and not same_geometry(geom, g) then
+      fail("layer '%s': its inputs '%s' and '%s' have different %s", node.name, node.srcs[1],
+        src, node.rank == 2 and "image sizes" or "sequence lengths")
+    end
+    geom = g
+  end
+  return inputs, geom
+end
+
+-- Runs first(), then second(), then finish(), always all three (finish joins what first
+-- started); raises the first error of them.
+local function run_joined(first, second, finish)
+  local ok1, e1 = pcall(first)
+  local ok2, e2 = true, nil
+  if ok1 then ok2, e2 = pcall(second) end
+  local ok3, e3 = true, nil
+  if ok1 then ok3, e3 = pcall(finish) end
+  if not ok1 then error(e1, 0) end
+  if not ok2 then error(e2, 0) end
+  if not ok3 then error(e3, 0) end
+end
+
+-- The forward of the pair a, b (see pair_next in M.new): a on its own thread, b here.
+function Network:forward_pair(a, b, batch, train)
+  local ga
+  run_joined(function()
+    local inputs
+    inputs, ga = self:gather_inputs(a, batch)
+    a.layer:_forward_start(inputs, ga, train)
+  end, function()
+    local inputs, gb = self:gather_inputs(b, batch)
+    b.out, b.geom = b.layer:forward(inputs, gb, train), gb
+  end, function()
+    a.out, a.geom = a.layer:_wait(), ga
+  end)
 end
 
 function Network:forward(batch, fopts)
@@ -599,70 +736,71 @@ function Network:forward(batch, fopts)
   self.forwarded = false
   local loss, errors, n_frames = 0, 0, nil
   local n_units, n_labels, n_skipped = 0, 0, 0
-  for _, node in ipairs(self.nodes) do
-    local inputs, geom = node.inputs, nil
-    for k, src in ipairs(node.srcs) do
-      local p = self.by_name[src]
-      local g
-      if p then
-        inputs[k], g = p.out, p.geom
-      else
-        inputs[k] = batch[src]
-        g = self.ext[src].spatial == 2 and batch.sizes or batch.lengths
-      end
-      if geom and not same_geometry(geom, g) then
-        fail("layer '%s': its inputs '%s' and '%s' have different %s", node.name, node.srcs[1],
-          src, node.rank == 2 and "image sizes" or "sequence lengths")
-      end
-      geom = g
+  local skip = nil
+  for i, node in ipairs(self.nodes) do
+    if node == skip then goto continue end
+    if node.pair_next and self.device == "cpu" then
+      skip = self.nodes[i + 1]
+      self:forward_pair(node, skip, batch, train)
+      goto continue
     end
-    local l, e, f = 0, 0, nil
-    if node.fold then
-      -- an any-rank layer on images: (H, W, B, F) as (H*W, B, F) frames
-      local x1 = inputs[1]
-      local H, W = x1:size(1), x1:size(2)
-      node.folded = node.folded or {}
-      for k, x in ipairs(inputs) do
-        node.folded[k] = (x:is_contiguous() and x or x:contiguous()):view(H * W, B, x:size(4))
-      end
-      local out = node.layer:forward(node.folded, self:full_lengths(H * W, B), train)
-      node.out, node.geom = out:view(H, W, B, node.layer.n_out), geom
-    elseif node.ctc then
-      local tlen = batch["lengths_" .. node.target]
-      if tlen == nil then
-        fail("layer '%s': loss 'ctc' needs batch.lengths_%s, the (B) int32 lengths of the label "
-          .. "sequences in batch.%s (rl.batches gives them)", node.name, node.target, node.target)
-      end
-      local r, sk
-      node.out, l, e, f, r, sk = node.layer:forward(inputs, geom, train, batch[node.target], tlen)
-      node.geom = geom
-      n_labels, n_skipped = n_labels + r, n_skipped + sk
-      n_units = n_units + r
-    elseif node.loss_kind == "layer" then
-      check_frame_target(node, batch, inputs[1]:size(1), geom)
-      node.out, l, e, f = node.layer:forward(inputs, geom, train, batch[node.target])
-      node.geom = geom
-      n_units = n_units + (f or 0)
-    else
-      node.out = node.layer:forward(inputs, geom, train)
-      node.geom = node.layer.out_geometry and node.layer:out_geometry() or geom
-      if node.geom:dim() ~= (node.rank == 2 and 2 or 1) then
-        fail("layer '%s' (class %s) gives %s but reports no %s", node.name, node.layer.class,
-          RANK_NAME[node.rank], node.rank == 2 and "image sizes" or "sequence lengths")
-      end
-      if node.loss_kind == "mse" then
-        check_frame_target(node, batch, node.out:size(1), node.geom)
-        node.loss_grad = self:buffer_like(node.loss_grad, node.out)
-        l, f = rl._loss_mse(node.out, batch[node.target], node.geom, node.loss_grad)
-        if node.loss_scale ~= 1 then node.loss_grad:mul_(node.loss_scale) end
+    do
+      local inputs, geom = self:gather_inputs(node, batch)
+      local l, e, f = 0, 0, nil
+      if node.rec then
+        node.out, l, e, f = node.layer:forward(inputs, geom or batch.lengths, train, batch)
+        node.geom = node.layer:out_geometry()
         n_units = n_units + (f or 0)
+      elseif node.fold then
+        -- an any-rank layer on images: (H, W, B, F) as (H*W, B, F) frames
+        local x1 = inputs[1]
+        local H, W = x1:size(1), x1:size(2)
+        node.folded = node.folded or {}
+        for k, x in ipairs(inputs) do
+          node.folded[k] = (x:is_contiguous() and x or x:contiguous()):view(H * W, B, x:size(4))
+        end
+        local out = node.layer:forward(node.folded, self:full_lengths(H * W, B), train)
+        node.out, node.geom = out:view(H, W, B, node.layer.n_out), geom
+      elseif node.ctc then
+        local tlen = batch["lengths_" .. node.target]
+        if tlen == nil then
+          fail("layer '%s': loss 'ctc' needs batch.lengths_%s, the (B) int32 lengths of the "
+            .. "label sequences in batch.%s (rl.batches gives them)", node.name, node.target,
+            node.target)
+        end
+        local r, sk
+        node.out, l, e, f, r, sk = node.layer:forward(inputs, geom, train, batch[node.target],
+          tlen)
+        node.geom = geom
+        n_labels, n_skipped = n_labels + r, n_skipped + sk
+        n_units = n_units + r
+      elseif node.loss_kind == "layer" then
+        check_frame_target(node, batch, inputs[1]:size(1), geom)
+        node.out, l, e, f = node.layer:forward(inputs, geom, train, batch[node.target])
+        node.geom = geom
+        n_units = n_units + (f or 0)
+      else
+        node.out = node.layer:forward(inputs, geom, train)
+        node.geom = node.layer.out_geometry and node.layer:out_geometry() or geom
+        if node.geom:dim() ~= (node.rank == 2 and 2 or 1) then
+          fail("layer '%s' (class %s) gives %s but reports no %s", node.name, node.layer.class,
+            RANK_NAME[node.rank], node.rank == 2 and "image sizes" or "sequence lengths")
+        end
+        if node.loss_kind == "mse" then
+          check_frame_target(node, batch, node.out:size(1), node.geom)
+          node.loss_grad = self:buffer_like(node.loss_grad, node.out)
+          l, f = rl._loss_mse(node.out, batch[node.target], node.geom, node.loss_grad)
+          if node.loss_scale ~= 1 then node.loss_grad:mul_(node.loss_scale) end
+          n_units = n_units + (f or 0)
+        end
+      end
+      if node.loss then
+        node.last_loss, node.last_errors = l * node.loss_scale, e
+        loss, errors = loss + l * node.loss_scale, errors + e
+        n_frames = n_frames or f
       end
     end
-    if node.loss then
-      node.last_loss, node.last_errors = l * node.loss_scale, e
-      loss, errors = loss + l * node.loss_scale, errors + e
-      n_frames = n_frames or f
-    end
+    ::continue::
   end
   self.B, self.lengths, self.sizes, self.last_batch = B, batch.lengths, batch.sizes, batch
   self.loss, self.n_errors = loss, errors
@@ -707,47 +845,68 @@ local function scaled_loss_backward(node, gout, grad_in)
   for _, g in ipairs(grad_in) do if g then g:mul_(s) end end
 end
 
+-- The gradient flowing into node's output (nil for a loss layer that starts from its own
+-- loss), with node.grad_in made ready for its input gradients.
+function Network:prepare_backward(node)
+  local gout = nil
+  local edges = node.grad_edges
+  if node.loss_kind == "mse" then
+    gout = node.loss_grad
+    sum_into(gout, edges, true)
+  elseif #edges == 1 and node.loss_kind == nil then
+    gout = edges[1].node.grad_in[edges[1].slot]
+  elseif #edges > 0 then
+    node.grad_out = self:buffer_like(node.grad_out, node.out)
+    gout = node.grad_out
+    sum_into(gout, edges, false)
+  end
+  for k = 1, #node.srcs do
+    if node.wants_grad_in[k] then
+      node.grad_in[k] = self:buffer_like(node.grad_in[k] or nil, node.inputs[k])
+    else
+      node.grad_in[k] = false
+    end
+  end
+  return gout
+end
+
 function Network:backward()
   if not self.forwarded then
     error("net:backward: needs a net:forward before it (once per forward)", 2)
   end
   if #self.loss_nodes == 0 then error("net:backward: the network has no loss", 2) end
   self.forwarded = false
-  for i = #self.nodes, 1, -1 do
-    local node = self.nodes[i]
-    if node.do_backward then
-      local gout = nil
-      local edges = node.grad_edges
-      if node.loss_kind == "mse" then
-        gout = node.loss_grad
-        sum_into(gout, edges, true)
-      elseif #edges == 1 and node.loss_kind == nil then
-        gout = edges[1].node.grad_in[edges[1].slot]
-      elseif #edges > 0 then
-        node.grad_out = self:buffer_like(node.grad_out, node.out)
-        gout = node.grad_out
-        sum_into(gout, edges, false)
-      end
-      for k = 1, #node.srcs do
-        if node.wants_grad_in[k] then
-          node.grad_in[k] = self:buffer_like(node.grad_in[k] or nil, node.inputs[k])
+  local i = #self.nodes
+  while i >= 1 do
+    local node, prev = self.nodes[i], self.nodes[i - 1]
+    if prev and prev.pair_next and self.device == "cpu" and node.do_backward
+        and prev.do_backward then
+      -- the pair of forward_pair: node on its own thread, prev here
+      run_joined(function()
+        node.layer:_backward_start(self:prepare_backward(node), node.grad_in)
+      end, function()
+        prev.layer:backward(self:prepare_backward(prev), prev.grad_in)
+      end, function() node.layer:_wait() end)
+      i = i - 2
+    else
+      if node.do_backward then
+        local gout = self:prepare_backward(node)
+        if node.fold then
+          local gin = {}
+          for k = 1, #node.srcs do gin[k] = node.grad_in[k] and fold(node.grad_in[k]) end
+          node.layer:backward(gout and fold(gout), gin)
+        elseif node.loss_kind == "layer" and node.loss_scale ~= 1 then
+          scaled_loss_backward(node, gout, node.grad_in)
         else
-          node.grad_in[k] = false
+          node.layer:backward(gout, node.grad_in)
         end
       end
-      if node.fold then
-        local gin = {}
-        for k = 1, #node.srcs do gin[k] = node.grad_in[k] and fold(node.grad_in[k]) end
-        node.layer:backward(gout and fold(gout), gin)
-      elseif node.loss_kind == "layer" and node.loss_scale ~= 1 then
-        scaled_loss_backward(node, gout, node.grad_in)
-      else
-        node.layer:backward(gout, node.grad_in)
-      end
+      i = i - 1
     end
   end
   if self.input_grads_on then
     for key in pairs(self.input_keys) do
+      if self.ext[key].sparse then goto continue end -- class indices have no gradient
       local edges = {}
       for _, node in ipairs(self.nodes) do
         if node.do_backward then
@@ -760,11 +919,15 @@ function Network:backward()
       buf:zero_()
       sum_into(buf, edges, true)
       self.input_grad_bufs[key] = buf
+      ::continue::
     end
   end
 end
 
 ---------------------------------------------------------------------------- access
+
+-- Beam search through the rec layer's choice (lua/rnnlua/rec.lua, M.search).
+function Network:search(batch, opts) return rec.search(self, batch, opts) end
 
 function Network:params() return self.flat_params end
 function Network:grads() return self.flat_grads end

@@ -11,6 +11,7 @@
 
 #include "../../core/blas.h"
 #include "../../core/rng.h"
+#include "../../kernels/cpu/cpu_level.h"
 #include "../../kernels/cpu/gemm_small.h"
 #include "../../kernels/ops.h"
 #include "../../layers/layer.h"
@@ -485,9 +486,10 @@ static double rel_diff(const rl_tensor *a, const rl_tensor *b) {
  * without accumulation, padded leading dimensions whose padding must stay untouched, on one
  * thread and split across two. */
 static void test_packed_gemm(void) {
-    static const int64_t sizes[][3] = {{1, 1, 1},     {3, 5, 47},     {8, 7, 48},
-                                       {9, 13, 49},   {17, 33, 100},  {16, 300, 1000},
-                                       {20, 650, 97}, {64, 128, 512}, {5, 2048, 130}};
+    static const int64_t sizes[][3] = {
+        {1, 1, 1},       {3, 5, 47},    {8, 7, 48},     {9, 13, 49},    {17, 33, 100},
+        {16, 300, 1000}, {20, 650, 97}, {64, 128, 512}, {5, 2048, 130}, {6, 129, 72},
+        {2, 257, 30},    {7, 128, 24},  {11, 1, 25}};
     int saved = rl_blas_get_threads();
     uint64_t seed = 99;
     double worst = 0;
@@ -530,7 +532,8 @@ static void test_packed_gemm(void) {
                 }
     }
     rl_blas_set_threads(saved);
-    printf("packed gemm: worst error per k term %.3g\n", worst);
+    printf("packed gemm (%s): worst error per k term %.3g\n", rl_cpu_level_name(rl_cpu_level_get()),
+           worst);
     CHECK(worst < 1e-6);
     CHECK(pad_ok);
 }
@@ -592,6 +595,31 @@ static void test_float32_large(void) {
     rl_blas_set_threads(saved);
 }
 
+/* The float32 fast paths (packed GEMM, fused pointwise passes) at every level this CPU has,
+ * each against the reference; then the level's error messages. */
+static void test_cpu_levels(void) {
+    rl_cpu_level best = rl_cpu_level_supported();
+    for (int lv = RL_CPU_GENERIC; lv <= (int)best; lv++) {
+        CHECK_OK(rl_cpu_level_set((rl_cpu_level)lv));
+        CHECK(rl_gemm_packed_fast() == (lv >= RL_CPU_AVX2));
+        test_packed_gemm();
+        test_float32_large();
+    }
+    CHECK_OK(rl_cpu_level_set(best));
+    if (best < RL_CPU_AVX512) {
+        CHECK(rl_cpu_level_set(RL_CPU_AVX512) == RL_EARG);
+        CHECK(strstr(rl_errmsg(), "avx512 is not supported") != NULL);
+    }
+    CHECK(rl_cpu_level_set((rl_cpu_level)7) == RL_EARG);
+    CHECK(rl_cpu_level_get() == best);
+    setenv("RL_CPU_LEVEL", "avx3", 1);
+    CHECK(rl_cpu_level_check_env() == RL_EARG);
+    CHECK(strstr(rl_errmsg(), "RL_CPU_LEVEL=avx3: expected generic, avx2 or avx512") != NULL);
+    setenv("RL_CPU_LEVEL", "generic", 1);
+    CHECK_OK(rl_cpu_level_check_env());
+    unsetenv("RL_CPU_LEVEL");
+}
+
 int main(void) {
     rl_ops_init();
     for (int dir = -1; dir <= 1; dir += 2)
@@ -606,8 +634,7 @@ int main(void) {
     test_impl();
     test_entry_checks();
     test_params();
-    test_packed_gemm();
-    test_float32_large();
+    test_cpu_levels();
     printf("max gradient rel error %.3g\n", max_rel);
     TEST_MAIN_END();
 }

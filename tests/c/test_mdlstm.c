@@ -15,6 +15,7 @@
 #include "gradcheck.h"
 
 #include "../../core/rng.h"
+#include "../../kernels/cpu/cpu_level.h"
 #include "../../kernels/ops.h"
 #include "../../layers/layer.h"
 #include "../../layers/layers.h"
@@ -413,8 +414,8 @@ static void test_float32(void) {
                                   (e / ia[i].shape[3]) % B, e % ia[i].shape[3]};
                 gerr = fmax(gerr, fabs(rl_tensor_get(&ia[i], idx) - rl_tensor_get(&ib[i], idx)));
             }
-        fprintf(stderr, "float32 vs float64 (%s, %s): out %.2e, grads %.2e (max |grad| %.2f)\n",
-                cfs[c].dirs, cfs[c].cell, err, gerr, gmax);
+        fprintf(stderr, "float32 vs float64 (%s, %s, %s): out %.2e, grads %.2e (max |grad| %.2f)\n",
+                rl_cpu_level_name(rl_cpu_level_get()), cfs[c].dirs, cfs[c].cell, err, gerr, gmax);
         CHECK(gerr < 1e-4 * fmax(1.0, gmax));
         rl_tensor_release(&ga);
         rl_tensor_release(&gb);
@@ -607,7 +608,12 @@ int main(void) {
     test_options_and_errors();
     test_device_lists();
     test_forward();
-    test_float32();
+    /* the packed recurrent products at every level this CPU has */
+    for (int lv = RL_CPU_GENERIC; lv <= (int)rl_cpu_level_supported(); lv++) {
+        CHECK_OK(rl_cpu_level_set((rl_cpu_level)lv));
+        test_float32();
+    }
+    CHECK_OK(rl_cpu_level_set(rl_cpu_level_supported()));
     test_gradients();
     TEST_MAIN_END();
 }

@@ -223,6 +223,87 @@ H.test("a failed save leaves the previous file and no temporary file", function(
   end
 end)
 
+-- A checkpoint written attribute by attribute, with some attributes replaced: what a tampered
+-- or crafted file holds. The unchanged one loads.
+local function forge(name, over)
+  local path = dir .. "/" .. name .. ".h5"
+  local f = rl.h5file(path, "w")
+  local a = {format = "rnnlua-checkpoint", version = 1, epoch = 0, step = 0, dtype = "float32",
+             num_params = 2,
+             description = '{output = {class = "softmax", loss = "ce", target = "classes"}}',
+             extern_data = '{classes = {dim = 2, sparse = true}, data = {dim = 1}}',
+             order = '{"output/W"}', state = "{offset = 0, seed = 1}"}
+  for k, v in pairs(over or {}) do a[k] = v end
+  for _, k in ipairs{"format", "version", "epoch", "step", "dtype", "num_params", "description",
+                     "extern_data"} do
+    f:set_attr("/", k, a[k])
+  end
+  f:write("params/output/W", rl.zeros(1, 2))
+  f:set_attr("params", "order", a.order)
+  f:set_attr("rng", "state", a.state)
+  f:commit()
+  return path
+end
+
+H.test("a forged checkpoint without changes loads", function()
+  local ck = rl.load_checkpoint(forge("plain"))
+  H.check(ck.description.output.class == "softmax" and ck.params:numel() == 2)
+end)
+
+for _, c in ipairs{
+  {"code in the description is not run", {description = 'os.exit(7)'}, "'os' is not a value"},
+  {"an endless loop in the description is not run",
+   {description = '(function() while true do end end)()'}, "unexpected '('"},
+  {"a call inside a table is not run", {description = '{output = load("x")}'},
+   "'load' is not a value"},
+  {"a number as the description", {description = '5'}, "description is a number"},
+  {"a layer description that is a string", {description = '{output = "softmax"}'},
+   "entry output must be a table"},
+  {"extern_data of the wrong type", {extern_data = '"x"'}, "extern_data is a string"},
+  {"params order with a number", {order = '{1}'}, "params order must be a list of strings"},
+  {"rng state without integers", {state = '{seed = "a"}'}, "rng state must hold integers"},
+  {"a truncated literal", {description = '{output = {class = "softmax"'}, "unexpected end"},
+  {"a binary chunk as the description", {description = string.dump(function() end)},
+   "not a valid literal"},
+  {"tables nested too deep", {description = string.rep("{", 1000) .. string.rep("}", 1000)},
+   "nested deeper than"},
+  {"the version as a string", {version = "1"}, "attribute version"},
+  {"num_params that disagrees", {num_params = 3}, "num_params says 3"},
+} do
+  H.test("tampered checkpoint: " .. c[1], function()
+    local path = forge("tampered", c[2])
+    local ok, err = pcall(rl.load_checkpoint, path)
+    H.check(not ok, "loaded")
+    err = tostring(err)
+    H.check(err:find(path, 1, true), "the error does not name the file: " .. err)
+    H.check(err:find(c[3], 1, true), "the error does not say " .. c[3] .. ": " .. err)
+  end)
+end
+
+for _, name in ipairs{"a\0b", "", ".", "..", "a/b", "tab\tname", "nl\n"} do
+  H.expect_error(string.format("layer name %q is refused when the network is built", name),
+    function()
+      rl.network({[name] = {class = "linear", n_out = 2},
+                  output = {class = "softmax", from = name, loss = "ce", target = "classes"}}, ext)
+    end, "cannot be used")
+end
+
+H.test("a save removes the temporary files of dead processes, not those of live ones", function()
+  local path = dir .. "/stale.h5"
+  local p = io.popen("sh -c 'echo $$'")
+  local dead = p:read("n")
+  p:close()
+  local stale, live, other = path .. ".tmp." .. dead, path .. ".tmp.1", path .. ".tmp.x1"
+  for _, f in ipairs{stale, live, other} do write_bytes(f, "partial") end
+  local _, net = good_file()
+  rl.save_checkpoint(path, {net = net})
+  H.check(io.open(stale) == nil, "the stale temporary file is still there")
+  H.check(read_bytes(live) == "partial", "the file of a live process (pid 1) was removed")
+  H.check(read_bytes(other) == "partial", "a file that is not PATH.tmp.PID was removed")
+  os.remove(live)
+  os.remove(other)
+end)
+
 for entry in lfs.dir(dir) do
   if entry ~= "." and entry ~= ".." then os.remove(dir .. "/" .. entry) end
 end

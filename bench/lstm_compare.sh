@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# rnnlua against a current PyTorch on LSTM training steps, as a user writes them: rnnlua runs
+# bench/lstm_step.lua (rl.network, softmax output with CE loss), PyTorch bench/torch_lstm.py
+# (nn.LSTM, Linear, CrossEntropyLoss), same sizes, float32, 2 threads each.
+#   bash bench/lstm_compare.sh [BUILD_DIR] [CONFIG...]     (default: every config)
+# Each measurement is one process of each framework per config and round, the rounds
+# interleaved (rnnlua, PyTorch, next config, ...; who goes first alternates by round), so that
+# the machine's other work hits both alike; each process times its steps for
+# RL_BENCH_STEP_SECONDS (default 2) after one warm-up step and reports their median; the table
+# has the median over RL_BENCH_ROUNDS (default 3) rounds. Memory: the process's peak resident
+# set after the steps, and that peak minus the resident set before the model was built (the
+# model, its activations and workspaces, without the runtime itself).
+# RL_BENCH_LEVEL=avx2 measures what an AVX2-only machine runs: rnnlua with RL_CPU_LEVEL=avx2,
+# PyTorch with ATEN_CPU_CAPABILITY=avx2 and both BLAS libraries with OPENBLAS_CORETYPE=Haswell
+# (rnnlua's own -march build flags still apply; build with ARCH=x86-64-v3 for a strict one).
+# RL_SGEMM_PEAK_GFLOPS (exported by bench/run.sh) adds rnnlua's fraction of the sgemm peak.
+# PyTorch comes from bench/torch_env.sh; without it the PyTorch columns say "n/a".
+set -u
+build=${1:-build}
+shift || true
+configs=("$@")
+[ ${#configs[@]} -eq 0 ] && configs=(seqmnist ptb_small odd ptb_large chime)
+rounds=${RL_BENCH_ROUNDS:-3}
+secs=${RL_BENCH_STEP_SECONDS:-2}
+level=${RL_BENCH_LEVEL:-}
+bin="$build/rnnlua"
+
+envs=()
+if [ -n "$level" ]; then
+    envs=(RL_CPU_LEVEL="$level")
+    if [ "$level" = avx2 ]; then
+        envs+=(ATEN_CPU_CAPABILITY=avx2 OPENBLAS_CORETYPE=Haswell)
+    fi
+fi
+py=$(bash bench/torch_env.sh "$build" 2>/dev/null | tail -n 1)
+[ -x "$py" ] || py=""
+tv=n/a
+[ -n "$py" ] && tv=$("$py" -c 'import torch; print(torch.__version__.split("+")[0])' 2>/dev/null)
+
+declare -A ms mem base
+measure() { # KEY CMD... -> appends "ms peak base" of the RESULT line to ms/mem/base[KEY]
+    local key=$1 line
+    shift
+    line=$(env "${envs[@]}" timeout 900 "$@" 2>&1 | grep '^RESULT' | tail -n 1)
+    [ -n "$line" ] || return 0
+    set -- $line
+    ms[$key]="${ms[$key]:-} $3"
+    mem[$key]="${mem[$key]:-} $4"
+    base[$key]="${base[$key]:-} $5"
+}
+median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{v[NR] = $1} END {
+    if (NR == 0) print "n/a"; else if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+
+load0=$(cut -d' ' -f1-3 /proc/loadavg)
+for ((r = 0; r < rounds; r++)); do
+    for c in "${configs[@]}"; do
+        if ((r % 2 == 0)); then
+            measure "rl/$c" "$bin" bench/lstm_step.lua "$c" "$secs"
+            [ -n "$py" ] && measure "pt/$c" "$py" bench/torch_lstm.py "$c" "$secs"
+        else
+            [ -n "$py" ] && measure "pt/$c" "$py" bench/torch_lstm.py "$c" "$secs"
+            measure "rl/$c" "$bin" bench/lstm_step.lua "$c" "$secs"
+        fi
+    done
+done
+
+# FLOPs per step: 24*T*B*H*(I+H) per LSTM direction and layer + 6*T*B*dirs*H*C (output)
+declare -A FLOPS=(
+    [seqmnist]=$((24 * 28 * 64 * 128 * (28 + 128) + 6 * 28 * 64 * 128 * 10))
+    [ptb_small]=$((24 * 20 * 20 * 200 * 400 + 6 * 20 * 20 * 200 * 10000))
+    [odd]=$((2 * 24 * 137 * 7 * 300 * (61 + 300) + 2 * 24 * 137 * 7 * 300 * 900 + 6 * 137 * 7 * 600 * 43))
+    [ptb_large]=$((2 * 24 * 50 * 20 * 650 * 1300 + 6 * 50 * 20 * 650 * 10000))
+    [chime]=$((2 * 24 * 250 * 16 * 512 * 557 + 4 * 24 * 250 * 16 * 512 * 1536 + 6 * 250 * 16 * 1024 * 1501))
+)
+peak=${RL_SGEMM_PEAK_GFLOPS:-}
+echo "### LSTM training step: rnnlua vs PyTorch $tv${level:+ (level forced to $level)}"
+echo
+echo "rnnlua \`bench/lstm_step.lua\` (rl.network) vs \`bench/torch_lstm.py\`, float32, CPU," \
+    "2 threads each; median of $rounds interleaved rounds (one process per framework, config" \
+    "and round, each the median of its steps over ${secs} s); load average $load0 at the start," \
+    "$(cut -d' ' -f1-3 /proc/loadavg) at the end."
+echo
+echo "| config | rnnlua ms | PyTorch ms | rnnlua speed / PyTorch | rnnlua GFLOP/s${peak:+ (of sgemm peak)} |" \
+    "rnnlua peak MiB (above start) | PyTorch peak MiB (above start) |"
+echo "|---|---:|---:|---:|---:|---:|---:|"
+for c in "${configs[@]}"; do
+    a=$(echo "${ms[rl/$c]:-}" | median)
+    b=$(echo "${ms[pt/$c]:-}" | median)
+    ma=$(echo "${mem[rl/$c]:-}" | median)
+    mb=$(echo "${mem[pt/$c]:-}" | median)
+    ba=$(echo "${base[rl/$c]:-}" | median)
+    bb=$(echo "${base[pt/$c]:-}" | median)
+    awk -v c="$c" -v a="$a" -v b="$b" -v ma="$ma" -v mb="$mb" -v ba="$ba" -v bb="$bb" \
+        -v f="${FLOPS[$c]}" -v peak="$peak" 'function mib(x, y) {
+            return x == "n/a" ? "n/a" : sprintf("%.0f (%.0f)", x / 1024, (x - y) / 1024) }
+        BEGIN {
+            ratio = (a != "n/a" && b != "n/a") ? sprintf("%.2fx", b / a) : "n/a"
+            gf = a != "n/a" ? sprintf("%.1f", f / (a * 1e-3) / 1e9) : "n/a"
+            if (peak != "" && a != "n/a") gf = gf sprintf(" (%.0f%%)", 100 * f / (a * 1e-3) / 1e9 / peak)
+            printf "| %s | %s | %s | %s | %s | %s | %s |\n", c, a == "n/a" ? a : sprintf("%.1f", a),
+                b == "n/a" ? b : sprintf("%.1f", b), ratio, gf, mib(ma, ba), mib(mb, bb) }'
+done
+echo
+[ -n "$py" ] || echo "PyTorch: bench/torch_env.sh could not set up a current PyTorch (no PyPI?)."

@@ -1,0 +1,64 @@
+-- One rnnlua process of bench/lstm_compare.sh: a training step (zero the gradients, forward,
+-- backward; no optimizer update) of an LSTM network built with rl.network, as a user writes
+-- it, float32 on the CPU. Usage: rnnlua bench/lstm_step.lua CONFIG [SECONDS]
+-- Prints "RESULT config ms_per_step peak_rss_kib rss_before_model_kib steps": the median
+-- of the timed steps (after one warm-up step), the process's peak resident set (VmHWM) after
+-- them and its resident set before the network was built.
+local CONFIGS = { -- layers, bidirectional, input, hidden, classes, T, B (as bench/torch_lstm.py)
+  seqmnist = {1, false, 28, 128, 10, 28, 64},
+  ptb_small = {1, false, 200, 200, 10000, 20, 20},
+  odd = {2, true, 61, 300, 43, 137, 7},
+  ptb_large = {2, false, 650, 650, 10000, 50, 20},
+  chime = {3, true, 45, 512, 1501, 250, 16},
+}
+
+local function status_kib(field)
+  local f = assert(io.open("/proc/self/status"))
+  local s = f:read("a")
+  f:close()
+  return tonumber(s:match(field .. ":%s*(%d+) kB"))
+end
+
+local name, seconds = arg[1], tonumber(arg[2] or "3")
+local c = CONFIGS[name]
+if not c then error("lstm_step.lua: unknown config '" .. tostring(name) .. "'") end
+local layers, bidir, inp, hid, classes, T, B = table.unpack(c)
+local rss0 = status_kib("VmRSS")
+
+local desc, prev = {}, {"data"}
+for li = 1, layers do
+  local cur = {}
+  for _, d in ipairs(bidir and {1, -1} or {1}) do
+    local n = string.format("l%d_%s", li, d > 0 and "fw" or "bw")
+    desc[n] = {class = "lstm", n_out = hid, from = prev, direction = d}
+    cur[#cur + 1] = n
+  end
+  prev = cur
+end
+desc.output = {class = "softmax", n_out = classes, from = prev, loss = "ce", target = "classes"}
+rl.manual_seed(1)
+local net = rl.network(desc, {data = {dim = inp}, classes = {dim = classes, sparse = true}})
+local x = rl.randn(T, B, inp)
+local y = rl.zeros(T, B):int()
+for t = 1, T do
+  for b = 1, B do y[t][b] = ((t - 1) * B + b - 1) * 2654435761 % classes end
+end
+local batch = {data = x, classes = y, lengths = rl.zeros(B):int():fill_(T)}
+
+local function step()
+  net:zero_grads()
+  net:forward(batch)
+  net:backward()
+end
+
+step()
+local times, t_end = {}, rl.clock() + seconds
+repeat
+  local t0 = rl.clock()
+  step()
+  times[#times + 1] = rl.clock() - t0
+until #times >= 2 and rl.clock() >= t_end
+table.sort(times)
+local n = #times
+local med = n % 2 == 1 and times[(n + 1) // 2] or (times[n // 2] + times[n // 2 + 1]) / 2
+print(string.format("RESULT %s %.3f %d %d %d", name, med * 1e3, status_kib("VmHWM"), rss0, n))

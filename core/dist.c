@@ -1,0 +1,393 @@
+/* The MPI side of core/dist.h. Collectives run on a private duplicate of MPI_COMM_WORLD, so
+ * MPI code of a user's own never matches them; the arrival notices of the watchdog travel on a
+ * second duplicate. Each collective is started non-blocking and polled with MPI_Test: Open MPI
+ * has no progress thread, so a rank only moves data while it tests, and the poll spins (giving
+ * the core away with sched_yield now and then) rather than sleeping, which would stall the
+ * transfer of a large buffer fragment by fragment.
+ *
+ * Watchdog: before collective number k, every rank other than 0 sends k to rank 0 and rank 0
+ * sends k to every other rank (small eager messages that are drained at every collective). A
+ * rank whose collective is still open at its deadline reads the notices that came and names
+ * the ranks whose last notice is older than k: rank 0 knows all of them, the others know
+ * whether rank 0 arrived. */
+#include "dist.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "device.h"
+
+static const rl_dist_device_comm *g_dev_comm;
+
+void rl_dist_register_device_comm(const rl_dist_device_comm *c) { g_dev_comm = c; }
+
+static double g_timeout = 300.0;
+
+void rl_dist_set_timeout(double seconds) {
+    if (seconds > 0) g_timeout = seconds;
+}
+
+double rl_dist_get_timeout(void) { return g_timeout; }
+
+static rl_status check_buffer(const rl_tensor *t, const char *op) {
+    if (t->storage == NULL) return rl_error(RL_EARG, "%s: the tensor is unset", op);
+    if (!rl_tensor_is_contiguous(t)) {
+        char d[96];
+        return rl_error(RL_EARG, "%s: the tensor (%s) must be contiguous", op,
+                        rl_tensor_describe(t, d, sizeof d));
+    }
+    return RL_OK;
+}
+
+/* The number of processes a launcher started, from its environment (0: no launcher). */
+static long launched_size(void) {
+    static const char *const vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE",
+                                       "SLURM_NTASKS"};
+    for (size_t i = 0; i < sizeof vars / sizeof *vars; i++) {
+        const char *v = getenv(vars[i]);
+        if (v != NULL && v[0] != '\0') return strtol(v, NULL, 10);
+    }
+    return getenv("PMIX_RANK") != NULL || getenv("PMI_RANK") != NULL ? 1 : 0;
+}
+
+#ifndef RL_WITH_MPI
+
+/* Several copies of a build without MPI would each train alone and write the same files. */
+rl_status rl_dist_init(void) {
+    long n = launched_size();
+    if (n > 1)
+        return rl_error(RL_EDEVICE,
+                        "started by an MPI launcher as one of %ld processes, but this "
+                        "rnnlua was built without MPI (build with MPI=1 for distributed training)",
+                        n);
+    return RL_OK;
+}
+int rl_dist_built(void) { return 0; }
+int rl_dist_active(void) { return 0; }
+int rl_dist_rank(void) { return 0; }
+int rl_dist_size(void) { return 1; }
+int rl_dist_local_rank(void) { return 0; }
+int rl_dist_broken(void) { return 0; }
+void rl_dist_set_broken(void) {}
+rl_status rl_dist_allreduce(rl_tensor *t) { return check_buffer(t, "allreduce"); }
+rl_status rl_dist_broadcast(rl_tensor *t, int root) {
+    RL_TRY(check_buffer(t, "broadcast"));
+    if (root != 0) return rl_error(RL_EARG, "broadcast: root %d is not a rank of 1", root);
+    return RL_OK;
+}
+rl_status rl_dist_barrier(void) { return RL_OK; }
+void rl_dist_finalize(int failed) { (void)failed; }
+
+#else
+
+#include <mpi.h>
+#include <sched.h>
+
+enum { TAG_ARRIVE = 17 };
+/* MPI counts are int: larger buffers go in pieces of this many elements. */
+#define MAX_PIECE ((int64_t)1 << 30)
+
+static struct {
+    int active, broken, rank, size, local_rank;
+    long seq;           /* collectives started so far */
+    MPI_Comm comm, ctl; /* collectives; watchdog notices */
+    long *arrived;      /* the last notice from each rank (rank 0: all; others: rank 0's) */
+    long *notice;       /* send buffers of the notices, one per destination */
+    MPI_Request *req;   /* their requests */
+    int dev_ready;      /* the device communicator is set up */
+    char why[512];      /* the failure that broke the world */
+} g = {.rank = 0, .size = 1};
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Marks the world broken by the failure whose message rl_error has just set. */
+static rl_status broke(rl_status st) {
+    g.broken = 1;
+    snprintf(g.why, sizeof g.why, "%s", rl_errmsg());
+    return st;
+}
+
+static rl_status mpi_error(const char *op, int rc) {
+    char s[MPI_MAX_ERROR_STRING];
+    int n = 0;
+    if (MPI_Error_string(rc, s, &n) != MPI_SUCCESS) snprintf(s, sizeof s, "error code %d", rc);
+    return broke(rl_error(RL_EDEVICE, "%s: rank %d of %d: MPI error: %s", op, g.rank, g.size, s));
+}
+
+rl_status rl_dist_init(void) {
+    int already = 0;
+    MPI_Initialized(&already);
+    if (launched_size() == 0 || already || g.active) return RL_OK;
+    int provided = 0;
+    int rc = MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided);
+    if (rc != MPI_SUCCESS) return rl_error(RL_EDEVICE, "MPI_Init_thread failed (code %d)", rc);
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    g.active = 1;
+    MPI_Comm_rank(MPI_COMM_WORLD, &g.rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &g.size);
+    if (provided < MPI_THREAD_FUNNELED)
+        return rl_error(RL_EDEVICE,
+                        "rank %d: the MPI library gives thread level %d, rnnlua needs "
+                        "MPI_THREAD_FUNNELED",
+                        g.rank, provided);
+    if ((rc = MPI_Comm_dup(MPI_COMM_WORLD, &g.comm)) != MPI_SUCCESS) return mpi_error("init", rc);
+    if ((rc = MPI_Comm_dup(MPI_COMM_WORLD, &g.ctl)) != MPI_SUCCESS) return mpi_error("init", rc);
+    MPI_Comm_set_errhandler(g.comm, MPI_ERRORS_RETURN);
+    MPI_Comm_set_errhandler(g.ctl, MPI_ERRORS_RETURN);
+    MPI_Comm local;
+    rc = MPI_Comm_split_type(g.comm, MPI_COMM_TYPE_SHARED, g.rank, MPI_INFO_NULL, &local);
+    if (rc != MPI_SUCCESS) return mpi_error("init", rc);
+    MPI_Comm_rank(local, &g.local_rank);
+    MPI_Comm_free(&local);
+    size_t n = (size_t)g.size;
+    g.arrived = calloc(n, sizeof *g.arrived);
+    g.notice = calloc(n, sizeof *g.notice);
+    g.req = malloc(n * sizeof *g.req);
+    if (!g.arrived || !g.notice || !g.req) return rl_error(RL_ENOMEM, "dist init: out of memory");
+    for (size_t i = 0; i < n; i++)
+        g.req[i] = MPI_REQUEST_NULL;
+    return RL_OK;
+}
+
+int rl_dist_built(void) { return 1; }
+int rl_dist_active(void) { return g.active; }
+int rl_dist_rank(void) { return g.rank; }
+int rl_dist_size(void) { return g.size; }
+int rl_dist_local_rank(void) { return g.local_rank; }
+int rl_dist_broken(void) { return g.broken; }
+void rl_dist_set_broken(void) {
+    if (!g.active || g.size == 1 || g.broken) return;
+    g.broken = 1;
+    snprintf(g.why, sizeof g.why,
+             "rank %d left the common sequence of collectives after an error of its own", g.rank);
+}
+
+/* Reads every notice that has come in. */
+static void drain_notices(void) {
+    for (;;) {
+        int flag = 0;
+        MPI_Status st;
+        if (MPI_Iprobe(MPI_ANY_SOURCE, TAG_ARRIVE, g.ctl, &flag, &st) != MPI_SUCCESS || !flag)
+            return;
+        long k = 0;
+        if (MPI_Recv(&k, 1, MPI_LONG, st.MPI_SOURCE, TAG_ARRIVE, g.ctl, MPI_STATUS_IGNORE) !=
+            MPI_SUCCESS)
+            return;
+        if (k > g.arrived[st.MPI_SOURCE]) g.arrived[st.MPI_SOURCE] = k;
+    }
+}
+
+static void notify(int dest) {
+    int done = 1;
+    /* The previous notice to dest is normally long gone (eager); if not, this one is left out
+     * and the next carries a higher number. */
+    if (g.req[dest] != MPI_REQUEST_NULL) MPI_Test(&g.req[dest], &done, MPI_STATUS_IGNORE);
+    if (!done) return;
+    g.notice[dest] = g.seq;
+    MPI_Isend(&g.notice[dest], 1, MPI_LONG, dest, TAG_ARRIVE, g.ctl, &g.req[dest]);
+}
+
+/* Starts collective number g.seq + 1: the arrival notices and the drain of earlier ones. */
+static rl_status begin(const char *op) {
+    if (g.broken)
+        return rl_error(RL_EDEVICE,
+                        "%s: rank %d of %d: the distributed world cannot be used any more "
+                        "after an earlier failure: %s",
+                        op, g.rank, g.size, g.why);
+    g.seq++;
+    g.arrived[g.rank] = g.seq;
+    if (g.rank == 0) {
+        for (int r = 1; r < g.size; r++)
+            notify(r);
+    } else {
+        notify(0);
+    }
+    drain_notices();
+    return RL_OK;
+}
+
+static rl_status timed_out(const char *op, double waited) {
+    drain_notices();
+    char who[256] = "";
+    size_t len = 0;
+    int missing = 0;
+    for (int r = 0; r < g.size && len + 16 < sizeof who; r++) {
+        if (g.rank != 0 && r != 0) continue; /* only rank 0's notices come here */
+        if (g.arrived[r] < g.seq) {
+            len += (size_t)snprintf(who + len, sizeof who - len, "%s%d", missing ? ", " : "", r);
+            missing++;
+        }
+    }
+    if (missing > 0)
+        return broke(rl_error(RL_EDEVICE,
+                              "%s (collective #%ld): rank %d of %d waited %.0f s; rank%s %s "
+                              "never reached it (dead or hung)",
+                              op, g.seq, g.rank, g.size, waited, missing > 1 ? "s" : "", who));
+    if (g.rank == 0)
+        return broke(
+            rl_error(RL_EDEVICE,
+                     "%s (collective #%ld): rank 0 of %d waited %.0f s although every rank "
+                     "reached collective #%ld: the ranks call different collectives",
+                     op, g.seq, g.size, waited, g.seq));
+    return broke(rl_error(RL_EDEVICE,
+                          "%s (collective #%ld): rank %d of %d waited %.0f s; rank 0 reached "
+                          "it, another rank did not (rank 0 names it)",
+                          op, g.seq, g.rank, g.size, waited));
+}
+
+static rl_status wait_for(MPI_Request *req, const char *op) {
+    double t0 = now();
+    for (unsigned long i = 0;; i++) {
+        int done = 0;
+        int rc = MPI_Test(req, &done, MPI_STATUS_IGNORE);
+        if (rc != MPI_SUCCESS) return mpi_error(op, rc);
+        if (done) return RL_OK;
+        if ((i & 255) == 255) {
+            double waited = now() - t0;
+            if (waited > g_timeout) return timed_out(op, waited);
+            sched_yield();
+        }
+    }
+}
+
+static MPI_Datatype mpi_type(rl_dtype dt) {
+    switch (dt) {
+    case RL_FLOAT32: return MPI_FLOAT;
+    case RL_FLOAT64: return MPI_DOUBLE;
+    default: return MPI_INT;
+    }
+}
+
+static rl_status host_allreduce(void *buf, int64_t n, rl_dtype dt) {
+    size_t es = rl_dtype_size(dt);
+    for (int64_t off = 0; off < n; off += MAX_PIECE) {
+        int count = (int)(n - off < MAX_PIECE ? n - off : MAX_PIECE);
+        RL_TRY(begin("allreduce"));
+        MPI_Request req;
+        int rc = MPI_Iallreduce(MPI_IN_PLACE, (char *)buf + (size_t)off * es, count, mpi_type(dt),
+                                MPI_SUM, g.comm, &req);
+        if (rc != MPI_SUCCESS) return mpi_error("allreduce", rc);
+        RL_TRY(wait_for(&req, "allreduce"));
+    }
+    return RL_OK;
+}
+
+static rl_status host_broadcast(void *buf, size_t nbytes, int root) {
+    for (size_t off = 0; off < nbytes; off += (size_t)MAX_PIECE) {
+        size_t left = nbytes - off;
+        int count = (int)(left < (size_t)MAX_PIECE ? left : (size_t)MAX_PIECE);
+        RL_TRY(begin("broadcast"));
+        MPI_Request req;
+        int rc = MPI_Ibcast((char *)buf + off, count, MPI_BYTE, root, g.comm, &req);
+        if (rc != MPI_SUCCESS) return mpi_error("broadcast", rc);
+        RL_TRY(wait_for(&req, "broadcast"));
+    }
+    return RL_OK;
+}
+
+rl_status rl_dist_barrier(void) {
+    if (!g.active || g.size == 1) return RL_OK;
+    RL_TRY(begin("barrier"));
+    MPI_Request req;
+    int rc = MPI_Ibarrier(g.comm, &req);
+    if (rc != MPI_SUCCESS) return mpi_error("barrier", rc);
+    return wait_for(&req, "barrier");
+}
+
+/* Sets up the device communicator on `device` once: rank 0 makes the id, MPI carries it (with
+ * rank 0's status, so that every rank fails alike when it could not). */
+static rl_status device_comm_ready(int device, const char *op) {
+    if (g.dev_ready) return RL_OK;
+    size_t nb = sizeof(int) + g_dev_comm->id_bytes;
+    char *msg = calloc(1, nb);
+    if (msg == NULL) return rl_error(RL_ENOMEM, "%s: out of memory", op);
+    int st = RL_OK;
+    if (g.rank == 0) st = g_dev_comm->make_id(msg + sizeof(int));
+    memcpy(msg, &st, sizeof st);
+    rl_status s = host_broadcast(msg, nb, 0);
+    if (s == RL_OK) {
+        memcpy(&st, msg, sizeof st);
+        if (st != RL_OK)
+            s = g.rank == 0 ? (rl_status)st
+                            : rl_error(RL_EDEVICE, "%s: rank 0 could not make the %s id", op,
+                                       g_dev_comm->name);
+        else
+            s = g_dev_comm->init(msg + sizeof(int), g.rank, g.size, device);
+    }
+    free(msg);
+    if (s != RL_OK) return broke(s);
+    g.dev_ready = 1;
+    return RL_OK;
+}
+
+/* A CUDA tensor without a device communicator: through a host copy. */
+static rl_status via_host(rl_tensor *t, int root, int reduce) {
+    size_t nb = (size_t)rl_tensor_numel(t) * rl_dtype_size(t->dtype);
+    void *h = malloc(nb ? nb : 1);
+    if (h == NULL) return rl_error(RL_ENOMEM, "dist: no host memory for %zu bytes", nb);
+    rl_device dev = rl_tensor_device(t);
+    rl_status s = rl_device_memcpy(h, RL_DEVICE_CPU, rl_tensor_data(t), dev, nb);
+    if (s == RL_OK)
+        s = reduce ? host_allreduce(h, rl_tensor_numel(t), t->dtype) : host_broadcast(h, nb, root);
+    if (s == RL_OK) s = rl_device_memcpy(rl_tensor_data(t), dev, h, RL_DEVICE_CPU, nb);
+    free(h);
+    return s;
+}
+
+static rl_status collective(rl_tensor *t, int root, int reduce) {
+    const char *op = reduce ? "allreduce" : "broadcast";
+    RL_TRY(check_buffer(t, op));
+    if (!reduce && (root < 0 || root >= g.size))
+        return rl_error(RL_EARG, "broadcast: root %d is not a rank of 0..%d", root, g.size - 1);
+    if (!g.active || g.size == 1) return RL_OK;
+    int64_t n = rl_tensor_numel(t);
+    size_t nb = (size_t)n * rl_dtype_size(t->dtype);
+    rl_device dev = rl_tensor_device(t);
+    if (dev.type == RL_CPU)
+        return reduce ? host_allreduce(rl_tensor_data(t), n, t->dtype)
+                      : host_broadcast(rl_tensor_data(t), nb, root);
+    if (g_dev_comm == NULL) return via_host(t, root, reduce);
+    RL_TRY(device_comm_ready(dev.index, op));
+    /* the device collective has its own deadline; the barrier-free notices still mark it */
+    RL_TRY(begin(op));
+    rl_status s = reduce ? g_dev_comm->allreduce(rl_tensor_data(t), n, t->dtype, g_timeout)
+                         : g_dev_comm->broadcast(rl_tensor_data(t), nb, root, g_timeout);
+    return s == RL_OK ? s : broke(s);
+}
+
+rl_status rl_dist_allreduce(rl_tensor *t) { return collective(t, 0, 1); }
+rl_status rl_dist_broadcast(rl_tensor *t, int root) { return collective(t, root, 0); }
+
+void rl_dist_finalize(int failed) {
+    if (!g.active) return;
+    if (g.dev_ready && g_dev_comm->finalize) g_dev_comm->finalize();
+    g.dev_ready = 0;
+    if (failed || g.broken) {
+        if (g.rank != 0 && g.size > 1) {
+            /* rank 0's message, which names the lost rank, goes out before the job ends */
+            struct timespec ts = {1, 0};
+            nanosleep(&ts, NULL);
+        }
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    for (int r = 0; r < g.size; r++)
+        if (g.req[r] != MPI_REQUEST_NULL) MPI_Wait(&g.req[r], MPI_STATUS_IGNORE);
+    /* notices nobody read must not stay queued at MPI_Finalize */
+    MPI_Barrier(g.ctl);
+    drain_notices();
+    MPI_Comm_free(&g.ctl);
+    MPI_Comm_free(&g.comm);
+    free(g.arrived);
+    free(g.notice);
+    free(g.req);
+    g.active = 0;
+    MPI_Finalize();
+}
+
+#endif

@@ -1,0 +1,212 @@
+/* The fused pointwise passes of a GRU step on the CPU (see kernels/gru.h for the layout and
+ * kernels/gru_cell.h for the formulas).
+ *
+ * One pass per step reads the step's pre-activations once and writes the gate activations, the
+ * state and the output (forward), or the gate gradients, the state gradient and the bias
+ * gradients (backward, in the same loop). The float32 loops are compiled three times (AVX-512,
+ * AVX2+FMA, baseline) and picked at run time (kernels/cpu/cpu_level.h), as the lstm's are;
+ * float64 serves the gradient checks and uses one baseline loop.
+ */
+#include <stdbool.h>
+#include <string.h>
+
+#include "../gru.h"
+#include "../gru_cell.h"
+#include "cpu_level.h"
+
+#define RL_INLINE static inline __attribute__((always_inline))
+
+RL_INLINE void fwd_body_f32(int64_t B, int64_t H, int64_t t, const int32_t *len, float *g,
+                            const float *b, const float *bh, const float *hp, float *h,
+                            float *out) {
+    const float *restrict br = b, *restrict bz = b + H, *restrict bn = b + 2 * H;
+    const float *restrict hr = bh, *restrict hz = bh + H, *restrict hn = bh + 2 * H;
+    for (int64_t i = 0; i < B; i++) {
+        const float *restrict hpr = hp + i * H;
+        float *restrict hrow = h + i * H, *restrict orow = out + i * H;
+        if (t >= len[i]) {
+            memcpy(hrow, hpr, (size_t)H * sizeof *hrow);
+            memset(orow, 0, (size_t)H * sizeof *orow);
+            continue;
+        }
+        float *restrict gr = g + i * 4 * H, *restrict gz = gr + H, *restrict gh = gr + 2 * H,
+                        *restrict gn = gr + 3 * H;
+        /* the row pointers never overlap; restrict on locals does not tell GCC so */
+        RL_IVDEP
+        for (int64_t j = 0; j < H; j++) {
+            float r, z, n, hh, hnj = gh[j] + hn[j];
+            rl_gru_cell_fwd_f32(gr[j] + br[j] + hr[j], gz[j] + bz[j] + hz[j], gn[j] + bn[j], hnj,
+                                hpr[j], &r, &z, &n, &hh);
+            gr[j] = r;
+            gz[j] = z;
+            gh[j] = hnj;
+            gn[j] = n;
+            hrow[j] = hh;
+            orow[j] = hh;
+        }
+    }
+}
+
+/* sums: whether db and dbh are given (a constant in each call, so the loop without them carries
+ * no dead additions) */
+RL_INLINE void bwd_body_f32(bool sums, int64_t B, int64_t H, int64_t t, const int32_t *len,
+                            float *g, const float *hp, const float *dout, int64_t dout_ld,
+                            float *dh, float *db, float *dbh) {
+    float *restrict dbr = db, *restrict dbz = sums ? db + H : NULL,
+                    *restrict dbn = sums ? db + 2 * H : NULL;
+    float *restrict dhr_ = dbh, *restrict dhz_ = sums ? dbh + H : NULL,
+                    *restrict dhn_ = sums ? dbh + 2 * H : NULL;
+    for (int64_t i = 0; i < B; i++) {
+        float *restrict gr = g + i * 4 * H, *restrict gz = gr + H, *restrict gh = gr + 2 * H,
+                        *restrict gn = gr + 3 * H;
+        if (t >= len[i]) {
+            memset(gr, 0, (size_t)(4 * H) * sizeof *gr);
+            continue;
+        }
+        const float *restrict hpr = hp + i * H;
+        const float *restrict dor = dout ? dout + i * dout_ld : NULL;
+        float *restrict dhr = dh + i * H;
+        RL_IVDEP
+        for (int64_t j = 0; j < H; j++) {
+            float dar, daz, dan, dhn, dhp;
+            float dhj = dhr[j] + (dor ? dor[j] : 0.0f);
+            rl_gru_cell_bwd_f32(gr[j], gz[j], gn[j], gh[j], hpr[j], dhj, &dar, &daz, &dan, &dhn,
+                                &dhp);
+            gr[j] = dar;
+            gz[j] = daz;
+            gh[j] = dhn;
+            gn[j] = dan;
+            dhr[j] = dhp;
+            if (sums) {
+                dbr[j] += dar;
+                dbz[j] += daz;
+                dbn[j] += dan;
+                dhr_[j] += dar;
+                dhz_[j] += daz;
+                dhn_[j] += dhn;
+            }
+        }
+    }
+}
+
+#ifdef RL_CPU_X86
+RL_TARGET_AVX512 static void fwd_avx512(int64_t B, int64_t H, int64_t t, const int32_t *len,
+                                        float *g, const float *b, const float *bh, const float *hp,
+                                        float *h, float *out) {
+    fwd_body_f32(B, H, t, len, g, b, bh, hp, h, out);
+}
+
+RL_TARGET_AVX2 static void fwd_avx2(int64_t B, int64_t H, int64_t t, const int32_t *len, float *g,
+                                    const float *b, const float *bh, const float *hp, float *h,
+                                    float *out) {
+    fwd_body_f32(B, H, t, len, g, b, bh, hp, h, out);
+}
+
+RL_TARGET_AVX512 static void bwd_avx512(int64_t B, int64_t H, int64_t t, const int32_t *len,
+                                        float *g, const float *hp, const float *dout,
+                                        int64_t dout_ld, float *dh, float *db, float *dbh) {
+    if (db && dbh)
+        bwd_body_f32(true, B, H, t, len, g, hp, dout, dout_ld, dh, db, dbh);
+    else
+        bwd_body_f32(false, B, H, t, len, g, hp, dout, dout_ld, dh, NULL, NULL);
+}
+
+RL_TARGET_AVX2 static void bwd_avx2(int64_t B, int64_t H, int64_t t, const int32_t *len, float *g,
+                                    const float *hp, const float *dout, int64_t dout_ld, float *dh,
+                                    float *db, float *dbh) {
+    if (db && dbh)
+        bwd_body_f32(true, B, H, t, len, g, hp, dout, dout_ld, dh, db, dbh);
+    else
+        bwd_body_f32(false, B, H, t, len, g, hp, dout, dout_ld, dh, NULL, NULL);
+}
+#endif
+
+RL_TARGET_BASE static void fwd_base(int64_t B, int64_t H, int64_t t, const int32_t *len, float *g,
+                                    const float *b, const float *bh, const float *hp, float *h,
+                                    float *out) {
+    fwd_body_f32(B, H, t, len, g, b, bh, hp, h, out);
+}
+
+RL_TARGET_BASE static void bwd_base(int64_t B, int64_t H, int64_t t, const int32_t *len, float *g,
+                                    const float *hp, const float *dout, int64_t dout_ld, float *dh,
+                                    float *db, float *dbh) {
+    if (db && dbh)
+        bwd_body_f32(true, B, H, t, len, g, hp, dout, dout_ld, dh, db, dbh);
+    else
+        bwd_body_f32(false, B, H, t, len, g, hp, dout, dout_ld, dh, NULL, NULL);
+}
+
+void rl_gru_cpu_fwd_f32(int64_t B, int64_t H, int64_t t, const int32_t *len, float *g,
+                        const float *b, const float *bh, const float *hp, float *h, float *out) {
+    switch (rl_cpu_level_get()) {
+#ifdef RL_CPU_X86
+    case RL_CPU_AVX512: fwd_avx512(B, H, t, len, g, b, bh, hp, h, out); return;
+    case RL_CPU_AVX2: fwd_avx2(B, H, t, len, g, b, bh, hp, h, out); return;
+#endif
+    default: fwd_base(B, H, t, len, g, b, bh, hp, h, out); return;
+    }
+}
+
+void rl_gru_cpu_bwd_f32(int64_t B, int64_t H, int64_t t, const int32_t *len, float *g,
+                        const float *hp, const float *dout, int64_t dout_ld, float *dh, float *db,
+                        float *dbh) {
+    switch (rl_cpu_level_get()) {
+#ifdef RL_CPU_X86
+    case RL_CPU_AVX512: bwd_avx512(B, H, t, len, g, hp, dout, dout_ld, dh, db, dbh); return;
+    case RL_CPU_AVX2: bwd_avx2(B, H, t, len, g, hp, dout, dout_ld, dh, db, dbh); return;
+#endif
+    default: bwd_base(B, H, t, len, g, hp, dout, dout_ld, dh, db, dbh); return;
+    }
+}
+
+void rl_gru_cpu_fwd_f64(int64_t B, int64_t H, int64_t t, const int32_t *len, double *g,
+                        const double *b, const double *bh, const double *hp, double *h,
+                        double *out) {
+    for (int64_t i = 0; i < B; i++) {
+        const double *hpr = hp + i * H;
+        double *hrow = h + i * H, *orow = out + i * H;
+        if (t >= len[i]) {
+            memcpy(hrow, hpr, (size_t)H * sizeof *hrow);
+            memset(orow, 0, (size_t)H * sizeof *orow);
+            continue;
+        }
+        double *gr = g + i * 4 * H, *gz = gr + H, *gh = gr + 2 * H, *gn = gr + 3 * H;
+        for (int64_t j = 0; j < H; j++) {
+            double hnj = gh[j] + bh[2 * H + j];
+            rl_gru_cell_fwd_f64(gr[j] + b[j] + bh[j], gz[j] + b[H + j] + bh[H + j],
+                                gn[j] + b[2 * H + j], hnj, hpr[j], &gr[j], &gz[j], &gn[j],
+                                &hrow[j]);
+            gh[j] = hnj;
+            orow[j] = hrow[j];
+        }
+    }
+}
+
+void rl_gru_cpu_bwd_f64(int64_t B, int64_t H, int64_t t, const int32_t *len, double *g,
+                        const double *hp, const double *dout, int64_t dout_ld, double *dh,
+                        double *db, double *dbh) {
+    for (int64_t i = 0; i < B; i++) {
+        double *gr = g + i * 4 * H, *gz = gr + H, *gh = gr + 2 * H, *gn = gr + 3 * H;
+        if (t >= len[i]) {
+            memset(gr, 0, (size_t)(4 * H) * sizeof *gr);
+            continue;
+        }
+        const double *hpr = hp + i * H;
+        double *dhr = dh + i * H;
+        for (int64_t j = 0; j < H; j++) {
+            double dhj = dhr[j] + (dout ? dout[i * dout_ld + j] : 0.0);
+            rl_gru_cell_bwd_f64(gr[j], gz[j], gn[j], gh[j], hpr[j], dhj, &gr[j], &gz[j], &gn[j],
+                                &gh[j], &dhr[j]);
+            if (db) {
+                db[j] += gr[j];
+                db[H + j] += gz[j];
+                db[2 * H + j] += gn[j];
+            }
+            if (dbh) {
+                dbh[j] += gr[j];
+                dbh[H + j] += gz[j];
+                dbh[2 * H + j] += gh[j];
+            }
+        }
+    }
+}

@@ -1,0 +1,80 @@
+/* The GRU on CUDA devices (kernels/cuda/gru.cu). A plain C header: no CUDA include; streams are
+ * `void *` holding a cudaStream_t (NULL: the legacy default stream). Only present in a CUDA
+ * build (RL_WITH_CUDA). The layer's streams, lengths on the device, state copies and GEMMs use
+ * the lstm's helpers (kernels/cuda/lstm_cuda.h: rl_lstm_cuda_stream_create, _set_lengths, _zero,
+ * _copy_rows, _gemm), with the same stream rules.
+ *
+ * Layout and equations are those of layers/gru.c and kernels/gru.h (gate blocks r, z, hn, n per
+ * row of the gates buffer, row-major, time-major (T, B, .) sequences; a row b of step t is valid
+ * when t < len[b], padded rows carry the state and output 0). Every pointer named a buffer is
+ * device memory of one device (the launchers make it current); len is the int32 lengths (B) on
+ * the device. All calls are asynchronous on their stream; errors come back as RL_EDEVICE (a
+ * failing CUDA or cuBLAS call, naming the function and the sizes), RL_EARG or RL_EDTYPE.
+ * Deterministic: no atomics, every sum in a fixed order.
+ */
+#ifndef RL_KERNELS_CUDA_GRU_H
+#define RL_KERNELS_CUDA_GRU_H
+
+#include <stdint.h>
+
+#include "../../core/error.h"
+#include "../../core/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- one step (device counterparts of kernels/gru.h, for callers with their own time loop) ----
+ * Same arguments and meaning as rl_gru_cpu_fwd_f32 and rl_gru_cpu_bwd_f32 (and f64), plus the
+ * stream first, except that the bias gradients are not summed per step: call
+ * rl_gru_cuda_bias_grads over the steps' dG rows. */
+rl_status rl_gru_cuda_fwd_f32(void *stream, int64_t B, int64_t H, int64_t t, const int32_t *len,
+                              float *g, const float *b, const float *bh, const float *hp, float *h,
+                              float *out);
+rl_status rl_gru_cuda_fwd_f64(void *stream, int64_t B, int64_t H, int64_t t, const int32_t *len,
+                              double *g, const double *b, const double *bh, const double *hp,
+                              double *h, double *out);
+rl_status rl_gru_cuda_bwd_f32(void *stream, int64_t B, int64_t H, int64_t t, const int32_t *len,
+                              float *g, const float *hp, const float *dout, int64_t dout_ld,
+                              float *dh);
+rl_status rl_gru_cuda_bwd_f64(void *stream, int64_t B, int64_t H, int64_t t, const int32_t *len,
+                              double *g, const double *hp, const double *dout, int64_t dout_ld,
+                              double *dh);
+
+/* Bias gradients of N rows of dG (N, 4H) = [dar | daz | dhn | dan]:
+ *   db (3H) += column sums of [dar | daz | dan],  dbh (3H) += those of [dar | daz | dhn]. */
+rl_status rl_gru_cuda_bias_grads(void *stream, rl_dtype dt, int64_t N, int64_t H, const void *dg,
+                                 void *db, void *dbh);
+
+/* x (T, B, F), contiguous: the rows of padded frames (t >= len[b]) set to 0. */
+rl_status rl_gru_cuda_zero_padding(void *stream, rl_dtype dt, int64_t T, int64_t B, int64_t F,
+                                   const int32_t *len, void *x);
+
+/* ---- the whole recurrence of one direction (the step loops of layers/gru.c) ----
+ *   gates (T, B, 4H)  forward: the input projections [x W_rz | . | x W_n] on entry (block 2 is
+ *                     zeroed here), activations on return; backward: activations on entry,
+ *                     dG on return (0 on padded rows)
+ *   hs (T+1, B, H)    states, rows as in layers/gru.c; forward reads the initial row (written
+ *                     by the caller) and writes the others; backward reads them
+ *   out (T, B, H)     the output
+ *   U (H, 3H), b, bh (3H)
+ *   dout              dLoss/dout, a (T*B, dout_ld) matrix (NULL: zero)
+ *   dh (B, H)         zeros on entry, the initial state's gradient on return
+ *   dU (H, 3H), db, dbh (3H): += this batch's gradients
+ * Forward per step: gates_t[:, 0:3H] += h_prev U (cuBLAS), then the fused pointwise kernel.
+ * Backward per step: the pointwise kernel, then dh += dG_t[:, 0:3H] U^T; after the loop
+ * dU += Hprev^T dG[:, 0:3H] as one GEMM over all frames and the bias gradients. Left to the
+ * caller: the input projections before forward, dW and dX after backward. */
+rl_status rl_gru_cuda_forward(void *stream, rl_dtype dt, int64_t T, int64_t B, int64_t H,
+                              int direction, const int32_t *len, void *gates, const void *U,
+                              const void *b, const void *bh, void *hs, void *out);
+rl_status rl_gru_cuda_backward(void *stream, rl_dtype dt, int64_t T, int64_t B, int64_t H,
+                               int direction, const int32_t *len, void *gates, const void *U,
+                               const void *hs, const void *dout, int64_t dout_ld, void *dh,
+                               void *dU, void *db, void *dbh);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,64 @@
+/* The fused pointwise passes of one GRU step over a batch (B, H), CPU, float32 and float64.
+ * The formulas are those of kernels/gru_cell.h; layers/gru.c calls these between its GEMMs.
+ *
+ * Layout of one step (all row-major, contiguous, host memory):
+ *   g       (B, 4H)  four blocks per row, in the order r, z, hn, n (see below)
+ *   b, bh   (3H)     the input bias (PyTorch's bias_ih_l0) and the recurrent bias
+ *                    (bias_hh_l0), blocks r, z, n
+ *   hp      (B, H)   the previous state
+ *   h       (B, H)   this step's state (the recurrent state)
+ *   out     (B, H)   this step's output: h on valid rows, 0 on padded ones
+ * A row b is valid when t < len[b]. A padded row carries the state (h = hp) and, in backward,
+ * passes the state gradient through unchanged and contributes nothing else.
+ *
+ * One step on its own (what layers/gru.c does per frame, and what a caller running its own time
+ * loop, such as a rec unit, does with explicit state in and out), with W (F, 3H), U (H, 3H) in
+ * layers/gru.c's layout:
+ *   g[:, 0:2H] = x W[:, 0:2H]   g[:, 3H:4H] = x W[:, 2H:3H]   g[:, 2H:3H] = 0
+ *   g[:, 0:3H] += hp U                          (one product: r, z and hn side by side)
+ *   rl_gru_cpu_fwd_*(..., g, b, bh, hp, h, out)  -> g = [r | z | hn | n], h
+ * and backward, after setting dh = dLoss/dh from later steps (0 for the last):
+ *   rl_gru_cpu_bwd_*(..., g, hp, dout, ..., dh, db, dbh) -> g = [dar | daz | dhn | dan],
+ *                                                          dh = the direct part dh z
+ *   dh += g[:, 0:3H] U^T        (now dLoss/dhp)
+ *   dU += hp^T g[:, 0:3H]    dW[:, 0:2H] += x^T g[:, 0:2H]    dW[:, 2H:3H] += x^T g[:, 3H:4H]
+ *   dx = g[:, 0:2H] W[:, 0:2H]^T + g[:, 3H:4H] W[:, 2H:3H]^T
+ * so the recurrent operand [dar | daz | dhn] is contiguous for the per-step product.
+ */
+#ifndef RL_KERNELS_GRU_H
+#define RL_KERNELS_GRU_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Forward: g holds [x W_r + hp U_r | x W_z + hp U_z | hp U_n | x W_n] (no biases) on entry and
+ * the activations [r | z | hn | n] on return, hn = hp U_n + b_hn (kept for backward; rows of
+ * padded frames are left as they were). */
+void rl_gru_cpu_fwd_f32(int64_t B, int64_t H, int64_t t, const int32_t *len, float *g,
+                        const float *b, const float *bh, const float *hp, float *h, float *out);
+void rl_gru_cpu_fwd_f64(int64_t B, int64_t H, int64_t t, const int32_t *len, double *g,
+                        const double *b, const double *bh, const double *hp, double *h,
+                        double *out);
+
+/* Backward: g holds the activations on entry and the pre-activation gradients
+ * [dar | daz | dhn | dan] on return (0 on padded rows).
+ * dout: dLoss/dout of this step, rows dout_ld elements apart (NULL: zero).
+ * dh (B, H): on entry dLoss/dh_t from the next step; on return dLoss/dh_t * z on valid rows
+ * (the caller then adds g[:, 0:3H] U^T) and unchanged on padded rows.
+ * db (3H) += column sums of [dar | daz | dan], dbh (3H) += those of [dar | daz | dhn]; give
+ * both, or both NULL to leave the sums to the caller. */
+void rl_gru_cpu_bwd_f32(int64_t B, int64_t H, int64_t t, const int32_t *len, float *g,
+                        const float *hp, const float *dout, int64_t dout_ld, float *dh, float *db,
+                        float *dbh);
+void rl_gru_cpu_bwd_f64(int64_t B, int64_t H, int64_t t, const int32_t *len, double *g,
+                        const double *hp, const double *dout, int64_t dout_ld, double *dh,
+                        double *db, double *dbh);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,556 @@
+/* gru: a gated recurrent unit layer over time-major sequences, forward or backward in time; the
+ * cuDNN / PyTorch formulation (Cho et al. 2014 with the reset gate applied after the recurrent
+ * product, "linear_before_reset").
+ *
+ * Parameters (checkpoint layout; gate order r, z, n along every 3H axis, as in PyTorch and
+ * cuDNN):
+ *   W    (sum_k F_k, 3H)  input weights, the inputs' rows stacked in `from` order  (glorot)
+ *   U    (H, 3H)          recurrent weights                                       (orthogonal)
+ *   b    (3H)             input bias b_ir, b_iz, b_in                             (zeros)
+ *   b_h  (3H)             recurrent bias b_hr, b_hz, b_hn                         (zeros)
+ * Copying weights from PyTorch's nn.GRU (layer 0; _reverse for the backward direction of a
+ * bidirectional one): W = weight_ih_l0^T, U = weight_hh_l0^T, b = bias_ih_l0,
+ * b_h = bias_hh_l0; to PyTorch the same transposes back. Both copies are exact: the two biases
+ * are kept apart as in PyTorch, since b_hn sits inside the reset gate's product.
+ *
+ * Equations, step t in processing order (t = 0..T-1 for direction 1, T-1..0 for -1):
+ *   r = sigmoid(x W_r + b_r + h_prev U_r + b_hr)   z = sigmoid(x W_z + b_z + h_prev U_z + b_hz)
+ *   n = tanh(x W_n + b_n + r * (h_prev U_n + b_hn))   h_t = (1 - z) * n + z * h_prev
+ *   (kernels/gru_cell.h), out_t = h_t on valid frames (t < len[b]), 0 on padded ones, which
+ *   carry the state (h_t = h_prev): a backward GRU starts each sequence at its own last frame.
+ * The initial state is zero or the one given with rl_gru_set_initial_state.
+ *
+ * Cost: the input projection of all frames is two GEMMs per input (the r, z columns and the n
+ * columns of W go to their blocks of the gates buffer); each step is one recurrent GEMM
+ * (B, H) x (H, 3H) into the step's [r | z | hn] blocks and one fused pointwise pass
+ * (kernels/cpu/gru.c). Backward runs one pointwise pass and one GEMM dG_t U^T per step, then
+ * dW, dU and dX as GEMMs over all frames. In float32 on an AVX-512 CPU the per-step products use
+ * kernels/cpu/gemm_small.c with U (forward) or U^T (backward) packed once per pass, as the lstm
+ * does; float64 and other CPUs use BLAS throughout.
+ *
+ * Buffers (sized per batch shape; all kept from forward for backward):
+ *   gates (T, B, 4H)  blocks [r | z | hn | n] per row (kernels/gru.h): input projections and the
+ *                     recurrent products on entry of each step, activations after it; backward
+ *                     overwrites them with [dar | daz | dhn | dan]
+ *   hs (T+1, B, H)    states in time order plus the initial state: for direction 1 row 0 is the
+ *                     initial state and row t+1 the state after frame t; for -1 row t is the
+ *                     state after frame t and row T the initial one. So the previous states of
+ *                     all frames are rows 0..T-1 (1) or 1..T (-1).
+ *   dh (B, H)         backward's running state gradient; at the end the initial state's
+ *   upack             U or U^T in gemm_small.h's packed layout (float32 only)
+ *   xs[k], dxs[k]     contiguous copies of inputs (input gradients) whose (T, B) dims cannot be
+ *                     folded into one; in a ragged batch also of every input, with the padded
+ *                     frames zeroed: dW = X^T dG over all frames would otherwise turn a NaN or
+ *                     Inf in the padding into NaN gradients (0 * NaN), although dG is 0 there
+ *   len_dev (B)       CUDA: the batch's lengths on the device (copied once per forward)
+ *
+ * One step with explicit state (a rec unit's per-step use): forward with T = 1 after
+ * rl_gru_set_initial_state(h_prev) gives the new state as the output (and rl_gru_final_state);
+ * backward then gives dLoss/dh_prev with rl_gru_initial_state_grad. The kernels of one step are
+ * callable on their own too (kernels/gru.h says how a step is composed).
+ *
+ * Devices: one layer for the CPU and CUDA, as the lstm: the inputs' device decides; params, the
+ * given initial state and grad_out/grad_in must be on it (checked at every entry). On CUDA the
+ * layer owns a blocking stream (rl_lstm_cuda_stream_create) and queues all its work there, so
+ * the two directions of a bidirectional pair overlap; the ordering with the tensor ops on the
+ * legacy default stream is the lstm's (layers/lstm.c). The recurrence runs in
+ * rl_gru_cuda_forward/backward (kernels/cuda/gru.cu), which also do dU, db and db_h there.
+ */
+#include <inttypes.h>
+#include <string.h>
+
+#include "layer.h"
+#include "layers.h"
+#include "matrix.h"
+
+#include "../kernels/cpu/gemm_small.h"
+#include "../kernels/gru.h"
+#include "../kernels/ops.h"
+#ifdef RL_WITH_CUDA
+#include "../kernels/cuda/gru_cuda.h"
+#include "../kernels/cuda/lstm_cuda.h"
+#endif
+
+enum { P_W, P_U, P_B, P_BH };
+
+/* Sanity bound on the parameter count: keeps every size computation far from overflow; a
+ * real allocation of anything near it fails with a clear out-of-memory error first. */
+#define GRU_MAX_PARAMS ((double)(1LL << 44))
+
+typedef struct {
+    rl_layer base;
+    int direction;
+    rl_tensor h0; /* the given initial state (shared view), or unset */
+    rl_tensor gates, hs, dh;
+    rl_tensor upack; /* U (forward) or U^T (backward) packed for the per-step product */
+    rl_tensor gout;  /* a contiguous copy of grad_out when it cannot be folded */
+    rl_tensor xs[RL_LAYER_MAX_INPUTS], dxs[RL_LAYER_MAX_INPUTS];
+    bool use_xs[RL_LAYER_MAX_INPUTS]; /* the last forward read input k from xs[k] */
+    rl_tensor len_dev;
+    void *stream;   /* CUDA: this layer's stream (a cudaStream_t), or NULL */
+    int stream_dev; /* its device ordinal */
+    int64_t T, B;   /* of the last forward */
+    int64_t last_row;
+    bool have_forward;
+} gru_layer;
+
+static const rl_layer_ops gru_ops;
+
+static void *at(const rl_tensor *t, int64_t elems) {
+    return (char *)rl_tensor_data(t) + (size_t)elems * rl_dtype_size(t->dtype);
+}
+
+static rl_mat cols(rl_mat m, int64_t c, rl_dtype dt) { return rl_mat_sub(m, 0, c, dt); }
+
+/* Whether the layer can run on dev; on CUDA, makes sure it has its stream there. */
+static rl_status use_device(gru_layer *L, rl_device dev) {
+    char d[32];
+    rl_device_name(dev, d, sizeof d);
+    if (dev.type == RL_CPU) {
+#ifdef RL_WITH_CUDA
+        /* buffers of an earlier CUDA run are about to be released */
+        if (L->stream) RL_TRY(rl_lstm_cuda_stream_sync(L->stream));
+#endif
+        return RL_OK;
+    }
+#ifdef RL_WITH_CUDA
+    if (dev.type == RL_CUDA) {
+        if (L->stream && L->stream_dev == dev.index) return RL_OK;
+        if (L->stream) {
+            RL_TRY(rl_lstm_cuda_stream_sync(L->stream));
+            rl_lstm_cuda_stream_destroy(L->stream);
+            L->stream = NULL;
+        }
+        RL_TRY(rl_lstm_cuda_stream_create(dev.index, &L->stream));
+        L->stream_dev = dev.index;
+        return RL_OK;
+    }
+#endif
+    return rl_error(RL_EDEVICE, "layer '%s' (gru): tensors on %s are not supported by this build",
+                    L->base.name, d);
+}
+
+/* dst (B, H) <- src, or zeros when src is NULL; on CUDA queued on the layer's stream when the
+ * layouts allow a plain copy. */
+static rl_status write_state(const gru_layer *L, rl_tensor *dst, const rl_tensor *src) {
+#ifdef RL_WITH_CUDA
+    if (rl_tensor_device(dst).type == RL_CUDA) {
+        size_t bytes = (size_t)rl_tensor_numel(dst) * rl_dtype_size(dst->dtype);
+        if (!src) return rl_lstm_cuda_zero(L->stream, rl_tensor_data(dst), bytes);
+        if (src->dtype == dst->dtype && rl_tensor_is_contiguous(src))
+            return rl_lstm_cuda_copy_rows(L->stream, rl_tensor_data(dst), bytes,
+                                          rl_tensor_data(src), bytes, bytes, 1);
+    }
+#else
+    (void)L;
+#endif
+    return src ? rl_op_copy(dst, src) : rl_op_fill(dst, 0.0);
+}
+
+/* Backward must see the batch forward saw (it reads the inputs and, on the CPU, the lengths). */
+static rl_status check_backward_io(const gru_layer *L, const rl_layer_io *io, rl_dtype dt,
+                                   rl_device dev) {
+    char s[96];
+    const rl_layer *l = &L->base;
+    if (io->n_in != l->n_in)
+        return rl_error(RL_EARG, "layer '%s' (gru): backward got %d inputs, expected %d", l->name,
+                        io->n_in, l->n_in);
+    for (int k = 0; k < io->n_in; k++) {
+        const rl_tensor *x = io->in[k];
+        if (!x || !x->storage || x->ndim != 3 || x->shape[0] != L->T || x->shape[1] != L->B ||
+            x->shape[2] != l->in_dims[k] || x->dtype != dt ||
+            !rl_device_eq(rl_tensor_device(x), dev))
+            return rl_error(RL_ESHAPE,
+                            "layer '%s' (gru): backward's input %d is %s, not the forward's "
+                            "(%" PRId64 ", %" PRId64 ", %" PRId64 ") %s",
+                            l->name, k + 1,
+                            x && x->storage ? rl_tensor_describe(x, s, sizeof s) : "nothing", L->T,
+                            L->B, l->in_dims[k], rl_dtype_name(dt));
+    }
+    const rl_tensor *len = io->lengths;
+    if (!len || !len->storage || len->ndim != 1 || len->dtype != RL_INT32 ||
+        rl_tensor_device(len).type != RL_CPU || len->shape[0] != L->B ||
+        !rl_tensor_is_contiguous(len))
+        return rl_error(RL_ESHAPE,
+                        "layer '%s' (gru): backward needs the forward's lengths, a CPU int32 "
+                        "tensor of shape (%" PRId64 ")",
+                        l->name, L->B);
+    return RL_OK;
+}
+
+/* Input k of the batch as a (T*B, F) matrix: the input itself when it folds and the batch has
+ * no padding, else the copy xs[k] with the padded frames zeroed (see Buffers above). */
+static rl_status input_mat(gru_layer *L, const rl_layer_io *io, int k, bool ragged, rl_mat *X) {
+    const rl_tensor *x = io->in[k];
+    rl_device dev = rl_tensor_device(x);
+    int64_t T = L->T, B = L->B, F = L->base.in_dims[k];
+    L->use_xs[k] = ragged || !rl_mat_fold_tb(x, X);
+    if (!L->use_xs[k]) return RL_OK;
+    RL_TRY(rl_buffer_ensure_synced(&L->xs[k], x->dtype, dev, 3, x->shape));
+    RL_TRY(rl_op_copy(&L->xs[k], x));
+    *X = (rl_mat){rl_tensor_data(&L->xs[k]), F};
+    if (!ragged) return RL_OK;
+#ifdef RL_WITH_CUDA
+    if (dev.type == RL_CUDA)
+        return rl_gru_cuda_zero_padding(L->stream, x->dtype, T, B, F, rl_tensor_data(&L->len_dev),
+                                        X->p);
+#endif
+    const int32_t *len = rl_tensor_data(io->lengths);
+    size_t row = (size_t)F * rl_dtype_size(x->dtype);
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t b = 0; b < B; b++)
+            if (t >= len[b]) memset((char *)X->p + (size_t)(t * B + b) * row, 0, row);
+    return RL_OK;
+}
+
+/* The forward recurrence on the CPU: per step the recurrent product (packed small-M GEMM or
+ * BLAS) into [r | z | hn] and the fused pointwise pass of kernels/cpu/gru.c. */
+static rl_status forward_steps_cpu(gru_layer *L, rl_dtype dt, const int32_t *len, rl_mat U,
+                                   rl_mat b, rl_mat bh) {
+    rl_layer *l = &L->base;
+    int64_t T = L->T, B = L->B, H = l->n_out, BH = B * H;
+    size_t es = rl_dtype_size(dt);
+    /* the hn block receives the product alone (the input projection has no n part there) */
+    char *g0 = rl_tensor_data(&L->gates);
+    for (int64_t row = 0; row < T * B; row++)
+        memset(g0 + (size_t)(row * 4 * H + 2 * H) * es, 0, (size_t)H * es);
+    bool packed = dt == RL_FLOAT32 && rl_gemm_packed_fast();
+    if (packed) {
+        int64_t n = rl_gemm_packed_size(H, 3 * H);
+        RL_TRY(rl_buffer_ensure(&L->upack, RL_FLOAT32, RL_DEVICE_CPU, 1, &n));
+        rl_gemm_pack_f32(rl_tensor_data(&L->upack), U.p, 3 * H, false, H, 3 * H);
+    }
+    for (int64_t s = 0; s < T; s++) {
+        int64_t t = L->direction > 0 ? s : T - 1 - s;
+        int64_t prev = L->direction > 0 ? t : t + 1, cur = L->direction > 0 ? t + 1 : t;
+        rl_mat Hp = {at(&L->hs, prev * BH), H}, Gt = {at(&L->gates, t * B * 4 * H), 4 * H};
+        if (packed)
+            rl_gemm_packed_f32(B, 3 * H, H, Hp.p, H, rl_tensor_data(&L->upack), true, Gt.p, 4 * H);
+        else
+            rl_mat_gemm(RL_DEVICE_CPU, NULL, dt, false, false, B, 3 * H, H, Hp, U, 1.0, Gt);
+        if (dt == RL_FLOAT32)
+            rl_gru_cpu_fwd_f32(B, H, t, len, Gt.p, b.p, bh.p, Hp.p, at(&L->hs, cur * BH),
+                               at(&l->out, t * BH));
+        else
+            rl_gru_cpu_fwd_f64(B, H, t, len, Gt.p, b.p, bh.p, Hp.p, at(&L->hs, cur * BH),
+                               at(&l->out, t * BH));
+    }
+    return RL_OK;
+}
+
+/* The backward recurrence on the CPU (dG, dh, db, db_h per step), then dU = Hprev^T dG. */
+static rl_status backward_steps_cpu(gru_layer *L, rl_dtype dt, const int32_t *len, rl_mat dout,
+                                    rl_mat U, rl_mat dU, rl_mat db, rl_mat dbh) {
+    rl_layer *l = &L->base;
+    int64_t T = L->T, B = L->B, H = l->n_out, BH = B * H;
+    rl_mat dH = {rl_tensor_data(&L->dh), H};
+    bool packed = dt == RL_FLOAT32 && rl_gemm_packed_fast();
+    if (packed) {
+        int64_t n = rl_gemm_packed_size(3 * H, H);
+        RL_TRY(rl_buffer_ensure(&L->upack, RL_FLOAT32, RL_DEVICE_CPU, 1, &n));
+        rl_gemm_pack_f32(rl_tensor_data(&L->upack), U.p, 3 * H, true, 3 * H, H);
+    }
+    for (int64_t s = T - 1; s >= 0; s--) {
+        int64_t t = L->direction > 0 ? s : T - 1 - s;
+        int64_t prev = L->direction > 0 ? t : t + 1;
+        rl_mat Gt = {at(&L->gates, t * B * 4 * H), 4 * H};
+        const void *dot =
+            dout.p ? (char *)dout.p + (size_t)(t * B * dout.ld) * rl_dtype_size(dt) : NULL;
+        if (dt == RL_FLOAT32)
+            rl_gru_cpu_bwd_f32(B, H, t, len, Gt.p, at(&L->hs, prev * BH), dot, dout.ld, dH.p, db.p,
+                               dbh.p);
+        else
+            rl_gru_cpu_bwd_f64(B, H, t, len, Gt.p, at(&L->hs, prev * BH), dot, dout.ld, dH.p, db.p,
+                               dbh.p);
+        /* padded rows of dG_t are 0, so their dh passes through unchanged */
+        if (packed)
+            rl_gemm_packed_f32(B, H, 3 * H, Gt.p, 4 * H, rl_tensor_data(&L->upack), true, dH.p, H);
+        else
+            rl_mat_gemm(RL_DEVICE_CPU, NULL, dt, false, true, B, H, 3 * H, Gt, U, 1.0, dH);
+    }
+    rl_mat dG = {rl_tensor_data(&L->gates), 4 * H};
+    rl_mat Hprev = {at(&L->hs, L->direction > 0 ? 0 : BH), H};
+    return rl_mat_gemm(RL_DEVICE_CPU, NULL, dt, true, false, H, 3 * H, T * B, Hprev, dG, 1.0, dU);
+}
+
+static rl_status check_state(const gru_layer *L, const rl_tensor *s, int64_t B, rl_device dev) {
+    char buf[96], d[32];
+    int64_t H = L->base.n_out;
+    if (s->ndim != 2 || s->shape[0] != B || s->shape[1] != H)
+        return rl_error(RL_ESHAPE,
+                        "layer '%s' (gru): initial state is %s, expected (%" PRId64 ", %" PRId64
+                        ") for this batch",
+                        L->base.name, rl_shape_str(s, buf, sizeof buf), B, H);
+    if (!rl_device_eq(rl_tensor_device(s), dev)) {
+        rl_device_name(dev, d, sizeof d);
+        return rl_error(RL_EDEVICE,
+                        "layer '%s' (gru): initial state is %s, expected it on %s (the inputs' "
+                        "device)",
+                        L->base.name, rl_tensor_describe(s, buf, sizeof buf), d);
+    }
+    return RL_OK;
+}
+
+static rl_status gru_forward(rl_layer *l, rl_layer_io *io) {
+    gru_layer *L = (gru_layer *)l;
+    int64_t T, B, H = l->n_out;
+    RL_TRY(rl_layer_check_inputs(l, io, &T, &B));
+    if (!rl_tensor_is_contiguous(io->lengths))
+        return rl_error(RL_ESHAPE, "layer '%s' (gru): lengths must be contiguous", l->name);
+    rl_dtype dt = io->in[0]->dtype;
+    rl_device dev = rl_tensor_device(io->in[0]);
+    RL_TRY(use_device(L, dev));
+    rl_mat W, U, b, bh;
+    RL_TRY(rl_param_mat(l, &l->params[P_W].value, "W", dt, dev, &W));
+    RL_TRY(rl_param_mat(l, &l->params[P_U].value, "U", dt, dev, &U));
+    RL_TRY(rl_param_mat(l, &l->params[P_B].value, "b", dt, dev, &b));
+    RL_TRY(rl_param_mat(l, &l->params[P_BH].value, "b_h", dt, dev, &bh));
+    if (L->h0.storage) RL_TRY(check_state(L, &L->h0, B, dev));
+
+    int64_t gshape[3] = {T, B, 4 * H}, sshape[3] = {T + 1, B, H}, oshape[3] = {T, B, H};
+    L->T = T;
+    L->B = B;
+    L->have_forward = false;
+    RL_TRY(rl_buffer_ensure_synced(&l->out, dt, dev, 3, oshape));
+    RL_TRY(rl_buffer_ensure_synced(&L->gates, dt, dev, 3, gshape));
+    RL_TRY(rl_buffer_ensure_synced(&L->hs, dt, dev, 3, sshape));
+#ifdef RL_WITH_CUDA
+    if (dev.type == RL_CUDA) {
+        RL_TRY(rl_buffer_ensure_synced(&L->len_dev, RL_INT32, dev, 1, &B));
+        RL_TRY(rl_lstm_cuda_set_lengths(L->stream, rl_tensor_data(&L->len_dev),
+                                        rl_tensor_data(io->lengths), B));
+    }
+#endif
+
+    /* the initial state row */
+    rl_tensor hrow = {0};
+    RL_TRY(rl_tensor_select(&hrow, &L->hs, 0, L->direction > 0 ? 0 : T));
+    rl_status st = write_state(L, &hrow, L->h0.storage ? &L->h0 : NULL);
+    rl_tensor_release(&hrow);
+    RL_TRY(st);
+
+    /* input projection of all frames: per input one GEMM for the r, z columns and one for the n
+     * columns (block 3 of the gates), accumulated over the inputs */
+    const int32_t *len = rl_tensor_data(io->lengths);
+    bool ragged = false;
+    for (int64_t i = 0; i < B; i++)
+        ragged = ragged || len[i] < T;
+    rl_mat G = {rl_tensor_data(&L->gates), 4 * H};
+    int64_t row = 0;
+    for (int k = 0; k < io->n_in; k++) {
+        rl_mat X;
+        RL_TRY(input_mat(L, io, k, ragged, &X));
+        rl_mat Wk = rl_mat_sub(W, row, 0, dt);
+        double beta = k ? 1.0 : 0.0;
+        int64_t F = l->in_dims[k];
+        RL_TRY(rl_mat_gemm(dev, L->stream, dt, false, false, T * B, 2 * H, F, X, Wk, beta, G));
+        RL_TRY(rl_mat_gemm(dev, L->stream, dt, false, false, T * B, H, F, X, cols(Wk, 2 * H, dt),
+                           beta, cols(G, 3 * H, dt)));
+        row += F;
+    }
+
+    if (dev.type == RL_CPU) RL_TRY(forward_steps_cpu(L, dt, len, U, b, bh));
+#ifdef RL_WITH_CUDA
+    else
+        RL_TRY(rl_gru_cuda_forward(L->stream, dt, T, B, H, L->direction,
+                                   rl_tensor_data(&L->len_dev), rl_tensor_data(&L->gates), U.p, b.p,
+                                   bh.p, rl_tensor_data(&L->hs), rl_tensor_data(&l->out)));
+#endif
+    L->last_row = L->direction > 0 ? T : 0;
+    L->have_forward = true;
+    return RL_OK;
+}
+
+static rl_status gru_backward(rl_layer *l, rl_layer_io *io, const rl_tensor *grad_out,
+                              rl_tensor *const *grad_in) {
+    gru_layer *L = (gru_layer *)l;
+    int64_t T = L->T, B = L->B, H = l->n_out;
+    char s1[96], s2[96];
+    if (!L->have_forward)
+        return rl_error(RL_EARG, "layer '%s' (gru): backward without a forward", l->name);
+    rl_dtype dt = l->out.dtype;
+    rl_device dev = rl_tensor_device(&l->out);
+    RL_TRY(check_backward_io(L, io, dt, dev));
+    rl_mat dout = {NULL, 0};
+    if (grad_out) {
+        if (grad_out->ndim != 3 || grad_out->shape[0] != T || grad_out->shape[1] != B ||
+            grad_out->shape[2] != H || grad_out->dtype != dt ||
+            !rl_device_eq(rl_tensor_device(grad_out), dev))
+            return rl_error(RL_ESHAPE,
+                            "layer '%s' (gru): grad_out is %s, expected (%" PRId64 ", %" PRId64
+                            ", %" PRId64 ") %s on the output's device",
+                            l->name, rl_tensor_describe(grad_out, s1, sizeof s1), T, B, H,
+                            rl_dtype_name(dt));
+        if (!rl_mat_fold_tb(grad_out, &dout)) {
+            RL_TRY(rl_buffer_ensure_synced(&L->gout, dt, dev, 3, grad_out->shape));
+            RL_TRY(rl_op_copy(&L->gout, grad_out));
+            dout = (rl_mat){rl_tensor_data(&L->gout), H};
+        }
+    }
+    for (int k = 0; k < io->n_in && grad_in; k++) {
+        rl_tensor *gi = grad_in[k];
+        if (gi && (!gi->storage || !rl_tensor_same_shape(gi, io->in[k]) || gi->dtype != dt ||
+                   !rl_device_eq(rl_tensor_device(gi), dev)))
+            return rl_error(RL_ESHAPE, "layer '%s' (gru): grad_in[%d] is %s, expected %s", l->name,
+                            k + 1, gi->storage ? rl_tensor_describe(gi, s1, sizeof s1) : "nothing",
+                            rl_tensor_describe(io->in[k], s2, sizeof s2));
+    }
+    rl_mat W, U, dW, dU, db, dbh;
+    RL_TRY(rl_param_mat(l, &l->params[P_W].value, "W", dt, dev, &W));
+    RL_TRY(rl_param_mat(l, &l->params[P_U].value, "U", dt, dev, &U));
+    RL_TRY(rl_param_mat(l, &l->params[P_W].grad, "W (gradient)", dt, dev, &dW));
+    RL_TRY(rl_param_mat(l, &l->params[P_U].grad, "U (gradient)", dt, dev, &dU));
+    RL_TRY(rl_param_mat(l, &l->params[P_B].grad, "b (gradient)", dt, dev, &db));
+    RL_TRY(rl_param_mat(l, &l->params[P_BH].grad, "b_h (gradient)", dt, dev, &dbh));
+    int64_t sshape[2] = {B, H};
+    RL_TRY(rl_buffer_ensure_synced(&L->dh, dt, dev, 2, sshape));
+    RL_TRY(write_state(L, &L->dh, NULL));
+    L->have_forward = false; /* the gates become their gradients */
+
+    if (dev.type == RL_CPU)
+        RL_TRY(backward_steps_cpu(L, dt, rl_tensor_data(io->lengths), dout, U, dU, db, dbh));
+#ifdef RL_WITH_CUDA
+    else
+        RL_TRY(rl_gru_cuda_backward(L->stream, dt, T, B, H, L->direction,
+                                    rl_tensor_data(&L->len_dev), rl_tensor_data(&L->gates), U.p,
+                                    rl_tensor_data(&L->hs), dout.p, dout.ld, rl_tensor_data(&L->dh),
+                                    dU.p, db.p, dbh.p));
+#endif
+
+    /* weight and input gradients: GEMMs over all frames, the r, z columns and the n columns of
+     * the input side apart (dG's n block is block 3, dan) */
+    rl_mat dG = {rl_tensor_data(&L->gates), 4 * H}, dGn = cols(dG, 3 * H, dt);
+    int64_t row = 0;
+    for (int k = 0; k < io->n_in; k++) {
+        int64_t F = l->in_dims[k];
+        rl_mat X = {NULL, 0}, Wk = rl_mat_sub(W, row, 0, dt), dWk = rl_mat_sub(dW, row, 0, dt);
+        if (L->use_xs[k])
+            X = (rl_mat){rl_tensor_data(&L->xs[k]), F};
+        else
+            (void)rl_mat_fold_tb(io->in[k], &X); /* it folded in forward */
+        RL_TRY(rl_mat_gemm(dev, L->stream, dt, true, false, F, 2 * H, T * B, X, dG, 1.0, dWk));
+        RL_TRY(rl_mat_gemm(dev, L->stream, dt, true, false, F, H, T * B, X, dGn, 1.0,
+                           cols(dWk, 2 * H, dt)));
+        rl_tensor *gi = grad_in ? grad_in[k] : NULL;
+        if (gi) {
+            rl_mat Gi;
+            bool direct = rl_mat_fold_tb(gi, &Gi);
+            if (!direct) {
+                RL_TRY(rl_buffer_ensure_synced(&L->dxs[k], dt, dev, 3, gi->shape));
+                Gi = (rl_mat){rl_tensor_data(&L->dxs[k]), F};
+            }
+            RL_TRY(rl_mat_gemm(dev, L->stream, dt, false, true, T * B, F, 2 * H, dG, Wk, 0.0, Gi));
+            RL_TRY(rl_mat_gemm(dev, L->stream, dt, false, true, T * B, F, H, dGn,
+                               cols(Wk, 2 * H, dt), 1.0, Gi));
+            if (!direct) RL_TRY(rl_op_copy(gi, &L->dxs[k]));
+        }
+        row += F;
+    }
+    return RL_OK;
+}
+
+static void gru_destroy(rl_layer *l) {
+    gru_layer *L = (gru_layer *)l;
+#ifdef RL_WITH_CUDA
+    /* the stream may still be using the buffers released below; a failure here has no one to
+     * report to (the message stays in rl_errmsg) */
+    if (L->stream) (void)rl_lstm_cuda_stream_sync(L->stream);
+#endif
+    rl_tensor *ts[] = {&L->h0, &L->gates, &L->hs, &L->dh, &L->gout, &L->upack, &L->len_dev};
+    for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
+        rl_tensor_release(ts[i]);
+    for (int k = 0; k < RL_LAYER_MAX_INPUTS; k++) {
+        rl_tensor_release(&L->xs[k]);
+        rl_tensor_release(&L->dxs[k]);
+    }
+#ifdef RL_WITH_CUDA
+    rl_lstm_cuda_stream_destroy(L->stream);
+#endif
+}
+
+static const rl_layer_ops gru_ops = {
+    .class_name = "gru", .forward = gru_forward, .backward = gru_backward, .destroy = gru_destroy};
+
+rl_status rl_gru_create(rl_layer **out, const char *name, const rl_options *opts, int n_in,
+                        const int64_t *in_dims) {
+    int64_t H, dir;
+    *out = NULL;
+    if (n_in < 1) return rl_error(RL_EARG, "layer '%s' (gru): needs at least one input", name);
+    RL_TRY(rl_opt_int(opts, name, "n_out", 0, 1, true, &H));
+    RL_TRY(rl_opt_int(opts, name, "direction", 1, -1, false, &dir));
+    if (dir != 1 && dir != -1)
+        return rl_error(RL_EARG, "layer '%s' (gru): direction = %" PRId64 ", expected 1 or -1",
+                        name, dir);
+    double F = 0;
+    for (int k = 0; k < n_in; k++) {
+        if (in_dims[k] < 1)
+            return rl_error(RL_ESHAPE, "layer '%s' (gru): input %d has %" PRId64 " features", name,
+                            k + 1, in_dims[k]);
+        F += (double)in_dims[k];
+    }
+    double n_params = (F + (double)H + 2.0) * 3.0 * (double)H;
+    if (n_params > GRU_MAX_PARAMS)
+        return rl_error(RL_EARG,
+                        "layer '%s' (gru): n_out = %" PRId64 " with %.0f input features needs "
+                        "%.3g parameters, more than the %.3g this layer supports",
+                        name, H, F, n_params, GRU_MAX_PARAMS);
+    rl_layer *l;
+    RL_TRY(rl_layer_alloc(&l, sizeof(gru_layer), &gru_ops, name, n_in, in_dims));
+    gru_layer *L = (gru_layer *)l;
+    l->n_out = H;
+    L->direction = (int)dir;
+    int64_t Fi = (int64_t)F;
+    int64_t ws[2] = {Fi, 3 * H}, us[2] = {H, 3 * H}, bs[1] = {3 * H};
+    rl_status st = rl_layer_add_param(l, "W", 2, ws, RL_INIT_GLOROT, 1.0, Fi, 3 * H, NULL);
+    if (st == RL_OK)
+        st = rl_layer_add_param(l, "U", 2, us, RL_INIT_ORTHOGONAL, 1.0, H, 3 * H, NULL);
+    if (st == RL_OK) st = rl_layer_add_param(l, "b", 1, bs, RL_INIT_ZEROS, 0.0, 0, 0, NULL);
+    if (st == RL_OK) st = rl_layer_add_param(l, "b_h", 1, bs, RL_INIT_ZEROS, 0.0, 0, 0, NULL);
+    if (st != RL_OK) {
+        rl_layer_free(l);
+        return st;
+    }
+    *out = l;
+    return RL_OK;
+}
+
+static rl_status as_gru(rl_layer *l, gru_layer **L, const char *fn) {
+    if (!l || l->ops != &gru_ops)
+        return rl_error(RL_EARG, "%s: layer '%s' is not a gru", fn, l ? l->name : "(null)");
+    *L = (gru_layer *)l;
+    return RL_OK;
+}
+
+rl_status rl_gru_set_initial_state(rl_layer *l, const rl_tensor *h0) {
+    gru_layer *L = NULL;
+    char s[96];
+    RL_TRY(as_gru(l, &L, "rl_gru_set_initial_state"));
+    /* the batch size and the device are checked at each forward against the inputs' */
+    if (h0 && (!h0->storage || h0->ndim != 2 || h0->shape[1] != l->n_out || h0->dtype == RL_INT32))
+        return rl_error(
+            RL_ESHAPE,
+            "layer '%s' (gru): initial state must be a float (B, %" PRId64 ") tensor, got %s",
+            l->name, l->n_out, h0 && h0->storage ? rl_tensor_describe(h0, s, sizeof s) : "nothing");
+    rl_tensor_release(&L->h0);
+    if (h0) rl_tensor_share(&L->h0, h0);
+    return RL_OK;
+}
+
+rl_status rl_gru_final_state(rl_layer *l, rl_tensor *h) {
+    gru_layer *L = NULL;
+    RL_TRY(as_gru(l, &L, "rl_gru_final_state"));
+    if (!L->have_forward)
+        return rl_error(RL_EARG, "rl_gru_final_state: layer '%s' has no forward to read", l->name);
+    /* the carried states make the last processed row every sequence's own final state */
+    return rl_tensor_select(h, &L->hs, 0, L->last_row);
+}
+
+rl_status rl_gru_initial_state_grad(rl_layer *l, rl_tensor *dh0) {
+    gru_layer *L = NULL;
+    RL_TRY(as_gru(l, &L, "rl_gru_initial_state_grad"));
+    if (!L->dh.storage)
+        return rl_error(RL_EARG, "rl_gru_initial_state_grad: layer '%s' has run no backward",
+                        l->name);
+    rl_tensor_share(dh0, &L->dh);
+    return RL_OK;
+}

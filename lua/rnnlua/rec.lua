@@ -1,0 +1,996 @@
+-- The rec layer: RETURNN's recurrent sub-network, {class = "rec", from = ..., unit = {...}}.
+--
+-- The unit is a table name -> layer description, evaluated once per step. Sources inside it:
+--   "data:source"  the rec layer's input at this step (its one `from`; from = {} for none)
+--   "x"            unit layer x at this step
+--   "prev:x"       unit layer x at the previous step: zeros at the first step, or the number
+--                  (a label for a choice layer) given as x's initial_output
+--   "base:y"       layer y of the enclosing network, the whole sequence (attention's `base`,
+--                  or a from of a unit layer: then it must have one frame per step)
+-- The unit's layer `output` is the rec layer's output (S, B, n_out), one frame per step.
+-- Unit layers are ordinary layer objects (C or Lua classes) run on (1, B, F) views, one step at
+-- a time, plus three kinds the rec layer drives itself:
+--   lstm, gru           their state (h, c; a gru's h alone, its output) carried from step to
+--                       step (prev state in, final state out, layers/layer.h "Per-step use")
+--   attention           lua/rnnlua/attention.lua: base = "base:enc", from = the query
+--   choice              {class = "choice", from = "output_prob", target = "classes",
+--                       beam_size = n}: the label of this step, sparse (int32) with the
+--                       target's dim; in training the target itself (teacher forcing), in
+--                       search the beam's choice (rec:search)
+-- A unit layer with loss = "ce" (a softmax) is scored over all steps at once in training: the
+-- rec layer runs it once on the (S, B, F) outputs of its sources with the target's lengths, as
+-- the network would run it outside the unit (it must read only layers of the same step, and
+-- only a choice may read it). The rec layer reports that loss to the network as its own.
+--
+-- Steps: with a target (a choice's or a loss's) in the batch, one per target frame: S = the
+-- longest target, lengths = batch.lengths_K when the batch has it (targets of their own
+-- length), else the input's lengths. Without one, one per frame of the input.
+--
+-- Backward through time: the unit layers' outputs (S, B, F) and the lstm cells (S, B, H) are
+-- kept in buffers sized once per batch shape. A layer object keeps only its last forward, so
+-- for each step, last to first, the rec layer re-runs the unit's forward of that step (the
+-- generator reset to the state it had then, so dropout masks repeat) from the stored outputs,
+-- then every unit layer's backward in reverse order; parameter gradients accumulate across
+-- steps in the network's flat buffer, and the gradients of each layer's output at each step
+-- gather in (S, B, F) buffers: from its readers at the same step, from prev: readers at the
+-- next step and, for an lstm, from its own state. The cost is a second forward of the unit
+-- per step, and no per-step allocation of activations.
+local M = {}
+
+local layers = require("rnnlua.layers")
+local attention = require("rnnlua.attention")
+local rl -- the module table, set by install
+
+local Rec = {}
+Rec.__index = Rec
+
+local function fail(fmt, ...)
+  error(string.format(fmt, ...), 0)
+end
+
+local function sorted_keys(t)
+  local keys = {}
+  for k in pairs(t) do keys[#keys + 1] = k end
+  table.sort(keys, function(a, b) return tostring(a) < tostring(b) end)
+  return keys
+end
+
+local function list_of(v)
+  if v == nil then return {} end
+  if type(v) == "string" then return {v} end
+  return v
+end
+
+-- Keys of a unit layer's description that the rec layer reads itself.
+local UNIT_KEYS = {initial_output = true, beam_size = true}
+
+-- The rec layer's own `from` (a list, possibly empty).
+local function rec_froms(name, d)
+  if d.from == nil then return {"data"} end
+  local f = list_of(d.from)
+  if type(f) ~= "table" then fail("layer '%s' (rec): from must be a name or a list", name) end
+  if #f > 1 then
+    fail("layer '%s' (rec): takes one from (data:source), got %d (concatenate them with a copy "
+      .. "layer)", name, #f)
+  end
+  return f
+end
+
+-- The unit's layers' sources, parsed: {kind = "same"|"prev"|"base"|"source", name = ...}.
+local function parse_unit(name, d)
+  local unit = d.unit
+  if type(unit) ~= "table" then fail("layer '%s' (rec): needs unit, a table of layers", name) end
+  if unit.output == nil then
+    fail("layer '%s' (rec): the unit has no 'output' layer (layers: %s)", name,
+      table.concat(sorted_keys(unit), ", "))
+  end
+  local parsed = {}
+  for _, uname in ipairs(sorted_keys(unit)) do
+    local u = unit[uname]
+    local where = string.format("layer '%s' (rec), unit layer '%s'", name, tostring(uname))
+    if type(uname) ~= "string" then fail("layer '%s' (rec): unit layer names must be strings", name) end
+    if type(u) ~= "table" then fail("%s: the description must be a table", where) end
+    if type(u.class) ~= "string" then fail("%s: missing class", where) end
+    local srcs = {}
+    local froms = u.from
+    if froms == nil then froms = {"data:source"} end
+    froms = list_of(froms)
+    for i, s in ipairs(froms) do
+      if type(s) ~= "string" then fail("%s: from[%d] must be a name", where, i) end
+      local src
+      if s == "data:source" or s == "data" then
+        src = {kind = "source"}
+      elseif s:sub(1, 5) == "prev:" then
+        src = {kind = "prev", name = s:sub(6)}
+        if unit[src.name] == nil then
+          fail("%s: '%s' names no layer of the unit (unit layers: %s)", where, s,
+            table.concat(sorted_keys(unit), ", "))
+        end
+      elseif s:sub(1, 5) == "base:" then
+        src = {kind = "base", name = s:sub(6)}
+      else
+        src = {kind = "same", name = s}
+        if unit[s] == nil then
+          fail("%s: unknown from '%s' (unit layers: %s; or data:source, prev:x, base:y)", where, s,
+            table.concat(sorted_keys(unit), ", "))
+        end
+      end
+      src.text = s
+      srcs[i] = src
+    end
+    local base
+    if u.class == "attention" then
+      if type(u.base) ~= "string" or u.base:sub(1, 5) ~= "base:" then
+        fail("%s (attention): needs base = \"base:LAYER\" (the encoder)", where)
+      end
+      base = u.base:sub(6)
+    end
+    parsed[uname] = {name = uname, desc = u, srcs = srcs, base = base, where = where}
+  end
+  return parsed
+end
+
+-- The layers of the enclosing network the unit reads (base:y), sorted.
+local function base_names(parsed)
+  local set = {}
+  for _, p in pairs(parsed) do
+    for _, s in ipairs(p.srcs) do if s.kind == "base" then set[s.name] = p end end
+    if p.base then set[p.base] = p end
+  end
+  return set
+end
+
+-- The network node's sources: the rec layer's from, then the base layers it reads. desc: the
+-- whole network description (base layers must exist and must not depend on the rec layer).
+function M.sources(name, d, desc)
+  local froms = rec_froms(name, d)
+  local parsed = parse_unit(name, d)
+  local bases = base_names(parsed)
+  local srcs = {table.unpack(froms)}
+  for _, b in ipairs(sorted_keys(bases)) do
+    local p = bases[b]
+    if desc[b] == nil then
+      fail("%s: base:%s names no layer of the network (layers: %s)", p.where, b,
+        table.concat(sorted_keys(desc), ", "))
+    end
+    -- a base layer computed from the rec layer would be needed before it is computed
+    local seen, stack = {}, {b}
+    while #stack > 0 do
+      local n = table.remove(stack)
+      if n == name then
+        fail("%s: base:%s depends on layer '%s' itself (a cycle)", p.where, b, name)
+      end
+      if not seen[n] and desc[n] then
+        seen[n] = true
+        local dn = desc[n]
+        local fs = dn.class == "rec" and rec_froms(n, dn) or list_of(dn.from or "data")
+        for _, f in ipairs(fs) do stack[#stack + 1] = f end
+      end
+    end
+    srcs[#srcs + 1] = b
+  end
+  return srcs, #froms
+end
+
+-- Whether the unit has a layer with a loss (the rec layer then reports it).
+function M.has_loss(d)
+  if type(d.unit) ~= "table" then return false end
+  for _, u in pairs(d.unit) do
+    if type(u) == "table" and u.loss ~= nil then return true end
+  end
+  return false
+end
+
+---------------------------------------------------------------------------- construction
+
+-- name, d: the rec layer's name and description; in_dims: the dims of its sources (the from,
+-- then the base layers, as M.sources lists them); ext: the network's checked extern_data.
+function M.create(name, d, srcs, n_from, in_dims, dtype, ext)
+  for k in pairs(d) do
+    if not (k == "unit" or k == "max_seq_len" or layers.network_keys[k]) then
+      fail("layer '%s' (class rec): unknown option '%s'", name, tostring(k))
+    end
+  end
+  if d.loss ~= nil then
+    fail("layer '%s' (rec): put the loss on a layer of the unit (or on a layer after the rec "
+      .. "layer)", name)
+  end
+  local parsed = parse_unit(name, d)
+  local self = setmetatable({name = name, class = "rec", dtype = dtype, n_from = n_from,
+    n_in = #srcs, in_dims = {table.unpack(in_dims)}, is_loss = false, ext = ext, units = {},
+    order = {}, parsed = parsed, base_index = {}, max_seq_len = d.max_seq_len}, Rec)
+  for i = n_from + 1, #srcs do self.base_index[srcs[i]] = i end
+  self.source_dim = n_from == 1 and in_dims[1] or nil
+
+  -- declared dims, for prev: reads of layers not made yet
+  local function declared(p)
+    local u = p.desc
+    if u.class == "choice" then
+      local t = type(u.target) == "string" and ext[u.target]
+      if not t or not t.sparse then
+        fail("%s (choice): needs target, a sparse extern_data key (keys: %s)", p.where,
+          table.concat(sorted_keys(ext), ", "))
+      end
+      return t.dim, true
+    end
+    if u.n_out ~= nil then return u.n_out, false end
+    if u.class == "attention" and self.base_index[p.base] then
+      return in_dims[self.base_index[p.base]], false
+    end
+    if u.loss ~= nil and type(u.target) == "string" and ext[u.target] then
+      return ext[u.target].dim, false
+    end
+    return nil
+  end
+
+  -- same-step order: depth first over same-step sources
+  local state = {}
+  local function visit(uname, path)
+    if state[uname] == "done" then return end
+    if state[uname] == "active" then
+      fail("layer '%s' (rec), unit layer '%s': cycle within a step: %s (read the previous step "
+        .. "with prev:)", name, uname, table.concat(path, " -> ") .. " -> " .. uname)
+    end
+    state[uname] = "active"
+    local p = parsed[uname]
+    path[#path + 1] = uname
+    for _, s in ipairs(p.srcs) do if s.kind == "same" then visit(s.name, path) end end
+    path[#path] = nil
+    state[uname] = "done"
+    self.order[#self.order + 1] = uname
+  end
+  for _, uname in ipairs(sorted_keys(parsed)) do visit(uname, {}) end
+
+  local made = {}
+  for _, uname in ipairs(self.order) do
+    local p = parsed[uname]
+    local u = p.desc
+    local in_d, sparse_in = {}, {}
+    for k, s in ipairs(p.srcs) do
+      local dim, sparse
+      if s.kind == "source" then
+        if not self.source_dim then
+          fail("%s: reads data:source, but the rec layer has no from", p.where)
+        end
+        dim = self.source_dim
+      elseif s.kind == "base" then
+        dim = in_dims[self.base_index[s.name]]
+      elseif s.kind == "same" then
+        dim, sparse = made[s.name].n_out, made[s.name].sparse
+      else
+        local m = made[s.name]
+        if m then
+          dim, sparse = m.n_out, m.sparse
+        else
+          dim, sparse = declared(parsed[s.name])
+          if not dim then
+            fail("%s: reads %s before it is made; give '%s' an n_out", p.where, s.text, s.name)
+          end
+        end
+      end
+      in_d[k], sparse_in[k] = dim, sparse or false
+    end
+    local unit = {name = uname, desc = u, srcs = p.srcs, where = p.where, in_dims = in_d,
+      sparse_in = sparse_in}
+    local flags = rl._layer_class_flags(u.class) or 0
+    for k, s in ipairs(p.srcs) do
+      if sparse_in[k] and flags & 8 == 0 and u.class ~= "choice" then
+        fail("%s (class %s): '%s' gives labels (sparse); feed it through an embedding layer",
+          p.where, u.class, s.text)
+      end
+      if not sparse_in[k] and u.class == "embedding" then
+        fail("%s (class %s): '%s' is dense; this class takes labels", p.where, u.class, s.text)
+      end
+    end
+    if u.initial_output ~= nil and type(u.initial_output) ~= "number" then
+      fail("%s: initial_output must be a number (a label for a choice layer)", p.where)
+    end
+    unit.initial = u.initial_output or 0
+    if u.class == "choice" then
+      unit.kind, unit.sparse = "choice", true
+      unit.n_out = declared(p)
+      unit.target = u.target
+      for k in pairs(u) do
+        if not (k == "class" or k == "from" or k == "target" or k == "beam_size"
+            or k == "initial_output") then
+          fail("%s (choice): unknown option '%s'", p.where, tostring(k))
+        end
+      end
+      if #p.srcs ~= 1 or p.srcs[1].kind ~= "same" then
+        fail("%s (choice): from must be one layer of the unit at this step (the scores)", p.where)
+      end
+      if in_d[1] ~= unit.n_out then
+        fail("%s (choice): '%s' gives %d scores, target '%s' has %d classes", p.where,
+          p.srcs[1].text, in_d[1], u.target, unit.n_out)
+      end
+      if u.beam_size ~= nil and (math.type(u.beam_size) ~= "integer" or u.beam_size < 1) then
+        fail("%s (choice): beam_size must be a positive integer", p.where)
+      end
+      unit.beam_size = u.beam_size or 1
+      if unit.initial ~= math.floor(unit.initial) or unit.initial < 0 or unit.initial >= unit.n_out then
+        fail("%s (choice): initial_output must be a label in 0..%d", p.where, unit.n_out - 1)
+      end
+      self.choice = self.choice or unit
+    elseif u.class == "attention" then
+      unit.kind = "attention"
+      for k in pairs(u) do
+        if not (layers.network_keys[k] or attention.options[k]) then
+          fail("%s (attention): unknown option '%s'", p.where, tostring(k))
+        end
+      end
+      if #p.srcs ~= 1 or p.srcs[1].kind == "base" then
+        fail("%s (attention): from must be one query (a layer of the unit, prev:x or "
+          .. "data:source)", p.where)
+      end
+      local e_dim = in_dims[self.base_index[parsed[uname].base]]
+      unit.base = parsed[uname].base
+      unit.obj = attention.new(p.where, u, in_d[1], e_dim, dtype)
+      unit.n_out = e_dim
+    else
+      for k, s in ipairs(p.srcs) do
+        if s.kind == "base" then
+          fail("%s: reads %s as a from; a unit layer reads the enclosing network through an "
+            .. "attention layer", p.where, s.text, k)
+        end
+      end
+      local clean = {}
+      for k, v in pairs(u) do if not UNIT_KEYS[k] then clean[k] = v end end
+      local ok, layer = pcall(layers.create, u.class, name .. "/" .. uname, clean, in_d, dtype,
+        u.loss and type(u.target) == "string" and ext[u.target] and {n_out = ext[u.target].dim})
+      if not ok then fail("layer '%s' (rec), unit layer '%s': %s", name, uname, tostring(layer)) end
+      unit.obj, unit.n_out = layer, layer.n_out
+      unit.kind = (u.class == "lstm" or u.class == "gru") and u.class or "layer"
+      if unit.kind ~= "layer" and u.direction ~= nil and u.direction ~= 1 then
+        fail("%s: direction = %s; inside a unit the %s runs one step at a time, forward in "
+          .. "the rec layer's steps (direction = 1)", p.where, tostring(u.direction), u.class)
+      end
+      if u.loss ~= nil then
+        if u.loss ~= "ce" or not layer.is_loss then
+          fail("%s: only loss = \"ce\" on a softmax layer is supported inside a unit", p.where)
+        end
+        local t = type(u.target) == "string" and ext[u.target]
+        if not t or not t.sparse or t.dim ~= layer.n_out then
+          fail("%s: target '%s' must be a sparse extern_data key with %d classes", p.where,
+            tostring(u.target), layer.n_out)
+        end
+        for _, s in ipairs(p.srcs) do
+          if s.kind ~= "same" then
+            fail("%s: a loss layer in a unit reads layers of the same step only, not %s", p.where,
+              s.text)
+          end
+        end
+        unit.loss, unit.target = true, u.target
+        unit.loss_scale = u.loss_scale or 1
+      end
+    end
+    if u.direction ~= nil and u.direction ~= 1 then
+      fail("%s: a layer in a unit runs forward in time (direction = 1)", p.where)
+    end
+    local decl = declared(p)
+    if decl and decl ~= unit.n_out then
+      fail("%s: n_out is %d, expected %d", p.where, unit.n_out, decl)
+    end
+    made[uname] = unit
+    self.units[#self.units + 1] = unit
+  end
+  for _, unit in ipairs(self.units) do
+    for _, s in ipairs(unit.srcs) do
+      local m = made[s.name]
+      if m and m.loss and unit.kind ~= "choice" then
+        fail("%s: reads the loss layer '%s'; only a choice layer may read a loss layer of the unit",
+          unit.where, s.name)
+      end
+    end
+  end
+  self.by_name = made
+  self.out_unit = made.output
+  self.n_out = made.output.n_out
+  self.sparse_out = made.output.sparse
+  self.losses = {}
+  for _, unit in ipairs(self.units) do
+    if unit.loss then self.losses[#self.losses + 1] = unit end
+  end
+  self.target = (self.losses[1] and self.losses[1].target) or (self.choice and self.choice.target)
+  for _, unit in ipairs(self.units) do
+    if unit.target and unit.target ~= self.target then
+      fail("%s: target '%s' differs from the unit's other target '%s'", unit.where, unit.target,
+        self.target)
+    end
+  end
+  self.num_params = 0
+  for _, spec in ipairs(self:params()) do self.num_params = self.num_params + spec.numel end
+  return self
+end
+
+---------------------------------------------------------------------------- parameters
+
+local Size = debug.getregistry()["rnnlua.Size"]
+
+function Rec:params()
+  local list = {}
+  for _, unit in ipairs(self.units) do
+    if unit.kind == "attention" then
+      for _, s in ipairs(unit.obj:param_specs()) do
+        local numel = 1
+        for _, n in ipairs(s.shape) do numel = numel * n end
+        local fan_in = 1
+        for dd = 1, #s.shape - 1 do fan_in = fan_in * s.shape[dd] end
+        list[#list + 1] = {name = unit.name .. "." .. s.name, shape = setmetatable(
+          {table.unpack(s.shape)}, Size), numel = numel, init = s.init, init_scale = 1,
+          fan_in = fan_in, fan_out = s.shape[#s.shape]}
+      end
+    elseif unit.obj then
+      for _, pr in ipairs(unit.obj:params()) do
+        pr.name = unit.name .. "." .. pr.name
+        list[#list + 1] = pr
+      end
+    end
+  end
+  return list
+end
+
+function Rec:bind(values, grads, offset)
+  self.device = values:device()
+  for _, unit in ipairs(self.units) do
+    if unit.kind == "attention" then
+      local a = unit.obj
+      for _, s in ipairs(a:param_specs()) do
+        local numel = 1
+        for _, n in ipairs(s.shape) do numel = numel * n end
+        a.params[s.name] = values:narrow(1, offset + 1, numel):view(s.shape)
+        a.grads[s.name] = grads:narrow(1, offset + 1, numel):view(s.shape)
+        offset = offset + numel
+      end
+    elseif unit.obj then
+      offset = unit.obj:bind(values, grads, offset)
+    end
+  end
+  return offset
+end
+
+function Rec:init_params()
+  for _, unit in ipairs(self.units) do
+    if unit.kind == "attention" then
+      for _, s in ipairs(unit.obj:param_specs()) do
+        local v = unit.obj.params[s.name]
+        local fan_in = 1
+        for dd = 1, #s.shape - 1 do fan_in = fan_in * s.shape[dd] end
+        rl._param_init(v, s.init, 1, fan_in, s.shape[#s.shape], s.name)
+      end
+    elseif unit.obj then
+      unit.obj:init_params()
+    end
+  end
+end
+
+---------------------------------------------------------------------------- buffers
+
+-- buf when it is (S, B, F) of the rec layer's dtype and device, else a new zeroed one.
+local function ensure(buf, dtype, device, ...)
+  local shape = {...}
+  if buf and buf:dim() == #shape and buf:dtype() == dtype and buf:device() == device then
+    local same = true
+    for i, n in ipairs(shape) do if buf:size(i) ~= n then same = false end end
+    if same then return buf end
+  end
+  return rl.zeros(shape, dtype, device)
+end
+
+function Rec:size_buffers(S, B)
+  local dt, dev = self.dtype, self.device or "cpu"
+  for _, unit in ipairs(self.units) do
+    if unit.sparse then
+      unit.out = ensure(unit.out, "int32", "cpu", S, B)
+      unit.init_buf = ensure(unit.init_buf, "int32", "cpu", 1, B)
+    else
+      unit.out = ensure(unit.out, dt, dev, S, B, unit.n_out)
+      unit.grad = ensure(unit.grad, dt, dev, S, B, unit.n_out)
+      unit.init_buf = ensure(unit.init_buf, dt, dev, 1, B, unit.n_out)
+    end
+    unit.init_buf:fill_(unit.initial)
+    if unit.kind == "lstm" then
+      unit.cells = ensure(unit.cells, dt, dev, S, B, unit.n_out)
+      unit.dc = ensure(unit.dc, dt, dev, B, unit.n_out)
+    end
+    if unit.kind == "lstm" or unit.kind == "gru" then
+      unit.zero_state = ensure(unit.zero_state, dt, dev, B, unit.n_out)
+    end
+    if unit.loss then
+      unit.loss_gin = unit.loss_gin or {}
+      for k in ipairs(unit.srcs) do
+        unit.loss_gin[k] = ensure(unit.loss_gin[k], dt, dev, S, B, unit.in_dims[k])
+      end
+    end
+    unit.gin = unit.gin or {}
+    for k, s in ipairs(unit.srcs) do
+      if unit.sparse_in[k] or unit.kind == "choice" then
+        unit.gin[k] = false
+      else
+        unit.gin[k] = ensure(unit.gin[k] or nil, dt, dev, 1, B, unit.in_dims[k])
+      end
+    end
+  end
+  if not self.ones or self.ones:size(1) ~= B then self.ones = rl.ones({B}, "int32") end
+end
+
+---------------------------------------------------------------------------- forward
+
+-- The (1, B, F) input of unit source s at step t (1-based) for a unit layer.
+function Rec:step_input(s, t)
+  if s.kind == "source" then return self.source:narrow(1, t, 1) end
+  local src = self.by_name[s.name]
+  if s.kind == "same" then return src.out:narrow(1, t, 1) end
+  if t == 1 then return src.init_buf end
+  return src.out:narrow(1, t - 1, 1)
+end
+
+-- Runs unit layer `unit` at step t; returns its (1, B, F) output (not yet stored).
+function Rec:run_unit(unit, t, train)
+  local ins = unit.ins or {}
+  unit.ins = ins
+  for k, s in ipairs(unit.srcs) do ins[k] = self:step_input(s, t) end
+  if unit.kind == "attention" then
+    return unit.obj:forward_step(t, ins[1]:select(1, 1)):view(1, self.B, unit.n_out)
+  end
+  if unit.kind == "lstm" then
+    local h0 = t == 1 and unit.zero_state or unit.out:select(1, t - 1)
+    local c0 = t == 1 and unit.zero_state or unit.cells:select(1, t - 1)
+    unit.obj:set_initial_state(h0, c0)
+  elseif unit.kind == "gru" then -- its state is its output
+    unit.obj:set_initial_state(t == 1 and unit.zero_state or unit.out:select(1, t - 1))
+  end
+  local ok, out = pcall(unit.obj.forward, unit.obj, ins, self.ones, train)
+  if not ok then fail("layer '%s' (rec), unit layer '%s', step %d: %s", self.name, unit.name, t,
+      tostring(out)) end
+  return out
+end
+
+-- Runs unit layer `unit` at step t and keeps its output (and an lstm's cell) as row t.
+function Rec:store_unit(unit, t, train)
+  unit.out:narrow(1, t, 1):copy_(self:run_unit(unit, t, train))
+  if unit.kind == "lstm" then
+    local _, c = unit.obj:final_state()
+    unit.cells:select(1, t):copy_(c)
+  end
+end
+
+-- Whether unit runs in the step loop (loss layers and choices are handled apart in training).
+local function in_loop(unit, teacher)
+  if teacher then return not unit.loss and unit.kind ~= "choice" end
+  return true
+end
+
+-- The number of steps, their lengths and the target (S, B) int32 (or nil) of a batch.
+function Rec:steps_of(inputs, geom, batch)
+  local key = self.target
+  local y = key and batch and batch[key]
+  if y then
+    local len = batch["lengths_" .. key]
+    if len then
+      local lo, hi = len:min(), len:max()
+      if lo < 1 then
+        fail("layer '%s' (rec): target '%s' has an empty sequence (lengths_%s = %d); a decoder "
+          .. "needs at least one label (end-of-sequence)", self.name, key, key, lo)
+      end
+      return hi, len, y:narrow(1, 1, hi)
+    end
+    return y:size(1), geom, y
+  end
+  if self.source then return self.source:size(1), geom, nil end
+  if self.choice then
+    fail("layer '%s' (rec), unit layer '%s': a choice without a target in the batch needs search "
+      .. "(net:search), or give target '%s'", self.name, self.choice.name, key)
+  end
+  fail("layer '%s' (rec): nothing gives the number of steps: no target and no from "
+    .. "(data:source)", self.name)
+end
+
+-- forward(inputs, geom, train, batch) -> out [, loss, errors, frames]
+function Rec:forward(inputs, geom, train, batch)
+  self.forwarded = false
+  self.source = self.n_from == 1 and inputs[1] or nil
+  self.inputs = inputs
+  local B = geom:size(1)
+  self.B = B
+  local S, len, y = self:steps_of(inputs, geom, batch)
+  if self.source and self.source:size(1) ~= S then
+    fail("layer '%s' (rec): the unit reads data:source (%d frames) but runs %d steps (target '%s')",
+      self.name, self.source:size(1), S, tostring(self.target))
+  end
+  self.S, self.len, self.train = S, len, train
+  self:size_buffers(S, B)
+  local teacher = y ~= nil
+  self.teacher = teacher
+  if teacher then
+    -- labels of padded frames become 0: they are read (as prev:) but never matter
+    local V = self.ext[self.target].dim
+    local yc = y:clone()
+    local lens = len:totable()
+    for b = 1, B do
+      if lens[b] < S then yc:narrow(1, lens[b] + 1, S - lens[b]):select(2, b):fill_(0) end
+    end
+    if yc:min() < 0 or yc:max() >= V then
+      for t, row in ipairs(yc:totable()) do
+        for b, v in ipairs(row) do
+          if v < 0 or v >= V then
+            fail("layer '%s' (rec), unit layer '%s': label %d at step %d of sequence %d is "
+              .. "outside 0..%d (target '%s')", self.name, (self.choice or self.losses[1]).name,
+              v, t, b, V - 1, self.target)
+          end
+        end
+      end
+    end
+    self.labels = yc
+    if self.choice then self.choice.out:copy_(yc) end
+  end
+  for _, unit in ipairs(self.units) do
+    if unit.kind == "attention" then
+      local e = inputs[self.base_index[unit.base]]
+      unit.obj:start(e, geom, S)
+    end
+  end
+  self.rng_states = self.rng_states or {}
+  for t = 1, S do
+    self.rng_states[t] = rl.get_rng_state()
+    for _, unit in ipairs(self.units) do
+      if in_loop(unit, teacher) then
+        if unit.kind == "choice" then
+          fail("layer '%s' (rec), unit layer '%s': a choice without a target in the batch needs "
+            .. "search (net:search)", self.name, unit.name)
+        end
+        self:store_unit(unit, t, train)
+      end
+    end
+  end
+  local loss, errors, frames = 0, 0, nil
+  for _, unit in ipairs(self.losses) do
+    local ins = {}
+    for k, s in ipairs(unit.srcs) do ins[k] = self.by_name[s.name].out end
+    local ok, out, l, e, f = pcall(unit.obj.forward, unit.obj, ins, len, train, y)
+    if not ok then fail("layer '%s' (rec), unit layer '%s': %s", self.name, unit.name, tostring(out)) end
+    unit.out:copy_(out)
+    loss, errors = loss + l * unit.loss_scale, errors + e
+    frames = frames or f
+  end
+  self.rng_after = rl.get_rng_state()
+  self.forwarded = true
+  self.out_len = len
+  self.has_loss = #self.losses > 0 and teacher
+  return self.out_unit.out, loss, errors, frames
+end
+
+function Rec:out_geometry() return self.out_len end
+
+---------------------------------------------------------------------------- backward
+
+-- Adds g (1, B, F) into the gradient of source s read at step t.
+function Rec:route(s, t, g)
+  if s.kind == "source" then
+    if self.dsource then self.dsource:narrow(1, t, 1):add_(g) end
+  elseif s.kind == "same" then
+    self.by_name[s.name].grad:narrow(1, t, 1):add_(g)
+  elseif t > 1 then
+    self.by_name[s.name].grad:narrow(1, t - 1, 1):add_(g)
+  end
+end
+
+function Rec:backward(grad_out, grad_in)
+  if not self.forwarded then
+    fail("layer '%s' (rec): backward needs a forward before it (once per forward)", self.name)
+  end
+  self.forwarded = false
+  local S, B, teacher = self.S, self.B, self.teacher
+  for _, unit in ipairs(self.units) do
+    if unit.grad then unit.grad:zero_() end
+    if unit.dc then unit.dc:zero_() end
+    if unit.kind == "attention" then unit.obj:zero_grad_acc() end
+  end
+  self.dsource = self.n_from == 1 and grad_in[1] or nil
+  if self.dsource then self.dsource:zero_() end
+  if grad_out then
+    if self.sparse_out then
+      fail("layer '%s' (rec): its output is labels (unit layer 'output' is a choice) and takes "
+        .. "no gradient", self.name)
+    end
+    self.out_unit.grad:add_(grad_out)
+  end
+  -- the loss layers, over all steps at once
+  for _, unit in ipairs(self.losses) do
+    local gin = unit.loss_gin
+    local ok, err = pcall(function()
+      if unit.loss_scale ~= 1 then error("loss_scale inside a unit is not supported", 0) end
+      unit.obj:backward(nil, gin)
+    end)
+    if not ok then fail("layer '%s' (rec), unit layer '%s': %s", self.name, unit.name, tostring(err)) end
+    for k, s in ipairs(unit.srcs) do self.by_name[s.name].grad:add_(gin[k]) end
+  end
+  for t = S, 1, -1 do
+    -- re-run step t so that every layer object holds that step's activations
+    rl.set_rng_state(self.rng_states[t])
+    for _, unit in ipairs(self.units) do
+      if in_loop(unit, teacher) and unit.kind ~= "attention" then
+        self:run_unit(unit, t, self.train)
+      elseif unit.kind == "attention" then
+        local ins = unit.ins or {}
+        unit.ins = ins
+        ins[1] = self:step_input(unit.srcs[1], t)
+      end
+    end
+    for i = #self.units, 1, -1 do
+      local unit = self.units[i]
+      if in_loop(unit, teacher) then
+        local g = unit.grad:narrow(1, t, 1)
+        if unit.kind == "attention" then
+          local dq = unit.obj:backward_step(t, unit.ins[1]:select(1, 1), g:select(1, 1))
+          self:route(unit.srcs[1], t, dq:view(1, B, unit.in_dims[1]))
+        else
+          if unit.kind == "lstm" then unit.obj:set_final_state_grad(nil, unit.dc) end
+          local ok, err = pcall(unit.obj.backward, unit.obj, g, unit.gin)
+          if not ok then fail("layer '%s' (rec), unit layer '%s', step %d: %s", self.name,
+              unit.name, t, tostring(err)) end
+          if unit.kind == "lstm" or unit.kind == "gru" then
+            -- the state's gradient flows to the previous step's output (= its h)
+            local dh0, dc0 = unit.obj:initial_state_grad()
+            if dc0 then unit.dc:copy_(dc0) end
+            if t > 1 then unit.grad:select(1, t - 1):add_(dh0) end
+          end
+          for k, s in ipairs(unit.srcs) do
+            if unit.gin[k] then self:route(s, t, unit.gin[k]) end
+          end
+        end
+      end
+    end
+  end
+  rl.set_rng_state(self.rng_after)
+  for i = self.n_from + 1, self.n_in do
+    if grad_in[i] then grad_in[i]:zero_() end
+  end
+  for _, unit in ipairs(self.units) do
+    if unit.kind == "attention" then
+      local gi = grad_in[self.base_index[unit.base]]
+      if gi then unit.obj:finish_backward(gi) end
+    end
+  end
+end
+
+---------------------------------------------------------------------------- search
+
+-- The step limit of each sequence: max_seq_len is a number, a function of the input length, or
+-- a string expression of T (the input length), e.g. "2 * T + 3".
+function Rec:limits(geom, max_seq_len)
+  local f = max_seq_len
+  local where = string.format("layer '%s' (rec), unit layer '%s'", self.name, self.choice.name)
+  if f == nil then
+    fail("%s: search needs max_seq_len (a number, a function of the input length T, or an "
+      .. "expression of T such as \"2 * T + 3\")", where)
+  end
+  if type(f) == "string" then
+    local env = {math = math}
+    local chunk, err = load("return " .. f, "max_seq_len", "t", env)
+    if not chunk then fail("%s: max_seq_len '%s': %s", where, max_seq_len, err) end
+    f = function(T)
+      env.T = T
+      return chunk()
+    end
+  end
+  local lim = {}
+  for b, T in ipairs(geom:totable()) do
+    local n = type(f) == "function" and f(T) or f
+    if type(n) ~= "number" or n ~= n then
+      fail("%s: max_seq_len gave %s for input length %d", where, tostring(n), T)
+    end
+    n = math.floor(n)
+    if n <= 0 then
+      fail("%s: max_seq_len must be >= 1, got %d for input length %d", where, n, T)
+    end
+    lim[b] = n
+  end
+  return lim
+end
+
+-- Beam search over the choice layer: inputs and geom as in forward (no target needed).
+-- opts: beam_size (default the choice's), eos (the end-of-sequence label, default 0),
+-- max_seq_len (default the rec layer's). Returns one entry per sequence: {labels = {...}
+-- (without the end label), score = sum of log-probabilities (with the end label's), hyps =
+-- {{labels, score}, ...} best first}. Hypotheses that reach max_seq_len stop there unfinished.
+-- Beam size 1 is greedy decoding. Scores are not length-normalised.
+function Rec:search(inputs, geom, opts)
+  opts = opts or {}
+  local choice = self.choice
+  if not choice then
+    fail("layer '%s' (rec): search needs a choice layer in the unit", self.name)
+  end
+  local where = string.format("layer '%s' (rec), unit layer '%s'", self.name, choice.name)
+  local K = opts.beam_size or choice.beam_size
+  if math.type(K) ~= "integer" or K < 1 then
+    fail("%s: beam_size must be a positive integer, got %s", where, tostring(K))
+  end
+  local V = choice.n_out
+  local eos = opts.eos or 0
+  if math.type(eos) ~= "integer" or eos < 0 or eos >= V then
+    fail("%s: eos must be a label in 0..%d, got %s", where, V - 1, tostring(eos))
+  end
+  local lim = self:limits(geom, opts.max_seq_len or self.max_seq_len)
+  local B = geom:size(1)
+  local BK = B * K
+  local S = 0
+  for _, n in ipairs(lim) do S = math.max(S, n) end
+  -- every sequence K times: hypothesis k of sequence b is row (b - 1) * K + k
+  local rep = {}
+  for b = 1, B do for _ = 1, K do rep[#rep + 1] = b end end
+  local rep_idx = rl.tensor(rep, "int32")
+  local glen = geom:index_select(1, rep_idx)
+  self.B, self.S, self.train, self.teacher = BK, S, false, false
+  self.source = self.n_from == 1 and inputs[1]:index_select(2, rep_idx) or nil
+  if self.source and self.source:size(1) < S then
+    fail("%s: the unit reads data:source (%d frames), max_seq_len allows %d steps", where,
+      self.source:size(1), S)
+  end
+  self:size_buffers(S, BK)
+  for _, unit in ipairs(self.units) do
+    if unit.kind == "attention" then
+      unit.obj:start(inputs[self.base_index[unit.base]]:index_select(2, rep_idx), glen, S)
+    end
+  end
+  local score, done = {}, {}
+  for i = 1, BK do score[i], done[i] = (i - 1) % K == 0 and 0 or -math.huge, false end
+  local back, labels = {}, {}
+  local src = self.by_name[choice.srcs[1].name]
+  for t = 1, S do
+    for _, unit in ipairs(self.units) do
+      if unit.kind ~= "choice" then self:store_unit(unit, t, false) end
+    end
+    local logp = src.out:select(1, t):clamp(1e-30, 1):log():to{dtype = "float64",
+      device = "cpu"}:totable()
+    local origin, lab = {}, {}
+    for b = 1, B do
+      -- the K best extensions of sequence b's hypotheses; a finished one extends only by
+      -- itself (label eos, no cost)
+      local cand = {}
+      for k = 1, K do
+        local i = (b - 1) * K + k
+        if score[i] > -math.huge then
+          if done[i] or t > lim[b] then
+            cand[#cand + 1] = {score[i], i, eos, true}
+          else
+            local row = logp[i]
+            for v = 1, V do cand[#cand + 1] = {score[i] + row[v], i, v - 1, v - 1 == eos} end
+          end
+        end
+      end
+      table.sort(cand, function(x, y)
+        if x[1] ~= y[1] then return x[1] > y[1] end
+        if x[2] ~= y[2] then return x[2] < y[2] end
+        return x[3] < y[3]
+      end)
+      for k = 1, K do
+        local i = (b - 1) * K + k
+        local c = cand[k]
+        if c then
+          origin[i], lab[i] = c[2], c[3]
+          score[i], done[i] = c[1], c[4] or (t >= lim[b])
+        else
+          origin[i], lab[i], score[i], done[i] = i, eos, -math.huge, true
+        end
+      end
+    end
+    back[t], labels[t] = origin, lab
+    -- the chosen hypotheses' states become row t
+    local idx = rl.tensor(origin, "int32")
+    for _, unit in ipairs(self.units) do
+      if unit.kind ~= "choice" then
+        local row = unit.out:select(1, t)
+        row:copy_(row:index_select(1, idx))
+        if unit.kind == "lstm" then
+          local c = unit.cells:select(1, t)
+          c:copy_(c:index_select(1, idx))
+        end
+      end
+    end
+    choice.out:select(1, t):copy_(rl.tensor(lab, "int32"))
+    local all = true
+    for i = 1, BK do all = all and done[i] end
+    if all then S = t break end
+  end
+  self.S = S
+  local results = {}
+  for b = 1, B do
+    local hyps = {}
+    for k = 1, K do
+      local i = (b - 1) * K + k
+      if score[i] > -math.huge then
+        local seq, j = {}, i
+        for t = S, 1, -1 do
+          seq[t] = labels[t][j]
+          j = back[t][j]
+        end
+        local out = {}
+        for _, v in ipairs(seq) do
+          if v == eos then break end
+          out[#out + 1] = v
+        end
+        hyps[#hyps + 1] = {labels = out, score = score[i]}
+      end
+    end
+    results[b] = {labels = hyps[1].labels, score = hyps[1].score, hyps = hyps}
+  end
+  return results
+end
+
+-- net:search(batch, opts): runs the layers the rec layer reads (train = false), then its beam
+-- search; opts.layer names the rec layer when the network has several.
+function M.search(net, batch, opts)
+  opts = opts or {}
+  local target
+  for _, node in ipairs(net.nodes) do
+    if node.rec and node.layer.choice and (opts.layer == nil or opts.layer == node.name) then
+      target = node
+    end
+  end
+  if not target then
+    fail("net:search: no rec layer with a choice in its unit%s", opts.layer
+      and string.format(" named '%s'", tostring(opts.layer)) or "")
+  end
+  if type(batch) ~= "table" or not rl.is_tensor(batch.lengths) then
+    fail("net:search: the batch must be a table with lengths (B) int32 and the inputs")
+  end
+  -- the layers the rec layer depends on
+  local need = {[target.name] = true}
+  for i = target.index, 1, -1 do
+    local node = net.nodes[i]
+    if need[node.name] then
+      for _, s in ipairs(node.srcs) do need[s] = true end
+    end
+  end
+  for key in pairs(net.input_keys) do
+    if need[key] and not rl.is_tensor(batch[key]) then
+      fail("net:search: the batch lacks input '%s'", key)
+    end
+  end
+  local moved = {}
+  for key in pairs(net.input_keys) do
+    if need[key] then moved[key] = batch[key]:to(net.device) end
+  end
+  local results
+  for i = 1, target.index do
+    local node = net.nodes[i]
+    if need[node.name] then
+      local inputs = {}
+      for k, s in ipairs(node.srcs) do
+        inputs[k] = net.by_name[s] and net.by_name[s].out or moved[s]
+      end
+      if node == target then
+        results = node.layer:search(inputs, batch.lengths, opts)
+      elseif node.rec or node.rank ~= 1 or node.fold then
+        fail("net:search: layer '%s' (class %s) before the search is not supported", node.name,
+          node.layer.class)
+      else
+        node.out = node.layer:forward(inputs, batch.lengths, false)
+      end
+    end
+  end
+  net.forwarded = false
+  return results
+end
+
+-- The attention weights (S, B, Te) of unit layer `name` from the last forward.
+function Rec:attention_weights(uname)
+  local unit = self.by_name[uname]
+  if not unit or unit.kind ~= "attention" then
+    fail("layer '%s' (rec): no attention layer '%s' in the unit", self.name, tostring(uname))
+  end
+  return unit.obj.alpha:narrow(1, 1, self.S)
+end
+
+function Rec:__tostring()
+  return string.format("Layer '%s' (rec, %d unit layers, n_out %d, %d params)", self.name,
+    #self.units, self.n_out, self.num_params)
+end
+
+function M.install(module)
+  rl = module
+  attention.install(module)
+  return M
+end
+
+return M

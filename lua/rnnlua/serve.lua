@@ -1,0 +1,106 @@
+-- The Lua half of `rnnlua serve` (lua/serve.c): the served model.
+--
+--   local m = require("rnnlua.serve").load(path, layer)   -- raises with a message naming the file
+--   m.key, m.in_dim, m.sparse, m.images    the network's one input (its extern_data entry)
+--   m.out_dim, m.out_images                the served layer's n_out and whether it gives images
+--   m:forward(x, geom) -> out, out_geom     x: (T, B, F) float32 with geom = lengths (B) int32,
+--       (T, B) int32 class indices for a sparse input, or (H, W, B, F) with geom = sizes (B, 2);
+--       out: the layer's output as a contiguous float32 CPU tensor, out_geom its lengths or sizes
+--   m:decode(x, geom, beam) -> {{labels...}, ...}  one label list per sequence (CTC models)
+--   m.decode_error, m.decode_status    why POST /v1/decode cannot be answered, and the HTTP
+--       status of that answer (nil when it can)
+--   m:info() -> a table for GET /v1/model
+--
+-- The network is the one rl.forward builds (rnnlua.forward's load_model, losses left out) and
+-- every batch goes through rnnlua.forward's run, so an answer is the number rl.forward writes
+-- for that sequence. load() validates the checkpoint before the server uses it: the network
+-- must read one input, and a short zero input must go through it and give finite values. The
+-- C side calls these functions from its one model thread only (a Lua state is single-threaded).
+local M = {}
+local forward = require("rnnlua.forward")
+local rl = require("rnnlua")
+
+local Model = {}
+Model.__index = Model
+
+local function fail(fmt, ...)
+  error(string.format(fmt, ...), 0)
+end
+
+function Model:batch(x, geom)
+  local batch = {lengths = geom}
+  if self.images then batch = {sizes = geom} end
+  if not self.sparse and self.net.dtype ~= "float32" then x = x:double() end
+  batch[self.key] = x
+  return batch
+end
+
+function Model:forward(x, geom)
+  local out, og = forward.run(self.fm, self:batch(x, geom))
+  if out:dtype() ~= "float32" then out = out:float() end
+  return out:contiguous(), og
+end
+
+-- CTC models (the served layer is a softmax trained with loss = "ctc"): the labels that
+-- rl.forward{decode = "ctc", beam = beam} writes, by the same function.
+function Model:decode(x, geom, beam)
+  local out, og = forward.run(self.fm, self:batch(x, geom))
+  return forward.ctc_labels(self.fm, out, og, beam)
+end
+
+function Model:info()
+  local ck = self.fm.ck
+  return {
+    model = self.path, epoch = ck.epoch, step = ck.step, dtype = ck.dtype, layer = self.layer,
+    num_params = self.net:num_params(),
+    input = {key = self.key, dim = self.in_dim, sparse = self.sparse,
+             kind = self.images and "images" or "sequences"},
+    output = {dim = self.out_dim, kind = self.out_images and "images" or "sequences"},
+    decode = self.decode_error == nil and {blank = self.fm.blank} or false,
+    network = ck.description, extern_data = ck.extern_data,
+  }
+end
+
+-- A short zero input through the network: a checkpoint whose network cannot run, or whose
+-- parameters give NaN or Inf, is rejected here and not by the first client's request.
+local function smoke_test(m)
+  local x, geom
+  if m.images then
+    x, geom = rl.zeros(8, 8, 1, m.in_dim), rl.tensor({{8, 8}}, "int32")
+  elseif m.sparse then
+    x, geom = rl.zeros({4, 1}, "int32"), rl.tensor({4}, "int32")
+  else
+    x, geom = rl.zeros(4, 1, m.in_dim), rl.tensor({4}, "int32")
+  end
+  local ok, out = pcall(m.forward, m, x, geom)
+  if not ok then fail("%s: a test input does not go through the network: %s", m.path, tostring(out)) end
+  local s = out:sum()
+  if s ~= s or s == math.huge or s == -math.huge then
+    fail("%s: layer '%s' gives NaN or Inf on a zero input (broken parameters?)", m.path, m.layer)
+  end
+end
+
+function M.load(path, layer)
+  local fm = forward.load_model(path, layer, "cpu", "rnnlua serve")
+  local net = fm.net
+  local keys = {}
+  for k in pairs(net.used_extern) do keys[#keys + 1] = k end
+  table.sort(keys)
+  if #keys ~= 1 then
+    fail("%s: layer '%s' reads %d inputs (%s); rnnlua serve takes networks with one input", path,
+      layer, #keys, table.concat(keys, ", "))
+  end
+  local e = net.ext[keys[1]]
+  local m = setmetatable({path = path, layer = layer, fm = fm, net = net, key = keys[1],
+    in_dim = e.dim, sparse = e.sparse, images = e.spatial == 2, out_dim = fm.dim,
+    out_images = fm.images}, Model)
+  local why = forward.ctc_unfit(fm)
+  if why then
+    m.decode_error = string.format("POST /v1/decode %s (%s)", why, path)
+    m.decode_status = 422
+  end
+  smoke_test(m)
+  return m
+end
+
+return M

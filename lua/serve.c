@@ -1,0 +1,1510 @@
+/* `rnnlua serve MODEL.h5`: a checkpoint as an HTTP service (libmicrohttpd, JSON via jansson).
+ *
+ * Threads. The Lua state is single-threaded, so exactly one thread, the model thread (the
+ * caller of rl_serve_main), ever touches it. libmicrohttpd's pool of --threads HTTP threads
+ * receives requests, parses and validates the JSON (no Lua), turns each forward or decode
+ * request into a job holding its frames as floats, suspends the connection and appends the
+ * job to one queue. The model thread takes jobs from the head of the queue as one batch (up to
+ * --max-batch-frames padded frames, waiting at most --max-wait-ms after the oldest job arrived
+ * for more to come), builds the padded batch tensors, runs them through rnnlua.serve (the
+ * same network and forward code as rl.forward), copies each job's rows out of the output,
+ * marks the job done and resumes its connection; the HTTP thread then writes the JSON answer.
+ * A signal thread turns SIGTERM/SIGINT into a drain (stop accepting, answer every queued and
+ * in-flight request, exit 0) and SIGHUP into a reload; POST /v1/reload queues a reload job.
+ *
+ * Ownership: a request (struct request) belongs to its HTTP connection and is freed by
+ * libmicrohttpd's completion callback; its job is only read or written by the model thread
+ * between being queued and being marked done (under the queue mutex), after which the model
+ * thread never touches it again.
+ *
+ * Limits: body size (413), frames per request (413), queued frames (503), open connections
+ * (503), time waited in the queue (503), idle connections (closed after --timeout seconds). */
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <netdb.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <jansson.h>
+#include <lauxlib.h>
+#include <lua.h>
+#include <microhttpd.h>
+
+#include "../core/blas.h"
+#include "l_tensor.h"
+#include "serve.h"
+
+#define JSON_TYPE "application/json"
+
+typedef struct {
+    const char *model_path, *listen, *layer;
+    int port, threads, blas_threads, max_connections, timeout_s, max_beam;
+    int64_t max_batch_frames, max_frames, max_queue_frames;
+    double max_wait_ms, drain_s;
+    size_t max_body;
+} serve_opts;
+
+enum job_kind { JOB_FORWARD, JOB_DECODE, JOB_RELOAD };
+
+/* One request's work for the model thread, and its answer. Sequence s has T[s] valid frames
+ * (H[s] x W[s] for images) starting at frame off[s] of x (F floats a frame; one class index
+ * a frame in xi for a sparse input). */
+typedef struct job {
+    struct job *next;
+    enum job_kind kind;
+    struct MHD_Connection *conn;
+    double t_queued;
+    bool single; /* {"data": ...} (answered as one object), not {"batch": [...]} */
+    int beam;
+    int64_t nseq, frames;
+    int64_t maxT, maxH, maxW; /* the longest sequence; the largest height and width */
+    int64_t *T, *H, *W, *off;
+    float *x;
+    int32_t *xi;
+    /* the answer, written by the model thread */
+    bool done;
+    int status;
+    char *error; /* malloc'd message of a failed job */
+    float *out;  /* the rows of every sequence, one after the other */
+    int64_t *oT, *oH, *oW, *ooff;
+    json_t *extra; /* reload and decode: the answer */
+} job;
+
+typedef struct request {
+    double t0;
+    int route;
+    char *body;
+    size_t len, cap;
+    bool too_large;
+    bool incoming; /* counted in server.incoming: its body is on its way, not yet queued */
+    job *job;
+} request;
+
+typedef struct server {
+    serve_opts o;
+    lua_State *L;
+    int model_ref; /* registry reference of the rnnlua.serve model */
+    /* the model's interface, fixed for the server's life (a reload may not change it) */
+    int64_t in_dim, out_dim;
+    bool sparse, images, out_images;
+    /* under mu: the queue, the model's description, flags set by signals */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    job *head, *tail;
+    int64_t queued_frames;
+    char *info_json;
+    long long epoch;
+    char *decode_error; /* why POST /v1/decode cannot be answered (NULL: it can) */
+    int decode_status;
+    bool stop, reload;
+    atomic_bool draining;
+    atomic_int connections, requests;
+    atomic_int incoming; /* forward/decode requests being received or parsed */
+    struct MHD_Daemon *daemon;
+    int listen_fd;
+    pthread_t sig_thread;
+} server;
+
+/* ---- small helpers --------------------------------------------------------------------- */
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void logf_(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("rnnlua serve: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    fflush(stderr);
+    va_end(ap);
+}
+
+static char *vformat(const char *fmt, va_list ap) {
+    char *s = NULL;
+    if (vasprintf(&s, fmt, ap) < 0) return NULL;
+    return s;
+}
+
+static char *format(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    char *s = vformat(fmt, ap);
+    va_end(ap);
+    return s;
+}
+
+/* Queues `doc` (taken) as the JSON answer; allow: the Allow header of a 405. */
+static enum MHD_Result reply_json(struct MHD_Connection *c, unsigned status, json_t *doc,
+                                  const char *allow) {
+    char *text = doc ? json_dumps(doc, JSON_COMPACT | JSON_REAL_PRECISION(9)) : NULL;
+    json_decref(doc);
+    if (text == NULL) { /* out of memory, or a NaN that slipped through: still a JSON answer */
+        status = MHD_HTTP_INTERNAL_SERVER_ERROR;
+        text = strdup("{\"error\":\"the answer could not be encoded as JSON\"}");
+        if (text == NULL) return MHD_NO;
+    }
+    /* the closing newline takes the place of the terminating zero: MHD takes the length */
+    size_t n = strlen(text);
+    text[n] = '\n';
+    struct MHD_Response *r = MHD_create_response_from_buffer(n + 1, text, MHD_RESPMEM_MUST_FREE);
+    if (r == NULL) {
+        free(text);
+        return MHD_NO;
+    }
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, JSON_TYPE);
+    if (allow) MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, allow);
+    enum MHD_Result ret = MHD_queue_response(c, status, r);
+    MHD_destroy_response(r);
+    return ret;
+}
+
+static enum MHD_Result reply_error(struct MHD_Connection *c, unsigned status, const char *allow,
+                                   const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    char *msg = vformat(fmt, ap);
+    va_end(ap);
+    json_t *doc = json_pack("{s:s}", "error", msg ? msg : "out of memory");
+    free(msg);
+    return reply_json(c, status, doc, allow);
+}
+
+/* ---- routes ----------------------------------------------------------------------------- */
+
+enum { R_HEALTH, R_MODEL, R_FORWARD, R_DECODE, R_RELOAD, R_COUNT };
+
+static const struct {
+    const char *path, *method;
+} routes[R_COUNT] = {
+    [R_HEALTH] = {"/healthz", "GET"},      [R_MODEL] = {"/v1/model", "GET"},
+    [R_FORWARD] = {"/v1/forward", "POST"}, [R_DECODE] = {"/v1/decode", "POST"},
+    [R_RELOAD] = {"/v1/reload", "POST"},
+};
+
+static int find_route(const char *url) {
+    for (int i = 0; i < R_COUNT; i++)
+        if (strcmp(url, routes[i].path) == 0) return i;
+    return -1;
+}
+
+/* ---- jobs ------------------------------------------------------------------------------- */
+
+static void job_free(job *j) {
+    if (j == NULL) return;
+    free(j->T);
+    free(j->H);
+    free(j->W);
+    free(j->off);
+    free(j->x);
+    free(j->xi);
+    free(j->error);
+    free(j->out);
+    free(j->oT);
+    free(j->oH);
+    free(j->oW);
+    free(j->ooff);
+    json_decref(j->extra);
+    free(j);
+}
+
+static bool job_alloc_seqs(job *j, int64_t n) {
+    size_t sz = (size_t)(n > 0 ? n : 1) * sizeof(int64_t);
+    j->nseq = n;
+    j->T = calloc(1, sz);
+    j->H = calloc(1, sz);
+    j->W = calloc(1, sz);
+    j->off = calloc(1, sz);
+    j->oT = calloc(1, sz);
+    j->oH = calloc(1, sz);
+    j->oW = calloc(1, sz);
+    j->ooff = calloc(1, sz);
+    return j->T && j->H && j->W && j->off && j->oT && j->oH && j->oW && j->ooff;
+}
+
+/* Gives j an error answer (model thread; complete() then marks it done). */
+static void job_fail(job *j, int status, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    free(j->error);
+    j->error = vformat(fmt, ap);
+    va_end(ap);
+    j->status = status;
+}
+
+/* ---- parsing a request (HTTP threads) ---------------------------------------------------- */
+
+typedef struct {
+    char msg[512];
+    int status;
+} perr;
+
+static bool bad(perr *e, int status, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->msg, sizeof e->msg, fmt, ap);
+    va_end(ap);
+    e->status = status;
+    return false;
+}
+
+/* Checks one sequence object {"data": ..., "size": [h, w]} (where names it in errors) and
+ * returns its frames in *T (and H, W for images). */
+static bool check_seq(const server *S, json_t *seq, const char *where, const char *pfx, int64_t *T,
+                      int64_t *H, int64_t *W, perr *e) {
+    if (!json_is_object(seq)) return bad(e, 400, "%s must be an object {\"data\": ...}", where);
+    const char *key;
+    json_t *v;
+    /* the body's own keys (data, beam, ...) were checked by parse_job */
+    json_object_foreach(seq, key, v) {
+        if (pfx[0] != '\0' && strcmp(key, "data") != 0 && !(S->images && strcmp(key, "size") == 0))
+            return bad(e, 400, "%s: unknown key '%s' (known: data%s)", where, key,
+                       S->images ? ", size" : "");
+    }
+    json_t *data = json_object_get(seq, "data");
+    if (data == NULL) return bad(e, 400, "%s has no \"data\"", where);
+    if (!json_is_array(data))
+        return bad(e, 400, "%sdata must be a list of frames, got a %s", pfx,
+                   json_is_object(data) ? "object" : "scalar");
+    int64_t n = (int64_t)json_array_size(data);
+    if (n == 0) return bad(e, 422, "%sdata has no frames", pfx);
+    if (n > S->o.max_frames)
+        return bad(e, 413, "%sdata has %lld frames; the limit is %lld (--max-frames)", pfx,
+                   (long long)n, (long long)S->o.max_frames);
+    *T = n;
+    *H = n;
+    *W = 1;
+    if (S->images) {
+        json_t *size = json_object_get(seq, "size");
+        json_int_t h, w;
+        if (size == NULL)
+            return bad(e, 422, "%s needs \"size\": [height, width]: the model takes images", where);
+        if (!json_is_array(size) || json_array_size(size) != 2 ||
+            !json_is_integer(json_array_get(size, 0)) || !json_is_integer(json_array_get(size, 1)))
+            return bad(e, 422, "%ssize must be [height, width], two integers", pfx);
+        h = json_integer_value(json_array_get(size, 0));
+        w = json_integer_value(json_array_get(size, 1));
+        if (h < 1 || w < 1 || h > n || w > n || h * w != n)
+            return bad(e, 422, "%ssize [%lld, %lld] does not match the %lld frames of %sdata", pfx,
+                       (long long)h, (long long)w, (long long)n, pfx);
+        *H = h;
+        *W = w;
+    }
+    return true;
+}
+
+/* Copies the frames of a checked sequence into x (dense) or xi (sparse), checking each value. */
+static bool fill_seq(const server *S, json_t *seq, const char *where, float *x, int32_t *xi,
+                     perr *e) {
+    /* where: "" for the body's own data, "batch[3]." for an entry */
+    json_t *data = json_object_get(seq, "data");
+    size_t t;
+    json_t *frame;
+    int64_t F = S->in_dim;
+    json_array_foreach(data, t, frame) {
+        if (S->sparse) {
+            if (!json_is_integer(frame))
+                return bad(e, 422,
+                           "%sdata[%zu] must be a class index (an integer in 0..%lld): "
+                           "the model's input is sparse",
+                           where, t, (long long)F - 1);
+            json_int_t v = json_integer_value(frame);
+            if (v < 0 || v >= F)
+                return bad(e, 422, "%sdata[%zu] = %lld is not a class index in 0..%lld", where, t,
+                           (long long)v, (long long)F - 1);
+            xi[t] = (int32_t)v;
+            continue;
+        }
+        if (!json_is_array(frame))
+            return bad(e, 422, "%sdata[%zu] must be a list of %lld numbers", where, t,
+                       (long long)F);
+        if ((int64_t)json_array_size(frame) != F)
+            return bad(e, 422, "%sdata[%zu] has %zu values; the model takes %lld per frame", where,
+                       t, json_array_size(frame), (long long)F);
+        size_t d;
+        json_t *v;
+        json_array_foreach(frame, d, v) {
+            if (!json_is_number(v))
+                return bad(e, 422, "%sdata[%zu][%zu] is not a number", where, t, d);
+            double dv = json_number_value(v);
+            float fv = (float)dv;
+            if (!isfinite(fv))
+                return bad(e, 422, "%sdata[%zu][%zu] = %g is not a finite float32", where, t, d,
+                           dv);
+            x[(size_t)t * (size_t)F + d] = fv;
+        }
+    }
+    return true;
+}
+
+/* The job for a forward or decode body, or NULL with *e set. */
+static job *parse_job(const server *S, int route, const char *body, size_t len, perr *e) {
+    json_error_t jerr;
+    json_t *doc = json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
+    if (doc == NULL) {
+        bad(e, 400, "bad JSON at line %d, column %d: %s", jerr.line, jerr.column, jerr.text);
+        return NULL;
+    }
+    job *j = NULL;
+    if (!json_is_object(doc)) {
+        bad(e, 400, "the body must be a JSON object {\"data\": ...} or {\"batch\": [...]}");
+        goto out;
+    }
+    const char *key;
+    json_t *v;
+    json_object_foreach(doc, key, v) {
+        bool known = strcmp(key, "data") == 0 || strcmp(key, "batch") == 0 ||
+                     (S->images && strcmp(key, "size") == 0) ||
+                     (route == R_DECODE && strcmp(key, "beam") == 0);
+        if (!known) {
+            bad(e, 400, "unknown key '%s' (known: data, batch%s%s)", key, S->images ? ", size" : "",
+                route == R_DECODE ? ", beam" : "");
+            goto out;
+        }
+    }
+    json_t *batch = json_object_get(doc, "batch");
+    bool single = batch == NULL;
+    if (single == (json_object_get(doc, "data") == NULL)) {
+        bad(e, 400,
+            single ? "the body needs \"data\" (one sequence) or \"batch\" (a list)"
+                   : "give either \"data\" or \"batch\", not both");
+        goto out;
+    }
+    if (!single && (!json_is_array(batch) || json_array_size(batch) == 0)) {
+        bad(e, 400, "\"batch\" must be a non-empty list of {\"data\": ...} objects");
+        goto out;
+    }
+    if (!single && json_object_get(doc, "size") != NULL) {
+        bad(e, 400, "\"size\" belongs inside each batch entry");
+        goto out;
+    }
+    int beam = 1;
+    json_t *jb = json_object_get(doc, "beam");
+    if (jb != NULL) {
+        if (!json_is_integer(jb) || json_integer_value(jb) < 1 ||
+            json_integer_value(jb) > S->o.max_beam) {
+            bad(e, 422, "\"beam\" must be an integer in 1..%d", S->o.max_beam);
+            goto out;
+        }
+        beam = (int)json_integer_value(jb);
+    }
+    int64_t n = single ? 1 : (int64_t)json_array_size(batch);
+    j = calloc(1, sizeof *j);
+    if (j == NULL || !job_alloc_seqs(j, n)) {
+        bad(e, 503, "out of memory");
+        goto out;
+    }
+    j->kind = route == R_DECODE ? JOB_DECODE : JOB_FORWARD;
+    j->single = single;
+    j->beam = beam;
+    char where[64], pfx[64];
+    int64_t total = 0, maxT = 0;
+    for (int64_t s = 0; s < n; s++) {
+        json_t *seq = single ? doc : json_array_get(batch, (size_t)s);
+        snprintf(where, sizeof where, single ? "the body" : "batch[%lld]", (long long)s);
+        snprintf(pfx, sizeof pfx, single ? "" : "batch[%lld].", (long long)s);
+        if (!check_seq(S, seq, where, pfx, &j->T[s], &j->H[s], &j->W[s], e)) goto fail;
+        j->off[s] = total;
+        total += j->T[s];
+        if (total > S->o.max_frames) {
+            bad(e, 413, "the request holds more than %lld frames (--max-frames)",
+                (long long)S->o.max_frames);
+            goto fail;
+        }
+        maxT = j->T[s] > maxT ? j->T[s] : maxT;
+    }
+    j->frames = total;
+    j->maxT = maxT;
+    for (int64_t s = 0; s < n; s++) {
+        j->maxH = j->H[s] > j->maxH ? j->H[s] : j->maxH;
+        j->maxW = j->W[s] > j->maxW ? j->W[s] : j->maxW;
+    }
+    if (S->sparse)
+        j->xi = malloc((size_t)total * sizeof *j->xi);
+    else
+        j->x = malloc((size_t)total * (size_t)S->in_dim * sizeof *j->x);
+    if (j->xi == NULL && j->x == NULL) {
+        bad(e, 503, "out of memory for %lld frames", (long long)total);
+        goto fail;
+    }
+    for (int64_t s = 0; s < n; s++) {
+        json_t *seq = single ? doc : json_array_get(batch, (size_t)s);
+        snprintf(pfx, sizeof pfx, single ? "" : "batch[%lld].", (long long)s);
+        float *x = j->x ? j->x + j->off[s] * S->in_dim : NULL;
+        int32_t *xi = j->xi ? j->xi + j->off[s] : NULL;
+        if (!fill_seq(S, seq, pfx, x, xi, e)) goto fail;
+    }
+    goto out;
+fail:
+    job_free(j);
+    j = NULL;
+out:
+    json_decref(doc);
+    return j;
+}
+
+/* The JSON answer of a finished forward job. */
+static json_t *forward_answer(const server *S, const job *j) {
+    json_t *list = json_array();
+    int64_t D = S->out_dim;
+    for (int64_t s = 0; s < j->nseq && list; s++) {
+        json_t *rows = json_array();
+        const float *o = j->out + j->ooff[s] * D;
+        for (int64_t t = 0; t < j->oT[s] && rows; t++) {
+            json_t *row = json_array();
+            for (int64_t d = 0; d < D && row; d++) {
+                json_t *v = json_real((double)o[t * D + d]);
+                if (v == NULL) { /* NaN or Inf: not JSON, and not a number to hand out */
+                    json_decref(row);
+                    row = NULL;
+                    break;
+                }
+                json_array_append_new(row, v);
+            }
+            if (row == NULL) {
+                json_decref(rows);
+                rows = NULL;
+                break;
+            }
+            json_array_append_new(rows, row);
+        }
+        json_t *item = rows ? json_pack("{s:o}", "output", rows) : NULL;
+        if (item && S->out_images)
+            json_object_set_new(item, "size",
+                                json_pack("[I,I]", (json_int_t)j->oH[s], (json_int_t)j->oW[s]));
+        if (item == NULL) {
+            json_decref(list);
+            return NULL;
+        }
+        json_array_append_new(list, item);
+    }
+    if (list == NULL) return NULL;
+    if (!j->single) return json_pack("{s:o}", "batch", list);
+    json_t *one = json_incref(json_array_get(list, 0));
+    json_decref(list);
+    return one;
+}
+
+/* ---- the queue ---------------------------------------------------------------------------- */
+
+/* Reserves room for `frames` in the queue (503 text in *e when full). */
+static bool queue_reserve(server *S, int64_t frames, perr *e) {
+    pthread_mutex_lock(&S->mu);
+    bool ok = S->queued_frames + frames <= S->o.max_queue_frames || S->head == NULL;
+    if (ok) S->queued_frames += frames;
+    pthread_mutex_unlock(&S->mu);
+    if (!ok)
+        bad(e, 503, "the server is busy: %lld frames are queued (--max-queue-frames %lld)",
+            (long long)S->queued_frames, (long long)S->o.max_queue_frames);
+    return ok;
+}
+
+static void not_incoming(server *S, request *r);
+
+/* Appends j (the job of r) and wakes the model thread. */
+static void queue_push(server *S, job *j, request *r) {
+    pthread_mutex_lock(&S->mu);
+    not_incoming(S, r);
+    j->t_queued = now_s();
+    if (S->tail)
+        S->tail->next = j;
+    else
+        S->head = j;
+    S->tail = j;
+    pthread_cond_signal(&S->cv);
+    pthread_mutex_unlock(&S->mu);
+}
+
+/* ---- HTTP handlers (libmicrohttpd's threads) ---------------------------------------------- */
+
+static enum MHD_Result answer_get(server *S, struct MHD_Connection *c, int route) {
+    if (route == R_HEALTH) {
+        bool draining = atomic_load(&S->draining);
+        pthread_mutex_lock(&S->mu);
+        json_t *doc =
+            json_pack("{s:s,s:I,s:I,s:i}", "status", draining ? "draining" : "ok", "epoch",
+                      (json_int_t)S->epoch, "queued_frames", (json_int_t)S->queued_frames,
+                      "connections", atomic_load(&S->connections));
+        pthread_mutex_unlock(&S->mu);
+        return reply_json(c, draining ? MHD_HTTP_SERVICE_UNAVAILABLE : MHD_HTTP_OK, doc, NULL);
+    }
+    pthread_mutex_lock(&S->mu);
+    json_error_t jerr;
+    json_t *doc = json_loads(S->info_json, 0, &jerr);
+    pthread_mutex_unlock(&S->mu);
+    return reply_json(c, MHD_HTTP_OK, doc, NULL);
+}
+
+/* The first call for a request: route, method and the limits known from the headers. */
+static enum MHD_Result begin_request(server *S, struct MHD_Connection *c, request *r,
+                                     const char *url, const char *method) {
+    r->route = find_route(url);
+    if (r->route < 0)
+        return reply_error(c, MHD_HTTP_NOT_FOUND, NULL,
+                           "no such path '%s' (GET /healthz, GET /v1/model, POST /v1/forward, "
+                           "POST /v1/decode, POST /v1/reload)",
+                           url);
+    if (strcmp(method, routes[r->route].method) != 0)
+        return reply_error(c, MHD_HTTP_METHOD_NOT_ALLOWED, routes[r->route].method,
+                           "%s takes %s, not %s", url, routes[r->route].method, method);
+    if (atomic_load(&S->draining) && r->route != R_HEALTH)
+        return reply_error(c, MHD_HTTP_SERVICE_UNAVAILABLE, NULL, "the server is shutting down");
+    if (r->route == R_HEALTH || r->route == R_MODEL) return answer_get(S, c, r->route);
+    if (r->route == R_DECODE) {
+        pthread_mutex_lock(&S->mu);
+        char *why = S->decode_error ? strdup(S->decode_error) : NULL;
+        int status = S->decode_status;
+        pthread_mutex_unlock(&S->mu);
+        if (why) {
+            enum MHD_Result ret = reply_error(c, (unsigned)status, NULL, "%s", why);
+            free(why);
+            return ret;
+        }
+    }
+    if (atomic_load(&S->connections) > S->o.max_connections)
+        return reply_error(c, MHD_HTTP_SERVICE_UNAVAILABLE, NULL,
+                           "too many open connections (%d; --max-connections %d)",
+                           atomic_load(&S->connections), S->o.max_connections);
+    const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
+    if (cl != NULL) {
+        char *end;
+        errno = 0;
+        unsigned long long n = strtoull(cl, &end, 10);
+        if (errno == 0 && *end == '\0' && n > S->o.max_body)
+            return reply_error(c, MHD_HTTP_CONTENT_TOO_LARGE, NULL,
+                               "the body has %llu bytes; the limit is %zu (--max-body)", n,
+                               S->o.max_body);
+    }
+    if (r->route != R_RELOAD) {
+        r->incoming = true;
+        atomic_fetch_add(&S->incoming, 1);
+    }
+    return MHD_YES;
+}
+
+/* The request's body has been queued or refused: it no longer keeps the model thread waiting. */
+static void not_incoming(server *S, request *r) {
+    if (!r->incoming) return;
+    r->incoming = false;
+    atomic_fetch_sub(&S->incoming, 1);
+}
+
+/* reply_error for a request whose body was read and is refused. */
+static enum MHD_Result reply_refused(server *S, request *r, struct MHD_Connection *c,
+                                     unsigned status, const char *allow, const char *fmt, ...) {
+    not_incoming(S, r);
+    va_list ap;
+    va_start(ap, fmt);
+    char *msg = vformat(fmt, ap);
+    va_end(ap);
+    enum MHD_Result ret = reply_error(c, status, allow, "%s", msg ? msg : "out of memory");
+    free(msg);
+    return ret;
+}
+
+/* Appends a piece of the body; beyond the limit (a chunked body without Content-Length) the
+ * rest is read and dropped, and 413 answered at the end. */
+static void take_body(server *S, request *r, const char *data, size_t n) {
+    if (r->too_large || r->len + n > S->o.max_body) {
+        r->too_large = true;
+        return;
+    }
+    if (r->len + n + 1 > r->cap) {
+        size_t cap = r->cap ? r->cap : 4096;
+        while (cap < r->len + n + 1)
+            cap *= 2;
+        char *b = realloc(r->body, cap);
+        if (b == NULL) {
+            r->too_large = true;
+            return;
+        }
+        r->body = b;
+        r->cap = cap;
+    }
+    memcpy(r->body + r->len, data, n);
+    r->len += n;
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
+                                  const char *method, const char *version, const char *upload,
+                                  size_t *upload_size, void **con_cls) {
+    (void)version;
+    server *S = cls;
+    request *r = *con_cls;
+    if (r == NULL) {
+        r = calloc(1, sizeof *r);
+        if (r == NULL) return MHD_NO;
+        *con_cls = r;
+        atomic_fetch_add(&S->requests, 1);
+        r->t0 = now_s();
+        return begin_request(S, c, r, url, method);
+    }
+    if (r->job != NULL) { /* resumed by the model thread: the answer is ready */
+        job *j = r->job;
+        pthread_mutex_lock(&S->mu);
+        bool done = j->done;
+        pthread_mutex_unlock(&S->mu);
+        if (!done) return MHD_YES;
+        if (j->error) return reply_error(c, (unsigned)j->status, NULL, "%s", j->error);
+        if (j->kind != JOB_FORWARD) return reply_json(c, MHD_HTTP_OK, json_incref(j->extra), NULL);
+        json_t *doc = forward_answer(S, j);
+        if (doc == NULL)
+            return reply_error(c, MHD_HTTP_INTERNAL_SERVER_ERROR, NULL,
+                               "layer '%s' gave NaN or Inf for this input", S->o.layer);
+        return reply_json(c, MHD_HTTP_OK, doc, NULL);
+    }
+    if (*upload_size != 0) {
+        if (now_s() - r->t0 > S->o.timeout_s) return MHD_NO; /* a client trickling its body */
+        take_body(S, r, upload, *upload_size);
+        *upload_size = 0;
+        return MHD_YES;
+    }
+    if (r->too_large)
+        return reply_refused(S, r, c, MHD_HTTP_CONTENT_TOO_LARGE, NULL,
+                             "the body is larger than %zu bytes (--max-body)", S->o.max_body);
+    perr e = {{0}, 0};
+    job *j;
+    if (r->route == R_RELOAD) {
+        j = calloc(1, sizeof *j);
+        if (j == NULL)
+            return reply_refused(S, r, c, MHD_HTTP_SERVICE_UNAVAILABLE, NULL, "out of memory");
+        j->kind = JOB_RELOAD;
+    } else {
+        j = parse_job(S, r->route, r->body ? r->body : "", r->len, &e);
+        if (j == NULL) return reply_refused(S, r, c, (unsigned)e.status, NULL, "%s", e.msg);
+    }
+    free(r->body);
+    r->body = NULL;
+    if (!queue_reserve(S, j->frames, &e)) {
+        job_free(j);
+        return reply_refused(S, r, c, (unsigned)e.status, NULL, "%s", e.msg);
+    }
+    j->conn = c;
+    r->job = j;
+    /* suspended before it is queued: the model thread may resume it at once */
+    MHD_suspend_connection(c);
+    queue_push(S, j, r);
+    return MHD_YES;
+}
+
+static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
+                         enum MHD_RequestTerminationCode toe) {
+    (void)c;
+    (void)toe;
+    server *S = cls;
+    request *r = *con_cls;
+    if (r == NULL) return;
+    not_incoming(S, r);
+    job_free(r->job);
+    free(r->body);
+    free(r);
+    *con_cls = NULL;
+    atomic_fetch_sub(&S->requests, 1);
+}
+
+static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
+                          enum MHD_ConnectionNotificationCode toe) {
+    (void)c;
+    (void)socket_context;
+    server *S = cls;
+    atomic_fetch_add(&S->connections, toe == MHD_CONNECTION_NOTIFY_STARTED ? 1 : -1);
+}
+
+static void on_mhd_log(void *cls, const char *fmt, va_list ap) {
+    (void)cls;
+    char *msg = vformat(fmt, ap);
+    if (msg == NULL) return;
+    size_t n = strlen(msg);
+    while (n > 0 && msg[n - 1] == '\n')
+        msg[--n] = '\0';
+    logf_("libmicrohttpd: %s", msg);
+    free(msg);
+}
+
+/* ---- the model (model thread only) --------------------------------------------------------- */
+
+/* A Lua value as JSON: a table with a sequence part as a list, any other as an object (keys
+ * as strings); non-finite numbers and other types as null. */
+static json_t *lua_to_json(lua_State *L, int idx, int depth) {
+    idx = lua_absindex(L, idx);
+    switch (lua_type(L, idx)) {
+    case LUA_TBOOLEAN: return json_boolean(lua_toboolean(L, idx));
+    case LUA_TNUMBER:
+        if (lua_isinteger(L, idx)) return json_integer((json_int_t)lua_tointeger(L, idx));
+        return isfinite(lua_tonumber(L, idx)) ? json_real(lua_tonumber(L, idx)) : json_null();
+    case LUA_TSTRING: {
+        size_t len;
+        const char *str = lua_tolstring(L, idx, &len);
+        json_t *v = json_stringn(str, len);
+        return v ? v : json_string("(not UTF-8)");
+    }
+    case LUA_TTABLE: {
+        if (depth > 32 || !lua_checkstack(L, 4)) return json_null();
+        lua_Unsigned n = lua_rawlen(L, idx);
+        if (n > 0) {
+            json_t *a = json_array();
+            for (lua_Unsigned i = 1; i <= n && a; i++) {
+                lua_rawgeti(L, idx, (lua_Integer)i);
+                json_array_append_new(a, lua_to_json(L, -1, depth + 1));
+                lua_pop(L, 1);
+            }
+            return a;
+        }
+        json_t *o = json_object();
+        lua_pushnil(L);
+        while (o && lua_next(L, idx)) {
+            lua_pushvalue(L, -2);
+            const char *k = lua_tostring(L, -1); /* converts the copy, not the key lua_next uses */
+            if (k) json_object_set_new(o, k, lua_to_json(L, -2, depth + 1));
+            lua_pop(L, 2);
+        }
+        return o;
+    }
+    default: return json_null();
+    }
+}
+
+/* rnnlua.serve.load(path, layer) under pcall: the model on the stack (LUA_OK), or an error
+ * message. */
+static int load_model(server *S) {
+    lua_State *L = S->L;
+    lua_getglobal(L, "require");
+    lua_pushliteral(L, "rnnlua.serve");
+    int st = lua_pcall(L, 1, 1, 0);
+    if (st != LUA_OK) return st;
+    lua_getfield(L, -1, "load");
+    lua_remove(L, -2);
+    lua_pushstring(L, S->o.model_path);
+    lua_pushstring(L, S->o.layer);
+    return lua_pcall(L, 2, 1, 0);
+}
+
+static int64_t int_field(lua_State *L, int idx, const char *k) {
+    lua_getfield(L, idx, k);
+    int64_t v = (int64_t)lua_tointeger(L, -1);
+    lua_pop(L, 1);
+    return v;
+}
+
+static bool bool_field(lua_State *L, int idx, const char *k) {
+    lua_getfield(L, idx, k);
+    bool v = lua_toboolean(L, -1);
+    lua_pop(L, 1);
+    return v;
+}
+
+/* m:info() of the model at idx as JSON text (malloc'd), and its epoch. */
+static char *model_info(lua_State *L, int idx, long long *epoch) {
+    idx = lua_absindex(L, idx);
+    lua_getfield(L, idx, "info");
+    lua_pushvalue(L, idx);
+    if (lua_pcall(L, 1, 1, 0) != LUA_OK) {
+        lua_pop(L, 1);
+        return NULL;
+    }
+    *epoch = (long long)int_field(L, -1, "epoch");
+    json_t *doc = lua_to_json(L, -1, 0);
+    lua_pop(L, 1);
+    char *text = doc ? json_dumps(doc, JSON_COMPACT | JSON_REAL_PRECISION(17)) : NULL;
+    json_decref(doc);
+    return text;
+}
+
+/* Takes the model on top of the stack as the served one (its interface already checked). */
+static bool install_model(server *S) {
+    lua_State *L = S->L;
+    long long epoch = 0;
+    char *info = model_info(L, -1, &epoch);
+    if (info == NULL) {
+        lua_pop(L, 1);
+        return false;
+    }
+    lua_getfield(L, -1, "decode_error");
+    char *decode_error = lua_isstring(L, -1) ? strdup(lua_tostring(L, -1)) : NULL;
+    lua_pop(L, 1);
+    int decode_status = (int)int_field(L, -1, "decode_status");
+    int ref = luaL_ref(L, LUA_REGISTRYINDEX);
+    if (S->model_ref != LUA_NOREF) luaL_unref(L, LUA_REGISTRYINDEX, S->model_ref);
+    S->model_ref = ref;
+    pthread_mutex_lock(&S->mu);
+    free(S->info_json);
+    S->info_json = info;
+    S->epoch = epoch;
+    free(S->decode_error);
+    S->decode_error = decode_error;
+    S->decode_status = decode_status;
+    pthread_mutex_unlock(&S->mu);
+    return true;
+}
+
+/* Loads the model again from its path; on any failure the old one stays. Returns the answer of
+ * POST /v1/reload; *status is its HTTP status. */
+static json_t *reload(server *S, int *status) {
+    lua_State *L = S->L;
+    long long old_epoch = S->epoch;
+    char *why = NULL;
+    if (load_model(S) != LUA_OK) {
+        why = format("%s", lua_tostring(L, -1) ? lua_tostring(L, -1) : "(no message)");
+        lua_pop(L, 1);
+    } else if (int_field(L, -1, "in_dim") != S->in_dim ||
+               int_field(L, -1, "out_dim") != S->out_dim ||
+               bool_field(L, -1, "sparse") != S->sparse ||
+               bool_field(L, -1, "images") != S->images ||
+               bool_field(L, -1, "out_images") != S->out_images) {
+        why = format("its interface (input dim %lld, output dim %lld) differs from the served "
+                     "one (%lld, %lld); restart the server to change it",
+                     (long long)int_field(L, -1, "in_dim"), (long long)int_field(L, -1, "out_dim"),
+                     (long long)S->in_dim, (long long)S->out_dim);
+        lua_pop(L, 1);
+    } else if (!install_model(S)) {
+        why = format("its description could not be read");
+    }
+    if (why) {
+        logf_("reload of %s rejected, still serving epoch %lld: %s", S->o.model_path, old_epoch,
+              why);
+        json_t *doc =
+            json_pack("{s:s+}", "error", "reload rejected, still serving the old model: ", why);
+        free(why);
+        *status = MHD_HTTP_CONFLICT;
+        return doc;
+    }
+    logf_("reloaded %s: epoch %lld (was %lld)", S->o.model_path, S->epoch, old_epoch);
+    *status = MHD_HTTP_OK;
+    return json_pack("{s:b,s:s,s:I,s:I}", "reloaded", 1, "model", S->o.model_path, "epoch",
+                     (json_int_t)S->epoch, "previous_epoch", (json_int_t)old_epoch);
+}
+
+/* Marks j done and resumes its connection; the model thread must not touch j afterwards. */
+static void complete(server *S, job *j) {
+    struct MHD_Connection *c = j->conn;
+    pthread_mutex_lock(&S->mu);
+    j->done = true;
+    S->queued_frames -= j->frames;
+    pthread_mutex_unlock(&S->mu);
+    MHD_resume_connection(c);
+}
+
+/* Pushes a new float32/int32 CPU tensor of the given shape, zero-filled. */
+static rl_tensor *push_zeros(lua_State *L, rl_dtype dt, int ndim, const int64_t *shape) {
+    rl_tensor *t = rl_lua_push_tensor(L);
+    if (rl_tensor_empty(t, dt, RL_DEVICE_CPU, ndim, shape) != RL_OK) return NULL;
+    memset(rl_tensor_data(t), 0, (size_t)rl_tensor_numel(t) * rl_dtype_size(dt));
+    return t;
+}
+
+/* Pushes m[method], m and the padded batch of jobs[0..n): x (T, B, F), (T, B) class indices or
+ * (H, W, B, F), and its lengths (B) or sizes (B, 2). Returns NULL or a message (stack as it was).
+ */
+static char *push_batch(server *S, job **jobs, int n, const char *method) {
+    lua_State *L = S->L;
+    int top = lua_gettop(L);
+    int64_t B = 0, T = 0, H = 0, W = 0, F = S->in_dim;
+    for (int i = 0; i < n; i++) {
+        B += jobs[i]->nseq;
+        T = jobs[i]->maxT > T ? jobs[i]->maxT : T;
+        H = jobs[i]->maxH > H ? jobs[i]->maxH : H;
+        W = jobs[i]->maxW > W ? jobs[i]->maxW : W;
+    }
+    lua_rawgeti(L, LUA_REGISTRYINDEX, S->model_ref);
+    lua_getfield(L, -1, method);
+    lua_insert(L, -2);
+    rl_tensor *x, *g;
+    if (S->images) {
+        int64_t xs[4] = {H, W, B, F}, gs[2] = {B, 2};
+        x = push_zeros(L, RL_FLOAT32, 4, xs);
+        g = x ? push_zeros(L, RL_INT32, 2, gs) : NULL;
+    } else {
+        int64_t xs[3] = {T, B, F};
+        x = push_zeros(L, S->sparse ? RL_INT32 : RL_FLOAT32, S->sparse ? 2 : 3, xs);
+        g = x ? push_zeros(L, RL_INT32, 1, &B) : NULL;
+    }
+    if (g == NULL) {
+        lua_settop(L, top);
+        return format("cannot allocate a batch of %lld sequences: %s", (long long)B, rl_errmsg());
+    }
+    float *xf = S->sparse ? NULL : rl_tensor_data(x);
+    int32_t *xi = S->sparse ? rl_tensor_data(x) : NULL;
+    int32_t *gi = rl_tensor_data(g);
+    int64_t b = 0;
+    for (int i = 0; i < n; i++) {
+        job *j = jobs[i];
+        for (int64_t s = 0; s < j->nseq; s++, b++) {
+            if (S->images) {
+                gi[2 * b] = (int32_t)j->H[s];
+                gi[2 * b + 1] = (int32_t)j->W[s];
+                for (int64_t r = 0; r < j->H[s]; r++)
+                    for (int64_t c = 0; c < j->W[s]; c++)
+                        memcpy(xf + ((r * W + c) * B + b) * F,
+                               j->x + (j->off[s] + r * j->W[s] + c) * F, (size_t)F * sizeof *xf);
+                continue;
+            }
+            gi[b] = (int32_t)j->T[s];
+            for (int64_t t = 0; t < j->T[s]; t++) {
+                if (xi)
+                    xi[t * B + b] = j->xi[j->off[s] + t];
+                else
+                    memcpy(xf + (t * B + b) * F, j->x + (j->off[s] + t) * F,
+                           (size_t)F * sizeof *xf);
+            }
+        }
+    }
+    return NULL;
+}
+
+/* Runs jobs[0..n) (forward jobs) as one padded batch through m:forward and copies each
+ * sequence's rows into its job. Returns NULL, or the message of a failure of the whole batch. */
+static char *forward_batch(server *S, job **jobs, int n) {
+    lua_State *L = S->L;
+    int top = lua_gettop(L);
+    int64_t B = 0, D = S->out_dim;
+    for (int i = 0; i < n; i++)
+        B += jobs[i]->nseq;
+    char *err = push_batch(S, jobs, n, "forward");
+    if (err) return err;
+    if (lua_pcall(L, 3, 2, 0) != LUA_OK) {
+        char *msg = format("forward failed: %s", lua_tostring(L, -1));
+        lua_settop(L, top);
+        return msg;
+    }
+    const rl_tensor *out = rl_lua_to_tensor(L, -2), *og = rl_lua_to_tensor(L, -1);
+    int ondim = S->out_images ? 4 : 3;
+    if (out == NULL || og == NULL || out->dtype != RL_FLOAT32 || out->ndim != ondim ||
+        !rl_tensor_is_contiguous(out) || out->shape[ondim - 2] != B || out->shape[ondim - 1] != D ||
+        og->ndim != (S->out_images ? 2 : 1) || og->shape[0] != B) {
+        lua_settop(L, top);
+        return format("rnnlua.serve's forward gave an output of an unexpected shape");
+    }
+    const float *o = rl_tensor_data(out);
+    int64_t OW = S->out_images ? out->shape[1] : 1, b = 0;
+    for (int i = 0; i < n; i++) {
+        job *j = jobs[i];
+        int64_t rows = 0;
+        for (int64_t s = 0; s < j->nseq; s++) {
+            int64_t idx[2] = {b + s, 0};
+            j->oH[s] = (int64_t)rl_tensor_get(og, idx);
+            idx[1] = 1;
+            j->oW[s] = S->out_images ? (int64_t)rl_tensor_get(og, idx) : 1;
+            if (j->oH[s] < 0 || j->oH[s] > out->shape[0] || j->oW[s] < 0 || j->oW[s] > OW) {
+                lua_settop(L, top);
+                return format("layer '%s' reports %lld x %lld valid frames in an output of %lld x "
+                              "%lld",
+                              S->o.layer, (long long)j->oH[s], (long long)j->oW[s],
+                              (long long)out->shape[0], (long long)OW);
+            }
+            j->oT[s] = j->oH[s] * j->oW[s];
+            j->ooff[s] = rows;
+            rows += j->oT[s];
+        }
+        j->out = malloc((size_t)(rows > 0 ? rows : 1) * (size_t)D * sizeof *j->out);
+        if (j->out == NULL) {
+            job_fail(j, MHD_HTTP_SERVICE_UNAVAILABLE, "out of memory for the output");
+            b += j->nseq;
+            continue;
+        }
+        for (int64_t s = 0; s < j->nseq; s++, b++) {
+            float *dst = j->out + j->ooff[s] * D;
+            for (int64_t r = 0; r < j->oH[s]; r++)
+                for (int64_t c = 0; c < j->oW[s]; c++, dst += D)
+                    memcpy(dst, o + ((r * OW + c) * B + b) * D, (size_t)D * sizeof *dst);
+        }
+    }
+    lua_settop(L, top);
+    return NULL;
+}
+
+/* Runs jobs[0..n) (decode jobs of one beam width) through m:decode: one list of labels per
+ * sequence, kept as each job's JSON answer. */
+static char *decode_batch(server *S, job **jobs, int n) {
+    lua_State *L = S->L;
+    int top = lua_gettop(L);
+    char *err = push_batch(S, jobs, n, "decode");
+    if (err) return err;
+    lua_pushinteger(L, jobs[0]->beam);
+    if (lua_pcall(L, 4, 1, 0) != LUA_OK) {
+        err = format("decoding failed: %s", lua_tostring(L, -1));
+        lua_settop(L, top);
+        return err;
+    }
+    lua_Integer b = 1;
+    for (int i = 0; i < n && !err; i++) {
+        job *j = jobs[i];
+        json_t *list = json_array();
+        for (int64_t s = 0; s < j->nseq && list; s++, b++) {
+            lua_rawgeti(L, -1, b);
+            json_t *labels = lua_istable(L, -1) ? lua_to_json(L, -1, 0) : NULL;
+            lua_pop(L, 1);
+            if (labels == NULL || (!json_is_array(labels) && json_object_size(labels) != 0)) {
+                json_decref(labels);
+                err = format("decoding gave no label list for sequence %lld", (long long)b);
+                break;
+            }
+            if (!json_is_array(labels)) { /* an empty Lua table: no labels */
+                json_decref(labels);
+                labels = json_array();
+            }
+            json_array_append_new(list, json_pack("{s:o}", "labels", labels));
+        }
+        if (list && !err)
+            j->extra = j->single ? json_incref(json_array_get(list, 0))
+                                 : json_pack("{s:O}", "batch", list);
+        json_decref(list);
+    }
+    lua_settop(L, top);
+    return err;
+}
+
+/* ---- the model thread's loop --------------------------------------------------------------- */
+
+/* The padded frames of a batch of jobs a..b (inclusive) */
+static int64_t batch_cost(const server *S, int64_t B, int64_t T, int64_t H, int64_t W) {
+    return S->images ? B * H * W : B * T;
+}
+
+/* Waits for work and takes the next batch from the queue into jobs (at most cap); returns the
+ * number taken, 0 when a SIGHUP reload was done instead, -1 when it is time to exit. */
+static int take_batch(server *S, job **jobs, int cap) {
+    pthread_mutex_lock(&S->mu);
+    for (;;) {
+        if (S->reload) {
+            S->reload = false;
+            pthread_mutex_unlock(&S->mu);
+            int st;
+            json_decref(reload(S, &st));
+            return 0;
+        }
+        if (S->head) break;
+        if (S->stop) {
+            pthread_mutex_unlock(&S->mu);
+            return -1;
+        }
+        pthread_cond_wait(&S->cv, &S->mu);
+    }
+    job *first = S->head;
+    if (first->kind == JOB_FORWARD || first->kind == JOB_DECODE) {
+        double deadline = first->t_queued + S->o.max_wait_ms * 1e-3;
+        for (;;) {
+            int64_t B = 0, T = 0, H = 0, W = 0;
+            bool full = false;
+            for (job *j = S->head; j && !full; j = j->next) {
+                if (j->kind != first->kind || j->beam != first->beam) {
+                    full = true;
+                    break;
+                }
+                B += j->nseq;
+                T = j->maxT > T ? j->maxT : T;
+                H = j->maxH > H ? j->maxH : H;
+                W = j->maxW > W ? j->maxW : W;
+                full = batch_cost(S, B, T, H, W) >= S->o.max_batch_frames;
+            }
+            /* wait only while requests are on their way: a closed-loop client waits for its
+             * answer, and waiting for requests nobody is sending only adds latency */
+            double left = deadline - now_s();
+            if (full || S->stop || left <= 0 || atomic_load(&S->incoming) == 0) break;
+            struct timespec ts;
+            clock_gettime(CLOCK_MONOTONIC, &ts);
+            double t = (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9 + left;
+            ts.tv_sec = (time_t)t;
+            ts.tv_nsec = (long)((t - (double)ts.tv_sec) * 1e9);
+            pthread_cond_timedwait(&S->cv, &S->mu, &ts);
+        }
+    }
+    int n = 0;
+    int64_t B = 0, T = 0, H = 0, W = 0;
+    while (S->head && n < cap) {
+        job *j = S->head;
+        if (n > 0) {
+            if (j->kind != first->kind || j->beam != first->beam || first->kind == JOB_RELOAD)
+                break;
+            int64_t nB = B + j->nseq, nT = j->maxT > T ? j->maxT : T;
+            int64_t nH = j->maxH > H ? j->maxH : H, nW = j->maxW > W ? j->maxW : W;
+            if (batch_cost(S, nB, nT, nH, nW) > S->o.max_batch_frames) break;
+        }
+        B += j->nseq;
+        T = j->maxT > T ? j->maxT : T;
+        H = j->maxH > H ? j->maxH : H;
+        W = j->maxW > W ? j->maxW : W;
+        S->head = j->next;
+        if (S->head == NULL) S->tail = NULL;
+        j->next = NULL;
+        jobs[n++] = j;
+    }
+    pthread_mutex_unlock(&S->mu);
+    return n;
+}
+
+static void run_jobs(server *S, job **jobs, int n) {
+    if (jobs[0]->kind == JOB_RELOAD) {
+        jobs[0]->extra = reload(S, &jobs[0]->status);
+        if (jobs[0]->status != MHD_HTTP_OK) {
+            json_t *e = json_object_get(jobs[0]->extra, "error");
+            job_fail(jobs[0], jobs[0]->status, "%s", json_string_value(e));
+        }
+        complete(S, jobs[0]);
+        return;
+    }
+    /* jobs that waited too long are answered without being run */
+    int m = 0;
+    double now = now_s();
+    for (int i = 0; i < n; i++) {
+        if (now - jobs[i]->t_queued > S->o.timeout_s) {
+            job_fail(jobs[i], MHD_HTTP_SERVICE_UNAVAILABLE,
+                     "the request waited %.1f s for the model (--timeout %d s)",
+                     now - jobs[i]->t_queued, S->o.timeout_s);
+            complete(S, jobs[i]);
+        } else {
+            jobs[m++] = jobs[i];
+        }
+    }
+    if (m == 0) return;
+    char *err = NULL;
+    if (jobs[0]->kind == JOB_DECODE)
+        err = decode_batch(S, jobs, m);
+    else
+        err = forward_batch(S, jobs, m);
+    if (err) logf_("%s", err);
+    for (int i = 0; i < m; i++) {
+        if (err) job_fail(jobs[i], MHD_HTTP_INTERNAL_SERVER_ERROR, "%s", err);
+        complete(S, jobs[i]);
+    }
+    free(err);
+}
+
+/* ---- signals ----------------------------------------------------------------------------- */
+
+/* Threads that libraries started before rl_serve_main (OpenBLAS's pool) do not block signals,
+ * so a signal may land on any thread: the handler only writes its number into a pipe, and the
+ * signal thread turns it into flags under the queue mutex. */
+static int sig_pipe[2] = {-1, -1};
+
+static void on_signal(int sig) {
+    int saved = errno;
+    unsigned char b = (unsigned char)sig;
+    if (write(sig_pipe[1], &b, 1) < 0) { /* a full pipe already holds a wake-up */
+    }
+    errno = saved;
+}
+
+static void *signal_main(void *arg) {
+    server *S = arg;
+    for (;;) {
+        unsigned char b;
+        ssize_t n = read(sig_pipe[0], &b, 1);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0 || b == 0) break; /* 0: rl_serve_main is done */
+        pthread_mutex_lock(&S->mu);
+        if (b == SIGHUP)
+            S->reload = true;
+        else
+            S->stop = true;
+        pthread_cond_broadcast(&S->cv);
+        pthread_mutex_unlock(&S->mu);
+    }
+    return NULL;
+}
+
+static bool install_signals(void) {
+    if (pipe2(sig_pipe, O_CLOEXEC) != 0) return false;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sa.sa_flags = SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    return true;
+}
+
+/* ---- command line and start-up ----------------------------------------------------------- */
+
+static void serve_usage(FILE *f) {
+    fputs(
+        "usage: rnnlua serve MODEL.h5 [options]\n"
+        "Serves the checkpoint MODEL.h5 over HTTP: POST /v1/forward {\"data\": [[f, ...], ...]}\n"
+        "(or {\"batch\": [{\"data\": ...}, ...]}) answers {\"output\": [[...], ...]}, the\n"
+        "activations rl.forward writes; also POST /v1/decode, GET /v1/model, GET /healthz,\n"
+        "POST /v1/reload (or SIGHUP) to load MODEL.h5 again. SIGTERM or SIGINT: answer what\n"
+        "is in flight, then exit 0.\n"
+        "\n"
+        "Options (defaults in brackets):\n"
+        "  --port P               TCP port; 0 picks a free one [8080]\n"
+        "  --listen ADDR          address to listen on [127.0.0.1]\n"
+        "  --layer NAME           the layer whose activations are served [output]\n"
+        "  --threads N            HTTP threads (parsing JSON, writing answers) [2]\n"
+        "  --blas-threads N       OpenBLAS threads of the model thread [1]: the HTTP threads\n"
+        "                         need the other cores, and idle OpenBLAS threads spin\n"
+        "  --max-batch-frames F   padded frames per model batch; 0 runs each request alone\n"
+        "                         [1000]\n"
+        "  --max-wait-ms W        longest wait for more requests to fill a batch [1]\n"
+        "  --max-body BYTES       largest request body [4194304]\n"
+        "  --max-frames N         most frames in one request [20000]\n"
+        "  --max-queue-frames N   most frames queued or running (503 beyond) [200000]\n"
+        "  --max-connections N    most open connections (503 beyond) [64]\n"
+        "  --timeout S            idle connections close, queued requests give up after S\n"
+        "                         seconds [10]\n"
+        "  --drain-timeout S      longest wait for in-flight requests at shutdown [30]\n"
+        "The bound address goes to stdout as \"listening on http://ADDR:PORT\"; logs to stderr.\n",
+        f);
+}
+
+/* The value of --name VALUE or --name=VALUE at argv[*i] (advancing *i), or NULL. */
+static const char *opt_value(int argc, char **argv, int *i, const char *name) {
+    size_t n = strlen(name);
+    if (strncmp(argv[*i], name, n) != 0) return NULL;
+    if (argv[*i][n] == '=') return argv[*i] + n + 1;
+    if (argv[*i][n] != '\0') return NULL;
+    if (*i + 1 >= argc) return "";
+    return argv[++*i];
+}
+
+static bool parse_num(const char *s, double lo, double hi, double *out) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end != '\0' || !(v >= lo && v <= hi)) return false;
+    *out = v;
+    return true;
+}
+
+static int parse_options(int argc, char **argv, serve_opts *o) {
+    *o = (serve_opts){.listen = "127.0.0.1",
+                      .layer = "output",
+                      .port = 8080,
+                      .threads = 2,
+                      .max_connections = 64,
+                      .timeout_s = 10,
+                      .max_beam = 64,
+                      .max_batch_frames = 1000,
+                      .max_frames = 20000,
+                      .max_queue_frames = 200000,
+                      .max_wait_ms = 1,
+                      .drain_s = 30,
+                      .max_body = 4u << 20};
+    static const struct {
+        const char *name;
+        double lo, hi;
+        int kind; /* 0 string, 1 integer, 2 real */
+        size_t off;
+    } spec[] = {
+        {"--listen", 0, 0, 0, offsetof(serve_opts, listen)},
+        {"--layer", 0, 0, 0, offsetof(serve_opts, layer)},
+        {"--port", 0, 65535, 1, offsetof(serve_opts, port)},
+        {"--threads", 1, 256, 1, offsetof(serve_opts, threads)},
+        {"--blas-threads", 1, 256, 1, offsetof(serve_opts, blas_threads)},
+        {"--max-connections", 1, 100000, 1, offsetof(serve_opts, max_connections)},
+        {"--timeout", 1, 86400, 1, offsetof(serve_opts, timeout_s)},
+        {"--max-batch-frames", 0, 1e9, 3, offsetof(serve_opts, max_batch_frames)},
+        {"--max-frames", 1, 1e9, 3, offsetof(serve_opts, max_frames)},
+        {"--max-queue-frames", 1, 1e12, 3, offsetof(serve_opts, max_queue_frames)},
+        {"--max-wait-ms", 0, 60000, 2, offsetof(serve_opts, max_wait_ms)},
+        {"--drain-timeout", 0, 86400, 2, offsetof(serve_opts, drain_s)},
+        {"--max-body", 16, 1 << 30, 4, offsetof(serve_opts, max_body)},
+    };
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            serve_usage(stdout);
+            return 0;
+        }
+        if (a[0] != '-') {
+            if (o->model_path) {
+                fprintf(stderr, "rnnlua serve: one model only (got %s and %s)\n", o->model_path, a);
+                return 2;
+            }
+            o->model_path = a;
+            continue;
+        }
+        size_t k = 0;
+        const char *v = NULL;
+        for (; k < sizeof spec / sizeof spec[0]; k++)
+            if ((v = opt_value(argc, argv, &i, spec[k].name)) != NULL) break;
+        if (v == NULL) {
+            fprintf(stderr, "rnnlua serve: unknown option '%s' (rnnlua serve --help)\n", a);
+            return 2;
+        }
+        char *field = (char *)o + spec[k].off;
+        double d = 0;
+        if (spec[k].kind == 0 && v[0] != '\0') {
+            memcpy(field, &v, sizeof v);
+            continue;
+        }
+        if (spec[k].kind != 0 && parse_num(v, spec[k].lo, spec[k].hi, &d) &&
+            (spec[k].kind == 2 || d == floor(d))) {
+            if (spec[k].kind == 1) *(int *)(void *)field = (int)d;
+            if (spec[k].kind == 2) *(double *)(void *)field = d;
+            if (spec[k].kind == 3) *(int64_t *)(void *)field = (int64_t)d;
+            if (spec[k].kind == 4) *(size_t *)(void *)field = (size_t)d;
+            continue;
+        }
+        fprintf(stderr, "rnnlua serve: %s needs %s, got '%s'\n", spec[k].name,
+                spec[k].kind == 0 ? "a value" : "a number in range", v);
+        return 2;
+    }
+    if (o->model_path == NULL) {
+        serve_usage(stderr);
+        return 2;
+    }
+    return -1;
+}
+
+/* A listening TCP socket on ADDR:PORT; writes the bound port to *port. -1 with a message. */
+static int open_listener(const char *addr, int *port, char *err, size_t errn) {
+    struct addrinfo hints, *res = NULL;
+    memset(&hints, 0, sizeof hints);
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_PASSIVE;
+    char ps[16];
+    snprintf(ps, sizeof ps, "%d", *port);
+    int rc = getaddrinfo(addr, ps, &hints, &res);
+    if (rc != 0) {
+        snprintf(err, errn, "cannot resolve --listen %s: %s", addr, gai_strerror(rc));
+        return -1;
+    }
+    int fd = socket(res->ai_family, res->ai_socktype | SOCK_CLOEXEC, res->ai_protocol);
+    int one = 1;
+    if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0 ||
+        bind(fd, res->ai_addr, res->ai_addrlen) != 0 || listen(fd, 256) != 0) {
+        snprintf(err, errn, "cannot listen on %s port %d: %s", addr, *port, strerror(errno));
+        if (fd >= 0) close(fd);
+        freeaddrinfo(res);
+        return -1;
+    }
+    freeaddrinfo(res);
+    struct sockaddr_storage sa;
+    socklen_t sl = sizeof sa;
+    char host[NI_MAXHOST], serv[NI_MAXSERV];
+    if (getsockname(fd, (struct sockaddr *)&sa, &sl) == 0 &&
+        getnameinfo((struct sockaddr *)&sa, sl, host, sizeof host, serv, sizeof serv,
+                    NI_NUMERICHOST | NI_NUMERICSERV) == 0)
+        *port = atoi(serv);
+    return fd;
+}
+
+/* Answers everything still queued and waits until every request has been answered (or the
+ * drain timeout has passed), then stops the HTTP threads. */
+static void drain_and_stop(server *S, job **jobs, int cap) {
+    double until = now_s() + S->o.drain_s;
+    for (;;) {
+        int n = take_batch(S, jobs, cap);
+        if (n > 0) {
+            run_jobs(S, jobs, n);
+            continue;
+        }
+        if (atomic_load(&S->requests) == 0 || now_s() > until) break;
+        usleep(2000);
+    }
+    int left = atomic_load(&S->requests);
+    if (left > 0) logf_("drain timeout: %d requests were not answered", left);
+    MHD_stop_daemon(S->daemon);
+    S->daemon = NULL;
+}
+
+int rl_serve_main(lua_State *L, int argc, char **argv) {
+    server S_;
+    server *S = &S_;
+    memset(S, 0, sizeof *S);
+    int rc = parse_options(argc, argv, &S->o);
+    if (rc >= 0) return rc;
+    S->L = L;
+    S->model_ref = LUA_NOREF;
+    rl_blas_set_threads(S->o.blas_threads);
+    S->listen_fd = -1;
+    pthread_mutex_init(&S->mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&S->cv, &ca);
+    pthread_condattr_destroy(&ca);
+
+    if (load_model(S) != LUA_OK) {
+        logf_("%s", lua_tostring(L, -1));
+        lua_pop(L, 1);
+        return 1;
+    }
+    S->in_dim = int_field(L, -1, "in_dim");
+    S->out_dim = int_field(L, -1, "out_dim");
+    S->sparse = bool_field(L, -1, "sparse");
+    S->images = bool_field(L, -1, "images");
+    S->out_images = bool_field(L, -1, "out_images");
+    if (!install_model(S)) {
+        logf_("%s: the model's description could not be read", S->o.model_path);
+        return 1;
+    }
+
+    char err[256];
+    int port = S->o.port;
+    S->listen_fd = open_listener(S->o.listen, &port, err, sizeof err);
+    if (S->listen_fd < 0) {
+        logf_("%s", err);
+        return 1;
+    }
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO | MHD_ALLOW_SUSPEND_RESUME |
+                     MHD_USE_ERROR_LOG;
+    S->daemon = MHD_start_daemon(
+        flags, 0, NULL, NULL, on_request, S, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, S,
+        MHD_OPTION_LISTEN_SOCKET, S->listen_fd, MHD_OPTION_THREAD_POOL_SIZE, (unsigned)S->o.threads,
+        MHD_OPTION_CONNECTION_LIMIT, (unsigned)(S->o.max_connections + 16 * S->o.threads),
+        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)S->o.timeout_s, MHD_OPTION_NOTIFY_COMPLETED,
+        on_completed, S, MHD_OPTION_NOTIFY_CONNECTION, on_connection, S, MHD_OPTION_END);
+    if (S->daemon == NULL) {
+        logf_("libmicrohttpd did not start on %s port %d", S->o.listen, port);
+        close(S->listen_fd);
+        return 1;
+    }
+    if (!install_signals() || pthread_create(&S->sig_thread, NULL, signal_main, S) != 0) {
+        logf_("cannot start the signal thread");
+        MHD_stop_daemon(S->daemon);
+        return 1;
+    }
+    bool v6 = strchr(S->o.listen, ':') != NULL;
+    printf("listening on http://%s%s%s:%d\n", v6 ? "[" : "", S->o.listen, v6 ? "]" : "", port);
+    fflush(stdout);
+    logf_("%s (epoch %lld), layer '%s', input dim %lld, output dim %lld; %d HTTP threads, "
+          "batches up to %lld frames, waiting up to %g ms",
+          S->o.model_path, S->epoch, S->o.layer, (long long)S->in_dim, (long long)S->out_dim,
+          S->o.threads, (long long)S->o.max_batch_frames, S->o.max_wait_ms);
+
+    enum { CAP = 1024 };
+    job **jobs = malloc(CAP * sizeof *jobs);
+    for (;;) {
+        int n = jobs ? take_batch(S, jobs, CAP) : -1;
+        if (n < 0) break;
+        if (n > 0) run_jobs(S, jobs, n);
+    }
+    logf_("shutting down: answering %d requests in flight", atomic_load(&S->requests));
+    atomic_store(&S->draining, true);
+    int fd = MHD_quiesce_daemon(S->daemon);
+    if (fd >= 0) close(fd);
+    if (jobs) drain_and_stop(S, jobs, CAP);
+    free(jobs);
+    unsigned char quit = 0;
+    signal(SIGTERM, SIG_DFL);
+    signal(SIGINT, SIG_DFL);
+    signal(SIGHUP, SIG_DFL);
+    if (write(sig_pipe[1], &quit, 1) == 1) pthread_join(S->sig_thread, NULL);
+    close(sig_pipe[0]);
+    close(sig_pipe[1]);
+    luaL_unref(L, LUA_REGISTRYINDEX, S->model_ref);
+    free(S->info_json);
+    free(S->decode_error);
+    pthread_cond_destroy(&S->cv);
+    pthread_mutex_destroy(&S->mu);
+    logf_("stopped");
+    return 0;
+}

@@ -1,0 +1,289 @@
+-- Grapheme-to-phoneme conversion on the CMU pronouncing dictionary: letters in, phonemes out,
+-- with an attention encoder-decoder (a rec layer) trained by teacher forcing and decoded with
+-- beam search.
+--
+--   rnnlua recipes/g2p_cmudict.lua [--smoke] [--minutes M] [--epochs N] [--hidden H] [--emb E]
+--                                  [--beam K] [--batch B] [--lr R] [--threads N] [--seed S]
+--
+-- Data: cmudict-0.4.out of Debian's festlex-cmu (/usr/share/festival/dicts/cmu; installed with
+-- apt-get when missing), ~106k entries ("word" pos (((syllable phonemes) stress) ...)).
+-- Stress marks are dropped: the targets are the 39-symbol phoneme sequences (festival's
+-- phone names). A word with several pronunciations (entries with another part of speech) is
+-- one word with several references: training uses every (word, pronunciation) pair, scoring
+-- takes the reference closest to the hypothesis. Split, fixed and deterministic by word: a
+-- 32-bit FNV-1a hash of the word modulo 100 puts it in train (0..89), dev (90..94) or test
+-- (95..99).
+--
+-- Model: letters -> embedding (E) -> bidirectional LSTM encoder (H per direction); decoder rec
+-- unit: embedding of the previous phoneme, an LSTM (H) over it and the previous context,
+-- additive attention over the encoder, a tanh readout (H) from state and context, a softmax
+-- over phonemes + end-of-sequence (label 0) with the CE loss, and a choice (teacher forcing in
+-- training, beam search at test time, max_seq_len = T + 5). Adam, learning rate 1e-3 halved
+-- when the dev PER stops improving, global-norm clipping at 5.
+--
+-- Prints per epoch the training loss per phoneme, dev PER (greedy, on a dev subset) and time,
+-- then `test PER X% WER Y%` (beam search): PER = edit distance / reference phonemes, WER =
+-- words with any error. --smoke: a tiny subset (256 train words) and model, 4 epochs, seconds
+-- (run by make test, tests/sh/test_g2p_smoke.sh).
+local args = {...}
+local o = {minutes = 25, epochs = 1000, hidden = 128, emb = 32, beam = 4, batch = 64, threads = 2,
+  seed = 1, lr = 1e-3, smoke = false}
+local i = 1
+while i <= #args do
+  local a = args[i]
+  if a == "--smoke" then
+    o.smoke = true
+  elseif a:sub(1, 2) == "--" and args[i + 1] then
+    local k = a:sub(3)
+    if o[k] == nil then error("g2p: unknown option " .. a, 0) end
+    o[k] = tonumber(args[i + 1]) or error("g2p: " .. a .. " needs a number", 0)
+    i = i + 1
+  else
+    error("g2p: unknown argument " .. a, 0)
+  end
+  i = i + 1
+end
+if o.smoke then o.hidden, o.emb, o.minutes, o.epochs, o.beam, o.lr = 16, 8, 5, 4, 2, 1e-2 end
+rl.set_num_threads(o.threads)
+rl.manual_seed(o.seed)
+math.randomseed(o.seed)
+
+local SRC = "/usr/share/festival/dicts/cmu/cmudict-0.4.out"
+
+local function exists(path)
+  local f = io.open(path, "rb")
+  if f then f:close() end
+  return f ~= nil
+end
+
+if not exists(SRC) then
+  print("g2p: " .. SRC .. " is missing; installing festlex-cmu with apt-get")
+  local sudo = io.popen("id -u"):read("*l") == "0" and "" or "sudo -n "
+  local ok = os.execute(sudo .. "apt-get install -y --no-install-recommends festlex-cmu "
+    .. ">/dev/null 2>&1") or os.execute(sudo .. "apt-get update >/dev/null 2>&1 && " .. sudo
+    .. "apt-get install -y --no-install-recommends festlex-cmu >/dev/null 2>&1")
+  if not ok or not exists(SRC) then
+    error("g2p: could not install the Debian package festlex-cmu (needs root or password-less "
+      .. "sudo and a reachable mirror); install it by hand: apt-get install festlex-cmu", 0)
+  end
+end
+
+---------------------------------------------------------------------------- data
+
+local function fnv1a(s)
+  local h = 2166136261
+  for k = 1, #s do
+    h = ((h ~ s:byte(k)) * 16777619) & 0xffffffff
+  end
+  return h
+end
+
+local words, prons = {}, {} -- word -> list of phoneme lists
+for line in io.lines(SRC) do
+  local w, _, rest = line:match('^%("([^"]*)"%s+(%S+)%s+(.*)$')
+  if w then
+    local ph = {}
+    for p in rest:gmatch("%a+") do ph[#ph + 1] = p end
+    if #ph > 0 then
+      if not prons[w] then
+        prons[w] = {}
+        words[#words + 1] = w
+      end
+      local key = table.concat(ph, " ")
+      local dup = false
+      for _, q in ipairs(prons[w]) do dup = dup or table.concat(q, " ") == key end
+      if not dup then prons[w][#prons[w] + 1] = ph end
+    end
+  end
+end
+table.sort(words)
+
+local split = {train = {}, dev = {}, test = {}}
+for _, w in ipairs(words) do
+  local r = fnv1a(w) % 100
+  local part = r < 90 and "train" or (r < 95 and "dev" or "test")
+  table.insert(split[part], w)
+end
+
+-- symbols: letters from every word, phonemes from every pronunciation (label 0 = end)
+local letters, phones, lidx, pidx = {}, {"</s>"}, {}, {["</s>"] = 0}
+for _, w in ipairs(words) do
+  for c in w:gmatch(".") do
+    if not lidx[c] then letters[#letters + 1] = c; lidx[c] = true end
+  end
+  for _, ph in ipairs(prons[w]) do
+    for _, p in ipairs(ph) do
+      if not pidx[p] then phones[#phones + 1] = p; pidx[p] = true end
+    end
+  end
+end
+table.sort(letters)
+for k, c in ipairs(letters) do lidx[c] = k - 1 end
+local sorted = {table.unpack(phones, 2)}
+table.sort(sorted)
+phones = {"</s>", table.unpack(sorted)}
+for k, p in ipairs(phones) do pidx[p] = k - 1 end
+
+if o.smoke then
+  for _, part in ipairs({"train", "dev", "test"}) do
+    local keep = {}
+    for k = 1, math.min(#split[part], part == "train" and 256 or 32) do
+      keep[k] = split[part][k * 7 % #split[part] + 1]
+    end
+    split[part] = keep
+  end
+end
+print(string.format("g2p: %d words (%d train, %d dev, %d test), %d letters, %d phonemes + end",
+  #words, #split.train, #split.dev, #split.test, #letters, #phones - 1))
+
+-- training pairs, every pronunciation
+local pairs_train = {}
+for _, w in ipairs(split.train) do
+  for _, ph in ipairs(prons[w]) do pairs_train[#pairs_train + 1] = {w, ph} end
+end
+
+-- a batch of words (and, for training, one pronunciation each): data (T, B), classes (S, B)
+local function make_batch(items)
+  local B, T, S = #items, 0, 0
+  for _, it in ipairs(items) do
+    T = math.max(T, #it[1])
+    if it[2] then S = math.max(S, #it[2] + 1) end
+  end
+  local x, len = rl.zeros({T, B}, "int32"), rl.zeros({B}, "int32")
+  local batch = {data = x, lengths = len}
+  local xt, lt = x:totable(), {}
+  for b, it in ipairs(items) do
+    lt[b] = #it[1]
+    for t = 1, #it[1] do xt[t][b] = lidx[it[1]:sub(t, t)] end
+  end
+  x:copy_(rl.tensor(xt, "int32"))
+  len:copy_(rl.tensor(lt, "int32"))
+  if S > 0 then
+    local yt, ylen = {}, {}
+    for t = 1, S do yt[t] = {} for b = 1, B do yt[t][b] = 0 end end
+    for b, it in ipairs(items) do
+      for t, p in ipairs(it[2]) do yt[t][b] = pidx[p] end
+      ylen[b] = #it[2] + 1 -- the end label 0 closes every sequence
+    end
+    batch.classes = rl.tensor(yt, "int32")
+    batch.lengths_classes = rl.tensor(ylen, "int32")
+  end
+  return batch
+end
+
+-- batches of similar input length (sorted, then cut; their order shuffled each epoch)
+local function batches_of(list, bsize, shuffle)
+  local idx = {}
+  for k = 1, #list do idx[k] = k end
+  if shuffle then
+    for k = #idx, 2, -1 do local j = math.random(k); idx[k], idx[j] = idx[j], idx[k] end
+  end
+  table.sort(idx, function(a, b)
+    local la, lb = #list[a][1], #list[b][1]
+    if la ~= lb then return la < lb end
+    return a < b
+  end)
+  local out = {}
+  for s = 1, #idx, bsize do
+    local items = {}
+    for k = s, math.min(s + bsize - 1, #idx) do items[#items + 1] = list[idx[k]] end
+    out[#out + 1] = items
+  end
+  if shuffle then
+    for k = #out, 2, -1 do local j = math.random(k); out[k], out[j] = out[j], out[k] end
+  end
+  return out
+end
+
+---------------------------------------------------------------------------- model
+
+local H, E = o.hidden, o.emb
+local net = rl.network({
+  emb_in = {class = "embedding", from = "data", n_out = E},
+  fw = {class = "lstm", from = "emb_in", n_out = H},
+  bw = {class = "lstm", from = "emb_in", n_out = H, direction = -1},
+  enc = {class = "copy", from = {"fw", "bw"}},
+  dec = {class = "rec", from = {}, max_seq_len = "T + 5", unit = {
+    emb = {class = "embedding", from = "prev:output", n_out = E},
+    s = {class = "lstm", from = {"emb", "prev:att"}, n_out = H},
+    att = {class = "attention", base = "base:enc", from = "s", kind = "additive", n_att = H},
+    readout = {class = "linear", from = {"s", "att"}, n_out = H, activation = "tanh"},
+    output_prob = {class = "softmax", from = "readout", loss = "ce", target = "classes"},
+    output = {class = "choice", from = "output_prob", target = "classes", beam_size = o.beam},
+  }},
+}, {data = {dim = #letters, sparse = true}, classes = {dim = #phones, sparse = true}})
+print(string.format("g2p: %d parameters (embedding %d, BLSTM %d x 2, decoder LSTM %d, additive "
+  .. "attention, beam %d)", net:num_params(), E, H, H, o.beam))
+local opt = rl.optimizer({class = "adam", gradient_clip_global_norm = 5}, net:params(),
+  net:grads())
+
+---------------------------------------------------------------------------- scoring
+
+local function edit_distance(a, b)
+  local prev, cur = {}, {}
+  for j = 0, #b do prev[j] = j end
+  for i2 = 1, #a do
+    cur[0] = i2
+    for j = 1, #b do
+      cur[j] = math.min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i2] == b[j] and 0 or 1))
+    end
+    prev, cur = cur, prev
+  end
+  return prev[#b]
+end
+
+-- PER and WER (percent) of the words in list, decoded with beam k.
+local function score(list, k)
+  local items = {}
+  for _, w in ipairs(list) do items[#items + 1] = {w} end
+  local errs, nref, wrong = 0, 0, 0
+  for _, chunk in ipairs(batches_of(items, 128, false)) do
+    local res = net:search(make_batch(chunk), {beam_size = k, eos = 0})
+    for b, it in ipairs(chunk) do
+      local hyp = {}
+      for _, v in ipairs(res[b].labels) do hyp[#hyp + 1] = phones[v + 1] end
+      local best, bref
+      for _, ref in ipairs(prons[it[1]]) do
+        local d = edit_distance(hyp, ref)
+        if not best or d < best or (d == best and #ref > #bref) then best, bref = d, ref end
+      end
+      errs, nref = errs + best, nref + #bref
+      if best > 0 then wrong = wrong + 1 end
+    end
+  end
+  return 100 * errs / nref, 100 * wrong / #list
+end
+
+---------------------------------------------------------------------------- training
+
+local dev_sub = {}
+for k = 1, math.min(#split.dev, o.smoke and 32 or 1000) do dev_sub[k] = split.dev[k] end
+local t0, c0 = rl.clock(), os.clock()
+local budget = o.minutes * 60
+local lr, best_per, epoch, stop, total_steps = o.lr, math.huge, 0, false, 0
+while not stop do
+  epoch = epoch + 1
+  local sum, frames, steps = 0, 0, 0
+  for _, items in ipairs(batches_of(pairs_train, o.batch, true)) do
+    local batch = make_batch(items)
+    local loss = net:forward(batch)
+    net:zero_grads()
+    net:backward()
+    opt:step(lr)
+    sum, frames, steps = sum + loss, frames + net.n_frames, steps + 1
+    total_steps = total_steps + 1
+    if rl.clock() - t0 > budget then stop = true break end
+  end
+  local per = score(dev_sub, 1)
+  print(string.format("epoch %d: %d steps, train loss %.4f per phoneme, dev PER %.2f%% (greedy, "
+    .. "%d words), lr %.2g, %.1f min", epoch, steps, sum / math.max(frames, 1), per, #dev_sub,
+    lr, (rl.clock() - t0) / 60))
+  if per < best_per then best_per = per elseif not o.smoke then lr = lr / 2 end
+  if epoch >= o.epochs then stop = true end
+end
+local train_min, cpu_min = (rl.clock() - t0) / 60, (os.clock() - c0) / 60
+local per, wer = score(split.test, o.beam)
+print(string.format("g2p: trained %.1f min wall, %.1f min CPU (%d epochs, %d steps of %d words, "
+  .. "%d threads), test set %d words, beam %d", train_min, cpu_min, epoch, total_steps, o.batch,
+  o.threads, #split.test, o.beam))
+print(string.format("test PER %.2f%% WER %.2f%%", per, wer))

@@ -1,0 +1,150 @@
+/* The fused softmax / cross-entropy row passes (kernels/softmax_ce.h) against a float64
+ * reference written here, at every CPU level this machine has: odd row lengths around the
+ * 16-lane blocks, in place and not, ties (the first maximum is the argmax), a NaN row (NaN loss,
+ * its first NaN the argmax), -inf logits (probability 0), very negative logits (exp underflow),
+ * padded frames, out-of-range targets, and the gradient written and accumulated. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+
+#include "../../kernels/cpu/cpu_level.h"
+#include "../../kernels/softmax_ce.h"
+
+/* reference: probabilities, loss and errors of one row in float64 */
+static void ref_row(const float *z, int64_t C, int32_t k, double *p, double *loss, int *err) {
+    double mx = -INFINITY;
+    int64_t am = 0;
+    bool nan = false;
+    for (int64_t c = 0; c < C; c++) {
+        if (z[c] != z[c] && !nan) {
+            nan = true;
+            am = c;
+        }
+        if (!nan && z[c] > mx) {
+            mx = z[c];
+            am = c;
+        }
+    }
+    if (nan) mx = NAN;
+    double s = 0;
+    for (int64_t c = 0; c < C; c++)
+        s += (p[c] = exp((double)z[c] - mx));
+    for (int64_t c = 0; c < C; c++)
+        p[c] /= s;
+    *loss = k >= 0 ? mx + log(s) - z[k] : 0;
+    *err = k >= 0 && am != k;
+}
+
+static uint64_t rnd_state = 12345;
+static double rnd(void) {
+    rnd_state = rnd_state * 6364136223846793005ull + 1442695040888963407ull;
+    return (double)(rnd_state >> 11) / 9007199254740992.0;
+}
+
+static void test_level(void) {
+    static const int64_t Cs[] = {1, 2, 15, 16, 17, 33, 100, 10000};
+    const char *lv = rl_cpu_level_name(rl_cpu_level_get());
+    for (size_t ci = 0; ci < sizeof Cs / sizeof Cs[0]; ci++)
+        for (int inplace = 0; inplace <= 1; inplace++) {
+            enum { T = 4, B = 3 };
+            int64_t C = Cs[ci], rows = T * B;
+            int32_t len[B] = {4, 2, 0}, target[T * B], tgt[T * B];
+            float *z = malloc((size_t)(rows * C) * sizeof *z),
+                  *p = malloc((size_t)(rows * C) * sizeof *p),
+                  *zc = malloc((size_t)(rows * C) * sizeof *zc),
+                  *dz = malloc((size_t)(rows * C) * sizeof *dz);
+            double *pr = malloc((size_t)C * sizeof *pr);
+            for (int64_t i = 0; i < rows * C; i++)
+                z[i] = (float)(20.0 * rnd() - 10.0);
+            for (int64_t r = 0; r < rows; r++)
+                target[r] = (int32_t)(rnd() * (double)C);
+            /* row 1: a tie of the maximum before and at the target; row 3: -inf and very
+             * negative logits; row 4: a NaN (when C > 1) */
+            if (C > 2) {
+                z[1 * C + 0] = z[1 * C + 2] = 50.0f;
+                target[1] = 2;
+                z[3 * C + 1] = -INFINITY;
+                z[3 * C + 0] = -200.0f;
+                z[4 * C + C - 1] = NAN;
+            }
+            memcpy(zc, z, (size_t)(rows * C) * sizeof *z);
+            CHECK(rl_ce_targets_cpu(T, B, C, target, len, tgt) == -1);
+            double loss = -1, nerr = -1;
+            float *out = inplace ? z : p;
+            rl_softmax_ce_cpu_f32(rows, C, z, out, tgt, &loss, &nerr);
+            double rloss = 0, perr = 0;
+            int rerr = 0;
+            bool nan_loss = false;
+            for (int64_t r = 0; r < rows; r++) {
+                double l;
+                int e;
+                ref_row(zc + r * C, C, tgt[r], pr, &l, &e);
+                if (tgt[r] >= 0) {
+                    rloss += l;
+                    rerr += e;
+                    nan_loss |= l != l;
+                }
+                for (int64_t c = 0; c < C; c++) {
+                    double d = fabs((double)out[r * C + c] - pr[c]);
+                    if (pr[c] != pr[c]) d = out[r * C + c] != out[r * C + c] ? 0 : 1;
+                    perr = fmax(perr, d);
+                }
+            }
+            CHECK(perr < 2e-6);
+            if (nan_loss)
+                CHECK(loss != loss);
+            else
+                CHECK_NEAR(loss, rloss, 1e-4 * (1 + fabs(rloss)));
+            CHECK(nerr == rerr);
+            if (perr >= 2e-6 || nerr != rerr)
+                fprintf(stderr, "%s C=%lld inplace=%d: p err %.3g, errors %g vs %d\n", lv,
+                        (long long)C, inplace, perr, nerr, rerr);
+            /* gradient: written, then accumulated onto itself (doubling valid rows) */
+            rl_ce_grad_cpu_f32(rows, C, out, tgt, dz, false);
+            bool gok = true;
+            for (int64_t r = 0; r < rows; r++)
+                for (int64_t c = 0; c < C; c++) {
+                    float want = tgt[r] < 0 ? 0.0f : out[r * C + c] - (c == tgt[r] ? 1.0f : 0.0f);
+                    float got = dz[r * C + c];
+                    gok = gok && (got == want || (got != got && want != want));
+                }
+            CHECK(gok);
+            rl_ce_grad_cpu_f32(rows, C, out, tgt, dz, true);
+            gok = true;
+            for (int64_t r = 0; r < rows; r++)
+                for (int64_t c = 0; c < C; c++) {
+                    float g1 = tgt[r] < 0 ? 0.0f : out[r * C + c] - (c == tgt[r] ? 1.0f : 0.0f);
+                    float want = g1 + g1, got = dz[r * C + c];
+                    gok = gok && (fabsf(got - want) <= 1e-6f || (got != got && want != want));
+                }
+            CHECK(gok);
+            /* out-of-range targets on valid frames are found; on padded ones ignored */
+            target[1 * B + 1] = (int32_t)C; /* t = 1 < len[1] = 2: valid */
+            target[3 * B + 1] = -5;         /* t = 3 >= len[1]: padded */
+            CHECK(rl_ce_targets_cpu(T, B, C, target, len, tgt) == 1 * B + 1);
+            target[1 * B + 1] = 0;
+            CHECK(rl_ce_targets_cpu(T, B, C, target, len, tgt) == -1);
+            CHECK(tgt[3 * B + 1] == -1 && tgt[2] == -1);
+            free(z);
+            free(p);
+            free(zc);
+            free(dz);
+            free(pr);
+        }
+    /* no target: only the probabilities */
+    float z1[3] = {1, 2, 3}, p1[3];
+    double l = 7, e = 7;
+    rl_softmax_ce_cpu_f32(1, 3, z1, p1, NULL, &l, &e);
+    CHECK_NEAR(p1[2], exp(3.0) / (exp(1.0) + exp(2.0) + exp(3.0)), 1e-7);
+    CHECK(l == 7 && e == 7);
+}
+
+int main(void) {
+    for (int lv = RL_CPU_GENERIC; lv <= (int)rl_cpu_level_supported(); lv++) {
+        CHECK_OK(rl_cpu_level_set((rl_cpu_level)lv));
+        test_level();
+    }
+    TEST_MAIN_END();
+}

@@ -1,0 +1,229 @@
+-- Run by tests/sh/test_dist.sh under `mpirun -np 2`: rl.dist's collectives and data-parallel
+-- rl.train (sync against one process on the union of the batches, average against sync, the
+-- ranks' agreement, 12AX with 2 ranks, resuming). Every rank checks; rank 0 prints the
+-- world's closing line. arg[1]: a scratch directory. With arg[2] = "resume" (1 process, no
+-- launcher): the 12AX run of an earlier 2-rank run goes on for one more epoch.
+package.path = "tests/lua/?.lua;" .. package.path
+local H = require("harness")
+local distmod = require("rnnlua.dist")
+local dir = assert(arg[1], "usage: checks.lua SCRATCH_DIR")
+local rank, size = rl.dist.rank(), rl.dist.size()
+
+-- 12AX with 2 ranks, and the same run stopped after epoch 2 and resumed.
+local function ax(model, epochs, load)
+  return rl.train({
+    network = {fw = {class = "lstm", n_out = 32}, bw = {class = "lstm", n_out = 32, direction = -1},
+               output = {class = "softmax", from = {"fw", "bw"}, loss = "ce", target = "classes"}},
+    train = {class = "12ax", num_seqs = 1000, seed = 1, seq_ordering = "laplace:20"},
+    dev = {class = "12ax", num_seqs = 200, seed = 2},
+    num_epochs = epochs, batch_size = 1250, max_seqs = 13, load = load,
+    optimizer = {class = "adam", gradient_clip_global_norm = 5}, learning_rate = 0.01,
+    learning_rate_control = "newbob", model = model, log_verbosity = 0, seed = 1,
+  })
+end
+if arg[2] == "resume" then
+  -- one process goes on from the checkpoints of the 2-rank run below
+  H.test("a 2-rank run resumed by 1 process", function()
+    local r = ax(dir .. "/ax/net", 5, "last")
+    H.check(r.epoch == 5 and size == 1, "epoch " .. r.epoch .. " of a world of " .. size)
+    H.check(r.dev_error < 0.01, string.format("dev FER %.2f%%", 100 * r.dev_error))
+  end)
+  H.done()
+end
+
+H.test("world of 2", function()
+  H.check(size == 2 and (rank == 0 or rank == 1), "rank " .. rank .. " of " .. size)
+  H.check(rl.dist.active() and rl.dist.built(), "active and built")
+  H.check(rl.dist.local_rank() == rank, "one machine: local rank = rank")
+end)
+
+H.test("allreduce sums every dtype, the same on every rank", function()
+  local f = rl.tensor({{rank + 1, 0.5}, {-rank, 3}})
+  H.check(rl.dist.allreduce(f) == f, "returns its tensor")
+  H.check(f[1][1] == 3 and f[1][2] == 1 and f[2][1] == -1 and f[2][2] == 6, "float32 sums")
+  local d = rl.tensor({1e-17 * (rank + 1), 1}, "float64")
+  rl.dist.allreduce(d)
+  H.check(d[1] == 3e-17 and d[2] == 2, "float64 sums")
+  local i = rl.tensor({rank, 7}, "int32")
+  rl.dist.allreduce(i)
+  H.check(i[1] == 1 and i[2] == 14, "int32 sums")
+  -- a view of a larger buffer (what the engine's buckets are)
+  local big = rl.zeros(10):fill_(rank + 1)
+  rl.dist.allreduce(big:narrow(1, 3, 4))
+  H.check(big[2] == rank + 1 and big[3] == 3 and big[6] == 3 and big[7] == rank + 1, "narrow view")
+end)
+
+H.test("broadcast from either root; barrier", function()
+  local t = rl.tensor({rank * 10 + 1, rank * 10 + 2})
+  rl.dist.broadcast(t, 1)
+  H.check(t[1] == 11 and t[2] == 12, "root 1's values")
+  local u = rl.tensor({rank})
+  rl.dist.broadcast(u)
+  H.check(u[1] == 0, "root defaults to 0")
+  rl.dist.barrier()
+end)
+
+H.expect_error("allreduce of a non-contiguous tensor", function()
+  rl.dist.allreduce(rl.zeros(3, 4):t())
+end, "must be contiguous")
+H.expect_error("broadcast from a rank that does not exist", function()
+  rl.dist.broadcast(rl.zeros(2), 2)
+end, "root 2 is not a rank of 0..1")
+H.expect_error("bad distributed mode", function()
+  rl.train{network = {output = {class = "softmax", loss = "ce", target = "classes"}},
+           train = {class = "12ax", num_seqs = 4}, distributed = {mode = "ring"}}
+end, "config.distributed.mode must be")
+H.expect_error("scale_lr that is not a boolean", function()
+  rl.train{network = {output = {class = "softmax", loss = "ce", target = "classes"}},
+           train = {class = "12ax", num_seqs = 4}, distributed = {mode = "average", scale_lr = 2}}
+end, "scale_lr must be true or false")
+H.expect_error("an unknown key in distributed", function()
+  rl.train{network = {output = {class = "softmax", loss = "ce", target = "classes"}},
+           train = {class = "12ax", num_seqs = 4}, distributed = {evry = 2}}
+end, "unknown key 'evry'")
+H.expect_error("gradient noise in sync mode", function()
+  rl.train{network = {output = {class = "softmax", loss = "ce", target = "classes"}},
+           train = {class = "12ax", num_seqs = 4}, optimizer = {class = "sgd", gradient_noise = 0.1}}
+end, "gradient_noise does not work")
+
+-- The largest absolute difference between two tensors.
+local function maxdiff(a, b) return (a - b):abs():max() end
+
+-- Rank 1's copy of t on every rank.
+local function from_rank1(t)
+  local c = t:clone()
+  rl.dist.broadcast(c, 1)
+  return c
+end
+
+local NET = {
+  fw = {class = "lstm", n_out = 8},
+  bw = {class = "lstm", n_out = 8, direction = -1},
+  output = {class = "softmax", from = {"fw", "bw"}, loss = "ce", target = "classes"},
+}
+local function config(over)
+  local c = {network = NET, train = {class = "12ax", num_seqs = 37, seed = 3, max_len = 30,
+             seq_ordering = "laplace:4"}, num_epochs = 2, batch_size = 200, max_seqs = 2,
+             optimizer = {class = "sgd"}, learning_rate = 0.003, log_verbosity = 0, seed = 5}
+  for k, v in pairs(over or {}) do c[k] = v end
+  return c
+end
+
+local sync = rl.train(config())
+H.test("sync: bit-identical parameters on every rank", function()
+  H.check(maxdiff(sync.net:params(), from_rank1(sync.net:params())) == 0, "ranks differ")
+end)
+
+H.test("sync: shares deal every sequence once, round robin from the seed", function()
+  local ds = rl.dataset({class = "12ax", num_seqs = 37, seed = 3})
+  local seen, n = {}, 0
+  for r = 0, 1 do
+    local sh = distmod.shard(ds, r, 2, 5)
+    sh:init_epoch(2)
+    for i = 1, sh:num_seqs() do
+      local tag = sh:get_seq(i).tag
+      H.check(not seen[tag], "sequence " .. tostring(tag) .. " twice")
+      seen[tag], n = true, n + 1
+    end
+  end
+  H.check(n == 37, "all 37 sequences, got " .. n)
+end)
+
+H.test("sync with 2 ranks = 1 process on the union of each step's batches", function()
+  -- the reference: one process, the two ranks' batches of each step accumulated, one step
+  local cfg = config()
+  rl.manual_seed(cfg.seed)
+  local ds = rl.dataset(cfg.train)
+  local net = rl.network(cfg.network, ds:extern_data())
+  local opt = rl.optimizer({class = "sgd"}, net:params(), net:grads())
+  local shards = {distmod.shard(ds, 0, 2, cfg.seed), distmod.shard(ds, 1, 2, cfg.seed)}
+  local steps = 0
+  for epoch = 1, cfg.num_epochs do
+    local its = {}
+    for r = 1, 2 do
+      shards[r]:init_epoch(epoch)
+      its[r] = rl.batches(shards[r], {batch_size = cfg.batch_size, max_seqs = cfg.max_seqs})
+    end
+    while true do
+      net:zero_grads()
+      local any = false
+      for r = 1, 2 do
+        local b = its[r]()
+        if b then
+          any = true
+          net:forward(b)
+          net:backward()
+        end
+      end
+      if not any then break end
+      opt:step(cfg.learning_rate)
+      steps = steps + 1
+    end
+  end
+  H.check(steps == sync.step, string.format("%d reference steps, %d distributed", steps, sync.step))
+  local d, scale = maxdiff(net:params(), sync.net:params()), net:params():abs():max()
+  H.check(d <= 1e-5 * scale, string.format("max difference %.3g (scale %.3g)", d, scale))
+end)
+
+H.test("average with K = 1 and plain SGD = sync", function()
+  local avg = rl.train(config({distributed = {mode = "average", every = 1}}))
+  local d, scale = maxdiff(avg.net:params(), sync.net:params()), sync.net:params():abs():max()
+  H.check(d <= 1e-5 * scale, string.format("max difference %.3g (scale %.3g)", d, scale))
+  H.check(maxdiff(avg.net:params(), from_rank1(avg.net:params())) == 0, "ranks differ")
+end)
+
+H.test("average with K = 3: ranks differ between averagings and agree after", function()
+  local sums = {}
+  local function make_opt(params, grads)
+    local inner = rl.optimizer({class = "momentum", momentum = 0.9}, params, grads)
+    return {step = function(_, lr)
+              sums[#sums + 1] = params:sum()
+              return inner:step(lr)
+            end,
+            state = function() return inner:state() end,
+            load_state = function(_, st) return inner:load_state(st) end}
+  end
+  -- 36 sequences of at most 30 frames, 2 to a batch: 9 steps on each rank
+  local r = rl.train(config({num_epochs = 1, optimizer = make_opt, train = {class = "12ax",
+    num_seqs = 36, seed = 3, max_len = 30}, distributed = {mode = "average", every = 3}}))
+  local mine = rl.tensor(sums, "float64")
+  local other = from_rank1(mine)
+  local p1, m = from_rank1(r.net:params()), r.optimizer:state().momentum_buffer
+  local m1 = from_rank1(m)
+  H.check(#sums == 9, "9 steps, got " .. #sums)
+  for s = 1, rank == 0 and #sums or 0 do -- (on rank 1 `other` is its own)
+    local same = mine[s] == other[s]
+    -- before step s the parameters were averaged when s - 1 is a multiple of 3
+    H.check(same == ((s - 1) % 3 == 0), string.format("step %d: ranks %s", s,
+      same and "agree before an averaging" or "differ right after an averaging"))
+  end
+  H.check(maxdiff(r.net:params(), p1) == 0, "ranks differ at the end")
+  H.check(maxdiff(m, m1) == 0, "optimizer states differ at the end")
+end)
+
+local full = ax(dir .. "/ax/net", 4)
+H.test("12AX with 2 ranks: dev frame error < 1%", function()
+  H.check(full.dev_error < 0.01, string.format("dev FER %.2f%%", 100 * full.dev_error))
+end)
+H.test("only rank 0 writes checkpoints and the learning curve", function()
+  local f = io.open(dir .. "/ax/net.004.h5")
+  H.check(f ~= nil, "net.004.h5 exists")
+  if f then f:close() end
+  local n = 0
+  for _ in io.lines(dir .. "/ax/net.curve.jsonl") do n = n + 1 end
+  H.check(n == 4, n .. " curve lines")
+end)
+H.test("resumed 2-rank run = uninterrupted", function()
+  ax(dir .. "/ax2/net", 2)
+  local resumed = ax(dir .. "/ax2/net", 4, "last")
+  H.check(maxdiff(resumed.net:params(), full.net:params()) == 0, "parameters differ")
+  H.check(resumed.dev_error == full.dev_error, "dev error differs")
+end)
+
+local t = rl.tensor({H.passed, H.failed}, "float64")
+rl.dist.allreduce(t)
+if rank == 0 then
+  print(string.format("%d passed, %d failed", math.tointeger(t[1]), math.tointeger(t[2])))
+end
+-- (an error rather than os.exit, which would leave without MPI_Finalize)
+if t[2] ~= 0 then error(string.format("%d checks failed", math.tointeger(t[2])), 0) end

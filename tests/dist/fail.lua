@@ -1,0 +1,29 @@
+-- Run by tests/sh/test_dist.sh under `mpirun -np 2`: a 12AX training in which rank 1 kills
+-- itself (arg[2] = "kill") or hangs (arg[2] = "hang") in the middle of epoch 2. arg[1]: the
+-- model prefix. The job must end with an error naming rank 1, leaving loadable checkpoints.
+local model, how = assert(arg[1]), assert(arg[2])
+local steps = 0
+local function make_opt(params, grads)
+  local inner = rl.optimizer({class = "adam"}, params, grads)
+  return {step = function(_, lr)
+            steps = steps + 1
+            if rl.dist.rank() == 1 and steps == 12 then
+              if how == "kill" then
+                os.execute("kill -9 $PPID") -- the shell's parent: this rank
+              else
+                local t0 = rl.clock()
+                while rl.clock() - t0 < 60 do end
+              end
+            end
+            return inner:step(lr)
+          end,
+          state = function() return inner:state() end,
+          load_state = function(_, st) return inner:load_state(st) end}
+end
+rl.train({
+  network = {fw = {class = "lstm", n_out = 16},
+             output = {class = "softmax", from = {"fw"}, loss = "ce", target = "classes"}},
+  train = {class = "12ax", num_seqs = 160, seed = 1, max_len = 40},
+  num_epochs = 3, batch_size = 400, max_seqs = 10, optimizer = make_opt, learning_rate = 0.01,
+  model = model, log_verbosity = 1, seed = 1, distributed = {timeout = 3},
+})

@@ -1,0 +1,116 @@
+-- The gru layer from Lua: rl.gradcheck's table form for both directions (the pinned
+-- interface), in a bidirectional network with ragged lengths, the state methods, and bad options
+-- that must raise catchable errors naming the layer.
+local H = dofile("tests/lua/harness.lua")
+
+for _, dir in ipairs{1, -1} do
+  H.test("rl.gradcheck gru direction " .. dir, function()
+    local r = rl.gradcheck{layer = {class = "gru", n_out = 3, direction = dir}, in_dim = 4}
+    H.check(type(r) == "table" and type(r.passed) == "boolean", "a report with .passed")
+    H.check(type(r.max_rel_error) == "number" and r.n_checked > 0, "a report with .max_rel_error")
+    H.check(r.passed and r.max_rel_error < 1e-4,
+      string.format("max relative error %.3g", r.max_rel_error))
+  end)
+end
+
+H.test("gradcheck: bidirectional gru network, two inputs, ragged", function()
+  local r = rl.gradcheck{
+    network = {
+      fw = {class = "gru", n_out = 3, from = {"data", "data2"}},
+      bw = {class = "gru", n_out = 2, from = "data", direction = -1},
+      output = {class = "softmax", from = {"fw", "bw"}, loss = "ce", target = "classes"},
+    },
+    extern_data = {data = {dim = 3}, data2 = {dim = 2}, classes = {dim = 4, sparse = true}},
+    T = 6, B = 3, lengths = {6, 2, 4},
+  }
+  H.check(r.passed, string.format("max relative error %.3g", r.max_rel_error))
+end)
+
+H.test("gru state methods: final state, initial state and its gradient", function()
+  rl.manual_seed(1)
+  local net = rl.network({output = {class = "gru", n_out = 2, direction = -1, loss = "mse",
+    target = "y"}}, {data = {dim = 3}, y = {dim = 2}})
+  local l = net:layer("output").object
+  local x, len = rl.randn(4, 2, 3), rl.tensor({4, 2}, "int32")
+  net:forward{data = x, y = rl.zeros(4, 2, 2), lengths = len}
+  local h = l:final_state():clone() -- a view of the layer's buffer, valid until the next forward
+  local o = net:layer("output").output
+  -- a backward GRU ends at frame 1 of every sequence
+  H.near((h:select(1, 1) - o[1][1]):abs():max(), 0, 1e-6, "final state of sequence 1")
+  H.near((h:select(1, 2) - o[1][2]):abs():max(), 0, 1e-6, "final state of sequence 2")
+  local h0 = rl.randn(2, 2)
+  l:set_initial_state(h0)
+  net:forward{data = x, y = rl.zeros(4, 2, 2), lengths = len}
+  H.check((l:final_state() - h):abs():max() > 1e-4, "the initial state changes the result")
+  net:zero_grads()
+  net:backward()
+  H.check(l:initial_state_grad():size(1) == 2, "initial state gradient")
+  l:set_initial_state(nil)
+end)
+
+H.expect_error("gru without n_out", function()
+  rl.network({g = {class = "gru", is_output_layer = true}}, {data = {dim = 3}})
+end, "n_out")
+for _, bad in ipairs{{n_out = 0, what = "n_out"}, {n_out = -2, what = "n_out"},
+                     {n_out = 3.5, what = "n_out"}, {n_out = 3, direction = 2, what = "direction"},
+                     {n_out = 1e9, what = "parameters"}} do
+  H.expect_error("gru with bad option " .. bad.what, function()
+    rl.network({g = {class = "gru", n_out = bad.n_out, direction = bad.direction,
+      is_output_layer = true}}, {data = {dim = 3}})
+  end, bad.what)
+end
+H.expect_error("gru: an unknown option is named", function()
+  rl.network({g = {class = "gru", n_out = 3, peepholes = true, is_output_layer = true}},
+    {data = {dim = 3}})
+end, "peepholes")
+H.expect_error("gru: set_initial_state takes no cell", function()
+  local net = rl.network({g = {class = "gru", n_out = 2, is_output_layer = true}},
+    {data = {dim = 3}})
+  net:layer("g").object:set_initial_state(rl.zeros(1, 2), rl.zeros(1, 2))
+end, "layer 'g' (gru)")
+
+-- Inside a rec unit the gru carries its state from step to step (the rec layer sets each step's
+-- initial state and routes its gradient back): the same numbers as the gru layer.
+H.test("a rec unit of one gru over data:source is the gru layer (outputs and gradients)", function()
+  local ext = {data = {dim = 3}, target = {dim = 4}}
+  rl.manual_seed(1)
+  local a = rl.network({output = {class = "gru", n_out = 4, from = "data", loss = "mse",
+    target = "target"}}, ext, {dtype = "float64", input_grads = true})
+  local b = rl.network({
+    dec = {class = "rec", from = "data", unit = {output = {class = "gru", n_out = 4}}},
+    output = {class = "copy", from = "dec", loss = "mse", target = "target"},
+  }, ext, {dtype = "float64", input_grads = true})
+  H.check(a:num_params() == b:num_params(), "parameter counts differ")
+  b:params():copy_(a:params())
+  local x, y = rl.randn(6, 3, 3, "float64"), rl.randn(6, 3, 4, "float64")
+  local len = rl.tensor({6, 2, 4}, "int32")
+  local la = a:forward{data = x, target = y, lengths = len}
+  local lb = b:forward{data = x, target = y, lengths = len}
+  H.near(la, lb, 1e-12, "loss")
+  a:zero_grads(); a:backward(); b:zero_grads(); b:backward()
+  H.check((a:grads() - b:grads()):abs():max() < 1e-12, "parameter gradients differ")
+  H.check((a:input_grad("data") - b:input_grad("data")):abs():max() < 1e-12,
+    "input gradients differ")
+end)
+
+H.test("gradcheck: a rec unit with a gru reading prev: of another unit layer", function()
+  local r = rl.gradcheck{
+    network = {
+      dec = {class = "rec", from = "data", unit = {
+        s = {class = "gru", n_out = 3, from = {"data:source", "prev:output"}},
+        output = {class = "linear", activation = "tanh", n_out = 2, from = "s"},
+      }},
+      output = {class = "copy", from = "dec", loss = "mse", target = "target"},
+    },
+    extern_data = {data = {dim = 3}, target = {dim = 2}},
+    T = 5, B = 3, lengths = {5, 2, 4},
+  }
+  H.check(r.passed, string.format("max relative error %.3g", r.max_rel_error))
+end)
+
+H.expect_error("a gru with direction = -1 inside a rec unit", function()
+  rl.network({dec = {class = "rec", from = "data", is_output_layer = true,
+    unit = {output = {class = "gru", n_out = 2, direction = -1}}}}, {data = {dim = 3}})
+end, "unit layer 'output'")
+
+H.done()

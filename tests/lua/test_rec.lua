@@ -1,0 +1,289 @@
+-- The rec layer (recurrent sub-networks): equivalences with the plain layers, a hand-written
+-- reference, float64 gradient checks through lstm + attention + embedding units over ragged
+-- encoder and decoder lengths, and every misdescription an error naming the rec layer and the
+-- unit layer.
+local H = dofile("tests/lua/harness.lua")
+
+local function maxdiff(a, b) return (a - b):abs():max() end
+
+H.test("a unit of one lstm over data:source is the lstm layer (outputs and gradients)", function()
+  local ext = {data = {dim = 3}, target = {dim = 4}}
+  rl.manual_seed(1)
+  local a = rl.network({output = {class = "lstm", n_out = 4, from = "data", loss = "mse",
+    target = "target"}}, ext, {dtype = "float64", input_grads = true})
+  local b = rl.network({
+    dec = {class = "rec", from = "data", unit = {output = {class = "lstm", n_out = 4}}},
+    output = {class = "copy", from = "dec", loss = "mse", target = "target"},
+  }, ext, {dtype = "float64", input_grads = true})
+  H.check(a:num_params() == b:num_params(), "parameter counts differ")
+  b:params():copy_(a:params())
+  local x, y = rl.randn(6, 3, 3, "float64"), rl.randn(6, 3, 4, "float64")
+  local len = rl.tensor({6, 2, 4}, "int32")
+  local la = a:forward{data = x, target = y, lengths = len}
+  local lb = b:forward{data = x, target = y, lengths = len}
+  H.near(la, lb, 1e-12, "loss")
+  local oa, ob = a:layer("output").output, b:layer("dec").output
+  for bb, n in ipairs(len:totable()) do
+    H.check(maxdiff(oa:narrow(1, 1, n):select(2, bb), ob:narrow(1, 1, n):select(2, bb)) < 1e-12,
+      "outputs differ")
+  end
+  a:zero_grads(); a:backward(); b:zero_grads(); b:backward()
+  H.check(maxdiff(a:grads(), b:grads()) < 1e-12, "parameter gradients differ")
+  H.check(maxdiff(a:input_grad("data"), b:input_grad("data")) < 1e-12, "input gradients differ")
+end)
+
+H.test("a unit of one gru over data:source is the gru layer (outputs and gradients)", function()
+  local ext = {data = {dim = 3}, target = {dim = 4}}
+  rl.manual_seed(1)
+  local a = rl.network({output = {class = "gru", n_out = 4, from = "data", loss = "mse",
+    target = "target"}}, ext, {dtype = "float64", input_grads = true})
+  local b = rl.network({
+    dec = {class = "rec", from = "data", unit = {output = {class = "gru", n_out = 4}}},
+    output = {class = "copy", from = "dec", loss = "mse", target = "target"},
+  }, ext, {dtype = "float64", input_grads = true})
+  b:params():copy_(a:params())
+  local x, y = rl.randn(6, 3, 3, "float64"), rl.randn(6, 3, 4, "float64")
+  local len = rl.tensor({6, 2, 4}, "int32")
+  H.near(a:forward{data = x, target = y, lengths = len}, b:forward{data = x, target = y,
+    lengths = len}, 1e-12, "loss")
+  a:zero_grads(); a:backward(); b:zero_grads(); b:backward()
+  H.check(maxdiff(a:grads(), b:grads()) < 1e-12, "parameter gradients differ")
+  H.check(maxdiff(a:input_grad("data"), b:input_grad("data")) < 1e-12, "input gradients differ")
+end)
+
+local tanh_unit = {
+  h = {class = "linear", activation = "tanh", n_out = 4, from = {"data:source", "prev:h"}},
+  output = {class = "copy", from = "h"},
+}
+
+H.test("a unit tanh(W x_t + U prev:h + b) matches a hand-written loop", function()
+  rl.manual_seed(2)
+  local net = rl.network({dec = {class = "rec", from = "data", unit = tanh_unit,
+    is_output_layer = true}}, {data = {dim = 3}}, {dtype = "float64"})
+  local x, len = rl.randn(5, 2, 3, "float64"), rl.tensor({5, 3}, "int32")
+  net:forward{data = x, lengths = len}
+  local out = net:layer("dec").output
+  local W, bias = net:layer("dec").params["h.W"], net:layer("dec").params["h.b"]
+  local Wx, U = W:narrow(1, 1, 3), W:narrow(1, 4, 4)
+  for b = 1, 2 do
+    local h = rl.zeros({1, 4}, "float64")
+    for t = 1, len[b] do
+      h = (rl.matmul(x[t]:narrow(1, b, 1), Wx) + rl.matmul(h, U) + bias:view(1, 4)):tanh()
+      H.check(maxdiff(h:view(4), out[t][b]) < 1e-12, string.format("step %d, sequence %d", t, b))
+    end
+  end
+end)
+
+local function gradcheck(name, o)
+  H.test(name, function()
+    local r = rl.gradcheck(o)
+    H.check(r.n_checked > 0, "nothing checked")
+    if not r.passed then
+      local w = r.worst
+      error(string.format("max relative error %.3g at %s[%d]: analytic %.9g, numeric %.9g",
+        r.max_rel_error, w.tensor, w.index, w.analytic, w.numeric), 0)
+    end
+  end)
+end
+
+gradcheck("gradient check: tanh unit with prev:, ragged lengths", {network = {
+  dec = {class = "rec", from = "data", unit = tanh_unit},
+  output = {class = "softmax", from = "dec", loss = "ce", target = "classes"},
+}, extern_data = {data = {dim = 3}, classes = {dim = 3, sparse = true}}, T = 5, B = 3,
+  lengths = {5, 2, 4}})
+
+-- an encoder-decoder: BLSTM-less encoder, decoder with embedding of the previous label, lstm,
+-- attention over the encoder, softmax with the CE loss and a choice (teacher forcing)
+local function seq2seq(kind, extra)
+  local unit = {
+    emb = {class = "embedding", from = "prev:output", n_out = 3},
+    s = {class = "lstm", from = {"emb", "prev:att"}, n_out = 4},
+    att = {class = "attention", base = "base:enc", from = "s", kind = kind},
+    readout = {class = "linear", from = {"s", "att"}, n_out = 5, activation = "tanh"},
+    output_prob = {class = "softmax", from = "readout", loss = "ce", target = "classes"},
+    output = {class = "choice", from = "output_prob", target = "classes", beam_size = 3,
+      initial_output = 0},
+  }
+  for k, v in pairs(extra or {}) do unit[k] = v end
+  return {
+    enc = {class = "lstm", n_out = 4, from = "data"},
+    dec = {class = "rec", from = {}, unit = unit},
+  }, {data = {dim = 3}, classes = {dim = 6, sparse = true}}
+end
+
+-- decoder lengths differ from the encoder's: classes (S = 4, B = 3) with lengths {4, 2, 3}
+local function label_batch()
+  return {classes = rl.tensor({{1, 2, 3}, {4, 5, 1}, {2, -1, 5}, {3, -1, -1}}, "int32"),
+    lengths_classes = rl.tensor({4, 2, 3}, "int32")}
+end
+
+for _, kind in ipairs({"dot", "additive"}) do
+  local net, ext = seq2seq(kind)
+  gradcheck("gradient check: lstm + " .. kind .. " attention + embedding unit, ragged encoder "
+    .. "(5, 2, 4) and decoder (4, 2, 3) lengths", {network = net, extern_data = ext, T = 5, B = 3,
+    lengths = {5, 2, 4}, batch = label_batch(), max_inputs = 30})
+end
+
+do
+  local net, ext = seq2seq("dot", {s = {class = "gru", from = {"emb", "prev:att"}, n_out = 4}})
+  gradcheck("gradient check: gru + dot attention + embedding unit, ragged lengths",
+    {network = net, extern_data = ext, T = 5, B = 3, lengths = {5, 2, 4}, batch = label_batch(),
+      max_inputs = 30})
+end
+
+H.test("teacher forcing: the decoder's loss does not depend on labels beyond each length",
+  function()
+    rl.manual_seed(4)
+    local d, ext = seq2seq("dot")
+    local net = rl.network(d, ext)
+    local x, len = rl.randn(5, 3, 3), rl.tensor({5, 2, 4}, "int32")
+    local b1 = label_batch()
+    b1.data, b1.lengths = x, len
+    local l1 = net:forward(b1)
+    local b2 = label_batch()
+    b2.classes[3][2], b2.classes[4][3] = 4, 0
+    b2.data, b2.lengths = x, len
+    local l2, _ = net:forward(b2)
+    H.near(l1, l2, 0, "loss")
+    H.check(net.n_frames == 9, "frames: " .. tostring(net.n_frames))
+    local w = net:layer("dec").object:attention_weights("att")
+    H.check(w:size(1) == 4 and w:size(2) == 3 and w:size(3) == 5, "attention weights' shape")
+    H.near(w[1][2]:narrow(1, 3, 3):abs():sum(), 0, 0, "weight on padded encoder frames")
+    H.near(w[2][1]:sum(), 1, 1e-6, "weights sum to 1")
+  end)
+
+-- bad descriptions: each an error naming the rec layer and the unit layer
+local function bad(name, unit, pattern, net_extra)
+  H.expect_error(name, function()
+    local d = {enc = {class = "lstm", n_out = 4, from = "data"},
+      dec = {class = "rec", from = {}, unit = unit}}
+    for k, v in pairs(net_extra or {}) do d[k] = v end
+    rl.network(d, {data = {dim = 3}, classes = {dim = 6, sparse = true}})
+  end, pattern)
+end
+local ok_out = {class = "choice", from = "p", target = "classes"}
+local ok_p = {class = "softmax", from = "s", loss = "ce", target = "classes"}
+bad("unknown class in a unit", {s = {class = "lsmt", n_out = 4, from = "prev:s"}, p = ok_p,
+  output = ok_out}, "layer 'dec' (rec), unit layer 's': layer 'dec/s': unknown class 'lsmt'")
+bad("prev: of a layer not in the unit", {s = {class = "lstm", n_out = 4, from = "prev:x"},
+  p = ok_p, output = ok_out}, "layer 'dec' (rec), unit layer 's': 'prev:x' names no layer")
+bad("unknown same-step from", {s = {class = "lstm", n_out = 4, from = "x"},
+  p = ok_p, output = ok_out}, "layer 'dec' (rec), unit layer 's': unknown from 'x'")
+bad("a unit without output", {s = {class = "lstm", n_out = 4, from = "prev:s"}, p = ok_p},
+  "layer 'dec' (rec): the unit has no 'output' layer")
+bad("a choice without target", {s = {class = "lstm", n_out = 4, from = "prev:s"}, p = ok_p,
+  output = {class = "choice", from = "p"}}, "layer 'dec' (rec), unit layer 'output' (choice): needs target")
+bad("a choice with beam_size 0", {s = {class = "lstm", n_out = 4, from = "prev:s"}, p = ok_p,
+  output = {class = "choice", from = "p", target = "classes", beam_size = 0}},
+  "layer 'dec' (rec), unit layer 'output' (choice): beam_size must be a positive integer")
+bad("a base: that depends on the rec layer", {
+  s = {class = "lstm", n_out = 4, from = "prev:s"},
+  att = {class = "attention", base = "base:post", from = "s"}, p = {class = "softmax",
+  from = {"s", "att"}, loss = "ce", target = "classes"}, output = ok_out},
+  "layer 'dec' (rec), unit layer 'att': base:post depends on layer 'dec' itself",
+  {post = {class = "lstm", n_out = 4, from = "dec2"}, dec2 = {class = "copy", from = "dec"}})
+bad("a base: that names no layer", {
+  s = {class = "lstm", n_out = 4, from = "prev:s"},
+  att = {class = "attention", base = "base:nope", from = "s"}, p = ok_p, output = ok_out},
+  "layer 'dec' (rec), unit layer 'att': base:nope names no layer")
+bad("a cycle within a step", {s = {class = "lstm", n_out = 4, from = "p"}, p = ok_p,
+  output = ok_out}, "cycle within a step: output -> p -> s -> p")
+bad("labels into a dense layer", {s = {class = "lstm", n_out = 4, from = "prev:output"},
+  p = ok_p, output = ok_out}, "layer 'dec' (rec), unit layer 's' (class lstm): 'prev:output' gives labels")
+bad("an unknown option of a unit layer", {s = {class = "lstm", n_out = 4, from = "prev:s",
+  n_outt = 3}, p = ok_p, output = ok_out}, "unit layer 's': layer 'dec/s' (class lstm): unknown option 'n_outt'")
+
+H.expect_error("a label out of range", function()
+  local d, ext = seq2seq("dot")
+  local net = rl.network(d, ext)
+  local b = label_batch()
+  b.classes[2][1] = 6
+  b.data, b.lengths = rl.randn(5, 3, 3), rl.tensor({5, 2, 4}, "int32")
+  net:forward(b)
+end, "layer 'dec' (rec), unit layer 'output': label 6 at step 2 of sequence 1 is outside 0..5")
+
+-- search: beam 1 is greedy decoding, computed here by teacher-forced forwards of the prefix
+local function trained_like_net(seed)
+  rl.manual_seed(seed)
+  local d, ext = seq2seq("additive")
+  d.dec.max_seq_len = "T + 2"
+  return rl.network(d, ext)
+end
+
+local function greedy(net, x, len, eos, limit)
+  local B = len:size(1)
+  local res = {}
+  for b = 1, B do
+    local xb, lb = x:narrow(2, b, 1):contiguous(), rl.tensor({len[b]}, "int32")
+    local prefix, score = {}, 0
+    for t = 1, limit(len[b]) do
+      local y = rl.zeros({t, 1}, "int32")
+      for i, v in ipairs(prefix) do y[i][1] = v end
+      net:forward{data = xb, lengths = lb, classes = y, lengths_classes = rl.tensor({t}, "int32")}
+      local p = net:layer("dec").object.by_name.output_prob.out[t][1]
+      local best, pos = p:max()
+      score = score + math.log(best)
+      prefix[#prefix + 1] = pos - 1
+      if pos - 1 == eos then break end
+    end
+    if prefix[#prefix] == eos then prefix[#prefix] = nil end
+    res[b] = {labels = prefix, score = score}
+  end
+  return res
+end
+
+H.test("search: beam 1 equals greedy decoding, a larger beam's best is never worse", function()
+  local net = trained_like_net(5)
+  local x, len = rl.randn(5, 3, 3), rl.tensor({5, 2, 4}, "int32")
+  local g = greedy(net, x, len, 1, function(T) return T + 2 end)
+  local r1 = net:search({data = x, lengths = len}, {beam_size = 1, eos = 1})
+  local r8 = net:search({data = x, lengths = len}, {beam_size = 8, eos = 1})
+  for b = 1, 3 do
+    H.check(table.concat(r1[b].labels, ",") == table.concat(g[b].labels, ","),
+      string.format("sequence %d: beam 1 gave %s, greedy %s", b, table.concat(r1[b].labels, ","),
+        table.concat(g[b].labels, ",")))
+    H.near(r1[b].score, g[b].score, 1e-4, "greedy score")
+    H.check(r8[b].score >= r1[b].score - 1e-6, "beam 8 worse than greedy")
+    H.check(#r8[b].hyps == 8 and r8[b].hyps[1].score >= r8[b].hyps[8].score, "hyps sorted")
+    H.check(#r8[b].labels <= len[b] + 2, "longer than max_seq_len")
+  end
+end)
+
+H.expect_error("search: max_seq_len <= 0", function()
+  local net = trained_like_net(5)
+  net:search({data = rl.randn(3, 1, 3), lengths = rl.tensor({3}, "int32")},
+    {max_seq_len = "T - 5"})
+end, "layer 'dec' (rec), unit layer 'output': max_seq_len must be >= 1, got -2")
+
+H.expect_error("a choice without a target in the batch, outside search", function()
+  local net = trained_like_net(5)
+  net:forward{data = rl.randn(3, 1, 3), lengths = rl.tensor({3}, "int32"),
+    classes = rl.zeros({3, 1}, "int32")}
+  local d, ext = seq2seq("dot")
+  d.dec.unit.output_prob.loss, d.dec.unit.output_prob.target = nil, nil
+  d.dec.unit.output_prob.n_out = 6
+  d.dec.is_output_layer = true
+  rl.network(d, ext):forward{data = rl.randn(3, 1, 3), lengths = rl.tensor({3}, "int32")}
+end, "layer 'dec' (rec), unit layer 'output': a choice without a target in the batch needs search")
+
+gradcheck("gradient check: dropout inside a unit (the masks repeat in backward through time)",
+  {network = {
+    dec = {class = "rec", from = "data", unit = {
+      d = {class = "dropout", dropout = 0.3, from = "prev:h"},
+      h = {class = "linear", activation = "tanh", n_out = 4, from = {"data:source", "d"}},
+      output = {class = "copy", from = "h"},
+    }},
+    output = {class = "softmax", from = "dec", loss = "ce", target = "classes"},
+  }, extern_data = {data = {dim = 3}, classes = {dim = 3, sparse = true}}, T = 5, B = 3,
+  lengths = {5, 2, 4}, train = true})
+
+gradcheck("gradient check: a Lua layer (layer_norm) inside a unit", {network = {
+  dec = {class = "rec", from = "data", unit = {
+    h = {class = "linear", activation = "tanh", n_out = 4, from = {"data:source", "prev:h"}},
+    output = {class = "layer_norm", from = "h"},
+  }},
+  output = {class = "softmax", from = "dec", loss = "ce", target = "classes"},
+}, extern_data = {data = {dim = 3}, classes = {dim = 3, sparse = true}}, T = 4, B = 2,
+  lengths = {4, 3}})
+
+H.done()

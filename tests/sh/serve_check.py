@@ -1,0 +1,584 @@
+#!/usr/bin/python3
+"""Checks `rnnlua serve` from the outside (run by tests/sh/test_serve.sh).
+
+Usage: serve_check.py RNNLUA DIR, where DIR holds model.h5 (a 12AX BLSTM), dev.h5 (its dev set)
+and fwd.h5 (rl.forward's answers on it), other.h5 / fwd_other.h5 (another checkpoint, epoch 7,
+and its answers) and dim5.h5 (a model with another input dim). Every server is started here
+on a free loopback port (--port 0; the port is read from its first stdout line) and stopped.
+Prints one line per check and "N passed, N failed" at the end.
+"""
+import http.client
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import h5py
+import numpy as np
+
+BIN, DIR = sys.argv[1], sys.argv[2]
+SANITIZED = os.environ.get("RL_SERVE_TEST_SECONDS") is None and "-san" in BIN
+PASSED, FAILED = [0], [0]
+
+
+def check(name, cond, detail=""):
+    if cond:
+        PASSED[0] += 1
+        print("ok   " + name)
+    else:
+        FAILED[0] += 1
+        print("FAIL " + name + (": " + str(detail) if detail else ""))
+    return cond
+
+
+def read_seqs(path, sizes=False):
+    """The sequences of a dataset file, (T, F) each; with sizes, also each image's [h, w]."""
+    with h5py.File(path, "r") as f:
+        x = np.asarray(f["inputs"], dtype=np.float32)
+        lens = np.asarray(f["seqLengths"])[:, 0]
+        hw = np.asarray(f["seqSizes"]).tolist() if sizes else None
+    out, o = [], 0
+    for n in lens:
+        out.append(x[o:o + n])
+        o += n
+    return (out, hw) if sizes else out
+
+
+INPUTS = read_seqs(os.path.join(DIR, "dev.h5"))
+REF = read_seqs(os.path.join(DIR, "fwd.h5"))
+REF_OTHER = read_seqs(os.path.join(DIR, "fwd_other.h5"))
+
+
+class Server:
+    def __init__(self, *args, model="model.h5"):
+        self.path = os.path.join(DIR, model)
+        self.err = open(os.path.join(DIR, "server.err"), "ab")
+        self.p = subprocess.Popen([BIN, "serve", self.path, "--port", "0"] + list(args),
+                                  stdout=subprocess.PIPE, stderr=self.err)
+        line = self.p.stdout.readline().decode()
+        if "listening on http://127.0.0.1:" not in line:
+            self.p.kill()
+            raise RuntimeError("the server did not start: %r" % line)
+        self.port = int(line.rsplit(":", 1)[1])
+
+    def conn(self, timeout=30):
+        return http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+
+    def request(self, method, path, body=None, headers=None, conn=None):
+        """(status, parsed JSON or None, headers); one connection per call unless given."""
+        c = conn or self.conn()
+        try:
+            if isinstance(body, (dict, list)):
+                body = json.dumps(body)
+            c.request(method, path, body=body, headers=headers or {})
+            r = c.getresponse()
+            data = r.read()
+            try:
+                doc = json.loads(data)
+            except ValueError:
+                doc = None
+            return r.status, doc, dict(r.getheaders())
+        finally:
+            if conn is None:
+                c.close()
+
+    def stop(self, timeout=30):
+        self.p.send_signal(signal.SIGTERM)
+        try:
+            return self.p.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.p.kill()
+            self.p.wait()
+            return None
+        finally:
+            self.p.stdout.close()
+            self.err.close()
+
+
+def frames(i):
+    return INPUTS[i].tolist()
+
+
+def equal(doc, ref):
+    if not isinstance(doc, dict) or "output" not in doc:
+        return False
+    got = np.asarray(doc["output"], dtype=np.float32)
+    return got.shape == ref.shape and np.array_equal(got, ref)
+
+
+def good_request(s, i=0, ref=REF):
+    st, doc, _ = s.request("POST", "/v1/forward", {"data": frames(i)})
+    return st == 200 and equal(doc, ref[i])
+
+
+def test_answers(s):
+    st, doc, _ = s.request("GET", "/healthz")
+    check("GET /healthz is 200 ok", st == 200 and doc["status"] == "ok", doc)
+    st, doc, _ = s.request("GET", "/v1/model")
+    check("GET /v1/model: dims, layer, epoch, network",
+          st == 200 and doc["input"]["dim"] == 9 and doc["output"]["dim"] == 2
+          and doc["layer"] == "output" and doc["epoch"] == 1
+          and doc["network"]["fw"]["class"] == "lstm", doc)
+    ok = all(good_request(s, i) for i in range(len(INPUTS)))
+    check("each dev sequence alone equals rl.forward's output (bit for bit)", ok)
+    st, doc, _ = s.request("POST", "/v1/forward",
+                           {"batch": [{"data": frames(i)} for i in range(len(INPUTS))]})
+    ok = st == 200 and len(doc["batch"]) == len(INPUTS) and all(
+        equal(d, REF[i]) for i, d in enumerate(doc["batch"]))
+    check("one batch request of all dev sequences equals rl.forward's output", ok, st)
+    # concurrent requests are batched together by the server: still the same numbers
+    bad = []
+
+    def worker(k):
+        c = s.conn()
+        for n in range(12):
+            i = (k * 7 + n) % len(INPUTS)
+            st, doc, _ = s.request("POST", "/v1/forward", {"data": frames(i)}, conn=c)
+            if st != 200 or not equal(doc, REF[i]):
+                bad.append((k, n, st))
+        c.close()
+    ts = [threading.Thread(target=worker, args=(k,)) for k in range(16)]
+    [t.start() for t in ts]
+    [t.join() for t in ts]
+    check("16 concurrent clients x 12 requests (dynamically batched) equal rl.forward's", not bad,
+          bad[:3])
+
+
+def raw_exchange(port, data, timeout=5.0):
+    """Sends raw bytes, returns what comes back until the server closes or the timeout."""
+    sk = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    try:
+        sk.sendall(data)
+        got = b""
+        while True:
+            try:
+                chunk = sk.recv(65536)
+            except socket.timeout:
+                break
+            if not chunk:
+                break
+            got += chunk
+        return got
+    finally:
+        sk.close()
+
+
+def test_malformed(s, max_body, max_frames):
+    f0 = frames(0)
+    cases = [  # name, method, path, body, status, text in the error
+        ("bad JSON", "POST", "/v1/forward", '{"data": [[1, 2}', 400, "bad JSON"),
+        ("empty body", "POST", "/v1/forward", "", 400, "bad JSON"),
+        ("a list, not an object", "POST", "/v1/forward", "[]", 400, "JSON object"),
+        ("a string", "POST", "/v1/forward", '"x"', 400, "bad JSON"),
+        ("an empty object", "POST", "/v1/forward", "{}", 400, "needs \"data\""),
+        ("data and batch", "POST", "/v1/forward", {"data": f0, "batch": [{"data": f0}]}, 400,
+         "not both"),
+        ("unknown key", "POST", "/v1/forward", {"data": f0, "foo": 1}, 400, "'foo'"),
+        ("beam on forward", "POST", "/v1/forward", {"data": f0, "beam": 2}, 400, "'beam'"),
+        ("duplicate key", "POST", "/v1/forward", '{"data": [[0,0,0,0,0,0,0,0,0]], "data": 1}',
+         400, "duplicate"),
+        ("trailing garbage", "POST", "/v1/forward", '{"data": [[0,0,0,0,0,0,0,0,0]]} xx', 400,
+         "bad JSON"),
+        ("data a number", "POST", "/v1/forward", {"data": 5}, 400, "list of frames"),
+        ("data an object", "POST", "/v1/forward", {"data": {"a": 1}}, 400, "list of frames"),
+        ("no frames", "POST", "/v1/forward", {"data": []}, 422, "no frames"),
+        ("8 values a frame", "POST", "/v1/forward", {"data": [[0] * 8]}, 422,
+         "data[0] has 8 values"),
+        ("10 values in frame 3", "POST", "/v1/forward",
+         {"data": [[0] * 9, [0] * 9, [0] * 9, [0] * 10]}, 422, "data[3] has 10 values"),
+        ("a frame that is a number", "POST", "/v1/forward", {"data": [1, 2]}, 422,
+         "data[0] must be a list"),
+        ("a string value", "POST", "/v1/forward", {"data": [[0] * 8 + ["1"]]}, 422,
+         "data[0][8] is not a number"),
+        ("a null value", "POST", "/v1/forward", {"data": [[None] + [0] * 8]}, 422,
+         "data[0][0] is not a number"),
+        ("a nested list value", "POST", "/v1/forward", {"data": [[[1]] + [0] * 8]}, 422,
+         "is not a number"),
+        ("NaN", "POST", "/v1/forward", '{"data": [[NaN,0,0,0,0,0,0,0,0]]}', 400, "bad JSON"),
+        ("Infinity", "POST", "/v1/forward", '{"data": [[Infinity,0,0,0,0,0,0,0,0]]}', 400,
+         "bad JSON"),
+        ("1e999", "POST", "/v1/forward", '{"data": [[1e999,0,0,0,0,0,0,0,0]]}', 400,
+         "bad JSON"),
+        ("1e39 (beyond float32)", "POST", "/v1/forward", {"data": [[0, 1e39] + [0] * 7]}, 422,
+         "data[0][1] = 1e+39 is not a finite float32"),
+        ("-1e39 in frame 2", "POST", "/v1/forward", {"data": [[0] * 9, [0] * 9, [-1e39] + [0] * 8]},
+         422, "data[2][0]"),
+        ("invalid UTF-8", "POST", "/v1/forward", b'{"data": "\xff\xfe"}', 400, "bad JSON"),
+        ("nesting 30000 deep", "POST", "/v1/forward", "[" * 30000 + "]" * 30000, 400,
+         "bad JSON"),
+        ("batch not a list", "POST", "/v1/forward", {"batch": 3}, 400, "non-empty list"),
+        ("batch empty", "POST", "/v1/forward", {"batch": []}, 400, "non-empty list"),
+        ("batch entry not an object", "POST", "/v1/forward", {"batch": [{"data": f0}, 7]}, 400,
+         "batch[1] must be an object"),
+        ("bad frame in batch entry 2", "POST", "/v1/forward",
+         {"batch": [{"data": f0}, {"data": f0}, {"data": [[0] * 3]}]}, 422,
+         "batch[2].data[0] has 3 values"),
+        ("unknown key in a batch entry", "POST", "/v1/forward", {"batch": [{"data": f0, "x": 1}]},
+         400, "batch[0]: unknown key 'x'"),
+        ("size on a sequence model", "POST", "/v1/forward", {"data": f0, "size": [1, 1]}, 400,
+         "unknown key 'size'"),
+        ("too many frames", "POST", "/v1/forward", {"data": [[0] * 9] * (max_frames + 1)}, 413,
+         "--max-frames"),
+        ("too many frames over a batch", "POST", "/v1/forward",
+         {"batch": [{"data": [[0] * 9] * (max_frames // 2 + 1)}] * 2}, 413, "--max-frames"),
+        ("body over --max-body", "POST", "/v1/forward", " " * (max_body + 1), 413, "--max-body"),
+        ("GET /v1/forward", "GET", "/v1/forward", None, 405, "takes POST"),
+        ("PUT /v1/forward", "PUT", "/v1/forward", {"data": f0}, 405, "takes POST"),
+        ("POST /healthz", "POST", "/healthz", "{}", 405, "takes GET"),
+        ("DELETE /v1/model", "DELETE", "/v1/model", None, 405, "takes GET"),
+        ("GET /v1/reload", "GET", "/v1/reload", None, 405, "takes POST"),
+        ("unknown path", "GET", "/v2/forward", None, 404, "no such path"),
+        ("path with a suffix", "POST", "/v1/forward/x", {"data": f0}, 404, "no such path"),
+        ("the root", "GET", "/", None, 404, "no such path"),
+    ]
+    n = 0
+    for name, method, path, body, status, text in cases:
+        st, doc, hdr = s.request(method, path, body)
+        err = doc.get("error", "") if isinstance(doc, dict) else ""
+        ok = st == status and text in err
+        if status == 405:
+            ok = ok and hdr.get("Allow") in ("GET", "POST")
+        check("malformed: %s -> %d naming it" % (name, status), ok, (st, err or doc))
+        n += 1
+        check("  ... and the next good request is answered", good_request(s, n % len(INPUTS)))
+
+    # a chunked body (no Content-Length) beyond --max-body is read, dropped and refused
+    c = s.conn()
+    chunks = iter([b" " * 8192] * (max_body // 8192 + 2))
+    c.request("POST", "/v1/forward", body=chunks, encode_chunked=True)
+    r = c.getresponse()
+    doc = json.loads(r.read())
+    c.close()
+    check("malformed: a chunked body over --max-body -> 413", r.status == 413
+          and "--max-body" in doc["error"], (r.status, doc))
+    n += 1
+    # slow clients: a body that stops half-way, and a connection that never sends anything,
+    # are closed after --timeout (1 s here) while other clients are served
+    t0 = time.time()
+    req = ("POST /v1/forward HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n"
+           '{"data": [[0,').encode()
+    got = raw_exchange(s.port, req, timeout=8)
+    waited = time.time() - t0
+    check("malformed: a stalled body is closed after the timeout without an answer",
+          got == b"" and waited < 6, (got[:80], waited))
+    t0 = time.time()
+    got = raw_exchange(s.port, b"", timeout=8)
+    check("malformed: an idle connection is closed after the timeout",
+          got == b"" and time.time() - t0 < 6, got[:80])
+    n += 2
+    # a client that disconnects in the middle of its body
+    sk = socket.create_connection(("127.0.0.1", s.port))
+    sk.sendall(b"POST /v1/forward HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{\"da")
+    sk.close()
+    # garbage instead of HTTP: libmicrohttpd closes such connections without an answer
+    for junk in (b"\x00\x01\x02 not http\r\n\r\n", b"GARBAGE\r\n\r\n"):
+        got = raw_exchange(s.port, junk, timeout=5)
+        check("malformed: %r is closed without an answer" % junk[:8], got == b"", got[:60])
+    got = raw_exchange(s.port, b"GET /healthz HTTP/9.9\r\nHost: x\r\n\r\n", timeout=5)
+    check("malformed: HTTP/9.9 -> 505", got.startswith(b"HTTP/1.1 505"), got[:60])
+    n += 4
+    check("  ... and the next good request is answered", good_request(s, 1))
+    check("at least 30 malformed requests tried (%d)" % n, n >= 30)
+
+
+def read_labels(path):
+    with h5py.File(path, "r") as f:
+        x = np.asarray(f["inputs"]).tolist()
+        lens = np.asarray(f["seqLengths"])[:, 0]
+    out, o = [], 0
+    for n in lens:
+        out.append(x[o:o + n])
+        o += n
+    return out
+
+
+def test_decode(s):
+    st, doc, _ = s.request("POST", "/v1/decode", {"data": frames(0)})
+    check("decode on a model without CTC -> 422 naming why",
+          st == 422 and "loss = \"ctc\"" in doc["error"], (st, doc))
+
+
+def test_ctc():
+    s = Server(model="ctc.h5")
+    try:
+        st, doc, _ = s.request("GET", "/v1/model")
+        check("CTC model: /v1/model names the blank", st == 200 and doc["decode"]["blank"] == 4,
+              doc)
+        for beam in (1, 4):
+            ref = read_labels(os.path.join(DIR, "dec%d.h5" % beam))
+            ok = True
+            for i in range(len(INPUTS)):
+                body = {"data": frames(i)}
+                if beam > 1:
+                    body["beam"] = beam
+                st, doc, _ = s.request("POST", "/v1/decode", body)
+                ok = ok and st == 200 and doc["labels"] == ref[i]
+            check("decode beam %d: each sequence equals rl.forward{decode = 'ctc'}'s labels" % beam,
+                  ok and sum(len(r) for r in ref) > 0)
+            st, doc, _ = s.request("POST", "/v1/decode", {
+                "batch": [{"data": frames(i)} for i in range(len(INPUTS))], "beam": beam})
+            check("decode beam %d: one batch request equals rl.forward's labels" % beam,
+                  st == 200 and [d["labels"] for d in doc["batch"]] == ref, st)
+        bad = []
+
+        def worker(k):
+            ref1 = read_labels(os.path.join(DIR, "dec1.h5"))
+            for n in range(8):
+                i = (k * 3 + n) % len(INPUTS)
+                st, doc, _ = s.request("POST", "/v1/decode", {"data": frames(i)})
+                if st != 200 or doc["labels"] != ref1[i]:
+                    bad.append((k, n, st))
+        ts = [threading.Thread(target=worker, args=(k,)) for k in range(8)]
+        [t.start() for t in ts]
+        [t.join() for t in ts]
+        check("decode: 8 concurrent clients (batched) equal rl.forward's labels", not bad, bad[:3])
+        for beam in (0, 65, 1.5, "2"):
+            st, doc, _ = s.request("POST", "/v1/decode", {"data": frames(0), "beam": beam})
+            check("decode: beam %r -> 422" % (beam,), st == 422 and "beam" in doc["error"], doc)
+        st, doc, _ = s.request("POST", "/v1/forward", {"data": frames(0)})
+        check("CTC model: /v1/forward gives the softmax's 5 outputs",
+              st == 200 and len(doc["output"][0]) == 5, st)
+    finally:
+        rc = s.stop()
+    check("CTC server stops with exit 0", rc == 0, rc)
+
+
+def wait_connections(s, cond, timeout=10):
+    """Polls /healthz until its count of open connections satisfies cond."""
+    t0 = time.time()
+    while time.time() - t0 < timeout:
+        if cond(s.request("GET", "/healthz")[1]["connections"]):
+            return
+        time.sleep(0.02)
+
+
+def test_limits():
+    s = Server("--max-connections", "4", "--timeout", "5")
+    try:
+        idle = [socket.create_connection(("127.0.0.1", s.port)) for _ in range(5)]
+        wait_connections(s, lambda n: n >= 6)  # the 5 idle ones and the /healthz asking
+        st, doc, _ = s.request("POST", "/v1/forward", {"data": frames(0)})
+        check("over --max-connections -> 503 naming the limit",
+              st == 503 and "--max-connections" in doc["error"], (st, doc))
+        for sk in idle:
+            sk.close()
+        wait_connections(s, lambda n: n <= 1)
+        check("  ... and after they close, requests are answered", good_request(s, 2))
+    finally:
+        rc = s.stop()
+    check("server with limits stops with exit 0", rc == 0, rc)
+
+
+def load_test(s, clients, seconds):
+    lat, bad, lock = [], [], threading.Lock()
+    stop = time.time() + seconds
+
+    def worker(k):
+        c = s.conn()
+        i, mine = k, []
+        while time.time() < stop:
+            i = (i + 5) % len(INPUTS)
+            body = json.dumps({"data": frames(i)})
+            t0 = time.perf_counter()
+            try:
+                c.request("POST", "/v1/forward", body=body)
+                r = c.getresponse()
+                data = r.read()
+                ok = r.status == 200 and equal(json.loads(data), REF[i])
+            except (OSError, http.client.HTTPException, ValueError) as e:
+                ok = False
+                c.close()
+                c = s.conn()
+                data = str(e)
+            mine.append(time.perf_counter() - t0)
+            if not ok:
+                with lock:
+                    bad.append(data[:100])
+        c.close()
+        with lock:
+            lat.extend(mine)
+    ts = [threading.Thread(target=worker, args=(k,)) for k in range(clients)]
+    t0 = time.time()
+    [t.start() for t in ts]
+    [t.join() for t in ts]
+    wall = time.time() - t0
+    lat.sort()
+    n = len(lat)
+    p50 = lat[n // 2] * 1e3 if n else 0
+    p99 = lat[min(n - 1, int(n * 0.99))] * 1e3 if n else 0
+    print("load: %d clients, %.1f s: %d requests, %.0f requests/s, p50 %.2f ms, p99 %.2f ms, "
+          "%d failed" % (clients, wall, n, n / wall, p50, p99, len(bad)))
+    check("load test: %d clients x %.0f s, every answer right, none lost" % (clients, seconds),
+          n > 0 and not bad, bad[:3])
+
+
+def test_reload(s):
+    path = s.path
+    keep = os.path.join(DIR, "model.keep.h5")
+    shutil.copy(path, keep)
+    shutil.copy(os.path.join(DIR, "other.h5"), path + ".tmp")
+    os.replace(path + ".tmp", path)
+    st, doc, _ = s.request("POST", "/v1/reload")
+    check("POST /v1/reload loads the new checkpoint (epoch 7)",
+          st == 200 and doc["epoch"] == 7 and doc["previous_epoch"] == 1, (st, doc))
+    check("  ... answers are the new model's", good_request(s, 3, REF_OTHER))
+    st, doc, _ = s.request("GET", "/v1/model")
+    check("  ... and /v1/model says epoch 7", doc["epoch"] == 7, doc)
+    with open(path, "wb") as f:
+        f.write(b"not a checkpoint")
+    st, doc, _ = s.request("POST", "/v1/reload")
+    check("reload of a broken file -> 409 naming the file, old model kept",
+          st == 409 and path in doc["error"], (st, doc))
+    check("  ... answers are still epoch 7's", good_request(s, 4, REF_OTHER))
+    shutil.copy(os.path.join(DIR, "dim5.h5"), path)
+    st, doc, _ = s.request("POST", "/v1/reload")
+    check("reload of a model with another input dim -> 409", st == 409
+          and "input dim 5" in doc["error"], (st, doc))
+    shutil.copy(keep, path)
+    s.p.send_signal(signal.SIGHUP)
+    epoch, t0 = None, time.time()
+    while time.time() - t0 < 10 and epoch != 1:
+        time.sleep(0.05)
+        epoch = s.request("GET", "/v1/model")[1]["epoch"]
+    check("SIGHUP reloads (epoch 1 again)", epoch == 1, epoch)
+    check("  ... answers are the first model's again", good_request(s, 5))
+
+
+def test_drain():
+    # each request is one batch of every dev sequence, run alone (--max-batch-frames 0), so
+    # the server is busy with queued requests when SIGTERM comes right after the first answer
+    s = Server("--max-batch-frames", "0")
+    body = {"batch": [{"data": frames(i)} for i in range(len(INPUTS))]}
+    results, first, lock = [], threading.Event(), threading.Lock()
+
+    def one():
+        try:
+            st, doc, _ = s.request("POST", "/v1/forward", body)
+            ok = st == 200 and all(equal(d, REF[i]) for i, d in enumerate(doc["batch"]))
+            outcome = "ok" if ok else ("503" if st == 503 and "shutting down" in doc["error"]
+                                       else "wrong %s" % st)
+        except ConnectionRefusedError:
+            outcome = "refused"  # connected after the listening socket was closed
+        except (OSError, http.client.HTTPException, ValueError) as e:
+            outcome = "lost: %r" % e
+        with lock:
+            results.append((outcome, time.time()))
+        first.set()
+    ts = [threading.Thread(target=one) for _ in range(12)]
+    [t.start() for t in ts]
+    first.wait(30)
+    t_term = time.time()
+    rc = s.stop()
+    [t.join() for t in ts]
+    outcomes = [o for o, _ in results]
+    check("SIGTERM with requests in flight: exit 0", rc == 0, rc)
+    check("  ... every request answered right, refused at connect or told 503, none lost",
+          len(results) == 12 and all(o in ("ok", "503", "refused") for o in outcomes), outcomes)
+    check("  ... requests queued at SIGTERM were still answered",
+          any(o == "ok" and t > t_term for o, t in results), results)
+    try:
+        socket.create_connection(("127.0.0.1", s.port), timeout=2).close()
+        refused = False
+    except OSError:
+        refused = True
+    check("  ... and the port is closed afterwards", refused)
+
+
+def test_images():
+    imgs, sizes = read_seqs(os.path.join(DIR, "img.h5"), sizes=True)
+    for layer in ("conv", "side"):
+        ref, ref_sizes = read_seqs(os.path.join(DIR, "fwd_%s.h5" % layer), sizes=True) \
+            if layer == "conv" else (read_seqs(os.path.join(DIR, "fwd_side.h5")), None)
+        s = Server("--layer", layer, model="img.001.h5")
+        try:
+            st, doc, _ = s.request("GET", "/v1/model")
+            check("image model, layer %s: /v1/model says images in" % layer,
+                  st == 200 and doc["input"]["kind"] == "images", doc)
+            ok = True
+            for i in range(len(imgs)):
+                st, doc, _ = s.request("POST", "/v1/forward",
+                                       {"data": imgs[i].tolist(), "size": sizes[i]})
+                ok = ok and st == 200 and equal(doc, ref[i])
+                if layer == "conv":
+                    ok = ok and doc.get("size") == ref_sizes[i]
+            check("image model, layer %s: each image alone equals rl.forward's" % layer, ok)
+            st, doc, _ = s.request("POST", "/v1/forward", {"batch": [
+                {"data": imgs[i].tolist(), "size": sizes[i]} for i in range(len(imgs))]})
+            check("image model, layer %s: all images in one batch equal rl.forward's" % layer,
+                  st == 200 and all(equal(d, ref[i]) for i, d in enumerate(doc["batch"])), st)
+            h, w = sizes[0]
+            st, doc, _ = s.request("POST", "/v1/forward", {"data": imgs[0].tolist()})
+            check("image model: data without size -> 422", st == 422
+                  and "needs \"size\"" in doc["error"], doc)
+            st, doc, _ = s.request("POST", "/v1/forward",
+                                   {"data": imgs[0].tolist(), "size": [h + 1, w]})
+            check("image model: a size that does not fit the frames -> 422", st == 422
+                  and "does not match" in doc["error"], doc)
+            st, doc, _ = s.request("POST", "/v1/forward", {"data": imgs[0].tolist(), "size": [h]})
+            check("image model: size not [h, w] -> 422", st == 422, doc)
+        finally:
+            rc = s.stop()
+        check("image server (layer %s) stops with exit 0" % layer, rc == 0, rc)
+
+
+def test_cli():
+    r = subprocess.run([BIN, "serve"], capture_output=True)
+    check("serve without a model: exit 2 with the usage", r.returncode == 2
+          and b"usage: rnnlua serve" in r.stderr, r.returncode)
+    r = subprocess.run([BIN, "serve", os.path.join(DIR, "model.h5"), "--frobnicate"],
+                       capture_output=True)
+    check("unknown option: exit 2 naming it", r.returncode == 2 and b"--frobnicate" in r.stderr)
+    r = subprocess.run([BIN, "serve", os.path.join(DIR, "model.h5"), "--port", "x"],
+                       capture_output=True)
+    check("bad --port: exit 2 naming it", r.returncode == 2 and b"--port" in r.stderr)
+    r = subprocess.run([BIN, "serve", os.path.join(DIR, "missing.h5"), "--port", "0"],
+                       capture_output=True)
+    check("missing checkpoint: exit 1 naming the file", r.returncode == 1
+          and b"missing.h5" in r.stderr, r.stderr[-200:])
+    r = subprocess.run([BIN, "serve", os.path.join(DIR, "model.h5"), "--port", "0", "--layer",
+                        "nope"], capture_output=True)
+    check("unknown layer: exit 1 naming it", r.returncode == 1 and b"'nope'" in r.stderr,
+          r.stderr[-200:])
+    s = Server()
+    try:
+        r = subprocess.run([BIN, "serve", os.path.join(DIR, "model.h5"), "--port", str(s.port)],
+                           capture_output=True, timeout=30)
+        check("a port in use: exit 1 naming it", r.returncode == 1
+              and str(s.port).encode() in r.stderr, r.stderr[-200:])
+    finally:
+        s.stop()
+    r = subprocess.run([BIN, "serve", "--help"], capture_output=True)
+    check("serve --help lists the options", r.returncode == 0 and b"--max-batch-frames" in r.stdout
+          and b"--max-wait-ms" in r.stdout)
+
+
+def main():
+    max_body, max_frames = 65536, 1000
+    seconds = float(os.environ.get("RL_SERVE_TEST_SECONDS", "1.5" if SANITIZED else "3"))
+    s = Server("--max-body", str(max_body), "--max-frames", str(max_frames), "--timeout", "1",
+               "--max-connections", "48")
+    try:
+        test_answers(s)
+        test_malformed(s, max_body, max_frames)
+        test_decode(s)
+        load_test(s, 32, seconds)
+        test_reload(s)
+    finally:
+        rc = s.stop()
+    check("the server stops on SIGTERM with exit 0 after all that", rc == 0, rc)
+    test_limits()
+    test_drain()
+    test_ctc()
+    test_images()
+    test_cli()
+    print("%d passed, %d failed" % (PASSED[0], FAILED[0]))
+    return 1 if FAILED[0] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,172 @@
+#!/usr/bin/env bash
+# Bad input through the command line and the REPL (tests/lua/test_bad_input.lua covers the
+# library): each case must end with a clear error that names what was wrong, a non-zero exit
+# where a run fails, and never a crash (a signal), a hang or a silent success.
+# Usage: test_bad_input.sh BIN
+set -u
+bin=$(cd "$(dirname "${1:?usage: test_bad_input.sh path/to/rnnlua}")" && pwd)/$(basename "$1")
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+pass=0
+fail=0
+
+ok() { pass=$((pass + 1)); echo "ok   $1"; }
+bad() {
+    fail=$((fail + 1))
+    echo "FAIL $1"
+    shift
+    for l in "$@"; do echo "     $l"; done
+}
+
+# fails NAME NEEDLE CMD...: CMD exits 1 (an error, not a signal or a timeout) within 60 s and
+# its stderr names NEEDLE.
+fails() {
+    local name=$1 needle=$2
+    shift 2
+    timeout 60 "$@" >"$tmp/out" 2>"$tmp/err" </dev/null
+    local rc=$?
+    local err
+    err=$(cat "$tmp/err")
+    if [ "$rc" -ne 1 ]; then
+        bad "$name" "exit status $rc (want 1)" "$err"
+    elif [[ "$err" != *"$needle"* ]]; then
+        bad "$name" "no $(printf %q "$needle") in:" "$err"
+    else
+        ok "$name"
+    fi
+}
+
+# ---- recipes and -e are Lua source only: a precompiled chunk is refused, not run
+"$bin" -e "local f = assert(io.open('$tmp/chunk.luac', 'wb')) f:write(string.dump(load('return 1'))) f:close()"
+fails "a bytecode recipe is refused" "binary chunk" "$bin" "$tmp/chunk.luac"
+head -c 20 "$tmp/chunk.luac" >"$tmp/cut.luac"
+printf '\377\377\377\377\377\377\377\377' >>"$tmp/cut.luac"
+fails "a corrupted bytecode recipe is refused, not run" "binary chunk" "$bin" "$tmp/cut.luac"
+fails "a bytecode recipe on stdin is refused" "binary chunk" sh -c "'$bin' - <'$tmp/chunk.luac'"
+fails "-e with a binary chunk is refused" "binary chunk" "$bin" -e "$(printf '\033Lua')"
+
+# ---- the command line
+fails "an unknown option" "unrecognized option '--nope'" "$bin" --nope
+fails "-e without code" "'-e' needs an argument" "$bin" -e
+fails "a missing recipe" "cannot open $tmp/none.lua" "$bin" "$tmp/none.lua"
+fails "a directory as the recipe" "Is a directory" "$bin" "$tmp"
+fails "-e with a syntax error" "(command line):1:" "$bin" -e 'x ='
+fails "-e that raises" "boom" "$bin" -e 'error("boom")'
+printf 'local x = \n' >"$tmp/syntax.lua"
+fails "a recipe with a syntax error names file and line" "syntax.lua:2:" "$bin" "$tmp/syntax.lua"
+printf 'local t = rl.zeros(2)\nreturn t[3]\n' >"$tmp/index.lua"
+fails "a recipe indexing out of range names the position" "position 3 out of range 1..2" \
+    "$bin" "$tmp/index.lua"
+cat >"$tmp/train.lua" <<'LUA'
+rl.train{network = {output = {class = "softmax", loss = "ce", target = "classes"}},
+         train = {class = "12ax", num_seqs = 4, seed = 1}, num_epochs = 1, batch_size = 100,
+         optimizer = {class = "sgd"}, learning_rate = 0.1, log_verbosity = 0}
+LUA
+fails "++ with an unknown key" "unknown config key 'nope'" "$bin" "$tmp/train.lua" ++nope 1
+fails "++ without a value" "lacks a value" "$bin" "$tmp/train.lua" ++num_epochs
+fails "++num_epochs as a word" "num_epochs" "$bin" "$tmp/train.lua" ++num_epochs many
+sed "s|train = {class = \"12ax\", num_seqs = 4, seed = 1}|train = {class = \"hdf\", files = {\"$tmp/first.h5\"}}|" \
+    "$tmp/train.lua" >"$tmp/train_hdf.lua"
+fails "++train.files.1 is applied, not ignored" "$tmp/second.h5" \
+    "$bin" "$tmp/train_hdf.lua" ++train.files.1 "$tmp/second.h5"
+fails "++ with an empty key part" "a key part is empty" "$bin" "$tmp/train.lua" ++train..seed 1
+fails "a recipe loading a tampered checkpoint names it" "$tmp/ck.h5" \
+    "$bin" -e "local f = rl.h5file('$tmp/ck.h5', 'w') f:set_attr('/', 'format', 'rnnlua-checkpoint')
+f:set_attr('/', 'version', 1) f:set_attr('/', 'epoch', 0) f:set_attr('/', 'step', 0)
+f:set_attr('/', 'dtype', 'float32') f:set_attr('/', 'description', 'os.exit(0)') f:commit()
+rl.load_checkpoint('$tmp/ck.h5')"
+
+# ---- the REPL through a pseudo-terminal: no keystroke may crash it (libedit's command mode,
+# Meta-x in emacs mode and ':' in vi command mode, crashed on a quote)
+mkdir -p "$tmp/home"
+cat >"$tmp/keys.py" <<'PY'
+import os, pty, select, signal, sys, time
+exe, home, vi = sys.argv[1], sys.argv[2], sys.argv[3] == "vi"
+if vi:
+    open(os.path.join(home, ".editrc"), "w").write("bind -v\n")
+pid, fd = pty.fork()
+if pid == 0:
+    os.environ["HOME"] = home
+    os.environ["TERM"] = "xterm"
+    os.execv(exe, [exe])
+buf = b""
+
+def expect(pat, timeout=5.0):
+    global buf
+    end = time.time() + timeout
+    while pat not in buf and time.time() < end:
+        r, _, _ = select.select([fd], [], [], 0.05)
+        if r:
+            try:
+                d = os.read(fd, 4096)
+            except OSError:
+                break
+            if not d:
+                break
+            buf += d
+    i = buf.find(pat)
+    if i < 0:
+        return None
+    before, buf = buf[:i], buf[i + len(pat):]
+    return before
+
+status = None
+def alive():
+    global status
+    if status is None:
+        p, st = os.waitpid(pid, os.WNOHANG)
+        if p:
+            status = st
+    return status is None
+
+def answers(n):
+    os.write(fd, b"print('ok'..%d)\n" % n)
+    return expect(b"ok%d" % n) is not None and alive()
+
+mode = "vi" if vi else "emacs"
+expect(b"> ")
+cases = [("Meta-x then a quote", b"\x1bx\""), ("Meta-X then a quote", b"\x1bX'"),
+         ("Meta-x then Enter", b"\x1bx")]
+if vi:
+    cases += [("Escape, ':' and a quote (vi command mode)", b"\x1b:\"")]
+for c in b"abcdefghijklmnopqrstuvwxyz0!#$&*-_=[{;:,.<>/?|":
+    cases.append(("Meta-%c" % c, b"\x1b" + bytes([c]) + b"\"'"))
+n, failed = 10, []
+for name, keys in cases:
+    os.write(fd, keys)
+    time.sleep(0.05)
+    os.write(fd, b"\x03")
+    # Ctrl-C gives a fresh prompt; waiting for it keeps a loaded machine from mixing the
+    # answer line into the interrupted one
+    expect(b"> ")
+    time.sleep(0.05)
+    if not answers(n):
+        failed.append(name + ": " + repr(buf[-200:]))
+        break
+    n += 10
+print(("ok   " if not failed else "FAIL ") + "%s mode: %d keystroke sequences, the REPL still "
+      "answers%s" % (mode, len(cases), (" (broke at " + failed[0] + ")") if failed else ""))
+os.write(fd, b"\x04")
+end = time.time() + 5
+while time.time() < end and alive():
+    try:
+        os.read(fd, 4096)
+    except OSError:
+        pass
+    time.sleep(0.05)
+if alive():
+    os.kill(pid, signal.SIGKILL)
+PY
+for mode in emacs vi; do
+    rm -f "$tmp/home/.editrc"
+    while IFS= read -r line; do
+        case "$line" in
+            "ok   "*) ok "${line#ok   }" ;;
+            "FAIL "*) bad "${line#FAIL }" ;;
+            *) echo "$line" ;;
+        esac
+    done < <(timeout 120 python3 "$tmp/keys.py" "$bin" "$tmp/home" "$mode" 2>&1 || echo "FAIL pty driver ($mode) did not finish")
+done
+
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]

@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# The run-time CPU level (kernels/cpu/cpu_level.h) through the host: RL_CPU_LEVEL is checked at
+# start-up with a clear error, rl.cpu_level() reads and sets it, and an LSTM network's loss and
+# gradient norm agree at every level this CPU supports. Usage: test_cpu_level.sh BIN
+set -u
+bin=${1:?usage: test_cpu_level.sh path/to/rnnlua}
+pass=0
+fail=0
+ok() { pass=$((pass + 1)); echo "ok   $1"; }
+bad() { fail=$((fail + 1)); echo "FAIL $1"; shift; for l in "$@"; do echo "     $l"; done; }
+contains() {
+    if [[ "$3" == *"$2"* ]]; then ok "$1"; else bad "$1" "no $(printf %q "$2") in:" "$3"; fi
+}
+
+out=$(RL_CPU_LEVEL=avx3 "$bin" -e 'print(1)' 2>&1)
+rc=$?
+contains "unknown RL_CPU_LEVEL is refused" "RL_CPU_LEVEL=avx3: expected generic, avx2 or avx512" "$out"
+[ "$rc" -ne 0 ] && ok "unknown RL_CPU_LEVEL exits non-zero" || bad "unknown RL_CPU_LEVEL exits non-zero" "rc $rc"
+
+best=$("$bin" -e 'local _, b = rl.cpu_level(); io.write(b)')
+contains "best level is named" "$best" "generic avx2 avx512"
+out=$(RL_CPU_LEVEL=generic "$bin" -e 'io.write((rl.cpu_level()))')
+contains "RL_CPU_LEVEL=generic is used" "generic" "$out"
+out=$("$bin" -e 'print(pcall(rl.cpu_level, "sse9"))' 2>&1)
+contains "bad level name is a Lua error" "invalid option 'sse9'" "$out"
+if [ "$best" != avx512 ]; then
+    out=$("$bin" -e 'print(pcall(rl.cpu_level, "avx512"))' 2>&1)
+    contains "unsupported level is a Lua error" "avx512 is not supported by this CPU" "$out"
+fi
+
+# One forward and backward of a bidirectional LSTM network (float32, sizes over the packed
+# GEMM's panel and row blocks) at each level: loss and gradient norm within float32 noise.
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+cat >"$tmp/net.lua" <<'LUA'
+rl.cpu_level(arg[1])
+rl.manual_seed(3)
+local net = rl.network({
+  fw = {class = "lstm", n_out = 53, from = "data"},
+  bw = {class = "lstm", n_out = 53, from = "data", direction = -1},
+  output = {class = "softmax", from = {"fw", "bw"}, loss = "ce", target = "classes"},
+}, {data = {dim = 13}, classes = {dim = 7, sparse = true}})
+local T, B = 9, 11
+local x = rl.randn(T, B, 13)
+local y = rl.zeros(T, B):int()
+for t = 1, T do for b = 1, B do y[t][b] = (t * 3 + b) % 7 end end
+local len = rl.tensor({9, 8, 9, 1, 5, 9, 9, 2, 9, 7, 9}, "int32")
+local loss = net:forward{data = x, classes = y, lengths = len}
+net:backward()
+io.write(string.format("%.6f %.6f", loss, net:grads():norm()))
+LUA
+ref=$("$bin" "$tmp/net.lua" generic 2>&1)
+levels=""
+[ "$best" = avx2 ] && levels="avx2"
+[ "$best" = avx512 ] && levels="avx2 avx512"
+for lv in $levels; do
+    got=$("$bin" "$tmp/net.lua" "$lv" 2>&1)
+    agree=$(awk -v a="$ref" -v b="$got" 'BEGIN { na = split(a, x, " "); nb = split(b, y, " ");
+        d1 = x[1] - y[1]; d2 = x[2] - y[2]; if (d1 < 0) d1 = -d1; if (d2 < 0) d2 = -d2;
+        print (na == 2 && nb == 2 && d1 <= 1e-4 * (1 + x[1]) && d2 <= 1e-4 * (1 + x[2])) ? "yes" : "no" }')
+    if [ "$agree" = yes ]; then
+        ok "network at $lv agrees with generic ($got vs $ref)"
+    else
+        bad "network at $lv agrees with generic" "generic: $ref" "$lv: $got"
+    fi
+done
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]

@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# Data-parallel training over MPI (rnnlua.dist): tests/dist/checks.lua under `mpirun -np 2`
+# (rl.dist's collectives; sync = one process on the union of the batches; average; 12AX; resume),
+# then a rank killed and a rank hanging mid-epoch (tests/dist/fail.lua): the job must end with an
+# error naming rank 1 within a bounded time and every checkpoint must still load. A build
+# without MPI prints SKIP lines and checks that asking for distributed training is an error.
+# Usage: test_dist.sh path/to/rnnlua (from the repository root)
+set -u
+bin=${1:?usage: test_dist.sh path/to/rnnlua}
+pass=0
+fail=0
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+
+ok() { # name, condition result
+    if [ "$2" -eq 0 ]; then
+        pass=$((pass + 1))
+    else
+        fail=$((fail + 1))
+        echo "FAIL $1"
+        [ -f "$dir/err" ] && tail -n 15 "$dir/err"
+    fi
+}
+
+if [ "$("$bin" -e 'io.write(tostring(rl.dist.built()))')" != true ]; then
+    "$bin" -e 'rl.train{network = {output = {class = "softmax", loss = "ce", target = "classes"}},
+      train = {class = "12ax", num_seqs = 4}, distributed = {mode = "sync"}}' 2>"$dir/err"
+    [ $? -ne 0 ] && grep -q "config.distributed needs a build with MPI" "$dir/err"
+    ok "distributed training in a build without MPI is a clear error" $?
+    OMPI_COMM_WORLD_SIZE=2 "$bin" -e 'print(1)' >/dev/null 2>"$dir/err"
+    [ $? -ne 0 ] && grep -q "built without MPI" "$dir/err"
+    ok "started by a launcher without MPI: a clear error" $?
+    echo "SKIP test_dist: built with MPI=0 (the mpirun tests need an MPI build)"
+    echo "$pass passed, $fail failed"
+    [ "$fail" -eq 0 ]
+    exit
+fi
+if ! command -v mpirun >/dev/null; then
+    echo "SKIP test_dist: no mpirun (install openmpi-bin: scripts/deps.sh)"
+    echo "0 passed, 0 failed"
+    exit 0
+fi
+
+# As root Open MPI needs these; sanitizer builds read the suppressions of MPI's own leaks.
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+# (full unwinding: MPI allocates in plugins it unloads, whose frames only name a library then)
+export LSAN_OPTIONS="suppressions=$PWD/tests/dist/lsan.supp:print_suppressions=0:fast_unwind_on_malloc=0${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
+mpi=(mpirun -np 2 --oversubscribe --allow-run-as-root -x LSAN_OPTIONS)
+[ -n "${ASAN_OPTIONS:-}" ] && mpi+=(-x ASAN_OPTIONS)
+
+# the plain binary needs no launcher
+[ "$("$bin" -e 'io.write(rl.dist.rank(), rl.dist.size(), tostring(rl.dist.active()))')" = 01false ]
+ok "without a launcher: rank 0 of 1" $?
+
+timeout 300 "${mpi[@]}" "$bin" tests/dist/checks.lua "$dir/checks" >"$dir/out" 2>"$dir/err"
+rc=$?
+line=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$dir/out" | tail -n 1)
+if [ -n "$line" ]; then
+    pass=$((pass + $(echo "$line" | awk '{print $1}')))
+    fail=$((fail + $(echo "$line" | awk '{print $3}')))
+fi
+[ "$rc" -eq 0 ] && [ -n "$line" ]
+ok "tests/dist/checks.lua under mpirun -np 2 (exit $rc)" $?
+grep -E '^FAIL' "$dir/err" | head -n 20
+
+"$bin" tests/dist/checks.lua "$dir/checks" resume >"$dir/out" 2>"$dir/err" &&
+    grep -q '^1 passed, 0 failed' "$dir/out"
+ok "a 2-rank run resumed by 1 process" $?
+
+loadable() { # every checkpoint of a model prefix loads in a plain process
+    local n=0 f
+    for f in "$1".*.h5; do
+        [ -f "$f" ] || continue
+        "$bin" -e "rl.load_checkpoint('$f')" 2>>"$dir/err" || return 1
+        n=$((n + 1))
+    done
+    [ "$n" -ge 1 ]
+}
+
+start=$(date +%s)
+timeout 120 "${mpi[@]}" "$bin" tests/dist/fail.lua "$dir/kill/net" kill >"$dir/out" 2>"$dir/err"
+rc=$?
+took=$(($(date +%s) - start))
+[ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] && [ "$took" -lt 60 ]
+ok "a killed rank ends the job (exit $rc after ${took}s)" $?
+grep -q "rank 1" "$dir/err"
+ok "the error names rank 1" $?
+[ -f "$dir/kill/net.001.h5" ] && [ ! -f "$dir/kill/net.003.h5" ] && loadable "$dir/kill/net"
+ok "after the kill: epoch 1's checkpoint is there and every checkpoint loads" $?
+
+start=$(date +%s)
+timeout 120 "${mpi[@]}" "$bin" tests/dist/fail.lua "$dir/hang/net" hang >"$dir/out" 2>"$dir/err"
+rc=$?
+took=$(($(date +%s) - start))
+[ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] && [ "$took" -lt 40 ]
+ok "a hanging rank ends the job after the timeout (exit $rc after ${took}s)" $?
+grep -q "rank 0: .*rank 1 never reached it (dead or hung)" "$dir/err"
+ok "rank 0's error names the hanging rank 1" $?
+loadable "$dir/hang/net"
+ok "after the hang: every checkpoint loads" $?
+
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]

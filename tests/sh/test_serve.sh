@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# `rnnlua serve`: trains a tiny 12AX BLSTM, writes rl.forward's answers for a dev set, and hands
+# them to tests/sh/serve_check.py, which starts servers on free loopback ports and checks them
+# (answers equal rl.forward's, malformed requests, limits, load, reload, SIGTERM draining).
+# Usage: test_serve.sh path/to/rnnlua (from the repository root). Debian's python3 with h5py.
+set -u
+bin=$(cd "$(dirname "${1:?usage: test_serve.sh path/to/rnnlua}")" && pwd)/$(basename "$1")
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+py=/usr/bin/python3
+if ! "$py" -c 'import h5py' 2>/dev/null; then
+    echo "FAIL $py cannot import h5py (scripts/deps.sh installs python3-h5py)"
+    echo "0 passed, 1 failed"
+    exit 1
+fi
+
+# The model: one short epoch of the demo's BLSTM; a second checkpoint (other weights, epoch 7)
+# and one of another interface for the reload tests; rl.forward's answers for both models; an
+# image model (conv2d, collapse) and rl.forward's answers of an image layer and a sequence layer;
+# a CTC model and rl.forward's decoded labels (best path and beam 4).
+if ! "$bin" -e "
+local cfg = {
+  network = {
+    fw = {class = 'lstm', n_out = 16}, bw = {class = 'lstm', n_out = 16, direction = -1},
+    output = {class = 'softmax', from = {'fw', 'bw'}, loss = 'ce', target = 'classes'},
+  },
+  train = {class = '12ax', num_seqs = 40, seed = 1, max_len = 30},
+  num_epochs = 1, batch_size = 500, max_seqs = 10, learning_rate = 0.01,
+  optimizer = {class = 'adam'}, model = '$dir/net', log_verbosity = 0, seed = 1,
+}
+local r = rl.train(cfg)
+os.rename(r.checkpoint, '$dir/model.h5')
+rl.dataset_write('$dir/dev.h5', rl.dataset{class = '12ax', num_seqs = 24, seed = 2, max_len = 60})
+rl.forward{model = '$dir/model.h5', data = {class = 'hdf', files = {'$dir/dev.h5'}},
+           output_file = '$dir/fwd.h5', log_verbosity = 0}
+rl.manual_seed(5)
+local net = rl.network(cfg.network, {data = {dim = 9}, classes = {dim = 2, sparse = true}})
+rl.save_checkpoint('$dir/other.h5', {net = net, epoch = 7})
+rl.forward{model = '$dir/other.h5', data = {class = 'hdf', files = {'$dir/dev.h5'}},
+           output_file = '$dir/fwd_other.h5', log_verbosity = 0}
+local net5 = rl.network({output = {class = 'softmax', n_out = 2, from = 'data'}},
+                        {data = {dim = 5}})
+rl.save_checkpoint('$dir/dim5.h5', {net = net5, epoch = 1})
+-- a CTC model (untrained: decoding it gives varied labels) and rl.forward's decoded labels
+rl.manual_seed(9)
+local ctc = rl.network({
+    fw = {class = 'lstm', n_out = 8}, bw = {class = 'lstm', n_out = 8, direction = -1},
+    output = {class = 'softmax', from = {'fw', 'bw'}, loss = 'ctc', target = 'classes'},
+  }, {data = {dim = 9}, classes = {dim = 4, sparse = true}})
+rl.save_checkpoint('$dir/ctc.h5', {net = ctc, epoch = 2})
+for _, beam in ipairs{1, 4} do
+  rl.forward{model = '$dir/ctc.h5', data = {class = 'hdf', files = {'$dir/dev.h5'}},
+             output_file = '$dir/dec' .. beam .. '.h5', decode = 'ctc', beam = beam,
+             log_verbosity = 0}
+end
+-- an image model: images in, an image layer (conv) and a sequence layer after a collapse (side)
+local w = rl.hdf_writer('$dir/img.h5', {data_dim = 2, spatial = 2,
+                                        targets = {classes = {dim = 3, sparse = true}}})
+rl.manual_seed(3)
+for i = 1, 6 do
+  w:add('img' .. i, rl.rand(3 + i % 3, 4 + i % 2, 2), {classes = rl.tensor({i % 3}, 'int32')})
+end
+w:close()
+rl.train{network = {
+    conv = {class = 'conv2d', n_out = 4, filter_size = {3, 3}, from = 'data'},
+    col = {class = 'collapse', mode = 'max', from = 'conv'},
+    pool = {class = 'global_pool', mode = 'mean', from = 'conv'},
+    output = {class = 'softmax', from = 'pool', loss = 'ce', target = 'classes'},
+    side = {class = 'softmax', from = 'col', n_out = 3, is_output_layer = true},
+  },
+  train = {class = 'hdf', files = {'$dir/img.h5'}}, num_epochs = 1, model = '$dir/img',
+  optimizer = {class = 'adam'}, learning_rate = 1e-3, log_verbosity = 0}
+for _, layer in ipairs{'conv', 'side'} do
+  rl.forward{model = '$dir/img.001.h5', data = {class = 'hdf', files = {'$dir/img.h5'}},
+             layer = layer, output_file = '$dir/fwd_' .. layer .. '.h5', log_verbosity = 0}
+end
+" >"$dir/setup.log" 2>&1; then
+    echo "FAIL setting up the models and rl.forward's answers"
+    tail -n 20 "$dir/setup.log"
+    echo "0 passed, 1 failed"
+    exit 1
+fi
+
+timeout 300 "$py" tests/sh/serve_check.py "$bin" "$dir"
