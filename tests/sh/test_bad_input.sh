@@ -120,7 +120,8 @@ def alive():
     return status is None
 
 def answers(n):
-    os.write(fd, b"print('ok'..%d)\n" % n)
+    # vi mode keeps command mode across lines: Escape then i is insert mode in either
+    os.write(fd, (b"\x1bi" if vi else b"") + b"print('ok'..%d)\n" % n)
     return expect(b"ok%d" % n) is not None and alive()
 
 mode = "vi" if vi else "emacs"
@@ -129,8 +130,10 @@ cases = [("Meta-x then a quote", b"\x1bx\""), ("Meta-X then a quote", b"\x1bX'")
          ("Meta-x then Enter", b"\x1bx")]
 if vi:
     cases += [("Escape, ':' and a quote (vi command mode)", b"\x1b:\"")]
-for c in b"abcdefghijklmnopqrstuvwxyz0!#$&*-_=[{;:,.<>/?|":
-    cases.append(("Meta-%c" % c, b"\x1b" + bytes([c]) + b"\"'"))
+else:
+    # in vi mode Escape starts command mode, where most keys wait for more (a motion, a search)
+    for c in b"abcdefghijklmnopqrstuvwxyz0!#$&*-_=[{;:,.<>/?|":
+        cases.append(("Meta-%c" % c, b"\x1b" + bytes([c]) + b"\"'"))
 n, failed = 10, []
 for name, keys in cases:
     os.write(fd, keys)
