@@ -113,4 +113,40 @@ H.expect_error("a gru with direction = -1 inside a rec unit", function()
     unit = {output = {class = "gru", n_out = 2, direction = -1}}}}, {data = {dim = 3}})
 end, "unit layer 'output'")
 
+-- The two directions of a bidirectional gru pair run concurrently in a network (as lstm pairs
+-- do, tests/lua/test_concurrent.lua): the same numbers as one after the other.
+H.test("bidirectional gru pairs: concurrent run equals the sequential one", function()
+  local function build(concurrent)
+    rl.manual_seed(7)
+    return rl.network({
+      f1 = {class = "gru", n_out = 19, from = "data"},
+      b1 = {class = "gru", n_out = 19, from = "data", direction = -1},
+      f2 = {class = "gru", n_out = 11, from = {"f1", "b1"}},
+      b2 = {class = "gru", n_out = 11, from = {"f1", "b1"}, direction = -1},
+      output = {class = "softmax", from = {"f2", "b2"}, loss = "ce", target = "classes"},
+    }, {data = {dim = 5}, classes = {dim = 4, sparse = true}},
+      {concurrent = concurrent, input_grads = true})
+  end
+  rl.manual_seed(11)
+  local T, B = 7, 6
+  local y = rl.zeros(T, B):int()
+  for t = 1, T do for b = 1, B do y[t][b] = (t + 2 * b) % 4 end end
+  local batch = {data = rl.randn(T, B, 5), classes = y,
+    lengths = rl.tensor({7, 3, 7, 1, 6, 7}, "int32")}
+  local threads = rl.get_num_threads()
+  local a, b = build(true), build(false)
+  H.check(a.nodes[1].pair_next or a.nodes[2].pair_next, "no gru pair was formed")
+  for _ = 1, 2 do
+    local la = a:forward(batch)
+    a:backward()
+    local lb = b:forward(batch)
+    b:backward()
+    H.near(la, lb, 1e-5 * math.abs(lb), "loss")
+    local d = (a:grads() - b:grads()):abs():max()
+    H.check(d <= 1e-6 * (1 + b:grads():abs():max()), "gradients differ by " .. d)
+    H.check((a:input_grad("data") - b:input_grad("data")):abs():max() <= 1e-6, "input gradients")
+    H.check(rl.get_num_threads() == threads, "BLAS threads not restored")
+  end
+end)
+
 H.done()
