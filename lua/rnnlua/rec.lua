@@ -701,10 +701,11 @@ function Rec:backward(grad_out, grad_in)
     for k, s in ipairs(unit.srcs) do self.by_name[s.name].grad:add_(gin[k]) end
   end
   for t = S, 1, -1 do
-    -- re-run step t so that every layer object holds that step's activations
+    -- re-run step t so that every layer object holds that step's activations (after the
+    -- forward they hold the last step's already)
     rl.set_rng_state(self.rng_states[t])
     for _, unit in ipairs(self.units) do
-      if in_loop(unit, teacher) and unit.kind ~= "attention" then
+      if in_loop(unit, teacher) and unit.kind ~= "attention" and t < S then
         self:run_unit(unit, t, self.train)
       elseif unit.kind == "attention" then
         local ins = unit.ins or {}
