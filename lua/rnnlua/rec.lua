@@ -5,8 +5,8 @@
 --   "x"            unit layer x at this step
 --   "prev:x"       unit layer x at the previous step: zeros at the first step, or the number
 --                  (a label for a choice layer) given as x's initial_output
---   "base:y"       layer y of the enclosing network, the whole sequence (attention's `base`,
---                  or a from of a unit layer: then it must have one frame per step)
+--   "base:y"       layer y of the enclosing network, the whole sequence: an attention layer's
+--                  `base` (other unit layers read it through an attention layer)
 -- The unit's layer `output` is the rec layer's output (S, B, n_out), one frame per step.
 -- Unit layers are ordinary layer objects (C or Lua classes) run on (1, B, F) views, one step at
 -- a time, plus three kinds the rec layer drives itself:
@@ -330,7 +330,7 @@ function M.create(name, d, srcs, n_from, in_dims, dtype, ext)
       for k, s in ipairs(p.srcs) do
         if s.kind == "base" then
           fail("%s: reads %s as a from; a unit layer reads the enclosing network through an "
-            .. "attention layer", p.where, s.text, k)
+            .. "attention layer", p.where, s.text)
         end
       end
       local clean = {}
@@ -705,10 +705,11 @@ function Rec:backward(grad_out, grad_in)
     for k, s in ipairs(unit.srcs) do self.by_name[s.name].grad:add_(gin[k]) end
   end
   for t = S, 1, -1 do
-    -- re-run step t so that every layer object holds that step's activations
+    -- re-run step t so that every layer object holds that step's activations (after the
+    -- forward they hold the last step's already)
     rl.set_rng_state(self.rng_states[t])
     for _, unit in ipairs(self.units) do
-      if in_loop(unit, teacher) and unit.kind ~= "attention" then
+      if in_loop(unit, teacher) and unit.kind ~= "attention" and t < S then
         self:run_unit(unit, t, self.train)
       elseif unit.kind == "attention" then
         local ins = unit.ins or {}
