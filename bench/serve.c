@@ -39,7 +39,7 @@
 #define NSEQ 64
 #define T_FRAMES 100
 #define MAX_SERVERS 3
-#define MAX_LAT (1 << 22)
+#define MAX_LAT 400000 /* latencies kept per client */
 
 typedef struct {
     const char *name;
@@ -186,17 +186,23 @@ static void make_requests(void) {
 
 typedef struct {
     int port, id;
-    double until;
+    double until; /* set by run_load between the two barriers */
+    pthread_barrier_t *ready, *go;
     double *lat;
     long n, failed;
 } client;
 
+/* One closed-loop client: a first request on its new connection (not timed: the PyTorch server
+ * stalls for seconds on some new connections' first request), then requests until `until`. */
 static void *client_main(void *arg) {
     client *c = arg;
     size_t cap = 1 << 20;
     char *buf = malloc(cap);
     int fd = connect_to(c->port);
     int s = c->id;
+    if (fd >= 0 && exchange(fd, requests[s], request_len[s], buf, cap) != 200) c->failed++;
+    pthread_barrier_wait(c->ready);
+    pthread_barrier_wait(c->go);
     while (now_s() < c->until) {
         s = (s + 7) % NSEQ;
         double t0 = now_s();
@@ -229,12 +235,19 @@ typedef struct {
 static result run_load(int port, int clients, double seconds) {
     client *c = calloc((size_t)clients, sizeof *c);
     pthread_t *th = calloc((size_t)clients, sizeof *th);
-    double t0 = now_s();
+    pthread_barrier_t ready, go;
+    pthread_barrier_init(&ready, NULL, (unsigned)clients + 1);
+    pthread_barrier_init(&go, NULL, (unsigned)clients + 1);
     for (int i = 0; i < clients; i++) {
-        c[i] = (client){.port = port, .id = i, .until = t0 + seconds};
-        c[i].lat = malloc(sizeof(double) * 200000);
+        c[i] = (client){.port = port, .id = i, .ready = &ready, .go = &go};
+        c[i].lat = malloc(sizeof(double) * MAX_LAT);
         pthread_create(&th[i], NULL, client_main, &c[i]);
     }
+    pthread_barrier_wait(&ready);
+    double t0 = now_s();
+    for (int i = 0; i < clients; i++)
+        c[i].until = t0 + seconds;
+    pthread_barrier_wait(&go);
     long n = 0, failed = 0;
     for (int i = 0; i < clients; i++) {
         pthread_join(th[i], NULL);
@@ -242,10 +255,12 @@ static result run_load(int port, int clients, double seconds) {
         failed += c[i].failed;
     }
     double wall = now_s() - t0;
+    pthread_barrier_destroy(&ready);
+    pthread_barrier_destroy(&go);
     double *all = malloc(sizeof(double) * (size_t)(n > 0 ? n : 1));
     long k = 0;
     for (int i = 0; i < clients; i++) {
-        long m = c[i].n < 200000 ? c[i].n : 200000;
+        long m = c[i].n < MAX_LAT ? c[i].n : MAX_LAT;
         memcpy(all + k, c[i].lat, sizeof(double) * (size_t)m);
         k += m;
         free(c[i].lat);

@@ -1286,6 +1286,7 @@ static int parse_options(int argc, char **argv, serve_opts *o) {
                       .layer = "output",
                       .port = 8080,
                       .threads = 2,
+                      .blas_threads = 1,
                       .max_connections = 64,
                       .timeout_s = 10,
                       .max_beam = 64,

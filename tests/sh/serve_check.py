@@ -526,6 +526,37 @@ def test_images():
         check("image server (layer %s) stops with exit 0" % layer, rc == 0, rc)
 
 
+def test_sparse():
+    with h5py.File(os.path.join(DIR, "sparse.h5"), "r") as f:
+        ids = np.asarray(f["inputs"]).reshape(-1).tolist()
+        lens = np.asarray(f["seqLengths"])[:, 0]
+    seqs, o = [], 0
+    for n in lens:
+        seqs.append(ids[o:o + n])
+        o += n
+    ref = read_seqs(os.path.join(DIR, "fwd_sparse.h5"))
+    s = Server(model="sparse_model.h5")
+    try:
+        ok = True
+        for i, q in enumerate(seqs):
+            st, doc, _ = s.request("POST", "/v1/forward", {"data": q})
+            ok = ok and st == 200 and equal(doc, ref[i])
+        check("sparse input: each sequence of class indices equals rl.forward's", ok)
+        st, doc, _ = s.request("POST", "/v1/forward", {"batch": [{"data": q} for q in seqs]})
+        check("sparse input: one batch request equals rl.forward's", st == 200
+              and all(equal(d, ref[i]) for i, d in enumerate(doc["batch"])), st)
+        for body, text in (({"data": [1, 9]}, "data[1] = 9 is not a class index in 0..8"),
+                           ({"data": [1, -1]}, "data[1] = -1 is not a class index"),
+                           ({"data": [1, 2.5]}, "data[1] must be a class index"),
+                           ({"data": [[1, 0]]}, "data[0] must be a class index")):
+            st, doc, _ = s.request("POST", "/v1/forward", body)
+            check("sparse input: %s -> 422" % json.dumps(body), st == 422 and text in doc["error"],
+                  doc)
+    finally:
+        rc = s.stop()
+    check("sparse-input server stops with exit 0", rc == 0, rc)
+
+
 def test_cli():
     r = subprocess.run([BIN, "serve"], capture_output=True)
     check("serve without a model: exit 2 with the usage", r.returncode == 2
@@ -575,6 +606,7 @@ def main():
     test_drain()
     test_ctc()
     test_images()
+    test_sparse()
     test_cli()
     print("%d passed, %d failed" % (PASSED[0], FAILED[0]))
     return 1 if FAILED[0] else 0
