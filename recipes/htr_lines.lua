@@ -5,6 +5,7 @@
 --   ./rnnlua recipes/htr_lines.lua [minutes=30] [epochs=N] [out=out/htr_lines] [++key value ...]
 --   ./rnnlua recipes/htr_lines.lua smoke [out=DIR]     a handful of lines, a tiny network, seconds
 --   ./rnnlua recipes/htr_lines.lua score=out/htr_lines/model/net.008.h5   only scores a checkpoint
+--   ./rnnlua recipes/htr_lines.lua from=out/htr_lines/model/net.004.h5 minutes=20   goes on training
 --
 -- Data (recipes/htr_lines_data.lua, converted once to out/htr_lines/data, about 4 minutes):
 -- 16000 training, 300 dev and 1000 test lines of 4..32 characters, each drawn in one of 8
@@ -27,7 +28,7 @@
 local t_start = rl.clock()
 local D = dofile("recipes/htr_lines_data.lua")
 
-local opt = {out = "out/htr_lines", minutes = 30, epochs = 1000, score = ""}
+local opt = {out = "out/htr_lines", minutes = 30, epochs = 1000, score = "", from = ""}
 for _, a in ipairs(arg) do
   local k, v = a:match("^(%a+)=(.*)$")
   if a == "smoke" then
@@ -35,11 +36,11 @@ for _, a in ipairs(arg) do
   elseif k and opt[k] ~= nil then
     opt[k] = tonumber(v) or v
   elseif k then
-    error(string.format("htr_lines: unknown option '%s' (minutes=, epochs=, out=, score=, smoke)",
+    error(string.format("htr_lines: unknown option '%s' (minutes=, epochs=, out=, score=, from=, smoke)",
       k), 0)
   end
 end
-if opt.smoke then opt.epochs = 1 end
+if opt.smoke and opt.from == "" then opt.epochs = 1 end
 
 local info = D.prepare(opt.out .. "/data", opt.smoke and D.SMOKE or
   {n_train = 16000, n_dev = 300, n_test = 1000})
@@ -103,23 +104,31 @@ for i, a in ipairs(arg) do
   end
   argv[i] = a
 end
-local r, history, train_time = nil, {}, 0
+local function epoch_of(path, what)
+  return tonumber(path:match("%.(%d+)%.h5$")) or
+    error(string.format("htr_lines: %s= wants a checkpoint NAME.NNN.h5, got %s", what, path), 0)
+end
+local r, history, train_time, first = nil, {}, 0, 1
 if opt.score ~= "" then -- score a checkpoint: "training" up to its own epoch loads it
-  config.load = opt.score
-  config.num_epochs = tonumber(opt.score:match("%.(%d+)%.h5$")) or
-    error("htr_lines: score= wants a checkpoint NAME.NNN.h5, got " .. opt.score, 0)
+  config.load, config.num_epochs = opt.score, epoch_of(opt.score, "score")
   r = rl.train(config, argv)
   opt.epochs = 0
+elseif opt.from ~= "" then -- go on training from a checkpoint
+  first = epoch_of(opt.from, "from") + 1
 end
-for epoch = 1, opt.epochs do
+for epoch = first, opt.epochs do
   config.num_epochs = epoch
-  config.load = r and r.checkpoint or nil
+  config.load = r and r.checkpoint or (opt.from ~= "" and opt.from or nil)
   local t = rl.clock()
   r = rl.train(config, argv)
   local spent = rl.clock() - t
   train_time = train_time + spent
   history[#history + 1] = r.history[#r.history]
   if train_time + spent > 60 * opt.minutes then break end
+end
+if not r then
+  error(string.format("htr_lines: nothing to train: epochs=%d is not after %s", opt.epochs,
+    opt.from), 0)
 end
 
 -- Character error rate of a file with best-path decoding.
