@@ -9,8 +9,10 @@
  * for more to come), builds the padded batch tensors, runs them through rnnlua.serve (the
  * same network and forward code as rl.forward), copies each job's rows out of the output,
  * marks the job done and resumes its connection; the HTTP thread then writes the JSON answer.
- * A signal thread turns SIGTERM/SIGINT into a drain (stop accepting, answer every queued and
- * in-flight request, exit 0) and SIGHUP into a reload; POST /v1/reload queues a reload job.
+ * A signal thread turns SIGTERM/SIGINT into a drain (new requests get 503, every queued and
+ * in-flight request is answered, then the listening socket is closed and the process exits 0;
+ * the socket stays open while draining because closing it would reset the connections the
+ * kernel has already accepted into its backlog, requests the server never saw) and SIGHUP into a reload; POST /v1/reload queues a reload job.
  *
  * Ownership: a request (struct request) belongs to its HTTP connection and is freed by
  * libmicrohttpd's completion callback; its job is only read or written by the model thread
@@ -1398,7 +1400,7 @@ static int open_listener(const char *addr, int *port, char *err, size_t errn) {
 }
 
 /* Answers everything still queued and waits until every request has been answered (or the
- * drain timeout has passed), then stops the HTTP threads. */
+ * drain timeout has passed), then closes the listening socket and stops the HTTP threads. */
 static void drain_and_stop(server *S, job **jobs, int cap) {
     double until = now_s() + S->o.drain_s;
     for (;;) {
@@ -1412,6 +1414,8 @@ static void drain_and_stop(server *S, job **jobs, int cap) {
     }
     int left = atomic_load(&S->requests);
     if (left > 0) logf_("drain timeout: %d requests were not answered", left);
+    int fd = MHD_quiesce_daemon(S->daemon);
+    if (fd >= 0) close(fd);
     MHD_stop_daemon(S->daemon);
     S->daemon = NULL;
 }
@@ -1490,9 +1494,10 @@ int rl_serve_main(lua_State *L, int argc, char **argv) {
     }
     logf_("shutting down: answering %d requests in flight", atomic_load(&S->requests));
     atomic_store(&S->draining, true);
-    int fd = MHD_quiesce_daemon(S->daemon);
-    if (fd >= 0) close(fd);
-    if (jobs) drain_and_stop(S, jobs, CAP);
+    if (jobs)
+        drain_and_stop(S, jobs, CAP);
+    else
+        MHD_stop_daemon(S->daemon);
     free(jobs);
     unsigned char quit = 0;
     signal(SIGTERM, SIG_DFL);
