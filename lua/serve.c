@@ -112,6 +112,7 @@ typedef struct server {
     bool stop, reload;
     atomic_bool draining;
     atomic_int connections, requests;
+    atomic_int started; /* connections ever started (drain: a quiet spell before closing) */
     atomic_int incoming; /* forward/decode requests being received or parsed */
     struct MHD_Daemon *daemon;
     int listen_fd;
@@ -724,6 +725,7 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_con
     (void)socket_context;
     server *S = cls;
     atomic_fetch_add(&S->connections, toe == MHD_CONNECTION_NOTIFY_STARTED ? 1 : -1);
+    if (toe == MHD_CONNECTION_NOTIFY_STARTED) atomic_fetch_add(&S->started, 1);
 }
 
 static void on_mhd_log(void *cls, const char *fmt, va_list ap) {
@@ -1411,6 +1413,23 @@ static void drain_and_stop(server *S, job **jobs, int cap) {
         }
         if (atomic_load(&S->requests) == 0 || now_s() > until) break;
         usleep(2000);
+    }
+    /* Then a quiet spell of 200 ms (no new connection, nothing being received or answered)
+     * before the listening socket closes: connections the kernel has already completed into
+     * its backlog are taken by libmicrohttpd and answered (503) instead of being reset. */
+    int seen = atomic_load(&S->started);
+    double quiet_since = now_s();
+    while (now_s() <= until) {
+        usleep(10000);
+        int started = atomic_load(&S->started);
+        if (started != seen || atomic_load(&S->requests) > 0 || atomic_load(&S->incoming) > 0) {
+            seen = started;
+            quiet_since = now_s();
+            int n = take_batch(S, jobs, cap);
+            if (n > 0) run_jobs(S, jobs, n);
+        } else if (now_s() - quiet_since >= 0.2) {
+            break;
+        }
     }
     int left = atomic_load(&S->requests);
     if (left > 0) logf_("drain timeout: %d requests were not answered", left);
