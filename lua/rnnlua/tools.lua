@@ -172,7 +172,8 @@ local function info(args)
     return 0
   end
   local epochs, hist = history_of(st)
-  local cur, nxt = hist[ck.epoch] and hist[ck.epoch].lr, hist[ck.epoch + 1] and hist[ck.epoch + 1].lr
+  local cur = hist[ck.epoch] and hist[ck.epoch].lr
+  local nxt = hist[ck.epoch + 1] and hist[ck.epoch + 1].lr
   out("learning rate: %s at epoch %d%s (control %s%s)", fmt_num(cur), ck.epoch,
     nxt and string.format(", %s for epoch %d", fmt_num(nxt), ck.epoch + 1) or "",
     tostring(st.control), type(st.decision) == "string" and st.decision ~= ""
@@ -305,8 +306,14 @@ local function dump_data(args)
   if stats then
     local f = rl.h5file(path, "r")
     local names = {}
-    local okn, lab = pcall(f.read_strings, f, "labels")
-    if okn then names.data = lab end
+    -- label names: /labels for the inputs, /targets/labels/<key> for the targets (optional)
+    for _, key in ipairs(ds:keys()) do
+      local where = key == "data" and "labels" or "targets/labels/" .. key
+      if f:exists(where) then
+        local okn, lab = pcall(f.read_strings, f, where)
+        if okn then names[key] = lab end
+      end
+    end
     f:close()
     for _, key in ipairs(ds:keys()) do
       local e = ext[key]

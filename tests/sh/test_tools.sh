@@ -61,15 +61,19 @@ end
 rl.save_checkpoint("a.h5", make(3, 0))
 rl.save_checkpoint("b.h5", make(3, 0.25))
 rl.save_checkpoint("c.h5", make(5, 0))
-local w = rl.hdf_writer("d.h5", {data_dim = 2, targets = {classes = {dim = 3, sparse = true}}})
+rl.save_checkpoint("e.h5", {net = make(3, 0).net}) -- no optimizer, no lr control
+local w = rl.hdf_writer("d.h5", {data_dim = 2, targets = {classes = {dim = 3, sparse = true}},
+  target_labels = {classes = {"a", "b", "c"}}})
 w:add("s1", rl.tensor{{1, 2}, {3, 4}}, {classes = rl.tensor({0, 2}, "int32")})
 w:add("s2", rl.tensor{{5, 6}}, {classes = rl.tensor({2}, "int32")})
 w:add("s3", rl.tensor{{1, 0}, {1, 0}, {1, 0}, {1, 0}}, {classes = rl.tensor({1, 1, 1, 2}, "int32")})
 w:close()
 ' || echo "FAIL: fixtures"
 echo "not HDF5" >text.h5
-printf '%s\n' '{"epoch": 1, "lr": 0.5, "train_score": 3, "train_error": 0.75, "dev_score": 2.5, "dev_error": null}' \
-    '{"epoch": 2, "lr": 0.25, "train_score": 2, "train_error": 0.5, "dev_score": 2.5, "dev_error": 0.6}' >net.curve.jsonl
+printf '%s\n' \
+    '{"epoch": 1, "lr": 0.5, "train_score": 3, "train_error": 0.75, "dev_score": 2.5,' \
+    '{"epoch": 2, "lr": 0.25, "train_score": 2, "train_error": 0.5, "dev_score": 2.5,' |
+    sed '1s/$/ "dev_error": null}/; 2s/$/ "dev_error": 0.6}/' >net.curve.jsonl
 
 # ---- info
 run info a.h5
@@ -84,6 +88,10 @@ has_line "info history head" out "epoch lr dev_score train_score"
 has_line "info history 1" out "1 0.5 2.5 3"
 has_line "info history 2" out "2 0.5 2.5 2"
 has_line "info history 3" out "3 0.25 - -"
+run info e.h5
+check "info without state" "$rc" 0
+has_line "info without optimizer" out "optimizer: (no state saved)"
+has_line "info without lr control" out "learning rate: (no learning-rate control state saved)"
 run info --help
 check "info --help" "$rc:$(head -c 24 "$dir/out")" "0:usage: rnnlua info MODEL"
 
@@ -100,9 +108,9 @@ has_line "dump-data seq classes" out "1 1 1 2"
 # feature 0: 1 3 5 1 1 1 1, feature 1: 2 4 6 0 0 0 0 (population std)
 has_line "dump-data mean 0" out "0 1.85714 1.45686"
 has_line "dump-data mean 1" out "1 1.71429 2.24972"
-has_line "dump-data label 0" out "0 1 14.29%"
-has_line "dump-data label 1" out "1 3 42.86%"
-has_line "dump-data label 2" out "2 3 42.86%"
+has_line "dump-data label 0" out '0 "a" 1 14.29%'
+has_line "dump-data label 1" out '1 "b" 3 42.86%'
+has_line "dump-data label 2" out '2 "c" 3 42.86%'
 run dump-data d.h5 --seq 4
 check "dump-data --seq out of range" "$rc:$(cat "$dir/err")" \
     "1:rnnlua dump-data: d.h5: --seq 4: the dataset has 3 sequences"
@@ -118,13 +126,19 @@ has_line "compare U" out "lstm1/U (3, 12) 0 identical"
 has_line "compare summary" out "different: max |A-B| = 0.25"
 run compare a.h5 c.h5
 check "compare incompatible status" "$rc" 1
-has_line "compare incompatible" out "incompatible: lstm1/W has shape (2, 12) in A, (2, 20) in B; lstm1/U has shape (3, 12) in A, (5, 20) in B; lstm1/b has shape (12) in A, (20) in B; output/W has shape (3, 4) in A, (5, 4) in B"
+has_line "compare incompatible" out "incompatible: lstm1/W has shape (2, 12) in A, (2, 20) in B; \
+lstm1/U has shape (3, 12) in A, (5, 20) in B; lstm1/b has shape (12) in A, (20) in B; \
+output/W has shape (3, 4) in A, (5, 4) in B"
 
 # ---- plot
 run plot net.curve.jsonl -o curve.png
 check "plot status" "$rc:$(cat "$dir/err")" "0:"
 # the PNG's IHDR chunk: signature, length, "IHDR", width, height (big-endian)
-size=$(python3 -c 'import struct,sys; d=open(sys.argv[1],"rb").read(24); assert d[:8]==b"\x89PNG\r\n\x1a\n" and d[12:16]==b"IHDR"; print("%dx%d" % struct.unpack(">II", d[16:24]))' curve.png 2>&1)
+size=$(python3 -c '
+import struct, sys
+d = open(sys.argv[1], "rb").read(24)
+assert d[:8] == b"\x89PNG\r\n\x1a\n" and d[12:16] == b"IHDR"
+print("%dx%d" % struct.unpack(">II", d[16:24]))' curve.png 2>&1)
 check "plot png size" "$size" "800x900"
 run plot net.curve.jsonl -o curve.svg
 check "plot svg" "$rc:$(grep -c '<svg' curve.svg)" "0:1"
@@ -132,15 +146,22 @@ run plot net.curve.jsonl
 check "plot default name" "$rc:$(test -s net.curve.png && echo yes)" "0:yes"
 echo '{"epoch": 1, "lr": oops}' >bad.jsonl
 run plot bad.jsonl
-check "plot bad curve" "$rc:$(cat "$dir/err")" "1:rnnlua plot: bad.jsonl:1: lr is oops, not a number"
+check "plot bad curve" "$rc:$(cat "$dir/err")" \
+    "1:rnnlua plot: bad.jsonl:1: lr is oops, not a number"
 run plot net.curve.jsonl -o curve.gif
-check "plot bad format" "$rc:$(cat "$dir/err")" "1:rnnlua plot: curve.gif: the output must end in .png or .svg"
+check "plot bad format" "$rc:$(cat "$dir/err")" \
+    "1:rnnlua plot: curve.gif: the output must end in .png or .svg"
 
 # ---- rl.train{plot = true}: the picture after every epoch
 "$bin" -e 'rl.train{network = {output = {class = "softmax", loss = "ce", target = "classes"}},
   train = {class = "12ax", num_seqs = 4, max_len = 12}, num_epochs = 2, model = "m/net",
   log_verbosity = 0, plot = true}' >"$dir/out" 2>&1
 check "train plot" "$?:$(file -b m/net.curve.png | cut -d, -f1,2)" "0:PNG image data, 800 x 900"
+
+"$bin" -e 'rl.train{network = {output = {class = "softmax", loss = "ce", target = "classes"}},
+  train = {class = "12ax", num_seqs = 4}, plot = "yes"}' >"$dir/out" 2>&1
+check "train plot not a boolean" "$?:$(grep -c 'config.plot must be true or false' "$dir/out")" \
+    "1:1"
 
 # ---- bad input: the error names the file, exit status 1
 for tool in info "dump-data" plot; do
@@ -166,11 +187,14 @@ check "plot on a checkpoint" "$rc:$(grep -c 'a.h5:1: not a JSON object' "$dir/er
 
 # ---- the command line: exit status 2
 run info
-check "info no file" "$rc:$(head -1 "$dir/err")" "2:rnnlua info: expects one checkpoint file, got 0 arguments"
+check "info no file" "$rc:$(head -1 "$dir/err")" \
+    "2:rnnlua info: expects one checkpoint file, got 0 arguments"
 run dump-data d.h5 --bogus
-check "dump-data bad option" "$rc:$(head -1 "$dir/err")" "2:rnnlua dump-data: unknown option '--bogus'"
+check "dump-data bad option" "$rc:$(head -1 "$dir/err")" \
+    "2:rnnlua dump-data: unknown option '--bogus'"
 run compare a.h5
-check "compare one file" "$rc:$(head -1 "$dir/err")" "2:rnnlua compare: expects two checkpoint files, got 1 arguments"
+check "compare one file" "$rc:$(head -1 "$dir/err")" \
+    "2:rnnlua compare: expects two checkpoint files, got 1 arguments"
 
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
