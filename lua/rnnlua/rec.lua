@@ -10,8 +10,8 @@
 -- The unit's layer `output` is the rec layer's output (S, B, n_out), one frame per step.
 -- Unit layers are ordinary layer objects (C or Lua classes) run on (1, B, F) views, one step at
 -- a time, plus three kinds the rec layer drives itself:
---   lstm, gru           their state (h, c; h) carried from step to step (prev state in, final
---                       state out, layers/layer.h "Per-step use")
+--   lstm, gru           their state (h, c; a gru's h alone, its output) carried from step to
+--                       step (prev state in, final state out, layers/layer.h "Per-step use")
 --   attention           lua/rnnlua/attention.lua: base = "base:enc", from = the query
 --   choice              {class = "choice", from = "output_prob", target = "classes",
 --                       beam_size = n}: the label of this step, sparse (int32) with the
@@ -340,6 +340,10 @@ function M.create(name, d, srcs, n_from, in_dims, dtype, ext)
       if not ok then fail("layer '%s' (rec), unit layer '%s': %s", name, uname, tostring(layer)) end
       unit.obj, unit.n_out = layer, layer.n_out
       unit.kind = (u.class == "lstm" or u.class == "gru") and u.class or "layer"
+      if unit.kind ~= "layer" and u.direction ~= nil and u.direction ~= 1 then
+        fail("%s: direction = %s; inside a unit the %s runs one step at a time, forward in "
+          .. "the rec layer's steps (direction = 1)", p.where, tostring(u.direction), u.class)
+      end
       if u.loss ~= nil then
         if u.loss ~= "ce" or not layer.is_loss then
           fail("%s: only loss = \"ce\" on a softmax layer is supported inside a unit", p.where)
@@ -532,7 +536,7 @@ function Rec:run_unit(unit, t, train)
     local h0 = t == 1 and unit.zero_state or unit.out:select(1, t - 1)
     local c0 = t == 1 and unit.zero_state or unit.cells:select(1, t - 1)
     unit.obj:set_initial_state(h0, c0)
-  elseif unit.kind == "gru" then
+  elseif unit.kind == "gru" then -- its state is its output
     unit.obj:set_initial_state(t == 1 and unit.zero_state or unit.out:select(1, t - 1))
   end
   local ok, out = pcall(unit.obj.forward, unit.obj, ins, self.ones, train)
