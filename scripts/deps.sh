@@ -6,9 +6,12 @@ set -euo pipefail
 # hdf5-tools (h5dump) and python3-h5py are for the tests: files written by other writers;
 # festlex-cmu (CMUdict) for recipes/g2p_cmudict.lua and its smoke test;
 # libmicrohttpd-dev and libjansson-dev for `rnnlua serve` (HTTP, JSON);
-# libopenmpi-dev and openmpi-bin (mpirun) for data-parallel training (make MPI=0 builds without)
+# libopenmpi-dev and openmpi-bin (mpirun) for data-parallel training (make MPI=0 builds without);
+# clang and libclang-rt-dev (libFuzzer) for `make fuzz`; python3-venv for the virtual
+# environment tests/sh/test_returnn_hdf.sh installs RETURNN into
 pkgs=(pkg-config liblua5.4-dev lua-filesystem-dev libhdf5-dev libopenblas-dev libedit-dev hdf5-tools
-      python3-h5py festlex-cmu libmicrohttpd-dev libjansson-dev libopenmpi-dev openmpi-bin)
+      python3-h5py festlex-cmu libmicrohttpd-dev libjansson-dev libopenmpi-dev openmpi-bin
+      clang libclang-rt-dev python3-venv)
 
 missing=()
 for p in "${pkgs[@]}"; do
