@@ -6,15 +6,16 @@
  * the same function (checked on one request before timing). Each request is one 100-frame
  * 12AX sequence (random symbols of "123ABCXYZ", one-hot), POST /v1/forward over a keep-alive
  * connection. Servers: rnnlua serve with dynamic batching (the defaults: --max-batch-frames
- * 4000, --max-wait-ms 1), rnnlua serve without (--max-batch-frames 0: each request alone), and
- * the PyTorch server (ThreadingHTTPServer, torch.set_num_threads(1), no batching). For 1, 8 and
- * 32 closed-loop clients (threads of this program, one connection each: a client sends its next
- * request when the answer is in) every server is measured RL_BENCH_ROUNDS times (default 3) for
- * RL_SERVE_BENCH_SECONDS (default 2) each, the servers interleaved within a round; the table
- * gives the median round's requests/s and the median p50/p99 latency over rounds. The clients
- * run on the same cores as the servers.
+ * 1000, --max-wait-ms 1; --max-batch-frames F here changes it), rnnlua serve without
+ * (--max-batch-frames 0: each request alone), and the PyTorch server (ThreadingHTTPServer,
+ * torch.set_num_threads(1), no batching). For 1, 8 and 32 closed-loop clients (threads of this
+ * program, one connection each: a client sends its next request when the answer is in) every server
+ * is measured RL_BENCH_ROUNDS times (default 3) for RL_SERVE_BENCH_SECONDS (default 2) each, the
+ * servers interleaved within a round; the table gives the median round's requests/s and the median
+ * p50/p99 latency over rounds. The clients run on the same cores as the servers.
  *
  * Options: --clients 1,8,32  --seconds S  --rounds R  --only rnnlua|nobatch|torch (repeatable)
+ *          --max-batch-frames F (of the batching server)
  * The PyTorch server needs `bash bench/torch_env.sh BUILD` (PyPI's torch in a venv); without it
  * the torch rows print SKIP. Bench programs are not library code: errors print and exit 1. */
 #include <arpa/inet.h>
@@ -38,7 +39,7 @@
 #define NSEQ 64
 #define T_FRAMES 100
 #define MAX_SERVERS 3
-#define MAX_LAT (1 << 22)
+#define MAX_LAT 400000 /* latencies kept per client */
 
 typedef struct {
     const char *name;
@@ -185,17 +186,23 @@ static void make_requests(void) {
 
 typedef struct {
     int port, id;
-    double until;
+    double until; /* set by run_load between the two barriers */
+    pthread_barrier_t *ready, *go;
     double *lat;
     long n, failed;
 } client;
 
+/* One closed-loop client: a first request on its new connection (not timed: the PyTorch server
+ * stalls for seconds on some new connections' first request), then requests until `until`. */
 static void *client_main(void *arg) {
     client *c = arg;
     size_t cap = 1 << 20;
     char *buf = malloc(cap);
     int fd = connect_to(c->port);
     int s = c->id;
+    if (fd >= 0 && exchange(fd, requests[s], request_len[s], buf, cap) != 200) c->failed++;
+    pthread_barrier_wait(c->ready);
+    pthread_barrier_wait(c->go);
     while (now_s() < c->until) {
         s = (s + 7) % NSEQ;
         double t0 = now_s();
@@ -228,12 +235,19 @@ typedef struct {
 static result run_load(int port, int clients, double seconds) {
     client *c = calloc((size_t)clients, sizeof *c);
     pthread_t *th = calloc((size_t)clients, sizeof *th);
-    double t0 = now_s();
+    pthread_barrier_t ready, go;
+    pthread_barrier_init(&ready, NULL, (unsigned)clients + 1);
+    pthread_barrier_init(&go, NULL, (unsigned)clients + 1);
     for (int i = 0; i < clients; i++) {
-        c[i] = (client){.port = port, .id = i, .until = t0 + seconds};
-        c[i].lat = malloc(sizeof(double) * 200000);
+        c[i] = (client){.port = port, .id = i, .ready = &ready, .go = &go};
+        c[i].lat = malloc(sizeof(double) * MAX_LAT);
         pthread_create(&th[i], NULL, client_main, &c[i]);
     }
+    pthread_barrier_wait(&ready);
+    double t0 = now_s();
+    for (int i = 0; i < clients; i++)
+        c[i].until = t0 + seconds;
+    pthread_barrier_wait(&go);
     long n = 0, failed = 0;
     for (int i = 0; i < clients; i++) {
         pthread_join(th[i], NULL);
@@ -241,10 +255,12 @@ static result run_load(int port, int clients, double seconds) {
         failed += c[i].failed;
     }
     double wall = now_s() - t0;
+    pthread_barrier_destroy(&ready);
+    pthread_barrier_destroy(&go);
     double *all = malloc(sizeof(double) * (size_t)(n > 0 ? n : 1));
     long k = 0;
     for (int i = 0; i < clients; i++) {
-        long m = c[i].n < 200000 ? c[i].n : 200000;
+        long m = c[i].n < MAX_LAT ? c[i].n : MAX_LAT;
         memcpy(all + k, c[i].lat, sizeof(double) * (size_t)m);
         k += m;
         free(c[i].lat);
@@ -283,6 +299,7 @@ static double median(double *v, int n) {
 
 int main(int argc, char **argv) {
     int clients[8] = {1, 8, 32}, nclients = 3, rounds = 3;
+    char *mbf = "1000"; /* the server's default */
     double seconds = 2;
     const char *env = getenv("RL_SERVE_BENCH_SECONDS");
     if (env) seconds = atof(env);
@@ -294,6 +311,8 @@ int main(int argc, char **argv) {
             nclients = 0;
             for (char *t = strtok(argv[++i], ","); t && nclients < 8; t = strtok(NULL, ","))
                 clients[nclients++] = atoi(t);
+        } else if (strcmp(argv[i], "--max-batch-frames") == 0 && i + 1 < argc) {
+            mbf = argv[++i];
         } else if (strcmp(argv[i], "--seconds") == 0 && i + 1 < argc) {
             seconds = atof(argv[++i]);
         } else if (strcmp(argv[i], "--rounds") == 0 && i + 1 < argc) {
@@ -305,7 +324,8 @@ int main(int argc, char **argv) {
             for (int k = 0; k < MAX_SERVERS; k++)
                 if (strcmp(argv[i], names[k]) == 0) want[k] = true;
         } else {
-            die("unknown argument %s (--clients 1,8,32 --seconds S --rounds R --only NAME)",
+            die("unknown argument %s (--clients 1,8,32 --seconds S --rounds R --only NAME "
+                "--max-batch-frames F)",
                 argv[i]);
         }
     }
@@ -357,7 +377,7 @@ int main(int argc, char **argv) {
     server sv[MAX_SERVERS] = {{"rnnlua serve, dynamic batching", 0, 0},
                               {"rnnlua serve, no batching", 0, 0},
                               {"PyTorch http.server", 0, 0}};
-    char *a0[] = {rnnlua, "serve", model, "--port", "0", NULL};
+    char *a0[] = {rnnlua, "serve", model, "--port", "0", "--max-batch-frames", mbf, NULL};
     char *a1[] = {rnnlua, "serve", model, "--port", "0", "--max-batch-frames", "0", NULL};
     char *a2[] = {py, "bench/torch_serve.py", weights, NULL};
     char **args[MAX_SERVERS] = {a0, a1, a2};
@@ -391,6 +411,9 @@ int main(int argc, char **argv) {
     }
     if (want[2] && py[0] == '\0')
         printf("- SKIP PyTorch server: `bash bench/torch_env.sh %s` gave no python\n", build);
+    /* warm-up: PyTorch's first requests are slow, and every server's buffers settle */
+    for (int k = 0; k < MAX_SERVERS; k++)
+        if (sv[k].port) run_load(sv[k].port, 8, 0.5);
     printf("- %d rounds of %.1f s per cell, servers interleaved; clients are threads of the bench "
            "program on the same machine (closed loop, keep-alive)\n\n",
            rounds, seconds);
@@ -420,7 +443,7 @@ int main(int argc, char **argv) {
     if (sv[0].port && sv[2].port) {
         printf("\nThroughput of rnnlua serve (dynamic batching) over the PyTorch server:");
         for (int ci = 0; ci < nclients; ci++)
-            printf(" %s%d clients %.1fx", ci ? ", " : "", clients[ci],
+            printf("%s%d clients %.1fx", ci ? ", " : " ", clients[ci],
                    best_rps[ci][0] / best_rps[ci][2]);
         printf(".\n");
     }

@@ -47,6 +47,9 @@ def main():
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+        # headers and body go out in two writes: without TCP_NODELAY, Nagle's algorithm and the
+        # client's delayed ACK would hold the body back by ~40 ms
+        disable_nagle_algorithm = True
 
         def log_message(self, *args):
             pass

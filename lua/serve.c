@@ -78,7 +78,7 @@ typedef struct job {
     char *error; /* malloc'd message of a failed job */
     float *out;  /* the rows of every sequence, one after the other */
     int64_t *oT, *oH, *oW, *ooff;
-    json_t *extra; /* reload: the answer object */
+    json_t *extra; /* reload and decode: the answer */
 } job;
 
 typedef struct request {
@@ -236,7 +236,7 @@ static bool job_alloc_seqs(job *j, int64_t n) {
     return j->T && j->H && j->W && j->off && j->oT && j->oH && j->oW && j->ooff;
 }
 
-/* Marks j done with an error (model thread, mu held by the caller or not needed). */
+/* Gives j an error answer (model thread; complete() then marks it done). */
 static void job_fail(job *j, int status, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
@@ -1246,8 +1246,10 @@ static void serve_usage(FILE *f) {
         "  --listen ADDR          address to listen on [127.0.0.1]\n"
         "  --layer NAME           the layer whose activations are served [output]\n"
         "  --threads N            HTTP threads (parsing JSON, writing answers) [2]\n"
+        "  --blas-threads N       OpenBLAS threads of the model thread [1]: the HTTP threads\n"
+        "                         need the other cores, and idle OpenBLAS threads spin\n"
         "  --max-batch-frames F   padded frames per model batch; 0 runs each request alone\n"
-        "                         [4000]\n"
+        "                         [1000]\n"
         "  --max-wait-ms W        longest wait for more requests to fill a batch [1]\n"
         "  --max-body BYTES       largest request body [4194304]\n"
         "  --max-frames N         most frames in one request [20000]\n"
@@ -1284,10 +1286,11 @@ static int parse_options(int argc, char **argv, serve_opts *o) {
                       .layer = "output",
                       .port = 8080,
                       .threads = 2,
+                      .blas_threads = 1,
                       .max_connections = 64,
                       .timeout_s = 10,
                       .max_beam = 64,
-                      .max_batch_frames = 4000,
+                      .max_batch_frames = 1000,
                       .max_frames = 20000,
                       .max_queue_frames = 200000,
                       .max_wait_ms = 1,

@@ -348,17 +348,26 @@ def test_ctc():
     check("CTC server stops with exit 0", rc == 0, rc)
 
 
+def wait_connections(s, cond, timeout=10):
+    """Polls /healthz until its count of open connections satisfies cond."""
+    t0 = time.time()
+    while time.time() - t0 < timeout:
+        if cond(s.request("GET", "/healthz")[1]["connections"]):
+            return
+        time.sleep(0.02)
+
+
 def test_limits():
     s = Server("--max-connections", "4", "--timeout", "5")
     try:
         idle = [socket.create_connection(("127.0.0.1", s.port)) for _ in range(5)]
-        time.sleep(0.2)
+        wait_connections(s, lambda n: n >= 6)  # the 5 idle ones and the /healthz asking
         st, doc, _ = s.request("POST", "/v1/forward", {"data": frames(0)})
         check("over --max-connections -> 503 naming the limit",
               st == 503 and "--max-connections" in doc["error"], (st, doc))
         for sk in idle:
             sk.close()
-        time.sleep(0.3)
+        wait_connections(s, lambda n: n <= 1)
         check("  ... and after they close, requests are answered", good_request(s, 2))
     finally:
         rc = s.stop()
@@ -441,20 +450,37 @@ def test_reload(s):
 
 
 def test_drain():
-    s = Server("--max-wait-ms", "50")
-    results = []
+    # each request is one batch of every dev sequence, run alone (--max-batch-frames 0), so
+    # the server is busy with queued requests when SIGTERM comes right after the first answer
+    s = Server("--max-batch-frames", "0")
+    body = {"batch": [{"data": frames(i)} for i in range(len(INPUTS))]}
+    results, first, lock = [], threading.Event(), threading.Lock()
 
-    def one(i):
-        st, doc, _ = s.request("POST", "/v1/forward", {"data": frames(i)})
-        results.append(st == 200 and equal(doc, REF[i]))
-    ts = [threading.Thread(target=one, args=(i,)) for i in range(12)]
+    def one():
+        try:
+            st, doc, _ = s.request("POST", "/v1/forward", body)
+            ok = st == 200 and all(equal(d, REF[i]) for i, d in enumerate(doc["batch"]))
+            outcome = "ok" if ok else ("503" if st == 503 and "shutting down" in doc["error"]
+                                       else "wrong %s" % st)
+        except ConnectionRefusedError:
+            outcome = "refused"  # connected after the listening socket was closed
+        except (OSError, http.client.HTTPException, ValueError) as e:
+            outcome = "lost: %r" % e
+        with lock:
+            results.append((outcome, time.time()))
+        first.set()
+    ts = [threading.Thread(target=one) for _ in range(12)]
     [t.start() for t in ts]
-    time.sleep(0.02)
+    first.wait(30)
+    t_term = time.time()
     rc = s.stop()
     [t.join() for t in ts]
+    outcomes = [o for o, _ in results]
     check("SIGTERM with requests in flight: exit 0", rc == 0, rc)
-    check("  ... every request sent before it was answered correctly (%d/12)" % sum(results),
-          all(results) and len(results) == 12, results)
+    check("  ... every request answered right, refused at connect or told 503, none lost",
+          len(results) == 12 and all(o in ("ok", "503", "refused") for o in outcomes), outcomes)
+    check("  ... requests queued at SIGTERM were still answered",
+          any(o == "ok" and t > t_term for o, t in results), results)
     try:
         socket.create_connection(("127.0.0.1", s.port), timeout=2).close()
         refused = False
@@ -498,6 +524,37 @@ def test_images():
         finally:
             rc = s.stop()
         check("image server (layer %s) stops with exit 0" % layer, rc == 0, rc)
+
+
+def test_sparse():
+    with h5py.File(os.path.join(DIR, "sparse.h5"), "r") as f:
+        ids = np.asarray(f["inputs"]).reshape(-1).tolist()
+        lens = np.asarray(f["seqLengths"])[:, 0]
+    seqs, o = [], 0
+    for n in lens:
+        seqs.append(ids[o:o + n])
+        o += n
+    ref = read_seqs(os.path.join(DIR, "fwd_sparse.h5"))
+    s = Server(model="sparse_model.h5")
+    try:
+        ok = True
+        for i, q in enumerate(seqs):
+            st, doc, _ = s.request("POST", "/v1/forward", {"data": q})
+            ok = ok and st == 200 and equal(doc, ref[i])
+        check("sparse input: each sequence of class indices equals rl.forward's", ok)
+        st, doc, _ = s.request("POST", "/v1/forward", {"batch": [{"data": q} for q in seqs]})
+        check("sparse input: one batch request equals rl.forward's", st == 200
+              and all(equal(d, ref[i]) for i, d in enumerate(doc["batch"])), st)
+        for body, text in (({"data": [1, 9]}, "data[1] = 9 is not a class index in 0..8"),
+                           ({"data": [1, -1]}, "data[1] = -1 is not a class index"),
+                           ({"data": [1, 2.5]}, "data[1] must be a class index"),
+                           ({"data": [[1, 0]]}, "data[0] must be a class index")):
+            st, doc, _ = s.request("POST", "/v1/forward", body)
+            check("sparse input: %s -> 422" % json.dumps(body), st == 422 and text in doc["error"],
+                  doc)
+    finally:
+        rc = s.stop()
+    check("sparse-input server stops with exit 0", rc == 0, rc)
 
 
 def test_cli():
@@ -549,6 +606,7 @@ def main():
     test_drain()
     test_ctc()
     test_images()
+    test_sparse()
     test_cli()
     print("%d passed, %d failed" % (PASSED[0], FAILED[0]))
     return 1 if FAILED[0] else 0

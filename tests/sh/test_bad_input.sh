@@ -139,6 +139,9 @@ for name, keys in cases:
     os.write(fd, keys)
     time.sleep(0.05)
     os.write(fd, b"\x03")
+    # Ctrl-C gives a fresh prompt; waiting for it keeps a loaded machine from mixing the
+    # answer line into the interrupted one
+    expect(b"> ")
     time.sleep(0.05)
     if not answers(n):
         failed.append(name + ": " + repr(buf[-200:]))

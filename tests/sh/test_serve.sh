@@ -17,7 +17,7 @@ fi
 # The model: one short epoch of the demo's BLSTM; a second checkpoint (other weights, epoch 7)
 # and one of another interface for the reload tests; rl.forward's answers for both models; an
 # image model (conv2d, collapse) and rl.forward's answers of an image layer and a sequence layer;
-# a CTC model and rl.forward's decoded labels (best path and beam 4).
+# a CTC model and rl.forward's decoded labels (best path and beam 4); a sparse-input model.
 if ! "$bin" -e "
 local cfg = {
   network = {
@@ -53,6 +53,23 @@ for _, beam in ipairs{1, 4} do
              output_file = '$dir/dec' .. beam .. '.h5', decode = 'ctc', beam = beam,
              log_verbosity = 0}
 end
+-- a model with a sparse input (class indices through an embedding) and rl.forward's answers
+local ws = rl.hdf_writer('$dir/sparse.h5', {data_dim = 9, sparse = true})
+rl.manual_seed(4)
+for i = 1, 8 do
+  local ids = {}
+  for t = 1, 5 + 3 * i do ids[t] = (7 * i + 3 * t) % 9 end
+  ws:add('s' .. i, rl.tensor(ids, 'int32'))
+end
+ws:close()
+local snet = rl.network({
+    emb = {class = 'embedding', n_out = 6, from = 'data'},
+    fw = {class = 'lstm', n_out = 8, from = 'emb'},
+    output = {class = 'softmax', n_out = 3, from = 'fw'},
+  }, {data = {dim = 9, sparse = true}})
+rl.save_checkpoint('$dir/sparse_model.h5', {net = snet, epoch = 1})
+rl.forward{model = '$dir/sparse_model.h5', data = {class = 'hdf', files = {'$dir/sparse.h5'}},
+           output_file = '$dir/fwd_sparse.h5', log_verbosity = 0}
 -- an image model: images in, an image layer (conv) and a sequence layer after a collapse (side)
 local w = rl.hdf_writer('$dir/img.h5', {data_dim = 2, spatial = 2,
                                         targets = {classes = {dim = 3, sparse = true}}})
