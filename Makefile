@@ -2,10 +2,19 @@
 # Options: CUDA=0 (leave CUDA out), CUDA=1 (demand it; default: use it when nvcc is found),
 #          MPI=0 (leave MPI out), MPI=1 (demand it; default: use Open MPI when pkg-config finds
 #          it), NCCL comes with CUDA=1 when the toolkit has it (NCCL=0 leaves it out),
-#          SANITIZE=1 (AddressSanitizer + UBSan, separate build dir), WERROR=1 (warnings fail).
+#          SANITIZE=1 (AddressSanitizer + UBSan, separate build dir), WERROR=1 (warnings fail),
+#          BLAS=openblas (default) or BLAS=blis (separate build dir; bench/blas_compare.sh
+#          measures both on rnnlua's GEMM shapes).
 
 CC      ?= cc
-PKGS    := lua5.4 hdf5 openblas libedit libmicrohttpd jansson
+BLAS    ?= openblas
+ifeq ($(BLAS),openblas)
+  PKGS  := lua5.4 hdf5 openblas libedit libmicrohttpd jansson
+else ifeq ($(BLAS),blis)
+  PKGS  := lua5.4 hdf5 libedit libmicrohttpd jansson
+else
+  $(error BLAS=$(BLAS): expected openblas or blis)
+endif
 NVCC    ?= $(or $(shell command -v nvcc 2>/dev/null),$(wildcard /usr/local/cuda/bin/nvcc))
 
 ifeq ($(CUDA),)
@@ -18,12 +27,12 @@ ifeq ($(CUDA),1)
   CUDA_HOME := $(patsubst %/bin/nvcc,%,$(NVCC))
 endif
 
-BUILD   := build$(if $(filter 1,$(SANITIZE)),-san)$(if $(filter 0,$(CUDA)),-nocuda)$(if $(filter 0,$(MPI)),-nompi)
+BUILD   := build$(if $(filter 1,$(SANITIZE)),-san)$(if $(filter 0,$(CUDA)),-nocuda)$(if $(filter 0,$(MPI)),-nompi)$(if $(filter blis,$(BLAS)),-blis)
 # On a fresh machine, install what is missing before anything is compiled.
 ifeq ($(filter deps clean format,$(MAKECMDGOALS)),)
-  ifneq ($(shell bash scripts/deps.sh --check >/dev/null 2>&1 && echo ok),ok)
+  ifneq ($(shell RL_BLAS=$(BLAS) bash scripts/deps.sh --check >/dev/null 2>&1 && echo ok),ok)
     $(info rnnlua: installing missing dependencies with scripts/deps.sh)
-    ifneq ($(shell bash scripts/deps.sh >&2; echo $$?),0)
+    ifneq ($(shell RL_BLAS=$(BLAS) bash scripts/deps.sh >&2; echo $$?),0)
       $(error scripts/deps.sh failed; run `make deps` to see why)
     endif
   endif
@@ -55,6 +64,10 @@ ARCH    ?= native
 CFLAGS  += -std=c11 -D_GNU_SOURCE -fPIC -march=$(ARCH) -fno-trapping-math -fno-math-errno $(WARN) -MMD -MP -I. \
            $(PKG_CFLAGS)
 LDLIBS  := $(PKG_LIBS) -lm -lpthread
+ifeq ($(BLAS),blis)
+  CFLAGS  += -DRL_BLAS_BLIS
+  LDLIBS  += -lblis
+endif
 ifeq ($(WERROR),1)
   CFLAGS  += -Werror
   NVFLAGS += -Werror all-warnings
@@ -96,7 +109,7 @@ all: rnnlua
 
 # Install missing system packages (apt-get) on a fresh machine.
 deps:
-	@bash scripts/deps.sh
+	@RL_BLAS=$(BLAS) bash scripts/deps.sh
 
 rnnlua: $(BUILD)/rnnlua
 	cp $< $@
@@ -139,18 +152,21 @@ $(BUILD)/bench/%: bench/%.c $(BUILD)/librnnlua.a
 test: $(BUILD)/rnnlua $(CTESTS)
 	@bash tests/run.sh $(BUILD)
 
-# CUDA-vs-CPU parity of every op, of the LSTM (own kernels, cuDNN), of the GRU, of the optimizers and of
-# networks of every other layer class (including whole rl.train runs); each prints a SKIP line
-# and passes where there is no GPU.
+# CUDA-vs-CPU parity of every op, of the LSTM (own kernels, cuDNN), of the GRU, of CTC, of the
+# optimizers and of networks of every other layer class (including whole rl.train runs), of
+# rl.dist through NCCL (mpirun -np 2, one GPU per rank); each prints a SKIP line and passes
+# where there is no GPU.
 test-gpu: $(BUILD)/rnnlua $(BUILD)/tests-gpu/test_parity $(BUILD)/tests-gpu/test_lstm_parity \
           $(BUILD)/tests-gpu/test_optim_parity $(BUILD)/tests-gpu/test_mdlstm_parity \
-          $(BUILD)/tests-gpu/test_gru_parity
+          $(BUILD)/tests-gpu/test_gru_parity $(BUILD)/tests-gpu/test_ctc_parity
 	$(BUILD)/tests-gpu/test_parity
 	$(BUILD)/tests-gpu/test_lstm_parity
 	$(BUILD)/tests-gpu/test_gru_parity
 	$(BUILD)/tests-gpu/test_optim_parity
 	$(BUILD)/tests-gpu/test_mdlstm_parity
+	$(BUILD)/tests-gpu/test_ctc_parity
 	$(BUILD)/rnnlua tests/gpu/test_layers_parity.lua
+	bash tests/gpu/test_dist_nccl.sh $(BUILD)/rnnlua
 
 $(BUILD)/tests-gpu/%: tests/gpu/%.c $(BUILD)/librnnlua.a tests/c/check.h
 	@mkdir -p $(dir $@)

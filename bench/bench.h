@@ -100,8 +100,9 @@ static inline void bench_row(int n, const bench_variant *vs, double *per_call) {
     }
 }
 
-/* The machine's sgemm speed in GFLOP/s: the best of 1024^3 and 2048^3 products through
- * OpenBLAS, measured by bench_row. Benchmarks report their speed as a fraction of it. */
+/* The machine's sgemm speed in GFLOP/s: the best of 1024^3 and 2048^3 products through the
+ * BLAS rnnlua links (OpenBLAS by default), measured by bench_row. Benchmarks report their
+ * speed as a fraction of it. */
 typedef struct {
     int64_t n;
     float *a, *b, *c;

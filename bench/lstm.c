@@ -5,13 +5,13 @@
  * 1024^3 and a 2048^3 sgemm). FLOPs per step: 24*T*B*H*(I+H) per LSTM direction and layer
  * (forward 8*H*(I+H) per frame for the input and recurrent products, backward twice that for
  * the input, recurrent and weight gradients), plus 6*T*B*H_last*C for the output layer; the
- * pointwise work, the softmax and the gradient sums are not counted. bench/torch_lstm.py
- * times the same with PyTorch.
+ * pointwise work, the softmax and the gradient sums are not counted.
  *
  * The plain row calls the layers one after the other, as a network does, each using every
  * BLAS thread. For bidirectional stacks a second row, "directions in pairs", runs the
  * forward and backward layers of a level at the same time on two threads with one BLAS
- * thread each (threads made here, in the bench: the network does not do this). */
+ * thread each, as a network does (layer:_forward_start in lua/l_layers.c);
+ * bench/lstm_compare.sh times whole networks against PyTorch. */
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -296,6 +296,6 @@ int main(int argc, char **argv) {
         model_free(&m);
     }
     printf("\nFLOPs per step: 24*T*B*H*(I+H) per LSTM direction and layer + 6*T*B*H_last*C "
-           "(output layer); compare with bench/torch_lstm.py.\n");
+           "(output layer); bench/lstm_compare.sh compares whole networks with PyTorch.\n");
     return 0;
 }

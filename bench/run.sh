@@ -7,6 +7,9 @@
 #      against a current PyTorch (bench/torch_env.sh sets it up under BUILD), interleaved, with
 #      peak memory; on an AVX-512 machine a second table forces both to AVX2
 #      (RL_BENCH_LEVEL=avx2), which is what an AVX2-only machine runs;
+#      BUILD/bench/gru runs under bench/torch_gru.py with the PyTorch of bench/torch_env.sh,
+#      which interleaves its measurements with nn.GRU's (alone, with a SKIP line, when that
+#      PyTorch cannot be set up);
 #   2. the Lua scripts bench/*.lua, each run by BUILD/rnnlua (bench/lstm_step.lua is
 #      lstm_compare.sh's worker, not run on its own).
 # gemm prints "sgemm peak: X GFLOP/s"; X is exported as RL_SGEMM_PEAK_GFLOPS to everything run
@@ -59,6 +62,16 @@ for p in "$build"/bench/*; do
     [ -f "$p" ] && [ -x "$p" ] && programs+=("$p")
 done
 for p in "${programs[@]}"; do
+    if [ "$(basename "$p")" = gru ]; then
+        if py=$(bash bench/torch_env.sh "$build" 2>/dev/null | tail -n 1) && [ -x "$py" ]; then
+            run_one torch_gru "$py" bench/torch_gru.py "$p"
+        else
+            echo "SKIP torch_gru: bench/torch_env.sh could not set up PyTorch; rnnlua alone:"
+            echo
+            run_one gru "$p"
+        fi
+        continue
+    fi
     run_one "$(basename "$p")" "$p"
     if [ "$(basename "$p")" = lstm ]; then
         run_one lstm_compare bash bench/lstm_compare.sh "$build"

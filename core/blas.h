@@ -1,5 +1,5 @@
-/* CPU BLAS dispatch (OpenBLAS through CBLAS). Row-major, as the tensors are.
- * C = alpha * op(A) * op(B) + beta * C with op(A) M x K, op(B) K x N, C M x N. */
+/* CPU BLAS dispatch (OpenBLAS, or BLIS with make BLAS=blis, through CBLAS). Row-major, as the
+ * tensors are. C = alpha * op(A) * op(B) + beta * C with op(A) M x K, op(B) K x N, C M x N. */
 #ifndef RL_BLAS_H
 #define RL_BLAS_H
 

@@ -8,6 +8,9 @@
 
 #include "../core/blas.h"
 #include "ops.h"
+#ifdef RL_WITH_CUDA
+#include "cuda/ctc_cuda.h"
+#endif
 
 static rl_status check_lengths(const char *who, const char *what, const rl_tensor *len, int64_t B,
                                int64_t hi, const char *hi_name) {
@@ -102,9 +105,7 @@ rl_status rl_ctc_loss(rl_ctc_work *w, const char *who, const rl_tensor *logits,
     int64_t lshape[1] = {B};
     RL_TRY(ensure_out(who, "loss", loss, logits->dtype, dev, 1, lshape));
     if (grad) RL_TRY(ensure_out(who, "gradient", grad, logits->dtype, dev, 3, logits->shape));
-    if (dev.type == RL_CUDA)
-        return rl_error(RL_EDEVICE, "%s: the CTC loss runs on the CPU only so far", who);
-    /* the kernel reads contiguous lengths */
+    /* the kernels read contiguous lengths */
     int32_t small[2][64];
     int32_t *inb = small[0], *lnb = small[1];
     rl_tensor lens = {0};
@@ -118,11 +119,21 @@ rl_status rl_ctc_loss(rl_ctc_work *w, const char *who, const rl_tensor *logits,
         inb[b] = il[b * il_st];
         lnb[b] = ll[b * ll_st];
     }
+    rl_status st = RL_OK;
+    if (dev.type == RL_CUDA) {
+#ifdef RL_WITH_CUDA
+        st = rl_ctc_cuda(w, logits, lab, inb, lnb, blank, zero_infinity, loss, grad);
+#else
+        st = rl_error(RL_EDEVICE, "%s: CUDA tensors in a build without CUDA", who);
+#endif
+        rl_tensor_release(&lens);
+        return st;
+    }
     int threads = rl_blas_get_threads();
     size_t elem = rl_dtype_size(logits->dtype);
     size_t bytes = rl_ctc_cpu_work_bytes(elem, T, B, V, S, threads) + 64;
     int64_t wshape[1] = {(int64_t)(bytes / sizeof(double)) + 1};
-    rl_status st = rl_buffer_ensure(&w->scratch, RL_FLOAT64, RL_DEVICE_CPU, 1, wshape);
+    st = rl_buffer_ensure(&w->scratch, RL_FLOAT64, RL_DEVICE_CPU, 1, wshape);
     if (st == RL_OK) {
         char *work = rl_tensor_data(&w->scratch);
         work += (64 - (uintptr_t)work % 64) % 64;

@@ -35,11 +35,14 @@
 #define RL_CTC_NEG (-1e30f)
 #define RL_CTC_IMPOSSIBLE (-1e29f)
 
-/* log(e^a + e^b + e^c), stable; a NaN argument gives NaN. */
+/* log(e^a + e^b + e^c), stable; a NaN argument gives NaN. float32: the largest term is
+ * e^0 = 1, so two exponentials suffice (lo, mid: the two others, by selects); the (x - x)
+ * terms are 0 for finite x and NaN for a NaN, which the selects alone could drop. */
 RL_HD_INLINE float rl_ctc_lse3f(float a, float b, float c) {
-    float m = a > b ? a : b;
-    m = m > c ? m : c;
-    return m + rl_logf(rl_expf(a - m) + rl_expf(b - m) + rl_expf(c - m));
+    float lo = a < b ? a : b, hi = a < b ? b : a;
+    float m = hi > c ? hi : c, mid = hi > c ? c : hi;
+    float nan_guard = (a - a) + (b - b) + (c - c);
+    return m + rl_logf(1.0f + rl_expf(lo - m) + rl_expf(mid - m) + nan_guard);
 }
 RL_HD_INLINE double rl_ctc_lse3(double a, double b, double c) {
     double m = a > b ? a : b;

@@ -48,8 +48,8 @@ void rl_gru_cpu_fwd_f64(int64_t B, int64_t H, int64_t t, const int32_t *len, dou
  * dout: dLoss/dout of this step, rows dout_ld elements apart (NULL: zero).
  * dh (B, H): on entry dLoss/dh_t from the next step; on return dLoss/dh_t * z on valid rows
  * (the caller then adds g[:, 0:3H] U^T) and unchanged on padded rows.
- * db (3H) += column sums of [dar | daz | dan], dbh (3H) += those of [dar | daz | dhn]; either
- * may be NULL (left to the caller). */
+ * db (3H) += column sums of [dar | daz | dan], dbh (3H) += those of [dar | daz | dhn]; give
+ * both, or both NULL to leave the sums to the caller. */
 void rl_gru_cpu_bwd_f32(int64_t B, int64_t H, int64_t t, const int32_t *len, float *g,
                         const float *hp, const float *dout, int64_t dout_ld, float *dh, float *db,
                         float *dbh);

@@ -25,10 +25,18 @@
 
 #ifdef RL_WITH_CUDA
 #include "cuda/cuda.h"
+#ifdef RL_WITH_NCCL
+#include "cuda/nccl_comm.h"
+#endif
 
 static const rl_kernels *cuda_kernels(void) { return rl_kernels_cuda(); }
 
-void rl_ops_init(void) { rl_cuda_register(); }
+void rl_ops_init(void) {
+    rl_cuda_register();
+#ifdef RL_WITH_NCCL
+    rl_nccl_register(); /* device buffers of rl.dist go through NCCL */
+#endif
+}
 #else
 static const rl_kernels *cuda_kernels(void) { return NULL; }
 

@@ -12,88 +12,45 @@
  * nothing else; backward reads the input again. CPU only for now: CUDA inputs are an error
  * naming the layer. */
 #include <inttypes.h>
-#include <string.h>
 
 #include "layer.h"
 #include "layers.h"
+
+#include "../kernels/ops.h"
 
 typedef struct {
     rl_layer base;
 } embedding_layer;
 
-/* Checks x (T, B) int32 on the CPU and lengths, and every valid index against V. */
-static rl_status check_indices(const rl_layer *l, const rl_layer_io *io, int64_t *T, int64_t *B) {
+static rl_status check_io(const rl_layer *l, const rl_layer_io *io, int64_t *T, int64_t *B) {
     char s[128];
-    if (io->n_in != 1)
-        return rl_error(RL_EARG, "layer '%s' (embedding): takes one input, %d given", l->name,
-                        io->n_in);
-    const rl_tensor *x = io->in[0];
-    if (!x || !x->storage || x->ndim != 2 || x->dtype != RL_INT32)
+    if (io->n_in != 1 || !rl_layer_input_sparse(l, io->in[0]))
         return rl_error(RL_EDTYPE,
                         "layer '%s' (embedding): the input must be (T, B) int32 class indices "
                         "(a sparse input), got %s",
-                        l->name, x && x->storage ? rl_tensor_describe(x, s, sizeof s) : "nothing");
-    RL_TRY(rl_layer_check_device(l, rl_tensor_device(x)));
-    if (rl_tensor_device(x).type != RL_CPU)
-        return rl_error(RL_EDEVICE,
-                        "layer '%s' (embedding): runs on the CPU only, the input is on %s", l->name,
-                        rl_tensor_describe(x, s, sizeof s));
-    *T = x->shape[0];
-    *B = x->shape[1];
-    const rl_tensor *len = io->lengths;
-    if (!len || !len->storage || len->ndim != 1 || len->dtype != RL_INT32 ||
-        rl_tensor_device(len).type != RL_CPU || len->shape[0] != *B)
-        return rl_error(RL_ESHAPE,
-                        "layer '%s' (embedding): lengths must be a CPU int32 tensor of shape "
-                        "(%" PRId64 ")",
-                        l->name, *B);
-    const int32_t *xp = rl_tensor_data(x);
-    const int32_t *lp = rl_tensor_data(len);
-    int64_t V = l->in_dims[0];
-    for (int64_t b = 0; b < *B; b++) {
-        int64_t n = lp[b * len->stride[0]];
-        if (n < 1 || n > *T)
-            return rl_error(RL_ESHAPE,
-                            "layer '%s' (embedding): lengths[%" PRId64 "] = %" PRId64
-                            " is outside 1..%" PRId64 " (T)",
-                            l->name, b + 1, n, *T);
-        for (int64_t t = 0; t < n; t++) {
-            int64_t v = xp[t * x->stride[0] + b * x->stride[1]];
-            if (v < 0 || v >= V)
-                return rl_error(RL_EARG,
-                                "layer '%s' (embedding): class index %" PRId64 " at frame %" PRId64
-                                " of sequence %" PRId64 " is outside 0..%" PRId64,
-                                l->name, v, t + 1, b + 1, V - 1);
-        }
-    }
+                        l->name,
+                        io->n_in == 1 && io->in[0] && io->in[0]->storage
+                            ? rl_tensor_describe(io->in[0], s, sizeof s)
+                            : "another number of inputs");
+    RL_TRY(rl_layer_check_inputs(l, io, T, B));
+    const rl_param *W = &l->params[0];
+    if (!W->value.storage || rl_tensor_device(&W->value).type != RL_CPU)
+        return rl_error(RL_EDEVICE, "layer '%s' (embedding): W must be bound, on the CPU (for now)",
+                        l->name);
     return RL_OK;
 }
 
 static rl_status embedding_forward(rl_layer *l, rl_layer_io *io) {
-    int64_t T, B, D = l->n_out;
-    RL_TRY(check_indices(l, io, &T, &B));
-    const rl_param *W = &l->params[0];
-    if (!W->value.storage)
-        return rl_error(RL_EARG, "layer '%s' (embedding): W is not bound to a buffer", l->name);
-    if (rl_tensor_device(&W->value).type != RL_CPU)
-        return rl_error(RL_EDEVICE, "layer '%s' (embedding): runs on the CPU only", l->name);
-    rl_dtype dt = W->value.dtype;
-    int64_t shape[3] = {T, B, D};
-    RL_TRY(rl_buffer_ensure(&l->out, dt, rl_tensor_device(&W->value), 3, shape));
-    const rl_tensor *x = io->in[0];
-    const int32_t *xp = rl_tensor_data(x);
-    const int32_t *lp = rl_tensor_data(io->lengths);
-    const char *wp = rl_tensor_data(&W->value);
-    char *op = rl_tensor_data(&l->out);
-    size_t row = (size_t)D * rl_dtype_size(dt);
-    for (int64_t t = 0; t < T; t++)
-        for (int64_t b = 0; b < B; b++) {
-            char *dst = op + (size_t)(t * B + b) * row;
-            if (t < lp[b * io->lengths->stride[0]])
-                memcpy(dst, wp + (size_t)xp[t * x->stride[0] + b * x->stride[1]] * row, row);
-            else
-                memset(dst, 0, row);
-        }
+    int64_t T, B;
+    RL_TRY(check_io(l, io, &T, &B));
+    rl_param *W = &l->params[0];
+    int64_t shape[3] = {T, B, l->n_out}, rows[2] = {T * B, l->n_out};
+    RL_TRY(rl_buffer_ensure(&l->out, W->value.dtype, rl_tensor_device(&W->value), 3, shape));
+    RL_TRY(rl_op_fill(&l->out, 0.0));
+    rl_tensor z = {0};
+    RL_TRY(rl_op_reshape(&z, &l->out, 2, rows));
+    rl_sparse_rows_add(&z, io->in[0], io->lengths, &W->value, false);
+    rl_tensor_release(&z);
     return RL_OK;
 }
 
@@ -102,7 +59,7 @@ static rl_status embedding_backward(rl_layer *l, rl_layer_io *io, const rl_tenso
     (void)grad_in; /* class indices have no gradient */
     char s[128];
     int64_t T, B, D = l->n_out;
-    RL_TRY(check_indices(l, io, &T, &B));
+    RL_TRY(check_io(l, io, &T, &B));
     rl_param *W = &l->params[0];
     if (!grad_out || grad_out->ndim != 3 || grad_out->shape[0] != T || grad_out->shape[1] != B ||
         grad_out->shape[2] != D || grad_out->dtype != W->grad.dtype ||
@@ -112,27 +69,11 @@ static rl_status embedding_backward(rl_layer *l, rl_layer_io *io, const rl_tenso
                         ", %" PRId64 ") %s tensor, got %s",
                         l->name, T, B, D, rl_dtype_name(W->grad.dtype),
                         grad_out ? rl_tensor_describe(grad_out, s, sizeof s) : "nothing");
-    const rl_tensor *x = io->in[0];
-    const int32_t *xp = rl_tensor_data(x);
-    const int32_t *lp = rl_tensor_data(io->lengths);
-    const int64_t *gs = grad_out->stride;
-    for (int64_t t = 0; t < T; t++)
-        for (int64_t b = 0; b < B; b++) {
-            if (t >= lp[b * io->lengths->stride[0]]) continue;
-            int64_t v = xp[t * x->stride[0] + b * x->stride[1]];
-            int64_t g0 = t * gs[0] + b * gs[1];
-            if (W->grad.dtype == RL_FLOAT64) {
-                double *dw = (double *)rl_tensor_data(&W->grad) + v * D;
-                const double *g = (const double *)rl_tensor_data(grad_out) + g0;
-                for (int64_t j = 0; j < D; j++)
-                    dw[j] += g[j * gs[2]];
-            } else {
-                float *dw = (float *)rl_tensor_data(&W->grad) + v * D;
-                const float *g = (const float *)rl_tensor_data(grad_out) + g0;
-                for (int64_t j = 0; j < D; j++)
-                    dw[j] += g[j * gs[2]];
-            }
-        }
+    rl_tensor g = {0};
+    int64_t rows[2] = {T * B, D};
+    RL_TRY(rl_op_reshape(&g, grad_out, 2, rows));
+    rl_sparse_rows_add(&g, io->in[0], io->lengths, &W->grad, true);
+    rl_tensor_release(&g);
     return RL_OK;
 }
 

@@ -24,9 +24,9 @@
  * columns of W go to their blocks of the gates buffer); each step is one recurrent GEMM
  * (B, H) x (H, 3H) into the step's [r | z | hn] blocks and one fused pointwise pass
  * (kernels/cpu/gru.c). Backward runs one pointwise pass and one GEMM dG_t U^T per step, then
- * dW, dU and dX as GEMMs over all frames. In float32 on an AVX-512 CPU the per-step products use
- * kernels/cpu/gemm_small.c with U (forward) or U^T (backward) packed once per pass, as the lstm
- * does; float64 and other CPUs use BLAS throughout.
+ * dW, dU and dX as GEMMs over all frames. In float32 on x86-64 with AVX2 or AVX-512 the per-step
+ * products use kernels/cpu/gemm_small.c with U (forward) or U^T (backward) packed once per pass,
+ * as the lstm does (rl_gemm_packed_fast); float64 and other CPUs use BLAS throughout.
  *
  * Buffers (sized per batch shape; all kept from forward for backward):
  *   gates (T, B, 4H)  blocks [r | z | hn | n] per row (kernels/gru.h): input projections and the

@@ -118,34 +118,70 @@ int64_t rl_layer_num_params(const rl_layer *l) {
     return n;
 }
 
+bool rl_layer_input_sparse(const rl_layer *l, const rl_tensor *x) {
+    return x && x->storage && x->ndim == 2 && x->dtype == RL_INT32 &&
+           (rl_layer_class_flags(l->ops->class_name) & RL_LAYER_SPARSE_IN);
+}
+
+/* Every index of sparse input i on a valid frame within 0..in_dims[i]-1 (lengths checked). */
+static rl_status check_indices(const rl_layer *l, int i, const rl_tensor *x, const rl_tensor *len) {
+    if (rl_tensor_device(x).type != RL_CPU)
+        return rl_error(RL_EDEVICE,
+                        "layer '%s': sparse input %d (class indices) must be on the CPU for now",
+                        l->name, i + 1);
+    const int32_t *xp = rl_tensor_data(x);
+    const int32_t *lp = rl_tensor_data(len);
+    int64_t V = l->in_dims[i];
+    for (int64_t b = 0; b < x->shape[1]; b++)
+        for (int64_t t = 0; t < lp[b * len->stride[0]]; t++) {
+            int64_t v = xp[t * x->stride[0] + b * x->stride[1]];
+            if (v < 0 || v >= V)
+                return rl_error(RL_EARG,
+                                "layer '%s' (%s): class index %" PRId64 " at frame %" PRId64
+                                " of sequence %" PRId64 " is outside 0..%" PRId64,
+                                l->name, l->ops->class_name, v, t + 1, b + 1, V - 1);
+        }
+    return RL_OK;
+}
+
 rl_status rl_layer_check_inputs(const rl_layer *l, const rl_layer_io *io, int64_t *T, int64_t *B) {
     char s[128];
     if (io->n_in != l->n_in)
         return rl_error(RL_EARG, "layer '%s': %d inputs given, %d expected", l->name, io->n_in,
                         l->n_in);
+    const rl_tensor *dense0 = NULL; /* the first dense input: dtype and device of the others */
     for (int i = 0; i < io->n_in; i++) {
         const rl_tensor *x = io->in[i];
-        if (!x || !x->storage || x->ndim != 3)
+        bool sparse = rl_layer_input_sparse(l, x);
+        if (!x || !x->storage || (x->ndim != 3 && !sparse))
             return rl_error(RL_ESHAPE,
-                            "layer '%s': input %d must be a (T, B, %" PRId64 ") tensor, got %s",
+                            "layer '%s': input %d must be a (T, B, %" PRId64 ") tensor%s, got %s",
                             l->name, i + 1, l->in_dims[i],
+                            (rl_layer_class_flags(l->ops->class_name) & RL_LAYER_SPARSE_IN)
+                                ? " or (T, B) int32 class indices"
+                                : "",
                             x && x->storage ? rl_shape_str(x, s, sizeof s) : "nothing");
-        if (x->shape[2] != l->in_dims[i])
+        if (!sparse && x->shape[2] != l->in_dims[i])
             return rl_error(
                 RL_ESHAPE,
                 "layer '%s': input %d has %" PRId64 " features, expected %" PRId64 " (shape %s)",
                 l->name, i + 1, x->shape[2], l->in_dims[i], rl_shape_str(x, s, sizeof s));
-        if (i > 0 && (x->shape[0] != io->in[0]->shape[0] || x->shape[1] != io->in[0]->shape[1] ||
-                      x->dtype != io->in[0]->dtype ||
-                      !rl_device_eq(rl_tensor_device(x), rl_tensor_device(io->in[0]))))
+        if (i > 0 && (x->shape[0] != io->in[0]->shape[0] || x->shape[1] != io->in[0]->shape[1]))
             return rl_error(RL_ESHAPE, "layer '%s': input %d is %s, input 1 is %s", l->name, i + 1,
                             rl_tensor_describe(x, s, sizeof s),
                             rl_tensor_describe(io->in[0], s + 64, 64));
+        if (sparse) continue;
+        if (dense0 && (x->dtype != dense0->dtype ||
+                       !rl_device_eq(rl_tensor_device(x), rl_tensor_device(dense0))))
+            return rl_error(RL_ESHAPE, "layer '%s': input %d is %s, input 1 is %s", l->name, i + 1,
+                            rl_tensor_describe(x, s, sizeof s),
+                            rl_tensor_describe(dense0, s + 64, 64));
         if (x->dtype == RL_INT32)
             return rl_error(RL_EDTYPE,
                             "layer '%s': input %d is int32, expected float32 or "
                             "float64",
                             l->name, i + 1);
+        if (!dense0) dense0 = x;
     }
     *T = io->n_in ? io->in[0]->shape[0] : 0;
     *B = io->n_in ? io->in[0]->shape[1] : 0;
@@ -164,7 +200,54 @@ rl_status rl_layer_check_inputs(const rl_layer *l, const rl_layer_io *io, int64_
                             " (T)",
                             l->name, b + 1, v, *T);
     }
+    for (int i = 0; i < io->n_in; i++)
+        if (rl_layer_input_sparse(l, io->in[i])) RL_TRY(check_indices(l, i, io->in[i], len));
     return RL_OK;
+}
+
+rl_status rl_layer_compute_type(const rl_layer *l, const rl_layer_io *io, rl_dtype *dt,
+                                rl_device *dev) {
+    for (int i = 0; i < io->n_in; i++)
+        if (!rl_layer_input_sparse(l, io->in[i])) {
+            *dt = io->in[i]->dtype;
+            *dev = rl_tensor_device(io->in[i]);
+            return RL_OK;
+        }
+    if (l->n_params < 1 || !l->params[0].value.storage)
+        return rl_error(RL_EARG, "layer '%s': parameters are not bound to a buffer", l->name);
+    *dt = l->params[0].value.dtype;
+    *dev = rl_tensor_device(&l->params[0].value);
+    return RL_OK;
+}
+
+void rl_sparse_rows_add(rl_tensor *z, const rl_tensor *x, const rl_tensor *len, rl_tensor *W,
+                        bool scatter) {
+    int64_t T = x->shape[0], B = x->shape[1], D = W->shape[1];
+    const int32_t *xp = rl_tensor_data(x);
+    const int32_t *lp = rl_tensor_data(len);
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t b = 0; b < B; b++) {
+            if (t >= lp[b * len->stride[0]]) continue;
+            int64_t v = xp[t * x->stride[0] + b * x->stride[1]];
+            int64_t zr = (t * B + b) * z->stride[0], wr = v * W->stride[0];
+            if (W->dtype == RL_FLOAT64) {
+                double *zp = (double *)rl_tensor_data(z) + zr;
+                double *wp = (double *)rl_tensor_data(W) + wr;
+                for (int64_t j = 0; j < D; j++)
+                    if (scatter)
+                        wp[j * W->stride[1]] += zp[j * z->stride[1]];
+                    else
+                        zp[j * z->stride[1]] += wp[j * W->stride[1]];
+            } else {
+                float *zp = (float *)rl_tensor_data(z) + zr;
+                float *wp = (float *)rl_tensor_data(W) + wr;
+                for (int64_t j = 0; j < D; j++)
+                    if (scatter)
+                        wp[j * W->stride[1]] += zp[j * z->stride[1]];
+                    else
+                        zp[j * z->stride[1]] += wp[j * W->stride[1]];
+            }
+        }
 }
 
 rl_status rl_layer_check_inputs_2d(const rl_layer *l, const rl_layer_io *io, int64_t *H, int64_t *W,

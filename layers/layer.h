@@ -180,6 +180,20 @@ rl_status rl_layer_add_param(rl_layer *l, const char *pname, int ndim, const int
 /* Checks the batch: every input (T, B, in_dims[i]) with the same T and B and dtype, lengths
  * (B) int32 within 1..T; sets T and B. Errors name the layer and the shapes. */
 rl_status rl_layer_check_inputs(const rl_layer *l, const rl_layer_io *io, int64_t *T, int64_t *B);
+/* Classes flagged RL_LAYER_SPARSE_IN (embedding, linear, softmax) also take (T, B) int32 class
+ * indices as an input (in_dims[i] = the number of classes): rl_layer_check_inputs then also
+ * checks every index of a valid frame against 0..in_dims[i]-1 (padded frames are never read)
+ * and that it is on the CPU. rl_layer_input_sparse tells such an input apart;
+ * rl_layer_compute_type gives the dtype and device a layer computes in: its first dense
+ * input's, else its parameters'. */
+bool rl_layer_input_sparse(const rl_layer *l, const rl_tensor *x);
+rl_status rl_layer_compute_type(const rl_layer *l, const rl_layer_io *io, rl_dtype *dt,
+                                rl_device *dev);
+/* Sparse rows: z (T*B, D) row (t*B + b) += W[x[t, b]] (W (V, D)) on valid frames t < len[b],
+ * or with scatter W[x[t, b]] += z row (the weight gradient). CPU tensors of one float dtype,
+ * indices checked before (rl_layer_check_inputs). */
+void rl_sparse_rows_add(rl_tensor *z, const rl_tensor *x, const rl_tensor *len, rl_tensor *W,
+                        bool scatter);
 /* The same for 2-D inputs: every input (H, W, B, in_dims[i]), sizes (B, 2) int32 within
  * 1..H and 1..W. */
 rl_status rl_layer_check_inputs_2d(const rl_layer *l, const rl_layer_io *io, int64_t *H, int64_t *W,

@@ -48,17 +48,26 @@ static rl_status check_param(const rl_layer *l, const rl_param *p, const rl_tens
 
 rl_status rl_affine_forward(const rl_layer *l, const rl_layer_io *io, const rl_param *W,
                             const rl_param *b, rl_tensor *z) {
-    RL_TRY(check_param(l, W, io->in[0]));
-    if (b) RL_TRY(check_param(l, b, io->in[0]));
+    RL_TRY(check_param(l, W, z));
+    if (b) RL_TRY(check_param(l, b, z));
     rl_tensor z2 = {0};
     RL_TRY(rows_of(&z2, z, true, l->name));
-    rl_status st = b ? rl_op_copy(&z2, &b->value) : RL_OK;
+    /* a sparse input adds rows of W_i: z must hold the bias or zeros first */
+    rl_status st = b ? rl_op_copy(&z2, &b->value)
+                     : (rl_layer_input_sparse(l, io->in[0]) ? rl_op_fill(&z2, 0.0) : RL_OK);
+    for (int i = 0; i < io->n_in && st == RL_OK; i++)
+        if (rl_layer_input_sparse(l, io->in[i]) && rl_tensor_device(&W->value).type != RL_CPU)
+            st = rl_error(RL_EDEVICE,
+                          "layer '%s': class-index inputs work on the CPU only (for now)", l->name);
     int64_t off = 0;
     for (int i = 0; i < io->n_in && st == RL_OK; i++) {
         rl_tensor x2 = {0}, Wi = {0};
-        st = rows_of(&x2, io->in[i], false, l->name);
-        if (st == RL_OK) st = rl_tensor_narrow(&Wi, &W->value, 0, off, l->in_dims[i]);
-        if (st == RL_OK) st = rl_op_gemm(&z2, &x2, &Wi, false, false, 1.0, b || i > 0 ? 1.0 : 0.0);
+        bool sparse = rl_layer_input_sparse(l, io->in[i]);
+        st = rl_tensor_narrow(&Wi, &W->value, 0, off, l->in_dims[i]);
+        if (st == RL_OK && sparse) rl_sparse_rows_add(&z2, io->in[i], io->lengths, &Wi, false);
+        if (st == RL_OK && !sparse) st = rows_of(&x2, io->in[i], false, l->name);
+        if (st == RL_OK && !sparse)
+            st = rl_op_gemm(&z2, &x2, &Wi, false, false, 1.0, b || i > 0 ? 1.0 : 0.0);
         rl_tensor_release(&Wi);
         rl_tensor_release(&x2);
         off += l->in_dims[i];
@@ -80,9 +89,16 @@ rl_status rl_affine_backward(const rl_layer *l, const rl_layer_io *io, rl_param 
     int64_t off = 0;
     for (int i = 0; i < io->n_in && st == RL_OK; i++) {
         rl_tensor x2 = {0}, Wi = {0}, dWi = {0}, dx2 = {0};
-        st = rows_of(&x2, io->in[i], false, l->name);
+        st = rl_tensor_narrow(&dWi, &W->grad, 0, off, l->in_dims[i]);
+        if (st == RL_OK && rl_layer_input_sparse(l, io->in[i])) {
+            /* class indices: dW_i rows += dz rows; the input has no gradient */
+            rl_sparse_rows_add(&dz2, io->in[i], io->lengths, &dWi, true);
+            rl_tensor_release(&dWi);
+            off += l->in_dims[i];
+            continue;
+        }
+        if (st == RL_OK) st = rows_of(&x2, io->in[i], false, l->name);
         if (st == RL_OK) st = rl_tensor_narrow(&Wi, &W->value, 0, off, l->in_dims[i]);
-        if (st == RL_OK) st = rl_tensor_narrow(&dWi, &W->grad, 0, off, l->in_dims[i]);
         if (st == RL_OK) st = rl_op_gemm(&dWi, &x2, &dz2, true, false, 1.0, 1.0);
         if (st == RL_OK && grad_in[i]) st = rows_of(&dx2, grad_in[i], true, l->name);
         if (st == RL_OK && grad_in[i]) st = rl_op_gemm(&dx2, &dz2, &Wi, false, true, 1.0, 0.0);
@@ -121,8 +137,9 @@ static rl_status linear_forward(rl_layer *l, rl_layer_io *io) {
     int64_t T, B;
     RL_TRY(rl_layer_check_inputs(l, io, &T, &B));
     int64_t shape[3] = {T, B, l->n_out};
-    rl_dtype dt = io->in[0]->dtype;
-    rl_device dev = rl_tensor_device(io->in[0]);
+    rl_dtype dt;
+    rl_device dev;
+    RL_TRY(rl_layer_compute_type(l, io, &dt, &dev));
     RL_TRY(rl_buffer_ensure(&l->out, dt, dev, 3, shape));
     rl_tensor *z = &l->out;
     if (rl_activation_needs_input(L->act)) {

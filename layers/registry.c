@@ -11,12 +11,12 @@ static const struct {
     int flags; /* RL_LAYER_* of layer.h */
 } classes[] = {
     {"copy", rl_copy_create, RL_LAYER_ANY_RANK},
-    {"linear", rl_linear_create, RL_LAYER_ANY_RANK},
+    {"linear", rl_linear_create, RL_LAYER_ANY_RANK | RL_LAYER_SPARSE_IN},
     {"activation", rl_activation_create, RL_LAYER_ANY_RANK},
     {"dropout", rl_dropout_create, RL_LAYER_ANY_RANK},
     {"combine", rl_combine_create, RL_LAYER_ANY_RANK},
     {"window", rl_window_create, 0},
-    {"softmax", rl_softmax_create, 0},
+    {"softmax", rl_softmax_create, RL_LAYER_SPARSE_IN},
     {"lstm", rl_lstm_create, 0},
     {"gru", rl_gru_create, 0},
     {"embedding", rl_embedding_create, RL_LAYER_SPARSE_IN},

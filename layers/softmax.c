@@ -240,8 +240,9 @@ static rl_status softmax_forward(rl_layer *l, rl_layer_io *io) {
     int64_t T, B;
     RL_TRY(rl_layer_check_inputs(l, io, &T, &B));
     int64_t shape[3] = {T, B, l->n_out}, rshape[3] = {T, B, 1};
-    rl_dtype dt = io->in[0]->dtype;
-    rl_device dev = rl_tensor_device(io->in[0]);
+    rl_dtype dt;
+    rl_device dev;
+    RL_TRY(rl_layer_compute_type(l, io, &dt, &dev));
     S->ce_ready = false;
     S->ctc_ready = false;
     RL_TRY(rl_buffer_ensure(&l->out, dt, dev, 3, shape));

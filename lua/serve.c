@@ -9,8 +9,10 @@
  * for more to come), builds the padded batch tensors, runs them through rnnlua.serve (the
  * same network and forward code as rl.forward), copies each job's rows out of the output,
  * marks the job done and resumes its connection; the HTTP thread then writes the JSON answer.
- * A signal thread turns SIGTERM/SIGINT into a drain (stop accepting, answer every queued and
- * in-flight request, exit 0) and SIGHUP into a reload; POST /v1/reload queues a reload job.
+ * A signal thread turns SIGTERM/SIGINT into a drain (new requests get 503, every queued and
+ * in-flight request is answered, then the listening socket is closed and the process exits 0;
+ * the socket stays open while draining because closing it would reset the connections the
+ * kernel has already accepted into its backlog, requests the server never saw) and SIGHUP into a reload; POST /v1/reload queues a reload job.
  *
  * Ownership: a request (struct request) belongs to its HTTP connection and is freed by
  * libmicrohttpd's completion callback; its job is only read or written by the model thread
@@ -110,6 +112,7 @@ typedef struct server {
     bool stop, reload;
     atomic_bool draining;
     atomic_int connections, requests;
+    atomic_int started; /* connections ever started (drain: a quiet spell before closing) */
     atomic_int incoming; /* forward/decode requests being received or parsed */
     struct MHD_Daemon *daemon;
     int listen_fd;
@@ -722,6 +725,7 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_con
     (void)socket_context;
     server *S = cls;
     atomic_fetch_add(&S->connections, toe == MHD_CONNECTION_NOTIFY_STARTED ? 1 : -1);
+    if (toe == MHD_CONNECTION_NOTIFY_STARTED) atomic_fetch_add(&S->started, 1);
 }
 
 static void on_mhd_log(void *cls, const char *fmt, va_list ap) {
@@ -1398,7 +1402,7 @@ static int open_listener(const char *addr, int *port, char *err, size_t errn) {
 }
 
 /* Answers everything still queued and waits until every request has been answered (or the
- * drain timeout has passed), then stops the HTTP threads. */
+ * drain timeout has passed), then closes the listening socket and stops the HTTP threads. */
 static void drain_and_stop(server *S, job **jobs, int cap) {
     double until = now_s() + S->o.drain_s;
     for (;;) {
@@ -1410,8 +1414,27 @@ static void drain_and_stop(server *S, job **jobs, int cap) {
         if (atomic_load(&S->requests) == 0 || now_s() > until) break;
         usleep(2000);
     }
+    /* Then a quiet spell of 200 ms (no new connection, nothing being received or answered)
+     * before the listening socket closes: connections the kernel has already completed into
+     * its backlog are taken by libmicrohttpd and answered (503) instead of being reset. */
+    int seen = atomic_load(&S->started);
+    double quiet_since = now_s();
+    while (now_s() <= until) {
+        usleep(10000);
+        int started = atomic_load(&S->started);
+        if (started != seen || atomic_load(&S->requests) > 0 || atomic_load(&S->incoming) > 0) {
+            seen = started;
+            quiet_since = now_s();
+            int n = take_batch(S, jobs, cap);
+            if (n > 0) run_jobs(S, jobs, n);
+        } else if (now_s() - quiet_since >= 0.2) {
+            break;
+        }
+    }
     int left = atomic_load(&S->requests);
     if (left > 0) logf_("drain timeout: %d requests were not answered", left);
+    int fd = MHD_quiesce_daemon(S->daemon);
+    if (fd >= 0) close(fd);
     MHD_stop_daemon(S->daemon);
     S->daemon = NULL;
 }
@@ -1490,9 +1513,10 @@ int rl_serve_main(lua_State *L, int argc, char **argv) {
     }
     logf_("shutting down: answering %d requests in flight", atomic_load(&S->requests));
     atomic_store(&S->draining, true);
-    int fd = MHD_quiesce_daemon(S->daemon);
-    if (fd >= 0) close(fd);
-    if (jobs) drain_and_stop(S, jobs, CAP);
+    if (jobs)
+        drain_and_stop(S, jobs, CAP);
+    else
+        MHD_stop_daemon(S->daemon);
     free(jobs);
     unsigned char quit = 0;
     signal(SIGTERM, SIG_DFL);

@@ -258,9 +258,9 @@ end
 
 local dev_sub = {}
 for k = 1, math.min(#split.dev, o.smoke and 32 or 1000) do dev_sub[k] = split.dev[k] end
-local t0 = rl.clock()
+local t0, c0 = rl.clock(), os.clock()
 local budget = o.minutes * 60
-local lr, best_per, epoch, stop = o.lr, math.huge, 0, false
+local lr, best_per, epoch, stop, total_steps = o.lr, math.huge, 0, false, 0
 while not stop do
   epoch = epoch + 1
   local sum, frames, steps = 0, 0, 0
@@ -271,6 +271,7 @@ while not stop do
     net:backward()
     opt:step(lr)
     sum, frames, steps = sum + loss, frames + net.n_frames, steps + 1
+    total_steps = total_steps + 1
     if rl.clock() - t0 > budget then stop = true break end
   end
   local per = score(dev_sub, 1)
@@ -280,8 +281,9 @@ while not stop do
   if per < best_per then best_per = per elseif not o.smoke then lr = lr / 2 end
   if epoch >= o.epochs then stop = true end
 end
-local train_min = (rl.clock() - t0) / 60
+local train_min, cpu_min = (rl.clock() - t0) / 60, (os.clock() - c0) / 60
 local per, wer = score(split.test, o.beam)
-print(string.format("g2p: trained %.1f min (%d epochs, %d threads), test set %d words, beam %d",
-  train_min, epoch, o.threads, #split.test, o.beam))
+print(string.format("g2p: trained %.1f min wall, %.1f min CPU (%d epochs, %d steps of %d words, "
+  .. "%d threads), test set %d words, beam %d", train_min, cpu_min, epoch, total_steps, o.batch,
+  o.threads, #split.test, o.beam))
 print(string.format("test PER %.2f%% WER %.2f%%", per, wer))

@@ -1,14 +1,20 @@
 #!/usr/bin/env bash
 # Installs the system packages rnnlua builds against, from Debian's archive.
-# `deps.sh --check` only reports (exit 1 when something is missing).
+# `deps.sh --check` only reports (exit 1 when something is missing). RL_BLAS=blis (make BLAS=blis)
+# adds BLIS to the default OpenBLAS.
 set -euo pipefail
 
 # hdf5-tools (h5dump) and python3-h5py are for the tests: files written by other writers;
 # festlex-cmu (CMUdict) for recipes/g2p_cmudict.lua and its smoke test;
+# bible-kjv, python3-pil, python3-numpy and the fonts-* are recipes/htr_lines.lua's data, which
+# tests/lua/test_htr_lines.lua converts;
 # libmicrohttpd-dev and libjansson-dev for `rnnlua serve` (HTTP, JSON);
 # libopenmpi-dev and openmpi-bin (mpirun) for data-parallel training (make MPI=0 builds without)
 pkgs=(pkg-config liblua5.4-dev lua-filesystem-dev libhdf5-dev libopenblas-dev libedit-dev hdf5-tools
-      python3-h5py festlex-cmu libmicrohttpd-dev libjansson-dev libopenmpi-dev openmpi-bin)
+      python3-h5py festlex-cmu bible-kjv python3-pil python3-numpy fonts-dkg-handwriting
+      fonts-breip fonts-femkeklaver fonts-kristi fonts-comic-neue fonts-rufscript
+      libmicrohttpd-dev libjansson-dev libopenmpi-dev openmpi-bin)
+[ "${RL_BLAS:-openblas}" = blis ] && pkgs+=(libblis-dev)
 
 missing=()
 for p in "${pkgs[@]}"; do

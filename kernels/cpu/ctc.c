@@ -66,12 +66,29 @@ static void zero_rows(const ctc_job *j, int64_t b, int64_t t0) {
 }
 
 /* The maximum of x[0..n-1] (n >= 1); NaN entries are skipped (they propagate through the
- * recurrence anyway). fmaxf lets GCC vectorise the reduction. */
+ * recurrence anyway). Sixteen running maxima, element-wise selects that GCC vectorises (a
+ * plain max reduction is not vectorised without -ffinite-math-only, and fmaxf is a libm call). */
 RL_CTC_VEC static float row_max(const float *x, int64_t n) {
+    float mm[16];
+    for (int j = 0; j < 16; j++)
+        mm[j] = x[0];
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        for (int j = 0; j < 16; j++)
+            mm[j] = x[i + j] > mm[j] ? x[i + j] : mm[j];
     float m = x[0];
-    for (int64_t i = 1; i < n; i++)
-        m = fmaxf(m, x[i]);
+    for (; i < n; i++)
+        m = x[i] > m ? x[i] : m;
+    for (int j = 0; j < 16; j++)
+        m = mm[j] > m ? mm[j] : m;
     return m;
+}
+
+/* out[i] = src[idx[i]]: the emissions lp(t, ext(u)) of one frame (AVX2/AVX-512 gathers). */
+RL_CTC_VEC static void gather(float *restrict out, const float *restrict src,
+                              const int32_t *restrict idx, int64_t n) {
+    for (int64_t i = 0; i < n; i++)
+        out[i] = src[idx[i]];
 }
 
 RL_CTC_VEC static void seq_f32(const void *jv, int64_t b, void *scratch) {
@@ -99,9 +116,7 @@ RL_CTC_VEC static void seq_f32(const void *jv, int64_t b, void *scratch) {
     for (int64_t t = 0; t < T; t++) {
         const float *x = x0 + t * BV;
         float *l = lp + t * V;
-        float m = x[0];
-        for (int64_t v = 1; v < V; v++)
-            m = x[v] > m ? x[v] : m;
+        float m = row_max(x, V);
         float s = 0.0f;
         for (int64_t v = 0; v < V; v++)
             s += rl_expf(x[v] - m);
@@ -131,8 +146,7 @@ RL_CTC_VEC static void seq_f32(const void *jv, int64_t b, void *scratch) {
         float *restrict cur = alpha + t * W + 2;
         const float *l = lp + t * V;
         cur[-2] = cur[-1] = RL_CTC_NEG;
-        for (int64_t u = 0; u < U; u++)
-            em[u] = l[ext[u]];
+        gather(em, l, ext, U);
         for (int64_t u = 0; u < U; u++)
             cur[u] = rl_ctc_alpha_f32(prev[u], prev[u - 1], prev[u - 2], skip[u], em[u]);
         float m = row_max(cur, U);
@@ -176,8 +190,9 @@ RL_CTC_VEC static void seq_f32(const void *jv, int64_t b, void *scratch) {
         for (int64_t v = 0; v < V; v++)
             g[v] = rl_expf(l[v]) - gam[v];
         if (t == 0) break;
+        gather(nb, l, ext, U);
         for (int64_t u = 0; u < U; u++)
-            nb[u] = lb[u] + l[ext[u]];
+            nb[u] += lb[u];
         for (int64_t u = 0; u < U; u++)
             lb[u] = rl_ctc_beta_f32(nb[u], nb[u + 1], nb[u + 2], skip[u + 2]);
         float m = row_max(lb, U);

@@ -3,29 +3,22 @@
  *
  * One pass per step reads the step's pre-activations once and writes the gate activations, the
  * state and the output (forward), or the gate gradients, the state gradient and the bias
- * gradients (backward). The float32 loops are compiled for the build's target (-march, native
- * by default) with the full vectoriser; float64 serves the gradient checks.
+ * gradients (backward, in the same loop). The float32 loops are compiled three times (AVX-512,
+ * AVX2+FMA, baseline) and picked at run time (kernels/cpu/cpu_level.h), as the lstm's are;
+ * float64 serves the gradient checks and uses one baseline loop.
  */
 #include <stdbool.h>
 #include <string.h>
 
 #include "../gru.h"
 #include "../gru_cell.h"
+#include "cpu_level.h"
 
-/* The loops vectorise only with the full cost model and without trapping-math (which keeps
- * the clamps of the float32 tanh as branches); nothing here relies on FP exceptions, and
- * NaN still propagates. */
-#if defined(__GNUC__) && !defined(__clang__)
-#define RL_VECTORISE __attribute__((optimize("O3", "no-trapping-math")))
-#define RL_IVDEP _Pragma("GCC ivdep")
-#else
-#define RL_VECTORISE
-#define RL_IVDEP
-#endif
+#define RL_INLINE static inline __attribute__((always_inline))
 
-RL_VECTORISE void rl_gru_cpu_fwd_f32(int64_t B, int64_t H, int64_t t, const int32_t *len, float *g,
-                                     const float *b, const float *bh, const float *hp, float *h,
-                                     float *out) {
+RL_INLINE void fwd_body_f32(int64_t B, int64_t H, int64_t t, const int32_t *len, float *g,
+                            const float *b, const float *bh, const float *hp, float *h,
+                            float *out) {
     const float *restrict br = b, *restrict bz = b + H, *restrict bn = b + 2 * H;
     const float *restrict hr = bh, *restrict hz = bh + H, *restrict hn = bh + 2 * H;
     for (int64_t i = 0; i < B; i++) {
@@ -54,9 +47,15 @@ RL_VECTORISE void rl_gru_cpu_fwd_f32(int64_t B, int64_t H, int64_t t, const int3
     }
 }
 
-RL_VECTORISE void rl_gru_cpu_bwd_f32(int64_t B, int64_t H, int64_t t, const int32_t *len, float *g,
-                                     const float *hp, const float *dout, int64_t dout_ld, float *dh,
-                                     float *db, float *dbh) {
+/* sums: whether db and dbh are given (a constant in each call, so the loop without them carries
+ * no dead additions) */
+RL_INLINE void bwd_body_f32(bool sums, int64_t B, int64_t H, int64_t t, const int32_t *len,
+                            float *g, const float *hp, const float *dout, int64_t dout_ld,
+                            float *dh, float *db, float *dbh) {
+    float *restrict dbr = db, *restrict dbz = sums ? db + H : NULL,
+                    *restrict dbn = sums ? db + 2 * H : NULL;
+    float *restrict dhr_ = dbh, *restrict dhz_ = sums ? dbh + H : NULL,
+                    *restrict dhn_ = sums ? dbh + 2 * H : NULL;
     for (int64_t i = 0; i < B; i++) {
         float *restrict gr = g + i * 4 * H, *restrict gz = gr + H, *restrict gh = gr + 2 * H,
                         *restrict gn = gr + 3 * H;
@@ -78,22 +77,85 @@ RL_VECTORISE void rl_gru_cpu_bwd_f32(int64_t B, int64_t H, int64_t t, const int3
             gh[j] = dhn;
             gn[j] = dan;
             dhr[j] = dhp;
-        }
-        if (db) {
-            float *restrict d = db;
-            RL_IVDEP
-            for (int64_t j = 0; j < H; j++) {
-                d[j] += gr[j];
-                d[H + j] += gz[j];
-                d[2 * H + j] += gn[j];
+            if (sums) {
+                dbr[j] += dar;
+                dbz[j] += daz;
+                dbn[j] += dan;
+                dhr_[j] += dar;
+                dhz_[j] += daz;
+                dhn_[j] += dhn;
             }
         }
-        if (dbh) {
-            float *restrict d = dbh;
-            RL_IVDEP
-            for (int64_t j = 0; j < 3 * H; j++)
-                d[j] += gr[j];
-        }
+    }
+}
+
+#ifdef RL_CPU_X86
+RL_TARGET_AVX512 static void fwd_avx512(int64_t B, int64_t H, int64_t t, const int32_t *len,
+                                        float *g, const float *b, const float *bh, const float *hp,
+                                        float *h, float *out) {
+    fwd_body_f32(B, H, t, len, g, b, bh, hp, h, out);
+}
+
+RL_TARGET_AVX2 static void fwd_avx2(int64_t B, int64_t H, int64_t t, const int32_t *len, float *g,
+                                    const float *b, const float *bh, const float *hp, float *h,
+                                    float *out) {
+    fwd_body_f32(B, H, t, len, g, b, bh, hp, h, out);
+}
+
+RL_TARGET_AVX512 static void bwd_avx512(int64_t B, int64_t H, int64_t t, const int32_t *len,
+                                        float *g, const float *hp, const float *dout,
+                                        int64_t dout_ld, float *dh, float *db, float *dbh) {
+    if (db && dbh)
+        bwd_body_f32(true, B, H, t, len, g, hp, dout, dout_ld, dh, db, dbh);
+    else
+        bwd_body_f32(false, B, H, t, len, g, hp, dout, dout_ld, dh, NULL, NULL);
+}
+
+RL_TARGET_AVX2 static void bwd_avx2(int64_t B, int64_t H, int64_t t, const int32_t *len, float *g,
+                                    const float *hp, const float *dout, int64_t dout_ld, float *dh,
+                                    float *db, float *dbh) {
+    if (db && dbh)
+        bwd_body_f32(true, B, H, t, len, g, hp, dout, dout_ld, dh, db, dbh);
+    else
+        bwd_body_f32(false, B, H, t, len, g, hp, dout, dout_ld, dh, NULL, NULL);
+}
+#endif
+
+RL_TARGET_BASE static void fwd_base(int64_t B, int64_t H, int64_t t, const int32_t *len, float *g,
+                                    const float *b, const float *bh, const float *hp, float *h,
+                                    float *out) {
+    fwd_body_f32(B, H, t, len, g, b, bh, hp, h, out);
+}
+
+RL_TARGET_BASE static void bwd_base(int64_t B, int64_t H, int64_t t, const int32_t *len, float *g,
+                                    const float *hp, const float *dout, int64_t dout_ld, float *dh,
+                                    float *db, float *dbh) {
+    if (db && dbh)
+        bwd_body_f32(true, B, H, t, len, g, hp, dout, dout_ld, dh, db, dbh);
+    else
+        bwd_body_f32(false, B, H, t, len, g, hp, dout, dout_ld, dh, NULL, NULL);
+}
+
+void rl_gru_cpu_fwd_f32(int64_t B, int64_t H, int64_t t, const int32_t *len, float *g,
+                        const float *b, const float *bh, const float *hp, float *h, float *out) {
+    switch (rl_cpu_level_get()) {
+#ifdef RL_CPU_X86
+    case RL_CPU_AVX512: fwd_avx512(B, H, t, len, g, b, bh, hp, h, out); return;
+    case RL_CPU_AVX2: fwd_avx2(B, H, t, len, g, b, bh, hp, h, out); return;
+#endif
+    default: fwd_base(B, H, t, len, g, b, bh, hp, h, out); return;
+    }
+}
+
+void rl_gru_cpu_bwd_f32(int64_t B, int64_t H, int64_t t, const int32_t *len, float *g,
+                        const float *hp, const float *dout, int64_t dout_ld, float *dh, float *db,
+                        float *dbh) {
+    switch (rl_cpu_level_get()) {
+#ifdef RL_CPU_X86
+    case RL_CPU_AVX512: bwd_avx512(B, H, t, len, g, hp, dout, dout_ld, dh, db, dbh); return;
+    case RL_CPU_AVX2: bwd_avx2(B, H, t, len, g, hp, dout, dout_ld, dh, db, dbh); return;
+#endif
+    default: bwd_base(B, H, t, len, g, hp, dout, dout_ld, dh, db, dbh); return;
     }
 }
 

@@ -1179,13 +1179,16 @@ function Writer:close()
     local n = #self.tags
     local inputs, total = concat_rows(self.data, self.sparse, self.data_dim)
     f:write("inputs", inputs)
+    -- without targets RETURNN's HDFDataset still counts a dummy target "classes" in
+    -- /seqLengths: a second column, 0
     local sl = {}
     for i = 1, n do
       local row = {self.data[i]:size(1)}
       for _, key in ipairs(self.target_keys) do row[#row + 1] = self.tdata[key][i]:size(1) end
+      if #self.target_keys == 0 then row[2] = 0 end
       sl[i] = row
     end
-    local ncol = 1 + #self.target_keys
+    local ncol = math.max(2, 1 + #self.target_keys)
     f:write("seqLengths", n > 0 and rl.tensor(sl, "int32") or rl.zeros({0, ncol}, "int32"))
     f:write_strings("seqTags", self.tags)
     if self.spatial then
@@ -1195,9 +1198,14 @@ function Writer:close()
       local spec = self.targets[key]
       f:write("targets/data/" .. key, (concat_rows(self.tdata[key], spec.sparse, spec.dim)))
       f:set_attr("targets/size", key, rl.tensor({spec.dim, spec.sparse and 1 or 2}, "int32"))
-      if self.target_labels[key] then
-        f:write_strings("targets/labels/" .. key, self.target_labels[key])
+      -- RETURNN's HDFDataset reads /targets/labels whenever /targets exists; its writers name
+      -- the labels <key>-class-<i> when none are given
+      local labels = self.target_labels[key]
+      if not labels then
+        labels = {}
+        for c = 0, spec.dim - 1 do labels[c + 1] = key .. "-class-" .. c end
       end
+      f:write_strings("targets/labels/" .. key, labels)
     end
     if self.labels then f:write_strings("labels", self.labels) end
     f:set_attr("/", "numSeqs", n)

@@ -134,6 +134,9 @@ function M.setup(cfg)
   if type(bucket_mb) ~= "number" or not (bucket_mb > 0) then
     fail("config.distributed.bucket_mb must be a number > 0, got %s", tostring(bucket_mb))
   end
+  if d.scale_lr ~= nil and type(d.scale_lr) ~= "boolean" then
+    fail("config.distributed.scale_lr must be true or false, got %s", tostring(d.scale_lr))
+  end
   local timeout = d.timeout or 300
   if type(timeout) ~= "number" or not (timeout > 0) then
     fail("config.distributed.timeout must be a number of seconds > 0, got %s", tostring(timeout))

@@ -41,6 +41,10 @@
 -- dataset's order depends only on its seed and the epoch, a resumed run on the CPU ends with
 -- the same parameters, bit for bit, as an uninterrupted one.
 --
+-- Several processes (`mpirun -np N`, config.distributed): rnnlua.dist deals the data to the
+-- ranks, sums the gradients (sync) or averages the parameters (average), adds up the scores;
+-- only rank 0 writes files and the log. With one process ctx.dist is nil and nothing changes.
+--
 -- Returns {config = (the config used: defaults and overrides applied), net =, optimizer =,
 -- lr_control =, epoch =, step =, history = {per-epoch records}, checkpoint = last path written
 -- or loaded, learning_curve_file =, train_score =, train_error =, dev_score =, dev_error =}

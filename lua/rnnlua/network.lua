@@ -411,15 +411,16 @@ function M.new(desc, extern_data, opts)
     end
   end
 
-  -- Neighbours in the order that are two C LSTM layers, neither reading the other (the two
-  -- directions of a bidirectional pair), run concurrently on the CPU, one thread each
+  -- Neighbours in the order that are two C LSTM (or two GRU) layers, neither reading the other
+  -- (the two directions of a bidirectional pair), run concurrently on the CPU, one thread each
   -- (opts.concurrent = false runs every layer alone, each with every BLAS thread).
   if opts.concurrent ~= false then
     local i = 1
     while i < #self.nodes do
       local a, b = self.nodes[i], self.nodes[i + 1]
       local independent = type(a.layer) == "userdata" and type(b.layer) == "userdata"
-        and a.layer.class == "lstm" and b.layer.class == "lstm" and not a.loss and not b.loss
+        and (a.layer.class == "lstm" or a.layer.class == "gru") and b.layer.class == a.layer.class
+        and not a.loss and not b.loss
       for _, src in ipairs(b.srcs) do independent = independent and src ~= a.name end
       a.pair_next = independent
       i = independent and i + 2 or i + 1

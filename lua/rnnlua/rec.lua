@@ -5,13 +5,13 @@
 --   "x"            unit layer x at this step
 --   "prev:x"       unit layer x at the previous step: zeros at the first step, or the number
 --                  (a label for a choice layer) given as x's initial_output
---   "base:y"       layer y of the enclosing network, the whole sequence (attention's `base`,
---                  or a from of a unit layer: then it must have one frame per step)
+--   "base:y"       layer y of the enclosing network, the whole sequence: an attention layer's
+--                  `base` (other unit layers read it through an attention layer)
 -- The unit's layer `output` is the rec layer's output (S, B, n_out), one frame per step.
 -- Unit layers are ordinary layer objects (C or Lua classes) run on (1, B, F) views, one step at
 -- a time, plus three kinds the rec layer drives itself:
---   lstm                its state (h, c) carried from step to step (prev state in, final
---                       state out, layers/layer.h "Per-step use")
+--   lstm, gru           their state (h, c; a gru's h alone, its output) carried from step to
+--                       step (prev state in, final state out, layers/layer.h "Per-step use")
 --   attention           lua/rnnlua/attention.lua: base = "base:enc", from = the query
 --   choice              {class = "choice", from = "output_prob", target = "classes",
 --                       beam_size = n}: the label of this step, sparse (int32) with the
@@ -278,7 +278,7 @@ function M.create(name, d, srcs, n_from, in_dims, dtype, ext)
         fail("%s (class %s): '%s' gives labels (sparse); feed it through an embedding layer",
           p.where, u.class, s.text)
       end
-      if not sparse_in[k] and flags & 8 ~= 0 then
+      if not sparse_in[k] and u.class == "embedding" then
         fail("%s (class %s): '%s' is dense; this class takes labels", p.where, u.class, s.text)
       end
     end
@@ -330,7 +330,7 @@ function M.create(name, d, srcs, n_from, in_dims, dtype, ext)
       for k, s in ipairs(p.srcs) do
         if s.kind == "base" then
           fail("%s: reads %s as a from; a unit layer reads the enclosing network through an "
-            .. "attention layer", p.where, s.text, k)
+            .. "attention layer", p.where, s.text)
         end
       end
       local clean = {}
@@ -339,7 +339,11 @@ function M.create(name, d, srcs, n_from, in_dims, dtype, ext)
         u.loss and type(u.target) == "string" and ext[u.target] and {n_out = ext[u.target].dim})
       if not ok then fail("layer '%s' (rec), unit layer '%s': %s", name, uname, tostring(layer)) end
       unit.obj, unit.n_out = layer, layer.n_out
-      unit.kind = u.class == "lstm" and "lstm" or "layer"
+      unit.kind = (u.class == "lstm" or u.class == "gru") and u.class or "layer"
+      if unit.kind ~= "layer" and u.direction ~= nil and u.direction ~= 1 then
+        fail("%s: direction = %s; inside a unit the %s runs one step at a time, forward in "
+          .. "the rec layer's steps (direction = 1)", p.where, tostring(u.direction), u.class)
+      end
       if u.loss ~= nil then
         if u.loss ~= "ce" or not layer.is_loss then
           fail("%s: only loss = \"ce\" on a softmax layer is supported inside a unit", p.where)
@@ -486,8 +490,10 @@ function Rec:size_buffers(S, B)
     unit.init_buf:fill_(unit.initial)
     if unit.kind == "lstm" then
       unit.cells = ensure(unit.cells, dt, dev, S, B, unit.n_out)
-      unit.zero_state = ensure(unit.zero_state, dt, dev, B, unit.n_out)
       unit.dc = ensure(unit.dc, dt, dev, B, unit.n_out)
+    end
+    if unit.kind == "lstm" or unit.kind == "gru" then
+      unit.zero_state = ensure(unit.zero_state, dt, dev, B, unit.n_out)
     end
     if unit.loss then
       unit.loss_gin = unit.loss_gin or {}
@@ -530,11 +536,22 @@ function Rec:run_unit(unit, t, train)
     local h0 = t == 1 and unit.zero_state or unit.out:select(1, t - 1)
     local c0 = t == 1 and unit.zero_state or unit.cells:select(1, t - 1)
     unit.obj:set_initial_state(h0, c0)
+  elseif unit.kind == "gru" then -- its state is its output
+    unit.obj:set_initial_state(t == 1 and unit.zero_state or unit.out:select(1, t - 1))
   end
   local ok, out = pcall(unit.obj.forward, unit.obj, ins, self.ones, train)
   if not ok then fail("layer '%s' (rec), unit layer '%s', step %d: %s", self.name, unit.name, t,
       tostring(out)) end
   return out
+end
+
+-- Runs unit layer `unit` at step t and keeps its output (and an lstm's cell) as row t.
+function Rec:store_unit(unit, t, train)
+  unit.out:narrow(1, t, 1):copy_(self:run_unit(unit, t, train))
+  if unit.kind == "lstm" then
+    local _, c = unit.obj:final_state()
+    unit.cells:select(1, t):copy_(c)
+  end
 end
 
 -- Whether unit runs in the step loop (loss layers and choices are handled apart in training).
@@ -562,7 +579,7 @@ function Rec:steps_of(inputs, geom, batch)
   if self.source then return self.source:size(1), geom, nil end
   if self.choice then
     fail("layer '%s' (rec), unit layer '%s': a choice without a target in the batch needs search "
-      .. "(net:search, rl.search), or give target '%s'", self.name, self.choice.name, key)
+      .. "(net:search), or give target '%s'", self.name, self.choice.name, key)
   end
   fail("layer '%s' (rec): nothing gives the number of steps: no target and no from "
     .. "(data:source)", self.name)
@@ -619,18 +636,12 @@ function Rec:forward(inputs, geom, train, batch)
       if in_loop(unit, teacher) then
         if unit.kind == "choice" then
           fail("layer '%s' (rec), unit layer '%s': a choice without a target in the batch needs "
-            .. "search (rl.search)", self.name, unit.name)
+            .. "search (net:search)", self.name, unit.name)
         end
-        local out = self:run_unit(unit, t, train)
-        unit.out:narrow(1, t, 1):copy_(out)
-        if unit.kind == "lstm" then
-          local _, c = unit.obj:final_state()
-          unit.cells:select(1, t):copy_(c)
-        end
+        self:store_unit(unit, t, train)
       end
     end
   end
-  self.rng_after = rl.get_rng_state()
   local loss, errors, frames = 0, 0, nil
   for _, unit in ipairs(self.losses) do
     local ins = {}
@@ -641,6 +652,7 @@ function Rec:forward(inputs, geom, train, batch)
     loss, errors = loss + l * unit.loss_scale, errors + e
     frames = frames or f
   end
+  self.rng_after = rl.get_rng_state()
   self.forwarded = true
   self.out_len = len
   self.has_loss = #self.losses > 0 and teacher
@@ -693,10 +705,11 @@ function Rec:backward(grad_out, grad_in)
     for k, s in ipairs(unit.srcs) do self.by_name[s.name].grad:add_(gin[k]) end
   end
   for t = S, 1, -1 do
-    -- re-run step t so that every layer object holds that step's activations
+    -- re-run step t so that every layer object holds that step's activations (after the
+    -- forward they hold the last step's already)
     rl.set_rng_state(self.rng_states[t])
     for _, unit in ipairs(self.units) do
-      if in_loop(unit, teacher) and unit.kind ~= "attention" then
+      if in_loop(unit, teacher) and unit.kind ~= "attention" and t < S then
         self:run_unit(unit, t, self.train)
       elseif unit.kind == "attention" then
         local ins = unit.ins or {}
@@ -716,9 +729,10 @@ function Rec:backward(grad_out, grad_in)
           local ok, err = pcall(unit.obj.backward, unit.obj, g, unit.gin)
           if not ok then fail("layer '%s' (rec), unit layer '%s', step %d: %s", self.name,
               unit.name, t, tostring(err)) end
-          if unit.kind == "lstm" then
+          if unit.kind == "lstm" or unit.kind == "gru" then
+            -- the state's gradient flows to the previous step's output (= its h)
             local dh0, dc0 = unit.obj:initial_state_grad()
-            unit.dc:copy_(dc0)
+            if dc0 then unit.dc:copy_(dc0) end
             if t > 1 then unit.grad:select(1, t - 1):add_(dh0) end
           end
           for k, s in ipairs(unit.srcs) do
@@ -825,14 +839,7 @@ function Rec:search(inputs, geom, opts)
   local src = self.by_name[choice.srcs[1].name]
   for t = 1, S do
     for _, unit in ipairs(self.units) do
-      if unit.kind ~= "choice" then
-        local out = self:run_unit(unit, t, false)
-        unit.out:narrow(1, t, 1):copy_(out)
-        if unit.kind == "lstm" then
-          local _, c = unit.obj:final_state()
-          unit.cells:select(1, t):copy_(c)
-        end
-      end
+      if unit.kind ~= "choice" then self:store_unit(unit, t, false) end
     end
     local logp = src.out:select(1, t):clamp(1e-30, 1):log():to{dtype = "float64",
       device = "cpu"}:totable()

@@ -4,8 +4,9 @@
  * padded frames of the input that must reach no output and no gradient, several inputs, a given
  * initial state; a central-difference gradient check in float64 of inputs, parameters and the
  * initial state; one step at a time with explicit state equals the whole sequence; float32
- * (packed per-step products, two threads) near float64; errors naming the layer for bad
- * options, bad batches and backward calls that do not match their forward. */
+ * (packed per-step products, two threads) near float64 at every CPU level of this machine; errors
+ * naming the layer for bad options, bad batches and backward calls that do not match their forward.
+ */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +14,7 @@
 #include "check.h"
 
 #include "../../core/blas.h"
+#include "../../kernels/cpu/cpu_level.h"
 #include "../../kernels/ops.h"
 #include "../../layers/layer.h"
 #include "../../layers/layers.h"
@@ -621,7 +623,8 @@ static void test_float32_large(void) {
         e = fmax(e, rel_diff(&gin[1], &gin[0]));
         for (int i = 0; i < l[0]->n_params; i++)
             e = fmax(e, rel_diff(&l[1]->params[i].grad, &l[0]->params[i].grad));
-        printf("float32 gru (%d x %d x %d, direction %d) vs float64: %.3g\n", TL, BL, HL, dir, e);
+        printf("float32 gru (%s, %d x %d x %d, direction %d) vs float64: %.3g\n",
+               rl_cpu_level_name(rl_cpu_level_get()), TL, BL, HL, dir, e);
         CHECK(e < 1e-4);
         for (int v = 0; v < 2; v++) {
             rl_layer_free(l[v]);
@@ -648,7 +651,13 @@ int main(void) {
     test_steps();
     test_errors();
     test_params();
-    test_float32_large();
+    /* the float32 paths (packed products, pointwise passes) at every level this CPU has */
+    rl_cpu_level best = rl_cpu_level_supported();
+    for (int lv = RL_CPU_GENERIC; lv <= (int)best; lv++) {
+        CHECK_OK(rl_cpu_level_set((rl_cpu_level)lv));
+        test_float32_large();
+    }
+    CHECK_OK(rl_cpu_level_set(best));
     printf("max gradient rel error %.3g\n", max_rel);
     TEST_MAIN_END();
 }

@@ -1,12 +1,35 @@
 -- Run by tests/sh/test_dist.sh under `mpirun -np 2`: rl.dist's collectives and data-parallel
 -- rl.train (sync against one process on the union of the batches, average against sync, the
 -- ranks' agreement, 12AX with 2 ranks, resuming). Every rank checks; rank 0 prints the
--- world's closing line. arg[1]: a scratch directory.
+-- world's closing line. arg[1]: a scratch directory. With arg[2] = "resume" (1 process, no
+-- launcher): the 12AX run of an earlier 2-rank run goes on for one more epoch.
 package.path = "tests/lua/?.lua;" .. package.path
 local H = require("harness")
 local distmod = require("rnnlua.dist")
 local dir = assert(arg[1], "usage: checks.lua SCRATCH_DIR")
 local rank, size = rl.dist.rank(), rl.dist.size()
+
+-- 12AX with 2 ranks, and the same run stopped after epoch 2 and resumed.
+local function ax(model, epochs, load)
+  return rl.train({
+    network = {fw = {class = "lstm", n_out = 32}, bw = {class = "lstm", n_out = 32, direction = -1},
+               output = {class = "softmax", from = {"fw", "bw"}, loss = "ce", target = "classes"}},
+    train = {class = "12ax", num_seqs = 1000, seed = 1, seq_ordering = "laplace:20"},
+    dev = {class = "12ax", num_seqs = 200, seed = 2},
+    num_epochs = epochs, batch_size = 1250, max_seqs = 13, load = load,
+    optimizer = {class = "adam", gradient_clip_global_norm = 5}, learning_rate = 0.01,
+    learning_rate_control = "newbob", model = model, log_verbosity = 0, seed = 1,
+  })
+end
+if arg[2] == "resume" then
+  -- one process goes on from the checkpoints of the 2-rank run below
+  H.test("a 2-rank run resumed by 1 process", function()
+    local r = ax(dir .. "/ax/net", 5, "last")
+    H.check(r.epoch == 5 and size == 1, "epoch " .. r.epoch .. " of a world of " .. size)
+    H.check(r.dev_error < 0.01, string.format("dev FER %.2f%%", 100 * r.dev_error))
+  end)
+  H.done()
+end
 
 H.test("world of 2", function()
   H.check(size == 2 and (rank == 0 or rank == 1), "rank " .. rank .. " of " .. size)
@@ -50,6 +73,14 @@ H.expect_error("bad distributed mode", function()
   rl.train{network = {output = {class = "softmax", loss = "ce", target = "classes"}},
            train = {class = "12ax", num_seqs = 4}, distributed = {mode = "ring"}}
 end, "config.distributed.mode must be")
+H.expect_error("scale_lr that is not a boolean", function()
+  rl.train{network = {output = {class = "softmax", loss = "ce", target = "classes"}},
+           train = {class = "12ax", num_seqs = 4}, distributed = {mode = "average", scale_lr = 2}}
+end, "scale_lr must be true or false")
+H.expect_error("an unknown key in distributed", function()
+  rl.train{network = {output = {class = "softmax", loss = "ce", target = "classes"}},
+           train = {class = "12ax", num_seqs = 4}, distributed = {evry = 2}}
+end, "unknown key 'evry'")
 H.expect_error("gradient noise in sync mode", function()
   rl.train{network = {output = {class = "softmax", loss = "ce", target = "classes"}},
            train = {class = "12ax", num_seqs = 4}, optimizer = {class = "sgd", gradient_noise = 0.1}}
@@ -170,18 +201,6 @@ H.test("average with K = 3: ranks differ between averagings and agree after", fu
   H.check(maxdiff(m, m1) == 0, "optimizer states differ at the end")
 end)
 
--- 12AX with 2 ranks, and the same run stopped after epoch 2 and resumed.
-local function ax(model, epochs, load)
-  return rl.train({
-    network = {fw = {class = "lstm", n_out = 32}, bw = {class = "lstm", n_out = 32, direction = -1},
-               output = {class = "softmax", from = {"fw", "bw"}, loss = "ce", target = "classes"}},
-    train = {class = "12ax", num_seqs = 1000, seed = 1, seq_ordering = "laplace:20"},
-    dev = {class = "12ax", num_seqs = 200, seed = 2},
-    num_epochs = epochs, batch_size = 1250, max_seqs = 13, load = load,
-    optimizer = {class = "adam", gradient_clip_global_norm = 5}, learning_rate = 0.01,
-    learning_rate_control = "newbob", model = model, log_verbosity = 0, seed = 1,
-  })
-end
 local full = ax(dir .. "/ax/net", 4)
 H.test("12AX with 2 ranks: dev frame error < 1%", function()
   H.check(full.dev_error < 0.01, string.format("dev FER %.2f%%", 100 * full.dev_error))

@@ -5,7 +5,8 @@
 -- error count, the flat parameter gradient and the input gradient must agree to a relative
 -- 1e-5 (the largest difference over the largest magnitude of the CPU's tensor). Dropout draws
 -- from the shared counter-based generator, so its masks agree too. The 2-D layers (conv2d,
--- pool2d, collapse, global_pool) are checked the same way on ragged image batches.
+-- pool2d, collapse, global_pool) are checked the same way on ragged image batches, and the
+-- ctc softmax on label sequences of their own length.
 -- Then whole rl.train runs (2 epochs, SGD, dropout, dev scoring, a checkpoint) on "cpu" and
 -- "cuda" must end with close parameters (relative 1e-4), and the checkpoint written from the
 -- GPU must load and run on both devices.
@@ -171,6 +172,22 @@ parity("softmax with mse", {
   a = {class = "linear", n_out = 5, activation = "relu"},
   output = {class = "softmax", from = "a", n_out = 3, loss = "mse", target = "target"},
 }, EXT_MSE)
+local EXT_CTC = {data = {dim = F}, classes = {dim = C - 1, sparse = true}}
+local function ctc_batch()
+  rl.manual_seed(101)
+  return {data = rl.randn(T, B, F), lengths = rl.tensor(LENS, "int32"),
+          classes = rl.tensor({{0, 3, 1}, {2, 0, 1}, {2, 0, 0}}, "int32"), -- (S, B), repeats
+          lengths_classes = rl.tensor({3, 1, 2}, "int32")}
+end
+parity("softmax with ctc (labels of their own length)", {
+  a = {class = "linear", n_out = 6, activation = "tanh"},
+  output = {class = "softmax", from = "a", loss = "ctc", target = "classes"},
+}, EXT_CTC, true, ctc_batch)
+parity("softmax with ctc, blank first, loss_scale", {
+  a = {class = "linear", n_out = 6, activation = "tanh"},
+  output = {class = "softmax", from = "a", loss = "ctc", target = "classes", blank_index = 0,
+            loss_scale = 0.5},
+}, EXT_CTC, true, ctc_batch)
 
 H.test("images: an any-rank layer on (H, W, B, F) runs folded on the device", function()
   local ext = {data = {dim = 3, spatial = 2}}

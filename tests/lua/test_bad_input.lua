@@ -345,6 +345,156 @@ for _, c in ipairs{
   end, c[2])
 end
 
+---------------------------------------------------------------- network descriptions
+local function net_of(desc, e) return function() rl.network(desc, e or ext) end end
+local function out_from(src, extra)
+  local d = {class = "softmax", from = src, loss = "ce", target = "classes"}
+  for k, v in pairs(extra or {}) do d[k] = v end
+  return d
+end
+cases{
+  {"a description that is a string", net_of("output"), "the description must be a table"},
+  {"a layer that is a number", net_of({output = 5}), "layer 'output': the description must be"},
+  {"a layer without class", net_of({h = {n_out = 2}, output = out_from("h")}),
+   "layer 'h': missing class"},
+  {"an unknown class", net_of({h = {class = "lstmm", n_out = 2}, output = out_from("h")}),
+   "lstmm"},
+  {"a class that is a table", net_of({h = {class = {}, n_out = 2}, output = out_from("h")}),
+   "class must be a string"},
+  {"from an unknown layer", net_of({output = out_from("nope")}), "unknown from 'nope'"},
+  {"from a number", net_of({output = out_from(3)}), "from"},
+  {"an empty from list", net_of({output = out_from({})}), "from"},
+  {"a cycle", net_of({a = {class = "linear", n_out = 2, from = "b"},
+                      b = {class = "linear", n_out = 2, from = "a"}, output = out_from("a")}),
+   "cycle"},
+  {"a layer feeding itself", net_of({output = out_from("output")}), "cycle"},
+  {"n_out as a string", net_of({h = {class = "linear", n_out = "8"}, output = out_from("h")}),
+   "layer 'h'"},
+  {"n_out 0", net_of({h = {class = "linear", n_out = 0}, output = out_from("h")}), "n_out"},
+  {"n_out 2.5", net_of({h = {class = "linear", n_out = 2.5}, output = out_from("h")}), "n_out"},
+  {"n_out NaN", net_of({h = {class = "linear", n_out = 0 / 0}, output = out_from("h")}), "n_out"},
+  {"n_out inf", net_of({h = {class = "lstm", n_out = 1 / 0}, output = out_from("h")}), "n_out"},
+  {"an unknown option", net_of({h = {class = "linear", n_out = 2, n_outt = 3},
+                                output = out_from("h")}), "n_outt"},
+  {"an unknown loss", net_of({output = out_from("data", {loss = "hinge"})}), "unknown loss"},
+  {"loss_scale as a string", net_of({output = out_from("data", {loss_scale = "2"})}),
+   "loss_scale must be a number"},
+  {"mse on a sparse target", net_of({output = {class = "linear", n_out = 4, loss = "mse",
+                                               target = "classes"}}), "needs a dense target"},
+  {"n_out that disagrees with the target", net_of({output = out_from("data", {n_out = 7})}),
+   "n_out is 7"},
+  {"a sparse input feeding an lstm", net_of({h = {class = "lstm", n_out = 2, from = "classes"},
+                                             output = out_from("h")}), "is sparse"},
+  {"a layer named like an input", net_of({data = {class = "linear", n_out = 2},
+                                          output = out_from("data")}), "taken by an extern_data"},
+  {"a numeric layer name", net_of({[1] = {class = "linear", n_out = 2},
+                                   output = out_from("data")}), "names must be strings"},
+  {"no loss and no output layer", net_of({h = {class = "linear", n_out = 2}}), "output"},
+  {"lstm direction 2", net_of({h = {class = "lstm", n_out = 2, direction = 2},
+                               output = out_from("h")}), "direction"},
+  {"extern_data that is a list", net_of(softmax_ce, {3}), "extern_data"},
+  {"extern_data dim 0", net_of(softmax_ce, {data = {dim = 0}, classes = {dim = 4,
+                                                                         sparse = true}}), "dim"},
+  {"a network dtype int32", function() rl.network(softmax_ce, ext, {dtype = "int32"}) end,
+   "dtype must be float32 or float64"},
+}
+
+---------------------------------------------------------------- dataset files
+-- RETURNN-layout files with one defect each; the error names the file and the defect.
+local function h5_with(name, parts)
+  local path = dir .. "/" .. name .. ".h5"
+  local f = rl.h5file(path, "w")
+  local p = {inputs = rl.ones(5, 3), seqLengths = rl.tensor({{2, 2}, {3, 3}}, "int32"),
+             classes = rl.zeros(5, "int32"), size = rl.tensor({4, 1}, "int32"),
+             tags = {"a", "b"}, attrs = {inputPattSize = 3, numSeqs = 2}}
+  for k, v in pairs(parts) do p[k] = v end
+  if p.inputs then f:write("inputs", p.inputs) end
+  if p.seqLengths then f:write("seqLengths", p.seqLengths) end
+  if p.classes then f:write("targets/data/classes", p.classes) end
+  if p.size then f:set_attr("targets/size", "classes", p.size) end
+  if p.tags then f:write_strings("seqTags", p.tags) end
+  for k, v in pairs(p.attrs) do f:set_attr("/", k, v) end
+  f:commit()
+  return path
+end
+local function reads(path)
+  return function()
+    local ds = rl.dataset{class = "hdf", files = {path}}
+    ds:init_epoch(1)
+    for i = 1, ds:num_seqs() do ds:get_seq(i) end
+  end
+end
+H.test("the unchanged crafted file reads", function()
+  local ds = rl.dataset{class = "hdf", files = {h5_with("fine", {})}}
+  ds:init_epoch(1)
+  H.check(ds:num_seqs() == 2 and ds:get_seq(2).data:size(1) == 3)
+end)
+for _, c in ipairs{
+  {"no /inputs", {inputs = false}, "has no /inputs"},
+  {"no /seqLengths", {seqLengths = false}, "has no /seqLengths"},
+  {"3-dim inputs", {inputs = rl.ones(5, 3, 1)}, "must be 1-dim (sparse) or 2-dim"},
+  {"float seqLengths", {seqLengths = rl.tensor({{2, 2}, {3, 3}})}, "must hold integers"},
+  {"seqLengths without the target's column", {seqLengths = rl.tensor({{2}, {3}}, "int32")},
+   "/seqLengths has 1 columns, needs 1 + 1"},
+  {"a negative length", {seqLengths = rl.tensor({{-1, 2}, {6, 3}}, "int32")},
+   "negative length"},
+  {"lengths that overrun /inputs", {seqLengths = rl.tensor({{2, 2}, {9, 3}}, "int32")},
+   "input frames but /inputs has 5 rows"},
+  {"lengths that overrun a target", {seqLengths = rl.tensor({{2, 2}, {3, 9}}, "int32")},
+   "frames of 'classes'"},
+  {"numSeqs that disagrees", {attrs = {inputPattSize = 3, numSeqs = 7}}, "numSeqs = 7"},
+  {"inputPattSize that disagrees", {attrs = {inputPattSize = 4, numSeqs = 2}},
+   "inputPattSize = 4"},
+  {"a tag missing", {tags = {"a"}}, "1 tags for 2 sequences"},
+  {"float class targets", {classes = rl.zeros(5)}, "must hold integers"},
+  {"a sparse target without its size", {size = false}, "no attribute /targets/size"},
+  {"a class outside the target's dim", {classes = rl.tensor({0, 1, 2, 3, 9}, "int32")},
+   "holds class 9, outside 0..3"},
+  {"a negative class", {classes = rl.tensor({0, -1, 2, 3, 1}, "int32")}, "holds class -1"},
+  {"NaN in the inputs", {inputs = rl.tensor({{1, 1, 1}, {1, 0 / 0, 1}, {1, 1, 1}, {1, 1, 1},
+                                            {1, 1, 1}})}, "NaN in 'data' at frame 2"},
+  {"Inf in the inputs", {inputs = rl.tensor({{1, 1, 1}, {1, 1, 1}, {1, 1, 1}, {1, 1, 1},
+                                            {1, 1, 1 / 0}})}, "Inf in 'data' at frame 3"},
+  {"a length-0 sequence", {seqLengths = rl.tensor({{0, 0}, {5, 5}}, "int32")},
+   "sequence 'a' (number 1 in the file) has length 0"},
+} do
+  local path = h5_with(c[1]:gsub("[^%w]", "_"), c[2])
+  H.expect_error("dataset file with " .. c[1], reads(path), c[3])
+  H.expect_error("dataset file with " .. c[1] .. " names the file", reads(path), path)
+end
+for _, c in ipairs{
+  {"a missing file", dir .. "/none.h5", "no such file"},
+  {"a directory", dir, dir},
+  {"a text file", (function()
+     local f = assert(io.open(dir .. "/text.h5", "w")); f:write("hello\n"); f:close()
+     return dir .. "/text.h5" end)(), "not an HDF5 file"},
+  {"a truncated file", (function()
+     local src = assert(io.open(h5_with("whole", {}), "rb")); local b = src:read("a"); src:close()
+     local f = assert(io.open(dir .. "/cut.h5", "wb")); f:write(b:sub(1, #b // 3)); f:close()
+     return dir .. "/cut.h5" end)(), "cut.h5"},
+} do
+  H.expect_error("dataset: " .. c[1], reads(c[2]), c[3])
+end
+cases{
+  {"files as a string of a missing file", function()
+     rl.dataset{class = "hdf", files = "x.h5"} end, "x.h5: no such file"},
+  {"an empty file list", function() rl.dataset{class = "hdf", files = {}} end, "needs files"},
+  {"a file path that is a number", function() rl.dataset{class = "hdf", files = {5}} end,
+   "files must be paths"},
+  {"an unknown dataset class", function() rl.dataset{class = "nope"} end, "unknown class 'nope'"},
+  {"num_seqs -1 for a generated task", function()
+     rl.dataset{class = "12ax", num_seqs = -1} end, "num_seqs"},
+  {"batch_size 0", function()
+     rl.batches(rl.dataset{class = "12ax", num_seqs = 2}, {batch_size = 0}) end,
+   "batch_size must be a positive"},
+  {"an unknown batches option", function()
+     rl.batches(rl.dataset{class = "12ax", num_seqs = 2}, {batchsize = 10}) end,
+   "unknown option 'batchsize'"},
+  {"chunking as garbage", function()
+     local it = rl.batches(rl.dataset{class = "12ax", num_seqs = 2}, {chunking = "a:b"})
+     it() end, "chunking"},
+}
+
 for entry in lfs.dir(dir) do
   if entry ~= "." and entry ~= ".." then os.remove(dir .. "/" .. entry) end
 end

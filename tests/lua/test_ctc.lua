@@ -165,6 +165,16 @@ test("ragged batch: NaN in padded frames and garbage after each target do not le
   end
 end)
 
+test("a NaN in a valid frame gives a NaN loss (not a silent number)", function()
+  for _, dtype in ipairs({"float32", "float64"}) do
+    local x = rand_table(6, 3, 4, 9)
+    x[4][1][2], x[2][2][1], x[6][3][4] = 0 / 0, 0 / 0, 0 / 0
+    local targets, tl = target_tensor({{0, 1}, {}, {2, 2}})
+    local loss = rl.ctc_loss(rl.tensor(x, dtype), targets, rl.tensor({6, 6, 6}, "int32"), tl)
+    for b = 1, 3 do check(loss[b] ~= loss[b], dtype .. " sequence " .. b .. ": " .. loss[b]) end
+  end
+end)
+
 test("the targets may be a transposed (S, B) batch target", function()
   local x = rl.tensor(rand_table(5, 3, 4, 2))
   local targets, tl = target_tensor({{0, 1}, {2}, {1, 1}})

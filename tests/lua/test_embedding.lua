@@ -58,6 +58,44 @@ H.expect_error("a dense input", function()
     {data = {dim = 7}}):forward{data = rl.zeros(2, 1, 7), lengths = rl.tensor({2}, "int32")}
 end, "layer 'emb' (embedding): the input must be (T, B) int32 class indices")
 
+H.test("linear and softmax take class indices: the same as one-hot vectors", function()
+  local x = rl.tensor({{1, 6}, {0, 2}, {5, 3}}, "int32")
+  local len = rl.tensor({3, 2}, "int32")
+  local onehot = rl.zeros({3, 2, 7}, "float64")
+  for t = 1, 3 do for b = 1, 2 do onehot[t][b][x[t][b] + 1] = 1 end end
+  local y = rl.tensor({{0, 1}, {2, 0}, {1, 0}}, "int32")
+  local function net(sparse)
+    rl.manual_seed(7)
+    return rl.network({
+      lin = {class = "linear", from = {"data", "data2"}, n_out = 4, activation = "tanh"},
+      output = {class = "softmax", from = {"lin", "data"}, loss = "ce", target = "classes"},
+    }, {data = {dim = 7, sparse = sparse}, data2 = {dim = 2}, classes = {dim = 3, sparse = true}},
+      {dtype = "float64"})
+  end
+  local a, b = net(true), net(false)
+  local x2 = rl.randn(3, 2, 2, "float64")
+  local la = a:forward{data = x, data2 = x2, classes = y, lengths = len}
+  local lb = b:forward{data = onehot, data2 = x2, classes = y, lengths = len}
+  H.near(la, lb, 1e-12, "loss")
+  a:zero_grads(); a:backward(); b:zero_grads(); b:backward()
+  H.check((a:grads() - b:grads()):abs():max() < 1e-12, "gradients differ")
+end)
+
+H.expect_error("an index outside the vocabulary into linear", function()
+  rl.network({output = {class = "linear", n_out = 2, from = "data"}},
+    {data = {dim = 7, sparse = true}}):forward{data = rl.tensor({{3}, {9}}, "int32"),
+    lengths = rl.tensor({2}, "int32")}
+end, "layer 'output' (linear): class index 9 at frame 2 of sequence 1 is outside 0..6")
+
+H.test("float64 gradient check: sparse inputs into linear and softmax", function()
+  local r = rl.gradcheck{network = {
+    lin = {class = "linear", n_out = 3, from = "data", activation = "tanh"},
+    output = {class = "softmax", from = {"lin", "data"}, loss = "ce", target = "classes"},
+  }, extern_data = {data = {dim = 5, sparse = true}, classes = {dim = 3, sparse = true}},
+    T = 5, B = 3, lengths = {5, 2, 4}}
+  H.check(r.passed, string.format("max relative error %.3g", r.max_rel_error))
+end)
+
 H.expect_error("a sparse input into a class that cannot take one", function()
   rl.network({output = {class = "lstm", n_out = 4, from = "data"}}, {data = {dim = 7, sparse = true}})
 end, "layer 'output': input 'data' is sparse")

@@ -69,4 +69,84 @@ H.expect_error("gru: set_initial_state takes no cell", function()
   net:layer("g").object:set_initial_state(rl.zeros(1, 2), rl.zeros(1, 2))
 end, "layer 'g' (gru)")
 
+-- Inside a rec unit the gru carries its state from step to step (the rec layer sets each step's
+-- initial state and routes its gradient back): the same numbers as the gru layer.
+H.test("a rec unit of one gru over data:source is the gru layer (outputs and gradients)", function()
+  local ext = {data = {dim = 3}, target = {dim = 4}}
+  rl.manual_seed(1)
+  local a = rl.network({output = {class = "gru", n_out = 4, from = "data", loss = "mse",
+    target = "target"}}, ext, {dtype = "float64", input_grads = true})
+  local b = rl.network({
+    dec = {class = "rec", from = "data", unit = {output = {class = "gru", n_out = 4}}},
+    output = {class = "copy", from = "dec", loss = "mse", target = "target"},
+  }, ext, {dtype = "float64", input_grads = true})
+  H.check(a:num_params() == b:num_params(), "parameter counts differ")
+  b:params():copy_(a:params())
+  local x, y = rl.randn(6, 3, 3, "float64"), rl.randn(6, 3, 4, "float64")
+  local len = rl.tensor({6, 2, 4}, "int32")
+  local la = a:forward{data = x, target = y, lengths = len}
+  local lb = b:forward{data = x, target = y, lengths = len}
+  H.near(la, lb, 1e-12, "loss")
+  a:zero_grads(); a:backward(); b:zero_grads(); b:backward()
+  H.check((a:grads() - b:grads()):abs():max() < 1e-12, "parameter gradients differ")
+  H.check((a:input_grad("data") - b:input_grad("data")):abs():max() < 1e-12,
+    "input gradients differ")
+end)
+
+H.test("gradcheck: a rec unit with a gru reading prev: of another unit layer", function()
+  local r = rl.gradcheck{
+    network = {
+      dec = {class = "rec", from = "data", unit = {
+        s = {class = "gru", n_out = 3, from = {"data:source", "prev:output"}},
+        output = {class = "linear", activation = "tanh", n_out = 2, from = "s"},
+      }},
+      output = {class = "copy", from = "dec", loss = "mse", target = "target"},
+    },
+    extern_data = {data = {dim = 3}, target = {dim = 2}},
+    T = 5, B = 3, lengths = {5, 2, 4},
+  }
+  H.check(r.passed, string.format("max relative error %.3g", r.max_rel_error))
+end)
+
+H.expect_error("a gru with direction = -1 inside a rec unit", function()
+  rl.network({dec = {class = "rec", from = "data", is_output_layer = true,
+    unit = {output = {class = "gru", n_out = 2, direction = -1}}}}, {data = {dim = 3}})
+end, "unit layer 'output'")
+
+-- The two directions of a bidirectional gru pair run concurrently in a network (as lstm pairs
+-- do, tests/lua/test_concurrent.lua): the same numbers as one after the other.
+H.test("bidirectional gru pairs: concurrent run equals the sequential one", function()
+  local function build(concurrent)
+    rl.manual_seed(7)
+    return rl.network({
+      f1 = {class = "gru", n_out = 19, from = "data"},
+      b1 = {class = "gru", n_out = 19, from = "data", direction = -1},
+      f2 = {class = "gru", n_out = 11, from = {"f1", "b1"}},
+      b2 = {class = "gru", n_out = 11, from = {"f1", "b1"}, direction = -1},
+      output = {class = "softmax", from = {"f2", "b2"}, loss = "ce", target = "classes"},
+    }, {data = {dim = 5}, classes = {dim = 4, sparse = true}},
+      {concurrent = concurrent, input_grads = true})
+  end
+  rl.manual_seed(11)
+  local T, B = 7, 6
+  local y = rl.zeros(T, B):int()
+  for t = 1, T do for b = 1, B do y[t][b] = (t + 2 * b) % 4 end end
+  local batch = {data = rl.randn(T, B, 5), classes = y,
+    lengths = rl.tensor({7, 3, 7, 1, 6, 7}, "int32")}
+  local threads = rl.get_num_threads()
+  local a, b = build(true), build(false)
+  H.check(a.nodes[1].pair_next or a.nodes[2].pair_next, "no gru pair was formed")
+  for _ = 1, 2 do
+    local la = a:forward(batch)
+    a:backward()
+    local lb = b:forward(batch)
+    b:backward()
+    H.near(la, lb, 1e-5 * math.abs(lb), "loss")
+    local d = (a:grads() - b:grads()):abs():max()
+    H.check(d <= 1e-6 * (1 + b:grads():abs():max()), "gradients differ by " .. d)
+    H.check((a:input_grad("data") - b:input_grad("data")):abs():max() <= 1e-6, "input gradients")
+    H.check(rl.get_num_threads() == threads, "BLAS threads not restored")
+  end
+end)
+
 H.done()

@@ -32,6 +32,25 @@ H.test("a unit of one lstm over data:source is the lstm layer (outputs and gradi
   H.check(maxdiff(a:input_grad("data"), b:input_grad("data")) < 1e-12, "input gradients differ")
 end)
 
+H.test("a unit of one gru over data:source is the gru layer (outputs and gradients)", function()
+  local ext = {data = {dim = 3}, target = {dim = 4}}
+  rl.manual_seed(1)
+  local a = rl.network({output = {class = "gru", n_out = 4, from = "data", loss = "mse",
+    target = "target"}}, ext, {dtype = "float64", input_grads = true})
+  local b = rl.network({
+    dec = {class = "rec", from = "data", unit = {output = {class = "gru", n_out = 4}}},
+    output = {class = "copy", from = "dec", loss = "mse", target = "target"},
+  }, ext, {dtype = "float64", input_grads = true})
+  b:params():copy_(a:params())
+  local x, y = rl.randn(6, 3, 3, "float64"), rl.randn(6, 3, 4, "float64")
+  local len = rl.tensor({6, 2, 4}, "int32")
+  H.near(a:forward{data = x, target = y, lengths = len}, b:forward{data = x, target = y,
+    lengths = len}, 1e-12, "loss")
+  a:zero_grads(); a:backward(); b:zero_grads(); b:backward()
+  H.check(maxdiff(a:grads(), b:grads()) < 1e-12, "parameter gradients differ")
+  H.check(maxdiff(a:input_grad("data"), b:input_grad("data")) < 1e-12, "input gradients differ")
+end)
+
 local tanh_unit = {
   h = {class = "linear", activation = "tanh", n_out = 4, from = {"data:source", "prev:h"}},
   output = {class = "copy", from = "h"},
@@ -103,6 +122,13 @@ for _, kind in ipairs({"dot", "additive"}) do
   gradcheck("gradient check: lstm + " .. kind .. " attention + embedding unit, ragged encoder "
     .. "(5, 2, 4) and decoder (4, 2, 3) lengths", {network = net, extern_data = ext, T = 5, B = 3,
     lengths = {5, 2, 4}, batch = label_batch(), max_inputs = 30})
+end
+
+do
+  local net, ext = seq2seq("dot", {s = {class = "gru", from = {"emb", "prev:att"}, n_out = 4}})
+  gradcheck("gradient check: gru + dot attention + embedding unit, ragged lengths",
+    {network = net, extern_data = ext, T = 5, B = 3, lengths = {5, 2, 4}, batch = label_batch(),
+      max_inputs = 30})
 end
 
 H.test("teacher forcing: the decoder's loss does not depend on labels beyond each length",
@@ -239,6 +265,17 @@ H.expect_error("a choice without a target in the batch, outside search", functio
   d.dec.is_output_layer = true
   rl.network(d, ext):forward{data = rl.randn(3, 1, 3), lengths = rl.tensor({3}, "int32")}
 end, "layer 'dec' (rec), unit layer 'output': a choice without a target in the batch needs search")
+
+gradcheck("gradient check: dropout inside a unit (the masks repeat in backward through time)",
+  {network = {
+    dec = {class = "rec", from = "data", unit = {
+      d = {class = "dropout", dropout = 0.3, from = "prev:h"},
+      h = {class = "linear", activation = "tanh", n_out = 4, from = {"data:source", "d"}},
+      output = {class = "copy", from = "h"},
+    }},
+    output = {class = "softmax", from = "dec", loss = "ce", target = "classes"},
+  }, extern_data = {data = {dim = 3}, classes = {dim = 3, sparse = true}}, T = 5, B = 3,
+  lengths = {5, 2, 4}, train = true})
 
 gradcheck("gradient check: a Lua layer (layer_norm) inside a unit", {network = {
   dec = {class = "rec", from = "data", unit = {

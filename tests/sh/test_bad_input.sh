@@ -45,6 +45,37 @@ fails "a corrupted bytecode recipe is refused, not run" "binary chunk" "$bin" "$
 fails "a bytecode recipe on stdin is refused" "binary chunk" sh -c "'$bin' - <'$tmp/chunk.luac'"
 fails "-e with a binary chunk is refused" "binary chunk" "$bin" -e "$(printf '\033Lua')"
 
+# ---- the command line
+fails "an unknown option" "unrecognized option '--nope'" "$bin" --nope
+fails "-e without code" "'-e' needs an argument" "$bin" -e
+fails "a missing recipe" "cannot open $tmp/none.lua" "$bin" "$tmp/none.lua"
+fails "a directory as the recipe" "Is a directory" "$bin" "$tmp"
+fails "-e with a syntax error" "(command line):1:" "$bin" -e 'x ='
+fails "-e that raises" "boom" "$bin" -e 'error("boom")'
+printf 'local x = \n' >"$tmp/syntax.lua"
+fails "a recipe with a syntax error names file and line" "syntax.lua:2:" "$bin" "$tmp/syntax.lua"
+printf 'local t = rl.zeros(2)\nreturn t[3]\n' >"$tmp/index.lua"
+fails "a recipe indexing out of range names the position" "position 3 out of range 1..2" \
+    "$bin" "$tmp/index.lua"
+cat >"$tmp/train.lua" <<'LUA'
+rl.train{network = {output = {class = "softmax", loss = "ce", target = "classes"}},
+         train = {class = "12ax", num_seqs = 4, seed = 1}, num_epochs = 1, batch_size = 100,
+         optimizer = {class = "sgd"}, learning_rate = 0.1, log_verbosity = 0}
+LUA
+fails "++ with an unknown key" "unknown config key 'nope'" "$bin" "$tmp/train.lua" ++nope 1
+fails "++ without a value" "lacks a value" "$bin" "$tmp/train.lua" ++num_epochs
+fails "++num_epochs as a word" "num_epochs" "$bin" "$tmp/train.lua" ++num_epochs many
+sed "s|train = {class = \"12ax\", num_seqs = 4, seed = 1}|train = {class = \"hdf\", files = {\"$tmp/first.h5\"}}|" \
+    "$tmp/train.lua" >"$tmp/train_hdf.lua"
+fails "++train.files.1 is applied, not ignored" "$tmp/second.h5" \
+    "$bin" "$tmp/train_hdf.lua" ++train.files.1 "$tmp/second.h5"
+fails "++ with an empty key part" "a key part is empty" "$bin" "$tmp/train.lua" ++train..seed 1
+fails "a recipe loading a tampered checkpoint names it" "$tmp/ck.h5" \
+    "$bin" -e "local f = rl.h5file('$tmp/ck.h5', 'w') f:set_attr('/', 'format', 'rnnlua-checkpoint')
+f:set_attr('/', 'version', 1) f:set_attr('/', 'epoch', 0) f:set_attr('/', 'step', 0)
+f:set_attr('/', 'dtype', 'float32') f:set_attr('/', 'description', 'os.exit(0)') f:commit()
+rl.load_checkpoint('$tmp/ck.h5')"
+
 # ---- the REPL through a pseudo-terminal: no keystroke may crash it (libedit's command mode,
 # Meta-x in emacs mode and ':' in vi command mode, crashed on a quote)
 mkdir -p "$tmp/home"
@@ -89,7 +120,8 @@ def alive():
     return status is None
 
 def answers(n):
-    os.write(fd, b"print('ok'..%d)\n" % n)
+    # vi mode keeps command mode across lines: Escape then i is insert mode in either
+    os.write(fd, (b"\x1bi" if vi else b"") + b"print('ok'..%d)\n" % n)
     return expect(b"ok%d" % n) is not None and alive()
 
 mode = "vi" if vi else "emacs"
@@ -98,13 +130,18 @@ cases = [("Meta-x then a quote", b"\x1bx\""), ("Meta-X then a quote", b"\x1bX'")
          ("Meta-x then Enter", b"\x1bx")]
 if vi:
     cases += [("Escape, ':' and a quote (vi command mode)", b"\x1b:\"")]
-for c in b"abcdefghijklmnopqrstuvwxyz0!#$&*-_=[{;:,.<>/?|":
-    cases.append(("Meta-%c" % c, b"\x1b" + bytes([c]) + b"\"'"))
+else:
+    # in vi mode Escape starts command mode, where most keys wait for more (a motion, a search)
+    for c in b"abcdefghijklmnopqrstuvwxyz0!#$&*-_=[{;:,.<>/?|":
+        cases.append(("Meta-%c" % c, b"\x1b" + bytes([c]) + b"\"'"))
 n, failed = 10, []
 for name, keys in cases:
     os.write(fd, keys)
     time.sleep(0.05)
     os.write(fd, b"\x03")
+    # Ctrl-C gives a fresh prompt; waiting for it keeps a loaded machine from mixing the
+    # answer line into the interrupted one
+    expect(b"> ")
     time.sleep(0.05)
     if not answers(n):
         failed.append(name + ": " + repr(buf[-200:]))

@@ -1,0 +1,88 @@
+-- A training step (forward, backward, Adam) of the G2P model of recipes/g2p_cmudict.lua,
+-- batch 64, against the same model in PyTorch (bench/torch_g2p.py: nn.LSTM encoder, a Python
+-- loop over decoder steps with LSTMCell and additive attention), measured in one run with
+-- interleaved rounds and reported as medians. PyTorch comes from bench/torch_env.sh (a SKIP
+-- line where it cannot be set up). Shape: T = 8 letters, S = 8 phoneme steps (teacher
+-- forcing), E = 32, H = 128, 30 letters, 41 phonemes; float32, with 1 and with 2 threads on
+-- both sides (on a busy machine a 2-thread run suffers from threads waiting for each other).
+-- RL_BENCH_SECONDS (per measurement, default 0.5) and RL_BENCH_ROUNDS (default 5).
+local T, S, B, E, H, VI, VO = 8, 8, 64, 32, 128, 30, 41
+local seconds = tonumber(os.getenv("RL_BENCH_SECONDS") or "0.5")
+local rounds = tonumber(os.getenv("RL_BENCH_ROUNDS") or "5")
+rl.manual_seed(1)
+
+local net = rl.network({
+  emb_in = {class = "embedding", from = "data", n_out = E},
+  fw = {class = "lstm", from = "emb_in", n_out = H},
+  bw = {class = "lstm", from = "emb_in", n_out = H, direction = -1},
+  enc = {class = "copy", from = {"fw", "bw"}},
+  dec = {class = "rec", from = {}, unit = {
+    emb = {class = "embedding", from = "prev:output", n_out = E},
+    s = {class = "lstm", from = {"emb", "prev:att"}, n_out = H},
+    att = {class = "attention", base = "base:enc", from = "s", kind = "additive", n_att = H},
+    readout = {class = "linear", from = {"s", "att"}, n_out = H, activation = "tanh"},
+    output_prob = {class = "softmax", from = "readout", loss = "ce", target = "classes"},
+    output = {class = "choice", from = "output_prob", target = "classes"},
+  }},
+}, {data = {dim = VI, sparse = true}, classes = {dim = VO, sparse = true}})
+local opt = rl.optimizer({class = "adam"}, net:params(), net:grads())
+local batch = {
+  data = (rl.rand(T, B) * VI):floor():clamp(0, VI - 1):int(), lengths = rl.full({B}, T, "int32"),
+  classes = (rl.rand(S, B) * (VO - 1) + 1):floor():clamp(1, VO - 1):int(),
+  lengths_classes = rl.full({B}, S, "int32"),
+}
+local function step()
+  net:forward(batch)
+  net:zero_grads()
+  net:backward()
+  opt:step(1e-3)
+end
+
+local function measure()
+  for _ = 1, 2 do step() end
+  local n, t0 = 0, rl.clock()
+  while rl.clock() - t0 < seconds do
+    step()
+    n = n + 1
+  end
+  return 1000 * (rl.clock() - t0) / n
+end
+
+local p = io.popen("bash bench/torch_env.sh build 2>/dev/null")
+local py = p and p:read("a"):match("([^\n]+)\n?$")
+if p then p:close() end
+local function torch_measure(threads)
+  if not py then return nil end
+  local f = io.popen(string.format("%s bench/torch_g2p.py %d %d %d %d %d %d %d %g %d 2>&1", py, T,
+    S, B, E, H, VI, VO, seconds, threads))
+  local s = f:read("a")
+  f:close()
+  return tonumber(s:match("ms/step ([%d.]+)"))
+end
+
+local THREADS = {1, 2}
+local ours, theirs = {{}, {}}, {{}, {}}
+for _ = 1, rounds do
+  for k, n in ipairs(THREADS) do
+    rl.set_num_threads(n)
+    table.insert(ours[k], measure())
+    local t = torch_measure(n)
+    if t then table.insert(theirs[k], t) end
+  end
+end
+local function median(xs)
+  if #xs == 0 then return nil end
+  table.sort(xs)
+  return xs[(#xs + 1) // 2]
+end
+print(string.format("### G2P training step (attention encoder-decoder, batch %d, T = %d, S = %d, "
+  .. "H = %d, float32)\n", B, T, S, H))
+print("| threads | rnnlua ms/step | PyTorch 2.15.0 ms/step | rnnlua speed / PyTorch |")
+print("|---:|---:|---:|---:|")
+for k, n in ipairs(THREADS) do
+  local mo, mt = median(ours[k]), median(theirs[k])
+  print(string.format("| %d | %.1f | %s | %s |", n, mo, mt and string.format("%.1f", mt) or "-",
+    mt and string.format("%.2fx", mt / mo) or "-"))
+end
+print(string.format("\nMedians of %d interleaved rounds; words/s = 64000 / (ms/step).%s", rounds,
+  py and "" or " SKIP PyTorch: bench/torch_env.sh could not provide torch."))

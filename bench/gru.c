@@ -1,0 +1,217 @@
+/* GRU training step: stacks of gru layers on the LSTM benchmark's topologies (bench/lstm.c:
+ * layers, directions, input, hidden, T, B), forward and backward with a fixed gradient at the
+ * top (no output layer: the figure is the GRU layers'), float32 on the CPU, full-length
+ * sequences. FLOPs per step: 18*T*B*H*(I+H) per GRU direction and layer (forward 6*H*(I+H) per
+ * frame for the input and recurrent products, backward twice that); the pointwise work is not
+ * counted. The lowest layer computes no input gradient (as PyTorch with an input that needs
+ * none).
+ *
+ *   gru [CONFIG]           prints a Markdown table of rnnlua's time per step
+ *   gru --serve CONFIG     for bench/torch_gru.py, which interleaves rnnlua and PyTorch
+ *                          measurements in one run: reads a repetition count per line on stdin,
+ *                          runs that many steps and prints the seconds they took, until EOF
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "bench.h"
+
+#include "../core/rng.h"
+#include "../layers/layer.h"
+#include "../layers/layers.h"
+
+typedef struct {
+    const char *name;
+    int layers, dirs;
+    int64_t in, hidden, T, B;
+} topology;
+
+/* bench/lstm.c's configurations (their output layers left out) */
+static const topology TOPOS[] = {
+    {"chime", 3, 2, 45, 512, 250, 16},
+    {"ptb_large", 2, 1, 650, 650, 50, 20},
+    {"seqmnist", 1, 1, 28, 128, 28, 64},
+};
+
+#define MAX_L 3
+#define MAX_D 2
+
+typedef struct {
+    const topology *tp;
+    rl_layer *l[MAX_L][MAX_D];
+    rl_tensor x, len, gtop, gin[MAX_L][MAX_D][MAX_D], gsum[MAX_D];
+    rl_layer_io io[MAX_L][MAX_D];
+} model;
+
+static rl_status opt_num(void *ctx, const char *key, double *v, int *found) {
+    const double *d = ctx; /* {n_out, direction} */
+    *found = 1;
+    if (strcmp(key, "n_out") == 0)
+        *v = d[0];
+    else if (strcmp(key, "direction") == 0)
+        *v = d[1];
+    else
+        *found = 0;
+    return RL_OK;
+}
+static rl_status opt_str(void *ctx, const char *key, const char **v, int *found) {
+    (void)ctx, (void)key, (void)v;
+    *found = 0;
+    return RL_OK;
+}
+static rl_status opt_bool(void *ctx, const char *key, bool *v, int *found) {
+    (void)ctx, (void)key, (void)v;
+    *found = 0;
+    return RL_OK;
+}
+
+static void empty(rl_tensor *t, int ndim, const int64_t *shape, const char *what) {
+    bench_check(rl_tensor_empty(t, RL_FLOAT32, RL_DEVICE_CPU, ndim, shape), what);
+}
+
+static void model_init(model *m, const topology *tp, rl_rng *g) {
+    memset(m, 0, sizeof *m);
+    m->tp = tp;
+    int64_t T = tp->T, B = tp->B, H = tp->hidden, hs[3] = {T, B, H};
+    for (int li = 0; li < tp->layers; li++)
+        for (int d = 0; d < tp->dirs; d++) {
+            double o[2] = {(double)H, d ? -1.0 : 1.0};
+            rl_options opts = {o, opt_num, opt_str, opt_bool};
+            int n_in = li ? tp->dirs : 1;
+            int64_t dims[MAX_D] = {li ? H : tp->in, H};
+            char name[32];
+            snprintf(name, sizeof name, "l%d_%s", li + 1, d ? "bw" : "fw");
+            bench_check(rl_layer_create(&m->l[li][d], "gru", name, &opts, n_in, dims), name);
+            rl_layer *l = m->l[li][d];
+            for (int p = 0; p < l->n_params; p++) {
+                rl_param *pp = &l->params[p];
+                empty(&pp->value, pp->ndim, pp->shape, "param");
+                empty(&pp->grad, pp->ndim, pp->shape, "grad");
+                bench_check(rl_param_init(pp, g), "init");
+                bench_check(rl_op_fill(&pp->grad, 0.0), "fill");
+            }
+            for (int k = 0; k < n_in && li > 0; k++)
+                empty(&m->gin[li][d][k], 3, hs, "gin");
+            rl_layer_io *p = &m->io[li][d];
+            p->lengths = &m->len;
+            p->train = true;
+            p->n_in = n_in;
+            for (int k = 0; k < n_in; k++)
+                p->in[k] = li ? &m->l[li - 1][k]->out : &m->x;
+        }
+    int64_t xs[3] = {T, B, tp->in}, ls[1] = {B};
+    empty(&m->x, 3, xs, "x");
+    bench_check(rl_op_normal(&m->x, g, 0, 1), "x");
+    bench_check(rl_tensor_empty(&m->len, RL_INT32, RL_DEVICE_CPU, 1, ls), "len");
+    bench_check(rl_op_fill(&m->len, (double)T), "len");
+    empty(&m->gtop, 3, hs, "gtop");
+    bench_check(rl_op_normal(&m->gtop, g, 0, 0.1), "gtop");
+    for (int d = 0; d < tp->dirs; d++)
+        empty(&m->gsum[d], 3, hs, "gsum");
+}
+
+/* One training step: forward up the stack, backward down it; a lower output's gradient is the
+ * sum over the layers above. */
+static void train_step(model *m) {
+    const topology *tp = m->tp;
+    for (int li = 0; li < tp->layers; li++)
+        for (int d = 0; d < tp->dirs; d++)
+            bench_check(m->l[li][d]->ops->forward(m->l[li][d], &m->io[li][d]), "gru forward");
+    const rl_tensor *gout[MAX_D] = {&m->gtop, &m->gtop};
+    for (int li = tp->layers - 1; li >= 0; li--) {
+        for (int d = 0; d < tp->dirs; d++) {
+            rl_tensor *gin[MAX_D] = {NULL, NULL};
+            for (int k = 0; k < tp->dirs && li > 0; k++)
+                gin[k] = &m->gin[li][d][k];
+            bench_check(m->l[li][d]->ops->backward(m->l[li][d], &m->io[li][d], gout[d], gin),
+                        "gru backward");
+        }
+        if (li == 0) break;
+        for (int k = 0; k < tp->dirs; k++) {
+            gout[k] = &m->gin[li][0][k];
+            if (tp->dirs == 1) continue;
+            bench_check(rl_op_binary(&m->gsum[k], &m->gin[li][0][k], &m->gin[li][1][k], RL_BIN_ADD),
+                        "add");
+            gout[k] = &m->gsum[k];
+        }
+    }
+}
+
+static void model_free(model *m) {
+    for (int li = 0; li < m->tp->layers; li++)
+        for (int d = 0; d < m->tp->dirs; d++) {
+            rl_layer_free(m->l[li][d]);
+            for (int k = 0; k < MAX_D; k++)
+                rl_tensor_release(&m->gin[li][d][k]);
+        }
+    rl_tensor *ts[] = {&m->x, &m->len, &m->gtop, &m->gsum[0], &m->gsum[1]};
+    for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
+        rl_tensor_release(ts[i]);
+}
+
+static void run_steps(void *ctx, int64_t reps) {
+    for (int64_t r = 0; r < reps; r++)
+        train_step(ctx);
+}
+
+static double step_flops(const topology *tp) {
+    double f = 0, H = (double)tp->hidden, TB = (double)tp->T * (double)tp->B;
+    for (int li = 0; li < tp->layers; li++) {
+        double I = li ? (double)tp->dirs * H : (double)tp->in;
+        f += tp->dirs * 18.0 * TB * H * (I + H);
+    }
+    return f;
+}
+
+static const topology *find(const char *name) {
+    for (size_t i = 0; i < sizeof TOPOS / sizeof TOPOS[0]; i++)
+        if (strcmp(TOPOS[i].name, name) == 0) return &TOPOS[i];
+    fprintf(stderr, "gru bench: unknown configuration '%s' (chime, ptb_large, seqmnist)\n", name);
+    exit(1);
+}
+
+/* The serving side of bench/torch_gru.py's interleaved measurements. */
+static int serve(const topology *tp, rl_rng *g) {
+    model m;
+    model_init(&m, tp, g);
+    train_step(&m); /* page faults and buffers */
+    printf("ready %.6g\n", step_flops(tp));
+    fflush(stdout);
+    long long reps;
+    while (scanf("%lld", &reps) == 1 && reps > 0) {
+        double t0 = bench_now();
+        run_steps(&m, reps);
+        printf("%.9f\n", bench_now() - t0);
+        fflush(stdout);
+    }
+    model_free(&m);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    rl_ops_init();
+    rl_rng g;
+    rl_rng_seed(&g, 1);
+    if (argc == 3 && strcmp(argv[1], "--serve") == 0) return serve(find(argv[2]), &g);
+    const topology *only = argc > 1 ? find(argv[1]) : NULL;
+    printf("### GRU training step (rnnlua, float32, CPU, %d BLAS threads)\n\n",
+           rl_blas_get_threads());
+    printf("| config | ms/step | frames/s | GFLOP/s |\n");
+    printf("|---|---:|---:|---:|\n");
+    for (size_t i = 0; i < sizeof TOPOS / sizeof TOPOS[0]; i++) {
+        const topology *tp = &TOPOS[i];
+        if (only && only != tp) continue;
+        model m;
+        model_init(&m, tp, &g);
+        bench_variant v = {run_steps, &m};
+        double sec;
+        bench_row(1, &v, &sec);
+        printf("| %s | %.1f | %.0f | %.1f |\n", tp->name, sec * 1e3, (double)(tp->T * tp->B) / sec,
+               step_flops(tp) / sec / 1e9);
+        fflush(stdout);
+        model_free(&m);
+    }
+    printf("\nFLOPs per step: 18*T*B*H*(I+H) per GRU direction and layer; bench/torch_gru.py "
+           "compares with PyTorch's nn.GRU in one interleaved run.\n");
+    return 0;
+}
