@@ -120,4 +120,5 @@ def main():
     print("wrote", wav, "and audio_ref.lua:", fb.shape, fb_ham.shape, fb_hann_mag.shape, mf_d.shape)
 
 
-main()
+if __name__ == "__main__":
+    main()
