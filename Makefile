@@ -17,9 +17,9 @@ ifeq ($(FUZZ),1)
 endif
 BLAS    ?= openblas
 ifeq ($(BLAS),openblas)
-  PKGS  := lua5.4 hdf5 openblas libedit libmicrohttpd jansson
+  PKGS  := lua5.4 hdf5 openblas libedit libmicrohttpd jansson sndfile samplerate fftw3f
 else ifeq ($(BLAS),blis)
-  PKGS  := lua5.4 hdf5 libedit libmicrohttpd jansson
+  PKGS  := lua5.4 hdf5 libedit libmicrohttpd jansson sndfile samplerate fftw3f
 else
   $(error BLAS=$(BLAS): expected openblas or blis)
 endif
