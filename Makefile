@@ -1,4 +1,4 @@
-# rnnlua build. `make` builds ./rnnlua; `make test`, `make demo`, `make bench`, `make deps`.
+# rnnlua build. `make` builds ./rnnlua; `make test`, `make demo`, `make bench`, `make deps`, `make fuzz`.
 # Options: CUDA=0 (leave CUDA out), CUDA=1 (demand it; default: use it when nvcc is found),
 #          MPI=0 (leave MPI out), MPI=1 (demand it; default: use Open MPI when pkg-config finds
 #          it), NCCL comes with CUDA=1 when the toolkit has it (NCCL=0 leaves it out),
@@ -7,6 +7,14 @@
 #          measures both on rnnlua's GEMM shapes).
 
 CC      ?= cc
+# FUZZ=1 (set by `make fuzz`): clang with libFuzzer's coverage, ASan and UBSan, no CUDA, no MPI,
+# -O1 (the sanitized -O2 build of kernels/cpu takes many minutes).
+ifeq ($(FUZZ),1)
+  CUDA   := 0
+  MPI    := 0
+  CC     := clang
+  CFLAGS ?= -O1 -g
+endif
 BLAS    ?= openblas
 ifeq ($(BLAS),openblas)
   PKGS  := lua5.4 hdf5 openblas libedit libmicrohttpd jansson sndfile samplerate fftw3f
@@ -27,7 +35,7 @@ ifeq ($(CUDA),1)
   CUDA_HOME := $(patsubst %/bin/nvcc,%,$(NVCC))
 endif
 
-BUILD   := build$(if $(filter 1,$(SANITIZE)),-san)$(if $(filter 0,$(CUDA)),-nocuda)$(if $(filter 0,$(MPI)),-nompi)$(if $(filter blis,$(BLAS)),-blis)
+BUILD   := build$(if $(filter 1,$(FUZZ)),-fuzz)$(if $(filter 1,$(SANITIZE)),-san)$(if $(filter 0,$(CUDA)),-nocuda)$(if $(filter 0,$(MPI)),-nompi)$(if $(filter blis,$(BLAS)),-blis)
 # On a fresh machine, install what is missing before anything is compiled.
 ifeq ($(filter deps clean format,$(MAKECMDGOALS)),)
   ifneq ($(shell RL_BLAS=$(BLAS) bash scripts/deps.sh --check >/dev/null 2>&1 && echo ok),ok)
@@ -76,6 +84,12 @@ ifeq ($(SANITIZE),1)
   CFLAGS  += -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
   LDFLAGS += -fsanitize=address,undefined
 endif
+ifeq ($(FUZZ),1)
+  FUZZ_SAN := -fsanitize=fuzzer-no-link,address,undefined -fno-omit-frame-pointer \
+              -fno-sanitize-recover=undefined
+  CFLAGS  += $(FUZZ_SAN)
+  LDFLAGS += -fsanitize=address,undefined
+endif
 ifeq ($(CUDA),1)
   CFLAGS   += -DRL_WITH_CUDA
   NVFLAGS  += -O2 -std=c++17 -I. -DRL_WITH_CUDA --compiler-options -fPIC,-Wall \
@@ -104,7 +118,7 @@ LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o) $(CU_SRC:%.cu=$(BUILD)/%.cu.o) $(BUILD)/
 CTESTS   := $(patsubst tests/c/%.c,$(BUILD)/tests/%,$(wildcard tests/c/test_*.c))
 BENCHES  := $(patsubst bench/%.c,$(BUILD)/bench/%,$(wildcard bench/*.c))
 
-.PHONY: all deps test test-gpu demo bench bench-gpu clean format check-cuda
+.PHONY: all deps test test-gpu demo bench bench-gpu clean format check-cuda fuzz fuzz-run
 all: rnnlua
 
 # Install missing system packages (apt-get) on a fresh machine.
@@ -184,14 +198,48 @@ bench-gpu: $(BUILD)/bench/lstm_gpu $(BUILD)/bench/mdlstm_gpu
 demo: rnnlua
 	./rnnlua recipes/12ax_blstm.lua
 
+# libFuzzer targets (fuzz/fuzz_*.c): each runs FUZZ_TIME seconds from the seed corpus in
+# fuzz/corpus/<target> (read only; new inputs go to build-fuzz-nocuda-nompi/corpus/<target>,
+# crashes to build-fuzz-nocuda-nompi/crashes/). Exits non-zero on the first finding.
+FUZZ_TIME    ?= 60
+FUZZ_TARGETS := $(patsubst fuzz/fuzz_%.c,%,$(wildcard fuzz/fuzz_*.c))
+fuzz:
+	$(MAKE) --no-print-directory FUZZ=1 fuzz-run
+
+fuzz-run: $(FUZZ_TARGETS:%=$(BUILD)/fuzz/fuzz_%)
+	@mkdir -p $(BUILD)/crashes
+	@found=""; for t in $(FUZZ_TARGETS); do \
+	    mkdir -p $(BUILD)/corpus/$$t; \
+	    echo "== fuzz $$t for $(FUZZ_TIME) s"; \
+	    ASAN_OPTIONS=detect_leaks=0:allocator_may_return_null=1 \
+	        $(BUILD)/fuzz/fuzz_$$t $(BUILD)/corpus/$$t fuzz/corpus/$$t \
+	        -max_total_time=$(FUZZ_TIME) -timeout=10 -rss_limit_mb=4096 -print_final_stats=1 \
+	        -artifact_prefix=$(BUILD)/crashes/$$t- 2>$(BUILD)/fuzz_$$t.log \
+	        || { grep -A 30 -E "^==[0-9]+==ERROR|deadly signal|timeout" \
+	             $(BUILD)/fuzz_$$t.log | head -n 40; \
+	             if bash fuzz/in_libhdf5.sh $(BUILD)/fuzz_$$t.log; then \
+	                 echo "fuzz $$t: the finding is inside libhdf5 (README: Fuzzing), not counted"; \
+	             else found="$$found $$t"; fi; }; \
+	    grep -E "^stat::(number_of_executed_units|new_units_added)" $(BUILD)/fuzz_$$t.log; \
+	done; \
+	if [ -n "$$found" ]; then echo "fuzz: findings in$$found (inputs in $(BUILD)/crashes)"; exit 1; fi
+
+# The CPU kernels are not what the targets exercise (files and parsers), and clang takes tens of
+# minutes over their sanitized, instrumented build: they are compiled plain.
+$(BUILD)/kernels/cpu/%.o: CFLAGS := $(filter-out $(FUZZ_SAN),$(CFLAGS))
+
+$(BUILD)/fuzz/fuzz_%: fuzz/fuzz_%.c fuzz/fuzz.h $(BUILD)/librnnlua.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -fsanitize=fuzzer $(LDFLAGS) -o $@ $< $(BUILD)/librnnlua.a $(LDLIBS)
+
 # Compile-and-link check of every CUDA source (no GPU needed).
 check-cuda:
 	$(MAKE) --no-print-directory CUDA=1 WERROR=1 $(BUILD)/rnnlua
 
 format:
-	clang-format -i $(wildcard core/*.[ch] kernels/*.[ch] kernels/cpu/*.[ch] kernels/cuda/*.cu kernels/cuda/*.h layers/*.[ch] lua/*.[ch] tests/c/*.[ch] bench/*.c)
+	clang-format -i $(wildcard core/*.[ch] kernels/*.[ch] kernels/cpu/*.[ch] kernels/cuda/*.cu kernels/cuda/*.h layers/*.[ch] lua/*.[ch] tests/c/*.[ch] bench/*.c fuzz/*.[ch])
 
 clean:
-	rm -rf build build-san build-nocuda build-san-nocuda rnnlua
+	rm -rf build build-san build-nocuda build-san-nocuda build-fuzz-nocuda-nompi rnnlua
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

@@ -10,7 +10,8 @@
  *   - the REPL uses libedit (history, Tab completion from the Lua module rnnlua.repl) when
  *     stdin is a terminal, and plain lines without prompts when it is not, so that it can
  *     be driven through a pipe;
- *   - subcommands (`rnnlua serve MODEL.h5 ...`) from a table: one line adds one. */
+ *   - subcommands (`rnnlua serve MODEL.h5 ...`, the tools `rnnlua info MODEL.h5` ...) from a
+ *     table: one line adds one. */
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
@@ -49,6 +50,28 @@ static volatile sig_atomic_t prompt_interrupted;
 
 /* ---- subcommands: `rnnlua NAME args...` ---------------------------------------------------- */
 
+static int docall(lua_State *L, int narg, int nres);
+
+/* The tools written in Lua (lua/rnnlua/tools.lua): rl.tools.main(argv[0], {argv[1..]}) returns
+ * the exit status and reports its own errors; an error escaping it is reported here. */
+static int run_tool(lua_State *L, int argc, char **argv) {
+    lua_getglobal(L, "rl");
+    lua_getfield(L, -1, "tools");
+    lua_getfield(L, -1, "main");
+    lua_pushstring(L, argv[0]);
+    lua_createtable(L, argc - 1, 0);
+    for (int i = 1; i < argc; i++) {
+        lua_pushstring(L, argv[i]);
+        lua_rawseti(L, -2, i);
+    }
+    int status = docall(L, 2, 1);
+    if (status != LUA_OK) {
+        fprintf(stderr, PROGNAME " %s: %s\n", argv[0], lua_tostring(L, -1));
+        return 1;
+    }
+    return lua_isinteger(L, -1) ? (int)lua_tointeger(L, -1) : 1;
+}
+
 /* A subcommand runs with the library loaded (the global `rl`); argv[0] is its name. It returns
  * the process exit status. Adding one is one line here. */
 static const struct {
@@ -57,6 +80,10 @@ static const struct {
     const char *summary;
 } subcommands[] = {
     {"serve", rl_serve_main, "serve MODEL.h5 [--port P] ...  an HTTP service (serve --help)"},
+    {"info", run_tool, "info MODEL.h5                   describe a checkpoint"},
+    {"dump-data", run_tool, "dump-data FILE.h5 [--seq N] [--stats]  describe an HDF dataset"},
+    {"compare", run_tool, "compare A.h5 B.h5               max difference per parameter"},
+    {"plot", run_tool, "plot CURVE.jsonl [-o OUT.png]   draw a learning curve (gnuplot)"},
 };
 
 static int find_subcommand(const char *name) {

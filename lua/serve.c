@@ -12,7 +12,8 @@
  * A signal thread turns SIGTERM/SIGINT into a drain (new requests get 503, every queued and
  * in-flight request is answered, then the listening socket is closed and the process exits 0;
  * the socket stays open while draining because closing it would reset the connections the
- * kernel has already accepted into its backlog, requests the server never saw) and SIGHUP into a reload; POST /v1/reload queues a reload job.
+ * kernel has already accepted into its backlog, requests the server never saw) and SIGHUP into a
+ * reload; POST /v1/reload queues a reload job.
  *
  * Ownership: a request (struct request) belongs to its HTTP connection and is freed by
  * libmicrohttpd's completion callback; its job is only read or written by the model thread
@@ -112,7 +113,7 @@ typedef struct server {
     bool stop, reload;
     atomic_bool draining;
     atomic_int connections, requests;
-    atomic_int started; /* connections ever started (drain: a quiet spell before closing) */
+    atomic_int started;  /* connections ever started (drain: a quiet spell before closing) */
     atomic_int incoming; /* forward/decode requests being received or parsed */
     struct MHD_Daemon *daemon;
     int listen_fd;

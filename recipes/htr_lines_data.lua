@@ -42,7 +42,8 @@ M.FONTS = {
   {name = "breip", package = "fonts-breip", file = TT .. "breip/Breip.ttf"},
   {name = "femkeklaver", package = "fonts-femkeklaver", file = TT .. "femkeklaver/femkeklaver.ttf"},
   {name = "kristi", package = "fonts-kristi", file = TT .. "kristi/Kristi.ttf"},
-  {name = "comic-neue", package = "fonts-comic-neue", file = OT .. "comic-neue/ComicNeue-Regular.otf"},
+  {name = "comic-neue", package = "fonts-comic-neue",
+   file = OT .. "comic-neue/ComicNeue-Regular.otf"},
   {name = "comic-neue-italic", package = "fonts-comic-neue",
    file = OT .. "comic-neue/ComicNeue-Italic.otf"},
   {name = "rufscript", package = "fonts-rufscript", file = TT .. "rufscript/Rufscript010.ttf"},
@@ -79,7 +80,8 @@ local function ensure_packages()
   local list = table.concat(need, " ")
   print("htr_lines: installing the missing Debian packages " .. list .. " with apt-get")
   local sudo = io.popen("id -u"):read("*l") == "0" and "" or "sudo -n "
-  local install = sudo .. "apt-get install -y --no-install-recommends " .. list .. " >/dev/null 2>&1"
+  local install = sudo .. "apt-get install -y --no-install-recommends " .. list
+    .. " >/dev/null 2>&1"
   local ok = os.execute(install)
     or os.execute(sudo .. "apt-get update >/dev/null 2>&1 && " .. install)
   if not ok then
@@ -204,7 +206,8 @@ function M.prepare(out_dir, opts)
   for p = 1, n_parts do info.train[p] = string.format("%s/train-%d.h5", out_dir, p) end
 
   local config = string.format("n_train=%d n_dev=%d n_test=%d seed=%d part_size=%d fonts=%s",
-    n_train, n_dev, n_test, seed, part_size, table.concat(info.train_fonts, ",") .. "|" .. held.name)
+    n_train, n_dev, n_test, seed, part_size,
+    table.concat(info.train_fonts, ",") .. "|" .. held.name)
   local stamp = out_dir .. "/DONE"
   local sf = io.open(stamp, "r")
   if sf then

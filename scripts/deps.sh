@@ -10,12 +10,15 @@ set -euo pipefail
 # tests/lua/test_htr_lines.lua converts;
 # libmicrohttpd-dev and libjansson-dev for `rnnlua serve` (HTTP, JSON);
 # libopenmpi-dev and openmpi-bin (mpirun) for data-parallel training (make MPI=0 builds without);
+# clang and libclang-rt-dev (libFuzzer) for `make fuzz`; python3-venv for the virtual
+# environment tests/sh/test_returnn_hdf.sh installs RETURNN into;
+# gnuplot-nox for `rnnlua plot` and rl.train{plot = true};
 # libsndfile1-dev, libsamplerate0-dev and libfftw3-dev for rl.audio (core/audio.c)
 pkgs=(pkg-config liblua5.4-dev lua-filesystem-dev libhdf5-dev libopenblas-dev libedit-dev hdf5-tools
       python3-h5py festlex-cmu bible-kjv python3-pil python3-numpy fonts-dkg-handwriting
       fonts-breip fonts-femkeklaver fonts-kristi fonts-comic-neue fonts-rufscript
-      libmicrohttpd-dev libjansson-dev libopenmpi-dev openmpi-bin
-      libsndfile1-dev libsamplerate0-dev libfftw3-dev)
+      libmicrohttpd-dev libjansson-dev libopenmpi-dev openmpi-bin clang libclang-rt-dev python3-venv
+      gnuplot-nox libsndfile1-dev libsamplerate0-dev libfftw3-dev)
 [ "${RL_BLAS:-openblas}" = blis ] && pkgs+=(libblis-dev)
 
 missing=()

@@ -8,7 +8,9 @@
 -- Per epoch: train:init_epoch(epoch); for each batch of rl.batches: zero the gradients,
 -- forward, backward, opt:step(lrc:lr(epoch, step)) (a skipped step is logged); then the dev
 -- set is scored with train = false (loss per frame, frame error rate), a summary line is
--- logged, one JSON line is appended to learning_curve_file, lrc:epoch_done(epoch, scores)
+-- logged, one JSON line is appended to learning_curve_file (with plot = true also drawn by
+-- rl.tools.plot into the same name ending in .png instead of .jsonl),
+-- lrc:epoch_done(epoch, scores)
 -- (a network with a ctc loss reports the label error rate instead of the frame error rate:
 -- edit distances of the best paths over reference labels, summed over the whole set, as
 -- "LER" in the lines and as train_ler/dev_ler in the curve and the scores, so that
@@ -63,7 +65,7 @@ local KEYS = {
   min_learning_rate = false, learning_rate_warmup_steps = false, model = false,
   save_interval = 1, load = false, log_verbosity = 3, log_file = false,
   log_progress_interval = 5, learning_curve_file = false, seed = 1, device = "cpu",
-  dtype = "float32", num_threads = false, distributed = false,
+  dtype = "float32", num_threads = false, distributed = false, plot = false,
 }
 -- learning-rate-control options handed to rl.lr_control besides those above
 local function is_lr_key(k)
@@ -164,6 +166,9 @@ local function check_config(config, argv)
     fail("config.load must be \"last\" or a checkpoint path, got %s", type(cfg.load))
   end
   if cfg.load == "last" and cfg.model == nil then fail("load = \"last\" needs config.model") end
+  if cfg.plot ~= nil and type(cfg.plot) ~= "boolean" then
+    fail("config.plot must be true or false, got %s", type(cfg.plot))
+  end
   if cfg.model ~= nil and type(cfg.model) ~= "string" then
     fail("config.model must be a path prefix (string), got %s", type(cfg.model))
   end
@@ -501,6 +506,12 @@ function M.train(config, argv)
         if not f then fail("cannot append to learning_curve_file %s", curve_path) end
         f:write(curve_line(rec, net.has_ctc), "\n")
         f:close()
+        -- plot = true: the picture next to the curve (MODEL.curve.png), redrawn every epoch
+        if cfg.plot then
+          local okp, perr = pcall(rl.tools.plot, curve_path, curve_path:gsub("%.jsonl$", "")
+            .. ".png")
+          if not okp then fail("epoch %d, plot: %s", epoch, tostring(perr)) end
+        end
       end
       if cfg.model and (epoch % cfg.save_interval == 0 or epoch == cfg.num_epochs) then
         local path = cfg.model .. string.format(".%03d.h5", epoch)

@@ -5,8 +5,9 @@
 local H = dofile("tests/lua/harness.lua")
 local test, check, expect_error = H.test, H.check, H.expect_error
 
-local dir = os.getenv("TMPDIR") or "/tmp"
-local function tmp(name) return string.format("%s/rl_ctctrain_%d_%s", dir, os.time(), name) end
+-- one prefix per run (os.tmpname makes it unique), so runs side by side never share a file
+local prefix = os.tmpname()
+local function tmp(name) return string.format("%s_ctctrain_%s", prefix, name) end
 
 test("gradient check: the ctc softmax layer (blank last, blank first)", function()
   for _, bi in ipairs({false, 0, 2}) do
@@ -185,4 +186,5 @@ test("rl.train with ctc: learns, LER in the epoch line and the curve, newbob on 
     for e = 1, 6 do os.remove(model .. string.format(".%03d.h5", e)) end
   end)
 
+os.remove(prefix)
 H.done()

@@ -152,7 +152,8 @@ H.test("the recipe's smoke mode trains one epoch and prints both CER lines", fun
   H.check(ok, "htr_lines.lua smoke failed:\n" .. out)
   H.check(out:find("epoch   1/1  train score", 1, true), "an epoch line:\n" .. out)
   H.check(out:find("\ntest CER %d+%.%d+%%\n"), "the test CER line:\n" .. out)
-  H.check(out:find("\nheld%-out font CER %d+%.%d+%% %(rufscript%)\n"), "the font CER line:\n" .. out)
+  H.check(out:find("\nheld%-out font CER %d+%.%d+%% %(rufscript%)\n"),
+    "the font CER line:\n" .. out)
   H.check(not out:find("htr_lines: test:", 1, true), "the data converted above is reused")
   H.check(lfs.attributes(dir .. "/smoke/net.001.h5", "mode") == "file", "a checkpoint")
 end)

@@ -5,8 +5,9 @@
 local H = dofile("tests/lua/harness.lua")
 local test, check, expect_error = H.test, H.check, H.expect_error
 
-local dir = os.getenv("TMPDIR") or "/tmp"
-local function tmp(name) return string.format("%s/rl_labelseq_%d_%s", dir, os.time(), name) end
+-- one prefix per run (os.tmpname makes it unique), so runs side by side never share a file
+local prefix = os.tmpname()
+local function tmp(name) return string.format("%s_labelseq_%s", prefix, name) end
 
 -- n sequences: data (T, 3) float, classes a label sequence of length S (labels 0..3),
 -- T and S varying independently (S = 0 once).
@@ -131,4 +132,5 @@ test("the forward task reads a dataset with label sequences (inputs only)", func
 end)
 
 os.remove(path)
+os.remove(prefix)
 H.done()

@@ -17,14 +17,18 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
 if ! "$py" -c "import returnn.datasets.hdf, h5py, numpy" >/dev/null 2>&1; then
-    if ! timeout 300 pip3 download -q --no-deps -d "$tmp/probe" returnn >/dev/null 2>&1 &&
-       ! timeout 300 python3 -m pip download -q --no-deps -d "$tmp/probe" returnn >/dev/null 2>&1; then
-        echo "SKIP test_returnn_hdf: PyPI cannot be reached to install returnn"
+    if ! [ -x "$venv/bin/pip" ] && ! python3 -m venv "$venv"; then
+        echo "FAIL cannot make a virtual environment in $venv (python3-venv, scripts/deps.sh)"
+        echo "0 passed, 1 failed"
+        exit 1
+    fi
+    if ! timeout 300 "$venv/bin/pip" download -q --no-deps -d "$tmp/probe" returnn >/dev/null 2>&1; then
+        echo "SKIP test_returnn_hdf: PyPI cannot be reached to install returnn into $venv"
         echo "0 passed, 0 failed"
         exit 0
     fi
     echo "installing returnn, numpy and h5py into $venv"
-    python3 -m venv "$venv" && timeout 900 "$venv/bin/pip" install -q returnn numpy h5py || {
+    timeout 900 "$venv/bin/pip" install -q returnn numpy h5py || {
         echo "FAIL cannot install returnn into $venv"
         echo "0 passed, 1 failed"
         exit 1

@@ -1,0 +1,639 @@
+-- The tools around training, subcommands of the rnnlua binary (lua/rnnlua.c dispatches to
+-- M.main(name, args)):
+--   rnnlua info MODEL.h5                      a checkpoint: network, parameters, epoch, step,
+--                                             optimizer, learning rate, score history
+--   rnnlua dump-data FILE.h5 [--seq N] [--stats]   a RETURNN-layout HDF dataset
+--   rnnlua compare A.h5 B.h5                  parameter-wise max |a - b|; exit 0 iff identical
+--   rnnlua plot CURVE.jsonl [-o OUT.png|.svg] the learning curve drawn by gnuplot
+-- Checkpoints are read with rl.load_checkpoint (a data-only reader: nothing in the file is
+-- run), datasets with rl.dataset{class = "hdf"}. Exit status: 0 success, 1 a bad or unreadable
+-- file (or, for compare, different parameters), 2 a bad command line. Errors go to stderr as
+-- "rnnlua NAME: message", always naming the file.
+local M = {}
+local rl -- the module table, set by install
+
+-- An error of the command line (exit 2) is a table, every other error is a string (exit 1).
+local function usage(fmt, ...)
+  error({usage = string.format(fmt, ...)}, 0)
+end
+
+local function fail(fmt, ...)
+  error(string.format(fmt, ...), 0)
+end
+
+local function out(fmt, ...)
+  io.stdout:write(string.format(fmt, ...), "\n")
+end
+
+local function shape_str(t)
+  return "(" .. table.concat(t:size(), ", ") .. ")"
+end
+
+local function fmt_num(v)
+  if v == nil then return "-" end
+  if math.type(v) == "integer" then return tostring(v) end
+  return string.format("%.6g", v)
+end
+
+-- Rows of strings as columns padded to their widest entry.
+local function print_table(rows, indent)
+  local w = {}
+  for _, r in ipairs(rows) do
+    for i, c in ipairs(r) do w[i] = math.max(w[i] or 0, #c) end
+  end
+  for _, r in ipairs(rows) do
+    local cells = {}
+    for i, c in ipairs(r) do
+      cells[i] = i < #r and c .. string.rep(" ", w[i] - #c) or c
+    end
+    out("%s%s", indent or "  ", (table.concat(cells, "  "):gsub("%s+$", "")))
+  end
+end
+
+-- The values of a tensor as a flat Lua list (float32 values are exact as Lua floats).
+local function flat(t)
+  local n = t:numel()
+  if n == 0 then return {} end
+  return t:reshape(n):totable()
+end
+
+local function load_checkpoint(path)
+  local ok, ck = pcall(rl.load_checkpoint, path)
+  if not ok then
+    ck = tostring(ck):gsub("^rl%.load_checkpoint: ", ""):gsub("^cannot read checkpoint ", "")
+    if ck:sub(1, 2 * #path + 4) == path .. ": " .. path .. ": " then ck = ck:sub(#path + 3) end
+    fail("%s", ck)
+  end
+  return ck
+end
+
+-- The "layer/name" parameters grouped by layer, layers in the order their parameters come.
+local function params_by_layer(ck)
+  local layers, by = {}, {}
+  for _, name in ipairs(ck.param_order) do
+    local layer, pname = name:match("^([^/]+)/(.+)$")
+    if not by[layer] then
+      by[layer] = {}
+      layers[#layers + 1] = layer
+    end
+    table.insert(by[layer], {name = pname, tensor = ck.param_tensors[name]})
+  end
+  return layers, by
+end
+
+local function describe_from(from)
+  if type(from) == "table" then
+    local parts = {}
+    for i, f in ipairs(from) do parts[i] = tostring(f) end
+    return table.concat(parts, ",")
+  end
+  return from == nil and "data" or tostring(from)
+end
+
+---------------------------------------------------------------------------- info
+
+local INFO_HELP = [[
+usage: rnnlua info MODEL.h5
+Describes an rnnlua checkpoint (written by rl.save_checkpoint / rl.train): the network's
+layers with their class, size, inputs and parameter counts, every parameter's shape, the
+total, epoch, step, dtype, the optimizer and its step count, the learning rate and the score
+history kept by the learning-rate control. Nothing in the file is executed.]]
+
+-- The learning-rate control's state as {epoch = {lr =, <score key> = value}}, epochs sorted.
+local function history_of(st)
+  local by, epochs = {}, {}
+  for k, v in pairs(st or {}) do
+    if type(k) == "string" then
+      local e = k:match("^lr%.(%d+)$")
+      local se, key = k:match("^score%.(%d+)%.(.+)$")
+      local ei = math.tointeger(tonumber(e or se))
+      if ei then
+        if not by[ei] then
+          by[ei] = {}
+          epochs[#epochs + 1] = ei
+        end
+        by[ei][key or "lr"] = v
+      end
+    end
+  end
+  table.sort(epochs)
+  return epochs, by
+end
+
+local function info(args)
+  if #args ~= 1 then usage("expects one checkpoint file, got %d arguments", #args) end
+  local path = args[1]
+  local ck = load_checkpoint(path)
+  out("checkpoint %s", path)
+  out("epoch %d, step %d, dtype %s", ck.epoch, ck.step, ck.dtype)
+  local ext = {}
+  for _, k in ipairs(M.sorted_keys(ck.extern_data)) do
+    local e = ck.extern_data[k]
+    ext[#ext + 1] = string.format("%s (dim %s%s%s)", k, fmt_num(e.dim),
+      e.sparse and ", sparse" or "", e.spatial and ", " .. e.spatial .. "-D" or "")
+  end
+  out("extern data: %s", table.concat(ext, ", "))
+  local layers, by = params_by_layer(ck)
+  local seen = {}
+  for _, l in ipairs(layers) do seen[l] = true end
+  for _, l in ipairs(M.sorted_keys(ck.description)) do
+    if not seen[l] then layers[#layers + 1] = l end
+  end
+  out("network: %d layers", #layers)
+  local rows = {{"layer", "class", "n_out", "from", "params"}}
+  local total = 0
+  for _, l in ipairs(layers) do
+    local d = ck.description[l] or {}
+    local n = 0
+    for _, p in ipairs(by[l] or {}) do n = n + p.tensor:numel() end
+    total = total + n
+    rows[#rows + 1] = {l, tostring(d.class or "?"), fmt_num(d.n_out), describe_from(d.from),
+                       tostring(n)}
+  end
+  rows[#rows + 1] = {"total", "", "", "", tostring(total)}
+  print_table(rows)
+  out("parameters: %d tensors, %d values", #ck.param_order, total)
+  rows = {}
+  for _, name in ipairs(ck.param_order) do
+    local t = ck.param_tensors[name]
+    rows[#rows + 1] = {name, shape_str(t), tostring(t:numel())}
+  end
+  print_table(rows)
+  local o = ck.optimizer_state
+  if o then
+    out("optimizer: %s, %s steps%s", tostring(o.class), fmt_num(o.num_steps),
+      (o.skipped or 0) > 0 and string.format(" (%s skipped)", fmt_num(o.skipped)) or "")
+  else
+    out("optimizer: (no state saved)")
+  end
+  local st = ck.lr_control_state
+  if not st then
+    out("learning rate: (no learning-rate control state saved)")
+    return 0
+  end
+  local epochs, hist = history_of(st)
+  local cur = hist[ck.epoch] and hist[ck.epoch].lr
+  local nxt = hist[ck.epoch + 1] and hist[ck.epoch + 1].lr
+  out("learning rate: %s at epoch %d%s (control %s%s)", fmt_num(cur), ck.epoch,
+    nxt and string.format(", %s for epoch %d", fmt_num(nxt), ck.epoch + 1) or "",
+    tostring(st.control), type(st.decision) == "string" and st.decision ~= ""
+      and ": " .. st.decision or "")
+  if #epochs == 0 then return 0 end
+  local keys, has = {}, {}
+  for _, e in ipairs(epochs) do
+    for k in pairs(hist[e]) do
+      if k ~= "lr" and not has[k] then
+        has[k] = true
+        keys[#keys + 1] = k
+      end
+    end
+  end
+  table.sort(keys)
+  out("score history:")
+  rows = {{"epoch", "lr", table.unpack(keys)}}
+  for _, e in ipairs(epochs) do
+    local r = {tostring(e), fmt_num(hist[e].lr)}
+    for _, k in ipairs(keys) do r[#r + 1] = fmt_num(hist[e][k]) end
+    rows[#rows + 1] = r
+  end
+  print_table(rows)
+  return 0
+end
+
+---------------------------------------------------------------------------- dump-data
+
+local DUMP_HELP = [[
+usage: rnnlua dump-data FILE.h5 [--seq N] [--stats]
+Describes a RETURNN-layout HDF dataset (as rl.dataset{class = "hdf"} reads it): the number of
+sequences and frames, each key's dim and kind, and the length histogram.
+  --seq N   also prints sequence N (1-based, file order): tag, shapes and values of every key
+  --stats   also reads every sequence: mean and standard deviation per feature of dense keys,
+            counts per label of sparse keys (with the label names when the file has them)]]
+
+local function histogram(lens)
+  local lo, hi = math.huge, -math.huge
+  for _, l in ipairs(lens) do lo, hi = math.min(lo, l), math.max(hi, l) end
+  local bins = math.min(10, hi - lo + 1)
+  local width = math.max(1, math.ceil((hi - lo + 1) / bins))
+  local counts = {}
+  for _, l in ipairs(lens) do
+    local b = (l - lo) // width + 1
+    counts[b] = (counts[b] or 0) + 1
+  end
+  local rows = {}
+  local nb = (hi - lo) // width + 1
+  local most = 0
+  for b = 1, nb do most = math.max(most, counts[b] or 0) end
+  for b = 1, nb do
+    local a = lo + (b - 1) * width
+    local c = counts[b] or 0
+    rows[#rows + 1] = {width == 1 and tostring(a) or string.format("%d-%d", a, a + width - 1),
+      tostring(c), string.rep("#", math.ceil(40 * c / math.max(most, 1)))}
+  end
+  return lo, hi, rows
+end
+
+local function print_values(t, sparse)
+  local v = flat(t)
+  if sparse then
+    local s = {}
+    for i, x in ipairs(v) do s[i] = tostring(math.tointeger(x) or x) end
+    out("    %s", table.concat(s, " "))
+    return
+  end
+  local size = t:size()
+  local cols = size[#size]
+  for r = 0, #v // math.max(cols, 1) - 1 do
+    local s = {}
+    for c = 1, cols do s[c] = string.format("%.4g", v[r * cols + c]) end
+    out("    %s", table.concat(s, " "))
+  end
+end
+
+local function dump_data(args)
+  local path, seq, stats
+  local i = 1
+  while i <= #args do
+    local a = args[i]
+    if a == "--seq" then
+      seq = math.tointeger(tonumber(args[i + 1] or ""))
+      if not seq then usage("--seq needs a sequence number, got %s", tostring(args[i + 1])) end
+      i = i + 1
+    elseif a == "--stats" then
+      stats = true
+    elseif a:sub(1, 1) == "-" then
+      usage("unknown option '%s'", a)
+    elseif path then
+      usage("expects one dataset file, got %s and %s", path, a)
+    else
+      path = a
+    end
+    i = i + 1
+  end
+  if not path then usage("expects a dataset file") end
+  local ok, ds = pcall(rl.dataset, {class = "hdf", files = path})
+  if not ok then fail("%s", (tostring(ds):gsub("^rl%.dataset: ", ""))) end
+  ds:init_epoch(1)
+  local n = ds:num_seqs()
+  local ext = ds:extern_data()
+  local lens, frames = {}, 0
+  for k = 1, n do
+    lens[k] = ds:seq_len(k)
+    frames = frames + lens[k]
+  end
+  out("dataset %s", path)
+  out("%d sequences, %d frames", n, frames)
+  out("keys:")
+  local rows = {}
+  for _, key in ipairs(ds:keys()) do
+    local e = ext[key]
+    rows[#rows + 1] = {key, "dim " .. tostring(e.dim), e.sparse and "sparse" or "dense",
+                       e.spatial and "images" or ""}
+  end
+  print_table(rows)
+  local lo, hi, hrows = histogram(lens)
+  out("length (data frames): min %d, max %d, mean %.2f", lo, hi, frames / n)
+  print_table(hrows)
+  if seq then
+    if seq < 1 or seq > n then fail("%s: --seq %d: the dataset has %d sequences", path, seq, n) end
+    local s = ds:get_seq(seq)
+    out("sequence %d: tag %s", seq, tostring(s.tag))
+    for _, key in ipairs(ds:keys()) do
+      out("  %s %s:", key, shape_str(s[key]))
+      print_values(s[key], ext[key].sparse)
+    end
+  end
+  if stats then
+    local f = rl.h5file(path, "r")
+    local names = {}
+    -- label names: /labels for the inputs, /targets/labels/<key> for the targets (optional)
+    for _, key in ipairs(ds:keys()) do
+      local where = key == "data" and "labels" or "targets/labels/" .. key
+      if f:exists(where) then
+        local okn, lab = pcall(f.read_strings, f, where)
+        if okn then names[key] = lab end
+      end
+    end
+    f:close()
+    for _, key in ipairs(ds:keys()) do
+      local e = ext[key]
+      if e.sparse then
+        local counts, total = {}, 0
+        for k = 1, n do
+          for _, c in ipairs(flat(ds:get_seq(k)[key])) do
+            c = math.tointeger(c)
+            counts[c] = (counts[c] or 0) + 1
+            total = total + 1
+          end
+        end
+        out("%s: label counts (%d labels in all)", key, total)
+        rows = {}
+        for c = 0, e.dim - 1 do
+          if counts[c] then
+            local nm = names[key] and names[key][c + 1]
+            rows[#rows + 1] = {tostring(c), nm and string.format("%q", nm) or "",
+              tostring(counts[c]), string.format("%.2f%%", 100 * counts[c] / total)}
+          end
+        end
+        print_table(rows)
+      else
+        local sum, sq, count = {}, {}, 0
+        for j = 1, e.dim do sum[j], sq[j] = 0, 0 end
+        for k = 1, n do
+          local x = ds:get_seq(k)[key]:double()
+          local rows_n = x:numel() // e.dim
+          x = x:reshape(rows_n, e.dim)
+          local s1, s2 = flat(x:sum(1)), flat((x * x):sum(1))
+          for j = 1, e.dim do sum[j], sq[j] = sum[j] + s1[j], sq[j] + s2[j] end
+          count = count + rows_n
+        end
+        out("%s: mean and std per feature over %d frames", key, count)
+        rows = {{"feature", "mean", "std"}}
+        for j = 1, e.dim do
+          local mean = sum[j] / count
+          local var = math.max(0, sq[j] / count - mean * mean)
+          rows[#rows + 1] = {tostring(j - 1), string.format("%.6g", mean),
+            string.format("%.6g", math.sqrt(var))}
+        end
+        print_table(rows)
+      end
+    end
+  end
+  return 0
+end
+
+---------------------------------------------------------------------------- compare
+
+local COMPARE_HELP = [[
+usage: rnnlua compare A.h5 B.h5
+Compares the parameters of two rnnlua checkpoints: per parameter the maximum absolute
+difference and whether the values are bit-identical (for checking that a resumed run equals an
+uninterrupted one, or CPU against GPU by hand). Exit status 0 when every parameter is
+bit-identical, 1 when some differ or the networks do not match (the parameters only one file
+has and those of different shapes are named).]]
+
+-- Same bits as doubles (float32 widens exactly): tells 0 from -0 and compares NaNs.
+local function same_bits(x, y)
+  return x == y and (x ~= 0 or 1 / x == 1 / y) or (x ~= x and y ~= y and
+    string.pack("<d", x) == string.pack("<d", y))
+end
+
+local function compare(args)
+  if #args ~= 2 then usage("expects two checkpoint files, got %d arguments", #args) end
+  local a, b = load_checkpoint(args[1]), load_checkpoint(args[2])
+  out("A %s (epoch %d, step %d)", args[1], a.epoch, a.step)
+  out("B %s (epoch %d, step %d)", args[2], b.epoch, b.step)
+  local problems = {}
+  for _, name in ipairs(a.param_order) do
+    if not b.param_tensors[name] then problems[#problems + 1] = name .. " only in A" end
+  end
+  for _, name in ipairs(b.param_order) do
+    if not a.param_tensors[name] then problems[#problems + 1] = name .. " only in B" end
+  end
+  local rows = {{"parameter", "shape", "max |A-B|", ""}}
+  local identical, worst = true, 0
+  for _, name in ipairs(a.param_order) do
+    local ta, tb = a.param_tensors[name], b.param_tensors[name]
+    if tb then
+      if shape_str(ta) ~= shape_str(tb) then
+        problems[#problems + 1] = string.format("%s has shape %s in A, %s in B", name,
+          shape_str(ta), shape_str(tb))
+      else
+        local va, vb = flat(ta), flat(tb)
+        local maxd, same = 0, true
+        for i = 1, #va do
+          local x, y = va[i], vb[i]
+          if not same_bits(x, y) then
+            same = false
+            local d = math.abs(x - y)
+            if d ~= d then d = math.huge end -- a NaN on one side only
+            if d > maxd then maxd = d end
+          end
+        end
+        worst = math.max(worst, maxd)
+        identical = identical and same
+        rows[#rows + 1] = {name, shape_str(ta), string.format("%.6g", maxd),
+                           same and "identical" or "DIFFERENT"}
+      end
+    end
+  end
+  print_table(rows)
+  if #problems > 0 then
+    out("incompatible: %s", table.concat(problems, "; "))
+    return 1
+  end
+  if a.dtype ~= b.dtype then out("dtypes differ: A %s, B %s", a.dtype, b.dtype) end
+  if identical then
+    out("identical: all %d parameters bit-identical", #a.param_order)
+    return 0
+  end
+  out("different: max |A-B| = %.6g", worst)
+  return 1
+end
+
+---------------------------------------------------------------------------- plot
+
+local PLOT_HELP = [[
+usage: rnnlua plot CURVE.jsonl [-o OUT.png|OUT.svg]
+Draws a learning curve (the JSON lines rl.train appends to MODEL.curve.jsonl) with gnuplot:
+train and dev score per epoch (top), train and dev error (middle) and the learning rate on a
+log scale (bottom). The output's format follows its extension; the default is CURVE.png
+(CURVE.jsonl without .jsonl). rl.train{..., plot = true} draws MODEL.curve.png after every
+epoch.]]
+
+-- One line of the learning curve: a flat JSON object of numbers and nulls.
+local function parse_curve_line(line, where)
+  local rec = {}
+  local body = line:match("^%s*{(.*)}%s*$")
+  if not body then fail("%s: not a JSON object", where) end
+  for item in body:gmatch("[^,]+") do
+    local k, v = item:match('^%s*"([%w_]+)"%s*:%s*(%S+)%s*$')
+    if not k then fail("%s: cannot read %q (expects \"key\": number)", where, item) end
+    if v ~= "null" then
+      local x = tonumber(v)
+      if not x then fail("%s: %s is %s, not a number", where, k, v) end
+      rec[k] = x
+    end
+  end
+  if not rec.epoch then fail("%s: no epoch", where) end
+  return rec
+end
+
+function M.read_curve(path)
+  local fh, err = io.open(path, "r")
+  if not fh then fail("%s: cannot read: %s", path, err) end
+  local recs, ln = {}, 0
+  for line in fh:lines() do
+    ln = ln + 1
+    if line:find("%S") then
+      recs[#recs + 1] = parse_curve_line(line, string.format("%s:%d", path, ln))
+    end
+  end
+  fh:close()
+  if #recs == 0 then fail("%s: the learning curve is empty", path) end
+  return recs
+end
+
+local function find_gnuplot()
+  local p = io.popen("command -v gnuplot 2>/dev/null")
+  local where = p and p:read("l")
+  if p then p:close() end
+  if not where or where == "" then
+    fail("gnuplot is not installed (Debian: apt-get install gnuplot-nox)")
+  end
+  return where
+end
+
+local function q(s) -- a string for gnuplot (single quotes: nothing is expanded)
+  return "'" .. s:gsub("'", "''") .. "'"
+end
+
+-- Draws the curve at `path` into `outp` (.png or .svg), width x height pixels.
+function M.plot(path, outp, opts)
+  opts = opts or {}
+  local width, height = opts.width or 800, opts.height or 900
+  local ext = outp:match("%.(%w+)$")
+  ext = ext and ext:lower()
+  if ext ~= "png" and ext ~= "svg" then
+    fail("%s: the output must end in .png or .svg", outp)
+  end
+  local recs = M.read_curve(path)
+  local data = os.tmpname()
+  local script = os.tmpname()
+  local ok, err = pcall(function()
+    local cols = {"epoch", "train_score", "dev_score", "train_error", "dev_error", "lr"}
+    local has = {}
+    local fh = assert(io.open(data, "w"))
+    for _, r in ipairs(recs) do
+      local vals = {}
+      for i, c in ipairs(cols) do
+        local v = r[c]
+        if c == "lr" and v and v <= 0 then v = nil end -- no place on a log scale
+        if v and v == v and math.abs(v) ~= math.huge then
+          has[c] = true
+          vals[i] = string.format("%.10g", v)
+        else
+          vals[i] = "NaN"
+        end
+      end
+      fh:write(table.concat(vals, " "), "\n")
+    end
+    fh:close()
+    local function plots(list)
+      local p = {}
+      for _, it in ipairs(list) do
+        if has[it[1]] then
+          p[#p + 1] = string.format("%s using 1:%d with linespoints title %s", q(data), it[2],
+            q(it[3]))
+        end
+      end
+      if #p == 0 then return "set label 1 'no values' at graph 0.5, 0.5 center\n"
+        .. "plot [0:1] [0:1] NaN notitle\nunset label 1" end
+      return "plot " .. table.concat(p, ", ")
+    end
+    local title = path:match("[^/]*$"):gsub("_", "\\_")
+    local g = {
+      ext == "png" and string.format("set terminal pngcairo size %d,%d", width, height)
+        or string.format("set terminal svg size %d,%d", width, height),
+      "set output " .. q(outp),
+      "set datafile missing 'NaN'",
+      "set multiplot layout 3,1 title " .. q(title),
+      "set grid", "set key outside right", "set xlabel 'epoch'",
+      #recs <= 20 and "set xtics 1" or "", -- whole epochs
+      "set ylabel 'score'",
+      plots({{"train_score", 2, "train"}, {"dev_score", 3, "dev"}}),
+      "set ylabel 'error'",
+      plots({{"train_error", 4, "train"}, {"dev_error", 5, "dev"}}),
+      "set ylabel 'learning rate'", has.lr and "set logscale y" or "",
+      plots({{"lr", 6, "lr"}}),
+      "unset multiplot", "set output",
+    }
+    fh = assert(io.open(script, "w"))
+    fh:write(table.concat(g, "\n"), "\n")
+    fh:close()
+    local gp = find_gnuplot()
+    local cmd = string.format("'%s' '%s' 2>&1", gp, script) -- both without quotes
+    local p = io.popen(cmd)
+    local msg = p:read("a")
+    local okx, _, code = p:close()
+    if not okx then
+      fail("%s: gnuplot failed (exit %s) drawing %s: %s", path, tostring(code), outp, msg)
+    end
+  end)
+  os.remove(data)
+  os.remove(script)
+  if not ok then error(err, 0) end
+  return outp
+end
+
+local function plot(args)
+  local path, outp
+  local i = 1
+  while i <= #args do
+    local a = args[i]
+    if a == "-o" then
+      outp = args[i + 1]
+      if not outp then usage("-o needs an output file") end
+      i = i + 1
+    elseif a:sub(1, 1) == "-" then
+      usage("unknown option '%s'", a)
+    elseif path then
+      usage("expects one learning-curve file, got %s and %s", path, a)
+    else
+      path = a
+    end
+    i = i + 1
+  end
+  if not path then usage("expects a learning-curve file (MODEL.curve.jsonl)") end
+  outp = outp or (path:gsub("%.jsonl$", "") .. ".png")
+  M.plot(path, outp)
+  out("wrote %s", outp)
+  return 0
+end
+
+---------------------------------------------------------------------------- dispatch
+
+function M.sorted_keys(t)
+  local keys = {}
+  for k in pairs(t or {}) do keys[#keys + 1] = k end
+  table.sort(keys, function(x, y) return tostring(x) < tostring(y) end)
+  return keys
+end
+
+local TOOLS = {
+  info = {info, INFO_HELP}, ["dump-data"] = {dump_data, DUMP_HELP},
+  compare = {compare, COMPARE_HELP}, plot = {plot, PLOT_HELP},
+}
+
+-- Runs tool `name` on the list of strings `args`; returns the exit status.
+function M.main(name, args)
+  local tool = TOOLS[name]
+  if not tool then
+    io.stderr:write(string.format("rnnlua: no tool '%s'\n", tostring(name)))
+    return 2
+  end
+  for _, a in ipairs(args) do
+    if a == "--help" or a == "-h" then
+      io.stdout:write(tool[2], "\n")
+      return 0
+    end
+  end
+  local ok, res = pcall(tool[1], args)
+  io.stdout:flush()
+  if ok then return res end
+  if type(res) == "table" and res.usage then
+    io.stderr:write(string.format("rnnlua %s: %s\n%s\n", name, res.usage,
+      tool[2]:match("^[^\n]*")))
+    return 2
+  end
+  io.stderr:write(string.format("rnnlua %s: %s\n", name, tostring(res)))
+  return 1
+end
+
+function M.install(module)
+  rl = module
+  rl.tools = M
+  return M
+end
+
+return M

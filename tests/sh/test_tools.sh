@@ -1,0 +1,200 @@
+#!/usr/bin/env bash
+# The tool subcommands (lua/rnnlua/tools.lua): info, dump-data, compare and plot on fixture files
+# made here, their output checked line by line; bad input (a missing file, a file that is not
+# HDF5, a dataset given as a checkpoint and the other way round, a bad command line) gives an
+# error naming the file and exit status 1 (2 for the command line). rl.train{plot = true}
+# draws the curve after every epoch. Usage: test_tools.sh path/to/rnnlua
+set -u
+bin=${1:?usage: test_tools.sh path/to/rnnlua}
+bin=$(cd "$(dirname "$bin")" && pwd)/$(basename "$bin") # the test runs in its own directory
+pass=0
+fail=0
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+
+check() { # name, got, expected
+    if [ "$2" = "$3" ]; then
+        pass=$((pass + 1))
+    else
+        fail=$((fail + 1))
+        echo "FAIL $1: got '$2', expected '$3'"
+    fi
+}
+
+# The output has this exact line (leading spaces and runs of spaces squeezed to one).
+has_line() { # name, file, line
+    if sed 's/^ *//; s/  */ /g' "$2" | grep -qxF -- "$3"; then
+        pass=$((pass + 1))
+    else
+        fail=$((fail + 1))
+        echo "FAIL $1: no line '$3' in:"
+        cat "$2"
+    fi
+}
+
+# Runs the tool; its exit status goes to $rc, stdout to $dir/out, stderr to $dir/err.
+run() {
+    "$bin" "$@" >"$dir/out" 2>"$dir/err"
+    rc=$?
+}
+
+# Fixtures: checkpoint a.h5 (known parameter values, lr control with two epochs of scores),
+# b.h5 = a.h5 with one value changed by 0.25, c.h5 a network with a different layer size, and
+# a dataset d.h5 of three sequences with known values.
+cd "$dir" || exit 1
+"$bin" -e '
+local function make(n_out, bump)
+  local net = rl.network({lstm1 = {class = "lstm", n_out = n_out},
+    output = {class = "softmax", from = "lstm1", loss = "ce", target = "classes"}},
+    {data = {dim = 2}, classes = {dim = 4, sparse = true}})
+  local ps = net:params()
+  for i = 1, ps:numel() do ps[i] = (i % 7) / 8 end
+  ps[5] = ps[5] + bump
+  local opt = rl.optimizer({class = "adam"}, net:params(), net:grads())
+  local lrc = rl.lr_control{learning_rate = 0.5, learning_rate_control = "newbob"}
+  lrc:lr(1)
+  lrc:epoch_done(1, {train_score = 3, dev_score = 2.5})
+  lrc:lr(2)
+  lrc:epoch_done(2, {train_score = 2, dev_score = 2.5})
+  return {net = net, optimizer = opt, lr_control = lrc, epoch = 2, step = 7}
+end
+rl.save_checkpoint("a.h5", make(3, 0))
+rl.save_checkpoint("b.h5", make(3, 0.25))
+rl.save_checkpoint("c.h5", make(5, 0))
+rl.save_checkpoint("e.h5", {net = make(3, 0).net}) -- no optimizer, no lr control
+local w = rl.hdf_writer("d.h5", {data_dim = 2, targets = {classes = {dim = 3, sparse = true}},
+  target_labels = {classes = {"a", "b", "c"}}})
+w:add("s1", rl.tensor{{1, 2}, {3, 4}}, {classes = rl.tensor({0, 2}, "int32")})
+w:add("s2", rl.tensor{{5, 6}}, {classes = rl.tensor({2}, "int32")})
+w:add("s3", rl.tensor{{1, 0}, {1, 0}, {1, 0}, {1, 0}}, {classes = rl.tensor({1, 1, 1, 2}, "int32")})
+w:close()
+' || echo "FAIL: fixtures"
+echo "not HDF5" >text.h5
+printf '%s\n' \
+    '{"epoch": 1, "lr": 0.5, "train_score": 3, "train_error": 0.75, "dev_score": 2.5,' \
+    '{"epoch": 2, "lr": 0.25, "train_score": 2, "train_error": 0.5, "dev_score": 2.5,' |
+    sed '1s/$/ "dev_error": null}/; 2s/$/ "dev_error": 0.6}/' >net.curve.jsonl
+
+# ---- info
+run info a.h5
+check "info status" "$rc" 0
+has_line "info epoch" out "epoch 2, step 7, dtype float32"
+has_line "info lstm1" out "lstm1 lstm 3 data 72"
+has_line "info output" out "output softmax - lstm1 16"
+has_line "info total" out "total 88"
+has_line "info param" out "lstm1/W (2, 12) 24"
+has_line "info optimizer" out "optimizer: adam, 0 steps"
+has_line "info history head" out "epoch lr dev_score train_score"
+has_line "info history 1" out "1 0.5 2.5 3"
+has_line "info history 2" out "2 0.5 2.5 2"
+has_line "info history 3" out "3 0.25 - -"
+run info e.h5
+check "info without state" "$rc" 0
+has_line "info without optimizer" out "optimizer: (no state saved)"
+has_line "info without lr control" out "learning rate: (no learning-rate control state saved)"
+run info --help
+check "info --help" "$rc:$(head -c 24 "$dir/out")" "0:usage: rnnlua info MODEL"
+
+# ---- dump-data
+run dump-data d.h5 --seq 3 --stats
+check "dump-data status" "$rc" 0
+has_line "dump-data counts" out "3 sequences, 7 frames"
+has_line "dump-data data" out "data dim 2 dense"
+has_line "dump-data classes" out "classes dim 3 sparse"
+has_line "dump-data lengths" out "length (data frames): min 1, max 4, mean 2.33"
+has_line "dump-data hist 4" out "4 1 ########################################"
+has_line "dump-data tag" out "sequence 3: tag s3"
+has_line "dump-data seq classes" out "1 1 1 2"
+# feature 0: 1 3 5 1 1 1 1, feature 1: 2 4 6 0 0 0 0 (population std)
+has_line "dump-data mean 0" out "0 1.85714 1.45686"
+has_line "dump-data mean 1" out "1 1.71429 2.24972"
+has_line "dump-data label 0" out '0 "a" 1 14.29%'
+has_line "dump-data label 1" out '1 "b" 3 42.86%'
+has_line "dump-data label 2" out '2 "c" 3 42.86%'
+run dump-data d.h5 --seq 4
+check "dump-data --seq out of range" "$rc:$(cat "$dir/err")" \
+    "1:rnnlua dump-data: d.h5: --seq 4: the dataset has 3 sequences"
+
+# ---- compare
+run compare a.h5 a.h5
+check "compare same status" "$rc" 0
+has_line "compare same" out "identical: all 5 parameters bit-identical"
+run compare a.h5 b.h5
+check "compare different status" "$rc" 1
+has_line "compare W" out "lstm1/W (2, 12) 0.25 DIFFERENT"
+has_line "compare U" out "lstm1/U (3, 12) 0 identical"
+has_line "compare summary" out "different: max |A-B| = 0.25"
+run compare a.h5 c.h5
+check "compare incompatible status" "$rc" 1
+has_line "compare incompatible" out "incompatible: lstm1/W has shape (2, 12) in A, (2, 20) in B; \
+lstm1/U has shape (3, 12) in A, (5, 20) in B; lstm1/b has shape (12) in A, (20) in B; \
+output/W has shape (3, 4) in A, (5, 4) in B"
+
+# ---- plot
+run plot net.curve.jsonl -o curve.png
+check "plot status" "$rc:$(cat "$dir/err")" "0:"
+# the PNG's IHDR chunk: signature, length, "IHDR", width, height (big-endian)
+size=$(python3 -c '
+import struct, sys
+d = open(sys.argv[1], "rb").read(24)
+assert d[:8] == b"\x89PNG\r\n\x1a\n" and d[12:16] == b"IHDR"
+print("%dx%d" % struct.unpack(">II", d[16:24]))' curve.png 2>&1)
+check "plot png size" "$size" "800x900"
+run plot net.curve.jsonl -o curve.svg
+check "plot svg" "$rc:$(grep -c '<svg' curve.svg)" "0:1"
+run plot net.curve.jsonl
+check "plot default name" "$rc:$(test -s net.curve.png && echo yes)" "0:yes"
+echo '{"epoch": 1, "lr": oops}' >bad.jsonl
+run plot bad.jsonl
+check "plot bad curve" "$rc:$(cat "$dir/err")" \
+    "1:rnnlua plot: bad.jsonl:1: lr is oops, not a number"
+run plot net.curve.jsonl -o curve.gif
+check "plot bad format" "$rc:$(cat "$dir/err")" \
+    "1:rnnlua plot: curve.gif: the output must end in .png or .svg"
+
+# ---- rl.train{plot = true}: the picture after every epoch
+"$bin" -e 'rl.train{network = {output = {class = "softmax", loss = "ce", target = "classes"}},
+  train = {class = "12ax", num_seqs = 4, max_len = 12}, num_epochs = 2, model = "m/net",
+  log_verbosity = 0, plot = true}' >"$dir/out" 2>&1
+check "train plot" "$?:$(file -b m/net.curve.png | cut -d, -f1,2)" "0:PNG image data, 800 x 900"
+
+"$bin" -e 'rl.train{network = {output = {class = "softmax", loss = "ce", target = "classes"}},
+  train = {class = "12ax", num_seqs = 4}, plot = "yes"}' >"$dir/out" 2>&1
+check "train plot not a boolean" "$?:$(grep -c 'config.plot must be true or false' "$dir/out")" \
+    "1:1"
+
+# ---- bad input: the error names the file, exit status 1
+for tool in info "dump-data" plot; do
+    run "$tool" missing.h5
+    check "$tool missing file" "$rc:$(grep -c 'missing.h5' "$dir/err")" "1:1"
+done
+run compare a.h5 missing.h5
+check "compare missing file" "$rc:$(grep -c 'missing.h5' "$dir/err")" "1:1"
+run info text.h5
+check "info not hdf5" "$rc:$(cat "$dir/err")" "1:rnnlua info: text.h5: not an HDF5 file"
+run dump-data text.h5
+check "dump-data not hdf5" "$rc:$(cat "$dir/err")" "1:rnnlua dump-data: text.h5: not an HDF5 file"
+run info d.h5
+check "info on a dataset" "$rc:$(cat "$dir/err")" \
+    '1:rnnlua info: d.h5: not an rnnlua checkpoint (no format = "rnnlua-checkpoint" attribute)'
+run dump-data a.h5
+check "dump-data on a checkpoint" "$rc:$(cat "$dir/err")" \
+    "1:rnnlua dump-data: a.h5: not a RETURNN HDF dataset: it has no /inputs"
+run compare a.h5 d.h5
+check "compare with a dataset" "$rc:$(grep -c 'd.h5: not an rnnlua checkpoint' "$dir/err")" "1:1"
+run plot a.h5
+check "plot on a checkpoint" "$rc:$(grep -c 'a.h5:1: not a JSON object' "$dir/err")" "1:1"
+
+# ---- the command line: exit status 2
+run info
+check "info no file" "$rc:$(head -1 "$dir/err")" \
+    "2:rnnlua info: expects one checkpoint file, got 0 arguments"
+run dump-data d.h5 --bogus
+check "dump-data bad option" "$rc:$(head -1 "$dir/err")" \
+    "2:rnnlua dump-data: unknown option '--bogus'"
+run compare a.h5
+check "compare one file" "$rc:$(head -1 "$dir/err")" \
+    "2:rnnlua compare: expects two checkpoint files, got 1 arguments"
+
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]
