@@ -141,6 +141,13 @@ rl_status rl_audio_load(const char *path, int64_t want_rate, bool resample_ok, r
                         path, (long long)got, (long long)info.frames);
     }
     int64_t n = info.frames, ch = info.channels;
+    /* a float file can hold NaN or Inf, which would turn every later feature into NaN */
+    for (int64_t i = 0; i < total; i++)
+        if (!isfinite(buf[i])) {
+            free(buf);
+            return rl_error(RL_EIO, "rl.audio.load: '%s': sample %lld (channel %lld) is not finite",
+                            path, (long long)(i / ch), (long long)(i % ch));
+        }
     /* mono: the mean of the channels, in place (frame i's channels start at i * ch >= i) */
     if (ch > 1)
         for (int64_t i = 0; i < n; i++) {
@@ -333,6 +340,10 @@ rl_status rl_audio_features(const char *who, const rl_audio_cfg *c, const float 
                         "%s: the waveform has %lld samples, fewer than one window (%lld samples "
                         "= window_ms %g at %g Hz)",
                         who, (long long)n, (long long)w_n, c->window_ms, c->rate);
+    for (int64_t i = 0; i < n; i++)
+        if (!isfinite(wave[i]))
+            return rl_error(RL_EARG, "%s: sample %lld of the waveform is not finite", who,
+                            (long long)i);
     int64_t m_n = c->n_mels, base = c->n_ceps ? c->n_ceps : m_n, f_n = base * (1 + c->deltas);
     int64_t shape[2] = {t_n, f_n};
     RL_TRY(rl_tensor_empty(out, RL_FLOAT32, RL_DEVICE_CPU, 2, shape));
