@@ -141,6 +141,13 @@ rl_status rl_audio_load(const char *path, int64_t want_rate, bool resample_ok, r
                         path, (long long)got, (long long)info.frames);
     }
     int64_t n = info.frames, ch = info.channels;
+    /* a float file can hold NaN or Inf, which would turn every later feature into NaN */
+    for (int64_t i = 0; i < total; i++)
+        if (!isfinite(buf[i])) {
+            free(buf);
+            return rl_error(RL_EIO, "rl.audio.load: '%s': sample %lld (channel %lld) is not finite",
+                            path, (long long)(i / ch), (long long)(i % ch));
+        }
     /* mono: the mean of the channels, in place (frame i's channels start at i * ch >= i) */
     if (ch > 1)
         for (int64_t i = 0; i < n; i++) {
@@ -333,6 +340,10 @@ rl_status rl_audio_features(const char *who, const rl_audio_cfg *c, const float 
                         "%s: the waveform has %lld samples, fewer than one window (%lld samples "
                         "= window_ms %g at %g Hz)",
                         who, (long long)n, (long long)w_n, c->window_ms, c->rate);
+    for (int64_t i = 0; i < n; i++)
+        if (!isfinite(wave[i]))
+            return rl_error(RL_EARG, "%s: sample %lld of the waveform is not finite", who,
+                            (long long)i);
     int64_t m_n = c->n_mels, base = c->n_ceps ? c->n_ceps : m_n, f_n = base * (1 + c->deltas);
     int64_t shape[2] = {t_n, f_n};
     RL_TRY(rl_tensor_empty(out, RL_FLOAT32, RL_DEVICE_CPU, 2, shape));
@@ -340,14 +351,15 @@ rl_status rl_audio_features(const char *who, const rl_audio_cfg *c, const float 
 
     melbank mb = {0};
     float *win = malloc((size_t)w_n * sizeof *win);
-    double *lm = malloc((size_t)m_n * sizeof *lm);
+    float *lm = malloc((size_t)m_n * sizeof *lm);
+    float *raw = c->dither > 0 ? malloc((size_t)w_n * sizeof *raw) : NULL;
     double *dct = c->n_ceps ? malloc((size_t)(c->n_ceps * m_n) * sizeof *dct) : NULL;
     float *buf = fftwf_malloc((size_t)p * sizeof *buf);
     fftwf_complex *spec = fftwf_malloc((size_t)nb * sizeof *spec);
     float *pw = malloc((size_t)nb * sizeof *pw);
     fftwf_plan plan = NULL;
     rl_status st = RL_OK;
-    if (!win || !lm || (c->n_ceps && !dct) || !buf || !spec || !pw) {
+    if (!win || !lm || (c->dither > 0 && !raw) || (c->n_ceps && !dct) || !buf || !spec || !pw) {
         st = rl_error(RL_ENOMEM, "%s: no memory for the feature buffers", who);
         goto done;
     }
@@ -373,34 +385,32 @@ rl_status rl_audio_features(const char *who, const rl_audio_cfg *c, const float 
             dct[q * m_n + m] = lift * sc * cos(M_PI * (double)q * ((double)m + 0.5) / (double)m_n);
     }
 
+    /* the floor in float: below FLT_MIN it would be 0 and the log -inf */
+    float fl = c->floor < FLT_MIN ? FLT_MIN : (float)c->floor;
     for (int64_t t = 0; t < t_n; t++) {
         const float *x = wave + t * hop;
-        for (int64_t i = 0; i < w_n; i++)
-            buf[i] = x[i];
-        if (c->dither > 0)
+        if (c->dither > 0) {
             for (int64_t i = 0; i < w_n; i++) {
                 /* Box-Muller on two Philox words; stream = frame, so frames are independent */
                 uint64_t e = (uint64_t)(2 * i);
                 double u1 = rl_u32_to_unit_open(rl_philox_word(c->seed, (uint64_t)t, 0, e));
                 double u2 = rl_u32_to_unit_open(rl_philox_word(c->seed, (uint64_t)t, 0, e + 1));
-                buf[i] += (float)(c->dither * sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2));
+                raw[i] = x[i] + (float)(c->dither * sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2));
             }
+            x = raw;
+        }
+        float mean = 0;
         if (c->remove_dc) {
             double s = 0;
             for (int64_t i = 0; i < w_n; i++)
-                s += buf[i];
-            float mean = (float)(s / (double)w_n);
-            for (int64_t i = 0; i < w_n; i++)
-                buf[i] -= mean;
+                s += x[i];
+            mean = (float)(s / (double)w_n);
         }
-        if (c->preemph > 0) {
-            float pe = (float)c->preemph;
-            for (int64_t i = w_n - 1; i > 0; i--)
-                buf[i] -= pe * buf[i - 1];
-            buf[0] -= pe * buf[0];
-        }
-        for (int64_t i = 0; i < w_n; i++)
-            buf[i] *= win[i];
+        /* DC removal, pre-emphasis and the window in one pass that the compiler vectorises */
+        float pe = (float)c->preemph;
+        buf[0] = ((x[0] - mean) - pe * (x[0] - mean)) * win[0];
+        for (int64_t i = 1; i < w_n; i++)
+            buf[i] = ((x[i] - mean) - pe * (x[i - 1] - mean)) * win[i];
         for (int64_t i = w_n; i < p; i++)
             buf[i] = 0;
         fftwf_execute(plan);
@@ -409,11 +419,11 @@ rl_status rl_audio_features(const char *who, const rl_audio_cfg *c, const float 
             pw[k] = c->use_power ? pk : sqrtf(pk);
         }
         for (int64_t m = 0; m < m_n; m++) {
-            double e = 0;
+            float e = 0;
             const float *wt = mb.wt + mb.off[m], *s = pw + mb.first[m];
             for (int64_t k = 0; k < mb.off[m + 1] - mb.off[m]; k++)
-                e += (double)wt[k] * s[k];
-            lm[m] = log(e > c->floor ? e : c->floor);
+                e += wt[k] * s[k];
+            lm[m] = logf(e > fl ? e : fl);
         }
         float *row = y + t * f_n;
         if (c->n_ceps) {
@@ -453,6 +463,7 @@ done:
     melbank_free(&mb);
     free(win);
     free(lm);
+    free(raw);
     free(dct);
     fftwf_free(buf);
     fftwf_free(spec);

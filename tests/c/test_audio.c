@@ -123,8 +123,19 @@ int main(void) {
     CHECK(truncate(path_of("cut.flac"), 3000) == 0);
     expect_fail(path_of("cut.flac"), 0, true, "");
 
-    const char *names[] = {"a.wav",    "a.flac",   "a.ogg",   "b8k.wav", "empty.wav",
-                           "text.wav", "zero.wav", "cut.wav", "cut.flac"};
+    /* a float WAV holding a NaN */
+    {
+        SF_INFO info = {
+            .samplerate = 16000, .channels = 1, .format = SF_FORMAT_WAV | SF_FORMAT_FLOAT};
+        SNDFILE *s = sf_open(path_of("nan.wav"), SFM_WRITE, &info);
+        float v[4] = {0.1f, 0.2f, NAN, 0.3f};
+        CHECK(s && sf_writef_float(s, v, 4) == 4);
+        if (s) sf_close(s);
+        expect_fail(path_of("nan.wav"), 0, true, "sample 2 (channel 0) is not finite");
+    }
+
+    const char *names[] = {"a.wav",    "a.flac",   "a.ogg",   "b8k.wav",  "empty.wav",
+                           "text.wav", "zero.wav", "cut.wav", "cut.flac", "nan.wav"};
     for (size_t i = 0; i < sizeof names / sizeof *names; i++)
         unlink(path_of(names[i]));
     rmdir(dir);
