@@ -475,8 +475,10 @@ static rl_status backward_queue(rl_layer *l, rl_layer_io *io, const rl_tensor *g
 static rl_status gru_forward(rl_layer *l, rl_layer_io *io) {
     RL_TRY(forward_queue(l, io));
 #ifdef RL_WITH_CUDA
-    const rl_tensor *wr[1] = {&l->out};
-    RL_TRY(rl_lstm_cuda_stream_wrote(((gru_layer *)l)->stream, wr, 1));
+    gru_layer *L = (gru_layer *)l;
+    /* hs holds the final state another layer may take as its initial state */
+    const rl_tensor *wr[2] = {&l->out, &L->hs};
+    RL_TRY(rl_lstm_cuda_stream_wrote(L->stream, wr, 2));
 #endif
     return RL_OK;
 }
@@ -486,11 +488,13 @@ static rl_status gru_backward(rl_layer *l, rl_layer_io *io, const rl_tensor *gra
                               rl_tensor *const *grad_in) {
     RL_TRY(backward_queue(l, io, grad_out, grad_in));
 #ifdef RL_WITH_CUDA
-    const rl_tensor *wr[RL_LAYER_MAX_INPUTS];
+    gru_layer *L = (gru_layer *)l;
+    const rl_tensor *wr[RL_LAYER_MAX_INPUTS + 1];
     int n = 0;
     for (int k = 0; k < io->n_in && grad_in; k++)
         wr[n++] = grad_in[k];
-    RL_TRY(rl_lstm_cuda_stream_wrote(((gru_layer *)l)->stream, wr, n));
+    wr[n++] = &L->dh; /* the initial state's gradient, read by whoever gave that state */
+    RL_TRY(rl_lstm_cuda_stream_wrote(L->stream, wr, n));
 #endif
     return RL_OK;
 }

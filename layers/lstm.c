@@ -544,9 +544,11 @@ static rl_status backward_queue(rl_layer *l, rl_layer_io *io, const rl_tensor *g
     RL_TRY(check_backward_io(L, io, dt, dev));
 #ifdef RL_WITH_CUDA
     if (dev.type == RL_CUDA) { /* grad_out's writer, and earlier writers of grad_in (overwritten) */
-        const rl_tensor *rd[RL_LAYER_MAX_INPUTS + 1];
+        const rl_tensor *rd[RL_LAYER_MAX_INPUTS + 3];
         int n = 0;
         rd[n++] = grad_out;
+        rd[n++] = &L->dhT; /* the final state's given gradients */
+        rd[n++] = &L->dcT;
         for (int k = 0; k < io->n_in && grad_in; k++)
             rd[n++] = grad_in[k];
         RL_TRY(rl_lstm_cuda_stream_wait_for(L->stream, rd, n));
@@ -652,8 +654,10 @@ static rl_status backward_queue(rl_layer *l, rl_layer_io *io, const rl_tensor *g
 static rl_status lstm_forward(rl_layer *l, rl_layer_io *io) {
     RL_TRY(forward_queue(l, io));
 #ifdef RL_WITH_CUDA
-    const rl_tensor *wr[1] = {&l->out};
-    RL_TRY(rl_lstm_cuda_stream_wrote(((lstm_layer *)l)->stream, wr, 1));
+    lstm_layer *L = (lstm_layer *)l;
+    /* hs, cs hold the final state another layer may take as its initial state */
+    const rl_tensor *wr[3] = {&l->out, &L->hs, &L->cs};
+    RL_TRY(rl_lstm_cuda_stream_wrote(L->stream, wr, 3));
 #endif
     return RL_OK;
 }
@@ -663,11 +667,14 @@ static rl_status lstm_backward(rl_layer *l, rl_layer_io *io, const rl_tensor *gr
                                rl_tensor *const *grad_in) {
     RL_TRY(backward_queue(l, io, grad_out, grad_in));
 #ifdef RL_WITH_CUDA
-    const rl_tensor *wr[RL_LAYER_MAX_INPUTS];
+    lstm_layer *L = (lstm_layer *)l;
+    const rl_tensor *wr[RL_LAYER_MAX_INPUTS + 2];
     int n = 0;
     for (int k = 0; k < io->n_in && grad_in; k++)
         wr[n++] = grad_in[k];
-    RL_TRY(rl_lstm_cuda_stream_wrote(((lstm_layer *)l)->stream, wr, n));
+    wr[n++] = &L->dh; /* the initial state's gradients, read by whoever gave that state */
+    wr[n++] = &L->dc;
+    RL_TRY(rl_lstm_cuda_stream_wrote(L->stream, wr, n));
 #endif
     return RL_OK;
 }

@@ -19,10 +19,12 @@
  * stream A wrote, with no legacy-stream work queued in between (a stacked LSTM, the second layer
  * of a BLSTM reading both directions, backward handing grad_in to the layer below), would race.
  * So the order is explicit: after queuing a call a layer calls rl_lstm_cuda_stream_wrote with
- * what it wrote (forward: its output; backward: its grad_in), which records its stream's event,
- * and before queuing a call it calls rl_lstm_cuda_stream_wait_for with everything it will read
- * or overwrite (forward: its inputs and initial state; backward: grad_out and grad_in), which
- * makes its stream wait for the events of the other streams that last wrote those bytes.
+ * what it wrote (forward: its output and state buffers, the final state's home; backward: its
+ * grad_in and the initial state's gradients), which records its stream's event, and before
+ * queuing a call it calls rl_lstm_cuda_stream_wait_for with everything it will read or
+ * overwrite (forward: its inputs and given initial state; backward: grad_out, the given final
+ * state gradients and grad_in), which makes its stream wait for the events of the other streams
+ * that last wrote those bytes.
  * Reading across batches (backward reads the inputs again) is ordered by the legacy-stream work
  * between (loss, optimizer).
  *
@@ -85,7 +87,8 @@ rl_status rl_lstm_cuda_copy_rows(void *stream, void *dst, size_t dst_pitch, cons
  * int32 lengths (B) on the device; peep and dpeep are host arrays of three device pointers (or
  * NULL). Backward adds the bias and peephole gradients deterministically: each thread block owns
  * 32 columns and sums over the batch rows in a fixed order (no atomics); db and dpeep may be NULL
- * to leave that to rl_lstm_cuda_param_grads over all frames (what rl_lstm_cuda_backward does). */
+ * to leave that to rl_lstm_cuda_param_grads over all frames (what rl_lstm_cuda_backward does):
+ * then the step runs one thread per (b, j) on the forward's grid, not ceil(H/32) blocks. */
 rl_status rl_lstm_cuda_fwd_f32(void *stream, int64_t B, int64_t H, int64_t t, const int32_t *len,
                                float *z, const float *bias, const float *const *peep,
                                const float *cp, const float *hp, float *c, float *h, float *out);
