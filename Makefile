@@ -172,8 +172,10 @@ test: $(BUILD)/rnnlua $(CTESTS)
 # where there is no GPU.
 test-gpu: $(BUILD)/rnnlua $(BUILD)/tests-gpu/test_parity $(BUILD)/tests-gpu/test_lstm_parity \
           $(BUILD)/tests-gpu/test_optim_parity $(BUILD)/tests-gpu/test_mdlstm_parity \
-          $(BUILD)/tests-gpu/test_gru_parity $(BUILD)/tests-gpu/test_ctc_parity
+          $(BUILD)/tests-gpu/test_gru_parity $(BUILD)/tests-gpu/test_ctc_parity \
+          $(BUILD)/tests-gpu/test_stack_parity
 	$(BUILD)/tests-gpu/test_parity
+	$(BUILD)/tests-gpu/test_stack_parity
 	$(BUILD)/tests-gpu/test_lstm_parity
 	$(BUILD)/tests-gpu/test_gru_parity
 	$(BUILD)/tests-gpu/test_optim_parity

@@ -3,7 +3,8 @@
  * T=150, input size = H, one layer), float32 on cuda:0, each with rnnlua's own kernels
  * (impl = "own") and with cuDNN (impl = "cudnn"), interleaved in one bench_row. A step is the
  * forward and backward of every lstm layer (input gradients included, the two directions of a
- * bidirectional level queued back to back so their streams overlap), ended by
+ * bidirectional level queued back to back so their streams overlap, while a layer's stream waits
+ * for the events of the layers whose outputs or input gradients it reads: layers/lstm.c), ended by
  * rl_op_synchronize; the top layer's output gradient is a fixed random tensor, the output layer
  * itself is left out (it is the same GEMMs for both implementations). FLOPs per step:
  * bench/lstm.c's LSTM accounting, 24*T*B*H*(I+H) per direction and layer (the output layer's
@@ -125,7 +126,11 @@ static void model_init(model *m, const topology *tp, const char *impl, rl_rng *g
 }
 
 /* One training step of the stack: forward bottom up, backward top down; a lower output's
- * gradient is the sum over the directions above (rl_op_binary, on the legacy default stream). */
+ * gradient is the sum over the directions above (rl_op_binary, on the legacy default stream).
+ * Only independent layers overlap: the layers order themselves with the ones they read from
+ * (events, kernels/cuda/lstm_cuda.h), so a level never reads the level below before it is
+ * written, nor a layer's grad_out before the layer above has written it; earlier versions of
+ * the layers had no such order and this bench's stacked timings were invalid. */
 static void train_step(model *m) {
     const topology *tp = m->tp;
     rl_layer_io io[MAX_L][MAX_D];

@@ -52,8 +52,9 @@
  * Devices: one layer for the CPU and CUDA, as the lstm: the inputs' device decides; params, the
  * given initial state and grad_out/grad_in must be on it (checked at every entry). On CUDA the
  * layer owns a blocking stream (rl_lstm_cuda_stream_create) and queues all its work there, so
- * the two directions of a bidirectional pair overlap; the ordering with the tensor ops on the
- * legacy default stream is the lstm's (layers/lstm.c). The recurrence runs in
+ * the two directions of a bidirectional pair overlap; the ordering with other layers' streams
+ * (events: gru_forward/gru_backward) and with the tensor ops on the legacy default stream is the
+ * lstm's (layers/lstm.c). The recurrence runs in
  * rl_gru_cuda_forward/backward (kernels/cuda/gru.cu), which also do dU, db and db_h there.
  */
 #include <inttypes.h>
@@ -291,7 +292,7 @@ static rl_status check_state(const gru_layer *L, const rl_tensor *s, int64_t B, 
     return RL_OK;
 }
 
-static rl_status gru_forward(rl_layer *l, rl_layer_io *io) {
+static rl_status forward_queue(rl_layer *l, rl_layer_io *io) {
     gru_layer *L = (gru_layer *)l;
     int64_t T, B, H = l->n_out;
     RL_TRY(rl_layer_check_inputs(l, io, &T, &B));
@@ -300,6 +301,16 @@ static rl_status gru_forward(rl_layer *l, rl_layer_io *io) {
     rl_dtype dt = io->in[0]->dtype;
     rl_device dev = rl_tensor_device(io->in[0]);
     RL_TRY(use_device(L, dev));
+#ifdef RL_WITH_CUDA
+    if (dev.type == RL_CUDA) { /* producers on other streams first (kernels/cuda/lstm_cuda.h) */
+        const rl_tensor *rd[RL_LAYER_MAX_INPUTS + 2];
+        int n = 0;
+        for (int k = 0; k < io->n_in; k++)
+            rd[n++] = io->in[k];
+        rd[n++] = &L->h0;
+        RL_TRY(rl_lstm_cuda_stream_wait_for(L->stream, rd, n));
+    }
+#endif
     rl_mat W, U, b, bh;
     RL_TRY(rl_param_mat(l, &l->params[P_W].value, "W", dt, dev, &W));
     RL_TRY(rl_param_mat(l, &l->params[P_U].value, "U", dt, dev, &U));
@@ -361,8 +372,8 @@ static rl_status gru_forward(rl_layer *l, rl_layer_io *io) {
     return RL_OK;
 }
 
-static rl_status gru_backward(rl_layer *l, rl_layer_io *io, const rl_tensor *grad_out,
-                              rl_tensor *const *grad_in) {
+static rl_status backward_queue(rl_layer *l, rl_layer_io *io, const rl_tensor *grad_out,
+                                rl_tensor *const *grad_in) {
     gru_layer *L = (gru_layer *)l;
     int64_t T = L->T, B = L->B, H = l->n_out;
     char s1[96], s2[96];
@@ -371,6 +382,16 @@ static rl_status gru_backward(rl_layer *l, rl_layer_io *io, const rl_tensor *gra
     rl_dtype dt = l->out.dtype;
     rl_device dev = rl_tensor_device(&l->out);
     RL_TRY(check_backward_io(L, io, dt, dev));
+#ifdef RL_WITH_CUDA
+    if (dev.type == RL_CUDA) { /* grad_out's writer, and earlier writers of grad_in (overwritten) */
+        const rl_tensor *rd[RL_LAYER_MAX_INPUTS + 1];
+        int n = 0;
+        rd[n++] = grad_out;
+        for (int k = 0; k < io->n_in && grad_in; k++)
+            rd[n++] = grad_in[k];
+        RL_TRY(rl_lstm_cuda_stream_wait_for(L->stream, rd, n));
+    }
+#endif
     rl_mat dout = {NULL, 0};
     if (grad_out) {
         if (grad_out->ndim != 3 || grad_out->shape[0] != T || grad_out->shape[1] != B ||
@@ -446,6 +467,35 @@ static rl_status gru_backward(rl_layer *l, rl_layer_io *io, const rl_tensor *gra
         }
         row += F;
     }
+    return RL_OK;
+}
+
+/* forward_queue, then (CUDA) the event its consumers on other streams wait for: written down
+ * here, where the layer hands its output on (kernels/cuda/lstm_cuda.h, "Streams and ordering"). */
+static rl_status gru_forward(rl_layer *l, rl_layer_io *io) {
+    RL_TRY(forward_queue(l, io));
+#ifdef RL_WITH_CUDA
+    gru_layer *L = (gru_layer *)l;
+    /* hs holds the final state another layer may take as its initial state */
+    const rl_tensor *wr[2] = {&l->out, &L->hs};
+    RL_TRY(rl_lstm_cuda_stream_wrote(L->stream, wr, 2));
+#endif
+    return RL_OK;
+}
+
+/* backward_queue, then (CUDA) the event the layers below wait for before reading grad_in. */
+static rl_status gru_backward(rl_layer *l, rl_layer_io *io, const rl_tensor *grad_out,
+                              rl_tensor *const *grad_in) {
+    RL_TRY(backward_queue(l, io, grad_out, grad_in));
+#ifdef RL_WITH_CUDA
+    gru_layer *L = (gru_layer *)l;
+    const rl_tensor *wr[RL_LAYER_MAX_INPUTS + 1];
+    int n = 0;
+    for (int k = 0; k < io->n_in && grad_in; k++)
+        wr[n++] = grad_in[k];
+    wr[n++] = &L->dh; /* the initial state's gradient, read by whoever gave that state */
+    RL_TRY(rl_lstm_cuda_stream_wrote(L->stream, wr, n));
+#endif
     return RL_OK;
 }
 

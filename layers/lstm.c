@@ -62,12 +62,15 @@
  * (rl_lstm_cuda_stream_create) and queues all its work of a forward or backward there: the
  * lengths, the initial state row, the GEMMs, the recurrence, the cuDNN calls. The host does not
  * wait, so the two directions of a bidirectional pair, called one after the other, run at the
- * same time on the GPU. Results are consumed by tensor ops on the legacy default stream, and a
- * blocking stream orders itself with it both ways (CUDA runtime docs, "Stream synchronization
- * behavior": an action on the legacy stream first waits for all blocking streams, and blocking
- * streams then wait for it): the next layer's ops wait for this layer's work, and this layer's
- * work waits for the ops that produced its inputs. A few rare cases (an input or grad_out whose
- * (T, B) dims cannot be folded, a given initial state of another dtype or layout) use rl_op_copy
+ * same time on the GPU. Blocking streams order themselves with the legacy default stream (tensor
+ * ops) both ways, but not with each other, so a layer reading what another layer's stream wrote
+ * would race with it. The order between layers is therefore explicit (kernels/cuda/lstm_cuda.h,
+ * "Streams and ordering"): lstm_forward/lstm_backward record this stream's event after the call
+ * and note the output (forward) or grad_in (backward) as written by it; forward_queue and
+ * backward_queue, before queuing anything, make this stream wait for the other streams that
+ * last wrote the inputs and initial state (forward) or grad_out and grad_in (backward). A few
+ * rare cases (an input or grad_out whose (T, B) dims cannot be folded, a given initial state of
+ * another dtype or layout) use rl_op_copy
  * on the legacy stream: still ordered, only less overlap. Memory: before a buffer grows the
  * device is synchronised (a block freed by one side stream must not reach another while in use),
  * and destroy waits for the stream before releasing the buffers.
@@ -429,7 +432,7 @@ static rl_status backward_cudnn(lstm_layer *L, const rl_layer_io *io, rl_tensor 
 }
 #endif
 
-static rl_status lstm_forward(rl_layer *l, rl_layer_io *io) {
+static rl_status forward_queue(rl_layer *l, rl_layer_io *io) {
     lstm_layer *L = (lstm_layer *)l;
     int64_t T, B, H = l->n_out;
     RL_TRY(rl_layer_check_inputs(l, io, &T, &B));
@@ -438,6 +441,17 @@ static rl_status lstm_forward(rl_layer *l, rl_layer_io *io) {
     rl_dtype dt = io->in[0]->dtype;
     rl_device dev = rl_tensor_device(io->in[0]);
     RL_TRY(use_device(L, dev));
+#ifdef RL_WITH_CUDA
+    if (dev.type == RL_CUDA) { /* producers on other streams first (kernels/cuda/lstm_cuda.h) */
+        const rl_tensor *rd[RL_LAYER_MAX_INPUTS + 2];
+        int n = 0;
+        for (int k = 0; k < io->n_in; k++)
+            rd[n++] = io->in[k];
+        rd[n++] = &L->h0;
+        rd[n++] = &L->c0;
+        RL_TRY(rl_lstm_cuda_stream_wait_for(L->stream, rd, n));
+    }
+#endif
     rl_mat W, U, bias;
     const void *peep[3] = {NULL, NULL, NULL};
     RL_TRY(rl_param_mat(&L->base, &l->params[P_W].value, "W", dt, dev, &W));
@@ -513,8 +527,8 @@ static rl_status lstm_forward(rl_layer *l, rl_layer_io *io) {
     return RL_OK;
 }
 
-static rl_status lstm_backward(rl_layer *l, rl_layer_io *io, const rl_tensor *grad_out,
-                               rl_tensor *const *grad_in) {
+static rl_status backward_queue(rl_layer *l, rl_layer_io *io, const rl_tensor *grad_out,
+                                rl_tensor *const *grad_in) {
     lstm_layer *L = (lstm_layer *)l;
     int64_t T = L->T, B = L->B, H = l->n_out;
     char s1[96], s2[96];
@@ -528,6 +542,18 @@ static rl_status lstm_backward(rl_layer *l, rl_layer_io *io, const rl_tensor *gr
     rl_dtype dt = l->out.dtype;
     rl_device dev = rl_tensor_device(&l->out);
     RL_TRY(check_backward_io(L, io, dt, dev));
+#ifdef RL_WITH_CUDA
+    if (dev.type == RL_CUDA) { /* grad_out's writer, and earlier writers of grad_in (overwritten) */
+        const rl_tensor *rd[RL_LAYER_MAX_INPUTS + 3];
+        int n = 0;
+        rd[n++] = grad_out;
+        rd[n++] = &L->dhT; /* the final state's given gradients */
+        rd[n++] = &L->dcT;
+        for (int k = 0; k < io->n_in && grad_in; k++)
+            rd[n++] = grad_in[k];
+        RL_TRY(rl_lstm_cuda_stream_wait_for(L->stream, rd, n));
+    }
+#endif
     rl_mat dout = {NULL, 0};
     if (grad_out) {
         if (grad_out->ndim != 3 || grad_out->shape[0] != T || grad_out->shape[1] != B ||
@@ -620,6 +646,36 @@ static rl_status lstm_backward(rl_layer *l, rl_layer_io *io, const rl_tensor *gr
         }
         row += F;
     }
+    return RL_OK;
+}
+
+/* forward_queue, then (CUDA) the event its consumers on other streams wait for: written down
+ * here, where the layer hands its output on (kernels/cuda/lstm_cuda.h, "Streams and ordering"). */
+static rl_status lstm_forward(rl_layer *l, rl_layer_io *io) {
+    RL_TRY(forward_queue(l, io));
+#ifdef RL_WITH_CUDA
+    lstm_layer *L = (lstm_layer *)l;
+    /* hs, cs hold the final state another layer may take as its initial state */
+    const rl_tensor *wr[3] = {&l->out, &L->hs, &L->cs};
+    RL_TRY(rl_lstm_cuda_stream_wrote(L->stream, wr, 3));
+#endif
+    return RL_OK;
+}
+
+/* backward_queue, then (CUDA) the event the layers below wait for before reading grad_in. */
+static rl_status lstm_backward(rl_layer *l, rl_layer_io *io, const rl_tensor *grad_out,
+                               rl_tensor *const *grad_in) {
+    RL_TRY(backward_queue(l, io, grad_out, grad_in));
+#ifdef RL_WITH_CUDA
+    lstm_layer *L = (lstm_layer *)l;
+    const rl_tensor *wr[RL_LAYER_MAX_INPUTS + 2];
+    int n = 0;
+    for (int k = 0; k < io->n_in && grad_in; k++)
+        wr[n++] = grad_in[k];
+    wr[n++] = &L->dh; /* the initial state's gradients, read by whoever gave that state */
+    wr[n++] = &L->dc;
+    RL_TRY(rl_lstm_cuda_stream_wrote(L->stream, wr, n));
+#endif
     return RL_OK;
 }
 

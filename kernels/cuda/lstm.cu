@@ -6,15 +6,23 @@
  *   forward: one thread per (b, j) reads the four pre-activations, adds the bias, writes the
  *            activations over them, the cell, the state and the output; padded rows copy the
  *            previous state and write 0 to the output.
- *   backward: blocks of 32 columns x 8 batch rows; each thread walks its column down the batch
- *            in steps of 8, writes dz over the gates and the state gradients, and keeps partial
- *            sums of the bias and peephole gradients; the block adds its 8 partial sums in a
- *            fixed order into db and dpeep, so the result is deterministic (no atomics).
+ *   backward: one thread per (b, j) on the forward's grid writes dz over the gates and the
+ *            state gradients. Only the per-step C API with db adds the bias and peephole
+ *            gradients in the step: blocks of 32 columns x 8 batch rows, each thread walks its
+ *            column down the batch in steps of 8 keeping partial sums, and the block adds its 8
+ *            partial sums in a fixed order into db and dpeep (deterministic, no atomics).
  * The whole-recurrence functions defer those sums to one reduction over all frames
  * (rl_lstm_cuda_param_grads, same scheme) and dU to one GEMM, so the steps stay short.
  *
- * cuBLAS: one handle per (device, stream), created on first use and kept for the process, since
- * a handle's workspace must not be shared by two streams running at once. The math mode is
+ * cuBLAS: one handle per (device, stream), created on first use, since a handle's workspace must
+ * not be shared by two streams running at once; rl_lstm_cuda_stream_destroy destroys the handles
+ * of its stream (and with them their workspaces), so building and freeing networks leaks nothing.
+ * The legacy default stream's handle, one per device, lives as long as the process.
+ *
+ * Producer/consumer events: every stream from rl_lstm_cuda_stream_create owns one event;
+ * rl_lstm_cuda_stream_wrote records it after a layer call and notes (kernels/stream_deps.h) which
+ * byte ranges that call wrote; rl_lstm_cuda_stream_wait_for makes a reader's stream wait for the
+ * events of the other streams that last wrote what it reads. The math mode is
  * cuBLAS's default (no TF32), as in kernels/cuda/ops.cu, so float32 stays float32.
  */
 #include <stdbool.h>
@@ -30,6 +38,7 @@
 
 extern "C" {
 #include "../lstm_cell.h"
+#include "../stream_deps.h"
 #include "lstm_cuda.h"
 }
 #include "launch.h"
@@ -133,8 +142,38 @@ __device__ __forceinline__ void block_add(const T *part, T *const *dst, int64_t 
     }
 }
 
+/* One (b, j) of a backward step: dz over the four gates (0 on a padded row) and the state
+ * gradients; dz[0..3] also come back for the bias and peephole sums. The body of both backward
+ * kernels. */
+template <typename T>
+__device__ __forceinline__ bool
+bwd_elem(int64_t b, int64_t j, int64_t H, int64_t t, const int32_t *__restrict__ len,
+         T *__restrict__ z, T pi, T pf, T po, const T *__restrict__ cp, const T *__restrict__ c,
+         const T *__restrict__ dout, int64_t dout_ld, T *__restrict__ dh, T *__restrict__ dc,
+         T dz[4]) {
+    T *zr = z + b * 4 * H + j;
+    if (t >= (int64_t)len[b]) {
+        zr[0] = zr[H] = zr[2 * H] = zr[3 * H] = T(0);
+        return false;
+    }
+    int64_t e = b * H + j;
+    T dcp;
+    T dhe = dh[e] + (dout ? dout[b * dout_ld + j] : T(0));
+    cell_bwd(zr[0], zr[H], zr[2 * H], zr[3 * H], cp[e], c[e], pi, pf, po, dhe, dc[e], &dz[0],
+             &dz[1], &dz[2], &dz[3], &dcp);
+    zr[0] = dz[0];
+    zr[H] = dz[1];
+    zr[2 * H] = dz[2];
+    zr[3 * H] = dz[3];
+    dc[e] = dcp;
+    dh[e] = T(0);
+    return true;
+}
+
 /* Block (kCols, kRows); grid.x covers the H columns. NG: how many gradient rows to add for this
- * step: 0, 4 (the bias) or 7 (the bias and, with PEEP, the peepholes). */
+ * step: 4 (the bias) or 7 (the bias and, with PEEP, the peepholes). Only for steps that add
+ * them (the per-step C API with db): ceil(H/32) blocks is few, the price of summing without
+ * atomics. */
 template <typename T, bool PEEP, int NG>
 __global__ void k_bwd(int64_t B, int64_t H, int64_t t, const int32_t *__restrict__ len,
                       T *__restrict__ z, Peep<T> peep, const T *__restrict__ cp,
@@ -146,38 +185,38 @@ __global__ void k_bwd(int64_t B, int64_t H, int64_t t, const int32_t *__restrict
         T pi = PEEP ? peep.p[0][j] : T(0), pf = PEEP ? peep.p[1][j] : T(0),
           po = PEEP ? peep.p[2][j] : T(0);
         for (int64_t b = threadIdx.y; b < B; b += kRows) {
-            T *zr = z + b * 4 * H + j;
-            if (t >= (int64_t)len[b]) {
-                zr[0] = zr[H] = zr[2 * H] = zr[3 * H] = T(0);
+            T dz[4];
+            if (!bwd_elem(b, j, H, t, len, z, pi, pf, po, cp, c, dout, dout_ld, dh, dc, dz))
                 continue;
-            }
-            int64_t e = b * H + j;
-            T dzi, dzf, dzg, dzo, dcp;
-            T dhe = dh[e] + (dout ? dout[b * dout_ld + j] : T(0));
-            cell_bwd(zr[0], zr[H], zr[2 * H], zr[3 * H], cp[e], c[e], pi, pf, po, dhe, dc[e], &dzi,
-                     &dzf, &dzg, &dzo, &dcp);
-            zr[0] = dzi;
-            zr[H] = dzf;
-            zr[2 * H] = dzg;
-            zr[3 * H] = dzo;
-            dc[e] = dcp;
-            dh[e] = T(0);
-            if constexpr (NG > 0) {
-                part[0] += dzi;
-                part[1] += dzf;
-                part[2] += dzg;
-                part[3] += dzo;
-                if constexpr (NG > 4) {
-                    part[4] += dzi * cp[e];
-                    part[5] += dzf * cp[e];
-                    part[6] += dzo * c[e];
-                }
+            for (int k = 0; k < 4; k++)
+                part[k] += dz[k];
+            if constexpr (NG > 4) {
+                int64_t e = b * H + j;
+                part[4] += dz[0] * cp[e];
+                part[5] += dz[1] * cp[e];
+                part[6] += dz[3] * c[e];
             }
         }
     }
-    if constexpr (NG > 0) {
-        T *dst[7] = {db, db + H, db + 2 * H, db + 3 * H, dpeep.p[0], dpeep.p[1], dpeep.p[2]};
-        block_add<T, NG>(part, dst, j, H);
+    T *dst[7] = {db, db + H, db + 2 * H, db + 3 * H, dpeep.p[0], dpeep.p[1], dpeep.p[2]};
+    block_add<T, NG>(part, dst, j, H);
+}
+
+/* The backward step with no column sums (what the whole recurrence runs; db and dpeep come
+ * after the loop from rl_lstm_cuda_param_grads): one thread per (b, j) over a grid like the
+ * forward's, so H = 512, B = 64 fills 128 blocks of 256 threads, not 16 of 256. */
+template <typename T, bool PEEP>
+__global__ void k_bwd_pw(int64_t B, int64_t H, int64_t t, const int32_t *__restrict__ len,
+                         T *__restrict__ z, Peep<T> peep, const T *__restrict__ cp,
+                         const T *__restrict__ c, const T *__restrict__ dout, int64_t dout_ld,
+                         T *__restrict__ dh, T *__restrict__ dc) {
+    int64_t n = B * H;
+    for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < n;
+         e += (int64_t)gridDim.x * blockDim.x) {
+        int64_t b = e / H, j = e - b * H;
+        T dz[4];
+        (void)bwd_elem(b, j, H, t, len, z, PEEP ? peep.p[0][j] : T(0), PEEP ? peep.p[1][j] : T(0),
+                       PEEP ? peep.p[2][j] : T(0), cp, c, dout, dout_ld, dh, dc, dz);
     }
 }
 
@@ -244,21 +283,27 @@ rl_status bwd_step(const char *fn, cudaStream_t s, int64_t B, int64_t H, int64_t
     Peep<T> pp = {{peep ? peep[0] : nullptr, peep ? peep[1] : nullptr, peep ? peep[2] : nullptr}};
     DPeep<T> dp = {
         {dpeep ? dpeep[0] : nullptr, dpeep ? dpeep[1] : nullptr, dpeep ? dpeep[2] : nullptr}};
+    if (!db) { /* no column sums: the forward's geometry */
+        unsigned g = blocks_for(B * H);
+        if (peep)
+            k_bwd_pw<T, true>
+                <<<g, kThreads, 0, s>>>(B, H, t, len, z, pp, cp, c, dout, dout_ld, dh, dc);
+        else
+            k_bwd_pw<T, false>
+                <<<g, kThreads, 0, s>>>(B, H, t, len, z, pp, cp, c, dout, dout_ld, dh, dc);
+        return launched(fn, "k_bwd_pw", B, H, t);
+    }
     dim3 block(kCols, kRows), grid((unsigned)((H + kCols - 1) / kCols));
 #define RL_K_BWD(PEEP, NG)                                                                         \
     k_bwd<T, PEEP, NG>                                                                             \
         <<<grid, block, 0, s>>>(B, H, t, len, z, pp, cp, c, dout, dout_ld, dh, dc, db, dp)
     /* peephole gradients exist only with peepholes */
-    if (peep && db && dpeep)
+    if (peep && dpeep)
         RL_K_BWD(true, 7);
-    else if (peep && db)
-        RL_K_BWD(true, 4);
     else if (peep)
-        RL_K_BWD(true, 0);
-    else if (db)
-        RL_K_BWD(false, 4);
+        RL_K_BWD(true, 4);
     else
-        RL_K_BWD(false, 0);
+        RL_K_BWD(false, 4);
 #undef RL_K_BWD
     return launched(fn, "k_bwd", B, H, t);
 }
@@ -410,6 +455,44 @@ rl_status check_loop(const char *fn, rl_dtype dt, int64_t T, int64_t B, int64_t 
     return RL_OK;
 }
 
+/* Destroys the cuBLAS handles bound to stream s (on any device), before s is destroyed. */
+void destroy_handles_of(cudaStream_t s) {
+    std::lock_guard<std::mutex> lock(g_handles_mu);
+    if (!g_handles) return;
+    int cur = -1;
+    bool have_cur = cudaGetDevice(&cur) == cudaSuccess;
+    for (auto it = g_handles->begin(); it != g_handles->end();) {
+        if (it->first.second != (void *)s) {
+            ++it;
+            continue;
+        }
+        cudaSetDevice(it->first.first); /* cublasDestroy frees on the handle's device */
+        cublasDestroy(it->second);
+        it = g_handles->erase(it);
+    }
+    if (have_cur) cudaSetDevice(cur);
+    cudaGetLastError();
+}
+
+/* ---- producer/consumer events between streams ---- */
+
+std::mutex g_deps_mu;
+rl_stream_deps g_deps;                  /* who last wrote which bytes */
+std::map<void *, cudaEvent_t> g_events; /* each stream's event */
+
+/* The bytes a CUDA tensor's view spans; false for NULL, unset, empty or non-CUDA tensors. */
+bool cuda_range(const rl_tensor *t, const void **p, size_t *bytes) {
+    if (!t || !t->storage || rl_tensor_device(t).type != RL_CUDA) return false;
+    int64_t span = 1;
+    for (int d = 0; d < t->ndim; d++) {
+        if (t->shape[d] == 0) return false;
+        span += (t->shape[d] - 1) * (t->stride[d] < 0 ? -t->stride[d] : t->stride[d]);
+    }
+    *p = rl_tensor_data(t);
+    *bytes = (size_t)span * rl_dtype_size(t->dtype);
+    return *p != NULL;
+}
+
 } // namespace
 
 /* ---- the C API ---- */
@@ -429,14 +512,92 @@ extern "C" rl_status rl_lstm_cuda_stream_create(int device, void **stream) {
         return rl_error(RL_EDEVICE, "rl_lstm_cuda_stream_create: cudaStreamCreate on cuda:%d: %s",
                         device, cudaGetErrorString(e));
     }
+    cudaEvent_t ev;
+    e = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        cudaStreamDestroy(s);
+        return rl_error(RL_EDEVICE, "rl_lstm_cuda_stream_create: cudaEventCreate on cuda:%d: %s",
+                        device, cudaGetErrorString(e));
+    }
+    std::lock_guard<std::mutex> lock(g_deps_mu);
+    try {
+        g_events[(void *)s] = ev;
+    } catch (...) {
+        cudaEventDestroy(ev);
+        cudaStreamDestroy(s);
+        return rl_error(RL_ENOMEM, "rl_lstm_cuda_stream_create: out of host memory");
+    }
     *stream = (void *)s;
     return RL_OK;
 }
 
 extern "C" void rl_lstm_cuda_stream_destroy(void *stream) {
     if (!stream) return;
+    {
+        std::lock_guard<std::mutex> lock(g_deps_mu);
+        rl_stream_deps_forget(&g_deps, stream);
+        auto it = g_events.find(stream);
+        if (it != g_events.end()) {
+            cudaEventDestroy(it->second);
+            g_events.erase(it);
+        }
+    }
+    destroy_handles_of(as_stream(stream));
     cudaStreamDestroy(as_stream(stream));
     cudaGetLastError();
+}
+
+extern "C" rl_status rl_lstm_cuda_stream_wait_for(void *stream, const rl_tensor *const *ts, int n) {
+    const char *fn = "rl_lstm_cuda_stream_wait_for";
+    if (!stream) return RL_OK; /* the legacy stream waits for every blocking stream anyway */
+    constexpr size_t kMax = 64;
+    void *w[kMax];
+    for (int i = 0; i < n; i++) {
+        const void *p;
+        size_t bytes;
+        if (!cuda_range(ts[i], &p, &bytes)) continue;
+        std::lock_guard<std::mutex> lock(g_deps_mu);
+        size_t nw = rl_stream_deps_writers(&g_deps, stream, p, bytes, w, kMax);
+        if (nw > kMax) {
+            /* more writers than room (never with real networks): wait for the whole device */
+            RL_TRY(enter(fn, p, -1, -1));
+            cudaError_t e = cudaDeviceSynchronize();
+            if (e != cudaSuccess) return cuda_fail(fn, "cudaDeviceSynchronize", e, -1, -1);
+            continue;
+        }
+        for (size_t k = 0; k < nw; k++) {
+            auto it = g_events.find(w[k]);
+            if (it == g_events.end()) continue; /* not ours: cannot happen, forget drops it */
+            cudaError_t e = cudaStreamWaitEvent(as_stream(stream), it->second, 0);
+            if (e != cudaSuccess) return cuda_fail(fn, "cudaStreamWaitEvent", e, -1, -1);
+        }
+    }
+    return RL_OK;
+}
+
+extern "C" rl_status rl_lstm_cuda_stream_wrote(void *stream, const rl_tensor *const *ts, int n) {
+    const char *fn = "rl_lstm_cuda_stream_wrote";
+    if (!stream) return RL_OK;
+    std::lock_guard<std::mutex> lock(g_deps_mu);
+    auto it = g_events.find(stream);
+    if (it == g_events.end())
+        return rl_error(RL_EARG, "%s: not a stream from rl_lstm_cuda_stream_create", fn);
+    bool recorded = false;
+    for (int i = 0; i < n; i++) {
+        const void *p;
+        size_t bytes;
+        if (!cuda_range(ts[i], &p, &bytes)) continue;
+        if (!recorded) {
+            /* the event lives on the stream's device, which the caller's tensors are on */
+            RL_TRY(enter(fn, p, -1, -1));
+            cudaError_t e = cudaEventRecord(it->second, as_stream(stream));
+            if (e != cudaSuccess) return cuda_fail(fn, "cudaEventRecord", e, -1, -1);
+            recorded = true;
+        }
+        RL_TRY(rl_stream_deps_wrote(&g_deps, stream, p, bytes));
+    }
+    return RL_OK;
 }
 
 extern "C" rl_status rl_lstm_cuda_stream_sync(void *stream) {

@@ -11,17 +11,28 @@
  * row-major; time-major (T, B, .) sequences; a row b of step t is valid when t < len[b], padded
  * rows carry the state and output 0).
  *
- * Streams and both directions at once: give each direction of a bidirectional layer (each lstm
- * layer object) its own stream from rl_lstm_cuda_stream_create and pass it to every call of that
- * layer; the host only queues work, so the forward and backward directions overlap on the GPU.
- * These streams are blocking streams: they order themselves with the legacy default stream,
- * which every tensor op (kernels/cuda/ops.cu) uses, so a tensor op queued after the LSTM calls
- * waits for them and LSTM calls queued after a tensor op wait for it. The one hazard: a buffer
- * released by one side stream and handed by the caching allocator to another side stream with no
- * default-stream work queued in between. So a user of side streams synchronises the device before
- * it allocates (layers/lstm.c does when a buffer must grow; the cuDNN object when its spaces
- * grow) and its own stream before it frees a buffer that stream may still use; buffers are kept
- * across batches, so both are rare.
+ * Streams and ordering: each lstm or gru layer object (each direction of a bidirectional pair)
+ * gets its own blocking stream from rl_lstm_cuda_stream_create and passes it to every call of
+ * that layer; the host only queues work, so independent layers (the two directions) overlap on
+ * the GPU. Blocking streams are ordered with the legacy default stream, which every tensor op
+ * (kernels/cuda/ops.cu) uses, but NOT with each other: a layer on stream B reading what a layer on
+ * stream A wrote, with no legacy-stream work queued in between (a stacked LSTM, the second layer
+ * of a BLSTM reading both directions, backward handing grad_in to the layer below), would race.
+ * So the order is explicit: after queuing a call a layer calls rl_lstm_cuda_stream_wrote with
+ * what it wrote (forward: its output and state buffers, the final state's home; backward: its
+ * grad_in and the initial state's gradients), which records its stream's event, and before
+ * queuing a call it calls rl_lstm_cuda_stream_wait_for with everything it will read or
+ * overwrite (forward: its inputs and given initial state; backward: grad_out, the given final
+ * state gradients and grad_in), which makes its stream wait for the events of the other streams
+ * that last wrote those bytes.
+ * Reading across batches (backward reads the inputs again) is ordered by the legacy-stream work
+ * between (loss, optimizer).
+ *
+ * Memory: a buffer released by one side stream and handed by the caching allocator to another
+ * side stream with no default-stream work queued in between would be in use twice. So a user of
+ * side streams synchronises the device before it allocates (layers/lstm.c does when a buffer must
+ * grow; the cuDNN object when its spaces grow) and its own stream before it frees a buffer that
+ * stream may still use; buffers are kept across batches, so both are rare.
  */
 #ifndef RL_KERNELS_CUDA_LSTM_H
 #define RL_KERNELS_CUDA_LSTM_H
@@ -39,10 +50,18 @@ extern "C" {
 
 /* ---- streams ---- */
 
-/* A new blocking stream on cuda:device (see above); destroy it with rl_lstm_cuda_stream_destroy
- * (queued work finishes first). */
+/* A new blocking stream on cuda:device and its event (see above); destroy it with
+ * rl_lstm_cuda_stream_destroy (queued work finishes first), which also destroys its event and the
+ * cuBLAS handles rl_lstm_cuda_gemm made for it. */
 rl_status rl_lstm_cuda_stream_create(int device, void **stream);
 void rl_lstm_cuda_stream_destroy(void *stream);
+/* Before queuing work on stream that reads or overwrites the n tensors (NULL, unset and non-CUDA
+ * ones are skipped): the stream waits for the other streams that last wrote any of their bytes.
+ * A NULL stream (the legacy one) needs no wait. */
+rl_status rl_lstm_cuda_stream_wait_for(void *stream, const rl_tensor *const *ts, int n);
+/* After queuing work on stream that wrote the n tensors: records the stream's event and notes it
+ * as their writer, for rl_lstm_cuda_stream_wait_for of later readers on other streams. */
+rl_status rl_lstm_cuda_stream_wrote(void *stream, const rl_tensor *const *ts, int n);
 /* Waits until all work queued on the stream has finished. */
 rl_status rl_lstm_cuda_stream_sync(void *stream);
 
@@ -68,7 +87,8 @@ rl_status rl_lstm_cuda_copy_rows(void *stream, void *dst, size_t dst_pitch, cons
  * int32 lengths (B) on the device; peep and dpeep are host arrays of three device pointers (or
  * NULL). Backward adds the bias and peephole gradients deterministically: each thread block owns
  * 32 columns and sums over the batch rows in a fixed order (no atomics); db and dpeep may be NULL
- * to leave that to rl_lstm_cuda_param_grads over all frames (what rl_lstm_cuda_backward does). */
+ * to leave that to rl_lstm_cuda_param_grads over all frames (what rl_lstm_cuda_backward does):
+ * then the step runs one thread per (b, j) on the forward's grid, not ceil(H/32) blocks. */
 rl_status rl_lstm_cuda_fwd_f32(void *stream, int64_t B, int64_t H, int64_t t, const int32_t *len,
                                float *z, const float *bias, const float *const *peep,
                                const float *cp, const float *hp, float *c, float *h, float *out);

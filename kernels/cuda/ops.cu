@@ -411,6 +411,70 @@ __global__ void k_reduce_block(Geo<3> g, const T *a, T *out, int64_t len, int64_
     }
 }
 
+/* Two-stage full reduction of one long run (nout == 1): stage 1, block b reduces the fixed chunk
+ * [b * chunk, (b + 1) * chunk) into part[b]; stage 2, one block joins the parts in a fixed tree
+ * and finishes. The chunks depend only on len, so the result is the same on every device and run
+ * (deterministic), and a loss's sums over (T * B * C) no longer run on one block of 256 threads. */
+template <typename A> __device__ __forceinline__ A block_join(A *sh, A acc, rl_reduce_op op) {
+    sh[threadIdx.x] = acc;
+    __syncthreads();
+    for (int s = kThreads / 2; s > 0; s >>= 1) {
+        if ((int)threadIdx.x < s)
+            sh[threadIdx.x] = red_join(sh[threadIdx.x], sh[threadIdx.x + s], op);
+        __syncthreads();
+    }
+    return sh[0];
+}
+
+template <typename T, typename A>
+__global__ void k_reduce_partial(const T *a, int64_t len, int64_t rs, int64_t chunk,
+                                 rl_reduce_op op, A *part) {
+    __shared__ A sh[kThreads];
+    int64_t lo = (int64_t)blockIdx.x * chunk, hi = lo + chunk < len ? lo + chunk : len;
+    A acc = red_init<A>(op);
+    for (int64_t j = lo + threadIdx.x; j < hi; j += blockDim.x)
+        acc = red_step(acc, a[j * rs], op);
+    A r = block_join(sh, acc, op);
+    if (threadIdx.x == 0) part[blockIdx.x] = r;
+}
+
+template <typename T, typename A>
+__global__ void k_reduce_final(const A *part, int64_t nparts, int64_t len, rl_reduce_op op,
+                               T *out) {
+    __shared__ A sh[kThreads];
+    /* the parts are already squared (norm) or summed: join them, do not step them */
+    A acc = red_init<A>(op);
+    for (int64_t j = threadIdx.x; j < nparts; j += blockDim.x)
+        acc = red_join(acc, part[j], op);
+    A r = block_join(sh, acc, op);
+    if (threadIdx.x == 0) out[0] = red_finish<T>(r, op, len);
+}
+
+constexpr int64_t kTwoStageMin = 1 << 16; /* shorter runs: one block is enough */
+constexpr int64_t kChunk = 4096;          /* elements per stage-1 block (16 per thread) */
+constexpr int64_t kMaxParts = 1024;
+
+/* One long run reduced in two stages (see k_reduce_partial); the partial sums live in a
+ * temporary device tensor of 8-byte elements (A is double or uint64_t). */
+template <typename T, typename A>
+rl_status reduce_two_stage(const char *name, const rl_tensor *a, const T *pa, T *po, int64_t len,
+                           int64_t rs, rl_reduce_op op) {
+    int64_t nparts = (len + kChunk - 1) / kChunk;
+    if (nparts > kMaxParts) nparts = kMaxParts;
+    int64_t chunk = (len + nparts - 1) / nparts;
+    rl_tensor part = {0};
+    RL_TRY(rl_tensor_empty(&part, RL_FLOAT64, rl_tensor_device(a), 1, &nparts));
+    A *pp = (A *)rl_tensor_data(&part);
+    k_reduce_partial<T, A><<<(unsigned)nparts, kThreads>>>(pa, len, rs, chunk, op, pp);
+    rl_status st = launched(name);
+    if (st == RL_OK) {
+        k_reduce_final<T, A><<<1, kThreads>>>(pp, nparts, len, op, po);
+        st = launched(name);
+    }
+    rl_tensor_release(&part); /* stream-ordered like every op here (the legacy stream) */
+    return st;
+}
+
 template <typename T>
 __global__ void k_argext_thread(Geo<3> g, const T *a, T *out, int32_t *idx, int64_t len, int64_t rs,
                                 bool is_max, int64_t nout) {
@@ -495,8 +559,10 @@ rl_status cuda_reduce(rl_tensor *out, rl_tensor *indices, const rl_tensor *a, in
                 k_argext_block<T><<<grid, kThreads>>>(g, pa, po, idx, len, rs, is_max, nout);
             return launched(name);
         }
+        bool two_stage = nout == 1 && len >= kTwoStageMin;
         if constexpr (std::is_same<T, int32_t>::value) {
             if (op == RL_RED_SUM || op == RL_RED_PROD) {
+                if (two_stage) return reduce_two_stage<T, uint64_t>(name, a, pa, po, len, rs, op);
                 if (per_thread)
                     k_reduce_thread<T, uint64_t><<<grid, kThreads>>>(g, pa, po, len, rs, op, nout);
                 else
@@ -504,6 +570,7 @@ rl_status cuda_reduce(rl_tensor *out, rl_tensor *indices, const rl_tensor *a, in
                 return launched(name);
             }
         }
+        if (two_stage) return reduce_two_stage<T, double>(name, a, pa, po, len, rs, op);
         if (per_thread)
             k_reduce_thread<T, double><<<grid, kThreads>>>(g, pa, po, len, rs, op, nout);
         else

@@ -340,6 +340,30 @@ static void test_reduce(void) {
             rl_tensor_release(&g);
         }
     }
+    /* a full reduction of more than 65536 elements runs in two stages (fixed chunks, then one
+     * block over the parts): same value as the CPU, and bit-identical when run again */
+    int64_t big[2] = {300, 701};
+    rl_dtype bdt[3] = {RL_FLOAT32, RL_FLOAT64, RL_INT32};
+    for (int i = 0; i < 3; i++) {
+        for (int op = 0; op < RL_NUM_REDUCE; op++) {
+            bool ext = op == RL_RED_MAX || op == RL_RED_MIN;
+            if (op == RL_RED_PROD || ext) continue;
+            if (bdt[i] == RL_INT32 && op != RL_RED_SUM) continue;
+            rl_tensor c = rand_cpu(bdt[i], 2, big, bdt[i] == RL_INT32 ? -3 : 0, 1, 0);
+            rl_tensor g = to_cuda(&c);
+            double r1 = 0, r2 = -1, rc = 0;
+            CHECK_OK(rl_op_reduce_all(&rc, NULL, &c, (rl_reduce_op)op));
+            CHECK_OK(rl_op_reduce_all(&r1, NULL, &g, (rl_reduce_op)op));
+            CHECK_OK(rl_op_reduce_all(&r2, NULL, &g, (rl_reduce_op)op));
+            char what[96];
+            snprintf(what, sizeof what, "reduce_all %s (300,701) two-stage %s",
+                     rl_reduce_name((rl_reduce_op)op), rl_dtype_name(bdt[i]));
+            compare_scalar(what, rc, r1, bdt[i] == RL_INT32 ? 0 : rtol_of(bdt[i]));
+            CHECK(memcmp(&r1, &r2, sizeof r1) == 0);
+            rl_tensor_release(&c);
+            rl_tensor_release(&g);
+        }
+    }
     /* NaN propagates through max/min */
     int64_t s1[1] = {300};
     rl_tensor c = rand_cpu(RL_FLOAT32, 1, s1, -1, 1, 0);
