@@ -304,8 +304,8 @@ static rl_status softmax_backward(rl_layer *l, rl_layer_io *io, const rl_tensor 
     } else if (S->ce_ready) {
         RL_TRY(rl_loss_ce_grad(&S->ce, p, io->lengths, &S->dz, grad_out != NULL));
     }
-    return rl_affine_backward(l, io, &l->params[S->iW], S->ib >= 0 ? &l->params[S->ib] : NULL,
-                              dz, &S->db, grad_in);
+    return rl_affine_backward(l, io, &l->params[S->iW], S->ib >= 0 ? &l->params[S->ib] : NULL, dz,
+                              &S->db, grad_in);
 }
 
 static void softmax_destroy(rl_layer *l) {
