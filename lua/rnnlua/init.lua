@@ -143,5 +143,6 @@ require("rnnlua.datasets").install(rl)  -- rl.dataset, rl.batches, rl.hdf_writer
 require("rnnlua.engine").install(rl)    -- rl.train, rl.forward, rl.save/load_checkpoint
 require("rnnlua.ctc").install(rl)       -- rl.ctc_decode
 require("rnnlua.tools").install(rl)     -- rl.tools: info, dump-data, compare, plot
+require("rnnlua.sample").install(rl)    -- rl.sample: text from a character language model
 
 return rl
