@@ -22,6 +22,9 @@
 -- target's label numbers (the blank, at the layer's blank_index, removed). n_frames is then
 -- the number of labels written.
 --
+-- search = true runs rl.search (lua/rnnlua/search.lua: beam search through a rec layer's
+-- choice) with the other keys instead.
+--
 -- From the shell: rnnlua recipes/forward.lua model=out/net.010.h5 data=dev.h5 layer=output
 -- output=fwd.h5  (or rnnlua -e 'rl.forward{...}').
 local M = {}
@@ -29,7 +32,8 @@ local rl -- the module table, set by install
 local checkpoint = require("rnnlua.checkpoint")
 
 local KEYS = {model = true, data = true, layer = true, output_file = true, batch_size = true,
-              max_seqs = true, log_verbosity = true, device = true, decode = true, beam = true}
+              max_seqs = true, log_verbosity = true, device = true, decode = true, beam = true,
+              search = true}
 
 local function fail(fmt, ...)
   error("rl.forward: " .. string.format(fmt, ...), 0)
@@ -63,9 +67,10 @@ end
 -- The network of checkpoint `path` that computes `layer` (losses left out), with the saved
 -- parameters, on `device`: {ck =, net =, layer =, dim = the layer's n_out, images = whether
 -- it gives images, blank = the blank's class of a CTC layer}. rl.forward and `rnnlua serve` (rnnlua.serve) both run it, so the served
--- answers are rl.forward's. Errors name the file and the layer, prefixed by `who`.
-function M.load_model(path, layer, device, who)
-  local ck = rl.load_checkpoint(path)
+-- answers are rl.forward's. Errors name the file and the layer, prefixed by `who`. ck: the
+-- checkpoint of `path` when the caller has loaded it already.
+function M.load_model(path, layer, device, who, ck)
+  ck = ck or rl.load_checkpoint(path)
   if type(ck.description[layer]) ~= "table" then
     error(string.format("%s: no layer '%s' in the network of %s (layers: %s)", who, tostring(layer),
       path, table.concat(sorted_keys(ck.description), ", ")), 0)
@@ -119,6 +124,14 @@ end
 
 function M.forward(cfg)
   if type(cfg) ~= "table" then fail("expects a table {model =, data =, layer =, output_file =}") end
+  if cfg.search == true then -- the same task as rl.search
+    local c = {}
+    for k, v in pairs(cfg) do if k ~= "search" then c[k] = v end end
+    return rl.search(c)
+  end
+  if cfg.search ~= nil and cfg.search ~= false then
+    fail("search must be true or false, got %s", tostring(cfg.search))
+  end
   for k in pairs(cfg) do
     if not KEYS[k] then
       fail("unknown key '%s' (known: %s)", tostring(k), table.concat(sorted_keys(KEYS), ", "))

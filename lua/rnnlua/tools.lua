@@ -271,7 +271,7 @@ local function dump_data(args)
     i = i + 1
   end
   if not path then usage("expects a dataset file") end
-  local ok, ds = pcall(rl.dataset, {class = "hdf", files = path})
+  local ok, ds = pcall(rl.dataset, {class = "hdf", files = path, allow_empty = true})
   if not ok then fail("%s", (tostring(ds):gsub("^rl%.dataset: ", ""))) end
   ds:init_epoch(1)
   local n = ds:num_seqs()
