@@ -30,6 +30,7 @@
 local M = {}
 local rl -- the module table, set by install
 local checkpoint = require("rnnlua.checkpoint")
+local rec = require("rnnlua.rec")
 
 local KEYS = {model = true, data = true, layer = true, output_file = true, batch_size = true,
               max_seqs = true, log_verbosity = true, device = true, decode = true, beam = true,
@@ -46,11 +47,31 @@ local function sorted_keys(t)
   return keys
 end
 
--- The description with every loss taken out and `layer` as the one output. A loss layer
--- without n_out had its target's dim (rl.network's rule): it keeps it.
+-- The names of the layers `layer` reads, directly or not, itself included (a rec layer reads
+-- its from and the base: layers of its unit).
+local function needed(desc, layer)
+  local need, stack = {}, {layer}
+  while #stack > 0 do
+    local name = table.remove(stack)
+    local l = desc[name]
+    if not need[name] and type(l) == "table" then
+      need[name] = true
+      local froms = l.class == "rec" and rec.sources(name, l, desc) or l.from or "data"
+      if type(froms) == "string" then froms = {froms} end
+      for _, f in ipairs(froms) do stack[#stack + 1] = f end
+    end
+  end
+  return need
+end
+
+-- The description of what `layer` needs, with every loss taken out and `layer` as the one
+-- output (a rec layer keeps the losses of its unit: with targets in the data it runs teacher
+-- forced). A loss layer without n_out had its target's dim (rl.network's rule): it keeps it.
 local function forward_description(desc, extern_data, layer)
   local d = {}
+  local need = needed(desc, layer)
   for name, l in pairs(desc) do
+    if not need[name] then goto continue end
     local c = {}
     for k, v in pairs(l) do c[k] = v end
     if c.n_out == nil and c.loss ~= nil and extern_data[c.target] then
@@ -59,6 +80,7 @@ local function forward_description(desc, extern_data, layer)
     if c.loss == "ctc" then c.blank_index = nil end -- an option of the ctc loss only
     c.loss, c.target, c.loss_scale, c.is_output_layer = nil, nil, nil, nil
     d[name] = c
+    ::continue::
   end
   d[layer].is_output_layer = true
   return d
