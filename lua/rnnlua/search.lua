@@ -23,7 +23,8 @@
 -- whose unit has a choice); beam: the beam size (default the choice's beam_size; 1 is greedy);
 -- eos: the end label; max_seq_len: a number, a function of the input length or an expression
 -- of T (default the rec layer's); length_norm: rank the final beam by score / steps (scores
--- are then normalised) as RETURNN's length_normalization; nbest: true (the whole beam) or n.
+-- are then normalised) as RETURNN's length_normalization; nbest: true (the whole beam) or n;
+-- labels: the names of the choice's labels (written as /labels).
 -- The sequences are searched sorted by input length (less padding, fewer wasted steps) and
 -- written in the dataset's order. Returns {output_file =, num_seqs =, n_labels =, results =
 -- {{tag =, labels =, score =, logp =, hyps = {{labels =, score =, logp =}, ...}}, ...} in the
@@ -35,7 +36,8 @@ local forward = require("rnnlua.forward")
 
 local KEYS = {model = true, data = true, output_file = true, output = true, layer = true,
   beam = true, eos = true, max_seq_len = true, length_norm = true, nbest = true,
-  attention = true, batch_size = true, max_seqs = true, device = true, log_verbosity = true}
+  attention = true, batch_size = true, max_seqs = true, device = true, log_verbosity = true,
+  labels = true}
 
 local function fail(fmt, ...)
   error("rl.search: " .. string.format(fmt, ...), 0)
@@ -243,6 +245,14 @@ function M.search(cfg)
   end
 
   local V = choice.n_out
+  if cfg.labels ~= nil then
+    local l = cfg.labels
+    local okl = type(l) == "table" and #l == V
+    for k = 1, okl and V or 0 do okl = okl and type(l[k]) == "string" end
+    if not okl then
+      fail("labels must be a list of %d strings (the names of the choice's labels)", V)
+    end
+  end
   local targets = {scores = {dim = 1}}
   if nbest then
     targets.nbest = {dim = V, sparse = true}
@@ -251,7 +261,8 @@ function M.search(cfg)
   if cfg.attention then targets.attention, targets.attention_shape = {dim = 1}, {dim = 2} end
   local n_labels = 0
   ok, e = pcall(function()
-    local w = rl.hdf_writer(cfg.output_file, {data_dim = V, sparse = true, targets = targets})
+    local w = rl.hdf_writer(cfg.output_file, {data_dim = V, sparse = true, targets = targets,
+      labels = cfg.labels})
     local function labels_tensor(l) return #l > 0 and rl.tensor(l, "int32") or rl.zeros({0}, "int32") end
     for i, r in ipairs(results) do
       local t = {scores = rl.tensor({{r.score}})}

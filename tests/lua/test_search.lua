@@ -209,6 +209,8 @@ bad("an unknown attention layer", {attention = "s"},
 bad("nbest beyond the beam", {beam = 2, nbest = 3}, "rl.search: nbest = 3 is more than the beam (2)")
 bad("an unknown key", {beam_size = 2}, "rl.search: unknown key 'beam_size'")
 bad("eos outside the labels", {eos = 6}, "unit layer 'output': eos must be a label in 0..5, got 6")
+bad("labels of the wrong count", {labels = {"a", "b"}},
+  "rl.search: labels must be a list of 6 strings (the names of the choice's labels)")
 bad("a missing model file", {model = path("nothing.h5")}, "nothing.h5")
 bad("output and output_file", {output = path("x.h5")}, "give output_file or output, not both")
 bad("a dataset without the input", {data = {class = "copy", num_seqs = 2}},
