@@ -22,6 +22,11 @@
 -- target's label numbers (the blank, at the layer's blank_index, removed). n_frames is then
 -- the number of labels written.
 --
+-- attention = "att" (layer a rec layer, run teacher forced: the data must hold its target)
+-- also writes the weights of attention layer att of its unit for each sequence, as rl.search
+-- does (targets attention and attention_shape, lua/rnnlua/search.lua). A rec layer whose output
+-- is a choice gives labels: the file is then sparse.
+--
 -- search = true runs rl.search (lua/rnnlua/search.lua: beam search through a rec layer's
 -- choice) with the other keys instead.
 --
@@ -34,7 +39,7 @@ local rec = require("rnnlua.rec")
 
 local KEYS = {model = true, data = true, layer = true, output_file = true, batch_size = true,
               max_seqs = true, log_verbosity = true, device = true, decode = true, beam = true,
-              search = true}
+              search = true, attention = true}
 
 local function fail(fmt, ...)
   error("rl.forward: " .. string.format(fmt, ...), 0)
@@ -107,6 +112,7 @@ function M.load_model(path, layer, device, who, ck)
   local L = net:layer(layer)
   local d = ck.description[layer]
   return {ck = ck, net = net, layer = layer, dim = L.n_out, images = L.rank == 2,
+          labels = L.object.sparse_out == true,
           blank = d.loss == "ctc" and (d.blank_index or L.n_out - 1) or nil}
 end
 
@@ -195,8 +201,15 @@ function M.forward(cfg)
   elseif cfg.beam ~= nil then
     fail("beam applies to decode = \"ctc\" only")
   end
+  local search = require("rnnlua.search")
+  local att = cfg.attention
+  if att ~= nil then
+    if blank then fail("attention does not apply to decode = \"ctc\"") end
+    search.check_attention(net:layer(layer).object, att, "rl.forward")
+  end
   local w = rl.hdf_writer(cfg.output_file, {data_dim = blank and dim - 1 or dim,
-    sparse = blank ~= nil, spatial = images and 2 or nil})
+    sparse = blank ~= nil or model.labels, spatial = images and 2 or nil,
+    targets = att and search.attention_targets or nil})
   local nseqs, nframes = 0, 0
   local ok, err = pcall(function()
     local bopts = {batch_size = cfg.batch_size or 5000, max_seqs = cfg.max_seqs or 40}
@@ -218,7 +231,15 @@ function M.forward(cfg)
           nframes = nframes + h * wd
         else
           local len = geom[b]
-          w:add(tag, out:select(2, b):narrow(1, 1, len):contiguous())
+          local t
+          if att then -- the rec layer's S_out = len steps over the input's T_enc frames
+            local alpha = net:layer(layer).object:attention_weights(att)
+            local rows = {}
+            for s = 1, len do rows[s] = b end
+            t = search.attention_values({}, search.attention_matrix(alpha,
+              {steps = len, rows = rows}, batch.lengths[b]))
+          end
+          w:add(tag, out:select(2, b):narrow(1, 1, len):contiguous(), t)
           nframes = nframes + len
         end
         nseqs = nseqs + 1

@@ -131,7 +131,7 @@ local function sorted_view(ds)
 end
 
 -- The (steps, T_enc) attention weights of hypothesis r (rows into alpha (S, B * K, Te)).
-local function attention_matrix(alpha, r, T_enc)
+function M.attention_matrix(alpha, r, T_enc)
   local m = rl.zeros(r.steps, T_enc)
   for t = 1, r.steps do
     if T_enc > 0 then
@@ -139,6 +139,32 @@ local function attention_matrix(alpha, r, T_enc)
     end
   end
   return m
+end
+
+-- Raises (prefixed by who) unless `name` is an attention layer of the unit of rec layer `rec`.
+function M.check_attention(rec, name, who)
+  if rec.class ~= "rec" then
+    error(string.format("%s: attention = '%s' needs a rec layer, layer '%s' is class %s", who,
+      tostring(name), rec.name, tostring(rec.class)), 0)
+  end
+  local u = rec.by_name[name]
+  if not u or u.kind ~= "attention" then
+    local att = {}
+    for _, unit in ipairs(rec.units) do
+      if unit.kind == "attention" then att[#att + 1] = unit.name end
+    end
+    error(string.format("%s: layer '%s' (rec): attention = '%s' is not an attention layer of the "
+      .. "unit (attention layers: %s)", who, rec.name, tostring(name),
+      #att > 0 and table.concat(att, ", ") or "none"), 0)
+  end
+end
+
+-- The writer's targets of an (S_out, T_enc) matrix m per sequence, and their values.
+M.attention_targets = {attention = {dim = 1}, attention_shape = {dim = 2}}
+function M.attention_values(t, m)
+  t.attention = m:contiguous():view(m:numel(), 1)
+  t.attention_shape = rl.tensor({{m:size(1), m:size(2)}})
+  return t
 end
 
 local function check(cfg)
@@ -200,17 +226,7 @@ function M.search(cfg)
     fail("%s of %s has no max_seq_len: give max_seq_len (a number, a function of the input "
       .. "length T or an expression of T such as \"2 * T + 3\")", where, m.what)
   end
-  if cfg.attention ~= nil then
-    local u = rec.by_name[cfg.attention]
-    if not u or u.kind ~= "attention" then
-      local att = {}
-      for _, unit in ipairs(rec.units) do
-        if unit.kind == "attention" then att[#att + 1] = unit.name end
-      end
-      fail("%s: attention = '%s' is not an attention layer of the unit (attention layers: %s)",
-        where, cfg.attention, #att > 0 and table.concat(att, ", ") or "none")
-    end
-  end
+  if cfg.attention ~= nil then M.check_attention(rec, cfg.attention, "rl.search") end
 
   local ds = rl.dataset(cfg.data)
   local okd, err = pcall(rl.check_dataset_dims, ds, net.ext, sorted_keys(net.input_keys))
@@ -235,7 +251,7 @@ function M.search(cfg)
         for k, h in ipairs(r.hyps) do hyps[k] = {labels = h.labels, score = h.score, logp = h.logp} end
         results[i] = {tag = batch.tags[b] or string.format("seq-%d", i), labels = r.labels,
           score = r.score, logp = r.logp, hyps = hyps}
-        if alpha then att[i] = attention_matrix(alpha, r, batch.lengths[b]) end
+        if alpha then att[i] = M.attention_matrix(alpha, r, batch.lengths[b]) end
       end
     end
   end)
@@ -258,7 +274,9 @@ function M.search(cfg)
     targets.nbest = {dim = V, sparse = true}
     targets.nbest_lengths, targets.nbest_scores = {dim = 1}, {dim = 1}
   end
-  if cfg.attention then targets.attention, targets.attention_shape = {dim = 1}, {dim = 2} end
+  if cfg.attention then
+    for k, v in pairs(M.attention_targets) do targets[k] = v end
+  end
   local n_labels = 0
   ok, e = pcall(function()
     local w = rl.hdf_writer(cfg.output_file, {data_dim = V, sparse = true, targets = targets,
@@ -276,11 +294,7 @@ function M.search(cfg)
         t.nbest, t.nbest_lengths, t.nbest_scores = labels_tensor(all), rl.tensor(lens),
           rl.tensor(scores)
       end
-      if cfg.attention then
-        local a = att[i]
-        t.attention = a:contiguous():view(a:numel(), 1)
-        t.attention_shape = rl.tensor({{a:size(1), a:size(2)}})
-      end
+      if cfg.attention then M.attention_values(t, att[i]) end
       w:add(r.tag, labels_tensor(r.labels), t)
       n_labels = n_labels + #r.labels
     end

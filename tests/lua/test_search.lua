@@ -176,6 +176,35 @@ H.test("rl.forward{search = true} and a network object give the same file", func
   end
 end)
 
+H.test("rl.forward with attention: teacher forced through the data's targets", function()
+  rl.forward{model = path("model.h5"), data = DATA, layer = "dec", attention = "att",
+    output_file = path("tf.h5"), log_verbosity = 0}
+  local out = read(path("tf.h5"))
+  local rec = net:layer("dec").object
+  for i, s in ipairs(seqs) do
+    local T = s.data:size(1)
+    H.check(same(labels_of(out[i].data), {1, 2}), s.tag .. ": the choice gives the targets")
+    H.check(out[i].attention_shape[1][1] == 2 and out[i].attention_shape[1][2] == T, "shape")
+    net:forward({data = s.data:view(T, 1, 3), lengths = rl.tensor({T}, "int32"),
+      classes = rl.tensor({{1}, {2}}, "int32"), lengths_classes = rl.tensor({2}, "int32")},
+      {train = false})
+    local ref = rec:attention_weights("att"):select(2, 1):narrow(2, 1, T)
+    H.check((out[i].attention:view(2, T) - ref):abs():max() < 1e-5, s.tag .. ": weights differ")
+  end
+end)
+
+H.expect_error("rl.forward with attention on a layer that is not a rec layer", function()
+  rl.forward{model = path("model.h5"), data = DATA, layer = "enc", attention = "att",
+    output_file = path("bad.h5"), log_verbosity = 0}
+end, "rl.forward: attention = 'att' needs a rec layer, layer 'enc' is class lstm")
+
+H.expect_error("rl.forward with attention: the data lacks the targets", function()
+  rl.dataset_write(path("notarget.h5"), {{tag = "a", data = rl.randn(3, 3)}},
+    {extern_data = {data = {dim = 3}}})
+  rl.forward{model = path("model.h5"), data = {class = "hdf", files = {path("notarget.h5")}},
+    layer = "dec", attention = "att", output_file = path("bad.h5"), log_verbosity = 0}
+end, "has no 'classes'")
+
 H.test("a short file: one sequence of one frame", function()
   rl.dataset_write(path("one.h5"), {{tag = "only", data = rl.randn(1, 3)}},
     {extern_data = {data = {dim = 3}}})
