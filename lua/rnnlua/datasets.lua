@@ -22,7 +22,9 @@
 -- (classes (1, B)), or one per column, and so on.
 --
 -- rl.dataset(cfg):
---   {class = "hdf", files = {...} | "file.h5", cache_size = bytes (default 256 MiB), ...}
+--   {class = "hdf", files = {...} | "file.h5", cache_size = bytes (default 256 MiB), ...,
+--    allow_empty = true (read sequences of length 0, such as empty decoded label sequences;
+--    without it they are an error, since they cannot be trained on or forwarded)}
 --   {class = "12ax" | "copy" | "regression", num_seqs =, seed =, min_len =, max_len =, ...}
 --   common: seq_ordering = "default" | "random" | "sorted" | "sorted_reverse" | "laplace:N" |
 --           "laplace:.N", partition_epoch = N (default 1), seed = s (default 1)
@@ -541,7 +543,7 @@ local function hdf_open_file(path)
 end
 
 local HDF_KEYS = {class = true, files = true, cache_size = true, seq_ordering = true,
-  partition_epoch = true, seed = true}
+  partition_epoch = true, seed = true, allow_empty = true}
 
 local function hdf_new(cfg)
   for k in pairs(cfg) do
@@ -552,7 +554,7 @@ local function hdf_new(cfg)
   if type(files) ~= "table" or #files == 0 then
     fail("rl.dataset: class 'hdf' needs files = {paths...}")
   end
-  local self = setmetatable({}, Hdf)
+  local self = setmetatable({allow_empty = cfg.allow_empty == true}, Hdf)
   self.name = "hdf(" .. table.concat(files, ", ") .. ")"
   base_init(self, cfg, "rl.dataset " .. self.name)
   self._files = {}
@@ -640,7 +642,7 @@ end
 function Hdf:_load(k)
   local info, i = self._files[self._fidx[k]], self._local[k]
   local tag = self:tag(k)
-  if info.in_len[i] < 1 then
+  if info.in_len[i] < 1 and not self.allow_empty then
     fail("rl.dataset: %s: sequence '%s' (number %d in the file) has length 0 (/seqLengths): "
       .. "an empty sequence cannot be trained on or forwarded", info.path, tag, i)
   end
