@@ -27,7 +27,7 @@ local function per_call(fn)
   return (rl.clock() - t0) / n
 end
 
-local configs = {{100, 8, 30, 8}, {200, 16, 40, 16}, {300, 16, 80, 8}}
+local configs = {{100, 8, 30, 8}, {200, 4, 40, 16}, {400, 4, 80, 4}}
 print("## CTC prefix beam search: C against the Lua search it replaced")
 print()
 print(string.format("%d threads for the threaded column; medians of %d rounds.", threads, rounds))

@@ -336,8 +336,7 @@ for _, case in ipairs({{"2^48 - 1", "\255\255\255\255\255\255\0\0"}, {"2^31", "\
       local path = dir .. "/heap.h5"
       write_bytes(path, d:sub(1, pos - 1) .. case[2] .. d:sub(pos + 8))
       rl.load_checkpoint(path)
-    end, "heap.h5: libhdf5 crashed reading the file's structure (killed by a signal): the file is "
-      .. "corrupt")
+    end, "heap.h5: libhdf5 crashed reading the file's structure")
 end
 
 H.expect_error("version 2 with a variable-length string attribute is refused unread", function()
