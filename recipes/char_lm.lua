@@ -112,14 +112,7 @@ local function chapters()
 end
 
 local function mkdir_p(path)
-  local lfs = require("lfs")
-  local cur = path:sub(1, 1) == "/" and "/" or ""
-  for part in path:gmatch("[^/]+") do
-    cur = cur .. part
-    if lfs.attributes(cur, "mode") == nil then lfs.mkdir(cur) end
-    cur = cur .. "/"
-  end
-  if lfs.attributes(path, "mode") ~= "directory" then
+  if not os.execute("mkdir -p '" .. path:gsub("'", "'\\''") .. "'") then
     error("char_lm: cannot create the directory " .. path, 0)
   end
 end
