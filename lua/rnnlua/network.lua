@@ -833,6 +833,7 @@ function Network:carry_in(state_from, B)
       end
     end
     layer:set_initial_state(st.init_h, st.init_c)
+    self.carry_active = true -- until carry_reset, even if this forward fails
   end
 end
 
@@ -852,7 +853,7 @@ function Network:carry_reset()
     node.layer:set_initial_state(nil)
     node.carry = nil
   end
-  self.carried_B = nil
+  self.carried_B, self.carry_active = nil, nil
 end
 
 function Network:forward(batch, fopts)
@@ -862,7 +863,7 @@ function Network:forward(batch, fopts)
   batch = self:on_device(batch)
   if batch.state_from ~= nil then
     self:carry_in(batch.state_from, B)
-  elseif self.carried_B then
+  elseif self.carry_active then
     self:carry_reset()
   end
   self.forwarded = false
