@@ -511,20 +511,29 @@ local function terminal(ext, width, height)
     or string.format("set terminal svg size %d,%d", width, height)
 end
 
--- Runs the gnuplot commands g (a list of lines) through the file `script`; path and outp name
--- the input and the picture in errors.
-local function run_gnuplot(g, script, path, outp)
-  local fh = assert(io.open(script, "w"))
-  fh:write(table.concat(g, "\n"), "\n")
-  fh:close()
-  local gp = find_gnuplot()
-  local cmd = string.format("'%s' '%s' 2>&1", gp, script) -- both without quotes
-  local p = io.popen(cmd)
-  local msg = p:read("a")
-  local okx, _, code = p:close()
-  if not okx then
-    fail("%s: gnuplot failed (exit %s) drawing %s: %s", path, tostring(code), outp, msg)
-  end
+-- Runs fn(data) with two temporary files: fn writes what it draws to the file `data` and
+-- returns the gnuplot commands (a list of lines) that draw outp from it. path and outp name the
+-- input and the picture in errors; the temporary files are removed whatever happens.
+local function draw(path, outp, fn)
+  local data, script = os.tmpname(), os.tmpname()
+  local ok, err = pcall(function()
+    local g = fn(data)
+    local fh = assert(io.open(script, "w"))
+    fh:write(table.concat(g, "\n"), "\n")
+    fh:close()
+    local gp = find_gnuplot()
+    local cmd = string.format("'%s' '%s' 2>&1", gp, script) -- both without quotes
+    local p = io.popen(cmd)
+    local msg = p:read("a")
+    local okx, _, code = p:close()
+    if not okx then
+      fail("%s: gnuplot failed (exit %s) drawing %s: %s", path, tostring(code), outp, msg)
+    end
+  end)
+  os.remove(data)
+  os.remove(script)
+  if not ok then error(err, 0) end
+  return outp
 end
 
 -- Draws the curve at `path` into `outp` (.png or .svg), width x height pixels.
@@ -533,9 +542,7 @@ function M.plot(path, outp, opts)
   local width, height = opts.width or 800, opts.height or 900
   local ext = out_format(outp)
   local recs = M.read_curve(path)
-  local data = os.tmpname()
-  local script = os.tmpname()
-  local ok, err = pcall(function()
+  return draw(path, outp, function(data)
     local cols = {"epoch", "train_score", "dev_score", "train_error", "dev_error", "lr"}
     local has = {}
     local fh = assert(io.open(data, "w"))
@@ -582,12 +589,8 @@ function M.plot(path, outp, opts)
       plots({{"lr", 6, "lr"}}),
       "unset multiplot", "set output",
     }
-    run_gnuplot(g, script, path, outp)
+    return g
   end)
-  os.remove(data)
-  os.remove(script)
-  if not ok then error(err, 0) end
-  return outp
 end
 
 -- The matrix that `key` of sequence `seq` (1-based, file order) of the HDF dataset at `path`
@@ -646,8 +649,7 @@ function M.heatmap(path, key, outp, opts)
   local ext = out_format(outp)
   local m, xlabel, ylabel, tag = M.heatmap_matrix(path, key, opts.seq or 1, opts.channel or 1)
   local rows, cols = m:size(1), m:size(2)
-  local data, script = os.tmpname(), os.tmpname()
-  local ok, err = pcall(function()
+  return draw(path, outp, function(data)
     local fh = assert(io.open(data, "w"))
     for _, row in ipairs(m:double():totable()) do
       for j, v in ipairs(row) do row[j] = string.format("%.7g", v) end
@@ -656,7 +658,7 @@ function M.heatmap(path, key, outp, opts)
     fh:close()
     local title = string.format("%s, %s, sequence %d (%s)", path:match("[^/]*$"), key,
       opts.seq or 1, tag):gsub("_", "\\_")
-    run_gnuplot({
+    return {
       terminal(ext, opts.width or 800, opts.height or 600),
       "set output " .. q(outp),
       "set title " .. q(title),
@@ -672,12 +674,8 @@ function M.heatmap(path, key, outp, opts)
         and "3 with image" or "(0.5):(0.5):3 with boxxyerror fill solid noborder lc palette")
         .. " notitle",
       "set output",
-    }, script, path, outp)
+    }
   end)
-  os.remove(data)
-  os.remove(script)
-  if not ok then error(err, 0) end
-  return outp
 end
 
 local function plot(args)
