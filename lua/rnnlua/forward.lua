@@ -116,6 +116,28 @@ function M.load_model(path, layer, device, who, ck)
           blank = d.loss == "ctc" and (d.blank_index or L.n_out - 1) or nil}
 end
 
+-- The same for a network in memory (built by rl.network or rl.train): a copy that computes
+-- `layer` without losses, on the CPU, with net's parameter values; ck = {description =,
+-- extern_data =, dtype =} of net.
+function M.model_of_net(net, layer, who)
+  if type(net.description[layer]) ~= "table" then
+    error(string.format("%s: no layer '%s' in the network (layers: %s)", who, tostring(layer),
+      table.concat(sorted_keys(net.description), ", ")), 0)
+  end
+  local copy = rl.network(forward_description(net.description, net.extern_data, layer),
+    net.extern_data, {dtype = net.dtype})
+  local values, order = {}, {}
+  for _, p in ipairs(net:param_list()) do
+    local name = p.layer .. "/" .. p.name
+    values[name], order[#order + 1] = p.value:cpu(), name
+  end
+  checkpoint.load_params({path = "(the network in memory)", param_tensors = values,
+    param_order = order}, copy, {partial = true})
+  local L = copy:layer(layer)
+  return {ck = {description = net.description, extern_data = net.extern_data, dtype = net.dtype},
+          net = copy, layer = layer, dim = L.n_out, images = L.rank == 2}
+end
+
 -- Why the layer of a model of load_model cannot be decoded with CTC, or nil when it can.
 function M.ctc_unfit(model)
   local d = model.ck.description[model.layer]

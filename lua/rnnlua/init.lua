@@ -144,5 +144,6 @@ require("rnnlua.engine").install(rl)    -- rl.train, rl.forward, rl.save/load_ch
 require("rnnlua.ctc").install(rl)       -- rl.ctc_decode
 require("rnnlua.search").install(rl)    -- rl.search (beam search over a dataset)
 require("rnnlua.tools").install(rl)     -- rl.tools: info, dump-data, compare, plot
+require("rnnlua.sample").install(rl)    -- rl.sample: text from a character language model
 
 return rl

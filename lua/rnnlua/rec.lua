@@ -524,13 +524,15 @@ function Rec:step_input(s, t)
   return src.out:narrow(1, t - 1, 1)
 end
 
--- Runs unit layer `unit` at step t; returns its (1, B, F) output (not yet stored).
+-- Runs unit layer `unit` at step t; returns its (1, B, F) output (not yet stored, except an
+-- attention layer's).
 function Rec:run_unit(unit, t, train)
   local ins = unit.ins or {}
   unit.ins = ins
   for k, s in ipairs(unit.srcs) do ins[k] = self:step_input(s, t) end
-  if unit.kind == "attention" then
-    return unit.obj:forward_step(t, ins[1]:select(1, 1)):view(1, self.B, unit.n_out)
+  if unit.kind == "attention" then -- writes its row of unit.out itself
+    unit.obj:forward_step(t, ins[1]:select(1, 1), unit.out:select(1, t))
+    return unit.out:narrow(1, t, 1)
   end
   if unit.kind == "lstm" then
     local h0 = t == 1 and unit.zero_state or unit.out:select(1, t - 1)
@@ -547,7 +549,8 @@ end
 
 -- Runs unit layer `unit` at step t and keeps its output (and an lstm's cell) as row t.
 function Rec:store_unit(unit, t, train)
-  unit.out:narrow(1, t, 1):copy_(self:run_unit(unit, t, train))
+  local out = self:run_unit(unit, t, train)
+  if unit.kind ~= "attention" then unit.out:narrow(1, t, 1):copy_(out) end
   if unit.kind == "lstm" then
     local _, c = unit.obj:final_state()
     unit.cells:select(1, t):copy_(c)

@@ -98,8 +98,9 @@ local INFO_HELP = [[
 usage: rnnlua info MODEL.h5
 Describes an rnnlua checkpoint (written by rl.save_checkpoint / rl.train): the network's
 layers with their class, size, inputs and parameter counts, every parameter's shape, the
-total, epoch, step, dtype, the optimizer and its step count, the learning rate and the score
-history kept by the learning-rate control. Nothing in the file is executed.]]
+total, epoch, step, dtype, the pretraining step (a checkpoint of rl.train with pretrain), the
+optimizer and its step count, the learning rate and the score history kept by the
+learning-rate control. Nothing in the file is executed.]]
 
 -- The learning-rate control's state as {epoch = {lr =, <score key> = value}}, epochs sorted.
 local function history_of(st)
@@ -167,6 +168,19 @@ local function info(args)
       (o.skipped or 0) > 0 and string.format(" (%s skipped)", fmt_num(o.skipped)) or "")
   else
     out("optimizer: (no state saved)")
+  end
+  local pt = ck.pretrain_state
+  if pt then
+    if pt.final then
+      out("pretrain: %s scheme, finished: the full network (pretrain step %s of %s) trains from "
+        .. "epoch %s", tostring(pt.scheme), fmt_num(pt.step), fmt_num(pt.num_steps),
+        fmt_num(pt.pretrain_epochs and pt.pretrain_epochs + 1))
+    else
+      out("pretrain: %s scheme, step %s of %s (epochs %s-%s; the full network from epoch %s), "
+        .. "layers %s", tostring(pt.scheme), fmt_num(pt.step), fmt_num(pt.num_steps),
+        fmt_num(pt.first_epoch), fmt_num(pt.last_epoch),
+        fmt_num(pt.pretrain_epochs and pt.pretrain_epochs + 1), tostring(pt.layers))
+    end
   end
   local st = ck.lr_control_state
   if not st then
