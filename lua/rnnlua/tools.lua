@@ -608,9 +608,10 @@ function M.plot(path, outp, opts)
 end
 
 -- The matrix that `key` of sequence `seq` (1-based, file order) of the HDF dataset at `path`
--- holds, as a (rows, cols) float tensor, with the names of its axes:
+-- holds, as a (rows, cols) float tensor, with the names of its axes, the sequence's tag and
+-- (or nil) names of the rows:
 --   a key K beside K_shape (rl.search's attention): K's S * T values as (S, T) (output steps,
---   input frames); images (h, w, F) (the forward task on an MDLSTM or conv2d layer): channel
+--   input frames; row_names: the labels of the steps when the file names them); images (h, w, F) (the forward task on an MDLSTM or conv2d layer): channel
 --   `channel` as (h, w); dense sequences (T, F): (F, T), time along x.
 function M.heatmap_matrix(path, key, seq, channel)
   local ok, ds = pcall(rl.dataset, {class = "hdf", files = path, allow_empty = true})
@@ -633,7 +634,7 @@ function M.heatmap_matrix(path, key, seq, channel)
     fail("%s holds labels (sparse), not a matrix", where)
   end
   local shape = has[key .. "_shape"] and s[key .. "_shape"]
-  local m, xlabel, ylabel
+  local m, xlabel, ylabel, row_names
   if shape then
     if shape:size(1) ~= 1 or shape:size(2) ~= 2 then
       fail("%s_shape must be one frame (rows, cols), got %s", where, shape_str(shape))
@@ -644,6 +645,17 @@ function M.heatmap_matrix(path, key, seq, channel)
         fmt_num(shape[1][2]), x:numel())
     end
     m, xlabel, ylabel = x:contiguous():view(r, c), "input frame", "output step"
+    -- rl.search's attention: the rows are the steps of the labels in data (named by /labels
+    -- when the file has them), and the end label's step after them
+    local f = rl.h5file(path, "r")
+    local okn, names = pcall(function() return f:exists("labels") and f:read_strings("labels") end)
+    f:close()
+    if okn and names and s.data:dtype() == "int32" and s.data:numel() <= r then
+      local ids = s.data:numel() > 0 and s.data:totable() or {}
+      local rows = {}
+      for k = 1, r do rows[k] = ids[k] and names[ids[k] + 1] or "(end)" end
+      row_names = rows
+    end
   elseif x:dim() == 3 then
     local F = x:size(3)
     if math.type(channel) ~= "integer" or channel < 1 or channel > F then
@@ -654,15 +666,18 @@ function M.heatmap_matrix(path, key, seq, channel)
     m, xlabel, ylabel = x:t():contiguous(), "frame", "feature"
   end
   if m:numel() == 0 then fail("%s is empty (%s)", where, shape_str(m)) end
-  return m, xlabel, ylabel, s.tag
+  return m, xlabel, ylabel, s.tag, row_names
 end
 
 -- Draws the matrix of heatmap_matrix as a heat map (row 1 at the top) into outp (.png/.svg).
 function M.heatmap(path, key, outp, opts)
   opts = opts or {}
   local ext = out_format(outp)
-  local m, xlabel, ylabel, tag = M.heatmap_matrix(path, key, opts.seq or 1, opts.channel or 1)
+  local m, xlabel, ylabel, tag, row_names = M.heatmap_matrix(path, key, opts.seq or 1,
+    opts.channel or 1)
   local rows, cols = m:size(1), m:size(2)
+  local ytics = {}
+  for k, name in ipairs(row_names or {}) do ytics[k] = q(name) .. " " .. k end
   return draw(path, outp, function(data)
     local fh = assert(io.open(data, "w"))
     for _, row in ipairs(m:double():totable()) do
@@ -683,6 +698,7 @@ function M.heatmap(path, key, outp, opts)
         .. "1 '#fde725')",
       "set tics out",
       cols <= 30 and "set xtics 1" or "", rows <= 30 and "set ytics 1" or "", -- whole frames
+      row_names and rows <= 60 and "set ytics (" .. table.concat(ytics, ", ") .. ")" or "",
       -- gnuplot draws an image from 2 x 2 points on; a single row or column as boxes
       "plot " .. q(data) .. " matrix using ($1 + 1):($2 + 1):" .. (rows > 1 and cols > 1
         and "3 with image" or "(0.5):(0.5):3 with boxxyerror fill solid noborder lc palette")
