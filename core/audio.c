@@ -4,8 +4,13 @@
  * torchaudio.compliance.kaldi.fbank / .mfcc with snip_edges=True), on a waveform x of n
  * samples at rate R:
  *   W = floor(R * window_ms / 1000) samples per frame, S = floor(R * hop_ms / 1000) per hop,
- *   T = 1 + floor((n - W) / S) frames (only whole windows; n < W is an error).
- *   Frame t, i = 0..W-1:  a_i = x[t S + i] + dither * g_i          (g_i ~ N(0, 1), seeded)
+ *   snip_edges (Kaldi's default): T = 1 + floor((n - W) / S) frames, frame t starts at
+ *     s_t = t S (only whole windows; n < W is an error).
+ *   snip_edges = false: T = floor((n + floor(S / 2)) / S) frames (frame t centred near
+ *     t S + S / 2), s_t = t S + floor(S / 2) - floor(W / 2); a sample position j outside
+ *     [0, n) is reflected into it (repeatedly): j < 0 -> -j - 1, j >= n -> 2n - 1 - j
+ *     (Kaldi's ExtractWindow; torchaudio pads the same way). n < S / 2 gives no frame: an error.
+ *   Frame t, i = 0..W-1:  a_i = x[s_t + i] + dither * g_i          (g_i ~ N(0, 1), seeded)
  *     remove_dc:          a_i -= mean_i a_i
  *     pre-emphasis p:     b_i = a_i - p a_{i-1} (i > 0),  b_0 = a_0 - p a_0
  *     window w, c = 2 pi / (W - 1):  hann 0.5 - 0.5 cos(c i),  hamming 0.54 - 0.46 cos(c i),
@@ -192,7 +197,8 @@ rl_audio_cfg rl_audio_cfg_default(void) {
                           .lifter = 0,
                           .deltas = 0,
                           .delta_window = 2,
-                          .normalize = false};
+                          .normalize = false,
+                          .snip_edges = true};
 }
 
 static int64_t window_len(const rl_audio_cfg *c) {
@@ -259,7 +265,15 @@ rl_status rl_audio_cfg_check(const char *who, const rl_audio_cfg *c) {
 
 int64_t rl_audio_num_frames(const rl_audio_cfg *c, int64_t n) {
     int64_t w = window_len(c), s = hop_len(c);
+    if (!c->snip_edges) return (n + s / 2) / s;
     return n < w ? 0 : 1 + (n - w) / s;
+}
+
+/* The sample a position of a frame reads with snip_edges = false (Kaldi's reflection). */
+static int64_t reflect(int64_t j, int64_t n) {
+    while (j < 0 || j >= n)
+        j = j < 0 ? -j - 1 : 2 * n - 1 - j;
+    return j;
 }
 
 /* FFTW's planner is not thread-safe; executing a plan is. */
@@ -335,11 +349,16 @@ rl_status rl_audio_features(const char *who, const rl_audio_cfg *c, const float 
     RL_TRY(rl_audio_cfg_check(who, c));
     int64_t w_n = window_len(c), hop = hop_len(c), p = fft_len(c), nb = p / 2 + 1;
     int64_t t_n = rl_audio_num_frames(c, n);
-    if (t_n == 0)
+    if (t_n == 0 && c->snip_edges)
         return rl_error(RL_EARG,
                         "%s: the waveform has %lld samples, fewer than one window (%lld samples "
                         "= window_ms %g at %g Hz)",
                         who, (long long)n, (long long)w_n, c->window_ms, c->rate);
+    if (t_n == 0)
+        return rl_error(RL_EARG,
+                        "%s: the waveform has %lld samples, too few for one frame with "
+                        "snip_edges = false (half a hop, %lld samples)",
+                        who, (long long)n, (long long)(hop - hop / 2));
     for (int64_t i = 0; i < n; i++)
         if (!isfinite(wave[i]))
             return rl_error(RL_EARG, "%s: sample %lld of the waveform is not finite", who,
@@ -352,14 +371,15 @@ rl_status rl_audio_features(const char *who, const rl_audio_cfg *c, const float 
     melbank mb = {0};
     float *win = malloc((size_t)w_n * sizeof *win);
     float *lm = malloc((size_t)m_n * sizeof *lm);
-    float *raw = c->dither > 0 ? malloc((size_t)w_n * sizeof *raw) : NULL;
+    /* the frame when it is dithered or reaches over an edge */
+    float *raw = malloc((size_t)w_n * sizeof *raw);
     double *dct = c->n_ceps ? malloc((size_t)(c->n_ceps * m_n) * sizeof *dct) : NULL;
     float *buf = fftwf_malloc((size_t)p * sizeof *buf);
     fftwf_complex *spec = fftwf_malloc((size_t)nb * sizeof *spec);
     float *pw = malloc((size_t)nb * sizeof *pw);
     fftwf_plan plan = NULL;
     rl_status st = RL_OK;
-    if (!win || !lm || (c->dither > 0 && !raw) || (c->n_ceps && !dct) || !buf || !spec || !pw) {
+    if (!win || !lm || !raw || (c->n_ceps && !dct) || !buf || !spec || !pw) {
         st = rl_error(RL_ENOMEM, "%s: no memory for the feature buffers", who);
         goto done;
     }
@@ -388,7 +408,13 @@ rl_status rl_audio_features(const char *who, const rl_audio_cfg *c, const float 
     /* the floor in float: below FLT_MIN it would be 0 and the log -inf */
     float fl = c->floor < FLT_MIN ? FLT_MIN : (float)c->floor;
     for (int64_t t = 0; t < t_n; t++) {
-        const float *x = wave + t * hop;
+        int64_t start = c->snip_edges ? t * hop : t * hop + hop / 2 - w_n / 2;
+        const float *x = wave + start;
+        if (start < 0 || start + w_n > n) {
+            for (int64_t i = 0; i < w_n; i++)
+                raw[i] = wave[reflect(start + i, n)];
+            x = raw;
+        }
         if (c->dither > 0) {
             for (int64_t i = 0; i < w_n; i++) {
                 /* Box-Muller on two Philox words; stream = frame, so frames are independent */
