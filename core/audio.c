@@ -293,15 +293,20 @@ static rl_status melbank_make(const char *who, const rl_audio_cfg *c, int64_t p,
     mb->first = malloc((size_t)m_n * sizeof *mb->first);
     mb->off = malloc((size_t)(m_n + 1) * sizeof *mb->off);
     mb->wt = malloc((size_t)(m_n * nb + 1) * sizeof *mb->wt);
-    if (!mb->first || !mb->off || !mb->wt)
+    double *u_of = malloc((size_t)nb * sizeof *u_of); /* mel value of each bin */
+    if (!mb->first || !mb->off || !mb->wt || !u_of) {
+        free(u_of);
         return rl_error(RL_ENOMEM, "%s: no memory for the mel filters", who);
+    }
+    for (int64_t k = 0; k < nb; k++)
+        u_of[k] = mel((double)k * c->rate / (double)p);
     int64_t o = 0;
     for (int64_t m = 0; m < m_n; m++) {
         double l = lo + (double)m * d, ce = l + d, r = ce + d;
         mb->off[m] = o;
         mb->first[m] = -1;
         for (int64_t k = 0; k < nb; k++) {
-            double u = mel((double)k * c->rate / (double)p);
+            double u = u_of[k];
             double w = fmin((u - l) / (ce - l), (r - u) / (r - ce));
             if (w > 0) {
                 if (mb->first[m] < 0) mb->first[m] = k;
@@ -310,13 +315,16 @@ static rl_status melbank_make(const char *who, const rl_audio_cfg *c, int64_t p,
             }
         }
         /* an empty filter's log-mel would be the constant ln(floor) */
-        if (mb->first[m] < 0)
+        if (mb->first[m] < 0) {
+            free(u_of);
             return rl_error(
                 RL_EARG,
                 "%s: n_mels = %lld is too many for a %lld-point FFT: filter %lld covers "
                 "no FFT bin (fewer mels, a wider band or a longer window_ms)",
                 who, (long long)m_n, (long long)p, (long long)m);
+        }
     }
+    free(u_of);
     mb->off[m_n] = o;
     return RL_OK;
 }
@@ -325,6 +333,37 @@ static void melbank_free(melbank *mb) {
     free(mb->first);
     free(mb->off);
     free(mb->wt);
+}
+
+/* -O2's cheap vectoriser leaves loops of a run-time length scalar; these few are worth O3 (no
+ * -ffast-math: the order of the sums stays as written) */
+#define RL_AUDIO_VEC __attribute__((optimize("O3", "no-trapping-math")))
+
+/* DC removal, pre-emphasis and the window of one frame in one pass. */
+RL_AUDIO_VEC static void frame_prep(float *restrict buf, const float *restrict x,
+                                    const float *restrict win, int64_t w_n, float mean, float pe) {
+    buf[0] = ((x[0] - mean) - pe * (x[0] - mean)) * win[0];
+    for (int64_t i = 1; i < w_n; i++)
+        buf[i] = ((x[i] - mean) - pe * (x[i - 1] - mean)) * win[i];
+}
+
+/* |X_k|^2 of nb complex bins (re, im interleaved) */
+RL_AUDIO_VEC static void power_spectrum(float *restrict pw, const float *restrict spec,
+                                        int64_t nb) {
+    for (int64_t k = 0; k < nb; k++)
+        pw[k] = spec[2 * k] * spec[2 * k] + spec[2 * k + 1] * spec[2 * k + 1];
+}
+
+/* The sum of n floats in double, in 4 independent chains (one chain is latency-bound). */
+static double sum_double(const float *x, int64_t n) {
+    double s[4] = {0, 0, 0, 0};
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4)
+        for (int j = 0; j < 4; j++)
+            s[j] += x[i + j];
+    for (; i < n; i++)
+        s[0] += x[i];
+    return (s[0] + s[1]) + (s[2] + s[3]);
 }
 
 /* Deltas of the `w` columns starting at src into the columns starting at dst, rows of `ld`. */
@@ -409,12 +448,12 @@ rl_status rl_audio_features(const char *who, const rl_audio_cfg *c, const float 
     float fl = c->floor < FLT_MIN ? FLT_MIN : (float)c->floor;
     for (int64_t t = 0; t < t_n; t++) {
         int64_t start = c->snip_edges ? t * hop : t * hop + hop / 2 - w_n / 2;
-        const float *x = wave + start;
-        if (start < 0 || start + w_n > n) {
+        const float *x = raw;
+        if (start >= 0 && start + w_n <= n)
+            x = wave + start;
+        else
             for (int64_t i = 0; i < w_n; i++)
                 raw[i] = wave[reflect(start + i, n)];
-            x = raw;
-        }
         if (c->dither > 0) {
             for (int64_t i = 0; i < w_n; i++) {
                 /* Box-Muller on two Philox words; stream = frame, so frames are independent */
@@ -426,24 +465,15 @@ rl_status rl_audio_features(const char *who, const rl_audio_cfg *c, const float 
             x = raw;
         }
         float mean = 0;
-        if (c->remove_dc) {
-            double s = 0;
-            for (int64_t i = 0; i < w_n; i++)
-                s += x[i];
-            mean = (float)(s / (double)w_n);
-        }
-        /* DC removal, pre-emphasis and the window in one pass that the compiler vectorises */
-        float pe = (float)c->preemph;
-        buf[0] = ((x[0] - mean) - pe * (x[0] - mean)) * win[0];
-        for (int64_t i = 1; i < w_n; i++)
-            buf[i] = ((x[i] - mean) - pe * (x[i - 1] - mean)) * win[i];
+        if (c->remove_dc) mean = (float)(sum_double(x, w_n) / (double)w_n);
+        frame_prep(buf, x, win, w_n, mean, (float)c->preemph);
         for (int64_t i = w_n; i < p; i++)
             buf[i] = 0;
         fftwf_execute(plan);
-        for (int64_t k = 0; k < nb; k++) {
-            float re = spec[k][0], im = spec[k][1], pk = re * re + im * im;
-            pw[k] = c->use_power ? pk : sqrtf(pk);
-        }
+        power_spectrum(pw, &spec[0][0], nb);
+        if (!c->use_power)
+            for (int64_t k = 0; k < nb; k++)
+                pw[k] = sqrtf(pw[k]);
         for (int64_t m = 0; m < m_n; m++) {
             float e = 0;
             const float *wt = mb.wt + mb.off[m], *s = pw + mb.first[m];
