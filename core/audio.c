@@ -354,6 +354,37 @@ RL_AUDIO_VEC static void power_spectrum(float *restrict pw, const float *restric
         pw[k] = spec[2 * k] * spec[2 * k] + spec[2 * k + 1] * spec[2 * k + 1];
 }
 
+/* out[i] = ln(max(e[i], fl)) for a normal float fl > 0 (so no argument is 0, subnormal or
+ * NaN): Cephes' logf, x = 2^k m with m in [sqrt(1/2), sqrt(2)), ln m by a polynomial of degree 9
+ * in m - 1 (relative error about 1e-7, as logf's), written without calls so that the compiler
+ * vectorises it; libm's logf took a fifth of the time. */
+RL_AUDIO_VEC static void log_floor(float *restrict out, const float *restrict e, int64_t n,
+                                   float fl) {
+    for (int64_t i = 0; i < n; i++) {
+        float v = e[i] > fl ? e[i] : fl;
+        uint32_t b;
+        memcpy(&b, &v, sizeof b);
+        float k = (float)((int32_t)((b >> 23) & 0xff) - 126);
+        b = (b & 0x807fffffu) | 0x3f000000u; /* the mantissa as a float in [0.5, 1) */
+        float m;
+        memcpy(&m, &b, sizeof m);
+        bool low = m < 0.707106781186547524f;
+        k = low ? k - 1.0f : k;
+        float x = low ? m + m - 1.0f : m - 1.0f, z = x * x;
+        float y = 7.0376836292e-2f;
+        y = y * x - 1.1514610310e-1f;
+        y = y * x + 1.1676998740e-1f;
+        y = y * x - 1.2420140846e-1f;
+        y = y * x + 1.4249322787e-1f;
+        y = y * x - 1.6668057665e-1f;
+        y = y * x + 2.0000714765e-1f;
+        y = y * x - 2.4999993993e-1f;
+        y = y * x + 3.3333331174e-1f;
+        y = y * x * z - 2.12194440e-4f * k - 0.5f * z;
+        out[i] = x + y + 0.693359375f * k;
+    }
+}
+
 /* The sum of n floats in double, in 4 independent chains (one chain is latency-bound). */
 static double sum_double(const float *x, int64_t n) {
     double s[4] = {0, 0, 0, 0};
@@ -409,7 +440,7 @@ rl_status rl_audio_features(const char *who, const rl_audio_cfg *c, const float 
 
     melbank mb = {0};
     float *win = malloc((size_t)w_n * sizeof *win);
-    float *lm = malloc((size_t)m_n * sizeof *lm);
+    float *lm = malloc((size_t)m_n * sizeof *lm), *en = malloc((size_t)m_n * sizeof *en);
     /* the frame when it is dithered or reaches over an edge */
     float *raw = malloc((size_t)w_n * sizeof *raw);
     double *dct = c->n_ceps ? malloc((size_t)(c->n_ceps * m_n) * sizeof *dct) : NULL;
@@ -418,7 +449,7 @@ rl_status rl_audio_features(const char *who, const rl_audio_cfg *c, const float 
     float *pw = malloc((size_t)nb * sizeof *pw);
     fftwf_plan plan = NULL;
     rl_status st = RL_OK;
-    if (!win || !lm || !raw || (c->n_ceps && !dct) || !buf || !spec || !pw) {
+    if (!win || !lm || !en || !raw || (c->n_ceps && !dct) || !buf || !spec || !pw) {
         st = rl_error(RL_ENOMEM, "%s: no memory for the feature buffers", who);
         goto done;
     }
@@ -479,8 +510,9 @@ rl_status rl_audio_features(const char *who, const rl_audio_cfg *c, const float 
             const float *wt = mb.wt + mb.off[m], *s = pw + mb.first[m];
             for (int64_t k = 0; k < mb.off[m + 1] - mb.off[m]; k++)
                 e += wt[k] * s[k];
-            lm[m] = logf(e > fl ? e : fl);
+            en[m] = e;
         }
+        log_floor(lm, en, m_n, fl);
         float *row = y + t * f_n;
         if (c->n_ceps) {
             for (int64_t q = 0; q < c->n_ceps; q++) {
@@ -519,6 +551,7 @@ done:
     melbank_free(&mb);
     free(win);
     free(lm);
+    free(en);
     free(raw);
     free(dct);
     fftwf_free(buf);
