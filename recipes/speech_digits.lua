@@ -87,41 +87,8 @@ local config = {
   seed = 1,
 }
 
--- One rl.train call per sub-epoch, each resuming from the last one's checkpoint.
-local argv = {}
-for i, a in ipairs(arg) do
-  if a == "++num_epochs" or a == "++load" then
-    error("speech_digits: use epochs=N instead of " .. a, 0)
-  end
-  argv[i] = a
-end
-local function epoch_of(path, what)
-  return tonumber(path:match("%.(%d+)%.h5$")) or
-    error(string.format("speech_digits: %s= wants a checkpoint NAME.NNN.h5, got %s", what,
-      path), 0)
-end
-local r, history, train_time, first = nil, {}, 0, 1
-if opt.score ~= "" then
-  config.load, config.num_epochs = opt.score, epoch_of(opt.score, "score")
-  r = rl.train(config, argv)
-  opt.epochs = 0
-elseif opt.from ~= "" then
-  first = epoch_of(opt.from, "from") + 1
-end
-for epoch = first, opt.epochs do
-  config.num_epochs = epoch
-  config.load = r and r.checkpoint or (opt.from ~= "" and opt.from or nil)
-  local t = rl.clock()
-  r = rl.train(config, argv)
-  local spent = rl.clock() - t
-  train_time = train_time + spent
-  history[#history + 1] = r.history[#r.history]
-  if train_time + spent > 60 * opt.minutes then break end
-end
-if not r then
-  error(string.format("speech_digits: nothing to train: epochs=%d is not after %s", opt.epochs,
-    opt.from), 0)
-end
+local r, history, train_time =
+  dofile("recipes/sub_epochs.lua").run("speech_digits", config, arg, opt)
 
 -- Word and character error rates of a dataset with best-path decoding.
 local function score(net, ds)

@@ -9,19 +9,9 @@ local H = dofile("tests/lua/harness.lua")
 local test, check, expect_error = H.test, H.check, H.expect_error
 local lfs = require("lfs")
 
-local dir = os.tmpname()
-os.remove(dir)
-lfs.mkdir(dir)
+local dir = H.tmpdir()
 lfs.mkdir(dir .. "/wav")
-local function rm_rf(path)
-  for e in lfs.dir(path) do
-    if e ~= "." and e ~= ".." then
-      local p = path .. "/" .. e
-      if lfs.attributes(p, "mode") == "directory" then rm_rf(p) else os.remove(p) end
-    end
-  end
-  lfs.rmdir(path)
-end
+local rm_rf = H.rm_rf
 
 local function write(path, s)
   local f = assert(io.open(path, "wb"))

@@ -7,18 +7,8 @@ local D = dofile("recipes/speech_digits_data.lua")
 local test, check = H.test, H.check
 local lfs = require("lfs")
 
-local dir = os.tmpname()
-os.remove(dir)
-lfs.mkdir(dir)
-local function rm_rf(path)
-  for e in lfs.dir(path) do
-    if e ~= "." and e ~= ".." then
-      local p = path .. "/" .. e
-      if lfs.attributes(p, "mode") == "directory" then rm_rf(p) else os.remove(p) end
-    end
-  end
-  lfs.rmdir(path)
-end
+local dir = H.tmpdir()
+local rm_rf = H.rm_rf
 local function lines(path)
   local out = {}
   for l in io.lines(path) do out[#out + 1] = l end
