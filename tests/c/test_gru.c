@@ -269,6 +269,10 @@ static void test_config(const config *c) {
         (void)loss_of(&f, c);
         CHECK_OK(f.l->ops->backward(f.l, &io, &f.gout, gin));
     }
+    /* backward leaves the states alone: the final state stays readable until the next forward */
+    CHECK_OK(rl_gru_final_state(f.l, &hf));
+    CHECK(max_abs_diff(rl_tensor_data(&hf), hT, B * H) < 1e-12);
+    rl_tensor_release(&hf);
     rl_tensor dh0 = {0};
     CHECK_OK(rl_gru_initial_state_grad(f.l, &dh0));
     double gh[B * H];
