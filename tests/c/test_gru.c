@@ -486,6 +486,10 @@ static void test_errors(void) {
     /* backward before any forward */
     CHECK(f.l->ops->backward(f.l, &io, &f.gout, NULL) == RL_EARG);
     CHECK(strstr(rl_errmsg(), "'enc'") && strstr(rl_errmsg(), "without a forward"));
+    /* the final state before any forward */
+    rl_tensor hf = {0};
+    CHECK(rl_gru_final_state(f.l, &hf) == RL_EARG && !hf.storage);
+    CHECK(strstr(rl_errmsg(), "'enc'") && strstr(rl_errmsg(), "no forward"));
     /* an input of the wrong feature size */
     int64_t wrong[3] = {T, B, 5};
     rl_tensor x2 = {0};

@@ -343,6 +343,10 @@ static void test_errors(void) {
     int64_t bad[2] = {T, 2};
     rl_tensor x2 = {0};
     CHECK_OK(rl_tensor_empty(&x2, RL_FLOAT64, RL_DEVICE_CPU, 2, bad));
+    /* the final state before any forward */
+    rl_tensor hf = {0}, cf = {0};
+    CHECK(rl_lstm_final_state(f.l, &hf, &cf) == RL_EARG && !hf.storage && !cf.storage);
+    CHECK(strstr(rl_errmsg(), "'enc'") && strstr(rl_errmsg(), "no forward"));
     rl_layer_io io = make_io(&f, &c);
     io.in[0] = &x2;
     CHECK(f.l->ops->forward(f.l, &io) != RL_OK);
