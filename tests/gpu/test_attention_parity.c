@@ -7,8 +7,9 @@
  *
  * Without a GPU (or without a CUDA build) the device-free parts still run: the CPU float32
  * kernel against the CPU float64 kernel on the same inputs (the reference the device is held
- * to), a check that no NaN of the padding reaches a result, and a check that the comparison
- * catches a wrong element; then one SKIP line. Run by `make test-gpu`. */
+ * to), a check that no NaN of the padding reaches a result, a check that the comparison catches
+ * a wrong element, and the device comparison itself with the CPU as the device side
+ * (tests/gpu/device_side.h). Run by `make test-gpu`. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -17,6 +18,7 @@
 #include "kernels/attention.h"
 #include "kernels/ops.h"
 #include "tests/c/check.h"
+#include "tests/gpu/device_side.h"
 
 enum { TE = 9, B = 5, E = 150, A = 130 };
 static const int32_t LENS[B] = {9, 4, 0, 1, 7};
@@ -168,36 +170,30 @@ static void test_reference(void) {
     }
 }
 
+/* The device side against the CPU: both kinds, both dtypes, the same inputs. */
+static void test_device(rl_device dev) {
+    for (int k = 0; k < 2; k++) {
+        for (int f = 0; f < 2; f++) {
+            rl_att_kind kind = k ? RL_ATT_ADDITIVE : RL_ATT_DOT;
+            rl_dtype dt = f ? RL_FLOAT64 : RL_FLOAT32;
+            char tag[64];
+            snprintf(tag, sizeof tag, "%s vs cpu %s %s", dev.type == RL_CUDA ? "cuda" : "cpu",
+                     k ? "additive" : "dot", rl_dtype_name(dt));
+            side cpu, got;
+            side_run(&cpu, kind, dt, RL_DEVICE_CPU, 99);
+            side_run(&got, kind, dt, dev, 99);
+            CHECK_OK(rl_op_synchronize(dev));
+            check_finite(tag, &got);
+            side_compare(tag, &cpu, &got, f ? 1e-10 : 1e-5);
+            side_free(&cpu);
+            side_free(&got);
+        }
+    }
+}
+
 int main(void) {
     rl_ops_init();
     test_reference();
-#ifdef RL_WITH_CUDA
-    const rl_device_backend *be = rl_device_cuda_backend();
-    if (be && be->count() > 0) {
-        const rl_device CUDA0 = {RL_CUDA, 0};
-        for (int k = 0; k < 2; k++) {
-            for (int f = 0; f < 2; f++) {
-                rl_att_kind kind = k ? RL_ATT_ADDITIVE : RL_ATT_DOT;
-                rl_dtype dt = f ? RL_FLOAT64 : RL_FLOAT32;
-                char tag[64];
-                snprintf(tag, sizeof tag, "cuda vs cpu %s %s", k ? "additive" : "dot",
-                         rl_dtype_name(dt));
-                side cpu, gpu;
-                side_run(&cpu, kind, dt, RL_DEVICE_CPU, 99);
-                side_run(&gpu, kind, dt, CUDA0, 99);
-                CHECK_OK(rl_op_synchronize(CUDA0));
-                side_compare(tag, &cpu, &gpu, f ? 1e-10 : 1e-5);
-                side_free(&cpu);
-                side_free(&gpu);
-            }
-        }
-    } else {
-        printf("SKIP: no CUDA device (the attention parity test's device part needs a GPU; the "
-               "CPU reference ran)\n");
-    }
-#else
-    printf("SKIP: not a CUDA build (the attention parity test's device part needs CUDA=1 and a "
-           "GPU; the CPU reference ran)\n");
-#endif
+    test_device(device_side(NULL));
     TEST_MAIN_END();
 }
