@@ -37,6 +37,7 @@
  *                     state after frame t and row T the initial one. So the previous states of
  *                     all frames are rows 0..T-1 (1) or 1..T (-1).
  *   dh (B, H)         backward's running state gradient; at the end the initial state's
+ *   red               CUDA only: the bias sums' partial column sums (kernels/cuda/gru_cuda.h)
  *   upack             U or U^T in gemm_small.h's packed layout (float32 only)
  *   xs[k], dxs[k]     contiguous copies of inputs (input gradients) whose (T, B) dims cannot be
  *                     folded into one; in a ragged batch also of every input, with the padded
@@ -82,6 +83,7 @@ typedef struct {
     int direction;
     rl_tensor h0; /* the given initial state (shared view), or unset */
     rl_tensor gates, hs, dh;
+    rl_tensor red;   /* CUDA: (RL_GRU_CUDA_CHUNKS, 4H) partial column sums of the bias gradients */
     rl_tensor upack; /* U (forward) or U^T (backward) packed for the per-step product */
     rl_tensor xs[RL_LAYER_MAX_INPUTS], dxs[RL_LAYER_MAX_INPUTS];
     bool use_xs[RL_LAYER_MAX_INPUTS]; /* the last forward read input k from xs[k] */
@@ -272,11 +274,14 @@ static rl_status gru_backward(rl_layer *l, rl_layer_io *io, const rl_tensor *gra
     if (dev.type == RL_CPU)
         RL_TRY(backward_steps_cpu(L, dt, rl_tensor_data(io->lengths), dout, U, dU, db, dbh));
 #ifdef RL_WITH_CUDA
-    else
+    else {
+        int64_t rshape[2] = {RL_GRU_CUDA_CHUNKS, 4 * H};
+        RL_TRY(rl_buffer_ensure_synced(&L->red, dt, dev, 2, rshape));
         RL_TRY(rl_gru_cuda_backward(r->stream, dt, T, B, H, L->direction,
                                     rl_tensor_data(&r->len_dev), rl_tensor_data(&L->gates), U.p,
                                     rl_tensor_data(&L->hs), dout.p, dout.ld, rl_tensor_data(&L->dh),
-                                    dU.p, db.p, dbh.p));
+                                    dU.p, db.p, dbh.p, rl_tensor_data(&L->red)));
+    }
 #endif
 
     /* weight and input gradients: GEMMs over all frames, the r, z columns and the n columns of
@@ -316,7 +321,7 @@ static rl_status gru_backward(rl_layer *l, rl_layer_io *io, const rl_tensor *gra
 static void gru_destroy(rl_layer *l) {
     gru_layer *L = (gru_layer *)l;
     rl_recurrent_free(&L->rec); /* waits for and destroys the stream */
-    rl_tensor *ts[] = {&L->h0, &L->gates, &L->hs, &L->dh, &L->upack};
+    rl_tensor *ts[] = {&L->h0, &L->gates, &L->hs, &L->dh, &L->red, &L->upack};
     for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
         rl_tensor_release(ts[i]);
     for (int k = 0; k < RL_LAYER_MAX_INPUTS; k++) {

@@ -8,9 +8,10 @@
  *            state and the output; padded rows copy the previous state and write 0 out.
  *   backward: writes dG over the activations and dh = dLoss/dh * z (the direct part; the GEMM
  *            then adds dG U^T); padded rows zero their dG and leave dh as it is.
- * The bias gradients are one column-sum kernel over all frames after the loop (blocks of 32
- * columns x 8 rows; each thread walks its column in steps of 8 and the block adds its 8 partial
- * sums in a fixed order, so the result is deterministic), dU one GEMM over all frames.
+ * The bias gradients are a two-stage column sum of dG over all frames after the loop (launch.h's
+ * rl_cuda_k_colsum_partial over up to RL_GRU_CUDA_CHUNKS row chunks, so a full grid of blocks
+ * however small H is, then k_bias_final adds the chunks in order: deterministic, no atomics),
+ * dU one GEMM over all frames.
  */
 #include <stdbool.h>
 #include <stddef.h>
@@ -23,9 +24,6 @@ extern "C" {
 #include "launch.h"
 
 namespace {
-
-constexpr int kCols = 32; /* columns per block of the bias sums */
-constexpr int kRows = 8;  /* rows per block of the bias sums */
 
 rl_dtype dtype_of(float) { return RL_FLOAT32; }
 rl_dtype dtype_of(double) { return RL_FLOAT64; }
@@ -101,33 +99,16 @@ __global__ void k_bwd(int64_t B, int64_t H, int64_t t, const int32_t *__restrict
     }
 }
 
-/* Block (kCols, kRows); grid.x covers the H columns: ceil(H/32) blocks, each walking all N = T B
- * rows (geometry reviewed for issue 17: correct and deterministic for any N, H; with few blocks,
- * e.g. 16 for H = 512, most SMs idle during this once-per-backward pass, which a two-stage
- * reduction over row chunks, as the MDLSTM's colsum, would fix). */
+/* Stage 2 of the bias sums: partial (chunks, 4H) holds each row chunk's column sums of dG's
+ * blocks [dar | daz | dhn | dan]; per column j the chunks are added in chunk order. */
 template <typename T>
-__global__ void k_bias_grads(int64_t N, int64_t H, const T *__restrict__ dg, T *__restrict__ db,
-                             T *__restrict__ dbh) {
-    __shared__ T sh[4][kRows][kCols];
-    int64_t j = (int64_t)blockIdx.x * kCols + threadIdx.x;
-    T part[4] = {T(0), T(0), T(0), T(0)};
-    if (j < H)
-        for (int64_t n = threadIdx.y; n < N; n += kRows) {
-            const T *row = dg + n * 4 * H + j;
+__global__ void k_bias_final(int64_t H, int64_t chunks, const T *__restrict__ partial,
+                             T *__restrict__ db, T *__restrict__ dbh) {
+    RL_CUDA_GRID_LOOP(j, H) {
+        T s[4] = {T(0), T(0), T(0), T(0)};
+        for (int64_t c = 0; c < chunks; c++)
             for (int k = 0; k < 4; k++)
-                part[k] += row[k * H];
-        }
-    for (int k = 0; k < 4; k++)
-        sh[k][threadIdx.y][threadIdx.x] = part[k];
-    __syncthreads();
-    if (threadIdx.y == 0 && j < H) {
-        T s[4];
-        for (int k = 0; k < 4; k++) {
-            s[k] = T(0);
-            for (int r = 0; r < kRows; r++)
-                s[k] += sh[k][r][threadIdx.x];
-        }
-        /* s: dar, daz, dhn, dan */
+                s[k] += partial[(c * 4 + k) * H + j];
         db[j] += s[0];
         db[H + j] += s[1];
         db[2 * H + j] += s[3];
@@ -170,11 +151,17 @@ rl_status bwd_step(const char *fn, cudaStream_t s, int64_t B, int64_t H, int64_t
 }
 
 template <typename T>
-rl_status bias_grads(cudaStream_t s, int64_t N, int64_t H, const T *dg, T *db, T *dbh) {
+rl_status bias_grads(cudaStream_t s, int64_t N, int64_t H, const T *dg, T *partial, T *db, T *dbh) {
     if (N <= 0 || H <= 0) return RL_OK;
-    dim3 block(kCols, kRows), grid((unsigned)((H + kCols - 1) / kCols));
-    k_bias_grads<T><<<grid, block, 0, s>>>(N, H, dg, db, dbh);
-    return rl_cuda_launched("rl_gru_cuda_bias_grads: launching k_bias_grads (N=%lld H=%lld)",
+    int64_t chunk_rows, chunks = rl_cuda_colsum_chunks(N, RL_GRU_CUDA_CHUNKS, &chunk_rows);
+    dim3 block(RL_CUDA_COLSUM_COLS, RL_CUDA_COLSUM_ROWS),
+        grid((unsigned)((4 * H + RL_CUDA_COLSUM_COLS - 1) / RL_CUDA_COLSUM_COLS), (unsigned)chunks);
+    rl_cuda_k_colsum_partial<T><<<grid, block, 0, s>>>(N, 4 * H, chunk_rows, dg, partial);
+    RL_TRY(rl_cuda_launched(
+        "rl_gru_cuda_bias_grads: launching rl_cuda_k_colsum_partial (N=%lld H=%lld)", (long long)N,
+        (long long)H));
+    k_bias_final<T><<<rl_cuda_blocks_for(H), RL_CUDA_THREADS, 0, s>>>(H, chunks, partial, db, dbh);
+    return rl_cuda_launched("rl_gru_cuda_bias_grads: launching k_bias_final (N=%lld H=%lld)",
                             (long long)N, (long long)H);
 }
 
@@ -206,7 +193,7 @@ rl_status forward_loop(void *stream, int64_t T_, int64_t B, int64_t H, int dir, 
 template <typename T>
 rl_status backward_loop(void *stream, int64_t T_, int64_t B, int64_t H, int dir, const int32_t *len,
                         T *gates, const T *U, const T *hs, const T *dout, int64_t dout_ld, T *dh,
-                        T *dU, T *db, T *dbh) {
+                        T *dU, T *db, T *dbh, T *partial) {
     const char *fn = "rl_gru_cuda_backward";
     cudaStream_t s = rl_cuda_stream(stream);
     rl_dtype dt = dtype_of(T(0));
@@ -225,7 +212,7 @@ rl_status backward_loop(void *stream, int64_t T_, int64_t B, int64_t H, int dir,
     const T *hprev = hs + (dir > 0 ? 0 : BH);
     RL_TRY(rl_cuda_gemm_batched(fn, s, dt, true, false, H, 3 * H, T_ * B, 1.0, hprev, H, 0, gates,
                                 4 * H, 0, 1.0, dU, 3 * H, 0, 1));
-    return bias_grads<T>(s, T_ * B, H, gates, db, dbh);
+    return bias_grads<T>(s, T_ * B, H, gates, partial, db, dbh);
 }
 
 } // namespace
@@ -270,19 +257,20 @@ extern "C" rl_status rl_gru_cuda_bwd_f64(void *stream, int64_t B, int64_t H, int
 }
 
 extern "C" rl_status rl_gru_cuda_bias_grads(void *stream, rl_dtype dt, int64_t N, int64_t H,
-                                            const void *dg, void *db, void *dbh) {
+                                            const void *dg, void *partial, void *db, void *dbh) {
     const char *fn = "rl_gru_cuda_bias_grads";
     RL_TRY(rl_cuda_check_dtype(fn, dt));
     if (N <= 0 || H <= 0) return RL_OK;
-    if (!db || !dbh)
-        return rl_error(RL_EARG, "%s: db and dbh must be given (N=%lld H=%lld)", fn, (long long)N,
-                        (long long)H);
+    if (!db || !dbh || !partial)
+        return rl_error(RL_EARG,
+                        "%s: db, dbh and the partial sums' scratch must be given (N=%lld H=%lld)",
+                        fn, (long long)N, (long long)H);
     RL_TRY(rl_cuda_enter(fn, dg));
     if (dt == RL_FLOAT32)
-        return bias_grads<float>(rl_cuda_stream(stream), N, H, (const float *)dg, (float *)db,
-                                 (float *)dbh);
-    return bias_grads<double>(rl_cuda_stream(stream), N, H, (const double *)dg, (double *)db,
-                              (double *)dbh);
+        return bias_grads<float>(rl_cuda_stream(stream), N, H, (const float *)dg, (float *)partial,
+                                 (float *)db, (float *)dbh);
+    return bias_grads<double>(rl_cuda_stream(stream), N, H, (const double *)dg, (double *)partial,
+                              (double *)db, (double *)dbh);
 }
 
 extern "C" rl_status rl_gru_cuda_zero_padding(void *stream, rl_dtype dt, int64_t T, int64_t B,
@@ -323,20 +311,24 @@ extern "C" rl_status rl_gru_cuda_forward(void *stream, rl_dtype dt, int64_t T, i
 extern "C" rl_status rl_gru_cuda_backward(void *stream, rl_dtype dt, int64_t T, int64_t B,
                                           int64_t H, int direction, const int32_t *len, void *gates,
                                           const void *U, const void *hs, const void *dout,
-                                          int64_t dout_ld, void *dh, void *dU, void *db,
-                                          void *dbh) {
+                                          int64_t dout_ld, void *dh, void *dU, void *db, void *dbh,
+                                          void *partial) {
     const char *fn = "rl_gru_cuda_backward";
     RL_TRY(rl_cuda_check_recurrence(fn, dt, T, B, H, direction, len));
     if (T == 0 || B == 0) return RL_OK;
-    if (!dU || !db || !dbh)
-        return rl_error(RL_EARG, "%s: dU, db and dbh must be given (T=%lld B=%lld H=%lld)", fn,
-                        (long long)T, (long long)B, (long long)H);
+    if (!dU || !db || !dbh || !partial)
+        return rl_error(RL_EARG,
+                        "%s: dU, db, dbh and the partial sums' scratch must be given (T=%lld "
+                        "B=%lld H=%lld)",
+                        fn, (long long)T, (long long)B, (long long)H);
     RL_TRY(rl_cuda_enter(fn, gates));
     if (dt == RL_FLOAT32)
         return backward_loop<float>(stream, T, B, H, direction, len, (float *)gates,
                                     (const float *)U, (const float *)hs, (const float *)dout,
-                                    dout_ld, (float *)dh, (float *)dU, (float *)db, (float *)dbh);
+                                    dout_ld, (float *)dh, (float *)dU, (float *)db, (float *)dbh,
+                                    (float *)partial);
     return backward_loop<double>(stream, T, B, H, direction, len, (double *)gates,
                                  (const double *)U, (const double *)hs, (const double *)dout,
-                                 dout_ld, (double *)dh, (double *)dU, (double *)db, (double *)dbh);
+                                 dout_ld, (double *)dh, (double *)dU, (double *)db, (double *)dbh,
+                                 (double *)partial);
 }

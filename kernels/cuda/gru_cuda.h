@@ -41,10 +41,16 @@ rl_status rl_gru_cuda_bwd_f64(void *stream, int64_t B, int64_t H, int64_t t, con
                               double *g, const double *hp, const double *dout, int64_t dout_ld,
                               double *dh);
 
+/* Row chunks of the bias sums: partial, a device scratch of RL_GRU_CUDA_CHUNKS * 4H elements of
+ * dt, holds each chunk's column sums of dG (stage 1) before they are added in chunk order
+ * (stage 2), so the sums run on a full grid and stay deterministic. */
+#define RL_GRU_CUDA_CHUNKS 64
+
 /* Bias gradients of N rows of dG (N, 4H) = [dar | daz | dhn | dan]:
- *   db (3H) += column sums of [dar | daz | dan],  dbh (3H) += those of [dar | daz | dhn]. */
+ *   db (3H) += column sums of [dar | daz | dan],  dbh (3H) += those of [dar | daz | dhn].
+ * partial: the scratch above (on the device of dg). */
 rl_status rl_gru_cuda_bias_grads(void *stream, rl_dtype dt, int64_t N, int64_t H, const void *dg,
-                                 void *db, void *dbh);
+                                 void *partial, void *db, void *dbh);
 
 /* x (T, B, F), contiguous: the rows of padded frames (t >= len[b]) set to 0. */
 rl_status rl_gru_cuda_zero_padding(void *stream, rl_dtype dt, int64_t T, int64_t B, int64_t F,
@@ -61,6 +67,7 @@ rl_status rl_gru_cuda_zero_padding(void *stream, rl_dtype dt, int64_t T, int64_t
  *   dout              dLoss/dout, a (T*B, dout_ld) matrix (NULL: zero)
  *   dh (B, H)         zeros on entry, the initial state's gradient on return
  *   dU (H, 3H), db, dbh (3H): += this batch's gradients
+ *   partial           the bias sums' scratch (RL_GRU_CUDA_CHUNKS * 4H elements)
  * Forward per step: gates_t[:, 0:3H] += h_prev U (cuBLAS), then the fused pointwise kernel.
  * Backward per step: the pointwise kernel, then dh += dG_t[:, 0:3H] U^T; after the loop
  * dU += Hprev^T dG[:, 0:3H] as one GEMM over all frames and the bias gradients. Left to the
@@ -71,7 +78,7 @@ rl_status rl_gru_cuda_forward(void *stream, rl_dtype dt, int64_t T, int64_t B, i
 rl_status rl_gru_cuda_backward(void *stream, rl_dtype dt, int64_t T, int64_t B, int64_t H,
                                int direction, const int32_t *len, void *gates, const void *U,
                                const void *hs, const void *dout, int64_t dout_ld, void *dh,
-                               void *dU, void *db, void *dbh);
+                               void *dU, void *db, void *dbh, void *partial);
 
 #ifdef __cplusplus
 }

@@ -41,6 +41,44 @@ __device__ __forceinline__ int64_t rl_cuda_thread_step() { return (int64_t)gridD
 
 inline cudaStream_t rl_cuda_stream(void *s) { return (cudaStream_t)s; }
 
+/* Column sums of an (N, cols) row-major matrix in two stages, deterministic (no atomics, every
+ * sum in a fixed order) and on a full grid however few the columns: stage 1,
+ * rl_cuda_k_colsum_partial, on grid (ceil(cols / RL_CUDA_COLSUM_COLS), chunks) of blocks
+ * (RL_CUDA_COLSUM_COLS, RL_CUDA_COLSUM_ROWS) writes partial[c][col], the sum of the rows of chunk
+ * c; stage 2, the caller's kernel, adds the chunks' partials of a column in chunk order. */
+#define RL_CUDA_COLSUM_COLS 32
+#define RL_CUDA_COLSUM_ROWS 8
+
+/* The row chunks of a column sum over N >= 1 rows: at most max_chunks, none empty, chunk_rows
+ * rows each (the last may have fewer). */
+inline int64_t rl_cuda_colsum_chunks(int64_t N, int64_t max_chunks, int64_t *chunk_rows) {
+    int64_t c = N < max_chunks ? N : max_chunks;
+    *chunk_rows = (N + c - 1) / c;
+    return (N + *chunk_rows - 1) / *chunk_rows;
+}
+
+/* Stage 1 (see above): each thread row of the block takes every RL_CUDA_COLSUM_ROWS-th row of
+ * the chunk, then thread row 0 adds the block's partial sums of its column in row order. */
+template <typename T>
+static __global__ void rl_cuda_k_colsum_partial(int64_t N, int64_t cols, int64_t chunk_rows,
+                                                const T *__restrict__ z, T *__restrict__ partial) {
+    __shared__ T part[RL_CUDA_COLSUM_ROWS][RL_CUDA_COLSUM_COLS];
+    int64_t col = (int64_t)blockIdx.x * RL_CUDA_COLSUM_COLS + threadIdx.x;
+    int64_t r0 = (int64_t)blockIdx.y * chunk_rows, r1 = r0 + chunk_rows < N ? r0 + chunk_rows : N;
+    T acc = T(0);
+    if (col < cols)
+        for (int64_t r = r0 + threadIdx.y; r < r1; r += RL_CUDA_COLSUM_ROWS)
+            acc += z[r * cols + col];
+    part[threadIdx.y][threadIdx.x] = acc;
+    __syncthreads();
+    if (threadIdx.y == 0 && col < cols) {
+        T s = T(0);
+        for (int i = 0; i < RL_CUDA_COLSUM_ROWS; i++)
+            s += part[i][threadIdx.x];
+        partial[(int64_t)blockIdx.y * cols + col] = s;
+    }
+}
+
 /* A failed CUDA runtime call: "<context>: <CUDA's message>", context formatted from fmt (the
  * caller, the call, the sizes); clears the sticky error state. */
 rl_status rl_cuda_fail(cudaError_t e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

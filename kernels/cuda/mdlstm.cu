@@ -24,9 +24,6 @@ extern "C" {
 
 namespace {
 
-constexpr int kCols = 32; /* columns per block of the column sums */
-constexpr int kRows = 8;  /* rows per block of the column sums */
-
 /* ---- the cell for either type ---- */
 
 __device__ __forceinline__ void cell_fwd(bool stable, float *z1, float *z2, float *z3, float *z4,
@@ -148,28 +145,7 @@ __global__ void k_zero_padding(int64_t N, int64_t W, int64_t B, int64_t ldz, con
     }
 }
 
-/* Block (kCols, kRows) of chunk blockIdx.y: partial[chunk][col] = the sum of z's rows in the
- * chunk, each thread row taking every kRows-th row, then the kRows partial sums in order. */
-template <typename T>
-__global__ void k_colsum_partial(int64_t N, int64_t cols, int64_t chunk_rows, const T *z,
-                                 T *partial) {
-    __shared__ T part[kRows][kCols];
-    int64_t col = (int64_t)blockIdx.x * kCols + threadIdx.x;
-    int64_t r0 = (int64_t)blockIdx.y * chunk_rows, r1 = r0 + chunk_rows < N ? r0 + chunk_rows : N;
-    T acc = T(0);
-    if (col < cols)
-        for (int64_t r = r0 + threadIdx.y; r < r1; r += kRows)
-            acc += z[r * cols + col];
-    part[threadIdx.y][threadIdx.x] = acc;
-    __syncthreads();
-    if (threadIdx.y == 0 && col < cols) {
-        T s = T(0);
-        for (int i = 0; i < kRows; i++)
-            s += part[i][threadIdx.x];
-        partial[(int64_t)blockIdx.y * cols + col] = s;
-    }
-}
-
+/* Stage 2 of the column sums (stage 1: launch.h's rl_cuda_k_colsum_partial). */
 template <typename T>
 __global__ void k_colsum_final(int64_t cols, int64_t chunks, const T *partial, T *db) {
     RL_CUDA_GRID_LOOP(col, cols) {
@@ -354,14 +330,14 @@ extern "C" rl_status rl_mdlstm_cuda_finish_dz(void *stream, rl_dtype dt, int64_t
     if (N <= 0 || ldz <= 0) return RL_OK;
     RL_TRY(rl_cuda_enter(fn, z));
     cudaStream_t s = rl_cuda_stream(stream);
-    int64_t chunks = N < RL_MDLSTM_CUDA_CHUNKS ? N : RL_MDLSTM_CUDA_CHUNKS;
-    int64_t chunk_rows = (N + chunks - 1) / chunks;
-    dim3 block(kCols, kRows), grid((unsigned)((ldz + kCols - 1) / kCols), (unsigned)chunks);
+    int64_t chunk_rows, chunks = rl_cuda_colsum_chunks(N, RL_MDLSTM_CUDA_CHUNKS, &chunk_rows);
+    dim3 block(RL_CUDA_COLSUM_COLS, RL_CUDA_COLSUM_ROWS),
+        grid((unsigned)((ldz + RL_CUDA_COLSUM_COLS - 1) / RL_CUDA_COLSUM_COLS), (unsigned)chunks);
     if (dt == RL_FLOAT32) {
         k_zero_padding<float><<<rl_cuda_blocks_for(N * ldz), RL_CUDA_THREADS, 0, s>>>(
             N, W, B, ldz, sizes, (float *)z);
         RL_TRY(rl_cuda_launched("%s: launching k_zero_padding (n=%lld)", fn, (long long)(N)));
-        k_colsum_partial<float>
+        rl_cuda_k_colsum_partial<float>
             <<<grid, block, 0, s>>>(N, ldz, chunk_rows, (const float *)z, (float *)partial);
         RL_TRY(rl_cuda_launched("%s: launching k_colsum_partial (n=%lld)", fn, (long long)(N)));
         k_colsum_final<float><<<rl_cuda_blocks_for(ldz), RL_CUDA_THREADS, 0, s>>>(
@@ -370,7 +346,7 @@ extern "C" rl_status rl_mdlstm_cuda_finish_dz(void *stream, rl_dtype dt, int64_t
         k_zero_padding<double><<<rl_cuda_blocks_for(N * ldz), RL_CUDA_THREADS, 0, s>>>(
             N, W, B, ldz, sizes, (double *)z);
         RL_TRY(rl_cuda_launched("%s: launching k_zero_padding (n=%lld)", fn, (long long)(N)));
-        k_colsum_partial<double>
+        rl_cuda_k_colsum_partial<double>
             <<<grid, block, 0, s>>>(N, ldz, chunk_rows, (const double *)z, (double *)partial);
         RL_TRY(rl_cuda_launched("%s: launching k_colsum_partial (n=%lld)", fn, (long long)(N)));
         k_colsum_final<double><<<rl_cuda_blocks_for(ldz), RL_CUDA_THREADS, 0, s>>>(

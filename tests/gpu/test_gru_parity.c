@@ -6,13 +6,14 @@
  * both input gradients, every parameter gradient and the initial state's gradient, over two
  * batches (the second reuses the buffers and accumulates the parameter gradients). Then the
  * per-step kernels of kernels/cuda/gru_cuda.h against kernels/gru.h's CPU steps on random
- * buffers (padded rows included) and the bias sums against a host sum.
+ * buffers (padded rows included) and the bias sums against a host sum (also over more rows than
+ * the sums' row chunks and more columns than one block).
  *
  * Without a GPU (or without a CUDA build) the device-free parts still run: the CPU reference
  * runs (two layer objects must agree bit for bit, and no NaN of the padding may reach a result),
  * a check that the comparison catches a wrong element, and the layer harness with the CPU as the
- * device side (tests/gpu/device_side.h); the per-step CUDA kernels need a GPU and are skipped.
- * Run by `make test-gpu`. */
+ * device side (tests/gpu/device_side.h); the per-step CUDA kernels and the bias sums need a GPU and
+ * are skipped. Run by `make test-gpu`. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -311,14 +312,52 @@ static void test_steps(void) {
                        rl_tensor_data(&dbh));
     CHECK_OK(rl_gru_cuda_bwd_f32(NULL, B, H, t, rl_tensor_data(&L), rl_tensor_data(&G),
                                  rl_tensor_data(&HP), rl_tensor_data(&DO), H, rl_tensor_data(&DH)));
-    CHECK_OK(rl_gru_cuda_bias_grads(NULL, RL_FLOAT32, B, H, rl_tensor_data(&G), rl_tensor_data(&DB),
-                                    rl_tensor_data(&DBH)));
+    int64_t ps[1] = {RL_GRU_CUDA_CHUNKS * 4 * H};
+    rl_tensor P = {0};
+    CHECK_OK(rl_tensor_empty(&P, RL_FLOAT32, CUDA0, 1, ps));
+    CHECK_OK(rl_gru_cuda_bias_grads(NULL, RL_FLOAT32, B, H, rl_tensor_data(&G), rl_tensor_data(&P),
+                                    rl_tensor_data(&DB), rl_tensor_data(&DBH)));
     compare("step bwd", "dG", &g, &G, 1e-5);
     compare("step bwd", "dh", &dh, &DH, 1e-5);
     compare("step bwd", "db", &db, &DB, 1e-5);
     compare("step bwd", "db_h", &dbh, &DBH, 1e-5);
-    rl_tensor *ts[] = {&g,   &b,  &bh, &hp, &dout, &dh, &h, &out, &len, &G,  &Bd,
-                       &BHd, &HP, &DO, &DH, &Hd,   &Od, &L, &db,  &dbh, &DB, &DBH};
+    rl_tensor *ts[] = {&g,  &b,  &bh, &hp, &dout, &dh, &h,  &out, &len, &G,   &Bd, &BHd,
+                       &HP, &DO, &DH, &Hd, &Od,   &L,  &db, &dbh, &DB,  &DBH, &P};
+    for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
+        rl_tensor_release(ts[i]);
+}
+
+/* The bias sums over more rows than RL_GRU_CUDA_CHUNKS (several rows per chunk, a last chunk
+ * with fewer) and more columns than one block (4H = 164), against a host sum in float64. */
+static void test_bias_sums(void) {
+    enum { N = 2 * RL_GRU_CUDA_CHUNKS + 5, HB = 41 };
+    rand_state = 7;
+    int64_t gs[2] = {N, 4 * HB}, bs[1] = {3 * HB}, ps[1] = {RL_GRU_CUDA_CHUNKS * 4 * HB};
+    rl_tensor g = rand_cpu(RL_FLOAT64, 2, gs, 1.0, false, 0), db = {0}, dbh = {0}, P = {0};
+    CHECK_OK(rl_tensor_empty(&db, RL_FLOAT64, RL_DEVICE_CPU, 1, bs));
+    CHECK_OK(rl_tensor_empty(&dbh, RL_FLOAT64, RL_DEVICE_CPU, 1, bs));
+    const double *pg = rl_tensor_data(&g);
+    double *pdb = rl_tensor_data(&db), *pdbh = rl_tensor_data(&dbh);
+    for (int64_t j = 0; j < HB; j++) {
+        double s[4] = {0, 0, 0, 0};
+        for (int64_t n = 0; n < N; n++)
+            for (int k = 0; k < 4; k++)
+                s[k] += pg[n * 4 * HB + k * HB + j];
+        /* db and dbh start at 1: the sums are added to them */
+        pdb[j] = 1 + s[0], pdb[HB + j] = 1 + s[1], pdb[2 * HB + j] = 1 + s[3];
+        pdbh[j] = 1 + s[0], pdbh[HB + j] = 1 + s[1], pdbh[2 * HB + j] = 1 + s[2];
+    }
+    rl_tensor G = on(&g, CUDA0), DB = {0}, DBH = {0};
+    CHECK_OK(rl_tensor_empty(&DB, RL_FLOAT64, CUDA0, 1, bs));
+    CHECK_OK(rl_tensor_empty(&DBH, RL_FLOAT64, CUDA0, 1, bs));
+    CHECK_OK(rl_tensor_empty(&P, RL_FLOAT64, CUDA0, 1, ps));
+    CHECK_OK(rl_op_fill(&DB, 1.0));
+    CHECK_OK(rl_op_fill(&DBH, 1.0));
+    CHECK_OK(rl_gru_cuda_bias_grads(NULL, RL_FLOAT64, N, HB, rl_tensor_data(&G), rl_tensor_data(&P),
+                                    rl_tensor_data(&DB), rl_tensor_data(&DBH)));
+    compare("bias sums", "db", &db, &DB, 1e-12);
+    compare("bias sums", "db_h", &dbh, &DBH, 1e-12);
+    rl_tensor *ts[] = {&g, &db, &dbh, &G, &DB, &DBH, &P};
     for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
         rl_tensor_release(ts[i]);
 }
@@ -327,11 +366,14 @@ static void test_steps(void) {
 int main(void) {
     rl_ops_init();
     test_reference();
-    DEV = device_side("the per-step CUDA kernels");
+    DEV = device_side("the per-step CUDA kernels and the bias sums");
     test_layer(RL_FLOAT32, 1e-5);
     test_layer(RL_FLOAT64, 1e-10);
 #ifdef RL_WITH_CUDA
-    if (DEV.type == RL_CUDA) test_steps();
+    if (DEV.type == RL_CUDA) {
+        test_steps();
+        test_bias_sums();
+    }
 #endif
     TEST_MAIN_END();
 }
