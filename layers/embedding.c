@@ -162,6 +162,13 @@ static rl_status embedding_backward(rl_layer *l, rl_layer_io *io, const rl_tenso
     if (rl_tensor_device(&W->grad).type == RL_CUDA) {
         /* the valid frames grouped by class, added class by class in frame order */
         embedding_layer *E = (embedding_layer *)l;
+        if (T * B > INT32_MAX) {
+            rl_tensor_release(&g);
+            return rl_error(RL_EARG,
+                            "layer '%s' (embedding): %" PRId64 " frames (T*B) are more than the "
+                            "CUDA backward's int32 frame indices hold",
+                            l->name, T * B);
+        }
         int64_t np = 2 * T * B, n = 3 * T * B + 1;
         rl_status st = rl_buffer_ensure(&E->pairs, RL_INT32, RL_DEVICE_CPU, 1, &np);
         if (st == RL_OK) st = rl_buffer_ensure(&E->idx_host, RL_INT32, RL_DEVICE_CPU, 1, &n);
