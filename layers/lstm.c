@@ -36,6 +36,7 @@
  *                        previous states of all frames are rows 0..T-1 (1) or 1..T (-1).
  *   dh, dc (B, H)        backward's running state gradients; at the end the gradients of the
  *                        initial state
+ *   red                  CUDA only: the bias and peephole sums' partial sums (lstm_cuda.h)
  *   upack                U or U^T in gemm_small.h's packed layout (float32 only)
  *   xs[k], dxs[k]        contiguous copies, only for inputs (or input gradients) whose (T, B)
  *                        dims cannot be folded into one
@@ -98,6 +99,7 @@ typedef struct {
     rl_tensor h0, c0;   /* the given initial state (shared views), or unset */
     rl_tensor dhT, dcT; /* the given final state gradients (shared views), or unset */
     rl_tensor gates, hs, cs, dh, dc;
+    rl_tensor red;   /* CUDA: (RL_LSTM_CUDA_CHUNKS, 7H) partial sums of the bias and peepholes */
     rl_tensor upack; /* U (forward) or U^T (backward) packed for the per-step product */
     rl_tensor xs[RL_LAYER_MAX_INPUTS], dxs[RL_LAYER_MAX_INPUTS];
     rl_lstm_cudnn dnn; /* impl = "cudnn" */
@@ -320,11 +322,15 @@ static rl_status lstm_backward(rl_layer *l, rl_layer_io *io, const rl_tensor *gr
     if (dev.type == RL_CPU)
         RL_TRY(backward_steps_cpu(L, dt, rl_tensor_data(io->lengths), dout, U, dU, db, pp, dpp));
 #ifdef RL_WITH_CUDA
-    else
-        RL_TRY(rl_lstm_cuda_backward(
-            r->stream, dt, T, B, H, L->direction, rl_tensor_data(&r->len_dev),
-            rl_tensor_data(&L->gates), U.p, pp, rl_tensor_data(&L->hs), rl_tensor_data(&L->cs),
-            dout.p, dout.ld, rl_tensor_data(&L->dh), rl_tensor_data(&L->dc), dU.p, db.p, dpp));
+    else {
+        int64_t rshape[2] = {RL_LSTM_CUDA_CHUNKS, 7 * H};
+        RL_TRY(rl_buffer_ensure_synced(&L->red, dt, dev, 2, rshape));
+        RL_TRY(rl_lstm_cuda_backward(r->stream, dt, T, B, H, L->direction,
+                                     rl_tensor_data(&r->len_dev), rl_tensor_data(&L->gates), U.p,
+                                     pp, rl_tensor_data(&L->hs), rl_tensor_data(&L->cs), dout.p,
+                                     dout.ld, rl_tensor_data(&L->dh), rl_tensor_data(&L->dc), dU.p,
+                                     db.p, dpp, rl_tensor_data(&L->red)));
+    }
 #endif
 
     /* weight gradients and input gradients: single GEMMs over all frames */
@@ -358,8 +364,8 @@ static void lstm_destroy(rl_layer *l) {
     lstm_layer *L = (lstm_layer *)l;
     rl_recurrent_free(&L->rec); /* drops the cuDNN object, waits for and destroys the stream */
     rl_lstm_cudnn_free(&L->dnn);
-    rl_tensor *ts[] = {&L->h0, &L->c0, &L->dhT, &L->dcT, &L->gates,
-                       &L->hs, &L->cs, &L->dh,  &L->dc,  &L->upack};
+    rl_tensor *ts[] = {&L->h0, &L->c0, &L->dhT, &L->dcT, &L->gates, &L->hs,
+                       &L->cs, &L->dh, &L->dc,  &L->red, &L->upack};
     for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
         rl_tensor_release(ts[i]);
     for (int k = 0; k < RL_LAYER_MAX_INPUTS; k++) {

@@ -12,7 +12,9 @@
  *            column down the batch in steps of 8 keeping partial sums, and the block adds its 8
  *            partial sums in a fixed order into db and dpeep (deterministic, no atomics).
  * The whole-recurrence functions defer those sums to one reduction over all frames
- * (rl_lstm_cuda_param_grads, same scheme) and dU to one GEMM, so the steps stay short.
+ * (rl_lstm_cuda_param_grads: the same blocks over up to RL_LSTM_CUDA_CHUNKS row chunks, then one
+ * thread per column adds the chunks in order, so a full grid however small H is) and dU to one
+ * GEMM, so the steps stay short.
  *
  * The GEMMs use the stream's cuBLAS handle of the CUDA context (kernels/cuda/context.h: streams,
  * events, handles; cuBLAS's default math, no TF32, so float32 stays float32).
@@ -92,11 +94,12 @@ __global__ void k_fwd(int64_t B, int64_t H, int64_t t, const int32_t *__restrict
     }
 }
 
-/* Adds the block's kRows partial sums of each of the K gradient rows of column j, in row
- * order. part: the thread's K partial sums; dst[k]: the K destinations (k < 4: db + k * H,
- * then the peepholes). */
+/* The block's kRows partial sums of each of the K gradient rows of column j, in row order, added
+ * to (add) or stored in dst[k][j]. part: the thread's K partial sums; dst[k]: the K destinations
+ * (k < 4: db + k * H, then the peepholes; or the rows of a chunk's partial sums). */
 template <typename T, int K>
-__device__ __forceinline__ void block_add(const T *part, T *const *dst, int64_t j, int64_t H) {
+__device__ __forceinline__ void block_add(const T *part, T *const *dst, int64_t j, int64_t H,
+                                          bool add) {
     __shared__ T sh[K][kRows][kCols];
     for (int k = 0; k < K; k++)
         sh[k][threadIdx.y][threadIdx.x] = part[k];
@@ -106,7 +109,7 @@ __device__ __forceinline__ void block_add(const T *part, T *const *dst, int64_t 
             T s = T(0);
             for (int r = 0; r < kRows; r++)
                 s += sh[k][r][threadIdx.x];
-            dst[k][j] += s;
+            dst[k][j] = add ? dst[k][j] + s : s;
         }
     }
 }
@@ -168,7 +171,7 @@ __global__ void k_bwd(int64_t B, int64_t H, int64_t t, const int32_t *__restrict
         }
     }
     T *dst[7] = {db, db + H, db + 2 * H, db + 3 * H, dpeep.p[0], dpeep.p[1], dpeep.p[2]};
-    block_add<T, NG>(part, dst, j, H);
+    block_add<T, NG>(part, dst, j, H, true);
 }
 
 /* The backward step with no column sums (what the whole recurrence runs; db and dpeep come
@@ -188,15 +191,19 @@ __global__ void k_bwd_pw(int64_t B, int64_t H, int64_t t, const int32_t *__restr
     }
 }
 
-/* db and dpeep over N frames; same block shape and order of summation as k_bwd. */
+/* Stage 1 of db and dpeep over N frames: block (kCols, kRows) of row chunk blockIdx.y writes
+ * that chunk's K = 4 (or 7 with PEEP) column sums of column j to partial rows
+ * blockIdx.y * K + k (same order of summation within the chunk as k_bwd). */
 template <typename T, bool PEEP>
-__global__ void k_param_grads(int64_t N, int64_t H, const T *__restrict__ dz,
-                              const T *__restrict__ cprev, const T *__restrict__ cur,
-                              T *__restrict__ db, DPeep<T> dpeep) {
+__global__ void k_param_partial(int64_t N, int64_t H, int64_t chunk_rows, const T *__restrict__ dz,
+                                const T *__restrict__ cprev, const T *__restrict__ cur,
+                                T *__restrict__ partial) {
+    constexpr int K = PEEP ? 7 : 4;
     int64_t j = (int64_t)blockIdx.x * kCols + threadIdx.x;
+    int64_t r0 = (int64_t)blockIdx.y * chunk_rows, r1 = r0 + chunk_rows < N ? r0 + chunk_rows : N;
     T part[7] = {T(0), T(0), T(0), T(0), T(0), T(0), T(0)};
     if (j < H) {
-        for (int64_t n = threadIdx.y; n < N; n += kRows) {
+        for (int64_t n = r0 + threadIdx.y; n < r1; n += kRows) {
             const T *zr = dz + n * 4 * H + j;
             part[0] += zr[0];
             part[1] += zr[H];
@@ -209,8 +216,27 @@ __global__ void k_param_grads(int64_t N, int64_t H, const T *__restrict__ dz,
             }
         }
     }
-    T *dst[7] = {db, db + H, db + 2 * H, db + 3 * H, dpeep.p[0], dpeep.p[1], dpeep.p[2]};
-    block_add<T, PEEP ? 7 : 4>(part, dst, j, H);
+    T *row = partial + (int64_t)blockIdx.y * K * H;
+    T *dst[7] = {row, row + H, row + 2 * H, row + 3 * H, row + 4 * H, row + 5 * H, row + 6 * H};
+    block_add<T, K>(part, dst, j, H, false);
+}
+
+/* Stage 2: per column j the chunks' partial sums added in chunk order into db and dpeep. */
+template <typename T, bool PEEP>
+__global__ void k_param_final(int64_t H, int64_t chunks, const T *__restrict__ partial,
+                              T *__restrict__ db, DPeep<T> dpeep) {
+    constexpr int K = PEEP ? 7 : 4;
+    RL_CUDA_GRID_LOOP(j, H) {
+        T s[7] = {T(0), T(0), T(0), T(0), T(0), T(0), T(0)};
+        for (int64_t c = 0; c < chunks; c++)
+            for (int k = 0; k < K; k++)
+                s[k] += partial[(c * K + k) * H + j];
+        for (int k = 0; k < 4; k++)
+            db[k * H + j] += s[k];
+        if (PEEP)
+            for (int k = 0; k < 3; k++)
+                dpeep.p[k][j] += s[4 + k];
+    }
 }
 
 /* ---- launchers ---- */
@@ -270,17 +296,26 @@ rl_status bwd_step(const char *fn, cudaStream_t s, int64_t B, int64_t H, int64_t
 
 template <typename T>
 rl_status param_grads(cudaStream_t s, int64_t N, int64_t H, const T *dz, const T *cprev,
-                      const T *cur, T *db, T *const *dpeep) {
+                      const T *cur, T *partial, T *db, T *const *dpeep) {
+    const char *fn = "rl_lstm_cuda_param_grads";
     if (N <= 0 || H <= 0) return RL_OK;
     DPeep<T> dp = {
         {dpeep ? dpeep[0] : nullptr, dpeep ? dpeep[1] : nullptr, dpeep ? dpeep[2] : nullptr}};
-    dim3 block(kCols, kRows), grid((unsigned)((H + kCols - 1) / kCols));
+    int64_t chunk_rows, chunks = rl_cuda_colsum_chunks(N, RL_LSTM_CUDA_CHUNKS, &chunk_rows);
+    dim3 block(kCols, kRows), grid((unsigned)((H + kCols - 1) / kCols), (unsigned)chunks);
     if (dpeep)
-        k_param_grads<T, true><<<grid, block, 0, s>>>(N, H, dz, cprev, cur, db, dp);
+        k_param_partial<T, true><<<grid, block, 0, s>>>(N, H, chunk_rows, dz, cprev, cur, partial);
     else
-        k_param_grads<T, false><<<grid, block, 0, s>>>(N, H, dz, cprev, cur, db, dp);
-    return rl_cuda_launched("rl_lstm_cuda_param_grads: launching k_param_grads (N=%lld H=%lld)",
-                            (long long)N, (long long)H);
+        k_param_partial<T, false><<<grid, block, 0, s>>>(N, H, chunk_rows, dz, cprev, cur, partial);
+    RL_TRY(rl_cuda_launched("%s: launching k_param_partial (N=%lld H=%lld)", fn, (long long)N,
+                            (long long)H));
+    unsigned g2 = rl_cuda_blocks_for(H);
+    if (dpeep)
+        k_param_final<T, true><<<g2, RL_CUDA_THREADS, 0, s>>>(H, chunks, partial, db, dp);
+    else
+        k_param_final<T, false><<<g2, RL_CUDA_THREADS, 0, s>>>(H, chunks, partial, db, dp);
+    return rl_cuda_launched("%s: launching k_param_final (N=%lld H=%lld)", fn, (long long)N,
+                            (long long)H);
 }
 
 /* ---- whole recurrences ---- */
@@ -307,7 +342,7 @@ template <typename T>
 rl_status backward_loop(cudaStream_t s, rl_dtype dt, int64_t T_, int64_t B, int64_t H, int dir,
                         const int32_t *len, T *gates, const T *U, const T *const *peep, const T *hs,
                         const T *cs, const T *dout, int64_t dout_ld, T *dh, T *dc, T *dU, T *db,
-                        T *const *dpeep) {
+                        T *const *dpeep, T *partial) {
     const char *fn = "rl_lstm_cuda_backward";
     int64_t BH = B * H;
     for (int64_t st = T_ - 1; st >= 0; st--) {
@@ -326,7 +361,7 @@ rl_status backward_loop(cudaStream_t s, rl_dtype dt, int64_t T_, int64_t B, int6
     const T *ccur = cs + (dir > 0 ? BH : 0);
     RL_TRY(rl_cuda_gemm_batched(fn, s, dt, true, false, H, 4 * H, T_ * B, 1.0, hprev, H, 0, gates,
                                 4 * H, 0, 1.0, dU, 4 * H, 0, 1));
-    return param_grads<T>(s, T_ * B, H, gates, cprev, ccur, db, dpeep);
+    return param_grads<T>(s, T_ * B, H, gates, cprev, ccur, partial, db, dpeep);
 }
 
 } // namespace
@@ -381,21 +416,25 @@ extern "C" rl_status rl_lstm_cuda_bwd_f64(void *stream, int64_t B, int64_t H, in
 
 extern "C" rl_status rl_lstm_cuda_param_grads(void *stream, rl_dtype dt, int64_t N, int64_t H,
                                               const void *dz, const void *cprev, const void *cur,
-                                              void *db, void *const *dpeep) {
+                                              void *partial, void *db, void *const *dpeep) {
     const char *fn = "rl_lstm_cuda_param_grads";
     RL_TRY(rl_cuda_check_dtype(fn, dt));
     if (N <= 0 || H <= 0) return RL_OK;
     if (dpeep && (!cprev || !cur))
         return rl_error(RL_EARG, "%s: peephole gradients need the cell states (N=%lld H=%lld)", fn,
                         (long long)N, (long long)H);
+    if (!db || !partial)
+        return rl_error(RL_EARG,
+                        "%s: db and the partial sums' scratch must be given (N=%lld H=%lld)", fn,
+                        (long long)N, (long long)H);
     RL_TRY(rl_cuda_enter(fn, db));
     if (dt == RL_FLOAT32)
         return param_grads<float>(rl_cuda_stream(stream), N, H, (const float *)dz,
-                                  (const float *)cprev, (const float *)cur, (float *)db,
-                                  (float *const *)dpeep);
+                                  (const float *)cprev, (const float *)cur, (float *)partial,
+                                  (float *)db, (float *const *)dpeep);
     return param_grads<double>(rl_cuda_stream(stream), N, H, (const double *)dz,
-                               (const double *)cprev, (const double *)cur, (double *)db,
-                               (double *const *)dpeep);
+                               (const double *)cprev, (const double *)cur, (double *)partial,
+                               (double *)db, (double *const *)dpeep);
 }
 
 extern "C" rl_status rl_lstm_cuda_forward(void *stream, rl_dtype dt, int64_t T, int64_t B,
@@ -421,13 +460,15 @@ extern "C" rl_status rl_lstm_cuda_backward(void *stream, rl_dtype dt, int64_t T,
                                            void *gates, const void *U, const void *const *peep,
                                            const void *hs, const void *cs, const void *dout,
                                            int64_t dout_ld, void *dh, void *dc, void *dU, void *db,
-                                           void *const *dpeep) {
+                                           void *const *dpeep, void *partial) {
     const char *fn = "rl_lstm_cuda_backward";
     RL_TRY(rl_cuda_check_recurrence(fn, dt, T, B, H, direction, len));
     if (T == 0 || B == 0) return RL_OK;
-    if (!dU || !db || (peep && !dpeep))
-        return rl_error(RL_EARG, "%s: dU, db%s must be given (T=%lld B=%lld H=%lld)", fn,
-                        peep ? " and the peephole gradients" : "", (long long)T, (long long)B,
+    if (!dU || !db || !partial || (peep && !dpeep))
+        return rl_error(RL_EARG,
+                        "%s: dU, db, the partial sums' scratch%s must be given (T=%lld "
+                        "B=%lld H=%lld)",
+                        fn, peep ? " and the peephole gradients" : "", (long long)T, (long long)B,
                         (long long)H);
     RL_TRY(rl_cuda_enter(fn, gates));
     cudaStream_t s = rl_cuda_stream(stream);
@@ -436,10 +477,10 @@ extern "C" rl_status rl_lstm_cuda_backward(void *stream, rl_dtype dt, int64_t T,
                                     (const float *)U, (const float *const *)peep, (const float *)hs,
                                     (const float *)cs, (const float *)dout, dout_ld, (float *)dh,
                                     (float *)dc, (float *)dU, (float *)db,
-                                    peep ? (float *const *)dpeep : nullptr);
+                                    peep ? (float *const *)dpeep : nullptr, (float *)partial);
     return backward_loop<double>(s, dt, T, B, H, direction, len, (double *)gates, (const double *)U,
                                  (const double *const *)peep, (const double *)hs,
                                  (const double *)cs, (const double *)dout, dout_ld, (double *)dh,
                                  (double *)dc, (double *)dU, (double *)db,
-                                 peep ? (double *const *)dpeep : nullptr);
+                                 peep ? (double *const *)dpeep : nullptr, (double *)partial);
 }

@@ -53,13 +53,17 @@ rl_status rl_lstm_cuda_bwd_f64(void *stream, int64_t B, int64_t H, int64_t t, co
                                const double *c, const double *dout, int64_t dout_ld, double *dh,
                                double *dc, double *db, double *const *dpeep);
 
+/* Row chunks of the bias and peephole sums over all frames: their partial sums need a device
+ * scratch of RL_LSTM_CUDA_CHUNKS * 7H elements of dt (two stages, deterministic, a full grid). */
+#define RL_LSTM_CUDA_CHUNKS 64
+
 /* Bias and peephole gradients of N frames at once (deterministic column sums):
  *   db (4H) += sum_n dz[n, :]
  *   dpeep[0] (H) += sum_n dz_i[n] * cprev[n],  dpeep[1] += dz_f * cprev,  dpeep[2] += dz_o * cur
- * dz (N, 4H), cprev and cur (N, H); dpeep and cprev/cur may be NULL (no peepholes). dt: float32
- * or float64. */
+ * dz (N, 4H), cprev and cur (N, H); dpeep and cprev/cur may be NULL (no peepholes); partial: the
+ * scratch above. dt: float32 or float64. */
 rl_status rl_lstm_cuda_param_grads(void *stream, rl_dtype dt, int64_t N, int64_t H, const void *dz,
-                                   const void *cprev, const void *cur, void *db,
+                                   const void *cprev, const void *cur, void *partial, void *db,
                                    void *const *dpeep);
 
 /* ---- own kernels: the whole recurrence of one direction ----
@@ -77,6 +81,7 @@ rl_status rl_lstm_cuda_param_grads(void *stream, rl_dtype dt, int64_t N, int64_t
  *   dh, dc (B, H)     the state gradients after the last frame on entry (zeros normally), the
  *                     initial state's gradients on return
  *   dU (H, 4H), db (4H), dpeep (3 x H or NULL): += this batch's gradients
+ *   partial           the scratch of rl_lstm_cuda_param_grads (RL_LSTM_CUDA_CHUNKS * 7H)
  * Forward per step: z_t += h_prev U (cuBLAS), then the fused pointwise kernel. Backward per
  * step: the pointwise kernel, then dh += dz_t U^T; after the loop dU += Hprev^T dZ as one GEMM
  * over all frames and db, dpeep with rl_lstm_cuda_param_grads. Left to the caller (they depend on
@@ -90,7 +95,7 @@ rl_status rl_lstm_cuda_backward(void *stream, rl_dtype dt, int64_t T, int64_t B,
                                 int direction, const int32_t *len, void *gates, const void *U,
                                 const void *const *peep, const void *hs, const void *cs,
                                 const void *dout, int64_t dout_ld, void *dh, void *dc, void *dU,
-                                void *db, void *const *dpeep);
+                                void *db, void *const *dpeep, void *partial);
 
 /* ---- cuDNN 9 path ----
  *

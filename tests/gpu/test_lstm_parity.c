@@ -14,7 +14,8 @@
  * there too: the per-step harness runs with the CPU step kernels of kernels/lstm.h in place of
  * the CUDA ones, and the layer harness with impl = "own" runs whole (both directions, two inputs,
  * initial state, peepholes, final state, every gradient, two runs); the whole-recurrence calls on
- * streams, the cuDNN cases and the mixed-device checks need a GPU and are skipped. The line
+ * streams, the bias and peephole sums over many row chunks (rl_lstm_cuda_param_grads), the
+ * cuDNN cases and the mixed-device checks need a GPU and are skipped. The line
  * printed says which side ran. Run by `make test-gpu`. */
 #include <stdio.h>
 #include <string.h>
@@ -222,6 +223,7 @@ static const rl_tensor *grad(const ref *r, int i) { return &r->l->params[i].grad
 typedef struct {
     rl_tensor W, U, b, p[3], x, len, gout;
     rl_tensor gates, hs, cs, out, dh, dc, dW, dU, db, dp[3], dx;
+    rl_tensor red; /* CUDA: the bias sums' scratch of rl_lstm_cuda_backward */
     const void *peep[3];
     void *dpeep[3];
 } dev_run;
@@ -247,6 +249,10 @@ static void dev_setup(dev_run *d, const ref *r) {
     d->dW = zeros_dev(dt, 2, ws);
     d->dU = zeros_dev(dt, 2, us);
     d->db = zeros_dev(dt, 1, b4);
+#ifdef RL_WITH_CUDA
+    int64_t rs[1] = {RL_LSTM_CUDA_CHUNKS * 7 * H};
+    d->red = zeros_dev(dt, 1, rs);
+#endif
     for (int k = 0; k < 3 && r->peep; k++) {
         d->p[k] = to_dev(param(r, 3 + k));
         d->dp[k] = zeros_dev(dt, 1, h1);
@@ -256,10 +262,10 @@ static void dev_setup(dev_run *d, const ref *r) {
 }
 
 static void dev_free(dev_run *d) {
-    rl_tensor *ts[] = {&d->W,     &d->U,     &d->b,     &d->x,    &d->len,  &d->gout,
-                       &d->gates, &d->hs,    &d->cs,    &d->out,  &d->dh,   &d->dc,
-                       &d->dW,    &d->dU,    &d->db,    &d->dx,   &d->p[0], &d->p[1],
-                       &d->p[2],  &d->dp[0], &d->dp[1], &d->dp[2]};
+    rl_tensor *ts[] = {&d->W,     &d->U,     &d->b,     &d->x,     &d->len,  &d->gout,
+                       &d->gates, &d->hs,    &d->cs,    &d->out,   &d->dh,   &d->dc,
+                       &d->dW,    &d->dU,    &d->db,    &d->dx,    &d->p[0], &d->p[1],
+                       &d->p[2],  &d->dp[0], &d->dp[1], &d->dp[2], &d->red};
     for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
         rl_tensor_release(ts[i]);
 }
@@ -344,7 +350,7 @@ static rl_status loop_backward(void *s, const dev_run *d, const ref *r) {
     RL_TRY(rl_lstm_cuda_backward(s, r->dt, T, B, H, r->dir, D(&d->len), D(&d->gates), D(&d->U),
                                  r->peep ? d->peep : NULL, D(&d->hs), D(&d->cs), D(&d->gout), H,
                                  D(&d->dh), D(&d->dc), D(&d->dU), D(&d->db),
-                                 r->peep ? (void *const *)d->dpeep : NULL));
+                                 r->peep ? (void *const *)d->dpeep : NULL, D(&d->red)));
     return input_grads(s, d, r->dt);
 }
 #endif
@@ -708,6 +714,59 @@ static void test_layer_devices(void) {
     case_free(&c);
 }
 
+#ifdef RL_WITH_CUDA
+/* The bias and peephole sums over more frames than RL_LSTM_CUDA_CHUNKS (several rows per chunk,
+ * a last chunk with fewer) and more columns than one block (H = 41), against host sums in
+ * float64; db and dpeep start at 1 (the sums are added to them). */
+static void test_param_sums(void) {
+    enum { N = 2 * RL_LSTM_CUDA_CHUNKS + 5, HS = 41 };
+    int64_t zs[2] = {N, 4 * HS}, cs[2] = {N, HS}, bs[1] = {4 * HS}, hs[1] = {HS},
+            ps[1] = {RL_LSTM_CUDA_CHUNKS * 7 * HS};
+    rl_tensor z = rand_cpu(RL_FLOAT64, 2, zs, 1.0, false),
+              cp = rand_cpu(RL_FLOAT64, 2, cs, 1.0, false),
+              cc = rand_cpu(RL_FLOAT64, 2, cs, 1.0, false), db = {0}, dp[3] = {{0}};
+    CHECK_OK(rl_tensor_empty(&db, RL_FLOAT64, RL_DEVICE_CPU, 1, bs));
+    for (int k = 0; k < 3; k++)
+        CHECK_OK(rl_tensor_empty(&dp[k], RL_FLOAT64, RL_DEVICE_CPU, 1, hs));
+    const double *pz = rl_tensor_data(&z), *pcp = rl_tensor_data(&cp), *pcc = rl_tensor_data(&cc);
+    double *pdb = rl_tensor_data(&db),
+           *pdp[3] = {rl_tensor_data(&dp[0]), rl_tensor_data(&dp[1]), rl_tensor_data(&dp[2])};
+    for (int64_t j = 0; j < 4 * HS; j++) {
+        pdb[j] = 1;
+        for (int64_t n = 0; n < N; n++)
+            pdb[j] += pz[n * 4 * HS + j];
+    }
+    for (int64_t j = 0; j < HS; j++) {
+        pdp[0][j] = pdp[1][j] = pdp[2][j] = 1;
+        for (int64_t n = 0; n < N; n++) {
+            const double *zr = pz + n * 4 * HS + j;
+            pdp[0][j] += zr[0] * pcp[n * HS + j];
+            pdp[1][j] += zr[HS] * pcp[n * HS + j];
+            pdp[2][j] += zr[3 * HS] * pcc[n * HS + j];
+        }
+    }
+    rl_tensor Z = to_dev(&z), CP = to_dev(&cp), CC = to_dev(&cc), DB = zeros_dev(RL_FLOAT64, 1, bs),
+              P = zeros_dev(RL_FLOAT64, 1, ps), DP[3];
+    CHECK_OK(rl_op_fill(&DB, 1.0));
+    void *dpp[3];
+    for (int k = 0; k < 3; k++) {
+        DP[k] = zeros_dev(RL_FLOAT64, 1, hs);
+        CHECK_OK(rl_op_fill(&DP[k], 1.0));
+        dpp[k] = rl_tensor_data(&DP[k]);
+    }
+    CHECK_OK(rl_lstm_cuda_param_grads(NULL, RL_FLOAT64, N, HS, rl_tensor_data(&Z),
+                                      rl_tensor_data(&CP), rl_tensor_data(&CC), rl_tensor_data(&P),
+                                      rl_tensor_data(&DB), dpp));
+    compare("param sums", "db", &db, &DB, 1e-12);
+    for (int k = 0; k < 3; k++)
+        compare("param sums", "dpeep", &dp[k], &DP[k], 1e-12);
+    rl_tensor *ts[] = {&z,  &cp, &cc, &db, &dp[0], &dp[1], &dp[2], &Z,
+                       &CP, &CC, &DB, &P,  &DP[0], &DP[1], &DP[2]};
+    for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
+        rl_tensor_release(ts[i]);
+}
+#endif
+
 static void run_all(void) {
     bool gpu = DEV.type == RL_CUDA;
     for (int peep = 0; peep < 2; peep++) {
@@ -720,6 +779,7 @@ static void run_all(void) {
         test_cudnn(RL_FLOAT64, dir, 1e-10);
     }
     if (gpu) test_cudnn_misuse();
+    if (gpu) test_param_sums();
 #endif
     for (int peep = 0; peep < 2; peep++) {
         test_layer(RL_FLOAT32, peep, "own", 1e-5);
@@ -734,7 +794,7 @@ static void run_all(void) {
 
 int main(void) {
     rl_ops_init();
-    DEV = device_side("the stream, cuDNN and mixed-device cases");
+    DEV = device_side("the stream, bias-sum, cuDNN and mixed-device cases");
     run_all();
     TEST_MAIN_END();
 }
