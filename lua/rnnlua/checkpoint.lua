@@ -12,7 +12,7 @@
 --   rl.checkpoint.serialize(value, what) / rl.checkpoint.deserialize(text, what)
 --
 -- Layout:
---   /                  attrs format = "rnnlua-checkpoint", version, epoch, step, dtype,
+--   /                  attrs format = "rnnlua-checkpoint", version (2; strings fixed-length), epoch, step, dtype,
 --                      num_params, description and extern_data (Lua literals, see below)
 --   /params/<layer>/<name>   each parameter with its shape; attr order on /params (a Lua
 --                      list of "layer/name" in the flat buffer's order)
@@ -35,7 +35,9 @@
 local M = {}
 local rl -- the module table, set by install
 
-local FORMAT, VERSION = "rnnlua-checkpoint", 1
+-- Version 2 stores every string attribute as a fixed-length string; version 1 (variable-length
+-- strings) still loads, its strings read through core/h5io's isolated reader.
+local FORMAT, VERSION = "rnnlua-checkpoint", 2
 
 ---------------------------------------------------------------------------- Lua literals
 
@@ -396,11 +398,18 @@ function M.load(path)
       (tostring(f):gsub("^rl%.h5file: ", ""))), 2)
   end
   local ok, ck = pcall(function()
+    -- the version (a number) first: from version 2 on a variable-length string can only be
+    -- a crafted file, and none is read
+    local has_version, version = pcall(int_attr, f, "/", "version")
+    if has_version and version >= 2 then f:refuse_vlen() end
     local has_fmt, fmt = pcall(f.attr_string, f, "/", "format")
     if not has_fmt or fmt ~= FORMAT then
-      error("not an rnnlua checkpoint (no format = \"" .. FORMAT .. "\" attribute)", 0)
+      -- a format attribute that is there but unreadable (a crafted string) says why
+      local why = not has_fmt and not tostring(fmt):find("no such attribute", 1, true)
+      error("not an rnnlua checkpoint (no format = \"" .. FORMAT .. "\" attribute)"
+        .. (why and ": " .. tostring(fmt) or ""), 0)
     end
-    local version = int_attr(f, "/", "version")
+    if not has_version then error(version, 0) end
     if version > VERSION then
       error(string.format("checkpoint version %d is newer than this rnnlua reads (%d)", version,
         VERSION), 0)

@@ -32,6 +32,13 @@
 -- step is read back at the end of its forward (a synchronisation point). A device that cannot
 -- be used (no CUDA build, no GPU, no such ordinal) is an error before any data is read.
 --
+-- Carried state (truncated BPTT): carry_state = true with chunking = "size" cuts each sequence
+-- into consecutive chunks, keeps each sequence's chunks in one batch slot (rl.batches'
+-- carry_state) and starts the lstm/gru layers of every chunk from the final state of the
+-- chunk before (net:forward's state_from), without a gradient through the boundary; dev is
+-- scored the same way. The network must be causal (no backward recurrence: an error names the
+-- layer).
+--
 -- Command-line overrides: `rnnlua recipe.lua ++num_epochs 3 ++train.num_seqs 100` sets
 -- config keys (nested with dots) from argv (default: the global `arg`); values are read as
 -- booleans, numbers or strings. A key that rl.train does not know, in the config or in an
@@ -71,6 +78,7 @@ local KEYS = {
   save_interval = 1, load = false, log_verbosity = 3, log_file = false,
   log_progress_interval = 5, learning_curve_file = false, seed = 1, device = "cpu",
   dtype = "float32", num_threads = false, distributed = false, plot = false, pretrain = false,
+  carry_state = false,
 }
 -- learning-rate-control options handed to rl.lr_control besides those above
 local function is_lr_key(k)
@@ -176,6 +184,15 @@ local function check_config(config, argv)
   end
   if cfg.model ~= nil and type(cfg.model) ~= "string" then
     fail("config.model must be a path prefix (string), got %s", type(cfg.model))
+  end
+  if cfg.carry_state ~= nil and type(cfg.carry_state) ~= "boolean" then
+    fail("config.carry_state must be true or false, got %s", type(cfg.carry_state))
+  end
+  if cfg.carry_state and not cfg.chunking then
+    fail("carry_state = true needs chunking = \"size\" (the chunks the state is carried over)")
+  end
+  if cfg.carry_state and cfg.distributed then
+    fail("carry_state = true does not work with distributed training yet")
   end
   return cfg
 end
@@ -299,7 +316,10 @@ local function evaluate(net, ds, cfg, which, dist)
   ds:init_epoch(1)
   if ds:num_seqs() == 0 and not dist then fail("the %s dataset is empty (0 sequences)", which) end
   local loss, errors, frames, units, skipped = 0, 0, 0, 0, 0
-  for batch in rl.batches(ds, {batch_size = cfg.batch_size, max_seqs = cfg.max_seqs}) do
+  -- carried state: dev is cut into the same chunks and scored with the state carried over
+  local bopts = {batch_size = cfg.batch_size, max_seqs = cfg.max_seqs}
+  if cfg.carry_state then bopts.chunking, bopts.carry_state = cfg.chunking, true end
+  for batch in rl.batches(ds, bopts) do
     local l, e = net:forward(batch, {train = false})
     loss, errors, frames = loss + l, errors + e, frames + net.n_frames
     units, skipped = units + net.n_error_units, skipped + net.n_skipped
@@ -320,12 +340,15 @@ local function train_epoch(ctx, epoch)
   if nseqs == 0 and not dist then
     fail("epoch %d: the train dataset is empty (0 sequences)", epoch)
   end
-  local total = ds.total_frames and cfg.chunking == nil and ds:total_frames() or nil
+  -- chunks that do not overlap (carried state) cover each frame once
+  local total = ds.total_frames and (cfg.chunking == nil or cfg.carry_state)
+    and ds:total_frames() or nil
   local t0 = rl.clock()
   local loss, errors, frames, seqs, steps, skipped, lr = 0, 0, 0, 0, 0, 0, nil
   local units, ctc_skipped = 0, 0
   local ename = net.has_ctc and "LER" or "error"
-  local bopts = {batch_size = cfg.batch_size, max_seqs = cfg.max_seqs, chunking = cfg.chunking}
+  local bopts = {batch_size = cfg.batch_size, max_seqs = cfg.max_seqs, chunking = cfg.chunking,
+                 carry_state = cfg.carry_state}
   local ok, err = pcall(function()
     -- dist: false is an empty step of a rank whose share is used up (others still train)
     local next_batch = dist and dist:batches(ds, bopts) or rl.batches(ds, bopts)
@@ -370,7 +393,12 @@ local function train_epoch(ctx, epoch)
       local nf = batch and net.n_frames or 0
       loss, errors, frames = loss + l, errors + e, frames + nf
       units = units + (batch and net.n_error_units or 0)
-      seqs = seqs + (batch and batch.lengths:size(1) or 0)
+      if batch and batch.state_from then
+        -- carried state: a slot is a new sequence only where its state starts from zeros
+        for _, s in ipairs(batch.state_from) do seqs = seqs + (s == 0 and 1 or 0) end
+      else
+        seqs = seqs + (batch and batch.lengths:size(1) or 0)
+      end
       local dt = rl.clock() - t0
       local done = total and frames / total or seqs / nseqs
       local eta = done > 0 and dt * (1 - done) / done or nil
@@ -444,6 +472,10 @@ function M.train(config, argv)
       end
       check_dims(train, n, "train")
       if dev then check_dims(dev, n, "dev") end
+      if cfg.carry_state then
+        local why = n:carry_unfit()
+        if why then fail("carry_state = true: %s", why) end
+      end
       return n
     end
     function ctx.new_optimizer(n) return make_optimizer(cfg, n) end
