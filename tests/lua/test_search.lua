@@ -253,6 +253,14 @@ H.expect_error("a model without a choice layer", function()
   rl.search{model = path("nochoice.h5"), data = DATA, output_file = path("bad.h5")}
 end, "has no rec layer with a choice layer in its unit (layers: h, output)")
 
+H.expect_error("device with a network object", function()
+  rl.search{model = net, data = DATA, output_file = path("bad.h5"), device = "cpu"}
+end, "rl.search: device applies to a checkpoint; move the network with net:to")
+
+H.expect_error("a model that is neither a path nor a network", function()
+  rl.search{model = 42, data = DATA, output_file = path("bad.h5")}
+end, "rl.search: model must be a checkpoint path or a network (rl.network), got number")
+
 H.expect_error("a rec layer without max_seq_len", function()
   local d, e = description()
   d.dec.max_seq_len = nil
