@@ -26,12 +26,12 @@
 --
 -- Prints `epoch N dev bpc X` after each epoch and at the end `dev X bits per char`, the
 -- checkpoint (DIR/lm.NNN.h5) and a sample of 300 characters from "In the beginning" (seed 1,
--- temperature 0.8). Training stops after the epoch during which M minutes have passed (or N
--- epochs). --smoke: the first 24 train chapters (cut to 600 characters) and 2 dev chapters, a
+-- temperature 0.8). Training stops before an epoch that would end after M minutes (judged by
+-- the last epoch's time) or after N epochs. --smoke: the first 24 train chapters (cut to 600 characters) and 2 dev chapters, a
 -- tiny model, 3 epochs, a few seconds (make test: tests/sh/test_char_lm_smoke.sh).
 local args = {...}
-local o = {minutes = 30, epochs = 1000, hidden = 512, layers = 2, emb = 64, chunk = 100,
-  streams = 32, partition = 20, lr = 2e-3, threads = 2, seed = 1, out = "out/char_lm",
+local o = {minutes = 30, epochs = 1000, hidden = 256, layers = 2, emb = 64, chunk = 100,
+  streams = 32, partition = 10, lr = 3e-3, threads = 2, seed = 1, out = "out/char_lm",
   smoke = false}
 local i = 1
 while i <= #args do
@@ -112,14 +112,7 @@ local function chapters()
 end
 
 local function mkdir_p(path)
-  local lfs = require("lfs")
-  local cur = path:sub(1, 1) == "/" and "/" or ""
-  for part in path:gmatch("[^/]+") do
-    cur = cur .. part
-    if lfs.attributes(cur, "mode") == nil then lfs.mkdir(cur) end
-    cur = cur .. "/"
-  end
-  if lfs.attributes(path, "mode") ~= "directory" then
+  if not os.execute("mkdir -p '" .. path:gsub("'", "'\\''") .. "'") then
     error("char_lm: cannot create the directory " .. path, 0)
   end
 end
@@ -220,7 +213,11 @@ local last
 print(string.format("char_lm: %d characters, embedding %d, %d x LSTM %d, chunks of %d, %d "
   .. "streams, epoch = 1/%d of the train chapters", V, o.emb, o.layers, o.hidden, o.chunk,
   o.streams, o.partition))
+local epoch_time = 0
 for epoch = 1, o.epochs do
+  -- stop when another epoch as long as the last one would overrun the budget
+  if epoch > 1 and rl.clock() - t0 + epoch_time > o.minutes * 60 then break end
+  local te = rl.clock()
   -- one epoch per call: resuming from the last checkpoint is exact (same order, RNG, state)
   config.num_epochs = epoch
   config.load = epoch > 1 and string.format("%s.%03d.h5", model, epoch - 1) or nil
@@ -230,7 +227,7 @@ for epoch = 1, o.epochs do
   print(string.format("epoch %d dev bpc %.4f  train bpc %.4f  lr %.3g  %.1f min (cpu %.1f min)",
     epoch, rec.dev_score / LN2, rec.train_score / LN2, rec.lr, minutes, (os.clock() - cpu0) / 60))
   io.stdout:flush()
-  if minutes >= o.minutes then break end
+  epoch_time = rl.clock() - te
 end
 print(string.format("dev %.4f bits per char", last.dev_score / LN2))
 print("checkpoint " .. last.checkpoint)

@@ -25,9 +25,9 @@
 
 extern "C" {
 #include "../../core/device.h"
-#include "context.h"
 #include "cuda.h"
 }
+#include "launch.h"
 
 /* More ordinals than any machine has; the caches are a fixed array indexed by ordinal. */
 #define RL_CUDA_MAX_DEVICES 64
@@ -82,12 +82,7 @@ rl_status check_index(const char *op, int index) {
 
 rl_status set_device(const char *op, int index) {
     RL_TRY(check_index(op, index));
-    cudaError_t e = cudaSetDevice(index);
-    if (e != cudaSuccess) {
-        cudaGetLastError();
-        return rl_error(RL_EDEVICE, "%s: cudaSetDevice(%d): %s", op, index, cudaGetErrorString(e));
-    }
-    return RL_OK;
+    return rl_cuda_use_device(op, index);
 }
 
 int cuda_count(void) {

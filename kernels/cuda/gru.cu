@@ -101,7 +101,10 @@ __global__ void k_bwd(int64_t B, int64_t H, int64_t t, const int32_t *__restrict
     }
 }
 
-/* Block (kCols, kRows); grid.x covers the H columns. */
+/* Block (kCols, kRows); grid.x covers the H columns: ceil(H/32) blocks, each walking all N = T B
+ * rows (geometry reviewed for issue 17: correct and deterministic for any N, H; with few blocks,
+ * e.g. 16 for H = 512, most SMs idle during this once-per-backward pass, which a two-stage
+ * reduction over row chunks, as the MDLSTM's colsum, would fix). */
 template <typename T>
 __global__ void k_bias_grads(int64_t N, int64_t H, const T *__restrict__ dg, T *__restrict__ db,
                              T *__restrict__ dbh) {

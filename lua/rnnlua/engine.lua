@@ -457,7 +457,10 @@ function M.train(config, argv)
     local extern = cfg.extern_data or train:extern_data()
     -- pretraining (rnnlua.pretrain): the network of each epoch, planned before the seed is set
     local pre = pretrainmod.plan(cfg, extern, function(desc)
-      return rl.network(desc, extern, {dtype = cfg.dtype})
+      local n = rl.network(desc, extern, {dtype = cfg.dtype})
+      check_dims(train, n, "train")
+      if dev then check_dims(dev, n, "dev") end
+      return n
     end)
     rl.manual_seed(cfg.seed)
     local ctx = {cfg = cfg, log = log, train = train, step = 0, history = {}, dist = dist}

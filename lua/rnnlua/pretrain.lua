@@ -281,8 +281,8 @@ local function check_repetitions(r, nsteps)
   return list
 end
 
--- The plan of rl.train's config, or nil without pretraining. ext: the checked extern data;
--- build(desc) -> network (rl.network with the run's dtype).
+-- The plan of rl.train's config, or nil without pretraining. ext: the extern data;
+-- build(desc) -> network (rl.network with the run's dtype, checked against the datasets).
 function M.plan(cfg, extern, build)
   local p = cfg.pretrain
   if p == nil or p == false then return nil end
@@ -318,14 +318,20 @@ function M.plan(cfg, extern, build)
   end
 
   local full = cfg.network
-  -- the steps are built with the generator's state kept, so planning changes no result
+  -- the steps are built with the generator's state kept, so planning changes no result; an
+  -- error of the full network is reported as it is without pretraining
   local rng = rl.get_rng_state()
+  local okf, full_net = pcall(build, full)
+  if not okf then
+    rl.set_rng_state(rng)
+    error(full_net, 0)
+  end
+  local trainable = {}
+  for _, name in ipairs(full_net.order) do
+    trainable[name] = full_net.by_name[name].layer.num_params > 0
+  end
+  full_net = nil
   local ok, err = pcall(function()
-    local full_net = build(full)
-    local trainable = {}
-    for _, name in ipairs(full_net.order) do
-      trainable[name] = full_net.by_name[name].layer.num_params > 0
-    end
     local steps
     if construction == "default" then
       steps = default_steps(full, extern, output_layers(opts, full), trainable)
@@ -343,6 +349,7 @@ function M.plan(cfg, extern, build)
     return steps
   end)
   rl.set_rng_state(rng)
+  collectgarbage() -- the trial networks' buffers
   if not ok then
     local msg = tostring(err)
     if not msg:find("^rl%.train: config%.pretrain") then
@@ -397,8 +404,9 @@ function Plan:describe()
       .. "network trains from epoch 1", self.scheme)
     return lines
   end
-  lines[1] = string.format("pretrain (%s): %d steps over epochs 1-%d, the full network from "
-    .. "epoch %d", self.scheme, #self.steps - 1, self.epochs, self.epochs + 1)
+  lines[1] = string.format("pretrain (%s): %d step%s over epochs 1-%d, the full network from "
+    .. "epoch %d", self.scheme, #self.steps - 1, #self.steps == 2 and "" or "s", self.epochs,
+    self.epochs + 1)
   for i = 1, #self.steps - 1 do
     lines[#lines + 1] = string.format("pretrain step %d (epochs %d-%d): layers %s", i,
       self.first[i], self.last[i], layer_names(self.steps[i]))

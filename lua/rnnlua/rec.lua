@@ -910,8 +910,9 @@ end
 -- log-probabilities (with the end label's), steps the steps the hypothesis ran (its labels,
 -- plus 1 when it ended with eos), rows[t] the row of the (S, B * K, ...) step buffers that
 -- computed its step t (rec:attention_weights(name)[t][rows[t]] are its weights at step t),
--- score = logp, or logp / steps with length_norm (RETURNN's length_normalization of the final
--- beam; the pruning step by step always compares summed log-probabilities). Hypotheses that
+-- score = logp, or logp / steps with length_norm (the division by length of RETURNN's
+-- length_normalization, applied to the final beam; the pruning step by step always compares
+-- summed log-probabilities). Hypotheses that
 -- reach max_seq_len stop there unfinished. Beam size 1 is greedy decoding.
 function Rec:search(inputs, geom, opts)
   opts = opts or {}

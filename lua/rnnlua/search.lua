@@ -23,7 +23,7 @@
 -- whose unit has a choice); beam: the beam size (default the choice's beam_size; 1 is greedy);
 -- eos: the end label; max_seq_len: a number, a function of the input length or an expression
 -- of T (default the rec layer's); length_norm: rank the final beam by score / steps (scores
--- are then normalised) as RETURNN's length_normalization; nbest: true (the whole beam) or n;
+-- are then normalised; see Rec:search); nbest: true (the whole beam) or n;
 -- labels: the names of the choice's labels (written as /labels).
 -- The sequences are searched sorted by input length (less padding, fewer wasted steps) and
 -- written in the dataset's order. Returns {output_file =, num_seqs =, n_labels =, results =

@@ -525,20 +525,29 @@ local function terminal(ext, width, height)
     or string.format("set terminal svg size %d,%d", width, height)
 end
 
--- Runs the gnuplot commands g (a list of lines) through the file `script`; path and outp name
--- the input and the picture in errors.
-local function run_gnuplot(g, script, path, outp)
-  local fh = assert(io.open(script, "w"))
-  fh:write(table.concat(g, "\n"), "\n")
-  fh:close()
-  local gp = find_gnuplot()
-  local cmd = string.format("'%s' '%s' 2>&1", gp, script) -- both without quotes
-  local p = io.popen(cmd)
-  local msg = p:read("a")
-  local okx, _, code = p:close()
-  if not okx then
-    fail("%s: gnuplot failed (exit %s) drawing %s: %s", path, tostring(code), outp, msg)
-  end
+-- Runs fn(data) with two temporary files: fn writes what it draws to the file `data` and
+-- returns the gnuplot commands (a list of lines) that draw outp from it. path and outp name the
+-- input and the picture in errors; the temporary files are removed whatever happens.
+local function draw(path, outp, fn)
+  local data, script = os.tmpname(), os.tmpname()
+  local ok, err = pcall(function()
+    local g = fn(data)
+    local fh = assert(io.open(script, "w"))
+    fh:write(table.concat(g, "\n"), "\n")
+    fh:close()
+    local gp = find_gnuplot()
+    local cmd = string.format("'%s' '%s' 2>&1", gp, script) -- both without quotes
+    local p = io.popen(cmd)
+    local msg = p:read("a")
+    local okx, _, code = p:close()
+    if not okx then
+      fail("%s: gnuplot failed (exit %s) drawing %s: %s", path, tostring(code), outp, msg)
+    end
+  end)
+  os.remove(data)
+  os.remove(script)
+  if not ok then error(err, 0) end
+  return outp
 end
 
 -- Draws the curve at `path` into `outp` (.png or .svg), width x height pixels.
@@ -547,9 +556,7 @@ function M.plot(path, outp, opts)
   local width, height = opts.width or 800, opts.height or 900
   local ext = out_format(outp)
   local recs = M.read_curve(path)
-  local data = os.tmpname()
-  local script = os.tmpname()
-  local ok, err = pcall(function()
+  return draw(path, outp, function(data)
     local cols = {"epoch", "train_score", "dev_score", "train_error", "dev_error", "lr"}
     local has = {}
     local fh = assert(io.open(data, "w"))
@@ -596,18 +603,15 @@ function M.plot(path, outp, opts)
       plots({{"lr", 6, "lr"}}),
       "unset multiplot", "set output",
     }
-    run_gnuplot(g, script, path, outp)
+    return g
   end)
-  os.remove(data)
-  os.remove(script)
-  if not ok then error(err, 0) end
-  return outp
 end
 
 -- The matrix that `key` of sequence `seq` (1-based, file order) of the HDF dataset at `path`
--- holds, as a (rows, cols) float tensor, with the names of its axes:
+-- holds, as a (rows, cols) float tensor, with the names of its axes, the sequence's tag and
+-- (or nil) names of the rows:
 --   a key K beside K_shape (rl.search's attention): K's S * T values as (S, T) (output steps,
---   input frames); images (h, w, F) (the forward task on an MDLSTM or conv2d layer): channel
+--   input frames; row_names: the labels of the steps when the file names them); images (h, w, F) (the forward task on an MDLSTM or conv2d layer): channel
 --   `channel` as (h, w); dense sequences (T, F): (F, T), time along x.
 function M.heatmap_matrix(path, key, seq, channel)
   local ok, ds = pcall(rl.dataset, {class = "hdf", files = path, allow_empty = true})
@@ -630,7 +634,7 @@ function M.heatmap_matrix(path, key, seq, channel)
     fail("%s holds labels (sparse), not a matrix", where)
   end
   local shape = has[key .. "_shape"] and s[key .. "_shape"]
-  local m, xlabel, ylabel
+  local m, xlabel, ylabel, row_names
   if shape then
     if shape:size(1) ~= 1 or shape:size(2) ~= 2 then
       fail("%s_shape must be one frame (rows, cols), got %s", where, shape_str(shape))
@@ -641,6 +645,17 @@ function M.heatmap_matrix(path, key, seq, channel)
         fmt_num(shape[1][2]), x:numel())
     end
     m, xlabel, ylabel = x:contiguous():view(r, c), "input frame", "output step"
+    -- rl.search's attention: the rows are the steps of the labels in data (named by /labels
+    -- when the file has them), and the end label's step after them
+    local f = rl.h5file(path, "r")
+    local okn, names = pcall(function() return f:exists("labels") and f:read_strings("labels") end)
+    f:close()
+    if okn and names and s.data:dtype() == "int32" and s.data:numel() <= r then
+      local ids = s.data:numel() > 0 and s.data:totable() or {}
+      local rows = {}
+      for k = 1, r do rows[k] = ids[k] and names[ids[k] + 1] or "(end)" end
+      row_names = rows
+    end
   elseif x:dim() == 3 then
     local F = x:size(3)
     if math.type(channel) ~= "integer" or channel < 1 or channel > F then
@@ -651,17 +666,19 @@ function M.heatmap_matrix(path, key, seq, channel)
     m, xlabel, ylabel = x:t():contiguous(), "frame", "feature"
   end
   if m:numel() == 0 then fail("%s is empty (%s)", where, shape_str(m)) end
-  return m, xlabel, ylabel, s.tag
+  return m, xlabel, ylabel, s.tag, row_names
 end
 
 -- Draws the matrix of heatmap_matrix as a heat map (row 1 at the top) into outp (.png/.svg).
 function M.heatmap(path, key, outp, opts)
   opts = opts or {}
   local ext = out_format(outp)
-  local m, xlabel, ylabel, tag = M.heatmap_matrix(path, key, opts.seq or 1, opts.channel or 1)
+  local m, xlabel, ylabel, tag, row_names = M.heatmap_matrix(path, key, opts.seq or 1,
+    opts.channel or 1)
   local rows, cols = m:size(1), m:size(2)
-  local data, script = os.tmpname(), os.tmpname()
-  local ok, err = pcall(function()
+  local ytics = {}
+  for k, name in ipairs(row_names or {}) do ytics[k] = q(name) .. " " .. k end
+  return draw(path, outp, function(data)
     local fh = assert(io.open(data, "w"))
     for _, row in ipairs(m:double():totable()) do
       for j, v in ipairs(row) do row[j] = string.format("%.7g", v) end
@@ -670,7 +687,7 @@ function M.heatmap(path, key, outp, opts)
     fh:close()
     local title = string.format("%s, %s, sequence %d (%s)", path:match("[^/]*$"), key,
       opts.seq or 1, tag):gsub("_", "\\_")
-    run_gnuplot({
+    return {
       terminal(ext, opts.width or 800, opts.height or 600),
       "set output " .. q(outp),
       "set title " .. q(title),
@@ -681,17 +698,14 @@ function M.heatmap(path, key, outp, opts)
         .. "1 '#fde725')",
       "set tics out",
       cols <= 30 and "set xtics 1" or "", rows <= 30 and "set ytics 1" or "", -- whole frames
+      row_names and rows <= 60 and "set ytics (" .. table.concat(ytics, ", ") .. ")" or "",
       -- gnuplot draws an image from 2 x 2 points on; a single row or column as boxes
       "plot " .. q(data) .. " matrix using ($1 + 1):($2 + 1):" .. (rows > 1 and cols > 1
         and "3 with image" or "(0.5):(0.5):3 with boxxyerror fill solid noborder lc palette")
         .. " notitle",
       "set output",
-    }, script, path, outp)
+    }
   end)
-  os.remove(data)
-  os.remove(script)
-  if not ok then error(err, 0) end
-  return outp
 end
 
 local function plot(args)

@@ -277,6 +277,12 @@ H.test("bad pretrain configs are errors naming the option", function()
   expect_fail(function()
     rl.train(config({pretrain = {output_layers = {"nope"}}}), {})
   end, "config.pretrain.output_layers[1] = nope is not a layer")
+  -- an error of the full network is the network's, not the scheme's
+  local broken = blstm()
+  broken.fw2.class = "lstmm"
+  local err = expect_fail(function() rl.train(config({network = broken}), {}) end,
+    "unknown class 'lstmm'")
+  H.check(not err:find("config.pretrain", 1, true), err)
   local net = rl.network(blstm(), {data = {dim = 9}, classes = {dim = 2, sparse = true}})
   local opt = rl.optimizer({class = "adam"}, net:params(), net:grads())
   expect_fail(function() rl.train(config({optimizer = opt}), {}) end, "config.pretrain",

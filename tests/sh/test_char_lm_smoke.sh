@@ -2,7 +2,7 @@
 # recipes/char_lm.lua in its smoke mode: 24 short King James chapters converted from Debian's
 # bible-kjv, a tiny LSTM LM trained for 3 epochs with carried state (the dev bits per character
 # must fall), the closing `dev X bits per char` line, and a sample drawn by rl.sample from the
-# checkpoint. Usage: test_char_lm_smoke.sh path/to/rnnlua
+# checkpoint, also at the REPL. Usage: test_char_lm_smoke.sh path/to/rnnlua
 set -u
 bin=${1:?usage: test_char_lm_smoke.sh path/to/rnnlua}
 pass=0
@@ -25,6 +25,11 @@ awk -v a="${first:-0}" -v b="${last:-9}" 'BEGIN { exit !(b < a) }'
 ok "the dev bits per character fall (epoch 1: ${first:-none}, epoch 3: ${last:-none})" $?
 [ "$(sed -n '/^sample: /,$p' "$out" | wc -c)" -ge 308 ]
 ok "it prints a sample of 300 characters" $?
+# at the REPL (through a pipe): the same seed gives the same 40 characters
+ck=$(sed -n 's/^checkpoint //p' "$out")
+repl() { printf '#rl.sample{model = "%s", prime = "And", length = 40, seed = 3}\nrl.sample{model = "%s", prime = "And", length = 40, seed = 3} == rl.sample{model = "%s", prime = "And", length = 40, seed = 3}\n' "$ck" "$ck" "$ck" | "$bin" 2>&1; }
+[ "$(repl | tr '\n' ' ')" = "40 true " ]
+ok "rl.sample at the REPL: 40 characters, the same for the same seed ($(repl | tr '\n' ' '))" $?
 # the converted data is reused by a second run (DONE), which then trains from scratch again
 "$bin" recipes/char_lm.lua --smoke --out "$dir" --epochs 1 >"$out" 2>&1
 ok "a second run reuses the data" $?

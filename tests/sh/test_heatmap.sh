@@ -91,13 +91,23 @@ check "default name" "$rc:$(png_size hyp.attention.1.png)" "0:800x600"
 # the matrix drawn is the one searched: (S_out, T_enc) with rows summing to 1
 "$bin" -e '
 local m = rl.tools.heatmap_matrix("hyp.h5", "attention", 2)
+local names = {"end", "AA", "BB", "CC", "DD", "EE"}
 local r = rl.search{model = "s2s.h5", data = {class = "hdf", files = {"d.h5"}}, beam = 2,
-  output_file = "again.h5", log_verbosity = 0}
+  output_file = "named.h5", attention = "att", labels = names, log_verbosity = 0}
 assert(m:size(2) == 9, "T_enc")
 assert(m:size(1) == math.min(#r.results[2].labels + 1, 11), "S_out")
 assert((m:sum(2) - 1):abs():max() < 1e-5, "rows sum to 1")
+assert(select(5, rl.tools.heatmap_matrix("hyp.h5", "attention", 2)) == nil, "no label names")
+local _, _, _, _, rows = rl.tools.heatmap_matrix("named.h5", "attention", 2)
+for k, v in ipairs(r.results[2].labels) do
+  assert(rows[k] == names[v + 1], "row " .. k .. " is named by its label")
+end
+assert(#rows == m:size(1) and (#rows == #r.results[2].labels or rows[#rows] == "(end)"), "end row")
+io.open("row1.txt", "w"):write(rows[1], "\n"):close()
 ' >"$dir/log" 2>&1
 check "the matrix of sequence 2" "$?:$(tail -n 3 "$dir/log")" "0:"
+run plot named.h5 --heatmap attention --seq 2 -o named.svg
+check "rows named by the labels" "$rc:$(grep -q ">$(cat row1.txt)<" named.svg && echo yes)" "0:yes"
 
 # ---- heat maps of forward outputs: MDLSTM images (a channel), LSTM activations
 "$bin" "$recipes/forward.lua" model=md.h5 data=img.h5 layer=md output=md_out.h5 >"$dir/log" 2>&1
