@@ -166,14 +166,14 @@ $(BUILD)/bench/%: bench/%.c $(BUILD)/librnnlua.a
 test: $(BUILD)/rnnlua $(CTESTS)
 	@bash tests/run.sh $(BUILD)
 
-# CUDA-vs-CPU parity of every op, of the LSTM (own kernels, cuDNN), of the GRU, of CTC, of the
+# CUDA-vs-CPU parity of every op, of the LSTM (own kernels, cuDNN), of the GRU, of CTC, of attention, of the
 # optimizers and of networks of every other layer class (including whole rl.train runs), of
-# rl.dist through NCCL (mpirun -np 2, one GPU per rank); each prints a SKIP line and passes
-# where there is no GPU.
+# rl.dist through NCCL (mpirun -np 2, one GPU per rank). Without a GPU the harnesses run with the
+# CPU as the device side (what needs a device is skipped and said so), so a broken test shows.
 test-gpu: $(BUILD)/rnnlua $(BUILD)/tests-gpu/test_parity $(BUILD)/tests-gpu/test_lstm_parity \
           $(BUILD)/tests-gpu/test_optim_parity $(BUILD)/tests-gpu/test_mdlstm_parity \
           $(BUILD)/tests-gpu/test_gru_parity $(BUILD)/tests-gpu/test_ctc_parity \
-          $(BUILD)/tests-gpu/test_stack_parity
+          $(BUILD)/tests-gpu/test_stack_parity $(BUILD)/tests-gpu/test_attention_parity
 	$(BUILD)/tests-gpu/test_parity
 	$(BUILD)/tests-gpu/test_stack_parity
 	$(BUILD)/tests-gpu/test_lstm_parity
@@ -181,10 +181,11 @@ test-gpu: $(BUILD)/rnnlua $(BUILD)/tests-gpu/test_parity $(BUILD)/tests-gpu/test
 	$(BUILD)/tests-gpu/test_optim_parity
 	$(BUILD)/tests-gpu/test_mdlstm_parity
 	$(BUILD)/tests-gpu/test_ctc_parity
+	$(BUILD)/tests-gpu/test_attention_parity
 	$(BUILD)/rnnlua tests/gpu/test_layers_parity.lua
 	bash tests/gpu/test_dist_nccl.sh $(BUILD)/rnnlua
 
-$(BUILD)/tests-gpu/%: tests/gpu/%.c $(BUILD)/librnnlua.a tests/c/check.h
+$(BUILD)/tests-gpu/%: tests/gpu/%.c $(BUILD)/librnnlua.a tests/c/check.h tests/gpu/device_side.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(BUILD)/librnnlua.a $(LDLIBS)
 

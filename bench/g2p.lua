@@ -5,7 +5,8 @@
 -- line where it cannot be set up). Shape: T = 8 letters, S = 8 phoneme steps (teacher
 -- forcing), E = 32, H = 128, 30 letters, 41 phonemes; float32, with 1 and with 2 threads on
 -- both sides (on a busy machine a 2-thread run suffers from threads waiting for each other).
--- RL_BENCH_SECONDS (per measurement, default 0.5) and RL_BENCH_ROUNDS (default 5).
+-- RL_BENCH_SECONDS (per measurement, default 0.5) and RL_BENCH_ROUNDS (default 5). Reports
+-- wall-clock and process CPU time per step.
 local T, S, B, E, H, VI, VO = 8, 8, 64, 32, 128, 30, 41
 local seconds = tonumber(os.getenv("RL_BENCH_SECONDS") or "0.5")
 local rounds = tonumber(os.getenv("RL_BENCH_ROUNDS") or "5")
@@ -38,14 +39,15 @@ local function step()
   opt:step(1e-3)
 end
 
+-- wall-clock and process CPU (os.clock) milliseconds per step
 local function measure()
   for _ = 1, 2 do step() end
-  local n, t0 = 0, rl.clock()
+  local n, t0, c0 = 0, rl.clock(), os.clock()
   while rl.clock() - t0 < seconds do
     step()
     n = n + 1
   end
-  return 1000 * (rl.clock() - t0) / n
+  return 1000 * (rl.clock() - t0) / n, 1000 * (os.clock() - c0) / n
 end
 
 local p = io.popen("bash bench/torch_env.sh build 2>/dev/null")
@@ -57,17 +59,20 @@ local function torch_measure(threads)
     S, B, E, H, VI, VO, seconds, threads))
   local s = f:read("a")
   f:close()
-  return tonumber(s:match("ms/step ([%d.]+)"))
+  return tonumber(s:match("^ms/step ([%d.]+)")), tonumber(s:match("cpu_ms/step ([%d.]+)"))
 end
 
 local THREADS = {1, 2}
-local ours, theirs = {{}, {}}, {{}, {}}
+local ours, theirs, ours_cpu, theirs_cpu = {{}, {}}, {{}, {}}, {{}, {}}, {{}, {}}
 for _ = 1, rounds do
   for k, n in ipairs(THREADS) do
     rl.set_num_threads(n)
-    table.insert(ours[k], measure())
-    local t = torch_measure(n)
+    local w, c = measure()
+    table.insert(ours[k], w)
+    table.insert(ours_cpu[k], c)
+    local t, tc = torch_measure(n)
     if t then table.insert(theirs[k], t) end
+    if tc then table.insert(theirs_cpu[k], tc) end
   end
 end
 local function median(xs)
@@ -77,12 +82,17 @@ local function median(xs)
 end
 print(string.format("### G2P training step (attention encoder-decoder, batch %d, T = %d, S = %d, "
   .. "H = %d, float32)\n", B, T, S, H))
-print("| threads | rnnlua ms/step | PyTorch 2.15.0 ms/step | rnnlua speed / PyTorch |")
-print("|---:|---:|---:|---:|")
+print("| threads | rnnlua ms/step | PyTorch 2.15.0 ms/step | rnnlua speed / PyTorch | rnnlua CPU "
+  .. "ms/step | PyTorch CPU ms/step | CPU ratio |")
+print("|---:|---:|---:|---:|---:|---:|---:|")
+local function fmt(x, f) return x and string.format(f, x) or "-" end
 for k, n in ipairs(THREADS) do
   local mo, mt = median(ours[k]), median(theirs[k])
-  print(string.format("| %d | %.1f | %s | %s |", n, mo, mt and string.format("%.1f", mt) or "-",
-    mt and string.format("%.2fx", mt / mo) or "-"))
+  local co, ct = median(ours_cpu[k]), median(theirs_cpu[k])
+  print(string.format("| %d | %.1f | %s | %s | %.1f | %s | %s |", n, mo, fmt(mt, "%.1f"),
+    fmt(mt and mt / mo, "%.2fx"), co, fmt(ct, "%.1f"), fmt(ct and ct / co, "%.2fx")))
 end
-print(string.format("\nMedians of %d interleaved rounds; words/s = 64000 / (ms/step).%s", rounds,
+print(string.format("\nMedians of %d interleaved rounds; words/s = 64000 / (ms/step). CPU: the "
+  .. "process's CPU time per step (all its threads; on a loaded machine the fairer 1-thread "
+  .. "measure, as it leaves out time spent waiting for a core).%s", rounds,
   py and "" or " SKIP PyTorch: bench/torch_env.sh could not provide torch."))

@@ -6,7 +6,8 @@ label steps (teacher forcing): Embedding(V_out, E) of the previous label, LSTMCe
 over it and the previous context, additive attention v . tanh(enc W_e + s W_q) with its
 softmax over the encoder frames, readout tanh(Linear(H + 2H, H)), Linear(H, V_out) and the
 cross entropy summed over the labels; Adam. float32, torch.set_num_threads(2).
-Usage: python bench/torch_g2p.py T S B E H V_IN V_OUT SECONDS -> prints "ms/step X"
+Usage: python bench/torch_g2p.py T S B E H V_IN V_OUT SECONDS [THREADS] -> prints "ms/step X
+cpu_ms/step Y" (wall-clock and process CPU time per step)
 """
 import sys
 import time
@@ -53,11 +54,12 @@ def main():
 
     for _ in range(3):
         step()
-    n, t0 = 0, time.perf_counter()
+    n, t0, c0 = 0, time.perf_counter(), time.process_time()
     while time.perf_counter() - t0 < seconds:
         step()
         n += 1
-    print("ms/step %.3f" % (1000 * (time.perf_counter() - t0) / n))
+    print("ms/step %.3f cpu_ms/step %.3f" % (1000 * (time.perf_counter() - t0) / n,
+                                             1000 * (time.process_time() - c0) / n))
 
 
 if __name__ == "__main__":

@@ -48,6 +48,8 @@ typedef struct {
     int deltas;            /* 0, 1 (+ deltas) or 2 (+ deltas + delta-deltas) */
     int64_t delta_window;  /* N of the delta regression, 2 (5 frames) */
     bool normalize;        /* per-utterance mean/variance normalisation of every column */
+    bool snip_edges;       /* true: only whole windows; false: frames centred on the hops,
+                              edges reflected (Kaldi's snip_edges), true */
 } rl_audio_cfg;
 
 /* Kaldi's fbank defaults with 80 mels (above). */
@@ -56,7 +58,7 @@ rl_audio_cfg rl_audio_cfg_default(void);
 /* Checks every field; RL_EARG naming the option (`who` prefixes the message). */
 rl_status rl_audio_cfg_check(const char *who, const rl_audio_cfg *cfg);
 
-/* Number of frames of n samples (Kaldi's snip_edges: only whole windows). */
+/* Number of frames of n samples (snip_edges: whole windows only; else about n / hop). */
 int64_t rl_audio_num_frames(const rl_audio_cfg *cfg, int64_t n);
 
 /* Features of the mono waveform `wave` (n floats) into `out` (unset on entry): a new CPU

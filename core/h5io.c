@@ -11,18 +11,22 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <hdf5.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 struct rl_h5file {
     hid_t id;
-    char *path; /* the final path */
-    char *tmp;  /* the temporary file of a created, not yet committed file; NULL otherwise */
+    char *path;       /* the final path */
+    char *tmp;        /* the temporary file of a created, not yet committed file; NULL otherwise */
+    bool refuse_vlen; /* rl_h5_refuse_vlen was called */
 };
 
 static void h5_quiet(void) { H5Eset_auto2(H5E_DEFAULT, NULL, NULL); }
@@ -130,6 +134,207 @@ static void h5_file_free(rl_h5file *f) {
     free(f);
 }
 
+/* ---- work that libhdf5 may crash or hang on, in a child process ----
+ *
+ * libhdf5 1.10 trusts what a file says in several places (global heap object sizes, B-tree and
+ * heap addresses of dense groups): a crafted file crashes it, and no check from outside its API
+ * can rule that out. So rl_h5_open first touches the whole file in a forked child (h5_probe):
+ * the child does it and exits (with _exit: no handlers run, nothing is flushed into the file), the
+ * parent waits for it with a deadline, and a crash (a signal, or a sanitizer's exit status) or a
+ * hang becomes RL_EIO naming the file. The child's stderr goes to /dev/null. */
+
+typedef struct {
+    pid_t pid;
+    int fd; /* read end of the child's pipe; EOF when the child is gone */
+    double deadline, seconds;
+    bool late;
+} h5_child;
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* The base deadline of a child, in seconds: RNNLUA_H5_CHILD_SECONDS (the fuzz targets lower
+ * it), 30 by default. */
+static double h5_child_seconds(void) {
+    const char *e = getenv("RNNLUA_H5_CHILD_SECONDS");
+    double v = e ? atof(e) : 0;
+    return v > 0 ? v : 30.0;
+}
+
+/* Forks a child that runs fn(ctx) and exits with its return value; the pipe's write end is
+ * held by the child only, so the parent sees its end as EOF. */
+static rl_status h5_child_start(h5_child *c, const char *path, const char *obj, int (*fn)(void *),
+                                void *ctx, double seconds) {
+    int fds[2];
+    if (pipe(fds) != 0)
+        return rl_error(RL_EIO, "%s: %s: cannot make a pipe: %s", path, obj ? obj : "",
+                        strerror(errno));
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0) {
+        close(fds[0]);
+        close(fds[1]);
+        return rl_error(RL_EIO, "%s: cannot fork: %s", path, strerror(errno));
+    }
+    if (pid == 0) {
+        close(fds[0]);
+        int devnull = open("/dev/null", O_WRONLY);
+        if (devnull >= 0) dup2(devnull, STDERR_FILENO);
+        _exit(fn(ctx));
+    }
+    close(fds[1]);
+    *c = (h5_child){pid, fds[0], now_s() + seconds, seconds, false};
+    return RL_OK;
+}
+
+/* Reads what the child wrote: > 0 bytes, 0 at its end or at the deadline (c->late). */
+static ssize_t h5_child_read(h5_child *c, void *buf, size_t n) {
+    for (;;) {
+        double left = c->deadline - now_s();
+        if (left <= 0) {
+            c->late = true;
+            return 0;
+        }
+        struct pollfd pfd = {c->fd, POLLIN, 0};
+        int r = poll(&pfd, 1, (int)(left * 1000) + 1);
+        if (r <= 0) continue; /* EINTR or the timeout: the deadline is checked above */
+        ssize_t k = read(c->fd, buf, n);
+        if (k < 0 && errno == EINTR) continue;
+        return k > 0 ? k : 0;
+    }
+}
+
+/* Waits for the child's end (killing it at the deadline): its exit status, or -1 for a signal
+ * or the deadline. */
+static int h5_child_finish(h5_child *c) {
+    char sink[4096];
+    while (h5_child_read(c, sink, sizeof sink) > 0) {
+    }
+    if (c->late) kill(c->pid, SIGKILL);
+    close(c->fd);
+    int status = 0;
+    while (waitpid(c->pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    if (c->late || !WIFEXITED(status)) return -1;
+    return WEXITSTATUS(status);
+}
+
+static rl_status h5_child_error(const h5_child *c, const char *path, const char *obj,
+                                const char *what, int code) {
+    char where[1024];
+    snprintf(where, sizeof where, "%s%s%s", path, obj ? ": " : "", obj ? obj : "");
+    if (c->late)
+        return rl_error(RL_EIO,
+                        "%s: %s did not finish in %.0f s (libhdf5 hangs on it): the file is "
+                        "corrupt",
+                        where, what, c->seconds);
+    return rl_error(RL_EIO, "%s: libhdf5 crashed %s (%s): the file is corrupt", where, what,
+                    code < 0 ? "killed by a signal" : "a sanitizer's report");
+}
+
+/* The probe run by rl_h5_open: open the file and touch everything rnnlua may later read (every
+ * link, object and attribute, the attributes' values, the datasets' types, layouts and chunk
+ * indexes, the values of datasets up to 64 MiB and of every variable-length string, whose
+ * global heap is where libhdf5 trusts the file most). Failures of libhdf5 are fine here (the
+ * parent reports them where they happen); what the probe catches is a crash or a hang. */
+static herr_t probe_attr(hid_t loc, const char *name, const H5A_info_t *info, void *data) {
+    (void)info, (void)data;
+    hid_t a = H5Aopen(loc, name, H5P_DEFAULT);
+    if (a < 0) return 0;
+    hid_t t = H5Aget_type(a), sp = H5Aget_space(a);
+    hssize_t n = sp >= 0 ? H5Sget_simple_extent_npoints(sp) : -1;
+    if (t >= 0 && n >= 0 && n <= (1 << 20)) {
+        if (H5Tget_class(t) == H5T_STRING && H5Tis_variable_str(t) > 0) {
+            hid_t m = H5Tcopy(H5T_C_S1);
+            char **buf = calloc((size_t)n + 1, sizeof *buf);
+            if (m >= 0 && buf && H5Tset_size(m, H5T_VARIABLE) >= 0 &&
+                H5Tset_cset(m, H5Tget_cset(t)) >= 0 && H5Aread(a, m, buf) >= 0)
+                H5Dvlen_reclaim(m, sp, H5P_DEFAULT, buf);
+            free(buf);
+            if (m >= 0) H5Tclose(m);
+        } else {
+            size_t sz = H5Tget_size(t);
+            void *buf = sz > 0 && sz <= (1 << 20) ? calloc((size_t)n + 1, sz) : NULL;
+            if (buf) H5Aread(a, t, buf);
+            free(buf);
+        }
+    }
+    if (sp >= 0) H5Sclose(sp);
+    if (t >= 0) H5Tclose(t);
+    H5Aclose(a);
+    return 0;
+}
+
+static void probe_dataset(hid_t d) {
+    hid_t t = H5Dget_type(d), sp = H5Dget_space(d), dcpl = H5Dget_create_plist(d);
+    hssize_t n = sp >= 0 ? H5Sget_simple_extent_npoints(sp) : -1;
+    size_t sz = t >= 0 ? H5Tget_size(t) : 0;
+    if (dcpl >= 0 && H5Pget_layout(dcpl) == H5D_CHUNKED) {
+        hsize_t nchunks = 0;
+        if (H5Dget_num_chunks(d, H5S_ALL, &nchunks) >= 0)
+            for (hsize_t i = 0; i < nchunks && i < 1000000; i++) {
+                hsize_t off[32], size;
+                unsigned mask;
+                haddr_t addr;
+                H5Dget_chunk_info(d, H5S_ALL, i, off, &mask, &addr, &size);
+            }
+    }
+    bool vlen = t >= 0 && H5Tget_class(t) == H5T_STRING && H5Tis_variable_str(t) > 0;
+    if (t >= 0 && n >= 0 && sz > 0 && (vlen || (double)n * (double)sz <= 64.0 * (1 << 20))) {
+        hid_t m = vlen ? H5Tcopy(H5T_C_S1) : H5Tget_native_type(t, H5T_DIR_DEFAULT);
+        if (vlen && m >= 0) {
+            H5Tset_size(m, H5T_VARIABLE);
+            H5Tset_cset(m, H5Tget_cset(t));
+        }
+        size_t msz = m >= 0 ? H5Tget_size(m) : 0;
+        void *buf = msz > 0 ? calloc((size_t)n + 1, msz) : NULL;
+        if (buf && H5Dread(d, m, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf) >= 0 && vlen)
+            H5Dvlen_reclaim(m, sp, H5P_DEFAULT, buf);
+        free(buf);
+        if (m >= 0) H5Tclose(m);
+    }
+    if (dcpl >= 0) H5Pclose(dcpl);
+    if (sp >= 0) H5Sclose(sp);
+    if (t >= 0) H5Tclose(t);
+}
+
+static herr_t probe_obj(hid_t root, const char *name, const H5O_info_t *info, void *data) {
+    (void)data;
+    hid_t o = H5Oopen(root, name, H5P_DEFAULT);
+    if (o < 0) return 0;
+    H5Aiterate2(o, H5_INDEX_NAME, H5_ITER_NATIVE, NULL, probe_attr, NULL);
+    if (info->type == H5O_TYPE_DATASET) probe_dataset(o);
+    H5Oclose(o);
+    return 0;
+}
+
+static herr_t probe_link(hid_t root, const char *name, const H5L_info_t *info, void *data) {
+    (void)info, (void)data;
+    H5Lexists(root, name, H5P_DEFAULT);
+    return 0;
+}
+
+static int probe_child(void *ctx) {
+    const char *path = ctx;
+    if (H5Fis_hdf5(path) <= 0) return 0;
+    hid_t fapl = h5_fapl();
+    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, fapl);
+    if (f < 0) return 0;
+    H5Lvisit(f, H5_INDEX_NAME, H5_ITER_NATIVE, probe_link, NULL);
+    H5Ovisit(f, H5_INDEX_NAME, H5_ITER_NATIVE, probe_obj, NULL);
+    return 0;
+}
+
+static rl_status h5_probe(const char *path) {
+    h5_child c;
+    RL_TRY(h5_child_start(&c, path, NULL, probe_child, (void *)path, h5_child_seconds()));
+    int code = h5_child_finish(&c);
+    return code == 0 ? RL_OK : h5_child_error(&c, path, NULL, "reading the file's structure", code);
+}
+
 static rl_status h5_file_new(rl_h5file **out, const char *path, bool temporary) {
     rl_h5file *f = calloc(1, sizeof *f);
     if (!f) return rl_error(RL_ENOMEM, "%s: out of memory", path);
@@ -154,6 +359,7 @@ rl_status rl_h5_open(rl_h5file **out, const char *path, bool writable) {
     struct stat st;
     if (stat(path, &st) != 0) return rl_error(RL_EIO, "%s: cannot open: %s", path, strerror(errno));
     if (S_ISDIR(st.st_mode)) return rl_error(RL_EIO, "%s: cannot open: is a directory", path);
+    RL_TRY(h5_probe(path));
     if (H5Fis_hdf5(path) <= 0) {
         H5Eclear2(H5E_DEFAULT);
         return rl_error(RL_EIO, "%s: not an HDF5 file", path);
@@ -644,27 +850,51 @@ void rl_h5_list_free(char **names, int64_t count) {
 
 /* ---- strings ---- */
 
-static hid_t h5_vlen_utf8(void) {
+/* Strings are written as fixed-length UTF-8, NUL-padded, sized to the longest (at least 1
+ * byte): reading them back needs no global heap. Variable-length strings (what h5py and
+ * RETURNN write, and rnnlua wrote before) keep their bytes in the file's global heap, whose
+ * reader in libhdf5 1.10 trusts lengths stored in the file: a crafted file makes it copy out of
+ * bounds (H5HG_read) or loop on a huge length (H5T__conv_vlen); rl_h5_open's probe meets that
+ * first, in its child. */
+static hid_t h5_fixed_utf8(size_t len) {
     hid_t t = H5Tcopy(H5T_C_S1);
-    if (t >= 0 && (H5Tset_size(t, H5T_VARIABLE) < 0 || H5Tset_cset(t, H5T_CSET_UTF8) < 0)) {
+    if (t >= 0 && (H5Tset_size(t, len > 0 ? len : 1) < 0 || H5Tset_cset(t, H5T_CSET_UTF8) < 0 ||
+                   H5Tset_strpad(t, H5T_STR_NULLPAD) < 0)) {
         H5Tclose(t);
         return H5I_INVALID_HID;
     }
     return t;
 }
 
+void rl_h5_refuse_vlen(rl_h5file *f) { f->refuse_vlen = true; }
+
 rl_status rl_h5_write_strings(rl_h5file *f, const char *name, const char *const *strs,
                               int64_t count) {
     const char *rel = h5_rel(name);
     if (!*rel) return rl_error(RL_EARG, "%s: empty dataset name", f->path);
-    for (int64_t i = 0; i < count; i++)
+    size_t longest = 0;
+    for (int64_t i = 0; i < count; i++) {
         if (!strs[i])
             return rl_error(RL_EARG, "%s: %s: string %lld is NULL", f->path, rel, (long long)i);
+        size_t n = strlen(strs[i]);
+        if (n > longest) longest = n;
+    }
+    if (longest == 0) longest = 1;
+    if (count > 0 && (size_t)count > SIZE_MAX / longest)
+        return rl_error(RL_ENOMEM, "%s: %s: %lld strings of %zu bytes do not fit in memory",
+                        f->path, rel, (long long)count, longest);
     RL_TRY(h5_unlink_existing(f, rel));
     rl_status s = RL_OK;
     int64_t shape[1] = {count};
-    hid_t type = h5_vlen_utf8(), space = h5_space_of(1, shape), lcpl = h5_lcpl();
+    char *buf = calloc(count > 0 ? (size_t)count : 1, longest);
+    hid_t type = h5_fixed_utf8(longest), space = h5_space_of(1, shape), lcpl = h5_lcpl();
     hid_t ds = H5I_INVALID_HID;
+    if (!buf) {
+        s = rl_error(RL_ENOMEM, "%s: %s: out of memory", f->path, rel);
+        goto done;
+    }
+    for (int64_t i = 0; i < count; i++)
+        memcpy(buf + (size_t)i * longest, strs[i], strlen(strs[i]));
     if (type < 0 || space < 0 || lcpl < 0) {
         s = h5_fail(f->path, rel, "cannot describe the dataset");
         goto done;
@@ -672,9 +902,10 @@ rl_status rl_h5_write_strings(rl_h5file *f, const char *name, const char *const 
     ds = H5Dcreate2(f->id, rel, type, space, lcpl, H5P_DEFAULT, H5P_DEFAULT);
     if (ds < 0)
         s = h5_fail(f->path, rel, "cannot create the dataset");
-    else if (count > 0 && H5Dwrite(ds, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, strs) < 0)
+    else if (count > 0 && H5Dwrite(ds, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf) < 0)
         s = h5_fail(f->path, rel, "cannot write the dataset");
 done:
+    free(buf);
     h5_close_id(&ds, H5Dclose);
     h5_close_id(&lcpl, H5Pclose);
     h5_close_id(&space, H5Sclose);
@@ -683,15 +914,27 @@ done:
 }
 
 /* Reads `n` strings of a dataset or attribute (type ftype, dataspace space) into malloc'd
- * copies, for variable- and fixed-length string types alike. */
-static rl_status h5_read_string_data(const char *path, const char *obj, hid_t id, bool is_attr,
+ * copies (out: n entries, NULL on entry; the caller frees what is set, also on error).
+ * Variable-length ones are refused when the file's writer never stores them
+ * (rl_h5_refuse_vlen); otherwise rl_h5_open's probe has read them once already in a child. */
+static rl_status h5_read_string_data(const rl_h5file *f, const char *obj, hid_t id, bool is_attr,
                                      hid_t ftype, hid_t space, int64_t n, char **out) {
+    const char *path = f->path;
     if (H5Tget_class(ftype) != H5T_STRING) {
         H5Eclear2(H5E_DEFAULT);
         return rl_error(RL_EIO, "%s: %s: not a string", path, obj);
     }
     htri_t vlen = H5Tis_variable_str(ftype);
+    if (vlen > 0 && f->refuse_vlen)
+        return rl_error(RL_EIO,
+                        "%s: %s: a variable-length string, which this kind of file never holds "
+                        "(its writer stores fixed-length strings): the file is corrupt or crafted",
+                        path, obj);
     size_t fsize = H5Tget_size(ftype);
+    if (!vlen && (fsize == 0 || fsize > ((size_t)1 << 30) ||
+                  (n > 0 && (size_t)n > (SIZE_MAX / 2) / (fsize + 1))))
+        return rl_error(RL_EIO, "%s: %s: %lld strings of %zu bytes each are too large", path, obj,
+                        (long long)n, fsize);
     hid_t mtype = H5Tcopy(H5T_C_S1);
     if (vlen < 0 || mtype < 0 || H5Tset_cset(mtype, H5Tget_cset(ftype)) < 0 ||
         H5Tset_size(mtype, vlen ? H5T_VARIABLE : fsize + 1) < 0 ||
@@ -711,7 +954,7 @@ static rl_status h5_read_string_data(const char *path, const char *obj, hid_t id
     } else {
         for (int64_t i = 0; i < n; i++) {
             const char *src = vlen ? ((char **)raw)[i] : raw + (size_t)i * elem;
-            out[i] = strdup(src ? src : "");
+            out[i] = vlen ? strdup(src ? src : "") : strndup(src, fsize);
             if (!out[i] && s == RL_OK) s = rl_error(RL_ENOMEM, "%s: %s: out of memory", path, obj);
         }
         if (vlen) H5Dvlen_reclaim(mtype, space, H5P_DEFAULT, raw);
@@ -750,7 +993,7 @@ rl_status rl_h5_read_strings(rl_h5file *f, const char *name, char ***strs, int64
         s = rl_error(RL_ENOMEM, "%s: %s: out of memory", f->path, rel);
         goto done;
     }
-    s = h5_read_string_data(f->path, rel, ds, false, ftype, space, n, out);
+    s = h5_read_string_data(f, rel, ds, false, ftype, space, n, out);
 done:
     h5_close_id(&space, H5Sclose);
     h5_close_id(&ftype, H5Tclose);
@@ -831,12 +1074,13 @@ static rl_status h5_attr_open(rl_h5file *f, const char *obj, const char *name, h
 
 rl_status rl_h5_attr_write_string(rl_h5file *f, const char *obj, const char *name,
                                   const char *value) {
-    hid_t type = h5_vlen_utf8(), space = H5Screate(H5S_SCALAR);
+    size_t len = strlen(value);
+    hid_t type = h5_fixed_utf8(len), space = H5Screate(H5S_SCALAR);
     rl_status s;
     if (type < 0 || space < 0)
         s = h5_fail(f->path, name, "cannot describe the attribute");
     else
-        s = h5_attr_write(f, obj, name, type, type, space, &value);
+        s = h5_attr_write(f, obj, name, type, type, space, len > 0 ? value : "");
     h5_close_id(&space, H5Sclose);
     h5_close_id(&type, H5Tclose);
     return s;
@@ -856,7 +1100,11 @@ rl_status rl_h5_attr_read_string(rl_h5file *f, const char *obj, const char *name
         s = rl_error(RL_EIO, "%s: %s: holds %lld strings, not one", f->path, what,
                      (long long)H5Sget_simple_extent_npoints(space));
     else
-        s = h5_read_string_data(f->path, what, a, true, ftype, space, 1, value);
+        s = h5_read_string_data(f, what, a, true, ftype, space, 1, value);
+    if (s != RL_OK) {
+        free(*value);
+        *value = NULL;
+    }
     h5_close_id(&space, H5Sclose);
     h5_close_id(&ftype, H5Tclose);
     h5_close_id(&a, H5Aclose);

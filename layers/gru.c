@@ -42,7 +42,8 @@
  *                     folded into one; in a ragged batch also of every input, with the padded
  *                     frames zeroed: dW = X^T dG over all frames would otherwise turn a NaN or
  *                     Inf in the padding into NaN gradients (0 * NaN), although dG is 0 there
- *   len_dev (B)       CUDA: the batch's lengths on the device (copied once per forward)
+ * The lengths on the device and a copy of an unfoldable grad_out are rl_recurrent's
+ * (layers/recurrent.h).
  *
  * One step with explicit state (a rec unit's per-step use): forward with T = 1 after
  * rl_gru_set_initial_state(h_prev) gives the new state as the output (and rl_gru_final_state);
@@ -50,12 +51,9 @@
  * callable on their own too (kernels/gru.h says how a step is composed).
  *
  * Devices: one layer for the CPU and CUDA, as the lstm: the inputs' device decides; params, the
- * given initial state and grad_out/grad_in must be on it (checked at every entry). On CUDA the
- * layer owns a blocking stream (rl_lstm_cuda_stream_create) and queues all its work there, so
- * the two directions of a bidirectional pair overlap; the ordering with other layers' streams
- * (events: gru_forward/gru_backward) and with the tensor ops on the legacy default stream is the
- * lstm's (layers/lstm.c). The recurrence runs in
- * rl_gru_cuda_forward/backward (kernels/cuda/gru.cu), which also do dU, db and db_h there.
+ * given initial state and grad_out/grad_in must be on it (checked at every entry). The stream,
+ * its events and the entry checks are layers/recurrent.c's, shared with the lstm. The recurrence
+ * runs in rl_gru_cuda_forward/backward (kernels/cuda/gru.cu), which also do dU, db and db_h there.
  */
 #include <inttypes.h>
 #include <string.h>
@@ -63,13 +61,13 @@
 #include "layer.h"
 #include "layers.h"
 #include "matrix.h"
+#include "recurrent.h"
 
 #include "../kernels/cpu/gemm_small.h"
 #include "../kernels/gru.h"
 #include "../kernels/ops.h"
 #ifdef RL_WITH_CUDA
 #include "../kernels/cuda/gru_cuda.h"
-#include "../kernels/cuda/lstm_cuda.h"
 #endif
 
 enum { P_W, P_U, P_B, P_BH };
@@ -80,19 +78,13 @@ enum { P_W, P_U, P_B, P_BH };
 
 typedef struct {
     rl_layer base;
+    rl_recurrent rec; /* stream, lengths on the device, batch sizes, final-state row, flags */
     int direction;
     rl_tensor h0; /* the given initial state (shared view), or unset */
     rl_tensor gates, hs, dh;
     rl_tensor upack; /* U (forward) or U^T (backward) packed for the per-step product */
-    rl_tensor gout;  /* a contiguous copy of grad_out when it cannot be folded */
     rl_tensor xs[RL_LAYER_MAX_INPUTS], dxs[RL_LAYER_MAX_INPUTS];
     bool use_xs[RL_LAYER_MAX_INPUTS]; /* the last forward read input k from xs[k] */
-    rl_tensor len_dev;
-    void *stream;   /* CUDA: this layer's stream (a cudaStream_t), or NULL */
-    int stream_dev; /* its device ordinal */
-    int64_t T, B;   /* of the last forward */
-    int64_t last_row;
-    bool have_forward;
 } gru_layer;
 
 static const rl_layer_ops gru_ops;
@@ -103,88 +95,12 @@ static void *at(const rl_tensor *t, int64_t elems) {
 
 static rl_mat cols(rl_mat m, int64_t c, rl_dtype dt) { return rl_mat_sub(m, 0, c, dt); }
 
-/* Whether the layer can run on dev; on CUDA, makes sure it has its stream there. */
-static rl_status use_device(gru_layer *L, rl_device dev) {
-    char d[32];
-    rl_device_name(dev, d, sizeof d);
-    if (dev.type == RL_CPU) {
-#ifdef RL_WITH_CUDA
-        /* buffers of an earlier CUDA run are about to be released */
-        if (L->stream) RL_TRY(rl_lstm_cuda_stream_sync(L->stream));
-#endif
-        return RL_OK;
-    }
-#ifdef RL_WITH_CUDA
-    if (dev.type == RL_CUDA) {
-        if (L->stream && L->stream_dev == dev.index) return RL_OK;
-        if (L->stream) {
-            RL_TRY(rl_lstm_cuda_stream_sync(L->stream));
-            rl_lstm_cuda_stream_destroy(L->stream);
-            L->stream = NULL;
-        }
-        RL_TRY(rl_lstm_cuda_stream_create(dev.index, &L->stream));
-        L->stream_dev = dev.index;
-        return RL_OK;
-    }
-#endif
-    return rl_error(RL_EDEVICE, "layer '%s' (gru): tensors on %s are not supported by this build",
-                    L->base.name, d);
-}
-
-/* dst (B, H) <- src, or zeros when src is NULL; on CUDA queued on the layer's stream when the
- * layouts allow a plain copy. */
-static rl_status write_state(const gru_layer *L, rl_tensor *dst, const rl_tensor *src) {
-#ifdef RL_WITH_CUDA
-    if (rl_tensor_device(dst).type == RL_CUDA) {
-        size_t bytes = (size_t)rl_tensor_numel(dst) * rl_dtype_size(dst->dtype);
-        if (!src) return rl_lstm_cuda_zero(L->stream, rl_tensor_data(dst), bytes);
-        if (src->dtype == dst->dtype && rl_tensor_is_contiguous(src))
-            return rl_lstm_cuda_copy_rows(L->stream, rl_tensor_data(dst), bytes,
-                                          rl_tensor_data(src), bytes, bytes, 1);
-    }
-#else
-    (void)L;
-#endif
-    return src ? rl_op_copy(dst, src) : rl_op_fill(dst, 0.0);
-}
-
-/* Backward must see the batch forward saw (it reads the inputs and, on the CPU, the lengths). */
-static rl_status check_backward_io(const gru_layer *L, const rl_layer_io *io, rl_dtype dt,
-                                   rl_device dev) {
-    char s[96];
-    const rl_layer *l = &L->base;
-    if (io->n_in != l->n_in)
-        return rl_error(RL_EARG, "layer '%s' (gru): backward got %d inputs, expected %d", l->name,
-                        io->n_in, l->n_in);
-    for (int k = 0; k < io->n_in; k++) {
-        const rl_tensor *x = io->in[k];
-        if (!x || !x->storage || x->ndim != 3 || x->shape[0] != L->T || x->shape[1] != L->B ||
-            x->shape[2] != l->in_dims[k] || x->dtype != dt ||
-            !rl_device_eq(rl_tensor_device(x), dev))
-            return rl_error(RL_ESHAPE,
-                            "layer '%s' (gru): backward's input %d is %s, not the forward's "
-                            "(%" PRId64 ", %" PRId64 ", %" PRId64 ") %s",
-                            l->name, k + 1,
-                            x && x->storage ? rl_tensor_describe(x, s, sizeof s) : "nothing", L->T,
-                            L->B, l->in_dims[k], rl_dtype_name(dt));
-    }
-    const rl_tensor *len = io->lengths;
-    if (!len || !len->storage || len->ndim != 1 || len->dtype != RL_INT32 ||
-        rl_tensor_device(len).type != RL_CPU || len->shape[0] != L->B ||
-        !rl_tensor_is_contiguous(len))
-        return rl_error(RL_ESHAPE,
-                        "layer '%s' (gru): backward needs the forward's lengths, a CPU int32 "
-                        "tensor of shape (%" PRId64 ")",
-                        l->name, L->B);
-    return RL_OK;
-}
-
 /* Input k of the batch as a (T*B, F) matrix: the input itself when it folds and the batch has
  * no padding, else the copy xs[k] with the padded frames zeroed (see Buffers above). */
 static rl_status input_mat(gru_layer *L, const rl_layer_io *io, int k, bool ragged, rl_mat *X) {
     const rl_tensor *x = io->in[k];
     rl_device dev = rl_tensor_device(x);
-    int64_t T = L->T, B = L->B, F = L->base.in_dims[k];
+    int64_t T = L->rec.T, B = L->rec.B, F = L->base.in_dims[k];
     L->use_xs[k] = ragged || !rl_mat_fold_tb(x, X);
     if (!L->use_xs[k]) return RL_OK;
     RL_TRY(rl_buffer_ensure_synced(&L->xs[k], x->dtype, dev, 3, x->shape));
@@ -193,8 +109,8 @@ static rl_status input_mat(gru_layer *L, const rl_layer_io *io, int k, bool ragg
     if (!ragged) return RL_OK;
 #ifdef RL_WITH_CUDA
     if (dev.type == RL_CUDA)
-        return rl_gru_cuda_zero_padding(L->stream, x->dtype, T, B, F, rl_tensor_data(&L->len_dev),
-                                        X->p);
+        return rl_gru_cuda_zero_padding(L->rec.stream, x->dtype, T, B, F,
+                                        rl_tensor_data(&L->rec.len_dev), X->p);
 #endif
     const int32_t *len = rl_tensor_data(io->lengths);
     size_t row = (size_t)F * rl_dtype_size(x->dtype);
@@ -209,7 +125,7 @@ static rl_status input_mat(gru_layer *L, const rl_layer_io *io, int k, bool ragg
 static rl_status forward_steps_cpu(gru_layer *L, rl_dtype dt, const int32_t *len, rl_mat U,
                                    rl_mat b, rl_mat bh) {
     rl_layer *l = &L->base;
-    int64_t T = L->T, B = L->B, H = l->n_out, BH = B * H;
+    int64_t T = L->rec.T, B = L->rec.B, H = l->n_out, BH = B * H;
     size_t es = rl_dtype_size(dt);
     /* the hn block receives the product alone (the input projection has no n part there) */
     char *g0 = rl_tensor_data(&L->gates);
@@ -243,7 +159,7 @@ static rl_status forward_steps_cpu(gru_layer *L, rl_dtype dt, const int32_t *len
 static rl_status backward_steps_cpu(gru_layer *L, rl_dtype dt, const int32_t *len, rl_mat dout,
                                     rl_mat U, rl_mat dU, rl_mat db, rl_mat dbh) {
     rl_layer *l = &L->base;
-    int64_t T = L->T, B = L->B, H = l->n_out, BH = B * H;
+    int64_t T = L->rec.T, B = L->rec.B, H = l->n_out, BH = B * H;
     rl_mat dH = {rl_tensor_data(&L->dh), H};
     bool packed = dt == RL_FLOAT32 && rl_gemm_packed_fast();
     if (packed) {
@@ -274,69 +190,29 @@ static rl_status backward_steps_cpu(gru_layer *L, rl_dtype dt, const int32_t *le
     return rl_mat_gemm(RL_DEVICE_CPU, NULL, dt, true, false, H, 3 * H, T * B, Hprev, dG, 1.0, dU);
 }
 
-static rl_status check_state(const gru_layer *L, const rl_tensor *s, int64_t B, rl_device dev) {
-    char buf[96], d[32];
-    int64_t H = L->base.n_out;
-    if (s->ndim != 2 || s->shape[0] != B || s->shape[1] != H)
-        return rl_error(RL_ESHAPE,
-                        "layer '%s' (gru): initial state is %s, expected (%" PRId64 ", %" PRId64
-                        ") for this batch",
-                        L->base.name, rl_shape_str(s, buf, sizeof buf), B, H);
-    if (!rl_device_eq(rl_tensor_device(s), dev)) {
-        rl_device_name(dev, d, sizeof d);
-        return rl_error(RL_EDEVICE,
-                        "layer '%s' (gru): initial state is %s, expected it on %s (the inputs' "
-                        "device)",
-                        L->base.name, rl_tensor_describe(s, buf, sizeof buf), d);
-    }
-    return RL_OK;
-}
-
-static rl_status forward_queue(rl_layer *l, rl_layer_io *io) {
+static rl_status gru_forward(rl_layer *l, rl_layer_io *io) {
     gru_layer *L = (gru_layer *)l;
-    int64_t T, B, H = l->n_out;
-    RL_TRY(rl_layer_check_inputs(l, io, &T, &B));
-    if (!rl_tensor_is_contiguous(io->lengths))
-        return rl_error(RL_ESHAPE, "layer '%s' (gru): lengths must be contiguous", l->name);
-    rl_dtype dt = io->in[0]->dtype;
-    rl_device dev = rl_tensor_device(io->in[0]);
-    RL_TRY(use_device(L, dev));
-#ifdef RL_WITH_CUDA
-    if (dev.type == RL_CUDA) { /* producers on other streams first (kernels/cuda/lstm_cuda.h) */
-        const rl_tensor *rd[RL_LAYER_MAX_INPUTS + 2];
-        int n = 0;
-        for (int k = 0; k < io->n_in; k++)
-            rd[n++] = io->in[k];
-        rd[n++] = &L->h0;
-        RL_TRY(rl_lstm_cuda_stream_wait_for(L->stream, rd, n));
-    }
-#endif
+    rl_recurrent *r = &L->rec;
+    int64_t H = l->n_out;
+    rl_dtype dt;
+    rl_device dev;
+    rl_recurrent_state given[1] = {{&L->h0, "initial state"}};
+    RL_TRY(rl_recurrent_forward_begin(r, l, io, given, 1, &dt, &dev));
+    int64_t T = r->T, B = r->B;
     rl_mat W, U, b, bh;
     RL_TRY(rl_param_mat(l, &l->params[P_W].value, "W", dt, dev, &W));
     RL_TRY(rl_param_mat(l, &l->params[P_U].value, "U", dt, dev, &U));
     RL_TRY(rl_param_mat(l, &l->params[P_B].value, "b", dt, dev, &b));
     RL_TRY(rl_param_mat(l, &l->params[P_BH].value, "b_h", dt, dev, &bh));
-    if (L->h0.storage) RL_TRY(check_state(L, &L->h0, B, dev));
 
-    int64_t gshape[3] = {T, B, 4 * H}, sshape[3] = {T + 1, B, H}, oshape[3] = {T, B, H};
-    L->T = T;
-    L->B = B;
-    L->have_forward = false;
-    RL_TRY(rl_buffer_ensure_synced(&l->out, dt, dev, 3, oshape));
+    int64_t gshape[3] = {T, B, 4 * H}, sshape[3] = {T + 1, B, H};
     RL_TRY(rl_buffer_ensure_synced(&L->gates, dt, dev, 3, gshape));
     RL_TRY(rl_buffer_ensure_synced(&L->hs, dt, dev, 3, sshape));
-#ifdef RL_WITH_CUDA
-    if (dev.type == RL_CUDA) {
-        RL_TRY(rl_buffer_ensure_synced(&L->len_dev, RL_INT32, dev, 1, &B));
-        RL_TRY(rl_lstm_cuda_set_lengths(L->stream, rl_tensor_data(&L->len_dev),
-                                        rl_tensor_data(io->lengths), B));
-    }
-#endif
 
     /* the initial state row */
     rl_tensor hrow = {0};
     RL_TRY(rl_tensor_select(&hrow, &L->hs, 0, L->direction > 0 ? 0 : T));
-    rl_status st = write_state(L, &hrow, L->h0.storage ? &L->h0 : NULL);
+    rl_status st = rl_recurrent_write_state(r, &hrow, &L->h0);
     rl_tensor_release(&hrow);
     RL_TRY(st);
 
@@ -354,8 +230,8 @@ static rl_status forward_queue(rl_layer *l, rl_layer_io *io) {
         rl_mat Wk = rl_mat_sub(W, row, 0, dt);
         double beta = k ? 1.0 : 0.0;
         int64_t F = l->in_dims[k];
-        RL_TRY(rl_mat_gemm(dev, L->stream, dt, false, false, T * B, 2 * H, F, X, Wk, beta, G));
-        RL_TRY(rl_mat_gemm(dev, L->stream, dt, false, false, T * B, H, F, X, cols(Wk, 2 * H, dt),
+        RL_TRY(rl_mat_gemm(dev, r->stream, dt, false, false, T * B, 2 * H, F, X, Wk, beta, G));
+        RL_TRY(rl_mat_gemm(dev, r->stream, dt, false, false, T * B, H, F, X, cols(Wk, 2 * H, dt),
                            beta, cols(G, 3 * H, dt)));
         row += F;
     }
@@ -363,59 +239,25 @@ static rl_status forward_queue(rl_layer *l, rl_layer_io *io) {
     if (dev.type == RL_CPU) RL_TRY(forward_steps_cpu(L, dt, len, U, b, bh));
 #ifdef RL_WITH_CUDA
     else
-        RL_TRY(rl_gru_cuda_forward(L->stream, dt, T, B, H, L->direction,
-                                   rl_tensor_data(&L->len_dev), rl_tensor_data(&L->gates), U.p, b.p,
+        RL_TRY(rl_gru_cuda_forward(r->stream, dt, T, B, H, L->direction,
+                                   rl_tensor_data(&r->len_dev), rl_tensor_data(&L->gates), U.p, b.p,
                                    bh.p, rl_tensor_data(&L->hs), rl_tensor_data(&l->out)));
 #endif
-    L->last_row = L->direction > 0 ? T : 0;
-    L->have_forward = true;
-    return RL_OK;
+    /* hs holds the final state another layer may take as its initial state */
+    const rl_tensor *written[1] = {&L->hs};
+    return rl_recurrent_forward_end(r, l, L->direction > 0 ? T : 0, true, written, 1);
 }
 
-static rl_status backward_queue(rl_layer *l, rl_layer_io *io, const rl_tensor *grad_out,
-                                rl_tensor *const *grad_in) {
+static rl_status gru_backward(rl_layer *l, rl_layer_io *io, const rl_tensor *grad_out,
+                              rl_tensor *const *grad_in) {
     gru_layer *L = (gru_layer *)l;
-    int64_t T = L->T, B = L->B, H = l->n_out;
-    char s1[96], s2[96];
-    if (!L->have_forward)
-        return rl_error(RL_EARG, "layer '%s' (gru): backward without a forward", l->name);
-    rl_dtype dt = l->out.dtype;
-    rl_device dev = rl_tensor_device(&l->out);
-    RL_TRY(check_backward_io(L, io, dt, dev));
-#ifdef RL_WITH_CUDA
-    if (dev.type == RL_CUDA) { /* grad_out's writer, and earlier writers of grad_in (overwritten) */
-        const rl_tensor *rd[RL_LAYER_MAX_INPUTS + 1];
-        int n = 0;
-        rd[n++] = grad_out;
-        for (int k = 0; k < io->n_in && grad_in; k++)
-            rd[n++] = grad_in[k];
-        RL_TRY(rl_lstm_cuda_stream_wait_for(L->stream, rd, n));
-    }
-#endif
-    rl_mat dout = {NULL, 0};
-    if (grad_out) {
-        if (grad_out->ndim != 3 || grad_out->shape[0] != T || grad_out->shape[1] != B ||
-            grad_out->shape[2] != H || grad_out->dtype != dt ||
-            !rl_device_eq(rl_tensor_device(grad_out), dev))
-            return rl_error(RL_ESHAPE,
-                            "layer '%s' (gru): grad_out is %s, expected (%" PRId64 ", %" PRId64
-                            ", %" PRId64 ") %s on the output's device",
-                            l->name, rl_tensor_describe(grad_out, s1, sizeof s1), T, B, H,
-                            rl_dtype_name(dt));
-        if (!rl_mat_fold_tb(grad_out, &dout)) {
-            RL_TRY(rl_buffer_ensure_synced(&L->gout, dt, dev, 3, grad_out->shape));
-            RL_TRY(rl_op_copy(&L->gout, grad_out));
-            dout = (rl_mat){rl_tensor_data(&L->gout), H};
-        }
-    }
-    for (int k = 0; k < io->n_in && grad_in; k++) {
-        rl_tensor *gi = grad_in[k];
-        if (gi && (!gi->storage || !rl_tensor_same_shape(gi, io->in[k]) || gi->dtype != dt ||
-                   !rl_device_eq(rl_tensor_device(gi), dev)))
-            return rl_error(RL_ESHAPE, "layer '%s' (gru): grad_in[%d] is %s, expected %s", l->name,
-                            k + 1, gi->storage ? rl_tensor_describe(gi, s1, sizeof s1) : "nothing",
-                            rl_tensor_describe(io->in[k], s2, sizeof s2));
-    }
+    rl_recurrent *r = &L->rec;
+    int64_t H = l->n_out;
+    rl_dtype dt;
+    rl_device dev;
+    rl_mat dout;
+    RL_TRY(rl_recurrent_backward_begin(r, l, io, grad_out, grad_in, NULL, 0, &dt, &dev, &dout));
+    int64_t T = r->T, B = r->B;
     rl_mat W, U, dW, dU, db, dbh;
     RL_TRY(rl_param_mat(l, &l->params[P_W].value, "W", dt, dev, &W));
     RL_TRY(rl_param_mat(l, &l->params[P_U].value, "U", dt, dev, &U));
@@ -425,15 +267,14 @@ static rl_status backward_queue(rl_layer *l, rl_layer_io *io, const rl_tensor *g
     RL_TRY(rl_param_mat(l, &l->params[P_BH].grad, "b_h (gradient)", dt, dev, &dbh));
     int64_t sshape[2] = {B, H};
     RL_TRY(rl_buffer_ensure_synced(&L->dh, dt, dev, 2, sshape));
-    RL_TRY(write_state(L, &L->dh, NULL));
-    L->have_forward = false; /* the gates become their gradients */
+    RL_TRY(rl_recurrent_write_state(r, &L->dh, NULL));
 
     if (dev.type == RL_CPU)
         RL_TRY(backward_steps_cpu(L, dt, rl_tensor_data(io->lengths), dout, U, dU, db, dbh));
 #ifdef RL_WITH_CUDA
     else
-        RL_TRY(rl_gru_cuda_backward(L->stream, dt, T, B, H, L->direction,
-                                    rl_tensor_data(&L->len_dev), rl_tensor_data(&L->gates), U.p,
+        RL_TRY(rl_gru_cuda_backward(r->stream, dt, T, B, H, L->direction,
+                                    rl_tensor_data(&r->len_dev), rl_tensor_data(&L->gates), U.p,
                                     rl_tensor_data(&L->hs), dout.p, dout.ld, rl_tensor_data(&L->dh),
                                     dU.p, db.p, dbh.p));
 #endif
@@ -449,8 +290,8 @@ static rl_status backward_queue(rl_layer *l, rl_layer_io *io, const rl_tensor *g
             X = (rl_mat){rl_tensor_data(&L->xs[k]), F};
         else
             (void)rl_mat_fold_tb(io->in[k], &X); /* it folded in forward */
-        RL_TRY(rl_mat_gemm(dev, L->stream, dt, true, false, F, 2 * H, T * B, X, dG, 1.0, dWk));
-        RL_TRY(rl_mat_gemm(dev, L->stream, dt, true, false, F, H, T * B, X, dGn, 1.0,
+        RL_TRY(rl_mat_gemm(dev, r->stream, dt, true, false, F, 2 * H, T * B, X, dG, 1.0, dWk));
+        RL_TRY(rl_mat_gemm(dev, r->stream, dt, true, false, F, H, T * B, X, dGn, 1.0,
                            cols(dWk, 2 * H, dt)));
         rl_tensor *gi = grad_in ? grad_in[k] : NULL;
         if (gi) {
@@ -460,62 +301,28 @@ static rl_status backward_queue(rl_layer *l, rl_layer_io *io, const rl_tensor *g
                 RL_TRY(rl_buffer_ensure_synced(&L->dxs[k], dt, dev, 3, gi->shape));
                 Gi = (rl_mat){rl_tensor_data(&L->dxs[k]), F};
             }
-            RL_TRY(rl_mat_gemm(dev, L->stream, dt, false, true, T * B, F, 2 * H, dG, Wk, 0.0, Gi));
-            RL_TRY(rl_mat_gemm(dev, L->stream, dt, false, true, T * B, F, H, dGn,
+            RL_TRY(rl_mat_gemm(dev, r->stream, dt, false, true, T * B, F, 2 * H, dG, Wk, 0.0, Gi));
+            RL_TRY(rl_mat_gemm(dev, r->stream, dt, false, true, T * B, F, H, dGn,
                                cols(Wk, 2 * H, dt), 1.0, Gi));
             if (!direct) RL_TRY(rl_op_copy(gi, &L->dxs[k]));
         }
         row += F;
     }
-    return RL_OK;
-}
-
-/* forward_queue, then (CUDA) the event its consumers on other streams wait for: written down
- * here, where the layer hands its output on (kernels/cuda/lstm_cuda.h, "Streams and ordering"). */
-static rl_status gru_forward(rl_layer *l, rl_layer_io *io) {
-    RL_TRY(forward_queue(l, io));
-#ifdef RL_WITH_CUDA
-    gru_layer *L = (gru_layer *)l;
-    /* hs holds the final state another layer may take as its initial state */
-    const rl_tensor *wr[2] = {&l->out, &L->hs};
-    RL_TRY(rl_lstm_cuda_stream_wrote(L->stream, wr, 2));
-#endif
-    return RL_OK;
-}
-
-/* backward_queue, then (CUDA) the event the layers below wait for before reading grad_in. */
-static rl_status gru_backward(rl_layer *l, rl_layer_io *io, const rl_tensor *grad_out,
-                              rl_tensor *const *grad_in) {
-    RL_TRY(backward_queue(l, io, grad_out, grad_in));
-#ifdef RL_WITH_CUDA
-    gru_layer *L = (gru_layer *)l;
-    const rl_tensor *wr[RL_LAYER_MAX_INPUTS + 1];
-    int n = 0;
-    for (int k = 0; k < io->n_in && grad_in; k++)
-        wr[n++] = grad_in[k];
-    wr[n++] = &L->dh; /* the initial state's gradient, read by whoever gave that state */
-    RL_TRY(rl_lstm_cuda_stream_wrote(L->stream, wr, n));
-#endif
-    return RL_OK;
+    /* the initial state's gradient, read by whoever gave that state */
+    const rl_tensor *written[1] = {&L->dh};
+    return rl_recurrent_backward_end(r, io, grad_in, written, 1);
 }
 
 static void gru_destroy(rl_layer *l) {
     gru_layer *L = (gru_layer *)l;
-#ifdef RL_WITH_CUDA
-    /* the stream may still be using the buffers released below; a failure here has no one to
-     * report to (the message stays in rl_errmsg) */
-    if (L->stream) (void)rl_lstm_cuda_stream_sync(L->stream);
-#endif
-    rl_tensor *ts[] = {&L->h0, &L->gates, &L->hs, &L->dh, &L->gout, &L->upack, &L->len_dev};
+    rl_recurrent_free(&L->rec); /* waits for and destroys the stream */
+    rl_tensor *ts[] = {&L->h0, &L->gates, &L->hs, &L->dh, &L->upack};
     for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
         rl_tensor_release(ts[i]);
     for (int k = 0; k < RL_LAYER_MAX_INPUTS; k++) {
         rl_tensor_release(&L->xs[k]);
         rl_tensor_release(&L->dxs[k]);
     }
-#ifdef RL_WITH_CUDA
-    rl_lstm_cuda_stream_destroy(L->stream);
-#endif
 }
 
 static const rl_layer_ops gru_ops = {
@@ -549,6 +356,7 @@ rl_status rl_gru_create(rl_layer **out, const char *name, const rl_options *opts
     gru_layer *L = (gru_layer *)l;
     l->n_out = H;
     L->direction = (int)dir;
+    L->rec.cls = "gru";
     int64_t Fi = (int64_t)F;
     int64_t ws[2] = {Fi, 3 * H}, us[2] = {H, 3 * H}, bs[1] = {3 * H};
     rl_status st = rl_layer_add_param(l, "W", 2, ws, RL_INIT_GLOROT, 1.0, Fi, 3 * H, NULL);
@@ -587,12 +395,10 @@ rl_status rl_gru_set_initial_state(rl_layer *l, const rl_tensor *h0) {
 }
 
 rl_status rl_gru_final_state(rl_layer *l, rl_tensor *h) {
+    const char *fn = "rl_gru_final_state";
     gru_layer *L = NULL;
-    RL_TRY(as_gru(l, &L, "rl_gru_final_state"));
-    if (!L->have_forward)
-        return rl_error(RL_EARG, "rl_gru_final_state: layer '%s' has no forward to read", l->name);
-    /* the carried states make the last processed row every sequence's own final state */
-    return rl_tensor_select(h, &L->hs, 0, L->last_row);
+    RL_TRY(as_gru(l, &L, fn));
+    return rl_recurrent_final_state(&L->rec, l, fn, &L->hs, h);
 }
 
 rl_status rl_gru_initial_state_grad(rl_layer *l, rl_tensor *dh0) {

@@ -39,48 +39,45 @@
  *   upack                U or U^T in gemm_small.h's packed layout (float32 only)
  *   xs[k], dxs[k]        contiguous copies, only for inputs (or input gradients) whose (T, B)
  *                        dims cannot be folded into one
- *   len_dev (B)          CUDA: the batch's lengths on the device (copied once per forward)
- *   xcat, dxcat (T, B, F) cuDNN: the inputs (their gradients) side by side, when not one
- *                        contiguous input already
+ * Kept in rl_recurrent (layers/recurrent.h): the lengths on the device (CUDA) and a contiguous
+ * copy of grad_out when it cannot be folded; in rl_lstm_cudnn (layers/lstm_cudnn.h) the cuDNN
+ * path's concatenated inputs.
  *
  * Devices: one layer for the CPU and CUDA; the device of the inputs decides, and the params,
  * the given initial state and grad_out/grad_in must be on it (checked at every entry, so device
  * memory never reaches a host loop; lengths are CPU tensors by the layer contract). The device
- * branches are few: gemm() (BLAS or rl_lstm_cuda_gemm), the recurrence (the CPU step loops
+ * branches are few: gemm() (BLAS or rl_cuda_gemm), the recurrence (the CPU step loops
  * below, unchanged, or rl_lstm_cuda_forward/backward of kernels/cuda/lstm.cu, which also do dU,
  * db and the peephole gradients there), buffer growth and the small state writes.
  *
- * impl = "own" (default) or "cudnn". cudnn runs the cuDNN 9 RNN API (kernels/cuda/cudnn_lstm.cu)
- * and needs CUDA tensors (on CPU tensors forward fails naming the layer: no silent fallback) and
- * no peepholes (an error at creation). The weights stay W, U, b in the flat buffers in the layout
- * above: they are packed into cuDNN's weight space before every forward and the weight gradients
- * are added back (rl_cudnn_lstm_unpack_grads), so a checkpoint is the same whichever impl trained
- * it and loads into either, or into the CPU layer. The final state and the initial state's
- * gradients work as with own (hs, cs are then (2, B, H): initial and final state).
+ * impl = "own" (default) or "cudnn". cudnn runs the cuDNN 9 RNN API through layers/lstm_cudnn.c
+ * (kernels/cuda/cudnn_lstm.cu) and needs CUDA tensors (on CPU tensors forward fails naming the
+ * layer: no silent fallback) and no peepholes (an error at creation). The weights stay W, U, b
+ * in the flat buffers in the layout above: they are packed into cuDNN's weight space before every
+ * forward and the weight gradients are added back, so a checkpoint is the same whichever impl
+ * trained it and loads into either, or into the CPU layer. The final state and the initial
+ * state's gradients work as with own (hs, cs are then (2, B, H): initial and final state).
  *
- * Streams and synchronisation (CUDA): each layer object owns a blocking stream
- * (rl_lstm_cuda_stream_create) and queues all its work of a forward or backward there: the
- * lengths, the initial state row, the GEMMs, the recurrence, the cuDNN calls. The host does not
- * wait, so the two directions of a bidirectional pair, called one after the other, run at the
- * same time on the GPU. Blocking streams order themselves with the legacy default stream (tensor
- * ops) both ways, but not with each other, so a layer reading what another layer's stream wrote
- * would race with it. The order between layers is therefore explicit (kernels/cuda/lstm_cuda.h,
- * "Streams and ordering"): lstm_forward/lstm_backward record this stream's event after the call
- * and note the output (forward) or grad_in (backward) as written by it; forward_queue and
- * backward_queue, before queuing anything, make this stream wait for the other streams that
- * last wrote the inputs and initial state (forward) or grad_out and grad_in (backward). A few
- * rare cases (an input or grad_out whose (T, B) dims cannot be folded, a given initial state of
- * another dtype or layout) use rl_op_copy
- * on the legacy stream: still ordered, only less overlap. Memory: before a buffer grows the
- * device is synchronised (a block freed by one side stream must not reach another while in use),
- * and destroy waits for the stream before releasing the buffers.
+ * Streams (CUDA), the checks at the entry of forward and backward and the final-state
+ * bookkeeping are layers/recurrent.c's, shared with the gru: each layer object owns a blocking
+ * stream and queues all its work of a forward or backward there (the lengths, the initial state
+ * row, the GEMMs, the recurrence, the cuDNN calls), so the two directions of a bidirectional pair
+ * run at the same time on the GPU; events order it against the layers it reads from and that
+ * read from it (kernels/cuda/context.h, "Streams and ordering"). A few rare cases (an input or
+ * grad_out whose (T, B) dims cannot be folded, a given initial state of another dtype or layout)
+ * use rl_op_copy on the legacy stream: still ordered, only less overlap. Moving the layer to
+ * another device drops the cuDNN object before the stream it runs on is destroyed.
  */
 #include <inttypes.h>
 #include <string.h>
 
+#include <stddef.h>
+
 #include "layer.h"
 #include "layers.h"
+#include "lstm_cudnn.h"
 #include "matrix.h"
+#include "recurrent.h"
 
 #include "../kernels/cpu/gemm_small.h"
 #include "../kernels/lstm.h"
@@ -93,6 +90,7 @@ enum { P_W, P_U, P_B, P_PI, P_PF, P_PO };
 
 typedef struct {
     rl_layer base;
+    rl_recurrent rec; /* stream, lengths on the device, batch sizes, final-state row, flags */
     int direction;
     bool peepholes;
     bool cudnn; /* impl = "cudnn" */
@@ -101,131 +99,26 @@ typedef struct {
     rl_tensor dhT, dcT; /* the given final state gradients (shared views), or unset */
     rl_tensor gates, hs, cs, dh, dc;
     rl_tensor upack; /* U (forward) or U^T (backward) packed for the per-step product */
-    rl_tensor gout;  /* a contiguous copy of grad_out when it cannot be folded */
     rl_tensor xs[RL_LAYER_MAX_INPUTS], dxs[RL_LAYER_MAX_INPUTS];
-    rl_tensor len_dev, xcat, dxcat;
-    void *stream;              /* CUDA: this layer's stream (a cudaStream_t), or NULL */
-    int stream_dev;            /* its device ordinal */
-    struct rl_cudnn_lstm *rnn; /* impl = "cudnn": the cuDNN object, made on first use */
-    rl_dtype rnn_dt;           /* the dtype and device rnn was made for */
-    int rnn_dev;
-    int64_t T, B;     /* of the last forward */
-    int64_t last_row; /* the row of hs, cs holding the final state */
-    bool have_forward;
-    bool trained; /* the last forward kept what backward needs (cuDNN: train = true) */
+    rl_lstm_cudnn dnn; /* impl = "cudnn" */
 } lstm_layer;
 
 static const rl_layer_ops lstm_ops;
 
-/* A row-major matrix operand: pointer and leading dimension. */
 /* c = op(a) op(b) + beta c on the layer's device: BLAS, or cuBLAS on the layer's stream. */
 static rl_status gemm(const lstm_layer *L, rl_device dev, rl_dtype dt, bool ta, bool tb, int64_t m,
                       int64_t n, int64_t k, rl_mat a, rl_mat b, double beta, rl_mat c) {
-    return rl_mat_gemm(dev, L->stream, dt, ta, tb, m, n, k, a, b, beta, c);
+    return rl_mat_gemm(dev, L->rec.stream, dt, ta, tb, m, n, k, a, b, beta, c);
 }
 
 static void *at(const rl_tensor *t, int64_t elems) {
     return (char *)rl_tensor_data(t) + (size_t)elems * rl_dtype_size(t->dtype);
 }
 
-static rl_status check_state(const lstm_layer *L, const rl_tensor *s, const char *what, int64_t B,
-                             rl_device dev) {
-    char buf[96], d[32];
-    int64_t H = L->base.n_out;
-    if (s->ndim != 2 || s->shape[0] != B || s->shape[1] != H)
-        return rl_error(RL_ESHAPE,
-                        "layer '%s' (lstm): initial %s is %s, expected (%" PRId64 ", %" PRId64
-                        ") for this batch",
-                        L->base.name, what, rl_shape_str(s, buf, sizeof buf), B, H);
-    if (!rl_device_eq(rl_tensor_device(s), dev)) {
-        rl_device_name(dev, d, sizeof d);
-        return rl_error(RL_EDEVICE,
-                        "layer '%s' (lstm): initial %s is %s, expected it on %s (the inputs' "
-                        "device)",
-                        L->base.name, what, rl_tensor_describe(s, buf, sizeof buf), d);
-    }
-    return RL_OK;
-}
-
-/* Whether the layer can run on dev; on CUDA, makes sure it has its stream there. */
-static rl_status use_device(lstm_layer *L, rl_device dev) {
-    char d[32];
-    rl_device_name(dev, d, sizeof d);
-    if (dev.type == RL_CPU) {
-        if (L->cudnn)
-            return rl_error(RL_EDEVICE,
-                            "layer '%s' (lstm): impl = \"cudnn\" needs CUDA tensors, the inputs "
-                            "are on cpu (use impl = \"own\" on the CPU)",
-                            L->base.name);
-#ifdef RL_WITH_CUDA
-        /* buffers of an earlier CUDA run are about to be released */
-        if (L->stream) RL_TRY(rl_lstm_cuda_stream_sync(L->stream));
-#endif
-        return RL_OK;
-    }
-#ifdef RL_WITH_CUDA
-    if (dev.type == RL_CUDA) {
-        if (L->stream && L->stream_dev == dev.index) return RL_OK;
-        if (L->stream) {
-            RL_TRY(rl_lstm_cuda_stream_sync(L->stream));
-            rl_lstm_cuda_stream_destroy(L->stream);
-            L->stream = NULL;
-        }
-        RL_TRY(rl_lstm_cuda_stream_create(dev.index, &L->stream));
-        L->stream_dev = dev.index;
-        return RL_OK;
-    }
-#endif
-    return rl_error(RL_EDEVICE, "layer '%s' (lstm): tensors on %s are not supported by this build",
-                    L->base.name, d);
-}
-
-/* dst (B, H) <- src, or zeros when src is NULL; on CUDA queued on the layer's stream when the
- * layouts allow a plain copy. */
-static rl_status write_state(const lstm_layer *L, rl_tensor *dst, const rl_tensor *src) {
-#ifdef RL_WITH_CUDA
-    if (rl_tensor_device(dst).type == RL_CUDA) {
-        size_t bytes = (size_t)rl_tensor_numel(dst) * rl_dtype_size(dst->dtype);
-        if (!src) return rl_lstm_cuda_zero(L->stream, rl_tensor_data(dst), bytes);
-        if (src->dtype == dst->dtype && rl_tensor_is_contiguous(src))
-            return rl_lstm_cuda_copy_rows(L->stream, rl_tensor_data(dst), bytes,
-                                          rl_tensor_data(src), bytes, bytes, 1);
-    }
-#else
-    (void)L;
-#endif
-    return src ? rl_op_copy(dst, src) : rl_op_fill(dst, 0.0);
-}
-
-/* Backward must see the batch forward saw (it reads the inputs and, on the CPU, the lengths). */
-static rl_status check_backward_io(const lstm_layer *L, const rl_layer_io *io, rl_dtype dt,
-                                   rl_device dev) {
-    char s[96];
-    const rl_layer *l = &L->base;
-    if (io->n_in != l->n_in)
-        return rl_error(RL_EARG, "layer '%s' (lstm): backward got %d inputs, expected %d", l->name,
-                        io->n_in, l->n_in);
-    for (int k = 0; k < io->n_in; k++) {
-        const rl_tensor *x = io->in[k];
-        if (!x || !x->storage || x->ndim != 3 || x->shape[0] != L->T || x->shape[1] != L->B ||
-            x->shape[2] != l->in_dims[k] || x->dtype != dt ||
-            !rl_device_eq(rl_tensor_device(x), dev))
-            return rl_error(RL_ESHAPE,
-                            "layer '%s' (lstm): backward's input %d is %s, not the forward's "
-                            "(%" PRId64 ", %" PRId64 ", %" PRId64 ") %s",
-                            l->name, k + 1,
-                            x && x->storage ? rl_tensor_describe(x, s, sizeof s) : "nothing", L->T,
-                            L->B, l->in_dims[k], rl_dtype_name(dt));
-    }
-    const rl_tensor *len = io->lengths;
-    if (!len || !len->storage || len->ndim != 1 || len->dtype != RL_INT32 ||
-        rl_tensor_device(len).type != RL_CPU || len->shape[0] != L->B ||
-        !rl_tensor_is_contiguous(len))
-        return rl_error(RL_ESHAPE,
-                        "layer '%s' (lstm): backward needs the forward's lengths, a CPU int32 "
-                        "tensor of shape (%" PRId64 ")",
-                        l->name, L->B);
-    return RL_OK;
+/* The cuDNN object runs on the layer's stream: it goes before the stream does. */
+static void drop_stream_users(rl_recurrent *r) {
+    lstm_layer *L = (lstm_layer *)((char *)r - offsetof(lstm_layer, rec));
+    rl_lstm_cudnn_drop(&L->dnn);
 }
 
 /* The forward recurrence on the CPU: per step the recurrent product (packed small-M GEMM or
@@ -233,7 +126,7 @@ static rl_status check_backward_io(const lstm_layer *L, const rl_layer_io *io, r
 static rl_status forward_steps_cpu(lstm_layer *L, rl_dtype dt, const int32_t *len, rl_mat U,
                                    rl_mat bias, const void *const *peep) {
     rl_layer *l = &L->base;
-    int64_t T = L->T, B = L->B, H = l->n_out, BH = B * H;
+    int64_t T = L->rec.T, B = L->rec.B, H = l->n_out, BH = B * H;
     bool packed = dt == RL_FLOAT32 && rl_gemm_packed_fast();
     if (packed) {
         int64_t n = rl_gemm_packed_size(H, 4 * H);
@@ -266,7 +159,7 @@ static rl_status backward_steps_cpu(lstm_layer *L, rl_dtype dt, const int32_t *l
                                     rl_mat U, rl_mat dU, rl_mat db, const void *const *peep,
                                     void *const *dpeep) {
     rl_layer *l = &L->base;
-    int64_t T = L->T, B = L->B, H = l->n_out, BH = B * H;
+    int64_t T = L->rec.T, B = L->rec.B, H = l->n_out, BH = B * H;
     rl_mat dH = {rl_tensor_data(&L->dh), H};
     bool packed = dt == RL_FLOAT32 && rl_gemm_packed_fast();
     if (packed) {
@@ -300,186 +193,40 @@ static rl_status backward_steps_cpu(lstm_layer *L, rl_dtype dt, const int32_t *l
     return RL_OK;
 }
 
-#ifdef RL_WITH_CUDA
-/* impl = "cudnn", forward: the inputs side by side in xcat unless they are one contiguous input,
- * the given initial state in row 0 of hs, cs (final state in row 1), W, U, b packed into cuDNN's
- * weight space, then cudnnRNNForward; all on the layer's stream. */
-static rl_status forward_cudnn(lstm_layer *L, const rl_layer_io *io, rl_dtype dt, rl_device dev,
-                               rl_mat W, rl_mat U, rl_mat bias) {
-    rl_layer *l = &L->base;
-    int64_t T = L->T, B = L->B, H = l->n_out, F = 0;
-    size_t es = rl_dtype_size(dt);
-    for (int k = 0; k < l->n_in; k++)
-        F += l->in_dims[k];
-    if (!L->rnn || L->rnn_dt != dt || L->rnn_dev != dev.index) {
-        rl_cudnn_lstm_free(L->rnn);
-        L->rnn = NULL;
-        rl_cudnn_lstm *r = NULL;
-        RL_TRY(rl_cudnn_lstm_create(&r, dev.index, dt, F, H, L->direction));
-        rl_status st = rl_cudnn_lstm_set_stream(r, L->stream);
-        if (st != RL_OK) {
-            rl_cudnn_lstm_free(r);
-            return st;
-        }
-        L->rnn = r;
-        L->rnn_dt = dt;
-        L->rnn_dev = dev.index;
-    }
-    rl_mat X;
-    const void *x;
-    if (io->n_in == 1 && rl_mat_fold_tb(io->in[0], &X) && X.ld == F) {
-        x = X.p;
-    } else {
-        int64_t xs[3] = {T, B, F};
-        RL_TRY(rl_buffer_ensure_synced(&L->xcat, dt, dev, 3, xs));
-        int64_t off = 0;
-        for (int k = 0; k < io->n_in; off += l->in_dims[k++]) {
-            int64_t Fk = l->in_dims[k];
-            if (rl_mat_fold_tb(io->in[k], &X)) {
-                RL_TRY(rl_lstm_cuda_copy_rows(L->stream, at(&L->xcat, off), (size_t)F * es, X.p,
-                                              (size_t)X.ld * es, (size_t)Fk * es, T * B));
-            } else {
-                rl_tensor v = {0};
-                RL_TRY(rl_tensor_narrow(&v, &L->xcat, 2, off, Fk));
-                rl_status st = rl_op_copy(&v, io->in[k]);
-                rl_tensor_release(&v);
-                RL_TRY(st);
-            }
-        }
-        x = rl_tensor_data(&L->xcat);
-    }
-    int64_t ss[3] = {2, B, H};
-    RL_TRY(rl_buffer_ensure_synced(&L->hs, dt, dev, 3, ss));
-    RL_TRY(rl_buffer_ensure_synced(&L->cs, dt, dev, 3, ss));
-    rl_tensor hrow = {0}, crow = {0};
-    RL_TRY(rl_tensor_select(&hrow, &L->hs, 0, 0));
-    rl_status st = rl_tensor_select(&crow, &L->cs, 0, 0);
-    if (st == RL_OK && L->h0.storage) st = write_state(L, &hrow, &L->h0);
-    if (st == RL_OK && L->c0.storage) st = write_state(L, &crow, &L->c0);
-    rl_tensor_release(&hrow);
-    rl_tensor_release(&crow);
-    RL_TRY(st);
-    RL_TRY(rl_cudnn_lstm_pack_weights(L->rnn, W.p, U.p, bias.p));
-    RL_TRY(rl_cudnn_lstm_forward(
-        L->rnn, io->train, T, B, rl_tensor_data(io->lengths), rl_tensor_data(&L->len_dev), x,
-        rl_tensor_data(&l->out), L->h0.storage ? rl_tensor_data(&L->hs) : NULL,
-        L->c0.storage ? rl_tensor_data(&L->cs) : NULL, at(&L->hs, B * H), at(&L->cs, B * H)));
-    L->last_row = 1;
-    L->have_forward = true;
-    L->trained = io->train;
-    return RL_OK;
-}
-
-/* impl = "cudnn", backward: dy contiguous (T, B, H), dx into grad_in directly or through dxcat,
- * the initial state's gradients into dh, dc, and the weight gradients added to dW, dU, db. */
-static rl_status backward_cudnn(lstm_layer *L, const rl_layer_io *io, rl_tensor *const *grad_in,
-                                rl_dtype dt, rl_device dev, rl_mat dout, rl_mat dW, rl_mat dU,
-                                rl_mat db) {
-    rl_layer *l = &L->base;
-    int64_t T = L->T, B = L->B, H = l->n_out, F = 0;
-    size_t es = rl_dtype_size(dt);
-    for (int k = 0; k < l->n_in; k++)
-        F += l->in_dims[k];
-    const void *dy = dout.p;
-    if (!dout.p || dout.ld != H) {
-        int64_t os[3] = {T, B, H};
-        RL_TRY(rl_buffer_ensure_synced(&L->gout, dt, dev, 3, os));
-        if (dout.p)
-            RL_TRY(rl_lstm_cuda_copy_rows(L->stream, rl_tensor_data(&L->gout), (size_t)H * es,
-                                          dout.p, (size_t)dout.ld * es, (size_t)H * es, T * B));
-        else
-            RL_TRY(
-                rl_lstm_cuda_zero(L->stream, rl_tensor_data(&L->gout), (size_t)(T * B * H) * es));
-        dy = rl_tensor_data(&L->gout);
-    }
-    bool any = false;
-    for (int k = 0; k < io->n_in && grad_in; k++)
-        any = any || grad_in[k];
-    rl_mat G;
-    void *dx = NULL;
-    bool split = false;
-    if (any && io->n_in == 1 && rl_mat_fold_tb(grad_in[0], &G) && G.ld == F) {
-        dx = G.p;
-    } else if (any) {
-        int64_t xs[3] = {T, B, F};
-        RL_TRY(rl_buffer_ensure_synced(&L->dxcat, dt, dev, 3, xs));
-        dx = rl_tensor_data(&L->dxcat);
-        split = true;
-    }
-    int64_t bh[2] = {B, H};
-    RL_TRY(rl_buffer_ensure_synced(&L->dh, dt, dev, 2, bh));
-    RL_TRY(rl_buffer_ensure_synced(&L->dc, dt, dev, 2, bh));
-    L->have_forward = false;
-    RL_TRY(rl_cudnn_lstm_backward(L->rnn, dy, dx, rl_tensor_data(&L->dh), rl_tensor_data(&L->dc)));
-    RL_TRY(rl_cudnn_lstm_unpack_grads(L->rnn, dW.p, dU.p, db.p));
-    int64_t off = 0;
-    for (int k = 0; k < io->n_in && split; off += l->in_dims[k++]) {
-        int64_t Fk = l->in_dims[k];
-        rl_tensor *gi = grad_in[k];
-        if (!gi) continue;
-        if (rl_mat_fold_tb(gi, &G)) {
-            RL_TRY(rl_lstm_cuda_copy_rows(L->stream, G.p, (size_t)G.ld * es, at(&L->dxcat, off),
-                                          (size_t)F * es, (size_t)Fk * es, T * B));
-        } else {
-            rl_tensor v = {0};
-            RL_TRY(rl_tensor_narrow(&v, &L->dxcat, 2, off, Fk));
-            rl_status st = rl_op_copy(gi, &v);
-            rl_tensor_release(&v);
-            RL_TRY(st);
-        }
-    }
-    return RL_OK;
-}
-#endif
-
-static rl_status forward_queue(rl_layer *l, rl_layer_io *io) {
+static rl_status lstm_forward(rl_layer *l, rl_layer_io *io) {
     lstm_layer *L = (lstm_layer *)l;
-    int64_t T, B, H = l->n_out;
-    RL_TRY(rl_layer_check_inputs(l, io, &T, &B));
-    if (!rl_tensor_is_contiguous(io->lengths))
-        return rl_error(RL_ESHAPE, "layer '%s' (lstm): lengths must be contiguous", l->name);
-    rl_dtype dt = io->in[0]->dtype;
-    rl_device dev = rl_tensor_device(io->in[0]);
-    RL_TRY(use_device(L, dev));
-#ifdef RL_WITH_CUDA
-    if (dev.type == RL_CUDA) { /* producers on other streams first (kernels/cuda/lstm_cuda.h) */
-        const rl_tensor *rd[RL_LAYER_MAX_INPUTS + 2];
-        int n = 0;
-        for (int k = 0; k < io->n_in; k++)
-            rd[n++] = io->in[k];
-        rd[n++] = &L->h0;
-        rd[n++] = &L->c0;
-        RL_TRY(rl_lstm_cuda_stream_wait_for(L->stream, rd, n));
-    }
-#endif
+    rl_recurrent *r = &L->rec;
+    int64_t H = l->n_out;
+    rl_dtype dt;
+    rl_device dev;
+    rl_recurrent_state given[2] = {{&L->h0, "initial h"}, {&L->c0, "initial c"}};
+    RL_TRY(rl_recurrent_forward_begin(r, l, io, given, 2, &dt, &dev));
+    if (L->cudnn && dev.type != RL_CUDA)
+        return rl_error(RL_EDEVICE,
+                        "layer '%s' (lstm): impl = \"cudnn\" needs CUDA tensors, the inputs "
+                        "are on cpu (use impl = \"own\" on the CPU)",
+                        l->name);
+    int64_t T = r->T, B = r->B;
     rl_mat W, U, bias;
     const void *peep[3] = {NULL, NULL, NULL};
-    RL_TRY(rl_param_mat(&L->base, &l->params[P_W].value, "W", dt, dev, &W));
-    RL_TRY(rl_param_mat(&L->base, &l->params[P_U].value, "U", dt, dev, &U));
-    RL_TRY(rl_param_mat(&L->base, &l->params[P_B].value, "b", dt, dev, &bias));
+    RL_TRY(rl_param_mat(l, &l->params[P_W].value, "W", dt, dev, &W));
+    RL_TRY(rl_param_mat(l, &l->params[P_U].value, "U", dt, dev, &U));
+    RL_TRY(rl_param_mat(l, &l->params[P_B].value, "b", dt, dev, &bias));
     for (int k = 0; k < 3 && L->peepholes; k++) {
         rl_mat pm;
-        RL_TRY(rl_param_mat(&L->base, &l->params[P_PI + k].value, l->params[P_PI + k].name, dt, dev,
-                            &pm));
+        RL_TRY(rl_param_mat(l, &l->params[P_PI + k].value, l->params[P_PI + k].name, dt, dev, &pm));
         peep[k] = pm.p;
     }
-    if (L->h0.storage) RL_TRY(check_state(L, &L->h0, "h", B, dev));
-    if (L->c0.storage) RL_TRY(check_state(L, &L->c0, "c", B, dev));
-
-    int64_t gshape[3] = {T, B, 4 * H}, sshape[3] = {T + 1, B, H}, oshape[3] = {T, B, H};
-    L->T = T;
-    L->B = B;
-    L->have_forward = false;
-    L->trained = false;
-    RL_TRY(rl_buffer_ensure_synced(&l->out, dt, dev, 3, oshape));
+    /* hs, cs hold the final state another layer may take as its initial state */
+    const rl_tensor *written[2] = {&L->hs, &L->cs};
 #ifdef RL_WITH_CUDA
-    if (dev.type == RL_CUDA) {
-        RL_TRY(rl_buffer_ensure_synced(&L->len_dev, RL_INT32, dev, 1, &B));
-        RL_TRY(rl_lstm_cuda_set_lengths(L->stream, rl_tensor_data(&L->len_dev),
-                                        rl_tensor_data(io->lengths), B));
-        if (L->cudnn) return forward_cudnn(L, io, dt, dev, W, U, bias);
+    if (L->cudnn) {
+        RL_TRY(rl_lstm_cudnn_forward(&L->dnn, r, l, L->direction, io, dt, dev, W, U, bias, &L->h0,
+                                     &L->c0, &L->hs, &L->cs));
+        return rl_recurrent_forward_end(r, l, 1, io->train, written, 2);
     }
 #endif
+    int64_t gshape[3] = {T, B, 4 * H}, sshape[3] = {T + 1, B, H};
     RL_TRY(rl_buffer_ensure_synced(&L->gates, dt, dev, 3, gshape));
     RL_TRY(rl_buffer_ensure_synced(&L->hs, dt, dev, 3, sshape));
     RL_TRY(rl_buffer_ensure_synced(&L->cs, dt, dev, 3, sshape));
@@ -489,8 +236,8 @@ static rl_status forward_queue(rl_layer *l, rl_layer_io *io) {
     rl_tensor hrow = {0}, crow = {0};
     RL_TRY(rl_tensor_select(&hrow, &L->hs, 0, init_row));
     rl_status st = rl_tensor_select(&crow, &L->cs, 0, init_row);
-    if (st == RL_OK) st = write_state(L, &hrow, L->h0.storage ? &L->h0 : NULL);
-    if (st == RL_OK) st = write_state(L, &crow, L->c0.storage ? &L->c0 : NULL);
+    if (st == RL_OK) st = rl_recurrent_write_state(r, &hrow, &L->h0);
+    if (st == RL_OK) st = rl_recurrent_write_state(r, &crow, &L->c0);
     rl_tensor_release(&hrow);
     rl_tensor_release(&crow);
     RL_TRY(st);
@@ -516,99 +263,57 @@ static rl_status forward_queue(rl_layer *l, rl_layer_io *io) {
         RL_TRY(forward_steps_cpu(L, dt, rl_tensor_data(io->lengths), U, bias, pp));
 #ifdef RL_WITH_CUDA
     else
-        RL_TRY(rl_lstm_cuda_forward(L->stream, dt, T, B, H, L->direction,
-                                    rl_tensor_data(&L->len_dev), rl_tensor_data(&L->gates), U.p,
+        RL_TRY(rl_lstm_cuda_forward(r->stream, dt, T, B, H, L->direction,
+                                    rl_tensor_data(&r->len_dev), rl_tensor_data(&L->gates), U.p,
                                     bias.p, pp, rl_tensor_data(&L->hs), rl_tensor_data(&L->cs),
                                     rl_tensor_data(&l->out)));
 #endif
-    L->last_row = L->direction > 0 ? T : 0;
-    L->have_forward = true;
-    L->trained = true;
-    return RL_OK;
+    return rl_recurrent_forward_end(r, l, L->direction > 0 ? T : 0, true, written, 2);
 }
 
-static rl_status backward_queue(rl_layer *l, rl_layer_io *io, const rl_tensor *grad_out,
-                                rl_tensor *const *grad_in) {
+static rl_status lstm_backward(rl_layer *l, rl_layer_io *io, const rl_tensor *grad_out,
+                               rl_tensor *const *grad_in) {
     lstm_layer *L = (lstm_layer *)l;
-    int64_t T = L->T, B = L->B, H = l->n_out;
-    char s1[96], s2[96];
-    if (!L->have_forward)
-        return rl_error(RL_EARG, "layer '%s' (lstm): backward without a forward", l->name);
-    if (!L->trained)
-        return rl_error(RL_EARG,
-                        "layer '%s' (lstm): backward after a forward with train = false "
-                        "(impl = \"cudnn\" keeps nothing for backward then)",
-                        l->name);
-    rl_dtype dt = l->out.dtype;
-    rl_device dev = rl_tensor_device(&l->out);
-    RL_TRY(check_backward_io(L, io, dt, dev));
-#ifdef RL_WITH_CUDA
-    if (dev.type == RL_CUDA) { /* grad_out's writer, and earlier writers of grad_in (overwritten) */
-        const rl_tensor *rd[RL_LAYER_MAX_INPUTS + 3];
-        int n = 0;
-        rd[n++] = grad_out;
-        rd[n++] = &L->dhT; /* the final state's given gradients */
-        rd[n++] = &L->dcT;
-        for (int k = 0; k < io->n_in && grad_in; k++)
-            rd[n++] = grad_in[k];
-        RL_TRY(rl_lstm_cuda_stream_wait_for(L->stream, rd, n));
-    }
-#endif
-    rl_mat dout = {NULL, 0};
-    if (grad_out) {
-        if (grad_out->ndim != 3 || grad_out->shape[0] != T || grad_out->shape[1] != B ||
-            grad_out->shape[2] != H || grad_out->dtype != dt ||
-            !rl_device_eq(rl_tensor_device(grad_out), dev))
-            return rl_error(RL_ESHAPE,
-                            "layer '%s' (lstm): grad_out is %s, expected (%" PRId64 ", %" PRId64
-                            ", %" PRId64 ") %s on the output's device",
-                            l->name, rl_tensor_describe(grad_out, s1, sizeof s1), T, B, H,
-                            rl_dtype_name(dt));
-        if (!rl_mat_fold_tb(grad_out, &dout)) {
-            RL_TRY(rl_buffer_ensure_synced(&L->gout, dt, dev, 3, grad_out->shape));
-            RL_TRY(rl_op_copy(&L->gout, grad_out));
-            dout = (rl_mat){rl_tensor_data(&L->gout), H};
-        }
-    }
-    for (int k = 0; k < io->n_in && grad_in; k++) {
-        rl_tensor *gi = grad_in[k];
-        if (gi && (!gi->storage || !rl_tensor_same_shape(gi, io->in[k]) || gi->dtype != dt ||
-                   !rl_device_eq(rl_tensor_device(gi), dev)))
-            return rl_error(RL_ESHAPE, "layer '%s' (lstm): grad_in[%d] is %s, expected %s", l->name,
-                            k + 1, gi->storage ? rl_tensor_describe(gi, s1, sizeof s1) : "nothing",
-                            rl_tensor_describe(io->in[k], s2, sizeof s2));
-    }
-    rl_mat W, U, dW, dU, db;
-    const void *peep[3] = {NULL, NULL, NULL};
-    void *dpeep[3] = {NULL, NULL, NULL};
-    RL_TRY(rl_param_mat(&L->base, &l->params[P_W].value, "W", dt, dev, &W));
-    RL_TRY(rl_param_mat(&L->base, &l->params[P_U].value, "U", dt, dev, &U));
-    RL_TRY(rl_param_mat(&L->base, &l->params[P_W].grad, "W (gradient)", dt, dev, &dW));
-    RL_TRY(rl_param_mat(&L->base, &l->params[P_U].grad, "U (gradient)", dt, dev, &dU));
-    RL_TRY(rl_param_mat(&L->base, &l->params[P_B].grad, "b (gradient)", dt, dev, &db));
-    for (int k = 0; k < 3 && L->peepholes; k++) {
-        rl_mat pm, gm;
-        RL_TRY(rl_param_mat(&L->base, &l->params[P_PI + k].value, l->params[P_PI + k].name, dt, dev,
-                            &pm));
-        RL_TRY(rl_param_mat(&L->base, &l->params[P_PI + k].grad, l->params[P_PI + k].name, dt, dev,
-                            &gm));
-        peep[k] = pm.p;
-        dpeep[k] = gm.p;
-    }
-#ifdef RL_WITH_CUDA
+    rl_recurrent *r = &L->rec;
+    int64_t H = l->n_out;
+    rl_dtype dt;
+    rl_device dev;
+    rl_mat dout;
+    rl_recurrent_state given[2] = {{&L->dhT, "final h gradient"}, {&L->dcT, "final c gradient"}};
     if (L->cudnn && (L->dhT.storage || L->dcT.storage))
         return rl_error(
             RL_EARG, "layer '%s' (lstm): impl = \"cudnn\" takes no final state gradients", l->name);
-    if (L->cudnn) return backward_cudnn(L, io, grad_in, dt, dev, dout, dW, dU, db);
+    RL_TRY(rl_recurrent_backward_begin(r, l, io, grad_out, grad_in, given, 2, &dt, &dev, &dout));
+    int64_t T = r->T, B = r->B;
+    rl_mat W, U, dW, dU, db;
+    const void *peep[3] = {NULL, NULL, NULL};
+    void *dpeep[3] = {NULL, NULL, NULL};
+    RL_TRY(rl_param_mat(l, &l->params[P_W].value, "W", dt, dev, &W));
+    RL_TRY(rl_param_mat(l, &l->params[P_U].value, "U", dt, dev, &U));
+    RL_TRY(rl_param_mat(l, &l->params[P_W].grad, "W (gradient)", dt, dev, &dW));
+    RL_TRY(rl_param_mat(l, &l->params[P_U].grad, "U (gradient)", dt, dev, &dU));
+    RL_TRY(rl_param_mat(l, &l->params[P_B].grad, "b (gradient)", dt, dev, &db));
+    for (int k = 0; k < 3 && L->peepholes; k++) {
+        rl_mat pm, gm;
+        RL_TRY(rl_param_mat(l, &l->params[P_PI + k].value, l->params[P_PI + k].name, dt, dev, &pm));
+        RL_TRY(rl_param_mat(l, &l->params[P_PI + k].grad, l->params[P_PI + k].name, dt, dev, &gm));
+        peep[k] = pm.p;
+        dpeep[k] = gm.p;
+    }
+    /* the initial state's gradients, read by whoever gave that state */
+    const rl_tensor *written[2] = {&L->dh, &L->dc};
+#ifdef RL_WITH_CUDA
+    if (L->cudnn) {
+        RL_TRY(rl_lstm_cudnn_backward(&L->dnn, r, l, io, grad_in, dt, dev, dout, dW, dU, db, &L->dh,
+                                      &L->dc));
+        return rl_recurrent_backward_end(r, io, grad_in, written, 2);
+    }
 #endif
     int64_t sshape[2] = {B, H};
     RL_TRY(rl_buffer_ensure_synced(&L->dh, dt, dev, 2, sshape));
     RL_TRY(rl_buffer_ensure_synced(&L->dc, dt, dev, 2, sshape));
-    if (L->dhT.storage) RL_TRY(check_state(L, &L->dhT, "final h gradient", B, dev));
-    if (L->dcT.storage) RL_TRY(check_state(L, &L->dcT, "final c gradient", B, dev));
-    RL_TRY(write_state(L, &L->dh, L->dhT.storage ? &L->dhT : NULL));
-    RL_TRY(write_state(L, &L->dc, L->dcT.storage ? &L->dcT : NULL));
-    L->have_forward = false; /* the gates become dZ */
+    RL_TRY(rl_recurrent_write_state(r, &L->dh, &L->dhT));
+    RL_TRY(rl_recurrent_write_state(r, &L->dc, &L->dcT));
 
     const void *const *pp = L->peepholes ? peep : NULL;
     void *const *dpp = L->peepholes ? dpeep : NULL;
@@ -617,7 +322,7 @@ static rl_status backward_queue(rl_layer *l, rl_layer_io *io, const rl_tensor *g
 #ifdef RL_WITH_CUDA
     else
         RL_TRY(rl_lstm_cuda_backward(
-            L->stream, dt, T, B, H, L->direction, rl_tensor_data(&L->len_dev),
+            r->stream, dt, T, B, H, L->direction, rl_tensor_data(&r->len_dev),
             rl_tensor_data(&L->gates), U.p, pp, rl_tensor_data(&L->hs), rl_tensor_data(&L->cs),
             dout.p, dout.ld, rl_tensor_data(&L->dh), rl_tensor_data(&L->dc), dU.p, db.p, dpp));
 #endif
@@ -646,58 +351,21 @@ static rl_status backward_queue(rl_layer *l, rl_layer_io *io, const rl_tensor *g
         }
         row += F;
     }
-    return RL_OK;
-}
-
-/* forward_queue, then (CUDA) the event its consumers on other streams wait for: written down
- * here, where the layer hands its output on (kernels/cuda/lstm_cuda.h, "Streams and ordering"). */
-static rl_status lstm_forward(rl_layer *l, rl_layer_io *io) {
-    RL_TRY(forward_queue(l, io));
-#ifdef RL_WITH_CUDA
-    lstm_layer *L = (lstm_layer *)l;
-    /* hs, cs hold the final state another layer may take as its initial state */
-    const rl_tensor *wr[3] = {&l->out, &L->hs, &L->cs};
-    RL_TRY(rl_lstm_cuda_stream_wrote(L->stream, wr, 3));
-#endif
-    return RL_OK;
-}
-
-/* backward_queue, then (CUDA) the event the layers below wait for before reading grad_in. */
-static rl_status lstm_backward(rl_layer *l, rl_layer_io *io, const rl_tensor *grad_out,
-                               rl_tensor *const *grad_in) {
-    RL_TRY(backward_queue(l, io, grad_out, grad_in));
-#ifdef RL_WITH_CUDA
-    lstm_layer *L = (lstm_layer *)l;
-    const rl_tensor *wr[RL_LAYER_MAX_INPUTS + 2];
-    int n = 0;
-    for (int k = 0; k < io->n_in && grad_in; k++)
-        wr[n++] = grad_in[k];
-    wr[n++] = &L->dh; /* the initial state's gradients, read by whoever gave that state */
-    wr[n++] = &L->dc;
-    RL_TRY(rl_lstm_cuda_stream_wrote(L->stream, wr, n));
-#endif
-    return RL_OK;
+    return rl_recurrent_backward_end(r, io, grad_in, written, 2);
 }
 
 static void lstm_destroy(rl_layer *l) {
     lstm_layer *L = (lstm_layer *)l;
-#ifdef RL_WITH_CUDA
-    /* the stream may still be using the buffers released below; a failure here has no one to
-     * report to (the message stays in rl_errmsg) */
-    if (L->stream) (void)rl_lstm_cuda_stream_sync(L->stream);
-    rl_cudnn_lstm_free(L->rnn);
-#endif
-    rl_tensor *ts[] = {&L->h0, &L->c0, &L->dhT,  &L->dcT,   &L->gates,   &L->hs,   &L->cs,
-                       &L->dh, &L->dc, &L->gout, &L->upack, &L->len_dev, &L->xcat, &L->dxcat};
+    rl_recurrent_free(&L->rec); /* drops the cuDNN object, waits for and destroys the stream */
+    rl_lstm_cudnn_free(&L->dnn);
+    rl_tensor *ts[] = {&L->h0, &L->c0, &L->dhT, &L->dcT, &L->gates,
+                       &L->hs, &L->cs, &L->dh,  &L->dc,  &L->upack};
     for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
         rl_tensor_release(ts[i]);
     for (int k = 0; k < RL_LAYER_MAX_INPUTS; k++) {
         rl_tensor_release(&L->xs[k]);
         rl_tensor_release(&L->dxs[k]);
     }
-#ifdef RL_WITH_CUDA
-    rl_lstm_cuda_stream_destroy(L->stream);
-#endif
 }
 
 /* b's f block starts at forget_bias (the other param inits are their kinds'). */
@@ -759,6 +427,8 @@ rl_status rl_lstm_create(rl_layer **out, const char *name, const rl_options *opt
     L->peepholes = peep;
     L->cudnn = cudnn;
     L->forget_bias = fb;
+    L->rec.cls = "lstm";
+    L->rec.on_stream_drop = drop_stream_users;
     int64_t ws[2] = {F, 4 * H}, us[2] = {H, 4 * H}, bs[1] = {4 * H}, ps[1] = {H};
     rl_status st = rl_layer_add_param(l, "W", 2, ws, RL_INIT_GLOROT, 1.0, F, 4 * H, NULL);
     if (st == RL_OK)
@@ -827,15 +497,12 @@ rl_status rl_lstm_set_final_state_grad(rl_layer *l, const rl_tensor *dh, const r
 }
 
 rl_status rl_lstm_final_state(rl_layer *l, rl_tensor *h, rl_tensor *c) {
+    const char *fn = "rl_lstm_final_state";
     lstm_layer *L = NULL;
-    RL_TRY(as_lstm(l, &L, "rl_lstm_final_state"));
-    if (!L->have_forward)
-        return rl_error(RL_EARG, "rl_lstm_final_state: layer '%s' has no forward to read", l->name);
-    /* the carried states make the last processed row every sequence's own final state */
-    int64_t last = L->last_row;
-    if (h) RL_TRY(rl_tensor_select(h, &L->hs, 0, last));
+    RL_TRY(as_lstm(l, &L, fn));
+    if (h) RL_TRY(rl_recurrent_final_state(&L->rec, l, fn, &L->hs, h));
     if (c) {
-        rl_status st = rl_tensor_select(c, &L->cs, 0, last);
+        rl_status st = rl_recurrent_final_state(&L->rec, l, fn, &L->cs, c);
         if (st != RL_OK && h) rl_tensor_release(h);
         RL_TRY(st);
     }

@@ -6,7 +6,7 @@
  *     wave: a 1-D float32 CPU tensor; cfg: a table of the fields of rl_audio_cfg (all optional):
  *     rate, window_ms, hop_ms, n_mels, low_freq, high_freq, preemph, window ("povey",
  *     "hamming", "hann"), dither, seed, remove_dc, use_power, round_pow2, floor, n_ceps,
- *     lifter (default 22 when n_ceps > 0), deltas, delta_window, normalize.
+ *     lifter (default 22 when n_ceps > 0), deltas, delta_window, normalize, snip_edges.
  * Errors name the function and the file or the option. */
 #include "l_audio.h"
 
@@ -20,7 +20,8 @@
 static const char *const load_keys = "rate, resample";
 static const char *const feat_keys =
     "rate, window_ms, hop_ms, n_mels, low_freq, high_freq, preemph, window, dither, seed, "
-    "remove_dc, use_power, round_pow2, floor, n_ceps, lifter, deltas, delta_window, normalize";
+    "remove_dc, use_power, round_pow2, floor, n_ceps, lifter, deltas, delta_window, normalize, "
+    "snip_edges";
 
 static double opt_number(lua_State *L, const char *who, const char *k) {
     if (!lua_isnumber(L, -1) || lua_type(L, -1) == LUA_TSTRING)
@@ -119,6 +120,8 @@ static int l_features(lua_State *L) {
                 cfg.delta_window = opt_integer(L, who, k);
             else if (strcmp(k, "normalize") == 0)
                 cfg.normalize = opt_bool(L, who, k);
+            else if (strcmp(k, "snip_edges") == 0)
+                cfg.snip_edges = opt_bool(L, who, k);
             else if (strcmp(k, "lifter") == 0) {
                 cfg.lifter = opt_number(L, who, k);
                 lifter_set = true;

@@ -4,18 +4,32 @@
 -- over its rows of the log posteriors. Same data (out/fashion_mnist/{train,test}_rows.h5, see
 -- recipes/fashion_mnist_data.lua), batch size, optimizer and schedule as the MDLSTM recipe.
 -- The engine's "dev error" is the test error per ROW; the image accuracy is computed here.
+-- Pretraining as in RETURNN's BLSTM setups (pretrain = "default"): epoch 1 trains the first
+-- BLSTM layer under the softmax, epoch 2 adds the second (its parameters copied over);
+-- `++pretrain false` trains both layers from the start.
+--
+--   ./rnnlua recipes/fashion_mnist_blstm.lua [layers=N] [++key value ...]   (N BLSTM layers,
+--                                                                             default 2)
 local t0 = rl.clock()
 local out = "out/fashion_mnist"
 local data = dofile("recipes/fashion_mnist_data.lua")(out)
 
+local depth = 2
+for _, a in ipairs(arg or {}) do
+  local n = tostring(a):match("^layers=(%d+)$")
+  if n then depth = math.tointeger(tonumber(n)) end
+end
+if depth < 1 then error("fashion_mnist_blstm: layers=N needs N >= 1", 0) end
+local network, prev = {}, "data"
+for i = 1, depth do
+  network["fw" .. i] = {class = "lstm", n_out = 64, from = prev}
+  network["bw" .. i] = {class = "lstm", n_out = 64, direction = -1, from = prev}
+  prev = {"fw" .. i, "bw" .. i}
+end
+network.output = {class = "softmax", loss = "ce", target = "classes", from = prev}
+
 local r = rl.train{
-  network = {
-    fw1 = {class = "lstm", n_out = 64},
-    bw1 = {class = "lstm", n_out = 64, direction = -1},
-    fw2 = {class = "lstm", n_out = 64, from = {"fw1", "bw1"}},
-    bw2 = {class = "lstm", n_out = 64, direction = -1, from = {"fw1", "bw1"}},
-    output = {class = "softmax", loss = "ce", target = "classes", from = {"fw2", "bw2"}},
-  },
+  network = network,
   train = {class = "hdf", files = {data.train_rows}, seq_ordering = "random", seed = 1},
   dev = {class = "hdf", files = {data.test_rows}},
   num_epochs = 12,
@@ -29,6 +43,7 @@ local r = rl.train{
   log_verbosity = 2,
   num_threads = 2,
   seed = 1,
+  pretrain = "default",
 }
 
 -- image accuracy on the test set: argmax of the summed log posteriors of the rows

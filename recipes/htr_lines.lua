@@ -101,39 +101,7 @@ local config = {
 
 -- One rl.train call per sub-epoch, each resuming from the last one's checkpoint (bit-exact on
 -- the CPU), so that training can stop on the clock between sub-epochs.
-local argv = {}
-for i, a in ipairs(arg) do
-  if a == "++num_epochs" or a == "++load" then
-    error("htr_lines: use epochs=N instead of " .. a, 0)
-  end
-  argv[i] = a
-end
-local function epoch_of(path, what)
-  return tonumber(path:match("%.(%d+)%.h5$")) or
-    error(string.format("htr_lines: %s= wants a checkpoint NAME.NNN.h5, got %s", what, path), 0)
-end
-local r, history, train_time, first = nil, {}, 0, 1
-if opt.score ~= "" then -- score a checkpoint: "training" up to its own epoch loads it
-  config.load, config.num_epochs = opt.score, epoch_of(opt.score, "score")
-  r = rl.train(config, argv)
-  opt.epochs = 0
-elseif opt.from ~= "" then -- go on training from a checkpoint
-  first = epoch_of(opt.from, "from") + 1
-end
-for epoch = first, opt.epochs do
-  config.num_epochs = epoch
-  config.load = r and r.checkpoint or (opt.from ~= "" and opt.from or nil)
-  local t = rl.clock()
-  r = rl.train(config, argv)
-  local spent = rl.clock() - t
-  train_time = train_time + spent
-  history[#history + 1] = r.history[#r.history]
-  if train_time + spent > 60 * opt.minutes then break end
-end
-if not r then
-  error(string.format("htr_lines: nothing to train: epochs=%d is not after %s", opt.epochs,
-    opt.from), 0)
-end
+local r, history, train_time = dofile("recipes/sub_epochs.lua").run("htr_lines", config, arg, opt)
 
 -- Character error rate of a file with best-path decoding.
 local function cer(net, file)

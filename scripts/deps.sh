@@ -13,12 +13,13 @@ set -euo pipefail
 # clang and libclang-rt-dev (libFuzzer) for `make fuzz`; python3-venv for the virtual
 # environment tests/sh/test_returnn_hdf.sh installs RETURNN into;
 # gnuplot-nox for `rnnlua plot` and rl.train{plot = true};
-# libsndfile1-dev, libsamplerate0-dev and libfftw3-dev for rl.audio (core/audio.c)
+# libsndfile1-dev, libsamplerate0-dev and libfftw3-dev for rl.audio (core/audio.c);
+# espeak-ng and sox synthesize recipes/speech_digits.lua's data (its smoke test too)
 pkgs=(pkg-config liblua5.4-dev lua-filesystem-dev libhdf5-dev libopenblas-dev libedit-dev hdf5-tools
       python3-h5py festlex-cmu bible-kjv python3-pil python3-numpy fonts-dkg-handwriting
       fonts-breip fonts-femkeklaver fonts-kristi fonts-comic-neue fonts-rufscript
       libmicrohttpd-dev libjansson-dev libopenmpi-dev openmpi-bin clang libclang-rt-dev python3-venv
-      gnuplot-nox libsndfile1-dev libsamplerate0-dev libfftw3-dev)
+      gnuplot-nox libsndfile1-dev libsamplerate0-dev libfftw3-dev espeak-ng sox)
 [ "${RL_BLAS:-openblas}" = blis ] && pkgs+=(libblis-dev)
 
 missing=()

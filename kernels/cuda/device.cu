@@ -27,6 +27,7 @@ extern "C" {
 #include "../../core/device.h"
 #include "cuda.h"
 }
+#include "launch.h"
 
 /* More ordinals than any machine has; the caches are a fixed array indexed by ordinal. */
 #define RL_CUDA_MAX_DEVICES 64
@@ -81,12 +82,7 @@ rl_status check_index(const char *op, int index) {
 
 rl_status set_device(const char *op, int index) {
     RL_TRY(check_index(op, index));
-    cudaError_t e = cudaSetDevice(index);
-    if (e != cudaSuccess) {
-        cudaGetLastError();
-        return rl_error(RL_EDEVICE, "%s: cudaSetDevice(%d): %s", op, index, cudaGetErrorString(e));
-    }
-    return RL_OK;
+    return rl_cuda_use_device(op, index);
 }
 
 int cuda_count(void) {
@@ -216,19 +212,8 @@ rl_status cuda_memcpy(void *dst, rl_device ddev, const void *src, rl_device sdev
     return RL_OK;
 }
 
-rl_status cuda_synchronize(int index) {
-    RL_TRY(set_device("cuda synchronize", index));
-    cudaError_t e = cudaDeviceSynchronize();
-    if (e != cudaSuccess) {
-        cudaGetLastError();
-        return rl_error(RL_EDEVICE, "cudaDeviceSynchronize: %s (cuda:%d)", cudaGetErrorString(e),
-                        index);
-    }
-    return RL_OK;
-}
-
 const rl_device_backend g_backend = {
-    "cuda", cuda_count, cuda_alloc, cuda_free, cuda_memcpy, cuda_synchronize,
+    "cuda", cuda_count, cuda_alloc, cuda_free, cuda_memcpy, rl_cuda_synchronize,
 };
 
 } // namespace

@@ -22,8 +22,11 @@
 -- (classes (1, B)), or one per column, and so on.
 --
 -- rl.dataset(cfg):
---   {class = "hdf", files = {...} | "file.h5", cache_size = bytes (default 256 MiB), ...}
+--   {class = "hdf", files = {...} | "file.h5", cache_size = bytes (default 256 MiB), ...,
+--    allow_empty = true (read sequences of length 0, such as empty decoded label sequences;
+--    without it they are an error, since they cannot be trained on or forwarded)}
 --   {class = "12ax" | "copy" | "regression", num_seqs =, seed =, min_len =, max_len =, ...}
+--   {class = "audio", list =, vocab =, features =, cache =, ...}: lua/rnnlua/audio_dataset.lua
 --   common: seq_ordering = "default" | "random" | "sorted" | "sorted_reverse" | "laplace:N" |
 --           "laplace:.N", partition_epoch = N (default 1), seed = s (default 1)
 --   an object with get_seq is returned as it is.
@@ -81,7 +84,9 @@
 --
 -- rl.hdf_writer(path, {data_dim =, sparse = false, targets = {key = {dim =, sparse =}},
 --   labels = {input label names} (-> /labels), target_labels = {key = {names}},
---   spatial = 2 (images: data given as (h, w, F), written with /seqSizes)}):
+--   spatial = 2 (images: data given as (h, w, F), written with /seqSizes),
+--   extra = {datasets = {name = tensor}, attrs = {name = value}} (more objects and root
+--   attributes, e.g. the audio dataset's fingerprint)}):
 --   w:add(tag, data [, {key = tensor}]) copies the tensors; w:close() writes the RETURNN layout
 --   to a temporary file and renames it over path. The sequences are held in memory until close.
 -- rl.dataset_write(path, ds_or_seqs [, {epoch = 1, extern_data =}]) writes a dataset's
@@ -541,7 +546,7 @@ local function hdf_open_file(path)
 end
 
 local HDF_KEYS = {class = true, files = true, cache_size = true, seq_ordering = true,
-  partition_epoch = true, seed = true}
+  partition_epoch = true, seed = true, allow_empty = true}
 
 local function hdf_new(cfg)
   for k in pairs(cfg) do
@@ -552,7 +557,7 @@ local function hdf_new(cfg)
   if type(files) ~= "table" or #files == 0 then
     fail("rl.dataset: class 'hdf' needs files = {paths...}")
   end
-  local self = setmetatable({}, Hdf)
+  local self = setmetatable({allow_empty = cfg.allow_empty == true}, Hdf)
   self.name = "hdf(" .. table.concat(files, ", ") .. ")"
   base_init(self, cfg, "rl.dataset " .. self.name)
   self._files = {}
@@ -640,7 +645,7 @@ end
 function Hdf:_load(k)
   local info, i = self._files[self._fidx[k]], self._local[k]
   local tag = self:tag(k)
-  if info.in_len[i] < 1 then
+  if info.in_len[i] < 1 and not self.allow_empty then
     fail("rl.dataset: %s: sequence '%s' (number %d in the file) has length 0 (/seqLengths): "
       .. "an empty sequence cannot be trained on or forwarded", info.path, tag, i)
   end
@@ -859,7 +864,9 @@ function M.dataset(cfg)
   end
   if cfg.class == "hdf" then return hdf_new(cfg) end
   if GEN_TASKS[cfg.class] then return gen_new(cfg) end
-  fail("rl.dataset: unknown class '%s' (hdf, 12ax, copy, regression, or an object with get_seq)",
+  if cfg.class == "audio" then return require("rnnlua.audio_dataset").new(cfg) end
+  fail("rl.dataset: unknown class '%s' (hdf, audio, 12ax, copy, regression, or an object with " ..
+    "get_seq)",
     tostring(cfg.class))
 end
 
@@ -1194,7 +1201,7 @@ function M.hdf_writer(path, opts)
   local w = setmetatable({path = path, data_dim = dd, sparse = opts.sparse and true or false,
     spatial = opts.spatial == 2, sizes = {},
     targets = {}, target_keys = {}, labels = opts.labels, target_labels = opts.target_labels or {},
-    tags = {}, data = {}, tdata = {}}, Writer)
+    tags = {}, data = {}, tdata = {}, extra = opts.extra or {}}, Writer)
   for _, key in ipairs(sorted_keys(opts.targets or {})) do
     local t = opts.targets[key]
     if key == "data" then fail("rl.hdf_writer: %s: a target may not be called 'data'", path) end
@@ -1299,6 +1306,12 @@ function Writer:close()
       f:write_strings("targets/labels/" .. key, labels)
     end
     if self.labels then f:write_strings("labels", self.labels) end
+    for _, name in ipairs(sorted_keys(self.extra.datasets or {})) do
+      f:write(name, self.extra.datasets[name])
+    end
+    for _, name in ipairs(sorted_keys(self.extra.attrs or {})) do
+      f:set_attr("/", name, self.extra.attrs[name])
+    end
     f:set_attr("/", "numSeqs", n)
     f:set_attr("/", "numTimesteps", total)
     f:set_attr("/", "inputPattSize", self.data_dim)
@@ -1377,6 +1390,9 @@ function M.install(r)
   rl.dataset_write = M.dataset_write
   rl.check_dataset_dims = M.check_dataset_dims
   rl.datasets = M
+  -- for the audio dataset (lua/rnnlua/audio_dataset.lua), a subclass of Base reading Hdf
+  M.Base, M.base_init, M.hdf_new = Base, base_init, hdf_new
+  require("rnnlua.audio_dataset").install(r, M)
 end
 
 return M

@@ -50,6 +50,10 @@
 -- dataset's order depends only on its seed and the epoch, a resumed run on the CPU ends with
 -- the same parameters, bit for bit, as an uninterrupted one.
 --
+-- Pretraining: pretrain = "default" | function(net_desc, idx) | {construction =, repetitions =}
+-- grows the network layer by layer over the first epochs, as RETURNN's pretrain does
+-- (lua/rnnlua/pretrain.lua: the schemes, what is copied, the optimizer, checkpoints).
+--
 -- Several processes (`mpirun -np N`, config.distributed): rnnlua.dist deals the data to the
 -- ranks, sums the gradients (sync) or averages the parameters (average), adds up the scores;
 -- only rank 0 writes files and the log. With one process ctx.dist is nil and nothing changes.
@@ -63,6 +67,7 @@ local rl -- the module table, set by install
 local checkpoint = require("rnnlua.checkpoint")
 local logmod = require("rnnlua.log")
 local distmod = require("rnnlua.dist")
+local pretrainmod = require("rnnlua.pretrain")
 
 -- Every key rl.train knows, with its default (false: no default).
 local KEYS = {
@@ -72,7 +77,8 @@ local KEYS = {
   min_learning_rate = false, learning_rate_warmup_steps = false, model = false,
   save_interval = 1, load = false, log_verbosity = 3, log_file = false,
   log_progress_interval = 5, learning_curve_file = false, seed = 1, device = "cpu",
-  dtype = "float32", num_threads = false, distributed = false, plot = false, carry_state = false,
+  dtype = "float32", num_threads = false, distributed = false, plot = false, pretrain = false,
+  carry_state = false,
 }
 -- learning-rate-control options handed to rl.lr_control besides those above
 local function is_lr_key(k)
@@ -449,21 +455,38 @@ function M.train(config, argv)
       log:write(2, "%s", dist:describe())
     end
     local extern = cfg.extern_data or train:extern_data()
+    -- pretraining (rnnlua.pretrain): the network of each epoch, planned before the seed is set
+    local pre = pretrainmod.plan(cfg, extern, function(desc)
+      local n = rl.network(desc, extern, {dtype = cfg.dtype})
+      check_dims(train, n, "train")
+      if dev then check_dims(dev, n, "dev") end
+      return n
+    end)
     rl.manual_seed(cfg.seed)
-    local net = rl.network(cfg.network, extern, {dtype = cfg.dtype})
-    if cfg.device ~= "cpu" then
-      net:to(cfg.device)
-      log:write(2, "network moved to %s", net.device)
+    local ctx = {cfg = cfg, log = log, train = train, step = 0, history = {}, dist = dist}
+    function ctx.new_network(desc)
+      local n = rl.network(desc, extern, {dtype = cfg.dtype})
+      if cfg.device ~= "cpu" then
+        n:to(cfg.device)
+        log:write(2, "network moved to %s", n.device)
+      end
+      check_dims(train, n, "train")
+      if dev then check_dims(dev, n, "dev") end
+      if cfg.carry_state then
+        local why = n:carry_unfit()
+        if why then fail("carry_state = true: %s", why) end
+      end
+      return n
     end
-    check_dims(train, net, "train")
-    if dev then check_dims(dev, net, "dev") end
-    if cfg.carry_state then
-      local why = net:carry_unfit()
-      if why then fail("carry_state = true: %s", why) end
+    function ctx.new_optimizer(n) return make_optimizer(cfg, n) end
+    if pre then
+      for _, line in ipairs(pre:describe()) do log:write(2, "%s", line) end
+      pre:enter(ctx, 1, false)
+    else
+      ctx.net = ctx.new_network(cfg.network)
+      ctx.opt = ctx.new_optimizer(ctx.net)
     end
-    local ctx = {cfg = cfg, net = net, log = log, train = train, step = 0, history = {},
-                 dist = dist}
-    ctx.opt = make_optimizer(cfg, net)
+    local net = ctx.net
     ctx.lrc = make_lr_control(cfg)
     log:write(2, "network: %d parameters, layers %s", net:num_params(),
       table.concat(net.order, ", "))
@@ -480,6 +503,8 @@ function M.train(config, argv)
     end
     if load then
       local ck = rl.load_checkpoint(load)
+      if pre then pre:resume(ctx, ck) end
+      net = ctx.net
       checkpoint.load_params(ck, net)
       if ck.optimizer_state and ctx.opt.load_state then ctx.opt:load_state(ck.optimizer_state) end
       if ck.lr_control_state and ctx.lrc.load_state then ctx.lrc:load_state(ck.lr_control_state) end
@@ -499,6 +524,16 @@ function M.train(config, argv)
 
     local last
     for epoch = start, cfg.num_epochs do
+      local grown = pre and pre:enter(ctx, epoch, true)
+      if grown then
+        net = ctx.net
+        if dist then dist:sync_params(net) end
+        log:write(2, "epoch %d: pretrain step %d, layers %s: %d parameters (%d tensors copied; "
+          .. "new layers: %s%s)", epoch, grown.step, table.concat(net.order, ", "),
+          net:num_params(), grown.copied, table.concat(grown.new_layers, ", "),
+          #grown.reshaped == 0 and "" or "; initialised anew, their shape changed: "
+          .. table.concat(grown.reshaped, ", "))
+      end
       local tr = train_epoch(ctx, epoch)
       local rec = {epoch = epoch, lr = tr.lr, train_score = tr.loss, train_error = tr.error,
                    time = tr.time, steps = tr.steps, skipped = tr.skipped}
@@ -548,7 +583,8 @@ function M.train(config, argv)
         local path = cfg.model .. string.format(".%03d.h5", epoch)
         if writer then
           rl.save_checkpoint(path, {net = net, optimizer = ctx.opt, lr_control = ctx.lrc,
-                                    epoch = epoch, step = ctx.step})
+                                    epoch = epoch, step = ctx.step,
+                                    pretrain = pre and pre:state(epoch)})
           log:write(2, "saved %s", path)
         end
         ctx.checkpoint = path
@@ -585,6 +621,7 @@ function M.install(module)
   checkpoint.install(module)
   require("rnnlua.forward").install(module)
   distmod.install(module)
+  pretrainmod.install(module)
   rl.train = M.train
   return M
 end

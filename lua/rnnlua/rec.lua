@@ -28,13 +28,16 @@
 --
 -- Backward through time: the unit layers' outputs (S, B, F) and the lstm cells (S, B, H) are
 -- kept in buffers sized once per batch shape. A layer object keeps only its last forward, so
--- for each step, last to first, the rec layer re-runs the unit's forward of that step (the
--- generator reset to the state it had then, so dropout masks repeat) from the stored outputs,
--- then every unit layer's backward in reverse order; parameter gradients accumulate across
--- steps in the network's flat buffer, and the gradients of each layer's output at each step
--- gather in (S, B, F) buffers: from its readers at the same step, from prev: readers at the
--- next step and, for an lstm, from its own state. The cost is a second forward of the unit
--- per step, and no per-step allocation of activations.
+-- in training with targets each step runs on its own object of each unit layer (Rec:step_obj:
+-- objects sharing the parameters, made once and kept, up to M.max_step_objects steps), and
+-- backward visits the steps last to first calling every unit layer's backward in reverse order
+-- on that step's object. Beyond M.max_step_objects steps one object runs every step, and for
+-- each step backward first re-runs the unit's forward of that step (the generator reset to the
+-- state it had then, so dropout masks repeat) from the stored outputs. Parameter gradients
+-- accumulate across steps in the network's flat buffer, and the gradients of each layer's
+-- output at each step gather in (S, B, F) buffers: from its readers at the same step, from
+-- prev: readers at the next step and, for an lstm, from its own state. No activations are
+-- allocated per step.
 local M = {}
 
 local layers = require("rnnlua.layers")
@@ -340,6 +343,10 @@ function M.create(name, d, srcs, n_from, in_dims, dtype, ext)
       if not ok then fail("layer '%s' (rec), unit layer '%s': %s", name, uname, tostring(layer)) end
       unit.obj, unit.n_out = layer, layer.n_out
       unit.kind = (u.class == "lstm" or u.class == "gru") and u.class or "layer"
+      -- another object of the same layer (the per-step objects of Rec:step_obj)
+      unit.make = function()
+        return layers.create(u.class, name .. "/" .. uname, clean, in_d, dtype)
+      end
       if unit.kind ~= "layer" and u.direction ~= nil and u.direction ~= 1 then
         fail("%s: direction = %s; inside a unit the %s runs one step at a time, forward in "
           .. "the rec layer's steps (direction = 1)", p.where, tostring(u.direction), u.class)
@@ -389,6 +396,38 @@ function M.create(name, d, srcs, n_from, in_dims, dtype, ext)
   self.losses = {}
   for _, unit in ipairs(self.units) do
     if unit.loss then self.losses[#self.losses + 1] = unit end
+  end
+  -- Layers outside the recurrence run once over all steps in forward and backward (one large
+  -- product instead of S small ones), as the loss layers do: plain layers that read only this
+  -- step's layers or data:source and that nothing in the step loop reads, directly or through
+  -- other layers. The loop needs the stateful layers (lstm, gru, attention), whatever is read
+  -- through prev: (but a choice: in training its labels are the targets), and their same-step
+  -- sources.
+  local need, stack = {}, {}
+  for _, unit in ipairs(self.units) do
+    if unit.kind == "lstm" or unit.kind == "gru" or unit.kind == "attention" then
+      stack[#stack + 1] = unit
+    end
+    for _, src in ipairs(unit.srcs) do
+      local m = src.kind == "prev" and made[src.name]
+      if m and m.kind ~= "choice" then stack[#stack + 1] = m end
+    end
+  end
+  while #stack > 0 do
+    local unit = table.remove(stack)
+    if not need[unit] then
+      need[unit] = true
+      for _, src in ipairs(unit.srcs) do
+        if src.kind == "same" then stack[#stack + 1] = made[src.name] end
+      end
+    end
+  end
+  for _, unit in ipairs(self.units) do
+    local plain = unit.kind == "layer" and not unit.loss and not need[unit]
+    for _, src in ipairs(unit.srcs) do
+      plain = plain and (src.kind == "same" or src.kind == "source")
+    end
+    unit.hoisted = plain
   end
   self.target = (self.losses[1] and self.losses[1].target) or (self.choice and self.choice.target)
   for _, unit in ipairs(self.units) do
@@ -442,6 +481,8 @@ function Rec:bind(values, grads, offset)
         offset = offset + numel
       end
     elseif unit.obj then
+      unit.bound = {values, grads, offset}
+      for _, c in pairs(unit.clones or {}) do c:bind(values, grads, offset) end
       offset = unit.obj:bind(values, grads, offset)
     end
   end
@@ -501,6 +542,13 @@ function Rec:size_buffers(S, B)
         unit.loss_gin[k] = ensure(unit.loss_gin[k], dt, dev, S, B, unit.in_dims[k])
       end
     end
+    if unit.hoisted then -- input gradients over all steps (none for labels)
+      unit.whole_gin = unit.whole_gin or {}
+      for k in ipairs(unit.srcs) do
+        unit.whole_gin[k] = not unit.sparse_in[k]
+          and ensure(unit.whole_gin[k] or nil, dt, dev, S, B, unit.in_dims[k])
+      end
+    end
     unit.gin = unit.gin or {}
     for k, s in ipairs(unit.srcs) do
       if unit.sparse_in[k] or unit.kind == "choice" then
@@ -524,22 +572,47 @@ function Rec:step_input(s, t)
   return src.out:narrow(1, t - 1, 1)
 end
 
--- Runs unit layer `unit` at step t; returns its (1, B, F) output (not yet stored).
+-- The most steps that get a layer object each (see Rec:step_obj); longer runs re-run each step's
+-- forward in backward.
+M.max_step_objects = 64
+
+-- The layer object of `unit` that runs step t. In forward (where a backward may follow; not in
+-- search) with at most M.max_step_objects steps, every step has its own object sharing
+-- unit.obj's parameters (made on first use, kept), so that backward through time finds each
+-- step's activations where that step left them. Otherwise unit.obj runs every step and backward
+-- re-runs each step's forward before its backward (self.stepwise false).
+function Rec:step_obj(unit, t)
+  if t == 1 or not self.stepwise then return unit.obj end
+  local clones = unit.clones or {}
+  unit.clones = clones
+  local c = clones[t]
+  if not c then
+    c = unit.make()
+    c:bind(table.unpack(unit.bound))
+    clones[t] = c
+  end
+  return c
+end
+
+-- Runs unit layer `unit` at step t; returns its (1, B, F) output (not yet stored, except an
+-- attention layer's).
 function Rec:run_unit(unit, t, train)
   local ins = unit.ins or {}
   unit.ins = ins
   for k, s in ipairs(unit.srcs) do ins[k] = self:step_input(s, t) end
-  if unit.kind == "attention" then
-    return unit.obj:forward_step(t, ins[1]:select(1, 1)):view(1, self.B, unit.n_out)
+  if unit.kind == "attention" then -- writes its row of unit.out itself
+    unit.obj:forward_step(t, ins[1]:select(1, 1), unit.out:select(1, t))
+    return unit.out:narrow(1, t, 1)
   end
+  local obj = self:step_obj(unit, t)
   if unit.kind == "lstm" then
     local h0 = t == 1 and unit.zero_state or unit.out:select(1, t - 1)
     local c0 = t == 1 and unit.zero_state or unit.cells:select(1, t - 1)
-    unit.obj:set_initial_state(h0, c0)
+    obj:set_initial_state(h0, c0)
   elseif unit.kind == "gru" then -- its state is its output
-    unit.obj:set_initial_state(t == 1 and unit.zero_state or unit.out:select(1, t - 1))
+    obj:set_initial_state(t == 1 and unit.zero_state or unit.out:select(1, t - 1))
   end
-  local ok, out = pcall(unit.obj.forward, unit.obj, ins, self.ones, train)
+  local ok, out = pcall(obj.forward, obj, ins, self.ones, train)
   if not ok then fail("layer '%s' (rec), unit layer '%s', step %d: %s", self.name, unit.name, t,
       tostring(out)) end
   return out
@@ -547,17 +620,26 @@ end
 
 -- Runs unit layer `unit` at step t and keeps its output (and an lstm's cell) as row t.
 function Rec:store_unit(unit, t, train)
-  unit.out:narrow(1, t, 1):copy_(self:run_unit(unit, t, train))
+  local out = self:run_unit(unit, t, train)
+  if unit.kind ~= "attention" then unit.out:narrow(1, t, 1):copy_(out) end
   if unit.kind == "lstm" then
-    local _, c = unit.obj:final_state()
+    local _, c = self:step_obj(unit, t):final_state()
     unit.cells:select(1, t):copy_(c)
   end
 end
 
--- Whether unit runs in the step loop (loss layers and choices are handled apart in training).
+-- Whether unit runs in the step loop of forward and backward (loss layers and choices are
+-- handled apart in training, the layers outside the recurrence always).
 local function in_loop(unit, teacher)
+  if unit.hoisted then return false end
   if teacher then return not unit.loss and unit.kind ~= "choice" end
   return true
+end
+
+-- The (S, B, F) input of unit source s over all steps, for layers run once over all steps.
+function Rec:whole_input(s)
+  if s.kind == "source" then return self.source end
+  return self.by_name[s.name].out
 end
 
 -- The number of steps, their lengths and the target (S, B) int32 (or nil) of a batch.
@@ -601,6 +683,7 @@ function Rec:forward(inputs, geom, train, batch)
   self:size_buffers(S, B)
   local teacher = y ~= nil
   self.teacher = teacher
+  self.stepwise = S <= M.max_step_objects
   if teacher then
     -- labels of padded frames become 0: they are read (as prev:) but never matter
     local V = self.ext[self.target].dim
@@ -640,6 +723,16 @@ function Rec:forward(inputs, geom, train, batch)
         end
         self:store_unit(unit, t, train)
       end
+    end
+  end
+  for _, unit in ipairs(self.units) do
+    if unit.hoisted then
+      local ins = {}
+      for k, s in ipairs(unit.srcs) do ins[k] = self:whole_input(s) end
+      local ok, out = pcall(unit.obj.forward, unit.obj, ins, len, train)
+      if not ok then fail("layer '%s' (rec), unit layer '%s': %s", self.name, unit.name,
+          tostring(out)) end
+      unit.out:copy_(out)
     end
   end
   local loss, errors, frames = 0, 0, nil
@@ -704,12 +797,31 @@ function Rec:backward(grad_out, grad_in)
     if not ok then fail("layer '%s' (rec), unit layer '%s': %s", self.name, unit.name, tostring(err)) end
     for k, s in ipairs(unit.srcs) do self.by_name[s.name].grad:add_(gin[k]) end
   end
+  -- the layers outside the recurrence, over all steps at once, readers before what they read
+  for i = #self.units, 1, -1 do
+    local unit = self.units[i]
+    if unit.hoisted then
+      local gin = unit.whole_gin
+      local ok, err = pcall(unit.obj.backward, unit.obj, unit.grad, gin)
+      if not ok then fail("layer '%s' (rec), unit layer '%s': %s", self.name, unit.name,
+          tostring(err)) end
+      for k, s in ipairs(unit.srcs) do
+        if gin[k] then
+          if s.kind == "source" then
+            if self.dsource then self.dsource:add_(gin[k]) end
+          else
+            self.by_name[s.name].grad:add_(gin[k])
+          end
+        end
+      end
+    end
+  end
   for t = S, 1, -1 do
     -- re-run step t so that every layer object holds that step's activations (after the
     -- forward they hold the last step's already)
     rl.set_rng_state(self.rng_states[t])
     for _, unit in ipairs(self.units) do
-      if in_loop(unit, teacher) and unit.kind ~= "attention" and t < S then
+      if in_loop(unit, teacher) and unit.kind ~= "attention" and t < S and not self.stepwise then
         self:run_unit(unit, t, self.train)
       elseif unit.kind == "attention" then
         local ins = unit.ins or {}
@@ -725,13 +837,14 @@ function Rec:backward(grad_out, grad_in)
           local dq = unit.obj:backward_step(t, unit.ins[1]:select(1, 1), g:select(1, 1))
           self:route(unit.srcs[1], t, dq:view(1, B, unit.in_dims[1]))
         else
-          if unit.kind == "lstm" then unit.obj:set_final_state_grad(nil, unit.dc) end
-          local ok, err = pcall(unit.obj.backward, unit.obj, g, unit.gin)
+          local obj = self:step_obj(unit, t)
+          if unit.kind == "lstm" then obj:set_final_state_grad(nil, unit.dc) end
+          local ok, err = pcall(obj.backward, obj, g, unit.gin)
           if not ok then fail("layer '%s' (rec), unit layer '%s', step %d: %s", self.name,
               unit.name, t, tostring(err)) end
           if unit.kind == "lstm" or unit.kind == "gru" then
             -- the state's gradient flows to the previous step's output (= its h)
-            local dh0, dc0 = unit.obj:initial_state_grad()
+            local dh0, dc0 = obj:initial_state_grad()
             if dc0 then unit.dc:copy_(dc0) end
             if t > 1 then unit.grad:select(1, t - 1):add_(dh0) end
           end
@@ -791,10 +904,16 @@ end
 
 -- Beam search over the choice layer: inputs and geom as in forward (no target needed).
 -- opts: beam_size (default the choice's), eos (the end-of-sequence label, default 0),
--- max_seq_len (default the rec layer's). Returns one entry per sequence: {labels = {...}
--- (without the end label), score = sum of log-probabilities (with the end label's), hyps =
--- {{labels, score}, ...} best first}. Hypotheses that reach max_seq_len stop there unfinished.
--- Beam size 1 is greedy decoding. Scores are not length-normalised.
+-- max_seq_len (default the rec layer's), length_norm (default false). Returns one entry per
+-- sequence: {labels = {...} (without the end label), score, logp, steps, rows, hyps = {...}
+-- (the same for each hypothesis of the final beam, best first)}: logp the sum of
+-- log-probabilities (with the end label's), steps the steps the hypothesis ran (its labels,
+-- plus 1 when it ended with eos), rows[t] the row of the (S, B * K, ...) step buffers that
+-- computed its step t (rec:attention_weights(name)[t][rows[t]] are its weights at step t),
+-- score = logp, or logp / steps with length_norm (the division by length of RETURNN's
+-- length_normalization, applied to the final beam; the pruning step by step always compares
+-- summed log-probabilities). Hypotheses that
+-- reach max_seq_len stop there unfinished. Beam size 1 is greedy decoding.
 function Rec:search(inputs, geom, opts)
   opts = opts or {}
   local choice = self.choice
@@ -811,6 +930,10 @@ function Rec:search(inputs, geom, opts)
   if math.type(eos) ~= "integer" or eos < 0 or eos >= V then
     fail("%s: eos must be a label in 0..%d, got %s", where, V - 1, tostring(eos))
   end
+  local norm = opts.length_norm
+  if norm ~= nil and type(norm) ~= "boolean" then
+    fail("%s: length_norm must be true or false, got %s", where, tostring(norm))
+  end
   local lim = self:limits(geom, opts.max_seq_len or self.max_seq_len)
   local B = geom:size(1)
   local BK = B * K
@@ -822,6 +945,7 @@ function Rec:search(inputs, geom, opts)
   local rep_idx = rl.tensor(rep, "int32")
   local glen = geom:index_select(1, rep_idx)
   self.B, self.S, self.train, self.teacher = BK, S, false, false
+  self.stepwise = false
   self.source = self.n_from == 1 and inputs[1]:index_select(2, rep_idx) or nil
   if self.source and self.source:size(1) < S then
     fail("%s: the unit reads data:source (%d frames), max_seq_len allows %d steps", where,
@@ -900,20 +1024,32 @@ function Rec:search(inputs, geom, opts)
     for k = 1, K do
       local i = (b - 1) * K + k
       if score[i] > -math.huge then
-        local seq, j = {}, i
+        local seq, rows, j = {}, {}, i
         for t = S, 1, -1 do
           seq[t] = labels[t][j]
           j = back[t][j]
+          rows[t] = j
         end
         local out = {}
         for _, v in ipairs(seq) do
           if v == eos then break end
           out[#out + 1] = v
         end
-        hyps[#hyps + 1] = {labels = out, score = score[i]}
+        local steps = math.min(#out + 1, lim[b])
+        local h = {labels = out, logp = score[i], steps = steps, rows = rows,
+          score = norm and score[i] / steps or score[i], k = k}
+        hyps[#hyps + 1] = h
       end
     end
-    results[b] = {labels = hyps[1].labels, score = hyps[1].score, hyps = hyps}
+    if norm then
+      table.sort(hyps, function(x, y)
+        if x.score ~= y.score then return x.score > y.score end
+        return x.k < y.k
+      end)
+    end
+    local best = hyps[1]
+    results[b] = {labels = best.labels, score = best.score, logp = best.logp, steps = best.steps,
+      rows = best.rows, hyps = hyps}
   end
   return results
 end

@@ -269,6 +269,10 @@ static void test_config(const config *c) {
         (void)loss_of(&f, c);
         CHECK_OK(f.l->ops->backward(f.l, &io, &f.gout, gin));
     }
+    /* backward leaves the states alone: the final state stays readable until the next forward */
+    CHECK_OK(rl_gru_final_state(f.l, &hf));
+    CHECK(max_abs_diff(rl_tensor_data(&hf), hT, B * H) < 1e-12);
+    rl_tensor_release(&hf);
     rl_tensor dh0 = {0};
     CHECK_OK(rl_gru_initial_state_grad(f.l, &dh0));
     double gh[B * H];
@@ -482,6 +486,10 @@ static void test_errors(void) {
     /* backward before any forward */
     CHECK(f.l->ops->backward(f.l, &io, &f.gout, NULL) == RL_EARG);
     CHECK(strstr(rl_errmsg(), "'enc'") && strstr(rl_errmsg(), "without a forward"));
+    /* the final state before any forward */
+    rl_tensor hf = {0};
+    CHECK(rl_gru_final_state(f.l, &hf) == RL_EARG && !hf.storage);
+    CHECK(strstr(rl_errmsg(), "'enc'") && strstr(rl_errmsg(), "no forward"));
     /* an input of the wrong feature size */
     int64_t wrong[3] = {T, B, 5};
     rl_tensor x2 = {0};

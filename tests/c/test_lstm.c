@@ -243,6 +243,21 @@ static void check_grad(fixture *f, const config *c, double *v, const double *ga,
     CHECK(worst < 1e-6);
 }
 
+/* The largest difference between the layer's final state and the reference hT, cT. */
+static double final_state_err(rl_layer *l, const double *hT, const double *cT) {
+    rl_tensor hf = {0}, cf = {0};
+    CHECK_OK(rl_lstm_final_state(l, &hf, &cf));
+    if (!hf.storage || !cf.storage) return INFINITY;
+    double err = 0;
+    for (int i = 0; i < B * H; i++) {
+        err = fmax(err, fabs(((double *)rl_tensor_data(&hf))[i] - hT[i]));
+        err = fmax(err, fabs(((double *)rl_tensor_data(&cf))[i] - cT[i]));
+    }
+    rl_tensor_release(&hf);
+    rl_tensor_release(&cf);
+    return err;
+}
+
 static void test_config(const config *c) {
     fixture f;
     fixture_init(&f, c, RL_FLOAT64);
@@ -260,16 +275,7 @@ static void test_config(const config *c) {
             for (int j = 0; j < H; j++)
                 if (t >= LENS[b] && o[(t * B + b) * H + j] != 0.0) zeros_ok = 0;
     CHECK(zeros_ok);
-    rl_tensor hf = {0}, cf = {0};
-    CHECK_OK(rl_lstm_final_state(f.l, &hf, &cf));
-    double ferr = 0;
-    for (int i = 0; i < B * H; i++) {
-        ferr = fmax(ferr, fabs(((double *)rl_tensor_data(&hf))[i] - hT[i]));
-        ferr = fmax(ferr, fabs(((double *)rl_tensor_data(&cf))[i] - cT[i]));
-    }
-    CHECK(ferr < 1e-12);
-    rl_tensor_release(&hf);
-    rl_tensor_release(&cf);
+    CHECK(final_state_err(f.l, hT, cT) < 1e-12);
 
     /* analytic gradients: params += twice over zeroed grads checks the += rule */
     rl_layer_io io = make_io(&f, c);
@@ -278,6 +284,9 @@ static void test_config(const config *c) {
         (void)loss_of(&f, c);
         CHECK_OK(f.l->ops->backward(f.l, &io, &f.gout, gin));
     }
+    /* backward leaves the states alone: the final state stays readable until the next forward
+     * (a carried state is read after the training step) */
+    CHECK(final_state_err(f.l, hT, cT) < 1e-12);
     rl_tensor dh0 = {0}, dc0 = {0};
     CHECK_OK(rl_lstm_initial_state_grad(f.l, &dh0, &dc0));
     double gh[B * H], gc[B * H];
@@ -334,6 +343,10 @@ static void test_errors(void) {
     int64_t bad[2] = {T, 2};
     rl_tensor x2 = {0};
     CHECK_OK(rl_tensor_empty(&x2, RL_FLOAT64, RL_DEVICE_CPU, 2, bad));
+    /* the final state before any forward */
+    rl_tensor hf = {0}, cf = {0};
+    CHECK(rl_lstm_final_state(f.l, &hf, &cf) == RL_EARG && !hf.storage && !cf.storage);
+    CHECK(strstr(rl_errmsg(), "'enc'") && strstr(rl_errmsg(), "no forward"));
     rl_layer_io io = make_io(&f, &c);
     io.in[0] = &x2;
     CHECK(f.l->ops->forward(f.l, &io) != RL_OK);

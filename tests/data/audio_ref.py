@@ -105,6 +105,15 @@ def main():
                      low_freq=100.0, high_freq=-400.0).double().numpy()
     fb_hann_mag = K.fbank(x, num_mel_bins=24, sample_frequency=rate, dither=0.0, window_type="hanning",
                           use_power=False, remove_dc_offset=False).double().numpy()
+    # Kaldi's snip_edges = false: frames centred on the hops, the edges reflected; the short
+    # waveform (500 samples, 3 frames) has frames reaching over both ends
+    fb_nosnip = K.fbank(x, num_mel_bins=80, sample_frequency=rate, dither=0.0,
+                        snip_edges=False).double().numpy()
+    fb_ham_nosnip = K.fbank(x, num_mel_bins=40, sample_frequency=rate, dither=0.0,
+                            window_type="hamming", frame_length=20.0, frame_shift=12.5,
+                            snip_edges=False).double().numpy()
+    fb_short_nosnip = K.fbank(x[:, :500], num_mel_bins=80, sample_frequency=rate, dither=0.0,
+                              snip_edges=False).double().numpy()
     mf = K.mfcc(x, num_mel_bins=23, num_ceps=13, sample_frequency=rate, dither=0.0).double().numpy()
     d1 = deltas(mf)
     mf_d = normalize(np.concatenate([mf, d1, deltas(d1)], 1))
@@ -116,8 +125,12 @@ def main():
         f.write(lua_matrix("fbank40_hamming", fb_ham))
         f.write(lua_matrix("fbank24_hann_magnitude", fb_hann_mag))
         f.write(lua_matrix("mfcc13_deltas_cmvn", mf_d))
+        f.write(lua_matrix("fbank80_povey_nosnip", fb_nosnip))
+        f.write(lua_matrix("fbank40_hamming_nosnip", fb_ham_nosnip))
+        f.write(lua_matrix("fbank80_short_nosnip", fb_short_nosnip))
         f.write("}\n")
-    print("wrote", wav, "and audio_ref.lua:", fb.shape, fb_ham.shape, fb_hann_mag.shape, mf_d.shape)
+    print("wrote", wav, "and audio_ref.lua:", fb.shape, fb_ham.shape, fb_hann_mag.shape, mf_d.shape,
+          fb_nosnip.shape, fb_ham_nosnip.shape, fb_short_nosnip.shape)
 
 
 if __name__ == "__main__":

@@ -114,6 +114,20 @@ H.test("sync: bit-identical parameters on every rank", function()
   H.check(maxdiff(sync.net:params(), from_rank1(sync.net:params())) == 0, "ranks differ")
 end)
 
+H.test("sync with pretraining: the grown network is the same on every rank", function()
+  -- each rank's generator runs its own stream during an epoch, so the new layers of epoch 2
+  -- agree only because the engine broadcasts the grown network's parameters
+  local deep = {
+    fw1 = {class = "lstm", n_out = 4}, bw1 = {class = "lstm", n_out = 4, direction = -1},
+    fw2 = {class = "lstm", n_out = 4, from = {"fw1", "bw1"}},
+    bw2 = {class = "lstm", n_out = 4, direction = -1, from = {"fw1", "bw1"}},
+    output = {class = "softmax", from = {"fw2", "bw2"}, loss = "ce", target = "classes"},
+  }
+  local r = rl.train(config({network = deep, pretrain = "default"}))
+  H.check(#r.net.order == 5, "the full network in epoch 2")
+  H.check(maxdiff(r.net:params(), from_rank1(r.net:params())) == 0, "ranks differ")
+end)
+
 H.test("sync: shares deal every sequence once, round robin from the seed", function()
   local ds = rl.dataset({class = "12ax", num_seqs = 37, seed = 3})
   local seen, n = {}, 0

@@ -6,8 +6,9 @@
  * zero gradient on both, and the CUDA result bit-identical from run to run (no atomics).
  * The device-free part of the harness runs everywhere: the inputs, the CPU references
  * (float32 against float64 through the same comparison) and a check that the comparison
- * catches a perturbed gradient and a misplaced infinity. The CUDA part prints one SKIP line
- * without a CUDA build or device. Run by `make test-gpu`. */
+ * catches a perturbed gradient and a misplaced infinity. Without a CUDA build or device the
+ * device part runs with the CPU as the device side (tests/gpu/device_side.h). Run by
+ * `make test-gpu`. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -16,6 +17,7 @@
 #include "kernels/ctc.h"
 #include "kernels/ops.h"
 #include "tests/c/check.h"
+#include "tests/gpu/device_side.h"
 
 enum { T = 37, B = 6, V = 7, S = 9, BLANK = 6 };
 static const int32_t in_len[B] = {37, 20, 9, 5, 1, 30};
@@ -147,40 +149,30 @@ int main(void) {
     rl_tensor_release(&bad);
     rl_tensor_release(&badl);
 
-#ifdef RL_WITH_CUDA
-    const rl_device_backend *be = rl_device_cuda_backend();
-    if (be && be->count() > 0) {
-        const rl_device cuda0 = {RL_CUDA, 0};
-        for (int zi = 0; zi < 2; zi++) {
-            rl_tensor r64 = {0}, r64g = {0};
-            run(&x64, &lab, &il, &ll, zi, &r64, &r64g);
-            for (int d = 0; d < 2; d++) {
-                const rl_tensor *x = d == 0 ? &x64 : &x32;
-                rl_tensor xd = {0}, ld = {0}, gd = {0}, ld2 = {0}, gd2 = {0};
-                CHECK_OK(rl_op_to(&xd, x, x->dtype, cuda0));
-                run(&xd, &lab, &il, &ll, zi, &ld, &gd);
-                run(&xd, &lab, &il, &ll, zi, &ld2, &gd2);
-                double tol = d == 0 ? 1e-10 : 2e-5;
-                CHECK(rel_diff(&r64, &ld) <= tol);
-                CHECK(rel_diff(&r64g, &gd) <= tol);
-                CHECK(rel_diff(&ld, &ld2) == 0.0 && rel_diff(&gd, &gd2) == 0.0);
-                check_infeasible(&ld, &gd, zi);
-                rl_tensor_release(&xd);
-                rl_tensor_release(&ld);
-                rl_tensor_release(&gd);
-                rl_tensor_release(&ld2);
-                rl_tensor_release(&gd2);
-            }
-            rl_tensor_release(&r64);
-            rl_tensor_release(&r64g);
+    const rl_device dev = device_side(NULL);
+    for (int zi = 0; zi < 2; zi++) {
+        rl_tensor r64 = {0}, r64g = {0};
+        run(&x64, &lab, &il, &ll, zi, &r64, &r64g);
+        for (int d = 0; d < 2; d++) {
+            const rl_tensor *x = d == 0 ? &x64 : &x32;
+            rl_tensor xd = {0}, ld = {0}, gd = {0}, ld2 = {0}, gd2 = {0};
+            CHECK_OK(rl_op_to(&xd, x, x->dtype, dev));
+            run(&xd, &lab, &il, &ll, zi, &ld, &gd);
+            run(&xd, &lab, &il, &ll, zi, &ld2, &gd2);
+            double tol = d == 0 ? 1e-10 : 2e-5;
+            CHECK(rel_diff(&r64, &ld) <= tol);
+            CHECK(rel_diff(&r64g, &gd) <= tol);
+            CHECK(rel_diff(&ld, &ld2) == 0.0 && rel_diff(&gd, &gd2) == 0.0);
+            check_infeasible(&ld, &gd, zi);
+            rl_tensor_release(&xd);
+            rl_tensor_release(&ld);
+            rl_tensor_release(&gd);
+            rl_tensor_release(&ld2);
+            rl_tensor_release(&gd2);
         }
-    } else {
-        printf("SKIP: no CUDA device (the CUDA part of the ctc parity test needs a GPU)\n");
+        rl_tensor_release(&r64);
+        rl_tensor_release(&r64g);
     }
-#else
-    printf(
-        "SKIP: not a CUDA build (the CUDA part of the ctc parity test needs CUDA=1 and a GPU)\n");
-#endif
     rl_tensor *all[] = {&x64, &x32, &lab, &il, &ll, &l64, &g64, &l32, &g32};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++)
         rl_tensor_release(all[i]);

@@ -9,9 +9,10 @@
  * buffers (padded rows included) and the bias sums against a host sum.
  *
  * Without a GPU (or without a CUDA build) the device-free parts still run: the CPU reference
- * runs (two layer objects must agree bit for bit, and no NaN of the padding may reach a result)
- * and a check that the comparison catches a wrong element; then one SKIP line. Run by
- * `make test-gpu`. */
+ * runs (two layer objects must agree bit for bit, and no NaN of the padding may reach a result),
+ * a check that the comparison catches a wrong element, and the layer harness with the CPU as the
+ * device side (tests/gpu/device_side.h); the per-step CUDA kernels need a GPU and are skipped.
+ * Run by `make test-gpu`. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -22,6 +23,7 @@
 #include "layers/layer.h"
 #include "layers/layers.h"
 #include "tests/c/check.h"
+#include "tests/gpu/device_side.h"
 #ifdef RL_WITH_CUDA
 #include "kernels/cuda/gru_cuda.h"
 #endif
@@ -235,8 +237,8 @@ static void test_reference(void) {
     }
 }
 
-#ifdef RL_WITH_CUDA
-static const rl_device CUDA0 = {RL_CUDA, 0};
+/* the side compared with the CPU: cuda:0, or the CPU itself without a device */
+static rl_device DEV = {RL_CPU, 0};
 
 /* Both directions on the GPU queued at once (forward of both, then backward of both, no
  * synchronisation between), against the CPU; two batches. */
@@ -245,7 +247,7 @@ static void test_layer(rl_dtype dt, double rtol) {
     for (int d = 0; d < 2; d++) {
         int dir = d ? -1 : 1;
         if (!side_init(&cpu[d], dt, dir, RL_DEVICE_CPU, 21 + d) ||
-            !side_init(&gpu[d], dt, dir, CUDA0, 21 + d))
+            !side_init(&gpu[d], dt, dir, DEV, 21 + d))
             return;
     }
     for (int rep = 0; rep < 2; rep++) {
@@ -258,7 +260,7 @@ static void test_layer(rl_dtype dt, double rtol) {
             side_backward(&gpu[d]);
         }
     }
-    CHECK_OK(rl_op_synchronize(CUDA0));
+    CHECK_OK(rl_op_synchronize(DEV));
     for (int d = 0; d < 2; d++) {
         char tag[64];
         snprintf(tag, sizeof tag, "layer %s %s", rl_dtype_name(dt), d ? "bw" : "fw");
@@ -267,6 +269,9 @@ static void test_layer(rl_dtype dt, double rtol) {
         side_free(&gpu[d]);
     }
 }
+
+#ifdef RL_WITH_CUDA
+static const rl_device CUDA0 = {RL_CUDA, 0};
 
 /* The per-step kernels and the bias sums against the CPU steps on the same random buffers. */
 static void test_steps(void) {
@@ -322,19 +327,11 @@ static void test_steps(void) {
 int main(void) {
     rl_ops_init();
     test_reference();
+    DEV = device_side("the per-step CUDA kernels");
+    test_layer(RL_FLOAT32, 1e-5);
+    test_layer(RL_FLOAT64, 1e-10);
 #ifdef RL_WITH_CUDA
-    const rl_device_backend *be = rl_device_cuda_backend();
-    if (be && be->count() > 0) {
-        test_layer(RL_FLOAT32, 1e-5);
-        test_layer(RL_FLOAT64, 1e-10);
-        test_steps();
-    } else {
-        printf("SKIP: no CUDA device (the GRU parity test's device part needs a GPU; the CPU "
-               "reference ran)\n");
-    }
-#else
-    printf("SKIP: not a CUDA build (the GRU parity test's device part needs CUDA=1 and a GPU; "
-           "the CPU reference ran)\n");
+    if (DEV.type == RL_CUDA) test_steps();
 #endif
     TEST_MAIN_END();
 }

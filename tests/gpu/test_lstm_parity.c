@@ -10,22 +10,33 @@
  * (rl_layer_create on CUDA tensors, impl = "own" and "cudnn") against the CPU layer: both
  * directions queued at once, two inputs (one a strided view), a given initial state, peepholes
  * (own), every gradient, two runs; and mixed CPU/CUDA arguments as errors naming the layer.
- * Without a CUDA build or device it prints a SKIP line and passes. Run by `make test-gpu`. */
+ * Without a CUDA device (or build) the "device" side is the CPU itself, so a broken test shows
+ * there too: the per-step harness runs with the CPU step kernels of kernels/lstm.h in place of
+ * the CUDA ones, and the layer harness with impl = "own" runs whole (both directions, two inputs,
+ * initial state, peepholes, final state, every gradient, two runs); the whole-recurrence calls on
+ * streams, the cuDNN cases and the mixed-device checks need a GPU and are skipped. The line
+ * printed says which side ran. Run by `make test-gpu`. */
 #include <stdio.h>
 #include <string.h>
 
 #include "core/device.h"
+#include "kernels/lstm.h"
 #include "kernels/ops.h"
 #include "layers/layer.h"
 #include "layers/layers.h"
+#include "layers/matrix.h"
 #include "tests/c/check.h"
+#include "tests/gpu/device_side.h"
 
 #ifdef RL_WITH_CUDA
+#include "kernels/cuda/context.h"
 #include "kernels/cuda/lstm_cuda.h"
+#endif
 
 enum { T = 7, B = 3, H = 5, F = 4 };
 static const int32_t LENS[B] = {7, 4, 1};
-static const rl_device CUDA0 = {RL_CUDA, 0};
+/* the side compared with the CPU layer: cuda:0, or the CPU itself without a device */
+static rl_device DEV = {RL_CPU, 0};
 
 /* ---- inputs ---- */
 
@@ -61,13 +72,13 @@ static rl_tensor rand_cpu(rl_dtype dt, int ndim, const int64_t *shape, double a,
 
 static rl_tensor to_dev(const rl_tensor *t) {
     rl_tensor g = {0};
-    CHECK_OK(rl_op_to(&g, t, t->dtype, CUDA0));
+    CHECK_OK(rl_op_to(&g, t, t->dtype, DEV));
     return g;
 }
 
 static rl_tensor zeros_dev(rl_dtype dt, int ndim, const int64_t *shape) {
     rl_tensor g = {0};
-    CHECK_OK(rl_tensor_empty(&g, dt, CUDA0, ndim, shape));
+    CHECK_OK(rl_tensor_empty(&g, dt, DEV, ndim, shape));
     if (g.storage) CHECK_OK(rl_op_fill(&g, 0.0));
     return g;
 }
@@ -255,20 +266,73 @@ static void dev_free(dev_run *d) {
 
 static void *D(const rl_tensor *t) { return rl_tensor_data(t); }
 
+/* The device side's GEMM (row-major c = op(a) op(b) + beta c) and step kernels: CUDA's on a GPU,
+ * the CPU's (BLAS, kernels/lstm.h) when the CPU is the device side. */
+static rl_status gemm_on(void *s, rl_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
+                         const void *a, int64_t lda, const void *b, int64_t ldb, double beta,
+                         void *c, int64_t ldc) {
+#ifdef RL_WITH_CUDA
+    if (DEV.type == RL_CUDA)
+        return rl_cuda_gemm(s, dt, ta, tb, m, n, k, 1.0, a, lda, b, ldb, beta, c, ldc);
+#endif
+    (void)s;
+    return rl_mat_gemm(RL_DEVICE_CPU, NULL, dt, ta, tb, m, n, k, (rl_mat){(void *)a, lda},
+                       (rl_mat){(void *)b, ldb}, beta, (rl_mat){c, ldc});
+}
+
+static rl_status fwd_step(rl_dtype dt, int64_t t, const int32_t *len, void *z, const void *bias,
+                          const void *const *peep, const void *cp, const void *hp, void *c, void *h,
+                          void *out) {
+#ifdef RL_WITH_CUDA
+    if (DEV.type == RL_CUDA && dt == RL_FLOAT32)
+        return rl_lstm_cuda_fwd_f32(NULL, B, H, t, len, z, bias, (const float *const *)peep, cp, hp,
+                                    c, h, out);
+    if (DEV.type == RL_CUDA)
+        return rl_lstm_cuda_fwd_f64(NULL, B, H, t, len, z, bias, (const double *const *)peep, cp,
+                                    hp, c, h, out);
+#endif
+    if (dt == RL_FLOAT32)
+        rl_lstm_cpu_fwd_f32(B, H, t, len, z, bias, (const float *const *)peep, cp, hp, c, h, out);
+    else
+        rl_lstm_cpu_fwd_f64(B, H, t, len, z, bias, (const double *const *)peep, cp, hp, c, h, out);
+    return RL_OK;
+}
+
+static rl_status bwd_step(rl_dtype dt, int64_t t, const int32_t *len, void *z,
+                          const void *const *peep, const void *cp, const void *c, const void *dout,
+                          void *dh, void *dc, void *db, void *const *dpeep) {
+#ifdef RL_WITH_CUDA
+    if (DEV.type == RL_CUDA && dt == RL_FLOAT32)
+        return rl_lstm_cuda_bwd_f32(NULL, B, H, t, len, z, (const float *const *)peep, cp, c, dout,
+                                    H, dh, dc, db, (float *const *)dpeep);
+    if (DEV.type == RL_CUDA)
+        return rl_lstm_cuda_bwd_f64(NULL, B, H, t, len, z, (const double *const *)peep, cp, c, dout,
+                                    H, dh, dc, db, (double *const *)dpeep);
+#endif
+    if (dt == RL_FLOAT32)
+        rl_lstm_cpu_bwd_f32(B, H, t, len, z, (const float *const *)peep, cp, c, dout, H, dh, dc, db,
+                            (float *const *)dpeep);
+    else
+        rl_lstm_cpu_bwd_f64(B, H, t, len, z, (const double *const *)peep, cp, c, dout, H, dh, dc,
+                            db, (double *const *)dpeep);
+    return RL_OK;
+}
+
 /* gates = x W (what the layer does before the recurrence) */
 static rl_status input_projection(void *s, const dev_run *d, rl_dtype dt) {
-    return rl_lstm_cuda_gemm(s, dt, false, false, T * B, 4 * H, F, 1.0, D(&d->x), F, D(&d->W),
-                             4 * H, 0.0, D(&d->gates), 4 * H);
+    return gemm_on(s, dt, false, false, T * B, 4 * H, F, D(&d->x), F, D(&d->W), 4 * H, 0.0,
+                   D(&d->gates), 4 * H);
 }
 
 /* dW += X^T dZ, dx = dZ W^T (what the layer does after the recurrence) */
 static rl_status input_grads(void *s, const dev_run *d, rl_dtype dt) {
-    RL_TRY(rl_lstm_cuda_gemm(s, dt, true, false, F, 4 * H, T * B, 1.0, D(&d->x), F, D(&d->gates),
-                             4 * H, 1.0, D(&d->dW), 4 * H));
-    return rl_lstm_cuda_gemm(s, dt, false, true, T * B, F, 4 * H, 1.0, D(&d->gates), 4 * H,
-                             D(&d->W), 4 * H, 0.0, D(&d->dx), F);
+    RL_TRY(gemm_on(s, dt, true, false, F, 4 * H, T * B, D(&d->x), F, D(&d->gates), 4 * H, 1.0,
+                   D(&d->dW), 4 * H));
+    return gemm_on(s, dt, false, true, T * B, F, 4 * H, D(&d->gates), 4 * H, D(&d->W), 4 * H, 0.0,
+                   D(&d->dx), F);
 }
 
+#ifdef RL_WITH_CUDA
 static rl_status loop_forward(void *s, const dev_run *d, const ref *r) {
     RL_TRY(input_projection(s, d, r->dt));
     return rl_lstm_cuda_forward(s, r->dt, T, B, H, r->dir, D(&d->len), D(&d->gates), D(&d->U),
@@ -283,6 +347,7 @@ static rl_status loop_backward(void *s, const dev_run *d, const ref *r) {
                                  r->peep ? (void *const *)d->dpeep : NULL));
     return input_grads(s, d, r->dt);
 }
+#endif
 
 /* The per-step API on the default stream, in the order of layers/lstm.c's loops, with the bias
  * and peephole sums done per step by the backward kernel. */
@@ -290,44 +355,30 @@ static rl_status steps(const dev_run *d, const ref *r) {
     rl_dtype dt = r->dt;
     int64_t BH = B * H;
     const int32_t *len = D(&d->len);
+    const void *const *peep = r->peep ? d->peep : NULL;
     RL_TRY(input_projection(NULL, d, dt));
     for (int64_t s = 0; s < T; s++) {
         int64_t t = r->dir > 0 ? s : T - 1 - s;
         int64_t prev = r->dir > 0 ? t : t + 1, cur = r->dir > 0 ? t + 1 : t;
         void *zt = el(&d->gates, t * B * 4 * H);
-        RL_TRY(rl_lstm_cuda_gemm(NULL, dt, false, false, B, 4 * H, H, 1.0, el(&d->hs, prev * BH), H,
-                                 D(&d->U), 4 * H, 1.0, zt, 4 * H));
-        if (dt == RL_FLOAT32)
-            RL_TRY(rl_lstm_cuda_fwd_f32(
-                NULL, B, H, t, len, zt, D(&d->b), r->peep ? (const float *const *)d->peep : NULL,
-                el(&d->cs, prev * BH), el(&d->hs, prev * BH), el(&d->cs, cur * BH),
-                el(&d->hs, cur * BH), el(&d->out, t * BH)));
-        else
-            RL_TRY(rl_lstm_cuda_fwd_f64(
-                NULL, B, H, t, len, zt, D(&d->b), r->peep ? (const double *const *)d->peep : NULL,
-                el(&d->cs, prev * BH), el(&d->hs, prev * BH), el(&d->cs, cur * BH),
-                el(&d->hs, cur * BH), el(&d->out, t * BH)));
+        RL_TRY(gemm_on(NULL, dt, false, false, B, 4 * H, H, el(&d->hs, prev * BH), H, D(&d->U),
+                       4 * H, 1.0, zt, 4 * H));
+        RL_TRY(fwd_step(dt, t, len, zt, D(&d->b), peep, el(&d->cs, prev * BH),
+                        el(&d->hs, prev * BH), el(&d->cs, cur * BH), el(&d->hs, cur * BH),
+                        el(&d->out, t * BH)));
     }
     for (int64_t s = T - 1; s >= 0; s--) {
         int64_t t = r->dir > 0 ? s : T - 1 - s;
         int64_t prev = r->dir > 0 ? t : t + 1, cur = r->dir > 0 ? t + 1 : t;
         void *zt = el(&d->gates, t * B * 4 * H);
-        if (dt == RL_FLOAT32)
-            RL_TRY(rl_lstm_cuda_bwd_f32(
-                NULL, B, H, t, len, zt, r->peep ? (const float *const *)d->peep : NULL,
-                el(&d->cs, prev * BH), el(&d->cs, cur * BH), el(&d->gout, t * BH), H, D(&d->dh),
-                D(&d->dc), D(&d->db), r->peep ? (float *const *)d->dpeep : NULL));
-        else
-            RL_TRY(rl_lstm_cuda_bwd_f64(
-                NULL, B, H, t, len, zt, r->peep ? (const double *const *)d->peep : NULL,
-                el(&d->cs, prev * BH), el(&d->cs, cur * BH), el(&d->gout, t * BH), H, D(&d->dh),
-                D(&d->dc), D(&d->db), r->peep ? (double *const *)d->dpeep : NULL));
-        RL_TRY(rl_lstm_cuda_gemm(NULL, dt, false, true, B, H, 4 * H, 1.0, zt, 4 * H, D(&d->U),
-                                 4 * H, 1.0, D(&d->dh), H));
+        RL_TRY(bwd_step(dt, t, len, zt, peep, el(&d->cs, prev * BH), el(&d->cs, cur * BH),
+                        el(&d->gout, t * BH), D(&d->dh), D(&d->dc), D(&d->db),
+                        r->peep ? d->dpeep : NULL));
+        RL_TRY(gemm_on(NULL, dt, false, true, B, H, 4 * H, zt, 4 * H, D(&d->U), 4 * H, 1.0,
+                       D(&d->dh), H));
     }
-    RL_TRY(rl_lstm_cuda_gemm(NULL, dt, true, false, H, 4 * H, T * B, 1.0,
-                             el(&d->hs, r->dir > 0 ? 0 : BH), H, D(&d->gates), 4 * H, 1.0,
-                             D(&d->dU), 4 * H));
+    RL_TRY(gemm_on(NULL, dt, true, false, H, 4 * H, T * B, el(&d->hs, r->dir > 0 ? 0 : BH), H,
+                   D(&d->gates), 4 * H, 1.0, D(&d->dU), 4 * H));
     return input_grads(NULL, d, dt);
 }
 
@@ -351,19 +402,21 @@ static void dev_compare(const char *tag, const dev_run *d, const ref *r, double 
     rl_tensor_release(&cT);
 }
 
-/* Both directions queued at once on two streams, then compared; then the per-step API. */
+/* Both directions queued at once on two streams, then compared (a GPU only); then the per-step
+ * API. */
 static void test_own(rl_dtype dt, bool peep, double rtol) {
     ref r[2];
     dev_run d[2];
-    void *s[2] = {NULL, NULL};
     bool ok = ref_run(&r[0], 1, peep, dt) & ref_run(&r[1], -1, peep, dt);
     char tag[2][64];
-    for (int k = 0; k < 2; k++) {
+#ifdef RL_WITH_CUDA
+    void *s[2] = {NULL, NULL};
+    for (int k = 0; k < 2 && ok && DEV.type == RL_CUDA; k++) {
         snprintf(tag[k], sizeof tag[k], "own %s dir %d%s (streams)", rl_dtype_name(dt), r[k].dir,
                  peep ? " peep" : "");
-        CHECK_OK(rl_lstm_cuda_stream_create(0, &s[k]));
+        CHECK_OK(rl_cuda_stream_create(0, &s[k]));
     }
-    if (ok) {
+    if (ok && DEV.type == RL_CUDA) {
         for (int k = 0; k < 2; k++)
             dev_setup(&d[k], &r[k]);
         for (int k = 0; k < 2; k++)
@@ -371,27 +424,30 @@ static void test_own(rl_dtype dt, bool peep, double rtol) {
         for (int k = 0; k < 2; k++)
             CHECK_OK(loop_backward(s[k], &d[k], &r[k]));
         for (int k = 0; k < 2; k++) {
-            CHECK_OK(rl_lstm_cuda_stream_sync(s[k]));
-            dev_compare(tag[k], &d[k], &r[k], rtol);
-            dev_free(&d[k]);
-        }
-        for (int k = 0; k < 2; k++) {
-            snprintf(tag[k], sizeof tag[k], "own %s dir %d%s (steps)", rl_dtype_name(dt), r[k].dir,
-                     peep ? " peep" : "");
-            dev_setup(&d[k], &r[k]);
-            CHECK_OK(steps(&d[k], &r[k]));
-            CHECK_OK(rl_op_synchronize(CUDA0));
+            CHECK_OK(rl_cuda_stream_sync(s[k]));
             dev_compare(tag[k], &d[k], &r[k], rtol);
             dev_free(&d[k]);
         }
     }
-    for (int k = 0; k < 2; k++) {
-        rl_lstm_cuda_stream_destroy(s[k]);
+    for (int k = 0; k < 2; k++)
+        rl_cuda_stream_destroy(s[k]);
+#endif
+    for (int k = 0; k < 2 && ok; k++) {
+        snprintf(tag[k], sizeof tag[k], "own %s dir %d%s (steps)", rl_dtype_name(dt), r[k].dir,
+                 peep ? " peep" : "");
+        dev_setup(&d[k], &r[k]);
+        CHECK_OK(steps(&d[k], &r[k]));
+        CHECK_OK(rl_op_synchronize(DEV));
+        dev_compare(tag[k], &d[k], &r[k], rtol);
+        dev_free(&d[k]);
+    }
+    for (int k = 0; k < 2; k++)
         ref_free(&r[k]);
-    }
 }
 
 /* ---- cuDNN ---- */
+
+#ifdef RL_WITH_CUDA
 
 static void test_cudnn(rl_dtype dt, int dir, double rtol) {
     ref r;
@@ -405,7 +461,7 @@ static void test_cudnn(rl_dtype dt, int dir, double rtol) {
     void *s = NULL;
     CHECK_OK(rl_cudnn_lstm_create(&c, 0, dt, F, H, dir));
     /* the backward direction also runs on a stream of its own */
-    if (dir < 0) CHECK_OK(rl_lstm_cuda_stream_create(0, &s));
+    if (dir < 0) CHECK_OK(rl_cuda_stream_create(0, &s));
     if (c && s) CHECK_OK(rl_cudnn_lstm_set_stream(c, s));
     if (c) {
         int64_t ws[2] = {F, 4 * H}, us[2] = {H, 4 * H}, b4[1] = {4 * H}, os[3] = {T, B, H};
@@ -423,7 +479,7 @@ static void test_cudnn(rl_dtype dt, int dir, double rtol) {
                                        D(&hT), D(&cT)));
         CHECK_OK(rl_cudnn_lstm_backward(c, D(&gout), D(&dx), D(&dh0), D(&dc0)));
         CHECK_OK(rl_cudnn_lstm_unpack_grads(c, D(&dW), D(&dU), D(&db)));
-        CHECK_OK(s ? rl_lstm_cuda_stream_sync(s) : rl_op_synchronize(CUDA0));
+        CHECK_OK(s ? rl_cuda_stream_sync(s) : rl_op_synchronize(DEV));
         compare(tag, "W round trip", param(&r, 0), &W2, 0.0);
         compare(tag, "U round trip", param(&r, 1), &U2, 0.0);
         compare(tag, "b round trip", param(&r, 2), &b2, 0.0);
@@ -442,7 +498,7 @@ static void test_cudnn(rl_dtype dt, int dir, double rtol) {
             rl_tensor_release(ts[i]);
     }
     rl_cudnn_lstm_free(c);
-    rl_lstm_cuda_stream_destroy(s);
+    rl_cuda_stream_destroy(s);
     ref_free(&r);
 }
 
@@ -462,6 +518,8 @@ static void test_cudnn_misuse(void) {
     rl_tensor_release(&y);
     rl_cudnn_lstm_free(c);
 }
+
+#endif
 
 /* ---- the layer itself on CUDA tensors ---- */
 
@@ -612,7 +670,7 @@ static void test_layer(rl_dtype dt, bool peep, const char *impl, double rtol) {
             rl_tensor *gin[2] = {&c[k].dgx1, &c[k].dgx2};
             CHECK_OK(c[k].gpu->ops->backward(c[k].gpu, &io[k], &c[k].dgout, gin));
         }
-        CHECK_OK(rl_op_synchronize(CUDA0));
+        CHECK_OK(rl_op_synchronize(DEV));
         for (int k = 0; k < 2; k++) {
             char tag[96];
             snprintf(tag, sizeof tag, "layer impl=%s %s dir %d%s (run %d)", impl, rl_dtype_name(dt),
@@ -645,41 +703,38 @@ static void test_layer_devices(void) {
         /* a CPU grad_out for a CUDA forward */
         CHECK(c.gpu->ops->backward(c.gpu, &io, &c.gout, NULL) != RL_OK);
         CHECK(strstr(rl_errmsg(), "'dev'") && strstr(rl_errmsg(), "grad_out"));
-        CHECK_OK(rl_op_synchronize(CUDA0));
+        CHECK_OK(rl_op_synchronize(DEV));
     }
     case_free(&c);
 }
 
 static void run_all(void) {
+    bool gpu = DEV.type == RL_CUDA;
     for (int peep = 0; peep < 2; peep++) {
         test_own(RL_FLOAT32, peep, 1e-5);
         test_own(RL_FLOAT64, peep, 1e-10);
     }
-    for (int dir = 1; dir >= -1; dir -= 2) {
+#ifdef RL_WITH_CUDA
+    for (int dir = 1; dir >= -1 && gpu; dir -= 2) {
         test_cudnn(RL_FLOAT32, dir, 3e-5);
         test_cudnn(RL_FLOAT64, dir, 1e-10);
     }
-    test_cudnn_misuse();
+    if (gpu) test_cudnn_misuse();
+#endif
     for (int peep = 0; peep < 2; peep++) {
         test_layer(RL_FLOAT32, peep, "own", 1e-5);
         test_layer(RL_FLOAT64, peep, "own", 1e-10);
     }
-    test_layer(RL_FLOAT32, false, "cudnn", 3e-5);
-    test_layer(RL_FLOAT64, false, "cudnn", 1e-10);
-    test_layer_devices();
+    if (gpu) {
+        test_layer(RL_FLOAT32, false, "cudnn", 3e-5);
+        test_layer(RL_FLOAT64, false, "cudnn", 1e-10);
+        test_layer_devices();
+    }
 }
-#endif
 
 int main(void) {
-#ifdef RL_WITH_CUDA
     rl_ops_init();
-    const rl_device_backend *be = rl_device_cuda_backend();
-    if (be && be->count() > 0)
-        run_all();
-    else
-        printf("SKIP: no CUDA device (the LSTM parity test needs a GPU)\n");
-#else
-    printf("SKIP: not a CUDA build (the LSTM parity test needs CUDA=1 and a GPU)\n");
-#endif
+    DEV = device_side("the stream, cuDNN and mixed-device cases");
+    run_all();
     TEST_MAIN_END();
 }

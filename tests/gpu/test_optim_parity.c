@@ -6,8 +6,12 @@
  * states, norms and counters are compared (float32 to 1e-6, float64 to 1e-10, relative to the
  * element or to the buffer's largest element). The gradient norm is also compared on lengths
  * around the block sizes and must be bit-identical from run to run; max-norm is compared on
- * contiguous, transposed and narrowed weights. Buffers have odd lengths on purpose.
- * Without a CUDA build or device it prints one SKIP line and passes. Run by `make test-gpu`. */
+ * contiguous, transposed and narrowed weights. Buffers have odd lengths on purpose, small enough
+ * that a slow device (a simulator) finishes in minutes; the norm still runs on a buffer longer
+ * than one pass of its stage-1 grid (1024 blocks of 256 threads).
+ * Without a CUDA device (or build) the "device" side is the CPU itself: every case and every
+ * comparison runs and must pass, so a broken test shows there too; the line printed says which
+ * side ran. Run by `make test-gpu`. */
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -17,10 +21,10 @@
 #include "kernels/ops.h"
 #include "kernels/optim.h"
 #include "tests/c/check.h"
+#include "tests/gpu/device_side.h"
 
-#ifdef RL_WITH_CUDA
-
-static const rl_device CUDA0 = {RL_CUDA, 0};
+/* the side compared with the CPU: cuda:0, or the CPU itself without a device */
+static rl_device DEV = {RL_CPU, 0};
 
 /* ---- inputs ---- */
 
@@ -83,7 +87,7 @@ static void compare(const char *what, const rl_tensor *want, const rl_tensor *go
     }
     if (!rl_tensor_same_shape(want, got) || want->dtype != got->dtype) {
         check_failed++;
-        fprintf(stderr, "FAIL %s: cpu and cuda results differ in shape or dtype\n", what);
+        fprintf(stderr, "FAIL %s: cpu and device results differ in shape or dtype\n", what);
         return;
     }
     rl_tensor host = {0};
@@ -118,7 +122,7 @@ static void compare(const char *what, const rl_tensor *want, const rl_tensor *go
     } else {
         check_failed++;
         fprintf(stderr,
-                "FAIL %s: element %" PRId64 ": cpu %.9g, cuda %.9g (%.3g x the tolerance %g)\n",
+                "FAIL %s: element %" PRId64 ": cpu %.9g, device %.9g (%.3g x the tolerance %g)\n",
                 what, worst_at, wa, wb, worst, rtol);
     }
 }
@@ -128,7 +132,7 @@ static void compare_scalar(const char *what, double want, double got, double rto
         check_passed++;
     } else {
         check_failed++;
-        fprintf(stderr, "FAIL %s: cpu %.17g, cuda %.17g\n", what, want, got);
+        fprintf(stderr, "FAIL %s: cpu %.17g, device %.17g\n", what, want, got);
     }
 }
 
@@ -137,10 +141,10 @@ static double rtol_of(rl_dtype dt) { return dt == RL_FLOAT64 ? 1e-10 : 1e-6; }
 /* ---- the gradient norm ---- */
 
 static void test_grad_norm(rl_dtype dt) {
-    const int64_t lens[] = {1, 2, 255, 256, 257, 10007, 262145, 1048579};
+    const int64_t lens[] = {1, 2, 255, 256, 257, 10007, 262145};
     for (size_t k = 0; k < sizeof lens / sizeof lens[0]; k++) {
         rl_tensor c = rand_cpu(dt, 1, &lens[k], -2.0, 2.0);
-        rl_tensor g = to_dev(&c, CUDA0);
+        rl_tensor g = to_dev(&c, DEV);
         double nc = -1, ng = -1, ng2 = -2;
         CHECK_OK(rl_optim_grad_norm(&nc, &c));
         CHECK_OK(rl_optim_grad_norm(&ng, &g));
@@ -161,14 +165,14 @@ static void test_grad_norm(rl_dtype dt) {
     int64_t n = 1001;
     rl_tensor c = rand_cpu(dt, 1, &n, -1.0, 1.0);
     set_flat(&c, 500, INFINITY);
-    rl_tensor g = to_dev(&c, CUDA0);
+    rl_tensor g = to_dev(&c, DEV);
     double nc = 0, ng = 0;
     CHECK_OK(rl_optim_grad_norm(&ng, &g));
     CHECK_OK(rl_optim_grad_norm(&nc, &c));
     CHECK(isinf(nc) && isinf(ng));
     rl_tensor_release(&g);
     set_flat(&c, 7, NAN);
-    g = to_dev(&c, CUDA0);
+    g = to_dev(&c, DEV);
     CHECK_OK(rl_optim_grad_norm(&ng, &g));
     CHECK(isnan(ng));
     rl_tensor_release(&c);
@@ -202,21 +206,21 @@ static void test_steps(rl_optim_kind kind, const options *opt, rl_dtype dt) {
     cfg.gradient_noise = opt->noise;
     cfg.outlier_warmup = 2;
 
-    int64_t n = 10007;
+    int64_t n = 1031;
     rl_tensor pc = rand_cpu(dt, 1, &n, -1.0, 1.0);
-    rl_tensor pg = to_dev(&pc, CUDA0);
+    rl_tensor pg = to_dev(&pc, DEV);
     rl_optimizer oc, og;
     CHECK_OK(rl_optimizer_init(&oc, &cfg, &pc));
     if (rl_optimizer_init(&og, &cfg, &pg) != RL_OK) {
         check_failed++;
-        fprintf(stderr, "FAIL %s: rl_optimizer_init on cuda:0: %s\n", what, rl_errmsg());
+        fprintf(stderr, "FAIL %s: rl_optimizer_init on the device: %s\n", what, rl_errmsg());
         rl_optimizer_free(&oc);
         rl_tensor_release(&pc);
         rl_tensor_release(&pg);
         return;
     }
     for (int i = 0; i < rl_optim_num_states(kind); i++)
-        CHECK(rl_tensor_device(&og.state[i]).type == RL_CUDA);
+        CHECK(rl_device_eq(rl_tensor_device(&og.state[i]), DEV));
 
     rl_rng rc, rg;
     rl_rng_seed(&rc, 20160101);
@@ -225,7 +229,7 @@ static void test_steps(rl_optim_kind kind, const options *opt, rl_dtype dt) {
         double s = step == OUTLIER_STEP ? 1000.0 : 1.0;
         rl_tensor gc = rand_cpu(dt, 1, &n, -s, s);
         if (step == NAN_STEP) set_flat(&gc, 17, NAN);
-        rl_tensor gg = to_dev(&gc, CUDA0);
+        rl_tensor gg = to_dev(&gc, DEV);
         double lr = 0.05 / (1 + step);
         bool ac = false, ag = false;
         CHECK_OK(rl_optimizer_step(&oc, &pc, &gc, lr, &rc, &ac));
@@ -233,7 +237,7 @@ static void test_steps(rl_optim_kind kind, const options *opt, rl_dtype dt) {
         bool want = step != OUTLIER_STEP && step != NAN_STEP;
         if (ac != want || ag != want) {
             check_failed++;
-            fprintf(stderr, "FAIL %s step %d: applied cpu %d, cuda %d, expected %d (%s | %s)\n",
+            fprintf(stderr, "FAIL %s step %d: applied cpu %d, device %d, expected %d (%s | %s)\n",
                     what, step, ac, ag, want, oc.skip_reason, og.skip_reason);
         } else {
             check_passed++;
@@ -329,7 +333,7 @@ static void test_max_norm(rl_dtype dt) {
     char what[96];
     for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
         rl_tensor wc = weight_cpu(dt, sizes[k][0], sizes[k][1]);
-        rl_tensor wg = to_dev(&wc, CUDA0);
+        rl_tensor wg = to_dev(&wc, DEV);
         double bound = 0.8 * sqrt((double)sizes[k][0] / 3.0) + 0.1;
         snprintf(what, sizeof what, "max_norm %s (%" PRId64 ", %" PRId64 ")", rl_dtype_name(dt),
                  sizes[k][0], sizes[k][1]);
@@ -338,7 +342,7 @@ static void test_max_norm(rl_dtype dt) {
         rl_tensor_release(&wg);
     }
     /* a transposed view (strides (1, rows)) and a narrowed one (offset, row stride > cols) */
-    rl_tensor bc = weight_cpu(dt, 101, 37), bg = to_dev(&bc, CUDA0);
+    rl_tensor bc = weight_cpu(dt, 101, 37), bg = to_dev(&bc, DEV);
     rl_tensor tc = {0}, tg = {0}, nc = {0}, ng = {0};
     CHECK_OK(rl_tensor_transpose(&tc, &bc, 0, 1));
     CHECK_OK(rl_tensor_transpose(&tg, &bg, 0, 1));
@@ -367,18 +371,9 @@ static void run_all(void) {
     test_noise_matters();
 }
 
-#endif
-
 int main(void) {
     rl_ops_init();
-#ifdef RL_WITH_CUDA
-    const rl_device_backend *be = rl_device_cuda_backend();
-    if (be && be->count() > 0)
-        run_all();
-    else
-        printf("SKIP: no CUDA device (the optimizer parity test needs a GPU)\n");
-#else
-    printf("SKIP: not a CUDA build (the optimizer parity test needs CUDA=1 and a GPU)\n");
-#endif
+    DEV = device_side(NULL);
+    run_all();
     TEST_MAIN_END();
 }

@@ -1,7 +1,7 @@
 /* Stacked recurrent layers on a GPU against the CPU: the case of the race between layer streams
  * (issue 17). Each lstm or gru layer queues its work on its own stream, so a layer reading what
  * another layer wrote (the level below's outputs in forward, the level above's input gradients
- * in backward) depends on the producer/consumer events of kernels/cuda/lstm_cuda.h. Networks: a
+ * in backward) depends on the producer/consumer events of kernels/cuda/context.h. Networks: a
  * 3-level unidirectional stack and a 2-level bidirectional one (level 2 reads both directions of
  * level 1; the lower output's gradient is the sum over the directions above), of lstm and of gru
  * layers, float64, T=19 with ragged lengths; every call of a network queued back to back, two
@@ -21,6 +21,7 @@
 #include "layers/layer.h"
 #include "layers/layers.h"
 #include "tests/c/check.h"
+#include "tests/gpu/device_side.h"
 
 enum { T = 19, B = 4, F = 6, H = 7, MAXL = 3, MAXD = 2 };
 static const int32_t LENS[B] = {19, 11, 1, 6};
@@ -266,16 +267,7 @@ static void test_stack(const topology *tp, rl_device dev) {
 
 int main(void) {
     rl_ops_init();
-    rl_device dev = RL_DEVICE_CPU;
-#ifdef RL_WITH_CUDA
-    const rl_device_backend *be = rl_device_cuda_backend();
-    if (be && be->count() > 0) dev = (rl_device){RL_CUDA, 0};
-#endif
-    if (dev.type == RL_CPU)
-        printf("no CUDA device: the harness runs with the CPU as the device side (nothing of "
-               "the GPU is tested)\n");
-    else
-        printf("device side: cuda:0\n");
+    rl_device dev = device_side(NULL);
     const topology tps[4] = {{"lstm", 3, 1}, {"lstm", 2, 2}, {"gru", 3, 1}, {"gru", 2, 2}};
     for (int i = 0; i < 4; i++)
         test_stack(&tps[i], dev);

@@ -36,6 +36,25 @@ function H.expect_error(name, fn, pattern)
   end)
 end
 
+-- A new empty folder under the system's temporary folder; H.rm_rf removes a folder with all in it.
+function H.tmpdir()
+  local dir = os.tmpname()
+  os.remove(dir)
+  assert(require("lfs").mkdir(dir))
+  return dir
+end
+
+function H.rm_rf(path)
+  local lfs = require("lfs")
+  for e in lfs.dir(path) do
+    if e ~= "." and e ~= ".." then
+      local p = path .. "/" .. e
+      if lfs.attributes(p, "mode") == "directory" then H.rm_rf(p) else os.remove(p) end
+    end
+  end
+  lfs.rmdir(path)
+end
+
 function H.done()
   print(string.format("%d passed, %d failed", H.passed, H.failed))
   os.exit(H.failed == 0 and 0 or 1)

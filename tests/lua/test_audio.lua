@@ -63,6 +63,31 @@ test("mfcc 13 of 23 mels, lifter 22, deltas 2, normalized", function()
   check(d < 5e-3, "max diff " .. d)
 end)
 
+test("snip_edges = false: frames centred on the hops, edges reflected", function()
+  local f = rl.audio.features(wave, {rate = rate, n_mels = 80, snip_edges = false})
+  check(f:size(1) == 60, "(9600 + 80) // 160 = 60 frames, got " .. f:size(1))
+  local d = max_diff(f, R.fbank80_povey_nosnip)
+  check(d < TOL, "80 mels, povey: max diff " .. d)
+  f = rl.audio.features(wave, {rate = rate, n_mels = 40, window = "hamming", window_ms = 20,
+                               hop_ms = 12.5, snip_edges = false})
+  d = max_diff(f, R.fbank40_hamming_nosnip)
+  check(d < TOL, "40 mels, hamming, 20/12.5 ms: max diff " .. d)
+  -- 500 samples: 3 frames, the first reaching 120 samples before the start, the last 100 after
+  -- the end
+  f = rl.audio.features(wave:narrow(1, 1, 500), {rate = rate, n_mels = 80, snip_edges = false})
+  d = max_diff(f, R.fbank80_short_nosnip)
+  check(d < TOL, "500 samples: max diff " .. d)
+  if os.getenv("RL_AUDIO_VERBOSE") then print("max diff", d) end
+  -- frames that stay inside the waveform equal the snip_edges frames that start at the same
+  -- sample: without snipping, frame t >= 1 starts at sample 160 t - 120
+  local a = rl.audio.features(wave, {n_mels = 40, snip_edges = false})
+  local b = rl.audio.features(wave:narrow(1, 41, 9600 - 40), {n_mels = 40})
+  check((a:narrow(1, 2, 20) - b:narrow(1, 1, 20)):abs():max() == 0, "interior frames")
+end)
+expect_error("snip_edges = false: too short for one frame", function()
+  rl.audio.features(rl.zeros(50), {snip_edges = false})
+end, "too few for one frame with snip_edges = false")
+
 test("a strided wave gives the same features", function()
   local two = rl.zeros(9600, 2)
   two:select(2, 1):copy(wave)

@@ -8,18 +8,8 @@ local H = dofile("tests/lua/harness.lua")
 local D = dofile("recipes/htr_lines_data.lua")
 local lfs = require("lfs")
 
-local dir = os.tmpname()
-os.remove(dir)
-lfs.mkdir(dir)
-local function rm_rf(path)
-  for e in lfs.dir(path) do
-    if e ~= "." and e ~= ".." then
-      local p = path .. "/" .. e
-      if lfs.attributes(p, "mode") == "directory" then rm_rf(p) else os.remove(p) end
-    end
-  end
-  lfs.rmdir(path)
-end
+local dir = H.tmpdir()
+local rm_rf = H.rm_rf
 
 local opts = D.SMOKE
 local info = D.prepare(dir .. "/data", {n_train = opts.n_train, n_dev = opts.n_dev,

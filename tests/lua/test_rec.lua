@@ -277,6 +277,45 @@ gradcheck("gradient check: dropout inside a unit (the masks repeat in backward t
   }, extern_data = {data = {dim = 3}, classes = {dim = 3, sparse = true}}, T = 5, B = 3,
   lengths = {5, 2, 4}, train = true})
 
+-- Beyond rec.max_step_objects steps backward re-runs each step's forward on one layer object:
+-- the same gradients, checked on the networks above with that path forced.
+do
+  local rec = require("rnnlua.rec")
+  local keep = rec.max_step_objects
+  rec.max_step_objects = 2
+  local net, ext = seq2seq("additive")
+  gradcheck("gradient check (re-run path): lstm + additive attention unit", {network = net,
+    extern_data = ext, T = 5, B = 3, lengths = {5, 2, 4}, batch = label_batch(), max_inputs = 30})
+  gradcheck("gradient check (re-run path): dropout inside a unit", {network = {
+    dec = {class = "rec", from = "data", unit = {
+      d = {class = "dropout", dropout = 0.3, from = "prev:h"},
+      h = {class = "linear", activation = "tanh", n_out = 4, from = {"data:source", "d"}},
+      output = {class = "copy", from = "h"},
+    }},
+    output = {class = "softmax", from = "dec", loss = "ce", target = "classes"},
+  }, extern_data = {data = {dim = 3}, classes = {dim = 3, sparse = true}}, T = 5, B = 3,
+    lengths = {5, 2, 4}, train = true})
+  H.test("per-step objects and the re-run path give the same gradients", function()
+    local grads = {}
+    for i, max in ipairs({64, 0}) do
+      rec.max_step_objects = max
+      rl.manual_seed(5)
+      local d, e = seq2seq("additive")
+      local n = rl.network(d, e, {dtype = "float64"})
+      local b = label_batch()
+      rl.manual_seed(6)
+      b.data, b.lengths = rl.randn(5, 3, 3, "float64"), rl.tensor({5, 2, 4}, "int32")
+      n:forward(b)
+      n:zero_grads()
+      n:backward()
+      grads[i] = n:grads():clone()
+    end
+    H.check(grads[1]:abs():max() > 0, "no gradient")
+    H.check(maxdiff(grads[1], grads[2]) < 1e-12, "the two paths' gradients differ")
+  end)
+  rec.max_step_objects = keep
+end
+
 gradcheck("gradient check: a Lua layer (layer_norm) inside a unit", {network = {
   dec = {class = "rec", from = "data", unit = {
     h = {class = "linear", activation = "tanh", n_out = 4, from = {"data:source", "prev:h"}},

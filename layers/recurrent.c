@@ -1,0 +1,262 @@
+/* The recurrent layers' shared plumbing (API: layers/recurrent.h). */
+#include <inttypes.h>
+
+#include "recurrent.h"
+
+#include "../kernels/ops.h"
+#ifdef RL_WITH_CUDA
+#include "../kernels/cuda/context.h"
+#endif
+
+/* Whether the layer can run on dev; on CUDA, makes sure it has its stream there. */
+static rl_status use_device(rl_recurrent *r, const rl_layer *l, rl_device dev) {
+#ifdef RL_WITH_CUDA
+    if (r->stream && (dev.type != RL_CUDA || r->stream_dev != dev.index)) {
+        /* what is bound to the stream goes first, then the stream, whose queued work may still
+         * use the buffers about to be released or regrown */
+        if (r->on_stream_drop) r->on_stream_drop(r);
+        RL_TRY(rl_cuda_stream_sync(r->stream));
+        rl_cuda_stream_destroy(r->stream);
+        r->stream = NULL;
+    }
+    if (dev.type == RL_CUDA) {
+        if (!r->stream) {
+            RL_TRY(rl_cuda_stream_create(dev.index, &r->stream));
+            r->stream_dev = dev.index;
+        }
+        return RL_OK;
+    }
+#endif
+    if (dev.type == RL_CPU) return RL_OK;
+    char d[32];
+    rl_device_name(dev, d, sizeof d);
+    return rl_error(RL_EDEVICE, "layer '%s' (%s): tensors on %s are not supported by this build",
+                    l->name, r->cls, d);
+}
+
+/* A given state: (B, n_out) on the layer's device. */
+static rl_status check_state(const rl_recurrent *r, const rl_layer *l, rl_recurrent_state s,
+                             int64_t B, rl_device dev) {
+    char buf[96], d[32];
+    int64_t H = l->n_out;
+    const rl_tensor *t = s.t;
+    if (t->ndim != 2 || t->shape[0] != B || t->shape[1] != H)
+        return rl_error(RL_ESHAPE,
+                        "layer '%s' (%s): %s is %s, expected (%" PRId64 ", %" PRId64
+                        ") for this batch",
+                        l->name, r->cls, s.what, rl_shape_str(t, buf, sizeof buf), B, H);
+    if (!rl_device_eq(rl_tensor_device(t), dev)) {
+        rl_device_name(dev, d, sizeof d);
+        return rl_error(RL_EDEVICE,
+                        "layer '%s' (%s): %s is %s, expected it on %s (the inputs' device)",
+                        l->name, r->cls, s.what, rl_tensor_describe(t, buf, sizeof buf), d);
+    }
+    return RL_OK;
+}
+
+static bool given(const rl_tensor *t) { return t && t->storage; }
+
+#ifdef RL_WITH_CUDA
+/* The stream waits for the writers of the n tensors and of the given states (CUDA only). */
+static rl_status wait_for(rl_recurrent *r, rl_device dev, const rl_tensor *const *ts, int n,
+                          const rl_recurrent_state *states, int n_states) {
+    if (dev.type != RL_CUDA) return RL_OK;
+    const rl_tensor *rd[2 * RL_LAYER_MAX_INPUTS + 8];
+    int m = 0;
+    for (int k = 0; k < n && m < (int)(sizeof rd / sizeof rd[0]); k++)
+        rd[m++] = ts[k];
+    for (int k = 0; k < n_states && m < (int)(sizeof rd / sizeof rd[0]); k++)
+        rd[m++] = states[k].t;
+    return rl_cuda_stream_wait_for(r->stream, rd, m);
+}
+#endif
+
+rl_status rl_recurrent_forward_begin(rl_recurrent *r, rl_layer *l, const rl_layer_io *io,
+                                     const rl_recurrent_state *states, int n_states, rl_dtype *dt,
+                                     rl_device *dev) {
+    int64_t T, B;
+    RL_TRY(rl_layer_check_inputs(l, io, &T, &B));
+    if (!rl_tensor_is_contiguous(io->lengths))
+        return rl_error(RL_ESHAPE, "layer '%s' (%s): lengths must be contiguous", l->name, r->cls);
+    *dt = io->in[0]->dtype;
+    *dev = rl_tensor_device(io->in[0]);
+    RL_TRY(use_device(r, l, *dev));
+    for (int k = 0; k < n_states; k++)
+        if (given(states[k].t)) RL_TRY(check_state(r, l, states[k], B, *dev));
+#ifdef RL_WITH_CUDA
+    RL_TRY(wait_for(r, *dev, (const rl_tensor *const *)io->in, io->n_in, states, n_states));
+#endif
+    r->T = T;
+    r->B = B;
+    r->have_forward = r->trained = r->have_state = false;
+    int64_t oshape[3] = {T, B, l->n_out};
+    RL_TRY(rl_buffer_ensure_synced(&l->out, *dt, *dev, 3, oshape));
+#ifdef RL_WITH_CUDA
+    if (dev->type == RL_CUDA) {
+        RL_TRY(rl_buffer_ensure_synced(&r->len_dev, RL_INT32, *dev, 1, &B));
+        RL_TRY(rl_cuda_set_lengths(r->stream, rl_tensor_data(&r->len_dev),
+                                   rl_tensor_data(io->lengths), B));
+    }
+#endif
+    return RL_OK;
+}
+
+rl_status rl_recurrent_forward_end(rl_recurrent *r, rl_layer *l, int64_t last_row, bool trained,
+                                   const rl_tensor *const *written, int n) {
+    r->last_row = last_row;
+    r->have_forward = r->have_state = true;
+    r->trained = trained;
+#ifdef RL_WITH_CUDA
+    const rl_tensor *wr[8] = {&l->out};
+    int m = 1;
+    for (int k = 0; k < n && m < 8; k++)
+        wr[m++] = written[k];
+    return rl_cuda_stream_wrote(r->stream, wr, m);
+#else
+    (void)l, (void)written, (void)n;
+    return RL_OK;
+#endif
+}
+
+/* Backward must see the batch forward saw (it reads the inputs and, on the CPU, the lengths). */
+static rl_status check_backward_io(const rl_recurrent *r, const rl_layer *l, const rl_layer_io *io,
+                                   rl_dtype dt, rl_device dev) {
+    char s[96];
+    if (io->n_in != l->n_in)
+        return rl_error(RL_EARG, "layer '%s' (%s): backward got %d inputs, expected %d", l->name,
+                        r->cls, io->n_in, l->n_in);
+    for (int k = 0; k < io->n_in; k++) {
+        const rl_tensor *x = io->in[k];
+        if (!x || !x->storage || x->ndim != 3 || x->shape[0] != r->T || x->shape[1] != r->B ||
+            x->shape[2] != l->in_dims[k] || x->dtype != dt ||
+            !rl_device_eq(rl_tensor_device(x), dev))
+            return rl_error(RL_ESHAPE,
+                            "layer '%s' (%s): backward's input %d is %s, not the forward's "
+                            "(%" PRId64 ", %" PRId64 ", %" PRId64 ") %s",
+                            l->name, r->cls, k + 1,
+                            x && x->storage ? rl_tensor_describe(x, s, sizeof s) : "nothing", r->T,
+                            r->B, l->in_dims[k], rl_dtype_name(dt));
+    }
+    const rl_tensor *len = io->lengths;
+    if (!len || !len->storage || len->ndim != 1 || len->dtype != RL_INT32 ||
+        rl_tensor_device(len).type != RL_CPU || len->shape[0] != r->B ||
+        !rl_tensor_is_contiguous(len))
+        return rl_error(RL_ESHAPE,
+                        "layer '%s' (%s): backward needs the forward's lengths, a CPU int32 "
+                        "tensor of shape (%" PRId64 ")",
+                        l->name, r->cls, r->B);
+    return RL_OK;
+}
+
+rl_status rl_recurrent_backward_begin(rl_recurrent *r, rl_layer *l, const rl_layer_io *io,
+                                      const rl_tensor *grad_out, rl_tensor *const *grad_in,
+                                      const rl_recurrent_state *states, int n_states, rl_dtype *dt,
+                                      rl_device *dev, rl_mat *dout) {
+    int64_t T = r->T, B = r->B, H = l->n_out;
+    char s1[96], s2[96];
+    if (!r->have_forward)
+        return rl_error(RL_EARG, "layer '%s' (%s): backward without a forward", l->name, r->cls);
+    if (!r->trained)
+        return rl_error(RL_EARG,
+                        "layer '%s' (%s): backward after a forward with train = false "
+                        "(impl = \"cudnn\" keeps nothing for backward then)",
+                        l->name, r->cls);
+    *dt = l->out.dtype;
+    *dev = rl_tensor_device(&l->out);
+    RL_TRY(check_backward_io(r, l, io, *dt, *dev));
+#ifdef RL_WITH_CUDA
+    if (dev->type == RL_CUDA) {
+        /* grad_out's writer, the given states', and earlier writers of grad_in (overwritten) */
+        const rl_tensor *rd[RL_LAYER_MAX_INPUTS + 1];
+        int n = 0;
+        rd[n++] = grad_out;
+        for (int k = 0; k < io->n_in && grad_in; k++)
+            rd[n++] = grad_in[k];
+        RL_TRY(wait_for(r, *dev, rd, n, states, n_states));
+    }
+#endif
+    *dout = (rl_mat){NULL, 0};
+    if (grad_out) {
+        if (grad_out->ndim != 3 || grad_out->shape[0] != T || grad_out->shape[1] != B ||
+            grad_out->shape[2] != H || grad_out->dtype != *dt ||
+            !rl_device_eq(rl_tensor_device(grad_out), *dev))
+            return rl_error(RL_ESHAPE,
+                            "layer '%s' (%s): grad_out is %s, expected (%" PRId64 ", %" PRId64
+                            ", %" PRId64 ") %s on the output's device",
+                            l->name, r->cls, rl_tensor_describe(grad_out, s1, sizeof s1), T, B, H,
+                            rl_dtype_name(*dt));
+        if (!rl_mat_fold_tb(grad_out, dout)) {
+            RL_TRY(rl_buffer_ensure_synced(&r->gout, *dt, *dev, 3, grad_out->shape));
+            RL_TRY(rl_op_copy(&r->gout, grad_out));
+            *dout = (rl_mat){rl_tensor_data(&r->gout), H};
+        }
+    }
+    for (int k = 0; k < io->n_in && grad_in; k++) {
+        rl_tensor *gi = grad_in[k];
+        if (gi && (!gi->storage || !rl_tensor_same_shape(gi, io->in[k]) || gi->dtype != *dt ||
+                   !rl_device_eq(rl_tensor_device(gi), *dev)))
+            return rl_error(RL_ESHAPE, "layer '%s' (%s): grad_in[%d] is %s, expected %s", l->name,
+                            r->cls, k + 1,
+                            gi->storage ? rl_tensor_describe(gi, s1, sizeof s1) : "nothing",
+                            rl_tensor_describe(io->in[k], s2, sizeof s2));
+    }
+    for (int k = 0; k < n_states; k++)
+        if (given(states[k].t)) RL_TRY(check_state(r, l, states[k], B, *dev));
+    r->have_forward = false;
+    return RL_OK;
+}
+
+rl_status rl_recurrent_backward_end(rl_recurrent *r, const rl_layer_io *io,
+                                    rl_tensor *const *grad_in, const rl_tensor *const *written,
+                                    int n) {
+#ifdef RL_WITH_CUDA
+    const rl_tensor *wr[RL_LAYER_MAX_INPUTS + 4];
+    int m = 0;
+    for (int k = 0; k < io->n_in && grad_in; k++)
+        wr[m++] = grad_in[k];
+    for (int k = 0; k < n && k < 4; k++)
+        wr[m++] = written[k];
+    return rl_cuda_stream_wrote(r->stream, wr, m);
+#else
+    (void)r, (void)io, (void)grad_in, (void)written, (void)n;
+    return RL_OK;
+#endif
+}
+
+rl_status rl_recurrent_write_state(const rl_recurrent *r, rl_tensor *dst, const rl_tensor *src) {
+    if (src && !src->storage) src = NULL;
+#ifdef RL_WITH_CUDA
+    if (rl_tensor_device(dst).type == RL_CUDA) {
+        size_t bytes = (size_t)rl_tensor_numel(dst) * rl_dtype_size(dst->dtype);
+        if (!src) return rl_cuda_zero(r->stream, rl_tensor_data(dst), bytes);
+        if (src->dtype == dst->dtype && rl_tensor_is_contiguous(src))
+            return rl_cuda_copy_rows(r->stream, rl_tensor_data(dst), bytes, rl_tensor_data(src),
+                                     bytes, bytes, 1);
+    }
+#else
+    (void)r;
+#endif
+    return src ? rl_op_copy(dst, src) : rl_op_fill(dst, 0.0);
+}
+
+rl_status rl_recurrent_final_state(const rl_recurrent *r, const rl_layer *l, const char *fn,
+                                   const rl_tensor *states, rl_tensor *out) {
+    if (!r->have_state)
+        return rl_error(RL_EARG, "%s: layer '%s' has no forward to read", fn, l->name);
+    /* the carried states make the last processed row every sequence's own final state */
+    return rl_tensor_select(out, states, 0, r->last_row);
+}
+
+void rl_recurrent_free(rl_recurrent *r) {
+#ifdef RL_WITH_CUDA
+    if (r->stream) {
+        if (r->on_stream_drop) r->on_stream_drop(r);
+        /* a failure here has no one to report to (the message stays in rl_errmsg) */
+        (void)rl_cuda_stream_sync(r->stream);
+        rl_cuda_stream_destroy(r->stream);
+        r->stream = NULL;
+    }
+#endif
+    rl_tensor_release(&r->len_dev);
+    rl_tensor_release(&r->gout);
+}

@@ -1,0 +1,85 @@
+/* The plumbing the recurrent layers (layers/lstm.c, layers/gru.c) share: the layer's CUDA stream
+ * and its events, the batch's lengths on the device, the checks at the entry of forward and
+ * backward, the initial-state writes and the final-state bookkeeping. The math (the input
+ * projections, the step loops, the kernels) stays in each layer.
+ *
+ * A layer embeds one rl_recurrent and calls, per batch:
+ *   forward:  rl_recurrent_forward_begin, its own work, rl_recurrent_forward_end
+ *   backward: rl_recurrent_backward_begin, its own work, rl_recurrent_backward_end
+ * and rl_recurrent_free from its destroy, before it releases its buffers.
+ *
+ * CUDA: the layer's work goes on its own blocking stream (kernels/cuda/context.h); _begin makes
+ * that stream wait for the streams that last wrote what the call reads or overwrites, _end
+ * records its event for what the call wrote ("Streams and ordering" there). The stream belongs to
+ * one device; a layer moved to another device (or back to the CPU) gets its old stream
+ * synchronised and destroyed, after on_stream_drop (if set) has released whatever is bound to it
+ * (the cuDNN object of layers/lstm_cudnn.c). */
+#ifndef RL_LAYERS_RECURRENT_H
+#define RL_LAYERS_RECURRENT_H
+
+#include "layer.h"
+#include "matrix.h"
+
+typedef struct rl_recurrent {
+    const char *cls;   /* the class name, for messages ("lstm", "gru") */
+    void *stream;      /* CUDA: the layer's stream (a cudaStream_t), or NULL */
+    int stream_dev;    /* its device ordinal */
+    rl_tensor len_dev; /* CUDA: the batch's lengths on the device (B) */
+    rl_tensor gout;    /* a contiguous copy of grad_out when its (T, B) dims cannot be folded */
+    int64_t T, B;      /* of the last forward */
+    int64_t last_row;  /* the row of the layer's state buffers that holds the final state */
+    bool have_forward; /* backward may run: the buffers hold this forward's activations */
+    bool trained;      /* the last forward kept what backward needs */
+    bool have_state;   /* the final state of the last forward is readable (also after backward,
+                          which leaves the states alone) */
+    /* called before the stream is synchronised and destroyed for a move to another device */
+    void (*on_stream_drop)(struct rl_recurrent *r);
+} rl_recurrent;
+
+/* A given state tensor and what it is called in messages ("initial h", "final c gradient"). */
+typedef struct {
+    const rl_tensor *t; /* unset (no storage) or NULL: none given */
+    const char *what;
+} rl_recurrent_state;
+
+/* Checks the inputs (rl_layer_check_inputs: shapes, dtypes, devices, lengths), moves the layer
+ * to the inputs' device, checks each given state is (B, n_out) on that device, waits (CUDA) for
+ * the writers of the inputs and states, sizes l->out (T, B, n_out), copies the lengths to the
+ * device and records T, B. *dt, *dev: the inputs' dtype and device. */
+rl_status rl_recurrent_forward_begin(rl_recurrent *r, rl_layer *l, const rl_layer_io *io,
+                                     const rl_recurrent_state *states, int n_states, rl_dtype *dt,
+                                     rl_device *dev);
+/* After the forward's work: last_row is the final state's row; records (CUDA) the stream's event
+ * as the writer of l->out and of the n buffers (the state buffers another layer may read). */
+rl_status rl_recurrent_forward_end(rl_recurrent *r, rl_layer *l, int64_t last_row, bool trained,
+                                   const rl_tensor *const *written, int n);
+
+/* Checks a backward may run and that it sees the forward's batch, waits (CUDA) for the writers of
+ * grad_out, of the given states and of grad_in (overwritten), checks grad_out (T, B, n_out) and
+ * each grad_in (the input's shape) and the given states ((B, n_out) on the device). *dout:
+ * grad_out as a (T*B, n_out) matrix ({NULL, 0} when grad_out is NULL: zero), possibly the copy
+ * r->gout. Clears have_forward (the layer overwrites its activations). */
+rl_status rl_recurrent_backward_begin(rl_recurrent *r, rl_layer *l, const rl_layer_io *io,
+                                      const rl_tensor *grad_out, rl_tensor *const *grad_in,
+                                      const rl_recurrent_state *states, int n_states, rl_dtype *dt,
+                                      rl_device *dev, rl_mat *dout);
+/* After the backward's work: records (CUDA) the stream's event as the writer of grad_in and of
+ * the n buffers (the initial state's gradients). */
+rl_status rl_recurrent_backward_end(rl_recurrent *r, const rl_layer_io *io,
+                                    rl_tensor *const *grad_in, const rl_tensor *const *written,
+                                    int n);
+
+/* dst (B, H) <- src, or zeros when src is NULL (or unset); on CUDA queued on the layer's stream
+ * when the layouts allow a plain copy, else through the tensor ops. */
+rl_status rl_recurrent_write_state(const rl_recurrent *r, rl_tensor *dst, const rl_tensor *src);
+
+/* The final state's row `r->last_row` of a state buffer (T+1, B, H) as a view (B, H); an error
+ * naming fn and the layer before any forward. */
+rl_status rl_recurrent_final_state(const rl_recurrent *r, const rl_layer *l, const char *fn,
+                                   const rl_tensor *states, rl_tensor *out);
+
+/* Waits for and destroys the stream (after on_stream_drop), releases len_dev and gout. The layer
+ * calls it before releasing its own buffers, which the stream may still be using. */
+void rl_recurrent_free(rl_recurrent *r);
+
+#endif

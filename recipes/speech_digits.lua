@@ -1,0 +1,137 @@
+-- Spoken digit strings (in the manner of TIDIGITS) synthesized with espeak-ng over many voices,
+-- made noisy and reverberant with sox, recognized by a BLSTM trained with CTC on characters.
+-- Goal: test WER <= 5% on held-out voices within 30 minutes of training on 2 cores.
+--
+--   ./rnnlua recipes/speech_digits.lua [minutes=30] [epochs=N] [out=out/speech_digits] [++key v]
+--   ./rnnlua recipes/speech_digits.lua smoke [out=DIR]   a few utterances, a tiny network, seconds
+--   ./rnnlua recipes/speech_digits.lua score=out/speech_digits/model/net.008.h5   only scores
+--   ./rnnlua recipes/speech_digits.lua from=out/speech_digits/model/net.004.h5 minutes=10
+--
+-- Data (recipes/speech_digits_data.lua, made once in out/speech_digits/data): 12000 training and
+-- 300 dev utterances of 1..7 digits in 90 espeak-ng voice variants x 8 English accents, with
+-- their own speed, pitch, word gaps, reverberation and noise; 1000 test utterances in 10 held-out
+-- variants. Lists "wav/...wav<TAB>three oh five" read by the audio dataset ({class = "audio"}),
+-- which computes 40 log-mel features (25 ms windows every 20 ms, Kaldi's snip_edges = false)
+-- once into HDF5 caches (out/speech_digits/cache) and normalises them with the training set's
+-- global mean and variance.
+--
+-- Network: 40 log-mels -> 2 BLSTM layers of 2 x 128 -> softmax with CTC over the 16 characters
+-- of the digit words (space, e f g h i n o r s t u v w x z) and the blank (572k parameters).
+--
+-- Training: Adam 2e-3 (x0.8 per sub-epoch after the 4th), global gradient norm clipped at 5, up
+-- to 32 utterances a batch of similar length (laplace ordering), the training set in 4 sub-epochs
+-- a pass. One rl.train call per sub-epoch, each resuming from the last checkpoint, so training
+-- stops on the clock between sub-epochs. Then the last model is scored with best-path decoding:
+--   test WER X%   (word edit distance / reference words, 1000 utterances of held-out voices)
+--   test CER Y%   (character edit distance / reference characters)
+local t_start = rl.clock()
+local D = dofile("recipes/speech_digits_data.lua")
+
+local opt = {out = "out/speech_digits", minutes = 30, epochs = 1000, score = "", from = "",
+  n_train = 12000}
+for _, a in ipairs(arg) do
+  local k, v = a:match("^([%a_]+)=(.*)$")
+  if a == "smoke" then
+    opt.smoke = true
+  elseif k and opt[k] ~= nil then
+    opt[k] = tonumber(v) or v
+  elseif k then
+    error(string.format("speech_digits: unknown option '%s' (minutes=, epochs=, out=, score=, " ..
+      "from=, n_train=, smoke)", k), 0)
+  end
+end
+if opt.smoke and opt.from == "" then opt.epochs = 1 end
+
+local data_dir = opt.out .. (opt.smoke and "/smoke_data" or "/data")
+local info = D.prepare(data_dir, opt.smoke and D.SMOKE or {n_train = opt.n_train})
+local FEATURES = {n_mels = 40, window_ms = 25, hop_ms = 20, snip_edges = false}
+local cache = opt.out .. (opt.smoke and "/smoke_cache" or "/cache")
+local function audio(split, extra)
+  local cfg = {class = "audio", list = info[split], vocab = info.vocab, features = FEATURES,
+    cache = cache .. "/" .. split .. ".h5", normalize = "global",
+    norm_stats = split ~= "train" and cache .. "/train.h5" or nil}
+  for k, v in pairs(extra or {}) do cfg[k] = v end
+  return rl.dataset(cfg)
+end
+local train = audio("train", {seq_ordering = "laplace:.64", partition_epoch = opt.smoke and 1 or 4})
+local dev = audio("dev")
+local n_labels = #train.vocab
+
+local H = opt.smoke and 8 or 128
+local network = {
+  fw1 = {class = "lstm", n_out = H}, bw1 = {class = "lstm", n_out = H, direction = -1},
+  fw2 = {class = "lstm", n_out = H, from = {"fw1", "bw1"}},
+  bw2 = {class = "lstm", n_out = H, direction = -1, from = {"fw1", "bw1"}},
+  output = {class = "softmax", loss = "ctc", target = "classes", from = {"fw2", "bw2"}},
+}
+if opt.smoke then
+  network.fw2, network.bw2 = nil, nil
+  network.output.from = {"fw1", "bw1"}
+end
+
+local model_dir = opt.out .. (opt.smoke and "/smoke" or "/model")
+local config = {
+  network = network,
+  extern_data = train:extern_data(),
+  train = train,
+  dev = dev,
+  batch_size = 32 * 200, -- frames of the padded batch (longest utterance x utterances)
+  max_seqs = 32,
+  optimizer = {class = "adam", gradient_clip_global_norm = 5},
+  learning_rate = 2e-3,
+  learning_rate_control = function(epoch) return 2e-3 * 0.8 ^ math.max(0, epoch - 4) end,
+  model = model_dir .. "/net",
+  log_file = model_dir .. "/train.log",
+  log_verbosity = 2,
+  num_threads = 2,
+  seed = 1,
+}
+
+local r, history, train_time =
+  dofile("recipes/sub_epochs.lua").run("speech_digits", config, arg, opt)
+
+-- Word and character error rates of a dataset with best-path decoding.
+local function score(net, ds)
+  ds:init_epoch(1)
+  local labels = ds.vocab
+  local word_id, n_words = {}, 0 -- words as numbers, for rl.edit_distance
+  local function words(ids)
+    local chars = {}
+    for i, c in ipairs(ids) do chars[i] = labels[c + 1] end
+    local out = {}
+    for w in table.concat(chars):gmatch("%S+") do
+      if not word_id[w] then n_words, word_id[w] = n_words + 1, n_words + 1 end
+      out[#out + 1] = word_id[w]
+    end
+    return out
+  end
+  local cerr, chars, werr, nwords = 0, 0, 0, 0
+  for batch in rl.batches(ds, {batch_size = config.batch_size, max_seqs = config.max_seqs}) do
+    net:forward(batch, {train = false})
+    local out = net:layer("output")
+    local hyp = rl.ctc_decode(out.output:log(), out.geometry, {blank = n_labels})
+    for b, h in ipairs(hyp) do
+      local n = batch.lengths_classes[b]
+      local ref = {}
+      for i = 1, n do ref[i] = batch.classes[i][b] end
+      cerr, chars = cerr + rl.edit_distance(h, ref), chars + n
+      local rw = words(ref)
+      werr, nwords = werr + rl.edit_distance(words(h), rw), nwords + #rw
+    end
+  end
+  return werr / nwords, cerr / chars
+end
+
+local test = audio("test")
+local wer, cer = score(r.net, test)
+print()
+if opt.score ~= "" then
+  print(string.format("speech_digits: scored %s (%d parameters)", opt.score, r.net:num_params()))
+else
+  print(string.format("speech_digits: %d sub-epochs, %d parameters, training %.1f min, %.1f min " ..
+    "in all; last dev label error rate %.2f%%", #history, r.net:num_params(), train_time / 60,
+    (rl.clock() - t_start) / 60, 100 * history[#history].dev_error))
+end
+print(string.format("test WER %.2f%%", 100 * wer))
+print(string.format("test CER %.2f%% (held-out voices: %s)", 100 * cer,
+  table.concat(D.HELD_OUT, ", ")))

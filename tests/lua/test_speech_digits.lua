@@ -1,0 +1,83 @@
+-- recipes/speech_digits.lua's data (recipes/speech_digits_data.lua) at the smoke size: the lists
+-- read by the audio dataset, transcripts of digit words, 16 kHz audio, the held-out voices
+-- speaking only the test set, a deterministic synthesis done once; and the recipe's smoke mode
+-- (a tiny network, one epoch) printing its test WER and CER.
+local H = dofile("tests/lua/harness.lua")
+local D = dofile("recipes/speech_digits_data.lua")
+local test, check = H.test, H.check
+local lfs = require("lfs")
+
+local dir = H.tmpdir()
+local rm_rf = H.rm_rf
+local function lines(path)
+  local out = {}
+  for l in io.lines(path) do out[#out + 1] = l end
+  return out
+end
+
+local data = dir .. "/data"
+local info = D.prepare(data, {n_train = D.SMOKE.n_train, n_dev = D.SMOKE.n_dev,
+  n_test = D.SMOKE.n_test, quiet = true})
+
+test("lists of digit words, 16 kHz audio", function()
+  local words = {}
+  for _, w in pairs(D.WORDS) do words[w] = true end
+  words.oh = true
+  for split, n in pairs({train = D.SMOKE.n_train, dev = D.SMOKE.n_dev, test = D.SMOKE.n_test}) do
+    local ls = lines(info[split])
+    check(#ls == n, split .. ": " .. #ls .. " lines")
+    for _, l in ipairs(ls) do
+      local path, text = l:match("^([^\t]+)\t(.+)$")
+      check(path, "path<TAB>transcript: " .. l)
+      local k = 0
+      for w in text:gmatch("%S+") do
+        check(words[w], "a digit word: " .. w)
+        k = k + 1
+      end
+      check(k >= 1 and k <= 7, "1..7 digits: " .. text)
+      local wave, rate = rl.audio.load(data .. "/" .. path)
+      check(rate == 16000 and wave:size(1) > 1600, path .. ": 16 kHz, > 0.1 s")
+    end
+  end
+  local v = lines(info.vocab)
+  check(#v == #D.VOCAB and v[1] == "<space>", "vocab file")
+end)
+
+test("held-out voices speak only the test set", function()
+  local held = {}
+  for _, h in ipairs(D.HELD_OUT) do held[h] = true end
+  for _, split in ipairs({"train", "dev", "test"}) do
+    for _, l in ipairs(lines(data .. "/" .. split .. ".voices")) do
+      local variant = l:match("%+([^+]+)$")
+      check(variant, "voice of " .. l)
+      check((split == "test") == (held[variant] == true), split .. " voice " .. variant)
+    end
+  end
+end)
+
+test("deterministic, and made once", function()
+  local before = lfs.attributes(data .. "/wav/train-00001.wav", "modification")
+  D.prepare(data, {n_train = D.SMOKE.n_train, n_dev = D.SMOKE.n_dev, n_test = D.SMOKE.n_test,
+    quiet = true})
+  check(lfs.attributes(data .. "/wav/train-00001.wav", "modification") == before, "not redone")
+  local other = dir .. "/again"
+  D.prepare(other, {n_train = 3, n_dev = 1, n_test = 1, quiet = true})
+  local a, b = lines(info.train), lines(other .. "/train.tsv")
+  for i = 1, 3 do check(a[i] == b[i], "same transcripts from the same seed") end
+  local w1 = rl.audio.load(data .. "/wav/train-00002.wav")
+  local w2 = rl.audio.load(other .. "/wav/train-00002.wav")
+  check(w1:size(1) == w2:size(1) and (w1 - w2):abs():max() == 0, "same audio from the same seed")
+end)
+
+test("the recipe's smoke mode trains and prints its WER and CER", function()
+  local p = io.popen(string.format("%s recipes/speech_digits.lua smoke out=%s 2>&1", arg[-1], dir))
+  local out = p:read("a")
+  local ok = p:close()
+  check(ok, "recipe failed:\n" .. out)
+  check(out:match("test WER %d+%.%d+%%"), "prints test WER:\n" .. out)
+  check(out:match("test CER %d+%.%d+%%"), "prints test CER:\n" .. out)
+  check(lfs.attributes(dir .. "/smoke_cache/train.h5"), "feature cache written")
+end)
+
+rm_rf(dir)
+H.done()
