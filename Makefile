@@ -166,14 +166,14 @@ $(BUILD)/bench/%: bench/%.c $(BUILD)/librnnlua.a
 test: $(BUILD)/rnnlua $(CTESTS)
 	@bash tests/run.sh $(BUILD)
 
-# CUDA-vs-CPU parity of every op, of the LSTM (own kernels, cuDNN), of the GRU, of CTC, of the
+# CUDA-vs-CPU parity of every op, of the LSTM (own kernels, cuDNN), of the GRU, of CTC, of attention, of the
 # optimizers and of networks of every other layer class (including whole rl.train runs), of
 # rl.dist through NCCL (mpirun -np 2, one GPU per rank); each prints a SKIP line and passes
 # where there is no GPU.
 test-gpu: $(BUILD)/rnnlua $(BUILD)/tests-gpu/test_parity $(BUILD)/tests-gpu/test_lstm_parity \
           $(BUILD)/tests-gpu/test_optim_parity $(BUILD)/tests-gpu/test_mdlstm_parity \
           $(BUILD)/tests-gpu/test_gru_parity $(BUILD)/tests-gpu/test_ctc_parity \
-          $(BUILD)/tests-gpu/test_stack_parity
+          $(BUILD)/tests-gpu/test_stack_parity $(BUILD)/tests-gpu/test_attention_parity
 	$(BUILD)/tests-gpu/test_parity
 	$(BUILD)/tests-gpu/test_stack_parity
 	$(BUILD)/tests-gpu/test_lstm_parity
@@ -181,6 +181,7 @@ test-gpu: $(BUILD)/rnnlua $(BUILD)/tests-gpu/test_parity $(BUILD)/tests-gpu/test
 	$(BUILD)/tests-gpu/test_optim_parity
 	$(BUILD)/tests-gpu/test_mdlstm_parity
 	$(BUILD)/tests-gpu/test_ctc_parity
+	$(BUILD)/tests-gpu/test_attention_parity
 	$(BUILD)/rnnlua tests/gpu/test_layers_parity.lua
 	bash tests/gpu/test_dist_nccl.sh $(BUILD)/rnnlua
 

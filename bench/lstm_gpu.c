@@ -128,7 +128,7 @@ static void model_init(model *m, const topology *tp, const char *impl, rl_rng *g
 /* One training step of the stack: forward bottom up, backward top down; a lower output's
  * gradient is the sum over the directions above (rl_op_binary, on the legacy default stream).
  * Only independent layers overlap: the layers order themselves with the ones they read from
- * (events, kernels/cuda/lstm_cuda.h), so a level never reads the level below before it is
+ * (events, kernels/cuda/context.h), so a level never reads the level below before it is
  * written, nor a layer's grad_out before the layer above has written it; earlier versions of
  * the layers had no such order and this bench's stacked timings were invalid. */
 static void train_step(model *m) {

@@ -11,18 +11,22 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <hdf5.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 struct rl_h5file {
     hid_t id;
-    char *path; /* the final path */
-    char *tmp;  /* the temporary file of a created, not yet committed file; NULL otherwise */
+    char *path;       /* the final path */
+    char *tmp;        /* the temporary file of a created, not yet committed file; NULL otherwise */
+    bool refuse_vlen; /* rl_h5_refuse_vlen was called */
 };
 
 static void h5_quiet(void) { H5Eset_auto2(H5E_DEFAULT, NULL, NULL); }
@@ -644,27 +648,50 @@ void rl_h5_list_free(char **names, int64_t count) {
 
 /* ---- strings ---- */
 
-static hid_t h5_vlen_utf8(void) {
+/* Strings are written as fixed-length UTF-8, NUL-padded, sized to the longest (at least 1
+ * byte): reading them back needs no global heap. Variable-length strings (what h5py and
+ * RETURNN write, and rnnlua wrote before) keep their bytes in the file's global heap, whose
+ * reader in libhdf5 1.10 trusts lengths stored in the file: a crafted file makes it copy out of
+ * bounds (H5HG_read) or loop on a huge length (H5T__conv_vlen). */
+static hid_t h5_fixed_utf8(size_t len) {
     hid_t t = H5Tcopy(H5T_C_S1);
-    if (t >= 0 && (H5Tset_size(t, H5T_VARIABLE) < 0 || H5Tset_cset(t, H5T_CSET_UTF8) < 0)) {
+    if (t >= 0 && (H5Tset_size(t, len > 0 ? len : 1) < 0 || H5Tset_cset(t, H5T_CSET_UTF8) < 0 ||
+                   H5Tset_strpad(t, H5T_STR_NULLPAD) < 0)) {
         H5Tclose(t);
         return H5I_INVALID_HID;
     }
     return t;
 }
 
+void rl_h5_refuse_vlen(rl_h5file *f) { f->refuse_vlen = true; }
+
 rl_status rl_h5_write_strings(rl_h5file *f, const char *name, const char *const *strs,
                               int64_t count) {
     const char *rel = h5_rel(name);
     if (!*rel) return rl_error(RL_EARG, "%s: empty dataset name", f->path);
-    for (int64_t i = 0; i < count; i++)
+    size_t longest = 0;
+    for (int64_t i = 0; i < count; i++) {
         if (!strs[i])
             return rl_error(RL_EARG, "%s: %s: string %lld is NULL", f->path, rel, (long long)i);
+        size_t n = strlen(strs[i]);
+        if (n > longest) longest = n;
+    }
+    if (longest == 0) longest = 1;
+    if (count > 0 && (size_t)count > SIZE_MAX / longest)
+        return rl_error(RL_ENOMEM, "%s: %s: %lld strings of %zu bytes do not fit in memory",
+                        f->path, rel, (long long)count, longest);
     RL_TRY(h5_unlink_existing(f, rel));
     rl_status s = RL_OK;
     int64_t shape[1] = {count};
-    hid_t type = h5_vlen_utf8(), space = h5_space_of(1, shape), lcpl = h5_lcpl();
+    char *buf = calloc(count > 0 ? (size_t)count : 1, longest);
+    hid_t type = h5_fixed_utf8(longest), space = h5_space_of(1, shape), lcpl = h5_lcpl();
     hid_t ds = H5I_INVALID_HID;
+    if (!buf) {
+        s = rl_error(RL_ENOMEM, "%s: %s: out of memory", f->path, rel);
+        goto done;
+    }
+    for (int64_t i = 0; i < count; i++)
+        memcpy(buf + (size_t)i * longest, strs[i], strlen(strs[i]));
     if (type < 0 || space < 0 || lcpl < 0) {
         s = h5_fail(f->path, rel, "cannot describe the dataset");
         goto done;
@@ -672,9 +699,10 @@ rl_status rl_h5_write_strings(rl_h5file *f, const char *name, const char *const 
     ds = H5Dcreate2(f->id, rel, type, space, lcpl, H5P_DEFAULT, H5P_DEFAULT);
     if (ds < 0)
         s = h5_fail(f->path, rel, "cannot create the dataset");
-    else if (count > 0 && H5Dwrite(ds, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, strs) < 0)
+    else if (count > 0 && H5Dwrite(ds, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf) < 0)
         s = h5_fail(f->path, rel, "cannot write the dataset");
 done:
+    free(buf);
     h5_close_id(&ds, H5Dclose);
     h5_close_id(&lcpl, H5Pclose);
     h5_close_id(&space, H5Sclose);
@@ -682,16 +710,163 @@ done:
     return s;
 }
 
+/* Time a child may take to read `n` variable-length strings before it counts as hung. */
+static double vlen_deadline_s(int64_t n) { return 5.0 + (double)n * 2e-5; }
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static bool write_all(int fd, const void *buf, size_t n) {
+    const char *p = buf;
+    while (n > 0) {
+        ssize_t k = write(fd, p, n);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) return false;
+        p += k;
+        n -= (size_t)k;
+    }
+    return true;
+}
+
+/* Reads the variable-length strings of a dataset or attribute in a child process: libhdf5's
+ * global-heap reader cannot be made safe on a crafted file from outside (see h5_fixed_utf8), so
+ * a crash or a hang there ends the child, not rnnlua, and comes back as an error naming the
+ * object. The child writes each string as a 64-bit length and its bytes to a pipe and exits
+ * with _exit (no handlers, nothing flushed into the file); the parent bounds each length by
+ * what is left of the stream and reads until the child closes it or the deadline passes. */
+static rl_status h5_read_vlen_isolated(const char *path, const char *obj, hid_t id, bool is_attr,
+                                       hid_t mtype, hid_t space, int64_t n, char **out) {
+    int fds[2];
+    if (pipe(fds) != 0)
+        return rl_error(RL_EIO, "%s: %s: cannot make a pipe: %s", path, obj, strerror(errno));
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0) {
+        close(fds[0]);
+        close(fds[1]);
+        return rl_error(RL_EIO, "%s: %s: cannot fork: %s", path, obj, strerror(errno));
+    }
+    if (pid == 0) {
+        close(fds[0]);
+        int devnull = open("/dev/null", O_WRONLY);
+        if (devnull >= 0) dup2(devnull, STDERR_FILENO);
+        char **raw = calloc((size_t)(n > 0 ? n : 1), sizeof *raw);
+        if (!raw) _exit(4);
+        if ((is_attr ? H5Aread(id, mtype, raw)
+                     : H5Dread(id, mtype, H5S_ALL, H5S_ALL, H5P_DEFAULT, raw)) < 0)
+            _exit(3);
+        for (int64_t i = 0; i < n; i++) {
+            uint64_t len = raw[i] ? strlen(raw[i]) : 0;
+            if (!write_all(fds[1], &len, sizeof len) || (len && !write_all(fds[1], raw[i], len)))
+                _exit(4);
+        }
+        _exit(0);
+    }
+    close(fds[1]);
+    rl_status s = RL_OK;
+    double deadline = now_s() + vlen_deadline_s(n);
+    int64_t got = 0;
+    uint64_t len = 0;
+    size_t have = 0; /* bytes of the current record read: 8 of the length, then the string */
+    char *cur = NULL;
+    bool eof = false, late = false;
+    while (!eof && s == RL_OK) {
+        double left = deadline - now_s();
+        if (left <= 0) {
+            late = true;
+            break;
+        }
+        struct pollfd pfd = {fds[0], POLLIN, 0};
+        int r = poll(&pfd, 1, (int)(left * 1000) + 1);
+        if (r < 0 && errno == EINTR) continue;
+        if (r == 0) continue;
+        char chunk[65536];
+        ssize_t k = read(fds[0], chunk, sizeof chunk);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) {
+            eof = true;
+            break;
+        }
+        for (ssize_t i = 0; i < k && s == RL_OK;) {
+            if (got >= n) {
+                s = rl_error(RL_EIO, "%s: %s: more strings than the dataspace holds", path, obj);
+            } else if (have < sizeof len) {
+                ((char *)&len)[have++] = chunk[i++];
+                if (have == sizeof len) {
+                    if (len > ((uint64_t)1 << 31)) {
+                        s = rl_error(RL_EIO, "%s: %s: string %lld claims %llu bytes", path, obj,
+                                     (long long)got + 1, (unsigned long long)len);
+                    } else if (!(cur = malloc((size_t)len + 1))) {
+                        s = rl_error(RL_ENOMEM, "%s: %s: out of memory", path, obj);
+                    }
+                }
+            } else {
+                size_t want = (size_t)len - (have - sizeof len), take = (size_t)(k - i);
+                if (take > want) take = want;
+                memcpy(cur + (have - sizeof len), chunk + i, take);
+                have += take;
+                i += (ssize_t)take;
+            }
+            if (s == RL_OK && cur && have == sizeof len + (size_t)len) {
+                cur[len] = '\0';
+                out[got++] = cur;
+                cur = NULL;
+                have = 0;
+            }
+        }
+    }
+    free(cur);
+    close(fds[0]);
+    int status = 0;
+    if (late || s != RL_OK) kill(pid, SIGKILL);
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    if (s != RL_OK) return s;
+    if (late)
+        return rl_error(RL_EIO,
+                        "%s: %s: reading the variable-length strings did not finish in %.0f s "
+                        "(libhdf5 hangs on a corrupt global heap): the file is corrupt",
+                        path, obj, vlen_deadline_s(n));
+    if (WIFSIGNALED(status) || (WIFEXITED(status) && WEXITSTATUS(status) != 0 &&
+                                WEXITSTATUS(status) != 3 && WEXITSTATUS(status) != 4))
+        return rl_error(RL_EIO,
+                        "%s: %s: libhdf5 crashed reading the variable-length strings (%s %d): "
+                        "the file's global heap is corrupt",
+                        path, obj, WIFSIGNALED(status) ? "signal" : "exit status",
+                        WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 3)
+        return rl_error(RL_EIO, "%s: %s: cannot read the variable-length strings", path, obj);
+    if (got != n || WEXITSTATUS(status) == 4)
+        return rl_error(RL_EIO, "%s: %s: read %lld of %lld variable-length strings", path, obj,
+                        (long long)got, (long long)n);
+    return RL_OK;
+}
+
 /* Reads `n` strings of a dataset or attribute (type ftype, dataspace space) into malloc'd
- * copies, for variable- and fixed-length string types alike. */
-static rl_status h5_read_string_data(const char *path, const char *obj, hid_t id, bool is_attr,
+ * copies (out: n entries, NULL on entry; the caller frees what is set, also on error). Fixed-
+ * length strings are read here; variable-length ones are refused when the file's writer never
+ * stores them (rl_h5_refuse_vlen), read in a child process otherwise. */
+static rl_status h5_read_string_data(const rl_h5file *f, const char *obj, hid_t id, bool is_attr,
                                      hid_t ftype, hid_t space, int64_t n, char **out) {
+    const char *path = f->path;
     if (H5Tget_class(ftype) != H5T_STRING) {
         H5Eclear2(H5E_DEFAULT);
         return rl_error(RL_EIO, "%s: %s: not a string", path, obj);
     }
     htri_t vlen = H5Tis_variable_str(ftype);
+    if (vlen > 0 && f->refuse_vlen)
+        return rl_error(RL_EIO,
+                        "%s: %s: a variable-length string, which this kind of file never holds "
+                        "(its writer stores fixed-length strings): the file is corrupt or crafted",
+                        path, obj);
     size_t fsize = H5Tget_size(ftype);
+    if (!vlen && (fsize == 0 || fsize > ((size_t)1 << 30) ||
+                  (n > 0 && (size_t)n > (SIZE_MAX / 2) / (fsize + 1))))
+        return rl_error(RL_EIO, "%s: %s: %lld strings of %zu bytes each are too large", path, obj,
+                        (long long)n, fsize);
     hid_t mtype = H5Tcopy(H5T_C_S1);
     if (vlen < 0 || mtype < 0 || H5Tset_cset(mtype, H5Tget_cset(ftype)) < 0 ||
         H5Tset_size(mtype, vlen ? H5T_VARIABLE : fsize + 1) < 0 ||
@@ -700,7 +875,12 @@ static rl_status h5_read_string_data(const char *path, const char *obj, hid_t id
         h5_close_id(&mtype, H5Tclose);
         return s;
     }
-    size_t elem = vlen ? sizeof(char *) : fsize + 1;
+    if (vlen) {
+        rl_status s = h5_read_vlen_isolated(path, obj, id, is_attr, mtype, space, n, out);
+        H5Tclose(mtype);
+        return s;
+    }
+    size_t elem = fsize + 1;
     char *raw = calloc((size_t)(n > 0 ? n : 1), elem);
     rl_status s = RL_OK;
     if (!raw) {
@@ -710,11 +890,10 @@ static rl_status h5_read_string_data(const char *path, const char *obj, hid_t id
         s = h5_fail(path, obj, "cannot read the strings");
     } else {
         for (int64_t i = 0; i < n; i++) {
-            const char *src = vlen ? ((char **)raw)[i] : raw + (size_t)i * elem;
-            out[i] = strdup(src ? src : "");
+            const char *src = raw + (size_t)i * elem;
+            out[i] = strndup(src, fsize);
             if (!out[i] && s == RL_OK) s = rl_error(RL_ENOMEM, "%s: %s: out of memory", path, obj);
         }
-        if (vlen) H5Dvlen_reclaim(mtype, space, H5P_DEFAULT, raw);
     }
     free(raw);
     H5Tclose(mtype);
@@ -750,7 +929,7 @@ rl_status rl_h5_read_strings(rl_h5file *f, const char *name, char ***strs, int64
         s = rl_error(RL_ENOMEM, "%s: %s: out of memory", f->path, rel);
         goto done;
     }
-    s = h5_read_string_data(f->path, rel, ds, false, ftype, space, n, out);
+    s = h5_read_string_data(f, rel, ds, false, ftype, space, n, out);
 done:
     h5_close_id(&space, H5Sclose);
     h5_close_id(&ftype, H5Tclose);
@@ -831,12 +1010,13 @@ static rl_status h5_attr_open(rl_h5file *f, const char *obj, const char *name, h
 
 rl_status rl_h5_attr_write_string(rl_h5file *f, const char *obj, const char *name,
                                   const char *value) {
-    hid_t type = h5_vlen_utf8(), space = H5Screate(H5S_SCALAR);
+    size_t len = strlen(value);
+    hid_t type = h5_fixed_utf8(len), space = H5Screate(H5S_SCALAR);
     rl_status s;
     if (type < 0 || space < 0)
         s = h5_fail(f->path, name, "cannot describe the attribute");
     else
-        s = h5_attr_write(f, obj, name, type, type, space, &value);
+        s = h5_attr_write(f, obj, name, type, type, space, len > 0 ? value : "");
     h5_close_id(&space, H5Sclose);
     h5_close_id(&type, H5Tclose);
     return s;
@@ -856,7 +1036,11 @@ rl_status rl_h5_attr_read_string(rl_h5file *f, const char *obj, const char *name
         s = rl_error(RL_EIO, "%s: %s: holds %lld strings, not one", f->path, what,
                      (long long)H5Sget_simple_extent_npoints(space));
     else
-        s = h5_read_string_data(f->path, what, a, true, ftype, space, 1, value);
+        s = h5_read_string_data(f, what, a, true, ftype, space, 1, value);
+    if (s != RL_OK) {
+        free(*value);
+        *value = NULL;
+    }
     h5_close_id(&space, H5Sclose);
     h5_close_id(&ftype, H5Tclose);
     h5_close_id(&a, H5Aclose);

@@ -68,8 +68,17 @@ rl_status rl_h5_exists(rl_h5file *f, const char *name, bool *out);
 rl_status rl_h5_list(rl_h5file *f, const char *group, char ***names, int64_t *count);
 void rl_h5_list_free(char **names, int64_t count);
 
-/* One-dimensional datasets of strings (RETURNN's /seqTags), stored as variable-length UTF-8
- * (what h5py reads as str); reading also takes fixed-length strings. *strs is malloc'd like
+/* Strings (datasets and attributes) are written as fixed-length UTF-8, NUL-padded to the
+ * longest; h5py reads them as bytes, RETURNN as tags. Reading takes fixed- and variable-length
+ * strings; variable-length ones (h5py's str, RETURNN's writers, rnnlua before checkpoint
+ * version 2) live in the file's global heap, which libhdf5 reads without bounds checks, so they
+ * are read in a child process: a crash or hang of libhdf5 on a corrupt heap becomes RL_EIO
+ * naming the object. */
+/* From now on a variable-length string in `f` is RL_EIO ("corrupt or crafted"): for files whose
+ * writer never stores them (checkpoints of version 2 and later). */
+void rl_h5_refuse_vlen(rl_h5file *f);
+
+/* One-dimensional datasets of strings (RETURNN's /seqTags). *strs is malloc'd like
  * rl_h5_list's names: free with rl_h5_list_free. */
 rl_status rl_h5_write_strings(rl_h5file *f, const char *name, const char *const *strs,
                               int64_t count);
@@ -78,7 +87,7 @@ rl_status rl_h5_read_strings(rl_h5file *f, const char *name, char ***strs, int64
 /* Attributes */
 rl_status rl_h5_attr_write_string(rl_h5file *f, const char *obj, const char *name,
                                   const char *value);
-/* *value is malloc'd (free it); fixed- and variable-length string attributes are read. */
+/* *value is malloc'd (free it). */
 rl_status rl_h5_attr_read_string(rl_h5file *f, const char *obj, const char *name, char **value);
 /* A numeric attribute holding a tensor (0-dim: a scalar attribute), stored as for datasets. */
 rl_status rl_h5_attr_write_tensor(rl_h5file *f, const char *obj, const char *name,

@@ -16,9 +16,11 @@
  * size, so a result never depends on the other images of the batch.
  *
  * Forward: map (Ho Wo B, fh fw) tap sources (kernels/im2col.h), cols (Ho Wo B, fh fw F),
- * z = cols W + b (one GEMM), y = act(z) times the row mask (1 on valid outputs).
- * Backward: dz = grad_out act'(z) mask; dW += cols^T dz; db += sum_rows dz; grad_in = col2im(
- * dz W^T), which is 0 on padding. Backward keeps cols, map, mask, out and (for activations
+ * z = cols W + b (one GEMM), y = act(z) on valid outputs, set to 0 on the others (selected by
+ * pad = 1 - the row mask, not multiplied: a NaN or Inf there must not survive as NaN).
+ * Backward: dz = grad_out act'(z), set to 0 on padded outputs (grad_out there may hold anything,
+ * NaN included); dW += cols^T dz; db += sum_rows dz; grad_in = col2im(
+ * dz W^T), which is 0 on padding. Backward keeps cols, map, pad, out and (for activations
  * whose derivative needs the input) z from forward.
  * On a CUDA device the same steps run there: im2col, col2im and the mask are kernels of
  * kernels/cuda/image.cu that read the sizes and output sizes from a device copy made once per
@@ -49,7 +51,8 @@ typedef struct {
     size_t map_cap; /* entries */
     rl_conv_geom g;
     rl_tensor cols;      /* (Ho Wo B, fh fw F) */
-    rl_tensor mask;      /* (Ho Wo B, 1) */
+    rl_tensor mask;      /* (Ho Wo B, 1): 1 on valid output rows */
+    rl_tensor pad;       /* (Ho Wo B, 1): 1 - mask, what masked_fill zeroes */
     rl_tensor z;         /* (Ho, Wo, B, n_out), only when act' needs it */
     rl_tensor dz;        /* (Ho, Wo, B, n_out) */
     rl_tensor dcols;     /* (Ho Wo B, fh fw F) */
@@ -119,6 +122,7 @@ static rl_status conv2d_forward(rl_layer *l, rl_layer_io *io) {
     int64_t oshape[4] = {g->Ho, g->Wo, B, l->n_out};
     RL_TRY(rl_buffer_ensure(&C->cols, dt, dev, 2, cshape));
     RL_TRY(rl_buffer_ensure(&C->mask, dt, dev, 2, mshape));
+    RL_TRY(rl_buffer_ensure(&C->pad, dt, dev, 2, mshape));
     RL_TRY(rl_buffer_ensure(&l->out, dt, dev, 4, oshape));
     rl_tensor xc = {0};
     RL_TRY(rl_op_contiguous(&xc, x0));
@@ -135,6 +139,7 @@ static rl_status conv2d_forward(rl_layer *l, rl_layer_io *io) {
     }
     rl_tensor_release(&xc);
     RL_TRY(st);
+    RL_TRY(rl_op_binary_scalar(&C->pad, &C->mask, 1.0, RL_BIN_SUB, true));
 
     rl_tensor *z = &l->out;
     if (rl_activation_needs_input(C->act)) {
@@ -149,7 +154,7 @@ static rl_status conv2d_forward(rl_layer *l, rl_layer_io *io) {
                         C->ib >= 0 ? 1.0 : 0.0);
     if (st == RL_OK) st = rl_activation_forward(C->act, &l->out, z);
     if (st == RL_OK) st = rows_view(&y2, &l->out, R, l->n_out);
-    if (st == RL_OK) st = rl_op_binary(&y2, &y2, &C->mask, RL_BIN_MUL);
+    if (st == RL_OK) st = rl_op_masked_fill(&y2, &C->pad, 0.0);
     rl_tensor_release(&y2);
     rl_tensor_release(&z2);
     return st;
@@ -179,7 +184,7 @@ static rl_status conv2d_backward(rl_layer *l, rl_layer_io *io, const rl_tensor *
     RL_TRY(rl_activation_backward(C->act, &C->dz, grad_out, &C->z, &l->out));
     rl_tensor dz2 = {0};
     RL_TRY(rows_view(&dz2, &C->dz, R, l->n_out));
-    rl_status st = rl_op_binary(&dz2, &dz2, &C->mask, RL_BIN_MUL);
+    rl_status st = rl_op_masked_fill(&dz2, &C->pad, 0.0);
     if (st == RL_OK) st = rl_op_gemm(&l->params[C->iW].grad, &C->cols, &dz2, true, false, 1.0, 1.0);
     if (st == RL_OK && C->ib >= 0) {
         st = rl_buffer_ensure(&C->db, dt, C->dev, 1, &l->n_out);
@@ -210,6 +215,7 @@ static void conv2d_destroy(rl_layer *l) {
     free(C->map);
     rl_tensor_release(&C->cols);
     rl_tensor_release(&C->mask);
+    rl_tensor_release(&C->pad);
     rl_tensor_release(&C->z);
     rl_tensor_release(&C->dz);
     rl_tensor_release(&C->dcols);

@@ -51,7 +51,7 @@
  *
  * Devices: one layer for the CPU and CUDA, as the lstm: the inputs' device decides; params, the
  * given initial state and grad_out/grad_in must be on it (checked at every entry). On CUDA the
- * layer owns a blocking stream (rl_lstm_cuda_stream_create) and queues all its work there, so
+ * layer owns a blocking stream (rl_cuda_stream_create) and queues all its work there, so
  * the two directions of a bidirectional pair overlap; the ordering with other layers' streams
  * (events: gru_forward/gru_backward) and with the tensor ops on the legacy default stream is the
  * lstm's (layers/lstm.c). The recurrence runs in
@@ -68,8 +68,8 @@
 #include "../kernels/gru.h"
 #include "../kernels/ops.h"
 #ifdef RL_WITH_CUDA
+#include "../kernels/cuda/context.h"
 #include "../kernels/cuda/gru_cuda.h"
-#include "../kernels/cuda/lstm_cuda.h"
 #endif
 
 enum { P_W, P_U, P_B, P_BH };
@@ -110,7 +110,7 @@ static rl_status use_device(gru_layer *L, rl_device dev) {
     if (dev.type == RL_CPU) {
 #ifdef RL_WITH_CUDA
         /* buffers of an earlier CUDA run are about to be released */
-        if (L->stream) RL_TRY(rl_lstm_cuda_stream_sync(L->stream));
+        if (L->stream) RL_TRY(rl_cuda_stream_sync(L->stream));
 #endif
         return RL_OK;
     }
@@ -118,11 +118,11 @@ static rl_status use_device(gru_layer *L, rl_device dev) {
     if (dev.type == RL_CUDA) {
         if (L->stream && L->stream_dev == dev.index) return RL_OK;
         if (L->stream) {
-            RL_TRY(rl_lstm_cuda_stream_sync(L->stream));
-            rl_lstm_cuda_stream_destroy(L->stream);
+            RL_TRY(rl_cuda_stream_sync(L->stream));
+            rl_cuda_stream_destroy(L->stream);
             L->stream = NULL;
         }
-        RL_TRY(rl_lstm_cuda_stream_create(dev.index, &L->stream));
+        RL_TRY(rl_cuda_stream_create(dev.index, &L->stream));
         L->stream_dev = dev.index;
         return RL_OK;
     }
@@ -137,10 +137,10 @@ static rl_status write_state(const gru_layer *L, rl_tensor *dst, const rl_tensor
 #ifdef RL_WITH_CUDA
     if (rl_tensor_device(dst).type == RL_CUDA) {
         size_t bytes = (size_t)rl_tensor_numel(dst) * rl_dtype_size(dst->dtype);
-        if (!src) return rl_lstm_cuda_zero(L->stream, rl_tensor_data(dst), bytes);
+        if (!src) return rl_cuda_zero(L->stream, rl_tensor_data(dst), bytes);
         if (src->dtype == dst->dtype && rl_tensor_is_contiguous(src))
-            return rl_lstm_cuda_copy_rows(L->stream, rl_tensor_data(dst), bytes,
-                                          rl_tensor_data(src), bytes, bytes, 1);
+            return rl_cuda_copy_rows(L->stream, rl_tensor_data(dst), bytes, rl_tensor_data(src),
+                                     bytes, bytes, 1);
     }
 #else
     (void)L;
@@ -302,13 +302,13 @@ static rl_status forward_queue(rl_layer *l, rl_layer_io *io) {
     rl_device dev = rl_tensor_device(io->in[0]);
     RL_TRY(use_device(L, dev));
 #ifdef RL_WITH_CUDA
-    if (dev.type == RL_CUDA) { /* producers on other streams first (kernels/cuda/lstm_cuda.h) */
+    if (dev.type == RL_CUDA) { /* producers on other streams first (kernels/cuda/context.h) */
         const rl_tensor *rd[RL_LAYER_MAX_INPUTS + 2];
         int n = 0;
         for (int k = 0; k < io->n_in; k++)
             rd[n++] = io->in[k];
         rd[n++] = &L->h0;
-        RL_TRY(rl_lstm_cuda_stream_wait_for(L->stream, rd, n));
+        RL_TRY(rl_cuda_stream_wait_for(L->stream, rd, n));
     }
 #endif
     rl_mat W, U, b, bh;
@@ -328,8 +328,8 @@ static rl_status forward_queue(rl_layer *l, rl_layer_io *io) {
 #ifdef RL_WITH_CUDA
     if (dev.type == RL_CUDA) {
         RL_TRY(rl_buffer_ensure_synced(&L->len_dev, RL_INT32, dev, 1, &B));
-        RL_TRY(rl_lstm_cuda_set_lengths(L->stream, rl_tensor_data(&L->len_dev),
-                                        rl_tensor_data(io->lengths), B));
+        RL_TRY(rl_cuda_set_lengths(L->stream, rl_tensor_data(&L->len_dev),
+                                   rl_tensor_data(io->lengths), B));
     }
 #endif
 
@@ -389,7 +389,7 @@ static rl_status backward_queue(rl_layer *l, rl_layer_io *io, const rl_tensor *g
         rd[n++] = grad_out;
         for (int k = 0; k < io->n_in && grad_in; k++)
             rd[n++] = grad_in[k];
-        RL_TRY(rl_lstm_cuda_stream_wait_for(L->stream, rd, n));
+        RL_TRY(rl_cuda_stream_wait_for(L->stream, rd, n));
     }
 #endif
     rl_mat dout = {NULL, 0};
@@ -471,14 +471,14 @@ static rl_status backward_queue(rl_layer *l, rl_layer_io *io, const rl_tensor *g
 }
 
 /* forward_queue, then (CUDA) the event its consumers on other streams wait for: written down
- * here, where the layer hands its output on (kernels/cuda/lstm_cuda.h, "Streams and ordering"). */
+ * here, where the layer hands its output on (kernels/cuda/context.h, "Streams and ordering"). */
 static rl_status gru_forward(rl_layer *l, rl_layer_io *io) {
     RL_TRY(forward_queue(l, io));
 #ifdef RL_WITH_CUDA
     gru_layer *L = (gru_layer *)l;
     /* hs holds the final state another layer may take as its initial state */
     const rl_tensor *wr[2] = {&l->out, &L->hs};
-    RL_TRY(rl_lstm_cuda_stream_wrote(L->stream, wr, 2));
+    RL_TRY(rl_cuda_stream_wrote(L->stream, wr, 2));
 #endif
     return RL_OK;
 }
@@ -494,7 +494,7 @@ static rl_status gru_backward(rl_layer *l, rl_layer_io *io, const rl_tensor *gra
     for (int k = 0; k < io->n_in && grad_in; k++)
         wr[n++] = grad_in[k];
     wr[n++] = &L->dh; /* the initial state's gradient, read by whoever gave that state */
-    RL_TRY(rl_lstm_cuda_stream_wrote(L->stream, wr, n));
+    RL_TRY(rl_cuda_stream_wrote(L->stream, wr, n));
 #endif
     return RL_OK;
 }
@@ -504,7 +504,7 @@ static void gru_destroy(rl_layer *l) {
 #ifdef RL_WITH_CUDA
     /* the stream may still be using the buffers released below; a failure here has no one to
      * report to (the message stays in rl_errmsg) */
-    if (L->stream) (void)rl_lstm_cuda_stream_sync(L->stream);
+    if (L->stream) (void)rl_cuda_stream_sync(L->stream);
 #endif
     rl_tensor *ts[] = {&L->h0, &L->gates, &L->hs, &L->dh, &L->gout, &L->upack, &L->len_dev};
     for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
@@ -514,7 +514,7 @@ static void gru_destroy(rl_layer *l) {
         rl_tensor_release(&L->dxs[k]);
     }
 #ifdef RL_WITH_CUDA
-    rl_lstm_cuda_stream_destroy(L->stream);
+    rl_cuda_stream_destroy(L->stream);
 #endif
 }
 

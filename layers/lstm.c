@@ -46,7 +46,7 @@
  * Devices: one layer for the CPU and CUDA; the device of the inputs decides, and the params,
  * the given initial state and grad_out/grad_in must be on it (checked at every entry, so device
  * memory never reaches a host loop; lengths are CPU tensors by the layer contract). The device
- * branches are few: gemm() (BLAS or rl_lstm_cuda_gemm), the recurrence (the CPU step loops
+ * branches are few: gemm() (BLAS or rl_cuda_gemm), the recurrence (the CPU step loops
  * below, unchanged, or rl_lstm_cuda_forward/backward of kernels/cuda/lstm.cu, which also do dU,
  * db and the peephole gradients there), buffer growth and the small state writes.
  *
@@ -59,12 +59,12 @@
  * gradients work as with own (hs, cs are then (2, B, H): initial and final state).
  *
  * Streams and synchronisation (CUDA): each layer object owns a blocking stream
- * (rl_lstm_cuda_stream_create) and queues all its work of a forward or backward there: the
+ * (rl_cuda_stream_create) and queues all its work of a forward or backward there: the
  * lengths, the initial state row, the GEMMs, the recurrence, the cuDNN calls. The host does not
  * wait, so the two directions of a bidirectional pair, called one after the other, run at the
  * same time on the GPU. Blocking streams order themselves with the legacy default stream (tensor
  * ops) both ways, but not with each other, so a layer reading what another layer's stream wrote
- * would race with it. The order between layers is therefore explicit (kernels/cuda/lstm_cuda.h,
+ * would race with it. The order between layers is therefore explicit (kernels/cuda/context.h,
  * "Streams and ordering"): lstm_forward/lstm_backward record this stream's event after the call
  * and note the output (forward) or grad_in (backward) as written by it; forward_queue and
  * backward_queue, before queuing anything, make this stream wait for the other streams that
@@ -86,6 +86,7 @@
 #include "../kernels/lstm.h"
 #include "../kernels/ops.h"
 #ifdef RL_WITH_CUDA
+#include "../kernels/cuda/context.h"
 #include "../kernels/cuda/lstm_cuda.h"
 #endif
 
@@ -159,7 +160,7 @@ static rl_status use_device(lstm_layer *L, rl_device dev) {
                             L->base.name);
 #ifdef RL_WITH_CUDA
         /* buffers of an earlier CUDA run are about to be released */
-        if (L->stream) RL_TRY(rl_lstm_cuda_stream_sync(L->stream));
+        if (L->stream) RL_TRY(rl_cuda_stream_sync(L->stream));
 #endif
         return RL_OK;
     }
@@ -167,11 +168,11 @@ static rl_status use_device(lstm_layer *L, rl_device dev) {
     if (dev.type == RL_CUDA) {
         if (L->stream && L->stream_dev == dev.index) return RL_OK;
         if (L->stream) {
-            RL_TRY(rl_lstm_cuda_stream_sync(L->stream));
-            rl_lstm_cuda_stream_destroy(L->stream);
+            RL_TRY(rl_cuda_stream_sync(L->stream));
+            rl_cuda_stream_destroy(L->stream);
             L->stream = NULL;
         }
-        RL_TRY(rl_lstm_cuda_stream_create(dev.index, &L->stream));
+        RL_TRY(rl_cuda_stream_create(dev.index, &L->stream));
         L->stream_dev = dev.index;
         return RL_OK;
     }
@@ -186,10 +187,10 @@ static rl_status write_state(const lstm_layer *L, rl_tensor *dst, const rl_tenso
 #ifdef RL_WITH_CUDA
     if (rl_tensor_device(dst).type == RL_CUDA) {
         size_t bytes = (size_t)rl_tensor_numel(dst) * rl_dtype_size(dst->dtype);
-        if (!src) return rl_lstm_cuda_zero(L->stream, rl_tensor_data(dst), bytes);
+        if (!src) return rl_cuda_zero(L->stream, rl_tensor_data(dst), bytes);
         if (src->dtype == dst->dtype && rl_tensor_is_contiguous(src))
-            return rl_lstm_cuda_copy_rows(L->stream, rl_tensor_data(dst), bytes,
-                                          rl_tensor_data(src), bytes, bytes, 1);
+            return rl_cuda_copy_rows(L->stream, rl_tensor_data(dst), bytes, rl_tensor_data(src),
+                                     bytes, bytes, 1);
     }
 #else
     (void)L;
@@ -336,8 +337,8 @@ static rl_status forward_cudnn(lstm_layer *L, const rl_layer_io *io, rl_dtype dt
         for (int k = 0; k < io->n_in; off += l->in_dims[k++]) {
             int64_t Fk = l->in_dims[k];
             if (rl_mat_fold_tb(io->in[k], &X)) {
-                RL_TRY(rl_lstm_cuda_copy_rows(L->stream, at(&L->xcat, off), (size_t)F * es, X.p,
-                                              (size_t)X.ld * es, (size_t)Fk * es, T * B));
+                RL_TRY(rl_cuda_copy_rows(L->stream, at(&L->xcat, off), (size_t)F * es, X.p,
+                                         (size_t)X.ld * es, (size_t)Fk * es, T * B));
             } else {
                 rl_tensor v = {0};
                 RL_TRY(rl_tensor_narrow(&v, &L->xcat, 2, off, Fk));
@@ -385,11 +386,10 @@ static rl_status backward_cudnn(lstm_layer *L, const rl_layer_io *io, rl_tensor 
         int64_t os[3] = {T, B, H};
         RL_TRY(rl_buffer_ensure_synced(&L->gout, dt, dev, 3, os));
         if (dout.p)
-            RL_TRY(rl_lstm_cuda_copy_rows(L->stream, rl_tensor_data(&L->gout), (size_t)H * es,
-                                          dout.p, (size_t)dout.ld * es, (size_t)H * es, T * B));
+            RL_TRY(rl_cuda_copy_rows(L->stream, rl_tensor_data(&L->gout), (size_t)H * es, dout.p,
+                                     (size_t)dout.ld * es, (size_t)H * es, T * B));
         else
-            RL_TRY(
-                rl_lstm_cuda_zero(L->stream, rl_tensor_data(&L->gout), (size_t)(T * B * H) * es));
+            RL_TRY(rl_cuda_zero(L->stream, rl_tensor_data(&L->gout), (size_t)(T * B * H) * es));
         dy = rl_tensor_data(&L->gout);
     }
     bool any = false;
@@ -418,8 +418,8 @@ static rl_status backward_cudnn(lstm_layer *L, const rl_layer_io *io, rl_tensor 
         rl_tensor *gi = grad_in[k];
         if (!gi) continue;
         if (rl_mat_fold_tb(gi, &G)) {
-            RL_TRY(rl_lstm_cuda_copy_rows(L->stream, G.p, (size_t)G.ld * es, at(&L->dxcat, off),
-                                          (size_t)F * es, (size_t)Fk * es, T * B));
+            RL_TRY(rl_cuda_copy_rows(L->stream, G.p, (size_t)G.ld * es, at(&L->dxcat, off),
+                                     (size_t)F * es, (size_t)Fk * es, T * B));
         } else {
             rl_tensor v = {0};
             RL_TRY(rl_tensor_narrow(&v, &L->dxcat, 2, off, Fk));
@@ -442,14 +442,14 @@ static rl_status forward_queue(rl_layer *l, rl_layer_io *io) {
     rl_device dev = rl_tensor_device(io->in[0]);
     RL_TRY(use_device(L, dev));
 #ifdef RL_WITH_CUDA
-    if (dev.type == RL_CUDA) { /* producers on other streams first (kernels/cuda/lstm_cuda.h) */
+    if (dev.type == RL_CUDA) { /* producers on other streams first (kernels/cuda/context.h) */
         const rl_tensor *rd[RL_LAYER_MAX_INPUTS + 2];
         int n = 0;
         for (int k = 0; k < io->n_in; k++)
             rd[n++] = io->in[k];
         rd[n++] = &L->h0;
         rd[n++] = &L->c0;
-        RL_TRY(rl_lstm_cuda_stream_wait_for(L->stream, rd, n));
+        RL_TRY(rl_cuda_stream_wait_for(L->stream, rd, n));
     }
 #endif
     rl_mat W, U, bias;
@@ -475,8 +475,8 @@ static rl_status forward_queue(rl_layer *l, rl_layer_io *io) {
 #ifdef RL_WITH_CUDA
     if (dev.type == RL_CUDA) {
         RL_TRY(rl_buffer_ensure_synced(&L->len_dev, RL_INT32, dev, 1, &B));
-        RL_TRY(rl_lstm_cuda_set_lengths(L->stream, rl_tensor_data(&L->len_dev),
-                                        rl_tensor_data(io->lengths), B));
+        RL_TRY(rl_cuda_set_lengths(L->stream, rl_tensor_data(&L->len_dev),
+                                   rl_tensor_data(io->lengths), B));
         if (L->cudnn) return forward_cudnn(L, io, dt, dev, W, U, bias);
     }
 #endif
@@ -551,7 +551,7 @@ static rl_status backward_queue(rl_layer *l, rl_layer_io *io, const rl_tensor *g
         rd[n++] = &L->dcT;
         for (int k = 0; k < io->n_in && grad_in; k++)
             rd[n++] = grad_in[k];
-        RL_TRY(rl_lstm_cuda_stream_wait_for(L->stream, rd, n));
+        RL_TRY(rl_cuda_stream_wait_for(L->stream, rd, n));
     }
 #endif
     rl_mat dout = {NULL, 0};
@@ -650,14 +650,14 @@ static rl_status backward_queue(rl_layer *l, rl_layer_io *io, const rl_tensor *g
 }
 
 /* forward_queue, then (CUDA) the event its consumers on other streams wait for: written down
- * here, where the layer hands its output on (kernels/cuda/lstm_cuda.h, "Streams and ordering"). */
+ * here, where the layer hands its output on (kernels/cuda/context.h, "Streams and ordering"). */
 static rl_status lstm_forward(rl_layer *l, rl_layer_io *io) {
     RL_TRY(forward_queue(l, io));
 #ifdef RL_WITH_CUDA
     lstm_layer *L = (lstm_layer *)l;
     /* hs, cs hold the final state another layer may take as its initial state */
     const rl_tensor *wr[3] = {&l->out, &L->hs, &L->cs};
-    RL_TRY(rl_lstm_cuda_stream_wrote(L->stream, wr, 3));
+    RL_TRY(rl_cuda_stream_wrote(L->stream, wr, 3));
 #endif
     return RL_OK;
 }
@@ -674,7 +674,7 @@ static rl_status lstm_backward(rl_layer *l, rl_layer_io *io, const rl_tensor *gr
         wr[n++] = grad_in[k];
     wr[n++] = &L->dh; /* the initial state's gradients, read by whoever gave that state */
     wr[n++] = &L->dc;
-    RL_TRY(rl_lstm_cuda_stream_wrote(L->stream, wr, n));
+    RL_TRY(rl_cuda_stream_wrote(L->stream, wr, n));
 #endif
     return RL_OK;
 }
@@ -684,7 +684,7 @@ static void lstm_destroy(rl_layer *l) {
 #ifdef RL_WITH_CUDA
     /* the stream may still be using the buffers released below; a failure here has no one to
      * report to (the message stays in rl_errmsg) */
-    if (L->stream) (void)rl_lstm_cuda_stream_sync(L->stream);
+    if (L->stream) (void)rl_cuda_stream_sync(L->stream);
     rl_cudnn_lstm_free(L->rnn);
 #endif
     rl_tensor *ts[] = {&L->h0, &L->c0, &L->dhT,  &L->dcT,   &L->gates,   &L->hs,   &L->cs,
@@ -696,7 +696,7 @@ static void lstm_destroy(rl_layer *l) {
         rl_tensor_release(&L->dxs[k]);
     }
 #ifdef RL_WITH_CUDA
-    rl_lstm_cuda_stream_destroy(L->stream);
+    rl_cuda_stream_destroy(L->stream);
 #endif
 }
 

@@ -3,7 +3,7 @@
 #include "../core/blas.h"
 #include "../kernels/ops.h"
 #ifdef RL_WITH_CUDA
-#include "../kernels/cuda/lstm_cuda.h"
+#include "../kernels/cuda/context.h"
 #endif
 
 rl_status rl_mat_gemm(rl_device dev, void *stream, rl_dtype dt, bool ta, bool tb, int64_t m,
@@ -11,8 +11,8 @@ rl_status rl_mat_gemm(rl_device dev, void *stream, rl_dtype dt, bool ta, bool tb
     if (m == 0 || n == 0) return RL_OK;
 #ifdef RL_WITH_CUDA
     if (dev.type == RL_CUDA)
-        return rl_lstm_cuda_gemm(stream, dt, ta, tb, m, n, k, 1.0, a.p, a.ld, b.p, b.ld, beta, c.p,
-                                 c.ld);
+        return rl_cuda_gemm(stream, dt, ta, tb, m, n, k, 1.0, a.p, a.ld, b.p, b.ld, beta, c.p,
+                            c.ld);
 #else
     (void)dev, (void)stream;
 #endif

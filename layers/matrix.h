@@ -44,7 +44,7 @@ bool rl_mat_fold_tb(const rl_tensor *x, rl_mat *m);
 /* rl_buffer_ensure for layers that queue work on their own CUDA stream: when it must allocate,
  * the devices involved are synchronised first, since the old block may still be used by the
  * layer's stream and a cached block handed out now may have been released by another layer's
- * stream still using it (kernels/cuda/lstm_cuda.h). On the CPU it is rl_buffer_ensure. */
+ * stream still using it (kernels/cuda/context.h). On the CPU it is rl_buffer_ensure. */
 rl_status rl_buffer_ensure_synced(rl_tensor *buf, rl_dtype dt, rl_device dev, int ndim,
                                   const int64_t *shape);
 

@@ -80,7 +80,7 @@
 #include "../kernels/mdlstm.h"
 #include "../kernels/ops.h"
 #ifdef RL_WITH_CUDA
-#include "../kernels/cuda/lstm_cuda.h"
+#include "../kernels/cuda/context.h"
 #include "../kernels/cuda/mdlstm_cuda.h"
 #endif
 

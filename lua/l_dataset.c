@@ -8,6 +8,7 @@
  *   f:read_strings(name) -> {strs}    f:write(name, t)             f:write_strings(name, {strs})
  *   f:attr_tensor(obj, name) / f:attr_number(obj, name) / f:attr_string(obj, name)
  *   f:set_attr(obj, name, value)      -- integer -> int64, float -> double, string, tensor
+ *   f:refuse_vlen()                   -- variable-length strings are errors from now on
  *   f:commit()                        -- "w": rename the temporary file over path
  *   f:close()                         -- also __gc/__close; an uncommitted "w" file is removed
  *
@@ -70,6 +71,11 @@ static int m_commit(lua_State *L) {
 static int m_path(lua_State *L) {
     lua_pushstring(L, rl_h5_path(check_open(L)));
     return 1;
+}
+
+static int m_refuse_vlen(lua_State *L) {
+    rl_h5_refuse_vlen(check_open(L));
+    return 0;
 }
 
 static int m_read(lua_State *L) {
@@ -310,6 +316,7 @@ static int l_dataset_scan(lua_State *L) {
 
 static const luaL_Reg h5file_methods[] = {
     {"path", m_path},
+    {"refuse_vlen", m_refuse_vlen},
     {"read", m_read},
     {"read_rows", m_read_rows},
     {"info", m_info},

@@ -7,6 +7,7 @@
 #include "../kernels/cpu/cpu_level.h"
 #include "../kernels/ops.h"
 #include "embedded.h"
+#include "l_attention.h"
 #include "l_audio.h"
 #include "l_ctc.h"
 #include "l_dataset.h"
@@ -77,6 +78,7 @@ int luaopen_rnnlua(lua_State *L) {
     rl_lua_open_ctc(L);
     rl_lua_open_dist(L);
     rl_lua_open_audio(L);
+    rl_lua_open_attention(L);
 
     size_t len;
     const char *src = rl_embedded_find("rnnlua.init", &len);

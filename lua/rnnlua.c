@@ -291,6 +291,123 @@ static void add_searcher(lua_State *L) {
     lua_pop(L, 2);
 }
 
+/* ---- text-only chunks: Lua does not verify bytecode, so a precompiled chunk (crafted or just
+ * corrupted) can crash the VM. Recipes and -e are loaded with mode "t"; so are load, loadfile,
+ * dofile and require's file searcher, whatever mode a script asks for. */
+
+/* After a failed load (message on top): names `who` and the chunk, and says why. */
+static int text_only_error(lua_State *L, const char *who, const char *name) {
+    const char *msg = lua_tostring(L, -1);
+    if (msg && strstr(msg, "binary chunk"))
+        return luaL_error(L,
+                          "%s: %s: %s: rnnlua loads Lua source text only, never precompiled "
+                          "chunks",
+                          who, name, msg);
+    return lua_error(L);
+}
+
+/* load(chunk [, chunkname [, mode [, env]]]) with mode "t"; a failure returns nil, message as
+ * Lua's load does, except that asking for binary chunks only is an error. */
+static int text_load(lua_State *L) {
+    const char *mode = luaL_optstring(L, 3, "bt");
+    if (!strchr(mode, 't'))
+        return luaL_error(L,
+                          "load: mode \"%s\" refused: rnnlua loads Lua source text only, never "
+                          "precompiled chunks",
+                          mode);
+    int n = lua_gettop(L) < 3 ? 3 : lua_gettop(L); /* env given (even nil) or not is kept */
+    lua_settop(L, n);
+    lua_pushliteral(L, "t");
+    lua_replace(L, 3);
+    lua_pushvalue(L, lua_upvalueindex(1));
+    lua_insert(L, 1);
+    lua_call(L, n, LUA_MULTRET);
+    int nres = lua_gettop(L);
+    if (nres == 2 && lua_isnil(L, 1) && lua_isstring(L, 2) &&
+        strstr(lua_tostring(L, 2), "binary chunk")) {
+        lua_pushfstring(L, "load: %s: rnnlua loads Lua source text only, never precompiled chunks",
+                        lua_tostring(L, 2));
+        lua_replace(L, 2);
+    }
+    return nres;
+}
+
+/* loadfile([filename [, mode [, env]]]) with mode "t", returning nil, message on failure. */
+static int text_loadfile(lua_State *L) {
+    const char *fname = luaL_optstring(L, 1, NULL);
+    const char *mode = luaL_optstring(L, 2, "bt");
+    if (!strchr(mode, 't'))
+        return luaL_error(L, "loadfile: mode \"%s\" refused: rnnlua loads Lua source text only",
+                          mode);
+    int env = !lua_isnone(L, 3) ? 3 : 0;
+    if (luaL_loadfilex(L, fname, "t") != LUA_OK) {
+        const char *msg = lua_tostring(L, -1);
+        luaL_pushfail(L);
+        if (msg && strstr(msg, "binary chunk"))
+            lua_pushfstring(L,
+                            "loadfile: %s: %s: rnnlua loads Lua source text only, never "
+                            "precompiled chunks",
+                            fname ? fname : "stdin", msg);
+        else
+            lua_pushvalue(L, -2);
+        return 2;
+    }
+    if (env) { /* the first upvalue of a main chunk is _ENV */
+        lua_pushvalue(L, env);
+        if (!lua_setupvalue(L, -2, 1)) lua_pop(L, 1);
+    }
+    return 1;
+}
+
+/* dofile([filename]) with mode "t". */
+static int text_dofile(lua_State *L) {
+    const char *fname = luaL_optstring(L, 1, NULL);
+    lua_settop(L, 1);
+    if (luaL_loadfilex(L, fname, "t") != LUA_OK)
+        return text_only_error(L, "dofile", fname ? fname : "stdin");
+    lua_call(L, 0, LUA_MULTRET);
+    return lua_gettop(L) - 1;
+}
+
+/* require's searcher for Lua files on package.path (the standard one loads bytecode too). */
+static int text_searcher_lua(lua_State *L) {
+    const char *name = luaL_checkstring(L, 1);
+    lua_getglobal(L, "package");
+    if (!lua_istable(L, -1)) return luaL_error(L, "require: 'package' is not a table");
+    lua_getfield(L, -1, "searchpath");
+    lua_pushstring(L, name);
+    lua_getfield(L, -3, "path");
+    if (!lua_isstring(L, -1)) return luaL_error(L, "require: 'package.path' must be a string");
+    lua_call(L, 2, 2);
+    if (lua_isnil(L, -2)) return 1; /* the list of files tried */
+    lua_pop(L, 1);
+    const char *filename = lua_tostring(L, -1);
+    if (luaL_loadfilex(L, filename, "t") != LUA_OK) {
+        const char *msg = lua_tostring(L, -1);
+        return luaL_error(
+            L, "error loading module '%s' from file '%s':\n\t%s%s", name, filename, msg,
+            msg && strstr(msg, "binary chunk") ? ": rnnlua loads Lua source text only" : "");
+    }
+    lua_pushstring(L, filename);
+    return 2;
+}
+
+static void text_only_loaders(lua_State *L) {
+    lua_getglobal(L, "load");
+    lua_pushcclosure(L, text_load, 1);
+    lua_setglobal(L, "load");
+    lua_pushcfunction(L, text_loadfile);
+    lua_setglobal(L, "loadfile");
+    lua_pushcfunction(L, text_dofile);
+    lua_setglobal(L, "dofile");
+    /* package.searchers: preload, then the Lua file searcher that this replaces */
+    lua_getglobal(L, "package");
+    lua_getfield(L, -1, "searchers");
+    lua_pushcfunction(L, text_searcher_lua);
+    lua_rawseti(L, -2, 2);
+    lua_pop(L, 2);
+}
+
 static void add_preloads(lua_State *L) {
     luaL_getsubtable(L, LUA_REGISTRYINDEX, LUA_PRELOAD_TABLE);
     lua_pushcfunction(L, luaopen_lfs);
@@ -662,6 +779,7 @@ static int run_options(lua_State *L, char **argv, int script) {
 /* The standard libraries, the package searchers and the rnnlua library as the global `rl`. */
 static int open_library(lua_State *L) {
     luaL_openlibs(L);
+    text_only_loaders(L);
     add_preloads(L);
     add_searcher(L);
     lua_gc(L, LUA_GCRESTART);

@@ -1,20 +1,32 @@
--- RETURNN's forward task from the shell: run a dataset through a trained checkpoint and write
--- one layer's activations per sequence to HDF5 (the dataset layout, tags kept).
+-- RETURNN's forward and search tasks from the shell: run a dataset through a trained
+-- checkpoint and write one layer's activations per sequence to HDF5 (the dataset layout, tags
+-- kept), or (search=true) the label sequences a rec layer's beam search finds.
 --
 --   rnnlua recipes/forward.lua model=out/12ax/net.010.h5 data=dev.h5 layer=output output=fwd.h5
+--   rnnlua recipes/forward.lua search=true model=out/g2p/net.h5 data=test.h5 output=hyp.h5 \
+--          beam=4 nbest=4 attention=att
 --
 -- model=   a checkpoint (its network description is inside: no recipe needed)
 -- data=    HDF5 files in RETURNN's layout, comma-separated, or a dataset config as a Lua table
 --          literal, e.g. data='{class = "12ax", num_seqs = 100, seed = 2}'
--- layer=   the layer to write (default output)
+-- layer=   the layer to write (default output; with search=true the rec layer, default the one
+--          with a choice)
 -- output=  the file to write (output_file= too)
 -- batch_size=, max_seqs=  batching (frames incl. padding, sequences)
+-- decode=ctc beam=N  CTC decoding of a softmax trained with loss = "ctc" (rl.forward)
+-- search=true beam=N eos=N max_seq_len=N|EXPR length_norm=true nbest=true|N attention=NAME
+--          beam search (rl.search, lua/rnnlua/search.lua)
 local usage = "usage: rnnlua recipes/forward.lua model=CHECKPOINT data=FILES|'{dataset config}' "
-  .. "[layer=output] output=FILE [batch_size=N] [max_seqs=N]"
+  .. "[layer=output] output=FILE [batch_size=N] [max_seqs=N] [decode=ctc] [beam=N] "
+  .. "[search=true [eos=N] [max_seq_len=N|EXPR] [length_norm=true] [nbest=true|N] "
+  .. "[attention=NAME]]"
 
 local cfg = {}
 local names = {model = "model", data = "data", layer = "layer", output = "output_file",
-               output_file = "output_file", batch_size = "batch_size", max_seqs = "max_seqs"}
+               output_file = "output_file", batch_size = "batch_size", max_seqs = "max_seqs",
+               decode = "decode", beam = "beam", search = "search", eos = "eos",
+               max_seq_len = "max_seq_len", length_norm = "length_norm", nbest = "nbest",
+               attention = "attention"}
 for i = 1, #arg do
   local k, v = arg[i]:match("^([%w_]+)=(.*)$")
   if not k or not names[k] then
@@ -26,12 +38,25 @@ for _, k in ipairs({"model", "data", "output_file"}) do
   if not cfg[k] then error(string.format("forward: missing %s=\n%s", k == "output_file" and
     "output" or k, usage), 0) end
 end
-for _, k in ipairs({"batch_size", "max_seqs"}) do
+for _, k in ipairs({"batch_size", "max_seqs", "beam", "eos"}) do
   if cfg[k] then
     cfg[k] = math.tointeger(tonumber(cfg[k]))
     if not cfg[k] then error(string.format("forward: %s must be an integer\n%s", k, usage), 0) end
   end
 end
+for _, k in ipairs({"search", "length_norm", "nbest"}) do
+  if cfg[k] == "true" then
+    cfg[k] = true
+  elseif cfg[k] == "false" then
+    cfg[k] = false
+  elseif cfg[k] and k == "nbest" and math.tointeger(tonumber(cfg[k])) then
+    cfg[k] = math.tointeger(tonumber(cfg[k]))
+  elseif cfg[k] then
+    error(string.format("forward: %s must be true or false%s\n%s", k,
+      k == "nbest" and " or an integer" or "", usage), 0)
+  end
+end
+if cfg.max_seq_len then cfg.max_seq_len = tonumber(cfg.max_seq_len) or cfg.max_seq_len end
 if cfg.data:match("^%s*{") then
   cfg.data = rl.checkpoint.deserialize(cfg.data, "data")
 else

@@ -4,6 +4,7 @@
 --
 --   rnnlua recipes/g2p_cmudict.lua [--smoke] [--minutes M] [--epochs N] [--hidden H] [--emb E]
 --                                  [--beam K] [--batch B] [--lr R] [--threads N] [--seed S]
+--                                  [--out DIR]
 --
 -- Data: cmudict-0.4.out of Debian's festlex-cmu (/usr/share/festival/dicts/cmu; installed with
 -- apt-get when missing), ~106k entries ("word" pos (((syllable phonemes) stress) ...)).
@@ -25,14 +26,24 @@
 -- then `test PER X% WER Y%` (beam search): PER = edit distance / reference phonemes, WER =
 -- words with any error. --smoke: a tiny subset (256 train words) and model, 4 epochs, seconds
 -- (run by make test, tests/sh/test_g2p_smoke.sh).
+--
+-- Files in --out DIR (default out/g2p): net.h5 the trained model, test.h5 the test words (letters
+-- as sparse inputs, the word as tag), test_hyp.h5 the search task's output on them (rl.search:
+-- the best phonemes, scores, the n-best and the attention weights of each word), so that
+--   rnnlua recipes/forward.lua search=true model=DIR/net.h5 data=DIR/test.h5 output=hyp.h5 beam=8
+--   rnnlua plot DIR/test_hyp.h5 --heatmap attention --seq N
+-- search again or draw where the decoder looked.
 local args = {...}
 local o = {minutes = 25, epochs = 1000, hidden = 128, emb = 32, beam = 4, batch = 64, threads = 2,
-  seed = 1, lr = 1e-3, smoke = false}
+  seed = 1, lr = 1e-3, smoke = false, out = "out/g2p"}
 local i = 1
 while i <= #args do
   local a = args[i]
   if a == "--smoke" then
     o.smoke = true
+  elseif a == "--out" and args[i + 1] then
+    o.out = args[i + 1]
+    i = i + 1
   elseif a:sub(1, 2) == "--" and args[i + 1] then
     local k = a:sub(3)
     if o[k] == nil then error("g2p: unknown option " .. a, 0) end
@@ -232,26 +243,30 @@ local function edit_distance(a, b)
   return prev[#b]
 end
 
--- PER and WER (percent) of the words in list, decoded with beam k.
+-- Scores hypothesis `labels` (phoneme numbers) of word w against its closest reference:
+-- adds to acc = {errs =, nref =, wrong =}.
+local function add_score(acc, w, labels)
+  local hyp = {}
+  for _, v in ipairs(labels) do hyp[#hyp + 1] = phones[v + 1] end
+  local best, bref
+  for _, ref in ipairs(prons[w]) do
+    local d = edit_distance(hyp, ref)
+    if not best or d < best or (d == best and #ref > #bref) then best, bref = d, ref end
+  end
+  acc.errs, acc.nref = acc.errs + best, acc.nref + #bref
+  if best > 0 then acc.wrong = acc.wrong + 1 end
+end
+
+-- PER and WER (percent) of the words in list, decoded with beam k (in memory, net:search).
 local function score(list, k)
   local items = {}
   for _, w in ipairs(list) do items[#items + 1] = {w} end
-  local errs, nref, wrong = 0, 0, 0
+  local acc = {errs = 0, nref = 0, wrong = 0}
   for _, chunk in ipairs(batches_of(items, 128, false)) do
     local res = net:search(make_batch(chunk), {beam_size = k, eos = 0})
-    for b, it in ipairs(chunk) do
-      local hyp = {}
-      for _, v in ipairs(res[b].labels) do hyp[#hyp + 1] = phones[v + 1] end
-      local best, bref
-      for _, ref in ipairs(prons[it[1]]) do
-        local d = edit_distance(hyp, ref)
-        if not best or d < best or (d == best and #ref > #bref) then best, bref = d, ref end
-      end
-      errs, nref = errs + best, nref + #bref
-      if best > 0 then wrong = wrong + 1 end
-    end
+    for b, it in ipairs(chunk) do add_score(acc, it[1], res[b].labels) end
   end
-  return 100 * errs / nref, 100 * wrong / #list
+  return 100 * acc.errs / acc.nref, 100 * acc.wrong / #list
 end
 
 ---------------------------------------------------------------------------- training
@@ -282,8 +297,32 @@ while not stop do
   if epoch >= o.epochs then stop = true end
 end
 local train_min, cpu_min = (rl.clock() - t0) / 60, (os.clock() - c0) / 60
-local per, wer = score(split.test, o.beam)
+
+-- the test set through the search task: the model and the test words on disk, the searched
+-- phonemes (with the attention weights) in test_hyp.h5, scored in the words' order
+os.execute("mkdir -p '" .. o.out:gsub("'", "'\\''") .. "'")
+rl.save_checkpoint(o.out .. "/net.h5", {net = net, epoch = epoch, step = total_steps})
+local test_seqs = {}
+for k, w in ipairs(split.test) do
+  local ids = {}
+  for c in w:gmatch(".") do ids[#ids + 1] = lidx[c] end
+  test_seqs[k] = {tag = w, data = rl.tensor(ids, "int32")}
+end
+rl.dataset_write(o.out .. "/test.h5", test_seqs,
+  {extern_data = {data = {dim = #letters, sparse = true}}, labels = letters})
+local found = rl.search{model = net, data = {class = "hdf", files = {o.out .. "/test.h5"}},
+  output_file = o.out .. "/test_hyp.h5", beam = o.beam, nbest = true, attention = "att",
+  labels = phones,
+  max_seqs = 128, batch_size = 128 * 40, log_verbosity = 0}
+local acc = {errs = 0, nref = 0, wrong = 0}
+for k, r in ipairs(found.results) do
+  assert(r.tag == split.test[k], "rl.search returns the results in the dataset's order")
+  add_score(acc, r.tag, r.labels)
+end
+local per, wer = 100 * acc.errs / acc.nref, 100 * acc.wrong / #split.test
 print(string.format("g2p: trained %.1f min wall, %.1f min CPU (%d epochs, %d steps of %d words, "
   .. "%d threads), test set %d words, beam %d", train_min, cpu_min, epoch, total_steps, o.batch,
   o.threads, #split.test, o.beam))
+print(string.format("g2p: model %s/net.h5, test words %s/test.h5, searched phonemes (n-best, "
+  .. "attention weights) %s/test_hyp.h5", o.out, o.out, o.out))
 print(string.format("test PER %.2f%% WER %.2f%%", per, wer))

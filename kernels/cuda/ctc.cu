@@ -21,21 +21,12 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include <cuda_runtime.h>
-
 #include "../ctc_step.h"
 #include "../ops.h"
 #include "ctc_cuda.h"
+#include "launch.h"
 
 namespace {
-
-constexpr int kThreads = 256;
-
-rl_status cuda_fail(const char *call, cudaError_t e, int64_t B) {
-    cudaGetLastError();
-    return rl_error(RL_EDEVICE, "ctc_loss (cuda, %lld sequences): %s: %s", (long long)B, call,
-                    cudaGetErrorString(e));
-}
 
 /* the int32 region: labels (B, S), in_len (B), lab_len (B), then per sequence
  * start (V + 1) and pos (W) */
@@ -162,11 +153,10 @@ __global__ void k_ctc(Layout L, const F *__restrict__ x, int32_t *__restrict__ i
 template <typename F>
 rl_status launch(const Layout &L, const rl_tensor *logits, int32_t *ints, int32_t blank,
                  bool zero_inf, double *scratch, rl_tensor *loss, rl_tensor *grad) {
-    k_ctc<F><<<(unsigned)L.B, kThreads>>>(L, (const F *)rl_tensor_data(logits), ints, blank,
-                                          zero_inf, scratch, (F *)rl_tensor_data(loss),
-                                          grad ? (F *)rl_tensor_data(grad) : NULL);
-    cudaError_t e = cudaGetLastError();
-    return e == cudaSuccess ? RL_OK : cuda_fail("kernel launch", e, L.B);
+    k_ctc<F><<<(unsigned)L.B, RL_CUDA_THREADS>>>(L, (const F *)rl_tensor_data(logits), ints, blank,
+                                                 zero_inf, scratch, (F *)rl_tensor_data(loss),
+                                                 grad ? (F *)rl_tensor_data(grad) : NULL);
+    return rl_cuda_launched("ctc_loss (cuda, %lld sequences): launching k_ctc", (long long)L.B);
 }
 
 } // namespace
@@ -175,12 +165,11 @@ extern "C" rl_status rl_ctc_cuda(rl_ctc_work *w, const rl_tensor *logits, const 
                                  const int32_t *input_len, const int32_t *label_len, int64_t blank,
                                  bool zero_infinity, rl_tensor *loss, rl_tensor *grad) {
     const rl_device dev = rl_tensor_device(logits);
-    cudaError_t e = cudaSetDevice(dev.index);
+    RL_TRY(rl_cuda_use_device("ctc_loss (cuda)", dev.index));
     Layout L;
     L.T = logits->shape[0];
     L.B = logits->shape[1];
     L.V = logits->shape[2];
-    if (e != cudaSuccess) return cuda_fail("cudaSetDevice", e, L.B);
     if (L.B == 0) return RL_OK;
     int64_t S = 0;
     for (int64_t b = 0; b < L.B; b++)

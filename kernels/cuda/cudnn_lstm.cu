@@ -30,17 +30,15 @@
 #include <new>
 #include <vector>
 
-#include <cuda_runtime.h>
 #include <cudnn.h>
 
 extern "C" {
 #include "../../core/device.h"
 #include "lstm_cuda.h"
 }
+#include "launch.h"
 
 namespace {
-
-constexpr int kThreads = 256;
 
 /* Where cuDNN keeps one gate's matrix (element offset into the weight space, strides of its
  * rows and columns) and bias (offset, or -1 when absent). */
@@ -53,11 +51,6 @@ struct Layout {
     int64_t b[4], rb[4]; /* input bias; recurrent bias (absent with SINGLE_INP_BIAS) */
 };
 
-unsigned blocks_for(int64_t work) {
-    int64_t b = (work + kThreads - 1) / kThreads;
-    return (unsigned)(b < 65536 ? (b > 0 ? b : 1) : 65536);
-}
-
 /* ---- kernels ---- */
 
 /* Between rnnlua's W (F, 4H), U (H, 4H), b (4H) and cuDNN's space, walking ours in order.
@@ -66,8 +59,7 @@ unsigned blocks_for(int64_t work) {
 template <typename T, bool TO_CUDNN, bool ACC>
 __global__ void k_convert(Layout L, T *W, T *U, T *b, T *space) {
     int64_t H4 = 4 * L.H, nw = L.F * H4, nu = L.H * H4, n = nw + nu + H4;
-    for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < n;
-         e += (int64_t)gridDim.x * blockDim.x) {
+    RL_CUDA_GRID_LOOP(e, n) {
         T *ours;
         int64_t theirs;
         if (e < nw + nu) {
@@ -95,8 +87,7 @@ template <typename T>
 __global__ void k_reverse(int64_t T_, int64_t B, int64_t D, const int32_t *__restrict__ len,
                           const T *__restrict__ src, T *__restrict__ dst) {
     int64_t n = T_ * B * D;
-    for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < n;
-         e += (int64_t)gridDim.x * blockDim.x) {
+    RL_CUDA_GRID_LOOP(e, n) {
         int64_t d = e % D, tb = e / D, b = tb % B, t = tb / B;
         int64_t L = len[b];
         dst[e] = t < L ? src[((L - 1 - t) * B + b) * D + d] : T(0);
@@ -108,8 +99,7 @@ template <typename T>
 __global__ void k_zero_padded(int64_t T_, int64_t B, int64_t D, const int32_t *__restrict__ len,
                               T *__restrict__ buf) {
     int64_t n = T_ * B * D;
-    for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < n;
-         e += (int64_t)gridDim.x * blockDim.x) {
+    RL_CUDA_GRID_LOOP(e, n) {
         int64_t tb = e / D, b = tb % B, t = tb / B;
         if (t >= (int64_t)len[b]) buf[e] = T(0);
     }
@@ -154,11 +144,11 @@ rl_status cudnn_fail(const rl_cudnn_lstm *r, const char *call, cudnnStatus_t st)
                     (long long)r->B);
 }
 
+#define RL_CUDNN_CTX "cudnn lstm (F=%lld H=%lld, batch T=%lld B=%lld): %s"
+#define RL_CUDNN_SIZES(r) (long long)(r)->F, (long long)(r)->H, (long long)(r)->T, (long long)(r)->B
+
 rl_status cuda_fail(const rl_cudnn_lstm *r, const char *call, cudaError_t e) {
-    cudaGetLastError();
-    return rl_error(RL_EDEVICE, "cudnn lstm: %s: %s (F=%lld H=%lld, batch T=%lld B=%lld)", call,
-                    cudaGetErrorString(e), (long long)r->F, (long long)r->H, (long long)r->T,
-                    (long long)r->B);
+    return rl_cuda_fail(e, RL_CUDNN_CTX, RL_CUDNN_SIZES(r), call);
 }
 
 #define CUDNN_TRY(r, call, expr)                                                                   \
@@ -167,14 +157,10 @@ rl_status cuda_fail(const rl_cudnn_lstm *r, const char *call, cudaError_t e) {
         if (st_ != CUDNN_STATUS_SUCCESS) return cudnn_fail((r), (call), st_);                      \
     } while (0)
 
-rl_status use_device(const rl_cudnn_lstm *r) {
-    cudaError_t e = cudaSetDevice(r->device);
-    return e == cudaSuccess ? RL_OK : cuda_fail(r, "cudaSetDevice", e);
-}
+rl_status use_device(const rl_cudnn_lstm *r) { return rl_cuda_use_device("cudnn lstm", r->device); }
 
 rl_status launched(const rl_cudnn_lstm *r, const char *kernel) {
-    cudaError_t e = cudaGetLastError();
-    return e == cudaSuccess ? RL_OK : cuda_fail(r, kernel, e);
+    return rl_cuda_launched(RL_CUDNN_CTX, RL_CUDNN_SIZES(r), kernel);
 }
 
 void buf_free(rl_cudnn_lstm *r, Buf *b) {
@@ -186,7 +172,7 @@ void buf_free(rl_cudnn_lstm *r, Buf *b) {
 
 /* Grows b to at least `bytes`. The device is synchronised first: the old block may still be in
  * use on the object's stream, and the allocator may hand out a block that another side stream
- * (another layer's) has released but not finished with (kernels/cuda/lstm_cuda.h). */
+ * (another layer's) has released but not finished with (kernels/cuda/context.h). */
 rl_status buf_ensure(rl_cudnn_lstm *r, Buf *b, size_t bytes) {
     if (b->p && b->bytes >= bytes) return RL_OK;
     const rl_device_backend *be = rl_device_cuda_backend();
@@ -308,8 +294,8 @@ rl_status convert(rl_cudnn_lstm *r, void *W, void *U, void *b, void *space, cons
                         (long long)r->F, (long long)r->H);
     RL_TRY(use_device(r));
     int64_t n = 4 * r->H * (r->F + r->H + 1);
-    k_convert<T, TO_CUDNN, ACC>
-        <<<blocks_for(n), kThreads, 0, r->stream>>>(r->layout, (T *)W, (T *)U, (T *)b, (T *)space);
+    k_convert<T, TO_CUDNN, ACC><<<rl_cuda_blocks_for(n), RL_CUDA_THREADS, 0, r->stream>>>(
+        r->layout, (T *)W, (T *)U, (T *)b, (T *)space);
     return launched(r, fn);
 }
 
@@ -322,10 +308,10 @@ rl_status convert_any(rl_cudnn_lstm *r, void *W, void *U, void *b, void *space, 
 rl_status reverse(rl_cudnn_lstm *r, int64_t D, const void *src, void *dst) {
     int64_t n = r->T * r->B * D;
     if (r->dt == RL_FLOAT32)
-        k_reverse<float><<<blocks_for(n), kThreads, 0, r->stream>>>(
+        k_reverse<float><<<rl_cuda_blocks_for(n), RL_CUDA_THREADS, 0, r->stream>>>(
             r->T, r->B, D, r->len_dev, (const float *)src, (float *)dst);
     else
-        k_reverse<double><<<blocks_for(n), kThreads, 0, r->stream>>>(
+        k_reverse<double><<<rl_cuda_blocks_for(n), RL_CUDA_THREADS, 0, r->stream>>>(
             r->T, r->B, D, r->len_dev, (const double *)src, (double *)dst);
     return launched(r, "k_reverse");
 }
@@ -333,11 +319,11 @@ rl_status reverse(rl_cudnn_lstm *r, int64_t D, const void *src, void *dst) {
 rl_status zero_padded(rl_cudnn_lstm *r, int64_t D, void *buf) {
     int64_t n = r->T * r->B * D;
     if (r->dt == RL_FLOAT32)
-        k_zero_padded<float>
-            <<<blocks_for(n), kThreads, 0, r->stream>>>(r->T, r->B, D, r->len_dev, (float *)buf);
+        k_zero_padded<float><<<rl_cuda_blocks_for(n), RL_CUDA_THREADS, 0, r->stream>>>(
+            r->T, r->B, D, r->len_dev, (float *)buf);
     else
-        k_zero_padded<double>
-            <<<blocks_for(n), kThreads, 0, r->stream>>>(r->T, r->B, D, r->len_dev, (double *)buf);
+        k_zero_padded<double><<<rl_cuda_blocks_for(n), RL_CUDA_THREADS, 0, r->stream>>>(
+            r->T, r->B, D, r->len_dev, (double *)buf);
     return launched(r, "k_zero_padded");
 }
 

@@ -25,6 +25,7 @@
 
 extern "C" {
 #include "../../core/device.h"
+#include "context.h"
 #include "cuda.h"
 }
 
@@ -216,19 +217,8 @@ rl_status cuda_memcpy(void *dst, rl_device ddev, const void *src, rl_device sdev
     return RL_OK;
 }
 
-rl_status cuda_synchronize(int index) {
-    RL_TRY(set_device("cuda synchronize", index));
-    cudaError_t e = cudaDeviceSynchronize();
-    if (e != cudaSuccess) {
-        cudaGetLastError();
-        return rl_error(RL_EDEVICE, "cudaDeviceSynchronize: %s (cuda:%d)", cudaGetErrorString(e),
-                        index);
-    }
-    return RL_OK;
-}
-
 const rl_device_backend g_backend = {
-    "cuda", cuda_count, cuda_alloc, cuda_free, cuda_memcpy, cuda_synchronize,
+    "cuda", cuda_count, cuda_alloc, cuda_free, cuda_memcpy, rl_cuda_synchronize,
 };
 
 } // namespace

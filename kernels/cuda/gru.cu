@@ -2,8 +2,8 @@
  *
  * The cell math is kernels/gru_cell.h, the functions the CPU loops call, so the two devices
  * differ only by the last bits of the device's exp. Per step one cuBLAS GEMM (h_prev U into the
- * step's [r | z | hn] blocks, through rl_lstm_cuda_gemm: the lstm's per-stream cuBLAS handles,
- * no TF32) and one fused pointwise kernel, one thread per (b, j):
+ * step's [r | z | hn] blocks, through the CUDA context's per-stream cuBLAS handle,
+ * kernels/cuda/context.h, no TF32) and one fused pointwise kernel, one thread per (b, j):
  *   forward: reads the four blocks, adds the biases, writes the activations over them, the
  *            state and the output; padded rows copy the previous state and write 0 out.
  *   backward: writes dG over the activations and dh = dLoss/dh * z (the direct part; the GEMM
@@ -16,31 +16,16 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include <cuda_runtime.h>
-
 extern "C" {
 #include "../gru_cell.h"
 #include "gru_cuda.h"
-#include "lstm_cuda.h"
 }
 #include "launch.h"
 
 namespace {
 
-using rl_launch::cuda_fail;
-using rl_launch::enter;
-using rl_launch::launched;
-
-constexpr int kThreads = 256;
 constexpr int kCols = 32; /* columns per block of the bias sums */
 constexpr int kRows = 8;  /* rows per block of the bias sums */
-
-unsigned blocks_for(int64_t work) {
-    int64_t b = (work + kThreads - 1) / kThreads;
-    return (unsigned)(b < 65536 ? (b > 0 ? b : 1) : 65536);
-}
-
-cudaStream_t as_stream(void *s) { return (cudaStream_t)s; }
 
 rl_dtype dtype_of(float) { return RL_FLOAT32; }
 rl_dtype dtype_of(double) { return RL_FLOAT64; }
@@ -73,8 +58,7 @@ __global__ void k_fwd(int64_t B, int64_t H, int64_t t, const int32_t *__restrict
                       T *__restrict__ g, const T *__restrict__ b, const T *__restrict__ bh,
                       const T *__restrict__ hp, T *__restrict__ h, T *__restrict__ out) {
     int64_t n = B * H;
-    for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < n;
-         e += (int64_t)gridDim.x * blockDim.x) {
+    RL_CUDA_GRID_LOOP(e, n) {
         int64_t i = e / H, j = e - i * H;
         if (t >= (int64_t)len[i]) {
             h[e] = hp[e];
@@ -99,8 +83,7 @@ __global__ void k_bwd(int64_t B, int64_t H, int64_t t, const int32_t *__restrict
                       T *__restrict__ g, const T *__restrict__ hp, const T *__restrict__ dout,
                       int64_t dout_ld, T *__restrict__ dh) {
     int64_t n = B * H;
-    for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < n;
-         e += (int64_t)gridDim.x * blockDim.x) {
+    RL_CUDA_GRID_LOOP(e, n) {
         int64_t i = e / H, j = e - i * H;
         T *gr = g + i * 4 * H + j;
         if (t >= (int64_t)len[i]) {
@@ -155,8 +138,7 @@ template <typename T>
 __global__ void k_zero_padding(int64_t T_, int64_t B, int64_t F, const int32_t *__restrict__ len,
                                T *__restrict__ x) {
     int64_t n = T_ * B * F;
-    for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < n;
-         e += (int64_t)gridDim.x * blockDim.x) {
+    RL_CUDA_GRID_LOOP(e, n) {
         int64_t row = e / F, t = row / B, i = row - t * B;
         if (t >= (int64_t)len[i]) x[e] = T(0);
     }
@@ -168,16 +150,20 @@ template <typename T>
 rl_status fwd_step(const char *fn, cudaStream_t s, int64_t B, int64_t H, int64_t t,
                    const int32_t *len, T *g, const T *b, const T *bh, const T *hp, T *h, T *out) {
     if (B <= 0 || H <= 0) return RL_OK;
-    k_fwd<T><<<blocks_for(B * H), kThreads, 0, s>>>(B, H, t, len, g, b, bh, hp, h, out);
-    return launched(fn, "k_fwd", B, H, t);
+    k_fwd<T>
+        <<<rl_cuda_blocks_for(B * H), RL_CUDA_THREADS, 0, s>>>(B, H, t, len, g, b, bh, hp, h, out);
+    return rl_cuda_launched("%s: launching k_fwd (B=%lld H=%lld t=%lld)", fn, (long long)B,
+                            (long long)H, (long long)t);
 }
 
 template <typename T>
 rl_status bwd_step(const char *fn, cudaStream_t s, int64_t B, int64_t H, int64_t t,
                    const int32_t *len, T *g, const T *hp, const T *dout, int64_t dout_ld, T *dh) {
     if (B <= 0 || H <= 0) return RL_OK;
-    k_bwd<T><<<blocks_for(B * H), kThreads, 0, s>>>(B, H, t, len, g, hp, dout, dout_ld, dh);
-    return launched(fn, "k_bwd", B, H, t);
+    k_bwd<T><<<rl_cuda_blocks_for(B * H), RL_CUDA_THREADS, 0, s>>>(B, H, t, len, g, hp, dout,
+                                                                   dout_ld, dh);
+    return rl_cuda_launched("%s: launching k_bwd (B=%lld H=%lld t=%lld)", fn, (long long)B,
+                            (long long)H, (long long)t);
 }
 
 template <typename T>
@@ -185,26 +171,29 @@ rl_status bias_grads(cudaStream_t s, int64_t N, int64_t H, const T *dg, T *db, T
     if (N <= 0 || H <= 0) return RL_OK;
     dim3 block(kCols, kRows), grid((unsigned)((H + kCols - 1) / kCols));
     k_bias_grads<T><<<grid, block, 0, s>>>(N, H, dg, db, dbh);
-    return launched("rl_gru_cuda_bias_grads", "k_bias_grads", N, H, -1);
+    return rl_cuda_launched("rl_gru_cuda_bias_grads: launching k_bias_grads (N=%lld H=%lld)",
+                            (long long)N, (long long)H);
 }
 
 template <typename T>
 rl_status forward_loop(void *stream, int64_t T_, int64_t B, int64_t H, int dir, const int32_t *len,
                        T *gates, const T *U, const T *b, const T *bh, T *hs, T *out) {
     const char *fn = "rl_gru_cuda_forward";
-    cudaStream_t s = as_stream(stream);
+    cudaStream_t s = rl_cuda_stream(stream);
     rl_dtype dt = dtype_of(T(0));
     int64_t BH = B * H;
     /* the hn block receives the recurrent product alone */
     cudaError_t e = cudaMemset2DAsync(gates + 2 * H, (size_t)(4 * H) * sizeof(T), 0,
                                       (size_t)H * sizeof(T), (size_t)(T_ * B), s);
-    if (e != cudaSuccess) return cuda_fail(fn, "cudaMemset2DAsync", e, B, H);
+    if (e != cudaSuccess)
+        return rl_cuda_fail(e, "%s: cudaMemset2DAsync (T=%lld B=%lld H=%lld)", fn, (long long)T_,
+                            (long long)B, (long long)H);
     for (int64_t st = 0; st < T_; st++) {
         int64_t t = dir > 0 ? st : T_ - 1 - st;
         int64_t prev = dir > 0 ? t : t + 1, cur = dir > 0 ? t + 1 : t;
         T *gt = gates + t * B * 4 * H;
-        RL_TRY(rl_lstm_cuda_gemm(stream, dt, false, false, B, 3 * H, H, 1.0, hs + prev * BH, H, U,
-                                 3 * H, 1.0, gt, 4 * H));
+        RL_TRY(rl_cuda_gemm_batched(fn, s, dt, false, false, B, 3 * H, H, 1.0, hs + prev * BH, H, 0,
+                                    U, 3 * H, 0, 1.0, gt, 4 * H, 0, 1));
         RL_TRY(fwd_step<T>(fn, s, B, H, t, len, gt, b, bh, hs + prev * BH, hs + cur * BH,
                            out + t * BH));
     }
@@ -216,7 +205,7 @@ rl_status backward_loop(void *stream, int64_t T_, int64_t B, int64_t H, int dir,
                         T *gates, const T *U, const T *hs, const T *dout, int64_t dout_ld, T *dh,
                         T *dU, T *db, T *dbh) {
     const char *fn = "rl_gru_cuda_backward";
-    cudaStream_t s = as_stream(stream);
+    cudaStream_t s = rl_cuda_stream(stream);
     rl_dtype dt = dtype_of(T(0));
     int64_t BH = B * H;
     for (int64_t st = T_ - 1; st >= 0; st--) {
@@ -226,29 +215,14 @@ rl_status backward_loop(void *stream, int64_t T_, int64_t B, int64_t H, int dir,
         RL_TRY(bwd_step<T>(fn, s, B, H, t, len, gt, hs + prev * BH,
                            dout ? dout + t * B * dout_ld : nullptr, dout_ld, dh));
         /* padded rows of dG_t are 0, so their dh passes through unchanged */
-        RL_TRY(rl_lstm_cuda_gemm(stream, dt, false, true, B, H, 3 * H, 1.0, gt, 4 * H, U, 3 * H,
-                                 1.0, dh, H));
+        RL_TRY(rl_cuda_gemm_batched(fn, s, dt, false, true, B, H, 3 * H, 1.0, gt, 4 * H, 0, U,
+                                    3 * H, 0, 1.0, dh, H, 0, 1));
     }
     /* the previous states of all frames are rows 0..T-1 (direction 1) or 1..T (-1) */
     const T *hprev = hs + (dir > 0 ? 0 : BH);
-    RL_TRY(rl_lstm_cuda_gemm(stream, dt, true, false, H, 3 * H, T_ * B, 1.0, hprev, H, gates, 4 * H,
-                             1.0, dU, 3 * H));
+    RL_TRY(rl_cuda_gemm_batched(fn, s, dt, true, false, H, 3 * H, T_ * B, 1.0, hprev, H, 0, gates,
+                                4 * H, 0, 1.0, dU, 3 * H, 0, 1));
     return bias_grads<T>(s, T_ * B, H, gates, db, dbh);
-}
-
-rl_status check_dtype(const char *fn, rl_dtype dt) {
-    if (dt == RL_FLOAT32 || dt == RL_FLOAT64) return RL_OK;
-    return rl_error(RL_EDTYPE, "%s: dtype %s not supported (float32, float64)", fn,
-                    rl_dtype_name(dt));
-}
-
-rl_status check_loop(const char *fn, rl_dtype dt, int64_t T, int64_t B, int64_t H, int dir,
-                     const int32_t *len) {
-    RL_TRY(check_dtype(fn, dt));
-    if (T < 0 || B < 0 || H < 1 || (dir != 1 && dir != -1) || !len)
-        return rl_error(RL_EARG, "%s: bad sizes T=%lld B=%lld H=%lld direction=%d%s", fn,
-                        (long long)T, (long long)B, (long long)H, dir, len ? "" : " or no lengths");
-    return RL_OK;
 }
 
 } // namespace
@@ -260,8 +234,8 @@ extern "C" rl_status rl_gru_cuda_fwd_f32(void *stream, int64_t B, int64_t H, int
                                          const float *bh, const float *hp, float *h, float *out) {
     const char *fn = "rl_gru_cuda_fwd_f32";
     if (B <= 0 || H <= 0) return RL_OK;
-    RL_TRY(enter(fn, g, B, H));
-    return fwd_step<float>(fn, as_stream(stream), B, H, t, len, g, b, bh, hp, h, out);
+    RL_TRY(rl_cuda_enter(fn, g));
+    return fwd_step<float>(fn, rl_cuda_stream(stream), B, H, t, len, g, b, bh, hp, h, out);
 }
 
 extern "C" rl_status rl_gru_cuda_fwd_f64(void *stream, int64_t B, int64_t H, int64_t t,
@@ -270,8 +244,8 @@ extern "C" rl_status rl_gru_cuda_fwd_f64(void *stream, int64_t B, int64_t H, int
                                          double *out) {
     const char *fn = "rl_gru_cuda_fwd_f64";
     if (B <= 0 || H <= 0) return RL_OK;
-    RL_TRY(enter(fn, g, B, H));
-    return fwd_step<double>(fn, as_stream(stream), B, H, t, len, g, b, bh, hp, h, out);
+    RL_TRY(rl_cuda_enter(fn, g));
+    return fwd_step<double>(fn, rl_cuda_stream(stream), B, H, t, len, g, b, bh, hp, h, out);
 }
 
 extern "C" rl_status rl_gru_cuda_bwd_f32(void *stream, int64_t B, int64_t H, int64_t t,
@@ -279,8 +253,8 @@ extern "C" rl_status rl_gru_cuda_bwd_f32(void *stream, int64_t B, int64_t H, int
                                          const float *dout, int64_t dout_ld, float *dh) {
     const char *fn = "rl_gru_cuda_bwd_f32";
     if (B <= 0 || H <= 0) return RL_OK;
-    RL_TRY(enter(fn, g, B, H));
-    return bwd_step<float>(fn, as_stream(stream), B, H, t, len, g, hp, dout, dout_ld, dh);
+    RL_TRY(rl_cuda_enter(fn, g));
+    return bwd_step<float>(fn, rl_cuda_stream(stream), B, H, t, len, g, hp, dout, dout_ld, dh);
 }
 
 extern "C" rl_status rl_gru_cuda_bwd_f64(void *stream, int64_t B, int64_t H, int64_t t,
@@ -288,40 +262,43 @@ extern "C" rl_status rl_gru_cuda_bwd_f64(void *stream, int64_t B, int64_t H, int
                                          const double *dout, int64_t dout_ld, double *dh) {
     const char *fn = "rl_gru_cuda_bwd_f64";
     if (B <= 0 || H <= 0) return RL_OK;
-    RL_TRY(enter(fn, g, B, H));
-    return bwd_step<double>(fn, as_stream(stream), B, H, t, len, g, hp, dout, dout_ld, dh);
+    RL_TRY(rl_cuda_enter(fn, g));
+    return bwd_step<double>(fn, rl_cuda_stream(stream), B, H, t, len, g, hp, dout, dout_ld, dh);
 }
 
 extern "C" rl_status rl_gru_cuda_bias_grads(void *stream, rl_dtype dt, int64_t N, int64_t H,
                                             const void *dg, void *db, void *dbh) {
     const char *fn = "rl_gru_cuda_bias_grads";
-    RL_TRY(check_dtype(fn, dt));
+    RL_TRY(rl_cuda_check_dtype(fn, dt));
     if (N <= 0 || H <= 0) return RL_OK;
     if (!db || !dbh)
         return rl_error(RL_EARG, "%s: db and dbh must be given (N=%lld H=%lld)", fn, (long long)N,
                         (long long)H);
-    RL_TRY(enter(fn, dg, N, H));
+    RL_TRY(rl_cuda_enter(fn, dg));
     if (dt == RL_FLOAT32)
-        return bias_grads<float>(as_stream(stream), N, H, (const float *)dg, (float *)db,
+        return bias_grads<float>(rl_cuda_stream(stream), N, H, (const float *)dg, (float *)db,
                                  (float *)dbh);
-    return bias_grads<double>(as_stream(stream), N, H, (const double *)dg, (double *)db,
+    return bias_grads<double>(rl_cuda_stream(stream), N, H, (const double *)dg, (double *)db,
                               (double *)dbh);
 }
 
 extern "C" rl_status rl_gru_cuda_zero_padding(void *stream, rl_dtype dt, int64_t T, int64_t B,
                                               int64_t F, const int32_t *len, void *x) {
     const char *fn = "rl_gru_cuda_zero_padding";
-    RL_TRY(check_dtype(fn, dt));
+    RL_TRY(rl_cuda_check_dtype(fn, dt));
     if (T <= 0 || B <= 0 || F <= 0) return RL_OK;
     if (!len)
         return rl_error(RL_EARG, "%s: no lengths (T=%lld B=%lld)", fn, (long long)T, (long long)B);
-    RL_TRY(enter(fn, x, B, F));
-    unsigned g = blocks_for(T * B * F);
+    RL_TRY(rl_cuda_enter(fn, x));
+    unsigned g = rl_cuda_blocks_for(T * B * F);
     if (dt == RL_FLOAT32)
-        k_zero_padding<float><<<g, kThreads, 0, as_stream(stream)>>>(T, B, F, len, (float *)x);
+        k_zero_padding<float>
+            <<<g, RL_CUDA_THREADS, 0, rl_cuda_stream(stream)>>>(T, B, F, len, (float *)x);
     else
-        k_zero_padding<double><<<g, kThreads, 0, as_stream(stream)>>>(T, B, F, len, (double *)x);
-    return launched(fn, "k_zero_padding", B, F, -1);
+        k_zero_padding<double>
+            <<<g, RL_CUDA_THREADS, 0, rl_cuda_stream(stream)>>>(T, B, F, len, (double *)x);
+    return rl_cuda_launched("%s: launching k_zero_padding (T=%lld B=%lld F=%lld)", fn, (long long)T,
+                            (long long)B, (long long)F);
 }
 
 extern "C" rl_status rl_gru_cuda_forward(void *stream, rl_dtype dt, int64_t T, int64_t B, int64_t H,
@@ -329,9 +306,9 @@ extern "C" rl_status rl_gru_cuda_forward(void *stream, rl_dtype dt, int64_t T, i
                                          const void *U, const void *b, const void *bh, void *hs,
                                          void *out) {
     const char *fn = "rl_gru_cuda_forward";
-    RL_TRY(check_loop(fn, dt, T, B, H, direction, len));
+    RL_TRY(rl_cuda_check_recurrence(fn, dt, T, B, H, direction, len));
     if (T == 0 || B == 0) return RL_OK;
-    RL_TRY(enter(fn, gates, B, H));
+    RL_TRY(rl_cuda_enter(fn, gates));
     if (dt == RL_FLOAT32)
         return forward_loop<float>(stream, T, B, H, direction, len, (float *)gates,
                                    (const float *)U, (const float *)b, (const float *)bh,
@@ -346,12 +323,12 @@ extern "C" rl_status rl_gru_cuda_backward(void *stream, rl_dtype dt, int64_t T, 
                                           int64_t dout_ld, void *dh, void *dU, void *db,
                                           void *dbh) {
     const char *fn = "rl_gru_cuda_backward";
-    RL_TRY(check_loop(fn, dt, T, B, H, direction, len));
+    RL_TRY(rl_cuda_check_recurrence(fn, dt, T, B, H, direction, len));
     if (T == 0 || B == 0) return RL_OK;
     if (!dU || !db || !dbh)
         return rl_error(RL_EARG, "%s: dU, db and dbh must be given (T=%lld B=%lld H=%lld)", fn,
                         (long long)T, (long long)B, (long long)H);
-    RL_TRY(enter(fn, gates, B, H));
+    RL_TRY(rl_cuda_enter(fn, gates));
     if (dt == RL_FLOAT32)
         return backward_loop<float>(stream, T, B, H, direction, len, (float *)gates,
                                     (const float *)U, (const float *)hs, (const float *)dout,

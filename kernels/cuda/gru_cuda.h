@@ -1,8 +1,8 @@
 /* The GRU on CUDA devices (kernels/cuda/gru.cu). A plain C header: no CUDA include; streams are
  * `void *` holding a cudaStream_t (NULL: the legacy default stream). Only present in a CUDA
- * build (RL_WITH_CUDA). The layer's streams, lengths on the device, state copies and GEMMs use
- * the lstm's helpers (kernels/cuda/lstm_cuda.h: rl_lstm_cuda_stream_create, _set_lengths, _zero,
- * _copy_rows, _gemm), with the same stream rules.
+ * build (RL_WITH_CUDA). The layer's streams, lengths on the device, state copies and GEMMs are
+ * the CUDA context's (kernels/cuda/context.h: rl_cuda_stream_create, _set_lengths, _zero,
+ * _copy_rows, _gemm), with its stream rules.
  *
  * Layout and equations are those of layers/gru.c and kernels/gru.h (gate blocks r, z, hn, n per
  * row of the gates buffer, row-major, time-major (T, B, .) sequences; a row b of step t is valid

@@ -15,59 +15,18 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include <cuda_runtime.h>
-
 extern "C" {
 #include "image_cuda.h"
 }
+#include "launch.h"
 
 namespace {
 
-constexpr int kThreads = 256;
-
-rl_status cuda_fail(const char *fn, const char *call, cudaError_t e) {
-    cudaGetLastError();
-    return rl_error(RL_EDEVICE, "%s: %s: %s", fn, call, cudaGetErrorString(e));
-}
-
-/* Makes the device that holds p current (the launchers take bare pointers). */
-rl_status enter(const char *fn, const void *p) {
-    cudaPointerAttributes attr;
-    cudaError_t e = cudaPointerGetAttributes(&attr, p);
-    if (e != cudaSuccess) return cuda_fail(fn, "cudaPointerGetAttributes", e);
-    if (attr.type != cudaMemoryTypeDevice && attr.type != cudaMemoryTypeManaged)
-        return rl_error(RL_EDEVICE, "%s: a buffer is not in CUDA device memory", fn);
-    int cur = -1;
-    e = cudaGetDevice(&cur);
-    if (e != cudaSuccess) return cuda_fail(fn, "cudaGetDevice", e);
-    if (cur != attr.device) {
-        e = cudaSetDevice(attr.device);
-        if (e != cudaSuccess) return cuda_fail(fn, "cudaSetDevice", e);
-    }
-    return RL_OK;
-}
-
+/* Whether the last launch went through, naming the launcher and the image sizes. */
 rl_status launched(const char *fn, long long H, long long W, long long B, long long F) {
-    cudaError_t e = cudaGetLastError();
-    if (e == cudaSuccess) return RL_OK;
-    return rl_error(RL_EDEVICE, "%s: kernel launch on (H, W, B, F) = (%lld, %lld, %lld, %lld): %s",
-                    fn, H, W, B, F, cudaGetErrorString(e));
+    return rl_cuda_launched("%s: kernel launch on (H, W, B, F) = (%lld, %lld, %lld, %lld)", fn, H,
+                            W, B, F);
 }
-
-rl_status check_dtype(const char *fn, rl_dtype dt) {
-    if (dt == RL_FLOAT32 || dt == RL_FLOAT64) return RL_OK;
-    return rl_error(RL_EDTYPE, "%s: dtype %s not supported (float32, float64)", fn,
-                    rl_dtype_name(dt));
-}
-
-unsigned blocks_for(int64_t work) {
-    int64_t b = (work + kThreads - 1) / kThreads;
-    return (unsigned)(b < 65536 ? (b > 0 ? b : 1) : 65536);
-}
-
-#define RL_GRID_LOOP(t, total)                                                                     \
-    for (int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; t < (total);                  \
-         t += (int64_t)gridDim.x * blockDim.x)
 
 /* ---- conv2d and pool2d: windows over ragged images ---- */
 
@@ -92,7 +51,7 @@ template <typename T>
 __global__ void k_im2col(rl_conv_geom g, const int32_t *sizes, const int32_t *out_sizes, const T *x,
                          T *cols) {
     int64_t K = g.fh * g.fw, total = g.Ho * g.Wo * g.B * K * g.F;
-    RL_GRID_LOOP(t, total) {
+    RL_CUDA_GRID_LOOP(t, total) {
         int64_t f = t % g.F, tk = t / g.F, k = tk % K, r = tk / K;
         Row w = split_row(g, r);
         int64_t y = w.yo * g.sy - g.py + k / g.fw, xx = w.xo * g.sx - g.px + k % g.fw;
@@ -106,7 +65,7 @@ template <typename T>
 __global__ void k_col2im(rl_conv_geom g, const int32_t *sizes, const int32_t *out_sizes,
                          const T *dcols, T *dx) {
     int64_t K = g.fh * g.fw, total = g.H * g.W * g.B * g.F;
-    RL_GRID_LOOP(t, total) {
+    RL_CUDA_GRID_LOOP(t, total) {
         int64_t f = t % g.F, b = (t / g.F) % g.B, xx = (t / (g.F * g.B)) % g.W,
                 y = t / (g.F * g.B * g.W);
         T acc = T(0);
@@ -130,7 +89,7 @@ __global__ void k_col2im(rl_conv_geom g, const int32_t *sizes, const int32_t *ou
 }
 
 template <typename T> __global__ void k_row_mask(rl_conv_geom g, const int32_t *out_sizes, T *m) {
-    RL_GRID_LOOP(r, g.Ho * g.Wo * g.B) {
+    RL_CUDA_GRID_LOOP(r, g.Ho * g.Wo * g.B) {
         m[r] = row_valid(out_sizes, split_row(g, r)) ? T(1) : T(0);
     }
 }
@@ -138,7 +97,7 @@ template <typename T> __global__ void k_row_mask(rl_conv_geom g, const int32_t *
 template <typename T>
 __global__ void k_pool_fwd(rl_conv_geom g, const int32_t *sizes, const int32_t *out_sizes, bool max,
                            const T *x, T *y, int32_t *arg) {
-    RL_GRID_LOOP(t, g.Ho * g.Wo * g.B * g.F) {
+    RL_CUDA_GRID_LOOP(t, g.Ho * g.Wo * g.B * g.F) {
         int64_t f = t % g.F;
         Row w = split_row(g, t / g.F);
         T acc = T(0);
@@ -172,7 +131,7 @@ __global__ void k_pool_fwd(rl_conv_geom g, const int32_t *sizes, const int32_t *
 template <typename T>
 __global__ void k_pool_bwd(rl_conv_geom g, const int32_t *sizes, const int32_t *out_sizes, bool max,
                            const int32_t *arg, const T *dy, T *dx) {
-    RL_GRID_LOOP(t, g.H * g.W * g.B * g.F) {
+    RL_CUDA_GRID_LOOP(t, g.H * g.W * g.B * g.F) {
         int64_t f = t % g.F, b = (t / g.F) % g.B, xx = (t / (g.F * g.B)) % g.W,
                 y = t / (g.F * g.B * g.W);
         int64_t h = sizes[2 * b], wd = sizes[2 * b + 1];
@@ -206,7 +165,7 @@ __global__ void k_pool_bwd(rl_conv_geom g, const int32_t *sizes, const int32_t *
 template <typename T>
 __global__ void k_collapse_fwd(int mode, int64_t W, int64_t B, int64_t F, const int32_t *sizes,
                                const T *x, T *y, int32_t *arg) {
-    RL_GRID_LOOP(t, W * B * F) {
+    RL_CUDA_GRID_LOOP(t, W * B * F) {
         int64_t f = t % F, b = (t / F) % B, xx = t / (F * B);
         int64_t h = sizes[2 * b];
         T acc = T(0);
@@ -231,7 +190,7 @@ __global__ void k_collapse_fwd(int mode, int64_t W, int64_t B, int64_t F, const 
 template <typename T>
 __global__ void k_collapse_bwd(int mode, int64_t H, int64_t W, int64_t B, int64_t F,
                                const int32_t *sizes, const int32_t *arg, const T *dy, T *dx) {
-    RL_GRID_LOOP(t, H * W * B * F) {
+    RL_CUDA_GRID_LOOP(t, H * W * B * F) {
         int64_t f = t % F, b = (t / F) % B, xx = (t / (F * B)) % W, y = t / (F * B * W);
         int64_t h = sizes[2 * b], o = (xx * B + b) * F + f;
         bool take = false;
@@ -246,7 +205,7 @@ __global__ void k_collapse_bwd(int mode, int64_t H, int64_t W, int64_t B, int64_
 template <typename T>
 __global__ void k_global_fwd(bool max, int64_t W, int64_t B, int64_t F, const int32_t *sizes,
                              const T *x, T *y, int32_t *arg) {
-    RL_GRID_LOOP(t, B * F) {
+    RL_CUDA_GRID_LOOP(t, B * F) {
         int64_t f = t % F, b = t / F, h = sizes[2 * b], wd = sizes[2 * b + 1];
         double acc = 0;
         int32_t best = 0;
@@ -269,7 +228,7 @@ __global__ void k_global_fwd(bool max, int64_t W, int64_t B, int64_t F, const in
 template <typename T>
 __global__ void k_global_bwd(bool max, int64_t H, int64_t W, int64_t B, int64_t F,
                              const int32_t *sizes, const int32_t *arg, const T *dy, T *dx) {
-    RL_GRID_LOOP(t, H * W * B * F) {
+    RL_CUDA_GRID_LOOP(t, H * W * B * F) {
         int64_t f = t % F, b = (t / F) % B, xx = (t / (F * B)) % W, y = t / (F * B * W);
         int64_t h = sizes[2 * b], wd = sizes[2 * b + 1], o = b * F + f;
         T v = T(0);
@@ -290,46 +249,48 @@ __global__ void k_global_bwd(bool max, int64_t H, int64_t W, int64_t B, int64_t 
 extern "C" rl_status rl_image_cuda_im2col(rl_dtype dt, const rl_conv_geom *g, const int32_t *sizes,
                                           const int32_t *out_sizes, const void *x, void *cols) {
     const char *fn = "rl_image_cuda_im2col";
-    RL_TRY(check_dtype(fn, dt));
+    RL_TRY(rl_cuda_check_dtype(fn, dt));
     int64_t work = g->Ho * g->Wo * g->B * g->fh * g->fw * g->F;
     if (work == 0) return RL_OK;
-    RL_TRY(enter(fn, cols));
+    RL_TRY(rl_cuda_enter(fn, cols));
     if (dt == RL_FLOAT32)
-        k_im2col<float>
-            <<<blocks_for(work), kThreads>>>(*g, sizes, out_sizes, (const float *)x, (float *)cols);
+        k_im2col<float><<<rl_cuda_blocks_for(work), RL_CUDA_THREADS>>>(
+            *g, sizes, out_sizes, (const float *)x, (float *)cols);
     else
-        k_im2col<double><<<blocks_for(work), kThreads>>>(*g, sizes, out_sizes, (const double *)x,
-                                                         (double *)cols);
+        k_im2col<double><<<rl_cuda_blocks_for(work), RL_CUDA_THREADS>>>(
+            *g, sizes, out_sizes, (const double *)x, (double *)cols);
     return launched(fn, g->H, g->W, g->B, g->F);
 }
 
 extern "C" rl_status rl_image_cuda_col2im(rl_dtype dt, const rl_conv_geom *g, const int32_t *sizes,
                                           const int32_t *out_sizes, const void *dcols, void *dx) {
     const char *fn = "rl_image_cuda_col2im";
-    RL_TRY(check_dtype(fn, dt));
+    RL_TRY(rl_cuda_check_dtype(fn, dt));
     int64_t work = g->H * g->W * g->B * g->F;
     if (work == 0) return RL_OK;
-    RL_TRY(enter(fn, dx));
+    RL_TRY(rl_cuda_enter(fn, dx));
     if (dt == RL_FLOAT32)
-        k_col2im<float><<<blocks_for(work), kThreads>>>(*g, sizes, out_sizes, (const float *)dcols,
-                                                        (float *)dx);
+        k_col2im<float><<<rl_cuda_blocks_for(work), RL_CUDA_THREADS>>>(
+            *g, sizes, out_sizes, (const float *)dcols, (float *)dx);
     else
-        k_col2im<double><<<blocks_for(work), kThreads>>>(*g, sizes, out_sizes,
-                                                         (const double *)dcols, (double *)dx);
+        k_col2im<double><<<rl_cuda_blocks_for(work), RL_CUDA_THREADS>>>(
+            *g, sizes, out_sizes, (const double *)dcols, (double *)dx);
     return launched(fn, g->H, g->W, g->B, g->F);
 }
 
 extern "C" rl_status rl_image_cuda_row_mask(rl_dtype dt, const rl_conv_geom *g,
                                             const int32_t *out_sizes, void *mask) {
     const char *fn = "rl_image_cuda_row_mask";
-    RL_TRY(check_dtype(fn, dt));
+    RL_TRY(rl_cuda_check_dtype(fn, dt));
     int64_t work = g->Ho * g->Wo * g->B;
     if (work == 0) return RL_OK;
-    RL_TRY(enter(fn, mask));
+    RL_TRY(rl_cuda_enter(fn, mask));
     if (dt == RL_FLOAT32)
-        k_row_mask<float><<<blocks_for(work), kThreads>>>(*g, out_sizes, (float *)mask);
+        k_row_mask<float>
+            <<<rl_cuda_blocks_for(work), RL_CUDA_THREADS>>>(*g, out_sizes, (float *)mask);
     else
-        k_row_mask<double><<<blocks_for(work), kThreads>>>(*g, out_sizes, (double *)mask);
+        k_row_mask<double>
+            <<<rl_cuda_blocks_for(work), RL_CUDA_THREADS>>>(*g, out_sizes, (double *)mask);
     return launched(fn, g->H, g->W, g->B, g->F);
 }
 
@@ -337,16 +298,16 @@ extern "C" rl_status rl_image_cuda_pool_forward(rl_dtype dt, const rl_conv_geom 
                                                 const int32_t *sizes, const int32_t *out_sizes,
                                                 bool max, const void *x, void *y, int32_t *arg) {
     const char *fn = "rl_image_cuda_pool_forward";
-    RL_TRY(check_dtype(fn, dt));
+    RL_TRY(rl_cuda_check_dtype(fn, dt));
     int64_t work = g->Ho * g->Wo * g->B * g->F;
     if (work == 0) return RL_OK;
-    RL_TRY(enter(fn, y));
+    RL_TRY(rl_cuda_enter(fn, y));
     if (dt == RL_FLOAT32)
-        k_pool_fwd<float><<<blocks_for(work), kThreads>>>(*g, sizes, out_sizes, max,
-                                                          (const float *)x, (float *)y, arg);
+        k_pool_fwd<float><<<rl_cuda_blocks_for(work), RL_CUDA_THREADS>>>(
+            *g, sizes, out_sizes, max, (const float *)x, (float *)y, arg);
     else
-        k_pool_fwd<double><<<blocks_for(work), kThreads>>>(*g, sizes, out_sizes, max,
-                                                           (const double *)x, (double *)y, arg);
+        k_pool_fwd<double><<<rl_cuda_blocks_for(work), RL_CUDA_THREADS>>>(
+            *g, sizes, out_sizes, max, (const double *)x, (double *)y, arg);
     return launched(fn, g->H, g->W, g->B, g->F);
 }
 
@@ -355,16 +316,16 @@ extern "C" rl_status rl_image_cuda_pool_backward(rl_dtype dt, const rl_conv_geom
                                                  bool max, const int32_t *arg, const void *dy,
                                                  void *dx) {
     const char *fn = "rl_image_cuda_pool_backward";
-    RL_TRY(check_dtype(fn, dt));
+    RL_TRY(rl_cuda_check_dtype(fn, dt));
     int64_t work = g->H * g->W * g->B * g->F;
     if (work == 0) return RL_OK;
-    RL_TRY(enter(fn, dx));
+    RL_TRY(rl_cuda_enter(fn, dx));
     if (dt == RL_FLOAT32)
-        k_pool_bwd<float><<<blocks_for(work), kThreads>>>(*g, sizes, out_sizes, max, arg,
-                                                          (const float *)dy, (float *)dx);
+        k_pool_bwd<float><<<rl_cuda_blocks_for(work), RL_CUDA_THREADS>>>(
+            *g, sizes, out_sizes, max, arg, (const float *)dy, (float *)dx);
     else
-        k_pool_bwd<double><<<blocks_for(work), kThreads>>>(*g, sizes, out_sizes, max, arg,
-                                                           (const double *)dy, (double *)dx);
+        k_pool_bwd<double><<<rl_cuda_blocks_for(work), RL_CUDA_THREADS>>>(
+            *g, sizes, out_sizes, max, arg, (const double *)dy, (double *)dx);
     return launched(fn, g->H, g->W, g->B, g->F);
 }
 
@@ -372,16 +333,16 @@ extern "C" rl_status rl_image_cuda_collapse_forward(rl_dtype dt, int mode, int64
                                                     int64_t B, int64_t F, const int32_t *sizes,
                                                     const void *x, void *y, int32_t *arg) {
     const char *fn = "rl_image_cuda_collapse_forward";
-    RL_TRY(check_dtype(fn, dt));
+    RL_TRY(rl_cuda_check_dtype(fn, dt));
     int64_t work = W * B * F;
     if (work == 0) return RL_OK;
-    RL_TRY(enter(fn, y));
+    RL_TRY(rl_cuda_enter(fn, y));
     if (dt == RL_FLOAT32)
-        k_collapse_fwd<float><<<blocks_for(work), kThreads>>>(mode, W, B, F, sizes,
-                                                              (const float *)x, (float *)y, arg);
+        k_collapse_fwd<float><<<rl_cuda_blocks_for(work), RL_CUDA_THREADS>>>(
+            mode, W, B, F, sizes, (const float *)x, (float *)y, arg);
     else
-        k_collapse_fwd<double><<<blocks_for(work), kThreads>>>(mode, W, B, F, sizes,
-                                                               (const double *)x, (double *)y, arg);
+        k_collapse_fwd<double><<<rl_cuda_blocks_for(work), RL_CUDA_THREADS>>>(
+            mode, W, B, F, sizes, (const double *)x, (double *)y, arg);
     return launched(fn, H, W, B, F);
 }
 
@@ -389,16 +350,16 @@ extern "C" rl_status rl_image_cuda_collapse_backward(rl_dtype dt, int mode, int6
                                                      int64_t B, int64_t F, const int32_t *sizes,
                                                      const int32_t *arg, const void *dy, void *dx) {
     const char *fn = "rl_image_cuda_collapse_backward";
-    RL_TRY(check_dtype(fn, dt));
+    RL_TRY(rl_cuda_check_dtype(fn, dt));
     int64_t work = H * W * B * F;
     if (work == 0) return RL_OK;
-    RL_TRY(enter(fn, dx));
+    RL_TRY(rl_cuda_enter(fn, dx));
     if (dt == RL_FLOAT32)
-        k_collapse_bwd<float><<<blocks_for(work), kThreads>>>(mode, H, W, B, F, sizes, arg,
-                                                              (const float *)dy, (float *)dx);
+        k_collapse_bwd<float><<<rl_cuda_blocks_for(work), RL_CUDA_THREADS>>>(
+            mode, H, W, B, F, sizes, arg, (const float *)dy, (float *)dx);
     else
-        k_collapse_bwd<double><<<blocks_for(work), kThreads>>>(mode, H, W, B, F, sizes, arg,
-                                                               (const double *)dy, (double *)dx);
+        k_collapse_bwd<double><<<rl_cuda_blocks_for(work), RL_CUDA_THREADS>>>(
+            mode, H, W, B, F, sizes, arg, (const double *)dy, (double *)dx);
     return launched(fn, H, W, B, F);
 }
 
@@ -406,16 +367,16 @@ extern "C" rl_status rl_image_cuda_global_pool_forward(rl_dtype dt, bool max, in
                                                        int64_t B, int64_t F, const int32_t *sizes,
                                                        const void *x, void *y, int32_t *arg) {
     const char *fn = "rl_image_cuda_global_pool_forward";
-    RL_TRY(check_dtype(fn, dt));
+    RL_TRY(rl_cuda_check_dtype(fn, dt));
     int64_t work = B * F;
     if (work == 0) return RL_OK;
-    RL_TRY(enter(fn, y));
+    RL_TRY(rl_cuda_enter(fn, y));
     if (dt == RL_FLOAT32)
-        k_global_fwd<float><<<blocks_for(work), kThreads>>>(max, W, B, F, sizes, (const float *)x,
-                                                            (float *)y, arg);
+        k_global_fwd<float><<<rl_cuda_blocks_for(work), RL_CUDA_THREADS>>>(
+            max, W, B, F, sizes, (const float *)x, (float *)y, arg);
     else
-        k_global_fwd<double><<<blocks_for(work), kThreads>>>(max, W, B, F, sizes, (const double *)x,
-                                                             (double *)y, arg);
+        k_global_fwd<double><<<rl_cuda_blocks_for(work), RL_CUDA_THREADS>>>(
+            max, W, B, F, sizes, (const double *)x, (double *)y, arg);
     return launched(fn, H, W, B, F);
 }
 
@@ -424,15 +385,15 @@ extern "C" rl_status rl_image_cuda_global_pool_backward(rl_dtype dt, bool max, i
                                                         const int32_t *arg, const void *dy,
                                                         void *dx) {
     const char *fn = "rl_image_cuda_global_pool_backward";
-    RL_TRY(check_dtype(fn, dt));
+    RL_TRY(rl_cuda_check_dtype(fn, dt));
     int64_t work = H * W * B * F;
     if (work == 0) return RL_OK;
-    RL_TRY(enter(fn, dx));
+    RL_TRY(rl_cuda_enter(fn, dx));
     if (dt == RL_FLOAT32)
-        k_global_bwd<float><<<blocks_for(work), kThreads>>>(max, H, W, B, F, sizes, arg,
-                                                            (const float *)dy, (float *)dx);
+        k_global_bwd<float><<<rl_cuda_blocks_for(work), RL_CUDA_THREADS>>>(
+            max, H, W, B, F, sizes, arg, (const float *)dy, (float *)dx);
     else
-        k_global_bwd<double><<<blocks_for(work), kThreads>>>(max, H, W, B, F, sizes, arg,
-                                                             (const double *)dy, (double *)dx);
+        k_global_bwd<double><<<rl_cuda_blocks_for(work), RL_CUDA_THREADS>>>(
+            max, H, W, B, F, sizes, arg, (const double *)dy, (double *)dx);
     return launched(fn, H, W, B, F);
 }

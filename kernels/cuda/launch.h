@@ -1,54 +1,73 @@
-/* Error and device helpers of the recurrent layers' CUDA launchers (kernels/cuda/lstm.cu,
- * kernels/cuda/gru.cu): one definition of each. A C++ header for .cu files only (it includes
- * the CUDA runtime). Every function returns an rl_status and sets a message naming the
- * launcher (fn), the call or kernel, and the sizes. */
+/* The CUDA context's face to the .cu files (kernels/cuda/context.cu): error helpers, devices,
+ * launch geometry and cuBLAS handles, one definition of each. A C++ header for .cu files only (it
+ * includes the CUDA runtime and cuBLAS); the C side sees kernels/cuda/context.h, which this
+ * includes. Every function returns an rl_status and sets a message naming the caller, the call or
+ * kernel, and the sizes the caller put in its format. */
 #ifndef RL_KERNELS_CUDA_LAUNCH_H
 #define RL_KERNELS_CUDA_LAUNCH_H
 
+#include <stdint.h>
+
+#include <cublas_v2.h>
 #include <cuda_runtime.h>
 
 extern "C" {
 #include "../../core/error.h"
+#include "../../core/tensor.h"
+#include "context.h"
 }
 
-namespace rl_launch {
+/* Threads per block of the elementwise kernels, and the most blocks a grid-stride launch uses
+ * (enough to fill any current GPU many times over; the loop covers the rest). */
+#define RL_CUDA_THREADS 256
+#define RL_CUDA_MAX_BLOCKS 65536
 
-/* A failed CUDA runtime call; clears the sticky error state. */
-inline rl_status cuda_fail(const char *fn, const char *call, cudaError_t e, long long B,
-                           long long H) {
-    cudaGetLastError();
-    return rl_error(RL_EDEVICE, "%s: %s: %s (B=%lld H=%lld)", fn, call, cudaGetErrorString(e), B,
-                    H);
+/* Blocks for `work` items at `per_block` items a block, at least 1, at most max_blocks: the
+ * kernels loop over the rest (RL_CUDA_GRID_LOOP). */
+inline unsigned rl_cuda_blocks_for(int64_t work, int64_t per_block = RL_CUDA_THREADS,
+                                   int64_t max_blocks = RL_CUDA_MAX_BLOCKS) {
+    int64_t b = (work + per_block - 1) / per_block;
+    return (unsigned)(b < max_blocks ? (b > 0 ? b : 1) : max_blocks);
 }
 
-/* Makes the device that holds p current (the launchers take bare pointers); an error when p is
- * not device memory. */
-inline rl_status enter(const char *fn, const void *p, long long B, long long H) {
-    cudaPointerAttributes attr;
-    cudaError_t e = cudaPointerGetAttributes(&attr, p);
-    if (e != cudaSuccess) return cuda_fail(fn, "cudaPointerGetAttributes", e, B, H);
-    if (attr.type != cudaMemoryTypeDevice && attr.type != cudaMemoryTypeManaged)
-        return rl_error(RL_EDEVICE, "%s: a buffer is not in CUDA device memory (B=%lld H=%lld)", fn,
-                        B, H);
-    int cur = -1;
-    e = cudaGetDevice(&cur);
-    if (e != cudaSuccess) return cuda_fail(fn, "cudaGetDevice", e, B, H);
-    if (cur != attr.device) {
-        e = cudaSetDevice(attr.device);
-        if (e != cudaSuccess) return cuda_fail(fn, "cudaSetDevice", e, B, H);
-    }
-    return RL_OK;
-}
+/* Grid-stride loop over i in [0, n) with 64-bit indices. */
+#define RL_CUDA_GRID_LOOP(i, n)                                                                    \
+    for (int64_t i = rl_cuda_thread_start(); i < (n); i += rl_cuda_thread_step())
 
-/* Whether the last kernel launch went through (t: the step, -1 for none). */
-inline rl_status launched(const char *fn, const char *kernel, long long B, long long H,
-                          long long t) {
-    cudaError_t e = cudaGetLastError();
-    if (e == cudaSuccess) return RL_OK;
-    return rl_error(RL_EDEVICE, "%s: launching %s (B=%lld H=%lld t=%lld): %s", fn, kernel, B, H, t,
-                    cudaGetErrorString(e));
+__device__ __forceinline__ int64_t rl_cuda_thread_start() {
+    return (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
 }
+__device__ __forceinline__ int64_t rl_cuda_thread_step() { return (int64_t)gridDim.x * blockDim.x; }
 
-} // namespace rl_launch
+inline cudaStream_t rl_cuda_stream(void *s) { return (cudaStream_t)s; }
+
+/* A failed CUDA runtime call: "<context>: <CUDA's message>", context formatted from fmt (the
+ * caller, the call, the sizes); clears the sticky error state. */
+rl_status rl_cuda_fail(cudaError_t e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Whether the last kernel launch went through; on failure as rl_cuda_fail with fmt naming the
+ * launcher, the kernel and the sizes. */
+rl_status rl_cuda_launched(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Makes the device that holds p current (launchers take bare pointers); an error naming fn when p
+ * is not device memory. */
+rl_status rl_cuda_enter(const char *fn, const void *p);
+/* Makes cuda:device current. */
+rl_status rl_cuda_use_device(const char *fn, int device);
+/* float32 and float64 pass; any other dtype is RL_EDTYPE naming fn. */
+rl_status rl_cuda_check_dtype(const char *fn, rl_dtype dt);
+/* The arguments of a whole recurrence (lstm, gru): dt float32 or float64, T, B >= 0, H >= 1,
+ * direction 1 or -1, lengths given; else RL_EDTYPE or RL_EARG naming fn and the sizes. */
+rl_status rl_cuda_check_recurrence(const char *fn, rl_dtype dt, int64_t T, int64_t B, int64_t H,
+                                   int dir, const int32_t *len);
+
+/* The cuBLAS handle of (current device, stream), bound to the stream, created on first use. */
+rl_status rl_cuda_blas_handle(const char *fn, cudaStream_t s, cublasHandle_t *out);
+/* For each of `batch` problems i: row-major C_i = alpha op(A_i) op(B_i) + beta C_i with X_i = X +
+ * i * stride_x (strides ignored when batch is 1), on stream s of the current device; computed as
+ * the column-major C^T = op(B)^T op(A)^T. dt float32 or float64. */
+rl_status rl_cuda_gemm_batched(const char *fn, cudaStream_t s, rl_dtype dt, bool trans_a,
+                               bool trans_b, int64_t m, int64_t n, int64_t k, double alpha,
+                               const void *a, int64_t lda, int64_t stride_a, const void *b,
+                               int64_t ldb, int64_t stride_b, double beta, void *c, int64_t ldc,
+                               int64_t stride_c, int64_t batch);
 
 #endif

@@ -11,28 +11,9 @@
  * row-major; time-major (T, B, .) sequences; a row b of step t is valid when t < len[b], padded
  * rows carry the state and output 0).
  *
- * Streams and ordering: each lstm or gru layer object (each direction of a bidirectional pair)
- * gets its own blocking stream from rl_lstm_cuda_stream_create and passes it to every call of
- * that layer; the host only queues work, so independent layers (the two directions) overlap on
- * the GPU. Blocking streams are ordered with the legacy default stream, which every tensor op
- * (kernels/cuda/ops.cu) uses, but NOT with each other: a layer on stream B reading what a layer on
- * stream A wrote, with no legacy-stream work queued in between (a stacked LSTM, the second layer
- * of a BLSTM reading both directions, backward handing grad_in to the layer below), would race.
- * So the order is explicit: after queuing a call a layer calls rl_lstm_cuda_stream_wrote with
- * what it wrote (forward: its output and state buffers, the final state's home; backward: its
- * grad_in and the initial state's gradients), which records its stream's event, and before
- * queuing a call it calls rl_lstm_cuda_stream_wait_for with everything it will read or
- * overwrite (forward: its inputs and given initial state; backward: grad_out, the given final
- * state gradients and grad_in), which makes its stream wait for the events of the other streams
- * that last wrote those bytes.
- * Reading across batches (backward reads the inputs again) is ordered by the legacy-stream work
- * between (loss, optimizer).
- *
- * Memory: a buffer released by one side stream and handed by the caching allocator to another
- * side stream with no default-stream work queued in between would be in use twice. So a user of
- * side streams synchronises the device before it allocates (layers/lstm.c does when a buffer must
- * grow; the cuDNN object when its spaces grow) and its own stream before it frees a buffer that
- * stream may still use; buffers are kept across batches, so both are rare.
+ * Streams: each layer passes its side stream (kernels/cuda/context.h: rl_cuda_stream_create, the
+ * events that order layers on different streams, the lengths and copy helpers, rl_cuda_gemm for
+ * the input projection and the weight and input gradients).
  */
 #ifndef RL_KERNELS_CUDA_LSTM_H
 #define RL_KERNELS_CUDA_LSTM_H
@@ -47,39 +28,6 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-/* ---- streams ---- */
-
-/* A new blocking stream on cuda:device and its event (see above); destroy it with
- * rl_lstm_cuda_stream_destroy (queued work finishes first), which also destroys its event and the
- * cuBLAS handles rl_lstm_cuda_gemm made for it. */
-rl_status rl_lstm_cuda_stream_create(int device, void **stream);
-void rl_lstm_cuda_stream_destroy(void *stream);
-/* Before queuing work on stream that reads or overwrites the n tensors (NULL, unset and non-CUDA
- * ones are skipped): the stream waits for the other streams that last wrote any of their bytes.
- * A NULL stream (the legacy one) needs no wait. */
-rl_status rl_lstm_cuda_stream_wait_for(void *stream, const rl_tensor *const *ts, int n);
-/* After queuing work on stream that wrote the n tensors: records the stream's event and notes it
- * as their writer, for rl_lstm_cuda_stream_wait_for of later readers on other streams. */
-rl_status rl_lstm_cuda_stream_wrote(void *stream, const rl_tensor *const *ts, int n);
-/* Waits until all work queued on the stream has finished. */
-rl_status rl_lstm_cuda_stream_sync(void *stream);
-
-/* ---- stream-ordered helpers for the layer (nothing here touches the legacy default stream,
- * so queuing them never waits for another layer's stream) ---- */
-
-/* len_dev (B int32, device) <- len_host (B, host), queued on the stream. The values travel as
- * kernel arguments (chunks of 512), so len_host need not be pinned, may change as soon as this
- * returns, and the host never waits: a cudaMemcpy from pageable memory would first synchronise
- * (with the legacy default stream, and so with every blocking stream). */
-rl_status rl_lstm_cuda_set_lengths(void *stream, int32_t *len_dev, const int32_t *len_host,
-                                   int64_t B);
-/* `bytes` zero bytes at p (device), queued on the stream. */
-rl_status rl_lstm_cuda_zero(void *stream, void *p, size_t bytes);
-/* `rows` rows of `row_bytes` bytes from src (rows src_pitch bytes apart) to dst (dst_pitch apart),
- * device to device on the stream: concatenating and splitting feature blocks, state copies. */
-rl_status rl_lstm_cuda_copy_rows(void *stream, void *dst, size_t dst_pitch, const void *src,
-                                 size_t src_pitch, size_t row_bytes, int64_t rows);
 
 /* ---- own kernels: one step (device counterparts of kernels/lstm.h) ----
  *
@@ -114,12 +62,6 @@ rl_status rl_lstm_cuda_param_grads(void *stream, rl_dtype dt, int64_t N, int64_t
                                    const void *cprev, const void *cur, void *db,
                                    void *const *dpeep);
 
-/* Row-major c = alpha op(a) op(b) + beta c on the stream (a cuBLAS handle per stream, no TF32),
- * for the input projection and the weight and input gradients; dt float32 or float64. */
-rl_status rl_lstm_cuda_gemm(void *stream, rl_dtype dt, bool trans_a, bool trans_b, int64_t m,
-                            int64_t n, int64_t k, double alpha, const void *a, int64_t lda,
-                            const void *b, int64_t ldb, double beta, void *c, int64_t ldc);
-
 /* ---- own kernels: the whole recurrence of one direction ----
  *
  * The step loops of layers/lstm.c with its buffers (all contiguous, dt float32 or float64):
@@ -139,7 +81,7 @@ rl_status rl_lstm_cuda_gemm(void *stream, rl_dtype dt, bool trans_a, bool trans_
  * step: the pointwise kernel, then dh += dz_t U^T; after the loop dU += Hprev^T dZ as one GEMM
  * over all frames and db, dpeep with rl_lstm_cuda_param_grads. Left to the caller (they depend on
  * the inputs): gates = x W before forward; dW += X^T dZ and dX = dZ W^T after backward, with
- * rl_lstm_cuda_gemm on the same stream. */
+ * rl_cuda_gemm on the same stream. */
 rl_status rl_lstm_cuda_forward(void *stream, rl_dtype dt, int64_t T, int64_t B, int64_t H,
                                int direction, const int32_t *len, void *gates, const void *U,
                                const void *bias, const void *const *peep, void *hs, void *cs,

@@ -9,78 +9,23 @@
  * The column sums of dz (the bias gradient) are a two-pass reduction over fixed row chunks and
  * block rows, added in a fixed order: results do not depend on scheduling.
  *
- * cuBLAS: one handle per (device, stream), created on first use and kept for the process (as in
- * kernels/cuda/lstm.cu); default math mode, so float32 stays float32 (no TF32).
+ * cuBLAS: the stream's handle of the CUDA context (kernels/cuda/context.h); default math mode, so
+ * float32 stays float32 (no TF32).
  */
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
-#include <map>
-#include <mutex>
-#include <utility>
-
-#include <cublas_v2.h>
-#include <cuda_runtime.h>
-
 extern "C" {
 #include "../mdlstm_cell.h"
 #include "mdlstm_cuda.h"
 }
+#include "launch.h"
 
 namespace {
 
-constexpr int kThreads = 256;
 constexpr int kCols = 32; /* columns per block of the column sums */
 constexpr int kRows = 8;  /* rows per block of the column sums */
-
-/* ---- devices, errors ---- */
-
-rl_status cuda_fail(const char *fn, const char *call, cudaError_t e) {
-    cudaGetLastError();
-    return rl_error(RL_EDEVICE, "%s: %s: %s", fn, call, cudaGetErrorString(e));
-}
-
-/* Makes the device that holds p current (the launchers take bare pointers). */
-rl_status enter(const char *fn, const void *p) {
-    cudaPointerAttributes attr;
-    cudaError_t e = cudaPointerGetAttributes(&attr, p);
-    if (e != cudaSuccess) return cuda_fail(fn, "cudaPointerGetAttributes", e);
-    if (attr.type != cudaMemoryTypeDevice && attr.type != cudaMemoryTypeManaged)
-        return rl_error(RL_EDEVICE, "%s: a buffer is not in CUDA device memory", fn);
-    int cur = -1;
-    e = cudaGetDevice(&cur);
-    if (e != cudaSuccess) return cuda_fail(fn, "cudaGetDevice", e);
-    if (cur != attr.device) {
-        e = cudaSetDevice(attr.device);
-        if (e != cudaSuccess) return cuda_fail(fn, "cudaSetDevice", e);
-    }
-    return RL_OK;
-}
-
-rl_status launched(const char *fn, const char *kernel, long long n, long long d) {
-    cudaError_t e = cudaGetLastError();
-    if (e == cudaSuccess) return RL_OK;
-    return rl_error(RL_EDEVICE, "%s: launching %s (n=%lld, diagonal %lld): %s", fn, kernel, n, d,
-                    cudaGetErrorString(e));
-}
-
-rl_status check_dtype(const char *fn, rl_dtype dt) {
-    if (dt == RL_FLOAT32 || dt == RL_FLOAT64) return RL_OK;
-    return rl_error(RL_EDTYPE, "%s: dtype %s not supported (float32, float64)", fn,
-                    rl_dtype_name(dt));
-}
-
-unsigned blocks_for(int64_t work) {
-    int64_t b = (work + kThreads - 1) / kThreads;
-    return (unsigned)(b < 65536 ? (b > 0 ? b : 1) : 65536);
-}
-
-cudaStream_t as_stream(void *s) { return (cudaStream_t)s; }
-
-#define RL_GRID_LOOP(t, total)                                                                     \
-    for (int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; t < (total);                  \
-         t += (int64_t)gridDim.x * blockDim.x)
 
 /* ---- the cell for either type ---- */
 
@@ -109,7 +54,7 @@ __device__ __forceinline__ void cell_bwd(bool stable, double *z1, double *z2, do
 template <typename T>
 __global__ void k_stack_u(int nd, int64_t D, const T *Uu, const T *Ul, T *ucat, bool backward) {
     int64_t G = 5 * D, ldu = nd * G, per = 2 * D * G;
-    RL_GRID_LOOP(t, nd * per) {
+    RL_CUDA_GRID_LOOP(t, nd * per) {
         int64_t k = t / per, rem = t % per;
         const T *src;
         if (backward) { /* (D, 10D): row m = [U_up_k row m | U_left_k row m] */
@@ -129,7 +74,7 @@ template <typename T>
 __global__ void k_gather(int64_t ntot, int64_t n, int64_t cols, const int64_t *i1,
                          const int64_t *i2, const T *src, int64_t lds, T *dst) {
     int64_t w = 2 * cols;
-    RL_GRID_LOOP(t, ntot * w) {
+    RL_CUDA_GRID_LOOP(t, ntot * w) {
         int64_t c = t / w, q = t % w, k = c / n;
         bool second = q >= cols;
         int64_t j = second ? q - cols : q, r = second ? i2[c] : i1[c];
@@ -141,7 +86,7 @@ template <typename T, bool STABLE>
 __global__ void k_fwd(int64_t ntot, int64_t n, int64_t D, const int64_t *pos, const int64_t *up,
                       const int64_t *left, T *z, int64_t ldz, const T *r, const T *bias, T *c, T *h,
                       int64_t ldh) {
-    RL_GRID_LOOP(t, ntot * D) {
+    RL_CUDA_GRID_LOOP(t, ntot * D) {
         int64_t cell = t / D, j = t % D, k = cell / n;
         int64_t p = pos[cell], u = up[cell], l = left[cell], kd = k * D + j;
         T *zr = z + p * ldz + k * 5 * D;
@@ -165,7 +110,7 @@ __global__ void k_bwd(int64_t ntot, int64_t n, int64_t D, const int64_t *pos, co
                       const int64_t *left, const int64_t *down, const int64_t *right, T *z,
                       int64_t ldz, const T *dhr, const T *dout, int64_t ldo, int64_t dcol,
                       const T *c, T *dcu, T *dcl, int64_t ldh) {
-    RL_GRID_LOOP(t, ntot * D) {
+    RL_CUDA_GRID_LOOP(t, ntot * D) {
         int64_t cell = t / D, j = t % D, k = cell / n;
         int64_t p = pos[cell], u = up[cell], l = left[cell], dn = down[cell], rt = right[cell];
         int64_t kd = k * D + j;
@@ -185,7 +130,7 @@ __global__ void k_bwd(int64_t ntot, int64_t n, int64_t D, const int64_t *pos, co
 }
 
 template <typename T> __global__ void k_sum_dirs(int64_t N, int nd, int64_t D, const T *h, T *out) {
-    RL_GRID_LOOP(t, N * D) {
+    RL_CUDA_GRID_LOOP(t, N * D) {
         int64_t r = t / D, j = t % D;
         T a = T(0);
         for (int k = 0; k < nd; k++)
@@ -197,7 +142,7 @@ template <typename T> __global__ void k_sum_dirs(int64_t N, int nd, int64_t D, c
 template <typename T>
 __global__ void k_zero_padding(int64_t N, int64_t W, int64_t B, int64_t ldz, const int32_t *sz,
                                T *z) {
-    RL_GRID_LOOP(t, N * ldz) {
+    RL_CUDA_GRID_LOOP(t, N * ldz) {
         int64_t r = t / ldz, b = r % B, x = (r / B) % W, y = r / (W * B);
         if (y >= sz[2 * b] || x >= sz[2 * b + 1]) z[t] = T(0);
     }
@@ -227,7 +172,7 @@ __global__ void k_colsum_partial(int64_t N, int64_t cols, int64_t chunk_rows, co
 
 template <typename T>
 __global__ void k_colsum_final(int64_t cols, int64_t chunks, const T *partial, T *db) {
-    RL_GRID_LOOP(col, cols) {
+    RL_CUDA_GRID_LOOP(col, cols) {
         T s = T(0);
         for (int64_t i = 0; i < chunks; i++)
             s += partial[i * cols + col];
@@ -239,79 +184,11 @@ template <typename T>
 __global__ void k_shift_left(int64_t N, int64_t W, int64_t B, int nd, unsigned flip_x, int64_t D,
                              const T *h, T *out) {
     int64_t ldh = nd * D;
-    RL_GRID_LOOP(t, N * ldh) {
+    RL_CUDA_GRID_LOOP(t, N * ldh) {
         int64_t r = t / ldh, q = t % ldh, k = q / D, x = (r / B) % W;
         int64_t sx = (flip_x >> k) & 1u ? -1 : 1, xp = x - sx;
         out[t] = xp >= 0 && xp < W ? h[(r - sx * B) * ldh + q] : T(0);
     }
-}
-
-/* ---- cuBLAS: strided-batched GEMMs, one handle per (device, stream) ---- */
-
-std::mutex g_handles_mu;
-std::map<std::pair<int, void *>, cublasHandle_t> *g_handles;
-
-rl_status blas_fail(const char *fn, const char *call, cublasStatus_t st, long long m, long long n,
-                    long long k) {
-    return rl_error(RL_EDEVICE, "%s: %s: %s (m=%lld n=%lld k=%lld)", fn, call,
-                    cublasGetStatusString(st), m, n, k);
-}
-
-rl_status handle_for(const char *fn, cudaStream_t s, cublasHandle_t *out) {
-    int dev = 0;
-    cudaError_t e = cudaGetDevice(&dev);
-    if (e != cudaSuccess) return cuda_fail(fn, "cudaGetDevice", e);
-    std::lock_guard<std::mutex> lock(g_handles_mu);
-    try {
-        if (!g_handles) g_handles = new std::map<std::pair<int, void *>, cublasHandle_t>;
-        auto key = std::make_pair(dev, (void *)s);
-        auto it = g_handles->find(key);
-        if (it == g_handles->end()) {
-            cublasHandle_t h = nullptr;
-            cublasStatus_t st = cublasCreate(&h);
-            if (st != CUBLAS_STATUS_SUCCESS) return blas_fail(fn, "cublasCreate", st, 0, 0, 0);
-            st = cublasSetMathMode(h, CUBLAS_DEFAULT_MATH);
-            if (st != CUBLAS_STATUS_SUCCESS) {
-                cublasDestroy(h);
-                return blas_fail(fn, "cublasSetMathMode", st, 0, 0, 0);
-            }
-            it = g_handles->emplace(key, h).first;
-        }
-        *out = it->second;
-    } catch (...) {
-        return rl_error(RL_ENOMEM, "%s: out of host memory for the cuBLAS handles", fn);
-    }
-    return RL_OK;
-}
-
-/* For each of `batch` problems i: row-major C_i = op(A_i) op(B_i) (beta 0), with X_i = X + i *
- * stride_x; computed as column-major C^T = op(B)^T op(A)^T. Every ld here is at least the row
- * length, which is what cuBLAS asks of the column-major view. */
-rl_status gemm_batched(const char *fn, cudaStream_t s, rl_dtype dt, bool tb, int64_t m, int64_t n,
-                       int64_t k, const void *a, int64_t lda, long long sa, const void *b,
-                       int64_t ldb, long long sb, void *c, int64_t ldc, long long sc,
-                       int64_t batch) {
-    cublasHandle_t h;
-    RL_TRY(handle_for(fn, s, &h));
-    cublasStatus_t st = cublasSetStream(h, s);
-    if (st != CUBLAS_STATUS_SUCCESS) return blas_fail(fn, "cublasSetStream", st, m, n, k);
-    cublasOperation_t ob = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
-    if (dt == RL_FLOAT32) {
-        const float one = 1.0f, zero = 0.0f;
-        st = cublasSgemmStridedBatched_64(h, ob, CUBLAS_OP_N, n, m, k, &one, (const float *)b, ldb,
-                                          sb, (const float *)a, lda, sa, &zero, (float *)c, ldc, sc,
-                                          batch);
-    } else {
-        const double one = 1.0, zero = 0.0;
-        st = cublasDgemmStridedBatched_64(h, ob, CUBLAS_OP_N, n, m, k, &one, (const double *)b, ldb,
-                                          sb, (const double *)a, lda, sa, &zero, (double *)c, ldc,
-                                          sc, batch);
-    }
-    if (st != CUBLAS_STATUS_SUCCESS)
-        return blas_fail(
-            fn, dt == RL_FLOAT32 ? "cublasSgemmStridedBatched" : "cublasDgemmStridedBatched", st, m,
-            n, k);
-    return RL_OK;
 }
 
 /* ---- the diagonal loops ---- */
@@ -325,18 +202,21 @@ rl_status forward_loop(cudaStream_t s, rl_dtype dt, bool stable, int nd, int64_t
     for (int64_t d = 0; d < ndiag; d++) {
         int64_t o = first[d], ntot = first[d + 1] - o, n = ntot / nd;
         if (n == 0) continue;
-        k_gather<T>
-            <<<blocks_for(ntot * 2 * D), kThreads, 0, s>>>(ntot, n, D, up + o, left + o, h, ldh, a);
-        RL_TRY(launched(fn, "k_gather", ntot, d));
-        RL_TRY(gemm_batched(fn, s, dt, false, n, 5 * D, 2 * D, a, 2 * D, n * 2 * D, ucat, 5 * D,
-                            2 * D * 5 * D, r, 5 * D, n * 5 * D, nd));
+        k_gather<T><<<rl_cuda_blocks_for(ntot * 2 * D), RL_CUDA_THREADS, 0, s>>>(
+            ntot, n, D, up + o, left + o, h, ldh, a);
+        RL_TRY(rl_cuda_launched("%s: launching k_gather (n=%lld, diagonal %lld)", fn,
+                                (long long)(ntot), (long long)(d)));
+        RL_TRY(rl_cuda_gemm_batched(fn, s, dt, false, false, n, 5 * D, 2 * D, 1.0, a, 2 * D,
+                                    n * 2 * D, ucat, 5 * D, 2 * D * 5 * D, 0.0, r, 5 * D, n * 5 * D,
+                                    nd));
         if (stable)
-            k_fwd<T, true><<<blocks_for(ntot * D), kThreads, 0, s>>>(
+            k_fwd<T, true><<<rl_cuda_blocks_for(ntot * D), RL_CUDA_THREADS, 0, s>>>(
                 ntot, n, D, pos + o, up + o, left + o, z, ldz, r, bias, c, h, ldh);
         else
-            k_fwd<T, false><<<blocks_for(ntot * D), kThreads, 0, s>>>(
+            k_fwd<T, false><<<rl_cuda_blocks_for(ntot * D), RL_CUDA_THREADS, 0, s>>>(
                 ntot, n, D, pos + o, up + o, left + o, z, ldz, r, bias, c, h, ldh);
-        RL_TRY(launched(fn, "k_fwd", ntot, d));
+        RL_TRY(rl_cuda_launched("%s: launching k_fwd (n=%lld, diagonal %lld)", fn,
+                                (long long)(ntot), (long long)(d)));
     }
     return RL_OK;
 }
@@ -352,27 +232,29 @@ rl_status backward_loop(cudaStream_t s, rl_dtype dt, bool stable, int nd, int64_
     for (int64_t d = ndiag - 1; d >= 0; d--) {
         int64_t o = first[d], ntot = first[d + 1] - o, n = ntot / nd;
         if (n == 0) continue;
-        k_gather<T><<<blocks_for(ntot * 10 * D), kThreads, 0, s>>>(ntot, n, 5 * D, down + o,
-                                                                   right + o, z, ldz, g);
-        RL_TRY(launched(fn, "k_gather", ntot, d));
-        RL_TRY(gemm_batched(fn, s, dt, true, n, D, 10 * D, g, 10 * D, n * 10 * D, ucat, 10 * D,
-                            D * 10 * D, dh, D, n * D, nd));
+        k_gather<T><<<rl_cuda_blocks_for(ntot * 10 * D), RL_CUDA_THREADS, 0, s>>>(
+            ntot, n, 5 * D, down + o, right + o, z, ldz, g);
+        RL_TRY(rl_cuda_launched("%s: launching k_gather (n=%lld, diagonal %lld)", fn,
+                                (long long)(ntot), (long long)(d)));
+        RL_TRY(rl_cuda_gemm_batched(fn, s, dt, false, true, n, D, 10 * D, 1.0, g, 10 * D,
+                                    n * 10 * D, ucat, 10 * D, D * 10 * D, 0.0, dh, D, n * D, nd));
         if (stable)
-            k_bwd<T, true><<<blocks_for(ntot * D), kThreads, 0, s>>>(
+            k_bwd<T, true><<<rl_cuda_blocks_for(ntot * D), RL_CUDA_THREADS, 0, s>>>(
                 ntot, n, D, pos + o, up + o, left + o, down + o, right + o, z, ldz, dh, dout, ldo,
                 dcol, c, dcu, dcl, ldh);
         else
-            k_bwd<T, false><<<blocks_for(ntot * D), kThreads, 0, s>>>(
+            k_bwd<T, false><<<rl_cuda_blocks_for(ntot * D), RL_CUDA_THREADS, 0, s>>>(
                 ntot, n, D, pos + o, up + o, left + o, down + o, right + o, z, ldz, dh, dout, ldo,
                 dcol, c, dcu, dcl, ldh);
-        RL_TRY(launched(fn, "k_bwd", ntot, d));
+        RL_TRY(rl_cuda_launched("%s: launching k_bwd (n=%lld, diagonal %lld)", fn,
+                                (long long)(ntot), (long long)(d)));
     }
     return RL_OK;
 }
 
 rl_status check_loop(const char *fn, rl_dtype dt, int nd, int64_t D, int64_t ndiag,
                      const int64_t *first, const int64_t *cells) {
-    RL_TRY(check_dtype(fn, dt));
+    RL_TRY(rl_cuda_check_dtype(fn, dt));
     if (nd < 1 || D < 1 || ndiag < 0 || (ndiag > 0 && (!first || !cells)))
         return rl_error(RL_EARG, "%s: bad arguments (directions=%d D=%lld diagonals=%lld)", fn, nd,
                         (long long)D, (long long)ndiag);
@@ -392,18 +274,18 @@ extern "C" rl_status rl_mdlstm_cuda_stack_u(void *stream, rl_dtype dt, int nd, i
                                             const void *Uu, const void *Ul, void *ucat,
                                             bool backward) {
     const char *fn = "rl_mdlstm_cuda_stack_u";
-    RL_TRY(check_dtype(fn, dt));
+    RL_TRY(rl_cuda_check_dtype(fn, dt));
     if (nd < 1 || D < 1) return RL_OK;
-    RL_TRY(enter(fn, ucat));
-    cudaStream_t s = as_stream(stream);
-    unsigned nb = blocks_for(nd * 10 * D * D);
+    RL_TRY(rl_cuda_enter(fn, ucat));
+    cudaStream_t s = rl_cuda_stream(stream);
+    unsigned nb = rl_cuda_blocks_for(nd * 10 * D * D);
     if (dt == RL_FLOAT32)
-        k_stack_u<float><<<nb, kThreads, 0, s>>>(nd, D, (const float *)Uu, (const float *)Ul,
-                                                 (float *)ucat, backward);
+        k_stack_u<float><<<nb, RL_CUDA_THREADS, 0, s>>>(nd, D, (const float *)Uu, (const float *)Ul,
+                                                        (float *)ucat, backward);
     else
-        k_stack_u<double><<<nb, kThreads, 0, s>>>(nd, D, (const double *)Uu, (const double *)Ul,
-                                                  (double *)ucat, backward);
-    return launched(fn, "k_stack_u", nd * D, -1);
+        k_stack_u<double><<<nb, RL_CUDA_THREADS, 0, s>>>(
+            nd, D, (const double *)Uu, (const double *)Ul, (double *)ucat, backward);
+    return rl_cuda_launched("%s: launching k_stack_u (n=%lld)", fn, (long long)(nd * D));
 }
 
 extern "C" rl_status rl_mdlstm_cuda_forward(void *stream, rl_dtype dt, bool stable, int nd,
@@ -414,8 +296,8 @@ extern "C" rl_status rl_mdlstm_cuda_forward(void *stream, rl_dtype dt, bool stab
     const char *fn = "rl_mdlstm_cuda_forward";
     RL_TRY(check_loop(fn, dt, nd, D, ndiag, first, cells));
     if (ndiag == 0 || first[ndiag] == first[0]) return RL_OK;
-    RL_TRY(enter(fn, z));
-    cudaStream_t s = as_stream(stream);
+    RL_TRY(rl_cuda_enter(fn, z));
+    cudaStream_t s = rl_cuda_stream(stream);
     if (dt == RL_FLOAT32)
         return forward_loop<float>(s, dt, stable, nd, D, ndiag, first, cells, cap, (float *)z, ldz,
                                    (const float *)ucat, (const float *)bias, (float *)c, (float *)h,
@@ -434,8 +316,8 @@ extern "C" rl_status rl_mdlstm_cuda_backward(void *stream, rl_dtype dt, bool sta
     const char *fn = "rl_mdlstm_cuda_backward";
     RL_TRY(check_loop(fn, dt, nd, D, ndiag, first, cells));
     if (ndiag == 0 || first[ndiag] == first[0]) return RL_OK;
-    RL_TRY(enter(fn, z));
-    cudaStream_t s = as_stream(stream);
+    RL_TRY(rl_cuda_enter(fn, z));
+    cudaStream_t s = rl_cuda_stream(stream);
     if (dt == RL_FLOAT32)
         return backward_loop<float>(s, dt, stable, nd, D, ndiag, first, cells, cap, (float *)z, ldz,
                                     (const float *)ucat, (const float *)dout, ldo, dcol,
@@ -450,68 +332,68 @@ extern "C" rl_status rl_mdlstm_cuda_backward(void *stream, rl_dtype dt, bool sta
 extern "C" rl_status rl_mdlstm_cuda_sum_dirs(void *stream, rl_dtype dt, int64_t N, int nd,
                                              int64_t D, const void *h, void *out) {
     const char *fn = "rl_mdlstm_cuda_sum_dirs";
-    RL_TRY(check_dtype(fn, dt));
+    RL_TRY(rl_cuda_check_dtype(fn, dt));
     if (N <= 0 || D <= 0) return RL_OK;
-    RL_TRY(enter(fn, out));
-    cudaStream_t s = as_stream(stream);
+    RL_TRY(rl_cuda_enter(fn, out));
+    cudaStream_t s = rl_cuda_stream(stream);
     if (dt == RL_FLOAT32)
-        k_sum_dirs<float>
-            <<<blocks_for(N * D), kThreads, 0, s>>>(N, nd, D, (const float *)h, (float *)out);
+        k_sum_dirs<float><<<rl_cuda_blocks_for(N * D), RL_CUDA_THREADS, 0, s>>>(
+            N, nd, D, (const float *)h, (float *)out);
     else
-        k_sum_dirs<double>
-            <<<blocks_for(N * D), kThreads, 0, s>>>(N, nd, D, (const double *)h, (double *)out);
-    return launched(fn, "k_sum_dirs", N, -1);
+        k_sum_dirs<double><<<rl_cuda_blocks_for(N * D), RL_CUDA_THREADS, 0, s>>>(
+            N, nd, D, (const double *)h, (double *)out);
+    return rl_cuda_launched("%s: launching k_sum_dirs (n=%lld)", fn, (long long)(N));
 }
 
 extern "C" rl_status rl_mdlstm_cuda_finish_dz(void *stream, rl_dtype dt, int64_t H, int64_t W,
                                               int64_t B, const int32_t *sizes, void *z, int64_t ldz,
                                               void *partial, void *db) {
     const char *fn = "rl_mdlstm_cuda_finish_dz";
-    RL_TRY(check_dtype(fn, dt));
+    RL_TRY(rl_cuda_check_dtype(fn, dt));
     int64_t N = H * W * B;
     if (N <= 0 || ldz <= 0) return RL_OK;
-    RL_TRY(enter(fn, z));
-    cudaStream_t s = as_stream(stream);
+    RL_TRY(rl_cuda_enter(fn, z));
+    cudaStream_t s = rl_cuda_stream(stream);
     int64_t chunks = N < RL_MDLSTM_CUDA_CHUNKS ? N : RL_MDLSTM_CUDA_CHUNKS;
     int64_t chunk_rows = (N + chunks - 1) / chunks;
     dim3 block(kCols, kRows), grid((unsigned)((ldz + kCols - 1) / kCols), (unsigned)chunks);
     if (dt == RL_FLOAT32) {
-        k_zero_padding<float>
-            <<<blocks_for(N * ldz), kThreads, 0, s>>>(N, W, B, ldz, sizes, (float *)z);
-        RL_TRY(launched(fn, "k_zero_padding", N, -1));
+        k_zero_padding<float><<<rl_cuda_blocks_for(N * ldz), RL_CUDA_THREADS, 0, s>>>(
+            N, W, B, ldz, sizes, (float *)z);
+        RL_TRY(rl_cuda_launched("%s: launching k_zero_padding (n=%lld)", fn, (long long)(N)));
         k_colsum_partial<float>
             <<<grid, block, 0, s>>>(N, ldz, chunk_rows, (const float *)z, (float *)partial);
-        RL_TRY(launched(fn, "k_colsum_partial", N, -1));
-        k_colsum_final<float>
-            <<<blocks_for(ldz), kThreads, 0, s>>>(ldz, chunks, (const float *)partial, (float *)db);
+        RL_TRY(rl_cuda_launched("%s: launching k_colsum_partial (n=%lld)", fn, (long long)(N)));
+        k_colsum_final<float><<<rl_cuda_blocks_for(ldz), RL_CUDA_THREADS, 0, s>>>(
+            ldz, chunks, (const float *)partial, (float *)db);
     } else {
-        k_zero_padding<double>
-            <<<blocks_for(N * ldz), kThreads, 0, s>>>(N, W, B, ldz, sizes, (double *)z);
-        RL_TRY(launched(fn, "k_zero_padding", N, -1));
+        k_zero_padding<double><<<rl_cuda_blocks_for(N * ldz), RL_CUDA_THREADS, 0, s>>>(
+            N, W, B, ldz, sizes, (double *)z);
+        RL_TRY(rl_cuda_launched("%s: launching k_zero_padding (n=%lld)", fn, (long long)(N)));
         k_colsum_partial<double>
             <<<grid, block, 0, s>>>(N, ldz, chunk_rows, (const double *)z, (double *)partial);
-        RL_TRY(launched(fn, "k_colsum_partial", N, -1));
-        k_colsum_final<double><<<blocks_for(ldz), kThreads, 0, s>>>(
+        RL_TRY(rl_cuda_launched("%s: launching k_colsum_partial (n=%lld)", fn, (long long)(N)));
+        k_colsum_final<double><<<rl_cuda_blocks_for(ldz), RL_CUDA_THREADS, 0, s>>>(
             ldz, chunks, (const double *)partial, (double *)db);
     }
-    return launched(fn, "k_colsum_final", N, -1);
+    return rl_cuda_launched("%s: launching k_colsum_final (n=%lld)", fn, (long long)(N));
 }
 
 extern "C" rl_status rl_mdlstm_cuda_shift_left(void *stream, rl_dtype dt, int64_t H, int64_t W,
                                                int64_t B, int nd, unsigned flip_x, int64_t D,
                                                const void *h, void *out) {
     const char *fn = "rl_mdlstm_cuda_shift_left";
-    RL_TRY(check_dtype(fn, dt));
+    RL_TRY(rl_cuda_check_dtype(fn, dt));
     int64_t N = H * W * B;
     if (N <= 0 || nd < 1 || D < 1) return RL_OK;
-    RL_TRY(enter(fn, out));
-    cudaStream_t s = as_stream(stream);
-    unsigned nb = blocks_for(N * nd * D);
+    RL_TRY(rl_cuda_enter(fn, out));
+    cudaStream_t s = rl_cuda_stream(stream);
+    unsigned nb = rl_cuda_blocks_for(N * nd * D);
     if (dt == RL_FLOAT32)
         k_shift_left<float>
-            <<<nb, kThreads, 0, s>>>(N, W, B, nd, flip_x, D, (const float *)h, (float *)out);
+            <<<nb, RL_CUDA_THREADS, 0, s>>>(N, W, B, nd, flip_x, D, (const float *)h, (float *)out);
     else
-        k_shift_left<double>
-            <<<nb, kThreads, 0, s>>>(N, W, B, nd, flip_x, D, (const double *)h, (double *)out);
-    return launched(fn, "k_shift_left", N, -1);
+        k_shift_left<double><<<nb, RL_CUDA_THREADS, 0, s>>>(N, W, B, nd, flip_x, D,
+                                                            (const double *)h, (double *)out);
+    return rl_cuda_launched("%s: launching k_shift_left (n=%lld)", fn, (long long)(N));
 }

@@ -16,7 +16,7 @@
  * the reduced dim is short, else one block per output with a shared-memory tree.
  *
  * gemm maps row-major onto cuBLAS's column-major by computing C^T = op(B)^T op(A)^T, that is by
- * swapping the operands (and m with n); one cuBLAS handle per device, created on first use.
+ * swapping the operands (and m with n), in the CUDA context (kernels/cuda/context.cu).
  *
  * Streams: everything runs on the legacy default stream of the tensors' device, the stream the
  * allocator (device.cu) and cuBLAS's default use too. */
@@ -27,24 +27,16 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include <mutex>
 #include <type_traits>
-
-#include <cublas_v2.h>
-#include <cuda_runtime.h>
 
 extern "C" {
 #include "../../core/philox.h"
 #include "../pointwise.h"
 #include "cuda.h"
 }
-
-#define RL_CUDA_MAX_DEVICES 64
+#include "launch.h"
 
 namespace {
-
-constexpr int kThreads = 256;
-constexpr int64_t kMaxBlocks = 65536;
 
 /* ---- geometry ---- */
 
@@ -108,36 +100,13 @@ __device__ __forceinline__ void geo_offsets(const Geo<K> &g, int64_t i, int64_t 
     }
 }
 
-__device__ __forceinline__ int64_t thread_start() {
-    return (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-}
-__device__ __forceinline__ int64_t thread_step() { return (int64_t)gridDim.x * blockDim.x; }
-
-unsigned grid_for(int64_t work) {
-    int64_t b = (work + kThreads - 1) / kThreads;
-    return (unsigned)(b < kMaxBlocks ? (b > 0 ? b : 1) : kMaxBlocks);
-}
-
 /* ---- errors and devices ---- */
 
-rl_status cuda_fail(const char *op, const char *call, cudaError_t e) {
-    cudaGetLastError();
-    return rl_error(RL_EDEVICE, "%s: %s: %s", op, call, cudaGetErrorString(e));
-}
-
-rl_status use_device(const char *op, int index) {
-    cudaError_t e = cudaSetDevice(index);
-    return e == cudaSuccess ? RL_OK : cuda_fail(op, "cudaSetDevice", e);
-}
-
 rl_status use_device_of(const char *op, const rl_tensor *t) {
-    return use_device(op, t->storage->device.index);
+    return rl_cuda_use_device(op, t->storage->device.index);
 }
 
-rl_status launched(const char *op) {
-    cudaError_t e = cudaGetLastError();
-    return e == cudaSuccess ? RL_OK : cuda_fail(op, "kernel launch", e);
-}
+rl_status launched(const char *op) { return rl_cuda_launched("%s: kernel launch", op); }
 
 rl_status bad_dtype(const char *op, rl_dtype dt) {
     return rl_error(RL_EDTYPE, "%s (cuda): dtype %s not supported", op, rl_dtype_name(dt));
@@ -189,7 +158,7 @@ __device__ __forceinline__ int32_t binary_of(rl_binary_op op, int32_t a, int32_t
 /* ---- fill, copy, unary, binary, masked_fill ---- */
 
 template <typename T> __global__ void k_fill(Geo<1> g, T *p, T v, int64_t n) {
-    for (int64_t i = thread_start(); i < n; i += thread_step()) {
+    for (int64_t i = rl_cuda_thread_start(); i < n; i += rl_cuda_thread_step()) {
         int64_t off[1];
         geo_offsets(g, i, off);
         p[off[0]] = v;
@@ -198,7 +167,7 @@ template <typename T> __global__ void k_fill(Geo<1> g, T *p, T v, int64_t n) {
 
 template <typename D, typename S>
 __global__ void k_copy(Geo<2> g, D *dst, const S *src, int64_t n) {
-    for (int64_t i = thread_start(); i < n; i += thread_step()) {
+    for (int64_t i = rl_cuda_thread_start(); i < n; i += rl_cuda_thread_step()) {
         int64_t off[2];
         geo_offsets(g, i, off);
         dst[off[0]] = (D)src[off[1]];
@@ -207,7 +176,7 @@ __global__ void k_copy(Geo<2> g, D *dst, const S *src, int64_t n) {
 
 template <typename T>
 __global__ void k_unary(Geo<2> g, T *out, const T *a, rl_unary_op op, T p0, T p1, int64_t n) {
-    for (int64_t i = thread_start(); i < n; i += thread_step()) {
+    for (int64_t i = rl_cuda_thread_start(); i < n; i += rl_cuda_thread_step()) {
         int64_t off[2];
         geo_offsets(g, i, off);
         out[off[0]] = unary_of(op, a[off[1]], p0, p1);
@@ -216,7 +185,7 @@ __global__ void k_unary(Geo<2> g, T *out, const T *a, rl_unary_op op, T p0, T p1
 
 template <typename T>
 __global__ void k_binary(Geo<3> g, T *out, const T *a, const T *b, rl_binary_op op, int64_t n) {
-    for (int64_t i = thread_start(); i < n; i += thread_step()) {
+    for (int64_t i = rl_cuda_thread_start(); i < n; i += rl_cuda_thread_step()) {
         int64_t off[3];
         geo_offsets(g, i, off);
         out[off[0]] = binary_of(op, a[off[1]], b[off[2]]);
@@ -226,7 +195,7 @@ __global__ void k_binary(Geo<3> g, T *out, const T *a, const T *b, rl_binary_op 
 template <typename T>
 __global__ void k_binary_scalar(Geo<2> g, T *out, const T *a, T s, rl_binary_op op,
                                 bool scalar_first, int64_t n) {
-    for (int64_t i = thread_start(); i < n; i += thread_step()) {
+    for (int64_t i = rl_cuda_thread_start(); i < n; i += rl_cuda_thread_step()) {
         int64_t off[2];
         geo_offsets(g, i, off);
         T x = a[off[1]];
@@ -236,7 +205,7 @@ __global__ void k_binary_scalar(Geo<2> g, T *out, const T *a, T s, rl_binary_op 
 
 template <typename T, typename M>
 __global__ void k_masked_fill(Geo<2> g, T *a, const M *mask, T v, int64_t n) {
-    for (int64_t i = thread_start(); i < n; i += thread_step()) {
+    for (int64_t i = rl_cuda_thread_start(); i < n; i += rl_cuda_thread_step()) {
         int64_t off[2];
         geo_offsets(g, i, off);
         if (mask[off[1]] != (M)0) a[off[0]] = v;
@@ -251,7 +220,8 @@ rl_status cuda_fill(rl_tensor *t, double value) {
     Geo<1> g = geo_of<1>(ts);
     return with_dtype("fill", t->dtype, [&](auto tag) {
         using T = decltype(tag);
-        k_fill<T><<<grid_for(n), kThreads>>>(g, data_of<T>(t), scalar_as<T>(value), n);
+        k_fill<T>
+            <<<rl_cuda_blocks_for(n), RL_CUDA_THREADS>>>(g, data_of<T>(t), scalar_as<T>(value), n);
         return launched("fill");
     });
 }
@@ -266,7 +236,8 @@ rl_status cuda_copy(rl_tensor *dst, const rl_tensor *src) {
         using D = decltype(dtag);
         return with_dtype("copy", src->dtype, [&](auto stag) {
             using S = decltype(stag);
-            k_copy<D, S><<<grid_for(n), kThreads>>>(g, data_of<D>(dst), data_of<S>(src), n);
+            k_copy<D, S><<<rl_cuda_blocks_for(n), RL_CUDA_THREADS>>>(g, data_of<D>(dst),
+                                                                     data_of<S>(src), n);
             return launched("copy");
         });
     });
@@ -280,8 +251,8 @@ rl_status cuda_unary(rl_tensor *out, const rl_tensor *a, rl_unary_op op, double 
     Geo<2> g = geo_of<2>(ts);
     return with_dtype(rl_unary_name(op), out->dtype, [&](auto tag) {
         using T = decltype(tag);
-        k_unary<T><<<grid_for(n), kThreads>>>(g, data_of<T>(out), data_of<T>(a), op,
-                                              scalar_as<T>(p0), scalar_as<T>(p1), n);
+        k_unary<T><<<rl_cuda_blocks_for(n), RL_CUDA_THREADS>>>(
+            g, data_of<T>(out), data_of<T>(a), op, scalar_as<T>(p0), scalar_as<T>(p1), n);
         return launched(rl_unary_name(op));
     });
 }
@@ -294,8 +265,8 @@ rl_status cuda_binary(rl_tensor *out, const rl_tensor *a, const rl_tensor *b, rl
     Geo<3> g = geo_of<3>(ts);
     return with_dtype(rl_binary_name(op), out->dtype, [&](auto tag) {
         using T = decltype(tag);
-        k_binary<T>
-            <<<grid_for(n), kThreads>>>(g, data_of<T>(out), data_of<T>(a), data_of<T>(b), op, n);
+        k_binary<T><<<rl_cuda_blocks_for(n), RL_CUDA_THREADS>>>(g, data_of<T>(out), data_of<T>(a),
+                                                                data_of<T>(b), op, n);
         return launched(rl_binary_name(op));
     });
 }
@@ -309,8 +280,8 @@ rl_status cuda_binary_scalar(rl_tensor *out, const rl_tensor *a, double s, rl_bi
     Geo<2> g = geo_of<2>(ts);
     return with_dtype(rl_binary_name(op), out->dtype, [&](auto tag) {
         using T = decltype(tag);
-        k_binary_scalar<T><<<grid_for(n), kThreads>>>(g, data_of<T>(out), data_of<T>(a),
-                                                      scalar_as<T>(s), op, scalar_first, n);
+        k_binary_scalar<T><<<rl_cuda_blocks_for(n), RL_CUDA_THREADS>>>(
+            g, data_of<T>(out), data_of<T>(a), scalar_as<T>(s), op, scalar_first, n);
         return launched(rl_binary_name(op));
     });
 }
@@ -325,8 +296,8 @@ rl_status cuda_masked_fill(rl_tensor *a, const rl_tensor *mask, double value) {
         using T = decltype(tag);
         return with_dtype("masked_fill", mask->dtype, [&](auto mtag) {
             using M = decltype(mtag);
-            k_masked_fill<T, M><<<grid_for(n), kThreads>>>(g, data_of<T>(a), data_of<M>(mask),
-                                                           scalar_as<T>(value), n);
+            k_masked_fill<T, M><<<rl_cuda_blocks_for(n), RL_CUDA_THREADS>>>(
+                g, data_of<T>(a), data_of<M>(mask), scalar_as<T>(value), n);
             return launched("masked_fill");
         });
     });
@@ -379,7 +350,7 @@ __device__ __forceinline__ bool red_beats(T v, int64_t i, T bv, int64_t bi, bool
 template <typename T, typename A>
 __global__ void k_reduce_thread(Geo<3> g, const T *a, T *out, int64_t len, int64_t rs,
                                 rl_reduce_op op, int64_t nout) {
-    for (int64_t o = thread_start(); o < nout; o += thread_step()) {
+    for (int64_t o = rl_cuda_thread_start(); o < nout; o += rl_cuda_thread_step()) {
         int64_t off[3];
         geo_offsets(g, o, off);
         A acc = red_init<A>(op);
@@ -392,7 +363,7 @@ __global__ void k_reduce_thread(Geo<3> g, const T *a, T *out, int64_t len, int64
 template <typename T, typename A>
 __global__ void k_reduce_block(Geo<3> g, const T *a, T *out, int64_t len, int64_t rs,
                                rl_reduce_op op, int64_t nout) {
-    __shared__ A sh[kThreads];
+    __shared__ A sh[RL_CUDA_THREADS];
     for (int64_t o = blockIdx.x; o < nout; o += gridDim.x) {
         int64_t off[3];
         geo_offsets(g, o, off);
@@ -401,7 +372,7 @@ __global__ void k_reduce_block(Geo<3> g, const T *a, T *out, int64_t len, int64_
             acc = red_step(acc, a[off[0] + j * rs], op);
         sh[threadIdx.x] = acc;
         __syncthreads();
-        for (int s = kThreads / 2; s > 0; s >>= 1) {
+        for (int s = RL_CUDA_THREADS / 2; s > 0; s >>= 1) {
             if ((int)threadIdx.x < s)
                 sh[threadIdx.x] = red_join(sh[threadIdx.x], sh[threadIdx.x + s], op);
             __syncthreads();
@@ -418,7 +389,7 @@ __global__ void k_reduce_block(Geo<3> g, const T *a, T *out, int64_t len, int64_
 template <typename A> __device__ __forceinline__ A block_join(A *sh, A acc, rl_reduce_op op) {
     sh[threadIdx.x] = acc;
     __syncthreads();
-    for (int s = kThreads / 2; s > 0; s >>= 1) {
+    for (int s = RL_CUDA_THREADS / 2; s > 0; s >>= 1) {
         if ((int)threadIdx.x < s)
             sh[threadIdx.x] = red_join(sh[threadIdx.x], sh[threadIdx.x + s], op);
         __syncthreads();
@@ -429,7 +400,7 @@ template <typename A> __device__ __forceinline__ A block_join(A *sh, A acc, rl_r
 template <typename T, typename A>
 __global__ void k_reduce_partial(const T *a, int64_t len, int64_t rs, int64_t chunk,
                                  rl_reduce_op op, A *part) {
-    __shared__ A sh[kThreads];
+    __shared__ A sh[RL_CUDA_THREADS];
     int64_t lo = (int64_t)blockIdx.x * chunk, hi = lo + chunk < len ? lo + chunk : len;
     A acc = red_init<A>(op);
     for (int64_t j = lo + threadIdx.x; j < hi; j += blockDim.x)
@@ -441,7 +412,7 @@ __global__ void k_reduce_partial(const T *a, int64_t len, int64_t rs, int64_t ch
 template <typename T, typename A>
 __global__ void k_reduce_final(const A *part, int64_t nparts, int64_t len, rl_reduce_op op,
                                T *out) {
-    __shared__ A sh[kThreads];
+    __shared__ A sh[RL_CUDA_THREADS];
     /* the parts are already squared (norm) or summed: join them, do not step them */
     A acc = red_init<A>(op);
     for (int64_t j = threadIdx.x; j < nparts; j += blockDim.x)
@@ -465,10 +436,10 @@ rl_status reduce_two_stage(const char *name, const rl_tensor *a, const T *pa, T 
     rl_tensor part = {0};
     RL_TRY(rl_tensor_empty(&part, RL_FLOAT64, rl_tensor_device(a), 1, &nparts));
     A *pp = (A *)rl_tensor_data(&part);
-    k_reduce_partial<T, A><<<(unsigned)nparts, kThreads>>>(pa, len, rs, chunk, op, pp);
+    k_reduce_partial<T, A><<<(unsigned)nparts, RL_CUDA_THREADS>>>(pa, len, rs, chunk, op, pp);
     rl_status st = launched(name);
     if (st == RL_OK) {
-        k_reduce_final<T, A><<<1, kThreads>>>(pp, nparts, len, op, po);
+        k_reduce_final<T, A><<<1, RL_CUDA_THREADS>>>(pp, nparts, len, op, po);
         st = launched(name);
     }
     rl_tensor_release(&part); /* stream-ordered like every op here (the legacy stream) */
@@ -478,7 +449,7 @@ rl_status reduce_two_stage(const char *name, const rl_tensor *a, const T *pa, T 
 template <typename T>
 __global__ void k_argext_thread(Geo<3> g, const T *a, T *out, int32_t *idx, int64_t len, int64_t rs,
                                 bool is_max, int64_t nout) {
-    for (int64_t o = thread_start(); o < nout; o += thread_step()) {
+    for (int64_t o = rl_cuda_thread_start(); o < nout; o += rl_cuda_thread_step()) {
         int64_t off[3];
         geo_offsets(g, o, off);
         T bv = T{};
@@ -498,8 +469,8 @@ __global__ void k_argext_thread(Geo<3> g, const T *a, T *out, int32_t *idx, int6
 template <typename T>
 __global__ void k_argext_block(Geo<3> g, const T *a, T *out, int32_t *idx, int64_t len, int64_t rs,
                                bool is_max, int64_t nout) {
-    __shared__ T shv[kThreads];
-    __shared__ int64_t shi[kThreads];
+    __shared__ T shv[RL_CUDA_THREADS];
+    __shared__ int64_t shi[RL_CUDA_THREADS];
     for (int64_t o = blockIdx.x; o < nout; o += gridDim.x) {
         int64_t off[3];
         geo_offsets(g, o, off);
@@ -515,7 +486,7 @@ __global__ void k_argext_block(Geo<3> g, const T *a, T *out, int32_t *idx, int64
         shv[threadIdx.x] = bv;
         shi[threadIdx.x] = bi;
         __syncthreads();
-        for (int s = kThreads / 2; s > 0; s >>= 1) {
+        for (int s = RL_CUDA_THREADS / 2; s > 0; s >>= 1) {
             int t = (int)threadIdx.x;
             if (t < s && red_beats(shv[t + s], shi[t + s], shv[t], shi[t], is_max)) {
                 shv[t] = shv[t + s];
@@ -546,7 +517,8 @@ rl_status cuda_reduce(rl_tensor *out, rl_tensor *indices, const rl_tensor *a, in
     int32_t *idx = indices ? data_of<int32_t>(indices) : NULL;
     /* many outputs or short runs: a thread each; few long runs: a block each */
     bool per_thread = nout >= 4096 || len <= 32;
-    unsigned grid = per_thread ? grid_for(nout) : (unsigned)(nout < kMaxBlocks ? nout : kMaxBlocks);
+    unsigned grid = per_thread ? rl_cuda_blocks_for(nout)
+                               : (unsigned)(nout < RL_CUDA_MAX_BLOCKS ? nout : RL_CUDA_MAX_BLOCKS);
     return with_dtype(name, a->dtype, [&](auto tag) {
         using T = decltype(tag);
         const T *pa = data_of<T>(a);
@@ -554,9 +526,10 @@ rl_status cuda_reduce(rl_tensor *out, rl_tensor *indices, const rl_tensor *a, in
         if (op == RL_RED_MAX || op == RL_RED_MIN) {
             bool is_max = op == RL_RED_MAX;
             if (per_thread)
-                k_argext_thread<T><<<grid, kThreads>>>(g, pa, po, idx, len, rs, is_max, nout);
+                k_argext_thread<T>
+                    <<<grid, RL_CUDA_THREADS>>>(g, pa, po, idx, len, rs, is_max, nout);
             else
-                k_argext_block<T><<<grid, kThreads>>>(g, pa, po, idx, len, rs, is_max, nout);
+                k_argext_block<T><<<grid, RL_CUDA_THREADS>>>(g, pa, po, idx, len, rs, is_max, nout);
             return launched(name);
         }
         bool two_stage = nout == 1 && len >= kTwoStageMin;
@@ -564,62 +537,24 @@ rl_status cuda_reduce(rl_tensor *out, rl_tensor *indices, const rl_tensor *a, in
             if (op == RL_RED_SUM || op == RL_RED_PROD) {
                 if (two_stage) return reduce_two_stage<T, uint64_t>(name, a, pa, po, len, rs, op);
                 if (per_thread)
-                    k_reduce_thread<T, uint64_t><<<grid, kThreads>>>(g, pa, po, len, rs, op, nout);
+                    k_reduce_thread<T, uint64_t>
+                        <<<grid, RL_CUDA_THREADS>>>(g, pa, po, len, rs, op, nout);
                 else
-                    k_reduce_block<T, uint64_t><<<grid, kThreads>>>(g, pa, po, len, rs, op, nout);
+                    k_reduce_block<T, uint64_t>
+                        <<<grid, RL_CUDA_THREADS>>>(g, pa, po, len, rs, op, nout);
                 return launched(name);
             }
         }
         if (two_stage) return reduce_two_stage<T, double>(name, a, pa, po, len, rs, op);
         if (per_thread)
-            k_reduce_thread<T, double><<<grid, kThreads>>>(g, pa, po, len, rs, op, nout);
+            k_reduce_thread<T, double><<<grid, RL_CUDA_THREADS>>>(g, pa, po, len, rs, op, nout);
         else
-            k_reduce_block<T, double><<<grid, kThreads>>>(g, pa, po, len, rs, op, nout);
+            k_reduce_block<T, double><<<grid, RL_CUDA_THREADS>>>(g, pa, po, len, rs, op, nout);
         return launched(name);
     });
 }
 
 /* ---- gemm ---- */
-
-std::mutex g_blas_mu;
-cublasHandle_t g_blas[RL_CUDA_MAX_DEVICES];
-
-rl_status blas_fail(const char *call, cublasStatus_t s, const char *detail) {
-    return rl_error(RL_EDEVICE, "gemm: %s: %s (%s)", call, cublasGetStatusString(s), detail);
-}
-
-/* The current device's handle, created on first use. */
-rl_status blas_handle(cublasHandle_t *h) {
-    int dev = 0;
-    cudaError_t e = cudaGetDevice(&dev);
-    if (e != cudaSuccess) return cuda_fail("gemm", "cudaGetDevice", e);
-    if (dev < 0 || dev >= RL_CUDA_MAX_DEVICES)
-        return rl_error(RL_EDEVICE, "gemm: no CUDA device cuda:%d", dev);
-    std::lock_guard<std::mutex> lock(g_blas_mu);
-    if (!g_blas[dev]) {
-        cublasStatus_t s = cublasCreate(&g_blas[dev]);
-        if (s != CUBLAS_STATUS_SUCCESS) {
-            g_blas[dev] = NULL;
-            return blas_fail("cublasCreate", s, "creating the handle");
-        }
-        /* float32 stays float32, as on the CPU: no TF32 tensor-core rounding */
-        s = cublasSetMathMode(g_blas[dev], CUBLAS_DEFAULT_MATH);
-        if (s != CUBLAS_STATUS_SUCCESS) {
-            cublasDestroy(g_blas[dev]);
-            g_blas[dev] = NULL;
-            return blas_fail("cublasSetMathMode", s, "configuring the handle");
-        }
-    }
-    *h = g_blas[dev];
-    return RL_OK;
-}
-
-/* cuBLAS wants ld >= max(1, rows) of its column-major view even where the ld is never used
- * (a single row-major row); rows x cols is the row-major stored shape. */
-int64_t fix_ld(int64_t rows, int64_t cols, int64_t ld) {
-    if (rows <= 1 && ld < cols) ld = cols;
-    return ld > 1 ? ld : 1;
-}
 
 rl_status cuda_gemm(rl_dtype dt, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
                     double alpha, const void *a, int64_t lda, int64_t stride_a, const void *b,
@@ -627,39 +562,10 @@ rl_status cuda_gemm(rl_dtype dt, bool trans_a, bool trans_b, int64_t m, int64_t 
                     int64_t stride_c, int64_t batch) {
     if (m == 0 || n == 0 || batch == 0) return RL_OK;
     if (dt != RL_FLOAT32 && dt != RL_FLOAT64) return bad_dtype("gemm", dt);
-    cudaPointerAttributes attr;
-    cudaError_t e = cudaPointerGetAttributes(&attr, c);
-    if (e != cudaSuccess) return cuda_fail("gemm", "cudaPointerGetAttributes", e);
     /* the table's gemm takes bare pointers: the device is the one that holds c */
-    if (attr.type != cudaMemoryTypeDevice)
-        return rl_error(RL_EDEVICE, "gemm (cuda): the output is not in CUDA device memory");
-    RL_TRY(use_device("gemm", attr.device));
-    cublasHandle_t h;
-    RL_TRY(blas_handle(&h));
-    lda = trans_a ? fix_ld(k, m, lda) : fix_ld(m, k, lda);
-    ldb = trans_b ? fix_ld(n, k, ldb) : fix_ld(k, n, ldb);
-    ldc = fix_ld(m, n, ldc);
-    cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
-    cublasOperation_t op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
-    char detail[160];
-    snprintf(detail, sizeof detail,
-             "m=%lld n=%lld k=%lld lda=%lld ldb=%lld ldc=%lld batch=%lld, %s%s", (long long)m,
-             (long long)n, (long long)k, (long long)lda, (long long)ldb, (long long)ldc,
-             (long long)batch, trans_a ? "A^T" : "A", trans_b ? " B^T" : " B");
-    cublasStatus_t s;
-    if (dt == RL_FLOAT32) {
-        float al = (float)alpha, be = (float)beta;
-        s = cublasSgemmStridedBatched_64(h, op_b, op_a, n, m, k, &al, (const float *)b, ldb,
-                                         stride_b, (const float *)a, lda, stride_a, &be, (float *)c,
-                                         ldc, stride_c, batch);
-        if (s != CUBLAS_STATUS_SUCCESS) return blas_fail("cublasSgemmStridedBatched", s, detail);
-    } else {
-        s = cublasDgemmStridedBatched_64(h, op_b, op_a, n, m, k, &alpha, (const double *)b, ldb,
-                                         stride_b, (const double *)a, lda, stride_a, &beta,
-                                         (double *)c, ldc, stride_c, batch);
-        if (s != CUBLAS_STATUS_SUCCESS) return blas_fail("cublasDgemmStridedBatched", s, detail);
-    }
-    return RL_OK;
+    RL_TRY(rl_cuda_enter("gemm (cuda)", c));
+    return rl_cuda_gemm_batched("gemm (cuda)", NULL, dt, trans_a, trans_b, m, n, k, alpha, a, lda,
+                                stride_a, b, ldb, stride_b, beta, c, ldc, stride_c, batch);
 }
 
 /* ---- index_select, arange ---- */
@@ -673,7 +579,7 @@ struct SelGeo {
 
 template <typename T>
 __global__ void k_index_select(SelGeo g, T *out, const T *a, const int32_t *index, int64_t n) {
-    for (int64_t i = thread_start(); i < n; i += thread_step()) {
+    for (int64_t i = rl_cuda_thread_start(); i < n; i += rl_cuda_thread_step()) {
         int64_t r = i, oo = 0, oa = 0;
 #pragma unroll
         for (int d = RL_MAX_DIMS - 1; d >= 0; d--) {
@@ -704,14 +610,15 @@ rl_status cuda_index_select(rl_tensor *out, const rl_tensor *a, int dim, const r
     const int32_t *pi = data_of<int32_t>(index);
     return with_dtype("index_select", out->dtype, [&](auto tag) {
         using T = decltype(tag);
-        k_index_select<T><<<grid_for(n), kThreads>>>(g, data_of<T>(out), data_of<T>(a), pi, n);
+        k_index_select<T>
+            <<<rl_cuda_blocks_for(n), RL_CUDA_THREADS>>>(g, data_of<T>(out), data_of<T>(a), pi, n);
         return launched("index_select");
     });
 }
 
 template <typename T>
 __global__ void k_arange(T *t, int64_t stride, double start, double step, int64_t n) {
-    for (int64_t i = thread_start(); i < n; i += thread_step())
+    for (int64_t i = rl_cuda_thread_start(); i < n; i += rl_cuda_thread_step())
         t[i * stride] = (T)(start + (double)i * step);
 }
 
@@ -722,7 +629,8 @@ rl_status cuda_arange(rl_tensor *t, double start, double step) {
     int64_t stride = t->ndim > 0 ? t->stride[t->ndim - 1] : 0;
     return with_dtype("arange", t->dtype, [&](auto tag) {
         using T = decltype(tag);
-        k_arange<T><<<grid_for(n), kThreads>>>(data_of<T>(t), stride, start, step, n);
+        k_arange<T>
+            <<<rl_cuda_blocks_for(n), RL_CUDA_THREADS>>>(data_of<T>(t), stride, start, step, n);
         return launched("arange");
     });
 }
@@ -735,7 +643,7 @@ template <typename T>
 __global__ void k_uniform(Geo<1> g, T *t, uint64_t seed, uint64_t offset, double lo, double hi,
                           int64_t n) {
     int64_t nblocks = (n + 3) / 4;
-    for (int64_t q = thread_start(); q < nblocks; q += thread_step()) {
+    for (int64_t q = rl_cuda_thread_start(); q < nblocks; q += rl_cuda_thread_step()) {
         rl_philox_block b = rl_philox(seed, 0, offset + (uint64_t)q);
         for (int j = 0; j < 4; j++) {
             int64_t i = 4 * q + j;
@@ -752,7 +660,7 @@ template <typename T>
 __global__ void k_normal(Geo<1> g, T *t, uint64_t seed, uint64_t offset, double mean, double std,
                          int64_t n) {
     int64_t nblocks = (n + 1) / 2;
-    for (int64_t q = thread_start(); q < nblocks; q += thread_step()) {
+    for (int64_t q = rl_cuda_thread_start(); q < nblocks; q += rl_cuda_thread_step()) {
         rl_philox_block b = rl_philox(seed, 0, offset + (uint64_t)q);
         for (int j = 0; j < 2; j++) {
             int64_t i = 2 * q + j;
@@ -774,8 +682,8 @@ rl_status cuda_uniform(rl_tensor *t, uint64_t seed, uint64_t offset, double lo, 
     Geo<1> g = geo_of<1>(ts);
     return with_dtype("uniform", t->dtype, [&](auto tag) {
         using T = decltype(tag);
-        k_uniform<T>
-            <<<grid_for((n + 3) / 4), kThreads>>>(g, data_of<T>(t), seed, offset, lo, hi, n);
+        k_uniform<T><<<rl_cuda_blocks_for((n + 3) / 4), RL_CUDA_THREADS>>>(g, data_of<T>(t), seed,
+                                                                           offset, lo, hi, n);
         return launched("uniform");
     });
 }
@@ -788,22 +696,16 @@ rl_status cuda_normal(rl_tensor *t, uint64_t seed, uint64_t offset, double mean,
     Geo<1> g = geo_of<1>(ts);
     return with_dtype("normal", t->dtype, [&](auto tag) {
         using T = decltype(tag);
-        k_normal<T>
-            <<<grid_for((n + 1) / 2), kThreads>>>(g, data_of<T>(t), seed, offset, mean, std, n);
+        k_normal<T><<<rl_cuda_blocks_for((n + 1) / 2), RL_CUDA_THREADS>>>(g, data_of<T>(t), seed,
+                                                                          offset, mean, std, n);
         return launched("normal");
     });
 }
 
-rl_status cuda_synchronize(int index) {
-    RL_TRY(use_device("synchronize", index));
-    cudaError_t e = cudaDeviceSynchronize();
-    return e == cudaSuccess ? RL_OK : cuda_fail("synchronize", "cudaDeviceSynchronize", e);
-}
-
 const rl_kernels g_kernels = {
-    cuda_fill,        cuda_copy,   cuda_unary,       cuda_binary,       cuda_binary_scalar,
-    cuda_masked_fill, cuda_reduce, cuda_gemm,        cuda_index_select, cuda_arange,
-    cuda_uniform,     cuda_normal, cuda_synchronize,
+    cuda_fill,        cuda_copy,   cuda_unary,          cuda_binary,       cuda_binary_scalar,
+    cuda_masked_fill, cuda_reduce, cuda_gemm,           cuda_index_select, cuda_arange,
+    cuda_uniform,     cuda_normal, rl_cuda_synchronize,
 };
 
 } // namespace

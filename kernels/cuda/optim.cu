@@ -28,47 +28,27 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include <cuda_runtime.h>
-
 extern "C" {
 #include "../optim_rules.h"
 #include "optim_cuda.h"
 }
+#include "launch.h"
 
 namespace {
 
-constexpr int kThreads = 256; /* power of two: block_sum's tree halves it */
-constexpr int64_t kMaxBlocks = 65536;
-constexpr int kPartials = 1024;      /* most stage-1 blocks of the squared norm */
-constexpr int kCols = 32, kRows = 8; /* max-norm tile */
+constexpr int kThreads = RL_CUDA_THREADS; /* power of two: block_sum's tree halves it */
+constexpr int kPartials = 1024;           /* most stage-1 blocks of the squared norm */
+constexpr int kCols = 32, kRows = 8;      /* max-norm tile */
 
 /* ---- errors, devices, launch geometry ---- */
 
-rl_status cuda_fail(const char *fn, const char *call, cudaError_t e, int64_t n) {
-    cudaGetLastError();
-    return rl_error(RL_EDEVICE, "%s (cuda, %lld elements): %s: %s", fn, (long long)n, call,
-                    cudaGetErrorString(e));
-}
-
 rl_status use_device_of(const char *fn, const rl_tensor *t) {
-    cudaError_t e = cudaSetDevice(t->storage->device.index);
-    return e == cudaSuccess ? RL_OK : cuda_fail(fn, "cudaSetDevice", e, rl_tensor_numel(t));
+    return rl_cuda_use_device(fn, t->storage->device.index);
 }
 
 rl_status launched(const char *fn, int64_t n) {
-    cudaError_t e = cudaGetLastError();
-    return e == cudaSuccess ? RL_OK : cuda_fail(fn, "kernel launch", e, n);
+    return rl_cuda_launched("%s (cuda, %lld elements): kernel launch", fn, (long long)n);
 }
-
-unsigned grid_for(int64_t work, int64_t per_block, int64_t max_blocks) {
-    int64_t b = (work + per_block - 1) / per_block;
-    return (unsigned)(b < max_blocks ? (b > 0 ? b : 1) : max_blocks);
-}
-
-__device__ __forceinline__ int64_t thread_start() {
-    return (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-}
-__device__ __forceinline__ int64_t thread_step() { return (int64_t)gridDim.x * blockDim.x; }
 
 /* The sum of v over a block of kThreads threads, in a fixed order; every thread gets it. sh
  * holds kThreads doubles and is free again on return. */
@@ -90,7 +70,7 @@ template <typename T, bool kNoise>
 __global__ void k_update(T *__restrict__ w, const T *__restrict__ g, T *__restrict__ s1,
                          T *__restrict__ s2, rl_optim_coef c, int64_t n) {
     const int ns = rl_optim_states_of(c.kind);
-    for (int64_t i = thread_start(); i < n; i += thread_step()) {
+    for (int64_t i = rl_cuda_thread_start(); i < n; i += rl_cuda_thread_step()) {
         double nz = 0.0;
         if (kNoise) {
             rl_philox_block b = rl_philox(c.noise_seed, 0, c.noise_offset + (uint64_t)i / 2);
@@ -110,7 +90,7 @@ rl_status update(rl_tensor *params, const rl_tensor *grads, rl_tensor *s1, rl_te
     const T *g = (const T *)rl_tensor_data(grads);
     T *p1 = s1 ? (T *)rl_tensor_data(s1) : NULL;
     T *p2 = s2 ? (T *)rl_tensor_data(s2) : NULL;
-    unsigned grid = grid_for(n, kThreads, kMaxBlocks);
+    unsigned grid = rl_cuda_blocks_for(n, kThreads, RL_CUDA_MAX_BLOCKS);
     if (coef->noise_std != 0)
         k_update<T, true><<<grid, kThreads>>>(w, g, p1, p2, *coef, n);
     else
@@ -124,7 +104,7 @@ template <typename T>
 __global__ void k_sqnorm_partial(const T *__restrict__ t, int64_t n, double *__restrict__ partial) {
     __shared__ double sh[kThreads];
     double acc = 0.0;
-    for (int64_t i = thread_start(); i < n; i += thread_step()) {
+    for (int64_t i = rl_cuda_thread_start(); i < n; i += rl_cuda_thread_step()) {
         double x = (double)t[i];
         acc += x * x;
     }
@@ -202,7 +182,7 @@ extern "C" rl_status rl_optim_cuda_sqnorm(double *sq, const rl_tensor *t) {
     *sq = 0.0;
     if (n == 0) return RL_OK;
     RL_TRY(use_device_of(fn, t));
-    int np = (int)grid_for(n, kThreads, kPartials);
+    int np = (int)rl_cuda_blocks_for(n, kThreads, kPartials);
     rl_tensor scratch = {0};
     int64_t len = (int64_t)np + 1; /* the partials, then the total */
     RL_TRY(rl_tensor_empty(&scratch, RL_FLOAT64, rl_tensor_device(t), 1, &len));
@@ -215,7 +195,9 @@ extern "C" rl_status rl_optim_cuda_sqnorm(double *sq, const rl_tensor *t) {
     rl_status st = launched(fn, n);
     if (st == RL_OK) {
         cudaError_t e = cudaMemcpy(sq, partial + np, sizeof(double), cudaMemcpyDeviceToHost);
-        if (e != cudaSuccess) st = cuda_fail(fn, "cudaMemcpy of the norm to the host", e, n);
+        if (e != cudaSuccess)
+            st = rl_cuda_fail(e, "%s (cuda, %lld elements): cudaMemcpy of the norm to the host", fn,
+                              (long long)n);
     }
     rl_tensor_release(&scratch);
     return st;
@@ -231,7 +213,7 @@ extern "C" rl_status rl_optim_cuda_max_norm(rl_tensor *w, double max_norm) {
                         rl_tensor_describe(w, d, sizeof d));
     }
     RL_TRY(use_device_of("optim_max_norm", w));
-    unsigned grid = grid_for(cols, kCols, kMaxBlocks);
+    unsigned grid = rl_cuda_blocks_for(cols, kCols, RL_CUDA_MAX_BLOCKS);
     dim3 block(kCols, kRows);
     if (w->dtype == RL_FLOAT32)
         k_max_norm<float><<<grid, block>>>((float *)rl_tensor_data(w), rows, cols, w->stride[0],

@@ -9,11 +9,18 @@
 --   additive (Bahdanau): s[b, j] = v . tanh(e[j, b] W_e + q[b] W_q)    W_e (E, A), W_q (D, A), v (A)
 --   alpha[b, :] = softmax(s[b, :]) over j < len[b], 0 beyond;  ctx[b] = sum_j alpha[b, j] e[j, b]
 --
--- Buffers, sized once per batch shape (start): eb (B, Te, E) the encoder batch-major,
--- pre (B, Te, A) = eb W_e (additive), mask (B, Te), alpha (S, B, Te) the weights of every step
--- (kept for backward and readable with rec:attention_weights(name)), deb (B, Te, E) and dpre
--- (B, Te, A) the gradients accumulated over the steps of a backward. Backward at step t
--- recomputes tanh(pre + q W_q) rather than keeping it (S x B x Te x A floats).
+-- The step math (scores, masked softmax, context, and their gradients) is one C kernel per
+-- step and direction (kernels/attention.h through rl.attention_forward/backward); the GEMMs
+-- around it stay here: pre = e W_e once per forward, hq = q W_q per step, and after the
+-- backward steps the weight gradients (W_q's over all steps in one product) and de += dpre W_e^T.
+--
+-- Buffers, sized once per batch shape (start): e (Te, B, E) the encoder as given (contiguous),
+-- pre and dpre (Te, B, A), alpha (S, B, Te) the weights of every step (kept for backward and
+-- readable with rec:attention_weights(name)), hq and dhq (S, B, A) and qs (S, B, D) the
+-- projected queries, their gradients and the queries of every step (additive), de (Te, B, E)
+-- and dv (B, A) gradients accumulated over the steps of a backward, ds (B, Te) and dq (B, D)
+-- per-step scratch. Backward at step t recomputes tanh(pre + hq) inside the kernel rather than
+-- keeping it (S x B x Te x A floats).
 local M = {}
 
 local rl -- the module table, set by install
@@ -58,95 +65,99 @@ M.options = {kind = true, base = true, n_att = true}
 
 function Attention:param_specs() return self.specs end
 
--- e (Te, B, E) and its lengths, for the S steps of a forward.
+-- buf when it has this shape, else a new zeroed one.
+local function ensure(buf, dtype, dev, ...)
+  local shape = {...}
+  if buf and buf:dim() == #shape and buf:device() == dev then
+    local same = true
+    for i, n in ipairs(shape) do if buf:size(i) ~= n then same = false end end
+    if same then return buf end
+  end
+  return rl.zeros(shape, dtype, dev)
+end
+
+-- e (Te, B, E) and its lengths (B, int32 on the CPU), for the S steps of a forward.
 function Attention:start(e, len, S)
+  if not e:is_contiguous() then e = e:contiguous() end
   local Te, B, E = e:size(1), e:size(2), e:size(3)
-  local dev = e:device()
-  self.e, self.len, self.Te, self.B = e, len, Te, B
-  local shape_ok = self.eb and self.eb:size(1) == B and self.eb:size(2) == Te
-  if not shape_ok then
-    self.eb = rl.zeros({B, Te, E}, self.dtype, dev)
-    self.deb = rl.zeros({B, Te, E}, self.dtype, dev)
-    local j = rl.arange(Te, self.dtype):view(1, Te)
-    self.mask = rl.lt(j, len:to(self.dtype):view(B, 1))
-    if self.kind == "additive" then
-      self.pre = rl.zeros({B, Te, self.A}, self.dtype, dev)
-      self.dpre = rl.zeros({B, Te, self.A}, self.dtype, dev)
-    end
-  else
-    local j = rl.arange(Te, self.dtype):view(1, Te)
-    self.mask:copy_(rl.lt(j, len:to(self.dtype):view(B, 1)))
+  local dev, dt = e:device(), self.dtype
+  if B > 0 and (len:min() < 0 or len:max() > Te) then
+    fail("%s (attention): encoder lengths must lie in 0..%d (its frames), got %d..%d", self.where,
+      Te, len:min(), len:max())
   end
-  self.negmask = (self.mask - 1) * 1e30
-  if not self.alpha or self.alpha:size(1) < S or self.alpha:size(2) ~= B
-      or self.alpha:size(3) ~= Te then
-    self.alpha = rl.zeros({S, B, Te}, self.dtype, dev)
-  end
-  self.S = S
-  self.eb:copy_(e:transpose(1, 2))
+  self.e, self.Te, self.B, self.S = e, Te, B, S
+  self.len = dev == "cpu" and len or len:to(dev)
+  local Sa = math.max(S, self.alpha and self.alpha:size(1) or 0)
+  self.alpha = ensure(self.alpha, dt, dev, Sa, B, Te)
+  self.de = ensure(self.de, dt, dev, Te, B, E)
+  self.ds = ensure(self.ds, dt, dev, B, Te)
+  self.dq = ensure(self.dq, dt, dev, B, self.q_dim)
   if self.kind == "additive" then
-    rl.matmul(self.eb:view(B * Te, E), self.params.W_e, self.pre:view(B * Te, self.A))
+    local A = self.A
+    self.pre = ensure(self.pre, dt, dev, Te, B, A)
+    self.dpre = ensure(self.dpre, dt, dev, Te, B, A)
+    self.hq = ensure(self.hq, dt, dev, Sa, B, A)
+    self.dhq = ensure(self.dhq, dt, dev, Sa, B, A)
+    self.qs = ensure(self.qs, dt, dev, Sa, B, self.q_dim)
+    self.dv = ensure(self.dv, dt, dev, B, A)
+    rl.matmul(e:view(Te * B, E), self.params.W_e, self.pre:view(Te * B, A))
   end
 end
 
--- The scores s (B, Te) of query q (B, D); z (B, Te, A): the tanh activations (additive).
-function Attention:scores(q)
-  local B, Te = self.B, self.Te
+-- Step t (1-based): q (B, D) -> ctx (B, E), written into out (B, E) when given; alpha[t] keeps
+-- the weights.
+function Attention:forward_step(t, q, out)
+  if not q:is_contiguous() then q = q:contiguous() end
+  local ctx = out or rl.empty({self.B, self.n_out}, self.dtype, self.e:device())
   if self.kind == "dot" then
-    return rl.matmul(self.eb, q:contiguous():view(B, self.q_dim, 1)):view(B, Te)
+    rl.attention_forward("dot", self.e, self.len, q, nil, nil, self.alpha[t], ctx, self.where)
+    return ctx
   end
-  local hq = rl.matmul(q, self.params.W_q)
-  local z = (self.pre + hq:view(B, 1, self.A)):tanh_()
-  return rl.matmul(z:view(B * Te, self.A), self.params.v):view(B, Te), z
-end
-
--- Step t (1-based): q (B, D) -> ctx (B, E); alpha[t] keeps the weights.
-function Attention:forward_step(t, q)
-  local s = self:scores(q)
-  s:mul_(self.mask):add_(self.negmask)
-  local m = s:max(2)
-  local a = (s - m:view(self.B, 1)):exp_():mul_(self.mask)
-  a:div_(a:sum(2, true))
-  self.alpha[t]:copy_(a)
-  return rl.matmul(a:view(self.B, 1, self.Te), self.eb):view(self.B, self.n_out)
+  local hq = self.hq[t]
+  rl.matmul(q, self.params.W_q, hq)
+  self.qs[t]:copy_(q)
+  rl.attention_forward("additive", self.e, self.len, hq, self.pre, self.params.v, self.alpha[t],
+    ctx, self.where)
+  return ctx
 end
 
 function Attention:zero_grad_acc()
-  self.deb:zero_()
-  if self.dpre then self.dpre:zero_() end
+  self.de:zero_()
+  if self.dpre then
+    self.dpre:zero_()
+    self.dv:zero_()
+  end
 end
 
--- Step t: dctx (B, E), q (B, D) -> dq (B, D); encoder and parameter gradients accumulate.
+-- Step t: dctx (B, E), q (B, D) -> dq (B, D) (a buffer the next step overwrites); encoder and
+-- parameter gradients accumulate.
 function Attention:backward_step(t, q, dctx)
-  local B, Te = self.B, self.Te
-  local a = self.alpha[t]
-  local dalpha = rl.matmul(self.eb, dctx:contiguous():view(B, self.n_out, 1)):view(B, Te)
-  self.deb:add_(a:view(B, Te, 1) * dctx:view(B, 1, self.n_out))
-  local ds = a * (dalpha - (a * dalpha):sum(2, true))
+  if not dctx:is_contiguous() then dctx = dctx:contiguous() end
   if self.kind == "dot" then
-    self.deb:add_(ds:view(B, Te, 1) * q:view(B, 1, self.q_dim))
-    return rl.matmul(ds:view(B, 1, Te), self.eb):view(B, self.q_dim)
+    if not q:is_contiguous() then q = q:contiguous() end
+    rl.attention_backward("dot", self.e, self.len, q, nil, nil, self.alpha[t], dctx, self.ds,
+      self.de, self.dq, nil, nil, self.where)
+    return self.dq
   end
-  local _, z = self:scores(q)
-  local A = self.A
-  local zf = z:view(B * Te, A)
-  self.grads.v:add_(rl.matmul(zf:t(), ds:view(B * Te, 1)))
-  local dzpre = (1 - z * z):mul_(ds:view(B, Te, 1)):mul_(self.params.v:view(1, 1, A))
-  self.dpre:add_(dzpre)
-  local dhq = dzpre:sum(2):view(B, A)
-  self.grads.W_q:add_(rl.matmul(q:t(), dhq))
-  return rl.matmul(dhq, self.params.W_q:t())
+  local dhq = self.dhq[t]
+  rl.attention_backward("additive", self.e, self.len, self.hq[t], self.pre, self.params.v,
+    self.alpha[t], dctx, self.ds, self.de, dhq, self.dpre, self.dv, self.where)
+  return rl.gemm(dhq, self.params.W_q, {trans_b = true, out = self.dq})
 end
 
 -- After the last step of a backward: de (Te, B, E) += the encoder's gradient.
 function Attention:finish_backward(de)
-  local B, Te = self.B, self.Te
+  local B, Te, S = self.B, self.Te, self.S
   if self.kind == "additive" then
-    local E, A = self.n_out, self.A
-    self.grads.W_e:add_(rl.matmul(self.eb:view(B * Te, E):t(), self.dpre:view(B * Te, A)))
-    self.deb:add_(rl.matmul(self.dpre:view(B * Te, A), self.params.W_e:t()):view(B, Te, E))
+    local E, A, D = self.n_out, self.A, self.q_dim
+    local ef, dpf = self.e:view(Te * B, E), self.dpre:view(Te * B, A)
+    rl.gemm(ef, dpf, {trans_a = true, beta = 1, out = self.grads.W_e})
+    rl.gemm(dpf, self.params.W_e, {trans_b = true, beta = 1, out = self.de:view(Te * B, E)})
+    rl.gemm(self.qs:narrow(1, 1, S):view(S * B, D), self.dhq:narrow(1, 1, S):view(S * B, A),
+      {trans_a = true, beta = 1, out = self.grads.W_q})
+    self.grads.v:add_(self.dv:sum(1):view(A, 1))
   end
-  de:add_(self.deb:transpose(1, 2))
+  de:add_(self.de)
 end
 
 function M.install(module)

@@ -1,21 +1,23 @@
 -- Checkpoints: one HDF5 file per save, readable with h5dump or h5py.
 --
 --   rl.save_checkpoint(path, {net =, optimizer =, lr_control =, epoch =, step =
---                             [, rng_state = (default: rl.get_rng_state())]})
+--                             [, rng_state = (default: rl.get_rng_state())]
+--                             [, pretrain = (rnnlua.pretrain's record of the epoch)]})
 --   rl.load_checkpoint(path) -> {path =, description =, extern_data =, dtype =, params = flat
 --       tensor, param_tensors = {["layer/name"] = tensor}, param_order = {"layer/name", ...},
---       optimizer_state =, lr_control_state =, rng_state = {seed =, offset =}, epoch =, step =}
+--       optimizer_state =, lr_control_state =, pretrain_state =, rng_state = {seed =, offset =},
+--       epoch =, step =}
 --   rl.checkpoint.load_params(ck, net [, {partial = true}])  copies the saved values into the
 --       net's parameters by layer and name (partial: the net may hold a subset of them)
 --   rl.checkpoint.serialize(value, what) / rl.checkpoint.deserialize(text, what)
 --
 -- Layout:
---   /                  attrs format = "rnnlua-checkpoint", version, epoch, step, dtype,
+--   /                  attrs format = "rnnlua-checkpoint", version (2; strings fixed-length), epoch, step, dtype,
 --                      num_params, description and extern_data (Lua literals, see below)
 --   /params/<layer>/<name>   each parameter with its shape; attr order on /params (a Lua
 --                      list of "layer/name" in the flat buffer's order)
---   /optimizer, /lr_control  their state tables: tensors as datasets, numbers and strings
---                      as attributes (integers int64, floats double) for h5dump and h5py, and
+--   /optimizer, /lr_control, /pretrain  their state tables: tensors as datasets, numbers and
+--                      strings as attributes (integers int64, floats double) for h5dump and h5py, and
 --                      attr _values, a Lua literal of every non-tensor entry, which is what
 --                      load reads: it keeps integers and floats apart and takes booleans
 --                      and tables, and HDF5 attributes cannot be listed through core/h5io
@@ -33,7 +35,9 @@
 local M = {}
 local rl -- the module table, set by install
 
-local FORMAT, VERSION = "rnnlua-checkpoint", 1
+-- Version 2 stores every string attribute as a fixed-length string; version 1 (variable-length
+-- strings) still loads, its strings read through core/h5io's isolated reader.
+local FORMAT, VERSION = "rnnlua-checkpoint", 2
 
 ---------------------------------------------------------------------------- Lua literals
 
@@ -363,6 +367,7 @@ function M.save(path, s)
     f:set_attr("params", "order", M.serialize(order, "params"))
     if s.optimizer ~= nil then write_state(f, "optimizer", s.optimizer:state()) end
     if s.lr_control ~= nil then write_state(f, "lr_control", s.lr_control:state()) end
+    if s.pretrain ~= nil then write_state(f, "pretrain", s.pretrain) end
     f:set_attr("rng", "seed", rng.seed)
     f:set_attr("rng", "offset", rng.offset)
     f:set_attr("rng", "state", M.serialize({seed = rng.seed, offset = rng.offset}, "rng"))
@@ -393,11 +398,18 @@ function M.load(path)
       (tostring(f):gsub("^rl%.h5file: ", ""))), 2)
   end
   local ok, ck = pcall(function()
+    -- the version (a number) first: from version 2 on a variable-length string can only be
+    -- a crafted file, and none is read
+    local has_version, version = pcall(int_attr, f, "/", "version")
+    if has_version and version >= 2 then f:refuse_vlen() end
     local has_fmt, fmt = pcall(f.attr_string, f, "/", "format")
     if not has_fmt or fmt ~= FORMAT then
-      error("not an rnnlua checkpoint (no format = \"" .. FORMAT .. "\" attribute)", 0)
+      -- a format attribute that is there but unreadable (a crafted string) says why
+      local why = not has_fmt and not tostring(fmt):find("no such attribute", 1, true)
+      error("not an rnnlua checkpoint (no format = \"" .. FORMAT .. "\" attribute)"
+        .. (why and ": " .. tostring(fmt) or ""), 0)
     end
-    local version = int_attr(f, "/", "version")
+    if not has_version then error(version, 0) end
     if version > VERSION then
       error(string.format("checkpoint version %d is newer than this rnnlua reads (%d)", version,
         VERSION), 0)
@@ -434,6 +446,7 @@ function M.load(path)
     end
     if f:exists("optimizer") then ck.optimizer_state = read_state(f, "optimizer") end
     if f:exists("lr_control") then ck.lr_control_state = read_state(f, "lr_control") end
+    if f:exists("pretrain") then ck.pretrain_state = read_state(f, "pretrain") end
     return ck
   end)
   f:close()

@@ -22,7 +22,9 @@
 -- (classes (1, B)), or one per column, and so on.
 --
 -- rl.dataset(cfg):
---   {class = "hdf", files = {...} | "file.h5", cache_size = bytes (default 256 MiB), ...}
+--   {class = "hdf", files = {...} | "file.h5", cache_size = bytes (default 256 MiB), ...,
+--    allow_empty = true (read sequences of length 0, such as empty decoded label sequences;
+--    without it they are an error, since they cannot be trained on or forwarded)}
 --   {class = "12ax" | "copy" | "regression", num_seqs =, seed =, min_len =, max_len =, ...}
 --   common: seq_ordering = "default" | "random" | "sorted" | "sorted_reverse" | "laplace:N" |
 --           "laplace:.N", partition_epoch = N (default 1), seed = s (default 1)
@@ -69,6 +71,13 @@
 --   after each sequence's end; consumers mask by length, never by the pad value) and comes
 --   with `lengths_K` (B) int32, its own length per sequence (equal to `lengths` for
 --   frame-aligned keys). batch_size and max_seqs count data frames only.
+--   carry_state = true (truncated BPTT with carried state; needs chunking = "size", chunks
+--   without overlap): B = min(max_seqs, batch_size // size) streams; each stream keeps its
+--   slot and works through one sequence chunk after chunk, and when it is done takes the
+--   next sequence of the epoch there; once the epoch has no more, the remaining streams close
+--   up. Each batch has state_from = {s_1, ..., s_B}: 0 where a sequence starts, else the slot
+--   of the batch before that slot b continues, which net:forward reads (the network's
+--   "carried state").
 --   Every batch has new tensors, zero-padded; T is at least 1. Images: a batch takes images
 --   while max_H * max_W * B <= batch_size; chunking does not apply to them.
 --
@@ -534,7 +543,7 @@ local function hdf_open_file(path)
 end
 
 local HDF_KEYS = {class = true, files = true, cache_size = true, seq_ordering = true,
-  partition_epoch = true, seed = true}
+  partition_epoch = true, seed = true, allow_empty = true}
 
 local function hdf_new(cfg)
   for k in pairs(cfg) do
@@ -545,7 +554,7 @@ local function hdf_new(cfg)
   if type(files) ~= "table" or #files == 0 then
     fail("rl.dataset: class 'hdf' needs files = {paths...}")
   end
-  local self = setmetatable({}, Hdf)
+  local self = setmetatable({allow_empty = cfg.allow_empty == true}, Hdf)
   self.name = "hdf(" .. table.concat(files, ", ") .. ")"
   base_init(self, cfg, "rl.dataset " .. self.name)
   self._files = {}
@@ -633,7 +642,7 @@ end
 function Hdf:_load(k)
   local info, i = self._files[self._fidx[k]], self._local[k]
   local tag = self:tag(k)
-  if info.in_len[i] < 1 then
+  if info.in_len[i] < 1 and not self.allow_empty then
     fail("rl.dataset: %s: sequence '%s' (number %d in the file) has length 0 (/seqLengths): "
       .. "an empty sequence cannot be trained on or forwarded", info.path, tag, i)
   end
@@ -947,11 +956,124 @@ local function stack_images(items, H, W)
   return out, rl.tensor(sizes, "int32")
 end
 
+local function check_chunkable(seq, ks, T)
+  for _, k in ipairs(ks) do
+    if seq[k]:size(1) ~= T then
+      fail("rl.batches: chunking: sequence '%s': key '%s' has %d frames but data has %d " ..
+        "(chunking needs every key at data's frame rate; '%s' has its own length: " ..
+        "train without chunking)", tostring(seq.tag), k, seq[k]:size(1), T, k)
+    end
+  end
+end
+
+-- One batch of items (whole sequences or chunks: {seq, pos, start, len, len_of, keys [, hw]}).
+local function assemble(items, maxH, maxW)
+  local batch = {tags = {}, seqs = {}, starts = {}, n_frames = 0}
+  local lens = {}
+  for b, it in ipairs(items) do
+    lens[b] = it.len
+    batch.tags[b] = it.seq.tag
+    batch.seqs[b] = it.pos
+    batch.starts[b] = it.start
+    batch.n_frames = batch.n_frames + it.len
+  end
+  batch.lengths = rl.tensor(lens, "int32")
+  for _, k in ipairs(items[1].keys) do
+    local T, klens = 1, {}
+    for b, it in ipairs(items) do
+      if not it.len_of[k] then
+        fail("rl.batches: sequence '%s' lacks '%s' which others in the dataset have",
+          tostring(it.seq.tag), k)
+      end
+      klens[b] = it.len_of[k]
+      T = math.max(T, klens[b])
+    end
+    if k == "data" and items[1].hw then
+      batch.data, batch.sizes = stack_images(items, maxH, maxW)
+    else
+      batch[k] = stack(items, k, T)
+      if k ~= "data" then batch["lengths_" .. k] = rl.tensor(klens, "int32") end
+    end
+  end
+  return batch
+end
+
+-- rl.batches with carry_state: B = min(max_seqs, batch_size // size) streams, each working
+-- through one sequence chunk by chunk; a finished stream takes the next sequence of the epoch
+-- in its slot, and once none is left the remaining streams close up (state_from names their
+-- slots in the batch before).
+local function stream_batches(ds, keys, n, bs, ms, csize, cstep)
+  if not csize then
+    fail("rl.batches: carry_state needs chunking = \"size\" (the length of the chunks)")
+  end
+  if cstep ~= csize then
+    fail("rl.batches: carry_state needs chunks that follow each other without overlap "
+      .. "(chunking = \"%d\" or \"%d:%d\"), got chunking = \"%d:%d\"", csize, csize, csize,
+      csize, cstep)
+  end
+  local nstreams = math.max(1, math.min(ms, bs // csize))
+  local i = 0        -- last sequence taken from the dataset
+  local streams = {} -- {seq, pos, T, next = 0-based next frame, keys} in slot order
+  local function next_stream()
+    while i < n do
+      i = i + 1
+      local seq = ds:get_seq(i)
+      if type(seq) ~= "table" or not rl.is_tensor(seq.data) then
+        fail("rl.batches: dataset %s: get_seq(%d) gave no data tensor", ds_name(ds), i)
+      end
+      if seq.data:dim() == 3 and not seq.data:dtype():find("int") then
+        fail("rl.batches: dataset %s holds images: carry_state does not apply to them",
+          ds_name(ds))
+      end
+      local T = seq.data:size(1)
+      local ks = seq_keys(seq, keys)
+      check_chunkable(seq, ks, T)
+      if T > 0 then return {seq = seq, pos = i, T = T, next = 0, keys = ks} end
+    end
+    return nil
+  end
+  return function()
+    local items, from, kept = {}, {}, {}
+    for slot, st in ipairs(streams) do
+      if st.next < st.T then
+        kept[#kept + 1] = st
+        from[#kept] = slot
+      else
+        local fresh = next_stream()
+        if fresh then
+          kept[#kept + 1] = fresh
+          from[#kept] = 0
+        end
+      end
+    end
+    while #kept < nstreams do
+      local fresh = next_stream()
+      if not fresh then break end
+      kept[#kept + 1] = fresh
+      from[#kept] = 0
+    end
+    streams = kept
+    if #streams == 0 then return nil end
+    for b, st in ipairs(streams) do
+      local l = math.min(csize, st.T - st.next)
+      local len_of = {}
+      for _, k in ipairs(st.keys) do len_of[k] = l end
+      items[b] = {seq = st.seq, pos = st.pos, start = st.next, len = l, len_of = len_of,
+        keys = st.keys}
+      st.next = st.next + l
+    end
+    local batch = assemble(items)
+    batch.state_from = from
+    return batch
+  end
+end
+
 function M.batches(ds, opts)
   opts = opts or {}
   for k in pairs(opts) do
-    if k ~= "batch_size" and k ~= "max_seqs" and k ~= "chunking" then
-      fail("rl.batches: unknown option '%s' (batch_size, max_seqs, chunking)", tostring(k))
+    if k ~= "batch_size" and k ~= "max_seqs" and k ~= "chunking" and k ~= "carry_state" then
+      fail("rl.batches: unknown option '%s' (batch_size, max_seqs, chunking, carry_state)",
+        tostring(k))
     end
   end
   local bs = opts.batch_size or math.huge
@@ -972,6 +1094,10 @@ function M.batches(ds, opts)
     fail("rl.batches: dataset %s: num_seqs() returned %s (a %s), expected an integer >= 0",
       ds_name(ds), tostring(n), type(n))
   end
+  if opts.carry_state ~= nil and type(opts.carry_state) ~= "boolean" then
+    fail("rl.batches: carry_state must be true or false, got %s", type(opts.carry_state))
+  end
+  if opts.carry_state then return stream_batches(ds, keys, n, bs, ms, csize, cstep) end
   local i = 0          -- last sequence taken from the dataset
   local queue = {}     -- items (whole sequences or chunks) not yet batched
   local qpos = 1
@@ -998,13 +1124,7 @@ function M.batches(ds, opts)
         queue[1] = {seq = seq, pos = i, start = 0, len = T, len_of = len_of, keys = ks,
           hw = {seq.data:size(1), seq.data:size(2)}}
       elseif csize then
-        for _, k in ipairs(ks) do
-          if seq[k]:size(1) ~= T then
-            fail("rl.batches: chunking: sequence '%s': key '%s' has %d frames but data has %d " ..
-              "(chunking needs every key at data's frame rate; '%s' has its own length: " ..
-              "train without chunking)", tostring(seq.tag), k, seq[k]:size(1), T, k)
-          end
-        end
+        check_chunkable(seq, ks, T)
         local start = 0
         while start < T do
           local l = math.min(csize, T - start)
@@ -1040,34 +1160,7 @@ function M.batches(ds, opts)
       qpos = qpos + 1
     end
     if #items == 0 then return nil end
-    local batch = {tags = {}, seqs = {}, starts = {}, n_frames = 0}
-    local lens = {}
-    for b, it in ipairs(items) do
-      lens[b] = it.len
-      batch.tags[b] = it.seq.tag
-      batch.seqs[b] = it.pos
-      batch.starts[b] = it.start
-      batch.n_frames = batch.n_frames + it.len
-    end
-    batch.lengths = rl.tensor(lens, "int32")
-    for _, k in ipairs(items[1].keys) do
-      local T, klens = 1, {}
-      for b, it in ipairs(items) do
-        if not it.len_of[k] then
-          fail("rl.batches: sequence '%s' lacks '%s' which others in the dataset have",
-            tostring(it.seq.tag), k)
-        end
-        klens[b] = it.len_of[k]
-        T = math.max(T, klens[b])
-      end
-      if k == "data" and items[1].hw then
-        batch.data, batch.sizes = stack_images(items, maxH, maxW)
-      else
-        batch[k] = stack(items, k, T)
-        if k ~= "data" then batch["lengths_" .. k] = rl.tensor(klens, "int32") end
-      end
-    end
-    return batch
+    return assemble(items, maxH, maxW)
   end
 end
 

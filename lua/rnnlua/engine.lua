@@ -32,6 +32,13 @@
 -- step is read back at the end of its forward (a synchronisation point). A device that cannot
 -- be used (no CUDA build, no GPU, no such ordinal) is an error before any data is read.
 --
+-- Carried state (truncated BPTT): carry_state = true with chunking = "size" cuts each sequence
+-- into consecutive chunks, keeps each sequence's chunks in one batch slot (rl.batches'
+-- carry_state) and starts the lstm/gru layers of every chunk from the final state of the
+-- chunk before (net:forward's state_from), without a gradient through the boundary; dev is
+-- scored the same way. The network must be causal (no backward recurrence: an error names the
+-- layer).
+--
 -- Command-line overrides: `rnnlua recipe.lua ++num_epochs 3 ++train.num_seqs 100` sets
 -- config keys (nested with dots) from argv (default: the global `arg`); values are read as
 -- booleans, numbers or strings. A key that rl.train does not know, in the config or in an
@@ -42,6 +49,10 @@
 -- RNG state, epoch and step are restored and training goes on with the next epoch. Since the
 -- dataset's order depends only on its seed and the epoch, a resumed run on the CPU ends with
 -- the same parameters, bit for bit, as an uninterrupted one.
+--
+-- Pretraining: pretrain = "default" | function(net_desc, idx) | {construction =, repetitions =}
+-- grows the network layer by layer over the first epochs, as RETURNN's pretrain does
+-- (lua/rnnlua/pretrain.lua: the schemes, what is copied, the optimizer, checkpoints).
 --
 -- Several processes (`mpirun -np N`, config.distributed): rnnlua.dist deals the data to the
 -- ranks, sums the gradients (sync) or averages the parameters (average), adds up the scores;
@@ -56,6 +67,7 @@ local rl -- the module table, set by install
 local checkpoint = require("rnnlua.checkpoint")
 local logmod = require("rnnlua.log")
 local distmod = require("rnnlua.dist")
+local pretrainmod = require("rnnlua.pretrain")
 
 -- Every key rl.train knows, with its default (false: no default).
 local KEYS = {
@@ -65,7 +77,8 @@ local KEYS = {
   min_learning_rate = false, learning_rate_warmup_steps = false, model = false,
   save_interval = 1, load = false, log_verbosity = 3, log_file = false,
   log_progress_interval = 5, learning_curve_file = false, seed = 1, device = "cpu",
-  dtype = "float32", num_threads = false, distributed = false, plot = false,
+  dtype = "float32", num_threads = false, distributed = false, plot = false, pretrain = false,
+  carry_state = false,
 }
 -- learning-rate-control options handed to rl.lr_control besides those above
 local function is_lr_key(k)
@@ -171,6 +184,15 @@ local function check_config(config, argv)
   end
   if cfg.model ~= nil and type(cfg.model) ~= "string" then
     fail("config.model must be a path prefix (string), got %s", type(cfg.model))
+  end
+  if cfg.carry_state ~= nil and type(cfg.carry_state) ~= "boolean" then
+    fail("config.carry_state must be true or false, got %s", type(cfg.carry_state))
+  end
+  if cfg.carry_state and not cfg.chunking then
+    fail("carry_state = true needs chunking = \"size\" (the chunks the state is carried over)")
+  end
+  if cfg.carry_state and cfg.distributed then
+    fail("carry_state = true does not work with distributed training yet")
   end
   return cfg
 end
@@ -294,7 +316,10 @@ local function evaluate(net, ds, cfg, which, dist)
   ds:init_epoch(1)
   if ds:num_seqs() == 0 and not dist then fail("the %s dataset is empty (0 sequences)", which) end
   local loss, errors, frames, units, skipped = 0, 0, 0, 0, 0
-  for batch in rl.batches(ds, {batch_size = cfg.batch_size, max_seqs = cfg.max_seqs}) do
+  -- carried state: dev is cut into the same chunks and scored with the state carried over
+  local bopts = {batch_size = cfg.batch_size, max_seqs = cfg.max_seqs}
+  if cfg.carry_state then bopts.chunking, bopts.carry_state = cfg.chunking, true end
+  for batch in rl.batches(ds, bopts) do
     local l, e = net:forward(batch, {train = false})
     loss, errors, frames = loss + l, errors + e, frames + net.n_frames
     units, skipped = units + net.n_error_units, skipped + net.n_skipped
@@ -315,12 +340,15 @@ local function train_epoch(ctx, epoch)
   if nseqs == 0 and not dist then
     fail("epoch %d: the train dataset is empty (0 sequences)", epoch)
   end
-  local total = ds.total_frames and cfg.chunking == nil and ds:total_frames() or nil
+  -- chunks that do not overlap (carried state) cover each frame once
+  local total = ds.total_frames and (cfg.chunking == nil or cfg.carry_state)
+    and ds:total_frames() or nil
   local t0 = rl.clock()
   local loss, errors, frames, seqs, steps, skipped, lr = 0, 0, 0, 0, 0, 0, nil
   local units, ctc_skipped = 0, 0
   local ename = net.has_ctc and "LER" or "error"
-  local bopts = {batch_size = cfg.batch_size, max_seqs = cfg.max_seqs, chunking = cfg.chunking}
+  local bopts = {batch_size = cfg.batch_size, max_seqs = cfg.max_seqs, chunking = cfg.chunking,
+                 carry_state = cfg.carry_state}
   local ok, err = pcall(function()
     -- dist: false is an empty step of a rank whose share is used up (others still train)
     local next_batch = dist and dist:batches(ds, bopts) or rl.batches(ds, bopts)
@@ -365,7 +393,12 @@ local function train_epoch(ctx, epoch)
       local nf = batch and net.n_frames or 0
       loss, errors, frames = loss + l, errors + e, frames + nf
       units = units + (batch and net.n_error_units or 0)
-      seqs = seqs + (batch and batch.lengths:size(1) or 0)
+      if batch and batch.state_from then
+        -- carried state: a slot is a new sequence only where its state starts from zeros
+        for _, s in ipairs(batch.state_from) do seqs = seqs + (s == 0 and 1 or 0) end
+      else
+        seqs = seqs + (batch and batch.lengths:size(1) or 0)
+      end
       local dt = rl.clock() - t0
       local done = total and frames / total or seqs / nseqs
       local eta = done > 0 and dt * (1 - done) / done or nil
@@ -422,17 +455,35 @@ function M.train(config, argv)
       log:write(2, "%s", dist:describe())
     end
     local extern = cfg.extern_data or train:extern_data()
+    -- pretraining (rnnlua.pretrain): the network of each epoch, planned before the seed is set
+    local pre = pretrainmod.plan(cfg, extern, function(desc)
+      return rl.network(desc, extern, {dtype = cfg.dtype})
+    end)
     rl.manual_seed(cfg.seed)
-    local net = rl.network(cfg.network, extern, {dtype = cfg.dtype})
-    if cfg.device ~= "cpu" then
-      net:to(cfg.device)
-      log:write(2, "network moved to %s", net.device)
+    local ctx = {cfg = cfg, log = log, train = train, step = 0, history = {}, dist = dist}
+    function ctx.new_network(desc)
+      local n = rl.network(desc, extern, {dtype = cfg.dtype})
+      if cfg.device ~= "cpu" then
+        n:to(cfg.device)
+        log:write(2, "network moved to %s", n.device)
+      end
+      check_dims(train, n, "train")
+      if dev then check_dims(dev, n, "dev") end
+      if cfg.carry_state then
+        local why = n:carry_unfit()
+        if why then fail("carry_state = true: %s", why) end
+      end
+      return n
     end
-    check_dims(train, net, "train")
-    if dev then check_dims(dev, net, "dev") end
-    local ctx = {cfg = cfg, net = net, log = log, train = train, step = 0, history = {},
-                 dist = dist}
-    ctx.opt = make_optimizer(cfg, net)
+    function ctx.new_optimizer(n) return make_optimizer(cfg, n) end
+    if pre then
+      for _, line in ipairs(pre:describe()) do log:write(2, "%s", line) end
+      pre:enter(ctx, 1, false)
+    else
+      ctx.net = ctx.new_network(cfg.network)
+      ctx.opt = ctx.new_optimizer(ctx.net)
+    end
+    local net = ctx.net
     ctx.lrc = make_lr_control(cfg)
     log:write(2, "network: %d parameters, layers %s", net:num_params(),
       table.concat(net.order, ", "))
@@ -449,6 +500,8 @@ function M.train(config, argv)
     end
     if load then
       local ck = rl.load_checkpoint(load)
+      if pre then pre:resume(ctx, ck) end
+      net = ctx.net
       checkpoint.load_params(ck, net)
       if ck.optimizer_state and ctx.opt.load_state then ctx.opt:load_state(ck.optimizer_state) end
       if ck.lr_control_state and ctx.lrc.load_state then ctx.lrc:load_state(ck.lr_control_state) end
@@ -468,6 +521,16 @@ function M.train(config, argv)
 
     local last
     for epoch = start, cfg.num_epochs do
+      local grown = pre and pre:enter(ctx, epoch, true)
+      if grown then
+        net = ctx.net
+        if dist then dist:sync_params(net) end
+        log:write(2, "epoch %d: pretrain step %d, layers %s: %d parameters (%d tensors copied; "
+          .. "new layers: %s%s)", epoch, grown.step, table.concat(net.order, ", "),
+          net:num_params(), grown.copied, table.concat(grown.new_layers, ", "),
+          #grown.reshaped == 0 and "" or "; initialised anew, their shape changed: "
+          .. table.concat(grown.reshaped, ", "))
+      end
       local tr = train_epoch(ctx, epoch)
       local rec = {epoch = epoch, lr = tr.lr, train_score = tr.loss, train_error = tr.error,
                    time = tr.time, steps = tr.steps, skipped = tr.skipped}
@@ -517,7 +580,8 @@ function M.train(config, argv)
         local path = cfg.model .. string.format(".%03d.h5", epoch)
         if writer then
           rl.save_checkpoint(path, {net = net, optimizer = ctx.opt, lr_control = ctx.lrc,
-                                    epoch = epoch, step = ctx.step})
+                                    epoch = epoch, step = ctx.step,
+                                    pretrain = pre and pre:state(epoch)})
           log:write(2, "saved %s", path)
         end
         ctx.checkpoint = path
@@ -554,6 +618,7 @@ function M.install(module)
   checkpoint.install(module)
   require("rnnlua.forward").install(module)
   distmod.install(module)
+  pretrainmod.install(module)
   rl.train = M.train
   return M
 end

@@ -22,14 +22,24 @@
 -- target's label numbers (the blank, at the layer's blank_index, removed). n_frames is then
 -- the number of labels written.
 --
+-- attention = "att" (layer a rec layer, run teacher forced: the data must hold its target)
+-- also writes the weights of attention layer att of its unit for each sequence, as rl.search
+-- does (targets attention and attention_shape, lua/rnnlua/search.lua). A rec layer whose output
+-- is a choice gives labels: the file is then sparse.
+--
+-- search = true runs rl.search (lua/rnnlua/search.lua: beam search through a rec layer's
+-- choice) with the other keys instead.
+--
 -- From the shell: rnnlua recipes/forward.lua model=out/net.010.h5 data=dev.h5 layer=output
 -- output=fwd.h5  (or rnnlua -e 'rl.forward{...}').
 local M = {}
 local rl -- the module table, set by install
 local checkpoint = require("rnnlua.checkpoint")
+local rec = require("rnnlua.rec")
 
 local KEYS = {model = true, data = true, layer = true, output_file = true, batch_size = true,
-              max_seqs = true, log_verbosity = true, device = true, decode = true, beam = true}
+              max_seqs = true, log_verbosity = true, device = true, decode = true, beam = true,
+              search = true, attention = true}
 
 local function fail(fmt, ...)
   error("rl.forward: " .. string.format(fmt, ...), 0)
@@ -42,11 +52,31 @@ local function sorted_keys(t)
   return keys
 end
 
--- The description with every loss taken out and `layer` as the one output. A loss layer
--- without n_out had its target's dim (rl.network's rule): it keeps it.
+-- The names of the layers `layer` reads, directly or not, itself included (a rec layer reads
+-- its from and the base: layers of its unit).
+local function needed(desc, layer)
+  local need, stack = {}, {layer}
+  while #stack > 0 do
+    local name = table.remove(stack)
+    local l = desc[name]
+    if not need[name] and type(l) == "table" then
+      need[name] = true
+      local froms = l.class == "rec" and rec.sources(name, l, desc) or l.from or "data"
+      if type(froms) == "string" then froms = {froms} end
+      for _, f in ipairs(froms) do stack[#stack + 1] = f end
+    end
+  end
+  return need
+end
+
+-- The description of what `layer` needs, with every loss taken out and `layer` as the one
+-- output (a rec layer keeps the losses of its unit: with targets in the data it runs teacher
+-- forced). A loss layer without n_out had its target's dim (rl.network's rule): it keeps it.
 local function forward_description(desc, extern_data, layer)
   local d = {}
+  local need = needed(desc, layer)
   for name, l in pairs(desc) do
+    if not need[name] then goto continue end
     local c = {}
     for k, v in pairs(l) do c[k] = v end
     if c.n_out == nil and c.loss ~= nil and extern_data[c.target] then
@@ -55,6 +85,7 @@ local function forward_description(desc, extern_data, layer)
     if c.loss == "ctc" then c.blank_index = nil end -- an option of the ctc loss only
     c.loss, c.target, c.loss_scale, c.is_output_layer = nil, nil, nil, nil
     d[name] = c
+    ::continue::
   end
   d[layer].is_output_layer = true
   return d
@@ -63,9 +94,10 @@ end
 -- The network of checkpoint `path` that computes `layer` (losses left out), with the saved
 -- parameters, on `device`: {ck =, net =, layer =, dim = the layer's n_out, images = whether
 -- it gives images, blank = the blank's class of a CTC layer}. rl.forward and `rnnlua serve` (rnnlua.serve) both run it, so the served
--- answers are rl.forward's. Errors name the file and the layer, prefixed by `who`.
-function M.load_model(path, layer, device, who)
-  local ck = rl.load_checkpoint(path)
+-- answers are rl.forward's. Errors name the file and the layer, prefixed by `who`. ck: the
+-- checkpoint of `path` when the caller has loaded it already.
+function M.load_model(path, layer, device, who, ck)
+  ck = ck or rl.load_checkpoint(path)
   if type(ck.description[layer]) ~= "table" then
     error(string.format("%s: no layer '%s' in the network of %s (layers: %s)", who, tostring(layer),
       path, table.concat(sorted_keys(ck.description), ", ")), 0)
@@ -80,7 +112,30 @@ function M.load_model(path, layer, device, who)
   local L = net:layer(layer)
   local d = ck.description[layer]
   return {ck = ck, net = net, layer = layer, dim = L.n_out, images = L.rank == 2,
+          labels = L.object.sparse_out == true,
           blank = d.loss == "ctc" and (d.blank_index or L.n_out - 1) or nil}
+end
+
+-- The same for a network in memory (built by rl.network or rl.train): a copy that computes
+-- `layer` without losses, on the CPU, with net's parameter values; ck = {description =,
+-- extern_data =, dtype =} of net.
+function M.model_of_net(net, layer, who)
+  if type(net.description[layer]) ~= "table" then
+    error(string.format("%s: no layer '%s' in the network (layers: %s)", who, tostring(layer),
+      table.concat(sorted_keys(net.description), ", ")), 0)
+  end
+  local copy = rl.network(forward_description(net.description, net.extern_data, layer),
+    net.extern_data, {dtype = net.dtype})
+  local values, order = {}, {}
+  for _, p in ipairs(net:param_list()) do
+    local name = p.layer .. "/" .. p.name
+    values[name], order[#order + 1] = p.value:cpu(), name
+  end
+  checkpoint.load_params({path = "(the network in memory)", param_tensors = values,
+    param_order = order}, copy, {partial = true})
+  local L = copy:layer(layer)
+  return {ck = {description = net.description, extern_data = net.extern_data, dtype = net.dtype},
+          net = copy, layer = layer, dim = L.n_out, images = L.rank == 2}
 end
 
 -- Why the layer of a model of load_model cannot be decoded with CTC, or nil when it can.
@@ -119,6 +174,14 @@ end
 
 function M.forward(cfg)
   if type(cfg) ~= "table" then fail("expects a table {model =, data =, layer =, output_file =}") end
+  if cfg.search == true then -- the same task as rl.search
+    local c = {}
+    for k, v in pairs(cfg) do if k ~= "search" then c[k] = v end end
+    return rl.search(c)
+  end
+  if cfg.search ~= nil and cfg.search ~= false then
+    fail("search must be true or false, got %s", tostring(cfg.search))
+  end
   for k in pairs(cfg) do
     if not KEYS[k] then
       fail("unknown key '%s' (known: %s)", tostring(k), table.concat(sorted_keys(KEYS), ", "))
@@ -160,8 +223,15 @@ function M.forward(cfg)
   elseif cfg.beam ~= nil then
     fail("beam applies to decode = \"ctc\" only")
   end
+  local search = require("rnnlua.search")
+  local att = cfg.attention
+  if att ~= nil then
+    if blank then fail("attention does not apply to decode = \"ctc\"") end
+    search.check_attention(net:layer(layer).object, att, "rl.forward")
+  end
   local w = rl.hdf_writer(cfg.output_file, {data_dim = blank and dim - 1 or dim,
-    sparse = blank ~= nil, spatial = images and 2 or nil})
+    sparse = blank ~= nil or model.labels, spatial = images and 2 or nil,
+    targets = att and search.attention_targets or nil})
   local nseqs, nframes = 0, 0
   local ok, err = pcall(function()
     local bopts = {batch_size = cfg.batch_size or 5000, max_seqs = cfg.max_seqs or 40}
@@ -183,7 +253,15 @@ function M.forward(cfg)
           nframes = nframes + h * wd
         else
           local len = geom[b]
-          w:add(tag, out:select(2, b):narrow(1, 1, len):contiguous())
+          local t
+          if att then -- the rec layer's S_out = len steps over the input's T_enc frames
+            local alpha = net:layer(layer).object:attention_weights(att)
+            local rows = {}
+            for s = 1, len do rows[s] = b end
+            t = search.attention_values({}, search.attention_matrix(alpha,
+              {steps = len, rows = rows}, batch.lengths[b]))
+          end
+          w:add(tag, out:select(2, b):narrow(1, 1, len):contiguous(), t)
           nframes = nframes + len
         end
         nseqs = nseqs + 1

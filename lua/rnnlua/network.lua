@@ -64,6 +64,20 @@
 -- computed by the layer itself when it takes it (is_loss), else by the network on the
 -- layer's output.
 --
+-- Carried state (truncated BPTT over consecutive chunks of long sequences). A batch with
+-- state_from = {s_1, ..., s_B} (a Lua list of integers, as rl.batches{carry_state = true}
+-- gives it) makes every lstm and gru layer start slot b from the final state that the previous
+-- carrying forward left in its slot s_b, or from zeros where s_b = 0 (the sequence starts in
+-- this batch). The network keeps a copy of each such layer's final state after every forward
+-- whose batch has state_from, for the next one; a batch without state_from starts from zeros
+-- and drops what was kept. The state is taken as a value: no gradient crosses the boundary
+-- (the gradient of the initial state is not passed on). Only networks whose every layer is
+-- causal and frame by frame can carry: forward lstm/gru layers and the frame-wise classes
+-- (embedding, softmax, linear, activation, dropout, combine, copy, layer_norm); a backward
+-- (direction = -1) recurrence, a window, a rec layer or any other class is an error naming the
+-- layer (net:carry_unfit() gives the reason, or nil). So a long sequence cut into chunks gives
+-- the outputs of the whole sequence (tests/lua/test_carry_state.lua).
+--
 -- Images (2-D data). What a layer takes and gives is its class's (rl._layer_class_flags):
 -- image classes (conv2d, pool2d, mdlstm) take (H, W, B, F) with sizes and give images, with
 -- the sizes their layer reports (layer:out_geometry(), e.g. after a strided conv2d) or else
@@ -500,6 +514,7 @@ function Network:to(device)
     node.folded = nil
   end
   self.input_grad_bufs, self.last_batch, self.forwarded = {}, nil, false
+  self:carry_reset() -- the kept states are on the old device
   return self
 end
 
@@ -729,11 +744,114 @@ function Network:forward_pair(a, b, batch, train)
   end)
 end
 
+---------------------------------------------------------------------------- carried state
+
+-- Classes that look at one frame at a time (their output at t depends on frame t alone).
+local FRAME_WISE = {embedding = true, softmax = true, linear = true, activation = true,
+  dropout = true, combine = true, copy = true, layer_norm = true}
+
+-- Why the network cannot carry its state over chunks (a message naming the layer), or nil.
+-- Fills self.carried: the nodes of forward lstm/gru layers.
+function Network:carry_unfit()
+  if self.carried then return nil end
+  local carried = {}
+  for _, node in ipairs(self.nodes) do
+    local d = self.description[node.name]
+    local class = node.rec and "rec" or node.layer.class
+    if class == "lstm" or class == "gru" then
+      if d.direction == -1 then
+        return string.format("layer '%s' (%s, direction = -1) runs backwards in time: its state "
+          .. "cannot be carried from one chunk to the next (a backward or bidirectional model "
+          .. "sees the rest of the sequence, which a chunk does not have)", node.name, class)
+      end
+      carried[#carried + 1] = node
+    elseif not FRAME_WISE[class] then
+      return string.format("layer '%s' (class %s) is not a forward lstm/gru or a frame-wise layer "
+        .. "(%s): its state or context cannot be carried over chunks", node.name, class,
+        "embedding, softmax, linear, activation, dropout, combine, copy, layer_norm")
+    end
+  end
+  self.carried = carried
+  return nil
+end
+
+-- Before the forward of a batch with state_from: each carried layer's initial state, gathered
+-- from the final states kept by the previous carrying forward (zeros where state_from is 0).
+function Network:carry_in(state_from, B)
+  local why = self:carry_unfit()
+  if why then fail("net:forward: batch.state_from (carried state): %s", why) end
+  if type(state_from) ~= "table" or #state_from ~= B then
+    fail("net:forward: batch.state_from must be a list of %d integers (one per sequence), got %s",
+      B, type(state_from) == "table" and #state_from .. " entries" or type(state_from))
+  end
+  local prev = self.carried_B or 0
+  local identity = prev == B
+  for b = 1, B do
+    local s = state_from[b]
+    if math.type(s) ~= "integer" or s < 0 or s > prev then
+      fail("net:forward: batch.state_from[%d] = %s: expected 0 (a sequence starts) or a slot "
+        .. "1..%d of the previous carrying forward%s", b, tostring(s), prev,
+        prev == 0 and " (there was none: the first batch must have state_from all 0)" or "")
+    end
+    identity = identity and (s == 0 or s == b)
+  end
+  for _, node in ipairs(self.carried) do
+    local layer, H = node.layer, node.layer.n_out
+    local st = node.carry or {}
+    node.carry = st
+    local names = layer.class == "lstm" and {"h", "c"} or {"h"}
+    for _, k in ipairs(names) do
+      local init = st["init_" .. k]
+      if not init or init:size(1) ~= B or init:device() ~= self.device then
+        init = rl.zeros({B, H}, self.dtype, self.device)
+        st["init_" .. k] = init
+      end
+      local kept = st["kept_" .. k]
+      if identity then
+        init:copy_(kept)
+        for b = 1, B do
+          if state_from[b] == 0 then init:select(1, b):zero_() end
+        end
+      else
+        for b = 1, B do
+          local row = init:select(1, b)
+          if state_from[b] == 0 then row:zero_() else row:copy_(kept:select(1, state_from[b])) end
+        end
+      end
+    end
+    layer:set_initial_state(st.init_h, st.init_c)
+  end
+end
+
+-- After a forward with state_from: keep each carried layer's final state for the next batch.
+function Network:carry_out(B)
+  for _, node in ipairs(self.carried) do
+    local st, h, c = node.carry, node.layer:final_state()
+    st.kept_h = self:buffer_like(st.kept_h, h):copy_(h)
+    if c then st.kept_c = self:buffer_like(st.kept_c, c):copy_(c) end
+  end
+  self.carried_B = B
+end
+
+-- A forward without state_from: the layers start from zeros again and nothing is kept.
+function Network:carry_reset()
+  for _, node in ipairs(self.carried or {}) do
+    node.layer:set_initial_state(nil)
+    node.carry = nil
+  end
+  self.carried_B = nil
+end
+
 function Network:forward(batch, fopts)
   local train = true
   if fopts ~= nil and fopts.train ~= nil then train = fopts.train == true end
   local B = self:check_batch(batch)
   batch = self:on_device(batch)
+  if batch.state_from ~= nil then
+    self:carry_in(batch.state_from, B)
+  elseif self.carried_B then
+    self:carry_reset()
+  end
   self.forwarded = false
   local loss, errors, n_frames = 0, 0, nil
   local n_units, n_labels, n_skipped = 0, 0, 0
@@ -803,6 +921,7 @@ function Network:forward(batch, fopts)
     end
     ::continue::
   end
+  if batch.state_from ~= nil then self:carry_out(B) end
   self.B, self.lengths, self.sizes, self.last_batch = B, batch.lengths, batch.sizes, batch
   self.loss, self.n_errors = loss, errors
   self.n_frames = n_frames or (batch.lengths and batch.lengths:sum()) or B

@@ -524,13 +524,15 @@ function Rec:step_input(s, t)
   return src.out:narrow(1, t - 1, 1)
 end
 
--- Runs unit layer `unit` at step t; returns its (1, B, F) output (not yet stored).
+-- Runs unit layer `unit` at step t; returns its (1, B, F) output (not yet stored, except an
+-- attention layer's).
 function Rec:run_unit(unit, t, train)
   local ins = unit.ins or {}
   unit.ins = ins
   for k, s in ipairs(unit.srcs) do ins[k] = self:step_input(s, t) end
-  if unit.kind == "attention" then
-    return unit.obj:forward_step(t, ins[1]:select(1, 1)):view(1, self.B, unit.n_out)
+  if unit.kind == "attention" then -- writes its row of unit.out itself
+    unit.obj:forward_step(t, ins[1]:select(1, 1), unit.out:select(1, t))
+    return unit.out:narrow(1, t, 1)
   end
   if unit.kind == "lstm" then
     local h0 = t == 1 and unit.zero_state or unit.out:select(1, t - 1)
@@ -547,7 +549,8 @@ end
 
 -- Runs unit layer `unit` at step t and keeps its output (and an lstm's cell) as row t.
 function Rec:store_unit(unit, t, train)
-  unit.out:narrow(1, t, 1):copy_(self:run_unit(unit, t, train))
+  local out = self:run_unit(unit, t, train)
+  if unit.kind ~= "attention" then unit.out:narrow(1, t, 1):copy_(out) end
   if unit.kind == "lstm" then
     local _, c = unit.obj:final_state()
     unit.cells:select(1, t):copy_(c)
@@ -791,10 +794,15 @@ end
 
 -- Beam search over the choice layer: inputs and geom as in forward (no target needed).
 -- opts: beam_size (default the choice's), eos (the end-of-sequence label, default 0),
--- max_seq_len (default the rec layer's). Returns one entry per sequence: {labels = {...}
--- (without the end label), score = sum of log-probabilities (with the end label's), hyps =
--- {{labels, score}, ...} best first}. Hypotheses that reach max_seq_len stop there unfinished.
--- Beam size 1 is greedy decoding. Scores are not length-normalised.
+-- max_seq_len (default the rec layer's), length_norm (default false). Returns one entry per
+-- sequence: {labels = {...} (without the end label), score, logp, steps, rows, hyps = {...}
+-- (the same for each hypothesis of the final beam, best first)}: logp the sum of
+-- log-probabilities (with the end label's), steps the steps the hypothesis ran (its labels,
+-- plus 1 when it ended with eos), rows[t] the row of the (S, B * K, ...) step buffers that
+-- computed its step t (rec:attention_weights(name)[t][rows[t]] are its weights at step t),
+-- score = logp, or logp / steps with length_norm (RETURNN's length_normalization of the final
+-- beam; the pruning step by step always compares summed log-probabilities). Hypotheses that
+-- reach max_seq_len stop there unfinished. Beam size 1 is greedy decoding.
 function Rec:search(inputs, geom, opts)
   opts = opts or {}
   local choice = self.choice
@@ -810,6 +818,10 @@ function Rec:search(inputs, geom, opts)
   local eos = opts.eos or 0
   if math.type(eos) ~= "integer" or eos < 0 or eos >= V then
     fail("%s: eos must be a label in 0..%d, got %s", where, V - 1, tostring(eos))
+  end
+  local norm = opts.length_norm
+  if norm ~= nil and type(norm) ~= "boolean" then
+    fail("%s: length_norm must be true or false, got %s", where, tostring(norm))
   end
   local lim = self:limits(geom, opts.max_seq_len or self.max_seq_len)
   local B = geom:size(1)
@@ -900,20 +912,32 @@ function Rec:search(inputs, geom, opts)
     for k = 1, K do
       local i = (b - 1) * K + k
       if score[i] > -math.huge then
-        local seq, j = {}, i
+        local seq, rows, j = {}, {}, i
         for t = S, 1, -1 do
           seq[t] = labels[t][j]
           j = back[t][j]
+          rows[t] = j
         end
         local out = {}
         for _, v in ipairs(seq) do
           if v == eos then break end
           out[#out + 1] = v
         end
-        hyps[#hyps + 1] = {labels = out, score = score[i]}
+        local steps = math.min(#out + 1, lim[b])
+        local h = {labels = out, logp = score[i], steps = steps, rows = rows,
+          score = norm and score[i] / steps or score[i], k = k}
+        hyps[#hyps + 1] = h
       end
     end
-    results[b] = {labels = hyps[1].labels, score = hyps[1].score, hyps = hyps}
+    if norm then
+      table.sort(hyps, function(x, y)
+        if x.score ~= y.score then return x.score > y.score end
+        return x.k < y.k
+      end)
+    end
+    local best = hyps[1]
+    results[b] = {labels = best.labels, score = best.score, logp = best.logp, steps = best.steps,
+      rows = best.rows, hyps = hyps}
   end
   return results
 end

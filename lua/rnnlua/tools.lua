@@ -5,6 +5,8 @@
 --   rnnlua dump-data FILE.h5 [--seq N] [--stats]   a RETURNN-layout HDF dataset
 --   rnnlua compare A.h5 B.h5                  parameter-wise max |a - b|; exit 0 iff identical
 --   rnnlua plot CURVE.jsonl [-o OUT.png|.svg] the learning curve drawn by gnuplot
+--   rnnlua plot FILE.h5 --heatmap KEY [--seq N] [--channel C] [-o OUT]   one sequence's matrix
+--                                             (attention weights, images, activations)
 -- Checkpoints are read with rl.load_checkpoint (a data-only reader: nothing in the file is
 -- run), datasets with rl.dataset{class = "hdf"}. Exit status: 0 success, 1 a bad or unreadable
 -- file (or, for compare, different parameters), 2 a bad command line. Errors go to stderr as
@@ -96,8 +98,9 @@ local INFO_HELP = [[
 usage: rnnlua info MODEL.h5
 Describes an rnnlua checkpoint (written by rl.save_checkpoint / rl.train): the network's
 layers with their class, size, inputs and parameter counts, every parameter's shape, the
-total, epoch, step, dtype, the optimizer and its step count, the learning rate and the score
-history kept by the learning-rate control. Nothing in the file is executed.]]
+total, epoch, step, dtype, the pretraining step (a checkpoint of rl.train with pretrain), the
+optimizer and its step count, the learning rate and the score history kept by the
+learning-rate control. Nothing in the file is executed.]]
 
 -- The learning-rate control's state as {epoch = {lr =, <score key> = value}}, epochs sorted.
 local function history_of(st)
@@ -165,6 +168,19 @@ local function info(args)
       (o.skipped or 0) > 0 and string.format(" (%s skipped)", fmt_num(o.skipped)) or "")
   else
     out("optimizer: (no state saved)")
+  end
+  local pt = ck.pretrain_state
+  if pt then
+    if pt.final then
+      out("pretrain: %s scheme, finished: the full network (pretrain step %s of %s) trains from "
+        .. "epoch %s", tostring(pt.scheme), fmt_num(pt.step), fmt_num(pt.num_steps),
+        fmt_num(pt.pretrain_epochs and pt.pretrain_epochs + 1))
+    else
+      out("pretrain: %s scheme, step %s of %s (epochs %s-%s; the full network from epoch %s), "
+        .. "layers %s", tostring(pt.scheme), fmt_num(pt.step), fmt_num(pt.num_steps),
+        fmt_num(pt.first_epoch), fmt_num(pt.last_epoch),
+        fmt_num(pt.pretrain_epochs and pt.pretrain_epochs + 1), tostring(pt.layers))
+    end
   end
   local st = ck.lr_control_state
   if not st then
@@ -271,7 +287,7 @@ local function dump_data(args)
     i = i + 1
   end
   if not path then usage("expects a dataset file") end
-  local ok, ds = pcall(rl.dataset, {class = "hdf", files = path})
+  local ok, ds = pcall(rl.dataset, {class = "hdf", files = path, allow_empty = true})
   if not ok then fail("%s", (tostring(ds):gsub("^rl%.dataset: ", ""))) end
   ds:init_epoch(1)
   local n = ds:num_seqs()
@@ -435,11 +451,17 @@ end
 
 local PLOT_HELP = [[
 usage: rnnlua plot CURVE.jsonl [-o OUT.png|OUT.svg]
+       rnnlua plot FILE.h5 --heatmap KEY [--seq N] [--channel C] [-o OUT.png|OUT.svg]
 Draws a learning curve (the JSON lines rl.train appends to MODEL.curve.jsonl) with gnuplot:
 train and dev score per epoch (top), train and dev error (middle) and the learning rate on a
 log scale (bottom). The output's format follows its extension; the default is CURVE.png
 (CURVE.jsonl without .jsonl). rl.train{..., plot = true} draws MODEL.curve.png after every
-epoch.]]
+epoch.
+--heatmap KEY draws one sequence (--seq N, file order, default 1) of a key of a RETURNN-layout
+HDF file as a heat map (row 1 at the top): the attention weights rl.search writes (attention,
+output steps down, input frames across), an image of the forward task (the data of an MDLSTM
+or conv2d layer's output: channel C, default 1), or any dense sequence (features down, frames
+across). The default output is FILE.KEY.N.png (FILE.h5 without .h5).]]
 
 -- One line of the learning curve: a flat JSON object of numbers and nulls.
 local function parse_curve_line(line, where)
@@ -488,15 +510,42 @@ local function q(s) -- a string for gnuplot (single quotes: nothing is expanded)
   return "'" .. s:gsub("'", "''") .. "'"
 end
 
--- Draws the curve at `path` into `outp` (.png or .svg), width x height pixels.
-function M.plot(path, outp, opts)
-  opts = opts or {}
-  local width, height = opts.width or 800, opts.height or 900
+-- "png" or "svg" from the output's name.
+local function out_format(outp)
   local ext = outp:match("%.(%w+)$")
   ext = ext and ext:lower()
   if ext ~= "png" and ext ~= "svg" then
     fail("%s: the output must end in .png or .svg", outp)
   end
+  return ext
+end
+
+local function terminal(ext, width, height)
+  return ext == "png" and string.format("set terminal pngcairo size %d,%d", width, height)
+    or string.format("set terminal svg size %d,%d", width, height)
+end
+
+-- Runs the gnuplot commands g (a list of lines) through the file `script`; path and outp name
+-- the input and the picture in errors.
+local function run_gnuplot(g, script, path, outp)
+  local fh = assert(io.open(script, "w"))
+  fh:write(table.concat(g, "\n"), "\n")
+  fh:close()
+  local gp = find_gnuplot()
+  local cmd = string.format("'%s' '%s' 2>&1", gp, script) -- both without quotes
+  local p = io.popen(cmd)
+  local msg = p:read("a")
+  local okx, _, code = p:close()
+  if not okx then
+    fail("%s: gnuplot failed (exit %s) drawing %s: %s", path, tostring(code), outp, msg)
+  end
+end
+
+-- Draws the curve at `path` into `outp` (.png or .svg), width x height pixels.
+function M.plot(path, outp, opts)
+  opts = opts or {}
+  local width, height = opts.width or 800, opts.height or 900
+  local ext = out_format(outp)
   local recs = M.read_curve(path)
   local data = os.tmpname()
   local script = os.tmpname()
@@ -533,8 +582,7 @@ function M.plot(path, outp, opts)
     end
     local title = path:match("[^/]*$"):gsub("_", "\\_")
     local g = {
-      ext == "png" and string.format("set terminal pngcairo size %d,%d", width, height)
-        or string.format("set terminal svg size %d,%d", width, height),
+      terminal(ext, width, height),
       "set output " .. q(outp),
       "set datafile missing 'NaN'",
       "set multiplot layout 3,1 title " .. q(title),
@@ -548,17 +596,97 @@ function M.plot(path, outp, opts)
       plots({{"lr", 6, "lr"}}),
       "unset multiplot", "set output",
     }
-    fh = assert(io.open(script, "w"))
-    fh:write(table.concat(g, "\n"), "\n")
-    fh:close()
-    local gp = find_gnuplot()
-    local cmd = string.format("'%s' '%s' 2>&1", gp, script) -- both without quotes
-    local p = io.popen(cmd)
-    local msg = p:read("a")
-    local okx, _, code = p:close()
-    if not okx then
-      fail("%s: gnuplot failed (exit %s) drawing %s: %s", path, tostring(code), outp, msg)
+    run_gnuplot(g, script, path, outp)
+  end)
+  os.remove(data)
+  os.remove(script)
+  if not ok then error(err, 0) end
+  return outp
+end
+
+-- The matrix that `key` of sequence `seq` (1-based, file order) of the HDF dataset at `path`
+-- holds, as a (rows, cols) float tensor, with the names of its axes:
+--   a key K beside K_shape (rl.search's attention): K's S * T values as (S, T) (output steps,
+--   input frames); images (h, w, F) (the forward task on an MDLSTM or conv2d layer): channel
+--   `channel` as (h, w); dense sequences (T, F): (F, T), time along x.
+function M.heatmap_matrix(path, key, seq, channel)
+  local ok, ds = pcall(rl.dataset, {class = "hdf", files = path, allow_empty = true})
+  if not ok then fail("%s", (tostring(ds):gsub("^rl%.dataset: ", ""))) end
+  ds:init_epoch(1)
+  local keys, has = ds:keys(), {}
+  for _, k in ipairs(keys) do has[k] = true end
+  if not has[key] then
+    table.sort(keys)
+    fail("%s: no key '%s' (keys: %s)", path, tostring(key), table.concat(keys, ", "))
+  end
+  local n = ds:num_seqs()
+  if math.type(seq) ~= "integer" or seq < 1 or seq > n then
+    fail("%s: sequence %s is out of range 1..%d", path, tostring(seq), n)
+  end
+  local s = ds:get_seq(seq)
+  local x = s[key]
+  local where = string.format("%s: sequence %d ('%s'), key '%s'", path, seq, s.tag, key)
+  if x:dtype() == "int32" then
+    fail("%s holds labels (sparse), not a matrix", where)
+  end
+  local shape = has[key .. "_shape"] and s[key .. "_shape"]
+  local m, xlabel, ylabel
+  if shape then
+    if shape:size(1) ~= 1 or shape:size(2) ~= 2 then
+      fail("%s_shape must be one frame (rows, cols), got %s", where, shape_str(shape))
     end
+    local r, c = math.tointeger(shape[1][1]), math.tointeger(shape[1][2])
+    if not r or not c or r < 0 or c < 0 or r * c ~= x:numel() then
+      fail("%s: %s_shape says %s x %s, but it holds %d values", where, key, fmt_num(shape[1][1]),
+        fmt_num(shape[1][2]), x:numel())
+    end
+    m, xlabel, ylabel = x:contiguous():view(r, c), "input frame", "output step"
+  elseif x:dim() == 3 then
+    local F = x:size(3)
+    if math.type(channel) ~= "integer" or channel < 1 or channel > F then
+      fail("%s: channel %s is out of range 1..%d", where, tostring(channel), F)
+    end
+    m, xlabel, ylabel = x:select(3, channel):contiguous(), "x", "y"
+  else
+    m, xlabel, ylabel = x:t():contiguous(), "frame", "feature"
+  end
+  if m:numel() == 0 then fail("%s is empty (%s)", where, shape_str(m)) end
+  return m, xlabel, ylabel, s.tag
+end
+
+-- Draws the matrix of heatmap_matrix as a heat map (row 1 at the top) into outp (.png/.svg).
+function M.heatmap(path, key, outp, opts)
+  opts = opts or {}
+  local ext = out_format(outp)
+  local m, xlabel, ylabel, tag = M.heatmap_matrix(path, key, opts.seq or 1, opts.channel or 1)
+  local rows, cols = m:size(1), m:size(2)
+  local data, script = os.tmpname(), os.tmpname()
+  local ok, err = pcall(function()
+    local fh = assert(io.open(data, "w"))
+    for _, row in ipairs(m:double():totable()) do
+      for j, v in ipairs(row) do row[j] = string.format("%.7g", v) end
+      fh:write(table.concat(row, " "), "\n")
+    end
+    fh:close()
+    local title = string.format("%s, %s, sequence %d (%s)", path:match("[^/]*$"), key,
+      opts.seq or 1, tag):gsub("_", "\\_")
+    run_gnuplot({
+      terminal(ext, opts.width or 800, opts.height or 600),
+      "set output " .. q(outp),
+      "set title " .. q(title),
+      "set xlabel " .. q(xlabel), "set ylabel " .. q(ylabel),
+      string.format("set xrange [0.5:%d.5]", cols),
+      string.format("set yrange [%d.5:0.5]", rows),
+      "set palette defined (0 '#440154', 0.25 '#3b528b', 0.5 '#21918c', 0.75 '#5ec962', "
+        .. "1 '#fde725')",
+      "set tics out",
+      cols <= 30 and "set xtics 1" or "", rows <= 30 and "set ytics 1" or "", -- whole frames
+      -- gnuplot draws an image from 2 x 2 points on; a single row or column as boxes
+      "plot " .. q(data) .. " matrix using ($1 + 1):($2 + 1):" .. (rows > 1 and cols > 1
+        and "3 with image" or "(0.5):(0.5):3 with boxxyerror fill solid noborder lc palette")
+        .. " notitle",
+      "set output",
+    }, script, path, outp)
   end)
   os.remove(data)
   os.remove(script)
@@ -567,23 +695,45 @@ function M.plot(path, outp, opts)
 end
 
 local function plot(args)
-  local path, outp
+  local path, outp, key, seq, channel
   local i = 1
+  local function int_arg(a)
+    local v = math.tointeger(tonumber(args[i + 1] or ""))
+    if not v then usage("%s needs an integer", a) end
+    i = i + 1
+    return v
+  end
   while i <= #args do
     local a = args[i]
     if a == "-o" then
       outp = args[i + 1]
       if not outp then usage("-o needs an output file") end
       i = i + 1
+    elseif a == "--heatmap" then
+      key = args[i + 1]
+      if not key then usage("--heatmap needs a key of the dataset file") end
+      i = i + 1
+    elseif a == "--seq" then
+      seq = int_arg(a)
+    elseif a == "--channel" then
+      channel = int_arg(a)
     elseif a:sub(1, 1) == "-" then
       usage("unknown option '%s'", a)
     elseif path then
-      usage("expects one learning-curve file, got %s and %s", path, a)
+      usage("expects one file, got %s and %s", path, a)
     else
       path = a
     end
     i = i + 1
   end
+  if key then
+    if not path then usage("expects a dataset file (FILE.h5) for --heatmap") end
+    outp = outp or string.format("%s.%s.%d.png", path:gsub("%.h5$", ""), key, seq or 1)
+    M.heatmap(path, key, outp, {seq = seq, channel = channel})
+    out("wrote %s", outp)
+    return 0
+  end
+  if seq or channel then usage("--seq and --channel apply to --heatmap") end
   if not path then usage("expects a learning-curve file (MODEL.curve.jsonl)") end
   outp = outp or (path:gsub("%.jsonl$", "") .. ".png")
   M.plot(path, outp)

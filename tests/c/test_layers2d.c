@@ -249,6 +249,78 @@ static void check_pool(const char *mode, int ph, int pw, int s, bool same, const
     fx_free(&f);
 }
 
+/* NaN in the padding of a batch (outside an image: its input frames and the gradient arriving
+ * for its padded outputs) must not reach outputs, parameter gradients or input gradients:
+ * padding is zeroed by selection, not by a multiplication (NaN * 0 = NaN). */
+static void test_conv2d_nan_padding(void) {
+    gc_opts o = {0};
+    gc_opt_num(&o, "n_out", 3);
+    gc_opt_num(&o, "filter_size[1]", 3);
+    gc_opt_str(&o, "activation", "tanh");
+    fixture f;
+    if (!fx_make(&f, "conv2d", &o, H, W, B, SIZES, 31)) return;
+    rl_tensor gout = {0}, gin = {0}, gref = {0}, gin_ref = {0};
+    CHECK_OK(fx_forward(&f));
+    CHECK_OK(rl_tensor_empty(&gout, RL_FLOAT64, RL_DEVICE_CPU, 4, f.l->out.shape));
+    CHECK_OK(rl_tensor_empty(&gin, RL_FLOAT64, RL_DEVICE_CPU, 4, f.x.shape));
+    CHECK_OK(rl_tensor_empty(&gin_ref, RL_FLOAT64, RL_DEVICE_CPU, 4, f.x.shape));
+    const rl_tensor *os = rl_conv2d_out_sizes(f.l);
+    /* reference: clean input, grad_out 0.5 on valid outputs and 0 on padded ones */
+    for (int pass = 0; pass < 2; pass++) {
+        bool nan = pass == 1;
+        for (int64_t y = 0; y < H; y++)
+            for (int64_t x = 0; x < W; x++)
+                for (int64_t b = 0; b < B; b++)
+                    for (int64_t c = 0; c < F; c++) {
+                        bool in = y < size_of(&f.sizes, b, 0) && x < size_of(&f.sizes, b, 1);
+                        int64_t idx[4] = {y, x, b, c};
+                        if (!in) rl_tensor_set(&f.x, idx, nan ? NAN : 0.0);
+                    }
+        for (int64_t y = 0; y < f.l->out.shape[0]; y++)
+            for (int64_t x = 0; x < f.l->out.shape[1]; x++)
+                for (int64_t b = 0; b < B; b++)
+                    for (int64_t k = 0; k < 3; k++) {
+                        bool in = y < size_of(os, b, 0) && x < size_of(os, b, 1);
+                        int64_t idx[4] = {y, x, b, k};
+                        rl_tensor_set(&gout, idx, in ? 0.5 : nan ? NAN : 0.0);
+                    }
+        CHECK_OK(rl_op_fill(&f.pg, 0.0));
+        CHECK_OK(fx_forward(&f));
+        rl_layer_io io;
+        memset(&io, 0, sizeof io);
+        io.n_in = 1;
+        io.in[0] = &f.x;
+        io.sizes = &f.sizes;
+        rl_tensor *gi[1] = {nan ? &gin : &gin_ref};
+        CHECK_OK(f.l->ops->backward(f.l, &io, &gout, gi));
+        if (!nan) {
+            CHECK_OK(rl_op_contiguous(&gref, &f.pg));
+            continue;
+        }
+        double dout = 0, dpar = 0, dgin = 0;
+        for (int64_t e = 0; e < rl_tensor_numel(&f.l->out); e++) {
+            double v = ((const double *)rl_tensor_data(&f.l->out))[e];
+            dout = isnan(v) ? INFINITY : fmax(dout, fabs(v) > 1 ? INFINITY : 0);
+        }
+        const double *pg = rl_tensor_data(&f.pg), *pr = rl_tensor_data(&gref);
+        for (int64_t e = 0; e < rl_tensor_numel(&gref); e++)
+            dpar = fmax(dpar, isnan(pg[e]) ? INFINITY : fabs(pg[e] - pr[e]));
+        for (int64_t e = 0; e < rl_tensor_numel(&gin); e++) {
+            double a = ((const double *)rl_tensor_data(&gin))[e];
+            double r = ((const double *)rl_tensor_data(&gin_ref))[e];
+            dgin = fmax(dgin, isnan(a) ? INFINITY : fabs(a - r));
+        }
+        CHECK(dout == 0);   /* every output finite and within tanh's range */
+        CHECK(dpar == 0.0); /* parameter gradients as with zero padding, bit for bit */
+        CHECK(dgin == 0.0); /* input gradients too (0 on padding) */
+    }
+    rl_tensor_release(&gout);
+    rl_tensor_release(&gin);
+    rl_tensor_release(&gin_ref);
+    rl_tensor_release(&gref);
+    fx_free(&f);
+}
+
 static void test_pool2d(void) {
     check_pool("max", 2, 2, 0, false, "pool2d max 2x2");
     check_pool("avg", 2, 2, 0, false, "pool2d avg 2x2");
@@ -474,6 +546,7 @@ static void test_cuda_unavailable(void) {
 int main(void) {
     rl_ops_init();
     test_conv2d();
+    test_conv2d_nan_padding();
     test_pool2d();
     test_collapse_global_pool();
     test_float32();

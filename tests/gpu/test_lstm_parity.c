@@ -21,6 +21,7 @@
 #include "tests/c/check.h"
 
 #ifdef RL_WITH_CUDA
+#include "kernels/cuda/context.h"
 #include "kernels/cuda/lstm_cuda.h"
 
 enum { T = 7, B = 3, H = 5, F = 4 };
@@ -257,16 +258,16 @@ static void *D(const rl_tensor *t) { return rl_tensor_data(t); }
 
 /* gates = x W (what the layer does before the recurrence) */
 static rl_status input_projection(void *s, const dev_run *d, rl_dtype dt) {
-    return rl_lstm_cuda_gemm(s, dt, false, false, T * B, 4 * H, F, 1.0, D(&d->x), F, D(&d->W),
-                             4 * H, 0.0, D(&d->gates), 4 * H);
+    return rl_cuda_gemm(s, dt, false, false, T * B, 4 * H, F, 1.0, D(&d->x), F, D(&d->W), 4 * H,
+                        0.0, D(&d->gates), 4 * H);
 }
 
 /* dW += X^T dZ, dx = dZ W^T (what the layer does after the recurrence) */
 static rl_status input_grads(void *s, const dev_run *d, rl_dtype dt) {
-    RL_TRY(rl_lstm_cuda_gemm(s, dt, true, false, F, 4 * H, T * B, 1.0, D(&d->x), F, D(&d->gates),
-                             4 * H, 1.0, D(&d->dW), 4 * H));
-    return rl_lstm_cuda_gemm(s, dt, false, true, T * B, F, 4 * H, 1.0, D(&d->gates), 4 * H,
-                             D(&d->W), 4 * H, 0.0, D(&d->dx), F);
+    RL_TRY(rl_cuda_gemm(s, dt, true, false, F, 4 * H, T * B, 1.0, D(&d->x), F, D(&d->gates), 4 * H,
+                        1.0, D(&d->dW), 4 * H));
+    return rl_cuda_gemm(s, dt, false, true, T * B, F, 4 * H, 1.0, D(&d->gates), 4 * H, D(&d->W),
+                        4 * H, 0.0, D(&d->dx), F);
 }
 
 static rl_status loop_forward(void *s, const dev_run *d, const ref *r) {
@@ -295,8 +296,8 @@ static rl_status steps(const dev_run *d, const ref *r) {
         int64_t t = r->dir > 0 ? s : T - 1 - s;
         int64_t prev = r->dir > 0 ? t : t + 1, cur = r->dir > 0 ? t + 1 : t;
         void *zt = el(&d->gates, t * B * 4 * H);
-        RL_TRY(rl_lstm_cuda_gemm(NULL, dt, false, false, B, 4 * H, H, 1.0, el(&d->hs, prev * BH), H,
-                                 D(&d->U), 4 * H, 1.0, zt, 4 * H));
+        RL_TRY(rl_cuda_gemm(NULL, dt, false, false, B, 4 * H, H, 1.0, el(&d->hs, prev * BH), H,
+                            D(&d->U), 4 * H, 1.0, zt, 4 * H));
         if (dt == RL_FLOAT32)
             RL_TRY(rl_lstm_cuda_fwd_f32(
                 NULL, B, H, t, len, zt, D(&d->b), r->peep ? (const float *const *)d->peep : NULL,
@@ -322,12 +323,12 @@ static rl_status steps(const dev_run *d, const ref *r) {
                 NULL, B, H, t, len, zt, r->peep ? (const double *const *)d->peep : NULL,
                 el(&d->cs, prev * BH), el(&d->cs, cur * BH), el(&d->gout, t * BH), H, D(&d->dh),
                 D(&d->dc), D(&d->db), r->peep ? (double *const *)d->dpeep : NULL));
-        RL_TRY(rl_lstm_cuda_gemm(NULL, dt, false, true, B, H, 4 * H, 1.0, zt, 4 * H, D(&d->U),
-                                 4 * H, 1.0, D(&d->dh), H));
+        RL_TRY(rl_cuda_gemm(NULL, dt, false, true, B, H, 4 * H, 1.0, zt, 4 * H, D(&d->U), 4 * H,
+                            1.0, D(&d->dh), H));
     }
-    RL_TRY(rl_lstm_cuda_gemm(NULL, dt, true, false, H, 4 * H, T * B, 1.0,
-                             el(&d->hs, r->dir > 0 ? 0 : BH), H, D(&d->gates), 4 * H, 1.0,
-                             D(&d->dU), 4 * H));
+    RL_TRY(rl_cuda_gemm(NULL, dt, true, false, H, 4 * H, T * B, 1.0,
+                        el(&d->hs, r->dir > 0 ? 0 : BH), H, D(&d->gates), 4 * H, 1.0, D(&d->dU),
+                        4 * H));
     return input_grads(NULL, d, dt);
 }
 
@@ -361,7 +362,7 @@ static void test_own(rl_dtype dt, bool peep, double rtol) {
     for (int k = 0; k < 2; k++) {
         snprintf(tag[k], sizeof tag[k], "own %s dir %d%s (streams)", rl_dtype_name(dt), r[k].dir,
                  peep ? " peep" : "");
-        CHECK_OK(rl_lstm_cuda_stream_create(0, &s[k]));
+        CHECK_OK(rl_cuda_stream_create(0, &s[k]));
     }
     if (ok) {
         for (int k = 0; k < 2; k++)
@@ -371,7 +372,7 @@ static void test_own(rl_dtype dt, bool peep, double rtol) {
         for (int k = 0; k < 2; k++)
             CHECK_OK(loop_backward(s[k], &d[k], &r[k]));
         for (int k = 0; k < 2; k++) {
-            CHECK_OK(rl_lstm_cuda_stream_sync(s[k]));
+            CHECK_OK(rl_cuda_stream_sync(s[k]));
             dev_compare(tag[k], &d[k], &r[k], rtol);
             dev_free(&d[k]);
         }
@@ -386,7 +387,7 @@ static void test_own(rl_dtype dt, bool peep, double rtol) {
         }
     }
     for (int k = 0; k < 2; k++) {
-        rl_lstm_cuda_stream_destroy(s[k]);
+        rl_cuda_stream_destroy(s[k]);
         ref_free(&r[k]);
     }
 }
@@ -405,7 +406,7 @@ static void test_cudnn(rl_dtype dt, int dir, double rtol) {
     void *s = NULL;
     CHECK_OK(rl_cudnn_lstm_create(&c, 0, dt, F, H, dir));
     /* the backward direction also runs on a stream of its own */
-    if (dir < 0) CHECK_OK(rl_lstm_cuda_stream_create(0, &s));
+    if (dir < 0) CHECK_OK(rl_cuda_stream_create(0, &s));
     if (c && s) CHECK_OK(rl_cudnn_lstm_set_stream(c, s));
     if (c) {
         int64_t ws[2] = {F, 4 * H}, us[2] = {H, 4 * H}, b4[1] = {4 * H}, os[3] = {T, B, H};
@@ -423,7 +424,7 @@ static void test_cudnn(rl_dtype dt, int dir, double rtol) {
                                        D(&hT), D(&cT)));
         CHECK_OK(rl_cudnn_lstm_backward(c, D(&gout), D(&dx), D(&dh0), D(&dc0)));
         CHECK_OK(rl_cudnn_lstm_unpack_grads(c, D(&dW), D(&dU), D(&db)));
-        CHECK_OK(s ? rl_lstm_cuda_stream_sync(s) : rl_op_synchronize(CUDA0));
+        CHECK_OK(s ? rl_cuda_stream_sync(s) : rl_op_synchronize(CUDA0));
         compare(tag, "W round trip", param(&r, 0), &W2, 0.0);
         compare(tag, "U round trip", param(&r, 1), &U2, 0.0);
         compare(tag, "b round trip", param(&r, 2), &b2, 0.0);
@@ -442,7 +443,7 @@ static void test_cudnn(rl_dtype dt, int dir, double rtol) {
             rl_tensor_release(ts[i]);
     }
     rl_cudnn_lstm_free(c);
-    rl_lstm_cuda_stream_destroy(s);
+    rl_cuda_stream_destroy(s);
     ref_free(&r);
 }
 

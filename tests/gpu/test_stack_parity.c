@@ -1,7 +1,7 @@
 /* Stacked recurrent layers on a GPU against the CPU: the case of the race between layer streams
  * (issue 17). Each lstm or gru layer queues its work on its own stream, so a layer reading what
  * another layer wrote (the level below's outputs in forward, the level above's input gradients
- * in backward) depends on the producer/consumer events of kernels/cuda/lstm_cuda.h. Networks: a
+ * in backward) depends on the producer/consumer events of kernels/cuda/context.h. Networks: a
  * 3-level unidirectional stack and a 2-level bidirectional one (level 2 reads both directions of
  * level 1; the lower output's gradient is the sum over the directions above), of lstm and of gru
  * layers, float64, T=19 with ragged lengths; every call of a network queued back to back, two

@@ -576,4 +576,30 @@ test("a failed write leaves no file behind and keeps an older one", function()
 end)
 
 os.execute("rm -rf '" .. dir .. "'")
+-- tests/data/dataset_v1.h5: written by rl.dataset_write before strings became fixed-length
+-- (its /seqTags are variable-length, as RETURNN's writers make them; make_v1_fixtures.lua)
+test("a dataset with variable-length /seqTags (rnnlua before, RETURNN) reads", function()
+  local ds = rl.dataset{class = "hdf", files = {"tests/data/dataset_v1.h5"}}
+  ds:init_epoch(1)
+  check(ds:num_seqs() == 3, "3 sequences")
+  local sum = 0
+  for i = 1, 3 do
+    local s = ds:get_seq(i)
+    check(s.tag == "seq-" .. i .. "-\u{fc}", "tag " .. tostring(s.tag))
+    check(s.data:size(1) == i + 1 and s.classes:size(1) == i + 1, "lengths of sequence " .. i)
+    sum = sum + s.data:double():sum()
+  end
+  check(math.abs(sum - -3.4585676621645689) < 1e-6, "data sum " .. sum)
+  -- written back now: the same tags, stored as fixed-length strings
+  local again = os.tmpname()
+  rl.dataset_write(again, ds)
+  local f = rl.h5file(again)
+  f:refuse_vlen()
+  local tags = f:read_strings("seqTags")
+  f:close()
+  check(#tags == 3 and tags[3] == "seq-3-\u{fc}", "tags written back: " .. table.concat(tags, ","))
+  os.remove(again)
+end)
+
+
 H.done()

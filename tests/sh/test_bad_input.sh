@@ -45,6 +45,31 @@ fails "a corrupted bytecode recipe is refused, not run" "binary chunk" "$bin" "$
 fails "a bytecode recipe on stdin is refused" "binary chunk" sh -c "'$bin' - <'$tmp/chunk.luac'"
 fails "-e with a binary chunk is refused" "binary chunk" "$bin" -e "$(printf '\033Lua')"
 
+# ---- and so are load, loadfile, dofile and require called from a recipe (or the REPL, below)
+mkdir -p "$tmp/mods"
+cp "$tmp/chunk.luac" "$tmp/mods/bcmod.lua"
+printf 'return {answer = 42}\n' >"$tmp/mods/srcmod.lua"
+bc="string.dump(load('return 1'))"
+fails "load() of a precompiled chunk returns the reason" "load: attempt to load a binary chunk" \
+    "$bin" -e "local f, e = load($bc) assert(f == nil) error(e, 0)"
+fails "load() with mode \"b\" is refused" 'load: mode "b" refused' "$bin" -e "load($bc, 'x', 'b')"
+fails "loadfile() of a precompiled file returns the reason" "loadfile: $tmp/chunk.luac: attempt" \
+    "$bin" -e "local f, e = loadfile('$tmp/chunk.luac') assert(f == nil) error(e, 0)"
+fails "dofile() of a precompiled file is an error" "dofile: $tmp/cut.luac: attempt to load a binary" \
+    "$bin" -e "dofile('$tmp/cut.luac')"
+fails "require() of a precompiled module is an error" "source text only" \
+    "$bin" -e "package.path = '$tmp/mods/?.lua' require('bcmod')"
+if out=$("$bin" -e "package.path = '$tmp/mods/?.lua'
+assert(require('srcmod').answer == 42)
+assert(load('return x', 'c', 't', {x = 5})() == 5 and load('return 2')() == 2)
+assert(dofile('$tmp/mods/srcmod.lua').answer == 42)
+assert(loadfile('$tmp/mods/srcmod.lua', 't', {})().answer == 42)
+print('source ok')" 2>&1) && [ "$out" = "source ok" ]; then
+    ok "load, loadfile, dofile and require still take source"
+else
+    bad "load, loadfile, dofile and require still take source" "$out"
+fi
+
 # ---- the command line
 fails "an unknown option" "unrecognized option '--nope'" "$bin" --nope
 fails "-e without code" "'-e' needs an argument" "$bin" -e
@@ -134,6 +159,8 @@ else:
     # in vi mode Escape starts command mode, where most keys wait for more (a motion, a search)
     for c in b"abcdefghijklmnopqrstuvwxyz0!#$&*-_=[{;:,.<>/?|":
         cases.append(("Meta-%c" % c, b"\x1b" + bytes([c]) + b"\"'"))
+# a precompiled chunk typed at the prompt is refused by load like everywhere
+cases_bc = b"print(select(2, load(string.dump(load('return 1')))))\n"
 n, failed = 10, []
 for name, keys in cases:
     os.write(fd, keys)
@@ -147,6 +174,9 @@ for name, keys in cases:
         failed.append(name + ": " + repr(buf[-200:]))
         break
     n += 10
+os.write(fd, (b"\x1bi" if vi else b"") + cases_bc)
+print(("ok   " if expect(b"source text only") is not None and alive() else "FAIL ") +
+      "%s mode: load() at the prompt refuses a precompiled chunk" % mode)
 print(("ok   " if not failed else "FAIL ") + "%s mode: %d keystroke sequences, the REPL still "
       "answers%s" % (mode, len(cases), (" (broke at " + failed[0] + ")") if failed else ""))
 os.write(fd, b"\x04")

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # RETURNN itself on rnnlua's files and rnnlua on RETURNN's: every kind of HDF5 file rnnlua
 # writes (rl.dataset_write with sparse, dense and own-length targets and without labels,
-# rl.hdf_writer without targets and with sparse inputs, the forward task's output) opens in
+# rl.hdf_writer without targets and with sparse inputs, the forward task's output, rl.search's
+# output with n-best lists, attention weights and an empty label sequence) opens in
 # RETURNN's HDFDataset (returnn.datasets.hdf, from PyPI) with the same sequences, tags, lengths
 # and values as rl.dataset reads; files from RETURNN's SimpleHDFWriter read in rl.dataset as in
 # HDFDataset. RETURNN lives in a virtual environment under build/ (made on first use with pip:
@@ -39,7 +40,7 @@ fi
 # (first dim) and its values (%.6g floats, %d integers)
 cat >"$tmp/dump.lua" <<'LUA'
 local out = assert(io.open(arg[2], "w"))
-local ds = rl.dataset{class = "hdf", files = {arg[1]}}
+local ds = rl.dataset{class = "hdf", files = {arg[1]}, allow_empty = true}
 ds:init_epoch(1)
 local keys = ds:keys()
 table.sort(keys)
@@ -141,6 +142,28 @@ local net = rl.network({h = {class = "lstm", n_out = 4},
 rl.save_checkpoint(d .. "/model.h5", {net = net})
 rl.forward{model = d .. "/model.h5", data = {class = "hdf", files = {d .. "/sparse_target.h5"}},
            layer = "output", output_file = d .. "/forward.h5"}
+-- rl.search's output: labels (one sequence empty: its search ends at once), scores, the n-best
+-- and attention weights with their shapes
+local s2s = rl.network({
+  enc = {class = "lstm", n_out = 4},
+  dec = {class = "rec", from = {}, max_seq_len = "T + 1", unit = {
+    emb = {class = "embedding", from = "prev:output", n_out = 3},
+    s = {class = "lstm", from = {"emb", "prev:att"}, n_out = 4},
+    att = {class = "attention", base = "base:enc", from = "s", kind = "additive"},
+    output_prob = {class = "softmax", from = {"s", "att"}, loss = "ce", target = "classes"},
+    output = {class = "choice", from = "output_prob", target = "classes", beam_size = 2},
+  }},
+}, ext)
+local b = s2s:layer("dec").params["output_prob.b"]
+b:zero_()
+b[1] = 1.5 -- the end label 0 likely from the start: an empty and some short sequences
+rl.search{model = s2s, data = {class = "hdf", files = {d .. "/sparse_target.h5"}},
+          output_file = d .. "/search.h5", nbest = true, attention = "att", log_verbosity = 0}
+local r = rl.dataset{class = "hdf", files = {d .. "/search.h5"}, allow_empty = true}
+r:init_epoch(1)
+local empty = false
+for i = 1, r:num_seqs() do empty = empty or r:get_seq(i).data:numel() == 0 end
+assert(empty, "the search output should hold an empty label sequence for this test")
 LUA
 if ! "$bin" "$tmp/write.lua" "$tmp" >"$tmp/log" 2>&1; then
     fail=$((fail + 1)); echo "FAIL rnnlua could not write its files:"; tail -n 10 "$tmp/log"
@@ -151,6 +174,7 @@ else
     check "rl.hdf_writer without targets" "$tmp/no_targets.h5"
     check "rl.hdf_writer, sparse inputs" "$tmp/sparse_inputs.h5"
     check "the forward task's output" "$tmp/forward.h5"
+    check "rl.search's output (n-best, attention weights, an empty label sequence)" "$tmp/search.h5"
     compare
 fi
 

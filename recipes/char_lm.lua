@@ -1,0 +1,239 @@
+-- A character-level LSTM language model on the King James Bible, trained by truncated BPTT
+-- with the LSTM state carried from chunk to chunk (rl.train{carry_state = true}), scored in
+-- bits per character on a held-out set of chapters; rl.sample draws text from the result.
+--
+--   rnnlua recipes/char_lm.lua [--smoke] [--minutes M] [--epochs N] [--hidden H] [--layers L]
+--                              [--emb E] [--chunk C] [--streams S] [--partition P] [--lr R]
+--                              [--threads N] [--seed S] [--out DIR]
+--
+-- Data: Debian's bible-kjv (`bible -f Gen1:1-Rev22:21`, one verse a line, "Ge1:1 In the
+-- beginning ..."; installed with apt-get when missing). The verse references are dropped; each
+-- of the 1189 chapters is one sequence: its verses, each ending in a newline (about 3.6k
+-- characters a chapter, 4.3M in all). Split, fixed and deterministic: chapter k (1-based, in
+-- the Bible's order) is a dev chapter when k % 40 == 0 (29 chapters), the rest train. The
+-- vocabulary is every character of the text (sorted by byte). Converted once into DIR/data
+-- (train.h5, dev.h5 in the dataset layout: sparse "data" = the characters 1..n-1 of a chapter
+-- and "classes" = characters 2..n, the next character to predict; DIR/data/DONE written last
+-- with the vocabulary).
+--
+-- Model: embedding (E) -> L LSTM layers (H) -> softmax over the characters with the CE loss.
+-- Training: chunks of C characters, S streams (the batch: S chunks, each continuing the chunk
+-- of its slot in the batch before, the LSTM state carried over, no gradient across the
+-- boundary; a chapter starts from the zero state), Adam with global-norm clipping at 5,
+-- learning rate R lowered by newbob (x0.7 when dev improves by less than 1%). An epoch is 1/P
+-- of the training chapters (partition_epoch), so dev is scored often. Dev is scored the same
+-- way (chunks, carried state), so its bits per character are those of whole chapters.
+--
+-- Prints `epoch N dev bpc X` after each epoch and at the end `dev X bits per char`, the
+-- checkpoint (DIR/lm.NNN.h5) and a sample of 300 characters from "In the beginning" (seed 1,
+-- temperature 0.8). Training stops after the epoch during which M minutes have passed (or N
+-- epochs). --smoke: the first 24 train chapters (cut to 600 characters) and 2 dev chapters, a
+-- tiny model, 3 epochs, a few seconds (make test: tests/sh/test_char_lm_smoke.sh).
+local args = {...}
+local o = {minutes = 30, epochs = 1000, hidden = 512, layers = 2, emb = 64, chunk = 100,
+  streams = 32, partition = 20, lr = 2e-3, threads = 2, seed = 1, out = "out/char_lm",
+  smoke = false}
+local i = 1
+while i <= #args do
+  local a = args[i]
+  if a == "--smoke" then
+    o.smoke = true
+  elseif a:sub(1, 2) == "--" and args[i + 1] then
+    local k = a:sub(3)
+    if o[k] == nil or k == "smoke" then error("char_lm: unknown option " .. a, 0) end
+    if k == "out" then
+      o.out = args[i + 1]
+    else
+      o[k] = tonumber(args[i + 1]) or error("char_lm: " .. a .. " needs a number", 0)
+    end
+    i = i + 1
+  else
+    error("char_lm: unknown argument " .. a, 0)
+  end
+  i = i + 1
+end
+if o.smoke then
+  o.hidden, o.layers, o.emb, o.chunk, o.streams, o.partition, o.lr = 24, 2, 8, 20, 4, 1, 1e-2
+  o.epochs = math.min(o.epochs, 3)
+end
+for _, k in ipairs{"epochs", "hidden", "layers", "emb", "chunk", "streams", "partition",
+                   "threads"} do
+  if math.type(o[k]) ~= "integer" or o[k] < 1 then
+    error(string.format("char_lm: --%s must be a positive integer, got %s", k, tostring(o[k])), 0)
+  end
+end
+rl.set_num_threads(o.threads)
+
+local BIBLE = "/usr/bin/bible"
+
+local function exists(path)
+  local f = io.open(path, "rb")
+  if f then f:close() end
+  return f ~= nil
+end
+
+if not exists(BIBLE) or not exists("/usr/lib/bible.data") then
+  print("char_lm: bible-kjv is missing; installing it with apt-get")
+  local sudo = io.popen("id -u"):read("*l") == "0" and "" or "sudo -n "
+  local install = sudo .. "apt-get install -y --no-install-recommends bible-kjv >/dev/null 2>&1"
+  local ok = os.execute(install)
+    or os.execute(sudo .. "apt-get update >/dev/null 2>&1 && " .. install)
+  if not ok or not exists(BIBLE) then
+    error("char_lm: could not install the Debian package bible-kjv (needs root or password-less "
+      .. "sudo and a reachable mirror); install it by hand: apt-get install bible-kjv", 0)
+  end
+end
+
+---------------------------------------------------------------------------- data
+
+-- The chapters of the Bible in order, each a string of its verses with a newline after each.
+local function chapters()
+  local p = io.popen(BIBLE .. " -f Gen1:1-Rev22:21 2>/dev/null", "r")
+  local text = p:read("a")
+  p:close()
+  local list, cur, last_ref, n_verses = {}, nil, nil, 0
+  for line in text:gmatch("[^\n]+") do
+    local book, chap, verse = line:match("^(%S-)(%d+):%d+ (.+)$")
+    if not book then error("char_lm: unexpected line from " .. BIBLE .. ": " .. line, 0) end
+    local ref = book .. chap
+    if ref ~= last_ref then
+      if cur then list[#list + 1] = table.concat(cur) end
+      cur, last_ref = {}, ref
+    end
+    cur[#cur + 1] = verse .. "\n"
+    n_verses = n_verses + 1
+  end
+  if cur then list[#list + 1] = table.concat(cur) end
+  if n_verses ~= 31102 or #list ~= 1189 then
+    error(string.format("char_lm: %s gave %d verses in %d chapters, expected the 31102 verses "
+      .. "in 1189 chapters of the King James Bible", BIBLE, n_verses, #list), 0)
+  end
+  return list
+end
+
+local function mkdir_p(path)
+  local lfs = require("lfs")
+  local cur = path:sub(1, 1) == "/" and "/" or ""
+  for part in path:gmatch("[^/]+") do
+    cur = cur .. part
+    if lfs.attributes(cur, "mode") == nil then lfs.mkdir(cur) end
+    cur = cur .. "/"
+  end
+  if lfs.attributes(path, "mode") ~= "directory" then
+    error("char_lm: cannot create the directory " .. path, 0)
+  end
+end
+
+-- Converts the text once into dir (train.h5, dev.h5, DONE); returns the vocabulary (a list of
+-- one-character strings: class k is vocab[k + 1]).
+local function prepare(dir, smoke)
+  local done = dir .. "/DONE"
+  local want = string.format("char_lm data v1 smoke=%s", tostring(smoke))
+  local f = io.open(done, "r")
+  if f then
+    local head, vocab = f:read("l"), f:read("a")
+    f:close()
+    if head == want then return rl.checkpoint.deserialize(vocab, done) end
+  end
+  mkdir_p(dir)
+  local list = chapters()
+  local seen, vocab, index = {}, {}, {}
+  for _, ch in ipairs(list) do
+    for c in ch:gmatch(".") do
+      if not seen[c] then seen[c], vocab[#vocab + 1] = true, c end
+    end
+  end
+  table.sort(vocab)
+  for k, c in ipairs(vocab) do index[c] = k - 1 end
+  local ext = {data_dim = #vocab, sparse = true, labels = vocab,
+    targets = {classes = {dim = #vocab, sparse = true}}, target_labels = {classes = vocab}}
+  local train, dev = rl.hdf_writer(dir .. "/train.h5", ext), rl.hdf_writer(dir .. "/dev.h5", ext)
+  local n_train, n_dev = 0, 0
+  for k, ch in ipairs(list) do
+    local is_dev = k % 40 == 0
+    if smoke then
+      if (is_dev and n_dev >= 2) or (not is_dev and n_train >= 24) then goto continue end
+      ch = ch:sub(1, 600)
+    end
+    do
+      local ids = {}
+      for j = 1, #ch do ids[j] = index[ch:sub(j, j)] end
+      local x = rl.tensor(table.move(ids, 1, #ids - 1, 1, {}), "int32")
+      local y = rl.tensor(table.move(ids, 2, #ids, 1, {}), "int32")
+      local tag = string.format("chapter-%04d", k)
+      if is_dev then
+        dev:add(tag, x, {classes = y})
+        n_dev = n_dev + 1
+      else
+        train:add(tag, x, {classes = y})
+        n_train = n_train + 1
+      end
+    end
+    ::continue::
+  end
+  train:close()
+  dev:close()
+  f = assert(io.open(done, "w"))
+  f:write(want, "\n", rl.checkpoint.serialize(vocab, "vocabulary"), "\n")
+  f:close()
+  print(string.format("char_lm: converted %d train and %d dev chapters, %d characters -> %s",
+    n_train, n_dev, #vocab, dir))
+  return vocab
+end
+
+local data_dir = o.out .. "/data"
+local vocab = prepare(data_dir, o.smoke)
+local V = #vocab
+
+---------------------------------------------------------------------------- model and training
+
+local network = {
+  emb = {class = "embedding", n_out = o.emb, from = "data"},
+  output = {class = "softmax", from = "lstm" .. o.layers, loss = "ce", target = "classes"},
+}
+for l = 1, o.layers do
+  network["lstm" .. l] = {class = "lstm", n_out = o.hidden, from = l == 1 and "emb"
+    or "lstm" .. (l - 1)}
+end
+-- the vocabulary travels with the model (the checkpoint's extern_data): rl.sample reads it
+local extern_data = {data = {dim = V, sparse = true, labels = vocab},
+                     classes = {dim = V, sparse = true, labels = vocab}}
+local model = o.out .. "/lm"
+
+local config = {
+  network = network, extern_data = extern_data,
+  train = {class = "hdf", files = {data_dir .. "/train.h5"}, seq_ordering = "random",
+           partition_epoch = o.partition, seed = o.seed},
+  dev = {class = "hdf", files = {data_dir .. "/dev.h5"}},
+  chunking = tostring(o.chunk), carry_state = true, max_seqs = o.streams,
+  batch_size = o.chunk * o.streams,
+  optimizer = {class = "adam", gradient_clip_global_norm = 5},
+  learning_rate = o.lr, learning_rate_control = "newbob_rel",
+  newbob_relative_error_threshold = -0.01, newbob_learning_rate_decay = 0.7,
+  model = model, seed = o.seed, log_verbosity = 1,
+}
+
+local LN2 = math.log(2)
+local t0 = rl.clock()
+local cpu0 = os.clock()
+local last
+print(string.format("char_lm: %d characters, embedding %d, %d x LSTM %d, chunks of %d, %d "
+  .. "streams, epoch = 1/%d of the train chapters", V, o.emb, o.layers, o.hidden, o.chunk,
+  o.streams, o.partition))
+for epoch = 1, o.epochs do
+  -- one epoch per call: resuming from the last checkpoint is exact (same order, RNG, state)
+  config.num_epochs = epoch
+  config.load = epoch > 1 and string.format("%s.%03d.h5", model, epoch - 1) or nil
+  last = rl.train(config, {})
+  local rec = last.history[#last.history]
+  local minutes = (rl.clock() - t0) / 60
+  print(string.format("epoch %d dev bpc %.4f  train bpc %.4f  lr %.3g  %.1f min (cpu %.1f min)",
+    epoch, rec.dev_score / LN2, rec.train_score / LN2, rec.lr, minutes, (os.clock() - cpu0) / 60))
+  io.stdout:flush()
+  if minutes >= o.minutes then break end
+end
+print(string.format("dev %.4f bits per char", last.dev_score / LN2))
+print("checkpoint " .. last.checkpoint)
+local text = rl.sample{model = last.checkpoint, prime = "In the beginning", length = 300,
+  temperature = 0.8, seed = 1}
+print("sample: " .. text)

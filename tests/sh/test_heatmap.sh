@@ -1,0 +1,141 @@
+#!/usr/bin/env bash
+# The search task from the shell (recipes/forward.lua search=true) and heat maps of what the
+# forward and search tasks write (rnnlua plot FILE.h5 --heatmap KEY): attention weights of a
+# search, an MDLSTM layer's output images, an LSTM layer's activations. The PNGs read back with
+# the right size; a bad key, sequence, channel or command line is an error naming it.
+# Usage: test_heatmap.sh path/to/rnnlua
+set -u
+bin=${1:?usage: test_heatmap.sh path/to/rnnlua}
+bin=$(cd "$(dirname "$bin")" && pwd)/$(basename "$bin")
+recipes=$(pwd)/recipes
+pass=0
+fail=0
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+
+check() { # name, got, expected
+    if [ "$2" = "$3" ]; then
+        pass=$((pass + 1))
+    else
+        fail=$((fail + 1))
+        echo "FAIL $1: got '$2', expected '$3'"
+    fi
+}
+
+run() {
+    "$bin" "$@" >"$dir/out" 2>"$dir/err"
+    rc=$?
+}
+
+png_size() { # the width x height of the PNG's IHDR chunk
+    python3 -c '
+import struct, sys
+d = open(sys.argv[1], "rb").read(24)
+assert d[:8] == b"\x89PNG\r\n\x1a\n" and d[12:16] == b"IHDR"
+print("%dx%d" % struct.unpack(">II", d[16:24]))' "$1" 2>&1
+}
+
+cd "$dir" || exit 1
+# fixtures: an encoder-decoder with attention (s2s.h5) and data (d.h5, 3 sequences), an MDLSTM
+# network on images (md.h5) and its images (img.h5)
+"$bin" -e '
+rl.manual_seed(3)
+local net = rl.network({
+  enc = {class = "lstm", n_out = 4},
+  dec = {class = "rec", from = {}, max_seq_len = "T + 2", unit = {
+    emb = {class = "embedding", from = "prev:output", n_out = 3},
+    s = {class = "lstm", from = {"emb", "prev:att"}, n_out = 4},
+    att = {class = "attention", base = "base:enc", from = "s", kind = "additive"},
+    output_prob = {class = "softmax", from = {"s", "att"}, loss = "ce", target = "classes"},
+    output = {class = "choice", from = "output_prob", target = "classes", beam_size = 2},
+  }},
+}, {data = {dim = 3}, classes = {dim = 6, sparse = true}})
+local b = net:layer("dec").params["output_prob.b"]
+b:zero_(); b[1] = -3 -- the end label unlikely: label sequences of several steps
+rl.save_checkpoint("s2s.h5", {net = net})
+local seqs = {}
+for i, T in ipairs{4, 9, 2} do seqs[i] = {tag = "s" .. i, data = rl.randn(T, 3)} end
+rl.dataset_write("d.h5", seqs, {extern_data = {data = {dim = 3}}})
+local md = rl.network({
+  md = {class = "mdlstm", n_out = 3, from = "data"},
+  col = {class = "collapse", mode = "max", from = "md"},
+  output = {class = "softmax", from = "col", loss = "ce", target = "classes"},
+}, {data = {dim = 1, spatial = 2}, classes = {dim = 2, sparse = true}})
+rl.save_checkpoint("md.h5", {net = md})
+local w = rl.hdf_writer("img.h5", {data_dim = 1, spatial = 2})
+w:add("img1", rl.rand(5, 7, 1))
+w:add("img2", rl.rand(4, 6, 1))
+w:close()
+' >"$dir/log" 2>&1
+check "fixtures" "$?" "0"
+
+# ---- the search task from the shell
+run "$recipes/forward.lua" search=true model=s2s.h5 data=d.h5 output=hyp.h5 beam=2 nbest=true \
+    attention=att
+check "search=true" "$rc:$(grep -c '^search: 3 sequences, .* labels (beam 2) of layer .dec. -> hyp.h5$' "$dir/out")" "0:1"
+run "$recipes/forward.lua" search=true model=s2s.h5 data=d.h5 output=bad.h5 beam=0
+check "search=true beam=0" "$rc:$(grep -c 'rl.search: beam must be a positive integer, got 0' "$dir/err")" "1:1"
+run "$recipes/forward.lua" search=maybe model=s2s.h5 data=d.h5 output=bad.h5
+check "search=maybe" "$rc:$(grep -c 'search must be true or false' "$dir/err")" "1:1"
+run "$recipes/forward.lua" search=true model=s2s.h5 data=d.h5 output=bad.h5 attention=s
+check "search=true attention=s" "$rc:$(grep -c "attention = 's' is not an attention layer of the unit (attention layers: att)" "$dir/err")" "1:1"
+
+# ---- heat maps of the attention weights
+run plot hyp.h5 --heatmap attention --seq 2 -o att.png
+check "attention heat map" "$rc:$(cat "$dir/out")" "0:wrote att.png"
+check "attention png size" "$(png_size att.png)" "800x600"
+run plot hyp.h5 --heatmap attention --seq 3 -o att.svg
+check "attention svg" "$rc:$(grep -c '<svg' att.svg)" "0:1"
+run plot hyp.h5 --heatmap attention
+check "default name" "$rc:$(png_size hyp.attention.1.png)" "0:800x600"
+# the matrix drawn is the one searched: (S_out, T_enc) with rows summing to 1
+"$bin" -e '
+local m = rl.tools.heatmap_matrix("hyp.h5", "attention", 2)
+local r = rl.search{model = "s2s.h5", data = {class = "hdf", files = {"d.h5"}}, beam = 2,
+  output_file = "again.h5", log_verbosity = 0}
+assert(m:size(2) == 9, "T_enc")
+assert(m:size(1) == math.min(#r.results[2].labels + 1, 11), "S_out")
+assert((m:sum(2) - 1):abs():max() < 1e-5, "rows sum to 1")
+' >"$dir/log" 2>&1
+check "the matrix of sequence 2" "$?:$(tail -n 3 "$dir/log")" "0:"
+
+# ---- heat maps of forward outputs: MDLSTM images (a channel), LSTM activations
+"$bin" "$recipes/forward.lua" model=md.h5 data=img.h5 layer=md output=md_out.h5 >"$dir/log" 2>&1
+check "forward md" "$?" "0"
+run plot md_out.h5 --heatmap data --seq 2 --channel 3 -o md.png
+check "mdlstm heat map" "$rc:$(png_size md.png)" "0:800x600"
+"$bin" "$recipes/forward.lua" model=s2s.h5 data=d.h5 layer=enc output=enc.h5 >"$dir/log" 2>&1
+check "forward enc" "$?" "0"
+run plot enc.h5 --heatmap data --seq 2 -o enc.png
+check "lstm activations heat map" "$rc:$(png_size enc.png)" "0:800x600"
+
+# ---- bad input
+run plot hyp.h5 --heatmap att
+check "unknown key" "$rc:$(cat "$dir/err")" \
+    "1:rnnlua plot: hyp.h5: no key 'att' (keys: attention, attention_shape, data, nbest, nbest_lengths, nbest_scores, scores)"
+run plot hyp.h5 --heatmap attention --seq 4
+check "sequence beyond the file" "$rc:$(cat "$dir/err")" \
+    "1:rnnlua plot: hyp.h5: sequence 4 is out of range 1..3"
+run plot hyp.h5 --heatmap attention --seq 0
+check "sequence 0" "$rc:$(cat "$dir/err")" "1:rnnlua plot: hyp.h5: sequence 0 is out of range 1..3"
+run plot hyp.h5 --heatmap nbest
+check "a sparse key" "$rc:$(cat "$dir/err")" \
+    "1:rnnlua plot: hyp.h5: sequence 1 ('s1'), key 'nbest' holds labels (sparse), not a matrix"
+run plot md_out.h5 --heatmap data --channel 13
+check "channel out of range" "$rc:$(cat "$dir/err")" \
+    "1:rnnlua plot: md_out.h5: sequence 1 ('img1'), key 'data': channel 13 is out of range 1..12"
+run plot hyp.h5 --heatmap attention -o att.gif
+check "bad format" "$rc:$(cat "$dir/err")" "1:rnnlua plot: att.gif: the output must end in .png or .svg"
+run plot missing.h5 --heatmap attention
+check "missing file" "$rc:$(grep -c 'missing.h5' "$dir/err")" "1:1"
+run plot hyp.h5 --heatmap
+check "--heatmap without a key" "$rc:$(head -n 1 "$dir/err")" \
+    "2:rnnlua plot: --heatmap needs a key of the dataset file"
+run plot hyp.h5 --heatmap attention --seq two
+check "--seq not a number" "$rc:$(head -n 1 "$dir/err")" "2:rnnlua plot: --seq needs an integer"
+run plot net.curve.jsonl --seq 2
+check "--seq without --heatmap" "$rc:$(head -n 1 "$dir/err")" \
+    "2:rnnlua plot: --seq and --channel apply to --heatmap"
+
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]
