@@ -150,12 +150,14 @@ RL_AVX512 static void packed_avx512(int64_t m, int64_t n, int64_t k, const float
 #define NH 24  /* half a panel */
 #define KC 128 /* k rows of a panel block kept in L1 */
 
-/* One mr x 24 tile over kc rows of k; with load_c the tile starts from c (a partial sum of
- * earlier k blocks, or the accumulate operand), else from zero. w (1..24) columns are stored;
- * masked moves only where w < 24, since AMD cores microcode vmaskmovps stores. */
+/* One mr x 24 tile over kc rows of k, of which the first nv 8-column vectors are computed (as
+ * in the AVX-512 tile: a narrow last half panel); with load_c the tile starts from c (a
+ * partial sum of earlier k blocks, or the accumulate operand), else from zero. w (1..24)
+ * columns are stored; masked moves only where w < 24, since AMD cores microcode vmaskmovps
+ * stores. */
 RL_AVX2 static inline __attribute__((always_inline)) void
-tile_avx2(const int mr, int64_t kc, const float *a, int64_t lda, const float *pp, bool load_c,
-          float *c, int64_t ldc, int64_t w) {
+tile_avx2(const int mr, const int nv, int64_t kc, const float *a, int64_t lda, const float *pp,
+          bool load_c, float *c, int64_t ldc, int64_t w) {
     const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
     __m256i m0 = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)w), lane),
             m1 = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)w - 8), lane),
@@ -165,21 +167,21 @@ tile_avx2(const int mr, int64_t kc, const float *a, int64_t lda, const float *pp
     RL_UNROLL
     for (int r = 0; r < mr; r++) {
         const float *cr = c + r * ldc;
+        c0[r] = c1[r] = c2[r] = _mm256_setzero_ps();
         if (load_c && full) {
             c0[r] = _mm256_loadu_ps(cr);
             c1[r] = _mm256_loadu_ps(cr + 8);
             c2[r] = _mm256_loadu_ps(cr + 16);
         } else if (load_c) {
             c0[r] = _mm256_maskload_ps(cr, m0);
-            c1[r] = _mm256_maskload_ps(cr + 8, m1);
-            c2[r] = _mm256_maskload_ps(cr + 16, m2);
-        } else {
-            c0[r] = c1[r] = c2[r] = _mm256_setzero_ps();
+            if (nv > 1) c1[r] = _mm256_maskload_ps(cr + 8, m1);
+            if (nv > 2) c2[r] = _mm256_maskload_ps(cr + 16, m2);
         }
     }
     for (int64_t i = 0; i < kc; i++, pp += NR) {
-        __m256 b0 = _mm256_loadu_ps(pp), b1 = _mm256_loadu_ps(pp + 8),
-               b2 = _mm256_loadu_ps(pp + 16);
+        __m256 b0 = _mm256_loadu_ps(pp);
+        __m256 b1 = nv > 1 ? _mm256_loadu_ps(pp + 8) : b0;
+        __m256 b2 = nv > 2 ? _mm256_loadu_ps(pp + 16) : b0;
         /* keep the panel vectors in registers: folded into each FMA as memory operands they
          * would be loaded mr times, and the loop would be bound by loads, not FMAs */
         __asm__("" : "+x"(b0), "+x"(b1), "+x"(b2));
@@ -187,8 +189,8 @@ tile_avx2(const int mr, int64_t kc, const float *a, int64_t lda, const float *pp
         for (int r = 0; r < mr; r++) {
             __m256 ar = _mm256_broadcast_ss(a + r * lda + i);
             c0[r] = _mm256_fmadd_ps(ar, b0, c0[r]);
-            c1[r] = _mm256_fmadd_ps(ar, b1, c1[r]);
-            c2[r] = _mm256_fmadd_ps(ar, b2, c2[r]);
+            if (nv > 1) c1[r] = _mm256_fmadd_ps(ar, b1, c1[r]);
+            if (nv > 2) c2[r] = _mm256_fmadd_ps(ar, b2, c2[r]);
         }
     }
     RL_UNROLL
@@ -200,8 +202,24 @@ tile_avx2(const int mr, int64_t kc, const float *a, int64_t lda, const float *pp
             _mm256_storeu_ps(cr + 16, c2[r]);
         } else {
             _mm256_maskstore_ps(cr, m0, c0[r]);
-            _mm256_maskstore_ps(cr + 8, m1, c1[r]);
-            _mm256_maskstore_ps(cr + 16, m2, c2[r]);
+            if (nv > 1) _mm256_maskstore_ps(cr + 8, m1, c1[r]);
+            if (nv > 2) _mm256_maskstore_ps(cr + 16, m2, c2[r]);
+        }
+    }
+}
+
+/* All row tiles of one half panel (kc rows of k) with nv vectors. */
+RL_AVX2 static inline __attribute__((always_inline)) void
+half_avx2(const int nv, int64_t m, int64_t kc, const float *a, int64_t lda, const float *pb,
+          bool load_c, float *c, int64_t ldc, int64_t wh) {
+    for (int64_t r0 = 0; r0 < m; r0 += MR2) {
+        const float *ar = a + r0 * lda;
+        float *cr = c + r0 * ldc;
+        switch (m - r0 < MR2 ? m - r0 : MR2) {
+        case 1: tile_avx2(1, nv, kc, ar, lda, pb, load_c, cr, ldc, wh); break;
+        case 2: tile_avx2(2, nv, kc, ar, lda, pb, load_c, cr, ldc, wh); break;
+        case 3: tile_avx2(3, nv, kc, ar, lda, pb, load_c, cr, ldc, wh); break;
+        default: tile_avx2(4, nv, kc, ar, lda, pb, load_c, cr, ldc, wh); break;
         }
     }
 }
@@ -216,17 +234,14 @@ RL_AVX2 static void packed_avx2(int64_t m, int64_t n, int64_t k, const float *a,
             bool load_c = accumulate || k0 > 0;
             for (int64_t h = 0; h < w; h += NH) {
                 int64_t wh = w - h < NH ? w - h : NH;
-                const float *pb = pp + k0 * NR + h;
-                for (int64_t r0 = 0; r0 < m; r0 += MR2) {
-                    const float *ar = a + r0 * lda + k0;
-                    float *cr = c + r0 * ldc + p0 + h;
-                    switch (m - r0 < MR2 ? m - r0 : MR2) {
-                    case 1: tile_avx2(1, kc, ar, lda, pb, load_c, cr, ldc, wh); break;
-                    case 2: tile_avx2(2, kc, ar, lda, pb, load_c, cr, ldc, wh); break;
-                    case 3: tile_avx2(3, kc, ar, lda, pb, load_c, cr, ldc, wh); break;
-                    default: tile_avx2(4, kc, ar, lda, pb, load_c, cr, ldc, wh); break;
-                    }
-                }
+                const float *pb = pp + k0 * NR + h, *ak = a + k0;
+                float *ch = c + p0 + h;
+                if (wh > 16)
+                    half_avx2(3, m, kc, ak, lda, pb, load_c, ch, ldc, wh);
+                else if (wh > 8)
+                    half_avx2(2, m, kc, ak, lda, pb, load_c, ch, ldc, wh);
+                else
+                    half_avx2(1, m, kc, ak, lda, pb, load_c, ch, ldc, wh);
             }
         }
     }
