@@ -134,6 +134,207 @@ static void h5_file_free(rl_h5file *f) {
     free(f);
 }
 
+/* ---- work that libhdf5 may crash or hang on, in a child process ----
+ *
+ * libhdf5 1.10 trusts what a file says in several places (global heap object sizes, B-tree and
+ * heap addresses of dense groups): a crafted file crashes it, and no check from outside its API
+ * can rule that out. So rl_h5_open first touches the whole file in a forked child (h5_probe):
+ * the child does it and exits (with _exit: no handlers run, nothing is flushed into the file), the
+ * parent waits for it with a deadline, and a crash (a signal, or a sanitizer's exit status) or a
+ * hang becomes RL_EIO naming the file. The child's stderr goes to /dev/null. */
+
+typedef struct {
+    pid_t pid;
+    int fd; /* read end of the child's pipe; EOF when the child is gone */
+    double deadline, seconds;
+    bool late;
+} h5_child;
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* The base deadline of a child, in seconds: RNNLUA_H5_CHILD_SECONDS (the fuzz targets lower
+ * it), 30 by default. */
+static double h5_child_seconds(void) {
+    const char *e = getenv("RNNLUA_H5_CHILD_SECONDS");
+    double v = e ? atof(e) : 0;
+    return v > 0 ? v : 30.0;
+}
+
+/* Forks a child that runs fn(ctx) and exits with its return value; the pipe's write end is
+ * held by the child only, so the parent sees its end as EOF. */
+static rl_status h5_child_start(h5_child *c, const char *path, const char *obj, int (*fn)(void *),
+                                void *ctx, double seconds) {
+    int fds[2];
+    if (pipe(fds) != 0)
+        return rl_error(RL_EIO, "%s: %s: cannot make a pipe: %s", path, obj ? obj : "",
+                        strerror(errno));
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0) {
+        close(fds[0]);
+        close(fds[1]);
+        return rl_error(RL_EIO, "%s: cannot fork: %s", path, strerror(errno));
+    }
+    if (pid == 0) {
+        close(fds[0]);
+        int devnull = open("/dev/null", O_WRONLY);
+        if (devnull >= 0) dup2(devnull, STDERR_FILENO);
+        _exit(fn(ctx));
+    }
+    close(fds[1]);
+    *c = (h5_child){pid, fds[0], now_s() + seconds, seconds, false};
+    return RL_OK;
+}
+
+/* Reads what the child wrote: > 0 bytes, 0 at its end or at the deadline (c->late). */
+static ssize_t h5_child_read(h5_child *c, void *buf, size_t n) {
+    for (;;) {
+        double left = c->deadline - now_s();
+        if (left <= 0) {
+            c->late = true;
+            return 0;
+        }
+        struct pollfd pfd = {c->fd, POLLIN, 0};
+        int r = poll(&pfd, 1, (int)(left * 1000) + 1);
+        if (r <= 0) continue; /* EINTR or the timeout: the deadline is checked above */
+        ssize_t k = read(c->fd, buf, n);
+        if (k < 0 && errno == EINTR) continue;
+        return k > 0 ? k : 0;
+    }
+}
+
+/* Waits for the child's end (killing it at the deadline): its exit status, or -1 for a signal
+ * or the deadline. */
+static int h5_child_finish(h5_child *c) {
+    char sink[4096];
+    while (h5_child_read(c, sink, sizeof sink) > 0) {
+    }
+    if (c->late) kill(c->pid, SIGKILL);
+    close(c->fd);
+    int status = 0;
+    while (waitpid(c->pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    if (c->late || !WIFEXITED(status)) return -1;
+    return WEXITSTATUS(status);
+}
+
+static rl_status h5_child_error(const h5_child *c, const char *path, const char *obj,
+                                const char *what, int code) {
+    char where[1024];
+    snprintf(where, sizeof where, "%s%s%s", path, obj ? ": " : "", obj ? obj : "");
+    if (c->late)
+        return rl_error(RL_EIO,
+                        "%s: %s did not finish in %.0f s (libhdf5 hangs on it): the file is "
+                        "corrupt",
+                        where, what, c->seconds);
+    return rl_error(RL_EIO, "%s: libhdf5 crashed %s (%s): the file is corrupt", where, what,
+                    code < 0 ? "killed by a signal" : "a sanitizer's report");
+}
+
+/* The probe run by rl_h5_open: open the file and touch everything rnnlua may later read (every
+ * link, object and attribute, the attributes' values, the datasets' types, layouts and chunk
+ * indexes, the values of datasets up to 64 MiB and of every variable-length string, whose
+ * global heap is where libhdf5 trusts the file most). Failures of libhdf5 are fine here (the
+ * parent reports them where they happen); what the probe catches is a crash or a hang. */
+static herr_t probe_attr(hid_t loc, const char *name, const H5A_info_t *info, void *data) {
+    (void)info, (void)data;
+    hid_t a = H5Aopen(loc, name, H5P_DEFAULT);
+    if (a < 0) return 0;
+    hid_t t = H5Aget_type(a), sp = H5Aget_space(a);
+    hssize_t n = sp >= 0 ? H5Sget_simple_extent_npoints(sp) : -1;
+    if (t >= 0 && n >= 0 && n <= (1 << 20)) {
+        if (H5Tget_class(t) == H5T_STRING && H5Tis_variable_str(t) > 0) {
+            hid_t m = H5Tcopy(H5T_C_S1);
+            char **buf = calloc((size_t)n + 1, sizeof *buf);
+            if (m >= 0 && buf && H5Tset_size(m, H5T_VARIABLE) >= 0 &&
+                H5Tset_cset(m, H5Tget_cset(t)) >= 0 && H5Aread(a, m, buf) >= 0)
+                H5Dvlen_reclaim(m, sp, H5P_DEFAULT, buf);
+            free(buf);
+            if (m >= 0) H5Tclose(m);
+        } else {
+            size_t sz = H5Tget_size(t);
+            void *buf = sz > 0 && sz <= (1 << 20) ? calloc((size_t)n + 1, sz) : NULL;
+            if (buf) H5Aread(a, t, buf);
+            free(buf);
+        }
+    }
+    if (sp >= 0) H5Sclose(sp);
+    if (t >= 0) H5Tclose(t);
+    H5Aclose(a);
+    return 0;
+}
+
+static void probe_dataset(hid_t d) {
+    hid_t t = H5Dget_type(d), sp = H5Dget_space(d), dcpl = H5Dget_create_plist(d);
+    hssize_t n = sp >= 0 ? H5Sget_simple_extent_npoints(sp) : -1;
+    size_t sz = t >= 0 ? H5Tget_size(t) : 0;
+    if (dcpl >= 0 && H5Pget_layout(dcpl) == H5D_CHUNKED) {
+        hsize_t nchunks = 0;
+        if (H5Dget_num_chunks(d, H5S_ALL, &nchunks) >= 0)
+            for (hsize_t i = 0; i < nchunks && i < 1000000; i++) {
+                hsize_t off[32], size;
+                unsigned mask;
+                haddr_t addr;
+                H5Dget_chunk_info(d, H5S_ALL, i, off, &mask, &addr, &size);
+            }
+    }
+    bool vlen = t >= 0 && H5Tget_class(t) == H5T_STRING && H5Tis_variable_str(t) > 0;
+    if (t >= 0 && n >= 0 && sz > 0 && (vlen || (double)n * (double)sz <= 64.0 * (1 << 20))) {
+        hid_t m = vlen ? H5Tcopy(H5T_C_S1) : H5Tget_native_type(t, H5T_DIR_DEFAULT);
+        if (vlen && m >= 0) {
+            H5Tset_size(m, H5T_VARIABLE);
+            H5Tset_cset(m, H5Tget_cset(t));
+        }
+        size_t msz = m >= 0 ? H5Tget_size(m) : 0;
+        void *buf = msz > 0 ? calloc((size_t)n + 1, msz) : NULL;
+        if (buf && H5Dread(d, m, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf) >= 0 && vlen)
+            H5Dvlen_reclaim(m, sp, H5P_DEFAULT, buf);
+        free(buf);
+        if (m >= 0) H5Tclose(m);
+    }
+    if (dcpl >= 0) H5Pclose(dcpl);
+    if (sp >= 0) H5Sclose(sp);
+    if (t >= 0) H5Tclose(t);
+}
+
+static herr_t probe_obj(hid_t root, const char *name, const H5O_info_t *info, void *data) {
+    (void)data;
+    hid_t o = H5Oopen(root, name, H5P_DEFAULT);
+    if (o < 0) return 0;
+    H5Aiterate2(o, H5_INDEX_NAME, H5_ITER_NATIVE, NULL, probe_attr, NULL);
+    if (info->type == H5O_TYPE_DATASET) probe_dataset(o);
+    H5Oclose(o);
+    return 0;
+}
+
+static herr_t probe_link(hid_t root, const char *name, const H5L_info_t *info, void *data) {
+    (void)info, (void)data;
+    H5Lexists(root, name, H5P_DEFAULT);
+    return 0;
+}
+
+static int probe_child(void *ctx) {
+    const char *path = ctx;
+    if (H5Fis_hdf5(path) <= 0) return 0;
+    hid_t fapl = h5_fapl();
+    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, fapl);
+    if (f < 0) return 0;
+    H5Lvisit(f, H5_INDEX_NAME, H5_ITER_NATIVE, probe_link, NULL);
+    H5Ovisit(f, H5_INDEX_NAME, H5_ITER_NATIVE, probe_obj, NULL);
+    return 0;
+}
+
+static rl_status h5_probe(const char *path) {
+    h5_child c;
+    RL_TRY(h5_child_start(&c, path, NULL, probe_child, (void *)path, h5_child_seconds()));
+    int code = h5_child_finish(&c);
+    return code == 0 ? RL_OK : h5_child_error(&c, path, NULL, "reading the file's structure", code);
+}
+
 static rl_status h5_file_new(rl_h5file **out, const char *path, bool temporary) {
     rl_h5file *f = calloc(1, sizeof *f);
     if (!f) return rl_error(RL_ENOMEM, "%s: out of memory", path);
@@ -158,6 +359,7 @@ rl_status rl_h5_open(rl_h5file **out, const char *path, bool writable) {
     struct stat st;
     if (stat(path, &st) != 0) return rl_error(RL_EIO, "%s: cannot open: %s", path, strerror(errno));
     if (S_ISDIR(st.st_mode)) return rl_error(RL_EIO, "%s: cannot open: is a directory", path);
+    RL_TRY(h5_probe(path));
     if (H5Fis_hdf5(path) <= 0) {
         H5Eclear2(H5E_DEFAULT);
         return rl_error(RL_EIO, "%s: not an HDF5 file", path);
@@ -652,7 +854,8 @@ void rl_h5_list_free(char **names, int64_t count) {
  * byte): reading them back needs no global heap. Variable-length strings (what h5py and
  * RETURNN write, and rnnlua wrote before) keep their bytes in the file's global heap, whose
  * reader in libhdf5 1.10 trusts lengths stored in the file: a crafted file makes it copy out of
- * bounds (H5HG_read) or loop on a huge length (H5T__conv_vlen). */
+ * bounds (H5HG_read) or loop on a huge length (H5T__conv_vlen); rl_h5_open's probe meets that
+ * first, in its child. */
 static hid_t h5_fixed_utf8(size_t len) {
     hid_t t = H5Tcopy(H5T_C_S1);
     if (t >= 0 && (H5Tset_size(t, len > 0 ? len : 1) < 0 || H5Tset_cset(t, H5T_CSET_UTF8) < 0 ||
@@ -710,145 +913,10 @@ done:
     return s;
 }
 
-/* Time a child may take to read `n` variable-length strings before it counts as hung. */
-static double vlen_deadline_s(int64_t n) { return 5.0 + (double)n * 2e-5; }
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static bool write_all(int fd, const void *buf, size_t n) {
-    const char *p = buf;
-    while (n > 0) {
-        ssize_t k = write(fd, p, n);
-        if (k < 0 && errno == EINTR) continue;
-        if (k <= 0) return false;
-        p += k;
-        n -= (size_t)k;
-    }
-    return true;
-}
-
-/* Reads the variable-length strings of a dataset or attribute in a child process: libhdf5's
- * global-heap reader cannot be made safe on a crafted file from outside (see h5_fixed_utf8), so
- * a crash or a hang there ends the child, not rnnlua, and comes back as an error naming the
- * object. The child writes each string as a 64-bit length and its bytes to a pipe and exits
- * with _exit (no handlers, nothing flushed into the file); the parent bounds each length by
- * what is left of the stream and reads until the child closes it or the deadline passes. */
-static rl_status h5_read_vlen_isolated(const char *path, const char *obj, hid_t id, bool is_attr,
-                                       hid_t mtype, hid_t space, int64_t n, char **out) {
-    int fds[2];
-    if (pipe(fds) != 0)
-        return rl_error(RL_EIO, "%s: %s: cannot make a pipe: %s", path, obj, strerror(errno));
-    fflush(NULL);
-    pid_t pid = fork();
-    if (pid < 0) {
-        close(fds[0]);
-        close(fds[1]);
-        return rl_error(RL_EIO, "%s: %s: cannot fork: %s", path, obj, strerror(errno));
-    }
-    if (pid == 0) {
-        close(fds[0]);
-        int devnull = open("/dev/null", O_WRONLY);
-        if (devnull >= 0) dup2(devnull, STDERR_FILENO);
-        char **raw = calloc((size_t)(n > 0 ? n : 1), sizeof *raw);
-        if (!raw) _exit(4);
-        if ((is_attr ? H5Aread(id, mtype, raw)
-                     : H5Dread(id, mtype, H5S_ALL, H5S_ALL, H5P_DEFAULT, raw)) < 0)
-            _exit(3);
-        for (int64_t i = 0; i < n; i++) {
-            uint64_t len = raw[i] ? strlen(raw[i]) : 0;
-            if (!write_all(fds[1], &len, sizeof len) || (len && !write_all(fds[1], raw[i], len)))
-                _exit(4);
-        }
-        _exit(0);
-    }
-    close(fds[1]);
-    rl_status s = RL_OK;
-    double deadline = now_s() + vlen_deadline_s(n);
-    int64_t got = 0;
-    uint64_t len = 0;
-    size_t have = 0; /* bytes of the current record read: 8 of the length, then the string */
-    char *cur = NULL;
-    bool eof = false, late = false;
-    while (!eof && s == RL_OK) {
-        double left = deadline - now_s();
-        if (left <= 0) {
-            late = true;
-            break;
-        }
-        struct pollfd pfd = {fds[0], POLLIN, 0};
-        int r = poll(&pfd, 1, (int)(left * 1000) + 1);
-        if (r < 0 && errno == EINTR) continue;
-        if (r == 0) continue;
-        char chunk[65536];
-        ssize_t k = read(fds[0], chunk, sizeof chunk);
-        if (k < 0 && errno == EINTR) continue;
-        if (k <= 0) {
-            eof = true;
-            break;
-        }
-        for (ssize_t i = 0; i < k && s == RL_OK;) {
-            if (got >= n) {
-                s = rl_error(RL_EIO, "%s: %s: more strings than the dataspace holds", path, obj);
-            } else if (have < sizeof len) {
-                ((char *)&len)[have++] = chunk[i++];
-                if (have == sizeof len) {
-                    if (len > ((uint64_t)1 << 31)) {
-                        s = rl_error(RL_EIO, "%s: %s: string %lld claims %llu bytes", path, obj,
-                                     (long long)got + 1, (unsigned long long)len);
-                    } else if (!(cur = malloc((size_t)len + 1))) {
-                        s = rl_error(RL_ENOMEM, "%s: %s: out of memory", path, obj);
-                    }
-                }
-            } else {
-                size_t want = (size_t)len - (have - sizeof len), take = (size_t)(k - i);
-                if (take > want) take = want;
-                memcpy(cur + (have - sizeof len), chunk + i, take);
-                have += take;
-                i += (ssize_t)take;
-            }
-            if (s == RL_OK && cur && have == sizeof len + (size_t)len) {
-                cur[len] = '\0';
-                out[got++] = cur;
-                cur = NULL;
-                have = 0;
-            }
-        }
-    }
-    free(cur);
-    close(fds[0]);
-    int status = 0;
-    if (late || s != RL_OK) kill(pid, SIGKILL);
-    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-    }
-    if (s != RL_OK) return s;
-    if (late)
-        return rl_error(RL_EIO,
-                        "%s: %s: reading the variable-length strings did not finish in %.0f s "
-                        "(libhdf5 hangs on a corrupt global heap): the file is corrupt",
-                        path, obj, vlen_deadline_s(n));
-    if (WIFSIGNALED(status) || (WIFEXITED(status) && WEXITSTATUS(status) != 0 &&
-                                WEXITSTATUS(status) != 3 && WEXITSTATUS(status) != 4))
-        return rl_error(RL_EIO,
-                        "%s: %s: libhdf5 crashed reading the variable-length strings (%s %d): "
-                        "the file's global heap is corrupt",
-                        path, obj, WIFSIGNALED(status) ? "signal" : "exit status",
-                        WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
-    if (WIFEXITED(status) && WEXITSTATUS(status) == 3)
-        return rl_error(RL_EIO, "%s: %s: cannot read the variable-length strings", path, obj);
-    if (got != n || WEXITSTATUS(status) == 4)
-        return rl_error(RL_EIO, "%s: %s: read %lld of %lld variable-length strings", path, obj,
-                        (long long)got, (long long)n);
-    return RL_OK;
-}
-
 /* Reads `n` strings of a dataset or attribute (type ftype, dataspace space) into malloc'd
- * copies (out: n entries, NULL on entry; the caller frees what is set, also on error). Fixed-
- * length strings are read here; variable-length ones are refused when the file's writer never
- * stores them (rl_h5_refuse_vlen), read in a child process otherwise. */
+ * copies (out: n entries, NULL on entry; the caller frees what is set, also on error).
+ * Variable-length ones are refused when the file's writer never stores them
+ * (rl_h5_refuse_vlen); otherwise rl_h5_open's probe has read them once already in a child. */
 static rl_status h5_read_string_data(const rl_h5file *f, const char *obj, hid_t id, bool is_attr,
                                      hid_t ftype, hid_t space, int64_t n, char **out) {
     const char *path = f->path;
@@ -875,12 +943,7 @@ static rl_status h5_read_string_data(const rl_h5file *f, const char *obj, hid_t 
         h5_close_id(&mtype, H5Tclose);
         return s;
     }
-    if (vlen) {
-        rl_status s = h5_read_vlen_isolated(path, obj, id, is_attr, mtype, space, n, out);
-        H5Tclose(mtype);
-        return s;
-    }
-    size_t elem = fsize + 1;
+    size_t elem = vlen ? sizeof(char *) : fsize + 1;
     char *raw = calloc((size_t)(n > 0 ? n : 1), elem);
     rl_status s = RL_OK;
     if (!raw) {
@@ -890,10 +953,11 @@ static rl_status h5_read_string_data(const rl_h5file *f, const char *obj, hid_t 
         s = h5_fail(path, obj, "cannot read the strings");
     } else {
         for (int64_t i = 0; i < n; i++) {
-            const char *src = raw + (size_t)i * elem;
-            out[i] = strndup(src, fsize);
+            const char *src = vlen ? ((char **)raw)[i] : raw + (size_t)i * elem;
+            out[i] = vlen ? strdup(src ? src : "") : strndup(src, fsize);
             if (!out[i] && s == RL_OK) s = rl_error(RL_ENOMEM, "%s: %s: out of memory", path, obj);
         }
+        if (vlen) H5Dvlen_reclaim(mtype, space, H5P_DEFAULT, raw);
     }
     free(raw);
     H5Tclose(mtype);

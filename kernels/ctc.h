@@ -69,6 +69,17 @@ int64_t rl_ctc_collapse(const int32_t *path, int64_t n, int64_t stride, int32_t 
                         int32_t *out);
 int64_t rl_edit_distance(const int32_t *a, int64_t na, const int32_t *b, int64_t nb, int64_t *row);
 
+/* CTC prefix beam search (kernels/cpu/ctc_beam.c, the algorithm at its top): logp (T, B, V)
+ * contiguous float64 log-probabilities (log-softmax already taken); lengths (B), each in 0..T;
+ * frames t >= lengths[b] are never read. The labels of sequence b (0-based classes, blank
+ * removed, at most lengths[b]) go to out[b T ...], their count to out_len[b]. Sequences are spread
+ * over `threads` threads (the caller's plus threads - 1). Errors (rl.ctc_decode named): RL_EARG
+ * for a bad beam/blank, a length outside 0..T or a NaN in a valid frame (naming the sequence
+ * and frame), RL_ENOMEM. */
+rl_status rl_ctc_beam_search_cpu(int64_t T, int64_t B, int64_t V, const double *logp,
+                                 const int32_t *lengths, int32_t blank, int64_t beam, int32_t *out,
+                                 int64_t *out_len, int threads);
+
 #ifdef __cplusplus
 }
 #endif

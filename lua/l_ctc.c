@@ -5,6 +5,9 @@
  *     targets (B, S) int32 0-based labels padded after each target's length, lengths (B) int32
  *     CPU tensors. blank defaults to V - 1 (the softmax layer's place for it). grad is
  *     d (sum of loss) / d logits, 0 on padded frames. Errors name rl.ctc_loss and the sequence.
+ *   rl._ctc_beam_search(logp, lengths, blank, beam) -> {{labels...}, ...}: the prefix beam search
+ *     of rl.ctc_decode (lua/rnnlua/ctc.lua checks the arguments and takes the log-softmax):
+ *     logp (T, B, V) float64 CPU contiguous, lengths (B) int32, blank 0-based, beam >= 1.
  *   rl.edit_distance(a, b) -> integer: Levenshtein distance (substitution, insertion and
  *     deletion cost 1) between two label sequences, tables of integers or 1-D int32 tensors. */
 #include "l_ctc.h"
@@ -12,6 +15,7 @@
 #include <lauxlib.h>
 #include <string.h>
 
+#include "../core/blas.h"
 #include "../kernels/ctc.h"
 #include "../kernels/ops.h"
 #include "l_tensor.h"
@@ -98,7 +102,42 @@ static int l_edit_distance(lua_State *L) {
     return 1;
 }
 
+static int l_ctc_beam_search(lua_State *L) {
+    const char *who = "rl.ctc_decode";
+    rl_tensor *lp = rl_lua_check_tensor(L, 1);
+    rl_tensor *len = rl_lua_check_tensor(L, 2);
+    lua_Integer blank = luaL_checkinteger(L, 3), beam = luaL_checkinteger(L, 4);
+    if (lp->ndim != 3 || lp->dtype != RL_FLOAT64 || !rl_tensor_is_contiguous(lp) ||
+        rl_tensor_device(lp).type != RL_CPU)
+        return luaL_error(L, "%s: the log-probabilities must be a contiguous (T, B, V) float64 "
+                             "CPU tensor",
+                          who);
+    int64_t T = lp->shape[0], B = lp->shape[1], V = lp->shape[2];
+    if (len->ndim != 1 || len->dtype != RL_INT32 || len->shape[0] != B ||
+        !rl_tensor_is_contiguous(len) || rl_tensor_device(len).type != RL_CPU)
+        return luaL_error(L, "%s: lengths must be a (%lld) int32 CPU tensor", who, (long long)B);
+    if (blank < 0 || blank >= V || beam < 1)
+        return luaL_error(L, "%s: blank %lld or beam %lld out of range", who, (long long)blank,
+                          (long long)beam);
+    int32_t *out = lua_newuserdatauv(L, (size_t)(B * T > 0 ? B * T : 1) * sizeof *out, 0);
+    int64_t *out_len = lua_newuserdatauv(L, (size_t)(B > 0 ? B : 1) * sizeof *out_len, 0);
+    if (rl_ctc_beam_search_cpu(T, B, V, rl_tensor_data(lp), rl_tensor_data(len), (int32_t)blank,
+                               (int64_t)beam, out, out_len, rl_blas_get_threads()) != RL_OK)
+        return rl_lua_raise(L, who);
+    lua_createtable(L, (int)B, 0);
+    for (int64_t b = 0; b < B; b++) {
+        lua_createtable(L, (int)out_len[b], 0);
+        for (int64_t k = 0; k < out_len[b]; k++) {
+            lua_pushinteger(L, out[b * T + k]);
+            lua_rawseti(L, -2, k + 1);
+        }
+        lua_rawseti(L, -2, b + 1);
+    }
+    return 1;
+}
+
 static const luaL_Reg ctc_funcs[] = {
+    {"_ctc_beam_search", l_ctc_beam_search},
     {"ctc_loss", l_ctc_loss},
     {"edit_distance", l_edit_distance},
     {NULL, NULL},

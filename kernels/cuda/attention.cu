@@ -24,9 +24,6 @@ extern "C" {
 
 namespace {
 
-using rl_launch::enter;
-using rl_launch::launched;
-
 constexpr int kThreads = 128;
 
 __device__ __forceinline__ float att_z(float p, float h) { return rl_att_z_f32(p, h); }
@@ -160,11 +157,11 @@ rl_status fwd(rl_att_kind kind, int64_t Te, int64_t B, int64_t E, int64_t A, con
               const int32_t *len, const void *q, const void *pre, const void *v, void *alpha,
               void *ctx) {
     const char *fn = "rl_attention_cuda_fwd";
-    RL_TRY(enter(fn, e, B, E));
+    RL_TRY(rl_cuda_enter(fn, e));
     k_fwd<T><<<(unsigned)B, kThreads>>>(kind == RL_ATT_ADDITIVE, Te, B, E, A, (const T *)e, len,
                                         (const T *)q, (const T *)pre, (const T *)v, (T *)alpha,
                                         (T *)ctx);
-    return launched(fn, "k_fwd", B, E, -1);
+    return rl_cuda_launched("%s: launching k_fwd (B=%lld E=%lld)", fn, (long long)B, (long long)E);
 }
 
 template <typename T>
@@ -172,12 +169,12 @@ rl_status bwd(rl_att_kind kind, int64_t Te, int64_t B, int64_t E, int64_t A, con
               const int32_t *len, const void *q, const void *pre, const void *v, const void *alpha,
               const void *dctx, void *ds, void *de, void *dq, void *dpre, void *dv) {
     const char *fn = "rl_attention_cuda_bwd";
-    RL_TRY(enter(fn, e, B, E));
+    RL_TRY(rl_cuda_enter(fn, e));
     k_bwd<T><<<(unsigned)B, kThreads>>>(kind == RL_ATT_ADDITIVE, Te, B, E, A, (const T *)e, len,
                                         (const T *)q, (const T *)pre, (const T *)v,
                                         (const T *)alpha, (const T *)dctx, (T *)ds, (T *)de,
                                         (T *)dq, (T *)dpre, (T *)dv);
-    return launched(fn, "k_bwd", B, E, -1);
+    return rl_cuda_launched("%s: launching k_bwd (B=%lld E=%lld)", fn, (long long)B, (long long)E);
 }
 
 rl_status check_grid(const char *fn, int64_t B) {

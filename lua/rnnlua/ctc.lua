@@ -7,7 +7,8 @@
 --     int32. One Lua table per sequence of 0-based class indices, blanks removed: the logits'
 --     own class numbers (a caller whose blank is not the last class maps them to its labels).
 --     beam = 1: best path (the argmax of each frame, repeats merged, blanks dropped).
---     beam > 1: prefix beam search (Hannun et al. 2014) in log space: at each frame every
+--     beam > 1: prefix beam search (Hannun et al. 2014) in log space, in C (kernels/cpu/ctc_beam.c,
+--     sequences spread over rl.set_num_threads threads): at each frame every
 --     kept prefix is extended by every class, the probabilities of prefixes ending in a blank
 --     and in a label kept apart (so "a a" needs a blank between and "aa" merges), and the
 --     `beam` most probable prefixes are kept (ties broken by the prefix, so the result is
@@ -20,76 +21,14 @@ local function fail(fmt, ...)
   error("rl.ctc_decode: " .. string.format(fmt, ...), 0)
 end
 
-local NEG = -math.huge
-
-local function lse(a, b)
-  if a == NEG then return b end
-  if b == NEG then return a end
-  if a > b then return a + math.log(1 + math.exp(b - a)) end
-  return b + math.log(1 + math.exp(a - b))
-end
-
--- log-softmax over the last dim, as a (T, B, V) float64 CPU table
-local function log_softmax_table(x)
+-- log-softmax over the last dim as a contiguous (T, B, V) float64 CPU tensor
+local function log_softmax(x)
   x = x:double()
   if x:device() ~= "cpu" then x = x:cpu() end
   local m = x:max(3):view(x:size(1), x:size(2), 1)
   local z = x - m
   local ls = z:exp():sum(3):log():view(x:size(1), x:size(2), 1)
-  return (z - ls):totable()
-end
-
-local function beam_search(lp, b, T, V, blank, beam)
-  -- a prefix: {labels = {...}, key = "l1,l2,", pb = log P(ends in blank), pnb = (in a label)}
-  local beams = {{labels = {}, key = "", pb = 0, pnb = NEG}}
-  for t = 1, T do
-    local row = lp[t][b]
-    local nxt, order = {}, {}
-    local function get(key, labels)
-      local e = nxt[key]
-      if not e then
-        e = {labels = labels, key = key, pb = NEG, pnb = NEG}
-        nxt[key] = e
-        order[#order + 1] = e
-      end
-      return e
-    end
-    for _, p in ipairs(beams) do
-      local total = lse(p.pb, p.pnb)
-      local last = p.labels[#p.labels]
-      for c = 0, V - 1 do
-        local lpc = row[c + 1]
-        if c == blank then
-          local e = get(p.key, p.labels)
-          e.pb = lse(e.pb, total + lpc)
-        else
-          local key = p.key .. c .. ","
-          local e = nxt[key]
-          if not e then
-            local labels = table.move(p.labels, 1, #p.labels, 1, {})
-            labels[#labels + 1] = c
-            e = get(key, labels)
-          end
-          if c == last then
-            -- a repeat extends the prefix only after a blank; without one it merges
-            e.pnb = lse(e.pnb, p.pb + lpc)
-            local same = get(p.key, p.labels)
-            same.pnb = lse(same.pnb, p.pnb + lpc)
-          else
-            e.pnb = lse(e.pnb, total + lpc)
-          end
-        end
-      end
-    end
-    for _, e in ipairs(order) do e.score = lse(e.pb, e.pnb) end
-    table.sort(order, function(x, y)
-      if x.score ~= y.score then return x.score > y.score end
-      return x.key < y.key
-    end)
-    beams = {}
-    for i = 1, math.min(beam, #order) do beams[i] = order[i] end
-  end
-  return beams[1].labels
+  return (z - ls):contiguous()
 end
 
 function M.ctc_decode(logits, lengths, opts)
@@ -134,9 +73,8 @@ function M.ctc_decode(logits, lengths, opts)
     end
     return out
   end
-  local lp = log_softmax_table(logits)
-  for b = 1, B do out[b] = beam_search(lp, b, lens[b], V, blank, beam) end
-  return out
+  return rl._ctc_beam_search(log_softmax(logits),
+    (lengths:device() == "cpu" and lengths or lengths:cpu()):contiguous(), blank, beam)
 end
 
 function M.install(module)

@@ -665,9 +665,9 @@ end
 
 -- The batch with each tensor the network reads (inputs and targets) on the network's device:
 -- the batch itself when they all are there, else a shallow copy with those tensors copied.
--- The padded frames of a dense sequence input are set to 0 by selection (masked_fill of a
--- copy): layers mask padding by multiplying with 0, and 0 * NaN is NaN, so a NaN or Inf left
--- in padding would otherwise reach the weight gradients (dW += x^T dz, dz = 0 there).
+-- The padded frames of a dense sequence input, and the padding of dense images, are set to 0 by
+-- selection (masked_fill of a copy): a weight gradient dW += x^T dz reads the padding with
+-- dz = 0 there, and 0 * NaN is NaN, so a NaN or Inf left in padding would reach it.
 function Network:on_device(batch)
   local moved
   local function copy_batch()
@@ -690,6 +690,19 @@ function Network:on_device(batch)
       pad = pad or rl.arange(T):view(T, 1, 1):ge(len:float():view(1, B, 1)):to(self.device)
       copy_batch()
       moved[key] = (moved[key] == x and x:clone() or moved[key]):masked_fill_(pad, 0)
+    end
+    -- the same for the padding of images (outside each image's height and width), which a
+    -- layer's weight gradient reads too (mdlstm: dW += X^T dZ)
+    local sz = batch.sizes
+    if self.input_keys[key] and not e.sparse and e.spatial == 2 and sz and x:dim() == 4
+        and sz:dim() == 2 and sz:size(1) == x:size(3)
+        and (sz:select(2, 1):min() < x:size(1) or sz:select(2, 2):min() < x:size(2)) then
+      local H, W, B = x:size(1), x:size(2), x:size(3)
+      local hs, ws = sz:select(2, 1):float():view(1, 1, B, 1), sz:select(2, 2):float():view(1, 1, B, 1)
+      local ipad = (rl.arange(H):view(H, 1, 1, 1):ge(hs):float()
+        + rl.arange(W):view(1, W, 1, 1):ge(ws):float()):gt(0):to(self.device)
+      copy_batch()
+      moved[key] = (moved[key] == x and x:clone() or moved[key]):masked_fill_(ipad, 0)
     end
   end
   return moved or batch

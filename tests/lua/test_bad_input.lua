@@ -254,6 +254,56 @@ for _, dt in ipairs{"float32", "float64"} do
     end)
   end
 end
+-- The same for images: NaN and Inf in the padding of a batch of ragged images (outside each
+-- image's own height and width) reach no loss, output or gradient of the 2-D layers.
+local img_ext = {data = {dim = 2, spatial = 2}, classes = {dim = 3, sparse = true}}
+local img_nets = {
+  conv = {conv = {class = "conv2d", n_out = 3, filter_size = 3, activation = "tanh"},
+          col = {class = "collapse", mode = "sum", from = "conv"}},
+  conv_pool = {conv = {class = "conv2d", n_out = 3, filter_size = {2, 3}, strides = {1, 2}},
+               pool = {class = "pool2d", mode = "max", pool_size = 2, padding = "same",
+                       from = "conv"},
+               col = {class = "collapse", mode = "max", from = "pool"}},
+  mdlstm = {md = {class = "mdlstm", n_out = 3}, col = {class = "collapse", mode = "last",
+            from = "md"}},
+  avg_pool = {pool = {class = "pool2d", mode = "avg", pool_size = 2, padding = "same"},
+              col = {class = "collapse", mode = "sum", from = "pool"}},
+}
+for _, name in ipairs{"conv", "conv_pool", "mdlstm", "avg_pool"} do
+  H.test("NaN and Inf in image padding (" .. name .. ")", function()
+    local sizes = rl.tensor({{4, 6}, {2, 3}, {3, 5}}, "int32")
+    local function run(fill)
+      local desc = {output = {class = "softmax", from = "col", loss = "ce", target = "classes"}}
+      for k, v in pairs(img_nets[name]) do desc[k] = v end
+      rl.manual_seed(3)
+      local net = rl.network(desc, img_ext, {dtype = "float64"})
+      rl.manual_seed(4)
+      local x = rl.randn(4, 6, 3, 2, "float64")
+      local sz = sizes:totable()
+      for b = 1, 3 do
+        for yy = 1, 4 do
+          for xx = 1, 6 do
+            if yy > sz[b][1] or xx > sz[b][2] then
+              x[yy][xx][b]:fill(fill == "nan" and ((yy + xx) % 2 == 0 and 0 / 0 or 1 / 0) or 0)
+            end
+          end
+        end
+      end
+      local batch = {data = x, sizes = sizes, classes = rl.zeros(6, 3, "int32")}
+      if name == "conv_pool" then batch.classes = rl.zeros(2, 3, "int32") end
+      if name == "avg_pool" then batch.classes = rl.zeros(3, 3, "int32") end
+      local loss = net:forward(batch)
+      net:backward()
+      return loss, net:grads():clone()
+    end
+    local l1, g1 = run("nan")
+    local l0, g0 = run("zero")
+    H.check(l1 == l1 and l1 == l0, "loss " .. l1 .. " vs " .. l0)
+    H.check(g1:ne(g1):sum() == 0, "NaN in the gradients")
+    H.check((g1 - g0):abs():max() == 0, "the gradients differ from those with zero padding")
+  end)
+end
+
 H.test("logits of +-1000 give a finite ce loss", function()
   local net = rl.network({output = {class = "softmax", loss = "ce", target = "classes"}},
     {data = {dim = 2}, classes = {dim = 2, sparse = true}})

@@ -337,6 +337,55 @@ expect_error("ctc_decode: bad beam", function()
   rl.ctc_decode(rl.zeros(2, 1, 3), rl.tensor({2}, "int32"), {beam = 0})
 end, "rl.ctc_decode: beam must be a positive integer")
 
+-- The C prefix beam search against the Lua one it replaced (tests/lua/ctc_beam_ref.lua): the
+-- same labels on random batches, with ragged lengths, NaN in padded frames, logits rounded to
+-- one decimal (ties, broken by the prefix) and 1 or 2 threads.
+test("prefix beam search in C equals the Lua reference (random batches)", function()
+  local ref = dofile("tests/lua/ctc_beam_ref.lua")
+  local g = rl.datasets.new_rng(123)
+  local threads = rl.get_num_threads()
+  local cases, differ = 0, {}
+  for k = 1, 150 do
+    local T, B, V = 1 + g:int(0, 11), 1 + g:int(0, 3), 2 + g:int(0, 4)
+    local x = rand_table(T, B, V, 1000 + k)
+    if k % 3 == 0 then
+      for t = 1, T do for b = 1, B do for v = 1, V do
+        x[t][b][v] = math.floor(x[t][b][v] * 2 + 0.5) / 4
+      end end end
+    end
+    local lens = {}
+    for b = 1, B do lens[b] = g:int(0, T) end
+    lens[1] = T
+    for t = 1, T do for b = 1, B do
+      if t > lens[b] then for v = 1, V do x[t][b][v] = 0 / 0 end end
+    end end
+    local lt = rl.tensor(x, k % 2 == 0 and "float64" or "float32")
+    local len = rl.tensor(lens, "int32")
+    local blank, beam = g:int(0, V - 1), 2 + g:int(0, 6)
+    local want = ref.decode(lt, len, blank, beam)
+    for _, n in ipairs({1, 2}) do
+      rl.set_num_threads(n)
+      local got = rl.ctc_decode(lt, len, {blank = blank, beam = beam})
+      for b = 1, B do
+        if table.concat(got[b], ",") ~= table.concat(want[b], ",") then
+          differ[#differ + 1] = string.format("case %d seq %d threads %d: %s vs %s", k, b, n,
+            table.concat(got[b], ","), table.concat(want[b], ","))
+        end
+      end
+      cases = cases + B
+    end
+  end
+  rl.set_num_threads(threads)
+  check(#differ == 0, #differ .. " of " .. cases .. " differ: " .. table.concat(differ, "; ", 1,
+    math.min(#differ, 5)))
+end)
+
+expect_error("ctc_decode: a NaN logit in a valid frame names the sequence and frame", function()
+  local v = rand_table(3, 2, 4, 5)
+  v[2][2][3] = 0 / 0
+  rl.ctc_decode(rl.tensor(v), rl.tensor({3, 3}, "int32"), {beam = 4})
+end, "rl.ctc_decode: sequence 2, frame 2: a NaN or +inf logit")
+
 test("edit_distance", function()
   check(rl.edit_distance({1, 2, 3}, {1, 3}) == 1, "deletion")
   check(rl.edit_distance({}, {4, 5}) == 2, "from empty")

@@ -198,7 +198,7 @@ for mode in emacs vi; do
             "FAIL "*) bad "${line#FAIL }" ;;
             *) echo "$line" ;;
         esac
-    done < <(timeout 120 python3 "$tmp/keys.py" "$bin" "$tmp/home" "$mode" 2>&1 || echo "FAIL pty driver ($mode) did not finish")
+    done < <(timeout 120 python3 -u "$tmp/keys.py" "$bin" "$tmp/home" "$mode" 2>&1 || echo "FAIL pty driver ($mode) did not finish")
 done
 
 echo "$pass passed, $fail failed"

@@ -1,0 +1,299 @@
+/* CTC prefix beam search (Hannun et al. 2014) on the CPU, one sequence per thread (declared in
+ * kernels/ctc.h).
+ *
+ * Per frame t, every kept prefix p with log-probabilities pb (its paths end in a blank) and pnb
+ * (they end in p's last label), total = lse(pb, pnb), is extended by every class c with
+ * log-probability l = logp[t, c]:
+ *   c = blank:          p.pb    += total + l
+ *   c = last label of p: p+c.pnb += pb + l   and   p.pnb += pnb + l   (a repeat needs a blank)
+ *   other c:            p+c.pnb += total + l
+ * (+= is log-sum-exp; a new prefix starts at -inf), where p+c is the same entry as a kept prefix
+ * q when q = p+c. Then the `beam` best entries by lse(pb, pnb) are kept, ties broken by the text
+ * key "l1,l2,...," in byte order, and after the last frame the best one is the result. The
+ * order of every sum is the one of the Lua reference (tests/lua/ctc_beam_ref.lua), so both give
+ * the same labels.
+ *
+ * Prefixes are nodes of a tree (parent, label), one node per prefix (a hash of (parent, label)
+ * finds it again): a kept prefix is a node, a candidate is a kept prefix plus at most one label,
+ * and only the candidates kept get a node (at most beam new ones per frame). Scratch per
+ * sequence: the nodes (T beam + 1) and their hash, the kept prefixes, and the candidates
+ * (beam V), allocated by the thread that decodes it. */
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../ctc.h"
+
+typedef struct {
+    int32_t node; /* the kept prefix it extends, as a node */
+    int32_t c;    /* the label added, -1 for the prefix itself */
+    double pb, pnb, score;
+} cand;
+
+typedef struct {
+    int32_t *parent, *label; /* the prefix tree; node 0 is the empty prefix */
+    int32_t n_nodes;
+    int32_t *slots; /* open addressing (parent, label) -> node, so each prefix is one node */
+    uint64_t mask;
+    char *ka, *kb; /* text keys for tie-breaks */
+    size_t key_cap;
+} tree;
+
+/* The node of prefix `parent` + `c`, made when there is none yet. A prefix dropped from the
+ * beam and found again must get its old node back: the tree's parent links are how a kept
+ * prefix p+c is recognised as the extension of a kept p. */
+static int32_t child(tree *tr, int32_t parent, int32_t c) {
+    uint64_t h = ((uint64_t)(uint32_t)parent * 0x9E3779B97F4A7C15ull) ^
+                 ((uint64_t)(uint32_t)c * 0xC2B2AE3D27D4EB4Full);
+    for (uint64_t i = (h >> 17) & tr->mask;; i = (i + 1) & tr->mask) {
+        int32_t m = tr->slots[i];
+        if (m < 0) {
+            m = tr->n_nodes++;
+            tr->parent[m] = parent;
+            tr->label[m] = c;
+            tr->slots[i] = m;
+            return m;
+        }
+        if (tr->parent[m] == parent && tr->label[m] == c) return m;
+    }
+}
+
+typedef struct {
+    int64_t T, B, V, beam;
+    const double *logp;
+    const int32_t *lengths;
+    int32_t blank;
+    int32_t *out;
+    int64_t *out_len;
+    atomic_long next;
+    atomic_int failed; /* 1: out of memory */
+} beam_job;
+
+static double lse(double a, double b) {
+    if (a == -INFINITY) return b;
+    if (b == -INFINITY) return a;
+    if (a > b) return a + log(1 + exp(b - a));
+    return b + log(1 + exp(a - b));
+}
+
+/* The labels of node n (then c, when c >= 0) as the text key "l1,l2,...,". */
+static void key_of(const tree *tr, int32_t n, int32_t c, char *buf) {
+    int32_t depth = 0;
+    for (int32_t m = n; m != 0; m = tr->parent[m])
+        depth++;
+    /* each label takes at most 11 characters plus the comma; fill from the back */
+    size_t end = (size_t)(depth + 1) * 12;
+    char *p = buf + end;
+    *p = '\0';
+    char tmp[16];
+    if (c >= 0) {
+        int k = snprintf(tmp, sizeof tmp, "%d,", (int)c);
+        p -= k;
+        memcpy(p, tmp, (size_t)k);
+    }
+    for (int32_t m = n; m != 0; m = tr->parent[m]) {
+        int k = snprintf(tmp, sizeof tmp, "%d,", (int)tr->label[m]);
+        p -= k;
+        memcpy(p, tmp, (size_t)k);
+    }
+    memmove(buf, p, strlen(p) + 1);
+}
+
+/* < 0 when a ranks before b: the higher score, then the smaller key */
+static int by_score(const cand *a, const cand *b, tree *tr) {
+    if (a->score != b->score) return a->score > b->score ? -1 : 1;
+    key_of(tr, a->node, a->c, tr->ka);
+    key_of(tr, b->node, b->c, tr->kb);
+    return strcmp(tr->ka, tr->kb);
+}
+
+/* Decodes sequence b; false when out of memory. */
+static bool decode_one(beam_job *j, int64_t b) {
+    const int64_t T = j->lengths[b], V = j->V, beam = j->beam;
+    int64_t max_nodes = T * beam + 1;
+    tree tr = {0};
+    tr.key_cap = (size_t)(T + 2) * 12 + 1;
+    tr.parent = malloc((size_t)max_nodes * sizeof(int32_t));
+    tr.label = malloc((size_t)max_nodes * sizeof(int32_t));
+    int32_t *node_beam = malloc((size_t)max_nodes * sizeof(int32_t)); /* node -> kept index */
+    cand *kept = malloc((size_t)beam * sizeof(cand)), *top = malloc((size_t)beam * sizeof(cand));
+    cand *cands = malloc((size_t)(beam * V) * sizeof(cand));
+    int32_t *redirect = malloc((size_t)(beam * V) * sizeof(int32_t));
+    tr.ka = malloc(tr.key_cap);
+    tr.kb = malloc(tr.key_cap);
+    uint64_t n_slots = 16;
+    while (n_slots < 2 * (uint64_t)max_nodes)
+        n_slots *= 2;
+    tr.mask = n_slots - 1;
+    tr.slots = malloc(n_slots * sizeof(int32_t));
+    bool ok = tr.parent && tr.label && node_beam && kept && top && cands && redirect && tr.ka &&
+              tr.kb && tr.slots;
+    if (ok) {
+        memset(tr.slots, 0xff, n_slots * sizeof(int32_t));
+        tr.parent[0] = -1;
+        tr.label[0] = -1;
+        tr.n_nodes = 1;
+        node_beam[0] = -1;
+        kept[0] = (cand){.node = 0, .c = -1, .pb = 0, .pnb = -INFINITY};
+        int64_t nk = 1;
+        for (int64_t t = 0; t < T; t++) {
+            const double *row = j->logp + (t * j->B + b) * V;
+            /* slot i V + c: kept prefix i extended by c; i V + blank: prefix i itself */
+            for (int64_t i = 0; i < nk; i++)
+                node_beam[kept[i].node] = (int32_t)i;
+            for (int64_t s = 0; s < nk * V; s++)
+                redirect[s] = -1;
+            for (int64_t i = 0; i < nk; i++) {
+                int32_t n = kept[i].node;
+                if (n != 0 && node_beam[tr.parent[n]] >= 0)
+                    redirect[node_beam[tr.parent[n]] * V + tr.label[n]] =
+                        (int32_t)(i * V + j->blank);
+            }
+            for (int64_t s = 0; s < nk * V; s++) {
+                int64_t i = s / V;
+                int32_t c = (int32_t)(s % V);
+                cands[s] = (cand){.node = kept[i].node,
+                                  .c = c == j->blank ? -1 : c,
+                                  .pb = -INFINITY,
+                                  .pnb = -INFINITY};
+            }
+            for (int64_t i = 0; i < nk; i++) {
+                double pb = kept[i].pb, pnb = kept[i].pnb, total = lse(pb, pnb);
+                int32_t last = tr.label[kept[i].node];
+                cand *self = &cands[i * V + j->blank];
+                for (int32_t c = 0; c < V; c++) {
+                    double l = row[c];
+                    if (c == j->blank) {
+                        self->pb = lse(self->pb, total + l);
+                        continue;
+                    }
+                    int64_t s = i * V + c;
+                    cand *e = &cands[redirect[s] >= 0 ? redirect[s] : s];
+                    if (c == last) {
+                        e->pnb = lse(e->pnb, pb + l);
+                        self->pnb = lse(self->pnb, pnb + l);
+                    } else {
+                        e->pnb = lse(e->pnb, total + l);
+                    }
+                }
+            }
+            /* the best `beam` of the candidates (every slot but the redirected ones, whose entry
+             * is elsewhere) by insertion into a sorted list: most candidates lose to the list's
+             * last entry at once, and only equal scores (often -inf: a prefix whose paths all end
+             * in its last label extended by that label) compare keys */
+            int64_t nt = 0;
+            for (int64_t s = 0; s < nk * V; s++) {
+                if (redirect[s] >= 0) continue;
+                cand cs = cands[s];
+                cs.score = lse(cs.pb, cs.pnb);
+                if (nt == beam && by_score(&cs, &top[nt - 1], &tr) >= 0) continue;
+                int64_t at = nt < beam ? nt++ : nt - 1;
+                while (at > 0 && by_score(&cs, &top[at - 1], &tr) < 0) {
+                    top[at] = top[at - 1];
+                    at--;
+                }
+                top[at] = cs;
+            }
+            for (int64_t i = 0; i < nk; i++)
+                node_beam[kept[i].node] = -1;
+            nk = nt;
+            for (int64_t i = 0; i < nk; i++) {
+                kept[i] = top[i];
+                if (top[i].c >= 0) { /* an extended prefix: its node */
+                    int32_t m = child(&tr, top[i].node, top[i].c);
+                    node_beam[m] = -1;
+                    kept[i].node = m;
+                }
+                kept[i].c = -1;
+            }
+        }
+        /* the best prefix's labels, from the leaf up */
+        int64_t n = 0;
+        for (int32_t m = kept[0].node; m != 0; m = tr.parent[m])
+            n++;
+        int32_t *out = j->out + b * j->T;
+        int64_t k = n;
+        for (int32_t m = kept[0].node; m != 0; m = tr.parent[m])
+            out[--k] = tr.label[m];
+        j->out_len[b] = n;
+    }
+    free(tr.parent);
+    free(tr.label);
+    free(node_beam);
+    free(kept);
+    free(top);
+    free(cands);
+    free(redirect);
+    free(tr.ka);
+    free(tr.kb);
+    free(tr.slots);
+    return ok;
+}
+
+static void *beam_worker(void *arg) {
+    beam_job *j = arg;
+    for (;;) {
+        long b = atomic_fetch_add(&j->next, 1);
+        if (b >= j->B) break;
+        if (!decode_one(j, b)) atomic_store(&j->failed, 1);
+    }
+    return NULL;
+}
+
+rl_status rl_ctc_beam_search_cpu(int64_t T, int64_t B, int64_t V, const double *logp,
+                                 const int32_t *lengths, int32_t blank, int64_t beam, int32_t *out,
+                                 int64_t *out_len, int threads) {
+    if (beam < 1 || V < 1 || blank < 0 || blank >= V || beam > INT32_MAX / V)
+        return rl_error(RL_EARG, "rl.ctc_decode: beam %lld with %lld classes, blank %d",
+                        (long long)beam, (long long)V, (int)blank);
+    for (int64_t b = 0; b < B; b++) {
+        if (lengths[b] < 0 || lengths[b] > T)
+            return rl_error(RL_EARG, "rl.ctc_decode: sequence %lld: length %d is outside 0..%lld",
+                            (long long)b + 1, (int)lengths[b], (long long)T);
+        if ((int64_t)lengths[b] * beam + 1 > INT32_MAX)
+            return rl_error(RL_EARG,
+                            "rl.ctc_decode: sequence %lld: %d frames x beam %lld is too "
+                            "many prefixes",
+                            (long long)b + 1, (int)lengths[b], (long long)beam);
+        /* a NaN would make the order of the candidates undefined: name where it is */
+        const double *p = logp + b * V;
+        for (int64_t t = 0; t < lengths[b]; t++)
+            for (int64_t c = 0; c < V; c++)
+                if (isnan(p[t * B * V + c]))
+                    return rl_error(RL_EARG,
+                                    "rl.ctc_decode: sequence %lld, frame %lld: a NaN or +inf "
+                                    "logit (its log-probabilities are NaN)",
+                                    (long long)b + 1, (long long)t + 1);
+    }
+    beam_job j = {.T = T,
+                  .B = B,
+                  .V = V,
+                  .beam = beam,
+                  .logp = logp,
+                  .lengths = lengths,
+                  .blank = blank,
+                  .out = out,
+                  .out_len = out_len};
+    atomic_store(&j.next, 0);
+    atomic_store(&j.failed, 0);
+    if (threads > B) threads = (int)B;
+    if (threads > 64) threads = 64;
+    pthread_t th[64];
+    int started = 0;
+    for (int i = 1; i < threads; i++) {
+        if (pthread_create(&th[i], NULL, beam_worker, &j) != 0) break;
+        started = i;
+    }
+    beam_worker(&j);
+    for (int i = 1; i <= started; i++)
+        pthread_join(th[i], NULL);
+    if (atomic_load(&j.failed))
+        return rl_error(RL_ENOMEM,
+                        "rl.ctc_decode: out of memory for the beam search (beam %lld, "
+                        "%lld classes, %lld frames)",
+                        (long long)beam, (long long)V, (long long)T);
+    return RL_OK;
+}
