@@ -115,25 +115,36 @@ static inline void bench_run_sgemm(void *ctx, int64_t reps) {
                       s->n);
 }
 
+/* s multiplies n x n matrices held in t[0..2] (released by bench_sgemm_free). */
+static inline void bench_sgemm_init(bench_sgemm_ctx *s, rl_tensor *t, int64_t n) {
+    int64_t sh[2] = {n, n};
+    float **p[3] = {&s->a, &s->b, &s->c};
+    s->n = n;
+    for (int i = 0; i < 3; i++) {
+        t[i] = (rl_tensor){0};
+        bench_check(rl_tensor_empty(&t[i], RL_FLOAT32, RL_DEVICE_CPU, 2, sh), "sgemm");
+        bench_check(rl_op_fill(&t[i], 0.5), "sgemm");
+        *p[i] = rl_tensor_data(&t[i]);
+    }
+}
+
+static inline void bench_sgemm_free(rl_tensor *t) {
+    for (int i = 0; i < 3; i++)
+        rl_tensor_release(&t[i]);
+}
+
 static inline double bench_sgemm_peak(void) {
     double best = 0;
     for (int64_t n = 1024; n <= 2048; n *= 2) {
-        rl_tensor t[3] = {{0}};
-        int64_t sh[2] = {n, n};
-        bench_sgemm_ctx s = {n, NULL, NULL, NULL};
-        float **p[3] = {&s.a, &s.b, &s.c};
-        for (int i = 0; i < 3; i++) {
-            bench_check(rl_tensor_empty(&t[i], RL_FLOAT32, RL_DEVICE_CPU, 2, sh), "sgemm");
-            bench_check(rl_op_fill(&t[i], 0.5), "sgemm");
-            *p[i] = rl_tensor_data(&t[i]);
-        }
+        rl_tensor t[3];
+        bench_sgemm_ctx s;
+        bench_sgemm_init(&s, t, n);
         bench_variant v = {bench_run_sgemm, &s};
         double sec;
         bench_row(1, &v, &sec);
         double gf = 2.0 * (double)n * (double)n * (double)n / sec / 1e9;
         best = gf > best ? gf : best;
-        for (int i = 0; i < 3; i++)
-            rl_tensor_release(&t[i]);
+        bench_sgemm_free(t);
     }
     return best;
 }

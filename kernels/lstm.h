@@ -33,17 +33,22 @@ void rl_lstm_cpu_fwd_f64(int64_t B, int64_t H, int64_t t, const int32_t *len, do
  * dout: dLoss/dout of this step, rows dout_ld elements apart (NULL: zero).
  * dh (B, H): on entry dLoss/dh_t from the next step's recurrent projection; on return 0 on
  * valid rows (the caller then adds dz U^T) and unchanged on padded rows.
- * dc (B, H): dLoss/dc_t on entry, dLoss/dc_{t-1} on return.
- * db (4H) += column sums of dz; dpeep (3 pointers, H each, or NULL) += the peephole
- * gradients. */
+ * dc (B, H): dLoss/dc_t on entry, dLoss/dc_{t-1} on return. */
 void rl_lstm_cpu_bwd_f32(int64_t B, int64_t H, int64_t t, const int32_t *len, float *z,
                          const float *const *peep, const float *cp, const float *c,
-                         const float *dout, int64_t dout_ld, float *dh, float *dc, float *db,
-                         float *const *dpeep);
+                         const float *dout, int64_t dout_ld, float *dh, float *dc);
 void rl_lstm_cpu_bwd_f64(int64_t B, int64_t H, int64_t t, const int32_t *len, double *z,
                          const double *const *peep, const double *cp, const double *c,
-                         const double *dout, int64_t dout_ld, double *dh, double *dc, double *db,
-                         double *const *dpeep);
+                         const double *dout, int64_t dout_ld, double *dh, double *dc);
+
+/* After the backward steps, over all of them at once (rows = T * B): dz (rows, 4H) the gate
+ * gradients (0 on padded rows), cp, c (rows, H) each row's previous and own cell.
+ * db (4H) += column sums of dz; dpeep (3 pointers, H each, or NULL) += the peephole
+ * gradients. */
+void rl_lstm_cpu_param_grads_f32(int64_t rows, int64_t H, const float *dz, const float *cp,
+                                 const float *c, float *db, float *const *dpeep);
+void rl_lstm_cpu_param_grads_f64(int64_t rows, int64_t H, const double *dz, const double *cp,
+                                 const double *c, double *db, double *const *dpeep);
 
 #ifdef __cplusplus
 }

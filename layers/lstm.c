@@ -23,10 +23,14 @@
  * recurrent GEMM (B, H) x (H, 4H) into the step's rows of z and one fused pointwise pass
  * (kernels/cpu/lstm.c). Backward runs one pointwise pass (dz_t, in place of the gates) and one
  * GEMM dz_t U^T per step, then dW_k = X_k^T dZ, dU = Hprev^T dZ and dX_k = dZ W_k^T as single
- * GEMMs over all frames. In float32 on an AVX2+FMA or AVX-512 CPU the per-step products use
- * kernels/cpu/gemm_small.c with U (forward) or U^T (backward) packed once per pass, split
- * over the BLAS thread count: a BLAS call would repack U on every step and runs those
- * few-row products at a fraction of its speed; float64 and other CPUs use BLAS throughout.
+ * GEMMs over all frames, and db, the peephole gradients as one pass over dZ. In float32 on an
+ * AVX2+FMA or AVX-512 CPU the per-step products use kernels/cpu/gemm_small.c with U (forward)
+ * or U^T (backward) packed once per pass: a BLAS call would repack U on every step and runs
+ * those few-row products at a fraction of its speed; float64 and other CPUs use BLAS
+ * throughout. With more than one BLAS thread the work is split over them: by batch rows for
+ * the whole pass where U is small enough (each thread runs its rows' steps, products and
+ * pointwise passes alike, with no handoff per step), else by columns of each step's product
+ * (run_steps).
  *
  * Buffers (sized per batch shape with rl_buffer_ensure; all kept from forward for backward):
  *   gates (T, B, 4H)     pre-activations, then activations; backward overwrites them with dZ
@@ -80,7 +84,9 @@
 #include "matrix.h"
 #include "recurrent.h"
 
+#include "../core/blas.h"
 #include "../kernels/cpu/gemm_small.h"
+#include "../kernels/cpu/parallel.h"
 #include "../kernels/lstm.h"
 #include "../kernels/ops.h"
 #ifdef RL_WITH_CUDA
@@ -123,72 +129,140 @@ static void drop_stream_users(rl_recurrent *r) {
     rl_lstm_cudnn_drop(&L->dnn);
 }
 
-/* The forward recurrence on the CPU: per step the recurrent product (packed small-M GEMM or
- * BLAS) and the fused pointwise pass of kernels/cpu/lstm.c. peep: NULL without peepholes. */
-static rl_status forward_steps_cpu(lstm_layer *L, rl_dtype dt, const int32_t *len, rl_mat U,
-                                   rl_mat bias, const void *const *peep) {
-    rl_layer *l = &L->base;
-    int64_t T = L->rec.T, B = L->rec.B, H = l->n_out, BH = B * H;
-    bool packed = dt == RL_FLOAT32 && rl_gemm_packed_fast();
-    if (packed) {
-        int64_t n = rl_gemm_packed_size(H, 4 * H);
-        RL_TRY(rl_buffer_ensure(&L->upack, RL_FLOAT32, RL_DEVICE_CPU, 1, &n));
-        rl_gemm_pack_f32(rl_tensor_data(&L->upack), U.p, 4 * H, false, H, 4 * H);
-    }
+/* The CPU recurrence. Batch rows never read each other's state, so with the packed kernel
+ * and BLAS threads > 1 the batch is cut into row parts (row_parts), each running every step
+ * of the pass (its rows' recurrent product and pointwise pass) on a thread of
+ * kernels/cpu/parallel.h: one handoff per pass instead of one per step, and the pointwise
+ * passes run in parallel too. Otherwise each step's product is split by columns
+ * (rl_gemm_packed_f32) and the pointwise pass runs on the calling thread. The results do not
+ * depend on the split. */
+typedef struct {
+    lstm_layer *L;
+    rl_dtype dt;
+    const int32_t *len;
+    rl_mat U, bias, dout; /* bias: forward; dout: backward */
+    const void *const *peep;
+    bool packed, backward;
+} steps_job;
+
+/* Row parts only where each part gets at least a register tile of rows (8) and the packed U
+ * (4H x H floats) stays within a core's L2 (1 MiB here); beyond that a step's product is
+ * bound by streaming U, which the column split reads once rather than once per part. */
+static int row_parts(const lstm_layer *L, bool packed) {
+    int64_t H = L->base.n_out;
+    int parts = packed ? rl_blas_get_threads() : 1;
+    if (parts > RL_CPU_MAX_PARTS) parts = RL_CPU_MAX_PARTS;
+    while (parts > 1 && L->rec.B / parts < 8)
+        parts--;
+    return 16 * H * H <= (1 << 20) ? parts : 1;
+}
+
+/* Forward steps of rows r0 .. r1-1. */
+static void fwd_rows(const steps_job *j, int64_t r0, int64_t r1) {
+    lstm_layer *L = j->L;
+    rl_dtype dt = j->dt;
+    int64_t T = L->rec.T, B = L->rec.B, H = L->base.n_out, BH = B * H, n = r1 - r0;
     for (int64_t s = 0; s < T; s++) {
         int64_t t = L->direction > 0 ? s : T - 1 - s;
         int64_t prev = L->direction > 0 ? t : t + 1, cur = L->direction > 0 ? t + 1 : t;
-        rl_mat Hp = {at(&L->hs, prev * BH), H}, Zt = {at(&L->gates, t * B * 4 * H), 4 * H};
-        if (packed)
-            rl_gemm_packed_f32(B, 4 * H, H, Hp.p, H, rl_tensor_data(&L->upack), true, Zt.p, 4 * H);
+        rl_mat Hp = {at(&L->hs, prev * BH + r0 * H), H},
+               Zt = {at(&L->gates, (t * B + r0) * 4 * H), 4 * H};
+        if (j->packed)
+            rl_gemm_packed_f32(n, 4 * H, H, Hp.p, H, rl_tensor_data(&L->upack), true, Zt.p, 4 * H);
         else
-            rl_mat_gemm(RL_DEVICE_CPU, NULL, dt, false, false, B, 4 * H, H, Hp, U, 1.0, Zt);
+            rl_mat_gemm(RL_DEVICE_CPU, NULL, dt, false, false, n, 4 * H, H, Hp, j->U, 1.0, Zt);
+        void *cp = at(&L->cs, prev * BH + r0 * H), *c = at(&L->cs, cur * BH + r0 * H),
+             *h = at(&L->hs, cur * BH + r0 * H), *out = at(&L->base.out, t * BH + r0 * H);
         if (dt == RL_FLOAT32)
-            rl_lstm_cpu_fwd_f32(B, H, t, len, Zt.p, bias.p, (const float *const *)peep,
-                                at(&L->cs, prev * BH), Hp.p, at(&L->cs, cur * BH),
-                                at(&L->hs, cur * BH), at(&l->out, t * BH));
+            rl_lstm_cpu_fwd_f32(n, H, t, j->len + r0, Zt.p, j->bias.p,
+                                (const float *const *)j->peep, cp, Hp.p, c, h, out);
         else
-            rl_lstm_cpu_fwd_f64(B, H, t, len, Zt.p, bias.p, (const double *const *)peep,
-                                at(&L->cs, prev * BH), Hp.p, at(&L->cs, cur * BH),
-                                at(&L->hs, cur * BH), at(&l->out, t * BH));
+            rl_lstm_cpu_fwd_f64(n, H, t, j->len + r0, Zt.p, j->bias.p,
+                                (const double *const *)j->peep, cp, Hp.p, c, h, out);
     }
-    return RL_OK;
 }
 
-/* The backward recurrence on the CPU (dZ over the gates, dh, dc, db and dpeep per step), then
- * dU = Hprev^T dZ. */
-static rl_status backward_steps_cpu(lstm_layer *L, rl_dtype dt, const int32_t *len, rl_mat dout,
-                                    rl_mat U, rl_mat dU, rl_mat db, const void *const *peep,
-                                    void *const *dpeep) {
-    rl_layer *l = &L->base;
-    int64_t T = L->rec.T, B = L->rec.B, H = l->n_out, BH = B * H;
-    rl_mat dH = {rl_tensor_data(&L->dh), H};
-    bool packed = dt == RL_FLOAT32 && rl_gemm_packed_fast();
-    if (packed) {
-        int64_t n = rl_gemm_packed_size(4 * H, H);
-        RL_TRY(rl_buffer_ensure(&L->upack, RL_FLOAT32, RL_DEVICE_CPU, 1, &n));
-        rl_gemm_pack_f32(rl_tensor_data(&L->upack), U.p, 4 * H, true, 4 * H, H);
-    }
+/* Backward steps of rows r0 .. r1-1: dZ over the gates, dh, dc. */
+static void bwd_rows(const steps_job *j, int64_t r0, int64_t r1) {
+    lstm_layer *L = j->L;
+    rl_dtype dt = j->dt;
+    int64_t T = L->rec.T, B = L->rec.B, H = L->base.n_out, BH = B * H, n = r1 - r0;
+    size_t es = rl_dtype_size(dt);
+    rl_mat dH = {at(&L->dh, r0 * H), H};
+    void *dc = at(&L->dc, r0 * H);
     for (int64_t s = T - 1; s >= 0; s--) {
         int64_t t = L->direction > 0 ? s : T - 1 - s;
         int64_t prev = L->direction > 0 ? t : t + 1, cur = L->direction > 0 ? t + 1 : t;
-        rl_mat Zt = {at(&L->gates, t * B * 4 * H), 4 * H};
+        rl_mat Zt = {at(&L->gates, (t * B + r0) * 4 * H), 4 * H};
         const void *dot =
-            dout.p ? (char *)dout.p + (size_t)(t * B * dout.ld) * rl_dtype_size(dt) : NULL;
+            j->dout.p ? (char *)j->dout.p + (size_t)((t * B + r0) * j->dout.ld) * es : NULL;
+        void *cp = at(&L->cs, prev * BH + r0 * H), *c = at(&L->cs, cur * BH + r0 * H);
         if (dt == RL_FLOAT32)
-            rl_lstm_cpu_bwd_f32(B, H, t, len, Zt.p, (const float *const *)peep,
-                                at(&L->cs, prev * BH), at(&L->cs, cur * BH), dot, dout.ld, dH.p,
-                                rl_tensor_data(&L->dc), db.p, (float *const *)dpeep);
+            rl_lstm_cpu_bwd_f32(n, H, t, j->len + r0, Zt.p, (const float *const *)j->peep, cp, c,
+                                dot, j->dout.ld, dH.p, dc);
         else
-            rl_lstm_cpu_bwd_f64(B, H, t, len, Zt.p, (const double *const *)peep,
-                                at(&L->cs, prev * BH), at(&L->cs, cur * BH), dot, dout.ld, dH.p,
-                                rl_tensor_data(&L->dc), db.p, (double *const *)dpeep);
+            rl_lstm_cpu_bwd_f64(n, H, t, j->len + r0, Zt.p, (const double *const *)j->peep, cp, c,
+                                dot, j->dout.ld, dH.p, dc);
         /* padded rows of dZ_t are 0, so their dh passes through unchanged */
-        if (packed)
-            rl_gemm_packed_f32(B, H, 4 * H, Zt.p, 4 * H, rl_tensor_data(&L->upack), true, dH.p, H);
+        if (j->packed)
+            rl_gemm_packed_f32(n, H, 4 * H, Zt.p, 4 * H, rl_tensor_data(&L->upack), true, dH.p, H);
         else
-            rl_mat_gemm(RL_DEVICE_CPU, NULL, dt, false, true, B, H, 4 * H, Zt, U, 1.0, dH);
+            rl_mat_gemm(RL_DEVICE_CPU, NULL, dt, false, true, n, H, 4 * H, Zt, j->U, 1.0, dH);
     }
+}
+
+static void steps_part(void *ctx, int part, int parts) {
+    const steps_job *j = ctx;
+    int64_t B = j->L->rec.B, r0 = B * part / parts, r1 = B * (part + 1) / parts;
+    if (j->backward)
+        bwd_rows(j, r0, r1);
+    else
+        fwd_rows(j, r0, r1);
+}
+
+/* Packs U (forward) or U^T (backward) for the packed kernel, then runs the steps. */
+static rl_status run_steps(steps_job *j) {
+    lstm_layer *L = j->L;
+    int64_t H = L->base.n_out;
+    j->packed = j->dt == RL_FLOAT32 && rl_gemm_packed_fast();
+    if (j->packed) {
+        int64_t n = j->backward ? rl_gemm_packed_size(4 * H, H) : rl_gemm_packed_size(H, 4 * H);
+        RL_TRY(rl_buffer_ensure(&L->upack, RL_FLOAT32, RL_DEVICE_CPU, 1, &n));
+        if (j->backward)
+            rl_gemm_pack_f32(rl_tensor_data(&L->upack), j->U.p, 4 * H, true, 4 * H, H);
+        else
+            rl_gemm_pack_f32(rl_tensor_data(&L->upack), j->U.p, 4 * H, false, H, 4 * H);
+    }
+    int parts = row_parts(L, j->packed);
+    if (parts > 1)
+        rl_cpu_parallel(parts, steps_part, j);
+    else
+        steps_part(j, 0, 1);
+    return RL_OK;
+}
+
+/* The forward recurrence on the CPU. peep: NULL without peepholes. */
+static rl_status forward_steps_cpu(lstm_layer *L, rl_dtype dt, const int32_t *len, rl_mat U,
+                                   rl_mat bias, const void *const *peep) {
+    steps_job j = {.L = L, .dt = dt, .len = len, .U = U, .bias = bias, .peep = peep};
+    return run_steps(&j);
+}
+
+/* The backward recurrence on the CPU, then over all frames db, dpeep and dU = Hprev^T dZ. */
+static rl_status backward_steps_cpu(lstm_layer *L, rl_dtype dt, const int32_t *len, rl_mat dout,
+                                    rl_mat U, rl_mat dU, rl_mat db, const void *const *peep,
+                                    void *const *dpeep) {
+    int64_t T = L->rec.T, B = L->rec.B, H = L->base.n_out, BH = B * H;
+    steps_job j = {
+        .L = L, .dt = dt, .len = len, .U = U, .dout = dout, .peep = peep, .backward = true};
+    RL_TRY(run_steps(&j));
+    void *cp = at(&L->cs, L->direction > 0 ? 0 : BH), *c = at(&L->cs, L->direction > 0 ? BH : 0);
+    if (dt == RL_FLOAT32)
+        rl_lstm_cpu_param_grads_f32(T * B, H, rl_tensor_data(&L->gates), cp, c, db.p,
+                                    (float *const *)dpeep);
+    else
+        rl_lstm_cpu_param_grads_f64(T * B, H, rl_tensor_data(&L->gates), cp, c, db.p,
+                                    (double *const *)dpeep);
     rl_mat dZ = {rl_tensor_data(&L->gates), 4 * H};
     rl_mat Hprev = {at(&L->hs, L->direction > 0 ? 0 : BH), H};
     rl_mat_gemm(RL_DEVICE_CPU, NULL, dt, true, false, H, 4 * H, T * B, Hprev, dZ, 1.0, dU);

@@ -29,13 +29,15 @@
  * coordinates to actual ones per image when it lists a diagonal's cells.
  *
  * Cost: the input projection of all positions and directions is one GEMM per input
- * (H*W*B, F_k) x (F_k, ndirs*5D). Then, for each anti-diagonal s = y + x (scan coordinates)
- * of all images and directions together: per direction, the predecessors' states are
+ * (H*W*B, F_k) x (F_k, ndirs*5D). Then, on the CPU, each direction sweeps its anti-diagonals
+ * s = y + x (scan coordinates) of all images together; directions are independent, so they
+ * run on separate threads (sweep_cpu). Forward, per diagonal: the predecessors' states are
  * gathered side by side into one (n, 2D) operand, one GEMM against [U_up; U_left] gives the
  * recurrent projection (n, 5D), and one fused pointwise pass (kernels/cpu/mdlstm.c) computes
- * the cells. Backward runs the diagonals in reverse: per direction, the successors' dZ rows
- * are gathered into (n, 10D), one GEMM gives dh (n, D), one pointwise pass gives dZ (in place
- * of the gates) and the cell gradients passed back.
+ * the cells. Backward runs the diagonals in reverse: one pointwise pass gives dZ (in place of
+ * the gates, a contiguous copy, and db), taking dh from the successors' products, and the cell
+ * gradients passed back; one GEMM dZ (n, 5D) x [U_up; U_left]^T gives what each cell passes
+ * to its predecessors' dh, (n, 2D).
  * Afterwards dU_up, dU_left are GEMMs of shifted views of the stored states against dZ (one for
  * U_up, one per image row for U_left, per direction), dW_k = X_k^T dZ and dX_k = dZ W_k^T.
  *
@@ -47,8 +49,9 @@
  *   dcu, dcl (H, W, B, ndirs*D)   backward: cell gradients each cell passes to its up / left
  *                                 predecessor
  *   s1 (nmax*10D), s3 (nmax*5D)   per-diagonal GEMM operands, nmax = ndirs*B*min(H, W)
- *   ucat     (ndirs*10D*D)        U_up and U_left of each direction side by side (stack_u)
- *   cells    5 * nmax int64       a diagonal's cell rows (pos, up, left, down, right)
+ *   ucat     (ndirs*10D*D)        U_up and U_left of each direction stacked (stack_u)
+ *   cells    per direction        a diagonal's cell rows (pos, up, left, down, right) and
+ *                                 successors' entries (sweep_cells)
  *   xs[k], gout, dxs[k]           contiguous copies of inputs / grad_out / input gradients
  *                                 whose (H, W, B) dims cannot be folded into rows
  * No allocation happens inside the diagonal loop.
@@ -70,8 +73,10 @@
 #include "layers.h"
 #include "matrix.h"
 
+#include "../core/blas.h"
 #include "../core/device.h"
 #include "../kernels/cpu/gemm_small.h"
+#include "../kernels/cpu/parallel.h"
 #include "../kernels/mdlstm.h"
 #include "../kernels/ops.h"
 #ifdef RL_WITH_CUDA
@@ -134,21 +139,30 @@ static bool fold_hwb(const rl_tensor *x, rl_mat *m) {
 
 /* Lists the cells of scan diagonal s for every direction from entry n0 on: direction k's cells
  * are cells[off[k] .. off[k+1]-1] of each of the five arrays (pos, up, left, down, right; cap
- * entries apart). Direction k's count is the same for every k: it depends only on the sizes. */
-static void list_cells(const int *dirs, int nd, int64_t W, int64_t B, int64_t s, const int32_t *sz,
-                       int64_t *cells, int64_t cap, int64_t n0, int64_t *off) {
+ * entries apart). Direction k's count is the same for every k: it depends only on the sizes.
+ * A direction's cells are ordered by ys, then by image: with images of one size, the cells of
+ * one ys are B adjacent rows of the position-major buffers, so the passes over a diagonal
+ * read memory in runs rather than one row per image.
+ * With tab (one direction only, n0 = 0), two more arrays follow: dn, rt, each cell's down and
+ * right successor as an entry of diagonal s + 1's list (-1 where there is none); tab (H * B)
+ * holds at [ys * B + b] the entry of cell (ys, b) of diagonal s + 1 on entry, of diagonal s on
+ * return, so the lists must come diagonal after diagonal in reverse (backward's order). */
+static void list_cells(const int *dirs, int nd, int64_t H, int64_t W, int64_t B, int64_t s,
+                       const int32_t *sz, int64_t *cells, int64_t cap, int64_t n0, int64_t *off,
+                       int64_t *tab) {
     int64_t n = n0;
     int64_t *pos = cells, *up = pos + cap, *left = up + cap, *down = left + cap,
-            *right = down + cap;
+            *right = down + cap, *dn = right + cap, *rt = dn + cap;
+    int64_t ys0 = s - W + 1 > 0 ? s - W + 1 : 0, ys1 = s < H - 1 ? s : H - 1;
     for (int k = 0; k < nd; k++) {
         bool fx = dirs[k] & 1, fy = dirs[k] & 2;
         int64_t sy = fy ? -1 : 1, sx = fx ? -1 : 1; /* actual step of a scan step */
         off[k] = n;
-        for (int64_t b = 0; b < B; b++) {
-            int64_t h = sz[2 * b], w = sz[2 * b + 1];
-            int64_t y0 = s - w + 1 > 0 ? s - w + 1 : 0, y1 = s < h - 1 ? s : h - 1;
-            for (int64_t ys = y0; ys <= y1; ys++) {
-                int64_t xs = s - ys;
+        for (int64_t ys = ys0; ys <= ys1; ys++) {
+            int64_t xs = s - ys;
+            for (int64_t b = 0; b < B; b++) {
+                int64_t h = sz[2 * b], w = sz[2 * b + 1];
+                if (ys >= h || xs >= w) continue;
                 int64_t y = fy ? h - 1 - ys : ys, x = fx ? w - 1 - xs : xs;
                 int64_t p = (y * W + x) * B + b;
                 pos[n] = p;
@@ -156,6 +170,11 @@ static void list_cells(const int *dirs, int nd, int64_t W, int64_t B, int64_t s,
                 left[n] = xs > 0 ? p - sx * B : -1;
                 down[n] = ys + 1 < h ? p + sy * W * B : -1;
                 right[n] = xs + 1 < w ? p + sx * B : -1;
+                if (tab) {
+                    dn[n] = ys + 1 < h ? tab[(ys + 1) * B + b] : -1;
+                    rt[n] = xs + 1 < w ? tab[ys * B + b] : -1;
+                    tab[ys * B + b] = n;
+                }
                 n++;
             }
         }
@@ -175,14 +194,15 @@ void rl_mdlstm_list_all(const int *dirs, int nd, int64_t H, int64_t W, int64_t B
     int64_t off[MAX_DIRS + 1];
     first[0] = 0;
     for (int64_t s = 0; s < H + W - 1; s++) {
-        list_cells(dirs, nd, W, B, s, sz, cells, cap, first[s], off);
+        list_cells(dirs, nd, H, W, B, s, sz, cells, cap, first[s], off, NULL);
         first[s + 1] = off[nd];
     }
 }
 
+/* Room for the CPU sweep's cell lists: cap entries per direction (sweep_cells). */
 static rl_status ensure_cells(mdlstm_layer *L, int64_t cap) {
     if (cap <= L->cells_cap) return RL_OK;
-    int64_t *p = realloc(L->cells, (size_t)(5 * cap) * sizeof *p);
+    int64_t *p = realloc(L->cells, (size_t)(L->ndirs * cap) * sizeof *p);
     if (!p)
         return rl_error(RL_ENOMEM, "layer '%s' (mdlstm): out of memory for %" PRId64 " cells",
                         L->base.name, cap);
@@ -191,46 +211,38 @@ static rl_status ensure_cells(mdlstm_layer *L, int64_t cap) {
     return RL_OK;
 }
 
-/* ucat <- each direction's two recurrent matrices side by side, so that one GEMM per
- * direction and diagonal takes both predecessors: forward (ndirs, 2D, 5D) with rows
- * [U_up_k; U_left_k] (the operand of [h_up | h_left] (n, 2D)), backward (ndirs, D, 10D) with
- * rows [U_up_k | U_left_k] (transposed operand of [dz_down | dz_right] (n, 10D)). */
-static void stack_u(mdlstm_layer *L, rl_mat Uu, rl_mat Ul, rl_dtype dt, bool backward) {
+/* ucat <- each direction's two recurrent matrices stacked, (ndirs, 2D, 5D) with rows
+ * [U_up_k; U_left_k]: forward, one GEMM per direction and diagonal takes both predecessors,
+ * [h_up | h_left] (n, 2D) x block k; backward, dz (n, 5D) x block k^T gives what each cell
+ * passes back to both predecessors' dh side by side. (The CUDA path stacks its own, see
+ * rl_mdlstm_cuda_stack_u.) */
+static void stack_u(mdlstm_layer *L, rl_mat Uu, rl_mat Ul, rl_dtype dt) {
     int64_t D = L->D, G = 5 * D;
     size_t es = rl_dtype_size(dt), row = (size_t)G * es;
     char *dst = rl_tensor_data(&L->ucat);
     for (int k = 0; k < L->ndirs; k++)
         for (int64_t m = 0; m < D; m++) {
-            const char *up = rl_mat_sub(Uu, m, k * G, dt).p, *left = rl_mat_sub(Ul, m, k * G, dt).p;
             char *base = dst + (size_t)(k * 2 * D * G) * es;
-            if (backward) {
-                memcpy(base + (size_t)(m * 2 * G) * es, up, row);
-                memcpy(base + (size_t)(m * 2 * G + G) * es, left, row);
-            } else {
-                memcpy(base + (size_t)(m * G) * es, up, row);
-                memcpy(base + (size_t)((D + m) * G) * es, left, row);
-            }
+            memcpy(base + (size_t)(m * G) * es, rl_mat_sub(Uu, m, k * G, dt).p, row);
+            memcpy(base + (size_t)((D + m) * G) * es, rl_mat_sub(Ul, m, k * G, dt).p, row);
         }
 }
 
 /* On the CPU in float32 with a vector kernel of kernels/cpu/gemm_small.c (AVX2, AVX-512), the
- * per-diagonal recurrent products (n, 2D) x (2D, 5D) forward and (n, 10D) x (10D, D)
- * backward, with n at most ndirs * B * min(H, W) rows, run against each direction's block of
- * ucat packed once per pass: BLAS would repack that block on every diagonal. Otherwise they
- * stay BLAS calls. */
+ * per-diagonal recurrent products (n, 2D) x (2D, 5D) forward and (n, 5D) x (5D, 2D) backward,
+ * with n at most B * min(H, W) rows, run against each direction's block of ucat packed once
+ * per pass: BLAS would repack that block on every diagonal. Otherwise they stay BLAS calls. */
 static rl_status pack_u(mdlstm_layer *L, rl_dtype dt, bool backward) {
     L->packed = dt == RL_FLOAT32 && rl_gemm_packed_fast();
     if (!L->packed) return RL_OK;
-    int64_t D = L->D, k = backward ? 10 * D : 2 * D, n = backward ? D : 5 * D;
+    int64_t D = L->D, k = backward ? 5 * D : 2 * D, n = backward ? 2 * D : 5 * D;
     int64_t per = rl_gemm_packed_size(k, n), total = per * L->ndirs;
     RL_TRY(rl_buffer_ensure(&L->upack, RL_FLOAT32, RL_DEVICE_CPU, 1, &total));
     const float *u = rl_tensor_data(&L->ucat);
     float *dst = rl_tensor_data(&L->upack);
-    for (int d = 0; d < L->ndirs; d++) {
-        /* forward block d: rows [U_up; U_left] (2D, 5D); backward: (D, 10D), used transposed */
-        const float *blk = u + (size_t)(d * 10 * D * D);
-        rl_gemm_pack_f32(dst + (size_t)(d * per), blk, backward ? 10 * D : 5 * D, backward, k, n);
-    }
+    for (int d = 0; d < L->ndirs; d++)
+        rl_gemm_pack_f32(dst + (size_t)(d * per), u + (size_t)(d * 10 * D * D), 5 * D, backward, k,
+                         n);
     return RL_OK;
 }
 
@@ -258,45 +270,134 @@ static rl_status check_on(const rl_layer *l, const rl_tensor *t, const char *wha
                     what, rl_tensor_describe(t, s, sizeof s), dn);
 }
 
-static void diagonals_fwd_cpu(mdlstm_layer *L, rl_dtype dt, const int32_t *sz, rl_mat Z, rl_mat Hs,
-                              rl_mat Cs, rl_mat bias) {
-    int64_t H = L->H, W = L->W, D = L->D, nd = L->ndirs, ldz = Z.ld, ldh = Hs.ld;
-    int64_t cap = L->cells_cap, off[MAX_DIRS + 1];
-    const int64_t *pos = L->cells, *up = pos + cap, *left = up + cap;
-    for (int64_t s = 0; s < H + W - 1; s++) {
-        list_cells(L->dirs, L->ndirs, W, L->B, s, sz, L->cells, cap, 0, off);
-        for (int k = 0; k < nd; k++) {
-            int64_t o = off[k], n = off[k + 1] - o;
-            if (n == 0) continue;
-            rl_mat hk = rl_mat_sub(Hs, 0, k * D, dt), ck = rl_mat_sub(Cs, 0, k * D, dt),
-                   zk = rl_mat_sub(Z, 0, k * 5 * D, dt);
-            rl_mat A = rl_mat_of(&L->s1, 2 * D), R = rl_mat_of(&L->s3, 5 * D);
-            rl_mat Uk = rl_mat_sub(rl_mat_of(&L->ucat, 5 * D), k * 2 * D, 0, dt);
-            const void *bk = (char *)bias.p + (size_t)(k * 5 * D) * rl_dtype_size(dt);
-            if (dt == RL_FLOAT32) {
-                rl_mdlstm_cpu_gather_f32(n, D, up + o, hk.p, ldh, A.p, 2 * D);
-                rl_mdlstm_cpu_gather_f32(n, D, left + o, hk.p, ldh, rl_mat_sub(A, 0, D, dt).p,
-                                         2 * D);
-            } else {
-                rl_mdlstm_cpu_gather_f64(n, D, up + o, hk.p, ldh, A.p, 2 * D);
-                rl_mdlstm_cpu_gather_f64(n, D, left + o, hk.p, ldh, rl_mat_sub(A, 0, D, dt).p,
-                                         2 * D);
-            }
-            if (L->packed)
-                rl_gemm_packed_f32(n, 5 * D, 2 * D, A.p, 2 * D,
-                                   (const float *)rl_tensor_data(&L->upack) +
-                                       k * rl_gemm_packed_size(2 * D, 5 * D),
-                                   false, R.p, 5 * D);
-            else
-                gemm(RL_DEVICE_CPU, dt, false, false, n, 5 * D, 2 * D, A, Uk, 0.0, R);
-            if (dt == RL_FLOAT32)
-                rl_mdlstm_cpu_fwd_f32(L->stable, n, D, pos + o, up + o, left + o, zk.p, ldz, R.p,
-                                      bk, ck.p, hk.p, ldh);
-            else
-                rl_mdlstm_cpu_fwd_f64(L->stable, n, D, pos + o, up + o, left + o, zk.p, ldz, R.p,
-                                      bk, ck.p, hk.p, ldh);
+/* The CPU sweeps. Directions never read each other's cells, so each runs all its diagonals
+ * alone: with BLAS threads > 1 and more than one direction, the directions are dealt out to
+ * parts on kernels/cpu/parallel.h's threads (part p takes directions p, p + parts, ...), one
+ * handoff per pass instead of one per diagonal, and the gathers and pointwise passes run in
+ * parallel too. Each direction has its own slices of the scratch buffers (cap = B * min(H, W)
+ * cells): cell lists (7 * cap), s1 (cap * 10D), s3 (cap * 5D). Only the packed kernels run in
+ * parts (BLAS is called from one thread), and the results do not depend on the split. */
+typedef struct {
+    mdlstm_layer *L;
+    rl_dtype dt;
+    const int32_t *sz;
+    rl_mat Z, Hs, Cs, bias;    /* forward: bias; backward: Hs unused */
+    rl_mat Dcu, Dcl, dout, db; /* backward */
+    bool backward;
+} sweep;
+
+static int64_t sweep_cap(const mdlstm_layer *L) { return L->B * (L->H < L->W ? L->H : L->W); }
+
+/* Entries of a direction's lists: seven arrays of sweep_cap, then list_cells' tab (H * B). */
+static int64_t sweep_cells(const mdlstm_layer *L) { return 7 * sweep_cap(L) + L->H * L->B; }
+
+static void *scratch(const rl_tensor *t, int64_t elems, rl_dtype dt) {
+    return (char *)rl_tensor_data(t) + (size_t)elems * rl_dtype_size(dt);
+}
+
+/* Forward, direction k: per diagonal, gather [h_up | h_left] (n, 2D), one GEMM gives the
+ * recurrent projections (n, 5D), one pointwise pass the cells. */
+static void sweep_fwd(const sweep *j, int k) {
+    mdlstm_layer *L = j->L;
+    rl_dtype dt = j->dt;
+    int64_t D = L->D, cap = sweep_cap(L), ldz = j->Z.ld, ldh = j->Hs.ld, off[2];
+    int64_t *cells = L->cells + k * sweep_cells(L);
+    const int64_t *pos = cells, *up = pos + cap, *left = up + cap;
+    rl_mat hk = rl_mat_sub(j->Hs, 0, k * D, dt), ck = rl_mat_sub(j->Cs, 0, k * D, dt),
+           zk = rl_mat_sub(j->Z, 0, k * 5 * D, dt);
+    rl_mat A = {scratch(&L->s1, k * cap * 10 * D, dt), 2 * D},
+           R = {scratch(&L->s3, k * cap * 5 * D, dt), 5 * D};
+    rl_mat Uk = rl_mat_sub(rl_mat_of(&L->ucat, 5 * D), k * 2 * D, 0, dt);
+    const float *pk =
+        L->packed ? (const float *)rl_tensor_data(&L->upack) + k * rl_gemm_packed_size(2 * D, 5 * D)
+                  : NULL;
+    const void *bk = rl_mat_sub(j->bias, 0, k * 5 * D, dt).p;
+    void *Al = rl_mat_sub(A, 0, D, dt).p;
+    for (int64_t s = 0; s < L->H + L->W - 1; s++) {
+        list_cells(&L->dirs[k], 1, L->H, L->W, L->B, s, j->sz, cells, cap, 0, off, NULL);
+        int64_t n = off[1];
+        if (n == 0) continue;
+        if (dt == RL_FLOAT32) {
+            rl_mdlstm_cpu_gather_f32(n, D, up, hk.p, ldh, A.p, 2 * D);
+            rl_mdlstm_cpu_gather_f32(n, D, left, hk.p, ldh, Al, 2 * D);
+        } else {
+            rl_mdlstm_cpu_gather_f64(n, D, up, hk.p, ldh, A.p, 2 * D);
+            rl_mdlstm_cpu_gather_f64(n, D, left, hk.p, ldh, Al, 2 * D);
         }
+        if (pk)
+            rl_gemm_packed_f32(n, 5 * D, 2 * D, A.p, 2 * D, pk, false, R.p, 5 * D);
+        else
+            gemm(RL_DEVICE_CPU, dt, false, false, n, 5 * D, 2 * D, A, Uk, 0.0, R);
+        if (dt == RL_FLOAT32)
+            rl_mdlstm_cpu_fwd_f32(L->stable, n, D, pos, up, left, zk.p, ldz, R.p, bk, ck.p, hk.p,
+                                  ldh);
+        else
+            rl_mdlstm_cpu_fwd_f64(L->stable, n, D, pos, up, left, zk.p, ldz, R.p, bk, ck.p, hk.p,
+                                  ldh);
     }
+}
+
+/* Backward, direction k, diagonals in reverse: one pointwise pass turns the gates into dz
+ * (taking dh from the products of diagonal s + 1, pnext), then one GEMM dz (n, 5D) x
+ * [U_up^T | U_left^T] (5D, 2D) gives what each cell passes back to its predecessors' dh
+ * (pcur; the two alternate in s3). */
+static void sweep_bwd(const sweep *j, int k) {
+    mdlstm_layer *L = j->L;
+    rl_dtype dt = j->dt;
+    int64_t D = L->D, cap = sweep_cap(L), ldz = j->Z.ld, ldh = j->Cs.ld, off[2];
+    int64_t *cells = L->cells + k * sweep_cells(L), *tab = cells + 7 * cap;
+    const int64_t *pos = cells, *up = pos + cap, *left = up + cap, *down = left + cap,
+                  *right = down + cap, *dn = right + cap, *rt = dn + cap;
+    rl_mat zk = rl_mat_sub(j->Z, 0, k * 5 * D, dt), ck = rl_mat_sub(j->Cs, 0, k * D, dt),
+           ak = rl_mat_sub(j->Dcu, 0, k * D, dt), lk = rl_mat_sub(j->Dcl, 0, k * D, dt);
+    rl_mat dZ = {scratch(&L->s1, k * cap * 10 * D, dt), 5 * D},
+           pcur = {scratch(&L->s3, k * cap * 5 * D, dt), 2 * D},
+           pnext = {scratch(&L->s3, k * cap * 5 * D + cap * 2 * D, dt), 2 * D};
+    rl_mat Uk = rl_mat_sub(rl_mat_of(&L->ucat, 5 * D), k * 2 * D, 0, dt);
+    const float *pk =
+        L->packed ? (const float *)rl_tensor_data(&L->upack) + k * rl_gemm_packed_size(5 * D, 2 * D)
+                  : NULL;
+    const void *dk = j->dout.p ? rl_mat_sub(j->dout, 0, L->sum ? 0 : k * D, dt).p : NULL;
+    void *dbk = rl_mat_sub(j->db, 0, k * 5 * D, dt).p;
+    for (int64_t s = L->H + L->W - 2; s >= 0; s--) {
+        list_cells(&L->dirs[k], 1, L->H, L->W, L->B, s, j->sz, cells, cap, 0, off, tab);
+        int64_t n = off[1];
+        if (n == 0) continue;
+        if (dt == RL_FLOAT32)
+            rl_mdlstm_cpu_bwd_f32(L->stable, n, D, pos, up, left, down, right, dn, rt, zk.p, ldz,
+                                  dZ.p, pnext.p, dk, j->dout.ld, ck.p, ak.p, lk.p, ldh, dbk);
+        else
+            rl_mdlstm_cpu_bwd_f64(L->stable, n, D, pos, up, left, down, right, dn, rt, zk.p, ldz,
+                                  dZ.p, pnext.p, dk, j->dout.ld, ck.p, ak.p, lk.p, ldh, dbk);
+        if (s == 0) break; /* the first diagonal has no predecessors */
+        if (pk)
+            rl_gemm_packed_f32(n, 2 * D, 5 * D, dZ.p, 5 * D, pk, false, pcur.p, 2 * D);
+        else
+            gemm(RL_DEVICE_CPU, dt, false, true, n, 2 * D, 5 * D, dZ, Uk, 0.0, pcur);
+        rl_mat t = pcur;
+        pcur = pnext;
+        pnext = t;
+    }
+}
+
+static void sweep_part(void *ctx, int part, int parts) {
+    const sweep *j = ctx;
+    for (int k = part; k < j->L->ndirs; k += parts) {
+        if (j->backward)
+            sweep_bwd(j, k);
+        else
+            sweep_fwd(j, k);
+    }
+}
+
+static void sweep_cpu(const sweep *j) {
+    int threads = rl_blas_get_threads(), nd = j->L->ndirs;
+    int parts = threads < nd ? threads : nd;
+    if (parts > RL_CPU_MAX_PARTS) parts = RL_CPU_MAX_PARTS;
+    if (j->L->packed && parts > 1)
+        rl_cpu_parallel(parts, sweep_part, (void *)j);
+    else
+        sweep_part((void *)j, 0, 1);
 }
 
 /* out = the directions' states summed (0 on padding, where every state is 0) */
@@ -397,6 +498,10 @@ static rl_status mdlstm_forward(rl_layer *l, rl_layer_io *io) {
     int64_t nmax = nd * B * (H < W ? H : W), s1n = nmax * 10 * D, s3n = nmax * 5 * D,
             un = nd * 10 * D * D;
     int64_t zs[4] = {H, W, B, ldz}, hs4[4] = {H, W, B, ldh}, os[4] = {H, W, B, l->n_out};
+    L->H = H;
+    L->W = W;
+    L->B = B;
+    L->have_forward = false;
     RL_TRY(rl_buffer_ensure(&l->out, dt, dev, 4, os));
     RL_TRY(rl_buffer_ensure(&L->z, dt, dev, 4, zs));
     if (L->sum) RL_TRY(rl_buffer_ensure(&L->hs, dt, dev, 4, hs4));
@@ -405,9 +510,9 @@ static rl_status mdlstm_forward(rl_layer *l, rl_layer_io *io) {
     RL_TRY(rl_buffer_ensure(&L->s3, dt, dev, 1, &s3n));
     RL_TRY(rl_buffer_ensure(&L->ucat, dt, dev, 1, &un));
     if (dev.type == RL_CPU) {
-        stack_u(L, Uu, Ul, dt, false);
+        stack_u(L, Uu, Ul, dt);
         RL_TRY(pack_u(L, dt, false));
-        RL_TRY(ensure_cells(L, nmax));
+        RL_TRY(ensure_cells(L, sweep_cells(L)));
     }
 #ifdef RL_WITH_CUDA
     else {
@@ -415,10 +520,6 @@ static rl_status mdlstm_forward(rl_layer *l, rl_layer_io *io) {
                                       false));
     }
 #endif
-    L->H = H;
-    L->W = W;
-    L->B = B;
-    L->have_forward = false;
     rl_tensor *hst = L->sum ? &L->hs : &l->out;
     RL_TRY(rl_op_fill(hst, 0.0));
     RL_TRY(rl_op_fill(&L->cs, 0.0));
@@ -441,7 +542,8 @@ static rl_status mdlstm_forward(rl_layer *l, rl_layer_io *io) {
     const int32_t *sz = rl_tensor_data(io->sizes);
     rl_mat Hs = rl_mat_of(hst, ldh), Cs = rl_mat_of(&L->cs, ldh);
     if (dev.type == RL_CPU) {
-        diagonals_fwd_cpu(L, dt, sz, Z, Hs, Cs, bias);
+        sweep j = {.L = L, .dt = dt, .sz = sz, .Z = Z, .Hs = Hs, .Cs = Cs, .bias = bias};
+        sweep_cpu(&j);
         if (L->sum) sum_dirs_cpu(L, dt, N, Hs, rl_tensor_data(&l->out));
     }
 #ifdef RL_WITH_CUDA
@@ -459,70 +561,17 @@ static rl_status mdlstm_forward(rl_layer *l, rl_layer_io *io) {
     return RL_OK;
 }
 
-/* Zeroes dZ on padded positions (which hold their input projections) and adds its column
- * sums to db. */
-static void finish_dz(const mdlstm_layer *L, const int32_t *sz, rl_dtype dt, void *z, void *db) {
+/* Zeroes dZ on padded positions, which hold their input projections (the sweep turned every
+ * cell's row into dZ and added it to db). */
+static void zero_padding(const mdlstm_layer *L, const int32_t *sz, rl_dtype dt, void *z) {
     int64_t H = L->H, W = L->W, B = L->B, ldz = L->ndirs * 5 * L->D;
     size_t es = rl_dtype_size(dt);
     for (int64_t y = 0; y < H; y++)
         for (int64_t x = 0; x < W; x++)
-            for (int64_t b = 0; b < B; b++) {
-                int64_t r = (y * W + x) * B + b;
-                char *zr = (char *)z + (size_t)(r * ldz) * es;
-                if (y >= sz[2 * b] || x >= sz[2 * b + 1]) {
-                    memset(zr, 0, (size_t)ldz * es);
-                    continue;
-                }
-                if (dt == RL_FLOAT32)
-                    for (int64_t j = 0; j < ldz; j++)
-                        ((float *)db)[j] += ((const float *)zr)[j];
-                else
-                    for (int64_t j = 0; j < ldz; j++)
-                        ((double *)db)[j] += ((const double *)zr)[j];
-            }
-}
-
-static void diagonals_bwd_cpu(mdlstm_layer *L, rl_dtype dt, const int32_t *sz, rl_mat Z, rl_mat Cs,
-                              rl_mat Dcu, rl_mat Dcl, rl_mat dout) {
-    int64_t H = L->H, W = L->W, D = L->D, nd = L->ndirs, ldz = Z.ld, ldh = Cs.ld;
-    int64_t cap = L->cells_cap, off[MAX_DIRS + 1];
-    const int64_t *pos = L->cells, *up = pos + cap, *left = up + cap, *down = left + cap,
-                  *right = down + cap;
-    for (int64_t s = H + W - 2; s >= 0; s--) {
-        list_cells(L->dirs, L->ndirs, W, L->B, s, sz, L->cells, cap, 0, off);
-        for (int k = 0; k < nd; k++) {
-            int64_t o = off[k], n = off[k + 1] - o;
-            if (n == 0) continue;
-            rl_mat zk = rl_mat_sub(Z, 0, k * 5 * D, dt), ck = rl_mat_sub(Cs, 0, k * D, dt);
-            rl_mat ak = rl_mat_sub(Dcu, 0, k * D, dt), lk = rl_mat_sub(Dcl, 0, k * D, dt);
-            rl_mat Gs = rl_mat_of(&L->s1, 10 * D), dH = rl_mat_of(&L->s3, D);
-            rl_mat Uk = rl_mat_sub(rl_mat_of(&L->ucat, 10 * D), k * D, 0, dt);
-            const void *dk = dout.p ? rl_mat_sub(dout, 0, L->sum ? 0 : k * D, dt).p : NULL;
-            void *gr = rl_mat_sub(Gs, 0, 5 * D, dt).p;
-            if (dt == RL_FLOAT32) {
-                rl_mdlstm_cpu_gather_f32(n, 5 * D, down + o, zk.p, ldz, Gs.p, 10 * D);
-                rl_mdlstm_cpu_gather_f32(n, 5 * D, right + o, zk.p, ldz, gr, 10 * D);
-            } else {
-                rl_mdlstm_cpu_gather_f64(n, 5 * D, down + o, zk.p, ldz, Gs.p, 10 * D);
-                rl_mdlstm_cpu_gather_f64(n, 5 * D, right + o, zk.p, ldz, gr, 10 * D);
-            }
-            if (L->packed)
-                rl_gemm_packed_f32(n, D, 10 * D, Gs.p, 10 * D,
-                                   (const float *)rl_tensor_data(&L->upack) +
-                                       k * rl_gemm_packed_size(10 * D, D),
-                                   false, dH.p, D);
-            else
-                gemm(RL_DEVICE_CPU, dt, false, true, n, D, 10 * D, Gs, Uk, 0.0, dH);
-            if (dt == RL_FLOAT32)
-                rl_mdlstm_cpu_bwd_f32(L->stable, n, D, pos + o, up + o, left + o, down + o,
-                                      right + o, zk.p, ldz, dH.p, dk, dout.ld, ck.p, ak.p, lk.p,
-                                      ldh);
-            else
-                rl_mdlstm_cpu_bwd_f64(L->stable, n, D, pos + o, up + o, left + o, down + o,
-                                      right + o, zk.p, ldz, dH.p, dk, dout.ld, ck.p, ak.p, lk.p,
-                                      ldh);
-        }
-    }
+            for (int64_t b = 0; b < B; b++)
+                if (y >= sz[2 * b] || x >= sz[2 * b + 1])
+                    memset((char *)z + (size_t)(((y * W + x) * B + b) * ldz) * es, 0,
+                           (size_t)ldz * es);
 }
 
 static rl_status mdlstm_backward(rl_layer *l, rl_layer_io *io, const rl_tensor *grad_out,
@@ -572,7 +621,7 @@ static rl_status mdlstm_backward(rl_layer *l, rl_layer_io *io, const rl_tensor *
     RL_TRY(rl_buffer_ensure(&L->dcu, dt, dev, 4, hs4));
     RL_TRY(rl_buffer_ensure(&L->dcl, dt, dev, 4, hs4));
     if (dev.type == RL_CPU) {
-        stack_u(L, Uu, Ul, dt, true);
+        stack_u(L, Uu, Ul, dt);
         RL_TRY(pack_u(L, dt, true));
     }
 #ifdef RL_WITH_CUDA
@@ -590,8 +639,18 @@ static rl_status mdlstm_backward(rl_layer *l, rl_layer_io *io, const rl_tensor *
            Cs = rl_mat_of(&L->cs, ldh);
     rl_mat Dcu = rl_mat_of(&L->dcu, ldh), Dcl = rl_mat_of(&L->dcl, ldh);
     if (dev.type == RL_CPU) {
-        diagonals_bwd_cpu(L, dt, sz, Z, Cs, Dcu, Dcl, dout);
-        finish_dz(L, sz, dt, Z.p, db.p);
+        sweep j = {.L = L,
+                   .dt = dt,
+                   .sz = sz,
+                   .Z = Z,
+                   .Cs = Cs,
+                   .Dcu = Dcu,
+                   .Dcl = Dcl,
+                   .dout = dout,
+                   .db = db,
+                   .backward = true};
+        sweep_cpu(&j);
+        zero_padding(L, sz, dt, Z.p);
     }
 #ifdef RL_WITH_CUDA
     else {

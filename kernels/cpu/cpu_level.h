@@ -1,6 +1,6 @@
 /* The instruction-set level of the CPU kernels that are compiled more than once (the packed
- * small-M GEMM, the LSTM's fused pointwise passes) and picked at run time, so that one binary
- * runs its fastest path on AVX-512 machines and on AVX2-only ones alike.
+ * small-M GEMM, the LSTM's and MDLSTM's fused pointwise passes) and picked at run time, so that
+ * one binary runs its fastest path on AVX-512 machines and on AVX2-only ones alike.
  *
  * The level in use is the best the CPU supports, lowered by the environment variable
  * RL_CPU_LEVEL (generic, avx2, avx512; read once, at the first use) or by rl_cpu_level_set()

@@ -15,13 +15,11 @@
  */
 #include "gemm_small.h"
 
-#include <pthread.h>
-#include <sched.h>
-#include <stdatomic.h>
 #include <string.h>
 
 #include "../../core/blas.h"
 #include "cpu_level.h"
+#include "parallel.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #define RL_GEMM_X86 1
@@ -72,25 +70,28 @@ static void packed_portable(int64_t m, int64_t n, int64_t k, const float *a, int
 /* the row loops must unroll fully (-O2 leaves them rolled, the accumulators on the stack) */
 #define RL_UNROLL _Pragma("GCC unroll 8")
 
-/* One mr x 48 tile over all k; mr is a constant in each instantiation, so the row loops
- * unroll and the accumulators stay in registers. w (1..48) masks the columns stored. */
-RL_AVX512 static inline __attribute__((always_inline)) void tile(const int mr, int64_t k,
-                                                                 const float *a, int64_t lda,
-                                                                 const float *pp, bool accumulate,
-                                                                 float *c, int64_t ldc, int64_t w) {
+/* One mr x 48 tile over all k, of which the first nv 16-column vectors are computed (a last
+ * panel of w <= 32 columns needs fewer: the MDLSTM's narrow products would otherwise spend up
+ * to two thirds of their FMAs on padding); mr and nv are constants in each instantiation, so
+ * the loops unroll and the accumulators stay in registers. w (1..48) masks the columns
+ * stored. */
+RL_AVX512 static inline __attribute__((always_inline)) void
+tile(const int mr, const int nv, int64_t k, const float *a, int64_t lda, const float *pp,
+     bool accumulate, float *c, int64_t ldc, int64_t w) {
     __m512 c0[MR], c1[MR], c2[MR];
     RL_UNROLL
     for (int r = 0; r < mr; r++)
         c0[r] = c1[r] = c2[r] = _mm512_setzero_ps();
     for (int64_t i = 0; i < k; i++, pp += NR) {
-        __m512 b0 = _mm512_loadu_ps(pp), b1 = _mm512_loadu_ps(pp + 16),
-               b2 = _mm512_loadu_ps(pp + 32);
+        __m512 b0 = _mm512_loadu_ps(pp);
+        __m512 b1 = nv > 1 ? _mm512_loadu_ps(pp + 16) : b0;
+        __m512 b2 = nv > 2 ? _mm512_loadu_ps(pp + 32) : b0;
         RL_UNROLL
         for (int r = 0; r < mr; r++) {
             __m512 ar = _mm512_set1_ps(a[r * lda + i]);
             c0[r] = _mm512_fmadd_ps(ar, b0, c0[r]);
-            c1[r] = _mm512_fmadd_ps(ar, b1, c1[r]);
-            c2[r] = _mm512_fmadd_ps(ar, b2, c2[r]);
+            if (nv > 1) c1[r] = _mm512_fmadd_ps(ar, b1, c1[r]);
+            if (nv > 2) c2[r] = _mm512_fmadd_ps(ar, b2, c2[r]);
         }
     }
     __mmask16 m0 = (__mmask16)(w >= 16 ? 0xffff : (1u << w) - 1);
@@ -101,12 +102,32 @@ RL_AVX512 static inline __attribute__((always_inline)) void tile(const int mr, i
         float *cr = c + r * ldc;
         if (accumulate) {
             c0[r] = _mm512_add_ps(c0[r], _mm512_maskz_loadu_ps(m0, cr));
-            c1[r] = _mm512_add_ps(c1[r], _mm512_maskz_loadu_ps(m1, cr + 16));
-            c2[r] = _mm512_add_ps(c2[r], _mm512_maskz_loadu_ps(m2, cr + 32));
+            if (nv > 1) c1[r] = _mm512_add_ps(c1[r], _mm512_maskz_loadu_ps(m1, cr + 16));
+            if (nv > 2) c2[r] = _mm512_add_ps(c2[r], _mm512_maskz_loadu_ps(m2, cr + 32));
         }
         _mm512_mask_storeu_ps(cr, m0, c0[r]);
-        _mm512_mask_storeu_ps(cr + 16, m1, c1[r]);
-        _mm512_mask_storeu_ps(cr + 32, m2, c2[r]);
+        if (nv > 1) _mm512_mask_storeu_ps(cr + 16, m1, c1[r]);
+        if (nv > 2) _mm512_mask_storeu_ps(cr + 32, m2, c2[r]);
+    }
+}
+
+/* All row tiles of one panel with nv vectors. */
+RL_AVX512 static inline __attribute__((always_inline)) void
+panel_avx512(const int nv, int64_t m, int64_t k, const float *a, int64_t lda, const float *pp,
+             bool accumulate, float *c, int64_t ldc, int64_t w) {
+    for (int64_t r0 = 0; r0 < m; r0 += MR) {
+        const float *ar = a + r0 * lda;
+        float *cr = c + r0 * ldc;
+        switch (m - r0 < MR ? m - r0 : MR) {
+        case 1: tile(1, nv, k, ar, lda, pp, accumulate, cr, ldc, w); break;
+        case 2: tile(2, nv, k, ar, lda, pp, accumulate, cr, ldc, w); break;
+        case 3: tile(3, nv, k, ar, lda, pp, accumulate, cr, ldc, w); break;
+        case 4: tile(4, nv, k, ar, lda, pp, accumulate, cr, ldc, w); break;
+        case 5: tile(5, nv, k, ar, lda, pp, accumulate, cr, ldc, w); break;
+        case 6: tile(6, nv, k, ar, lda, pp, accumulate, cr, ldc, w); break;
+        case 7: tile(7, nv, k, ar, lda, pp, accumulate, cr, ldc, w); break;
+        default: tile(8, nv, k, ar, lda, pp, accumulate, cr, ldc, w); break;
+        }
     }
 }
 
@@ -115,20 +136,12 @@ RL_AVX512 static void packed_avx512(int64_t m, int64_t n, int64_t k, const float
     for (int64_t p0 = 0; p0 < n; p0 += NR) {
         int64_t w = n - p0 < NR ? n - p0 : NR;
         const float *pp = packed + p0 * k;
-        for (int64_t r0 = 0; r0 < m; r0 += MR) {
-            const float *ar = a + r0 * lda;
-            float *cr = c + r0 * ldc + p0;
-            switch (m - r0 < MR ? m - r0 : MR) {
-            case 1: tile(1, k, ar, lda, pp, accumulate, cr, ldc, w); break;
-            case 2: tile(2, k, ar, lda, pp, accumulate, cr, ldc, w); break;
-            case 3: tile(3, k, ar, lda, pp, accumulate, cr, ldc, w); break;
-            case 4: tile(4, k, ar, lda, pp, accumulate, cr, ldc, w); break;
-            case 5: tile(5, k, ar, lda, pp, accumulate, cr, ldc, w); break;
-            case 6: tile(6, k, ar, lda, pp, accumulate, cr, ldc, w); break;
-            case 7: tile(7, k, ar, lda, pp, accumulate, cr, ldc, w); break;
-            default: tile(8, k, ar, lda, pp, accumulate, cr, ldc, w); break;
-            }
-        }
+        if (w > 32)
+            panel_avx512(3, m, k, a, lda, pp, accumulate, c + p0, ldc, w);
+        else if (w > 16)
+            panel_avx512(2, m, k, a, lda, pp, accumulate, c + p0, ldc, w);
+        else
+            panel_avx512(1, m, k, a, lda, pp, accumulate, c + p0, ldc, w);
     }
 }
 
@@ -137,12 +150,14 @@ RL_AVX512 static void packed_avx512(int64_t m, int64_t n, int64_t k, const float
 #define NH 24  /* half a panel */
 #define KC 128 /* k rows of a panel block kept in L1 */
 
-/* One mr x 24 tile over kc rows of k; with load_c the tile starts from c (a partial sum of
- * earlier k blocks, or the accumulate operand), else from zero. w (1..24) columns are stored;
- * masked moves only where w < 24, since AMD cores microcode vmaskmovps stores. */
+/* One mr x 24 tile over kc rows of k, of which the first nv 8-column vectors are computed (as
+ * in the AVX-512 tile: a narrow last half panel); with load_c the tile starts from c (a
+ * partial sum of earlier k blocks, or the accumulate operand), else from zero. w (1..24)
+ * columns are stored; masked moves only where w < 24, since AMD cores microcode vmaskmovps
+ * stores. */
 RL_AVX2 static inline __attribute__((always_inline)) void
-tile_avx2(const int mr, int64_t kc, const float *a, int64_t lda, const float *pp, bool load_c,
-          float *c, int64_t ldc, int64_t w) {
+tile_avx2(const int mr, const int nv, int64_t kc, const float *a, int64_t lda, const float *pp,
+          bool load_c, float *c, int64_t ldc, int64_t w) {
     const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
     __m256i m0 = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)w), lane),
             m1 = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)w - 8), lane),
@@ -152,21 +167,21 @@ tile_avx2(const int mr, int64_t kc, const float *a, int64_t lda, const float *pp
     RL_UNROLL
     for (int r = 0; r < mr; r++) {
         const float *cr = c + r * ldc;
+        c0[r] = c1[r] = c2[r] = _mm256_setzero_ps();
         if (load_c && full) {
             c0[r] = _mm256_loadu_ps(cr);
             c1[r] = _mm256_loadu_ps(cr + 8);
             c2[r] = _mm256_loadu_ps(cr + 16);
         } else if (load_c) {
             c0[r] = _mm256_maskload_ps(cr, m0);
-            c1[r] = _mm256_maskload_ps(cr + 8, m1);
-            c2[r] = _mm256_maskload_ps(cr + 16, m2);
-        } else {
-            c0[r] = c1[r] = c2[r] = _mm256_setzero_ps();
+            if (nv > 1) c1[r] = _mm256_maskload_ps(cr + 8, m1);
+            if (nv > 2) c2[r] = _mm256_maskload_ps(cr + 16, m2);
         }
     }
     for (int64_t i = 0; i < kc; i++, pp += NR) {
-        __m256 b0 = _mm256_loadu_ps(pp), b1 = _mm256_loadu_ps(pp + 8),
-               b2 = _mm256_loadu_ps(pp + 16);
+        __m256 b0 = _mm256_loadu_ps(pp);
+        __m256 b1 = nv > 1 ? _mm256_loadu_ps(pp + 8) : b0;
+        __m256 b2 = nv > 2 ? _mm256_loadu_ps(pp + 16) : b0;
         /* keep the panel vectors in registers: folded into each FMA as memory operands they
          * would be loaded mr times, and the loop would be bound by loads, not FMAs */
         __asm__("" : "+x"(b0), "+x"(b1), "+x"(b2));
@@ -174,8 +189,8 @@ tile_avx2(const int mr, int64_t kc, const float *a, int64_t lda, const float *pp
         for (int r = 0; r < mr; r++) {
             __m256 ar = _mm256_broadcast_ss(a + r * lda + i);
             c0[r] = _mm256_fmadd_ps(ar, b0, c0[r]);
-            c1[r] = _mm256_fmadd_ps(ar, b1, c1[r]);
-            c2[r] = _mm256_fmadd_ps(ar, b2, c2[r]);
+            if (nv > 1) c1[r] = _mm256_fmadd_ps(ar, b1, c1[r]);
+            if (nv > 2) c2[r] = _mm256_fmadd_ps(ar, b2, c2[r]);
         }
     }
     RL_UNROLL
@@ -187,8 +202,24 @@ tile_avx2(const int mr, int64_t kc, const float *a, int64_t lda, const float *pp
             _mm256_storeu_ps(cr + 16, c2[r]);
         } else {
             _mm256_maskstore_ps(cr, m0, c0[r]);
-            _mm256_maskstore_ps(cr + 8, m1, c1[r]);
-            _mm256_maskstore_ps(cr + 16, m2, c2[r]);
+            if (nv > 1) _mm256_maskstore_ps(cr + 8, m1, c1[r]);
+            if (nv > 2) _mm256_maskstore_ps(cr + 16, m2, c2[r]);
+        }
+    }
+}
+
+/* All row tiles of one half panel (kc rows of k) with nv vectors. */
+RL_AVX2 static inline __attribute__((always_inline)) void
+half_avx2(const int nv, int64_t m, int64_t kc, const float *a, int64_t lda, const float *pb,
+          bool load_c, float *c, int64_t ldc, int64_t wh) {
+    for (int64_t r0 = 0; r0 < m; r0 += MR2) {
+        const float *ar = a + r0 * lda;
+        float *cr = c + r0 * ldc;
+        switch (m - r0 < MR2 ? m - r0 : MR2) {
+        case 1: tile_avx2(1, nv, kc, ar, lda, pb, load_c, cr, ldc, wh); break;
+        case 2: tile_avx2(2, nv, kc, ar, lda, pb, load_c, cr, ldc, wh); break;
+        case 3: tile_avx2(3, nv, kc, ar, lda, pb, load_c, cr, ldc, wh); break;
+        default: tile_avx2(4, nv, kc, ar, lda, pb, load_c, cr, ldc, wh); break;
         }
     }
 }
@@ -203,17 +234,14 @@ RL_AVX2 static void packed_avx2(int64_t m, int64_t n, int64_t k, const float *a,
             bool load_c = accumulate || k0 > 0;
             for (int64_t h = 0; h < w; h += NH) {
                 int64_t wh = w - h < NH ? w - h : NH;
-                const float *pb = pp + k0 * NR + h;
-                for (int64_t r0 = 0; r0 < m; r0 += MR2) {
-                    const float *ar = a + r0 * lda + k0;
-                    float *cr = c + r0 * ldc + p0 + h;
-                    switch (m - r0 < MR2 ? m - r0 : MR2) {
-                    case 1: tile_avx2(1, kc, ar, lda, pb, load_c, cr, ldc, wh); break;
-                    case 2: tile_avx2(2, kc, ar, lda, pb, load_c, cr, ldc, wh); break;
-                    case 3: tile_avx2(3, kc, ar, lda, pb, load_c, cr, ldc, wh); break;
-                    default: tile_avx2(4, kc, ar, lda, pb, load_c, cr, ldc, wh); break;
-                    }
-                }
+                const float *pb = pp + k0 * NR + h, *ak = a + k0;
+                float *ch = c + p0 + h;
+                if (wh > 16)
+                    half_avx2(3, m, kc, ak, lda, pb, load_c, ch, ldc, wh);
+                else if (wh > 8)
+                    half_avx2(2, m, kc, ak, lda, pb, load_c, ch, ldc, wh);
+                else
+                    half_avx2(1, m, kc, ak, lda, pb, load_c, ch, ldc, wh);
             }
         }
     }
@@ -233,14 +261,14 @@ typedef struct {
     const float *a, *packed;
     float *c;
     bool accumulate;
-    int parts;
     rl_cpu_level level; /* read once per call: every part runs the same kernel */
 } job;
 
 /* Part `part` of `parts`: a contiguous range of whole panels. */
-static void run_part(const job *j, int part) {
+static void run_part(void *ctx, int part, int parts) {
+    const job *j = ctx;
     int64_t panels = (j->n + NR - 1) / NR;
-    int64_t p0 = panels * part / j->parts * NR, p1 = panels * (part + 1) / j->parts * NR;
+    int64_t p0 = panels * part / parts * NR, p1 = panels * (part + 1) / parts * NR;
     if (p1 > j->n) p1 = j->n;
     if (p0 >= p1) return;
     void (*fn)(int64_t, int64_t, int64_t, const float *, int64_t, const float *, bool, float *,
@@ -255,103 +283,16 @@ static void run_part(const job *j, int part) {
     fn(j->m, p1 - p0, j->k, j->a, j->lda, j->packed + p0 * j->k, j->accumulate, j->c + p0, j->ldc);
 }
 
-/* Helper threads for the column split. A step's product takes ~0.1-0.3 ms, so a handoff must
- * cost microseconds: helpers spin on a generation counter for a while after each job (the
- * next step's product follows within the pointwise pass) and only then sleep on a condition
- * variable. Every helper acknowledges every generation, also those without a part, so none
- * can still be reading a job when the next is posted. One caller at a time uses the helpers
- * (others, e.g. layers run concurrently, compute alone rather than wait). */
-#define MAX_HELPERS 7
-#define SPIN_ROUNDS 2000
-
-static struct {
-    pthread_mutex_t call_lock, lock;
-    pthread_cond_t wake;
-    atomic_uint gen;
-    atomic_int done;
-    atomic_int sleeping;
-    int helpers;
-    unsigned start_gen[MAX_HELPERS + 1]; /* the generation each helper was created at */
-    job j;
-} pool = {.call_lock = PTHREAD_MUTEX_INITIALIZER,
-          .lock = PTHREAD_MUTEX_INITIALIZER,
-          .wake = PTHREAD_COND_INITIALIZER};
-
-static void *helper_main(void *arg) {
-    int part = (int)(intptr_t)arg;
-    unsigned seen = pool.start_gen[part];
-    for (;;) {
-        unsigned g;
-        int spins = 0;
-        while ((g = atomic_load_explicit(&pool.gen, memory_order_acquire)) == seen) {
-            if (++spins < SPIN_ROUNDS) {
-                /* yield rather than pause: a BLAS thread may want this core meanwhile */
-                if (spins > 64) sched_yield();
-                continue;
-            }
-            pthread_mutex_lock(&pool.lock);
-            atomic_fetch_add(&pool.sleeping, 1);
-            while (atomic_load(&pool.gen) == seen)
-                pthread_cond_wait(&pool.wake, &pool.lock);
-            atomic_fetch_sub(&pool.sleeping, 1);
-            pthread_mutex_unlock(&pool.lock);
-            spins = 0;
-        }
-        seen = g;
-        if (part < pool.j.parts) run_part(&pool.j, part);
-        atomic_fetch_add_explicit(&pool.done, 1, memory_order_release);
-    }
-    return NULL;
-}
-
-/* Starts helpers up to want (once each); returns how many run. */
-static int ensure_helpers(int want) {
-    if (want > MAX_HELPERS) want = MAX_HELPERS;
-    while (pool.helpers < want) {
-        pthread_t th;
-        pool.start_gen[pool.helpers + 1] = atomic_load(&pool.gen);
-        pthread_attr_t at;
-        pthread_attr_init(&at);
-        pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
-        int rc = pthread_create(&th, &at, helper_main, (void *)(intptr_t)(pool.helpers + 1));
-        pthread_attr_destroy(&at);
-        if (rc != 0) break;
-        pool.helpers++;
-    }
-    return pool.helpers;
-}
-
 void rl_gemm_packed_f32(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
                         const float *packed, bool accumulate, float *c, int64_t ldc) {
-    job j = {m, n, k, lda, ldc, a, packed, c, accumulate, 1, rl_cpu_level_get()};
+    job j = {m, n, k, lda, ldc, a, packed, c, accumulate, rl_cpu_level_get()};
     int64_t panels = (n + NR - 1) / NR;
     int threads = rl_blas_get_threads();
-    /* below ~1 MFLOP per part a handoff costs more than it saves */
-    if (threads > 1 && panels > 1 && 2 * m * n * k >= 2000000 &&
-        pthread_mutex_trylock(&pool.call_lock) == 0) {
-        int parts = threads < panels ? threads : (int)panels;
-        int avail = 1 + ensure_helpers(parts - 1);
-        parts = parts < avail ? parts : avail;
-        if (parts > 1) {
-            j.parts = parts;
-            pool.j = j;
-            atomic_store_explicit(&pool.done, 0, memory_order_relaxed);
-            /* sequentially consistent: with the helper's sleeping++ then gen check, either it
-             * sees the new generation or this sees it sleeping */
-            atomic_fetch_add(&pool.gen, 1);
-            if (atomic_load(&pool.sleeping) > 0) {
-                pthread_mutex_lock(&pool.lock);
-                pthread_cond_broadcast(&pool.wake);
-                pthread_mutex_unlock(&pool.lock);
-            }
-            run_part(&j, 0);
-            int spins = 0;
-            while (atomic_load_explicit(&pool.done, memory_order_acquire) < pool.helpers)
-                if (++spins % 1024 == 0) sched_yield();
-            pthread_mutex_unlock(&pool.call_lock);
-            return;
-        }
-        pthread_mutex_unlock(&pool.call_lock);
-    }
-    run_part(&j, 0);
+    /* column parts of whole panels; below ~1 MFLOP per part a handoff costs more than it
+     * saves */
+    int parts = threads < panels ? threads : (int)panels;
+    if (parts > 1 && 2 * m * n * k >= 2000000)
+        rl_cpu_parallel(parts, run_part, &j);
+    else
+        run_part(&j, 0, 1);
 }

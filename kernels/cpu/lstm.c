@@ -2,8 +2,9 @@
  * and kernels/lstm_cell.h for the formulas).
  *
  * One pass per step reads the step's pre-activations once and writes the gate activations,
- * the cell, the state and the output (forward), or the gate gradients, the state gradients and
- * the bias and peephole gradients (backward). The float32 loops are compiled three times
+ * the cell, the state and the output (forward), or the gate gradients and the state gradients
+ * (backward); the bias and peephole gradients are one pass over all steps' gate gradients
+ * afterwards. The float32 loops are compiled three times
  * (AVX-512, AVX2+FMA, baseline) and picked at run time (kernels/cpu/cpu_level.h), since a
  * portable build targets the baseline x86-64 and these loops are a fixed share of every step;
  * float64 serves the gradient checks and uses one baseline loop.
@@ -56,16 +57,10 @@ RL_INLINE void fwd_body_f32(bool has_peep, int64_t B, int64_t H, int64_t t, cons
 
 RL_INLINE void bwd_body_f32(bool has_peep, int64_t B, int64_t H, int64_t t, const int32_t *len,
                             float *z, const float *const *peep, const float *cp, const float *c,
-                            const float *dout, int64_t dout_ld, float *dh, float *dc, float *db,
-                            float *const *dpeep) {
+                            const float *dout, int64_t dout_ld, float *dh, float *dc) {
     const float *restrict pi = has_peep ? peep[0] : NULL;
     const float *restrict pf = has_peep ? peep[1] : NULL;
     const float *restrict po = has_peep ? peep[2] : NULL;
-    float *restrict dpi = has_peep ? dpeep[0] : NULL;
-    float *restrict dpf = has_peep ? dpeep[1] : NULL;
-    float *restrict dpo = has_peep ? dpeep[2] : NULL;
-    float *restrict dbi = db, *restrict dbf = db + H, *restrict dbg = db + 2 * H,
-                    *restrict dbo = db + 3 * H;
     for (int64_t b = 0; b < B; b++) {
         float *restrict zi = z + b * 4 * H, *restrict zf = zi + H, *restrict zg = zi + 2 * H,
                         *restrict zo = zi + 3 * H;
@@ -89,15 +84,6 @@ RL_INLINE void bwd_body_f32(bool has_peep, int64_t B, int64_t H, int64_t t, cons
             zo[j] = dzo;
             dcr[j] = dcp;
             dhr[j] = 0.0f;
-            dbi[j] += dzi;
-            dbf[j] += dzf;
-            dbg[j] += dzg;
-            dbo[j] += dzo;
-            if (has_peep) {
-                dpi[j] += dzi * cpr[j];
-                dpf[j] += dzf * cpr[j];
-                dpo[j] += dzo * cr[j];
-            }
         }
     }
 }
@@ -127,21 +113,20 @@ RL_TARGET_AVX2 static void fwd_avx2(int64_t B, int64_t H, int64_t t, const int32
 RL_TARGET_AVX512 static void bwd_avx512(int64_t B, int64_t H, int64_t t, const int32_t *len,
                                         float *z, const float *const *peep, const float *cp,
                                         const float *c, const float *dout, int64_t dout_ld,
-                                        float *dh, float *dc, float *db, float *const *dpeep) {
+                                        float *dh, float *dc) {
     if (peep)
-        bwd_body_f32(true, B, H, t, len, z, peep, cp, c, dout, dout_ld, dh, dc, db, dpeep);
+        bwd_body_f32(true, B, H, t, len, z, peep, cp, c, dout, dout_ld, dh, dc);
     else
-        bwd_body_f32(false, B, H, t, len, z, peep, cp, c, dout, dout_ld, dh, dc, db, dpeep);
+        bwd_body_f32(false, B, H, t, len, z, peep, cp, c, dout, dout_ld, dh, dc);
 }
 
 RL_TARGET_AVX2 static void bwd_avx2(int64_t B, int64_t H, int64_t t, const int32_t *len, float *z,
                                     const float *const *peep, const float *cp, const float *c,
-                                    const float *dout, int64_t dout_ld, float *dh, float *dc,
-                                    float *db, float *const *dpeep) {
+                                    const float *dout, int64_t dout_ld, float *dh, float *dc) {
     if (peep)
-        bwd_body_f32(true, B, H, t, len, z, peep, cp, c, dout, dout_ld, dh, dc, db, dpeep);
+        bwd_body_f32(true, B, H, t, len, z, peep, cp, c, dout, dout_ld, dh, dc);
     else
-        bwd_body_f32(false, B, H, t, len, z, peep, cp, c, dout, dout_ld, dh, dc, db, dpeep);
+        bwd_body_f32(false, B, H, t, len, z, peep, cp, c, dout, dout_ld, dh, dc);
 }
 #endif
 
@@ -156,12 +141,11 @@ RL_TARGET_BASE static void fwd_base(int64_t B, int64_t H, int64_t t, const int32
 
 RL_TARGET_BASE static void bwd_base(int64_t B, int64_t H, int64_t t, const int32_t *len, float *z,
                                     const float *const *peep, const float *cp, const float *c,
-                                    const float *dout, int64_t dout_ld, float *dh, float *dc,
-                                    float *db, float *const *dpeep) {
+                                    const float *dout, int64_t dout_ld, float *dh, float *dc) {
     if (peep)
-        bwd_body_f32(true, B, H, t, len, z, peep, cp, c, dout, dout_ld, dh, dc, db, dpeep);
+        bwd_body_f32(true, B, H, t, len, z, peep, cp, c, dout, dout_ld, dh, dc);
     else
-        bwd_body_f32(false, B, H, t, len, z, peep, cp, c, dout, dout_ld, dh, dc, db, dpeep);
+        bwd_body_f32(false, B, H, t, len, z, peep, cp, c, dout, dout_ld, dh, dc);
 }
 
 void rl_lstm_cpu_fwd_f32(int64_t B, int64_t H, int64_t t, const int32_t *len, float *z,
@@ -178,18 +162,50 @@ void rl_lstm_cpu_fwd_f32(int64_t B, int64_t H, int64_t t, const int32_t *len, fl
 
 void rl_lstm_cpu_bwd_f32(int64_t B, int64_t H, int64_t t, const int32_t *len, float *z,
                          const float *const *peep, const float *cp, const float *c,
-                         const float *dout, int64_t dout_ld, float *dh, float *dc, float *db,
-                         float *const *dpeep) {
+                         const float *dout, int64_t dout_ld, float *dh, float *dc) {
     switch (rl_cpu_level_get()) {
 #ifdef RL_CPU_X86
-    case RL_CPU_AVX512:
-        bwd_avx512(B, H, t, len, z, peep, cp, c, dout, dout_ld, dh, dc, db, dpeep);
-        return;
-    case RL_CPU_AVX2:
-        bwd_avx2(B, H, t, len, z, peep, cp, c, dout, dout_ld, dh, dc, db, dpeep);
-        return;
+    case RL_CPU_AVX512: bwd_avx512(B, H, t, len, z, peep, cp, c, dout, dout_ld, dh, dc); return;
+    case RL_CPU_AVX2: bwd_avx2(B, H, t, len, z, peep, cp, c, dout, dout_ld, dh, dc); return;
 #endif
-    default: bwd_base(B, H, t, len, z, peep, cp, c, dout, dout_ld, dh, dc, db, dpeep); return;
+    default: bwd_base(B, H, t, len, z, peep, cp, c, dout, dout_ld, dh, dc); return;
+    }
+}
+
+/* Rows in memory order, columns vectorised; the same order whatever split the steps ran in. */
+RL_TARGET_BASE void rl_lstm_cpu_param_grads_f32(int64_t rows, int64_t H, const float *dz,
+                                                const float *cp, const float *c, float *db,
+                                                float *const *dpeep) {
+    for (int64_t r = 0; r < rows; r++) {
+        const float *restrict zr = dz + r * 4 * H;
+        float *restrict dbr = db;
+        RL_IVDEP
+        for (int64_t j = 0; j < 4 * H; j++)
+            dbr[j] += zr[j];
+        if (!dpeep) continue;
+        const float *restrict cpr = cp + r * H, *restrict cr = c + r * H;
+        float *restrict dpi = dpeep[0], *restrict dpf = dpeep[1], *restrict dpo = dpeep[2];
+        RL_IVDEP
+        for (int64_t j = 0; j < H; j++) {
+            dpi[j] += zr[j] * cpr[j];
+            dpf[j] += zr[H + j] * cpr[j];
+            dpo[j] += zr[3 * H + j] * cr[j];
+        }
+    }
+}
+
+void rl_lstm_cpu_param_grads_f64(int64_t rows, int64_t H, const double *dz, const double *cp,
+                                 const double *c, double *db, double *const *dpeep) {
+    for (int64_t r = 0; r < rows; r++) {
+        const double *zr = dz + r * 4 * H;
+        for (int64_t j = 0; j < 4 * H; j++)
+            db[j] += zr[j];
+        if (!dpeep) continue;
+        for (int64_t j = 0; j < H; j++) {
+            dpeep[0][j] += zr[j] * cp[r * H + j];
+            dpeep[1][j] += zr[H + j] * cp[r * H + j];
+            dpeep[2][j] += zr[3 * H + j] * c[r * H + j];
+        }
     }
 }
 
@@ -219,8 +235,7 @@ void rl_lstm_cpu_fwd_f64(int64_t B, int64_t H, int64_t t, const int32_t *len, do
 
 void rl_lstm_cpu_bwd_f64(int64_t B, int64_t H, int64_t t, const int32_t *len, double *z,
                          const double *const *peep, const double *cp, const double *c,
-                         const double *dout, int64_t dout_ld, double *dh, double *dc, double *db,
-                         double *const *dpeep) {
+                         const double *dout, int64_t dout_ld, double *dh, double *dc) {
     for (int64_t b = 0; b < B; b++) {
         double *zr = z + b * 4 * H;
         if (t >= len[b]) {
@@ -236,15 +251,6 @@ void rl_lstm_cpu_bwd_f64(int64_t B, int64_t H, int64_t t, const int32_t *len, do
                                  peep ? peep[1][j] : 0.0, peep ? peep[2][j] : 0.0, dhj, dcr[j], zi,
                                  zf, zg, zo, &dcr[j]);
             dhr[j] = 0.0;
-            db[j] += *zi;
-            db[H + j] += *zf;
-            db[2 * H + j] += *zg;
-            db[3 * H + j] += *zo;
-            if (dpeep) {
-                dpeep[0][j] += *zi * cpr[j];
-                dpeep[1][j] += *zf * cpr[j];
-                dpeep[2][j] += *zo * cr[j];
-            }
         }
     }
 }

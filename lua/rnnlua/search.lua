@@ -227,6 +227,15 @@ function M.search(cfg)
       .. "length T or an expression of T such as \"2 * T + 3\")", where, m.what)
   end
   if cfg.attention ~= nil then M.check_attention(rec, cfg.attention, "rl.search") end
+  local V = choice.n_out
+  if cfg.labels ~= nil then
+    local l = cfg.labels
+    local okl = type(l) == "table" and #l == V
+    for k = 1, okl and V or 0 do okl = okl and type(l[k]) == "string" end
+    if not okl then
+      fail("labels must be a list of %d strings (the names of the choice's labels)", V)
+    end
+  end
 
   local ds = rl.dataset(cfg.data)
   local okd, err = pcall(rl.check_dataset_dims, ds, net.ext, sorted_keys(net.input_keys))
@@ -248,7 +257,9 @@ function M.search(cfg)
       for b, r in ipairs(res) do
         local i = order[batch.seqs[b]]
         local hyps = {}
-        for k, h in ipairs(r.hyps) do hyps[k] = {labels = h.labels, score = h.score, logp = h.logp} end
+        for k, h in ipairs(r.hyps) do
+          hyps[k] = {labels = h.labels, score = h.score, logp = h.logp}
+        end
         results[i] = {tag = batch.tags[b] or string.format("seq-%d", i), labels = r.labels,
           score = r.score, logp = r.logp, hyps = hyps}
         if alpha then att[i] = M.attention_matrix(alpha, r, batch.lengths[b]) end
@@ -260,15 +271,6 @@ function M.search(cfg)
     fail("%s", e)
   end
 
-  local V = choice.n_out
-  if cfg.labels ~= nil then
-    local l = cfg.labels
-    local okl = type(l) == "table" and #l == V
-    for k = 1, okl and V or 0 do okl = okl and type(l[k]) == "string" end
-    if not okl then
-      fail("labels must be a list of %d strings (the names of the choice's labels)", V)
-    end
-  end
   local targets = {scores = {dim = 1}}
   if nbest then
     targets.nbest = {dim = V, sparse = true}
@@ -281,7 +283,9 @@ function M.search(cfg)
   ok, e = pcall(function()
     local w = rl.hdf_writer(cfg.output_file, {data_dim = V, sparse = true, targets = targets,
       labels = cfg.labels})
-    local function labels_tensor(l) return #l > 0 and rl.tensor(l, "int32") or rl.zeros({0}, "int32") end
+    local function labels_tensor(l)
+      return #l > 0 and rl.tensor(l, "int32") or rl.zeros({0}, "int32")
+    end
     for i, r in ipairs(results) do
       local t = {scores = rl.tensor({{r.score}})}
       if nbest then

@@ -611,8 +611,9 @@ end
 -- holds, as a (rows, cols) float tensor, with the names of its axes, the sequence's tag and
 -- (or nil) names of the rows:
 --   a key K beside K_shape (rl.search's attention): K's S * T values as (S, T) (output steps,
---   input frames; row_names: the labels of the steps when the file names them); images (h, w, F) (the forward task on an MDLSTM or conv2d layer): channel
---   `channel` as (h, w); dense sequences (T, F): (F, T), time along x.
+--   input frames; row_names: the labels of the steps when the file names them); images
+--   (h, w, F) (the forward task on an MDLSTM or conv2d layer): channel `channel` as (h, w);
+--   dense sequences (T, F): (F, T), time along x.
 function M.heatmap_matrix(path, key, seq, channel)
   local ok, ds = pcall(rl.dataset, {class = "hdf", files = path, allow_empty = true})
   if not ok then fail("%s", (tostring(ds):gsub("^rl%.dataset: ", ""))) end

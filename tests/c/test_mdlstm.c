@@ -14,13 +14,16 @@
 #include "check.h"
 #include "gradcheck.h"
 
+#include "../../core/blas.h"
 #include "../../core/rng.h"
 #include "../../kernels/cpu/cpu_level.h"
 #include "../../kernels/ops.h"
 #include "../../layers/layer.h"
 #include "../../layers/layers.h"
 
-enum { H = 4, W = 5, B = 3, D = 2, F1 = 2, F2 = 3, F = F1 + F2 };
+enum { H = 4, W = 5, B = 3, F1 = 2, F2 = 3, F = F1 + F2 };
+/* n_out per direction: 2, wider in test_float32 (the recurrent products' panel widths) */
+static int64_t D = 2;
 static const int32_t SIZES[B][2] = {{4, 5}, {2, 3}, {3, 1}};
 
 typedef struct {
@@ -368,72 +371,127 @@ static void test_gradients(void) {
     }
 }
 
-/* float32 forward and backward near float64 on the same values */
+/* A float32 forward and backward on b: out, the parameter gradients and both input gradients
+ * copied side by side into res (allocated here). */
+static void run_f32(fixture *b, rl_tensor *res) {
+    rl_tensor gb = {0}, ib[2] = {{0}};
+    CHECK_OK(rl_op_fill(&b->pg, 0.0));
+    CHECK_OK(b->l->ops->forward(b->l, &b->io));
+    CHECK_OK(rl_tensor_empty_like(&gb, &b->l->out));
+    CHECK_OK(rl_op_fill(&gb, 0.5));
+    for (int i = 0; i < 2; i++)
+        CHECK_OK(rl_tensor_empty_like(&ib[i], b->io.in[i]));
+    const rl_tensor *parts[4] = {&b->l->out, &b->pg, &ib[0], &ib[1]};
+    rl_tensor *pb[2] = {&ib[0], &ib[1]};
+    CHECK_OK(b->l->ops->backward(b->l, &b->io, &gb, pb));
+    int64_t n = 0;
+    for (int i = 0; i < 4; i++)
+        n += rl_tensor_numel(parts[i]);
+    CHECK_OK(rl_tensor_empty(res, RL_FLOAT32, RL_DEVICE_CPU, 1, &n));
+    float *r = rl_tensor_data(res);
+    for (int i = 0; i < 4; i++) {
+        rl_tensor c = {0};
+        CHECK_OK(rl_op_contiguous(&c, parts[i]));
+        memcpy(r, rl_tensor_data(&c), (size_t)rl_tensor_numel(&c) * sizeof *r);
+        r += rl_tensor_numel(&c);
+        rl_tensor_release(&c);
+    }
+    rl_tensor_release(&gb);
+    for (int i = 0; i < 2; i++)
+        rl_tensor_release(&ib[i]);
+}
+
+/* float32 forward and backward near float64 on the same values, at widths D whose recurrent
+ * products end in panels of 1, 2 and 3 AVX-512 vectors (5D forward, 2D backward); the float32
+ * pass once with the directions on 2 threads and once on 1, bit for bit the same */
 static void test_float32(void) {
     const config cfs[2] = {{"tl,tr,bl,br", "concat", "standard"}, {"tl,br", "sum", "stable"}};
-    for (int c = 0; c < 2; c++) {
-        fixture a, b;
-        CHECK_OK(fixture_init(&a, &cfs[c], RL_FLOAT64));
-        CHECK_OK(fixture_init(&b, &cfs[c], RL_FLOAT32));
-        CHECK_OK(rl_op_copy(&b.pv, &a.pv));
-        CHECK_OK(rl_op_copy(&b.x1, &a.x1));
-        CHECK_OK(rl_op_copy(&b.xbig, &a.xbig));
-        CHECK_OK(rl_op_fill(&a.pg, 0.0));
-        CHECK_OK(rl_op_fill(&b.pg, 0.0));
-        CHECK_OK(a.l->ops->forward(a.l, &a.io));
-        CHECK_OK(b.l->ops->forward(b.l, &b.io));
-        double err = 0;
-        int64_t n = rl_tensor_numel(&a.l->out);
-        const double *oa = rl_tensor_data(&a.l->out);
-        const float *ob = rl_tensor_data(&b.l->out);
-        for (int64_t i = 0; i < n; i++)
-            err = fmax(err, fabs(oa[i] - (double)ob[i]));
-        CHECK(err < 1e-5);
-        rl_tensor ga = {0}, gb = {0}, ia[2] = {{0}}, ib[2] = {{0}};
-        CHECK_OK(rl_tensor_empty_like(&ga, &a.l->out));
-        CHECK_OK(rl_op_fill(&ga, 0.5));
-        CHECK_OK(rl_tensor_empty_like(&gb, &b.l->out));
-        CHECK_OK(rl_op_fill(&gb, 0.5));
-        for (int i = 0; i < 2; i++) {
-            CHECK_OK(rl_tensor_empty_like(&ia[i], a.io.in[i]));
-            CHECK_OK(rl_tensor_empty_like(&ib[i], b.io.in[i]));
-        }
-        rl_tensor *pa[2] = {&ia[0], &ia[1]}, *pb[2] = {&ib[0], &ib[1]};
-        CHECK_OK(a.l->ops->backward(a.l, &a.io, &ga, pa));
-        CHECK_OK(b.l->ops->backward(b.l, &b.io, &gb, pb));
-        double gerr = 0, gmax = 0;
-        const double *da = rl_tensor_data(&a.pg);
-        const float *dbp = rl_tensor_data(&b.pg);
-        for (int64_t i = 0; i < rl_tensor_numel(&a.pg); i++) {
-            gerr = fmax(gerr, fabs(da[i] - (double)dbp[i]));
-            gmax = fmax(gmax, fabs(da[i]));
-        }
-        for (int i = 0; i < 2; i++)
-            for (int64_t e = 0; e < rl_tensor_numel(&ia[i]); e++) {
-                int64_t idx[4] = {e / (W * B * ia[i].shape[3]), (e / (B * ia[i].shape[3])) % W,
-                                  (e / ia[i].shape[3]) % B, e % ia[i].shape[3]};
-                gerr = fmax(gerr, fabs(rl_tensor_get(&ia[i], idx) - rl_tensor_get(&ib[i], idx)));
+    const int64_t widths[] = {2, 7, 12, 20};
+    int saved = rl_blas_get_threads();
+    for (size_t wi = 0; wi < sizeof widths / sizeof widths[0]; wi++)
+        for (int c = 0; c < 2; c++) {
+            D = widths[wi];
+            fixture a, b;
+            CHECK_OK(fixture_init(&a, &cfs[c], RL_FLOAT64));
+            CHECK_OK(fixture_init(&b, &cfs[c], RL_FLOAT32));
+            CHECK_OK(rl_op_copy(&b.pv, &a.pv));
+            CHECK_OK(rl_op_copy(&b.x1, &a.x1));
+            CHECK_OK(rl_op_copy(&b.xbig, &a.xbig));
+            rl_blas_set_threads(1);
+            rl_tensor one = {0}, two = {0};
+            run_f32(&b, &one);
+            rl_blas_set_threads(2);
+            run_f32(&b, &two);
+            bool same = rl_tensor_numel(&one) == rl_tensor_numel(&two) &&
+                        memcmp(rl_tensor_data(&one), rl_tensor_data(&two),
+                               (size_t)rl_tensor_numel(&one) * sizeof(float)) == 0;
+            CHECK(same);
+            rl_tensor_release(&one);
+            rl_tensor_release(&two);
+            CHECK_OK(rl_op_fill(&a.pg, 0.0));
+            CHECK_OK(a.l->ops->forward(a.l, &a.io));
+            double err = 0;
+            int64_t n = rl_tensor_numel(&a.l->out);
+            const double *oa = rl_tensor_data(&a.l->out);
+            const float *ob = rl_tensor_data(&b.l->out);
+            for (int64_t i = 0; i < n; i++)
+                err = fmax(err, fabs(oa[i] - (double)ob[i]));
+            CHECK(err < 1e-5);
+            rl_tensor ga = {0}, ia[2] = {{0}}, ib[2] = {{0}};
+            CHECK_OK(rl_tensor_empty_like(&ga, &a.l->out));
+            CHECK_OK(rl_op_fill(&ga, 0.5));
+            for (int i = 0; i < 2; i++) {
+                CHECK_OK(rl_tensor_empty_like(&ia[i], a.io.in[i]));
+                CHECK_OK(rl_tensor_empty_like(&ib[i], b.io.in[i]));
             }
-        fprintf(stderr, "float32 vs float64 (%s, %s, %s): out %.2e, grads %.2e (max |grad| %.2f)\n",
-                rl_cpu_level_name(rl_cpu_level_get()), cfs[c].dirs, cfs[c].cell, err, gerr, gmax);
-        CHECK(gerr < 1e-4 * fmax(1.0, gmax));
-        rl_tensor_release(&ga);
-        rl_tensor_release(&gb);
-        for (int i = 0; i < 2; i++) {
-            rl_tensor_release(&ia[i]);
-            rl_tensor_release(&ib[i]);
+            rl_tensor *pa[2] = {&ia[0], &ia[1]}, *pb[2] = {&ib[0], &ib[1]};
+            CHECK_OK(a.l->ops->backward(a.l, &a.io, &ga, pa));
+            /* b's last backward (2 threads) again, for its input gradients */
+            CHECK_OK(rl_op_fill(&b.pg, 0.0));
+            CHECK_OK(b.l->ops->forward(b.l, &b.io));
+            rl_tensor gb = {0};
+            CHECK_OK(rl_tensor_empty_like(&gb, &b.l->out));
+            CHECK_OK(rl_op_fill(&gb, 0.5));
+            CHECK_OK(b.l->ops->backward(b.l, &b.io, &gb, pb));
+            double gerr = 0, gmax = 0;
+            const double *da = rl_tensor_data(&a.pg);
+            const float *dbp = rl_tensor_data(&b.pg);
+            for (int64_t i = 0; i < rl_tensor_numel(&a.pg); i++) {
+                gerr = fmax(gerr, fabs(da[i] - (double)dbp[i]));
+                gmax = fmax(gmax, fabs(da[i]));
+            }
+            for (int i = 0; i < 2; i++)
+                for (int64_t e = 0; e < rl_tensor_numel(&ia[i]); e++) {
+                    int64_t idx[4] = {e / (W * B * ia[i].shape[3]), (e / (B * ia[i].shape[3])) % W,
+                                      (e / ia[i].shape[3]) % B, e % ia[i].shape[3]};
+                    gerr =
+                        fmax(gerr, fabs(rl_tensor_get(&ia[i], idx) - rl_tensor_get(&ib[i], idx)));
+                }
+            fprintf(stderr,
+                    "float32 vs float64 (%s, D %d, %s, %s): out %.2e, grads %.2e (max |grad| "
+                    "%.2f)\n",
+                    rl_cpu_level_name(rl_cpu_level_get()), (int)D, cfs[c].dirs, cfs[c].cell, err,
+                    gerr, gmax);
+            CHECK(gerr < 1e-4 * fmax(1.0, gmax));
+            rl_tensor_release(&ga);
+            rl_tensor_release(&gb);
+            for (int i = 0; i < 2; i++) {
+                rl_tensor_release(&ia[i]);
+                rl_tensor_release(&ib[i]);
+            }
+            fixture_free(&a);
+            fixture_free(&b);
         }
-        fixture_free(&a);
-        fixture_free(&b);
-    }
+    D = 2;
+    rl_blas_set_threads(saved);
 }
 
 /* ---- every diagonal's cell lists (what layers/mdlstm.c copies to a CUDA device) ---- */
 
 /* Checks the lists of directions `codes` on (Hh, Ww, Bb) images of sizes sz against ones derived
- * from each image's positions in raster order: per diagonal s and direction k, the positions
- * whose scan coordinates (ys, xs) add up to s, image by image and by ys within an image, with
- * their neighbours' rows in that direction (-1 outside the image). Returns the mismatches. */
+ * from each image's scan coordinates: per diagonal s and direction k, the positions whose scan
+ * coordinates (ys, xs) add up to s, by ys and then image by image, with their neighbours' rows
+ * in that direction (-1 outside the image). Returns the mismatches. */
 static int64_t check_lists(const int *codes, int nd, int64_t Hh, int64_t Ww, int64_t Bb,
                            const int32_t *sz) {
     int64_t cap = rl_mdlstm_count_cells(nd, Bb, sz), bad = 0, want_cap = 0;
@@ -450,29 +508,24 @@ static int64_t check_lists(const int *codes, int nd, int64_t Hh, int64_t Ww, int
         for (int k = 0; k < nd && !bad; k++) {
             bool fx = codes[k] & 1, fy = codes[k] & 2;
             int64_t e = first[s] + k * n; /* the next entry to match */
-            for (int64_t b = 0; b < Bb; b++) {
-                int64_t h = sz[2 * b], w = sz[2 * b + 1];
-                /* ys ascending along the diagonal is y ascending unless y is flipped */
-                for (int64_t i = 0; i < h; i++) {
-                    int64_t y = fy ? h - 1 - i : i;
-                    for (int64_t x = 0; x < w; x++) {
-                        int64_t ys = fy ? h - 1 - y : y, xs = fx ? w - 1 - x : x;
-                        if (ys + xs != s) continue;
-                        int64_t uy = fy ? y + 1 : y - 1, lx = fx ? x + 1 : x - 1;
-                        int64_t dy = fy ? y - 1 : y + 1, rx = fx ? x - 1 : x + 1;
-                        int64_t want[5] = {
-                            (y * Ww + x) * Bb + b,
-                            uy >= 0 && uy < h ? (uy * Ww + x) * Bb + b : -1,
-                            lx >= 0 && lx < w ? (y * Ww + lx) * Bb + b : -1,
-                            dy >= 0 && dy < h ? (dy * Ww + x) * Bb + b : -1,
-                            rx >= 0 && rx < w ? (y * Ww + rx) * Bb + b : -1,
-                        };
-                        for (int a = 0; a < 5; a++)
-                            bad += e >= first[s] + (k + 1) * n || cells[a * cap + e] != want[a];
-                        e++;
-                    }
+            for (int64_t ys = 0; ys <= s && ys < Hh; ys++)
+                for (int64_t b = 0; b < Bb; b++) {
+                    int64_t h = sz[2 * b], w = sz[2 * b + 1], xs = s - ys;
+                    if (ys >= h || xs >= w) continue;
+                    int64_t y = fy ? h - 1 - ys : ys, x = fx ? w - 1 - xs : xs;
+                    int64_t uy = fy ? y + 1 : y - 1, lx = fx ? x + 1 : x - 1;
+                    int64_t dy = fy ? y - 1 : y + 1, rx = fx ? x - 1 : x + 1;
+                    int64_t want[5] = {
+                        (y * Ww + x) * Bb + b,
+                        uy >= 0 && uy < h ? (uy * Ww + x) * Bb + b : -1,
+                        lx >= 0 && lx < w ? (y * Ww + lx) * Bb + b : -1,
+                        dy >= 0 && dy < h ? (dy * Ww + x) * Bb + b : -1,
+                        rx >= 0 && rx < w ? (y * Ww + rx) * Bb + b : -1,
+                    };
+                    for (int a = 0; a < 5; a++)
+                        bad += e >= first[s] + (k + 1) * n || cells[a * cap + e] != want[a];
+                    e++;
                 }
-            }
             bad += e != first[s] + (k + 1) * n;
         }
     }

@@ -232,10 +232,13 @@ bad("beam 0", {beam = 0}, "rl.search: beam must be a positive integer, got 0")
 bad("beam 1.5", {beam = 1.5}, "rl.search: beam must be a positive integer, got 1.5")
 bad("max_seq_len 0", {max_seq_len = 0}, "rl.search: max_seq_len must be >= 1, got 0")
 bad("max_seq_len <= 0 for some input", {max_seq_len = "T - 3"},
-  "rl.search: layer 'dec' (rec), unit layer 'output': max_seq_len must be >= 1, got -2 for input length 1")
+  "rl.search: layer 'dec' (rec), unit layer 'output': max_seq_len must be >= 1, got -2 for "
+  .. "input length 1")
 bad("an unknown attention layer", {attention = "s"},
-  "rl.search: layer 'dec' (rec): attention = 's' is not an attention layer of the unit (attention layers: att)")
-bad("nbest beyond the beam", {beam = 2, nbest = 3}, "rl.search: nbest = 3 is more than the beam (2)")
+  "rl.search: layer 'dec' (rec): attention = 's' is not an attention layer of the unit "
+  .. "(attention layers: att)")
+bad("nbest beyond the beam", {beam = 2, nbest = 3},
+  "rl.search: nbest = 3 is more than the beam (2)")
 bad("an unknown key", {beam_size = 2}, "rl.search: unknown key 'beam_size'")
 bad("eos outside the labels", {eos = 6}, "unit layer 'output': eos must be a label in 0..5, got 6")
 bad("labels of the wrong count", {labels = {"a", "b"}},
@@ -252,6 +255,14 @@ H.expect_error("a model without a choice layer", function()
   rl.save_checkpoint(path("nochoice.h5"), {net = n2})
   rl.search{model = path("nochoice.h5"), data = DATA, output_file = path("bad.h5")}
 end, "has no rec layer with a choice layer in its unit (layers: h, output)")
+
+H.expect_error("device with a network object", function()
+  rl.search{model = net, data = DATA, output_file = path("bad.h5"), device = "cpu"}
+end, "rl.search: device applies to a checkpoint; move the network with net:to")
+
+H.expect_error("a model that is neither a path nor a network", function()
+  rl.search{model = 42, data = DATA, output_file = path("bad.h5")}
+end, "rl.search: model must be a checkpoint path or a network (rl.network), got number")
 
 H.expect_error("a rec layer without max_seq_len", function()
   local d, e = description()

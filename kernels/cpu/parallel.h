@@ -1,0 +1,29 @@
+/* Short parallel jobs on the CPU: a fixed pool of helper threads that the packed small-M GEMM
+ * (column panels of one product) and the MDLSTM's diagonal sweep (one part per group of
+ * directions) hand their parts to.
+ *
+ * A recurrent step's product takes ~0.1-0.3 ms, so a handoff must cost microseconds, not the
+ * tens of microseconds of creating or waking a thread: helpers spin on a generation counter for
+ * a while after each job and only then sleep on a condition variable. One caller at a time
+ * uses the helpers; a second caller (a layer running concurrently on another thread, or a part
+ * of a running job that calls a parallel kernel itself) runs its parts one after another on
+ * its own thread. The results never depend on which thread ran a part.
+ */
+#ifndef RL_KERNELS_CPU_PARALLEL_H
+#define RL_KERNELS_CPU_PARALLEL_H
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Calls fn(ctx, part, parts) for part = 0 .. parts-1, part 0 on the calling thread and the
+ * others on helpers (or all on the caller, see above), and returns when every part is done.
+ * parts is at most RL_CPU_MAX_PARTS. */
+#define RL_CPU_MAX_PARTS 8
+void rl_cpu_parallel(int parts, void (*fn)(void *ctx, int part, int parts), void *ctx);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
