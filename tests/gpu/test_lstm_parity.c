@@ -315,12 +315,15 @@ static rl_status bwd_step(rl_dtype dt, int64_t t, const int32_t *len, void *z,
         return rl_lstm_cuda_bwd_f64(NULL, B, H, t, len, z, (const double *const *)peep, cp, c, dout,
                                     H, dh, dc, db, (double *const *)dpeep);
 #endif
-    if (dt == RL_FLOAT32)
-        rl_lstm_cpu_bwd_f32(B, H, t, len, z, (const float *const *)peep, cp, c, dout, H, dh, dc, db,
-                            (float *const *)dpeep);
-    else
-        rl_lstm_cpu_bwd_f64(B, H, t, len, z, (const double *const *)peep, cp, c, dout, H, dh, dc,
-                            db, (double *const *)dpeep);
+    /* the CPU step leaves the bias and peephole sums to rl_lstm_cpu_param_grads: over this
+     * step's B rows they are what the CUDA step adds */
+    if (dt == RL_FLOAT32) {
+        rl_lstm_cpu_bwd_f32(B, H, t, len, z, (const float *const *)peep, cp, c, dout, H, dh, dc);
+        if (db) rl_lstm_cpu_param_grads_f32(B, H, z, cp, c, db, (float *const *)dpeep);
+    } else {
+        rl_lstm_cpu_bwd_f64(B, H, t, len, z, (const double *const *)peep, cp, c, dout, H, dh, dc);
+        if (db) rl_lstm_cpu_param_grads_f64(B, H, z, cp, c, db, (double *const *)dpeep);
+    }
     return RL_OK;
 }
 
