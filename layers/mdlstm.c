@@ -53,7 +53,10 @@
  *   cells    per direction        a diagonal's cell rows (pos, up, left, down, right) and
  *                                 successors' entries (sweep_cells)
  *   xs[k], gout, dxs[k]           contiguous copies of inputs / grad_out / input gradients
- *                                 whose (H, W, B) dims cannot be folded into rows
+ *                                 whose (H, W, B) dims cannot be folded into rows; every
+ *                                 input is copied into xs[k] when the batch has padding,
+ *                                 with padded positions set to 0 (input_mat)
+ *   padh, pad (H, W, B, 1) int32  1 on padded positions (host; pad: its copy on a CUDA device)
  * No allocation happens inside the diagonal loop.
  *
  * On a CUDA device (kernels/cuda/mdlstm.cu) the same buffers live on the device and the large
@@ -100,6 +103,8 @@ typedef struct {
     rl_tensor upack; /* CPU float32: each direction's block of ucat packed for gemm_small */
     bool packed;     /* upack holds this pass's operands (else the per-diagonal GEMMs use BLAS) */
     rl_tensor xs[RL_LAYER_MAX_INPUTS], dxs[RL_LAYER_MAX_INPUTS];
+    rl_tensor padh, pad; /* (H, W, B, 1): 1 on padded positions, on the host and on dev */
+    bool padded;         /* the last forward's batch has padding: its inputs are in xs */
     int64_t *cells;
     int64_t cells_cap;
     int64_t H, W, B; /* of the last forward */
@@ -135,6 +140,40 @@ static bool fold_hwb(const rl_tensor *x, rl_mat *m) {
     m->p = rl_tensor_data(x);
     m->ld = ld > 0 ? ld : 1;
     return true;
+}
+
+/* Sets L->padded and, when the batch has padding, L->pad: 1 on padded positions, on dev. */
+static rl_status pad_mask(mdlstm_layer *L, const int32_t *sz, rl_device dev) {
+    int64_t H = L->H, W = L->W, B = L->B, ps[4] = {H, W, B, 1};
+    L->padded = false;
+    for (int64_t b = 0; b < B; b++)
+        if (sz[2 * b] < H || sz[2 * b + 1] < W) L->padded = true;
+    if (!L->padded) return RL_OK;
+    RL_TRY(rl_buffer_ensure(&L->padh, RL_INT32, RL_DEVICE_CPU, 4, ps));
+    int32_t *m = rl_tensor_data(&L->padh);
+    for (int64_t y = 0; y < H; y++)
+        for (int64_t x = 0; x < W; x++)
+            for (int64_t b = 0; b < B; b++)
+                m[(y * W + x) * B + b] = y >= sz[2 * b] || x >= sz[2 * b + 1];
+    if (dev.type == RL_CPU) return RL_OK;
+    rl_tensor_release(&L->pad);
+    return rl_op_to(&L->pad, &L->padh, RL_INT32, dev);
+}
+
+/* Input k as an (H*W*B, F) matrix for the GEMMs. With padding it is a copy with the padded
+ * positions set to 0 by selection (masked_fill, not a product with a mask): whatever they hold,
+ * NaN or Inf included, dW = X^T dZ must not see it, and 0 * NaN is NaN. */
+static rl_status input_mat(mdlstm_layer *L, const rl_tensor *x, int k, bool copy, rl_mat *X) {
+    if (!L->padded && fold_hwb(x, X)) return RL_OK;
+    rl_device dev = rl_tensor_device(x);
+    if (copy) {
+        RL_TRY(rl_buffer_ensure(&L->xs[k], x->dtype, dev, 4, x->shape));
+        RL_TRY(rl_op_copy(&L->xs[k], x));
+        if (L->padded)
+            RL_TRY(rl_op_masked_fill(&L->xs[k], dev.type == RL_CPU ? &L->padh : &L->pad, 0.0));
+    }
+    *X = rl_mat_of(&L->xs[k], x->shape[3]);
+    return RL_OK;
 }
 
 /* Lists the cells of scan diagonal s for every direction from entry n0 on: direction k's cells
@@ -524,22 +563,20 @@ static rl_status mdlstm_forward(rl_layer *l, rl_layer_io *io) {
     RL_TRY(rl_op_fill(hst, 0.0));
     RL_TRY(rl_op_fill(&L->cs, 0.0));
 
+    const int32_t *sz = rl_tensor_data(io->sizes);
+    RL_TRY(pad_mask(L, sz, dev));
+
     /* input projection of all positions and directions: one GEMM per input */
     rl_mat Z = rl_mat_of(&L->z, ldz);
     int64_t row = 0;
     for (int k = 0; k < io->n_in; k++) {
         rl_mat X;
-        if (!fold_hwb(io->in[k], &X)) {
-            RL_TRY(rl_buffer_ensure(&L->xs[k], dt, dev, 4, io->in[k]->shape));
-            RL_TRY(rl_op_copy(&L->xs[k], io->in[k]));
-            X = rl_mat_of(&L->xs[k], l->in_dims[k]);
-        }
+        RL_TRY(input_mat(L, io->in[k], k, true, &X));
         RL_TRY(gemm(dev, dt, false, false, N, ldz, l->in_dims[k], X, rl_mat_sub(Wm, row, 0, dt),
                     k ? 1.0 : 0.0, Z));
         row += l->in_dims[k];
     }
 
-    const int32_t *sz = rl_tensor_data(io->sizes);
     rl_mat Hs = rl_mat_of(hst, ldh), Cs = rl_mat_of(&L->cs, ldh);
     if (dev.type == RL_CPU) {
         sweep j = {.L = L, .dt = dt, .sz = sz, .Z = Z, .Hs = Hs, .Cs = Cs, .bias = bias};
@@ -700,7 +737,7 @@ static rl_status mdlstm_backward(rl_layer *l, rl_layer_io *io, const rl_tensor *
     for (int k = 0; k < io->n_in; k++) {
         int64_t F = l->in_dims[k];
         rl_mat X;
-        if (!fold_hwb(io->in[k], &X)) X = rl_mat_of(&L->xs[k], F);
+        RL_TRY(input_mat(L, io->in[k], k, false, &X));
         RL_TRY(gemm(dev, dt, true, false, F, ldz, N, X, Z, 1.0, rl_mat_sub(dW, row, 0, dt)));
         rl_tensor *gi = grad_in ? grad_in[k] : NULL;
         if (gi) {
@@ -720,8 +757,8 @@ static rl_status mdlstm_backward(rl_layer *l, rl_layer_io *io, const rl_tensor *
 
 static void mdlstm_destroy(rl_layer *l) {
     mdlstm_layer *L = (mdlstm_layer *)l;
-    rl_tensor *ts[] = {&L->z,  &L->hs,   &L->cs,   &L->dcu, &L->dcl,  &L->s1,
-                       &L->s3, &L->ucat, &L->gout, &L->red, &L->upack};
+    rl_tensor *ts[] = {&L->z,    &L->hs,   &L->cs,  &L->dcu,   &L->dcl,  &L->s1, &L->s3,
+                       &L->ucat, &L->gout, &L->red, &L->upack, &L->padh, &L->pad};
     for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
         rl_tensor_release(ts[i]);
     for (int k = 0; k < RL_LAYER_MAX_INPUTS; k++) {

@@ -101,12 +101,8 @@ local function fail(fmt, ...)
   error(string.format(fmt, ...), 0)
 end
 
-local function sorted_keys(t)
-  local ks = {}
-  for k in pairs(t) do ks[#ks + 1] = k end
-  table.sort(ks, function(a, b) return tostring(a) < tostring(b) end)
-  return ks
-end
+local util = require("rnnlua.util")
+local sorted_keys = util.sorted_keys
 
 ---------------------------------------------------------------------------- random numbers
 

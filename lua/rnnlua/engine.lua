@@ -100,11 +100,7 @@ local function parse_value(s)
   return s
 end
 
-local function copy_table(t)
-  local c = {}
-  for k, v in pairs(t) do c[k] = v end
-  return c
-end
+local copy_table = require("rnnlua.util").copy
 
 -- The ++key value pairs of argv (a list) applied to cfg.
 local function apply_overrides(cfg, argv)

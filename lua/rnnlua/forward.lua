@@ -45,12 +45,8 @@ local function fail(fmt, ...)
   error("rl.forward: " .. string.format(fmt, ...), 0)
 end
 
-local function sorted_keys(t)
-  local keys = {}
-  for k in pairs(t) do keys[#keys + 1] = k end
-  table.sort(keys)
-  return keys
-end
+local util = require("rnnlua.util")
+local sorted_keys = util.sorted_keys
 
 -- The names of the layers `layer` reads, directly or not, itself included (a rec layer reads
 -- its from and the base: layers of its unit).
@@ -77,8 +73,7 @@ local function forward_description(desc, extern_data, layer)
   local need = needed(desc, layer)
   for name, l in pairs(desc) do
     if not need[name] then goto continue end
-    local c = {}
-    for k, v in pairs(l) do c[k] = v end
+    local c = util.copy(l)
     if c.n_out == nil and c.loss ~= nil and extern_data[c.target] then
       c.n_out = extern_data[c.target].dim + (c.loss == "ctc" and 1 or 0)
     end

@@ -32,11 +32,7 @@ local function fail(fmt, ...)
   error(string.format(fmt, ...), 0)
 end
 
-local function copy(t)
-  local c = {}
-  for k, v in pairs(t) do c[k] = v end
-  return c
-end
+local copy = require("rnnlua.util").copy
 
 -- A network around one layer: its inputs from data, data2, ..., and a loss on it.
 local function wrap_layer(o)

@@ -60,12 +60,8 @@ local CONTROLS = {
 local LRC = {}
 LRC.__index = LRC
 
-local function sorted_keys(t)
-  local ks = {}
-  for k in pairs(t) do ks[#ks + 1] = tostring(k) end
-  table.sort(ks)
-  return ks
-end
+local util = require("rnnlua.util")
+local sorted_keys = util.sorted_keys
 
 local function fmt(x) return string.format("%.6g", x) end
 
@@ -154,7 +150,7 @@ function LRC:score_key(scores)
   if k then return scores[k] ~= nil and k or nil end
   if scores.dev_score ~= nil then return "dev_score" end
   for _, key in ipairs(sorted_keys(scores)) do
-    if key:sub(1, 4) == "dev_" then return key end
+    if type(key) == "string" and key:sub(1, 4) == "dev_" then return key end
   end
   if scores.train_score ~= nil then return "train_score" end
   return nil

@@ -103,12 +103,8 @@ local function fail(fmt, ...)
   error(string.format(fmt, ...), 0)
 end
 
-local function sorted_keys(t)
-  local keys = {}
-  for k in pairs(t) do keys[#keys + 1] = k end
-  table.sort(keys, function(a, b) return tostring(a) < tostring(b) end)
-  return keys
-end
+local util = require("rnnlua.util")
+local sorted_keys = util.sorted_keys
 
 local function is_int(v) return math.type(v) == "integer" or (type(v) == "number" and v == math.floor(v)) end
 

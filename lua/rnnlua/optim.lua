@@ -34,12 +34,8 @@ local COUNTERS = {"num_steps", "skipped", "norm_count", "avg_norm", "last_grad_n
 local Optimizer = {}
 Optimizer.__index = Optimizer
 
-local function sorted_keys(t)
-  local ks = {}
-  for k in pairs(t) do ks[#ks + 1] = tostring(k) end
-  table.sort(ks)
-  return ks
-end
+local util = require("rnnlua.util")
+local sorted_keys = util.sorted_keys
 
 local function describe(t)
   return string.format("%s %s", t:dtype(), tostring(t:size()))

@@ -63,25 +63,13 @@ local function fail(fmt, ...)
   error("rl.train: config.pretrain" .. string.format(fmt, ...), 0)
 end
 
-local function sorted_keys(t)
-  local keys = {}
-  for k in pairs(t) do keys[#keys + 1] = k end
-  table.sort(keys, function(a, b) return tostring(a) < tostring(b) end)
-  return keys
-end
+local util = require("rnnlua.util")
+local sorted_keys, deep_copy = util.sorted_keys, util.deep_copy
 
-local function deep_copy(v)
-  if type(v) ~= "table" then return v end
-  local c = {}
-  for k, x in pairs(v) do c[k] = deep_copy(x) end
-  return c
-end
-
+-- A layer's from as a list ({"data"} when absent; {} when it is no name nor list).
 local function list_of(f)
-  if f == nil then return {"data"} end
-  if type(f) == "string" then return {f} end
-  if type(f) == "table" then return f end
-  return {}
+  local l = util.list_of(f, {"data"})
+  return type(l) == "table" and l or {}
 end
 
 -- What a layer reads, as the network sees it (a rec layer also reads its unit's base layers);

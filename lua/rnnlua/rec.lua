@@ -51,18 +51,8 @@ local function fail(fmt, ...)
   error(string.format(fmt, ...), 0)
 end
 
-local function sorted_keys(t)
-  local keys = {}
-  for k in pairs(t) do keys[#keys + 1] = k end
-  table.sort(keys, function(a, b) return tostring(a) < tostring(b) end)
-  return keys
-end
-
-local function list_of(v)
-  if v == nil then return {} end
-  if type(v) == "string" then return {v} end
-  return v
-end
+local util = require("rnnlua.util")
+local sorted_keys, list_of = util.sorted_keys, util.list_of
 
 -- Keys of a unit layer's description that the rec layer reads itself.
 local UNIT_KEYS = {initial_output = true, beam_size = true}

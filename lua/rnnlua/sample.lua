@@ -33,12 +33,8 @@ local function fail(fmt, ...)
   error("rl.sample: " .. string.format(fmt, ...), 0)
 end
 
-local function sorted_keys(t)
-  local keys = {}
-  for k in pairs(t) do keys[#keys + 1] = k end
-  table.sort(keys)
-  return keys
-end
+local util = require("rnnlua.util")
+local sorted_keys = util.sorted_keys
 
 -- The layer scoring the next character: the one loss layer of the description, else "output".
 local function default_layer(desc)

@@ -43,12 +43,8 @@ local function fail(fmt, ...)
   error("rl.search: " .. string.format(fmt, ...), 0)
 end
 
-local function sorted_keys(t)
-  local keys = {}
-  for k in pairs(t) do keys[#keys + 1] = k end
-  table.sort(keys, function(a, b) return tostring(a) < tostring(b) end)
-  return keys
-end
+local util = require("rnnlua.util")
+local sorted_keys = util.sorted_keys
 
 local function has_choice(d)
   if type(d) ~= "table" or d.class ~= "rec" or type(d.unit) ~= "table" then return false end
@@ -169,9 +165,7 @@ end
 
 local function check(cfg)
   if type(cfg) ~= "table" then fail("expects a table {model =, data =, output_file =, ...}") end
-  local c = {}
-  for k, v in pairs(cfg) do c[k] = v end
-  cfg = c
+  cfg = util.copy(cfg)
   for k in pairs(cfg) do
     if not KEYS[k] then
       fail("unknown key '%s' (known: %s)", tostring(k), table.concat(sorted_keys(KEYS), ", "))

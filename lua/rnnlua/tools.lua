@@ -758,12 +758,7 @@ end
 
 ---------------------------------------------------------------------------- dispatch
 
-function M.sorted_keys(t)
-  local keys = {}
-  for k in pairs(t or {}) do keys[#keys + 1] = k end
-  table.sort(keys, function(x, y) return tostring(x) < tostring(y) end)
-  return keys
-end
+M.sorted_keys = require("rnnlua.util").sorted_keys
 
 local TOOLS = {
   info = {info, INFO_HELP}, ["dump-data"] = {dump_data, DUMP_HELP},

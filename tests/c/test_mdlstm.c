@@ -5,7 +5,8 @@
  * parameters for every direction and both cells, with the padding's input gradient exactly 0
  * and perturbations there changing nothing; float32 near float64; errors that name the layer;
  * the cell lists of every diagonal that the CUDA path copies to the device, against lists
- * derived here from each image's positions.
+ * derived here from each image's positions; NaN in the padding of the inputs and of grad_out
+ * of the layer used directly reaching no output or gradient, at every CPU level.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -656,6 +657,104 @@ static void test_options_and_errors(void) {
     }
 }
 
+/* ---- NaN in the padding of a layer used directly (no network zeroing its inputs) ---- */
+
+/* forward and backward (grad_out 0.5, NaN on padding when nan) on fx; out, the parameter
+ * gradients and both input gradients as float64, side by side, into res (allocated here) */
+static void run_any(fixture *fx, bool nan, rl_tensor *res) {
+    rl_tensor g = {0}, gi[2] = {{0}};
+    CHECK_OK(rl_op_fill(&fx->pg, 0.0));
+    CHECK_OK(fx->l->ops->forward(fx->l, &fx->io));
+    CHECK_OK(rl_tensor_empty_like(&g, &fx->l->out));
+    CHECK_OK(rl_op_fill(&g, 0.5));
+    for (int64_t y = 0; y < H; y++)
+        for (int64_t x = 0; x < W; x++)
+            for (int64_t b = 0; b < B; b++)
+                for (int64_t f = 0; f < fx->l->n_out && nan && padded(y, x, b); f++) {
+                    int64_t idx[4] = {y, x, b, f};
+                    rl_tensor_set(&g, idx, NAN);
+                }
+    for (int i = 0; i < 2; i++) {
+        CHECK_OK(rl_tensor_empty_like(&gi[i], fx->io.in[i]));
+        CHECK_OK(rl_op_fill(&gi[i], 7.0)); /* every entry must be set */
+    }
+    rl_tensor *pg[2] = {&gi[0], &gi[1]};
+    CHECK_OK(fx->l->ops->backward(fx->l, &fx->io, &g, pg));
+    const rl_tensor *parts[4] = {&fx->l->out, &fx->pg, &gi[0], &gi[1]};
+    int64_t n = 0;
+    for (int i = 0; i < 4; i++)
+        n += rl_tensor_numel(parts[i]);
+    CHECK_OK(rl_tensor_empty(res, RL_FLOAT64, RL_DEVICE_CPU, 1, &n));
+    double *r = rl_tensor_data(res);
+    for (int i = 0; i < 4; i++) {
+        rl_tensor c = {0}, d = {0};
+        CHECK_OK(rl_op_contiguous(&c, parts[i]));
+        CHECK_OK(rl_op_to(&d, &c, RL_FLOAT64, RL_DEVICE_CPU));
+        memcpy(r, rl_tensor_data(&d), (size_t)rl_tensor_numel(&d) * sizeof *r);
+        r += rl_tensor_numel(&d);
+        rl_tensor_release(&c);
+        rl_tensor_release(&d);
+    }
+    rl_tensor_release(&g);
+    for (int i = 0; i < 2; i++)
+        rl_tensor_release(&gi[i]);
+}
+
+/* NaN in every padded input position and in grad_out there: out, all gradients bit for bit
+ * those of the same batch with finite padding (so none is NaN), input gradients 0 on padding;
+ * float32 and float64, standard and stable cells, concat and sum */
+static void test_nan_padding(void) {
+    const config cfs[2] = {{"tl,tr,bl,br", "concat", "standard"}, {"tl,br", "sum", "stable"}};
+    const rl_dtype dts[2] = {RL_FLOAT32, RL_FLOAT64};
+    for (int c = 0; c < 2; c++)
+        for (int t = 0; t < 2; t++) {
+            fixture a, b;
+            CHECK_OK(fixture_init(&a, &cfs[c], dts[t]));
+            CHECK_OK(fixture_init(&b, &cfs[c], dts[t]));
+            for (int64_t y = 0; y < H; y++)
+                for (int64_t x = 0; x < W; x++)
+                    for (int64_t bb = 0; bb < B; bb++) {
+                        if (!padded(y, x, bb)) continue;
+                        for (int64_t f = 0; f < F1; f++) {
+                            int64_t idx[4] = {y, x, bb, f};
+                            rl_tensor_set(&b.x1, idx, NAN);
+                        }
+                        for (int64_t f = 0; f < F2 + 2; f++) {
+                            int64_t idx[4] = {y, x, bb, f};
+                            rl_tensor_set(&b.xbig, idx, NAN);
+                        }
+                    }
+            rl_tensor ra = {0}, rb = {0};
+            run_any(&a, false, &ra);
+            run_any(&b, true, &rb);
+            const double *pa = rl_tensor_data(&ra), *pb = rl_tensor_data(&rb);
+            int64_t n = rl_tensor_numel(&ra), bad = 0, nans = 0;
+            for (int64_t i = 0; i < n; i++) {
+                if (isnan(pb[i])) nans++;
+                if (memcmp(&pa[i], &pb[i], sizeof *pa) != 0) bad++;
+            }
+            if (nans || bad)
+                fprintf(stderr, "NaN padding (%s, %s, %s): %lld NaN, %lld differ of %lld\n",
+                        rl_cpu_level_name(rl_cpu_level_get()), cfs[c].dirs, rl_dtype_name(dts[t]),
+                        (long long)nans, (long long)bad, (long long)n);
+            CHECK(nans == 0);
+            CHECK(bad == 0);
+            /* the input gradients (the last entries) are 0 on padding */
+            int64_t n1 = (int64_t)H * W * B * F1, n2 = (int64_t)H * W * B * F2, e = n - n1 - n2;
+            double pad = 0;
+            for (int64_t i = 0; i < n1 + n2; i++) {
+                int64_t Fi = i < n1 ? F1 : F2, j = i < n1 ? i : i - n1;
+                int64_t y = j / (W * B * Fi), x = (j / (B * Fi)) % W, bb = (j / Fi) % B;
+                if (padded(y, x, bb)) pad = fmax(pad, fabs(pb[e + i]));
+            }
+            CHECK(pad == 0.0);
+            rl_tensor_release(&ra);
+            rl_tensor_release(&rb);
+            fixture_free(&a);
+            fixture_free(&b);
+        }
+}
+
 int main(void) {
     rl_ops_init();
     test_options_and_errors();
@@ -665,6 +764,7 @@ int main(void) {
     for (int lv = RL_CPU_GENERIC; lv <= (int)rl_cpu_level_supported(); lv++) {
         CHECK_OK(rl_cpu_level_set((rl_cpu_level)lv));
         test_float32();
+        test_nan_padding();
     }
     CHECK_OK(rl_cpu_level_set(rl_cpu_level_supported()));
     test_gradients();

@@ -1,0 +1,39 @@
+-- Small table helpers the library's modules share (one definition each).
+--
+--   local util = require("rnnlua.util")
+--   util.sorted_keys(t)        t's keys (t may be nil: none), ordered by tostring, so tables
+--                              that mix strings and numbers sort too (names in error messages)
+--   util.copy(t)               a shallow copy of t
+--   util.deep_copy(v)          v with every nested table copied (other values shared)
+--   util.list_of(v, default)   a description's from as a list: nil -> default (or {}),
+--                              a string -> {v}, anything else as it is (the caller checks it)
+
+local M = {}
+
+function M.sorted_keys(t)
+  local keys = {}
+  for k in pairs(t or {}) do keys[#keys + 1] = k end
+  table.sort(keys, function(a, b) return tostring(a) < tostring(b) end)
+  return keys
+end
+
+function M.copy(t)
+  local c = {}
+  for k, v in pairs(t) do c[k] = v end
+  return c
+end
+
+function M.deep_copy(v)
+  if type(v) ~= "table" then return v end
+  local c = {}
+  for k, x in pairs(v) do c[k] = M.deep_copy(x) end
+  return c
+end
+
+function M.list_of(v, default)
+  if v == nil then return default or {} end
+  if type(v) == "string" then return {v} end
+  return v
+end
+
+return M
