@@ -29,9 +29,10 @@ H.test("dropped tensors of varying shapes stay collected in a long loop", functi
   local rss0, bytes0 = rss_mib(), rl.storage_bytes()
   local recent, peak = {}, 0
   local w = rl.randn(128, 128)
-  -- 300 steps of about 2.5 MB each: 750 MB made in all, about 10 MB alive at any time. The
-  -- last few steps' tensors stay referenced, so they age past minor collections.
-  for step = 1, 300 do
+  -- 500 steps of about 2.5 MB each: 1.25 GB made in all, about 10 MB alive at any time (the
+  -- collector allows 256 MiB of garbage). The last few steps' tensors stay referenced, so they
+  -- age past minor collections.
+  for step = 1, 500 do
     local rows = 1000 + (step * 37) % 1500
     local x = rl.empty(rows, 128)
     local h = rl.matmul(x:fill_(0.01), w)
@@ -39,10 +40,10 @@ H.test("dropped tensors of varying shapes stay collected in a long loop", functi
     peak = math.max(peak, rl.storage_bytes() - bytes0)
   end
   recent = nil
-  H.check(peak < 200 * 2 ^ 20, string.format("live storage bytes peaked at %.0f MiB", peak / 2 ^ 20))
+  H.check(peak < 400 * 2 ^ 20, string.format("live storage bytes peaked at %.0f MiB", peak / 2 ^ 20))
   local rss1 = rss_mib()
   if rss0 and rss1 then
-    H.check(rss1 - rss0 < 250, string.format("resident memory grew by %.0f MiB", rss1 - rss0))
+    H.check(rss1 - rss0 < 450, string.format("resident memory grew by %.0f MiB", rss1 - rss0))
   end
 end)
 
@@ -50,11 +51,11 @@ H.test("layers' storages count too", function()
   collectgarbage()
   local bytes0 = rl.storage_bytes()
   local peak, recent = 0, {}
-  for i = 1, 200 do
+  for i = 1, 200 do -- 800 MB made
     recent[i % 3 + 1] = rl._layer_new("linear", "l", {n_out = 1000}, {1000}) -- 4 MB of weights
     peak = math.max(peak, rl.storage_bytes() - bytes0)
   end
-  H.check(peak < 200 * 2 ^ 20, string.format("live storage bytes peaked at %.0f MiB", peak / 2 ^ 20))
+  H.check(peak < 400 * 2 ^ 20, string.format("live storage bytes peaked at %.0f MiB", peak / 2 ^ 20))
 end)
 
 H.done()
