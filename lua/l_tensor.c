@@ -42,9 +42,9 @@ typedef struct {
  * what survived plus as much again, at least RL_GC_HEADROOM: resident memory stays within about
  * twice the live tensors plus the headroom. A full collection costs with the Lua heap (a G2P
  * training's 60 MB of word lists: tens of ms) and the trim below with the pages it hands back,
- * so the headroom keeps them rare (a 64 MiB one doubled a G2P epoch's CPU time). The limit is per
- * Lua state (the registry); the byte count is the process's, so a state may also collect when
- * another's tensors grew. */
+ * so the headroom keeps them rare (with 64 MiB a G2P epoch took about twice the CPU time). The
+ * limit is per Lua state (the registry); the byte count is the process's, so a state may also
+ * collect when another's tensors grew. */
 #define RL_GC_HEADROOM ((int64_t)256 << 20)
 static const char gc_limit_key = 'g';
 
