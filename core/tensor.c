@@ -2,6 +2,7 @@
 #include "tensor.h"
 
 #include <inttypes.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -75,6 +76,11 @@ void rl_device_name(rl_device d, char *buf, size_t n) {
         snprintf(buf, n, "cuda:%d", d.index);
 }
 
+/* Atomic: storages are made and freed on data loader and server threads too. */
+static _Atomic int64_t storage_live_bytes;
+
+int64_t rl_storage_live_bytes(void) { return atomic_load(&storage_live_bytes); }
+
 rl_status rl_storage_new(rl_storage **out, size_t nbytes, rl_device dev) {
     *out = NULL;
     RL_TRY(rl_device_check(dev));
@@ -98,6 +104,7 @@ rl_status rl_storage_new(rl_storage **out, size_t nbytes, rl_device dev) {
             return st;
         }
     }
+    atomic_fetch_add(&storage_live_bytes, (int64_t)nbytes);
     *out = s;
     return RL_OK;
 }
@@ -108,6 +115,7 @@ void rl_storage_retain(rl_storage *s) {
 
 void rl_storage_release(rl_storage *s) {
     if (!s || --s->refcount > 0) return;
+    atomic_fetch_sub(&storage_live_bytes, (int64_t)s->nbytes);
     if (s->device.type == RL_CPU)
         free(s->data);
     else if (s->data)

@@ -66,6 +66,10 @@ void rl_device_name(rl_device d, char *buf, size_t n);
 rl_status rl_storage_new(rl_storage **out, size_t nbytes, rl_device dev);
 void rl_storage_retain(rl_storage *s);
 void rl_storage_release(rl_storage *s);
+/* Bytes held by all live storages of the process (every device, every thread). A host's
+ * garbage collector cannot see them behind its small handles; lua/l_tensor.c reads this to
+ * collect garbage tensors in proportion to what they really hold. */
+int64_t rl_storage_live_bytes(void);
 
 /* Checked arithmetic for shapes, sizes and positions: every product or sum of sizes that comes
  * from a user (a Lua call, a network description, a file) goes through these, so a size near

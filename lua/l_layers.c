@@ -240,7 +240,8 @@ static int l_layer_new(lua_State *L) {
         dims[i] = d;
         lua_pop(L, 1);
     }
-    lua_newtable(L); /* 5: keys read */
+    rl_lua_collect_if_needed(L); /* a layer's weights and workspaces are storages too */
+    lua_newtable(L);             /* 5: keys read */
     layer_ud *ud = lua_newuserdatauv(L, sizeof *ud, 1);
     memset(ud, 0, sizeof *ud);
     luaL_setmetatable(L, RL_LAYER_MT);

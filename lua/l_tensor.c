@@ -12,6 +12,9 @@
 #include "l_tensor.h"
 
 #include <inttypes.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 #include <math.h>
 #include <string.h>
 
@@ -30,7 +33,43 @@ typedef struct {
     bool freed;
 } tensor_ud;
 
+/* Lua's collector paces itself by the bytes Lua allocates, and a tensor is a small userdata
+ * whose storage (kilobytes to gigabytes) Lua never sees: in the generational mode rnnlua runs,
+ * a tensor that lived through two minor collections waits for a major one, which comes only
+ * when the Lua heap itself doubles. Garbage tensors then pile up (a training grew to gigabytes
+ * while it needed tens of megabytes). So every new tensor or layer first compares the bytes of
+ * all live storages with a limit, and above it runs a full collection and sets the limit to
+ * what survived plus as much again, at least RL_GC_HEADROOM: resident memory stays within about
+ * twice the live tensors plus the headroom. A full collection costs with the Lua heap (a G2P
+ * training's 60 MB of word lists: tens of ms) and the trim below with the pages it hands back,
+ * so the headroom keeps them rare (with 64 MiB a G2P epoch took about twice the CPU time). The
+ * limit is per Lua state (the registry); the byte count is the process's, so a state may also
+ * collect when another's tensors grew. */
+#define RL_GC_HEADROOM ((int64_t)256 << 20)
+static const char gc_limit_key = 'g';
+
+void rl_lua_collect_if_needed(lua_State *L) {
+    int64_t live = rl_storage_live_bytes();
+    lua_rawgetp(L, LUA_REGISTRYINDEX, &gc_limit_key);
+    int64_t limit = lua_isinteger(L, -1) ? (int64_t)lua_tointeger(L, -1) : RL_GC_HEADROOM;
+    lua_pop(L, 1);
+    if (live <= limit) return;
+    lua_gc(L, LUA_GCCOLLECT);
+#ifdef __GLIBC__
+    /* glibc keeps what the collection just freed: its mmap threshold rises with every large
+     * free, so later storages come from the heap and stay resident once freed (a G2P training
+     * sat at 800 MB resident with 150 MB of storages). Trimming hands the free pages back; it
+     * costs about as much as the collection and comes as rarely. */
+    malloc_trim(0);
+#endif
+    live = rl_storage_live_bytes();
+    limit = live + (live > RL_GC_HEADROOM ? live : RL_GC_HEADROOM);
+    lua_pushinteger(L, (lua_Integer)limit);
+    lua_rawsetp(L, LUA_REGISTRYINDEX, &gc_limit_key);
+}
+
 rl_tensor *rl_lua_push_tensor(lua_State *L) {
+    rl_lua_collect_if_needed(L);
     tensor_ud *u = lua_newuserdatauv(L, sizeof(tensor_ud), 0);
     memset(u, 0, sizeof *u);
     luaL_setmetatable(L, RL_TENSOR_MT);
@@ -1090,6 +1129,11 @@ static int mm_gc(lua_State *L) {
 
 /* ---------------------------------------------------------------- module functions */
 
+static int l_storage_bytes(lua_State *L) {
+    lua_pushinteger(L, (lua_Integer)rl_storage_live_bytes());
+    return 1;
+}
+
 static int l_is_tensor(lua_State *L) {
     lua_pushboolean(L, luaL_testudata(L, 1, RL_TENSOR_MT) != NULL);
     return 1;
@@ -1234,6 +1278,7 @@ static const luaL_Reg tensor_meta[] = {
 
 static const luaL_Reg module_funcs[] = {
     {"tensor", l_tensor},
+    {"storage_bytes", l_storage_bytes},
     {"zeros", l_zeros},
     {"ones", l_ones},
     {"empty", l_empty},

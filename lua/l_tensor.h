@@ -13,6 +13,9 @@
 
 #define RL_TENSOR_MT "rnnlua.Tensor"
 
+/* Runs a full garbage collection when the bytes of all live tensor storages passed this
+ * state's limit (see l_tensor.c); every function that makes a tensor or a layer calls it. */
+void rl_lua_collect_if_needed(lua_State *L);
 /* Pushes a new tensor userdata holding an unset tensor; returns its rl_tensor to fill. */
 rl_tensor *rl_lua_push_tensor(lua_State *L);
 /* The tensor at idx, or a Lua argument error ("tensor expected, got X"); both raise for a
