@@ -57,8 +57,7 @@ rl_status rl_embedding_create(rl_layer **out, const char *name, const rl_options
  * (the valid frames t * B + b), class u's frames being rows[start[u] .. start[u+1]-1] in frame
  * order, classes ascending. pairs: scratch of 2 T B int32; out: room for 3 T B + 1. Returns
  * n_used. Plain C, so it is tested without a device (tests/c/test_embedding.c). */
-int64_t rl_embedding_groups(const rl_tensor *x, const rl_tensor *len, int32_t *pairs,
-                            int32_t *out);
+int64_t rl_embedding_groups(const rl_tensor *x, const rl_tensor *len, int32_t *pairs, int32_t *out);
 
 /* gru (layers/gru.c): n_out, direction = 1 | -1; PyTorch's GRU formulation and weight layout.
  * The initial state (B, n_out), the final state and the initial state's gradient work as the

@@ -109,8 +109,9 @@ static int l_ctc_beam_search(lua_State *L) {
     lua_Integer blank = luaL_checkinteger(L, 3), beam = luaL_checkinteger(L, 4);
     if (lp->ndim != 3 || lp->dtype != RL_FLOAT64 || !rl_tensor_is_contiguous(lp) ||
         rl_tensor_device(lp).type != RL_CPU)
-        return luaL_error(L, "%s: the log-probabilities must be a contiguous (T, B, V) float64 "
-                             "CPU tensor",
+        return luaL_error(L,
+                          "%s: the log-probabilities must be a contiguous (T, B, V) float64 "
+                          "CPU tensor",
                           who);
     int64_t T = lp->shape[0], B = lp->shape[1], V = lp->shape[2];
     if (len->ndim != 1 || len->dtype != RL_INT32 || len->shape[0] != B ||
