@@ -76,15 +76,7 @@ local function dirname(path)
   return path:match("^(.*)/[^/]*$") or "."
 end
 
-local function mkdir_p(dir)
-  local lfs = require("lfs")
-  local cur = dir:sub(1, 1) == "/" and "/" or ""
-  for part in dir:gmatch("[^/]+") do
-    cur = cur .. part
-    lfs.mkdir(cur)
-    cur = cur .. "/"
-  end
-end
+local mkdir_p = require("rnnlua.util").mkdir_p
 
 local function utf8_chars(s, where)
   if not utf8.len(s) then fail("%s: not valid UTF-8", where) end

@@ -213,18 +213,8 @@ local function last_checkpoint(model)
 end
 
 local function mkdir_p(path)
-  local lfs = require("lfs")
-  local cur = path:sub(1, 1) == "/" and "/" or ""
-  for part in path:gmatch("[^/]+") do
-    cur = cur .. part
-    if lfs.attributes(cur, "mode") == nil then
-      local ok, err = lfs.mkdir(cur)
-      if not ok and lfs.attributes(cur, "mode") ~= "directory" then
-        fail("cannot create directory %s: %s", cur, tostring(err))
-      end
-    end
-    cur = cur .. "/"
-  end
+  local ok, err = require("rnnlua.util").mkdir_p(path)
+  if not ok then fail("%s", err) end
 end
 
 local function dir_of(path)

@@ -36,4 +36,22 @@ function M.list_of(v, default)
   return v
 end
 
+-- Creates path and its missing parents (mkdir -p); true, or nil and a message naming the
+-- directory that could not be made.
+function M.mkdir_p(path)
+  local lfs = require("lfs")
+  local cur = path:sub(1, 1) == "/" and "/" or ""
+  for part in path:gmatch("[^/]+") do
+    cur = cur .. part
+    if lfs.attributes(cur, "mode") == nil then
+      local ok, err = lfs.mkdir(cur)
+      if not ok and lfs.attributes(cur, "mode") ~= "directory" then
+        return nil, string.format("cannot create directory %s: %s", cur, tostring(err))
+      end
+    end
+    cur = cur .. "/"
+  end
+  return true
+end
+
 return M
