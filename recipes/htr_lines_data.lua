@@ -217,13 +217,7 @@ function M.prepare(out_dir, opts)
   end
 
   local t0 = rl.clock()
-  local lfs = require("lfs")
-  local cur = out_dir:sub(1, 1) == "/" and "/" or ""
-  for part in out_dir:gmatch("[^/]+") do
-    cur = cur .. part
-    lfs.mkdir(cur)
-    cur = cur .. "/"
-  end
+  assert(require("rnnlua.util").mkdir_p(out_dir))
   os.remove(stamp)
   ensure_packages()
   local lines = M.lines(seed)

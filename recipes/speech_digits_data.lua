@@ -151,13 +151,7 @@ function M.prepare(out_dir, opts)
     if have == config .. "\n" then return info end
   end
   local t0 = rl.clock()
-  local lfs = require("lfs")
-  local cur = out_dir:sub(1, 1) == "/" and "/" or ""
-  for part in (out_dir .. "/wav"):gmatch("[^/]+") do
-    cur = cur .. part
-    lfs.mkdir(cur)
-    cur = cur .. "/"
-  end
+  assert(require("rnnlua.util").mkdir_p((out_dir .. "/wav")))
   os.remove(stamp)
   ensure_packages()
   local train_voices, test_voices = variants()
