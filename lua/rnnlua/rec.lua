@@ -579,9 +579,21 @@ function Rec:step_obj(unit, t)
   if not c then
     c = unit.make()
     c:bind(table.unpack(unit.bound))
+    if unit.kind == "lstm" then c:_share_packs(unit.obj) end
     clones[t] = c
   end
   return c
+end
+
+-- A new pass of the step loop (a forward, a backward, a search): the parameters may have changed
+-- since the last one, so the lstm step objects pack their weights anew, once for all steps of
+-- the pass (layers/lstm.c, "Packed operands").
+local passes = 0
+function Rec:new_pass()
+  passes = passes + 1
+  for _, unit in ipairs(self.units) do
+    if unit.kind == "lstm" then unit.obj:_set_pack_pass(passes) end
+  end
 end
 
 -- Runs unit layer `unit` at step t; returns its (1, B, F) output (not yet stored, except an
@@ -703,6 +715,7 @@ function Rec:forward(inputs, geom, train, batch)
     end
   end
   self.rng_states = self.rng_states or {}
+  self:new_pass()
   for t = 1, S do
     self.rng_states[t] = rl.get_rng_state()
     for _, unit in ipairs(self.units) do
@@ -806,6 +819,7 @@ function Rec:backward(grad_out, grad_in)
       end
     end
   end
+  self:new_pass()
   for t = S, 1, -1 do
     -- re-run step t so that every layer object holds that step's activations (after the
     -- forward they hold the last step's already)
@@ -951,6 +965,7 @@ function Rec:search(inputs, geom, opts)
   for i = 1, BK do score[i], done[i] = (i - 1) % K == 0 and 0 or -math.huge, false end
   local back, labels = {}, {}
   local src = self.by_name[choice.srcs[1].name]
+  self:new_pass()
   for t = 1, S do
     for _, unit in ipairs(self.units) do
       if unit.kind ~= "choice" then self:store_unit(unit, t, false) end
