@@ -540,12 +540,16 @@ function Rec:size_buffers(S, B)
       end
     end
     unit.gin = unit.gin or {}
+    -- at the first step a prev: source is the initial output, a constant: its gradient goes
+    -- nowhere, so the layer is not asked for it (an lstm then skips that input's product)
+    unit.gin_first = unit.gin_first or {}
     for k, s in ipairs(unit.srcs) do
       if unit.sparse_in[k] or unit.kind == "choice" then
         unit.gin[k] = false
       else
         unit.gin[k] = ensure(unit.gin[k] or nil, dt, dev, 1, B, unit.in_dims[k])
       end
+      unit.gin_first[k] = s.kind ~= "prev" and unit.gin[k]
     end
   end
   if not self.ones or self.ones:size(1) ~= B then self.ones = rl.ones({B}, "int32") end
@@ -843,7 +847,8 @@ function Rec:backward(grad_out, grad_in)
         else
           local obj = self:step_obj(unit, t)
           if unit.kind == "lstm" then obj:set_final_state_grad(nil, unit.dc) end
-          local ok, err = pcall(obj.backward, obj, g, unit.gin)
+          local gin = t == 1 and unit.gin_first or unit.gin
+          local ok, err = pcall(obj.backward, obj, g, gin)
           if not ok then fail("layer '%s' (rec), unit layer '%s', step %d: %s", self.name,
               unit.name, t, tostring(err)) end
           if unit.kind == "lstm" or unit.kind == "gru" then
@@ -853,7 +858,7 @@ function Rec:backward(grad_out, grad_in)
             if t > 1 then unit.grad:select(1, t - 1):add_(dh0) end
           end
           for k, s in ipairs(unit.srcs) do
-            if unit.gin[k] then self:route(s, t, unit.gin[k]) end
+            if gin[k] then self:route(s, t, gin[k]) end
           end
         end
       end
