@@ -11,10 +11,13 @@
  *   h_new = (1 - u) h' + u h: the reset gate multiplies the recurrent product with its bias
  *   ("linear before reset"), which is PyTorch's nn.GRU and layers/gru.c's n (u is our z), so
  *   the two biases cannot be folded into one and both are kept.
- * A layer with direction -1 reverses each sequence within its own length (k_reverse, a gather
- * that also zeroes padded frames) before cuDNN and reverses the result after, in forward (x, y)
- * and in backward (dy, dx); cuDNN's initial state then sits at each sequence's last frame, as in
- * layers/lstm.c and layers/gru.c.
+ * A layer with direction -1 reverses each sequence within its own length (k_gather, which also
+ * zeroes padded frames) before cuDNN and reverses the result after, in forward (x, y) and in
+ * backward (dy, dx); cuDNN's initial state then sits at each sequence's last frame, as in
+ * layers/lstm.c and layers/gru.c. In a ragged batch of direction 1, x and dy reach cuDNN as
+ * copies with the padded frames zeroed (the same gather without the reversal): a NaN or Inf the
+ * caller left in the padding then reaches no output and no gradient, as with the own kernels,
+ * whatever cuDNN does with padded frames inside.
  *
  * Weights: the mapping between our W, U, b (, b_h) and cuDNN's matrices and biases per linLayerID
  * is kernels/cudnn_layout.h's, with the addresses and strides cuDNN reports
@@ -70,15 +73,16 @@ __global__ void k_convert(rl_cudnn_layout L, T *W, T *U, T *b, T *bh, T *space) 
     }
 }
 
-/* dst[t, b, :] = src[len[b] - 1 - t, b, :] on valid frames, 0 on padded ones (T, B, D). */
-template <typename T>
-__global__ void k_reverse(int64_t T_, int64_t B, int64_t D, const int32_t *__restrict__ len,
-                          const T *__restrict__ src, T *__restrict__ dst) {
+/* dst[t, b, :] = src[len[b] - 1 - t, b, :] (REV) or src[t, b, :] on valid frames, 0 on padded
+ * ones (T, B, D). */
+template <typename T, bool REV>
+__global__ void k_gather(int64_t T_, int64_t B, int64_t D, const int32_t *__restrict__ len,
+                         const T *__restrict__ src, T *__restrict__ dst) {
     int64_t n = T_ * B * D;
     RL_CUDA_GRID_LOOP(e, n) {
         int64_t d = e % D, tb = e / D, b = tb % B, t = tb / B;
         int64_t L = len[b];
-        dst[e] = t < L ? src[((L - 1 - t) * B + b) * D + d] : T(0);
+        dst[e] = t < L ? src[((REV ? L - 1 - t : t) * B + b) * D + d] : T(0);
     }
 }
 
@@ -121,6 +125,7 @@ struct rl_cudnn_rnn {
     const int32_t *len_dev = nullptr;
     const void *x = nullptr, *y = nullptr, *h0 = nullptr, *c0 = nullptr;
     std::vector<int> lens;
+    bool ragged = false; /* some sequence of the batch is shorter than T */
 };
 
 namespace {
@@ -315,15 +320,25 @@ rl_status convert_any(rl_cudnn_rnn *r, void *W, void *U, void *b, void *bh, void
     return launched(r, fn);
 }
 
-rl_status reverse(rl_cudnn_rnn *r, int64_t D, const void *src, void *dst) {
+/* src -> dst (T, B, D) through k_gather: each sequence reversed within its length for
+ * direction -1, in place in time for 1; padded frames 0 either way. */
+rl_status gather(rl_cudnn_rnn *r, int64_t D, const void *src, void *dst) {
     int64_t n = r->T * r->B * D;
-    if (r->dt == RL_FLOAT32)
-        k_reverse<float><<<rl_cuda_blocks_for(n), RL_CUDA_THREADS, 0, r->stream>>>(
+    unsigned blocks = rl_cuda_blocks_for(n);
+    bool rev = r->direction < 0;
+    if (r->dt == RL_FLOAT32 && rev)
+        k_gather<float, true><<<blocks, RL_CUDA_THREADS, 0, r->stream>>>(
             r->T, r->B, D, r->len_dev, (const float *)src, (float *)dst);
-    else
-        k_reverse<double><<<rl_cuda_blocks_for(n), RL_CUDA_THREADS, 0, r->stream>>>(
+    else if (r->dt == RL_FLOAT32)
+        k_gather<float, false><<<blocks, RL_CUDA_THREADS, 0, r->stream>>>(
+            r->T, r->B, D, r->len_dev, (const float *)src, (float *)dst);
+    else if (rev)
+        k_gather<double, true><<<blocks, RL_CUDA_THREADS, 0, r->stream>>>(
             r->T, r->B, D, r->len_dev, (const double *)src, (double *)dst);
-    return launched(r, "k_reverse");
+    else
+        k_gather<double, false><<<blocks, RL_CUDA_THREADS, 0, r->stream>>>(
+            r->T, r->B, D, r->len_dev, (const double *)src, (double *)dst);
+    return launched(r, "k_gather");
 }
 
 rl_status zero_padded(rl_cudnn_rnn *r, int64_t D, void *buf) {
@@ -459,6 +474,9 @@ extern "C" rl_status rl_cudnn_rnn_forward(rl_cudnn_rnn *r, bool train, int64_t T
                             (int)len_host[b], (long long)b, (long long)T);
         r->lens[(size_t)b] = (int)len_host[b];
     }
+    r->ragged = false;
+    for (int64_t b = 0; b < B; b++)
+        r->ragged = r->ragged || len_host[b] < T;
     r->len_dev = len_dev;
     RL_TRY(use_device(r));
     RL_TRY(describe_batch(r));
@@ -471,11 +489,15 @@ extern "C" rl_status rl_cudnn_rnn_forward(rl_cudnn_rnn *r, bool train, int64_t T
     const void *xin = x;
     void *yout = y;
     size_t es = esize(r);
-    if (r->direction < 0) {
+    /* cuDNN reads a copy of x with the padded frames zeroed in a ragged batch too: whatever the
+     * caller left there (even NaN) must reach no result, whether or not cuDNN reads it */
+    if (r->direction < 0 || r->ragged) {
         RL_TRY(buf_ensure(r, &r->xr, (size_t)(T * B * r->F) * es));
-        RL_TRY(buf_ensure(r, &r->yr, (size_t)(T * B * r->H) * es));
-        RL_TRY(reverse(r, r->F, x, r->xr.p));
+        RL_TRY(gather(r, r->F, x, r->xr.p));
         xin = r->xr.p;
+    }
+    if (r->direction < 0) {
+        RL_TRY(buf_ensure(r, &r->yr, (size_t)(T * B * r->H) * es));
         yout = r->yr.p;
     }
     CUDNN_TRY(r, "cudnnRNNForward",
@@ -484,7 +506,7 @@ extern "C" rl_status rl_cudnn_rnn_forward(rl_cudnn_rnn *r, bool train, int64_t T
                               r->work.p, train ? reserve : 0, train ? r->reserve.p : nullptr));
     /* the reversal writes 0 to padded frames; cuDNN's padding fill is not relied on */
     if (r->direction < 0)
-        RL_TRY(reverse(r, r->H, r->yr.p, y));
+        RL_TRY(gather(r, r->H, r->yr.p, y));
     else
         RL_TRY(zero_padded(r, r->H, y));
     r->x = xin;
@@ -521,11 +543,13 @@ extern "C" rl_status rl_cudnn_rnn_backward(rl_cudnn_rnn *r, const void *dy, void
     size_t xbytes = (size_t)(r->T * r->B * r->F) * es;
     const void *dyin = dy;
     void *dxout = dx;
-    if (r->direction < 0) {
+    if (r->direction < 0 || r->ragged) { /* dy's padded frames as x's in forward */
         RL_TRY(buf_ensure(r, &r->dyr, (size_t)(r->T * r->B * r->H) * es));
-        RL_TRY(buf_ensure(r, &r->dxr, xbytes));
-        RL_TRY(reverse(r, r->H, dy, r->dyr.p));
+        RL_TRY(gather(r, r->H, dy, r->dyr.p));
         dyin = r->dyr.p;
+    }
+    if (r->direction < 0) {
+        RL_TRY(buf_ensure(r, &r->dxr, xbytes));
         dxout = r->dxr.p;
     } else if (!dx) {
         RL_TRY(buf_ensure(r, &r->dx_scratch, xbytes));
@@ -537,7 +561,7 @@ extern "C" rl_status rl_cudnn_rnn_backward(rl_cudnn_rnn *r, const void *dy, void
                                       nullptr, dc0, r->w.bytes, r->w.p, work, r->work.p, reserve,
                                       r->reserve.p));
     if (dx && r->direction < 0)
-        RL_TRY(reverse(r, r->F, r->dxr.p, dx));
+        RL_TRY(gather(r, r->F, r->dxr.p, dx));
     else if (dx)
         RL_TRY(zero_padded(r, r->F, dx));
     cudaError_t e = cudaMemsetAsync(r->dw.p, 0, r->dw.bytes, r->stream);

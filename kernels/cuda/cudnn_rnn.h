@@ -8,9 +8,9 @@
  * space and its gradient, the work and reserve spaces (grown to the largest batch seen, then
  * reused), and for direction -1 the time-reversed copies of x, y and dy: cuDNN runs forward in
  * time only, so each sequence is reversed within its own length (a gather kernel) before and
- * after. x and y given to forward must stay unchanged until backward. cuDNN runs with FMA math
- * (no TF32) and padded I/O (fill 0); the weight mapping and the bias modes are
- * kernels/cudnn_layout.h's.
+ * after; in a ragged batch x and dy go to cuDNN as copies with the padded frames zeroed. x and y
+ * given to forward must stay unchanged until backward. cuDNN runs with FMA math (no TF32) and
+ * padded I/O (fill 0); the weight mapping and the bias modes are kernels/cudnn_layout.h's.
  *
  * Per batch: rl_cudnn_rnn_pack_weights (after every optimizer step), rl_cudnn_rnn_forward, then
  * rl_cudnn_rnn_backward and rl_cudnn_rnn_unpack_grads. Every pointer named a buffer is device
