@@ -26,18 +26,20 @@ int64_t rl_cudnn_layout_packed(rl_cudnn_layout *L, rl_cudnn_cell cell, int64_t F
     return off;
 }
 
-/* Marks place p of the space as taken; an error when it is outside or taken twice. */
+/* Marks place p of the space as taken (one bit per place); an error when it is outside or taken
+ * twice. */
 static rl_status mark(unsigned char *used, int64_t n, int64_t p, const char *what, int64_t k,
                       const char *fn) {
     if (p < 0 || p >= n)
         return rl_error(RL_EDEVICE,
                         "%s: element %lld of %s maps to %lld, outside the weight space of %lld", fn,
                         (long long)k, what, (long long)p, (long long)n);
-    if (used[p])
+    unsigned char bit = (unsigned char)(1u << (p & 7));
+    if (used[p >> 3] & bit)
         return rl_error(RL_EDEVICE,
                         "%s: element %lld of %s maps to %lld, which another parameter already uses",
                         fn, (long long)k, what, (long long)p);
-    used[p] = 1;
+    used[p >> 3] |= bit;
     return RL_OK;
 }
 
@@ -49,8 +51,9 @@ rl_status rl_cudnn_layout_check(const rl_cudnn_layout *L, int64_t n, const char 
         if (L->b[q] < 0 || (L->two_biases && L->rb[q] < 0))
             return rl_error(RL_EDEVICE, "%s: cuDNN reports no %s bias for gate %d", fn,
                             L->b[q] < 0 ? "input" : "recurrent", q);
-    unsigned char *used = calloc((size_t)n, 1);
-    if (!used) return rl_error(RL_ENOMEM, "%s: out of host memory (%lld bytes)", fn, (long long)n);
+    size_t bytes = (size_t)(n / 8 + 1);
+    unsigned char *used = calloc(bytes, 1);
+    if (!used) return rl_error(RL_ENOMEM, "%s: out of host memory (%zu bytes)", fn, bytes);
     static const char *names[4] = {"W", "U", "b", "b_h"};
     rl_status st = RL_OK;
     int64_t count = rl_cudnn_layout_count(L);
