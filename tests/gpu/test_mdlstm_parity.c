@@ -49,42 +49,6 @@ static const config CONFIGS[] = {
     {"tl,tr,bl,br", "sum", "stable"},
 };
 
-/* want (CPU) against got (any device): max |want - got| <= rtol * max |want|; one check. */
-static void compare(const char *tag, const char *what, const rl_tensor *want, const rl_tensor *got,
-                    double rtol) {
-    rl_tensor a = {0}, g = {0};
-    if (!want->storage || !got->storage || rl_tensor_numel(want) != rl_tensor_numel(got)) {
-        check_failed++;
-        fprintf(stderr, "FAIL %s %s: missing or mis-sized result (%s)\n", tag, what, rl_errmsg());
-        return;
-    }
-    CHECK_OK(rl_op_to(&a, want, RL_FLOAT64, RL_DEVICE_CPU));
-    CHECK_OK(rl_op_to(&g, got, RL_FLOAT64, RL_DEVICE_CPU));
-    if (!a.storage || !g.storage) return;
-    const double *pa = rl_tensor_data(&a), *pg = rl_tensor_data(&g);
-    int64_t n = rl_tensor_numel(&a), worst = 0;
-    double scale = 0, err = 0;
-    for (int64_t i = 0; i < n; i++)
-        scale = fmax(scale, fabs(pa[i]));
-    for (int64_t i = 0; i < n; i++) {
-        double e = fabs(pa[i] - pg[i]);
-        if (!(e <= err)) { /* NaN counts as worst */
-            err = e;
-            worst = i;
-        }
-    }
-    if (err <= rtol * scale) {
-        check_passed++;
-    } else {
-        check_failed++;
-        fprintf(stderr,
-                "FAIL %s %s: max error %.3g (scale %.3g, rtol %g) at %lld: want %.9g got %.9g\n",
-                tag, what, err, scale, rtol, (long long)worst, pa[worst], pg[worst]);
-    }
-    rl_tensor_release(&a);
-    rl_tensor_release(&g);
-}
-
 /* One layer with its flat parameter buffers, inputs and gradients, all on one device. */
 typedef struct {
     rl_layer *l;
