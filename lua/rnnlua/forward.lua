@@ -10,7 +10,7 @@
 --
 -- A checkpoint with data_norm (rl.train on an audio dataset with normalize = "global") holds the
 -- training set's normalisation: input data is raw features, normalised here before the network
--- (M.run, also serve's path); an audio dataset config leaves its own normalisation out (M.data_for).
+-- (M.run, also serve's path); an audio dataset config leaves its own normalisation out (data_for).
 --
 -- device = "cuda" (or "cuda:N") runs the network there (net:to after the parameters are
 -- loaded); the layer's output is copied to the host once per batch to be written.
@@ -138,7 +138,7 @@ end
 -- leaves the global normalisation to the model when the checkpoint holds one (its statistics
 -- are the training set's, which a new list of files has no other way to get); an audio dataset
 -- object that normalises itself would be normalised twice: an error.
-function M.data_for(model, data, verbosity)
+local function data_for(model, data, verbosity)
   if not model.norm or type(data) ~= "table" then return data end
   if type(data.norm_stats) == "function" then
     if data:norm_stats() ~= nil then
@@ -243,7 +243,7 @@ function M.forward(cfg)
   local model = M.load_model(cfg.model, layer, device, "rl.forward")
   local net = model.net
 
-  local ds = rl.dataset(M.data_for(model, cfg.data, verbosity))
+  local ds = rl.dataset(data_for(model, cfg.data, verbosity))
   local keys = sorted_keys(net.used_extern)
   local okd, err = pcall(rl.check_dataset_dims, ds, net.ext, keys)
   if not okd then
