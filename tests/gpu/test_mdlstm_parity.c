@@ -66,29 +66,6 @@ static rl_status make_layer(rl_layer **l, const config *cf) {
     return rl_layer_create(l, "mdlstm", "img", &o, 2, dims);
 }
 
-/* Every parameter of l as views into the flat buffers pv, pg (set, on any device). */
-static rl_status bind(rl_layer *l, const rl_tensor *pv, const rl_tensor *pg) {
-    int64_t off = 0;
-    for (int i = 0; i < l->n_params; i++) {
-        rl_param *p = &l->params[i];
-        int64_t k = 1;
-        for (int d = 0; d < p->ndim; d++)
-            k *= p->shape[d];
-        rl_tensor a = {0}, b = {0};
-        rl_tensor_release(&p->value);
-        rl_tensor_release(&p->grad);
-        RL_TRY(rl_tensor_narrow(&a, pv, 0, off, k));
-        RL_TRY(rl_tensor_narrow(&b, pg, 0, off, k));
-        rl_status st = rl_tensor_view(&p->value, &a, p->ndim, p->shape);
-        if (st == RL_OK) st = rl_tensor_view(&p->grad, &b, p->ndim, p->shape);
-        rl_tensor_release(&a);
-        rl_tensor_release(&b);
-        RL_TRY(st);
-        off += k;
-    }
-    return RL_OK;
-}
-
 static void side_free(side *s) {
     rl_layer_free(s->l);
     rl_tensor *ts[] = {&s->pv, &s->pg, &s->x1, &s->xbig, &s->x2, &s->gout, &s->gin[0], &s->gin[1]};
@@ -123,7 +100,7 @@ static rl_status make_sides(const config *cf, rl_dtype dt, side *c, side *g) {
     RL_TRY(make_layer(&g->l, cf));
     RL_TRY(rl_op_to(&g->pv, &c->pv, dt, DEV));
     RL_TRY(rl_op_to(&g->pg, &c->pg, dt, DEV));
-    RL_TRY(bind(g->l, &g->pv, &g->pg));
+    RL_TRY(gc_view_params(g->l, &g->pv, &g->pg));
     RL_TRY(rl_op_to(&g->x1, &c->x1, dt, DEV));
     RL_TRY(rl_op_to(&g->xbig, &c->xbig, dt, DEV));
     RL_TRY(rl_tensor_narrow(&g->x2, &g->xbig, 3, 1, F2));
