@@ -55,14 +55,24 @@
  * given initial state and grad_out/grad_in must be on it (checked at every entry). The stream,
  * its events and the entry checks are layers/recurrent.c's, shared with the lstm. The recurrence
  * runs in rl_gru_cuda_forward/backward (kernels/cuda/gru.cu), which also do dU, db and db_h there.
+ *
+ * impl = "own" (default) or "cudnn": on CUDA tensors cudnn runs cuDNN's GRU (CUDNN_GRU, the same
+ * equations; layers/rnn_cudnn.c, kernels/cuda/cudnn_rnn.cu, the parameter mapping in
+ * kernels/cudnn_layout.h) with W, U, b, b_h packed into cuDNN's weight space before every forward
+ * and the weight gradients added back, so checkpoints do not depend on the impl (hs is then
+ * (2, B, H): initial and final state). Where cuDNN cannot serve, the layer runs its own kernels:
+ * on CPU tensors (so a model trained with cudnn runs on the CPU as it is) and for sizes beyond
+ * cuDNN's int descriptors (rl_rnn_cudnn_serves). Backward follows the path its forward took.
  */
 #include <inttypes.h>
+#include <stddef.h>
 #include <string.h>
 
 #include "layer.h"
 #include "layers.h"
 #include "matrix.h"
 #include "recurrent.h"
+#include "rnn_cudnn.h"
 
 #include "../kernels/cpu/gemm_small.h"
 #include "../kernels/gru.h"
@@ -87,6 +97,9 @@ typedef struct {
     rl_tensor upack; /* U (forward) or U^T (backward) packed for the per-step product */
     rl_tensor xs[RL_LAYER_MAX_INPUTS], dxs[RL_LAYER_MAX_INPUTS];
     bool use_xs[RL_LAYER_MAX_INPUTS]; /* the last forward read input k from xs[k] */
+    bool cudnn;                       /* impl = "cudnn" */
+    bool ran_cudnn;                   /* the last forward ran cuDNN (so does its backward) */
+    rl_rnn_cudnn dnn;
 } gru_layer;
 
 static const rl_layer_ops gru_ops;
@@ -96,6 +109,12 @@ static void *at(const rl_tensor *t, int64_t elems) {
 }
 
 static rl_mat cols(rl_mat m, int64_t c, rl_dtype dt) { return rl_mat_sub(m, 0, c, dt); }
+
+/* The cuDNN object runs on the layer's stream: it goes before the stream does. */
+static void drop_stream_users(rl_recurrent *r) {
+    gru_layer *L = (gru_layer *)((char *)r - offsetof(gru_layer, rec));
+    rl_rnn_cudnn_drop(&L->dnn);
+}
 
 /* Input k of the batch as a (T*B, F) matrix: the input itself when it folds and the batch has
  * no padding, else the copy xs[k] with the padded frames zeroed (see Buffers above). */
@@ -206,6 +225,16 @@ static rl_status gru_forward(rl_layer *l, rl_layer_io *io) {
     RL_TRY(rl_param_mat(l, &l->params[P_U].value, "U", dt, dev, &U));
     RL_TRY(rl_param_mat(l, &l->params[P_B].value, "b", dt, dev, &b));
     RL_TRY(rl_param_mat(l, &l->params[P_BH].value, "b_h", dt, dev, &bh));
+    L->ran_cudnn = L->cudnn && dev.type == RL_CUDA && rl_rnn_cudnn_serves(r, l);
+#ifdef RL_WITH_CUDA
+    if (L->ran_cudnn) {
+        rl_mat p[4] = {W, U, b, bh};
+        const rl_tensor *written[1] = {&L->hs};
+        RL_TRY(rl_rnn_cudnn_forward(&L->dnn, r, l, RL_CUDNN_GRU, L->direction, io, dt, dev, p,
+                                    &L->h0, NULL, &L->hs, NULL));
+        return rl_recurrent_forward_end(r, l, 1, io->train, written, 1);
+    }
+#endif
 
     int64_t gshape[3] = {T, B, 4 * H}, sshape[3] = {T + 1, B, H};
     RL_TRY(rl_buffer_ensure_synced(&L->gates, dt, dev, 3, gshape));
@@ -267,6 +296,14 @@ static rl_status gru_backward(rl_layer *l, rl_layer_io *io, const rl_tensor *gra
     RL_TRY(rl_param_mat(l, &l->params[P_U].grad, "U (gradient)", dt, dev, &dU));
     RL_TRY(rl_param_mat(l, &l->params[P_B].grad, "b (gradient)", dt, dev, &db));
     RL_TRY(rl_param_mat(l, &l->params[P_BH].grad, "b_h (gradient)", dt, dev, &dbh));
+#ifdef RL_WITH_CUDA
+    if (L->ran_cudnn) {
+        rl_mat g[4] = {dW, dU, db, dbh};
+        const rl_tensor *written[1] = {&L->dh};
+        RL_TRY(rl_rnn_cudnn_backward(&L->dnn, r, l, io, grad_in, dt, dev, dout, g, &L->dh, NULL));
+        return rl_recurrent_backward_end(r, io, grad_in, written, 1);
+    }
+#endif
     int64_t sshape[2] = {B, H};
     RL_TRY(rl_buffer_ensure_synced(&L->dh, dt, dev, 2, sshape));
     RL_TRY(rl_recurrent_write_state(r, &L->dh, NULL));
@@ -320,7 +357,8 @@ static rl_status gru_backward(rl_layer *l, rl_layer_io *io, const rl_tensor *gra
 
 static void gru_destroy(rl_layer *l) {
     gru_layer *L = (gru_layer *)l;
-    rl_recurrent_free(&L->rec); /* waits for and destroys the stream */
+    rl_recurrent_free(&L->rec); /* drops the cuDNN object, waits for and destroys the stream */
+    rl_rnn_cudnn_free(&L->dnn);
     rl_tensor *ts[] = {&L->h0, &L->gates, &L->hs, &L->dh, &L->red, &L->upack};
     for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
         rl_tensor_release(ts[i]);
@@ -340,6 +378,8 @@ rl_status rl_gru_create(rl_layer **out, const char *name, const rl_options *opts
     if (n_in < 1) return rl_error(RL_EARG, "layer '%s' (gru): needs at least one input", name);
     RL_TRY(rl_opt_int(opts, name, "n_out", 0, 1, true, &H));
     RL_TRY(rl_opt_int(opts, name, "direction", 1, -1, false, &dir));
+    bool cudnn;
+    RL_TRY(rl_rnn_cudnn_option(opts, name, "gru", &cudnn));
     if (dir != 1 && dir != -1)
         return rl_error(RL_EARG, "layer '%s' (gru): direction = %" PRId64 ", expected 1 or -1",
                         name, dir);
@@ -362,6 +402,8 @@ rl_status rl_gru_create(rl_layer **out, const char *name, const rl_options *opts
     l->n_out = H;
     L->direction = (int)dir;
     L->rec.cls = "gru";
+    L->cudnn = cudnn;
+    L->rec.on_stream_drop = drop_stream_users;
     int64_t Fi = (int64_t)F;
     int64_t ws[2] = {Fi, 3 * H}, us[2] = {H, 3 * H}, bs[1] = {3 * H};
     rl_status st = rl_layer_add_param(l, "W", 2, ws, RL_INIT_GLOROT, 1.0, Fi, 3 * H, NULL);

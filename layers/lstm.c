@@ -45,7 +45,7 @@
  *   xs[k], dxs[k]        contiguous copies, only for inputs (or input gradients) whose (T, B)
  *                        dims cannot be folded into one
  * Kept in rl_recurrent (layers/recurrent.h): the lengths on the device (CUDA) and a contiguous
- * copy of grad_out when it cannot be folded; in rl_lstm_cudnn (layers/lstm_cudnn.h) the cuDNN
+ * copy of grad_out when it cannot be folded; in rl_rnn_cudnn (layers/rnn_cudnn.h) the cuDNN
  * path's concatenated inputs.
  *
  * Devices: one layer for the CPU and CUDA; the device of the inputs decides, and the params,
@@ -55,8 +55,8 @@
  * below, unchanged, or rl_lstm_cuda_forward/backward of kernels/cuda/lstm.cu, which also do dU,
  * db and the peephole gradients there), buffer growth and the small state writes.
  *
- * impl = "own" (default) or "cudnn". cudnn runs the cuDNN 9 RNN API through layers/lstm_cudnn.c
- * (kernels/cuda/cudnn_lstm.cu) and needs CUDA tensors (on CPU tensors forward fails naming the
+ * impl = "own" (default) or "cudnn". cudnn runs the cuDNN 9 RNN API through layers/rnn_cudnn.c
+ * (kernels/cuda/cudnn_rnn.cu) and needs CUDA tensors (on CPU tensors forward fails naming the
  * layer: no silent fallback) and no peepholes (an error at creation). The weights stay W, U, b
  * in the flat buffers in the layout above: they are packed into cuDNN's weight space before every
  * forward and the weight gradients are added back, so a checkpoint is the same whichever impl
@@ -80,9 +80,9 @@
 
 #include "layer.h"
 #include "layers.h"
-#include "lstm_cudnn.h"
 #include "matrix.h"
 #include "recurrent.h"
+#include "rnn_cudnn.h"
 
 #include "../core/blas.h"
 #include "../kernels/cpu/gemm_small.h"
@@ -108,7 +108,7 @@ typedef struct {
     rl_tensor red;   /* CUDA: (RL_LSTM_CUDA_CHUNKS, 7H) partial sums of the bias and peepholes */
     rl_tensor upack; /* U (forward) or U^T (backward) packed for the per-step product */
     rl_tensor xs[RL_LAYER_MAX_INPUTS], dxs[RL_LAYER_MAX_INPUTS];
-    rl_lstm_cudnn dnn; /* impl = "cudnn" */
+    rl_rnn_cudnn dnn; /* impl = "cudnn" */
 } lstm_layer;
 
 static const rl_layer_ops lstm_ops;
@@ -126,7 +126,7 @@ static void *at(const rl_tensor *t, int64_t elems) {
 /* The cuDNN object runs on the layer's stream: it goes before the stream does. */
 static void drop_stream_users(rl_recurrent *r) {
     lstm_layer *L = (lstm_layer *)((char *)r - offsetof(lstm_layer, rec));
-    rl_lstm_cudnn_drop(&L->dnn);
+    rl_rnn_cudnn_drop(&L->dnn);
 }
 
 /* The CPU recurrence. Batch rows never read each other's state, so with the packed kernel
@@ -297,8 +297,9 @@ static rl_status lstm_forward(rl_layer *l, rl_layer_io *io) {
     const rl_tensor *written[2] = {&L->hs, &L->cs};
 #ifdef RL_WITH_CUDA
     if (L->cudnn) {
-        RL_TRY(rl_lstm_cudnn_forward(&L->dnn, r, l, L->direction, io, dt, dev, W, U, bias, &L->h0,
-                                     &L->c0, &L->hs, &L->cs));
+        rl_mat p[4] = {W, U, bias, {NULL, 0}};
+        RL_TRY(rl_rnn_cudnn_forward(&L->dnn, r, l, RL_CUDNN_LSTM, L->direction, io, dt, dev, p,
+                                    &L->h0, &L->c0, &L->hs, &L->cs));
         return rl_recurrent_forward_end(r, l, 1, io->train, written, 2);
     }
 #endif
@@ -380,8 +381,8 @@ static rl_status lstm_backward(rl_layer *l, rl_layer_io *io, const rl_tensor *gr
     const rl_tensor *written[2] = {&L->dh, &L->dc};
 #ifdef RL_WITH_CUDA
     if (L->cudnn) {
-        RL_TRY(rl_lstm_cudnn_backward(&L->dnn, r, l, io, grad_in, dt, dev, dout, dW, dU, db, &L->dh,
-                                      &L->dc));
+        rl_mat g[4] = {dW, dU, db, {NULL, 0}};
+        RL_TRY(rl_rnn_cudnn_backward(&L->dnn, r, l, io, grad_in, dt, dev, dout, g, &L->dh, &L->dc));
         return rl_recurrent_backward_end(r, io, grad_in, written, 2);
     }
 #endif
@@ -437,7 +438,7 @@ static rl_status lstm_backward(rl_layer *l, rl_layer_io *io, const rl_tensor *gr
 static void lstm_destroy(rl_layer *l) {
     lstm_layer *L = (lstm_layer *)l;
     rl_recurrent_free(&L->rec); /* drops the cuDNN object, waits for and destroys the stream */
-    rl_lstm_cudnn_free(&L->dnn);
+    rl_rnn_cudnn_free(&L->dnn);
     rl_tensor *ts[] = {&L->h0, &L->c0, &L->dhT, &L->dcT, &L->gates, &L->hs,
                        &L->cs, &L->dh, &L->dc,  &L->red, &L->upack};
     for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
@@ -481,12 +482,8 @@ rl_status rl_lstm_create(rl_layer **out, const char *name, const rl_options *opt
                         name, dir);
     RL_TRY(rl_opt_bool(opts, name, "peepholes", false, &peep));
     RL_TRY(rl_opt_number(opts, name, "forget_bias", 0.0, &fb));
-    const char *impl = NULL;
-    RL_TRY(rl_opt_string(opts, name, "impl", "own", &impl));
-    bool cudnn = impl && strcmp(impl, "cudnn") == 0;
-    if (!impl || (!cudnn && strcmp(impl, "own") != 0))
-        return rl_error(RL_EARG, "layer '%s' (lstm): impl = \"%s\", expected \"own\" or \"cudnn\"",
-                        name, impl ? impl : "(null)");
+    bool cudnn;
+    RL_TRY(rl_rnn_cudnn_option(opts, name, "lstm", &cudnn));
     if (cudnn && peep)
         return rl_error(RL_EARG,
                         "layer '%s' (lstm): peepholes = true and impl = \"cudnn\" do not go "

@@ -16,9 +16,11 @@
  * are skipped. Run by `make test-gpu`. */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/device.h"
+#include "kernels/cudnn_layout.h"
 #include "kernels/gru.h"
 #include "kernels/ops.h"
 #include "layers/layer.h"
@@ -27,6 +29,7 @@
 #include "tests/c/gradcheck.h"
 #include "tests/gpu/device_side.h"
 #ifdef RL_WITH_CUDA
+#include "kernels/cuda/cudnn_rnn.h"
 #include "kernels/cuda/gru_cuda.h"
 #endif
 
@@ -41,12 +44,14 @@ typedef struct {
 } side;
 
 /* The layer and its batch on dev; the values depend only on seed, so both sides get the same. */
-static bool side_init(side *s, rl_dtype dt, int dir, rl_device dev, uint64_t seed) {
+static bool side_init(side *s, rl_dtype dt, int dir, rl_device dev, uint64_t seed,
+                      const char *impl) {
     memset(s, 0, sizeof *s);
     rand_state = seed;
     gc_opts t = {0};
     gc_opt_num(&t, "n_out", H);
     gc_opt_num(&t, "direction", dir);
+    if (impl) gc_opt_str(&t, "impl", impl);
     rl_options o = gc_options(&t);
     int64_t F[2] = {F1, F2};
     CHECK_OK(rl_layer_create(&s->l, "gru", dir > 0 ? "fw" : "bw", &o, 2, F));
@@ -129,8 +134,8 @@ static void side_compare(const char *tag, side *want, side *got, double rtol) {
 static void test_reference(void) {
     for (int dir = 1; dir >= -1; dir -= 2) {
         side a, b;
-        if (!side_init(&a, RL_FLOAT32, dir, RL_DEVICE_CPU, 11) ||
-            !side_init(&b, RL_FLOAT32, dir, RL_DEVICE_CPU, 11))
+        if (!side_init(&a, RL_FLOAT32, dir, RL_DEVICE_CPU, 11, NULL) ||
+            !side_init(&b, RL_FLOAT32, dir, RL_DEVICE_CPU, 11, NULL))
             return;
         for (int rep = 0; rep < 2; rep++) {
             side_forward(&a);
@@ -156,17 +161,239 @@ static void test_reference(void) {
     }
 }
 
+/* ---- cuDNN's GRU, device-free: the parameter mapping and cuDNN's equations on the CPU ---- */
+
+enum { FS = F1 + F2, NG = 3 }; /* the GRU's input size and gates */
+
+/* A layout as cuDNN might report one, unlike the packed one: ids in reverse order, each bias
+ * before its matrix, matrices column-major, one unused element after each piece. *n: its size. */
+static rl_cudnn_layout scrambled_layout(int64_t *n) {
+    rl_cudnn_layout L = {.F = FS, .H = H, .gates = NG, .two_biases = true};
+    int64_t off = 0;
+    for (int id = 2 * NG - 1; id >= 0; id--) {
+        int64_t in = id < NG ? FS : H;
+        *(id < NG ? &L.b[id] : &L.rb[id - NG]) = off;
+        off += H + 1;
+        *(id < NG ? &L.w[id] : &L.u[id - NG]) = (rl_cudnn_mat){off, 1, H};
+        off += H * in + 1;
+    }
+    *n = off;
+    return L;
+}
+
+/* Random W, U, b, b_h (float64) packed into the space and back: bit-exact, every parameter
+ * written, the unused places untouched. */
+static void test_layout_round_trip(rl_dtype dt) {
+    for (int variant = 0; variant < 2; variant++) {
+        rl_cudnn_layout L;
+        int64_t n = 0;
+        if (variant == 0)
+            n = rl_cudnn_layout_packed(&L, RL_CUDNN_GRU, FS, H);
+        else
+            L = scrambled_layout(&n);
+        CHECK(n == (variant ? (FS + H + 2) * NG * H + 4 * NG : (FS + H + 2) * NG * H));
+        CHECK_OK(rl_cudnn_layout_check(&L, n, "round trip"));
+        int64_t ws[2] = {FS, NG * H}, us[2] = {H, NG * H}, bs[1] = {NG * H}, ns[1] = {n};
+        rand_state = 41 + (uint64_t)variant;
+        rl_tensor ours[4] = {
+            rand_tensor(dt, 2, ws, -1.0, 1.0, NULL, 0), rand_tensor(dt, 2, us, -1.0, 1.0, NULL, 0),
+            rand_tensor(dt, 1, bs, -1.0, 1.0, NULL, 0), rand_tensor(dt, 1, bs, -1.0, 1.0, NULL, 0)};
+        rl_tensor space = {0}, back[4] = {{0}};
+        CHECK_OK(rl_tensor_empty(&space, dt, RL_DEVICE_CPU, 1, ns));
+        CHECK_OK(rl_op_fill(&space, 777.0));
+        for (int i = 0; i < 4; i++) {
+            CHECK_OK(rl_tensor_empty(&back[i], dt, RL_DEVICE_CPU, ours[i].ndim, ours[i].shape));
+            CHECK_OK(rl_op_fill(&back[i], 0.0));
+        }
+        rl_cudnn_layout_pack_host(&L, dt, rl_tensor_data(&ours[0]), rl_tensor_data(&ours[1]),
+                                  rl_tensor_data(&ours[2]), rl_tensor_data(&ours[3]),
+                                  rl_tensor_data(&space));
+        rl_cudnn_layout_unpack_host(&L, dt, rl_tensor_data(&space), rl_tensor_data(&back[0]),
+                                    rl_tensor_data(&back[1]), rl_tensor_data(&back[2]),
+                                    rl_tensor_data(&back[3]));
+        for (int i = 0; i < 4; i++) {
+            size_t bytes = (size_t)rl_tensor_numel(&ours[i]) * rl_dtype_size(dt);
+            CHECK(memcmp(rl_tensor_data(&ours[i]), rl_tensor_data(&back[i]), bytes) == 0);
+        }
+        rl_tensor sp64 = {0};
+        CHECK_OK(rl_op_to(&sp64, &space, RL_FLOAT64, RL_DEVICE_CPU));
+        int64_t untouched = 0;
+        for (int64_t i = 0; i < n; i++)
+            untouched += ((double *)rl_tensor_data(&sp64))[i] == 777.0;
+        CHECK(untouched == (variant ? 4 * NG : 0));
+        /* one known element: W[c, q H + r] is cuDNN's matrix q at (r, c) */
+        int64_t c = 2, q = 1, r = 3, theirs = L.w[q].off + r * L.w[q].rs + c * L.w[q].cs;
+        rl_tensor w64 = {0};
+        CHECK_OK(rl_op_to(&w64, &ours[0], RL_FLOAT64, RL_DEVICE_CPU));
+        CHECK(((double *)rl_tensor_data(&w64))[c * NG * H + q * H + r] ==
+              ((double *)rl_tensor_data(&sp64))[theirs]);
+        rl_tensor_release(&w64);
+        rl_tensor_release(&sp64);
+        rl_tensor_release(&space);
+        for (int i = 0; i < 4; i++) {
+            rl_tensor_release(&ours[i]);
+            rl_tensor_release(&back[i]);
+        }
+    }
+}
+
+/* The layout check refuses what would silently mix weights; the LSTM's single bias mode holds
+ * the recurrent biases cuDNN may keep at 0. */
+static void test_layout_check(void) {
+    rl_cudnn_layout L;
+    int64_t n = rl_cudnn_layout_packed(&L, RL_CUDNN_GRU, FS, H);
+    rl_cudnn_layout bad = L;
+    bad.u[1].off = bad.w[0].off + 1;
+    CHECK(rl_cudnn_layout_check(&bad, n, "cudnn gru") == RL_EDEVICE);
+    CHECK(strstr(rl_errmsg(), "cudnn gru") && strstr(rl_errmsg(), "already uses"));
+    CHECK(rl_cudnn_layout_check(&L, n - 1, "cudnn gru") == RL_EDEVICE);
+    CHECK(strstr(rl_errmsg(), "outside the weight space") != NULL);
+    bad = L;
+    bad.rb[2] = -1;
+    CHECK(rl_cudnn_layout_check(&bad, n, "cudnn gru") == RL_EDEVICE);
+    CHECK(strstr(rl_errmsg(), "no recurrent bias for gate 2") != NULL);
+    bad = L;
+    bad.w[0].cs = 0; /* every column of matrix 0 on one place */
+    CHECK(rl_cudnn_layout_check(&bad, n, "cudnn gru") == RL_EDEVICE);
+
+    rl_cudnn_layout S;
+    int64_t ns = rl_cudnn_layout_packed(&S, RL_CUDNN_LSTM, FS, H);
+    CHECK(ns == (FS + H + 1) * 4 * H && S.rb[0] == -1 && !S.two_biases);
+    CHECK_OK(rl_cudnn_layout_check(&S, ns, "cudnn lstm"));
+    for (int q = 0; q < 4; q++)
+        S.rb[q] = ns + q * H; /* recurrent biases appended */
+    ns += 4 * H;
+    CHECK_OK(rl_cudnn_layout_check(&S, ns, "cudnn lstm"));
+    double W[FS * 4 * H], U[H * 4 * H], b[4 * H], sp[(FS + H + 2) * 4 * H];
+    for (size_t i = 0; i < sizeof W / sizeof W[0]; i++)
+        W[i] = 1.0;
+    for (size_t i = 0; i < sizeof U / sizeof U[0]; i++)
+        U[i] = 2.0;
+    for (size_t i = 0; i < sizeof b / sizeof b[0]; i++)
+        b[i] = 3.0;
+    for (size_t i = 0; i < sizeof sp / sizeof sp[0]; i++)
+        sp[i] = 9.0;
+    rl_cudnn_layout_pack_host(&S, RL_FLOAT64, W, U, b, NULL, sp);
+    int64_t zeros = 0, nine = 0;
+    for (int64_t i = 0; i < ns; i++)
+        zeros += sp[i] == 0.0, nine += sp[i] == 9.0;
+    CHECK(zeros == 4 * H && nine == 0);
+}
+
+static double sigm(double x) { return 1.0 / (1.0 + exp(-x)); }
+
+/* Row r of cuDNN's matrix m times v (length n). */
+static double mat_row(const double *sp, rl_cudnn_mat m, int64_t r, const double *v, int64_t n) {
+    double s = 0;
+    for (int64_t c = 0; c < n; c++)
+        s += sp[m.off + r * m.rs + c * m.cs] * v[c];
+    return s;
+}
+
+/* cuDNN's GRU as its documentation writes it (ids 0, 1, 2: reset, update, new-memory gate):
+ *   r = sigma(W_0 x + R_3 h + bW_0 + bR_3)   u = sigma(W_1 x + R_4 h + bW_1 + bR_4)
+ *   h' = tanh(W_2 x + bW_2 + r (R_5 h + bR_5))   h_new = (1 - u) h' + u h
+ * on the CPU, reading every weight (with layout L) from a space packed from the layer's
+ * parameters with layout P; each sequence in the layer's direction within its own length, from
+ * the layer's initial state. Returns the largest difference to the layer's output and final
+ * state. */
+static double cudnn_equations_err(side *a, int dir, const rl_cudnn_layout *P,
+                                  const rl_cudnn_layout *L, int64_t n) {
+    rl_tensor p[4] = {{0}};
+    for (int i = 0; i < 4; i++)
+        CHECK_OK(rl_op_to(&p[i], &a->l->params[i].value, RL_FLOAT64, RL_DEVICE_CPU));
+    double *sp = calloc((size_t)n, sizeof *sp);
+    CHECK(sp != NULL);
+    if (!sp) return INFINITY;
+    rl_cudnn_layout_pack_host(P, RL_FLOAT64, rl_tensor_data(&p[0]), rl_tensor_data(&p[1]),
+                              rl_tensor_data(&p[2]), rl_tensor_data(&p[3]), sp);
+    const double *x1 = rl_tensor_data(&a->x[0]), *x2 = rl_tensor_data(&a->x[1]);
+    const double *h0 = rl_tensor_data(&a->h0), *out = rl_tensor_data(&a->l->out);
+    rl_tensor hf = {0};
+    CHECK_OK(rl_gru_final_state(a->l, &hf));
+    const double *hT = rl_tensor_data(&hf);
+    double err = 0;
+    for (int64_t b = 0; b < B; b++) {
+        double h[H], hn[H], x[FS];
+        memcpy(h, h0 + b * H, sizeof h);
+        for (int64_t s = 0; s < LENS[b]; s++) {
+            int64_t t = dir > 0 ? s : LENS[b] - 1 - s, row = t * B + b;
+            memcpy(x, x1 + row * F1, F1 * sizeof *x);
+            memcpy(x + F1, x2 + row * F2, F2 * sizeof *x);
+            for (int64_t j = 0; j < H; j++) {
+                double r = sigm(mat_row(sp, L->w[0], j, x, FS) + mat_row(sp, L->u[0], j, h, H) +
+                                sp[L->b[0] + j] + sp[L->rb[0] + j]);
+                double u = sigm(mat_row(sp, L->w[1], j, x, FS) + mat_row(sp, L->u[1], j, h, H) +
+                                sp[L->b[1] + j] + sp[L->rb[1] + j]);
+                double nn = tanh(mat_row(sp, L->w[2], j, x, FS) + sp[L->b[2] + j] +
+                                 r * (mat_row(sp, L->u[2], j, h, H) + sp[L->rb[2] + j]));
+                hn[j] = (1 - u) * nn + u * h[j];
+            }
+            memcpy(h, hn, sizeof h);
+            for (int64_t j = 0; j < H; j++)
+                err = fmax(err, fabs(out[row * H + j] - h[j]));
+        }
+        for (int64_t t = LENS[b]; t < T; t++) /* padded frames: output 0 */
+            for (int64_t j = 0; j < H; j++)
+                err = fmax(err, fabs(out[(t * B + b) * H + j]));
+        for (int64_t j = 0; j < H; j++)
+            err = fmax(err, fabs(hT[b * H + j] - h[j]));
+    }
+    free(sp);
+    rl_tensor_release(&hf);
+    for (int i = 0; i < 4; i++)
+        rl_tensor_release(&p[i]);
+    return err;
+}
+
+/* The gru layer's forward (float64, CPU, ragged, given initial state) equals cuDNN's equations
+ * evaluated from the packed space, for both layouts and directions; a layout with the reset and
+ * update gates' ids swapped does not (the check can fail). */
+static void test_cudnn_equations(void) {
+    for (int dir = 1; dir >= -1; dir -= 2) {
+        side a;
+        if (!side_init(&a, RL_FLOAT64, dir, RL_DEVICE_CPU, 31, NULL)) return;
+        side_forward(&a);
+        rl_cudnn_layout L;
+        int64_t n = rl_cudnn_layout_packed(&L, RL_CUDNN_GRU, FS, H);
+        double e = cudnn_equations_err(&a, dir, &L, &L, n);
+        if (!(e <= 1e-12)) fprintf(stderr, "FAIL cudnn equations dir %d: error %.3g\n", dir, e);
+        CHECK(e <= 1e-12);
+        L = scrambled_layout(&n);
+        CHECK(cudnn_equations_err(&a, dir, &L, &L, n) <= 1e-12);
+        rl_cudnn_layout R = L; /* read as if ids 0 and 1 were the other way round */
+        R.w[0] = L.w[1], R.w[1] = L.w[0], R.u[0] = L.u[1], R.u[1] = L.u[0];
+        CHECK(cudnn_equations_err(&a, dir, &L, &R, n) > 1e-3);
+        side_free(&a);
+    }
+}
+
+/* impl takes "own" or "cudnn", nothing else, and says which layer. */
+static void test_impl_option(void) {
+    gc_opts t = {0};
+    gc_opt_num(&t, "n_out", H);
+    gc_opt_num(&t, "direction", 1);
+    gc_opt_str(&t, "impl", "cuDNN");
+    rl_options o = gc_options(&t);
+    int64_t F[1] = {F1};
+    rl_layer *l = NULL;
+    CHECK(rl_layer_create(&l, "gru", "enc", &o, 1, F) == RL_EARG && !l);
+    CHECK(strstr(rl_errmsg(), "'enc'") && strstr(rl_errmsg(), "impl") &&
+          strstr(rl_errmsg(), "cuDNN"));
+}
+
 /* the side compared with the CPU: cuda:0, or the CPU itself without a device */
 static rl_device DEV = {RL_CPU, 0};
 
 /* Both directions on the GPU queued at once (forward of both, then backward of both, no
- * synchronisation between), against the CPU; two batches. */
-static void test_layer(rl_dtype dt, double rtol) {
+ * synchronisation between), against the CPU layer with its own kernels; two batches. impl: the
+ * GPU side's (on the CPU, "cudnn" falls back to the own kernels and must agree exactly). */
+static void test_layer(rl_dtype dt, double rtol, const char *impl) {
     side cpu[2], gpu[2];
     for (int d = 0; d < 2; d++) {
         int dir = d ? -1 : 1;
-        if (!side_init(&cpu[d], dt, dir, RL_DEVICE_CPU, 21 + d) ||
-            !side_init(&gpu[d], dt, dir, DEV, 21 + d))
+        if (!side_init(&cpu[d], dt, dir, RL_DEVICE_CPU, 21 + d, NULL) ||
+            !side_init(&gpu[d], dt, dir, DEV, 21 + d, impl))
             return;
     }
     for (int rep = 0; rep < 2; rep++) {
@@ -182,7 +409,7 @@ static void test_layer(rl_dtype dt, double rtol) {
     CHECK_OK(rl_op_synchronize(DEV));
     for (int d = 0; d < 2; d++) {
         char tag[64];
-        snprintf(tag, sizeof tag, "layer %s %s", rl_dtype_name(dt), d ? "bw" : "fw");
+        snprintf(tag, sizeof tag, "layer %s %s %s", impl, rl_dtype_name(dt), d ? "bw" : "fw");
         side_compare(tag, &cpu[d], &gpu[d], rtol);
         side_free(&cpu[d]);
         side_free(&gpu[d]);
@@ -191,6 +418,64 @@ static void test_layer(rl_dtype dt, double rtol) {
 
 #ifdef RL_WITH_CUDA
 static const rl_device CUDA0 = {RL_CUDA, 0};
+
+/* The cuDNN object alone: the layout cuDNN reports (checked at creation; said whether it is the
+ * packed one), a pack/unpack round trip on the device, and misuse as errors. */
+static void test_cudnn_object(rl_dtype dt) {
+    rl_cudnn_rnn *c = NULL;
+    CHECK_OK(rl_cudnn_rnn_create(&c, RL_CUDNN_GRU, 0, dt, FS, H, 1));
+    if (!c) return;
+    int64_t n = 0, np;
+    const rl_cudnn_layout *L = rl_cudnn_rnn_layout(c, &n);
+    rl_cudnn_layout P;
+    np = rl_cudnn_layout_packed(&P, RL_CUDNN_GRU, FS, H);
+    bool same = n == np && memcmp(L->w, P.w, sizeof P.w) == 0 &&
+                memcmp(L->u, P.u, sizeof P.u) == 0 && memcmp(L->b, P.b, sizeof P.b) == 0 &&
+                memcmp(L->rb, P.rb, sizeof P.rb) == 0;
+    printf("cuDNN's GRU weight space (%s): %lld elements, %s the packed layout\n",
+           rl_dtype_name(dt), (long long)n, same ? "the same as" : "different from");
+    CHECK_OK(rl_cudnn_layout_check(L, n, "cudnn gru"));
+    int64_t ws[2] = {FS, NG * H}, us[2] = {H, NG * H}, bs[1] = {NG * H};
+    rand_state = 51;
+    rl_tensor hostp[4] = {
+        rand_tensor(dt, 2, ws, -1.0, 1.0, NULL, 0), rand_tensor(dt, 2, us, -1.0, 1.0, NULL, 0),
+        rand_tensor(dt, 1, bs, -1.0, 1.0, NULL, 0), rand_tensor(dt, 1, bs, -1.0, 1.0, NULL, 0)};
+    rl_tensor d[4], back[4] = {{0}};
+    for (int i = 0; i < 4; i++) {
+        d[i] = copy_to(&hostp[i], CUDA0);
+        CHECK_OK(rl_tensor_empty(&back[i], dt, CUDA0, hostp[i].ndim, hostp[i].shape));
+    }
+    CHECK_OK(rl_cudnn_rnn_pack_weights(c, rl_tensor_data(&d[0]), rl_tensor_data(&d[1]),
+                                       rl_tensor_data(&d[2]), rl_tensor_data(&d[3])));
+    CHECK_OK(rl_cudnn_rnn_unpack_weights(c, rl_tensor_data(&back[0]), rl_tensor_data(&back[1]),
+                                         rl_tensor_data(&back[2]), rl_tensor_data(&back[3])));
+    CHECK_OK(rl_op_synchronize(CUDA0));
+    const char *names[4] = {"W", "U", "b", "b_h"};
+    for (int i = 0; i < 4; i++)
+        compare("cudnn object round trip", names[i], &hostp[i], &back[i], 0.0);
+    CHECK(rl_cudnn_rnn_pack_weights(c, rl_tensor_data(&d[0]), rl_tensor_data(&d[1]),
+                                    rl_tensor_data(&d[2]), NULL) == RL_EARG);
+    CHECK(strstr(rl_errmsg(), "b_h") != NULL);
+    CHECK(rl_cudnn_rnn_backward(c, rl_tensor_data(&d[0]), NULL, NULL, NULL) == RL_EARG);
+    int64_t xs[3] = {T, B, FS}, os[3] = {T, B, H}, ls[1] = {B};
+    rl_tensor x = {0}, y = {0}, len = {0};
+    CHECK_OK(rl_tensor_empty(&x, dt, CUDA0, 3, xs));
+    CHECK_OK(rl_tensor_empty(&y, dt, CUDA0, 3, os));
+    CHECK_OK(rl_tensor_empty(&len, RL_INT32, CUDA0, 1, ls));
+    CHECK(rl_cudnn_rnn_forward(c, true, T, B, LENS, rl_tensor_data(&len), rl_tensor_data(&x),
+                               rl_tensor_data(&y), NULL, rl_tensor_data(&y), NULL,
+                               NULL) == RL_EARG);
+    CHECK(strstr(rl_errmsg(), "cell state") != NULL);
+    rl_tensor *ts[] = {&x, &y, &len};
+    for (size_t i = 0; i < 3; i++)
+        rl_tensor_release(ts[i]);
+    for (int i = 0; i < 4; i++) {
+        rl_tensor_release(&hostp[i]);
+        rl_tensor_release(&d[i]);
+        rl_tensor_release(&back[i]);
+    }
+    rl_cudnn_rnn_free(c);
+}
 
 /* The per-step kernels and the bias sums against the CPU steps on the same random buffers. */
 static void test_steps(void) {
@@ -285,13 +570,24 @@ static void test_bias_sums(void) {
 int main(void) {
     rl_ops_init();
     test_reference();
-    DEV = device_side("the per-step CUDA kernels and the bias sums");
-    test_layer(RL_FLOAT32, 1e-5);
-    test_layer(RL_FLOAT64, 1e-10);
+    test_layout_round_trip(RL_FLOAT32);
+    test_layout_round_trip(RL_FLOAT64);
+    test_layout_check();
+    test_cudnn_equations();
+    test_impl_option();
+    DEV = device_side("the per-step CUDA kernels, the bias sums, the cuDNN object; impl = "
+                      "\"cudnn\" runs the own CPU kernels there");
+    test_layer(RL_FLOAT32, 1e-5, "own");
+    test_layer(RL_FLOAT64, 1e-10, "own");
+    /* cuDNN sums in its own order (3e-5 as for the lstm); on the CPU the fallback is exact */
+    test_layer(RL_FLOAT32, DEV.type == RL_CUDA ? 3e-5 : 0.0, "cudnn");
+    test_layer(RL_FLOAT64, DEV.type == RL_CUDA ? 1e-10 : 0.0, "cudnn");
 #ifdef RL_WITH_CUDA
     if (DEV.type == RL_CUDA) {
         test_steps();
         test_bias_sums();
+        test_cudnn_object(RL_FLOAT32);
+        test_cudnn_object(RL_FLOAT64);
     }
 #endif
     TEST_MAIN_END();

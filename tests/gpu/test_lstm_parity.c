@@ -32,6 +32,7 @@
 
 #ifdef RL_WITH_CUDA
 #include "kernels/cuda/context.h"
+#include "kernels/cuda/cudnn_rnn.h"
 #include "kernels/cuda/lstm_cuda.h"
 #endif
 
@@ -371,12 +372,12 @@ static void test_cudnn(rl_dtype dt, int dir, double rtol) {
         ref_free(&r);
         return;
     }
-    rl_cudnn_lstm *c = NULL;
+    rl_cudnn_rnn *c = NULL;
     void *s = NULL;
-    CHECK_OK(rl_cudnn_lstm_create(&c, 0, dt, F, H, dir));
+    CHECK_OK(rl_cudnn_rnn_create(&c, RL_CUDNN_LSTM, 0, dt, F, H, dir));
     /* the backward direction also runs on a stream of its own */
     if (dir < 0) CHECK_OK(rl_cuda_stream_create(0, &s));
-    if (c && s) CHECK_OK(rl_cudnn_lstm_set_stream(c, s));
+    if (c && s) CHECK_OK(rl_cudnn_rnn_set_stream(c, s));
     if (c) {
         int64_t ws[2] = {F, 4 * H}, us[2] = {H, 4 * H}, b4[1] = {4 * H}, os[3] = {T, B, H};
         int64_t xs[3] = {T, B, F}, bh[2] = {B, H};
@@ -388,12 +389,12 @@ static void test_cudnn(rl_dtype dt, int dir, double rtol) {
         rl_tensor y = zeros_dev(dt, 3, os), dx = zeros_dev(dt, 3, xs);
         rl_tensor hT = zeros_dev(dt, 2, bh), cT = zeros_dev(dt, 2, bh);
         rl_tensor dh0 = zeros_dev(dt, 2, bh), dc0 = zeros_dev(dt, 2, bh);
-        CHECK_OK(rl_cudnn_lstm_pack_weights(c, D(&W), D(&U), D(&b)));
-        CHECK_OK(rl_cudnn_lstm_unpack_weights(c, D(&W2), D(&U2), D(&b2)));
-        CHECK_OK(rl_cudnn_lstm_forward(c, true, T, B, LENS, D(&len), D(&x), D(&y), NULL, NULL,
-                                       D(&hT), D(&cT)));
-        CHECK_OK(rl_cudnn_lstm_backward(c, D(&gout), D(&dx), D(&dh0), D(&dc0)));
-        CHECK_OK(rl_cudnn_lstm_unpack_grads(c, D(&dW), D(&dU), D(&db)));
+        CHECK_OK(rl_cudnn_rnn_pack_weights(c, D(&W), D(&U), D(&b), NULL));
+        CHECK_OK(rl_cudnn_rnn_unpack_weights(c, D(&W2), D(&U2), D(&b2), NULL));
+        CHECK_OK(rl_cudnn_rnn_forward(c, true, T, B, LENS, D(&len), D(&x), D(&y), NULL, NULL,
+                                      D(&hT), D(&cT)));
+        CHECK_OK(rl_cudnn_rnn_backward(c, D(&gout), D(&dx), D(&dh0), D(&dc0)));
+        CHECK_OK(rl_cudnn_rnn_unpack_grads(c, D(&dW), D(&dU), D(&db), NULL));
         CHECK_OK(s ? rl_cuda_stream_sync(s) : rl_op_synchronize(DEV));
         compare(tag, "W round trip", param(&r, 0), &W2, 0.0);
         compare(tag, "U round trip", param(&r, 1), &U2, 0.0);
@@ -412,26 +413,26 @@ static void test_cudnn(rl_dtype dt, int dir, double rtol) {
         for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
             rl_tensor_release(ts[i]);
     }
-    rl_cudnn_lstm_free(c);
+    rl_cudnn_rnn_free(c);
     rl_cuda_stream_destroy(s);
     ref_free(&r);
 }
 
 /* A backward without a forward and a bad length are errors, not crashes. */
 static void test_cudnn_misuse(void) {
-    rl_cudnn_lstm *c = NULL;
-    CHECK_OK(rl_cudnn_lstm_create(&c, 0, RL_FLOAT32, F, H, 1));
+    rl_cudnn_rnn *c = NULL;
+    CHECK_OK(rl_cudnn_rnn_create(&c, RL_CUDNN_LSTM, 0, RL_FLOAT32, F, H, 1));
     if (!c) return;
-    CHECK(rl_cudnn_lstm_backward(c, NULL, NULL, NULL, NULL) == RL_EARG);
+    CHECK(rl_cudnn_rnn_backward(c, NULL, NULL, NULL, NULL) == RL_EARG);
     int32_t bad[B] = {7, 0, 9};
     int64_t os[3] = {T, B, H}, xs[3] = {T, B, F};
     rl_tensor x = zeros_dev(RL_FLOAT32, 3, xs), y = zeros_dev(RL_FLOAT32, 3, os);
-    CHECK(rl_cudnn_lstm_forward(c, true, T, B, bad, bad, D(&x), D(&y), NULL, NULL, NULL, NULL) ==
+    CHECK(rl_cudnn_rnn_forward(c, true, T, B, bad, bad, D(&x), D(&y), NULL, NULL, NULL, NULL) ==
           RL_EARG);
-    CHECK(strstr(rl_errmsg(), "rl_cudnn_lstm_forward") != NULL);
+    CHECK(strstr(rl_errmsg(), "rl_cudnn_rnn_forward") != NULL);
     rl_tensor_release(&x);
     rl_tensor_release(&y);
-    rl_cudnn_lstm_free(c);
+    rl_cudnn_rnn_free(c);
 }
 
 #endif
