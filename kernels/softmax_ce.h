@@ -30,12 +30,14 @@ int64_t rl_ce_targets_cpu(int64_t T, int64_t B, int64_t C, const int32_t *target
 #define RL_CE_DB_ROWS 64
 
 /* p = softmax(z) row-wise (p may be z: in place); with tgt (rl_ce_targets_cpu) also *loss and
- * *n_errors over the rows with tgt >= 0. float32 splits the rows over the BLAS threads (a
- * (T, B, 10000) output would otherwise be a serial tenth of a 2-thread step); each row's loss
- * and error go to row_stats (2 * rows doubles, with tgt; may be NULL without) and are added up
- * in row order afterwards, so the sums do not depend on the split. */
-void rl_softmax_ce_cpu_f32(int64_t rows, int64_t C, const float *z, float *p, const int32_t *tgt,
-                           double *row_stats, double *loss, double *n_errors);
+ * *n_errors over the rows with tgt >= 0. float32 takes an optional bias (C, or NULL) added to
+ * every row of z first (so that the affine map's GEMM need not start from a broadcast copy of
+ * it), and splits the rows over the BLAS threads (a (T, B, 10000) output would otherwise be a
+ * serial tenth of a 2-thread step); each row's loss and error go to row_stats (2 * rows
+ * doubles, with tgt; may be NULL without) and are added up in row order afterwards, so the
+ * sums do not depend on the split. */
+void rl_softmax_ce_cpu_f32(int64_t rows, int64_t C, const float *z, const float *bias, float *p,
+                           const int32_t *tgt, double *row_stats, double *loss, double *n_errors);
 void rl_softmax_ce_cpu_f64(int64_t rows, int64_t C, const double *z, double *p, const int32_t *tgt,
                            double *loss, double *n_errors);
 

@@ -202,12 +202,18 @@ static rl_status ctc_forward(softmax_layer *S, rl_layer_io *io, int64_t T, int64
     return RL_OK;
 }
 
-/* The CPU forward (kernels/softmax_ce.h): logits into out, then softmax (and CE) in place. */
+/* The CPU forward (kernels/softmax_ce.h): logits into out, then softmax (and CE) in place;
+ * float32 adds the bias in the softmax sweep rather than copying it into every row first. */
 static rl_status forward_cpu(softmax_layer *S, rl_layer_io *io) {
     rl_layer *l = &S->base;
     rl_tensor *p = &l->out;
     int64_t T = p->shape[0], B = p->shape[1], C = p->shape[2];
-    RL_TRY(rl_affine_forward(l, io, &l->params[S->iW], S->ib >= 0 ? &l->params[S->ib] : NULL, p));
+    const rl_param *bias = S->ib >= 0 ? &l->params[S->ib] : NULL;
+    bool f32 = p->dtype == RL_FLOAT32;
+    if (f32 && bias && bias->value.dtype != RL_FLOAT32)
+        return rl_error(RL_EDTYPE, "layer '%s': parameter b is %s, the output float32", l->name,
+                        rl_dtype_name(bias->value.dtype));
+    RL_TRY(rl_affine_forward(l, io, &l->params[S->iW], f32 ? NULL : bias, p));
     bool ce = l->is_loss && io->target;
     const int32_t *tgt = NULL;
     if (ce) {
@@ -226,7 +232,8 @@ static rl_status forward_cpu(softmax_layer *S, rl_layer_io *io) {
     if (p->dtype == RL_FLOAT32) {
         int64_t rs[2] = {T * B, 2};
         if (ce) RL_TRY(rl_buffer_ensure(&S->rowst, RL_FLOAT64, RL_DEVICE_CPU, 2, rs));
-        rl_softmax_ce_cpu_f32(T * B, C, rl_tensor_data(p), rl_tensor_data(p), tgt,
+        rl_softmax_ce_cpu_f32(T * B, C, rl_tensor_data(p),
+                              bias ? rl_tensor_data(&bias->value) : NULL, rl_tensor_data(p), tgt,
                               ce ? rl_tensor_data(&S->rowst) : NULL, &loss, &n_errors);
     } else
         rl_softmax_ce_cpu_f64(T * B, C, rl_tensor_data(p), rl_tensor_data(p), tgt, &loss,

@@ -77,11 +77,17 @@ static int64_t first_nan_f32(const float *z, int64_t C) {
 }
 
 /* Rows r0 .. r1-1; with tgt each valid row's loss and error into stats[2r], stats[2r+1]. */
-RL_INLINE void softmax_ce_body_f32(int64_t r0, int64_t r1, int64_t C, const float *z, float *p,
-                                   const int32_t *tgt, double *stats) {
+RL_INLINE void softmax_ce_body_f32(int64_t r0, int64_t r1, int64_t C, const float *z,
+                                   const float *bias, float *p, const int32_t *tgt, double *stats) {
     for (int64_t r = r0; r < r1; r++) {
         const float *zr = z + r * C;
         float *pr = p + r * C;
+        if (bias) {
+            /* z + b into p, then on in place (the row stays in L1/L2 for the sweeps below) */
+            for (int64_t c = 0; c < C; c++)
+                pr[c] = zr[c] + bias[c];
+            zr = pr;
+        }
         float m[LANES];
         int nan[LANES];
         for (int j = 0; j < LANES; j++) {
@@ -177,7 +183,7 @@ RL_INLINE void ce_grad_body_f32(int64_t j0, int64_t j1, int64_t rows, int64_t C,
 
 typedef struct {
     int64_t rows, C;
-    const float *z, *p;
+    const float *z, *p, *bias;
     float *out, *db, *scratch;
     const int32_t *tgt;
     double *stats;
@@ -187,10 +193,10 @@ typedef struct {
 
 #ifdef RL_CPU_X86
 RL_TARGET_AVX512 static void softmax_ce_avx512(const pass_job *j, int64_t r0, int64_t r1) {
-    softmax_ce_body_f32(r0, r1, j->C, j->z, j->out, j->tgt, j->stats);
+    softmax_ce_body_f32(r0, r1, j->C, j->z, j->bias, j->out, j->tgt, j->stats);
 }
 RL_TARGET_AVX2 static void softmax_ce_avx2(const pass_job *j, int64_t r0, int64_t r1) {
-    softmax_ce_body_f32(r0, r1, j->C, j->z, j->out, j->tgt, j->stats);
+    softmax_ce_body_f32(r0, r1, j->C, j->z, j->bias, j->out, j->tgt, j->stats);
 }
 RL_TARGET_AVX512 static void ce_grad_avx512(const pass_job *j, int64_t j0, int64_t j1) {
     ce_grad_body_f32(j0, j1, j->rows, j->C, j->p, j->tgt, j->out, j->accumulate, j->db, j->scratch);
@@ -200,7 +206,7 @@ RL_TARGET_AVX2 static void ce_grad_avx2(const pass_job *j, int64_t j0, int64_t j
 }
 #endif
 RL_TARGET_BASE static void softmax_ce_base(const pass_job *j, int64_t r0, int64_t r1) {
-    softmax_ce_body_f32(r0, r1, j->C, j->z, j->out, j->tgt, j->stats);
+    softmax_ce_body_f32(r0, r1, j->C, j->z, j->bias, j->out, j->tgt, j->stats);
 }
 RL_TARGET_BASE static void ce_grad_base(const pass_job *j, int64_t j0, int64_t j1) {
     ce_grad_body_f32(j0, j1, j->rows, j->C, j->p, j->tgt, j->out, j->accumulate, j->db, j->scratch);
@@ -231,11 +237,12 @@ static void ce_grad_part(void *ctx, int part, int parts) {
     }
 }
 
-void rl_softmax_ce_cpu_f32(int64_t rows, int64_t C, const float *z, float *p, const int32_t *tgt,
-                           double *row_stats, double *loss, double *n_errors) {
+void rl_softmax_ce_cpu_f32(int64_t rows, int64_t C, const float *z, const float *bias, float *p,
+                           const int32_t *tgt, double *row_stats, double *loss, double *n_errors) {
     pass_job j = {.rows = rows,
                   .C = C,
                   .z = z,
+                  .bias = bias,
                   .out = p,
                   .tgt = tgt,
                   .stats = row_stats,

@@ -88,7 +88,7 @@ static void test_level(int threads, run_out *outs) {
             CHECK(rl_ce_targets_cpu(T, B, C, target, len, tgt) == -1);
             double loss = -1, nerr = -1;
             float *out = inplace ? z : p;
-            rl_softmax_ce_cpu_f32(rows, C, z, out, tgt, stats, &loss, &nerr);
+            rl_softmax_ce_cpu_f32(rows, C, z, NULL, out, tgt, stats, &loss, &nerr);
             double rloss = 0, perr = 0;
             int rerr = 0;
             bool nan_loss = false;
@@ -190,9 +190,21 @@ static void test_level(int threads, run_out *outs) {
     /* no target: only the probabilities */
     float z1[3] = {1, 2, 3}, p1[3];
     double l = 7, e = 7;
-    rl_softmax_ce_cpu_f32(1, 3, z1, p1, NULL, NULL, &l, &e);
+    rl_softmax_ce_cpu_f32(1, 3, z1, NULL, p1, NULL, NULL, &l, &e);
     CHECK_NEAR(p1[2], exp(3.0) / (exp(1.0) + exp(2.0) + exp(3.0)), 1e-7);
     CHECK(l == 7 && e == 7);
+    /* a bias added to every row first, z left alone when not in place; the target's logit
+     * and the argmax count the bias: z + b = {4, 2, 3} over two rows, target 2 */
+    float z2[6] = {1, 2, 3, 1, 2, 3}, b2[3] = {3, 0, 0}, p2[6];
+    int32_t t2[2] = {2, -1};
+    double st2[4];
+    rl_softmax_ce_cpu_f32(2, 3, z2, b2, p2, t2, st2, &l, &e);
+    double s2 = exp(4.0) + exp(2.0) + exp(3.0);
+    CHECK_NEAR(p2[0], exp(4.0) / s2, 1e-7);
+    CHECK_NEAR(p2[5], exp(3.0) / s2, 1e-7);
+    CHECK_NEAR(l, log(s2) - 3.0, 1e-6);
+    CHECK(e == 1);
+    CHECK(z2[0] == 1 && z2[3] == 1);
 }
 
 int main(void) {
