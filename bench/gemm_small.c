@@ -30,6 +30,11 @@ static const shape shapes[] = {
     {"odd fwd", 7, 1200, 300},
     {"odd bwd", 7, 300, 1200},
     {"chime fwd", 16, 2048, 512},
+    /* the input projections of all frames where the input is narrow */
+    {"seqmnist input projection", 1792, 512, 28},
+    {"odd layer 1 input projection", 959, 1200, 61},
+    {"ptb_small input projection", 400, 800, 200},
+    {"odd layer 2 input projection", 959, 1200, 600},
 };
 
 typedef struct {
