@@ -19,6 +19,7 @@
 
 #include "../../core/blas.h"
 #include "cpu_level.h"
+#include "gemm_neon.h"
 #include "parallel.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -281,6 +282,8 @@ RL_AVX2 static void packed_avx2(int64_t m, int64_t n, int64_t k, const float *a,
 bool rl_gemm_packed_fast(void) {
 #ifdef RL_GEMM_X86
     return rl_cpu_level_get() >= RL_CPU_AVX2;
+#elif defined(__aarch64__)
+    return rl_cpu_level_get() >= RL_CPU_NEON;
 #else
     return false;
 #endif
@@ -309,6 +312,8 @@ static void run_part(void *ctx, int part, int parts) {
     case RL_CPU_AVX2: fn = packed_avx2; break;
     default: break;
     }
+#elif defined(__aarch64__)
+    if (j->level == RL_CPU_NEON) fn = rl_gemm_packed_neon;
 #endif
     fn(j->m, p1 - p0, j->k, j->a, j->lda, j->packed + p0 * j->k, j->accumulate, j->c + p0, j->ldc);
 }
