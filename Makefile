@@ -16,6 +16,8 @@ ifeq ($(FUZZ),1)
   CFLAGS ?= -O1 -g
 endif
 BLAS    ?= openblas
+# -march of every object (native: the build machine's; see CFLAGS below)
+ARCH    ?= native
 ifeq ($(BLAS),openblas)
   PKGS  := lua5.4 hdf5 openblas libedit libmicrohttpd jansson sndfile samplerate fftw3f
 else ifeq ($(BLAS),blis)
@@ -35,7 +37,7 @@ ifeq ($(CUDA),1)
   CUDA_HOME := $(patsubst %/bin/nvcc,%,$(NVCC))
 endif
 
-BUILD   := build$(if $(filter 1,$(FUZZ)),-fuzz)$(if $(filter 1,$(SANITIZE)),-san)$(if $(filter 0,$(CUDA)),-nocuda)$(if $(filter 0,$(MPI)),-nompi)$(if $(filter blis,$(BLAS)),-blis)
+BUILD   := build$(if $(filter 1,$(FUZZ)),-fuzz)$(if $(filter 1,$(SANITIZE)),-san)$(if $(filter 0,$(CUDA)),-nocuda)$(if $(filter 0,$(MPI)),-nompi)$(if $(filter blis,$(BLAS)),-blis)$(if $(filter-out native,$(ARCH)),-$(ARCH))
 # On a fresh machine, install what is missing before anything is compiled.
 ifeq ($(filter deps clean format,$(MAKECMDGOALS)),)
   ifneq ($(shell RL_BLAS=$(BLAS) bash scripts/deps.sh --check >/dev/null 2>&1 && echo ok),ok)
@@ -68,7 +70,6 @@ CFLAGS  ?= -O2 -g
 # (rnnlua never reads errno after math calls); unlike -ffast-math/-Ofast both keep NaN and
 # Inf semantics, which NaN checks and gradient checks rely on. The binary is built
 # for the machine it is built on (ARCH=x86-64 for a portable one).
-ARCH    ?= native
 CFLAGS  += -std=c11 -D_GNU_SOURCE -fPIC -march=$(ARCH) -fno-trapping-math -fno-math-errno $(WARN) -MMD -MP -I. \
            $(PKG_CFLAGS)
 LDLIBS  := $(PKG_LIBS) -lm -lpthread
@@ -243,6 +244,6 @@ format:
 	clang-format -i $(wildcard core/*.[ch] kernels/*.[ch] kernels/cpu/*.[ch] kernels/cuda/*.cu kernels/cuda/*.h layers/*.[ch] lua/*.[ch] tests/c/*.[ch] bench/*.c fuzz/*.[ch])
 
 clean:
-	rm -rf build build-san build-nocuda build-san-nocuda build-fuzz-nocuda-nompi rnnlua
+	rm -rf build build-* rnnlua
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

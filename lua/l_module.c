@@ -41,13 +41,13 @@ static int l_get_num_threads(lua_State *L) {
 }
 
 /* rl.cpu_level([name]) -> the level in use, the best this CPU supports; with a name
- * ("generic", "avx2", "avx512") it first switches to that level. */
+ * ("generic", "avx2", "avx512"; "neon" on AArch64) it first switches to that level. */
 static int l_cpu_level(lua_State *L) {
     if (!lua_isnoneornil(L, 1)) {
-        static const char *const names[] = {"generic", "avx2", "avx512", NULL};
-        int level = luaL_checkoption(L, 1, NULL, names);
-        if (rl_cpu_level_set((rl_cpu_level)level) != RL_OK)
-            return luaL_error(L, "cpu_level: %s", rl_errmsg());
+        rl_cpu_level level;
+        if (rl_cpu_level_from_name(luaL_checkstring(L, 1), &level) != RL_OK)
+            return luaL_argerror(L, 1, rl_errmsg());
+        if (rl_cpu_level_set(level) != RL_OK) return luaL_error(L, "cpu_level: %s", rl_errmsg());
     }
     lua_pushstring(L, rl_cpu_level_name(rl_cpu_level_get()));
     lua_pushstring(L, rl_cpu_level_name(rl_cpu_level_supported()));

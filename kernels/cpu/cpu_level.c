@@ -7,10 +7,30 @@
 
 #define ENV_NAME "RL_CPU_LEVEL"
 
+/* This architecture's levels by rank, and the list for messages. */
+#if defined(__x86_64__)
 static const char *const NAMES[] = {"generic", "avx2", "avx512"};
+#define NAME_LIST "generic, avx2 or avx512"
+#elif defined(__aarch64__)
+static const char *const NAMES[] = {"generic", "neon"};
+#define NAME_LIST "generic or neon"
+#else
+static const char *const NAMES[] = {"generic"};
+#define NAME_LIST "generic"
+#endif
+#define N_LEVELS ((int)(sizeof NAMES / sizeof NAMES[0]))
 
 const char *rl_cpu_level_name(rl_cpu_level level) {
-    return level >= RL_CPU_GENERIC && level <= RL_CPU_AVX512 ? NAMES[level] : "unknown";
+    return (int)level >= 0 && (int)level < N_LEVELS ? NAMES[level] : "unknown";
+}
+
+rl_status rl_cpu_level_from_name(const char *name, rl_cpu_level *out) {
+    for (int i = 0; i < N_LEVELS; i++)
+        if (strcmp(name, NAMES[i]) == 0) {
+            *out = (rl_cpu_level)i;
+            return RL_OK;
+        }
+    return rl_error(RL_EARG, "cpu level '%s': expected %s", name, NAME_LIST);
 }
 
 rl_cpu_level rl_cpu_level_supported(void) {
@@ -20,6 +40,8 @@ rl_cpu_level rl_cpu_level_supported(void) {
         __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
         return RL_CPU_AVX512;
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return RL_CPU_AVX2;
+#elif defined(__aarch64__)
+    return RL_CPU_NEON; /* Advanced SIMD is part of every AArch64 CPU that Linux runs on */
 #endif
     return RL_CPU_GENERIC;
 }
@@ -28,7 +50,7 @@ rl_cpu_level rl_cpu_level_supported(void) {
 static int env_level(void) {
     const char *s = getenv(ENV_NAME);
     if (!s || !*s) return -1;
-    for (int i = RL_CPU_GENERIC; i <= RL_CPU_AVX512; i++)
+    for (int i = 0; i < N_LEVELS; i++)
         if (strcmp(s, NAMES[i]) == 0) return i;
     return -1;
 }
@@ -46,7 +68,7 @@ rl_cpu_level rl_cpu_level_get(void) {
 
 rl_status rl_cpu_level_set(rl_cpu_level level) {
     rl_cpu_level best = rl_cpu_level_supported();
-    if (level < RL_CPU_GENERIC || level > best)
+    if ((int)level < 0 || level > best)
         return rl_error(RL_EARG, "cpu level: %s is not supported by this CPU (best: %s)",
                         rl_cpu_level_name(level), rl_cpu_level_name(best));
     atomic_store_explicit(&current, (int)level, memory_order_relaxed);
@@ -57,7 +79,7 @@ rl_status rl_cpu_level_check_env(void) {
     const char *s = getenv(ENV_NAME);
     if (!s || !*s) return RL_OK;
     int want = env_level();
-    if (want < 0) return rl_error(RL_EARG, "%s=%s: expected generic, avx2 or avx512", ENV_NAME, s);
+    if (want < 0) return rl_error(RL_EARG, "%s=%s: expected %s", ENV_NAME, s, NAME_LIST);
     rl_cpu_level best = rl_cpu_level_supported();
     if (want > (int)best)
         return rl_error(RL_EARG, "%s=%s: this CPU supports at most %s", ENV_NAME, s,

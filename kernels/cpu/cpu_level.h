@@ -1,13 +1,24 @@
 /* The instruction-set level of the CPU kernels that are compiled more than once (the packed
- * small-M GEMM, the LSTM's and MDLSTM's fused pointwise passes) and picked at run time, so that
- * one binary runs its fastest path on AVX-512 machines and on AVX2-only ones alike.
+ * small-M GEMM, the LSTM's, GRU's and MDLSTM's fused pointwise passes, the softmax rows) and
+ * picked at run time, so that one binary runs its fastest path on AVX-512 machines and on
+ * AVX2-only ones alike.
  *
- * The level in use is the best the CPU supports, lowered by the environment variable
- * RL_CPU_LEVEL (generic, avx2, avx512; read once, at the first use) or by rl_cpu_level_set()
- * (the tests run every kernel at each level the machine has). A lower level runs the same
- * results through other code: AVX2+FMA kernels on an AVX-512 machine are those an AVX2-only
- * machine runs. Thread-safe; changing the level while kernels run on other threads is allowed
- * (each call reads it once).
+ * Levels are ranks within one architecture, 0 being plain C: x86-64 has generic, avx2 and
+ * avx512; AArch64 has generic and neon (the packed GEMM's Advanced SIMD kernel; the pointwise
+ * passes are the generic loops, which GCC vectorises with Advanced SIMD there, as it is part
+ * of every AArch64 CPU). The level in use is the best the CPU supports, lowered by the
+ * environment variable RL_CPU_LEVEL (a level name; read once, at the first use) or by
+ * rl_cpu_level_set() (the tests run every kernel at each level the machine has). A lower level
+ * runs the same results through other code. Thread-safe; changing the level while kernels run
+ * on other threads is allowed (each call reads it once).
+ *
+ * What a level's code may contain depends on the build's -march as well: a target attribute
+ * adds instructions to -march's, it never removes any. Built with -march=native on an AVX-512
+ * machine, the "avx2" kernels and the generic code use AVX-512 too (GCC also refuses to inline
+ * the shared pointwise formulas into a function compiled for less than -march, so they cannot
+ * be held back per function); only a build for a lower -march, e.g. `make ARCH=x86-64-v3`,
+ * runs on an AVX-512 machine what an AVX2-only machine runs. CI tests that build at the avx2
+ * level and an ARCH=x86-64 build at the generic level.
  */
 #ifndef RL_KERNELS_CPU_CPU_LEVEL_H
 #define RL_KERNELS_CPU_CPU_LEVEL_H
@@ -40,12 +51,13 @@ typedef enum {
     RL_CPU_GENERIC = 0, /* portable C (vectorised for the build's -march) */
     RL_CPU_AVX2 = 1,    /* x86-64 AVX2 + FMA */
     RL_CPU_AVX512 = 2,  /* x86-64 AVX-512 F + VL */
+    RL_CPU_NEON = 1,    /* AArch64 Advanced SIMD: rank 1 of that architecture */
 } rl_cpu_level;
 
 /* The level the kernels use now. */
 rl_cpu_level rl_cpu_level_get(void);
 
-/* The best level of this CPU (RL_CPU_GENERIC off x86-64). */
+/* The best level of this CPU (RL_CPU_GENERIC off x86-64 and AArch64). */
 rl_cpu_level rl_cpu_level_supported(void);
 
 /* Sets the level; RL_EARG (naming both) when the CPU does not support it. */
@@ -56,8 +68,12 @@ rl_status rl_cpu_level_set(rl_cpu_level level);
  * hosts to report at start-up. */
 rl_status rl_cpu_level_check_env(void);
 
-/* "generic", "avx2", "avx512". */
+/* "generic", "avx2", "avx512" on x86-64, "generic", "neon" on AArch64; "unknown" past the
+ * architecture's levels. */
 const char *rl_cpu_level_name(rl_cpu_level level);
+
+/* The level of that name on this architecture; RL_EARG naming the valid ones otherwise. */
+rl_status rl_cpu_level_from_name(const char *name, rl_cpu_level *out);
 
 #ifdef __cplusplus
 }

@@ -6,7 +6,8 @@
  * operand is packed once (per forward or backward pass) into column panels of
  * RL_GEMM_PANEL columns, each stored k-major (panel p, row k: columns p*RL_GEMM_PANEL ..
  * +RL_GEMM_PANEL-1, zero-padded past n), and every step streams the panels through a
- * register-blocked kernel for AVX-512 or AVX2+FMA, the best of kernels/cpu/cpu_level.h's level.
+ * register-blocked kernel for AVX-512, AVX2+FMA or AArch64's NEON (gemm_neon.c), the best of
+ * kernels/cpu/cpu_level.h's level.
  * At the generic level a portable loop computes the same result (rl_gemm_packed_fast() then
  * says false, so callers may prefer BLAS).
  */
@@ -34,7 +35,8 @@ void rl_gemm_pack_f32(float *dst, const float *b, int64_t ldb, bool trans, int64
 void rl_gemm_packed_f32(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
                         const float *packed, bool accumulate, float *c, int64_t ldc);
 
-/* Whether rl_gemm_packed_f32 runs a vector kernel (AVX2+FMA or AVX-512) at the current level. */
+/* Whether rl_gemm_packed_f32 runs a vector kernel (AVX2+FMA, AVX-512, NEON) at the current
+ * level. */
 bool rl_gemm_packed_fast(void);
 
 #ifdef __cplusplus

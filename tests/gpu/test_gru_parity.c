@@ -26,6 +26,7 @@
 #include "layers/layer.h"
 #include "layers/layers.h"
 #include "tests/c/check.h"
+#include "tests/c/gradcheck.h"
 #include "tests/gpu/device_side.h"
 #ifdef RL_WITH_CUDA
 #include "kernels/cuda/cudnn_rnn.h"
@@ -35,132 +36,48 @@
 enum { T = 7, B = 3, H = 5, F1 = 4, F2 = 3 };
 static const int32_t LENS[B] = {7, 4, 1};
 
-static uint64_t rand_state;
-
-static double urand(double lo, double hi) {
-    rand_state ^= rand_state << 13;
-    rand_state ^= rand_state >> 7;
-    rand_state ^= rand_state << 17;
-    return lo + (hi - lo) * (double)(rand_state >> 11) * (1.0 / 9007199254740992.0);
-}
-
-/* A CPU tensor uniform in [-a, a); for a (T, B, .) tensor `pad` is written to padded frames. */
-static rl_tensor rand_cpu(rl_dtype dt, int ndim, const int64_t *shape, double a, bool seq,
-                          double pad) {
-    rl_tensor t = {0};
-    CHECK_OK(rl_tensor_empty(&t, RL_FLOAT64, RL_DEVICE_CPU, ndim, shape));
-    double *p = rl_tensor_data(&t);
-    int64_t n = rl_tensor_numel(&t), row = ndim == 3 ? shape[2] : 1;
-    for (int64_t i = 0; i < n; i++) {
-        int64_t tb = i / row, tt = tb / B, b = tb % B;
-        p[i] = seq && tt >= LENS[b] ? pad : urand(-a, a);
-    }
-    rl_tensor c = {0};
-    CHECK_OK(rl_op_to(&c, &t, dt, RL_DEVICE_CPU));
-    rl_tensor_release(&t);
-    return c;
-}
-
-/* max |want - got| / max |want| (NaN: infinite) */
-static double rel_err(const rl_tensor *want, const rl_tensor *got) {
-    rl_tensor a = {0}, g = {0};
-    if (!want->storage || !got->storage || rl_tensor_numel(want) != rl_tensor_numel(got))
-        return INFINITY;
-    CHECK_OK(rl_op_to(&a, want, RL_FLOAT64, RL_DEVICE_CPU));
-    CHECK_OK(rl_op_to(&g, got, RL_FLOAT64, RL_DEVICE_CPU));
-    const double *pa = rl_tensor_data(&a), *pg = rl_tensor_data(&g);
-    double scale = 0, err = 0;
-    for (int64_t i = 0; i < rl_tensor_numel(&a); i++) {
-        scale = fmax(scale, fabs(pa[i]));
-        if (!(fabs(pa[i] - pg[i]) <= err))
-            err = isnan(pg[i] - pa[i]) ? INFINITY : fabs(pa[i] - pg[i]);
-    }
-    rl_tensor_release(&a);
-    rl_tensor_release(&g);
-    return err / fmax(scale, 1e-30);
-}
-
-static void compare(const char *tag, const char *what, const rl_tensor *want, const rl_tensor *got,
-                    double rtol) {
-    double e = rel_err(want, got);
-    if (!(e <= rtol))
-        fprintf(stderr, "FAIL %s %s: relative error %.3g > %g (%s)\n", tag, what, e, rtol,
-                rl_errmsg());
-    CHECK(e <= rtol);
-}
-
 /* ---- one side of a comparison: a gru layer with its batch on one device ---- */
-
-typedef struct {
-    const char *keys[2];
-    double vals[2];
-    const char *impl;
-} opt_table;
-
-static rl_status opt_num(void *ctx, const char *key, double *v, int *found) {
-    opt_table *t = ctx;
-    *found = 0;
-    for (int i = 0; i < 2; i++)
-        if (strcmp(t->keys[i], key) == 0) {
-            *v = t->vals[i];
-            *found = 1;
-        }
-    return RL_OK;
-}
-static rl_status opt_str(void *ctx, const char *key, const char **v, int *found) {
-    opt_table *t = ctx;
-    *found = strcmp(key, "impl") == 0 && t->impl;
-    if (*found) *v = t->impl;
-    return RL_OK;
-}
-static rl_status opt_bool(void *ctx, const char *key, bool *v, int *found) {
-    (void)ctx, (void)key, (void)v;
-    *found = 0;
-    return RL_OK;
-}
 
 typedef struct {
     rl_layer *l;
     rl_tensor x[2], len, h0, gout, gin[2], hT, dh0;
 } side;
 
-static rl_tensor on(const rl_tensor *t, rl_device dev) {
-    rl_tensor d = {0};
-    CHECK_OK(rl_op_to(&d, t, t->dtype, dev));
-    return d;
-}
-
 /* The layer and its batch on dev; the values depend only on seed, so both sides get the same. */
 static bool side_init(side *s, rl_dtype dt, int dir, rl_device dev, uint64_t seed,
                       const char *impl) {
     memset(s, 0, sizeof *s);
     rand_state = seed;
-    opt_table t = {{"n_out", "direction"}, {H, dir}, impl};
-    rl_options o = {&t, opt_num, opt_str, opt_bool};
+    gc_opts t = {0};
+    gc_opt_num(&t, "n_out", H);
+    gc_opt_num(&t, "direction", dir);
+    if (impl) gc_opt_str(&t, "impl", impl);
+    rl_options o = gc_options(&t);
     int64_t F[2] = {F1, F2};
     CHECK_OK(rl_layer_create(&s->l, "gru", dir > 0 ? "fw" : "bw", &o, 2, F));
     if (!s->l) return false;
     for (int i = 0; i < s->l->n_params; i++) {
         rl_param *p = &s->l->params[i];
-        rl_tensor v = rand_cpu(dt, p->ndim, p->shape, 0.5, false, 0);
-        p->value = on(&v, dev);
+        rl_tensor v = rand_tensor(dt, p->ndim, p->shape, -0.5, 0.5, NULL, 0);
+        p->value = copy_to(&v, dev);
         rl_tensor_release(&v);
         CHECK_OK(rl_tensor_empty(&p->grad, dt, dev, p->ndim, p->shape));
         CHECK_OK(rl_op_fill(&p->grad, 0.0));
     }
     for (int k = 0; k < 2; k++) {
         int64_t xs[3] = {T, B, F[k]};
-        rl_tensor x = rand_cpu(dt, 3, xs, 1.0, true, k == 0 ? NAN : 0.0);
-        s->x[k] = on(&x, dev);
+        rl_tensor x = rand_tensor(dt, 3, xs, -1.0, 1.0, LENS, k == 0 ? NAN : 0.0);
+        s->x[k] = copy_to(&x, dev);
         rl_tensor_release(&x);
         CHECK_OK(rl_tensor_empty(&s->gin[k], dt, dev, 3, xs));
     }
     int64_t bs[1] = {B}, hs[2] = {B, H}, os[3] = {T, B, H};
     CHECK_OK(rl_tensor_empty(&s->len, RL_INT32, RL_DEVICE_CPU, 1, bs));
     memcpy(rl_tensor_data(&s->len), LENS, sizeof LENS);
-    rl_tensor h0 = rand_cpu(dt, 2, hs, 0.5, false, 0), g = rand_cpu(dt, 3, os, 1.0, true, 0.0);
-    s->h0 = on(&h0, dev);
-    s->gout = on(&g, dev);
+    rl_tensor h0 = rand_tensor(dt, 2, hs, -0.5, 0.5, NULL, 0),
+              g = rand_tensor(dt, 3, os, -1.0, 1.0, LENS, 0.0);
+    s->h0 = copy_to(&h0, dev);
+    s->gout = copy_to(&g, dev);
     rl_tensor_release(&h0);
     rl_tensor_release(&g);
     CHECK_OK(rl_gru_set_initial_state(s->l, &s->h0));
@@ -278,9 +195,9 @@ static void test_layout_round_trip(rl_dtype dt) {
         CHECK_OK(rl_cudnn_layout_check(&L, n, "round trip"));
         int64_t ws[2] = {FS, NG * H}, us[2] = {H, NG * H}, bs[1] = {NG * H}, ns[1] = {n};
         rand_state = 41 + (uint64_t)variant;
-        rl_tensor ours[4] = {rand_cpu(dt, 2, ws, 1.0, false, 0), rand_cpu(dt, 2, us, 1.0, false, 0),
-                             rand_cpu(dt, 1, bs, 1.0, false, 0),
-                             rand_cpu(dt, 1, bs, 1.0, false, 0)};
+        rl_tensor ours[4] = {
+            rand_tensor(dt, 2, ws, -1.0, 1.0, NULL, 0), rand_tensor(dt, 2, us, -1.0, 1.0, NULL, 0),
+            rand_tensor(dt, 1, bs, -1.0, 1.0, NULL, 0), rand_tensor(dt, 1, bs, -1.0, 1.0, NULL, 0)};
         rl_tensor space = {0}, back[4] = {{0}};
         CHECK_OK(rl_tensor_empty(&space, dt, RL_DEVICE_CPU, 1, ns));
         CHECK_OK(rl_op_fill(&space, 777.0));
@@ -453,8 +370,11 @@ static void test_cudnn_equations(void) {
 
 /* impl takes "own" or "cudnn", nothing else, and says which layer. */
 static void test_impl_option(void) {
-    opt_table t = {{"n_out", "direction"}, {H, 1}, "cuDNN"};
-    rl_options o = {&t, opt_num, opt_str, opt_bool};
+    gc_opts t = {0};
+    gc_opt_num(&t, "n_out", H);
+    gc_opt_num(&t, "direction", 1);
+    gc_opt_str(&t, "impl", "cuDNN");
+    rl_options o = gc_options(&t);
     int64_t F[1] = {F1};
     rl_layer *l = NULL;
     CHECK(rl_layer_create(&l, "gru", "enc", &o, 1, F) == RL_EARG && !l);
@@ -517,11 +437,12 @@ static void test_cudnn_object(rl_dtype dt) {
     CHECK_OK(rl_cudnn_layout_check(L, n, "cudnn gru"));
     int64_t ws[2] = {FS, NG * H}, us[2] = {H, NG * H}, bs[1] = {NG * H};
     rand_state = 51;
-    rl_tensor hostp[4] = {rand_cpu(dt, 2, ws, 1.0, false, 0), rand_cpu(dt, 2, us, 1.0, false, 0),
-                          rand_cpu(dt, 1, bs, 1.0, false, 0), rand_cpu(dt, 1, bs, 1.0, false, 0)};
+    rl_tensor hostp[4] = {
+        rand_tensor(dt, 2, ws, -1.0, 1.0, NULL, 0), rand_tensor(dt, 2, us, -1.0, 1.0, NULL, 0),
+        rand_tensor(dt, 1, bs, -1.0, 1.0, NULL, 0), rand_tensor(dt, 1, bs, -1.0, 1.0, NULL, 0)};
     rl_tensor d[4], back[4] = {{0}};
     for (int i = 0; i < 4; i++) {
-        d[i] = on(&hostp[i], CUDA0);
+        d[i] = copy_to(&hostp[i], CUDA0);
         CHECK_OK(rl_tensor_empty(&back[i], dt, CUDA0, hostp[i].ndim, hostp[i].shape));
     }
     CHECK_OK(rl_cudnn_rnn_pack_weights(c, rl_tensor_data(&d[0]), rl_tensor_data(&d[1]),
@@ -561,19 +482,20 @@ static void test_steps(void) {
     rand_state = 99;
     int64_t gs[2] = {B, 4 * H}, hs[2] = {B, H}, bs[1] = {3 * H}, ls[1] = {B};
     int64_t t = 3; /* row 2 (length 1) is padded at this step */
-    rl_tensor g = rand_cpu(RL_FLOAT32, 2, gs, 1.0, false, 0),
-              b = rand_cpu(RL_FLOAT32, 1, bs, 0.5, false, 0),
-              bh = rand_cpu(RL_FLOAT32, 1, bs, 0.5, false, 0),
-              hp = rand_cpu(RL_FLOAT32, 2, hs, 0.8, false, 0),
-              dout = rand_cpu(RL_FLOAT32, 2, hs, 1.0, false, 0),
-              dh = rand_cpu(RL_FLOAT32, 2, hs, 1.0, false, 0), h = {0}, out = {0}, len = {0};
+    rl_tensor g = rand_tensor(RL_FLOAT32, 2, gs, -1.0, 1.0, NULL, 0),
+              b = rand_tensor(RL_FLOAT32, 1, bs, -0.5, 0.5, NULL, 0),
+              bh = rand_tensor(RL_FLOAT32, 1, bs, -0.5, 0.5, NULL, 0),
+              hp = rand_tensor(RL_FLOAT32, 2, hs, -0.8, 0.8, NULL, 0),
+              dout = rand_tensor(RL_FLOAT32, 2, hs, -1.0, 1.0, NULL, 0),
+              dh = rand_tensor(RL_FLOAT32, 2, hs, -1.0, 1.0, NULL, 0), h = {0}, out = {0},
+              len = {0};
     CHECK_OK(rl_tensor_empty(&h, RL_FLOAT32, RL_DEVICE_CPU, 2, hs));
     CHECK_OK(rl_tensor_empty(&out, RL_FLOAT32, RL_DEVICE_CPU, 2, hs));
     CHECK_OK(rl_tensor_empty(&len, RL_INT32, RL_DEVICE_CPU, 1, ls));
     memcpy(rl_tensor_data(&len), LENS, sizeof LENS);
-    rl_tensor G = on(&g, CUDA0), Bd = on(&b, CUDA0), BHd = on(&bh, CUDA0), HP = on(&hp, CUDA0),
-              DO = on(&dout, CUDA0), DH = on(&dh, CUDA0), Hd = on(&h, CUDA0), Od = on(&out, CUDA0),
-              L = on(&len, CUDA0);
+    rl_tensor G = copy_to(&g, CUDA0), Bd = copy_to(&b, CUDA0), BHd = copy_to(&bh, CUDA0),
+              HP = copy_to(&hp, CUDA0), DO = copy_to(&dout, CUDA0), DH = copy_to(&dh, CUDA0),
+              Hd = copy_to(&h, CUDA0), Od = copy_to(&out, CUDA0), L = copy_to(&len, CUDA0);
     rl_gru_cpu_fwd_f32(B, H, t, LENS, rl_tensor_data(&g), rl_tensor_data(&b), rl_tensor_data(&bh),
                        rl_tensor_data(&hp), rl_tensor_data(&h), rl_tensor_data(&out));
     CHECK_OK(rl_gru_cuda_fwd_f32(NULL, B, H, t, rl_tensor_data(&L), rl_tensor_data(&G),
@@ -588,7 +510,7 @@ static void test_steps(void) {
     CHECK_OK(rl_tensor_empty(&dbh, RL_FLOAT32, RL_DEVICE_CPU, 1, bs));
     CHECK_OK(rl_op_fill(&db, 0.0));
     CHECK_OK(rl_op_fill(&dbh, 0.0));
-    rl_tensor DB = on(&db, CUDA0), DBH = on(&dbh, CUDA0);
+    rl_tensor DB = copy_to(&db, CUDA0), DBH = copy_to(&dbh, CUDA0);
     rl_gru_cpu_bwd_f32(B, H, t, LENS, rl_tensor_data(&g), rl_tensor_data(&hp),
                        rl_tensor_data(&dout), H, rl_tensor_data(&dh), rl_tensor_data(&db),
                        rl_tensor_data(&dbh));
@@ -615,7 +537,7 @@ static void test_bias_sums(void) {
     enum { N = 2 * RL_GRU_CUDA_CHUNKS + 5, HB = 41 };
     rand_state = 7;
     int64_t gs[2] = {N, 4 * HB}, bs[1] = {3 * HB}, ps[1] = {RL_GRU_CUDA_CHUNKS * 4 * HB};
-    rl_tensor g = rand_cpu(RL_FLOAT64, 2, gs, 1.0, false, 0), db = {0}, dbh = {0}, P = {0};
+    rl_tensor g = rand_tensor(RL_FLOAT64, 2, gs, -1.0, 1.0, NULL, 0), db = {0}, dbh = {0}, P = {0};
     CHECK_OK(rl_tensor_empty(&db, RL_FLOAT64, RL_DEVICE_CPU, 1, bs));
     CHECK_OK(rl_tensor_empty(&dbh, RL_FLOAT64, RL_DEVICE_CPU, 1, bs));
     const double *pg = rl_tensor_data(&g);
@@ -629,7 +551,7 @@ static void test_bias_sums(void) {
         pdb[j] = 1 + s[0], pdb[HB + j] = 1 + s[1], pdb[2 * HB + j] = 1 + s[3];
         pdbh[j] = 1 + s[0], pdbh[HB + j] = 1 + s[1], pdbh[2 * HB + j] = 1 + s[2];
     }
-    rl_tensor G = on(&g, CUDA0), DB = {0}, DBH = {0};
+    rl_tensor G = copy_to(&g, CUDA0), DB = {0}, DBH = {0};
     CHECK_OK(rl_tensor_empty(&DB, RL_FLOAT64, CUDA0, 1, bs));
     CHECK_OK(rl_tensor_empty(&DBH, RL_FLOAT64, CUDA0, 1, bs));
     CHECK_OK(rl_tensor_empty(&P, RL_FLOAT64, CUDA0, 1, ps));
