@@ -43,6 +43,7 @@
 #include "layer.h"
 #include "layers.h"
 #include "loss.h"
+#include "matrix.h"
 
 #include "../kernels/ctc.h"
 #include "../kernels/ops.h"
@@ -210,9 +211,8 @@ static rl_status forward_cpu(softmax_layer *S, rl_layer_io *io) {
     int64_t T = p->shape[0], B = p->shape[1], C = p->shape[2];
     const rl_param *bias = S->ib >= 0 ? &l->params[S->ib] : NULL;
     bool f32 = p->dtype == RL_FLOAT32;
-    if (f32 && bias && bias->value.dtype != RL_FLOAT32)
-        return rl_error(RL_EDTYPE, "layer '%s': parameter b is %s, the output float32", l->name,
-                        rl_dtype_name(bias->value.dtype));
+    rl_mat bm = {NULL, 0}; /* float32: the bias, bound, contiguous, on the CPU */
+    if (f32 && bias) RL_TRY(rl_param_mat(l, &bias->value, "b", RL_FLOAT32, RL_DEVICE_CPU, &bm));
     RL_TRY(rl_affine_forward(l, io, &l->params[S->iW], f32 ? NULL : bias, p));
     bool ce = l->is_loss && io->target;
     const int32_t *tgt = NULL;
@@ -232,8 +232,7 @@ static rl_status forward_cpu(softmax_layer *S, rl_layer_io *io) {
     if (p->dtype == RL_FLOAT32) {
         int64_t rs[2] = {T * B, 2};
         if (ce) RL_TRY(rl_buffer_ensure(&S->rowst, RL_FLOAT64, RL_DEVICE_CPU, 2, rs));
-        rl_softmax_ce_cpu_f32(T * B, C, rl_tensor_data(p),
-                              bias ? rl_tensor_data(&bias->value) : NULL, rl_tensor_data(p), tgt,
+        rl_softmax_ce_cpu_f32(T * B, C, rl_tensor_data(p), bm.p, rl_tensor_data(p), tgt,
                               ce ? rl_tensor_data(&S->rowst) : NULL, &loss, &n_errors);
     } else
         rl_softmax_ce_cpu_f64(T * B, C, rl_tensor_data(p), rl_tensor_data(p), tgt, &loss,
