@@ -193,10 +193,10 @@ $(BUILD)/tests-gpu/%: tests/gpu/%.c $(BUILD)/librnnlua.a tests/c/check.h tests/g
 bench: $(BUILD)/rnnlua $(BENCHES)
 	@bash bench/run.sh $(BUILD)
 
-# The GPU LSTM benchmark alone: own kernels vs cuDNN per configuration (one SKIP line without a
+# The GPU LSTM and GRU benchmark alone: own kernels vs cuDNN per configuration (one SKIP line without a
 # GPU; `make bench` runs it too).
-bench-gpu: $(BUILD)/bench/lstm_gpu $(BUILD)/bench/mdlstm_gpu
-	$(BUILD)/bench/lstm_gpu
+bench-gpu: $(BUILD)/bench/rnn_gpu $(BUILD)/bench/mdlstm_gpu
+	$(BUILD)/bench/rnn_gpu
 	$(BUILD)/bench/mdlstm_gpu
 
 demo: rnnlua

@@ -1,9 +1,11 @@
 -- One rnnlua process of bench/lstm_compare.sh: a training step (zero the gradients, forward,
 -- backward; no optimizer update) of an LSTM network built with rl.network, as a user writes
 -- it, float32 on the CPU. Usage: rnnlua bench/lstm_step.lua CONFIG [SECONDS]
--- Prints "RESULT config ms_per_step peak_rss_kib rss_before_model_kib steps": the median
--- of the timed steps (after one warm-up step), the process's peak resident set (VmHWM) after
--- them and its resident set before the network was built.
+-- Prints "RESULT config ms_per_step peak_rss_kib rss_before_model_kib steps cpu_ms_per_step":
+-- the median of the timed steps (after one warm-up step), the process's peak resident set
+-- (VmHWM) after them, its resident set before the network was built, the number of steps, and
+-- the process CPU time per step (all threads, their spin-waits included; on a machine shared
+-- with other work, CPU time at 1 thread ranks code changes more reliably than wall time).
 local CONFIGS = { -- layers, bidirectional, input, hidden, classes, T, B (as bench/torch_lstm.py)
   seqmnist = {1, false, 28, 128, 10, 28, 64},
   ptb_small = {1, false, 200, 200, 10000, 20, 20},
@@ -52,7 +54,7 @@ local function step()
 end
 
 step()
-local times, t_end = {}, rl.clock() + seconds
+local times, t_end, cpu0 = {}, rl.clock() + seconds, os.clock()
 repeat
   local t0 = rl.clock()
   step()
@@ -61,4 +63,6 @@ until #times >= 2 and rl.clock() >= t_end
 table.sort(times)
 local n = #times
 local med = n % 2 == 1 and times[(n + 1) // 2] or (times[n // 2] + times[n // 2 + 1]) / 2
-print(string.format("RESULT %s %.3f %d %d %d", name, med * 1e3, status_kib("VmHWM"), rss0, n))
+local cpu_ms = (os.clock() - cpu0) * 1e3 / n
+print(string.format("RESULT %s %.3f %d %d %d %.3f", name, med * 1e3, status_kib("VmHWM"), rss0, n,
+                    cpu_ms))

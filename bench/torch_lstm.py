@@ -4,8 +4,8 @@ A step is zero_grad + forward + backward (no optimizer update) of an nn.LSTM sta
 (bidirectional where the config says so), a Linear output layer and CrossEntropy (summed),
 float32 on the CPU, torch.set_num_threads(2). Usage: PYTHON bench/torch_lstm.py CONFIG [SECONDS]
 with the python of bench/torch_env.sh (a current PyTorch) or any other that imports torch.
-Prints "RESULT config ms_per_step peak_rss_kib rss_before_model_kib steps" as lstm_step.lua
-does, or a SKIP line (exit 0) where torch is not importable.
+Prints "RESULT config ms_per_step peak_rss_kib rss_before_model_kib steps cpu_ms_per_step" as
+lstm_step.lua does, or a SKIP line (exit 0) where torch is not importable.
 """
 import resource
 import sys
@@ -58,6 +58,7 @@ def main():
     step()
     times = []
     t_end = time.perf_counter() + seconds
+    cpu0 = time.process_time()
     while len(times) < 2 or time.perf_counter() < t_end:
         t0 = time.perf_counter()
         step()
@@ -66,7 +67,8 @@ def main():
     n = len(times)
     med = times[n // 2] if n % 2 else 0.5 * (times[n // 2 - 1] + times[n // 2])
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    print("RESULT %s %.3f %d %d %d" % (name, med * 1e3, peak, rss0, n))
+    cpu_ms = (time.process_time() - cpu0) * 1e3 / n
+    print("RESULT %s %.3f %d %d %d %.3f" % (name, med * 1e3, peak, rss0, n, cpu_ms))
     return 0
 
 

@@ -57,6 +57,10 @@ void rl_gru_cpu_bwd_f64(int64_t B, int64_t H, int64_t t, const int32_t *len, dou
                         const double *hp, const double *dout, int64_t dout_ld, double *dh,
                         double *db, double *dbh);
 
+/* The bias sums left to the caller (float32): db (3H) += the column sums of [dar | daz | dan],
+ * dbh (3H) += those of [dar | daz | dhn], over `rows` rows of g (4H each) in memory order. */
+void rl_gru_cpu_bias_grads_f32(int64_t rows, int64_t H, const float *g, float *db, float *dbh);
+
 #ifdef __cplusplus
 }
 #endif

@@ -7,7 +7,8 @@
  *   p = exp(z - max z) / sum exp(z - max z)                         (every row)
  *   loss = -sum over valid rows of log p[target] = sum (max + log sum - z[target])
  *   n_errors = valid rows whose argmax z (first maximum; a NaN wins) is not the target
- *   grad: dz = p - onehot(target) on valid rows, 0 on padded rows (or added to dz)
+ *   grad: dz = p - onehot(target) on valid rows, 0 on padded rows (or added to dz), and
+ *         optionally db = sum over rows of dz (fused: one sweep instead of a second over dz)
  * A NaN or Inf in a row of z gives NaN probabilities and a NaN loss, as the generic path does.
  */
 #ifndef RL_KERNELS_SOFTMAX_CE_H
@@ -25,18 +26,33 @@ extern "C" {
 int64_t rl_ce_targets_cpu(int64_t T, int64_t B, int64_t C, const int32_t *target,
                           const int32_t *len, int32_t *tgt);
 
+/* Rows per block of the bias gradient's partial sums (rl_ce_grad_cpu_f32). */
+#define RL_CE_DB_ROWS 64
+
 /* p = softmax(z) row-wise (p may be z: in place); with tgt (rl_ce_targets_cpu) also *loss and
- * *n_errors over the rows with tgt >= 0. */
-void rl_softmax_ce_cpu_f32(int64_t rows, int64_t C, const float *z, float *p, const int32_t *tgt,
-                           double *loss, double *n_errors);
+ * *n_errors over the rows with tgt >= 0. float32 takes an optional bias (C, or NULL) added to
+ * every row of z first (so that the affine map's GEMM need not start from a broadcast copy of
+ * it), and splits the rows over the BLAS threads (a (T, B, 10000) output would otherwise be a
+ * serial tenth of a 2-thread step); each row's loss and error go to row_stats (2 * rows
+ * doubles, with tgt; may be NULL without) and are added up in row order afterwards, so the
+ * sums do not depend on the split. */
+void rl_softmax_ce_cpu_f32(int64_t rows, int64_t C, const float *z, const float *bias, float *p,
+                           const int32_t *tgt, double *row_stats, double *loss, double *n_errors);
 void rl_softmax_ce_cpu_f64(int64_t rows, int64_t C, const double *z, double *p, const int32_t *tgt,
                            double *loss, double *n_errors);
 
-/* dz = p - onehot(tgt) on rows with tgt >= 0, 0 elsewhere; with accumulate dz += the same. */
+/* Floats of scratch rl_ce_grad_cpu_f32 needs for a bias gradient over rows x C. */
+int64_t rl_ce_grad_scratch_size(int64_t rows, int64_t C);
+
+/* dz = p - onehot(tgt) on rows with tgt >= 0, 0 elsewhere; with accumulate dz += the same.
+ * With db (C) also db = the column sums of the resulting dz (the bias gradient of the affine
+ * map before the softmax), in the same sweep: float32 sums blocks of RL_CE_DB_ROWS rows into
+ * scratch (rl_ce_grad_scratch_size floats) and then the blocks in order, so db does not depend
+ * on how the rows were split over the BLAS threads. */
 void rl_ce_grad_cpu_f32(int64_t rows, int64_t C, const float *p, const int32_t *tgt, float *dz,
-                        bool accumulate);
+                        bool accumulate, float *db, float *scratch);
 void rl_ce_grad_cpu_f64(int64_t rows, int64_t C, const double *p, const int32_t *tgt, double *dz,
-                        bool accumulate);
+                        bool accumulate, double *db);
 
 #ifdef __cplusplus
 }

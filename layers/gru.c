@@ -26,7 +26,9 @@
  * (kernels/cpu/gru.c). Backward runs one pointwise pass and one GEMM dG_t U^T per step, then
  * dW, dU and dX as GEMMs over all frames. In float32 on x86-64 with AVX2 or AVX-512 the per-step
  * products use kernels/cpu/gemm_small.c with U (forward) or U^T (backward) packed once per pass,
- * as the lstm does (rl_gemm_packed_fast); float64 and other CPUs use BLAS throughout.
+ * as the lstm does (rl_gemm_packed_fast); float64 and other CPUs use BLAS throughout. With more
+ * than one BLAS thread and a U small enough, the batch's rows run in parts, one thread each, for
+ * the whole pass (see "The CPU recurrence" below).
  *
  * Buffers (sized per batch shape; all kept from forward for backward):
  *   gates (T, B, 4H)  blocks [r | z | hn | n] per row (kernels/gru.h): input projections and the
@@ -55,16 +57,28 @@
  * given initial state and grad_out/grad_in must be on it (checked at every entry). The stream,
  * its events and the entry checks are layers/recurrent.c's, shared with the lstm. The recurrence
  * runs in rl_gru_cuda_forward/backward (kernels/cuda/gru.cu), which also do dU, db and db_h there.
+ *
+ * impl = "own" (default) or "cudnn": on CUDA tensors cudnn runs cuDNN's GRU (CUDNN_GRU, the same
+ * equations; layers/rnn_cudnn.c, kernels/cuda/cudnn_rnn.cu, the parameter mapping in
+ * kernels/cudnn_layout.h) with W, U, b, b_h packed into cuDNN's weight space before every forward
+ * and the weight gradients added back, so checkpoints do not depend on the impl (hs is then
+ * (2, B, H): initial and final state). Where cuDNN cannot serve, the layer runs its own kernels:
+ * on CPU tensors (so a model trained with cudnn runs on the CPU as it is) and for sizes beyond
+ * cuDNN's int descriptors (rl_rnn_cudnn_serves). Backward follows the path its forward took.
  */
 #include <inttypes.h>
+#include <stddef.h>
 #include <string.h>
 
 #include "layer.h"
 #include "layers.h"
 #include "matrix.h"
 #include "recurrent.h"
+#include "rnn_cudnn.h"
 
+#include "../core/blas.h"
 #include "../kernels/cpu/gemm_small.h"
+#include "../kernels/cpu/parallel.h"
 #include "../kernels/gru.h"
 #include "../kernels/ops.h"
 #ifdef RL_WITH_CUDA
@@ -87,6 +101,9 @@ typedef struct {
     rl_tensor upack; /* U (forward) or U^T (backward) packed for the per-step product */
     rl_tensor xs[RL_LAYER_MAX_INPUTS], dxs[RL_LAYER_MAX_INPUTS];
     bool use_xs[RL_LAYER_MAX_INPUTS]; /* the last forward read input k from xs[k] */
+    bool cudnn;                       /* impl = "cudnn" */
+    bool ran_cudnn;                   /* the last forward ran cuDNN (so does its backward) */
+    rl_rnn_cudnn dnn;
 } gru_layer;
 
 static const rl_layer_ops gru_ops;
@@ -96,6 +113,12 @@ static void *at(const rl_tensor *t, int64_t elems) {
 }
 
 static rl_mat cols(rl_mat m, int64_t c, rl_dtype dt) { return rl_mat_sub(m, 0, c, dt); }
+
+/* The cuDNN object runs on the layer's stream: it goes before the stream does. */
+static void drop_stream_users(rl_recurrent *r) {
+    gru_layer *L = (gru_layer *)((char *)r - offsetof(gru_layer, rec));
+    rl_rnn_cudnn_drop(&L->dnn);
+}
 
 /* Input k of the batch as a (T*B, F) matrix: the input itself when it folds and the batch has
  * no padding, else the copy xs[k] with the padded frames zeroed (see Buffers above). */
@@ -122,72 +145,154 @@ static rl_status input_mat(gru_layer *L, const rl_layer_io *io, int k, bool ragg
     return RL_OK;
 }
 
-/* The forward recurrence on the CPU: per step the recurrent product (packed small-M GEMM or
- * BLAS) into [r | z | hn] and the fused pointwise pass of kernels/cpu/gru.c. */
+/* The CPU recurrence. Batch rows never read each other's state, so where the packed U (3H x H
+ * floats) stays within a core's L2 (1 MiB here) the batch is cut into row parts, one per BLAS
+ * thread with at least a register tile (8) of rows each, and each part runs every step of the
+ * pass on a thread of kernels/cpu/parallel.h: one handoff per pass instead of one per step's
+ * product, and the pointwise passes run in parallel too (as the lstm's do). There the bias
+ * gradients are summed after the steps over all rows in memory order
+ * (rl_gru_cpu_bias_grads_f32), whatever the number of parts, so the results do not depend on
+ * the thread count. Otherwise one part: each step's product is split by columns
+ * (rl_gemm_packed_f32) and the bias sums stay in the pointwise pass. */
+typedef struct {
+    gru_layer *L;
+    rl_dtype dt;
+    const int32_t *len;
+    rl_mat U, b, bh, dout, db, dbh; /* b, bh: forward; dout, db, dbh: backward */
+    bool packed;
+    const float *upack;
+} gru_steps;
+
+/* Whether the packed U fits a core's L2: then the steps run in row parts (see above). */
+static bool rows_apart(const gru_layer *L, bool packed) {
+    int64_t H = L->base.n_out;
+    return packed && 12 * H * H <= (1 << 20);
+}
+
+static int row_parts(const gru_layer *L, bool packed) {
+    if (!rows_apart(L, packed)) return 1;
+    int parts = rl_blas_get_threads();
+    if (parts > RL_CPU_MAX_PARTS) parts = RL_CPU_MAX_PARTS;
+    while (parts > 1 && L->rec.B / parts < 8)
+        parts--;
+    return parts;
+}
+
+/* Forward steps of rows r0 .. r1-1: per step the recurrent product into [r | z | hn] and the
+ * fused pointwise pass of kernels/cpu/gru.c. */
+static void fwd_rows(const gru_steps *j, int64_t r0, int64_t r1) {
+    gru_layer *L = j->L;
+    rl_dtype dt = j->dt;
+    int64_t T = L->rec.T, B = L->rec.B, H = L->base.n_out, BH = B * H, n = r1 - r0;
+    for (int64_t s = 0; s < T; s++) {
+        int64_t t = L->direction > 0 ? s : T - 1 - s;
+        int64_t prev = L->direction > 0 ? t : t + 1, cur = L->direction > 0 ? t + 1 : t;
+        rl_mat Hp = {at(&L->hs, prev * BH + r0 * H), H},
+               Gt = {at(&L->gates, (t * B + r0) * 4 * H), 4 * H};
+        if (j->packed)
+            rl_gemm_packed_f32(n, 3 * H, H, Hp.p, H, j->upack, true, Gt.p, 4 * H);
+        else
+            rl_mat_gemm(RL_DEVICE_CPU, NULL, dt, false, false, n, 3 * H, H, Hp, j->U, 1.0, Gt);
+        void *h = at(&L->hs, cur * BH + r0 * H), *out = at(&L->base.out, t * BH + r0 * H);
+        if (dt == RL_FLOAT32)
+            rl_gru_cpu_fwd_f32(n, H, t, j->len + r0, Gt.p, j->b.p, j->bh.p, Hp.p, h, out);
+        else
+            rl_gru_cpu_fwd_f64(n, H, t, j->len + r0, Gt.p, j->b.p, j->bh.p, Hp.p, h, out);
+    }
+}
+
+/* Backward steps of rows r0 .. r1-1: dG over the gates and dh (and the bias sums when j->db.p
+ * is set), then per step dh += dG_t U^T. */
+static void bwd_rows(const gru_steps *j, int64_t r0, int64_t r1) {
+    gru_layer *L = j->L;
+    rl_dtype dt = j->dt;
+    int64_t T = L->rec.T, B = L->rec.B, H = L->base.n_out, BH = B * H, n = r1 - r0;
+    size_t es = rl_dtype_size(dt);
+    rl_mat dH = {at(&L->dh, r0 * H), H};
+    for (int64_t s = T - 1; s >= 0; s--) {
+        int64_t t = L->direction > 0 ? s : T - 1 - s;
+        int64_t prev = L->direction > 0 ? t : t + 1;
+        rl_mat Gt = {at(&L->gates, (t * B + r0) * 4 * H), 4 * H};
+        const void *dot =
+            j->dout.p ? (char *)j->dout.p + (size_t)((t * B + r0) * j->dout.ld) * es : NULL;
+        void *hp = at(&L->hs, prev * BH + r0 * H);
+        if (dt == RL_FLOAT32)
+            rl_gru_cpu_bwd_f32(n, H, t, j->len + r0, Gt.p, hp, dot, j->dout.ld, dH.p, j->db.p,
+                               j->dbh.p);
+        else
+            rl_gru_cpu_bwd_f64(n, H, t, j->len + r0, Gt.p, hp, dot, j->dout.ld, dH.p, j->db.p,
+                               j->dbh.p);
+        /* padded rows of dG_t are 0, so their dh passes through unchanged */
+        if (j->packed)
+            rl_gemm_packed_f32(n, H, 3 * H, Gt.p, 4 * H, j->upack, true, dH.p, H);
+        else
+            rl_mat_gemm(RL_DEVICE_CPU, NULL, dt, false, true, n, H, 3 * H, Gt, j->U, 1.0, dH);
+    }
+}
+
+static void fwd_part(void *ctx, int part, int parts) {
+    const gru_steps *j = ctx;
+    int64_t B = j->L->rec.B;
+    fwd_rows(j, B * part / parts, B * (part + 1) / parts);
+}
+
+static void bwd_part(void *ctx, int part, int parts) {
+    const gru_steps *j = ctx;
+    int64_t B = j->L->rec.B;
+    bwd_rows(j, B * part / parts, B * (part + 1) / parts);
+}
+
+/* Packs U (forward) or U^T (backward) for the packed kernel when it applies. */
+static rl_status pack_u(gru_layer *L, gru_steps *j, bool backward) {
+    int64_t H = L->base.n_out;
+    j->packed = j->dt == RL_FLOAT32 && rl_gemm_packed_fast();
+    if (!j->packed) return RL_OK;
+    int64_t n = backward ? rl_gemm_packed_size(3 * H, H) : rl_gemm_packed_size(H, 3 * H);
+    RL_TRY(rl_buffer_ensure(&L->upack, RL_FLOAT32, RL_DEVICE_CPU, 1, &n));
+    if (backward)
+        rl_gemm_pack_f32(rl_tensor_data(&L->upack), j->U.p, 3 * H, true, 3 * H, H);
+    else
+        rl_gemm_pack_f32(rl_tensor_data(&L->upack), j->U.p, 3 * H, false, H, 3 * H);
+    j->upack = rl_tensor_data(&L->upack);
+    return RL_OK;
+}
+
+/* The forward recurrence on the CPU. */
 static rl_status forward_steps_cpu(gru_layer *L, rl_dtype dt, const int32_t *len, rl_mat U,
                                    rl_mat b, rl_mat bh) {
     rl_layer *l = &L->base;
-    int64_t T = L->rec.T, B = L->rec.B, H = l->n_out, BH = B * H;
+    int64_t T = L->rec.T, B = L->rec.B, H = l->n_out;
     size_t es = rl_dtype_size(dt);
     /* the hn block receives the product alone (the input projection has no n part there) */
     char *g0 = rl_tensor_data(&L->gates);
     for (int64_t row = 0; row < T * B; row++)
         memset(g0 + (size_t)(row * 4 * H + 2 * H) * es, 0, (size_t)H * es);
-    bool packed = dt == RL_FLOAT32 && rl_gemm_packed_fast();
-    if (packed) {
-        int64_t n = rl_gemm_packed_size(H, 3 * H);
-        RL_TRY(rl_buffer_ensure(&L->upack, RL_FLOAT32, RL_DEVICE_CPU, 1, &n));
-        rl_gemm_pack_f32(rl_tensor_data(&L->upack), U.p, 3 * H, false, H, 3 * H);
-    }
-    for (int64_t s = 0; s < T; s++) {
-        int64_t t = L->direction > 0 ? s : T - 1 - s;
-        int64_t prev = L->direction > 0 ? t : t + 1, cur = L->direction > 0 ? t + 1 : t;
-        rl_mat Hp = {at(&L->hs, prev * BH), H}, Gt = {at(&L->gates, t * B * 4 * H), 4 * H};
-        if (packed)
-            rl_gemm_packed_f32(B, 3 * H, H, Hp.p, H, rl_tensor_data(&L->upack), true, Gt.p, 4 * H);
-        else
-            rl_mat_gemm(RL_DEVICE_CPU, NULL, dt, false, false, B, 3 * H, H, Hp, U, 1.0, Gt);
-        if (dt == RL_FLOAT32)
-            rl_gru_cpu_fwd_f32(B, H, t, len, Gt.p, b.p, bh.p, Hp.p, at(&L->hs, cur * BH),
-                               at(&l->out, t * BH));
-        else
-            rl_gru_cpu_fwd_f64(B, H, t, len, Gt.p, b.p, bh.p, Hp.p, at(&L->hs, cur * BH),
-                               at(&l->out, t * BH));
-    }
+    gru_steps j = {.L = L, .dt = dt, .len = len, .U = U, .b = b, .bh = bh};
+    RL_TRY(pack_u(L, &j, false));
+    int parts = row_parts(L, j.packed);
+    if (parts > 1)
+        rl_cpu_parallel(parts, fwd_part, &j);
+    else
+        fwd_part(&j, 0, 1);
     return RL_OK;
 }
 
-/* The backward recurrence on the CPU (dG, dh, db, db_h per step), then dU = Hprev^T dG. */
+/* The backward recurrence on the CPU (dG, dh, db, db_h), then dU = Hprev^T dG. */
 static rl_status backward_steps_cpu(gru_layer *L, rl_dtype dt, const int32_t *len, rl_mat dout,
                                     rl_mat U, rl_mat dU, rl_mat db, rl_mat dbh) {
     rl_layer *l = &L->base;
     int64_t T = L->rec.T, B = L->rec.B, H = l->n_out, BH = B * H;
-    rl_mat dH = {rl_tensor_data(&L->dh), H};
-    bool packed = dt == RL_FLOAT32 && rl_gemm_packed_fast();
-    if (packed) {
-        int64_t n = rl_gemm_packed_size(3 * H, H);
-        RL_TRY(rl_buffer_ensure(&L->upack, RL_FLOAT32, RL_DEVICE_CPU, 1, &n));
-        rl_gemm_pack_f32(rl_tensor_data(&L->upack), U.p, 3 * H, true, 3 * H, H);
-    }
-    for (int64_t s = T - 1; s >= 0; s--) {
-        int64_t t = L->direction > 0 ? s : T - 1 - s;
-        int64_t prev = L->direction > 0 ? t : t + 1;
-        rl_mat Gt = {at(&L->gates, t * B * 4 * H), 4 * H};
-        const void *dot =
-            dout.p ? (char *)dout.p + (size_t)(t * B * dout.ld) * rl_dtype_size(dt) : NULL;
-        if (dt == RL_FLOAT32)
-            rl_gru_cpu_bwd_f32(B, H, t, len, Gt.p, at(&L->hs, prev * BH), dot, dout.ld, dH.p, db.p,
-                               dbh.p);
-        else
-            rl_gru_cpu_bwd_f64(B, H, t, len, Gt.p, at(&L->hs, prev * BH), dot, dout.ld, dH.p, db.p,
-                               dbh.p);
-        /* padded rows of dG_t are 0, so their dh passes through unchanged */
-        if (packed)
-            rl_gemm_packed_f32(B, H, 3 * H, Gt.p, 4 * H, rl_tensor_data(&L->upack), true, dH.p, H);
-        else
-            rl_mat_gemm(RL_DEVICE_CPU, NULL, dt, false, true, B, H, 3 * H, Gt, U, 1.0, dH);
-    }
+    gru_steps j = {.L = L, .dt = dt, .len = len, .U = U, .dout = dout, .db = db, .dbh = dbh};
+    RL_TRY(pack_u(L, &j, true));
+    bool apart = rows_apart(L, j.packed);
+    if (apart) j.db = j.dbh = (rl_mat){NULL, 0};
+    int parts = row_parts(L, j.packed);
+    if (parts > 1)
+        rl_cpu_parallel(parts, bwd_part, &j);
+    else
+        bwd_part(&j, 0, 1);
     rl_mat dG = {rl_tensor_data(&L->gates), 4 * H};
+    if (apart) rl_gru_cpu_bias_grads_f32(T * B, H, dG.p, db.p, dbh.p);
     rl_mat Hprev = {at(&L->hs, L->direction > 0 ? 0 : BH), H};
     return rl_mat_gemm(RL_DEVICE_CPU, NULL, dt, true, false, H, 3 * H, T * B, Hprev, dG, 1.0, dU);
 }
@@ -206,6 +311,16 @@ static rl_status gru_forward(rl_layer *l, rl_layer_io *io) {
     RL_TRY(rl_param_mat(l, &l->params[P_U].value, "U", dt, dev, &U));
     RL_TRY(rl_param_mat(l, &l->params[P_B].value, "b", dt, dev, &b));
     RL_TRY(rl_param_mat(l, &l->params[P_BH].value, "b_h", dt, dev, &bh));
+    L->ran_cudnn = L->cudnn && dev.type == RL_CUDA && rl_rnn_cudnn_serves(r, l);
+#ifdef RL_WITH_CUDA
+    if (L->ran_cudnn) {
+        rl_mat p[4] = {W, U, b, bh};
+        const rl_tensor *written[1] = {&L->hs};
+        RL_TRY(rl_rnn_cudnn_forward(&L->dnn, r, l, RL_CUDNN_GRU, L->direction, io, dt, dev, p,
+                                    &L->h0, NULL, &L->hs, NULL));
+        return rl_recurrent_forward_end(r, l, 1, io->train, written, 1);
+    }
+#endif
 
     int64_t gshape[3] = {T, B, 4 * H}, sshape[3] = {T + 1, B, H};
     RL_TRY(rl_buffer_ensure_synced(&L->gates, dt, dev, 3, gshape));
@@ -267,6 +382,14 @@ static rl_status gru_backward(rl_layer *l, rl_layer_io *io, const rl_tensor *gra
     RL_TRY(rl_param_mat(l, &l->params[P_U].grad, "U (gradient)", dt, dev, &dU));
     RL_TRY(rl_param_mat(l, &l->params[P_B].grad, "b (gradient)", dt, dev, &db));
     RL_TRY(rl_param_mat(l, &l->params[P_BH].grad, "b_h (gradient)", dt, dev, &dbh));
+#ifdef RL_WITH_CUDA
+    if (L->ran_cudnn) {
+        rl_mat g[4] = {dW, dU, db, dbh};
+        const rl_tensor *written[1] = {&L->dh};
+        RL_TRY(rl_rnn_cudnn_backward(&L->dnn, r, l, io, grad_in, dt, dev, dout, g, &L->dh, NULL));
+        return rl_recurrent_backward_end(r, io, grad_in, written, 1);
+    }
+#endif
     int64_t sshape[2] = {B, H};
     RL_TRY(rl_buffer_ensure_synced(&L->dh, dt, dev, 2, sshape));
     RL_TRY(rl_recurrent_write_state(r, &L->dh, NULL));
@@ -320,7 +443,8 @@ static rl_status gru_backward(rl_layer *l, rl_layer_io *io, const rl_tensor *gra
 
 static void gru_destroy(rl_layer *l) {
     gru_layer *L = (gru_layer *)l;
-    rl_recurrent_free(&L->rec); /* waits for and destroys the stream */
+    rl_recurrent_free(&L->rec); /* drops the cuDNN object, waits for and destroys the stream */
+    rl_rnn_cudnn_free(&L->dnn);
     rl_tensor *ts[] = {&L->h0, &L->gates, &L->hs, &L->dh, &L->red, &L->upack};
     for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
         rl_tensor_release(ts[i]);
@@ -340,6 +464,8 @@ rl_status rl_gru_create(rl_layer **out, const char *name, const rl_options *opts
     if (n_in < 1) return rl_error(RL_EARG, "layer '%s' (gru): needs at least one input", name);
     RL_TRY(rl_opt_int(opts, name, "n_out", 0, 1, true, &H));
     RL_TRY(rl_opt_int(opts, name, "direction", 1, -1, false, &dir));
+    bool cudnn;
+    RL_TRY(rl_rnn_cudnn_option(opts, name, "gru", &cudnn));
     if (dir != 1 && dir != -1)
         return rl_error(RL_EARG, "layer '%s' (gru): direction = %" PRId64 ", expected 1 or -1",
                         name, dir);
@@ -362,6 +488,8 @@ rl_status rl_gru_create(rl_layer **out, const char *name, const rl_options *opts
     l->n_out = H;
     L->direction = (int)dir;
     L->rec.cls = "gru";
+    L->cudnn = cudnn;
+    L->rec.on_stream_drop = drop_stream_users;
     int64_t Fi = (int64_t)F;
     int64_t ws[2] = {Fi, 3 * H}, us[2] = {H, 3 * H}, bs[1] = {3 * H};
     rl_status st = rl_layer_add_param(l, "W", 2, ws, RL_INIT_GLOROT, 1.0, Fi, 3 * H, NULL);

@@ -41,11 +41,12 @@
  *   dh, dc (B, H)        backward's running state gradients; at the end the gradients of the
  *                        initial state
  *   red                  CUDA only: the bias and peephole sums' partial sums (lstm_cuda.h)
- *   upack                U or U^T in gemm_small.h's packed layout (float32 only)
+ *   packs                U, U^T (and in per-step use W_k, W_k^T) in gemm_small.h's packed
+ *                        layout (float32 only), see "Packed operands" below
  *   xs[k], dxs[k]        contiguous copies, only for inputs (or input gradients) whose (T, B)
  *                        dims cannot be folded into one
  * Kept in rl_recurrent (layers/recurrent.h): the lengths on the device (CUDA) and a contiguous
- * copy of grad_out when it cannot be folded; in rl_lstm_cudnn (layers/lstm_cudnn.h) the cuDNN
+ * copy of grad_out when it cannot be folded; in rl_rnn_cudnn (layers/rnn_cudnn.h) the cuDNN
  * path's concatenated inputs.
  *
  * Devices: one layer for the CPU and CUDA; the device of the inputs decides, and the params,
@@ -55,13 +56,24 @@
  * below, unchanged, or rl_lstm_cuda_forward/backward of kernels/cuda/lstm.cu, which also do dU,
  * db and the peephole gradients there), buffer growth and the small state writes.
  *
- * impl = "own" (default) or "cudnn". cudnn runs the cuDNN 9 RNN API through layers/lstm_cudnn.c
- * (kernels/cuda/cudnn_lstm.cu) and needs CUDA tensors (on CPU tensors forward fails naming the
+ * impl = "own" (default) or "cudnn". cudnn runs the cuDNN 9 RNN API through layers/rnn_cudnn.c
+ * (kernels/cuda/cudnn_rnn.cu) and needs CUDA tensors (on CPU tensors forward fails naming the
  * layer: no silent fallback) and no peepholes (an error at creation). The weights stay W, U, b
  * in the flat buffers in the layout above: they are packed into cuDNN's weight space before every
  * forward and the weight gradients are added back, so a checkpoint is the same whichever impl
  * trained it and loads into either, or into the CPU layer. The final state and the initial
  * state's gradients work as with own (hs, cs are then (2, B, H): initial and final state).
+ *
+ * Packed operands (float32, AVX2/AVX-512 CPU): the per-step products read U (forward) or U^T
+ * (backward) packed for kernels/cpu/gemm_small.c. A layer run on its own packs them at every
+ * forward and backward (the parameters may have changed in between), into one buffer. In
+ * per-step use a rec unit runs one layer object per step, all sharing the parameters
+ * (rl_lstm_share_packs): they share one set of packs, and the rec layer names a pass
+ * (rl_lstm_set_pack_pass: a new number whenever the parameters may have changed, i.e. at each
+ * of its forwards and backwards), so that U, U^T, and the input weights W_k and W_k^T are
+ * packed once per pass instead of once per step. With a pass set the input projection
+ * (T B = B rows: one step) and the input gradients use the packed kernel too: OpenBLAS
+ * repacks W on each of those few-row calls.
  *
  * Streams (CUDA), the checks at the entry of forward and backward and the final-state
  * bookkeeping are layers/recurrent.c's, shared with the gru: each layer object owns a blocking
@@ -74,15 +86,16 @@
  * another device drops the cuDNN object before the stream it runs on is destroyed.
  */
 #include <inttypes.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <stddef.h>
 
 #include "layer.h"
 #include "layers.h"
-#include "lstm_cudnn.h"
 #include "matrix.h"
 #include "recurrent.h"
+#include "rnn_cudnn.h"
 
 #include "../core/blas.h"
 #include "../kernels/cpu/gemm_small.h"
@@ -105,13 +118,79 @@ typedef struct {
     rl_tensor h0, c0;   /* the given initial state (shared views), or unset */
     rl_tensor dhT, dcT; /* the given final state gradients (shared views), or unset */
     rl_tensor gates, hs, cs, dh, dc;
-    rl_tensor red;   /* CUDA: (RL_LSTM_CUDA_CHUNKS, 7H) partial sums of the bias and peepholes */
-    rl_tensor upack; /* U (forward) or U^T (backward) packed for the per-step product */
+    rl_tensor red; /* CUDA: (RL_LSTM_CUDA_CHUNKS, 7H) partial sums of the bias and peepholes */
+    struct lstm_packs *packs; /* packed operands, possibly shared with other step objects */
     rl_tensor xs[RL_LAYER_MAX_INPUTS], dxs[RL_LAYER_MAX_INPUTS];
-    rl_lstm_cudnn dnn; /* impl = "cudnn" */
+    rl_rnn_cudnn dnn; /* impl = "cudnn" */
 } lstm_layer;
 
 static const rl_layer_ops lstm_ops;
+
+/* The packed operands of "Packed operands" above. PK_W and PK_WT hold every input's block one
+ * after another (input k's W_k rows, F_k x 4H, then its transpose's). refs: the layer objects
+ * sharing them. pass: 0 (pack at every call, all kinds into slot PK_U, as a layer on its own
+ * needs one at a time) or the rec layer's current pass; a slot is fresh when it was packed in
+ * that pass. */
+enum { PK_U, PK_UT, PK_W, PK_WT, PK_N };
+typedef struct lstm_packs {
+    int refs;
+    uint64_t pass;
+    rl_tensor buf[PK_N];
+    uint64_t packed_in[PK_N];
+} lstm_packs;
+
+static void packs_release(lstm_packs *P) {
+    if (!P || --P->refs > 0) return;
+    for (int k = 0; k < PK_N; k++)
+        rl_tensor_release(&P->buf[k]);
+    free(P);
+}
+
+/* The buffer of packed operand `kind` (n floats) in *dst; *stale: it must be (re)packed now. */
+static rl_status pack_slot(lstm_layer *L, int kind, int64_t n, float **dst, bool *stale) {
+    lstm_packs *P = L->packs;
+    int k = P->pass ? kind : PK_U;
+    *stale = !P->pass || P->packed_in[k] != P->pass;
+    if (*stale) {
+        P->packed_in[k] = 0; /* until it is filled */
+        RL_TRY(rl_buffer_ensure(&P->buf[k], RL_FLOAT32, RL_DEVICE_CPU, 1, &n));
+        P->packed_in[k] = P->pass;
+    }
+    *dst = rl_tensor_data(&P->buf[k]);
+    return RL_OK;
+}
+
+/* Whether the input projection and input gradients of this forward or backward use the packed
+ * kernel: per-step use (a pass set), float32 on the CPU at a level with a vector kernel. */
+static bool packed_inputs(const lstm_layer *L, rl_dtype dt, rl_device dev) {
+    return L->packs->pass && dt == RL_FLOAT32 && dev.type == RL_CPU && rl_gemm_packed_fast();
+}
+
+/* Packs (when stale) W_k (forward) or W_k^T (backward) of every input; *out: the packs. */
+static rl_status pack_inputs(lstm_layer *L, bool backward, const float *W, float **out) {
+    const rl_layer *l = &L->base;
+    int64_t H4 = 4 * l->n_out, n = 0;
+    for (int k = 0; k < l->n_in; k++)
+        n += backward ? rl_gemm_packed_size(H4, l->in_dims[k])
+                      : rl_gemm_packed_size(l->in_dims[k], H4);
+    bool stale;
+    RL_TRY(pack_slot(L, backward ? PK_WT : PK_W, n, out, &stale));
+    if (!stale) return RL_OK;
+    float *d = *out;
+    const float *Wk = W;
+    for (int k = 0; k < l->n_in; k++) {
+        int64_t F = l->in_dims[k];
+        if (backward) {
+            rl_gemm_pack_f32(d, Wk, H4, true, H4, F);
+            d += rl_gemm_packed_size(H4, F);
+        } else {
+            rl_gemm_pack_f32(d, Wk, H4, false, F, H4);
+            d += rl_gemm_packed_size(F, H4);
+        }
+        Wk += F * H4;
+    }
+    return RL_OK;
+}
 
 /* c = op(a) op(b) + beta c on the layer's device: BLAS, or cuBLAS on the layer's stream. */
 static rl_status gemm(const lstm_layer *L, rl_device dev, rl_dtype dt, bool ta, bool tb, int64_t m,
@@ -126,7 +205,7 @@ static void *at(const rl_tensor *t, int64_t elems) {
 /* The cuDNN object runs on the layer's stream: it goes before the stream does. */
 static void drop_stream_users(rl_recurrent *r) {
     lstm_layer *L = (lstm_layer *)((char *)r - offsetof(lstm_layer, rec));
-    rl_lstm_cudnn_drop(&L->dnn);
+    rl_rnn_cudnn_drop(&L->dnn);
 }
 
 /* The CPU recurrence. Batch rows never read each other's state, so with the packed kernel
@@ -143,6 +222,7 @@ typedef struct {
     rl_mat U, bias, dout; /* bias: forward; dout: backward */
     const void *const *peep;
     bool packed, backward;
+    float *upack; /* packed U (forward) or U^T (backward) when packed */
 } steps_job;
 
 /* Row parts only where each part gets at least a register tile of rows (8) and the packed U
@@ -168,7 +248,7 @@ static void fwd_rows(const steps_job *j, int64_t r0, int64_t r1) {
         rl_mat Hp = {at(&L->hs, prev * BH + r0 * H), H},
                Zt = {at(&L->gates, (t * B + r0) * 4 * H), 4 * H};
         if (j->packed)
-            rl_gemm_packed_f32(n, 4 * H, H, Hp.p, H, rl_tensor_data(&L->upack), true, Zt.p, 4 * H);
+            rl_gemm_packed_f32(n, 4 * H, H, Hp.p, H, j->upack, true, Zt.p, 4 * H);
         else
             rl_mat_gemm(RL_DEVICE_CPU, NULL, dt, false, false, n, 4 * H, H, Hp, j->U, 1.0, Zt);
         void *cp = at(&L->cs, prev * BH + r0 * H), *c = at(&L->cs, cur * BH + r0 * H),
@@ -205,7 +285,7 @@ static void bwd_rows(const steps_job *j, int64_t r0, int64_t r1) {
                                 dot, j->dout.ld, dH.p, dc);
         /* padded rows of dZ_t are 0, so their dh passes through unchanged */
         if (j->packed)
-            rl_gemm_packed_f32(n, H, 4 * H, Zt.p, 4 * H, rl_tensor_data(&L->upack), true, dH.p, H);
+            rl_gemm_packed_f32(n, H, 4 * H, Zt.p, 4 * H, j->upack, true, dH.p, H);
         else
             rl_mat_gemm(RL_DEVICE_CPU, NULL, dt, false, true, n, H, 4 * H, Zt, j->U, 1.0, dH);
     }
@@ -227,11 +307,12 @@ static rl_status run_steps(steps_job *j) {
     j->packed = j->dt == RL_FLOAT32 && rl_gemm_packed_fast();
     if (j->packed) {
         int64_t n = j->backward ? rl_gemm_packed_size(4 * H, H) : rl_gemm_packed_size(H, 4 * H);
-        RL_TRY(rl_buffer_ensure(&L->upack, RL_FLOAT32, RL_DEVICE_CPU, 1, &n));
-        if (j->backward)
-            rl_gemm_pack_f32(rl_tensor_data(&L->upack), j->U.p, 4 * H, true, 4 * H, H);
-        else
-            rl_gemm_pack_f32(rl_tensor_data(&L->upack), j->U.p, 4 * H, false, H, 4 * H);
+        bool stale;
+        RL_TRY(pack_slot(L, j->backward ? PK_UT : PK_U, n, &j->upack, &stale));
+        if (stale && j->backward)
+            rl_gemm_pack_f32(j->upack, j->U.p, 4 * H, true, 4 * H, H);
+        else if (stale)
+            rl_gemm_pack_f32(j->upack, j->U.p, 4 * H, false, H, 4 * H);
     }
     int parts = row_parts(L, j->packed);
     if (parts > 1)
@@ -297,8 +378,9 @@ static rl_status lstm_forward(rl_layer *l, rl_layer_io *io) {
     const rl_tensor *written[2] = {&L->hs, &L->cs};
 #ifdef RL_WITH_CUDA
     if (L->cudnn) {
-        RL_TRY(rl_lstm_cudnn_forward(&L->dnn, r, l, L->direction, io, dt, dev, W, U, bias, &L->h0,
-                                     &L->c0, &L->hs, &L->cs));
+        rl_mat p[4] = {W, U, bias, {NULL, 0}};
+        RL_TRY(rl_rnn_cudnn_forward(&L->dnn, r, l, RL_CUDNN_LSTM, L->direction, io, dt, dev, p,
+                                    &L->h0, &L->c0, &L->hs, &L->cs));
         return rl_recurrent_forward_end(r, l, 1, io->train, written, 2);
     }
 #endif
@@ -320,18 +402,25 @@ static rl_status lstm_forward(rl_layer *l, rl_layer_io *io) {
 
     /* input projection of all frames: one GEMM per input, accumulated */
     rl_mat Z = {rl_tensor_data(&L->gates), 4 * H};
+    float *wpack = NULL;
+    if (packed_inputs(L, dt, dev)) RL_TRY(pack_inputs(L, false, W.p, &wpack));
     int64_t row = 0;
     for (int k = 0; k < io->n_in; k++) {
+        int64_t F = l->in_dims[k];
         rl_mat X;
         if (!rl_mat_fold_tb(io->in[k], &X)) {
             RL_TRY(rl_buffer_ensure_synced(&L->xs[k], dt, dev, 3, io->in[k]->shape));
             RL_TRY(rl_op_copy(&L->xs[k], io->in[k]));
-            X = (rl_mat){rl_tensor_data(&L->xs[k]), l->in_dims[k]};
+            X = (rl_mat){rl_tensor_data(&L->xs[k]), F};
         }
         rl_mat Wk = {(char *)W.p + (size_t)(row * 4 * H) * rl_dtype_size(dt), 4 * H};
-        RL_TRY(
-            gemm(L, dev, dt, false, false, T * B, 4 * H, l->in_dims[k], X, Wk, k ? 1.0 : 0.0, Z));
-        row += l->in_dims[k];
+        if (wpack) {
+            rl_gemm_packed_f32(T * B, 4 * H, F, X.p, X.ld, wpack, k > 0, Z.p, 4 * H);
+            wpack += rl_gemm_packed_size(F, 4 * H);
+        } else {
+            RL_TRY(gemm(L, dev, dt, false, false, T * B, 4 * H, F, X, Wk, k ? 1.0 : 0.0, Z));
+        }
+        row += F;
     }
 
     const void *const *pp = L->peepholes ? peep : NULL;
@@ -380,8 +469,8 @@ static rl_status lstm_backward(rl_layer *l, rl_layer_io *io, const rl_tensor *gr
     const rl_tensor *written[2] = {&L->dh, &L->dc};
 #ifdef RL_WITH_CUDA
     if (L->cudnn) {
-        RL_TRY(rl_lstm_cudnn_backward(&L->dnn, r, l, io, grad_in, dt, dev, dout, dW, dU, db, &L->dh,
-                                      &L->dc));
+        rl_mat g[4] = {dW, dU, db, {NULL, 0}};
+        RL_TRY(rl_rnn_cudnn_backward(&L->dnn, r, l, io, grad_in, dt, dev, dout, g, &L->dh, &L->dc));
         return rl_recurrent_backward_end(r, io, grad_in, written, 2);
     }
 #endif
@@ -409,6 +498,8 @@ static rl_status lstm_backward(rl_layer *l, rl_layer_io *io, const rl_tensor *gr
 
     /* weight gradients and input gradients: single GEMMs over all frames */
     rl_mat dZ = {rl_tensor_data(&L->gates), 4 * H};
+    float *wtpack = NULL;
+    if (grad_in && packed_inputs(L, dt, dev)) RL_TRY(pack_inputs(L, true, W.p, &wtpack));
     int64_t row = 0;
     for (int k = 0; k < io->n_in; k++) {
         int64_t F = l->in_dims[k];
@@ -425,10 +516,14 @@ static rl_status lstm_backward(rl_layer *l, rl_layer_io *io, const rl_tensor *gr
                 RL_TRY(rl_buffer_ensure_synced(&L->dxs[k], dt, dev, 3, gi->shape));
                 G = (rl_mat){rl_tensor_data(&L->dxs[k]), F};
             }
-            RL_TRY(gemm(L, dev, dt, false, true, T * B, F, 4 * H, dZ,
-                        (rl_mat){(char *)W.p + off, 4 * H}, 0.0, G));
+            if (wtpack)
+                rl_gemm_packed_f32(T * B, F, 4 * H, dZ.p, 4 * H, wtpack, false, G.p, G.ld);
+            else
+                RL_TRY(gemm(L, dev, dt, false, true, T * B, F, 4 * H, dZ,
+                            (rl_mat){(char *)W.p + off, 4 * H}, 0.0, G));
             if (!direct) RL_TRY(rl_op_copy(gi, &L->dxs[k]));
         }
+        if (wtpack) wtpack += rl_gemm_packed_size(4 * H, F);
         row += F;
     }
     return rl_recurrent_backward_end(r, io, grad_in, written, 2);
@@ -437,15 +532,16 @@ static rl_status lstm_backward(rl_layer *l, rl_layer_io *io, const rl_tensor *gr
 static void lstm_destroy(rl_layer *l) {
     lstm_layer *L = (lstm_layer *)l;
     rl_recurrent_free(&L->rec); /* drops the cuDNN object, waits for and destroys the stream */
-    rl_lstm_cudnn_free(&L->dnn);
-    rl_tensor *ts[] = {&L->h0, &L->c0, &L->dhT, &L->dcT, &L->gates, &L->hs,
-                       &L->cs, &L->dh, &L->dc,  &L->red, &L->upack};
+    rl_rnn_cudnn_free(&L->dnn);
+    rl_tensor *ts[] = {&L->h0, &L->c0, &L->dhT, &L->dcT, &L->gates,
+                       &L->hs, &L->cs, &L->dh,  &L->dc,  &L->red};
     for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
         rl_tensor_release(ts[i]);
     for (int k = 0; k < RL_LAYER_MAX_INPUTS; k++) {
         rl_tensor_release(&L->xs[k]);
         rl_tensor_release(&L->dxs[k]);
     }
+    packs_release(L->packs);
 }
 
 /* b's f block starts at forget_bias (the other param inits are their kinds'). */
@@ -481,12 +577,8 @@ rl_status rl_lstm_create(rl_layer **out, const char *name, const rl_options *opt
                         name, dir);
     RL_TRY(rl_opt_bool(opts, name, "peepholes", false, &peep));
     RL_TRY(rl_opt_number(opts, name, "forget_bias", 0.0, &fb));
-    const char *impl = NULL;
-    RL_TRY(rl_opt_string(opts, name, "impl", "own", &impl));
-    bool cudnn = impl && strcmp(impl, "cudnn") == 0;
-    if (!impl || (!cudnn && strcmp(impl, "own") != 0))
-        return rl_error(RL_EARG, "layer '%s' (lstm): impl = \"%s\", expected \"own\" or \"cudnn\"",
-                        name, impl ? impl : "(null)");
+    bool cudnn;
+    RL_TRY(rl_rnn_cudnn_option(opts, name, "lstm", &cudnn));
     if (cudnn && peep)
         return rl_error(RL_EARG,
                         "layer '%s' (lstm): peepholes = true and impl = \"cudnn\" do not go "
@@ -509,6 +601,12 @@ rl_status rl_lstm_create(rl_layer **out, const char *name, const rl_options *opt
     L->forget_bias = fb;
     L->rec.cls = "lstm";
     L->rec.on_stream_drop = drop_stream_users;
+    L->packs = calloc(1, sizeof *L->packs);
+    if (!L->packs) {
+        rl_layer_free(l);
+        return rl_error(RL_ENOMEM, "layer '%s' (lstm): out of memory", name);
+    }
+    L->packs->refs = 1;
     int64_t ws[2] = {F, 4 * H}, us[2] = {H, 4 * H}, bs[1] = {4 * H}, ps[1] = {H};
     rl_status st = rl_layer_add_param(l, "W", 2, ws, RL_INIT_GLOROT, 1.0, F, 4 * H, NULL);
     if (st == RL_OK)
@@ -597,5 +695,29 @@ rl_status rl_lstm_initial_state_grad(rl_layer *l, rl_tensor *dh0, rl_tensor *dc0
                         l->name);
     if (dh0) rl_tensor_share(dh0, &L->dh);
     if (dc0) rl_tensor_share(dc0, &L->dc);
+    return RL_OK;
+}
+
+rl_status rl_lstm_share_packs(rl_layer *l, rl_layer *owner) {
+    lstm_layer *L = NULL, *O = NULL;
+    RL_TRY(as_lstm(l, &L, "rl_lstm_share_packs"));
+    RL_TRY(as_lstm(owner, &O, "rl_lstm_share_packs"));
+    if (l->n_out != owner->n_out || l->n_in != owner->n_in ||
+        memcmp(l->in_dims, owner->in_dims, (size_t)l->n_in * sizeof *l->in_dims) != 0)
+        return rl_error(RL_EARG,
+                        "rl_lstm_share_packs: layer '%s' and layer '%s' differ in their inputs "
+                        "or n_out (step objects of one unit layer share their packed weights)",
+                        l->name, owner->name);
+    if (L->packs == O->packs) return RL_OK;
+    packs_release(L->packs);
+    L->packs = O->packs;
+    L->packs->refs++;
+    return RL_OK;
+}
+
+rl_status rl_lstm_set_pack_pass(rl_layer *l, uint64_t pass) {
+    lstm_layer *L = NULL;
+    RL_TRY(as_lstm(l, &L, "rl_lstm_set_pack_pass"));
+    L->packs->pass = pass;
     return RL_OK;
 }

@@ -13,7 +13,7 @@
  * records its event for what the call wrote ("Streams and ordering" there). The stream belongs to
  * one device; a layer moved to another device (or back to the CPU) gets its old stream
  * synchronised and destroyed, after on_stream_drop (if set) has released whatever is bound to it
- * (the cuDNN object of layers/lstm_cudnn.c). */
+ * (the cuDNN object of layers/rnn_cudnn.c). */
 #ifndef RL_LAYERS_RECURRENT_H
 #define RL_LAYERS_RECURRENT_H
 

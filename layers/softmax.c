@@ -56,13 +56,15 @@
 typedef struct {
     rl_layer base;
     int iW, ib;
-    bool ce_ready;  /* the last forward computed the CE loss (there was a target) */
-    rl_tensor z;    /* (T, B, n_out) */
-    rl_tensor rs;   /* (T, B, 1) */
-    rl_tensor dz;   /* (T, B, n_out) */
-    rl_tensor db;   /* (n_out) */
-    rl_tensor tgt;  /* (T, B) int32, CPU: the target on valid frames, -1 on padded ones */
-    rl_tensor lens; /* (B) int32, CPU: a contiguous copy of the lengths */
+    bool ce_ready;   /* the last forward computed the CE loss (there was a target) */
+    rl_tensor z;     /* (T, B, n_out) */
+    rl_tensor rs;    /* (T, B, 1) */
+    rl_tensor dz;    /* (T, B, n_out) */
+    rl_tensor db;    /* (n_out) */
+    rl_tensor tgt;   /* (T, B) int32, CPU: the target on valid frames, -1 on padded ones */
+    rl_tensor lens;  /* (B) int32, CPU: a contiguous copy of the lengths */
+    rl_tensor rowst; /* (T * B, 2) float64, CPU float32: each row's loss and error */
+    rl_tensor dbs;   /* CPU float32: the bias gradient's block sums (kernels/softmax_ce.h) */
     rl_ce_work ce;
     bool ctc;       /* loss = "ctc" */
     bool ctc_ready; /* the last forward computed the CTC loss and cg */
@@ -200,12 +202,18 @@ static rl_status ctc_forward(softmax_layer *S, rl_layer_io *io, int64_t T, int64
     return RL_OK;
 }
 
-/* The CPU forward (kernels/softmax_ce.h): logits into out, then softmax (and CE) in place. */
+/* The CPU forward (kernels/softmax_ce.h): logits into out, then softmax (and CE) in place;
+ * float32 adds the bias in the softmax sweep rather than copying it into every row first. */
 static rl_status forward_cpu(softmax_layer *S, rl_layer_io *io) {
     rl_layer *l = &S->base;
     rl_tensor *p = &l->out;
     int64_t T = p->shape[0], B = p->shape[1], C = p->shape[2];
-    RL_TRY(rl_affine_forward(l, io, &l->params[S->iW], S->ib >= 0 ? &l->params[S->ib] : NULL, p));
+    const rl_param *bias = S->ib >= 0 ? &l->params[S->ib] : NULL;
+    bool f32 = p->dtype == RL_FLOAT32;
+    if (f32 && bias && bias->value.dtype != RL_FLOAT32)
+        return rl_error(RL_EDTYPE, "layer '%s': parameter b is %s, the output float32", l->name,
+                        rl_dtype_name(bias->value.dtype));
+    RL_TRY(rl_affine_forward(l, io, &l->params[S->iW], f32 ? NULL : bias, p));
     bool ce = l->is_loss && io->target;
     const int32_t *tgt = NULL;
     if (ce) {
@@ -221,10 +229,13 @@ static rl_status forward_cpu(softmax_layer *S, rl_layer_io *io) {
         tgt = t32;
     }
     double loss = 0, n_errors = 0;
-    if (p->dtype == RL_FLOAT32)
-        rl_softmax_ce_cpu_f32(T * B, C, rl_tensor_data(p), rl_tensor_data(p), tgt, &loss,
-                              &n_errors);
-    else
+    if (p->dtype == RL_FLOAT32) {
+        int64_t rs[2] = {T * B, 2};
+        if (ce) RL_TRY(rl_buffer_ensure(&S->rowst, RL_FLOAT64, RL_DEVICE_CPU, 2, rs));
+        rl_softmax_ce_cpu_f32(T * B, C, rl_tensor_data(p),
+                              bias ? rl_tensor_data(&bias->value) : NULL, rl_tensor_data(p), tgt,
+                              ce ? rl_tensor_data(&S->rowst) : NULL, &loss, &n_errors);
+    } else
         rl_softmax_ce_cpu_f64(T * B, C, rl_tensor_data(p), rl_tensor_data(p), tgt, &loss,
                               &n_errors);
     if (!ce) return RL_OK;
@@ -292,20 +303,28 @@ static rl_status softmax_backward(rl_layer *l, rl_layer_io *io, const rl_tensor 
     } else {
         RL_TRY(rl_buffer_ensure(&S->dz, p->dtype, rl_tensor_device(p), 3, p->shape));
     }
+    rl_param *bias = S->ib >= 0 ? &l->params[S->ib] : NULL;
     if (S->ce_ready && rl_tensor_device(p).type == RL_CPU) {
+        /* the bias gradient comes out of the same sweep as dz (kernels/softmax_ce.h) */
         int64_t rows = p->shape[0] * p->shape[1], C = p->shape[2];
         const int32_t *tgt = rl_tensor_data(&S->tgt);
-        if (p->dtype == RL_FLOAT32)
+        if (bias) RL_TRY(rl_buffer_ensure(&S->db, p->dtype, RL_DEVICE_CPU, 1, &C));
+        void *db = bias ? rl_tensor_data(&S->db) : NULL;
+        if (p->dtype == RL_FLOAT32) {
+            int64_t n = rl_ce_grad_scratch_size(rows, C);
+            if (bias && n > 0) RL_TRY(rl_buffer_ensure(&S->dbs, RL_FLOAT32, RL_DEVICE_CPU, 1, &n));
             rl_ce_grad_cpu_f32(rows, C, rl_tensor_data(p), tgt, rl_tensor_data(&S->dz),
-                               grad_out != NULL);
-        else
+                               grad_out != NULL, db,
+                               bias && n > 0 ? rl_tensor_data(&S->dbs) : NULL);
+        } else {
             rl_ce_grad_cpu_f64(rows, C, rl_tensor_data(p), tgt, rl_tensor_data(&S->dz),
-                               grad_out != NULL);
-    } else if (S->ce_ready) {
-        RL_TRY(rl_loss_ce_grad(&S->ce, p, io->lengths, &S->dz, grad_out != NULL));
+                               grad_out != NULL, db);
+        }
+        if (bias) RL_TRY(rl_op_binary(&bias->grad, &bias->grad, &S->db, RL_BIN_ADD));
+        return rl_affine_backward(l, io, &l->params[S->iW], NULL, dz, &S->db, grad_in);
     }
-    return rl_affine_backward(l, io, &l->params[S->iW], S->ib >= 0 ? &l->params[S->ib] : NULL, dz,
-                              &S->db, grad_in);
+    if (S->ce_ready) RL_TRY(rl_loss_ce_grad(&S->ce, p, io->lengths, &S->dz, grad_out != NULL));
+    return rl_affine_backward(l, io, &l->params[S->iW], bias, dz, &S->db, grad_in);
 }
 
 static void softmax_destroy(rl_layer *l) {
@@ -316,6 +335,8 @@ static void softmax_destroy(rl_layer *l) {
     rl_tensor_release(&S->db);
     rl_tensor_release(&S->tgt);
     rl_tensor_release(&S->lens);
+    rl_tensor_release(&S->rowst);
+    rl_tensor_release(&S->dbs);
     rl_ce_work_release(&S->ce);
     rl_ctc_work_release(&S->ctc_w);
     rl_tensor_release(&S->cg);

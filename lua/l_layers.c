@@ -35,7 +35,9 @@
  *   fields: name, class, n_out, n_in, in_dims, is_loss, num_params
  *   lstm: layer:set_initial_state(h0, c0 | nil), layer:final_state() -> h, c,
  *         layer:initial_state_grad() -> dh0, dc0 (after backward),
- *         layer:set_final_state_grad(dh, dc | nil) (where backward starts; rec units)
+ *         layer:set_final_state_grad(dh, dc | nil) (where backward starts; rec units),
+ *         layer:_share_packs(owner), layer:_set_pack_pass(n) (rec units: the step objects'
+ *         packed weights, built once per pass; layers/layers.h)
  *   gru:  the same with h alone: set_initial_state(h0 | nil), final_state() -> h,
  *         initial_state_grad() -> dh0
  *   rl._layer_classes()                -> the C class names
@@ -638,6 +640,22 @@ static int m_initial_state_grad(lua_State *L) {
     return 2;
 }
 
+/* layer:_share_packs(owner): an lstm step object shares owner's packed weights (rec units) */
+static int m_share_packs(lua_State *L) {
+    rl_layer *l = check_layer(L, 1)->layer;
+    if (rl_lstm_share_packs(l, check_layer(L, 2)->layer) != RL_OK) return raise_plain(L);
+    return 0;
+}
+
+/* layer:_set_pack_pass(n): an lstm's packed weights are packed once per pass n (0: always) */
+static int m_set_pack_pass(lua_State *L) {
+    rl_layer *l = check_layer(L, 1)->layer;
+    lua_Integer n = luaL_checkinteger(L, 2);
+    luaL_argcheck(L, n >= 0, 2, "the pass must be >= 0");
+    if (rl_lstm_set_pack_pass(l, (uint64_t)n) != RL_OK) return raise_plain(L);
+    return 0;
+}
+
 /* ---------------------------------------------------------------- losses */
 
 /* rl._loss_mse(out, target, lengths [, grad]) -> loss, n_frames */
@@ -720,6 +738,8 @@ static const luaL_Reg layer_methods[] = {
     {"final_state", m_final_state},
     {"initial_state_grad", m_initial_state_grad},
     {"set_final_state_grad", m_set_final_state_grad},
+    {"_share_packs", m_share_packs},
+    {"_set_pack_pass", m_set_pack_pass},
     {NULL, NULL},
 };
 

@@ -230,43 +230,30 @@ local opt = rl.optimizer({class = "adam", gradient_clip_global_norm = 5}, net:pa
 
 ---------------------------------------------------------------------------- scoring
 
-local function edit_distance(a, b)
-  local prev, cur = {}, {}
-  for j = 0, #b do prev[j] = j end
-  for i2 = 1, #a do
-    cur[0] = i2
-    for j = 1, #b do
-      cur[j] = math.min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i2] == b[j] and 0 or 1))
-    end
-    prev, cur = cur, prev
-  end
-  return prev[#b]
+-- Adds hypothesis `labels` (phoneme numbers) of word w to sc (rl.scorer): scored against the
+-- closest of w's pronunciations.
+local function add_score(sc, w, labels)
+  local hyp = {}
+  for k, v in ipairs(labels) do hyp[k] = phones[v + 1] end
+  sc:add(hyp, prons[w])
 end
 
--- Scores hypothesis `labels` (phoneme numbers) of word w against its closest reference:
--- adds to acc = {errs =, nref =, wrong =}.
-local function add_score(acc, w, labels)
-  local hyp = {}
-  for _, v in ipairs(labels) do hyp[#hyp + 1] = phones[v + 1] end
-  local best, bref
-  for _, ref in ipairs(prons[w]) do
-    local d = edit_distance(hyp, ref)
-    if not best or d < best or (d == best and #ref > #bref) then best, bref = d, ref end
-  end
-  acc.errs, acc.nref = acc.errs + best, acc.nref + #bref
-  if best > 0 then acc.wrong = acc.wrong + 1 end
+-- PER and WER (percent) of a scorer: phoneme errors per reference phoneme, words with an error.
+local function rates(sc)
+  local r = sc:result()
+  return 100 * r.label_error_rate, 100 * r.seq_error_rate
 end
 
 -- PER and WER (percent) of the words in list, decoded with beam k (in memory, net:search).
 local function score(list, k)
   local items = {}
   for _, w in ipairs(list) do items[#items + 1] = {w} end
-  local acc = {errs = 0, nref = 0, wrong = 0}
+  local sc = rl.scorer()
   for _, chunk in ipairs(batches_of(items, 128, false)) do
     local res = net:search(make_batch(chunk), {beam_size = k, eos = 0})
-    for b, it in ipairs(chunk) do add_score(acc, it[1], res[b].labels) end
+    for b, it in ipairs(chunk) do add_score(sc, it[1], res[b].labels) end
   end
-  return 100 * acc.errs / acc.nref, 100 * acc.wrong / #list
+  return rates(sc)
 end
 
 ---------------------------------------------------------------------------- training
@@ -314,12 +301,12 @@ local found = rl.search{model = net, data = {class = "hdf", files = {o.out .. "/
   output_file = o.out .. "/test_hyp.h5", beam = o.beam, nbest = true, attention = "att",
   labels = phones,
   max_seqs = 128, batch_size = 128 * 40, log_verbosity = 0}
-local acc = {errs = 0, nref = 0, wrong = 0}
+local sc = rl.scorer()
 for k, r in ipairs(found.results) do
   assert(r.tag == split.test[k], "rl.search returns the results in the dataset's order")
-  add_score(acc, r.tag, r.labels)
+  add_score(sc, r.tag, r.labels)
 end
-local per, wer = 100 * acc.errs / acc.nref, 100 * acc.wrong / #split.test
+local per, wer = rates(sc)
 print(string.format("g2p: trained %.1f min wall, %.1f min CPU (%d epochs, %d steps of %d words, "
   .. "%d threads), test set %d words, beam %d", train_min, cpu_min, epoch, total_steps, o.batch,
   o.threads, #split.test, o.beam))

@@ -105,21 +105,8 @@ local r, history, train_time = dofile("recipes/sub_epochs.lua").run("htr_lines",
 
 -- Character error rate of a file with best-path decoding.
 local function cer(net, file)
-  local ds = rl.dataset{class = "hdf", files = {file}}
-  ds:init_epoch(1)
-  local errors, chars = 0, 0
-  for batch in rl.batches(ds, {batch_size = config.batch_size, max_seqs = config.max_seqs}) do
-    net:forward(batch, {train = false})
-    local out = net:layer("output")
-    local hyp = rl.ctc_decode(out.output:log(), out.geometry, {blank = n_labels})
-    for b, h in ipairs(hyp) do
-      local n = batch.lengths_classes[b]
-      local ref = {}
-      for i = 1, n do ref[i] = batch.classes[i][b] end
-      errors, chars = errors + rl.edit_distance(h, ref), chars + n
-    end
-  end
-  return errors / chars
+  return rl.ctc_score(net, rl.dataset{class = "hdf", files = {file}},
+    {batch_size = config.batch_size, max_seqs = config.max_seqs}).label_error_rate
 end
 
 local test_cer, font_cer = cer(r.net, info.test), cer(r.net, info.font)

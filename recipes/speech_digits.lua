@@ -58,7 +58,6 @@ local function audio(split, extra)
 end
 local train = audio("train", {seq_ordering = "laplace:.64", partition_epoch = opt.smoke and 1 or 4})
 local dev = audio("dev")
-local n_labels = #train.vocab
 
 local H = opt.smoke and 8 or 128
 local network = {
@@ -95,34 +94,9 @@ local r, history, train_time =
 
 -- Word and character error rates of a dataset with best-path decoding.
 local function score(net, ds)
-  ds:init_epoch(1)
-  local labels = ds.vocab
-  local word_id, n_words = {}, 0 -- words as numbers, for rl.edit_distance
-  local function words(ids)
-    local chars = {}
-    for i, c in ipairs(ids) do chars[i] = labels[c + 1] end
-    local out = {}
-    for w in table.concat(chars):gmatch("%S+") do
-      if not word_id[w] then n_words, word_id[w] = n_words + 1, n_words + 1 end
-      out[#out + 1] = word_id[w]
-    end
-    return out
-  end
-  local cerr, chars, werr, nwords = 0, 0, 0, 0
-  for batch in rl.batches(ds, {batch_size = config.batch_size, max_seqs = config.max_seqs}) do
-    net:forward(batch, {train = false})
-    local out = net:layer("output")
-    local hyp = rl.ctc_decode(out.output:log(), out.geometry, {blank = n_labels})
-    for b, h in ipairs(hyp) do
-      local n = batch.lengths_classes[b]
-      local ref = {}
-      for i = 1, n do ref[i] = batch.classes[i][b] end
-      cerr, chars = cerr + rl.edit_distance(h, ref), chars + n
-      local rw = words(ref)
-      werr, nwords = werr + rl.edit_distance(words(h), rw), nwords + #rw
-    end
-  end
-  return werr / nwords, cerr / chars
+  local r = rl.ctc_score(net, ds, {batch_size = config.batch_size, max_seqs = config.max_seqs,
+    labels = ds.vocab, words = true})
+  return r.word_error_rate, r.label_error_rate
 end
 
 local test = audio("test")

@@ -32,8 +32,10 @@
 
 int64_t rl_gemm_packed_size(int64_t k, int64_t n) { return (n + NR - 1) / NR * NR * k; }
 
-void rl_gemm_pack_f32(float *dst, const float *b, int64_t ldb, bool trans, int64_t k, int64_t n) {
-    for (int64_t p0 = 0; p0 < n; p0 += NR) {
+/* Panels p0 .. p1-1 (column offsets, multiples of NR). */
+static void pack_panels(float *dst, const float *b, int64_t ldb, bool trans, int64_t k, int64_t n,
+                        int64_t p0, int64_t p1) {
+    for (; p0 < p1 && p0 < n; p0 += NR) {
         int64_t w = n - p0 < NR ? n - p0 : NR;
         float *d = dst + p0 * k;
         for (int64_t i = 0; i < k; i++, d += NR) {
@@ -46,6 +48,34 @@ void rl_gemm_pack_f32(float *dst, const float *b, int64_t ldb, bool trans, int64
                 d[j] = 0.0f;
         }
     }
+}
+
+typedef struct {
+    float *dst;
+    const float *b;
+    int64_t ldb, k, n;
+    bool trans;
+} pack_job;
+
+static void pack_part(void *ctx, int part, int parts) {
+    const pack_job *j = ctx;
+    int64_t panels = (j->n + NR - 1) / NR;
+    pack_panels(j->dst, j->b, j->ldb, j->trans, j->k, j->n, panels * part / parts * NR,
+                panels * (part + 1) / parts * NR);
+}
+
+/* Packing runs once per pass but is serial work the other threads would wait for: with several
+ * threads and enough of it, whole panels go to each. */
+void rl_gemm_pack_f32(float *dst, const float *b, int64_t ldb, bool trans, int64_t k, int64_t n) {
+    pack_job j = {dst, b, ldb, k, n, trans};
+    int64_t panels = (n + NR - 1) / NR;
+    int parts = rl_blas_get_threads();
+    if (parts > RL_CPU_MAX_PARTS) parts = RL_CPU_MAX_PARTS;
+    if (parts > panels) parts = (int)panels;
+    if (parts > 1 && k * n >= (1 << 16))
+        rl_cpu_parallel(parts, pack_part, &j);
+    else
+        pack_panels(dst, b, ldb, trans, k, n, 0, n);
 }
 
 static void packed_portable(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,

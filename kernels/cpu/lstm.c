@@ -12,9 +12,11 @@
 #include <stdbool.h>
 #include <string.h>
 
+#include "../../core/blas.h"
 #include "../lstm.h"
 #include "../lstm_cell.h"
 #include "cpu_level.h"
+#include "parallel.h"
 
 #define RL_INLINE static inline __attribute__((always_inline))
 
@@ -172,26 +174,59 @@ void rl_lstm_cpu_bwd_f32(int64_t B, int64_t H, int64_t t, const int32_t *len, fl
     }
 }
 
-/* Rows in memory order, columns vectorised; the same order whatever split the steps ran in. */
-RL_TARGET_BASE void rl_lstm_cpu_param_grads_f32(int64_t rows, int64_t H, const float *dz,
-                                                const float *cp, const float *c, float *db,
-                                                float *const *dpeep) {
+/* Columns j0 .. j1-1 of each gate block (and of the peepholes); rows in memory order, columns
+ * vectorised, so each column's sum has the same order whatever split ran it. */
+RL_TARGET_BASE static void param_grads_cols(int64_t rows, int64_t H, int64_t j0, int64_t j1,
+                                            const float *dz, const float *cp, const float *c,
+                                            float *db, float *const *dpeep) {
     for (int64_t r = 0; r < rows; r++) {
         const float *restrict zr = dz + r * 4 * H;
-        float *restrict dbr = db;
-        RL_IVDEP
-        for (int64_t j = 0; j < 4 * H; j++)
-            dbr[j] += zr[j];
+        for (int g = 0; g < 4; g++) {
+            float *restrict dbg = db + g * H;
+            const float *restrict zg = zr + g * H;
+            RL_IVDEP
+            for (int64_t j = j0; j < j1; j++)
+                dbg[j] += zg[j];
+        }
         if (!dpeep) continue;
         const float *restrict cpr = cp + r * H, *restrict cr = c + r * H;
         float *restrict dpi = dpeep[0], *restrict dpf = dpeep[1], *restrict dpo = dpeep[2];
         RL_IVDEP
-        for (int64_t j = 0; j < H; j++) {
+        for (int64_t j = j0; j < j1; j++) {
             dpi[j] += zr[j] * cpr[j];
             dpf[j] += zr[H + j] * cpr[j];
             dpo[j] += zr[3 * H + j] * cr[j];
         }
     }
+}
+
+typedef struct {
+    int64_t rows, H;
+    const float *dz, *cp, *c;
+    float *db;
+    float *const *dpeep;
+} grads_job;
+
+/* Part `part` of `parts`: a range of columns, cut at multiples of 16 (whole vectors). */
+static void grads_part(void *ctx, int part, int parts) {
+    const grads_job *j = ctx;
+    int64_t j0 = j->H * part / parts / 16 * 16, j1 = j->H * (part + 1) / parts / 16 * 16;
+    if (part == parts - 1) j1 = j->H;
+    if (j0 < j1) param_grads_cols(j->rows, j->H, j0, j1, j->dz, j->cp, j->c, j->db, j->dpeep);
+}
+
+/* A serial pass over all frames' dZ would be a fixed share of a step that the BLAS threads
+ * leave idle: with several threads it is split by columns (the same sums, see above). */
+void rl_lstm_cpu_param_grads_f32(int64_t rows, int64_t H, const float *dz, const float *cp,
+                                 const float *c, float *db, float *const *dpeep) {
+    grads_job j = {rows, H, dz, cp, c, db, dpeep};
+    int parts = rl_blas_get_threads();
+    if (parts > RL_CPU_MAX_PARTS) parts = RL_CPU_MAX_PARTS;
+    if (parts > H / 16) parts = (int)(H / 16);
+    if (parts > 1 && rows * 4 * H >= (1 << 16))
+        rl_cpu_parallel(parts, grads_part, &j);
+    else
+        param_grads_cols(rows, H, 0, H, dz, cp, c, db, dpeep);
 }
 
 void rl_lstm_cpu_param_grads_f64(int64_t rows, int64_t H, const double *dz, const double *cp,

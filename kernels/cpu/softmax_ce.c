@@ -5,15 +5,31 @@
  * its sum, and the scaling by 1 / sum. float32 computes exp with its own polynomial (below) so
  * that the sweep vectorises; libm's expf is a call per element. The float32 sweeps are compiled
  * per CPU level (kernels/cpu/cpu_level.h). float64 (gradient checks) uses libm.
+ *
+ * float32 splits the rows over the BLAS threads (kernels/cpu/parallel.h) where a pass has at
+ * least PAR_MIN elements: the output GEMMs around these passes run on every thread, so a
+ * serial pass would take twice its share of a step. Per-row results (loss, error, the bias
+ * gradient's block sums) are combined in row order after the parts, the same for any split.
  */
 #include <math.h>
 #include <string.h>
 
+#include "../../core/blas.h"
 #include "../softmax_ce.h"
 #include "cpu_level.h"
+#include "parallel.h"
 
 #define RL_INLINE static inline __attribute__((always_inline))
 #define LANES 16
+#define PAR_MIN (1 << 16) /* elements of a pass worth a handoff (~10 us of work) */
+
+/* Parts for a pass over `units` (rows or row blocks) of `elems` elements in all. */
+static int pass_parts(int64_t units, int64_t elems) {
+    int parts = rl_blas_get_threads();
+    if (parts > RL_CPU_MAX_PARTS) parts = RL_CPU_MAX_PARTS;
+    if (parts > units) parts = (int)units;
+    return elems >= PAR_MIN && parts > 1 ? parts : 1;
+}
 
 int64_t rl_ce_targets_cpu(int64_t T, int64_t B, int64_t C, const int32_t *target,
                           const int32_t *len, int32_t *tgt) {
@@ -60,12 +76,18 @@ static int64_t first_nan_f32(const float *z, int64_t C) {
     return 0;
 }
 
-RL_INLINE void softmax_ce_body_f32(int64_t rows, int64_t C, const float *z, float *p,
-                                   const int32_t *tgt, double *loss, double *n_errors) {
-    double ls = 0, ne = 0;
-    for (int64_t r = 0; r < rows; r++) {
+/* Rows r0 .. r1-1; with tgt each valid row's loss and error into stats[2r], stats[2r+1]. */
+RL_INLINE void softmax_ce_body_f32(int64_t r0, int64_t r1, int64_t C, const float *z,
+                                   const float *bias, float *p, const int32_t *tgt, double *stats) {
+    for (int64_t r = r0; r < r1; r++) {
         const float *zr = z + r * C;
         float *pr = p + r * C;
+        if (bias) {
+            /* z + b into p, then on in place (the row stays in L1/L2 for the sweeps below) */
+            for (int64_t c = 0; c < C; c++)
+                pr[c] = zr[c] + bias[c];
+            zr = pr;
+        }
         float m[LANES];
         int nan[LANES];
         for (int j = 0; j < LANES; j++) {
@@ -118,81 +140,152 @@ RL_INLINE void softmax_ce_body_f32(int64_t rows, int64_t C, const float *z, floa
         for (c = 0; c < C; c++)
             pr[c] *= inv;
         if (k < 0) continue;
-        ls += (double)mx + log((double)sum) - (double)zk;
-        ne += first_max ? 0.0 : 1.0;
-    }
-    if (tgt) {
-        *loss = ls;
-        *n_errors = ne;
+        stats[2 * r] = (double)mx + log((double)sum) - (double)zk;
+        stats[2 * r + 1] = first_max ? 0.0 : 1.0;
     }
 }
 
-RL_INLINE void ce_grad_body_f32(int64_t rows, int64_t C, const float *p, const int32_t *tgt,
-                                float *dz, bool accumulate) {
+/* Row blocks j0 .. j1-1 of RL_CE_DB_ROWS rows: dz, and with db each block's column sums of dz
+ * into its row of scratch (or into db itself when there is one block). */
+RL_INLINE void ce_grad_body_f32(int64_t j0, int64_t j1, int64_t rows, int64_t C, const float *p,
+                                const int32_t *tgt, float *dz, bool accumulate, float *db,
+                                float *scratch) {
+    bool one = (rows + RL_CE_DB_ROWS - 1) / RL_CE_DB_ROWS == 1;
+    for (int64_t j = j0; j < j1; j++) {
+        int64_t r1 = (j + 1) * RL_CE_DB_ROWS < rows ? (j + 1) * RL_CE_DB_ROWS : rows;
+        float *restrict acc = db ? (one ? db : scratch + j * C) : NULL;
+        if (acc) memset(acc, 0, (size_t)C * sizeof *acc);
+        for (int64_t r = j * RL_CE_DB_ROWS; r < r1; r++) {
+            const float *restrict pr = p + r * C;
+            float *restrict dr = dz + r * C;
+            if (tgt[r] < 0) {
+                if (!accumulate) memset(dr, 0, (size_t)C * sizeof *dr);
+            } else if (accumulate) {
+                RL_IVDEP
+                for (int64_t c = 0; c < C; c++)
+                    dr[c] += pr[c];
+                dr[tgt[r]] -= 1.0f;
+            } else {
+                RL_IVDEP
+                for (int64_t c = 0; c < C; c++)
+                    dr[c] = pr[c];
+                dr[tgt[r]] -= 1.0f;
+            }
+            /* the row is still in L1/L2: a second loop keeps db the exact sum of dz's rows */
+            if (acc && (accumulate || tgt[r] >= 0)) {
+                RL_IVDEP
+                for (int64_t c = 0; c < C; c++)
+                    acc[c] += dr[c];
+            }
+        }
+    }
+}
+
+typedef struct {
+    int64_t rows, C;
+    const float *z, *p, *bias;
+    float *out, *db, *scratch;
+    const int32_t *tgt;
+    double *stats;
+    bool accumulate;
+    rl_cpu_level level; /* read once per call: every part runs the same code */
+} pass_job;
+
+#ifdef RL_CPU_X86
+RL_TARGET_AVX512 static void softmax_ce_avx512(const pass_job *j, int64_t r0, int64_t r1) {
+    softmax_ce_body_f32(r0, r1, j->C, j->z, j->bias, j->out, j->tgt, j->stats);
+}
+RL_TARGET_AVX2 static void softmax_ce_avx2(const pass_job *j, int64_t r0, int64_t r1) {
+    softmax_ce_body_f32(r0, r1, j->C, j->z, j->bias, j->out, j->tgt, j->stats);
+}
+RL_TARGET_AVX512 static void ce_grad_avx512(const pass_job *j, int64_t j0, int64_t j1) {
+    ce_grad_body_f32(j0, j1, j->rows, j->C, j->p, j->tgt, j->out, j->accumulate, j->db, j->scratch);
+}
+RL_TARGET_AVX2 static void ce_grad_avx2(const pass_job *j, int64_t j0, int64_t j1) {
+    ce_grad_body_f32(j0, j1, j->rows, j->C, j->p, j->tgt, j->out, j->accumulate, j->db, j->scratch);
+}
+#endif
+RL_TARGET_BASE static void softmax_ce_base(const pass_job *j, int64_t r0, int64_t r1) {
+    softmax_ce_body_f32(r0, r1, j->C, j->z, j->bias, j->out, j->tgt, j->stats);
+}
+RL_TARGET_BASE static void ce_grad_base(const pass_job *j, int64_t j0, int64_t j1) {
+    ce_grad_body_f32(j0, j1, j->rows, j->C, j->p, j->tgt, j->out, j->accumulate, j->db, j->scratch);
+}
+
+static void softmax_part(void *ctx, int part, int parts) {
+    const pass_job *j = ctx;
+    int64_t r0 = j->rows * part / parts, r1 = j->rows * (part + 1) / parts;
+    switch (j->level) {
+#ifdef RL_CPU_X86
+    case RL_CPU_AVX512: softmax_ce_avx512(j, r0, r1); return;
+    case RL_CPU_AVX2: softmax_ce_avx2(j, r0, r1); return;
+#endif
+    default: softmax_ce_base(j, r0, r1); return;
+    }
+}
+
+static void ce_grad_part(void *ctx, int part, int parts) {
+    const pass_job *j = ctx;
+    int64_t blocks = (j->rows + RL_CE_DB_ROWS - 1) / RL_CE_DB_ROWS;
+    int64_t j0 = blocks * part / parts, j1 = blocks * (part + 1) / parts;
+    switch (j->level) {
+#ifdef RL_CPU_X86
+    case RL_CPU_AVX512: ce_grad_avx512(j, j0, j1); return;
+    case RL_CPU_AVX2: ce_grad_avx2(j, j0, j1); return;
+#endif
+    default: ce_grad_base(j, j0, j1); return;
+    }
+}
+
+void rl_softmax_ce_cpu_f32(int64_t rows, int64_t C, const float *z, const float *bias, float *p,
+                           const int32_t *tgt, double *row_stats, double *loss, double *n_errors) {
+    pass_job j = {.rows = rows,
+                  .C = C,
+                  .z = z,
+                  .bias = bias,
+                  .out = p,
+                  .tgt = tgt,
+                  .stats = row_stats,
+                  .level = rl_cpu_level_get()};
+    rl_cpu_parallel(pass_parts(rows, rows * C), softmax_part, &j);
+    if (!tgt) return;
+    double ls = 0, ne = 0;
     for (int64_t r = 0; r < rows; r++) {
-        const float *pr = p + r * C;
-        float *dr = dz + r * C;
-        if (tgt[r] < 0) {
-            if (!accumulate) memset(dr, 0, (size_t)C * sizeof *dr);
-            continue;
-        }
-        if (accumulate) {
-            RL_IVDEP
-            for (int64_t c = 0; c < C; c++)
-                dr[c] += pr[c];
-        } else {
-            memcpy(dr, pr, (size_t)C * sizeof *dr);
-        }
-        dr[tgt[r]] -= 1.0f;
+        if (tgt[r] < 0) continue;
+        ls += row_stats[2 * r];
+        ne += row_stats[2 * r + 1];
     }
+    *loss = ls;
+    *n_errors = ne;
 }
 
-#ifdef RL_CPU_X86
-RL_TARGET_AVX512 static void softmax_ce_avx512(int64_t rows, int64_t C, const float *z, float *p,
-                                               const int32_t *tgt, double *loss, double *n_err) {
-    softmax_ce_body_f32(rows, C, z, p, tgt, loss, n_err);
-}
-RL_TARGET_AVX2 static void softmax_ce_avx2(int64_t rows, int64_t C, const float *z, float *p,
-                                           const int32_t *tgt, double *loss, double *n_err) {
-    softmax_ce_body_f32(rows, C, z, p, tgt, loss, n_err);
-}
-RL_TARGET_AVX512 static void ce_grad_avx512(int64_t rows, int64_t C, const float *p,
-                                            const int32_t *tgt, float *dz, bool accumulate) {
-    ce_grad_body_f32(rows, C, p, tgt, dz, accumulate);
-}
-RL_TARGET_AVX2 static void ce_grad_avx2(int64_t rows, int64_t C, const float *p, const int32_t *tgt,
-                                        float *dz, bool accumulate) {
-    ce_grad_body_f32(rows, C, p, tgt, dz, accumulate);
-}
-#endif
-RL_TARGET_BASE static void softmax_ce_base(int64_t rows, int64_t C, const float *z, float *p,
-                                           const int32_t *tgt, double *loss, double *n_err) {
-    softmax_ce_body_f32(rows, C, z, p, tgt, loss, n_err);
-}
-RL_TARGET_BASE static void ce_grad_base(int64_t rows, int64_t C, const float *p, const int32_t *tgt,
-                                        float *dz, bool accumulate) {
-    ce_grad_body_f32(rows, C, p, tgt, dz, accumulate);
-}
-
-void rl_softmax_ce_cpu_f32(int64_t rows, int64_t C, const float *z, float *p, const int32_t *tgt,
-                           double *loss, double *n_errors) {
-    switch (rl_cpu_level_get()) {
-#ifdef RL_CPU_X86
-    case RL_CPU_AVX512: softmax_ce_avx512(rows, C, z, p, tgt, loss, n_errors); return;
-    case RL_CPU_AVX2: softmax_ce_avx2(rows, C, z, p, tgt, loss, n_errors); return;
-#endif
-    default: softmax_ce_base(rows, C, z, p, tgt, loss, n_errors); return;
-    }
+int64_t rl_ce_grad_scratch_size(int64_t rows, int64_t C) {
+    int64_t blocks = (rows + RL_CE_DB_ROWS - 1) / RL_CE_DB_ROWS;
+    return blocks > 1 ? blocks * C : 0;
 }
 
 void rl_ce_grad_cpu_f32(int64_t rows, int64_t C, const float *p, const int32_t *tgt, float *dz,
-                        bool accumulate) {
-    switch (rl_cpu_level_get()) {
-#ifdef RL_CPU_X86
-    case RL_CPU_AVX512: ce_grad_avx512(rows, C, p, tgt, dz, accumulate); return;
-    case RL_CPU_AVX2: ce_grad_avx2(rows, C, p, tgt, dz, accumulate); return;
-#endif
-    default: ce_grad_base(rows, C, p, tgt, dz, accumulate); return;
+                        bool accumulate, float *db, float *scratch) {
+    pass_job j = {.rows = rows,
+                  .C = C,
+                  .p = p,
+                  .out = dz,
+                  .db = db,
+                  .scratch = scratch,
+                  .tgt = tgt,
+                  .accumulate = accumulate,
+                  .level = rl_cpu_level_get()};
+    int64_t blocks = (rows + RL_CE_DB_ROWS - 1) / RL_CE_DB_ROWS;
+    rl_cpu_parallel(pass_parts(blocks, rows * C), ce_grad_part, &j);
+    if (!db) return;
+    if (blocks == 0) memset(db, 0, (size_t)C * sizeof *db);
+    if (blocks <= 1) return;
+    memcpy(db, scratch, (size_t)C * sizeof *db);
+    for (int64_t b = 1; b < blocks; b++) {
+        const float *restrict s = scratch + b * C;
+        RL_IVDEP
+        for (int64_t c = 0; c < C; c++)
+            db[c] += s[c];
     }
 }
 
@@ -227,12 +320,15 @@ void rl_softmax_ce_cpu_f64(int64_t rows, int64_t C, const double *z, double *p, 
 }
 
 void rl_ce_grad_cpu_f64(int64_t rows, int64_t C, const double *p, const int32_t *tgt, double *dz,
-                        bool accumulate) {
+                        bool accumulate, double *db) {
+    if (db) memset(db, 0, (size_t)C * sizeof *db);
     for (int64_t r = 0; r < rows; r++) {
         const double *pr = p + r * C;
         double *dr = dz + r * C;
         for (int64_t c = 0; c < C; c++)
             dr[c] = (accumulate ? dr[c] : 0.0) + (tgt[r] >= 0 ? pr[c] : 0.0);
         if (tgt[r] >= 0) dr[tgt[r]] -= 1.0;
+        for (int64_t c = 0; db && c < C; c++)
+            db[c] += dr[c];
     }
 }

@@ -1,5 +1,5 @@
 /* The LSTM on CUDA devices: rnnlua's own kernels (kernels/cuda/lstm.cu) and the cuDNN 9 path
- * (kernels/cuda/cudnn_lstm.cu). A plain C header: no CUDA include; streams are `void *` holding a
+ * (kernels/cuda/cudnn_rnn.cu). A plain C header: no CUDA include; streams are `void *` holding a
  * cudaStream_t (NULL: the legacy default stream). Only present in a CUDA build (RL_WITH_CUDA).
  *
  * Every pointer named a buffer is device memory of the tensors' device (the launchers make that
@@ -97,45 +97,7 @@ rl_status rl_lstm_cuda_backward(void *stream, rl_dtype dt, int64_t T, int64_t B,
                                 const void *dout, int64_t dout_ld, void *dh, void *dc, void *dU,
                                 void *db, void *const *dpeep, void *partial);
 
-/* ---- cuDNN 9 path ----
- *
- * One object per unidirectional LSTM layer (no peepholes: cuDNN has none) with input size F
- * (the layer's inputs concatenated along the features, in `from` order, as W's rows are) and
- * hidden size H, float32 or float64. It owns the cuDNN handle and descriptors, the weight space
- * and its gradient, the work and reserve spaces (grown to the largest batch seen, then reused),
- * and for direction -1 the time-reversed copies of x, y and dy: cuDNN runs forward in time only,
- * so each sequence is reversed within its own length (a gather kernel) before and after. x and y
- * given to forward must stay unchanged until backward. cuDNN runs with FMA math (no TF32), bias
- * mode CUDNN_RNN_SINGLE_INP_BIAS (one bias per gate: our b) and padded I/O (fill 0).
- *
- * Per batch: rl_cudnn_lstm_pack_weights (after every optimizer step), rl_cudnn_lstm_forward,
- * then rl_cudnn_lstm_backward and rl_cudnn_lstm_unpack_grads. */
-typedef struct rl_cudnn_lstm rl_cudnn_lstm;
-
-rl_status rl_cudnn_lstm_create(rl_cudnn_lstm **out, int device, rl_dtype dt, int64_t F, int64_t H,
-                               int direction);
-void rl_cudnn_lstm_free(rl_cudnn_lstm *r);
-/* All later calls of the object run on this stream (NULL: the legacy default stream). */
-rl_status rl_cudnn_lstm_set_stream(rl_cudnn_lstm *r, void *stream);
-
-/* W (F, 4H), U (H, 4H), b (4H) in rnnlua's layout -> the object's cuDNN weight space. */
-rl_status rl_cudnn_lstm_pack_weights(rl_cudnn_lstm *r, const void *W, const void *U, const void *b);
-/* The object's weight space -> W, U, b (overwritten): for checkpoints and tests. */
-rl_status rl_cudnn_lstm_unpack_weights(rl_cudnn_lstm *r, void *W, void *U, void *b);
-/* The weight gradients of the last backward -> dW, dU, db (+=, the layer contract). */
-rl_status rl_cudnn_lstm_unpack_grads(rl_cudnn_lstm *r, void *dW, void *dU, void *db);
-
-/* x (T, B, F) -> y (T, B, H), 0 on padded frames. len_host and len_dev: the same int32 lengths
- * (B), 1 <= len <= T (the layer contract), on the host and on the device. h0, c0 (B, H): the
- * initial state (NULL: zero); hT, cT (B, H): each sequence's final state, or NULL. train: keep what
- * backward needs. */
-rl_status rl_cudnn_lstm_forward(rl_cudnn_lstm *r, bool train, int64_t T, int64_t B,
-                                const int32_t *len_host, const int32_t *len_dev, const void *x,
-                                void *y, const void *h0, const void *c0, void *hT, void *cT);
-/* After a training forward: dy (T, B, H) -> dx (T, B, F) (=, or NULL when not needed), the
- * initial state's gradients dh0, dc0 (B, H; = or NULL), and the weight gradients into the
- * object's gradient space (read them with rl_cudnn_lstm_unpack_grads). */
-rl_status rl_cudnn_lstm_backward(rl_cudnn_lstm *r, const void *dy, void *dx, void *dh0, void *dc0);
+/* The cuDNN 9 path (impl = "cudnn") is kernels/cuda/cudnn_rnn.h, shared with the gru. */
 
 #ifdef __cplusplus
 }

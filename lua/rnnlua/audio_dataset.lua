@@ -41,7 +41,9 @@
 -- a cache file of another audio dataset (the training set's, for dev and test), an audio
 -- dataset object, or a table {mean = (F), std = (F)}; without it, this dataset's own. The
 -- statistics are computed on the raw (not globally normalised) features; ds:norm_stats() gives
--- the ones applied.
+-- the ones applied. rl.train writes them into its checkpoints (data_norm, rnnlua.checkpoint), and
+-- rl.forward and serve apply them to raw features (rnnlua.forward), so a trained model needs no
+-- training cache to be used on new audio.
 --
 -- Bad input: a list line without a tab or with an empty path, an unreadable, empty, truncated
 -- or zero-length file, a file of another rate with resample = false, audio shorter than one

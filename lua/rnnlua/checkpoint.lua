@@ -2,11 +2,16 @@
 --
 --   rl.save_checkpoint(path, {net =, optimizer =, lr_control =, epoch =, step =
 --                             [, rng_state = (default: rl.get_rng_state())]
---                             [, pretrain = (rnnlua.pretrain's record of the epoch)]})
+--                             [, pretrain = (rnnlua.pretrain's record of the epoch)]
+--                             [, data_norm = {mean = (F), std = (F)}]})
 --   rl.load_checkpoint(path) -> {path =, description =, extern_data =, dtype =, params = flat
 --       tensor, param_tensors = {["layer/name"] = tensor}, param_order = {"layer/name", ...},
 --       optimizer_state =, lr_control_state =, pretrain_state =, rng_state = {seed =, offset =},
---       epoch =, step =}
+--       epoch =, step =, data_norm = {mean =, std =} or nil}
+--   data_norm: the global normalisation (x - mean) / std the training set applied to input
+--       "data" (an audio dataset with normalize = "global"): part of the model, so rl.forward
+--       and `rnnlua serve` apply it to raw features (rnnlua.forward). Checkpoints without it
+--       (all written before it existed) load with data_norm = nil.
 --   rl.checkpoint.load_params(ck, net [, {partial = true}])  copies the saved values into the
 --       net's parameters by layer and name (partial: the net may hold a subset of them)
 --   rl.checkpoint.serialize(value, what) / rl.checkpoint.deserialize(text, what)
@@ -21,6 +26,8 @@
 --                      attr _values, a Lua literal of every non-tensor entry, which is what
 --                      load reads: it keeps integers and floats apart and takes booleans
 --                      and tables, and HDF5 attributes cannot be listed through core/h5io
+--   /data_norm         mean and std (F) float32 datasets (with the _values/_tensors attrs of a
+--                      state table), only when the training set normalised its input globally
 --   /rng               attrs seed, offset (int64) and state (the same as a Lua literal, read
 --                      back exactly: rl.h5file reads numeric attributes as doubles)
 -- The file is read and written with rl.h5file (lua/l_dataset.c). Tensors on a device (a
@@ -333,6 +340,31 @@ local function check_int(v, what)
   end
 end
 
+-- norm = {mean = (F), std = (F)} for input "data" of extern_data, as float32 CPU tensors;
+-- anything else is an error naming `what`.
+local function check_data_norm(norm, extern_data, what)
+  if type(norm) ~= "table" or not rl.is_tensor(norm.mean) or not rl.is_tensor(norm.std) then
+    error(string.format("%s must be {mean = (F) tensor, std = (F) tensor}", what), 0)
+  end
+  local e = type(extern_data) == "table" and extern_data.data
+  local dim = type(e) == "table" and not e.sparse and e.dim
+  if not dim then
+    error(string.format("%s needs a dense input \"data\" in extern_data", what), 0)
+  end
+  for _, k in ipairs({"mean", "std"}) do
+    local t = norm[k]
+    if t:dim() ~= 1 or t:numel() ~= dim or t:dtype() == "int32" then
+      error(string.format("%s: %s must be a (%d) float tensor (the input's dim), got %s %s", what,
+        k, dim, t:dtype(), "(" .. table.concat(t:size(), ", ") .. ")"), 0)
+    end
+  end
+  local std = on_host(norm.std):double()
+  if std:min() <= 0 or std:ne(std):sum() > 0 then
+    error(string.format("%s: std must be positive everywhere", what), 0)
+  end
+  return {mean = on_host(norm.mean):float():contiguous(), std = std:float():contiguous()}
+end
+
 function M.save(path, s)
   if type(path) ~= "string" then
     error("rl.save_checkpoint: the path must be a string, got " .. type(path), 2)
@@ -368,6 +400,9 @@ function M.save(path, s)
     if s.optimizer ~= nil then write_state(f, "optimizer", s.optimizer:state()) end
     if s.lr_control ~= nil then write_state(f, "lr_control", s.lr_control:state()) end
     if s.pretrain ~= nil then write_state(f, "pretrain", s.pretrain) end
+    if s.data_norm ~= nil then
+      write_state(f, "data_norm", check_data_norm(s.data_norm, net.extern_data, "data_norm"))
+    end
     f:set_attr("rng", "seed", rng.seed)
     f:set_attr("rng", "offset", rng.offset)
     f:set_attr("rng", "state", M.serialize({seed = rng.seed, offset = rng.offset}, "rng"))
@@ -447,6 +482,9 @@ function M.load(path)
     if f:exists("optimizer") then ck.optimizer_state = read_state(f, "optimizer") end
     if f:exists("lr_control") then ck.lr_control_state = read_state(f, "lr_control") end
     if f:exists("pretrain") then ck.pretrain_state = read_state(f, "pretrain") end
+    if f:exists("data_norm") then
+      ck.data_norm = check_data_norm(read_state(f, "data_norm"), ck.extern_data, "/data_norm")
+    end
     return ck
   end)
   f:close()

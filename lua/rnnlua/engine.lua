@@ -435,6 +435,9 @@ function M.train(config, argv)
     end
     if cfg.num_threads then rl.set_num_threads(cfg.num_threads) end
     local train = rl.dataset(cfg.train)
+    -- a training set that normalises its input globally (the audio dataset) hands its statistics
+    -- to every checkpoint: they are part of the model (rl.forward and serve apply them)
+    local data_norm = type(train.norm_stats) == "function" and train:norm_stats() or nil
     local dev = cfg.dev ~= nil and rl.dataset(cfg.dev) or nil
     if dist then
       train, dev = dist:train_set(train), dev and dist:dev_set(dev)
@@ -570,7 +573,7 @@ function M.train(config, argv)
         if writer then
           rl.save_checkpoint(path, {net = net, optimizer = ctx.opt, lr_control = ctx.lrc,
                                     epoch = epoch, step = ctx.step,
-                                    pretrain = pre and pre:state(epoch)})
+                                    pretrain = pre and pre:state(epoch), data_norm = data_norm})
           log:write(2, "saved %s", path)
         end
         ctx.checkpoint = path

@@ -8,6 +8,10 @@
 -- output_file, in the dataset layout of rl.hdf_writer, so it reads back with
 -- rl.dataset{class = "hdf", files = {output_file}}.
 --
+-- A checkpoint with data_norm (rl.train on an audio dataset with normalize = "global") holds the
+-- training set's normalisation: input data is raw features, normalised here before the network
+-- (M.run, also serve's path); an audio dataset config leaves its own normalisation out (data_for).
+--
 -- device = "cuda" (or "cuda:N") runs the network there (net:to after the parameters are
 -- loaded); the layer's output is copied to the host once per batch to be written.
 --
@@ -106,9 +110,52 @@ function M.load_model(path, layer, device, who, ck)
   end
   local L = net:layer(layer)
   local d = ck.description[layer]
+  local norm = ck.data_norm
   return {ck = ck, net = net, layer = layer, dim = L.n_out, images = L.rank == 2,
           labels = L.object.sparse_out == true,
-          blank = d.loss == "ctc" and (d.blank_index or L.n_out - 1) or nil}
+          blank = d.loss == "ctc" and (d.blank_index or L.n_out - 1) or nil,
+          norm = norm and {mean = norm.mean, inv = norm.std:reciprocal()}}
+end
+
+-- The batch a model of load_model sees: with the checkpoint's data_norm (the training set's
+-- global normalisation, part of the model) input "data" holds raw features and becomes
+-- (x - mean) / std here, once for rl.forward and serve; the caller's batch is left as it is.
+local function normalized(model, batch)
+  local n, x = model.norm, batch.data
+  if not n or not rl.is_tensor(x) then return batch end
+  local shape = {}
+  for i = 1, x:dim() - 1 do shape[i] = 1 end
+  shape[x:dim()] = n.mean:numel()
+  local mean, inv = n.mean:view(table.unpack(shape)), n.inv:view(table.unpack(shape))
+  if x:dtype() == "float64" then mean, inv = mean:double(), inv:double() end
+  if x:device() ~= "cpu" then mean, inv = mean:to(x:device()), inv:to(x:device()) end
+  local c = util.copy(batch)
+  c.data = (x - mean):mul_(inv)
+  return c
+end
+
+-- The dataset config or object cfg.data of rl.forward for a model: an audio dataset config
+-- leaves the global normalisation to the model when the checkpoint holds one (its statistics
+-- are the training set's, which a new list of files has no other way to get); an audio dataset
+-- object that normalises itself would be normalised twice: an error.
+local function data_for(model, data, verbosity)
+  if not model.norm or type(data) ~= "table" then return data end
+  if type(data.norm_stats) == "function" then
+    if data:norm_stats() ~= nil then
+      fail("the dataset normalises its features (normalize = \"global\") and the model's "
+        .. "checkpoint holds the normalisation of its training set (data_norm), which rl.forward "
+        .. "applies: make the dataset without normalize")
+    end
+    return data
+  end
+  if data.class ~= "audio" then return data end
+  local c = util.copy(data)
+  c.normalize, c.norm_stats = nil, nil
+  if verbosity >= 1 then
+    print("forward: the features are normalised with the model's statistics (checkpoint "
+      .. "/data_norm, the training set's)")
+  end
+  return c
 end
 
 -- The same for a network in memory (built by rl.network or rl.train): a copy that computes
@@ -160,7 +207,7 @@ end
 -- ((T, B, n_out) or (H, W, B, n_out)) and its own geometry, which after a collapse or a
 -- strided conv2d differs from the batch's ((B) lengths for sequences, (B, 2) sizes for images).
 function M.run(model, batch)
-  model.net:forward(batch, {train = false})
+  model.net:forward(normalized(model, batch), {train = false})
   local L = model.net:layer(model.layer)
   local out = L.output
   if out:device() ~= "cpu" then out = out:cpu() end
@@ -196,7 +243,7 @@ function M.forward(cfg)
   local model = M.load_model(cfg.model, layer, device, "rl.forward")
   local net = model.net
 
-  local ds = rl.dataset(cfg.data)
+  local ds = rl.dataset(data_for(model, cfg.data, verbosity))
   local keys = sorted_keys(net.used_extern)
   local okd, err = pcall(rl.check_dataset_dims, ds, net.ext, keys)
   if not okd then

@@ -540,12 +540,16 @@ function Rec:size_buffers(S, B)
       end
     end
     unit.gin = unit.gin or {}
+    -- at the first step a prev: source is the initial output, a constant: its gradient goes
+    -- nowhere, so the layer is not asked for it (an lstm then skips that input's product)
+    unit.gin_first = unit.gin_first or {}
     for k, s in ipairs(unit.srcs) do
       if unit.sparse_in[k] or unit.kind == "choice" then
         unit.gin[k] = false
       else
         unit.gin[k] = ensure(unit.gin[k] or nil, dt, dev, 1, B, unit.in_dims[k])
       end
+      unit.gin_first[k] = s.kind ~= "prev" and unit.gin[k]
     end
   end
   if not self.ones or self.ones:size(1) ~= B then self.ones = rl.ones({B}, "int32") end
@@ -579,9 +583,21 @@ function Rec:step_obj(unit, t)
   if not c then
     c = unit.make()
     c:bind(table.unpack(unit.bound))
+    if unit.kind == "lstm" then c:_share_packs(unit.obj) end
     clones[t] = c
   end
   return c
+end
+
+-- A new pass of the step loop (a forward, a backward, a search): the parameters may have changed
+-- since the last one, so the lstm step objects pack their weights anew, once for all steps of
+-- the pass (layers/lstm.c, "Packed operands").
+local passes = 0
+function Rec:new_pass()
+  passes = passes + 1
+  for _, unit in ipairs(self.units) do
+    if unit.kind == "lstm" then unit.obj:_set_pack_pass(passes) end
+  end
 end
 
 -- Runs unit layer `unit` at step t; returns its (1, B, F) output (not yet stored, except an
@@ -703,6 +719,7 @@ function Rec:forward(inputs, geom, train, batch)
     end
   end
   self.rng_states = self.rng_states or {}
+  self:new_pass()
   for t = 1, S do
     self.rng_states[t] = rl.get_rng_state()
     for _, unit in ipairs(self.units) do
@@ -806,6 +823,7 @@ function Rec:backward(grad_out, grad_in)
       end
     end
   end
+  self:new_pass()
   for t = S, 1, -1 do
     -- re-run step t so that every layer object holds that step's activations (after the
     -- forward they hold the last step's already)
@@ -829,7 +847,8 @@ function Rec:backward(grad_out, grad_in)
         else
           local obj = self:step_obj(unit, t)
           if unit.kind == "lstm" then obj:set_final_state_grad(nil, unit.dc) end
-          local ok, err = pcall(obj.backward, obj, g, unit.gin)
+          local gin = t == 1 and unit.gin_first or unit.gin
+          local ok, err = pcall(obj.backward, obj, g, gin)
           if not ok then fail("layer '%s' (rec), unit layer '%s', step %d: %s", self.name,
               unit.name, t, tostring(err)) end
           if unit.kind == "lstm" or unit.kind == "gru" then
@@ -839,7 +858,7 @@ function Rec:backward(grad_out, grad_in)
             if t > 1 then unit.grad:select(1, t - 1):add_(dh0) end
           end
           for k, s in ipairs(unit.srcs) do
-            if unit.gin[k] then self:route(s, t, unit.gin[k]) end
+            if gin[k] then self:route(s, t, gin[k]) end
           end
         end
       end
@@ -951,6 +970,7 @@ function Rec:search(inputs, geom, opts)
   for i = 1, BK do score[i], done[i] = (i - 1) % K == 0 and 0 or -math.huge, false end
   local back, labels = {}, {}
   local src = self.by_name[choice.srcs[1].name]
+  self:new_pass()
   for t = 1, S do
     for _, unit in ipairs(self.units) do
       if unit.kind ~= "choice" then self:store_unit(unit, t, false) end

@@ -13,9 +13,12 @@
 --
 -- The network is the one rl.forward builds (rnnlua.forward's load_model, losses left out) and
 -- every batch goes through rnnlua.forward's run, so an answer is the number rl.forward writes
--- for that sequence. load() validates the checkpoint before the server uses it: the network
--- must read one input, and a short zero input must go through it and give finite values. The
--- C side calls these functions from its one model thread only (a Lua state is single-threaded).
+-- for that sequence: a model whose checkpoint holds data_norm (the training set's global
+-- normalisation) takes raw features and normalises them there, and GET /v1/model shows the
+-- statistics (data_norm = {mean =, std =}, false without). load() validates the checkpoint
+-- before the server uses it: the network must read one input, and a short zero input must go
+-- through it and give finite values. The C side calls these functions from its one model
+-- thread only (a Lua state is single-threaded).
 local M = {}
 local forward = require("rnnlua.forward")
 local rl = require("rnnlua")
@@ -57,6 +60,8 @@ function Model:info()
              kind = self.images and "images" or "sequences"},
     output = {dim = self.out_dim, kind = self.out_images and "images" or "sequences"},
     decode = self.decode_error == nil and {blank = self.fm.blank} or false,
+    data_norm = ck.data_norm and {mean = ck.data_norm.mean:totable(),
+                                  std = ck.data_norm.std:totable()} or false,
     network = ck.description, extern_data = ck.extern_data,
   }
 end

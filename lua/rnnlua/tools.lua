@@ -99,8 +99,9 @@ usage: rnnlua info MODEL.h5
 Describes an rnnlua checkpoint (written by rl.save_checkpoint / rl.train): the network's
 layers with their class, size, inputs and parameter counts, every parameter's shape, the
 total, epoch, step, dtype, the pretraining step (a checkpoint of rl.train with pretrain), the
-optimizer and its step count, the learning rate and the score history kept by the
-learning-rate control. Nothing in the file is executed.]]
+input normalisation of a model trained on globally normalised features, the optimizer and its
+step count, the learning rate and the score history kept by the learning-rate control.
+Nothing in the file is executed.]]
 
 -- The learning-rate control's state as {epoch = {lr =, <score key> = value}}, epochs sorted.
 local function history_of(st)
@@ -181,6 +182,12 @@ local function info(args)
         fmt_num(pt.first_epoch), fmt_num(pt.last_epoch),
         fmt_num(pt.pretrain_epochs and pt.pretrain_epochs + 1), tostring(pt.layers))
     end
+  end
+  local dn = ck.data_norm
+  if dn then
+    out("input normalisation: (x - mean) / std of input data over %d columns, the training "
+      .. "set's (rl.forward and serve apply it): mean %s to %s, std %s to %s", dn.mean:numel(),
+      fmt_num(dn.mean:min()), fmt_num(dn.mean:max()), fmt_num(dn.std:min()), fmt_num(dn.std:max()))
   end
   local st = ck.lr_control_state
   if not st then

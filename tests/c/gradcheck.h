@@ -4,6 +4,7 @@
  *   gc_opts       a small option table standing in for a Lua layer description
  *   gc_bind_params gives every parameter of a layer value/grad views into two flat buffers
  *                 owned by the caller, and initialises the values with rl_param_init
+ *                 (gc_view_params: the views alone, into buffers on any device)
  *   gc_check      compares backward with central differences of a scalar loss:
  *                   loss layers (l->is_loss):  L = io.loss (cfg->target must be set)
  *                   other layers:              L = sum over VALID frames t < len[b] of
@@ -117,14 +118,11 @@ static inline rl_status gc_random_input(rl_tensor *x, rl_dtype dt, int64_t T, in
     return rl_op_uniform(x, g, -1.0, 1.0);
 }
 
-/* Binds every parameter of l to views into flat_val / flat_grad (unset on entry; the caller
- * releases them), CPU tensors of dtype dt; values from rl_layer_init_params with g, gradients 0. */
-static inline rl_status gc_bind_params(rl_layer *l, rl_dtype dt, rl_rng *g, rl_tensor *flat_val,
-                                       rl_tensor *flat_grad) {
-    int64_t n = rl_layer_num_params(l), off = 0;
-    RL_TRY(rl_tensor_empty(flat_val, dt, RL_DEVICE_CPU, 1, &n));
-    RL_TRY(rl_tensor_empty(flat_grad, dt, RL_DEVICE_CPU, 1, &n));
-    RL_TRY(rl_op_fill(flat_grad, 0.0));
+/* Makes every parameter of l (value and grad released first) a view into flat_val / flat_grad,
+ * in parameter order: two set 1-D tensors of rl_layer_num_params(l) elements on any device. */
+static inline rl_status gc_view_params(rl_layer *l, const rl_tensor *flat_val,
+                                       const rl_tensor *flat_grad) {
+    int64_t off = 0;
     for (int i = 0; i < l->n_params; i++) {
         rl_param *p = &l->params[i];
         int64_t k = 1;
@@ -142,6 +140,18 @@ static inline rl_status gc_bind_params(rl_layer *l, rl_dtype dt, rl_rng *g, rl_t
         RL_TRY(st);
         off += k;
     }
+    return RL_OK;
+}
+
+/* Binds every parameter of l to views into flat_val / flat_grad (unset on entry; the caller
+ * releases them), CPU tensors of dtype dt; values from rl_layer_init_params with g, gradients 0. */
+static inline rl_status gc_bind_params(rl_layer *l, rl_dtype dt, rl_rng *g, rl_tensor *flat_val,
+                                       rl_tensor *flat_grad) {
+    int64_t n = rl_layer_num_params(l);
+    RL_TRY(rl_tensor_empty(flat_val, dt, RL_DEVICE_CPU, 1, &n));
+    RL_TRY(rl_tensor_empty(flat_grad, dt, RL_DEVICE_CPU, 1, &n));
+    RL_TRY(rl_op_fill(flat_grad, 0.0));
+    RL_TRY(gc_view_params(l, flat_val, flat_grad));
     return rl_layer_init_params(l, g);
 }
 

@@ -13,6 +13,7 @@
 #include "../../core/rng.h"
 #include "../../kernels/cpu/cpu_level.h"
 #include "../../kernels/cpu/gemm_small.h"
+#include "../../kernels/lstm.h"
 #include "../../kernels/ops.h"
 #include "../../layers/layer.h"
 #include "../../layers/layers.h"
@@ -558,7 +559,7 @@ static void test_packed_gemm(void) {
  * without peepholes. The float32 layer runs on 2 threads (the batch's rows in two parts) and
  * on 1 (BLAS's own results may differ in the last bits between thread counts). */
 static void test_float32_large(void) {
-    enum { TL = 6, BL = 19, HL = 100, FL = 37 };
+    enum { TL = 9, BL = 19, HL = 100, FL = 37 }; /* T B 4H >= 2^16: the bias sums run in parts */
     int saved = rl_blas_get_threads();
     for (int peep = 0; peep <= 1; peep++)
         for (int dir = -1; dir <= 1; dir += 2) {
@@ -616,6 +617,45 @@ static void test_float32_large(void) {
     rl_blas_set_threads(saved);
 }
 
+/* The bias and peephole sums over all frames split by columns over 2 threads: the same bits as
+ * on 1 thread, and the float64 sums of the same data within rounding. */
+static void test_param_grads_split(void) {
+    enum { R = 300, HG = 70 }; /* R 4H >= 2^16: parts; H not a multiple of 16 */
+    int saved = rl_blas_get_threads();
+    float *dz = malloc(sizeof(float) * R * 4 * HG), *cp = malloc(sizeof(float) * R * HG),
+          *c = malloc(sizeof(float) * R * HG), *g[2];
+    double *ref = calloc(7 * HG, sizeof(double));
+    uint64_t s = 99;
+    for (int64_t i = 0; i < R * 4 * HG; i++)
+        dz[i] = (float)(urand(&s) - 0.5);
+    for (int64_t i = 0; i < R * HG; i++) {
+        cp[i] = (float)(urand(&s) - 0.5);
+        c[i] = (float)(urand(&s) - 0.5);
+    }
+    for (int v = 0; v < 2; v++) {
+        g[v] = calloc(7 * HG, sizeof(float));
+        float *dp[3] = {g[v] + 4 * HG, g[v] + 5 * HG, g[v] + 6 * HG};
+        rl_blas_set_threads(v + 1);
+        rl_lstm_cpu_param_grads_f32(R, HG, dz, cp, c, g[v], dp);
+    }
+    for (int64_t r = 0; r < R; r++)
+        for (int64_t j = 0; j < HG; j++) {
+            for (int k = 0; k < 4; k++)
+                ref[k * HG + j] += dz[r * 4 * HG + k * HG + j];
+            ref[4 * HG + j] += (double)dz[r * 4 * HG + j] * cp[r * HG + j];
+            ref[5 * HG + j] += (double)dz[r * 4 * HG + HG + j] * cp[r * HG + j];
+            ref[6 * HG + j] += (double)dz[r * 4 * HG + 3 * HG + j] * c[r * HG + j];
+        }
+    double err = 0;
+    for (int64_t i = 0; i < 7 * HG; i++)
+        err = fmax(err, fabs(g[0][i] - ref[i]) / (1.0 + fabs(ref[i])));
+    printf("param grads split: rel err %.3g\n", err);
+    CHECK(err < 1e-5); /* R float32 additions: a few hundred units of rounding at most */
+    CHECK(memcmp(g[0], g[1], sizeof(float) * 7 * HG) == 0);
+    rl_blas_set_threads(saved);
+    free(dz), free(cp), free(c), free(g[0]), free(g[1]), free(ref);
+}
+
 /* The float32 fast paths (packed GEMM, fused pointwise passes) at every level this CPU has,
  * each against the reference; then the level's error messages. */
 static void test_cpu_levels(void) {
@@ -625,6 +665,7 @@ static void test_cpu_levels(void) {
         CHECK(rl_gemm_packed_fast() == (lv >= RL_CPU_AVX2));
         test_packed_gemm();
         test_float32_large();
+        test_param_grads_split();
     }
     CHECK_OK(rl_cpu_level_set(best));
     if (best < RL_CPU_AVX512) {

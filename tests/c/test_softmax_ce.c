@@ -2,13 +2,16 @@
  * reference written here, at every CPU level this machine has: odd row lengths around the
  * 16-lane blocks, in place and not, ties (the first maximum is the argmax), a NaN row (NaN loss,
  * its first NaN the argmax), -inf logits (probability 0), very negative logits (exp underflow),
- * padded frames, out-of-range targets, and the gradient written and accumulated. */
+ * padded frames, out-of-range targets, and the gradient written and accumulated with the bias
+ * gradient (column sums of dz) fused in; on 1 and on 2 BLAS threads, whose results must be
+ * identical (the passes split rows over threads and combine them in row order). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "check.h"
 
+#include "../../core/blas.h"
 #include "../../kernels/cpu/cpu_level.h"
 #include "../../kernels/softmax_ce.h"
 
@@ -43,19 +46,31 @@ static double rnd(void) {
     return (double)(rnd_state >> 11) / 9007199254740992.0;
 }
 
-static void test_level(void) {
+/* The outputs of one threads setting, compared bitwise with the other's. */
+typedef struct {
+    float *p, *dz, *db;
+    double loss, nerr;
+} run_out;
+
+static void test_level(int threads, run_out *outs) {
     static const int64_t Cs[] = {1, 2, 15, 16, 17, 33, 100, 10000};
+    rnd_state = 12345; /* the same data for each thread count */
     const char *lv = rl_cpu_level_name(rl_cpu_level_get());
     for (size_t ci = 0; ci < sizeof Cs / sizeof Cs[0]; ci++)
         for (int inplace = 0; inplace <= 1; inplace++) {
-            enum { T = 4, B = 3 };
+            /* T * B = 132 rows: three blocks of the bias gradient's sums at C = 10000 */
+            enum { T = 44, B = 3 };
             int64_t C = Cs[ci], rows = T * B;
-            int32_t len[B] = {4, 2, 0}, target[T * B], tgt[T * B];
+            int32_t len[B] = {44, 2, 0}, target[T * B], tgt[T * B];
             float *z = malloc((size_t)(rows * C) * sizeof *z),
                   *p = malloc((size_t)(rows * C) * sizeof *p),
                   *zc = malloc((size_t)(rows * C) * sizeof *zc),
                   *dz = malloc((size_t)(rows * C) * sizeof *dz);
-            double *pr = malloc((size_t)C * sizeof *pr);
+            double *pr = malloc((size_t)C * sizeof *pr),
+                   *stats = malloc((size_t)(2 * rows) * sizeof *stats),
+                   *dbr = malloc((size_t)C * sizeof *dbr);
+            float *db = malloc((size_t)C * sizeof *db),
+                  *scratch = malloc((size_t)(rl_ce_grad_scratch_size(rows, C) + 1) * sizeof *db);
             for (int64_t i = 0; i < rows * C; i++)
                 z[i] = (float)(20.0 * rnd() - 10.0);
             for (int64_t r = 0; r < rows; r++)
@@ -73,7 +88,7 @@ static void test_level(void) {
             CHECK(rl_ce_targets_cpu(T, B, C, target, len, tgt) == -1);
             double loss = -1, nerr = -1;
             float *out = inplace ? z : p;
-            rl_softmax_ce_cpu_f32(rows, C, z, out, tgt, &loss, &nerr);
+            rl_softmax_ce_cpu_f32(rows, C, z, NULL, out, tgt, stats, &loss, &nerr);
             double rloss = 0, perr = 0;
             int rerr = 0;
             bool nan_loss = false;
@@ -102,7 +117,7 @@ static void test_level(void) {
                 fprintf(stderr, "%s C=%lld inplace=%d: p err %.3g, errors %g vs %d\n", lv,
                         (long long)C, inplace, perr, nerr, rerr);
             /* gradient: written, then accumulated onto itself (doubling valid rows) */
-            rl_ce_grad_cpu_f32(rows, C, out, tgt, dz, false);
+            rl_ce_grad_cpu_f32(rows, C, out, tgt, dz, false, db, scratch);
             bool gok = true;
             for (int64_t r = 0; r < rows; r++)
                 for (int64_t c = 0; c < C; c++) {
@@ -111,7 +126,20 @@ static void test_level(void) {
                     gok = gok && (got == want || (got != got && want != want));
                 }
             CHECK(gok);
-            rl_ce_grad_cpu_f32(rows, C, out, tgt, dz, true);
+            /* the bias gradient: the column sums of dz (in float64 here) */
+            double dberr = 0;
+            for (int64_t c = 0; c < C; c++) {
+                dbr[c] = 0;
+                for (int64_t r = 0; r < rows; r++)
+                    dbr[c] += dz[r * C + c];
+                double d = fabs((double)db[c] - dbr[c]);
+                dberr = dbr[c] != dbr[c] ? (db[c] != db[c] ? dberr : 1) : fmax(dberr, d);
+            }
+            CHECK(dberr < 1e-5);
+            /* without a bias: the same dz alone */
+            rl_ce_grad_cpu_f32(rows, C, out, tgt, zc, false, NULL, NULL);
+            CHECK(memcmp(zc, dz, (size_t)(rows * C) * sizeof *dz) == 0);
+            rl_ce_grad_cpu_f32(rows, C, out, tgt, dz, true, db, scratch);
             gok = true;
             for (int64_t r = 0; r < rows; r++)
                 for (int64_t c = 0; c < C; c++) {
@@ -120,6 +148,28 @@ static void test_level(void) {
                     gok = gok && (fabsf(got - want) <= 1e-6f || (got != got && want != want));
                 }
             CHECK(gok);
+            dberr = 0;
+            for (int64_t c = 0; c < C; c++) {
+                double d = fabs((double)db[c] - 2 * dbr[c]);
+                dberr = dbr[c] != dbr[c] ? (db[c] != db[c] ? dberr : 1) : fmax(dberr, d);
+            }
+            CHECK(dberr < 2e-5);
+            /* the same bits on either thread count */
+            run_out *o = &outs[ci * 2 + inplace];
+            size_t pb = (size_t)(rows * C) * sizeof(float), cb = (size_t)C * sizeof(float);
+            if (threads == 1) {
+                o->p = malloc(pb), o->dz = malloc(pb), o->db = malloc(cb);
+                memcpy(o->p, out, pb), memcpy(o->dz, dz, pb), memcpy(o->db, db, cb);
+                o->loss = loss, o->nerr = nerr;
+            } else {
+                bool same = memcmp(o->p, out, pb) == 0 && memcmp(o->dz, dz, pb) == 0 &&
+                            memcmp(o->db, db, cb) == 0 && o->nerr == nerr &&
+                            (o->loss == loss || (o->loss != o->loss && loss != loss));
+                CHECK(same);
+                if (!same)
+                    fprintf(stderr, "%s C=%lld: 2 threads differ from 1\n", lv, (long long)C);
+                free(o->p), free(o->dz), free(o->db);
+            }
             /* out-of-range targets on valid frames are found; on padded ones ignored */
             target[1 * B + 1] = (int32_t)C; /* t = 1 < len[1] = 2: valid */
             target[3 * B + 1] = -5;         /* t = 3 >= len[1]: padded */
@@ -132,19 +182,39 @@ static void test_level(void) {
             free(zc);
             free(dz);
             free(pr);
+            free(stats);
+            free(dbr);
+            free(db);
+            free(scratch);
         }
     /* no target: only the probabilities */
     float z1[3] = {1, 2, 3}, p1[3];
     double l = 7, e = 7;
-    rl_softmax_ce_cpu_f32(1, 3, z1, p1, NULL, &l, &e);
+    rl_softmax_ce_cpu_f32(1, 3, z1, NULL, p1, NULL, NULL, &l, &e);
     CHECK_NEAR(p1[2], exp(3.0) / (exp(1.0) + exp(2.0) + exp(3.0)), 1e-7);
     CHECK(l == 7 && e == 7);
+    /* a bias added to every row first, z left alone when not in place; the target's logit
+     * and the argmax count the bias: z + b = {4, 2, 3} over two rows, target 2 */
+    float z2[6] = {1, 2, 3, 1, 2, 3}, b2[3] = {3, 0, 0}, p2[6];
+    int32_t t2[2] = {2, -1};
+    double st2[4];
+    rl_softmax_ce_cpu_f32(2, 3, z2, b2, p2, t2, st2, &l, &e);
+    double s2 = exp(4.0) + exp(2.0) + exp(3.0);
+    CHECK_NEAR(p2[0], exp(4.0) / s2, 1e-7);
+    CHECK_NEAR(p2[5], exp(3.0) / s2, 1e-7);
+    CHECK_NEAR(l, log(s2) - 3.0, 1e-6);
+    CHECK(e == 1);
+    CHECK(z2[0] == 1 && z2[3] == 1);
 }
 
 int main(void) {
     for (int lv = RL_CPU_GENERIC; lv <= (int)rl_cpu_level_supported(); lv++) {
         CHECK_OK(rl_cpu_level_set((rl_cpu_level)lv));
-        test_level();
+        run_out outs[16];
+        for (int threads = 1; threads <= 2; threads++) {
+            rl_blas_set_threads(threads);
+            test_level(threads, outs);
+        }
     }
     TEST_MAIN_END();
 }

@@ -23,56 +23,14 @@
 enum { TE = 9, B = 5, E = 150, A = 130 };
 static const int32_t LENS[B] = {9, 4, 0, 1, 7};
 
-static uint64_t rand_state;
-
-static double urand(double lo, double hi) {
-    rand_state ^= rand_state << 13;
-    rand_state ^= rand_state >> 7;
-    rand_state ^= rand_state << 17;
-    return lo + (hi - lo) * (double)(rand_state >> 11) * (1.0 / 9007199254740992.0);
-}
-
 /* A tensor of dt on dev, uniform in [-1, 1); for (Te, B, .) tensors `pad` in padded frames. */
 static rl_tensor make(rl_dtype dt, rl_device dev, int ndim, int64_t d0, int64_t d1, int64_t d2,
                       bool seq, double pad) {
     const int64_t shape[3] = {d0, d1, d2};
-    rl_tensor t = {0}, c = {0};
-    CHECK_OK(rl_tensor_empty(&t, RL_FLOAT64, RL_DEVICE_CPU, ndim, shape));
-    double *p = rl_tensor_data(&t);
-    int64_t n = rl_tensor_numel(&t), row = ndim == 3 ? d2 : 1;
-    for (int64_t i = 0; i < n; i++) {
-        int64_t tb = i / row, j = tb / B, b = tb % B;
-        p[i] = seq && j >= LENS[b] ? pad : urand(-1, 1);
-    }
-    CHECK_OK(rl_op_to(&c, &t, dt, dev));
+    rl_tensor t = rand_tensor(dt, ndim, shape, -1, 1, seq ? LENS : NULL, pad);
+    rl_tensor c = copy_to(&t, dev);
     rl_tensor_release(&t);
     return c;
-}
-
-/* max |want - got| / max |want| (NaN: infinite) */
-static double rel_err(const rl_tensor *want, const rl_tensor *got) {
-    rl_tensor a = {0}, g = {0};
-    if (!want->storage || !got->storage || rl_tensor_numel(want) != rl_tensor_numel(got))
-        return INFINITY;
-    CHECK_OK(rl_op_to(&a, want, RL_FLOAT64, RL_DEVICE_CPU));
-    CHECK_OK(rl_op_to(&g, got, RL_FLOAT64, RL_DEVICE_CPU));
-    const double *pa = rl_tensor_data(&a), *pg = rl_tensor_data(&g);
-    double scale = 0, err = 0;
-    for (int64_t i = 0; i < rl_tensor_numel(&a); i++) {
-        scale = fmax(scale, fabs(pa[i]));
-        if (!(fabs(pa[i] - pg[i]) <= err))
-            err = isnan(pg[i] - pa[i]) ? INFINITY : fabs(pa[i] - pg[i]);
-    }
-    rl_tensor_release(&a);
-    rl_tensor_release(&g);
-    return err / fmax(scale, 1e-30);
-}
-
-static void compare(const char *tag, const char *what, const rl_tensor *want, const rl_tensor *got,
-                    double rtol) {
-    double e = rel_err(want, got);
-    if (!(e <= rtol)) fprintf(stderr, "FAIL %s %s: relative error %.3g > %g\n", tag, what, e, rtol);
-    CHECK(e <= rtol);
 }
 
 /* One side: the inputs and the results of a forward and a backward step on one device. */

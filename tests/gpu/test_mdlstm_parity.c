@@ -49,42 +49,6 @@ static const config CONFIGS[] = {
     {"tl,tr,bl,br", "sum", "stable"},
 };
 
-/* want (CPU) against got (any device): max |want - got| <= rtol * max |want|; one check. */
-static void compare(const char *tag, const char *what, const rl_tensor *want, const rl_tensor *got,
-                    double rtol) {
-    rl_tensor a = {0}, g = {0};
-    if (!want->storage || !got->storage || rl_tensor_numel(want) != rl_tensor_numel(got)) {
-        check_failed++;
-        fprintf(stderr, "FAIL %s %s: missing or mis-sized result (%s)\n", tag, what, rl_errmsg());
-        return;
-    }
-    CHECK_OK(rl_op_to(&a, want, RL_FLOAT64, RL_DEVICE_CPU));
-    CHECK_OK(rl_op_to(&g, got, RL_FLOAT64, RL_DEVICE_CPU));
-    if (!a.storage || !g.storage) return;
-    const double *pa = rl_tensor_data(&a), *pg = rl_tensor_data(&g);
-    int64_t n = rl_tensor_numel(&a), worst = 0;
-    double scale = 0, err = 0;
-    for (int64_t i = 0; i < n; i++)
-        scale = fmax(scale, fabs(pa[i]));
-    for (int64_t i = 0; i < n; i++) {
-        double e = fabs(pa[i] - pg[i]);
-        if (!(e <= err)) { /* NaN counts as worst */
-            err = e;
-            worst = i;
-        }
-    }
-    if (err <= rtol * scale) {
-        check_passed++;
-    } else {
-        check_failed++;
-        fprintf(stderr,
-                "FAIL %s %s: max error %.3g (scale %.3g, rtol %g) at %lld: want %.9g got %.9g\n",
-                tag, what, err, scale, rtol, (long long)worst, pa[worst], pg[worst]);
-    }
-    rl_tensor_release(&a);
-    rl_tensor_release(&g);
-}
-
 /* One layer with its flat parameter buffers, inputs and gradients, all on one device. */
 typedef struct {
     rl_layer *l;
@@ -100,29 +64,6 @@ static rl_status make_layer(rl_layer **l, const config *cf) {
     rl_options o = gc_options(&t);
     int64_t dims[2] = {F1, F2};
     return rl_layer_create(l, "mdlstm", "img", &o, 2, dims);
-}
-
-/* Every parameter of l as views into the flat buffers pv, pg (set, on any device). */
-static rl_status bind(rl_layer *l, const rl_tensor *pv, const rl_tensor *pg) {
-    int64_t off = 0;
-    for (int i = 0; i < l->n_params; i++) {
-        rl_param *p = &l->params[i];
-        int64_t k = 1;
-        for (int d = 0; d < p->ndim; d++)
-            k *= p->shape[d];
-        rl_tensor a = {0}, b = {0};
-        rl_tensor_release(&p->value);
-        rl_tensor_release(&p->grad);
-        RL_TRY(rl_tensor_narrow(&a, pv, 0, off, k));
-        RL_TRY(rl_tensor_narrow(&b, pg, 0, off, k));
-        rl_status st = rl_tensor_view(&p->value, &a, p->ndim, p->shape);
-        if (st == RL_OK) st = rl_tensor_view(&p->grad, &b, p->ndim, p->shape);
-        rl_tensor_release(&a);
-        rl_tensor_release(&b);
-        RL_TRY(st);
-        off += k;
-    }
-    return RL_OK;
 }
 
 static void side_free(side *s) {
@@ -159,7 +100,7 @@ static rl_status make_sides(const config *cf, rl_dtype dt, side *c, side *g) {
     RL_TRY(make_layer(&g->l, cf));
     RL_TRY(rl_op_to(&g->pv, &c->pv, dt, DEV));
     RL_TRY(rl_op_to(&g->pg, &c->pg, dt, DEV));
-    RL_TRY(bind(g->l, &g->pv, &g->pg));
+    RL_TRY(gc_view_params(g->l, &g->pv, &g->pg));
     RL_TRY(rl_op_to(&g->x1, &c->x1, dt, DEV));
     RL_TRY(rl_op_to(&g->xbig, &c->xbig, dt, DEV));
     RL_TRY(rl_tensor_narrow(&g->x2, &g->xbig, 3, 1, F2));

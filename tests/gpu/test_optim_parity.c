@@ -28,112 +28,16 @@ static rl_device DEV = {RL_CPU, 0};
 
 /* ---- inputs ---- */
 
-static uint64_t rand_state = 0x2545F4914F6CDD1Du;
-
-static double urand(void) {
-    rand_state ^= rand_state << 13;
-    rand_state ^= rand_state >> 7;
-    rand_state ^= rand_state << 17;
-    return (double)(rand_state >> 11) * (1.0 / 9007199254740992.0);
-}
-
-/* A new contiguous CPU tensor with values uniform in [lo, hi). */
-static rl_tensor rand_cpu(rl_dtype dt, int ndim, const int64_t *shape, double lo, double hi) {
-    rl_tensor t = {0};
-    CHECK_OK(rl_tensor_empty(&t, dt, RL_DEVICE_CPU, ndim, shape));
-    if (!t.storage) return t;
-    int64_t n = rl_tensor_numel(&t);
-    for (int64_t i = 0; i < n; i++) {
-        double v = lo + (hi - lo) * urand();
-        if (dt == RL_FLOAT32)
-            ((float *)rl_tensor_data(&t))[i] = (float)v;
-        else
-            ((double *)rl_tensor_data(&t))[i] = v;
-    }
-    return t;
-}
-
-static void set_flat(rl_tensor *t, int64_t i, double v) {
-    if (t->dtype == RL_FLOAT32)
-        ((float *)rl_tensor_data(t))[i] = (float)v;
-    else
-        ((double *)rl_tensor_data(t))[i] = v;
-}
-
-static rl_tensor to_dev(const rl_tensor *t, rl_device dev) {
-    rl_tensor g = {0};
-    CHECK_OK(rl_op_to(&g, t, t->dtype, dev));
-    return g;
-}
-
-/* Steps idx through shape in row-major order; false after the last element. */
-static bool next_index(int ndim, const int64_t *shape, int64_t *idx) {
-    for (int d = ndim - 1; d >= 0; d--) {
-        if (++idx[d] < shape[d]) return true;
-        idx[d] = 0;
-    }
-    return false;
-}
-
-/* ---- comparison ---- */
-
-/* want (CPU) against got (CUDA, any geometry): |a - b| <= rtol (|a| + max |want|), so elements
- * that cancel to near zero are judged on the buffer's scale. One pass or one failure. */
-static void compare(const char *what, const rl_tensor *want, const rl_tensor *got, double rtol) {
-    if (!want->storage || !got->storage) {
-        check_failed++;
-        fprintf(stderr, "FAIL %s: missing result (%s)\n", what, rl_errmsg());
-        return;
-    }
-    if (!rl_tensor_same_shape(want, got) || want->dtype != got->dtype) {
-        check_failed++;
-        fprintf(stderr, "FAIL %s: cpu and device results differ in shape or dtype\n", what);
-        return;
-    }
-    rl_tensor host = {0};
-    if (rl_op_to(&host, got, got->dtype, RL_DEVICE_CPU) != RL_OK) {
-        check_failed++;
-        fprintf(stderr, "FAIL %s: copy to the host: %s\n", what, rl_errmsg());
-        return;
-    }
+/* want (CPU) against got (the device, any geometry): |a - b| <= rtol (|a| + max |want|), so
+ * elements that cancel to near zero are judged on the buffer's scale. One check. */
+static void compare_scaled(const char *what, const rl_tensor *want, const rl_tensor *got,
+                           double rtol) {
     int64_t idx[RL_MAX_DIMS] = {0};
     double scale = 0.0;
-    do {
-        double a = fabs(rl_tensor_get(want, idx));
-        if (a > scale) scale = a;
-    } while (next_index(want->ndim, want->shape, idx));
-    double worst = 0.0, wa = 0.0, wb = 0.0;
-    int64_t worst_at = -1, flat = 0;
-    memset(idx, 0, sizeof idx);
-    do {
-        double a = rl_tensor_get(want, idx), b = rl_tensor_get(&host, idx);
-        double ratio = a == b ? 0.0 : fabs(a - b) / (rtol * (fabs(a) + scale));
-        if (!(ratio <= worst)) { /* NaN on one side only counts as the worst */
-            worst = isnan(ratio) ? INFINITY : ratio;
-            worst_at = flat;
-            wa = a;
-            wb = b;
-        }
-        flat++;
-    } while (next_index(want->ndim, want->shape, idx));
-    rl_tensor_release(&host);
-    if (worst <= 1.0) {
-        check_passed++;
-    } else {
-        check_failed++;
-        fprintf(stderr,
-                "FAIL %s: element %" PRId64 ": cpu %.9g, device %.9g (%.3g x the tolerance %g)\n",
-                what, worst_at, wa, wb, worst, rtol);
-    }
-}
-
-static void compare_scalar(const char *what, double want, double got, double rtol) {
-    if (fabs(want - got) <= rtol * fabs(want) || (isnan(want) && isnan(got))) {
-        check_passed++;
-    } else {
-        check_failed++;
-        fprintf(stderr, "FAIL %s: cpu %.17g, device %.17g\n", what, want, got);
-    }
+    if (want->storage && rl_tensor_numel(want) > 0) do
+            scale = fmax(scale, fabs(rl_tensor_get(want, idx)));
+        while (next_index(want->ndim, want->shape, idx));
+    compare_elems(what, want, got, rtol, rtol * scale);
 }
 
 static double rtol_of(rl_dtype dt) { return dt == RL_FLOAT64 ? 1e-10 : 1e-6; }
@@ -143,8 +47,8 @@ static double rtol_of(rl_dtype dt) { return dt == RL_FLOAT64 ? 1e-10 : 1e-6; }
 static void test_grad_norm(rl_dtype dt) {
     const int64_t lens[] = {1, 2, 255, 256, 257, 10007, 262145};
     for (size_t k = 0; k < sizeof lens / sizeof lens[0]; k++) {
-        rl_tensor c = rand_cpu(dt, 1, &lens[k], -2.0, 2.0);
-        rl_tensor g = to_dev(&c, DEV);
+        rl_tensor c = rand_tensor(dt, 1, &lens[k], -2.0, 2.0, NULL, 0);
+        rl_tensor g = copy_to(&c, DEV);
         double nc = -1, ng = -1, ng2 = -2;
         CHECK_OK(rl_optim_grad_norm(&nc, &c));
         CHECK_OK(rl_optim_grad_norm(&ng, &g));
@@ -163,16 +67,16 @@ static void test_grad_norm(rl_dtype dt) {
     }
     /* NaN and Inf propagate as on the CPU */
     int64_t n = 1001;
-    rl_tensor c = rand_cpu(dt, 1, &n, -1.0, 1.0);
+    rl_tensor c = rand_tensor(dt, 1, &n, -1.0, 1.0, NULL, 0);
     set_flat(&c, 500, INFINITY);
-    rl_tensor g = to_dev(&c, DEV);
+    rl_tensor g = copy_to(&c, DEV);
     double nc = 0, ng = 0;
     CHECK_OK(rl_optim_grad_norm(&ng, &g));
     CHECK_OK(rl_optim_grad_norm(&nc, &c));
     CHECK(isinf(nc) && isinf(ng));
     rl_tensor_release(&g);
     set_flat(&c, 7, NAN);
-    g = to_dev(&c, DEV);
+    g = copy_to(&c, DEV);
     CHECK_OK(rl_optim_grad_norm(&ng, &g));
     CHECK(isnan(ng));
     rl_tensor_release(&c);
@@ -207,8 +111,8 @@ static void test_steps(rl_optim_kind kind, const options *opt, rl_dtype dt) {
     cfg.outlier_warmup = 2;
 
     int64_t n = 1031;
-    rl_tensor pc = rand_cpu(dt, 1, &n, -1.0, 1.0);
-    rl_tensor pg = to_dev(&pc, DEV);
+    rl_tensor pc = rand_tensor(dt, 1, &n, -1.0, 1.0, NULL, 0);
+    rl_tensor pg = copy_to(&pc, DEV);
     rl_optimizer oc, og;
     CHECK_OK(rl_optimizer_init(&oc, &cfg, &pc));
     if (rl_optimizer_init(&og, &cfg, &pg) != RL_OK) {
@@ -227,9 +131,9 @@ static void test_steps(rl_optim_kind kind, const options *opt, rl_dtype dt) {
     rl_rng_seed(&rg, 20160101);
     for (int step = 0; step < NUM_STEPS; step++) {
         double s = step == OUTLIER_STEP ? 1000.0 : 1.0;
-        rl_tensor gc = rand_cpu(dt, 1, &n, -s, s);
+        rl_tensor gc = rand_tensor(dt, 1, &n, -s, s, NULL, 0);
         if (step == NAN_STEP) set_flat(&gc, 17, NAN);
-        rl_tensor gg = to_dev(&gc, DEV);
+        rl_tensor gg = copy_to(&gc, DEV);
         double lr = 0.05 / (1 + step);
         bool ac = false, ag = false;
         CHECK_OK(rl_optimizer_step(&oc, &pc, &gc, lr, &rc, &ac));
@@ -257,10 +161,10 @@ static void test_steps(rl_optim_kind kind, const options *opt, rl_dtype dt) {
     compare_scalar(sw, oc.avg_norm, og.avg_norm, 1e-12);
     double rtol = rtol_of(dt);
     snprintf(sw, sizeof sw, "%s params", what);
-    compare(sw, &pc, &pg, rtol);
+    compare_scaled(sw, &pc, &pg, rtol);
     for (int i = 0; i < rl_optim_num_states(kind); i++) {
         snprintf(sw, sizeof sw, "%s %s", what, rl_optim_state_name(kind, i));
-        compare(sw, &oc.state[i], &og.state[i], rtol);
+        compare_scaled(sw, &oc.state[i], &og.state[i], rtol);
     }
     rl_optimizer_free(&oc);
     rl_optimizer_free(&og);
@@ -272,8 +176,9 @@ static void test_steps(rl_optim_kind kind, const options *opt, rl_dtype dt) {
  * the stream is rl_op_normal's; the parity above then pins the GPU to it). */
 static void test_noise_matters(void) {
     int64_t n = 1001;
-    rl_tensor p0 = rand_cpu(RL_FLOAT32, 1, &n, -1, 1), g = rand_cpu(RL_FLOAT32, 1, &n, -1, 1);
-    rl_tensor p1 = to_dev(&p0, RL_DEVICE_CPU);
+    rl_tensor p0 = rand_tensor(RL_FLOAT32, 1, &n, -1, 1, NULL, 0),
+              g = rand_tensor(RL_FLOAT32, 1, &n, -1, 1, NULL, 0);
+    rl_tensor p1 = copy_to(&p0, RL_DEVICE_CPU);
     rl_optim_config cfg;
     rl_optim_config_default(&cfg, RL_OPT_SGD);
     rl_optimizer a, b;
@@ -300,7 +205,7 @@ static void test_noise_matters(void) {
 /* Columns j % 3 == 0 are made 5x longer, so some columns exceed the bound and some do not. */
 static rl_tensor weight_cpu(rl_dtype dt, int64_t rows, int64_t cols) {
     int64_t shape[2] = {rows, cols};
-    rl_tensor w = rand_cpu(dt, 2, shape, -1, 1);
+    rl_tensor w = rand_tensor(dt, 2, shape, -1, 1, NULL, 0);
     for (int64_t i = 0; i < rows; i++)
         for (int64_t j = 0; j < cols; j += 3) {
             int64_t idx[2] = {i, j};
@@ -313,7 +218,7 @@ static void check_max_norm(const char *what, rl_tensor *wc, rl_tensor *wg, doubl
                            double rtol) {
     CHECK_OK(rl_optim_max_norm(wc, bound));
     CHECK_OK(rl_optim_max_norm(wg, bound));
-    compare(what, wc, wg, rtol);
+    compare_scaled(what, wc, wg, rtol);
     /* and independently of the CPU kernel: no column is longer than the bound afterwards */
     double longest = 0;
     for (int64_t j = 0; j < wc->shape[1]; j++) {
@@ -333,7 +238,7 @@ static void test_max_norm(rl_dtype dt) {
     char what[96];
     for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
         rl_tensor wc = weight_cpu(dt, sizes[k][0], sizes[k][1]);
-        rl_tensor wg = to_dev(&wc, DEV);
+        rl_tensor wg = copy_to(&wc, DEV);
         double bound = 0.8 * sqrt((double)sizes[k][0] / 3.0) + 0.1;
         snprintf(what, sizeof what, "max_norm %s (%" PRId64 ", %" PRId64 ")", rl_dtype_name(dt),
                  sizes[k][0], sizes[k][1]);
@@ -342,18 +247,18 @@ static void test_max_norm(rl_dtype dt) {
         rl_tensor_release(&wg);
     }
     /* a transposed view (strides (1, rows)) and a narrowed one (offset, row stride > cols) */
-    rl_tensor bc = weight_cpu(dt, 101, 37), bg = to_dev(&bc, DEV);
+    rl_tensor bc = weight_cpu(dt, 101, 37), bg = copy_to(&bc, DEV);
     rl_tensor tc = {0}, tg = {0}, nc = {0}, ng = {0};
     CHECK_OK(rl_tensor_transpose(&tc, &bc, 0, 1));
     CHECK_OK(rl_tensor_transpose(&tg, &bg, 0, 1));
     snprintf(what, sizeof what, "max_norm %s transposed", rl_dtype_name(dt));
     check_max_norm(what, &tc, &tg, 4.0, rtol);
-    compare("max_norm: the base of the transposed view", &bc, &bg, rtol);
+    compare_scaled("max_norm: the base of the transposed view", &bc, &bg, rtol);
     CHECK_OK(rl_tensor_narrow(&nc, &bc, 1, 5, 20));
     CHECK_OK(rl_tensor_narrow(&ng, &bg, 1, 5, 20));
     snprintf(what, sizeof what, "max_norm %s narrowed", rl_dtype_name(dt));
     check_max_norm(what, &nc, &ng, 2.0, rtol);
-    compare("max_norm: the base of the narrowed view", &bc, &bg, rtol);
+    compare_scaled("max_norm: the base of the narrowed view", &bc, &bg, rtol);
     rl_tensor *ts[] = {&bc, &bg, &tc, &tg, &nc, &ng};
     for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
         rl_tensor_release(ts[i]);
@@ -373,6 +278,7 @@ static void run_all(void) {
 
 int main(void) {
     rl_ops_init();
+    rand_state = 0x2545F4914F6CDD1Du;
     DEV = device_side(NULL);
     run_all();
     TEST_MAIN_END();

@@ -22,24 +22,6 @@ static rl_device DEV = {RL_CPU, 0};
 
 /* ---- inputs ---- */
 
-static uint64_t rand_state = 0x9E3779B97F4A7C15u;
-
-static double urand(void) {
-    rand_state ^= rand_state << 13;
-    rand_state ^= rand_state >> 7;
-    rand_state ^= rand_state << 17;
-    return (double)(rand_state >> 11) * (1.0 / 9007199254740992.0);
-}
-
-/* Steps idx through shape in row-major order; false after the last element. */
-static bool next_index(int ndim, const int64_t *shape, int64_t *idx) {
-    for (int d = ndim - 1; d >= 0; d--) {
-        if (++idx[d] < shape[d]) return true;
-        idx[d] = 0;
-    }
-    return false;
-}
-
 /* A new CPU tensor with values uniform in [lo, hi); int32 gets integers in [lo, hi]; with
  * q > 0 float values are rounded to multiples of q (so that ties occur). */
 static rl_tensor rand_cpu(rl_dtype dt, int ndim, const int64_t *shape, double lo, double hi,
@@ -49,9 +31,9 @@ static rl_tensor rand_cpu(rl_dtype dt, int ndim, const int64_t *shape, double lo
     if (!t.storage || rl_tensor_numel(&t) == 0) return t;
     int64_t idx[RL_MAX_DIMS] = {0};
     do {
-        double v = lo + (hi - lo) * urand();
+        double v = lo + (hi - lo) * urand(0, 1);
         if (dt == RL_INT32)
-            v = floor(lo + (hi - lo + 1) * urand());
+            v = floor(lo + (hi - lo + 1) * urand(0, 1));
         else if (q > 0)
             v = round(v / q) * q;
         rl_tensor_set(&t, idx, v);
@@ -59,87 +41,9 @@ static rl_tensor rand_cpu(rl_dtype dt, int ndim, const int64_t *shape, double lo
     return t;
 }
 
-static rl_tensor to_dev(const rl_tensor *t) {
-    rl_tensor g = {0};
-    CHECK_OK(rl_op_to(&g, t, t->dtype, DEV));
-    return g;
-}
-
 static void release_all(rl_tensor *ts, int n) {
     for (int i = 0; i < n; i++)
         rl_tensor_release(&ts[i]);
-}
-
-/* ---- comparison ---- */
-
-/* want (CPU) against got (CUDA, any geometry): one pass or one failure, with the worst
- * element printed on failure. */
-static void compare(const char *what, const rl_tensor *want, const rl_tensor *got, double rtol,
-                    double atol) {
-    if (!want->storage || !got->storage) {
-        check_failed++;
-        fprintf(stderr, "FAIL %s: missing result (%s)\n", what, rl_errmsg());
-        return;
-    }
-    char ws[64], gs[64];
-    if (!rl_tensor_same_shape(want, got) || want->dtype != got->dtype) {
-        check_failed++;
-        fprintf(stderr, "FAIL %s: cpu gives %s %s, device %s %s\n", what,
-                rl_dtype_name(want->dtype), rl_shape_str(want, ws, sizeof ws),
-                rl_dtype_name(got->dtype), rl_shape_str(got, gs, sizeof gs));
-        return;
-    }
-    rl_tensor host = {0};
-    rl_status st = rl_op_to(&host, got, got->dtype, RL_DEVICE_CPU);
-    if (st != RL_OK) {
-        check_failed++;
-        fprintf(stderr, "FAIL %s: copy to the host: %s\n", what, rl_errmsg());
-        return;
-    }
-    double worst = 0.0, worst_ratio = 0.0, wa = 0.0, wb = 0.0;
-    int64_t worst_at = -1, flat = 0;
-    int64_t idx[RL_MAX_DIMS] = {0};
-    if (rl_tensor_numel(want) > 0) {
-        do {
-            double a = rl_tensor_get(want, idx), b = rl_tensor_get(&host, idx);
-            double err, ratio;
-            if (isnan(a) || isnan(b)) {
-                err = isnan(a) && isnan(b) ? 0.0 : INFINITY;
-            } else if (isinf(a) || isinf(b)) {
-                err = a == b ? 0.0 : INFINITY;
-            } else {
-                err = fabs(a - b);
-            }
-            ratio = err == 0.0 ? 0.0 : err / (atol + rtol * fabs(a));
-            if (ratio > worst_ratio || (worst_at < 0 && ratio > 1.0)) {
-                worst_ratio = ratio;
-                worst = err;
-                worst_at = flat;
-                wa = a;
-                wb = b;
-            }
-            flat++;
-        } while (next_index(want->ndim, want->shape, idx));
-    }
-    rl_tensor_release(&host);
-    if (worst_ratio <= 1.0) {
-        check_passed++;
-    } else {
-        check_failed++;
-        fprintf(stderr,
-                "FAIL %s: worst error %.3g at element %" PRId64 " (cpu %.9g, device %.9g; rtol %g, "
-                "atol %g)\n",
-                what, worst, worst_at, wa, wb, rtol, atol);
-    }
-}
-
-static void compare_scalar(const char *what, double want, double got, double rtol) {
-    if (fabs(want - got) <= rtol * fabs(want) + 1e-30 || (isnan(want) && isnan(got))) {
-        check_passed++;
-    } else {
-        check_failed++;
-        fprintf(stderr, "FAIL %s: cpu %.9g, device %.9g\n", what, want, got);
-    }
 }
 
 static double rtol_of(rl_dtype dt) { return dt == RL_FLOAT64 ? 1e-12 : 1e-5; }
@@ -158,13 +62,14 @@ static void test_unary(rl_dtype dt) {
         if (op == RL_UN_CLAMP && dt == RL_INT32) p0 = -10, p1 = 20;
         rl_tensor t[7] = {{0}};
         t[0] = rand_cpu(dt, 3, shape, lo, hi, 0);
-        t[1] = to_dev(&t[0]);
+        t[1] = copy_to(&t[0], DEV);
         CHECK_OK(rl_op_unary(&t[2], &t[0], (rl_unary_op)op, p0, p1));
         CHECK_OK(rl_op_unary(&t[3], &t[1], (rl_unary_op)op, p0, p1));
         char what[96];
         snprintf(what, sizeof what, "unary %s %s", rl_unary_name((rl_unary_op)op),
                  rl_dtype_name(dt));
-        compare(what, &t[2], &t[3], dt == RL_INT32 ? 0 : rtol_of(dt), dt == RL_INT32 ? 0 : 1e-6);
+        compare_elems(what, &t[2], &t[3], dt == RL_INT32 ? 0 : rtol_of(dt),
+                      dt == RL_INT32 ? 0 : 1e-6);
         /* a transposed (strided) input */
         CHECK_OK(rl_tensor_transpose(&t[4], &t[1], 0, 2));
         rl_tensor tc = {0};
@@ -173,7 +78,8 @@ static void test_unary(rl_dtype dt) {
         CHECK_OK(rl_op_unary(&t[6], &t[4], (rl_unary_op)op, p0, p1));
         snprintf(what, sizeof what, "unary %s %s transposed", rl_unary_name((rl_unary_op)op),
                  rl_dtype_name(dt));
-        compare(what, &t[5], &t[6], dt == RL_INT32 ? 0 : rtol_of(dt), dt == RL_INT32 ? 0 : 1e-6);
+        compare_elems(what, &t[5], &t[6], dt == RL_INT32 ? 0 : rtol_of(dt),
+                      dt == RL_INT32 ? 0 : 1e-6);
         rl_tensor_release(&tc);
         release_all(t, 7);
     }
@@ -182,10 +88,10 @@ static void test_unary(rl_dtype dt) {
 /* in place: out is the very view of the input */
 static void test_unary_inplace(void) {
     int64_t shape[2] = {6, 7};
-    rl_tensor c = rand_cpu(RL_FLOAT32, 2, shape, -2, 2, 0), g = to_dev(&c);
+    rl_tensor c = rand_cpu(RL_FLOAT32, 2, shape, -2, 2, 0), g = copy_to(&c, DEV);
     CHECK_OK(rl_op_unary(&c, &c, RL_UN_TANH, 0, 0));
     CHECK_OK(rl_op_unary(&g, &g, RL_UN_TANH, 0, 0));
-    compare("unary tanh in place", &c, &g, 1e-5, 1e-6);
+    compare_elems("unary tanh in place", &c, &g, 1e-5, 1e-6);
     rl_tensor_release(&c);
     rl_tensor_release(&g);
 }
@@ -207,15 +113,15 @@ static void test_binary(rl_dtype dt) {
         rl_tensor t[6] = {{0}};
         t[0] = rand_cpu(dt, 3, sa, alo, ahi, q);
         t[1] = rand_cpu(dt, 2, sb, blo, bhi, q);
-        t[2] = to_dev(&t[0]);
-        t[3] = to_dev(&t[1]);
+        t[2] = copy_to(&t[0], DEV);
+        t[3] = copy_to(&t[1], DEV);
         CHECK_OK(rl_op_binary(&t[4], &t[0], &t[1], (rl_binary_op)op));
         CHECK_OK(rl_op_binary(&t[5], &t[2], &t[3], (rl_binary_op)op));
         char what[96];
         snprintf(what, sizeof what, "binary %s %s (3,1,5) with (4,5)",
                  rl_binary_name((rl_binary_op)op), rl_dtype_name(dt));
         bool exact = dt == RL_INT32 || is_comparison(op) || op == RL_BIN_MAX || op == RL_BIN_MIN;
-        compare(what, &t[4], &t[5], exact ? 0 : rtol_of(dt), exact ? 0 : 1e-6);
+        compare_elems(what, &t[4], &t[5], exact ? 0 : rtol_of(dt), exact ? 0 : 1e-6);
         release_all(t, 6);
     }
 }
@@ -233,14 +139,14 @@ static void test_binary_scalar(rl_dtype dt) {
             }
             rl_tensor t[4] = {{0}};
             t[0] = rand_cpu(dt, 2, shape, lo, hi, 0.5);
-            t[1] = to_dev(&t[0]);
+            t[1] = copy_to(&t[0], DEV);
             CHECK_OK(rl_op_binary_scalar(&t[2], &t[0], s, (rl_binary_op)op, first));
             CHECK_OK(rl_op_binary_scalar(&t[3], &t[1], s, (rl_binary_op)op, first));
             char what[96];
             snprintf(what, sizeof what, "binary_scalar %s %s%s", rl_binary_name((rl_binary_op)op),
                      rl_dtype_name(dt), first ? " scalar first" : "");
             bool exact = dt == RL_INT32 || is_comparison(op);
-            compare(what, &t[2], &t[3], exact ? 0 : rtol_of(dt), exact ? 0 : 1e-6);
+            compare_elems(what, &t[2], &t[3], exact ? 0 : rtol_of(dt), exact ? 0 : 1e-6);
             release_all(t, 4);
         }
     }
@@ -252,18 +158,18 @@ static void test_masked_fill(void) {
     for (int i = 0; i < 2; i++) {
         rl_tensor t[6] = {{0}};
         t[0] = rand_cpu(dts[i], 2, sa, -5, 5, 0);
-        t[1] = to_dev(&t[0]);
+        t[1] = copy_to(&t[0], DEV);
         t[2] = rand_cpu(RL_INT32, 2, sm1, 0, 1, 0);
-        t[3] = to_dev(&t[2]);
+        t[3] = copy_to(&t[2], DEV);
         t[4] = rand_cpu(RL_FLOAT32, 1, sm2, 0, 1, 1);
-        t[5] = to_dev(&t[4]);
+        t[5] = copy_to(&t[4], DEV);
         CHECK_OK(rl_op_masked_fill(&t[0], &t[2], -7));
         CHECK_OK(rl_op_masked_fill(&t[1], &t[3], -7));
         CHECK_OK(rl_op_masked_fill(&t[0], &t[4], 9));
         CHECK_OK(rl_op_masked_fill(&t[1], &t[5], 9));
-        compare(i ? "masked_fill int32 (int32 and float32 masks)"
-                  : "masked_fill float32 (int32 and float32 masks)",
-                &t[0], &t[1], 0, 0);
+        compare_elems(i ? "masked_fill int32 (int32 and float32 masks)"
+                        : "masked_fill float32 (int32 and float32 masks)",
+                      &t[0], &t[1], 0, 0);
         release_all(t, 6);
     }
 }
@@ -294,11 +200,11 @@ static void reduce_both(const char *label, const rl_tensor *c, const rl_tensor *
             CHECK_OK(rl_op_reduce_dim(&t[2], ext ? &t[3] : NULL, g, dim, keep, op));
             snprintf(what, sizeof what, "reduce %s %s %s dim %d%s", rl_reduce_name(op), label,
                      rl_dtype_name(c->dtype), dim, keep ? " keepdim" : "");
-            compare(what, &t[0], &t[2], rtol, rtol > 0 ? 1e-6 : 0);
+            compare_elems(what, &t[0], &t[2], rtol, rtol > 0 ? 1e-6 : 0);
             if (ext) {
                 snprintf(what, sizeof what, "reduce %s %s dim %d%s indices", rl_reduce_name(op),
                          label, dim, keep ? " keepdim" : "");
-                compare(what, &t[1], &t[3], 0, 0);
+                compare_elems(what, &t[1], &t[3], 0, 0);
             }
             release_all(t, 4);
         }
@@ -311,20 +217,21 @@ static void test_reduce(void) {
         bool ext = op == RL_RED_MAX || op == RL_RED_MIN;
         /* ties (multiples of 0.5) check first-occurrence indices; prod stays near 1 */
         double lo = op == RL_RED_PROD ? 0.6 : -2, hi = op == RL_RED_PROD ? 1.4 : 2;
-        rl_tensor c = rand_cpu(RL_FLOAT32, 3, s3, lo, hi, ext ? 0.5 : 0), g = to_dev(&c);
+        rl_tensor c = rand_cpu(RL_FLOAT32, 3, s3, lo, hi, ext ? 0.5 : 0), g = copy_to(&c, DEV);
         reduce_both("(4,5,6)", &c, &g, (rl_reduce_op)op);
         rl_tensor ct = {0}, gt = {0};
         int perm[3] = {2, 0, 1};
         CHECK_OK(rl_tensor_permute(&ct, &c, perm));
         CHECK_OK(rl_tensor_permute(&gt, &g, perm));
         reduce_both("permuted (6,4,5)", &ct, &gt, (rl_reduce_op)op);
-        rl_tensor c64 = rand_cpu(RL_FLOAT64, 3, s3, lo, hi, ext ? 0.5 : 0), g64 = to_dev(&c64);
+        rl_tensor c64 = rand_cpu(RL_FLOAT64, 3, s3, lo, hi, ext ? 0.5 : 0),
+                  g64 = copy_to(&c64, DEV);
         reduce_both("(4,5,6)", &c64, &g64, (rl_reduce_op)op);
         rl_tensor *ts[] = {&c, &g, &ct, &gt, &c64, &g64};
         for (int i = 0; i < 6; i++)
             rl_tensor_release(ts[i]);
         if (op == RL_RED_MEAN || op == RL_RED_NORM) continue;
-        rl_tensor ci = rand_cpu(RL_INT32, 3, s3, -3, 3, 0), gi = to_dev(&ci);
+        rl_tensor ci = rand_cpu(RL_INT32, 3, s3, -3, 3, 0), gi = copy_to(&ci, DEV);
         reduce_both("(4,5,6)", &ci, &gi, (rl_reduce_op)op);
         rl_tensor_release(&ci);
         rl_tensor_release(&gi);
@@ -337,7 +244,7 @@ static void test_reduce(void) {
             if (op == RL_RED_PROD) continue;
             bool ext = op == RL_RED_MAX || op == RL_RED_MIN;
             rl_tensor c = rand_cpu(RL_FLOAT32, 2, shapes[s], 0, 1, ext ? 1.0 / 64 : 0);
-            rl_tensor g = to_dev(&c);
+            rl_tensor g = copy_to(&c, DEV);
             char label[48];
             snprintf(label, sizeof label, "(%" PRId64 ",%" PRId64 ")", shapes[s][0], shapes[s][1]);
             reduce_both(label, &c, &g, (rl_reduce_op)op);
@@ -355,7 +262,7 @@ static void test_reduce(void) {
             if (op == RL_RED_PROD || ext) continue;
             if (bdt[i] == RL_INT32 && op != RL_RED_SUM) continue;
             rl_tensor c = rand_cpu(bdt[i], 2, big, bdt[i] == RL_INT32 ? -3 : 0, 1, 0);
-            rl_tensor g = to_dev(&c);
+            rl_tensor g = copy_to(&c, DEV);
             double r1 = 0, r2 = -1, rc = 0;
             CHECK_OK(rl_op_reduce_all(&rc, NULL, &c, (rl_reduce_op)op));
             CHECK_OK(rl_op_reduce_all(&r1, NULL, &g, (rl_reduce_op)op));
@@ -374,7 +281,7 @@ static void test_reduce(void) {
     rl_tensor c = rand_cpu(RL_FLOAT32, 1, s1, -1, 1, 0);
     int64_t at = 123;
     rl_tensor_set(&c, &at, NAN);
-    rl_tensor g = to_dev(&c);
+    rl_tensor g = copy_to(&c, DEV);
     for (int op = RL_RED_MAX; op <= RL_RED_MIN; op++) {
         double rc = 0, rg = 0;
         int64_t ic = -1, ig = -2;
@@ -399,22 +306,22 @@ static void test_gemm(rl_dtype dt) {
             rl_tensor t[10] = {{0}};
             t[0] = rand_cpu(dt, 2, sa, -1, 1, 0);
             t[1] = rand_cpu(dt, 2, sb, -1, 1, 0);
-            t[2] = to_dev(&t[0]);
-            t[3] = to_dev(&t[1]);
+            t[2] = copy_to(&t[0], DEV);
+            t[3] = copy_to(&t[1], DEV);
             CHECK_OK(rl_op_gemm(&t[4], &t[0], &t[1], ta, tb, 1.5, 0.0));
             CHECK_OK(rl_op_gemm(&t[5], &t[2], &t[3], ta, tb, 1.5, 0.0));
             char what[96];
             snprintf(what, sizeof what, "gemm %s %s%s", rl_dtype_name(dt), ta ? "A^T" : "A",
                      tb ? " B^T" : " B");
-            compare(what, &t[4], &t[5], rtol, atol);
+            compare_elems(what, &t[4], &t[5], rtol, atol);
             /* into a set c with beta */
             t[6] = rand_cpu(dt, 2, sc, -1, 1, 0);
-            t[7] = to_dev(&t[6]);
+            t[7] = copy_to(&t[6], DEV);
             CHECK_OK(rl_op_gemm(&t[6], &t[0], &t[1], ta, tb, -0.5, 0.75));
             CHECK_OK(rl_op_gemm(&t[7], &t[2], &t[3], ta, tb, -0.5, 0.75));
             snprintf(what, sizeof what, "gemm %s %s%s beta 0.75", rl_dtype_name(dt),
                      ta ? "A^T" : "A", tb ? " B^T" : " B");
-            compare(what, &t[6], &t[7], rtol, atol);
+            compare_elems(what, &t[6], &t[7], rtol, atol);
             /* transposed views instead of the flags */
             CHECK_OK(rl_tensor_transpose(&t[8], &t[3], 0, 1));
             rl_tensor bt = {0}, cc = {0}, gc = {0};
@@ -423,7 +330,7 @@ static void test_gemm(rl_dtype dt) {
             CHECK_OK(rl_op_gemm(&gc, &t[2], &t[8], ta, !tb, 1.0, 0.0));
             snprintf(what, sizeof what, "gemm %s %s with a transposed view of B", rl_dtype_name(dt),
                      ta ? "A^T" : "A");
-            compare(what, &cc, &gc, rtol, atol);
+            compare_elems(what, &cc, &gc, rtol, atol);
             rl_tensor_release(&bt);
             rl_tensor_release(&cc);
             rl_tensor_release(&gc);
@@ -437,11 +344,11 @@ static void matmul_case(const char *what, int na, const int64_t *sa, int nb, con
     rl_tensor t[6] = {{0}};
     t[0] = rand_cpu(RL_FLOAT32, na, sa, -1, 1, 0);
     t[1] = rand_cpu(RL_FLOAT32, nb, sb, -1, 1, 0);
-    t[2] = to_dev(&t[0]);
-    t[3] = to_dev(&t[1]);
+    t[2] = copy_to(&t[0], DEV);
+    t[3] = copy_to(&t[1], DEV);
     CHECK_OK(rl_op_matmul(&t[4], &t[0], &t[1]));
     CHECK_OK(rl_op_matmul(&t[5], &t[2], &t[3]));
-    compare(what, &t[4], &t[5], rtol, atol);
+    compare_elems(what, &t[4], &t[5], rtol, atol);
     release_all(t, 6);
 }
 
@@ -467,14 +374,14 @@ static void test_cat(void) {
         rl_tensor c[3], g[3], oc = {0}, og = {0};
         for (int i = 0; i < 3; i++) {
             c[i] = rand_cpu(RL_FLOAT32, 3, s[i], -1, 1, 0);
-            g[i] = to_dev(&c[i]);
+            g[i] = copy_to(&c[i], DEV);
         }
         const rl_tensor *pc[3] = {&c[0], &c[1], &c[2]}, *pg[3] = {&g[0], &g[1], &g[2]};
         CHECK_OK(rl_op_cat(&oc, pc, 3, dim));
         CHECK_OK(rl_op_cat(&og, pg, 3, dim));
         char what[48];
         snprintf(what, sizeof what, "cat dim %d", dim);
-        compare(what, &oc, &og, 0, 0);
+        compare_elems(what, &oc, &og, 0, 0);
         release_all(c, 3);
         release_all(g, 3);
         rl_tensor_release(&oc);
@@ -482,14 +389,14 @@ static void test_cat(void) {
     }
     /* a transposed view among the inputs */
     int64_t s[2] = {4, 3};
-    rl_tensor c0 = rand_cpu(RL_INT32, 2, s, -9, 9, 0), g0 = to_dev(&c0);
+    rl_tensor c0 = rand_cpu(RL_INT32, 2, s, -9, 9, 0), g0 = copy_to(&c0, DEV);
     rl_tensor ct = {0}, gt = {0}, oc = {0}, og = {0};
     CHECK_OK(rl_tensor_transpose(&ct, &c0, 0, 1));
     CHECK_OK(rl_tensor_transpose(&gt, &g0, 0, 1));
     const rl_tensor *pc[2] = {&ct, &ct}, *pg[2] = {&gt, &gt};
     CHECK_OK(rl_op_cat(&oc, pc, 2, 1));
     CHECK_OK(rl_op_cat(&og, pg, 2, 1));
-    compare("cat int32 of transposed views", &oc, &og, 0, 0);
+    compare_elems("cat int32 of transposed views", &oc, &og, 0, 0);
     rl_tensor *ts[] = {&c0, &g0, &ct, &gt, &oc, &og};
     for (int i = 0; i < 6; i++)
         rl_tensor_release(ts[i]);
@@ -499,16 +406,16 @@ static void test_index_select(void) {
     int64_t shape[3] = {4, 5, 6};
     rl_dtype dts[2] = {RL_FLOAT32, RL_INT32};
     for (int i = 0; i < 2; i++) {
-        rl_tensor c = rand_cpu(dts[i], 3, shape, -9, 9, 0), g = to_dev(&c);
+        rl_tensor c = rand_cpu(dts[i], 3, shape, -9, 9, 0), g = copy_to(&c, DEV);
         for (int dim = 0; dim < 3; dim++) {
             int64_t ni = 5;
             rl_tensor ic = rand_cpu(RL_INT32, 1, &ni, 0, (double)shape[dim] - 1, 0);
-            rl_tensor ig = to_dev(&ic), oc = {0}, og = {0};
+            rl_tensor ig = copy_to(&ic, DEV), oc = {0}, og = {0};
             CHECK_OK(rl_op_index_select(&oc, &c, dim, &ic));
             CHECK_OK(rl_op_index_select(&og, &g, dim, &ig));
             char what[64];
             snprintf(what, sizeof what, "index_select %s dim %d", rl_dtype_name(dts[i]), dim);
-            compare(what, &oc, &og, 0, 0);
+            compare_elems(what, &oc, &og, 0, 0);
             rl_tensor *ts[] = {&ic, &ig, &oc, &og};
             for (int j = 0; j < 4; j++)
                 rl_tensor_release(ts[j]);
@@ -522,7 +429,7 @@ static void test_copy(void) {
     int64_t shape[2] = {5, 7};
     rl_dtype dts[3] = {RL_FLOAT32, RL_FLOAT64, RL_INT32};
     for (int s = 0; s < 3; s++) {
-        rl_tensor c = rand_cpu(dts[s], 2, shape, -100, 100, 0), g = to_dev(&c);
+        rl_tensor c = rand_cpu(dts[s], 2, shape, -100, 100, 0), g = copy_to(&c, DEV);
         for (int d = 0; d < 3; d++) {
             rl_tensor oc = {0}, og = {0}, ox = {0}, tg = {0}, otc = {0}, otg = {0};
             CHECK_OK(rl_op_to(&oc, &c, dts[d], RL_DEVICE_CPU));
@@ -531,10 +438,10 @@ static void test_copy(void) {
             char what[80];
             snprintf(what, sizeof what, "copy %s to %s on cuda", rl_dtype_name(dts[s]),
                      rl_dtype_name(dts[d]));
-            compare(what, &oc, &og, 0, 0);
+            compare_elems(what, &oc, &og, 0, 0);
             snprintf(what, sizeof what, "copy %s on cpu to %s on cuda", rl_dtype_name(dts[s]),
                      rl_dtype_name(dts[d]));
-            compare(what, &oc, &ox, 0, 0);
+            compare_elems(what, &oc, &ox, 0, 0);
             /* a transposed cuda view back to the host */
             CHECK_OK(rl_tensor_transpose(&tg, &g, 0, 1));
             CHECK_OK(rl_tensor_transpose(&otg, &c, 0, 1));
@@ -543,7 +450,7 @@ static void test_copy(void) {
             CHECK_OK(rl_op_to(&want, &otg, dts[d], RL_DEVICE_CPU));
             snprintf(what, sizeof what, "copy transposed %s on cuda to %s on cpu",
                      rl_dtype_name(dts[s]), rl_dtype_name(dts[d]));
-            compare(what, &want, &otc, 0, 0); /* both on the host: compare still applies */
+            compare_elems(what, &want, &otc, 0, 0); /* both on the host: compare still applies */
             rl_tensor *ts[] = {&oc, &og, &ox, &tg, &otc, &otg, &want};
             for (int j = 0; j < 7; j++)
                 rl_tensor_release(ts[j]);
@@ -560,7 +467,7 @@ static void test_copy(void) {
     CHECK_OK(rl_op_fill(&dg, 0));
     CHECK_OK(rl_op_copy(&dc, &src));
     CHECK_OK(rl_op_copy(&dg, &src));
-    compare("copy cpu (7) broadcast into cuda (5,7)", &dc, &dg, 0, 0);
+    compare_elems("copy cpu (7) broadcast into cuda (5,7)", &dc, &dg, 0, 0);
     rl_tensor vc = {0}, vg = {0};
     int64_t col[1] = {5};
     rl_tensor src2 = rand_cpu(RL_FLOAT32, 1, col, -1, 1, 0);
@@ -568,7 +475,7 @@ static void test_copy(void) {
     CHECK_OK(rl_tensor_select(&vg, &dg, 1, 3));
     CHECK_OK(rl_op_copy(&vc, &src2));
     CHECK_OK(rl_op_copy(&vg, &src2));
-    compare("copy cpu (5) into a strided column of cuda (5,7)", &dc, &dg, 0, 0);
+    compare_elems("copy cpu (5) into a strided column of cuda (5,7)", &dc, &dg, 0, 0);
     rl_tensor *ts[] = {&src, &dc, &dg, &vc, &vg, &src2};
     for (int j = 0; j < 6; j++)
         rl_tensor_release(ts[j]);
@@ -576,7 +483,7 @@ static void test_copy(void) {
 
 static void test_contiguous(void) {
     int64_t shape[3] = {2, 3, 4};
-    rl_tensor c = rand_cpu(RL_FLOAT32, 3, shape, -1, 1, 0), g = to_dev(&c);
+    rl_tensor c = rand_cpu(RL_FLOAT32, 3, shape, -1, 1, 0), g = copy_to(&c, DEV);
     rl_tensor pc = {0}, pg = {0}, oc = {0}, og = {0};
     int perm[3] = {2, 0, 1};
     CHECK_OK(rl_tensor_permute(&pc, &c, perm));
@@ -584,7 +491,7 @@ static void test_contiguous(void) {
     CHECK_OK(rl_op_contiguous(&oc, &pc));
     CHECK_OK(rl_op_contiguous(&og, &pg));
     CHECK(og.storage && rl_tensor_is_contiguous(&og));
-    compare("contiguous of a permuted view", &oc, &og, 0, 0);
+    compare_elems("contiguous of a permuted view", &oc, &og, 0, 0);
     rl_tensor *ts[] = {&c, &g, &pc, &pg, &oc, &og};
     for (int j = 0; j < 6; j++)
         rl_tensor_release(ts[j]);
@@ -594,7 +501,7 @@ static void test_fill_arange(void) {
     int64_t shape[2] = {6, 5};
     rl_dtype dts[3] = {RL_FLOAT32, RL_FLOAT64, RL_INT32};
     for (int i = 0; i < 3; i++) {
-        rl_tensor c = rand_cpu(dts[i], 2, shape, -5, 5, 0), g = to_dev(&c);
+        rl_tensor c = rand_cpu(dts[i], 2, shape, -5, 5, 0), g = copy_to(&c, DEV);
         rl_tensor vc = {0}, vg = {0}, tc = {0}, tg = {0};
         CHECK_OK(rl_tensor_narrow(&vc, &c, 1, 1, 3));
         CHECK_OK(rl_tensor_narrow(&vg, &g, 1, 1, 3));
@@ -604,7 +511,7 @@ static void test_fill_arange(void) {
         CHECK_OK(rl_op_fill(&tg, -2.25));
         char what[64];
         snprintf(what, sizeof what, "fill of a strided view %s", rl_dtype_name(dts[i]));
-        compare(what, &c, &g, 0, 0);
+        compare_elems(what, &c, &g, 0, 0);
         rl_tensor *ts[] = {&c, &g, &vc, &vg, &tc, &tg};
         for (int j = 0; j < 6; j++)
             rl_tensor_release(ts[j]);
@@ -617,7 +524,7 @@ static void test_fill_arange(void) {
         CHECK_OK(rl_op_arange(&ac, start, step));
         CHECK_OK(rl_op_arange(&ag, start, step));
         snprintf(what, sizeof what, "arange %s", rl_dtype_name(dts[i]));
-        compare(what, &ac, &ag, 0, 0);
+        compare_elems(what, &ac, &ag, 0, 0);
         rl_tensor_release(&ac);
         rl_tensor_release(&ag);
     }
@@ -656,7 +563,7 @@ static void test_random(void) {
                 char what[80];
                 snprintf(what, sizeof what, "%s %s%s", normal ? "normal" : "uniform",
                          rl_dtype_name(dts[i]), view ? " into a transposed view" : "");
-                compare(what, &c, &g, dts[i] == RL_FLOAT64 ? 1e-12 : 1e-6, 1e-12);
+                compare_elems(what, &c, &g, dts[i] == RL_FLOAT64 ? 1e-12 : 1e-6, 1e-12);
                 CHECK(gc.seed == gg.seed && gc.offset == gg.offset);
                 rl_tensor *ts[] = {&c, &g, &vc, &vg};
                 for (int j = 0; j < 4; j++)
@@ -690,9 +597,9 @@ static void test_device(void) {
     if (be->count() >= 2) {
         int64_t shape[2] = {30, 40};
         rl_device cuda1 = {RL_CUDA, 1};
-        rl_tensor c = rand_cpu(RL_FLOAT32, 2, shape, -1, 1, 0), g0 = to_dev(&c), g1 = {0};
+        rl_tensor c = rand_cpu(RL_FLOAT32, 2, shape, -1, 1, 0), g0 = copy_to(&c, DEV), g1 = {0};
         CHECK_OK(rl_op_to(&g1, &g0, RL_FLOAT32, cuda1));
-        compare("copy cuda:0 to cuda:1", &c, &g1, 0, 0);
+        compare_elems("copy cuda:0 to cuda:1", &c, &g1, 0, 0);
         rl_tensor *ts[] = {&c, &g0, &g1};
         for (int j = 0; j < 3; j++)
             rl_tensor_release(ts[j]);

@@ -21,101 +21,11 @@
 #include "layers/layer.h"
 #include "layers/layers.h"
 #include "tests/c/check.h"
+#include "tests/c/gradcheck.h"
 #include "tests/gpu/device_side.h"
 
 enum { T = 19, B = 4, F = 6, H = 7, MAXL = 3, MAXD = 2 };
 static const int32_t LENS[B] = {19, 11, 1, 6};
-
-static uint64_t rand_state = 0x9E3779B97F4A7C15u;
-
-static double urand(double a) {
-    rand_state ^= rand_state << 13;
-    rand_state ^= rand_state >> 7;
-    rand_state ^= rand_state << 17;
-    return a * (2.0 * (double)(rand_state >> 11) * (1.0 / 9007199254740992.0) - 1.0);
-}
-
-/* A new float64 CPU tensor uniform in [-a, a); a (T, B, .) one with `padded_zero` is 0 on padded
- * frames. */
-static rl_tensor rand_cpu(int ndim, const int64_t *shape, double a, bool padded_zero) {
-    rl_tensor t = {0};
-    CHECK_OK(rl_tensor_empty(&t, RL_FLOAT64, RL_DEVICE_CPU, ndim, shape));
-    if (!t.storage) return t;
-    double *p = rl_tensor_data(&t);
-    int64_t n = rl_tensor_numel(&t), row = ndim == 3 ? shape[2] : 1;
-    for (int64_t i = 0; i < n; i++) {
-        int64_t tb = i / row, tt = tb / B, b = tb % B;
-        p[i] = padded_zero && tt >= LENS[b] ? 0.0 : urand(a);
-    }
-    return t;
-}
-
-static rl_tensor copy_to(const rl_tensor *t, rl_device dev) {
-    rl_tensor d = {0};
-    CHECK_OK(rl_op_to(&d, t, t->dtype, dev));
-    return d;
-}
-
-/* want and got (any devices) agree to rtol of want's largest magnitude; NaN fails. */
-static void compare(const char *tag, const char *what, const rl_tensor *want, const rl_tensor *got,
-                    double rtol) {
-    rl_tensor a = {0}, g = {0};
-    CHECK_OK(rl_op_to(&a, want, RL_FLOAT64, RL_DEVICE_CPU));
-    CHECK_OK(rl_op_to(&g, got, RL_FLOAT64, RL_DEVICE_CPU));
-    if (!a.storage || !g.storage || rl_tensor_numel(&a) != rl_tensor_numel(&g)) {
-        check_failed++;
-        fprintf(stderr, "FAIL %s %s: missing or mis-sized result (%s)\n", tag, what, rl_errmsg());
-    } else {
-        const double *pa = rl_tensor_data(&a), *pg = rl_tensor_data(&g);
-        int64_t n = rl_tensor_numel(&a), worst = 0;
-        double scale = 0, err = 0;
-        for (int64_t i = 0; i < n; i++)
-            scale = fmax(scale, fabs(pa[i]));
-        for (int64_t i = 0; i < n; i++) {
-            double e = fabs(pa[i] - pg[i]);
-            if (!(e <= err)) {
-                err = e;
-                worst = i;
-            }
-        }
-        if (err <= rtol * scale && scale > 0) {
-            check_passed++;
-        } else {
-            check_failed++;
-            fprintf(stderr,
-                    "FAIL %s %s: max error %.3g (scale %.3g) at %lld: want %.12g got %.12g\n", tag,
-                    what, err, scale, (long long)worst, pa[worst], pg[worst]);
-        }
-    }
-    rl_tensor_release(&a);
-    rl_tensor_release(&g);
-}
-
-/* ---- options for rl_layer_create: n_out and direction ---- */
-
-static double opt_dir;
-
-static rl_status opt_num(void *ctx, const char *key, double *v, int *found) {
-    (void)ctx;
-    *found = 1;
-    if (strcmp(key, "n_out") == 0)
-        *v = H;
-    else if (strcmp(key, "direction") == 0)
-        *v = opt_dir;
-    else
-        *found = 0;
-    return RL_OK;
-}
-static rl_status opt_str(void *ctx, const char *key, const char **v, int *found) {
-    (void)ctx, (void)key, (void)v;
-    *found = 0;
-    return RL_OK;
-}
-static rl_status opt_bool(void *ctx, const char *key, bool *v, int *found) {
-    (void)ctx, (void)key, (void)v;
-    *found = 0;
-    return RL_OK;
-}
 
 /* ---- a network on one device ---- */
 
@@ -139,7 +49,6 @@ static bool net_build(net *n, const topology *tp, rl_device dev, const net *like
     memset(n, 0, sizeof *n);
     n->tp = tp;
     n->dev = dev;
-    rl_options o = {NULL, opt_num, opt_str, opt_bool};
     int64_t xs[3] = {T, B, F}, hs[3] = {T, B, H}, ls[1] = {B};
     for (int li = 0; li < tp->levels; li++) {
         for (int d = 0; d < tp->dirs; d++) {
@@ -147,7 +56,10 @@ static bool net_build(net *n, const topology *tp, rl_device dev, const net *like
             int64_t in_dims[MAXD] = {li ? H : F, H};
             char name[32];
             snprintf(name, sizeof name, "%s%d%c", tp->cls, li + 1, d ? 'b' : 'f');
-            opt_dir = d ? -1 : 1;
+            gc_opts t = {0};
+            gc_opt_num(&t, "n_out", H);
+            gc_opt_num(&t, "direction", d ? -1 : 1);
+            rl_options o = gc_options(&t);
             rl_status st = rl_layer_create(&n->l[li][d], tp->cls, name, &o, n_in, in_dims);
             CHECK_OK(st);
             if (st != RL_OK) return false;
@@ -157,7 +69,8 @@ static bool net_build(net *n, const topology *tp, rl_device dev, const net *like
                 if (like) {
                     pp->value = copy_to(&like->l[li][d]->params[p].value, dev);
                 } else {
-                    rl_tensor c = rand_cpu(pp->ndim, pp->shape, 0.5, false);
+                    rl_tensor c =
+                        rand_tensor(RL_FLOAT64, pp->ndim, pp->shape, -0.5, 0.5, NULL, 0.0);
                     pp->value = copy_to(&c, dev);
                     rl_tensor_release(&c);
                 }
@@ -172,11 +85,11 @@ static bool net_build(net *n, const topology *tp, rl_device dev, const net *like
     CHECK_OK(rl_tensor_empty(&n->len, RL_INT32, RL_DEVICE_CPU, 1, ls));
     if (!n->len.storage) return false;
     memcpy(rl_tensor_data(&n->len), LENS, sizeof LENS);
-    rl_tensor x = like ? like->x : rand_cpu(3, xs, 1.0, false);
+    rl_tensor x = like ? like->x : rand_tensor(RL_FLOAT64, 3, xs, -1.0, 1.0, NULL, 0.0);
     n->x = copy_to(&x, dev);
     if (!like) rl_tensor_release(&x);
     for (int d = 0; d < tp->dirs; d++) {
-        rl_tensor g = like ? like->gtop[d] : rand_cpu(3, hs, 1.0, true);
+        rl_tensor g = like ? like->gtop[d] : rand_tensor(RL_FLOAT64, 3, hs, -1.0, 1.0, LENS, 0.0);
         n->gtop[d] = copy_to(&g, dev);
         if (!like) rl_tensor_release(&g);
     }

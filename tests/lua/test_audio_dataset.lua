@@ -3,7 +3,9 @@
 -- file and words; the HDF cache (read back without touching the audio, rebuilt when the feature
 -- options, the list, the vocabulary or a file change; one file per configuration in a folder);
 -- global mean/variance normalisation with the training set's statistics; batches sorted by
--- length, CTC training through rl.train and the forward task; and every bad input as an error
+-- length, CTC training through rl.train and the forward task; the statistics in the checkpoint
+-- (rl.forward and serve normalise raw features of new audio with them); and every bad input as
+-- an error
 -- naming the list file and line, or a logged skip with skip_bad.
 local H = dofile("tests/lua/harness.lua")
 local test, check, expect_error = H.test, H.check, H.expect_error
@@ -230,6 +232,87 @@ test("word vocabulary file, rl.train with CTC and the forward task", function()
   ds:init_epoch(1)
   check(out:get_seq(2).tag == ds:get_seq(2).tag, "tags kept")
   check(out:get_seq(2).data:size(1) == ds:get_seq(2).data:size(1), "frames kept")
+end)
+
+test("global normalisation statistics go with the model (checkpoint, forward, serve)", function()
+  local cfg = {class = "audio", list = list, vocab = "chars", features = FEAT,
+    cache = dir .. "/dn.h5", normalize = "global", quiet = true}
+  local r = rl.train{
+    network = {fw = {class = "lstm", n_out = 4},
+      output = {class = "softmax", loss = "ctc", target = "classes", from = "fw"}},
+    train = cfg, num_epochs = 1, batch_size = 1000, max_seqs = 3,
+    optimizer = {class = "adam"}, learning_rate = 1e-2, model = dir .. "/dn/net", log_verbosity = 0,
+  }
+  local path = r.checkpoint
+  local ck = rl.load_checkpoint(path)
+  local st = rl.dataset(cfg):norm_stats()
+  check(ck.data_norm and max_abs(ck.data_norm.mean, st.mean) == 0
+    and max_abs(ck.data_norm.std, st.std) == 0, "the training set's statistics in the checkpoint")
+  local p = io.popen(string.format("%s info %s 2>&1", arg[-1], path))
+  local txt = p:read("a")
+  p:close()
+  check(txt:find("input normalisation: (x - mean) / std of input data over 20 columns", 1, true),
+    "rnnlua info names the statistics: " .. txt)
+  -- new audio (two utterances of another list, no cache): the model's statistics, not the list's
+  local new_list = dir .. "/new.tsv"
+  write_list(new_list, {good[3], good[1]})
+  local raw = {class = "audio", list = new_list, vocab = "chars", features = FEAT, quiet = true}
+  local want = {class = "audio", list = new_list, vocab = "chars", features = FEAT, quiet = true,
+    normalize = "global", norm_stats = dir .. "/dn.h5"} -- the old way: the training cache
+  local own = {class = "audio", list = new_list, vocab = "chars", features = FEAT, quiet = true,
+    normalize = "global"} -- the new list's own statistics: what the model must not get
+  local function fwd(data, file)
+    rl.forward{model = path, data = data, output_file = dir .. "/" .. file, log_verbosity = 0}
+    local o = rl.dataset{class = "hdf", files = {dir .. "/" .. file}}
+    o:init_epoch(1)
+    return o
+  end
+  local a, b, c = fwd(raw, "dn_raw.h5"), fwd(want, "dn_want.h5"), fwd(own, "dn_own.h5")
+  for k = 1, 2 do
+    check(max_abs(a:get_seq(k).data, b:get_seq(k).data) < 1e-6, "raw features + the model's "
+      .. "statistics = the training cache's normalisation, sequence " .. k)
+    check(max_abs(c:get_seq(k).data, b:get_seq(k).data) < 1e-6, "normalize = \"global\" in "
+      .. "the config gives way to the model's statistics, sequence " .. k)
+  end
+  -- without the statistics the model sees other inputs: the check above can fail
+  local plain = rl.load_checkpoint(path)
+  plain.data_norm = nil
+  local net = rl.network(plain.description, plain.extern_data)
+  rl.checkpoint.load_params(plain, net)
+  rl.save_checkpoint(dir .. "/dn_old.h5", {net = net})
+  check(rl.load_checkpoint(dir .. "/dn_old.h5").data_norm == nil, "no data_norm: nil")
+  rl.forward{model = dir .. "/dn_old.h5", data = raw, output_file = dir .. "/dn_old_out.h5",
+    log_verbosity = 0}
+  local d = rl.dataset{class = "hdf", files = {dir .. "/dn_old_out.h5"}}
+  d:init_epoch(1)
+  check(max_abs(d:get_seq(1).data, b:get_seq(1).data) > 1e-3, "raw features differ without it")
+  -- an audio dataset object that normalises itself would be normalised twice
+  expect_error("forward: a dataset object with its own normalisation", function()
+    rl.forward{model = path, data = rl.dataset(own), output_file = dir .. "/x.h5",
+      log_verbosity = 0}
+  end, "the dataset normalises its features (normalize = \"global\") and the model's checkpoint")
+  -- serve: raw features in, the forward task's numbers out; GET /v1/model shows the statistics
+  local m = require("rnnlua.serve").load(path, "output")
+  local info = m:info()
+  check(type(info.data_norm) == "table" and #info.data_norm.mean == 20
+    and math.abs(info.data_norm.std[5] - st.std[5]) < 1e-6, "/v1/model data_norm")
+  local x = rl.dataset(raw)
+  x:init_epoch(1)
+  local s1 = x:get_seq(1).data
+  local T = s1:size(1)
+  local out = m:forward(s1:view(T, 1, 20), rl.tensor({T}, "int32"))
+  check(max_abs(out:view(T, out:size(3)), b:get_seq(1).data) < 1e-6,
+    "serve normalises raw features")
+  check(require("rnnlua.serve").load(dir .. "/dn_old.h5", "output"):info().data_norm == false,
+    "/v1/model data_norm false without")
+  expect_error("save: statistics of another width", function()
+    rl.save_checkpoint(dir .. "/bad.h5", {net = net,
+      data_norm = {mean = rl.zeros(3), std = rl.ones(3)}})
+  end, "data_norm: mean must be a (20) float tensor (the input's dim), got float32 (3)")
+  expect_error("save: a zero std", function()
+    rl.save_checkpoint(dir .. "/bad.h5", {net = net, data_norm = {mean = rl.zeros(20),
+      std = rl.zeros(20)}})
+  end, "data_norm: std must be positive everywhere")
 end)
 
 -- Bad input: each an error naming the list file and line, or a skip with skip_bad.

@@ -225,7 +225,7 @@ end)
 
 -- A checkpoint written attribute by attribute, with some attributes replaced: what a tampered
 -- or crafted file holds. The unchanged one loads.
-local function forge(name, over)
+local function forge(name, over, norm)
   local path = dir .. "/" .. name .. ".h5"
   local f = rl.h5file(path, "w")
   local a = {format = "rnnlua-checkpoint", version = 1, epoch = 0, step = 0, dtype = "float32",
@@ -241,6 +241,12 @@ local function forge(name, over)
   f:write("params/output/W", rl.zeros(1, 2))
   f:set_attr("params", "order", a.order)
   f:set_attr("rng", "state", a.state)
+  if norm then -- /data_norm as rl.save_checkpoint writes it (a state table of two tensors)
+    f:write("data_norm/mean", norm.mean)
+    f:write("data_norm/std", norm.std)
+    f:set_attr("data_norm", "_values", "{}")
+    f:set_attr("data_norm", "_tensors", '{"mean", "std"}')
+  end
   f:commit()
   return path
 end
@@ -277,6 +283,29 @@ for _, c in ipairs{
     err = tostring(err)
     H.check(err:find(path, 1, true), "the error does not name the file: " .. err)
     H.check(err:find(c[3], 1, true), "the error does not say " .. c[3] .. ": " .. err)
+  end)
+end
+
+-- /data_norm (the training set's input normalisation): read back, and checked against the input
+H.test("a checkpoint with /data_norm loads it; one without gives nil", function()
+  local ck = rl.load_checkpoint(forge("norm", nil, {mean = rl.tensor{0.5}, std = rl.tensor{2}}))
+  H.check(ck.data_norm and ck.data_norm.mean[1] == 0.5 and ck.data_norm.std[1] == 2, "data_norm")
+  H.check(rl.load_checkpoint(forge("plain")).data_norm == nil, "nil without")
+end)
+for _, c in ipairs{
+  {"data_norm of another width", {mean = rl.zeros(3), std = rl.ones(3)},
+   "/data_norm: mean must be a (1) float tensor (the input's dim), got float32 (3)"},
+  {"data_norm with a zero std", {mean = rl.zeros(1), std = rl.zeros(1)},
+   "/data_norm: std must be positive everywhere"},
+  {"data_norm with a NaN std", {mean = rl.zeros(1), std = rl.tensor{0 / 0}},
+   "/data_norm: std must be positive everywhere"},
+} do
+  H.test("tampered checkpoint: " .. c[1], function()
+    local path = forge("tampered", nil, c[2])
+    local ok, err = pcall(rl.load_checkpoint, path)
+    H.check(not ok, "loaded")
+    err = tostring(err)
+    H.check(err:find(path, 1, true) and err:find(c[3], 1, true), "error: " .. err)
   end)
 end
 

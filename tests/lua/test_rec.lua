@@ -316,6 +316,61 @@ do
   rec.max_step_objects = keep
 end
 
+-- float32 lstm step objects pack their weights once per pass (layers/lstm.c, "Packed
+-- operands"): over training steps that change the parameters, on both step paths and at every
+-- CPU level, the float32 network follows a float64 copy given the same parameters. Weights
+-- packed in an earlier pass would give the old parameters' outputs and gradients.
+H.test("float32 per-step lstm: packed weights follow the parameters from pass to pass", function()
+  local rec = require("rnnlua.rec")
+  local keep = rec.max_step_objects
+  local _, best = rl.cpu_level()
+  local was = rl.cpu_level()
+  local levels = {"generic"}
+  if best == "avx2" or best == "avx512" then levels[#levels + 1] = "avx2" end
+  if best == "avx512" then levels[#levels + 1] = "avx512" end
+  for _, lv in ipairs(levels) do
+    rl.cpu_level(lv)
+    for _, max in ipairs({64, 0}) do
+      rec.max_step_objects = max
+      local d, e = seq2seq("additive", {s = {class = "lstm", from = {"emb", "prev:att"},
+        n_out = 20}})
+      rl.manual_seed(7)
+      local n64 = rl.network(d, e, {dtype = "float64"})
+      local n32 = rl.network(d, e)
+      local b = label_batch()
+      rl.manual_seed(8)
+      b.data, b.lengths = rl.randn(5, 3, 3, "float64"), rl.tensor({5, 2, 4}, "int32")
+      local b32 = {classes = b.classes, lengths_classes = b.lengths_classes,
+        data = b.data:float(), lengths = b.lengths}
+      for it = 1, 3 do
+        n32:params():copy_(n64:params())
+        local where = string.format("%s, max_step_objects %d, pass %d", lv, max, it)
+        H.near(n32:forward(b32), n64:forward(b), 1e-4, where .. ": loss")
+        n64:zero_grads(); n64:backward(); n32:zero_grads(); n32:backward()
+        local g = n64:grads()
+        H.check(maxdiff(n32:grads():double(), g) < 1e-4 * math.max(1, g:abs():max()),
+          where .. ": gradients")
+        n64:params():add_(g * -0.5) -- a large step, so that stale packs would show
+      end
+    end
+  end
+  rl.cpu_level(was)
+  rec.max_step_objects = keep
+end)
+
+do
+  local layers = require("rnnlua.layers")
+  local a = layers.create("lstm", "a", {n_out = 4}, {3}, "float32")
+  local b = layers.create("lstm", "b", {n_out = 5}, {3}, "float32")
+  local c = layers.create("linear", "c", {n_out = 4}, {3}, "float32")
+  H.expect_error("step objects of different shapes share no packed weights", function()
+    b:_share_packs(a)
+  end, "layer 'b' and layer 'a' differ")
+  H.expect_error("only lstm layers share packed weights", function() c:_share_packs(a) end,
+    "layer 'c' is not an lstm")
+  H.expect_error("a negative pass", function() a:_set_pack_pass(-1) end, "must be >= 0")
+end
+
 gradcheck("gradient check: a Lua layer (layer_norm) inside a unit", {network = {
   dec = {class = "rec", from = "data", unit = {
     h = {class = "linear", activation = "tanh", n_out = 4, from = {"data:source", "prev:h"}},

@@ -1,16 +1,17 @@
-/* LSTM training step on a GPU: the lstm layer stacks of bench/lstm.c's three topologies (chime,
- * ptb_large, seqmnist) plus DeepBench's LSTM training sizes (H=1024, B=64, T=25 and H=256, B=32,
- * T=150, input size = H, one layer), float32 on cuda:0, each with rnnlua's own kernels
- * (impl = "own") and with cuDNN (impl = "cudnn"), interleaved in one bench_row. A step is the
- * forward and backward of every lstm layer (input gradients included, the two directions of a
- * bidirectional level queued back to back so their streams overlap, while a layer's stream waits
- * for the events of the layers whose outputs or input gradients it reads: layers/lstm.c), ended by
- * rl_op_synchronize; the top layer's output gradient is a fixed random tensor, the output layer
- * itself is left out (it is the same GEMMs for both implementations). FLOPs per step:
- * bench/lstm.c's LSTM accounting, 24*T*B*H*(I+H) per direction and layer (the output layer's
- * 6*T*B*H*C is not counted, as it is not run). Prints a Markdown table with ms/step, frames/s,
- * TFLOP/s and the time ratio own/cuDNN (below 1: ours is faster). Without a CUDA build or device it
- * prints one SKIP line and exits 0 at once. Run by `make bench-gpu` (and `make bench`). */
+/* LSTM and GRU training steps on a GPU: the lstm (then gru) layer stacks of bench/lstm.c's three
+ * topologies (chime, ptb_large, seqmnist) plus DeepBench's training sizes (H=1024, B=64, T=25 and
+ * H=256, B=32, T=150, input size = H, one layer), float32 on cuda:0, each with rnnlua's own
+ * kernels (impl = "own") and with cuDNN (impl = "cudnn"), interleaved in one bench_row. A step is
+ * the forward and backward of every recurrent layer (input gradients included, the two directions
+ * of a bidirectional level queued back to back so their streams overlap, while a layer's stream
+ * waits for the events of the layers whose outputs or input gradients it reads:
+ * layers/recurrent.c), ended by rl_op_synchronize; the top layer's output gradient is a fixed
+ * random tensor, the output layer itself is left out (it is the same GEMMs for both
+ * implementations). FLOPs per step: bench/lstm.c's accounting, 6*G*T*B*H*(I+H) per direction and
+ * layer with G gates (LSTM 4, GRU 3; the output layer's 6*T*B*H*C is not counted, as it is not
+ * run). Prints a Markdown table with ms/step, frames/s, TFLOP/s and the time ratio own/cuDNN (below
+ * 1: ours is faster). Without a CUDA build or device it prints one SKIP line and exits 0 at once.
+ * Run by `make bench-gpu` (and `make bench`). */
 #include <stdio.h>
 #include <string.h>
 
@@ -84,7 +85,7 @@ static void dev_normal(rl_tensor *t, int ndim, const int64_t *shape, rl_rng *g, 
     rl_tensor_release(&h);
 }
 
-static void model_init(model *m, const topology *tp, const char *impl, rl_rng *g) {
+static void model_init(model *m, const topology *tp, const char *cls, const char *impl, rl_rng *g) {
     memset(m, 0, sizeof *m);
     m->tp = tp;
     int64_t T = tp->T, B = tp->B, H = tp->hidden;
@@ -96,7 +97,7 @@ static void model_init(model *m, const topology *tp, const char *impl, rl_rng *g
             int64_t dims[MAX_D] = {li ? H : tp->in, H};
             char name[32];
             snprintf(name, sizeof name, "l%d_%s", li + 1, d ? "bw" : "fw");
-            bench_check(rl_layer_create(&m->l[li][d], "lstm", name, &opts, n_in, dims), name);
+            bench_check(rl_layer_create(&m->l[li][d], cls, name, &opts, n_in, dims), name);
             rl_layer *l = m->l[li][d];
             for (int p = 0; p < l->n_params; p++) {
                 rl_param *pp = &l->params[p];
@@ -146,7 +147,7 @@ static void train_step(model *m) {
         }
     for (int li = 0; li < tp->layers; li++)
         for (int d = 0; d < tp->dirs; d++)
-            bench_check(m->l[li][d]->ops->forward(m->l[li][d], &io[li][d]), "lstm forward");
+            bench_check(m->l[li][d]->ops->forward(m->l[li][d], &io[li][d]), "forward");
     rl_tensor *gout[MAX_D] = {&m->gtop[0], &m->gtop[1]};
     for (int li = tp->layers - 1; li >= 0; li--) {
         for (int d = 0; d < tp->dirs; d++) {
@@ -154,7 +155,7 @@ static void train_step(model *m) {
             for (int k = 0; k < tp->dirs && li > 0; k++)
                 gin[k] = &m->gin[li][d][k];
             bench_check(m->l[li][d]->ops->backward(m->l[li][d], &io[li][d], gout[d], gin),
-                        "lstm backward");
+                        "backward");
         }
         if (li == 0) break;
         for (int k = 0; k < tp->dirs; k++) {
@@ -186,11 +187,11 @@ static void run_steps(void *ctx, int64_t reps) {
     bench_check(rl_op_synchronize(DEV), "synchronize");
 }
 
-static double step_flops(const topology *tp) {
+static double step_flops(const topology *tp, double gates) {
     double f = 0, H = (double)tp->hidden, TB = (double)tp->T * (double)tp->B;
     for (int li = 0; li < tp->layers; li++) {
         double I = li ? (double)tp->dirs * H : (double)tp->in;
-        f += tp->dirs * 24.0 * TB * H * (I + H);
+        f += tp->dirs * 6.0 * gates * TB * H * (I + H);
     }
     return f;
 }
@@ -201,42 +202,51 @@ int main(int argc, char **argv) {
     rl_ops_init();
     const rl_device_backend *be = rl_device_cuda_backend();
     if (!be || be->count() < 1) {
-        printf("SKIP lstm_gpu: no CUDA device (the GPU LSTM benchmark needs one)\n");
+        printf("SKIP rnn_gpu: no CUDA device (the GPU LSTM and GRU benchmark needs one)\n");
         return 0;
     }
     rl_rng g;
     rl_rng_seed(&g, 1);
-    printf("### LSTM training step on the GPU (rnnlua, float32, cuda:0): own kernels vs cuDNN\n\n");
-    printf("| config | impl | ms/step | frames/s | TFLOP/s | own/cuDNN time |\n");
-    printf("|---|---|---:|---:|---:|---:|\n");
-    for (size_t i = 0; i < sizeof TOPOS / sizeof TOPOS[0]; i++) {
-        const topology *tp = &TOPOS[i];
-        if (argc > 1 && strcmp(argv[1], tp->name) != 0) continue;
-        model m[2];
-        model_init(&m[0], tp, "own", &g);
-        model_init(&m[1], tp, "cudnn", &g);
-        bench_variant v[2] = {{run_steps, &m[0]}, {run_steps, &m[1]}};
-        double sec[2];
-        bench_row(2, v, sec);
-        for (int k = 0; k < 2; k++) {
-            double tf = step_flops(tp) / sec[k] / 1e12;
-            printf("| %s | %s | %.2f | %.0f | %.2f |", tp->name, k ? "cudnn" : "own", sec[k] * 1e3,
-                   (double)(tp->T * tp->B) / sec[k], tf);
-            if (k == 0)
-                printf(" %.2f |\n", sec[0] / sec[1]);
-            else
-                printf(" |\n");
+    const char *cells[2] = {"lstm", "gru"};
+    for (int ci = 0; ci < 2; ci++) {
+        const char *cls = cells[ci];
+        printf(
+            "### %s training step on the GPU (rnnlua, float32, cuda:0): own kernels vs cuDNN\n\n",
+            ci ? "GRU" : "LSTM");
+        printf("| config | impl | ms/step | frames/s | TFLOP/s | own/cuDNN time |\n");
+        printf("|---|---|---:|---:|---:|---:|\n");
+        for (size_t i = 0; i < sizeof TOPOS / sizeof TOPOS[0]; i++) {
+            const topology *tp = &TOPOS[i];
+            if (argc > 1 && strcmp(argv[1], tp->name) != 0) continue;
+            model m[2];
+            model_init(&m[0], tp, cls, "own", &g);
+            model_init(&m[1], tp, cls, "cudnn", &g);
+            bench_variant v[2] = {{run_steps, &m[0]}, {run_steps, &m[1]}};
+            double sec[2];
+            bench_row(2, v, sec);
+            for (int k = 0; k < 2; k++) {
+                double tf = step_flops(tp, ci ? 3 : 4) / sec[k] / 1e12;
+                printf("| %s | %s | %.2f | %.0f | %.2f |", tp->name, k ? "cudnn" : "own",
+                       sec[k] * 1e3, (double)(tp->T * tp->B) / sec[k], tf);
+                if (k == 0)
+                    printf(" %.2f |\n", sec[0] / sec[1]);
+                else
+                    printf(" |\n");
+            }
+            fflush(stdout);
+            model_free(&m[0]);
+            model_free(&m[1]);
         }
-        fflush(stdout);
-        model_free(&m[0]);
-        model_free(&m[1]);
+        printf("\n");
     }
-    printf("\nA step: forward + backward of every lstm layer (input gradients included), ended by "
-           "a device synchronisation; FLOPs 24*T*B*H*(I+H) per direction and layer.\n");
+    printf("A step: forward + backward of every recurrent layer (input gradients included), ended "
+           "by a device synchronisation; FLOPs 6*G*T*B*H*(I+H) per direction and layer (G gates: "
+           "LSTM 4, GRU 3).\n");
     return 0;
 #else
     (void)argc, (void)argv;
-    printf("SKIP lstm_gpu: not a CUDA build (the GPU LSTM benchmark needs CUDA=1 and a GPU)\n");
+    printf("SKIP rnn_gpu: not a CUDA build (the GPU LSTM and GRU benchmark needs CUDA=1 and a "
+           "GPU)\n");
     return 0;
 #endif
 }

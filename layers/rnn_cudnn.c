@@ -1,14 +1,10 @@
-/* The lstm layer's cuDNN path (API: layers/lstm_cudnn.h). */
-#include "lstm_cudnn.h"
+/* The cuDNN path of the lstm and gru layers (API: layers/rnn_cudnn.h). */
+#include "rnn_cudnn.h"
+
+#include <stdint.h>
+#include <string.h>
 
 #include "../kernels/ops.h"
-#ifdef RL_WITH_CUDA
-#include "../kernels/cuda/context.h"
-#include "../kernels/cuda/lstm_cuda.h"
-
-static void *at(const rl_tensor *t, int64_t elems) {
-    return (char *)rl_tensor_data(t) + (size_t)elems * rl_dtype_size(t->dtype);
-}
 
 static int64_t in_features(const rl_layer *l) {
     int64_t F = 0;
@@ -17,16 +13,40 @@ static int64_t in_features(const rl_layer *l) {
     return F;
 }
 
+rl_status rl_rnn_cudnn_option(const rl_options *opts, const char *name, const char *cls,
+                              bool *cudnn) {
+    const char *impl = NULL;
+    RL_TRY(rl_opt_string(opts, name, "impl", "own", &impl));
+    *cudnn = impl && strcmp(impl, "cudnn") == 0;
+    if (!impl || (!*cudnn && strcmp(impl, "own") != 0))
+        return rl_error(RL_EARG, "layer '%s' (%s): impl = \"%s\", expected \"own\" or \"cudnn\"",
+                        name, cls, impl ? impl : "(null)");
+    return RL_OK;
+}
+
+bool rl_rnn_cudnn_serves(const rl_recurrent *r, const rl_layer *l) {
+    return r->T <= INT32_MAX && r->B <= INT32_MAX && in_features(l) <= INT32_MAX &&
+           l->n_out <= INT32_MAX;
+}
+
+#ifdef RL_WITH_CUDA
+#include "../kernels/cuda/context.h"
+#include "../kernels/cuda/cudnn_rnn.h"
+
+static void *at(const rl_tensor *t, int64_t elems) {
+    return (char *)rl_tensor_data(t) + (size_t)elems * rl_dtype_size(t->dtype);
+}
+
 /* The cuDNN object for (dt, dev) on the layer's stream, made on first use or after a move. */
-static rl_status ensure_rnn(rl_lstm_cudnn *c, const rl_recurrent *r, const rl_layer *l,
-                            int direction, rl_dtype dt, rl_device dev) {
+static rl_status ensure_rnn(rl_rnn_cudnn *c, const rl_recurrent *r, const rl_layer *l,
+                            rl_cudnn_cell cell, int direction, rl_dtype dt, rl_device dev) {
     if (c->rnn && c->dt == dt && c->dev == dev.index) return RL_OK;
-    rl_lstm_cudnn_drop(c);
-    rl_cudnn_lstm *rnn = NULL;
-    RL_TRY(rl_cudnn_lstm_create(&rnn, dev.index, dt, in_features(l), l->n_out, direction));
-    rl_status st = rl_cudnn_lstm_set_stream(rnn, r->stream);
+    rl_rnn_cudnn_drop(c);
+    rl_cudnn_rnn *rnn = NULL;
+    RL_TRY(rl_cudnn_rnn_create(&rnn, cell, dev.index, dt, in_features(l), l->n_out, direction));
+    rl_status st = rl_cudnn_rnn_set_stream(rnn, r->stream);
     if (st != RL_OK) {
-        rl_cudnn_lstm_free(rnn);
+        rl_cudnn_rnn_free(rnn);
         return st;
     }
     c->rnn = rnn;
@@ -36,7 +56,7 @@ static rl_status ensure_rnn(rl_lstm_cudnn *c, const rl_recurrent *r, const rl_la
 }
 
 /* The inputs side by side in xcat unless they are one contiguous input; *x: what cuDNN reads. */
-static rl_status gather_inputs(rl_lstm_cudnn *c, const rl_recurrent *r, const rl_layer *l,
+static rl_status gather_inputs(rl_rnn_cudnn *c, const rl_recurrent *r, const rl_layer *l,
                                const rl_layer_io *io, rl_dtype dt, rl_device dev, const void **x) {
     int64_t T = r->T, B = r->B, F = in_features(l);
     size_t es = rl_dtype_size(dt);
@@ -65,37 +85,42 @@ static rl_status gather_inputs(rl_lstm_cudnn *c, const rl_recurrent *r, const rl
     return RL_OK;
 }
 
-rl_status rl_lstm_cudnn_forward(rl_lstm_cudnn *c, const rl_recurrent *r, rl_layer *l, int direction,
-                                const rl_layer_io *io, rl_dtype dt, rl_device dev, rl_mat W,
-                                rl_mat U, rl_mat bias, const rl_tensor *h0, const rl_tensor *c0,
-                                rl_tensor *hs, rl_tensor *cs) {
+rl_status rl_rnn_cudnn_forward(rl_rnn_cudnn *c, const rl_recurrent *r, rl_layer *l,
+                               rl_cudnn_cell cell, int direction, const rl_layer_io *io,
+                               rl_dtype dt, rl_device dev, const rl_mat p[4], const rl_tensor *h0,
+                               const rl_tensor *c0, rl_tensor *hs, rl_tensor *cs) {
     int64_t T = r->T, B = r->B, H = l->n_out;
     bool have_h0 = h0 && h0->storage, have_c0 = c0 && c0->storage;
-    RL_TRY(ensure_rnn(c, r, l, direction, dt, dev));
+    RL_TRY(ensure_rnn(c, r, l, cell, direction, dt, dev));
     const void *x;
     RL_TRY(gather_inputs(c, r, l, io, dt, dev, &x));
     int64_t ss[3] = {2, B, H};
     RL_TRY(rl_buffer_ensure_synced(hs, dt, dev, 3, ss));
-    RL_TRY(rl_buffer_ensure_synced(cs, dt, dev, 3, ss));
-    rl_tensor hrow = {0}, crow = {0};
-    RL_TRY(rl_tensor_select(&hrow, hs, 0, 0));
-    rl_status st = rl_tensor_select(&crow, cs, 0, 0);
-    if (st == RL_OK && have_h0) st = rl_recurrent_write_state(r, &hrow, h0);
-    if (st == RL_OK && have_c0) st = rl_recurrent_write_state(r, &crow, c0);
-    rl_tensor_release(&hrow);
-    rl_tensor_release(&crow);
-    RL_TRY(st);
-    RL_TRY(rl_cudnn_lstm_pack_weights(c->rnn, W.p, U.p, bias.p));
-    return rl_cudnn_lstm_forward(c->rnn, io->train, T, B, rl_tensor_data(io->lengths),
-                                 rl_tensor_data(&r->len_dev), x, rl_tensor_data(&l->out),
-                                 have_h0 ? rl_tensor_data(hs) : NULL,
-                                 have_c0 ? rl_tensor_data(cs) : NULL, at(hs, B * H), at(cs, B * H));
+    if (cs) RL_TRY(rl_buffer_ensure_synced(cs, dt, dev, 3, ss));
+    rl_tensor row = {0};
+    if (have_h0) {
+        RL_TRY(rl_tensor_select(&row, hs, 0, 0));
+        rl_status st = rl_recurrent_write_state(r, &row, h0);
+        rl_tensor_release(&row);
+        RL_TRY(st);
+    }
+    if (cs && have_c0) {
+        RL_TRY(rl_tensor_select(&row, cs, 0, 0));
+        rl_status st = rl_recurrent_write_state(r, &row, c0);
+        rl_tensor_release(&row);
+        RL_TRY(st);
+    }
+    RL_TRY(rl_cudnn_rnn_pack_weights(c->rnn, p[0].p, p[1].p, p[2].p, p[3].p));
+    return rl_cudnn_rnn_forward(
+        c->rnn, io->train, T, B, rl_tensor_data(io->lengths), rl_tensor_data(&r->len_dev), x,
+        rl_tensor_data(&l->out), have_h0 ? rl_tensor_data(hs) : NULL,
+        cs && have_c0 ? rl_tensor_data(cs) : NULL, at(hs, B * H), cs ? at(cs, B * H) : NULL);
 }
 
-rl_status rl_lstm_cudnn_backward(rl_lstm_cudnn *c, rl_recurrent *r, rl_layer *l,
-                                 const rl_layer_io *io, rl_tensor *const *grad_in, rl_dtype dt,
-                                 rl_device dev, rl_mat dout, rl_mat dW, rl_mat dU, rl_mat db,
-                                 rl_tensor *dh, rl_tensor *dc) {
+rl_status rl_rnn_cudnn_backward(rl_rnn_cudnn *c, rl_recurrent *r, rl_layer *l,
+                                const rl_layer_io *io, rl_tensor *const *grad_in, rl_dtype dt,
+                                rl_device dev, rl_mat dout, const rl_mat g[4], rl_tensor *dh,
+                                rl_tensor *dc) {
     int64_t T = r->T, B = r->B, H = l->n_out, F = in_features(l);
     size_t es = rl_dtype_size(dt);
     /* dy: contiguous (T, B, H) */
@@ -127,9 +152,10 @@ rl_status rl_lstm_cudnn_backward(rl_lstm_cudnn *c, rl_recurrent *r, rl_layer *l,
     }
     int64_t bh[2] = {B, H};
     RL_TRY(rl_buffer_ensure_synced(dh, dt, dev, 2, bh));
-    RL_TRY(rl_buffer_ensure_synced(dc, dt, dev, 2, bh));
-    RL_TRY(rl_cudnn_lstm_backward(c->rnn, dy, dx, rl_tensor_data(dh), rl_tensor_data(dc)));
-    RL_TRY(rl_cudnn_lstm_unpack_grads(c->rnn, dW.p, dU.p, db.p));
+    if (dc) RL_TRY(rl_buffer_ensure_synced(dc, dt, dev, 2, bh));
+    RL_TRY(
+        rl_cudnn_rnn_backward(c->rnn, dy, dx, rl_tensor_data(dh), dc ? rl_tensor_data(dc) : NULL));
+    RL_TRY(rl_cudnn_rnn_unpack_grads(c->rnn, g[0].p, g[1].p, g[2].p, g[3].p));
     int64_t off = 0;
     for (int k = 0; k < io->n_in && split; off += l->in_dims[k++]) {
         int64_t Fk = l->in_dims[k];
@@ -149,17 +175,17 @@ rl_status rl_lstm_cudnn_backward(rl_lstm_cudnn *c, rl_recurrent *r, rl_layer *l,
     return RL_OK;
 }
 
-void rl_lstm_cudnn_drop(rl_lstm_cudnn *c) {
-    /* rl_cudnn_lstm_free waits for the object's stream, which must still exist */
-    rl_cudnn_lstm_free(c->rnn);
+void rl_rnn_cudnn_drop(rl_rnn_cudnn *c) {
+    /* rl_cudnn_rnn_free waits for the object's stream, which must still exist */
+    rl_cudnn_rnn_free(c->rnn);
     c->rnn = NULL;
 }
 #else
-void rl_lstm_cudnn_drop(rl_lstm_cudnn *c) { (void)c; }
+void rl_rnn_cudnn_drop(rl_rnn_cudnn *c) { (void)c; }
 #endif
 
-void rl_lstm_cudnn_free(rl_lstm_cudnn *c) {
-    rl_lstm_cudnn_drop(c);
+void rl_rnn_cudnn_free(rl_rnn_cudnn *c) {
+    rl_rnn_cudnn_drop(c);
     rl_tensor_release(&c->xcat);
     rl_tensor_release(&c->dxcat);
 }

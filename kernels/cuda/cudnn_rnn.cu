@@ -1,22 +1,32 @@
-/* The cuDNN 9 path of the lstm layer (impl = "cudnn"; API: kernels/cuda/lstm_cuda.h).
+/* The cuDNN 9 path of the lstm and gru layers (impl = "cudnn"; API: kernels/cuda/cudnn_rnn.h).
  *
- * Design: one unidirectional single-layer cuDNN LSTM per rnnlua layer (CUDNN_LSTM,
- * CUDNN_LINEAR_INPUT, CUDNN_RNN_SINGLE_INP_BIAS so that cuDNN's one bias per gate is our b,
- * padded I/O in CUDNN_RNN_DATA_LAYOUT_SEQ_MAJOR_UNPACKED, which is our time-major (T, B, F) with
- * per-sequence lengths, fill 0). float32 runs with CUDNN_FMA_MATH: no TF32, the same arithmetic
- * as our kernels and the CPU. A layer with direction -1 reverses each sequence within its own
- * length (k_reverse, a gather that also zeroes padded frames) before cuDNN and reverses the
- * result after, in forward (x, y) and in backward (dy, dx); cuDNN's initial state then sits at
- * each sequence's last frame, as in layers/lstm.c.
+ * Design: one unidirectional single-layer cuDNN RNN per rnnlua layer, CUDNN_LINEAR_INPUT, padded
+ * I/O in CUDNN_RNN_DATA_LAYOUT_SEQ_MAJOR_UNPACKED, which is our time-major (T, B, F) with
+ * per-sequence lengths, fill 0. float32 runs with CUDNN_FMA_MATH: no TF32, the same arithmetic
+ * as our kernels and the CPU.
+ *   LSTM: CUDNN_LSTM with CUDNN_RNN_SINGLE_INP_BIAS, so that cuDNN's one bias per gate is our b.
+ *   GRU: CUDNN_GRU with CUDNN_RNN_DOUBLE_BIAS: b is the input bias, b_h the recurrent one. cuDNN's
+ *   documented GRU (cudnnRNNMode_t, CUDNN_GRU) is r = sigma(W_r x + R_r h + b_Wr + b_Rr),
+ *   u = sigma(W_u x + R_u h + b_Wu + b_Ru), h' = tanh(W_h x + b_Wh + r * (R_h h + b_Rh)),
+ *   h_new = (1 - u) h' + u h: the reset gate multiplies the recurrent product with its bias
+ *   ("linear before reset"), which is PyTorch's nn.GRU and layers/gru.c's n (u is our z), so
+ *   the two biases cannot be folded into one and both are kept.
+ * A layer with direction -1 reverses each sequence within its own length (k_gather, which also
+ * zeroes padded frames) before cuDNN and reverses the result after, in forward (x, y) and in
+ * backward (dy, dx); cuDNN's initial state then sits at each sequence's last frame, as in
+ * layers/lstm.c and layers/gru.c. In a ragged batch of direction 1, x and dy reach cuDNN as
+ * copies with the padded frames zeroed (the same gather without the reversal): a NaN or Inf the
+ * caller left in the padding then reaches no output and no gradient, as with the own kernels,
+ * whatever cuDNN does with padded frames inside.
  *
- * Weights: cuDNN keeps per gate q (linLayerID q for the input matrix, 4 + q for the recurrent
- * one, gate order i, f, g(c~), o as ours) an (H, in) matrix, that is W^T's and U^T's gate
- * blocks; their addresses and strides come from cudnnGetRNNWeightParams at creation and are
- * checked there, so the conversion kernels (k_convert) do not assume cuDNN's packing. The
- * object owns the weight space; it is repacked from the layer's W, U, b before each forward
- * (4H (F + H + 1) elements, small next to the recurrence). Gradients go to a separate space that
- * is zeroed before cudnnRNNBackwardWeights_v8 (which adds, CUDNN_WGRAD_MODE_ADD) and added to the
- * layer's dW, dU, db by the same conversion.
+ * Weights: the mapping between our W, U, b (, b_h) and cuDNN's matrices and biases per linLayerID
+ * is kernels/cudnn_layout.h's, with the addresses and strides cuDNN reports
+ * (cudnnGetRNNWeightParams) read at creation and checked there (rl_cudnn_layout_check), so the
+ * conversion kernel (k_convert) assumes nothing about cuDNN's packing. The object owns the weight
+ * space; it is repacked from the layer's parameters before each forward (G H (F + H + 1 or 2)
+ * elements, small next to the recurrence). Gradients go to a separate space that is zeroed before
+ * cudnnRNNBackwardWeights_v8 (which adds, CUDNN_WGRAD_MODE_ADD) and added to the layer's
+ * gradients by the same conversion.
  *
  * Buffers come from the caching allocator of kernels/cuda/device.cu, grow to the largest batch
  * seen and are reused; growing one synchronises the device first (see buf_ensure). Every cuDNN
@@ -34,63 +44,45 @@
 
 extern "C" {
 #include "../../core/device.h"
-#include "lstm_cuda.h"
+#include "../cudnn_layout.h"
+#include "cudnn_rnn.h"
 }
 #include "launch.h"
 
 namespace {
 
-/* Where cuDNN keeps one gate's matrix (element offset into the weight space, strides of its
- * rows and columns) and bias (offset, or -1 when absent). */
-struct Mat {
-    int64_t off, rs, cs;
-};
-struct Layout {
-    int64_t F, H;
-    Mat w[4], u[4];
-    int64_t b[4], rb[4]; /* input bias; recurrent bias (absent with SINGLE_INP_BIAS) */
-};
-
 /* ---- kernels ---- */
 
-/* Between rnnlua's W (F, 4H), U (H, 4H), b (4H) and cuDNN's space, walking ours in order.
- * TO_CUDNN: ours -> cuDNN (the recurrent bias, if any, becomes 0); else cuDNN -> ours,
- * overwriting (ACC false) or adding (ACC true). */
+/* Between our W, U, b, b_h and cuDNN's space, walking ours in order (kernels/cudnn_layout.h).
+ * TO_CUDNN: ours -> cuDNN (an unused recurrent bias becomes 0); else cuDNN -> ours, overwriting
+ * (ACC false) or adding (ACC true). */
 template <typename T, bool TO_CUDNN, bool ACC>
-__global__ void k_convert(Layout L, T *W, T *U, T *b, T *space) {
-    int64_t H4 = 4 * L.H, nw = L.F * H4, nu = L.H * H4, n = nw + nu + H4;
+__global__ void k_convert(rl_cudnn_layout L, T *W, T *U, T *b, T *bh, T *space) {
+    int64_t n = rl_cudnn_layout_count(&L);
     RL_CUDA_GRID_LOOP(e, n) {
-        T *ours;
-        int64_t theirs;
-        if (e < nw + nu) {
-            bool in_w = e < nw;
-            int64_t k = in_w ? e : e - nw;
-            int64_t c = k / H4, col = k - c * H4, q = col / L.H, r = col - q * L.H;
-            const Mat &m = in_w ? L.w[q] : L.u[q];
-            ours = (in_w ? W : U) + k;
-            theirs = m.off + r * m.rs + c * m.cs;
-        } else {
-            int64_t k = e - nw - nu, q = k / L.H, r = k - q * L.H;
-            ours = b + k;
-            theirs = L.b[q] + r;
-            if (TO_CUDNN && L.rb[q] >= 0) space[L.rb[q] + r] = T(0);
-        }
-        if (TO_CUDNN)
+        int which;
+        int64_t k, theirs = rl_cudnn_layout_map(&L, e, &which, &k);
+        T *ours = (which == 0 ? W : which == 1 ? U : which == 2 ? b : bh) + k;
+        if (TO_CUDNN) {
             space[theirs] = *ours;
-        else
+            int64_t z = which == 2 ? rl_cudnn_layout_unused_bias(&L, k) : -1;
+            if (z >= 0) space[z] = T(0);
+        } else {
             *ours = ACC ? *ours + space[theirs] : space[theirs];
+        }
     }
 }
 
-/* dst[t, b, :] = src[len[b] - 1 - t, b, :] on valid frames, 0 on padded ones (T, B, D). */
-template <typename T>
-__global__ void k_reverse(int64_t T_, int64_t B, int64_t D, const int32_t *__restrict__ len,
-                          const T *__restrict__ src, T *__restrict__ dst) {
+/* dst[t, b, :] = src[len[b] - 1 - t, b, :] (REV) or src[t, b, :] on valid frames, 0 on padded
+ * ones (T, B, D). */
+template <typename T, bool REV>
+__global__ void k_gather(int64_t T_, int64_t B, int64_t D, const int32_t *__restrict__ len,
+                         const T *__restrict__ src, T *__restrict__ dst) {
     int64_t n = T_ * B * D;
     RL_CUDA_GRID_LOOP(e, n) {
         int64_t d = e % D, tb = e / D, b = tb % B, t = tb / B;
         int64_t L = len[b];
-        dst[e] = t < L ? src[((L - 1 - t) * B + b) * D + d] : T(0);
+        dst[e] = t < L ? src[((REV ? L - 1 - t : t) * B + b) * D + d] : T(0);
     }
 }
 
@@ -113,9 +105,10 @@ struct Buf {
 
 } // namespace
 
-struct rl_cudnn_lstm {
+struct rl_cudnn_rnn {
     int device = 0;
     rl_dtype dt = RL_FLOAT32;
+    rl_cudnn_cell cell = RL_CUDNN_LSTM;
     int64_t F = 0, H = 0;
     int direction = 1;
     cudaStream_t stream = nullptr;
@@ -124,7 +117,7 @@ struct rl_cudnn_lstm {
     cudnnRNNDescriptor_t rnn = nullptr;
     cudnnRNNDataDescriptor_t xdesc = nullptr, ydesc = nullptr;
     cudnnTensorDescriptor_t hdesc = nullptr;
-    Layout layout = {};
+    rl_cudnn_layout layout = {};
     Buf w, dw, work, reserve, xr, yr, dyr, dxr, dx_scratch;
     /* what the last training forward saw, for backward */
     bool have_train = false;
@@ -132,22 +125,27 @@ struct rl_cudnn_lstm {
     const int32_t *len_dev = nullptr;
     const void *x = nullptr, *y = nullptr, *h0 = nullptr, *c0 = nullptr;
     std::vector<int> lens;
+    bool ragged = false; /* some sequence of the batch is shorter than T */
 };
 
 namespace {
 
-size_t esize(const rl_cudnn_lstm *r) { return rl_dtype_size(r->dt); }
+size_t esize(const rl_cudnn_rnn *r) { return rl_dtype_size(r->dt); }
 
-rl_status cudnn_fail(const rl_cudnn_lstm *r, const char *call, cudnnStatus_t st) {
-    return rl_error(RL_EDEVICE, "cudnn %s: %s (lstm F=%lld H=%lld, batch T=%lld B=%lld)", call,
-                    cudnnGetErrorString(st), (long long)r->F, (long long)r->H, (long long)r->T,
-                    (long long)r->B);
+const char *cell_name(const rl_cudnn_rnn *r) { return r->cell == RL_CUDNN_GRU ? "gru" : "lstm"; }
+int n_gates(const rl_cudnn_rnn *r) { return r->cell == RL_CUDNN_GRU ? 3 : 4; }
+
+rl_status cudnn_fail(const rl_cudnn_rnn *r, const char *call, cudnnStatus_t st) {
+    return rl_error(RL_EDEVICE, "cudnn %s: %s (%s F=%lld H=%lld, batch T=%lld B=%lld)", call,
+                    cudnnGetErrorString(st), cell_name(r), (long long)r->F, (long long)r->H,
+                    (long long)r->T, (long long)r->B);
 }
 
-#define RL_CUDNN_CTX "cudnn lstm (F=%lld H=%lld, batch T=%lld B=%lld): %s"
-#define RL_CUDNN_SIZES(r) (long long)(r)->F, (long long)(r)->H, (long long)(r)->T, (long long)(r)->B
+#define RL_CUDNN_CTX "cudnn %s (F=%lld H=%lld, batch T=%lld B=%lld): %s"
+#define RL_CUDNN_SIZES(r)                                                                          \
+    cell_name(r), (long long)(r)->F, (long long)(r)->H, (long long)(r)->T, (long long)(r)->B
 
-rl_status cuda_fail(const rl_cudnn_lstm *r, const char *call, cudaError_t e) {
+rl_status cuda_fail(const rl_cudnn_rnn *r, const char *call, cudaError_t e) {
     return rl_cuda_fail(e, RL_CUDNN_CTX, RL_CUDNN_SIZES(r), call);
 }
 
@@ -157,13 +155,15 @@ rl_status cuda_fail(const rl_cudnn_lstm *r, const char *call, cudaError_t e) {
         if (st_ != CUDNN_STATUS_SUCCESS) return cudnn_fail((r), (call), st_);                      \
     } while (0)
 
-rl_status use_device(const rl_cudnn_lstm *r) { return rl_cuda_use_device("cudnn lstm", r->device); }
+rl_status use_device(const rl_cudnn_rnn *r) {
+    return rl_cuda_use_device(r->cell == RL_CUDNN_GRU ? "cudnn gru" : "cudnn lstm", r->device);
+}
 
-rl_status launched(const rl_cudnn_lstm *r, const char *kernel) {
+rl_status launched(const rl_cudnn_rnn *r, const char *kernel) {
     return rl_cuda_launched(RL_CUDNN_CTX, RL_CUDNN_SIZES(r), kernel);
 }
 
-void buf_free(rl_cudnn_lstm *r, Buf *b) {
+void buf_free(rl_cudnn_rnn *r, Buf *b) {
     const rl_device_backend *be = rl_device_cuda_backend();
     if (b->p && be) be->free(r->device, b->p, b->bytes);
     b->p = nullptr;
@@ -173,10 +173,11 @@ void buf_free(rl_cudnn_lstm *r, Buf *b) {
 /* Grows b to at least `bytes`. The device is synchronised first: the old block may still be in
  * use on the object's stream, and the allocator may hand out a block that another side stream
  * (another layer's) has released but not finished with (kernels/cuda/context.h). */
-rl_status buf_ensure(rl_cudnn_lstm *r, Buf *b, size_t bytes) {
+rl_status buf_ensure(rl_cudnn_rnn *r, Buf *b, size_t bytes) {
     if (b->p && b->bytes >= bytes) return RL_OK;
     const rl_device_backend *be = rl_device_cuda_backend();
-    if (!be) return rl_error(RL_EDEVICE, "cudnn lstm: the CUDA backend is not registered");
+    if (!be)
+        return rl_error(RL_EDEVICE, "cudnn %s: the CUDA backend is not registered", cell_name(r));
     cudaError_t e = cudaDeviceSynchronize();
     if (e != cudaSuccess) return cuda_fail(r, "cudaDeviceSynchronize", e);
     buf_free(r, b);
@@ -192,23 +193,24 @@ cudnnDataType_t cudnn_type(rl_dtype dt) {
 
 /* A matrix or bias of the weight space: its offset in elements and, for a matrix, the strides
  * of its (H, in) rows and columns; checks the shape cuDNN reports. */
-rl_status read_param(rl_cudnn_lstm *r, int id, cudnnTensorDescriptor_t mdesc, void *maddr,
-                     cudnnTensorDescriptor_t bdesc, void *baddr, Mat *m, int64_t *boff) {
-    int64_t in = id < 4 ? r->F : r->H;
+rl_status read_param(rl_cudnn_rnn *r, int id, cudnnTensorDescriptor_t mdesc, void *maddr,
+                     cudnnTensorDescriptor_t bdesc, void *baddr, rl_cudnn_mat *m, int64_t *boff) {
+    int64_t in = id < n_gates(r) ? r->F : r->H;
     int dims[3] = {0, 0, 0}, strides[3] = {0, 0, 0}, nb = 0;
     cudnnDataType_t t;
     if (!maddr)
-        return rl_error(RL_EDEVICE, "cudnn lstm: no matrix for linear layer %d (F=%lld H=%lld)", id,
-                        (long long)r->F, (long long)r->H);
+        return rl_error(RL_EDEVICE, "cudnn %s: no matrix for linear layer %d (F=%lld H=%lld)",
+                        cell_name(r), id, (long long)r->F, (long long)r->H);
     CUDNN_TRY(r, "cudnnGetTensorNdDescriptor",
               cudnnGetTensorNdDescriptor(mdesc, 3, &t, &nb, dims, strides));
     /* [1,] rows, cols: take the last two dims */
     int lo = nb - 2;
     if (nb < 2 || nb > 3 || (nb == 3 && dims[0] != 1) || dims[lo] != r->H || dims[lo + 1] != in)
         return rl_error(RL_EDEVICE,
-                        "cudnn lstm: linear layer %d is a %d-dim [%d, %d, %d] matrix, expected "
+                        "cudnn %s: linear layer %d is a %d-dim [%d, %d, %d] matrix, expected "
                         "[1, %lld, %lld]",
-                        id, nb, dims[0], dims[1], dims[2], (long long)r->H, (long long)in);
+                        cell_name(r), id, nb, dims[0], dims[1], dims[2], (long long)r->H,
+                        (long long)in);
     size_t es = esize(r);
     m->off = (int64_t)(((char *)maddr - (char *)r->w.p) / (ptrdiff_t)es);
     m->rs = strides[lo];
@@ -222,23 +224,26 @@ rl_status read_param(rl_cudnn_lstm *r, int id, cudnnTensorDescriptor_t mdesc, vo
             n *= dims[k];
         if (n != r->H)
             return rl_error(RL_EDEVICE,
-                            "cudnn lstm: the bias of linear layer %d has %lld elements, expected "
+                            "cudnn %s: the bias of linear layer %d has %lld elements, expected "
                             "%lld",
-                            id, (long long)n, (long long)r->H);
+                            cell_name(r), id, (long long)n, (long long)r->H);
         *boff = (int64_t)(((char *)baddr - (char *)r->w.p) / (ptrdiff_t)es);
     }
     return RL_OK;
 }
 
-rl_status read_layout(rl_cudnn_lstm *r) {
+rl_status read_layout(rl_cudnn_rnn *r) {
     cudnnTensorDescriptor_t mdesc = nullptr, bdesc = nullptr;
     CUDNN_TRY(r, "cudnnCreateTensorDescriptor", cudnnCreateTensorDescriptor(&mdesc));
     cudnnStatus_t cs = cudnnCreateTensorDescriptor(&bdesc);
     rl_status st =
         cs == CUDNN_STATUS_SUCCESS ? RL_OK : cudnn_fail(r, "cudnnCreateTensorDescriptor", cs);
+    int G = n_gates(r);
     r->layout.F = r->F;
     r->layout.H = r->H;
-    for (int id = 0; id < 8 && st == RL_OK; id++) {
+    r->layout.gates = G;
+    r->layout.two_biases = r->cell == RL_CUDNN_GRU;
+    for (int id = 0; id < 2 * G && st == RL_OK; id++) {
         void *maddr = nullptr, *baddr = nullptr;
         cs = cudnnGetRNNWeightParams(r->handle, r->rnn, 0, r->w.bytes, r->w.p, id, mdesc, &maddr,
                                      bdesc, &baddr);
@@ -246,19 +251,21 @@ rl_status read_layout(rl_cudnn_lstm *r) {
             st = cudnn_fail(r, "cudnnGetRNNWeightParams", cs);
             break;
         }
-        int q = id & 3;
+        int q = id % G;
         st = read_param(r, id, mdesc, maddr, bdesc, baddr,
-                        id < 4 ? &r->layout.w[q] : &r->layout.u[q],
-                        id < 4 ? &r->layout.b[q] : &r->layout.rb[q]);
-        if (st == RL_OK && id < 4 && r->layout.b[q] < 0)
-            st = rl_error(RL_EDEVICE, "cudnn lstm: no input bias for gate %d", q);
+                        id < G ? &r->layout.w[q] : &r->layout.u[q],
+                        id < G ? &r->layout.b[q] : &r->layout.rb[q]);
     }
     if (mdesc) cudnnDestroyTensorDescriptor(mdesc);
     if (bdesc) cudnnDestroyTensorDescriptor(bdesc);
+    /* every parameter somewhere in the space, no two on one place, the biases the mode needs */
+    if (st == RL_OK)
+        st = rl_cudnn_layout_check(&r->layout, (int64_t)(r->w.bytes / esize(r)),
+                                   r->cell == RL_CUDNN_GRU ? "cudnn gru" : "cudnn lstm");
     return st;
 }
 
-rl_status setup(rl_cudnn_lstm *r) {
+rl_status setup(rl_cudnn_rnn *r) {
     RL_TRY(use_device(r));
     CUDNN_TRY(r, "cudnnCreate", cudnnCreate(&r->handle));
     CUDNN_TRY(r, "cudnnCreateDropoutDescriptor", cudnnCreateDropoutDescriptor(&r->drop));
@@ -267,10 +274,12 @@ rl_status setup(rl_cudnn_lstm *r) {
               cudnnSetDropoutDescriptor(r->drop, r->handle, 0.0f, nullptr, 0, 0));
     CUDNN_TRY(r, "cudnnCreateRNNDescriptor", cudnnCreateRNNDescriptor(&r->rnn));
     cudnnDataType_t t = cudnn_type(r->dt);
+    bool gru = r->cell == RL_CUDNN_GRU;
     CUDNN_TRY(r, "cudnnSetRNNDescriptor_v8",
               cudnnSetRNNDescriptor_v8(
-                  r->rnn, CUDNN_RNN_ALGO_STANDARD, CUDNN_LSTM, CUDNN_RNN_SINGLE_INP_BIAS,
-                  CUDNN_UNIDIRECTIONAL, CUDNN_LINEAR_INPUT, t, t,
+                  r->rnn, CUDNN_RNN_ALGO_STANDARD, gru ? CUDNN_GRU : CUDNN_LSTM,
+                  gru ? CUDNN_RNN_DOUBLE_BIAS : CUDNN_RNN_SINGLE_INP_BIAS, CUDNN_UNIDIRECTIONAL,
+                  CUDNN_LINEAR_INPUT, t, t,
                   r->dt == RL_FLOAT32 ? CUDNN_FMA_MATH : CUDNN_DEFAULT_MATH, (int32_t)r->F,
                   (int32_t)r->H, (int32_t)r->H, 1, r->drop, CUDNN_RNN_PADDED_IO_ENABLED));
     CUDNN_TRY(r, "cudnnCreateRNNDataDescriptor", cudnnCreateRNNDataDescriptor(&r->xdesc));
@@ -288,35 +297,51 @@ rl_status setup(rl_cudnn_lstm *r) {
 }
 
 template <typename T, bool TO_CUDNN, bool ACC>
-rl_status convert(rl_cudnn_lstm *r, void *W, void *U, void *b, void *space, const char *fn) {
-    if (!W || !U || !b)
-        return rl_error(RL_EARG, "%s: W, U and b must be given (F=%lld H=%lld)", fn,
+void convert(rl_cudnn_rnn *r, void *W, void *U, void *b, void *bh, void *space) {
+    int64_t n = rl_cudnn_layout_count(&r->layout);
+    k_convert<T, TO_CUDNN, ACC><<<rl_cuda_blocks_for(n), RL_CUDA_THREADS, 0, r->stream>>>(
+        r->layout, (T *)W, (T *)U, (T *)b, (T *)bh, (T *)space);
+}
+
+/* The GRU needs b_h, the LSTM has none. */
+template <bool TO_CUDNN, bool ACC>
+rl_status convert_any(rl_cudnn_rnn *r, void *W, void *U, void *b, void *bh, void *space,
+                      const char *fn) {
+    bool gru = r->cell == RL_CUDNN_GRU;
+    if (!W || !U || !b || (gru && !bh) || (!gru && bh))
+        return rl_error(RL_EARG, "%s: W, U and b%s must be given%s (%s F=%lld H=%lld)", fn,
+                        gru ? " and b_h" : "", gru ? "" : ", b_h not", cell_name(r),
                         (long long)r->F, (long long)r->H);
     RL_TRY(use_device(r));
-    int64_t n = 4 * r->H * (r->F + r->H + 1);
-    k_convert<T, TO_CUDNN, ACC><<<rl_cuda_blocks_for(n), RL_CUDA_THREADS, 0, r->stream>>>(
-        r->layout, (T *)W, (T *)U, (T *)b, (T *)space);
+    if (r->dt == RL_FLOAT32)
+        convert<float, TO_CUDNN, ACC>(r, W, U, b, bh, space);
+    else
+        convert<double, TO_CUDNN, ACC>(r, W, U, b, bh, space);
     return launched(r, fn);
 }
 
-template <bool TO_CUDNN, bool ACC>
-rl_status convert_any(rl_cudnn_lstm *r, void *W, void *U, void *b, void *space, const char *fn) {
-    if (r->dt == RL_FLOAT32) return convert<float, TO_CUDNN, ACC>(r, W, U, b, space, fn);
-    return convert<double, TO_CUDNN, ACC>(r, W, U, b, space, fn);
-}
-
-rl_status reverse(rl_cudnn_lstm *r, int64_t D, const void *src, void *dst) {
+/* src -> dst (T, B, D) through k_gather: each sequence reversed within its length for
+ * direction -1, in place in time for 1; padded frames 0 either way. */
+rl_status gather(rl_cudnn_rnn *r, int64_t D, const void *src, void *dst) {
     int64_t n = r->T * r->B * D;
-    if (r->dt == RL_FLOAT32)
-        k_reverse<float><<<rl_cuda_blocks_for(n), RL_CUDA_THREADS, 0, r->stream>>>(
+    unsigned blocks = rl_cuda_blocks_for(n);
+    bool rev = r->direction < 0;
+    if (r->dt == RL_FLOAT32 && rev)
+        k_gather<float, true><<<blocks, RL_CUDA_THREADS, 0, r->stream>>>(
             r->T, r->B, D, r->len_dev, (const float *)src, (float *)dst);
-    else
-        k_reverse<double><<<rl_cuda_blocks_for(n), RL_CUDA_THREADS, 0, r->stream>>>(
+    else if (r->dt == RL_FLOAT32)
+        k_gather<float, false><<<blocks, RL_CUDA_THREADS, 0, r->stream>>>(
+            r->T, r->B, D, r->len_dev, (const float *)src, (float *)dst);
+    else if (rev)
+        k_gather<double, true><<<blocks, RL_CUDA_THREADS, 0, r->stream>>>(
             r->T, r->B, D, r->len_dev, (const double *)src, (double *)dst);
-    return launched(r, "k_reverse");
+    else
+        k_gather<double, false><<<blocks, RL_CUDA_THREADS, 0, r->stream>>>(
+            r->T, r->B, D, r->len_dev, (const double *)src, (double *)dst);
+    return launched(r, "k_gather");
 }
 
-rl_status zero_padded(rl_cudnn_lstm *r, int64_t D, void *buf) {
+rl_status zero_padded(rl_cudnn_rnn *r, int64_t D, void *buf) {
     int64_t n = r->T * r->B * D;
     if (r->dt == RL_FLOAT32)
         k_zero_padded<float><<<rl_cuda_blocks_for(n), RL_CUDA_THREADS, 0, r->stream>>>(
@@ -328,7 +353,7 @@ rl_status zero_padded(rl_cudnn_lstm *r, int64_t D, void *buf) {
 }
 
 /* The data descriptors and hdesc for a batch. */
-rl_status describe_batch(rl_cudnn_lstm *r) {
+rl_status describe_batch(rl_cudnn_rnn *r) {
     cudnnDataType_t t = cudnn_type(r->dt);
     double fill64 = 0.0;
     float fill32 = 0.0f;
@@ -349,17 +374,20 @@ rl_status describe_batch(rl_cudnn_lstm *r) {
 
 /* ---- the C API ---- */
 
-extern "C" rl_status rl_cudnn_lstm_create(rl_cudnn_lstm **out, int device, rl_dtype dt, int64_t F,
-                                          int64_t H, int direction) {
+extern "C" rl_status rl_cudnn_rnn_create(rl_cudnn_rnn **out, rl_cudnn_cell cell, int device,
+                                         rl_dtype dt, int64_t F, int64_t H, int direction) {
     *out = NULL;
+    if (cell != RL_CUDNN_LSTM && cell != RL_CUDNN_GRU)
+        return rl_error(RL_EARG, "rl_cudnn_rnn_create: unknown cell %d", (int)cell);
     if (dt != RL_FLOAT32 && dt != RL_FLOAT64)
-        return rl_error(RL_EDTYPE, "rl_cudnn_lstm_create: dtype %s not supported",
+        return rl_error(RL_EDTYPE, "rl_cudnn_rnn_create: dtype %s not supported",
                         rl_dtype_name(dt));
     if (F < 1 || H < 1 || F > INT32_MAX || H > INT32_MAX || (direction != 1 && direction != -1))
-        return rl_error(RL_EARG, "rl_cudnn_lstm_create: bad sizes F=%lld H=%lld direction=%d",
+        return rl_error(RL_EARG, "rl_cudnn_rnn_create: bad sizes F=%lld H=%lld direction=%d",
                         (long long)F, (long long)H, direction);
-    rl_cudnn_lstm *r = new (std::nothrow) rl_cudnn_lstm;
-    if (!r) return rl_error(RL_ENOMEM, "rl_cudnn_lstm_create: out of host memory");
+    rl_cudnn_rnn *r = new (std::nothrow) rl_cudnn_rnn;
+    if (!r) return rl_error(RL_ENOMEM, "rl_cudnn_rnn_create: out of host memory");
+    r->cell = cell;
     r->device = device;
     r->dt = dt;
     r->F = F;
@@ -367,14 +395,14 @@ extern "C" rl_status rl_cudnn_lstm_create(rl_cudnn_lstm **out, int device, rl_dt
     r->direction = direction;
     rl_status st = setup(r);
     if (st != RL_OK) {
-        rl_cudnn_lstm_free(r);
+        rl_cudnn_rnn_free(r);
         return st;
     }
     *out = r;
     return RL_OK;
 }
 
-extern "C" void rl_cudnn_lstm_free(rl_cudnn_lstm *r) {
+extern "C" void rl_cudnn_rnn_free(rl_cudnn_rnn *r) {
     if (!r) return;
     if (cudaSetDevice(r->device) == cudaSuccess) cudaStreamSynchronize(r->stream);
     cudaGetLastError();
@@ -391,52 +419,64 @@ extern "C" void rl_cudnn_lstm_free(rl_cudnn_lstm *r) {
     delete r;
 }
 
-extern "C" rl_status rl_cudnn_lstm_set_stream(rl_cudnn_lstm *r, void *stream) {
+extern "C" rl_status rl_cudnn_rnn_set_stream(rl_cudnn_rnn *r, void *stream) {
     RL_TRY(use_device(r));
     CUDNN_TRY(r, "cudnnSetStream", cudnnSetStream(r->handle, (cudaStream_t)stream));
     r->stream = (cudaStream_t)stream;
     return RL_OK;
 }
 
-extern "C" rl_status rl_cudnn_lstm_pack_weights(rl_cudnn_lstm *r, const void *W, const void *U,
-                                                const void *b) {
-    return convert_any<true, false>(r, (void *)W, (void *)U, (void *)b, r->w.p,
-                                    "rl_cudnn_lstm_pack_weights");
+extern "C" const rl_cudnn_layout *rl_cudnn_rnn_layout(const rl_cudnn_rnn *r, int64_t *n) {
+    *n = (int64_t)(r->w.bytes / esize(r));
+    return &r->layout;
 }
 
-extern "C" rl_status rl_cudnn_lstm_unpack_weights(rl_cudnn_lstm *r, void *W, void *U, void *b) {
-    return convert_any<false, false>(r, W, U, b, r->w.p, "rl_cudnn_lstm_unpack_weights");
+extern "C" rl_status rl_cudnn_rnn_pack_weights(rl_cudnn_rnn *r, const void *W, const void *U,
+                                               const void *b, const void *bh) {
+    return convert_any<true, false>(r, (void *)W, (void *)U, (void *)b, (void *)bh, r->w.p,
+                                    "rl_cudnn_rnn_pack_weights");
 }
 
-extern "C" rl_status rl_cudnn_lstm_unpack_grads(rl_cudnn_lstm *r, void *dW, void *dU, void *db) {
-    return convert_any<false, true>(r, dW, dU, db, r->dw.p, "rl_cudnn_lstm_unpack_grads");
+extern "C" rl_status rl_cudnn_rnn_unpack_weights(rl_cudnn_rnn *r, void *W, void *U, void *b,
+                                                 void *bh) {
+    return convert_any<false, false>(r, W, U, b, bh, r->w.p, "rl_cudnn_rnn_unpack_weights");
 }
 
-extern "C" rl_status rl_cudnn_lstm_forward(rl_cudnn_lstm *r, bool train, int64_t T, int64_t B,
-                                           const int32_t *len_host, const int32_t *len_dev,
-                                           const void *x, void *y, const void *h0, const void *c0,
-                                           void *hT, void *cT) {
+extern "C" rl_status rl_cudnn_rnn_unpack_grads(rl_cudnn_rnn *r, void *dW, void *dU, void *db,
+                                               void *dbh) {
+    return convert_any<false, true>(r, dW, dU, db, dbh, r->dw.p, "rl_cudnn_rnn_unpack_grads");
+}
+
+extern "C" rl_status rl_cudnn_rnn_forward(rl_cudnn_rnn *r, bool train, int64_t T, int64_t B,
+                                          const int32_t *len_host, const int32_t *len_dev,
+                                          const void *x, void *y, const void *h0, const void *c0,
+                                          void *hT, void *cT) {
     r->have_train = false;
     r->T = T;
     r->B = B;
     if (T < 1 || B < 1 || T > INT32_MAX || B > INT32_MAX || !len_host || !len_dev || !x || !y)
         return rl_error(RL_EARG,
-                        "rl_cudnn_lstm_forward: bad batch T=%lld B=%lld (or a missing lengths, "
+                        "rl_cudnn_rnn_forward: bad batch T=%lld B=%lld (or a missing lengths, "
                         "x or y)",
                         (long long)T, (long long)B);
+    if (r->cell == RL_CUDNN_GRU && (c0 || cT))
+        return rl_error(RL_EARG, "rl_cudnn_rnn_forward: a gru has no cell state (c0, cT given)");
     try {
         r->lens.resize((size_t)B);
     } catch (...) {
-        return rl_error(RL_ENOMEM, "rl_cudnn_lstm_forward: out of host memory (B=%lld)",
+        return rl_error(RL_ENOMEM, "rl_cudnn_rnn_forward: out of host memory (B=%lld)",
                         (long long)B);
     }
     for (int64_t b = 0; b < B; b++) {
         if (len_host[b] < 1 || len_host[b] > T)
             return rl_error(RL_EARG,
-                            "rl_cudnn_lstm_forward: length %d of sequence %lld not in 1..%lld",
+                            "rl_cudnn_rnn_forward: length %d of sequence %lld not in 1..%lld",
                             (int)len_host[b], (long long)b, (long long)T);
         r->lens[(size_t)b] = (int)len_host[b];
     }
+    r->ragged = false;
+    for (int64_t b = 0; b < B; b++)
+        r->ragged = r->ragged || len_host[b] < T;
     r->len_dev = len_dev;
     RL_TRY(use_device(r));
     RL_TRY(describe_batch(r));
@@ -449,11 +489,15 @@ extern "C" rl_status rl_cudnn_lstm_forward(rl_cudnn_lstm *r, bool train, int64_t
     const void *xin = x;
     void *yout = y;
     size_t es = esize(r);
-    if (r->direction < 0) {
+    /* cuDNN reads a copy of x with the padded frames zeroed in a ragged batch too: whatever the
+     * caller left there (even NaN) must reach no result, whether or not cuDNN reads it */
+    if (r->direction < 0 || r->ragged) {
         RL_TRY(buf_ensure(r, &r->xr, (size_t)(T * B * r->F) * es));
-        RL_TRY(buf_ensure(r, &r->yr, (size_t)(T * B * r->H) * es));
-        RL_TRY(reverse(r, r->F, x, r->xr.p));
+        RL_TRY(gather(r, r->F, x, r->xr.p));
         xin = r->xr.p;
+    }
+    if (r->direction < 0) {
+        RL_TRY(buf_ensure(r, &r->yr, (size_t)(T * B * r->H) * es));
         yout = r->yr.p;
     }
     CUDNN_TRY(r, "cudnnRNNForward",
@@ -462,7 +506,7 @@ extern "C" rl_status rl_cudnn_lstm_forward(rl_cudnn_lstm *r, bool train, int64_t
                               r->work.p, train ? reserve : 0, train ? r->reserve.p : nullptr));
     /* the reversal writes 0 to padded frames; cuDNN's padding fill is not relied on */
     if (r->direction < 0)
-        RL_TRY(reverse(r, r->H, r->yr.p, y));
+        RL_TRY(gather(r, r->H, r->yr.p, y));
     else
         RL_TRY(zero_padded(r, r->H, y));
     r->x = xin;
@@ -473,16 +517,18 @@ extern "C" rl_status rl_cudnn_lstm_forward(rl_cudnn_lstm *r, bool train, int64_t
     return RL_OK;
 }
 
-extern "C" rl_status rl_cudnn_lstm_backward(rl_cudnn_lstm *r, const void *dy, void *dx, void *dh0,
-                                            void *dc0) {
+extern "C" rl_status rl_cudnn_rnn_backward(rl_cudnn_rnn *r, const void *dy, void *dx, void *dh0,
+                                           void *dc0) {
     if (!r->have_train)
         return rl_error(RL_EARG,
-                        "rl_cudnn_lstm_backward: no training forward to go back through "
+                        "rl_cudnn_rnn_backward: no training forward to go back through "
                         "(F=%lld H=%lld)",
                         (long long)r->F, (long long)r->H);
     if (!dy)
-        return rl_error(RL_EARG, "rl_cudnn_lstm_backward: dy must be given (T=%lld B=%lld H=%lld)",
+        return rl_error(RL_EARG, "rl_cudnn_rnn_backward: dy must be given (T=%lld B=%lld H=%lld)",
                         (long long)r->T, (long long)r->B, (long long)r->H);
+    if (r->cell == RL_CUDNN_GRU && dc0)
+        return rl_error(RL_EARG, "rl_cudnn_rnn_backward: a gru has no cell state (dc0 given)");
     r->have_train = false;
     RL_TRY(use_device(r));
     size_t es = esize(r), work = 0, reserve = 0;
@@ -491,17 +537,19 @@ extern "C" rl_status rl_cudnn_lstm_backward(rl_cudnn_lstm *r, const void *dy, vo
                                         &reserve));
     if (work > r->work.bytes || reserve > r->reserve.bytes)
         return rl_error(RL_EDEVICE,
-                        "rl_cudnn_lstm_backward: cuDNN asks for more space than in "
+                        "rl_cudnn_rnn_backward: cuDNN asks for more space than in "
                         "forward (T=%lld B=%lld)",
                         (long long)r->T, (long long)r->B);
     size_t xbytes = (size_t)(r->T * r->B * r->F) * es;
     const void *dyin = dy;
     void *dxout = dx;
-    if (r->direction < 0) {
+    if (r->direction < 0 || r->ragged) { /* dy's padded frames as x's in forward */
         RL_TRY(buf_ensure(r, &r->dyr, (size_t)(r->T * r->B * r->H) * es));
-        RL_TRY(buf_ensure(r, &r->dxr, xbytes));
-        RL_TRY(reverse(r, r->H, dy, r->dyr.p));
+        RL_TRY(gather(r, r->H, dy, r->dyr.p));
         dyin = r->dyr.p;
+    }
+    if (r->direction < 0) {
+        RL_TRY(buf_ensure(r, &r->dxr, xbytes));
         dxout = r->dxr.p;
     } else if (!dx) {
         RL_TRY(buf_ensure(r, &r->dx_scratch, xbytes));
@@ -513,7 +561,7 @@ extern "C" rl_status rl_cudnn_lstm_backward(rl_cudnn_lstm *r, const void *dy, vo
                                       nullptr, dc0, r->w.bytes, r->w.p, work, r->work.p, reserve,
                                       r->reserve.p));
     if (dx && r->direction < 0)
-        RL_TRY(reverse(r, r->F, r->dxr.p, dx));
+        RL_TRY(gather(r, r->F, r->dxr.p, dx));
     else if (dx)
         RL_TRY(zero_padded(r, r->F, dx));
     cudaError_t e = cudaMemsetAsync(r->dw.p, 0, r->dw.bytes, r->stream);
