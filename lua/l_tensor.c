@@ -14,6 +14,7 @@
 #include <inttypes.h>
 #ifdef __GLIBC__
 #include <malloc.h>
+#include <pthread.h>
 #endif
 #include <math.h>
 #include <string.h>
@@ -41,30 +42,49 @@ typedef struct {
  * all live storages with a limit, and above it runs a full collection and sets the limit to
  * what survived plus as much again, at least RL_GC_HEADROOM: resident memory stays within about
  * twice the live tensors plus the headroom. A full collection costs with the Lua heap (a G2P
- * training's 60 MB of word lists: tens of ms) and the trim below with the pages it hands back,
- * so the headroom keeps them rare (with 64 MiB a G2P epoch took about twice the CPU time). The
- * limit is per Lua state (the registry); the byte count is the process's, so a state may also
- * collect when another's tensors grew. */
+ * training's 60 MB of word lists: tens of ms), so the headroom keeps them rare (with 64 MiB a
+ * G2P epoch took about twice the CPU time). The limit is per Lua state (the registry); the byte
+ * count is the process's, so a state may also collect when another's tensors grew. */
 #define RL_GC_HEADROOM ((int64_t)256 << 20)
 static const char gc_limit_key = 'g';
 
+#ifdef __GLIBC__
+/* glibc's defaults make a training fault its storages in again and again, and every page fault
+ * is system time: a storage above the mmap threshold (128 KiB at first, rising with each such
+ * free, up to 32 MiB) is mapped when made and unmapped when freed, and free() hands the top of
+ * the heap back whenever more than twice that threshold lies free there, which is the case
+ * after every collection. So storages up to 32 MiB (glibc's largest threshold) come from the
+ * heap, and free() keeps up to RL_GC_HEADROOM free at its top: what a collection frees is
+ * reused, resident, by the storages made until the next one. */
+static pthread_once_t malloc_once = PTHREAD_ONCE_INIT;
+
+static void malloc_setup(void) {
+    mallopt(M_MMAP_THRESHOLD, 32 << 20);
+    mallopt(M_TRIM_THRESHOLD, (int)RL_GC_HEADROOM);
+}
+#endif
+
 void rl_lua_collect_if_needed(lua_State *L) {
+#ifdef __GLIBC__
+    pthread_once(&malloc_once, malloc_setup);
+#endif
     int64_t live = rl_storage_live_bytes();
     lua_rawgetp(L, LUA_REGISTRYINDEX, &gc_limit_key);
     int64_t limit = lua_isinteger(L, -1) ? (int64_t)lua_tointeger(L, -1) : RL_GC_HEADROOM;
     lua_pop(L, 1);
     if (live <= limit) return;
     lua_gc(L, LUA_GCCOLLECT);
-#ifdef __GLIBC__
-    /* glibc keeps what the collection just freed: its mmap threshold rises with every large
-     * free, so later storages come from the heap and stay resident once freed (a G2P training
-     * sat at 800 MB resident with 150 MB of storages). Trimming hands the free pages back; it
-     * costs about as much as the collection and comes as rarely. */
-    malloc_trim(0);
-#endif
     live = rl_storage_live_bytes();
-    limit = live + (live > RL_GC_HEADROOM ? live : RL_GC_HEADROOM);
-    lua_pushinteger(L, (lua_Integer)limit);
+    int64_t headroom = live > RL_GC_HEADROOM ? live : RL_GC_HEADROOM;
+#ifdef __GLIBC__
+    /* The storages made before the next collection reuse at most `headroom` bytes of what
+     * glibc holds free; when it holds more than a quarter more (holes between survivors that
+     * the next storages do not fit, a working set that shrank or moved), the rest would stay
+     * resident for nothing: then, and only then, hand the free pages back. Trimming after
+     * every collection made every page used again fault anew (README, Memory). */
+    if ((int64_t)mallinfo2().fordblks > headroom + headroom / 4) malloc_trim(0);
+#endif
+    lua_pushinteger(L, (lua_Integer)(live + headroom));
     lua_rawsetp(L, LUA_REGISTRYINDEX, &gc_limit_key);
 }
 

@@ -47,6 +47,54 @@ H.test("dropped tensors of varying shapes stay collected in a long loop", functi
   end
 end)
 
+-- Minor page faults of this process so far (/proc/self/stat, field 10).
+local function minor_faults()
+  local f = io.open("/proc/self/stat")
+  if not f then return nil end
+  local s = f:read("a")
+  f:close()
+  local fields = {}
+  for w in s:match("%)%s+(.*)$"):gmatch("%S+") do fields[#fields + 1] = w end
+  return tonumber(fields[8])
+end
+
+-- The collector tunes glibc's malloc; AddressSanitizer's allocator (or another C library's)
+-- maps and reuses memory in its own way.
+local function glibc_malloc()
+  local f = io.open("/proc/self/maps")
+  if not f then return false end
+  local s = f:read("a")
+  f:close()
+  return s:find("libc.so.6", 1, true) ~= nil and not s:find("libasan", 1, true)
+end
+
+H.test("storages freed by a collection are reused, not faulted in again", function()
+  if not minor_faults() or not glibc_malloc() then
+    print("SKIP page-fault check (no /proc/self/stat, or not glibc's malloc)")
+    return
+  end
+  local w = rl.randn(128, 128)
+  local recent, made = {}, 0
+  local function run(steps)
+    for step = 1, steps do
+      local rows = 1000 + (step * 37) % 1500
+      local x = rl.empty(rows, 128)
+      recent[step % 3 + 1] = {x, rl.matmul(x:fill_(0.01), w)}
+      made = made + 2 * rows * 128 * 4
+    end
+  end
+  run(300) -- the heap grows to its working size (one collection cycle and more)
+  local f0 = minor_faults()
+  made = 0
+  run(600) -- 1.5 GB of storages, several collections
+  local faults, pages = minor_faults() - f0, made / 4096
+  -- glibc's defaults (heap top handed back at each collection) fault in a tenth of the pages,
+  -- a trim after every collection all of them
+  H.check(faults < 0.03 * pages, string.format("%d page faults for %.0f pages of storages made",
+    faults, pages))
+  recent = nil
+end)
+
 H.test("layers' storages count too", function()
   collectgarbage()
   local bytes0 = rl.storage_bytes()
