@@ -119,13 +119,14 @@ LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o) $(CU_SRC:%.cu=$(BUILD)/%.cu.o) $(BUILD)/
 CTESTS   := $(patsubst tests/c/%.c,$(BUILD)/tests/%,$(wildcard tests/c/test_*.c))
 BENCHES  := $(patsubst bench/%.c,$(BUILD)/bench/%,$(wildcard bench/*.c))
 
-.PHONY: all deps test test-gpu demo bench bench-gpu clean format check-cuda fuzz fuzz-run
+.PHONY: all deps test test-gpu demo bench bench-gpu clean format check-cuda fuzz fuzz-run rnnlua
 all: rnnlua
 
 # Install missing system packages (apt-get) on a fresh machine.
 deps:
 	@RL_BLAS=$(BLAS) bash scripts/deps.sh
 
+# phony: the top-level binary is always the one of the build just asked for (CUDA, ARCH, BLAS)
 rnnlua: $(BUILD)/rnnlua
 	cp $< $@
 
