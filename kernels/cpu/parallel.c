@@ -1,5 +1,9 @@
-/* The helper pool of parallel.h. Every helper acknowledges every generation, also those without
- * a part, so that none can still be reading a job when the next is posted. */
+/* The helper pool of parallel.h. The parts of a job are claimed, not assigned: the caller and
+ * every helper take the next unclaimed part until none is left, so a helper that is not on a
+ * core when the job is posted (another process has it, on a loaded machine) costs nothing but
+ * its share of the work, which the caller does; before, the caller waited for it. The claim
+ * counter carries the job's generation and part count, so a helper that wakes late, after its
+ * job is over or another has been posted, claims nothing of the wrong job. */
 #include "parallel.h"
 
 #include <pthread.h>
@@ -14,16 +18,33 @@ static struct {
     pthread_mutex_t call_lock, lock;
     pthread_cond_t wake;
     atomic_uint gen;
-    atomic_int done;
+    /* generation << 32 | parts << 16 | the next part to claim, of the current job */
+    _Atomic uint64_t claim;
+    atomic_int finished; /* parts of the current job done */
     atomic_int sleeping;
     int helpers;
     unsigned start_gen[MAX_HELPERS + 1]; /* the generation each helper was created at */
-    void (*fn)(void *, int, int);        /* the job posted with the current generation */
+    void (*fn)(void *, int, int);        /* the job of the current generation */
     void *ctx;
-    int parts;
 } pool = {.call_lock = PTHREAD_MUTEX_INITIALIZER,
           .lock = PTHREAD_MUTEX_INITIALIZER,
           .wake = PTHREAD_COND_INITIALIZER};
+
+/* Runs parts of generation g until none is left unclaimed. A part claimed keeps its job (fn,
+ * ctx) current: the caller does not return before every part is finished. */
+static void run_parts(unsigned g) {
+    uint64_t c = atomic_load_explicit(&pool.claim, memory_order_acquire);
+    for (;;) {
+        int part = (int)(c & 0xffff), parts = (int)((c >> 16) & 0xffff);
+        if ((unsigned)(c >> 32) != g || part >= parts) return;
+        if (!atomic_compare_exchange_weak_explicit(&pool.claim, &c, c + 1, memory_order_acq_rel,
+                                                   memory_order_acquire))
+            continue;
+        pool.fn(pool.ctx, part, parts);
+        atomic_fetch_add_explicit(&pool.finished, 1, memory_order_release);
+        c = atomic_load_explicit(&pool.claim, memory_order_acquire);
+    }
+}
 
 static void *helper_main(void *arg) {
     int part = (int)(intptr_t)arg;
@@ -46,8 +67,7 @@ static void *helper_main(void *arg) {
             spins = 0;
         }
         seen = g;
-        if (part < pool.parts) pool.fn(pool.ctx, part, pool.parts);
-        atomic_fetch_add_explicit(&pool.done, 1, memory_order_release);
+        run_parts(g);
     }
     return NULL;
 }
@@ -75,8 +95,9 @@ void rl_cpu_parallel(int parts, void (*fn)(void *ctx, int part, int parts), void
         if (1 + ensure_helpers(parts - 1) >= parts) {
             pool.fn = fn;
             pool.ctx = ctx;
-            pool.parts = parts;
-            atomic_store_explicit(&pool.done, 0, memory_order_relaxed);
+            atomic_store_explicit(&pool.finished, 0, memory_order_relaxed);
+            unsigned g = atomic_load_explicit(&pool.gen, memory_order_relaxed) + 1;
+            atomic_store(&pool.claim, (uint64_t)g << 32 | (uint64_t)parts << 16);
             /* sequentially consistent: with the helper's sleeping++ then gen check, either it
              * sees the new generation or this sees it sleeping */
             atomic_fetch_add(&pool.gen, 1);
@@ -85,9 +106,9 @@ void rl_cpu_parallel(int parts, void (*fn)(void *ctx, int part, int parts), void
                 pthread_cond_broadcast(&pool.wake);
                 pthread_mutex_unlock(&pool.lock);
             }
-            fn(ctx, 0, parts);
+            run_parts(g);
             int spins = 0;
-            while (atomic_load_explicit(&pool.done, memory_order_acquire) < pool.helpers)
+            while (atomic_load_explicit(&pool.finished, memory_order_acquire) < parts)
                 if (++spins % 1024 == 0) sched_yield();
             pthread_mutex_unlock(&pool.call_lock);
             return;

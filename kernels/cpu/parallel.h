@@ -16,8 +16,9 @@
 extern "C" {
 #endif
 
-/* Calls fn(ctx, part, parts) for part = 0 .. parts-1, part 0 on the calling thread and the
- * others on helpers (or all on the caller, see above), and returns when every part is done.
+/* Calls fn(ctx, part, parts) for part = 0 .. parts-1, each on the calling thread or a helper,
+ * whichever claims it first (or all on the caller, see above), and returns when every part is
+ * done. Parts must not wait for each other: any of them may run after another on one thread.
  * parts is at most RL_CPU_MAX_PARTS. */
 #define RL_CPU_MAX_PARTS 8
 void rl_cpu_parallel(int parts, void (*fn)(void *ctx, int part, int parts), void *ctx);
