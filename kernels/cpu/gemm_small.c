@@ -183,8 +183,8 @@ RL_AVX512 static void packed_avx512(int64_t m, int64_t n, int64_t k, const float
 
 /* One mr x 24 tile over kc rows of k, of which the first nv 8-column vectors are computed (as
  * in the AVX-512 tile: a narrow last half panel); with load_c the tile starts from c (a
- * partial sum of earlier k blocks, or the accumulate operand), else from zero. w (1..24)
- * columns are stored; masked moves only where w < 24, since AMD cores microcode vmaskmovps
+ * partial sum of earlier k blocks, or the accumulate operand), else from zero. w (1..8 nv)
+ * columns are stored; masked moves only where w < 8 nv, since AMD cores microcode vmaskmovps
  * stores. */
 RL_AVX2 static inline __attribute__((always_inline)) void
 tile_avx2(const int mr, const int nv, int64_t kc, const float *a, int64_t lda, const float *pp,
@@ -193,7 +193,7 @@ tile_avx2(const int mr, const int nv, int64_t kc, const float *a, int64_t lda, c
     __m256i m0 = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)w), lane),
             m1 = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)w - 8), lane),
             m2 = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)w - 16), lane);
-    bool full = w == NH;
+    bool full = w == 8 * nv;
     __m256 c0[MR2], c1[MR2], c2[MR2];
     RL_UNROLL
     for (int r = 0; r < mr; r++) {
@@ -201,8 +201,8 @@ tile_avx2(const int mr, const int nv, int64_t kc, const float *a, int64_t lda, c
         c0[r] = c1[r] = c2[r] = _mm256_setzero_ps();
         if (load_c && full) {
             c0[r] = _mm256_loadu_ps(cr);
-            c1[r] = _mm256_loadu_ps(cr + 8);
-            c2[r] = _mm256_loadu_ps(cr + 16);
+            if (nv > 1) c1[r] = _mm256_loadu_ps(cr + 8);
+            if (nv > 2) c2[r] = _mm256_loadu_ps(cr + 16);
         } else if (load_c) {
             c0[r] = _mm256_maskload_ps(cr, m0);
             if (nv > 1) c1[r] = _mm256_maskload_ps(cr + 8, m1);
@@ -229,8 +229,8 @@ tile_avx2(const int mr, const int nv, int64_t kc, const float *a, int64_t lda, c
         float *cr = c + r * ldc;
         if (full) {
             _mm256_storeu_ps(cr, c0[r]);
-            _mm256_storeu_ps(cr + 8, c1[r]);
-            _mm256_storeu_ps(cr + 16, c2[r]);
+            if (nv > 1) _mm256_storeu_ps(cr + 8, c1[r]);
+            if (nv > 2) _mm256_storeu_ps(cr + 16, c2[r]);
         } else {
             _mm256_maskstore_ps(cr, m0, c0[r]);
             if (nv > 1) _mm256_maskstore_ps(cr + 8, m1, c1[r]);
@@ -263,8 +263,12 @@ RL_AVX2 static void packed_avx2(int64_t m, int64_t n, int64_t k, const float *a,
         for (int64_t k0 = 0; k0 < k; k0 += KC) {
             int64_t kc = k - k0 < KC ? k - k0 : KC;
             bool load_c = accumulate || k0 > 0;
-            for (int64_t h = 0; h < w; h += NH) {
-                int64_t wh = w - h < NH ? w - h : NH;
+            /* a 25..32-column panel as 16 + 16, not 24 + 8: an 8-column tile has 4
+             * accumulators, each waiting out the FMA latency every k, and 16 + 16 does the
+             * same vectors in two 8-accumulator tiles (the sums do not change) */
+            int64_t h1 = w > NH && w <= 32 ? 16 : NH;
+            for (int64_t h = 0; h < w; h += h1) {
+                int64_t wh = w - h < h1 ? w - h : h1;
                 const float *pb = pp + k0 * NR + h, *ak = a + k0;
                 float *ch = c + p0 + h;
                 if (wh > 16)
