@@ -145,12 +145,15 @@ RL_INLINE void softmax_ce_body_f32(int64_t r0, int64_t r1, int64_t C, const floa
     }
 }
 
+/* The number of RL_CE_DB_ROWS-row blocks the gradient pass cuts rows into. */
+static inline int64_t db_blocks(int64_t rows) { return (rows + RL_CE_DB_ROWS - 1) / RL_CE_DB_ROWS; }
+
 /* Row blocks j0 .. j1-1 of RL_CE_DB_ROWS rows: dz, and with db each block's column sums of dz
  * into its row of scratch (or into db itself when there is one block). */
 RL_INLINE void ce_grad_body_f32(int64_t j0, int64_t j1, int64_t rows, int64_t C, const float *p,
                                 const int32_t *tgt, float *dz, bool accumulate, float *db,
                                 float *scratch) {
-    bool one = (rows + RL_CE_DB_ROWS - 1) / RL_CE_DB_ROWS == 1;
+    bool one = db_blocks(rows) == 1;
     for (int64_t j = j0; j < j1; j++) {
         int64_t r1 = (j + 1) * RL_CE_DB_ROWS < rows ? (j + 1) * RL_CE_DB_ROWS : rows;
         float *restrict acc = db ? (one ? db : scratch + j * C) : NULL;
@@ -226,7 +229,7 @@ static void softmax_part(void *ctx, int part, int parts) {
 
 static void ce_grad_part(void *ctx, int part, int parts) {
     const pass_job *j = ctx;
-    int64_t blocks = (j->rows + RL_CE_DB_ROWS - 1) / RL_CE_DB_ROWS;
+    int64_t blocks = db_blocks(j->rows);
     int64_t j0 = blocks * part / parts, j1 = blocks * (part + 1) / parts;
     switch (j->level) {
 #ifdef RL_CPU_X86
@@ -260,7 +263,7 @@ void rl_softmax_ce_cpu_f32(int64_t rows, int64_t C, const float *z, const float 
 }
 
 int64_t rl_ce_grad_scratch_size(int64_t rows, int64_t C) {
-    int64_t blocks = (rows + RL_CE_DB_ROWS - 1) / RL_CE_DB_ROWS;
+    int64_t blocks = db_blocks(rows);
     return blocks > 1 ? blocks * C : 0;
 }
 
@@ -275,7 +278,7 @@ void rl_ce_grad_cpu_f32(int64_t rows, int64_t C, const float *p, const int32_t *
                   .tgt = tgt,
                   .accumulate = accumulate,
                   .level = rl_cpu_level_get()};
-    int64_t blocks = (rows + RL_CE_DB_ROWS - 1) / RL_CE_DB_ROWS;
+    int64_t blocks = db_blocks(rows);
     rl_cpu_parallel(pass_parts(blocks, rows * C), ce_grad_part, &j);
     if (!db) return;
     if (blocks == 0) memset(db, 0, (size_t)C * sizeof *db);
