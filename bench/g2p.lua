@@ -7,9 +7,18 @@
 -- both sides (on a busy machine a 2-thread run suffers from threads waiting for each other).
 -- RL_BENCH_SECONDS (per measurement, default 0.5) and RL_BENCH_ROUNDS (default 5). Reports
 -- wall-clock and process CPU time per step.
+-- RL_G2P_CELL=gru: the decoder's cell is a gru instead of the lstm (rnnlua alone: the PyTorch
+-- side has no such variant). RL_G2P_STEPS=N: rnnlua alone runs N steps (after 2 warm-up steps)
+-- on RL_G2P_THREADS threads (default 1) and prints its ms/step, for profiling (perf record) and
+-- for comparing builds.
 local T, S, B, E, H, VI, VO = 8, 8, 64, 32, 128, 30, 41
 local seconds = tonumber(os.getenv("RL_BENCH_SECONDS") or "0.5")
 local rounds = tonumber(os.getenv("RL_BENCH_ROUNDS") or "5")
+local cell = os.getenv("RL_G2P_CELL") or "lstm"
+if cell ~= "lstm" and cell ~= "gru" then
+  error(string.format("bench/g2p.lua: RL_G2P_CELL = '%s', expected lstm or gru", cell), 0)
+end
+local only_steps = tonumber(os.getenv("RL_G2P_STEPS") or "")
 rl.manual_seed(1)
 
 local net = rl.network({
@@ -19,7 +28,7 @@ local net = rl.network({
   enc = {class = "copy", from = {"fw", "bw"}},
   dec = {class = "rec", from = {}, unit = {
     emb = {class = "embedding", from = "prev:output", n_out = E},
-    s = {class = "lstm", from = {"emb", "prev:att"}, n_out = H},
+    s = {class = cell, from = {"emb", "prev:att"}, n_out = H},
     att = {class = "attention", base = "base:enc", from = "s", kind = "additive", n_att = H},
     readout = {class = "linear", from = {"s", "att"}, n_out = H, activation = "tanh"},
     output_prob = {class = "softmax", from = "readout", loss = "ce", target = "classes"},
@@ -48,6 +57,16 @@ local function measure()
     n = n + 1
   end
   return 1000 * (rl.clock() - t0) / n, 1000 * (os.clock() - c0) / n
+end
+
+if only_steps then
+  rl.set_num_threads(tonumber(os.getenv("RL_G2P_THREADS") or "1"))
+  for _ = 1, 2 do step() end
+  local t0, c0 = rl.clock(), os.clock()
+  for _ = 1, only_steps do step() end
+  print(string.format("rnnlua %s decoder: %.3f ms/step, %.3f CPU ms/step (%d steps)", cell,
+    1000 * (rl.clock() - t0) / only_steps, 1000 * (os.clock() - c0) / only_steps, only_steps))
+  return
 end
 
 local p = io.popen("bash bench/torch_env.sh build 2>/dev/null")
@@ -80,8 +99,8 @@ local function median(xs)
   table.sort(xs)
   return xs[(#xs + 1) // 2]
 end
-print(string.format("### G2P training step (attention encoder-decoder, batch %d, T = %d, S = %d, "
-  .. "H = %d, float32)\n", B, T, S, H))
+print(string.format("### G2P training step (attention encoder-decoder, %s decoder, batch %d, T = "
+  .. "%d, S = %d, H = %d, float32)\n", cell, B, T, S, H))
 print("| threads | rnnlua ms/step | PyTorch 2.15.0 ms/step | rnnlua speed / PyTorch | rnnlua CPU "
   .. "ms/step | PyTorch CPU ms/step | CPU ratio |")
 print("|---:|---:|---:|---:|---:|---:|---:|")

@@ -30,6 +30,13 @@
  * than one BLAS thread and a U small enough, the batch's rows run in parts, one thread each, for
  * the whole pass (see "The CPU recurrence" below).
  *
+ * Packed operands: layers/recurrent.h's mechanism, the lstm's: a layer on its own packs U or U^T
+ * at every forward and backward; the step objects of a rec unit share their packs and pack once
+ * per pass, and then the input projection and the input gradients (B rows: one step) run
+ * through the packed kernel too, with each input's W_k packed once per pass as two blocks of
+ * columns, [W_r | W_z] into the gates' r, z blocks and W_n into the n block (their transposes in
+ * backward).
+ *
  * Buffers (sized per batch shape; all kept from forward for backward):
  *   gates (T, B, 4H)  blocks [r | z | hn | n] per row (kernels/gru.h): input projections and the
  *                     recurrent products on entry of each step, activations after it; backward
@@ -40,13 +47,12 @@
  *                     all frames are rows 0..T-1 (1) or 1..T (-1).
  *   dh (B, H)         backward's running state gradient; at the end the initial state's
  *   red               CUDA only: the bias sums' partial column sums (kernels/cuda/gru_cuda.h)
- *   upack             U or U^T in gemm_small.h's packed layout (float32 only)
  *   xs[k], dxs[k]     contiguous copies of inputs (input gradients) whose (T, B) dims cannot be
  *                     folded into one; in a ragged batch also of every input, with the padded
  *                     frames zeroed: dW = X^T dG over all frames would otherwise turn a NaN or
  *                     Inf in the padding into NaN gradients (0 * NaN), although dG is 0 there
- * The lengths on the device and a copy of an unfoldable grad_out are rl_recurrent's
- * (layers/recurrent.h).
+ * The lengths on the device, a copy of an unfoldable grad_out and the packed operands are
+ * rl_recurrent's (layers/recurrent.h).
  *
  * One step with explicit state (a rec unit's per-step use): forward with T = 1 after
  * rl_gru_set_initial_state(h_prev) gives the new state as the output (and rl_gru_final_state);
@@ -97,8 +103,7 @@ typedef struct {
     int direction;
     rl_tensor h0; /* the given initial state (shared view), or unset */
     rl_tensor gates, hs, dh;
-    rl_tensor red;   /* CUDA: (RL_GRU_CUDA_CHUNKS, 4H) partial column sums of the bias gradients */
-    rl_tensor upack; /* U (forward) or U^T (backward) packed for the per-step product */
+    rl_tensor red; /* CUDA: (RL_GRU_CUDA_CHUNKS, 4H) partial column sums of the bias gradients */
     rl_tensor xs[RL_LAYER_MAX_INPUTS], dxs[RL_LAYER_MAX_INPUTS];
     bool use_xs[RL_LAYER_MAX_INPUTS]; /* the last forward read input k from xs[k] */
     bool cudnn;                       /* impl = "cudnn" */
@@ -107,6 +112,16 @@ typedef struct {
 } gru_layer;
 
 static const rl_layer_ops gru_ops;
+
+_Static_assert(offsetof(gru_layer, rec) == offsetof(rl_recurrent_layer, rec),
+               "gru_layer starts with rl_recurrent_layer (layers/recurrent.h)");
+
+/* The input weights' two blocks of columns: [W_r | W_z] and W_n (see "Packed operands"). */
+static rl_status pack_inputs(gru_layer *L, bool backward, const float *W, float **out) {
+    int64_t H = L->base.n_out;
+    rl_pack_block blocks[2] = {{0, 2 * H}, {2 * H, H}};
+    return rl_recurrent_pack_inputs(&L->rec, &L->base, backward, W, 3 * H, blocks, 2, out);
+}
 
 static void *at(const rl_tensor *t, int64_t elems) {
     return (char *)rl_tensor_data(t) + (size_t)elems * rl_dtype_size(t->dtype);
@@ -242,18 +257,21 @@ static void bwd_part(void *ctx, int part, int parts) {
     bwd_rows(j, B * part / parts, B * (part + 1) / parts);
 }
 
-/* Packs U (forward) or U^T (backward) for the packed kernel when it applies. */
+/* Packs U (forward) or U^T (backward) for the packed kernel when it applies (and is stale). */
 static rl_status pack_u(gru_layer *L, gru_steps *j, bool backward) {
     int64_t H = L->base.n_out;
     j->packed = j->dt == RL_FLOAT32 && rl_gemm_packed_fast();
     if (!j->packed) return RL_OK;
     int64_t n = backward ? rl_gemm_packed_size(3 * H, H) : rl_gemm_packed_size(H, 3 * H);
-    RL_TRY(rl_buffer_ensure(&L->upack, RL_FLOAT32, RL_DEVICE_CPU, 1, &n));
-    if (backward)
-        rl_gemm_pack_f32(rl_tensor_data(&L->upack), j->U.p, 3 * H, true, 3 * H, H);
-    else
-        rl_gemm_pack_f32(rl_tensor_data(&L->upack), j->U.p, 3 * H, false, H, 3 * H);
-    j->upack = rl_tensor_data(&L->upack);
+    float *d;
+    bool stale;
+    RL_TRY(rl_recurrent_pack_slot(&L->rec, &L->base, backward ? RL_PACK_UT : RL_PACK_U, n, &d,
+                                  &stale));
+    if (stale && backward)
+        rl_gemm_pack_f32(d, j->U.p, 3 * H, true, 3 * H, H);
+    else if (stale)
+        rl_gemm_pack_f32(d, j->U.p, 3 * H, false, H, 3 * H);
+    j->upack = d;
     return RL_OK;
 }
 
@@ -340,6 +358,8 @@ static rl_status gru_forward(rl_layer *l, rl_layer_io *io) {
     for (int64_t i = 0; i < B; i++)
         ragged = ragged || len[i] < T;
     rl_mat G = {rl_tensor_data(&L->gates), 4 * H};
+    float *wpack = NULL;
+    if (rl_recurrent_packed_inputs(r, dt, dev)) RL_TRY(pack_inputs(L, false, W.p, &wpack));
     int64_t row = 0;
     for (int k = 0; k < io->n_in; k++) {
         rl_mat X;
@@ -347,9 +367,16 @@ static rl_status gru_forward(rl_layer *l, rl_layer_io *io) {
         rl_mat Wk = rl_mat_sub(W, row, 0, dt);
         double beta = k ? 1.0 : 0.0;
         int64_t F = l->in_dims[k];
-        RL_TRY(rl_mat_gemm(dev, r->stream, dt, false, false, T * B, 2 * H, F, X, Wk, beta, G));
-        RL_TRY(rl_mat_gemm(dev, r->stream, dt, false, false, T * B, H, F, X, cols(Wk, 2 * H, dt),
-                           beta, cols(G, 3 * H, dt)));
+        if (wpack) {
+            rl_gemm_packed_f32(T * B, 2 * H, F, X.p, X.ld, wpack, k > 0, G.p, 4 * H);
+            wpack += rl_gemm_packed_size(F, 2 * H);
+            rl_gemm_packed_f32(T * B, H, F, X.p, X.ld, wpack, k > 0, (float *)G.p + 3 * H, 4 * H);
+            wpack += rl_gemm_packed_size(F, H);
+        } else {
+            RL_TRY(rl_mat_gemm(dev, r->stream, dt, false, false, T * B, 2 * H, F, X, Wk, beta, G));
+            RL_TRY(rl_mat_gemm(dev, r->stream, dt, false, false, T * B, H, F, X,
+                               cols(Wk, 2 * H, dt), beta, cols(G, 3 * H, dt)));
+        }
         row += F;
     }
 
@@ -410,6 +437,9 @@ static rl_status gru_backward(rl_layer *l, rl_layer_io *io, const rl_tensor *gra
     /* weight and input gradients: GEMMs over all frames, the r, z columns and the n columns of
      * the input side apart (dG's n block is block 3, dan) */
     rl_mat dG = {rl_tensor_data(&L->gates), 4 * H}, dGn = cols(dG, 3 * H, dt);
+    float *wtpack = NULL;
+    if (grad_in && rl_recurrent_packed_inputs(r, dt, dev))
+        RL_TRY(pack_inputs(L, true, W.p, &wtpack));
     int64_t row = 0;
     for (int k = 0; k < io->n_in; k++) {
         int64_t F = l->in_dims[k];
@@ -429,11 +459,19 @@ static rl_status gru_backward(rl_layer *l, rl_layer_io *io, const rl_tensor *gra
                 RL_TRY(rl_buffer_ensure_synced(&L->dxs[k], dt, dev, 3, gi->shape));
                 Gi = (rl_mat){rl_tensor_data(&L->dxs[k]), F};
             }
-            RL_TRY(rl_mat_gemm(dev, r->stream, dt, false, true, T * B, F, 2 * H, dG, Wk, 0.0, Gi));
-            RL_TRY(rl_mat_gemm(dev, r->stream, dt, false, true, T * B, F, H, dGn,
-                               cols(Wk, 2 * H, dt), 1.0, Gi));
+            if (wtpack) {
+                const float *rz = wtpack, *n = wtpack + rl_gemm_packed_size(2 * H, F);
+                rl_gemm_packed_f32(T * B, F, 2 * H, dG.p, 4 * H, rz, false, Gi.p, Gi.ld);
+                rl_gemm_packed_f32(T * B, F, H, dGn.p, 4 * H, n, true, Gi.p, Gi.ld);
+            } else {
+                RL_TRY(
+                    rl_mat_gemm(dev, r->stream, dt, false, true, T * B, F, 2 * H, dG, Wk, 0.0, Gi));
+                RL_TRY(rl_mat_gemm(dev, r->stream, dt, false, true, T * B, F, H, dGn,
+                                   cols(Wk, 2 * H, dt), 1.0, Gi));
+            }
             if (!direct) RL_TRY(rl_op_copy(gi, &L->dxs[k]));
         }
+        if (wtpack) wtpack += rl_gemm_packed_size(2 * H, F) + rl_gemm_packed_size(H, F);
         row += F;
     }
     /* the initial state's gradient, read by whoever gave that state */
@@ -445,7 +483,7 @@ static void gru_destroy(rl_layer *l) {
     gru_layer *L = (gru_layer *)l;
     rl_recurrent_free(&L->rec); /* drops the cuDNN object, waits for and destroys the stream */
     rl_rnn_cudnn_free(&L->dnn);
-    rl_tensor *ts[] = {&L->h0, &L->gates, &L->hs, &L->dh, &L->red, &L->upack};
+    rl_tensor *ts[] = {&L->h0, &L->gates, &L->hs, &L->dh, &L->red};
     for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
         rl_tensor_release(ts[i]);
     for (int k = 0; k < RL_LAYER_MAX_INPUTS; k++) {

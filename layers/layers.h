@@ -47,15 +47,6 @@ rl_status rl_lstm_initial_state_grad(rl_layer *l, rl_tensor *dh0, rl_tensor *dc0
  * backward passes start from (shared, read at each backward), or NULL for zeros; per-step use
  * in a rec unit (layer.h). Not with impl = "cudnn". */
 rl_status rl_lstm_set_final_state_grad(rl_layer *l, const rl_tensor *dh, const rl_tensor *dc);
-/* Per-step use (layers/lstm.c, "Packed operands"): l, a step object of the same unit layer as
- * owner (same inputs and n_out, bound to the same parameters), shares owner's packed weights
- * from now on (an error naming both layers when their shapes differ). */
-rl_status rl_lstm_share_packs(rl_layer *l, rl_layer *owner);
-/* The pass the packed weights of l (and of the layers sharing them) belong to: they are packed
- * once per pass, so the caller gives a new number whenever the parameters may have changed
- * since the last forward or backward; 0 (the default) packs them at every forward and
- * backward. */
-rl_status rl_lstm_set_pack_pass(rl_layer *l, uint64_t pass);
 
 /* embedding (layers/embedding.c): n_out; one sparse input (T, B) int32 of in_dims[0] classes,
  * W (in_dims[0], n_out). */
@@ -77,6 +68,20 @@ rl_status rl_gru_create(rl_layer **out, const char *name, const rl_options *opts
 rl_status rl_gru_set_initial_state(rl_layer *l, const rl_tensor *h0);
 rl_status rl_gru_final_state(rl_layer *l, rl_tensor *h);
 rl_status rl_gru_initial_state_grad(rl_layer *l, rl_tensor *dh0);
+
+/* lstm and gru in per-step use (layers/recurrent.h, "Packed operands"): l, a step object of the
+ * same unit layer as owner (same class, inputs and n_out, bound to the same parameters), shares
+ * owner's packed weights from now on (an error naming both layers when they differ, or the one
+ * that is no lstm or gru). */
+rl_status rl_recurrent_share_packs(rl_layer *l, rl_layer *owner);
+/* The pass the packed weights of l (and of the layers sharing them) belong to: they are packed
+ * once per pass, so the caller gives a new number whenever the parameters may have changed
+ * since the last forward or backward; 0 (the default) packs them at every forward and
+ * backward. */
+rl_status rl_recurrent_set_pack_pass(rl_layer *l, uint64_t pass);
+/* How many operands the packs of l (shared or not) have packed since they were made: the rec
+ * layer's tests check that per-step use packs once per pass, not once per step. */
+rl_status rl_recurrent_pack_count(rl_layer *l, uint64_t *count);
 
 /* mdlstm (layers/mdlstm.c): 2-D multi-directional LSTM over (H, W, B, F) images; n_out (per
  * direction), directions ("tl,tr,bl,br"), combine = concat | sum, cell = standard | stable,

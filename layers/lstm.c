@@ -41,13 +41,11 @@
  *   dh, dc (B, H)        backward's running state gradients; at the end the gradients of the
  *                        initial state
  *   red                  CUDA only: the bias and peephole sums' partial sums (lstm_cuda.h)
- *   packs                U, U^T (and in per-step use W_k, W_k^T) in gemm_small.h's packed
- *                        layout (float32 only), see "Packed operands" below
  *   xs[k], dxs[k]        contiguous copies, only for inputs (or input gradients) whose (T, B)
  *                        dims cannot be folded into one
- * Kept in rl_recurrent (layers/recurrent.h): the lengths on the device (CUDA) and a contiguous
- * copy of grad_out when it cannot be folded; in rl_rnn_cudnn (layers/rnn_cudnn.h) the cuDNN
- * path's concatenated inputs.
+ * Kept in rl_recurrent (layers/recurrent.h): the lengths on the device (CUDA), a contiguous
+ * copy of grad_out when it cannot be folded and the packed operands ("Packed operands" below);
+ * in rl_rnn_cudnn (layers/rnn_cudnn.h) the cuDNN path's concatenated inputs.
  *
  * Devices: one layer for the CPU and CUDA; the device of the inputs decides, and the params,
  * the given initial state and grad_out/grad_in must be on it (checked at every entry, so device
@@ -65,15 +63,11 @@
  * state's gradients work as with own (hs, cs are then (2, B, H): initial and final state).
  *
  * Packed operands (float32, AVX2/AVX-512 CPU): the per-step products read U (forward) or U^T
- * (backward) packed for kernels/cpu/gemm_small.c. A layer run on its own packs them at every
- * forward and backward (the parameters may have changed in between), into one buffer. In
- * per-step use a rec unit runs one layer object per step, all sharing the parameters
- * (rl_lstm_share_packs): they share one set of packs, and the rec layer names a pass
- * (rl_lstm_set_pack_pass: a new number whenever the parameters may have changed, i.e. at each
- * of its forwards and backwards), so that U, U^T, and the input weights W_k and W_k^T are
- * packed once per pass instead of once per step. With a pass set the input projection
- * (T B = B rows: one step) and the input gradients use the packed kernel too: OpenBLAS
- * repacks W on each of those few-row calls.
+ * (backward) packed for kernels/cpu/gemm_small.c, packed at every forward and backward of a layer
+ * on its own, once per pass for the step objects of a rec unit, which share them; with a pass set
+ * the input projection (T B = B rows: one step) and the input gradients use the packed kernel
+ * too, with W_k and W_k^T packed once per pass. The mechanism is layers/recurrent.h's ("Packed
+ * operands"), shared with the gru.
  *
  * Streams (CUDA), the checks at the entry of forward and backward and the final-state
  * bookkeeping are layers/recurrent.c's, shared with the gru: each layer object owns a blocking
@@ -86,8 +80,6 @@
  * another device drops the cuDNN object before the stream it runs on is destroyed.
  */
 #include <inttypes.h>
-#include <stdlib.h>
-#include <string.h>
 
 #include <stddef.h>
 
@@ -119,77 +111,20 @@ typedef struct {
     rl_tensor dhT, dcT; /* the given final state gradients (shared views), or unset */
     rl_tensor gates, hs, cs, dh, dc;
     rl_tensor red; /* CUDA: (RL_LSTM_CUDA_CHUNKS, 7H) partial sums of the bias and peepholes */
-    struct lstm_packs *packs; /* packed operands, possibly shared with other step objects */
     rl_tensor xs[RL_LAYER_MAX_INPUTS], dxs[RL_LAYER_MAX_INPUTS];
     rl_rnn_cudnn dnn; /* impl = "cudnn" */
 } lstm_layer;
 
 static const rl_layer_ops lstm_ops;
 
-/* The packed operands of "Packed operands" above. PK_W and PK_WT hold every input's block one
- * after another (input k's W_k rows, F_k x 4H, then its transpose's). refs: the layer objects
- * sharing them. pass: 0 (pack at every call, all kinds into slot PK_U, as a layer on its own
- * needs one at a time) or the rec layer's current pass; a slot is fresh when it was packed in
- * that pass. */
-enum { PK_U, PK_UT, PK_W, PK_WT, PK_N };
-typedef struct lstm_packs {
-    int refs;
-    uint64_t pass;
-    rl_tensor buf[PK_N];
-    uint64_t packed_in[PK_N];
-} lstm_packs;
+_Static_assert(offsetof(lstm_layer, rec) == offsetof(rl_recurrent_layer, rec),
+               "lstm_layer starts with rl_recurrent_layer (layers/recurrent.h)");
 
-static void packs_release(lstm_packs *P) {
-    if (!P || --P->refs > 0) return;
-    for (int k = 0; k < PK_N; k++)
-        rl_tensor_release(&P->buf[k]);
-    free(P);
-}
-
-/* The buffer of packed operand `kind` (n floats) in *dst; *stale: it must be (re)packed now. */
-static rl_status pack_slot(lstm_layer *L, int kind, int64_t n, float **dst, bool *stale) {
-    lstm_packs *P = L->packs;
-    int k = P->pass ? kind : PK_U;
-    *stale = !P->pass || P->packed_in[k] != P->pass;
-    if (*stale) {
-        P->packed_in[k] = 0; /* until it is filled */
-        RL_TRY(rl_buffer_ensure(&P->buf[k], RL_FLOAT32, RL_DEVICE_CPU, 1, &n));
-        P->packed_in[k] = P->pass;
-    }
-    *dst = rl_tensor_data(&P->buf[k]);
-    return RL_OK;
-}
-
-/* Whether the input projection and input gradients of this forward or backward use the packed
- * kernel: per-step use (a pass set), float32 on the CPU at a level with a vector kernel. */
-static bool packed_inputs(const lstm_layer *L, rl_dtype dt, rl_device dev) {
-    return L->packs->pass && dt == RL_FLOAT32 && dev.type == RL_CPU && rl_gemm_packed_fast();
-}
-
-/* Packs (when stale) W_k (forward) or W_k^T (backward) of every input; *out: the packs. */
+/* The input weights form one block of columns (all 4H gates of a product). */
 static rl_status pack_inputs(lstm_layer *L, bool backward, const float *W, float **out) {
-    const rl_layer *l = &L->base;
-    int64_t H4 = 4 * l->n_out, n = 0;
-    for (int k = 0; k < l->n_in; k++)
-        n += backward ? rl_gemm_packed_size(H4, l->in_dims[k])
-                      : rl_gemm_packed_size(l->in_dims[k], H4);
-    bool stale;
-    RL_TRY(pack_slot(L, backward ? PK_WT : PK_W, n, out, &stale));
-    if (!stale) return RL_OK;
-    float *d = *out;
-    const float *Wk = W;
-    for (int k = 0; k < l->n_in; k++) {
-        int64_t F = l->in_dims[k];
-        if (backward) {
-            rl_gemm_pack_f32(d, Wk, H4, true, H4, F);
-            d += rl_gemm_packed_size(H4, F);
-        } else {
-            rl_gemm_pack_f32(d, Wk, H4, false, F, H4);
-            d += rl_gemm_packed_size(F, H4);
-        }
-        Wk += F * H4;
-    }
-    return RL_OK;
+    rl_pack_block all = {0, 4 * L->base.n_out};
+    return rl_recurrent_pack_inputs(&L->rec, &L->base, backward, W, 4 * L->base.n_out, &all, 1,
+                                    out);
 }
 
 /* c = op(a) op(b) + beta c on the layer's device: BLAS, or cuBLAS on the layer's stream. */
@@ -308,7 +243,8 @@ static rl_status run_steps(steps_job *j) {
     if (j->packed) {
         int64_t n = j->backward ? rl_gemm_packed_size(4 * H, H) : rl_gemm_packed_size(H, 4 * H);
         bool stale;
-        RL_TRY(pack_slot(L, j->backward ? PK_UT : PK_U, n, &j->upack, &stale));
+        RL_TRY(rl_recurrent_pack_slot(&L->rec, &L->base, j->backward ? RL_PACK_UT : RL_PACK_U, n,
+                                      &j->upack, &stale));
         if (stale && j->backward)
             rl_gemm_pack_f32(j->upack, j->U.p, 4 * H, true, 4 * H, H);
         else if (stale)
@@ -403,7 +339,7 @@ static rl_status lstm_forward(rl_layer *l, rl_layer_io *io) {
     /* input projection of all frames: one GEMM per input, accumulated */
     rl_mat Z = {rl_tensor_data(&L->gates), 4 * H};
     float *wpack = NULL;
-    if (packed_inputs(L, dt, dev)) RL_TRY(pack_inputs(L, false, W.p, &wpack));
+    if (rl_recurrent_packed_inputs(r, dt, dev)) RL_TRY(pack_inputs(L, false, W.p, &wpack));
     int64_t row = 0;
     for (int k = 0; k < io->n_in; k++) {
         int64_t F = l->in_dims[k];
@@ -499,7 +435,8 @@ static rl_status lstm_backward(rl_layer *l, rl_layer_io *io, const rl_tensor *gr
     /* weight gradients and input gradients: single GEMMs over all frames */
     rl_mat dZ = {rl_tensor_data(&L->gates), 4 * H};
     float *wtpack = NULL;
-    if (grad_in && packed_inputs(L, dt, dev)) RL_TRY(pack_inputs(L, true, W.p, &wtpack));
+    if (grad_in && rl_recurrent_packed_inputs(r, dt, dev))
+        RL_TRY(pack_inputs(L, true, W.p, &wtpack));
     int64_t row = 0;
     for (int k = 0; k < io->n_in; k++) {
         int64_t F = l->in_dims[k];
@@ -541,7 +478,6 @@ static void lstm_destroy(rl_layer *l) {
         rl_tensor_release(&L->xs[k]);
         rl_tensor_release(&L->dxs[k]);
     }
-    packs_release(L->packs);
 }
 
 /* b's f block starts at forget_bias (the other param inits are their kinds'). */
@@ -601,12 +537,6 @@ rl_status rl_lstm_create(rl_layer **out, const char *name, const rl_options *opt
     L->forget_bias = fb;
     L->rec.cls = "lstm";
     L->rec.on_stream_drop = drop_stream_users;
-    L->packs = calloc(1, sizeof *L->packs);
-    if (!L->packs) {
-        rl_layer_free(l);
-        return rl_error(RL_ENOMEM, "layer '%s' (lstm): out of memory", name);
-    }
-    L->packs->refs = 1;
     int64_t ws[2] = {F, 4 * H}, us[2] = {H, 4 * H}, bs[1] = {4 * H}, ps[1] = {H};
     rl_status st = rl_layer_add_param(l, "W", 2, ws, RL_INIT_GLOROT, 1.0, F, 4 * H, NULL);
     if (st == RL_OK)
@@ -695,29 +625,5 @@ rl_status rl_lstm_initial_state_grad(rl_layer *l, rl_tensor *dh0, rl_tensor *dc0
                         l->name);
     if (dh0) rl_tensor_share(dh0, &L->dh);
     if (dc0) rl_tensor_share(dc0, &L->dc);
-    return RL_OK;
-}
-
-rl_status rl_lstm_share_packs(rl_layer *l, rl_layer *owner) {
-    lstm_layer *L = NULL, *O = NULL;
-    RL_TRY(as_lstm(l, &L, "rl_lstm_share_packs"));
-    RL_TRY(as_lstm(owner, &O, "rl_lstm_share_packs"));
-    if (l->n_out != owner->n_out || l->n_in != owner->n_in ||
-        memcmp(l->in_dims, owner->in_dims, (size_t)l->n_in * sizeof *l->in_dims) != 0)
-        return rl_error(RL_EARG,
-                        "rl_lstm_share_packs: layer '%s' and layer '%s' differ in their inputs "
-                        "or n_out (step objects of one unit layer share their packed weights)",
-                        l->name, owner->name);
-    if (L->packs == O->packs) return RL_OK;
-    packs_release(L->packs);
-    L->packs = O->packs;
-    L->packs->refs++;
-    return RL_OK;
-}
-
-rl_status rl_lstm_set_pack_pass(rl_layer *l, uint64_t pass) {
-    lstm_layer *L = NULL;
-    RL_TRY(as_lstm(l, &L, "rl_lstm_set_pack_pass"));
-    L->packs->pass = pass;
     return RL_OK;
 }

@@ -1,8 +1,12 @@
 /* The recurrent layers' shared plumbing (API: layers/recurrent.h). */
 #include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
 
+#include "layers.h"
 #include "recurrent.h"
 
+#include "../kernels/cpu/gemm_small.h"
 #include "../kernels/ops.h"
 #ifdef RL_WITH_CUDA
 #include "../kernels/cuda/context.h"
@@ -247,6 +251,133 @@ rl_status rl_recurrent_final_state(const rl_recurrent *r, const rl_layer *l, con
     return rl_tensor_select(out, states, 0, r->last_row);
 }
 
+/* ---------------------------------------------------------------- packed operands */
+
+/* refs: the layer objects sharing them. pass: 0 (pack at every call, all kinds into slot
+ * RL_PACK_U) or the rec layer's current pass; a slot is fresh when it was packed in that pass.
+ * count: operands packed so far. */
+typedef struct rl_packs {
+    int refs;
+    uint64_t pass, count;
+    rl_tensor buf[RL_PACK_KINDS];
+    uint64_t packed_in[RL_PACK_KINDS];
+} rl_packs;
+
+static void packs_release(rl_packs *P) {
+    if (!P || --P->refs > 0) return;
+    for (int k = 0; k < RL_PACK_KINDS; k++)
+        rl_tensor_release(&P->buf[k]);
+    free(P);
+}
+
+static rl_status packs_of(rl_recurrent *r, const rl_layer *l, rl_packs **P) {
+    if (!r->packs) {
+        r->packs = calloc(1, sizeof *r->packs);
+        if (!r->packs)
+            return rl_error(RL_ENOMEM, "layer '%s' (%s): out of memory", l->name, r->cls);
+        r->packs->refs = 1;
+    }
+    *P = r->packs;
+    return RL_OK;
+}
+
+rl_status rl_recurrent_pack_slot(rl_recurrent *r, const rl_layer *l, int kind, int64_t n,
+                                 float **dst, bool *stale) {
+    rl_packs *P = NULL;
+    RL_TRY(packs_of(r, l, &P));
+    int k = P->pass ? kind : RL_PACK_U;
+    *stale = !P->pass || P->packed_in[k] != P->pass;
+    if (*stale) {
+        P->packed_in[k] = 0; /* until it is filled */
+        RL_TRY(rl_buffer_ensure(&P->buf[k], RL_FLOAT32, RL_DEVICE_CPU, 1, &n));
+        P->packed_in[k] = P->pass;
+        P->count++;
+    }
+    *dst = rl_tensor_data(&P->buf[k]);
+    return RL_OK;
+}
+
+bool rl_recurrent_packed_inputs(const rl_recurrent *r, rl_dtype dt, rl_device dev) {
+    return r->packs && r->packs->pass && dt == RL_FLOAT32 && dev.type == RL_CPU &&
+           rl_gemm_packed_fast();
+}
+
+rl_status rl_recurrent_pack_inputs(rl_recurrent *r, const rl_layer *l, bool backward,
+                                   const float *W, int64_t ld, const rl_pack_block *blocks,
+                                   int n_blocks, float **out) {
+    int64_t n = 0;
+    for (int k = 0; k < l->n_in; k++)
+        for (int i = 0; i < n_blocks; i++)
+            n += backward ? rl_gemm_packed_size(blocks[i].n, l->in_dims[k])
+                          : rl_gemm_packed_size(l->in_dims[k], blocks[i].n);
+    bool stale;
+    RL_TRY(rl_recurrent_pack_slot(r, l, backward ? RL_PACK_WT : RL_PACK_W, n, out, &stale));
+    if (!stale) return RL_OK;
+    float *d = *out;
+    const float *Wk = W;
+    for (int k = 0; k < l->n_in; k++) {
+        int64_t F = l->in_dims[k];
+        for (int i = 0; i < n_blocks; i++) {
+            int64_t c = blocks[i].col, w = blocks[i].n;
+            if (backward) {
+                rl_gemm_pack_f32(d, Wk + c, ld, true, w, F);
+                d += rl_gemm_packed_size(w, F);
+            } else {
+                rl_gemm_pack_f32(d, Wk + c, ld, false, F, w);
+                d += rl_gemm_packed_size(F, w);
+            }
+        }
+        Wk += F * ld;
+    }
+    return RL_OK;
+}
+
+/* The rl_recurrent of l, an lstm or a gru (their structs start with rl_recurrent_layer). */
+static rl_status recurrent_of(rl_layer *l, const char *fn, rl_recurrent **r) {
+    const char *c = l ? l->ops->class_name : "";
+    if (strcmp(c, "lstm") != 0 && strcmp(c, "gru") != 0)
+        return rl_error(RL_EARG, "%s: layer '%s' is not an lstm or gru", fn,
+                        l ? l->name : "(null)");
+    *r = &((rl_recurrent_layer *)l)->rec;
+    return RL_OK;
+}
+
+rl_status rl_recurrent_share_packs(rl_layer *l, rl_layer *owner) {
+    const char *fn = "rl_recurrent_share_packs";
+    rl_recurrent *r = NULL, *o = NULL;
+    rl_packs *P = NULL;
+    RL_TRY(recurrent_of(l, fn, &r));
+    RL_TRY(recurrent_of(owner, fn, &o));
+    if (l->ops != owner->ops || l->n_out != owner->n_out || l->n_in != owner->n_in ||
+        memcmp(l->in_dims, owner->in_dims, (size_t)l->n_in * sizeof *l->in_dims) != 0)
+        return rl_error(RL_EARG,
+                        "%s: layer '%s' and layer '%s' differ in their class, inputs or n_out "
+                        "(step objects of one unit layer share their packed weights)",
+                        fn, l->name, owner->name);
+    RL_TRY(packs_of(o, owner, &P));
+    if (r->packs == P) return RL_OK;
+    packs_release(r->packs);
+    r->packs = P;
+    P->refs++;
+    return RL_OK;
+}
+
+rl_status rl_recurrent_set_pack_pass(rl_layer *l, uint64_t pass) {
+    rl_recurrent *r = NULL;
+    rl_packs *P = NULL;
+    RL_TRY(recurrent_of(l, "rl_recurrent_set_pack_pass", &r));
+    RL_TRY(packs_of(r, l, &P));
+    P->pass = pass;
+    return RL_OK;
+}
+
+rl_status rl_recurrent_pack_count(rl_layer *l, uint64_t *count) {
+    rl_recurrent *r = NULL;
+    RL_TRY(recurrent_of(l, "rl_recurrent_pack_count", &r));
+    *count = r->packs ? r->packs->count : 0;
+    return RL_OK;
+}
+
 void rl_recurrent_free(rl_recurrent *r) {
 #ifdef RL_WITH_CUDA
     if (r->stream) {
@@ -259,4 +390,6 @@ void rl_recurrent_free(rl_recurrent *r) {
 #endif
     rl_tensor_release(&r->len_dev);
     rl_tensor_release(&r->gout);
+    packs_release(r->packs);
+    r->packs = NULL;
 }

@@ -13,7 +13,21 @@
  * records its event for what the call wrote ("Streams and ordering" there). The stream belongs to
  * one device; a layer moved to another device (or back to the CPU) gets its old stream
  * synchronised and destroyed, after on_stream_drop (if set) has released whatever is bound to it
- * (the cuDNN object of layers/rnn_cudnn.c). */
+ * (the cuDNN object of layers/rnn_cudnn.c).
+ *
+ * Packed operands (float32 on a CPU level with a vector kernel of kernels/cpu/gemm_small.h): the
+ * per-step products read U (forward) or U^T (backward) packed for that kernel, and in per-step
+ * use the input weights W_k (forward) and W_k^T (backward) too. A layer run on its own packs at
+ * every forward and backward (the parameters may have changed in between), into one buffer. In
+ * a rec unit one layer object runs each step, all bound to the same parameters: they share one
+ * rl_packs (rl_recurrent_share_packs), and the rec layer names a pass (rl_recurrent_set_pack_pass:
+ * a new number whenever the parameters may have changed, i.e. at each of its forwards and
+ * backwards), so that each operand is packed once per pass instead of once per step. With a pass
+ * set the input projection (T B = B rows: one step) and the input gradients use the packed kernel
+ * too: OpenBLAS repacks W on each of those few-row calls. The lstm and the gru use the same
+ * mechanism; a layer's struct starts with its rl_layer and its rl_recurrent
+ * (rl_recurrent_layer), which is how rl_recurrent_share_packs and its siblings (layers.h) find
+ * the packs. */
 #ifndef RL_LAYERS_RECURRENT_H
 #define RL_LAYERS_RECURRENT_H
 
@@ -34,7 +48,21 @@ typedef struct rl_recurrent {
                           which leaves the states alone) */
     /* called before the stream is synchronised and destroyed for a move to another device */
     void (*on_stream_drop)(struct rl_recurrent *r);
+    struct rl_packs *packs; /* packed operands, possibly shared with other step objects; made on
+                               first use */
 } rl_recurrent;
+
+/* The head of every recurrent layer's struct (lstm_layer, gru_layer). */
+typedef struct {
+    rl_layer base;
+    rl_recurrent rec;
+} rl_recurrent_layer;
+
+/* The packed operands, and where the input weights' blocks of columns go. */
+enum { RL_PACK_U, RL_PACK_UT, RL_PACK_W, RL_PACK_WT, RL_PACK_KINDS };
+typedef struct {
+    int64_t col, n; /* columns col .. col+n-1 of W (the gate blocks one product writes) */
+} rl_pack_block;
 
 /* A given state tensor and what it is called in messages ("initial h", "final c gradient"). */
 typedef struct {
@@ -78,8 +106,27 @@ rl_status rl_recurrent_write_state(const rl_recurrent *r, rl_tensor *dst, const 
 rl_status rl_recurrent_final_state(const rl_recurrent *r, const rl_layer *l, const char *fn,
                                    const rl_tensor *states, rl_tensor *out);
 
-/* Waits for and destroys the stream (after on_stream_drop), releases len_dev and gout. The layer
- * calls it before releasing its own buffers, which the stream may still be using. */
+/* The buffer of packed operand `kind` (n floats) in *dst; *stale: the caller must (re)pack it now
+ * (it was not packed in the current pass, or no pass is set). Without a pass every kind shares
+ * one buffer, as a layer on its own needs one operand at a time. Errors: out of memory. */
+rl_status rl_recurrent_pack_slot(rl_recurrent *r, const rl_layer *l, int kind, int64_t n,
+                                 float **dst, bool *stale);
+
+/* Whether this forward or backward packs the input weights too: a pass set, float32 on the CPU at
+ * a level with a vector kernel (rl_gemm_packed_fast). */
+bool rl_recurrent_packed_inputs(const rl_recurrent *r, rl_dtype dt, rl_device dev);
+
+/* Packs (when stale) the input weights W (sum_k F_k rows, ld columns, float32) for the packed
+ * kernel in *out: for each input k in turn, each of the n_blocks column blocks of its rows, as
+ * W_k[:, block] (F_k x block.n) in forward, as its transpose (block.n x F_k) in backward, each
+ * rl_gemm_packed_size floats after the previous. */
+rl_status rl_recurrent_pack_inputs(rl_recurrent *r, const rl_layer *l, bool backward,
+                                   const float *W, int64_t ld, const rl_pack_block *blocks,
+                                   int n_blocks, float **out);
+
+/* Waits for and destroys the stream (after on_stream_drop), releases len_dev, gout and the packs
+ * (freed with their last sharer). The layer calls it before releasing its own buffers, which the
+ * stream may still be using. */
 void rl_recurrent_free(rl_recurrent *r);
 
 #endif

@@ -37,9 +37,10 @@
  *         layer:initial_state_grad() -> dh0, dc0 (after backward),
  *         layer:set_final_state_grad(dh, dc | nil) (where backward starts; rec units),
  *         layer:_share_packs(owner), layer:_set_pack_pass(n) (rec units: the step objects'
- *         packed weights, built once per pass; layers/layers.h)
+ *         packed weights, built once per pass; layers/layers.h), layer:_pack_count() -> n
+ *         (the operands packed so far, for tests)
  *   gru:  the same with h alone: set_initial_state(h0 | nil), final_state() -> h,
- *         initial_state_grad() -> dh0
+ *         initial_state_grad() -> dh0; the pack methods as the lstm's
  *   rl._layer_classes()                -> the C class names
  *   rl._param_init(t, kind, a, fan_in, fan_out)  the C initialisers, for Lua layers
  *   rl._loss_mse(out, target, lengths [, grad]) -> loss, n_frames (grad written with `=`)
@@ -640,20 +641,30 @@ static int m_initial_state_grad(lua_State *L) {
     return 2;
 }
 
-/* layer:_share_packs(owner): an lstm step object shares owner's packed weights (rec units) */
+/* layer:_share_packs(owner): an lstm or gru step object shares owner's packed weights (rec
+ * units) */
 static int m_share_packs(lua_State *L) {
     rl_layer *l = check_layer(L, 1)->layer;
-    if (rl_lstm_share_packs(l, check_layer(L, 2)->layer) != RL_OK) return raise_plain(L);
+    if (rl_recurrent_share_packs(l, check_layer(L, 2)->layer) != RL_OK) return raise_plain(L);
     return 0;
 }
 
-/* layer:_set_pack_pass(n): an lstm's packed weights are packed once per pass n (0: always) */
+/* layer:_set_pack_pass(n): an lstm's or gru's packed weights are packed once per pass n (0:
+ * always) */
 static int m_set_pack_pass(lua_State *L) {
     rl_layer *l = check_layer(L, 1)->layer;
     lua_Integer n = luaL_checkinteger(L, 2);
     luaL_argcheck(L, n >= 0, 2, "the pass must be >= 0");
-    if (rl_lstm_set_pack_pass(l, (uint64_t)n) != RL_OK) return raise_plain(L);
+    if (rl_recurrent_set_pack_pass(l, (uint64_t)n) != RL_OK) return raise_plain(L);
     return 0;
+}
+
+/* layer:_pack_count() -> the operands its packs (shared or not) have packed so far */
+static int m_pack_count(lua_State *L) {
+    uint64_t n;
+    if (rl_recurrent_pack_count(check_layer(L, 1)->layer, &n) != RL_OK) return raise_plain(L);
+    lua_pushinteger(L, (lua_Integer)n);
+    return 1;
 }
 
 /* ---------------------------------------------------------------- losses */
@@ -740,6 +751,7 @@ static const luaL_Reg layer_methods[] = {
     {"set_final_state_grad", m_set_final_state_grad},
     {"_share_packs", m_share_packs},
     {"_set_pack_pass", m_set_pack_pass},
+    {"_pack_count", m_pack_count},
     {NULL, NULL},
 };
 

@@ -570,6 +570,14 @@ end
 -- forward in backward.
 M.max_step_objects = 64
 
+-- Whether the step objects of an lstm or gru share their packed weights (packed once per pass
+-- for all steps, layers/recurrent.h "Packed operands"); false: each step object packs its own,
+-- once per pass too, so once per step (the tests compare the two: the same numbers).
+M.share_packs = true
+
+-- The current pass of the step loops (Rec:new_pass).
+local passes = 0
+
 -- The layer object of `unit` that runs step t. In forward (where a backward may follow; not in
 -- search) with at most M.max_step_objects steps, every step has its own object sharing
 -- unit.obj's parameters (made on first use, kept), so that backward through time finds each
@@ -583,20 +591,26 @@ function Rec:step_obj(unit, t)
   if not c then
     c = unit.make()
     c:bind(table.unpack(unit.bound))
-    if unit.kind == "lstm" then c:_share_packs(unit.obj) end
+    if unit.kind == "lstm" or unit.kind == "gru" then
+      if M.share_packs then c:_share_packs(unit.obj) else c:_set_pack_pass(passes) end
+    end
     clones[t] = c
   end
   return c
 end
 
 -- A new pass of the step loop (a forward, a backward, a search): the parameters may have changed
--- since the last one, so the lstm step objects pack their weights anew, once for all steps of
--- the pass (layers/lstm.c, "Packed operands").
-local passes = 0
+-- since the last one, so the lstm and gru step objects pack their weights anew, once for all
+-- steps of the pass (layers/recurrent.h, "Packed operands"); shared packs take the pass once.
 function Rec:new_pass()
   passes = passes + 1
   for _, unit in ipairs(self.units) do
-    if unit.kind == "lstm" then unit.obj:_set_pack_pass(passes) end
+    if unit.kind == "lstm" or unit.kind == "gru" then
+      unit.obj:_set_pack_pass(passes)
+      if not M.share_packs then
+        for _, c in pairs(unit.clones or {}) do c:_set_pack_pass(passes) end
+      end
+    end
   end
 end
 

@@ -316,59 +316,165 @@ do
   rec.max_step_objects = keep
 end
 
--- float32 lstm step objects pack their weights once per pass (layers/lstm.c, "Packed
--- operands"): over training steps that change the parameters, on both step paths and at every
--- CPU level, the float32 network follows a float64 copy given the same parameters. Weights
+-- float32 lstm and gru step objects pack their weights once per pass (layers/recurrent.h,
+-- "Packed operands"): over training steps that change the parameters, on both step paths and at
+-- every CPU level, the float32 network follows a float64 copy given the same parameters. Weights
 -- packed in an earlier pass would give the old parameters' outputs and gradients.
-H.test("float32 per-step lstm: packed weights follow the parameters from pass to pass", function()
-  local rec = require("rnnlua.rec")
-  local keep = rec.max_step_objects
+local function cpu_levels()
   local _, best = rl.cpu_level()
-  local was = rl.cpu_level()
   local levels = {"generic"}
   if best == "avx2" or best == "avx512" then levels[#levels + 1] = "avx2" end
   if best == "avx512" then levels[#levels + 1] = "avx512" end
-  for _, lv in ipairs(levels) do
-    rl.cpu_level(lv)
-    for _, max in ipairs({64, 0}) do
-      rec.max_step_objects = max
-      local d, e = seq2seq("additive", {s = {class = "lstm", from = {"emb", "prev:att"},
-        n_out = 20}})
-      rl.manual_seed(7)
-      local n64 = rl.network(d, e, {dtype = "float64"})
-      local n32 = rl.network(d, e)
-      local b = label_batch()
-      rl.manual_seed(8)
-      b.data, b.lengths = rl.randn(5, 3, 3, "float64"), rl.tensor({5, 2, 4}, "int32")
-      local b32 = {classes = b.classes, lengths_classes = b.lengths_classes,
-        data = b.data:float(), lengths = b.lengths}
-      for it = 1, 3 do
-        n32:params():copy_(n64:params())
-        local where = string.format("%s, max_step_objects %d, pass %d", lv, max, it)
-        H.near(n32:forward(b32), n64:forward(b), 1e-4, where .. ": loss")
-        n64:zero_grads(); n64:backward(); n32:zero_grads(); n32:backward()
-        local g = n64:grads()
-        H.check(maxdiff(n32:grads():double(), g) < 1e-4 * math.max(1, g:abs():max()),
-          where .. ": gradients")
-        n64:params():add_(g * -0.5) -- a large step, so that stale packs would show
+  return levels
+end
+
+-- The seq2seq network with decoder cell `cell` (n_out 20) and a batch of S decoder steps.
+local function cell_net(cell, S)
+  local d, e = seq2seq("additive", {s = {class = cell, from = {"emb", "prev:att"}, n_out = 20}})
+  local b = label_batch()
+  if S then
+    local len = {S, S - 2, S - 1}
+    local y = rl.zeros({S, 3}, "int32")
+    for t = 1, S do
+      for i = 1, 3 do y[t][i] = t <= len[i] and (t * 7 + i) % 5 + 1 or -1 end
+    end
+    b.classes, b.lengths_classes = y, rl.tensor(len, "int32")
+  end
+  rl.manual_seed(8)
+  b.data, b.lengths = rl.randn(5, 3, 3, "float64"), rl.tensor({5, 2, 4}, "int32")
+  return d, e, b
+end
+
+local function f32_batch(b)
+  return {classes = b.classes, lengths_classes = b.lengths_classes, data = b.data:float(),
+    lengths = b.lengths}
+end
+
+for _, cell in ipairs({"lstm", "gru"}) do
+  H.test("float32 per-step " .. cell .. ": packed weights follow the parameters from pass to pass",
+    function()
+    local rec = require("rnnlua.rec")
+    local keep = rec.max_step_objects
+    local was = rl.cpu_level()
+    for _, lv in ipairs(cpu_levels()) do
+      rl.cpu_level(lv)
+      for _, max in ipairs({64, 0}) do
+        rec.max_step_objects = max
+        local d, e, b = cell_net(cell)
+        rl.manual_seed(7)
+        local n64 = rl.network(d, e, {dtype = "float64"})
+        local n32 = rl.network(d, e)
+        local b32 = f32_batch(b)
+        for it = 1, 3 do
+          n32:params():copy_(n64:params())
+          local where = string.format("%s, max_step_objects %d, pass %d", lv, max, it)
+          H.near(n32:forward(b32), n64:forward(b), 1e-4, where .. ": loss")
+          n64:zero_grads(); n64:backward(); n32:zero_grads(); n32:backward()
+          local g = n64:grads()
+          H.check(maxdiff(n32:grads():double(), g) < 1e-4 * math.max(1, g:abs():max()),
+            where .. ": gradients")
+          n64:params():add_(g * -0.5) -- a large step, so that stale packs would show
+        end
       end
     end
-  end
-  rl.cpu_level(was)
-  rec.max_step_objects = keep
-end)
+    rl.cpu_level(was)
+    rec.max_step_objects = keep
+  end)
+
+  -- Sharing the packs changes where the weights are packed, not what is computed: with
+  -- rec.share_packs = false every step object packs its own (once per step), with the same
+  -- kernels, so outputs and gradients are the same to the bit, at every level, over passes.
+  H.test("float32 per-step " .. cell .. ": shared packs give the same bits as packing per step",
+    function()
+    local rec = require("rnnlua.rec")
+    local was = rl.cpu_level()
+    for _, lv in ipairs(cpu_levels()) do
+      rl.cpu_level(lv)
+      local runs = {}
+      for i, share in ipairs({true, false}) do
+        rec.share_packs = share
+        local d, e, b = cell_net(cell)
+        rl.manual_seed(7)
+        local net = rl.network(d, e)
+        local b32 = f32_batch(b)
+        local run = {}
+        for it = 1, 3 do
+          run[#run + 1] = rl.tensor({net:forward(b32)})
+          run[#run + 1] = net:layer("dec").output:clone()
+          net:zero_grads(); net:backward()
+          run[#run + 1] = net:grads():clone()
+          net:params():add_(net:grads() * -0.5)
+        end
+        runs[i] = run
+      end
+      rec.share_packs = true
+      for k, t in ipairs(runs[1]) do
+        local diff = maxdiff(t, runs[2][k])
+        H.check(diff == 0, string.format("%s: result %d differs (max %g)", lv, k, diff))
+      end
+    end
+    rl.cpu_level(was)
+  end)
+
+  -- A training step packs each operand once per pass, whatever the number of steps: U and W in
+  -- forward, U^T and W^T in backward (plus U and W again where backward re-runs the forwards);
+  -- none at the generic level, which runs BLAS.
+  H.test("float32 per-step " .. cell .. ": packing once per pass, not once per step", function()
+    local rec = require("rnnlua.rec")
+    local keep = rec.max_step_objects
+    local was = rl.cpu_level()
+    for _, lv in ipairs(cpu_levels()) do
+      rl.cpu_level(lv)
+      for _, max in ipairs({64, 0}) do
+        rec.max_step_objects = max
+        local d, e = cell_net(cell)
+        rl.manual_seed(7)
+        local net = rl.network(d, e)
+        local obj = net:layer("dec").object.by_name.s.obj
+        for _, S in ipairs({4, 9}) do
+          local _, _, b = cell_net(cell, S)
+          local b32 = f32_batch(b)
+          local n0 = obj:_pack_count()
+          net:forward(b32); net:zero_grads(); net:backward()
+          local want = lv == "generic" and 0 or (max > 0 and 4 or 6)
+          H.check(obj:_pack_count() - n0 == want, string.format("%s, max_step_objects %d, %d "
+            .. "steps: %d operands packed, expected %d", lv, max, S, obj:_pack_count() - n0,
+            want))
+          -- the other steps' objects count the same packs: they share them
+          for t, c in pairs(net:layer("dec").object.by_name.s.clones or {}) do
+            H.check(c:_pack_count() == obj:_pack_count(), string.format("%s: the object of "
+              .. "step %d packed %d operands, the unit's %d", lv, t, c:_pack_count(),
+              obj:_pack_count()))
+          end
+        end
+      end
+    end
+    rl.cpu_level(was)
+    rec.max_step_objects = keep
+  end)
+end
+
+gradcheck("gradient check: gru + additive attention + embedding unit, ragged encoder and "
+  .. "decoder lengths", {network = (seq2seq("additive", {s = {class = "gru",
+  from = {"emb", "prev:att"}, n_out = 4}})), extern_data = select(2, seq2seq("additive")), T = 5,
+  B = 3, lengths = {5, 2, 4}, batch = label_batch(), max_inputs = 30})
 
 do
   local layers = require("rnnlua.layers")
   local a = layers.create("lstm", "a", {n_out = 4}, {3}, "float32")
   local b = layers.create("lstm", "b", {n_out = 5}, {3}, "float32")
   local c = layers.create("linear", "c", {n_out = 4}, {3}, "float32")
+  local g = layers.create("gru", "g", {n_out = 4}, {3}, "float32")
   H.expect_error("step objects of different shapes share no packed weights", function()
     b:_share_packs(a)
   end, "layer 'b' and layer 'a' differ")
-  H.expect_error("only lstm layers share packed weights", function() c:_share_packs(a) end,
-    "layer 'c' is not an lstm")
-  H.expect_error("a negative pass", function() a:_set_pack_pass(-1) end, "must be >= 0")
+  H.expect_error("an lstm and a gru share no packed weights", function() g:_share_packs(a) end,
+    "layer 'g' and layer 'a' differ in their class")
+  H.expect_error("only lstm and gru layers share packed weights", function() c:_share_packs(a) end,
+    "layer 'c' is not an lstm or gru")
+  H.expect_error("a negative pass", function() g:_set_pack_pass(-1) end, "must be >= 0")
+  H.expect_error("no pack count of a linear layer", function() c:_pack_count() end,
+    "layer 'c' is not an lstm or gru")
 end
 
 gradcheck("gradient check: a Lua layer (layer_norm) inside a unit", {network = {
