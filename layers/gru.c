@@ -361,22 +361,29 @@ static rl_status gru_forward(rl_layer *l, rl_layer_io *io) {
     float *wpack = NULL;
     if (rl_recurrent_packed_inputs(r, dt, dev)) RL_TRY(pack_inputs(L, false, W.p, &wpack));
     int64_t row = 0;
+    bool first = true; /* no input's product in G yet */
     for (int k = 0; k < io->n_in; k++) {
+        int64_t F = l->in_dims[k];
+        if (rl_recurrent_zero_input(r, k)) { /* its products would add zeros */
+            if (wpack) wpack += rl_gemm_packed_size(F, 2 * H) + rl_gemm_packed_size(F, H);
+            row += F;
+            continue;
+        }
         rl_mat X;
         RL_TRY(input_mat(L, io, k, ragged, &X));
         rl_mat Wk = rl_mat_sub(W, row, 0, dt);
-        double beta = k ? 1.0 : 0.0;
-        int64_t F = l->in_dims[k];
+        double beta = first ? 0.0 : 1.0;
         if (wpack) {
-            rl_gemm_packed_f32(T * B, 2 * H, F, X.p, X.ld, wpack, k > 0, G.p, 4 * H);
+            rl_gemm_packed_f32(T * B, 2 * H, F, X.p, X.ld, wpack, !first, G.p, 4 * H);
             wpack += rl_gemm_packed_size(F, 2 * H);
-            rl_gemm_packed_f32(T * B, H, F, X.p, X.ld, wpack, k > 0, (float *)G.p + 3 * H, 4 * H);
+            rl_gemm_packed_f32(T * B, H, F, X.p, X.ld, wpack, !first, (float *)G.p + 3 * H, 4 * H);
             wpack += rl_gemm_packed_size(F, H);
         } else {
             RL_TRY(rl_mat_gemm(dev, r->stream, dt, false, false, T * B, 2 * H, F, X, Wk, beta, G));
             RL_TRY(rl_mat_gemm(dev, r->stream, dt, false, false, T * B, H, F, X,
                                cols(Wk, 2 * H, dt), beta, cols(G, 3 * H, dt)));
         }
+        first = false;
         row += F;
     }
 
@@ -444,13 +451,15 @@ static rl_status gru_backward(rl_layer *l, rl_layer_io *io, const rl_tensor *gra
     for (int k = 0; k < io->n_in; k++) {
         int64_t F = l->in_dims[k];
         rl_mat X = {NULL, 0}, Wk = rl_mat_sub(W, row, 0, dt), dWk = rl_mat_sub(dW, row, 0, dt);
-        if (L->use_xs[k])
-            X = (rl_mat){rl_tensor_data(&L->xs[k]), F};
-        else
-            (void)rl_mat_fold_tb(io->in[k], &X); /* it folded in forward */
-        RL_TRY(rl_mat_gemm(dev, r->stream, dt, true, false, F, 2 * H, T * B, X, dG, 1.0, dWk));
-        RL_TRY(rl_mat_gemm(dev, r->stream, dt, true, false, F, H, T * B, X, dGn, 1.0,
-                           cols(dWk, 2 * H, dt)));
+        if (!rl_recurrent_zero_input(r, k)) { /* else X^T dG = 0 */
+            if (L->use_xs[k])
+                X = (rl_mat){rl_tensor_data(&L->xs[k]), F};
+            else
+                (void)rl_mat_fold_tb(io->in[k], &X); /* it folded in forward */
+            RL_TRY(rl_mat_gemm(dev, r->stream, dt, true, false, F, 2 * H, T * B, X, dG, 1.0, dWk));
+            RL_TRY(rl_mat_gemm(dev, r->stream, dt, true, false, F, H, T * B, X, dGn, 1.0,
+                               cols(dWk, 2 * H, dt)));
+        }
         rl_tensor *gi = grad_in ? grad_in[k] : NULL;
         if (gi) {
             rl_mat Gi;

@@ -79,6 +79,11 @@ rl_status rl_recurrent_share_packs(rl_layer *l, rl_layer *owner);
  * since the last forward or backward; 0 (the default) packs them at every forward and
  * backward. */
 rl_status rl_recurrent_set_pack_pass(rl_layer *l, uint64_t pass);
+/* Inputs the caller promises to be all zeros in the following forwards (bit k: input k; 0 for
+ * none), such as a rec unit's prev: sources at the first step: their input projections and
+ * weight-gradient products are skipped (they add zeros), the input gradients are computed as
+ * usual. An error when the mask names inputs the layer does not have. */
+rl_status rl_recurrent_set_zero_inputs(rl_layer *l, uint32_t mask);
 /* How many operands the packs of l (shared or not) have packed since they were made: the rec
  * layer's tests check that per-step use packs once per pass, not once per step. */
 rl_status rl_recurrent_pack_count(rl_layer *l, uint64_t *count);

@@ -341,8 +341,14 @@ static rl_status lstm_forward(rl_layer *l, rl_layer_io *io) {
     float *wpack = NULL;
     if (rl_recurrent_packed_inputs(r, dt, dev)) RL_TRY(pack_inputs(L, false, W.p, &wpack));
     int64_t row = 0;
+    bool first = true; /* no input's product in Z yet */
     for (int k = 0; k < io->n_in; k++) {
         int64_t F = l->in_dims[k];
+        if (rl_recurrent_zero_input(r, k)) { /* its product would add zeros */
+            if (wpack) wpack += rl_gemm_packed_size(F, 4 * H);
+            row += F;
+            continue;
+        }
         rl_mat X;
         if (!rl_mat_fold_tb(io->in[k], &X)) {
             RL_TRY(rl_buffer_ensure_synced(&L->xs[k], dt, dev, 3, io->in[k]->shape));
@@ -351,11 +357,12 @@ static rl_status lstm_forward(rl_layer *l, rl_layer_io *io) {
         }
         rl_mat Wk = {(char *)W.p + (size_t)(row * 4 * H) * rl_dtype_size(dt), 4 * H};
         if (wpack) {
-            rl_gemm_packed_f32(T * B, 4 * H, F, X.p, X.ld, wpack, k > 0, Z.p, 4 * H);
+            rl_gemm_packed_f32(T * B, 4 * H, F, X.p, X.ld, wpack, !first, Z.p, 4 * H);
             wpack += rl_gemm_packed_size(F, 4 * H);
         } else {
-            RL_TRY(gemm(L, dev, dt, false, false, T * B, 4 * H, F, X, Wk, k ? 1.0 : 0.0, Z));
+            RL_TRY(gemm(L, dev, dt, false, false, T * B, 4 * H, F, X, Wk, first ? 0.0 : 1.0, Z));
         }
+        first = false;
         row += F;
     }
 
@@ -443,8 +450,9 @@ static rl_status lstm_backward(rl_layer *l, rl_layer_io *io, const rl_tensor *gr
         size_t off = (size_t)(row * 4 * H) * rl_dtype_size(dt);
         rl_mat X;
         if (!rl_mat_fold_tb(io->in[k], &X)) X = (rl_mat){rl_tensor_data(&L->xs[k]), F};
-        RL_TRY(gemm(L, dev, dt, true, false, F, 4 * H, T * B, X, dZ, 1.0,
-                    (rl_mat){(char *)dW.p + off, 4 * H}));
+        if (!rl_recurrent_zero_input(r, k)) /* else X^T dZ = 0 */
+            RL_TRY(gemm(L, dev, dt, true, false, F, 4 * H, T * B, X, dZ, 1.0,
+                        (rl_mat){(char *)dW.p + off, 4 * H}));
         rl_tensor *gi = grad_in ? grad_in[k] : NULL;
         if (gi) {
             rl_mat G;

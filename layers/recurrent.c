@@ -93,6 +93,9 @@ rl_status rl_recurrent_forward_begin(rl_recurrent *r, rl_layer *l, const rl_laye
     r->T = T;
     r->B = B;
     r->have_forward = r->trained = r->have_state = false;
+    /* with every input zero nothing would write the input projection: then none is skipped */
+    uint32_t all = (uint32_t)((1ull << io->n_in) - 1);
+    r->zero_fwd = (r->zero_inputs & all) == all ? 0 : r->zero_inputs & all;
     int64_t oshape[3] = {T, B, l->n_out};
     RL_TRY(rl_buffer_ensure_synced(&l->out, *dt, *dev, 3, oshape));
 #ifdef RL_WITH_CUDA
@@ -368,6 +371,18 @@ rl_status rl_recurrent_set_pack_pass(rl_layer *l, uint64_t pass) {
     RL_TRY(recurrent_of(l, "rl_recurrent_set_pack_pass", &r));
     RL_TRY(packs_of(r, l, &P));
     P->pass = pass;
+    return RL_OK;
+}
+
+rl_status rl_recurrent_set_zero_inputs(rl_layer *l, uint32_t mask) {
+    rl_recurrent *r = NULL;
+    RL_TRY(recurrent_of(l, "rl_recurrent_set_zero_inputs", &r));
+    if (mask >> l->n_in)
+        return rl_error(RL_EARG,
+                        "rl_recurrent_set_zero_inputs: layer '%s' has %d inputs, the mask 0x%x "
+                        "names others",
+                        l->name, l->n_in, (unsigned)mask);
+    r->zero_inputs = mask;
     return RL_OK;
 }
 

@@ -50,7 +50,15 @@ typedef struct rl_recurrent {
     void (*on_stream_drop)(struct rl_recurrent *r);
     struct rl_packs *packs; /* packed operands, possibly shared with other step objects; made on
                                first use */
+    uint32_t zero_inputs; /* inputs the caller gives as all zeros (rl_recurrent_set_zero_inputs) */
+    uint32_t zero_fwd;    /* the part of it the last forward used (and its backward uses) */
 } rl_recurrent;
+
+/* Whether input k of the last forward was given as all zeros: its input projection (forward) and
+ * its weight gradient X_k^T dZ (backward) are skipped; its input gradient is computed as usual. */
+static inline bool rl_recurrent_zero_input(const rl_recurrent *r, int k) {
+    return r->zero_fwd >> k & 1u;
+}
 
 /* The head of every recurrent layer's struct (lstm_layer, gru_layer). */
 typedef struct {

@@ -38,7 +38,8 @@
  *         layer:set_final_state_grad(dh, dc | nil) (where backward starts; rec units),
  *         layer:_share_packs(owner), layer:_set_pack_pass(n) (rec units: the step objects'
  *         packed weights, built once per pass; layers/layers.h), layer:_pack_count() -> n
- *         (the operands packed so far, for tests)
+ *         (the operands packed so far, for tests), layer:_set_zero_inputs(mask) (bit k: input k
+ *         is all zeros in the following forwards; its products are skipped)
  *   gru:  the same with h alone: set_initial_state(h0 | nil), final_state() -> h,
  *         initial_state_grad() -> dh0; the pack methods as the lstm's
  *   rl._layer_classes()                -> the C class names
@@ -659,6 +660,16 @@ static int m_set_pack_pass(lua_State *L) {
     return 0;
 }
 
+/* layer:_set_zero_inputs(mask): the inputs of bit mask are all zeros in the following forwards
+ * (rec units: prev: sources at the first step) */
+static int m_set_zero_inputs(lua_State *L) {
+    rl_layer *l = check_layer(L, 1)->layer;
+    lua_Integer m = luaL_checkinteger(L, 2);
+    luaL_argcheck(L, m >= 0 && m <= 0xffffffff, 2, "the mask must be in 0 .. 2^32 - 1");
+    if (rl_recurrent_set_zero_inputs(l, (uint32_t)m) != RL_OK) return raise_plain(L);
+    return 0;
+}
+
 /* layer:_pack_count() -> the operands its packs (shared or not) have packed so far */
 static int m_pack_count(lua_State *L) {
     uint64_t n;
@@ -752,6 +763,7 @@ static const luaL_Reg layer_methods[] = {
     {"_share_packs", m_share_packs},
     {"_set_pack_pass", m_set_pack_pass},
     {"_pack_count", m_pack_count},
+    {"_set_zero_inputs", m_set_zero_inputs},
     {NULL, NULL},
 };
 

@@ -380,6 +380,18 @@ function M.create(name, d, srcs, n_from, in_dims, dtype, ext)
     end
   end
   self.by_name = made
+  -- the prev: sources an lstm or gru reads as zeros at the first step (initial output 0): their
+  -- products are skipped there (rl_recurrent_set_zero_inputs, layers/layers.h)
+  for _, unit in ipairs(self.units) do
+    if unit.kind == "lstm" or unit.kind == "gru" then
+      unit.zero_first = 0
+      for k, s in ipairs(unit.srcs) do
+        if s.kind == "prev" and not unit.sparse_in[k] and made[s.name].initial == 0 then
+          unit.zero_first = unit.zero_first | (1 << (k - 1))
+        end
+      end
+    end
+  end
   self.out_unit = made.output
   self.n_out = made.output.n_out
   self.sparse_out = made.output.sparse
@@ -625,6 +637,10 @@ function Rec:run_unit(unit, t, train)
     return unit.out:narrow(1, t, 1)
   end
   local obj = self:step_obj(unit, t)
+  -- the object of step 1 may run other steps too (search, the re-run path)
+  if unit.zero_first and unit.zero_first ~= 0 and obj == unit.obj then
+    obj:_set_zero_inputs(t == 1 and unit.zero_first or 0)
+  end
   if unit.kind == "lstm" then
     local h0 = t == 1 and unit.zero_state or unit.out:select(1, t - 1)
     local c0 = t == 1 and unit.zero_state or unit.cells:select(1, t - 1)

@@ -454,6 +454,61 @@ for _, cell in ipairs({"lstm", "gru"}) do
   end)
 end
 
+-- At the first step an lstm or gru reads its prev: sources as zeros (initial output 0): the rec
+-- layer says so (layer:_set_zero_inputs) and their products are skipped. The same numbers to the
+-- bit as with the zeros multiplied, and a nonzero input under the mask is indeed never read.
+for _, cls in ipairs({"lstm", "gru"}) do
+  H.test(cls .. ": inputs given as zeros skip their products, the same numbers", function()
+    local layers = require("rnnlua.layers")
+    local was = rl.cpu_level()
+    for _, lv in ipairs(cpu_levels()) do
+      rl.cpu_level(lv)
+      for _, dt in ipairs({"float32", "float64"}) do
+        local l = layers.create(cls, "z", {n_out = 20}, {5, 7}, dt)
+        local vals, grads = rl.zeros({l.num_params}, dt), rl.zeros({l.num_params}, dt)
+        l:bind(vals, grads, 0)
+        rl.manual_seed(3)
+        l:init_params()
+        local T, B, F = 3, 4, {5, 7}
+        local len = rl.tensor({3, 1, 2, 3}, "int32")
+        local gout = rl.randn(T, B, 20, dt)
+        -- input `which` zero (or `other`, nonzero) under `mask`, the other input random
+        local function run(which, x, mask)
+          local ins = {rl.randn(T, B, F[1], dt), rl.randn(T, B, F[2], dt)}
+          ins[which] = x
+          l:_set_zero_inputs(mask)
+          local out = l:forward(ins, len, true):clone()
+          grads:zero_()
+          local gin = {rl.zeros({T, B, F[1]}, dt), rl.zeros({T, B, F[2]}, dt)}
+          l:backward(gout, gin)
+          return {out, grads:clone(), gin[1], gin[2]}
+        end
+        for which = 1, 2 do
+          local zero, other = rl.zeros({T, B, F[which]}, dt), rl.randn(T, B, F[which], dt)
+          rl.manual_seed(4)
+          local plain = run(which, zero, 0)
+          rl.manual_seed(4)
+          local masked = run(which, zero, 1 << (which - 1))
+          rl.manual_seed(4)
+          local unread = run(which, other, 1 << (which - 1))
+          H.check(plain[2]:abs():max() > 0, "no gradient")
+          for k, what in ipairs({"output", "parameter gradients", "gradient of input 1",
+              "gradient of input 2"}) do
+            H.check(maxdiff(plain[k], masked[k]) == 0, string.format("%s %s, input %d: %s "
+              .. "differ with the zero input skipped", lv, dt, which, what))
+            H.check(maxdiff(plain[k], unread[k]) == 0, string.format("%s %s, input %d: %s read "
+              .. "the input under the mask", lv, dt, which, what))
+          end
+        end
+        H.expect_error(cls .. ": a mask naming an input the layer lacks", function()
+          l:_set_zero_inputs(4)
+        end, "layer 'z' has 2 inputs, the mask 0x4 names others")
+      end
+    end
+    rl.cpu_level(was)
+  end)
+end
+
 gradcheck("gradient check: gru + additive attention + embedding unit, ragged encoder and "
   .. "decoder lengths", {network = (seq2seq("additive", {s = {class = "gru",
   from = {"emb", "prev:att"}, n_out = 4}})), extern_data = select(2, seq2seq("additive")), T = 5,
