@@ -69,7 +69,8 @@ if only_steps then
   return
 end
 
-local p = io.popen("bash bench/torch_env.sh build 2>/dev/null")
+-- bench/torch_g2p.py has an LSTMCell decoder only: a gru decoder runs without PyTorch
+local p = cell == "lstm" and io.popen("bash bench/torch_env.sh build 2>/dev/null")
 local py = p and p:read("a"):match("([^\n]+)\n?$")
 if p then p:close() end
 local function torch_measure(threads)
@@ -114,4 +115,5 @@ end
 print(string.format("\nMedians of %d interleaved rounds; words/s = 64000 / (ms/step). CPU: the "
   .. "process's CPU time per step (all its threads; on a loaded machine the fairer 1-thread "
   .. "measure, as it leaves out time spent waiting for a core).%s", rounds,
-  py and "" or " SKIP PyTorch: bench/torch_env.sh could not provide torch."))
+  py and "" or cell ~= "lstm" and " No PyTorch column: bench/torch_g2p.py has no gru decoder."
+  or " SKIP PyTorch: bench/torch_env.sh could not provide torch."))

@@ -345,6 +345,24 @@ local function cell_net(cell, S)
   return d, e, b
 end
 
+-- Runs fn(level, max_step_objects) at every CPU level on both step paths, then restores both.
+local function each_level_and_path(fn)
+  local rec = require("rnnlua.rec")
+  local keep, was = rec.max_step_objects, rl.cpu_level()
+  local ok, err = pcall(function()
+    for _, lv in ipairs(cpu_levels()) do
+      rl.cpu_level(lv)
+      for _, max in ipairs({64, 0}) do
+        rec.max_step_objects = max
+        fn(lv, max)
+      end
+    end
+  end)
+  rl.cpu_level(was)
+  rec.max_step_objects = keep
+  if not ok then error(err, 0) end
+end
+
 local function f32_batch(b)
   return {classes = b.classes, lengths_classes = b.lengths_classes, data = b.data:float(),
     lengths = b.lengths}
@@ -353,32 +371,23 @@ end
 for _, cell in ipairs({"lstm", "gru"}) do
   H.test("float32 per-step " .. cell .. ": packed weights follow the parameters from pass to pass",
     function()
-    local rec = require("rnnlua.rec")
-    local keep = rec.max_step_objects
-    local was = rl.cpu_level()
-    for _, lv in ipairs(cpu_levels()) do
-      rl.cpu_level(lv)
-      for _, max in ipairs({64, 0}) do
-        rec.max_step_objects = max
-        local d, e, b = cell_net(cell)
-        rl.manual_seed(7)
-        local n64 = rl.network(d, e, {dtype = "float64"})
-        local n32 = rl.network(d, e)
-        local b32 = f32_batch(b)
-        for it = 1, 3 do
-          n32:params():copy_(n64:params())
-          local where = string.format("%s, max_step_objects %d, pass %d", lv, max, it)
-          H.near(n32:forward(b32), n64:forward(b), 1e-4, where .. ": loss")
-          n64:zero_grads(); n64:backward(); n32:zero_grads(); n32:backward()
-          local g = n64:grads()
-          H.check(maxdiff(n32:grads():double(), g) < 1e-4 * math.max(1, g:abs():max()),
-            where .. ": gradients")
-          n64:params():add_(g * -0.5) -- a large step, so that stale packs would show
-        end
+    each_level_and_path(function(lv, max)
+      local d, e, b = cell_net(cell)
+      rl.manual_seed(7)
+      local n64 = rl.network(d, e, {dtype = "float64"})
+      local n32 = rl.network(d, e)
+      local b32 = f32_batch(b)
+      for it = 1, 3 do
+        n32:params():copy_(n64:params())
+        local where = string.format("%s, max_step_objects %d, pass %d", lv, max, it)
+        H.near(n32:forward(b32), n64:forward(b), 1e-4, where .. ": loss")
+        n64:zero_grads(); n64:backward(); n32:zero_grads(); n32:backward()
+        local g = n64:grads()
+        H.check(maxdiff(n32:grads():double(), g) < 1e-4 * math.max(1, g:abs():max()),
+          where .. ": gradients")
+        n64:params():add_(g * -0.5) -- a large step, so that stale packs would show
       end
-    end
-    rl.cpu_level(was)
-    rec.max_step_objects = keep
+    end)
   end)
 
   -- Sharing the packs changes where the weights are packed, not what is computed: with
@@ -420,37 +429,28 @@ for _, cell in ipairs({"lstm", "gru"}) do
   -- forward, U^T and W^T in backward (plus U and W again where backward re-runs the forwards);
   -- none at the generic level, which runs BLAS.
   H.test("float32 per-step " .. cell .. ": packing once per pass, not once per step", function()
-    local rec = require("rnnlua.rec")
-    local keep = rec.max_step_objects
-    local was = rl.cpu_level()
-    for _, lv in ipairs(cpu_levels()) do
-      rl.cpu_level(lv)
-      for _, max in ipairs({64, 0}) do
-        rec.max_step_objects = max
-        local d, e = cell_net(cell)
-        rl.manual_seed(7)
-        local net = rl.network(d, e)
-        local obj = net:layer("dec").object.by_name.s.obj
-        for _, S in ipairs({4, 9}) do
-          local _, _, b = cell_net(cell, S)
-          local b32 = f32_batch(b)
-          local n0 = obj:_pack_count()
-          net:forward(b32); net:zero_grads(); net:backward()
-          local want = lv == "generic" and 0 or (max > 0 and 4 or 6)
-          H.check(obj:_pack_count() - n0 == want, string.format("%s, max_step_objects %d, %d "
-            .. "steps: %d operands packed, expected %d", lv, max, S, obj:_pack_count() - n0,
-            want))
-          -- the other steps' objects count the same packs: they share them
-          for t, c in pairs(net:layer("dec").object.by_name.s.clones or {}) do
-            H.check(c:_pack_count() == obj:_pack_count(), string.format("%s: the object of "
-              .. "step %d packed %d operands, the unit's %d", lv, t, c:_pack_count(),
-              obj:_pack_count()))
-          end
+    each_level_and_path(function(lv, max)
+      local d, e = cell_net(cell)
+      rl.manual_seed(7)
+      local net = rl.network(d, e)
+      local obj = net:layer("dec").object.by_name.s.obj
+      for _, S in ipairs({4, 9}) do
+        local _, _, b = cell_net(cell, S)
+        local b32 = f32_batch(b)
+        local n0 = obj:_pack_count()
+        net:forward(b32); net:zero_grads(); net:backward()
+        local want = lv == "generic" and 0 or (max > 0 and 4 or 6)
+        H.check(obj:_pack_count() - n0 == want, string.format("%s, max_step_objects %d, %d "
+          .. "steps: %d operands packed, expected %d", lv, max, S, obj:_pack_count() - n0,
+          want))
+        -- the other steps' objects count the same packs: they share them
+        for t, c in pairs(net:layer("dec").object.by_name.s.clones or {}) do
+          H.check(c:_pack_count() == obj:_pack_count(), string.format("%s: the object of "
+            .. "step %d packed %d operands, the unit's %d", lv, t, c:_pack_count(),
+            obj:_pack_count()))
         end
       end
-    end
-    rl.cpu_level(was)
-    rec.max_step_objects = keep
+    end)
   end)
 end
 
