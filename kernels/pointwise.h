@@ -43,8 +43,10 @@ RL_HD_INLINE float rl_expf(float x) {
         int32_t i;
     } scale;
     scale.i = ((int32_t)n + 127) * (1 << 23);
-    float y = e * scale.f;
-    return x != x ? x : (x > hi ? INFINITY : (x < lo ? 0.0f : y));
+    /* + (x - x): + 0, or NaN for a NaN x. A select for NaN would be a third arm that GCC carries
+     * through the caller's arithmetic (rl_sigmoidf's division ran twice per element) */
+    float y = e * scale.f + (x - x);
+    return x > hi ? INFINITY : (x < lo ? 0.0f : y);
 }
 
 /* rl_logf: Cephes' method. x = m 2^e with m in [sqrt(1/2), sqrt(2)) read from the exponent
