@@ -422,8 +422,9 @@ function M.new(desc, extern_data, opts)
   end
 
   -- Neighbours in the order that are two C LSTM (or two GRU) layers, neither reading the other
-  -- (the two directions of a bidirectional pair), run concurrently on the CPU, one thread each
-  -- (opts.concurrent = false runs every layer alone, each with every BLAS thread).
+  -- (the two directions of a bidirectional pair), run concurrently on the CPU, one thread each,
+  -- when rl.set_num_threads allows more than one (opts.concurrent = false runs every layer
+  -- alone, each with every BLAS thread).
   if opts.concurrent ~= false then
     local i = 1
     while i < #self.nodes do
@@ -738,6 +739,12 @@ local function run_joined(first, second, finish)
   if not ok3 then error(e3, 0) end
 end
 
+-- Whether the pairs of M.new run concurrently now: on the CPU with more than one thread (on one
+-- thread, as a user who set one asks, the two layers of a pair run one after the other).
+function Network:concurrent_pairs()
+  return self.device == "cpu" and rl.get_num_threads() > 1
+end
+
 -- The forward of the pair a, b (see pair_next in M.new): a on its own thread, b here.
 function Network:forward_pair(a, b, batch, train)
   local ga
@@ -868,7 +875,7 @@ function Network:forward(batch, fopts)
   local skip = nil
   for i, node in ipairs(self.nodes) do
     if node == skip then goto continue end
-    if node.pair_next and self.device == "cpu" then
+    if node.pair_next and self:concurrent_pairs() then
       skip = self.nodes[i + 1]
       self:forward_pair(node, skip, batch, train)
       goto continue
@@ -1009,7 +1016,7 @@ function Network:backward()
   local i = #self.nodes
   while i >= 1 do
     local node, prev = self.nodes[i], self.nodes[i - 1]
-    if prev and prev.pair_next and self.device == "cpu" and node.do_backward
+    if prev and prev.pair_next and self:concurrent_pairs() and node.do_backward
         and prev.do_backward then
       -- the pair of forward_pair: node on its own thread, prev here
       run_joined(function()

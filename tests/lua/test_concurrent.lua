@@ -26,8 +26,11 @@ local len = rl.tensor({7, 3, 7, 1, 6, 7}, "int32")
 local batch = {data = x, classes = y, lengths = len}
 
 H.test("pairs agree with the sequential run (2 levels, 3 steps)", function()
+  local saved = rl.get_num_threads()
+  rl.set_num_threads(2) -- pairs run concurrently only with more than one thread
   local threads = rl.get_num_threads()
   local a, b = build(true, 2), build(false, 2)
+  H.check(a:concurrent_pairs() and a.nodes[1].pair_next, "no concurrent pair at 2 threads")
   for _ = 1, 3 do
     local la = a:forward(batch)
     a:backward()
@@ -40,6 +43,26 @@ H.test("pairs agree with the sequential run (2 levels, 3 steps)", function()
     H.check(dx <= 1e-6, "input gradients differ by " .. dx)
     H.check(rl.get_num_threads() == threads, "BLAS threads not restored")
   end
+  rl.set_num_threads(saved)
+end)
+
+-- A user who sets one thread gets one: the pair's layers then run one after the other.
+H.test("one thread: pairs run in order, with the same numbers", function()
+  local saved = rl.get_num_threads()
+  rl.set_num_threads(2)
+  local a = build(true, 1)
+  local la = a:forward(batch)
+  a:backward()
+  local g2 = a:grads():clone()
+  rl.set_num_threads(1)
+  local b = build(true, 1) -- the same weights (the same seed), fresh gradients
+  H.check(not b:concurrent_pairs(), "pairs would still run concurrently on one thread")
+  local l1 = b:forward(batch)
+  b:backward()
+  H.near(l1, la, 1e-5 * math.abs(la), "loss")
+  H.check((b:grads() - g2):abs():max() <= 1e-6 * (1 + g2:abs():max()), "gradients")
+  H.check(rl.get_num_threads() == 1, "thread count changed")
+  rl.set_num_threads(saved)
 end)
 
 H.test("a layer's own thread: results, errors, misuse", function()

@@ -133,6 +133,8 @@ H.test("bidirectional gru pairs: concurrent run equals the sequential one", func
   for t = 1, T do for b = 1, B do y[t][b] = (t + 2 * b) % 4 end end
   local batch = {data = rl.randn(T, B, 5), classes = y,
     lengths = rl.tensor({7, 3, 7, 1, 6, 7}, "int32")}
+  local saved = rl.get_num_threads()
+  rl.set_num_threads(2) -- pairs run concurrently only with more than one thread
   local threads = rl.get_num_threads()
   local a, b = build(true), build(false)
   H.check(a.nodes[1].pair_next or a.nodes[2].pair_next, "no gru pair was formed")
@@ -147,6 +149,7 @@ H.test("bidirectional gru pairs: concurrent run equals the sequential one", func
     H.check((a:input_grad("data") - b:input_grad("data")):abs():max() <= 1e-6, "input gradients")
     H.check(rl.get_num_threads() == threads, "BLAS threads not restored")
   end
+  rl.set_num_threads(saved)
 end)
 
 -- float32 with the packed kernel: the batch's rows run in parts on the BLAS threads (H small
