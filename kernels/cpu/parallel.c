@@ -18,7 +18,6 @@
  * futex, which sleeps only while the value is unchanged: no wake-up is lost. */
 #include "parallel.h"
 
-#include <limits.h>
 #include <linux/futex.h>
 #include <pthread.h>
 #include <sched.h>
@@ -154,7 +153,9 @@ void rl_cpu_parallel(int parts, void (*fn)(void *ctx, int part, int parts), void
             unsigned g = atomic_load_explicit(&pool.gen, memory_order_relaxed) + 1;
             atomic_store(&pool.claim, (uint64_t)g << 32 | (uint64_t)parts << 16);
             atomic_fetch_add(&pool.gen, 1);
-            if (atomic_load(&pool.sleeping) > 0) futex_wake(&pool.gen, INT_MAX);
+            /* parts - 1 sleepers at most: a helper awake claims too, and the caller claims what
+             * no helper does */
+            if (atomic_load(&pool.sleeping) > 0) futex_wake(&pool.gen, parts - 1);
             run_parts(g);
             unsigned done;
             while ((done = atomic_load_explicit(&pool.finished, memory_order_acquire)) <

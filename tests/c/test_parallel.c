@@ -56,17 +56,29 @@ static bool run_count_job(int parts, long work_us) {
     return ok;
 }
 
+/* the part counts of most jobs: a few helpers, as on the machines the tests run on */
+#define PARTS 8
+
 static void test_every_part_once(void) {
     int bad = 0;
     /* back to back: helpers awake, claiming races with the caller */
     for (int i = 0; i < 20000; i++)
-        bad += !run_count_job(1 + i % (RL_CPU_MAX_PARTS + 2), 0);
+        bad += !run_count_job(1 + i % (PARTS + 1), 0);
     CHECK(bad == 0);
     /* with pauses longer than the helpers' spin, so they sleep between jobs */
     bad = 0;
     for (int i = 0; i < 60; i++) {
         sleep_us(i % 3 == 0 ? 1000 : 150);
-        bad += !run_count_job(2 + i % (RL_CPU_MAX_PARTS - 1), 0);
+        bad += !run_count_job(2 + i % (PARTS - 1), 0);
+    }
+    CHECK(bad == 0);
+    /* more parts than the pool takes are cut to RL_CPU_MAX_PARTS; later jobs of fewer parts
+     * wake no more sleepers than they need, and still run every part */
+    CHECK(run_count_job(RL_CPU_MAX_PARTS + 3, 0));
+    bad = 0;
+    for (int i = 0; i < 200; i++) {
+        if (i % 20 == 0) sleep_us(1000);
+        bad += !run_count_job(2 + i % 3, 0);
     }
     CHECK(bad == 0);
 }
