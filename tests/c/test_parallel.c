@@ -3,16 +3,20 @@
  * helper asleep is woken for a new job (a lost wake-up shows as parts that never run at the
  * same time); the caller asleep on a long part is woken when it ends (a lost wake-up hangs:
  * an alarm turns that into a failure); nested and concurrent callers run their parts
- * themselves. */
+ * themselves; products split over the pool (core/blas.c) equal a float64 reference and are
+ * bit-identical on 1, 2 and 3 threads, split by columns and by rows, every transpose, padded
+ * leading dimensions, beta != 0. */
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "../../core/blas.h"
 #include "../../kernels/cpu/parallel.h"
 #include "check.h"
 
@@ -163,6 +167,81 @@ static void test_concurrent_callers(void) {
     CHECK(atomic_load(&bad) == 0);
 }
 
+/* C (m x n, ldc = n + 3) = alpha op(A) op(B) + beta C; A, B stored with 5 columns of padding */
+static void split_product(int threads, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
+                          const float *a, const float *b, float *c, const double *ad,
+                          const double *bd, double *cd) {
+    int64_t lda = (ta ? m : k) + 5, ldb = (tb ? k : n) + 5, ldc = n + 3;
+    for (int64_t i = 0; i < m * ldc; i++) {
+        c[i] = (float)(i % 11) * 0.25f;
+        cd[i] = (double)(i % 11) * 0.25;
+    }
+    rl_blas_set_threads(threads);
+    rl_blas_sgemm(ta, tb, m, n, k, 1.5f, a, lda, b, ldb, 0.5f, c, ldc);
+    rl_blas_dgemm(ta, tb, m, n, k, 1.5, ad, lda, bd, ldb, 0.5, cd, ldc);
+}
+
+static void test_split_products(void) {
+    int saved = rl_blas_get_threads();
+    /* 2 m n k >= 3 parts of the split's minimum: wide (split by columns) and tall (by rows) */
+    const int64_t shapes[2][3] = {{45, 701, 300}, {701, 45, 300}};
+    for (int s = 0; s < 2; s++)
+        for (int t = 0; t < 4; t++) {
+            bool ta = t & 1, tb = t & 2;
+            int64_t m = shapes[s][0], n = shapes[s][1], k = shapes[s][2];
+            int64_t na = (ta ? k : m) * ((ta ? m : k) + 5), nb = (tb ? n : k) * ((tb ? k : n) + 5);
+            int64_t nc = m * (n + 3);
+            float *a = malloc(sizeof(float) * (size_t)na), *b = malloc(sizeof(float) * (size_t)nb);
+            double *ad = malloc(sizeof(double) * (size_t)na);
+            double *bd = malloc(sizeof(double) * (size_t)nb);
+            float *c[3];
+            double *cd[3];
+            for (int v = 0; v < 3; v++) {
+                c[v] = malloc(sizeof(float) * (size_t)nc);
+                cd[v] = malloc(sizeof(double) * (size_t)nc);
+            }
+            for (int64_t i = 0; i < na; i++)
+                ad[i] = a[i] = (float)((i * 7919) % 201 - 100) / 128.0f;
+            for (int64_t i = 0; i < nb; i++)
+                bd[i] = b[i] = (float)((i * 104729) % 199 - 99) / 128.0f;
+            for (int v = 0; v < 3; v++)
+                split_product(v + 1, ta, tb, m, n, k, a, b, c[v], ad, bd, cd[v]);
+            /* the reference: the float64 product of the same (float-exact) inputs */
+            double worst = 0;
+            int64_t lda = (ta ? m : k) + 5, ldb = (tb ? k : n) + 5, ldc = n + 3;
+            for (int64_t i = 0; i < m; i++)
+                for (int64_t j = 0; j < n; j++) {
+                    double sum = 0;
+                    for (int64_t p = 0; p < k; p++)
+                        sum +=
+                            ad[ta ? p * lda + i : i * lda + p] * bd[tb ? j * ldb + p : p * ldb + j];
+                    double want = 1.5 * sum + 0.5 * (double)((i * ldc + j) % 11) * 0.25;
+                    double e = fabs((double)c[1][i * ldc + j] - want);
+                    if (e > worst) worst = e;
+                    if (fabs(cd[1][i * ldc + j] - want) > 1e-9) worst = 1e9;
+                }
+            CHECK(worst < 1e-3);
+            /* the padding of C is never written */
+            bool pad = true;
+            for (int64_t i = 0; i < m; i++)
+                for (int64_t j = n; j < ldc; j++)
+                    pad = pad && c[1][i * ldc + j] == (float)((i * ldc + j) % 11) * 0.25f;
+            CHECK(pad);
+            CHECK(memcmp(c[0], c[1], sizeof(float) * (size_t)nc) == 0);
+            CHECK(memcmp(c[0], c[2], sizeof(float) * (size_t)nc) == 0);
+            CHECK(memcmp(cd[0], cd[1], sizeof(double) * (size_t)nc) == 0);
+            CHECK(memcmp(cd[0], cd[2], sizeof(double) * (size_t)nc) == 0);
+            if (worst >= 1e-3)
+                fprintf(stderr, "  split product %s%s %lld x %lld x %lld: error %g\n",
+                        ta ? "A'" : "A", tb ? "B'" : "B", (long long)m, (long long)n, (long long)k,
+                        worst);
+            free(a), free(b), free(ad), free(bd);
+            for (int v = 0; v < 3; v++)
+                free(c[v]), free(cd[v]);
+        }
+    rl_blas_set_threads(saved);
+}
+
 int main(void) {
     signal(SIGALRM, on_alarm);
     alarm(60);
@@ -171,6 +250,7 @@ int main(void) {
     test_sleeping_caller_woken();
     test_nested();
     test_concurrent_callers();
+    test_split_products();
     alarm(0);
     TEST_MAIN_END();
 }
