@@ -10,9 +10,12 @@
 # has the median over RL_BENCH_ROUNDS (default 3) rounds. Memory: the process's peak resident
 # set after the steps, and that peak minus the resident set before the model was built (the
 # model, its activations and workspaces, without the runtime itself).
-# RL_BENCH_LEVEL=avx2 measures what an AVX2-only machine runs: rnnlua with RL_CPU_LEVEL=avx2,
-# PyTorch with ATEN_CPU_CAPABILITY=avx2 and both BLAS libraries with OPENBLAS_CORETYPE=Haswell
-# (rnnlua's own -march build flags still apply; build with ARCH=x86-64-v3 for a strict one).
+# RL_BENCH_LEVEL=avx2 measures what an AVX2-only machine runs: rnnlua with RL_CPU_LEVEL=avx2 and
+# OpenBLAS with OPENBLAS_CORETYPE=Haswell; PyTorch with ATEN_CPU_CAPABILITY=avx2 for its own
+# kernels, and its MKL and oneDNN (which run nn.LSTM's products) with MKL_ENABLE_INSTRUCTIONS=AVX2
+# and ONEDNN_MAX_CPU_ISA=AVX2 (ATEN_CPU_CAPABILITY alone leaves those on AVX-512: oneDNN's
+# verbose mode says so). rnnlua's own -march build flags still apply: build with
+# ARCH=x86-64-v3 for a strict one.
 # RL_SGEMM_PEAK_GFLOPS (exported by bench/run.sh) adds rnnlua's fraction of the sgemm peak.
 # PyTorch comes from bench/torch_env.sh; without it the PyTorch columns say "n/a".
 set -u
@@ -29,7 +32,8 @@ envs=()
 if [ -n "$level" ]; then
     envs=(RL_CPU_LEVEL="$level")
     if [ "$level" = avx2 ]; then
-        envs+=(ATEN_CPU_CAPABILITY=avx2 OPENBLAS_CORETYPE=Haswell)
+        envs+=(ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2 ONEDNN_MAX_CPU_ISA=AVX2
+            OPENBLAS_CORETYPE=Haswell)
     fi
 fi
 py=$(bash bench/torch_env.sh "$build" 2>/dev/null | tail -n 1)
@@ -102,3 +106,8 @@ for c in "${configs[@]}"; do
 done
 echo
 [ -n "$py" ] || echo "PyTorch: bench/torch_env.sh could not set up a current PyTorch (no PyPI?)."
+if [ -n "$py" ]; then # the instruction set PyTorch's oneDNN (its LSTM products) ran with
+    isa=$(env "${envs[@]}" ONEDNN_VERBOSE=1 timeout 120 "$py" -c 'import torch
+torch.nn.LSTM(8, 8)(torch.zeros(2, 1, 8))' 2>&1 | sed -n 's/.*info,cpu,isa://p' | head -n 1)
+    echo "PyTorch's oneDNN ran with: ${isa:-(not reported)}."
+fi

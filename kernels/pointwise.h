@@ -24,8 +24,11 @@
 RL_HD_INLINE float rl_expf(float x) {
     const float hi = 88.72f, lo = -87.3f;
     /* written so that NaN clamps to lo: n must stay finite, a NaN converted to int32 below is
-     * undefined behaviour; the NaN itself is returned at the end */
-    float xc = x > lo ? (x < hi ? x : hi) : lo;
+     * undefined behaviour; the NaN itself is returned at the end. Two selects one after the
+     * other, here and at the end, not nested: GCC combines nested ones' masks with extra
+     * instructions in the vector loops */
+    float xc = x > lo ? x : lo;
+    xc = xc < hi ? xc : hi;
     const float shifter = 12582912.0f; /* 1.5 * 2^23 */
     float t = xc * 1.44269504088896341f + shifter;
     float n = t - shifter;
@@ -43,8 +46,11 @@ RL_HD_INLINE float rl_expf(float x) {
         int32_t i;
     } scale;
     scale.i = ((int32_t)n + 127) * (1 << 23);
-    float y = e * scale.f;
-    return x != x ? x : (x > hi ? INFINITY : (x < lo ? 0.0f : y));
+    /* + (x - x): + 0, or NaN for a NaN x. A select for NaN would be a third arm that GCC carries
+     * through the caller's arithmetic (rl_sigmoidf's division ran twice per element) */
+    float y = e * scale.f + (x - x);
+    y = x < lo ? 0.0f : y;
+    return x > hi ? INFINITY : y;
 }
 
 /* rl_logf: Cephes' method. x = m 2^e with m in [sqrt(1/2), sqrt(2)) read from the exponent
