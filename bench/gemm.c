@@ -1,5 +1,7 @@
 /* GEMM benchmark: float32 C (M,N) = A (M,K) @ B (K,N), all row-major and contiguous, four ways:
- *   direct        cblas_sgemm on the raw arrays;
+ *   direct        cblas_sgemm on the raw arrays, with OpenBLAS's own threads (as many as
+ *                 rnnlua's; rnnlua itself runs OpenBLAS on one thread and splits products
+ *                 over its own helpers, core/blas.c, so the ratios compare the two);
  *   rl_op_matmul  the C tensor API into a preallocated output;
  *   rl_op_gemm    the same with alpha = 1, beta = 0;
  *   rl.matmul     the Lua API, rl.matmul(a, b, out) in a Lua loop.
@@ -11,7 +13,7 @@
  * Prints a Markdown table (GFLOP/s = 2*M*N*K / seconds per call, median of the interleaved
  * rounds of bench.h) and the measured sgemm peak, the best direct GFLOP/s over the square
  * shapes, on a line "sgemm peak: X GFLOP/s" that bench/run.sh passes on to later benchmarks.
- * OpenBLAS keeps its default thread count. Exits 1 when the variants disagree. */
+ * Exits 1 when the variants disagree. */
 #include <cblas.h>
 #include <inttypes.h>
 #include <lauxlib.h>
@@ -50,9 +52,11 @@ static void run_direct(void *p, int64_t reps) {
     const float *a = rl_tensor_data(&g->a), *b = rl_tensor_data(&g->b);
     float *c = rl_tensor_data(&g->c);
     int m = (int)g->s->m, k = (int)g->s->k, n = (int)g->s->n;
+    openblas_set_num_threads(rl_blas_get_threads());
     for (int64_t r = 0; r < reps; r++)
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, k, 1.0f, a, k, b, n, 0.0f, c,
                     n);
+    openblas_set_num_threads(1);
 }
 
 static void run_matmul(void *p, int64_t reps) {
@@ -187,8 +191,7 @@ int main(void) {
     const char *names[NV] = {"cblas_sgemm", "rl_op_matmul", "rl_op_gemm", "rl.matmul (Lua)"};
     double peak = 0, t[NV];
 
-    printf("### GEMM, float32, %d OpenBLAS threads (%s)\n\n", rl_blas_get_threads(),
-           openblas_get_config());
+    printf("### GEMM, float32, %d threads (%s)\n\n", rl_blas_get_threads(), openblas_get_config());
     printf("| M x K x N |");
     for (int i = 0; i < NV; i++)
         printf(" %s GFLOP/s |", names[i]);
