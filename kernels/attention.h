@@ -48,8 +48,9 @@ rl_status rl_attention_backward(const char *who, rl_att_kind kind, const rl_tens
                                 rl_tensor *dv);
 
 /* The CPU kernels (kernels/cpu/attention.c), arguments already checked; A is ignored for dot.
- * float32 is compiled per CPU level (kernels/cpu/cpu_level.h). One thread: a step is
- * O(B Te (E + A)) and runs between GEMMs that use the BLAS threads. */
+ * float32 is compiled per CPU level (kernels/cpu/cpu_level.h). A step is O(B Te (E + A)) and
+ * runs between GEMMs that use the BLAS threads, so it splits its sequences over those threads
+ * too (results identical on any thread count). */
 void rl_attention_cpu_fwd_f32(rl_att_kind kind, int64_t Te, int64_t B, int64_t E, int64_t A,
                               const float *e, const int32_t *len, const float *q, const float *pre,
                               const float *v, float *alpha, float *ctx);

@@ -11,9 +11,11 @@
 #include <stdbool.h>
 #include <string.h>
 
+#include "../../core/blas.h"
 #include "../attention.h"
 #include "../attention_step.h"
 #include "cpu_level.h"
+#include "parallel.h"
 
 #define RL_INLINE static inline __attribute__((always_inline))
 
@@ -56,8 +58,8 @@ static int64_t valid(const int32_t *len, int64_t b, int64_t Te) {
 
 RL_INLINE void fwd_body_f32(rl_att_kind kind, int64_t Te, int64_t B, int64_t E, int64_t A,
                             const float *e, const int32_t *len, const float *q, const float *pre,
-                            const float *v, float *alpha, float *ctx) {
-    for (int64_t b = 0; b < B; b++) {
+                            const float *v, float *alpha, float *ctx, int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; b++) {
         int64_t L = valid(len, b, Te);
         float *al = alpha + b * Te;
         for (int64_t j = 0; j < L; j++)
@@ -79,8 +81,8 @@ RL_INLINE void fwd_body_f32(rl_att_kind kind, int64_t Te, int64_t B, int64_t E, 
 RL_INLINE void bwd_body_f32(rl_att_kind kind, int64_t Te, int64_t B, int64_t E, int64_t A,
                             const float *e, const int32_t *len, const float *q, const float *pre,
                             const float *v, const float *alpha, const float *dctx, float *ds,
-                            float *de, float *dq, float *dpre, float *dv) {
-    for (int64_t b = 0; b < B; b++) {
+                            float *de, float *dq, float *dpre, float *dv, int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; b++) {
         int64_t L = valid(len, b, Te);
         const float *al = alpha + b * Te;
         const float *restrict dc = dctx + b * E;
@@ -124,80 +126,53 @@ RL_INLINE void bwd_body_f32(rl_att_kind kind, int64_t Te, int64_t B, int64_t E, 
 RL_TARGET_AVX512 static void fwd_avx512(rl_att_kind kind, int64_t Te, int64_t B, int64_t E,
                                         int64_t A, const float *e, const int32_t *len,
                                         const float *q, const float *pre, const float *v,
-                                        float *alpha, float *ctx) {
-    fwd_body_f32(kind, Te, B, E, A, e, len, q, pre, v, alpha, ctx);
+                                        float *alpha, float *ctx, int64_t b0, int64_t b1) {
+    fwd_body_f32(kind, Te, B, E, A, e, len, q, pre, v, alpha, ctx, b0, b1);
 }
 
 RL_TARGET_AVX2 static void fwd_avx2(rl_att_kind kind, int64_t Te, int64_t B, int64_t E, int64_t A,
                                     const float *e, const int32_t *len, const float *q,
-                                    const float *pre, const float *v, float *alpha, float *ctx) {
-    fwd_body_f32(kind, Te, B, E, A, e, len, q, pre, v, alpha, ctx);
+                                    const float *pre, const float *v, float *alpha, float *ctx,
+                                    int64_t b0, int64_t b1) {
+    fwd_body_f32(kind, Te, B, E, A, e, len, q, pre, v, alpha, ctx, b0, b1);
 }
 
 RL_TARGET_AVX512 static void bwd_avx512(rl_att_kind kind, int64_t Te, int64_t B, int64_t E,
                                         int64_t A, const float *e, const int32_t *len,
                                         const float *q, const float *pre, const float *v,
                                         const float *alpha, const float *dctx, float *ds, float *de,
-                                        float *dq, float *dpre, float *dv) {
-    bwd_body_f32(kind, Te, B, E, A, e, len, q, pre, v, alpha, dctx, ds, de, dq, dpre, dv);
+                                        float *dq, float *dpre, float *dv, int64_t b0, int64_t b1) {
+    bwd_body_f32(kind, Te, B, E, A, e, len, q, pre, v, alpha, dctx, ds, de, dq, dpre, dv, b0, b1);
 }
 
 RL_TARGET_AVX2 static void bwd_avx2(rl_att_kind kind, int64_t Te, int64_t B, int64_t E, int64_t A,
                                     const float *e, const int32_t *len, const float *q,
                                     const float *pre, const float *v, const float *alpha,
                                     const float *dctx, float *ds, float *de, float *dq, float *dpre,
-                                    float *dv) {
-    bwd_body_f32(kind, Te, B, E, A, e, len, q, pre, v, alpha, dctx, ds, de, dq, dpre, dv);
+                                    float *dv, int64_t b0, int64_t b1) {
+    bwd_body_f32(kind, Te, B, E, A, e, len, q, pre, v, alpha, dctx, ds, de, dq, dpre, dv, b0, b1);
 }
 #endif
 
 RL_TARGET_BASE static void fwd_base(rl_att_kind kind, int64_t Te, int64_t B, int64_t E, int64_t A,
                                     const float *e, const int32_t *len, const float *q,
-                                    const float *pre, const float *v, float *alpha, float *ctx) {
-    fwd_body_f32(kind, Te, B, E, A, e, len, q, pre, v, alpha, ctx);
+                                    const float *pre, const float *v, float *alpha, float *ctx,
+                                    int64_t b0, int64_t b1) {
+    fwd_body_f32(kind, Te, B, E, A, e, len, q, pre, v, alpha, ctx, b0, b1);
 }
 
 RL_TARGET_BASE static void bwd_base(rl_att_kind kind, int64_t Te, int64_t B, int64_t E, int64_t A,
                                     const float *e, const int32_t *len, const float *q,
                                     const float *pre, const float *v, const float *alpha,
                                     const float *dctx, float *ds, float *de, float *dq, float *dpre,
-                                    float *dv) {
-    bwd_body_f32(kind, Te, B, E, A, e, len, q, pre, v, alpha, dctx, ds, de, dq, dpre, dv);
+                                    float *dv, int64_t b0, int64_t b1) {
+    bwd_body_f32(kind, Te, B, E, A, e, len, q, pre, v, alpha, dctx, ds, de, dq, dpre, dv, b0, b1);
 }
 
-void rl_attention_cpu_fwd_f32(rl_att_kind kind, int64_t Te, int64_t B, int64_t E, int64_t A,
-                              const float *e, const int32_t *len, const float *q, const float *pre,
-                              const float *v, float *alpha, float *ctx) {
-    switch (rl_cpu_level_get()) {
-#ifdef RL_CPU_X86
-    case RL_CPU_AVX512: fwd_avx512(kind, Te, B, E, A, e, len, q, pre, v, alpha, ctx); return;
-    case RL_CPU_AVX2: fwd_avx2(kind, Te, B, E, A, e, len, q, pre, v, alpha, ctx); return;
-#endif
-    default: fwd_base(kind, Te, B, E, A, e, len, q, pre, v, alpha, ctx); return;
-    }
-}
-
-void rl_attention_cpu_bwd_f32(rl_att_kind kind, int64_t Te, int64_t B, int64_t E, int64_t A,
-                              const float *e, const int32_t *len, const float *q, const float *pre,
-                              const float *v, const float *alpha, const float *dctx, float *ds,
-                              float *de, float *dq, float *dpre, float *dv) {
-    switch (rl_cpu_level_get()) {
-#ifdef RL_CPU_X86
-    case RL_CPU_AVX512:
-        bwd_avx512(kind, Te, B, E, A, e, len, q, pre, v, alpha, dctx, ds, de, dq, dpre, dv);
-        return;
-    case RL_CPU_AVX2:
-        bwd_avx2(kind, Te, B, E, A, e, len, q, pre, v, alpha, dctx, ds, de, dq, dpre, dv);
-        return;
-#endif
-    default: bwd_base(kind, Te, B, E, A, e, len, q, pre, v, alpha, dctx, ds, de, dq, dpre, dv);
-    }
-}
-
-void rl_attention_cpu_fwd_f64(rl_att_kind kind, int64_t Te, int64_t B, int64_t E, int64_t A,
-                              const double *e, const int32_t *len, const double *q,
-                              const double *pre, const double *v, double *alpha, double *ctx) {
-    for (int64_t b = 0; b < B; b++) {
+static void fwd_f64(rl_att_kind kind, int64_t Te, int64_t B, int64_t E, int64_t A, const double *e,
+                    const int32_t *len, const double *q, const double *pre, const double *v,
+                    double *alpha, double *ctx, int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; b++) {
         int64_t L = valid(len, b, Te);
         double *al = alpha + b * Te;
         for (int64_t j = 0; j < L; j++) {
@@ -223,12 +198,11 @@ void rl_attention_cpu_fwd_f64(rl_att_kind kind, int64_t Te, int64_t B, int64_t E
     }
 }
 
-void rl_attention_cpu_bwd_f64(rl_att_kind kind, int64_t Te, int64_t B, int64_t E, int64_t A,
-                              const double *e, const int32_t *len, const double *q,
-                              const double *pre, const double *v, const double *alpha,
-                              const double *dctx, double *ds, double *de, double *dq, double *dpre,
-                              double *dv) {
-    for (int64_t b = 0; b < B; b++) {
+static void bwd_f64(rl_att_kind kind, int64_t Te, int64_t B, int64_t E, int64_t A, const double *e,
+                    const int32_t *len, const double *q, const double *pre, const double *v,
+                    const double *alpha, const double *dctx, double *ds, double *de, double *dq,
+                    double *dpre, double *dv, int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; b++) {
         int64_t L = valid(len, b, Te);
         const double *al = alpha + b * Te, *dc = dctx + b * E;
         double *d = ds + b * Te;
@@ -265,4 +239,156 @@ void rl_attention_cpu_bwd_f64(rl_att_kind kind, int64_t Te, int64_t B, int64_t E
             }
         }
     }
+}
+
+/* The arguments of one call, shared by its parts; the pointers are void so that one job
+ * serves both dtypes. */
+typedef struct {
+    bool bwd, f64;
+    rl_att_kind kind;
+    int64_t Te, B, E, A;
+    const void *e, *q, *pre, *v, *dctx;
+    const int32_t *len;
+    void *alpha, *ctx, *ds, *de, *dq, *dpre, *dv;
+} job_t;
+
+/* Part `part` of `parts` takes sequences b0 .. b1-1: every output of a sequence (its weights,
+ * context, ds, dq, its frames of de and dpre, its row of dv) is written by that sequence alone,
+ * so the parts share nothing and the result is the same for any split. */
+static void part_fn(void *ctx, int part, int parts) {
+    const job_t *j = ctx;
+    int64_t b0 = j->B * part / parts, b1 = j->B * (part + 1) / parts;
+    if (j->f64) {
+        if (j->bwd)
+            bwd_f64(j->kind, j->Te, j->B, j->E, j->A, j->e, j->len, j->q, j->pre, j->v, j->alpha,
+                    j->dctx, j->ds, j->de, j->dq, j->dpre, j->dv, b0, b1);
+        else
+            fwd_f64(j->kind, j->Te, j->B, j->E, j->A, j->e, j->len, j->q, j->pre, j->v, j->alpha,
+                    j->ctx, b0, b1);
+        return;
+    }
+    void (*fwd)(rl_att_kind, int64_t, int64_t, int64_t, int64_t, const float *, const int32_t *,
+                const float *, const float *, const float *, float *, float *, int64_t, int64_t) =
+        fwd_base;
+    void (*bwd)(rl_att_kind, int64_t, int64_t, int64_t, int64_t, const float *, const int32_t *,
+                const float *, const float *, const float *, const float *, const float *, float *,
+                float *, float *, float *, float *, int64_t, int64_t) = bwd_base;
+    switch (rl_cpu_level_get()) {
+#ifdef RL_CPU_X86
+    case RL_CPU_AVX512: fwd = fwd_avx512, bwd = bwd_avx512; break;
+    case RL_CPU_AVX2: fwd = fwd_avx2, bwd = bwd_avx2; break;
+#endif
+    default: break;
+    }
+    if (j->bwd)
+        bwd(j->kind, j->Te, j->B, j->E, j->A, j->e, j->len, j->q, j->pre, j->v, j->alpha, j->dctx,
+            j->ds, j->de, j->dq, j->dpre, j->dv, b0, b1);
+    else
+        fwd(j->kind, j->Te, j->B, j->E, j->A, j->e, j->len, j->q, j->pre, j->v, j->alpha, j->ctx,
+            b0, b1);
+}
+
+/* One part per BLAS thread (at most one per sequence) where a call has PAR_MIN frame elements
+ * or more: a decoder step's call sits between products that use every thread, and serial it
+ * took ~6% of a G2P training step (B = 64, Te = 8, E = 256, A = 128: 196608 elements). */
+#define PAR_MIN (1 << 13)
+
+static void run(job_t *j) {
+    int parts = rl_blas_get_threads();
+    if (parts > RL_CPU_MAX_PARTS) parts = RL_CPU_MAX_PARTS;
+    if (parts > j->B) parts = (int)j->B;
+    if (parts < 2 || j->B * j->Te * (j->E + (j->kind == RL_ATT_ADDITIVE ? j->A : 0)) < PAR_MIN) {
+        if (j->B > 0) part_fn(j, 0, 1);
+        return;
+    }
+    rl_cpu_parallel(parts, part_fn, j);
+}
+
+void rl_attention_cpu_fwd_f32(rl_att_kind kind, int64_t Te, int64_t B, int64_t E, int64_t A,
+                              const float *e, const int32_t *len, const float *q, const float *pre,
+                              const float *v, float *alpha, float *ctx) {
+    job_t j = {.kind = kind,
+               .Te = Te,
+               .B = B,
+               .E = E,
+               .A = A,
+               .e = e,
+               .len = len,
+               .q = q,
+               .pre = pre,
+               .v = v,
+               .alpha = alpha,
+               .ctx = ctx};
+    run(&j);
+}
+
+void rl_attention_cpu_bwd_f32(rl_att_kind kind, int64_t Te, int64_t B, int64_t E, int64_t A,
+                              const float *e, const int32_t *len, const float *q, const float *pre,
+                              const float *v, const float *alpha, const float *dctx, float *ds,
+                              float *de, float *dq, float *dpre, float *dv) {
+    job_t j = {.bwd = true,
+               .kind = kind,
+               .Te = Te,
+               .B = B,
+               .E = E,
+               .A = A,
+               .e = e,
+               .len = len,
+               .q = q,
+               .pre = pre,
+               .v = v,
+               .alpha = (void *)alpha,
+               .dctx = dctx,
+               .ds = ds,
+               .de = de,
+               .dq = dq,
+               .dpre = dpre,
+               .dv = dv};
+    run(&j);
+}
+
+void rl_attention_cpu_fwd_f64(rl_att_kind kind, int64_t Te, int64_t B, int64_t E, int64_t A,
+                              const double *e, const int32_t *len, const double *q,
+                              const double *pre, const double *v, double *alpha, double *ctx) {
+    job_t j = {.f64 = true,
+               .kind = kind,
+               .Te = Te,
+               .B = B,
+               .E = E,
+               .A = A,
+               .e = e,
+               .len = len,
+               .q = q,
+               .pre = pre,
+               .v = v,
+               .alpha = alpha,
+               .ctx = ctx};
+    run(&j);
+}
+
+void rl_attention_cpu_bwd_f64(rl_att_kind kind, int64_t Te, int64_t B, int64_t E, int64_t A,
+                              const double *e, const int32_t *len, const double *q,
+                              const double *pre, const double *v, const double *alpha,
+                              const double *dctx, double *ds, double *de, double *dq, double *dpre,
+                              double *dv) {
+    job_t j = {.bwd = true,
+               .f64 = true,
+               .kind = kind,
+               .Te = Te,
+               .B = B,
+               .E = E,
+               .A = A,
+               .e = e,
+               .len = len,
+               .q = q,
+               .pre = pre,
+               .v = v,
+               .alpha = (void *)alpha,
+               .dctx = dctx,
+               .ds = ds,
+               .de = de,
+               .dq = dq,
+               .dpre = dpre,
+               .dv = dv};
+    run(&j);
 }
