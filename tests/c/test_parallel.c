@@ -183,9 +183,10 @@ static void split_product(int threads, bool ta, bool tb, int64_t m, int64_t n, i
 
 static void test_split_products(void) {
     int saved = rl_blas_get_threads();
-    /* 2 m n k >= 3 parts of the split's minimum: wide (split by columns) and tall (by rows) */
-    const int64_t shapes[2][3] = {{45, 701, 300}, {701, 45, 300}};
-    for (int s = 0; s < 2; s++)
+    /* 2 m n k >= 3 parts of the split's minimum (1 MFLOP): wide (split by columns), tall (by
+     * rows), and a decoder step's few-row products (G2P: 64 rows; 2.1 MFLOP: 2 parts, 6.3: 3) */
+    const int64_t shapes[4][3] = {{45, 701, 300}, {701, 45, 300}, {64, 128, 128}, {64, 384, 128}};
+    for (int s = 0; s < 4; s++)
         for (int t = 0; t < 4; t++) {
             bool ta = t & 1, tb = t & 2;
             int64_t m = shapes[s][0], n = shapes[s][1], k = shapes[s][2];
