@@ -102,8 +102,9 @@ static void gemm_part(void *ctx, int part, int parts) {
 
 /* Below ~1 MFLOP per part (~10 us) a handoff costs more than it saves. It was 4 MFLOP, which
  * left the few-row products of a decoder step serial (G2P: the readout's 64 x 384 x 128, the
- * attention's 64 x 128 x 128 and their gradients): at 1 MFLOP the 2-thread G2P step took 12.24
- * against 13.41 ms (medians of 7 interleaved rounds, quiet machine), at 0.5 MFLOP 12.51. */
+ * attention's 64 x 128 x 128 and their gradients): the 2-thread G2P step took 11.89 ms at 1
+ * MFLOP, 12.36 at 4 (medians of 7 interleaved rounds, quiet machine); 0.5 MFLOP was no better
+ * (12.51 against 12.24). */
 #define MIN_PART_FLOP 1000000
 
 static void gemm(gemm_job *j) {
