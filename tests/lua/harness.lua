@@ -36,6 +36,34 @@ function H.expect_error(name, fn, pattern)
   end)
 end
 
+-- run(threads) returns a table of name -> array of numbers; they must be bit-identical on
+-- every thread count in `counts` to those on one thread (and the one-thread ones free of NaN).
+function H.same_on_threads(run, counts)
+  local ref = run(1)
+  local n = 0
+  for name, vals in pairs(ref) do
+    n = n + 1
+    for i, v in ipairs(vals) do
+      if v ~= v then error(string.format("%s[%d] is NaN on 1 thread", name, i), 2) end
+    end
+  end
+  if n == 0 then error("no buffers compared", 2) end
+  for _, threads in ipairs(counts or {2, 3}) do
+    local got = run(threads)
+    for name, vals in pairs(ref) do
+      if not got[name] or #got[name] ~= #vals then
+        error(string.format("%s: missing or of another length on %d threads", name, threads), 2)
+      end
+      for i, v in ipairs(vals) do
+        if got[name][i] ~= v then
+          error(string.format("%s[%d] on %d threads: %.17g, on 1 thread %.17g", name, i,
+            threads, got[name][i], v), 2)
+        end
+      end
+    end
+  end
+end
+
 -- A new empty folder under the system's temporary folder; H.rm_rf removes a folder with all in it.
 function H.tmpdir()
   local dir = os.tmpname()

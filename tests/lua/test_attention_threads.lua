@@ -54,24 +54,7 @@ local saved = rl.get_num_threads()
 for _, dtype in ipairs({"float32", "float64"}) do
   for _, kind in ipairs({"dot", "additive"}) do
     H.test(kind .. " " .. dtype .. ": bit-identical on 1, 2 and 3 threads", function()
-      local ref = run(kind, dtype, 1)
-      for name, vals in pairs(ref) do
-        for i, v in ipairs(vals) do
-          H.check(v == v, string.format("%s[%d] is NaN on 1 thread", name, i))
-        end
-      end
-      for _, threads in ipairs({2, 3}) do
-        local got = run(kind, dtype, threads)
-        for name, vals in pairs(ref) do
-          H.check(#got[name] == #vals, name .. ": length differs")
-          for i, v in ipairs(vals) do
-            if got[name][i] ~= v then
-              error(string.format("%s[%d] on %d threads: %.17g, on 1 thread %.17g", name, i,
-                threads, got[name][i], v), 0)
-            end
-          end
-        end
-      end
+      H.same_on_threads(function(threads) return run(kind, dtype, threads) end)
     end)
   end
 end

@@ -37,22 +37,7 @@ for _, dtype in ipairs({"float32", "float64"}) do
       local name = string.format("%s %s%s: bit-identical on 1, 2 and 3 threads", class, dtype,
         noise > 0 and " with noise" or "")
       H.test(name, function()
-        local ref = run(cfg, dtype, 1)
-        local n = 0
-        for _ in pairs(ref) do n = n + 1 end
-        H.check(n >= 1, "no buffers compared")
-        for _, threads in ipairs({2, 3}) do
-          local got = run(cfg, dtype, threads)
-          for k, vals in pairs(ref) do
-            H.check(got[k] and #got[k] == #vals, k .. ": missing or of another length")
-            for i, v in ipairs(vals) do
-              if got[k][i] ~= v then
-                error(string.format("%s[%d] on %d threads: %.17g, on 1 thread %.17g", k, i,
-                  threads, got[k][i], v), 0)
-              end
-            end
-          end
-        end
+        H.same_on_threads(function(threads) return run(cfg, dtype, threads) end)
       end)
     end
   end
