@@ -15,13 +15,18 @@
  *       The inputs stay referenced by the layer until the next forward, for backward.
  *       For a class taking images (RL_LAYER_IN_2D) `lengths` is the (B, 2) int32 sizes
  *       tensor, given to the layer as io->sizes (a (B) tensor is io->lengths).
- *   layer:_forward_start(inputs, lengths, train [, target]) and
- *   layer:_backward_start(grad_out | nil, grad_in) run forward or backward as above on a
- *       thread of their own and return at once; layer:_wait() joins it and returns what
- *       forward or backward returns (or raises its error). Meanwhile the caller may run another
- *       layer that shares no buffer with this one (the network runs the two directions of a
- *       bidirectional LSTM pair so); while any such thread runs, BLAS uses one thread.
- *       Touching the layer before _wait is an error; garbage collection waits for it.
+ *   layer:_forward_queue(inputs, lengths, train [, target]) and
+ *   layer:_backward_queue(grad_out | nil, grad_in) check their arguments as forward and
+ *       backward do and queue the call; layer:_wait() runs every queued call at once, one part
+ *       each of the helper pool (kernels/cpu/parallel.h: the caller runs one, the pool's
+ *       helpers the others), if it has not run yet, and returns what this layer's forward or
+ *       backward returns (or raises its error, which names the layer). The queued layers must
+ *       share no buffer (the network queues the two directions of a bidirectional LSTM pair);
+ *       while they run, BLAS and the kernels use one thread each. On one thread
+ *       (rl.set_num_threads(1)) they run one after the other. Touching a queued layer before
+ *       its _wait is an error; garbage collection drops it from the queue. Before, each call
+ *       ran on a thread created for it, beside the pool's helper waiting for work: three
+ *       threads on two cores, and a thread creation per call.
  *   layer:out_geometry() -> the (B, 2) sizes of a conv2d/pool2d output or the (B) lengths of a
  *       collapse/global_pool output after a forward (a view of the layer's buffer), or nil for
  *       layers whose output keeps its inputs' sizes or lengths
@@ -52,12 +57,12 @@
 #include "l_layers.h"
 
 #include <lauxlib.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "../core/blas.h"
 #include "../core/rng.h"
+#include "../kernels/cpu/parallel.h"
 #include "../layers/layer.h"
 #include "../layers/layers.h"
 #include "../layers/loss.h"
@@ -67,62 +72,88 @@ typedef struct {
     rl_layer *layer;
     rl_layer_io io; /* of the last forward; its tensors are kept alive by the user value */
     bool forwarded; /* a forward succeeded and its backward has not run yet */
-    /* a forward or backward running on its own thread (_forward_start, _backward_start) */
-    bool running, run_backward;
-    pthread_t thread;
+    /* a forward or backward queued (_forward_queue, _backward_queue) and not yet waited for;
+     * ran: it has run (its status and message are set) */
+    bool queued, ran, run_backward;
     const rl_tensor *gout;
     rl_tensor *gin[RL_LAYER_MAX_INPUTS];
     rl_status status;
-    char err[512]; /* the thread's error message (messages are per thread) */
+    char err[512]; /* the message of its error (messages are per thread) */
 } layer_ud;
 
-/* Layers running on their own threads, and the BLAS thread count to restore after them. */
-static int async_running, async_saved_threads;
+/* The calls queued and not yet run: at most one per layer; a network queues two. */
+#define MAX_QUEUED 8
+static layer_ud *queue[MAX_QUEUED];
+static int n_queued;
 
 static int raise_plain(lua_State *L) {
     lua_pushstring(L, rl_errmsg());
     return lua_error(L);
 }
 
-static void *async_main(void *arg) {
-    layer_ud *ud = arg;
+static void run_queued(layer_ud *ud) {
     rl_layer *l = ud->layer;
     ud->status = ud->run_backward ? l->ops->backward(l, &ud->io, ud->gout, ud->gin)
                                   : l->ops->forward(l, &ud->io);
     if (ud->status != RL_OK) snprintf(ud->err, sizeof ud->err, "%s", rl_errmsg());
-    return NULL;
+    ud->ran = true;
 }
 
-/* Starts the prepared forward or backward on a thread; without one it runs here (the result
- * is the same, only not concurrent). */
-static void async_start(layer_ud *ud, bool backward) {
-    if (async_running++ == 0) {
-        async_saved_threads = rl_blas_get_threads();
-        rl_blas_set_threads(1);
+static void queue_part(void *ctx, int part, int parts) { run_queued(((layer_ud **)ctx)[part]); }
+
+/* Runs every queued call, one part of the pool each, with one BLAS thread per part; the thread
+ * count is restored after. */
+static void run_queue(void) {
+    layer_ud *run[MAX_QUEUED];
+    int n = n_queued, threads = rl_blas_get_threads();
+    memcpy(run, queue, sizeof run);
+    n_queued = 0;
+    rl_blas_set_threads(1);
+    if (threads > 1 && n > 1) {
+        rl_cpu_parallel(n, queue_part, run);
+    } else {
+        for (int i = 0; i < n; i++)
+            run_queued(run[i]);
     }
+    rl_blas_set_threads(threads);
+}
+
+static void queue_call(lua_State *L, layer_ud *ud, bool backward) {
+    if (n_queued == MAX_QUEUED)
+        luaL_error(L, "layer '%s': more than %d calls queued (layer:_wait() runs them)",
+                   ud->layer->name, MAX_QUEUED);
     ud->run_backward = backward;
-    ud->running = true;
-    if (pthread_create(&ud->thread, NULL, async_main, ud) != 0) {
-        async_main(ud);
-        ud->thread = pthread_self();
-    }
+    ud->queued = true;
+    ud->ran = false;
+    queue[n_queued++] = ud;
 }
 
-/* Joins the layer's thread (if any); returns its status, the message set on this thread. */
-static rl_status async_join(layer_ud *ud) {
-    if (!ud->running) return RL_OK;
-    if (!pthread_equal(ud->thread, pthread_self())) pthread_join(ud->thread, NULL);
-    ud->running = false;
-    if (--async_running == 0) rl_blas_set_threads(async_saved_threads);
+/* Runs the queue if ud's call has not run, and ends ud's call; returns its status, the
+ * message set on this thread. */
+static rl_status wait_call(layer_ud *ud) {
+    if (!ud->queued) return RL_OK;
+    if (!ud->ran) run_queue();
+    ud->queued = false;
     if (ud->status != RL_OK) return rl_error(ud->status, "%s", ud->err);
     return RL_OK;
+}
+
+/* Drops ud's call from the queue if it has not run (the layer is being freed). */
+static void drop_call(layer_ud *ud) {
+    for (int i = 0; i < n_queued; i++) {
+        if (queue[i] != ud) continue;
+        memmove(queue + i, queue + i + 1, (size_t)(n_queued - i - 1) * sizeof *queue);
+        n_queued--;
+        break;
+    }
+    ud->queued = false;
 }
 
 static layer_ud *check_layer(lua_State *L, int idx) {
     layer_ud *ud = luaL_checkudata(L, idx, RL_LAYER_MT);
     if (!ud->layer) luaL_error(L, "layer: the layer has been freed");
-    if (ud->running)
-        luaL_error(L, "layer '%s': a forward or backward of it is still running (layer:_wait())",
+    if (ud->queued)
+        luaL_error(L, "layer '%s': a forward or backward of it is queued (layer:_wait())",
                    ud->layer->name);
     return ud;
 }
@@ -486,8 +517,8 @@ static int m_forward(lua_State *L) {
     return forward_finish(L, ud, out, ud->layer->ops->forward(ud->layer, &ud->io));
 }
 
-static int m_forward_start(lua_State *L) {
-    async_start(forward_prepare(L), false);
+static int m_forward_queue(lua_State *L) {
+    queue_call(L, forward_prepare(L), false);
     return 0;
 }
 
@@ -543,17 +574,17 @@ static int m_backward(lua_State *L) {
     return 0;
 }
 
-static int m_backward_start(lua_State *L) {
-    async_start(backward_prepare(L), true);
+static int m_backward_queue(lua_State *L) {
+    queue_call(L, backward_prepare(L), true);
     return 0;
 }
 
-/* layer:_wait() -> what the started forward or backward returns */
+/* layer:_wait() -> what the queued forward or backward returns */
 static int m_wait(lua_State *L) {
     layer_ud *ud = luaL_checkudata(L, 1, RL_LAYER_MT);
-    if (!ud->running) return luaL_error(L, "layer:_wait(): nothing was started");
+    if (!ud->queued) return luaL_error(L, "layer:_wait(): nothing was queued");
     bool backward = ud->run_backward;
-    rl_status st = async_join(ud);
+    rl_status st = wait_call(ud);
     if (backward) return st == RL_OK ? 0 : raise_plain(L);
     rl_tensor *out = rl_lua_push_tensor(L);
     return forward_finish(L, ud, out, st);
@@ -727,7 +758,7 @@ static int mm_index(lua_State *L) {
 
 static int mm_gc(lua_State *L) {
     layer_ud *ud = luaL_checkudata(L, 1, RL_LAYER_MT);
-    async_join(ud);
+    drop_call(ud);
     rl_layer_free(ud->layer);
     ud->layer = NULL;
     ud->forwarded = false;
@@ -752,8 +783,8 @@ static const luaL_Reg layer_methods[] = {
     {"init_params", m_init_params},
     {"forward", m_forward},
     {"backward", m_backward},
-    {"_forward_start", m_forward_start},
-    {"_backward_start", m_backward_start},
+    {"_forward_queue", m_forward_queue},
+    {"_backward_queue", m_backward_queue},
     {"_wait", m_wait},
     {"out_geometry", m_out_geometry},
     {"set_initial_state", m_set_initial_state},

@@ -728,15 +728,20 @@ end
 
 -- Runs first(), then second(), then finish(), always all three (finish joins what first
 -- started); raises the first error of them.
-local function run_joined(first, second, finish)
-  local ok1, e1 = pcall(first)
-  local ok2, e2 = true, nil
-  if ok1 then ok2, e2 = pcall(second) end
-  local ok3, e3 = true, nil
-  if ok1 then ok3, e3 = pcall(finish) end
-  if not ok1 then error(e1, 0) end
-  if not ok2 then error(e2, 0) end
-  if not ok3 then error(e3, 0) end
+-- The calls of a pair (forward_pair, backward): queue_a() and queue_b() check and queue the two
+-- layers' calls (layer:_forward_queue, _backward_queue), wait_a() and wait_b() run them at once
+-- (the first _wait runs both, one on the pool's helper) and take their results. Every call
+-- queued is waited for, also after an error elsewhere, and the first error is raised.
+local function run_pair(queue_a, queue_b, wait_a, wait_b)
+  local okqa, eqa = pcall(queue_a)
+  local okqb, eqb, okwa, ewa, okwb, ewb = true, nil, true, nil, true, nil
+  if okqa then okqb, eqb = pcall(queue_b) end
+  if okqa then okwa, ewa = pcall(wait_a) end
+  if okqa and okqb then okwb, ewb = pcall(wait_b) end
+  if not okqa then error(eqa, 0) end
+  if not okqb then error(eqb, 0) end
+  if not okwa then error(ewa, 0) end
+  if not okwb then error(ewb, 0) end
 end
 
 -- Whether the pairs of M.new run concurrently now: on the CPU with more than one thread (on one
@@ -745,18 +750,21 @@ function Network:concurrent_pairs()
   return self.device == "cpu" and rl.get_num_threads() > 1
 end
 
--- The forward of the pair a, b (see pair_next in M.new): a on its own thread, b here.
+-- The forward of the pair a, b (see pair_next in M.new): both at once, one per thread.
 function Network:forward_pair(a, b, batch, train)
-  local ga
-  run_joined(function()
+  local ga, gb
+  run_pair(function()
     local inputs
     inputs, ga = self:gather_inputs(a, batch)
-    a.layer:_forward_start(inputs, ga, train)
+    a.layer:_forward_queue(inputs, ga, train)
   end, function()
-    local inputs, gb = self:gather_inputs(b, batch)
-    b.out, b.geom = b.layer:forward(inputs, gb, train), gb
+    local inputs
+    inputs, gb = self:gather_inputs(b, batch)
+    b.layer:_forward_queue(inputs, gb, train)
   end, function()
     a.out, a.geom = a.layer:_wait(), ga
+  end, function()
+    b.out, b.geom = b.layer:_wait(), gb
   end)
 end
 
@@ -1018,12 +1026,12 @@ function Network:backward()
     local node, prev = self.nodes[i], self.nodes[i - 1]
     if prev and prev.pair_next and self:concurrent_pairs() and node.do_backward
         and prev.do_backward then
-      -- the pair of forward_pair: node on its own thread, prev here
-      run_joined(function()
-        node.layer:_backward_start(self:prepare_backward(node), node.grad_in)
+      -- the pair of forward_pair, both at once
+      run_pair(function()
+        node.layer:_backward_queue(self:prepare_backward(node), node.grad_in)
       end, function()
-        prev.layer:backward(self:prepare_backward(prev), prev.grad_in)
-      end, function() node.layer:_wait() end)
+        prev.layer:_backward_queue(self:prepare_backward(prev), prev.grad_in)
+      end, function() node.layer:_wait() end, function() prev.layer:_wait() end)
       i = i - 2
     else
       if node.do_backward then
