@@ -6,6 +6,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "../../core/blas.h"
 #include "../../core/tensor.h"
 #include "../../kernels/ops.h"
 #include "../../kernels/optim.h"
@@ -304,6 +305,49 @@ static void test_outliers(rl_dtype dt) {
     rl_tensor_release(&g);
 }
 
+/* The gradient norm: bit-identical on any thread count (its chunks depend on the length alone),
+ * near a plain sum in long double, for lengths around the chunk bounds and one of more chunks
+ * than the cap (chunks of another size); NaN anywhere propagates. */
+static void test_grad_norm_threads(rl_dtype dt) {
+    const int64_t lens[] = {0, 7, 16384, 16385, 100003, 1024 * 16384 + 77};
+    int saved = rl_blas_get_threads();
+    for (size_t k = 0; k < sizeof lens / sizeof lens[0]; k++) {
+        int64_t n = lens[k];
+        rl_tensor g = {0};
+        CHECK_OK(rl_tensor_empty(&g, dt, RL_DEVICE_CPU, 1, &n));
+        long double ref = 0;
+        for (int64_t i = 0; i < n; i++) {
+            double v = as(dt, sin(0.37 * (double)i) * (1.0 + (double)(i % 13)));
+            if (dt == RL_FLOAT32)
+                ((float *)rl_tensor_data(&g))[i] = (float)v;
+            else
+                ((double *)rl_tensor_data(&g))[i] = v;
+            ref += (long double)v * v;
+        }
+        double first = 0;
+        for (int threads = 1; threads <= 3; threads++) {
+            rl_blas_set_threads(threads);
+            double norm = -1;
+            CHECK_OK(rl_optim_grad_norm(&norm, &g));
+            CHECK_NEAR(norm, sqrtl(ref), 1e-12 * (1.0 + (double)sqrtl(ref)));
+            if (threads == 1) first = norm;
+            CHECK(memcmp(&norm, &first, sizeof norm) == 0);
+        }
+        if (n > 16385) {
+            if (dt == RL_FLOAT32)
+                ((float *)rl_tensor_data(&g))[n - 3] = NAN;
+            else
+                ((double *)rl_tensor_data(&g))[n - 3] = NAN;
+            double norm = 0;
+            rl_blas_set_threads(2);
+            CHECK_OK(rl_optim_grad_norm(&norm, &g));
+            CHECK(isnan(norm));
+        }
+        rl_tensor_release(&g);
+    }
+    rl_blas_set_threads(saved);
+}
+
 static void test_errors(void) {
     rl_optim_config cfg;
     rl_optim_kind k;
@@ -341,6 +385,7 @@ int main(void) {
         test_noise(dt);
         test_max_norm(dt);
         test_outliers(dt);
+        test_grad_norm_threads(dt);
     }
     test_errors();
     TEST_MAIN_END();
