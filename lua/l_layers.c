@@ -118,10 +118,16 @@ static void run_queue(void) {
     rl_blas_set_threads(threads);
 }
 
-static void queue_call(lua_State *L, layer_ud *ud, bool backward) {
+/* Before the arguments are checked (backward_prepare consumes the forward). */
+static void check_queue_room(lua_State *L) {
     if (n_queued == MAX_QUEUED)
-        luaL_error(L, "layer '%s': more than %d calls queued (layer:_wait() runs them)",
-                   ud->layer->name, MAX_QUEUED);
+        luaL_error(L,
+                   "layer:_forward_queue/_backward_queue: %d calls are queued already "
+                   "(layer:_wait() runs them)",
+                   MAX_QUEUED);
+}
+
+static void queue_call(layer_ud *ud, bool backward) {
     ud->run_backward = backward;
     ud->queued = true;
     ud->ran = false;
@@ -518,7 +524,8 @@ static int m_forward(lua_State *L) {
 }
 
 static int m_forward_queue(lua_State *L) {
-    queue_call(L, forward_prepare(L), false);
+    check_queue_room(L);
+    queue_call(forward_prepare(L), false);
     return 0;
 }
 
@@ -575,7 +582,8 @@ static int m_backward(lua_State *L) {
 }
 
 static int m_backward_queue(lua_State *L) {
-    queue_call(L, backward_prepare(L), true);
+    check_queue_room(L);
+    queue_call(backward_prepare(L), true);
     return 0;
 }
 

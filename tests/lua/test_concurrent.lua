@@ -186,6 +186,24 @@ H.test("two queued layers: each its own result, an error names its layer", funct
   rl.set_num_threads(saved)
 end)
 
+H.test("a full queue is an error; the queued calls still run", function()
+  local saved = rl.get_num_threads()
+  rl.set_num_threads(2)
+  local ls, ref = {}, {}
+  for i = 1, 9 do
+    ls[i] = layer("q" .. i) -- weights of its own (the seeded generator moves on)
+    ref[i] = ls[i]:forward({x}, len, true):clone()
+  end
+  for i = 1, 8 do ls[i]:_forward_queue({x}, len, true) end
+  local ok, err = pcall(ls[9]._forward_queue, ls[9], {x}, len, true)
+  H.check(not ok and tostring(err):find("8 calls are queued already", 1, true), tostring(err))
+  for i = 1, 8 do
+    H.check((ls[i]:_wait() - ref[i]):abs():max() == 0, "queued layer " .. i .. " differs")
+  end
+  H.check((ls[9]:forward({x}, len, true) - ref[9]):abs():max() == 0, "the refused layer")
+  rl.set_num_threads(saved)
+end)
+
 -- The process's thread count (Linux), or nil elsewhere.
 local function threads_now()
   local f = io.open("/proc/self/status")
