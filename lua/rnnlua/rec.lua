@@ -537,6 +537,17 @@ function Rec:size_buffers(S, B)
     end
     if unit.kind == "lstm" or unit.kind == "gru" then
       unit.zero_state = ensure(unit.zero_state, dt, dev, B, unit.n_out)
+      -- the gates of every step in one buffer, row t the gates buffer of step t's object
+      -- (Rec:run_unit), for the weight gradients over all steps (Rec:weight_grads)
+      if M.defer_weight_grads and dev == "cpu" then
+        unit.dz = ensure(unit.dz, dt, dev, S, B, 4 * unit.n_out)
+        if unit.dz_rows_of ~= unit.dz then
+          unit.dz_rows, unit.dz_rows_of = {}, unit.dz
+          for t = 1, S do unit.dz_rows[t] = unit.dz:narrow(1, t, 1) end
+        end
+      else
+        unit.dz, unit.dz_rows, unit.dz_rows_of = nil, nil, nil
+      end
     end
     if unit.loss then
       unit.loss_gin = unit.loss_gin or {}
@@ -586,6 +597,12 @@ M.max_step_objects = 64
 -- for all steps, layers/recurrent.h "Packed operands"); false: each step object packs its own,
 -- once per pass too, so once per step (the tests compare the two: the same numbers).
 M.share_packs = true
+
+-- Whether the weight gradients of an lstm or gru in the unit are made once per backward over
+-- all steps (Rec:weight_grads: one product with S*B rows per weight matrix) rather than by each
+-- step's backward (B rows each); CPU only. false: the per-step products, which the tests compare
+-- with (the same gradients up to the order of the sums).
+M.defer_weight_grads = true
 
 -- The current pass of the step loops (Rec:new_pass).
 local passes = 0
@@ -640,6 +657,9 @@ function Rec:run_unit(unit, t, train)
   -- the object of step 1 may run other steps too (search, the re-run path)
   if unit.zero_first and unit.zero_first ~= 0 and obj == unit.obj then
     obj:_set_zero_inputs(t == 1 and unit.zero_first or 0)
+  end
+  if unit.kind == "lstm" or unit.kind == "gru" then
+    obj:_set_gates(unit.dz_rows and unit.dz_rows[t] or nil)
   end
   if unit.kind == "lstm" then
     local h0 = t == 1 and unit.zero_state or unit.out:select(1, t - 1)
@@ -894,6 +914,9 @@ function Rec:backward(grad_out, grad_in)
       end
     end
   end
+  for _, unit in ipairs(self.units) do
+    if unit.dz then self:weight_grads(unit) end
+  end
   rl.set_rng_state(self.rng_after)
   for i = self.n_from + 1, self.n_in do
     if grad_in[i] then grad_in[i]:zero_() end
@@ -904,6 +927,33 @@ function Rec:backward(grad_out, grad_in)
       if gi then unit.obj:finish_backward(gi) end
     end
   end
+end
+
+-- The weight gradients of lstm or gru unit layer `unit` over all steps, after the backward
+-- steps (whose objects leave them out: their gates buffers are the rows of unit.dz, which holds
+-- every step's gate gradients afterwards): W_k's += X_k^T dZ and U's += Hprev^T dZ, each one
+-- product over the S*B rows of whole-sequence buffers, as the plain lstm layer makes them over
+-- T*B rows. Step t reads a prev: source and its previous state from row t - 1 of their outputs,
+-- so those products pair rows 1..S-1 with dZ's rows 2..S; step 1's rows are left out where the
+-- step read zeros (the zero state; a prev: source with initial output 0, unit.zero_first), and a
+-- nonzero initial output gets its own product with step 1's rows. Padded steps of a ragged batch
+-- have dZ = 0 (nothing reads them), so they add nothing.
+function Rec:weight_grads(unit)
+  local S, dz, obj = self.S, unit.dz, unit.obj
+  local later = S > 1 and dz:narrow(1, 2, S - 1)
+  for k, s in ipairs(unit.srcs) do
+    if s.kind == "prev" then
+      if later then obj:_weight_grads(k, self.by_name[s.name].out:narrow(1, 1, S - 1), later) end
+      if (unit.zero_first or 0) & (1 << (k - 1)) == 0 then
+        obj:_weight_grads(k, self.by_name[s.name].init_buf, unit.dz_rows[1])
+      end
+    else
+      local x = self:whole_input(s)
+      if not x:is_contiguous() then x = x:contiguous() end
+      obj:_weight_grads(k, x, dz)
+    end
+  end
+  if later then obj:_weight_grads(0, unit.out:narrow(1, 1, S - 1), later) end
 end
 
 ---------------------------------------------------------------------------- search
