@@ -519,7 +519,7 @@ local function ensure(buf, dtype, device, ...)
   return rl.zeros(shape, dtype, device)
 end
 
-function Rec:size_buffers(S, B)
+function Rec:size_buffers(S, B, search)
   local dt, dev = self.dtype, self.device or "cpu"
   for _, unit in ipairs(self.units) do
     if unit.sparse then
@@ -538,8 +538,9 @@ function Rec:size_buffers(S, B)
     if unit.kind == "lstm" or unit.kind == "gru" then
       unit.zero_state = ensure(unit.zero_state, dt, dev, B, unit.n_out)
       -- the gates of every step in one buffer, row t the gates buffer of step t's object
-      -- (Rec:run_unit), for the weight gradients over all steps (Rec:weight_grads)
-      if M.defer_weight_grads and dev == "cpu" then
+      -- (Rec:run_unit), for the weight gradients over all steps (Rec:weight_grads); not for
+      -- a search, which has no backward
+      if M.defer_weight_grads and not search and dev == "cpu" then
         unit.dz = ensure(unit.dz, dt, dev, S, B, 4 * unit.n_out)
         if unit.dz_rows_of ~= unit.dz then
           unit.dz_rows, unit.dz_rows_of = {}, unit.dz
@@ -1040,7 +1041,7 @@ function Rec:search(inputs, geom, opts)
     fail("%s: the unit reads data:source (%d frames), max_seq_len allows %d steps", where,
       self.source:size(1), S)
   end
-  self:size_buffers(S, BK)
+  self:size_buffers(S, BK, true)
   for _, unit in ipairs(self.units) do
     if unit.kind == "attention" then
       unit.obj:start(inputs[self.base_index[unit.base]]:index_select(2, rep_idx), glen, S)
