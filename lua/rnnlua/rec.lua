@@ -34,10 +34,11 @@
 -- on that step's object. Beyond M.max_step_objects steps one object runs every step, and for
 -- each step backward first re-runs the unit's forward of that step (the generator reset to the
 -- state it had then, so dropout masks repeat) from the stored outputs. Parameter gradients
--- accumulate across steps in the network's flat buffer, and the gradients of each layer's
--- output at each step gather in (S, B, F) buffers: from its readers at the same step, from
--- prev: readers at the next step and, for an lstm, from its own state. No activations are
--- allocated per step.
+-- accumulate across steps in the network's flat buffer (an lstm's or gru's weight gradients
+-- once after the steps, one product over all of them: Rec:weight_grads), and the gradients of
+-- each layer's output at each step gather in (S, B, F) buffers: from its readers at the same
+-- step, from prev: readers at the next step and, for an lstm, from its own state. No
+-- activations are allocated per step.
 local M = {}
 
 local layers = require("rnnlua.layers")
