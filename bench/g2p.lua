@@ -7,8 +7,8 @@
 -- both sides (on a busy machine a 2-thread run suffers from threads waiting for each other).
 -- RL_BENCH_SECONDS (per measurement, default 0.5) and RL_BENCH_ROUNDS (default 5). Reports
 -- wall-clock and process CPU time per step.
--- RL_G2P_CELL=gru: the decoder's cell is a gru instead of the lstm (rnnlua alone: the PyTorch
--- side has no such variant). RL_G2P_STEPS=N: rnnlua alone runs N steps (after 2 warm-up steps)
+-- RL_G2P_CELL=gru: the decoder's cell is a gru instead of the lstm, on both sides (PyTorch's
+-- GRUCell). RL_G2P_STEPS=N: rnnlua alone runs N steps (after 2 warm-up steps)
 -- on RL_G2P_THREADS threads (default 1) and prints its ms/step, for profiling (perf record) and
 -- for comparing builds.
 local T, S, B, E, H, VI, VO = 8, 8, 64, 32, 128, 30, 41
@@ -69,14 +69,13 @@ if only_steps then
   return
 end
 
--- bench/torch_g2p.py has an LSTMCell decoder only: a gru decoder runs without PyTorch
-local p = cell == "lstm" and io.popen("bash bench/torch_env.sh build 2>/dev/null")
+local p = io.popen("bash bench/torch_env.sh build 2>/dev/null")
 local py = p and p:read("a"):match("([^\n]+)\n?$")
 if p then p:close() end
 local function torch_measure(threads)
   if not py then return nil end
-  local f = io.popen(string.format("%s bench/torch_g2p.py %d %d %d %d %d %d %d %g %d 2>&1", py, T,
-    S, B, E, H, VI, VO, seconds, threads))
+  local f = io.popen(string.format("%s bench/torch_g2p.py %d %d %d %d %d %d %d %g %d %s 2>&1", py,
+    T, S, B, E, H, VI, VO, seconds, threads, cell))
   local s = f:read("a")
   f:close()
   return tonumber(s:match("^ms/step ([%d.]+)")), tonumber(s:match("cpu_ms/step ([%d.]+)"))
@@ -115,5 +114,4 @@ end
 print(string.format("\nMedians of %d interleaved rounds; words/s = 64000 / (ms/step). CPU: the "
   .. "process's CPU time per step (all its threads; on a loaded machine the fairer 1-thread "
   .. "measure, as it leaves out time spent waiting for a core).%s", rounds,
-  py and "" or cell ~= "lstm" and " No PyTorch column: bench/torch_g2p.py has no gru decoder."
-  or " SKIP PyTorch: bench/torch_env.sh could not provide torch."))
+  py and "" or " SKIP PyTorch: bench/torch_env.sh could not provide torch."))

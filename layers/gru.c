@@ -129,6 +129,27 @@ static void *at(const rl_tensor *t, int64_t elems) {
 
 static rl_mat cols(rl_mat m, int64_t c, rl_dtype dt) { return rl_mat_sub(m, 0, c, dt); }
 
+/* The weight-gradient products (rl_recurrent.weight_grad) over n rows of dG [dar | daz | dhn |
+ * dan]: k < n_in: dW_k += x^T [dar | daz | dan], k = -1: dU += x^T [dar | daz | dhn]. */
+static rl_status gru_weight_grad(rl_layer *l, rl_device dev, rl_dtype dt, int k, int64_t n,
+                                 rl_mat x, rl_mat dg) {
+    void *stream = ((gru_layer *)l)->rec.stream;
+    int64_t H = l->n_out, row = 0;
+    rl_mat g;
+    if (k < 0) {
+        RL_TRY(rl_param_mat(l, &l->params[P_U].grad, "U (gradient)", dt, dev, &g));
+        return rl_mat_gemm(dev, stream, dt, true, false, H, 3 * H, n, x, dg, 1.0, g);
+    }
+    RL_TRY(rl_param_mat(l, &l->params[P_W].grad, "W (gradient)", dt, dev, &g));
+    for (int i = 0; i < k; i++)
+        row += l->in_dims[i];
+    int64_t F = l->in_dims[k];
+    rl_mat dWk = rl_mat_sub(g, row, 0, dt);
+    RL_TRY(rl_mat_gemm(dev, stream, dt, true, false, F, 2 * H, n, x, dg, 1.0, dWk));
+    return rl_mat_gemm(dev, stream, dt, true, false, F, H, n, x, cols(dg, 3 * H, dt), 1.0,
+                       cols(dWk, 2 * H, dt));
+}
+
 /* The cuDNN object runs on the layer's stream: it goes before the stream does. */
 static void drop_stream_users(rl_recurrent *r) {
     gru_layer *L = (gru_layer *)((char *)r - offsetof(gru_layer, rec));
@@ -295,9 +316,10 @@ static rl_status forward_steps_cpu(gru_layer *L, rl_dtype dt, const int32_t *len
     return RL_OK;
 }
 
-/* The backward recurrence on the CPU (dG, dh, db, db_h), then dU = Hprev^T dG. */
+/* The backward recurrence on the CPU (dG, dh, db, db_h), then dU = Hprev^T dG (unless the
+ * caller makes the weight gradients, rl_recurrent_set_gates). */
 static rl_status backward_steps_cpu(gru_layer *L, rl_dtype dt, const int32_t *len, rl_mat dout,
-                                    rl_mat U, rl_mat dU, rl_mat db, rl_mat dbh) {
+                                    rl_mat U, rl_mat db, rl_mat dbh) {
     rl_layer *l = &L->base;
     int64_t T = L->rec.T, B = L->rec.B, H = l->n_out, BH = B * H;
     gru_steps j = {.L = L, .dt = dt, .len = len, .U = U, .dout = dout, .db = db, .dbh = dbh};
@@ -311,8 +333,9 @@ static rl_status backward_steps_cpu(gru_layer *L, rl_dtype dt, const int32_t *le
         bwd_part(&j, 0, 1);
     rl_mat dG = {rl_tensor_data(&L->gates), 4 * H};
     if (apart) rl_gru_cpu_bias_grads_f32(T * B, H, dG.p, db.p, dbh.p);
+    if (L->rec.defer_fwd) return RL_OK;
     rl_mat Hprev = {at(&L->hs, L->direction > 0 ? 0 : BH), H};
-    return rl_mat_gemm(RL_DEVICE_CPU, NULL, dt, true, false, H, 3 * H, T * B, Hprev, dG, 1.0, dU);
+    return gru_weight_grad(l, RL_DEVICE_CPU, dt, -1, T * B, Hprev, dG);
 }
 
 static rl_status gru_forward(rl_layer *l, rl_layer_io *io) {
@@ -341,7 +364,7 @@ static rl_status gru_forward(rl_layer *l, rl_layer_io *io) {
 #endif
 
     int64_t gshape[3] = {T, B, 4 * H}, sshape[3] = {T + 1, B, H};
-    RL_TRY(rl_buffer_ensure_synced(&L->gates, dt, dev, 3, gshape));
+    RL_TRY(rl_recurrent_gates(r, l, &L->gates, dt, dev, gshape));
     RL_TRY(rl_buffer_ensure_synced(&L->hs, dt, dev, 3, sshape));
 
     /* the initial state row */
@@ -429,7 +452,7 @@ static rl_status gru_backward(rl_layer *l, rl_layer_io *io, const rl_tensor *gra
     RL_TRY(rl_recurrent_write_state(r, &L->dh, NULL));
 
     if (dev.type == RL_CPU)
-        RL_TRY(backward_steps_cpu(L, dt, rl_tensor_data(io->lengths), dout, U, dU, db, dbh));
+        RL_TRY(backward_steps_cpu(L, dt, rl_tensor_data(io->lengths), dout, U, db, dbh));
 #ifdef RL_WITH_CUDA
     else {
         int64_t rshape[2] = {RL_GRU_CUDA_CHUNKS, 4 * H};
@@ -450,15 +473,14 @@ static rl_status gru_backward(rl_layer *l, rl_layer_io *io, const rl_tensor *gra
     int64_t row = 0;
     for (int k = 0; k < io->n_in; k++) {
         int64_t F = l->in_dims[k];
-        rl_mat X = {NULL, 0}, Wk = rl_mat_sub(W, row, 0, dt), dWk = rl_mat_sub(dW, row, 0, dt);
-        if (!rl_recurrent_zero_input(r, k)) { /* else X^T dG = 0 */
+        rl_mat X = {NULL, 0}, Wk = rl_mat_sub(W, row, 0, dt);
+        /* a zero input's X^T dG = 0; deferred: the caller's (rl_recurrent_set_gates) */
+        if (!rl_recurrent_zero_input(r, k) && !r->defer_fwd) {
             if (L->use_xs[k])
                 X = (rl_mat){rl_tensor_data(&L->xs[k]), F};
             else
                 (void)rl_mat_fold_tb(io->in[k], &X); /* it folded in forward */
-            RL_TRY(rl_mat_gemm(dev, r->stream, dt, true, false, F, 2 * H, T * B, X, dG, 1.0, dWk));
-            RL_TRY(rl_mat_gemm(dev, r->stream, dt, true, false, F, H, T * B, X, dGn, 1.0,
-                               cols(dWk, 2 * H, dt)));
+            RL_TRY(gru_weight_grad(l, dev, dt, k, T * B, X, dG));
         }
         rl_tensor *gi = grad_in ? grad_in[k] : NULL;
         if (gi) {
@@ -537,6 +559,7 @@ rl_status rl_gru_create(rl_layer **out, const char *name, const rl_options *opts
     L->rec.cls = "gru";
     L->cudnn = cudnn;
     L->rec.on_stream_drop = drop_stream_users;
+    L->rec.weight_grad = gru_weight_grad;
     int64_t Fi = (int64_t)F;
     int64_t ws[2] = {Fi, 3 * H}, us[2] = {H, 3 * H}, bs[1] = {3 * H};
     rl_status st = rl_layer_add_param(l, "W", 2, ws, RL_INIT_GLOROT, 1.0, Fi, 3 * H, NULL);

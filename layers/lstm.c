@@ -133,6 +133,24 @@ static rl_status gemm(const lstm_layer *L, rl_device dev, rl_dtype dt, bool ta, 
     return rl_mat_gemm(dev, L->rec.stream, dt, ta, tb, m, n, k, a, b, beta, c);
 }
 
+/* The weight-gradient products (rl_recurrent.weight_grad): over n rows, k < n_in: dW_k += x^T dz,
+ * k = -1: dU += x^T dz. */
+static rl_status lstm_weight_grad(rl_layer *l, rl_device dev, rl_dtype dt, int k, int64_t n,
+                                  rl_mat x, rl_mat dz) {
+    lstm_layer *L = (lstm_layer *)l;
+    int64_t H = l->n_out, row = 0;
+    rl_mat g;
+    if (k < 0) {
+        RL_TRY(rl_param_mat(l, &l->params[P_U].grad, "U (gradient)", dt, dev, &g));
+        return gemm(L, dev, dt, true, false, H, 4 * H, n, x, dz, 1.0, g);
+    }
+    RL_TRY(rl_param_mat(l, &l->params[P_W].grad, "W (gradient)", dt, dev, &g));
+    for (int i = 0; i < k; i++)
+        row += l->in_dims[i];
+    return gemm(L, dev, dt, true, false, l->in_dims[k], 4 * H, n, x, dz, 1.0,
+                rl_mat_sub(g, row, 0, dt));
+}
+
 static void *at(const rl_tensor *t, int64_t elems) {
     return (char *)rl_tensor_data(t) + (size_t)elems * rl_dtype_size(t->dtype);
 }
@@ -265,9 +283,10 @@ static rl_status forward_steps_cpu(lstm_layer *L, rl_dtype dt, const int32_t *le
     return run_steps(&j);
 }
 
-/* The backward recurrence on the CPU, then over all frames db, dpeep and dU = Hprev^T dZ. */
+/* The backward recurrence on the CPU, then over all frames db, dpeep and dU = Hprev^T dZ (unless
+ * the caller makes the weight gradients, rl_recurrent_set_gates). */
 static rl_status backward_steps_cpu(lstm_layer *L, rl_dtype dt, const int32_t *len, rl_mat dout,
-                                    rl_mat U, rl_mat dU, rl_mat db, const void *const *peep,
+                                    rl_mat U, rl_mat db, const void *const *peep,
                                     void *const *dpeep) {
     int64_t T = L->rec.T, B = L->rec.B, H = L->base.n_out, BH = B * H;
     steps_job j = {
@@ -280,10 +299,10 @@ static rl_status backward_steps_cpu(lstm_layer *L, rl_dtype dt, const int32_t *l
     else
         rl_lstm_cpu_param_grads_f64(T * B, H, rl_tensor_data(&L->gates), cp, c, db.p,
                                     (double *const *)dpeep);
+    if (L->rec.defer_fwd) return RL_OK;
     rl_mat dZ = {rl_tensor_data(&L->gates), 4 * H};
     rl_mat Hprev = {at(&L->hs, L->direction > 0 ? 0 : BH), H};
-    rl_mat_gemm(RL_DEVICE_CPU, NULL, dt, true, false, H, 4 * H, T * B, Hprev, dZ, 1.0, dU);
-    return RL_OK;
+    return lstm_weight_grad(&L->base, RL_DEVICE_CPU, dt, -1, T * B, Hprev, dZ);
 }
 
 static rl_status lstm_forward(rl_layer *l, rl_layer_io *io) {
@@ -321,7 +340,7 @@ static rl_status lstm_forward(rl_layer *l, rl_layer_io *io) {
     }
 #endif
     int64_t gshape[3] = {T, B, 4 * H}, sshape[3] = {T + 1, B, H};
-    RL_TRY(rl_buffer_ensure_synced(&L->gates, dt, dev, 3, gshape));
+    RL_TRY(rl_recurrent_gates(r, l, &L->gates, dt, dev, gshape));
     RL_TRY(rl_buffer_ensure_synced(&L->hs, dt, dev, 3, sshape));
     RL_TRY(rl_buffer_ensure_synced(&L->cs, dt, dev, 3, sshape));
 
@@ -426,7 +445,7 @@ static rl_status lstm_backward(rl_layer *l, rl_layer_io *io, const rl_tensor *gr
     const void *const *pp = L->peepholes ? peep : NULL;
     void *const *dpp = L->peepholes ? dpeep : NULL;
     if (dev.type == RL_CPU)
-        RL_TRY(backward_steps_cpu(L, dt, rl_tensor_data(io->lengths), dout, U, dU, db, pp, dpp));
+        RL_TRY(backward_steps_cpu(L, dt, rl_tensor_data(io->lengths), dout, U, db, pp, dpp));
 #ifdef RL_WITH_CUDA
     else {
         int64_t rshape[2] = {RL_LSTM_CUDA_CHUNKS, 7 * H};
@@ -439,7 +458,8 @@ static rl_status lstm_backward(rl_layer *l, rl_layer_io *io, const rl_tensor *gr
     }
 #endif
 
-    /* weight gradients and input gradients: single GEMMs over all frames */
+    /* weight gradients (unless the caller makes them over all steps) and input gradients:
+     * single GEMMs over all frames */
     rl_mat dZ = {rl_tensor_data(&L->gates), 4 * H};
     float *wtpack = NULL;
     if (grad_in && rl_recurrent_packed_inputs(r, dt, dev))
@@ -450,9 +470,8 @@ static rl_status lstm_backward(rl_layer *l, rl_layer_io *io, const rl_tensor *gr
         size_t off = (size_t)(row * 4 * H) * rl_dtype_size(dt);
         rl_mat X;
         if (!rl_mat_fold_tb(io->in[k], &X)) X = (rl_mat){rl_tensor_data(&L->xs[k]), F};
-        if (!rl_recurrent_zero_input(r, k)) /* else X^T dZ = 0 */
-            RL_TRY(gemm(L, dev, dt, true, false, F, 4 * H, T * B, X, dZ, 1.0,
-                        (rl_mat){(char *)dW.p + off, 4 * H}));
+        if (!rl_recurrent_zero_input(r, k) && !r->defer_fwd) /* zero input: X^T dZ = 0 */
+            RL_TRY(lstm_weight_grad(l, dev, dt, k, T * B, X, dZ));
         rl_tensor *gi = grad_in ? grad_in[k] : NULL;
         if (gi) {
             rl_mat G;
@@ -545,6 +564,7 @@ rl_status rl_lstm_create(rl_layer **out, const char *name, const rl_options *opt
     L->forget_bias = fb;
     L->rec.cls = "lstm";
     L->rec.on_stream_drop = drop_stream_users;
+    L->rec.weight_grad = lstm_weight_grad;
     int64_t ws[2] = {F, 4 * H}, us[2] = {H, 4 * H}, bs[1] = {4 * H}, ps[1] = {H};
     rl_status st = rl_layer_add_param(l, "W", 2, ws, RL_INIT_GLOROT, 1.0, F, 4 * H, NULL);
     if (st == RL_OK)

@@ -386,6 +386,78 @@ rl_status rl_recurrent_set_zero_inputs(rl_layer *l, uint32_t mask) {
     return RL_OK;
 }
 
+rl_status rl_recurrent_set_gates(rl_layer *l, const rl_tensor *gates) {
+    rl_recurrent *r = NULL;
+    RL_TRY(recurrent_of(l, "rl_recurrent_set_gates", &r));
+    rl_tensor_release(&r->ext_gates);
+    if (gates && gates->storage) rl_tensor_share(&r->ext_gates, gates);
+    return RL_OK;
+}
+
+rl_status rl_recurrent_gates(rl_recurrent *r, const rl_layer *l, rl_tensor *gates, rl_dtype dt,
+                             rl_device dev, const int64_t *shape) {
+    r->defer_fwd = false;
+    if (!r->ext_gates.storage) {
+        if (r->gates_shared) { /* the caller's storage is not the layer's to resize */
+            rl_tensor_release(gates);
+            r->gates_shared = false;
+        }
+        return rl_buffer_ensure_synced(gates, dt, dev, 3, shape);
+    }
+    const rl_tensor *g = &r->ext_gates;
+    char s[96];
+    if (dev.type != RL_CPU || g->dtype != dt || !rl_device_eq(rl_tensor_device(g), dev) ||
+        g->ndim != 3 || g->shape[0] != shape[0] || g->shape[1] != shape[1] ||
+        g->shape[2] != shape[2] || !rl_tensor_is_contiguous(g))
+        return rl_error(RL_ESHAPE,
+                        "layer '%s' (%s): the gates buffer given with rl_recurrent_set_gates is "
+                        "%s, expected a contiguous (%" PRId64 ", %" PRId64 ", %" PRId64
+                        ") %s tensor on the cpu (the inputs' dtype; the weight gradients over "
+                        "all steps run on the CPU only)",
+                        l->name, r->cls, rl_tensor_describe(g, s, sizeof s), shape[0], shape[1],
+                        shape[2], rl_dtype_name(dt));
+    rl_tensor_release(gates);
+    rl_tensor_share(gates, g);
+    r->gates_shared = r->defer_fwd = true;
+    return RL_OK;
+}
+
+/* t as rows of `cols` elements: a contiguous 2-D or 3-D float tensor on the CPU; *n its rows. */
+static rl_status rows_of(const rl_layer *l, const char *fn, const char *what, const rl_tensor *t,
+                         int64_t cols, int64_t *n) {
+    char s[96];
+    if (!t || !t->storage || (t->ndim != 2 && t->ndim != 3) || t->shape[t->ndim - 1] != cols ||
+        (t->dtype != RL_FLOAT32 && t->dtype != RL_FLOAT64) || !rl_tensor_is_contiguous(t) ||
+        rl_tensor_device(t).type != RL_CPU)
+        return rl_error(RL_ESHAPE,
+                        "%s: layer '%s': %s is %s, expected a contiguous float CPU tensor of rows "
+                        "of %" PRId64,
+                        fn, l->name, what,
+                        t && t->storage ? rl_tensor_describe(t, s, sizeof s) : "nothing", cols);
+    *n = rl_tensor_numel(t) / cols;
+    return RL_OK;
+}
+
+rl_status rl_recurrent_weight_grads(rl_layer *l, int k, const rl_tensor *x, const rl_tensor *dz) {
+    const char *fn = "rl_recurrent_weight_grads";
+    rl_recurrent *r = NULL;
+    RL_TRY(recurrent_of(l, fn, &r));
+    if (k < -1 || k >= l->n_in)
+        return rl_error(RL_EARG, "%s: layer '%s' has %d inputs, k = %d names none (-1: U)", fn,
+                        l->name, l->n_in, k);
+    int64_t F = k < 0 ? l->n_out : l->in_dims[k], nx, nz;
+    RL_TRY(rows_of(l, fn, k < 0 ? "x (the previous states)" : "x", x, F, &nx));
+    RL_TRY(rows_of(l, fn, "dz", dz, 4 * l->n_out, &nz));
+    if (nx != nz || x->dtype != dz->dtype)
+        return rl_error(RL_ESHAPE,
+                        "%s: layer '%s': x has %" PRId64 " rows of %s, dz %" PRId64
+                        " rows of %s; expected the same rows and dtype",
+                        fn, l->name, nx, rl_dtype_name(x->dtype), nz, rl_dtype_name(dz->dtype));
+    if (nx == 0) return RL_OK;
+    return r->weight_grad(l, RL_DEVICE_CPU, x->dtype, k, nx, (rl_mat){rl_tensor_data(x), F},
+                          (rl_mat){rl_tensor_data(dz), 4 * l->n_out});
+}
+
 rl_status rl_recurrent_pack_count(rl_layer *l, uint64_t *count) {
     rl_recurrent *r = NULL;
     RL_TRY(recurrent_of(l, "rl_recurrent_pack_count", &r));
@@ -405,6 +477,7 @@ void rl_recurrent_free(rl_recurrent *r) {
 #endif
     rl_tensor_release(&r->len_dev);
     rl_tensor_release(&r->gout);
+    rl_tensor_release(&r->ext_gates);
     packs_release(r->packs);
     r->packs = NULL;
 }

@@ -52,6 +52,15 @@ typedef struct rl_recurrent {
                                first use */
     uint32_t zero_inputs; /* inputs the caller gives as all zeros (rl_recurrent_set_zero_inputs) */
     uint32_t zero_fwd;    /* the part of it the last forward used (and its backward uses) */
+    rl_tensor ext_gates;  /* the caller's gates buffer (rl_recurrent_set_gates), or unset */
+    bool gates_shared;    /* the layer's gates tensor is a share of ext_gates, not its own */
+    bool defer_fwd;       /* the last forward wrote into ext_gates: its backward leaves the weight
+                             gradients to the caller (rl_recurrent_weight_grads) */
+    /* The class's weight-gradient product over n rows: k < n_in: W_k's gradient += x^T dz, k =
+     * -1: U's += x^T dz (x the previous states); dz the gate gradients as backward leaves them in
+     * the gates buffer. The layer's own backward makes its products with it too. */
+    rl_status (*weight_grad)(rl_layer *l, rl_device dev, rl_dtype dt, int k, int64_t n, rl_mat x,
+                             rl_mat dz);
 } rl_recurrent;
 
 /* Whether input k of the last forward was given as all zeros: its input projection (forward) and
@@ -131,6 +140,12 @@ bool rl_recurrent_packed_inputs(const rl_recurrent *r, rl_dtype dt, rl_device de
 rl_status rl_recurrent_pack_inputs(rl_recurrent *r, const rl_layer *l, bool backward,
                                    const float *W, int64_t ld, const rl_pack_block *blocks,
                                    int n_blocks, float **out);
+
+/* The gates buffer (T, B, 4 n_out) of a forward in *gates: the caller's (a share of
+ * r->ext_gates, after checking its shape, dtype and device: CPU only) when one is set, else the
+ * layer's own, sized with rl_buffer_ensure_synced. Sets r->defer_fwd accordingly. */
+rl_status rl_recurrent_gates(rl_recurrent *r, const rl_layer *l, rl_tensor *gates, rl_dtype dt,
+                             rl_device dev, const int64_t *shape);
 
 /* Waits for and destroys the stream (after on_stream_drop), releases len_dev, gout and the packs
  * (freed with their last sharer). The layer calls it before releasing its own buffers, which the

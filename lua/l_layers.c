@@ -44,7 +44,11 @@
  *         layer:_share_packs(owner), layer:_set_pack_pass(n) (rec units: the step objects'
  *         packed weights, built once per pass; layers/layers.h), layer:_pack_count() -> n
  *         (the operands packed so far, for tests), layer:_set_zero_inputs(mask) (bit k: input k
- *         is all zeros in the following forwards; its products are skipped)
+ *         is all zeros in the following forwards; its products are skipped),
+ *         layer:_set_gates(t | nil) (t (T, B, 4 n_out): the gates buffer from the next forward
+ *         on; backward then leaves the weight gradients to the caller), layer:_weight_grads(k,
+ *         x, dz) (W_k's gradient (k = 0: U's) += x^T dz over the rows of x and dz; both in
+ *         layers/layers.h)
  *   gru:  the same with h alone: set_initial_state(h0 | nil), final_state() -> h,
  *         initial_state_grad() -> dh0; the pack methods as the lstm's
  *   rl._layer_classes()                -> the C class names
@@ -709,6 +713,27 @@ static int m_set_zero_inputs(lua_State *L) {
     return 0;
 }
 
+/* layer:_set_gates(t | nil): the layer's gates buffer is t from the next forward on, and its
+ * backward leaves the weight gradients to layer:_weight_grads (rec units) */
+static int m_set_gates(lua_State *L) {
+    rl_layer *l = check_layer(L, 1)->layer;
+    const rl_tensor *g = lua_isnoneornil(L, 2) ? NULL : rl_lua_check_tensor(L, 2);
+    if (rl_recurrent_set_gates(l, g) != RL_OK) return raise_plain(L);
+    return 0;
+}
+
+/* layer:_weight_grads(k, x, dz): input k's weights (1-based; 0: U) get x^T dz added */
+static int m_weight_grads(lua_State *L) {
+    rl_layer *l = check_layer(L, 1)->layer;
+    lua_Integer k = luaL_checkinteger(L, 2);
+    luaL_argcheck(L, k >= 0 && k <= RL_LAYER_MAX_INPUTS, 2,
+                  "k must be an input (1..n_in) or 0 (U)");
+    if (rl_recurrent_weight_grads(l, (int)k - 1, rl_lua_check_tensor(L, 3),
+                                  rl_lua_check_tensor(L, 4)) != RL_OK)
+        return raise_plain(L);
+    return 0;
+}
+
 /* layer:_pack_count() -> the operands its packs (shared or not) have packed so far */
 static int m_pack_count(lua_State *L) {
     uint64_t n;
@@ -803,6 +828,8 @@ static const luaL_Reg layer_methods[] = {
     {"_set_pack_pass", m_set_pack_pass},
     {"_pack_count", m_pack_count},
     {"_set_zero_inputs", m_set_zero_inputs},
+    {"_set_gates", m_set_gates},
+    {"_weight_grads", m_weight_grads},
     {NULL, NULL},
 };
 

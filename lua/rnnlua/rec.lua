@@ -34,10 +34,11 @@
 -- on that step's object. Beyond M.max_step_objects steps one object runs every step, and for
 -- each step backward first re-runs the unit's forward of that step (the generator reset to the
 -- state it had then, so dropout masks repeat) from the stored outputs. Parameter gradients
--- accumulate across steps in the network's flat buffer, and the gradients of each layer's
--- output at each step gather in (S, B, F) buffers: from its readers at the same step, from
--- prev: readers at the next step and, for an lstm, from its own state. No activations are
--- allocated per step.
+-- accumulate across steps in the network's flat buffer (an lstm's or gru's weight gradients
+-- once after the steps, one product over all of them: Rec:weight_grads), and the gradients of
+-- each layer's output at each step gather in (S, B, F) buffers: from its readers at the same
+-- step, from prev: readers at the next step and, for an lstm, from its own state. No
+-- activations are allocated per step.
 local M = {}
 
 local layers = require("rnnlua.layers")
@@ -519,7 +520,7 @@ local function ensure(buf, dtype, device, ...)
   return rl.zeros(shape, dtype, device)
 end
 
-function Rec:size_buffers(S, B)
+function Rec:size_buffers(S, B, search)
   local dt, dev = self.dtype, self.device or "cpu"
   for _, unit in ipairs(self.units) do
     if unit.sparse then
@@ -537,6 +538,18 @@ function Rec:size_buffers(S, B)
     end
     if unit.kind == "lstm" or unit.kind == "gru" then
       unit.zero_state = ensure(unit.zero_state, dt, dev, B, unit.n_out)
+      -- the gates of every step in one buffer, row t the gates buffer of step t's object
+      -- (Rec:run_unit), for the weight gradients over all steps (Rec:weight_grads); not for
+      -- a search, which has no backward
+      if M.defer_weight_grads and not search and dev == "cpu" then
+        unit.dz = ensure(unit.dz, dt, dev, S, B, 4 * unit.n_out)
+        if unit.dz_rows_of ~= unit.dz then
+          unit.dz_rows, unit.dz_rows_of = {}, unit.dz
+          for t = 1, S do unit.dz_rows[t] = unit.dz:narrow(1, t, 1) end
+        end
+      else
+        unit.dz, unit.dz_rows, unit.dz_rows_of = nil, nil, nil
+      end
     end
     if unit.loss then
       unit.loss_gin = unit.loss_gin or {}
@@ -586,6 +599,12 @@ M.max_step_objects = 64
 -- for all steps, layers/recurrent.h "Packed operands"); false: each step object packs its own,
 -- once per pass too, so once per step (the tests compare the two: the same numbers).
 M.share_packs = true
+
+-- Whether the weight gradients of an lstm or gru in the unit are made once per backward over
+-- all steps (Rec:weight_grads: one product with S*B rows per weight matrix) rather than by each
+-- step's backward (B rows each); CPU only. false: the per-step products, which the tests compare
+-- with (the same gradients up to the order of the sums).
+M.defer_weight_grads = true
 
 -- The current pass of the step loops (Rec:new_pass).
 local passes = 0
@@ -640,6 +659,9 @@ function Rec:run_unit(unit, t, train)
   -- the object of step 1 may run other steps too (search, the re-run path)
   if unit.zero_first and unit.zero_first ~= 0 and obj == unit.obj then
     obj:_set_zero_inputs(t == 1 and unit.zero_first or 0)
+  end
+  if unit.kind == "lstm" or unit.kind == "gru" then
+    obj:_set_gates(unit.dz_rows and unit.dz_rows[t] or nil)
   end
   if unit.kind == "lstm" then
     local h0 = t == 1 and unit.zero_state or unit.out:select(1, t - 1)
@@ -894,6 +916,9 @@ function Rec:backward(grad_out, grad_in)
       end
     end
   end
+  for _, unit in ipairs(self.units) do
+    if unit.dz then self:weight_grads(unit) end
+  end
   rl.set_rng_state(self.rng_after)
   for i = self.n_from + 1, self.n_in do
     if grad_in[i] then grad_in[i]:zero_() end
@@ -904,6 +929,33 @@ function Rec:backward(grad_out, grad_in)
       if gi then unit.obj:finish_backward(gi) end
     end
   end
+end
+
+-- The weight gradients of lstm or gru unit layer `unit` over all steps, after the backward
+-- steps (whose objects leave them out: their gates buffers are the rows of unit.dz, which holds
+-- every step's gate gradients afterwards): W_k's += X_k^T dZ and U's += Hprev^T dZ, each one
+-- product over the S*B rows of whole-sequence buffers, as the plain lstm layer makes them over
+-- T*B rows. Step t reads a prev: source and its previous state from row t - 1 of their outputs,
+-- so those products pair rows 1..S-1 with dZ's rows 2..S; step 1's rows are left out where the
+-- step read zeros (the zero state; a prev: source with initial output 0, unit.zero_first), and a
+-- nonzero initial output gets its own product with step 1's rows. Padded steps of a ragged batch
+-- have dZ = 0 (nothing reads them), so they add nothing.
+function Rec:weight_grads(unit)
+  local S, dz, obj = self.S, unit.dz, unit.obj
+  local later = S > 1 and dz:narrow(1, 2, S - 1)
+  for k, s in ipairs(unit.srcs) do
+    if s.kind == "prev" then
+      if later then obj:_weight_grads(k, self.by_name[s.name].out:narrow(1, 1, S - 1), later) end
+      if (unit.zero_first or 0) & (1 << (k - 1)) == 0 then
+        obj:_weight_grads(k, self.by_name[s.name].init_buf, unit.dz_rows[1])
+      end
+    else
+      local x = self:whole_input(s)
+      if not x:is_contiguous() then x = x:contiguous() end
+      obj:_weight_grads(k, x, dz)
+    end
+  end
+  if later then obj:_weight_grads(0, unit.out:narrow(1, 1, S - 1), later) end
 end
 
 ---------------------------------------------------------------------------- search
@@ -990,7 +1042,7 @@ function Rec:search(inputs, geom, opts)
     fail("%s: the unit reads data:source (%d frames), max_seq_len allows %d steps", where,
       self.source:size(1), S)
   end
-  self:size_buffers(S, BK)
+  self:size_buffers(S, BK, true)
   for _, unit in ipairs(self.units) do
     if unit.kind == "attention" then
       unit.obj:start(inputs[self.base_index[unit.base]]:index_select(2, rep_idx), glen, S)

@@ -29,6 +29,11 @@ H.test("a unit of one lstm over data:source is the lstm layer (outputs and gradi
   end
   a:zero_grads(); a:backward(); b:zero_grads(); b:backward()
   H.check(maxdiff(a:grads(), b:grads()) < 1e-12, "parameter gradients differ")
+  -- W's and U's gradients are one product over all frames in both (rec.defer_weight_grads): the
+  -- same bits; b's sums the steps one by one in the unit, over all frames at once in the layer
+  local nw = (3 + 4) * 16
+  H.check(maxdiff(a:grads():narrow(1, 1, nw), b:grads():narrow(1, 1, nw)) == 0,
+    "W's and U's gradients differ")
   H.check(maxdiff(a:input_grad("data"), b:input_grad("data")) < 1e-12, "input gradients differ")
 end)
 
@@ -47,7 +52,9 @@ H.test("a unit of one gru over data:source is the gru layer (outputs and gradien
   H.near(a:forward{data = x, target = y, lengths = len}, b:forward{data = x, target = y,
     lengths = len}, 1e-12, "loss")
   a:zero_grads(); a:backward(); b:zero_grads(); b:backward()
-  H.check(maxdiff(a:grads(), b:grads()) < 1e-12, "parameter gradients differ")
+  -- the weight gradients one product over all frames in both, the biases summed step by step in
+  -- both: the same bits
+  H.check(maxdiff(a:grads(), b:grads()) == 0, "parameter gradients differ")
   H.check(maxdiff(a:input_grad("data"), b:input_grad("data")) < 1e-12, "input gradients differ")
 end)
 
@@ -531,6 +538,140 @@ do
   H.expect_error("a negative pass", function() g:_set_pack_pass(-1) end, "must be >= 0")
   H.expect_error("no pack count of a linear layer", function() c:_pack_count() end,
     "layer 'c' is not an lstm or gru")
+end
+
+-- The weight gradients of a unit's lstm or gru are one product per weight matrix over all steps
+-- after the backward steps (rec.defer_weight_grads; Rec:weight_grads), not one per step: the
+-- same gradients as the per-step products up to the order of the sums, over ragged decoder
+-- lengths, on both step paths, with a prev: source read as zeros at step 1 (prev:att, whose
+-- rows of step 1 are left out) and one with a nonzero initial output (prev:p, whose step 1 gets
+-- its own product). A step's rows left out of the product or counted twice change the gradients
+-- by that step's share, far above the tolerance.
+local function deferred_net(cell)
+  local d, e = seq2seq("additive", {
+    p = {class = "linear", from = "s", n_out = 3, activation = "tanh", initial_output = 0.3},
+    s = {class = cell, from = {"emb", "prev:att", "prev:p"}, n_out = 6},
+  })
+  local b = label_batch()
+  rl.manual_seed(8)
+  b.data, b.lengths = rl.randn(5, 3, 3, "float64"), rl.tensor({5, 2, 4}, "int32")
+  return d, e, b
+end
+
+for _, cell in ipairs({"lstm", "gru"}) do
+  H.test(cell .. ": weight gradients over all steps equal the per-step products", function()
+    local rec = require("rnnlua.rec")
+    local keep = rec.max_step_objects
+    local ok, err = pcall(function()
+      for _, max in ipairs({64, 0}) do
+        rec.max_step_objects = max
+        local grads = {}
+        for i, defer in ipairs({true, false}) do
+          rec.defer_weight_grads = defer
+          local d, e, b = deferred_net(cell)
+          rl.manual_seed(7)
+          local net = rl.network(d, e, {dtype = "float64"})
+          for _ = 1, 2 do -- a second pass reuses the buffers
+            net:forward(b)
+            net:zero_grads()
+            net:backward()
+          end
+          grads[i] = net:grads():clone()
+          local s = net:layer("dec").object.by_name.s
+          H.check((s.dz ~= nil) == defer, "the gates buffer over all steps: " .. tostring(s.dz))
+          -- the padded steps' gate gradients (decoder lengths 4, 2, 3) are exactly 0: nothing
+          -- reads those steps, so their rows add nothing to the products over all steps
+          for _, tb in ipairs(defer and {{3, 2}, {4, 2}, {4, 3}} or {}) do
+            H.check(s.dz[tb[1]][tb[2]]:abs():max() == 0, string.format("dZ of padded step %d "
+              .. "of sequence %d is not 0", tb[1], tb[2]))
+          end
+        end
+        local g = grads[2]
+        H.check(g:abs():max() > 0, "no gradient")
+        local diff = maxdiff(grads[1], g)
+        H.check(diff < 1e-13 * g:abs():max(), string.format("max_step_objects %d: gradients "
+          .. "differ by %g (largest %g)", max, diff, g:abs():max()))
+      end
+    end)
+    rec.max_step_objects, rec.defer_weight_grads = keep, true
+    if not ok then error(err, 0) end
+  end)
+end
+
+-- The products over all steps split over the threads by columns (core/blas.c), never along
+-- their S*B rows: a float32 training step gives the same bits on 1, 2 and 3 threads. Sizes above
+-- the split thresholds (the prev:att product 64 x 256 x 96 is ~3 MFLOP).
+for _, cell in ipairs({"lstm", "gru"}) do
+  H.test(cell .. ": a unit's weight gradients over all steps are bit-identical on 1, 2 and 3 "
+    .. "threads", function()
+    local S, B = 6, 16
+    local lens, y = {}, rl.zeros({S, B}, "int32")
+    for i = 1, B do
+      lens[i] = 1 + (i * 5) % S
+      for t = 1, lens[i] do y[t][i] = (t * 7 + i) % 9 + 1 end
+    end
+    local function run(threads)
+      rl.set_num_threads(threads)
+      rl.manual_seed(3)
+      local net = rl.network({
+        enc = {class = "lstm", n_out = 32, from = "data"},
+        dec = {class = "rec", from = {}, unit = {
+          emb = {class = "embedding", from = "prev:output", n_out = 16},
+          s = {class = cell, from = {"emb", "prev:att"}, n_out = 64},
+          att = {class = "attention", base = "base:enc", from = "s", kind = "additive",
+            n_att = 32},
+          readout = {class = "linear", from = {"s", "att"}, n_out = 32, activation = "tanh"},
+          output_prob = {class = "softmax", from = "readout", loss = "ce", target = "classes"},
+          output = {class = "choice", from = "output_prob", target = "classes"},
+        }},
+      }, {data = {dim = 5}, classes = {dim = 10, sparse = true}})
+      rl.manual_seed(4)
+      local batch = {data = rl.randn(7, B, 5), lengths = rl.full({B}, 7, "int32"), classes = y,
+        lengths_classes = rl.tensor(lens, "int32")}
+      net:forward(batch)
+      net:zero_grads()
+      net:backward()
+      return {grads = net:grads():totable()}
+    end
+    local saved = rl.get_num_threads()
+    local ok, err = pcall(H.same_on_threads, run)
+    rl.set_num_threads(saved)
+    if not ok then error(err, 0) end
+  end)
+end
+
+do
+  local layers = require("rnnlua.layers")
+  local l = layers.create("lstm", "w", {n_out = 4}, {3, 2}, "float64")
+  local vals, grads = rl.zeros({l.num_params}, "float64"), rl.zeros({l.num_params}, "float64")
+  l:bind(vals, grads, 0)
+  local dz = rl.zeros({5, 2, 16}, "float64")
+  H.expect_error("weight gradients of an input the layer lacks", function()
+    l:_weight_grads(3, rl.zeros({5, 2, 2}, "float64"), dz)
+  end, "layer 'w' has 2 inputs, k = 2 names none")
+  H.expect_error("weight gradients: x of another width", function()
+    l:_weight_grads(1, rl.zeros({5, 2, 2}, "float64"), dz)
+  end, "expected a contiguous float CPU tensor of rows of 3")
+  H.expect_error("weight gradients: x and dz of other rows", function()
+    l:_weight_grads(0, rl.zeros({4, 2, 4}, "float64"), dz)
+  end, "layer 'w': x has 8 rows of float64, dz 10 rows of float64")
+  H.expect_error("weight gradients: dz not gate-wide", function()
+    l:_weight_grads(2, rl.zeros({5, 2, 2}, "float64"), rl.zeros({5, 2, 12}, "float64"))
+  end, "layer 'w': dz is")
+  H.expect_error("weight gradients of a linear layer", function()
+    layers.create("linear", "c", {n_out = 4}, {3}, "float64"):_weight_grads(0, dz, dz)
+  end, "layer 'c' is not an lstm or gru")
+  -- a gates buffer of the wrong shape: an error at the forward, naming the layer
+  l:_set_gates(rl.zeros({1, 3, 16}, "float64"))
+  H.expect_error("a gates buffer of another batch", function()
+    l:forward({rl.zeros({1, 2, 3}, "float64"), rl.zeros({1, 2, 2}, "float64")}, rl.ones({2}, "int32"),
+      true)
+  end, "layer 'w' (lstm): the gates buffer given with rl_recurrent_set_gates is")
+  -- dropped again: the layer's own buffer and weight gradients
+  l:_set_gates(nil)
+  l:forward({rl.ones({1, 2, 3}, "float64"), rl.ones({1, 2, 2}, "float64")}, rl.ones({2}, "int32"), true)
+  l:backward(rl.ones({1, 2, 4}, "float64"), {false, false})
+  H.check(grads:abs():max() > 0, "no weight gradients after the gates buffer was dropped")
 end
 
 gradcheck("gradient check: a Lua layer (layer_norm) inside a unit", {network = {
