@@ -13,11 +13,21 @@ total_fail=0
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 
+# A program that hangs is stopped after RL_TEST_TIMEOUT seconds (default 1200; the slowest
+# takes about a minute under the sanitizers) and counts as a failure, so that a hang fails the
+# suite instead of holding CI until its own limit.
+limit=${RL_TEST_TIMEOUT:-1200}
 run_one() {
     local name=$1
     shift
-    "$@" >"$log" 2>&1
+    timeout -k 10 "$limit" "$@" >"$log" 2>&1
     local rc=$?
+    if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
+        echo "FAIL $name (still running after $limit s: stopped)"
+        tail -n 30 "$log"
+        total_fail=$((total_fail + 1))
+        return
+    fi
     local line
     line=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$log" | tail -n 1)
     local p=0 f=0

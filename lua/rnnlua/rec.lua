@@ -138,6 +138,17 @@ end
 -- whole network description (base layers must exist and must not depend on the rec layer).
 function M.sources(name, d, desc)
   local froms = rec_froms(name, d)
+  local msl = d.max_seq_len
+  if type(msl) == "string" then
+    M.length_expr(msl, string.format("layer '%s' (rec)", name))
+  elseif type(msl) == "number" then
+    if not (msl >= 1 and msl < math.huge) then
+      fail("layer '%s' (rec): max_seq_len must be >= 1, got %s", name, tostring(msl))
+    end
+  elseif msl ~= nil and type(msl) ~= "function" then
+    fail("layer '%s' (rec): max_seq_len must be a number, a function of the input length or an "
+      .. "expression of T such as \"2 * T + 3\", got %s", name, type(msl))
+  end
   local parsed = parse_unit(name, d)
   local bases = base_names(parsed)
   local srcs = {table.unpack(froms)}
@@ -960,8 +971,170 @@ end
 
 ---------------------------------------------------------------------------- search
 
+-- max_seq_len as a string: an arithmetic expression of the input length T, such as
+-- "2 * T + 3" or "math.max(T, 10)". It is stored in checkpoints, so it is parsed here and never
+-- compiled as Lua: loading a model must not run what a crafted file put there (Lua's load with
+-- an empty environment still runs loops). Grammar:
+--   expr = term {("+" | "-") term};  term = unary {("*" | "/" | "//" | "%") unary}
+--   unary = ("-" | "+") unary | power;  power = atom ["^" unary]
+--   atom = number | "T" | func "(" expr {"," expr} ")" | "(" expr ")"
+-- func: floor, ceil, min, max, abs (also as math.floor, ...). Evaluation is a fixed tree walk:
+-- its time is bounded by the string's length (at most 256 characters, nesting 32 deep).
+local EXPR_FUNCS = {floor = math.floor, ceil = math.ceil, min = math.min, max = math.max,
+  abs = math.abs}
+local EXPR_BINOPS = {
+  ["+"] = function(a, b) return a + b end, ["-"] = function(a, b) return a - b end,
+  ["*"] = function(a, b) return a * b end, ["/"] = function(a, b) return a / b end,
+  ["//"] = function(a, b) return math.floor(a / b) end,
+  ["%"] = function(a, b) return a - math.floor(a / b) * b end,
+  ["^"] = function(a, b) return a ^ b end,
+}
+
+-- Returns f(T) for the expression s, or raises "who: max_seq_len '...': what".
+function M.length_expr(s, who)
+  local function bad(fmt, ...)
+    fail("%s: max_seq_len '%s': %s", who, s, string.format(fmt, ...))
+  end
+  if #s > 256 then fail("%s: max_seq_len: an expression of at most 256 characters, got %d", who, #s) end
+  -- tokens: numbers, names (with one "math." prefix allowed), operators, parentheses, commas
+  local toks, i = {}, 1
+  while i <= #s do
+    local c = s:sub(i, i)
+    if c:match("%s") then
+      i = i + 1
+    elseif c:match("[%d%.]") then
+      local num = s:match("^%d*%.?%d*[eE][%+%-]?%d+", i) or s:match("^%d*%.?%d*", i)
+      local v = tonumber(num)
+      if not v then bad("'%s' at character %d is not a number", num, i) end
+      toks[#toks + 1] = {k = "num", v = v, at = i}
+      i = i + #num
+    elseif c:match("[%a_]") then
+      local name = s:match("^[%a_][%w_]*", i)
+      local at = i
+      i = i + #name
+      if name == "math" and s:sub(i, i) == "." then
+        name = s:match("^[%a_][%w_]*", i + 1) or ""
+        i = i + 1 + #name
+        if not EXPR_FUNCS[name] then
+          bad("unknown name 'math.%s' at character %d (functions: floor, ceil, min, max, abs)",
+            name, at)
+        end
+      elseif name ~= "T" and not EXPR_FUNCS[name] then
+        bad("unknown name '%s' at character %d (T is the input length; functions: floor, "
+          .. "ceil, min, max, abs)", name, at)
+      end
+      toks[#toks + 1] = {k = name == "T" and "T" or "fn", v = name, at = at}
+    else
+      local op = s:sub(i, i + 1) == "//" and "//" or c
+      if not (EXPR_BINOPS[op] or op == "(" or op == ")" or op == ",") then
+        bad("unexpected '%s' at character %d", op, i)
+      end
+      toks[#toks + 1] = {k = op, at = i}
+      i = i + #op
+    end
+  end
+  toks[#toks + 1] = {k = "end", at = #s + 1}
+
+  local pos, depth = 1, 0
+  local function peek() return toks[pos].k end
+  local function take(k)
+    local t = toks[pos]
+    if t.k ~= k then
+      bad("expected %s at character %d, got %s", k == "end" and "the end" or ("'" .. k .. "'"),
+        t.at, t.k == "end" and "the end"
+        or ("'" .. (t.v and tostring(t.v) or t.k) .. "'"))
+    end
+    pos = pos + 1
+    return t
+  end
+  local expr
+  local function nest()
+    depth = depth + 1
+    if depth > 32 then bad("nested more than 32 deep") end
+  end
+  local function atom()
+    local t = toks[pos]
+    if t.k == "num" then
+      pos = pos + 1
+      local v = t.v
+      return function() return v end
+    elseif t.k == "T" then
+      pos = pos + 1
+      return function(T) return T end
+    elseif t.k == "fn" then
+      pos = pos + 1
+      take("(")
+      nest()
+      local args = {expr()}
+      while peek() == "," do
+        pos = pos + 1
+        args[#args + 1] = expr()
+      end
+      take(")")
+      depth = depth - 1
+      local f, name = EXPR_FUNCS[t.v], t.v
+      if name ~= "min" and name ~= "max" and #args ~= 1 then
+        bad("%s takes one argument, got %d", name, #args)
+      end
+      return function(T)
+        local v = {}
+        for k, a in ipairs(args) do v[k] = a(T) end
+        return f(table.unpack(v))
+      end
+    elseif t.k == "(" then
+      pos = pos + 1
+      nest()
+      local e = expr()
+      take(")")
+      depth = depth - 1
+      return e
+    end
+    bad("expected a number, T, a function or '(' at character %d, got %s", t.at,
+      t.k == "end" and "the end" or ("'" .. (t.v and tostring(t.v) or t.k) .. "'"))
+  end
+  local unary
+  local function power()
+    local a = atom()
+    if peek() == "^" then
+      pos = pos + 1
+      local b, f = unary(), EXPR_BINOPS["^"]
+      return function(T) return f(a(T), b(T)) end
+    end
+    return a
+  end
+  unary = function()
+    local k = peek()
+    if k == "-" or k == "+" then
+      pos = pos + 1
+      nest()
+      local a = unary()
+      depth = depth - 1
+      if k == "+" then return a end
+      return function(T) return -a(T) end
+    end
+    return power()
+  end
+  local function chain(sub, ops)
+    return function()
+      local a = sub()
+      while ops[peek()] do
+        local f = EXPR_BINOPS[peek()]
+        pos = pos + 1
+        local l, r = a, sub()
+        a = function(T) return f(l(T), r(T)) end
+      end
+      return a
+    end
+  end
+  local term = chain(unary, {["*"] = true, ["/"] = true, ["//"] = true, ["%"] = true})
+  expr = chain(term, {["+"] = true, ["-"] = true})
+  local e = expr()
+  take("end")
+  return e
+end
+
 -- The step limit of each sequence: max_seq_len is a number, a function of the input length, or
--- a string expression of T (the input length), e.g. "2 * T + 3".
+-- a string expression of T (M.length_expr).
 function Rec:limits(geom, max_seq_len)
   local f = max_seq_len
   local where = string.format("layer '%s' (rec), unit layer '%s'", self.name, self.choice.name)
@@ -969,22 +1142,17 @@ function Rec:limits(geom, max_seq_len)
     fail("%s: search needs max_seq_len (a number, a function of the input length T, or an "
       .. "expression of T such as \"2 * T + 3\")", where)
   end
-  if type(f) == "string" then
-    local env = {math = math}
-    local chunk, err = load("return " .. f, "max_seq_len", "t", env)
-    if not chunk then fail("%s: max_seq_len '%s': %s", where, max_seq_len, err) end
-    f = function(T)
-      env.T = T
-      return chunk()
-    end
-  end
+  if type(f) == "string" then f = M.length_expr(f, where) end
   local lim = {}
   for b, T in ipairs(geom:totable()) do
     local n = type(f) == "function" and f(T) or f
-    if type(n) ~= "number" or n ~= n then
+    if type(n) ~= "number" or n ~= n or n == math.huge or n == -math.huge then
       fail("%s: max_seq_len gave %s for input length %d", where, tostring(n), T)
     end
     n = math.floor(n)
+    if math.type(n) ~= "integer" then
+      fail("%s: max_seq_len gave %.17g steps for input length %d, beyond any buffer", where, n, T)
+    end
     if n <= 0 then
       fail("%s: max_seq_len must be >= 1, got %d for input length %d", where, n, T)
     end
@@ -1042,11 +1210,18 @@ function Rec:search(inputs, geom, opts)
     fail("%s: the unit reads data:source (%d frames), max_seq_len allows %d steps", where,
       self.source:size(1), S)
   end
-  self:size_buffers(S, BK, true)
-  for _, unit in ipairs(self.units) do
-    if unit.kind == "attention" then
-      unit.obj:start(inputs[self.base_index[unit.base]]:index_select(2, rep_idx), glen, S)
+  -- buffers for the longest allowed search: a huge max_seq_len fails here, named
+  local okb, errb = pcall(function()
+    self:size_buffers(S, BK, true)
+    for _, unit in ipairs(self.units) do
+      if unit.kind == "attention" then
+        unit.obj:start(inputs[self.base_index[unit.base]]:index_select(2, rep_idx), glen, S)
+      end
     end
+  end)
+  if not okb then
+    fail("%s: buffers for max_seq_len = %d steps of %d hypotheses (batch %d x beam %d): %s",
+      where, S, BK, B, K, tostring(errb):gsub("^[%w_/%.%-]+%.lua:%d+: ", ""))
   end
   local score, done = {}, {}
   for i = 1, BK do score[i], done[i] = (i - 1) % K == 0 and 0 or -math.huge, false end

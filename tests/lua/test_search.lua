@@ -248,6 +248,79 @@ bad("output and output_file", {output = path("x.h5")}, "give output_file or outp
 bad("a dataset without the input", {data = {class = "copy", num_seqs = 2}},
   "the dataset does not fit the network of")
 
+-- max_seq_len as an expression of T is parsed, never run as Lua: it is stored in checkpoints
+H.test("max_seq_len expressions", function()
+  local expr = require("rnnlua.rec").length_expr
+  for _, c in ipairs{{"T + 5", 12}, {"2 * T + 3", 17}, {"math.max(T, 10)", 10},
+      {"floor(T / 2) + 1", 4}, {"-T + 20", 13}, {"(T + 1) * (T - 1)", 48}, {"T // 3", 2},
+      {"T % 4", 3}, {"min(T, 3, 2)", 2}, {"ceil(1.5 * T)", 11}, {"2 ^ 2 * T", 28},
+      {"abs(-T)", 7}, {"1e1 + T", 17}} do
+    H.check(expr(c[1], "w")(7) == c[2], c[1])
+  end
+end)
+for _, c in ipairs{
+  {"code", "(function() while true do end end)()", "unknown name 'function' at character 2"},
+  {"a library call", "os.exit(3)", "unknown name 'os' at character 1"},
+  {"a math constant", "math.huge", "unknown name 'math.huge'"},
+  {"a string", "#'x'", "unexpected '#' at character 1"},
+  {"a dangling operator", "T +", "got the end"},
+  {"two operands", "T T", "expected the end at character 3, got 'T'"},
+  {"a function of two arguments", "floor(T, 2)", "floor takes one argument, got 2"},
+  {"nesting too deep", string.rep("(", 40) .. "T" .. string.rep(")", 40), "nested more than 32"},
+  {"too long", string.rep("T + ", 70) .. "T", "at most 256 characters"},
+} do
+  H.expect_error("max_seq_len with " .. c[1] .. " is refused by the network", function()
+    local d, e = description()
+    d.dec.max_seq_len = c[2]
+    rl.network(d, e)
+  end, "layer 'dec' (rec): max_seq_len")
+  H.expect_error("max_seq_len with " .. c[1] .. " says what", function()
+    local d, e = description()
+    d.dec.max_seq_len = c[2]
+    rl.network(d, e)
+  end, c[3])
+end
+for _, c in ipairs{{"NaN", 0 / 0}, {"inf", math.huge}, {"0.5", 0.5}, {"a table", {}}} do
+  H.expect_error("max_seq_len " .. c[1] .. " in a description", function()
+    local d, e = description()
+    d.dec.max_seq_len = c[2]
+    rl.network(d, e)
+  end, "layer 'dec' (rec): max_seq_len must be")
+end
+bad("max_seq_len that overflows", {max_seq_len = "1e400 * T"},
+  "unit layer 'output': max_seq_len gave inf for input length 1")
+bad("max_seq_len beyond any buffer", {max_seq_len = "2 ^ 70"}, "steps for input length 1, beyond any buffer")
+bad("max_seq_len beyond memory", {max_seq_len = "1e12"},
+  "unit layer 'output': buffers for max_seq_len = 1000000000000 steps of")
+
+-- a crafted checkpoint: the stored max_seq_len replaced by code (same length, so the file stays
+-- valid HDF5) is an error when the model is built, not an endless loop
+H.test("a checkpoint whose max_seq_len is code", function()
+  local d, e = description()
+  local pad = "T + 2" .. string.rep(" ", 40)
+  d.dec.max_seq_len = pad
+  rl.save_checkpoint(path("padded.h5"), {net = rl.network(d, e)})
+  local f = assert(io.open(path("padded.h5"), "rb"))
+  local bytes = f:read("a")
+  f:close()
+  local a, b = bytes:find(pad, 1, true)
+  H.check(a ~= nil, "max_seq_len found in the file")
+  local code = "(function() while true do end end)()"
+  bytes = bytes:sub(1, a - 1) .. code .. string.rep(" ", #pad - #code) .. bytes:sub(b + 1)
+  f = assert(io.open(path("crafted.h5"), "wb"))
+  f:write(bytes)
+  f:close()
+  -- an instruction budget far above what the search needs, so that running the code fails
+  -- this test instead of hanging it
+  debug.sethook(function() error("the search ran 1e9 Lua instructions: the code ran", 0) end, "",
+    1e9)
+  local ok, err = pcall(rl.search, {model = path("crafted.h5"), data = DATA,
+    output_file = path("bad.h5"), log_verbosity = 0})
+  debug.sethook()
+  H.check(not ok and tostring(err):find("layer 'dec' (rec): max_seq_len '(function()", 1, true),
+    tostring(err))
+end)
+
 H.expect_error("a model without a choice layer", function()
   local n2 = rl.network({h = {class = "lstm", n_out = 4},
     output = {class = "softmax", from = "h", loss = "ce", target = "classes"}},
