@@ -13,6 +13,10 @@
  * Prints a Markdown table (GFLOP/s = 2*M*N*K / seconds per call, median of the interleaved
  * rounds of bench.h) and the measured sgemm peak, the best direct GFLOP/s over the square
  * shapes, on a line "sgemm peak: X GFLOP/s" that bench/run.sh passes on to later benchmarks.
+ * Then the FMA units' own limit: independent fused multiply-adds on registers, no memory, at the
+ * kernels' level (rl_cpu_level_get: AVX-512 or AVX2 + FMA on x86-64), on 1 thread and on as many
+ * as the products use, on the line "FMA peak: X GFLOP/s ..." - the ceiling no float32 product
+ * can pass, against which the sgemm peak and the training steps' GFLOP/s can be judged.
  * Exits 1 when the variants disagree. */
 #include <cblas.h>
 #include <inttypes.h>
@@ -20,10 +24,12 @@
 #include <lua.h>
 #include <lualib.h>
 #include <math.h>
+#include <pthread.h>
 #include <string.h>
 
 #include "../core/blas.h"
 #include "../core/rng.h"
+#include "../kernels/cpu/cpu_level.h"
 #include "../kernels/ops.h"
 #include "../lua/embedded.h"
 #include "../lua/l_tensor.h"
@@ -184,6 +190,93 @@ static void bench_shape(lua_State *L, const shape *s, double *t) {
     rl_tensor_release(&g.c);
 }
 
+/* ---- the FMA units' limit ---- */
+
+#ifdef RL_CPU_X86
+#include <immintrin.h>
+
+/* FMA_CHAINS independent accumulators: more than latency (4 cycles) x FMA pipes (2) needs, so
+ * the loop runs at the units' throughput. The values stay finite (x -> x * (1 + 1e-7) + 1e-7). */
+#define FMA_CHAINS 12
+
+RL_TARGET_AVX512 static float fma_loop_avx512(int64_t iters) {
+    __m512 a[FMA_CHAINS];
+    const __m512 m = _mm512_set1_ps(1.0000001f), c = _mm512_set1_ps(1e-7f);
+    for (int i = 0; i < FMA_CHAINS; i++)
+        a[i] = _mm512_set1_ps((float)i);
+    for (int64_t k = 0; k < iters; k++)
+        for (int i = 0; i < FMA_CHAINS; i++)
+            a[i] = _mm512_fmadd_ps(a[i], m, c);
+    float s = 0;
+    for (int i = 0; i < FMA_CHAINS; i++)
+        s += _mm512_reduce_add_ps(a[i]);
+    return s;
+}
+
+RL_TARGET_AVX2 static float fma_loop_avx2(int64_t iters) {
+    __m256 a[FMA_CHAINS];
+    const __m256 m = _mm256_set1_ps(1.0000001f), c = _mm256_set1_ps(1e-7f);
+    for (int i = 0; i < FMA_CHAINS; i++)
+        a[i] = _mm256_set1_ps((float)i);
+    for (int64_t k = 0; k < iters; k++)
+        for (int i = 0; i < FMA_CHAINS; i++)
+            a[i] = _mm256_fmadd_ps(a[i], m, c);
+    float v[8], s = 0;
+    for (int i = 0; i < FMA_CHAINS; i++) {
+        _mm256_storeu_ps(v, a[i]);
+        for (int j = 0; j < 8; j++)
+            s += v[j];
+    }
+    return s;
+}
+
+typedef struct {
+    bool avx512;
+    int64_t iters;
+    float sink;
+} fma_job;
+
+static void *fma_run(void *arg) {
+    fma_job *j = arg;
+    j->sink = j->avx512 ? fma_loop_avx512(j->iters) : fma_loop_avx2(j->iters);
+    return NULL;
+}
+
+/* GFLOP/s of `threads` threads running the loop at once (best of 3), or 0 without FMA. */
+static double fma_peak(int threads, const char **level) {
+    rl_cpu_level lv = rl_cpu_level_get();
+    if (lv < RL_CPU_AVX2) return 0;
+    *level = lv == RL_CPU_AVX512 ? "AVX-512" : "AVX2 + FMA";
+    const int64_t iters = 20 * 1000 * 1000;
+    const double width = lv == RL_CPU_AVX512 ? 16 : 8;
+    double best = 0;
+    for (int round = 0; round < 3; round++) {
+        fma_job jobs[16];
+        pthread_t tid[16];
+        int n = threads < 16 ? threads : 16, started = 0;
+        double t0 = bench_now();
+        for (int i = 0; i < n; i++) {
+            jobs[i] = (fma_job){lv == RL_CPU_AVX512, iters, 0};
+            if (i > 0 && pthread_create(&tid[i], NULL, fma_run, &jobs[i]) != 0) break;
+            started = i + 1;
+        }
+        fma_run(&jobs[0]);
+        for (int i = 1; i < started; i++)
+            pthread_join(tid[i], NULL);
+        double t = bench_now() - t0;
+        double gf = started * (double)iters * FMA_CHAINS * width * 2 / t * 1e-9;
+        if (gf > best) best = gf;
+    }
+    return best;
+}
+#else
+static double fma_peak(int threads, const char **level) {
+    (void)threads;
+    (void)level;
+    return 0;
+}
+#endif
+
 int main(void) {
     rl_ops_init();
     rl_rng_seed(rl_rng_default(), 1);
@@ -225,6 +318,13 @@ int main(void) {
            "%+.0f ns, rl_op_gemm %+.0f ns, rl.matmul from Lua %+.0f ns over it.\n",
            1e9 * t[0], 1e9 * (t[1] - t[0]), 1e9 * (t[2] - t[0]), 1e9 * (t[3] - t[0]));
     printf("\nsgemm peak: %.1f GFLOP/s (the best direct call over the square shapes)\n", peak);
+    const char *level = NULL;
+    int nt = rl_blas_get_threads();
+    double f1 = fma_peak(1, &level), fn = nt > 1 ? fma_peak(nt, &level) : f1;
+    if (level)
+        printf("FMA peak: %.1f GFLOP/s on %d thread%s, %.1f on 1 (%s fused multiply-adds on "
+               "registers); the sgemm peak is %.0f%% of it\n",
+               fn, nt, nt > 1 ? "s" : "", f1, level, 100 * peak / fn);
     lua_close(L);
     return 0;
 }
