@@ -39,7 +39,7 @@
 -- search again or draw where the decoder looked.
 local args = {...}
 local o = {minutes = 25, epochs = 1000, hidden = 128, emb = 32, beam = 4, batch = 64, threads = 2,
-  seed = 1, lr = 1e-3, smoke = false, out = "out/g2p"}
+  seed = 1, lr = 1e-3, dropout = 0, smoke = false, out = "out/g2p"}
 local i = 1
 while i <= #args do
   local a = args[i]
@@ -212,8 +212,9 @@ end
 
 ---------------------------------------------------------------------------- model
 
-local H, E = o.hidden, o.emb
-local net = rl.network({
+local H, E, P = o.hidden, o.emb, o.dropout
+if not (P >= 0 and P < 1) then error("g2p: --dropout must lie in [0, 1)", 0) end
+local desc = {
   emb_in = {class = "embedding", from = "data", n_out = E},
   fw = {class = "lstm", from = "emb_in", n_out = H},
   bw = {class = "lstm", from = "emb_in", n_out = H, direction = -1},
@@ -226,9 +227,17 @@ local net = rl.network({
     output_prob = {class = "softmax", from = "readout", loss = "ce", target = "classes"},
     output = {class = "choice", from = "output_prob", target = "classes", beam_size = o.beam},
   }},
-}, {data = {dim = #letters, sparse = true}, classes = {dim = #phones, sparse = true}})
+}
+if P > 0 then -- on the encoder's output (what attention reads) and on the readout
+  desc.enc_drop = {class = "dropout", from = "enc", dropout = P}
+  desc.dec.unit.att.base = "base:enc_drop"
+  desc.dec.unit.readout_drop = {class = "dropout", from = "readout", dropout = P}
+  desc.dec.unit.output_prob.from = "readout_drop"
+end
+local net = rl.network(desc, {data = {dim = #letters, sparse = true},
+  classes = {dim = #phones, sparse = true}})
 print(string.format("g2p: %d parameters (embedding %d, BLSTM %d x 2, decoder LSTM %d, additive "
-  .. "attention, beam %d)", net:num_params(), E, H, H, o.beam))
+  .. "attention, dropout %g, beam %d)", net:num_params(), E, H, H, P, o.beam))
 local opt = rl.optimizer({class = "adam", gradient_clip_global_norm = 5}, net:params(),
   net:grads())
 
@@ -271,7 +280,7 @@ for k, w in ipairs(dev_sub) do dev_pairs[k] = {w, prons[w][1]} end
 local function dev_score()
   local sum, frames = 0, 0
   for _, items in ipairs(batches_of(dev_pairs, o.batch, false)) do
-    sum, frames = sum + net:forward(make_batch(items)), frames + net.n_frames
+    sum, frames = sum + net:forward(make_batch(items), {train = false}), frames + net.n_frames
   end
   return sum / math.max(frames, 1)
 end

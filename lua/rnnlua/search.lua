@@ -17,6 +17,8 @@
 --                   frame j at frame (s - 1) * T_enc + j); S_out = its steps (its labels, plus
 --                   the end label's step when it ended with one), T_enc = the input's length
 --   attention_shape dense dim 2, one frame: (S_out, T_enc)
+--   attention_K, attention_K_shape   (attention and nbest = n, K = 2..n) the same for the K-th
+--                   best hypothesis; (0, T_enc) where the beam held fewer than K hypotheses
 -- `rnnlua plot FILE --heatmap attention` draws the matrices (lua/rnnlua/tools.lua).
 --
 -- model: a checkpoint path or a network (rl.network); layer: the rec layer (default: the one
@@ -27,8 +29,8 @@
 -- labels: the names of the choice's labels (written as /labels).
 -- The sequences are searched sorted by input length (less padding, fewer wasted steps) and
 -- written in the dataset's order. Returns {output_file =, num_seqs =, n_labels =, results =
--- {{tag =, labels =, score =, logp =, hyps = {{labels =, score =, logp =}, ...}}, ...} in the
--- dataset's order}. rl.forward{..., search = true} is the same task.
+-- {{tag =, labels =, score =, logp =, hyps = {{labels =, score =, logp =, steps =}, ...}}, ...}
+-- in the dataset's order}. rl.forward{..., search = true} is the same task.
 local M = {}
 
 local rl -- the module table, set by install
@@ -157,9 +159,10 @@ end
 
 -- The writer's targets of an (S_out, T_enc) matrix m per sequence, and their values.
 M.attention_targets = {attention = {dim = 1}, attention_shape = {dim = 2}}
-function M.attention_values(t, m)
-  t.attention = m:contiguous():view(m:numel(), 1)
-  t.attention_shape = rl.tensor({{m:size(1), m:size(2)}})
+function M.attention_values(t, m, suffix)
+  suffix = suffix or ""
+  t["attention" .. suffix] = m:contiguous():view(m:numel(), 1)
+  t["attention" .. suffix .. "_shape"] = rl.tensor({{m:size(1), m:size(2)}})
   return t
 end
 
@@ -252,11 +255,18 @@ function M.search(cfg)
         local i = order[batch.seqs[b]]
         local hyps = {}
         for k, h in ipairs(r.hyps) do
-          hyps[k] = {labels = h.labels, score = h.score, logp = h.logp}
+          hyps[k] = {labels = h.labels, score = h.score, logp = h.logp, steps = h.steps}
         end
         results[i] = {tag = batch.tags[b] or string.format("seq-%d", i), labels = r.labels,
           score = r.score, logp = r.logp, hyps = hyps}
-        if alpha then att[i] = M.attention_matrix(alpha, r, batch.lengths[b]) end
+        if alpha then
+          att[i] = {}
+          for k = 1, nbest or 1 do
+            local h = k == 1 and r or r.hyps[k]
+            att[i][k] = h and M.attention_matrix(alpha, h, batch.lengths[b])
+              or rl.zeros(0, batch.lengths[b])
+          end
+        end
       end
     end
   end)
@@ -271,7 +281,11 @@ function M.search(cfg)
     targets.nbest_lengths, targets.nbest_scores = {dim = 1}, {dim = 1}
   end
   if cfg.attention then
-    for k, v in pairs(M.attention_targets) do targets[k] = v end
+    for k = 1, nbest or 1 do
+      local suffix = k == 1 and "" or ("_" .. k)
+      targets["attention" .. suffix] = M.attention_targets.attention
+      targets["attention" .. suffix .. "_shape"] = M.attention_targets.attention_shape
+    end
   end
   local n_labels = 0
   ok, e = pcall(function()
@@ -292,7 +306,9 @@ function M.search(cfg)
         t.nbest, t.nbest_lengths, t.nbest_scores = labels_tensor(all), rl.tensor(lens),
           rl.tensor(scores)
       end
-      if cfg.attention then M.attention_values(t, att[i]) end
+      if cfg.attention then
+        for k, m in ipairs(att[i]) do M.attention_values(t, m, k == 1 and "" or ("_" .. k)) end
+      end
       w:add(r.tag, labels_tensor(r.labels), t)
       n_labels = n_labels + #r.labels
     end

@@ -165,6 +165,37 @@ H.test("attention weights: the searched matrices equal a teacher-forced forward'
   end
 end)
 
+H.test("attention weights of the n-best: each hypothesis' own matrix", function()
+  local r = rl.search{model = path("model.h5"), data = DATA, output_file = path("attn.h5"),
+    beam = 3, nbest = 3, attention = "att", log_verbosity = 0}
+  local out = read(path("attn.h5"))
+  local rec = net:layer("dec").object
+  local differ = 0
+  for i, s in ipairs(seqs) do
+    local T = s.data:size(1)
+    for k = 1, 3 do
+      local key = k == 1 and "attention" or ("attention_" .. k)
+      local h = r.results[i].hyps[k]
+      local shape = out[i][key .. "_shape"]
+      local S = math.tointeger(shape[1][1])
+      H.check(h ~= nil and S == h.steps and shape[1][2] == T,
+        string.format("%s %s: shape %d x %d", s.tag, key, S, shape[1][2]))
+      local y = rl.zeros({S, 1}, "int32")
+      for t, v in ipairs(h.labels) do if t <= S then y[t][1] = v end end
+      net:forward({data = s.data:view(T, 1, 3), lengths = rl.tensor({T}, "int32"), classes = y,
+        lengths_classes = rl.tensor({S}, "int32")}, {train = false})
+      local ref = rec:attention_weights("att"):select(2, 1):narrow(2, 1, T)
+      local d = (out[i][key]:view(S, T) - ref):abs():max()
+      H.check(d < 1e-5, string.format("%s %s: weights differ by %g", s.tag, key, d))
+      if k > 1 and (S ~= out[i].attention_shape[1][1]
+          or (out[i][key]:view(S, T) - out[i].attention:view(S, T)):abs():max() > 0) then
+        differ = differ + 1
+      end
+    end
+  end
+  H.check(differ > 0, "every hypothesis had the best one's weights")
+end)
+
 H.test("rl.forward{search = true} and a network object give the same file", function()
   rl.forward{search = true, model = path("model.h5"), data = DATA, output_file = path("f.h5"),
     beam = 2, log_verbosity = 0}
