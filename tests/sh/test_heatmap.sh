@@ -88,6 +88,8 @@ run plot hyp.h5 --heatmap attention --seq 3 -o att.svg
 check "attention svg" "$rc:$(grep -c '<svg' att.svg)" "0:1"
 run plot hyp.h5 --heatmap attention
 check "default name" "$rc:$(png_size hyp.attention.1.png)" "0:800x600"
+run plot hyp.h5 --heatmap attention_2 --seq 2 -o att2.png
+check "the second best's heat map" "$rc:$(cat "$dir/out")" "0:wrote att2.png"
 # the matrix drawn is the one searched: (S_out, T_enc) with rows summing to 1
 "$bin" -e '
 local m = rl.tools.heatmap_matrix("hyp.h5", "attention", 2)
@@ -122,7 +124,7 @@ check "lstm activations heat map" "$rc:$(png_size enc.png)" "0:800x600"
 # ---- bad input
 run plot hyp.h5 --heatmap att
 check "unknown key" "$rc:$(cat "$dir/err")" \
-    "1:rnnlua plot: hyp.h5: no key 'att' (keys: attention, attention_shape, data, nbest, nbest_lengths, nbest_scores, scores)"
+    "1:rnnlua plot: hyp.h5: no key 'att' (keys: attention, attention_2, attention_2_shape, attention_shape, data, nbest, nbest_lengths, nbest_scores, scores)"
 run plot hyp.h5 --heatmap attention --seq 4
 check "sequence beyond the file" "$rc:$(cat "$dir/err")" \
     "1:rnnlua plot: hyp.h5: sequence 4 is out of range 1..3"
