@@ -1,6 +1,7 @@
--- A training step (forward, backward, Adam) of the G2P model of recipes/g2p_cmudict.lua,
--- batch 64, against the same model in PyTorch (bench/torch_g2p.py: nn.LSTM encoder, a Python
--- loop over decoder steps with LSTMCell and additive attention), measured in one run with
+-- A training step (forward, backward, Adam) of the G2P model of recipes/g2p_cmudict.lua as
+-- its defaults were until the seventh session (H = 128, no dropout), batch 64, against the same
+-- model in PyTorch (bench/torch_g2p.py: nn.LSTM encoder, a Python loop over decoder steps with
+-- LSTMCell and additive attention), measured in one run with
 -- interleaved rounds and reported as medians. PyTorch comes from bench/torch_env.sh (a SKIP
 -- line where it cannot be set up). Shape: T = 8 letters, S = 8 phoneme steps (teacher
 -- forcing), E = 32, H = 128, 30 letters, 41 phonemes; float32, with 1 and with 2 threads on
