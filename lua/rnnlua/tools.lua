@@ -513,8 +513,13 @@ local function find_gnuplot()
   return where
 end
 
-local function q(s) -- a string for gnuplot (single quotes: nothing is expanded)
-  return "'" .. s:gsub("'", "''") .. "'"
+-- A string for gnuplot (single quotes: nothing is expanded). The strings come from the files
+-- drawn (sequence tags, label names, file names), and a line break would end the quoted string
+-- and its command: the rest of the line would run as gnuplot commands, "!cmd" in the shell. So
+-- every control character is written as \NNN (its code), which gnuplot shows as it is.
+local function q(s)
+  s = s:gsub("'", "''"):gsub("%c", function(c) return string.format("\\%03d", c:byte()) end)
+  return "'" .. s .. "'"
 end
 
 -- "png" or "svg" from the output's name.
