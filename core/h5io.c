@@ -359,6 +359,13 @@ rl_status rl_h5_open(rl_h5file **out, const char *path, bool writable) {
     struct stat st;
     if (stat(path, &st) != 0) return rl_error(RL_EIO, "%s: cannot open: %s", path, strerror(errno));
     if (S_ISDIR(st.st_mode)) return rl_error(RL_EIO, "%s: cannot open: is a directory", path);
+    /* HDF5 seeks: a FIFO can never be read (its open would also wait for a writer, forever),
+     * nor a device or a socket */
+    if (!S_ISREG(st.st_mode))
+        return rl_error(RL_EIO, "%s: cannot open: not a regular file (a FIFO, device or socket)",
+                        path);
+    if (access(path, R_OK) != 0)
+        return rl_error(RL_EIO, "%s: cannot open: %s", path, strerror(errno));
     RL_TRY(h5_probe(path));
     if (H5Fis_hdf5(path) <= 0) {
         H5Eclear2(H5E_DEFAULT);

@@ -369,14 +369,27 @@ local function attr_or_nil(f, obj, name, kind)
   return nil
 end
 
+-- The number of classes of a sparse stream as the file says it (v: inputPattSize or
+-- /targets/size): an integer in 1..2^31 (classes are int32), or an error naming `what`.
+local function class_count(path, v, what)
+  local n = math.tointeger(v)
+  if not n or n < 1 or n > 2 ^ 31 then
+    fail("rl.dataset: %s: %s must be the number of classes of sparse data (an integer in "
+      .. "1..2^31), got %s", path, what, tostring(v))
+  end
+  return n
+end
+
 -- Reads one file's index; returns a table describing it (the file stays open for reads).
 local function hdf_open_file(path)
   if type(path) ~= "string" then
     fail("rl.dataset: files must be paths (strings), got %s", type(path))
   end
-  local fh = io.open(path, "rb")
-  if not fh then fail("rl.dataset: %s: no such file or not readable", path) end
-  fh:close()
+  -- stat, not open: the open of a FIFO waits for a writer (rl.h5file refuses what is not a
+  -- regular file)
+  if not require("lfs").attributes(path, "mode") then
+    fail("rl.dataset: %s: no such file or not readable", path)
+  end
   local f = h5call(path, rl.h5file, path, "r")
   local info = {path = path, f = f}
   for _, need in ipairs({"inputs", "seqLengths"}) do
@@ -394,6 +407,7 @@ local function hdf_open_file(path)
     if not info.dim then
       fail("rl.dataset: %s: sparse /inputs needs the root attribute inputPattSize", path)
     end
+    info.dim = class_count(path, info.dim, "attribute inputPattSize")
   elseif #ishape == 2 then
     info.sparse = false
     info.dim = ishape[2]
@@ -438,7 +452,7 @@ local function hdf_open_file(path)
           fail("rl.dataset: %s: sparse target '%s' has no attribute /targets/size %s",
             path, key, key)
         end
-        t.dim = math.tointeger(sdim)
+        t.dim = class_count(path, sdim, "/targets/size " .. key)
       elseif #shape == 2 then
         t.sparse = false
         t.dim = shape[2]

@@ -194,6 +194,16 @@ H.expect_error("a truncated file names the file", function()
   rl.load_checkpoint(bad)
 end, dir .. "/truncated.h5")
 
+-- a FIFO was opened by the probe's child, which waited for a writer until its 30 s deadline
+H.expect_error("a FIFO as the checkpoint is refused unopened", function()
+  assert(os.execute("mkfifo '" .. dir .. "/fifo.h5'"))
+  rl.load_checkpoint(dir .. "/fifo.h5")
+end, dir .. "/fifo.h5: cannot open: not a regular file (a FIFO, device or socket)")
+
+H.expect_error("a directory as the checkpoint", function()
+  rl.load_checkpoint(dir)
+end, dir .. ": cannot open: is a directory")
+
 H.expect_error("an HDF5 file that is not a checkpoint", function()
   rl.save(dir .. "/plain.h5", {x = rl.zeros(2)})
   rl.load_checkpoint(dir .. "/plain.h5")

@@ -460,6 +460,45 @@ expect_error("missing file", function()
   rl.dataset{class = "hdf", files = {tmp("nothere.h5")}}
 end, tmp("nothere.h5") .. ": no such file")
 
+-- a FIFO: its open would wait for a writer forever; refused before it is opened
+expect_error("a FIFO as the file", function()
+  assert(os.execute("mkfifo '" .. tmp("fifo.h5") .. "'"))
+  rl.dataset{class = "hdf", files = {tmp("fifo.h5")}}
+end, tmp("fifo.h5") .. ": cannot open: not a regular file (a FIFO, device or socket)")
+
+-- the number of classes of sparse data, as the file says it, is checked when it is opened
+-- (2.5 was taken as the dim; a fraction for a target failed with a Lua error on reading)
+local function sparse_file(path, ips, csize)
+  local f = rl.h5file(path, "w")
+  f:write("inputs", rl.tensor({1, 0, 1}, "int32"))
+  f:write("seqLengths", rl.tensor({{3, 3}}, "int32"))
+  f:set_attr("/", "inputPattSize", ips)
+  f:write("targets/data/classes", rl.tensor({0, 1, 0}, "int32"))
+  f:set_attr("targets/size", "classes", csize)
+  f:commit()
+  return path
+end
+for _, c in ipairs{
+  {"inputPattSize 2.5", 2.5, rl.tensor({2, 1}, "int32"), "attribute inputPattSize", "2.5"},
+  {"inputPattSize 0", 0, rl.tensor({2, 1}, "int32"), "attribute inputPattSize", "0"},
+  {"inputPattSize NaN", 0 / 0, rl.tensor({2, 1}, "int32"), "attribute inputPattSize", ""}, -- nan or -nan
+  {"inputPattSize 1e18", 1e18, rl.tensor({2, 1}, "int32"), "attribute inputPattSize", "1e+18"},
+  {"target size 2.5", 2, rl.tensor({2.5, 1}), "/targets/size classes", "2.5"},
+  {"target size -2", 2, rl.tensor({-2, 1}, "int32"), "/targets/size classes", "-2"},
+} do
+  expect_error("sparse dim: " .. c[1], function()
+    rl.dataset{class = "hdf", files = {sparse_file(tmp("sdim.h5"), c[2], c[3])}}
+  end, string.format("%s: %s must be the number of classes of sparse data (an integer in "
+    .. "1..2^31), got %s", tmp("sdim.h5"), c[4], c[5]))
+end
+test("sparse dims that are whole numbers load", function()
+  local ds = rl.dataset{class = "hdf", files = {sparse_file(tmp("sdim.h5"), 2.0,
+    rl.tensor({2, 1}))}}
+  local e = ds:extern_data()
+  check(math.type(e.data.dim) == "integer" and e.data.dim == 2 and e.classes.dim == 2)
+  check(ds:get_seq(1).classes:numel() == 3)
+end)
+
 expect_error("not an HDF5 file", function()
   local f = io.open(tmp("text.h5"), "w")
   f:write("just text\n")
