@@ -41,6 +41,7 @@
 -- error or a crash while saving leaves the previous file at that path as it was.
 local M = {}
 local rl -- the module table, set by install
+local util = require("rnnlua.util")
 
 -- Version 2 stores every string attribute as a fixed-length string; version 1 (variable-length
 -- strings) still loads, its strings read through core/h5io's isolated reader.
@@ -415,10 +416,13 @@ function M.save(path, s)
   return path
 end
 
+-- version, epoch, step and num_params: integers >= 0 (a negative epoch would resume training
+-- before epoch 1)
 local function int_attr(f, obj, name)
   local v = f:attr_number(obj, name)
-  if math.type(v) ~= "integer" then
-    error(string.format("attribute %s of %s is %s, not an integer", name, obj, tostring(v)), 0)
+  if math.type(v) ~= "integer" or v < 0 then
+    error(string.format("attribute %s of %s is %s, not an integer >= 0", name, obj, tostring(v)),
+      0)
   end
   return v
 end
@@ -460,10 +464,25 @@ function M.load(path)
     if math.type(ck.rng_state.seed) ~= "integer" or math.type(ck.rng_state.offset) ~= "integer" then
       error("rng state must hold integers seed and offset", 0)
     end
+    if ck.dtype ~= "float32" and ck.dtype ~= "float64" then
+      error(string.format("attribute dtype must be \"float32\" or \"float64\", got %q", ck.dtype),
+        0)
+    end
     ck.param_order = table_attr(f, "params", "order", "params order", "strings")
     local total = 0
     for _, name in ipairs(ck.param_order) do
+      if ck.param_tensors[name] then error("params order names " .. name .. " twice", 0) end
       local t = f:read("params/" .. name)
+      -- parameters that are not numbers, or NaN/Inf (which no training saves: it stops at a
+      -- non-finite loss), would give silently wrong outputs
+      if t:dtype() == "int32" then
+        error(string.format("parameter %s holds integers (int32), expected floats", name), 0)
+      end
+      local nan, inf = rl.dataset_scan(t:contiguous())
+      if nan or inf then
+        error(string.format("parameter %s holds %s at value %d of %d (a diverged or corrupt "
+          .. "model)", name, nan and "NaN" or "Inf", nan or inf, t:numel()), 0)
+      end
       ck.param_tensors[name] = t
       total = total + t:numel()
     end
@@ -489,7 +508,7 @@ function M.load(path)
   end)
   f:close()
   if not ok then
-    error(string.format("rl.load_checkpoint: %s: %s", path, tostring(ck)), 2)
+    error("rl.load_checkpoint: " .. util.file_error(ck, path), 2)
   end
   return ck
 end

@@ -356,9 +356,7 @@ Hdf.__index = Hdf
 local function h5call(file, fn, ...)
   local ok, res, res2 = pcall(fn, ...)
   if not ok then
-    local msg = tostring(res):gsub("^[^:]*:%d+: ", ""):gsub("^r?l?%.?h5file[:%w_]*: ", "")
-    if not msg:find(file, 1, true) then msg = file .. ": " .. msg end
-    fail("rl.dataset: %s", msg)
+    fail("rl.dataset: %s", util.file_error(res, file))
   end
   return res, res2
 end

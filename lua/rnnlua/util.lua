@@ -7,6 +7,9 @@
 --   util.deep_copy(v)          v with every nested table copied (other values shared)
 --   util.list_of(v, default)   a description's from as a list: nil -> default (or {}),
 --                              a string -> {v}, anything else as it is (the caller checks it)
+--   util.file_error(msg, path) an error raised while reading the file `path` as "path: what":
+--                              without the position in rnnlua's own Lua code or the name of
+--                              the rl.h5file method, which tell a user nothing
 
 local M = {}
 
@@ -34,6 +37,12 @@ function M.list_of(v, default)
   if v == nil then return default or {} end
   if type(v) == "string" then return {v} end
   return v
+end
+
+function M.file_error(msg, path)
+  msg = tostring(msg):gsub("^[^:\n]*%.lua:%d+: ", ""):gsub("^r?l?%.?h5file[:%w_]*: ", "")
+  if msg:sub(1, #path + 2) == path .. ": " then return msg end
+  return path .. ": " .. msg
 end
 
 -- Creates path and its missing parents (mkdir -p); true, or nil and a message naming the

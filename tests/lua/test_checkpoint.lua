@@ -248,7 +248,7 @@ local function forge(name, over, norm)
                      "extern_data"} do
     f:set_attr("/", k, a[k])
   end
-  f:write("params/output/W", rl.zeros(1, 2))
+  f:write("params/output/W", a.W or rl.zeros(1, 2))
   f:set_attr("params", "order", a.order)
   f:set_attr("rng", "state", a.state)
   if norm then -- /data_norm as rl.save_checkpoint writes it (a state table of two tensors)
@@ -285,6 +285,22 @@ for _, c in ipairs{
    "nested deeper than"},
   {"the version as a string", {version = "1"}, "attribute version"},
   {"num_params that disagrees", {num_params = 3}, "num_params says 3"},
+  -- an int32 checkpoint built an int32 network; an unknown one failed inside rl.zeros
+  {"dtype int32", {dtype = "int32"}, 'attribute dtype must be "float32" or "float64", got "int32"'},
+  {"dtype unknown", {dtype = "bogus"}, 'attribute dtype must be "float32" or "float64", got "bogus"'},
+  {"a negative epoch", {epoch = -5}, "attribute epoch of / is -5, not an integer >= 0"},
+  {"a negative step", {step = -1}, "attribute step of / is -1, not an integer >= 0"},
+  {"a parameter named twice", {order = '{"output/W", "output/W"}', num_params = 4},
+   "params order names output/W twice"},
+  {"a NaN parameter", {W = rl.tensor{{1, 0 / 0}}},
+   "parameter output/W holds NaN at value 2 of 2 (a diverged or corrupt model)"},
+  {"an Inf parameter", {W = rl.tensor{{-1 / 0, 1}}:double(), dtype = "float64"},
+   "parameter output/W holds Inf at value 1 of 2"},
+  {"an int32 parameter", {W = rl.zeros({1, 2}, "int32")},
+   "parameter output/W holds integers (int32), expected floats"},
+  -- the message named checkpoint.lua's line and the h5file method, and the file twice
+  {"a parameter in the order that is not in the file", {order = '{"output/X"}'},
+   "tampered.h5: params/output/X: no such dataset"},
 } do
   H.test("tampered checkpoint: " .. c[1], function()
     local path = forge("tampered", c[2])
@@ -293,6 +309,9 @@ for _, c in ipairs{
     err = tostring(err)
     H.check(err:find(path, 1, true), "the error does not name the file: " .. err)
     H.check(err:find(c[3], 1, true), "the error does not say " .. c[3] .. ": " .. err)
+    local at = err:find(path, 1, true)
+    H.check(not err:find("%.lua:%d") and not err:find(path, at + 1, true),
+      "the error names a line of rnnlua's code or the file twice: " .. err)
   end)
 end
 
