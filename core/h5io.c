@@ -29,7 +29,15 @@ struct rl_h5file {
     bool refuse_vlen; /* rl_h5_refuse_vlen was called */
 };
 
-static void h5_quiet(void) { H5Eset_auto2(H5E_DEFAULT, NULL, NULL); }
+/* Called before every open or create, so first of all HDF5 calls. H5dont_atexit (before the
+ * library initialises; a no-op later) keeps libhdf5 1.10 from closing files itself at exit:
+ * after an H5Fclose that failed (a full disk while saving) the half-closed file makes that
+ * exit-time close crash. rnnlua closes or commits its files itself (a created file not committed
+ * is a temporary one, removed by rl_h5_close). */
+static void h5_quiet(void) {
+    H5dont_atexit();
+    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+}
 
 static void h5_close_id(hid_t *id, herr_t (*closer)(hid_t)) {
     if (*id >= 0) closer(*id);
@@ -44,8 +52,19 @@ typedef struct {
 
 static herr_t h5_reason_cb(unsigned n, const H5E_error2_t *e, void *data) {
     h5_reason *r = data;
-    if (r->text[0] == '\0' && e->desc && e->desc[0])
+    if (r->text[0] != '\0' || !e->desc || !e->desc[0]) return 0;
+    /* a failed read or write of the file driver: "file write failed: time = <date>\n,
+     * filename = ..., errno = 28, error message = 'No space left on device', buf = ...": its
+     * first words and the system's message */
+    const char *msg = strstr(e->desc, "error message = '"), *colon = strchr(e->desc, ':');
+    if (msg && colon && colon < msg) {
+        msg += strlen("error message = '");
+        const char *end = strchr(msg, '\'');
+        snprintf(r->text, sizeof r->text, "%.*s: %.*s", (int)(colon - e->desc), e->desc,
+                 (int)(end ? end - msg : (ptrdiff_t)strlen(msg)), msg);
+    } else {
         snprintf(r->text, sizeof r->text, "%s", e->desc);
+    }
     return 0;
 }
 

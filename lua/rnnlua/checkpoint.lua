@@ -411,7 +411,7 @@ function M.save(path, s)
   end)
   if not ok then
     f:close()
-    error(string.format("rl.save_checkpoint: %s: %s", path, tostring(err)), 2)
+    error("rl.save_checkpoint: " .. util.file_error(err, path), 2)
   end
   return path
 end

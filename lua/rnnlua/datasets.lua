@@ -1280,8 +1280,9 @@ end
 function Writer:close()
   if self.closed then fail("hdf_writer:close: %s: already closed", self.path) end
   self.closed = true
-  local f = rl.h5file(self.path, "w")
+  local f
   local ok, err = pcall(function()
+    f = rl.h5file(self.path, "w")
     local n = #self.tags
     local inputs, total = concat_rows(self.data, self.sparse, self.data_dim)
     f:write("inputs", inputs)
@@ -1330,11 +1331,15 @@ function Writer:close()
     f:set_attr("/", "numLabels", nl)
     f:commit()
   end)
-  self.data, self.tdata = nil, nil
   if not ok then
-    f:close()
-    error(err, 0)
+    -- nothing was written (a file at path is as it was): the sequences stay, so a close after
+    -- the cause is gone (a full disk) writes them
+    if f then f:close() end
+    self.closed = false
+    fail("hdf_writer:close: %s (the sequences are kept: close again to retry)",
+      util.file_error(err, self.path))
   end
+  self.data, self.tdata = nil, nil
   return self.path
 end
 

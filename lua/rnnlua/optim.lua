@@ -138,6 +138,12 @@ function Optimizer:load_state(st)
       error(string.format("opt:load_state: '%s' is %s, the optimizer has %s", name,
         describe(src), describe(live[name])), 2)
     end
+    -- a state from a file: NaN or Inf in it would make every parameter NaN at the next step
+    local nan, inf = rl.dataset_scan(src:cpu():contiguous())
+    if src:dtype() ~= "int32" and (nan or inf) then
+      error(string.format("opt:load_state: '%s' holds %s at value %d", name,
+        nan and "NaN" or "Inf", nan or inf), 2)
+    end
   end
   for name, t in pairs(live) do t:copy_(st[name]) end
   self.handle:set_info(st)

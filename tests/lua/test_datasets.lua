@@ -499,6 +499,22 @@ test("sparse dims that are whole numbers load", function()
   check(ds:get_seq(1).classes:numel() == 3)
 end)
 
+-- a close that fails (here: no such directory; a full disk in tests/sh/test_bad_input.sh)
+-- dropped the sequences and left the writer closed
+test("hdf_writer: a failed close keeps the sequences, a second close writes them", function()
+  local sub = tmp("later")
+  local w = rl.hdf_writer(sub .. "/w.h5", {data_dim = 2})
+  w:add("a", rl.ones(3, 2))
+  w:add("b", rl.zeros(1, 2))
+  local ok, err = pcall(w.close, w)
+  check(not ok and tostring(err):find("hdf_writer:close: " .. sub .. "/w.h5: ", 1, true)
+    and tostring(err):find("close again to retry", 1, true), tostring(err))
+  assert(os.execute("mkdir '" .. sub .. "'"))
+  check(w:close() == sub .. "/w.h5", "the second close")
+  local ds = rl.dataset{class = "hdf", files = {sub .. "/w.h5"}}
+  check(ds:num_seqs() == 2 and ds:get_seq(1).data:sum() == 6, "the sequences")
+end)
+
 expect_error("not an HDF5 file", function()
   local f = io.open(tmp("text.h5"), "w")
   f:write("just text\n")
