@@ -661,7 +661,13 @@ static rl_status h5_read_numeric(const char *path, const char *obj, hid_t id, bo
     bool wide;
     RL_TRY(h5_pick_dtype(path, obj, ftype, &dt, &mtype, &wide));
     rl_tensor t = {0};
-    RL_TRY(rl_tensor_empty(&t, dt, RL_DEVICE_CPU, ndim, shape));
+    /* the shape is the file's: a crafted one may be far too large, and the error names where */
+    rl_status st = rl_tensor_empty(&t, dt, RL_DEVICE_CPU, ndim, shape);
+    if (st != RL_OK) {
+        char why[512];
+        snprintf(why, sizeof why, "%s", rl_errmsg());
+        return rl_error(st, "%s: %s: %s", path, obj, why);
+    }
     int64_t n = rl_tensor_numel(&t);
     if (n == 0) {
         *out = t;

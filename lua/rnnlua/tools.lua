@@ -23,8 +23,14 @@ local function fail(fmt, ...)
   error(string.format(fmt, ...), 0)
 end
 
+-- One line of output. Its strings come from the files shown (tags, layer names, optimizer
+-- classes): a control character other than a tab is written as \NNN, so a crafted file can
+-- neither break the lines nor send escape sequences to the terminal.
 local function out(fmt, ...)
-  io.stdout:write(string.format(fmt, ...), "\n")
+  local line = string.format(fmt, ...):gsub("[%c]", function(c)
+    return c == "\t" and c or string.format("\\%03d", c:byte())
+  end)
+  io.stdout:write(line, "\n")
 end
 
 local function shape_str(t)
