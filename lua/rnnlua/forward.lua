@@ -78,7 +78,9 @@ local function forward_description(desc, extern_data, layer)
   for name, l in pairs(desc) do
     if not need[name] then goto continue end
     local c = util.copy(l)
-    if c.n_out == nil and c.loss ~= nil and extern_data[c.target] then
+    -- (a dim that is no integer, from a crafted checkpoint, is left to rl.network's check)
+    if c.n_out == nil and c.loss ~= nil and type(extern_data[c.target]) == "table"
+        and math.type(extern_data[c.target].dim) == "integer" then
       c.n_out = extern_data[c.target].dim + (c.loss == "ctc" and 1 or 0)
     end
     if c.loss == "ctc" then c.blank_index = nil end -- an option of the ctc loss only
@@ -101,9 +103,18 @@ function M.load_model(path, layer, device, who, ck)
     error(string.format("%s: no layer '%s' in the network of %s (layers: %s)", who, tostring(layer),
       path, table.concat(sorted_keys(ck.description), ", ")), 0)
   end
-  local net = rl.network(forward_description(ck.description, ck.extern_data, layer), ck.extern_data,
-    {dtype = ck.dtype})
-  checkpoint.load_params(ck, net, {partial = true})
+  -- the description is the file's: an error building it names the file
+  local okn, net = pcall(function()
+    local n = rl.network(forward_description(ck.description, ck.extern_data, layer),
+      ck.extern_data, {dtype = ck.dtype})
+    checkpoint.load_params(ck, n, {partial = true})
+    return n
+  end)
+  if not okn then
+    local msg = tostring(net):gsub("^[^:\n]*%.lua:%d+: ", "")
+    if not msg:find(path, 1, true) then msg = "the network of " .. path .. ": " .. msg end
+    error(string.format("%s: %s", who, msg), 0)
+  end
   if device ~= "cpu" then
     local okt, err = pcall(net.to, net, device)
     if not okt then error(string.format("%s: %s", who, tostring(err)), 0) end

@@ -315,6 +315,24 @@ for _, c in ipairs{
   end)
 end
 
+-- a description that loads but does not build: rl.forward names the file ("forward.lua:82:
+-- attempt to add a 'string' with a 'number'" for a dim that is a string)
+for _, c in ipairs{
+  {"a target dim that is a string", {extern_data = '{classes = {dim = "abc", sparse = true}, '
+   .. 'data = {dim = 1}}'}, "extern_data 'classes' needs dim, a positive integer"},
+  {"an unknown layer class", {description = '{output = {class = "evil", loss = "ce", '
+   .. 'target = "classes"}}'}, "layer 'output': unknown class 'evil'"},
+} do
+  H.test("rl.forward on a crafted checkpoint: " .. c[1], function()
+    local path = forge("unbuilt", c[2])
+    local ok, err = pcall(rl.forward, {model = path, data = {class = "12ax", num_seqs = 1},
+      output_file = dir .. "/fwd.h5", log_verbosity = 0})
+    err = tostring(err)
+    H.check(not ok and err:find("rl.forward: the network of " .. path .. ": ", 1, true)
+      and err:find(c[3], 1, true) and not err:find("%.lua:%d"), err)
+  end)
+end
+
 -- /data_norm (the training set's input normalisation): read back, and checked against the input
 H.test("a checkpoint with /data_norm loads it; one without gives nil", function()
   local ck = rl.load_checkpoint(forge("norm", nil, {mean = rl.tensor{0.5}, std = rl.tensor{2}}))
