@@ -346,6 +346,15 @@ for _, c in ipairs{
    "/data_norm: std must be positive everywhere"},
   {"data_norm with a NaN std", {mean = rl.zeros(1), std = rl.tensor{0 / 0}},
    "/data_norm: std must be positive everywhere"},
+  -- these made every normalised input NaN, Inf or 0: silently wrong outputs
+  {"data_norm with a NaN mean", {mean = rl.tensor{0 / 0}, std = rl.ones(1)},
+   "/data_norm: mean must be finite everywhere, got NaN at 1"},
+  {"data_norm with an Inf mean", {mean = rl.tensor{-1 / 0}, std = rl.ones(1)},
+   "/data_norm: mean must be finite everywhere, got Inf at 1"},
+  {"data_norm with an Inf std", {mean = rl.zeros(1), std = rl.tensor{1 / 0}},
+   "/data_norm: std must be positive everywhere (and finite, above 2^-128)"},
+  {"data_norm with a std whose reciprocal is Inf", {mean = rl.zeros(1), std = rl.tensor{1e-45}},
+   "/data_norm: std must be positive everywhere (and finite, above 2^-128)"},
 } do
   H.test("tampered checkpoint: " .. c[1], function()
     local path = forge("tampered", nil, c[2])
