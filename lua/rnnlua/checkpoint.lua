@@ -359,17 +359,23 @@ local function check_data_norm(norm, extern_data, what)
         k, dim, t:dtype(), "(" .. table.concat(t:size(), ", ") .. ")"), 0)
     end
   end
-  -- as float32, as they are applied: a NaN or Inf mean, an Inf std or one whose reciprocal is
-  -- Inf (below 2^-128) would make every input NaN or Inf, or zero
-  local mean = on_host(norm.mean):float():contiguous()
-  local std = on_host(norm.std):float():contiguous()
+  return M.norm_values(norm.mean, norm.std, what)
+end
+
+-- The statistics (x - mean) / std as float32 contiguous CPU tensors {mean =, std =}, checked as
+-- they are applied: a NaN or Inf mean, an Inf std or one whose reciprocal is Inf (below
+-- 2^-128) would make every input NaN or Inf, or zero. Shared with the audio dataset's
+-- norm_stats.
+function M.norm_values(mean, std, what)
+  mean = on_host(mean):float():contiguous()
+  std = on_host(std):float():contiguous()
   local nan, inf = rl.dataset_scan(mean)
   if nan or inf then
     error(string.format("%s: mean must be finite everywhere, got %s at %d", what,
       nan and "NaN" or "Inf", nan or inf), 0)
   end
-  if std:min() <= 0 or rl.dataset_scan(std) or select(2, rl.dataset_scan(std))
-      or select(2, rl.dataset_scan(std:reciprocal())) then
+  if std:numel() > 0 and (std:min() <= 0 or rl.dataset_scan(std)
+      or select(2, rl.dataset_scan(std)) or select(2, rl.dataset_scan(std:reciprocal()))) then
     error(string.format("%s: std must be positive everywhere (and finite, above 2^-128)", what), 0)
   end
   return {mean = mean, std = std}
