@@ -393,7 +393,8 @@ function M.save(path, s)
   check_int(s.step or 0, "step")
   local net = s.net
   local rng = s.rng_state or rl.get_rng_state()
-  local f = rl.h5file(path, "w")
+  local okf, f = pcall(rl.h5file, path, "w")
+  if not okf then error("rl.save_checkpoint: " .. util.file_error(f, path), 2) end
   local ok, err = pcall(function()
     f:set_attr("/", "format", FORMAT)
     f:set_attr("/", "version", VERSION)

@@ -1238,6 +1238,10 @@ function Writer:add(tag, data, targets)
   local where = "hdf_writer:add: " .. self.path
   if self.closed then fail("%s: the writer is closed", where) end
   if type(tag) ~= "string" then fail("%s: tag must be a string, got %s", where, type(tag)) end
+  -- (refused here, where the sequence is named, rather than when close writes the tags)
+  if tag:find("\0", 1, true) then
+    fail("%s: tag %q holds a NUL byte, where it would end in the file", where, tag:gsub("%z.*", ""))
+  end
   if self.spatial then
     if not rl.is_tensor(data) or data:dim() ~= 3 or data:size(3) ~= self.data_dim
         or data:size(1) < 1 or data:size(2) < 1 then

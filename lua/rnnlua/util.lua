@@ -42,7 +42,7 @@ end
 function M.file_error(msg, path)
   msg = tostring(msg):gsub("^[^:\n]*%.lua:%d+: ", ""):gsub("^r?l?%.?h5file[:%w_]*: ", "")
   if msg:sub(1, #path + 2) == path .. ": " then return msg end
-  return path .. ": " .. msg
+  return path:gsub("%z", "\\0") .. ": " .. msg -- (a NUL, refused by rl.h5file, shown)
 end
 
 -- Creates path and its missing parents (mkdir -p); true, or nil and a message naming the

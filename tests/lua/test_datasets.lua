@@ -515,6 +515,37 @@ test("hdf_writer: a failed close keeps the sequences, a second close writes them
   check(ds:num_seqs() == 2 and ds:get_seq(1).data:sum() == 6, "the sequences")
 end)
 
+-- a NUL byte in a path, an HDF5 name or a string: C ends the string there, so "a\0b" was
+-- silently "a" (another file, another tag, another dataset)
+for _, c in ipairs{
+  {"a path", function() rl.h5file(tmp("x\0.h5"), "w") end,
+   "rl.h5file: argument 1 holds a NUL byte, where it would end in a file"},
+  {"a dataset name", function() rl.h5file(tmp("rt.h5")):read("inputs\0x") end,
+   "h5file: argument 2 holds a NUL byte"},
+  {"a tag", function() rl.hdf_writer(tmp("nul.h5"), {data_dim = 1}):add("a\0b", rl.ones(1, 1)) end,
+   'tag "a" holds a NUL byte, where it would end in the file'},
+  {"a string attribute", function()
+    local f = rl.h5file(tmp("nul.h5"), "w")
+    local ok, err = pcall(f.set_attr, f, "/", "note", "x\0y")
+    f:close()
+    error(ok and "no error" or err, 0)
+  end, "h5file:set_attr: note holds a NUL byte"},
+  {"a string list", function()
+    local f = rl.h5file(tmp("nul.h5"), "w")
+    local ok, err = pcall(f.write_strings, f, "seqTags", {"ok", "x\0y"})
+    f:close()
+    error(ok and "no error" or err, 0)
+  end, "h5file:write_strings: seqTags holds a NUL byte"},
+  {"a name of rl.save", function() rl.save(tmp("nul.h5"), {["a\0b"] = rl.zeros(1)}) end,
+   "rl.save: a name holds a NUL byte"},
+  {"the path of rl.load", function() rl.load(tmp("rt.h5\0")) end,
+   "rl.load: argument 1 holds a NUL byte"},
+  {"a wav path", function() rl.audio.load(tmp("a.wav\0")) end,
+   "rl.audio.load: argument 1 holds a NUL byte"},
+} do
+  expect_error("NUL in " .. c[1], c[2], c[3])
+end
+
 expect_error("not an HDF5 file", function()
   local f = io.open(tmp("text.h5"), "w")
   f:write("just text\n")
