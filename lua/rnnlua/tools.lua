@@ -23,14 +23,19 @@ local function fail(fmt, ...)
   error(string.format(fmt, ...), 0)
 end
 
--- One line of output. Its strings come from the files shown (tags, layer names, optimizer
--- classes): a control character other than a tab is written as \NNN, so a crafted file can
--- neither break the lines nor send escape sequences to the terminal.
+-- Text for the terminal. Its strings come from the files shown (tags, layer names, optimizer
+-- classes): a control character other than a tab (and a line break, where `lines`) is written
+-- as \NNN, so a crafted file can neither break the lines nor send escape sequences.
+local function shown(s, lines)
+  return (s:gsub("%c", function(c)
+    if c == "\t" or (lines and c == "\n") then return c end
+    return string.format("\\%03d", c:byte())
+  end))
+end
+
+-- One line of output.
 local function out(fmt, ...)
-  local line = string.format(fmt, ...):gsub("[%c]", function(c)
-    return c == "\t" and c or string.format("\\%03d", c:byte())
-  end)
-  io.stdout:write(line, "\n")
+  io.stdout:write(shown(string.format(fmt, ...)), "\n")
 end
 
 local function shape_str(t)
@@ -804,7 +809,7 @@ function M.main(name, args)
       tool[2]:match("^[^\n]*")))
     return 2
   end
-  io.stderr:write(string.format("rnnlua %s: %s\n", name, tostring(res)))
+  io.stderr:write(string.format("rnnlua %s: %s\n", name, shown(tostring(res), true)))
   return 1
 end
 

@@ -66,6 +66,23 @@ local ok, err = pcall(w.close, w)
 assert(not ok and err:find('File too large', 1, true), err)
 error(err, 0)\"" "$bin"
 
+# ---- an error quoting a file's content (a tag, a name) sends no escape sequence to the
+# terminal: control characters other than line breaks and tabs are written as \NNN
+"$bin" -e 'error("tag t\27]0;title\7 x\nsecond line\tok")' >"$tmp/out" 2>"$tmp/err"
+if [ "$?" -eq 1 ] && ! grep -q $'\033\|\007' "$tmp/err" &&
+    grep -qxF 'rnnlua: (command line):1: tag t\027]0;title\007 x' "$tmp/err" &&
+    grep -qxF "second line	ok" "$tmp/err"; then
+    ok "an error's control characters are shown as \\NNN"
+else
+    bad "an error's control characters are shown as \\NNN" "$(cat -v "$tmp/err")"
+fi
+"$bin" dump-data "$tmp/no"$'\033'"[2J.h5" >"$tmp/out" 2>"$tmp/err"
+if [ "$?" -eq 1 ] && ! grep -q $'\033' "$tmp/err" && grep -qF 'no\027[2J.h5' "$tmp/err"; then
+    ok "a tool's error shows control characters as \\NNN"
+else
+    bad "a tool's error shows control characters as \\NNN" "$(cat -v "$tmp/err")"
+fi
+
 # ---- recipes and -e are Lua source only: a precompiled chunk is refused, not run
 "$bin" -e "local f = assert(io.open('$tmp/chunk.luac', 'wb')) f:write(string.dump(load('return 1'))) f:close()"
 fails "a bytecode recipe is refused" "binary chunk" "$bin" "$tmp/chunk.luac"
