@@ -490,10 +490,12 @@ function M.load(path)
       if ck.param_tensors[name] then error("params order names " .. name .. " twice", 0) end
       local t = f:read("params/" .. name)
       -- parameters that are not numbers, or NaN/Inf (which no training saves: it stops at a
-      -- non-finite loss), would give silently wrong outputs
+      -- non-finite loss), would give silently wrong outputs; checked in the checkpoint's dtype,
+      -- where a float64 value beyond float32's range becomes Inf
       if t:dtype() == "int32" then
         error(string.format("parameter %s holds integers (int32), expected floats", name), 0)
       end
+      if t:dtype() ~= ck.dtype then t = ck.dtype == "float32" and t:float() or t:double() end
       local nan, inf = rl.dataset_scan(t:contiguous())
       if nan or inf then
         error(string.format("parameter %s holds %s at value %d of %d (a diverged or corrupt "

@@ -303,6 +303,8 @@ for _, c in ipairs{
    "parameter output/W holds NaN at value 2 of 2 (a diverged or corrupt model)"},
   {"an Inf parameter", {W = rl.tensor{{-1 / 0, 1}}:double(), dtype = "float64"},
    "parameter output/W holds Inf at value 1 of 2"},
+  {"a float64 parameter beyond float32's range in a float32 checkpoint",
+   {W = rl.tensor({{1, 1e300}}, "float64")}, "parameter output/W holds Inf at value 2 of 2"},
   {"an int32 parameter", {W = rl.zeros({1, 2}, "int32")},
    "parameter output/W holds integers (int32), expected floats"},
   -- the message named checkpoint.lua's line and the h5file method, and the file twice
