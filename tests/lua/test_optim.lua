@@ -203,6 +203,14 @@ for _, v in ipairs{0 / 0, 1 / 0} do
     a:load_state(st)
   end, v ~= v and "holds NaN at value 1" or "holds Inf at value 1")
 end
+H.expect_error("load_state refuses a float64 state beyond float32's range", function()
+  local a = new_opt({class = "adam"})
+  local st = a:state()
+  local name = st.m and "m" or next(a.handle:state_tensors())
+  st[name] = st[name]:double()
+  st[name]:view(-1)[1] = 1e300
+  a:load_state(st)
+end, "holds Inf at value 1")
 H.expect_error("step needs a number", function() new_opt({}):step("x") end, "lr must be a number")
 
 H.done()
