@@ -429,6 +429,10 @@ function Audio:norm_stats(which)
   return self._norm_stats
 end
 
+function Audio:files() -- the cache, when the features are read from one
+  return self._hdf and self._hdf:files() or {}
+end
+
 function Audio:_len(k)
   if self._hdf then return self._hdf:_len(k) end
   return self._seqs[k].data:size(1)

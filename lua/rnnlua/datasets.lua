@@ -607,6 +607,13 @@ local function hdf_new(cfg)
   return self
 end
 
+-- The paths of the files read (rl.forward and rl.search refuse to write their output there).
+function Hdf:files()
+  local t = {}
+  for i, info in ipairs(self._files) do t[i] = info.path end
+  return t
+end
+
 function Hdf:_len(k)
   return self._files[self._fidx[k]].in_len[self._local[k]]
 end

@@ -191,6 +191,23 @@ function M.model_of_net(net, layer, who)
           net = copy, layer = layer, dim = L.n_out, images = L.rank == 2}
 end
 
+-- Why output_file cannot be written, or nil: it is the model's checkpoint or a file the dataset
+-- ds reads (ds:files(); ds nil: the model only); the output would replace them (rl.forward and
+-- rl.search).
+function M.output_clash(output_file, model, ds)
+  if type(model) == "string" and util.same_file(output_file, model) then
+    return string.format("output_file %s is the model's checkpoint: writing it would replace "
+      .. "the model", output_file)
+  end
+  for _, p in ipairs(ds and type(ds.files) == "function" and ds:files() or {}) do
+    if util.same_file(output_file, p) then
+      return string.format("output_file %s is a file of the dataset: writing it would replace "
+        .. "the data being read", output_file)
+    end
+  end
+  return nil
+end
+
 -- Why the layer of a model of load_model cannot be decoded with CTC, or nil when it can.
 function M.ctc_unfit(model)
   local d = model.ck.description[model.layer]
@@ -255,6 +272,8 @@ function M.forward(cfg)
   local net = model.net
 
   local ds = rl.dataset(data_for(model, cfg.data, verbosity))
+  local clash = M.output_clash(cfg.output_file, cfg.model, ds)
+  if clash then fail("%s", clash) end
   local keys = sorted_keys(net.used_extern)
   local okd, err = pcall(rl.check_dataset_dims, ds, net.ext, keys)
   if not okd then

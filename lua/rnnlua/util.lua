@@ -7,6 +7,7 @@
 --   util.deep_copy(v)          v with every nested table copied (other values shared)
 --   util.list_of(v, default)   a description's from as a list: nil -> default (or {}),
 --                              a string -> {v}, anything else as it is (the caller checks it)
+--   util.same_file(a, b)       whether paths a and b name one existing file (device and inode)
 --   util.file_error(msg, path) an error raised while reading the file `path` as "path: what":
 --                              without the position in rnnlua's own Lua code or the name of
 --                              the rl.h5file method, which tell a user nothing
@@ -37,6 +38,12 @@ function M.list_of(v, default)
   if v == nil then return default or {} end
   if type(v) == "string" then return {v} end
   return v
+end
+
+function M.same_file(a, b)
+  local lfs = require("lfs")
+  local x, y = lfs.attributes(a), lfs.attributes(b)
+  return x ~= nil and y ~= nil and x.dev == y.dev and x.ino == y.ino
 end
 
 function M.file_error(msg, path)

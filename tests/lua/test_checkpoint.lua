@@ -342,6 +342,29 @@ for _, c in ipairs{
   end)
 end
 
+-- a careless output_file: the dataset read or the model was replaced by the output
+H.test("rl.forward and rl.search refuse to write over their data or their model", function()
+  local path = dir .. "/fmodel.h5"
+  rl.save_checkpoint(path, {net = rl.network({output = {class = "softmax", loss = "ce",
+    target = "classes"}}, {data = {dim = 1}, classes = {dim = 2, sparse = true}})})
+  local w = rl.hdf_writer(dir .. "/fdata.h5", {data_dim = 1,
+    targets = {classes = {dim = 2, sparse = true}}})
+  w:add("s1", rl.ones(3, 1), {classes = rl.tensor({0, 1, 0}, "int32")})
+  w:close()
+  local before_data, before_model = read_bytes(dir .. "/fdata.h5"), read_bytes(path)
+  local data = {class = "hdf", files = {dir .. "/fdata.h5"}}
+  for _, c in ipairs{
+    {rl.forward, dir .. "/fdata.h5", "output_file " .. dir .. "/fdata.h5 is a file of the dataset"},
+    {rl.forward, path, "output_file " .. path .. " is the model's checkpoint"},
+    {rl.search, path, "output_file " .. path .. " is the model's checkpoint"},
+  } do
+    local ok, err = pcall(c[1], {model = path, data = data, output_file = c[2], log_verbosity = 0})
+    H.check(not ok and tostring(err):find(c[3], 1, true), tostring(err))
+  end
+  H.check(read_bytes(dir .. "/fdata.h5") == before_data, "the dataset changed")
+  H.check(read_bytes(path) == before_model, "the model changed")
+end)
+
 -- /data_norm (the training set's input normalisation): read back, and checked against the input
 H.test("a checkpoint with /data_norm loads it; one without gives nil", function()
   local ck = rl.load_checkpoint(forge("norm", nil, {mean = rl.tensor{0.5}, std = rl.tensor{2}}))
