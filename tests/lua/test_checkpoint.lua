@@ -362,6 +362,11 @@ H.test("rl.forward and rl.search refuse to write over their data or their model"
     H.check(not ok and tostring(err):find(c[3], 1, true), tostring(err))
   end
   H.check(read_bytes(dir .. "/fdata.h5") == before_data, "the dataset changed")
+  -- a missing model: the message named forward.lua's line (rnnlua serve printed it too)
+  local ok, err = pcall(rl.forward, {model = dir .. "/none.h5", data = data,
+    output_file = dir .. "/o.h5", log_verbosity = 0})
+  H.check(not ok and tostring(err):find("rl.load_checkpoint: cannot read checkpoint "
+    .. dir .. "/none.h5", 1, true) and not tostring(err):find("%.lua:%d"), tostring(err))
   H.check(read_bytes(path) == before_model, "the model changed")
 end)
 
