@@ -394,7 +394,9 @@ function M.save(path, s)
   local net = s.net
   local rng = s.rng_state or rl.get_rng_state()
   local okf, f = pcall(rl.h5file, path, "w")
-  if not okf then error("rl.save_checkpoint: " .. util.file_error(f, path), 2) end
+  if not okf then
+    error("rl.save_checkpoint: " .. util.file_error(f, path), util.caller_level())
+  end
   local ok, err = pcall(function()
     f:set_attr("/", "format", FORMAT)
     f:set_attr("/", "version", VERSION)
@@ -427,7 +429,7 @@ function M.save(path, s)
   end)
   if not ok then
     f:close()
-    error("rl.save_checkpoint: " .. util.file_error(err, path), 2)
+    error("rl.save_checkpoint: " .. util.file_error(err, path), util.caller_level())
   end
   return path
 end
@@ -450,7 +452,7 @@ function M.load(path)
   local okopen, f = pcall(rl.h5file, path, "r")
   if not okopen then
     error(string.format("rl.load_checkpoint: cannot read checkpoint %s: %s", path,
-      (tostring(f):gsub("^rl%.h5file: ", ""))), 2)
+      (tostring(f):gsub("^rl%.h5file: ", ""))), util.caller_level())
   end
   local ok, ck = pcall(function()
     -- the version (a number) first: from version 2 on a variable-length string can only be
@@ -526,7 +528,7 @@ function M.load(path)
   end)
   f:close()
   if not ok then
-    error("rl.load_checkpoint: " .. util.file_error(ck, path), 2)
+    error("rl.load_checkpoint: " .. util.file_error(ck, path), util.caller_level())
   end
   return ck
 end

@@ -98,11 +98,7 @@ end
 -- answers are rl.forward's. Errors name the file and the layer, prefixed by `who`. ck: the
 -- checkpoint of `path` when the caller has loaded it already.
 function M.load_model(path, layer, device, who, ck)
-  if not ck then -- (called through pcall: its error names the file, not a line of this file)
-    local okc, c = pcall(rl.load_checkpoint, path)
-    if not okc then error(tostring(c), 0) end
-    ck = c
-  end
+  ck = ck or rl.load_checkpoint(path)
   if type(ck.description[layer]) ~= "table" then
     error(string.format("%s: no layer '%s' in the network of %s (layers: %s)", who, tostring(layer),
       path, table.concat(sorted_keys(ck.description), ", ")), 0)

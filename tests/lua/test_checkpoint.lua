@@ -362,7 +362,8 @@ H.test("rl.forward and rl.search refuse to write over their data or their model"
     H.check(not ok and tostring(err):find(c[3], 1, true), tostring(err))
   end
   H.check(read_bytes(dir .. "/fdata.h5") == before_data, "the dataset changed")
-  -- a missing model: the message named forward.lua's line (rnnlua serve printed it too)
+  -- a missing model: the message named forward.lua's line (rnnlua serve printed it too; so
+  -- did rl.sample, rl.search and rl.train's resume with theirs)
   local ok, err = pcall(rl.forward, {model = dir .. "/none.h5", data = data,
     output_file = dir .. "/o.h5", log_verbosity = 0})
   H.check(not ok and tostring(err):find("rl.load_checkpoint: cannot read checkpoint "
