@@ -29,7 +29,15 @@ struct rl_h5file {
     bool refuse_vlen; /* rl_h5_refuse_vlen was called */
 };
 
-static void h5_quiet(void) { H5Eset_auto2(H5E_DEFAULT, NULL, NULL); }
+/* Called before every open or create, so first of all HDF5 calls. H5dont_atexit (before the
+ * library initialises; a no-op later) keeps libhdf5 1.10 from closing files itself at exit:
+ * after an H5Fclose that failed (a full disk while saving) the half-closed file makes that
+ * exit-time close crash. rnnlua closes or commits its files itself (a created file not committed
+ * is a temporary one, removed by rl_h5_close). */
+static void h5_quiet(void) {
+    H5dont_atexit();
+    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+}
 
 static void h5_close_id(hid_t *id, herr_t (*closer)(hid_t)) {
     if (*id >= 0) closer(*id);
@@ -44,8 +52,19 @@ typedef struct {
 
 static herr_t h5_reason_cb(unsigned n, const H5E_error2_t *e, void *data) {
     h5_reason *r = data;
-    if (r->text[0] == '\0' && e->desc && e->desc[0])
+    if (r->text[0] != '\0' || !e->desc || !e->desc[0]) return 0;
+    /* a failed read or write of the file driver: "file write failed: time = <date>\n,
+     * filename = ..., errno = 28, error message = 'No space left on device', buf = ...": its
+     * first words and the system's message */
+    const char *msg = strstr(e->desc, "error message = '"), *colon = strchr(e->desc, ':');
+    if (msg && colon && colon < msg) {
+        msg += strlen("error message = '");
+        const char *end = strchr(msg, '\'');
+        snprintf(r->text, sizeof r->text, "%.*s: %.*s", (int)(colon - e->desc), e->desc,
+                 (int)(end ? end - msg : (ptrdiff_t)strlen(msg)), msg);
+    } else {
         snprintf(r->text, sizeof r->text, "%s", e->desc);
+    }
     return 0;
 }
 
@@ -359,6 +378,13 @@ rl_status rl_h5_open(rl_h5file **out, const char *path, bool writable) {
     struct stat st;
     if (stat(path, &st) != 0) return rl_error(RL_EIO, "%s: cannot open: %s", path, strerror(errno));
     if (S_ISDIR(st.st_mode)) return rl_error(RL_EIO, "%s: cannot open: is a directory", path);
+    /* HDF5 seeks: a FIFO can never be read (its open would also wait for a writer, forever),
+     * nor a device or a socket */
+    if (!S_ISREG(st.st_mode))
+        return rl_error(RL_EIO, "%s: cannot open: not a regular file (a FIFO, device or socket)",
+                        path);
+    if (access(path, R_OK) != 0)
+        return rl_error(RL_EIO, "%s: cannot open: %s", path, strerror(errno));
     RL_TRY(h5_probe(path));
     if (H5Fis_hdf5(path) <= 0) {
         H5Eclear2(H5E_DEFAULT);
@@ -635,7 +661,13 @@ static rl_status h5_read_numeric(const char *path, const char *obj, hid_t id, bo
     bool wide;
     RL_TRY(h5_pick_dtype(path, obj, ftype, &dt, &mtype, &wide));
     rl_tensor t = {0};
-    RL_TRY(rl_tensor_empty(&t, dt, RL_DEVICE_CPU, ndim, shape));
+    /* the shape is the file's: a crafted one may be far too large, and the error names where */
+    rl_status st = rl_tensor_empty(&t, dt, RL_DEVICE_CPU, ndim, shape);
+    if (st != RL_OK) {
+        char why[512];
+        snprintf(why, sizeof why, "%s", rl_errmsg());
+        return rl_error(st, "%s: %s: %s", path, obj, why);
+    }
     int64_t n = rl_tensor_numel(&t);
     if (n == 0) {
         *out = t;

@@ -9,6 +9,7 @@
  *     lifter (default 22 when n_ceps > 0), deltas, delta_window, normalize, snip_edges.
  * Errors name the function and the file or the option. */
 #include "l_audio.h"
+#include "l_dataset.h"
 
 #include <lauxlib.h>
 #include <string.h>
@@ -44,7 +45,7 @@ static bool opt_bool(lua_State *L, const char *who, const char *k) {
 
 static int l_load(lua_State *L) {
     const char *who = "rl.audio.load";
-    const char *path = luaL_checkstring(L, 1);
+    const char *path = rl_lua_check_cstring(L, 1, "rl.audio.load");
     lua_Integer rate = 0;
     bool resample = true;
     if (!lua_isnoneornil(L, 2)) {

@@ -33,6 +33,22 @@ typedef struct {
     rl_h5file *f;
 } h5file_ud;
 
+const char *rl_lua_nul_free(lua_State *L, int idx, const char *who, const char *what) {
+    size_t len;
+    const char *s = lua_tolstring(L, idx, &len);
+    if (s && strlen(s) != len)
+        luaL_error(L, "%s: %s holds a NUL byte, where it would end in a file (\"%s\\0...\")", who,
+                   what, s);
+    return s;
+}
+
+const char *rl_lua_check_cstring(lua_State *L, int idx, const char *who) {
+    luaL_checkstring(L, idx);
+    char what[32];
+    snprintf(what, sizeof what, "argument %d", idx);
+    return rl_lua_nul_free(L, idx, who, what);
+}
+
 static rl_h5file *check_open(lua_State *L) {
     h5file_ud *u = luaL_checkudata(L, 1, RL_H5FILE_MT);
     if (!u->f) luaL_error(L, "h5file: the file is closed");
@@ -40,7 +56,7 @@ static rl_h5file *check_open(lua_State *L) {
 }
 
 static int l_h5file(lua_State *L) {
-    const char *path = luaL_checkstring(L, 1);
+    const char *path = rl_lua_check_cstring(L, 1, "rl.h5file");
     const char *mode = luaL_optstring(L, 2, "r");
     if (strcmp(mode, "r") != 0 && strcmp(mode, "w") != 0)
         return luaL_error(L, "rl.h5file: mode must be \"r\" or \"w\", got \"%s\"", mode);
@@ -80,7 +96,7 @@ static int m_refuse_vlen(lua_State *L) {
 
 static int m_read(lua_State *L) {
     rl_h5file *f = check_open(L);
-    const char *name = luaL_checkstring(L, 2);
+    const char *name = rl_lua_check_cstring(L, 2, "h5file");
     rl_tensor *t = rl_lua_push_tensor(L);
     if (rl_h5_read_tensor(f, name, t) != RL_OK) return rl_lua_raise(L, "h5file:read");
     return 1;
@@ -88,7 +104,7 @@ static int m_read(lua_State *L) {
 
 static int m_read_rows(lua_State *L) {
     rl_h5file *f = check_open(L);
-    const char *name = luaL_checkstring(L, 2);
+    const char *name = rl_lua_check_cstring(L, 2, "h5file");
     lua_Integer first = luaL_checkinteger(L, 3);
     lua_Integer count = luaL_checkinteger(L, 4);
     if (first < 1 || count < 0)
@@ -104,7 +120,7 @@ static int m_read_rows(lua_State *L) {
 
 static int m_info(lua_State *L) {
     rl_h5file *f = check_open(L);
-    const char *name = luaL_checkstring(L, 2);
+    const char *name = rl_lua_check_cstring(L, 2, "h5file");
     rl_dtype dt;
     int ndim;
     int64_t shape[RL_MAX_DIMS];
@@ -122,7 +138,7 @@ static int m_info(lua_State *L) {
 static int m_exists(lua_State *L) {
     rl_h5file *f = check_open(L);
     bool e;
-    if (rl_h5_exists(f, luaL_checkstring(L, 2), &e) != RL_OK)
+    if (rl_h5_exists(f, rl_lua_check_cstring(L, 2, "h5file"), &e) != RL_OK)
         return rl_lua_raise(L, "h5file:exists");
     lua_pushboolean(L, e);
     return 1;
@@ -168,7 +184,7 @@ static void strlist_to_table(lua_State *L, strlist_ud *u) {
 
 static int m_list(lua_State *L) {
     rl_h5file *f = check_open(L);
-    const char *group = luaL_optstring(L, 2, "/");
+    const char *group = lua_isnoneornil(L, 2) ? "/" : rl_lua_check_cstring(L, 2, "h5file");
     strlist_ud *u = push_strlist(L);
     if (rl_h5_list(f, group, &u->strs, &u->n) != RL_OK) return rl_lua_raise(L, "h5file:list");
     strlist_to_table(L, u);
@@ -177,7 +193,7 @@ static int m_list(lua_State *L) {
 
 static int m_read_strings(lua_State *L) {
     rl_h5file *f = check_open(L);
-    const char *name = luaL_checkstring(L, 2);
+    const char *name = rl_lua_check_cstring(L, 2, "h5file");
     strlist_ud *u = push_strlist(L);
     if (rl_h5_read_strings(f, name, &u->strs, &u->n) != RL_OK)
         return rl_lua_raise(L, "h5file:read_strings");
@@ -187,7 +203,7 @@ static int m_read_strings(lua_State *L) {
 
 static int m_write(lua_State *L) {
     rl_h5file *f = check_open(L);
-    const char *name = luaL_checkstring(L, 2);
+    const char *name = rl_lua_check_cstring(L, 2, "h5file");
     rl_tensor *t = rl_lua_check_tensor(L, 3);
     if (rl_h5_write_tensor(f, name, t) != RL_OK) return rl_lua_raise(L, "h5file:write");
     return 0;
@@ -195,7 +211,7 @@ static int m_write(lua_State *L) {
 
 static int m_write_strings(lua_State *L) {
     rl_h5file *f = check_open(L);
-    const char *name = luaL_checkstring(L, 2);
+    const char *name = rl_lua_check_cstring(L, 2, "h5file");
     luaL_checktype(L, 3, LUA_TTABLE);
     lua_Integer n = luaL_len(L, 3);
     /* The pointers stay valid while the strings are in the table at index 3. */
@@ -205,7 +221,7 @@ static int m_write_strings(lua_State *L) {
         if (lua_type(L, -1) != LUA_TSTRING)
             return luaL_error(L, "h5file:write_strings: %s: element %d is a %s, not a string", name,
                               (int)i, luaL_typename(L, -1));
-        strs[i - 1] = lua_tostring(L, -1);
+        strs[i - 1] = rl_lua_nul_free(L, -1, "h5file:write_strings", name);
         lua_pop(L, 1);
     }
     if (rl_h5_write_strings(f, name, strs, (int64_t)n) != RL_OK)
@@ -215,7 +231,8 @@ static int m_write_strings(lua_State *L) {
 
 static int m_attr_tensor(lua_State *L) {
     rl_h5file *f = check_open(L);
-    const char *obj = luaL_checkstring(L, 2), *name = luaL_checkstring(L, 3);
+    const char *obj = rl_lua_check_cstring(L, 2, "h5file"),
+               *name = rl_lua_check_cstring(L, 3, "h5file");
     rl_tensor *t = rl_lua_push_tensor(L);
     if (rl_h5_attr_read_tensor(f, obj, name, t) != RL_OK)
         return rl_lua_raise(L, "h5file:attr_tensor");
@@ -224,7 +241,8 @@ static int m_attr_tensor(lua_State *L) {
 
 static int m_attr_number(lua_State *L) {
     rl_h5file *f = check_open(L);
-    const char *obj = luaL_checkstring(L, 2), *name = luaL_checkstring(L, 3);
+    const char *obj = rl_lua_check_cstring(L, 2, "h5file"),
+               *name = rl_lua_check_cstring(L, 3, "h5file");
     double v;
     if (rl_h5_attr_read_double(f, obj, name, &v) != RL_OK)
         return rl_lua_raise(L, "h5file:attr_number");
@@ -237,7 +255,8 @@ static int m_attr_number(lua_State *L) {
 
 static int m_attr_string(lua_State *L) {
     rl_h5file *f = check_open(L);
-    const char *obj = luaL_checkstring(L, 2), *name = luaL_checkstring(L, 3);
+    const char *obj = rl_lua_check_cstring(L, 2, "h5file"),
+               *name = rl_lua_check_cstring(L, 3, "h5file");
     char *v;
     if (rl_h5_attr_read_string(f, obj, name, &v) != RL_OK)
         return rl_lua_raise(L, "h5file:attr_string");
@@ -248,7 +267,8 @@ static int m_attr_string(lua_State *L) {
 
 static int m_set_attr(lua_State *L) {
     rl_h5file *f = check_open(L);
-    const char *obj = luaL_checkstring(L, 2), *name = luaL_checkstring(L, 3);
+    const char *obj = rl_lua_check_cstring(L, 2, "h5file"),
+               *name = rl_lua_check_cstring(L, 3, "h5file");
     rl_status s;
     if (lua_type(L, 4) == LUA_TNUMBER) {
         if (lua_isinteger(L, 4))
@@ -256,7 +276,7 @@ static int m_set_attr(lua_State *L) {
         else
             s = rl_h5_attr_write_double(f, obj, name, lua_tonumber(L, 4));
     } else if (lua_type(L, 4) == LUA_TSTRING) {
-        s = rl_h5_attr_write_string(f, obj, name, lua_tostring(L, 4));
+        s = rl_h5_attr_write_string(f, obj, name, rl_lua_nul_free(L, 4, "h5file:set_attr", name));
     } else {
         rl_tensor *t = rl_lua_to_tensor(L, 4);
         if (!t)

@@ -11,6 +11,7 @@
 
 #include "../core/h5io.h"
 #include "../kernels/ops.h"
+#include "l_dataset.h"
 #include "l_tensor.h"
 
 /* What rl.load holds while it builds its result, in a userdata so that a Lua error (out of
@@ -46,7 +47,7 @@ static int entry_cmp(const void *a, const void *b) {
 }
 
 static int l_save(lua_State *L) {
-    const char *path = luaL_checkstring(L, 1);
+    const char *path = rl_lua_check_cstring(L, 1, "rl.save");
     luaL_checktype(L, 2, LUA_TTABLE);
     lua_settop(L, 2);
 
@@ -56,7 +57,7 @@ static int l_save(lua_State *L) {
         if (lua_type(L, -2) != LUA_TSTRING)
             return luaL_error(L, "rl.save: %s: names must be strings, got a %s key", path,
                               luaL_typename(L, -2));
-        const char *key = lua_tostring(L, -2);
+        const char *key = rl_lua_nul_free(L, -2, "rl.save", "a name");
         if (!rl_lua_to_tensor(L, -1))
             return luaL_error(L, "rl.save: %s: value for '%s' is not a tensor (got %s)", path, key,
                               luaL_typename(L, -1));
@@ -101,8 +102,8 @@ static int l_save(lua_State *L) {
 }
 
 static int l_load(lua_State *L) {
-    const char *path = luaL_checkstring(L, 1);
-    const char *only = luaL_optstring(L, 2, NULL);
+    const char *path = rl_lua_check_cstring(L, 1, "rl.load");
+    const char *only = lua_isnoneornil(L, 2) ? NULL : rl_lua_check_cstring(L, 2, "rl.load");
     h5_load_state *s = lua_newuserdatauv(L, sizeof *s, 0);
     memset(s, 0, sizeof *s);
     luaL_setmetatable(L, RL_H5_LOAD_MT);

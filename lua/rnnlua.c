@@ -134,13 +134,22 @@ static void print_version(void) {
 }
 
 /* Errors and failures go to stderr as "rnnlua: <msg>", in a world of several processes as
- * "rnnlua: rank R: <msg>", so that each rank's error reaches the terminal with its rank. */
+ * "rnnlua: rank R: <msg>", so that each rank's error reaches the terminal with its rank. A
+ * message may quote a file's content (a tag, a name): its control characters other than line
+ * breaks and tabs are written as \NNN, so no escape sequence from a file reaches the terminal. */
 static void message(const char *msg) {
     fflush(stdout);
     if (rl_dist_size() > 1)
-        fprintf(stderr, "%s: rank %d: %s\n", PROGNAME, rl_dist_rank(), msg);
+        fprintf(stderr, "%s: rank %d: ", PROGNAME, rl_dist_rank());
     else
-        fprintf(stderr, "%s: %s\n", PROGNAME, msg);
+        fprintf(stderr, "%s: ", PROGNAME);
+    for (const unsigned char *c = (const unsigned char *)msg; *c; c++) {
+        if ((*c < 32 && *c != '\n' && *c != '\t') || *c == 127)
+            fprintf(stderr, "\\%03d", *c);
+        else
+            fputc(*c, stderr);
+    }
+    fputc('\n', stderr);
     fflush(stderr);
 }
 

@@ -411,7 +411,10 @@ function M.new(cfg)
     if ns.mean:numel() ~= dim or ns.std:numel() ~= dim then
       fail("%s: norm_stats have %d columns, the features %d", where, ns.mean:numel(), dim)
     end
-    self._norm = {mean = ns.mean:float():view(1, dim), inv = ns.std:float():reciprocal():view(1, dim)}
+    -- (statistics from a file or a table: checked as a checkpoint's data_norm is)
+    local okv, v = pcall(require("rnnlua.checkpoint").norm_values, ns.mean, ns.std, "norm_stats")
+    if not okv then fail("%s: %s", where, tostring(v)) end
+    self._norm = {mean = v.mean:view(1, dim), inv = v.std:reciprocal():view(1, dim)}
     self._norm_stats = ns
   elseif cfg.norm_stats ~= nil then
     fail("%s: norm_stats is given but normalize is not \"global\"", where)
@@ -424,6 +427,10 @@ end
 function Audio:norm_stats(which)
   if which == "raw" then return self._own_stats end
   return self._norm_stats
+end
+
+function Audio:files() -- the cache, when the features are read from one
+  return self._hdf and self._hdf:files() or {}
 end
 
 function Audio:_len(k)

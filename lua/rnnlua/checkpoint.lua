@@ -41,6 +41,7 @@
 -- error or a crash while saving leaves the previous file at that path as it was.
 local M = {}
 local rl -- the module table, set by install
+local util = require("rnnlua.util")
 
 -- Version 2 stores every string attribute as a fixed-length string; version 1 (variable-length
 -- strings) still loads, its strings read through core/h5io's isolated reader.
@@ -358,11 +359,26 @@ local function check_data_norm(norm, extern_data, what)
         k, dim, t:dtype(), "(" .. table.concat(t:size(), ", ") .. ")"), 0)
     end
   end
-  local std = on_host(norm.std):double()
-  if std:min() <= 0 or std:ne(std):sum() > 0 then
-    error(string.format("%s: std must be positive everywhere", what), 0)
+  return M.norm_values(norm.mean, norm.std, what)
+end
+
+-- The statistics (x - mean) / std as float32 contiguous CPU tensors {mean =, std =}, checked as
+-- they are applied: a NaN or Inf mean, an Inf std or one whose reciprocal is Inf (below
+-- 2^-128) would make every input NaN or Inf, or zero. Shared with the audio dataset's
+-- norm_stats.
+function M.norm_values(mean, std, what)
+  mean = on_host(mean):float():contiguous()
+  std = on_host(std):float():contiguous()
+  local nan, inf = rl.dataset_scan(mean)
+  if nan or inf then
+    error(string.format("%s: mean must be finite everywhere, got %s at %d", what,
+      nan and "NaN" or "Inf", nan or inf), 0)
   end
-  return {mean = on_host(norm.mean):float():contiguous(), std = std:float():contiguous()}
+  if std:numel() > 0 and (std:min() <= 0 or rl.dataset_scan(std)
+      or select(2, rl.dataset_scan(std)) or select(2, rl.dataset_scan(std:reciprocal()))) then
+    error(string.format("%s: std must be positive everywhere (and finite, above 2^-128)", what), 0)
+  end
+  return {mean = mean, std = std}
 end
 
 function M.save(path, s)
@@ -377,7 +393,10 @@ function M.save(path, s)
   check_int(s.step or 0, "step")
   local net = s.net
   local rng = s.rng_state or rl.get_rng_state()
-  local f = rl.h5file(path, "w")
+  local okf, f = pcall(rl.h5file, path, "w")
+  if not okf then
+    error("rl.save_checkpoint: " .. util.file_error(f, path), util.caller_level())
+  end
   local ok, err = pcall(function()
     f:set_attr("/", "format", FORMAT)
     f:set_attr("/", "version", VERSION)
@@ -410,15 +429,18 @@ function M.save(path, s)
   end)
   if not ok then
     f:close()
-    error(string.format("rl.save_checkpoint: %s: %s", path, tostring(err)), 2)
+    error("rl.save_checkpoint: " .. util.file_error(err, path), util.caller_level())
   end
   return path
 end
 
+-- version, epoch, step and num_params: integers >= 0 (a negative epoch would resume training
+-- before epoch 1)
 local function int_attr(f, obj, name)
   local v = f:attr_number(obj, name)
-  if math.type(v) ~= "integer" then
-    error(string.format("attribute %s of %s is %s, not an integer", name, obj, tostring(v)), 0)
+  if math.type(v) ~= "integer" or v < 0 then
+    error(string.format("attribute %s of %s is %s, not an integer >= 0", name, obj, tostring(v)),
+      0)
   end
   return v
 end
@@ -430,7 +452,7 @@ function M.load(path)
   local okopen, f = pcall(rl.h5file, path, "r")
   if not okopen then
     error(string.format("rl.load_checkpoint: cannot read checkpoint %s: %s", path,
-      (tostring(f):gsub("^rl%.h5file: ", ""))), 2)
+      (tostring(f):gsub("^rl%.h5file: ", ""))), util.caller_level())
   end
   local ok, ck = pcall(function()
     -- the version (a number) first: from version 2 on a variable-length string can only be
@@ -460,10 +482,27 @@ function M.load(path)
     if math.type(ck.rng_state.seed) ~= "integer" or math.type(ck.rng_state.offset) ~= "integer" then
       error("rng state must hold integers seed and offset", 0)
     end
+    if ck.dtype ~= "float32" and ck.dtype ~= "float64" then
+      error(string.format("attribute dtype must be \"float32\" or \"float64\", got %q", ck.dtype),
+        0)
+    end
     ck.param_order = table_attr(f, "params", "order", "params order", "strings")
     local total = 0
     for _, name in ipairs(ck.param_order) do
+      if ck.param_tensors[name] then error("params order names " .. name .. " twice", 0) end
       local t = f:read("params/" .. name)
+      -- parameters that are not numbers, or NaN/Inf (which no training saves: it stops at a
+      -- non-finite loss), would give silently wrong outputs; checked in the checkpoint's dtype,
+      -- where a float64 value beyond float32's range becomes Inf
+      if t:dtype() == "int32" then
+        error(string.format("parameter %s holds integers (int32), expected floats", name), 0)
+      end
+      if t:dtype() ~= ck.dtype then t = ck.dtype == "float32" and t:float() or t:double() end
+      local nan, inf = rl.dataset_scan(t:contiguous())
+      if nan or inf then
+        error(string.format("parameter %s holds %s at value %d of %d (a diverged or corrupt "
+          .. "model)", name, nan and "NaN" or "Inf", nan or inf, t:numel()), 0)
+      end
       ck.param_tensors[name] = t
       total = total + t:numel()
     end
@@ -489,7 +528,7 @@ function M.load(path)
   end)
   f:close()
   if not ok then
-    error(string.format("rl.load_checkpoint: %s: %s", path, tostring(ck)), 2)
+    error("rl.load_checkpoint: " .. util.file_error(ck, path), util.caller_level())
   end
   return ck
 end

@@ -356,9 +356,7 @@ Hdf.__index = Hdf
 local function h5call(file, fn, ...)
   local ok, res, res2 = pcall(fn, ...)
   if not ok then
-    local msg = tostring(res):gsub("^[^:]*:%d+: ", ""):gsub("^r?l?%.?h5file[:%w_]*: ", "")
-    if not msg:find(file, 1, true) then msg = file .. ": " .. msg end
-    fail("rl.dataset: %s", msg)
+    fail("rl.dataset: %s", util.file_error(res, file))
   end
   return res, res2
 end
@@ -369,14 +367,27 @@ local function attr_or_nil(f, obj, name, kind)
   return nil
 end
 
+-- The number of classes of a sparse stream as the file says it (v: inputPattSize or
+-- /targets/size): an integer in 1..2^31 (classes are int32), or an error naming `what`.
+local function class_count(path, v, what)
+  local n = math.tointeger(v)
+  if not n or n < 1 or n > 2 ^ 31 then
+    fail("rl.dataset: %s: %s must be the number of classes of sparse data (an integer in "
+      .. "1..2^31), got %s", path, what, tostring(v))
+  end
+  return n
+end
+
 -- Reads one file's index; returns a table describing it (the file stays open for reads).
 local function hdf_open_file(path)
   if type(path) ~= "string" then
     fail("rl.dataset: files must be paths (strings), got %s", type(path))
   end
-  local fh = io.open(path, "rb")
-  if not fh then fail("rl.dataset: %s: no such file or not readable", path) end
-  fh:close()
+  -- stat, not open: the open of a FIFO waits for a writer (rl.h5file refuses what is not a
+  -- regular file)
+  if not require("lfs").attributes(path, "mode") then
+    fail("rl.dataset: %s: no such file or not readable", path)
+  end
   local f = h5call(path, rl.h5file, path, "r")
   local info = {path = path, f = f}
   for _, need in ipairs({"inputs", "seqLengths"}) do
@@ -394,6 +405,7 @@ local function hdf_open_file(path)
     if not info.dim then
       fail("rl.dataset: %s: sparse /inputs needs the root attribute inputPattSize", path)
     end
+    info.dim = class_count(path, info.dim, "attribute inputPattSize")
   elseif #ishape == 2 then
     info.sparse = false
     info.dim = ishape[2]
@@ -438,7 +450,7 @@ local function hdf_open_file(path)
           fail("rl.dataset: %s: sparse target '%s' has no attribute /targets/size %s",
             path, key, key)
         end
-        t.dim = math.tointeger(sdim)
+        t.dim = class_count(path, sdim, "/targets/size " .. key)
       elseif #shape == 2 then
         t.sparse = false
         t.dim = shape[2]
@@ -593,6 +605,13 @@ local function hdf_new(cfg)
     self._ext[key] = {dim = first.targets[key].dim, sparse = first.targets[key].sparse}
   end
   return self
+end
+
+-- The paths of the files read (rl.forward and rl.search refuse to write their output there).
+function Hdf:files()
+  local t = {}
+  for i, info in ipairs(self._files) do t[i] = info.path end
+  return t
 end
 
 function Hdf:_len(k)
@@ -1226,6 +1245,10 @@ function Writer:add(tag, data, targets)
   local where = "hdf_writer:add: " .. self.path
   if self.closed then fail("%s: the writer is closed", where) end
   if type(tag) ~= "string" then fail("%s: tag must be a string, got %s", where, type(tag)) end
+  -- (refused here, where the sequence is named, rather than when close writes the tags)
+  if tag:find("\0", 1, true) then
+    fail("%s: tag %q holds a NUL byte, where it would end in the file", where, tag:gsub("%z.*", ""))
+  end
   if self.spatial then
     if not rl.is_tensor(data) or data:dim() ~= 3 or data:size(3) ~= self.data_dim
         or data:size(1) < 1 or data:size(2) < 1 then
@@ -1268,8 +1291,9 @@ end
 function Writer:close()
   if self.closed then fail("hdf_writer:close: %s: already closed", self.path) end
   self.closed = true
-  local f = rl.h5file(self.path, "w")
+  local f
   local ok, err = pcall(function()
+    f = rl.h5file(self.path, "w")
     local n = #self.tags
     local inputs, total = concat_rows(self.data, self.sparse, self.data_dim)
     f:write("inputs", inputs)
@@ -1318,11 +1342,15 @@ function Writer:close()
     f:set_attr("/", "numLabels", nl)
     f:commit()
   end)
-  self.data, self.tdata = nil, nil
   if not ok then
-    f:close()
-    error(err, 0)
+    -- nothing was written (a file at path is as it was): the sequences stay, so a close after
+    -- the cause is gone (a full disk) writes them
+    if f then f:close() end
+    self.closed = false
+    fail("hdf_writer:close: %s (the sequences are kept: close again to retry)",
+      util.file_error(err, self.path))
   end
+  self.data, self.tdata = nil, nil
   return self.path
 end
 

@@ -495,8 +495,13 @@ function M.train(config, argv)
       if pre then pre:resume(ctx, ck) end
       net = ctx.net
       checkpoint.load_params(ck, net)
-      if ck.optimizer_state and ctx.opt.load_state then ctx.opt:load_state(ck.optimizer_state) end
-      if ck.lr_control_state and ctx.lrc.load_state then ctx.lrc:load_state(ck.lr_control_state) end
+      -- the states come from the file: their errors name it
+      for _, o in ipairs{{ctx.opt, ck.optimizer_state}, {ctx.lrc, ck.lr_control_state}} do
+        if o[2] and o[1].load_state then
+          local okl, err = pcall(o[1].load_state, o[1], o[2])
+          if not okl then error(string.format("checkpoint %s: %s", load, tostring(err)), 0) end
+        end
+      end
       rl.set_rng_state(ck.rng_state)
       start, ctx.step, ctx.checkpoint = ck.epoch + 1, ck.step, load
       log:write(1, "resumed from %s (epoch %d, step %d)", load, ck.epoch, ck.step)

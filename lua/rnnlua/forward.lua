@@ -78,7 +78,9 @@ local function forward_description(desc, extern_data, layer)
   for name, l in pairs(desc) do
     if not need[name] then goto continue end
     local c = util.copy(l)
-    if c.n_out == nil and c.loss ~= nil and extern_data[c.target] then
+    -- (a dim that is no integer, from a crafted checkpoint, is left to rl.network's check)
+    if c.n_out == nil and c.loss ~= nil and type(extern_data[c.target]) == "table"
+        and math.type(extern_data[c.target].dim) == "integer" then
       c.n_out = extern_data[c.target].dim + (c.loss == "ctc" and 1 or 0)
     end
     if c.loss == "ctc" then c.blank_index = nil end -- an option of the ctc loss only
@@ -101,9 +103,18 @@ function M.load_model(path, layer, device, who, ck)
     error(string.format("%s: no layer '%s' in the network of %s (layers: %s)", who, tostring(layer),
       path, table.concat(sorted_keys(ck.description), ", ")), 0)
   end
-  local net = rl.network(forward_description(ck.description, ck.extern_data, layer), ck.extern_data,
-    {dtype = ck.dtype})
-  checkpoint.load_params(ck, net, {partial = true})
+  -- the description is the file's: an error building it names the file
+  local okn, net = pcall(function()
+    local n = rl.network(forward_description(ck.description, ck.extern_data, layer),
+      ck.extern_data, {dtype = ck.dtype})
+    checkpoint.load_params(ck, n, {partial = true})
+    return n
+  end)
+  if not okn then
+    local msg = tostring(net):gsub("^[^:\n]*%.lua:%d+: ", "")
+    if not msg:find(path, 1, true) then msg = "the network of " .. path .. ": " .. msg end
+    error(string.format("%s: %s", who, msg), 0)
+  end
   if device ~= "cpu" then
     local okt, err = pcall(net.to, net, device)
     if not okt then error(string.format("%s: %s", who, tostring(err)), 0) end
@@ -180,6 +191,23 @@ function M.model_of_net(net, layer, who)
           net = copy, layer = layer, dim = L.n_out, images = L.rank == 2}
 end
 
+-- Why output_file cannot be written, or nil: it is the model's checkpoint or a file the dataset
+-- ds reads (ds:files(); ds nil: the model only); the output would replace them (rl.forward and
+-- rl.search).
+function M.output_clash(output_file, model, ds)
+  if type(model) == "string" and util.same_file(output_file, model) then
+    return string.format("output_file %s is the model's checkpoint: writing it would replace "
+      .. "the model", output_file)
+  end
+  for _, p in ipairs(ds and type(ds.files) == "function" and ds:files() or {}) do
+    if util.same_file(output_file, p) then
+      return string.format("output_file %s is a file of the dataset: writing it would replace "
+        .. "the data being read", output_file)
+    end
+  end
+  return nil
+end
+
 -- Why the layer of a model of load_model cannot be decoded with CTC, or nil when it can.
 function M.ctc_unfit(model)
   local d = model.ck.description[model.layer]
@@ -244,6 +272,8 @@ function M.forward(cfg)
   local net = model.net
 
   local ds = rl.dataset(data_for(model, cfg.data, verbosity))
+  local clash = M.output_clash(cfg.output_file, cfg.model, ds)
+  if clash then fail("%s", clash) end
   local keys = sorted_keys(net.used_extern)
   local okd, err = pcall(rl.check_dataset_dims, ds, net.ext, keys)
   if not okd then

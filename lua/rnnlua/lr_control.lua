@@ -275,14 +275,30 @@ function LRC:load_state(st)
     error(string.format("lrc:load_state: the state is of control '%s', this one is '%s'",
       tostring(st.control), self.control), 2)
   end
+  -- the state comes from a checkpoint file: an lr that is not a finite number >= 0 would train
+  -- on with NaN or a string, an epoch beyond 2^63 is no table key
   local lrs, scores = {}, {}
   for k, v in pairs(st) do
     local e = type(k) == "string" and k:match("^lr%.(%d+)$")
-    if e then lrs[math.tointeger(tonumber(e))] = v end
     local se, key = nil, nil
     if type(k) == "string" then se, key = k:match("^score%.(%d+)%.(.+)$") end
+    local ei = math.tointeger(tonumber(e or se))
+    if (e or se) and (not ei or ei < 1) then
+      error(string.format("lrc:load_state: key %s: the epoch must be an integer in 1..2^63",
+        k), 2)
+    end
+    if e then
+      if type(v) ~= "number" or not (v >= 0 and v < math.huge) then
+        error(string.format("lrc:load_state: %s = %s is not a learning rate (a finite number "
+          .. ">= 0)", k, tostring(v)), 2)
+      end
+      lrs[ei] = v
+    end
     if se then
-      local ei = math.tointeger(tonumber(se))
+      if type(v) ~= "number" then
+        error(string.format("lrc:load_state: %s = %s is not a score (a number)", k,
+          tostring(v)), 2)
+      end
       scores[ei] = scores[ei] or {}
       scores[ei][key] = v
     end

@@ -138,6 +138,17 @@ function Optimizer:load_state(st)
       error(string.format("opt:load_state: '%s' is %s, the optimizer has %s", name,
         describe(src), describe(live[name])), 2)
     end
+    -- a state from a file: NaN or Inf in it would make every parameter NaN at the next step
+    -- (checked in the optimizer's dtype, where a float64 value may overflow float32)
+    local host = src:cpu()
+    if host:dtype() ~= live[name]:dtype() then
+      host = live[name]:dtype() == "float64" and host:double() or host:float()
+    end
+    local nan, inf = rl.dataset_scan(host:contiguous())
+    if host:dtype() ~= "int32" and (nan or inf) then
+      error(string.format("opt:load_state: '%s' holds %s at value %d", name,
+        nan and "NaN" or "Inf", nan or inf), 2)
+    end
   end
   for name, t in pairs(live) do t:copy_(st[name]) end
   self.handle:set_info(st)

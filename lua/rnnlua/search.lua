@@ -180,6 +180,8 @@ local function check(cfg)
   cfg.output_file = cfg.output_file or cfg.output
   cfg.output = nil
   if type(cfg.output_file) ~= "string" then fail("output_file must be a path") end
+  local clash = forward.output_clash(cfg.output_file, cfg.model) -- the dataset's files below
+  if clash then fail("%s", clash) end
   if cfg.data == nil then fail("data (a dataset config or object) is missing") end
   if cfg.beam ~= nil and (math.type(cfg.beam) ~= "integer" or cfg.beam < 1) then
     fail("beam must be a positive integer, got %s", tostring(cfg.beam))
@@ -235,6 +237,8 @@ function M.search(cfg)
   end
 
   local ds = rl.dataset(cfg.data)
+  clash = forward.output_clash(cfg.output_file, cfg.model, ds)
+  if clash then fail("%s", clash) end
   local okd, err = pcall(rl.check_dataset_dims, ds, net.ext, sorted_keys(net.input_keys))
   if not okd then fail("the dataset does not fit the network of %s: %s", m.what, tostring(err)) end
   ds:init_epoch(1)

@@ -23,8 +23,19 @@ local function fail(fmt, ...)
   error(string.format(fmt, ...), 0)
 end
 
+-- Text for the terminal. Its strings come from the files shown (tags, layer names, optimizer
+-- classes): a control character other than a tab (and a line break, where `lines`) is written
+-- as \NNN, so a crafted file can neither break the lines nor send escape sequences.
+local function shown(s, lines)
+  return (s:gsub("%c", function(c)
+    if c == "\t" or (lines and c == "\n") then return c end
+    return string.format("\\%03d", c:byte())
+  end))
+end
+
+-- One line of output.
 local function out(fmt, ...)
-  io.stdout:write(string.format(fmt, ...), "\n")
+  io.stdout:write(shown(string.format(fmt, ...)), "\n")
 end
 
 local function shape_str(t)
@@ -513,8 +524,13 @@ local function find_gnuplot()
   return where
 end
 
-local function q(s) -- a string for gnuplot (single quotes: nothing is expanded)
-  return "'" .. s:gsub("'", "''") .. "'"
+-- A string for gnuplot (single quotes: nothing is expanded). The strings come from the files
+-- drawn (sequence tags, label names, file names), and a line break would end the quoted string
+-- and its command: the rest of the line would run as gnuplot commands, "!cmd" in the shell. So
+-- every control character is written as \NNN (its code), which gnuplot shows as it is.
+local function q(s)
+  s = s:gsub("'", "''"):gsub("%c", function(c) return string.format("\\%03d", c:byte()) end)
+  return "'" .. s .. "'"
 end
 
 -- "png" or "svg" from the output's name.
@@ -793,7 +809,7 @@ function M.main(name, args)
       tool[2]:match("^[^\n]*")))
     return 2
   end
-  io.stderr:write(string.format("rnnlua %s: %s\n", name, tostring(res)))
+  io.stderr:write(string.format("rnnlua %s: %s\n", name, shown(tostring(res), true)))
   return 1
 end
 

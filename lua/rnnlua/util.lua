@@ -7,6 +7,12 @@
 --   util.deep_copy(v)          v with every nested table copied (other values shared)
 --   util.list_of(v, default)   a description's from as a list: nil -> default (or {}),
 --                              a string -> {v}, anything else as it is (the caller checks it)
+--   util.caller_level()        the level for error() in a library function: 2 (its caller's
+--                              line) for a user's script, 0 when rnnlua's own Lua code called it
+--   util.same_file(a, b)       whether paths a and b name one existing file (device and inode)
+--   util.file_error(msg, path) an error raised while reading the file `path` as "path: what":
+--                              without the position in rnnlua's own Lua code or the name of
+--                              the rl.h5file method, which tell a user nothing
 
 local M = {}
 
@@ -34,6 +40,26 @@ function M.list_of(v, default)
   if v == nil then return default or {} end
   if type(v) == "string" then return {v} end
   return v
+end
+
+function M.caller_level()
+  -- 1: this function, 2: the library function, 3: its caller (embedded chunks are named
+  -- "@lua/rnnlua/<module>.lua", whose lines tell a user nothing)
+  local info = debug.getinfo(3, "S")
+  if info and info.source:find("^@lua/rnnlua/") then return 0 end
+  return 2
+end
+
+function M.same_file(a, b)
+  local lfs = require("lfs")
+  local x, y = lfs.attributes(a), lfs.attributes(b)
+  return x ~= nil and y ~= nil and x.dev == y.dev and x.ino == y.ino
+end
+
+function M.file_error(msg, path)
+  msg = tostring(msg):gsub("^[^:\n]*%.lua:%d+: ", ""):gsub("^r?l?%.?h5file[:%w_]*: ", "")
+  if msg:sub(1, #path + 2) == path .. ": " then return msg end
+  return path:gsub("%z", "\\0") .. ": " .. msg -- (a NUL, refused by rl.h5file, shown)
 end
 
 -- Creates path and its missing parents (mkdir -p); true, or nil and a message naming the

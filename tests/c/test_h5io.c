@@ -320,6 +320,15 @@ static void test_foreign_types(void) {
     char cbuf[16] = {0};
     write_raw(file, "comp", ct, ct, 1, d2, cbuf);
     H5Tclose(ct);
+    /* a crafted shape: 2^40 x 2^30 values in a tiny file (chunked, nothing written) */
+    hsize_t dhuge[2] = {(hsize_t)1 << 40, (hsize_t)1 << 30}, chunk[2] = {1, 1};
+    hid_t sp = H5Screate_simple(2, dhuge, NULL), pl = H5Pcreate(H5P_DATASET_CREATE);
+    CHECK(sp >= 0 && pl >= 0 && H5Pset_chunk(pl, 2, chunk) >= 0);
+    hid_t dh = H5Dcreate2(file, "huge", H5T_NATIVE_FLOAT, sp, H5P_DEFAULT, pl, H5P_DEFAULT);
+    CHECK(dh >= 0);
+    H5Dclose(dh);
+    H5Pclose(pl);
+    H5Sclose(sp);
     H5Fclose(file);
 
     rl_h5file *f;
@@ -342,6 +351,9 @@ static void test_foreign_types(void) {
     CHECK(rl_h5_read_tensor(f, "six", &r) == RL_EIO && msg_has("six") && msg_has("6 dims"));
     CHECK(rl_h5_read_tensor(f, "comp", &r) == RL_EIO && msg_has("comp") &&
           msg_has("unsupported type") && msg_has("compound"));
+    /* the error of a shape too large names the file and the dataset (it named neither) */
+    CHECK(rl_h5_read_tensor(f, "huge", &r) != RL_OK && msg_has(p) && msg_has(": huge: ") &&
+          msg_has("1099511627776, 1073741824") && r.storage == NULL);
     CHECK(rl_h5_open_handles(f) == 0);
     rl_h5_close(f);
 }

@@ -187,6 +187,14 @@ test("global mean/variance normalisation with the training set's statistics", fu
   expect_error("norm_stats of another width", function()
     audio{normalize = "global", features = {n_mels = 24}, norm_stats = st}
   end, "norm_stats have 20 columns, the features 24")
+  -- statistics that would make every feature NaN, Inf or 0 (a crafted or broken stats file)
+  for _, bad in ipairs{{st.mean, st.std:clone():fill(0 / 0), "std must be positive"},
+                       {st.mean:clone():fill(1 / 0), st.std, "mean must be finite everywhere"},
+                       {st.mean, st.std:clone():fill(1e-45), "std must be positive"}} do
+    expect_error("norm_stats: " .. bad[3], function()
+      audio{normalize = "global", norm_stats = {mean = bad[1], std = bad[2]}}
+    end, "norm_stats: " .. bad[3])
+  end
   expect_error("norm_stats file that is no cache", function()
     audio{normalize = "global", norm_stats = dir .. "/train.tsv"}
   end, "norm_stats " .. dir .. "/train.tsv")

@@ -194,6 +194,22 @@ H.expect_error("a truncated file names the file", function()
   rl.load_checkpoint(bad)
 end, dir .. "/truncated.h5")
 
+-- a FIFO was opened by the probe's child, which waited for a writer until its 30 s deadline
+H.expect_error("a FIFO as the checkpoint is refused unopened", function()
+  assert(os.execute("mkfifo '" .. dir .. "/fifo.h5'"))
+  rl.load_checkpoint(dir .. "/fifo.h5")
+end, dir .. "/fifo.h5: cannot open: not a regular file (a FIFO, device or socket)")
+
+H.expect_error("a directory as the checkpoint", function()
+  rl.load_checkpoint(dir)
+end, dir .. ": cannot open: is a directory")
+
+-- the path was cut at the NUL: the checkpoint went to another file
+H.expect_error("a path with a NUL byte is refused", function()
+  local _, net = good_file()
+  rl.save_checkpoint(dir .. "/n\0.h5", {net = net})
+end, "rl.save_checkpoint: " .. dir .. "/n\\0.h5: argument 1 holds a NUL byte")
+
 H.expect_error("an HDF5 file that is not a checkpoint", function()
   rl.save(dir .. "/plain.h5", {x = rl.zeros(2)})
   rl.load_checkpoint(dir .. "/plain.h5")
@@ -238,7 +254,7 @@ local function forge(name, over, norm)
                      "extern_data"} do
     f:set_attr("/", k, a[k])
   end
-  f:write("params/output/W", rl.zeros(1, 2))
+  f:write("params/output/W", a.W or rl.zeros(1, 2))
   f:set_attr("params", "order", a.order)
   f:set_attr("rng", "state", a.state)
   if norm then -- /data_norm as rl.save_checkpoint writes it (a state table of two tensors)
@@ -269,12 +285,31 @@ for _, c in ipairs{
   {"params order with a number", {order = '{1}'}, "params order must be a list of strings"},
   {"rng state without integers", {state = '{seed = "a"}'}, "rng state must hold integers"},
   {"a truncated literal", {description = '{output = {class = "softmax"'}, "unexpected end"},
-  {"a binary chunk as the description", {description = string.dump(function() end)},
-   "not a valid literal"},
+  -- (its NUL bytes replaced: a string attribute cannot hold one, rl.h5file refuses it)
+  {"a binary chunk as the description",
+   {description = (string.dump(function() end):gsub("%z", "\1"))}, "not a valid literal"},
   {"tables nested too deep", {description = string.rep("{", 1000) .. string.rep("}", 1000)},
    "nested deeper than"},
   {"the version as a string", {version = "1"}, "attribute version"},
   {"num_params that disagrees", {num_params = 3}, "num_params says 3"},
+  -- an int32 checkpoint built an int32 network; an unknown one failed inside rl.zeros
+  {"dtype int32", {dtype = "int32"}, 'attribute dtype must be "float32" or "float64", got "int32"'},
+  {"dtype unknown", {dtype = "bogus"}, 'attribute dtype must be "float32" or "float64", got "bogus"'},
+  {"a negative epoch", {epoch = -5}, "attribute epoch of / is -5, not an integer >= 0"},
+  {"a negative step", {step = -1}, "attribute step of / is -1, not an integer >= 0"},
+  {"a parameter named twice", {order = '{"output/W", "output/W"}', num_params = 4},
+   "params order names output/W twice"},
+  {"a NaN parameter", {W = rl.tensor{{1, 0 / 0}}},
+   "parameter output/W holds NaN at value 2 of 2 (a diverged or corrupt model)"},
+  {"an Inf parameter", {W = rl.tensor{{-1 / 0, 1}}:double(), dtype = "float64"},
+   "parameter output/W holds Inf at value 1 of 2"},
+  {"a float64 parameter beyond float32's range in a float32 checkpoint",
+   {W = rl.tensor({{1, 1e300}}, "float64")}, "parameter output/W holds Inf at value 2 of 2"},
+  {"an int32 parameter", {W = rl.zeros({1, 2}, "int32")},
+   "parameter output/W holds integers (int32), expected floats"},
+  -- the message named checkpoint.lua's line and the h5file method, and the file twice
+  {"a parameter in the order that is not in the file", {order = '{"output/X"}'},
+   "tampered.h5: params/output/X: no such dataset"},
 } do
   H.test("tampered checkpoint: " .. c[1], function()
     local path = forge("tampered", c[2])
@@ -283,8 +318,58 @@ for _, c in ipairs{
     err = tostring(err)
     H.check(err:find(path, 1, true), "the error does not name the file: " .. err)
     H.check(err:find(c[3], 1, true), "the error does not say " .. c[3] .. ": " .. err)
+    local at = err:find(path, 1, true)
+    H.check(not err:find("%.lua:%d") and not err:find(path, at + 1, true),
+      "the error names a line of rnnlua's code or the file twice: " .. err)
   end)
 end
+
+-- a description that loads but does not build: rl.forward names the file ("forward.lua:82:
+-- attempt to add a 'string' with a 'number'" for a dim that is a string)
+for _, c in ipairs{
+  {"a target dim that is a string", {extern_data = '{classes = {dim = "abc", sparse = true}, '
+   .. 'data = {dim = 1}}'}, "extern_data 'classes' needs dim, a positive integer"},
+  {"an unknown layer class", {description = '{output = {class = "evil", loss = "ce", '
+   .. 'target = "classes"}}'}, "layer 'output': unknown class 'evil'"},
+} do
+  H.test("rl.forward on a crafted checkpoint: " .. c[1], function()
+    local path = forge("unbuilt", c[2])
+    local ok, err = pcall(rl.forward, {model = path, data = {class = "12ax", num_seqs = 1},
+      output_file = dir .. "/fwd.h5", log_verbosity = 0})
+    err = tostring(err)
+    H.check(not ok and err:find("rl.forward: the network of " .. path .. ": ", 1, true)
+      and err:find(c[3], 1, true) and not err:find("%.lua:%d"), err)
+  end)
+end
+
+-- a careless output_file: the dataset read or the model was replaced by the output
+H.test("rl.forward and rl.search refuse to write over their data or their model", function()
+  local path = dir .. "/fmodel.h5"
+  rl.save_checkpoint(path, {net = rl.network({output = {class = "softmax", loss = "ce",
+    target = "classes"}}, {data = {dim = 1}, classes = {dim = 2, sparse = true}})})
+  local w = rl.hdf_writer(dir .. "/fdata.h5", {data_dim = 1,
+    targets = {classes = {dim = 2, sparse = true}}})
+  w:add("s1", rl.ones(3, 1), {classes = rl.tensor({0, 1, 0}, "int32")})
+  w:close()
+  local before_data, before_model = read_bytes(dir .. "/fdata.h5"), read_bytes(path)
+  local data = {class = "hdf", files = {dir .. "/fdata.h5"}}
+  for _, c in ipairs{
+    {rl.forward, dir .. "/fdata.h5", "output_file " .. dir .. "/fdata.h5 is a file of the dataset"},
+    {rl.forward, path, "output_file " .. path .. " is the model's checkpoint"},
+    {rl.search, path, "output_file " .. path .. " is the model's checkpoint"},
+  } do
+    local ok, err = pcall(c[1], {model = path, data = data, output_file = c[2], log_verbosity = 0})
+    H.check(not ok and tostring(err):find(c[3], 1, true), tostring(err))
+  end
+  H.check(read_bytes(dir .. "/fdata.h5") == before_data, "the dataset changed")
+  -- a missing model: the message named forward.lua's line (rnnlua serve printed it too; so
+  -- did rl.sample, rl.search and rl.train's resume with theirs)
+  local ok, err = pcall(rl.forward, {model = dir .. "/none.h5", data = data,
+    output_file = dir .. "/o.h5", log_verbosity = 0})
+  H.check(not ok and tostring(err):find("rl.load_checkpoint: cannot read checkpoint "
+    .. dir .. "/none.h5", 1, true) and not tostring(err):find("%.lua:%d"), tostring(err))
+  H.check(read_bytes(path) == before_model, "the model changed")
+end)
 
 -- /data_norm (the training set's input normalisation): read back, and checked against the input
 H.test("a checkpoint with /data_norm loads it; one without gives nil", function()
@@ -299,6 +384,15 @@ for _, c in ipairs{
    "/data_norm: std must be positive everywhere"},
   {"data_norm with a NaN std", {mean = rl.zeros(1), std = rl.tensor{0 / 0}},
    "/data_norm: std must be positive everywhere"},
+  -- these made every normalised input NaN, Inf or 0: silently wrong outputs
+  {"data_norm with a NaN mean", {mean = rl.tensor{0 / 0}, std = rl.ones(1)},
+   "/data_norm: mean must be finite everywhere, got NaN at 1"},
+  {"data_norm with an Inf mean", {mean = rl.tensor{-1 / 0}, std = rl.ones(1)},
+   "/data_norm: mean must be finite everywhere, got Inf at 1"},
+  {"data_norm with an Inf std", {mean = rl.zeros(1), std = rl.tensor{1 / 0}},
+   "/data_norm: std must be positive everywhere (and finite, above 2^-128)"},
+  {"data_norm with a std whose reciprocal is Inf", {mean = rl.zeros(1), std = rl.tensor{1e-45}},
+   "/data_norm: std must be positive everywhere (and finite, above 2^-128)"},
 } do
   H.test("tampered checkpoint: " .. c[1], function()
     local path = forge("tampered", nil, c[2])

@@ -460,6 +460,92 @@ expect_error("missing file", function()
   rl.dataset{class = "hdf", files = {tmp("nothere.h5")}}
 end, tmp("nothere.h5") .. ": no such file")
 
+-- a FIFO: its open would wait for a writer forever; refused before it is opened
+expect_error("a FIFO as the file", function()
+  assert(os.execute("mkfifo '" .. tmp("fifo.h5") .. "'"))
+  rl.dataset{class = "hdf", files = {tmp("fifo.h5")}}
+end, tmp("fifo.h5") .. ": cannot open: not a regular file (a FIFO, device or socket)")
+
+-- the number of classes of sparse data, as the file says it, is checked when it is opened
+-- (2.5 was taken as the dim; a fraction for a target failed with a Lua error on reading)
+local function sparse_file(path, ips, csize)
+  local f = rl.h5file(path, "w")
+  f:write("inputs", rl.tensor({1, 0, 1}, "int32"))
+  f:write("seqLengths", rl.tensor({{3, 3}}, "int32"))
+  f:set_attr("/", "inputPattSize", ips)
+  f:write("targets/data/classes", rl.tensor({0, 1, 0}, "int32"))
+  f:set_attr("targets/size", "classes", csize)
+  f:commit()
+  return path
+end
+for _, c in ipairs{
+  {"inputPattSize 2.5", 2.5, rl.tensor({2, 1}, "int32"), "attribute inputPattSize", "2.5"},
+  {"inputPattSize 0", 0, rl.tensor({2, 1}, "int32"), "attribute inputPattSize", "0"},
+  {"inputPattSize NaN", 0 / 0, rl.tensor({2, 1}, "int32"), "attribute inputPattSize", ""}, -- nan or -nan
+  {"inputPattSize 1e18", 1e18, rl.tensor({2, 1}, "int32"), "attribute inputPattSize", "1e+18"},
+  {"target size 2.5", 2, rl.tensor({2.5, 1}), "/targets/size classes", "2.5"},
+  {"target size -2", 2, rl.tensor({-2, 1}, "int32"), "/targets/size classes", "-2"},
+} do
+  expect_error("sparse dim: " .. c[1], function()
+    rl.dataset{class = "hdf", files = {sparse_file(tmp("sdim.h5"), c[2], c[3])}}
+  end, string.format("%s: %s must be the number of classes of sparse data (an integer in "
+    .. "1..2^31), got %s", tmp("sdim.h5"), c[4], c[5]))
+end
+test("sparse dims that are whole numbers load", function()
+  local ds = rl.dataset{class = "hdf", files = {sparse_file(tmp("sdim.h5"), 2.0,
+    rl.tensor({2, 1}))}}
+  local e = ds:extern_data()
+  check(math.type(e.data.dim) == "integer" and e.data.dim == 2 and e.classes.dim == 2)
+  check(ds:get_seq(1).classes:numel() == 3)
+end)
+
+-- a close that fails (here: no such directory; a full disk in tests/sh/test_bad_input.sh)
+-- dropped the sequences and left the writer closed
+test("hdf_writer: a failed close keeps the sequences, a second close writes them", function()
+  local sub = tmp("later")
+  local w = rl.hdf_writer(sub .. "/w.h5", {data_dim = 2})
+  w:add("a", rl.ones(3, 2))
+  w:add("b", rl.zeros(1, 2))
+  local ok, err = pcall(w.close, w)
+  check(not ok and tostring(err):find("hdf_writer:close: " .. sub .. "/w.h5: ", 1, true)
+    and tostring(err):find("close again to retry", 1, true), tostring(err))
+  assert(os.execute("mkdir '" .. sub .. "'"))
+  check(w:close() == sub .. "/w.h5", "the second close")
+  local ds = rl.dataset{class = "hdf", files = {sub .. "/w.h5"}}
+  check(ds:num_seqs() == 2 and ds:get_seq(1).data:sum() == 6, "the sequences")
+end)
+
+-- a NUL byte in a path, an HDF5 name or a string: C ends the string there, so "a\0b" was
+-- silently "a" (another file, another tag, another dataset)
+for _, c in ipairs{
+  {"a path", function() rl.h5file(tmp("x\0.h5"), "w") end,
+   "rl.h5file: argument 1 holds a NUL byte, where it would end in a file"},
+  {"a dataset name", function() rl.h5file(tmp("rt.h5")):read("inputs\0x") end,
+   "h5file: argument 2 holds a NUL byte"},
+  {"a tag", function() rl.hdf_writer(tmp("nul.h5"), {data_dim = 1}):add("a\0b", rl.ones(1, 1)) end,
+   'tag "a" holds a NUL byte, where it would end in the file'},
+  {"a string attribute", function()
+    local f = rl.h5file(tmp("nul.h5"), "w")
+    local ok, err = pcall(f.set_attr, f, "/", "note", "x\0y")
+    f:close()
+    error(ok and "no error" or err, 0)
+  end, "h5file:set_attr: note holds a NUL byte"},
+  {"a string list", function()
+    local f = rl.h5file(tmp("nul.h5"), "w")
+    local ok, err = pcall(f.write_strings, f, "seqTags", {"ok", "x\0y"})
+    f:close()
+    error(ok and "no error" or err, 0)
+  end, "h5file:write_strings: seqTags holds a NUL byte"},
+  {"a name of rl.save", function() rl.save(tmp("nul.h5"), {["a\0b"] = rl.zeros(1)}) end,
+   "rl.save: a name holds a NUL byte"},
+  {"the path of rl.load", function() rl.load(tmp("rt.h5\0")) end,
+   "rl.load: argument 1 holds a NUL byte"},
+  {"a wav path", function() rl.audio.load(tmp("a.wav\0")) end,
+   "rl.audio.load: argument 1 holds a NUL byte"},
+} do
+  expect_error("NUL in " .. c[1], c[2], c[3])
+end
+
 expect_error("not an HDF5 file", function()
   local f = io.open(tmp("text.h5"), "w")
   f:write("just text\n")

@@ -142,4 +142,24 @@ H.expect_error("a bad value is named", function()
   rl.lr_control{learning_rate = -1}
 end, "learning_rate must be a number >= 0")
 
+-- a state read from a crafted checkpoint: an lr that is no finite number >= 0 was taken (and
+-- trained with), an epoch beyond 2^63 failed with "table index is nil"
+for _, c in ipairs{
+  {"lr.2", "abc", "lrc:load_state: lr.2 = abc is not a learning rate (a finite number >= 0)"},
+  {"lr.2", 0 / 0, "is not a learning rate (a finite number >= 0)"},
+  {"lr.2", -1, "lrc:load_state: lr.2 = -1 is not a learning rate"},
+  {"lr.2", 1 / 0, "lrc:load_state: lr.2 = inf is not a learning rate"},
+  {"score.1.dev_score", "low", "lrc:load_state: score.1.dev_score = low is not a score (a number)"},
+  {"lr.99999999999999999999", 0.1,
+   "lrc:load_state: key lr.99999999999999999999: the epoch must be an integer in 1..2^63"},
+  {"score.0.dev_score", 1, "lrc:load_state: key score.0.dev_score: the epoch must be an integer"},
+} do
+  H.expect_error(string.format("load_state refuses %s = %s", c[1], tostring(c[2])), function()
+    local a = rl.lr_control{learning_rate_control = "newbob"}
+    local st = a:state()
+    st[c[1]] = c[2]
+    rl.lr_control{learning_rate_control = "newbob"}:load_state(st)
+  end, c[3])
+end
+
 H.done()

@@ -191,6 +191,26 @@ H.expect_error("load_state checks shapes", function()
   st.sum = rl.zeros(5)
   a:load_state(st)
 end, "'sum' is float32")
+-- a state read from a crafted checkpoint: NaN in Adam's moments made every parameter NaN at
+-- the next step (and the epoch's checkpoint with them, when it was the last step)
+for _, v in ipairs{0 / 0, 1 / 0} do
+  H.expect_error("load_state refuses a state holding " .. tostring(v), function()
+    local a = new_opt({class = "adam"})
+    local st = a:state()
+    local name = st.m and "m" or next(a.handle:state_tensors())
+    st[name] = st[name]:clone()
+    st[name]:view(-1)[1] = v
+    a:load_state(st)
+  end, v ~= v and "holds NaN at value 1" or "holds Inf at value 1")
+end
+H.expect_error("load_state refuses a float64 state beyond float32's range", function()
+  local a = new_opt({class = "adam"})
+  local st = a:state()
+  local name = st.m and "m" or next(a.handle:state_tensors())
+  st[name] = st[name]:double()
+  st[name]:view(-1)[1] = 1e300
+  a:load_state(st)
+end, "holds Inf at value 1")
 H.expect_error("step needs a number", function() new_opt({}):step("x") end, "lr must be a number")
 
 H.done()

@@ -247,6 +247,20 @@ H.test("a short file: one sequence of one frame", function()
   H.check(out[1].attention_shape[1][2] == 1, "T_enc 1")
 end)
 
+-- a careless output_file replaced the dataset being searched or the model
+H.test("the output may not be the data or the model", function()
+  local data_before = io.open(path("data.h5"), "rb"):read("a")
+  for _, c in ipairs{{path("data.h5"), "is a file of the dataset"},
+                     {path("model.h5"), "is the model's checkpoint"}} do
+    local ok, err = pcall(rl.search, {model = path("model.h5"), data = DATA, output_file = c[1],
+      log_verbosity = 0})
+    H.check(not ok and tostring(err):find("rl.search: output_file " .. c[1] .. " " .. c[2], 1,
+      true), tostring(err))
+  end
+  H.check(io.open(path("data.h5"), "rb"):read("a") == data_before, "the data changed")
+  H.check(rl.load_checkpoint(path("model.h5")).description.dec ~= nil, "the model changed")
+end)
+
 local function bad(name, cfg, pattern)
   H.expect_error(name, function()
     local c = {model = path("model.h5"), data = DATA, output_file = path("bad.h5"),

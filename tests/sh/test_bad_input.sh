@@ -36,6 +36,53 @@ fails() {
     fi
 }
 
+# ---- a save on a full disk (a file size limit, SIGXFSZ ignored: writes fail with EFBIG) leaves
+# the previous checkpoint as it was and no temporary file; the failed close inside libhdf5 made
+# the process crash at exit (SIGSEGV in libhdf5's exit-time cleanup) before
+"$bin" -e "
+local ext = {data = {dim = 3}, classes = {dim = 2, sparse = true}}
+rl.save_checkpoint('$tmp/full.h5', {net = rl.network({output = {class = 'softmax', loss = 'ce',
+  target = 'classes'}}, ext), epoch = 1})" >"$tmp/out" 2>&1
+cp "$tmp/full.h5" "$tmp/full.before"
+fails "a save on a full disk is an error naming the file and the cause" \
+    "rl.save_checkpoint: $tmp/full.h5: closing $tmp/full.h5.tmp." \
+    bash -c "ulimit -f 64; trap '' XFSZ; exec \"\$0\" -e \"
+local ext = {data = {dim = 3}, classes = {dim = 2, sparse = true}}
+local net = rl.network({h = {class = 'linear', n_out = 4000}, output = {class = 'softmax',
+  from = 'h', loss = 'ce', target = 'classes'}}, ext)
+rl.save_checkpoint('$tmp/full.h5', {net = net, epoch = 2})\"" "$bin"
+if grep -q "(HDF5: file write failed: File too large)" "$tmp/err" && cmp -s "$tmp/full.h5" "$tmp/full.before" &&
+    [ -z "$(ls "$tmp" | grep 'full.h5.tmp')" ]; then
+    ok "the full disk's save kept the previous checkpoint, left no temporary file, said why"
+else
+    bad "the full disk's save" "$(cat "$tmp/err")" "$(ls "$tmp")"
+fi
+fails "an hdf_writer on a full disk keeps its sequences for a retry" \
+    "(the sequences are kept: close again to retry)" \
+    bash -c "ulimit -f 64; trap '' XFSZ; exec \"\$0\" -e \"
+local w = rl.hdf_writer('$tmp/fulld.h5', {data_dim = 100})
+for i = 1, 10 do w:add('s' .. i, rl.ones(100, 100)) end
+local ok, err = pcall(w.close, w)
+assert(not ok and err:find('File too large', 1, true), err)
+error(err, 0)\"" "$bin"
+
+# ---- an error quoting a file's content (a tag, a name) sends no escape sequence to the
+# terminal: control characters other than line breaks and tabs are written as \NNN
+"$bin" -e 'error("tag t\27]0;title\7 x\nsecond line\tok")' >"$tmp/out" 2>"$tmp/err"
+if [ "$?" -eq 1 ] && ! grep -q $'\033\|\007' "$tmp/err" &&
+    grep -qxF 'rnnlua: (command line):1: tag t\027]0;title\007 x' "$tmp/err" &&
+    grep -qxF "second line	ok" "$tmp/err"; then
+    ok "an error's control characters are shown as \\NNN"
+else
+    bad "an error's control characters are shown as \\NNN" "$(cat -v "$tmp/err")"
+fi
+"$bin" dump-data "$tmp/no"$'\033'"[2J.h5" >"$tmp/out" 2>"$tmp/err"
+if [ "$?" -eq 1 ] && ! grep -q $'\033' "$tmp/err" && grep -qF 'no\027[2J.h5' "$tmp/err"; then
+    ok "a tool's error shows control characters as \\NNN"
+else
+    bad "a tool's error shows control characters as \\NNN" "$(cat -v "$tmp/err")"
+fi
+
 # ---- recipes and -e are Lua source only: a precompiled chunk is refused, not run
 "$bin" -e "local f = assert(io.open('$tmp/chunk.luac', 'wb')) f:write(string.dump(load('return 1'))) f:close()"
 fails "a bytecode recipe is refused" "binary chunk" "$bin" "$tmp/chunk.luac"

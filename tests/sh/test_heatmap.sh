@@ -121,6 +121,16 @@ check "forward enc" "$?" "0"
 run plot enc.h5 --heatmap data --seq 2 -o enc.png
 check "lstm activations heat map" "$rc:$(png_size enc.png)" "0:800x600"
 
+# ---- a crafted file: a tag with line breaks (gnuplot would run "!cmd" of its second line in
+# the shell); it is drawn as text and nothing runs
+"$bin" -e '
+local w = rl.hdf_writer("crafted.h5", {data_dim = 2})
+w:add("t\n!touch pwned\nset title (", rl.ones(3, 2))
+w:close()
+' >"$dir/log" 2>&1
+run plot crafted.h5 --heatmap data -o crafted.svg
+check "a tag with line breaks runs nothing" "$rc:$([ -e pwned ] && echo ran)" "0:"
+
 # ---- bad input
 run plot hyp.h5 --heatmap att
 check "unknown key" "$rc:$(cat "$dir/err")" \

@@ -196,5 +196,15 @@ run compare a.h5
 check "compare one file" "$rc:$(head -1 "$dir/err")" \
     "2:rnnlua compare: expects two checkpoint files, got 1 arguments"
 
+# ---- strings from a crafted file (a tag with an escape sequence and a line break) are shown
+# with their control characters as \NNN: one line, nothing sent to the terminal
+"$bin" -e '
+local w = rl.hdf_writer("esc.h5", {data_dim = 1})
+w:add("t\27]0;title\7\nfake line", rl.ones(1, 1))
+w:close()' >"$dir/log" 2>&1
+run dump-data esc.h5 --seq 1
+check "a tag with control characters" "$rc:$(grep -c $'\033' "$dir/out"):$(grep -c '^fake line' "$dir/out")" "0:0:0"
+has_line "the tag shown escaped" out 'sequence 1: tag t\027]0;title\007\010fake line'
+
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
