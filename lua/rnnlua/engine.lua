@@ -594,7 +594,7 @@ function M.train(config, argv)
   end)
   if not ok then
     if dist then dist:abandon() end
-    local msg = tostring(result)
+    local msg = require("rnnlua.util").strip_internal(result)
     if not msg:find("^rl%.train: ") then msg = "rl.train: " .. msg end
     log:to_file(msg)
     log:close()

@@ -65,11 +65,16 @@ local sorted_keys = util.sorted_keys
 
 local function fmt(x) return string.format("%.6g", x) end
 
-local function check_number(cfg, key, lo)
+-- cfg[key] must be a number, >= lo when lo is given, then also finite (an infinite rate
+-- fails only at the first update, an infinite warmup silently trains with lr 0), and an
+-- integer when `int` (a fractional epoch count never meets the epoch it is compared with).
+-- The thresholds (no lo) may be infinite: +inf never decays, -inf always does.
+local function check_number(cfg, key, lo, int)
   local v = cfg[key]
-  if type(v) ~= "number" or v ~= v or (lo and v < lo) then
-    error(string.format("rl.lr_control: %s must be a number%s, got %s", key,
-      lo and (" >= " .. lo) or "", tostring(v)), 3)
+  if type(v) ~= "number" or v ~= v or (lo and (v < lo or v == math.huge))
+      or (int and v ~= math.floor(v)) then
+    error(string.format("rl.lr_control: %s must be a finite %s%s, got %s", key,
+      int and "integer" or "number", lo and (" >= " .. lo) or "", tostring(v)), 3)
   end
 end
 
@@ -101,12 +106,12 @@ function M.new(cfg)
   check_number(c, "newbob_relative_error_threshold")
   check_number(c, "newbob_error_threshold")
   check_number(c, "newbob_learning_rate_decay", 0)
-  check_number(c, "newbob_multi_num_epochs", 1)
+  check_number(c, "newbob_multi_num_epochs", 1, true)
   check_number(c, "learning_rate_warmup_steps", 0)
   if not c.newbob_multi_update_interval then
     c.newbob_multi_update_interval = c.newbob_multi_num_epochs
   end
-  check_number(c, "newbob_multi_update_interval", 1)
+  check_number(c, "newbob_multi_update_interval", 1, true)
   self.lrs = {}       -- epoch -> lr decided for it
   self.scores = {}    -- finished epoch -> {key = number}
   self.last_epoch = 0 -- the last finished epoch
@@ -132,9 +137,9 @@ function LRC:lr(epoch, step)
   local lr
   if self.fn then
     lr = self.fn(epoch, step, self.scores)
-    if type(lr) ~= "number" or lr ~= lr or lr < 0 then
+    if type(lr) ~= "number" or lr ~= lr or lr < 0 or lr == math.huge then
       error(string.format("lrc:lr: the learning_rate_control function returned %s for epoch %d "
-        .. "step %d (expects a number >= 0)", tostring(lr), epoch, step), 2)
+        .. "step %d (expects a finite number >= 0)", tostring(lr), epoch, step), 2)
     end
   else
     lr = self:epoch_lr(epoch)
@@ -275,14 +280,31 @@ function LRC:load_state(st)
     error(string.format("lrc:load_state: the state is of control '%s', this one is '%s'",
       tostring(st.control), self.control), 2)
   end
+  -- the state may come from a crafted checkpoint: every entry is checked before it is used
+  local function epoch_of(k, digits)
+    local e = math.tointeger(tonumber(digits))
+    if not e or e < 1 then
+      error(string.format("lrc:load_state: entry '%s' names no epoch >= 1", k), 3)
+    end
+    return e
+  end
   local lrs, scores = {}, {}
   for k, v in pairs(st) do
     local e = type(k) == "string" and k:match("^lr%.(%d+)$")
-    if e then lrs[math.tointeger(tonumber(e))] = v end
+    if e then
+      if type(v) ~= "number" or not (v >= 0 and v < math.huge) then
+        error(string.format("lrc:load_state: %s = %s must be a finite number >= 0", k,
+          tostring(v)), 2)
+      end
+      lrs[epoch_of(k, e)] = v
+    end
     local se, key = nil, nil
     if type(k) == "string" then se, key = k:match("^score%.(%d+)%.(.+)$") end
     if se then
-      local ei = math.tointeger(tonumber(se))
+      if type(v) ~= "number" then
+        error(string.format("lrc:load_state: %s = %s must be a number", k, tostring(v)), 2)
+      end
+      local ei = epoch_of(k, se)
       scores[ei] = scores[ei] or {}
       scores[ei][key] = v
     end

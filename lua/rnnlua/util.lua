@@ -7,6 +7,9 @@
 --   util.deep_copy(v)          v with every nested table copied (other values shared)
 --   util.list_of(v, default)   a description's from as a list: nil -> default (or {}),
 --                              a string -> {v}, anything else as it is (the caller checks it)
+--   util.strip_internal(msg)   msg without the positions inside the library
+--                              ("lua/rnnlua/x.lua:12: ") that an error raised one level up
+--                              from a library function called by the library carries
 
 local M = {}
 
@@ -34,6 +37,12 @@ function M.list_of(v, default)
   if v == nil then return default or {} end
   if type(v) == "string" then return {v} end
   return v
+end
+
+-- A user reads "rl.train: epoch 1, step 1: opt:step: ...", not where inside the library the
+-- check sits; positions in the user's own files (a recipe, a Lua layer) stay.
+function M.strip_internal(msg)
+  return (tostring(msg):gsub("lua/rnnlua/[%w_/]+%.lua:%d+: ", ""))
 end
 
 -- Creates path and its missing parents (mkdir -p); true, or nil and a message naming the

@@ -253,6 +253,23 @@ H.test("a NaN loss stops with the epoch and step, checkpoints untouched", functi
   same_snapshot(before, snapshot(d), "nan loss")
 end)
 
+-- A check inside the library raised one level up points into the library
+-- ("lua/rnnlua/optim.lua:92: "), which tells a user nothing: rl.train names the key instead.
+for _, c in ipairs{
+  {"beta1 NaN", {optimizer = {class = "adam", beta1 = 0 / 0}}, "optimizer: beta1 = "},
+  {"an infinite learning_rate", {learning_rate = 1 / 0},
+   "rl.lr_control: learning_rate must be a finite number >= 0, got inf"},
+  {"a control function returning inf", {learning_rate_control = function() return 1 / 0 end},
+   "epoch 1, step 1: lrc:lr: the learning_rate_control function returned inf"},
+  {"an infinite warmup (silently lr 0 before)", {learning_rate_warmup_steps = 1 / 0},
+   "learning_rate_warmup_steps must be a finite number"},
+} do
+  H.test("rl.train: " .. c[1] .. " names the key, not a library position", function()
+    local err = expect_fail(function() rl.train(config(c[2]), {}) end, "rl.train: ", c[3])
+    H.check(not err:find("lua/rnnlua/", 1, true), err)
+  end)
+end
+
 H.test("forward task: the file reads back and matches a direct net:forward", function()
   local d = newdir()
   local r = rl.train(config({model = d .. "/m", num_epochs = 1}), {})

@@ -140,6 +140,51 @@ H.expect_error("unknown control is named", function()
 end, "unknown learning_rate_control 'newbobb'")
 H.expect_error("a bad value is named", function()
   rl.lr_control{learning_rate = -1}
-end, "learning_rate must be a number >= 0")
+end, "learning_rate must be a finite number >= 0, got -1")
+
+-- Values that pass a ">= 0" check but break training later: an infinite rate (fails only at
+-- the first update), an infinite warmup (silently lr 0), a fractional epoch count (an internal
+-- error at the first decision).
+for _, c in ipairs{
+  {"learning_rate", 1 / 0, "learning_rate must be a finite number >= 0, got inf"},
+  {"min_learning_rate", 1 / 0, "min_learning_rate must be a finite number >= 0"},
+  {"learning_rate_warmup_steps", 1 / 0, "learning_rate_warmup_steps must be a finite number"},
+  {"newbob_learning_rate_decay", 1 / 0, "newbob_learning_rate_decay must be a finite number"},
+  {"newbob_multi_num_epochs", 2.5, "newbob_multi_num_epochs must be a finite integer >= 1, got 2.5"},
+  {"newbob_multi_update_interval", 1.5, "newbob_multi_update_interval must be a finite integer"},
+} do
+  H.expect_error(c[1] .. " = " .. tostring(c[2]), function()
+    rl.lr_control{learning_rate_control = "newbob_multi_epoch", [c[1]] = c[2]}
+  end, c[3])
+end
+H.test("an infinite threshold is allowed (never decay)", function()
+  local l = rl.lr_control{learning_rate_control = "newbob", learning_rate = 1,
+                          newbob_relative_error_threshold = 1 / 0}
+  l:epoch_done(1, {dev_score = 1})
+  l:epoch_done(2, {dev_score = 2})
+  H.near(l:lr(3), 1, 0, "lr")
+end)
+H.expect_error("a control function that returns inf", function()
+  rl.lr_control{learning_rate_control = function() return 1 / 0 end}:lr(1, 1)
+end, "returned inf for epoch 1 step 1 (expects a finite number >= 0)")
+
+-- A state from a crafted checkpoint: every entry is checked.
+for _, c in ipairs{
+  {"lr.99999999999999999999", 0.1, "entry 'lr.99999999999999999999' names no epoch >= 1"},
+  {"lr.0", 0.1, "entry 'lr.0' names no epoch >= 1"},
+  {"lr.2", 0 / 0, "lr.2 = "},
+  {"lr.2", -1, "lr.2 = -1 must be a finite number >= 0"},
+  {"lr.2", 1 / 0, "lr.2 = inf must be a finite number >= 0"},
+  {"lr.2", "0.1", "lr.2 = 0.1 must be a finite number >= 0"},
+  {"score.1.dev_score", "x", "score.1.dev_score = x must be a number"},
+  {"score.99999999999999999999.dev_score", 1, "names no epoch >= 1"},
+} do
+  H.expect_error("load_state with " .. c[1] .. " = " .. tostring(c[2]), function()
+    local l = rl.lr_control{learning_rate_control = "newbob"}
+    local st = l:state()
+    st[c[1]] = c[2]
+    l:load_state(st)
+  end, c[3])
+end
 
 H.done()
