@@ -57,6 +57,7 @@ local sorted_keys, list_of = util.sorted_keys, util.list_of
 
 -- Keys of a unit layer's description that the rec layer reads itself.
 local UNIT_KEYS = {initial_output = true, beam_size = true}
+local INT32_MAX = 2147483647
 
 -- The rec layer's own `from` (a list, possibly empty).
 local function rec_froms(name, d)
@@ -326,6 +327,9 @@ function M.create(name, d, srcs, n_from, in_dims, dtype, ext)
           fail("%s: reads %s as a from; a unit layer reads the enclosing network through an "
             .. "attention layer", p.where, s.text)
         end
+      end
+      if u.beam_size ~= nil then
+        fail("%s (class %s): beam_size is an option of a choice layer", p.where, u.class)
       end
       local clean = {}
       for k, v in pairs(u) do if not UNIT_KEYS[k] then clean[k] = v end end
@@ -1016,6 +1020,12 @@ function Rec:search(inputs, geom, opts)
   if math.type(K) ~= "integer" or K < 1 then
     fail("%s: beam_size must be a positive integer, got %s", where, tostring(K))
   end
+  -- hypotheses are rows of int32 index tensors; B * K must not wrap (a crafted checkpoint's
+  -- beam_size of 2^62 made it 0 for 4 sequences) nor exceed those
+  if K > INT32_MAX // math.max(geom:size(1), 1) then
+    fail("%s: beam_size %d for %d sequences gives more than %d hypotheses", where, K,
+      geom:size(1), INT32_MAX)
+  end
   local V = choice.n_out
   local eos = opts.eos or 0
   if math.type(eos) ~= "integer" or eos < 0 or eos >= V then
@@ -1030,10 +1040,9 @@ function Rec:search(inputs, geom, opts)
   local BK = B * K
   local S = 0
   for _, n in ipairs(lim) do S = math.max(S, n) end
-  -- every sequence K times: hypothesis k of sequence b is row (b - 1) * K + k
-  local rep = {}
-  for b = 1, B do for _ = 1, K do rep[#rep + 1] = b end end
-  local rep_idx = rl.tensor(rep, "int32")
+  -- every sequence K times: hypothesis k of sequence b is row (b - 1) * K + k (made in C: a
+  -- Lua list of B * K numbers took 19 s to run out of memory for a beam of 2^30)
+  local rep_idx = rl.arange(BK, "int32") / K + 1
   local glen = geom:index_select(1, rep_idx)
   self.B, self.S, self.train, self.teacher = BK, S, false, false
   self.stepwise = false
@@ -1148,8 +1157,20 @@ end
 
 -- net:search(batch, opts): runs the layers the rec layer reads (train = false), then its beam
 -- search; opts.layer names the rec layer when the network has several.
+-- rl.search's options are named otherwise (beam, nbest): a misspelt key would search silently
+-- with the defaults
+local SEARCH_KEYS = {layer = true, beam_size = true, eos = true, length_norm = true,
+                     max_seq_len = true}
+
 function M.search(net, batch, opts)
   opts = opts or {}
+  if type(opts) ~= "table" then fail("net:search: opts must be a table, got %s", type(opts)) end
+  for _, k in ipairs(sorted_keys(opts)) do
+    if not SEARCH_KEYS[k] then
+      fail("net:search: unknown option '%s' (known: %s)", tostring(k),
+        table.concat(sorted_keys(SEARCH_KEYS), ", "))
+    end
+  end
   local target
   for _, node in ipairs(net.nodes) do
     if node.rec and node.layer.choice and (opts.layer == nil or opts.layer == node.name) then
