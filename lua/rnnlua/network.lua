@@ -218,8 +218,11 @@ local function check_loss(node, d, ext)
     return
   end
   local t = check_target(name, d, ext)
-  if d.loss_scale ~= nil and type(d.loss_scale) ~= "number" then
-    fail("layer '%s': loss_scale must be a number", name)
+  -- NaN or inf would turn every loss and gradient into NaN (the description is also read
+  -- from checkpoints)
+  local ls = d.loss_scale
+  if ls ~= nil and (type(ls) ~= "number" or ls ~= ls or ls == math.huge or ls == -math.huge) then
+    fail("layer '%s': loss_scale must be a finite number, got %s", name, tostring(ls))
   end
   node.loss, node.target, node.loss_scale = d.loss, d.target, d.loss_scale or 1
   if d.loss == "ce" then

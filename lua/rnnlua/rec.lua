@@ -361,8 +361,13 @@ function M.create(name, d, srcs, n_from, in_dims, dtype, ext)
               s.text)
           end
         end
+        -- the backward over all steps has no scale: refused here, not after a forward that
+        -- scaled the loss (and a string or NaN scale failed inside the arithmetic)
+        if u.loss_scale ~= nil and u.loss_scale ~= 1 then
+          fail("%s: loss_scale inside a unit is not supported, got %s", p.where,
+            tostring(u.loss_scale))
+        end
         unit.loss, unit.target = true, u.target
-        unit.loss_scale = u.loss_scale or 1
       end
     end
     if u.direction ~= nil and u.direction ~= 1 then
@@ -805,7 +810,7 @@ function Rec:forward(inputs, geom, train, batch)
     local ok, out, l, e, f = pcall(unit.obj.forward, unit.obj, ins, len, train, y)
     if not ok then fail("layer '%s' (rec), unit layer '%s': %s", self.name, unit.name, tostring(out)) end
     unit.out:copy_(out)
-    loss, errors = loss + l * unit.loss_scale, errors + e
+    loss, errors = loss + l, errors + e
     frames = frames or f
   end
   self.rng_after = rl.get_rng_state()
@@ -854,7 +859,6 @@ function Rec:backward(grad_out, grad_in)
   for _, unit in ipairs(self.losses) do
     local gin = unit.loss_gin
     local ok, err = pcall(function()
-      if unit.loss_scale ~= 1 then error("loss_scale inside a unit is not supported", 0) end
       unit.obj:backward(nil, gin)
     end)
     if not ok then fail("layer '%s' (rec), unit layer '%s': %s", self.name, unit.name, tostring(err)) end

@@ -286,6 +286,13 @@ H.test("search: an empty batch gives no results", function()
   local r = net:search({data = rl.randn(3, 0, 3), lengths = rl.zeros(0, "int32")}, {beam_size = 2})
   H.check(#r == 0, "results for no sequences")
 end)
+-- refused when built: a forward scaled the loss and only the backward said "not supported"
+for _, v in ipairs{2, "2", 0 / 0} do
+  bad("loss_scale " .. tostring(v) .. " (" .. type(v) .. ") inside a unit", {s = {class = "lstm", n_out = 4,
+    from = "prev:s"}, p = {class = "softmax", from = "s", loss = "ce", target = "classes",
+    loss_scale = v}, output = ok_out},
+    "layer 'dec' (rec), unit layer 'p': loss_scale inside a unit is not supported, got ")
+end
 bad("beam_size on a layer that is not a choice", {s = {class = "lstm", n_out = 4,
   from = "prev:s", beam_size = 4}, p = ok_p, output = ok_out},
   "layer 'dec' (rec), unit layer 's' (class lstm): beam_size is an option of a choice layer")
