@@ -494,10 +494,18 @@ function M.train(config, argv)
       local ck = rl.load_checkpoint(load)
       if pre then pre:resume(ctx, ck) end
       net = ctx.net
-      checkpoint.load_params(ck, net)
-      if ck.optimizer_state and ctx.opt.load_state then ctx.opt:load_state(ck.optimizer_state) end
-      if ck.lr_control_state and ctx.lrc.load_state then ctx.lrc:load_state(ck.lr_control_state) end
-      rl.set_rng_state(ck.rng_state)
+      -- the states a checkpoint restores check what they are given: their errors name the file
+      local okl, lerr = pcall(function()
+        checkpoint.load_params(ck, net)
+        if ck.optimizer_state and ctx.opt.load_state then ctx.opt:load_state(ck.optimizer_state) end
+        if ck.lr_control_state and ctx.lrc.load_state then
+          ctx.lrc:load_state(ck.lr_control_state)
+        end
+        rl.set_rng_state(ck.rng_state)
+      end)
+      if not okl then
+        fail("resuming from %s: %s", load, require("rnnlua.util").strip_internal(lerr))
+      end
       start, ctx.step, ctx.checkpoint = ck.epoch + 1, ck.step, load
       log:write(1, "resumed from %s (epoch %d, step %d)", load, ck.epoch, ck.step)
     end

@@ -31,6 +31,9 @@ local KEYS = {
 
 local COUNTERS = {"num_steps", "skipped", "norm_count", "avg_norm", "last_grad_norm"}
 
+-- state buffers that are sums or averages of squares, never negative
+local SECOND_MOMENTS = {sum = true, exp_avg_sq = true, square_avg = true, acc_delta = true}
+
 local Optimizer = {}
 Optimizer.__index = Optimizer
 
@@ -130,6 +133,12 @@ function Optimizer:load_state(st)
   for _, k in ipairs(COUNTERS) do
     if type(st[k]) ~= "number" then error("opt:load_state: missing number '" .. k .. "'", 2) end
   end
+  -- the state may come from a crafted checkpoint: a tiny or NaN average norm skipped every
+  -- later step as an outlier (or none), a negative second moment made the parameters NaN
+  if not (st.avg_norm >= 0 and st.avg_norm < math.huge) then
+    error("opt:load_state: avg_norm must be a finite number >= 0, got " .. tostring(st.avg_norm),
+      2)
+  end
   local live = self.handle:state_tensors()
   for _, name in ipairs(sorted_keys(live)) do
     local src = st[name]
@@ -137,6 +146,16 @@ function Optimizer:load_state(st)
     if not same_shape(src, live[name]) then
       error(string.format("opt:load_state: '%s' is %s, the optimizer has %s", name,
         describe(src), describe(live[name])), 2)
+    end
+    if src:numel() > 0 then
+      local a = src:double():abs():max()
+      if not (a < math.huge) then
+        error(string.format("opt:load_state: '%s' holds NaN or Inf", name), 2)
+      end
+      if SECOND_MOMENTS[name] and src:min() < 0 then
+        error(string.format("opt:load_state: '%s' (a sum of squares) holds a negative value %g",
+          name, src:min()), 2)
+      end
     end
   end
   for name, t in pairs(live) do t:copy_(st[name]) end
