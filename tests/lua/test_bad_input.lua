@@ -451,6 +451,20 @@ cases{
                                                                          sparse = true}}), "dim"},
   {"a network dtype int32", function() rl.network(softmax_ce, ext, {dtype = "int32"}) end,
    "dtype must be float32 or float64"},
+  -- options that were ignored: {trian = false} scored with dropout on
+  {"a misspelt network option", function() rl.network(softmax_ce, ext, {dtyp = "float64"}) end,
+   "rl.network: unknown option 'dtyp' (known: concurrent, dtype, input_grads, seed)"},
+  {"network options that are a string", function() rl.network(softmax_ce, ext, "float64") end,
+   "rl.network: opts must be a table, got string"},
+  {"a misspelt forward option", function()
+     rl.network(softmax_ce, ext):forward(seq_batch(1, {4}), {trian = false}) end,
+   "net:forward: unknown option 'trian' (known: train)"},
+  {"forward options that are a boolean", function()
+     rl.network(softmax_ce, ext):forward(seq_batch(1, {4}), false) end,
+   "net:forward: opts must be a table, got boolean"},
+  {"forward train as a string", function()
+     rl.network(softmax_ce, ext):forward(seq_batch(1, {4}), {train = "false"}) end,
+   "net:forward: train must be true or false, got false"},
 }
 
 ---------------------------------------------------------------- dataset files
