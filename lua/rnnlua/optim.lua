@@ -109,6 +109,15 @@ end
 
 function Optimizer:step(lr)
   if type(lr) ~= "number" then error("opt:step: lr must be a number, got " .. type(lr), 2) end
+  -- net:params() and net:grads() are the network's own tensors: one closed by <close> raised
+  -- "argument 3: the tensor was freed" from inside the library
+  for _, which in ipairs{"params", "grads"} do
+    local t = self[which]
+    if not pcall(function() return t:dim() end) then
+      error(string.format("opt:step: the %s tensor this optimizer was made with was freed "
+        .. "(closed by <close> or a closed coroutine)", which), 2)
+    end
+  end
   local applied, reason = self.handle:step(self.params, self.grads, lr)
   if applied and self.weights then
     for _, w in ipairs(self.weights) do rl._optim_max_norm(w, self.max_norm) end

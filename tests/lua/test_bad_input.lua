@@ -584,6 +584,18 @@ cases{
   {"batch_size 0", function()
      rl.batches(rl.dataset{class = "12ax", num_seqs = 2}, {batch_size = 0}) end,
    "batch_size must be a positive"},
+  {"batches of a config table", function() rl.batches({class = "12ax", num_seqs = 2}) end,
+   "rl.batches: expects a dataset object (rl.dataset{...} or an object with get_seq), got a "
+   .. "table without get_seq"},
+  {"batches of nothing", function() rl.batches() end, "rl.batches: expects a dataset object"},
+  {"batches with opts that are a number", function()
+     rl.batches(rl.dataset{class = "12ax", num_seqs = 2}, 5) end,
+   "rl.batches: opts must be a table, got number"},
+  {"check_dataset_dims of a number", function() rl.check_dataset_dims(5, {}) end,
+   "check_dataset_dims: expects a dataset object"},
+  {"check_dataset_dims without extern_data", function()
+     rl.check_dataset_dims(rl.dataset{class = "12ax", num_seqs = 2}) end,
+   "check_dataset_dims: extern_data must be a table, got nil"},
   {"an unknown batches option", function()
      rl.batches(rl.dataset{class = "12ax", num_seqs = 2}, {batchsize = 10}) end,
    "unknown option 'batchsize'"},

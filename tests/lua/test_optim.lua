@@ -222,6 +222,14 @@ H.test("load_state: a rejected state changes nothing", function()
   pcall(a.load_state, a, st)
   H.check(a.num_steps == 0 and a:state().exp_avg_sq:abs():sum() == 0, "state changed")
 end)
+for _, which in ipairs{"params", "grads"} do
+  H.expect_error("step after its " .. which .. " were closed", function()
+    local net = make_net()
+    local opt = rl.optimizer({class = "adam"}, net:params(), net:grads())
+    do local t <close> = net[which](net) end
+    opt:step(0.1)
+  end, "opt:step: the " .. which .. " tensor this optimizer was made with was freed")
+end
 H.expect_error("step needs a number", function() new_opt({}):step("x") end, "lr must be a number")
 
 H.done()
