@@ -305,7 +305,12 @@ function M.create(name, d, srcs, n_from, in_dims, dtype, ext)
       if unit.initial ~= math.floor(unit.initial) or unit.initial < 0 or unit.initial >= unit.n_out then
         fail("%s (choice): initial_output must be a label in 0..%d", p.where, unit.n_out - 1)
       end
-      self.choice = self.choice or unit
+      -- search decides the labels of one choice; a second one would give nothing there
+      if self.choice then
+        fail("%s (choice): the unit already has choice layer '%s'; one choice per unit is "
+          .. "supported", p.where, self.choice.name)
+      end
+      self.choice = unit
     elseif u.class == "attention" then
       unit.kind = "attention"
       for k in pairs(u) do

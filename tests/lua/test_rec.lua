@@ -293,6 +293,9 @@ for _, v in ipairs{2, "2", 0 / 0} do
     loss_scale = v}, output = ok_out},
     "layer 'dec' (rec), unit layer 'p': loss_scale inside a unit is not supported, got ")
 end
+bad("two choice layers in a unit", {s = {class = "lstm", n_out = 4, from = "prev:s"}, p = ok_p,
+  output = ok_out, output2 = ok_out},
+  "(choice): the unit already has choice layer 'output")
 bad("beam_size on a layer that is not a choice", {s = {class = "lstm", n_out = 4,
   from = "prev:s", beam_size = 4}, p = ok_p, output = ok_out},
   "layer 'dec' (rec), unit layer 's' (class lstm): beam_size is an option of a choice layer")
