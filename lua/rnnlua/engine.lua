@@ -422,9 +422,12 @@ function M.train(config, argv)
   for _, k in ipairs({"model", "log_file", "learning_curve_file"}) do
     if writer and type(cfg[k]) == "string" and dir_of(cfg[k]) then mkdir_p(dir_of(cfg[k])) end
   end
-  local log = logmod.new{verbosity = writer and cfg.log_verbosity or 0,
-                         file = writer and cfg.log_file or nil,
-                         progress_interval = cfg.log_progress_interval}
+  -- a bad log_verbosity or an unopenable log_file: "rl.train: log: ...", not the position of
+  -- this call
+  local okl, log = pcall(logmod.new, {verbosity = writer and cfg.log_verbosity or 0,
+                                      file = writer and cfg.log_file or nil,
+                                      progress_interval = cfg.log_progress_interval})
+  if not okl then fail("%s", require("rnnlua.util").strip_internal(log)) end
   local ok, result = pcall(function()
     if cfg.device ~= "cpu" then
       local probe = rl.zeros(1)

@@ -290,6 +290,9 @@ for _, c in ipairs{
    "epoch 1, step 1: lrc:lr: the learning_rate_control function returned inf"},
   {"an infinite warmup (silently lr 0 before)", {learning_rate_warmup_steps = 1 / 0},
    "learning_rate_warmup_steps must be a finite number"},
+  {"a log_verbosity that is a string", {log_verbosity = "x"},
+   "log: verbosity must be an integer >= 0, got x"},
+  {"a log_file that is a directory", {log_file = newdir()}, "log: cannot open log_file: "},
 } do
   H.test("rl.train: " .. c[1] .. " names the key, not a library position", function()
     local err = expect_fail(function() rl.train(config(c[2]), {}) end, "rl.train: ", c[3])
