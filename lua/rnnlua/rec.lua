@@ -1051,7 +1051,11 @@ function Rec:search(inputs, geom, opts)
   for _, n in ipairs(lim) do S = math.max(S, n) end
   -- every sequence K times: hypothesis k of sequence b is row (b - 1) * K + k (made in C: a
   -- Lua list of B * K numbers took 19 s to run out of memory for a beam of 2^30)
-  local rep_idx = rl.arange(BK, "int32") / K + 1
+  local okr, rep_idx = pcall(function() return rl.arange(BK, "int32") / K + 1 end)
+  if not okr then
+    fail("%s: beam_size %d for %d sequences (%d hypotheses): %s", where, K, B, BK,
+      util.strip_internal(rep_idx))
+  end
   local glen = geom:index_select(1, rep_idx)
   self.B, self.S, self.train, self.teacher = BK, S, false, false
   self.stepwise = false
