@@ -407,6 +407,25 @@ rl_status rl_op_unary(rl_tensor *out, const rl_tensor *a, rl_unary_op op, double
     return finish(st, out, fresh);
 }
 
+/* A zero inside an int32 divisor tensor: the kernels cannot report it (they give 0, a silently
+ * wrong number), so the dispatcher looks for one first, as it does for a zero scalar. One more
+ * pass over the divisor, on its device, for int32 division only. */
+static rl_status check_int32_divisor(const rl_tensor *b) {
+    if (rl_tensor_numel(b) == 0) return RL_OK;
+    rl_tensor zero = {0};
+    double any = 0;
+    int64_t at = 0;
+    rl_status st = rl_op_binary_scalar(&zero, b, 0.0, RL_BIN_EQ, false);
+    if (st == RL_OK) st = rl_op_reduce_all(&any, &at, &zero, RL_RED_MAX);
+    rl_tensor_release(&zero);
+    if (st == RL_OK && any != 0)
+        return rl_error(RL_EARG,
+                        "div: int32 division by zero (element %lld of the divisor, 1-based in "
+                        "row-major order)",
+                        (long long)at + 1);
+    return st;
+}
+
 rl_status rl_op_binary(rl_tensor *out, const rl_tensor *a, const rl_tensor *b, rl_binary_op op) {
     const char *name = rl_binary_name(op);
     if ((unsigned)op >= RL_NUM_BINARY) return rl_error(RL_EARG, "binary: invalid op %d", (int)op);
@@ -417,6 +436,7 @@ rl_status rl_op_binary(rl_tensor *out, const rl_tensor *a, const rl_tensor *b, r
     int nd;
     int64_t shape[RL_MAX_DIMS];
     RL_TRY(rl_broadcast_shape(name, a, b, &nd, shape));
+    if (a->dtype == RL_INT32 && op == RL_BIN_DIV) RL_TRY(check_int32_divisor(b));
     const rl_kernels *k;
     bool fresh;
     RL_TRY(kernels_of(name, a, &k));
@@ -441,6 +461,7 @@ rl_status rl_op_binary_scalar(rl_tensor *out, const rl_tensor *a, double s, rl_b
     RL_TRY(int32_value(name, a->dtype, s, "scalar"));
     if (a->dtype == RL_INT32 && op == RL_BIN_DIV && !scalar_first && (int32_t)s == 0)
         return rl_error(RL_EARG, "div: int32 division by zero");
+    if (a->dtype == RL_INT32 && op == RL_BIN_DIV && scalar_first) RL_TRY(check_int32_divisor(a));
     const rl_kernels *k;
     bool fresh;
     RL_TRY(kernels_of(name, a, &k));

@@ -226,15 +226,16 @@ static inline RL_HD double rl_binary_f64(rl_binary_op op, double a, double b) {
     }
 }
 
-/* Integer division truncates toward zero; division by zero gives 0 (the dispatcher rejects a
- * zero scalar divisor; a zero inside a tensor cannot be reported from a kernel). Integer pow
- * with a negative exponent gives 0 unless the base is 1 or -1. Wrapping arithmetic. */
+/* Integer division truncates toward zero; division by zero gives 0 here, but never reaches a
+ * kernel (the dispatcher, kernels/ops.c, rejects a zero scalar and looks for a zero in a
+ * divisor tensor first). Integer pow with a negative exponent gives 0 unless the base is 1 or
+ * -1. Wrapping arithmetic: INT32_MIN / -1 wraps to INT32_MIN, as -INT32_MIN does. */
 static inline RL_HD int32_t rl_binary_i32(rl_binary_op op, int32_t a, int32_t b) {
     switch (op) {
     case RL_BIN_ADD: return (int32_t)((uint32_t)a + (uint32_t)b);
     case RL_BIN_SUB: return (int32_t)((uint32_t)a - (uint32_t)b);
     case RL_BIN_MUL: return (int32_t)((uint32_t)a * (uint32_t)b);
-    case RL_BIN_DIV: return (b == 0 || (a == INT32_MIN && b == -1)) ? 0 : a / b;
+    case RL_BIN_DIV: return b == 0 ? 0 : (a == INT32_MIN && b == -1) ? INT32_MIN : a / b;
     case RL_BIN_POW: {
         if (b < 0) return (a == 1) ? 1 : (a == -1 ? ((b & 1) ? -1 : 1) : 0);
         uint32_t r = 1, base = (uint32_t)a;

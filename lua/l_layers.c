@@ -74,7 +74,11 @@
 
 typedef struct {
     rl_layer *layer;
-    rl_layer_io io; /* of the last forward; its tensors are kept alive by the user value */
+    rl_layer_io io; /* of the last forward; its tensors point into kept_* */
+    /* shares of the last forward's inputs, lengths (or sizes), target and target lengths: a
+     * batch tensor its caller closes (<close>) between forward and backward releases only
+     * the caller's view, not what the backward reads (which then found an unset tensor) */
+    rl_tensor kept_in[RL_LAYER_MAX_INPUTS], kept_len, kept_target, kept_tlen;
     bool forwarded; /* a forward succeeded and its backward has not run yet */
     /* a forward or backward queued (_forward_queue, _backward_queue) and not yet waited for;
      * ran: it has run (its status and message are set) */
@@ -457,6 +461,22 @@ static int l_param_init(lua_State *L) {
 
 /* ---------------------------------------------------------------- forward and backward */
 
+/* *slot becomes a share of t (the slot's last one dropped); returns the slot, NULL for no t */
+static const rl_tensor *keep(rl_tensor *slot, const rl_tensor *t) {
+    rl_tensor_release(slot);
+    if (!t) return NULL;
+    rl_tensor_share(slot, t);
+    return slot;
+}
+
+static void drop_kept(layer_ud *ud) {
+    for (int i = 0; i < RL_LAYER_MAX_INPUTS; i++)
+        rl_tensor_release(&ud->kept_in[i]);
+    rl_tensor_release(&ud->kept_len);
+    rl_tensor_release(&ud->kept_target);
+    rl_tensor_release(&ud->kept_tlen);
+}
+
 /* layer:forward(inputs, lengths, train [, target [, target_lengths]])
  *     -> out [, loss, n_errors, n_frames, n_labels, n_skipped] */
 /* Checks forward's arguments (the layer at 1) and fills the layer's io; on return the stack
@@ -488,7 +508,7 @@ static layer_ud *forward_prepare(lua_State *L) {
             luaL_error(L, "layer '%s' (class %s): input %d is a %s, expected a tensor", l->name,
                        class_of(l), i + 1, luaL_typename(L, -1));
         lua_seti(L, 6, i + 1);
-        io->in[i] = x;
+        io->in[i] = keep(&ud->kept_in[i], x);
     }
     lua_pushvalue(L, 3);
     lua_setfield(L, 6, "lengths");
@@ -496,11 +516,11 @@ static layer_ud *forward_prepare(lua_State *L) {
     lua_setfield(L, 6, "target");
     io->n_in = n;
     if (len->ndim == 2)
-        io->sizes = len;
+        io->sizes = keep(&ud->kept_len, len);
     else
-        io->lengths = len;
-    io->target = target;
-    io->target_lengths = tlen;
+        io->lengths = keep(&ud->kept_len, len);
+    io->target = keep(&ud->kept_target, target);
+    io->target_lengths = keep(&ud->kept_tlen, tlen);
     io->train = train;
     io->rng = rl_rng_default();
     return ud;
@@ -792,6 +812,7 @@ static int mm_index(lua_State *L) {
 static int mm_gc(lua_State *L) {
     layer_ud *ud = luaL_checkudata(L, 1, RL_LAYER_MT);
     drop_call(ud);
+    drop_kept(ud);
     rl_layer_free(ud->layer);
     ud->layer = NULL;
     ud->forwarded = false;

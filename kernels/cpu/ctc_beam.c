@@ -246,9 +246,14 @@ static void *beam_worker(void *arg) {
 rl_status rl_ctc_beam_search_cpu(int64_t T, int64_t B, int64_t V, const double *logp,
                                  const int32_t *lengths, int32_t blank, int64_t beam, int32_t *out,
                                  int64_t *out_len, int threads) {
-    if (beam < 1 || V < 1 || blank < 0 || blank >= V || beam > INT32_MAX / V)
+    if (beam < 1 || V < 1 || blank < 0 || blank >= V)
         return rl_error(RL_EARG, "rl.ctc_decode: beam %lld with %lld classes, blank %d",
                         (long long)beam, (long long)V, (int)blank);
+    if (beam > INT32_MAX / V)
+        return rl_error(RL_EARG,
+                        "rl.ctc_decode: beam %lld is too large: beam x classes (%lld) must stay "
+                        "below 2^31",
+                        (long long)beam, (long long)V);
     for (int64_t b = 0; b < B; b++) {
         if (lengths[b] < 0 || lengths[b] > T)
             return rl_error(RL_EARG, "rl.ctc_decode: sequence %lld: length %d is outside 0..%lld",

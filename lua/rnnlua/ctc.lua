@@ -16,6 +16,7 @@
 --     often beats the best path (the most probable labelling sums over many paths).
 local M = {}
 local rl
+local util = require("rnnlua.util")
 
 local function fail(fmt, ...)
   error("rl.ctc_decode: " .. string.format(fmt, ...), 0)
@@ -73,8 +74,11 @@ function M.ctc_decode(logits, lengths, opts)
     end
     return out
   end
-  return rl._ctc_beam_search(log_softmax(logits),
+  -- the C search's errors carry the position of this call inside the library: dropped
+  local ok, res = pcall(rl._ctc_beam_search, log_softmax(logits),
     (lengths:device() == "cpu" and lengths or lengths:cpu()):contiguous(), blank, beam)
+  if not ok then error(util.strip_internal(res), 0) end
+  return res
 end
 
 function M.install(module)

@@ -889,7 +889,21 @@ local function ds_name(ds)
   return type(ds.name) == "string" and ds.name or tostring(ds)
 end
 
+-- ds must be a dataset object (rl.dataset's result or an object with the interface); a
+-- config table or anything else raised "attempt to call a nil value (method 'keys')"
+local function need_dataset(who, ds)
+  if not is_dataset(ds) then
+    fail("%s: expects a dataset object (rl.dataset{...} or an object with get_seq), got %s", who,
+      type(ds) == "table" and "a table without get_seq (a config? pass it to rl.dataset)"
+      or type(ds))
+  end
+end
+
 function M.check_dataset_dims(ds, extern_data, keys)
+  need_dataset("check_dataset_dims", ds)
+  if type(extern_data) ~= "table" then
+    fail("check_dataset_dims: extern_data must be a table, got %s", type(extern_data))
+  end
   local have = ds:extern_data()
   if type(have) ~= "table" then
     fail("check_dataset_dims: dataset %s: extern_data() returned a %s, expected a table "
@@ -1089,7 +1103,9 @@ local function stream_batches(ds, keys, n, bs, ms, csize, cstep)
 end
 
 function M.batches(ds, opts)
+  need_dataset("rl.batches", ds)
   opts = opts or {}
+  if type(opts) ~= "table" then fail("rl.batches: opts must be a table, got %s", type(opts)) end
   for k in pairs(opts) do
     if k ~= "batch_size" and k ~= "max_seqs" and k ~= "chunking" and k ~= "carry_state" then
       fail("rl.batches: unknown option '%s' (batch_size, max_seqs, chunking, carry_state)",

@@ -422,9 +422,12 @@ function M.train(config, argv)
   for _, k in ipairs({"model", "log_file", "learning_curve_file"}) do
     if writer and type(cfg[k]) == "string" and dir_of(cfg[k]) then mkdir_p(dir_of(cfg[k])) end
   end
-  local log = logmod.new{verbosity = writer and cfg.log_verbosity or 0,
-                         file = writer and cfg.log_file or nil,
-                         progress_interval = cfg.log_progress_interval}
+  -- a bad log_verbosity or an unopenable log_file: "rl.train: log: ...", not the position of
+  -- this call
+  local okl, log = pcall(logmod.new, {verbosity = writer and cfg.log_verbosity or 0,
+                                      file = writer and cfg.log_file or nil,
+                                      progress_interval = cfg.log_progress_interval})
+  if not okl then fail("%s", require("rnnlua.util").strip_internal(log)) end
   local ok, result = pcall(function()
     if cfg.device ~= "cpu" then
       local probe = rl.zeros(1)
@@ -494,15 +497,18 @@ function M.train(config, argv)
       local ck = rl.load_checkpoint(load)
       if pre then pre:resume(ctx, ck) end
       net = ctx.net
-      checkpoint.load_params(ck, net)
-      -- the states come from the file: their errors name it
-      for _, o in ipairs{{ctx.opt, ck.optimizer_state}, {ctx.lrc, ck.lr_control_state}} do
-        if o[2] and o[1].load_state then
-          local okl, err = pcall(o[1].load_state, o[1], o[2])
-          if not okl then error(string.format("checkpoint %s: %s", load, tostring(err)), 0) end
+      -- the states a checkpoint restores check what they are given: their errors name the file
+      local okl, lerr = pcall(function()
+        checkpoint.load_params(ck, net)
+        if ck.optimizer_state and ctx.opt.load_state then ctx.opt:load_state(ck.optimizer_state) end
+        if ck.lr_control_state and ctx.lrc.load_state then
+          ctx.lrc:load_state(ck.lr_control_state)
         end
+        rl.set_rng_state(ck.rng_state)
+      end)
+      if not okl then
+        fail("resuming from %s: %s", load, require("rnnlua.util").strip_internal(lerr))
       end
-      rl.set_rng_state(ck.rng_state)
       start, ctx.step, ctx.checkpoint = ck.epoch + 1, ck.step, load
       log:write(1, "resumed from %s (epoch %d, step %d)", load, ck.epoch, ck.step)
     end
@@ -599,7 +605,7 @@ function M.train(config, argv)
   end)
   if not ok then
     if dist then dist:abandon() end
-    local msg = tostring(result)
+    local msg = require("rnnlua.util").strip_internal(result)
     if not msg:find("^rl%.train: ") then msg = "rl.train: " .. msg end
     log:to_file(msg)
     log:close()

@@ -343,7 +343,7 @@ function M.forward(cfg)
     w:close()
   end)
   if not ok then
-    fail("%s: %s", cfg.output_file, tostring(err))
+    fail("%s: %s", cfg.output_file, require("rnnlua.util").strip_internal(err))
   end
   if verbosity >= 1 then
     print(string.format("forward: %d sequences, %d %s of layer '%s' (dim %d) -> %s", nseqs,

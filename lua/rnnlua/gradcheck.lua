@@ -24,6 +24,9 @@
 --    analytic, numeric, rel_error}, per_param = {{name = "layer.W", checked, max_rel_error,
 --    max_abs_error}, ..., ["layer.W"] = same entry}, inputs = {same for each input}, net}
 -- With assert = true a report over tol raises an error describing the worst element.
+-- A NaN or infinite gradient or difference is an error of +inf (it fails the check: math.max
+-- drops a NaN, so such a layer passed with max_rel_error 0), and the options are checked
+-- (eps = 0 or NaN made every element NaN and the check pass; a misspelt key was ignored).
 local M = {}
 
 local rl -- the module table, set by install
@@ -82,8 +85,41 @@ local function pick(n, k)
   return idx
 end
 
+local KEYS = {
+  network = true, extern_data = true, layer = true, in_dim = true, T = true, B = true,
+  lengths = true, eps = true, seed = true, max_params_per_tensor = true, max_inputs = true,
+  batch = true, train = true, floor = true, tol = true, assert = true,
+}
+
+-- o[key] when given must be a number satisfying ok (described by what).
+local function check_opt(o, key, ok, what)
+  local v = o[key]
+  if v ~= nil and (type(v) ~= "number" or not ok(v)) then
+    fail("rl.gradcheck: %s must be %s, got %s", key, what, tostring(v))
+  end
+end
+
+local function positive_finite(v) return v > 0 and v < math.huge end
+local function positive_int(v) return math.type(v) == "integer" and v >= 1 end
+
 function M.gradcheck(o)
   if type(o) ~= "table" then error("rl.gradcheck: expects an options table", 2) end
+  for k in pairs(o) do
+    if not KEYS[k] then
+      local known = {}
+      for n in pairs(KEYS) do known[#known + 1] = n end
+      table.sort(known)
+      fail("rl.gradcheck: unknown option '%s' (known: %s)", tostring(k), table.concat(known, ", "))
+    end
+  end
+  check_opt(o, "eps", positive_finite, "a finite number > 0")
+  check_opt(o, "floor", positive_finite, "a finite number > 0")
+  check_opt(o, "tol", function(v) return v >= 0 and v < math.huge end, "a finite number >= 0")
+  check_opt(o, "T", positive_int, "an integer >= 1")
+  check_opt(o, "B", positive_int, "an integer >= 1")
+  check_opt(o, "max_params_per_tensor", positive_int, "an integer >= 1")
+  check_opt(o, "max_inputs", function(v) return math.type(v) == "integer" and v >= 0 end,
+    "an integer >= 0")
   local desc, extern = o.network, o.extern_data
   if o.layer then desc, extern = wrap_layer(o) end
   if type(desc) ~= "table" or type(extern) ~= "table" then
@@ -158,6 +194,7 @@ function M.gradcheck(o)
       local num, ana = (lp - lm) / (2 * eps), analytic[j]
       local abs = math.abs(ana - num)
       local rel = abs / math.max(math.abs(ana) + math.abs(num), floor)
+      if not (abs < math.huge) or not (rel < math.huge) then abs, rel = math.huge, math.huge end
       entry.max_abs_error = math.max(entry.max_abs_error, abs)
       entry.max_rel_error = math.max(entry.max_rel_error, rel)
       report.max_abs_error = math.max(report.max_abs_error, abs)

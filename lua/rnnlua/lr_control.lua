@@ -65,11 +65,16 @@ local sorted_keys = util.sorted_keys
 
 local function fmt(x) return string.format("%.6g", x) end
 
-local function check_number(cfg, key, lo)
+-- cfg[key] must be a number, >= lo when lo is given, then also finite (an infinite rate
+-- fails only at the first update, an infinite warmup silently trains with lr 0), and an
+-- integer when `int` (a fractional epoch count never meets the epoch it is compared with).
+-- The thresholds (no lo) may be infinite: +inf never decays, -inf always does.
+local function check_number(cfg, key, lo, int)
   local v = cfg[key]
-  if type(v) ~= "number" or v ~= v or (lo and v < lo) then
-    error(string.format("rl.lr_control: %s must be a number%s, got %s", key,
-      lo and (" >= " .. lo) or "", tostring(v)), 3)
+  if type(v) ~= "number" or v ~= v or (lo and (v < lo or v == math.huge))
+      or (int and v ~= math.floor(v)) then
+    error(string.format("rl.lr_control: %s must be a finite %s%s, got %s", key,
+      int and "integer" or "number", lo and (" >= " .. lo) or "", tostring(v)), 3)
   end
 end
 
@@ -101,12 +106,12 @@ function M.new(cfg)
   check_number(c, "newbob_relative_error_threshold")
   check_number(c, "newbob_error_threshold")
   check_number(c, "newbob_learning_rate_decay", 0)
-  check_number(c, "newbob_multi_num_epochs", 1)
+  check_number(c, "newbob_multi_num_epochs", 1, true)
   check_number(c, "learning_rate_warmup_steps", 0)
   if not c.newbob_multi_update_interval then
     c.newbob_multi_update_interval = c.newbob_multi_num_epochs
   end
-  check_number(c, "newbob_multi_update_interval", 1)
+  check_number(c, "newbob_multi_update_interval", 1, true)
   self.lrs = {}       -- epoch -> lr decided for it
   self.scores = {}    -- finished epoch -> {key = number}
   self.last_epoch = 0 -- the last finished epoch
@@ -132,9 +137,9 @@ function LRC:lr(epoch, step)
   local lr
   if self.fn then
     lr = self.fn(epoch, step, self.scores)
-    if type(lr) ~= "number" or lr ~= lr or lr < 0 then
+    if type(lr) ~= "number" or lr ~= lr or lr < 0 or lr == math.huge then
       error(string.format("lrc:lr: the learning_rate_control function returned %s for epoch %d "
-        .. "step %d (expects a number >= 0)", tostring(lr), epoch, step), 2)
+        .. "step %d (expects a finite number >= 0)", tostring(lr), epoch, step), 2)
     end
   else
     lr = self:epoch_lr(epoch)

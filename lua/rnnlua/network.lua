@@ -218,8 +218,11 @@ local function check_loss(node, d, ext)
     return
   end
   local t = check_target(name, d, ext)
-  if d.loss_scale ~= nil and type(d.loss_scale) ~= "number" then
-    fail("layer '%s': loss_scale must be a number", name)
+  -- NaN or inf would turn every loss and gradient into NaN (the description is also read
+  -- from checkpoints)
+  local ls = d.loss_scale
+  if ls ~= nil and (type(ls) ~= "number" or ls ~= ls or ls == math.huge or ls == -math.huge) then
+    fail("layer '%s': loss_scale must be a finite number, got %s", name, tostring(ls))
   end
   node.loss, node.target, node.loss_scale = d.loss, d.target, d.loss_scale or 1
   if d.loss == "ce" then
@@ -292,11 +295,27 @@ function Network:set_rank(node, d)
   end
 end
 
+-- The options of rl.network and of net:forward: a misspelt one was ignored (net:forward(b,
+-- {trian = false}) scored with dropout on).
+local NETWORK_OPTS = {dtype = true, seed = true, input_grads = true, concurrent = true}
+local FORWARD_OPTS = {train = true}
+
+local function check_opts(who, opts, known)
+  if type(opts) ~= "table" then fail("%s: opts must be a table, got %s", who, type(opts)) end
+  for k in pairs(opts) do
+    if not known[k] then
+      fail("%s: unknown option '%s' (known: %s)", who, tostring(k),
+        table.concat(sorted_keys(known), ", "))
+    end
+  end
+end
+
 function M.new(desc, extern_data, opts)
   if type(desc) ~= "table" then
     fail("rl.network: the description must be a table (name -> layer), got %s", type(desc))
   end
   opts = opts or {}
+  check_opts("rl.network", opts, NETWORK_OPTS)
   local dtype = opts.dtype or "float32"
   if dtype ~= "float32" and dtype ~= "float64" then
     fail("rl.network: dtype must be float32 or float64, got %s", tostring(dtype))
@@ -869,7 +888,13 @@ end
 
 function Network:forward(batch, fopts)
   local train = true
-  if fopts ~= nil and fopts.train ~= nil then train = fopts.train == true end
+  if fopts ~= nil then
+    check_opts("net:forward", fopts, FORWARD_OPTS)
+    if fopts.train ~= nil and type(fopts.train) ~= "boolean" then
+      fail("net:forward: train must be true or false, got %s", tostring(fopts.train))
+    end
+    if fopts.train ~= nil then train = fopts.train end
+  end
   local B = self:check_batch(batch)
   batch = self:on_device(batch)
   if batch.state_from ~= nil then

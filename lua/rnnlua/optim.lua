@@ -31,6 +31,9 @@ local KEYS = {
 
 local COUNTERS = {"num_steps", "skipped", "norm_count", "avg_norm", "last_grad_norm"}
 
+-- state buffers that are sums or averages of squares, never negative
+local SECOND_MOMENTS = {sum = true, exp_avg_sq = true, square_avg = true, acc_delta = true}
+
 local Optimizer = {}
 Optimizer.__index = Optimizer
 
@@ -106,6 +109,15 @@ end
 
 function Optimizer:step(lr)
   if type(lr) ~= "number" then error("opt:step: lr must be a number, got " .. type(lr), 2) end
+  -- net:params() and net:grads() are the network's own tensors: one closed by <close> raised
+  -- "argument 3: the tensor was freed" from inside the library
+  for _, which in ipairs{"params", "grads"} do
+    local t = self[which]
+    if not pcall(function() return t:dim() end) then
+      error(string.format("opt:step: the %s tensor this optimizer was made with was freed "
+        .. "(closed by <close> or a closed coroutine)", which), 2)
+    end
+  end
   local applied, reason = self.handle:step(self.params, self.grads, lr)
   if applied and self.weights then
     for _, w in ipairs(self.weights) do rl._optim_max_norm(w, self.max_norm) end
@@ -130,6 +142,12 @@ function Optimizer:load_state(st)
   for _, k in ipairs(COUNTERS) do
     if type(st[k]) ~= "number" then error("opt:load_state: missing number '" .. k .. "'", 2) end
   end
+  -- the state may come from a crafted checkpoint: a tiny or NaN average norm skipped every
+  -- later step as an outlier (or none), a negative second moment made the parameters NaN
+  if not (st.avg_norm >= 0 and st.avg_norm < math.huge) then
+    error("opt:load_state: avg_norm must be a finite number >= 0, got " .. tostring(st.avg_norm),
+      2)
+  end
   local live = self.handle:state_tensors()
   for _, name in ipairs(sorted_keys(live)) do
     local src = st[name]
@@ -148,6 +166,10 @@ function Optimizer:load_state(st)
     if host:dtype() ~= "int32" and (nan or inf) then
       error(string.format("opt:load_state: '%s' holds %s at value %d", name,
         nan and "NaN" or "Inf", nan or inf), 2)
+    end
+    if SECOND_MOMENTS[name] and src:numel() > 0 and src:min() < 0 then
+      error(string.format("opt:load_state: '%s' (a sum of squares) holds a negative value %g",
+        name, src:min()), 2)
     end
   end
   for name, t in pairs(live) do t:copy_(st[name]) end

@@ -57,6 +57,7 @@ local sorted_keys, list_of = util.sorted_keys, util.list_of
 
 -- Keys of a unit layer's description that the rec layer reads itself.
 local UNIT_KEYS = {initial_output = true, beam_size = true}
+local INT32_MAX = 2147483647
 
 -- The rec layer's own `from` (a list, possibly empty).
 local function rec_froms(name, d)
@@ -315,7 +316,12 @@ function M.create(name, d, srcs, n_from, in_dims, dtype, ext)
       if unit.initial ~= math.floor(unit.initial) or unit.initial < 0 or unit.initial >= unit.n_out then
         fail("%s (choice): initial_output must be a label in 0..%d", p.where, unit.n_out - 1)
       end
-      self.choice = self.choice or unit
+      -- search decides the labels of one choice; a second one would give nothing there
+      if self.choice then
+        fail("%s (choice): the unit already has choice layer '%s'; one choice per unit is "
+          .. "supported", p.where, self.choice.name)
+      end
+      self.choice = unit
     elseif u.class == "attention" then
       unit.kind = "attention"
       for k in pairs(u) do
@@ -337,6 +343,9 @@ function M.create(name, d, srcs, n_from, in_dims, dtype, ext)
           fail("%s: reads %s as a from; a unit layer reads the enclosing network through an "
             .. "attention layer", p.where, s.text)
         end
+      end
+      if u.beam_size ~= nil then
+        fail("%s (class %s): beam_size is an option of a choice layer", p.where, u.class)
       end
       local clean = {}
       for k, v in pairs(u) do if not UNIT_KEYS[k] then clean[k] = v end end
@@ -368,8 +377,13 @@ function M.create(name, d, srcs, n_from, in_dims, dtype, ext)
               s.text)
           end
         end
+        -- the backward over all steps has no scale: refused here, not after a forward that
+        -- scaled the loss (and a string or NaN scale failed inside the arithmetic)
+        if u.loss_scale ~= nil and u.loss_scale ~= 1 then
+          fail("%s: loss_scale inside a unit is not supported, got %s", p.where,
+            tostring(u.loss_scale))
+        end
         unit.loss, unit.target = true, u.target
-        unit.loss_scale = u.loss_scale or 1
       end
     end
     if u.direction ~= nil and u.direction ~= 1 then
@@ -812,7 +826,7 @@ function Rec:forward(inputs, geom, train, batch)
     local ok, out, l, e, f = pcall(unit.obj.forward, unit.obj, ins, len, train, y)
     if not ok then fail("layer '%s' (rec), unit layer '%s': %s", self.name, unit.name, tostring(out)) end
     unit.out:copy_(out)
-    loss, errors = loss + l * unit.loss_scale, errors + e
+    loss, errors = loss + l, errors + e
     frames = frames or f
   end
   self.rng_after = rl.get_rng_state()
@@ -861,7 +875,6 @@ function Rec:backward(grad_out, grad_in)
   for _, unit in ipairs(self.losses) do
     local gin = unit.loss_gin
     local ok, err = pcall(function()
-      if unit.loss_scale ~= 1 then error("loss_scale inside a unit is not supported", 0) end
       unit.obj:backward(nil, gin)
     end)
     if not ok then fail("layer '%s' (rec), unit layer '%s': %s", self.name, unit.name, tostring(err)) end
@@ -1184,6 +1197,12 @@ function Rec:search(inputs, geom, opts)
   if math.type(K) ~= "integer" or K < 1 then
     fail("%s: beam_size must be a positive integer, got %s", where, tostring(K))
   end
+  -- hypotheses are rows of int32 index tensors; B * K must not wrap (a crafted checkpoint's
+  -- beam_size of 2^62 made it 0 for 4 sequences) nor exceed those
+  if K > INT32_MAX // math.max(geom:size(1), 1) then
+    fail("%s: beam_size %d for %d sequences gives more than %d hypotheses", where, K,
+      geom:size(1), INT32_MAX)
+  end
   local V = choice.n_out
   local eos = opts.eos or 0
   if math.type(eos) ~= "integer" or eos < 0 or eos >= V then
@@ -1198,10 +1217,13 @@ function Rec:search(inputs, geom, opts)
   local BK = B * K
   local S = 0
   for _, n in ipairs(lim) do S = math.max(S, n) end
-  -- every sequence K times: hypothesis k of sequence b is row (b - 1) * K + k
-  local rep = {}
-  for b = 1, B do for _ = 1, K do rep[#rep + 1] = b end end
-  local rep_idx = rl.tensor(rep, "int32")
+  -- every sequence K times: hypothesis k of sequence b is row (b - 1) * K + k (made in C: a
+  -- Lua list of B * K numbers took 19 s to run out of memory for a beam of 2^30)
+  local okr, rep_idx = pcall(function() return rl.arange(BK, "int32") / K + 1 end)
+  if not okr then
+    fail("%s: beam_size %d for %d sequences (%d hypotheses): %s", where, K, B, BK,
+      util.strip_internal(rep_idx))
+  end
   local glen = geom:index_select(1, rep_idx)
   self.B, self.S, self.train, self.teacher = BK, S, false, false
   self.stepwise = false
@@ -1323,8 +1345,20 @@ end
 
 -- net:search(batch, opts): runs the layers the rec layer reads (train = false), then its beam
 -- search; opts.layer names the rec layer when the network has several.
+-- rl.search's options are named otherwise (beam, nbest): a misspelt key would search silently
+-- with the defaults
+local SEARCH_KEYS = {layer = true, beam_size = true, eos = true, length_norm = true,
+                     max_seq_len = true}
+
 function M.search(net, batch, opts)
   opts = opts or {}
+  if type(opts) ~= "table" then fail("net:search: opts must be a table, got %s", type(opts)) end
+  for _, k in ipairs(sorted_keys(opts)) do
+    if not SEARCH_KEYS[k] then
+      fail("net:search: unknown option '%s' (known: %s)", tostring(k),
+        table.concat(sorted_keys(SEARCH_KEYS), ", "))
+    end
+  end
   local target
   for _, node in ipairs(net.nodes) do
     if node.rec and node.layer.choice and (opts.layer == nil or opts.layer == node.name) then

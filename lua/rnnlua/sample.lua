@@ -104,11 +104,17 @@ local function lm_vocab(model, what)
   return labels, index, key
 end
 
--- The class drawn from probabilities p (a Lua list) at temperature temp with u in [0, 1).
-local function draw(p, temp, u)
+-- The class drawn from probabilities p (a Lua list) at temperature temp with u in [0, 1);
+-- n: the number of the character drawn (1-based), for the message of a NaN distribution.
+local function draw(p, temp, u, n)
   local best, bi = -math.huge, 1
   local logs = {}
   for k, v in ipairs(p) do
+    -- NaN (a model with NaN parameters) is no probability, but not "none" either: say so
+    if v ~= v then
+      fail("the model gave NaN as the probability of class %d for character %d (NaN in its "
+        .. "parameters?)", k - 1, n)
+    end
     local l = v > 0 and math.log(v) / temp or -math.huge
     logs[k] = l
     if l > best then best, bi = l, k end
@@ -201,7 +207,7 @@ function M.sample(opts)
     net:forward(batch, {train = false})
     local y = net:layer(layer).output
     local p = y:select(1, y:size(1)):select(1, 1):totable()
-    local c = draw(p, temp, rng:uniform())
+    local c = draw(p, temp, rng:uniform(), n)
     out[n] = vocab[c + 1]
     step[key]:fill_(c)
     batch = step

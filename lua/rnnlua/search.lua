@@ -275,7 +275,7 @@ function M.search(cfg)
     end
   end)
   if not ok then
-    e = tostring(e):gsub("^rl%.search: ", "")
+    e = util.strip_internal(e):gsub("^rl%.search: ", "")
     fail("%s", e)
   end
 

@@ -13,6 +13,9 @@
 --   util.file_error(msg, path) an error raised while reading the file `path` as "path: what":
 --                              without the position in rnnlua's own Lua code or the name of
 --                              the rl.h5file method, which tell a user nothing
+--   util.strip_internal(msg)   msg without the positions inside the library
+--                              ("lua/rnnlua/x.lua:12: ") that an error raised one level up
+--                              from a library function called by the library carries
 
 local M = {}
 
@@ -56,8 +59,14 @@ function M.same_file(a, b)
   return x ~= nil and y ~= nil and x.dev == y.dev and x.ino == y.ino
 end
 
+-- A user reads "rl.train: epoch 1, step 1: opt:step: ...", not where inside the library the
+-- check sits; positions in the user's own files (a recipe, a Lua layer) stay.
+function M.strip_internal(msg)
+  return (tostring(msg):gsub("lua/rnnlua/[%w_/]+%.lua:%d+: ", ""))
+end
+
 function M.file_error(msg, path)
-  msg = tostring(msg):gsub("^[^:\n]*%.lua:%d+: ", ""):gsub("^r?l?%.?h5file[:%w_]*: ", "")
+  msg = M.strip_internal(msg):gsub("^[^:\n]*%.lua:%d+: ", ""):gsub("^r?l?%.?h5file[:%w_]*: ", "")
   if msg:sub(1, #path + 2) == path .. ": " then return msg end
   return path:gsub("%z", "\\0") .. ": " .. msg -- (a NUL, refused by rl.h5file, shown)
 end

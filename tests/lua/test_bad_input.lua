@@ -71,6 +71,35 @@ for _, how in ipairs{{"closed", closed}, {"closed coroutine", closed_by_coroutin
     {name .. ": rl.save", function() rl.save(dir .. "/freed.h5", {x = make()}) end, FREED},
   }
 end
+-- A batch tensor closed between net:forward and net:backward: the layers keep their own
+-- shares, so the backward gives the gradients it gives without the close (it raised
+-- "reshape: the source is not a tensor (unset)" or "backward needs the forward's lengths").
+for _, cls in ipairs{"linear", "lstm", "gru", "embedding"} do
+  for _, which in ipairs{"data", "classes", "lengths"} do
+    H.test(cls .. ": " .. which .. " closed between forward and backward", function()
+      local ext1 = {data = {dim = 3}, classes = {dim = 4, sparse = true}}
+      local h = {class = cls, n_out = 5}
+      if cls == "embedding" then h.from = "classes" end
+      local desc = {h = h, output = {class = "softmax", from = {"h", "data"}, loss = "ce",
+                                     target = "classes"}}
+      local function grads(close)
+        rl.manual_seed(3)
+        local net = rl.network(desc, ext1)
+        do
+          local b = {data = rl.randn(4, 2, 3), classes = rl.tensor({{1, 2}, {0, 3}, {2, 2},
+                     {3, 1}}, "int32"), lengths = rl.tensor({4, 4}, "int32")}
+          local c <close> = close and b[which] or nil
+          net:forward(b)
+        end
+        collectgarbage()
+        collectgarbage()
+        net:backward()
+        return net:grads():clone()
+      end
+      H.check((grads(true) - grads(false)):abs():max() == 0, "the gradients differ")
+    end)
+  end
+end
 H.test("a freed tensor is still a tensor for is_tensor", function()
   H.check(rl.is_tensor(closed()))
 end)
@@ -428,7 +457,11 @@ cases{
                                 output = out_from("h")}), "n_outt"},
   {"an unknown loss", net_of({output = out_from("data", {loss = "hinge"})}), "unknown loss"},
   {"loss_scale as a string", net_of({output = out_from("data", {loss_scale = "2"})}),
-   "loss_scale must be a number"},
+   "loss_scale must be a finite number, got 2"},
+  {"loss_scale NaN", net_of({output = out_from("data", {loss_scale = 0 / 0})}),
+   "layer 'output': loss_scale must be a finite number"},
+  {"loss_scale inf", net_of({output = out_from("data", {loss_scale = 1 / 0})}),
+   "layer 'output': loss_scale must be a finite number, got inf"},
   {"mse on a sparse target", net_of({output = {class = "linear", n_out = 4, loss = "mse",
                                                target = "classes"}}), "needs a dense target"},
   {"n_out that disagrees with the target", net_of({output = out_from("data", {n_out = 7})}),
@@ -447,6 +480,20 @@ cases{
                                                                          sparse = true}}), "dim"},
   {"a network dtype int32", function() rl.network(softmax_ce, ext, {dtype = "int32"}) end,
    "dtype must be float32 or float64"},
+  -- options that were ignored: {trian = false} scored with dropout on
+  {"a misspelt network option", function() rl.network(softmax_ce, ext, {dtyp = "float64"}) end,
+   "rl.network: unknown option 'dtyp' (known: concurrent, dtype, input_grads, seed)"},
+  {"network options that are a string", function() rl.network(softmax_ce, ext, "float64") end,
+   "rl.network: opts must be a table, got string"},
+  {"a misspelt forward option", function()
+     rl.network(softmax_ce, ext):forward(seq_batch(1, {4}), {trian = false}) end,
+   "net:forward: unknown option 'trian' (known: train)"},
+  {"forward options that are a boolean", function()
+     rl.network(softmax_ce, ext):forward(seq_batch(1, {4}), false) end,
+   "net:forward: opts must be a table, got boolean"},
+  {"forward train as a string", function()
+     rl.network(softmax_ce, ext):forward(seq_batch(1, {4}), {train = "false"}) end,
+   "net:forward: train must be true or false, got false"},
 }
 
 ---------------------------------------------------------------- dataset files
@@ -537,6 +584,18 @@ cases{
   {"batch_size 0", function()
      rl.batches(rl.dataset{class = "12ax", num_seqs = 2}, {batch_size = 0}) end,
    "batch_size must be a positive"},
+  {"batches of a config table", function() rl.batches({class = "12ax", num_seqs = 2}) end,
+   "rl.batches: expects a dataset object (rl.dataset{...} or an object with get_seq), got a "
+   .. "table without get_seq"},
+  {"batches of nothing", function() rl.batches() end, "rl.batches: expects a dataset object"},
+  {"batches with opts that are a number", function()
+     rl.batches(rl.dataset{class = "12ax", num_seqs = 2}, 5) end,
+   "rl.batches: opts must be a table, got number"},
+  {"check_dataset_dims of a number", function() rl.check_dataset_dims(5, {}) end,
+   "check_dataset_dims: expects a dataset object"},
+  {"check_dataset_dims without extern_data", function()
+     rl.check_dataset_dims(rl.dataset{class = "12ax", num_seqs = 2}) end,
+   "check_dataset_dims: extern_data must be a table, got nil"},
   {"an unknown batches option", function()
      rl.batches(rl.dataset{class = "12ax", num_seqs = 2}, {batchsize = 10}) end,
    "unknown option 'batchsize'"},

@@ -333,6 +333,17 @@ end, "rl.ctc_decode: lengths must be a (1) int32 tensor")
 expect_error("ctc_decode: a length beyond T", function()
   rl.ctc_decode(rl.zeros(2, 2, 3), rl.tensor({2, 3}, "int32"), {beam = 2})
 end, "rl.ctc_decode: sequence 2: length 3 is outside 0..2")
+-- beam x classes beyond int32: the message said "beam N with V classes, blank B", not what
+-- was wrong, after a position inside the library
+for _, beam in ipairs{1 << 40, 1 << 62} do
+  expect_error("ctc_decode: beam " .. beam, function()
+    rl.ctc_decode(rl.zeros(2, 1, 3), rl.tensor({2}, "int32"), {beam = beam})
+  end, "rl.ctc_decode: beam " .. beam .. " is too large: beam x classes (3) must stay below 2^31")
+  test("ctc_decode: beam " .. beam .. " names no library position", function()
+    local ok, err = pcall(rl.ctc_decode, rl.zeros(2, 1, 3), rl.tensor({2}, "int32"), {beam = beam})
+    check(not ok and not tostring(err):find("lua/rnnlua/", 1, true), tostring(err))
+  end)
+end
 expect_error("ctc_decode: bad beam", function()
   rl.ctc_decode(rl.zeros(2, 1, 3), rl.tensor({2}, "int32"), {beam = 0})
 end, "rl.ctc_decode: beam must be a positive integer")

@@ -253,6 +253,53 @@ H.test("a NaN loss stops with the epoch and step, checkpoints untouched", functi
   same_snapshot(before, snapshot(d), "nan loss")
 end)
 
+-- A checkpoint whose optimizer or lr-control state is crafted (a negative second moment made
+-- every parameter NaN after the first step; an lr entry of NaN stopped it at the first update
+-- without naming the file): the error names the checkpoint, and no file changes.
+for _, c in ipairs{
+  {"a negative exp_avg_sq", function(ck) ck.optimizer_state.exp_avg_sq[1] = -1 end,
+   "opt:load_state: 'exp_avg_sq' (a sum of squares) holds a negative value -1"},
+  {"an lr of NaN", function(ck) ck.lr_control_state["lr.3"] = 0 / 0 end,
+   "lrc:load_state: lr.3 = "},
+} do
+  H.test("resuming from a checkpoint with " .. c[1] .. " names the file", function()
+    local d = base_run()
+    local ck = rl.load_checkpoint(d .. "/m.002.h5")
+    c[2](ck)
+    local path = d .. "/crafted.h5"
+    local r = rl.train(config({num_epochs = 1}), {})
+    rl.save_checkpoint(path, {net = r.net, epoch = 2, step = ck.step, rng_state = ck.rng_state,
+      optimizer = {state = function() return ck.optimizer_state end},
+      lr_control = {state = function() return ck.lr_control_state end}})
+    local before = snapshot(d)
+    local err = expect_fail(function()
+      rl.train(config({model = d .. "/m", load = path}), {})
+    end, "rl.train: resuming from " .. path .. ": ", c[3])
+    H.check(not err:find("lua/rnnlua/", 1, true), err)
+    same_snapshot(before, snapshot(d), c[1])
+  end)
+end
+
+-- A check inside the library raised one level up points into the library
+-- ("lua/rnnlua/optim.lua:92: "), which tells a user nothing: rl.train names the key instead.
+for _, c in ipairs{
+  {"beta1 NaN", {optimizer = {class = "adam", beta1 = 0 / 0}}, "optimizer: beta1 = "},
+  {"an infinite learning_rate", {learning_rate = 1 / 0},
+   "rl.lr_control: learning_rate must be a finite number >= 0, got inf"},
+  {"a control function returning inf", {learning_rate_control = function() return 1 / 0 end},
+   "epoch 1, step 1: lrc:lr: the learning_rate_control function returned inf"},
+  {"an infinite warmup (silently lr 0 before)", {learning_rate_warmup_steps = 1 / 0},
+   "learning_rate_warmup_steps must be a finite number"},
+  {"a log_verbosity that is a string", {log_verbosity = "x"},
+   "log: verbosity must be an integer >= 0, got x"},
+  {"a log_file that is a directory", {log_file = newdir()}, "log: cannot open log_file: "},
+} do
+  H.test("rl.train: " .. c[1] .. " names the key, not a library position", function()
+    local err = expect_fail(function() rl.train(config(c[2]), {}) end, "rl.train: ", c[3])
+    H.check(not err:find("lua/rnnlua/", 1, true), err)
+  end)
+end
+
 H.test("forward task: the file reads back and matches a direct net:forward", function()
   local d = newdir()
   local r = rl.train(config({model = d .. "/m", num_epochs = 1}), {})

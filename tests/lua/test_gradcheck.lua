@@ -154,4 +154,46 @@ H.expect_error("assert = true raises on a wrong gradient", function()
   rl.gradcheck{layer = {class = "test_wrong_grad"}, in_dim = 3, assert = true}
 end, "max relative error")
 
+-- NaN must fail the check: math.max drops a NaN, and a layer whose backward gave NaN passed
+-- with max_rel_error 0
+rl.layers.register("test_nan_grad", {
+  init = function(self, opts, in_dims) return in_dims[1] end,
+  params = function(self) return {{name = "a", shape = {self.in_dims[1]}, init = "ones"}} end,
+  forward = function(self, inputs) return inputs[1] * self.params.a end,
+  backward = function(self, grad_out, inputs)
+    self.grads.a:add_(rl.full({self.in_dims[1]}, 0 / 0, self.dtype))
+    return {grad_out * self.params.a}
+  end,
+})
+H.test("a NaN parameter gradient fails the check", function()
+  local r = rl.gradcheck{layer = {class = "test_nan_grad"}, in_dim = 3}
+  H.check(not r.passed, "passed although the gradient is NaN")
+  H.check(r.worst.tensor == "layer.a", "worst is " .. tostring(r.worst.tensor))
+  H.check(r.max_rel_error == math.huge, "rel error " .. r.max_rel_error)
+end)
+H.expect_error("assert = true raises on a NaN gradient", function()
+  rl.gradcheck{layer = {class = "test_nan_grad"}, in_dim = 3, assert = true}
+end, "max relative error inf")
+
+-- options that made every difference NaN (and the check pass), or that were ignored
+for _, c in ipairs{
+  {{eps = 0}, "eps must be a finite number > 0, got 0"},
+  {{eps = 0 / 0}, "eps must be a finite number > 0"},
+  {{eps = 1 / 0}, "eps must be a finite number > 0, got inf"},
+  {{eps = -1e-6}, "eps must be a finite number > 0, got -1e-06"},
+  {{floor = 0 / 0}, "floor must be a finite number > 0"},
+  {{tol = 0 / 0}, "tol must be a finite number >= 0"},
+  {{T = 0}, "T must be an integer >= 1, got 0"},
+  {{B = 2.5}, "B must be an integer >= 1, got 2.5"},
+  {{max_inputs = -1}, "max_inputs must be an integer >= 0, got -1"},
+  {{tolerance = 1}, "unknown option 'tolerance'"},
+} do
+  local k, v = next(c[1])
+  H.expect_error("gradcheck option " .. k .. " = " .. tostring(v), function()
+    local o = {layer = {class = "linear", n_out = 2}, in_dim = 2}
+    o[k] = v
+    rl.gradcheck(o)
+  end, "rl.gradcheck: " .. c[2])
+end
+
 H.done()

@@ -140,12 +140,40 @@ H.expect_error("unknown control is named", function()
 end, "unknown learning_rate_control 'newbobb'")
 H.expect_error("a bad value is named", function()
   rl.lr_control{learning_rate = -1}
-end, "learning_rate must be a number >= 0")
+end, "learning_rate must be a finite number >= 0, got -1")
+
+-- Values that pass a ">= 0" check but break training later: an infinite rate (fails only at
+-- the first update), an infinite warmup (silently lr 0), a fractional epoch count (an internal
+-- error at the first decision).
+for _, c in ipairs{
+  {"learning_rate", 1 / 0, "learning_rate must be a finite number >= 0, got inf"},
+  {"min_learning_rate", 1 / 0, "min_learning_rate must be a finite number >= 0"},
+  {"learning_rate_warmup_steps", 1 / 0, "learning_rate_warmup_steps must be a finite number"},
+  {"newbob_learning_rate_decay", 1 / 0, "newbob_learning_rate_decay must be a finite number"},
+  {"newbob_multi_num_epochs", 2.5, "newbob_multi_num_epochs must be a finite integer >= 1, got 2.5"},
+  {"newbob_multi_update_interval", 1.5, "newbob_multi_update_interval must be a finite integer"},
+} do
+  H.expect_error(c[1] .. " = " .. tostring(c[2]), function()
+    rl.lr_control{learning_rate_control = "newbob_multi_epoch", [c[1]] = c[2]}
+  end, c[3])
+end
+H.test("an infinite threshold is allowed (never decay)", function()
+  local l = rl.lr_control{learning_rate_control = "newbob", learning_rate = 1,
+                          newbob_relative_error_threshold = 1 / 0}
+  l:epoch_done(1, {dev_score = 1})
+  l:epoch_done(2, {dev_score = 2})
+  H.near(l:lr(3), 1, 0, "lr")
+end)
+H.expect_error("a control function that returns inf", function()
+  rl.lr_control{learning_rate_control = function() return 1 / 0 end}:lr(1, 1)
+end, "returned inf for epoch 1 step 1 (expects a finite number >= 0)")
 
 -- a state read from a crafted checkpoint: an lr that is no finite number >= 0 was taken (and
 -- trained with), an epoch beyond 2^63 failed with "table index is nil"
 for _, c in ipairs{
   {"lr.2", "abc", "lrc:load_state: lr.2 = abc is not a learning rate (a finite number >= 0)"},
+  {"lr.2", "0.1", "lrc:load_state: lr.2 = 0.1 is not a learning rate (a finite number >= 0)"},
+  {"lr.0", 0.1, "lrc:load_state: key lr.0: the epoch must be an integer in 1..2^63"},
   {"lr.2", 0 / 0, "is not a learning rate (a finite number >= 0)"},
   {"lr.2", -1, "lrc:load_state: lr.2 = -1 is not a learning rate"},
   {"lr.2", 1 / 0, "lrc:load_state: lr.2 = inf is not a learning rate"},

@@ -69,6 +69,13 @@ E("method on non-tensor", function() return a.sum({}) end, "tensor expected")
 E("set_rng_state garbage", function() return rl.set_rng_state({seed = "x"}) end, "set_rng_state")
 E("set_num_threads zero", function() return rl.set_num_threads(0) end, "set_num_threads")
 E("int32 division by zero", function() return i32 / 0 end, "zero")
+-- a zero inside a divisor tensor gave 0 silently
+E("int32 division by a tensor holding 0", function() return i32 / rl.tensor({3, 0}, "int32") end,
+  "int32 division by zero (element 2 of the divisor")
+E("int32 scalar divided by a tensor holding 0", function() return 6 / rl.tensor({0, 1}, "int32") end,
+  "int32 division by zero (element 1 of the divisor")
+E("int32 div_ by a tensor holding 0", function()
+  rl.tensor({4, 6}, "int32"):div_(rl.tensor({2, 0}, "int32")) end, "int32 division by zero")
 
 -- an error inside a view chain leaves the tensors usable
 H.test("state after errors", function()

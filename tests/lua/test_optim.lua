@@ -211,6 +211,45 @@ H.expect_error("load_state refuses a float64 state beyond float32's range", func
   st[name]:view(-1)[1] = 1e300
   a:load_state(st)
 end, "holds Inf at value 1")
+-- a crafted state: checked before anything changes (negative second moments, bad avg_norm)
+for _, c in ipairs{
+  {"adam", "exp_avg_sq", -1, "'exp_avg_sq' (a sum of squares) holds a negative value -1"},
+  {"adam", "exp_avg", 0 / 0, "'exp_avg' holds NaN at value 1"},
+  {"adagrad", "sum", 1 / 0, "'sum' holds Inf at value 1"},
+  {"adadelta", "acc_delta", -2, "'acc_delta' (a sum of squares) holds a negative value -2"},
+  {"momentum", "momentum_buffer", -1 / 0, "'momentum_buffer' holds Inf at value 1"},
+} do
+  H.expect_error("load_state: " .. c[1] .. " " .. c[2] .. " = " .. tostring(c[3]), function()
+    local a = new_opt({class = c[1]})
+    local st = a:state()
+    st[c[2]][1] = c[3]
+    a:load_state(st)
+  end, "opt:load_state: " .. c[4])
+end
+for _, v in ipairs{0 / 0, -1, 1 / 0} do
+  H.expect_error("load_state: avg_norm = " .. tostring(v), function()
+    local a = new_opt({class = "sgd"})
+    local st = a:state()
+    st.avg_norm = v
+    a:load_state(st)
+  end, "opt:load_state: avg_norm must be a finite number >= 0")
+end
+H.test("load_state: a rejected state changes nothing", function()
+  local a = new_opt({class = "adam"})
+  local st = a:state()
+  st.exp_avg_sq[1] = -1
+  st.num_steps = 7
+  pcall(a.load_state, a, st)
+  H.check(a.num_steps == 0 and a:state().exp_avg_sq:abs():sum() == 0, "state changed")
+end)
+for _, which in ipairs{"params", "grads"} do
+  H.expect_error("step after its " .. which .. " were closed", function()
+    local net = make_net()
+    local opt = rl.optimizer({class = "adam"}, net:params(), net:grads())
+    do local t <close> = net[which](net) end
+    opt:step(0.1)
+  end, "opt:step: the " .. which .. " tensor this optimizer was made with was freed")
+end
 H.expect_error("step needs a number", function() new_opt({}):step("x") end, "lr must be a number")
 
 H.done()

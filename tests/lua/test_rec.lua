@@ -262,6 +262,44 @@ H.expect_error("search: max_seq_len <= 0", function()
     {max_seq_len = "T - 5"})
 end, "layer 'dec' (rec), unit layer 'output': max_seq_len must be >= 1, got -2")
 
+-- search options: rl.search's names (beam) given to net:search searched silently with the
+-- defaults; a beam of 2^62 for 4 sequences wrapped B * K to 0 hypotheses
+local function search_with(opts, B)
+  return function()
+    local net = trained_like_net(5)
+    B = B or 1
+    local lens = {}
+    for b = 1, B do lens[b] = 3 end
+    net:search({data = rl.randn(3, B, 3), lengths = rl.tensor(lens, "int32")}, opts)
+  end
+end
+H.expect_error("search: opts not a table", search_with(5), "net:search: opts must be a table, got number")
+H.expect_error("search: an unknown option", search_with({beam = 4}),
+  "net:search: unknown option 'beam' (known: beam_size, eos, layer, length_norm, max_seq_len)")
+H.expect_error("search: a beam that wraps B * K", search_with({beam_size = 1 << 62}, 4),
+  "layer 'dec' (rec), unit layer 'output': beam_size 4611686018427387904 for 4 sequences gives "
+  .. "more than 2147483647 hypotheses")
+H.expect_error("search: a beam beyond int32 rows", search_with({beam_size = 1 << 31}),
+  "gives more than 2147483647 hypotheses")
+H.test("search: an empty batch gives no results", function()
+  local net = trained_like_net(5)
+  local r = net:search({data = rl.randn(3, 0, 3), lengths = rl.zeros(0, "int32")}, {beam_size = 2})
+  H.check(#r == 0, "results for no sequences")
+end)
+-- refused when built: a forward scaled the loss and only the backward said "not supported"
+for _, v in ipairs{2, "2", 0 / 0} do
+  bad("loss_scale " .. tostring(v) .. " (" .. type(v) .. ") inside a unit", {s = {class = "lstm", n_out = 4,
+    from = "prev:s"}, p = {class = "softmax", from = "s", loss = "ce", target = "classes",
+    loss_scale = v}, output = ok_out},
+    "layer 'dec' (rec), unit layer 'p': loss_scale inside a unit is not supported, got ")
+end
+bad("two choice layers in a unit", {s = {class = "lstm", n_out = 4, from = "prev:s"}, p = ok_p,
+  output = ok_out, output2 = ok_out},
+  "(choice): the unit already has choice layer 'output")
+bad("beam_size on a layer that is not a choice", {s = {class = "lstm", n_out = 4,
+  from = "prev:s", beam_size = 4}, p = ok_p, output = ok_out},
+  "layer 'dec' (rec), unit layer 's' (class lstm): beam_size is an option of a choice layer")
+
 H.expect_error("a choice without a target in the batch, outside search", function()
   local net = trained_like_net(5)
   net:forward{data = rl.randn(3, 1, 3), lengths = rl.tensor({3}, "int32"),

@@ -97,6 +97,13 @@ H.test("length 0 gives the empty string; the default prime is a newline", functi
   H.check(full:sub(1, 1) == "\n" and #full == 6, "starts from \\n")
 end)
 
+H.expect_error("a model with NaN parameters", function()
+  local net = rl.network({emb = NET.emb, l1 = NET.l1, l2 = NET.l2,
+    output = {class = "softmax", from = "l2", is_output_layer = true, n_out = V}}, EXT)
+  net:params():fill_(0 / 0)
+  rl.sample{model = net, prime = "a", length = 3, seed = 1}
+end, "rl.sample: the model gave NaN as the probability of class 0 for character 1")
+
 H.expect_error("a prime character not in the vocabulary", function()
   rl.sample{model = r.net, prime = "the Zebra", length = 5}
 end, "prime character \"Z\" (character 5 of the prime) is not in the vocabulary")
