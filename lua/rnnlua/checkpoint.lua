@@ -374,8 +374,9 @@ function M.norm_values(mean, std, what)
     error(string.format("%s: mean must be finite everywhere, got %s at %d", what,
       nan and "NaN" or "Inf", nan or inf), 0)
   end
-  if std:numel() > 0 and (std:min() <= 0 or rl.dataset_scan(std)
-      or select(2, rl.dataset_scan(std)) or select(2, rl.dataset_scan(std:reciprocal()))) then
+  local snan, sinf = rl.dataset_scan(std)
+  local _, rinf = rl.dataset_scan(std:reciprocal())
+  if snan or sinf or rinf or (std:numel() > 0 and std:min() <= 0) then
     error(string.format("%s: std must be positive everywhere (and finite, above 2^-128)", what), 0)
   end
   return {mean = mean, std = std}

@@ -104,14 +104,7 @@ local function positive_int(v) return math.type(v) == "integer" and v >= 1 end
 
 function M.gradcheck(o)
   if type(o) ~= "table" then error("rl.gradcheck: expects an options table", 2) end
-  for k in pairs(o) do
-    if not KEYS[k] then
-      local known = {}
-      for n in pairs(KEYS) do known[#known + 1] = n end
-      table.sort(known)
-      fail("rl.gradcheck: unknown option '%s' (known: %s)", tostring(k), table.concat(known, ", "))
-    end
-  end
+  require("rnnlua.util").check_options("rl.gradcheck", o, KEYS)
   check_opt(o, "eps", positive_finite, "a finite number > 0")
   check_opt(o, "floor", positive_finite, "a finite number > 0")
   check_opt(o, "tol", function(v) return v >= 0 and v < math.huge end, "a finite number >= 0")

@@ -300,15 +300,7 @@ end
 local NETWORK_OPTS = {dtype = true, seed = true, input_grads = true, concurrent = true}
 local FORWARD_OPTS = {train = true}
 
-local function check_opts(who, opts, known)
-  if type(opts) ~= "table" then fail("%s: opts must be a table, got %s", who, type(opts)) end
-  for k in pairs(opts) do
-    if not known[k] then
-      fail("%s: unknown option '%s' (known: %s)", who, tostring(k),
-        table.concat(sorted_keys(known), ", "))
-    end
-  end
-end
+local check_opts = util.check_options
 
 function M.new(desc, extern_data, opts)
   if type(desc) ~= "table" then

@@ -1243,7 +1243,7 @@ function Rec:search(inputs, geom, opts)
   end)
   if not okb then
     fail("%s: buffers for max_seq_len = %d steps of %d hypotheses (batch %d x beam %d): %s",
-      where, S, BK, B, K, tostring(errb):gsub("^[%w_/%.%-]+%.lua:%d+: ", ""))
+      where, S, BK, B, K, util.strip_internal(errb))
   end
   local score, done = {}, {}
   for i = 1, BK do score[i], done[i] = (i - 1) % K == 0 and 0 or -math.huge, false end
@@ -1352,13 +1352,7 @@ local SEARCH_KEYS = {layer = true, beam_size = true, eos = true, length_norm = t
 
 function M.search(net, batch, opts)
   opts = opts or {}
-  if type(opts) ~= "table" then fail("net:search: opts must be a table, got %s", type(opts)) end
-  for _, k in ipairs(sorted_keys(opts)) do
-    if not SEARCH_KEYS[k] then
-      fail("net:search: unknown option '%s' (known: %s)", tostring(k),
-        table.concat(sorted_keys(SEARCH_KEYS), ", "))
-    end
-  end
+  util.check_options("net:search", opts, SEARCH_KEYS)
   local target
   for _, node in ipairs(net.nodes) do
     if node.rec and node.layer.choice and (opts.layer == nil or opts.layer == node.name) then

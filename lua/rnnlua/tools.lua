@@ -527,10 +527,10 @@ end
 -- A string for gnuplot (single quotes: nothing is expanded). The strings come from the files
 -- drawn (sequence tags, label names, file names), and a line break would end the quoted string
 -- and its command: the rest of the line would run as gnuplot commands, "!cmd" in the shell. So
--- every control character is written as \NNN (its code), which gnuplot shows as it is.
+-- every control character but a tab is written as \NNN (its code; shown above), which gnuplot
+-- shows as it is.
 local function q(s)
-  s = s:gsub("'", "''"):gsub("%c", function(c) return string.format("\\%03d", c:byte()) end)
-  return "'" .. s .. "'"
+  return "'" .. shown((s:gsub("'", "''"))) .. "'"
 end
 
 -- "png" or "svg" from the output's name.

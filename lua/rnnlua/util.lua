@@ -13,6 +13,9 @@
 --   util.file_error(msg, path) an error raised while reading the file `path` as "path: what":
 --                              without the position in rnnlua's own Lua code or the name of
 --                              the rl.h5file method, which tell a user nothing
+--   util.check_options(who, opts, known)   raises "who: unknown option 'k' (known: ...)"
+--                              for a key of opts not in the set known (a misspelt option
+--                              would otherwise be ignored), or when opts is no table
 --   util.strip_internal(msg)   msg without the positions inside the library
 --                              ("lua/rnnlua/x.lua:12: ") that an error raised one level up
 --                              from a library function called by the library carries
@@ -57,6 +60,18 @@ function M.same_file(a, b)
   local lfs = require("lfs")
   local x, y = lfs.attributes(a), lfs.attributes(b)
   return x ~= nil and y ~= nil and x.dev == y.dev and x.ino == y.ino
+end
+
+function M.check_options(who, opts, known)
+  if type(opts) ~= "table" then
+    error(string.format("%s: opts must be a table, got %s", who, type(opts)), 0)
+  end
+  for _, k in ipairs(M.sorted_keys(opts)) do
+    if not known[k] then
+      error(string.format("%s: unknown option '%s' (known: %s)", who, tostring(k),
+        table.concat(M.sorted_keys(known), ", ")), 0)
+    end
+  end
 end
 
 -- A user reads "rl.train: epoch 1, step 1: opt:step: ...", not where inside the library the
