@@ -10,6 +10,11 @@
  *   gru --serve CONFIG     for bench/torch_gru.py, which interleaves rnnlua and PyTorch
  *                          measurements in one run: reads a repetition count per line on stdin,
  *                          runs that many steps and prints the seconds they took, until EOF
+ *   gru --gemms CONFIG     the step's matrix products alone, each shape timed on its own with
+ *                          the faster of the BLAS and the packed kernel (operands warm, packing
+ *                          not counted), their sum against the whole step in the same run: how
+ *                          much of the step the products take at the best speed this machine
+ *                          gives them, i.e. a floor for any implementation built on them
  */
 #include <stdio.h>
 #include <string.h>
@@ -17,6 +22,7 @@
 #include "bench.h"
 
 #include "../core/rng.h"
+#include "../kernels/cpu/gemm_small.h"
 #include "../layers/layer.h"
 #include "../layers/layers.h"
 
@@ -163,6 +169,125 @@ static double step_flops(const topology *tp) {
     return f;
 }
 
+/* --gemms: one product shape of the step, m x n = (m x k)(k x n), `count` times per step. */
+typedef struct {
+    const char *what;
+    int64_t m, n, k, count;
+    bool packable; /* a row-major left operand: the packed kernel applies */
+} product;
+
+typedef struct {
+    const product *p;
+    float *a, *b, *c, *packed;
+    bool use_packed;
+} product_ctx;
+
+static void run_product(void *ctx, int64_t reps) {
+    const product_ctx *x = ctx;
+    const product *p = x->p;
+    for (int64_t r = 0; r < reps; r++)
+        for (int64_t i = 0; i < p->count; i++)
+            if (x->use_packed)
+                rl_gemm_packed_f32(p->m, p->n, p->k, x->a, p->k, x->packed, false, x->c, p->n);
+            else if (p->packable)
+                rl_blas_sgemm(false, false, p->m, p->n, p->k, 1.0f, x->a, p->k, x->b, p->n, 0.0f,
+                              x->c, p->n);
+            else /* the weight gradients: (k x m)^T (k x n) */
+                rl_blas_sgemm(true, false, p->m, p->n, p->k, 1.0f, x->a, p->m, x->b, p->n, 0.0f,
+                              x->c, p->n);
+}
+
+static float *bench_alloc(rl_tensor *t, int64_t elems, rl_rng *g) {
+    int64_t sh[1] = {elems};
+    empty(t, 1, sh, "operand");
+    bench_check(rl_op_normal(t, g, 0, 1), "operand");
+    return rl_tensor_data(t);
+}
+
+/* Times one shape (both kernels where the packed one applies); returns the best seconds per
+ * step and names the kernel. */
+static double time_product(const product *p, rl_rng *g, const char **kernel) {
+    rl_tensor t[4] = {0};
+    product_ctx x = {.p = p};
+    x.a = bench_alloc(&t[0], p->m * p->k, g);
+    x.b = bench_alloc(&t[1], p->k * p->n, g);
+    x.c = bench_alloc(&t[2], p->m * p->n, g);
+    bench_variant v[2] = {{run_product, &x}};
+    product_ctx y = x;
+    int n = 1;
+    if (p->packable && rl_gemm_packed_fast()) {
+        y.packed = bench_alloc(&t[3], rl_gemm_packed_size(p->k, p->n), g);
+        rl_gemm_pack_f32(y.packed, y.b, p->n, false, p->k, p->n);
+        y.use_packed = true;
+        v[n++] = (bench_variant){run_product, &y};
+    }
+    double sec[2];
+    bench_row(n, v, sec);
+    *kernel = n == 2 && sec[1] < sec[0] ? "packed" : "BLAS";
+    for (int i = 0; i < 4; i++)
+        rl_tensor_release(&t[i]);
+    return n == 2 && sec[1] < sec[0] ? sec[1] : sec[0];
+}
+
+/* The products of one GRU direction of a layer with F inputs: the input projection, the
+ * per-step recurrent products forward and backward, the weight gradients and (above the lowest
+ * layer) the input gradient. */
+static int layer_products(const topology *tp, int64_t F, bool input_grad, product *out) {
+    int64_t TB = tp->T * tp->B, B = tp->B, H = tp->hidden, G = 3 * H;
+    product ps[] = {
+        {"input projection X W", TB, G, F, 1, true},
+        {"recurrent h U, per step", B, G, H, tp->T, true},
+        {"recurrent dG U^T, per step", B, H, G, tp->T, true},
+        {"dU = H^T dG", H, G, TB, 1, false},
+        {"dW = X^T dG", F, G, TB, 1, false},
+        {"dX = dG W^T", TB, F, G, 1, true},
+    };
+    int n = input_grad ? 6 : 5;
+    memcpy(out, ps, (size_t)n * sizeof *ps);
+    return n;
+}
+
+static int gemms(const topology *tp, rl_rng *g) {
+    printf("### GRU step's products alone, %s (rnnlua, float32, CPU, %d threads)\n\n", tp->name,
+           rl_blas_get_threads());
+    printf("| layer | product | m x n x k | per step | kernel | ms/step | GFLOP/s |\n");
+    printf("|---|---|---|---:|---|---:|---:|\n");
+    double total = 0, flops = 0;
+    for (int li = 0; li < tp->layers; li++) {
+        int64_t F = li ? (int64_t)tp->dirs * tp->hidden : tp->in;
+        if (li > 1) { /* the same shapes as the layer below */
+            printf("| %d | as layer 2 | | | | | |\n", li + 1);
+            continue;
+        }
+        product ps[6];
+        int n = layer_products(tp, F, li > 0, ps);
+        int copies = tp->dirs * (li ? tp->layers - 1 : 1);
+        for (int i = 0; i < n; i++) {
+            const char *kernel;
+            double sec = time_product(&ps[i], g, &kernel);
+            double f =
+                2.0 * (double)ps[i].m * (double)ps[i].n * (double)ps[i].k * (double)ps[i].count;
+            printf("| %d | %s | %lld x %lld x %lld | %lld | %s | %.2f | %.1f |\n", li + 1,
+                   ps[i].what, (long long)ps[i].m, (long long)ps[i].n, (long long)ps[i].k,
+                   (long long)ps[i].count, kernel, sec * 1e3, f / sec / 1e9);
+            total += copies * sec;
+            flops += copies * f;
+        }
+    }
+    model m;
+    model_init(&m, tp, g);
+    bench_variant v = {run_steps, &m};
+    double step;
+    bench_row(1, &v, &step);
+    model_free(&m);
+    printf("\nProducts alone: %.1f ms per step (%.1f GFLOP/s) for the %d direction(s) x %d "
+           "layer(s); the whole step in the same run: %.1f ms (%.1f GFLOP/s of products); the "
+           "products at their best take %.0f%% of the step.\n",
+           total * 1e3, flops / total / 1e9, tp->dirs, tp->layers, step * 1e3, flops / step / 1e9,
+           100 * total / step);
+    return 0;
+}
+
 static const topology *find(const char *name) {
     for (size_t i = 0; i < sizeof TOPOS / sizeof TOPOS[0]; i++)
         if (strcmp(TOPOS[i].name, name) == 0) return &TOPOS[i];
@@ -193,6 +318,7 @@ int main(int argc, char **argv) {
     rl_rng g;
     rl_rng_seed(&g, 1);
     if (argc == 3 && strcmp(argv[1], "--serve") == 0) return serve(find(argv[2]), &g);
+    if (argc == 3 && strcmp(argv[1], "--gemms") == 0) return gemms(find(argv[2]), &g);
     const topology *only = argc > 1 ? find(argv[1]) : NULL;
     printf("### GRU training step (rnnlua, float32, CPU, %d BLAS threads)\n\n",
            rl_blas_get_threads());
