@@ -139,18 +139,27 @@ static void print_version(void) {
  * breaks and tabs are written as \NNN, so no escape sequence from a file reaches the terminal. */
 static void message(const char *msg) {
     fflush(stdout);
-    if (rl_dist_size() > 1)
-        fprintf(stderr, "%s: rank %d: ", PROGNAME, rl_dist_rank());
-    else
-        fprintf(stderr, "%s: ", PROGNAME);
+    /* one write for the whole message: stderr is unbuffered, and the ranks of a job that all
+     * fail at once would interleave their messages character by character */
+    size_t cap = strlen(msg) * 4 + 64;
+    char *buf = malloc(cap);
+    if (buf == NULL) {
+        fprintf(stderr, "%s: %s\n", PROGNAME, msg);
+        return;
+    }
+    size_t len = rl_dist_size() > 1
+                     ? (size_t)snprintf(buf, cap, "%s: rank %d: ", PROGNAME, rl_dist_rank())
+                     : (size_t)snprintf(buf, cap, "%s: ", PROGNAME);
     for (const unsigned char *c = (const unsigned char *)msg; *c; c++) {
         if ((*c < 32 && *c != '\n' && *c != '\t') || *c == 127)
-            fprintf(stderr, "\\%03d", *c);
+            len += (size_t)snprintf(buf + len, cap - len, "\\%03d", *c);
         else
-            fputc(*c, stderr);
+            buf[len++] = (char)*c;
     }
-    fputc('\n', stderr);
+    buf[len++] = '\n';
+    fwrite(buf, 1, len, stderr);
     fflush(stderr);
+    free(buf);
 }
 
 static int report(lua_State *L, int status) {

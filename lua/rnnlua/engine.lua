@@ -487,8 +487,6 @@ function M.train(config, argv)
     local load = cfg.load
     if load == "last" then
       load = last_checkpoint(cfg.model)
-      if dist then dist:agree("the newest checkpoint's epoch", load and tonumber(
-        load:match("%.(%d+)%.h5$")) or 0) end
       if not load then
         log:write(2, "no checkpoint %s.NNN.h5 yet: training from scratch", cfg.model)
       end
@@ -512,7 +510,11 @@ function M.train(config, argv)
       start, ctx.step, ctx.checkpoint = ck.epoch + 1, ck.step, load
       log:write(1, "resumed from %s (epoch %d, step %d)", load, ck.epoch, ck.step)
     end
-    if dist then dist:sync_params(net) end
+    if dist then
+      -- before the first collective: ranks that differ would pair collectives of other sizes
+      dist:check_world(cfg, net, start, ctx.step, ctx.lrc:lr(start, ctx.step + 1))
+      dist:sync_params(net)
+    end
 
     local curve_path = cfg.learning_curve_file or (cfg.model and cfg.model .. ".curve.jsonl")
     if not writer then curve_path = nil end

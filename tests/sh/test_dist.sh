@@ -30,6 +30,8 @@ if [ "$("$bin" -e 'io.write(tostring(rl.dist.built()))')" != true ]; then
     OMPI_COMM_WORLD_SIZE=2 "$bin" -e 'print(1)' >/dev/null 2>"$dir/err"
     [ $? -ne 0 ] && grep -q "built without MPI" "$dir/err"
     ok "started by a launcher without MPI: a clear error" $?
+    [ "$(SLURM_NTASKS=4 "$bin" -e 'io.write(rl.dist.size())' 2>"$dir/err")" = 1 ]
+    ok "an sbatch script's SLURM_NTASKS alone is no launch" $?
     echo "SKIP test_dist: built with MPI=0 (the mpirun tests need an MPI build)"
     echo "$pass passed, $fail failed"
     [ "$fail" -eq 0 ]
@@ -51,6 +53,8 @@ mpi=(mpirun -np 2 --oversubscribe --allow-run-as-root -x LSAN_OPTIONS)
 # the plain binary needs no launcher
 [ "$("$bin" -e 'io.write(rl.dist.rank(), rl.dist.size(), tostring(rl.dist.active()))')" = 01false ]
 ok "without a launcher: rank 0 of 1" $?
+[ "$(SLURM_NTASKS=4 "$bin" -e 'io.write(rl.dist.rank(), rl.dist.size())')" = 01 ]
+ok "an sbatch script's SLURM_NTASKS alone: rank 0 of 1" $?
 
 timeout 300 "${mpi[@]}" "$bin" tests/dist/checks.lua "$dir/checks" >"$dir/out" 2>"$dir/err"
 rc=$?
