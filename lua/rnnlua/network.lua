@@ -507,6 +507,7 @@ end
 M.check_device_name = check_device_name
 
 function Network:to(device)
+  local guard <close> = self:enter("net:to")
   check_device_name(device, "net:to")
   local okp, p = pcall(self.flat_params.to, self.flat_params, device)
   if not okp then
@@ -878,7 +879,26 @@ function Network:carry_reset()
   self.carried_B, self.carry_active = nil, nil
 end
 
+-- A layer (a Lua layer, a rec unit's layer) that calls its own network's forward, backward,
+-- search or to while that network runs it would overwrite the outputs, buffers and state the
+-- running call is using, or recurse without end: an error naming the layer. net.running is
+-- {what =, node =} while one of them runs; the to-be-closed guard clears it on every exit,
+-- an error's included.
+local Guard = {__close = function(g) g.net.running = nil end}
+function Network:enter(what)
+  local r = self.running
+  if r then
+    local node = r.node
+    fail("%s: re-entrant call while %s runs%s: a layer must not call its own network's "
+      .. "forward, backward, search or to", what, r.what,
+      node and string.format(" layer '%s' (class %s)", node.name, node.layer.class) or "")
+  end
+  self.running = {what = what}
+  return setmetatable({net = self}, Guard)
+end
+
 function Network:forward(batch, fopts)
+  local guard <close> = self:enter("net:forward")
   local train = true
   if fopts ~= nil then
     check_opts("net:forward", fopts, FORWARD_OPTS)
@@ -900,6 +920,7 @@ function Network:forward(batch, fopts)
   local skip = nil
   for i, node in ipairs(self.nodes) do
     if node == skip then goto continue end
+    self.running.node = node
     if node.pair_next and self:concurrent_pairs() then
       skip = self.nodes[i + 1]
       self:forward_pair(node, skip, batch, train)
@@ -1033,6 +1054,7 @@ function Network:prepare_backward(node)
 end
 
 function Network:backward()
+  local guard <close> = self:enter("net:backward")
   if not self.forwarded then
     error("net:backward: needs a net:forward before it (once per forward)", 2)
   end
@@ -1041,6 +1063,7 @@ function Network:backward()
   local i = #self.nodes
   while i >= 1 do
     local node, prev = self.nodes[i], self.nodes[i - 1]
+    self.running.node = node
     if prev and prev.pair_next and self:concurrent_pairs() and node.do_backward
         and prev.do_backward then
       -- the pair of forward_pair, both at once
@@ -1089,7 +1112,10 @@ end
 ---------------------------------------------------------------------------- access
 
 -- Beam search through the rec layer's choice (lua/rnnlua/rec.lua, M.search).
-function Network:search(batch, opts) return rec.search(self, batch, opts) end
+function Network:search(batch, opts)
+  local guard <close> = self:enter("net:search")
+  return rec.search(self, batch, opts)
+end
 
 function Network:params() return self.flat_params end
 function Network:grads() return self.flat_grads end
