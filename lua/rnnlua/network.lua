@@ -39,7 +39,8 @@
 --       so label k of the target is class k of the output. See layers/softmax.c.
 --   net:backward()      gradients of that loss, ADDED to net:grads() (zero them first)
 --   net:zero_grads(), net:params(), net:grads(), net:num_params(), net:param_list(),
---   net:layer(name), net:input_grad(key) (with input_grads = true), net.description,
+--   net:layer(name), net:input_grad(key) (with input_grads = true): the tensors these give
+--   are shares of the network's buffers (closing one releases only it), net.description,
 --   net.extern_data, net.order (layer names in dependency order), net.dtype, net.device
 --   net:to(device)      moves the network to "cpu", "cuda" or "cuda:N" (returns net)
 --
@@ -1117,15 +1118,25 @@ function Network:search(batch, opts)
   return rec.search(self, batch, opts)
 end
 
-function Network:params() return self.flat_params end
-function Network:grads() return self.flat_grads end
+-- Tensors handed out (params, grads, param_list, layer views, input_grad) are shares: new
+-- tensor objects on the network's storage, as Torch7's and PyTorch's parameters() give views.
+-- Closing one (`local p <close> = net:params()`, a finished coroutine) releases only that
+-- reference; the network's own tensor stays usable (closing it made net:to, a checkpoint and
+-- the next optimizer fail, 'the tensor was freed').
+local function share(t)
+  if t == nil or t:dim() == 0 then return t end
+  return t:narrow(1, 1, t:size(1))
+end
+
+function Network:params() return share(self.flat_params) end
+function Network:grads() return share(self.flat_grads) end
 function Network:zero_grads() self.flat_grads:zero_() end
 function Network:num_params() return self.total end
 
 function Network:param_list()
   local list = {}
   for i, v in ipairs(self.plist) do
-    list[i] = {layer = v.layer, name = v.name, value = v.value, grad = v.grad}
+    list[i] = {layer = v.layer, name = v.name, value = share(v.value), grad = share(v.grad)}
   end
   return list
 end
@@ -1135,7 +1146,7 @@ function Network:input_grad(key)
   if not self.input_grads_on then
     error("net:input_grad: build the network with {input_grads = true}", 2)
   end
-  return self.input_grad_bufs[key]
+  return share(self.input_grad_bufs[key])
 end
 
 local LayerView = {}
@@ -1162,11 +1173,12 @@ function Network:layer(name)
   end
   local view = setmetatable({
     name = name, class = node.layer.class, n_out = node.layer.n_out, from = node.srcs,
-    output = node.out, params = {}, grads = {}, param_names = {}, object = node.layer,
+    output = share(node.out), params = {}, grads = {}, param_names = {}, object = node.layer,
     rank = node.rank, geometry = node.geom,
   }, LayerView)
   for i, v in ipairs(node.views) do
-    view.params[v.name], view.grads[v.name], view.param_names[i] = v.value, v.grad, v.name
+    view.params[v.name], view.grads[v.name], view.param_names[i] = share(v.value), share(v.grad),
+      v.name
   end
   return view
 end

@@ -500,4 +500,48 @@ do
   end)
 end
 
+-- The tensors a network hands out are shares of its buffers (as Torch7's and PyTorch's
+-- parameters() give views): closing one releases only that reference. Closing the network's
+-- own params made net:to, rl.optimizer and rl.save_checkpoint fail ('the tensor was freed').
+H.test("closing the tensors a network hands out leaves the network whole", function()
+  local ds = rl.dataset({class = "12ax", num_seqs = 4, seed = 1})
+  local net = rl.network({fw = {class = "lstm", n_out = 4},
+    output = {class = "softmax", from = "fw", loss = "ce", target = "classes"}},
+    ds:extern_data(), {input_grads = true})
+  local b = rl.batches(ds, {batch_size = 100})()
+  local l0 = net:forward(b)
+  net:backward()
+  local before = net:params():clone()
+  do
+    local p <close> = net:params()
+    local g <close> = net:grads()
+    local first = net:param_list()[1]
+    local v <close> = first.value
+    local gv <close> = first.grad
+    local view = net:layer("fw")
+    local lp <close> = view.params[first.name]
+    local lo <close> = view.output
+    local dx <close> = net:input_grad("data")
+    p[1] = p[1] + 0 -- a share writes the network's buffer
+  end
+  collectgarbage()
+  H.check((net:params() - before):abs():max() == 0, "the parameters changed")
+  net:zero_grads()
+  local l1 = net:forward(b)
+  net:backward()
+  H.check(l1 == l0 and net:grads():abs():sum() > 0, string.format("loss %g vs %g", l1, l0))
+  local opt = rl.optimizer({class = "sgd"}, net:params(), net:grads())
+  opt:step(0.1)
+  H.check((net:params() - before):abs():max() > 0, "the step reached the network")
+  local dir = H.tmpdir()
+  rl.save_checkpoint(dir .. "/net.h5", {net = net})
+  H.check(net:to("cpu") == net and rl.load_checkpoint(dir .. "/net.h5").epoch ~= nil,
+    "save and load")
+  H.rm_rf(dir)
+  -- a share sees the network's values and writes them
+  local p = net:params()
+  p[2] = 7
+  H.check(net:param_list()[1].value:view(-1)[2] == 7, "a share is the network's buffer")
+end)
+
 H.done()
