@@ -41,16 +41,21 @@ static rl_status check_buffer(const rl_tensor *t, const char *op) {
     return RL_OK;
 }
 
-/* The number of processes a launcher started, from its environment (0: no launcher). */
-static long launched_size(void) {
+/* The number of processes a launcher started, from its environment (0: no launcher); *var:
+ * the variable that said so. */
+static long launched_size(const char **var) {
     /* SLURM_STEP_NUM_TASKS, not SLURM_NTASKS: an sbatch script itself has SLURM_NTASKS set,
      * and a plain rnnlua run from it is no launch (srun sets the step's variables) */
     static const char *const vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE",
                                        "SLURM_STEP_NUM_TASKS"};
     for (size_t i = 0; i < sizeof vars / sizeof *vars; i++) {
         const char *v = getenv(vars[i]);
-        if (v != NULL && v[0] != '\0') return strtol(v, NULL, 10);
+        if (v != NULL && v[0] != '\0') {
+            *var = vars[i];
+            return strtol(v, NULL, 10);
+        }
     }
+    *var = getenv("PMIX_RANK") != NULL ? "PMIX_RANK" : "PMI_RANK";
     return getenv("PMIX_RANK") != NULL || getenv("PMI_RANK") != NULL ? 1 : 0;
 }
 
@@ -58,7 +63,8 @@ static long launched_size(void) {
 
 /* Several copies of a build without MPI would each train alone and write the same files. */
 rl_status rl_dist_init(void) {
-    long n = launched_size();
+    const char *var = NULL;
+    long n = launched_size(&var);
     if (n > 1)
         return rl_error(RL_EDEVICE,
                         "started by an MPI launcher as one of %ld processes, but this "
@@ -129,7 +135,9 @@ static rl_status mpi_error(const char *op, int rc) {
 rl_status rl_dist_init(void) {
     int already = 0;
     MPI_Initialized(&already);
-    if (launched_size() == 0 || already || g.active) return RL_OK;
+    const char *var = NULL;
+    long launched = launched_size(&var);
+    if (launched == 0 || already || g.active) return RL_OK;
     int provided = 0;
     int rc = MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided);
     if (rc != MPI_SUCCESS) return rl_error(RL_EDEVICE, "MPI_Init_thread failed (code %d)", rc);
@@ -137,6 +145,15 @@ rl_status rl_dist_init(void) {
     g.active = 1;
     MPI_Comm_rank(MPI_COMM_WORLD, &g.rank);
     MPI_Comm_size(MPI_COMM_WORLD, &g.size);
+    /* A launcher of another MPI (MPICH's mpiexec for an Open MPI build, srun --mpi=none) starts
+     * N processes that each become a world of one: N copies that train alone and write the
+     * same files. */
+    if (launched > 1 && g.size != launched)
+        return rl_error(RL_EDEVICE,
+                        "started by an MPI launcher as one of %ld processes (%s), but MPI_Init "
+                        "gave a world of %d: the launcher belongs to another MPI than the one "
+                        "rnnlua was built with (use that MPI's mpirun)",
+                        launched, var, g.size);
     if (provided < MPI_THREAD_FUNNELED)
         return rl_error(RL_EDEVICE,
                         "rank %d: the MPI library gives thread level %d, rnnlua needs "

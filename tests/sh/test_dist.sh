@@ -55,6 +55,10 @@ mpi=(mpirun -np 2 --oversubscribe --allow-run-as-root -x LSAN_OPTIONS)
 ok "without a launcher: rank 0 of 1" $?
 [ "$(SLURM_NTASKS=4 "$bin" -e 'io.write(rl.dist.rank(), rl.dist.size())')" = 01 ]
 ok "an sbatch script's SLURM_NTASKS alone: rank 0 of 1" $?
+# a launcher of another MPI: each process would be a world of 1 and train alone
+OMPI_COMM_WORLD_SIZE=2 timeout 60 "$bin" -e 'print(1)' >/dev/null 2>"$dir/err"
+[ $? -ne 0 ] && grep -q "one of 2 processes (OMPI_COMM_WORLD_SIZE), but MPI_Init gave a world of 1" "$dir/err"
+ok "a launch that MPI_Init does not see: a clear error" $?
 
 timeout 300 "${mpi[@]}" "$bin" tests/dist/checks.lua "$dir/checks" >"$dir/out" 2>"$dir/err"
 rc=$?
