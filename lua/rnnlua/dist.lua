@@ -298,6 +298,8 @@ function Dist:check_world(cfg, net, start, step, lr)
     {"the network's number of parameters", net:num_params()},
     {"config.network (its layers and options)", canonical(cfg.network, {}), hash = true},
     {"config.dtype", tostring(cfg.dtype)},
+    {"a dev set (config.dev)", cfg.dev ~= nil},
+    {"config.pretrain", canonical(cfg.pretrain, {}), hash = true},
     {"config.distributed (mode, every, bucket_mb, scale_lr)", string.format("%s %d %d %s",
       self.mode, self.every, self.bucket, tostring(self.scale_lr))},
     {"config.seed", cfg.seed},

@@ -151,6 +151,9 @@ H.expect_error("ranks with the same number of parameters in other layers", funct
   rl.train(tiny({network = {fw = {class = "lstm", n_out = 4, direction = -1},
     output = {class = "softmax", from = {"fw"}, loss = "ce", target = "classes"}}}))
 end, "config.network (its layers and options): rank 1 differs from rank 0")
+H.expect_error("a dev set on one rank only", function()
+  rl.train(tiny({dev = {class = "12ax", num_seqs = 4, seed = 2}}))
+end, "a dev set (config.dev): rank 0: 0, rank 1: 1")
 H.expect_error("ranks with different dtypes", function()
   rl.train(tiny({dtype = "float64"}))
 end, "config.dtype: rank 1 differs from rank 0 (rank " .. rank .. "'s: float"
@@ -308,6 +311,10 @@ H.test("only rank 0 writes checkpoints and the learning curve", function()
   for _ in io.lines(dir .. "/ax/net.curve.jsonl") do n = n + 1 end
   H.check(n == 4, n .. " curve lines")
 end)
+H.expect_error("ranks that resume from different checkpoints", function()
+  ax(dir .. "/ax/net", 5, dir .. (rank == 0 and "/ax/net.004.h5" or "/ax/net.003.h5"))
+end, "the epoch training starts with (load): rank 0: 5, rank 1: 4; the step training starts "
+  .. "after (load): rank 0: ")
 H.test("resumed 2-rank run = uninterrupted", function()
   ax(dir .. "/ax2/net", 2)
   local resumed = ax(dir .. "/ax2/net", 4, "last")
