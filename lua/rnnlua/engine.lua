@@ -64,7 +64,7 @@
 -- Returns {config = (the config used: defaults and overrides applied), net =, optimizer =,
 -- lr_control =, epoch =, step =, history = {per-epoch records}, checkpoint = last path written
 -- or loaded, learning_curve_file =, train_score =, train_error =, dev_score =, dev_error =}
--- (the scores of the last epoch trained).
+-- (the scores of the last epoch trained; with nothing to train, the loaded model's dev scores).
 local M = {}
 local rl -- the module table, set by install
 local checkpoint = require("rnnlua.checkpoint")
@@ -631,16 +631,25 @@ function M.train(config, argv)
       ctx.history[#ctx.history + 1] = rec
       last = rec
     end
-    if dist then dist:finish() end
+    -- nothing to train (a run continued at or past num_epochs): dev_score and dev_error are
+    -- the loaded model's, so a recipe run twice reports its model instead of nil
+    local dev_score, dev_error = last and last.dev_score, last and last.dev_error
     if start > cfg.num_epochs then
-      log:write(1, "nothing to train: the checkpoint is at epoch %d, num_epochs = %d", start - 1,
-        cfg.num_epochs)
+      if dev then
+        local okd, s, e = pcall(evaluate, net, dev, cfg, "dev", dist)
+        if not okd then fail("dev scoring: %s", (tostring(s):gsub("^rl%.train: ", ""))) end
+        dev_score, dev_error = s, e
+      end
+      log:write(1, "nothing to train: the checkpoint is at epoch %d, num_epochs = %d%s",
+        start - 1, cfg.num_epochs, dev_score and string.format("; its dev score %s error %s",
+        score(dev_score), pct(dev_error)) or "")
     end
+    if dist then dist:finish() end
     return {config = cfg, net = net, optimizer = ctx.opt, lr_control = ctx.lrc,
       epoch = math.max(start - 1, last and last.epoch or 0), step = ctx.step, history = ctx.history,
       checkpoint = ctx.checkpoint, learning_curve_file = curve_path,
       train_score = last and last.train_score, train_error = last and last.train_error,
-      dev_score = last and last.dev_score, dev_error = last and last.dev_error}
+      dev_score = dev_score, dev_error = dev_error}
   end)
   if not ok then
     if dist then dist:abandon() end

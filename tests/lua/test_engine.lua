@@ -344,6 +344,9 @@ H.test("a run without load continues an earlier run of the same model prefix", f
   H.check((full.net:params() - r.net:params()):abs():max() == 0, "parameters differ")
   local again = rl.train(config({model = d .. "/net", num_epochs = 3}))
   H.check(#again.history == 0 and again.epoch == 3, "nothing to train")
+  -- (the loaded model's dev scores, not nil: a recipe run twice prints them)
+  H.check(again.dev_score == r.dev_score and again.dev_error == r.dev_error,
+    string.format("dev score %s, after training %s", tostring(again.dev_score), r.dev_score))
   H.check(snapshot(d)["net.003.h5"] == after["net.003.h5"], "net.003.h5 changed")
   local fresh = rl.train(config({model = d .. "/net", num_epochs = 1, overwrite = true}))
   H.check(#fresh.history == 1 and fresh.history[1].epoch == 1, "overwrite = true starts afresh")
