@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Data-parallel training over MPI (rnnlua.dist): tests/dist/checks.lua under `mpirun -np 2`
 # (rl.dist's collectives; sync = one process on the union of the batches; average; 12AX; resume),
-# then a rank killed and a rank hanging mid-epoch (tests/dist/fail.lua): the job must end with an
-# error naming rank 1 within a bounded time and every checkpoint must still load. A build
+# then a rank killed, a rank raising a Lua error and a rank hanging mid-epoch
+# (tests/dist/fail.lua): the job must end with an error naming rank 1 within a bounded time and
+# every checkpoint must still load; ranks that disagree (tests/dist/checks.lua) and a launch MPI
+# does not see must fail with a message naming what differs. A build
 # without MPI prints SKIP lines and checks that asking for distributed training is an error.
 # Usage: test_dist.sh path/to/rnnlua (from the repository root)
 set -u
@@ -95,6 +97,17 @@ grep -q "rank 1" "$dir/err"
 ok "the error names rank 1" $?
 [ -f "$dir/kill/net.001.h5" ] && [ ! -f "$dir/kill/net.003.h5" ] && loadable "$dir/kill/net"
 ok "after the kill: epoch 1's checkpoint is there and every checkpoint loads" $?
+
+start=$(date +%s)
+timeout 120 "${mpi[@]}" "$bin" tests/dist/fail.lua "$dir/error/net" error >"$dir/out" 2>"$dir/err"
+rc=$?
+took=$(($(date +%s) - start))
+[ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] && [ "$took" -lt 30 ]
+ok "a Lua error on one rank ends the job (exit $rc after ${took}s)" $?
+grep -q "rnnlua: rank 1: rl.train: epoch 2, step 12: .*a Lua error on rank 1 only" "$dir/err"
+ok "the error names rank 1, the epoch, the step and the error" $?
+loadable "$dir/error/net"
+ok "after the error: every checkpoint loads" $?
 
 start=$(date +%s)
 timeout 120 "${mpi[@]}" "$bin" tests/dist/fail.lua "$dir/hang/net" hang >"$dir/out" 2>"$dir/err"
