@@ -78,6 +78,7 @@ int rl_dist_rank(void) { return 0; }
 int rl_dist_size(void) { return 1; }
 int rl_dist_local_rank(void) { return 0; }
 int rl_dist_broken(void) { return 0; }
+const char *rl_dist_broken_reason(void) { return ""; }
 void rl_dist_set_broken(void) {}
 rl_status rl_dist_allreduce(rl_tensor *t) { return check_buffer(t, "allreduce"); }
 rl_status rl_dist_broadcast(rl_tensor *t, int root) {
@@ -186,6 +187,7 @@ int rl_dist_rank(void) { return g.rank; }
 int rl_dist_size(void) { return g.size; }
 int rl_dist_local_rank(void) { return g.local_rank; }
 int rl_dist_broken(void) { return g.broken; }
+const char *rl_dist_broken_reason(void) { return g.broken ? g.why : ""; }
 void rl_dist_set_broken(void) {
     if (!g.active || g.size == 1 || g.broken) return;
     g.broken = 1;

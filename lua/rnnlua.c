@@ -860,6 +860,17 @@ int main(int argc, char **argv) {
     int code = (ok && status == LUA_OK) ? EXIT_SUCCESS : EXIT_FAILURE;
     if (status == LUA_OK && lua_isinteger(L, -1)) code = (int)lua_tointeger(L, -1);
     report(L, status);
+    /* A recipe that caught an error of rl.train or a collective and ended normally: the world
+     * is broken and the job ends with MPI_Abort, which would otherwise say nothing of why. */
+    if (ok && status == LUA_OK && rl_dist_broken()) {
+        char why[700];
+        snprintf(why, sizeof why,
+                 "the recipe ended, but the distributed world was broken (the job is aborted, "
+                 "other ranks may wait for this one): %s",
+                 rl_dist_broken_reason());
+        message(why);
+        code = EXIT_FAILURE;
+    }
     lua_close(L);
     /* After an error the other ranks may wait in a collective for this one: MPI_Abort ends the
      * job instead of MPI_Finalize, which would wait for them. */

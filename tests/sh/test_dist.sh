@@ -109,6 +109,18 @@ ok "the error names rank 1, the epoch, the step and the error" $?
 loadable "$dir/error/net"
 ok "after the error: every checkpoint loads" $?
 
+# rank 1's rl.train fails (a bad dataset option) and the recipe catches it and ends normally:
+# the job ends (rank 0 would wait for rank 1) with a message that says why
+start=$(date +%s)
+timeout 120 "${mpi[@]}" "$bin" -e 'print(pcall(rl.train, {network = {output = {class = "softmax",
+  loss = "ce", target = "classes"}}, train = {class = "12ax", num_seqs = rl.dist.rank() == 1
+  and "x" or 20}, log_verbosity = 0, distributed = {timeout = 20}}))' >"$dir/out" 2>"$dir/err"
+rc=$?
+took=$(($(date +%s) - start))
+[ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] && [ "$took" -lt 15 ] &&
+    grep -q "rnnlua: rank 1: the recipe ended, but the distributed world was broken" "$dir/err"
+ok "an error caught on one rank: the job ends and says why (exit $rc after ${took}s)" $?
+
 start=$(date +%s)
 timeout 120 "${mpi[@]}" "$bin" tests/dist/fail.lua "$dir/hang/net" hang >"$dir/out" 2>"$dir/err"
 rc=$?
