@@ -248,7 +248,7 @@ function Dist:check_same(items)
     local differ = {}
     for r = 1, n - 1 do
       local v = m[r * k + i]
-      if v ~= m[i] and #differ < 4 then
+      if v ~= m[i] and (v == v or m[i] == m[i]) and #differ < 4 then -- (NaN = NaN here)
         differ[#differ + 1] = (it.hash or type(it[2]) == "string")
           and string.format("rank %d differs", r)
           or string.format("rank %d: %.10g", r, v)
