@@ -41,14 +41,21 @@ static rl_status check_buffer(const rl_tensor *t, const char *op) {
     return RL_OK;
 }
 
-/* The number of processes a launcher started, from its environment (0: no launcher). */
-static long launched_size(void) {
+/* The number of processes a launcher started, from its environment (0: no launcher); *var:
+ * the variable that said so. */
+static long launched_size(const char **var) {
+    /* SLURM_STEP_NUM_TASKS, not SLURM_NTASKS: an sbatch script itself has SLURM_NTASKS set,
+     * and a plain rnnlua run from it is no launch (srun sets the step's variables) */
     static const char *const vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE",
-                                       "SLURM_NTASKS"};
+                                       "SLURM_STEP_NUM_TASKS"};
     for (size_t i = 0; i < sizeof vars / sizeof *vars; i++) {
         const char *v = getenv(vars[i]);
-        if (v != NULL && v[0] != '\0') return strtol(v, NULL, 10);
+        if (v != NULL && v[0] != '\0') {
+            *var = vars[i];
+            return strtol(v, NULL, 10);
+        }
     }
+    *var = getenv("PMIX_RANK") != NULL ? "PMIX_RANK" : "PMI_RANK";
     return getenv("PMIX_RANK") != NULL || getenv("PMI_RANK") != NULL ? 1 : 0;
 }
 
@@ -56,7 +63,8 @@ static long launched_size(void) {
 
 /* Several copies of a build without MPI would each train alone and write the same files. */
 rl_status rl_dist_init(void) {
-    long n = launched_size();
+    const char *var = NULL;
+    long n = launched_size(&var);
     if (n > 1)
         return rl_error(RL_EDEVICE,
                         "started by an MPI launcher as one of %ld processes, but this "
@@ -70,6 +78,7 @@ int rl_dist_rank(void) { return 0; }
 int rl_dist_size(void) { return 1; }
 int rl_dist_local_rank(void) { return 0; }
 int rl_dist_broken(void) { return 0; }
+const char *rl_dist_broken_reason(void) { return ""; }
 void rl_dist_set_broken(void) {}
 rl_status rl_dist_allreduce(rl_tensor *t) { return check_buffer(t, "allreduce"); }
 rl_status rl_dist_broadcast(rl_tensor *t, int root) {
@@ -86,6 +95,9 @@ void rl_dist_finalize(int failed) { (void)failed; }
 #include <sched.h>
 
 enum { TAG_ARRIVE = 17 };
+/* A call's signature: which collective, dtype, number of elements, root (see same_call). */
+enum { SIG_OP, SIG_DTYPE, SIG_COUNT, SIG_ROOT, SIG_LEN };
+enum { OP_ALLREDUCE = 1, OP_BROADCAST, OP_BARRIER };
 /* MPI counts are int: larger buffers go in pieces of this many elements. */
 #define MAX_PIECE ((int64_t)1 << 30)
 
@@ -95,6 +107,7 @@ static struct {
     MPI_Comm comm, ctl; /* collectives; watchdog notices */
     long *arrived;      /* the last notice from each rank (rank 0: all; others: rank 0's) */
     long *notice;       /* send buffers of the notices, one per destination */
+    int64_t *sigs;      /* every rank's signature of the current call (SIG_LEN each) */
     MPI_Request *req;   /* their requests */
     int dev_ready;      /* the device communicator is set up */
     char why[512];      /* the failure that broke the world */
@@ -123,7 +136,9 @@ static rl_status mpi_error(const char *op, int rc) {
 rl_status rl_dist_init(void) {
     int already = 0;
     MPI_Initialized(&already);
-    if (launched_size() == 0 || already || g.active) return RL_OK;
+    const char *var = NULL;
+    long launched = launched_size(&var);
+    if (launched == 0 || already || g.active) return RL_OK;
     int provided = 0;
     int rc = MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided);
     if (rc != MPI_SUCCESS) return rl_error(RL_EDEVICE, "MPI_Init_thread failed (code %d)", rc);
@@ -131,6 +146,15 @@ rl_status rl_dist_init(void) {
     g.active = 1;
     MPI_Comm_rank(MPI_COMM_WORLD, &g.rank);
     MPI_Comm_size(MPI_COMM_WORLD, &g.size);
+    /* A launcher of another MPI (MPICH's mpiexec for an Open MPI build, srun --mpi=none) starts
+     * N processes that each become a world of one: N copies that train alone and write the
+     * same files. */
+    if (launched > 1 && g.size != launched)
+        return rl_error(RL_EDEVICE,
+                        "started by an MPI launcher as one of %ld processes (%s), but MPI_Init "
+                        "gave a world of %d: the launcher belongs to another MPI than the one "
+                        "rnnlua was built with (use that MPI's mpirun)",
+                        launched, var, g.size);
     if (provided < MPI_THREAD_FUNNELED)
         return rl_error(RL_EDEVICE,
                         "rank %d: the MPI library gives thread level %d, rnnlua needs "
@@ -149,7 +173,9 @@ rl_status rl_dist_init(void) {
     g.arrived = calloc(n, sizeof *g.arrived);
     g.notice = calloc(n, sizeof *g.notice);
     g.req = malloc(n * sizeof *g.req);
-    if (!g.arrived || !g.notice || !g.req) return rl_error(RL_ENOMEM, "dist init: out of memory");
+    g.sigs = calloc(n * SIG_LEN, sizeof *g.sigs);
+    if (!g.arrived || !g.notice || !g.req || !g.sigs)
+        return rl_error(RL_ENOMEM, "dist init: out of memory");
     for (size_t i = 0; i < n; i++)
         g.req[i] = MPI_REQUEST_NULL;
     return RL_OK;
@@ -161,6 +187,7 @@ int rl_dist_rank(void) { return g.rank; }
 int rl_dist_size(void) { return g.size; }
 int rl_dist_local_rank(void) { return g.local_rank; }
 int rl_dist_broken(void) { return g.broken; }
+const char *rl_dist_broken_reason(void) { return g.broken ? g.why : ""; }
 void rl_dist_set_broken(void) {
     if (!g.active || g.size == 1 || g.broken) return;
     g.broken = 1;
@@ -291,8 +318,56 @@ static rl_status host_broadcast(void *buf, size_t nbytes, int root) {
     return RL_OK;
 }
 
+/* "allreduce of 4 float32 elements" */
+static int describe_sig(char *out, size_t cap, const int64_t *sig) {
+    static const char *const ops[] = {"?", "allreduce", "broadcast", "barrier"};
+    const char *op = sig[SIG_OP] >= 1 && sig[SIG_OP] <= 3 ? ops[sig[SIG_OP]] : ops[0];
+    if (sig[SIG_OP] == OP_BARRIER) return snprintf(out, cap, "%s", op);
+    const char *dt = sig[SIG_DTYPE] >= 0 && sig[SIG_DTYPE] < RL_NUM_DTYPES
+                         ? rl_dtype_name((rl_dtype)sig[SIG_DTYPE])
+                         : "?";
+    if (sig[SIG_OP] == OP_BROADCAST)
+        return snprintf(out, cap, "%s of %lld %s elements from root %lld", op,
+                        (long long)sig[SIG_COUNT], dt, (long long)sig[SIG_ROOT]);
+    return snprintf(out, cap, "%s of %lld %s elements", op, (long long)sig[SIG_COUNT], dt);
+}
+
+/* Before each collective the ranks exchange what they are about to do (an allgather of a few
+ * numbers, itself always the same call on every rank): MPI leaves a call with different counts,
+ * dtypes, roots or operations undefined, and Open MPI then fails with an opaque error, aborts,
+ * or (a broadcast into a larger buffer) silently leaves part of it as it was. On a mismatch
+ * every rank fails alike, with a message naming each rank that differs from rank 0; no data
+ * has moved, and the ranks are still paired, so the world stays usable. */
+static rl_status same_call(const char *op, int kind, rl_dtype dt, int64_t count, int root) {
+    int64_t mine[SIG_LEN] = {kind, kind == OP_BARRIER ? -1 : (int64_t)dt,
+                             kind == OP_BARRIER ? 0 : count, kind == OP_BROADCAST ? root : 0};
+    RL_TRY(begin(op));
+    MPI_Request req;
+    int rc = MPI_Iallgather(mine, SIG_LEN, MPI_INT64_T, g.sigs, SIG_LEN, MPI_INT64_T, g.comm, &req);
+    if (rc != MPI_SUCCESS) return mpi_error(op, rc);
+    RL_TRY(wait_for(&req, op));
+    char msg[640], d[160];
+    size_t len = 0;
+    int differ = 0;
+    for (int r = 1; r < g.size; r++) {
+        if (memcmp(g.sigs + (size_t)r * SIG_LEN, g.sigs, sizeof mine) == 0) continue;
+        if (++differ > 4) continue; /* counted, not listed */
+        describe_sig(d, sizeof d, g.sigs + (size_t)r * SIG_LEN);
+        if (len < sizeof msg)
+            len += (size_t)snprintf(msg + len, sizeof msg - len, "; rank %d: %s", r, d);
+    }
+    if (differ == 0) return RL_OK;
+    describe_sig(d, sizeof d, g.sigs);
+    return rl_error(RL_EARG,
+                    "%s (collective #%ld): the ranks called different collectives or passed "
+                    "different tensors (every rank must pass the same dtype and number of "
+                    "elements): rank 0: %s%s%s",
+                    op, g.seq, d, msg, differ > 4 ? " (and more ranks)" : "");
+}
+
 rl_status rl_dist_barrier(void) {
     if (!g.active || g.size == 1) return RL_OK;
+    RL_TRY(same_call("barrier", OP_BARRIER, RL_FLOAT32, 0, 0));
     RL_TRY(begin("barrier"));
     MPI_Request req;
     int rc = MPI_Ibarrier(g.comm, &req);
@@ -347,6 +422,7 @@ static rl_status collective(rl_tensor *t, int root, int reduce) {
         return rl_error(RL_EARG, "broadcast: root %d is not a rank of 0..%d", root, g.size - 1);
     if (!g.active || g.size == 1) return RL_OK;
     int64_t n = rl_tensor_numel(t);
+    RL_TRY(same_call(op, reduce ? OP_ALLREDUCE : OP_BROADCAST, t->dtype, n, root));
     size_t nb = (size_t)n * rl_dtype_size(t->dtype);
     rl_device dev = rl_tensor_device(t);
     if (dev.type == RL_CPU)
@@ -386,6 +462,7 @@ void rl_dist_finalize(int failed) {
     free(g.arrived);
     free(g.notice);
     free(g.req);
+    free(g.sigs);
     g.active = 0;
     MPI_Finalize();
 }

@@ -47,6 +47,8 @@ void rl_dist_set_timeout(double seconds);
 double rl_dist_get_timeout(void);
 /* 1 after a collective failed (the world cannot be used any more). */
 int rl_dist_broken(void);
+/* Why the world is broken ("" when it is not). */
+const char *rl_dist_broken_reason(void);
 /* Marks the world broken: a caller that left the ranks' common sequence of collectives (an
  * error on this rank alone) must not start another one that would pair with a different one
  * elsewhere. */

@@ -14,6 +14,7 @@
  * dtype. A failure (an MPI error, a rank that died or hangs past the deadline) raises an error
  * that names the operation and this rank. */
 #include <lauxlib.h>
+#include <math.h>
 
 #include "../core/dist.h"
 #include "l_dist.h"
@@ -65,7 +66,7 @@ static int l_broadcast(lua_State *L) {
     rl_tensor *t = rl_lua_check_tensor(L, 1);
     lua_Integer root = luaL_optinteger(L, 2, 0);
     if (root < 0 || root >= rl_dist_size())
-        return luaL_error(L, "rl.dist.broadcast: root %d is not a rank of 0..%d", (int)root,
+        return luaL_error(L, "rl.dist.broadcast: root %I is not a rank of 0..%d", root,
                           rl_dist_size() - 1);
     if (rl_dist_broadcast(t, (int)root) != RL_OK) return rl_lua_raise(L, "rl.dist.broadcast");
     lua_settop(L, 1);
@@ -79,7 +80,9 @@ static int l_barrier(lua_State *L) {
 
 static int l_set_timeout(lua_State *L) {
     lua_Number s = luaL_checknumber(L, 1);
-    if (!(s > 0)) return luaL_argerror(L, 1, "the timeout must be a number of seconds > 0");
+    /* an infinite deadline would let a lost rank hang the job for ever */
+    if (!(s > 0) || s == HUGE_VAL)
+        return luaL_argerror(L, 1, "the timeout must be a finite number of seconds > 0");
     rl_dist_set_timeout((double)s);
     return 0;
 }

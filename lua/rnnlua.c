@@ -139,18 +139,27 @@ static void print_version(void) {
  * breaks and tabs are written as \NNN, so no escape sequence from a file reaches the terminal. */
 static void message(const char *msg) {
     fflush(stdout);
-    if (rl_dist_size() > 1)
-        fprintf(stderr, "%s: rank %d: ", PROGNAME, rl_dist_rank());
-    else
-        fprintf(stderr, "%s: ", PROGNAME);
+    /* one write for the whole message: stderr is unbuffered, and the ranks of a job that all
+     * fail at once would interleave their messages character by character */
+    size_t cap = strlen(msg) * 4 + 64;
+    char *buf = malloc(cap);
+    if (buf == NULL) {
+        fprintf(stderr, "%s: %s\n", PROGNAME, msg);
+        return;
+    }
+    size_t len = rl_dist_size() > 1
+                     ? (size_t)snprintf(buf, cap, "%s: rank %d: ", PROGNAME, rl_dist_rank())
+                     : (size_t)snprintf(buf, cap, "%s: ", PROGNAME);
     for (const unsigned char *c = (const unsigned char *)msg; *c; c++) {
         if ((*c < 32 && *c != '\n' && *c != '\t') || *c == 127)
-            fprintf(stderr, "\\%03d", *c);
+            len += (size_t)snprintf(buf + len, cap - len, "\\%03d", *c);
         else
-            fputc(*c, stderr);
+            buf[len++] = (char)*c;
     }
-    fputc('\n', stderr);
+    buf[len++] = '\n';
+    fwrite(buf, 1, len, stderr);
     fflush(stderr);
+    free(buf);
 }
 
 static int report(lua_State *L, int status) {
@@ -851,6 +860,17 @@ int main(int argc, char **argv) {
     int code = (ok && status == LUA_OK) ? EXIT_SUCCESS : EXIT_FAILURE;
     if (status == LUA_OK && lua_isinteger(L, -1)) code = (int)lua_tointeger(L, -1);
     report(L, status);
+    /* A recipe that caught an error of rl.train or a collective and ended normally: the world
+     * is broken and the job ends with MPI_Abort, which would otherwise say nothing of why. */
+    if (ok && status == LUA_OK && rl_dist_broken()) {
+        char why[700];
+        snprintf(why, sizeof why,
+                 "the recipe ended, but the distributed world was broken (the job is aborted, "
+                 "other ranks may wait for this one): %s",
+                 rl_dist_broken_reason());
+        message(why);
+        code = EXIT_FAILURE;
+    }
     lua_close(L);
     /* After an error the other ranks may wait in a collective for this one: MPI_Abort ends the
      * job instead of MPI_Finalize, which would wait for them. */

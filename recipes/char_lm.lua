@@ -204,6 +204,9 @@ local config = {
   learning_rate = o.lr, learning_rate_control = "newbob_rel",
   newbob_relative_error_threshold = -0.01, newbob_learning_rate_decay = 0.7,
   model = model, seed = o.seed, log_verbosity = 1,
+  -- the epochs are the loop's below: a run starts afresh and replaces an earlier run's
+  -- checkpoints in --out, where rl.train alone would continue from them
+  overwrite = true,
 }
 
 local LN2 = math.log(2)

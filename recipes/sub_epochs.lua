@@ -24,6 +24,9 @@ function M.run(name, config, arg, opt)
       error(string.format("%s: %s= wants a checkpoint NAME.NNN.h5, got %s", name, what, path), 0)
   end
   local r, history, train_time, first, last = nil, {}, 0, 1, opt.epochs
+  -- the sub-epochs are this loop's: a run starts afresh (or at from=) and replaces an earlier
+  -- run's checkpoints of the same model prefix, where rl.train alone would continue from them
+  if config.overwrite == nil then config.overwrite = true end
   if opt.score ~= "" then -- score a checkpoint: "training" up to its own epoch loads it
     config.load, config.num_epochs = opt.score, epoch_of(opt.score, "score")
     r = rl.train(config, argv)

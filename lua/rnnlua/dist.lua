@@ -70,6 +70,12 @@ end
 function Shard:init_epoch(epoch)
   self.ds:init_epoch(epoch)
   local n, shift = self.ds:num_seqs(), (self.seed + (epoch or 1)) % self.size
+  -- a share is only a share of the same set: a rank with a set of another size would deal
+  -- sequences twice or never
+  if self.dist then
+    self.dist:check_same({{string.format("the %s dataset's number of sequences (epoch %s)",
+      self.which, tostring(epoch or 1)), n}})
+  end
   self.pos = {}
   for p = 1, n do
     if (p - 1 + shift) % self.size == self.rank then self.pos[#self.pos + 1] = p end
@@ -138,8 +144,9 @@ function M.setup(cfg)
     fail("config.distributed.scale_lr must be true or false, got %s", tostring(d.scale_lr))
   end
   local timeout = d.timeout or 300
-  if type(timeout) ~= "number" or not (timeout > 0) then
-    fail("config.distributed.timeout must be a number of seconds > 0, got %s", tostring(timeout))
+  if type(timeout) ~= "number" or not (timeout > 0) or timeout == math.huge then
+    fail("config.distributed.timeout must be a finite number of seconds > 0, got %s",
+      tostring(timeout))
   end
   local size = rl.dist.size()
   if size == 1 then return nil end
@@ -196,15 +203,114 @@ end
 function Dist:finish() rl.dist.barrier() end
 
 -- An error on this rank: the others may be inside a collective this rank will never join.
-function Dist:abandon() rl.dist.set_broken() end
+function Dist:abandon()
+  if not self.failed_alike then rl.dist.set_broken() end
+end
 
 -- Every rank starts from rank 0's parameters.
 function Dist:sync_params(net)
   rl.dist.broadcast(net:params(), 0)
 end
 
-function Dist:train_set(ds) return M.shard(ds, self.rank, self.size, self.seed) end
-function Dist:dev_set(ds) return M.shard(ds, self.rank, self.size, self.seed) end
+local function world_shard(self, ds, which)
+  local sh = M.shard(ds, self.rank, self.size, self.seed)
+  sh.dist, sh.which = self, which
+  return sh
+end
+function Dist:train_set(ds) return world_shard(self, ds, "train") end
+function Dist:dev_set(ds) return world_shard(self, ds, "dev") end
+
+-- A number for a string (FNV-1a, 52 bits: exact in a float64, so a sum over ranks of it and
+-- zeros is exact).
+local function hash(str)
+  local h = 0xcbf29ce484222325
+  for i = 1, #str do h = (h ~ str:byte(i)) * 0x100000001b3 end
+  return h & ((1 << 52) - 1)
+end
+
+-- Every rank must run the same recipe: items = {{what, value, hash = true}, ...} (value a
+-- number, boolean or string; a string or hash = true item is compared by its hash) must be the
+-- same on every rank. One allreduce of a ranks x items matrix, so every rank sees every rank's
+-- values and fails alike, naming each rank that differs from rank 0 and its value.
+function Dist:check_same(items)
+  local n, k = self.size, #items
+  local m = rl.zeros(n * k, "float64")
+  for i, it in ipairs(items) do
+    local v = it[2]
+    if type(v) == "boolean" then v = v and 1 or 0
+    elseif type(v) == "string" then v = hash(v)
+    elseif type(v) ~= "number" then v = -1 end
+    m[self.rank * k + i] = v
+  end
+  self:timed(rl.dist.allreduce, m)
+  local bad = {}
+  for i, it in ipairs(items) do
+    local differ = {}
+    for r = 1, n - 1 do
+      local v = m[r * k + i]
+      if v ~= m[i] and (v == v or m[i] == m[i]) and #differ < 4 then -- (NaN = NaN here)
+        differ[#differ + 1] = (it.hash or type(it[2]) == "string")
+          and string.format("rank %d differs", r)
+          or string.format("rank %d: %.10g", r, v)
+      end
+    end
+    if #differ > 0 then
+      -- a string's value is only known here: each rank adds its own
+      bad[#bad + 1] = (it.hash or type(it[2]) == "string")
+        and string.format("%s: %s from rank 0%s", it[1], table.concat(differ, ", "),
+          type(it[2]) == "string" and #it[2] <= 80
+            and string.format(" (rank %d's: %s)", self.rank, it[2]) or "")
+        or string.format("%s: rank 0: %.10g, %s", it[1], m[i], table.concat(differ, ", "))
+    end
+  end
+  if #bad > 0 then
+    -- every rank fails here alike, after the same collective: the world stays paired
+    self.failed_alike = true
+    fail("the ranks disagree (every rank must run the same recipe on the same data): %s",
+      table.concat(bad, "; "))
+  end
+end
+
+-- A network description as text, the same for equal tables: keys sorted, a function (a custom
+-- layer's code) only by its type.
+local function canonical(v, seen)
+  local t = type(v)
+  if t == "string" then return string.format("%q", v) end
+  if t == "number" then
+    return math.type(v) == "integer" and tostring(v) or string.format("%.17g", v)
+  end
+  if t ~= "table" then return t == "boolean" and tostring(v) or t end
+  if seen[v] then return "<cycle>" end
+  seen[v] = true
+  local keys = require("rnnlua.util").sorted_keys(v)
+  local parts = {}
+  for _, k in ipairs(keys) do
+    parts[#parts + 1] = canonical(k, seen) .. "=" .. canonical(v[k], seen)
+  end
+  seen[v] = nil
+  return "{" .. table.concat(parts, ",") .. "}"
+end
+
+-- What must be the same on every rank before the first collective of rl.train: the network,
+-- the settings that decide the sequence of collectives and the training, where training starts.
+function Dist:check_world(cfg, net, start, step, lr)
+  self:check_same({
+    {"the network's number of parameters", net:num_params()},
+    {"config.network (its layers and options)", canonical(cfg.network, {}), hash = true},
+    {"config.dtype", tostring(cfg.dtype)},
+    {"a dev set (config.dev)", cfg.dev ~= nil},
+    {"config.pretrain", canonical(cfg.pretrain, {}), hash = true},
+    {"config.distributed (mode, every, bucket_mb, scale_lr)", string.format("%s %d %d %s",
+      self.mode, self.every, self.bucket, tostring(self.scale_lr))},
+    {"config.seed", cfg.seed},
+    {"config.num_epochs", cfg.num_epochs},
+    {"config.batch_size", cfg.batch_size},
+    {"config.max_seqs", cfg.max_seqs},
+    {"the epoch training starts with (load)", start},
+    {"the step training starts after (load)", step},
+    {"the learning rate of the first step", lr},
+  })
+end
 
 function Dist:epoch_begins(epoch)
   self.comm_time = 0

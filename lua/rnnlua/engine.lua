@@ -45,7 +45,10 @@
 -- override, is an error naming it.
 --
 -- Resuming: load = "last" continues from the newest model.NNN.h5 (if there is none, training
--- starts from scratch), load = path from that file: parameters, optimizer state, lr control,
+-- starts from scratch), and so does a run without load whose model prefix already has
+-- checkpoints (RETURNN's behaviour; overwrite = true trains afresh and replaces them instead);
+-- a checkpoint that training would replace otherwise (load of an earlier epoch) is refused.
+-- load = path from that file: parameters, optimizer state, lr control,
 -- RNG state, epoch and step are restored and training goes on with the next epoch. Since the
 -- dataset's order depends only on its seed and the epoch, a resumed run on the CPU ends with
 -- the same parameters, bit for bit, as an uninterrupted one.
@@ -61,7 +64,7 @@
 -- Returns {config = (the config used: defaults and overrides applied), net =, optimizer =,
 -- lr_control =, epoch =, step =, history = {per-epoch records}, checkpoint = last path written
 -- or loaded, learning_curve_file =, train_score =, train_error =, dev_score =, dev_error =}
--- (the scores of the last epoch trained).
+-- (the scores of the last epoch trained; with nothing to train, the loaded model's dev scores).
 local M = {}
 local rl -- the module table, set by install
 local checkpoint = require("rnnlua.checkpoint")
@@ -78,7 +81,7 @@ local KEYS = {
   save_interval = 1, load = false, log_verbosity = 3, log_file = false,
   log_progress_interval = 5, learning_curve_file = false, seed = 1, device = "cpu",
   dtype = "float32", num_threads = false, distributed = false, plot = false, pretrain = false,
-  carry_state = false,
+  carry_state = false, overwrite = false,
 }
 -- learning-rate-control options handed to rl.lr_control besides those above
 local function is_lr_key(k)
@@ -180,6 +183,9 @@ local function check_config(config, argv)
   end
   if cfg.model ~= nil and type(cfg.model) ~= "string" then
     fail("config.model must be a path prefix (string), got %s", type(cfg.model))
+  end
+  if cfg.overwrite ~= nil and type(cfg.overwrite) ~= "boolean" then
+    fail("config.overwrite must be true or false, got %s", type(cfg.overwrite))
   end
   if cfg.carry_state ~= nil and type(cfg.carry_state) ~= "boolean" then
     fail("config.carry_state must be true or false, got %s", type(cfg.carry_state))
@@ -485,16 +491,29 @@ function M.train(config, argv)
 
     local start = 1
     local load = cfg.load
-    if load == "last" then
+    -- checkpoints of an earlier run with this prefix and no load: go on from the newest, as
+    -- RETURNN does, rather than train afresh over them (overwrite = true does that)
+    local auto = load == nil and not cfg.overwrite and cfg.model and last_checkpoint(cfg.model)
+    if auto then
+      load = auto
+      log:write(1, "%s exists (an earlier run with model = %s): continuing from it, as RETURNN "
+        .. "does; overwrite = true starts afresh and replaces its checkpoints, another model "
+        .. "prefix keeps them", auto, cfg.model)
+    elseif load == "last" then
       load = last_checkpoint(cfg.model)
-      if dist then dist:agree("the newest checkpoint's epoch", load and tonumber(
-        load:match("%.(%d+)%.h5$")) or 0) end
       if not load then
         log:write(2, "no checkpoint %s.NNN.h5 yet: training from scratch", cfg.model)
       end
     end
     if load then
-      local ck = rl.load_checkpoint(load)
+      local okc, ck = pcall(rl.load_checkpoint, load)
+      if not okc then
+        if auto then
+          fail("continuing the earlier run of model = %s (overwrite = true or another model "
+            .. "prefix starts afresh): %s", cfg.model, require("rnnlua.util").strip_internal(ck))
+        end
+        error(ck, 0)
+      end
       if pre then pre:resume(ctx, ck) end
       net = ctx.net
       -- the states a checkpoint restores check what they are given: their errors name the file
@@ -507,12 +526,32 @@ function M.train(config, argv)
         rl.set_rng_state(ck.rng_state)
       end)
       if not okl then
-        fail("resuming from %s: %s", load, require("rnnlua.util").strip_internal(lerr))
+        fail("resuming from %s%s: %s", load, auto and " (the newest checkpoint of an earlier "
+          .. "run of this model prefix; overwrite = true or another model prefix starts afresh)"
+          or "", require("rnnlua.util").strip_internal(lerr))
       end
       start, ctx.step, ctx.checkpoint = ck.epoch + 1, ck.step, load
       log:write(1, "resumed from %s (epoch %d, step %d)", load, ck.epoch, ck.step)
     end
-    if dist then dist:sync_params(net) end
+    -- a saved model is never replaced unless overwrite = true (training afresh, or from an
+    -- earlier epoch than the newest, into a prefix that holds later checkpoints)
+    if cfg.model and writer and not cfg.overwrite then
+      local lfs = require("lfs")
+      for epoch = start, cfg.num_epochs do
+        local path = cfg.model .. string.format(".%03d.h5", epoch)
+        if (epoch % cfg.save_interval == 0 or epoch == cfg.num_epochs)
+            and lfs.attributes(path, "mode") ~= nil then
+          fail("%s exists (an earlier run) and training epoch %d would replace it; load = \"last\" "
+            .. "continues from the newest checkpoint, overwrite = true replaces them, another "
+            .. "model prefix keeps them", path, epoch)
+        end
+      end
+    end
+    if dist then
+      -- before the first collective: ranks that differ would pair collectives of other sizes
+      dist:check_world(cfg, net, start, ctx.step, ctx.lrc:lr(start, ctx.step + 1))
+      dist:sync_params(net)
+    end
 
     local curve_path = cfg.learning_curve_file or (cfg.model and cfg.model .. ".curve.jsonl")
     if not writer then curve_path = nil end
@@ -592,16 +631,25 @@ function M.train(config, argv)
       ctx.history[#ctx.history + 1] = rec
       last = rec
     end
-    if dist then dist:finish() end
+    -- nothing to train (a run continued at or past num_epochs): dev_score and dev_error are
+    -- the loaded model's, so a recipe run twice reports its model instead of nil
+    local dev_score, dev_error = last and last.dev_score, last and last.dev_error
     if start > cfg.num_epochs then
-      log:write(1, "nothing to train: the checkpoint is at epoch %d, num_epochs = %d", start - 1,
-        cfg.num_epochs)
+      if dev then
+        local okd, s, e = pcall(evaluate, net, dev, cfg, "dev", dist)
+        if not okd then fail("dev scoring: %s", (tostring(s):gsub("^rl%.train: ", ""))) end
+        dev_score, dev_error = s, e
+      end
+      log:write(1, "nothing to train: the checkpoint is at epoch %d, num_epochs = %d%s",
+        start - 1, cfg.num_epochs, dev_score and string.format("; its dev score %s error %s",
+        score(dev_score), pct(dev_error)) or "")
     end
+    if dist then dist:finish() end
     return {config = cfg, net = net, optimizer = ctx.opt, lr_control = ctx.lrc,
       epoch = math.max(start - 1, last and last.epoch or 0), step = ctx.step, history = ctx.history,
       checkpoint = ctx.checkpoint, learning_curve_file = curve_path,
       train_score = last and last.train_score, train_error = last and last.train_error,
-      dev_score = last and last.dev_score, dev_error = last and last.dev_error}
+      dev_score = dev_score, dev_error = dev_error}
   end)
   if not ok then
     if dist then dist:abandon() end

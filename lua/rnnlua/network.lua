@@ -39,7 +39,8 @@
 --       so label k of the target is class k of the output. See layers/softmax.c.
 --   net:backward()      gradients of that loss, ADDED to net:grads() (zero them first)
 --   net:zero_grads(), net:params(), net:grads(), net:num_params(), net:param_list(),
---   net:layer(name), net:input_grad(key) (with input_grads = true), net.description,
+--   net:layer(name), net:input_grad(key) (with input_grads = true): the tensors these give
+--   are shares of the network's buffers (closing one releases only it), net.description,
 --   net.extern_data, net.order (layer names in dependency order), net.dtype, net.device
 --   net:to(device)      moves the network to "cpu", "cuda" or "cuda:N" (returns net)
 --
@@ -507,6 +508,7 @@ end
 M.check_device_name = check_device_name
 
 function Network:to(device)
+  local guard <close> = self:enter("net:to")
   check_device_name(device, "net:to")
   local okp, p = pcall(self.flat_params.to, self.flat_params, device)
   if not okp then
@@ -878,7 +880,26 @@ function Network:carry_reset()
   self.carried_B, self.carry_active = nil, nil
 end
 
+-- A layer (a Lua layer, a rec unit's layer) that calls its own network's forward, backward,
+-- search or to while that network runs it would overwrite the outputs, buffers and state the
+-- running call is using, or recurse without end: an error naming the layer. net.running is
+-- {what =, node =} while one of them runs; the to-be-closed guard clears it on every exit,
+-- an error's included.
+local Guard = {__close = function(g) g.net.running = nil end}
+function Network:enter(what)
+  local r = self.running
+  if r then
+    local node = r.node
+    fail("%s: re-entrant call while %s runs%s: a layer must not call its own network's "
+      .. "forward, backward, search or to", what, r.what,
+      node and string.format(" layer '%s' (class %s)", node.name, node.layer.class) or "")
+  end
+  self.running = {what = what}
+  return setmetatable({net = self}, Guard)
+end
+
 function Network:forward(batch, fopts)
+  local guard <close> = self:enter("net:forward")
   local train = true
   if fopts ~= nil then
     check_opts("net:forward", fopts, FORWARD_OPTS)
@@ -900,6 +921,7 @@ function Network:forward(batch, fopts)
   local skip = nil
   for i, node in ipairs(self.nodes) do
     if node == skip then goto continue end
+    self.running.node = node
     if node.pair_next and self:concurrent_pairs() then
       skip = self.nodes[i + 1]
       self:forward_pair(node, skip, batch, train)
@@ -1033,6 +1055,7 @@ function Network:prepare_backward(node)
 end
 
 function Network:backward()
+  local guard <close> = self:enter("net:backward")
   if not self.forwarded then
     error("net:backward: needs a net:forward before it (once per forward)", 2)
   end
@@ -1041,6 +1064,7 @@ function Network:backward()
   local i = #self.nodes
   while i >= 1 do
     local node, prev = self.nodes[i], self.nodes[i - 1]
+    self.running.node = node
     if prev and prev.pair_next and self:concurrent_pairs() and node.do_backward
         and prev.do_backward then
       -- the pair of forward_pair, both at once
@@ -1089,17 +1113,30 @@ end
 ---------------------------------------------------------------------------- access
 
 -- Beam search through the rec layer's choice (lua/rnnlua/rec.lua, M.search).
-function Network:search(batch, opts) return rec.search(self, batch, opts) end
+function Network:search(batch, opts)
+  local guard <close> = self:enter("net:search")
+  return rec.search(self, batch, opts)
+end
 
-function Network:params() return self.flat_params end
-function Network:grads() return self.flat_grads end
+-- Tensors handed out (params, grads, param_list, layer views, input_grad) are shares: new
+-- tensor objects on the network's storage, as Torch7's and PyTorch's parameters() give views.
+-- Closing one (`local p <close> = net:params()`, a finished coroutine) releases only that
+-- reference; the network's own tensor stays usable (closing it made net:to, a checkpoint and
+-- the next optimizer fail, 'the tensor was freed').
+local function share(t)
+  if t == nil or t:dim() == 0 then return t end
+  return t:narrow(1, 1, t:size(1))
+end
+
+function Network:params() return share(self.flat_params) end
+function Network:grads() return share(self.flat_grads) end
 function Network:zero_grads() self.flat_grads:zero_() end
 function Network:num_params() return self.total end
 
 function Network:param_list()
   local list = {}
   for i, v in ipairs(self.plist) do
-    list[i] = {layer = v.layer, name = v.name, value = v.value, grad = v.grad}
+    list[i] = {layer = v.layer, name = v.name, value = share(v.value), grad = share(v.grad)}
   end
   return list
 end
@@ -1109,7 +1146,7 @@ function Network:input_grad(key)
   if not self.input_grads_on then
     error("net:input_grad: build the network with {input_grads = true}", 2)
   end
-  return self.input_grad_bufs[key]
+  return share(self.input_grad_bufs[key])
 end
 
 local LayerView = {}
@@ -1136,11 +1173,12 @@ function Network:layer(name)
   end
   local view = setmetatable({
     name = name, class = node.layer.class, n_out = node.layer.n_out, from = node.srcs,
-    output = node.out, params = {}, grads = {}, param_names = {}, object = node.layer,
+    output = share(node.out), params = {}, grads = {}, param_names = {}, object = node.layer,
     rank = node.rank, geometry = node.geom,
   }, LayerView)
   for i, v in ipairs(node.views) do
-    view.params[v.name], view.grads[v.name], view.param_names[i] = v.value, v.grad, v.name
+    view.params[v.name], view.grads[v.name], view.param_names[i] = share(v.value), share(v.grad),
+      v.name
   end
   return view
 end

@@ -109,8 +109,8 @@ end
 
 function Optimizer:step(lr)
   if type(lr) ~= "number" then error("opt:step: lr must be a number, got " .. type(lr), 2) end
-  -- net:params() and net:grads() are the network's own tensors: one closed by <close> raised
-  -- "argument 3: the tensor was freed" from inside the library
+  -- the params or grads tensor given to rl.optimizer (a share of the network's buffer) closed
+  -- by <close> raised "argument 3: the tensor was freed" from inside the library
   for _, which in ipairs{"params", "grads"} do
     local t = self[which]
     if not pcall(function() return t:dim() end) then

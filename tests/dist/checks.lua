@@ -69,6 +69,24 @@ end, "must be contiguous")
 H.expect_error("broadcast from a rank that does not exist", function()
   rl.dist.broadcast(rl.zeros(2), 2)
 end, "root 2 is not a rank of 0..1")
+H.expect_error("allreduce of a closed tensor", function()
+  local t = rl.zeros(3)
+  do local c <close> = t end
+  rl.dist.allreduce(t)
+end, "the tensor was freed")
+H.test("allreduce and broadcast of an empty tensor", function()
+  H.check(rl.dist.allreduce(rl.zeros(0)):numel() == 0, "allreduce")
+  H.check(rl.dist.broadcast(rl.zeros(0), 1):numel() == 0, "broadcast")
+end)
+H.expect_error("broadcast from a root beyond int", function()
+  rl.dist.broadcast(rl.zeros(2), 1 << 40)
+end, "root 1099511627776 is not a rank of 0..1")
+H.expect_error("an infinite timeout", function() rl.dist.set_timeout(math.huge) end,
+  "the timeout must be a finite number of seconds > 0")
+H.expect_error("an infinite distributed.timeout", function()
+  rl.train{network = {output = {class = "softmax", loss = "ce", target = "classes"}},
+           train = {class = "12ax", num_seqs = 4}, distributed = {timeout = math.huge}}
+end, "config.distributed.timeout must be a finite number of seconds > 0, got inf")
 H.expect_error("bad distributed mode", function()
   rl.train{network = {output = {class = "softmax", loss = "ce", target = "classes"}},
            train = {class = "12ax", num_seqs = 4}, distributed = {mode = "ring"}}
@@ -85,6 +103,72 @@ H.expect_error("gradient noise in sync mode", function()
   rl.train{network = {output = {class = "softmax", loss = "ce", target = "classes"}},
            train = {class = "12ax", num_seqs = 4}, optimizer = {class = "sgd", gradient_noise = 0.1}}
 end, "gradient_noise does not work")
+
+-- Ranks that pass different tensors or call different collectives: every rank fails alike,
+-- naming each rank's call, before any data moves; the world stays usable.
+H.expect_error("allreduce of different sizes", function()
+  rl.dist.allreduce(rl.zeros(rank == 0 and 4 or 6))
+end, "rank 0: allreduce of 4 float32 elements; rank 1: allreduce of 6 float32 elements")
+H.expect_error("allreduce of different dtypes", function()
+  rl.dist.allreduce(rl.zeros(4, rank == 0 and "float32" or "float64"))
+end, "rank 1: allreduce of 4 float64 elements")
+H.test("broadcast into a larger buffer: an error, nothing copied", function()
+  local t = rl.zeros(rank == 0 and 4 or 1000):fill_(rank + 1)
+  local ok, err = pcall(rl.dist.broadcast, t, 0)
+  H.check(not ok and tostring(err):find("rank 1: broadcast of 1000 float32 elements from root 0",
+    1, true), tostring(err))
+  H.check(t:sum() == (rank == 0 and 4 or 2000), "the buffer changed: " .. t:sum())
+end)
+H.expect_error("broadcast from different roots", function()
+  rl.dist.broadcast(rl.zeros(2), rank)
+end, "rank 1: broadcast of 2 float32 elements from root 1")
+H.expect_error("a barrier against an allreduce", function()
+  if rank == 0 then rl.dist.barrier() else rl.dist.allreduce(rl.zeros(3)) end
+end, "rank 0: barrier; rank 1: allreduce of 3 float32 elements")
+H.test("the world is usable after a mismatch", function()
+  local t = rl.tensor({rank + 1})
+  rl.dist.allreduce(t)
+  H.check(t[1] == 3 and not rl.dist.broken(), "sum " .. t[1])
+end)
+
+-- rl.train on ranks that run different recipes: one check before the first collective names
+-- what differs and each rank's value.
+local function tiny(over)
+  local c = {network = {fw = {class = "lstm", n_out = 4},
+                        output = {class = "softmax", from = {"fw"}, loss = "ce",
+                                  target = "classes"}},
+             train = {class = "12ax", num_seqs = 20, seed = 1, max_len = 20}, num_epochs = 1,
+             batch_size = 200, max_seqs = 4, log_verbosity = 0}
+  for k, v in pairs(rank == 1 and over or {}) do c[k] = v end
+  return c
+end
+H.expect_error("ranks with different networks", function()
+  rl.train(tiny({network = {fw = {class = "lstm", n_out = 5},
+    output = {class = "softmax", from = {"fw"}, loss = "ce", target = "classes"}}}))
+end, "the ranks disagree (every rank must run the same recipe on the same data): the network's "
+  .. "number of parameters: rank 0: 234, rank 1: 312")
+H.expect_error("ranks with the same number of parameters in other layers", function()
+  rl.train(tiny({network = {fw = {class = "lstm", n_out = 4, direction = -1},
+    output = {class = "softmax", from = {"fw"}, loss = "ce", target = "classes"}}}))
+end, "config.network (its layers and options): rank 1 differs from rank 0")
+H.expect_error("a dev set on one rank only", function()
+  rl.train(tiny({dev = {class = "12ax", num_seqs = 4, seed = 2}}))
+end, "a dev set (config.dev): rank 0: 0, rank 1: 1")
+H.expect_error("ranks with different dtypes", function()
+  rl.train(tiny({dtype = "float64"}))
+end, "config.dtype: rank 1 differs from rank 0 (rank " .. rank .. "'s: float"
+  .. (rank == 0 and "32" or "64"))
+H.expect_error("ranks with datasets of different sizes", function()
+  rl.train(tiny({train = {class = "12ax", num_seqs = 30, seed = 1, max_len = 20}}))
+end, "the train dataset's number of sequences (epoch 1): rank 0: 20, rank 1: 30")
+H.expect_error("ranks with different seeds, epochs, learning rates and modes", function()
+  rl.train(tiny({seed = 7, num_epochs = 3, learning_rate = 0.5, distributed = {mode = "average"}}))
+end, "config.seed: rank 0: 1, rank 1: 7; config.num_epochs: rank 0: 1, rank 1: 3; the learning "
+  .. "rate of the first step: rank 0: 0.001, rank 1: 0.5")
+H.test("the world is usable after ranks disagreed in rl.train", function()
+  local r = rl.train(tiny())
+  H.check(r.epoch == 1 and not rl.dist.broken(), "trained")
+end)
 
 -- The largest absolute difference between two tensors.
 local function maxdiff(a, b) return (a - b):abs():max() end
@@ -227,6 +311,10 @@ H.test("only rank 0 writes checkpoints and the learning curve", function()
   for _ in io.lines(dir .. "/ax/net.curve.jsonl") do n = n + 1 end
   H.check(n == 4, n .. " curve lines")
 end)
+H.expect_error("ranks that resume from different checkpoints", function()
+  ax(dir .. "/ax/net", 5, dir .. (rank == 0 and "/ax/net.004.h5" or "/ax/net.003.h5"))
+end, "the epoch training starts with (load): rank 0: 5, rank 1: 4; the step training starts "
+  .. "after (load): rank 0: ")
 H.test("resumed 2-rank run = uninterrupted", function()
   ax(dir .. "/ax2/net", 2)
   local resumed = ax(dir .. "/ax2/net", 4, "last")

@@ -1,5 +1,6 @@
 -- Run by tests/sh/test_dist.sh under `mpirun -np 2`: a 12AX training in which rank 1 kills
--- itself (arg[2] = "kill") or hangs (arg[2] = "hang") in the middle of epoch 2. arg[1]: the
+-- itself (arg[2] = "kill"), hangs (arg[2] = "hang") or raises a Lua error (arg[2] = "error") in
+-- the middle of epoch 2. arg[1]: the
 -- model prefix. The job must end with an error naming rank 1, leaving loadable checkpoints.
 local model, how = assert(arg[1]), assert(arg[2])
 local steps = 0
@@ -10,6 +11,8 @@ local function make_opt(params, grads)
             if rl.dist.rank() == 1 and steps == 12 then
               if how == "kill" then
                 os.execute("kill -9 $PPID") -- the shell's parent: this rank
+              elseif how == "error" then
+                error("a Lua error on rank 1 only")
               else
                 local t0 = rl.clock()
                 while rl.clock() - t0 < 60 do end

@@ -326,6 +326,48 @@ H.test("forward task: the file reads back and matches a direct net:forward", fun
   end
 end)
 
+-- A run without load into a model prefix that holds an earlier run's checkpoints goes on from
+-- the newest, as RETURNN does (it replaced them from epoch 1); overwrite = true starts afresh;
+-- a load of an earlier epoch that would replace later checkpoints is refused.
+H.test("a run without load continues an earlier run of the same model prefix", function()
+  local d = newdir()
+  rl.train(config({model = d .. "/net", num_epochs = 2}))
+  local before = snapshot(d)
+  local r = rl.train(config({model = d .. "/net", num_epochs = 3}))
+  H.check(r.epoch == 3 and #r.history == 1 and r.history[1].epoch == 3,
+    "epoch " .. r.epoch .. ", " .. #r.history .. " epochs trained")
+  local after = snapshot(d)
+  H.check(after["net.001.h5"] == before["net.001.h5"]
+    and after["net.002.h5"] == before["net.002.h5"], "the earlier run's checkpoints changed")
+  -- the same as an uninterrupted 3-epoch run
+  local full = rl.train(config({model = newdir() .. "/net", num_epochs = 3}))
+  H.check((full.net:params() - r.net:params()):abs():max() == 0, "parameters differ")
+  local again = rl.train(config({model = d .. "/net", num_epochs = 3}))
+  H.check(#again.history == 0 and again.epoch == 3, "nothing to train")
+  -- (the loaded model's dev scores, not nil: a recipe run twice prints them)
+  H.check(again.dev_score == r.dev_score and again.dev_error == r.dev_error,
+    string.format("dev score %s, after training %s", tostring(again.dev_score), r.dev_score))
+  H.check(snapshot(d)["net.003.h5"] == after["net.003.h5"], "net.003.h5 changed")
+  local fresh = rl.train(config({model = d .. "/net", num_epochs = 1, overwrite = true}))
+  H.check(#fresh.history == 1 and fresh.history[1].epoch == 1, "overwrite = true starts afresh")
+end)
+H.expect_error("an earlier run's unreadable checkpoint is not trained over", function()
+  local d = newdir()
+  local f = assert(io.open(d .. "/net.004.h5", "wb"))
+  f:write("not a checkpoint")
+  f:close()
+  rl.train(config({model = d .. "/net", num_epochs = 1}))
+end, "prefix starts afresh): rl.load_checkpoint: ")
+H.expect_error("a load of an earlier epoch that would replace later checkpoints", function()
+  local d = newdir()
+  rl.train(config({model = d .. "/net", num_epochs = 2}))
+  rl.train(config({model = d .. "/net", num_epochs = 2, load = d .. "/net.001.h5"}))
+end, "net.002.h5 exists (an earlier run) and training epoch 2 would replace it; load = "
+  .. '"last" continues from the newest checkpoint, overwrite = true replaces them')
+H.expect_error("overwrite that is not a boolean", function()
+  rl.train(config({overwrite = "yes"}))
+end, "config.overwrite must be true or false, got string")
+
 local function rmtree(p)
   if lfs.attributes(p, "mode") == "directory" then
     for e in lfs.dir(p) do

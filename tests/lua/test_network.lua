@@ -450,4 +450,98 @@ H.test("lstm forget_bias is the initial f block of b", function()
     "the other blocks start at 0")
 end)
 
+-- A Lua layer that calls its own network's forward, backward, search or to while the network
+-- runs it: an error naming the layer (net:forward recursed until the stack overflowed, a
+-- forward inside backward silently overwrote the outputs the backward was using); the
+-- network works normally after it.
+do
+  local net, batch, call
+  rl.layers.register("test_reenter", {
+    init = function(self, opts, in_dims) return in_dims[1] end,
+    params = function(self) return {} end,
+    forward = function(self, inputs)
+      if call and call[1] == "forward" then call[2]() end
+      return inputs[1] * 1
+    end,
+    backward = function(self, grad_out)
+      if call and call[1] == "backward" then call[2]() end
+      return {grad_out * 1}
+    end,
+  })
+  local ds = rl.dataset({class = "12ax", num_seqs = 4, seed = 1})
+  net = rl.network({fw = {class = "lstm", n_out = 4}, re = {class = "test_reenter", from = "fw"},
+    output = {class = "softmax", from = "re", loss = "ce", target = "classes"}}, ds:extern_data())
+  batch = rl.batches(ds, {batch_size = 100})()
+  local function expect(phase, name, fn, what)
+    call = {phase, fn}
+    H.expect_error("re-entrant " .. name .. " from a layer's " .. phase, function()
+      net:forward(batch)
+      net:backward()
+    end, string.format("layer 're' (class test_reenter): %s: %s: re-entrant call while "
+      .. "net:%s runs layer 're' (class test_reenter)", phase, name, phase))
+    call = nil
+  end
+  expect("forward", "net:forward", function() net:forward(batch) end)
+  expect("forward", "net:backward", function() net:backward() end)
+  expect("forward", "net:search", function() net:search(batch) end)
+  expect("forward", "net:to", function() net:to("cpu") end)
+  expect("backward", "net:forward", function() net:forward(batch) end)
+  H.test("the network works after a re-entrant call", function()
+    local l = net:forward(batch)
+    net:backward()
+    H.check(l == l and l > 0 and net:grads():abs():sum() > 0, "loss " .. l)
+    local other = rl.network({fw = {class = "lstm", n_out = 4},
+      output = {class = "softmax", from = "fw", loss = "ce", target = "classes"}},
+      ds:extern_data())
+    -- another network may run inside a layer
+    call = {"forward", function() other:forward(batch) end}
+    net:forward(batch)
+    call = nil
+  end)
+end
+
+-- The tensors a network hands out are shares of its buffers (as Torch7's and PyTorch's
+-- parameters() give views): closing one releases only that reference. Closing the network's
+-- own params made net:to, rl.optimizer and rl.save_checkpoint fail ('the tensor was freed').
+H.test("closing the tensors a network hands out leaves the network whole", function()
+  local ds = rl.dataset({class = "12ax", num_seqs = 4, seed = 1})
+  local net = rl.network({fw = {class = "lstm", n_out = 4},
+    output = {class = "softmax", from = "fw", loss = "ce", target = "classes"}},
+    ds:extern_data(), {input_grads = true})
+  local b = rl.batches(ds, {batch_size = 100})()
+  local l0 = net:forward(b)
+  net:backward()
+  local before = net:params():clone()
+  do
+    local p <close> = net:params()
+    local g <close> = net:grads()
+    local first = net:param_list()[1]
+    local v <close> = first.value
+    local gv <close> = first.grad
+    local view = net:layer("fw")
+    local lp <close> = view.params[first.name]
+    local lo <close> = view.output
+    local dx <close> = net:input_grad("data")
+    p[1] = p[1] + 0 -- a share writes the network's buffer
+  end
+  collectgarbage()
+  H.check((net:params() - before):abs():max() == 0, "the parameters changed")
+  net:zero_grads()
+  local l1 = net:forward(b)
+  net:backward()
+  H.check(l1 == l0 and net:grads():abs():sum() > 0, string.format("loss %g vs %g", l1, l0))
+  local opt = rl.optimizer({class = "sgd"}, net:params(), net:grads())
+  opt:step(0.1)
+  H.check((net:params() - before):abs():max() > 0, "the step reached the network")
+  local dir = H.tmpdir()
+  rl.save_checkpoint(dir .. "/net.h5", {net = net})
+  H.check(net:to("cpu") == net and rl.load_checkpoint(dir .. "/net.h5").epoch ~= nil,
+    "save and load")
+  H.rm_rf(dir)
+  -- a share sees the network's values and writes them
+  local p = net:params()
+  p[2] = 7
+  H.check(net:param_list()[1].value:view(-1)[2] == 7, "a share is the network's buffer")
+end)
+
 H.done()

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Data-parallel training over MPI (rnnlua.dist): tests/dist/checks.lua under `mpirun -np 2`
 # (rl.dist's collectives; sync = one process on the union of the batches; average; 12AX; resume),
-# then a rank killed and a rank hanging mid-epoch (tests/dist/fail.lua): the job must end with an
-# error naming rank 1 within a bounded time and every checkpoint must still load. A build
+# then a rank killed, a rank raising a Lua error and a rank hanging mid-epoch
+# (tests/dist/fail.lua): the job must end with an error naming rank 1 within a bounded time and
+# every checkpoint must still load; ranks that disagree (tests/dist/checks.lua) and a launch MPI
+# does not see must fail with a message naming what differs. A build
 # without MPI prints SKIP lines and checks that asking for distributed training is an error.
 # Usage: test_dist.sh path/to/rnnlua (from the repository root)
 set -u
@@ -30,6 +32,8 @@ if [ "$("$bin" -e 'io.write(tostring(rl.dist.built()))')" != true ]; then
     OMPI_COMM_WORLD_SIZE=2 "$bin" -e 'print(1)' >/dev/null 2>"$dir/err"
     [ $? -ne 0 ] && grep -q "built without MPI" "$dir/err"
     ok "started by a launcher without MPI: a clear error" $?
+    [ "$(SLURM_NTASKS=4 "$bin" -e 'io.write(rl.dist.size())' 2>"$dir/err")" = 1 ]
+    ok "an sbatch script's SLURM_NTASKS alone is no launch" $?
     echo "SKIP test_dist: built with MPI=0 (the mpirun tests need an MPI build)"
     echo "$pass passed, $fail failed"
     [ "$fail" -eq 0 ]
@@ -51,6 +55,12 @@ mpi=(mpirun -np 2 --oversubscribe --allow-run-as-root -x LSAN_OPTIONS)
 # the plain binary needs no launcher
 [ "$("$bin" -e 'io.write(rl.dist.rank(), rl.dist.size(), tostring(rl.dist.active()))')" = 01false ]
 ok "without a launcher: rank 0 of 1" $?
+[ "$(SLURM_NTASKS=4 "$bin" -e 'io.write(rl.dist.rank(), rl.dist.size())')" = 01 ]
+ok "an sbatch script's SLURM_NTASKS alone: rank 0 of 1" $?
+# a launcher of another MPI: each process would be a world of 1 and train alone
+OMPI_COMM_WORLD_SIZE=2 timeout 60 "$bin" -e 'print(1)' >/dev/null 2>"$dir/err"
+[ $? -ne 0 ] && grep -q "one of 2 processes (OMPI_COMM_WORLD_SIZE), but MPI_Init gave a world of 1" "$dir/err"
+ok "a launch that MPI_Init does not see: a clear error" $?
 
 timeout 300 "${mpi[@]}" "$bin" tests/dist/checks.lua "$dir/checks" >"$dir/out" 2>"$dir/err"
 rc=$?
@@ -87,6 +97,29 @@ grep -q "rank 1" "$dir/err"
 ok "the error names rank 1" $?
 [ -f "$dir/kill/net.001.h5" ] && [ ! -f "$dir/kill/net.003.h5" ] && loadable "$dir/kill/net"
 ok "after the kill: epoch 1's checkpoint is there and every checkpoint loads" $?
+
+start=$(date +%s)
+timeout 120 "${mpi[@]}" "$bin" tests/dist/fail.lua "$dir/error/net" error >"$dir/out" 2>"$dir/err"
+rc=$?
+took=$(($(date +%s) - start))
+[ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] && [ "$took" -lt 30 ]
+ok "a Lua error on one rank ends the job (exit $rc after ${took}s)" $?
+grep -q "rnnlua: rank 1: rl.train: epoch 2, step 12: .*a Lua error on rank 1 only" "$dir/err"
+ok "the error names rank 1, the epoch, the step and the error" $?
+loadable "$dir/error/net"
+ok "after the error: every checkpoint loads" $?
+
+# rank 1's rl.train fails (a bad dataset option) and the recipe catches it and ends normally:
+# the job ends (rank 0 would wait for rank 1) with a message that says why
+start=$(date +%s)
+timeout 120 "${mpi[@]}" "$bin" -e 'print(pcall(rl.train, {network = {output = {class = "softmax",
+  loss = "ce", target = "classes"}}, train = {class = "12ax", num_seqs = rl.dist.rank() == 1
+  and "x" or 20}, log_verbosity = 0, distributed = {timeout = 20}}))' >"$dir/out" 2>"$dir/err"
+rc=$?
+took=$(($(date +%s) - start))
+[ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] && [ "$took" -lt 15 ] &&
+    grep -q "rnnlua: rank 1: the recipe ended, but the distributed world was broken" "$dir/err"
+ok "an error caught on one rank: the job ends and says why (exit $rc after ${took}s)" $?
 
 start=$(date +%s)
 timeout 120 "${mpi[@]}" "$bin" tests/dist/fail.lua "$dir/hang/net" hang >"$dir/out" 2>"$dir/err"
