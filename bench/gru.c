@@ -180,6 +180,8 @@ typedef struct {
     const product *p;
     float *a, *b, *c, *packed;
     bool use_packed;
+    int copies; /* how many directions and layers have this shape */
+    rl_tensor t[4];
 } product_ctx;
 
 static void run_product(void *ctx, int64_t reps) {
@@ -204,29 +206,42 @@ static float *bench_alloc(rl_tensor *t, int64_t elems, rl_rng *g) {
     return rl_tensor_data(t);
 }
 
-/* Times one shape (both kernels where the packed one applies); returns the best seconds per
- * step and names the kernel. */
-static double time_product(const product *p, rl_rng *g, const char **kernel) {
-    rl_tensor t[4] = {0};
-    product_ctx x = {.p = p};
-    x.a = bench_alloc(&t[0], p->m * p->k, g);
-    x.b = bench_alloc(&t[1], p->k * p->n, g);
-    x.c = bench_alloc(&t[2], p->m * p->n, g);
-    bench_variant v[2] = {{run_product, &x}};
-    product_ctx y = x;
-    int n = 1;
-    if (p->packable && rl_gemm_packed_fast()) {
-        y.packed = bench_alloc(&t[3], rl_gemm_packed_size(p->k, p->n), g);
-        rl_gemm_pack_f32(y.packed, y.b, p->n, false, p->k, p->n);
-        y.use_packed = true;
-        v[n++] = (bench_variant){run_product, &y};
+/* Sets up one shape's operands in x and times it with both kernels where the packed one
+ * applies; x keeps the faster. Returns its seconds per step. */
+static double time_product(const product *p, rl_rng *g, product_ctx *x) {
+    *x = (product_ctx){.p = p};
+    x->a = bench_alloc(&x->t[0], p->m * p->k, g);
+    x->b = bench_alloc(&x->t[1], p->k * p->n, g);
+    x->c = bench_alloc(&x->t[2], p->m * p->n, g);
+    if (!p->packable || !rl_gemm_packed_fast()) {
+        double sec;
+        bench_row(1, &(bench_variant){run_product, x}, &sec);
+        return sec;
     }
+    product_ctx y = *x;
+    y.packed = bench_alloc(&x->t[3], rl_gemm_packed_size(p->k, p->n), g);
+    rl_gemm_pack_f32(y.packed, y.b, p->n, false, p->k, p->n);
+    y.use_packed = true;
+    bench_variant v[2] = {{run_product, x}, {run_product, &y}};
     double sec[2];
-    bench_row(n, v, sec);
-    *kernel = n == 2 && sec[1] < sec[0] ? "packed" : "BLAS";
-    for (int i = 0; i < 4; i++)
-        rl_tensor_release(&t[i]);
-    return n == 2 && sec[1] < sec[0] ? sec[1] : sec[0];
+    bench_row(2, v, sec);
+    if (sec[1] >= sec[0]) return sec[0];
+    x->packed = y.packed, x->use_packed = true;
+    return sec[1];
+}
+
+/* --gemms' products at their faster kernels, each as often as a step has it. */
+typedef struct {
+    product_ctx *xs;
+    int n;
+} product_set;
+
+static void run_products(void *ctx, int64_t reps) {
+    const product_set *s = ctx;
+    for (int64_t r = 0; r < reps; r++)
+        for (int i = 0; i < s->n; i++)
+            for (int c = 0; c < s->xs[i].copies; c++)
+                run_product(&s->xs[i], 1);
 }
 
 /* The products of one GRU direction of a layer with F inputs: the input projection, the
@@ -252,39 +267,42 @@ static int gemms(const topology *tp, rl_rng *g) {
            rl_blas_get_threads());
     printf("| layer | product | m x n x k | per step | kernel | ms/step | GFLOP/s |\n");
     printf("|---|---|---|---:|---|---:|---:|\n");
-    double total = 0, flops = 0;
-    for (int li = 0; li < tp->layers; li++) {
+    double flops = 0;
+    product ps[2][6];
+    product_ctx xs[12];
+    product_set set = {xs, 0};
+    for (int li = 0; li < tp->layers && li < 2; li++) { /* layers above 2 repeat layer 2 */
         int64_t F = li ? (int64_t)tp->dirs * tp->hidden : tp->in;
-        if (li > 1) { /* the same shapes as the layer below */
-            printf("| %d | as layer 2 | | | | | |\n", li + 1);
-            continue;
-        }
-        product ps[6];
-        int n = layer_products(tp, F, li > 0, ps);
-        int copies = tp->dirs * (li ? tp->layers - 1 : 1);
+        int n = layer_products(tp, F, li > 0, ps[li]);
         for (int i = 0; i < n; i++) {
-            const char *kernel;
-            double sec = time_product(&ps[i], g, &kernel);
-            double f =
-                2.0 * (double)ps[i].m * (double)ps[i].n * (double)ps[i].k * (double)ps[i].count;
-            printf("| %d | %s | %lld x %lld x %lld | %lld | %s | %.2f | %.1f |\n", li + 1,
-                   ps[i].what, (long long)ps[i].m, (long long)ps[i].n, (long long)ps[i].k,
-                   (long long)ps[i].count, kernel, sec * 1e3, f / sec / 1e9);
-            total += copies * sec;
-            flops += copies * f;
+            const product *p = &ps[li][i];
+            product_ctx *x = &xs[set.n++];
+            double sec = time_product(p, g, x);
+            double f = 2.0 * (double)p->m * (double)p->n * (double)p->k * (double)p->count;
+            x->copies = tp->dirs * (li ? tp->layers - 1 : 1);
+            printf("| %d%s | %s | %lld x %lld x %lld | %lld | %s | %.2f | %.1f |\n", li + 1,
+                   li && tp->layers > 2 ? "+" : "", p->what, (long long)p->m, (long long)p->n,
+                   (long long)p->k, (long long)p->count, x->use_packed ? "packed" : "BLAS",
+                   sec * 1e3, f / sec / 1e9);
+            flops += x->copies * f;
         }
     }
+    /* the products in sequence and the whole step, measured alternately */
     model m;
     model_init(&m, tp, g);
-    bench_variant v = {run_steps, &m};
-    double step;
-    bench_row(1, &v, &step);
+    bench_variant v[2] = {{run_products, &set}, {run_steps, &m}};
+    double sec[2];
+    bench_row(2, v, sec);
     model_free(&m);
-    printf("\nProducts alone: %.1f ms per step (%.1f GFLOP/s) for the %d direction(s) x %d "
-           "layer(s); the whole step in the same run: %.1f ms (%.1f GFLOP/s of products); the "
-           "products at their best take %.0f%% of the step.\n",
-           total * 1e3, flops / total / 1e9, tp->dirs, tp->layers, step * 1e3, flops / step / 1e9,
-           100 * total / step);
+    for (int i = 0; i < set.n; i++)
+        for (int k = 0; k < 4; k++)
+            rl_tensor_release(&xs[i].t[k]);
+    printf("\nEach product as often as a step has it (%d direction(s) x %d layer(s)), measured "
+           "alternately with the whole step: products alone %.1f ms (%.1f GFLOP/s), the whole "
+           "step %.1f ms (%.1f GFLOP/s of products); the products at their best take %.0f%% of "
+           "the step.\n",
+           tp->dirs, tp->layers, sec[0] * 1e3, flops / sec[0] / 1e9, sec[1] * 1e3,
+           flops / sec[1] / 1e9, 100 * sec[0] / sec[1]);
     return 0;
 }
 
