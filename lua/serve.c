@@ -78,10 +78,10 @@ typedef struct job {
     /* the answer, written by the model thread */
     bool done;
     int status;
-    char *error; /* malloc'd message of a failed job */
-    float *out;  /* the rows of every sequence, one after the other */
-    int64_t *oT, *oH, *oW, *ooff;
-    json_t *extra; /* reload and decode: the answer */
+    char *error;  /* malloc'd message of a failed job */
+    float **outs; /* forward: the oT[s] rows of sequence s (oH[s] x oW[s] for images) */
+    int64_t *oT, *oH, *oW;
+    json_t *extra; /* reload: the answer; decode: {"labels": [...]} of each sequence */
 } job;
 
 typedef struct request {
@@ -217,11 +217,12 @@ static void job_free(job *j) {
     free(j->x);
     free(j->xi);
     free(j->error);
-    free(j->out);
+    for (int64_t s = 0; j->outs && s < j->nseq; s++)
+        free(j->outs[s]);
+    free(j->outs);
     free(j->oT);
     free(j->oH);
     free(j->oW);
-    free(j->ooff);
     json_decref(j->extra);
     free(j);
 }
@@ -236,8 +237,8 @@ static bool job_alloc_seqs(job *j, int64_t n) {
     j->oT = calloc(1, sz);
     j->oH = calloc(1, sz);
     j->oW = calloc(1, sz);
-    j->ooff = calloc(1, sz);
-    return j->T && j->H && j->W && j->off && j->oT && j->oH && j->oW && j->ooff;
+    j->outs = calloc((size_t)(n > 0 ? n : 1), sizeof *j->outs);
+    return j->T && j->H && j->W && j->off && j->oT && j->oH && j->oW && j->outs;
 }
 
 /* Gives j an error answer (model thread; complete() then marks it done). */
@@ -461,40 +462,41 @@ out:
     return j;
 }
 
-/* The JSON answer of a finished forward job. */
-static json_t *forward_answer(const server *S, const job *j) {
-    json_t *list = json_array();
+/* "batch[s]: " naming sequence s of j in messages; "" for a body holding one sequence. */
+static const char *seq_name(const job *j, int64_t s, char buf[48]) {
+    if (j->single) return "";
+    snprintf(buf, 48, "batch[%lld]: ", (long long)s);
+    return buf;
+}
+
+/* The JSON answer of a finished forward or decode job (NULL: out of memory). */
+static json_t *job_answer(const server *S, const job *j) {
+    json_t *list = j->kind == JOB_DECODE ? json_incref(j->extra) : json_array();
     int64_t D = S->out_dim;
-    for (int64_t s = 0; s < j->nseq && list; s++) {
+    for (int64_t s = 0; j->kind == JOB_FORWARD && s < j->nseq && list; s++) {
+        /* the model thread checked that the values are finite: json_real takes no NaN */
         json_t *rows = json_array();
-        const float *o = j->out + j->ooff[s] * D;
+        const float *o = j->outs[s];
         for (int64_t t = 0; t < j->oT[s] && rows; t++) {
             json_t *row = json_array();
-            for (int64_t d = 0; d < D && row; d++) {
-                json_t *v = json_real((double)o[t * D + d]);
-                if (v == NULL) { /* NaN or Inf: not JSON, and not a number to hand out */
+            for (int64_t d = 0; d < D && row; d++)
+                if (json_array_append_new(row, json_real((double)o[t * D + d])) != 0) {
                     json_decref(row);
                     row = NULL;
-                    break;
                 }
-                json_array_append_new(row, v);
-            }
-            if (row == NULL) {
+            if (row == NULL || json_array_append_new(rows, row) != 0) {
                 json_decref(rows);
                 rows = NULL;
-                break;
             }
-            json_array_append_new(rows, row);
         }
         json_t *item = rows ? json_pack("{s:o}", "output", rows) : NULL;
         if (item && S->out_images)
             json_object_set_new(item, "size",
                                 json_pack("[I,I]", (json_int_t)j->oH[s], (json_int_t)j->oW[s]));
-        if (item == NULL) {
+        if (item == NULL || json_array_append_new(list, item) != 0) {
             json_decref(list);
-            return NULL;
+            list = NULL;
         }
-        json_array_append_new(list, item);
     }
     if (list == NULL) return NULL;
     if (!j->single) return json_pack("{s:o}", "batch", list);
@@ -664,11 +666,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         pthread_mutex_unlock(&S->mu);
         if (!done) return MHD_YES;
         if (j->error) return reply_error(c, (unsigned)j->status, NULL, "%s", j->error);
-        if (j->kind != JOB_FORWARD) return reply_json(c, MHD_HTTP_OK, json_incref(j->extra), NULL);
-        json_t *doc = forward_answer(S, j);
+        if (j->kind == JOB_RELOAD) return reply_json(c, MHD_HTTP_OK, json_incref(j->extra), NULL);
+        json_t *doc = job_answer(S, j);
         if (doc == NULL)
             return reply_error(c, MHD_HTTP_INTERNAL_SERVER_ERROR, NULL,
-                               "layer '%s' gave NaN or Inf for this input", S->o.layer);
+                               "out of memory writing the answer");
         return reply_json(c, MHD_HTTP_OK, doc, NULL);
     }
     if (*upload_size != 0) {
@@ -911,19 +913,26 @@ static rl_tensor *push_zeros(lua_State *L, rl_dtype dt, int ndim, const int64_t 
     return t;
 }
 
-/* Pushes m[method], m and the padded batch of jobs[0..n): x (T, B, F), (T, B) class indices or
- * (H, W, B, F), and its lengths (B) or sizes (B, 2). Returns NULL or a message (stack as it was).
- */
-static char *push_batch(server *S, job **jobs, int n, const char *method) {
+/* Sequences s0 .. s0 + ns - 1 of one job: what the model thread puts into a model batch (whole
+ * jobs; the pieces of a request too large for one batch; a sequence run alone). */
+typedef struct {
+    job *j;
+    int64_t s0, ns;
+} part;
+
+/* Pushes m[method], m and the padded batch of parts p[0..n): x (T, B, F), (T, B) class indices
+ * or (H, W, B, F), and its lengths (B) or sizes (B, 2). Returns NULL or a message (stack as it
+ * was). */
+static char *push_batch(server *S, const part *p, int n, const char *method) {
     lua_State *L = S->L;
     int top = lua_gettop(L);
     int64_t B = 0, T = 0, H = 0, W = 0, F = S->in_dim;
-    for (int i = 0; i < n; i++) {
-        B += jobs[i]->nseq;
-        T = jobs[i]->maxT > T ? jobs[i]->maxT : T;
-        H = jobs[i]->maxH > H ? jobs[i]->maxH : H;
-        W = jobs[i]->maxW > W ? jobs[i]->maxW : W;
-    }
+    for (int i = 0; i < n; i++)
+        for (int64_t s = p[i].s0; s < p[i].s0 + p[i].ns; s++, B++) {
+            T = p[i].j->T[s] > T ? p[i].j->T[s] : T;
+            H = p[i].j->H[s] > H ? p[i].j->H[s] : H;
+            W = p[i].j->W[s] > W ? p[i].j->W[s] : W;
+        }
     lua_rawgeti(L, LUA_REGISTRYINDEX, S->model_ref);
     lua_getfield(L, -1, method);
     lua_insert(L, -2);
@@ -946,8 +955,8 @@ static char *push_batch(server *S, job **jobs, int n, const char *method) {
     int32_t *gi = rl_tensor_data(g);
     int64_t b = 0;
     for (int i = 0; i < n; i++) {
-        job *j = jobs[i];
-        for (int64_t s = 0; s < j->nseq; s++, b++) {
+        const job *j = p[i].j;
+        for (int64_t s = p[i].s0; s < p[i].s0 + p[i].ns; s++, b++) {
             if (S->images) {
                 gi[2 * b] = (int32_t)j->H[s];
                 gi[2 * b + 1] = (int32_t)j->W[s];
@@ -970,21 +979,31 @@ static char *push_batch(server *S, job **jobs, int n, const char *method) {
     return NULL;
 }
 
-/* Runs jobs[0..n) (forward jobs) as one padded batch through m:forward and copies each
- * sequence's rows into its job. Returns NULL, or the message of a failure of the whole batch. */
-static char *forward_batch(server *S, job **jobs, int n) {
+/* m[method](m, x, geom, ...) of push_batch with nargs arguments under pcall. Returns NULL, or the
+ * message of its error (stack as it was before push_batch) with *raised: the model raised it
+ * (a run-time error of the network on this input), not a failure to allocate the batch. */
+static char *call_model(server *S, int top, int nargs, int nret, bool *raised) {
+    lua_State *L = S->L;
+    int st = lua_pcall(L, nargs, nret, 0);
+    if (st == LUA_OK) return NULL;
+    *raised = st == LUA_ERRRUN;
+    char *msg = format("%s", lua_isstring(L, -1) ? lua_tostring(L, -1) : "(no message)");
+    lua_settop(L, top);
+    return msg;
+}
+
+/* Runs parts p[0..n) (forward jobs) as one padded batch through m:forward and copies each
+ * sequence's rows into its job. Returns NULL, or the message of a failure of the whole batch
+ * (*raised: see call_model). */
+static char *forward_batch(server *S, const part *p, int n, bool *raised) {
     lua_State *L = S->L;
     int top = lua_gettop(L);
     int64_t B = 0, D = S->out_dim;
     for (int i = 0; i < n; i++)
-        B += jobs[i]->nseq;
-    char *err = push_batch(S, jobs, n, "forward");
+        B += p[i].ns;
+    char *err = push_batch(S, p, n, "forward");
+    if (err == NULL) err = call_model(S, top, 3, 2, raised);
     if (err) return err;
-    if (lua_pcall(L, 3, 2, 0) != LUA_OK) {
-        char *msg = format("forward failed: %s", lua_tostring(L, -1));
-        lua_settop(L, top);
-        return msg;
-    }
     const rl_tensor *out = rl_lua_to_tensor(L, -2), *og = rl_lua_to_tensor(L, -1);
     int ondim = S->out_images ? 4 : 3;
     if (out == NULL || og == NULL || out->dtype != RL_FLOAT32 || out->ndim != ondim ||
@@ -996,59 +1015,67 @@ static char *forward_batch(server *S, job **jobs, int n) {
     const float *o = rl_tensor_data(out);
     int64_t OW = S->out_images ? out->shape[1] : 1, b = 0;
     for (int i = 0; i < n; i++) {
-        job *j = jobs[i];
-        int64_t rows = 0;
-        for (int64_t s = 0; s < j->nseq; s++) {
-            int64_t idx[2] = {b + s, 0};
-            j->oH[s] = (int64_t)rl_tensor_get(og, idx);
+        job *j = p[i].j;
+        for (int64_t s = p[i].s0; s < p[i].s0 + p[i].ns; s++, b++) {
+            int64_t idx[2] = {b, 0};
+            int64_t oH = (int64_t)rl_tensor_get(og, idx);
             idx[1] = 1;
-            j->oW[s] = S->out_images ? (int64_t)rl_tensor_get(og, idx) : 1;
-            if (j->oH[s] < 0 || j->oH[s] > out->shape[0] || j->oW[s] < 0 || j->oW[s] > OW) {
+            int64_t oW = S->out_images ? (int64_t)rl_tensor_get(og, idx) : 1;
+            if (oH < 0 || oH > out->shape[0] || oW < 0 || oW > OW) {
                 lua_settop(L, top);
                 return format("layer '%s' reports %lld x %lld valid frames in an output of %lld x "
                               "%lld",
-                              S->o.layer, (long long)j->oH[s], (long long)j->oW[s],
-                              (long long)out->shape[0], (long long)OW);
+                              S->o.layer, (long long)oH, (long long)oW, (long long)out->shape[0],
+                              (long long)OW);
             }
-            j->oT[s] = j->oH[s] * j->oW[s];
-            j->ooff[s] = rows;
-            rows += j->oT[s];
-        }
-        j->out = malloc((size_t)(rows > 0 ? rows : 1) * (size_t)D * sizeof *j->out);
-        if (j->out == NULL) {
-            job_fail(j, MHD_HTTP_SERVICE_UNAVAILABLE, "out of memory for the output");
-            b += j->nseq;
-            continue;
-        }
-        for (int64_t s = 0; s < j->nseq; s++, b++) {
-            float *dst = j->out + j->ooff[s] * D;
-            for (int64_t r = 0; r < j->oH[s]; r++)
-                for (int64_t c = 0; c < j->oW[s]; c++, dst += D)
+            j->oH[s] = oH;
+            j->oW[s] = oW;
+            j->oT[s] = oH * oW;
+            free(j->outs[s]);
+            float *dst = j->outs[s] = malloc((size_t)(oH * oW * D + 1) * sizeof *dst);
+            if (dst == NULL) {
+                job_fail(j, MHD_HTTP_SERVICE_UNAVAILABLE, "out of memory for the output");
+                continue;
+            }
+            bool finite = true;
+            for (int64_t r = 0; r < oH; r++)
+                for (int64_t c = 0; c < oW; c++, dst += D) {
                     memcpy(dst, o + ((r * OW + c) * B + b) * D, (size_t)D * sizeof *dst);
+                    for (int64_t d = 0; d < D; d++)
+                        finite = finite && isfinite(dst[d]);
+                }
+            char nm[48];
+            if (!finite) /* not JSON, and not a number to hand out */
+                job_fail(j, MHD_HTTP_INTERNAL_SERVER_ERROR, "%slayer '%s' gave NaN or Inf",
+                         seq_name(j, s, nm), S->o.layer);
         }
     }
     lua_settop(L, top);
     return NULL;
 }
 
-/* Runs jobs[0..n) (decode jobs of one beam width) through m:decode: one list of labels per
- * sequence, kept as each job's JSON answer. */
-static char *decode_batch(server *S, job **jobs, int n) {
+/* Runs parts p[0..n) (decode jobs of one beam width) through m:decode: one list of labels per
+ * sequence, kept in its job's extra. */
+static char *decode_batch(server *S, const part *p, int n, bool *raised) {
     lua_State *L = S->L;
     int top = lua_gettop(L);
-    char *err = push_batch(S, jobs, n, "decode");
+    char *err = push_batch(S, p, n, "decode");
     if (err) return err;
-    lua_pushinteger(L, jobs[0]->beam);
-    if (lua_pcall(L, 4, 1, 0) != LUA_OK) {
-        err = format("decoding failed: %s", lua_tostring(L, -1));
-        lua_settop(L, top);
-        return err;
-    }
+    lua_pushinteger(L, p[0].j->beam);
+    err = call_model(S, top, 4, 1, raised);
+    if (err) return err;
     lua_Integer b = 1;
     for (int i = 0; i < n && !err; i++) {
-        job *j = jobs[i];
-        json_t *list = json_array();
-        for (int64_t s = 0; s < j->nseq && list; s++, b++) {
+        job *j = p[i].j;
+        if (j->extra == NULL) {
+            j->extra = json_array();
+            for (int64_t s = 0; s < j->nseq && j->extra; s++)
+                if (json_array_append_new(j->extra, json_null()) != 0) {
+                    json_decref(j->extra);
+                    j->extra = NULL;
+                }
+        }
+        for (int64_t s = p[i].s0; s < p[i].s0 + p[i].ns && !err; s++, b++) {
             lua_rawgeti(L, -1, b);
             json_t *labels = lua_istable(L, -1) ? lua_to_json(L, -1, 0) : NULL;
             lua_pop(L, 1);
@@ -1061,12 +1088,10 @@ static char *decode_batch(server *S, job **jobs, int n) {
                 json_decref(labels);
                 labels = json_array();
             }
-            json_array_append_new(list, json_pack("{s:o}", "labels", labels));
+            if (j->extra == NULL ||
+                json_array_set_new(j->extra, (size_t)s, json_pack("{s:o}", "labels", labels)) != 0)
+                job_fail(j, MHD_HTTP_SERVICE_UNAVAILABLE, "out of memory for the labels");
         }
-        if (list && !err)
-            j->extra = j->single ? json_incref(json_array_get(list, 0))
-                                 : json_pack("{s:O}", "batch", list);
-        json_decref(list);
     }
     lua_settop(L, top);
     return err;
@@ -1151,6 +1176,50 @@ static int take_batch(server *S, job **jobs, int cap) {
     return n;
 }
 
+/* Runs parts p[0..n) as one model batch. When the model raises on a batch of several sequences,
+ * each sequence is run alone: the request whose sequence the network cannot take (an image
+ * smaller than a "valid" filter, a Lua layer that fails on it) gets 422 naming that sequence
+ * and the layer's message, and the requests batched with it their answers. */
+static void run_parts(server *S, const part *p, int n) {
+    bool raised = false;
+    char *err = p[0].j->kind == JOB_DECODE ? decode_batch(S, p, n, &raised)
+                                           : forward_batch(S, p, n, &raised);
+    if (err == NULL) return;
+    int64_t seqs = 0;
+    for (int i = 0; i < n; i++)
+        seqs += p[i].ns;
+    if (raised && seqs > 1) {
+        free(err);
+        for (int i = 0; i < n; i++)
+            for (int64_t s = p[i].s0; s < p[i].s0 + p[i].ns && p[i].j->error == NULL; s++)
+                run_parts(S, &(part){p[i].j, s, 1}, 1);
+        return;
+    }
+    const char *what = p[0].j->kind == JOB_DECODE ? "decoding" : "forward";
+    if (!raised) logf_("%s failed: %s", what, err);
+    for (int i = 0; i < n; i++) {
+        char nm[48];
+        if (p[i].j->error) continue;
+        if (raised)
+            job_fail(p[i].j, 422, "%sthe model cannot take this input: %s",
+                     seq_name(p[i].j, p[i].s0, nm), err);
+        else
+            job_fail(p[i].j, MHD_HTTP_INTERNAL_SERVER_ERROR, "%s failed: %s", what, err);
+    }
+    free(err);
+}
+
+/* The padded frames of sequences s0 .. s0 + ns - 1 of j as one batch. */
+static int64_t seqs_cost(const server *S, const job *j, int64_t s0, int64_t ns) {
+    int64_t T = 0, H = 0, W = 0;
+    for (int64_t s = s0; s < s0 + ns; s++) {
+        T = j->T[s] > T ? j->T[s] : T;
+        H = j->H[s] > H ? j->H[s] : H;
+        W = j->W[s] > W ? j->W[s] : W;
+    }
+    return batch_cost(S, ns, T, H, W);
+}
+
 static void run_jobs(server *S, job **jobs, int n) {
     if (jobs[0]->kind == JOB_RELOAD) {
         jobs[0]->extra = reload(S, &jobs[0]->status);
@@ -1175,19 +1244,34 @@ static void run_jobs(server *S, job **jobs, int n) {
         }
     }
     if (m == 0) return;
-    char *err = NULL;
-    if (jobs[0]->kind == JOB_DECODE)
-        err = decode_batch(S, jobs, m);
-    else
-        err = forward_batch(S, jobs, m);
-    if (err) logf_("%s", err);
-    for (int i = 0; i < m; i++) {
-        if (err) job_fail(jobs[i], MHD_HTTP_INTERNAL_SERVER_ERROR, "%s", err);
-        complete(S, jobs[i]);
+    /* A request is padded to its longest sequence (its largest height and width): 10000
+     * one-frame sequences and one of 10000 frames, within --max-frames, would make a batch of
+     * 10^8 frames. One that pads to more than the larger of --max-batch-frames and --max-frames
+     * runs in pieces of consecutive sequences within that bound (take_batch takes it alone);
+     * its answers are the same. */
+    int64_t limit =
+        S->o.max_batch_frames > S->o.max_frames ? S->o.max_batch_frames : S->o.max_frames;
+    job *j = jobs[0];
+    if (m == 1 && seqs_cost(S, j, 0, j->nseq) > limit) {
+        for (int64_t s0 = 0, ns; s0 < j->nseq && j->error == NULL; s0 += ns) {
+            for (ns = 1; s0 + ns < j->nseq && seqs_cost(S, j, s0, ns + 1) <= limit; ns++) {
+            }
+            run_parts(S, &(part){j, s0, ns}, 1);
+        }
+    } else {
+        part *p = malloc((size_t)m * sizeof *p);
+        for (int i = 0; p && i < m; i++)
+            p[i] = (part){jobs[i], 0, jobs[i]->nseq};
+        if (p)
+            run_parts(S, p, m);
+        else
+            for (int i = 0; i < m; i++)
+                job_fail(jobs[i], MHD_HTTP_SERVICE_UNAVAILABLE, "out of memory");
+        free(p);
     }
-    free(err);
+    for (int i = 0; i < m; i++)
+        complete(S, jobs[i]);
 }
-
 /* ---- signals ----------------------------------------------------------------------------- */
 
 /* Threads that libraries started before rl_serve_main (OpenBLAS's pool) do not block signals,

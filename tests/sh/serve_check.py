@@ -340,6 +340,22 @@ def test_ctc():
         for beam in (0, 65, 1.5, "2"):
             st, doc, _ = s.request("POST", "/v1/decode", {"data": frames(0), "beam": beam})
             check("decode: beam %r -> 422" % (beam,), st == 422 and "beam" in doc["error"], doc)
+        # a request padded beyond --max-frames runs in pieces: the same labels
+        s2 = Server("--max-frames", "200", model="ctc.h5")
+        try:
+            ref1, pick, total = read_labels(os.path.join(DIR, "dec1.h5")), [], 0
+            for i in range(len(INPUTS)):
+                if total + len(INPUTS[i]) <= 200:
+                    pick.append(i)
+                    total += len(INPUTS[i])
+            padded = len(pick) * max(len(INPUTS[i]) for i in pick)
+            st, doc, _ = s2.request("POST", "/v1/decode",
+                                    {"batch": [{"data": frames(i)} for i in pick]})
+            check("decode: %d sequences of %d frames padded to %d (> --max-frames 200) equal "
+                  "rl.forward's labels" % (len(pick), total, padded), padded > 200 and st == 200
+                  and [d["labels"] for d in doc["batch"]] == [ref1[i] for i in pick], st)
+        finally:
+            s2.stop()
         st, doc, _ = s.request("POST", "/v1/forward", {"data": frames(0)})
         check("CTC model: /v1/forward gives the softmax's 5 outputs",
               st == 200 and len(doc["output"][0]) == 5, st)
@@ -557,6 +573,95 @@ def test_sparse():
     check("sparse-input server stops with exit 0", rc == 0, rc)
 
 
+def vm_peak_mb(pid):
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024.0
+    return 0.0
+
+
+def test_padding():
+    # 1999 one-frame sequences and one of 2000 frames are 4000 frames, but padded to the longest
+    # they were one batch of 2000 x 2000 frames (3.9 GB of activations for this small BLSTM)
+    s = Server("--max-frames", "4000")
+    try:
+        short, long_ = frames(0)[:1], (frames(1) * 100)[:2000]
+        _, one, _ = s.request("POST", "/v1/forward", {"data": short})
+        _, alone, _ = s.request("POST", "/v1/forward", {"data": long_})
+        base = vm_peak_mb(s.p.pid)
+        st, doc, _ = s.request("POST", "/v1/forward",
+                               {"batch": [{"data": short}] * 1999 + [{"data": long_}]})
+        peak = vm_peak_mb(s.p.pid)
+        check("1999 one-frame sequences and one of 2000 in one request: each answer is the "
+              "sequence's alone", st == 200 and len(doc["batch"]) == 2000
+              and all(d == one for d in doc["batch"][:1999]) and doc["batch"][1999] == alone, st)
+        check("  ... and they are not padded to 2000 x 2000 frames (peak RSS %.0f MB, %.0f before)"
+              % (peak, base), peak - base < 500)
+    finally:
+        rc = s.stop()
+    check("padding server stops with exit 0", rc == 0, rc)
+
+
+def test_model_errors():
+    """A network that raises on one input (an image smaller than a "valid" 3 x 3 conv): 422 for
+    that request naming the sequence and the layer, answers for the requests batched with it."""
+    s = Server("--layer", "conv", "--max-frames", "300", "--max-wait-ms", "5000", model="valid.h5")
+    z = [0.5, -0.25]
+    good, bad = {"data": [z] * 16, "size": [4, 4]}, {"data": [z], "size": [1, 1]}
+    try:
+        _, alone, _ = s.request("POST", "/v1/forward", good)
+        st, doc, _ = s.request("POST", "/v1/forward", bad)
+        text = "layer 'conv' (conv2d): image 1 is 1 x 1, smaller than the 3 x 3 filter"
+        check("an image the network cannot take -> 422 with the layer's message",
+              st == 422 and doc["error"].startswith("the model cannot take this input: ")
+              and text in doc["error"], (st, doc))
+        st, doc, _ = s.request("POST", "/v1/forward", {"batch": [good, bad, good]})
+        check("  ... in a batch request -> 422 naming batch[1]",
+              st == 422 and doc["error"].startswith("batch[1]: the model cannot take")
+              and text in doc["error"], (st, doc))
+        # three requests in one model batch: a body still on its way keeps the model thread
+        # waiting (--max-wait-ms 5000) until the good and the bad request are both queued
+        body = json.dumps(good).encode()
+        sk = socket.create_connection(("127.0.0.1", s.port), timeout=30)
+        sk.sendall(b"POST /v1/forward HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                   b"Content-Length: %d\r\n\r\n" % len(body) + body[:10])
+        res = {}
+
+        def one(k, b):
+            res[k] = s.request("POST", "/v1/forward", b)
+        ts = [threading.Thread(target=one, args=(k, b)) for k, b in (("good", good), ("bad", bad))]
+        [t.start() for t in ts]
+        t0, queued = time.time(), 0
+        while time.time() - t0 < 10 and queued != 17:
+            queued = s.request("GET", "/healthz")[1]["queued_frames"]
+        sk.sendall(body[10:])
+        got = b""
+        while True:
+            chunk = sk.recv(65536)
+            if not chunk:
+                break
+            got += chunk
+        sk.close()
+        [t.join() for t in ts]
+        slow = json.loads(got.split(b"\r\n\r\n", 1)[1]) if b"\r\n\r\n" in got else None
+        check("one model batch of a good, a bad and a good request (17 frames queued: %d): the "
+              "bad one 422, the others their answers" % queued,
+              queued == 17 and res["good"][0] == 200 and res["good"][1] == alone
+              and slow == alone and res["bad"][0] == 422 and text in res["bad"][1]["error"],
+              (res, got[:200]))
+        # images padded to 50 x 50 in one batch (5000 frames > --max-frames 300) run one by one
+        tall, wide = {"data": [z] * 150, "size": [50, 3]}, {"data": [z] * 150, "size": [3, 50]}
+        _, a1, _ = s.request("POST", "/v1/forward", tall)
+        _, a2, _ = s.request("POST", "/v1/forward", wide)
+        st, doc, _ = s.request("POST", "/v1/forward", {"batch": [tall, wide]})
+        check("a 50 x 3 and a 3 x 50 image in one request equal each image alone",
+              st == 200 and doc["batch"] == [a1, a2], st)
+    finally:
+        rc = s.stop()
+    check("valid-conv server stops with exit 0", rc == 0, rc)
+
+
 def test_cli():
     r = subprocess.run([BIN, "serve"], capture_output=True)
     check("serve without a model: exit 2 with the usage", r.returncode == 2
@@ -607,6 +712,8 @@ def main():
     test_ctc()
     test_images()
     test_sparse()
+    test_padding()
+    test_model_errors()
     test_cli()
     print("%d passed, %d failed" % (PASSED[0], FAILED[0]))
     return 1 if FAILED[0] else 0

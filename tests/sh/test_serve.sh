@@ -17,7 +17,8 @@ fi
 # The model: one short epoch of the demo's BLSTM; a second checkpoint (other weights, epoch 7)
 # and one of another interface for the reload tests; rl.forward's answers for both models; an
 # image model (conv2d, collapse) and rl.forward's answers of an image layer and a sequence layer;
-# a CTC model and rl.forward's decoded labels (best path and beam 4); a sparse-input model.
+# a CTC model and rl.forward's decoded labels (best path and beam 4); a sparse-input model;
+# an image model with a "valid" conv (small images fail in the network).
 if ! "$bin" -e "
 local cfg = {
   network = {
@@ -87,6 +88,13 @@ rl.train{network = {
   },
   train = {class = 'hdf', files = {'$dir/img.h5'}}, num_epochs = 1, model = '$dir/img',
   optimizer = {class = 'adam'}, learning_rate = 1e-3, log_verbosity = 0}
+-- an image model whose conv has no padding: an image smaller than its 3 x 3 filter fails in it
+rl.manual_seed(3)
+local valid = rl.network({
+    conv = {class = 'conv2d', n_out = 2, filter_size = {3, 3}, padding = 'valid', from = 'data'},
+    output = {class = 'global_pool', mode = 'mean', from = 'conv'},
+  }, {data = {dim = 2, spatial = 2}})
+rl.save_checkpoint('$dir/valid.h5', {net = valid, epoch = 1})
 for _, layer in ipairs{'conv', 'side'} do
   rl.forward{model = '$dir/img.001.h5', data = {class = 'hdf', files = {'$dir/img.h5'}},
              layer = layer, output_file = '$dir/fwd_' .. layer .. '.h5', log_verbosity = 0}
