@@ -21,11 +21,13 @@
  * thread never touches it again.
  *
  * Limits: body size (413), frames per request (413), queued frames (503), open connections
- * (503), time waited in the queue (503), idle connections (closed after --timeout seconds). */
+ * (503), time waited in the queue (503), idle connections and requests whose headers or body
+ * take longer than --timeout seconds to arrive (closed). */
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
 #include <netdb.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -94,6 +96,16 @@ typedef struct request {
     job *job;
 } request;
 
+/* An open connection, watched for a request that arrives too slowly: libmicrohttpd's timeout
+ * only closes connections that send nothing for --timeout seconds, so a client sending one
+ * header byte a second held a connection (of --max-connections) for ever. */
+typedef struct conn {
+    struct conn *prev, *next;
+    int fd;
+    double since;    /* the connection opened, or its last answer was sent */
+    bool in_request; /* its request's headers have arrived (the body has its own deadline) */
+} conn;
+
 typedef struct server {
     serve_opts o;
     lua_State *L;
@@ -117,6 +129,8 @@ typedef struct server {
     atomic_int incoming; /* forward/decode requests being received or parsed */
     struct MHD_Daemon *daemon;
     int listen_fd;
+    pthread_mutex_t cmu; /* the list of open connections */
+    conn *conns;
     pthread_t sig_thread;
 } server;
 
@@ -520,6 +534,7 @@ static bool queue_reserve(server *S, int64_t frames, perr *e) {
 }
 
 static void not_incoming(server *S, request *r);
+static void conn_mark(server *S, struct MHD_Connection *c, bool in_request);
 
 /* Appends j (the job of r) and wakes the model thread. */
 static void queue_push(server *S, job *j, request *r) {
@@ -657,6 +672,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         *con_cls = r;
         atomic_fetch_add(&S->requests, 1);
         r->t0 = now_s();
+        conn_mark(S, c, true);
         return begin_request(S, c, r, url, method);
     }
     if (r->job != NULL) { /* resumed by the model thread: the answer is ready */
@@ -709,9 +725,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
                          enum MHD_RequestTerminationCode toe) {
-    (void)c;
     (void)toe;
     server *S = cls;
+    conn_mark(S, c, false);
     request *r = *con_cls;
     if (r == NULL) return;
     not_incoming(S, r);
@@ -724,11 +740,60 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
 
 static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
                           enum MHD_ConnectionNotificationCode toe) {
-    (void)c;
-    (void)socket_context;
     server *S = cls;
     atomic_fetch_add(&S->connections, toe == MHD_CONNECTION_NOTIFY_STARTED ? 1 : -1);
-    if (toe == MHD_CONNECTION_NOTIFY_STARTED) atomic_fetch_add(&S->started, 1);
+    if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
+        atomic_fetch_add(&S->started, 1);
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+        conn *k = ci ? calloc(1, sizeof *k) : NULL;
+        if (k == NULL) return; /* not watched: libmicrohttpd's idle timeout still applies */
+        k->fd = ci->connect_fd;
+        k->since = now_s();
+        pthread_mutex_lock(&S->cmu);
+        k->next = S->conns;
+        if (S->conns) S->conns->prev = k;
+        S->conns = k;
+        pthread_mutex_unlock(&S->cmu);
+        *socket_context = k;
+        return;
+    }
+    /* closed: libmicrohttpd closes the socket after this call, so the watchdog, which shuts
+     * sockets down under cmu, never touches a descriptor that was closed (and maybe reused) */
+    conn *k = *socket_context;
+    if (k == NULL) return;
+    pthread_mutex_lock(&S->cmu);
+    if (k->prev) k->prev->next = k->next;
+    if (k->next) k->next->prev = k->prev;
+    if (S->conns == k) S->conns = k->next;
+    pthread_mutex_unlock(&S->cmu);
+    free(k);
+    *socket_context = NULL;
+}
+
+/* The request on c has arrived up to its headers (true), or has been answered (false). */
+static void conn_mark(server *S, struct MHD_Connection *c, bool in_request) {
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    conn *k = ci ? ci->socket_context : NULL;
+    if (k == NULL) return;
+    pthread_mutex_lock(&S->cmu);
+    k->in_request = in_request;
+    k->since = now_s();
+    pthread_mutex_unlock(&S->cmu);
+}
+
+/* Shuts down the connections whose request has not got its headers through within --timeout
+ * seconds of the connection opening or of the last answer (libmicrohttpd then closes them). */
+static void close_slow_connections(server *S) {
+    double now = now_s();
+    pthread_mutex_lock(&S->cmu);
+    for (conn *k = S->conns; k; k = k->next)
+        if (!k->in_request && k->fd >= 0 && now - k->since > S->o.timeout_s) {
+            shutdown(k->fd, SHUT_RDWR);
+            k->fd = -1;
+        }
+    pthread_mutex_unlock(&S->cmu);
 }
 
 static void on_mhd_log(void *cls, const char *fmt, va_list ap) {
@@ -1287,9 +1352,14 @@ static void on_signal(int sig) {
     errno = saved;
 }
 
+/* The signal thread also closes slow connections (close_slow_connections), every 200 ms. */
 static void *signal_main(void *arg) {
     server *S = arg;
     for (;;) {
+        struct pollfd pf = {.fd = sig_pipe[0], .events = POLLIN};
+        int ready = poll(&pf, 1, 200);
+        close_slow_connections(S);
+        if (ready == 0 || (ready < 0 && errno == EINTR)) continue;
         unsigned char b;
         ssize_t n = read(sig_pipe[0], &b, 1);
         if (n < 0 && errno == EINTR) continue;
@@ -1535,6 +1605,7 @@ int rl_serve_main(lua_State *L, int argc, char **argv) {
     rl_blas_set_threads(S->o.blas_threads);
     S->listen_fd = -1;
     pthread_mutex_init(&S->mu, NULL);
+    pthread_mutex_init(&S->cmu, NULL);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -1615,6 +1686,7 @@ int rl_serve_main(lua_State *L, int argc, char **argv) {
     free(S->decode_error);
     pthread_cond_destroy(&S->cv);
     pthread_mutex_destroy(&S->mu);
+    pthread_mutex_destroy(&S->cmu);
     logf_("stopped");
     return 0;
 }

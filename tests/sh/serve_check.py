@@ -270,7 +270,28 @@ def test_malformed(s, max_body, max_frames):
     got = raw_exchange(s.port, b"", timeout=8)
     check("malformed: an idle connection is closed after the timeout",
           got == b"" and time.time() - t0 < 6, got[:80])
-    n += 2
+    # headers sent a byte at a time (each byte within the idle timeout) held a connection for
+    # as long as the client liked; also the second request on a kept-alive connection
+    for keep in (False, True):
+        sk = socket.create_connection(("127.0.0.1", s.port), timeout=8)
+        if keep:
+            body = json.dumps({"data": frames(0)}).encode()
+            sk.sendall(b"POST /v1/forward HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n"
+                       % len(body) + body)
+            first = sk.recv(65536)
+        t0, closed = time.time(), False
+        try:
+            for ch in b"POST /v1/forward HTTP/1.1\r\nHost: x\r\nX-Slow: " + b"a" * 60:
+                sk.sendall(bytes([ch]))
+                time.sleep(0.1)
+        except OSError:
+            closed = True
+        waited = time.time() - t0
+        sk.close()
+        check("malformed: headers trickled a byte per 0.1 s%s are closed after the timeout (%.1f s)"
+              % (" (a kept-alive connection's second request)" if keep else "", waited),
+              closed and waited < 4 and (not keep or first.startswith(b"HTTP/1.1 200")), waited)
+    n += 4
     # a client that disconnects in the middle of its body
     sk = socket.create_connection(("127.0.0.1", s.port))
     sk.sendall(b"POST /v1/forward HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{\"da")
