@@ -214,6 +214,16 @@ static const struct {
     [R_RELOAD] = {"/v1/reload", "POST"},
 };
 
+/* libmicrohttpd decodes %XX in the path before on_request sees it: a %00 cut the C string there,
+ * so "/healthz%00x" was answered as GET /healthz. Such a path is left as it came (no route). */
+static size_t unescape_path(void *cls, struct MHD_Connection *c, char *s) {
+    (void)cls;
+    (void)c;
+    for (const char *p = strchr(s, '%'); p != NULL; p = strchr(p + 1, '%'))
+        if (p[1] == '0' && p[2] == '0') return strlen(s);
+    return MHD_http_unescape(s);
+}
+
 static int find_route(const char *url) {
     for (int i = 0; i < R_COUNT; i++)
         if (strcmp(url, routes[i].path) == 0) return i;
@@ -579,8 +589,10 @@ static enum MHD_Result begin_request(server *S, struct MHD_Connection *c, reques
                            "no such path '%s' (GET /healthz, GET /v1/model, POST /v1/forward, "
                            "POST /v1/decode, POST /v1/reload)",
                            url);
-    if (strcmp(method, routes[r->route].method) != 0)
-        return reply_error(c, MHD_HTTP_METHOD_NOT_ALLOWED, routes[r->route].method,
+    /* HEAD is GET without the body (libmicrohttpd leaves it out): monitors use it */
+    bool get = strcmp(routes[r->route].method, "GET") == 0;
+    if (strcmp(method, routes[r->route].method) != 0 && !(get && strcmp(method, "HEAD") == 0))
+        return reply_error(c, MHD_HTTP_METHOD_NOT_ALLOWED, get ? "GET, HEAD" : "POST",
                            "%s takes %s, not %s", url, routes[r->route].method, method);
     if (atomic_load(&S->draining) && r->route != R_HEALTH)
         return reply_error(c, MHD_HTTP_SERVICE_UNAVAILABLE, NULL, "the server is shutting down");
@@ -1432,6 +1444,10 @@ static const char *opt_value(int argc, char **argv, int *i, const char *name) {
 }
 
 static bool parse_num(const char *s, double lo, double hi, double *out) {
+    /* decimal only: strtod also reads "0x10" (--port 0x10 listened on port 16) and " 80" */
+    if (strpbrk(s, "xXpP") != NULL ||
+        !(s[0] == '-' || s[0] == '+' || s[0] == '.' || (s[0] >= '0' && s[0] <= '9')))
+        return false;
     char *end;
     errno = 0;
     double v = strtod(s, &end);
@@ -1511,8 +1527,11 @@ static int parse_options(int argc, char **argv, serve_opts *o) {
             if (spec[k].kind == 4) *(size_t *)(void *)field = (size_t)d;
             continue;
         }
-        fprintf(stderr, "rnnlua serve: %s needs %s, got '%s'\n", spec[k].name,
-                spec[k].kind == 0 ? "a value" : "a number in range", v);
+        if (spec[k].kind == 0)
+            fprintf(stderr, "rnnlua serve: %s needs a value, got '%s'\n", spec[k].name, v);
+        else
+            fprintf(stderr, "rnnlua serve: %s needs %s in %.15g..%.15g, got '%s'\n", spec[k].name,
+                    spec[k].kind == 2 ? "a number" : "an integer", spec[k].lo, spec[k].hi, v);
         return 2;
     }
     if (o->model_path == NULL) {
@@ -1638,10 +1657,11 @@ int rl_serve_main(lua_State *L, int argc, char **argv) {
                      MHD_USE_ERROR_LOG;
     S->daemon = MHD_start_daemon(
         flags, 0, NULL, NULL, on_request, S, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, S,
-        MHD_OPTION_LISTEN_SOCKET, S->listen_fd, MHD_OPTION_THREAD_POOL_SIZE, (unsigned)S->o.threads,
-        MHD_OPTION_CONNECTION_LIMIT, (unsigned)(S->o.max_connections + 16 * S->o.threads),
-        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)S->o.timeout_s, MHD_OPTION_NOTIFY_COMPLETED,
-        on_completed, S, MHD_OPTION_NOTIFY_CONNECTION, on_connection, S, MHD_OPTION_END);
+        MHD_OPTION_UNESCAPE_CALLBACK, unescape_path, NULL, MHD_OPTION_LISTEN_SOCKET, S->listen_fd,
+        MHD_OPTION_THREAD_POOL_SIZE, (unsigned)S->o.threads, MHD_OPTION_CONNECTION_LIMIT,
+        (unsigned)(S->o.max_connections + 16 * S->o.threads), MHD_OPTION_CONNECTION_TIMEOUT,
+        (unsigned)S->o.timeout_s, MHD_OPTION_NOTIFY_COMPLETED, on_completed, S,
+        MHD_OPTION_NOTIFY_CONNECTION, on_connection, S, MHD_OPTION_END);
     if (S->daemon == NULL) {
         logf_("libmicrohttpd did not start on %s port %d", S->o.listen, port);
         close(S->listen_fd);

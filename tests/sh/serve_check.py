@@ -235,6 +235,10 @@ def test_malformed(s, max_body, max_frames):
         ("unknown path", "GET", "/v2/forward", None, 404, "no such path"),
         ("path with a suffix", "POST", "/v1/forward/x", {"data": f0}, 404, "no such path"),
         ("the root", "GET", "/", None, 404, "no such path"),
+        ("a %00 in the path (cut the path to /healthz)", "GET", "/healthz%00x", None, 404,
+         "no such path '/healthz%00x'"),
+        ("a %00 in the path of a POST", "POST", "/v1/forward%00", {"data": f0}, 404,
+         "no such path"),
     ]
     n = 0
     for name, method, path, body, status, text in cases:
@@ -242,11 +246,16 @@ def test_malformed(s, max_body, max_frames):
         err = doc.get("error", "") if isinstance(doc, dict) else ""
         ok = st == status and text in err
         if status == 405:
-            ok = ok and hdr.get("Allow") in ("GET", "POST")
+            ok = ok and hdr.get("Allow") in ("GET, HEAD", "POST")
         check("malformed: %s -> %d naming it" % (name, status), ok, (st, err or doc))
         n += 1
         check("  ... and the next good request is answered", good_request(s, n % len(INPUTS)))
 
+    for path in ("/healthz", "/v1/model"):
+        st, doc, hdr = s.request("HEAD", path)
+        check("HEAD %s: 200 without a body (it was 405)" % path, st == 200 and doc is None
+              and int(hdr.get("Content-Length", 0)) > 0, (st, doc))
+    n += 2
     # a chunked body (no Content-Length) beyond --max-body is read, dropped and refused
     c = s.conn()
     chunks = iter([b" " * 8192] * (max_body // 8192 + 2))
@@ -693,6 +702,16 @@ def test_cli():
     r = subprocess.run([BIN, "serve", os.path.join(DIR, "model.h5"), "--port", "x"],
                        capture_output=True)
     check("bad --port: exit 2 naming it", r.returncode == 2 and b"--port" in r.stderr)
+    for opt, val, text in (("--port", "0x10", b"--port needs an integer in 0..65535, got '0x10'"),
+                           ("--threads", "0", b"--threads needs an integer in 1..256"),
+                           ("--max-wait-ms", "-1", b"--max-wait-ms needs a number in 0..60000")):
+        try:  # --port 0x10 listened on port 16
+            r = subprocess.run([BIN, "serve", os.path.join(DIR, "model.h5"), opt, val, "--port",
+                                "0"], capture_output=True, timeout=10)
+        except subprocess.TimeoutExpired:
+            r = subprocess.CompletedProcess([], None, b"", b"still running after 10 s")
+        check("%s %s: exit 2 naming the range" % (opt, val), r.returncode == 2
+              and text in r.stderr, r.stderr[-200:])
     r = subprocess.run([BIN, "serve", os.path.join(DIR, "missing.h5"), "--port", "0"],
                        capture_output=True)
     check("missing checkpoint: exit 1 naming the file", r.returncode == 1
