@@ -493,40 +493,138 @@ static const char *seq_name(const job *j, int64_t s, char buf[48]) {
     return buf;
 }
 
-/* The JSON answer of a finished forward or decode job (NULL: out of memory). */
-static json_t *job_answer(const server *S, const job *j) {
-    json_t *list = j->kind == JOB_DECODE ? json_incref(j->extra) : json_array();
-    int64_t D = S->out_dim;
-    for (int64_t s = 0; j->kind == JOB_FORWARD && s < j->nseq && list; s++) {
-        /* the model thread checked that the values are finite: json_real takes no NaN */
-        json_t *rows = json_array();
-        const float *o = j->outs[s];
-        for (int64_t t = 0; t < j->oT[s] && rows; t++) {
-            json_t *row = json_array();
-            for (int64_t d = 0; d < D && row; d++)
-                if (json_array_append_new(row, json_real((double)o[t * D + d])) != 0) {
-                    json_decref(row);
-                    row = NULL;
-                }
-            if (row == NULL || json_array_append_new(rows, row) != 0) {
-                json_decref(rows);
-                rows = NULL;
-            }
-        }
-        json_t *item = rows ? json_pack("{s:o}", "output", rows) : NULL;
-        if (item && S->out_images)
-            json_object_set_new(item, "size",
-                                json_pack("[I,I]", (json_int_t)j->oH[s], (json_int_t)j->oW[s]));
-        if (item == NULL || json_array_append_new(list, item) != 0) {
-            json_decref(list);
-            list = NULL;
+/* The JSON answer of a finished decode job (NULL: out of memory). */
+static json_t *decode_answer(const job *j) {
+    if (!j->single) return json_pack("{s:O}", "batch", j->extra);
+    return json_incref(json_array_get(j->extra, 0));
+}
+
+/* The text of a forward answer, written a piece at a time without building it as a jansson
+ * tree: a tree costs about 50 bytes a value (1.5 GB for 20000 frames of a 1000-way softmax,
+ * within the default limits, 6 GB at 4000 outputs), the text about 12. Numbers are written as
+ * jansson writes them (JSON_REAL_PRECISION(9)): the shortest of %.9g that reads back as the
+ * same float32, with ".0" on integral values and exponents without '+' or leading zeros. */
+typedef struct {
+    const server *S;
+    const job *j;
+    int64_t s, t, d; /* the next value: sequence s, row t, column d */
+    int phase;       /* 0 start, 1 open sequence s, 2 values, 3 close sequence s, 4 end, 5 done */
+    char pend[96];   /* a piece that did not fit into the last buffer */
+    size_t pend_len, pend_off;
+} answer_text;
+
+static int format_real(char *buf, size_t n, double v) {
+    int len = snprintf(buf, n, "%.9g", v);
+    if (strchr(buf, '.') == NULL && strchr(buf, 'e') == NULL) {
+        memcpy(buf + len, ".0", 3);
+        len += 2;
+    }
+    char *start = strchr(buf, 'e');
+    if (start) { /* jansson's jsonp_dtostr: "1e+39" -> "1e39", "1e-05" -> "1e-5" */
+        start++;
+        char *end = start + 1;
+        if (*start == '-') start++;
+        while (*end == '0')
+            end++;
+        if (end != start) {
+            memmove(start, end, (size_t)len - (size_t)(end - buf) + 1);
+            len -= (int)(end - start);
         }
     }
-    if (list == NULL) return NULL;
-    if (!j->single) return json_pack("{s:o}", "batch", list);
-    json_t *one = json_incref(json_array_get(list, 0));
-    json_decref(list);
-    return one;
+    return len;
+}
+
+/* The next piece of the answer into tok (at most 96 bytes); 0 at the end. */
+static size_t answer_piece(answer_text *w, char *tok) {
+    const job *j = w->j;
+    int64_t D = w->S->out_dim;
+    size_t n = 0;
+    switch (w->phase) {
+    case 0:
+        w->phase = 1;
+        if (!j->single) return (size_t)sprintf(tok, "{\"batch\":[");
+        /* fall through */
+    case 1:
+        w->t = w->d = 0;
+        w->phase = j->oT[w->s] > 0 ? 2 : 3;
+        return (size_t)sprintf(tok, "%s{\"output\":[", w->s > 0 ? "," : "");
+    case 2:
+        if (w->d == 0) tok[n++] = w->t > 0 ? ',' : '[';
+        if (w->d == 0 && w->t > 0) tok[n++] = '[';
+        if (w->d > 0) tok[n++] = ',';
+        n += (size_t)format_real(tok + n, 48, (double)j->outs[w->s][w->t * D + w->d]);
+        if (++w->d == D) {
+            tok[n++] = ']';
+            w->d = 0;
+            if (++w->t == j->oT[w->s]) w->phase = 3;
+        }
+        return n;
+    case 3:
+        w->phase = ++w->s < j->nseq ? 1 : 4;
+        if (!w->S->out_images) return (size_t)sprintf(tok, "]}");
+        return (size_t)sprintf(tok, "],\"size\":[%lld,%lld]}", (long long)j->oH[w->s - 1],
+                               (long long)j->oW[w->s - 1]);
+    case 4: w->phase = 5; return (size_t)sprintf(tok, "%s\n", j->single ? "" : "]}");
+    default: return 0;
+    }
+}
+
+/* libmicrohttpd's reader of a streamed answer: fills buf with the next pieces. */
+static ssize_t answer_read(void *cls, uint64_t pos, char *buf, size_t max) {
+    (void)pos;
+    answer_text *w = cls;
+    size_t got = 0;
+    for (;;) {
+        if (w->pend_off == w->pend_len) {
+            w->pend_len = answer_piece(w, w->pend);
+            w->pend_off = 0;
+            if (w->pend_len == 0) break;
+        }
+        size_t k = w->pend_len - w->pend_off;
+        if (k > max - got) k = max - got;
+        memcpy(buf + got, w->pend + w->pend_off, k);
+        w->pend_off += k;
+        got += k;
+        if (got == max) break;
+    }
+    return got > 0 ? (ssize_t)got : (ssize_t)MHD_CONTENT_READER_END_OF_STREAM;
+}
+
+/* Answers a finished forward job: one buffer with its Content-Length, or beyond a million values
+ * streamed (chunked), so that an answer never needs more memory than its floats. */
+static enum MHD_Result reply_forward(const server *S, struct MHD_Connection *c, const job *j) {
+    answer_text *w = calloc(1, sizeof *w);
+    if (w == NULL) return MHD_NO;
+    *w = (answer_text){.S = S, .j = j};
+    int64_t values = 0;
+    for (int64_t s = 0; s < j->nseq; s++)
+        values += j->oT[s] * S->out_dim;
+    struct MHD_Response *r = NULL;
+    if (values > (1 << 20)) {
+        r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 1 << 16, answer_read, w, free);
+        if (r == NULL) free(w);
+    } else {
+        size_t len = 0, cap = 256 + (size_t)values * 16;
+        char *text = malloc(cap);
+        for (size_t n; text && (n = answer_piece(w, text + len)) > 0;) {
+            len += n;
+            if (cap - len < sizeof w->pend) { /* room for the longest piece */
+                char *t2 = realloc(text, cap *= 2);
+                if (t2 == NULL) free(text);
+                text = t2;
+            }
+        }
+        free(w);
+        r = text ? MHD_create_response_from_buffer(len, text, MHD_RESPMEM_MUST_FREE) : NULL;
+        if (r == NULL) free(text);
+    }
+    if (r == NULL)
+        return reply_error(c, MHD_HTTP_INTERNAL_SERVER_ERROR, NULL,
+                           "out of memory writing the answer");
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, JSON_TYPE);
+    enum MHD_Result ret = MHD_queue_response(c, MHD_HTTP_OK, r);
+    MHD_destroy_response(r);
+    return ret;
 }
 
 /* ---- the queue ---------------------------------------------------------------------------- */
@@ -695,7 +793,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         if (!done) return MHD_YES;
         if (j->error) return reply_error(c, (unsigned)j->status, NULL, "%s", j->error);
         if (j->kind == JOB_RELOAD) return reply_json(c, MHD_HTTP_OK, json_incref(j->extra), NULL);
-        json_t *doc = job_answer(S, j);
+        if (j->kind == JOB_FORWARD) return reply_forward(S, c, j);
+        json_t *doc = decode_answer(j);
         if (doc == NULL)
             return reply_error(c, MHD_HTTP_INTERNAL_SERVER_ERROR, NULL,
                                "out of memory writing the answer");

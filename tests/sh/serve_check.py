@@ -633,6 +633,35 @@ def test_padding():
     check("padding server stops with exit 0", rc == 0, rc)
 
 
+def test_wide():
+    # 5000 frames of a 1000-way softmax: 5 million numbers, once built as a jansson tree of
+    # about 50 bytes a number (20000 frames, within the default limits, took 1.5 GB)
+    s = Server("--max-frames", "5000", model="wide.h5")
+    try:
+        x = [[((7 * t + d) % 11) / 5.0 - 1 for d in range(9)] for t in range(5000)]
+        c = s.conn(timeout=120)
+        c.request("POST", "/v1/forward", body=json.dumps({"batch": [{"data": x[:1000]},
+                                                                      {"data": x[1000:]}]}))
+        r = c.getresponse()
+        text = r.read()
+        c.close()
+        peak = vm_peak_mb(s.p.pid)
+        doc = json.loads(text)
+        parts = [s.request("POST", "/v1/forward", {"data": x[a:a + 500]})
+                 for a in range(0, 5000, 500)]
+        rows = [row for _, d, _ in parts for row in d["output"]]
+        check("5 million numbers in an answer (streamed, chunked) equal the answers of its "
+              "500-frame pieces", r.status == 200 and r.getheader("Transfer-Encoding") == "chunked"
+              and doc["batch"][0]["output"] + doc["batch"][1]["output"] == rows, r.status)
+        check("  ... the pieces' answers (buffered) have a Content-Length",
+              all(int(h.get("Content-Length", 0)) > 0 for _, _, h in parts))
+        check("  ... and the answer is not built in memory (peak RSS %.0f MB, %d bytes)"
+              % (peak, len(text)), peak < 150)
+    finally:
+        rc = s.stop()
+    check("wide-output server stops with exit 0", rc == 0, rc)
+
+
 def test_model_errors():
     """A network that raises on one input (an image smaller than a "valid" 3 x 3 conv): 422 for
     that request naming the sequence and the layer, answers for the requests batched with it."""
@@ -753,6 +782,7 @@ def main():
     test_images()
     test_sparse()
     test_padding()
+    test_wide()
     test_model_errors()
     test_cli()
     print("%d passed, %d failed" % (PASSED[0], FAILED[0]))

@@ -18,7 +18,7 @@ fi
 # and one of another interface for the reload tests; rl.forward's answers for both models; an
 # image model (conv2d, collapse) and rl.forward's answers of an image layer and a sequence layer;
 # a CTC model and rl.forward's decoded labels (best path and beam 4); a sparse-input model;
-# an image model with a "valid" conv (small images fail in the network).
+# an image model with a "valid" conv (small images fail in the network); a 1000-way softmax.
 if ! "$bin" -e "
 local cfg = {
   network = {
@@ -88,6 +88,10 @@ rl.train{network = {
   },
   train = {class = 'hdf', files = {'$dir/img.h5'}}, num_epochs = 1, model = '$dir/img',
   optimizer = {class = 'adam'}, learning_rate = 1e-3, log_verbosity = 0}
+-- a wide output (a 1000-way softmax on each frame): large answers
+rl.manual_seed(6)
+local wide = rl.network({output = {class = 'softmax', n_out = 1000, from = 'data'}}, {data = {dim = 9}})
+rl.save_checkpoint('$dir/wide.h5', {net = wide, epoch = 1})
 -- an image model whose conv has no padding: an image smaller than its 3 x 3 filter fails in it
 rl.manual_seed(3)
 local valid = rl.network({
