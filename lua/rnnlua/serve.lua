@@ -67,18 +67,29 @@ function Model:info()
 end
 
 -- A short zero input through the network: a checkpoint whose network cannot run, or whose
--- parameters give NaN or Inf, is rejected here and not by the first client's request.
+-- parameters give NaN or Inf, is rejected here and not by the first client's request. Larger
+-- inputs are tried when a small one fails: a network of four 2 x 2 poolings or a 9 x 9 "valid"
+-- conv needs images larger than 8 x 8 (such models were refused).
 local function smoke_test(m)
-  local x, geom
-  if m.images then
-    x, geom = rl.zeros(8, 8, 1, m.in_dim), rl.tensor({{8, 8}}, "int32")
-  elseif m.sparse then
-    x, geom = rl.zeros({4, 1}, "int32"), rl.tensor({4}, "int32")
-  else
-    x, geom = rl.zeros(4, 1, m.in_dim), rl.tensor({4}, "int32")
+  local ok, out, what
+  for _, n in ipairs(m.images and {8, 32, 128, 256} or {4, 16, 64, 256}) do
+    local x, geom
+    if m.images then
+      x, geom = rl.zeros(n, n, 1, m.in_dim), rl.tensor({{n, n}}, "int32")
+      what = string.format("%d x %d image of zeros", n, n)
+    elseif m.sparse then
+      x, geom = rl.zeros({n, 1}, "int32"), rl.tensor({n}, "int32")
+      what = string.format("%d frames of class 0", n)
+    else
+      x, geom = rl.zeros(n, 1, m.in_dim), rl.tensor({n}, "int32")
+      what = string.format("%d frames of zeros", n)
+    end
+    ok, out = pcall(m.forward, m, x, geom)
+    if ok then break end
   end
-  local ok, out = pcall(m.forward, m, x, geom)
-  if not ok then fail("%s: a test input does not go through the network: %s", m.path, tostring(out)) end
+  if not ok then
+    fail("%s: a test input (%s) does not go through the network: %s", m.path, what, tostring(out))
+  end
   local s = out:sum()
   if s ~= s or s == math.huge or s == -math.huge then
     fail("%s: layer '%s' gives NaN or Inf on a zero input (broken parameters?)", m.path, m.layer)

@@ -496,16 +496,17 @@ def test_reload(s):
 
 
 def test_drain():
-    # each request is one batch of every dev sequence, run alone (--max-batch-frames 0), so
-    # the server is busy with queued requests when SIGTERM comes right after the first answer
+    # each request is one batch of every dev sequence 8 times, run alone (--max-batch-frames
+    # 0), so the server is busy with queued requests when SIGTERM comes right after the first
+    # answer (with the dev set once, all 12 were at times answered before SIGTERM came)
     s = Server("--max-batch-frames", "0")
-    body = {"batch": [{"data": frames(i)} for i in range(len(INPUTS))]}
+    body = {"batch": [{"data": frames(i)} for i in range(len(INPUTS))] * 8}
     results, first, lock = [], threading.Event(), threading.Lock()
 
     def one():
         try:
             st, doc, _ = s.request("POST", "/v1/forward", body)
-            ok = st == 200 and all(equal(d, REF[i]) for i, d in enumerate(doc["batch"]))
+            ok = st == 200 and all(equal(d, REF[i % len(REF)]) for i, d in enumerate(doc["batch"]))
             outcome = "ok" if ok else ("503" if st == 503 and "shutting down" in doc["error"]
                                        else "wrong %s" % st)
         except ConnectionRefusedError:
@@ -721,6 +722,31 @@ def test_model_errors():
     check("valid-conv server stops with exit 0", rc == 0, rc)
 
 
+def test_test_input():
+    # the load's test input grows until the network takes it (it was 8 x 8 only)
+    try:
+        s = Server(model="pool4.h5")
+    except RuntimeError as e:
+        check("a model of four 2 x 2 poolings (images of 16 x 16 or more) is served", False, e)
+        return
+    z = [0.5, -0.5]
+    try:
+        st, doc, _ = s.request("POST", "/v1/forward", {"data": [z] * 256, "size": [16, 16]})
+        check("a model of four 2 x 2 poolings (images of 16 x 16 or more) is served",
+              st == 200 and len(doc["output"]) == 1, (st, doc))
+        st, doc, _ = s.request("POST", "/v1/forward", {"data": [z] * 225, "size": [15, 15]})
+        check("  ... a 15 x 15 image -> 422 naming the pooling", st == 422
+              and "layer 'p4' (pool2d)" in doc["error"], (st, doc))
+    finally:
+        rc = s.stop()
+    check("pooling server stops with exit 0", rc == 0, rc)
+    r = subprocess.run([BIN, "serve", os.path.join(DIR, "bigfilter.h5"), "--port", "0"],
+                       capture_output=True, timeout=60)
+    check("a model no test input up to 256 x 256 goes through: exit 1 naming the input and why",
+          r.returncode == 1 and b"a test input (256 x 256 image of zeros) does not go through"
+          in r.stderr and b"smaller than the 300 x 300 filter" in r.stderr, r.stderr[-300:])
+
+
 def test_cli():
     r = subprocess.run([BIN, "serve"], capture_output=True)
     check("serve without a model: exit 2 with the usage", r.returncode == 2
@@ -784,6 +810,7 @@ def main():
     test_padding()
     test_wide()
     test_model_errors()
+    test_test_input()
     test_cli()
     print("%d passed, %d failed" % (PASSED[0], FAILED[0]))
     return 1 if FAILED[0] else 0

@@ -88,6 +88,16 @@ rl.train{network = {
   },
   train = {class = 'hdf', files = {'$dir/img.h5'}}, num_epochs = 1, model = '$dir/img',
   optimizer = {class = 'adam'}, learning_rate = 1e-3, log_verbosity = 0}
+-- four 2 x 2 poolings need images of 16 x 16 or more (its load was refused: 8 x 8 failed);
+-- a 300 x 300 "valid" filter takes no test input up to 256 x 256
+local pools = {output = {class = 'global_pool', mode = 'mean', from = 'p4'}}
+for i = 1, 4 do
+  pools['p' .. i] = {class = 'pool2d', mode = 'max', pool_size = {2, 2}, from = i == 1 and 'data' or 'p' .. (i - 1)}
+end
+rl.save_checkpoint('$dir/pool4.h5', {net = rl.network(pools, {data = {dim = 2, spatial = 2}}), epoch = 1})
+rl.save_checkpoint('$dir/bigfilter.h5', {net = rl.network({
+    output = {class = 'conv2d', n_out = 1, filter_size = {300, 300}, padding = 'valid', from = 'data'},
+  }, {data = {dim = 1, spatial = 2}}), epoch = 1})
 -- a wide output (a 1000-way softmax on each frame): large answers
 rl.manual_seed(6)
 local wide = rl.network({output = {class = 'softmax', n_out = 1000, from = 'data'}}, {data = {dim = 9}})
