@@ -629,14 +629,19 @@ static enum MHD_Result reply_forward(const server *S, struct MHD_Connection *c, 
 
 /* ---- the queue ---------------------------------------------------------------------------- */
 
-/* Reserves room for `frames` in the queue (503 text in *e when full). */
+/* Reserves room for `frames` in the queue (503 text in *e when full). A request's frames count
+ * until its answer has been written (on_completed), not only until the model is done with it:
+ * clients that did not read their answers made the server hold them all (the floats of 20000
+ * frames of a 1000-way softmax are 80 MB, for each of --max-connections). */
 static bool queue_reserve(server *S, int64_t frames, perr *e) {
     pthread_mutex_lock(&S->mu);
-    bool ok = S->queued_frames + frames <= S->o.max_queue_frames || S->head == NULL;
+    bool ok = S->queued_frames + frames <= S->o.max_queue_frames || S->queued_frames == 0;
     if (ok) S->queued_frames += frames;
     pthread_mutex_unlock(&S->mu);
     if (!ok)
-        bad(e, 503, "the server is busy: %lld frames are queued (--max-queue-frames %lld)",
+        bad(e, 503,
+            "the server is busy: %lld frames are queued or being answered (--max-queue-frames "
+            "%lld)",
             (long long)S->queued_frames, (long long)S->o.max_queue_frames);
     return ok;
 }
@@ -842,6 +847,11 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     request *r = *con_cls;
     if (r == NULL) return;
     not_incoming(S, r);
+    if (r->job) { /* queue_reserve's frames */
+        pthread_mutex_lock(&S->mu);
+        S->queued_frames -= r->job->frames;
+        pthread_mutex_unlock(&S->mu);
+    }
     job_free(r->job);
     free(r->body);
     free(r);
@@ -1076,7 +1086,6 @@ static void complete(server *S, job *j) {
     struct MHD_Connection *c = j->conn;
     pthread_mutex_lock(&S->mu);
     j->done = true;
-    S->queued_frames -= j->frames;
     pthread_mutex_unlock(&S->mu);
     MHD_resume_connection(c);
 }
@@ -1523,7 +1532,8 @@ static void serve_usage(FILE *f) {
         "  --max-wait-ms W        longest wait for more requests to fill a batch [1]\n"
         "  --max-body BYTES       largest request body [4194304]\n"
         "  --max-frames N         most frames in one request [20000]\n"
-        "  --max-queue-frames N   most frames queued or running (503 beyond) [200000]\n"
+        "  --max-queue-frames N   most frames queued, running or being answered (503\n"
+        "                         beyond) [200000]\n"
         "  --max-connections N    most open connections (503 beyond) [64]\n"
         "  --timeout S            idle connections close, queued requests give up after S\n"
         "                         seconds [10]\n"

@@ -637,7 +637,7 @@ def test_padding():
 def test_wide():
     # 5000 frames of a 1000-way softmax: 5 million numbers, once built as a jansson tree of
     # about 50 bytes a number (20000 frames, within the default limits, took 1.5 GB)
-    s = Server("--max-frames", "5000", model="wide.h5")
+    s = Server("--max-frames", "5000", "--max-queue-frames", "10000", model="wide.h5")
     try:
         x = [[((7 * t + d) % 11) / 5.0 - 1 for d in range(9)] for t in range(5000)]
         c = s.conn(timeout=120)
@@ -658,6 +658,29 @@ def test_wide():
               all(int(h.get("Content-Length", 0)) > 0 for _, _, h in parts))
         check("  ... and the answer is not built in memory (peak RSS %.0f MB, %d bytes)"
               % (peak, len(text)), peak < 150)
+        # clients that do not read their answers: their frames stay counted, so the server
+        # does not hold an answer for every connection (80 MB each at 20000 frames)
+        body = json.dumps({"data": x}).encode()
+        idle = []
+        for _ in range(2):
+            sk = socket.create_connection(("127.0.0.1", s.port), timeout=30)
+            sk.sendall(b"POST /v1/forward HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n"
+                       % len(body) + body)
+            idle.append(sk)
+        started = [sk.recv(12) for sk in idle]  # the answers are being written: the model is done
+        queued = s.request("GET", "/healthz")[1]["queued_frames"]
+        st, doc, _ = s.request("POST", "/v1/forward", {"data": x[:10]})
+        check("two 5000-frame answers not read: a request -> 503 (--max-queue-frames 10000)",
+              started == [b"HTTP/1.1 200"] * 2 and queued == 10000 and st == 503
+              and "being answered" in doc["error"], (started, queued, st, str(doc)[:200]))
+        for sk in idle:
+            sk.close()
+        t0 = time.time()
+        while time.time() - t0 < 20 and queued != 0:
+            time.sleep(0.05)
+            queued = s.request("GET", "/healthz")[1]["queued_frames"]
+        st, doc, _ = s.request("POST", "/v1/forward", {"data": x[:10]})
+        check("  ... once those clients are gone, requests are answered", st == 200, (queued, st))
     finally:
         rc = s.stop()
     check("wide-output server stops with exit 0", rc == 0, rc)
