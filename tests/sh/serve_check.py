@@ -689,7 +689,7 @@ def test_wide():
 def test_model_errors():
     """A network that raises on one input (an image smaller than a "valid" 3 x 3 conv): 422 for
     that request naming the sequence and the layer, answers for the requests batched with it."""
-    s = Server("--layer", "conv", "--max-frames", "300", "--max-wait-ms", "5000", model="valid.h5")
+    s = Server("--layer", "conv", "--max-wait-ms", "5000", model="valid.h5")
     z = [0.5, -0.25]
     good, bad = {"data": [z] * 16, "size": [4, 4]}, {"data": [z], "size": [1, 1]}
     try:
@@ -733,13 +733,23 @@ def test_model_errors():
               queued == 17 and res["good"][0] == 200 and res["good"][1] == alone
               and slow == alone and res["bad"][0] == 422 and text in res["bad"][1]["error"],
               (res, got[:200]))
-        # images padded to 50 x 50 in one batch (5000 frames > --max-frames 300) run one by one
-        tall, wide = {"data": [z] * 150, "size": [50, 3]}, {"data": [z] * 150, "size": [3, 50]}
+        # images padded to 150 x 150 in one batch (45000 frames > --max-frames 20000) run one
+        # by one
+        tall, wide = {"data": [z] * 450, "size": [150, 3]}, {"data": [z] * 450, "size": [3, 150]}
         _, a1, _ = s.request("POST", "/v1/forward", tall)
         _, a2, _ = s.request("POST", "/v1/forward", wide)
         st, doc, _ = s.request("POST", "/v1/forward", {"batch": [tall, wide]})
-        check("a 50 x 3 and a 3 x 50 image in one request equal each image alone",
+        check("a 150 x 3 and a 3 x 150 image in one request equal each image alone",
               st == 200 and doc["batch"] == [a1, a2], st)
+        # one bad image among 1002: found by halving the batch, not by running each alone
+        small = {"data": [z] * 9, "size": [3, 3]}
+        before = s.request("GET", "/healthz")[1].get("batches_run", 0)
+        st, doc, _ = s.request("POST", "/v1/forward", {"batch": [small] * 500 + [bad] +
+                                                                [small] * 501})
+        runs = s.request("GET", "/healthz")[1].get("batches_run", 0) - before
+        check("a bad image at batch[500] of 1002 -> 422 naming it after %d model batches "
+              "(it took 501)" % runs, st == 422 and doc["error"].startswith("batch[500]: ")
+              and 2 <= runs <= 23, (st, doc, runs))
     finally:
         rc = s.stop()
     check("valid-conv server stops with exit 0", rc == 0, rc)
