@@ -1045,6 +1045,16 @@ static bool install_model(server *S) {
     return true;
 }
 
+/* "input dim 9 (class indices), output dim 2 (sequences)" into buf (128 bytes). */
+static void interface_text(char *buf, int64_t in_dim, bool sparse, bool images, int64_t out_dim,
+                           bool out_images) {
+    snprintf(buf, 128, "input dim %lld (%s), output dim %lld (%s)", (long long)in_dim,
+             sparse   ? "class indices"
+             : images ? "images"
+                      : "frames",
+             (long long)out_dim, out_images ? "images" : "sequences");
+}
+
 /* Loads the model again from its path; on any failure the old one stays. Returns the answer of
  * POST /v1/reload; *status is its HTTP status. */
 static json_t *reload(server *S, int *status) {
@@ -1059,10 +1069,15 @@ static json_t *reload(server *S, int *status) {
                bool_field(L, -1, "sparse") != S->sparse ||
                bool_field(L, -1, "images") != S->images ||
                bool_field(L, -1, "out_images") != S->out_images) {
-        why = format("its interface (input dim %lld, output dim %lld) differs from the served "
-                     "one (%lld, %lld); restart the server to change it",
-                     (long long)int_field(L, -1, "in_dim"), (long long)int_field(L, -1, "out_dim"),
-                     (long long)S->in_dim, (long long)S->out_dim);
+        /* the kinds too: a sparse input of the same dim was "(9, 2) differs from (9, 2)" */
+        char now[128], was[128];
+        interface_text(now, int_field(L, -1, "in_dim"), bool_field(L, -1, "sparse"),
+                       bool_field(L, -1, "images"), int_field(L, -1, "out_dim"),
+                       bool_field(L, -1, "out_images"));
+        interface_text(was, S->in_dim, S->sparse, S->images, S->out_dim, S->out_images);
+        why = format("its interface (%s) differs from the served one (%s); restart the server to "
+                     "change it",
+                     now, was);
         lua_pop(L, 1);
     } else if (!install_model(S)) {
         why = format("its description could not be read");

@@ -485,6 +485,11 @@ def test_reload(s):
     st, doc, _ = s.request("POST", "/v1/reload")
     check("reload of a model with another input dim -> 409", st == 409
           and "input dim 5" in doc["error"], (st, doc))
+    shutil.copy(os.path.join(DIR, "sparse9.h5"), path)
+    st, doc, _ = s.request("POST", "/v1/reload")
+    check("reload of a model of the same dims taking class indices -> 409 saying so", st == 409
+          and "(input dim 9 (class indices), output dim 2 (sequences)) differs from the served "
+          "one (input dim 9 (frames), output dim 2 (sequences))" in doc["error"], (st, doc))
     shutil.copy(keep, path)
     s.p.send_signal(signal.SIGHUP)
     epoch, t0 = None, time.time()

@@ -98,6 +98,11 @@ rl.save_checkpoint('$dir/pool4.h5', {net = rl.network(pools, {data = {dim = 2, s
 rl.save_checkpoint('$dir/bigfilter.h5', {net = rl.network({
     output = {class = 'conv2d', n_out = 1, filter_size = {300, 300}, padding = 'valid', from = 'data'},
   }, {data = {dim = 1, spatial = 2}}), epoch = 1})
+-- the 12AX model's dims (9 in, 2 out), but class indices in
+rl.save_checkpoint('$dir/sparse9.h5', {net = rl.network({
+    emb = {class = 'embedding', n_out = 4, from = 'data'},
+    output = {class = 'softmax', n_out = 2, from = 'emb'},
+  }, {data = {dim = 9, sparse = true}}), epoch = 1})
 -- a wide output (a 1000-way softmax on each frame): large answers
 rl.manual_seed(6)
 local wide = rl.network({output = {class = 'softmax', n_out = 1000, from = 'data'}}, {data = {dim = 9}})
