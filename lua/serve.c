@@ -972,8 +972,8 @@ static json_t *lua_to_json(lua_State *L, int idx, int depth) {
     }
 }
 
-/* rnnlua.serve.load(path, layer) under pcall: the model on the stack (LUA_OK), or an error
- * message. */
+/* rnnlua.serve.load(path, layer, max_values) under pcall: the model on the stack (LUA_OK), or an
+ * error message. */
 static int load_model(server *S) {
     lua_State *L = S->L;
     lua_getglobal(L, "require");
@@ -984,7 +984,8 @@ static int load_model(server *S) {
     lua_remove(L, -2);
     lua_pushstring(L, S->o.model_path);
     lua_pushstring(L, S->o.layer);
-    return lua_pcall(L, 2, 1, 0);
+    lua_pushinteger(L, (lua_Integer)(S->o.max_body / 2));
+    return lua_pcall(L, 3, 1, 0);
 }
 
 static int64_t int_field(lua_State *L, int idx, const char *k) {

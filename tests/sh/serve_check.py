@@ -778,6 +778,14 @@ def test_test_input():
     finally:
         rc = s.stop()
     check("pooling server stops with exit 0", rc == 0, rc)
+    try:  # it was served: no request could hold a frame
+        r = subprocess.run([BIN, "serve", os.path.join(DIR, "dim40k.h5"), "--port", "0",
+                            "--max-body", "65536"], capture_output=True, timeout=20)
+    except subprocess.TimeoutExpired:
+        r = subprocess.CompletedProcess([], None, b"", b"still running after 20 s")
+    check("a model taking frames of 40000 values with --max-body 65536: exit 1 naming why",
+          r.returncode == 1 and b"input 'data' takes 40000 values a frame; a request body "
+          b"(--max-body) holds at most 32768" in r.stderr, (r.returncode, r.stderr[-300:]))
     r = subprocess.run([BIN, "serve", os.path.join(DIR, "bigfilter.h5"), "--port", "0"],
                        capture_output=True, timeout=60)
     check("a model no test input up to 256 x 256 goes through: exit 1 naming the input and why",

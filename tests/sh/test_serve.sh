@@ -103,6 +103,10 @@ rl.save_checkpoint('$dir/sparse9.h5', {net = rl.network({
     emb = {class = 'embedding', n_out = 4, from = 'data'},
     output = {class = 'softmax', n_out = 2, from = 'emb'},
   }, {data = {dim = 9, sparse = true}}), epoch = 1})
+-- frames of 40000 values (no parameters: a crafted checkpoint can name any dim)
+rl.save_checkpoint('$dir/dim40k.h5', {net = rl.network({
+    output = {class = 'activation', activation = 'tanh', from = 'data'},
+  }, {data = {dim = 40000}}), epoch = 1})
 -- a wide output (a 1000-way softmax on each frame): large answers
 rl.manual_seed(6)
 local wide = rl.network({output = {class = 'softmax', n_out = 1000, from = 'data'}}, {data = {dim = 9}})
