@@ -985,7 +985,16 @@ static int load_model(server *S) {
     lua_pushstring(L, S->o.model_path);
     lua_pushstring(L, S->o.layer);
     lua_pushinteger(L, (lua_Integer)(S->o.max_body / 2));
-    return lua_pcall(L, 3, 1, 0);
+    st = lua_pcall(L, 3, 1, 0);
+    /* rnnlua.forward's load_model names its caller, "rnnlua serve: ", which the log line and
+     * the reload answer already say ("rnnlua serve: rnnlua serve: no layer 'x' ...") */
+    static const char who[] = "rnnlua serve: ";
+    const char *msg = st != LUA_OK ? lua_tostring(L, -1) : NULL;
+    if (msg && strncmp(msg, who, sizeof who - 1) == 0) {
+        lua_pushstring(L, msg + sizeof who - 1);
+        lua_replace(L, -2);
+    }
+    return st;
 }
 
 static int64_t int_field(lua_State *L, int idx, const char *k) {
