@@ -503,8 +503,8 @@ static json_t *decode_answer(const job *j) {
 /* The text of a forward answer, written a piece at a time without building it as a jansson
  * tree: a tree costs about 50 bytes a value (1.5 GB for 20000 frames of a 1000-way softmax,
  * within the default limits, 6 GB at 4000 outputs), the text about 12. Numbers are written as
- * jansson writes them (JSON_REAL_PRECISION(9)): the shortest of %.9g that reads back as the
- * same float32, with ".0" on integral values and exponents without '+' or leading zeros. */
+ * jansson writes them with JSON_REAL_PRECISION(9): %.9g (9 significant digits read back as the
+ * same float32), ".0" on integral values, exponents without '+' or leading zeros. */
 typedef struct {
     const server *S;
     const job *j;
