@@ -21,11 +21,13 @@
  * thread never touches it again.
  *
  * Limits: body size (413), frames per request (413), queued frames (503), open connections
- * (503), time waited in the queue (503), idle connections (closed after --timeout seconds). */
+ * (503), time waited in the queue (503), idle connections and requests whose headers or body
+ * take longer than --timeout seconds to arrive (closed). */
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
 #include <netdb.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -78,10 +80,10 @@ typedef struct job {
     /* the answer, written by the model thread */
     bool done;
     int status;
-    char *error; /* malloc'd message of a failed job */
-    float *out;  /* the rows of every sequence, one after the other */
-    int64_t *oT, *oH, *oW, *ooff;
-    json_t *extra; /* reload and decode: the answer */
+    char *error;  /* malloc'd message of a failed job */
+    float **outs; /* forward: the oT[s] rows of sequence s (oH[s] x oW[s] for images) */
+    int64_t *oT, *oH, *oW;
+    json_t *extra; /* reload: the answer; decode: {"labels": [...]} of each sequence */
 } job;
 
 typedef struct request {
@@ -93,6 +95,16 @@ typedef struct request {
     bool incoming; /* counted in server.incoming: its body is on its way, not yet queued */
     job *job;
 } request;
+
+/* An open connection, watched for a request that arrives too slowly: libmicrohttpd's timeout
+ * only closes connections that send nothing for --timeout seconds, so a client sending one
+ * header byte a second held a connection (of --max-connections) for ever. */
+typedef struct conn {
+    struct conn *prev, *next;
+    int fd;
+    double since;    /* the connection opened, or its last answer was sent */
+    bool in_request; /* its request's headers have arrived (the body has its own deadline) */
+} conn;
 
 typedef struct server {
     serve_opts o;
@@ -113,10 +125,13 @@ typedef struct server {
     bool stop, reload;
     atomic_bool draining;
     atomic_int connections, requests;
-    atomic_int started;  /* connections ever started (drain: a quiet spell before closing) */
-    atomic_int incoming; /* forward/decode requests being received or parsed */
+    atomic_llong batches_run; /* model batches run (GET /healthz) */
+    atomic_int started;       /* connections ever started (drain: a quiet spell before closing) */
+    atomic_int incoming;      /* forward/decode requests being received or parsed */
     struct MHD_Daemon *daemon;
     int listen_fd;
+    pthread_mutex_t cmu; /* the list of open connections */
+    conn *conns;
     pthread_t sig_thread;
 } server;
 
@@ -200,6 +215,16 @@ static const struct {
     [R_RELOAD] = {"/v1/reload", "POST"},
 };
 
+/* libmicrohttpd decodes %XX in the path before on_request sees it: a %00 cut the C string there,
+ * so "/healthz%00x" was answered as GET /healthz. Such a path is left as it came (no route). */
+static size_t unescape_path(void *cls, struct MHD_Connection *c, char *s) {
+    (void)cls;
+    (void)c;
+    for (const char *p = strchr(s, '%'); p != NULL; p = strchr(p + 1, '%'))
+        if (p[1] == '0' && p[2] == '0') return strlen(s);
+    return MHD_http_unescape(s);
+}
+
 static int find_route(const char *url) {
     for (int i = 0; i < R_COUNT; i++)
         if (strcmp(url, routes[i].path) == 0) return i;
@@ -217,11 +242,12 @@ static void job_free(job *j) {
     free(j->x);
     free(j->xi);
     free(j->error);
-    free(j->out);
+    for (int64_t s = 0; j->outs && s < j->nseq; s++)
+        free(j->outs[s]);
+    free(j->outs);
     free(j->oT);
     free(j->oH);
     free(j->oW);
-    free(j->ooff);
     json_decref(j->extra);
     free(j);
 }
@@ -236,8 +262,8 @@ static bool job_alloc_seqs(job *j, int64_t n) {
     j->oT = calloc(1, sz);
     j->oH = calloc(1, sz);
     j->oW = calloc(1, sz);
-    j->ooff = calloc(1, sz);
-    return j->T && j->H && j->W && j->off && j->oT && j->oH && j->oW && j->ooff;
+    j->outs = calloc((size_t)(n > 0 ? n : 1), sizeof *j->outs);
+    return j->T && j->H && j->W && j->off && j->oT && j->oH && j->oW && j->outs;
 }
 
 /* Gives j an error answer (model thread; complete() then marks it done). */
@@ -461,63 +487,168 @@ out:
     return j;
 }
 
-/* The JSON answer of a finished forward job. */
-static json_t *forward_answer(const server *S, const job *j) {
-    json_t *list = json_array();
-    int64_t D = S->out_dim;
-    for (int64_t s = 0; s < j->nseq && list; s++) {
-        json_t *rows = json_array();
-        const float *o = j->out + j->ooff[s] * D;
-        for (int64_t t = 0; t < j->oT[s] && rows; t++) {
-            json_t *row = json_array();
-            for (int64_t d = 0; d < D && row; d++) {
-                json_t *v = json_real((double)o[t * D + d]);
-                if (v == NULL) { /* NaN or Inf: not JSON, and not a number to hand out */
-                    json_decref(row);
-                    row = NULL;
-                    break;
-                }
-                json_array_append_new(row, v);
-            }
-            if (row == NULL) {
-                json_decref(rows);
-                rows = NULL;
-                break;
-            }
-            json_array_append_new(rows, row);
-        }
-        json_t *item = rows ? json_pack("{s:o}", "output", rows) : NULL;
-        if (item && S->out_images)
-            json_object_set_new(item, "size",
-                                json_pack("[I,I]", (json_int_t)j->oH[s], (json_int_t)j->oW[s]));
-        if (item == NULL) {
-            json_decref(list);
-            return NULL;
-        }
-        json_array_append_new(list, item);
+/* "batch[s]: " naming sequence s of j in messages; "" for a body holding one sequence. */
+static const char *seq_name(const job *j, int64_t s, char buf[48]) {
+    if (j->single) return "";
+    snprintf(buf, 48, "batch[%lld]: ", (long long)s);
+    return buf;
+}
+
+/* The JSON answer of a finished decode job (NULL: out of memory). */
+static json_t *decode_answer(const job *j) {
+    if (!j->single) return json_pack("{s:O}", "batch", j->extra);
+    return json_incref(json_array_get(j->extra, 0));
+}
+
+/* The text of a forward answer, written a piece at a time without building it as a jansson
+ * tree: a tree costs about 50 bytes a value (1.5 GB for 20000 frames of a 1000-way softmax,
+ * within the default limits, 6 GB at 4000 outputs), the text about 12. Numbers are written as
+ * jansson writes them with JSON_REAL_PRECISION(9): %.9g (9 significant digits read back as the
+ * same float32), ".0" on integral values, exponents without '+' or leading zeros. */
+typedef struct {
+    const server *S;
+    const job *j;
+    int64_t s, t, d; /* the next value: sequence s, row t, column d */
+    int phase;       /* 0 start, 1 open sequence s, 2 values, 3 close sequence s, 4 end, 5 done */
+    char pend[96];   /* a piece that did not fit into the last buffer */
+    size_t pend_len, pend_off;
+} answer_text;
+
+static int format_real(char *buf, size_t n, double v) {
+    int len = snprintf(buf, n, "%.9g", v);
+    if (strchr(buf, '.') == NULL && strchr(buf, 'e') == NULL) {
+        memcpy(buf + len, ".0", 3);
+        len += 2;
     }
-    if (list == NULL) return NULL;
-    if (!j->single) return json_pack("{s:o}", "batch", list);
-    json_t *one = json_incref(json_array_get(list, 0));
-    json_decref(list);
-    return one;
+    char *start = strchr(buf, 'e');
+    if (start) { /* jansson's jsonp_dtostr: "1e+39" -> "1e39", "1e-05" -> "1e-5" */
+        start++;
+        char *end = start + 1;
+        if (*start == '-') start++;
+        while (*end == '0')
+            end++;
+        if (end != start) {
+            memmove(start, end, (size_t)len - (size_t)(end - buf) + 1);
+            len -= (int)(end - start);
+        }
+    }
+    return len;
+}
+
+/* The next piece of the answer into tok (at most 96 bytes); 0 at the end. */
+static size_t answer_piece(answer_text *w, char *tok) {
+    const job *j = w->j;
+    int64_t D = w->S->out_dim;
+    size_t n = 0;
+    switch (w->phase) {
+    case 0:
+        w->phase = 1;
+        if (!j->single) return (size_t)sprintf(tok, "{\"batch\":[");
+        /* fall through */
+    case 1:
+        w->t = w->d = 0;
+        w->phase = j->oT[w->s] > 0 ? 2 : 3;
+        return (size_t)sprintf(tok, "%s{\"output\":[", w->s > 0 ? "," : "");
+    case 2:
+        if (w->d == 0) tok[n++] = w->t > 0 ? ',' : '[';
+        if (w->d == 0 && w->t > 0) tok[n++] = '[';
+        if (w->d > 0) tok[n++] = ',';
+        n += (size_t)format_real(tok + n, 48, (double)j->outs[w->s][w->t * D + w->d]);
+        if (++w->d == D) {
+            tok[n++] = ']';
+            w->d = 0;
+            if (++w->t == j->oT[w->s]) w->phase = 3;
+        }
+        return n;
+    case 3:
+        w->phase = ++w->s < j->nseq ? 1 : 4;
+        if (!w->S->out_images) return (size_t)sprintf(tok, "]}");
+        return (size_t)sprintf(tok, "],\"size\":[%lld,%lld]}", (long long)j->oH[w->s - 1],
+                               (long long)j->oW[w->s - 1]);
+    case 4: w->phase = 5; return (size_t)sprintf(tok, "%s\n", j->single ? "" : "]}");
+    default: return 0;
+    }
+}
+
+/* libmicrohttpd's reader of a streamed answer: fills buf with the next pieces. */
+static ssize_t answer_read(void *cls, uint64_t pos, char *buf, size_t max) {
+    (void)pos;
+    answer_text *w = cls;
+    size_t got = 0;
+    for (;;) {
+        if (w->pend_off == w->pend_len) {
+            w->pend_len = answer_piece(w, w->pend);
+            w->pend_off = 0;
+            if (w->pend_len == 0) break;
+        }
+        size_t k = w->pend_len - w->pend_off;
+        if (k > max - got) k = max - got;
+        memcpy(buf + got, w->pend + w->pend_off, k);
+        w->pend_off += k;
+        got += k;
+        if (got == max) break;
+    }
+    return got > 0 ? (ssize_t)got : (ssize_t)MHD_CONTENT_READER_END_OF_STREAM;
+}
+
+/* Answers a finished forward job: one buffer with its Content-Length, or beyond a million values
+ * streamed (chunked), so that an answer never needs more memory than its floats. */
+static enum MHD_Result reply_forward(const server *S, struct MHD_Connection *c, const job *j) {
+    answer_text *w = calloc(1, sizeof *w);
+    if (w == NULL) return MHD_NO;
+    *w = (answer_text){.S = S, .j = j};
+    int64_t values = 0;
+    for (int64_t s = 0; s < j->nseq; s++)
+        values += j->oT[s] * S->out_dim;
+    struct MHD_Response *r = NULL;
+    if (values > (1 << 20)) {
+        r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 1 << 16, answer_read, w, free);
+        if (r == NULL) free(w);
+    } else {
+        size_t len = 0, cap = 256 + (size_t)values * 16;
+        char *text = malloc(cap);
+        for (size_t n; text && (n = answer_piece(w, text + len)) > 0;) {
+            len += n;
+            if (cap - len < sizeof w->pend) { /* room for the longest piece */
+                char *t2 = realloc(text, cap *= 2);
+                if (t2 == NULL) free(text);
+                text = t2;
+            }
+        }
+        free(w);
+        r = text ? MHD_create_response_from_buffer(len, text, MHD_RESPMEM_MUST_FREE) : NULL;
+        if (r == NULL) free(text);
+    }
+    if (r == NULL)
+        return reply_error(c, MHD_HTTP_INTERNAL_SERVER_ERROR, NULL,
+                           "out of memory writing the answer");
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, JSON_TYPE);
+    enum MHD_Result ret = MHD_queue_response(c, MHD_HTTP_OK, r);
+    MHD_destroy_response(r);
+    return ret;
 }
 
 /* ---- the queue ---------------------------------------------------------------------------- */
 
-/* Reserves room for `frames` in the queue (503 text in *e when full). */
+/* Reserves room for `frames` in the queue (503 text in *e when full). A request's frames count
+ * until its answer has been written (on_completed), not only until the model is done with it:
+ * clients that did not read their answers made the server hold them all (the floats of 20000
+ * frames of a 1000-way softmax are 80 MB, for each of --max-connections). */
 static bool queue_reserve(server *S, int64_t frames, perr *e) {
     pthread_mutex_lock(&S->mu);
-    bool ok = S->queued_frames + frames <= S->o.max_queue_frames || S->head == NULL;
+    bool ok = S->queued_frames + frames <= S->o.max_queue_frames || S->queued_frames == 0;
     if (ok) S->queued_frames += frames;
     pthread_mutex_unlock(&S->mu);
     if (!ok)
-        bad(e, 503, "the server is busy: %lld frames are queued (--max-queue-frames %lld)",
+        bad(e, 503,
+            "the server is busy: %lld frames are queued or being answered (--max-queue-frames "
+            "%lld)",
             (long long)S->queued_frames, (long long)S->o.max_queue_frames);
     return ok;
 }
 
 static void not_incoming(server *S, request *r);
+static void conn_mark(server *S, struct MHD_Connection *c, bool in_request);
 
 /* Appends j (the job of r) and wakes the model thread. */
 static void queue_push(server *S, job *j, request *r) {
@@ -539,10 +670,10 @@ static enum MHD_Result answer_get(server *S, struct MHD_Connection *c, int route
     if (route == R_HEALTH) {
         bool draining = atomic_load(&S->draining);
         pthread_mutex_lock(&S->mu);
-        json_t *doc =
-            json_pack("{s:s,s:I,s:I,s:i}", "status", draining ? "draining" : "ok", "epoch",
-                      (json_int_t)S->epoch, "queued_frames", (json_int_t)S->queued_frames,
-                      "connections", atomic_load(&S->connections));
+        json_t *doc = json_pack(
+            "{s:s,s:I,s:I,s:i,s:I}", "status", draining ? "draining" : "ok", "epoch",
+            (json_int_t)S->epoch, "queued_frames", (json_int_t)S->queued_frames, "connections",
+            atomic_load(&S->connections), "batches_run", (json_int_t)atomic_load(&S->batches_run));
         pthread_mutex_unlock(&S->mu);
         return reply_json(c, draining ? MHD_HTTP_SERVICE_UNAVAILABLE : MHD_HTTP_OK, doc, NULL);
     }
@@ -562,8 +693,10 @@ static enum MHD_Result begin_request(server *S, struct MHD_Connection *c, reques
                            "no such path '%s' (GET /healthz, GET /v1/model, POST /v1/forward, "
                            "POST /v1/decode, POST /v1/reload)",
                            url);
-    if (strcmp(method, routes[r->route].method) != 0)
-        return reply_error(c, MHD_HTTP_METHOD_NOT_ALLOWED, routes[r->route].method,
+    /* HEAD is GET without the body (libmicrohttpd leaves it out): monitors use it */
+    bool get = strcmp(routes[r->route].method, "GET") == 0;
+    if (strcmp(method, routes[r->route].method) != 0 && !(get && strcmp(method, "HEAD") == 0))
+        return reply_error(c, MHD_HTTP_METHOD_NOT_ALLOWED, get ? "GET, HEAD" : "POST",
                            "%s takes %s, not %s", url, routes[r->route].method, method);
     if (atomic_load(&S->draining) && r->route != R_HEALTH)
         return reply_error(c, MHD_HTTP_SERVICE_UNAVAILABLE, NULL, "the server is shutting down");
@@ -655,6 +788,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         *con_cls = r;
         atomic_fetch_add(&S->requests, 1);
         r->t0 = now_s();
+        conn_mark(S, c, true);
         return begin_request(S, c, r, url, method);
     }
     if (r->job != NULL) { /* resumed by the model thread: the answer is ready */
@@ -664,11 +798,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         pthread_mutex_unlock(&S->mu);
         if (!done) return MHD_YES;
         if (j->error) return reply_error(c, (unsigned)j->status, NULL, "%s", j->error);
-        if (j->kind != JOB_FORWARD) return reply_json(c, MHD_HTTP_OK, json_incref(j->extra), NULL);
-        json_t *doc = forward_answer(S, j);
+        if (j->kind == JOB_RELOAD) return reply_json(c, MHD_HTTP_OK, json_incref(j->extra), NULL);
+        if (j->kind == JOB_FORWARD) return reply_forward(S, c, j);
+        json_t *doc = decode_answer(j);
         if (doc == NULL)
             return reply_error(c, MHD_HTTP_INTERNAL_SERVER_ERROR, NULL,
-                               "layer '%s' gave NaN or Inf for this input", S->o.layer);
+                               "out of memory writing the answer");
         return reply_json(c, MHD_HTTP_OK, doc, NULL);
     }
     if (*upload_size != 0) {
@@ -707,12 +842,17 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
                          enum MHD_RequestTerminationCode toe) {
-    (void)c;
     (void)toe;
     server *S = cls;
+    conn_mark(S, c, false);
     request *r = *con_cls;
     if (r == NULL) return;
     not_incoming(S, r);
+    if (r->job) { /* queue_reserve's frames */
+        pthread_mutex_lock(&S->mu);
+        S->queued_frames -= r->job->frames;
+        pthread_mutex_unlock(&S->mu);
+    }
     job_free(r->job);
     free(r->body);
     free(r);
@@ -722,11 +862,60 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
 
 static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
                           enum MHD_ConnectionNotificationCode toe) {
-    (void)c;
-    (void)socket_context;
     server *S = cls;
     atomic_fetch_add(&S->connections, toe == MHD_CONNECTION_NOTIFY_STARTED ? 1 : -1);
-    if (toe == MHD_CONNECTION_NOTIFY_STARTED) atomic_fetch_add(&S->started, 1);
+    if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
+        atomic_fetch_add(&S->started, 1);
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+        conn *k = ci ? calloc(1, sizeof *k) : NULL;
+        if (k == NULL) return; /* not watched: libmicrohttpd's idle timeout still applies */
+        k->fd = ci->connect_fd;
+        k->since = now_s();
+        pthread_mutex_lock(&S->cmu);
+        k->next = S->conns;
+        if (S->conns) S->conns->prev = k;
+        S->conns = k;
+        pthread_mutex_unlock(&S->cmu);
+        *socket_context = k;
+        return;
+    }
+    /* closed: libmicrohttpd closes the socket after this call, so the watchdog, which shuts
+     * sockets down under cmu, never touches a descriptor that was closed (and maybe reused) */
+    conn *k = *socket_context;
+    if (k == NULL) return;
+    pthread_mutex_lock(&S->cmu);
+    if (k->prev) k->prev->next = k->next;
+    if (k->next) k->next->prev = k->prev;
+    if (S->conns == k) S->conns = k->next;
+    pthread_mutex_unlock(&S->cmu);
+    free(k);
+    *socket_context = NULL;
+}
+
+/* The request on c has arrived up to its headers (true), or has been answered (false). */
+static void conn_mark(server *S, struct MHD_Connection *c, bool in_request) {
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    conn *k = ci ? ci->socket_context : NULL;
+    if (k == NULL) return;
+    pthread_mutex_lock(&S->cmu);
+    k->in_request = in_request;
+    k->since = now_s();
+    pthread_mutex_unlock(&S->cmu);
+}
+
+/* Shuts down the connections whose request has not got its headers through within --timeout
+ * seconds of the connection opening or of the last answer (libmicrohttpd then closes them). */
+static void close_slow_connections(server *S) {
+    double now = now_s();
+    pthread_mutex_lock(&S->cmu);
+    for (conn *k = S->conns; k; k = k->next)
+        if (!k->in_request && k->fd >= 0 && now - k->since > S->o.timeout_s) {
+            shutdown(k->fd, SHUT_RDWR);
+            k->fd = -1;
+        }
+    pthread_mutex_unlock(&S->cmu);
 }
 
 static void on_mhd_log(void *cls, const char *fmt, va_list ap) {
@@ -783,8 +972,8 @@ static json_t *lua_to_json(lua_State *L, int idx, int depth) {
     }
 }
 
-/* rnnlua.serve.load(path, layer) under pcall: the model on the stack (LUA_OK), or an error
- * message. */
+/* rnnlua.serve.load(path, layer, max_values) under pcall: the model on the stack (LUA_OK), or an
+ * error message. */
 static int load_model(server *S) {
     lua_State *L = S->L;
     lua_getglobal(L, "require");
@@ -795,7 +984,17 @@ static int load_model(server *S) {
     lua_remove(L, -2);
     lua_pushstring(L, S->o.model_path);
     lua_pushstring(L, S->o.layer);
-    return lua_pcall(L, 2, 1, 0);
+    lua_pushinteger(L, (lua_Integer)(S->o.max_body / 2));
+    st = lua_pcall(L, 3, 1, 0);
+    /* rnnlua.forward's load_model names its caller, "rnnlua serve: ", which the log line and
+     * the reload answer already say ("rnnlua serve: rnnlua serve: no layer 'x' ...") */
+    static const char who[] = "rnnlua serve: ";
+    const char *msg = st != LUA_OK ? lua_tostring(L, -1) : NULL;
+    if (msg && strncmp(msg, who, sizeof who - 1) == 0) {
+        lua_pushstring(L, msg + sizeof who - 1);
+        lua_replace(L, -2);
+    }
+    return st;
 }
 
 static int64_t int_field(lua_State *L, int idx, const char *k) {
@@ -856,6 +1055,16 @@ static bool install_model(server *S) {
     return true;
 }
 
+/* "input dim 9 (class indices), output dim 2 (sequences)" into buf (128 bytes). */
+static void interface_text(char *buf, int64_t in_dim, bool sparse, bool images, int64_t out_dim,
+                           bool out_images) {
+    snprintf(buf, 128, "input dim %lld (%s), output dim %lld (%s)", (long long)in_dim,
+             sparse   ? "class indices"
+             : images ? "images"
+                      : "frames",
+             (long long)out_dim, out_images ? "images" : "sequences");
+}
+
 /* Loads the model again from its path; on any failure the old one stays. Returns the answer of
  * POST /v1/reload; *status is its HTTP status. */
 static json_t *reload(server *S, int *status) {
@@ -870,10 +1079,15 @@ static json_t *reload(server *S, int *status) {
                bool_field(L, -1, "sparse") != S->sparse ||
                bool_field(L, -1, "images") != S->images ||
                bool_field(L, -1, "out_images") != S->out_images) {
-        why = format("its interface (input dim %lld, output dim %lld) differs from the served "
-                     "one (%lld, %lld); restart the server to change it",
-                     (long long)int_field(L, -1, "in_dim"), (long long)int_field(L, -1, "out_dim"),
-                     (long long)S->in_dim, (long long)S->out_dim);
+        /* the kinds too: a sparse input of the same dim was "(9, 2) differs from (9, 2)" */
+        char now[128], was[128];
+        interface_text(now, int_field(L, -1, "in_dim"), bool_field(L, -1, "sparse"),
+                       bool_field(L, -1, "images"), int_field(L, -1, "out_dim"),
+                       bool_field(L, -1, "out_images"));
+        interface_text(was, S->in_dim, S->sparse, S->images, S->out_dim, S->out_images);
+        why = format("its interface (%s) differs from the served one (%s); restart the server to "
+                     "change it",
+                     now, was);
         lua_pop(L, 1);
     } else if (!install_model(S)) {
         why = format("its description could not be read");
@@ -898,7 +1112,6 @@ static void complete(server *S, job *j) {
     struct MHD_Connection *c = j->conn;
     pthread_mutex_lock(&S->mu);
     j->done = true;
-    S->queued_frames -= j->frames;
     pthread_mutex_unlock(&S->mu);
     MHD_resume_connection(c);
 }
@@ -911,19 +1124,26 @@ static rl_tensor *push_zeros(lua_State *L, rl_dtype dt, int ndim, const int64_t 
     return t;
 }
 
-/* Pushes m[method], m and the padded batch of jobs[0..n): x (T, B, F), (T, B) class indices or
- * (H, W, B, F), and its lengths (B) or sizes (B, 2). Returns NULL or a message (stack as it was).
- */
-static char *push_batch(server *S, job **jobs, int n, const char *method) {
+/* Sequences s0 .. s0 + ns - 1 of one job: what the model thread puts into a model batch (whole
+ * jobs; the pieces of a request too large for one batch; a sequence run alone). */
+typedef struct {
+    job *j;
+    int64_t s0, ns;
+} part;
+
+/* Pushes m[method], m and the padded batch of parts p[0..n): x (T, B, F), (T, B) class indices
+ * or (H, W, B, F), and its lengths (B) or sizes (B, 2). Returns NULL or a message (stack as it
+ * was). */
+static char *push_batch(server *S, const part *p, int n, const char *method) {
     lua_State *L = S->L;
     int top = lua_gettop(L);
     int64_t B = 0, T = 0, H = 0, W = 0, F = S->in_dim;
-    for (int i = 0; i < n; i++) {
-        B += jobs[i]->nseq;
-        T = jobs[i]->maxT > T ? jobs[i]->maxT : T;
-        H = jobs[i]->maxH > H ? jobs[i]->maxH : H;
-        W = jobs[i]->maxW > W ? jobs[i]->maxW : W;
-    }
+    for (int i = 0; i < n; i++)
+        for (int64_t s = p[i].s0; s < p[i].s0 + p[i].ns; s++, B++) {
+            T = p[i].j->T[s] > T ? p[i].j->T[s] : T;
+            H = p[i].j->H[s] > H ? p[i].j->H[s] : H;
+            W = p[i].j->W[s] > W ? p[i].j->W[s] : W;
+        }
     lua_rawgeti(L, LUA_REGISTRYINDEX, S->model_ref);
     lua_getfield(L, -1, method);
     lua_insert(L, -2);
@@ -946,8 +1166,8 @@ static char *push_batch(server *S, job **jobs, int n, const char *method) {
     int32_t *gi = rl_tensor_data(g);
     int64_t b = 0;
     for (int i = 0; i < n; i++) {
-        job *j = jobs[i];
-        for (int64_t s = 0; s < j->nseq; s++, b++) {
+        const job *j = p[i].j;
+        for (int64_t s = p[i].s0; s < p[i].s0 + p[i].ns; s++, b++) {
             if (S->images) {
                 gi[2 * b] = (int32_t)j->H[s];
                 gi[2 * b + 1] = (int32_t)j->W[s];
@@ -970,21 +1190,31 @@ static char *push_batch(server *S, job **jobs, int n, const char *method) {
     return NULL;
 }
 
-/* Runs jobs[0..n) (forward jobs) as one padded batch through m:forward and copies each
- * sequence's rows into its job. Returns NULL, or the message of a failure of the whole batch. */
-static char *forward_batch(server *S, job **jobs, int n) {
+/* m[method](m, x, geom, ...) of push_batch with nargs arguments under pcall. Returns NULL, or the
+ * message of its error (stack as it was before push_batch) with *raised: the model raised it
+ * (a run-time error of the network on this input), not a failure to allocate the batch. */
+static char *call_model(server *S, int top, int nargs, int nret, bool *raised) {
+    lua_State *L = S->L;
+    int st = lua_pcall(L, nargs, nret, 0);
+    if (st == LUA_OK) return NULL;
+    *raised = st == LUA_ERRRUN;
+    char *msg = format("%s", lua_isstring(L, -1) ? lua_tostring(L, -1) : "(no message)");
+    lua_settop(L, top);
+    return msg;
+}
+
+/* Runs parts p[0..n) (forward jobs) as one padded batch through m:forward and copies each
+ * sequence's rows into its job. Returns NULL, or the message of a failure of the whole batch
+ * (*raised: see call_model). */
+static char *forward_batch(server *S, const part *p, int n, bool *raised) {
     lua_State *L = S->L;
     int top = lua_gettop(L);
     int64_t B = 0, D = S->out_dim;
     for (int i = 0; i < n; i++)
-        B += jobs[i]->nseq;
-    char *err = push_batch(S, jobs, n, "forward");
+        B += p[i].ns;
+    char *err = push_batch(S, p, n, "forward");
+    if (err == NULL) err = call_model(S, top, 3, 2, raised);
     if (err) return err;
-    if (lua_pcall(L, 3, 2, 0) != LUA_OK) {
-        char *msg = format("forward failed: %s", lua_tostring(L, -1));
-        lua_settop(L, top);
-        return msg;
-    }
     const rl_tensor *out = rl_lua_to_tensor(L, -2), *og = rl_lua_to_tensor(L, -1);
     int ondim = S->out_images ? 4 : 3;
     if (out == NULL || og == NULL || out->dtype != RL_FLOAT32 || out->ndim != ondim ||
@@ -996,59 +1226,67 @@ static char *forward_batch(server *S, job **jobs, int n) {
     const float *o = rl_tensor_data(out);
     int64_t OW = S->out_images ? out->shape[1] : 1, b = 0;
     for (int i = 0; i < n; i++) {
-        job *j = jobs[i];
-        int64_t rows = 0;
-        for (int64_t s = 0; s < j->nseq; s++) {
-            int64_t idx[2] = {b + s, 0};
-            j->oH[s] = (int64_t)rl_tensor_get(og, idx);
+        job *j = p[i].j;
+        for (int64_t s = p[i].s0; s < p[i].s0 + p[i].ns; s++, b++) {
+            int64_t idx[2] = {b, 0};
+            int64_t oH = (int64_t)rl_tensor_get(og, idx);
             idx[1] = 1;
-            j->oW[s] = S->out_images ? (int64_t)rl_tensor_get(og, idx) : 1;
-            if (j->oH[s] < 0 || j->oH[s] > out->shape[0] || j->oW[s] < 0 || j->oW[s] > OW) {
+            int64_t oW = S->out_images ? (int64_t)rl_tensor_get(og, idx) : 1;
+            if (oH < 0 || oH > out->shape[0] || oW < 0 || oW > OW) {
                 lua_settop(L, top);
                 return format("layer '%s' reports %lld x %lld valid frames in an output of %lld x "
                               "%lld",
-                              S->o.layer, (long long)j->oH[s], (long long)j->oW[s],
-                              (long long)out->shape[0], (long long)OW);
+                              S->o.layer, (long long)oH, (long long)oW, (long long)out->shape[0],
+                              (long long)OW);
             }
-            j->oT[s] = j->oH[s] * j->oW[s];
-            j->ooff[s] = rows;
-            rows += j->oT[s];
-        }
-        j->out = malloc((size_t)(rows > 0 ? rows : 1) * (size_t)D * sizeof *j->out);
-        if (j->out == NULL) {
-            job_fail(j, MHD_HTTP_SERVICE_UNAVAILABLE, "out of memory for the output");
-            b += j->nseq;
-            continue;
-        }
-        for (int64_t s = 0; s < j->nseq; s++, b++) {
-            float *dst = j->out + j->ooff[s] * D;
-            for (int64_t r = 0; r < j->oH[s]; r++)
-                for (int64_t c = 0; c < j->oW[s]; c++, dst += D)
+            j->oH[s] = oH;
+            j->oW[s] = oW;
+            j->oT[s] = oH * oW;
+            free(j->outs[s]);
+            float *dst = j->outs[s] = malloc((size_t)(oH * oW * D + 1) * sizeof *dst);
+            if (dst == NULL) {
+                job_fail(j, MHD_HTTP_SERVICE_UNAVAILABLE, "out of memory for the output");
+                continue;
+            }
+            bool finite = true;
+            for (int64_t r = 0; r < oH; r++)
+                for (int64_t c = 0; c < oW; c++, dst += D) {
                     memcpy(dst, o + ((r * OW + c) * B + b) * D, (size_t)D * sizeof *dst);
+                    for (int64_t d = 0; d < D; d++)
+                        finite = finite && isfinite(dst[d]);
+                }
+            char nm[48];
+            if (!finite) /* not JSON, and not a number to hand out */
+                job_fail(j, MHD_HTTP_INTERNAL_SERVER_ERROR, "%slayer '%s' gave NaN or Inf",
+                         seq_name(j, s, nm), S->o.layer);
         }
     }
     lua_settop(L, top);
     return NULL;
 }
 
-/* Runs jobs[0..n) (decode jobs of one beam width) through m:decode: one list of labels per
- * sequence, kept as each job's JSON answer. */
-static char *decode_batch(server *S, job **jobs, int n) {
+/* Runs parts p[0..n) (decode jobs of one beam width) through m:decode: one list of labels per
+ * sequence, kept in its job's extra. */
+static char *decode_batch(server *S, const part *p, int n, bool *raised) {
     lua_State *L = S->L;
     int top = lua_gettop(L);
-    char *err = push_batch(S, jobs, n, "decode");
+    char *err = push_batch(S, p, n, "decode");
     if (err) return err;
-    lua_pushinteger(L, jobs[0]->beam);
-    if (lua_pcall(L, 4, 1, 0) != LUA_OK) {
-        err = format("decoding failed: %s", lua_tostring(L, -1));
-        lua_settop(L, top);
-        return err;
-    }
+    lua_pushinteger(L, p[0].j->beam);
+    err = call_model(S, top, 4, 1, raised);
+    if (err) return err;
     lua_Integer b = 1;
     for (int i = 0; i < n && !err; i++) {
-        job *j = jobs[i];
-        json_t *list = json_array();
-        for (int64_t s = 0; s < j->nseq && list; s++, b++) {
+        job *j = p[i].j;
+        if (j->extra == NULL) {
+            j->extra = json_array();
+            for (int64_t s = 0; s < j->nseq && j->extra; s++)
+                if (json_array_append_new(j->extra, json_null()) != 0) {
+                    json_decref(j->extra);
+                    j->extra = NULL;
+                }
+        }
+        for (int64_t s = p[i].s0; s < p[i].s0 + p[i].ns && !err; s++, b++) {
             lua_rawgeti(L, -1, b);
             json_t *labels = lua_istable(L, -1) ? lua_to_json(L, -1, 0) : NULL;
             lua_pop(L, 1);
@@ -1061,12 +1299,10 @@ static char *decode_batch(server *S, job **jobs, int n) {
                 json_decref(labels);
                 labels = json_array();
             }
-            json_array_append_new(list, json_pack("{s:o}", "labels", labels));
+            if (j->extra == NULL ||
+                json_array_set_new(j->extra, (size_t)s, json_pack("{s:o}", "labels", labels)) != 0)
+                job_fail(j, MHD_HTTP_SERVICE_UNAVAILABLE, "out of memory for the labels");
         }
-        if (list && !err)
-            j->extra = j->single ? json_incref(json_array_get(list, 0))
-                                 : json_pack("{s:O}", "batch", list);
-        json_decref(list);
     }
     lua_settop(L, top);
     return err;
@@ -1151,6 +1387,73 @@ static int take_batch(server *S, job **jobs, int cap) {
     return n;
 }
 
+/* Runs parts p[0..n) (those of jobs without an error) as one model batch. When the model raises
+ * on a batch of several sequences, its two halves are run one after the other, down to single
+ * sequences: the request whose sequence the network cannot take (an image smaller than a "valid"
+ * filter, a Lua layer that fails on it) gets 422 naming that sequence and the layer's message,
+ * and the requests batched with it their answers. Halving finds one such sequence among n in
+ * about 2 log2(n) runs (running each sequence alone took n: 20000 for one request). */
+static void run_parts(server *S, const part *p, int n) {
+    part *q = malloc((size_t)(n + 1) * sizeof *q);
+    int m = 0;
+    int64_t seqs = 0;
+    for (int i = 0; i < n; i++) {
+        if (p[i].j->error) continue;
+        if (q == NULL) {
+            job_fail(p[i].j, MHD_HTTP_SERVICE_UNAVAILABLE, "out of memory");
+            continue;
+        }
+        q[m++] = p[i];
+        seqs += p[i].ns;
+    }
+    if (m == 0) {
+        free(q);
+        return;
+    }
+    bool raised = false;
+    atomic_fetch_add(&S->batches_run, 1);
+    char *err = q[0].j->kind == JOB_DECODE ? decode_batch(S, q, m, &raised)
+                                           : forward_batch(S, q, m, &raised);
+    if (err && raised && seqs > 1) {
+        free(err);
+        int64_t half = seqs / 2, acc = 0;
+        int k = 0;
+        while (acc + q[k].ns <= half)
+            acc += q[k++].ns;
+        part rest = {q[k].j, q[k].s0 + (half - acc), q[k].ns - (half - acc)};
+        q[k].ns = half - acc;
+        run_parts(S, q, q[k].ns > 0 ? k + 1 : k);
+        q[k] = rest;
+        run_parts(S, q + k, m - k);
+        free(q);
+        return;
+    }
+    const char *what = q[0].j->kind == JOB_DECODE ? "decoding" : "forward";
+    if (err && !raised) logf_("%s failed: %s", what, err);
+    for (int i = 0; err && i < m; i++) {
+        char nm[48];
+        if (q[i].j->error) continue;
+        if (raised)
+            job_fail(q[i].j, 422, "%sthe model cannot take this input: %s",
+                     seq_name(q[i].j, q[i].s0, nm), err);
+        else
+            job_fail(q[i].j, MHD_HTTP_INTERNAL_SERVER_ERROR, "%s failed: %s", what, err);
+    }
+    free(err);
+    free(q);
+}
+
+/* The padded frames of sequences s0 .. s0 + ns - 1 of j as one batch. */
+static int64_t seqs_cost(const server *S, const job *j, int64_t s0, int64_t ns) {
+    int64_t T = 0, H = 0, W = 0;
+    for (int64_t s = s0; s < s0 + ns; s++) {
+        T = j->T[s] > T ? j->T[s] : T;
+        H = j->H[s] > H ? j->H[s] : H;
+        W = j->W[s] > W ? j->W[s] : W;
+    }
+    return batch_cost(S, ns, T, H, W);
+}
+
 static void run_jobs(server *S, job **jobs, int n) {
     if (jobs[0]->kind == JOB_RELOAD) {
         jobs[0]->extra = reload(S, &jobs[0]->status);
@@ -1175,19 +1478,34 @@ static void run_jobs(server *S, job **jobs, int n) {
         }
     }
     if (m == 0) return;
-    char *err = NULL;
-    if (jobs[0]->kind == JOB_DECODE)
-        err = decode_batch(S, jobs, m);
-    else
-        err = forward_batch(S, jobs, m);
-    if (err) logf_("%s", err);
-    for (int i = 0; i < m; i++) {
-        if (err) job_fail(jobs[i], MHD_HTTP_INTERNAL_SERVER_ERROR, "%s", err);
-        complete(S, jobs[i]);
+    /* A request is padded to its longest sequence (its largest height and width): 10000
+     * one-frame sequences and one of 10000 frames, within --max-frames, would make a batch of
+     * 10^8 frames. One that pads to more than the larger of --max-batch-frames and --max-frames
+     * runs in pieces of consecutive sequences within that bound (take_batch takes it alone);
+     * its answers are the same. */
+    int64_t limit =
+        S->o.max_batch_frames > S->o.max_frames ? S->o.max_batch_frames : S->o.max_frames;
+    job *j = jobs[0];
+    if (m == 1 && seqs_cost(S, j, 0, j->nseq) > limit) {
+        for (int64_t s0 = 0, ns; s0 < j->nseq && j->error == NULL; s0 += ns) {
+            for (ns = 1; s0 + ns < j->nseq && seqs_cost(S, j, s0, ns + 1) <= limit; ns++) {
+            }
+            run_parts(S, &(part){j, s0, ns}, 1);
+        }
+    } else {
+        part *p = malloc((size_t)m * sizeof *p);
+        for (int i = 0; p && i < m; i++)
+            p[i] = (part){jobs[i], 0, jobs[i]->nseq};
+        if (p)
+            run_parts(S, p, m);
+        else
+            for (int i = 0; i < m; i++)
+                job_fail(jobs[i], MHD_HTTP_SERVICE_UNAVAILABLE, "out of memory");
+        free(p);
     }
-    free(err);
+    for (int i = 0; i < m; i++)
+        complete(S, jobs[i]);
 }
-
 /* ---- signals ----------------------------------------------------------------------------- */
 
 /* Threads that libraries started before rl_serve_main (OpenBLAS's pool) do not block signals,
@@ -1203,9 +1521,14 @@ static void on_signal(int sig) {
     errno = saved;
 }
 
+/* The signal thread also closes slow connections (close_slow_connections), every 200 ms. */
 static void *signal_main(void *arg) {
     server *S = arg;
     for (;;) {
+        struct pollfd pf = {.fd = sig_pipe[0], .events = POLLIN};
+        int ready = poll(&pf, 1, 200);
+        close_slow_connections(S);
+        if (ready == 0 || (ready < 0 && errno == EINTR)) continue;
         unsigned char b;
         ssize_t n = read(sig_pipe[0], &b, 1);
         if (n < 0 && errno == EINTR) continue;
@@ -1258,7 +1581,8 @@ static void serve_usage(FILE *f) {
         "  --max-wait-ms W        longest wait for more requests to fill a batch [1]\n"
         "  --max-body BYTES       largest request body [4194304]\n"
         "  --max-frames N         most frames in one request [20000]\n"
-        "  --max-queue-frames N   most frames queued or running (503 beyond) [200000]\n"
+        "  --max-queue-frames N   most frames queued, running or being answered (503\n"
+        "                         beyond) [200000]\n"
         "  --max-connections N    most open connections (503 beyond) [64]\n"
         "  --timeout S            idle connections close, queued requests give up after S\n"
         "                         seconds [10]\n"
@@ -1278,6 +1602,10 @@ static const char *opt_value(int argc, char **argv, int *i, const char *name) {
 }
 
 static bool parse_num(const char *s, double lo, double hi, double *out) {
+    /* decimal only: strtod also reads "0x10" (--port 0x10 listened on port 16) and " 80" */
+    if (strpbrk(s, "xXpP") != NULL ||
+        !(s[0] == '-' || s[0] == '+' || s[0] == '.' || (s[0] >= '0' && s[0] <= '9')))
+        return false;
     char *end;
     errno = 0;
     double v = strtod(s, &end);
@@ -1357,8 +1685,11 @@ static int parse_options(int argc, char **argv, serve_opts *o) {
             if (spec[k].kind == 4) *(size_t *)(void *)field = (size_t)d;
             continue;
         }
-        fprintf(stderr, "rnnlua serve: %s needs %s, got '%s'\n", spec[k].name,
-                spec[k].kind == 0 ? "a value" : "a number in range", v);
+        if (spec[k].kind == 0)
+            fprintf(stderr, "rnnlua serve: %s needs a value, got '%s'\n", spec[k].name, v);
+        else
+            fprintf(stderr, "rnnlua serve: %s needs %s in %.15g..%.15g, got '%s'\n", spec[k].name,
+                    spec[k].kind == 2 ? "a number" : "an integer", spec[k].lo, spec[k].hi, v);
         return 2;
     }
     if (o->model_path == NULL) {
@@ -1451,6 +1782,7 @@ int rl_serve_main(lua_State *L, int argc, char **argv) {
     rl_blas_set_threads(S->o.blas_threads);
     S->listen_fd = -1;
     pthread_mutex_init(&S->mu, NULL);
+    pthread_mutex_init(&S->cmu, NULL);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -1483,10 +1815,11 @@ int rl_serve_main(lua_State *L, int argc, char **argv) {
                      MHD_USE_ERROR_LOG;
     S->daemon = MHD_start_daemon(
         flags, 0, NULL, NULL, on_request, S, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, S,
-        MHD_OPTION_LISTEN_SOCKET, S->listen_fd, MHD_OPTION_THREAD_POOL_SIZE, (unsigned)S->o.threads,
-        MHD_OPTION_CONNECTION_LIMIT, (unsigned)(S->o.max_connections + 16 * S->o.threads),
-        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)S->o.timeout_s, MHD_OPTION_NOTIFY_COMPLETED,
-        on_completed, S, MHD_OPTION_NOTIFY_CONNECTION, on_connection, S, MHD_OPTION_END);
+        MHD_OPTION_UNESCAPE_CALLBACK, unescape_path, NULL, MHD_OPTION_LISTEN_SOCKET, S->listen_fd,
+        MHD_OPTION_THREAD_POOL_SIZE, (unsigned)S->o.threads, MHD_OPTION_CONNECTION_LIMIT,
+        (unsigned)(S->o.max_connections + 16 * S->o.threads), MHD_OPTION_CONNECTION_TIMEOUT,
+        (unsigned)S->o.timeout_s, MHD_OPTION_NOTIFY_COMPLETED, on_completed, S,
+        MHD_OPTION_NOTIFY_CONNECTION, on_connection, S, MHD_OPTION_END);
     if (S->daemon == NULL) {
         logf_("libmicrohttpd did not start on %s port %d", S->o.listen, port);
         close(S->listen_fd);
@@ -1531,6 +1864,7 @@ int rl_serve_main(lua_State *L, int argc, char **argv) {
     free(S->decode_error);
     pthread_cond_destroy(&S->cv);
     pthread_mutex_destroy(&S->mu);
+    pthread_mutex_destroy(&S->cmu);
     logf_("stopped");
     return 0;
 }

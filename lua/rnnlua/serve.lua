@@ -1,6 +1,6 @@
 -- The Lua half of `rnnlua serve` (lua/serve.c): the served model.
 --
---   local m = require("rnnlua.serve").load(path, layer)   -- raises with a message naming the file
+--   local m = require("rnnlua.serve").load(path, layer, max_values) -- raises naming the file
 --   m.key, m.in_dim, m.sparse, m.images    the network's one input (its extern_data entry)
 --   m.out_dim, m.out_images                the served layer's n_out and whether it gives images
 --   m:forward(x, geom) -> out, out_geom     x: (T, B, F) float32 with geom = lengths (B) int32,
@@ -22,6 +22,7 @@
 local M = {}
 local forward = require("rnnlua.forward")
 local rl = require("rnnlua")
+local util = require("rnnlua.util")
 
 local Model = {}
 Model.__index = Model
@@ -67,25 +68,34 @@ function Model:info()
 end
 
 -- A short zero input through the network: a checkpoint whose network cannot run, or whose
--- parameters give NaN or Inf, is rejected here and not by the first client's request.
+-- parameters give NaN or Inf, is rejected here and not by the first client's request. Larger
+-- inputs are tried when a small one fails: a network of four 2 x 2 poolings or a 9 x 9 "valid"
+-- conv needs images larger than 8 x 8 (such models were refused).
 local function smoke_test(m)
-  local x, geom
-  if m.images then
-    x, geom = rl.zeros(8, 8, 1, m.in_dim), rl.tensor({{8, 8}}, "int32")
-  elseif m.sparse then
-    x, geom = rl.zeros({4, 1}, "int32"), rl.tensor({4}, "int32")
-  else
-    x, geom = rl.zeros(4, 1, m.in_dim), rl.tensor({4}, "int32")
+  local ok, out, what
+  for _, n in ipairs(m.images and {8, 32, 128, 256} or {4, 16, 64, 256}) do
+    what = string.format(m.images and "%d x %d image of zeros" or m.sparse and "%d frames of class 0"
+                         or "%d frames of zeros", n, n)
+    ok, out = pcall(function() -- the input too: it may not fit in memory (a crafted dim)
+      if m.images then return m:forward(rl.zeros(n, n, 1, m.in_dim), rl.tensor({{n, n}}, "int32")) end
+      if m.sparse then return m:forward(rl.zeros({n, 1}, "int32"), rl.tensor({n}, "int32")) end
+      return m:forward(rl.zeros(n, 1, m.in_dim), rl.tensor({n}, "int32"))
+    end)
+    if ok or tostring(out):find("memory") then break end -- a larger one will not fit either
   end
-  local ok, out = pcall(m.forward, m, x, geom)
-  if not ok then fail("%s: a test input does not go through the network: %s", m.path, tostring(out)) end
+  if not ok then
+    fail("%s: a test input (%s) does not go through the network: %s", m.path, what,
+      util.strip_internal(out))
+  end
   local s = out:sum()
   if s ~= s or s == math.huge or s == -math.huge then
     fail("%s: layer '%s' gives NaN or Inf on a zero input (broken parameters?)", m.path, m.layer)
   end
 end
 
-function M.load(path, layer)
+-- max_values: the most values a frame may have (a body of --max-body bytes holds at most half
+-- as many numbers); a network reading more from a dense input cannot be given a single frame.
+function M.load(path, layer, max_values)
   local fm = forward.load_model(path, layer, "cpu", "rnnlua serve")
   local net = fm.net
   local keys = {}
@@ -96,6 +106,10 @@ function M.load(path, layer)
       layer, #keys, table.concat(keys, ", "))
   end
   local e = net.ext[keys[1]]
+  if max_values and not e.sparse and e.dim > max_values then
+    fail("%s: input '%s' takes %d values a frame; a request body (--max-body) holds at most %d",
+      path, keys[1], e.dim, max_values)
+  end
   local m = setmetatable({path = path, layer = layer, fm = fm, net = net, key = keys[1],
     in_dim = e.dim, sparse = e.sparse, images = e.spatial == 2, out_dim = fm.dim,
     out_images = fm.images}, Model)

@@ -235,6 +235,10 @@ def test_malformed(s, max_body, max_frames):
         ("unknown path", "GET", "/v2/forward", None, 404, "no such path"),
         ("path with a suffix", "POST", "/v1/forward/x", {"data": f0}, 404, "no such path"),
         ("the root", "GET", "/", None, 404, "no such path"),
+        ("a %00 in the path (cut the path to /healthz)", "GET", "/healthz%00x", None, 404,
+         "no such path '/healthz%00x'"),
+        ("a %00 in the path of a POST", "POST", "/v1/forward%00", {"data": f0}, 404,
+         "no such path"),
     ]
     n = 0
     for name, method, path, body, status, text in cases:
@@ -242,11 +246,16 @@ def test_malformed(s, max_body, max_frames):
         err = doc.get("error", "") if isinstance(doc, dict) else ""
         ok = st == status and text in err
         if status == 405:
-            ok = ok and hdr.get("Allow") in ("GET", "POST")
+            ok = ok and hdr.get("Allow") in ("GET, HEAD", "POST")
         check("malformed: %s -> %d naming it" % (name, status), ok, (st, err or doc))
         n += 1
         check("  ... and the next good request is answered", good_request(s, n % len(INPUTS)))
 
+    for path in ("/healthz", "/v1/model"):
+        st, doc, hdr = s.request("HEAD", path)
+        check("HEAD %s: 200 without a body (it was 405)" % path, st == 200 and doc is None
+              and int(hdr.get("Content-Length", 0)) > 0, (st, doc))
+    n += 2
     # a chunked body (no Content-Length) beyond --max-body is read, dropped and refused
     c = s.conn()
     chunks = iter([b" " * 8192] * (max_body // 8192 + 2))
@@ -270,7 +279,28 @@ def test_malformed(s, max_body, max_frames):
     got = raw_exchange(s.port, b"", timeout=8)
     check("malformed: an idle connection is closed after the timeout",
           got == b"" and time.time() - t0 < 6, got[:80])
-    n += 2
+    # headers sent a byte at a time (each byte within the idle timeout) held a connection for
+    # as long as the client liked; also the second request on a kept-alive connection
+    for keep in (False, True):
+        sk = socket.create_connection(("127.0.0.1", s.port), timeout=8)
+        if keep:
+            body = json.dumps({"data": frames(0)}).encode()
+            sk.sendall(b"POST /v1/forward HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n"
+                       % len(body) + body)
+            first = sk.recv(65536)
+        t0, closed = time.time(), False
+        try:
+            for ch in b"POST /v1/forward HTTP/1.1\r\nHost: x\r\nX-Slow: " + b"a" * 60:
+                sk.sendall(bytes([ch]))
+                time.sleep(0.1)
+        except OSError:
+            closed = True
+        waited = time.time() - t0
+        sk.close()
+        check("malformed: headers trickled a byte per 0.1 s%s are closed after the timeout (%.1f s)"
+              % (" (a kept-alive connection's second request)" if keep else "", waited),
+              closed and waited < 4 and (not keep or first.startswith(b"HTTP/1.1 200")), waited)
+    n += 4
     # a client that disconnects in the middle of its body
     sk = socket.create_connection(("127.0.0.1", s.port))
     sk.sendall(b"POST /v1/forward HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{\"da")
@@ -340,6 +370,22 @@ def test_ctc():
         for beam in (0, 65, 1.5, "2"):
             st, doc, _ = s.request("POST", "/v1/decode", {"data": frames(0), "beam": beam})
             check("decode: beam %r -> 422" % (beam,), st == 422 and "beam" in doc["error"], doc)
+        # a request padded beyond --max-frames runs in pieces: the same labels
+        s2 = Server("--max-frames", "200", model="ctc.h5")
+        try:
+            ref1, pick, total = read_labels(os.path.join(DIR, "dec1.h5")), [], 0
+            for i in range(len(INPUTS)):
+                if total + len(INPUTS[i]) <= 200:
+                    pick.append(i)
+                    total += len(INPUTS[i])
+            padded = len(pick) * max(len(INPUTS[i]) for i in pick)
+            st, doc, _ = s2.request("POST", "/v1/decode",
+                                    {"batch": [{"data": frames(i)} for i in pick]})
+            check("decode: %d sequences of %d frames padded to %d (> --max-frames 200) equal "
+                  "rl.forward's labels" % (len(pick), total, padded), padded > 200 and st == 200
+                  and [d["labels"] for d in doc["batch"]] == [ref1[i] for i in pick], st)
+        finally:
+            s2.stop()
         st, doc, _ = s.request("POST", "/v1/forward", {"data": frames(0)})
         check("CTC model: /v1/forward gives the softmax's 5 outputs",
               st == 200 and len(doc["output"][0]) == 5, st)
@@ -439,6 +485,11 @@ def test_reload(s):
     st, doc, _ = s.request("POST", "/v1/reload")
     check("reload of a model with another input dim -> 409", st == 409
           and "input dim 5" in doc["error"], (st, doc))
+    shutil.copy(os.path.join(DIR, "sparse9.h5"), path)
+    st, doc, _ = s.request("POST", "/v1/reload")
+    check("reload of a model of the same dims taking class indices -> 409 saying so", st == 409
+          and "(input dim 9 (class indices), output dim 2 (sequences)) differs from the served "
+          "one (input dim 9 (frames), output dim 2 (sequences))" in doc["error"], (st, doc))
     shutil.copy(keep, path)
     s.p.send_signal(signal.SIGHUP)
     epoch, t0 = None, time.time()
@@ -450,16 +501,17 @@ def test_reload(s):
 
 
 def test_drain():
-    # each request is one batch of every dev sequence, run alone (--max-batch-frames 0), so
-    # the server is busy with queued requests when SIGTERM comes right after the first answer
+    # each request is one batch of every dev sequence 8 times, run alone (--max-batch-frames
+    # 0), so the server is busy with queued requests when SIGTERM comes right after the first
+    # answer (with the dev set once, all 12 were at times answered before SIGTERM came)
     s = Server("--max-batch-frames", "0")
-    body = {"batch": [{"data": frames(i)} for i in range(len(INPUTS))]}
+    body = {"batch": [{"data": frames(i)} for i in range(len(INPUTS))] * 8}
     results, first, lock = [], threading.Event(), threading.Lock()
 
     def one():
         try:
             st, doc, _ = s.request("POST", "/v1/forward", body)
-            ok = st == 200 and all(equal(d, REF[i]) for i, d in enumerate(doc["batch"]))
+            ok = st == 200 and all(equal(d, REF[i % len(REF)]) for i, d in enumerate(doc["batch"]))
             outcome = "ok" if ok else ("503" if st == 503 and "shutting down" in doc["error"]
                                        else "wrong %s" % st)
         except ConnectionRefusedError:
@@ -557,6 +609,190 @@ def test_sparse():
     check("sparse-input server stops with exit 0", rc == 0, rc)
 
 
+def vm_peak_mb(pid):
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024.0
+    return 0.0
+
+
+def test_padding():
+    # 1999 one-frame sequences and one of 2000 frames are 4000 frames, but padded to the longest
+    # they were one batch of 2000 x 2000 frames (3.9 GB of activations for this small BLSTM)
+    s = Server("--max-frames", "4000")
+    try:
+        short, long_ = frames(0)[:1], (frames(1) * 100)[:2000]
+        _, one, _ = s.request("POST", "/v1/forward", {"data": short})
+        _, alone, _ = s.request("POST", "/v1/forward", {"data": long_})
+        base = vm_peak_mb(s.p.pid)
+        st, doc, _ = s.request("POST", "/v1/forward",
+                               {"batch": [{"data": short}] * 1999 + [{"data": long_}]})
+        peak = vm_peak_mb(s.p.pid)
+        check("1999 one-frame sequences and one of 2000 in one request: each answer is the "
+              "sequence's alone", st == 200 and len(doc["batch"]) == 2000
+              and all(d == one for d in doc["batch"][:1999]) and doc["batch"][1999] == alone, st)
+        check("  ... and they are not padded to 2000 x 2000 frames (peak RSS %.0f MB, %.0f before)"
+              % (peak, base), peak - base < 500)
+    finally:
+        rc = s.stop()
+    check("padding server stops with exit 0", rc == 0, rc)
+
+
+def test_wide():
+    # 5000 frames of a 1000-way softmax: 5 million numbers, once built as a jansson tree of
+    # about 50 bytes a number (20000 frames, within the default limits, took 1.5 GB)
+    s = Server("--max-frames", "5000", "--max-queue-frames", "10000", model="wide.h5")
+    try:
+        x = [[((7 * t + d) % 11) / 5.0 - 1 for d in range(9)] for t in range(5000)]
+        c = s.conn(timeout=120)
+        c.request("POST", "/v1/forward", body=json.dumps({"batch": [{"data": x[:1000]},
+                                                                      {"data": x[1000:]}]}))
+        r = c.getresponse()
+        text = r.read()
+        c.close()
+        peak = vm_peak_mb(s.p.pid)
+        doc = json.loads(text)
+        parts = [s.request("POST", "/v1/forward", {"data": x[a:a + 500]})
+                 for a in range(0, 5000, 500)]
+        rows = [row for _, d, _ in parts for row in d["output"]]
+        check("5 million numbers in an answer (streamed, chunked) equal the answers of its "
+              "500-frame pieces", r.status == 200 and r.getheader("Transfer-Encoding") == "chunked"
+              and doc["batch"][0]["output"] + doc["batch"][1]["output"] == rows, r.status)
+        check("  ... the pieces' answers (buffered) have a Content-Length",
+              all(int(h.get("Content-Length", 0)) > 0 for _, _, h in parts))
+        check("  ... and the answer is not built in memory (peak RSS %.0f MB, %d bytes)"
+              % (peak, len(text)), peak < 150)
+        # clients that do not read their answers: their frames stay counted, so the server
+        # does not hold an answer for every connection (80 MB each at 20000 frames)
+        body = json.dumps({"data": x}).encode()
+        idle = []
+        for _ in range(2):
+            sk = socket.create_connection(("127.0.0.1", s.port), timeout=30)
+            sk.sendall(b"POST /v1/forward HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n"
+                       % len(body) + body)
+            idle.append(sk)
+        started = [sk.recv(12) for sk in idle]  # the answers are being written: the model is done
+        queued = s.request("GET", "/healthz")[1]["queued_frames"]
+        st, doc, _ = s.request("POST", "/v1/forward", {"data": x[:10]})
+        check("two 5000-frame answers not read: a request -> 503 (--max-queue-frames 10000)",
+              started == [b"HTTP/1.1 200"] * 2 and queued == 10000 and st == 503
+              and "being answered" in doc["error"], (started, queued, st, str(doc)[:200]))
+        for sk in idle:
+            sk.close()
+        t0 = time.time()
+        while time.time() - t0 < 20 and queued != 0:
+            time.sleep(0.05)
+            queued = s.request("GET", "/healthz")[1]["queued_frames"]
+        st, doc, _ = s.request("POST", "/v1/forward", {"data": x[:10]})
+        check("  ... once those clients are gone, requests are answered", st == 200, (queued, st))
+    finally:
+        rc = s.stop()
+    check("wide-output server stops with exit 0", rc == 0, rc)
+
+
+def test_model_errors():
+    """A network that raises on one input (an image smaller than a "valid" 3 x 3 conv): 422 for
+    that request naming the sequence and the layer, answers for the requests batched with it."""
+    s = Server("--layer", "conv", "--max-wait-ms", "5000", model="valid.h5")
+    z = [0.5, -0.25]
+    good, bad = {"data": [z] * 16, "size": [4, 4]}, {"data": [z], "size": [1, 1]}
+    try:
+        _, alone, _ = s.request("POST", "/v1/forward", good)
+        st, doc, _ = s.request("POST", "/v1/forward", bad)
+        text = "layer 'conv' (conv2d): image 1 is 1 x 1, smaller than the 3 x 3 filter"
+        check("an image the network cannot take -> 422 with the layer's message",
+              st == 422 and doc["error"].startswith("the model cannot take this input: ")
+              and text in doc["error"], (st, doc))
+        st, doc, _ = s.request("POST", "/v1/forward", {"batch": [good, bad, good]})
+        check("  ... in a batch request -> 422 naming batch[1]",
+              st == 422 and doc["error"].startswith("batch[1]: the model cannot take")
+              and text in doc["error"], (st, doc))
+        # three requests in one model batch: a body still on its way keeps the model thread
+        # waiting (--max-wait-ms 5000) until the good and the bad request are both queued
+        body = json.dumps(good).encode()
+        sk = socket.create_connection(("127.0.0.1", s.port), timeout=30)
+        sk.sendall(b"POST /v1/forward HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                   b"Content-Length: %d\r\n\r\n" % len(body) + body[:10])
+        res = {}
+
+        def one(k, b):
+            res[k] = s.request("POST", "/v1/forward", b)
+        ts = [threading.Thread(target=one, args=(k, b)) for k, b in (("good", good), ("bad", bad))]
+        [t.start() for t in ts]
+        t0, queued = time.time(), 0
+        while time.time() - t0 < 10 and queued != 17:
+            queued = s.request("GET", "/healthz")[1]["queued_frames"]
+        sk.sendall(body[10:])
+        got = b""
+        while True:
+            chunk = sk.recv(65536)
+            if not chunk:
+                break
+            got += chunk
+        sk.close()
+        [t.join() for t in ts]
+        slow = json.loads(got.split(b"\r\n\r\n", 1)[1]) if b"\r\n\r\n" in got else None
+        check("one model batch of a good, a bad and a good request (17 frames queued: %d): the "
+              "bad one 422, the others their answers" % queued,
+              queued == 17 and res["good"][0] == 200 and res["good"][1] == alone
+              and slow == alone and res["bad"][0] == 422 and text in res["bad"][1]["error"],
+              (res, got[:200]))
+        # images padded to 150 x 150 in one batch (45000 frames > --max-frames 20000) run one
+        # by one
+        tall, wide = {"data": [z] * 450, "size": [150, 3]}, {"data": [z] * 450, "size": [3, 150]}
+        _, a1, _ = s.request("POST", "/v1/forward", tall)
+        _, a2, _ = s.request("POST", "/v1/forward", wide)
+        st, doc, _ = s.request("POST", "/v1/forward", {"batch": [tall, wide]})
+        check("a 150 x 3 and a 3 x 150 image in one request equal each image alone",
+              st == 200 and doc["batch"] == [a1, a2], st)
+        # one bad image among 1002: found by halving the batch, not by running each alone
+        small = {"data": [z] * 9, "size": [3, 3]}
+        before = s.request("GET", "/healthz")[1].get("batches_run", 0)
+        st, doc, _ = s.request("POST", "/v1/forward", {"batch": [small] * 500 + [bad] +
+                                                                [small] * 501})
+        runs = s.request("GET", "/healthz")[1].get("batches_run", 0) - before
+        check("a bad image at batch[500] of 1002 -> 422 naming it after %d model batches "
+              "(it took 501)" % runs, st == 422 and doc["error"].startswith("batch[500]: ")
+              and 2 <= runs <= 23, (st, doc, runs))
+    finally:
+        rc = s.stop()
+    check("valid-conv server stops with exit 0", rc == 0, rc)
+
+
+def test_test_input():
+    # the load's test input grows until the network takes it (it was 8 x 8 only)
+    try:
+        s = Server(model="pool4.h5")
+    except RuntimeError as e:
+        check("a model of four 2 x 2 poolings (images of 16 x 16 or more) is served", False, e)
+        return
+    z = [0.5, -0.5]
+    try:
+        st, doc, _ = s.request("POST", "/v1/forward", {"data": [z] * 256, "size": [16, 16]})
+        check("a model of four 2 x 2 poolings (images of 16 x 16 or more) is served",
+              st == 200 and len(doc["output"]) == 1, (st, doc))
+        st, doc, _ = s.request("POST", "/v1/forward", {"data": [z] * 225, "size": [15, 15]})
+        check("  ... a 15 x 15 image -> 422 naming the pooling", st == 422
+              and "layer 'p4' (pool2d)" in doc["error"], (st, doc))
+    finally:
+        rc = s.stop()
+    check("pooling server stops with exit 0", rc == 0, rc)
+    try:  # it was served: no request could hold a frame
+        r = subprocess.run([BIN, "serve", os.path.join(DIR, "dim40k.h5"), "--port", "0",
+                            "--max-body", "65536"], capture_output=True, timeout=20)
+    except subprocess.TimeoutExpired:
+        r = subprocess.CompletedProcess([], None, b"", b"still running after 20 s")
+    check("a model taking frames of 40000 values with --max-body 65536: exit 1 naming why",
+          r.returncode == 1 and b"input 'data' takes 40000 values a frame; a request body "
+          b"(--max-body) holds at most 32768" in r.stderr, (r.returncode, r.stderr[-300:]))
+    r = subprocess.run([BIN, "serve", os.path.join(DIR, "bigfilter.h5"), "--port", "0"],
+                       capture_output=True, timeout=60)
+    check("a model no test input up to 256 x 256 goes through: exit 1 naming the input and why",
+          r.returncode == 1 and b"a test input (256 x 256 image of zeros) does not go through"
+          in r.stderr and b"smaller than the 300 x 300 filter" in r.stderr, r.stderr[-300:])
+
+
 def test_cli():
     r = subprocess.run([BIN, "serve"], capture_output=True)
     check("serve without a model: exit 2 with the usage", r.returncode == 2
@@ -567,14 +803,25 @@ def test_cli():
     r = subprocess.run([BIN, "serve", os.path.join(DIR, "model.h5"), "--port", "x"],
                        capture_output=True)
     check("bad --port: exit 2 naming it", r.returncode == 2 and b"--port" in r.stderr)
+    for opt, val, text in (("--port", "0x10", b"--port needs an integer in 0..65535, got '0x10'"),
+                           ("--threads", "0", b"--threads needs an integer in 1..256"),
+                           ("--max-wait-ms", "-1", b"--max-wait-ms needs a number in 0..60000")):
+        try:  # --port 0x10 listened on port 16
+            r = subprocess.run([BIN, "serve", os.path.join(DIR, "model.h5"), opt, val, "--port",
+                                "0"], capture_output=True, timeout=10)
+        except subprocess.TimeoutExpired:
+            r = subprocess.CompletedProcess([], None, b"", b"still running after 10 s")
+        check("%s %s: exit 2 naming the range" % (opt, val), r.returncode == 2
+              and text in r.stderr, r.stderr[-200:])
     r = subprocess.run([BIN, "serve", os.path.join(DIR, "missing.h5"), "--port", "0"],
                        capture_output=True)
     check("missing checkpoint: exit 1 naming the file", r.returncode == 1
           and b"missing.h5" in r.stderr, r.stderr[-200:])
     r = subprocess.run([BIN, "serve", os.path.join(DIR, "model.h5"), "--port", "0", "--layer",
                         "nope"], capture_output=True)
-    check("unknown layer: exit 1 naming it", r.returncode == 1 and b"'nope'" in r.stderr,
-          r.stderr[-200:])
+    check("unknown layer: exit 1 naming it (once 'rnnlua serve: ')", r.returncode == 1
+          and b"rnnlua serve: no layer 'nope' in the network of" in r.stderr
+          and b"rnnlua serve: rnnlua serve:" not in r.stderr, r.stderr[-200:])
     s = Server()
     try:
         r = subprocess.run([BIN, "serve", os.path.join(DIR, "model.h5"), "--port", str(s.port)],
@@ -607,6 +854,10 @@ def main():
     test_ctc()
     test_images()
     test_sparse()
+    test_padding()
+    test_wide()
+    test_model_errors()
+    test_test_input()
     test_cli()
     print("%d passed, %d failed" % (PASSED[0], FAILED[0]))
     return 1 if FAILED[0] else 0

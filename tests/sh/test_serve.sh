@@ -17,7 +17,8 @@ fi
 # The model: one short epoch of the demo's BLSTM; a second checkpoint (other weights, epoch 7)
 # and one of another interface for the reload tests; rl.forward's answers for both models; an
 # image model (conv2d, collapse) and rl.forward's answers of an image layer and a sequence layer;
-# a CTC model and rl.forward's decoded labels (best path and beam 4); a sparse-input model.
+# a CTC model and rl.forward's decoded labels (best path and beam 4); a sparse-input model;
+# an image model with a "valid" conv (small images fail in the network); a 1000-way softmax.
 if ! "$bin" -e "
 local cfg = {
   network = {
@@ -87,6 +88,36 @@ rl.train{network = {
   },
   train = {class = 'hdf', files = {'$dir/img.h5'}}, num_epochs = 1, model = '$dir/img',
   optimizer = {class = 'adam'}, learning_rate = 1e-3, log_verbosity = 0}
+-- four 2 x 2 poolings need images of 16 x 16 or more (its load was refused: 8 x 8 failed);
+-- a 300 x 300 "valid" filter takes no test input up to 256 x 256
+local pools = {output = {class = 'global_pool', mode = 'mean', from = 'p4'}}
+for i = 1, 4 do
+  pools['p' .. i] = {class = 'pool2d', mode = 'max', pool_size = {2, 2}, from = i == 1 and 'data' or 'p' .. (i - 1)}
+end
+rl.save_checkpoint('$dir/pool4.h5', {net = rl.network(pools, {data = {dim = 2, spatial = 2}}), epoch = 1})
+rl.save_checkpoint('$dir/bigfilter.h5', {net = rl.network({
+    output = {class = 'conv2d', n_out = 1, filter_size = {300, 300}, padding = 'valid', from = 'data'},
+  }, {data = {dim = 1, spatial = 2}}), epoch = 1})
+-- the 12AX model's dims (9 in, 2 out), but class indices in
+rl.save_checkpoint('$dir/sparse9.h5', {net = rl.network({
+    emb = {class = 'embedding', n_out = 4, from = 'data'},
+    output = {class = 'softmax', n_out = 2, from = 'emb'},
+  }, {data = {dim = 9, sparse = true}}), epoch = 1})
+-- frames of 40000 values (no parameters: a crafted checkpoint can name any dim)
+rl.save_checkpoint('$dir/dim40k.h5', {net = rl.network({
+    output = {class = 'activation', activation = 'tanh', from = 'data'},
+  }, {data = {dim = 40000}}), epoch = 1})
+-- a wide output (a 1000-way softmax on each frame): large answers
+rl.manual_seed(6)
+local wide = rl.network({output = {class = 'softmax', n_out = 1000, from = 'data'}}, {data = {dim = 9}})
+rl.save_checkpoint('$dir/wide.h5', {net = wide, epoch = 1})
+-- an image model whose conv has no padding: an image smaller than its 3 x 3 filter fails in it
+rl.manual_seed(3)
+local valid = rl.network({
+    conv = {class = 'conv2d', n_out = 2, filter_size = {3, 3}, padding = 'valid', from = 'data'},
+    output = {class = 'global_pool', mode = 'mean', from = 'conv'},
+  }, {data = {dim = 2, spatial = 2}})
+rl.save_checkpoint('$dir/valid.h5', {net = valid, epoch = 1})
 for _, layer in ipairs{'conv', 'side'} do
   rl.forward{model = '$dir/img.001.h5', data = {class = 'hdf', files = {'$dir/img.h5'}},
              layer = layer, output_file = '$dir/fwd_' .. layer .. '.h5', log_verbosity = 0}
