@@ -53,7 +53,7 @@
 #define JSON_TYPE "application/json"
 
 typedef struct {
-    const char *model_path, *listen, *layer;
+    const char *model_path, *listen, *layer, *lua_file;
     int port, threads, blas_threads, max_connections, timeout_s, max_beam;
     int64_t max_batch_frames, max_frames, max_queue_frames;
     double max_wait_ms, drain_s;
@@ -972,6 +972,13 @@ static json_t *lua_to_json(lua_State *L, int idx, int depth) {
     }
 }
 
+/* The --lua file (the user's code, e.g. the model's Lua layer classes: a checkpoint holds only
+ * their names) under pcall, in the model thread's state: LUA_OK, or an error message. */
+static int run_lua_file(server *S) {
+    int st = luaL_loadfile(S->L, S->o.lua_file);
+    return st == LUA_OK ? lua_pcall(S->L, 0, 0, 0) : st;
+}
+
 /* rnnlua.serve.load(path, layer, max_values) under pcall: the model on the stack (LUA_OK), or an
  * error message. */
 static int load_model(server *S) {
@@ -1573,6 +1580,8 @@ static void serve_usage(FILE *f) {
         "  --port P               TCP port; 0 picks a free one [8080]\n"
         "  --listen ADDR          address to listen on [127.0.0.1]\n"
         "  --layer NAME           the layer whose activations are served [output]\n"
+        "  --lua FILE             a Lua file to run before the model loads: the\n"
+        "                         rl.layers.register calls of the model's Lua layer classes\n"
         "  --threads N            HTTP threads (parsing JSON, writing answers) [2]\n"
         "  --blas-threads N       OpenBLAS threads of the model thread [1]: the HTTP threads\n"
         "                         need the other cores, and idle OpenBLAS threads spin\n"
@@ -1637,6 +1646,7 @@ static int parse_options(int argc, char **argv, serve_opts *o) {
     } spec[] = {
         {"--listen", 0, 0, 0, offsetof(serve_opts, listen)},
         {"--layer", 0, 0, 0, offsetof(serve_opts, layer)},
+        {"--lua", 0, 0, 0, offsetof(serve_opts, lua_file)},
         {"--port", 0, 65535, 1, offsetof(serve_opts, port)},
         {"--threads", 1, 256, 1, offsetof(serve_opts, threads)},
         {"--blas-threads", 1, 256, 1, offsetof(serve_opts, blas_threads)},
@@ -1789,6 +1799,14 @@ int rl_serve_main(lua_State *L, int argc, char **argv) {
     pthread_cond_init(&S->cv, &ca);
     pthread_condattr_destroy(&ca);
 
+    /* until the signal thread runs, a SIGHUP (a reload asked for while the first load runs: the
+     * file being loaded is the current one) would end the process */
+    signal(SIGHUP, SIG_IGN);
+    if (S->o.lua_file && run_lua_file(S) != LUA_OK) {
+        logf_("--lua %s: %s", S->o.lua_file, lua_tostring(L, -1));
+        lua_pop(L, 1);
+        return 1;
+    }
     if (load_model(S) != LUA_OK) {
         logf_("%s", lua_tostring(L, -1));
         lua_pop(L, 1);

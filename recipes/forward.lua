@@ -16,23 +16,32 @@
 -- decode=ctc beam=N  CTC decoding of a softmax trained with loss = "ctc" (rl.forward)
 -- search=true beam=N eos=N max_seq_len=N|EXPR length_norm=true nbest=true|N attention=NAME
 --          beam search (rl.search, lua/rnnlua/search.lua)
+-- lua=     a Lua file to run first: the rl.layers.register calls of the model's Lua layer
+--          classes (a checkpoint holds only their names, never their code)
 local usage = "usage: rnnlua recipes/forward.lua model=CHECKPOINT data=FILES|'{dataset config}' "
   .. "[layer=output] output=FILE [batch_size=N] [max_seqs=N] [decode=ctc] [beam=N] "
   .. "[search=true [eos=N] [max_seq_len=N|EXPR] [length_norm=true] [nbest=true|N] "
-  .. "[attention=NAME]]"
+  .. "[attention=NAME]] [lua=FILE]"
 
 local cfg = {}
 local names = {model = "model", data = "data", layer = "layer", output = "output_file",
                output_file = "output_file", batch_size = "batch_size", max_seqs = "max_seqs",
                decode = "decode", beam = "beam", search = "search", eos = "eos",
                max_seq_len = "max_seq_len", length_norm = "length_norm", nbest = "nbest",
-               attention = "attention"}
+               attention = "attention", lua = "lua"}
 for i = 1, #arg do
   local k, v = arg[i]:match("^([%w_]+)=(.*)$")
   if not k or not names[k] then
     error(string.format("forward: unexpected argument '%s'\n%s", arg[i], usage), 0)
   end
   cfg[names[k]] = v
+end
+if cfg.lua then
+  local chunk, err = loadfile(cfg.lua)
+  local ok = chunk ~= nil
+  if ok then ok, err = pcall(chunk) end
+  if not ok then error(string.format("forward: lua=%s: %s", cfg.lua, tostring(err)), 0) end
+  cfg.lua = nil
 end
 for _, k in ipairs({"model", "data", "output_file"}) do
   if not cfg[k] then error(string.format("forward: missing %s=\n%s", k == "output_file" and

@@ -348,8 +348,10 @@ function M.create(cls, name, desc, in_dims, dtype, defaults)
     return layer
   end
   if not c_class_set()[cls] then
-    fail("layer '%s': unknown class '%s' (known: %s)", name, tostring(cls),
-      table.concat(M.classes(), ", "))
+    -- a checkpoint names a Lua layer's class, never holds its code: the user registers it
+    fail("layer '%s': unknown class '%s' (known: %s; a Lua layer class is registered with "
+      .. "rl.layers.register before the network is built or loaded: rnnlua serve --lua FILE, "
+      .. "recipes/forward.lua lua=FILE)", name, tostring(cls), table.concat(M.classes(), ", "))
   end
   local layer, read = rl._layer_new(cls, name, opts, in_dims)
   check_unknown(name, cls, desc, read)

@@ -835,6 +835,46 @@ def test_cli():
           and b"--max-wait-ms" in r.stdout)
 
 
+def test_lua_layers():
+    """A model with a Lua layer class: refused naming the class without --lua, served with the
+    file that registers it; a --lua file that raises or is missing; a SIGHUP while the model
+    loads (it ended the process: the handlers came after the load)."""
+    lua_model = os.path.join(DIR, "lua_model.h5")
+    r = subprocess.run([BIN, "serve", lua_model, "--port", "0"], capture_output=True, timeout=30)
+    check("a model with a Lua layer class, no --lua: exit 1 naming the class",
+          r.returncode == 1 and b"'scale'" in r.stderr, r.stderr[-300:])
+    ref = read_seqs(os.path.join(DIR, "fwd_lua.h5"))
+    s = Server("--lua", os.path.join(DIR, "scale.lua"), model="lua_model.h5")
+    try:
+        check("  ... with --lua scale.lua: answers equal rl.forward's",
+              all(good_request(s, i, ref) for i in range(3)))
+    finally:
+        rc = s.stop()
+    check("Lua-layer server stops with exit 0", rc == 0, rc)
+    for name, text in (("raises.lua", b"no layers here"), ("missing.lua", b"missing.lua")):
+        path = os.path.join(DIR, name)
+        r = subprocess.run([BIN, "serve", lua_model, "--port", "0", "--lua", path],
+                           capture_output=True, timeout=30)
+        check("--lua %s: exit 1 naming the file and why" % name, r.returncode == 1
+              and ("--lua " + path).encode() in r.stderr and text in r.stderr, r.stderr[-300:])
+    p = subprocess.Popen([BIN, "serve", lua_model, "--port", "0", "--lua",
+                          os.path.join(DIR, "slow.lua")], stdout=subprocess.PIPE,
+                         stderr=subprocess.DEVNULL)
+    time.sleep(0.5)
+    p.send_signal(signal.SIGHUP)
+    line = p.stdout.readline().decode()
+    check("a SIGHUP while the model loads: the server still starts", "listening on" in line,
+          (line, p.poll()))
+    p.send_signal(signal.SIGTERM)
+    try:
+        rc = p.wait(30)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        rc = p.wait()
+    p.stdout.close()
+    check("  ... and stops on SIGTERM with exit 0", rc == 0, rc)
+
+
 def main():
     max_body, max_frames = 65536, 1000
     seconds = float(os.environ.get("RL_SERVE_TEST_SECONDS", "1.5" if SANITIZED else "3"))
@@ -859,6 +899,7 @@ def main():
     test_model_errors()
     test_test_input()
     test_cli()
+    test_lua_layers()
     print("%d passed, %d failed" % (PASSED[0], FAILED[0]))
     return 1 if FAILED[0] else 0
 

@@ -77,5 +77,39 @@ ok "forward with a truncated checkpoint exits non-zero naming it" $?
 [ $? -ne 0 ] && grep -q "usage:" "$dir/err"
 ok "forward without data= prints its usage" $?
 
+# a model with a Lua layer class: lua=FILE registers it before the checkpoint loads
+cat >"$dir/scale.lua" <<'EOF_LUA'
+rl.layers.register("scale", {
+  init = function(self, opts, in_dims) self.k = opts.k or 2; return in_dims[1] end,
+  params = function(self) return {} end,
+  forward = function(self, inputs, lengths, train) return inputs[1] * self.k end,
+  backward = function(self, grad_out, inputs, lengths) return {grad_out * self.k} end,
+})
+EOF_LUA
+echo 'error("not today")' >"$dir/raises.lua"
+"$bin" -e "dofile('$dir/scale.lua')
+rl.save_checkpoint('$dir/lua.h5', {net = rl.network({output = {class = 'scale', k = 3, from = 'data'}},
+  {data = {dim = 9}}), epoch = 1})" >"$dir/err" 2>&1
+ok "a checkpoint of a network with a Lua layer class" $?
+"$bin" recipes/forward.lua model="$dir/lua.h5" data="$dir/dev.h5" output="$dir/o4.h5" \
+    >"$dir/out" 2>"$dir/err"
+[ $? -ne 0 ] && grep -q "'scale'" "$dir/err" && [ ! -f "$dir/o4.h5" ]
+ok "forward of it without lua= exits non-zero naming the class" $?
+"$bin" recipes/forward.lua model="$dir/lua.h5" data="$dir/dev.h5" output="$dir/o4.h5" \
+    lua="$dir/scale.lua" >"$dir/out" 2>"$dir/err" &&
+    "$bin" -e "
+local o = rl.dataset{class = 'hdf', files = {'$dir/o4.h5'}}
+local d = rl.dataset{class = 'hdf', files = {'$dir/dev.h5'}}
+o:init_epoch(1) d:init_epoch(1)
+for i = 1, d:num_seqs() do
+  local a, b = o:get_seq(i).data, d:get_seq(i).data
+  assert((a - b * 3):abs():max() < 1e-6, 'seq ' .. i)
+end" >"$dir/err" 2>&1
+ok "forward with lua=scale.lua writes 3 x the input" $?
+"$bin" recipes/forward.lua model="$dir/lua.h5" data="$dir/dev.h5" output="$dir/o5.h5" \
+    lua="$dir/raises.lua" >"$dir/out" 2>"$dir/err"
+[ $? -ne 0 ] && grep -q "lua=$dir/raises.lua: .*not today" "$dir/err"
+ok "lua= with a file that raises exits non-zero naming it and the error" $?
+
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

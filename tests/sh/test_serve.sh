@@ -18,7 +18,20 @@ fi
 # and one of another interface for the reload tests; rl.forward's answers for both models; an
 # image model (conv2d, collapse) and rl.forward's answers of an image layer and a sequence layer;
 # a CTC model and rl.forward's decoded labels (best path and beam 4); a sparse-input model;
-# an image model with a "valid" conv (small images fail in the network); a 1000-way softmax.
+# an image model with a "valid" conv (small images fail in the network); a 1000-way softmax;
+# a model with a Lua layer class (scale.lua registers it) and rl.forward's answers.
+cat >"$dir/scale.lua" <<'EOF_LUA'
+rl.layers.register("scale", {
+  init = function(self, opts, in_dims) self.k = opts.k or 2; return in_dims[1] end,
+  params = function(self) return {} end,
+  forward = function(self, inputs, lengths, train) return inputs[1] * self.k end,
+  backward = function(self, grad_out, inputs, lengths) return {grad_out * self.k} end,
+})
+EOF_LUA
+# the same, then a second and a half of work: a window for a SIGHUP while the model loads
+printf 'dofile("%s")\nlocal t = os.clock()\nwhile os.clock() - t < 1.5 do end\n' "$dir/scale.lua" \
+    >"$dir/slow.lua"
+echo 'error("no layers here")' >"$dir/raises.lua"
 if ! "$bin" -e "
 local cfg = {
   network = {
@@ -122,6 +135,14 @@ for _, layer in ipairs{'conv', 'side'} do
   rl.forward{model = '$dir/img.001.h5', data = {class = 'hdf', files = {'$dir/img.h5'}},
              layer = layer, output_file = '$dir/fwd_' .. layer .. '.h5', log_verbosity = 0}
 end
+dofile('$dir/scale.lua')
+rl.manual_seed(8)
+rl.save_checkpoint('$dir/lua_model.h5', {net = rl.network({
+    sc = {class = 'scale', k = 3, from = 'data'},
+    output = {class = 'softmax', n_out = 2, from = 'sc'},
+  }, {data = {dim = 9}}), epoch = 1})
+rl.forward{model = '$dir/lua_model.h5', data = {class = 'hdf', files = {'$dir/dev.h5'}},
+           output_file = '$dir/fwd_lua.h5', log_verbosity = 0}
 " >"$dir/setup.log" 2>&1; then
     echo "FAIL setting up the models and rl.forward's answers"
     tail -n 20 "$dir/setup.log"
