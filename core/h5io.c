@@ -354,15 +354,30 @@ static rl_status h5_probe(const char *path) {
     return code == 0 ? RL_OK : h5_child_error(&c, path, NULL, "reading the file's structure", code);
 }
 
+/* This host's name for temporary files: gethostname's, '/' made '_' (never seen, but a file
+ * name part), "unknown" when there is none. */
+static void h5_host(char *host, size_t n) {
+    if (gethostname(host, n) != 0 || host[0] == '\0') snprintf(host, n, "unknown");
+    host[n - 1] = '\0';
+    for (char *c = host; *c; c++)
+        if (*c == '/') *c = '_';
+}
+
+void rl_h5_temp_name(const char *path, char *buf, size_t n) {
+    char host[65];
+    h5_host(host, sizeof host);
+    snprintf(buf, n, "%s.tmp.%s.%ld", path, host, (long)getpid());
+}
+
 static rl_status h5_file_new(rl_h5file **out, const char *path, bool temporary) {
     rl_h5file *f = calloc(1, sizeof *f);
     if (!f) return rl_error(RL_ENOMEM, "%s: out of memory", path);
     f->id = H5I_INVALID_HID;
     f->path = strdup(path);
     if (f->path && temporary) {
-        size_t n = strlen(path) + 32;
+        size_t n = strlen(path) + 100;
         f->tmp = malloc(n);
-        if (f->tmp) snprintf(f->tmp, n, "%s.tmp.%ld", path, (long)getpid());
+        if (f->tmp) rl_h5_temp_name(path, f->tmp, n);
     }
     if (!f->path || (temporary && !f->tmp)) {
         h5_file_free(f);
@@ -405,9 +420,10 @@ rl_status rl_h5_open(rl_h5file **out, const char *path, bool writable) {
     return RL_OK;
 }
 
-/* A save killed before its commit leaves PATH.tmp.PID behind. The next save of PATH removes
- * those of processes that no longer exist (kill(pid, 0) fails with ESRCH); a live process's
- * file, perhaps a concurrent save, is left alone. Best effort: failures change nothing. */
+/* A save killed before its commit leaves PATH.tmp.HOST.PID behind. The next save of PATH on
+ * HOST removes those of processes that no longer exist (kill(pid, 0) fails with ESRCH); a live
+ * process's file, perhaps a concurrent save, and another host's are left alone (PATH.tmp.PID,
+ * the older name, counts as this host's). Best effort: failures change nothing. */
 static void h5_remove_stale_tmp(const char *path) {
     const char *slash = strrchr(path, '/');
     const char *base = slash ? slash + 1 : path;
@@ -422,12 +438,19 @@ static void h5_remove_stale_tmp(const char *path) {
         memcpy(dir, path, dir_len), dir[dir_len] = '\0';
     if ((size_t)snprintf(prefix, sizeof prefix, "%s.tmp.", base) >= sizeof prefix) return;
     size_t plen = strlen(prefix);
+    char host[65];
+    h5_host(host, sizeof host);
     DIR *d = opendir(dir);
     if (!d) return;
     struct dirent *e;
     while ((e = readdir(d)) != NULL) {
         if (strncmp(e->d_name, prefix, plen) != 0) continue;
-        const char *digits = e->d_name + plen;
+        const char *digits = e->d_name + plen, *dot = strrchr(digits, '.');
+        if (dot) { /* HOST.PID: this host's only */
+            if ((size_t)(dot - digits) != strlen(host) || strncmp(digits, host, strlen(host)) != 0)
+                continue;
+            digits = dot + 1;
+        }
         char *end;
         errno = 0;
         long pid = strtol(digits, &end, 10);

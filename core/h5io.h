@@ -2,7 +2,7 @@
  * datasets.
  *
  * A file is either opened (an existing file, read-only or read-write) or created. A created
- * file is written to `<path>.tmp.<pid>` and only rl_h5_commit renames it over `path`, so a
+ * file is written to `<path>.tmp.<host>.<pid>` and only rl_h5_commit renames it over `path`, so a
  * crash or a failed write never leaves a broken file behind and an older file at `path` stays
  * as it was until the commit succeeds.
  *
@@ -37,9 +37,16 @@ typedef struct rl_h5file rl_h5file;
 
 /* Opens an existing file. Errors: no such file, not an HDF5 file, truncated or corrupt. */
 rl_status rl_h5_open(rl_h5file **out, const char *path, bool writable);
-/* Creates `<path>.tmp.<pid>` (truncating a stale one); nothing at `path` changes yet. Removes
- * the `<path>.tmp.<pid>` files that saves of processes no longer running left behind. */
+/* Creates `<path>.tmp.<host>.<pid>` (truncating a stale one); nothing at `path` changes yet.
+ * Removes the temporary files of `path` that saves of processes no longer running on this host
+ * left behind (`<path>.tmp.<pid>`, the name before the host was in it, counts as this host's).
+ * The host name keeps saves into one shared folder from several machines (MPI ranks, cluster
+ * jobs) apart: equal process ids there would share a file, and one host cannot tell whether
+ * another's process still runs. */
 rl_status rl_h5_create(rl_h5file **out, const char *path);
+/* The temporary file name rl_h5_create uses for `path` in this process, into buf (n bytes;
+ * truncated names are cut, as snprintf does). */
+void rl_h5_temp_name(const char *path, char *buf, size_t n);
 /* Closes `f` and frees it, whatever happens. For a created file: flushes it to disk and renames
  * it over `path`; on failure the temporary file is removed and `path` is left untouched. */
 rl_status rl_h5_commit(rl_h5file *f);

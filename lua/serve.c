@@ -975,7 +975,7 @@ static json_t *lua_to_json(lua_State *L, int idx, int depth) {
 /* The --lua file (the user's code, e.g. the model's Lua layer classes: a checkpoint holds only
  * their names) under pcall, in the model thread's state: LUA_OK, or an error message. */
 static int run_lua_file(server *S) {
-    int st = luaL_loadfile(S->L, S->o.lua_file);
+    int st = luaL_loadfilex(S->L, S->o.lua_file, "t"); /* source only, as recipes */
     return st == LUA_OK ? lua_pcall(S->L, 0, 0, 0) : st;
 }
 

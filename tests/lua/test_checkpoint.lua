@@ -482,15 +482,26 @@ H.test("a save removes the temporary files of dead processes, not those of live 
   local p = io.popen("sh -c 'echo $$'")
   local dead = p:read("n")
   p:close()
+  local h = io.popen("uname -n")
+  local host = h:read("l")
+  h:close()
+  -- PATH.tmp.PID is the name before the host was in it; another host's process may still run
   local stale, live, other = path .. ".tmp." .. dead, path .. ".tmp.1", path .. ".tmp.x1"
-  for _, f in ipairs{stale, live, other} do write_bytes(f, "partial") end
+  local stale_here = path .. ".tmp." .. host .. "." .. dead
+  local live_here = path .. ".tmp." .. host .. ".1"
+  local elsewhere = path .. ".tmp.another-host.example." .. dead
+  for _, f in ipairs{stale, live, other, stale_here, live_here, elsewhere} do
+    write_bytes(f, "partial")
+  end
   local _, net = good_file()
   rl.save_checkpoint(path, {net = net})
-  H.check(io.open(stale) == nil, "the stale temporary file is still there")
+  H.check(io.open(stale) == nil, "the stale temporary file (PATH.tmp.PID) is still there")
+  H.check(io.open(stale_here) == nil, "the stale temporary file of this host is still there")
   H.check(read_bytes(live) == "partial", "the file of a live process (pid 1) was removed")
+  H.check(read_bytes(live_here) == "partial", "this host's file of pid 1 was removed")
   H.check(read_bytes(other) == "partial", "a file that is not PATH.tmp.PID was removed")
-  os.remove(live)
-  os.remove(other)
+  H.check(read_bytes(elsewhere) == "partial", "another host's temporary file was removed")
+  for _, f in ipairs{live, other, live_here, elsewhere} do os.remove(f) end
 end)
 
 for entry in lfs.dir(dir) do
