@@ -533,17 +533,23 @@ function M.train(config, argv)
       start, ctx.step, ctx.checkpoint = ck.epoch + 1, ck.step, load
       log:write(1, "resumed from %s (epoch %d, step %d)", load, ck.epoch, ck.step)
     end
-    -- a saved model is never replaced unless overwrite = true (training afresh, or from an
-    -- earlier epoch than the newest, into a prefix that holds later checkpoints)
+    -- a saved model is never replaced unless asked: overwrite = true, or a load of one of this
+    -- prefix's own checkpoints (resuming a run from an earlier epoch redoes the epochs after
+    -- it, as RETURNN does); a model loaded from elsewhere does not train over this prefix's
+    local own = load and cfg.model and load:sub(1, #cfg.model + 1) == cfg.model .. "."
+      and load:sub(#cfg.model + 2):match("^%d+%.h5$") ~= nil
     if cfg.model and writer and not cfg.overwrite then
       local lfs = require("lfs")
       for epoch = start, cfg.num_epochs do
         local path = cfg.model .. string.format(".%03d.h5", epoch)
         if (epoch % cfg.save_interval == 0 or epoch == cfg.num_epochs)
             and lfs.attributes(path, "mode") ~= nil then
-          fail("%s exists (an earlier run) and training epoch %d would replace it; load = \"last\" "
-            .. "continues from the newest checkpoint, overwrite = true replaces them, another "
-            .. "model prefix keeps them", path, epoch)
+          if not own then
+            fail("%s exists (an earlier run) and training epoch %d would replace it; load = "
+              .. "\"last\" continues from the newest checkpoint, overwrite = true replaces them, "
+              .. "another model prefix keeps them", path, epoch)
+          end
+          log:write(1, "%s will be replaced: resuming from %s redoes epoch %d", path, load, epoch)
         end
       end
     end

@@ -343,9 +343,8 @@ H.test("rl.train 2 epochs on the device vs cpu: close parameters, scores and che
   H.check(ck.params:device() == "cpu")
   close(ck.params, rg.net:params(), "checkpoint written from the GPU", 0)
   -- resume on the GPU from the GPU's checkpoint of epoch 1: the same end as uninterrupted
-  -- (overwrite: it writes gpu.002.h5 again, which rl.train otherwise refuses to replace)
   local cfg = train_cfg(KIND, root .. "/gpu")
-  cfg.load, cfg.overwrite = root .. "/gpu.001.h5", true
+  cfg.load = root .. "/gpu.001.h5"
   local rr = rl.train(cfg, {})
   close(rr.net:params(), rg.net:params(), "resumed on the GPU", 1e-6)
   -- forward task on both devices from the GPU's checkpoint
