@@ -64,7 +64,8 @@
 -- Returns {config = (the config used: defaults and overrides applied), net =, optimizer =,
 -- lr_control =, epoch =, step =, history = {per-epoch records}, checkpoint = last path written
 -- or loaded, learning_curve_file =, train_score =, train_error =, dev_score =, dev_error =}
--- (the scores of the last epoch trained; with nothing to train, the loaded model's dev scores).
+-- (the scores of the last epoch trained; with nothing to train, the loaded model's dev scores
+-- and the train scores its epoch recorded).
 local M = {}
 local rl -- the module table, set by install
 local checkpoint = require("rnnlua.checkpoint")
@@ -640,7 +641,11 @@ function M.train(config, argv)
     -- nothing to train (a run continued at or past num_epochs): dev_score and dev_error are
     -- the loaded model's, so a recipe run twice reports its model instead of nil
     local dev_score, dev_error = last and last.dev_score, last and last.dev_error
+    local train_score, train_error = last and last.train_score, last and last.train_error
     if start > cfg.num_epochs then
+      -- the train scores of the loaded epoch, as its lr control state recorded them
+      local rec = ctx.lrc.scores and ctx.lrc.scores[start - 1]
+      if rec then train_score, train_error = rec.train_score, rec.train_error end
       if dev then
         local okd, s, e = pcall(evaluate, net, dev, cfg, "dev", dist)
         if not okd then fail("dev scoring: %s", (tostring(s):gsub("^rl%.train: ", ""))) end
@@ -654,7 +659,7 @@ function M.train(config, argv)
     return {config = cfg, net = net, optimizer = ctx.opt, lr_control = ctx.lrc,
       epoch = math.max(start - 1, last and last.epoch or 0), step = ctx.step, history = ctx.history,
       checkpoint = ctx.checkpoint, learning_curve_file = curve_path,
-      train_score = last and last.train_score, train_error = last and last.train_error,
+      train_score = train_score, train_error = train_error,
       dev_score = dev_score, dev_error = dev_error}
   end)
   if not ok then

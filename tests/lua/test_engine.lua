@@ -347,6 +347,9 @@ H.test("a run without load continues an earlier run of the same model prefix", f
   -- (the loaded model's dev scores, not nil: a recipe run twice prints them)
   H.check(again.dev_score == r.dev_score and again.dev_error == r.dev_error,
     string.format("dev score %s, after training %s", tostring(again.dev_score), r.dev_score))
+  H.check(again.train_score == r.train_score and again.train_error == r.train_error,
+    string.format("train score %s, after training %s", tostring(again.train_score),
+      r.train_score))
   H.check(snapshot(d)["net.003.h5"] == after["net.003.h5"], "net.003.h5 changed")
   local fresh = rl.train(config({model = d .. "/net", num_epochs = 1, overwrite = true}))
   H.check(#fresh.history == 1 and fresh.history[1].epoch == 1, "overwrite = true starts afresh")
