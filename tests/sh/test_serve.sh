@@ -19,7 +19,8 @@ fi
 # image model (conv2d, collapse) and rl.forward's answers of an image layer and a sequence layer;
 # a CTC model and rl.forward's decoded labels (best path and beam 4); a sparse-input model;
 # an image model with a "valid" conv (small images fail in the network); a 1000-way softmax;
-# a model with a Lua layer class (scale.lua registers it) and rl.forward's answers.
+# a model with a Lua layer class (scale.lua registers it) and rl.forward's answers; a model
+# whose Lua layer takes 50 ms a forward (slow_layer.lua).
 cat >"$dir/scale.lua" <<'EOF_LUA'
 rl.layers.register("scale", {
   init = function(self, opts, in_dims) self.k = opts.k or 2; return in_dims[1] end,
@@ -32,6 +33,19 @@ EOF_LUA
 printf 'dofile("%s")\nlocal t = os.clock()\nwhile os.clock() - t < 1.5 do end\n' "$dir/scale.lua" \
     >"$dir/slow.lua"
 echo 'error("no layers here")' >"$dir/raises.lua"
+# a layer that takes 50 ms a forward (the drain test's requests queue up behind it)
+cat >"$dir/slow_layer.lua" <<'EOF_LUA'
+rl.layers.register("slow", {
+  init = function(self, opts, in_dims) return in_dims[1] end,
+  params = function(self) return {} end,
+  forward = function(self, inputs, lengths, train)
+    local t = os.clock()
+    while os.clock() - t < 0.05 do end
+    return inputs[1] * 1
+  end,
+  backward = function(self, grad_out, inputs, lengths) return {grad_out * 1} end,
+})
+EOF_LUA
 if ! "$bin" -e "
 local cfg = {
   network = {
@@ -143,6 +157,11 @@ rl.save_checkpoint('$dir/lua_model.h5', {net = rl.network({
   }, {data = {dim = 9}}), epoch = 1})
 rl.forward{model = '$dir/lua_model.h5', data = {class = 'hdf', files = {'$dir/dev.h5'}},
            output_file = '$dir/fwd_lua.h5', log_verbosity = 0}
+dofile('$dir/slow_layer.lua')
+rl.save_checkpoint('$dir/slow_model.h5', {net = rl.network({
+    sl = {class = 'slow', from = 'data'},
+    output = {class = 'softmax', n_out = 2, from = 'sl'},
+  }, {data = {dim = 9}}), epoch = 1})
 " >"$dir/setup.log" 2>&1; then
     echo "FAIL setting up the models and rl.forward's answers"
     tail -n 20 "$dir/setup.log"
