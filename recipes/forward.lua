@@ -37,9 +37,7 @@ for i = 1, #arg do
   cfg[names[k]] = v
 end
 if cfg.lua then
-  local chunk, err = loadfile(cfg.lua)
-  local ok = chunk ~= nil
-  if ok then ok, err = pcall(chunk) end
+  local ok, err = pcall(dofile, cfg.lua) -- source only, as every file rnnlua runs
   if not ok then error(string.format("forward: lua=%s: %s", cfg.lua, tostring(err)), 0) end
   cfg.lua = nil
 end

@@ -78,14 +78,7 @@ ok "forward with a truncated checkpoint exits non-zero naming it" $?
 ok "forward without data= prints its usage" $?
 
 # a model with a Lua layer class: lua=FILE registers it before the checkpoint loads
-cat >"$dir/scale.lua" <<'EOF_LUA'
-rl.layers.register("scale", {
-  init = function(self, opts, in_dims) self.k = opts.k or 2; return in_dims[1] end,
-  params = function(self) return {} end,
-  forward = function(self, inputs, lengths, train) return inputs[1] * self.k end,
-  backward = function(self, grad_out, inputs, lengths) return {grad_out * self.k} end,
-})
-EOF_LUA
+cp tests/data/scale_layer.lua "$dir/scale.lua"
 echo 'error("not today")' >"$dir/raises.lua"
 "$bin" -e "dofile('$dir/scale.lua')
 rl.save_checkpoint('$dir/lua.h5', {net = rl.network({output = {class = 'scale', k = 3, from = 'data'}},

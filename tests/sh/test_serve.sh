@@ -21,14 +21,7 @@ fi
 # an image model with a "valid" conv (small images fail in the network); a 1000-way softmax;
 # a model with a Lua layer class (scale.lua registers it) and rl.forward's answers; a model
 # whose Lua layer takes 50 ms a forward (slow_layer.lua).
-cat >"$dir/scale.lua" <<'EOF_LUA'
-rl.layers.register("scale", {
-  init = function(self, opts, in_dims) self.k = opts.k or 2; return in_dims[1] end,
-  params = function(self) return {} end,
-  forward = function(self, inputs, lengths, train) return inputs[1] * self.k end,
-  backward = function(self, grad_out, inputs, lengths) return {grad_out * self.k} end,
-})
-EOF_LUA
+cp tests/data/scale_layer.lua "$dir/scale.lua"
 # the same, then a second and a half of work: a window for a SIGHUP while the model loads
 printf 'dofile("%s")\nlocal t = os.clock()\nwhile os.clock() - t < 1.5 do end\n' "$dir/scale.lua" \
     >"$dir/slow.lua"
