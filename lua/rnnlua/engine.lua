@@ -682,6 +682,8 @@ function M.install(module)
   distmod.install(module)
   pretrainmod.install(module)
   rl.train = M.train
+  -- a copy, for the documentation test and --help: rl.train's own KEYS stay private
+  rl.train_options = require("rnnlua.util").sorted_keys(KEYS)
   return M
 end
 

@@ -1,0 +1,149 @@
+-- The manual against the code: every layer class the registry knows has a `### \`CLASS\``
+-- heading in docs/layers.md, every rl.train config key (rl.train_options, plus the
+-- learning-rate keys rl.lr_control takes, rl.lr_control_options) has a `| \`KEY\` |` row in
+-- docs/training.md, and every relative link of README.md, bench/README.md and docs/*.md names
+-- a file that exists. The lists come from the running library, so a new class or key without
+-- its entry fails here.
+local H = dofile("tests/lua/harness.lua")
+local lfs = require("lfs")
+
+local function read(path)
+  local f, err = io.open(path, "rb")
+  if not f then error("cannot read " .. tostring(err), 2) end
+  local s = f:read("a")
+  f:close()
+  return s
+end
+
+-- Markdown without fenced code blocks and inline code spans, where `](` or a heading-like
+-- line is an example, not a link or a heading.
+local function prose(text)
+  local out, fenced = {}, false
+  for line in (text .. "\n"):gmatch("(.-)\n") do
+    if line:match("^%s*```") then
+      fenced = not fenced
+    elseif not fenced then
+      out[#out + 1] = line
+    end
+  end
+  return table.concat(out, "\n")
+end
+
+-- Names of `list` that have no line `### \`NAME\`` (anything may follow on the line).
+local function missing_headings(text, list)
+  local have = {}
+  for line in (text .. "\n"):gmatch("(.-)\n") do
+    local name = line:match("^###%s+`([^`]+)`")
+    if name then have[name] = true end
+  end
+  local miss = {}
+  for _, n in ipairs(list) do if not have[n] then miss[#miss + 1] = n end end
+  return miss
+end
+
+-- Names of `list` that have no table row starting `| \`NAME\` |`.
+local function missing_rows(text, list)
+  local have = {}
+  for line in (text .. "\n"):gmatch("(.-)\n") do
+    local name = line:match("^|%s*`([^`]+)`%s*|")
+    if name then have[name] = true end
+  end
+  local miss = {}
+  for _, n in ipairs(list) do if not have[n] then miss[#miss + 1] = n end end
+  return miss
+end
+
+-- Relative link targets of a Markdown file that do not exist, as "target" strings. Links to
+-- other sites, mail addresses and anchors within the same file are not files.
+local function broken_links(path, text)
+  local dir = path:match("^(.*)/[^/]*$") or "."
+  local bad = {}
+  local body = prose(text):gsub("`[^`\n]*`", "")
+  for target in body:gmatch("%]%(([^)%s]+)[^)]*%)") do
+    if not target:match("^%a[%w+.-]*:") and not target:match("^#") then
+      local file = target:gsub("#.*$", "")
+      if lfs.attributes(dir .. "/" .. file) == nil then bad[#bad + 1] = target end
+    end
+  end
+  return bad
+end
+
+local function docs_files()
+  local list = {"README.md", "bench/README.md"}
+  for name in lfs.dir("docs") do
+    if name:match("%.md$") then list[#list + 1] = "docs/" .. name end
+  end
+  table.sort(list)
+  return list
+end
+
+-- The rec layer and the classes only a rec unit takes are built by the network itself
+-- (lua/rnnlua/rec.lua), not through the registry; they are documented like the others.
+local NETWORK_CLASSES = {"rec", "attention", "choice"}
+
+local function all_classes()
+  local list = rl.layers.classes()
+  for _, c in ipairs(NETWORK_CLASSES) do list[#list + 1] = c end
+  return list
+end
+
+local function all_train_keys()
+  local list, seen = {}, {}
+  for _, src in ipairs({rl.train_options, rl.lr_control_options}) do
+    for _, k in ipairs(src) do
+      if not seen[k] then seen[k], list[#list + 1] = true, k end
+    end
+  end
+  return list
+end
+
+H.test("the checks find what is missing", function()
+  local text = "### `lstm`\n```\n### `gru`\n```\n| `num_epochs` | 1 |\n| x | `batch_size` |\n"
+  local m = missing_headings(prose(text), {"lstm", "gru"})
+  H.check(#m == 1 and m[1] == "gru", "a heading inside a code block does not count")
+  m = missing_rows(text, {"num_epochs", "batch_size"})
+  H.check(#m == 1 and m[1] == "batch_size", "only a row that starts with the key counts")
+  local bad = broken_links("docs/x.md", "[a](layers.md) [b](nope.md#x) `[c](no.md)` "
+    .. "[d](https://example.org/) [e](#here) [f](../README.md)")
+  H.check(#bad == 1 and bad[1] == "nope.md#x", "broken: " .. table.concat(bad, ", "))
+end)
+
+H.test("the registry and the engine give lists to check", function()
+  local classes, keys = all_classes(), all_train_keys()
+  H.check(#classes >= 10, "only " .. #classes .. " layer classes")
+  H.check(#keys >= 20, "only " .. #keys .. " config keys")
+  local has = {}
+  for _, k in ipairs(keys) do has[k] = true end
+  H.check(has.num_epochs and has.newbob_learning_rate_decay, "engine and lr keys are both there")
+end)
+
+H.test("every layer class has a heading in docs/layers.md", function()
+  local m = missing_headings(prose(read("docs/layers.md")), all_classes())
+  H.check(#m == 0, "no `### `CLASS`` heading for: " .. table.concat(m, ", "))
+end)
+
+H.test("every rl.train key has a row in docs/training.md", function()
+  local m = missing_rows(prose(read("docs/training.md")), all_train_keys())
+  H.check(#m == 0, "no `| `KEY` |` row for: " .. table.concat(m, ", "))
+end)
+
+H.test("relative links point at files that exist", function()
+  local bad = {}
+  for _, path in ipairs(docs_files()) do
+    for _, t in ipairs(broken_links(path, read(path))) do bad[#bad + 1] = path .. ": " .. t end
+  end
+  H.check(#bad == 0, "broken links: " .. table.concat(bad, "; "))
+end)
+
+H.test("the manual has the map's files and README.md stays short", function()
+  local map = read("docs/README.md")
+  for name in lfs.dir("docs") do
+    if name:match("%.md$") and name ~= "README.md" then
+      H.check(map:find("(" .. name .. ")", 1, true), "docs/README.md does not link " .. name)
+    end
+  end
+  local n = select(2, read("README.md"):gsub("\n", ""))
+  H.check(n <= 250, "README.md has " .. n .. " lines (at most 250)")
+end)
+
+H.done()
