@@ -29,29 +29,19 @@ local function prose(text)
   return table.concat(out, "\n")
 end
 
--- Names of `list` that have no line `### \`NAME\`` (anything may follow on the line).
-local function missing_headings(text, list)
+-- Names of `list` for which no line of `text` matches `pattern` (its capture is the name).
+local function missing(text, list, pattern)
   local have = {}
   for line in (text .. "\n"):gmatch("(.-)\n") do
-    local name = line:match("^###%s+`([^`]+)`")
+    local name = line:match(pattern)
     if name then have[name] = true end
   end
   local miss = {}
   for _, n in ipairs(list) do if not have[n] then miss[#miss + 1] = n end end
   return miss
 end
-
--- Names of `list` that have no table row starting `| \`NAME\` |`.
-local function missing_rows(text, list)
-  local have = {}
-  for line in (text .. "\n"):gmatch("(.-)\n") do
-    local name = line:match("^|%s*`([^`]+)`%s*|")
-    if name then have[name] = true end
-  end
-  local miss = {}
-  for _, n in ipairs(list) do if not have[n] then miss[#miss + 1] = n end end
-  return miss
-end
+local HEADING = "^###%s+`([^`]+)`"      -- ### `CLASS` (anything may follow)
+local ROW = "^|%s*`([^`]+)`%s*|"         -- | `KEY` | ...
 
 -- Relative link targets of a Markdown file that do not exist, as "target" strings. Links to
 -- other sites, mail addresses and anchors within the same file are not files.
@@ -99,9 +89,9 @@ end
 
 H.test("the checks find what is missing", function()
   local text = "### `lstm`\n```\n### `gru`\n```\n| `num_epochs` | 1 |\n| x | `batch_size` |\n"
-  local m = missing_headings(prose(text), {"lstm", "gru"})
+  local m = missing(prose(text), {"lstm", "gru"}, HEADING)
   H.check(#m == 1 and m[1] == "gru", "a heading inside a code block does not count")
-  m = missing_rows(text, {"num_epochs", "batch_size"})
+  m = missing(text, {"num_epochs", "batch_size"}, ROW)
   H.check(#m == 1 and m[1] == "batch_size", "only a row that starts with the key counts")
   local bad = broken_links("docs/x.md", "[a](layers.md) [b](nope.md#x) `[c](no.md)` "
     .. "[d](https://example.org/) [e](#here) [f](../README.md)")
@@ -118,12 +108,12 @@ H.test("the registry and the engine give lists to check", function()
 end)
 
 H.test("every layer class has a heading in docs/layers.md", function()
-  local m = missing_headings(prose(read("docs/layers.md")), all_classes())
+  local m = missing(prose(read("docs/layers.md")), all_classes(), HEADING)
   H.check(#m == 0, "no `### `CLASS`` heading for: " .. table.concat(m, ", "))
 end)
 
 H.test("every rl.train key has a row in docs/training.md", function()
-  local m = missing_rows(prose(read("docs/training.md")), all_train_keys())
+  local m = missing(prose(read("docs/training.md")), all_train_keys(), ROW)
   H.check(#m == 0, "no `| `KEY` |` row for: " .. table.concat(m, ", "))
 end)
 
