@@ -2,8 +2,8 @@
 -- heading in docs/layers.md, every rl.train config key (rl.train_options, plus the
 -- learning-rate keys rl.lr_control takes, rl.lr_control_options) has a `| \`KEY\` |` row in
 -- docs/training.md, and every relative link of README.md, bench/README.md and docs/*.md names
--- a file that exists. The lists come from the running library, so a new class or key without
--- its entry fails here.
+-- a file that exists (and, with #anchor, a heading of that file). The lists come from the
+-- running library, so a new class or key without its entry fails here.
 local H = dofile("tests/lua/harness.lua")
 local lfs = require("lfs")
 
@@ -43,16 +43,38 @@ end
 local HEADING = "^###%s+`([^`]+)`"      -- ### `CLASS` (anything may follow)
 local ROW = "^|%s*`([^`]+)`%s*|"         -- | `KEY` | ...
 
--- Relative link targets of a Markdown file that do not exist, as "target" strings. Links to
--- other sites, mail addresses and anchors within the same file are not files.
-local function broken_links(path, text)
+-- The anchors GitHub gives a file's headings: lower case, without punctuation other than
+-- '-' and '_', spaces as '-', a repeated one suffixed -1, -2, ...
+local function anchors(text)
+  local set, seen = {}, {}
+  for line in (prose(text) .. "\n"):gmatch("(.-)\n") do
+    local title = line:match("^#+%s+(.-)%s*$")
+    if title then
+      local a = title:lower():gsub("[^%w%s_-]", ""):gsub("%s", "-")
+      local n = seen[a]
+      seen[a] = (n or -1) + 1
+      set[n and (a .. "-" .. (n + 1)) or a] = true
+    end
+  end
+  return set
+end
+
+-- Relative link targets of a Markdown file that name a missing file, or a heading that file
+-- does not have (`file#anchor`). Links to other sites, mail addresses and anchors within the
+-- same file are not checked.
+local function broken_links(path, text, read_file)
   local dir = path:match("^(.*)/[^/]*$") or "."
   local bad = {}
   local body = prose(text):gsub("`[^`\n]*`", "")
   for target in body:gmatch("%]%(([^)%s]+)[^)]*%)") do
     if not target:match("^%a[%w+.-]*:") and not target:match("^#") then
-      local file = target:gsub("#.*$", "")
-      if lfs.attributes(dir .. "/" .. file) == nil then bad[#bad + 1] = target end
+      local file, anchor = target:match("^([^#]*)#?(.*)$")
+      local full = dir .. "/" .. file
+      if lfs.attributes(full) == nil then
+        bad[#bad + 1] = target
+      elseif anchor ~= "" and not anchors(read_file(full))[anchor] then
+        bad[#bad + 1] = target
+      end
     end
   end
   return bad
@@ -94,8 +116,14 @@ H.test("the checks find what is missing", function()
   m = missing(text, {"num_epochs", "batch_size"}, ROW)
   H.check(#m == 1 and m[1] == "batch_size", "only a row that starts with the key counts")
   local bad = broken_links("docs/x.md", "[a](layers.md) [b](nope.md#x) `[c](no.md)` "
-    .. "[d](https://example.org/) [e](#here) [f](../README.md)")
-  H.check(#bad == 1 and bad[1] == "nope.md#x", "broken: " .. table.concat(bad, ", "))
+    .. "[d](https://example.org/) [e](#here) [f](../README.md) [g](layers.md#lstm) "
+    .. "[h](layers.md#no-such-heading)", read)
+  H.check(#bad == 2 and bad[1] == "nope.md#x" and bad[2] == "layers.md#no-such-heading",
+    "broken: " .. table.concat(bad, ", "))
+  local a = anchors("# A title\n## What rl.train returns\n## Twice\n## Twice\n"
+    .. "```\n## In code\n```\n### `lstm`\n")
+  H.check(a["what-rltrain-returns"] and a["twice"] and a["twice-1"] and a["lstm"]
+    and not a["in-code"] and not a["twice-2"], "anchors as GitHub makes them")
 end)
 
 H.test("the registry and the engine give lists to check", function()
@@ -117,10 +145,10 @@ H.test("every rl.train key has a row in docs/training.md", function()
   H.check(#m == 0, "no `| `KEY` |` row for: " .. table.concat(m, ", "))
 end)
 
-H.test("relative links point at files that exist", function()
+H.test("relative links point at files and headings that exist", function()
   local bad = {}
   for _, path in ipairs(docs_files()) do
-    for _, t in ipairs(broken_links(path, read(path))) do bad[#bad + 1] = path .. ": " .. t end
+    for _, t in ipairs(broken_links(path, read(path), read)) do bad[#bad + 1] = path .. ": " .. t end
   end
   H.check(#bad == 0, "broken links: " .. table.concat(bad, "; "))
 end)
