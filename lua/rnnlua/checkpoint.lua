@@ -3,11 +3,12 @@
 --   rl.save_checkpoint(path, {net =, optimizer =, lr_control =, epoch =, step =
 --                             [, rng_state = (default: rl.get_rng_state())]
 --                             [, pretrain = (rnnlua.pretrain's record of the epoch)]
---                             [, data_norm = {mean = (F), std = (F)}]})
+--                             [, data_norm = {mean = (F), std = (F)}]
+--                             [, engine = (rl.train's own state: rnnlua.practice)]})
 --   rl.load_checkpoint(path) -> {path =, description =, extern_data =, dtype =, params = flat
 --       tensor, param_tensors = {["layer/name"] = tensor}, param_order = {"layer/name", ...},
---       optimizer_state =, lr_control_state =, pretrain_state =, rng_state = {seed =, offset =},
---       epoch =, step =, data_norm = {mean =, std =} or nil}
+--       optimizer_state =, lr_control_state =, pretrain_state =, engine_state =,
+--       rng_state = {seed =, offset =}, epoch =, step =, data_norm = {mean =, std =} or nil}
 --   data_norm: the global normalisation (x - mean) / std the training set applied to input
 --       "data" (an audio dataset with normalize = "global"): part of the model, so rl.forward
 --       and `rnnlua serve` apply it to raw features (rnnlua.forward). Checkpoints without it
@@ -21,7 +22,7 @@
 --                      num_params, description and extern_data (Lua literals, see below)
 --   /params/<layer>/<name>   each parameter with its shape; attr order on /params (a Lua
 --                      list of "layer/name" in the flat buffer's order)
---   /optimizer, /lr_control, /pretrain  their state tables: tensors as datasets, numbers and
+--   /optimizer, /lr_control, /pretrain, /engine  their state tables: tensors as datasets, numbers and
 --                      strings as attributes (integers int64, floats double) for h5dump and h5py, and
 --                      attr _values, a Lua literal of every non-tensor entry, which is what
 --                      load reads: it keeps integers and floats apart and takes booleans
@@ -420,6 +421,7 @@ function M.save(path, s)
     if s.optimizer ~= nil then write_state(f, "optimizer", s.optimizer:state()) end
     if s.lr_control ~= nil then write_state(f, "lr_control", s.lr_control:state()) end
     if s.pretrain ~= nil then write_state(f, "pretrain", s.pretrain) end
+    if s.engine ~= nil then write_state(f, "engine", s.engine) end
     if s.data_norm ~= nil then
       write_state(f, "data_norm", check_data_norm(s.data_norm, net.extern_data, "data_norm"))
     end
@@ -522,6 +524,7 @@ function M.load(path)
     if f:exists("optimizer") then ck.optimizer_state = read_state(f, "optimizer") end
     if f:exists("lr_control") then ck.lr_control_state = read_state(f, "lr_control") end
     if f:exists("pretrain") then ck.pretrain_state = read_state(f, "pretrain") end
+    if f:exists("engine") then ck.engine_state = read_state(f, "engine") end
     if f:exists("data_norm") then
       ck.data_norm = check_data_norm(read_state(f, "data_norm"), ck.extern_data, "/data_norm")
     end

@@ -88,7 +88,7 @@ static void test_level(int threads, run_out *outs) {
             CHECK(rl_ce_targets_cpu(T, B, C, target, len, tgt) == -1);
             double loss = -1, nerr = -1;
             float *out = inplace ? z : p;
-            rl_softmax_ce_cpu_f32(rows, C, z, NULL, out, tgt, stats, &loss, &nerr);
+            rl_softmax_ce_cpu_f32(rows, C, z, NULL, out, tgt, 0.0, stats, &loss, &nerr);
             double rloss = 0, perr = 0;
             int rerr = 0;
             bool nan_loss = false;
@@ -117,7 +117,7 @@ static void test_level(int threads, run_out *outs) {
                 fprintf(stderr, "%s C=%lld inplace=%d: p err %.3g, errors %g vs %d\n", lv,
                         (long long)C, inplace, perr, nerr, rerr);
             /* gradient: written, then accumulated onto itself (doubling valid rows) */
-            rl_ce_grad_cpu_f32(rows, C, out, tgt, dz, false, db, scratch);
+            rl_ce_grad_cpu_f32(rows, C, out, tgt, 0.0, dz, false, db, scratch);
             bool gok = true;
             for (int64_t r = 0; r < rows; r++)
                 for (int64_t c = 0; c < C; c++) {
@@ -137,9 +137,9 @@ static void test_level(int threads, run_out *outs) {
             }
             CHECK(dberr < 1e-5);
             /* without a bias: the same dz alone */
-            rl_ce_grad_cpu_f32(rows, C, out, tgt, zc, false, NULL, NULL);
+            rl_ce_grad_cpu_f32(rows, C, out, tgt, 0.0, zc, false, NULL, NULL);
             CHECK(memcmp(zc, dz, (size_t)(rows * C) * sizeof *dz) == 0);
-            rl_ce_grad_cpu_f32(rows, C, out, tgt, dz, true, db, scratch);
+            rl_ce_grad_cpu_f32(rows, C, out, tgt, 0.0, dz, true, db, scratch);
             gok = true;
             for (int64_t r = 0; r < rows; r++)
                 for (int64_t c = 0; c < C; c++) {
@@ -190,7 +190,7 @@ static void test_level(int threads, run_out *outs) {
     /* no target: only the probabilities */
     float z1[3] = {1, 2, 3}, p1[3];
     double l = 7, e = 7;
-    rl_softmax_ce_cpu_f32(1, 3, z1, NULL, p1, NULL, NULL, &l, &e);
+    rl_softmax_ce_cpu_f32(1, 3, z1, NULL, p1, NULL, 0.0, NULL, &l, &e);
     CHECK_NEAR(p1[2], exp(3.0) / (exp(1.0) + exp(2.0) + exp(3.0)), 1e-7);
     CHECK(l == 7 && e == 7);
     /* a bias added to every row first, z left alone when not in place; the target's logit
@@ -198,7 +198,7 @@ static void test_level(int threads, run_out *outs) {
     float z2[6] = {1, 2, 3, 1, 2, 3}, b2[3] = {3, 0, 0}, p2[6];
     int32_t t2[2] = {2, -1};
     double st2[4];
-    rl_softmax_ce_cpu_f32(2, 3, z2, b2, p2, t2, st2, &l, &e);
+    rl_softmax_ce_cpu_f32(2, 3, z2, b2, p2, t2, 0.0, st2, &l, &e);
     double s2 = exp(4.0) + exp(2.0) + exp(3.0);
     CHECK_NEAR(p2[0], exp(4.0) / s2, 1e-7);
     CHECK_NEAR(p2[5], exp(3.0) / s2, 1e-7);
