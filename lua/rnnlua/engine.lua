@@ -737,7 +737,8 @@ function M.train(config, argv)
         .. "%.1f s  %.0f frames/s  %d steps%s%s", epoch, cfg.num_epochs, score(rec.train_score),
         ename, pct(rec.train_error), score(rec.dev_score), ename, pct(rec.dev_error), tr.lr,
         tr.time, tr.frames / math.max(tr.time, 1e-9), tr.steps,
-        tr.skipped > 0 and string.format(" (%d skipped)", tr.skipped) or "",
+        (tr.updates ~= tr.steps and string.format(" (%d updates)", tr.updates) or "")
+        .. (tr.skipped > 0 and string.format(" (%d skipped)", tr.skipped) or ""),
         ctc and rec.ctc_skipped > 0
           and string.format(" (%d sequences without a fitting alignment skipped)", rec.ctc_skipped)
           or "")
