@@ -449,7 +449,6 @@ local function train_epoch(ctx, epoch)
   -- them) and one update is taken; an epoch's last group may be shorter, so that every
   -- checkpoint (written at an epoch's end) follows an update and holds no partial sum
   local accum, in_group, group_has = cfg.accum_grad, 0, false
-  lr = ahead_lr(lrc, epoch, ctx.step + 1)
   local ok, err = pcall(function()
     -- dist: false is an empty step of a rank whose share is used up (others still train)
     local next_batch = dist and dist:batches(ds, bopts) or rl.batches(ds, bopts)
@@ -513,9 +512,9 @@ local function train_epoch(ctx, epoch)
       local done = total and frames / total or seqs / nseqs
       local eta = done > 0 and dt * (1 - done) / done or nil
       local line = string.format("epoch %d  batch %d  %d/%d seqs  %.0f frames/s  score %.4f  "
-        .. "%s %s  lr %.3g  ETA %s", epoch, steps, math.min(seqs, nseqs), nseqs,
-        dt > 0 and frames / dt or 0, loss / frames, ename, pct(errors / math.max(units, 1)), lr,
-        fmt_time(math.max(0, eta or 0)))
+        .. "%s %s  lr %s  ETA %s", epoch, steps, math.min(seqs, nseqs), nseqs,
+        dt > 0 and frames / dt or 0, loss / frames, ename, pct(errors / math.max(units, 1)),
+        lr and string.format("%.3g", lr) or "-", fmt_time(math.max(0, eta or 0)))
       if log.verbosity >= 4 then
         log:write(4, "%s  batch loss %.4f", line, l / math.max(nf, 1))
       else

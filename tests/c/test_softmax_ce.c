@@ -4,7 +4,8 @@
  * its first NaN the argmax), -inf logits (probability 0), very negative logits (exp underflow),
  * padded frames, out-of-range targets, and the gradient written and accumulated with the bias
  * gradient (column sums of dz) fused in; on 1 and on 2 BLAS threads, whose results must be
- * identical (the passes split rows over threads and combine them in row order). */
+ * identical (the passes split rows over threads and combine them in row order); and label
+ * smoothing in the fused passes and the generic path of layers/loss.c. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +15,7 @@
 #include "../../core/blas.h"
 #include "../../kernels/cpu/cpu_level.h"
 #include "../../kernels/softmax_ce.h"
+#include "../../layers/loss.h"
 
 /* reference: probabilities, loss and errors of one row in float64 */
 static void ref_row(const float *z, int64_t C, int32_t k, double *p, double *loss, int *err) {
@@ -207,7 +209,111 @@ static void test_level(int threads, run_out *outs) {
     CHECK(z2[0] == 1 && z2[3] == 1);
 }
 
+/* Label smoothing eps (PyTorch's CrossEntropyLoss(label_smoothing = eps), summed over the
+ * valid rows): the fused float32 and float64 passes and the generic path of layers/loss.c (what
+ * a CUDA network runs, here on CPU tensors) against a float64 reference of the formula, for
+ * the loss, the gradient written and added, and eps = 0 bit-identical to no smoothing. */
+static void test_smoothing(void) {
+    enum { T = 5, B = 2, C = 7 };
+    const int64_t rows = T * B;
+    const double eps = 0.1;
+    int32_t len[B] = {5, 3}, target[T * B], tgt[T * B];
+    float z[T * B * C], p[T * B * C], dz[T * B * C];
+    double zd[T * B * C], pd[T * B * C], dzd[T * B * C], ref_dz[T * B * C], ref_loss = 0;
+    double stats[2 * T * B], loss = 0, nerr = 0;
+    rnd_state = 777;
+    for (int64_t i = 0; i < rows * C; i++)
+        zd[i] = (double)(z[i] = (float)(6.0 * rnd() - 3.0));
+    for (int64_t r = 0; r < rows; r++)
+        target[r] = (int32_t)(rnd() * C);
+    CHECK(rl_ce_targets_cpu(T, B, C, target, len, tgt) == -1);
+    for (int64_t r = 0; r < rows; r++) {
+        const double *zr = zd + r * C;
+        double mx = -INFINITY, s = 0;
+        for (int c = 0; c < C; c++)
+            mx = fmax(mx, zr[c]);
+        for (int c = 0; c < C; c++)
+            s += exp(zr[c] - mx);
+        double lse = mx + log(s), smooth = 0;
+        for (int c = 0; c < C; c++) {
+            smooth -= (zr[c] - lse) / C;
+            ref_dz[r * C + c] =
+                tgt[r] < 0 ? 0 : exp(zr[c] - lse) - eps / C - (c == tgt[r] ? 1 - eps : 0);
+        }
+        if (tgt[r] >= 0) ref_loss += (1 - eps) * (lse - zr[tgt[r]]) + eps * smooth;
+    }
+    /* fused float32 and float64 */
+    rl_softmax_ce_cpu_f32(rows, C, z, NULL, p, tgt, eps, stats, &loss, &nerr);
+    CHECK_NEAR(loss, ref_loss, 1e-5 * ref_loss);
+    rl_ce_grad_cpu_f32(rows, C, p, tgt, eps, dz, false, NULL, NULL);
+    double err = 0;
+    for (int64_t i = 0; i < rows * C; i++)
+        err = fmax(err, fabs(dz[i] - ref_dz[i]));
+    CHECK(err < 1e-6);
+    rl_softmax_ce_cpu_f64(rows, C, zd, pd, tgt, eps, &loss, &nerr);
+    CHECK_NEAR(loss, ref_loss, 1e-12 * ref_loss);
+    for (int64_t i = 0; i < rows * C; i++)
+        dzd[i] = 1.0;
+    rl_ce_grad_cpu_f64(rows, C, pd, tgt, eps, dzd, true, NULL);
+    err = 0;
+    for (int64_t i = 0; i < rows * C; i++)
+        err = fmax(err, fabs(dzd[i] - 1.0 - (tgt[i / C] < 0 ? 0 : ref_dz[i])));
+    CHECK(err < 1e-12);
+    /* eps = 0: the plain passes, bit for bit */
+    float p0[T * B * C], dz0[T * B * C];
+    double l0 = 0, e0 = 0;
+    rl_softmax_ce_cpu_f32(rows, C, z, NULL, p0, tgt, 0.0, stats, &l0, &e0);
+    rl_ce_grad_cpu_f32(rows, C, p0, tgt, 0.0, dz0, false, NULL, NULL);
+    double ref0 = 0;
+    for (int64_t r = 0; r < rows; r++)
+        if (tgt[r] >= 0) ref0 += stats[2 * r];
+    CHECK(l0 == ref0 && l0 != loss);
+    bool plain = true;
+    for (int64_t i = 0; i < rows * C; i++)
+        plain = plain && dz0[i] == (tgt[i / C] < 0 ? 0.0f
+                                    : p0[i] - (tgt[i / C] == (int32_t)(i % C) ? 1.0f : 0.0f));
+    CHECK(plain);
+
+    /* the generic path: logp = z - lse as a (T, B, C) float64 CPU tensor */
+    int64_t tbc[3] = {T, B, C}, tb[2] = {T, B}, b1[1] = {B};
+    rl_tensor logp = {0}, pt = {0}, g = {0}, tt = {0}, lt = {0};
+    rl_ce_work w = {0};
+    CHECK_OK(rl_tensor_empty(&logp, RL_FLOAT64, RL_DEVICE_CPU, 3, tbc));
+    CHECK_OK(rl_tensor_empty(&pt, RL_FLOAT64, RL_DEVICE_CPU, 3, tbc));
+    CHECK_OK(rl_tensor_empty(&g, RL_FLOAT64, RL_DEVICE_CPU, 3, tbc));
+    CHECK_OK(rl_tensor_empty(&tt, RL_INT32, RL_DEVICE_CPU, 2, tb));
+    CHECK_OK(rl_tensor_empty(&lt, RL_INT32, RL_DEVICE_CPU, 1, b1));
+    double *lp = rl_tensor_data(&logp), *pp = rl_tensor_data(&pt), *gp = rl_tensor_data(&g);
+    for (int64_t i = 0; i < rows * C; i++) {
+        lp[i] = log(pd[i]);
+        pp[i] = pd[i];
+    }
+    memcpy(rl_tensor_data(&tt), target, sizeof target);
+    memcpy(rl_tensor_data(&lt), len, sizeof len);
+    double gl = 0, ge = 0, gf = 0;
+    CHECK_OK(rl_loss_ce(&w, "out", &logp, &tt, &lt, eps, &gl, &ge, &gf));
+    CHECK_NEAR(gl, ref_loss, 1e-12 * ref_loss);
+    CHECK(gf == 8);
+    CHECK_OK(rl_loss_ce_grad(&w, &pt, &lt, &g, false));
+    err = 0;
+    for (int64_t i = 0; i < rows * C; i++)
+        err = fmax(err, fabs(gp[i] - ref_dz[i]));
+    CHECK(err < 1e-12);
+    CHECK_OK(rl_loss_ce_grad(&w, &pt, &lt, &g, true));
+    err = 0;
+    for (int64_t i = 0; i < rows * C; i++)
+        err = fmax(err, fabs(gp[i] - 2 * ref_dz[i]));
+    CHECK(err < 1e-12);
+    rl_ce_work_release(&w);
+    rl_tensor_release(&logp);
+    rl_tensor_release(&pt);
+    rl_tensor_release(&g);
+    rl_tensor_release(&tt);
+    rl_tensor_release(&lt);
+}
+
 int main(void) {
+    test_smoothing();
     for (int lv = RL_CPU_GENERIC; lv <= (int)rl_cpu_level_supported(); lv++) {
         CHECK_OK(rl_cpu_level_set((rl_cpu_level)lv));
         run_out outs[16];
