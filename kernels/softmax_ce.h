@@ -34,12 +34,12 @@ int64_t rl_ce_targets_cpu(int64_t T, int64_t B, int64_t C, const int32_t *target
 #define RL_CE_DB_ROWS 64
 
 /* p = softmax(z) row-wise (p may be z: in place); with tgt (rl_ce_targets_cpu) also *loss (with
- * label smoothing eps) and *n_errors over the rows with tgt >= 0. float32 takes an optional bias (C, or NULL) added to
- * every row of z first (so that the affine map's GEMM need not start from a broadcast copy of
- * it), and splits the rows over the BLAS threads (a (T, B, 10000) output would otherwise be a
- * serial tenth of a 2-thread step); each row's loss and error go to row_stats (2 * rows
- * doubles, with tgt; may be NULL without) and are added up in row order afterwards, so the
- * sums do not depend on the split. */
+ * label smoothing eps) and *n_errors over the rows with tgt >= 0. float32 takes an optional
+ * bias (C, or NULL) added to every row of z first (so that the affine map's GEMM need not start
+ * from a broadcast copy of it), and splits the rows over the BLAS threads (a (T, B, 10000) output
+ * would otherwise be a serial tenth of a 2-thread step); each row's loss and error go to row_stats
+ * (2 * rows doubles, with tgt; may be NULL without) and are added up in row order afterwards, so
+ * the sums do not depend on the split. */
 void rl_softmax_ce_cpu_f32(int64_t rows, int64_t C, const float *z, const float *bias, float *p,
                            const int32_t *tgt, double eps, double *row_stats, double *loss,
                            double *n_errors);
@@ -49,10 +49,10 @@ void rl_softmax_ce_cpu_f64(int64_t rows, int64_t C, const double *z, double *p, 
 /* Floats of scratch rl_ce_grad_cpu_f32 needs for a bias gradient over rows x C. */
 int64_t rl_ce_grad_scratch_size(int64_t rows, int64_t C);
 
-/* dz = p - onehot(tgt) (smoothed by eps) on rows with tgt >= 0, 0 elsewhere; with accumulate dz += the same.
- * With db (C) also db = the column sums of the resulting dz (the bias gradient of the affine
- * map before the softmax), in the same sweep: float32 sums blocks of RL_CE_DB_ROWS rows into
- * scratch (rl_ce_grad_scratch_size floats) and then the blocks in order, so db does not depend
+/* dz = p - onehot(tgt) (smoothed by eps) on rows with tgt >= 0, 0 elsewhere; with accumulate
+ * dz += the same. With db (C) also db = the column sums of the resulting dz (the bias gradient of
+ * the affine map before the softmax), in the same sweep: float32 sums blocks of RL_CE_DB_ROWS rows
+ * into scratch (rl_ce_grad_scratch_size floats) and then the blocks in order, so db does not depend
  * on how the rows were split over the BLAS threads. */
 void rl_ce_grad_cpu_f32(int64_t rows, int64_t C, const float *p, const int32_t *tgt, double eps,
                         float *dz, bool accumulate, float *db, float *scratch);

@@ -74,9 +74,9 @@ typedef struct {
     rl_ce_work ce;
     double smoothing; /* the label_smoothing option */
     double eps;       /* the label smoothing of the last forward's CE (0 unless training) */
-    bool ctc;       /* loss = "ctc" */
-    bool ctc_ready; /* the last forward computed the CTC loss and cg */
-    int64_t blank;  /* the blank's class index (ctc) */
+    bool ctc;         /* loss = "ctc" */
+    bool ctc_ready;   /* the last forward computed the CTC loss and cg */
+    int64_t blank;    /* the blank's class index (ctc) */
     rl_ctc_work ctc_w;
     rl_tensor cg;       /* (T, B, n_out) d CTC loss / d z */
     rl_tensor closs;    /* (B) per-sequence CTC loss */
@@ -380,8 +380,7 @@ rl_status rl_softmax_create(rl_layer **out, const char *name, const rl_options *
         return rl_error(RL_EARG, "layer '%s': label_smoothing = %g is outside [0, 1)", name,
                         smoothing);
     if (smoothing > 0 && !(loss && strcmp(loss, "ce") == 0))
-        return rl_error(RL_EARG, "layer '%s': label_smoothing applies to loss = \"ce\" only",
-                        name);
+        return rl_error(RL_EARG, "layer '%s': label_smoothing applies to loss = \"ce\" only", name);
     int64_t blank = n_out - 1;
     if (ctc) {
         if (n_out < 2)

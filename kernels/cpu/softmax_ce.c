@@ -156,8 +156,8 @@ RL_INLINE void softmax_ce_body_f32(int64_t r0, int64_t r1, int64_t C, const floa
             pr[c] *= inv;
         if (k < 0) continue;
         double lse = (double)mx + log((double)sum);
-        stats[2 * r] = eps > 0 ? (1 - eps) * (lse - (double)zk) + eps * (lse - zmean)
-                               : lse - (double)zk;
+        stats[2 * r] =
+            eps > 0 ? (1 - eps) * (lse - (double)zk) + eps * (lse - zmean) : lse - (double)zk;
         stats[2 * r + 1] = first_max ? 0.0 : 1.0;
     }
 }

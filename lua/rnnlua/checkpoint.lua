@@ -25,9 +25,9 @@
 --                      num_params, description and extern_data (Lua literals, see below)
 --   /params/<layer>/<name>   each parameter with its shape; attr order on /params (a Lua
 --                      list of "layer/name" in the flat buffer's order)
---   /optimizer, /lr_control, /pretrain, /engine  their state tables: tensors as datasets, numbers and
---                      strings as attributes (integers int64, floats double) for h5dump and h5py, and
---                      attr _values, a Lua literal of every non-tensor entry, which is what
+--   /optimizer, /lr_control, /pretrain, /engine (rl.train's own: rnnlua.practice)  their
+--                      state tables: tensors as datasets, numbers and strings as attributes
+--                      (integers int64, floats double) for h5dump and h5py, and attr _values, a Lua literal of every non-tensor entry, which is what
 --                      load reads: it keeps integers and floats apart and takes booleans
 --                      and tables, and HDF5 attributes cannot be listed through core/h5io
 --   /data_norm         mean and std (F) float32 datasets (with the _values/_tensors attrs of a

@@ -6,7 +6,9 @@
 -- lr/epoch_done/state/load_state instead of the learning_rate* keys).
 --
 -- Per epoch: train:init_epoch(epoch); for each batch of rl.batches: zero the gradients,
--- forward, backward, opt:step(lrc:lr(epoch, step)) (a skipped step is logged); then the dev
+-- forward, backward, opt:step(lrc:lr(epoch, step)) (a skipped step is logged; with
+-- accum_grad = k the gradients of k batches are summed before each step, an epoch's last group
+-- possibly shorter, so every epoch ends with an update); then the dev
 -- set is scored with train = false (loss per frame, frame error rate), a summary line is
 -- logged, one JSON line is appended to learning_curve_file (with plot = true also drawn by
 -- rl.tools.plot into the same name ending in .png instead of .jsonl),
@@ -17,8 +19,15 @@
 -- learning_rate_control_error_measure = "dev_ler" lets newbob follow it; sequences the ctc
 -- loss skipped (no alignment fits) are logged at verbosity 2 and counted as ctc_skipped)
 -- decides the next learning rate and every save_interval epochs (and after the last) a
--- checkpoint model .. ".%03d.h5" is written. `step` counts training batches over the whole
--- run, skipped ones included.
+-- checkpoint model .. ".%03d.h5" is written. `step` counts updates over the whole run,
+-- skipped ones included (with accum_grad = 1 one per batch).
+--
+-- Training practice (rnnlua.practice; docs/training.md): ema = decay keeps an average of the
+-- parameters (written beside each checkpoint as model .. ".%03d.ema.h5"; ema_dev_score = true
+-- scores dev with it), keep_best_n deletes all but the best saved checkpoints and the newest,
+-- early_stopping = {patience = n} stops after n epochs without a better dev score (best_by),
+-- label_smoothing = eps sets that option of every ce softmax; their state is in each
+-- checkpoint's /engine group, so a resume continues them bit for bit.
 --
 -- Devices: device = "cuda" (or "cuda:N"; default "cpu") builds the network on the CPU (the
 -- same initial values as a CPU run), moves it there with net:to, then builds the optimizer, so
@@ -63,9 +72,10 @@
 --
 -- Returns {config = (the config used: defaults and overrides applied), net =, optimizer =,
 -- lr_control =, epoch =, step =, history = {per-epoch records}, checkpoint = last path written
--- or loaded, learning_curve_file =, train_score =, train_error =, dev_score =, dev_error =}
+-- or loaded, learning_curve_file =, train_score =, train_error =, dev_score =, dev_error =
 -- (the scores of the last epoch trained; with nothing to train, the loaded model's dev scores
--- and the train scores its epoch recorded).
+-- and the train scores its epoch recorded), ema = (the average, or nil), stopped_early = (the
+-- epoch early stopping ended the run with, or nil), best_epoch = (early stopping's best)}.
 local M = {}
 local rl -- the module table, set by install
 local checkpoint = require("rnnlua.checkpoint")
@@ -813,7 +823,8 @@ function M.train(config, argv)
         dev_score, dev_error = s, e
       end
       log:write(1, "nothing to train: the checkpoint is at epoch %d, num_epochs = %d%s%s",
-        start - 1, cfg.num_epochs, stopped and " (stopped early)" or "", dev_score and string.format("; its dev score %s error %s",
+        start - 1, cfg.num_epochs, stopped and " (stopped early)" or "",
+        dev_score and string.format("; its dev score %s error %s",
         score(dev_score), pct(dev_error)) or "")
     end
     if dist then dist:finish() end

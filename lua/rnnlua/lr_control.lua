@@ -192,8 +192,8 @@ function M.new(cfg)
   end
   if self.schedule then
     if cfg.min_learning_rate ~= nil and cfg.min_learning_rate ~= false then
-      error(string.format("rl.lr_control: min_learning_rate is newbob's floor; %s does not use it%s",
-        self.control, self.control == "cosine" and " (its floor is eta_min)" or ""), 2)
+      error(string.format("rl.lr_control: min_learning_rate is newbob's floor; %s does not use "
+        .. "it%s", self.control, self.control == "cosine" and " (its floor is eta_min)" or ""), 2)
     end
     for k, d in pairs(self.schedule) do
       if c[k] == false then c[k] = d end

@@ -270,8 +270,9 @@ static void test_smoothing(void) {
     CHECK(l0 == ref0 && l0 != loss);
     bool plain = true;
     for (int64_t i = 0; i < rows * C; i++)
-        plain = plain && dz0[i] == (tgt[i / C] < 0 ? 0.0f
-                                    : p0[i] - (tgt[i / C] == (int32_t)(i % C) ? 1.0f : 0.0f));
+        plain = plain &&
+                dz0[i] == (tgt[i / C] < 0 ? 0.0f
+                                          : p0[i] - (tgt[i / C] == (int32_t)(i % C) ? 1.0f : 0.0f));
     CHECK(plain);
 
     /* the generic path: logp = z - lse as a (T, B, C) float64 CPU tensor */

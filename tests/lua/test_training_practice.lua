@@ -97,7 +97,8 @@ local function accum_run(max_seqs, accum, extra)
   return rl.train(c, {})
 end
 
-H.test("rl.train: accum_grad = 3 of batches of 2 = batches of 6 (clipped, lr per update)", function()
+H.test("rl.train: accum_grad = 3 of batches of 2 = batches of 6 (clipped, lr per update)",
+    function()
   -- 14 sequences: 7 batches of 2 in groups 3, 3, 1 against batches of 6, 6, 2
   local acc, big = accum_run(2, 3), accum_run(6, 1)
   H.check(acc.step == 3 and big.step == 3, string.format("updates %d and %d, expected 3",
