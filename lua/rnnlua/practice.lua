@@ -114,6 +114,9 @@ function M.restore(ctx, ck, log)
       log:write(1, "%s holds no parameter average: ema starts from its parameters", ck.path)
     end
   end
+  if not ctx.ema and rl.is_tensor(st.ema) then
+    log:write(1, "%s holds a parameter average: without config.ema it is not continued", ck.path)
+  end
   local k = num("accum_grad", true)
   if k and k ~= cfg.accum_grad then
     log:write(1, "%s was trained with accum_grad = %d; going on with %d", ck.path, k,

@@ -112,8 +112,9 @@ Describes an rnnlua checkpoint (written by rl.save_checkpoint / rl.train): the n
 layers with their class, size, inputs and parameter counts, every parameter's shape, the
 total, epoch, step, dtype, the pretraining step (a checkpoint of rl.train with pretrain), the
 input normalisation of a model trained on globally normalised features, the optimizer and its
-step count, the learning rate and the score history kept by the learning-rate control.
-Nothing in the file is executed.]]
+step count, the learning rate and the score history kept by the learning-rate control, and
+rl.train's own state (accum_grad, the parameter average, the epochs keep_best_n keeps, early
+stopping's best). Nothing in the file is executed.]]
 
 -- The learning-rate control's state as {epoch = {lr =, <score key> = value}}, epochs sorted.
 local function history_of(st)
@@ -194,6 +195,31 @@ local function info(args)
         fmt_num(pt.first_epoch), fmt_num(pt.last_epoch),
         fmt_num(pt.pretrain_epochs and pt.pretrain_epochs + 1), tostring(pt.layers))
     end
+  end
+  local en = ck.engine_state
+  if en then
+    local parts = {string.format("accum_grad %s", fmt_num(en.accum_grad))}
+    if rl.is_tensor(en.ema) then
+      parts[#parts + 1] = string.format("parameter average (ema) decay %s over %s updates",
+        fmt_num(en.ema_decay), fmt_num(en.ema_updates))
+    end
+    local saved = {}
+    for k, v in pairs(en) do
+      local e = type(k) == "string" and tonumber(k:match("^saved%.(%d+)$"))
+      if e then saved[#saved + 1] = {e, v} end
+    end
+    table.sort(saved, function(a, b) return a[1] < b[1] end)
+    if #saved > 0 then
+      local t = {}
+      for i, sv in ipairs(saved) do t[i] = string.format("%d (%s)", sv[1], fmt_num(sv[2])) end
+      parts[#parts + 1] = string.format("kept epochs by %s: %s", tostring(en.best_by),
+        table.concat(t, ", "))
+    end
+    if en.es_best then
+      parts[#parts + 1] = string.format("best %s %s at epoch %s, %s epochs without improvement",
+        tostring(en.best_by), fmt_num(en.es_best), fmt_num(en.es_best_epoch), fmt_num(en.es_bad))
+    end
+    out("training: %s", table.concat(parts, "; "))
   end
   local dn = ck.data_norm
   if dn then
