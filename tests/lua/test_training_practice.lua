@@ -113,6 +113,20 @@ H.test("rl.train: accum_grad = 3 of batches of 2 = batches of 6 (clipped, lr per
   H.check(d2 > 100 * d, string.format("batches of 2 without accumulation differ only by %.3g", d2))
 end)
 
+H.test("accum_grad with chunking and carried state: one update per 2 batches of chunks",
+    function()
+  for _, carry in ipairs({false, true}) do
+    local r = rl.train(config({num_epochs = 2, accum_grad = 2, chunking = "6:6", max_seqs = 3,
+      carry_state = carry, dev = nil, network = {fw = {class = "lstm", n_out = 6},
+      output = NET.output}}), {})
+    local updates = 0
+    for _, rec in ipairs(r.history) do updates = updates + (rec.steps + 1) // 2 end
+    H.check(r.history[1].steps > 2 and r.step == updates, string.format("carry_state %s: %d "
+      .. "updates for batches %d and %d", tostring(carry), r.step, r.history[1].steps,
+      r.history[2].steps))
+  end
+end)
+
 H.test("accum_grad: warmup counts updates", function()
   -- warmup over 3 updates: the lr of the first update is a third of the rate
   local seen = {}
