@@ -441,25 +441,28 @@ end)
 
 ---------------------------------------------------------------------------- average
 
-local function tool(...)
-  local out = io.output()
-  local null = assert(io.open("/dev/null", "w"))
-  io.output(null)
-  local olderr = io.stderr
-  local errfile = root .. "/stderr.txt"
-  local ef = assert(io.open(errfile, "w"))
-  io.stderr = ef
-  local ok, status = pcall(rl.tools.main, "average", {...})
-  io.stderr = olderr
-  ef:close()
-  io.output(out)
-  null:close()
-  H.check(ok, tostring(status))
-  local f = assert(io.open(errfile))
-  local err = f:read("a")
+local function slurp(path)
+  local f = assert(io.open(path))
+  local s = f:read("a")
   f:close()
-  return status, err
+  return s
 end
+
+-- rl.tools.main(name, {...}): its exit status, stderr and stdout
+local function run_tool(name, ...)
+  local oldout, olderr = io.stdout, io.stderr
+  local outfile, errfile = root .. "/stdout.txt", root .. "/stderr.txt"
+  local of, ef = assert(io.open(outfile, "w")), assert(io.open(errfile, "w"))
+  io.stdout, io.stderr = of, ef
+  local ok, status = pcall(rl.tools.main, name, {...})
+  io.stdout, io.stderr = oldout, olderr
+  of:close()
+  ef:close()
+  H.check(ok, tostring(status))
+  return status, slurp(errfile), slurp(outfile)
+end
+
+local function tool(...) return run_tool("average", ...) end
 
 H.test("rnnlua average: k identical checkpoints bit for bit, two = their mean", function()
   local d = newdir()
@@ -476,6 +479,10 @@ H.test("rnnlua average: k identical checkpoints bit for bit, two = their mean", 
   H.check(c2.epoch == 2, "the last input's epoch")
   -- averages are checkpoints too, and so are the ema models
   H.check(tool(d .. "/avg2.h5", d .. "/m.002.ema.h5", "-o", d .. "/avg4.h5") == 0, "of averages")
+  -- rnnlua info shows rl.train's own state
+  local st, _, out = run_tool("info", b)
+  H.check(st == 0 and out:find("training: accum_grad 1; parameter average (ema) decay 0.9 over "
+    .. "10 updates", 1, true), "info: " .. out)
 end)
 
 H.test("rnnlua average refuses other networks, non-checkpoints and OUT = an input", function()
