@@ -52,7 +52,7 @@ local function wrap_layer(o)
   d.from = #froms == 1 and froms[1] or froms
   local probe = copy(d)
   probe.loss, probe.target, probe.loss_scale, probe.is_output_layer = nil, nil, nil, true
-  probe.blank_index = nil
+  probe.blank_index, probe.label_smoothing = nil, nil
   local n_out = rl.network({layer = probe}, extern, {dtype = "float64"}):layer("layer").n_out
   if d.loss == "ce" then
     d.target = d.target or "classes"
