@@ -275,10 +275,10 @@ void rl_aug_displace(const float *x, int64_t H, int64_t W, int64_t C, const floa
 }
 
 /* Gaussian smoothing of a (H, W) field in place, separable, edges clamped; tmp H * W. */
-static void smooth(float *f, int64_t H, int64_t W, double sigma, float *tmp) {
+static rl_status smooth(float *f, int64_t H, int64_t W, double sigma, float *tmp) {
     int64_t R = (int64_t)ceil(3 * sigma);
     double *k = malloc((size_t)(2 * R + 1) * sizeof *k), sum = 0;
-    if (!k) return;
+    if (!k) return rl_error(RL_ENOMEM, "augment: no memory for the elastic distortion's kernel");
     for (int64_t i = -R; i <= R; i++)
         sum += k[i + R] = exp(-(double)(i * i) / (2 * sigma * sigma));
     for (int64_t i = 0; i <= 2 * R; i++)
@@ -302,6 +302,7 @@ static void smooth(float *f, int64_t H, int64_t W, double sigma, float *tmp) {
             f[y * W + x] = (float)a;
         }
     free(k);
+    return RL_OK;
 }
 
 void rl_aug_stroke(const float *x, int64_t H, int64_t W, int64_t C, int64_t r, float *y) {
@@ -365,8 +366,13 @@ rl_status rl_augment_image(const rl_aug_cfg *cfg, uint64_t seed, uint64_t epoch,
             dx[i] = (float)rng_range(&r, -1, 1);
             dy[i] = (float)rng_range(&r, -1, 1);
         }
-        smooth(dx, H, W, cfg->elastic_sigma, tmp);
-        smooth(dy, H, W, cfg->elastic_sigma, tmp);
+        rl_status st = smooth(dx, H, W, cfg->elastic_sigma, tmp);
+        if (st == RL_OK) st = smooth(dy, H, W, cfg->elastic_sigma, tmp);
+        if (st != RL_OK) {
+            free(buf);
+            rl_tensor_release(&cur);
+            return st;
+        }
         double ss = 0;
         for (size_t i = 0; i < n; i++)
             ss += (double)dx[i] * dx[i] + (double)dy[i] * dy[i];

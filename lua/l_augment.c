@@ -193,9 +193,10 @@ static int l_config(lua_State *L) {
     return 1;
 }
 
+/* The seed is any integer (its 64 bits are the key); epoch and index are in [0, 2^32). */
 static uint64_t key_arg(lua_State *L, int idx, const char *what) {
     lua_Integer v = luaL_checkinteger(L, idx);
-    if (v < 0 || (strcmp(what, "seed") != 0 && v > 0xffffffffLL))
+    if (strcmp(what, "seed") != 0 && (v < 0 || v > 0xffffffffLL))
         luaL_error(L, "augment: %s must be an integer in [0, 2^32), got %I", what, v);
     return (uint64_t)v;
 }

@@ -82,8 +82,8 @@ function M.new(ds, opts, where)
   end
   local cfg = rl.augment.config(opts, who)
   local seed = opts.seed or ds.seed or 1
-  if math.type(seed) ~= "integer" or seed < 0 then
-    fail("%s.seed must be an integer >= 0, got %s", who, tostring(seed))
+  if math.type(seed) ~= "integer" then
+    fail("%s.seed must be an integer, got %s", who, tostring(seed))
   end
   local data = ds._ext.data
   if data.sparse then
