@@ -410,7 +410,9 @@ rl_status rl_aug_speed(const float *x, int64_t n, double factor, rl_tensor *out)
                   .input_frames = (long)n,
                   .output_frames = (long)cap,
                   .src_ratio = ratio};
-    int err = src_simple(&d, SRC_SINC_MEDIUM_QUALITY, 1);
+    /* the fastest sinc converter (80% bandwidth, 97 dB SNR): the medium one took 17 ms for a
+     * 2-second utterance, as long as a training step of the speech recipe spends on it */
+    int err = src_simple(&d, SRC_SINC_FASTEST, 1);
     if (err || d.output_frames_gen < 1) {
         rl_tensor_release(out);
         return rl_error(RL_EIO, "augment: speed %g of %lld samples: %s", factor, (long long)n,
