@@ -318,6 +318,25 @@ test("noise is added at the SNR asked for", function()
   end
 end)
 
+test("the drawn noise: the SNR of the range, a file of the list, speed p = 0 keeps the length",
+  function()
+    local x = rl.zeros(4000)
+    for i = 1, 4000 do x[i] = sine(i) end
+    rl.manual_seed(3)
+    local noises = {rl.randn(1500), rl.rand(2500) - 0.5}
+    for _, snr in ipairs({{7, 7}, {0, 20}}) do
+      local cfg = rl.augment.config{speed = {p = 0}, noise = {snr = snr}}
+      for index = 1, 20 do
+        local y = cfg:wave(x, 9, 1, index, noises)
+        check(y:size(1) == 4000, "length kept")
+        local d = (y - x):double()
+        local got = 10 * math.log(x:double():square():sum() / d:square():sum(), 10)
+        check(got > snr[1] - 1e-3 and got < snr[2] + 1e-3,
+          string.format("SNR %.4f outside [%g, %g]", got, snr[1], snr[2]))
+      end
+    end
+  end)
+
 -- An audio dataset over three WAV files, and a noise list.
 lfs.mkdir(dir .. "/wav")
 for i = 1, 3 do
