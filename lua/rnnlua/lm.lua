@@ -16,7 +16,8 @@ local M = {}
 local rl
 local util = require("rnnlua.util")
 
-local KEYS = {file = true, weight = true, bonus = true, labels = true, word_boundary = true}
+local KEYS = {file = true, model = true, weight = true, bonus = true, labels = true,
+  word_boundary = true, layer = true}
 
 -- path -> the loaded n-gram model: an LM is read once whatever the number of calls
 local cache = {}
@@ -35,10 +36,12 @@ local function finite(x)
   return type(x) == "number" and x == x and x ~= math.huge and x ~= -math.huge
 end
 
--- The checked option table lm (of `who`) for V classes with `blank` (nil: no blank, as in an
--- attention search): {ngram =, file =, weight =, bonus =, labels = {V strings},
--- boundary = 0-based class or nil, token = {V 0-based word ids} (char-level), text = labels}.
-function M.resolve(lm, V, blank, who)
+-- The checked option table lm (of `who`) for V classes with `blank` (the class that is no LM
+-- token: CTC's blank, an attention search's end label): {ngram =, file =, weight =, bonus =,
+-- labels = {V strings}, boundary = 0-based class or nil, token = {V 0-based word ids}
+-- (char-level), text = labels}; with allow_model, lm.model (a neural LM checkpoint) gives
+-- {neural = {net =, layer =, key =, class = {V LM classes}, eos_class =}, ...} instead.
+function M.resolve(lm, V, blank, who, allow_model)
   local function fail(fmt, ...)
     error(string.format("%s: lm: " .. fmt, who, ...), 0)
   end
@@ -48,7 +51,20 @@ function M.resolve(lm, V, blank, who)
       fail("unknown key '%s' (known: %s)", tostring(k), table.concat(util.sorted_keys(KEYS), ", "))
     end
   end
-  if type(lm.file) ~= "string" then fail("file (an ARPA n-gram model) must be a path, got %s", type(lm.file)) end
+  if lm.model ~= nil then
+    if not allow_model then
+      fail("model (a neural LM) is fused in the attention beam search (rl.search); %s takes an "
+        .. "ARPA n-gram model, file =", who)
+    end
+    if lm.file ~= nil then fail("give file (an ARPA n-gram model) or model (a neural LM), not both") end
+    if type(lm.model) ~= "string" then fail("model must be a checkpoint path, got %s", type(lm.model)) end
+    if lm.word_boundary ~= nil then fail("word_boundary applies to a word n-gram model (file =)") end
+  elseif type(lm.file) ~= "string" then
+    fail("file (an ARPA n-gram model) must be a path, got %s", type(lm.file))
+  end
+  if lm.layer ~= nil and (lm.model == nil or type(lm.layer) ~= "string") then
+    fail("layer (the softmax of a neural LM) applies with model = and is a layer name")
+  end
   if not finite(lm.weight) then fail("weight must be a finite number, got %s", tostring(lm.weight)) end
   if lm.bonus ~= nil and not finite(lm.bonus) then
     fail("bonus must be a finite number, got %s", tostring(lm.bonus))
@@ -78,6 +94,11 @@ function M.resolve(lm, V, blank, who)
         .. "got %s", V - 1, tostring(wb))
     end
   end
+  if lm.model then
+    local r = {model = lm.model, weight = lm.weight, bonus = lm.bonus or 0, labels = labels}
+    r.neural = M.neural(lm.model, lm.layer, labels, blank, who)
+    return r
+  end
   local ngram = M.ngram(lm.file, who)
   local r = {ngram = ngram, file = lm.file, weight = lm.weight, bonus = lm.bonus or 0,
     labels = labels, boundary = boundary, text = labels}
@@ -102,6 +123,147 @@ function M.resolve(lm, V, blank, who)
     r.token = token
   end
   return r
+end
+
+-- path .. "\0" .. layer -> {model = (rnnlua.forward's load_model), vocab, index, key}
+local neural_cache = {}
+
+-- A character LM checkpoint (recipes/char_lm.lua's: one sparse input whose extern_data has the
+-- labels, a causal network, a softmax over the next character) for V output classes named by
+-- labels: {net, layer, key, class = {V LM classes, the `skip` class's unused}, eos_class = the
+-- class of "\n" (a line's end and start), vocab}.
+function M.neural(path, layer, labels, skip, who)
+  local sample = require("rnnlua.sample")
+  local ck_key = path .. "\0" .. tostring(layer)
+  local e = neural_cache[ck_key]
+  if not e then
+    local ok, res = pcall(function()
+      local ck = rl.load_checkpoint(path)
+      local fm = require("rnnlua.forward").load_model(path, layer or sample.default_layer(
+        ck.description), "cpu", who .. ": lm")
+      local vocab, index, key = sample.lm_vocab(fm, "lm model " .. path, who .. ": lm")
+      return {model = fm, vocab = vocab, index = index, key = key}
+    end)
+    if not ok then error(util.strip_internal(res), 0) end
+    e = res
+    neural_cache[ck_key] = e
+  end
+  if e.index["\n"] == nil then
+    error(string.format("%s: lm: model %s: its vocabulary has no \"\\n\" (the line boundary a "
+      .. "sentence starts after and ends with)", who, path), 0)
+  end
+  local class, missing = {}, {}
+  for c = 0, #labels - 1 do
+    local k = e.index[labels[c + 1]]
+    if c ~= skip and k == nil then missing[#missing + 1] = string.format("%d ('%s')", c, labels[c + 1]) end
+    class[c + 1] = k or 0
+  end
+  if #missing > 0 then
+    error(string.format("%s: lm: model %s: its vocabulary (%d characters) does not cover the "
+      .. "labels: %s (labels = {...} names each class's character)", who, path, #e.vocab,
+      table.concat(missing, ", ", 1, math.min(#missing, 8)) .. (#missing > 8 and ", ..." or "")), 0)
+  end
+  return {net = e.model.net, layer = e.model.layer, key = e.key, class = class,
+    eos_class = e.index["\n"]}
+end
+
+-- A scorer for a label-synchronous search (the attention beam search, lua/rnnlua/rec.lua) of V
+-- labels with end label eos, from a resolved lm (M.resolve). Per hypothesis it keeps the LM's
+-- state; ext(states) gives, per hypothesis, what each label adds to its score (weight log p +
+-- bonus; the end label: the pending word of a word LM, then weight log p(</s>), no bonus);
+-- advance(states, origin, lab, done) gives the states of the next step's hypotheses (origin:
+-- the 1-based hypothesis each extends; lab: 0-based labels; done: finished hypotheses, whose
+-- state no longer matters). A neural LM runs once per step over all hypotheses at once, each
+-- row continuing from its origin's carried state.
+function M.scorer(r, V, eos)
+  local S = {}
+  local w, bonus = r.weight, r.bonus
+  if r.neural then
+    local nl = r.neural
+    local net = nl.net
+    local function run(inputs, from)
+      local n = #inputs
+      local batch = {[nl.key] = rl.tensor(inputs, "int32"):view(1, n),
+        lengths = rl.full({n}, 1, "int32"), state_from = from}
+      net:forward(batch, {train = false})
+      return net:layer(nl.layer).output:select(1, 1):double():clamp(1e-30, 1):log():totable()
+    end
+    function S.init(n)
+      local inputs, from = {}, {}
+      for i = 1, n do inputs[i], from[i] = nl.eos_class, 0 end
+      return {logp = run(inputs, from)}
+    end
+    function S.ext(st)
+      local out = {}
+      for i, row in ipairs(st.logp) do
+        local e = {}
+        for v = 0, V - 1 do
+          e[v + 1] = v == eos and w * row[nl.eos_class + 1] or w * row[nl.class[v + 1] + 1] + bonus
+        end
+        out[i] = e
+      end
+      return out
+    end
+    function S.advance(_, origin, lab, done)
+      local inputs = {}
+      for i = 1, #origin do
+        inputs[i] = (done[i] or lab[i] == eos) and nl.eos_class or nl.class[lab[i] + 1]
+      end
+      return {logp = run(inputs, origin)}
+    end
+    return S
+  end
+  local ngram, labels, boundary = r.ngram, r.labels, r.boundary
+  local start = ngram:order() > 1 and {"<s>"} or {}
+  local keep = ngram:order() - 1 -- the words a history needs
+  local function push(hist, word)
+    local from = math.max(1, #hist + 2 - keep)
+    local h = table.move(hist, from, #hist, 1, {})
+    if keep > 0 then h[#h + 1] = word end
+    return h
+  end
+  function S.init(n)
+    local st = {}
+    for i = 1, n do st[i] = {hist = start, word = ""} end
+    return st
+  end
+  function S.ext(st)
+    local out = {}
+    for i, s in ipairs(st) do
+      local e = {}
+      if boundary then
+        local we = s.word ~= "" and w * ngram:logp(s.hist, s.word) + bonus or 0
+        local h = s.word ~= "" and push(s.hist, s.word) or s.hist
+        for v = 0, V - 1 do e[v + 1] = 0 end
+        e[boundary + 1] = we
+        e[eos + 1] = we + w * ngram:logp(h, "</s>")
+      else
+        for v = 0, V - 1 do
+          e[v + 1] = v == eos and w * ngram:logp(s.hist, "</s>")
+            or w * ngram:logp(s.hist, labels[v + 1]) + bonus
+        end
+      end
+      out[i] = e
+    end
+    return out
+  end
+  function S.advance(st, origin, lab, done)
+    local nxt = {}
+    for i = 1, #origin do
+      local s, c = st[origin[i]], lab[i]
+      if done[i] or c == eos then
+        nxt[i] = s
+      elseif not boundary then
+        nxt[i] = {hist = push(s.hist, labels[c + 1]), word = ""}
+      elseif c == boundary then
+        nxt[i] = {hist = s.word ~= "" and push(s.hist, s.word) or s.hist, word = ""}
+      else
+        nxt[i] = {hist = s.hist, word = s.word .. labels[c + 1]}
+      end
+    end
+    return nxt
+  end
+  return S
 end
 
 function M.install(module)
