@@ -214,6 +214,18 @@ test("an LM file is loaded once", function()
   check(lmod.ngram(CHAR, "t") == lmod.ngram(CHAR, "t"), "cached")
 end)
 
+test("rl.forward's lm: labels and word_boundary in the targets' numbering get the blank's place", function()
+  local forward = require("rnnlua.forward")
+  local c = forward.ctc_lm({file = WORD, weight = 1, labels = {"a", "b", "|"}, word_boundary = 2},
+    0, 4, nil, "t")
+  check(table.concat(c.labels, " ") == "<blank> a b |" and c.word_boundary == 3, "blank first")
+  c = forward.ctc_lm({file = CHAR, weight = 1}, 3, 4, {"a", "b", "c"}, "t")
+  check(table.concat(c.labels, " ") == "a b c <blank>", "the checkpoint's target labels")
+end)
+expect_error("rl.forward's lm: labels of the wrong length", function()
+  require("rnnlua.forward").ctc_lm({file = CHAR, weight = 1, labels = {"a"}}, 3, 4, nil, "rl.forward")
+end, "rl.forward: lm: labels must be a list of 3 strings (the target's labels")
+
 -- bad options: errors naming the option or the file
 local x0, l0 = rl.zeros(3, 1, 4), rl.tensor({3}, "int32")
 local function dec(lm) return rl.ctc_decode(x0, l0, {blank = 3, beam = 2, lm = lm}) end
