@@ -266,8 +266,131 @@ function M.scorer(r, V, eos)
   return S
 end
 
+-- rl.ngram_estimate{sentences = {{tok, ...}, ...}, order = 3, output = "lm.arpa", vocab = {...}}:
+-- writes the
+-- back-off ARPA file of an interpolated Witten-Bell n-gram model of the sentences (tokens:
+-- strings without blanks; each sentence is <s> tok ... </s>), for a small character or word LM
+-- without outside tools. Per order n and history h seen c(h) times followed by T(h) distinct
+-- tokens:
+--   p(w | h) = (c(h w) + T(h) p(w | h')) / (c(h) + T(h))      (h' = h without its first token)
+-- ending in the uniform distribution over the vocabulary (the tokens, </s>, <unk> and the
+-- optional vocab list: tokens the decoder may emit that the sentences lack); written
+-- as the listed n-grams' p and each history's back-off weight
+--   B(h) = T(h) / (c(h) + T(h)) = (1 - sum_{w seen after h} p(w | h)) / (1 - sum ... p(w | h')),
+-- so the file's back-off model gives exactly the interpolated probabilities (<s> is listed with
+-- log10 p = -99: it is never predicted). Lines are written in sorted order: the same sentences
+-- give the same file. Returns {counts = {n1, n2, ...}, vocab = size}.
+function M.estimate(opts)
+  local who = "rl.ngram_estimate"
+  local function fail(fmt, ...) error(who .. ": " .. string.format(fmt, ...), 0) end
+  if type(opts) ~= "table" then fail("expects a table {sentences =, order =, output =}") end
+  util.check_options(who, opts, {sentences = true, order = true, output = true, vocab = true})
+  local order, sents = opts.order or 3, opts.sentences
+  if math.type(order) ~= "integer" or order < 1 or order > 16 then
+    fail("order must be an integer in 1..16, got %s", tostring(order))
+  end
+  if type(sents) ~= "table" or #sents == 0 then fail("sentences must be a non-empty list of token lists") end
+  if type(opts.output) ~= "string" then fail("output must be a path") end
+  -- counts[n][key]: n-grams (key: tokens joined by " "), followers[n][history] = {c =, t =}
+  local counts, hist = {}, {}
+  for n = 1, order do counts[n], hist[n] = {}, {} end
+  for si, sent in ipairs(sents) do
+    if type(sent) ~= "table" then fail("sentence %d is not a list of tokens", si) end
+    local toks = {"<s>"}
+    for k, tk in ipairs(sent) do
+      if type(tk) ~= "string" or tk == "" or tk:find("%s") or tk == "<s>" or tk == "</s>" then
+        fail("sentence %d, token %d: %s is not a token (a string without blanks, not <s> or </s>)",
+          si, k, type(tk) == "string" and string.format("%q", tk) or type(tk))
+      end
+      toks[k + 1] = tk
+    end
+    toks[#toks + 1] = "</s>"
+    for i = 2, #toks do
+      local key = toks[i]
+      for n = 1, math.min(order, i) do
+        if n > 1 then key = toks[i - n + 1] .. " " .. key end
+        local c = counts[n]
+        local old = c[key]
+        c[key] = (old or 0) + 1
+        -- the history (all but the last token) of this n-gram
+        local h = n == 1 and "" or key:sub(1, #key - #toks[i] - 1)
+        local e = hist[n][h]
+        if not e then
+          e = {c = 0, t = 0}
+          hist[n][h] = e
+        end
+        e.c = e.c + 1
+        if not old then e.t = e.t + 1 end
+      end
+    end
+  end
+  local function sorted(t)
+    local k = {}
+    for key in pairs(t) do k[#k + 1] = key end
+    table.sort(k)
+    return k
+  end
+  -- p[n][key]: the interpolated probability of each listed n-gram
+  local p = {}
+  counts[1]["<unk>"] = counts[1]["<unk>"] or 0
+  if opts.vocab ~= nil and type(opts.vocab) ~= "table" then fail("vocab must be a list of tokens") end
+  for k, tk in ipairs(opts.vocab or {}) do
+    if type(tk) ~= "string" or tk == "" or tk:find("%s") or tk == "<s>" then
+      fail("vocab[%d]: %s is not a token", k, type(tk) == "string" and string.format("%q", tk) or type(tk))
+    end
+    counts[1][tk] = counts[1][tk] or 0
+  end
+  local keys1 = sorted(counts[1])
+  local vsize = #keys1
+  local u = hist[1][""]
+  p[1] = {}
+  for _, w in ipairs(keys1) do
+    p[1][w] = (counts[1][w] + u.t / vsize) / (u.c + u.t)
+  end
+  local keys = {keys1}
+  for n = 2, order do
+    p[n] = {}
+    keys[n] = sorted(counts[n])
+    for _, key in ipairs(keys[n]) do
+      local w = key:match("(%S+)$")
+      local h = key:sub(1, #key - #w - 1)
+      local lower = key:match("^%S+ (.+)$")
+      local e = hist[n][h]
+      p[n][key] = (counts[n][key] + e.t * p[n - 1][lower]) / (e.c + e.t)
+    end
+  end
+  -- the back-off weight of history h: what the unseen tokens after h keep, T(h) / (c(h) + T(h))
+  local bow = {}
+  for n = 2, order do
+    bow[n - 1] = {}
+    for h, e in pairs(hist[n]) do bow[n - 1][h] = e.t / (e.c + e.t) end
+  end
+  local f, err = io.open(opts.output, "w")
+  if not f then fail("cannot write %s: %s", opts.output, tostring(err)) end
+  f:write("\\data\\\n")
+  local nums = {#keys1 + 1}
+  for n = 2, order do nums[n] = #keys[n] end
+  for n = 1, order do f:write(string.format("ngram %d=%d\n", n, nums[n])) end
+  local function line(lp, key, b)
+    if b then return string.format("%.7f\t%s\t%.7f\n", lp, key, math.log(b, 10)) end
+    return string.format("%.7f\t%s\n", lp, key)
+  end
+  for n = 1, order do
+    f:write(string.format("\n\\%d-grams:\n", n))
+    if n == 1 then f:write(line(-99, "<s>", order > 1 and bow[1]["<s>"] or nil)) end
+    for _, key in ipairs(keys[n]) do
+      f:write(line(math.log(p[n][key], 10), key, n < order and bow[n][key] or nil))
+    end
+  end
+  f:write("\n\\end\\\n")
+  local ok, werr = f:close()
+  if not ok then fail("cannot write %s: %s", opts.output, tostring(werr)) end
+  return {counts = nums, vocab = vsize + 1}
+end
+
 function M.install(module)
   rl = module
+  rl.ngram_estimate = M.estimate
   return M
 end
 

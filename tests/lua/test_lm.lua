@@ -226,6 +226,60 @@ expect_error("rl.forward's lm: labels of the wrong length", function()
   require("rnnlua.forward").ctc_lm({file = CHAR, weight = 1, labels = {"a"}}, 3, 4, nil, "rl.forward")
 end, "rl.forward: lm: labels must be a list of 3 strings (the target's labels")
 
+test("rl.ngram_estimate: Witten-Bell, read back, sums to 1 after every history", function()
+  local d = H.tmpdir()
+  local sents = {}
+  for w in ("the cat sat on the mat|a cat and a dog|the dog sat|on a mat the cat"):gmatch("[^|]+") do
+    local t = {}
+    for c in w:gmatch(".") do t[#t + 1] = c == " " and "<sp>" or c end
+    sents[#sents + 1] = t
+  end
+  local info = rl.ngram_estimate{sentences = sents, order = 3, output = d .. "/wb.arpa",
+    vocab = {"Q", "a"}}
+  local lm = rl._ngram_load(d .. "/wb.arpa")
+  check(lm:order() == 3 and info.counts[1] == lm:counts()[1], "counts")
+  local vocab = {}
+  for id = 0, lm:vocab_size() - 1 do
+    if lm:word(id) ~= "<s>" then vocab[#vocab + 1] = lm:word(id) end
+  end
+  for _, h in ipairs({{"<s>"}, {"<s>", "t"}, {"t", "h"}, {"a", "<sp>"}, {"z", "q"}, {"<sp>", "d"}}) do
+    local sum = 0
+    for _, w in ipairs(vocab) do sum = sum + math.exp(lm:logp(h, w)) end
+    H.near(sum, 1, 1e-5, "sum after " .. table.concat(h, " "))
+  end
+  -- by hand: after "<s>", 't' follows 2 of 4 sentences with 2 distinct followers (t, a, o: 3)
+  -- p(t | <s>) = (2 + 3 p1(t)) / (4 + 3); p1(t) = (c(t) + T / V) / (N + T)
+  local N, T, ct = 0, 0, 0
+  local seen = {}
+  for _, s in ipairs(sents) do
+    for _, c in ipairs(s) do
+      N = N + 1
+      if c == "t" then ct = ct + 1 end
+      if not seen[c] then seen[c], T = true, T + 1 end
+    end
+    N = N + 1
+  end
+  T = T + 1 -- </s>
+  local V = T + 2 -- and <unk>, Q (never seen)
+  local p1 = (ct + T / V) / (N + T)
+  H.near(lm:logp({"<s>"}, "t"), math.log((2 + 3 * p1) / 7), 1e-6, "p(t | <s>)")
+  local f = io.open(d .. "/wb.arpa")
+  local a = f:read("a")
+  f:close()
+  check(lm:id("Q") ~= nil, "vocab adds unseen tokens")
+  rl.ngram_estimate{sentences = sents, order = 3, output = d .. "/wb2.arpa", vocab = {"Q", "a"}}
+  f = io.open(d .. "/wb2.arpa")
+  check(f:read("a") == a, "the same sentences give the same file")
+  f:close()
+  H.rm_rf(d)
+end)
+expect_error("rl.ngram_estimate: a token with a blank", function()
+  rl.ngram_estimate{sentences = {{"a b"}}, order = 2, output = "/nonexistent/x"}
+end, "rl.ngram_estimate: sentence 1, token 1: \"a b\" is not a token")
+expect_error("rl.ngram_estimate: order 0", function()
+  rl.ngram_estimate{sentences = {{"a"}}, order = 0, output = "x"}
+end, "rl.ngram_estimate: order must be an integer in 1..16")
+
 -- bad options: errors naming the option or the file
 local x0, l0 = rl.zeros(3, 1, 4), rl.tensor({3}, "int32")
 local function dec(lm) return rl.ctc_decode(x0, l0, {blank = 3, beam = 2, lm = lm}) end
