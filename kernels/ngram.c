@@ -40,6 +40,10 @@ struct rl_ngram {
     int64_t n_ids, ids_cap;
     int64_t *slots;
     uint64_t mask;
+    /* followers: the n-grams (n >= 2) whose context is entry e are follow[follow_off[e] ..
+     * follow_off[e + 1]); uni[id]: the 1-gram log-probability of word id (rl_ngram_row) */
+    int64_t *follow_off, *follow;
+    double *uni;
 };
 
 static uint64_t hash_bytes(const char *s, size_t n) {
@@ -84,6 +88,9 @@ void rl_ngram_free(rl_ngram *lm) {
     free(lm->entries);
     free(lm->ids);
     free(lm->slots);
+    free(lm->follow_off);
+    free(lm->follow);
+    free(lm->uni);
     free(lm);
 }
 
@@ -132,6 +139,65 @@ double rl_ngram_score(const rl_ngram *lm, const rl_ngram_state *in, int32_t word
         out->n = keep;
     }
     return r;
+}
+
+void rl_ngram_row(const rl_ngram *lm, const rl_ngram_state *in, double *row) {
+    /* the contexts c_j = the last j words of the history, j = 1..k, and B_j: the back-offs of
+     * the contexts longer than j, added longest first as rl_ngram_score adds them */
+    int32_t k = in->n;
+    const entry *ctx[RL_NGRAM_MAX_ORDER];
+    double B[RL_NGRAM_MAX_ORDER];
+    B[k] = 0;
+    for (int32_t j = k; j >= 1; j--) {
+        ctx[j] = find(lm, in->w + (k - j), j);
+        B[j - 1] = ctx[j] ? B[j] + ctx[j]->bow : B[j];
+    }
+    for (int32_t id = 0; id < lm->n_words; id++)
+        row[id] = B[0] + lm->uni[id];
+    for (int32_t j = 1; j <= k; j++) {
+        if (!ctx[j]) continue;
+        int64_t e = ctx[j] - lm->entries;
+        for (int64_t f = lm->follow_off[e]; f < lm->follow_off[e + 1]; f++) {
+            const entry *x = &lm->entries[lm->follow[f]];
+            row[lm->ids[x->off + j]] = B[j] + x->prob;
+        }
+    }
+}
+
+/* The follower lists and the 1-gram array of a model just read (false: out of memory). */
+static bool index_followers(rl_ngram *lm) {
+    int64_t ne = lm->n_entries;
+    lm->follow_off = calloc((size_t)ne + 1, sizeof *lm->follow_off);
+    lm->follow = malloc((size_t)(ne ? ne : 1) * sizeof *lm->follow);
+    lm->uni = malloc((size_t)(lm->n_words ? lm->n_words : 1) * sizeof *lm->uni);
+    int64_t *ctx = malloc((size_t)(ne ? ne : 1) * sizeof *ctx);
+    if (!lm->follow_off || !lm->follow || !lm->uni || !ctx) {
+        free(ctx);
+        return false;
+    }
+    for (int64_t e = 0; e < ne; e++) {
+        const entry *x = &lm->entries[e];
+        ctx[e] = -1;
+        if (x->n == 1) {
+            lm->uni[lm->ids[x->off]] = x->prob;
+            continue;
+        }
+        ctx[e] = find(lm, lm->ids + x->off, x->n - 1) - lm->entries; /* listed: checked */
+        lm->follow_off[ctx[e] + 1]++;
+    }
+    for (int64_t e = 0; e < ne; e++)
+        lm->follow_off[e + 1] += lm->follow_off[e];
+    int64_t *fill = malloc((size_t)(ne ? ne : 1) * sizeof *fill);
+    if (!fill) {
+        free(ctx);
+        return false;
+    }
+    memcpy(fill, lm->follow_off, (size_t)ne * sizeof *fill);
+    for (int64_t e = 0; e < ne; e++)
+        if (ctx[e] >= 0) lm->follow[fill[ctx[e]]++] = e;
+    free(fill);
+    free(ctx);
+    return true;
 }
 
 /* ------------------------------------------------------------------------------- reading */
@@ -184,6 +250,16 @@ static const char *shown(const reader *r, char *buf, size_t cap) {
         buf[k++] = (unsigned char)r->cur[i] < 32 ? '?' : r->cur[i];
     if (n < r->cur_len) buf[k++] = '.', buf[k++] = '.', buf[k++] = '.';
     buf[k] = '\0';
+    return buf;
+}
+
+/* The words w[0..n) joined by blanks, cut to fit buf. */
+static const char *context_text(const rl_ngram *lm, const int32_t *w, int32_t n, char *buf,
+                                size_t cap) {
+    size_t k = 0;
+    buf[0] = '\0';
+    for (int32_t i = 0; i < n && k + 1 < cap; i++)
+        k += (size_t)snprintf(buf + k, cap - k, "%s%s", i ? " " : "", lm->chars + lm->word_off[w[i]]);
     return buf;
 }
 
@@ -305,6 +381,9 @@ static rl_status read_section(rl_ngram *lm, reader *r, int n) {
                                (int)(fl[q + 1] < 40 ? fl[q + 1] : 40), f[q + 1], n);
             }
         }
+        if (n > 1 && !find(lm, w, n - 1))
+            return bad_at(r, "the context '%s' of this %d-gram is not listed among the %d-grams",
+                          context_text(lm, w, n - 1, buf, sizeof buf), n, n - 1);
         if (!add_entry(lm, w, n, p * M_LN10, b * M_LN10))
             return bad_at(r, "the %d-gram '%s' is listed twice", n, shown(r, buf, 60));
     }
@@ -401,6 +480,7 @@ static rl_status parse(rl_ngram *lm, reader *r) {
         return bad_at(r, "expected '\\end\\' after the %d-grams, got '%s'", lm->order,
                    shown(r, buf, 60));
     }
+    if (!index_followers(lm)) return rl_error(RL_ENOMEM, "%s: out of memory", r->name);
     lm->bos = rl_ngram_word(lm, "<s>", 3);
     lm->eos = rl_ngram_word(lm, "</s>", 4);
     lm->unk = rl_ngram_word(lm, "<unk>", 5);

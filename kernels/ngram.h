@@ -6,7 +6,8 @@
  * each order N a "\N-grams:" section of COUNT lines "LOG10PROB w1 ... wN [LOG10BACKOFF]" (fields
  * separated by blanks or tabs, the back-off only below the highest order), then "\end\". Blank
  * lines between sections are allowed. The words of the 1-grams are the vocabulary; every word
- * of a longer n-gram must be one of them.
+ * of a longer n-gram must be one of them, and its context (all but its last word) must be
+ * listed among the n-grams of the order below (as SRILM and KenLM write them).
  *
  * Probabilities are stored as natural logarithms (log10 values times ln 10, converted once at
  * load, so every sum of the search is in one base). The probability of w after the history
@@ -65,6 +66,11 @@ void rl_ngram_begin(const rl_ngram *lm, rl_ngram_state *s);
  * in). word -1: a word outside the vocabulary. */
 double rl_ngram_score(const rl_ngram *lm, const rl_ngram_state *in, int32_t word,
                       rl_ngram_state *out);
+
+/* row[id] = log p(id | in) for every word of the vocabulary (rl_ngram_vocab_size entries), the
+ * same numbers as rl_ngram_score gives one at a time, in one pass over the 1-grams and the
+ * n-grams that follow the history's contexts (the CTC search's rows of a char LM). */
+void rl_ngram_row(const rl_ngram *lm, const rl_ngram_state *in, double *row);
 
 #ifdef __cplusplus
 }

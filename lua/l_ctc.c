@@ -17,7 +17,8 @@
  *     0-based id or nil, word(id) -> string, has_unk(), logp(history, word) -> natural-log
  *     p(word | history) (history: a list of words, most recent last; a word outside the
  *     vocabulary is <unk> or the -100 log10 floor), sentence(words) -> the natural-log
- *     probability of the sentence after <s>, </s> included.
+ *     probability of the sentence after <s>, </s> included, row(history) -> {log p of each
+ *     word id, 1-based} (one pass, kernels/ngram.h's rl_ngram_row).
  *   rl.edit_distance(a, b) -> integer: Levenshtein distance (substitution, insertion and
  *     deletion cost 1) between two label sequences, tables of integers or 1-D int32 tensors. */
 #include "l_ctc.h"
@@ -212,6 +213,28 @@ static int ngram_logp(lua_State *L) {
     return 1;
 }
 
+/* lm:row(history) -> {log p of word id 0, 1, ...} (rl_ngram_row; for the tests) */
+static int ngram_row(lua_State *L) {
+    rl_ngram *lm = check_ngram(L, 1);
+    luaL_checktype(L, 2, LUA_TTABLE);
+    rl_ngram_state st = {0};
+    lua_Integer len = luaL_len(L, 2), keep = rl_ngram_order(lm) - 1;
+    for (lua_Integer k = len - keep + 1 > 1 ? len - keep + 1 : 1; k <= len; k++) {
+        int32_t id = word_at(L, lm, 2, k);
+        if (id < 0) return luaL_error(L, "n-gram row: history word %d is not in the vocabulary", (int)k);
+        st.w[st.n++] = id;
+    }
+    int32_t n = rl_ngram_vocab_size(lm);
+    double *row = lua_newuserdatauv(L, (size_t)n * sizeof *row, 0);
+    rl_ngram_row(lm, &st, row);
+    lua_createtable(L, n, 0);
+    for (int32_t i = 0; i < n; i++) {
+        lua_pushnumber(L, row[i]);
+        lua_rawseti(L, -2, i + 1);
+    }
+    return 1;
+}
+
 static int ngram_sentence(lua_State *L) {
     rl_ngram *lm = check_ngram(L, 1);
     luaL_checktype(L, 2, LUA_TTABLE);
@@ -228,7 +251,8 @@ static int ngram_sentence(lua_State *L) {
 static const luaL_Reg ngram_methods[] = {
     {"order", ngram_order}, {"counts", ngram_counts},     {"vocab_size", ngram_vocab_size},
     {"id", ngram_id},       {"word", ngram_word},         {"has_unk", ngram_has_unk},
-    {"logp", ngram_logp},   {"sentence", ngram_sentence}, {NULL, NULL},
+    {"logp", ngram_logp},   {"sentence", ngram_sentence}, {"row", ngram_row},
+    {NULL, NULL},
 };
 
 /* The LM table of _ctc_beam_search (argument i) as an rl_ctc_lm; token and text live in

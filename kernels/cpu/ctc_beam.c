@@ -127,7 +127,8 @@ static int by_score(const cand *a, const cand *b, tree *tr) {
 /* The LM side of one sequence's search (all NULL without an LM). Per node: its history, its LM
  * part, and for a word LM where its pending word starts (the node after which it begins) and
  * the value of ending that word (0 when it is empty). Char LM: rows (beam, V) of ext(p, c) for
- * the kept nodes, node_row / row_node linking them. */
+ * the kept nodes, node_row / row_node linking them, each
+ * row made by one rl_ngram_row. */
 typedef struct {
     const rl_ctc_lm *lm;
     int64_t V;
@@ -137,6 +138,7 @@ typedef struct {
     double *wext;
     double *rows;
     int32_t *node_row, *row_node;
+    double *vrow; /* char LM: log p of every vocabulary word after one history */
     char *word; /* the text of a word being looked up */
 } lm_run;
 
@@ -205,11 +207,9 @@ static void lm_row(lm_run *lr, int32_t n, int32_t blank) {
     lr->node_row[n] = (int32_t)r;
     const rl_ctc_lm *lm = lr->lm;
     double *row = lr->rows + r * lr->V;
+    rl_ngram_row(lm->ngram, &lr->state[n], lr->vrow);
     for (int64_t c = 0; c < lr->V; c++)
-        row[c] = c == blank ? 0
-                            : lm->weight * rl_ngram_score(lm->ngram, &lr->state[n], lm->token[c],
-                                                          NULL) +
-                                  lm->bonus;
+        row[c] = c == blank ? 0 : lm->weight * lr->vrow[lm->token[c]] + lm->bonus;
 }
 
 /* Decodes sequence b; false when out of memory. */
@@ -247,7 +247,8 @@ static bool decode_one(beam_job *j, int64_t b) {
             lr.rows = malloc((size_t)(beam * V) * sizeof *lr.rows);
             lr.node_row = malloc((size_t)max_nodes * sizeof *lr.node_row);
             lr.row_node = malloc((size_t)beam * sizeof *lr.row_node);
-            ok = ok && lr.rows && lr.node_row && lr.row_node;
+            lr.vrow = malloc((size_t)rl_ngram_vocab_size(j->lm->ngram) * sizeof *lr.vrow);
+            ok = ok && lr.rows && lr.node_row && lr.row_node && lr.vrow;
         }
     }
     if (ok) {
@@ -401,6 +402,7 @@ static bool decode_one(beam_job *j, int64_t b) {
     free(lr.rows);
     free(lr.node_row);
     free(lr.row_node);
+    free(lr.vrow);
     return ok;
 }
 

@@ -38,6 +38,19 @@ test("reader: probabilities with back-off, computed by hand", function()
   H.near(lm:sentence({"a", "b", "a"}), (-0.2 - 0.1 - 0.05 - 0.5) * LN10, 1e-12, "sentence")
 end)
 
+test("reader: a whole row after a history equals the word-by-word scores exactly", function()
+  local lm = rl._ngram_load(CHAR)
+  for _, h in ipairs({{}, {"<s>"}, {"<s>", "a"}, {"a", "b"}, {"b", "a"}, {"c", "c"}, {"<unk>", "b"}}) do
+    local row = lm:row(h)
+    check(#row == lm:vocab_size(), "a row over the vocabulary")
+    for id = 0, lm:vocab_size() - 1 do
+      local w = lm:word(id)
+      check(row[id + 1] == lm:logp(h, w), string.format("%s -> %s: row %.17g, score %.17g",
+        table.concat(h, " "), w, row[id + 1], lm:logp(h, w)))
+    end
+  end
+end)
+
 test("reader: a model without <unk> floors unknown words at log10 -100", function()
   local dir = H.tmpdir()
   local f = io.open(dir .. "/m.arpa", "w")
@@ -73,6 +86,7 @@ local bad = {
   {"too many fields", base:gsub("%-0.1 <s> x\n", "-0.1 <s> x -0.2\n"), ":11: a 2-gram line holds"},
   {"too few fields", base:gsub("%-0.5 </s>", "-0.5"), ":7: a 1-gram line holds"},
   {"unknown word in a 2-gram", base:gsub("%-0.1 <s> x", "-0.1 <s> y"), ":11: the word 'y' of this 2-gram is not among the 1-grams"},
+  {"3-gram without its context", base:gsub("ngram 2=1", "ngram 2=1\nngram 3=1"):gsub("\\end", "\\3-grams:\n-0.2 x <s> </s>\n\n\\end"), ":15: the context 'x <s>' of this 3-gram is not listed among the 2-grams"},
   {"duplicate 1-gram", base:gsub("%-0.2 x %-0.3", "-0.2 </s> -0.3"), ":8: the word '</s>' is listed twice"},
   {"NUL byte", base:gsub("%-0.5 </s>", "-0.5 </\0s>"), ":7: a NUL byte"},
   {"no </s>", base:gsub("%-0.5 </s>", "-0.5 y"), ": the 1-grams lack </s>"},
