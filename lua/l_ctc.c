@@ -11,7 +11,9 @@
  *   rl._ctc_beam_search(logp, lengths, blank, beam, lm): the same with shallow fusion of an n-gram
  *     LM (kernels/ctc.h's rl_ctc_lm), lm = {ngram = an rl.ngram userdata, weight =, bonus =,
  *     token = {V LM word ids, 0-based, the blank's any}, boundary = 0-based label or nil,
- *     text = {V strings} (word-level)}, prepared and checked by lua/rnnlua/lm.lua.
+ *     text = {V strings} (word-level)}, prepared and checked by lua/rnnlua/lm.lua; a neural LM:
+ *     {step = function(from, token) -> ids, logp, token = {V LM classes}, weight =, bonus =}
+ *     (rl_ctc_lm.step; the search then runs on this thread).
  *   rl._ngram_load(path) -> an n-gram model (kernels/ngram.h), raising "FILE:LINE: ..." for a
  *     malformed file. Methods: order(), counts() -> {n1, n2, ...}, vocab_size(), id(word) ->
  *     0-based id or nil, word(id) -> string, has_unk(), logp(history, word) -> natural-log
@@ -255,14 +257,73 @@ static const luaL_Reg ngram_methods[] = {
     {NULL, NULL},
 };
 
+/* A neural LM's step (rl_ctc_lm.step): calls the Lua function step(from, token) -> ids, logp
+ * (a table of n state ids, an (n, V + 1) float64 tensor) under pcall, on the search's thread. */
+typedef struct {
+    lua_State *L;
+    int fn; /* stack index of the function */
+    int64_t V;
+} step_ctx;
+
+static rl_status lua_step(void *vctx, int64_t n, const int32_t *from, const int32_t *token,
+                          int32_t *to, double *logp) {
+    step_ctx *c = vctx;
+    lua_State *L = c->L;
+    int top = lua_gettop(L);
+    if (!lua_checkstack(L, 8)) return rl_error(RL_ENOMEM, "rl.ctc_decode: lm: Lua stack");
+    lua_pushvalue(L, c->fn);
+    lua_createtable(L, (int)n, 0);
+    lua_createtable(L, (int)n, 0);
+    for (int64_t k = 0; k < n; k++) {
+        lua_pushinteger(L, from[k]);
+        lua_rawseti(L, -3, k + 1);
+        lua_pushinteger(L, token[k]);
+        lua_rawseti(L, -2, k + 1);
+    }
+    if (lua_pcall(L, 2, 2, 0) != LUA_OK) {
+        rl_status st = rl_error(RL_EARG, "%s", lua_isstring(L, -1) ? lua_tostring(L, -1) : "?");
+        lua_settop(L, top);
+        return st;
+    }
+    const rl_tensor *t = rl_lua_to_tensor(L, -1);
+    bool ok = lua_istable(L, -2) && t && t->ndim == 2 && t->shape[0] == n &&
+              t->shape[1] == c->V + 1 && t->dtype == RL_FLOAT64 && rl_tensor_is_contiguous(t) &&
+              rl_tensor_device(t).type == RL_CPU;
+    for (int64_t k = 0; ok && k < n; k++) {
+        int isnum;
+        lua_rawgeti(L, -2, k + 1);
+        lua_Integer id = lua_tointegerx(L, -1, &isnum);
+        lua_pop(L, 1);
+        ok = isnum && id >= 0 && id <= INT32_MAX;
+        to[k] = (int32_t)id;
+    }
+    if (ok) memcpy(logp, rl_tensor_data(t), (size_t)(n * (c->V + 1)) * sizeof *logp);
+    lua_settop(L, top);
+    if (!ok)
+        return rl_error(RL_EARG, "rl.ctc_decode: lm: the neural LM's step gave no state ids and "
+                                 "(n, V + 1) float64 log-probabilities");
+    return RL_OK;
+}
+
 /* The LM table of _ctc_beam_search (argument i) as an rl_ctc_lm; token and text live in
- * userdata left on the stack. */
-static void lm_arg(lua_State *L, int i, int64_t V, rl_ctc_lm *lm) {
+ * userdata left on the stack. A neural LM's table has step (a function) instead of ngram. */
+static void lm_arg(lua_State *L, int i, int64_t V, rl_ctc_lm *lm, step_ctx *sc) {
     const char *who = "rl.ctc_decode";
     luaL_checktype(L, i, LUA_TTABLE);
-    lua_getfield(L, i, "ngram");
-    lm->ngram = check_ngram(L, -1);
-    lua_pop(L, 1);
+    lua_getfield(L, i, "step");
+    if (lua_isfunction(L, -1)) {
+        lm->ngram = NULL;
+        lm->step = lua_step;
+        sc->L = L;
+        sc->fn = lua_gettop(L); /* left on the stack for the call */
+        sc->V = V;
+        lm->ctx = sc;
+    } else {
+        lua_pop(L, 1);
+        lua_getfield(L, i, "ngram");
+        lm->ngram = check_ngram(L, -1);
+        lua_pop(L, 1);
+    }
     lua_getfield(L, i, "weight");
     lm->weight = luaL_checknumber(L, -1);
     lua_getfield(L, i, "bonus");
@@ -270,11 +331,12 @@ static void lm_arg(lua_State *L, int i, int64_t V, rl_ctc_lm *lm) {
     lua_getfield(L, i, "boundary");
     lm->boundary = lua_isnil(L, -1) ? -1 : (int32_t)luaL_checkinteger(L, -1);
     lua_pop(L, 3);
+    if (!lm->ngram && lm->boundary >= 0) luaL_error(L, "%s: a neural LM is character-level", who);
     if (lm->boundary >= V) luaL_error(L, "%s: boundary label %d outside 0..%d", who, (int)lm->boundary, (int)V - 1);
     if (lm->boundary < 0) {
         int32_t *tok = lua_newuserdatauv(L, (size_t)V * sizeof *tok, 0);
         lua_getfield(L, i, "token");
-        int32_t nw = rl_ngram_vocab_size(lm->ngram);
+        lua_Integer nw = lm->ngram ? rl_ngram_vocab_size(lm->ngram) : INT32_MAX;
         for (int64_t c = 0; c < V; c++) {
             lua_geti(L, -1, c + 1);
             lua_Integer id = lua_tointeger(L, -1);
@@ -323,8 +385,9 @@ static int l_ctc_beam_search(lua_State *L) {
         return luaL_error(L, "%s: blank %lld or beam %lld out of range", who, (long long)blank,
                           (long long)beam);
     rl_ctc_lm lm = {0};
+    step_ctx sc = {0};
     bool with_lm = !lua_isnoneornil(L, 5);
-    if (with_lm) lm_arg(L, 5, V, &lm);
+    if (with_lm) lm_arg(L, 5, V, &lm, &sc);
     int32_t *out = lua_newuserdatauv(L, (size_t)(B * T > 0 ? B * T : 1) * sizeof *out, 0);
     int64_t *out_len = lua_newuserdatauv(L, (size_t)(B > 0 ? B : 1) * sizeof *out_len, 0);
     if (rl_ctc_beam_search_cpu(T, B, V, rl_tensor_data(lp), rl_tensor_data(len), (int32_t)blank,

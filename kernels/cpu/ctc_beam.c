@@ -83,7 +83,7 @@ typedef struct {
     int32_t *out;
     int64_t *out_len;
     atomic_long next;
-    atomic_int failed; /* 1: out of memory */
+    atomic_int failed; /* 1: out of memory, 2: the neural LM's error (its message is set) */
 } beam_job;
 
 static double lse(double a, double b) {
@@ -139,6 +139,12 @@ typedef struct {
     double *rows;
     int32_t *node_row, *row_node;
     double *vrow; /* char LM: log p of every vocabulary word after one history */
+    /* neural LM: each node's state id and log p(end of sentence) after it (made with its row),
+     * and the arguments of one step call (at most beam histories) */
+    int32_t *nstate;
+    double *eos;
+    int32_t *from, *tok, *to, *wait;
+    double *logp;
     char *word; /* the text of a word being looked up */
 } lm_run;
 
@@ -176,7 +182,7 @@ static void lm_node(lm_run *lr, const tree *tr, int32_t m, int32_t p, int32_t c)
     if (lm->boundary < 0) {
         lr->node_row[m] = -1;
         lr->part[m] = lr->part[p] + lr->rows[(int64_t)lr->node_row[p] * lr->V + c];
-        rl_ngram_score(lm->ngram, &lr->state[p], lm->token[c], &lr->state[m]);
+        if (lm->ngram) rl_ngram_score(lm->ngram, &lr->state[p], lm->token[c], &lr->state[m]);
         return;
     }
     if (c == lm->boundary) {
@@ -197,23 +203,51 @@ static double lm_ext(const lm_run *lr, int32_t n, int32_t c) {
     return c == lr->lm->boundary ? lr->wext[n] : 0;
 }
 
-/* Gives kept node n a row of ext(n, c) (char LM) when it has none. */
-static void lm_row(lm_run *lr, int32_t n, int32_t blank) {
-    if (lr->node_row[n] >= 0) return;
+/* A free row of the pool for node n. */
+static double *take_row(lm_run *lr, int32_t n) {
     int64_t r = 0;
     while (lr->row_node[r] >= 0)
         r++;
     lr->row_node[r] = n;
     lr->node_row[n] = (int32_t)r;
-    const rl_ctc_lm *lm = lr->lm;
-    double *row = lr->rows + r * lr->V;
-    rl_ngram_row(lm->ngram, &lr->state[n], lr->vrow);
-    for (int64_t c = 0; c < lr->V; c++)
-        row[c] = c == blank ? 0 : lm->weight * lr->vrow[lm->token[c]] + lm->bonus;
+    return lr->rows + r * lr->V;
 }
 
-/* Decodes sequence b; false when out of memory. */
-static bool decode_one(beam_job *j, int64_t b) {
+/* Gives the kept nodes without one a row of ext(n, c) (char LM): an n-gram's one by one, a
+ * neural LM's in one step call for all of them. */
+static rl_status lm_rows(lm_run *lr, const tree *tr, const cand *kept, int64_t nk, int32_t blank) {
+    const rl_ctc_lm *lm = lr->lm;
+    int64_t nw = 0;
+    for (int64_t i = 0; i < nk; i++) {
+        int32_t n = kept[i].node;
+        if (lr->node_row[n] >= 0) continue;
+        if (lm->ngram) {
+            double *row = take_row(lr, n);
+            rl_ngram_row(lm->ngram, &lr->state[n], lr->vrow);
+            for (int64_t c = 0; c < lr->V; c++)
+                row[c] = c == blank ? 0 : lm->weight * lr->vrow[lm->token[c]] + lm->bonus;
+        } else {
+            lr->wait[nw] = n;
+            lr->from[nw] = n == 0 ? -1 : lr->nstate[tr->parent[n]];
+            lr->tok[nw++] = n == 0 ? 0 : lm->token[tr->label[n]];
+        }
+    }
+    if (nw == 0) return RL_OK;
+    RL_TRY(lm->step(lm->ctx, nw, lr->from, lr->tok, lr->to, lr->logp));
+    for (int64_t k = 0; k < nw; k++) {
+        int32_t n = lr->wait[k];
+        const double *lp = lr->logp + k * (lr->V + 1);
+        double *row = take_row(lr, n);
+        for (int64_t c = 0; c < lr->V; c++)
+            row[c] = c == blank ? 0 : lm->weight * lp[c] + lm->bonus;
+        lr->nstate[n] = lr->to[k];
+        lr->eos[n] = lp[lr->V];
+    }
+    return RL_OK;
+}
+
+/* Decodes sequence b: RL_ENOMEM, or a neural LM's error, or RL_OK. */
+static rl_status decode_one(beam_job *j, int64_t b) {
     const int64_t T = j->lengths[b], V = j->V, beam = j->beam;
     int64_t max_nodes = T * beam + 1;
     tree tr = {0};
@@ -238,6 +272,16 @@ static bool decode_one(beam_job *j, int64_t b) {
         lr.state = malloc((size_t)max_nodes * sizeof *lr.state);
         lr.part = malloc((size_t)max_nodes * sizeof *lr.part);
         ok = ok && lr.state && lr.part;
+        if (!j->lm->ngram) {
+            lr.nstate = malloc((size_t)max_nodes * sizeof *lr.nstate);
+            lr.eos = malloc((size_t)max_nodes * sizeof *lr.eos);
+            lr.from = malloc((size_t)beam * sizeof *lr.from);
+            lr.tok = malloc((size_t)beam * sizeof *lr.tok);
+            lr.to = malloc((size_t)beam * sizeof *lr.to);
+            lr.wait = malloc((size_t)beam * sizeof *lr.wait);
+            lr.logp = malloc((size_t)(beam * (V + 1)) * sizeof *lr.logp);
+            ok = ok && lr.nstate && lr.eos && lr.from && lr.tok && lr.to && lr.wait && lr.logp;
+        }
         if (j->lm->boundary >= 0) {
             lr.word_start = malloc((size_t)max_nodes * sizeof *lr.word_start);
             lr.wext = malloc((size_t)max_nodes * sizeof *lr.wext);
@@ -247,10 +291,14 @@ static bool decode_one(beam_job *j, int64_t b) {
             lr.rows = malloc((size_t)(beam * V) * sizeof *lr.rows);
             lr.node_row = malloc((size_t)max_nodes * sizeof *lr.node_row);
             lr.row_node = malloc((size_t)beam * sizeof *lr.row_node);
-            lr.vrow = malloc((size_t)rl_ngram_vocab_size(j->lm->ngram) * sizeof *lr.vrow);
-            ok = ok && lr.rows && lr.node_row && lr.row_node && lr.vrow;
+            if (j->lm->ngram) {
+                lr.vrow = malloc((size_t)rl_ngram_vocab_size(j->lm->ngram) * sizeof *lr.vrow);
+                ok = ok && lr.vrow;
+            }
+            ok = ok && lr.rows && lr.node_row && lr.row_node;
         }
     }
+    rl_status st = ok ? RL_OK : RL_ENOMEM;
     if (ok) {
         memset(tr.slots, 0xff, n_slots * sizeof(int32_t));
         tr.parent[0] = -1;
@@ -259,7 +307,7 @@ static bool decode_one(beam_job *j, int64_t b) {
         node_beam[0] = -1;
         kept[0] = (cand){.node = 0, .c = -1, .pb = 0, .pnb = -INFINITY};
         if (j->lm) {
-            rl_ngram_begin(j->lm->ngram, &lr.state[0]);
+            if (j->lm->ngram) rl_ngram_begin(j->lm->ngram, &lr.state[0]);
             lr.part[0] = 0;
             if (lr.wext) {
                 lr.word_start[0] = 0;
@@ -271,13 +319,12 @@ static bool decode_one(beam_job *j, int64_t b) {
             }
         }
         int64_t nk = 1;
-        for (int64_t t = 0; t < T; t++) {
+        for (int64_t t = 0; t < T && st == RL_OK; t++) {
             const double *row = j->logp + (t * j->B + b) * V;
             /* slot i V + c: kept prefix i extended by c; i V + blank: prefix i itself */
-            for (int64_t i = 0; i < nk; i++) {
+            if (lr.rows && (st = lm_rows(&lr, &tr, kept, nk, j->blank)) != RL_OK) break;
+            for (int64_t i = 0; i < nk; i++)
                 node_beam[kept[i].node] = (int32_t)i;
-                if (lr.rows) lm_row(&lr, kept[i].node, j->blank);
-            }
             for (int64_t s = 0; s < nk * V; s++)
                 redirect[s] = -1;
             for (int64_t i = 0; i < nk; i++) {
@@ -362,14 +409,20 @@ static bool decode_one(beam_job *j, int64_t b) {
         }
         /* with an LM, the end of the sentence decides among the kept prefixes */
         int64_t best = 0;
-        if (j->lm) {
+        if (j->lm && st == RL_OK && !j->lm->ngram) st = lm_rows(&lr, &tr, kept, nk, j->blank);
+        if (j->lm && st == RL_OK) {
             const rl_ctc_lm *lm = j->lm;
             for (int64_t i = 0; i < nk; i++) {
                 int32_t n = kept[i].node;
-                rl_ngram_state st = lr.state[n];
                 double e = 0;
-                if (lr.wext) e = word_end(&lr, &tr, n, &st);
-                e = e + lm->weight * rl_ngram_score(lm->ngram, &st, rl_ngram_eos(lm->ngram), NULL);
+                if (lm->ngram) {
+                    rl_ngram_state hist = lr.state[n];
+                    if (lr.wext) e = word_end(&lr, &tr, n, &hist);
+                    e = e + lm->weight *
+                                rl_ngram_score(lm->ngram, &hist, rl_ngram_eos(lm->ngram), NULL);
+                } else {
+                    e = e + lm->weight * lr.eos[n];
+                }
                 kept[i].score = lse(kept[i].pb, kept[i].pnb) + lr.part[n] + e;
                 if (i > 0 && by_score(&kept[i], &kept[best], &tr) < 0) best = i;
             }
@@ -403,7 +456,14 @@ static bool decode_one(beam_job *j, int64_t b) {
     free(lr.node_row);
     free(lr.row_node);
     free(lr.vrow);
-    return ok;
+    free(lr.nstate);
+    free(lr.eos);
+    free(lr.from);
+    free(lr.tok);
+    free(lr.to);
+    free(lr.wait);
+    free(lr.logp);
+    return st;
 }
 
 static void *beam_worker(void *arg) {
@@ -411,7 +471,11 @@ static void *beam_worker(void *arg) {
     for (;;) {
         long b = atomic_fetch_add(&j->next, 1);
         if (b >= j->B) break;
-        if (!decode_one(j, b)) atomic_store(&j->failed, 1);
+        rl_status st = decode_one(j, b);
+        if (st != RL_OK) {
+            atomic_store(&j->failed, st == RL_ENOMEM ? 1 : 2);
+            if (st != RL_ENOMEM) break; /* a neural LM runs on the caller's thread only */
+        }
     }
     return NULL;
 }
@@ -464,6 +528,7 @@ rl_status rl_ctc_beam_search_cpu(int64_t T, int64_t B, int64_t V, const double *
     atomic_store(&j.next, 0);
     atomic_store(&j.failed, 0);
     if (threads > B) threads = (int)B;
+    if (lm && !lm->ngram) threads = 1; /* its step calls back into the caller */
     if (threads > 64) threads = 64;
     pthread_t th[64];
     int started = 0;
@@ -474,6 +539,7 @@ rl_status rl_ctc_beam_search_cpu(int64_t T, int64_t B, int64_t V, const double *
     beam_worker(&j);
     for (int i = 1; i <= started; i++)
         pthread_join(th[i], NULL);
+    if (atomic_load(&j.failed) == 2) return RL_EARG;
     if (atomic_load(&j.failed))
         return rl_error(RL_ENOMEM,
                         "rl.ctc_decode: out of memory for the beam search (beam %lld, "

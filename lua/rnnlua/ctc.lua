@@ -17,7 +17,8 @@
 --     lm = {file =, weight =, bonus =, labels =, word_boundary =}: shallow fusion of an n-gram
 --     LM (lua/rnnlua/lm.lua): prefixes rank by log p_ctc + weight log p_lm + bonus per LM
 --     token, and the end of the sentence is scored before the best is chosen; it always runs
---     the prefix beam search (beam 1 included).
+--     the prefix beam search (beam 1 included). lm = {model = a char LM checkpoint, ...}: a
+--     neural LM, run once per frame over the beam's new prefixes (on one thread).
 local M = {}
 local rl
 local util = require("rnnlua.util")
@@ -68,6 +69,10 @@ function M.ctc_decode(logits, lengths, opts)
     end
   end
   local lm = opts.lm ~= nil and lmod.resolve(opts.lm, V, blank, "rl.ctc_decode") or nil
+  if lm and lm.neural then
+    lm = {step = lmod.ctc_step(lm, V, blank), token = lm.neural.class, weight = lm.weight,
+      bonus = lm.bonus}
+  end
   local out = {}
   if beam == 1 and not lm then
     local am = logits:argmax(3):totable() -- (T, B), 1-based

@@ -39,9 +39,9 @@ end
 -- The checked option table lm (of `who`) for V classes with `blank` (the class that is no LM
 -- token: CTC's blank, an attention search's end label): {ngram =, file =, weight =, bonus =,
 -- labels = {V strings}, boundary = 0-based class or nil, token = {V 0-based word ids}
--- (char-level), text = labels}; with allow_model, lm.model (a neural LM checkpoint) gives
+-- (char-level), text = labels}; lm.model (a neural LM checkpoint) gives
 -- {neural = {net =, layer =, key =, class = {V LM classes}, eos_class =}, ...} instead.
-function M.resolve(lm, V, blank, who, allow_model)
+function M.resolve(lm, V, blank, who)
   local function fail(fmt, ...)
     error(string.format("%s: lm: " .. fmt, who, ...), 0)
   end
@@ -52,10 +52,6 @@ function M.resolve(lm, V, blank, who, allow_model)
     end
   end
   if lm.model ~= nil then
-    if not allow_model then
-      fail("model (a neural LM) is fused in the attention beam search (rl.search); %s takes an "
-        .. "ARPA n-gram model, file =", who)
-    end
     if lm.file ~= nil then fail("give file (an ARPA n-gram model) or model (a neural LM), not both") end
     if type(lm.model) ~= "string" then fail("model must be a checkpoint path, got %s", type(lm.model)) end
     if lm.word_boundary ~= nil then fail("word_boundary applies to a word n-gram model (file =)") end
@@ -165,6 +161,65 @@ function M.neural(path, layer, labels, skip, who)
   end
   return {net = e.model.net, layer = e.model.layer, key = e.key, class = class,
     eos_class = e.index["\n"]}
+end
+
+-- The step function of a neural LM (M.resolve's r.neural) for the CTC prefix search
+-- (rl_ctc_lm.step in kernels/ctc.h) of V classes with blank `blank`: step(from, token) runs the
+-- LM one character for every history at once (from[i]: a state id this function gave out, or
+-- -1 for the start of a sentence, fed "\n"; token[i]: the LM class to feed) and returns the new
+-- histories' state ids and an (n, V + 1) float64 tensor of log p of each class and of "\n" (the
+-- end of the sentence) after them. Every state it makes is kept (a bank of each carried layer's
+-- rows), since the search may extend any prefix it ever kept; the bank lives as long as the
+-- function, one rl.ctc_decode call.
+function M.ctc_step(r, V, blank)
+  local nl = r.neural
+  local net = nl.net
+  local cols = {}
+  for c = 0, V - 1 do cols[c + 1] = (c == blank and nl.eos_class or nl.class[c + 1]) + 1 end
+  cols[V + 1] = nl.eos_class + 1
+  local colidx = rl.tensor(cols, "int32")
+  local bank, count = {}, 0
+  return function(from, token)
+    local n = #from
+    local inputs, sf, idx, any = {}, {}, {}, false
+    for i = 1, n do
+      if from[i] < 0 then
+        inputs[i], sf[i], idx[i] = nl.eos_class, 0, 1
+      else
+        inputs[i], sf[i], idx[i], any = token[i], i, from[i] + 1, true
+      end
+    end
+    if any then
+      local ix, states = rl.tensor(idx, "int32"), {}
+      for k, b in ipairs(bank) do
+        states[k] = {h = b.h:index_select(1, ix), c = b.c and b.c:index_select(1, ix)}
+      end
+      net:set_carried_state(states, n)
+    end
+    net:forward({[nl.key] = rl.tensor(inputs, "int32"):view(1, n),
+      lengths = rl.full({n}, 1, "int32"), state_from = sf}, {train = false})
+    local y = net:layer(nl.layer).output:select(1, 1)
+    local lp = y:double():clamp(1e-30, 1):log():index_select(2, colidx):contiguous()
+    for k, st in ipairs(net:carried_state()) do
+      local b = bank[k]
+      if not b or b.h:size(1) < count + n then
+        local cap = math.max(64, 2 * (count + n))
+        local nb = {h = rl.zeros({cap, st.h:size(2)}, st.h:dtype())}
+        if st.c then nb.c = rl.zeros({cap, st.c:size(2)}, st.c:dtype()) end
+        if b and count > 0 then
+          nb.h:narrow(1, 1, count):copy_(b.h:narrow(1, 1, count))
+          if nb.c then nb.c:narrow(1, 1, count):copy_(b.c:narrow(1, 1, count)) end
+        end
+        bank[k], b = nb, nb
+      end
+      b.h:narrow(1, count + 1, n):copy_(st.h)
+      if st.c then b.c:narrow(1, count + 1, n):copy_(st.c) end
+    end
+    local ids = {}
+    for i = 1, n do ids[i] = count + i - 1 end
+    count = count + n
+    return ids, lp
+  end
 end
 
 -- A scorer for a label-synchronous search (the attention beam search, lua/rnnlua/rec.lua) of V

@@ -1220,7 +1220,7 @@ function Rec:search(inputs, geom, opts)
   local lim = self:limits(geom, opts.max_seq_len or self.max_seq_len)
   local B = geom:size(1)
   -- shallow fusion: the ranking score adds the LM's weight log p + bonus of each label
-  local scorer = opts.lm ~= nil and lmod.scorer(lmod.resolve(opts.lm, V, eos, where, true), V, eos)
+  local scorer = opts.lm ~= nil and lmod.scorer(lmod.resolve(opts.lm, V, eos, where), V, eos)
   local BK = B * K
   local S = 0
   for _, n in ipairs(lim) do S = math.max(S, n) end

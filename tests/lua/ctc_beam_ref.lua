@@ -6,7 +6,9 @@
 --   ref.decode(logits, lengths, blank, beam [, lm]) -> {{labels...}, ...}
 -- lm: shallow fusion of an n-gram LM read by ref.read_arpa (a plain Lua reader, independent of
 -- the C one): {model = ref.read_arpa(path), weight =, bonus =, labels = {V strings},
--- boundary = 0-based word-boundary label or nil (char-level)}, the same ranking as the C search
+-- boundary = 0-based word-boundary label or nil (char-level)}, or of any LM given as
+-- {score = function(hist, w) -> ln p(w | hist), hist .. w; start = the first history, ...}
+-- (w = "</s>": the end of the sentence), the same ranking as the C search
 -- (kernels/cpu/ctc_beam.c): log p_ctc + the prefix's LM part, the end of the sentence added
 -- after the last frame.
 local M = {}
@@ -79,16 +81,21 @@ local function log_softmax_table(x)
   return (z - ls):totable()
 end
 
+local function score(lm, hist, w)
+  if lm.score then return lm.score(hist, w) end
+  return M.lm_score(lm.model, hist, w)
+end
+
 -- The LM fields of prefix e + label c made from prefix p (lm: the LM part; hist: the history;
 -- word: the pending word of a word LM)
 local function lm_extend(lm, p, c)
   if not lm.boundary then
-    local s, hist = M.lm_score(lm.model, p.hist, lm.labels[c + 1])
+    local s, hist = score(lm, p.hist, lm.labels[c + 1])
     return p.lm + (lm.weight * s + lm.bonus), hist, nil
   end
   if c ~= lm.boundary then return p.lm + 0, p.hist, p.word .. lm.labels[c + 1] end
   if p.word == "" then return p.lm + 0, p.hist, "" end
-  local s, hist = M.lm_score(lm.model, p.hist, p.word)
+  local s, hist = score(lm, p.hist, p.word)
   return p.lm + (lm.weight * s + lm.bonus), hist, ""
 end
 
@@ -97,17 +104,17 @@ local function lm_end(lm, p)
   local e, hist = 0, p.hist
   if lm.boundary and p.word ~= "" then
     local s
-    s, hist = M.lm_score(lm.model, p.hist, p.word)
+    s, hist = score(lm, p.hist, p.word)
     e = lm.weight * s + lm.bonus
   end
-  return e + lm.weight * M.lm_score(lm.model, hist, "</s>")
+  return e + lm.weight * score(lm, hist, "</s>")
 end
 
 local function beam_search(lp, b, T, V, blank, beam, lm)
   -- a prefix: {labels = {...}, key = "l1,l2,", pb = log P(ends in blank), pnb = (in a label),
   -- lm, hist, word: its LM part, LM history and pending word}
   local beams = {{labels = {}, key = "", pb = 0, pnb = NEG, lm = 0,
-    hist = lm and lm.model.order > 1 and {"<s>"} or {}, word = ""}}
+    hist = lm and (lm.start or lm.model.order > 1 and {"<s>"}) or {}, word = ""}}
   for t = 1, T do
     local row = lp[t][b]
     local nxt, order = {}, {}

@@ -193,10 +193,54 @@ end, "lm: give file (an ARPA n-gram model) or model (a neural LM), not both")
 expect_error("lm: n-gram vocabulary does not cover the labels", function()
   run({file = CHAR, weight = 1, labels = {"</e>", "a", "b", "x", "c"}})
 end, "does not cover the labels: label 3 ('x') is not in it")
-expect_error("ctc_decode takes no neural LM", function()
-  rl.ctc_decode(rl.zeros(2, 1, 3), rl.tensor({2}, "int32"), {beam = 2,
-    lm = {model = path("charlm.h5"), weight = 1}})
-end, "rl.ctc_decode: lm: model (a neural LM) is fused in the attention beam search")
+test("neural char LM in CTC prefix beam search equals the Lua reference search", function()
+  -- the reference scores each extension by running the LM afresh over "\n" .. the prefix
+  local ref = dofile("tests/lua/ctc_beam_ref.lua")
+  local net = rl.network({emb = LMNET.emb, l1 = LMNET.l1,
+    output = {class = "softmax", from = "l1", is_output_layer = true, n_out = 5}}, LMEXT,
+    {dtype = "float64"})
+  rl.checkpoint.load_params(rl.load_checkpoint(path("charlm.h5")), net)
+  local function score(hist, w)
+    local ids = {index["\n"]}
+    for _, c in ipairs(hist) do ids[#ids + 1] = index[c] end
+    net:forward({data = rl.tensor(ids, "int32"):view(#ids, 1),
+      lengths = rl.tensor({#ids}, "int32")}, {train = false})
+    local p = net:layer("output").output[#ids][1][index[w == "</s>" and "\n" or w] + 1]
+    local h = table.move(hist, 1, #hist, 1, {})
+    h[#h + 1] = w
+    return math.log(math.max(p, 1e-30)), h
+  end
+  local labels = {"a", "b", "c", "|", "-"} -- blank 4
+  local n, changed = 0, 0
+  for seed = 1, 4 do
+    rl.manual_seed(seed)
+    local T = 5 + seed
+    local xl = rl.randn(T, 2, 5) * 2
+    local lens = rl.tensor({T, T - 2}, "int32")
+    for _, wb in ipairs({{0.7, 0.3}, {2.0, 0}}) do
+      for _, beam in ipairs({2, 5}) do
+        local got = rl.ctc_decode(xl, lens, {blank = 4, beam = beam, lm = {model = path("charlm.h5"),
+          weight = wb[1], bonus = wb[2], labels = labels}})
+        local want = ref.decode(xl, lens, 4, beam, {score = score, start = {}, weight = wb[1],
+          bonus = wb[2], labels = labels})
+        local plain = rl.ctc_decode(xl, lens, {blank = 4, beam = beam})
+        for s = 1, 2 do
+          if table.concat(got[s], ",") ~= table.concat(plain[s], ",") then changed = changed + 1 end
+          check(table.concat(got[s], ",") == table.concat(want[s], ","), string.format(
+            "seed %d weight %g beam %d sequence %d: C %s, Lua %s", seed, wb[1], beam, s,
+            table.concat(got[s], ","), table.concat(want[s], ",")))
+          n = n + 1
+        end
+      end
+    end
+  end
+  check(n == 32)
+  check(changed >= 4, "the LM changed the labels of only " .. changed .. " of 32 sequences")
+end)
+expect_error("neural LM: a word boundary is refused", function()
+  rl.ctc_decode(rl.zeros(2, 1, 5), rl.tensor({2}, "int32"), {blank = 4, beam = 2,
+    lm = {model = path("charlm.h5"), weight = 1, labels = {"a", "b", "c", "|", "-"}, word_boundary = "|"}})
+end, "rl.ctc_decode: lm: word_boundary applies to a word n-gram model (file =)")
 
 H.rm_rf(tmp)
 H.done()
