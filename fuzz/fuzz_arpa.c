@@ -33,8 +33,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             rl_ngram_state out;
             double p = rl_ngram_score(lm, &s, w, &out);
             if (!isfinite(p) || out.n < 0 || out.n > rl_ngram_order(lm) - 1) {
-                fprintf(stderr, "FUZZ INVARIANT: word %d after %d: log p %g, history %d\n",
-                        (int)w, (int)h, p, (int)out.n);
+                fprintf(stderr, "FUZZ INVARIANT: word %d after %d: log p %g, history %d\n", (int)w,
+                        (int)h, p, (int)out.n);
                 abort();
             }
         }

@@ -95,8 +95,8 @@ typedef struct rl_ctc_lm {
      * token[i]; it writes the new histories' state ids to to[i] and their log p of each label
      * then of the end of the sentence to logp[i (V + 1) ...]. Returns RL_OK or an error (message
      * set). The search calls it once per frame with the new prefixes of the beam. */
-    rl_status (*step)(void *ctx, int64_t n, const int32_t *from, const int32_t *token,
-                      int32_t *to, double *logp);
+    rl_status (*step)(void *ctx, int64_t n, const int32_t *from, const int32_t *token, int32_t *to,
+                      double *logp);
     void *ctx;
 } rl_ctc_lm;
 

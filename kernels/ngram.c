@@ -205,8 +205,8 @@ static bool index_followers(rl_ngram *lm) {
 typedef struct {
     const char *text, *name;
     size_t len, pos;
-    int64_t line;              /* of the line last read, 1-based */
-    const char *cur;           /* that line, without its end of line and trailing blanks */
+    int64_t line;    /* of the line last read, 1-based */
+    const char *cur; /* that line, without its end of line and trailing blanks */
     size_t cur_len;
 } reader;
 
@@ -232,7 +232,8 @@ static bool line_is(const reader *r, const char *s) {
     return r->cur_len == strlen(s) && memcmp(r->cur, s, r->cur_len) == 0;
 }
 
-static rl_status bad_at(const reader *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static rl_status bad_at(const reader *r, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
 static rl_status bad_at(const reader *r, const char *fmt, ...) {
     char msg[512];
     va_list ap;
@@ -259,7 +260,8 @@ static const char *context_text(const rl_ngram *lm, const int32_t *w, int32_t n,
     size_t k = 0;
     buf[0] = '\0';
     for (int32_t i = 0; i < n && k + 1 < cap; i++)
-        k += (size_t)snprintf(buf + k, cap - k, "%s%s", i ? " " : "", lm->chars + lm->word_off[w[i]]);
+        k += (size_t)snprintf(buf + k, cap - k, "%s%s", i ? " " : "",
+                              lm->chars + lm->word_off[w[i]]);
     return buf;
 }
 
@@ -325,13 +327,14 @@ static rl_status read_section(rl_ngram *lm, reader *r, int n) {
     for (int64_t k = 0; k < lm->count[n]; k++) {
         do {
             if (!next_line(r))
-                return bad_at(r, "the file ends inside the %d-grams: %lld of the %lld announced "
+                return bad_at(r,
+                              "the file ends inside the %d-grams: %lld of the %lld announced "
                               "(truncated?)",
-                           n, (long long)k, (long long)lm->count[n]);
+                              n, (long long)k, (long long)lm->count[n]);
         } while (r->cur_len == 0);
         if (r->cur[0] == '\\')
-            return bad_at(r, "'%s' after %lld %d-grams; the header announced %lld", shown(r, buf, 40),
-                       (long long)k, n, (long long)lm->count[n]);
+            return bad_at(r, "'%s' after %lld %d-grams; the header announced %lld",
+                          shown(r, buf, 40), (long long)k, n, (long long)lm->count[n]);
         /* fields: prob, n words, optional back-off */
         const char *f[RL_NGRAM_MAX_ORDER + 3];
         size_t fl[RL_NGRAM_MAX_ORDER + 3];
@@ -355,30 +358,30 @@ static rl_status read_section(rl_ngram *lm, reader *r, int n) {
         bool has_bow = nf == n + 2;
         if (nf < n + 1 || nf > n + 2 || (has_bow && n == lm->order))
             return bad_at(r, "a %d-gram line holds a log10 probability, %d words%s; got '%s'", n, n,
-                       n < lm->order ? " and an optional log10 back-off" : "",
-                       shown(r, buf, 60));
+                          n < lm->order ? " and an optional log10 back-off" : "",
+                          shown(r, buf, 60));
         double p, b = 0;
         if (!parse_number(f[0], fl[0], &p))
             return bad_at(r, "the log10 probability '%.*s' is not a finite number",
-                       (int)(fl[0] < 40 ? fl[0] : 40), f[0]);
+                          (int)(fl[0] < 40 ? fl[0] : 40), f[0]);
         if (p > 0)
             return bad_at(r, "the log10 probability %g is above 0 (a probability above 1)", p);
         if (has_bow && !parse_number(f[n + 1], fl[n + 1], &b))
             return bad_at(r, "the log10 back-off '%.*s' is not a finite number",
-                       (int)(fl[n + 1] < 40 ? fl[n + 1] : 40), f[n + 1]);
+                          (int)(fl[n + 1] < 40 ? fl[n + 1] : 40), f[n + 1]);
         int32_t w[RL_NGRAM_MAX_ORDER];
         for (int q = 0; q < n; q++) {
             if (n == 1) {
                 if (rl_ngram_word(lm, f[1], fl[1]) >= 0)
                     return bad_at(r, "the word '%.*s' is listed twice among the 1-grams",
-                               (int)(fl[1] < 40 ? fl[1] : 40), f[1]);
+                                  (int)(fl[1] < 40 ? fl[1] : 40), f[1]);
                 w[0] = add_word(lm, f[1], fl[1]);
                 if (w[0] < 0) return bad_at(r, "more text than the file holds (internal)");
             } else {
                 w[q] = rl_ngram_word(lm, f[q + 1], fl[q + 1]);
                 if (w[q] < 0)
                     return bad_at(r, "the word '%.*s' of this %d-gram is not among the 1-grams",
-                               (int)(fl[q + 1] < 40 ? fl[q + 1] : 40), f[q + 1], n);
+                                  (int)(fl[q + 1] < 40 ? fl[q + 1] : 40), f[q + 1], n);
             }
         }
         if (n > 1 && !find(lm, w, n - 1))
@@ -414,18 +417,20 @@ static rl_status parse(rl_ngram *lm, reader *r) {
         if (m != r->cur_len || sscanf(line, "ngram %d = %lld %c", &n, &c, &tail) != 2 ||
             !strchr(line, '='))
             return bad_at(r, "expected 'ngram N=COUNT' in the \\data\\ header, got '%s'",
-                       shown(r, buf, 60));
+                          shown(r, buf, 60));
         if (n != lm->order + 1)
             return bad_at(r, "'ngram %d=' where 'ngram %d=' was expected (orders go 1, 2, ...)", n,
-                       lm->order + 1);
+                          lm->order + 1);
         if (n > RL_NGRAM_MAX_ORDER)
             return bad_at(r, "order %d is above the %d this reader takes", n, RL_NGRAM_MAX_ORDER);
         if (c < 0 || (n == 1 && c == 0))
-            return bad_at(r, "ngram %d=%lld: a count must be %s", n, c, n == 1 ? "positive" : ">= 0");
+            return bad_at(r, "ngram %d=%lld: a count must be %s", n, c,
+                          n == 1 ? "positive" : ">= 0");
         /* each n-gram line takes at least 2 bytes a word and 2 for the number */
         if ((uint64_t)c > (uint64_t)r->len / (uint64_t)(2 * n + 2))
-            return bad_at(r, "ngram %d=%lld announces more n-grams than the file's %zu bytes can hold",
-                       n, c, r->len);
+            return bad_at(r,
+                          "ngram %d=%lld announces more n-grams than the file's %zu bytes can hold",
+                          n, c, r->len);
         lm->order = n;
         lm->count[n] = c;
         total += c;
@@ -449,8 +454,7 @@ static rl_status parse(rl_ngram *lm, reader *r) {
     lm->mask = es - 1;
     lm->slots = malloc(es * sizeof *lm->slots);
     if (!lm->chars || !lm->word_off || !lm->word_slots || !lm->entries || !lm->ids || !lm->slots)
-        return rl_error(RL_ENOMEM, "%s: out of memory for %lld n-grams", r->name,
-                        (long long)total);
+        return rl_error(RL_ENOMEM, "%s: out of memory for %lld n-grams", r->name, (long long)total);
     memset(lm->word_slots, 0xff, ws * sizeof *lm->word_slots);
     memset(lm->slots, 0xff, es * sizeof *lm->slots);
     for (int n = 1; n <= lm->order; n++) {
@@ -476,9 +480,9 @@ static rl_status parse(rl_ngram *lm, reader *r) {
     if (!line_is(r, "\\end\\")) {
         if (r->cur[0] != '\\')
             return bad_at(r, "more %d-grams than the header's ngram %d=%lld", lm->order, lm->order,
-                       (long long)lm->count[lm->order]);
+                          (long long)lm->count[lm->order]);
         return bad_at(r, "expected '\\end\\' after the %d-grams, got '%s'", lm->order,
-                   shown(r, buf, 60));
+                      shown(r, buf, 60));
     }
     if (!index_followers(lm)) return rl_error(RL_ENOMEM, "%s: out of memory", r->name);
     lm->bos = rl_ngram_word(lm, "<s>", 3);

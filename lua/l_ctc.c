@@ -223,7 +223,8 @@ static int ngram_row(lua_State *L) {
     lua_Integer len = luaL_len(L, 2), keep = rl_ngram_order(lm) - 1;
     for (lua_Integer k = len - keep + 1 > 1 ? len - keep + 1 : 1; k <= len; k++) {
         int32_t id = word_at(L, lm, 2, k);
-        if (id < 0) return luaL_error(L, "n-gram row: history word %d is not in the vocabulary", (int)k);
+        if (id < 0)
+            return luaL_error(L, "n-gram row: history word %d is not in the vocabulary", (int)k);
         st.w[st.n++] = id;
     }
     int32_t n = rl_ngram_vocab_size(lm);
@@ -332,7 +333,8 @@ static void lm_arg(lua_State *L, int i, int64_t V, rl_ctc_lm *lm, step_ctx *sc) 
     lm->boundary = lua_isnil(L, -1) ? -1 : (int32_t)luaL_checkinteger(L, -1);
     lua_pop(L, 3);
     if (!lm->ngram && lm->boundary >= 0) luaL_error(L, "%s: a neural LM is character-level", who);
-    if (lm->boundary >= V) luaL_error(L, "%s: boundary label %d outside 0..%d", who, (int)lm->boundary, (int)V - 1);
+    if (lm->boundary >= V)
+        luaL_error(L, "%s: boundary label %d outside 0..%d", who, (int)lm->boundary, (int)V - 1);
     if (lm->boundary < 0) {
         int32_t *tok = lua_newuserdatauv(L, (size_t)V * sizeof *tok, 0);
         lua_getfield(L, i, "token");

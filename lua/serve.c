@@ -440,8 +440,7 @@ static job *parse_job(const server *S, int route, const char *body, size_t len, 
     json_object_foreach(doc, key, v) {
         bool known = strcmp(key, "data") == 0 || strcmp(key, "batch") == 0 ||
                      (S->images && strcmp(key, "size") == 0) ||
-                     (route == R_DECODE &&
-                      (strcmp(key, "beam") == 0 || strcmp(key, "lm") == 0));
+                     (route == R_DECODE && (strcmp(key, "beam") == 0 || strcmp(key, "lm") == 0));
         if (!known) {
             bad(e, 400, "unknown key '%s' (known: data, batch%s%s)", key, S->images ? ", size" : "",
                 route == R_DECODE ? ", beam, lm" : "");
@@ -1029,8 +1028,8 @@ static int run_lua_file(server *S) {
     return st == LUA_OK ? lua_pcall(S->L, 0, 0, 0) : st;
 }
 
-/* rnnlua.serve.load(path, layer, max_values, lm) under pcall: the model on the stack (LUA_OK), or an
- * error message. */
+/* rnnlua.serve.load(path, layer, max_values, lm) under pcall: the model on the stack (LUA_OK), or
+ * an error message. */
 static int load_model(server *S) {
     lua_State *L = S->L;
     lua_getglobal(L, "require");
@@ -1333,8 +1332,8 @@ static char *forward_batch(server *S, const part *p, int n, bool *raised) {
     return NULL;
 }
 
-/* Runs parts p[0..n) (decode jobs of one beam width and LM setting) through m:decode: one list of labels per
- * sequence, kept in its job's extra. */
+/* Runs parts p[0..n) (decode jobs of one beam width and LM setting) through m:decode: one list of
+ * labels per sequence, kept in its job's extra. */
 static char *decode_batch(server *S, const part *p, int n, bool *raised) {
     lua_State *L = S->L;
     int top = lua_gettop(L);
@@ -1659,8 +1658,8 @@ static void serve_usage(FILE *f) {
         "  --lua FILE             a Lua file to run before the model loads: the\n"
         "                         rl.layers.register calls of the model's Lua layer classes\n"
         "  --lm FILE              an ARPA n-gram LM that POST /v1/decode fuses when a request\n"
-        "                         says {\"lm\": {\"weight\": w, \"bonus\": b}}; its tokens are the\n"
-        "                         target's labels in the checkpoint (else the class numbers)\n"
+        "                         says {\"lm\": {\"weight\": w, \"bonus\": b}}; its tokens:\n"
+        "                         the checkpoint's target labels (else the class numbers)\n"
         "  --lm-word-boundary L   the label that ends words: a word-level LM [char-level]\n"
         "  --threads N            HTTP threads (parsing JSON, writing answers) [2]\n"
         "  --blas-threads N       OpenBLAS threads of the model thread [1]: the HTTP threads\n"

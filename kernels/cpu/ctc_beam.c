@@ -371,8 +371,8 @@ static rl_status decode_one(beam_job *j, int64_t b) {
                 cand cs = cands[s];
                 cs.score = lse(cs.pb, cs.pnb);
                 if (j->lm)
-                    cs.score += cs.c < 0 ? lr.part[cs.node]
-                                         : lr.part[cs.node] + lm_ext(&lr, cs.node, cs.c);
+                    cs.score +=
+                        cs.c < 0 ? lr.part[cs.node] : lr.part[cs.node] + lm_ext(&lr, cs.node, cs.c);
                 if (nt == beam && by_score(&cs, &top[nt - 1], &tr) >= 0) continue;
                 int64_t at = nt < beam ? nt++ : nt - 1;
                 while (at > 0 && by_score(&cs, &top[at - 1], &tr) < 0) {
