@@ -79,7 +79,9 @@ if cfg.lm then
     local v = cfg["lm_" .. k]
     if v then
       lm[k] = tonumber(v)
-      if not lm[k] then error(string.format("forward: lm_%s must be a number, got '%s'", k, v), 0) end
+      if not lm[k] then
+        error(string.format("forward: lm_%s must be a number, got '%s'", k, v), 0)
+      end
     end
   end
   lm.word_boundary = cfg.lm_word_boundary or lm.word_boundary

@@ -116,7 +116,8 @@ local r, history, train_time = dofile("recipes/sub_epochs.lua").run("htr_lines",
 local function char_lm()
   if opt.lm == 0 then return nil end
   if math.type(opt.lm) ~= "integer" or opt.lm < 1 then
-    error(string.format("htr_lines: lm= wants an order >= 1 (0: no LM), got %s", tostring(opt.lm)), 0)
+    error(string.format("htr_lines: lm= wants an order >= 1 (0: no LM), got %s",
+      tostring(opt.lm)), 0)
   end
   local lines = D.lines(sizes.seed or 1)
   local first = sizes.n_test + sizes.n_dev + 1 -- the test/font and dev texts come first

@@ -70,7 +70,7 @@ function M.ctc_decode(logits, lengths, opts)
   end
   local lm = opts.lm ~= nil and lmod.resolve(opts.lm, V, blank, "rl.ctc_decode") or nil
   if lm and lm.neural then
-    lm = {step = lmod.ctc_step(lm, V, blank), token = lm.neural.class, weight = lm.weight,
+    lm = {step = lmod.neural_step(lm, V, blank), token = lm.neural.class, weight = lm.weight,
       bonus = lm.bonus}
   end
   local out = {}

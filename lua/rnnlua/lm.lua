@@ -45,23 +45,33 @@ function M.resolve(lm, V, blank, who)
   local function fail(fmt, ...)
     error(string.format("%s: lm: " .. fmt, who, ...), 0)
   end
-  if type(lm) ~= "table" then fail("must be a table {file =, weight =, bonus =}, got %s", type(lm)) end
+  if type(lm) ~= "table" then
+    fail("must be a table {file =, weight =, bonus =}, got %s", type(lm))
+  end
   for k in pairs(lm) do
     if not KEYS[k] then
       fail("unknown key '%s' (known: %s)", tostring(k), table.concat(util.sorted_keys(KEYS), ", "))
     end
   end
   if lm.model ~= nil then
-    if lm.file ~= nil then fail("give file (an ARPA n-gram model) or model (a neural LM), not both") end
-    if type(lm.model) ~= "string" then fail("model must be a checkpoint path, got %s", type(lm.model)) end
-    if lm.word_boundary ~= nil then fail("word_boundary applies to a word n-gram model (file =)") end
+    if lm.file ~= nil then
+      fail("give file (an ARPA n-gram model) or model (a neural LM), not both")
+    end
+    if type(lm.model) ~= "string" then
+      fail("model must be a checkpoint path, got %s", type(lm.model))
+    end
+    if lm.word_boundary ~= nil then
+      fail("word_boundary applies to a word n-gram model (file =)")
+    end
   elseif type(lm.file) ~= "string" then
     fail("file (an ARPA n-gram model) must be a path, got %s", type(lm.file))
   end
   if lm.layer ~= nil and (lm.model == nil or type(lm.layer) ~= "string") then
     fail("layer (the softmax of a neural LM) applies with model = and is a layer name")
   end
-  if not finite(lm.weight) then fail("weight must be a finite number, got %s", tostring(lm.weight)) end
+  if not finite(lm.weight) then
+    fail("weight must be a finite number, got %s", tostring(lm.weight))
+  end
   if lm.bonus ~= nil and not finite(lm.bonus) then
     fail("bonus must be a finite number, got %s", tostring(lm.bonus))
   end
@@ -151,7 +161,9 @@ function M.neural(path, layer, labels, skip, who)
   local class, missing = {}, {}
   for c = 0, #labels - 1 do
     local k = e.index[labels[c + 1]]
-    if c ~= skip and k == nil then missing[#missing + 1] = string.format("%d ('%s')", c, labels[c + 1]) end
+    if c ~= skip and k == nil then
+      missing[#missing + 1] = string.format("%d ('%s')", c, labels[c + 1])
+    end
     class[c + 1] = k or 0
   end
   if #missing > 0 then
@@ -163,15 +175,16 @@ function M.neural(path, layer, labels, skip, who)
     eos_class = e.index["\n"]}
 end
 
--- The step function of a neural LM (M.resolve's r.neural) for the CTC prefix search
--- (rl_ctc_lm.step in kernels/ctc.h) of V classes with blank `blank`: step(from, token) runs the
+-- The step function of a neural LM (M.resolve's r.neural) for a search over V classes, `blank`
+-- the one that is no character (CTC's blank, an attention search's end label); the CTC prefix
+-- search calls it as rl_ctc_lm.step (kernels/ctc.h), M.scorer each step: step(from, token) runs the
 -- LM one character for every history at once (from[i]: a state id this function gave out, or
 -- -1 for the start of a sentence, fed "\n"; token[i]: the LM class to feed) and returns the new
 -- histories' state ids and an (n, V + 1) float64 tensor of log p of each class and of "\n" (the
 -- end of the sentence) after them. Every state it makes is kept (a bank of each carried layer's
 -- rows), since the search may extend any prefix it ever kept; the bank lives as long as the
 -- function, one rl.ctc_decode call.
-function M.ctc_step(r, V, blank)
+function M.neural_step(r, V, blank)
   local nl = r.neural
   local net = nl.net
   local cols = {}
@@ -224,47 +237,40 @@ end
 
 -- A scorer for a label-synchronous search (the attention beam search, lua/rnnlua/rec.lua) of V
 -- labels with end label eos, from a resolved lm (M.resolve). Per hypothesis it keeps the LM's
--- state; ext(states) gives, per hypothesis, what each label adds to its score (weight log p +
--- bonus; the end label: the pending word of a word LM, then weight log p(</s>), no bonus);
--- advance(states, origin, lab, done) gives the states of the next step's hypotheses (origin:
--- the 1-based hypothesis each extends; lab: 0-based labels; done: finished hypotheses, whose
--- state no longer matters). A neural LM runs once per step over all hypotheses at once, each
--- row continuing from its origin's carried state.
+-- state (a neural LM's: a state id of M.neural_step); ext(states) gives, per hypothesis, what
+-- each label adds to its score (weight log p + bonus; the end label: the pending word of a word
+-- LM, then weight log p(</s>), no bonus); advance(states, origin, lab, done) gives the states of
+-- the next step's hypotheses (origin: the 1-based hypothesis each extends; lab: 0-based labels;
+-- done: finished hypotheses, whose state no longer matters). A neural LM runs once per step over
+-- all hypotheses at once, each row continuing from the carried state of the hypothesis it
+-- extends.
 function M.scorer(r, V, eos)
   local S = {}
   local w, bonus = r.weight, r.bonus
   if r.neural then
-    local nl = r.neural
-    local net = nl.net
-    local function run(inputs, from)
-      local n = #inputs
-      local batch = {[nl.key] = rl.tensor(inputs, "int32"):view(1, n),
-        lengths = rl.full({n}, 1, "int32"), state_from = from}
-      net:forward(batch, {train = false})
-      return net:layer(nl.layer).output:select(1, 1):double():clamp(1e-30, 1):log():totable()
-    end
+    local nl, step = r.neural, M.neural_step(r, V, eos)
+    local function state(ids, lp) return {ids = ids, logp = lp:totable()} end
     function S.init(n)
-      local inputs, from = {}, {}
-      for i = 1, n do inputs[i], from[i] = nl.eos_class, 0 end
-      return {logp = run(inputs, from)}
+      local from, token = {}, {}
+      for i = 1, n do from[i], token[i] = -1, 0 end
+      return state(step(from, token))
     end
     function S.ext(st)
       local out = {}
       for i, row in ipairs(st.logp) do
         local e = {}
-        for v = 0, V - 1 do
-          e[v + 1] = v == eos and w * row[nl.eos_class + 1] or w * row[nl.class[v + 1] + 1] + bonus
-        end
+        for v = 0, V - 1 do e[v + 1] = v == eos and w * row[V + 1] or w * row[v + 1] + bonus end
         out[i] = e
       end
       return out
     end
-    function S.advance(_, origin, lab, done)
-      local inputs = {}
+    function S.advance(st, origin, lab, done)
+      local from, token = {}, {}
       for i = 1, #origin do
-        inputs[i] = (done[i] or lab[i] == eos) and nl.eos_class or nl.class[lab[i] + 1]
+        from[i] = st.ids[origin[i]]
+        token[i] = (done[i] or lab[i] == eos) and nl.eos_class or nl.class[lab[i] + 1]
       end
-      return {logp = run(inputs, origin)}
+      return state(step(from, token))
     end
     return S
   end
@@ -344,7 +350,9 @@ function M.estimate(opts)
   if math.type(order) ~= "integer" or order < 1 or order > 16 then
     fail("order must be an integer in 1..16, got %s", tostring(order))
   end
-  if type(sents) ~= "table" or #sents == 0 then fail("sentences must be a non-empty list of token lists") end
+  if type(sents) ~= "table" or #sents == 0 then
+    fail("sentences must be a non-empty list of token lists")
+  end
   if type(opts.output) ~= "string" then fail("output must be a path") end
   -- counts[n][key]: n-grams (key: tokens joined by " "), followers[n][history] = {c =, t =}
   local counts, hist = {}, {}
@@ -388,10 +396,13 @@ function M.estimate(opts)
   -- p[n][key]: the interpolated probability of each listed n-gram
   local p = {}
   counts[1]["<unk>"] = counts[1]["<unk>"] or 0
-  if opts.vocab ~= nil and type(opts.vocab) ~= "table" then fail("vocab must be a list of tokens") end
+  if opts.vocab ~= nil and type(opts.vocab) ~= "table" then
+    fail("vocab must be a list of tokens")
+  end
   for k, tk in ipairs(opts.vocab or {}) do
     if type(tk) ~= "string" or tk == "" or tk:find("%s") or tk == "<s>" then
-      fail("vocab[%d]: %s is not a token", k, type(tk) == "string" and string.format("%q", tk) or type(tk))
+      fail("vocab[%d]: %s is not a token", k,
+        type(tk) == "string" and string.format("%q", tk) or type(tk))
     end
     counts[1][tk] = counts[1][tk] or 0
   end
