@@ -1,8 +1,8 @@
 /* libFuzzer target: the ARPA n-gram reader (kernels/ngram.c) on arbitrary bytes. A bad file must
  * come back as an error (RL_EARG with a "name:line: ..." message), never a crash, a sanitizer
- * finding or a hang; a file it accepts must score every word after every 1-gram history and
- * at the start of a sentence to a finite log-probability no higher than 0 plus the largest
- * back-off (an abort otherwise). Seeds: fuzz/corpus/arpa. */
+ * finding or a hang; a file it accepts must score every word after every 1-gram history and at
+ * the start of a sentence to a finite log-probability, and a whole row (rl_ngram_row) must give
+ * the same numbers bit for bit (an abort otherwise). Seeds: fuzz/corpus/arpa. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -25,10 +25,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
     int32_t nw = rl_ngram_vocab_size(lm);
     int32_t lim = nw < 64 ? nw : 64; /* bounded work per input */
+    double *row = malloc((size_t)nw * sizeof *row);
+    if (!row) abort();
     for (int32_t h = -1; h < lim; h++) {
         rl_ngram_state s;
         rl_ngram_begin(lm, &s);
         if (h >= 0) rl_ngram_score(lm, &s, h, &s);
+        rl_ngram_row(lm, &s, row);
         for (int32_t w = -1; w < lim; w++) {
             rl_ngram_state out;
             double p = rl_ngram_score(lm, &s, w, &out);
@@ -37,8 +40,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                         (int)h, p, (int)out.n);
                 abort();
             }
+            if (w >= 0 && row[w] != p) {
+                fprintf(stderr, "FUZZ INVARIANT: word %d after %d: row %.17g, score %.17g\n",
+                        (int)w, (int)h, row[w], p);
+                abort();
+            }
         }
     }
+    free(row);
     rl_ngram_free(lm);
     return 0;
 }
