@@ -294,6 +294,56 @@ expect_error("rl.ngram_estimate: order 0", function()
   rl.ngram_estimate{sentences = {{"a"}}, order = 0, output = "x"}
 end, "rl.ngram_estimate: order must be an integer in 1..16")
 
+test("rl.ctc_score and rl.forward take lm (the target's labels from extern_data)", function()
+  local d = H.tmpdir()
+  rl.manual_seed(9)
+  local ext = {data = {dim = 5}, classes = {dim = 3, sparse = true, labels = {"a", "b", "c"}}}
+  local net = rl.network({fw = {class = "lstm", n_out = 8},
+    output = {class = "softmax", from = "fw", loss = "ctc", target = "classes"}}, ext)
+  local seqs = {}
+  for i = 1, 5 do
+    seqs[i] = {tag = "s" .. i, data = rl.randn(6 + i, 5) * 3, classes = rl.tensor({0, 1, 0}, "int32")}
+  end
+  rl.dataset_write(d .. "/dev.h5", seqs, {extern_data = ext})
+  local lm = {file = CHAR, weight = 2, bonus = 0.5}
+  local ds = rl.dataset{class = "hdf", files = {d .. "/dev.h5"}}
+  local r = rl.ctc_score(net, ds, {beam = 4, lm = lm})
+  -- the same decode by hand: the blank is class 3, the labels a b c
+  local s = rl.scorer()
+  ds:init_epoch(1)
+  local changed = false
+  for batch in rl.batches(ds, {batch_size = 1000, max_seqs = 8}) do
+    net:forward(batch, {train = false})
+    local out = net:layer("output")
+    local lp = out.output:double():log()
+    local hyp = rl.ctc_decode(lp, out.geometry, {blank = 3, beam = 4, lm = {file = CHAR,
+      weight = 2, bonus = 0.5, labels = {"a", "b", "c", "<blank>"}}})
+    local plain = rl.ctc_decode(lp, out.geometry, {blank = 3, beam = 4})
+    local refs, lens = batch.classes:totable(), batch.lengths_classes:totable()
+    for b, h in ipairs(hyp) do
+      local ref = {}
+      for i = 1, lens[b] do ref[i] = refs[i][b] end
+      s:add(h, ref)
+      changed = changed or table.concat(h, ",") ~= table.concat(plain[b], ",")
+    end
+  end
+  check(changed, "the LM changed no labels")
+  check(r.errors == s:result().errors, string.format("ctc_score %d errors, by hand %d", r.errors,
+    s:result().errors))
+  rl.save_checkpoint(d .. "/ctc.h5", {net = net, epoch = 1})
+  rl.forward{model = d .. "/ctc.h5", data = {class = "hdf", files = {d .. "/dev.h5"}},
+    output_file = d .. "/dec.h5", decode = "ctc", beam = 4, lm = lm, log_verbosity = 0}
+  local f = rl.h5file(d .. "/dec.h5", "r")
+  local n = f:read("inputs"):size(1)
+  f:close()
+  check(n > 0, "rl.forward wrote labels")
+  local ok, err = pcall(rl.forward, {model = d .. "/ctc.h5", data = {class = "hdf",
+    files = {d .. "/dev.h5"}}, output_file = d .. "/x.h5", lm = lm, log_verbosity = 0})
+  check(not ok and tostring(err):find("rl.forward: lm applies to decode = \"ctc\" only", 1, true),
+    "lm without decode: " .. tostring(err))
+  H.rm_rf(d)
+end)
+
 -- bad options: errors naming the option or the file
 local x0, l0 = rl.zeros(3, 1, 4), rl.tensor({3}, "int32")
 local function dec(lm) return rl.ctc_decode(x0, l0, {blank = 3, beam = 2, lm = lm}) end
