@@ -1,7 +1,7 @@
 -- CTC prefix beam search with a character n-gram LM (beam 8): rl.ctc_decode{lm = ...} (C,
 -- kernels/cpu/ctc_beam.c) against flashlight-text's LexiconFreeDecoder with KenLM, the decoder
 -- torchaudio's ctc_decoder wraps, built with torchaudio's defaults (bench/flashlight_ctc.py;
--- torchaudio itself cannot be installed next to bench/torch_env.sh's torch, see
+-- torchaudio itself does not import next to bench/torch_env.sh's torch, see
 -- bench/flashlight_env.sh), on the same log-probabilities with the same ARPA file, beam and LM
 -- weight; and against rl.ctc_decode's beam search without an LM.
 --

@@ -3,9 +3,9 @@
 # models.decoder.ctc_decoder calls) for bench/ctc_lm.lua, in a virtual environment under the
 # build directory (ignored by git), and prints the path of its python on the last line.
 #   bash bench/flashlight_env.sh [BUILD_DIR]      (default: build)
-# torchaudio itself is not used: its newest release on PyPI (2.11.0) requires torch 2.11.0 and
-# bench/torch_env.sh pins torch 2.15.0, so the two cannot share an environment; the decoder is
-# the same C++ code either way (torchaudio's ctc_decoder is a thin wrapper that builds the same
+# torchaudio itself is not used: its newest release on PyPI (2.11.0) installs next to
+# bench/torch_env.sh's torch 2.15.0 but refuses to import (torch and torchaudio built for CUDA 13.2
+# and 13.0); the decoder is the same C++ code either way (torchaudio's ctc_decoder is a thin wrapper that builds the same
 # LexiconFreeDecoder with the same options). Pinned version; idempotent.
 # Exit status 1 (with a message on stderr) when PyPI cannot be reached or the import fails.
 set -euo pipefail
