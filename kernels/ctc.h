@@ -76,9 +76,34 @@ int64_t rl_edit_distance(const int32_t *a, int64_t na, const int32_t *b, int64_t
  * over `threads` threads (the caller's plus threads - 1). Errors (rl.ctc_decode named): RL_EARG
  * for a bad beam/blank, a length outside 0..T or a NaN in a valid frame (naming the sequence
  * and frame), RL_ENOMEM. */
+/* Shallow fusion of an n-gram LM (kernels/ngram.h) into the search: a prefix ranks by
+ *   log p_ctc(prefix) + weight * log p_lm(tokens) + bonus * (number of LM tokens),
+ * and after the last frame the end of the sentence (</s>, and a pending word) is added before the
+ * best is chosen. Char-level (boundary < 0): every emitted label c is the LM word token[c].
+ * Word-level (boundary = the word-boundary label): the labels between two boundaries, their
+ * text[] joined, are one LM word (outside the vocabulary: <unk>), scored when the boundary is
+ * emitted and at the end; the boundary itself and an empty word are not scored. */
+typedef struct rl_ctc_lm {
+    const struct rl_ngram *ngram; /* NULL: a neural LM, through step */
+    double weight, bonus;
+    const int32_t *token;    /* (V) char-level: each label's LM word id (the blank's unused) */
+    int32_t boundary;        /* word-level: the boundary label; -1: char-level */
+    const char *const *text; /* (V) word-level: each label's text */
+    /* A neural char LM (ngram NULL, char-level, one thread): step(ctx, n, from, token, to, logp)
+     * runs the LM one token for n histories at once: history from[i] (a state id the caller
+     * gave out before; -1: the start of a sentence, token[i] unused) extended by LM token
+     * token[i]; it writes the new histories' state ids to to[i] and their log p of each label
+     * then of the end of the sentence to logp[i (V + 1) ...]. Returns RL_OK or an error (message
+     * set). The search calls it once per frame with the new prefixes of the beam. */
+    rl_status (*step)(void *ctx, int64_t n, const int32_t *from, const int32_t *token, int32_t *to,
+                      double *logp);
+    void *ctx;
+} rl_ctc_lm;
+
+/* lm: NULL for none. */
 rl_status rl_ctc_beam_search_cpu(int64_t T, int64_t B, int64_t V, const double *logp,
-                                 const int32_t *lengths, int32_t blank, int64_t beam, int32_t *out,
-                                 int64_t *out_len, int threads);
+                                 const int32_t *lengths, int32_t blank, int64_t beam,
+                                 const rl_ctc_lm *lm, int32_t *out, int64_t *out_len, int threads);
 
 #ifdef __cplusplus
 }

@@ -53,7 +53,7 @@
 #define JSON_TYPE "application/json"
 
 typedef struct {
-    const char *model_path, *listen, *layer, *lua_file;
+    const char *model_path, *listen, *layer, *lua_file, *lm_file, *lm_word_boundary;
     int port, threads, blas_threads, max_connections, timeout_s, max_beam;
     int64_t max_batch_frames, max_frames, max_queue_frames;
     double max_wait_ms, drain_s;
@@ -72,6 +72,8 @@ typedef struct job {
     double t_queued;
     bool single; /* {"data": ...} (answered as one object), not {"batch": [...]} */
     int beam;
+    bool lm;                    /* decode: fuse the server's --lm */
+    double lm_weight, lm_bonus; /* its weight and bonus */
     int64_t nseq, frames;
     int64_t maxT, maxH, maxW; /* the longest sequence; the largest height and width */
     int64_t *T, *H, *W, *off;
@@ -382,6 +384,45 @@ static bool fill_seq(const server *S, json_t *seq, const char *where, float *x, 
     return true;
 }
 
+/* The "lm" of a decode body: {"weight": w, "bonus": b, "file": the server's --lm} (bonus 0 and
+ * file by default); false with *e set. A client names no file of its own: the server fuses only
+ * the LM it loaded and checked at start-up. */
+static bool parse_lm(const server *S, json_t *jl, double *weight, double *bonus, perr *e) {
+    if (S->o.lm_file == NULL) {
+        bad(e, 422, "\"lm\": this server has no language model (start it with --lm FILE)");
+        return false;
+    }
+    if (!json_is_object(jl)) {
+        bad(e, 400, "\"lm\" must be an object {\"weight\": w, \"bonus\": b}");
+        return false;
+    }
+    const char *key;
+    json_t *v;
+    json_object_foreach(jl, key, v) {
+        if (strcmp(key, "weight") != 0 && strcmp(key, "bonus") != 0 && strcmp(key, "file") != 0) {
+            bad(e, 400, "\"lm\": unknown key '%s' (known: weight, bonus, file)", key);
+            return false;
+        }
+    }
+    json_t *jw = json_object_get(jl, "weight"), *jb = json_object_get(jl, "bonus");
+    json_t *jf = json_object_get(jl, "file");
+    if (!json_is_number(jw) || !isfinite(json_number_value(jw))) {
+        bad(e, 422, "\"lm\": \"weight\" must be a finite number");
+        return false;
+    }
+    if (jb != NULL && (!json_is_number(jb) || !isfinite(json_number_value(jb)))) {
+        bad(e, 422, "\"lm\": \"bonus\" must be a finite number");
+        return false;
+    }
+    if (jf != NULL && (!json_is_string(jf) || strcmp(json_string_value(jf), S->o.lm_file) != 0)) {
+        bad(e, 422, "\"lm\": \"file\" must be the server's language model (--lm), or left out");
+        return false;
+    }
+    *weight = json_number_value(jw);
+    *bonus = jb ? json_number_value(jb) : 0;
+    return true;
+}
+
 /* The job for a forward or decode body, or NULL with *e set. */
 static job *parse_job(const server *S, int route, const char *body, size_t len, perr *e) {
     json_error_t jerr;
@@ -400,10 +441,10 @@ static job *parse_job(const server *S, int route, const char *body, size_t len, 
     json_object_foreach(doc, key, v) {
         bool known = strcmp(key, "data") == 0 || strcmp(key, "batch") == 0 ||
                      (S->images && strcmp(key, "size") == 0) ||
-                     (route == R_DECODE && strcmp(key, "beam") == 0);
+                     (route == R_DECODE && (strcmp(key, "beam") == 0 || strcmp(key, "lm") == 0));
         if (!known) {
             bad(e, 400, "unknown key '%s' (known: data, batch%s%s)", key, S->images ? ", size" : "",
-                route == R_DECODE ? ", beam" : "");
+                route == R_DECODE ? ", beam, lm" : "");
             goto out;
         }
     }
@@ -433,6 +474,11 @@ static job *parse_job(const server *S, int route, const char *body, size_t len, 
         }
         beam = (int)json_integer_value(jb);
     }
+    bool lm = false;
+    double lm_weight = 0, lm_bonus = 0;
+    json_t *jl = json_object_get(doc, "lm");
+    if (jl != NULL && !parse_lm(S, jl, &lm_weight, &lm_bonus, e)) goto out;
+    lm = jl != NULL;
     int64_t n = single ? 1 : (int64_t)json_array_size(batch);
     j = calloc(1, sizeof *j);
     if (j == NULL || !job_alloc_seqs(j, n)) {
@@ -442,6 +488,9 @@ static job *parse_job(const server *S, int route, const char *body, size_t len, 
     j->kind = route == R_DECODE ? JOB_DECODE : JOB_FORWARD;
     j->single = single;
     j->beam = beam;
+    j->lm = lm;
+    j->lm_weight = lm_weight;
+    j->lm_bonus = lm_bonus;
     char where[64], pfx[64];
     int64_t total = 0, maxT = 0;
     for (int64_t s = 0; s < n; s++) {
@@ -980,8 +1029,8 @@ static int run_lua_file(server *S) {
     return st == LUA_OK ? lua_pcall(S->L, 0, 0, 0) : st;
 }
 
-/* rnnlua.serve.load(path, layer, max_values) under pcall: the model on the stack (LUA_OK), or an
- * error message. */
+/* rnnlua.serve.load(path, layer, max_values, lm) under pcall: the model on the stack (LUA_OK), or
+ * an error message. */
 static int load_model(server *S) {
     lua_State *L = S->L;
     lua_getglobal(L, "require");
@@ -993,7 +1042,18 @@ static int load_model(server *S) {
     lua_pushstring(L, S->o.model_path);
     lua_pushstring(L, S->o.layer);
     lua_pushinteger(L, (lua_Integer)(S->o.max_body / 2));
-    st = lua_pcall(L, 3, 1, 0);
+    if (S->o.lm_file) {
+        lua_createtable(L, 0, 2);
+        lua_pushstring(L, S->o.lm_file);
+        lua_setfield(L, -2, "file");
+        if (S->o.lm_word_boundary) {
+            lua_pushstring(L, S->o.lm_word_boundary);
+            lua_setfield(L, -2, "word_boundary");
+        }
+    } else {
+        lua_pushnil(L);
+    }
+    st = lua_pcall(L, 4, 1, 0);
     /* rnnlua.forward's load_model names its caller, "rnnlua serve: ", which the log line and
      * the reload answer already say ("rnnlua serve: rnnlua serve: no layer 'x' ...") */
     static const char who[] = "rnnlua serve: ";
@@ -1273,15 +1333,24 @@ static char *forward_batch(server *S, const part *p, int n, bool *raised) {
     return NULL;
 }
 
-/* Runs parts p[0..n) (decode jobs of one beam width) through m:decode: one list of labels per
- * sequence, kept in its job's extra. */
+/* Runs parts p[0..n) (decode jobs of one beam width and LM setting) through m:decode: one list of
+ * labels per sequence, kept in its job's extra. */
 static char *decode_batch(server *S, const part *p, int n, bool *raised) {
     lua_State *L = S->L;
     int top = lua_gettop(L);
     char *err = push_batch(S, p, n, "decode");
     if (err) return err;
     lua_pushinteger(L, p[0].j->beam);
-    err = call_model(S, top, 4, 1, raised);
+    if (p[0].j->lm) {
+        lua_createtable(L, 0, 2);
+        lua_pushnumber(L, p[0].j->lm_weight);
+        lua_setfield(L, -2, "weight");
+        lua_pushnumber(L, p[0].j->lm_bonus);
+        lua_setfield(L, -2, "bonus");
+    } else {
+        lua_pushnil(L);
+    }
+    err = call_model(S, top, 5, 1, raised);
     if (err) return err;
     lua_Integer b = 1;
     for (int i = 0; i < n && !err; i++) {
@@ -1323,6 +1392,12 @@ static int64_t batch_cost(const server *S, int64_t B, int64_t T, int64_t H, int6
     return S->images ? B * H * W : B * T;
 }
 
+/* Whether jobs a and b can share one decode batch (one beam width, one LM setting). */
+static bool same_decode(const job *a, const job *b) {
+    return a->beam == b->beam && a->lm == b->lm &&
+           (!a->lm || (a->lm_weight == b->lm_weight && a->lm_bonus == b->lm_bonus));
+}
+
 /* Waits for work and takes the next batch from the queue into jobs (at most cap); returns the
  * number taken, 0 when a SIGHUP reload was done instead, -1 when it is time to exit. */
 static int take_batch(server *S, job **jobs, int cap) {
@@ -1349,7 +1424,7 @@ static int take_batch(server *S, job **jobs, int cap) {
             int64_t B = 0, T = 0, H = 0, W = 0;
             bool full = false;
             for (job *j = S->head; j && !full; j = j->next) {
-                if (j->kind != first->kind || j->beam != first->beam) {
+                if (j->kind != first->kind || !same_decode(j, first)) {
                     full = true;
                     break;
                 }
@@ -1376,7 +1451,7 @@ static int take_batch(server *S, job **jobs, int cap) {
     while (S->head && n < cap) {
         job *j = S->head;
         if (n > 0) {
-            if (j->kind != first->kind || j->beam != first->beam || first->kind == JOB_RELOAD)
+            if (j->kind != first->kind || !same_decode(j, first) || first->kind == JOB_RELOAD)
                 break;
             int64_t nB = B + j->nseq, nT = j->maxT > T ? j->maxT : T;
             int64_t nH = j->maxH > H ? j->maxH : H, nW = j->maxW > W ? j->maxW : W;
@@ -1583,6 +1658,10 @@ static void serve_usage(FILE *f) {
         "  --layer NAME           the layer whose activations are served [output]\n"
         "  --lua FILE             a Lua file to run before the model loads: the\n"
         "                         rl.layers.register calls of the model's Lua layer classes\n"
+        "  --lm FILE              an ARPA n-gram LM that POST /v1/decode fuses when a request\n"
+        "                         says {\"lm\": {\"weight\": w, \"bonus\": b}}; its tokens:\n"
+        "                         the checkpoint's target labels (else the class numbers)\n"
+        "  --lm-word-boundary L   the label that ends words: a word-level LM [char-level]\n"
         "  --threads N            HTTP threads (parsing JSON, writing answers) [2]\n"
         "  --blas-threads N       OpenBLAS threads of the model thread [1]: the HTTP threads\n"
         "                         need the other cores, and idle OpenBLAS threads spin\n"
@@ -1648,6 +1727,8 @@ static int parse_options(int argc, char **argv, serve_opts *o) {
         {"--listen", 0, 0, 0, offsetof(serve_opts, listen)},
         {"--layer", 0, 0, 0, offsetof(serve_opts, layer)},
         {"--lua", 0, 0, 0, offsetof(serve_opts, lua_file)},
+        {"--lm-word-boundary", 0, 0, 0, offsetof(serve_opts, lm_word_boundary)},
+        {"--lm", 0, 0, 0, offsetof(serve_opts, lm_file)},
         {"--port", 0, 65535, 1, offsetof(serve_opts, port)},
         {"--threads", 1, 256, 1, offsetof(serve_opts, threads)},
         {"--blas-threads", 1, 256, 1, offsetof(serve_opts, blas_threads)},

@@ -16,19 +16,23 @@
 -- decode=ctc beam=N  CTC decoding of a softmax trained with loss = "ctc" (rl.forward)
 -- search=true beam=N eos=N max_seq_len=N|EXPR length_norm=true nbest=true|N attention=NAME
 --          beam search (rl.search, lua/rnnlua/search.lua)
+-- lm=FILE lm_weight=W [lm_bonus=B] [lm_word_boundary=LABEL]  shallow fusion of a language model
+--          (docs/ctc.md): FILE an ARPA n-gram model (decode=ctc or search=true) or a char LM
+--          checkpoint *.h5 (search=true); or lm='{file = "lm.arpa", weight = 0.5, ...}' whole
 -- lua=     a Lua file to run first: the rl.layers.register calls of the model's Lua layer
 --          classes (a checkpoint holds only their names, never their code)
 local usage = "usage: rnnlua recipes/forward.lua model=CHECKPOINT data=FILES|'{dataset config}' "
   .. "[layer=output] output=FILE [batch_size=N] [max_seqs=N] [decode=ctc] [beam=N] "
   .. "[search=true [eos=N] [max_seq_len=N|EXPR] [length_norm=true] [nbest=true|N] "
-  .. "[attention=NAME]] [lua=FILE]"
+  .. "[attention=NAME]] [lm=FILE|'{...}' lm_weight=W [lm_bonus=B] [lm_word_boundary=L]] [lua=FILE]"
 
 local cfg = {}
 local names = {model = "model", data = "data", layer = "layer", output = "output_file",
                output_file = "output_file", batch_size = "batch_size", max_seqs = "max_seqs",
                decode = "decode", beam = "beam", search = "search", eos = "eos",
                max_seq_len = "max_seq_len", length_norm = "length_norm", nbest = "nbest",
-               attention = "attention", lua = "lua"}
+               attention = "attention", lua = "lua", lm = "lm", lm_weight = "lm_weight",
+               lm_bonus = "lm_bonus", lm_word_boundary = "lm_word_boundary"}
 for i = 1, #arg do
   local k, v = arg[i]:match("^([%w_]+)=(.*)$")
   if not k or not names[k] then
@@ -64,6 +68,28 @@ for _, k in ipairs({"search", "length_norm", "nbest"}) do
   end
 end
 if cfg.max_seq_len then cfg.max_seq_len = tonumber(cfg.max_seq_len) or cfg.max_seq_len end
+if cfg.lm then
+  local lm = cfg.lm
+  if lm:match("^%s*{") then
+    lm = rl.checkpoint.deserialize(lm, "lm")
+  else
+    lm = lm:match("%.h5$") and {model = lm} or {file = lm}
+  end
+  for _, k in ipairs({"weight", "bonus"}) do
+    local v = cfg["lm_" .. k]
+    if v then
+      lm[k] = tonumber(v)
+      if not lm[k] then
+        error(string.format("forward: lm_%s must be a number, got '%s'", k, v), 0)
+      end
+    end
+  end
+  lm.word_boundary = cfg.lm_word_boundary or lm.word_boundary
+  cfg.lm = lm
+elseif cfg.lm_weight or cfg.lm_bonus or cfg.lm_word_boundary then
+  error("forward: lm_weight, lm_bonus and lm_word_boundary need lm=\n" .. usage, 0)
+end
+cfg.lm_weight, cfg.lm_bonus, cfg.lm_word_boundary = nil, nil, nil
 if cfg.data:match("^%s*{") then
   cfg.data = rl.checkpoint.deserialize(cfg.data, "data")
 else

@@ -25,9 +25,18 @@
 -- recipes/htr_lines_data.lua; dev, test and the held-out font are not augmented); the dev label
 -- error rate is the engine's, after each sub-epoch. Training stops at the first sub-epoch end
 -- after which another would overrun `minutes` (or after `epochs`); then the last model is
--- scored on the test lines and on the held-out font with best-path decoding:
---   test CER X%               (edit distance / reference characters over the 1000 test lines)
---   held-out font CER Y%      (the same texts in the held-out font)
+-- scored on the test lines and on the held-out font with best-path decoding, and with prefix
+-- beam search (beam 8) fused with a character n-gram LM:
+--   test CER X% (with LM Y%)            (edit distance / reference characters, 1000 test lines)
+--   held-out font CER X% (with LM Y%)   (the same texts in the held-out font)
+--
+-- The LM (lm= order, default 5; lm=0: none): an interpolated Witten-Bell character n-gram
+-- (rl.ngram_estimate, ARPA, written once to out/htr_lines/data/lm<order>.arpa) of the corpus
+-- lines after the first n_test + n_dev of recipes/htr_lines_data.lua's seeded order: the test
+-- texts (which are also the held-out font's texts) and the dev texts are those first lines, so
+-- the LM never saw a test, held-out-font or dev line; it did see the training lines and the
+-- rest of the Bible's lines that are not rendered. Spaces are the token <sp>. Its weight and
+-- insertion bonus are chosen on the dev lines (a grid of weights x bonuses, lowest dev CER).
 --
 -- Measured (2 cores, quiet; docs/recipes.md): 15 sub-epochs in the 21-minute budget
 -- (minutes=21): test CER 4.11%, held-out font CER 20.88%.
@@ -35,7 +44,7 @@ local t_start = rl.clock()
 local D = dofile("recipes/htr_lines_data.lua")
 
 local opt = {out = "out/htr_lines", minutes = 30, epochs = 1000, score = "", from = "",
-  augment = 1}
+  augment = 1, lm = 5}
 for _, a in ipairs(arg) do
   local k, v = a:match("^(%a+)=(.*)$")
   if a == "smoke" then
@@ -44,13 +53,13 @@ for _, a in ipairs(arg) do
     opt[k] = tonumber(v) or v
   elseif k then
     error(string.format("htr_lines: unknown option '%s' (minutes=, epochs=, out=, score=, from=, "
-      .. "augment=, smoke)", k), 0)
+      .. "augment=, lm=, smoke)", k), 0)
   end
 end
 if opt.smoke and opt.from == "" then opt.epochs = 1 end
 
-local info = D.prepare(opt.out .. "/data", opt.smoke and D.SMOKE or
-  {n_train = 16000, n_dev = 300, n_test = 1000})
+local sizes = opt.smoke and D.SMOKE or {n_train = 16000, n_dev = 300, n_test = 1000}
+local info = D.prepare(opt.out .. "/data", sizes)
 local n_labels = #info.labels
 
 local network
@@ -107,13 +116,94 @@ local config = {
 -- the CPU), so that training can stop on the clock between sub-epochs.
 local r, history, train_time = dofile("recipes/sub_epochs.lua").run("htr_lines", config, arg, opt)
 
--- Character error rate of a file with best-path decoding.
-local function cer(net, file)
-  return rl.ctc_score(net, rl.dataset{class = "hdf", files = {file}},
-    {batch_size = config.batch_size, max_seqs = config.max_seqs}).label_error_rate
+-- The character LM's ARPA file (made once per order and corpus size), or nil for lm=0.
+local function char_lm()
+  if opt.lm == 0 then return nil end
+  if math.type(opt.lm) ~= "integer" or opt.lm < 1 then
+    error(string.format("htr_lines: lm= wants an order >= 1 (0: no LM), got %s",
+      tostring(opt.lm)), 0)
+  end
+  local lines = D.lines(sizes.seed or 1)
+  local first = sizes.n_test + sizes.n_dev + 1 -- the test/font and dev texts come first
+  local last = opt.smoke and math.min(#lines, first + 2999) or #lines
+  local path = string.format("%s/data/lm%d-%d-%d.arpa", opt.out, opt.lm, first, last)
+  local f = io.open(path, "r")
+  if f then
+    f:close()
+    return path
+  end
+  local t0, sents = rl.clock(), {}
+  for i = first, last do
+    local t = {}
+    for c in lines[i]:gmatch(".") do t[#t + 1] = c == " " and "<sp>" or c end
+    sents[#sents + 1] = t
+  end
+  local vocab = {}
+  for i, c in ipairs(info.labels) do vocab[i] = c == " " and "<sp>" or c end
+  local r = rl.ngram_estimate{sentences = sents, order = opt.lm, output = path .. ".tmp",
+    vocab = vocab} -- every character the network can read, seen in the text or not
+  assert(os.rename(path .. ".tmp", path))
+  print(string.format("htr_lines: character %d-gram LM of %d lines (%s n-grams) -> %s (%.1f s)",
+    opt.lm, #sents, table.concat(r.counts, "/"), path, rl.clock() - t0))
+  return path
 end
 
-local test_cer, font_cer = cer(r.net, info.test), cer(r.net, info.font)
+-- The network's output on every line of a file, run once: {{logp =, lengths =, refs =}, ...}
+-- (logp (T, B, V) log-probabilities, refs the target label lists).
+local function outputs(net, file)
+  local ds = rl.dataset{class = "hdf", files = {file}}
+  ds:init_epoch(1)
+  local all = {}
+  for batch in rl.batches(ds, {batch_size = config.batch_size, max_seqs = config.max_seqs}) do
+    net:forward(batch, {train = false})
+    local out = net:layer("output")
+    local refs, lens = batch.classes:totable(), batch.lengths_classes:totable()
+    local r = {}
+    for b = 1, #lens do
+      r[b] = {}
+      for i = 1, lens[b] do r[b][i] = refs[i][b] end
+    end
+    all[#all + 1] = {logp = out.output:double():log(), lengths = out.geometry:clone(), refs = r}
+  end
+  return all
+end
+
+-- The character error rate of outputs decoded with rl.ctc_decode options opts (the blank is
+-- the last class, so the labels need no renumbering).
+local function cer(outs, opts)
+  local s = rl.scorer()
+  for _, o in ipairs(outs) do
+    for b, h in ipairs(rl.ctc_decode(o.logp, o.lengths, opts)) do s:add(h, o.refs[b]) end
+  end
+  return s:result().label_error_rate
+end
+
+local lm_file = char_lm()
+local lm_labels = {}
+for i, c in ipairs(info.labels) do lm_labels[i] = c == " " and "<sp>" or c end
+lm_labels[n_labels + 1] = "<blank>"
+local best_path = {blank = n_labels}
+local test_out, font_out = outputs(r.net, info.test), outputs(r.net, info.font)
+local test_cer, font_cer = cer(test_out, best_path), cer(font_out, best_path)
+local lm_opts, dev_note
+if lm_file then
+  -- the LM's weight and bonus: the lowest dev CER of a small grid (ties: the first)
+  local dev_out, best = outputs(r.net, info.dev), nil
+  for _, w in ipairs({0.3, 0.5, 0.8, 1.2}) do
+    for _, bonus in ipairs({0, 0.5, 1.5, 3}) do
+      local o = {blank = n_labels, beam = 8, lm = {file = lm_file, weight = w, bonus = bonus,
+        labels = lm_labels}}
+      local e = cer(dev_out, o)
+      if not best or e < best.e then best = {e = e, opts = o} end
+    end
+  end
+  lm_opts = best.opts
+  dev_note = string.format("LM weight %.1f, bonus %.1f (dev CER %.2f%% with LM, %.2f%% best path)",
+    lm_opts.lm.weight, lm_opts.lm.bonus, 100 * best.e, 100 * cer(dev_out, best_path))
+end
+local function with_lm(outs)
+  return lm_opts and string.format(" (with LM %.2f%%)", 100 * cer(outs, lm_opts)) or ""
+end
 print()
 if opt.score ~= "" then
   print(string.format("htr_lines: scored %s (%d parameters)", opt.score, r.net:num_params()))
@@ -122,5 +212,7 @@ else
     .. "all; last dev label error rate %.2f%%", #history, r.net:num_params(), train_time / 60,
     (rl.clock() - t_start) / 60, 100 * history[#history].dev_error))
 end
-print(string.format("test CER %.2f%%", 100 * test_cer))
-print(string.format("held-out font CER %.2f%% (%s)", 100 * font_cer, info.held_out_font))
+if dev_note then print("htr_lines: " .. dev_note) end
+print(string.format("test CER %.2f%%%s", 100 * test_cer, with_lm(test_out)))
+print(string.format("held-out font CER %.2f%%%s (%s)", 100 * font_cer, with_lm(font_out),
+  info.held_out_font))

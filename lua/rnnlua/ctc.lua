@@ -14,9 +14,15 @@
 --     `beam` most probable prefixes are kept (ties broken by the prefix, so the result is
 --     deterministic). It returns the most probable labelling among those it kept, which
 --     often beats the best path (the most probable labelling sums over many paths).
+--     lm = {file =, weight =, bonus =, labels =, word_boundary =}: shallow fusion of an n-gram
+--     LM (lua/rnnlua/lm.lua): prefixes rank by log p_ctc + weight log p_lm + bonus per LM
+--     token, and the end of the sentence is scored before the best is chosen; it always runs
+--     the prefix beam search (beam 1 included). lm = {model = a char LM checkpoint, ...}: a
+--     neural LM, run once per frame over the beam's new prefixes (on one thread).
 local M = {}
 local rl
 local util = require("rnnlua.util")
+local lmod = require("rnnlua.lm")
 
 local function fail(fmt, ...)
   error("rl.ctc_decode: " .. string.format(fmt, ...), 0)
@@ -45,7 +51,9 @@ function M.ctc_decode(logits, lengths, opts)
   end
   opts = opts or {}
   for k in pairs(opts) do
-    if k ~= "blank" and k ~= "beam" then fail("unknown option '%s' (blank, beam)", tostring(k)) end
+    if k ~= "blank" and k ~= "beam" and k ~= "lm" then
+      fail("unknown option '%s' (blank, beam, lm)", tostring(k))
+    end
   end
   local blank, beam = opts.blank or V - 1, opts.beam or 1
   if math.type(blank) ~= "integer" or blank < 0 or blank >= V then
@@ -60,8 +68,13 @@ function M.ctc_decode(logits, lengths, opts)
       fail("sequence %d: length %d is outside 0..%d (T)", b, lens[b], T)
     end
   end
+  local lm = opts.lm ~= nil and lmod.resolve(opts.lm, V, blank, "rl.ctc_decode") or nil
+  if lm and lm.neural then
+    lm = {step = lmod.neural_step(lm, V, blank), token = lm.neural.class, weight = lm.weight,
+      bonus = lm.bonus}
+  end
   local out = {}
-  if beam == 1 then
+  if beam == 1 and not lm then
     local am = logits:argmax(3):totable() -- (T, B), 1-based
     for b = 1, B do
       local labels, prev = {}, nil
@@ -76,7 +89,7 @@ function M.ctc_decode(logits, lengths, opts)
   end
   -- the C search's errors carry the position of this call inside the library: dropped
   local ok, res = pcall(rl._ctc_beam_search, log_softmax(logits),
-    (lengths:device() == "cpu" and lengths or lengths:cpu()):contiguous(), blank, beam)
+    (lengths:device() == "cpu" and lengths or lengths:cpu()):contiguous(), blank, beam, lm)
   if not ok then error(util.strip_internal(res), 0) end
   return res
 end

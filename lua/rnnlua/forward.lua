@@ -24,7 +24,10 @@
 -- softmax trained with loss = "ctc"; the output file is sparse (/inputs [total labels] int32,
 -- inputPattSize = the number of labels, /seqLengths the label count per sequence), with the
 -- target's label numbers (the blank, at the layer's blank_index, removed). n_frames is then
--- the number of labels written.
+-- the number of labels written. lm = {file =, weight =, bonus =, labels =, word_boundary =}
+-- (decode = "ctc") fuses an n-gram LM into the prefix beam search (M.ctc_lm: labels and a
+-- numeric word_boundary in the targets' numbering, labels defaulting to the target's labels
+-- stored in the checkpoint).
 --
 -- attention = "att" (layer a rec layer, run teacher forced: the data must hold its target)
 -- also writes the weights of attention layer att of its unit for each sequence, as rl.search
@@ -43,7 +46,7 @@ local rec = require("rnnlua.rec")
 
 local KEYS = {model = true, data = true, layer = true, output_file = true, batch_size = true,
               max_seqs = true, log_verbosity = true, device = true, decode = true, beam = true,
-              search = true, attention = true}
+              search = true, attention = true, lm = true}
 
 local function fail(fmt, ...)
   error("rl.forward: " .. string.format(fmt, ...), 0)
@@ -219,12 +222,53 @@ function M.ctc_unfit(model)
   return nil
 end
 
+-- rl.ctc_decode's lm option for a CTC layer of V classes with blank `blank` from lm as its
+-- callers (rl.forward, rl.ctc_score, rnnlua serve: `who`) give it, in the targets' numbering:
+-- labels (V - 1 strings, default target_labels, the checkpoint's extern_data labels of the
+-- layer's target, else the class numbers) and an integer word_boundary get the blank's place.
+-- Checked (and the LM loaded) here, so that a bad option fails before any data is read.
+function M.ctc_lm(lm, blank, V, target_labels, who)
+  if lm == nil then return nil end
+  if type(lm) ~= "table" then
+    error(string.format("%s: lm must be a table {file =, weight =, bonus =}, got %s", who,
+      type(lm)), 0)
+  end
+  local tl = lm.labels or target_labels
+  if tl == nil then
+    tl = {}
+    for k = 0, V - 2 do tl[k + 1] = tostring(k) end
+  end
+  local okl = type(tl) == "table" and #tl == V - 1
+  for k = 1, okl and V - 1 or 0 do okl = okl and type(tl[k]) == "string" end
+  if not okl then
+    error(string.format("%s: lm: labels must be a list of %d strings (the target's labels, "
+      .. "the blank left out)", who, V - 1), 0)
+  end
+  local c = util.copy(lm)
+  c.labels = {}
+  for k = 0, V - 1 do
+    c.labels[k + 1] = k == blank and "<blank>" or tl[(k < blank and k or k - 1) + 1]
+  end
+  local wb = lm.word_boundary
+  if math.type(wb) == "integer" and wb >= 0 then c.word_boundary = wb < blank and wb or wb + 1 end
+  require("rnnlua.lm").resolve(c, V, blank, who)
+  return c
+end
+
+-- The labels of the target of CTC model `model` (load_model's) stored in its checkpoint, or nil.
+function M.target_labels(model)
+  local d = model.ck and model.ck.description[model.layer]
+  local t = d and d.target and model.ck.extern_data and model.ck.extern_data[d.target]
+  return t and type(t.labels) == "table" and t.labels or nil
+end
+
 -- The label sequences of one batch's output (M.run) of a CTC layer, by rl.ctc_decode (beam 1:
 -- best path; n: prefix beam search), numbered as the targets are (the blank taken out).
 -- The softmax gives probabilities: their log is a log-softmax, as rl.ctc_decode wants.
-function M.ctc_labels(model, out, geom, beam)
+-- lm: rl.ctc_decode's lm option (M.ctc_lm's result) or nil.
+function M.ctc_labels(model, out, geom, beam, lm)
   local blank = model.blank
-  local hyp = rl.ctc_decode(out:double():log(), geom, {blank = blank, beam = beam})
+  local hyp = rl.ctc_decode(out:double():log(), geom, {blank = blank, beam = beam, lm = lm})
   for _, labels in ipairs(hyp) do
     for k, c in ipairs(labels) do labels[k] = c < blank and c or c - 1 end
   end
@@ -292,8 +336,10 @@ function M.forward(cfg)
       fail("beam must be a positive integer, got %s", tostring(cfg.beam))
     end
     blank = model.blank
-  elseif cfg.beam ~= nil then
-    fail("beam applies to decode = \"ctc\" only")
+    cfg.lm = M.ctc_lm(cfg.lm, blank, model.dim, M.target_labels(model), "rl.forward")
+  elseif cfg.beam ~= nil or cfg.lm ~= nil then
+    fail("%s applies to decode = \"ctc\" only (search = true: rl.search)",
+      cfg.beam ~= nil and "beam" or "lm")
   end
   local search = require("rnnlua.search")
   local att = cfg.attention
@@ -310,7 +356,7 @@ function M.forward(cfg)
     for batch in rl.batches(ds, bopts) do
       local out, geom = M.run(model, batch)
       if blank then
-        for b, labels in ipairs(M.ctc_labels(model, out, geom, cfg.beam)) do
+        for b, labels in ipairs(M.ctc_labels(model, out, geom, cfg.beam, cfg.lm)) do
           local tag = batch.tags and batch.tags[b] or string.format("seq-%d", nseqs + 1)
           w:add(tag, #labels > 0 and rl.tensor(labels, "int32") or rl.zeros({0}, "int32"))
           nframes, nseqs = nframes + #labels, nseqs + 1

@@ -141,6 +141,7 @@ require("rnnlua.optim").install(rl)      -- rl.optimizer
 require("rnnlua.lr_control").install(rl) -- rl.lr_control
 require("rnnlua.datasets").install(rl)  -- rl.dataset, rl.batches, rl.hdf_writer, rl.dataset_write
 require("rnnlua.engine").install(rl)    -- rl.train, rl.forward, rl.save/load_checkpoint
+require("rnnlua.lm").install(rl)        -- language models for decoding (lm = {...})
 require("rnnlua.ctc").install(rl)       -- rl.ctc_decode
 require("rnnlua.score").install(rl)     -- rl.scorer, rl.ctc_score (CER, WER, PER)
 require("rnnlua.search").install(rl)    -- rl.search (beam search over a dataset)

@@ -871,6 +871,30 @@ function Network:carry_out(B)
   self.carried_B = B
 end
 
+-- The final states the last carrying forward kept: one {h =, c =} (c for lstm only, each
+-- (B, H)) per carried layer in self.carried's order, views of the network's buffers (copy what
+-- must outlive the next forward). set_carried_state(states, B) puts such states (B rows each)
+-- in their place, so that the next forward's state_from = {i, ...} starts from row i: a caller
+-- that keeps states of its own (a decoder's hypotheses, lua/rnnlua/lm.lua) restores any of them.
+function Network:carried_state()
+  local out = {}
+  for k, node in ipairs(self.carried or {}) do
+    out[k] = {h = node.carry.kept_h, c = node.carry.kept_c}
+  end
+  return out
+end
+
+function Network:set_carried_state(states, B)
+  local why = self:carry_unfit()
+  if why then fail("net:set_carried_state: %s", why) end
+  for k, node in ipairs(self.carried) do
+    local st = node.carry or {}
+    node.carry = st
+    st.kept_h, st.kept_c = states[k].h, states[k].c
+  end
+  self.carried_B = B
+end
+
 -- A forward without state_from: the layers start from zeros again and nothing is kept.
 function Network:carry_reset()
   for _, node in ipairs(self.carried or {}) do

@@ -53,6 +53,7 @@ local function fail(fmt, ...)
 end
 
 local util = require("rnnlua.util")
+local lmod = require("rnnlua.lm")
 local sorted_keys, list_of = util.sorted_keys, util.list_of
 
 -- Keys of a unit layer's description that the rec layer reads itself.
@@ -1186,6 +1187,10 @@ end
 -- length_normalization, applied to the final beam; the pruning step by step always compares
 -- summed log-probabilities). Hypotheses that
 -- reach max_seq_len stop there unfinished. Beam size 1 is greedy decoding.
+-- opts.lm = {file = ARPA | model = a char LM checkpoint, weight =, bonus =, labels =,
+-- word_boundary =} (lua/rnnlua/lm.lua): shallow fusion, each label adding weight log p_lm +
+-- bonus to the ranking score (eos: log p(</s>), after a pending word of a word LM); score is
+-- then the fused score and logp stays the model's own.
 function Rec:search(inputs, geom, opts)
   opts = opts or {}
   local choice = self.choice
@@ -1214,6 +1219,8 @@ function Rec:search(inputs, geom, opts)
   end
   local lim = self:limits(geom, opts.max_seq_len or self.max_seq_len)
   local B = geom:size(1)
+  -- shallow fusion: the ranking score adds the LM's weight log p + bonus of each label
+  local scorer = opts.lm ~= nil and lmod.scorer(lmod.resolve(opts.lm, V, eos, where), V, eos)
   local BK = B * K
   local S = 0
   for _, n in ipairs(lim) do S = math.max(S, n) end
@@ -1245,8 +1252,10 @@ function Rec:search(inputs, geom, opts)
     fail("%s: buffers for max_seq_len = %d steps of %d hypotheses (batch %d x beam %d): %s",
       where, S, BK, B, K, util.strip_internal(errb))
   end
-  local score, done = {}, {}
+  local score, done, am = {}, {}, {} -- am: the model's own log-probability (score without LM)
   for i = 1, BK do score[i], done[i] = (i - 1) % K == 0 and 0 or -math.huge, false end
+  for i = 1, BK do am[i] = score[i] end
+  local lm_state = scorer and scorer.init(BK)
   local back, labels = {}, {}
   local src = self.by_name[choice.srcs[1].name]
   self:new_pass()
@@ -1257,6 +1266,8 @@ function Rec:search(inputs, geom, opts)
     local logp = src.out:select(1, t):clamp(1e-30, 1):log():to{dtype = "float64",
       device = "cpu"}:totable()
     local origin, lab = {}, {}
+    local ext = scorer and scorer.ext(lm_state)
+    local new_am = {}
     for b = 1, B do
       -- the K best extensions of sequence b's hypotheses; a finished one extends only by
       -- itself (label eos, no cost)
@@ -1265,10 +1276,14 @@ function Rec:search(inputs, geom, opts)
         local i = (b - 1) * K + k
         if score[i] > -math.huge then
           if done[i] or t > lim[b] then
-            cand[#cand + 1] = {score[i], i, eos, true}
+            cand[#cand + 1] = {score[i], i, eos, true, am[i]}
           else
-            local row = logp[i]
-            for v = 1, V do cand[#cand + 1] = {score[i] + row[v], i, v - 1, v - 1 == eos} end
+            local row, e = logp[i], ext and ext[i]
+            for v = 1, V do
+              local s = score[i] + row[v]
+              if e then s = s + e[v] end
+              cand[#cand + 1] = {s, i, v - 1, v - 1 == eos, am[i] + row[v]}
+            end
           end
         end
       end
@@ -1282,12 +1297,14 @@ function Rec:search(inputs, geom, opts)
         local c = cand[k]
         if c then
           origin[i], lab[i] = c[2], c[3]
-          score[i], done[i] = c[1], c[4] or (t >= lim[b])
+          score[i], done[i], new_am[i] = c[1], c[4] or (t >= lim[b]), c[5]
         else
-          origin[i], lab[i], score[i], done[i] = i, eos, -math.huge, true
+          origin[i], lab[i], score[i], done[i], new_am[i] = i, eos, -math.huge, true, -math.huge
         end
       end
     end
+    am = new_am
+    if scorer then lm_state = scorer.advance(lm_state, origin, lab, done) end
     back[t], labels[t] = origin, lab
     -- the chosen hypotheses' states become row t
     local idx = rl.tensor(origin, "int32")
@@ -1325,7 +1342,7 @@ function Rec:search(inputs, geom, opts)
           out[#out + 1] = v
         end
         local steps = math.min(#out + 1, lim[b])
-        local h = {labels = out, logp = score[i], steps = steps, rows = rows,
+        local h = {labels = out, logp = am[i], steps = steps, rows = rows,
           score = norm and score[i] / steps or score[i], k = k}
         hyps[#hyps + 1] = h
       end
@@ -1348,7 +1365,7 @@ end
 -- rl.search's options are named otherwise (beam, nbest): a misspelt key would search silently
 -- with the defaults
 local SEARCH_KEYS = {layer = true, beam_size = true, eos = true, length_norm = true,
-                     max_seq_len = true}
+                     max_seq_len = true, lm = true}
 
 function M.search(net, batch, opts)
   opts = opts or {}

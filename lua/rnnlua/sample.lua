@@ -37,7 +37,7 @@ local util = require("rnnlua.util")
 local sorted_keys = util.sorted_keys
 
 -- The layer scoring the next character: the one loss layer of the description, else "output".
-local function default_layer(desc)
+function M.default_layer(desc)
   local losses = {}
   for name, d in pairs(desc) do
     if type(d) == "table" and d.loss ~= nil then losses[#losses + 1] = name end
@@ -48,7 +48,10 @@ end
 
 -- The vocabulary of a character LM (a list: class k is vocab[k + 1]) and the class of each
 -- character, or an error saying why `what` is not one.
-local function lm_vocab(model, what)
+function M.lm_vocab(model, what, who)
+  local function fail(fmt, ...) -- who: rl.sample, or a decoding's lm = {model = ...} (rnnlua.lm)
+    error((who or "rl.sample") .. ": " .. string.format(fmt, ...), 0)
+  end
   local net, ck, layer = model.net, model.ck, model.layer
   local keys = sorted_keys(net.input_keys)
   if #keys ~= 1 or not net.ext[keys[1]].sparse then
@@ -164,14 +167,14 @@ function M.sample(opts)
   if type(m) == "string" then
     what = "model " .. m
     local ck = rl.load_checkpoint(m)
-    model = forward.load_model(m, opts.layer or default_layer(ck.description), "cpu", "rl.sample")
+    model = forward.load_model(m, opts.layer or M.default_layer(ck.description), "cpu", "rl.sample")
   elseif type(m) == "table" and type(m.param_list) == "function" and m.description then
     what = "the network"
-    model = forward.model_of_net(m, opts.layer or default_layer(m.description), "rl.sample")
+    model = forward.model_of_net(m, opts.layer or M.default_layer(m.description), "rl.sample")
   else
     fail("model must be a checkpoint path or a network, got %s", type(m))
   end
-  local vocab, index, key = lm_vocab(model, what)
+  local vocab, index, key = M.lm_vocab(model, what)
 
   local prime = opts.prime
   if prime == nil then

@@ -162,7 +162,7 @@ end
 function M.ctc_score(net, ds, opts)
   local who = "rl.ctc_score"
   opts = check_keys(who, opts, {batch_size = true, max_seqs = true, layer = true, beam = true,
-                                labels = true, words = true})
+                                labels = true, words = true, lm = true})
   if type(net) ~= "table" or type(net.description) ~= "table" then
     fail(who, "the first argument must be a network (rl.network or rl.train's r.net)")
   end
@@ -175,12 +175,15 @@ function M.ctc_score(net, ds, opts)
     fail(who, "the second argument must be a dataset (rl.dataset)")
   end
   local blank = d.blank_index or net:layer(layer).n_out - 1
+  local V = net:layer(layer).n_out
+  local t = d.target and net.extern_data and net.extern_data[d.target]
+  local lm = forward.ctc_lm(opts.lm, blank, V, opts.labels or (t and t.labels), who)
   local s = M.scorer{labels = opts.labels, words = opts.words}
   ds:init_epoch(1)
   for batch in rl.batches(ds, {batch_size = opts.batch_size, max_seqs = opts.max_seqs}) do
     net:forward(batch, {train = false})
     local out = net:layer(layer)
-    local hyp = forward.ctc_labels({blank = blank}, out.output, out.geometry, opts.beam or 1)
+    local hyp = forward.ctc_labels({blank = blank}, out.output, out.geometry, opts.beam or 1, lm)
     local refs, lens = batch[d.target], batch["lengths_" .. d.target]
     if not refs or not lens then
       fail(who, "the dataset's batches have no target '%s' (the layer's) with its lengths",

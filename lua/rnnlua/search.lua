@@ -26,7 +26,9 @@
 -- eos: the end label; max_seq_len: a number, a function of the input length or an expression
 -- of T (default the rec layer's); length_norm: rank the final beam by score / steps (scores
 -- are then normalised; see Rec:search); nbest: true (the whole beam) or n;
--- labels: the names of the choice's labels (written as /labels).
+-- labels: the names of the choice's labels (written as /labels); lm = {file =, weight =,
+-- bonus =, labels =, word_boundary =} or {model = a char LM checkpoint, ...}: shallow fusion of
+-- an n-gram or neural LM (Rec:search, lua/rnnlua/lm.lua), its labels defaulting to labels.
 -- The sequences are searched sorted by input length (less padding, fewer wasted steps) and
 -- written in the dataset's order. Returns {output_file =, num_seqs =, n_labels =, results =
 -- {{tag =, labels =, score =, logp =, hyps = {{labels =, score =, logp =, steps =}, ...}}, ...}
@@ -39,7 +41,7 @@ local forward = require("rnnlua.forward")
 local KEYS = {model = true, data = true, output_file = true, output = true, layer = true,
   beam = true, eos = true, max_seq_len = true, length_norm = true, nbest = true,
   attention = true, batch_size = true, max_seqs = true, device = true, log_verbosity = true,
-  labels = true}
+  labels = true, lm = true}
 
 local function fail(fmt, ...)
   error("rl.search: " .. string.format(fmt, ...), 0)
@@ -246,8 +248,13 @@ function M.search(cfg)
   if n == 0 then fail("the dataset is empty (0 sequences)") end
 
   local view, order = sorted_view(ds)
+  local lm = cfg.lm
+  if type(lm) == "table" and lm.labels == nil and cfg.labels ~= nil then
+    lm = util.copy(lm)
+    lm.labels = cfg.labels
+  end
   local opts = {layer = m.layer, beam_size = beam, eos = cfg.eos, max_seq_len = cfg.max_seq_len,
-    length_norm = cfg.length_norm}
+    length_norm = cfg.length_norm, lm = lm}
   local results, att = {}, {}
   local ok, e = pcall(function()
     local bopts = {batch_size = cfg.batch_size or 5000, max_seqs = cfg.max_seqs or 40}

@@ -6,7 +6,9 @@
 --   m:forward(x, geom) -> out, out_geom     x: (T, B, F) float32 with geom = lengths (B) int32,
 --       (T, B) int32 class indices for a sparse input, or (H, W, B, F) with geom = sizes (B, 2);
 --       out: the layer's output as a contiguous float32 CPU tensor, out_geom its lengths or sizes
---   m:decode(x, geom, beam) -> {{labels...}, ...}  one label list per sequence (CTC models)
+--   m:decode(x, geom, beam, lm) -> {{labels...}, ...}  one label list per sequence (CTC models);
+--       lm = {weight =, bonus =} fuses the server's LM (`--lm FILE`, given to load as
+--       {file =, word_boundary =}, checked there) or nil
 --   m.decode_error, m.decode_status    why POST /v1/decode cannot be answered, and the HTTP
 --       status of that answer (nil when it can)
 --   m:info() -> a table for GET /v1/model
@@ -47,9 +49,14 @@ end
 
 -- CTC models (the served layer is a softmax trained with loss = "ctc"): the labels that
 -- rl.forward{decode = "ctc", beam = beam} writes, by the same function.
-function Model:decode(x, geom, beam)
+function Model:decode(x, geom, beam, lm)
   local out, og = forward.run(self.fm, self:batch(x, geom))
-  return forward.ctc_labels(self.fm, out, og, beam)
+  local opt
+  if lm then
+    opt = util.copy(self.lm)
+    opt.weight, opt.bonus = lm.weight, lm.bonus
+  end
+  return forward.ctc_labels(self.fm, out, og, beam, opt)
 end
 
 function Model:info()
@@ -60,7 +67,9 @@ function Model:info()
     input = {key = self.key, dim = self.in_dim, sparse = self.sparse,
              kind = self.images and "images" or "sequences"},
     output = {dim = self.out_dim, kind = self.out_images and "images" or "sequences"},
-    decode = self.decode_error == nil and {blank = self.fm.blank} or false,
+    decode = self.decode_error == nil and {blank = self.fm.blank,
+      lm = self.lm and {file = self.lm.file, word_boundary = self.lm.word_boundary} or false}
+      or false,
     data_norm = ck.data_norm and {mean = ck.data_norm.mean:totable(),
                                   std = ck.data_norm.std:totable()} or false,
     network = ck.description, extern_data = ck.extern_data,
@@ -95,7 +104,7 @@ end
 
 -- max_values: the most values a frame may have (a body of --max-body bytes holds at most half
 -- as many numbers); a network reading more from a dense input cannot be given a single frame.
-function M.load(path, layer, max_values)
+function M.load(path, layer, max_values, lm)
   local fm = forward.load_model(path, layer, "cpu", "rnnlua serve")
   local net = fm.net
   local keys = {}
@@ -117,6 +126,11 @@ function M.load(path, layer, max_values)
   if why then
     m.decode_error = string.format("POST /v1/decode %s (%s)", why, path)
     m.decode_status = 422
+  end
+  if lm then
+    if why then fail("--lm %s: POST /v1/decode %s", lm.file, why) end
+    m.lm = forward.ctc_lm({file = lm.file, word_boundary = lm.word_boundary, weight = 0},
+      fm.blank, fm.dim, forward.target_labels(fm), "rnnlua serve --lm")
   end
   smoke_test(m)
   return m

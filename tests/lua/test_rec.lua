@@ -275,7 +275,7 @@ local function search_with(opts, B)
 end
 H.expect_error("search: opts not a table", search_with(5), "net:search: opts must be a table, got number")
 H.expect_error("search: an unknown option", search_with({beam = 4}),
-  "net:search: unknown option 'beam' (known: beam_size, eos, layer, length_norm, max_seq_len)")
+  "net:search: unknown option 'beam' (known: beam_size, eos, layer, length_norm, lm, max_seq_len)")
 H.expect_error("search: a beam that wraps B * K", search_with({beam_size = 1 << 62}, 4),
   "layer 'dec' (rec), unit layer 'output': beam_size 4611686018427387904 for 4 sequences gives "
   .. "more than 2147483647 hypotheses")

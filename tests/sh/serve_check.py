@@ -333,6 +333,46 @@ def test_decode(s):
           st == 422 and "loss = \"ctc\"" in doc["error"], (st, doc))
 
 
+def test_ctc_lm():
+    lm = os.path.join(DIR, "lm.arpa")
+    s = Server("--lm", lm, model="ctc.h5")
+    try:
+        st, doc, _ = s.request("GET", "/v1/model")
+        check("--lm: /v1/model names the LM", st == 200 and doc["decode"]["lm"]["file"] == lm, doc)
+        ref, plain = read_labels(os.path.join(DIR, "declm.h5")), read_labels(os.path.join(DIR, "dec4.h5"))
+        check("the LM changes some labels (else the check below proves nothing)", ref != plain)
+        st, doc, _ = s.request("POST", "/v1/decode", {
+            "batch": [{"data": frames(i)} for i in range(len(INPUTS))], "beam": 4,
+            "lm": {"weight": 2, "bonus": 0.5}})
+        check("decode with lm: equals rl.forward{decode = 'ctc', lm = ...}'s labels",
+              st == 200 and [d["labels"] for d in doc["batch"]] == ref, st)
+        st, doc, _ = s.request("POST", "/v1/decode", {
+            "batch": [{"data": frames(i)} for i in range(len(INPUTS))], "beam": 4})
+        check("decode without lm on an --lm server: no fusion",
+              st == 200 and [d["labels"] for d in doc["batch"]] == plain, st)
+        for lmv, code, word in (({"weight": "2"}, 422, "weight"), ({"bonus": 1}, 422, "weight"),
+                                ({"weight": 1, "wieght": 2}, 400, "wieght"), ([1], 400, "object"),
+                                ({"weight": 1, "file": "/etc/passwd"}, 422, "file")):
+            st, doc, _ = s.request("POST", "/v1/decode", {"data": frames(0), "lm": lmv})
+            check("decode: lm %r -> %d naming %s" % (lmv, code, word),
+                  st == code and word in doc["error"], (st, doc))
+        st, doc, _ = s.request("POST", "/v1/forward", {"data": frames(0), "lm": {"weight": 1}})
+        check("forward: lm -> 400 (decode only)", st == 400 and "'lm'" in doc["error"], (st, doc))
+    finally:
+        rc = s.stop()
+    check("--lm server stops with exit 0", rc == 0, rc)
+    bad = os.path.join(DIR, "bad_lm.arpa")
+    for args, word in ((["--lm", bad], bad + ":6: the log10 probability 'x'"),
+                       (["--lm", lm, "--lm-word-boundary", "9"], "word_boundary '9'")):
+        try:
+            Server(*args, model="ctc.h5").stop()
+            check("a bad --lm (%s) stops the start-up" % word, False)
+        except RuntimeError:
+            with open(os.path.join(DIR, "server.err"), "rb") as f:
+                err = f.read().decode(errors="replace")
+            check("a bad --lm: the start-up fails naming %s" % word, word in err, err[-300:])
+
+
 def test_ctc():
     s = Server(model="ctc.h5")
     try:
@@ -386,6 +426,9 @@ def test_ctc():
                   and [d["labels"] for d in doc["batch"]] == [ref1[i] for i in pick], st)
         finally:
             s2.stop()
+        st, doc, _ = s.request("POST", "/v1/decode", {"data": frames(0), "lm": {"weight": 1}})
+        check("decode: lm on a server without --lm -> 422", st == 422 and "--lm" in doc["error"],
+              doc)
         st, doc, _ = s.request("POST", "/v1/forward", {"data": frames(0)})
         check("CTC model: /v1/forward gives the softmax's 5 outputs",
               st == 200 and len(doc["output"][0]) == 5, st)
@@ -901,6 +944,7 @@ def main():
     test_limits()
     test_drain()
     test_ctc()
+    test_ctc_lm()
     test_images()
     test_sparse()
     test_padding()

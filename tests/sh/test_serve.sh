@@ -39,6 +39,11 @@ rl.layers.register("slow", {
   backward = function(self, grad_out, inputs, lengths) return {grad_out * 1} end,
 })
 EOF_LUA
+# a char n-gram LM over the CTC model's labels (the class numbers 0..3), and a malformed one
+printf '%s\n' '\data\' 'ngram 1=6' 'ngram 2=3' '' '\1-grams:' '-1 <s> -0.5' '-1 </s>' \
+    '-0.3 0 -0.2' '-0.9 1' '-1.2 2' '-1.5 3' '' '\2-grams:' '-0.05 <s> 0' '-0.1 0 0' \
+    '-0.2 0 </s>' '' '\end\' >"$dir/lm.arpa"
+printf '%s\n' '\data\' 'ngram 1=2' '' '\1-grams:' '-1 <s>' 'x </s>' '' '\end\' >"$dir/bad_lm.arpa"
 if ! "$bin" -e "
 local cfg = {
   network = {
@@ -74,6 +79,10 @@ for _, beam in ipairs{1, 4} do
              output_file = '$dir/dec' .. beam .. '.h5', decode = 'ctc', beam = beam,
              log_verbosity = 0}
 end
+-- rl.forward's labels fused with the n-gram LM lm.arpa (beam 4, weight 2, bonus 0.5)
+rl.forward{model = '$dir/ctc.h5', data = {class = 'hdf', files = {'$dir/dev.h5'}},
+           output_file = '$dir/declm.h5', decode = 'ctc', beam = 4,
+           lm = {file = '$dir/lm.arpa', weight = 2, bonus = 0.5}, log_verbosity = 0}
 -- a model with a sparse input (class indices through an embedding) and rl.forward's answers
 local ws = rl.hdf_writer('$dir/sparse.h5', {data_dim = 9, sparse = true})
 rl.manual_seed(4)
