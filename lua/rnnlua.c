@@ -13,10 +13,12 @@
  *   - subcommands (`rnnlua serve MODEL.h5 ...`, the tools `rnnlua info MODEL.h5` ...) from a
  *     table: one line adds one. */
 #include <errno.h>
+#include <locale.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <wchar.h>
 #include <sys/select.h>
 #include <unistd.h>
 
@@ -492,11 +494,10 @@ static void create_arg_table(lua_State *L, char **argv, int argc, int script) {
 
 /* ---- the REPL ------------------------------------------------------------------------- */
 
-/* libedit calls this for each key; returning EOF on Ctrl-C makes readline() give up the line.
- * SIGINT stays blocked except inside pselect, so a Ctrl-C between the flag test and the wait
- * cannot be missed (it would otherwise only count at the next key). */
-static int getc_interruptible(FILE *f) {
-    int fd = f ? fileno(f) : STDIN_FILENO;
+/* One byte of the terminal, or EOF on end of input, an error or Ctrl-C. SIGINT stays blocked
+ * except inside pselect, so a Ctrl-C between the flag test and the wait cannot be missed (it
+ * would otherwise only count at the next key). */
+static int read_byte(int fd) {
     sigset_t block, outer;
     sigemptyset(&block);
     sigaddset(&block, SIGINT);
@@ -517,6 +518,26 @@ static int getc_interruptible(FILE *f) {
     }
     sigprocmask(SIG_SETMASK, &outer, NULL);
     return c;
+}
+
+/* libedit calls this for each key; returning EOF on Ctrl-C makes readline() give up the line.
+ * libedit takes what it returns as one character (a wchar_t), without decoding, so a character
+ * of several bytes (UTF-8) is decoded here by the locale; a byte that starts no character of
+ * it is U+FFFD. */
+static int getc_interruptible(FILE *f) {
+    int fd = f ? fileno(f) : STDIN_FILENO;
+    mbstate_t st;
+    memset(&st, 0, sizeof st);
+    for (;;) {
+        int c = read_byte(fd);
+        if (c == EOF) return EOF;
+        char b = (char)c;
+        wchar_t w;
+        size_t r = mbrtowc(&w, &b, 1, &st);
+        if (r == (size_t)-2) continue; /* the character goes on */
+        if (r == (size_t)-1) return 0xfffd;
+        return r == 0 ? 0 : (int)w;
+    }
 }
 
 enum { LINE_OK, LINE_EOF, LINE_CANCEL };
@@ -698,14 +719,28 @@ static void repl_init_tty(lua_State *L) {
     rl_completer_word_break_characters = breaks;
     rl_attempted_completion_function = complete_word;
     rl_completion_append_character = '\0';
+    /* libedit decodes what is typed by the locale's character type: in the default "C" it
+     * drops every non-ASCII character from the line it returns. Only LC_CTYPE: numbers keep
+     * Lua's "." in every locale. */
+    setlocale(LC_CTYPE, "");
     rl_initialize();
     /* libedit's command mode (Meta-x in emacs mode, ':' in vi command mode, even when ~/.editrc
-     * chose vi) reads and runs editline commands; a stray quote there crashes libedit. No
-     * keystroke at the rnnlua prompt may do that, so those keys do nothing. */
+     * chose vi) reads and runs editline commands; a stray quote there crashes libedit (el_wparse
+     * takes the tokenizer's NULL argv after an unmatched quote). No keystroke at the rnnlua
+     * prompt may do that, so those keys do nothing. */
     static const char *const no_command_mode[] = {
         "bind '\\ex' ed-unassigned", "bind '\\eX' ed-unassigned", "bind -a : ed-unassigned"};
     for (size_t i = 0; i < sizeof no_command_mode / sizeof no_command_mode[0]; i++)
         rl_parse_and_bind(no_command_mode[i]);
+    /* libedit's emacs map takes the characters 128-255 as Meta plus a 7-bit key ("ø", U+00F8,
+     * or a lone byte 0xf8 is Meta-x: the command mode above; "ä" is Meta-d and deletes a
+     * word). At this prompt they are text: Latin-1 letters in strings and comments insert
+     * themselves; Meta is the Escape prefix. */
+    for (int c = 0x80; c <= 0xff; c++) {
+        char bind[32];
+        snprintf(bind, sizeof bind, "bind '\\%03o' ed-insert", c);
+        rl_parse_and_bind(bind);
+    }
     using_history();
     stifle_history(HISTORY_MAX);
     const char *hp = history_path();

@@ -220,6 +220,15 @@ send(b"never == nil\n")
 out = expect(PROMPT)
 result("Ctrl-C at the continuation prompt drops the chunk", cleared is not None and out is not None
        and out.endswith(b"\r\ntrue"), (cleared or b"") + b"|" + (out or b""))
+send('#"äøé€"\n'.encode())
+out = expect(PROMPT)
+result("non-ASCII characters are text (libedit took 128-255 as Meta keys)",
+       out is not None and out.endswith(b"\r\n9"), out)
+send(b'\xf8"\n')
+expect(PROMPT)
+send(b"5+5\n")
+out = expect(PROMPT)
+result("Meta-x as an 8-bit byte, then a quote: no crash", out is not None and out.endswith(b"\r\n10"), out)
 time.sleep(0.2)
 send(b"\x04")
 status = None
