@@ -581,6 +581,37 @@ static int incomplete(lua_State *L, int status) {
     return len >= mlen && strcmp(msg + len - mlen, EOFMARK) == 0;
 }
 
+/* rnnlua.repl[name](the nargs values on top of the stack), its one result, under pcall; the
+ * arguments are popped and the result (nil when the call failed: the REPL goes on without the
+ * help) pushed. */
+static int repl_helper_call(lua_State *L) {
+    int nargs = lua_gettop(L) - 1;
+    lua_getglobal(L, "require");
+    lua_pushliteral(L, "rnnlua.repl");
+    lua_call(L, 1, 1);
+    lua_getfield(L, -1, lua_tostring(L, 1));
+    lua_replace(L, 1);
+    lua_pop(L, 1);
+    lua_call(L, nargs, 1);
+    return 1;
+}
+
+static void repl_helper(lua_State *L, const char *name, int nargs) {
+    lua_pushcfunction(L, repl_helper_call);
+    lua_pushstring(L, name);
+    lua_rotate(L, -nargs - 2, 2); /* under the arguments: function, name, args... */
+    if (lua_pcall(L, nargs + 1, 1, 0) != LUA_OK) {
+        lua_pop(L, 1);
+        lua_pushnil(L);
+    }
+}
+
+/* The chunk of a line that only asked for help. */
+static int nothing(lua_State *L) {
+    (void)L;
+    return 0;
+}
+
 enum { CHUNK_EOF = -1, CHUNK_CANCEL = -2 };
 
 /* Reads and compiles one chunk: pushes the function (LUA_OK) or an error message (a load
@@ -592,6 +623,15 @@ static int read_chunk(lua_State *L, int tty) {
     int got = read_line(tty, PROMPT, &line);
     if (got != LINE_OK) return got == LINE_EOF ? CHUNK_EOF : CHUNK_CANCEL;
     const char *expr = line[0] == '=' ? line + 1 : line; /* "=x", as Lua 5.1-5.3 took it */
+    if (line[0] == '?') { /* "?rl.tensor" asks for help about it */
+        lua_pushstring(L, line + 1);
+        repl_helper(L, "help", 1);
+        lua_pop(L, 1);
+        save_history(tty, line);
+        free(line);
+        lua_pushcfunction(L, nothing); /* the help is printed: nothing to run */
+        return LUA_OK;
+    }
     const char *ret = lua_pushfstring(L, "return %s;", expr);
     if (luaL_loadbufferx(L, ret, strlen(ret), REPL_CHUNKNAME, "t") == LUA_OK) {
         lua_remove(L, -2);
@@ -605,7 +645,14 @@ static int read_chunk(lua_State *L, int tty) {
     for (;;) {
         size_t len;
         const char *chunk = lua_tolstring(L, -1, &len);
-        int status = luaL_loadbufferx(L, chunk, len, REPL_CHUNKNAME, "t");
+        /* the chunk's top-level locals as globals, so they outlive the line */
+        lua_pushvalue(L, -1);
+        repl_helper(L, "globalize", 1);
+        size_t glen;
+        const char *g = lua_tolstring(L, -1, &glen);
+        int status = g ? luaL_loadbufferx(L, g, glen, REPL_CHUNKNAME, "t")
+                       : luaL_loadbufferx(L, chunk, len, REPL_CHUNKNAME, "t");
+        lua_remove(L, -2);
         if (!incomplete(L, status)) {
             save_history(tty, chunk);
             lua_remove(L, -2);
@@ -631,12 +678,23 @@ static int read_chunk(lua_State *L, int tty) {
 }
 
 /* Prints all values on the stack with tostring, separated by tabs (as print does, but
- * without going through a global `print` the user may have replaced). */
+ * without going through a global `print` the user may have replaced); a table without
+ * __tostring or __name is shown with its contents (rnnlua.repl.pretty). */
 static int print_values(lua_State *L) {
     int n = lua_gettop(L);
     for (int i = 1; i <= n; i++) {
         size_t len;
-        const char *s = luaL_tolstring(L, i, &len);
+        const char *s = NULL;
+        if (lua_type(L, i) == LUA_TTABLE && luaL_getmetafield(L, i, "__tostring") == LUA_TNIL &&
+            luaL_getmetafield(L, i, "__name") == LUA_TNIL) {
+            lua_pushvalue(L, i);
+            repl_helper(L, "pretty", 1);
+            s = lua_tolstring(L, -1, &len);
+            if (s == NULL) lua_pop(L, 1);
+        } else if (lua_type(L, i) == LUA_TTABLE) {
+            lua_pop(L, 1); /* the metafield found */
+        }
+        if (s == NULL) s = luaL_tolstring(L, i, &len);
         if (i > 1) fputc('\t', stdout);
         fwrite(s, 1, len, stdout);
         lua_pop(L, 1);
@@ -747,6 +805,27 @@ static void repl_init_tty(lua_State *L) {
     if (hp) read_history(hp);
 }
 
+/* The error message on top, with "did you mean ...?" (rnnlua.repl.hint) after its first line
+ * when it names a missing field or method close to an existing one. */
+static void add_hint(lua_State *L) {
+    lua_pushvalue(L, -1);
+    repl_helper(L, "hint", 1);
+    const char *hint = lua_tostring(L, -1);
+    if (hint == NULL) {
+        lua_pop(L, 1);
+        return;
+    }
+    const char *msg = lua_tostring(L, -2);
+    const char *nl = strchr(msg, '\n');
+    size_t first = nl ? (size_t)(nl - msg) : strlen(msg);
+    lua_pushlstring(L, msg, first);
+    lua_pushfstring(L, "\n  %s", hint);
+    lua_pushstring(L, msg + first);
+    lua_concat(L, 3);
+    lua_replace(L, -3);
+    lua_pop(L, 1);
+}
+
 static void do_repl(lua_State *L, int banner) {
     int tty = isatty(STDIN_FILENO);
     struct sigaction outer;
@@ -757,6 +836,9 @@ static void do_repl(lua_State *L, int banner) {
          * SA_RESTART: the read() under readline must return EINTR. */
         set_sigint(on_sigint_prompt, 0, &outer);
     }
+    /* help(x) at the prompt: the signature of an rl function (also ?x) */
+    repl_helper(L, "help_function", 0);
+    if (!lua_isnil(L, -1)) lua_setglobal(L, "help");
     lua_settop(L, 0);
     for (;;) {
         int status = read_chunk(L, tty);
@@ -768,6 +850,7 @@ static void do_repl(lua_State *L, int banner) {
             lua_insert(L, 1);
             status = docall(L, lua_gettop(L) - 1, 0);
         }
+        if (status != LUA_OK && lua_type(L, -1) == LUA_TSTRING) add_hint(L);
         report(L, status);
         lua_settop(L, 0);
     }
