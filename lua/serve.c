@@ -37,6 +37,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -53,7 +54,7 @@
 #define JSON_TYPE "application/json"
 
 typedef struct {
-    const char *model_path, *listen, *layer, *lua_file;
+    const char *model_path, *listen, *layer, *lua_file, *admin_token;
     int port, threads, blas_threads, max_connections, timeout_s, max_beam;
     int64_t max_batch_frames, max_frames, max_queue_frames;
     double max_wait_ms, drain_s;
@@ -101,9 +102,12 @@ typedef struct request {
  * header byte a second held a connection (of --max-connections) for ever. */
 typedef struct conn {
     struct conn *prev, *next;
+    struct server *S;
     int fd;
     double since;    /* the connection opened, or its last answer was sent */
     bool in_request; /* its request's headers have arrived (the body has its own deadline) */
+    double answer_since; /* > 0: its answer is queued since then and not all sent yet */
+    bool refused;        /* answered 503 when it opened: closed after a moment */
 } conn;
 
 typedef struct server {
@@ -167,6 +171,8 @@ static char *format(const char *fmt, ...) {
     return s;
 }
 
+static void conn_answering(struct MHD_Connection *c);
+
 /* Queues `doc` (taken) as the JSON answer; allow: the Allow header of a 405. */
 static enum MHD_Result reply_json(struct MHD_Connection *c, unsigned status, json_t *doc,
                                   const char *allow) {
@@ -187,8 +193,11 @@ static enum MHD_Result reply_json(struct MHD_Connection *c, unsigned status, jso
     }
     MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, JSON_TYPE);
     if (allow) MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, allow);
+    if (status == MHD_HTTP_UNAUTHORIZED)
+        MHD_add_response_header(r, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
     enum MHD_Result ret = MHD_queue_response(c, status, r);
     MHD_destroy_response(r);
+    if (ret == MHD_YES) conn_answering(c);
     return ret;
 }
 
@@ -625,6 +634,7 @@ static enum MHD_Result reply_forward(const server *S, struct MHD_Connection *c, 
     MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, JSON_TYPE);
     enum MHD_Result ret = MHD_queue_response(c, MHD_HTTP_OK, r);
     MHD_destroy_response(r);
+    if (ret == MHD_YES) conn_answering(c);
     return ret;
 }
 
@@ -684,6 +694,22 @@ static enum MHD_Result answer_get(server *S, struct MHD_Connection *c, int route
     return reply_json(c, MHD_HTTP_OK, doc, NULL);
 }
 
+/* Whether the Authorization header is "Bearer <the --admin-token>". The comparison takes the
+ * same time wherever the first difference is, so the answer's timing tells nothing of how much
+ * of a guess was right (only whether its length was). */
+static bool admin_authorized(const server *S, struct MHD_Connection *c) {
+    const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+    static const char scheme[] = "Bearer ";
+    if (h == NULL || strncasecmp(h, scheme, sizeof scheme - 1) != 0) return false;
+    const volatile unsigned char *a = (const unsigned char *)h + sizeof scheme - 1;
+    const volatile unsigned char *b = (const unsigned char *)S->o.admin_token;
+    size_t na = strlen((const char *)a), nb = strlen((const char *)b);
+    unsigned char diff = na != nb;
+    for (size_t i = 0; i < nb; i++)
+        diff |= (unsigned char)(b[i] ^ a[i < na ? i : 0]);
+    return diff == 0;
+}
+
 /* The first call for a request: route, method and the limits known from the headers. */
 static enum MHD_Result begin_request(server *S, struct MHD_Connection *c, request *r,
                                      const char *url, const char *method) {
@@ -701,6 +727,14 @@ static enum MHD_Result begin_request(server *S, struct MHD_Connection *c, reques
     if (atomic_load(&S->draining) && r->route != R_HEALTH)
         return reply_error(c, MHD_HTTP_SERVICE_UNAVAILABLE, NULL, "the server is shutting down");
     if (r->route == R_HEALTH || r->route == R_MODEL) return answer_get(S, c, r->route);
+    if (r->route == R_RELOAD && S->o.admin_token == NULL)
+        return reply_error(c, MHD_HTTP_FORBIDDEN, NULL,
+                           "/v1/reload is off: the server was started without --admin-token "
+                           "(SIGHUP reloads too)");
+    if (r->route == R_RELOAD && !admin_authorized(S, c))
+        return reply_error(c, MHD_HTTP_UNAUTHORIZED, NULL,
+                           "/v1/reload needs the header 'Authorization: Bearer TOKEN' with the "
+                           "server's --admin-token");
     if (r->route == R_DECODE) {
         pthread_mutex_lock(&S->mu);
         char *why = S->decode_error ? strdup(S->decode_error) : NULL;
@@ -860,6 +894,31 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     atomic_fetch_sub(&S->requests, 1);
 }
 
+/* Connections beyond --max-connections get 503 for their requests; this many more (idle ones,
+ * a monitor's /healthz) are let in, and a connection beyond those is answered at once. */
+static int open_limit(const server *S) { return S->o.max_connections + 16 * S->o.threads; }
+
+/* A new connection over open_limit: a 503 written straight to the socket, before libmicrohttpd
+ * reads anything (it would otherwise wait in the kernel's accept queue, holding the monitors'
+ * /healthz behind it), then the end of the server's side. The read side stays open a moment
+ * (close_slow_connections): closing a socket with the request unread resets it, and the client
+ * could lose the answer. */
+static void refuse_at_once(server *S, conn *k) {
+    char body[200], head[160];
+    int nb = snprintf(body, sizeof body,
+                      "{\"error\":\"too many open connections (more than %d; --max-connections "
+                      "%d)\"}\n",
+                      open_limit(S), S->o.max_connections);
+    int nh = snprintf(head, sizeof head,
+                      "HTTP/1.1 503 Service Unavailable\r\nContent-Type: " JSON_TYPE
+                      "\r\nContent-Length: %d\r\nConnection: close\r\n\r\n",
+                      nb);
+    if (send(k->fd, head, (size_t)nh, MSG_NOSIGNAL | MSG_DONTWAIT) == nh)
+        (void)send(k->fd, body, (size_t)nb, MSG_NOSIGNAL | MSG_DONTWAIT);
+    shutdown(k->fd, SHUT_WR);
+    k->refused = true;
+}
+
 static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
                           enum MHD_ConnectionNotificationCode toe) {
     server *S = cls;
@@ -870,8 +929,10 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_con
             MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
         conn *k = ci ? calloc(1, sizeof *k) : NULL;
         if (k == NULL) return; /* not watched: libmicrohttpd's idle timeout still applies */
+        k->S = S;
         k->fd = ci->connect_fd;
         k->since = now_s();
+        if (atomic_load(&S->connections) > open_limit(S)) refuse_at_once(S, k);
         pthread_mutex_lock(&S->cmu);
         k->next = S->conns;
         if (S->conns) S->conns->prev = k;
@@ -902,19 +963,45 @@ static void conn_mark(server *S, struct MHD_Connection *c, bool in_request) {
     pthread_mutex_lock(&S->cmu);
     k->in_request = in_request;
     k->since = now_s();
+    k->answer_since = 0;
     pthread_mutex_unlock(&S->cmu);
 }
 
+/* c's answer has been queued: from now on the client has --timeout seconds to read it all. */
+static void conn_answering(struct MHD_Connection *c) {
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    conn *k = ci ? ci->socket_context : NULL;
+    if (k == NULL) return;
+    pthread_mutex_lock(&k->S->cmu);
+    k->answer_since = now_s();
+    pthread_mutex_unlock(&k->S->cmu);
+}
+
 /* Shuts down the connections whose request has not got its headers through within --timeout
- * seconds of the connection opening or of the last answer (libmicrohttpd then closes them). */
+ * seconds of the connection opening or of the last answer, whose client has not read all of its
+ * answer within --timeout seconds (libmicrohttpd's own timeout restarts at every byte sent, so a
+ * reader taking a byte now and then held its connection and answer for ever), and those refused
+ * at once a second after (libmicrohttpd then closes them). */
 static void close_slow_connections(server *S) {
     double now = now_s();
     pthread_mutex_lock(&S->cmu);
-    for (conn *k = S->conns; k; k = k->next)
-        if (!k->in_request && k->fd >= 0 && now - k->since > S->o.timeout_s) {
+    for (conn *k = S->conns; k; k = k->next) {
+        if (k->fd < 0) continue;
+        bool idle = !k->in_request && now - k->since > S->o.timeout_s;
+        bool slow_reader = k->answer_since > 0 && now - k->answer_since > S->o.timeout_s;
+        bool refused = k->refused && now - k->since > 1.0;
+        if (slow_reader) {
+            /* what the kernel still holds of the answer (megabytes) would trickle out for
+             * minutes after a plain shutdown: a reset drops it */
+            struct linger lg = {.l_onoff = 1, .l_linger = 0};
+            setsockopt(k->fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
+        }
+        if (idle || slow_reader || refused) {
             shutdown(k->fd, SHUT_RDWR);
             k->fd = -1;
         }
+    }
     pthread_mutex_unlock(&S->cmu);
 }
 
@@ -1573,8 +1660,8 @@ static void serve_usage(FILE *f) {
         "Serves the checkpoint MODEL.h5 over HTTP: POST /v1/forward {\"data\": [[f, ...], ...]}\n"
         "(or {\"batch\": [{\"data\": ...}, ...]}) answers {\"output\": [[...], ...]}, the\n"
         "activations rl.forward writes; also POST /v1/decode, GET /v1/model, GET /healthz,\n"
-        "POST /v1/reload (or SIGHUP) to load MODEL.h5 again. SIGTERM or SIGINT: answer what\n"
-        "is in flight, then exit 0.\n"
+        "POST /v1/reload (with --admin-token; or SIGHUP) to load MODEL.h5 again. SIGTERM or\n"
+        "SIGINT: answer what is in flight, then exit 0.\n"
         "\n"
         "Options (defaults in brackets):\n"
         "  --port P               TCP port; 0 picks a free one [8080]\n"
@@ -1596,6 +1683,8 @@ static void serve_usage(FILE *f) {
         "  --timeout S            idle connections close, queued requests give up after S\n"
         "                         seconds [10]\n"
         "  --drain-timeout S      longest wait for in-flight requests at shutdown [30]\n"
+        "  --admin-token TOKEN    turns POST /v1/reload on; it must then carry the header\n"
+        "                         'Authorization: Bearer TOKEN' [off]\n"
         "The bound address goes to stdout as \"listening on http://ADDR:PORT\"; logs to stderr.\n",
         f);
 }
@@ -1647,6 +1736,7 @@ static int parse_options(int argc, char **argv, serve_opts *o) {
         {"--listen", 0, 0, 0, offsetof(serve_opts, listen)},
         {"--layer", 0, 0, 0, offsetof(serve_opts, layer)},
         {"--lua", 0, 0, 0, offsetof(serve_opts, lua_file)},
+        {"--admin-token", 0, 0, 0, offsetof(serve_opts, admin_token)},
         {"--port", 0, 65535, 1, offsetof(serve_opts, port)},
         {"--threads", 1, 256, 1, offsetof(serve_opts, threads)},
         {"--blas-threads", 1, 256, 1, offsetof(serve_opts, blas_threads)},
@@ -1835,7 +1925,7 @@ int rl_serve_main(lua_State *L, int argc, char **argv) {
         flags, 0, NULL, NULL, on_request, S, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, S,
         MHD_OPTION_UNESCAPE_CALLBACK, unescape_path, NULL, MHD_OPTION_LISTEN_SOCKET, S->listen_fd,
         MHD_OPTION_THREAD_POOL_SIZE, (unsigned)S->o.threads, MHD_OPTION_CONNECTION_LIMIT,
-        (unsigned)(S->o.max_connections + 16 * S->o.threads), MHD_OPTION_CONNECTION_TIMEOUT,
+        (unsigned)(open_limit(S) + 256 * S->o.threads), MHD_OPTION_CONNECTION_TIMEOUT,
         (unsigned)S->o.timeout_s, MHD_OPTION_NOTIFY_COMPLETED, on_completed, S,
         MHD_OPTION_NOTIFY_CONNECTION, on_connection, S, MHD_OPTION_END);
     if (S->daemon == NULL) {
