@@ -948,6 +948,24 @@ def test_lua_layers():
     finally:
         rc = s.stop()
     check("Lua-layer server stops with exit 0", rc == 0, rc)
+    # the NaN-answer path: the scale layer (k = 3) turns 2e38 into Inf in float32
+    s = Server("--lua", os.path.join(DIR, "scale.lua"), "--layer", "sc", model="lua_model.h5")
+    try:
+        big = [[2e38] + [0.0] * 8] * 3
+        st, doc, _ = s.request("POST", "/v1/forward", {"data": big})
+        check("an answer with Inf -> 500 JSON naming the layer",
+              st == 500 and doc["error"] == "layer 'sc' gave NaN or Inf", (st, doc))
+        st, doc, _ = s.request("POST", "/v1/forward", {"batch": [{"data": frames(0)},
+                                                                 {"data": big}]})
+        check("  ... in a batch request -> 500 naming batch[1]",
+              st == 500 and doc["error"].startswith("batch[1]: ") and "gave NaN or Inf"
+              in doc["error"], (st, doc))
+        st, doc, _ = s.request("POST", "/v1/forward", {"data": frames(1)})
+        check("  ... and the next request is answered (3 x its input)", st == 200 and np.allclose(
+            np.asarray(doc["output"], dtype=np.float32), 3 * INPUTS[1]), (st, str(doc)[:200]))
+    finally:
+        rc = s.stop()
+    check("NaN-answer server stops with exit 0", rc == 0, rc)
     for name, text in (("raises.lua", b"no layers here"), ("missing.lua", b"missing.lua")):
         path = os.path.join(DIR, name)
         r = subprocess.run([BIN, "serve", lua_model, "--port", "0", "--lua", path],
