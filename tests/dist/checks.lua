@@ -47,6 +47,15 @@ H.test("allreduce sums every dtype, the same on every rank", function()
   local i = rl.tensor({rank, 7}, "int32")
   rl.dist.allreduce(i)
   H.check(i[1] == 1 and i[2] == 14, "int32 sums")
+  -- a sum beyond int32 is an error on every rank (MPI's int32 sum wraps), the tensor kept
+  local o = rl.tensor({1, 2147483647 - rank}, "int32")
+  local ok, err = pcall(rl.dist.allreduce, o)
+  H.check(not ok and tostring(err):find("element 2 sums to 4294967293 over the ranks, beyond "
+    .. "int32", 1, true), "int32 overflow: " .. tostring(err))
+  H.check(o[1] == 1 and o[2] == 2147483647 - rank, "kept after the overflow")
+  local m = rl.tensor({-1073741824, 1073741823 + rank}, "int32") -- sums at the very ends
+  rl.dist.allreduce(m)
+  H.check(m[1] == -2147483648 and m[2] == 2147483647, "int32 sums at the limits")
   -- a view of a larger buffer (what the engine's buckets are)
   local big = rl.zeros(10):fill_(rank + 1)
   rl.dist.allreduce(big:narrow(1, 3, 4))
