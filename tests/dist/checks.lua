@@ -170,6 +170,10 @@ end, "config.dtype: rank 1 differs from rank 0 (rank " .. rank .. "'s: float"
 H.expect_error("ranks with datasets of different sizes", function()
   rl.train(tiny({train = {class = "12ax", num_seqs = 30, seed = 1, max_len = 20}}))
 end, "the train dataset's number of sequences (epoch 1): rank 0: 20, rank 1: 30")
+H.expect_error("ranks with datasets of the same size but other content", function()
+  rl.train(tiny({train = {class = "12ax", num_seqs = 20, seed = 2, max_len = 20}}))
+end, "the train dataset's content (a fingerprint of 16 of its sequences: tags, keys, shapes and "
+  .. "values): rank 1 differs from rank 0")
 H.expect_error("ranks with different seeds, epochs, learning rates and modes", function()
   rl.train(tiny({seed = 7, num_epochs = 3, learning_rate = 0.5, distributed = {mode = "average"}}))
 end, "config.seed: rank 0: 1, rank 1: 7; config.num_epochs: rank 0: 1, rank 1: 3; the learning "
