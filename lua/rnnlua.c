@@ -469,10 +469,34 @@ static int pushargs(lua_State *L) {
     return n;
 }
 
-static int handle_script(lua_State *L, char **argv) {
+static void repl_helper(lua_State *L, const char *name, int nargs);
+
+/* Runs the script argv[0] with its arguments. explore (-i): its top-level locals become globals
+ * (rnnlua.repl.globalize, as for the lines typed at the prompt), so the REPL that follows sees
+ * them. */
+static int handle_script(lua_State *L, char **argv, int explore) {
     const char *fname = argv[0];
     if (strcmp(fname, "-") == 0 && strcmp(argv[-1], "--") != 0) fname = NULL; /* stdin */
-    int status = luaL_loadfilex(L, fname, "t");
+    int status;
+    if (explore && fname) {
+        lua_pushstring(L, fname);
+        repl_helper(L, "loadfile_globalized", 1);
+        /* a table {function} or {nil, message}: the helper's own failure is nil */
+        if (lua_istable(L, -1)) {
+            lua_rawgeti(L, -1, 1);
+            status = lua_isfunction(L, -1) ? LUA_OK : LUA_ERRFILE;
+            if (status != LUA_OK) {
+                lua_pop(L, 1);
+                lua_rawgeti(L, -1, 2);
+            }
+            lua_remove(L, -2);
+        } else {
+            lua_pop(L, 1);
+            status = luaL_loadfilex(L, fname, "t");
+        }
+    } else {
+        status = luaL_loadfilex(L, fname, "t");
+    }
     if (status == LUA_OK) {
         int n = pushargs(L);
         status = docall(L, n, LUA_MULTRET);
@@ -950,7 +974,7 @@ static int pmain(lua_State *L) {
     create_arg_table(L, argv, argc, script);
     if (!open_library(L)) return 0;
     if (!run_options(L, argv, script)) return 0;
-    if (script < argc && handle_script(L, argv + script) != LUA_OK) return 0;
+    if (script < argc && handle_script(L, argv + script, flags & HAS_I) != LUA_OK) return 0;
     if ((flags & HAS_I) || (script == argc && !(flags & (HAS_E | HAS_V))))
         do_repl(L, !(flags & HAS_V));
     lua_pushboolean(L, 1);

@@ -222,6 +222,19 @@ function M.globalize(src)
   return table.concat(out)
 end
 
+-- The script of `rnnlua -i FILE.lua` compiled with its top-level locals as globals, so the REPL
+-- after it sees them: {function}, or {nil, message} as loadfile gives. A first line starting
+-- with "#" (#!) is skipped, as lua.c does, keeping the line numbers.
+function M.loadfile_globalized(path)
+  local fh, err = io.open(path, "rb")
+  if not fh then return {nil, "cannot open " .. tostring(err)} end
+  local src = fh:read("a")
+  fh:close()
+  if src:sub(1, 1) == "#" then src = src:gsub("^[^\n]*", "", 1) end
+  local fn, lerr = load(M.globalize(src), "@" .. path, "t")
+  return {fn, lerr}
+end
+
 ---------------------------------------------------------------------------- pretty
 
 -- How much of a table the REPL shows: nesting, entries per table, characters of a string

@@ -78,6 +78,11 @@ repl 'rl.tensr(1)\n' >/dev/null
 contains "did you mean for a misspelt rl function" "did you mean tensor?" "$(cat "$tmp/err")"
 repl 'local z = rl.zeros(2)\nz:sizee()\n' >/dev/null
 contains "did you mean for a misspelt method" "did you mean size?" "$(cat "$tmp/err")"
+printf '#!/usr/bin/env rnnlua\nlocal size = 42\nlocal function twice(v) return 2 * v end\n' >"$tmp/ex.lua"
+check "rnnlua -i FILE keeps the file's top-level locals" "84" "$(printf 'twice(size)\n' | "$bin" -i "$tmp/ex.lua" 2>&1)"
+printf '\nx = = 1\n' >"$tmp/bad.lua"
+printf '1\n' | "$bin" -i "$tmp/bad.lua" >/dev/null 2>"$tmp/err"
+contains "rnnlua -i FILE: a syntax error names the file and line" "bad.lua:2: unexpected symbol" "$(cat "$tmp/err")"
 check "Ctrl-D (end of input) exits 0" "0" "$(printf '1\n' | "$bin" >/dev/null 2>&1; echo $?)"
 
 # ---- completion candidates, through the function the REPL calls on Tab
