@@ -443,13 +443,15 @@ def wait_connections(s, cond, timeout=10):
 def test_open_limit():
     """Connections beyond --max-connections + 16 a thread are answered 503 (JSON) as soon as
     they open, instead of waiting in the kernel's accept queue."""
-    s = Server("--max-connections", "1", "--threads", "1", "--timeout", "4")
+    # (--max-connections 2: the /healthz connections of the polling below close on the server
+    # a moment after the client closes them, and one of them may still count)
+    s = Server("--max-connections", "2", "--threads", "1", "--timeout", "4")
     try:
-        idle = [socket.create_connection(("127.0.0.1", s.port)) for _ in range(17)]
+        idle = [socket.create_connection(("127.0.0.1", s.port)) for _ in range(18)]
         t0 = time.time()  # until they are in: /healthz counts them, or is itself one too many
         while time.time() - t0 < 10:
             st, doc, _ = s.request("GET", "/healthz")
-            if st == 503 or doc["connections"] >= 17:
+            if st == 503 or doc["connections"] >= 18:
                 break
             time.sleep(0.02)
         t0 = time.time()
@@ -462,7 +464,7 @@ def test_open_limit():
             doc = None
         check("a connection over the open limit is answered 503 JSON at once (%.2f s)" % took,
               got.startswith(b"HTTP/1.1 503") and doc is not None
-              and "--max-connections 1" in doc["error"] and took < 2, got[:300])
+              and "--max-connections 2" in doc["error"] and took < 2, got[:300])
         for sk in idle:
             sk.close()
         wait_connections(s, lambda n: n <= 1)
@@ -807,7 +809,7 @@ def test_wide():
                 closed = True
                 break
             got += len(chunk)
-            if other is None and time.time() - t0 > 0.5:
+            if other is None:  # its answer is being written: the model is free again
                 t1 = time.time()
                 other = (good_request_wide(s, x), time.time() - t1)
             time.sleep(0.05)
