@@ -91,6 +91,7 @@ void rl_dist_finalize(int failed) { (void)failed; }
 
 #else
 
+#include <inttypes.h>
 #include <mpi.h>
 #include <sched.h>
 
@@ -287,12 +288,40 @@ static MPI_Datatype mpi_type(rl_dtype dt) {
     switch (dt) {
     case RL_FLOAT32: return MPI_FLOAT;
     case RL_FLOAT64: return MPI_DOUBLE;
-    default: return MPI_INT;
+    case RL_INT32: return MPI_INT;
+    default: return MPI_INT64_T;
     }
 }
 
+static rl_status host_allreduce(void *buf, int64_t n, rl_dtype dt);
+
+/* An int32 sum over the ranks, made in int64: a sum beyond int32 is an error naming the
+ * element, on every rank alike (each sees the same sums), and leaves buf as it was. MPI's own
+ * int32 sum would wrap without a word (counts of frames or errors over a large world). */
+static rl_status host_allreduce_int32(int32_t *buf, int64_t n) {
+    int64_t *wide = malloc((size_t)(n ? n : 1) * sizeof *wide);
+    if (wide == NULL)
+        return rl_error(RL_ENOMEM, "allreduce: no memory to sum %" PRId64 " int32 elements", n);
+    for (int64_t i = 0; i < n; i++)
+        wide[i] = buf[i];
+    rl_status s = host_allreduce(wide, n, RL_NUM_DTYPES);
+    for (int64_t i = 0; s == RL_OK && i < n; i++)
+        if (wide[i] < INT32_MIN || wide[i] > INT32_MAX)
+            s = rl_error(RL_EARG,
+                         "allreduce of %" PRId64 " int32 elements: element %" PRId64
+                         " sums to %" PRId64 " over the ranks, beyond int32 (use float64)",
+                         n, i + 1, wide[i]);
+    if (s == RL_OK)
+        for (int64_t i = 0; i < n; i++)
+            buf[i] = (int32_t)wide[i];
+    free(wide);
+    return s;
+}
+
+/* dt RL_NUM_DTYPES stands for int64 elements (host_allreduce_int32's sums). */
 static rl_status host_allreduce(void *buf, int64_t n, rl_dtype dt) {
-    size_t es = rl_dtype_size(dt);
+    if (dt == RL_INT32) return host_allreduce_int32(buf, n);
+    size_t es = dt == RL_NUM_DTYPES ? sizeof(int64_t) : rl_dtype_size(dt);
     for (int64_t off = 0; off < n; off += MAX_PIECE) {
         int count = (int)(n - off < MAX_PIECE ? n - off : MAX_PIECE);
         RL_TRY(begin("allreduce"));
@@ -428,7 +457,8 @@ static rl_status collective(rl_tensor *t, int root, int reduce) {
     if (dev.type == RL_CPU)
         return reduce ? host_allreduce(rl_tensor_data(t), n, t->dtype)
                       : host_broadcast(rl_tensor_data(t), nb, root);
-    if (g_dev_comm == NULL) return via_host(t, root, reduce);
+    /* int32 sums are checked for overflow on the host */
+    if (g_dev_comm == NULL || (reduce && t->dtype == RL_INT32)) return via_host(t, root, reduce);
     RL_TRY(device_comm_ready(dev.index, op));
     /* the device collective has its own deadline; the barrier-free notices still mark it */
     RL_TRY(begin(op));

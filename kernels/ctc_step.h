@@ -20,8 +20,10 @@
  * "Impossible" is RL_CTC_NEG, a large finite negative number rather than -inf, so that the
  * log-sum-exp needs no branch (max - max of two impossible entries is 0, not NaN) and the
  * loops vectorise; sums of it with ordinary log-probabilities stay far below RL_CTC_IMPOSSIBLE,
- * the threshold under which log P means "no path fits" (an infinite loss). A NaN in a valid
- * frame propagates to the loss. */
+ * the threshold under which log P means "no path fits" (an infinite loss). A -inf logit makes its
+ * log-probability -inf, which enters the recurrences as RL_CTC_NEG (rl_ctc_floor_*): -inf - -inf
+ * would be NaN, where a class impossible on a frame only makes the alignments through it
+ * impossible. A NaN in a valid frame propagates to the loss. */
 #ifndef RL_CTC_STEP_H
 #define RL_CTC_STEP_H
 
@@ -34,6 +36,13 @@
 
 #define RL_CTC_NEG (-1e30f)
 #define RL_CTC_IMPOSSIBLE (-1e29f)
+
+/* A log-probability as the recurrences take it: -inf (and anything below) as RL_CTC_NEG; NaN
+ * stays NaN (the comparison is false). */
+RL_HD_INLINE float rl_ctc_floor_f32(float lp) { return lp < RL_CTC_NEG ? RL_CTC_NEG : lp; }
+RL_HD_INLINE double rl_ctc_floor_f64(double lp) {
+    return lp < (double)RL_CTC_NEG ? (double)RL_CTC_NEG : lp;
+}
 
 /* log(e^a + e^b + e^c), stable; a NaN argument gives NaN. float32: the largest term is
  * e^0 = 1, so two exponentials suffice (lo, mid: the two others, by selects); the (x - x)

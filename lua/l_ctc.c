@@ -40,8 +40,8 @@ static int l_ctc_loss(lua_State *L) {
     rl_tensor *targets = rl_lua_check_tensor(L, 2);
     rl_tensor *il = rl_lua_check_tensor(L, 3);
     rl_tensor *tl = rl_lua_check_tensor(L, 4);
-    lua_Integer blank = -1;
-    bool zero_inf = false;
+    lua_Integer blank = 0;
+    bool zero_inf = false, has_blank = false;
     if (!lua_isnoneornil(L, 5)) {
         luaL_checktype(L, 5, LUA_TTABLE);
         lua_pushnil(L);
@@ -51,6 +51,7 @@ static int l_ctc_loss(lua_State *L) {
                 if (!lua_isinteger(L, -1))
                     return luaL_error(L, "%s: blank must be an integer (0-based class)", who);
                 blank = lua_tointeger(L, -1);
+                has_blank = true;
             } else if (strcmp(k, "zero_infinity") == 0) {
                 if (!lua_isboolean(L, -1))
                     return luaL_error(L, "%s: zero_infinity must be a boolean", who);
@@ -61,7 +62,7 @@ static int l_ctc_loss(lua_State *L) {
             lua_pop(L, 1);
         }
     }
-    if (logits->storage && logits->ndim == 3 && blank == -1) blank = logits->shape[2] - 1;
+    if (logits->storage && logits->ndim == 3 && !has_blank) blank = logits->shape[2] - 1;
     rl_tensor *loss = rl_lua_push_tensor(L);
     rl_tensor *grad = rl_lua_push_tensor(L);
     rl_tensor c = {0};

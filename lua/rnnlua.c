@@ -13,10 +13,12 @@
  *   - subcommands (`rnnlua serve MODEL.h5 ...`, the tools `rnnlua info MODEL.h5` ...) from a
  *     table: one line adds one. */
 #include <errno.h>
+#include <locale.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <wchar.h>
 #include <sys/select.h>
 #include <unistd.h>
 
@@ -468,10 +470,34 @@ static int pushargs(lua_State *L) {
     return n;
 }
 
-static int handle_script(lua_State *L, char **argv) {
+static void repl_helper(lua_State *L, const char *name, int nargs);
+
+/* Runs the script argv[0] with its arguments. explore (-i): its top-level locals become globals
+ * (rnnlua.repl.globalize, as for the lines typed at the prompt), so the REPL that follows sees
+ * them. */
+static int handle_script(lua_State *L, char **argv, int explore) {
     const char *fname = argv[0];
     if (strcmp(fname, "-") == 0 && strcmp(argv[-1], "--") != 0) fname = NULL; /* stdin */
-    int status = luaL_loadfilex(L, fname, "t");
+    int status;
+    if (explore && fname) {
+        lua_pushstring(L, fname);
+        repl_helper(L, "loadfile_globalized", 1);
+        /* a table {function} or {nil, message}: the helper's own failure is nil */
+        if (lua_istable(L, -1)) {
+            lua_rawgeti(L, -1, 1);
+            status = lua_isfunction(L, -1) ? LUA_OK : LUA_ERRFILE;
+            if (status != LUA_OK) {
+                lua_pop(L, 1);
+                lua_rawgeti(L, -1, 2);
+            }
+            lua_remove(L, -2);
+        } else {
+            lua_pop(L, 1);
+            status = luaL_loadfilex(L, fname, "t");
+        }
+    } else {
+        status = luaL_loadfilex(L, fname, "t");
+    }
     if (status == LUA_OK) {
         int n = pushargs(L);
         status = docall(L, n, LUA_MULTRET);
@@ -493,11 +519,10 @@ static void create_arg_table(lua_State *L, char **argv, int argc, int script) {
 
 /* ---- the REPL ------------------------------------------------------------------------- */
 
-/* libedit calls this for each key; returning EOF on Ctrl-C makes readline() give up the line.
- * SIGINT stays blocked except inside pselect, so a Ctrl-C between the flag test and the wait
- * cannot be missed (it would otherwise only count at the next key). */
-static int getc_interruptible(FILE *f) {
-    int fd = f ? fileno(f) : STDIN_FILENO;
+/* One byte of the terminal, or EOF on end of input, an error or Ctrl-C. SIGINT stays blocked
+ * except inside pselect, so a Ctrl-C between the flag test and the wait cannot be missed (it
+ * would otherwise only count at the next key). */
+static int read_byte(int fd) {
     sigset_t block, outer;
     sigemptyset(&block);
     sigaddset(&block, SIGINT);
@@ -518,6 +543,26 @@ static int getc_interruptible(FILE *f) {
     }
     sigprocmask(SIG_SETMASK, &outer, NULL);
     return c;
+}
+
+/* libedit calls this for each key; returning EOF on Ctrl-C makes readline() give up the line.
+ * libedit takes what it returns as one character (a wchar_t), without decoding, so a character
+ * of several bytes (UTF-8) is decoded here by the locale; a byte that starts no character of
+ * it is U+FFFD. */
+static int getc_interruptible(FILE *f) {
+    int fd = f ? fileno(f) : STDIN_FILENO;
+    mbstate_t st;
+    memset(&st, 0, sizeof st);
+    for (;;) {
+        int c = read_byte(fd);
+        if (c == EOF) return EOF;
+        char b = (char)c;
+        wchar_t w;
+        size_t r = mbrtowc(&w, &b, 1, &st);
+        if (r == (size_t)-2) continue; /* the character goes on */
+        if (r == (size_t)-1) return 0xfffd;
+        return r == 0 ? 0 : (int)w;
+    }
 }
 
 enum { LINE_OK, LINE_EOF, LINE_CANCEL };
@@ -561,6 +606,37 @@ static int incomplete(lua_State *L, int status) {
     return len >= mlen && strcmp(msg + len - mlen, EOFMARK) == 0;
 }
 
+/* rnnlua.repl[name](the nargs values on top of the stack), its one result, under pcall; the
+ * arguments are popped and the result (nil when the call failed: the REPL goes on without the
+ * help) pushed. */
+static int repl_helper_call(lua_State *L) {
+    int nargs = lua_gettop(L) - 1;
+    lua_getglobal(L, "require");
+    lua_pushliteral(L, "rnnlua.repl");
+    lua_call(L, 1, 1);
+    lua_getfield(L, -1, lua_tostring(L, 1));
+    lua_replace(L, 1);
+    lua_pop(L, 1);
+    lua_call(L, nargs, 1);
+    return 1;
+}
+
+static void repl_helper(lua_State *L, const char *name, int nargs) {
+    lua_pushcfunction(L, repl_helper_call);
+    lua_pushstring(L, name);
+    lua_rotate(L, -nargs - 2, 2); /* under the arguments: function, name, args... */
+    if (lua_pcall(L, nargs + 1, 1, 0) != LUA_OK) {
+        lua_pop(L, 1);
+        lua_pushnil(L);
+    }
+}
+
+/* The chunk of a line that only asked for help. */
+static int nothing(lua_State *L) {
+    (void)L;
+    return 0;
+}
+
 enum { CHUNK_EOF = -1, CHUNK_CANCEL = -2 };
 
 /* Reads and compiles one chunk: pushes the function (LUA_OK) or an error message (a load
@@ -572,6 +648,15 @@ static int read_chunk(lua_State *L, int tty) {
     int got = read_line(tty, PROMPT, &line);
     if (got != LINE_OK) return got == LINE_EOF ? CHUNK_EOF : CHUNK_CANCEL;
     const char *expr = line[0] == '=' ? line + 1 : line; /* "=x", as Lua 5.1-5.3 took it */
+    if (line[0] == '?') { /* "?rl.tensor" asks for help about it */
+        lua_pushstring(L, line + 1);
+        repl_helper(L, "help", 1);
+        lua_pop(L, 1);
+        save_history(tty, line);
+        free(line);
+        lua_pushcfunction(L, nothing); /* the help is printed: nothing to run */
+        return LUA_OK;
+    }
     const char *ret = lua_pushfstring(L, "return %s;", expr);
     if (luaL_loadbufferx(L, ret, strlen(ret), REPL_CHUNKNAME, "t") == LUA_OK) {
         lua_remove(L, -2);
@@ -585,7 +670,14 @@ static int read_chunk(lua_State *L, int tty) {
     for (;;) {
         size_t len;
         const char *chunk = lua_tolstring(L, -1, &len);
-        int status = luaL_loadbufferx(L, chunk, len, REPL_CHUNKNAME, "t");
+        /* the chunk's top-level locals as globals, so they outlive the line */
+        lua_pushvalue(L, -1);
+        repl_helper(L, "globalize", 1);
+        size_t glen;
+        const char *g = lua_tolstring(L, -1, &glen);
+        int status = g ? luaL_loadbufferx(L, g, glen, REPL_CHUNKNAME, "t")
+                       : luaL_loadbufferx(L, chunk, len, REPL_CHUNKNAME, "t");
+        lua_remove(L, -2);
         if (!incomplete(L, status)) {
             save_history(tty, chunk);
             lua_remove(L, -2);
@@ -611,12 +703,23 @@ static int read_chunk(lua_State *L, int tty) {
 }
 
 /* Prints all values on the stack with tostring, separated by tabs (as print does, but
- * without going through a global `print` the user may have replaced). */
+ * without going through a global `print` the user may have replaced); a table without
+ * __tostring or __name is shown with its contents (rnnlua.repl.pretty). */
 static int print_values(lua_State *L) {
     int n = lua_gettop(L);
     for (int i = 1; i <= n; i++) {
         size_t len;
-        const char *s = luaL_tolstring(L, i, &len);
+        const char *s = NULL;
+        if (lua_type(L, i) == LUA_TTABLE && luaL_getmetafield(L, i, "__tostring") == LUA_TNIL &&
+            luaL_getmetafield(L, i, "__name") == LUA_TNIL) {
+            lua_pushvalue(L, i);
+            repl_helper(L, "pretty", 1);
+            s = lua_tolstring(L, -1, &len);
+            if (s == NULL) lua_pop(L, 1);
+        } else if (lua_type(L, i) == LUA_TTABLE) {
+            lua_pop(L, 1); /* the metafield found */
+        }
+        if (s == NULL) s = luaL_tolstring(L, i, &len);
         if (i > 1) fputc('\t', stdout);
         fwrite(s, 1, len, stdout);
         lua_pop(L, 1);
@@ -699,18 +802,53 @@ static void repl_init_tty(lua_State *L) {
     rl_completer_word_break_characters = breaks;
     rl_attempted_completion_function = complete_word;
     rl_completion_append_character = '\0';
+    /* libedit decodes what is typed by the locale's character type: in the default "C" it
+     * drops every non-ASCII character from the line it returns. Only LC_CTYPE: numbers keep
+     * Lua's "." in every locale. */
+    setlocale(LC_CTYPE, "");
     rl_initialize();
     /* libedit's command mode (Meta-x in emacs mode, ':' in vi command mode, even when ~/.editrc
-     * chose vi) reads and runs editline commands; a stray quote there crashes libedit. No
-     * keystroke at the rnnlua prompt may do that, so those keys do nothing. */
+     * chose vi) reads and runs editline commands; a stray quote there crashes libedit (el_wparse
+     * takes the tokenizer's NULL argv after an unmatched quote). No keystroke at the rnnlua
+     * prompt may do that, so those keys do nothing. */
     static const char *const no_command_mode[] = {
         "bind '\\ex' ed-unassigned", "bind '\\eX' ed-unassigned", "bind -a : ed-unassigned"};
     for (size_t i = 0; i < sizeof no_command_mode / sizeof no_command_mode[0]; i++)
         rl_parse_and_bind(no_command_mode[i]);
+    /* libedit's emacs map takes the characters 128-255 as Meta plus a 7-bit key ("ø", U+00F8,
+     * or a lone byte 0xf8 is Meta-x: the command mode above; "ä" is Meta-d and deletes a
+     * word). At this prompt they are text: Latin-1 letters in strings and comments insert
+     * themselves; Meta is the Escape prefix. */
+    for (int c = 0x80; c <= 0xff; c++) {
+        char bind[32];
+        snprintf(bind, sizeof bind, "bind '\\%03o' ed-insert", c);
+        rl_parse_and_bind(bind);
+    }
     using_history();
     stifle_history(HISTORY_MAX);
     const char *hp = history_path();
     if (hp) read_history(hp);
+}
+
+/* The error message on top, with "did you mean ...?" (rnnlua.repl.hint) after its first line
+ * when it names a missing field or method close to an existing one. */
+static void add_hint(lua_State *L) {
+    lua_pushvalue(L, -1);
+    repl_helper(L, "hint", 1);
+    const char *hint = lua_tostring(L, -1);
+    if (hint == NULL) {
+        lua_pop(L, 1);
+        return;
+    }
+    const char *msg = lua_tostring(L, -2);
+    const char *nl = strchr(msg, '\n');
+    size_t first = nl ? (size_t)(nl - msg) : strlen(msg);
+    lua_pushlstring(L, msg, first);
+    lua_pushfstring(L, "\n  %s", hint);
+    lua_pushstring(L, msg + first);
+    lua_concat(L, 3);
+    lua_replace(L, -3);
+    lua_pop(L, 1);
 }
 
 static void do_repl(lua_State *L, int banner) {
@@ -723,6 +861,9 @@ static void do_repl(lua_State *L, int banner) {
          * SA_RESTART: the read() under readline must return EINTR. */
         set_sigint(on_sigint_prompt, 0, &outer);
     }
+    /* help(x) at the prompt: the signature of an rl function (also ?x) */
+    repl_helper(L, "help_function", 0);
+    if (!lua_isnil(L, -1)) lua_setglobal(L, "help");
     lua_settop(L, 0);
     for (;;) {
         int status = read_chunk(L, tty);
@@ -734,6 +875,7 @@ static void do_repl(lua_State *L, int banner) {
             lua_insert(L, 1);
             status = docall(L, lua_gettop(L) - 1, 0);
         }
+        if (status != LUA_OK && lua_type(L, -1) == LUA_TSTRING) add_hint(L);
         report(L, status);
         lua_settop(L, 0);
     }
@@ -833,7 +975,7 @@ static int pmain(lua_State *L) {
     create_arg_table(L, argv, argc, script);
     if (!open_library(L)) return 0;
     if (!run_options(L, argv, script)) return 0;
-    if (script < argc && handle_script(L, argv + script) != LUA_OK) return 0;
+    if (script < argc && handle_script(L, argv + script, flags & HAS_I) != LUA_OK) return 0;
     if ((flags & HAS_I) || (script == argc && !(flags & (HAS_E | HAS_V))))
         do_repl(L, !(flags & HAS_V));
     lua_pushboolean(L, 1);

@@ -37,6 +37,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -51,9 +52,15 @@
 #include "serve.h"
 
 #define JSON_TYPE "application/json"
+/* A client reads an answer at least this fast (bytes/s), after --timeout seconds of grace. */
+#define MIN_READ_RATE (1024.0 * 1024.0)
+/* the gate's limits (gate_main) */
+#define GATE_LINE_MAX 8192  /* the request line: method, path, version */
+#define GATE_HEAD_MAX 32768 /* the request line and the headers */
+#define GATE_MAX 1024       /* connections waiting for their first head */
 
 typedef struct {
-    const char *model_path, *listen, *layer, *lua_file, *lm_file, *lm_word_boundary;
+    const char *model_path, *listen, *layer, *lua_file, *lm_file, *lm_word_boundary, *admin_token;
     int port, threads, blas_threads, max_connections, timeout_s, max_beam;
     int64_t max_batch_frames, max_frames, max_queue_frames;
     double max_wait_ms, drain_s;
@@ -103,9 +110,12 @@ typedef struct request {
  * header byte a second held a connection (of --max-connections) for ever. */
 typedef struct conn {
     struct conn *prev, *next;
+    struct server *S;
     int fd;
     double since;    /* the connection opened, or its last answer was sent */
     bool in_request; /* its request's headers have arrived (the body has its own deadline) */
+    double answer_since; /* > 0: its answer is queued since then and not all sent yet */
+    uint64_t answer_bytes; /* of that answer: its size, or what a streamed one has made so far */
 } conn;
 
 typedef struct server {
@@ -132,6 +142,9 @@ typedef struct server {
     atomic_int incoming;      /* forward/decode requests being received or parsed */
     struct MHD_Daemon *daemon;
     int listen_fd;
+    int gate_pipe[2];    /* wakes the gate thread to stop */
+    pthread_t gate_thread;
+    bool gate_running;
     pthread_mutex_t cmu; /* the list of open connections */
     conn *conns;
     pthread_t sig_thread;
@@ -169,6 +182,8 @@ static char *format(const char *fmt, ...) {
     return s;
 }
 
+static void conn_answering(struct MHD_Connection *c, uint64_t bytes);
+
 /* Queues `doc` (taken) as the JSON answer; allow: the Allow header of a 405. */
 static enum MHD_Result reply_json(struct MHD_Connection *c, unsigned status, json_t *doc,
                                   const char *allow) {
@@ -189,8 +204,11 @@ static enum MHD_Result reply_json(struct MHD_Connection *c, unsigned status, jso
     }
     MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, JSON_TYPE);
     if (allow) MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, allow);
+    if (status == MHD_HTTP_UNAUTHORIZED)
+        MHD_add_response_header(r, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
     enum MHD_Result ret = MHD_queue_response(c, status, r);
     MHD_destroy_response(r);
+    if (ret == MHD_YES) conn_answering(c, n + 1);
     return ret;
 }
 
@@ -621,9 +639,11 @@ static size_t answer_piece(answer_text *w, char *tok) {
 }
 
 /* libmicrohttpd's reader of a streamed answer: fills buf with the next pieces. */
+static void conn_answer_made(struct MHD_Connection *c, uint64_t bytes);
+
 static ssize_t answer_read(void *cls, uint64_t pos, char *buf, size_t max) {
-    (void)pos;
     answer_text *w = cls;
+    conn_answer_made(w->j->conn, pos); /* what the client has taken, give or take a buffer */
     size_t got = 0;
     for (;;) {
         if (w->pend_off == w->pend_len) {
@@ -651,11 +671,13 @@ static enum MHD_Result reply_forward(const server *S, struct MHD_Connection *c, 
     for (int64_t s = 0; s < j->nseq; s++)
         values += j->oT[s] * S->out_dim;
     struct MHD_Response *r = NULL;
-    if (values > (1 << 20)) {
+    bool streamed = values > (1 << 20);
+    size_t len = 0;
+    if (streamed) {
         r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 1 << 16, answer_read, w, free);
         if (r == NULL) free(w);
     } else {
-        size_t len = 0, cap = 256 + (size_t)values * 16;
+        size_t cap = 256 + (size_t)values * 16;
         char *text = malloc(cap);
         for (size_t n; text && (n = answer_piece(w, text + len)) > 0;) {
             len += n;
@@ -675,6 +697,7 @@ static enum MHD_Result reply_forward(const server *S, struct MHD_Connection *c, 
     MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, JSON_TYPE);
     enum MHD_Result ret = MHD_queue_response(c, MHD_HTTP_OK, r);
     MHD_destroy_response(r);
+    if (ret == MHD_YES) conn_answering(c, streamed ? 0 : len);
     return ret;
 }
 
@@ -699,6 +722,14 @@ static bool queue_reserve(server *S, int64_t frames, perr *e) {
 
 static void not_incoming(server *S, request *r);
 static void conn_mark(server *S, struct MHD_Connection *c, bool in_request);
+
+/* Makes the coming close of socket fd a reset: what the kernel still holds of an answer that
+ * will never be complete (megabytes) would otherwise trickle out to a slow reader for minutes
+ * after a plain close. */
+static void reset_on_close(int fd) {
+    struct linger lg = {.l_onoff = 1, .l_linger = 0};
+    setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
+}
 
 /* Appends j (the job of r) and wakes the model thread. */
 static void queue_push(server *S, job *j, request *r) {
@@ -734,9 +765,41 @@ static enum MHD_Result answer_get(server *S, struct MHD_Connection *c, int route
     return reply_json(c, MHD_HTTP_OK, doc, NULL);
 }
 
+/* Whether the Authorization header is "Bearer <the --admin-token>". The comparison takes the
+ * same time wherever the first difference is, so the answer's timing tells nothing of how much
+ * of a guess was right (only whether its length was). */
+static bool admin_authorized(const server *S, struct MHD_Connection *c) {
+    const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+    static const char scheme[] = "Bearer ";
+    if (h == NULL || strncasecmp(h, scheme, sizeof scheme - 1) != 0) return false;
+    const volatile unsigned char *a = (const unsigned char *)h + sizeof scheme - 1;
+    const volatile unsigned char *b = (const unsigned char *)S->o.admin_token;
+    size_t na = strlen((const char *)a), nb = strlen((const char *)b);
+    unsigned char diff = na != nb;
+    for (size_t i = 0; i < nb; i++)
+        diff |= (unsigned char)(b[i] ^ a[i < na ? i : 0]);
+    return diff == 0;
+}
+
 /* The first call for a request: route, method and the limits known from the headers. */
+static enum MHD_Result add_header_size(void *cls, enum MHD_ValueKind kind, const char *key,
+                                       const char *value) {
+    (void)kind;
+    *(size_t *)cls += strlen(key) + (value ? strlen(value) : 0) + 4;
+    return MHD_YES;
+}
+
 static enum MHD_Result begin_request(server *S, struct MHD_Connection *c, request *r,
                                      const char *url, const char *method) {
+    /* the gate's limits, for the later requests of a kept-alive connection */
+    if (strlen(url) + strlen(method) + 10 > GATE_LINE_MAX)
+        return reply_error(c, MHD_HTTP_URI_TOO_LONG, NULL,
+                           "the request line is longer than %d bytes", GATE_LINE_MAX);
+    size_t head = 0;
+    MHD_get_connection_values(c, MHD_HEADER_KIND, add_header_size, &head);
+    if (head > GATE_HEAD_MAX)
+        return reply_error(c, MHD_HTTP_REQUEST_HEADER_FIELDS_TOO_LARGE, NULL,
+                           "the request's headers are larger than %d bytes", GATE_HEAD_MAX);
     r->route = find_route(url);
     if (r->route < 0)
         return reply_error(c, MHD_HTTP_NOT_FOUND, NULL,
@@ -751,6 +814,14 @@ static enum MHD_Result begin_request(server *S, struct MHD_Connection *c, reques
     if (atomic_load(&S->draining) && r->route != R_HEALTH)
         return reply_error(c, MHD_HTTP_SERVICE_UNAVAILABLE, NULL, "the server is shutting down");
     if (r->route == R_HEALTH || r->route == R_MODEL) return answer_get(S, c, r->route);
+    if (r->route == R_RELOAD && S->o.admin_token == NULL)
+        return reply_error(c, MHD_HTTP_FORBIDDEN, NULL,
+                           "/v1/reload is off: the server was started without --admin-token "
+                           "(SIGHUP reloads too)");
+    if (r->route == R_RELOAD && !admin_authorized(S, c))
+        return reply_error(c, MHD_HTTP_UNAUTHORIZED, NULL,
+                           "/v1/reload needs the header 'Authorization: Bearer TOKEN' with the "
+                           "server's --admin-token");
     if (r->route == R_DECODE) {
         pthread_mutex_lock(&S->mu);
         char *why = S->decode_error ? strdup(S->decode_error) : NULL;
@@ -892,8 +963,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
                          enum MHD_RequestTerminationCode toe) {
-    (void)toe;
     server *S = cls;
+    /* libmicrohttpd's own timeout (no progress for --timeout seconds) ends an answer too */
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (toe == MHD_REQUEST_TERMINATED_TIMEOUT_REACHED && ci) reset_on_close(ci->connect_fd);
     conn_mark(S, c, false);
     request *r = *con_cls;
     if (r == NULL) return;
@@ -910,6 +984,219 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     atomic_fetch_sub(&S->requests, 1);
 }
 
+/* An error answer {"error": msg} written straight to a socket that libmicrohttpd does not (or
+ * not yet) read, with "Connection: close": the caller ends the connection. A socket whose send
+ * buffer cannot take these few hundred bytes at once gets nothing. */
+static void raw_error(int fd, int status, const char *reason, const char *msg) {
+    json_t *doc = json_pack("{s:s}", "error", msg);
+    char *body = doc ? json_dumps(doc, JSON_COMPACT) : NULL;
+    json_decref(doc);
+    if (body == NULL) return;
+    char head[200];
+    int nh = snprintf(head, sizeof head,
+                      "HTTP/1.1 %d %s\r\nContent-Type: " JSON_TYPE
+                      "\r\nContent-Length: %zu\r\nConnection: close\r\n\r\n",
+                      status, reason, strlen(body) + 1);
+    if (send(fd, head, (size_t)nh, MSG_NOSIGNAL | MSG_DONTWAIT) == nh &&
+        send(fd, body, strlen(body), MSG_NOSIGNAL | MSG_DONTWAIT) == (ssize_t)strlen(body))
+        (void)send(fd, "\n", 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+    free(body);
+}
+
+/* Connections beyond --max-connections get 503 for their requests; this many more (idle ones,
+ * a monitor's /healthz) are let in, and a connection beyond those is answered at once. */
+static int open_limit(const server *S) { return S->o.max_connections + 16 * S->o.threads; }
+
+/* ---- the gate: each new connection's first request head, before libmicrohttpd -------------- */
+
+/* libmicrohttpd answers some malformed requests itself, in HTML, before any callback of ours
+ * runs: a request line longer than its buffer (414), headers larger than it (431), a
+ * Content-Length that is not a number (400; 0.9.75 also sends its headers twice for a huge one),
+ * an HTTP version it does not speak (505). So the listening socket is ours: the gate thread
+ * accepts, waits (poll: one slow client holds nobody) until a connection's first request head
+ * has arrived, peeks at it without taking it, answers those cases in JSON and ends the
+ * connection, and hands every other connection to libmicrohttpd (MHD_add_connection), which
+ * reads the request from its start. The later requests of a kept-alive connection have their
+ * sizes checked by begin_request (libmicrohttpd's buffer is made larger than these limits); a
+ * malformed Content-Length there still gets libmicrohttpd's own answer. */
+
+typedef struct {
+    int fd;
+    double t0;
+    bool closing; /* answered: its input is read and dropped until it closes, or 1 s */
+    struct sockaddr_storage addr;
+    socklen_t alen;
+} gate_conn;
+
+/* The first `n` bytes of a connection: 0 while its head is incomplete, 1 to hand it over, or
+ * -1 with the answer's status and message. */
+static int gate_check(const char *b, size_t n, int *status, const char **reason, char *msg,
+                      size_t msgn) {
+    const char *nl = memchr(b, '\n', n);
+    size_t line = nl ? (size_t)(nl - b) : n;
+    if (line > GATE_LINE_MAX) {
+        *status = 414;
+        *reason = "URI Too Long";
+        snprintf(msg, msgn, "the request line is longer than %d bytes", GATE_LINE_MAX);
+        return -1;
+    }
+    if (nl == NULL) return 0;
+    const char *end = NULL; /* the empty line that ends the head */
+    for (const char *p = nl; p != NULL && p + 1 < b + n;
+         p = memchr(p + 1, '\n', (size_t)(b + n - p - 1))) {
+        if (p[1] == '\n' || (p[1] == '\r' && p + 2 < b + n && p[2] == '\n')) {
+            end = p + 1;
+            break;
+        }
+    }
+    if (end == NULL) {
+        if (n <= GATE_HEAD_MAX) return 0;
+        *status = 431;
+        *reason = "Request Header Fields Too Large";
+        snprintf(msg, msgn, "the request's headers are larger than %d bytes", GATE_HEAD_MAX);
+        return -1;
+    }
+    /* "METHOD PATH HTTP/x.y": a version other than 1.0 and 1.1 */
+    const char *sp = memrchr(b, ' ', line);
+    if (sp != NULL && (size_t)(b + line - sp) > 6 && strncmp(sp + 1, "HTTP/", 5) == 0) {
+        size_t vl = (size_t)(b + line - sp - 1);
+        if (vl > 0 && sp[vl] == '\r') vl--;
+        if (!(vl == 8 && (strncmp(sp + 1, "HTTP/1.1", 8) == 0 ||
+                          strncmp(sp + 1, "HTTP/1.0", 8) == 0))) {
+            *status = 505;
+            *reason = "HTTP Version Not Supported";
+            snprintf(msg, msgn, "HTTP/1.0 and HTTP/1.1 only, got %.*s", (int)(vl < 40 ? vl : 40),
+                     sp + 1);
+            return -1;
+        }
+    }
+    /* Content-Length: decimal digits that fit an int64, the same value if given twice */
+    long long seen = -1;
+    for (const char *h = nl + 1; h < end; h = (const char *)memchr(h, '\n', (size_t)(end - h)) + 1) {
+        static const char name[] = "content-length:";
+        const char *eol = memchr(h, '\n', (size_t)(end - h));
+        if ((size_t)(eol - h) < sizeof name - 1 || strncasecmp(h, name, sizeof name - 1) != 0)
+            continue;
+        const char *v = h + sizeof name - 1, *ve = eol;
+        while (v < ve && (*v == ' ' || *v == '\t'))
+            v++;
+        while (ve > v && (ve[-1] == '\r' || ve[-1] == ' ' || ve[-1] == '\t'))
+            ve--;
+        long long x = 0;
+        bool ok = ve > v && ve - v <= 18;
+        for (const char *q = v; ok && q < ve; q++) {
+            ok = *q >= '0' && *q <= '9';
+            x = x * 10 + (*q - '0');
+        }
+        if (!ok || (seen >= 0 && x != seen)) {
+            *status = 400;
+            *reason = "Bad Request";
+            snprintf(msg, msgn, "bad Content-Length '%.*s' (decimal digits, at most 18%s)",
+                     (int)(ve - v < 40 ? ve - v : 40), v, seen >= 0 ? ", the same each time" : "");
+            return -1;
+        }
+        seen = x;
+    }
+    return 1;
+}
+
+static void *gate_main(void *arg) {
+    server *S = arg;
+    gate_conn *g = calloc(GATE_MAX, sizeof *g);
+    struct pollfd *pf = calloc(GATE_MAX + 2, sizeof *pf);
+    char *buf = malloc(GATE_HEAD_MAX + 1);
+    int n = 0;
+    bool stop = g == NULL || pf == NULL || buf == NULL;
+    if (stop) logf_("the gate thread has no memory: no connection is taken");
+    /* all that is waiting is taken at each wake-up, until accept says there is no more */
+    fcntl(S->listen_fd, F_SETFL, fcntl(S->listen_fd, F_GETFL) | O_NONBLOCK);
+    while (!stop) {
+        pf[0] = (struct pollfd){.fd = S->listen_fd, .events = n < GATE_MAX ? POLLIN : 0};
+        pf[1] = (struct pollfd){.fd = S->gate_pipe[0], .events = POLLIN};
+        for (int i = 0; i < n; i++)
+            pf[i + 2] = (struct pollfd){.fd = g[i].fd, .events = POLLIN};
+        int ready = poll(pf, (nfds_t)n + 2, 100);
+        if (ready < 0 && errno != EINTR) break;
+        if (pf[1].revents) break;
+        double now = now_s();
+        for (int i = 0; i < n; i++) {
+            gate_conn *k = &g[i];
+            bool done = false;
+            if (k->closing) {
+                ssize_t r = pf[i + 2].revents ? recv(k->fd, buf, GATE_HEAD_MAX, MSG_DONTWAIT) : -1;
+                done = r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR && pf[i + 2].revents) ||
+                       now - k->t0 > 1.0;
+                if (done) close(k->fd);
+            } else if (pf[i + 2].revents) {
+                ssize_t r = recv(k->fd, buf, GATE_HEAD_MAX + 1, MSG_PEEK | MSG_DONTWAIT);
+                if (r <= 0 && !(r < 0 && (errno == EAGAIN || errno == EINTR))) {
+                    close(k->fd); /* closed, or reset, before a request */
+                    done = true;
+                } else if (r > 0) {
+                    int status;
+                    const char *reason;
+                    char msg[200];
+                    int v = gate_check(buf, (size_t)r, &status, &reason, msg, sizeof msg);
+                    if (v < 0) {
+                        raw_error(k->fd, status, reason, msg);
+                        shutdown(k->fd, SHUT_WR);
+                        k->closing = true;
+                        k->t0 = now;
+                    } else if (v > 0) {
+                        /* libmicrohttpd closes the socket if it cannot take it */
+                        if (MHD_add_connection(S->daemon, k->fd, (struct sockaddr *)&k->addr,
+                                               k->alen) != MHD_YES)
+                            logf_("libmicrohttpd did not take a connection: %s", strerror(errno));
+                        done = true;
+                    }
+                }
+            }
+            if (!done && !k->closing && now - k->t0 > S->o.timeout_s) {
+                close(k->fd); /* no request head within --timeout */
+                done = true;
+            }
+            if (done) {
+                atomic_fetch_sub(&S->connections, 1);
+                g[i] = g[n - 1];
+                pf[i + 2] = pf[n + 1];
+                n--;
+                i--;
+            }
+        }
+        while (n < GATE_MAX && (pf[0].revents & POLLIN)) {
+            gate_conn *k = &g[n];
+            k->alen = sizeof k->addr;
+            int fd = accept4(S->listen_fd, (struct sockaddr *)&k->addr, &k->alen,
+                             SOCK_NONBLOCK | SOCK_CLOEXEC);
+            if (fd < 0) break;
+            atomic_fetch_add(&S->started, 1);
+            /* held here, a connection counts as open (/healthz, --max-connections) */
+            int open = atomic_fetch_add(&S->connections, 1);
+            k->fd = fd;
+            k->t0 = now_s();
+            k->closing = false;
+            if (open >= open_limit(S)) {
+                char msg[120];
+                snprintf(msg, sizeof msg,
+                         "too many open connections (more than %d; --max-connections %d)",
+                         open_limit(S), S->o.max_connections);
+                raw_error(fd, 503, "Service Unavailable", msg);
+                shutdown(fd, SHUT_WR);
+                k->closing = true;
+            }
+            n++;
+        }
+    }
+    for (int i = 0; i < n; i++) {
+        close(g[i].fd);
+        atomic_fetch_sub(&S->connections, 1);
+    }
+    free(g);
+    free(pf);
+    free(buf);
+    return NULL;
+}
+
 static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
                           enum MHD_ConnectionNotificationCode toe) {
     server *S = cls;
@@ -920,6 +1207,7 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_con
             MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
         conn *k = ci ? calloc(1, sizeof *k) : NULL;
         if (k == NULL) return; /* not watched: libmicrohttpd's idle timeout still applies */
+        k->S = S;
         k->fd = ci->connect_fd;
         k->since = now_s();
         pthread_mutex_lock(&S->cmu);
@@ -952,19 +1240,57 @@ static void conn_mark(server *S, struct MHD_Connection *c, bool in_request) {
     pthread_mutex_lock(&S->cmu);
     k->in_request = in_request;
     k->since = now_s();
+    k->answer_since = 0;
     pthread_mutex_unlock(&S->cmu);
 }
 
+static conn *conn_of(struct MHD_Connection *c) {
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    return ci ? ci->socket_context : NULL;
+}
+
+/* c's answer of `bytes` (0: streamed, size unknown) has been queued: from now on the client has
+ * --timeout seconds, and one more for each MIN_READ_RATE bytes, to read it all. */
+static void conn_answering(struct MHD_Connection *c, uint64_t bytes) {
+    conn *k = conn_of(c);
+    if (k == NULL) return;
+    pthread_mutex_lock(&k->S->cmu);
+    k->answer_since = now_s();
+    k->answer_bytes = bytes;
+    pthread_mutex_unlock(&k->S->cmu);
+}
+
+/* A streamed answer has been made up to `bytes`: libmicrohttpd asks for more only as the client
+ * reads, so its deadline moves on with it. */
+static void conn_answer_made(struct MHD_Connection *c, uint64_t bytes) {
+    conn *k = conn_of(c);
+    if (k == NULL) return;
+    pthread_mutex_lock(&k->S->cmu);
+    if (bytes > k->answer_bytes) k->answer_bytes = bytes;
+    pthread_mutex_unlock(&k->S->cmu);
+}
+
 /* Shuts down the connections whose request has not got its headers through within --timeout
- * seconds of the connection opening or of the last answer (libmicrohttpd then closes them). */
+ * seconds of the connection opening or of the last answer, whose client reads its answer slower
+ * than --timeout seconds plus one a MIN_READ_RATE bytes allow (libmicrohttpd's own timeout
+ * restarts at every byte sent, so a reader taking a byte now and then held its connection and
+ * answer for ever); libmicrohttpd then closes them. */
 static void close_slow_connections(server *S) {
     double now = now_s();
     pthread_mutex_lock(&S->cmu);
-    for (conn *k = S->conns; k; k = k->next)
-        if (!k->in_request && k->fd >= 0 && now - k->since > S->o.timeout_s) {
+    for (conn *k = S->conns; k; k = k->next) {
+        if (k->fd < 0) continue;
+        bool idle = !k->in_request && now - k->since > S->o.timeout_s;
+        bool slow_reader = k->answer_since > 0 &&
+                           now - k->answer_since >
+                               S->o.timeout_s + (double)k->answer_bytes / MIN_READ_RATE;
+        if (slow_reader) reset_on_close(k->fd);
+        if (idle || slow_reader) {
             shutdown(k->fd, SHUT_RDWR);
             k->fd = -1;
         }
+    }
     pthread_mutex_unlock(&S->cmu);
 }
 
@@ -1649,8 +1975,8 @@ static void serve_usage(FILE *f) {
         "Serves the checkpoint MODEL.h5 over HTTP: POST /v1/forward {\"data\": [[f, ...], ...]}\n"
         "(or {\"batch\": [{\"data\": ...}, ...]}) answers {\"output\": [[...], ...]}, the\n"
         "activations rl.forward writes; also POST /v1/decode, GET /v1/model, GET /healthz,\n"
-        "POST /v1/reload (or SIGHUP) to load MODEL.h5 again. SIGTERM or SIGINT: answer what\n"
-        "is in flight, then exit 0.\n"
+        "POST /v1/reload (with --admin-token; or SIGHUP) to load MODEL.h5 again. SIGTERM or\n"
+        "SIGINT: answer what is in flight, then exit 0.\n"
         "\n"
         "Options (defaults in brackets):\n"
         "  --port P               TCP port; 0 picks a free one [8080]\n"
@@ -1676,6 +2002,8 @@ static void serve_usage(FILE *f) {
         "  --timeout S            idle connections close, queued requests give up after S\n"
         "                         seconds [10]\n"
         "  --drain-timeout S      longest wait for in-flight requests at shutdown [30]\n"
+        "  --admin-token TOKEN    turns POST /v1/reload on; it must then carry the header\n"
+        "                         'Authorization: Bearer TOKEN' [off]\n"
         "The bound address goes to stdout as \"listening on http://ADDR:PORT\"; logs to stderr.\n",
         f);
 }
@@ -1729,6 +2057,7 @@ static int parse_options(int argc, char **argv, serve_opts *o) {
         {"--lua", 0, 0, 0, offsetof(serve_opts, lua_file)},
         {"--lm-word-boundary", 0, 0, 0, offsetof(serve_opts, lm_word_boundary)},
         {"--lm", 0, 0, 0, offsetof(serve_opts, lm_file)},
+        {"--admin-token", 0, 0, 0, offsetof(serve_opts, admin_token)},
         {"--port", 0, 65535, 1, offsetof(serve_opts, port)},
         {"--threads", 1, 256, 1, offsetof(serve_opts, threads)},
         {"--blas-threads", 1, 256, 1, offsetof(serve_opts, blas_threads)},
@@ -1827,6 +2156,21 @@ static int open_listener(const char *addr, int *port, char *err, size_t errn) {
 
 /* Answers everything still queued and waits until every request has been answered (or the
  * drain timeout has passed), then closes the listening socket and stops the HTTP threads. */
+/* Stops taking connections: the gate thread ends (closing the connections it held) and the
+ * listening socket closes. */
+static void stop_gate(server *S) {
+    if (S->gate_running) {
+        unsigned char b = 0;
+        if (write(S->gate_pipe[1], &b, 1) == 1) pthread_join(S->gate_thread, NULL);
+        S->gate_running = false;
+    }
+    if (S->gate_pipe[0] >= 0) close(S->gate_pipe[0]);
+    if (S->gate_pipe[1] >= 0) close(S->gate_pipe[1]);
+    S->gate_pipe[0] = S->gate_pipe[1] = -1;
+    if (S->listen_fd >= 0) close(S->listen_fd);
+    S->listen_fd = -1;
+}
+
 static void drain_and_stop(server *S, job **jobs, int cap) {
     double until = now_s() + S->o.drain_s;
     for (;;) {
@@ -1857,8 +2201,7 @@ static void drain_and_stop(server *S, job **jobs, int cap) {
     }
     int left = atomic_load(&S->requests);
     if (left > 0) logf_("drain timeout: %d requests were not answered", left);
-    int fd = MHD_quiesce_daemon(S->daemon);
-    if (fd >= 0) close(fd);
+    stop_gate(S);
     MHD_stop_daemon(S->daemon);
     S->daemon = NULL;
 }
@@ -1873,6 +2216,7 @@ int rl_serve_main(lua_State *L, int argc, char **argv) {
     S->model_ref = LUA_NOREF;
     rl_blas_set_threads(S->o.blas_threads);
     S->listen_fd = -1;
+    S->gate_pipe[0] = S->gate_pipe[1] = -1;
     pthread_mutex_init(&S->mu, NULL);
     pthread_mutex_init(&S->cmu, NULL);
     pthread_condattr_t ca;
@@ -1911,13 +2255,15 @@ int rl_serve_main(lua_State *L, int argc, char **argv) {
         logf_("%s", err);
         return 1;
     }
+    /* the gate thread accepts (gate_main); MHD_USE_ITC wakes libmicrohttpd's threads for the
+     * connections it hands over */
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO | MHD_ALLOW_SUSPEND_RESUME |
-                     MHD_USE_ERROR_LOG;
+                     MHD_USE_ERROR_LOG | MHD_USE_NO_LISTEN_SOCKET | MHD_USE_ITC;
     S->daemon = MHD_start_daemon(
         flags, 0, NULL, NULL, on_request, S, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, S,
-        MHD_OPTION_UNESCAPE_CALLBACK, unescape_path, NULL, MHD_OPTION_LISTEN_SOCKET, S->listen_fd,
-        MHD_OPTION_THREAD_POOL_SIZE, (unsigned)S->o.threads, MHD_OPTION_CONNECTION_LIMIT,
-        (unsigned)(S->o.max_connections + 16 * S->o.threads), MHD_OPTION_CONNECTION_TIMEOUT,
+        MHD_OPTION_UNESCAPE_CALLBACK, unescape_path, NULL, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
+        (size_t)(4 * GATE_HEAD_MAX), MHD_OPTION_THREAD_POOL_SIZE, (unsigned)S->o.threads, MHD_OPTION_CONNECTION_LIMIT,
+        (unsigned)(open_limit(S) + 256 * S->o.threads), MHD_OPTION_CONNECTION_TIMEOUT,
         (unsigned)S->o.timeout_s, MHD_OPTION_NOTIFY_COMPLETED, on_completed, S,
         MHD_OPTION_NOTIFY_CONNECTION, on_connection, S, MHD_OPTION_END);
     if (S->daemon == NULL) {
@@ -1925,8 +2271,17 @@ int rl_serve_main(lua_State *L, int argc, char **argv) {
         close(S->listen_fd);
         return 1;
     }
+    if (pipe2(S->gate_pipe, O_CLOEXEC) != 0 ||
+        pthread_create(&S->gate_thread, NULL, gate_main, S) != 0) {
+        logf_("cannot start the gate thread");
+        MHD_stop_daemon(S->daemon);
+        close(S->listen_fd);
+        return 1;
+    }
+    S->gate_running = true;
     if (!install_signals() || pthread_create(&S->sig_thread, NULL, signal_main, S) != 0) {
         logf_("cannot start the signal thread");
+        stop_gate(S);
         MHD_stop_daemon(S->daemon);
         return 1;
     }
@@ -1947,10 +2302,12 @@ int rl_serve_main(lua_State *L, int argc, char **argv) {
     }
     logf_("shutting down: answering %d requests in flight", atomic_load(&S->requests));
     atomic_store(&S->draining, true);
-    if (jobs)
+    if (jobs) {
         drain_and_stop(S, jobs, CAP);
-    else
+    } else {
+        stop_gate(S);
         MHD_stop_daemon(S->daemon);
+    }
     free(jobs);
     unsigned char quit = 0;
     signal(SIGTERM, SIG_DFL);

@@ -15,6 +15,8 @@ static inline float ctc_beta(float n0, float n1, float n2, float skip2) {
 static inline float ctc_post(float a, float b, float off) { return rl_ctc_post_f32(a, b, off); }
 static inline float ctc_logp(float a, float b) { return rl_ctc_logp_f32(a, b); }
 
+static inline float ctc_floor(float lp) { return rl_ctc_floor_f32(lp); }
+
 #include "ctc_seq.h"
 
 RL_CTC_VEC void rl_ctc_cpu_seq_f32(const rl_ctc_cpu_job *j, int64_t b, void *scratch) {

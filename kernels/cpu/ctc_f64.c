@@ -17,6 +17,8 @@ static inline double ctc_beta(double n0, double n1, double n2, double skip2) {
 static inline double ctc_post(double a, double b, double off) { return rl_ctc_post_f64(a, b, off); }
 static inline double ctc_logp(double a, double b) { return rl_ctc_logp_f64(a, b); }
 
+static inline double ctc_floor(double lp) { return rl_ctc_floor_f64(lp); }
+
 #include "ctc_seq.h"
 
 RL_CTC_VEC void rl_ctc_cpu_seq_f64(const rl_ctc_cpu_job *j, int64_t b, void *scratch) {

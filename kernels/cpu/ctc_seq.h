@@ -4,7 +4,8 @@
  *   typedef float|double ctc_real;
  *   static inline ctc_real ctc_exp(ctc_real), ctc_log(ctc_real)   the log-softmax's functions
  *   static inline ctc_real ctc_alpha(a0, a1, a2, skip, em), ctc_beta(n0, n1, n2, skip2),
- *                          ctc_post(a, b, off), ctc_logp(a, b)     kernels/ctc_step.h's formulas
+ *                          ctc_post(a, b, off), ctc_logp(a, b),
+ *                          ctc_floor(lp)                          kernels/ctc_step.h's formulas
  * float32 binds them to kernels/pointwise.h's vectorisable rl_expf / rl_logf, float64 to libm
  * (gradient checks). This file defines the static ctc_seq(job, b, scratch) (see
  * kernels/cpu/ctc_cpu.h) and its helpers.
@@ -90,7 +91,7 @@ RL_CTC_VEC static void ctc_seq(const rl_ctc_cpu_job *j, int64_t b, void *scratch
             s += ctc_exp(x[v] - m);
         ctc_real ls = m + ctc_log(s);
         for (int64_t v = 0; v < V; v++)
-            l[v] = x[v] - ls;
+            l[v] = ctc_floor(x[v] - ls);
     }
     for (int64_t u = 0; u < U; u++)
         ext[u] = rl_ctc_ext(lab, j->ss, u, blank);
@@ -104,6 +105,10 @@ RL_CTC_VEC static void ctc_seq(const rl_ctc_cpu_job *j, int64_t b, void *scratch
     a[0] = lp[blank];
     if (U > 1) a[1] = lp[ext[1]];
     ca[0] = a[0] > a[1] || U == 1 ? a[0] : a[1];
+    /* Every alignment passes through some u at every frame: a row that is impossible everywhere
+     * (a -inf logit where each needs it) makes the sequence impossible; taking out its maximum
+     * as the offset would hide that. */
+    if (ca[0] <= RL_CTC_IMPOSSIBLE) goto impossible;
     for (int64_t u = 0; u < U; u++)
         a[u] -= (ctc_real)ca[0];
     for (int64_t t = 1; t < T; t++) {
@@ -115,17 +120,14 @@ RL_CTC_VEC static void ctc_seq(const rl_ctc_cpu_job *j, int64_t b, void *scratch
         for (int64_t u = 0; u < U; u++)
             cur[u] = ctc_alpha(prev[u], prev[u - 1], prev[u - 2], skip[u], em[u]);
         ctc_real m = ctc_row_max(cur, U);
+        if (m <= RL_CTC_IMPOSSIBLE) goto impossible;
         for (int64_t u = 0; u < U; u++)
             cur[u] -= m;
         ca[t] = ca[t - 1] + m;
     }
     const ctc_real *last = alpha + (T - 1) * W + 2;
     ctc_real logp_rel = ctc_logp(last[U - 1], last[U - 2]);
-    if (logp_rel <= RL_CTC_IMPOSSIBLE) {
-        loss[b] = j->zero_inf ? 0 : INFINITY;
-        rl_ctc_cpu_zero_rows(j, b, 0);
-        return;
-    }
+    if (logp_rel <= RL_CTC_IMPOSSIBLE) goto impossible;
     double logp = ca[T - 1] + logp_rel;
     loss[b] = (ctc_real)-logp;
     if (!j->grad) return;
@@ -166,4 +168,8 @@ RL_CTC_VEC static void ctc_seq(const rl_ctc_cpu_job *j, int64_t b, void *scratch
         cb += m;
     }
     rl_ctc_cpu_zero_rows(j, b, T);
+    return;
+impossible:
+    loss[b] = j->zero_inf ? 0 : INFINITY;
+    rl_ctc_cpu_zero_rows(j, b, 0);
 }

@@ -86,7 +86,7 @@ __global__ void k_ctc(Layout L, const F *__restrict__ x, int32_t *__restrict__ i
     double *a0 = alpha + 2;
     for (int64_t u = threadIdx.x; u < U; u += blockDim.x) {
         double v = RL_CTC_NEG;
-        if (Tb > 0 && u < 2) v = (double)xb[rl_ctc_ext(lab, 1, u, blank)] - ls[0];
+        if (Tb > 0 && u < 2) v = rl_ctc_floor_f64((double)xb[rl_ctc_ext(lab, 1, u, blank)] - ls[0]);
         a0[u] = v;
     }
     if (threadIdx.x < 2) alpha[threadIdx.x] = RL_CTC_NEG;
@@ -96,7 +96,7 @@ __global__ void k_ctc(Layout L, const F *__restrict__ x, int32_t *__restrict__ i
         double *cur = alpha + t * W + 2;
         const F *row = xb + t * BV;
         for (int64_t u = threadIdx.x; u < U; u += blockDim.x) {
-            double em = (double)row[rl_ctc_ext(lab, 1, u, blank)] - ls[t];
+            double em = rl_ctc_floor_f64((double)row[rl_ctc_ext(lab, 1, u, blank)] - ls[t]);
             cur[u] = rl_ctc_alpha_f64(prev[u], prev[u - 1], prev[u - 2],
                                       rl_ctc_skip_mask(lab, 1, u, U), em);
         }
@@ -141,7 +141,7 @@ __global__ void k_ctc(Layout L, const F *__restrict__ x, int32_t *__restrict__ i
         }
         if (t == 0) break;
         for (int64_t u = threadIdx.x; u < U; u += blockDim.x)
-            nb[u] = lb[u] + (double)row[rl_ctc_ext(lab, 1, u, blank)] - ls[t];
+            nb[u] = lb[u] + rl_ctc_floor_f64((double)row[rl_ctc_ext(lab, 1, u, blank)] - ls[t]);
         __syncthreads();
         for (int64_t u = threadIdx.x; u < U; u += blockDim.x)
             lb[u] =

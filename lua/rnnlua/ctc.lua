@@ -76,9 +76,15 @@ function M.ctc_decode(logits, lengths, opts)
   local out = {}
   if beam == 1 and not lm then
     local am = logits:argmax(3):totable() -- (T, B), 1-based
+    -- a frame whose log-probabilities hold a NaN (a NaN or +inf logit) has no best class: the
+    -- same refusal as the beam search's (a sum of log-probabilities is NaN exactly then)
+    local sums = log_softmax(logits):sum(3):totable()
     for b = 1, B do
       local labels, prev = {}, nil
       for t = 1, lens[b] do
+        if sums[t][b] ~= sums[t][b] then
+          fail("sequence %d, frame %d: a NaN or +inf logit (its log-probabilities are NaN)", b, t)
+        end
         local c = am[t][b] - 1
         if c ~= prev and c ~= blank then labels[#labels + 1] = c end
         prev = c

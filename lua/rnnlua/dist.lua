@@ -60,6 +60,41 @@ local KEYS = {mode = true, every = true, bucket_mb = true, scale_lr = true, time
 local Shard = {}
 Shard.__index = Shard
 
+-- How many sequences, spread evenly over the set, make a dataset's fingerprint.
+local FINGERPRINT_SEQS = 16
+
+-- A text that differs between two datasets of n sequences that differ in the tags, keys, dtypes,
+-- shapes or values of the sampled sequences (their order in this epoch included). Values
+-- enter as two sums in float64, plain and weighted by position, so changed or moved values
+-- show; a difference outside the sample is not seen (a full pass over a large set at every
+-- start would cost as much as an epoch).
+local function fingerprint(ds, n)
+  local parts = {}
+  local count = math.min(n, FINGERPRINT_SEQS)
+  for j = 1, count do
+    local i = count == 1 and 1 or 1 + (j - 1) * (n - 1) // (count - 1)
+    local seq = ds:get_seq(i)
+    local keys = {}
+    for k in pairs(seq) do keys[#keys + 1] = k end
+    table.sort(keys, function(a, b) return tostring(a) < tostring(b) end)
+    parts[#parts + 1] = string.format("%d %s", i, tostring(seq.tag))
+    for _, k in ipairs(keys) do
+      local v = seq[k]
+      if rl.is_tensor(v) then
+        local sum, weighted = 0, 0
+        if v:numel() > 0 then
+          local x = v:contiguous():double():view(v:numel())
+          sum = x:sum()
+          weighted = (x * rl.arange(1, v:numel() + 1, {dtype = "float64"})):sum()
+        end
+        parts[#parts + 1] = string.format("%s %s %s %.17g %.17g", tostring(k), v:dtype(),
+          tostring(v:size()), sum, weighted)
+      end
+    end
+  end
+  return table.concat(parts, "|")
+end
+
 -- The share of `ds` of rank `rank` in a world of `size`: a dataset object of its own.
 function M.shard(ds, rank, size, seed)
   return setmetatable({ds = ds, rank = rank, size = size, seed = seed or 1, pos = {},
@@ -73,8 +108,17 @@ function Shard:init_epoch(epoch)
   -- a share is only a share of the same set: a rank with a set of another size would deal
   -- sequences twice or never
   if self.dist then
-    self.dist:check_same({{string.format("the %s dataset's number of sequences (epoch %s)",
-      self.which, tostring(epoch or 1)), n}})
+    local items = {{string.format("the %s dataset's number of sequences (epoch %s)",
+      self.which, tostring(epoch or 1)), n}}
+    -- the same number of sequences is not the same set (each rank reads its own files): at
+    -- the first epoch, a fingerprint of the content
+    if not self.fingerprinted then
+      self.fingerprinted = true
+      items[2] = {string.format("the %s dataset's content (a fingerprint of %d of its sequences: "
+        .. "tags, keys, shapes and values)", self.which, math.min(n, FINGERPRINT_SEQS)),
+        fingerprint(self.ds, n), hash = true}
+    end
+    self.dist:check_same(items)
   end
   self.pos = {}
   for p = 1, n do

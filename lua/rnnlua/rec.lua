@@ -75,7 +75,15 @@ end
 -- The unit's layers' sources, parsed: {kind = "same"|"prev"|"base"|"source", name = ...}.
 local function parse_unit(name, d)
   local unit = d.unit
-  if type(unit) ~= "table" then fail("layer '%s' (rec): needs unit, a table of layers", name) end
+  if unit == nil then fail("layer '%s' (rec): needs unit, a table of layers", name) end
+  if type(unit) == "string" then
+    fail("layer '%s' (rec): unit must be a table of layers, got the string '%s' (RETURNN's "
+      .. "rec layer with unit = \"%s\" is the layer {class = \"%s\"} here, without a rec "
+      .. "layer)", name, unit, unit, unit)
+  end
+  if type(unit) ~= "table" then
+    fail("layer '%s' (rec): unit must be a table of layers, got a %s", name, type(unit))
+  end
   if unit.output == nil then
     fail("layer '%s' (rec): the unit has no 'output' layer (layers: %s)", name,
       table.concat(sorted_keys(unit), ", "))
@@ -198,11 +206,11 @@ function M.create(name, d, srcs, n_from, in_dims, dtype, ext)
       fail("layer '%s' (class rec): unknown option '%s'", name, tostring(k))
     end
   end
+  local parsed = parse_unit(name, d)
   if d.loss ~= nil then
     fail("layer '%s' (rec): put the loss on a layer of the unit (or on a layer after the rec "
       .. "layer)", name)
   end
-  local parsed = parse_unit(name, d)
   local self = setmetatable({name = name, class = "rec", dtype = dtype, n_from = n_from,
     n_in = #srcs, in_dims = {table.unpack(in_dims)}, is_loss = false, ext = ext, units = {},
     order = {}, parsed = parsed, base_index = {}, max_seq_len = d.max_seq_len}, Rec)

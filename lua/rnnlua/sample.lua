@@ -3,7 +3,8 @@
 --
 --   local text, full = rl.sample{model = "out/char_lm/lm.012.h5" | net, prime = "In the beginning",
 --                                length = 500, temperature = 0.8, seed = 1, layer = "output"}
---   text: the `length` generated characters (after the prime); full: prime .. text.
+--   text: the `length` generated characters (after the prime; at most a million); full:
+--   prime .. text.
 --
 -- model: a checkpoint path or a network in memory (rl.network, rl.train's result.net); only
 -- what `layer` needs is run, without its loss, on the CPU in the model's dtype. layer: the
@@ -25,6 +26,10 @@ local M = {}
 local rl -- the module table, set by install
 local forward = require("rnnlua.forward")
 local new_rng = require("rnnlua.datasets").new_rng
+
+-- One step per character: a million is hours of work for a large model, and a length beyond it
+-- is a typo (or an exponent) that would otherwise run for ever.
+local MAX_LENGTH = 1000000
 
 local KEYS = {model = true, prime = true, length = true, temperature = true, seed = true,
               layer = true}
@@ -150,6 +155,10 @@ function M.sample(opts)
   if math.type(length) == "float" then length = math.tointeger(length) or length end
   if math.type(length) ~= "integer" or length < 0 then
     fail("length must be an integer >= 0, got %s", tostring(length))
+  end
+  if length > MAX_LENGTH then
+    fail("length %d is more than %d characters (sample longer texts in pieces: prime each with "
+      .. "the end of the one before)", length, MAX_LENGTH)
   end
   local temp = opts.temperature == nil and 1.0 or opts.temperature
   if type(temp) ~= "number" or not (temp > 0) or temp == math.huge then

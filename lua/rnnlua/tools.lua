@@ -14,6 +14,8 @@
 -- "rnnlua NAME: message", always naming the file.
 local M = {}
 local rl -- the module table, set by install
+local util = require("rnnlua.util")
+local lfs = require("lfs")
 
 -- An error of the command line (exit 2) is a table, every other error is a string (exit 1).
 local function usage(fmt, ...)
@@ -654,6 +656,10 @@ local function parse_curve_line(line, where)
 end
 
 function M.read_curve(path)
+  -- io.open opens a directory on Linux; only reading it fails, with a message of its own
+  if lfs.attributes(path, "mode") == "directory" then
+    fail("%s: cannot read: it is a directory", path)
+  end
   local fh, err = io.open(path, "r")
   if not fh then fail("%s: cannot read: %s", path, err) end
   local recs, ln = {}, 0
@@ -706,6 +712,7 @@ end
 -- returns the gnuplot commands (a list of lines) that draw outp from it. path and outp name the
 -- input and the picture in errors; the temporary files are removed whatever happens.
 local function draw(path, outp, fn)
+  if util.same_file(path, outp) then fail("%s: the output is the input file itself", path) end
   local data, script = os.tmpname(), os.tmpname()
   local ok, err = pcall(function()
     local g = fn(data)
@@ -935,7 +942,7 @@ end
 
 ---------------------------------------------------------------------------- dispatch
 
-M.sorted_keys = require("rnnlua.util").sorted_keys
+M.sorted_keys = util.sorted_keys
 
 local TOOLS = {
   info = {info, INFO_HELP}, ["dump-data"] = {dump_data, DUMP_HELP},

@@ -19,6 +19,9 @@
 --   util.strip_internal(msg)   msg without the positions inside the library
 --                              ("lua/rnnlua/x.lua:12: ") that an error raised one level up
 --                              from a library function called by the library carries
+--   util.closest(word, names)  the names (a list) nearest to word by edit distance, when near
+--                              enough to be a misspelling of it (at most a third of its
+--                              letters), sorted; {} when none is
 
 local M = {}
 
@@ -102,6 +105,32 @@ function M.mkdir_p(path)
     cur = cur .. "/"
   end
   return true
+end
+
+-- Levenshtein distance of two strings (bytes).
+local function distance(a, b)
+  local prev = {}
+  for j = 0, #b do prev[j] = j end
+  for i = 1, #a do
+    local cur = {[0] = i}
+    local ca = a:byte(i)
+    for j = 1, #b do
+      local sub = prev[j - 1] + (ca == b:byte(j) and 0 or 1)
+      cur[j] = math.min(prev[j] + 1, cur[j - 1] + 1, sub)
+    end
+    prev = cur
+  end
+  return prev[#b]
+end
+
+function M.closest(word, names)
+  local best, out = math.max(1, #word // 3), {}
+  for _, n in ipairs(names) do
+    local d = distance(word:lower(), n:lower())
+    if d < best then best, out = d, {n} elseif d == best then out[#out + 1] = n end
+  end
+  table.sort(out)
+  return out
 end
 
 return M

@@ -47,6 +47,15 @@ H.test("allreduce sums every dtype, the same on every rank", function()
   local i = rl.tensor({rank, 7}, "int32")
   rl.dist.allreduce(i)
   H.check(i[1] == 1 and i[2] == 14, "int32 sums")
+  -- a sum beyond int32 is an error on every rank (MPI's int32 sum wraps), the tensor kept
+  local o = rl.tensor({1, 2147483647 - rank}, "int32")
+  local ok, err = pcall(rl.dist.allreduce, o)
+  H.check(not ok and tostring(err):find("element 2 sums to 4294967293 over the ranks, beyond "
+    .. "int32", 1, true), "int32 overflow: " .. tostring(err))
+  H.check(o[1] == 1 and o[2] == 2147483647 - rank, "kept after the overflow")
+  local m = rl.tensor({-1073741824, 1073741823 + rank}, "int32") -- sums at the very ends
+  rl.dist.allreduce(m)
+  H.check(m[1] == -2147483648 and m[2] == 2147483647, "int32 sums at the limits")
   -- a view of a larger buffer (what the engine's buckets are)
   local big = rl.zeros(10):fill_(rank + 1)
   rl.dist.allreduce(big:narrow(1, 3, 4))
@@ -161,6 +170,10 @@ end, "config.dtype: rank 1 differs from rank 0 (rank " .. rank .. "'s: float"
 H.expect_error("ranks with datasets of different sizes", function()
   rl.train(tiny({train = {class = "12ax", num_seqs = 30, seed = 1, max_len = 20}}))
 end, "the train dataset's number of sequences (epoch 1): rank 0: 20, rank 1: 30")
+H.expect_error("ranks with datasets of the same size but other content", function()
+  rl.train(tiny({train = {class = "12ax", num_seqs = 20, seed = 2, max_len = 20}}))
+end, "the train dataset's content (a fingerprint of 16 of its sequences: tags, keys, shapes and "
+  .. "values): rank 1 differs from rank 0")
 H.expect_error("ranks with different seeds, epochs, learning rates and modes", function()
   rl.train(tiny({seed = 7, num_epochs = 3, learning_rate = 0.5, distributed = {mode = "average"}}))
 end, "config.seed: rank 0: 1, rank 1: 7; config.num_epochs: rank 0: 1, rank 1: 3; the learning "

@@ -407,4 +407,47 @@ end)
 expect_error("edit_distance: not integers", function() rl.edit_distance({"a"}, {}) end,
   "rl.edit_distance: argument 1: entry 1 is not an integer")
 
+-- A -inf logit on a frame the only alignment needs makes the target impossible: an infinite
+-- loss (0 and a zero gradient with zero_infinity), never NaN, in both dtypes; a -inf logit on
+-- a class no alignment uses changes nothing.
+for _, dtype in ipairs({"float32", "float64"}) do
+  test("-inf logit: impossible, not NaN (" .. dtype .. ")", function()
+    local x = rl.tensor(rand_table(3, 2, 3, 11), dtype)
+    -- target {1, 1} in 3 frames has one alignment: 1 blank 1; frame 2 cannot be the blank
+    x[2][1][1] = -math.huge
+    x[2][2][3] = -math.huge -- class 2 is used by no alignment of sequence 2's target {1}
+    local targets, tl = target_tensor({{1, 1}, {1}})
+    local il = rl.tensor({3, 3}, "int32")
+    local l, g = rl.ctc_loss(x, targets, il, tl, {blank = 0})
+    check(l[1] == math.huge, "loss of the impossible sequence: " .. tostring(l[1]))
+    check(l[2] == l[2] and l[2] < math.huge, "the other sequence: " .. tostring(l[2]))
+    local gs = g:select(2, 2):totable()
+    for t = 1, 3 do for v = 1, 3 do check(gs[t][v] == gs[t][v], "gradient NaN") end end
+    local lz, gz = rl.ctc_loss(x, targets, il, tl, {blank = 0, zero_infinity = true})
+    check(lz[1] == 0, "zero_infinity loss: " .. tostring(lz[1]))
+    local g1 = gz:select(2, 1):totable()
+    for t = 1, 3 do for v = 1, 3 do check(g1[t][v] == 0, "zero_infinity gradient not 0") end end
+  end)
+end
+
+test("blank = -1 is refused by rl.ctc_loss as by rl.ctc_decode", function()
+  local targets, tl = target_tensor({{1}})
+  local ok, err = pcall(rl.ctc_loss, rl.zeros(3, 1, 3), targets, rl.tensor({3}, "int32"), tl,
+    {blank = -1})
+  check(not ok and tostring(err):find("blank = -1 is outside 0..2", 1, true), tostring(err))
+end)
+
+test("ctc_decode beam = 1 refuses NaN frames as the beam search does", function()
+  local x = rl.zeros(3, 2, 3)
+  x[2][2][2] = 0 / 0
+  for _, beam in ipairs({1, 2}) do
+    local ok, err = pcall(rl.ctc_decode, x, rl.tensor({3, 3}, "int32"), {blank = 0, beam = beam})
+    check(not ok and tostring(err):find("sequence 2, frame 2: a NaN or +inf logit", 1, true),
+      "beam " .. beam .. ": " .. tostring(err))
+  end
+  -- a NaN on a padded frame is not looked at
+  local r = rl.ctc_decode(x, rl.tensor({3, 1}, "int32"), {blank = 0, beam = 1})
+  check(#r == 2, "padded NaN")
+end)
+
 H.done()

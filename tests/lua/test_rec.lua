@@ -721,4 +721,14 @@ gradcheck("gradient check: a Lua layer (layer_norm) inside a unit", {network = {
 }, extern_data = {data = {dim = 3}, classes = {dim = 3, sparse = true}}, T = 4, B = 2,
   lengths = {4, 3}})
 
+-- unit given as a string (RETURNN's unit = "lstm"): the error is about the unit, also when the
+-- rec layer carries a loss
+for _, loss in ipairs({false, true}) do
+  H.expect_error("unit given as a string" .. (loss and ", with a loss" or ""), function()
+    rl.network({output = {class = "rec", unit = "lstm", from = "data", loss = loss and "ce" or nil,
+      target = loss and "classes" or nil, is_output_layer = not loss or nil}},
+      {data = {dim = 3}, classes = {dim = 2, sparse = true}})
+  end, "layer 'output' (rec): unit must be a table of layers, got the string 'lstm' (RETURNN's")
+end
+
 H.done()

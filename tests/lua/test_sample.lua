@@ -113,6 +113,9 @@ end, "prime must be a non-empty string")
 H.expect_error("length < 0", function()
   rl.sample{model = r.net, prime = "a", length = -1}
 end, "length must be an integer >= 0, got -1")
+H.expect_error("an absurd length is refused at once", function()
+  rl.sample{model = r.net, prime = "a", length = 1 << 50}
+end, "length 1125899906842624 is more than 1000000 characters")
 H.expect_error("a length that is not an integer", function()
   rl.sample{model = r.net, prime = "a", length = 2.5}
 end, "length must be an integer >= 0, got 2.5")

@@ -98,6 +98,15 @@ H.test("a CUDA tensor is saved through the CPU", function()
   same({{1, 2}, {3, 4}}, rl.load(P).g:totable(), "from cuda")
 end)
 
+H.test("save: an empty table (of nils) is refused and the file kept", function()
+  rl.save(P, {x = rl.tensor{1, 2}})
+  local unset
+  local ok, err = pcall(rl.save, P, {x = unset})
+  H.check(not ok and tostring(err):find("rl.save: " .. P .. ": nothing to save", 1, true),
+    tostring(err))
+  same({1, 2}, rl.load(P).x:totable(), "the file is kept")
+end)
+
 local missing = tmp(".missing.h5")
 H.expect_error("load: missing file", function() rl.load(missing) end, "rl.load: " .. missing)
 H.expect_error("load: missing file says so", function() rl.load(missing) end, "No such file")

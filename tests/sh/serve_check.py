@@ -309,9 +309,46 @@ def test_malformed(s, max_body, max_frames):
     for junk in (b"\x00\x01\x02 not http\r\n\r\n", b"GARBAGE\r\n\r\n"):
         got = raw_exchange(s.port, junk, timeout=5)
         check("malformed: %r is closed without an answer" % junk[:8], got == b"", got[:60])
-    got = raw_exchange(s.port, b"GET /healthz HTTP/9.9\r\nHost: x\r\n\r\n", timeout=5)
-    check("malformed: HTTP/9.9 -> 505", got.startswith(b"HTTP/1.1 505"), got[:60])
-    n += 4
+    n += 2
+    # what libmicrohttpd answered itself, in HTML (and for a huge Content-Length with its
+    # headers twice): answered in JSON before it reads the request
+    def json_answer(got):
+        head, _, body = got.partition(b"\r\n\r\n")
+        try:
+            return head, json.loads(body)
+        except ValueError:
+            return head, None
+    for name, raw, status, text in (
+            ("HTTP/9.9", b"GET /healthz HTTP/9.9\r\nHost: x\r\n\r\n", 505, "HTTP/9.9"),
+            ("a 9000-byte path", b"GET /" + b"a" * 9000 + b" HTTP/1.1\r\nHost: x\r\n\r\n", 414,
+             "request line is longer than 8192 bytes"),
+            ("a 9000-byte request line still arriving", b"GET /" + b"a" * 9000, 414,
+             "request line is longer"),
+            ("40 kB of headers", b"GET /healthz HTTP/1.1\r\nHost: x\r\n"
+             + b"".join(b"X-H%d: %s\r\n" % (i, b"v" * 1000) for i in range(40)) + b"\r\n", 431,
+             "headers are larger than 32768 bytes"),
+            ("Content-Length: abc", b"POST /v1/forward HTTP/1.1\r\nHost: x\r\n"
+             b"Content-Length: abc\r\n\r\n", 400, "bad Content-Length 'abc'"),
+            ("a huge Content-Length", b"POST /v1/forward HTTP/1.1\r\nHost: x\r\n"
+             b"Content-Length: 99999999999999999999999\r\n\r\n", 400, "bad Content-Length"),
+            ("Content-Length: -5", b"POST /v1/forward HTTP/1.1\r\nHost: x\r\n"
+             b"Content-Length: -5\r\n\r\n", 400, "bad Content-Length '-5'"),
+            ("two different Content-Lengths", b"POST /v1/forward HTTP/1.1\r\nHost: x\r\n"
+             b"Content-Length: 5\r\ncontent-length: 6\r\n\r\n{}   ", 400, "the same each time")):
+        got = raw_exchange(s.port, raw, timeout=5)
+        head, doc = json_answer(got)
+        check("malformed: %s -> %d in JSON, one answer" % (name, status),
+              head.startswith(b"HTTP/1.1 %d" % status) and doc is not None
+              and text in doc.get("error", "") and got.count(b"\r\n\r\n") == 1, got[:200])
+        n += 1
+    # the same sizes on the second request of a kept-alive connection
+    c = s.conn()
+    st, doc, _ = s.request("GET", "/healthz", conn=c)
+    st2, doc2, _ = s.request("GET", "/" + "a" * 9000, conn=c)
+    c.close()
+    check("malformed: a 9000-byte path as a kept-alive connection's second request -> 414 JSON",
+          st == 200 and st2 == 414 and "longer than 8192" in doc2["error"], (st, st2, doc2))
+    n += 1
     check("  ... and the next good request is answered", good_request(s, 1))
     check("at least 30 malformed requests tried (%d)" % n, n >= 30)
 
@@ -446,9 +483,46 @@ def wait_connections(s, cond, timeout=10):
         time.sleep(0.02)
 
 
+def test_open_limit():
+    """Connections beyond --max-connections + 16 a thread are answered 503 (JSON) as soon as
+    they open, instead of waiting in the kernel's accept queue."""
+    # (--max-connections 2: the /healthz connections of the polling below close on the server
+    # a moment after the client closes them, and one of them may still count)
+    s = Server("--max-connections", "2", "--threads", "1", "--timeout", "4")
+    try:
+        idle = [socket.create_connection(("127.0.0.1", s.port)) for _ in range(18)]
+        t0 = time.time()  # until they are in: /healthz counts them, or is itself one too many
+        while time.time() - t0 < 10:
+            st, doc, _ = s.request("GET", "/healthz")
+            if st == 503 or doc["connections"] >= 18:
+                break
+            time.sleep(0.02)
+        t0 = time.time()
+        got = raw_exchange(s.port, b"", timeout=3)
+        took = time.time() - t0
+        body = got.split(b"\r\n\r\n", 1)[1] if b"\r\n\r\n" in got else b""
+        try:
+            doc = json.loads(body)
+        except ValueError:
+            doc = None
+        check("a connection over the open limit is answered 503 JSON at once (%.2f s)" % took,
+              got.startswith(b"HTTP/1.1 503") and doc is not None
+              and "--max-connections 2" in doc["error"] and took < 2, got[:300])
+        for sk in idle:
+            sk.close()
+        wait_connections(s, lambda n: n <= 1)
+        check("  ... and once the others close, requests are answered", good_request(s, 1))
+    finally:
+        rc = s.stop()
+    check("open-limit server stops with exit 0", rc == 0, rc)
+
+
 def test_limits():
     s = Server("--max-connections", "4", "--timeout", "5")
     try:
+        st, doc, _ = s.request("POST", "/v1/reload")
+        check("without --admin-token POST /v1/reload is off -> 403 JSON",
+              st == 403 and "--admin-token" in doc["error"], (st, doc))
         idle = [socket.create_connection(("127.0.0.1", s.port)) for _ in range(5)]
         wait_connections(s, lambda n: n >= 6)  # the 5 idle ones and the /healthz asking
         st, doc, _ = s.request("POST", "/v1/forward", {"data": frames(0)})
@@ -506,13 +580,26 @@ def load_test(s, clients, seconds):
           n > 0 and not bad, bad[:3])
 
 
+ADMIN = "s3cret-admin-token"
+AUTH = {"Authorization": "Bearer " + ADMIN}
+
+
 def test_reload(s):
     path = s.path
+    for name, headers in (("no Authorization header", None),
+                          ("a wrong token", {"Authorization": "Bearer s3cret-admin-tokeN"}),
+                          ("a prefix of the token", {"Authorization": "Bearer s3cret"}),
+                          ("the token longer", {"Authorization": "Bearer " + ADMIN + "x"}),
+                          ("another scheme", {"Authorization": "Basic " + ADMIN})):
+        st, doc, hdr = s.request("POST", "/v1/reload", headers=headers)
+        check("reload with %s -> 401 JSON with WWW-Authenticate: Bearer" % name,
+              st == 401 and "--admin-token" in doc["error"]
+              and hdr.get("WWW-Authenticate") == "Bearer", (st, doc, hdr))
     keep = os.path.join(DIR, "model.keep.h5")
     shutil.copy(path, keep)
     shutil.copy(os.path.join(DIR, "other.h5"), path + ".tmp")
     os.replace(path + ".tmp", path)
-    st, doc, _ = s.request("POST", "/v1/reload")
+    st, doc, _ = s.request("POST", "/v1/reload", headers=AUTH)
     check("POST /v1/reload loads the new checkpoint (epoch 7)",
           st == 200 and doc["epoch"] == 7 and doc["previous_epoch"] == 1, (st, doc))
     check("  ... answers are the new model's", good_request(s, 3, REF_OTHER))
@@ -520,16 +607,16 @@ def test_reload(s):
     check("  ... and /v1/model says epoch 7", doc["epoch"] == 7, doc)
     with open(path, "wb") as f:
         f.write(b"not a checkpoint")
-    st, doc, _ = s.request("POST", "/v1/reload")
+    st, doc, _ = s.request("POST", "/v1/reload", headers=AUTH)
     check("reload of a broken file -> 409 naming the file, old model kept",
           st == 409 and path in doc["error"], (st, doc))
     check("  ... answers are still epoch 7's", good_request(s, 4, REF_OTHER))
     shutil.copy(os.path.join(DIR, "dim5.h5"), path)
-    st, doc, _ = s.request("POST", "/v1/reload")
+    st, doc, _ = s.request("POST", "/v1/reload", headers=AUTH)
     check("reload of a model with another input dim -> 409", st == 409
           and "input dim 5" in doc["error"], (st, doc))
     shutil.copy(os.path.join(DIR, "sparse9.h5"), path)
-    st, doc, _ = s.request("POST", "/v1/reload")
+    st, doc, _ = s.request("POST", "/v1/reload", headers=AUTH)
     check("reload of a model of the same dims taking class indices -> 409 saying so", st == 409
           and "(input dim 9 (class indices), output dim 2 (sequences)) differs from the served "
           "one (input dim 9 (frames), output dim 2 (sequences))" in doc["error"], (st, doc))
@@ -689,6 +776,11 @@ def test_padding():
     check("padding server stops with exit 0", rc == 0, rc)
 
 
+def good_request_wide(s, x):
+    st, doc, _ = s.request("POST", "/v1/forward", {"data": x[:20]})
+    return st == 200 and len(doc["output"]) == 20
+
+
 def test_wide():
     # 5000 frames of a 1000-way softmax: 5 million numbers, once built as a jansson tree of
     # about 50 bytes a number (20000 frames, within the default limits, took 1.5 GB)
@@ -741,6 +833,42 @@ def test_wide():
     finally:
         rc = s.stop()
     check("wide-output server stops with exit 0", rc == 0, rc)
+    # a client that reads its long answer a little at a time, too slowly: cut off --timeout
+    # seconds after its answer was queued, while another client is answered meanwhile
+    s = Server("--max-frames", "5000", "--timeout", "2", model="wide.h5")
+    try:
+        body = json.dumps({"data": x}).encode()
+        sk = socket.create_connection(("127.0.0.1", s.port), timeout=30)
+        sk.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sk.sendall(b"POST /v1/forward HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n"
+                   % len(body) + body)
+        t0, got, closed, other = time.time(), 0, False, None
+        while time.time() - t0 < 30:
+            try:
+                chunk = sk.recv(512)
+            except ConnectionResetError:
+                chunk = b""
+            if not chunk:
+                closed = True
+                break
+            got += len(chunk)
+            if other is None:  # its answer is being written: the model is free again
+                t1 = time.time()
+                other = (good_request_wide(s, x), time.time() - t1)
+            time.sleep(0.05)
+        took = time.time() - t0
+        sk.close()
+        check("a reader taking 512 bytes per 50 ms (10 kB/s) of a 50 MB answer is cut off (--timeout "
+              "2 and 1 s a MB made: %.1f s, %d bytes read)" % (took, got),
+              closed and 1.5 < took < 25, (closed, took))
+        check("  ... while another client got its answer (%.2f s)" % (other[1] if other else -1),
+              other is not None and other[0] and other[1] < 2, other)
+        wait_connections(s, lambda n: n <= 1)
+        check("  ... and its connection is gone",
+              s.request("GET", "/healthz")[1]["connections"] == 1)
+    finally:
+        rc = s.stop()
+    check("slow-reader server stops with exit 0", rc == 0, rc)
 
 
 def test_model_errors():
@@ -903,6 +1031,24 @@ def test_lua_layers():
     finally:
         rc = s.stop()
     check("Lua-layer server stops with exit 0", rc == 0, rc)
+    # the NaN-answer path: the scale layer (k = 3) turns 2e38 into Inf in float32
+    s = Server("--lua", os.path.join(DIR, "scale.lua"), "--layer", "sc", model="lua_model.h5")
+    try:
+        big = [[2e38] + [0.0] * 8] * 3
+        st, doc, _ = s.request("POST", "/v1/forward", {"data": big})
+        check("an answer with Inf -> 500 JSON naming the layer",
+              st == 500 and doc["error"] == "layer 'sc' gave NaN or Inf", (st, doc))
+        st, doc, _ = s.request("POST", "/v1/forward", {"batch": [{"data": frames(0)},
+                                                                 {"data": big}]})
+        check("  ... in a batch request -> 500 naming batch[1]",
+              st == 500 and doc["error"].startswith("batch[1]: ") and "gave NaN or Inf"
+              in doc["error"], (st, doc))
+        st, doc, _ = s.request("POST", "/v1/forward", {"data": frames(1)})
+        check("  ... and the next request is answered (3 x its input)", st == 200 and np.allclose(
+            np.asarray(doc["output"], dtype=np.float32), 3 * INPUTS[1]), (st, str(doc)[:200]))
+    finally:
+        rc = s.stop()
+    check("NaN-answer server stops with exit 0", rc == 0, rc)
     for name, text in (("raises.lua", b"no layers here"), ("missing.lua", b"missing.lua")):
         path = os.path.join(DIR, name)
         r = subprocess.run([BIN, "serve", lua_model, "--port", "0", "--lua", path],
@@ -931,7 +1077,7 @@ def main():
     max_body, max_frames = 65536, 1000
     seconds = float(os.environ.get("RL_SERVE_TEST_SECONDS", "1.5" if SANITIZED else "3"))
     s = Server("--max-body", str(max_body), "--max-frames", str(max_frames), "--timeout", "1",
-               "--max-connections", "48")
+               "--max-connections", "48", "--admin-token", ADMIN)
     try:
         test_answers(s)
         test_malformed(s, max_body, max_frames)
@@ -942,6 +1088,7 @@ def main():
         rc = s.stop()
     check("the server stops on SIGTERM with exit 0 after all that", rc == 0, rc)
     test_limits()
+    test_open_limit()
     test_drain()
     test_ctc()
     test_ctc_lm()

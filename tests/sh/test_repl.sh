@@ -54,6 +54,35 @@ check "tensors print with their __tostring" "$("$bin" -e 'print(rl.tensor{1, 2})
     "$(repl 'rl.tensor{1, 2}\n')"
 check "an erroring __tostring is reported, not fatal" "ok" \
     "$(repl 'setmetatable({}, {__tostring = function() error("ts") end})\n"ok"\n')"
+# ---- exploring: locals kept across lines, tables shown, help, "did you mean"
+check "a top-level local outlives its line" "6" "$(repl 'local x = 5\nx + 1\n')"
+check "local a, b = ... too" "3" "$(repl 'local a, b = 1, 2\na + b\n')"
+check "local x without a value is nil" "nil" "$(repl 'y = 3\nlocal y\ny\n')"
+check "local function" "9" "$(repl 'local function sq(v) return v * v end\nsq(3)\n')"
+check "locals inside a block stay local" "true" "$(repl 'do local hidden = 1 end\nhidden == nil\n')"
+check "a local inside a function stays local" "nil" \
+    "$(repl 'local function f() local inner = 1 return inner end\ninner\n')"
+check "a multi-line chunk's locals" "12" "$(repl 'local m =\n12\nm\n')"
+check "a table is shown with its contents" "{1, 2, a = {b = 3}, s = \"x\"}" \
+    "$(repl '{1, 2, a = {b = 3}, s = "x"}\n')"
+check "nesting is cut at three levels" "{a = {b = {c = {...}}}}" "$(repl '{a = {b = {c = {d = 1}}}}\n')"
+out=$(repl 't = {} for i = 1, 30 do t[i] = i end\nt\n')
+contains "a long table is cut after 20 entries" "... (10 more)" "$out"
+check "a cycle is marked" "yes" "$(repl 'c = {} c.me = c\nc\n' | grep -q '^{me = <cycle: table: ' && echo yes)"
+check "a tensor inside a table by its summary" "{w = [float32 (2, 3) on cpu]}" "$(repl '{w = rl.zeros(2, 3)}\n')"
+check "?rl.zeros shows the signature" "rl.zeros(d1, d2, ... | {shape} [, dtype])" "$(repl '?rl.zeros\n' | head -1)"
+check "help(f) by value" "rl.ctc_decode(logits, lengths [, {blank = V - 1, beam = 1}])" \
+    "$(repl 'help(rl.ctc_decode)\n' | head -1)"
+check "?name misspelt" "rl.tensr: not found; did you mean rl.tensor?" "$(repl '?rl.tensr\n')"
+repl 'rl.tensr(1)\n' >/dev/null
+contains "did you mean for a misspelt rl function" "did you mean tensor?" "$(cat "$tmp/err")"
+repl 'local z = rl.zeros(2)\nz:sizee()\n' >/dev/null
+contains "did you mean for a misspelt method" "did you mean size?" "$(cat "$tmp/err")"
+printf '#!/usr/bin/env rnnlua\nlocal size = 42\nlocal function twice(v) return 2 * v end\n' >"$tmp/ex.lua"
+check "rnnlua -i FILE keeps the file's top-level locals" "84" "$(printf 'twice(size)\n' | "$bin" -i "$tmp/ex.lua" 2>&1)"
+printf '\nx = = 1\n' >"$tmp/bad.lua"
+printf '1\n' | "$bin" -i "$tmp/bad.lua" >/dev/null 2>"$tmp/err"
+contains "rnnlua -i FILE: a syntax error names the file and line" "bad.lua:2: unexpected symbol" "$(cat "$tmp/err")"
 check "Ctrl-D (end of input) exits 0" "0" "$(printf '1\n' | "$bin" >/dev/null 2>&1; echo $?)"
 
 # ---- completion candidates, through the function the REPL calls on Tab
@@ -76,7 +105,8 @@ local Class = setmetatable({greet = function() end, count = 0}, {__index = Base}
 Class.__index = Class
 obj = setmetatable({name = "o"}, Class)
 case("methods through __index chain", show("obj:"), "obj:greet obj:hello")
-case("fields through __index chain", show("obj."), "obj.__index obj.count obj.greet obj.hello obj.name")
+case("fields through __index chain", show("obj."), "obj.count obj.greet obj.hello obj.name")
+case("\"_\" names once typed", show("obj._"), "obj.__index")
 -- completion never runs user code: an __index function is not called
 trap = setmetatable({}, {__index = function() error("completion ran __index") end})
 case("no metamethod calls", show("trap.x"), "")
@@ -84,12 +114,14 @@ case("string methods after ':'", show("s:up"), "")
 s = "text"
 case("string value methods", show("s:up"), "s:upper")
 
--- rl: every candidate is a real field, and the pinned ones are there
+-- rl: every candidate is a real field, and the pinned ones are there; internals ("_" names)
+-- only after "rl._"
 local rlc = complete("rl.")
 local want = {}
-for k in pairs(rl) do if type(k) == "string" and k:match("^[%a_][%w_]*$") then want[#want + 1] = "rl." .. k end end
+for k in pairs(rl) do if type(k) == "string" and k:match("^[%a][%w_]*$") then want[#want + 1] = "rl." .. k end end
 table.sort(want)
-case("rl. gives all fields of rl", table.concat(rlc, " "), table.concat(want, " "))
+case("rl. gives all fields of rl but the internals", table.concat(rlc, " "), table.concat(want, " "))
+case("rl._ gives the internals", complete("rl._ctc")[1], "rl._ctc_beam_search")
 local has = {}
 for _, c in ipairs(rlc) do has[c] = true end
 case("rl. has rl.tensor and rl.zeros", tostring(has["rl.tensor"] and has["rl.zeros"]), "true")
@@ -220,6 +252,23 @@ send(b"never == nil\n")
 out = expect(PROMPT)
 result("Ctrl-C at the continuation prompt drops the chunk", cleared is not None and out is not None
        and out.endswith(b"\r\ntrue"), (cleared or b"") + b"|" + (out or b""))
+send(b"local kept = 7\n")
+expect(PROMPT)
+send(b"kept * 2\n")
+out = expect(PROMPT)
+result("a local typed at the prompt is kept", out is not None and out.endswith(b"\r\n14"), out)
+send(b"?rl.zeros\n")
+out = expect(PROMPT)
+result("?rl.zeros shows the signature", out is not None and b"rl.zeros(d1, d2" in out, out)
+send('#"äøé€"\n'.encode())
+out = expect(PROMPT)
+result("non-ASCII characters are text (libedit took 128-255 as Meta keys)",
+       out is not None and out.endswith(b"\r\n9"), out)
+send(b'\xf8"\n')
+expect(PROMPT)
+send(b"5+5\n")
+out = expect(PROMPT)
+result("Meta-x as an 8-bit byte, then a quote: no crash", out is not None and out.endswith(b"\r\n10"), out)
 time.sleep(0.2)
 send(b"\x04")
 status = None

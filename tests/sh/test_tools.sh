@@ -172,6 +172,23 @@ check "plot bad curve" "$rc:$(cat "$dir/err")" \
 run plot net.curve.jsonl -o curve.gif
 check "plot bad format" "$rc:$(cat "$dir/err")" \
     "1:rnnlua plot: curve.gif: the output must end in .png or .svg"
+# the output naming the input (a curve or a dataset file whose name ends in .png): refused, the
+# input untouched
+cp net.curve.jsonl own.png
+run plot own.png -o own.png
+check "plot onto its own input" "$rc:$(cat "$dir/err"):$(cmp -s own.png net.curve.jsonl && echo same)" \
+    "1:rnnlua plot: own.png: the output is the input file itself:same"
+ln -s own.png link.png
+run plot own.png -o link.png
+check "plot onto a link to its input" "$rc:$(cmp -s own.png net.curve.jsonl && echo same)" "1:same"
+cp d.h5 d.png
+run plot d.png --heatmap data -o d.png
+check "heatmap onto its own input" "$rc:$(cat "$dir/err"):$(cmp -s d.png d.h5 && echo same)" \
+    "1:rnnlua plot: d.png: the output is the input file itself:same"
+mkdir dir.jsonl
+run plot dir.jsonl
+check "plot of a directory" "$rc:$(cat "$dir/err")" \
+    "1:rnnlua plot: dir.jsonl: cannot read: it is a directory"
 
 # ---- rl.train{plot = true}: the picture after every epoch
 "$bin" -e 'rl.train{network = {output = {class = "softmax", loss = "ce", target = "classes"}},
