@@ -112,8 +112,12 @@ M.sections = {
   {"CTC and scoring", {
     {"rl.ctc_loss", "rl.ctc_loss(logits, targets, input_lengths, target_lengths [, {blank =, "
       .. "zero_infinity = false}]) -> loss, grad", "CTC loss (B) and its gradient (T, B, V)."},
-    {"rl.ctc_decode", "rl.ctc_decode(logits, lengths [, {blank = V - 1, beam = 1}])",
-      "Best path (beam = 1) or prefix beam search: one table of labels per sequence."},
+    {"rl.ctc_decode", "rl.ctc_decode(logits, lengths [, {blank = V - 1, beam = 1, lm = {file =, "
+      .. "weight =, bonus =, labels =, word_boundary =}}])",
+      "Best path (beam = 1) or prefix beam search, with an n-gram or neural LM fused: one table "
+      .. "of labels per sequence."},
+    {"rl.ngram_estimate", "rl.ngram_estimate{sentences = {{tok, ...}, ...}, order =, output =, "
+      .. "vocab =}", "An interpolated Witten-Bell n-gram LM written as an ARPA file."},
     {"rl.edit_distance", "rl.edit_distance(a, b) -> integer",
       "The Levenshtein distance of two label sequences."},
     {"rl.scorer", "rl.scorer{labels =, words =}", "Accumulates CER / WER / PER."},
