@@ -71,8 +71,8 @@ contains "a long table is cut after 20 entries" "... (10 more)" "$out"
 check "a cycle is marked" "yes" "$(repl 'c = {} c.me = c\nc\n' | grep -q '^{me = <cycle: table: ' && echo yes)"
 check "a tensor inside a table by its summary" "{w = [float32 (2, 3) on cpu]}" "$(repl '{w = rl.zeros(2, 3)}\n')"
 check "?rl.zeros shows the signature" "rl.zeros(d1, d2, ... | {shape} [, dtype])" "$(repl '?rl.zeros\n' | head -1)"
-check "help(f) by value" "rl.ctc_decode(logits, lengths [, {blank = V - 1, beam = 1}])" \
-    "$(repl 'help(rl.ctc_decode)\n' | head -1)"
+check "help(f) by value" "rl.edit_distance(a, b) -> integer" \
+    "$(repl 'help(rl.edit_distance)\n' | head -1)"
 check "?name misspelt" "rl.tensr: not found; did you mean rl.tensor?" "$(repl '?rl.tensr\n')"
 repl 'rl.tensr(1)\n' >/dev/null
 contains "did you mean for a misspelt rl function" "did you mean tensor?" "$(cat "$tmp/err")"
