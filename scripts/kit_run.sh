@@ -337,7 +337,7 @@ say ""
 say "### MDLSTM training step: GPU ($side) and CPU (this machine's cores)"
 run_step mdlstm_gpu "$([ "$quick" = 1 ] && echo 60 || echo 120)" "${benv[@]}" bin/mdlstm_gpu
 bench_table mdlstm_gpu
-run_step mdlstm_cpu "$([ "$quick" = 1 ] && echo 60 || echo 120)" "${benv[@]}" RL_BENCH_MDLSTM=$([ "$quick" = 1 ] && echo small || echo large) bin/mdlstm
+run_step mdlstm_cpu 120 "${benv[@]}" RL_BENCH_MDLSTM=$([ "$quick" = 1 ] && echo small || echo large) bin/mdlstm
 bench_table mdlstm_cpu
 publish
 
