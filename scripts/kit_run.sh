@@ -77,7 +77,9 @@ finish() {
     if [ "$failures" -eq 0 ]; then exit 0; fi
     exit 1
 }
+step_pid=""
 on_signal() {
+    [ -n "$step_pid" ] && kill -TERM "$step_pid" 2>/dev/null
     say ""
     say "**run.sh was stopped by $1 after $(elapsed) s (during: ${current:-setup}).**"
     failures=$((failures + 1))
@@ -105,8 +107,13 @@ run_step() {
     fi
     local t0
     t0=$(date +%s)
-    timeout -k 5 "$limit" "$@" >"$logs/$name.log" 2>&1 </dev/null
+    # in the background, so that a SIGTERM or SIGINT is handled at once (bash runs a trap only
+    # after the foreground command ends) and stops the step too
+    timeout -k 5 "$limit" "$@" >"$logs/$name.log" 2>&1 </dev/null &
+    step_pid=$!
+    wait "$step_pid"
     step_rc=$?
+    step_pid=""
     [ "$step_rc" -eq 137 ] && step_rc=124
     step_s=$(($(date +%s) - t0))
     current=""
@@ -187,11 +194,11 @@ missing_libs=""
 for so in $(manifest cuda_libs); do
     found=""
     for d in "${cand[@]}"; do
-        if [ -e "$d/$so" ]; then found=$d; break; fi
+        if [ -s "$d/$so" ]; then found=$d; break; fi
     done
     if [ -z "$found" ]; then
         p=$(ldconfig -p 2>/dev/null | awk -v s="$so" '$1 == s {print $NF; exit}')
-        [ -n "$p" ] && found=$(dirname "$p")
+        [ -n "$p" ] && [ -s "$p" ] && found=$(dirname "$p")
     fi
     if [ -n "$found" ]; then
         case "$found" in */site-packages/* | */dist-packages/*) src="Python wheel" ;; *) src="toolkit" ;; esac

@@ -91,11 +91,12 @@ tools=$(for t in bash sh tar gzip timeout awk sed grep sort du date python3 tail
 done)
 tool_libs=$(for t in $tools; do ldd "$(readlink -f "$t")" 2>/dev/null | awk '$2 == "=>" {print $1}'; done | sort -u)
 
-# hidden_run KIT OUTDIR BUDGET: run.sh --quick of KIT in a mount namespace where the system's
-# copies of the built kit's libraries are empty files; prints run.sh's exit status last.
+# hidden_run KIT OUTDIR BUDGET [PRELUDE]: run.sh --quick of KIT in a mount namespace where the
+# system's copies of the built kit's libraries are empty files, after the shell commands PRELUDE
+# (run there; $empty is an empty file); prints run.sh's exit status last.
 hidden_run() {
     unshare -m --propagation private env -u CUDA_HOME LD_LIBRARY_PATH= KIT="$1" OUTD="$2" \
-        RL_KIT_BUDGET="$3" TOOL_LIBS="$tool_libs" HIDE="$kit" bash -c '
+        RL_KIT_BUDGET="$3" PRELUDE="${4:-}" TOOL_LIBS="$tool_libs" HIDE="$kit" bash -c '
         empty=$(mktemp) && kept=""
         for l in "$HIDE"/lib/*; do
             so=$(basename "$l" .gz)
@@ -112,6 +113,7 @@ hidden_run() {
         done
         echo "hidden: the system copies of the kit libraries; left visible for the shell tools:$kept"
         [ -s "$(ldconfig -p | awk "\$1 == \"libjansson.so.4\" {print \$NF; exit}")" ] && echo "HIDING FAILED"
+        eval "$PRELUDE"
         bash "$KIT/run.sh" --quick "$OUTD"
         echo "run.sh exit status $?"
     '
@@ -158,5 +160,56 @@ if echo "$log" | grep -q "^run.sh exit status 1$" && grep -q "rnnlua does not st
 else
     bad "a kit without libjansson: $(echo "$log" | tail -n 1); $(grep -m 1 "rnnlua" "$rep" 2>/dev/null)"
 fi
+# Bad input, each with a budget too short for more than the first steps.
+# A driver older than the kit's CUDA runtime (a stand-in nvidia-smi that says CUDA 12.2) and no
+# cuDNN anywhere (the toolkit's files hidden): both said at the top of the report, exit 1.
+mkdir -p "$out/fake"
+cat >"$out/fake/nvidia-smi" <<'SMI'
+#!/bin/sh
+case "$*" in
+*name,driver*) echo "Stand-in GPU, 535.00, 81559 MiB, 9.0" ;;
+*name*) echo "Stand-in GPU" ;;
+*) echo "| NVIDIA-SMI 535.00    Driver Version: 535.00    CUDA Version: 12.2 |" ;;
+esac
+SMI
+chmod +x "$out/fake/nvidia-smi"
+log=$(hidden_run "$kit" "$out/old" 10 "export PATH=$out/fake:\$PATH
+    for f in \$(ldconfig -p | awk '\$1 ~ /^libcudnn/ {print \$NF}') /usr/local/cuda/lib64/libcudnn*; do
+        [ -e \"\$f\" ] && mount --bind \"\$empty\" \"\$(readlink -f \"\$f\")\"
+    done" 2>&1)
+rep=$out/old/report.md
+for want in "older than the kit's CUDA runtime (12.2 < " "libcudnn.so.9 | \*\*not found\*\*" \
+    "Missing: libcudnn.so.9" "rnnlua does not start"; do
+    if echo "$log" | grep -q "^run.sh exit status 1$" && grep -q "$want" "$rep" 2>/dev/null; then
+        ok "old driver, no cuDNN: the report says '$want'"
+    else
+        bad "old driver, no cuDNN: no '$want' ($(echo "$log" | tail -n 1))"
+    fi
+done
+
+# An output folder that fills up (a 4 KiB tmpfs): the report goes to stdout and says so.
+log=$(hidden_run "$kit" "$out/small" 10 "mkdir -p $out/small && mount -t tmpfs -o size=4k none $out/small" 2>&1)
+if echo "$log" | grep -q "is full or not writable: the report stopped being copied" &&
+    echo "$log" | grep -q "^run.sh exit status 1$"; then
+    ok "a full output folder: said, the report on stdout"
+else
+    bad "a full output folder: $(echo "$log" | tail -n 3 | paste -sd' ')"
+fi
+
+# SIGTERM in the middle of a step: the run ends at once with the report saying where.
+bash "$kit/run.sh" --quick "$out/term" >/dev/null 2>&1 &
+pid=$!
+sleep 8
+t3=$(date +%s)
+kill -TERM "$pid"
+wait "$pid"
+rc=$?
+if [ "$rc" -eq 1 ] && [ $(($(date +%s) - t3)) -le 10 ] &&
+    grep -q "run.sh was stopped by SIGTERM after" "$out/term/report.md" 2>/dev/null; then
+    ok "SIGTERM: $(grep -o 'stopped by SIGTERM after [0-9]* s (during: [^)]*)' "$out/term/report.md"), exit 1"
+else
+    bad "SIGTERM: exit $rc, $(grep -c . "$out/term/report.md" 2>/dev/null) report lines"
+fi
+
 rm -rf "$out" "$unp"
 end
