@@ -10,9 +10,11 @@
 #   KIT_DIR/tests/, KIT_DIR/bench/   the Lua and Python files the run reads (paths as in the
 #                     repository: run.sh runs from KIT_DIR)
 #   KIT_DIR/run.sh    the script run on the GPU machine (scripts/kit_run.sh)
-#   KIT_DIR/MANIFEST  commit, date, CUDA runtime, GPU architectures, the CUDA libraries needed
-# The base set: the C and C++ runtimes (libc, libm, libpthread, libdl, librt, the loader,
-# libstdc++, libgcc_s), the driver (libcuda) and the CUDA toolkit's own libraries (cuBLAS,
+#   KIT_DIR/MANIFEST  commit, date, CUDA runtime, GPU architectures, the CUDA libraries needed,
+#                     the gzipped libraries, the oldest glibc the kit runs on
+#   KIT_DIR/LICENSE, THIRD_PARTY_NOTICES.md
+# The base set: the C and C++ runtimes (glibc's libc, libm, libpthread, libdl, librt, libresolv
+# and loader, which must match each other, libstdc++, libgcc_s), the driver (libcuda) and the CUDA toolkit's own libraries (cuBLAS,
 # cuDNN, NCCL, found there by run.sh). The check at the end fails, naming the program and the
 # library, when anything needs a library that is neither in the kit nor in the base set, and
 # when the kit is larger than RL_KIT_MAX_MIB (default 60).
@@ -23,7 +25,7 @@ kit=${2:?$usage}
 parity=${3:?$usage}
 max_mib=${RL_KIT_MAX_MIB:-60}
 cd "$(dirname "$0")/.."
-for tool in patchelf readelf strip ldd; do
+for tool in patchelf readelf objdump strip ldd gzip; do
     command -v "$tool" >/dev/null || { echo "device_kit: $tool not found (scripts/deps.sh)" >&2; exit 1; }
 done
 
@@ -31,7 +33,7 @@ done
 is_base() {
     case "$1" in
     linux-vdso.so.* | ld-linux-x86-64.so.* | libc.so.6 | libm.so.6 | libpthread.so.0 | libdl.so.2 | \
-        librt.so.1 | libstdc++.so.6 | libgcc_s.so.1 | libcuda.so.1) return 0 ;;
+        librt.so.1 | libresolv.so.2 | libstdc++.so.6 | libgcc_s.so.1 | libcuda.so.1) return 0 ;;
     esac
     return 1
 }
@@ -89,8 +91,12 @@ cp tests/gpu/test_layers_parity.lua tests/gpu/train_12ax.lua "$kit/tests/gpu/"
 cp tests/lua/harness.lua "$kit/tests/lua/"
 cp bench/lstm_step.lua bench/torch_lstm.py bench/ctc.lua bench/torch_ctc.py "$kit/bench/"
 cp scripts/kit_run.sh "$kit/run.sh"
+# whoever hands the kit on hands on the libraries in it: their licences go with it
+cp LICENSE THIRD_PARTY_NOTICES.md "$kit/"
 chmod +x "$kit/run.sh"
 
+unpacked=$(mktemp)
+trap 'rm -f "$unpacked"' EXIT
 cuda_version=$("$(dirname "$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)")"/nvcc --version 2>/dev/null |
     sed -n 's/.*release \([0-9.]*\),.*/\1/p')
 {
@@ -101,12 +107,15 @@ cuda_version=$("$(dirname "$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)")
     echo "parity $parity"
     echo "cuda_libs ${!cuda_needed[*]}"
     echo "packed$packed"
+    # the newest glibc symbol version anything in the kit needs: the GPU machine's must be as new
+    echo "glibc $(for f in "$kit"/bin/* "$kit"/lib/*; do
+        case "$f" in *.gz) gzip -dc "$f" >"$unpacked" && f=$unpacked ;; esac
+        objdump -T "$f" 2>/dev/null | grep -o 'GLIBC_2\.[0-9]*'
+    done | sed 's/GLIBC_//' | sort -V | tail -n 1)"
 } >"$kit/MANIFEST"
 
 # The check: every NEEDED entry of every ELF file of the kit is in lib/ or in the base set.
 bad=0
-unpacked=$(mktemp)
-trap 'rm -f "$unpacked"' EXIT
 for f in "$kit"/bin/* "$kit"/lib/*; do
     elf=$f
     case "$f" in *.gz) gzip -dc "$f" >"$unpacked" && elf=$unpacked ;; esac

@@ -145,8 +145,14 @@ kit_ldpath=$work/lib:$kit/lib
 # ---- 1. the machine and the libraries
 say "# rnnlua device kit report"
 say ""
-say "Kit: commit $(manifest commit), built $(manifest built), CUDA runtime $(manifest cuda_runtime) (linked in), for $(manifest gpu_arch). Run $(date -u +%Y-%m-%dT%H:%MZ) on $(hostname 2>/dev/null || echo '?'), mode $([ "$quick" = 1 ] && echo quick || echo full), budget $budget s."
+say "Kit: commit $(manifest commit), built $(manifest built), CUDA runtime $(manifest cuda_runtime) (linked in), for $(manifest gpu_arch), needs glibc $(manifest glibc) or newer (here: $(getconf GNU_LIBC_VERSION 2>/dev/null || echo ?)). Run $(date -u +%Y-%m-%dT%H:%MZ) on $(hostname 2>/dev/null || echo '?'), mode $([ "$quick" = 1 ] && echo quick || echo full), budget $budget s."
 say ""
+glibc=$(getconf GNU_LIBC_VERSION 2>/dev/null | awk '{print $2}')
+if [ -n "$glibc" ] && [ "$(printf '%s\n%s\n' "$glibc" "$(manifest glibc)" | sort -V | head -n 1)" != "$(manifest glibc)" ]; then
+    say "**This machine's glibc is $glibc, the kit needs $(manifest glibc) or newer: its programs cannot start here (build the kit on an older system).**"
+    say ""
+    failures=$((failures + 1))
+fi
 gpu="the CPU"
 gpu_ok=0
 if command -v nvidia-smi >/dev/null 2>&1; then
