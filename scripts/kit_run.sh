@@ -40,6 +40,8 @@ out_ok=1
 if ! mkdir -p "$out" 2>/dev/null || ! (: >"$out/report.md") 2>/dev/null; then
     out_ok=0
     echo "run.sh: cannot write $out/report.md (missing, read-only or full): the report goes to stdout" >&2
+else
+    out=$(cd "$out" && pwd) # the run changes into the kit's folder
 fi
 
 say() { printf '%s\n' "$*" >>"$body"; }
