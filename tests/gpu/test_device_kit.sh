@@ -43,7 +43,7 @@ kit=$(cd "$kit" && pwd)
 size=$(du -sk "$kit" | cut -f1)
 if [ "$size" -le $((60 * 1024)) ]; then ok "kit size $((size / 1024)) MiB <= 60 MiB"; else bad "kit size $((size / 1024)) MiB > 60 MiB"; fi
 
-base_re='^(linux-vdso\.so|ld-linux-x86-64\.so|libc\.so\.6|libm\.so\.6|libpthread\.so\.0|libdl\.so\.2|librt\.so\.1|libstdc\+\+\.so\.6|libgcc_s\.so\.1|libcuda\.so\.1)'
+base_re='^(linux-vdso\.so|ld-linux-x86-64\.so|libc\.so\.6|libm\.so\.6|libpthread\.so\.0|libdl\.so\.2|librt\.so\.1|libresolv\.so\.2|libstdc\+\+\.so\.6|libgcc_s\.so\.1|libcuda\.so\.1)'
 cuda_re='^(libcudart|libcublas|libcublasLt|libcudnn[a-z_]*|libnccl)\.so'
 # the folders of this machine's CUDA libraries (the toolkit: the base set allows them)
 cuda_dirs=$(for so in $(sed -n 's/^cuda_libs //p' "$kit/MANIFEST"); do
