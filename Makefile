@@ -1,10 +1,11 @@
-# rnnlua build. `make` builds ./rnnlua; `make test`, `make demo`, `make bench`, `make deps`, `make fuzz`.
+# rnnlua build. `make` builds ./rnnlua; `make test`, `make demo`, `make bench`, `make deps`, `make fuzz`,
+# `make device-kit` (build-device/kit/, the self-contained folder run on a GPU machine: docs/gpu.md).
 # Options: CUDA=0 (leave CUDA out), CUDA=1 (demand it; default: use it when nvcc is found),
 #          MPI=0 (leave MPI out), MPI=1 (demand it; default: use Open MPI when pkg-config finds
 #          it), NCCL comes with CUDA=1 when the toolkit has it (NCCL=0 leaves it out),
 #          SANITIZE=1 (AddressSanitizer + UBSan, separate build dir), WERROR=1 (warnings fail),
 #          BLAS=openblas (default) or BLAS=blis (separate build dir; bench/blas_compare.sh
-#          measures both on rnnlua's GEMM shapes).
+#          measures both on rnnlua's GEMM shapes), CUDART=static (the CUDA runtime linked in).
 
 CC      ?= cc
 # FUZZ=1 (set by `make fuzz`): clang with libFuzzer's coverage, ASan and UBSan, no CUDA, no MPI,
@@ -34,7 +35,7 @@ ifeq ($(CUDA),1)
   ifeq ($(NVCC),)
     $(error CUDA=1 but no nvcc on the PATH or under /usr/local/cuda)
   endif
-  CUDA_HOME := $(patsubst %/bin/nvcc,%,$(NVCC))
+  CUDA_HOME := $(patsubst %/bin/nvcc,%,$(lastword $(NVCC)))
 endif
 
 BUILD   := build$(if $(filter 1,$(FUZZ)),-fuzz)$(if $(filter 1,$(SANITIZE)),-san)$(if $(filter 0,$(CUDA)),-nocuda)$(if $(filter 0,$(MPI)),-nompi)$(if $(filter blis,$(BLAS)),-blis)$(if $(filter-out native,$(ARCH)),-$(ARCH))
@@ -96,7 +97,10 @@ ifeq ($(CUDA),1)
   NVFLAGS  += -O2 -std=c++17 -I. -DRL_WITH_CUDA --compiler-options -fPIC,-Wall \
               -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
               -gencode arch=compute_90,code=compute_90
-  LDLIBS   += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lcublas -lcudnn -lstdc++
+  # CUDART=static links the CUDA runtime into the programs (the device kit: one library fewer
+  # to find on the GPU machine; cuBLAS, cuDNN and NCCL do not load libcudart themselves)
+  CUDART_LIB := $(if $(filter static,$(CUDART)),-lcudart_static -ldl -lrt,-lcudart)
+  LDLIBS   += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 $(CUDART_LIB) -lcublas -lcudnn -lstdc++
   # NCCL (allreduce of device buffers across ranks) when the toolkit ships it
   ifeq ($(NCCL),)
     NCCL := $(if $(wildcard $(CUDA_HOME)/include/nccl.h),1,0)
@@ -119,7 +123,8 @@ LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o) $(CU_SRC:%.cu=$(BUILD)/%.cu.o) $(BUILD)/
 CTESTS   := $(patsubst tests/c/%.c,$(BUILD)/tests/%,$(wildcard tests/c/test_*.c))
 BENCHES  := $(patsubst bench/%.c,$(BUILD)/bench/%,$(wildcard bench/*.c))
 
-.PHONY: all deps test test-gpu demo bench bench-gpu clean format check-cuda fuzz fuzz-run rnnlua
+.PHONY: all deps test test-gpu demo bench bench-gpu clean format check-cuda fuzz fuzz-run rnnlua \
+        device-kit kit-programs
 all: rnnlua
 
 # Install missing system packages (apt-get) on a fresh machine.
@@ -130,11 +135,19 @@ deps:
 rnnlua: $(BUILD)/rnnlua
 	cp $< $@
 
-$(BUILD)/rnnlua: $(BUILD)/lua/rnnlua.o $(BUILD)/librnnlua.a
+# The library the programs link: librnnlua.a, or with KIT_SHARED=1 (the device kit)
+# librnnlua-kit.so, so that the CUDA kernels of both GPU generations are in the kit once rather
+# than once per program.
+RL_LIB := $(BUILD)/librnnlua$(if $(filter 1,$(KIT_SHARED)),-kit.so,.a)
+
+$(BUILD)/rnnlua: $(BUILD)/lua/rnnlua.o $(RL_LIB)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 $(BUILD)/librnnlua.a: $(LIB_OBJ)
 	rm -f $@ && ar rcs $@ $^
+
+$(BUILD)/librnnlua-kit.so: $(LIB_OBJ)
+	$(CC) -shared -Wl,-soname,librnnlua-kit.so $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 $(BUILD)/%.o: %.c Makefile
 	@mkdir -p $(dir $@)
@@ -157,13 +170,13 @@ $(BUILD)/gen/embedded.c: $(BUILD)/embed $(LUA_LIB)
 $(BUILD)/gen/embedded.o: $(BUILD)/gen/embedded.c
 	$(CC) $(CFLAGS) -c -o $@ $<
 
-$(BUILD)/tests/%: tests/c/%.c $(BUILD)/librnnlua.a tests/c/check.h
+$(BUILD)/tests/%: tests/c/%.c $(RL_LIB) tests/c/check.h
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(BUILD)/librnnlua.a $(LDLIBS)
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(RL_LIB) $(LDLIBS)
 
-$(BUILD)/bench/%: bench/%.c $(BUILD)/librnnlua.a
+$(BUILD)/bench/%: bench/%.c $(RL_LIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(BUILD)/librnnlua.a $(LDLIBS)
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(RL_LIB) $(LDLIBS)
 
 test: $(BUILD)/rnnlua $(CTESTS)
 	@bash tests/run.sh $(BUILD)
@@ -172,24 +185,17 @@ test: $(BUILD)/rnnlua $(CTESTS)
 # optimizers and of networks of every other layer class (including whole rl.train runs), of
 # rl.dist through NCCL (mpirun -np 2, one GPU per rank). Without a GPU the harnesses run with the
 # CPU as the device side (what needs a device is skipped and said so), so a broken test shows.
-test-gpu: $(BUILD)/rnnlua $(BUILD)/tests-gpu/test_parity $(BUILD)/tests-gpu/test_lstm_parity \
-          $(BUILD)/tests-gpu/test_optim_parity $(BUILD)/tests-gpu/test_mdlstm_parity \
-          $(BUILD)/tests-gpu/test_gru_parity $(BUILD)/tests-gpu/test_ctc_parity \
-          $(BUILD)/tests-gpu/test_stack_parity $(BUILD)/tests-gpu/test_attention_parity
-	$(BUILD)/tests-gpu/test_parity
-	$(BUILD)/tests-gpu/test_stack_parity
-	$(BUILD)/tests-gpu/test_lstm_parity
-	$(BUILD)/tests-gpu/test_gru_parity
-	$(BUILD)/tests-gpu/test_optim_parity
-	$(BUILD)/tests-gpu/test_mdlstm_parity
-	$(BUILD)/tests-gpu/test_ctc_parity
-	$(BUILD)/tests-gpu/test_attention_parity
+# The parity programs in the order they run (the device kit runs the same list).
+GPU_TESTS := test_parity test_stack_parity test_lstm_parity test_gru_parity test_optim_parity \
+             test_mdlstm_parity test_ctc_parity test_attention_parity
+test-gpu: $(BUILD)/rnnlua $(GPU_TESTS:%=$(BUILD)/tests-gpu/%)
+	@set -e; for t in $(GPU_TESTS); do echo "$(BUILD)/tests-gpu/$$t"; $(BUILD)/tests-gpu/$$t; done
 	$(BUILD)/rnnlua tests/gpu/test_layers_parity.lua
 	bash tests/gpu/test_dist_nccl.sh $(BUILD)/rnnlua
 
-$(BUILD)/tests-gpu/%: tests/gpu/%.c $(BUILD)/librnnlua.a tests/c/check.h tests/gpu/device_side.h
+$(BUILD)/tests-gpu/%: tests/gpu/%.c $(RL_LIB) tests/c/check.h tests/gpu/device_side.h
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(BUILD)/librnnlua.a $(LDLIBS)
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(RL_LIB) $(LDLIBS)
 
 bench: $(BUILD)/rnnlua $(BENCHES)
 	@bash bench/run.sh $(BUILD)
@@ -199,6 +205,20 @@ bench: $(BUILD)/rnnlua $(BENCHES)
 bench-gpu: $(BUILD)/bench/rnn_gpu $(BUILD)/bench/mdlstm_gpu
 	$(BUILD)/bench/rnn_gpu
 	$(BUILD)/bench/mdlstm_gpu
+
+# The device kit (docs/gpu.md): rnnlua, the parity programs and the GPU benchmarks built for
+# sm_80 and sm_90 (CUDA=1, MPI=0, AVX2 host code, the CUDA runtime linked in) in their own build
+# folder, copied into build-device/kit/ with every non-system library they load and run.sh, the
+# script that runs them all on a GPU machine and writes report.md. scripts/device_kit.sh fails
+# when a program needs a library that is neither in the kit nor in the base set of that machine.
+KIT_BUILD := build-device/build
+KIT_VARS  := CUDA=1 MPI=0 ARCH=x86-64-v3 CUDART=static KIT_SHARED=1 BUILD=$(KIT_BUILD)
+device-kit:
+	$(MAKE) --no-print-directory $(KIT_VARS) kit-programs
+	bash scripts/device_kit.sh $(KIT_BUILD) build-device/kit "$(GPU_TESTS)"
+
+kit-programs: $(BUILD)/rnnlua $(GPU_TESTS:%=$(BUILD)/tests-gpu/%) $(BUILD)/bench/rnn_gpu \
+              $(BUILD)/bench/mdlstm_gpu $(BUILD)/bench/mdlstm
 
 demo: rnnlua
 	./rnnlua recipes/12ax_blstm.lua

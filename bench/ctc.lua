@@ -8,9 +8,14 @@
 -- start-up and the import are not timed). Rounds alternate rnnlua, PyTorch, rnnlua, ...;
 -- each side's figure is the median over RL_BENCH_ROUNDS (default 5) rounds of about
 -- RL_BENCH_SECONDS (default 0.5) s each.
+-- RL_BENCH_DEVICE=cuda (the device kit): both sides on the GPU, rnnlua's inputs on cuda:0 and
+-- each timed call ended by rl.synchronize, PyTorch's with torch.cuda.synchronize();
+-- RL_BENCH_PYTHON names a python that imports torch instead of bench/torch_env.sh's (empty:
+-- none, the PyTorch column is skipped).
 local seconds = tonumber(os.getenv("RL_BENCH_SECONDS") or "") or 0.5
 local rounds = tonumber(os.getenv("RL_BENCH_ROUNDS") or "") or 5
 local build = os.getenv("RL_BUILD_DIR") or "build"
+local device = os.getenv("RL_BENCH_DEVICE") or "cpu"
 local threads = rl.get_num_threads()
 
 local function median(t)
@@ -20,8 +25,10 @@ local function median(t)
   return n % 2 == 1 and s[(n + 1) // 2] or (s[n // 2] + s[n // 2 + 1]) / 2
 end
 
-local py
-do
+local py = os.getenv("RL_BENCH_PYTHON")
+if py == "" then
+  py = nil
+elseif not py then
   local p = io.popen("bash bench/torch_env.sh " .. build .. " 2>/dev/null")
   local out = p and p:read("a") or ""
   if p then p:close() end
@@ -39,12 +46,18 @@ local function inputs(T, B, V, S)
     tg[b + 1] = {}
     for s = 0, S - 1 do tg[b + 1][s + 1] = (7 * s + 3 * b) % (V - 1) end
   end
-  return x, rl.tensor(tg, "int32"), rl.full({B}, T, "int32"), rl.full({B}, S, "int32")
+  return x:to(device), rl.tensor(tg, "int32"), rl.full({B}, T, "int32"), rl.full({B}, S, "int32")
+end
+
+local function ctc(x, tg, il, tl, V)
+  local loss = rl.ctc_loss(x, tg, il, tl, {blank = V - 1})
+  if device ~= "cpu" then rl.synchronize(device) end
+  return loss
 end
 
 local function torch_round(T, B, V, S, reps)
-  local cmd = string.format("%s bench/torch_ctc.py %d %d %d %d %d %d 2>&1", py, T, B, V, S, reps,
-    threads)
+  local cmd = string.format("%s bench/torch_ctc.py %d %d %d %d %d %d %s 2>&1", py, T, B, V, S,
+    reps, threads, device)
   local p = io.popen(cmd)
   local out = p:read("a")
   p:close()
@@ -53,7 +66,7 @@ local function torch_round(T, B, V, S, reps)
   return tonumber(dt), tonumber(loss)
 end
 
-print("### CTC loss + gradient (rl.ctc_loss vs PyTorch CPU)")
+print(string.format("### CTC loss + gradient (rl.ctc_loss vs PyTorch, %s)", device))
 print()
 print(string.format("float32, %d thread(s) on both sides, median of %d interleaved rounds of " ..
   "~%.1f s; PyTorch: log_softmax + ctc_loss(reduction = \"sum\") + backward%s.", threads, rounds,
@@ -64,16 +77,16 @@ print("|---|---:|---:|---:|---:|---:|")
 for _, c in ipairs({{400, 16, 80, 100}, {1000, 32, 40, 200}}) do
   local T, B, V, S = c[1], c[2], c[3], c[4]
   local x, tg, il, tl = inputs(T, B, V, S)
-  local loss = rl.ctc_loss(x, tg, il, tl, {blank = V - 1})
+  local loss = ctc(x, tg, il, tl, V)
   local t0 = rl.clock()
-  rl.ctc_loss(x, tg, il, tl, {blank = V - 1})
+  ctc(x, tg, il, tl, V)
   local one = rl.clock() - t0
   local reps = math.max(1, math.floor(seconds / math.max(one, 1e-6) + 0.5))
   local treps
   local ours, theirs, tloss = {}, {}, nil
   for r = 1, rounds do
     t0 = rl.clock()
-    for _ = 1, reps do rl.ctc_loss(x, tg, il, tl, {blank = V - 1}) end
+    for _ = 1, reps do ctc(x, tg, il, tl, V) end
     ours[r] = (rl.clock() - t0) / reps
     if py then
       if not treps then

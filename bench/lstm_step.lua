@@ -1,6 +1,8 @@
 -- One rnnlua process of bench/lstm_compare.sh: a training step (zero the gradients, forward,
 -- backward; no optimizer update) of an LSTM network built with rl.network, as a user writes
--- it, float32 on the CPU. Usage: rnnlua bench/lstm_step.lua CONFIG [SECONDS]
+-- it, float32 on the CPU, or on DEVICE ("cuda": the device kit's comparison with PyTorch on the
+-- GPU, a step then ends with rl.synchronize). Usage: rnnlua bench/lstm_step.lua CONFIG [SECONDS]
+-- [DEVICE]
 -- Prints "RESULT config ms_per_step peak_rss_kib rss_before_model_kib steps cpu_ms_per_step":
 -- the median of the timed steps (after one warm-up step), the process's peak resident set
 -- (VmHWM) after them, its resident set before the network was built, the number of steps, and
@@ -21,7 +23,7 @@ local function status_kib(field)
   return tonumber(s:match(field .. ":%s*(%d+) kB"))
 end
 
-local name, seconds = arg[1], tonumber(arg[2] or "3")
+local name, seconds, device = arg[1], tonumber(arg[2] or "3"), arg[3] or "cpu"
 local c = CONFIGS[name]
 if not c then error("lstm_step.lua: unknown config '" .. tostring(name) .. "'") end
 local layers, bidir, inp, hid, classes, T, B = table.unpack(c)
@@ -46,11 +48,16 @@ for t = 1, T do
   for b = 1, B do y[t][b] = ((t - 1) * B + b - 1) * 2654435761 % classes end
 end
 local batch = {data = x, classes = y, lengths = rl.zeros(B):int():fill_(T)}
+if device ~= "cpu" then
+  net:to(device)
+  batch.data = x:to(net.device)
+end
 
 local function step()
   net:zero_grads()
   net:forward(batch)
   net:backward()
+  if device ~= "cpu" then rl.synchronize(net.device) end
 end
 
 step()

@@ -2,7 +2,9 @@
 
 A step is zero_grad + forward + backward (no optimizer update) of an nn.LSTM stack
 (bidirectional where the config says so), a Linear output layer and CrossEntropy (summed),
-float32 on the CPU, torch.set_num_threads(2). Usage: PYTHON bench/torch_lstm.py CONFIG [SECONDS]
+float32 on the CPU, torch.set_num_threads(2), or on DEVICE ("cuda": cuDNN's LSTM, the device kit's
+comparison; a step then ends with torch.cuda.synchronize()).
+Usage: PYTHON bench/torch_lstm.py CONFIG [SECONDS] [DEVICE]
 with the python of bench/torch_env.sh (a current PyTorch) or any other that imports torch.
 Prints "RESULT config ms_per_step peak_rss_kib rss_before_model_kib steps cpu_ms_per_step" as
 lstm_step.lua does, or a SKIP line (exit 0) where torch is not importable.
@@ -31,6 +33,7 @@ def status_kib(field):
 def main():
     name = sys.argv[1]
     seconds = float(sys.argv[2]) if len(sys.argv) > 2 else 3.0
+    device = sys.argv[3] if len(sys.argv) > 3 else "cpu"
     try:
         import torch
     except ImportError:
@@ -41,12 +44,13 @@ def main():
     layers, bidir, inp, hid, classes, T, B = CONFIGS[name]
     rss0 = status_kib("VmRSS")
     dirs = 2 if bidir else 1
-    lstm = torch.nn.LSTM(inp, hid, num_layers=layers, bidirectional=bidir)
-    out = torch.nn.Linear(dirs * hid, classes)
+    lstm = torch.nn.LSTM(inp, hid, num_layers=layers, bidirectional=bidir).to(device)
+    out = torch.nn.Linear(dirs * hid, classes).to(device)
     params = list(lstm.parameters()) + list(out.parameters())
-    x = torch.randn(T, B, inp)
-    y = torch.tensor([(i * 2654435761) % classes for i in range(T * B)])
+    x = torch.randn(T, B, inp).to(device)
+    y = torch.tensor([(i * 2654435761) % classes for i in range(T * B)]).to(device)
     ce = torch.nn.CrossEntropyLoss(reduction="sum")
+    sync = torch.cuda.synchronize if device != "cpu" else (lambda: None)
 
     def step():
         for p in params:
@@ -54,6 +58,7 @@ def main():
         h, _ = lstm(x)
         loss = ce(out(h.reshape(T * B, dirs * hid)), y)
         loss.backward()
+        sync()
 
     step()
     times = []

@@ -147,10 +147,13 @@ rl_status rl_ce_check_args(const char *layer, const rl_tensor *logp, const rl_te
             "layer '%s': ce target must be int32 (T, B) = (%" PRId64 ", %" PRId64 "), got %s",
             layer, T, B,
             target && target->storage ? rl_tensor_describe(target, s, sizeof s) : "nothing");
-    if (!rl_device_eq(rl_tensor_device(target), rl_tensor_device(logp)))
-        return rl_error(
-            RL_EDEVICE, "layer '%s': ce target %s is not on the device of the output %s", layer,
-            rl_tensor_describe(target, s, sizeof s), rl_tensor_describe(logp, s2, sizeof s2));
+    if (rl_tensor_device(target).type != RL_CPU &&
+        !rl_device_eq(rl_tensor_device(target), rl_tensor_device(logp)))
+        return rl_error(RL_EDEVICE,
+                        "layer '%s': ce target %s is neither on the CPU nor on the device of the "
+                        "output %s",
+                        layer, rl_tensor_describe(target, s, sizeof s),
+                        rl_tensor_describe(logp, s2, sizeof s2));
     return check_lengths(layer, lengths, T, B);
 }
 
@@ -164,6 +167,12 @@ rl_status rl_loss_ce(rl_ce_work *w, const char *layer, const rl_tensor *logp,
     rl_dtype dt = logp->dtype;
     rl_device dev = rl_tensor_device(logp);
     RL_TRY(rl_ce_check_args(layer, logp, target, lengths));
+    if (!rl_device_eq(rl_tensor_device(target), dev)) {
+        int64_t tb[2] = {T, B};
+        RL_TRY(rl_buffer_ensure(&w->target_dev, RL_INT32, dev, 2, tb));
+        RL_TRY(rl_op_copy(&w->target_dev, target));
+        target = &w->target_dev;
+    }
 
     const rl_tensor *pad;
     RL_TRY(build_pad(w, &pad, lengths, T, B, dt, dev));
@@ -261,4 +270,5 @@ void rl_ce_work_release(rl_ce_work *w) {
     rl_tensor_release(&w->argmax);
     rl_tensor_release(&w->wrong);
     rl_tensor_release(&w->target_host);
+    rl_tensor_release(&w->target_dev);
 }

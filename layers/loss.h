@@ -54,11 +54,14 @@ typedef struct rl_ce_work {
     rl_tensor argmax;   /* (T, B) int32 predicted class */
     rl_tensor wrong;    /* (T, B) int32: argmax != target on valid frames, else 0 */
     rl_tensor target_host; /* (T, B) int32 CPU copy of a device target, only to name a bad one */
+    rl_tensor target_dev;  /* (T, B) int32 copy of a CPU target on the logits' device */
     double eps;            /* the label smoothing of the last rl_loss_ce, for its gradient */
 } rl_ce_work;
 
 /* logp: (T, B, C) log-probabilities (log softmax of the logits); target: (T, B) int32 0-based
- * class indices (any device). Computes loss = -sum over valid frames of logp[t, b, target],
+ * class indices on the CPU or on logp's device (class indices stay on the host where the
+ * network hands them over, since the layers read them there; a CPU target is copied to the
+ * device once per call). Computes loss = -sum over valid frames of logp[t, b, target],
  * n_errors = the valid frames whose argmax over C differs from the target, n_frames =
  * sum(lengths), and keeps the onehot for rl_loss_ce_grad. A target outside 0..C-1 on a valid
  * frame is an RL_EINDEX error naming `layer`, the frame, the sequence and the value; targets
@@ -78,7 +81,7 @@ rl_status rl_loss_ce_grad(rl_ce_work *w, const rl_tensor *p, const rl_tensor *le
 
 void rl_ce_work_release(rl_ce_work *w);
 
-/* The argument checks of rl_loss_ce (target int32 (T, B) on logp's device, CPU int32 lengths
+/* The argument checks of rl_loss_ce (target int32 (T, B) on the CPU or logp's device, CPU int32 lengths
  * (B) in 0..T), for a fused CE that computes the rest itself. */
 rl_status rl_ce_check_args(const char *layer, const rl_tensor *logp, const rl_tensor *target,
                            const rl_tensor *lengths);

@@ -84,6 +84,12 @@ rl_status rl_recurrent_forward_begin(rl_recurrent *r, rl_layer *l, const rl_laye
         return rl_error(RL_ESHAPE, "layer '%s' (%s): lengths must be contiguous", l->name, r->cls);
     *dt = io->in[0]->dtype;
     *dev = rl_tensor_device(io->in[0]);
+    /* The layer's own parameters before its states: a layer whose weights live on another
+     * device than the inputs is the mistake to name, whatever initial state it was given. */
+    for (int k = 0; k < l->n_params; k++) {
+        rl_mat m;
+        RL_TRY(rl_param_mat(l, &l->params[k].value, l->params[k].name, *dt, *dev, &m));
+    }
     RL_TRY(use_device(r, l, *dev));
     for (int k = 0; k < n_states; k++)
         if (given(states[k].t)) RL_TRY(check_state(r, l, states[k], B, *dev));

@@ -30,9 +30,10 @@
 -- During init and after it, self.name, self.class, self.dtype ("float32"/"float64") and
 -- self.in_dims are set; after the network has bound the layer, self.params[name] and
 -- self.grads[name] are views into the network's flat parameter and gradient buffers, and
--- self.device names their device ("cpu", "cuda:0", ...): after net:to(device) the inputs,
--- grad_out and params are tensors on that device (lengths stay on the CPU), and the tensors a
--- layer makes itself must be put there (rl.zeros(..., self.device), t:to(self.device)). A class
+-- self.device names their device ("cpu", "cuda:0", ...): after net:to(device) the dense inputs,
+-- grad_out and params are tensors on that device (lengths and class indices stay on the CPU),
+-- and the tensors a layer makes itself must be put there (rl.zeros(..., self.device),
+-- t:to(self.device)). A class
 -- without a metatable inherits the helpers of rl.layers.Base (self:frame_mask). A Lua error
 -- inside a class function is raised as "layer 'NAME' (class CLASS): MESSAGE".
 local M = {}

@@ -50,10 +50,13 @@
 -- scratch buffers follow on their next forward. Tensors taken from the network before the move
 -- (net:params(), net:grads(), net:param_list(), an optimizer built on them) still refer to the
 -- old buffers: build the optimizer after net:to. net:forward takes a batch on any device and
--- copies each input and target tensor that is not on the network's device there (one copy per
--- tensor and batch); lengths and sizes stay CPU tensors (layers read them on the host). Layers
--- written in Lua receive their inputs and params on the network's device (self.device names
--- it; self:frame_mask gives the mask there). An unavailable device (no CUDA build, no GPU, no
+-- copies each dense input and target tensor that is not on the network's device there (one copy
+-- per tensor and batch); class indices (sparse keys, inputs and targets alike), lengths and
+-- sizes go to or stay on the CPU, where the layers read them (embedding, linear, ctc and rec
+-- check and gather class indices on the host; the ce loss copies its target to the logits'
+-- device itself). Layers written in Lua receive their dense inputs and params on the network's
+-- device (self.device names it; self:frame_mask gives the mask there) and class indices on the
+-- CPU. An unavailable device (no CUDA build, no GPU, no
 -- such ordinal) is an error naming it; lstm, mdlstm and the 2-D layers (conv2d, pool2d,
 -- collapse, global_pool) raise an error naming the layer and the device when given CUDA data.
 --
@@ -673,8 +676,15 @@ local function check_frame_target(node, batch, T, geom)
   end
 end
 
--- The batch with each tensor the network reads (inputs and targets) on the network's device:
--- the batch itself when they all are there, else a shallow copy with those tensors copied.
+-- Where the network reads extern_data key: class indices (sparse) on the CPU, the layers read
+-- them there; everything else on the network's device.
+function Network:device_of(key)
+  return self.ext[key].sparse and "cpu" or self.device
+end
+
+-- The batch with each tensor the network reads (inputs and targets) where it reads them
+-- (Network:device_of): the batch itself when they all are there, else a shallow copy with
+-- those tensors copied.
 -- The padded frames of a dense sequence input, and the padding of dense images, are set to 0 by
 -- selection (masked_fill of a copy): a weight gradient dW += x^T dz reads the padding with
 -- dz = 0 there, and 0 * NaN is NaN, so a NaN or Inf left in padding would reach it.
@@ -689,9 +699,10 @@ function Network:on_device(batch)
   local pad
   for key in pairs(self.used_extern) do
     local x, e = batch[key], self.ext[key]
-    if x:device() ~= self.device then
+    local where = self:device_of(key)
+    if x:device() ~= where then
       copy_batch()
-      moved[key] = x:to(self.device)
+      moved[key] = x:to(where)
     end
     local len = batch.lengths
     if self.input_keys[key] and not e.sparse and e.spatial ~= 2 and len

@@ -1406,7 +1406,7 @@ function M.search(net, batch, opts)
   end
   local moved = {}
   for key in pairs(net.input_keys) do
-    if need[key] then moved[key] = batch[key]:to(net.device) end
+    if need[key] then moved[key] = batch[key]:to(net:device_of(key)) end
   end
   local results
   for i = 1, target.index do

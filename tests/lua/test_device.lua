@@ -137,6 +137,43 @@ end)
 
 local has_gpu = rl.device_count() > 0
 
+-- The layers (embedding, linear, ctc, rec) read class indices on the host, so net:forward must
+-- leave them there on any device (the ce loss copies its target to the logits' device itself).
+-- Without a GPU the network's device is set to cuda:0 by hand: only the placement of the batch
+-- is tested, and any copy towards cuda:0 would fail.
+H.test("class indices stay on the CPU for a network on a device (inputs and targets)", function()
+  rl.manual_seed(3)
+  -- with a GPU a dense input beside them too (it must go to the device)
+  local net = rl.network({
+    emb = {class = "embedding", n_out = 4, from = "data"},
+    h = {class = "linear", n_out = 5, activation = "tanh", from = has_gpu and {"emb", "feat"} or "emb"},
+    output = {class = "softmax", from = "h", loss = "ce", target = "classes"},
+  }, {data = {dim = 7, sparse = true}, feat = {dim = 2}, classes = {dim = 3, sparse = true}})
+  local bt = {data = rl.tensor({{1, 2}, {6, 0}, {3, 5}}, "int32"),
+              classes = rl.tensor({{0, 1}, {2, 0}, {1, 1}}, "int32"),
+              lengths = rl.tensor({3, 2}, "int32"), feat = has_gpu and rl.randn(3, 2, 2) or nil}
+  local want = net:forward(bt)
+  if has_gpu then net:to("cuda") else net.device = "cuda:0" end
+  local moved = net:on_device(bt)
+  H.check(moved.data:device() == "cpu" and moved.classes:device() == "cpu")
+  H.check(net:device_of("data") == "cpu" and net:device_of("classes") == "cpu",
+    "class indices read on the CPU")
+  H.check(net:device_of("feat") == net.device, "a dense input on the network's device")
+  if has_gpu then
+    H.check(moved.feat:device() == net.device)
+    local got = net:forward(bt)
+    H.check(math.abs(got - want) <= 1e-5 * math.abs(want), string.format("%g vs %g", got, want))
+    -- given on the device, class indices come back to the CPU
+    local on_dev = {data = bt.data:to("cuda"), feat = bt.feat, classes = bt.classes:to("cuda"),
+                    lengths = bt.lengths}
+    moved = net:on_device(on_dev)
+    H.check(moved.data:device() == "cpu" and moved.classes:device() == "cpu")
+    H.check(math.abs(net:forward(on_dev) - want) <= 1e-5 * math.abs(want))
+  else
+    H.check(moved == bt, "nothing to copy: the batch itself")
+  end
+end)
+
 if not has_gpu then
   H.expect_error("net:to('cuda') without a GPU names the device", function()
     build():to("cuda")
