@@ -101,7 +101,6 @@ typedef struct {
     rl_layer base;
     rl_recurrent rec; /* stream, lengths on the device, batch sizes, final-state row, flags */
     int direction;
-    rl_tensor h0; /* the given initial state (shared view), or unset */
     rl_tensor gates, hs, dh;
     rl_tensor red; /* CUDA: (RL_GRU_CUDA_CHUNKS, 4H) partial column sums of the bias gradients */
     rl_tensor xs[RL_LAYER_MAX_INPUTS], dxs[RL_LAYER_MAX_INPUTS];
@@ -344,8 +343,7 @@ static rl_status gru_forward(rl_layer *l, rl_layer_io *io) {
     int64_t H = l->n_out;
     rl_dtype dt;
     rl_device dev;
-    rl_recurrent_state given[1] = {{&L->h0, "initial state"}};
-    RL_TRY(rl_recurrent_forward_begin(r, l, io, given, 1, &dt, &dev));
+    RL_TRY(rl_recurrent_forward_begin(r, l, io, &dt, &dev));
     int64_t T = r->T, B = r->B;
     rl_mat W, U, b, bh;
     RL_TRY(rl_param_mat(l, &l->params[P_W].value, "W", dt, dev, &W));
@@ -358,7 +356,7 @@ static rl_status gru_forward(rl_layer *l, rl_layer_io *io) {
         rl_mat p[4] = {W, U, b, bh};
         const rl_tensor *written[1] = {&L->hs};
         RL_TRY(rl_rnn_cudnn_forward(&L->dnn, r, l, RL_CUDNN_GRU, L->direction, io, dt, dev, p,
-                                    &L->h0, NULL, &L->hs, NULL));
+                                    &r->init[0], NULL, &L->hs, NULL));
         return rl_recurrent_forward_end(r, l, 1, io->train, written, 1);
     }
 #endif
@@ -370,7 +368,7 @@ static rl_status gru_forward(rl_layer *l, rl_layer_io *io) {
     /* the initial state row */
     rl_tensor hrow = {0};
     RL_TRY(rl_tensor_select(&hrow, &L->hs, 0, L->direction > 0 ? 0 : T));
-    rl_status st = rl_recurrent_write_state(r, &hrow, &L->h0);
+    rl_status st = rl_recurrent_write_state(r, &hrow, &r->init[0]);
     rl_tensor_release(&hrow);
     RL_TRY(st);
 
@@ -430,7 +428,11 @@ static rl_status gru_backward(rl_layer *l, rl_layer_io *io, const rl_tensor *gra
     rl_dtype dt;
     rl_device dev;
     rl_mat dout;
-    RL_TRY(rl_recurrent_backward_begin(r, l, io, grad_out, grad_in, NULL, 0, &dt, &dev, &dout));
+    if (L->ran_cudnn && r->final_grad[0].storage)
+        return rl_error(RL_EARG,
+                        "layer '%s' (gru): impl = \"cudnn\" takes no final state gradient",
+                        l->name);
+    RL_TRY(rl_recurrent_backward_begin(r, l, io, grad_out, grad_in, &dt, &dev, &dout));
     int64_t T = r->T, B = r->B;
     rl_mat W, U, dW, dU, db, dbh;
     RL_TRY(rl_param_mat(l, &l->params[P_W].value, "W", dt, dev, &W));
@@ -447,9 +449,7 @@ static rl_status gru_backward(rl_layer *l, rl_layer_io *io, const rl_tensor *gra
         return rl_recurrent_backward_end(r, io, grad_in, written, 1);
     }
 #endif
-    int64_t sshape[2] = {B, H};
-    RL_TRY(rl_buffer_ensure_synced(&L->dh, dt, dev, 2, sshape));
-    RL_TRY(rl_recurrent_write_state(r, &L->dh, NULL));
+    RL_TRY(rl_recurrent_start_state_grads(r, dt, dev));
 
     if (dev.type == RL_CPU)
         RL_TRY(backward_steps_cpu(L, dt, rl_tensor_data(io->lengths), dout, U, db, dbh));
@@ -514,7 +514,7 @@ static void gru_destroy(rl_layer *l) {
     gru_layer *L = (gru_layer *)l;
     rl_recurrent_free(&L->rec); /* drops the cuDNN object, waits for and destroys the stream */
     rl_rnn_cudnn_free(&L->dnn);
-    rl_tensor *ts[] = {&L->h0, &L->gates, &L->hs, &L->dh, &L->red};
+    rl_tensor *ts[] = {&L->gates, &L->hs, &L->dh, &L->red};
     for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
         rl_tensor_release(ts[i]);
     for (int k = 0; k < RL_LAYER_MAX_INPUTS; k++) {
@@ -523,8 +523,11 @@ static void gru_destroy(rl_layer *l) {
     }
 }
 
-static const rl_layer_ops gru_ops = {
-    .class_name = "gru", .forward = gru_forward, .backward = gru_backward, .destroy = gru_destroy};
+static const rl_layer_ops gru_ops = {.class_name = "gru",
+                                     .forward = gru_forward,
+                                     .backward = gru_backward,
+                                     .destroy = gru_destroy,
+                                     .state = &rl_recurrent_state_ops};
 
 rl_status rl_gru_create(rl_layer **out, const char *name, const rl_options *opts, int n_in,
                         const int64_t *in_dims) {
@@ -560,6 +563,12 @@ rl_status rl_gru_create(rl_layer **out, const char *name, const rl_options *opts
     L->cudnn = cudnn;
     L->rec.on_stream_drop = drop_stream_users;
     L->rec.weight_grad = gru_weight_grad;
+    L->rec.n_states = 1;
+    L->rec.state_names[0] = "h";
+    L->rec.state_dims[0] = H;
+    L->rec.seq[0] = &L->hs;
+    L->rec.grad0[0] = &L->dh;
+    L->rec.gates_cols = 4 * H;
     int64_t Fi = (int64_t)F;
     int64_t ws[2] = {Fi, 3 * H}, us[2] = {H, 3 * H}, bs[1] = {3 * H};
     rl_status st = rl_layer_add_param(l, "W", 2, ws, RL_INIT_GLOROT, 1.0, Fi, 3 * H, NULL);
@@ -575,41 +584,29 @@ rl_status rl_gru_create(rl_layer **out, const char *name, const rl_options *opts
     return RL_OK;
 }
 
-static rl_status as_gru(rl_layer *l, gru_layer **L, const char *fn) {
+static rl_status check_gru(const rl_layer *l, const char *fn) {
     if (!l || l->ops != &gru_ops)
         return rl_error(RL_EARG, "%s: layer '%s' is not a gru", fn, l ? l->name : "(null)");
-    *L = (gru_layer *)l;
     return RL_OK;
 }
 
+/* The typed forms of the layer.h state calls, for C callers that know the class. */
 rl_status rl_gru_set_initial_state(rl_layer *l, const rl_tensor *h0) {
-    gru_layer *L = NULL;
-    char s[96];
-    RL_TRY(as_gru(l, &L, "rl_gru_set_initial_state"));
-    /* the batch size and the device are checked at each forward against the inputs' */
-    if (h0 && (!h0->storage || h0->ndim != 2 || h0->shape[1] != l->n_out || h0->dtype == RL_INT32))
-        return rl_error(
-            RL_ESHAPE,
-            "layer '%s' (gru): initial state must be a float (B, %" PRId64 ") tensor, got %s",
-            l->name, l->n_out, h0 && h0->storage ? rl_tensor_describe(h0, s, sizeof s) : "nothing");
-    rl_tensor_release(&L->h0);
-    if (h0) rl_tensor_share(&L->h0, h0);
-    return RL_OK;
+    RL_TRY(check_gru(l, "rl_gru_set_initial_state"));
+    return rl_layer_set_initial_state(l, 1, &h0);
+}
+
+rl_status rl_gru_set_final_state_grad(rl_layer *l, const rl_tensor *dh) {
+    RL_TRY(check_gru(l, "rl_gru_set_final_state_grad"));
+    return rl_layer_set_final_state_grad(l, 1, &dh);
 }
 
 rl_status rl_gru_final_state(rl_layer *l, rl_tensor *h) {
-    const char *fn = "rl_gru_final_state";
-    gru_layer *L = NULL;
-    RL_TRY(as_gru(l, &L, fn));
-    return rl_recurrent_final_state(&L->rec, l, fn, &L->hs, h);
+    RL_TRY(check_gru(l, "rl_gru_final_state"));
+    return rl_layer_final_state(l, 1, &h);
 }
 
 rl_status rl_gru_initial_state_grad(rl_layer *l, rl_tensor *dh0) {
-    gru_layer *L = NULL;
-    RL_TRY(as_gru(l, &L, "rl_gru_initial_state_grad"));
-    if (!L->dh.storage)
-        return rl_error(RL_EARG, "rl_gru_initial_state_grad: layer '%s' has run no backward",
-                        l->name);
-    rl_tensor_share(dh0, &L->dh);
-    return RL_OK;
+    RL_TRY(check_gru(l, "rl_gru_initial_state_grad"));
+    return rl_layer_initial_state_grad(l, 1, &dh0);
 }

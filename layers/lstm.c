@@ -107,8 +107,6 @@ typedef struct {
     bool peepholes;
     bool cudnn; /* impl = "cudnn" */
     double forget_bias;
-    rl_tensor h0, c0;   /* the given initial state (shared views), or unset */
-    rl_tensor dhT, dcT; /* the given final state gradients (shared views), or unset */
     rl_tensor gates, hs, cs, dh, dc;
     rl_tensor red; /* CUDA: (RL_LSTM_CUDA_CHUNKS, 7H) partial sums of the bias and peepholes */
     rl_tensor xs[RL_LAYER_MAX_INPUTS], dxs[RL_LAYER_MAX_INPUTS];
@@ -311,8 +309,7 @@ static rl_status lstm_forward(rl_layer *l, rl_layer_io *io) {
     int64_t H = l->n_out;
     rl_dtype dt;
     rl_device dev;
-    rl_recurrent_state given[2] = {{&L->h0, "initial h"}, {&L->c0, "initial c"}};
-    RL_TRY(rl_recurrent_forward_begin(r, l, io, given, 2, &dt, &dev));
+    RL_TRY(rl_recurrent_forward_begin(r, l, io, &dt, &dev));
     if (L->cudnn && dev.type != RL_CUDA)
         return rl_error(RL_EDEVICE,
                         "layer '%s' (lstm): impl = \"cudnn\" needs CUDA tensors, the inputs "
@@ -335,7 +332,7 @@ static rl_status lstm_forward(rl_layer *l, rl_layer_io *io) {
     if (L->cudnn) {
         rl_mat p[4] = {W, U, bias, {NULL, 0}};
         RL_TRY(rl_rnn_cudnn_forward(&L->dnn, r, l, RL_CUDNN_LSTM, L->direction, io, dt, dev, p,
-                                    &L->h0, &L->c0, &L->hs, &L->cs));
+                                    &r->init[0], &r->init[1], &L->hs, &L->cs));
         return rl_recurrent_forward_end(r, l, 1, io->train, written, 2);
     }
 #endif
@@ -349,8 +346,8 @@ static rl_status lstm_forward(rl_layer *l, rl_layer_io *io) {
     rl_tensor hrow = {0}, crow = {0};
     RL_TRY(rl_tensor_select(&hrow, &L->hs, 0, init_row));
     rl_status st = rl_tensor_select(&crow, &L->cs, 0, init_row);
-    if (st == RL_OK) st = rl_recurrent_write_state(r, &hrow, &L->h0);
-    if (st == RL_OK) st = rl_recurrent_write_state(r, &crow, &L->c0);
+    if (st == RL_OK) st = rl_recurrent_write_state(r, &hrow, &r->init[0]);
+    if (st == RL_OK) st = rl_recurrent_write_state(r, &crow, &r->init[1]);
     rl_tensor_release(&hrow);
     rl_tensor_release(&crow);
     RL_TRY(st);
@@ -406,11 +403,10 @@ static rl_status lstm_backward(rl_layer *l, rl_layer_io *io, const rl_tensor *gr
     rl_dtype dt;
     rl_device dev;
     rl_mat dout;
-    rl_recurrent_state given[2] = {{&L->dhT, "final h gradient"}, {&L->dcT, "final c gradient"}};
-    if (L->cudnn && (L->dhT.storage || L->dcT.storage))
+    if (L->cudnn && (r->final_grad[0].storage || r->final_grad[1].storage))
         return rl_error(
             RL_EARG, "layer '%s' (lstm): impl = \"cudnn\" takes no final state gradients", l->name);
-    RL_TRY(rl_recurrent_backward_begin(r, l, io, grad_out, grad_in, given, 2, &dt, &dev, &dout));
+    RL_TRY(rl_recurrent_backward_begin(r, l, io, grad_out, grad_in, &dt, &dev, &dout));
     int64_t T = r->T, B = r->B;
     rl_mat W, U, dW, dU, db;
     const void *peep[3] = {NULL, NULL, NULL};
@@ -436,11 +432,7 @@ static rl_status lstm_backward(rl_layer *l, rl_layer_io *io, const rl_tensor *gr
         return rl_recurrent_backward_end(r, io, grad_in, written, 2);
     }
 #endif
-    int64_t sshape[2] = {B, H};
-    RL_TRY(rl_buffer_ensure_synced(&L->dh, dt, dev, 2, sshape));
-    RL_TRY(rl_buffer_ensure_synced(&L->dc, dt, dev, 2, sshape));
-    RL_TRY(rl_recurrent_write_state(r, &L->dh, &L->dhT));
-    RL_TRY(rl_recurrent_write_state(r, &L->dc, &L->dcT));
+    RL_TRY(rl_recurrent_start_state_grads(r, dt, dev));
 
     const void *const *pp = L->peepholes ? peep : NULL;
     void *const *dpp = L->peepholes ? dpeep : NULL;
@@ -497,8 +489,7 @@ static void lstm_destroy(rl_layer *l) {
     lstm_layer *L = (lstm_layer *)l;
     rl_recurrent_free(&L->rec); /* drops the cuDNN object, waits for and destroys the stream */
     rl_rnn_cudnn_free(&L->dnn);
-    rl_tensor *ts[] = {&L->h0, &L->c0, &L->dhT, &L->dcT, &L->gates,
-                       &L->hs, &L->cs, &L->dh,  &L->dc,  &L->red};
+    rl_tensor *ts[] = {&L->gates, &L->hs, &L->cs, &L->dh, &L->dc, &L->red};
     for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
         rl_tensor_release(ts[i]);
     for (int k = 0; k < RL_LAYER_MAX_INPUTS; k++) {
@@ -524,7 +515,8 @@ static const rl_layer_ops lstm_ops = {.class_name = "lstm",
                                       .forward = lstm_forward,
                                       .backward = lstm_backward,
                                       .destroy = lstm_destroy,
-                                      .init_params = lstm_init_params};
+                                      .init_params = lstm_init_params,
+                                      .state = &rl_recurrent_state_ops};
 
 rl_status rl_lstm_create(rl_layer **out, const char *name, const rl_options *opts, int n_in,
                          const int64_t *in_dims) {
@@ -565,6 +557,15 @@ rl_status rl_lstm_create(rl_layer **out, const char *name, const rl_options *opt
     L->rec.cls = "lstm";
     L->rec.on_stream_drop = drop_stream_users;
     L->rec.weight_grad = lstm_weight_grad;
+    L->rec.n_states = 2;
+    L->rec.state_names[0] = "h";
+    L->rec.state_names[1] = "c";
+    L->rec.state_dims[0] = L->rec.state_dims[1] = H;
+    L->rec.seq[0] = &L->hs;
+    L->rec.seq[1] = &L->cs;
+    L->rec.grad0[0] = &L->dh;
+    L->rec.grad0[1] = &L->dc;
+    L->rec.gates_cols = 4 * H;
     int64_t ws[2] = {F, 4 * H}, us[2] = {H, 4 * H}, bs[1] = {4 * H}, ps[1] = {H};
     rl_status st = rl_layer_add_param(l, "W", 2, ws, RL_INIT_GLOROT, 1.0, F, 4 * H, NULL);
     if (st == RL_OK)
@@ -581,77 +582,33 @@ rl_status rl_lstm_create(rl_layer **out, const char *name, const rl_options *opt
     return RL_OK;
 }
 
-static rl_status as_lstm(rl_layer *l, lstm_layer **L, const char *fn) {
+static rl_status check_lstm(const rl_layer *l, const char *fn) {
     if (!l || l->ops != &lstm_ops)
         return rl_error(RL_EARG, "%s: layer '%s' is not an lstm", fn, l ? l->name : "(null)");
-    *L = (lstm_layer *)l;
     return RL_OK;
 }
 
+/* The typed forms of the layer.h state calls, for C callers that know the class. */
 rl_status rl_lstm_set_initial_state(rl_layer *l, const rl_tensor *h0, const rl_tensor *c0) {
-    lstm_layer *L = NULL;
-    char s[96];
-    RL_TRY(as_lstm(l, &L, "rl_lstm_set_initial_state"));
-    const rl_tensor *given[2] = {h0, c0};
-    for (int k = 0; k < 2; k++) {
-        const rl_tensor *g = given[k];
-        /* the device is checked at each forward against the inputs' */
-        if (g && (!g->storage || g->ndim != 2 || g->shape[1] != l->n_out || g->dtype == RL_INT32))
-            return rl_error(RL_ESHAPE,
-                            "layer '%s' (lstm): initial %s must be a float (B, %" PRId64
-                            ") tensor, got %s",
-                            l->name, k ? "c" : "h", l->n_out,
-                            g && g->storage ? rl_tensor_describe(g, s, sizeof s) : "nothing");
-    }
-    rl_tensor_release(&L->h0);
-    rl_tensor_release(&L->c0);
-    if (h0) rl_tensor_share(&L->h0, h0);
-    if (c0) rl_tensor_share(&L->c0, c0);
-    return RL_OK;
+    RL_TRY(check_lstm(l, "rl_lstm_set_initial_state"));
+    const rl_tensor *s[2] = {h0, c0};
+    return rl_layer_set_initial_state(l, 2, s);
 }
 
 rl_status rl_lstm_set_final_state_grad(rl_layer *l, const rl_tensor *dh, const rl_tensor *dc) {
-    lstm_layer *L = NULL;
-    char s[96];
-    RL_TRY(as_lstm(l, &L, "rl_lstm_set_final_state_grad"));
-    const rl_tensor *given[2] = {dh, dc};
-    for (int k = 0; k < 2; k++) {
-        const rl_tensor *g = given[k];
-        /* shape against B and the device are checked at each backward */
-        if (g && (!g->storage || g->ndim != 2 || g->shape[1] != l->n_out || g->dtype == RL_INT32))
-            return rl_error(RL_ESHAPE,
-                            "layer '%s' (lstm): final %s gradient must be a float (B, %" PRId64
-                            ") tensor, got %s",
-                            l->name, k ? "c" : "h", l->n_out,
-                            g && g->storage ? rl_tensor_describe(g, s, sizeof s) : "nothing");
-    }
-    rl_tensor_release(&L->dhT);
-    rl_tensor_release(&L->dcT);
-    if (dh) rl_tensor_share(&L->dhT, dh);
-    if (dc) rl_tensor_share(&L->dcT, dc);
-    return RL_OK;
+    RL_TRY(check_lstm(l, "rl_lstm_set_final_state_grad"));
+    const rl_tensor *g[2] = {dh, dc};
+    return rl_layer_set_final_state_grad(l, 2, g);
 }
 
 rl_status rl_lstm_final_state(rl_layer *l, rl_tensor *h, rl_tensor *c) {
-    const char *fn = "rl_lstm_final_state";
-    lstm_layer *L = NULL;
-    RL_TRY(as_lstm(l, &L, fn));
-    if (h) RL_TRY(rl_recurrent_final_state(&L->rec, l, fn, &L->hs, h));
-    if (c) {
-        rl_status st = rl_recurrent_final_state(&L->rec, l, fn, &L->cs, c);
-        if (st != RL_OK && h) rl_tensor_release(h);
-        RL_TRY(st);
-    }
-    return RL_OK;
+    RL_TRY(check_lstm(l, "rl_lstm_final_state"));
+    rl_tensor *out[2] = {h, c};
+    return rl_layer_final_state(l, 2, out);
 }
 
 rl_status rl_lstm_initial_state_grad(rl_layer *l, rl_tensor *dh0, rl_tensor *dc0) {
-    lstm_layer *L = NULL;
-    RL_TRY(as_lstm(l, &L, "rl_lstm_initial_state_grad"));
-    if (!L->dh.storage)
-        return rl_error(RL_EARG, "rl_lstm_initial_state_grad: layer '%s' has run no backward",
-                        l->name);
-    if (dh0) rl_tensor_share(dh0, &L->dh);
-    if (dc0) rl_tensor_share(dc0, &L->dc);
-    return RL_OK;
+    RL_TRY(check_lstm(l, "rl_lstm_initial_state_grad"));
+    rl_tensor *out[2] = {dh0, dc0};
+    return rl_layer_initial_state_grad(l, 2, out);
 }

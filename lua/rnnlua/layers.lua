@@ -330,6 +330,12 @@ end
 
 ---------------------------------------------------------------------------- creation
 
+-- Whether layer object `layer` has recurrent state (layers/layer.h, rl_state_ops): the C layers
+-- built on layers/recurrent.c (lstm, gru, ...). Callers ask this, never the class name.
+function M.recurrent(layer)
+  return type(layer) == "userdata" and #layer:state_names() > 0
+end
+
 -- One layer object of class `cls`, named `name`, from the description `desc`, with inputs of
 -- feature dims in_dims, computing in dtype. `defaults` (optional) supplies options the
 -- description lacks (the network gives n_out from a loss layer's target); a layer need not
