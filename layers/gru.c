@@ -108,6 +108,9 @@ typedef struct {
     bool cudnn;                       /* impl = "cudnn" */
     bool ran_cudnn;                   /* the last forward ran cuDNN (so does its backward) */
     rl_rnn_cudnn dnn;
+    double zh;    /* zoneout probability of the state (0: none) */
+    bool zoned;   /* the last forward applied zoneout (its backward does too) */
+    rl_tensor mh; /* zoneout: the masks (T, B, H) */
 } gru_layer;
 
 static const rl_layer_ops gru_ops;
@@ -229,10 +232,11 @@ static void fwd_rows(const gru_steps *j, int64_t r0, int64_t r1) {
         else
             rl_mat_gemm(RL_DEVICE_CPU, NULL, dt, false, false, n, 3 * H, H, Hp, j->U, 1.0, Gt);
         void *h = at(&L->hs, cur * BH + r0 * H), *out = at(&L->base.out, t * BH + r0 * H);
+        void *mh = L->zoned ? at(&L->mh, t * BH + r0 * H) : NULL;
         if (dt == RL_FLOAT32)
-            rl_gru_cpu_fwd_f32(n, H, t, j->len + r0, Gt.p, j->b.p, j->bh.p, Hp.p, h, out);
+            rl_gru_cpu_fwd_f32(n, H, t, j->len + r0, Gt.p, j->b.p, j->bh.p, Hp.p, h, out, mh);
         else
-            rl_gru_cpu_fwd_f64(n, H, t, j->len + r0, Gt.p, j->b.p, j->bh.p, Hp.p, h, out);
+            rl_gru_cpu_fwd_f64(n, H, t, j->len + r0, Gt.p, j->b.p, j->bh.p, Hp.p, h, out, mh);
     }
 }
 
@@ -251,12 +255,13 @@ static void bwd_rows(const gru_steps *j, int64_t r0, int64_t r1) {
         const void *dot =
             j->dout.p ? (char *)j->dout.p + (size_t)((t * B + r0) * j->dout.ld) * es : NULL;
         void *hp = at(&L->hs, prev * BH + r0 * H);
+        void *mh = L->zoned ? at(&L->mh, t * BH + r0 * H) : NULL;
         if (dt == RL_FLOAT32)
             rl_gru_cpu_bwd_f32(n, H, t, j->len + r0, Gt.p, hp, dot, j->dout.ld, dH.p, j->db.p,
-                               j->dbh.p);
+                               j->dbh.p, mh);
         else
             rl_gru_cpu_bwd_f64(n, H, t, j->len + r0, Gt.p, hp, dot, j->dout.ld, dH.p, j->db.p,
-                               j->dbh.p);
+                               j->dbh.p, mh);
         /* padded rows of dG_t are 0, so their dh passes through unchanged */
         if (j->packed)
             rl_gemm_packed_f32(n, H, 3 * H, Gt.p, 4 * H, j->upack, true, dH.p, H);
@@ -344,6 +349,7 @@ static rl_status gru_forward(rl_layer *l, rl_layer_io *io) {
     rl_dtype dt;
     rl_device dev;
     RL_TRY(rl_recurrent_forward_begin(r, l, io, &dt, &dev));
+    if (L->zh > 0) RL_TRY(rl_recurrent_cpu_only(r, l, dev, "zoneout"));
     int64_t T = r->T, B = r->B;
     rl_mat W, U, b, bh;
     RL_TRY(rl_param_mat(l, &l->params[P_W].value, "W", dt, dev, &W));
@@ -408,6 +414,8 @@ static rl_status gru_forward(rl_layer *l, rl_layer_io *io) {
         row += F;
     }
 
+    L->zoned = L->zh > 0;
+    if (L->zoned) RL_TRY(rl_recurrent_zoneout_mask(r, l, io, L->zh, &L->mh, dt, dev));
     if (dev.type == RL_CPU) RL_TRY(forward_steps_cpu(L, dt, len, U, b, bh));
 #ifdef RL_WITH_CUDA
     else
@@ -429,8 +437,7 @@ static rl_status gru_backward(rl_layer *l, rl_layer_io *io, const rl_tensor *gra
     rl_device dev;
     rl_mat dout;
     if (L->ran_cudnn && r->final_grad[0].storage)
-        return rl_error(RL_EARG,
-                        "layer '%s' (gru): impl = \"cudnn\" takes no final state gradient",
+        return rl_error(RL_EARG, "layer '%s' (gru): impl = \"cudnn\" takes no final state gradient",
                         l->name);
     RL_TRY(rl_recurrent_backward_begin(r, l, io, grad_out, grad_in, &dt, &dev, &dout));
     int64_t T = r->T, B = r->B;
@@ -514,7 +521,7 @@ static void gru_destroy(rl_layer *l) {
     gru_layer *L = (gru_layer *)l;
     rl_recurrent_free(&L->rec); /* drops the cuDNN object, waits for and destroys the stream */
     rl_rnn_cudnn_free(&L->dnn);
-    rl_tensor *ts[] = {&L->gates, &L->hs, &L->dh, &L->red};
+    rl_tensor *ts[] = {&L->gates, &L->hs, &L->dh, &L->red, &L->mh};
     for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
         rl_tensor_release(ts[i]);
     for (int k = 0; k < RL_LAYER_MAX_INPUTS; k++) {
@@ -537,7 +544,9 @@ rl_status rl_gru_create(rl_layer **out, const char *name, const rl_options *opts
     RL_TRY(rl_opt_int(opts, name, "n_out", 0, 1, true, &H));
     RL_TRY(rl_opt_int(opts, name, "direction", 1, -1, false, &dir));
     bool cudnn;
+    double zc, zh;
     RL_TRY(rl_rnn_cudnn_option(opts, name, "gru", &cudnn));
+    RL_TRY(rl_recurrent_zoneout_option(opts, name, "gru", false, cudnn, &zc, &zh));
     if (dir != 1 && dir != -1)
         return rl_error(RL_EARG, "layer '%s' (gru): direction = %" PRId64 ", expected 1 or -1",
                         name, dir);
@@ -561,6 +570,7 @@ rl_status rl_gru_create(rl_layer **out, const char *name, const rl_options *opts
     L->direction = (int)dir;
     L->rec.cls = "gru";
     L->cudnn = cudnn;
+    L->zh = zh;
     L->rec.on_stream_drop = drop_stream_users;
     L->rec.weight_grad = gru_weight_grad;
     L->rec.n_states = 1;

@@ -458,8 +458,8 @@ static rl_status state_call(const rl_layer *l, const char *fn, int n) {
         char list[128] = "";
         size_t used = 0;
         for (int i = 0; i < have && used < sizeof list; i++)
-            used += (size_t)snprintf(list + used, sizeof list - used, "%s%s", i ? ", " : "",
-                                     names[i]);
+            used +=
+                (size_t)snprintf(list + used, sizeof list - used, "%s%s", i ? ", " : "", names[i]);
         return rl_error(RL_EARG, "%s: layer '%s' (%s) has %d state%s (%s), got %d", fn, l->name,
                         l->ops->class_name, have, have == 1 ? "" : "s", list, n);
     }

@@ -110,7 +110,10 @@ typedef struct {
     rl_tensor gates, hs, cs, dh, dc;
     rl_tensor red; /* CUDA: (RL_LSTM_CUDA_CHUNKS, 7H) partial sums of the bias and peepholes */
     rl_tensor xs[RL_LAYER_MAX_INPUTS], dxs[RL_LAYER_MAX_INPUTS];
-    rl_rnn_cudnn dnn; /* impl = "cudnn" */
+    rl_rnn_cudnn dnn;     /* impl = "cudnn" */
+    double zc, zh;        /* zoneout probabilities of the cell and the hidden state (0: none) */
+    bool zoned;           /* the last forward applied zoneout (its backward does too) */
+    rl_tensor mc, mh, ct; /* zoneout: the masks (T, B, H) and the cells before zoneout c~ */
 } lstm_layer;
 
 static const rl_layer_ops lstm_ops;
@@ -188,6 +191,16 @@ static int row_parts(const lstm_layer *L, bool packed) {
     return 16 * H * H <= (1 << 20) ? parts : 1;
 }
 
+/* The zoneout buffers of frame t, rows r0.. (NULL when the last forward had none). */
+static bool zo_rows(const lstm_layer *L, int64_t t, int64_t r0, void **mc, void **mh, void **ct) {
+    if (!L->zoned) return false;
+    int64_t e = (t * L->rec.B + r0) * L->base.n_out;
+    *mc = L->zc > 0 ? at(&L->mc, e) : NULL;
+    *mh = L->zh > 0 ? at(&L->mh, e) : NULL;
+    *ct = at(&L->ct, e);
+    return true;
+}
+
 /* Forward steps of rows r0 .. r1-1. */
 static void fwd_rows(const steps_job *j, int64_t r0, int64_t r1) {
     lstm_layer *L = j->L;
@@ -204,12 +217,18 @@ static void fwd_rows(const steps_job *j, int64_t r0, int64_t r1) {
             rl_mat_gemm(RL_DEVICE_CPU, NULL, dt, false, false, n, 4 * H, H, Hp, j->U, 1.0, Zt);
         void *cp = at(&L->cs, prev * BH + r0 * H), *c = at(&L->cs, cur * BH + r0 * H),
              *h = at(&L->hs, cur * BH + r0 * H), *out = at(&L->base.out, t * BH + r0 * H);
-        if (dt == RL_FLOAT32)
+        void *mc = NULL, *mh = NULL, *ct = NULL;
+        bool zo = zo_rows(L, t, r0, &mc, &mh, &ct);
+        if (dt == RL_FLOAT32) {
+            rl_lstm_zo_f32 z = {mc, mh, ct};
             rl_lstm_cpu_fwd_f32(n, H, t, j->len + r0, Zt.p, j->bias.p,
-                                (const float *const *)j->peep, cp, Hp.p, c, h, out);
-        else
+                                (const float *const *)j->peep, cp, Hp.p, c, h, out, zo ? &z : NULL);
+        } else {
+            rl_lstm_zo_f64 z = {mc, mh, ct};
             rl_lstm_cpu_fwd_f64(n, H, t, j->len + r0, Zt.p, j->bias.p,
-                                (const double *const *)j->peep, cp, Hp.p, c, h, out);
+                                (const double *const *)j->peep, cp, Hp.p, c, h, out,
+                                zo ? &z : NULL);
+        }
     }
 }
 
@@ -228,12 +247,17 @@ static void bwd_rows(const steps_job *j, int64_t r0, int64_t r1) {
         const void *dot =
             j->dout.p ? (char *)j->dout.p + (size_t)((t * B + r0) * j->dout.ld) * es : NULL;
         void *cp = at(&L->cs, prev * BH + r0 * H), *c = at(&L->cs, cur * BH + r0 * H);
-        if (dt == RL_FLOAT32)
+        void *mc = NULL, *mh = NULL, *ct = NULL;
+        bool zo = zo_rows(L, t, r0, &mc, &mh, &ct);
+        if (dt == RL_FLOAT32) {
+            rl_lstm_zo_f32 z = {mc, mh, ct};
             rl_lstm_cpu_bwd_f32(n, H, t, j->len + r0, Zt.p, (const float *const *)j->peep, cp, c,
-                                dot, j->dout.ld, dH.p, dc);
-        else
+                                dot, j->dout.ld, dH.p, dc, zo ? &z : NULL);
+        } else {
+            rl_lstm_zo_f64 z = {mc, mh, ct};
             rl_lstm_cpu_bwd_f64(n, H, t, j->len + r0, Zt.p, (const double *const *)j->peep, cp, c,
-                                dot, j->dout.ld, dH.p, dc);
+                                dot, j->dout.ld, dH.p, dc, zo ? &z : NULL);
+        }
         /* padded rows of dZ_t are 0, so their dh passes through unchanged */
         if (j->packed)
             rl_gemm_packed_f32(n, H, 4 * H, Zt.p, 4 * H, j->upack, true, dH.p, H);
@@ -291,6 +315,7 @@ static rl_status backward_steps_cpu(lstm_layer *L, rl_dtype dt, const int32_t *l
         .L = L, .dt = dt, .len = len, .U = U, .dout = dout, .peep = peep, .backward = true};
     RL_TRY(run_steps(&j));
     void *cp = at(&L->cs, L->direction > 0 ? 0 : BH), *c = at(&L->cs, L->direction > 0 ? BH : 0);
+    if (L->zoned) c = rl_tensor_data(&L->ct); /* p_o multiplies c~ */
     if (dt == RL_FLOAT32)
         rl_lstm_cpu_param_grads_f32(T * B, H, rl_tensor_data(&L->gates), cp, c, db.p,
                                     (float *const *)dpeep);
@@ -310,6 +335,7 @@ static rl_status lstm_forward(rl_layer *l, rl_layer_io *io) {
     rl_dtype dt;
     rl_device dev;
     RL_TRY(rl_recurrent_forward_begin(r, l, io, &dt, &dev));
+    if (L->zc > 0 || L->zh > 0) RL_TRY(rl_recurrent_cpu_only(r, l, dev, "zoneout"));
     if (L->cudnn && dev.type != RL_CUDA)
         return rl_error(RL_EDEVICE,
                         "layer '%s' (lstm): impl = \"cudnn\" needs CUDA tensors, the inputs "
@@ -382,6 +408,13 @@ static rl_status lstm_forward(rl_layer *l, rl_layer_io *io) {
         row += F;
     }
 
+    L->zoned = L->zc > 0 || L->zh > 0;
+    if (L->zoned) {
+        int64_t zshape[3] = {T, B, H};
+        RL_TRY(rl_buffer_ensure_synced(&L->ct, dt, dev, 3, zshape));
+        if (L->zc > 0) RL_TRY(rl_recurrent_zoneout_mask(r, l, io, L->zc, &L->mc, dt, dev));
+        if (L->zh > 0) RL_TRY(rl_recurrent_zoneout_mask(r, l, io, L->zh, &L->mh, dt, dev));
+    }
     const void *const *pp = L->peepholes ? peep : NULL;
     if (dev.type == RL_CPU)
         RL_TRY(forward_steps_cpu(L, dt, rl_tensor_data(io->lengths), U, bias, pp));
@@ -489,7 +522,7 @@ static void lstm_destroy(rl_layer *l) {
     lstm_layer *L = (lstm_layer *)l;
     rl_recurrent_free(&L->rec); /* drops the cuDNN object, waits for and destroys the stream */
     rl_rnn_cudnn_free(&L->dnn);
-    rl_tensor *ts[] = {&L->gates, &L->hs, &L->cs, &L->dh, &L->dc, &L->red};
+    rl_tensor *ts[] = {&L->gates, &L->hs, &L->cs, &L->dh, &L->dc, &L->red, &L->mc, &L->mh, &L->ct};
     for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
         rl_tensor_release(ts[i]);
     for (int k = 0; k < RL_LAYER_MAX_INPUTS; k++) {
@@ -533,7 +566,9 @@ rl_status rl_lstm_create(rl_layer **out, const char *name, const rl_options *opt
     RL_TRY(rl_opt_bool(opts, name, "peepholes", false, &peep));
     RL_TRY(rl_opt_number(opts, name, "forget_bias", 0.0, &fb));
     bool cudnn;
+    double zc, zh;
     RL_TRY(rl_rnn_cudnn_option(opts, name, "lstm", &cudnn));
+    RL_TRY(rl_recurrent_zoneout_option(opts, name, "lstm", true, cudnn, &zc, &zh));
     if (cudnn && peep)
         return rl_error(RL_EARG,
                         "layer '%s' (lstm): peepholes = true and impl = \"cudnn\" do not go "
@@ -554,6 +589,8 @@ rl_status rl_lstm_create(rl_layer **out, const char *name, const rl_options *opt
     L->peepholes = peep;
     L->cudnn = cudnn;
     L->forget_bias = fb;
+    L->zc = zc;
+    L->zh = zh;
     L->rec.cls = "lstm";
     L->rec.on_stream_drop = drop_stream_users;
     L->rec.weight_grad = lstm_weight_grad;

@@ -45,17 +45,15 @@ static rl_status check_state(const rl_recurrent *r, const rl_layer *l, const rl_
     char buf[96], d[32];
     int64_t H = r->state_dims[i];
     if (t->ndim != 2 || t->shape[0] != B || t->shape[1] != H)
-        return rl_error(RL_ESHAPE,
-                        "layer '%s' (%s): %s %s is %s, expected (%" PRId64 ", %" PRId64
-                        ") for this batch",
-                        l->name, r->cls, what, r->state_names[i],
-                        rl_shape_str(t, buf, sizeof buf), B, H);
+        return rl_error(
+            RL_ESHAPE,
+            "layer '%s' (%s): %s %s is %s, expected (%" PRId64 ", %" PRId64 ") for this batch",
+            l->name, r->cls, what, r->state_names[i], rl_shape_str(t, buf, sizeof buf), B, H);
     if (!rl_device_eq(rl_tensor_device(t), dev)) {
         rl_device_name(dev, d, sizeof d);
-        return rl_error(RL_EDEVICE,
-                        "layer '%s' (%s): %s %s is %s, expected it on %s (the inputs' device)",
-                        l->name, r->cls, what, r->state_names[i],
-                        rl_tensor_describe(t, buf, sizeof buf), d);
+        return rl_error(
+            RL_EDEVICE, "layer '%s' (%s): %s %s is %s, expected it on %s (the inputs' device)",
+            l->name, r->cls, what, r->state_names[i], rl_tensor_describe(t, buf, sizeof buf), d);
     }
     return RL_OK;
 }
@@ -290,11 +288,10 @@ static rl_status set_given(rl_layer *l, rl_tensor *dst, const rl_tensor *const *
         /* the batch size and the device are checked at each forward or backward */
         if (t && (!t->storage || t->ndim != 2 || t->shape[1] != r->state_dims[i] ||
                   t->dtype == RL_INT32))
-            return rl_error(RL_ESHAPE,
-                            "layer '%s' (%s): %s %s must be a float (B, %" PRId64
-                            ") tensor, got %s",
-                            l->name, r->cls, what, r->state_names[i], r->state_dims[i],
-                            t && t->storage ? rl_tensor_describe(t, s, sizeof s) : "nothing");
+            return rl_error(
+                RL_ESHAPE, "layer '%s' (%s): %s %s must be a float (B, %" PRId64 ") tensor, got %s",
+                l->name, r->cls, what, r->state_names[i], r->state_dims[i],
+                t && t->storage ? rl_tensor_describe(t, s, sizeof s) : "nothing");
     }
     for (int i = 0; i < r->n_states; i++) {
         rl_tensor_release(&dst[i]);
@@ -328,8 +325,8 @@ static rl_status state_final(rl_layer *l, rl_tensor *const *out) {
 static rl_status state_initial_grad(rl_layer *l, rl_tensor *const *out) {
     rl_recurrent *r = rec_of(l);
     if (!r->grad0[0]->storage)
-        return rl_error(RL_EARG, "initial_state_grad: layer '%s' (%s) has run no backward",
-                        l->name, r->cls);
+        return rl_error(RL_EARG, "initial_state_grad: layer '%s' (%s) has run no backward", l->name,
+                        r->cls);
     for (int i = 0; i < r->n_states; i++)
         if (out[i]) rl_tensor_share(out[i], r->grad0[i]);
     return RL_OK;
@@ -556,6 +553,56 @@ rl_status rl_recurrent_gates_cols(rl_layer *l, int64_t *cols) {
     RL_TRY(recurrent_of(l, "rl_recurrent_gates_cols", &r));
     *cols = r->gates_cols;
     return RL_OK;
+}
+
+/* ---------------------------------------------------------------- options */
+
+rl_status rl_recurrent_prob_option(const rl_options *o, const char *name, const char *cls,
+                                   const char *key, double *p) {
+    RL_TRY(rl_opt_number(o, name, key, 0.0, p));
+    if (!(*p >= 0.0 && *p < 1.0))
+        return rl_error(RL_EARG,
+                        "layer '%s' (%s): option %s = %g, expected a probability in [0, 1)", name,
+                        cls, key, *p);
+    return RL_OK;
+}
+
+rl_status rl_recurrent_zoneout_option(const rl_options *o, const char *name, const char *cls,
+                                      bool has_cell, bool cudnn, double *zc, double *zh) {
+    /* without a cell state the field is not read, so zoneout = {cell = ..} is an unknown field
+     * (layers.lua names it) and zoneout = z means the hidden state's */
+    *zc = 0.0;
+    if (has_cell) RL_TRY(rl_recurrent_prob_option(o, name, cls, "zoneout.cell", zc));
+    RL_TRY(rl_recurrent_prob_option(o, name, cls, "zoneout.hidden", zh));
+    if (cudnn && (*zc > 0 || *zh > 0))
+        return rl_error(RL_EARG,
+                        "layer '%s' (%s): option zoneout and impl = \"cudnn\" do not go together "
+                        "(cuDNN's cells have no zoneout; use impl = \"own\")",
+                        name, cls);
+    return RL_OK;
+}
+
+rl_status rl_recurrent_zoneout_mask(const rl_recurrent *r, const rl_layer *l, const rl_layer_io *io,
+                                    double z, rl_tensor *mask, rl_dtype dt, rl_device dev) {
+    int64_t shape[3] = {r->T, r->B, r->state_dims[0]};
+    RL_TRY(rl_buffer_ensure_synced(mask, dt, dev, 3, shape));
+    if (!io->train) return rl_op_fill(mask, z);
+    if (!io->rng)
+        return rl_error(RL_EARG, "layer '%s' (%s): zoneout in training needs a random generator",
+                        l->name, r->cls);
+    RL_TRY(rl_op_uniform(mask, io->rng, 0.0, 1.0));
+    return rl_op_binary_scalar(mask, mask, z, RL_BIN_LT, false);
+}
+
+rl_status rl_recurrent_cpu_only(const rl_recurrent *r, const rl_layer *l, rl_device dev,
+                                const char *what) {
+    if (dev.type == RL_CPU) return RL_OK;
+    char d[32];
+    rl_device_name(dev, d, sizeof d);
+    return rl_error(RL_EDEVICE,
+                    "layer '%s' (%s): option %s runs in the CPU's fused passes only; the inputs "
+                    "are on %s (the CUDA kernels do not take it)",
+                    l->name, r->cls, what, d);
 }
 
 void rl_recurrent_free(rl_recurrent *r) {

@@ -162,6 +162,24 @@ rl_status rl_recurrent_pack_inputs(rl_recurrent *r, const rl_layer *l, bool back
 rl_status rl_recurrent_gates(rl_recurrent *r, const rl_layer *l, rl_tensor *gates, rl_dtype dt,
                              rl_device dev, const int64_t *shape);
 
+/* Options of the recurrent family, read at creation (errors name the layer, its class and the
+ * option). A probability in [0, 1), default 0 (off): */
+rl_status rl_recurrent_prob_option(const rl_options *o, const char *name, const char *cls,
+                                   const char *key, double *p);
+/* zoneout = {cell = zc, hidden = zh} (or zoneout = z for both): *zc, *zh; a class without a cell
+ * state (has_cell false) reads only hidden (*zc = 0), and impl = "cudnn" (cudnn true) none. */
+rl_status rl_recurrent_zoneout_option(const rl_options *o, const char *name, const char *cls,
+                                      bool has_cell, bool cudnn, double *zc, double *zh);
+/* The zoneout weights of a forward: mask (T, B, H) sized and filled with Bernoulli(z) 0/1 draws
+ * from io->rng when io->train (one per unit, step and sequence, padded frames too, so the draws
+ * depend only on the batch shape), else with z (the expectation at evaluation). */
+rl_status rl_recurrent_zoneout_mask(const rl_recurrent *r, const rl_layer *l, const rl_layer_io *io,
+                                    double z, rl_tensor *mask, rl_dtype dt, rl_device dev);
+/* RL_OK on the CPU; else an error naming the layer and `what`, an option whose arithmetic runs
+ * in the CPU's fused passes only (the CUDA kernels do not take it). */
+rl_status rl_recurrent_cpu_only(const rl_recurrent *r, const rl_layer *l, rl_device dev,
+                                const char *what);
+
 /* Waits for and destroys the stream (after on_stream_drop), releases len_dev, gout and the packs
  * (freed with their last sharer). The layer calls it before releasing its own buffers, which the
  * stream may still be using. */

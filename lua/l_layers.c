@@ -34,7 +34,9 @@
  *       images, 4 = any rank), or nil for a class that is not a C class
  *
  * Pair options (filter_size = {fh, fw}, strides, pool_size) reach C as the numbers "KEY[1]" and
- * "KEY[2]" (rl_opt_pair): the description may give KEY = {a, b} or KEY = n for both.
+ * "KEY[2]" (rl_opt_pair): the description may give KEY = {a, b} or KEY = n for both. Options
+ * with named fields (zoneout = {cell = a, hidden = b}) reach C as "KEY.FIELD"; KEY = n gives n
+ * to every field, and a field no layer read is an unknown option (layers.lua).
  *   layer:backward(grad_out | nil, grad_in)  grad_in: one entry per input, a tensor shaped
  *       like that input (written with `=`) or false; parameter gradients are added (`+=`)
  *   fields: name, class, n_out, n_in, in_dims, is_loss, num_params
@@ -187,7 +189,9 @@ typedef struct {
 
 /* Pushes desc[key] (raw: a description is plain data) and records the key as read. A key
  * "NAME[i]" (i = 1, 2) reads element i of a table desc.NAME, or desc.NAME itself when it is a
- * number, and records NAME. */
+ * number, and records NAME. A key "NAME.FIELD" reads desc.NAME.FIELD of a table desc.NAME, or
+ * desc.NAME itself when it is not a table (zoneout = z for every field), and records FIELD in
+ * the set read[NAME]. */
 static int opt_get(opts_ctx *c, const char *key) {
     const char *br = strchr(key, '[');
     if (br && (br[1] == '1' || br[1] == '2') && br[2] == ']' && br[3] == '\0') {
@@ -203,6 +207,27 @@ static int opt_get(opts_ctx *c, const char *key) {
             return LUA_TSTRING;
         }
         t = lua_rawgeti(c->L, -1, br[1] - '0');
+        lua_remove(c->L, -2);
+        return t;
+    }
+    const char *dot = strchr(key, '.');
+    if (dot) {
+        /* read[NAME] = the set of fields read, so that layers.lua reports the others */
+        lua_pushlstring(c->L, key, (size_t)(dot - key));
+        if (lua_rawget(c->L, c->read) != LUA_TTABLE) {
+            lua_pop(c->L, 1);
+            lua_newtable(c->L);
+            lua_pushlstring(c->L, key, (size_t)(dot - key));
+            lua_pushvalue(c->L, -2);
+            lua_rawset(c->L, c->read);
+        }
+        lua_pushboolean(c->L, 1);
+        lua_setfield(c->L, -2, dot + 1);
+        lua_pop(c->L, 1);
+        lua_pushlstring(c->L, key, (size_t)(dot - key));
+        int t = lua_rawget(c->L, c->desc);
+        if (t != LUA_TTABLE) return t;
+        t = lua_getfield(c->L, -1, dot + 1);
         lua_remove(c->L, -2);
         return t;
     }

@@ -127,6 +127,19 @@ local function check_unknown(name, cls, desc, read)
       fail("layer '%s' (class %s): option names must be strings, got %s", name, cls, type(k))
     end
     if not read[k] and not M.network_keys[k] then unknown[#unknown + 1] = k end
+    -- an option with named fields (zoneout = {cell = .., hidden = ..}): read[k] is the set of
+    -- fields the layer read
+    if type(read[k]) == "table" and type(desc[k]) == "table" then
+      for f in pairs(desc[k]) do
+        if not read[k][f] then
+          local known = {}
+          for n in pairs(read[k]) do known[#known + 1] = n end
+          table.sort(known)
+          fail("layer '%s' (class %s): option %s has no field '%s' (it has %s)", name, cls, k,
+            tostring(f), table.concat(known, ", "))
+        end
+      end
+    end
   end
   if #unknown == 1 then
     fail("layer '%s' (class %s): unknown option '%s'", name, cls, unknown[1])
