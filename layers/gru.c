@@ -108,9 +108,13 @@ typedef struct {
     bool cudnn;                       /* impl = "cudnn" */
     bool ran_cudnn;                   /* the last forward ran cuDNN (so does its backward) */
     rl_rnn_cudnn dnn;
-    double zh;    /* zoneout probability of the state (0: none) */
-    bool zoned;   /* the last forward applied zoneout (its backward does too) */
-    rl_tensor mh; /* zoneout: the masks (T, B, H) */
+    double zh;              /* zoneout probability of the state (0: none) */
+    bool zoned;             /* the last forward applied zoneout (its backward does too) */
+    rl_tensor mh;           /* zoneout: the masks (T, B, H) */
+    double rd;              /* rec_dropout probability (0: none) */
+    bool rdropped;          /* the last forward dropped the recurrent input (its backward too) */
+    rl_tensor md, hd, dtmp; /* rec_dropout: the mask (B, H), the dropped previous states of
+                               every frame (T, B, H), backward's recurrent product (B, H) */
 } gru_layer;
 
 static const rl_layer_ops gru_ops;
@@ -226,11 +230,15 @@ static void fwd_rows(const gru_steps *j, int64_t r0, int64_t r1) {
         int64_t t = L->direction > 0 ? s : T - 1 - s;
         int64_t prev = L->direction > 0 ? t : t + 1, cur = L->direction > 0 ? t + 1 : t;
         rl_mat Hp = {at(&L->hs, prev * BH + r0 * H), H},
-               Gt = {at(&L->gates, (t * B + r0) * 4 * H), 4 * H};
+               Gt = {at(&L->gates, (t * B + r0) * 4 * H), 4 * H}, Hm = Hp;
+        if (L->rdropped) { /* the product reads the dropped state */
+            Hm.p = at(&L->hd, t * BH + r0 * H);
+            rl_recurrent_mask_rows(dt, n, H, Hp.p, at(&L->md, r0 * H), Hm.p, false);
+        }
         if (j->packed)
-            rl_gemm_packed_f32(n, 3 * H, H, Hp.p, H, j->upack, true, Gt.p, 4 * H);
+            rl_gemm_packed_f32(n, 3 * H, H, Hm.p, H, j->upack, true, Gt.p, 4 * H);
         else
-            rl_mat_gemm(RL_DEVICE_CPU, NULL, dt, false, false, n, 3 * H, H, Hp, j->U, 1.0, Gt);
+            rl_mat_gemm(RL_DEVICE_CPU, NULL, dt, false, false, n, 3 * H, H, Hm, j->U, 1.0, Gt);
         void *h = at(&L->hs, cur * BH + r0 * H), *out = at(&L->base.out, t * BH + r0 * H);
         void *mh = L->zoned ? at(&L->mh, t * BH + r0 * H) : NULL;
         if (dt == RL_FLOAT32)
@@ -262,11 +270,15 @@ static void bwd_rows(const gru_steps *j, int64_t r0, int64_t r1) {
         else
             rl_gru_cpu_bwd_f64(n, H, t, j->len + r0, Gt.p, hp, dot, j->dout.ld, dH.p, j->db.p,
                                j->dbh.p, mh);
-        /* padded rows of dG_t are 0, so their dh passes through unchanged */
+        /* padded rows of dG_t are 0, so their dh passes through unchanged; with rec_dropout
+         * the product's gradient goes through the mask */
+        rl_mat D = L->rdropped ? (rl_mat){at(&L->dtmp, r0 * H), H} : dH;
         if (j->packed)
-            rl_gemm_packed_f32(n, H, 3 * H, Gt.p, 4 * H, j->upack, true, dH.p, H);
+            rl_gemm_packed_f32(n, H, 3 * H, Gt.p, 4 * H, j->upack, !L->rdropped, D.p, H);
         else
-            rl_mat_gemm(RL_DEVICE_CPU, NULL, dt, false, true, n, H, 3 * H, Gt, j->U, 1.0, dH);
+            rl_mat_gemm(RL_DEVICE_CPU, NULL, dt, false, true, n, H, 3 * H, Gt, j->U,
+                        L->rdropped ? 0.0 : 1.0, D);
+        if (L->rdropped) rl_recurrent_mask_rows(dt, n, H, D.p, at(&L->md, r0 * H), dH.p, true);
     }
 }
 
@@ -339,6 +351,7 @@ static rl_status backward_steps_cpu(gru_layer *L, rl_dtype dt, const int32_t *le
     if (apart) rl_gru_cpu_bias_grads_f32(T * B, H, dG.p, db.p, dbh.p);
     if (L->rec.defer_fwd) return RL_OK;
     rl_mat Hprev = {at(&L->hs, L->direction > 0 ? 0 : BH), H};
+    if (L->rdropped) Hprev.p = rl_tensor_data(&L->hd); /* dU pairs dG with what U multiplied */
     return gru_weight_grad(l, RL_DEVICE_CPU, dt, -1, T * B, Hprev, dG);
 }
 
@@ -350,6 +363,7 @@ static rl_status gru_forward(rl_layer *l, rl_layer_io *io) {
     rl_device dev;
     RL_TRY(rl_recurrent_forward_begin(r, l, io, &dt, &dev));
     if (L->zh > 0) RL_TRY(rl_recurrent_cpu_only(r, l, dev, "zoneout"));
+    if (L->rd > 0) RL_TRY(rl_recurrent_cpu_only(r, l, dev, "rec_dropout"));
     int64_t T = r->T, B = r->B;
     rl_mat W, U, b, bh;
     RL_TRY(rl_param_mat(l, &l->params[P_W].value, "W", dt, dev, &W));
@@ -414,6 +428,12 @@ static rl_status gru_forward(rl_layer *l, rl_layer_io *io) {
         row += F;
     }
 
+    L->rdropped = io->train && L->rd > 0;
+    if (L->rdropped) {
+        int64_t dshape[3] = {T, B, H};
+        RL_TRY(rl_recurrent_rec_dropout_mask(r, l, io, L->rd, &L->md, dt, dev));
+        RL_TRY(rl_buffer_ensure_synced(&L->hd, dt, dev, 3, dshape));
+    }
     L->zoned = L->zh > 0;
     if (L->zoned) RL_TRY(rl_recurrent_zoneout_mask(r, l, io, L->zh, &L->mh, dt, dev));
     if (dev.type == RL_CPU) RL_TRY(forward_steps_cpu(L, dt, len, U, b, bh));
@@ -457,6 +477,10 @@ static rl_status gru_backward(rl_layer *l, rl_layer_io *io, const rl_tensor *gra
     }
 #endif
     RL_TRY(rl_recurrent_start_state_grads(r, dt, dev));
+    if (L->rdropped) {
+        int64_t dshape[2] = {B, H};
+        RL_TRY(rl_buffer_ensure_synced(&L->dtmp, dt, dev, 2, dshape));
+    }
 
     if (dev.type == RL_CPU)
         RL_TRY(backward_steps_cpu(L, dt, rl_tensor_data(io->lengths), dout, U, db, dbh));
@@ -521,7 +545,7 @@ static void gru_destroy(rl_layer *l) {
     gru_layer *L = (gru_layer *)l;
     rl_recurrent_free(&L->rec); /* drops the cuDNN object, waits for and destroys the stream */
     rl_rnn_cudnn_free(&L->dnn);
-    rl_tensor *ts[] = {&L->gates, &L->hs, &L->dh, &L->red, &L->mh};
+    rl_tensor *ts[] = {&L->gates, &L->hs, &L->dh, &L->red, &L->mh, &L->md, &L->hd, &L->dtmp};
     for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
         rl_tensor_release(ts[i]);
     for (int k = 0; k < RL_LAYER_MAX_INPUTS; k++) {
@@ -547,6 +571,8 @@ rl_status rl_gru_create(rl_layer **out, const char *name, const rl_options *opts
     double zc, zh;
     RL_TRY(rl_rnn_cudnn_option(opts, name, "gru", &cudnn));
     RL_TRY(rl_recurrent_zoneout_option(opts, name, "gru", false, cudnn, &zc, &zh));
+    double rd;
+    RL_TRY(rl_recurrent_rec_dropout_option(opts, name, "gru", cudnn, &rd));
     if (dir != 1 && dir != -1)
         return rl_error(RL_EARG, "layer '%s' (gru): direction = %" PRId64 ", expected 1 or -1",
                         name, dir);
@@ -571,6 +597,7 @@ rl_status rl_gru_create(rl_layer **out, const char *name, const rl_options *opts
     L->rec.cls = "gru";
     L->cudnn = cudnn;
     L->zh = zh;
+    L->rd = rd;
     L->rec.on_stream_drop = drop_stream_users;
     L->rec.weight_grad = gru_weight_grad;
     L->rec.n_states = 1;

@@ -110,10 +110,14 @@ typedef struct {
     rl_tensor gates, hs, cs, dh, dc;
     rl_tensor red; /* CUDA: (RL_LSTM_CUDA_CHUNKS, 7H) partial sums of the bias and peepholes */
     rl_tensor xs[RL_LAYER_MAX_INPUTS], dxs[RL_LAYER_MAX_INPUTS];
-    rl_rnn_cudnn dnn;     /* impl = "cudnn" */
-    double zc, zh;        /* zoneout probabilities of the cell and the hidden state (0: none) */
-    bool zoned;           /* the last forward applied zoneout (its backward does too) */
-    rl_tensor mc, mh, ct; /* zoneout: the masks (T, B, H) and the cells before zoneout c~ */
+    rl_rnn_cudnn dnn;       /* impl = "cudnn" */
+    double zc, zh;          /* zoneout probabilities of the cell and the hidden state (0: none) */
+    bool zoned;             /* the last forward applied zoneout (its backward does too) */
+    rl_tensor mc, mh, ct;   /* zoneout: the masks (T, B, H) and the cells before zoneout c~ */
+    double rd;              /* rec_dropout probability (0: none) */
+    bool rdropped;          /* the last forward dropped the recurrent input (its backward too) */
+    rl_tensor md, hd, dtmp; /* rec_dropout: the mask (B, H), the dropped previous states of
+                               every frame (T, B, H), backward's recurrent product (B, H) */
 } lstm_layer;
 
 static const rl_layer_ops lstm_ops;
@@ -210,11 +214,15 @@ static void fwd_rows(const steps_job *j, int64_t r0, int64_t r1) {
         int64_t t = L->direction > 0 ? s : T - 1 - s;
         int64_t prev = L->direction > 0 ? t : t + 1, cur = L->direction > 0 ? t + 1 : t;
         rl_mat Hp = {at(&L->hs, prev * BH + r0 * H), H},
-               Zt = {at(&L->gates, (t * B + r0) * 4 * H), 4 * H};
+               Zt = {at(&L->gates, (t * B + r0) * 4 * H), 4 * H}, Hm = Hp;
+        if (L->rdropped) { /* the product reads the dropped state */
+            Hm.p = at(&L->hd, t * BH + r0 * H);
+            rl_recurrent_mask_rows(dt, n, H, Hp.p, at(&L->md, r0 * H), Hm.p, false);
+        }
         if (j->packed)
-            rl_gemm_packed_f32(n, 4 * H, H, Hp.p, H, j->upack, true, Zt.p, 4 * H);
+            rl_gemm_packed_f32(n, 4 * H, H, Hm.p, H, j->upack, true, Zt.p, 4 * H);
         else
-            rl_mat_gemm(RL_DEVICE_CPU, NULL, dt, false, false, n, 4 * H, H, Hp, j->U, 1.0, Zt);
+            rl_mat_gemm(RL_DEVICE_CPU, NULL, dt, false, false, n, 4 * H, H, Hm, j->U, 1.0, Zt);
         void *cp = at(&L->cs, prev * BH + r0 * H), *c = at(&L->cs, cur * BH + r0 * H),
              *h = at(&L->hs, cur * BH + r0 * H), *out = at(&L->base.out, t * BH + r0 * H);
         void *mc = NULL, *mh = NULL, *ct = NULL;
@@ -258,11 +266,15 @@ static void bwd_rows(const steps_job *j, int64_t r0, int64_t r1) {
             rl_lstm_cpu_bwd_f64(n, H, t, j->len + r0, Zt.p, (const double *const *)j->peep, cp, c,
                                 dot, j->dout.ld, dH.p, dc, zo ? &z : NULL);
         }
-        /* padded rows of dZ_t are 0, so their dh passes through unchanged */
+        /* padded rows of dZ_t are 0, so their dh passes through unchanged; with rec_dropout
+         * the product's gradient goes through the mask */
+        rl_mat D = L->rdropped ? (rl_mat){at(&L->dtmp, r0 * H), H} : dH;
         if (j->packed)
-            rl_gemm_packed_f32(n, H, 4 * H, Zt.p, 4 * H, j->upack, true, dH.p, H);
+            rl_gemm_packed_f32(n, H, 4 * H, Zt.p, 4 * H, j->upack, !L->rdropped, D.p, H);
         else
-            rl_mat_gemm(RL_DEVICE_CPU, NULL, dt, false, true, n, H, 4 * H, Zt, j->U, 1.0, dH);
+            rl_mat_gemm(RL_DEVICE_CPU, NULL, dt, false, true, n, H, 4 * H, Zt, j->U,
+                        L->rdropped ? 0.0 : 1.0, D);
+        if (L->rdropped) rl_recurrent_mask_rows(dt, n, H, D.p, at(&L->md, r0 * H), dH.p, true);
     }
 }
 
@@ -325,6 +337,7 @@ static rl_status backward_steps_cpu(lstm_layer *L, rl_dtype dt, const int32_t *l
     if (L->rec.defer_fwd) return RL_OK;
     rl_mat dZ = {rl_tensor_data(&L->gates), 4 * H};
     rl_mat Hprev = {at(&L->hs, L->direction > 0 ? 0 : BH), H};
+    if (L->rdropped) Hprev.p = rl_tensor_data(&L->hd); /* dU pairs dZ with what U multiplied */
     return lstm_weight_grad(&L->base, RL_DEVICE_CPU, dt, -1, T * B, Hprev, dZ);
 }
 
@@ -336,6 +349,7 @@ static rl_status lstm_forward(rl_layer *l, rl_layer_io *io) {
     rl_device dev;
     RL_TRY(rl_recurrent_forward_begin(r, l, io, &dt, &dev));
     if (L->zc > 0 || L->zh > 0) RL_TRY(rl_recurrent_cpu_only(r, l, dev, "zoneout"));
+    if (L->rd > 0) RL_TRY(rl_recurrent_cpu_only(r, l, dev, "rec_dropout"));
     if (L->cudnn && dev.type != RL_CUDA)
         return rl_error(RL_EDEVICE,
                         "layer '%s' (lstm): impl = \"cudnn\" needs CUDA tensors, the inputs "
@@ -415,6 +429,12 @@ static rl_status lstm_forward(rl_layer *l, rl_layer_io *io) {
         if (L->zc > 0) RL_TRY(rl_recurrent_zoneout_mask(r, l, io, L->zc, &L->mc, dt, dev));
         if (L->zh > 0) RL_TRY(rl_recurrent_zoneout_mask(r, l, io, L->zh, &L->mh, dt, dev));
     }
+    L->rdropped = io->train && L->rd > 0;
+    if (L->rdropped) {
+        int64_t dshape[3] = {T, B, H};
+        RL_TRY(rl_recurrent_rec_dropout_mask(r, l, io, L->rd, &L->md, dt, dev));
+        RL_TRY(rl_buffer_ensure_synced(&L->hd, dt, dev, 3, dshape));
+    }
     const void *const *pp = L->peepholes ? peep : NULL;
     if (dev.type == RL_CPU)
         RL_TRY(forward_steps_cpu(L, dt, rl_tensor_data(io->lengths), U, bias, pp));
@@ -466,6 +486,10 @@ static rl_status lstm_backward(rl_layer *l, rl_layer_io *io, const rl_tensor *gr
     }
 #endif
     RL_TRY(rl_recurrent_start_state_grads(r, dt, dev));
+    if (L->rdropped) {
+        int64_t dshape[2] = {B, H};
+        RL_TRY(rl_buffer_ensure_synced(&L->dtmp, dt, dev, 2, dshape));
+    }
 
     const void *const *pp = L->peepholes ? peep : NULL;
     void *const *dpp = L->peepholes ? dpeep : NULL;
@@ -522,7 +546,8 @@ static void lstm_destroy(rl_layer *l) {
     lstm_layer *L = (lstm_layer *)l;
     rl_recurrent_free(&L->rec); /* drops the cuDNN object, waits for and destroys the stream */
     rl_rnn_cudnn_free(&L->dnn);
-    rl_tensor *ts[] = {&L->gates, &L->hs, &L->cs, &L->dh, &L->dc, &L->red, &L->mc, &L->mh, &L->ct};
+    rl_tensor *ts[] = {&L->gates, &L->hs, &L->cs, &L->dh, &L->dc, &L->red,
+                       &L->mc,    &L->mh, &L->ct, &L->md, &L->hd, &L->dtmp};
     for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
         rl_tensor_release(ts[i]);
     for (int k = 0; k < RL_LAYER_MAX_INPUTS; k++) {
@@ -569,6 +594,8 @@ rl_status rl_lstm_create(rl_layer **out, const char *name, const rl_options *opt
     double zc, zh;
     RL_TRY(rl_rnn_cudnn_option(opts, name, "lstm", &cudnn));
     RL_TRY(rl_recurrent_zoneout_option(opts, name, "lstm", true, cudnn, &zc, &zh));
+    double rd;
+    RL_TRY(rl_recurrent_rec_dropout_option(opts, name, "lstm", cudnn, &rd));
     if (cudnn && peep)
         return rl_error(RL_EARG,
                         "layer '%s' (lstm): peepholes = true and impl = \"cudnn\" do not go "
@@ -591,6 +618,7 @@ rl_status rl_lstm_create(rl_layer **out, const char *name, const rl_options *opt
     L->forget_bias = fb;
     L->zc = zc;
     L->zh = zh;
+    L->rd = rd;
     L->rec.cls = "lstm";
     L->rec.on_stream_drop = drop_stream_users;
     L->rec.weight_grad = lstm_weight_grad;

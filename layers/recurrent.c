@@ -594,6 +594,61 @@ rl_status rl_recurrent_zoneout_mask(const rl_recurrent *r, const rl_layer *l, co
     return rl_op_binary_scalar(mask, mask, z, RL_BIN_LT, false);
 }
 
+rl_status rl_recurrent_rec_dropout_option(const rl_options *o, const char *name, const char *cls,
+                                          bool cudnn, double *p) {
+    RL_TRY(rl_recurrent_prob_option(o, name, cls, "rec_dropout", p));
+    if (cudnn && *p > 0)
+        return rl_error(RL_EARG,
+                        "layer '%s' (%s): option rec_dropout and impl = \"cudnn\" do not go "
+                        "together (cuDNN's cells have no recurrent dropout; use impl = \"own\")",
+                        name, cls);
+    return RL_OK;
+}
+
+rl_status rl_recurrent_rec_dropout_mask(const rl_recurrent *r, const rl_layer *l,
+                                        const rl_layer_io *io, double p, rl_tensor *mask,
+                                        rl_dtype dt, rl_device dev) {
+    if (r->ext_gates.storage)
+        return rl_error(RL_EARG,
+                        "layer '%s' (%s): option rec_dropout is not supported inside a rec unit "
+                        "(its step objects would draw a new mask at every step, not one per "
+                        "sequence)",
+                        l->name, r->cls);
+    if (!io->rng)
+        return rl_error(RL_EARG,
+                        "layer '%s' (%s): rec_dropout in training needs a random generator",
+                        l->name, r->cls);
+    int64_t shape[2] = {r->B, r->state_dims[0]};
+    RL_TRY(rl_buffer_ensure_synced(mask, dt, dev, 2, shape));
+    RL_TRY(rl_op_uniform(mask, io->rng, 0.0, 1.0));
+    RL_TRY(rl_op_binary_scalar(mask, mask, p, RL_BIN_GE, false));
+    return rl_op_binary_scalar(mask, mask, 1.0 / (1.0 - p), RL_BIN_MUL, false);
+}
+
+void rl_recurrent_mask_rows(rl_dtype dt, int64_t n, int64_t H, const void *src, const void *mask,
+                            void *dst, bool accumulate) {
+    int64_t m = n * H;
+    if (dt == RL_FLOAT32) {
+        const float *restrict a = src, *restrict k = mask;
+        float *restrict d = dst;
+        if (accumulate)
+            for (int64_t i = 0; i < m; i++)
+                d[i] += a[i] * k[i];
+        else
+            for (int64_t i = 0; i < m; i++)
+                d[i] = a[i] * k[i];
+    } else {
+        const double *restrict a = src, *restrict k = mask;
+        double *restrict d = dst;
+        if (accumulate)
+            for (int64_t i = 0; i < m; i++)
+                d[i] += a[i] * k[i];
+        else
+            for (int64_t i = 0; i < m; i++)
+                d[i] = a[i] * k[i];
+    }
+}
+
 rl_status rl_recurrent_cpu_only(const rl_recurrent *r, const rl_layer *l, rl_device dev,
                                 const char *what) {
     if (dev.type == RL_CPU) return RL_OK;

@@ -175,6 +175,21 @@ rl_status rl_recurrent_zoneout_option(const rl_options *o, const char *name, con
  * depend only on the batch shape), else with z (the expectation at evaluation). */
 rl_status rl_recurrent_zoneout_mask(const rl_recurrent *r, const rl_layer *l, const rl_layer_io *io,
                                     double z, rl_tensor *mask, rl_dtype dt, rl_device dev);
+/* rec_dropout = p: variational dropout of the recurrent input (Gal & Ghahramani 2016), *p in
+ * [0, 1); not with impl = "cudnn". */
+rl_status rl_recurrent_rec_dropout_option(const rl_options *o, const char *name, const char *cls,
+                                          bool cudnn, double *p);
+/* The rec_dropout mask of a training forward: mask (B, H) sized and filled with 0 or 1/(1 - p)
+ * (inverted dropout: evaluation needs no mask), drawn from io->rng; one per sequence and unit,
+ * used at every step. Errors: no generator; the layer's gates given by the caller
+ * (rl_recurrent_set_gates: a rec unit's step objects, which would draw a mask per step). */
+rl_status rl_recurrent_rec_dropout_mask(const rl_recurrent *r, const rl_layer *l,
+                                        const rl_layer_io *io, double p, rl_tensor *mask,
+                                        rl_dtype dt, rl_device dev);
+/* dst = src * mask, or dst += src * mask with accumulate: n rows of H (rows H apart), float32 or
+ * float64 CPU memory (the rec_dropout products' operand and their state gradients). */
+void rl_recurrent_mask_rows(rl_dtype dt, int64_t n, int64_t H, const void *src, const void *mask,
+                            void *dst, bool accumulate);
 /* RL_OK on the CPU; else an error naming the layer and `what`, an option whose arithmetic runs
  * in the CPU's fused passes only (the CUDA kernels do not take it). */
 rl_status rl_recurrent_cpu_only(const rl_recurrent *r, const rl_layer *l, rl_device dev,

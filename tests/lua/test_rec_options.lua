@@ -1,4 +1,4 @@
--- Options of the recurrent family (docs/layers.md, `lstm` and `gru`): zoneout. Float64 gradient
+-- Options of the recurrent family (docs/layers.md, `lstm` and `gru`): zoneout, rec_dropout. Float64 gradient
 -- checks in training (the masks repeat: rl.gradcheck resets the generator) and in evaluation,
 -- both directions, ragged batches, as a layer and inside a rec unit; the evaluation formula
 -- against a reference written from the equations; the training masks' semantics; the options
@@ -25,6 +25,51 @@ for _, dir in ipairs{1, -1} do
       zoneout = {hidden = 0.35}}, in_dim = 4, train = true})
   end)
 end
+
+for _, dir in ipairs{1, -1} do
+  H.test("gradcheck lstm rec_dropout with zoneout, direction " .. dir, function()
+    passed(rl.gradcheck{layer = {class = "lstm", n_out = 4, direction = dir, rec_dropout = 0.4,
+      zoneout = {cell = 0.2, hidden = 0.3}}, in_dim = 3, train = true})
+  end)
+  H.test("gradcheck gru rec_dropout, direction " .. dir, function()
+    passed(rl.gradcheck{layer = {class = "gru", n_out = 4, direction = dir, rec_dropout = 0.4},
+      in_dim = 3, train = true})
+  end)
+end
+
+-- rec_dropout = p close to 1 drops every unit of h_prev (a seeded draw): the recurrent product
+-- adds nothing, so the output is the one of the same layer with U = 0; in evaluation it is the
+-- plain layer's (inverted dropout scales in training).
+H.test("rec_dropout: dropped units feed nothing, evaluation is the plain layer", function()
+  for _, class in ipairs{"lstm", "gru"} do
+    local ext = {data = {dim = 3}}
+    local function net_of(d)
+      rl.manual_seed(31)
+      local dd = {class = class, n_out = 4, from = "data", is_output_layer = true}
+      for k, v in pairs(d) do dd[k] = v end
+      return rl.network({output = dd}, ext, {dtype = "float64"})
+    end
+    local a, b, c = net_of({rec_dropout = 0.999}), net_of({}), net_of({})
+    b:layer("output").params.U:zero()
+    local batch = {data = rl.randn(5, 2, 3, "float64"), lengths = rl.tensor({5, 4}, "int32")}
+    rl.manual_seed(32)
+    a:forward(batch, {train = true})
+    b:forward(batch, {train = true})
+    H.check((a:layer("output").output - b:layer("output").output):abs():max() == 0,
+      class .. ": a dropped recurrent input still contributes")
+    a:forward(batch, {train = false})
+    c:forward(batch, {train = false})
+    H.check((a:layer("output").output - c:layer("output").output):abs():max() == 0,
+      class .. ": evaluation is not the plain layer")
+  end
+end)
+
+H.expect_error("rec_dropout inside a rec unit is refused", function()
+  rl.network({
+    dec = {class = "rec", from = "data", is_output_layer = true,
+      unit = {output = {class = "lstm", n_out = 2, rec_dropout = 0.2}}},
+  }, {data = {dim = 3}})
+end, "rec_dropout is not supported inside a unit")
 
 H.test("gradcheck: zoneout inside a rec unit (lstm and gru), ragged", function()
   passed(rl.gradcheck{
@@ -108,12 +153,12 @@ end)
 
 -- The training step's numbers do not depend on the thread count (masks from the one generator,
 -- drawn before the row split).
-H.test("lstm zoneout: the same bits on 1, 2 and 3 threads", function()
+H.test("lstm zoneout and rec_dropout: the same bits on 1, 2 and 3 threads", function()
   H.same_on_threads(function(threads)
     rl.set_num_threads(threads)
     rl.manual_seed(7)
     local net = rl.network({output = {class = "lstm", n_out = 32, from = "data",
-      zoneout = {cell = 0.2, hidden = 0.1}, loss = "mse", target = "y"}},
+      zoneout = {cell = 0.2, hidden = 0.1}, rec_dropout = 0.3, loss = "mse", target = "y"}},
       {data = {dim = 5}, y = {dim = 32}})
     rl.manual_seed(8)
     local x, y = rl.randn(6, 24, 5), rl.randn(6, 24, 32)
@@ -128,10 +173,12 @@ end)
 
 -- The float32 passes (every CPU level's compilation of the fused loops) against float64 with the
 -- same masks (z exact in both: the draws are the same words).
-H.test("zoneout in float32 is float64's (lstm, gru, both directions, ragged)", function()
+H.test("zoneout and rec_dropout in float32 are float64's (lstm, gru, both directions, ragged)",
+  function()
   local desc = {
-    a = {class = "lstm", n_out = 24, from = "data", zoneout = {cell = 0.25, hidden = 0.5}},
-    b = {class = "gru", n_out = 20, from = "a", direction = -1, zoneout = 0.25},
+    a = {class = "lstm", n_out = 24, from = "data", zoneout = {cell = 0.25, hidden = 0.5},
+      rec_dropout = 0.5},
+    b = {class = "gru", n_out = 20, from = "a", direction = -1, zoneout = 0.25, rec_dropout = 0.25},
     output = {class = "linear", n_out = 3, from = {"a", "b"}, loss = "mse", target = "y"},
   }
   local ext = {data = {dim = 5}, y = {dim = 3}}
@@ -178,10 +225,11 @@ H.test("zoneout is stored in checkpoints through the description", function()
 end)
 
 -- Options off: the same numbers as the layer without them.
-H.test("zoneout = 0 gives the same bits as no zoneout (lstm and gru)", function()
+H.test("zoneout = 0, rec_dropout = 0 give the same bits as neither (lstm and gru)", function()
   for _, class in ipairs{"lstm", "gru"} do
     local res = {}
-    for k, extra in ipairs{{}, {zoneout = {cell = class == "lstm" and 0 or nil, hidden = 0}}} do
+    for k, extra in ipairs{{}, {zoneout = {cell = class == "lstm" and 0 or nil, hidden = 0},
+      rec_dropout = 0}} do
       local d = {class = class, n_out = 8, from = "data", loss = "mse", target = "y"}
       for kk, v in pairs(extra) do d[kk] = v end
       rl.manual_seed(2)
@@ -210,6 +258,10 @@ for _, bad in ipairs{
     "layer 'l' (class gru): option zoneout has no field 'cell' (it has hidden)"},
   {{class = "lstm", n_out = 2, zoneout = 0.1, impl = "cudnn"},
     "option zoneout and impl = \"cudnn\" do not go together"},
+  {{class = "gru", n_out = 2, rec_dropout = 1}, "layer 'l' (gru): option rec_dropout = 1"},
+  {{class = "lstm", n_out = 2, rec_dropout = 0.5, impl = "cudnn"},
+    "option rec_dropout and impl = \"cudnn\" do not go together"},
+  {{class = "lstm", n_out = 2, rec_dropout = true}, "option rec_dropout must be a number"},
 } do
   H.expect_error("bad option: " .. bad[2], function() build(bad[1]) end, bad[2])
 end
