@@ -18,7 +18,14 @@
  *   n = tanh(x W_n + b_n + r * (h_prev U_n + b_hn))   h_t = (1 - z) * n + z * h_prev
  *   (kernels/gru_cell.h), out_t = h_t on valid frames (t < len[b]), 0 on padded ones, which
  *   carry the state (h_t = h_prev): a backward GRU starts each sequence at its own last frame.
- * The initial state is zero or the one given with rl_gru_set_initial_state.
+ * The initial state is zero or the one given with rl_gru_set_initial_state; backward starts from
+ * a zero state gradient or the one given with rl_gru_set_final_state_grad. The state is the
+ * layer's through the layer.h state ops (rl_recurrent_state_ops): "h".
+ * Options (docs/layers.md), each off by default and then not touching the loops:
+ *   zoneout (hidden): h_t = m h_prev + (1 - m) h~_t, m = Bernoulli(z) per unit and step in
+ *   training, z in evaluation, inside the fused passes (kernels/gru.h);
+ *   rec_dropout (training): the product h_prev U reads h_prev * m_d, m_d (B, H) one per
+ *   sequence; the interpolation z h_prev keeps the undropped state.
  *
  * Cost: the input projection of all frames is two GEMMs per input (the r, z columns and the n
  * columns of W go to their blocks of the gates buffer); each step is one recurrent GEMM
@@ -51,6 +58,10 @@
  *                     folded into one; in a ragged batch also of every input, with the padded
  *                     frames zeroed: dW = X^T dG over all frames would otherwise turn a NaN or
  *                     Inf in the padding into NaN gradients (0 * NaN), although dG is 0 there
+ *   mh (T, B, H)      zoneout: the masks
+ *   md (B, H), hd (T, B, H), dtmp (B, H)  rec_dropout: the mask, the dropped previous states of
+ *                     every frame (the products' operand, then dU's), backward's recurrent
+ *                     product before the mask
  * The lengths on the device, a copy of an unfoldable grad_out and the packed operands are
  * rl_recurrent's (layers/recurrent.h).
  *

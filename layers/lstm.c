@@ -17,7 +17,13 @@
  * The initial state is zero or the one given with rl_lstm_set_initial_state; backward starts
  * from zero state gradients or the ones given with rl_lstm_set_final_state_grad (dLoss/dh_T and
  * dLoss/dc_T from beyond the last frame: a rec unit runs the layer one step at a time and hands
- * each step's state gradients to the step before).
+ * each step's state gradients to the step before). The state is the layer's through the layer.h
+ * state ops (rl_recurrent_state_ops): "h", "c".
+ * Options (docs/layers.md), each off by default and then not touching the loops above:
+ *   zoneout: c_t = m_c c_prev + (1 - m_c) c~_t, h_t = m_h h_prev + (1 - m_h) o tanh(c~_t), c~_t the
+ *   cell's new cell, m = Bernoulli(z) per unit and step in training, z in evaluation, inside
+ *   the fused passes (kernels/lstm.h, rl_lstm_zo_f32);
+ *   rec_dropout (training): z_t's product reads h_prev * m_d, m_d (B, H) one per sequence.
  *
  * Cost: the input projection of all frames is one GEMM per input; each step is one
  * recurrent GEMM (B, H) x (H, 4H) into the step's rows of z and one fused pointwise pass
@@ -43,6 +49,11 @@
  *   red                  CUDA only: the bias and peephole sums' partial sums (lstm_cuda.h)
  *   xs[k], dxs[k]        contiguous copies, only for inputs (or input gradients) whose (T, B)
  *                        dims cannot be folded into one
+ *   mc, mh, ct (T, B, H) zoneout: the masks of the cell and h (each only with its z > 0) and
+ *                        the cells before zoneout c~ (o, tanh and p_o's gradient read c~)
+ *   md (B, H), hd (T, B, H), dtmp (B, H)  rec_dropout: the mask, the dropped previous states
+ *                        of every frame (the products' operand, then dU's), backward's
+ *                        recurrent product before the mask
  * Kept in rl_recurrent (layers/recurrent.h): the lengths on the device (CUDA), a contiguous
  * copy of grad_out when it cannot be folded and the packed operands ("Packed operands" below);
  * in rl_rnn_cudnn (layers/rnn_cudnn.h) the cuDNN path's concatenated inputs.

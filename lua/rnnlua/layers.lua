@@ -345,7 +345,7 @@ end
 
 -- Whether layer object `layer` has recurrent state (layers/layer.h, rl_state_ops): the C layers
 -- built on layers/recurrent.c (lstm, gru, ...). Callers ask this, never the class name.
-function M.recurrent(layer)
+function M.has_state(layer)
   return type(layer) == "userdata" and #layer:state_names() > 0
 end
 

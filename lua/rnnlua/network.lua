@@ -441,7 +441,7 @@ function M.new(desc, extern_data, opts)
     local i = 1
     while i < #self.nodes do
       local a, b = self.nodes[i], self.nodes[i + 1]
-      local independent = layers.recurrent(a.layer) and layers.recurrent(b.layer)
+      local independent = layers.has_state(a.layer) and layers.has_state(b.layer)
         and b.layer.class == a.layer.class and not a.loss and not b.loss
       for _, src in ipairs(b.srcs) do independent = independent and src ~= a.name end
       a.pair_next = independent
@@ -794,7 +794,7 @@ function Network:carry_unfit()
   for _, node in ipairs(self.nodes) do
     local d = self.description[node.name]
     local class = node.rec and "rec" or node.layer.class
-    if not node.rec and layers.recurrent(node.layer) then
+    if not node.rec and layers.has_state(node.layer) then
       if d.direction == -1 then
         return string.format("layer '%s' (%s, direction = -1) runs backwards in time: its state "
           .. "cannot be carried from one chunk to the next (a backward or bidirectional model "

@@ -355,7 +355,7 @@ function M.create(name, d, srcs, n_from, in_dims, dtype, ext)
       if not ok then fail("layer '%s' (rec), unit layer '%s': %s", name, uname, tostring(layer)) end
       unit.obj, unit.n_out = layer, layer.n_out
       -- a recurrent layer (lstm, gru, ...) carries its states from step to step
-      unit.kind = layers.recurrent(layer) and "recurrent" or "layer"
+      unit.kind = layers.has_state(layer) and "recurrent" or "layer"
       if unit.kind == "recurrent" then
         unit.state_names, unit.state_dims = layer:state_names()
         unit.n_states = #unit.state_names

@@ -571,7 +571,7 @@ H.test("recurrent state through the layer: names, dims, errors naming the layer"
     "lstm states")
   names, dims = g:state_names()
   H.check(#names == 1 and names[1] == "h" and dims[1] == 2, "gru states")
-  H.check(#c:state_names() == 0 and not layers.recurrent(c) and layers.recurrent(g),
+  H.check(#c:state_names() == 0 and not layers.has_state(c) and layers.has_state(g),
     "a linear layer has none")
   H.expect_error("a state too many", function()
     g:set_initial_state(rl.zeros(1, 2), rl.zeros(1, 2))
