@@ -1,6 +1,9 @@
 #include "blas.h"
 
+#include <pthread.h>
 #include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "../kernels/cpu/parallel.h"
@@ -70,22 +73,87 @@ typedef struct {
 /* Columns (rows) of C per block: a multiple of the kernels' vector width */
 #define BLOCK 16
 
+static void library_gemm(bool f64, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+                         double alpha, const void *a, int64_t lda, const void *b, int64_t ldb,
+                         double beta, void *c, int64_t ldc) {
+    enum CBLAS_TRANSPOSE ta = trans_a ? CblasTrans : CblasNoTrans,
+                         tb = trans_b ? CblasTrans : CblasNoTrans;
+    if (f64)
+        cblas_dgemm(CblasRowMajor, ta, tb, (blasint)m, (blasint)n, (blasint)k, alpha,
+                    (const double *)a, (blasint)lda, (const double *)b, (blasint)ldb, beta,
+                    (double *)c, (blasint)ldc);
+    else
+        cblas_sgemm(CblasRowMajor, ta, tb, (blasint)m, (blasint)n, (blasint)k, (float)alpha,
+                    (const float *)a, (blasint)lda, (const float *)b, (blasint)ldb, (float)beta,
+                    (float *)c, (blasint)ldc);
+}
+
+/* The last m % 4 rows of C computed as the first rows of a four-row product. OpenBLAS on some
+ * CPUs (seen on an AVX-512 Xeon with OpenBLAS 0.3.21, not on AMD Zen 4) computes a product's
+ * last rows, when M is not a multiple of 4, with other kernels whose sums round differently
+ * (every such M where N % 8 >= 4, odd M for other N). A frame's output would then depend on
+ * its row's place among the T * B rows, a sequence alone would not give the bits it gives
+ * inside a batch, and rnnlua serve's answers would depend on which requests it batched
+ * together. Rows of groups of four are what every M gives. The scratch is per thread and only
+ * grows, so steady batches of one shape allocate nothing; if it cannot grow, the library runs
+ * the rows as they are (right to rounding). */
+#define ROW_GROUP 4
+static _Thread_local void *row_scratch;
+static _Thread_local size_t row_scratch_bytes;
+static pthread_key_t row_scratch_key; /* frees a thread's scratch when the thread ends */
+static pthread_once_t row_scratch_once = PTHREAD_ONCE_INIT;
+
+static void row_scratch_key_init(void) { (void)pthread_key_create(&row_scratch_key, free); }
+
+/* rows (< ROW_GROUP) rows of A from a (row 0 of them) into C at c, n columns */
+static bool gemm_tail_rows(const gemm_job *j, int64_t rows, const char *a, const char *b, char *c,
+                           int64_t n) {
+    size_t es = j->f64 ? sizeof(double) : sizeof(float);
+    size_t need = es * (size_t)(ROW_GROUP * (j->k + n));
+    if (need > row_scratch_bytes) {
+        pthread_once(&row_scratch_once, row_scratch_key_init);
+        void *p = realloc(row_scratch, need);
+        if (!p) return false;
+        row_scratch = p;
+        row_scratch_bytes = need;
+        (void)pthread_setspecific(row_scratch_key, p);
+    }
+    char *a2 = row_scratch, *c2 = a2 + es * (size_t)(ROW_GROUP * j->k);
+    /* the caller's transposition, so the same packing and kernels run: A's rows are rows of
+     * A (lda apart) or columns of the stored A' (K x M); rows past `rows` are zeros */
+    memset(a2, 0, es * (size_t)(ROW_GROUP * j->k));
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t i = 0; i < j->k; i++)
+            memcpy(a2 + es * (size_t)(j->ta ? i * ROW_GROUP + r : r * j->k + i),
+                   a + es * (size_t)(j->ta ? i * j->lda + r : r * j->lda + i), es);
+    if (j->beta != 0) {
+        memset(c2, 0, es * (size_t)(ROW_GROUP * n));
+        for (int64_t r = 0; r < rows; r++)
+            memcpy(c2 + es * (size_t)(r * n), c + es * (size_t)(r * j->ldc), es * (size_t)n);
+    }
+    library_gemm(j->f64, j->ta, j->tb, ROW_GROUP, n, j->k, j->alpha, a2,
+                 j->ta ? ROW_GROUP : j->k, b, j->ldb, j->beta, c2, n);
+    for (int64_t r = 0; r < rows; r++)
+        memcpy(c + es * (size_t)(r * j->ldc), c2 + es * (size_t)(r * n), es * (size_t)n);
+    return true;
+}
+
 static void gemm_range(const gemm_job *j, int64_t m0, int64_t m, int64_t n0, int64_t n) {
     size_t es = j->f64 ? sizeof(double) : sizeof(float);
     /* A's rows m0.. are row m0 of A, or column m0 of the stored A' (K x M); likewise B */
     const char *a = (const char *)j->a + es * (size_t)(j->ta ? m0 : m0 * j->lda);
     const char *b = (const char *)j->b + es * (size_t)(j->tb ? n0 * j->ldb : n0);
     char *c = (char *)j->c + es * (size_t)(m0 * j->ldc + n0);
-    enum CBLAS_TRANSPOSE ta = j->ta ? CblasTrans : CblasNoTrans,
-                         tb = j->tb ? CblasTrans : CblasNoTrans;
-    if (j->f64)
-        cblas_dgemm(CblasRowMajor, ta, tb, (blasint)m, (blasint)n, (blasint)j->k, j->alpha,
-                    (const double *)a, (blasint)j->lda, (const double *)b, (blasint)j->ldb, j->beta,
-                    (double *)c, (blasint)j->ldc);
-    else
-        cblas_sgemm(CblasRowMajor, ta, tb, (blasint)m, (blasint)n, (blasint)j->k, (float)j->alpha,
-                    (const float *)a, (blasint)j->lda, (const float *)b, (blasint)j->ldb,
-                    (float)j->beta, (float *)c, (blasint)j->ldc);
+    int64_t tail = j->k > 0 ? m % ROW_GROUP : 0, body = m - tail;
+    if (body > 0)
+        library_gemm(j->f64, j->ta, j->tb, body, n, j->k, j->alpha, a, j->lda, b, j->ldb, j->beta,
+                     c, j->ldc);
+    if (tail == 0) return;
+    const char *a_tail = a + es * (size_t)(j->ta ? body : body * j->lda);
+    char *c_tail = c + es * (size_t)(body * j->ldc);
+    if (!gemm_tail_rows(j, tail, a_tail, b, c_tail, n))
+        library_gemm(j->f64, j->ta, j->tb, tail, n, j->k, j->alpha, a_tail, j->lda, b, j->ldb,
+                     j->beta, c_tail, j->ldc);
 }
 
 static void gemm_part(void *ctx, int part, int parts) {
