@@ -6,6 +6,7 @@
 --   ./rnnlua recipes/htr_lines.lua smoke [out=DIR]     a handful of lines, a tiny network, seconds
 --   ./rnnlua recipes/htr_lines.lua score=out/htr_lines/model/net.008.h5   only scores a checkpoint
 --   ./rnnlua recipes/htr_lines.lua from=out/htr_lines/model/net.004.h5 minutes=20   trains on
+--   ./rnnlua recipes/htr_lines.lua augment=0   trains without the augmentation on the fly
 --
 -- Data (recipes/htr_lines_data.lua, converted once to out/htr_lines/data; 6 minutes on the
 -- loaded machine): 16000 training, 300 dev and 1000 test lines of 4..32 characters, each drawn
@@ -19,20 +20,22 @@
 -- the 62 characters and the blank.
 --
 -- Training: Adam, batches of up to 16 lines, the training lines in 4 sub-epochs a pass
--- (partition_epoch), lines of similar width batched together (laplace ordering); the dev label
+-- (partition_epoch), lines of similar width batched together (laplace ordering), each line
+-- augmented on the fly (slant, size, rotation, elastic, stroke width, masks: AUGMENT in
+-- recipes/htr_lines_data.lua; dev, test and the held-out font are not augmented); the dev label
 -- error rate is the engine's, after each sub-epoch. Training stops at the first sub-epoch end
 -- after which another would overrun `minutes` (or after `epochs`); then the last model is
 -- scored on the test lines and on the held-out font with best-path decoding:
 --   test CER X%               (edit distance / reference characters over the 1000 test lines)
 --   held-out font CER Y%      (the same texts in the held-out font)
 --
--- Measured (2 shared cores, load 24 falling to 6; README): 8 sub-epochs (32000 lines) in 74.9
--- min of training (minutes=55, then from= net.004.h5 and net.007.h5): dev LER 100, 94.8, 80.0,
--- 68.6, 48.1, 28.6, 17.0, 14.7%; test CER 14.78%, held-out font CER 28.94%. Not yet the 5% goal.
+-- Measured (2 cores, quiet; docs/recipes.md): 15 sub-epochs in the 21-minute budget
+-- (minutes=21): test CER 4.11%, held-out font CER 20.88%.
 local t_start = rl.clock()
 local D = dofile("recipes/htr_lines_data.lua")
 
-local opt = {out = "out/htr_lines", minutes = 30, epochs = 1000, score = "", from = ""}
+local opt = {out = "out/htr_lines", minutes = 30, epochs = 1000, score = "", from = "",
+  augment = 1}
 for _, a in ipairs(arg) do
   local k, v = a:match("^(%a+)=(.*)$")
   if a == "smoke" then
@@ -41,7 +44,7 @@ for _, a in ipairs(arg) do
     opt[k] = tonumber(v) or v
   elseif k then
     error(string.format("htr_lines: unknown option '%s' (minutes=, epochs=, out=, score=, from=, "
-      .. "smoke)", k), 0)
+      .. "augment=, smoke)", k), 0)
   end
 end
 if opt.smoke and opt.from == "" then opt.epochs = 1 end
@@ -84,7 +87,8 @@ local config = {
   network = network,
   extern_data = {data = {dim = 1, spatial = 2}, classes = {dim = n_labels, sparse = true}},
   train = {class = "hdf", files = info.train, seq_ordering = "laplace:.64",
-           partition_epoch = opt.smoke and 1 or 4, seed = 1},
+           partition_epoch = opt.smoke and 1 or 4, seed = 1,
+           augment = opt.augment ~= 0 and D.AUGMENT or nil},
   dev = {class = "hdf", files = {info.dev}},
   batch_size = 48 * 1000 * 16, -- pixels of the padded batch (max height x max width x lines)
   max_seqs = 16,
