@@ -34,14 +34,19 @@
 extern "C" {
 #endif
 
-/* Forward: g holds [x W_r + hp U_r | x W_z + hp U_z | hp U_n | x W_n] (no biases) on entry and
+/* Zoneout (kernels/pointwise.h, rl_zoneoutf): mh (B, H), the step's weights of the previous
+ * state, or NULL for none: h = mh hp + (1 - mh) h~ with h~ the cell's new state; backward then
+ * gives the cell (1 - mh) of dLoss/dh_t and adds mh dLoss/dh_t to the direct part of dh.
+ *
+ * Forward: g holds [x W_r + hp U_r | x W_z + hp U_z | hp U_n | x W_n] (no biases) on entry and
  * the activations [r | z | hn | n] on return, hn = hp U_n + b_hn (kept for backward; rows of
  * padded frames are left as they were). */
 void rl_gru_cpu_fwd_f32(int64_t B, int64_t H, int64_t t, const int32_t *len, float *g,
-                        const float *b, const float *bh, const float *hp, float *h, float *out);
+                        const float *b, const float *bh, const float *hp, float *h, float *out,
+                        const float *mh);
 void rl_gru_cpu_fwd_f64(int64_t B, int64_t H, int64_t t, const int32_t *len, double *g,
-                        const double *b, const double *bh, const double *hp, double *h,
-                        double *out);
+                        const double *b, const double *bh, const double *hp, double *h, double *out,
+                        const double *mh);
 
 /* Backward: g holds the activations on entry and the pre-activation gradients
  * [dar | daz | dhn | dan] on return (0 on padded rows).
@@ -52,10 +57,10 @@ void rl_gru_cpu_fwd_f64(int64_t B, int64_t H, int64_t t, const int32_t *len, dou
  * both, or both NULL to leave the sums to the caller. */
 void rl_gru_cpu_bwd_f32(int64_t B, int64_t H, int64_t t, const int32_t *len, float *g,
                         const float *hp, const float *dout, int64_t dout_ld, float *dh, float *db,
-                        float *dbh);
+                        float *dbh, const float *mh);
 void rl_gru_cpu_bwd_f64(int64_t B, int64_t H, int64_t t, const int32_t *len, double *g,
                         const double *hp, const double *dout, int64_t dout_ld, double *dh,
-                        double *db, double *dbh);
+                        double *db, double *dbh, const double *mh);
 
 /* The bias sums left to the caller (float32): db (3H) += the column sums of [dar | daz | dan],
  * dbh (3H) += those of [dar | daz | dhn], over `rows` rows of g (4H each) in memory order. */

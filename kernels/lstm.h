@@ -19,27 +19,45 @@
 extern "C" {
 #endif
 
+/* Zoneout of one step (kernels/pointwise.h, rl_zoneoutf), or NULL for none: mc, mh (B, H) the
+ * weights of the previous cell and hidden state (NULL: that state has no zoneout); ct (B, H) the
+ * cell before zoneout c~ = f cp + i g, which forward writes and backward reads (o's gate, tanh
+ * and the peephole p_o see c~; the state carried on is c = mc cp + (1 - mc) c~, h = mh hp +
+ * (1 - mh) o tanh(c~)). */
+typedef struct {
+    const float *mc, *mh;
+    float *ct;
+} rl_lstm_zo_f32;
+typedef struct {
+    const double *mc, *mh;
+    double *ct;
+} rl_lstm_zo_f64;
+
 /* Forward: z holds the pre-activations without bias on entry (input and recurrent
  * projections) and the gate activations i, f, g, o on return (kept for backward; rows of
  * padded frames are left as they were). */
 void rl_lstm_cpu_fwd_f32(int64_t B, int64_t H, int64_t t, const int32_t *len, float *z,
                          const float *bias, const float *const *peep, const float *cp,
-                         const float *hp, float *c, float *h, float *out);
+                         const float *hp, float *c, float *h, float *out, const rl_lstm_zo_f32 *zo);
 void rl_lstm_cpu_fwd_f64(int64_t B, int64_t H, int64_t t, const int32_t *len, double *z,
                          const double *bias, const double *const *peep, const double *cp,
-                         const double *hp, double *c, double *h, double *out);
+                         const double *hp, double *c, double *h, double *out,
+                         const rl_lstm_zo_f64 *zo);
 
 /* Backward: z holds the activations on entry and dLoss/dz on return (0 on padded rows).
  * dout: dLoss/dout of this step, rows dout_ld elements apart (NULL: zero).
  * dh (B, H): on entry dLoss/dh_t from the next step's recurrent projection; on return 0 on
  * valid rows (the caller then adds dz U^T) and unchanged on padded rows.
- * dc (B, H): dLoss/dc_t on entry, dLoss/dc_{t-1} on return. */
+ * dc (B, H): dLoss/dc_t on entry, dLoss/dc_{t-1} on return. With zoneout, dh on return is the
+ * direct part mh dLoss/dh_t on valid rows (the caller adds dz U^T to it). */
 void rl_lstm_cpu_bwd_f32(int64_t B, int64_t H, int64_t t, const int32_t *len, float *z,
                          const float *const *peep, const float *cp, const float *c,
-                         const float *dout, int64_t dout_ld, float *dh, float *dc);
+                         const float *dout, int64_t dout_ld, float *dh, float *dc,
+                         const rl_lstm_zo_f32 *zo);
 void rl_lstm_cpu_bwd_f64(int64_t B, int64_t H, int64_t t, const int32_t *len, double *z,
                          const double *const *peep, const double *cp, const double *c,
-                         const double *dout, int64_t dout_ld, double *dh, double *dc);
+                         const double *dout, int64_t dout_ld, double *dh, double *dc,
+                         const rl_lstm_zo_f64 *zo);
 
 /* After the backward steps, over all of them at once (rows = T * B): dz (rows, 4H) the gate
  * gradients (0 on padded rows), cp, c (rows, H) each row's previous and own cell.

@@ -116,6 +116,14 @@ RL_HD_INLINE float rl_dsigmoidf(float y) { return y * (1.0f - y); }
 RL_HD_INLINE double rl_dsigmoid(double y) { return y * (1.0 - y); }
 RL_HD_INLINE float rl_dtanhf(float y) { return 1.0f - y * y; }
 RL_HD_INLINE double rl_dtanh(double y) { return 1.0 - y * y; }
+/* Zoneout (Krueger et al. 2017) of a recurrent state: s = m prev + (1 - m) new, where m is the
+ * unit's weight of its previous value: 0 or 1 in training (a Bernoulli(z) draw per unit and
+ * step), z in evaluation (the expectation). Exact at m = 0 and m = 1. Backward: the new value
+ * gets (1 - m) ds, the previous one m ds. */
+RL_HD_INLINE float rl_zoneoutf(float m, float prev, float nw) { return m * prev + (1.0f - m) * nw; }
+RL_HD_INLINE double rl_zoneout(double m, double prev, double nw) {
+    return m * prev + (1.0 - m) * nw;
+}
 /* log(1 + e^x) without overflow for large x */
 static inline RL_HD float rl_softplusf(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
 static inline RL_HD double rl_softplus(double x) { return x > 30.0 ? x : log1p(exp(x)); }

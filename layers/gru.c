@@ -18,7 +18,14 @@
  *   n = tanh(x W_n + b_n + r * (h_prev U_n + b_hn))   h_t = (1 - z) * n + z * h_prev
  *   (kernels/gru_cell.h), out_t = h_t on valid frames (t < len[b]), 0 on padded ones, which
  *   carry the state (h_t = h_prev): a backward GRU starts each sequence at its own last frame.
- * The initial state is zero or the one given with rl_gru_set_initial_state.
+ * The initial state is zero or the one given with rl_gru_set_initial_state; backward starts from
+ * a zero state gradient or the one given with rl_gru_set_final_state_grad. The state is the
+ * layer's through the layer.h state ops (rl_recurrent_state_ops): "h".
+ * Options (docs/layers.md), each off by default and then not touching the loops:
+ *   zoneout (hidden): h_t = m h_prev + (1 - m) h~_t, m = Bernoulli(z) per unit and step in
+ *   training, z in evaluation, inside the fused passes (kernels/gru.h);
+ *   rec_dropout (training): the product h_prev U reads h_prev * m_d, m_d (B, H) one per
+ *   sequence; the interpolation z h_prev keeps the undropped state.
  *
  * Cost: the input projection of all frames is two GEMMs per input (the r, z columns and the n
  * columns of W go to their blocks of the gates buffer); each step is one recurrent GEMM
@@ -51,6 +58,10 @@
  *                     folded into one; in a ragged batch also of every input, with the padded
  *                     frames zeroed: dW = X^T dG over all frames would otherwise turn a NaN or
  *                     Inf in the padding into NaN gradients (0 * NaN), although dG is 0 there
+ *   mh (T, B, H)      zoneout: the masks
+ *   md (B, H), hd (T, B, H), dtmp (B, H)  rec_dropout: the mask, the dropped previous states of
+ *                     every frame (the products' operand, then dU's), backward's recurrent
+ *                     product before the mask
  * The lengths on the device, a copy of an unfoldable grad_out and the packed operands are
  * rl_recurrent's (layers/recurrent.h).
  *
@@ -101,7 +112,6 @@ typedef struct {
     rl_layer base;
     rl_recurrent rec; /* stream, lengths on the device, batch sizes, final-state row, flags */
     int direction;
-    rl_tensor h0; /* the given initial state (shared view), or unset */
     rl_tensor gates, hs, dh;
     rl_tensor red; /* CUDA: (RL_GRU_CUDA_CHUNKS, 4H) partial column sums of the bias gradients */
     rl_tensor xs[RL_LAYER_MAX_INPUTS], dxs[RL_LAYER_MAX_INPUTS];
@@ -109,6 +119,13 @@ typedef struct {
     bool cudnn;                       /* impl = "cudnn" */
     bool ran_cudnn;                   /* the last forward ran cuDNN (so does its backward) */
     rl_rnn_cudnn dnn;
+    double zh;              /* zoneout probability of the state (0: none) */
+    bool zoned;             /* the last forward applied zoneout (its backward does too) */
+    rl_tensor mh;           /* zoneout: the masks (T, B, H) */
+    double rd;              /* rec_dropout probability (0: none) */
+    bool rdropped;          /* the last forward dropped the recurrent input (its backward too) */
+    rl_tensor md, hd, dtmp; /* rec_dropout: the mask (B, H), the dropped previous states of
+                               every frame (T, B, H), backward's recurrent product (B, H) */
 } gru_layer;
 
 static const rl_layer_ops gru_ops;
@@ -224,16 +241,21 @@ static void fwd_rows(const gru_steps *j, int64_t r0, int64_t r1) {
         int64_t t = L->direction > 0 ? s : T - 1 - s;
         int64_t prev = L->direction > 0 ? t : t + 1, cur = L->direction > 0 ? t + 1 : t;
         rl_mat Hp = {at(&L->hs, prev * BH + r0 * H), H},
-               Gt = {at(&L->gates, (t * B + r0) * 4 * H), 4 * H};
+               Gt = {at(&L->gates, (t * B + r0) * 4 * H), 4 * H}, Hm = Hp;
+        if (L->rdropped) { /* the product reads the dropped state */
+            Hm.p = at(&L->hd, t * BH + r0 * H);
+            rl_recurrent_mask_rows(dt, n, H, Hp.p, at(&L->md, r0 * H), Hm.p, false);
+        }
         if (j->packed)
-            rl_gemm_packed_f32(n, 3 * H, H, Hp.p, H, j->upack, true, Gt.p, 4 * H);
+            rl_gemm_packed_f32(n, 3 * H, H, Hm.p, H, j->upack, true, Gt.p, 4 * H);
         else
-            rl_mat_gemm(RL_DEVICE_CPU, NULL, dt, false, false, n, 3 * H, H, Hp, j->U, 1.0, Gt);
+            rl_mat_gemm(RL_DEVICE_CPU, NULL, dt, false, false, n, 3 * H, H, Hm, j->U, 1.0, Gt);
         void *h = at(&L->hs, cur * BH + r0 * H), *out = at(&L->base.out, t * BH + r0 * H);
+        void *mh = L->zoned ? at(&L->mh, t * BH + r0 * H) : NULL;
         if (dt == RL_FLOAT32)
-            rl_gru_cpu_fwd_f32(n, H, t, j->len + r0, Gt.p, j->b.p, j->bh.p, Hp.p, h, out);
+            rl_gru_cpu_fwd_f32(n, H, t, j->len + r0, Gt.p, j->b.p, j->bh.p, Hp.p, h, out, mh);
         else
-            rl_gru_cpu_fwd_f64(n, H, t, j->len + r0, Gt.p, j->b.p, j->bh.p, Hp.p, h, out);
+            rl_gru_cpu_fwd_f64(n, H, t, j->len + r0, Gt.p, j->b.p, j->bh.p, Hp.p, h, out, mh);
     }
 }
 
@@ -252,17 +274,22 @@ static void bwd_rows(const gru_steps *j, int64_t r0, int64_t r1) {
         const void *dot =
             j->dout.p ? (char *)j->dout.p + (size_t)((t * B + r0) * j->dout.ld) * es : NULL;
         void *hp = at(&L->hs, prev * BH + r0 * H);
+        void *mh = L->zoned ? at(&L->mh, t * BH + r0 * H) : NULL;
         if (dt == RL_FLOAT32)
             rl_gru_cpu_bwd_f32(n, H, t, j->len + r0, Gt.p, hp, dot, j->dout.ld, dH.p, j->db.p,
-                               j->dbh.p);
+                               j->dbh.p, mh);
         else
             rl_gru_cpu_bwd_f64(n, H, t, j->len + r0, Gt.p, hp, dot, j->dout.ld, dH.p, j->db.p,
-                               j->dbh.p);
-        /* padded rows of dG_t are 0, so their dh passes through unchanged */
+                               j->dbh.p, mh);
+        /* padded rows of dG_t are 0, so their dh passes through unchanged; with rec_dropout
+         * the product's gradient goes through the mask */
+        rl_mat D = L->rdropped ? (rl_mat){at(&L->dtmp, r0 * H), H} : dH;
         if (j->packed)
-            rl_gemm_packed_f32(n, H, 3 * H, Gt.p, 4 * H, j->upack, true, dH.p, H);
+            rl_gemm_packed_f32(n, H, 3 * H, Gt.p, 4 * H, j->upack, !L->rdropped, D.p, H);
         else
-            rl_mat_gemm(RL_DEVICE_CPU, NULL, dt, false, true, n, H, 3 * H, Gt, j->U, 1.0, dH);
+            rl_mat_gemm(RL_DEVICE_CPU, NULL, dt, false, true, n, H, 3 * H, Gt, j->U,
+                        L->rdropped ? 0.0 : 1.0, D);
+        if (L->rdropped) rl_recurrent_mask_rows(dt, n, H, D.p, at(&L->md, r0 * H), dH.p, true);
     }
 }
 
@@ -335,6 +362,7 @@ static rl_status backward_steps_cpu(gru_layer *L, rl_dtype dt, const int32_t *le
     if (apart) rl_gru_cpu_bias_grads_f32(T * B, H, dG.p, db.p, dbh.p);
     if (L->rec.defer_fwd) return RL_OK;
     rl_mat Hprev = {at(&L->hs, L->direction > 0 ? 0 : BH), H};
+    if (L->rdropped) Hprev.p = rl_tensor_data(&L->hd); /* dU pairs dG with what U multiplied */
     return gru_weight_grad(l, RL_DEVICE_CPU, dt, -1, T * B, Hprev, dG);
 }
 
@@ -344,8 +372,9 @@ static rl_status gru_forward(rl_layer *l, rl_layer_io *io) {
     int64_t H = l->n_out;
     rl_dtype dt;
     rl_device dev;
-    rl_recurrent_state given[1] = {{&L->h0, "initial state"}};
-    RL_TRY(rl_recurrent_forward_begin(r, l, io, given, 1, &dt, &dev));
+    RL_TRY(rl_recurrent_forward_begin(r, l, io, &dt, &dev));
+    if (L->zh > 0) RL_TRY(rl_recurrent_cpu_only(r, l, dev, "zoneout"));
+    if (L->rd > 0) RL_TRY(rl_recurrent_cpu_only(r, l, dev, "rec_dropout"));
     int64_t T = r->T, B = r->B;
     rl_mat W, U, b, bh;
     RL_TRY(rl_param_mat(l, &l->params[P_W].value, "W", dt, dev, &W));
@@ -358,7 +387,7 @@ static rl_status gru_forward(rl_layer *l, rl_layer_io *io) {
         rl_mat p[4] = {W, U, b, bh};
         const rl_tensor *written[1] = {&L->hs};
         RL_TRY(rl_rnn_cudnn_forward(&L->dnn, r, l, RL_CUDNN_GRU, L->direction, io, dt, dev, p,
-                                    &L->h0, NULL, &L->hs, NULL));
+                                    &r->init[0], NULL, &L->hs, NULL));
         return rl_recurrent_forward_end(r, l, 1, io->train, written, 1);
     }
 #endif
@@ -370,7 +399,7 @@ static rl_status gru_forward(rl_layer *l, rl_layer_io *io) {
     /* the initial state row */
     rl_tensor hrow = {0};
     RL_TRY(rl_tensor_select(&hrow, &L->hs, 0, L->direction > 0 ? 0 : T));
-    rl_status st = rl_recurrent_write_state(r, &hrow, &L->h0);
+    rl_status st = rl_recurrent_write_state(r, &hrow, &r->init[0]);
     rl_tensor_release(&hrow);
     RL_TRY(st);
 
@@ -410,6 +439,14 @@ static rl_status gru_forward(rl_layer *l, rl_layer_io *io) {
         row += F;
     }
 
+    L->rdropped = io->train && L->rd > 0;
+    if (L->rdropped) {
+        int64_t dshape[3] = {T, B, H};
+        RL_TRY(rl_recurrent_rec_dropout_mask(r, l, io, L->rd, &L->md, dt, dev));
+        RL_TRY(rl_buffer_ensure_synced(&L->hd, dt, dev, 3, dshape));
+    }
+    L->zoned = L->zh > 0;
+    if (L->zoned) RL_TRY(rl_recurrent_zoneout_mask(r, l, io, L->zh, &L->mh, dt, dev));
     if (dev.type == RL_CPU) RL_TRY(forward_steps_cpu(L, dt, len, U, b, bh));
 #ifdef RL_WITH_CUDA
     else
@@ -430,7 +467,10 @@ static rl_status gru_backward(rl_layer *l, rl_layer_io *io, const rl_tensor *gra
     rl_dtype dt;
     rl_device dev;
     rl_mat dout;
-    RL_TRY(rl_recurrent_backward_begin(r, l, io, grad_out, grad_in, NULL, 0, &dt, &dev, &dout));
+    if (L->ran_cudnn && r->final_grad[0].storage)
+        return rl_error(RL_EARG, "layer '%s' (gru): impl = \"cudnn\" takes no final state gradient",
+                        l->name);
+    RL_TRY(rl_recurrent_backward_begin(r, l, io, grad_out, grad_in, &dt, &dev, &dout));
     int64_t T = r->T, B = r->B;
     rl_mat W, U, dW, dU, db, dbh;
     RL_TRY(rl_param_mat(l, &l->params[P_W].value, "W", dt, dev, &W));
@@ -447,9 +487,11 @@ static rl_status gru_backward(rl_layer *l, rl_layer_io *io, const rl_tensor *gra
         return rl_recurrent_backward_end(r, io, grad_in, written, 1);
     }
 #endif
-    int64_t sshape[2] = {B, H};
-    RL_TRY(rl_buffer_ensure_synced(&L->dh, dt, dev, 2, sshape));
-    RL_TRY(rl_recurrent_write_state(r, &L->dh, NULL));
+    RL_TRY(rl_recurrent_start_state_grads(r, dt, dev));
+    if (L->rdropped) {
+        int64_t dshape[2] = {B, H};
+        RL_TRY(rl_buffer_ensure_synced(&L->dtmp, dt, dev, 2, dshape));
+    }
 
     if (dev.type == RL_CPU)
         RL_TRY(backward_steps_cpu(L, dt, rl_tensor_data(io->lengths), dout, U, db, dbh));
@@ -514,7 +556,7 @@ static void gru_destroy(rl_layer *l) {
     gru_layer *L = (gru_layer *)l;
     rl_recurrent_free(&L->rec); /* drops the cuDNN object, waits for and destroys the stream */
     rl_rnn_cudnn_free(&L->dnn);
-    rl_tensor *ts[] = {&L->h0, &L->gates, &L->hs, &L->dh, &L->red};
+    rl_tensor *ts[] = {&L->gates, &L->hs, &L->dh, &L->red, &L->mh, &L->md, &L->hd, &L->dtmp};
     for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
         rl_tensor_release(ts[i]);
     for (int k = 0; k < RL_LAYER_MAX_INPUTS; k++) {
@@ -523,8 +565,11 @@ static void gru_destroy(rl_layer *l) {
     }
 }
 
-static const rl_layer_ops gru_ops = {
-    .class_name = "gru", .forward = gru_forward, .backward = gru_backward, .destroy = gru_destroy};
+static const rl_layer_ops gru_ops = {.class_name = "gru",
+                                     .forward = gru_forward,
+                                     .backward = gru_backward,
+                                     .destroy = gru_destroy,
+                                     .state = &rl_recurrent_state_ops};
 
 rl_status rl_gru_create(rl_layer **out, const char *name, const rl_options *opts, int n_in,
                         const int64_t *in_dims) {
@@ -534,7 +579,11 @@ rl_status rl_gru_create(rl_layer **out, const char *name, const rl_options *opts
     RL_TRY(rl_opt_int(opts, name, "n_out", 0, 1, true, &H));
     RL_TRY(rl_opt_int(opts, name, "direction", 1, -1, false, &dir));
     bool cudnn;
+    double zc, zh;
     RL_TRY(rl_rnn_cudnn_option(opts, name, "gru", &cudnn));
+    RL_TRY(rl_recurrent_zoneout_option(opts, name, "gru", false, cudnn, &zc, &zh));
+    double rd;
+    RL_TRY(rl_recurrent_rec_dropout_option(opts, name, "gru", cudnn, &rd));
     if (dir != 1 && dir != -1)
         return rl_error(RL_EARG, "layer '%s' (gru): direction = %" PRId64 ", expected 1 or -1",
                         name, dir);
@@ -558,8 +607,16 @@ rl_status rl_gru_create(rl_layer **out, const char *name, const rl_options *opts
     L->direction = (int)dir;
     L->rec.cls = "gru";
     L->cudnn = cudnn;
+    L->zh = zh;
+    L->rd = rd;
     L->rec.on_stream_drop = drop_stream_users;
     L->rec.weight_grad = gru_weight_grad;
+    L->rec.n_states = 1;
+    L->rec.state_names[0] = "h";
+    L->rec.state_dims[0] = H;
+    L->rec.seq[0] = &L->hs;
+    L->rec.grad0[0] = &L->dh;
+    L->rec.gates_cols = 4 * H;
     int64_t Fi = (int64_t)F;
     int64_t ws[2] = {Fi, 3 * H}, us[2] = {H, 3 * H}, bs[1] = {3 * H};
     rl_status st = rl_layer_add_param(l, "W", 2, ws, RL_INIT_GLOROT, 1.0, Fi, 3 * H, NULL);
@@ -575,41 +632,29 @@ rl_status rl_gru_create(rl_layer **out, const char *name, const rl_options *opts
     return RL_OK;
 }
 
-static rl_status as_gru(rl_layer *l, gru_layer **L, const char *fn) {
+static rl_status check_gru(const rl_layer *l, const char *fn) {
     if (!l || l->ops != &gru_ops)
         return rl_error(RL_EARG, "%s: layer '%s' is not a gru", fn, l ? l->name : "(null)");
-    *L = (gru_layer *)l;
     return RL_OK;
 }
 
+/* The typed forms of the layer.h state calls, for C callers that know the class. */
 rl_status rl_gru_set_initial_state(rl_layer *l, const rl_tensor *h0) {
-    gru_layer *L = NULL;
-    char s[96];
-    RL_TRY(as_gru(l, &L, "rl_gru_set_initial_state"));
-    /* the batch size and the device are checked at each forward against the inputs' */
-    if (h0 && (!h0->storage || h0->ndim != 2 || h0->shape[1] != l->n_out || h0->dtype == RL_INT32))
-        return rl_error(
-            RL_ESHAPE,
-            "layer '%s' (gru): initial state must be a float (B, %" PRId64 ") tensor, got %s",
-            l->name, l->n_out, h0 && h0->storage ? rl_tensor_describe(h0, s, sizeof s) : "nothing");
-    rl_tensor_release(&L->h0);
-    if (h0) rl_tensor_share(&L->h0, h0);
-    return RL_OK;
+    RL_TRY(check_gru(l, "rl_gru_set_initial_state"));
+    return rl_layer_set_initial_state(l, 1, &h0);
+}
+
+rl_status rl_gru_set_final_state_grad(rl_layer *l, const rl_tensor *dh) {
+    RL_TRY(check_gru(l, "rl_gru_set_final_state_grad"));
+    return rl_layer_set_final_state_grad(l, 1, &dh);
 }
 
 rl_status rl_gru_final_state(rl_layer *l, rl_tensor *h) {
-    const char *fn = "rl_gru_final_state";
-    gru_layer *L = NULL;
-    RL_TRY(as_gru(l, &L, fn));
-    return rl_recurrent_final_state(&L->rec, l, fn, &L->hs, h);
+    RL_TRY(check_gru(l, "rl_gru_final_state"));
+    return rl_layer_final_state(l, 1, &h);
 }
 
 rl_status rl_gru_initial_state_grad(rl_layer *l, rl_tensor *dh0) {
-    gru_layer *L = NULL;
-    RL_TRY(as_gru(l, &L, "rl_gru_initial_state_grad"));
-    if (!L->dh.storage)
-        return rl_error(RL_EARG, "rl_gru_initial_state_grad: layer '%s' has run no backward",
-                        l->name);
-    rl_tensor_share(dh0, &L->dh);
-    return RL_OK;
+    RL_TRY(check_gru(l, "rl_gru_initial_state_grad"));
+    return rl_layer_initial_state_grad(l, 1, &dh0);
 }

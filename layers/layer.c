@@ -434,3 +434,66 @@ void rl_layer_free(rl_layer *l) {
     rl_tensor_release(&l->out);
     free(l);
 }
+
+/* ---------------------------------------------------------------- recurrent state */
+
+int rl_layer_state_info(const rl_layer *l, const char *const **names, const int64_t **dims) {
+    const char *const *nm = NULL;
+    const int64_t *d = NULL;
+    int n = l && l->ops->state ? l->ops->state->info(l, &nm, &d) : 0;
+    if (names) *names = nm;
+    if (dims) *dims = d;
+    return n;
+}
+
+/* The layer's number of states when it has state and n fits it; else an error naming fn. */
+static rl_status state_call(const rl_layer *l, const char *fn, int n) {
+    const char *const *names;
+    if (!l) return rl_error(RL_EARG, "%s: no layer", fn);
+    int have = rl_layer_state_info(l, &names, NULL);
+    if (have == 0)
+        return rl_error(RL_EARG, "%s: layer '%s' (%s) has no recurrent state", fn, l->name,
+                        l->ops->class_name);
+    if (n < 0 || n > have) {
+        char list[128] = "";
+        size_t used = 0;
+        for (int i = 0; i < have && used < sizeof list; i++)
+            used +=
+                (size_t)snprintf(list + used, sizeof list - used, "%s%s", i ? ", " : "", names[i]);
+        return rl_error(RL_EARG, "%s: layer '%s' (%s) has %d state%s (%s), got %d", fn, l->name,
+                        l->ops->class_name, have, have == 1 ? "" : "s", list, n);
+    }
+    return RL_OK;
+}
+
+rl_status rl_layer_set_initial_state(rl_layer *l, int n, const rl_tensor *const *s) {
+    const rl_tensor *a[RL_LAYER_MAX_STATES];
+    RL_TRY(state_call(l, "set_initial_state", n));
+    for (int i = 0; i < RL_LAYER_MAX_STATES; i++) /* the states beyond n: NULL */
+        a[i] = i < n ? s[i] : NULL;
+    return l->ops->state->set_initial(l, a);
+}
+
+rl_status rl_layer_set_final_state_grad(rl_layer *l, int n, const rl_tensor *const *g) {
+    const rl_tensor *a[RL_LAYER_MAX_STATES];
+    RL_TRY(state_call(l, "set_final_state_grad", n));
+    for (int i = 0; i < RL_LAYER_MAX_STATES; i++)
+        a[i] = i < n ? g[i] : NULL;
+    return l->ops->state->set_final_grad(l, a);
+}
+
+rl_status rl_layer_final_state(rl_layer *l, int n, rl_tensor *const *out) {
+    rl_tensor *a[RL_LAYER_MAX_STATES];
+    RL_TRY(state_call(l, "final_state", n));
+    for (int i = 0; i < RL_LAYER_MAX_STATES; i++)
+        a[i] = i < n ? out[i] : NULL;
+    return l->ops->state->final(l, a);
+}
+
+rl_status rl_layer_initial_state_grad(rl_layer *l, int n, rl_tensor *const *out) {
+    rl_tensor *a[RL_LAYER_MAX_STATES];
+    RL_TRY(state_call(l, "initial_state_grad", n));
+    for (int i = 0; i < RL_LAYER_MAX_STATES; i++)
+        a[i] = i < n ? out[i] : NULL;
+    return l->ops->state->initial_grad(l, a);
+}

@@ -24,13 +24,15 @@
  *
  * Per-step use (a rec unit, lua/rnnlua/rec.lua): a layer may be run on (1, B, F) views, one
  * step of a sequence at a time, with lengths all 1 (the rec layer keeps finished sequences'
- * gradients at zero itself). A layer with recurrent state takes it explicitly instead of
- * keeping it between calls: before forward the previous state (rl_lstm_set_initial_state),
- * after it the new one (rl_lstm_final_state); before backward the gradient of the new state from
- * the step after (rl_lstm_set_final_state_grad), after it the gradient of the previous state
- * (rl_lstm_initial_state_grad). Since backward must follow the forward it belongs to, the rec
- * layer re-runs each step's forward from its stored inputs and state right before that step's
- * backward; a layer needs nothing else for per-step use.
+ * gradients at zero itself). A layer with recurrent state (ops->state, rl_state_ops below) takes
+ * it explicitly instead of keeping it between calls: before forward the previous state
+ * (rl_layer_set_initial_state), after it the new one (rl_layer_final_state); before backward the
+ * gradient of the new state from the step after (rl_layer_set_final_state_grad), after it the
+ * gradient of the previous state (rl_layer_initial_state_grad). Callers (the rec layer, the
+ * network's carried state, the bindings) learn a layer's state tensors from
+ * rl_layer_state_info, never from its class name. Since backward must follow the forward it
+ * belongs to, the rec layer re-runs each step's forward from its stored inputs and state right
+ * before that step's backward; a layer needs nothing else for per-step use.
  *
  * Adding a layer type: one file layers/X.c with its ops and a create function, and one line
  * in layers/registry.c.
@@ -50,6 +52,7 @@ extern "C" {
 #define RL_LAYER_MAX_INPUTS 16
 #define RL_LAYER_MAX_PARAMS 8
 #define RL_LAYER_NAME_MAX 64
+#define RL_LAYER_MAX_STATES 4 /* recurrent state tensors of one layer (rl_state_ops) */
 
 /* How a parameter is initialised (by the network, from the seeded generator). */
 typedef enum {
@@ -119,6 +122,25 @@ typedef struct rl_layer_io {
 
 typedef struct rl_layer rl_layer;
 
+/* A layer's recurrent state: n tensors, each (B, dims[i]), named names[i] in messages and by
+ * callers ("h", "c"); state 0 is what the layer outputs at each step (its h). Every array below
+ * has one entry per state, in that order. */
+typedef struct rl_state_ops {
+    /* The number of states; *names, *dims: the layer's arrays (valid while it lives). */
+    int (*info)(const rl_layer *l, const char *const **names, const int64_t **dims);
+    /* The states the following forwards start from: each NULL (zeros) or a float (B, dims[i])
+     * tensor, shared, not copied (batch size and device checked at each forward). */
+    rl_status (*set_initial)(rl_layer *l, const rl_tensor *const *s);
+    /* The gradients of the final states the following backwards start from, as set_initial. */
+    rl_status (*set_final_grad)(rl_layer *l, const rl_tensor *const *g);
+    /* out[i] (NULL: skipped) become views (B, dims[i]) of each sequence's state after its own
+     * last frame, valid until the next forward (an error before any forward). */
+    rl_status (*final)(rl_layer *l, rl_tensor *const *out);
+    /* out[i] (NULL: skipped) become views (B, dims[i]) of dLoss/d(initial state i) after a
+     * backward, valid until the next backward (an error before any backward). */
+    rl_status (*initial_grad)(rl_layer *l, rl_tensor *const *out);
+} rl_state_ops;
+
 typedef struct rl_layer_ops {
     const char *class_name;
     /* Computes l->out (T, B, n_out) from io->in; loss layers also the loss when io->target. */
@@ -133,6 +155,8 @@ typedef struct rl_layer_ops {
     /* Runs after every param got its init kind's values (rl_layer_init_params), for inits no
      * kind expresses, such as the LSTM's forget-gate bias; may be NULL. */
     rl_status (*init_params)(rl_layer *l, rl_rng *g);
+    /* The recurrent state (per-step use above), or NULL for a layer without. */
+    const rl_state_ops *state;
 } rl_layer_ops;
 
 struct rl_layer {
@@ -218,6 +242,17 @@ rl_status rl_layer_init_params(rl_layer *l, rl_rng *g);
 int rl_layer_find_param(const rl_layer *l, const char *pname);
 /* The layer's total parameter count. */
 int64_t rl_layer_num_params(const rl_layer *l);
+
+/* Recurrent state through ops->state: the number of states (0 for a layer without; names and
+ * dims may be NULL when not wanted). */
+int rl_layer_state_info(const rl_layer *l, const char *const **names, const int64_t **dims);
+/* The rl_state_ops calls with n entries (n <= the number of states; the states beyond n count
+ * as NULL). Errors name the layer and its class: a layer without state, n too large, a
+ * tensor of the wrong shape or dtype, a read before the forward or backward that makes it. */
+rl_status rl_layer_set_initial_state(rl_layer *l, int n, const rl_tensor *const *s);
+rl_status rl_layer_set_final_state_grad(rl_layer *l, int n, const rl_tensor *const *g);
+rl_status rl_layer_final_state(rl_layer *l, int n, rl_tensor *const *out);
+rl_status rl_layer_initial_state_grad(rl_layer *l, int n, rl_tensor *const *out);
 
 #ifdef __cplusplus
 }

@@ -60,12 +60,14 @@ rl_status rl_embedding_create(rl_layer **out, const char *name, const rl_options
 int64_t rl_embedding_groups(const rl_tensor *x, const rl_tensor *len, int32_t *pairs, int32_t *out);
 
 /* gru (layers/gru.c): n_out, direction = 1 | -1; PyTorch's GRU formulation and weight layout.
- * The initial state (B, n_out), the final state and the initial state's gradient work as the
- * lstm's above (without a cell); together they make one forward/backward with T = 1 a single
- * step with explicit state in and out. */
+ * The initial state (B, n_out), the final state, its gradient and the initial state's gradient
+ * work as the lstm's above (without a cell); together they make one forward/backward with T = 1
+ * a single step with explicit state in and out. These typed calls (and the lstm's) are the
+ * layer.h state calls (rl_layer_set_initial_state, ...) for callers that know the class. */
 rl_status rl_gru_create(rl_layer **out, const char *name, const rl_options *opts, int n_in,
                         const int64_t *in_dims);
 rl_status rl_gru_set_initial_state(rl_layer *l, const rl_tensor *h0);
+rl_status rl_gru_set_final_state_grad(rl_layer *l, const rl_tensor *dh);
 rl_status rl_gru_final_state(rl_layer *l, rl_tensor *h);
 rl_status rl_gru_initial_state_grad(rl_layer *l, rl_tensor *dh0);
 
@@ -102,6 +104,9 @@ rl_status rl_recurrent_weight_grads(rl_layer *l, int k, const rl_tensor *x, cons
 /* How many operands the packs of l (shared or not) have packed since they were made: the rec
  * layer's tests check that per-step use packs once per pass, not once per step. */
 rl_status rl_recurrent_pack_count(rl_layer *l, uint64_t *count);
+/* The width of a recurrent layer's gates buffer (the columns of rl_recurrent_set_gates' tensor
+ * and of rl_recurrent_weight_grads' dz). */
+rl_status rl_recurrent_gates_cols(rl_layer *l, int64_t *cols);
 
 /* mdlstm (layers/mdlstm.c): 2-D multi-directional LSTM over (H, W, B, F) images; n_out (per
  * direction), directions ("tl,tr,bl,br"), combine = concat | sum, cell = standard | stable,

@@ -17,7 +17,13 @@
  * The initial state is zero or the one given with rl_lstm_set_initial_state; backward starts
  * from zero state gradients or the ones given with rl_lstm_set_final_state_grad (dLoss/dh_T and
  * dLoss/dc_T from beyond the last frame: a rec unit runs the layer one step at a time and hands
- * each step's state gradients to the step before).
+ * each step's state gradients to the step before). The state is the layer's through the layer.h
+ * state ops (rl_recurrent_state_ops): "h", "c".
+ * Options (docs/layers.md), each off by default and then not touching the loops above:
+ *   zoneout: c_t = m_c c_prev + (1 - m_c) c~_t, h_t = m_h h_prev + (1 - m_h) o tanh(c~_t), c~_t the
+ *   cell's new cell, m = Bernoulli(z) per unit and step in training, z in evaluation, inside
+ *   the fused passes (kernels/lstm.h, rl_lstm_zo_f32);
+ *   rec_dropout (training): z_t's product reads h_prev * m_d, m_d (B, H) one per sequence.
  *
  * Cost: the input projection of all frames is one GEMM per input; each step is one
  * recurrent GEMM (B, H) x (H, 4H) into the step's rows of z and one fused pointwise pass
@@ -43,6 +49,11 @@
  *   red                  CUDA only: the bias and peephole sums' partial sums (lstm_cuda.h)
  *   xs[k], dxs[k]        contiguous copies, only for inputs (or input gradients) whose (T, B)
  *                        dims cannot be folded into one
+ *   mc, mh, ct (T, B, H) zoneout: the masks of the cell and h (each only with its z > 0) and
+ *                        the cells before zoneout c~ (o, tanh and p_o's gradient read c~)
+ *   md (B, H), hd (T, B, H), dtmp (B, H)  rec_dropout: the mask, the dropped previous states
+ *                        of every frame (the products' operand, then dU's), backward's
+ *                        recurrent product before the mask
  * Kept in rl_recurrent (layers/recurrent.h): the lengths on the device (CUDA), a contiguous
  * copy of grad_out when it cannot be folded and the packed operands ("Packed operands" below);
  * in rl_rnn_cudnn (layers/rnn_cudnn.h) the cuDNN path's concatenated inputs.
@@ -107,12 +118,17 @@ typedef struct {
     bool peepholes;
     bool cudnn; /* impl = "cudnn" */
     double forget_bias;
-    rl_tensor h0, c0;   /* the given initial state (shared views), or unset */
-    rl_tensor dhT, dcT; /* the given final state gradients (shared views), or unset */
     rl_tensor gates, hs, cs, dh, dc;
     rl_tensor red; /* CUDA: (RL_LSTM_CUDA_CHUNKS, 7H) partial sums of the bias and peepholes */
     rl_tensor xs[RL_LAYER_MAX_INPUTS], dxs[RL_LAYER_MAX_INPUTS];
-    rl_rnn_cudnn dnn; /* impl = "cudnn" */
+    rl_rnn_cudnn dnn;       /* impl = "cudnn" */
+    double zc, zh;          /* zoneout probabilities of the cell and the hidden state (0: none) */
+    bool zoned;             /* the last forward applied zoneout (its backward does too) */
+    rl_tensor mc, mh, ct;   /* zoneout: the masks (T, B, H) and the cells before zoneout c~ */
+    double rd;              /* rec_dropout probability (0: none) */
+    bool rdropped;          /* the last forward dropped the recurrent input (its backward too) */
+    rl_tensor md, hd, dtmp; /* rec_dropout: the mask (B, H), the dropped previous states of
+                               every frame (T, B, H), backward's recurrent product (B, H) */
 } lstm_layer;
 
 static const rl_layer_ops lstm_ops;
@@ -190,6 +206,16 @@ static int row_parts(const lstm_layer *L, bool packed) {
     return 16 * H * H <= (1 << 20) ? parts : 1;
 }
 
+/* The zoneout buffers of frame t, rows r0.. (NULL when the last forward had none). */
+static bool zo_rows(const lstm_layer *L, int64_t t, int64_t r0, void **mc, void **mh, void **ct) {
+    if (!L->zoned) return false;
+    int64_t e = (t * L->rec.B + r0) * L->base.n_out;
+    *mc = L->zc > 0 ? at(&L->mc, e) : NULL;
+    *mh = L->zh > 0 ? at(&L->mh, e) : NULL;
+    *ct = at(&L->ct, e);
+    return true;
+}
+
 /* Forward steps of rows r0 .. r1-1. */
 static void fwd_rows(const steps_job *j, int64_t r0, int64_t r1) {
     lstm_layer *L = j->L;
@@ -199,19 +225,29 @@ static void fwd_rows(const steps_job *j, int64_t r0, int64_t r1) {
         int64_t t = L->direction > 0 ? s : T - 1 - s;
         int64_t prev = L->direction > 0 ? t : t + 1, cur = L->direction > 0 ? t + 1 : t;
         rl_mat Hp = {at(&L->hs, prev * BH + r0 * H), H},
-               Zt = {at(&L->gates, (t * B + r0) * 4 * H), 4 * H};
+               Zt = {at(&L->gates, (t * B + r0) * 4 * H), 4 * H}, Hm = Hp;
+        if (L->rdropped) { /* the product reads the dropped state */
+            Hm.p = at(&L->hd, t * BH + r0 * H);
+            rl_recurrent_mask_rows(dt, n, H, Hp.p, at(&L->md, r0 * H), Hm.p, false);
+        }
         if (j->packed)
-            rl_gemm_packed_f32(n, 4 * H, H, Hp.p, H, j->upack, true, Zt.p, 4 * H);
+            rl_gemm_packed_f32(n, 4 * H, H, Hm.p, H, j->upack, true, Zt.p, 4 * H);
         else
-            rl_mat_gemm(RL_DEVICE_CPU, NULL, dt, false, false, n, 4 * H, H, Hp, j->U, 1.0, Zt);
+            rl_mat_gemm(RL_DEVICE_CPU, NULL, dt, false, false, n, 4 * H, H, Hm, j->U, 1.0, Zt);
         void *cp = at(&L->cs, prev * BH + r0 * H), *c = at(&L->cs, cur * BH + r0 * H),
              *h = at(&L->hs, cur * BH + r0 * H), *out = at(&L->base.out, t * BH + r0 * H);
-        if (dt == RL_FLOAT32)
+        void *mc = NULL, *mh = NULL, *ct = NULL;
+        bool zo = zo_rows(L, t, r0, &mc, &mh, &ct);
+        if (dt == RL_FLOAT32) {
+            rl_lstm_zo_f32 z = {mc, mh, ct};
             rl_lstm_cpu_fwd_f32(n, H, t, j->len + r0, Zt.p, j->bias.p,
-                                (const float *const *)j->peep, cp, Hp.p, c, h, out);
-        else
+                                (const float *const *)j->peep, cp, Hp.p, c, h, out, zo ? &z : NULL);
+        } else {
+            rl_lstm_zo_f64 z = {mc, mh, ct};
             rl_lstm_cpu_fwd_f64(n, H, t, j->len + r0, Zt.p, j->bias.p,
-                                (const double *const *)j->peep, cp, Hp.p, c, h, out);
+                                (const double *const *)j->peep, cp, Hp.p, c, h, out,
+                                zo ? &z : NULL);
+        }
     }
 }
 
@@ -230,17 +266,26 @@ static void bwd_rows(const steps_job *j, int64_t r0, int64_t r1) {
         const void *dot =
             j->dout.p ? (char *)j->dout.p + (size_t)((t * B + r0) * j->dout.ld) * es : NULL;
         void *cp = at(&L->cs, prev * BH + r0 * H), *c = at(&L->cs, cur * BH + r0 * H);
-        if (dt == RL_FLOAT32)
+        void *mc = NULL, *mh = NULL, *ct = NULL;
+        bool zo = zo_rows(L, t, r0, &mc, &mh, &ct);
+        if (dt == RL_FLOAT32) {
+            rl_lstm_zo_f32 z = {mc, mh, ct};
             rl_lstm_cpu_bwd_f32(n, H, t, j->len + r0, Zt.p, (const float *const *)j->peep, cp, c,
-                                dot, j->dout.ld, dH.p, dc);
-        else
+                                dot, j->dout.ld, dH.p, dc, zo ? &z : NULL);
+        } else {
+            rl_lstm_zo_f64 z = {mc, mh, ct};
             rl_lstm_cpu_bwd_f64(n, H, t, j->len + r0, Zt.p, (const double *const *)j->peep, cp, c,
-                                dot, j->dout.ld, dH.p, dc);
-        /* padded rows of dZ_t are 0, so their dh passes through unchanged */
+                                dot, j->dout.ld, dH.p, dc, zo ? &z : NULL);
+        }
+        /* padded rows of dZ_t are 0, so their dh passes through unchanged; with rec_dropout
+         * the product's gradient goes through the mask */
+        rl_mat D = L->rdropped ? (rl_mat){at(&L->dtmp, r0 * H), H} : dH;
         if (j->packed)
-            rl_gemm_packed_f32(n, H, 4 * H, Zt.p, 4 * H, j->upack, true, dH.p, H);
+            rl_gemm_packed_f32(n, H, 4 * H, Zt.p, 4 * H, j->upack, !L->rdropped, D.p, H);
         else
-            rl_mat_gemm(RL_DEVICE_CPU, NULL, dt, false, true, n, H, 4 * H, Zt, j->U, 1.0, dH);
+            rl_mat_gemm(RL_DEVICE_CPU, NULL, dt, false, true, n, H, 4 * H, Zt, j->U,
+                        L->rdropped ? 0.0 : 1.0, D);
+        if (L->rdropped) rl_recurrent_mask_rows(dt, n, H, D.p, at(&L->md, r0 * H), dH.p, true);
     }
 }
 
@@ -293,6 +338,7 @@ static rl_status backward_steps_cpu(lstm_layer *L, rl_dtype dt, const int32_t *l
         .L = L, .dt = dt, .len = len, .U = U, .dout = dout, .peep = peep, .backward = true};
     RL_TRY(run_steps(&j));
     void *cp = at(&L->cs, L->direction > 0 ? 0 : BH), *c = at(&L->cs, L->direction > 0 ? BH : 0);
+    if (L->zoned) c = rl_tensor_data(&L->ct); /* p_o multiplies c~ */
     if (dt == RL_FLOAT32)
         rl_lstm_cpu_param_grads_f32(T * B, H, rl_tensor_data(&L->gates), cp, c, db.p,
                                     (float *const *)dpeep);
@@ -302,6 +348,7 @@ static rl_status backward_steps_cpu(lstm_layer *L, rl_dtype dt, const int32_t *l
     if (L->rec.defer_fwd) return RL_OK;
     rl_mat dZ = {rl_tensor_data(&L->gates), 4 * H};
     rl_mat Hprev = {at(&L->hs, L->direction > 0 ? 0 : BH), H};
+    if (L->rdropped) Hprev.p = rl_tensor_data(&L->hd); /* dU pairs dZ with what U multiplied */
     return lstm_weight_grad(&L->base, RL_DEVICE_CPU, dt, -1, T * B, Hprev, dZ);
 }
 
@@ -311,8 +358,9 @@ static rl_status lstm_forward(rl_layer *l, rl_layer_io *io) {
     int64_t H = l->n_out;
     rl_dtype dt;
     rl_device dev;
-    rl_recurrent_state given[2] = {{&L->h0, "initial h"}, {&L->c0, "initial c"}};
-    RL_TRY(rl_recurrent_forward_begin(r, l, io, given, 2, &dt, &dev));
+    RL_TRY(rl_recurrent_forward_begin(r, l, io, &dt, &dev));
+    if (L->zc > 0 || L->zh > 0) RL_TRY(rl_recurrent_cpu_only(r, l, dev, "zoneout"));
+    if (L->rd > 0) RL_TRY(rl_recurrent_cpu_only(r, l, dev, "rec_dropout"));
     if (L->cudnn && dev.type != RL_CUDA)
         return rl_error(RL_EDEVICE,
                         "layer '%s' (lstm): impl = \"cudnn\" needs CUDA tensors, the inputs "
@@ -335,7 +383,7 @@ static rl_status lstm_forward(rl_layer *l, rl_layer_io *io) {
     if (L->cudnn) {
         rl_mat p[4] = {W, U, bias, {NULL, 0}};
         RL_TRY(rl_rnn_cudnn_forward(&L->dnn, r, l, RL_CUDNN_LSTM, L->direction, io, dt, dev, p,
-                                    &L->h0, &L->c0, &L->hs, &L->cs));
+                                    &r->init[0], &r->init[1], &L->hs, &L->cs));
         return rl_recurrent_forward_end(r, l, 1, io->train, written, 2);
     }
 #endif
@@ -349,8 +397,8 @@ static rl_status lstm_forward(rl_layer *l, rl_layer_io *io) {
     rl_tensor hrow = {0}, crow = {0};
     RL_TRY(rl_tensor_select(&hrow, &L->hs, 0, init_row));
     rl_status st = rl_tensor_select(&crow, &L->cs, 0, init_row);
-    if (st == RL_OK) st = rl_recurrent_write_state(r, &hrow, &L->h0);
-    if (st == RL_OK) st = rl_recurrent_write_state(r, &crow, &L->c0);
+    if (st == RL_OK) st = rl_recurrent_write_state(r, &hrow, &r->init[0]);
+    if (st == RL_OK) st = rl_recurrent_write_state(r, &crow, &r->init[1]);
     rl_tensor_release(&hrow);
     rl_tensor_release(&crow);
     RL_TRY(st);
@@ -385,6 +433,19 @@ static rl_status lstm_forward(rl_layer *l, rl_layer_io *io) {
         row += F;
     }
 
+    L->zoned = L->zc > 0 || L->zh > 0;
+    if (L->zoned) {
+        int64_t zshape[3] = {T, B, H};
+        RL_TRY(rl_buffer_ensure_synced(&L->ct, dt, dev, 3, zshape));
+        if (L->zc > 0) RL_TRY(rl_recurrent_zoneout_mask(r, l, io, L->zc, &L->mc, dt, dev));
+        if (L->zh > 0) RL_TRY(rl_recurrent_zoneout_mask(r, l, io, L->zh, &L->mh, dt, dev));
+    }
+    L->rdropped = io->train && L->rd > 0;
+    if (L->rdropped) {
+        int64_t dshape[3] = {T, B, H};
+        RL_TRY(rl_recurrent_rec_dropout_mask(r, l, io, L->rd, &L->md, dt, dev));
+        RL_TRY(rl_buffer_ensure_synced(&L->hd, dt, dev, 3, dshape));
+    }
     const void *const *pp = L->peepholes ? peep : NULL;
     if (dev.type == RL_CPU)
         RL_TRY(forward_steps_cpu(L, dt, rl_tensor_data(io->lengths), U, bias, pp));
@@ -406,11 +467,10 @@ static rl_status lstm_backward(rl_layer *l, rl_layer_io *io, const rl_tensor *gr
     rl_dtype dt;
     rl_device dev;
     rl_mat dout;
-    rl_recurrent_state given[2] = {{&L->dhT, "final h gradient"}, {&L->dcT, "final c gradient"}};
-    if (L->cudnn && (L->dhT.storage || L->dcT.storage))
+    if (L->cudnn && (r->final_grad[0].storage || r->final_grad[1].storage))
         return rl_error(
             RL_EARG, "layer '%s' (lstm): impl = \"cudnn\" takes no final state gradients", l->name);
-    RL_TRY(rl_recurrent_backward_begin(r, l, io, grad_out, grad_in, given, 2, &dt, &dev, &dout));
+    RL_TRY(rl_recurrent_backward_begin(r, l, io, grad_out, grad_in, &dt, &dev, &dout));
     int64_t T = r->T, B = r->B;
     rl_mat W, U, dW, dU, db;
     const void *peep[3] = {NULL, NULL, NULL};
@@ -436,11 +496,11 @@ static rl_status lstm_backward(rl_layer *l, rl_layer_io *io, const rl_tensor *gr
         return rl_recurrent_backward_end(r, io, grad_in, written, 2);
     }
 #endif
-    int64_t sshape[2] = {B, H};
-    RL_TRY(rl_buffer_ensure_synced(&L->dh, dt, dev, 2, sshape));
-    RL_TRY(rl_buffer_ensure_synced(&L->dc, dt, dev, 2, sshape));
-    RL_TRY(rl_recurrent_write_state(r, &L->dh, &L->dhT));
-    RL_TRY(rl_recurrent_write_state(r, &L->dc, &L->dcT));
+    RL_TRY(rl_recurrent_start_state_grads(r, dt, dev));
+    if (L->rdropped) {
+        int64_t dshape[2] = {B, H};
+        RL_TRY(rl_buffer_ensure_synced(&L->dtmp, dt, dev, 2, dshape));
+    }
 
     const void *const *pp = L->peepholes ? peep : NULL;
     void *const *dpp = L->peepholes ? dpeep : NULL;
@@ -497,8 +557,8 @@ static void lstm_destroy(rl_layer *l) {
     lstm_layer *L = (lstm_layer *)l;
     rl_recurrent_free(&L->rec); /* drops the cuDNN object, waits for and destroys the stream */
     rl_rnn_cudnn_free(&L->dnn);
-    rl_tensor *ts[] = {&L->h0, &L->c0, &L->dhT, &L->dcT, &L->gates,
-                       &L->hs, &L->cs, &L->dh,  &L->dc,  &L->red};
+    rl_tensor *ts[] = {&L->gates, &L->hs, &L->cs, &L->dh, &L->dc, &L->red,
+                       &L->mc,    &L->mh, &L->ct, &L->md, &L->hd, &L->dtmp};
     for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
         rl_tensor_release(ts[i]);
     for (int k = 0; k < RL_LAYER_MAX_INPUTS; k++) {
@@ -524,7 +584,8 @@ static const rl_layer_ops lstm_ops = {.class_name = "lstm",
                                       .forward = lstm_forward,
                                       .backward = lstm_backward,
                                       .destroy = lstm_destroy,
-                                      .init_params = lstm_init_params};
+                                      .init_params = lstm_init_params,
+                                      .state = &rl_recurrent_state_ops};
 
 rl_status rl_lstm_create(rl_layer **out, const char *name, const rl_options *opts, int n_in,
                          const int64_t *in_dims) {
@@ -541,7 +602,11 @@ rl_status rl_lstm_create(rl_layer **out, const char *name, const rl_options *opt
     RL_TRY(rl_opt_bool(opts, name, "peepholes", false, &peep));
     RL_TRY(rl_opt_number(opts, name, "forget_bias", 0.0, &fb));
     bool cudnn;
+    double zc, zh;
     RL_TRY(rl_rnn_cudnn_option(opts, name, "lstm", &cudnn));
+    RL_TRY(rl_recurrent_zoneout_option(opts, name, "lstm", true, cudnn, &zc, &zh));
+    double rd;
+    RL_TRY(rl_recurrent_rec_dropout_option(opts, name, "lstm", cudnn, &rd));
     if (cudnn && peep)
         return rl_error(RL_EARG,
                         "layer '%s' (lstm): peepholes = true and impl = \"cudnn\" do not go "
@@ -562,9 +627,21 @@ rl_status rl_lstm_create(rl_layer **out, const char *name, const rl_options *opt
     L->peepholes = peep;
     L->cudnn = cudnn;
     L->forget_bias = fb;
+    L->zc = zc;
+    L->zh = zh;
+    L->rd = rd;
     L->rec.cls = "lstm";
     L->rec.on_stream_drop = drop_stream_users;
     L->rec.weight_grad = lstm_weight_grad;
+    L->rec.n_states = 2;
+    L->rec.state_names[0] = "h";
+    L->rec.state_names[1] = "c";
+    L->rec.state_dims[0] = L->rec.state_dims[1] = H;
+    L->rec.seq[0] = &L->hs;
+    L->rec.seq[1] = &L->cs;
+    L->rec.grad0[0] = &L->dh;
+    L->rec.grad0[1] = &L->dc;
+    L->rec.gates_cols = 4 * H;
     int64_t ws[2] = {F, 4 * H}, us[2] = {H, 4 * H}, bs[1] = {4 * H}, ps[1] = {H};
     rl_status st = rl_layer_add_param(l, "W", 2, ws, RL_INIT_GLOROT, 1.0, F, 4 * H, NULL);
     if (st == RL_OK)
@@ -581,77 +658,33 @@ rl_status rl_lstm_create(rl_layer **out, const char *name, const rl_options *opt
     return RL_OK;
 }
 
-static rl_status as_lstm(rl_layer *l, lstm_layer **L, const char *fn) {
+static rl_status check_lstm(const rl_layer *l, const char *fn) {
     if (!l || l->ops != &lstm_ops)
         return rl_error(RL_EARG, "%s: layer '%s' is not an lstm", fn, l ? l->name : "(null)");
-    *L = (lstm_layer *)l;
     return RL_OK;
 }
 
+/* The typed forms of the layer.h state calls, for C callers that know the class. */
 rl_status rl_lstm_set_initial_state(rl_layer *l, const rl_tensor *h0, const rl_tensor *c0) {
-    lstm_layer *L = NULL;
-    char s[96];
-    RL_TRY(as_lstm(l, &L, "rl_lstm_set_initial_state"));
-    const rl_tensor *given[2] = {h0, c0};
-    for (int k = 0; k < 2; k++) {
-        const rl_tensor *g = given[k];
-        /* the device is checked at each forward against the inputs' */
-        if (g && (!g->storage || g->ndim != 2 || g->shape[1] != l->n_out || g->dtype == RL_INT32))
-            return rl_error(RL_ESHAPE,
-                            "layer '%s' (lstm): initial %s must be a float (B, %" PRId64
-                            ") tensor, got %s",
-                            l->name, k ? "c" : "h", l->n_out,
-                            g && g->storage ? rl_tensor_describe(g, s, sizeof s) : "nothing");
-    }
-    rl_tensor_release(&L->h0);
-    rl_tensor_release(&L->c0);
-    if (h0) rl_tensor_share(&L->h0, h0);
-    if (c0) rl_tensor_share(&L->c0, c0);
-    return RL_OK;
+    RL_TRY(check_lstm(l, "rl_lstm_set_initial_state"));
+    const rl_tensor *s[2] = {h0, c0};
+    return rl_layer_set_initial_state(l, 2, s);
 }
 
 rl_status rl_lstm_set_final_state_grad(rl_layer *l, const rl_tensor *dh, const rl_tensor *dc) {
-    lstm_layer *L = NULL;
-    char s[96];
-    RL_TRY(as_lstm(l, &L, "rl_lstm_set_final_state_grad"));
-    const rl_tensor *given[2] = {dh, dc};
-    for (int k = 0; k < 2; k++) {
-        const rl_tensor *g = given[k];
-        /* shape against B and the device are checked at each backward */
-        if (g && (!g->storage || g->ndim != 2 || g->shape[1] != l->n_out || g->dtype == RL_INT32))
-            return rl_error(RL_ESHAPE,
-                            "layer '%s' (lstm): final %s gradient must be a float (B, %" PRId64
-                            ") tensor, got %s",
-                            l->name, k ? "c" : "h", l->n_out,
-                            g && g->storage ? rl_tensor_describe(g, s, sizeof s) : "nothing");
-    }
-    rl_tensor_release(&L->dhT);
-    rl_tensor_release(&L->dcT);
-    if (dh) rl_tensor_share(&L->dhT, dh);
-    if (dc) rl_tensor_share(&L->dcT, dc);
-    return RL_OK;
+    RL_TRY(check_lstm(l, "rl_lstm_set_final_state_grad"));
+    const rl_tensor *g[2] = {dh, dc};
+    return rl_layer_set_final_state_grad(l, 2, g);
 }
 
 rl_status rl_lstm_final_state(rl_layer *l, rl_tensor *h, rl_tensor *c) {
-    const char *fn = "rl_lstm_final_state";
-    lstm_layer *L = NULL;
-    RL_TRY(as_lstm(l, &L, fn));
-    if (h) RL_TRY(rl_recurrent_final_state(&L->rec, l, fn, &L->hs, h));
-    if (c) {
-        rl_status st = rl_recurrent_final_state(&L->rec, l, fn, &L->cs, c);
-        if (st != RL_OK && h) rl_tensor_release(h);
-        RL_TRY(st);
-    }
-    return RL_OK;
+    RL_TRY(check_lstm(l, "rl_lstm_final_state"));
+    rl_tensor *out[2] = {h, c};
+    return rl_layer_final_state(l, 2, out);
 }
 
 rl_status rl_lstm_initial_state_grad(rl_layer *l, rl_tensor *dh0, rl_tensor *dc0) {
-    lstm_layer *L = NULL;
-    RL_TRY(as_lstm(l, &L, "rl_lstm_initial_state_grad"));
-    if (!L->dh.storage)
-        return rl_error(RL_EARG, "rl_lstm_initial_state_grad: layer '%s' has run no backward",
-                        l->name);
-    if (dh0) rl_tensor_share(dh0, &L->dh);
-    if (dc0) rl_tensor_share(dc0, &L->dc);
-    return RL_OK;
+    RL_TRY(check_lstm(l, "rl_lstm_initial_state_grad"));
+    rl_tensor *out[2] = {dh0, dc0};
+    return rl_layer_initial_state_grad(l, 2, out);
 }

@@ -38,46 +38,53 @@ static rl_status use_device(rl_recurrent *r, const rl_layer *l, rl_device dev) {
                     l->name, r->cls, d);
 }
 
-/* A given state: (B, n_out) on the layer's device. */
-static rl_status check_state(const rl_recurrent *r, const rl_layer *l, rl_recurrent_state s,
-                             int64_t B, rl_device dev) {
+/* Given state i (r->init[i] or r->final_grad[i], named `what` and the state's name): (B, its
+ * dim) on the layer's device. */
+static rl_status check_state(const rl_recurrent *r, const rl_layer *l, const rl_tensor *t,
+                             const char *what, int i, int64_t B, rl_device dev) {
     char buf[96], d[32];
-    int64_t H = l->n_out;
-    const rl_tensor *t = s.t;
+    int64_t H = r->state_dims[i];
     if (t->ndim != 2 || t->shape[0] != B || t->shape[1] != H)
-        return rl_error(RL_ESHAPE,
-                        "layer '%s' (%s): %s is %s, expected (%" PRId64 ", %" PRId64
-                        ") for this batch",
-                        l->name, r->cls, s.what, rl_shape_str(t, buf, sizeof buf), B, H);
+        return rl_error(
+            RL_ESHAPE,
+            "layer '%s' (%s): %s %s is %s, expected (%" PRId64 ", %" PRId64 ") for this batch",
+            l->name, r->cls, what, r->state_names[i], rl_shape_str(t, buf, sizeof buf), B, H);
     if (!rl_device_eq(rl_tensor_device(t), dev)) {
         rl_device_name(dev, d, sizeof d);
-        return rl_error(RL_EDEVICE,
-                        "layer '%s' (%s): %s is %s, expected it on %s (the inputs' device)",
-                        l->name, r->cls, s.what, rl_tensor_describe(t, buf, sizeof buf), d);
+        return rl_error(
+            RL_EDEVICE, "layer '%s' (%s): %s %s is %s, expected it on %s (the inputs' device)",
+            l->name, r->cls, what, r->state_names[i], rl_tensor_describe(t, buf, sizeof buf), d);
     }
     return RL_OK;
 }
 
 static bool given(const rl_tensor *t) { return t && t->storage; }
 
+/* Checks the given states of one kind (r->init or r->final_grad) against the batch. */
+static rl_status check_states(const rl_recurrent *r, const rl_layer *l, const rl_tensor *ts,
+                              const char *what, int64_t B, rl_device dev) {
+    for (int i = 0; i < r->n_states; i++)
+        if (given(&ts[i])) RL_TRY(check_state(r, l, &ts[i], what, i, B, dev));
+    return RL_OK;
+}
+
 #ifdef RL_WITH_CUDA
-/* The stream waits for the writers of the n tensors and of the given states (CUDA only). */
+/* The stream waits for the writers of the n tensors and of the given states ts (CUDA only). */
 static rl_status wait_for(rl_recurrent *r, rl_device dev, const rl_tensor *const *ts, int n,
-                          const rl_recurrent_state *states, int n_states) {
+                          const rl_tensor *states) {
     if (dev.type != RL_CUDA) return RL_OK;
-    const rl_tensor *rd[2 * RL_LAYER_MAX_INPUTS + 8];
+    const rl_tensor *rd[2 * RL_LAYER_MAX_INPUTS + RL_LAYER_MAX_STATES];
     int m = 0;
     for (int k = 0; k < n && m < (int)(sizeof rd / sizeof rd[0]); k++)
         rd[m++] = ts[k];
-    for (int k = 0; k < n_states && m < (int)(sizeof rd / sizeof rd[0]); k++)
-        rd[m++] = states[k].t;
+    for (int k = 0; k < r->n_states && m < (int)(sizeof rd / sizeof rd[0]); k++)
+        rd[m++] = &states[k];
     return rl_cuda_stream_wait_for(r->stream, rd, m);
 }
 #endif
 
 rl_status rl_recurrent_forward_begin(rl_recurrent *r, rl_layer *l, const rl_layer_io *io,
-                                     const rl_recurrent_state *states, int n_states, rl_dtype *dt,
-                                     rl_device *dev) {
+                                     rl_dtype *dt, rl_device *dev) {
     int64_t T, B;
     RL_TRY(rl_layer_check_inputs(l, io, &T, &B));
     if (!rl_tensor_is_contiguous(io->lengths))
@@ -91,10 +98,9 @@ rl_status rl_recurrent_forward_begin(rl_recurrent *r, rl_layer *l, const rl_laye
         RL_TRY(rl_param_mat(l, &l->params[k].value, l->params[k].name, *dt, *dev, &m));
     }
     RL_TRY(use_device(r, l, *dev));
-    for (int k = 0; k < n_states; k++)
-        if (given(states[k].t)) RL_TRY(check_state(r, l, states[k], B, *dev));
+    RL_TRY(check_states(r, l, r->init, "initial", B, *dev));
 #ifdef RL_WITH_CUDA
-    RL_TRY(wait_for(r, *dev, (const rl_tensor *const *)io->in, io->n_in, states, n_states));
+    RL_TRY(wait_for(r, *dev, (const rl_tensor *const *)io->in, io->n_in, r->init));
 #endif
     r->T = T;
     r->B = B;
@@ -163,8 +169,7 @@ static rl_status check_backward_io(const rl_recurrent *r, const rl_layer *l, con
 
 rl_status rl_recurrent_backward_begin(rl_recurrent *r, rl_layer *l, const rl_layer_io *io,
                                       const rl_tensor *grad_out, rl_tensor *const *grad_in,
-                                      const rl_recurrent_state *states, int n_states, rl_dtype *dt,
-                                      rl_device *dev, rl_mat *dout) {
+                                      rl_dtype *dt, rl_device *dev, rl_mat *dout) {
     int64_t T = r->T, B = r->B, H = l->n_out;
     char s1[96], s2[96];
     if (!r->have_forward)
@@ -185,7 +190,7 @@ rl_status rl_recurrent_backward_begin(rl_recurrent *r, rl_layer *l, const rl_lay
         rd[n++] = grad_out;
         for (int k = 0; k < io->n_in && grad_in; k++)
             rd[n++] = grad_in[k];
-        RL_TRY(wait_for(r, *dev, rd, n, states, n_states));
+        RL_TRY(wait_for(r, *dev, rd, n, r->final_grad));
     }
 #endif
     *dout = (rl_mat){NULL, 0};
@@ -213,8 +218,7 @@ rl_status rl_recurrent_backward_begin(rl_recurrent *r, rl_layer *l, const rl_lay
                             gi->storage ? rl_tensor_describe(gi, s1, sizeof s1) : "nothing",
                             rl_tensor_describe(io->in[k], s2, sizeof s2));
     }
-    for (int k = 0; k < n_states; k++)
-        if (given(states[k].t)) RL_TRY(check_state(r, l, states[k], B, *dev));
+    RL_TRY(check_states(r, l, r->final_grad, "gradient of final", B, *dev));
     r->have_forward = false;
     return RL_OK;
 }
@@ -259,6 +263,86 @@ rl_status rl_recurrent_final_state(const rl_recurrent *r, const rl_layer *l, con
     /* the carried states make the last processed row every sequence's own final state */
     return rl_tensor_select(out, states, 0, r->last_row);
 }
+
+rl_status rl_recurrent_start_state_grads(rl_recurrent *r, rl_dtype dt, rl_device dev) {
+    for (int i = 0; i < r->n_states; i++) {
+        int64_t shape[2] = {r->B, r->state_dims[i]};
+        RL_TRY(rl_buffer_ensure_synced(r->grad0[i], dt, dev, 2, shape));
+        RL_TRY(rl_recurrent_write_state(r, r->grad0[i], &r->final_grad[i]));
+    }
+    return RL_OK;
+}
+
+/* ---------------------------------------------------------------- state ops */
+
+static rl_recurrent *rec_of(const rl_layer *l) { return &((rl_recurrent_layer *)l)->rec; }
+
+static int state_info(const rl_layer *l, const char *const **names, const int64_t **dims) {
+    const rl_recurrent *r = rec_of(l);
+    *names = r->state_names;
+    *dims = r->state_dims;
+    return r->n_states;
+}
+
+/* Shares the given tensors into dst[] after checking each is a float (B, dim) tensor. */
+static rl_status set_given(rl_layer *l, rl_tensor *dst, const rl_tensor *const *g,
+                           const char *what) {
+    rl_recurrent *r = rec_of(l);
+    char s[96];
+    for (int i = 0; i < r->n_states; i++) {
+        const rl_tensor *t = g[i];
+        /* the batch size and the device are checked at each forward or backward */
+        if (t && (!t->storage || t->ndim != 2 || t->shape[1] != r->state_dims[i] ||
+                  t->dtype == RL_INT32))
+            return rl_error(
+                RL_ESHAPE, "layer '%s' (%s): %s %s must be a float (B, %" PRId64 ") tensor, got %s",
+                l->name, r->cls, what, r->state_names[i], r->state_dims[i],
+                t && t->storage ? rl_tensor_describe(t, s, sizeof s) : "nothing");
+    }
+    for (int i = 0; i < r->n_states; i++) {
+        rl_tensor_release(&dst[i]);
+        if (g[i]) rl_tensor_share(&dst[i], g[i]);
+    }
+    return RL_OK;
+}
+
+static rl_status state_set_initial(rl_layer *l, const rl_tensor *const *s) {
+    return set_given(l, rec_of(l)->init, s, "initial");
+}
+
+static rl_status state_set_final_grad(rl_layer *l, const rl_tensor *const *g) {
+    return set_given(l, rec_of(l)->final_grad, g, "gradient of final");
+}
+
+static rl_status state_final(rl_layer *l, rl_tensor *const *out) {
+    rl_recurrent *r = rec_of(l);
+    for (int i = 0; i < r->n_states; i++) {
+        if (!out[i]) continue;
+        rl_status st = rl_recurrent_final_state(r, l, "final_state", r->seq[i], out[i]);
+        if (st != RL_OK) {
+            for (int k = 0; k < i; k++)
+                if (out[k]) rl_tensor_release(out[k]);
+            return st;
+        }
+    }
+    return RL_OK;
+}
+
+static rl_status state_initial_grad(rl_layer *l, rl_tensor *const *out) {
+    rl_recurrent *r = rec_of(l);
+    if (!r->grad0[0]->storage)
+        return rl_error(RL_EARG, "initial_state_grad: layer '%s' (%s) has run no backward", l->name,
+                        r->cls);
+    for (int i = 0; i < r->n_states; i++)
+        if (out[i]) rl_tensor_share(out[i], r->grad0[i]);
+    return RL_OK;
+}
+
+const rl_state_ops rl_recurrent_state_ops = {.info = state_info,
+                                             .set_initial = state_set_initial,
+                                             .set_final_grad = state_set_final_grad,
+                                             .final = state_final,
+                                             .initial_grad = state_initial_grad};
 
 /* ---------------------------------------------------------------- packed operands */
 
@@ -341,12 +425,11 @@ rl_status rl_recurrent_pack_inputs(rl_recurrent *r, const rl_layer *l, bool back
     return RL_OK;
 }
 
-/* The rl_recurrent of l, an lstm or a gru (their structs start with rl_recurrent_layer). */
+/* The rl_recurrent of l, a layer built on it (its struct starts with rl_recurrent_layer). */
 static rl_status recurrent_of(rl_layer *l, const char *fn, rl_recurrent **r) {
-    const char *c = l ? l->ops->class_name : "";
-    if (strcmp(c, "lstm") != 0 && strcmp(c, "gru") != 0)
-        return rl_error(RL_EARG, "%s: layer '%s' is not an lstm or gru", fn,
-                        l ? l->name : "(null)");
+    if (!l || l->ops->state != &rl_recurrent_state_ops)
+        return rl_error(RL_EARG, "%s: layer '%s' (%s) is not a recurrent layer", fn,
+                        l ? l->name : "(null)", l ? l->ops->class_name : "none");
     *r = &((rl_recurrent_layer *)l)->rec;
     return RL_OK;
 }
@@ -453,7 +536,7 @@ rl_status rl_recurrent_weight_grads(rl_layer *l, int k, const rl_tensor *x, cons
                         l->name, l->n_in, k);
     int64_t F = k < 0 ? l->n_out : l->in_dims[k], nx, nz;
     RL_TRY(rows_of(l, fn, k < 0 ? "x (the previous states)" : "x", x, F, &nx));
-    RL_TRY(rows_of(l, fn, "dz", dz, 4 * l->n_out, &nz));
+    RL_TRY(rows_of(l, fn, "dz", dz, r->gates_cols, &nz));
     if (nx != nz || x->dtype != dz->dtype)
         return rl_error(RL_ESHAPE,
                         "%s: layer '%s': x has %" PRId64 " rows of %s, dz %" PRId64
@@ -461,7 +544,7 @@ rl_status rl_recurrent_weight_grads(rl_layer *l, int k, const rl_tensor *x, cons
                         fn, l->name, nx, rl_dtype_name(x->dtype), nz, rl_dtype_name(dz->dtype));
     if (nx == 0) return RL_OK;
     return r->weight_grad(l, RL_DEVICE_CPU, x->dtype, k, nx, (rl_mat){rl_tensor_data(x), F},
-                          (rl_mat){rl_tensor_data(dz), 4 * l->n_out});
+                          (rl_mat){rl_tensor_data(dz), r->gates_cols});
 }
 
 rl_status rl_recurrent_pack_count(rl_layer *l, uint64_t *count) {
@@ -469,6 +552,118 @@ rl_status rl_recurrent_pack_count(rl_layer *l, uint64_t *count) {
     RL_TRY(recurrent_of(l, "rl_recurrent_pack_count", &r));
     *count = r->packs ? r->packs->count : 0;
     return RL_OK;
+}
+
+rl_status rl_recurrent_gates_cols(rl_layer *l, int64_t *cols) {
+    rl_recurrent *r = NULL;
+    RL_TRY(recurrent_of(l, "rl_recurrent_gates_cols", &r));
+    *cols = r->gates_cols;
+    return RL_OK;
+}
+
+/* ---------------------------------------------------------------- options */
+
+rl_status rl_recurrent_prob_option(const rl_options *o, const char *name, const char *cls,
+                                   const char *key, double *p) {
+    RL_TRY(rl_opt_number(o, name, key, 0.0, p));
+    if (!(*p >= 0.0 && *p < 1.0))
+        return rl_error(RL_EARG,
+                        "layer '%s' (%s): option %s = %g, expected a probability in [0, 1)", name,
+                        cls, key, *p);
+    return RL_OK;
+}
+
+rl_status rl_recurrent_zoneout_option(const rl_options *o, const char *name, const char *cls,
+                                      bool has_cell, bool cudnn, double *zc, double *zh) {
+    /* without a cell state the field is not read, so zoneout = {cell = ..} is an unknown field
+     * (layers.lua names it) and zoneout = z means the hidden state's */
+    *zc = 0.0;
+    if (has_cell) RL_TRY(rl_recurrent_prob_option(o, name, cls, "zoneout.cell", zc));
+    RL_TRY(rl_recurrent_prob_option(o, name, cls, "zoneout.hidden", zh));
+    if (cudnn && (*zc > 0 || *zh > 0))
+        return rl_error(RL_EARG,
+                        "layer '%s' (%s): option zoneout and impl = \"cudnn\" do not go together "
+                        "(cuDNN's cells have no zoneout; use impl = \"own\")",
+                        name, cls);
+    return RL_OK;
+}
+
+rl_status rl_recurrent_zoneout_mask(const rl_recurrent *r, const rl_layer *l, const rl_layer_io *io,
+                                    double z, rl_tensor *mask, rl_dtype dt, rl_device dev) {
+    int64_t shape[3] = {r->T, r->B, r->state_dims[0]};
+    RL_TRY(rl_buffer_ensure_synced(mask, dt, dev, 3, shape));
+    if (!io->train) return rl_op_fill(mask, z);
+    if (!io->rng)
+        return rl_error(RL_EARG, "layer '%s' (%s): zoneout in training needs a random generator",
+                        l->name, r->cls);
+    RL_TRY(rl_op_uniform(mask, io->rng, 0.0, 1.0));
+    return rl_op_binary_scalar(mask, mask, z, RL_BIN_LT, false);
+}
+
+rl_status rl_recurrent_rec_dropout_option(const rl_options *o, const char *name, const char *cls,
+                                          bool cudnn, double *p) {
+    RL_TRY(rl_recurrent_prob_option(o, name, cls, "rec_dropout", p));
+    if (cudnn && *p > 0)
+        return rl_error(RL_EARG,
+                        "layer '%s' (%s): option rec_dropout and impl = \"cudnn\" do not go "
+                        "together (cuDNN's cells have no recurrent dropout; use impl = \"own\")",
+                        name, cls);
+    return RL_OK;
+}
+
+rl_status rl_recurrent_rec_dropout_mask(const rl_recurrent *r, const rl_layer *l,
+                                        const rl_layer_io *io, double p, rl_tensor *mask,
+                                        rl_dtype dt, rl_device dev) {
+    if (r->ext_gates.storage)
+        return rl_error(RL_EARG,
+                        "layer '%s' (%s): option rec_dropout is not supported inside a rec unit "
+                        "(its step objects would draw a new mask at every step, not one per "
+                        "sequence)",
+                        l->name, r->cls);
+    if (!io->rng)
+        return rl_error(RL_EARG,
+                        "layer '%s' (%s): rec_dropout in training needs a random generator",
+                        l->name, r->cls);
+    int64_t shape[2] = {r->B, r->state_dims[0]};
+    RL_TRY(rl_buffer_ensure_synced(mask, dt, dev, 2, shape));
+    RL_TRY(rl_op_uniform(mask, io->rng, 0.0, 1.0));
+    RL_TRY(rl_op_binary_scalar(mask, mask, p, RL_BIN_GE, false));
+    return rl_op_binary_scalar(mask, mask, 1.0 / (1.0 - p), RL_BIN_MUL, false);
+}
+
+void rl_recurrent_mask_rows(rl_dtype dt, int64_t n, int64_t H, const void *src, const void *mask,
+                            void *dst, bool accumulate) {
+    int64_t m = n * H;
+    if (dt == RL_FLOAT32) {
+        const float *restrict a = src, *restrict k = mask;
+        float *restrict d = dst;
+        if (accumulate)
+            for (int64_t i = 0; i < m; i++)
+                d[i] += a[i] * k[i];
+        else
+            for (int64_t i = 0; i < m; i++)
+                d[i] = a[i] * k[i];
+    } else {
+        const double *restrict a = src, *restrict k = mask;
+        double *restrict d = dst;
+        if (accumulate)
+            for (int64_t i = 0; i < m; i++)
+                d[i] += a[i] * k[i];
+        else
+            for (int64_t i = 0; i < m; i++)
+                d[i] = a[i] * k[i];
+    }
+}
+
+rl_status rl_recurrent_cpu_only(const rl_recurrent *r, const rl_layer *l, rl_device dev,
+                                const char *what) {
+    if (dev.type == RL_CPU) return RL_OK;
+    char d[32];
+    rl_device_name(dev, d, sizeof d);
+    return rl_error(RL_EDEVICE,
+                    "layer '%s' (%s): option %s runs in the CPU's fused passes only; the inputs "
+                    "are on %s (the CUDA kernels do not take it)",
+                    l->name, r->cls, what, d);
 }
 
 void rl_recurrent_free(rl_recurrent *r) {
@@ -484,6 +679,10 @@ void rl_recurrent_free(rl_recurrent *r) {
     rl_tensor_release(&r->len_dev);
     rl_tensor_release(&r->gout);
     rl_tensor_release(&r->ext_gates);
+    for (int i = 0; i < RL_LAYER_MAX_STATES; i++) {
+        rl_tensor_release(&r->init[i]);
+        rl_tensor_release(&r->final_grad[i]);
+    }
     packs_release(r->packs);
     r->packs = NULL;
 }

@@ -61,7 +61,25 @@ typedef struct rl_recurrent {
      * the gates buffer. The layer's own backward makes its products with it too. */
     rl_status (*weight_grad)(rl_layer *l, rl_device dev, rl_dtype dt, int k, int64_t n, rl_mat x,
                              rl_mat dz);
+    /* The recurrent state (rl_recurrent_state_ops), filled by the cell at creation: n_states
+     * tensors named state_names[i] ("h", "c"; state 0 is the output), each (B, state_dims[i]);
+     * seq[i] the layer's buffer of that state over the steps (T+1 rows as lstm.c's hs, the final
+     * state at row last_row), grad0[i] its backward's running gradient of that state (B, dim),
+     * which ends as the initial state's. gates_cols: the width of the gates buffer (for
+     * rl_recurrent_set_gates). */
+    int n_states;
+    const char *state_names[RL_LAYER_MAX_STATES];
+    int64_t state_dims[RL_LAYER_MAX_STATES];
+    rl_tensor *seq[RL_LAYER_MAX_STATES], *grad0[RL_LAYER_MAX_STATES];
+    int64_t gates_cols;
+    /* What the caller gave (shared views, or unset): the initial states and the final states'
+     * gradients, read at each forward and backward. */
+    rl_tensor init[RL_LAYER_MAX_STATES], final_grad[RL_LAYER_MAX_STATES];
 } rl_recurrent;
+
+/* The state ops of every layer built on rl_recurrent (layer.h's rl_state_ops over the fields
+ * above); they are also how the functions below recognise such a layer. */
+extern const rl_state_ops rl_recurrent_state_ops;
 
 /* Whether input k of the last forward was given as all zeros: its input projection (forward) and
  * its weight gradient X_k^T dZ (backward) are skipped; its input gradient is computed as usual. */
@@ -81,19 +99,13 @@ typedef struct {
     int64_t col, n; /* columns col .. col+n-1 of W (the gate blocks one product writes) */
 } rl_pack_block;
 
-/* A given state tensor and what it is called in messages ("initial h", "final c gradient"). */
-typedef struct {
-    const rl_tensor *t; /* unset (no storage) or NULL: none given */
-    const char *what;
-} rl_recurrent_state;
-
 /* Checks the inputs (rl_layer_check_inputs: shapes, dtypes, devices, lengths), moves the layer
- * to the inputs' device, checks each given state is (B, n_out) on that device, waits (CUDA) for
+ * to the inputs' device, checks each given initial state (r->init) is (B, its dim) on that
+ * device, waits (CUDA) for
  * the writers of the inputs and states, sizes l->out (T, B, n_out), copies the lengths to the
  * device and records T, B. *dt, *dev: the inputs' dtype and device. */
 rl_status rl_recurrent_forward_begin(rl_recurrent *r, rl_layer *l, const rl_layer_io *io,
-                                     const rl_recurrent_state *states, int n_states, rl_dtype *dt,
-                                     rl_device *dev);
+                                     rl_dtype *dt, rl_device *dev);
 /* After the forward's work: last_row is the final state's row; records (CUDA) the stream's event
  * as the writer of l->out and of the n buffers (the state buffers another layer may read). */
 rl_status rl_recurrent_forward_end(rl_recurrent *r, rl_layer *l, int64_t last_row, bool trained,
@@ -103,11 +115,14 @@ rl_status rl_recurrent_forward_end(rl_recurrent *r, rl_layer *l, int64_t last_ro
  * grad_out, of the given states and of grad_in (overwritten), checks grad_out (T, B, n_out) and
  * each grad_in (the input's shape) and the given states ((B, n_out) on the device). *dout:
  * grad_out as a (T*B, n_out) matrix ({NULL, 0} when grad_out is NULL: zero), possibly the copy
- * r->gout. Clears have_forward (the layer overwrites its activations). */
+ * r->gout, and the given final-state gradients (r->final_grad). Clears have_forward (the layer
+ * overwrites its activations). */
 rl_status rl_recurrent_backward_begin(rl_recurrent *r, rl_layer *l, const rl_layer_io *io,
                                       const rl_tensor *grad_out, rl_tensor *const *grad_in,
-                                      const rl_recurrent_state *states, int n_states, rl_dtype *dt,
-                                      rl_device *dev, rl_mat *dout);
+                                      rl_dtype *dt, rl_device *dev, rl_mat *dout);
+/* Sizes each grad0[i] (B, dim) and writes the given final-state gradient into it, or zeros:
+ * where the backward's running state gradients start. */
+rl_status rl_recurrent_start_state_grads(rl_recurrent *r, rl_dtype dt, rl_device dev);
 /* After the backward's work: records (CUDA) the stream's event as the writer of grad_in and of
  * the n buffers (the initial state's gradients). */
 rl_status rl_recurrent_backward_end(rl_recurrent *r, const rl_layer_io *io,
@@ -146,6 +161,39 @@ rl_status rl_recurrent_pack_inputs(rl_recurrent *r, const rl_layer *l, bool back
  * layer's own, sized with rl_buffer_ensure_synced. Sets r->defer_fwd accordingly. */
 rl_status rl_recurrent_gates(rl_recurrent *r, const rl_layer *l, rl_tensor *gates, rl_dtype dt,
                              rl_device dev, const int64_t *shape);
+
+/* Options of the recurrent family, read at creation (errors name the layer, its class and the
+ * option). A probability in [0, 1), default 0 (off): */
+rl_status rl_recurrent_prob_option(const rl_options *o, const char *name, const char *cls,
+                                   const char *key, double *p);
+/* zoneout = {cell = zc, hidden = zh} (or zoneout = z for both): *zc, *zh; a class without a cell
+ * state (has_cell false) reads only hidden (*zc = 0), and impl = "cudnn" (cudnn true) none. */
+rl_status rl_recurrent_zoneout_option(const rl_options *o, const char *name, const char *cls,
+                                      bool has_cell, bool cudnn, double *zc, double *zh);
+/* The zoneout weights of a forward: mask (T, B, H) sized and filled with Bernoulli(z) 0/1 draws
+ * from io->rng when io->train (one per unit, step and sequence, padded frames too, so the draws
+ * depend only on the batch shape), else with z (the expectation at evaluation). */
+rl_status rl_recurrent_zoneout_mask(const rl_recurrent *r, const rl_layer *l, const rl_layer_io *io,
+                                    double z, rl_tensor *mask, rl_dtype dt, rl_device dev);
+/* rec_dropout = p: variational dropout of the recurrent input (Gal & Ghahramani 2016), *p in
+ * [0, 1); not with impl = "cudnn". */
+rl_status rl_recurrent_rec_dropout_option(const rl_options *o, const char *name, const char *cls,
+                                          bool cudnn, double *p);
+/* The rec_dropout mask of a training forward: mask (B, H) sized and filled with 0 or 1/(1 - p)
+ * (inverted dropout: evaluation needs no mask), drawn from io->rng; one per sequence and unit,
+ * used at every step. Errors: no generator; the layer's gates given by the caller
+ * (rl_recurrent_set_gates: a rec unit's step objects, which would draw a mask per step). */
+rl_status rl_recurrent_rec_dropout_mask(const rl_recurrent *r, const rl_layer *l,
+                                        const rl_layer_io *io, double p, rl_tensor *mask,
+                                        rl_dtype dt, rl_device dev);
+/* dst = src * mask, or dst += src * mask with accumulate: n rows of H (rows H apart), float32 or
+ * float64 CPU memory (the rec_dropout products' operand and their state gradients). */
+void rl_recurrent_mask_rows(rl_dtype dt, int64_t n, int64_t H, const void *src, const void *mask,
+                            void *dst, bool accumulate);
+/* RL_OK on the CPU; else an error naming the layer and `what`, an option whose arithmetic runs
+ * in the CPU's fused passes only (the CUDA kernels do not take it). */
+rl_status rl_recurrent_cpu_only(const rl_recurrent *r, const rl_layer *l, rl_device dev,
+                                const char *what);
 
 /* Waits for and destroys the stream (after on_stream_drop), releases len_dev, gout and the packs
  * (freed with their last sharer). The layer calls it before releasing its own buffers, which the

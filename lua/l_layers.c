@@ -34,23 +34,26 @@
  *       images, 4 = any rank), or nil for a class that is not a C class
  *
  * Pair options (filter_size = {fh, fw}, strides, pool_size) reach C as the numbers "KEY[1]" and
- * "KEY[2]" (rl_opt_pair): the description may give KEY = {a, b} or KEY = n for both.
+ * "KEY[2]" (rl_opt_pair): the description may give KEY = {a, b} or KEY = n for both. Options
+ * with named fields (zoneout = {cell = a, hidden = b}) reach C as "KEY.FIELD"; KEY = n gives n
+ * to every field, and a field no layer read is an unknown option (layers.lua).
  *   layer:backward(grad_out | nil, grad_in)  grad_in: one entry per input, a tensor shaped
  *       like that input (written with `=`) or false; parameter gradients are added (`+=`)
  *   fields: name, class, n_out, n_in, in_dims, is_loss, num_params
- *   lstm: layer:set_initial_state(h0, c0 | nil), layer:final_state() -> h, c,
- *         layer:initial_state_grad() -> dh0, dc0 (after backward),
- *         layer:set_final_state_grad(dh, dc | nil) (where backward starts; rec units),
- *         layer:_share_packs(owner), layer:_set_pack_pass(n) (rec units: the step objects'
- *         packed weights, built once per pass; layers/layers.h), layer:_pack_count() -> n
- *         (the operands packed so far, for tests), layer:_set_zero_inputs(mask) (bit k: input k
- *         is all zeros in the following forwards; its products are skipped),
- *         layer:_set_gates(t | nil) (t (T, B, 4 n_out): the gates buffer from the next forward
- *         on; backward then leaves the weight gradients to the caller), layer:_weight_grads(k,
- *         x, dz) (W_k's gradient (k = 0: U's) += x^T dz over the rows of x and dz; both in
- *         layers/layers.h)
- *   gru:  the same with h alone: set_initial_state(h0 | nil), final_state() -> h,
- *         initial_state_grad() -> dh0; the pack methods as the lstm's
+ *   recurrent state (layer.h, rl_state_ops; any class that has it, empty for the others):
+ *         layer:state_names() -> {"h", "c"}, {dims} (the first state is the output),
+ *         layer:set_initial_state(s1, s2, ... | nil), layer:final_state() -> s1, s2, ...,
+ *         layer:initial_state_grad() -> g1, g2, ... (after backward),
+ *         layer:set_final_state_grad(g1, g2, ... | nil) (where backward starts; rec units); one
+ *         (B, dim) tensor per state in state_names order, nil or left out: zeros
+ *   recurrent layers (layers/recurrent.h): layer:_share_packs(owner), layer:_set_pack_pass(n)
+ *         (rec units: the step objects' packed weights, built once per pass; layers/layers.h),
+ *         layer:_pack_count() -> n (the operands packed so far, for tests),
+ *         layer:_set_zero_inputs(mask) (bit k: input k is all zeros in the following forwards;
+ *         its products are skipped), layer:_set_gates(t | nil) (t (T, B, layer:_gates_cols()):
+ *         the gates buffer from the next forward on; backward then leaves the weight gradients
+ *         to the caller), layer:_weight_grads(k, x, dz) (W_k's gradient (k = 0: U's) += x^T dz
+ *         over the rows of x and dz; both in layers/layers.h)
  *   rl._layer_classes()                -> the C class names
  *   rl._param_init(t, kind, a, fan_in, fan_out)  the C initialisers, for Lua layers
  *   rl._loss_mse(out, target, lengths [, grad]) -> loss, n_frames (grad written with `=`)
@@ -186,7 +189,9 @@ typedef struct {
 
 /* Pushes desc[key] (raw: a description is plain data) and records the key as read. A key
  * "NAME[i]" (i = 1, 2) reads element i of a table desc.NAME, or desc.NAME itself when it is a
- * number, and records NAME. */
+ * number, and records NAME. A key "NAME.FIELD" reads desc.NAME.FIELD of a table desc.NAME, or
+ * desc.NAME itself when it is not a table (zoneout = z for every field), and records FIELD in
+ * the set read[NAME]. */
 static int opt_get(opts_ctx *c, const char *key) {
     const char *br = strchr(key, '[');
     if (br && (br[1] == '1' || br[1] == '2') && br[2] == ']' && br[3] == '\0') {
@@ -202,6 +207,27 @@ static int opt_get(opts_ctx *c, const char *key) {
             return LUA_TSTRING;
         }
         t = lua_rawgeti(c->L, -1, br[1] - '0');
+        lua_remove(c->L, -2);
+        return t;
+    }
+    const char *dot = strchr(key, '.');
+    if (dot) {
+        /* read[NAME] = the set of fields read, so that layers.lua reports the others */
+        lua_pushlstring(c->L, key, (size_t)(dot - key));
+        if (lua_rawget(c->L, c->read) != LUA_TTABLE) {
+            lua_pop(c->L, 1);
+            lua_newtable(c->L);
+            lua_pushlstring(c->L, key, (size_t)(dot - key));
+            lua_pushvalue(c->L, -2);
+            lua_rawset(c->L, c->read);
+        }
+        lua_pushboolean(c->L, 1);
+        lua_setfield(c->L, -2, dot + 1);
+        lua_pop(c->L, 1);
+        lua_pushlstring(c->L, key, (size_t)(dot - key));
+        int t = lua_rawget(c->L, c->desc);
+        if (t != LUA_TTABLE) return t;
+        t = lua_getfield(c->L, -1, dot + 1);
         lua_remove(c->L, -2);
         return t;
     }
@@ -646,63 +672,88 @@ static int l_layer_class_flags(lua_State *L) {
     return 1;
 }
 
-/* ---------------------------------------------------------------- lstm and gru state */
+/* ---------------------------------------------------------------- recurrent state */
 
-static bool is_gru(const rl_layer *l) { return strcmp(class_of(l), "gru") == 0; }
+/* The tensors at stack slots 2 .. top (nil: none given; trailing nils dropped); *n their count. */
+static void given_states(lua_State *L, const rl_tensor **s, int *n) {
+    int top = lua_gettop(L);
+    while (top > 1 && lua_isnil(L, top))
+        top--;
+    if (top - 1 > RL_LAYER_MAX_STATES)
+        luaL_error(L, "at most %d state tensors, got %d", RL_LAYER_MAX_STATES, top - 1);
+    *n = top - 1;
+    for (int i = 0; i < *n; i++)
+        s[i] = lua_isnil(L, i + 2) ? NULL : rl_lua_check_tensor(L, i + 2);
+}
 
-/* layer:set_initial_state(h0, c0 | nil): (B, n_out) each (a gru takes h0 alone); nil h0
- * restores the zero state */
+/* layer:state_names() -> {names}, {dims}: the layer's recurrent state tensors ("h", "c"; the
+ * first is its output), each (B, dim); empty tables for a layer without state */
+static int m_state_names(lua_State *L) {
+    const char *const *names;
+    const int64_t *dims;
+    int n = rl_layer_state_info(check_layer(L, 1)->layer, &names, &dims);
+    lua_createtable(L, n, 0);
+    lua_createtable(L, n, 0);
+    for (int i = 0; i < n; i++) {
+        lua_pushstring(L, names[i]);
+        lua_rawseti(L, -3, i + 1);
+        lua_pushinteger(L, dims[i]);
+        lua_rawseti(L, -2, i + 1);
+    }
+    return 2;
+}
+
+/* layer:set_initial_state(s1, s2, ...): one (B, dim) tensor or nil (zeros) per state, in
+ * state_names order; states left out start from zeros */
 static int m_set_initial_state(lua_State *L) {
     rl_layer *l = check_layer(L, 1)->layer;
-    const rl_tensor *h0 = lua_isnoneornil(L, 2) ? NULL : rl_lua_check_tensor(L, 2);
-    if (is_gru(l)) {
-        if (!lua_isnoneornil(L, 3))
-            return luaL_error(L, "layer '%s' (gru): set_initial_state takes h0 alone (no cell)",
-                              l->name);
-        if (rl_gru_set_initial_state(l, h0) != RL_OK) return raise_plain(L);
-        return 0;
-    }
-    const rl_tensor *c0 = lua_isnoneornil(L, 3) ? NULL : rl_lua_check_tensor(L, 3);
-    if (rl_lstm_set_initial_state(l, h0, c0) != RL_OK) return raise_plain(L);
+    const rl_tensor *s[RL_LAYER_MAX_STATES];
+    int n;
+    given_states(L, s, &n);
+    if (rl_layer_set_initial_state(l, n, s) != RL_OK) return raise_plain(L);
     return 0;
 }
 
-/* layer:final_state() -> h, c (B, n_out): each sequence's state after its last frame (h alone
- * for a gru) */
-static int m_final_state(lua_State *L) {
-    rl_layer *l = check_layer(L, 1)->layer;
-    rl_tensor *h = rl_lua_push_tensor(L);
-    if (is_gru(l)) {
-        if (rl_gru_final_state(l, h) != RL_OK) return raise_plain(L);
-        return 1;
-    }
-    rl_tensor *c = rl_lua_push_tensor(L);
-    if (rl_lstm_final_state(l, h, c) != RL_OK) return raise_plain(L);
-    return 2;
-}
-
-/* layer:set_final_state_grad(dh, dc | nil): dLoss/d(final state) (B, n_out) each, where the
- * following backward passes start; nil dh restores zeros */
+/* layer:set_final_state_grad(g1, g2, ...): dLoss/d(final state) per state as set_initial_state,
+ * where the following backward passes start */
 static int m_set_final_state_grad(lua_State *L) {
     rl_layer *l = check_layer(L, 1)->layer;
-    const rl_tensor *dh = lua_isnoneornil(L, 2) ? NULL : rl_lua_check_tensor(L, 2);
-    const rl_tensor *dc = lua_isnoneornil(L, 3) ? NULL : rl_lua_check_tensor(L, 3);
-    if (rl_lstm_set_final_state_grad(l, dh, dc) != RL_OK) return raise_plain(L);
+    const rl_tensor *g[RL_LAYER_MAX_STATES];
+    int n;
+    given_states(L, g, &n);
+    if (rl_layer_set_final_state_grad(l, n, g) != RL_OK) return raise_plain(L);
     return 0;
 }
 
-/* layer:initial_state_grad() -> dh0, dc0 (B, n_out): dLoss/d(initial state), after backward
- * (dh0 alone for a gru) */
+/* Pushes one new tensor per state of l and fills them with read (final_state or
+ * initial_state_grad); returns their number. */
+static int push_states(lua_State *L, rl_layer *l,
+                       rl_status (*read)(rl_layer *, int, rl_tensor *const *)) {
+    int n = rl_layer_state_info(l, NULL, NULL);
+    rl_tensor *out[RL_LAYER_MAX_STATES];
+    luaL_checkstack(L, n, "state tensors");
+    for (int i = 0; i < n; i++)
+        out[i] = rl_lua_push_tensor(L);
+    if (read(l, n, out) != RL_OK) return raise_plain(L);
+    return n;
+}
+
+/* layer:final_state() -> s1, s2, ... (B, dim): each sequence's state after its last frame */
+static int m_final_state(lua_State *L) {
+    return push_states(L, check_layer(L, 1)->layer, rl_layer_final_state);
+}
+
+/* layer:initial_state_grad() -> g1, g2, ...: dLoss/d(initial state) per state, after backward */
 static int m_initial_state_grad(lua_State *L) {
-    rl_layer *l = check_layer(L, 1)->layer;
-    rl_tensor *dh = rl_lua_push_tensor(L);
-    if (is_gru(l)) {
-        if (rl_gru_initial_state_grad(l, dh) != RL_OK) return raise_plain(L);
-        return 1;
-    }
-    rl_tensor *dc = rl_lua_push_tensor(L);
-    if (rl_lstm_initial_state_grad(l, dh, dc) != RL_OK) return raise_plain(L);
-    return 2;
+    return push_states(L, check_layer(L, 1)->layer, rl_layer_initial_state_grad);
+}
+
+/* layer:_gates_cols() -> the width of its gates buffer (_set_gates, _weight_grads' dz) */
+static int m_gates_cols(lua_State *L) {
+    int64_t n;
+    if (rl_recurrent_gates_cols(check_layer(L, 1)->layer, &n) != RL_OK) return raise_plain(L);
+    lua_pushinteger(L, (lua_Integer)n);
+    return 1;
 }
 
 /* layer:_share_packs(owner): an lstm or gru step object shares owner's packed weights (rec
@@ -841,6 +892,7 @@ static const luaL_Reg layer_methods[] = {
     {"_backward_queue", m_backward_queue},
     {"_wait", m_wait},
     {"out_geometry", m_out_geometry},
+    {"state_names", m_state_names},
     {"set_initial_state", m_set_initial_state},
     {"final_state", m_final_state},
     {"initial_state_grad", m_initial_state_grad},
@@ -851,6 +903,7 @@ static const luaL_Reg layer_methods[] = {
     {"_set_zero_inputs", m_set_zero_inputs},
     {"_set_gates", m_set_gates},
     {"_weight_grads", m_weight_grads},
+    {"_gates_cols", m_gates_cols},
     {NULL, NULL},
 };
 

@@ -16,9 +16,11 @@
 
 #define RL_INLINE static inline __attribute__((always_inline))
 
-RL_INLINE void fwd_body_f32(int64_t B, int64_t H, int64_t t, const int32_t *len, float *g,
-                            const float *b, const float *bh, const float *hp, float *h,
-                            float *out) {
+/* zo: whether mh (the zoneout weights, kernels/gru.h) is given; a constant in each call, so the
+ * loop without zoneout carries no dead work. */
+RL_INLINE void fwd_body_f32(bool zo, int64_t B, int64_t H, int64_t t, const int32_t *len, float *g,
+                            const float *b, const float *bh, const float *hp, float *h, float *out,
+                            const float *mh) {
     const float *restrict br = b, *restrict bz = b + H, *restrict bn = b + 2 * H;
     const float *restrict hr = bh, *restrict hz = bh + H, *restrict hn = bh + 2 * H;
     for (int64_t i = 0; i < B; i++) {
@@ -31,12 +33,14 @@ RL_INLINE void fwd_body_f32(int64_t B, int64_t H, int64_t t, const int32_t *len,
         }
         float *restrict gr = g + i * 4 * H, *restrict gz = gr + H, *restrict gh = gr + 2 * H,
                         *restrict gn = gr + 3 * H;
+        const float *restrict mr = zo ? mh + i * H : NULL;
         /* the row pointers never overlap; restrict on locals does not tell GCC so */
         RL_IVDEP
         for (int64_t j = 0; j < H; j++) {
             float r, z, n, hh, hnj = gh[j] + hn[j];
             rl_gru_cell_fwd_f32(gr[j] + br[j] + hr[j], gz[j] + bz[j] + hz[j], gn[j] + bn[j], hnj,
                                 hpr[j], &r, &z, &n, &hh);
+            if (zo) hh = rl_zoneoutf(mr[j], hpr[j], hh);
             gr[j] = r;
             gz[j] = z;
             gh[j] = hnj;
@@ -49,9 +53,9 @@ RL_INLINE void fwd_body_f32(int64_t B, int64_t H, int64_t t, const int32_t *len,
 
 /* sums: whether db and dbh are given (a constant in each call, so the loop without them carries
  * no dead additions) */
-RL_INLINE void bwd_body_f32(bool sums, int64_t B, int64_t H, int64_t t, const int32_t *len,
+RL_INLINE void bwd_body_f32(bool sums, bool zo, int64_t B, int64_t H, int64_t t, const int32_t *len,
                             float *g, const float *hp, const float *dout, int64_t dout_ld,
-                            float *dh, float *db, float *dbh) {
+                            float *dh, float *db, float *dbh, const float *mh) {
     float *restrict dbr = db, *restrict dbz = sums ? db + H : NULL,
                     *restrict dbn = sums ? db + 2 * H : NULL;
     float *restrict dhr_ = dbh, *restrict dhz_ = sums ? dbh + H : NULL,
@@ -66,17 +70,19 @@ RL_INLINE void bwd_body_f32(bool sums, int64_t B, int64_t H, int64_t t, const in
         const float *restrict hpr = hp + i * H;
         const float *restrict dor = dout ? dout + i * dout_ld : NULL;
         float *restrict dhr = dh + i * H;
+        const float *restrict mr = zo ? mh + i * H : NULL;
         RL_IVDEP
         for (int64_t j = 0; j < H; j++) {
             float dar, daz, dan, dhn, dhp;
             float dhj = dhr[j] + (dor ? dor[j] : 0.0f);
-            rl_gru_cell_bwd_f32(gr[j], gz[j], gn[j], gh[j], hpr[j], dhj, &dar, &daz, &dan, &dhn,
-                                &dhp);
+            /* with zoneout the cell sees (1 - m) of the state's gradient */
+            rl_gru_cell_bwd_f32(gr[j], gz[j], gn[j], gh[j], hpr[j], zo ? (1.0f - mr[j]) * dhj : dhj,
+                                &dar, &daz, &dan, &dhn, &dhp);
             gr[j] = dar;
             gz[j] = daz;
             gh[j] = dhn;
             gn[j] = dan;
-            dhr[j] = dhp;
+            dhr[j] = zo ? dhp + mr[j] * dhj : dhp;
             if (sums) {
                 dbr[j] += dar;
                 dbz[j] += daz;
@@ -89,79 +95,91 @@ RL_INLINE void bwd_body_f32(bool sums, int64_t B, int64_t H, int64_t t, const in
     }
 }
 
+RL_INLINE void fwd_flags(int64_t B, int64_t H, int64_t t, const int32_t *len, float *g,
+                         const float *b, const float *bh, const float *hp, float *h, float *out,
+                         const float *mh) {
+    if (mh)
+        fwd_body_f32(true, B, H, t, len, g, b, bh, hp, h, out, mh);
+    else
+        fwd_body_f32(false, B, H, t, len, g, b, bh, hp, h, out, NULL);
+}
+
+RL_INLINE void bwd_flags(int64_t B, int64_t H, int64_t t, const int32_t *len, float *g,
+                         const float *hp, const float *dout, int64_t dout_ld, float *dh, float *db,
+                         float *dbh, const float *mh) {
+    bool sums = db && dbh;
+    if (sums && mh)
+        bwd_body_f32(true, true, B, H, t, len, g, hp, dout, dout_ld, dh, db, dbh, mh);
+    else if (sums)
+        bwd_body_f32(true, false, B, H, t, len, g, hp, dout, dout_ld, dh, db, dbh, NULL);
+    else if (mh)
+        bwd_body_f32(false, true, B, H, t, len, g, hp, dout, dout_ld, dh, NULL, NULL, mh);
+    else
+        bwd_body_f32(false, false, B, H, t, len, g, hp, dout, dout_ld, dh, NULL, NULL, NULL);
+}
+
 #ifdef RL_CPU_X86
 RL_TARGET_AVX512 static void fwd_avx512(int64_t B, int64_t H, int64_t t, const int32_t *len,
                                         float *g, const float *b, const float *bh, const float *hp,
-                                        float *h, float *out) {
-    fwd_body_f32(B, H, t, len, g, b, bh, hp, h, out);
+                                        float *h, float *out, const float *mh) {
+    fwd_flags(B, H, t, len, g, b, bh, hp, h, out, mh);
 }
-
 RL_TARGET_AVX2 static void fwd_avx2(int64_t B, int64_t H, int64_t t, const int32_t *len, float *g,
                                     const float *b, const float *bh, const float *hp, float *h,
-                                    float *out) {
-    fwd_body_f32(B, H, t, len, g, b, bh, hp, h, out);
+                                    float *out, const float *mh) {
+    fwd_flags(B, H, t, len, g, b, bh, hp, h, out, mh);
 }
-
 RL_TARGET_AVX512 static void bwd_avx512(int64_t B, int64_t H, int64_t t, const int32_t *len,
                                         float *g, const float *hp, const float *dout,
-                                        int64_t dout_ld, float *dh, float *db, float *dbh) {
-    if (db && dbh)
-        bwd_body_f32(true, B, H, t, len, g, hp, dout, dout_ld, dh, db, dbh);
-    else
-        bwd_body_f32(false, B, H, t, len, g, hp, dout, dout_ld, dh, NULL, NULL);
+                                        int64_t dout_ld, float *dh, float *db, float *dbh,
+                                        const float *mh) {
+    bwd_flags(B, H, t, len, g, hp, dout, dout_ld, dh, db, dbh, mh);
 }
-
 RL_TARGET_AVX2 static void bwd_avx2(int64_t B, int64_t H, int64_t t, const int32_t *len, float *g,
                                     const float *hp, const float *dout, int64_t dout_ld, float *dh,
-                                    float *db, float *dbh) {
-    if (db && dbh)
-        bwd_body_f32(true, B, H, t, len, g, hp, dout, dout_ld, dh, db, dbh);
-    else
-        bwd_body_f32(false, B, H, t, len, g, hp, dout, dout_ld, dh, NULL, NULL);
+                                    float *db, float *dbh, const float *mh) {
+    bwd_flags(B, H, t, len, g, hp, dout, dout_ld, dh, db, dbh, mh);
 }
 #endif
 
 RL_TARGET_BASE static void fwd_base(int64_t B, int64_t H, int64_t t, const int32_t *len, float *g,
                                     const float *b, const float *bh, const float *hp, float *h,
-                                    float *out) {
-    fwd_body_f32(B, H, t, len, g, b, bh, hp, h, out);
+                                    float *out, const float *mh) {
+    fwd_flags(B, H, t, len, g, b, bh, hp, h, out, mh);
 }
-
 RL_TARGET_BASE static void bwd_base(int64_t B, int64_t H, int64_t t, const int32_t *len, float *g,
                                     const float *hp, const float *dout, int64_t dout_ld, float *dh,
-                                    float *db, float *dbh) {
-    if (db && dbh)
-        bwd_body_f32(true, B, H, t, len, g, hp, dout, dout_ld, dh, db, dbh);
-    else
-        bwd_body_f32(false, B, H, t, len, g, hp, dout, dout_ld, dh, NULL, NULL);
+                                    float *db, float *dbh, const float *mh) {
+    bwd_flags(B, H, t, len, g, hp, dout, dout_ld, dh, db, dbh, mh);
 }
 
 void rl_gru_cpu_fwd_f32(int64_t B, int64_t H, int64_t t, const int32_t *len, float *g,
-                        const float *b, const float *bh, const float *hp, float *h, float *out) {
+                        const float *b, const float *bh, const float *hp, float *h, float *out,
+                        const float *mh) {
     switch (rl_cpu_level_get()) {
 #ifdef RL_CPU_X86
-    case RL_CPU_AVX512: fwd_avx512(B, H, t, len, g, b, bh, hp, h, out); return;
-    case RL_CPU_AVX2: fwd_avx2(B, H, t, len, g, b, bh, hp, h, out); return;
+    case RL_CPU_AVX512: fwd_avx512(B, H, t, len, g, b, bh, hp, h, out, mh); return;
+    case RL_CPU_AVX2: fwd_avx2(B, H, t, len, g, b, bh, hp, h, out, mh); return;
 #endif
-    default: fwd_base(B, H, t, len, g, b, bh, hp, h, out); return;
+    default: fwd_base(B, H, t, len, g, b, bh, hp, h, out, mh); return;
     }
 }
 
 void rl_gru_cpu_bwd_f32(int64_t B, int64_t H, int64_t t, const int32_t *len, float *g,
                         const float *hp, const float *dout, int64_t dout_ld, float *dh, float *db,
-                        float *dbh) {
+                        float *dbh, const float *mh) {
     switch (rl_cpu_level_get()) {
 #ifdef RL_CPU_X86
-    case RL_CPU_AVX512: bwd_avx512(B, H, t, len, g, hp, dout, dout_ld, dh, db, dbh); return;
-    case RL_CPU_AVX2: bwd_avx2(B, H, t, len, g, hp, dout, dout_ld, dh, db, dbh); return;
+    case RL_CPU_AVX512: bwd_avx512(B, H, t, len, g, hp, dout, dout_ld, dh, db, dbh, mh); return;
+    case RL_CPU_AVX2: bwd_avx2(B, H, t, len, g, hp, dout, dout_ld, dh, db, dbh, mh); return;
 #endif
-    default: bwd_base(B, H, t, len, g, hp, dout, dout_ld, dh, db, dbh); return;
+    default: bwd_base(B, H, t, len, g, hp, dout, dout_ld, dh, db, dbh, mh); return;
     }
 }
 
 void rl_gru_cpu_fwd_f64(int64_t B, int64_t H, int64_t t, const int32_t *len, double *g,
-                        const double *b, const double *bh, const double *hp, double *h,
-                        double *out) {
+                        const double *b, const double *bh, const double *hp, double *h, double *out,
+                        const double *mh) {
     for (int64_t i = 0; i < B; i++) {
         const double *hpr = hp + i * H;
         double *hrow = h + i * H, *orow = out + i * H;
@@ -176,6 +194,7 @@ void rl_gru_cpu_fwd_f64(int64_t B, int64_t H, int64_t t, const int32_t *len, dou
             rl_gru_cell_fwd_f64(gr[j] + b[j] + bh[j], gz[j] + b[H + j] + bh[H + j],
                                 gn[j] + b[2 * H + j], hnj, hpr[j], &gr[j], &gz[j], &gn[j],
                                 &hrow[j]);
+            if (mh) hrow[j] = rl_zoneout(mh[i * H + j], hpr[j], hrow[j]);
             gh[j] = hnj;
             orow[j] = hrow[j];
         }
@@ -184,7 +203,7 @@ void rl_gru_cpu_fwd_f64(int64_t B, int64_t H, int64_t t, const int32_t *len, dou
 
 void rl_gru_cpu_bwd_f64(int64_t B, int64_t H, int64_t t, const int32_t *len, double *g,
                         const double *hp, const double *dout, int64_t dout_ld, double *dh,
-                        double *db, double *dbh) {
+                        double *db, double *dbh, const double *mh) {
     for (int64_t i = 0; i < B; i++) {
         double *gr = g + i * 4 * H, *gz = gr + H, *gh = gr + 2 * H, *gn = gr + 3 * H;
         if (t >= len[i]) {
@@ -195,8 +214,10 @@ void rl_gru_cpu_bwd_f64(int64_t B, int64_t H, int64_t t, const int32_t *len, dou
         double *dhr = dh + i * H;
         for (int64_t j = 0; j < H; j++) {
             double dhj = dhr[j] + (dout ? dout[i * dout_ld + j] : 0.0);
-            rl_gru_cell_bwd_f64(gr[j], gz[j], gn[j], gh[j], hpr[j], dhj, &gr[j], &gz[j], &gn[j],
-                                &gh[j], &dhr[j]);
+            double m = mh ? mh[i * H + j] : 0.0;
+            rl_gru_cell_bwd_f64(gr[j], gz[j], gn[j], gh[j], hpr[j], (1.0 - m) * dhj, &gr[j], &gz[j],
+                                &gn[j], &gh[j], &dhr[j]);
+            if (mh) dhr[j] += m * dhj;
             if (db) {
                 db[j] += gr[j];
                 db[H + j] += gz[j];

@@ -20,9 +20,10 @@
 
 #define RL_INLINE static inline __attribute__((always_inline))
 
-RL_INLINE void fwd_body_f32(bool has_peep, int64_t B, int64_t H, int64_t t, const int32_t *len,
-                            float *z, const float *bias, const float *const *peep, const float *cp,
-                            const float *hp, float *c, float *h, float *out) {
+RL_INLINE void fwd_body_f32(bool has_peep, bool has_zo, int64_t B, int64_t H, int64_t t,
+                            const int32_t *len, float *z, const float *bias,
+                            const float *const *peep, const float *cp, const float *hp, float *c,
+                            float *h, float *out, const rl_lstm_zo_f32 *zo) {
     const float *restrict bi = bias, *restrict bf = bias + H, *restrict bg = bias + 2 * H,
                           *restrict bo = bias + 3 * H;
     const float *restrict pi = has_peep ? peep[0] : NULL;
@@ -38,18 +39,27 @@ RL_INLINE void fwd_body_f32(bool has_peep, int64_t B, int64_t H, int64_t t, cons
             continue;
         }
         float *restrict zi = z + b * 4 * H, *restrict zf = zi + H, *restrict zg = zi + 2 * H,
-                        *restrict zo = zi + 3 * H;
+                        *restrict zo_ = zi + 3 * H;
+        const float *restrict hpr = hp + b * H;
+        const float *restrict mcr = has_zo && zo->mc ? zo->mc + b * H : NULL;
+        const float *restrict mhr = has_zo && zo->mh ? zo->mh + b * H : NULL;
+        float *restrict ctr = has_zo ? zo->ct + b * H : NULL;
         /* the row pointers never overlap; restrict on locals does not tell GCC so */
         RL_IVDEP
         for (int64_t j = 0; j < H; j++) {
             float ii, ff, gg, oo, cc, hh;
-            rl_lstm_cell_fwd_f32(zi[j] + bi[j], zf[j] + bf[j], zg[j] + bg[j], zo[j] + bo[j], cpr[j],
-                                 has_peep ? pi[j] : 0.0f, has_peep ? pf[j] : 0.0f,
+            rl_lstm_cell_fwd_f32(zi[j] + bi[j], zf[j] + bf[j], zg[j] + bg[j], zo_[j] + bo[j],
+                                 cpr[j], has_peep ? pi[j] : 0.0f, has_peep ? pf[j] : 0.0f,
                                  has_peep ? po[j] : 0.0f, &ii, &ff, &gg, &oo, &cc, &hh);
+            if (has_zo) {
+                ctr[j] = cc;
+                if (mcr) cc = rl_zoneoutf(mcr[j], cpr[j], cc);
+                if (mhr) hh = rl_zoneoutf(mhr[j], hpr[j], hh);
+            }
             zi[j] = ii;
             zf[j] = ff;
             zg[j] = gg;
-            zo[j] = oo;
+            zo_[j] = oo;
             cr[j] = cc;
             hr[j] = hh;
             outr[j] = hh;
@@ -57,15 +67,16 @@ RL_INLINE void fwd_body_f32(bool has_peep, int64_t B, int64_t H, int64_t t, cons
     }
 }
 
-RL_INLINE void bwd_body_f32(bool has_peep, int64_t B, int64_t H, int64_t t, const int32_t *len,
-                            float *z, const float *const *peep, const float *cp, const float *c,
-                            const float *dout, int64_t dout_ld, float *dh, float *dc) {
+RL_INLINE void bwd_body_f32(bool has_peep, bool has_zo, int64_t B, int64_t H, int64_t t,
+                            const int32_t *len, float *z, const float *const *peep, const float *cp,
+                            const float *c, const float *dout, int64_t dout_ld, float *dh,
+                            float *dc, const rl_lstm_zo_f32 *zo) {
     const float *restrict pi = has_peep ? peep[0] : NULL;
     const float *restrict pf = has_peep ? peep[1] : NULL;
     const float *restrict po = has_peep ? peep[2] : NULL;
     for (int64_t b = 0; b < B; b++) {
         float *restrict zi = z + b * 4 * H, *restrict zf = zi + H, *restrict zg = zi + 2 * H,
-                        *restrict zo = zi + 3 * H;
+                        *restrict zo_b = zi + 3 * H;
         if (t >= len[b]) {
             memset(zi, 0, (size_t)(4 * H) * sizeof *zi);
             continue;
@@ -73,104 +84,122 @@ RL_INLINE void bwd_body_f32(bool has_peep, int64_t B, int64_t H, int64_t t, cons
         const float *restrict cpr = cp + b * H, *restrict cr = c + b * H;
         const float *restrict dor = dout ? dout + b * dout_ld : NULL;
         float *restrict dhr = dh + b * H, *restrict dcr = dc + b * H;
+        const float *restrict mcr = has_zo && zo->mc ? zo->mc + b * H : NULL;
+        const float *restrict mhr = has_zo && zo->mh ? zo->mh + b * H : NULL;
+        const float *restrict ctr = has_zo ? zo->ct + b * H : NULL;
         RL_IVDEP
         for (int64_t j = 0; j < H; j++) {
             float dzi, dzf, dzg, dzo, dcp;
-            float dhj = dhr[j] + (dor ? dor[j] : 0.0f);
-            rl_lstm_cell_bwd_f32(zi[j], zf[j], zg[j], zo[j], cpr[j], cr[j], has_peep ? pi[j] : 0.0f,
-                                 has_peep ? pf[j] : 0.0f, has_peep ? po[j] : 0.0f, dhj, dcr[j],
-                                 &dzi, &dzf, &dzg, &dzo, &dcp);
+            float dhj = dhr[j] + (dor ? dor[j] : 0.0f), dcj = dcr[j];
+            float mc = mcr ? mcr[j] : 0.0f, mh = mhr ? mhr[j] : 0.0f;
+            /* with zoneout the cell sees (1 - m) of each state's gradient and c~ */
+            rl_lstm_cell_bwd_f32(zi[j], zf[j], zg[j], zo_b[j], cpr[j], has_zo ? ctr[j] : cr[j],
+                                 has_peep ? pi[j] : 0.0f, has_peep ? pf[j] : 0.0f,
+                                 has_peep ? po[j] : 0.0f, has_zo ? (1.0f - mh) * dhj : dhj,
+                                 has_zo ? (1.0f - mc) * dcj : dcj, &dzi, &dzf, &dzg, &dzo, &dcp);
             zi[j] = dzi;
             zf[j] = dzf;
             zg[j] = dzg;
-            zo[j] = dzo;
-            dcr[j] = dcp;
-            dhr[j] = 0.0f;
+            zo_b[j] = dzo;
+            dcr[j] = has_zo ? dcp + mc * dcj : dcp;
+            dhr[j] = has_zo ? mh * dhj : 0.0f;
         }
     }
 }
 
-/* The three compilations of each float32 pass; the peephole flag is a constant in each call
- * so that the loop without peepholes carries no dead multiplications. */
+/* The compilations of each float32 pass (AVX-512, AVX2+FMA, baseline); the peephole and zoneout
+ * flags are constants in each call so that the loop without them carries no dead work. */
+RL_INLINE void fwd_flags(int64_t B, int64_t H, int64_t t, const int32_t *len, float *z,
+                         const float *bias, const float *const *peep, const float *cp,
+                         const float *hp, float *c, float *h, float *out,
+                         const rl_lstm_zo_f32 *zo) {
+    if (peep && zo)
+        fwd_body_f32(true, true, B, H, t, len, z, bias, peep, cp, hp, c, h, out, zo);
+    else if (peep)
+        fwd_body_f32(true, false, B, H, t, len, z, bias, peep, cp, hp, c, h, out, zo);
+    else if (zo)
+        fwd_body_f32(false, true, B, H, t, len, z, bias, peep, cp, hp, c, h, out, zo);
+    else
+        fwd_body_f32(false, false, B, H, t, len, z, bias, peep, cp, hp, c, h, out, zo);
+}
+
+RL_INLINE void bwd_flags(int64_t B, int64_t H, int64_t t, const int32_t *len, float *z,
+                         const float *const *peep, const float *cp, const float *c,
+                         const float *dout, int64_t dout_ld, float *dh, float *dc,
+                         const rl_lstm_zo_f32 *zo) {
+    if (peep && zo)
+        bwd_body_f32(true, true, B, H, t, len, z, peep, cp, c, dout, dout_ld, dh, dc, zo);
+    else if (peep)
+        bwd_body_f32(true, false, B, H, t, len, z, peep, cp, c, dout, dout_ld, dh, dc, zo);
+    else if (zo)
+        bwd_body_f32(false, true, B, H, t, len, z, peep, cp, c, dout, dout_ld, dh, dc, zo);
+    else
+        bwd_body_f32(false, false, B, H, t, len, z, peep, cp, c, dout, dout_ld, dh, dc, zo);
+}
+
 #ifdef RL_CPU_X86
 RL_TARGET_AVX512 static void fwd_avx512(int64_t B, int64_t H, int64_t t, const int32_t *len,
                                         float *z, const float *bias, const float *const *peep,
                                         const float *cp, const float *hp, float *c, float *h,
-                                        float *out) {
-    if (peep)
-        fwd_body_f32(true, B, H, t, len, z, bias, peep, cp, hp, c, h, out);
-    else
-        fwd_body_f32(false, B, H, t, len, z, bias, peep, cp, hp, c, h, out);
+                                        float *out, const rl_lstm_zo_f32 *zo) {
+    fwd_flags(B, H, t, len, z, bias, peep, cp, hp, c, h, out, zo);
 }
-
 RL_TARGET_AVX2 static void fwd_avx2(int64_t B, int64_t H, int64_t t, const int32_t *len, float *z,
                                     const float *bias, const float *const *peep, const float *cp,
-                                    const float *hp, float *c, float *h, float *out) {
-    if (peep)
-        fwd_body_f32(true, B, H, t, len, z, bias, peep, cp, hp, c, h, out);
-    else
-        fwd_body_f32(false, B, H, t, len, z, bias, peep, cp, hp, c, h, out);
+                                    const float *hp, float *c, float *h, float *out,
+                                    const rl_lstm_zo_f32 *zo) {
+    fwd_flags(B, H, t, len, z, bias, peep, cp, hp, c, h, out, zo);
 }
-
 RL_TARGET_AVX512 static void bwd_avx512(int64_t B, int64_t H, int64_t t, const int32_t *len,
                                         float *z, const float *const *peep, const float *cp,
                                         const float *c, const float *dout, int64_t dout_ld,
-                                        float *dh, float *dc) {
-    if (peep)
-        bwd_body_f32(true, B, H, t, len, z, peep, cp, c, dout, dout_ld, dh, dc);
-    else
-        bwd_body_f32(false, B, H, t, len, z, peep, cp, c, dout, dout_ld, dh, dc);
+                                        float *dh, float *dc, const rl_lstm_zo_f32 *zo) {
+    bwd_flags(B, H, t, len, z, peep, cp, c, dout, dout_ld, dh, dc, zo);
 }
-
 RL_TARGET_AVX2 static void bwd_avx2(int64_t B, int64_t H, int64_t t, const int32_t *len, float *z,
                                     const float *const *peep, const float *cp, const float *c,
-                                    const float *dout, int64_t dout_ld, float *dh, float *dc) {
-    if (peep)
-        bwd_body_f32(true, B, H, t, len, z, peep, cp, c, dout, dout_ld, dh, dc);
-    else
-        bwd_body_f32(false, B, H, t, len, z, peep, cp, c, dout, dout_ld, dh, dc);
+                                    const float *dout, int64_t dout_ld, float *dh, float *dc,
+                                    const rl_lstm_zo_f32 *zo) {
+    bwd_flags(B, H, t, len, z, peep, cp, c, dout, dout_ld, dh, dc, zo);
 }
 #endif
 
 RL_TARGET_BASE static void fwd_base(int64_t B, int64_t H, int64_t t, const int32_t *len, float *z,
                                     const float *bias, const float *const *peep, const float *cp,
-                                    const float *hp, float *c, float *h, float *out) {
-    if (peep)
-        fwd_body_f32(true, B, H, t, len, z, bias, peep, cp, hp, c, h, out);
-    else
-        fwd_body_f32(false, B, H, t, len, z, bias, peep, cp, hp, c, h, out);
+                                    const float *hp, float *c, float *h, float *out,
+                                    const rl_lstm_zo_f32 *zo) {
+    fwd_flags(B, H, t, len, z, bias, peep, cp, hp, c, h, out, zo);
 }
-
 RL_TARGET_BASE static void bwd_base(int64_t B, int64_t H, int64_t t, const int32_t *len, float *z,
                                     const float *const *peep, const float *cp, const float *c,
-                                    const float *dout, int64_t dout_ld, float *dh, float *dc) {
-    if (peep)
-        bwd_body_f32(true, B, H, t, len, z, peep, cp, c, dout, dout_ld, dh, dc);
-    else
-        bwd_body_f32(false, B, H, t, len, z, peep, cp, c, dout, dout_ld, dh, dc);
+                                    const float *dout, int64_t dout_ld, float *dh, float *dc,
+                                    const rl_lstm_zo_f32 *zo) {
+    bwd_flags(B, H, t, len, z, peep, cp, c, dout, dout_ld, dh, dc, zo);
 }
 
 void rl_lstm_cpu_fwd_f32(int64_t B, int64_t H, int64_t t, const int32_t *len, float *z,
                          const float *bias, const float *const *peep, const float *cp,
-                         const float *hp, float *c, float *h, float *out) {
+                         const float *hp, float *c, float *h, float *out,
+                         const rl_lstm_zo_f32 *zo) {
     switch (rl_cpu_level_get()) {
 #ifdef RL_CPU_X86
-    case RL_CPU_AVX512: fwd_avx512(B, H, t, len, z, bias, peep, cp, hp, c, h, out); return;
-    case RL_CPU_AVX2: fwd_avx2(B, H, t, len, z, bias, peep, cp, hp, c, h, out); return;
+    case RL_CPU_AVX512: fwd_avx512(B, H, t, len, z, bias, peep, cp, hp, c, h, out, zo); return;
+    case RL_CPU_AVX2: fwd_avx2(B, H, t, len, z, bias, peep, cp, hp, c, h, out, zo); return;
 #endif
-    default: fwd_base(B, H, t, len, z, bias, peep, cp, hp, c, h, out); return;
+    default: fwd_base(B, H, t, len, z, bias, peep, cp, hp, c, h, out, zo); return;
     }
 }
 
 void rl_lstm_cpu_bwd_f32(int64_t B, int64_t H, int64_t t, const int32_t *len, float *z,
                          const float *const *peep, const float *cp, const float *c,
-                         const float *dout, int64_t dout_ld, float *dh, float *dc) {
+                         const float *dout, int64_t dout_ld, float *dh, float *dc,
+                         const rl_lstm_zo_f32 *zo) {
     switch (rl_cpu_level_get()) {
 #ifdef RL_CPU_X86
-    case RL_CPU_AVX512: bwd_avx512(B, H, t, len, z, peep, cp, c, dout, dout_ld, dh, dc); return;
-    case RL_CPU_AVX2: bwd_avx2(B, H, t, len, z, peep, cp, c, dout, dout_ld, dh, dc); return;
+    case RL_CPU_AVX512: bwd_avx512(B, H, t, len, z, peep, cp, c, dout, dout_ld, dh, dc, zo); return;
+    case RL_CPU_AVX2: bwd_avx2(B, H, t, len, z, peep, cp, c, dout, dout_ld, dh, dc, zo); return;
 #endif
-    default: bwd_base(B, H, t, len, z, peep, cp, c, dout, dout_ld, dh, dc); return;
+    default: bwd_base(B, H, t, len, z, peep, cp, c, dout, dout_ld, dh, dc, zo); return;
     }
 }
 
@@ -246,7 +275,8 @@ void rl_lstm_cpu_param_grads_f64(int64_t rows, int64_t H, const double *dz, cons
 
 void rl_lstm_cpu_fwd_f64(int64_t B, int64_t H, int64_t t, const int32_t *len, double *z,
                          const double *bias, const double *const *peep, const double *cp,
-                         const double *hp, double *c, double *h, double *out) {
+                         const double *hp, double *c, double *h, double *out,
+                         const rl_lstm_zo_f64 *zo) {
     for (int64_t b = 0; b < B; b++) {
         const double *cpr = cp + b * H;
         double *cr = c + b * H, *hr = h + b * H, *outr = out + b * H;
@@ -258,11 +288,17 @@ void rl_lstm_cpu_fwd_f64(int64_t B, int64_t H, int64_t t, const int32_t *len, do
         }
         double *zr = z + b * 4 * H;
         for (int64_t j = 0; j < H; j++) {
-            double *zi = zr + j, *zf = zr + H + j, *zg = zr + 2 * H + j, *zo = zr + 3 * H + j;
+            double *zi = zr + j, *zf = zr + H + j, *zg = zr + 2 * H + j, *zog = zr + 3 * H + j;
             rl_lstm_cell_fwd_f64(*zi + bias[j], *zf + bias[H + j], *zg + bias[2 * H + j],
-                                 *zo + bias[3 * H + j], cpr[j], peep ? peep[0][j] : 0.0,
-                                 peep ? peep[1][j] : 0.0, peep ? peep[2][j] : 0.0, zi, zf, zg, zo,
+                                 *zog + bias[3 * H + j], cpr[j], peep ? peep[0][j] : 0.0,
+                                 peep ? peep[1][j] : 0.0, peep ? peep[2][j] : 0.0, zi, zf, zg, zog,
                                  &cr[j], &hr[j]);
+            if (zo) {
+                int64_t e = b * H + j;
+                zo->ct[e] = cr[j];
+                if (zo->mc) cr[j] = rl_zoneout(zo->mc[e], cpr[j], cr[j]);
+                if (zo->mh) hr[j] = rl_zoneout(zo->mh[e], hp[e], hr[j]);
+            }
             outr[j] = hr[j];
         }
     }
@@ -270,7 +306,8 @@ void rl_lstm_cpu_fwd_f64(int64_t B, int64_t H, int64_t t, const int32_t *len, do
 
 void rl_lstm_cpu_bwd_f64(int64_t B, int64_t H, int64_t t, const int32_t *len, double *z,
                          const double *const *peep, const double *cp, const double *c,
-                         const double *dout, int64_t dout_ld, double *dh, double *dc) {
+                         const double *dout, int64_t dout_ld, double *dh, double *dc,
+                         const rl_lstm_zo_f64 *zo) {
     for (int64_t b = 0; b < B; b++) {
         double *zr = z + b * 4 * H;
         if (t >= len[b]) {
@@ -280,12 +317,17 @@ void rl_lstm_cpu_bwd_f64(int64_t B, int64_t H, int64_t t, const int32_t *len, do
         const double *cpr = cp + b * H, *cr = c + b * H;
         double *dhr = dh + b * H, *dcr = dc + b * H;
         for (int64_t j = 0; j < H; j++) {
-            double *zi = zr + j, *zf = zr + H + j, *zg = zr + 2 * H + j, *zo = zr + 3 * H + j;
-            double dhj = dhr[j] + (dout ? dout[b * dout_ld + j] : 0.0);
-            rl_lstm_cell_bwd_f64(*zi, *zf, *zg, *zo, cpr[j], cr[j], peep ? peep[0][j] : 0.0,
-                                 peep ? peep[1][j] : 0.0, peep ? peep[2][j] : 0.0, dhj, dcr[j], zi,
-                                 zf, zg, zo, &dcr[j]);
-            dhr[j] = 0.0;
+            double *zi = zr + j, *zf = zr + H + j, *zg = zr + 2 * H + j, *zog = zr + 3 * H + j;
+            double dhj = dhr[j] + (dout ? dout[b * dout_ld + j] : 0.0), dcj = dcr[j];
+            int64_t e = b * H + j;
+            double mc = zo && zo->mc ? zo->mc[e] : 0.0, mh = zo && zo->mh ? zo->mh[e] : 0.0;
+            /* with zoneout the cell sees (1 - m) of each state's gradient and c~ */
+            rl_lstm_cell_bwd_f64(*zi, *zf, *zg, *zog, cpr[j], zo ? zo->ct[e] : cr[j],
+                                 peep ? peep[0][j] : 0.0, peep ? peep[1][j] : 0.0,
+                                 peep ? peep[2][j] : 0.0, (1.0 - mh) * dhj, (1.0 - mc) * dcj, zi,
+                                 zf, zg, zog, &dcr[j]);
+            dcr[j] += mc * dcj;
+            dhr[j] = mh * dhj;
         }
     }
 }

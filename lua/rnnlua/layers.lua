@@ -128,6 +128,19 @@ local function check_unknown(name, cls, desc, read)
       fail("layer '%s' (class %s): option names must be strings, got %s", name, cls, type(k))
     end
     if not read[k] and not M.network_keys[k] then unknown[#unknown + 1] = k end
+    -- an option with named fields (zoneout = {cell = .., hidden = ..}): read[k] is the set of
+    -- fields the layer read
+    if type(read[k]) == "table" and type(desc[k]) == "table" then
+      for f in pairs(desc[k]) do
+        if not read[k][f] then
+          local known = {}
+          for n in pairs(read[k]) do known[#known + 1] = n end
+          table.sort(known)
+          fail("layer '%s' (class %s): option %s has no field '%s' (it has %s)", name, cls, k,
+            tostring(f), table.concat(known, ", "))
+        end
+      end
+    end
   end
   if #unknown == 1 then
     fail("layer '%s' (class %s): unknown option '%s'", name, cls, unknown[1])
@@ -330,6 +343,12 @@ function LuaLayer:__tostring()
 end
 
 ---------------------------------------------------------------------------- creation
+
+-- Whether layer object `layer` has recurrent state (layers/layer.h, rl_state_ops): the C layers
+-- built on layers/recurrent.c (lstm, gru, ...). Callers ask this, never the class name.
+function M.has_state(layer)
+  return type(layer) == "userdata" and #layer:state_names() > 0
+end
 
 -- One layer object of class `cls`, named `name`, from the description `desc`, with inputs of
 -- feature dims in_dims, computing in dtype. `defaults` (optional) supplies options the

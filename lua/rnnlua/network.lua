@@ -444,9 +444,8 @@ function M.new(desc, extern_data, opts)
     local i = 1
     while i < #self.nodes do
       local a, b = self.nodes[i], self.nodes[i + 1]
-      local independent = type(a.layer) == "userdata" and type(b.layer) == "userdata"
-        and (a.layer.class == "lstm" or a.layer.class == "gru") and b.layer.class == a.layer.class
-        and not a.loss and not b.loss
+      local independent = layers.has_state(a.layer) and layers.has_state(b.layer)
+        and b.layer.class == a.layer.class and not a.loss and not b.loss
       for _, src in ipairs(b.srcs) do independent = independent and src ~= a.name end
       a.pair_next = independent
       i = independent and i + 2 or i + 1
@@ -806,7 +805,7 @@ function Network:carry_unfit()
   for _, node in ipairs(self.nodes) do
     local d = self.description[node.name]
     local class = node.rec and "rec" or node.layer.class
-    if class == "lstm" or class == "gru" then
+    if not node.rec and layers.has_state(node.layer) then
       if d.direction == -1 then
         return string.format("layer '%s' (%s, direction = -1) runs backwards in time: its state "
           .. "cannot be carried from one chunk to the next (a backward or bidirectional model "
@@ -844,17 +843,17 @@ function Network:carry_in(state_from, B)
     identity = identity and (s == 0 or s == b)
   end
   for _, node in ipairs(self.carried) do
-    local layer, H = node.layer, node.layer.n_out
-    local st = node.carry or {}
+    local layer = node.layer
+    local st = node.carry or {init = {}, kept = {}}
     node.carry = st
-    local names = layer.class == "lstm" and {"h", "c"} or {"h"}
-    for _, k in ipairs(names) do
-      local init = st["init_" .. k]
+    local names, dims = layer:state_names()
+    for k in ipairs(names) do
+      local init = st.init[k]
       if not init or init:size(1) ~= B or init:device() ~= self.device then
-        init = rl.zeros({B, H}, self.dtype, self.device)
-        st["init_" .. k] = init
+        init = rl.zeros({B, dims[k]}, self.dtype, self.device)
+        st.init[k] = init
       end
-      local kept = st["kept_" .. k]
+      local kept = st.kept[k]
       if identity then
         init:copy_(kept)
         for b = 1, B do
@@ -867,7 +866,7 @@ function Network:carry_in(state_from, B)
         end
       end
     end
-    layer:set_initial_state(st.init_h, st.init_c)
+    layer:set_initial_state(table.unpack(st.init, 1, #names))
     self.carry_active = true -- until carry_reset, even if this forward fails
   end
 end
@@ -875,9 +874,8 @@ end
 -- After a forward with state_from: keep each carried layer's final state for the next batch.
 function Network:carry_out(B)
   for _, node in ipairs(self.carried) do
-    local st, h, c = node.carry, node.layer:final_state()
-    st.kept_h = self:buffer_like(st.kept_h, h):copy_(h)
-    if c then st.kept_c = self:buffer_like(st.kept_c, c):copy_(c) end
+    local st, final = node.carry, {node.layer:final_state()}
+    for k, s in ipairs(final) do st.kept[k] = self:buffer_like(st.kept[k], s):copy_(s) end
   end
   self.carried_B = B
 end

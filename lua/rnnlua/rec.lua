@@ -26,18 +26,19 @@
 -- longest target, lengths = batch.lengths_K when the batch has it (targets of their own
 -- length), else the input's lengths. Without one, one per frame of the input.
 --
--- Backward through time: the unit layers' outputs (S, B, F) and the lstm cells (S, B, H) are
--- kept in buffers sized once per batch shape. A layer object keeps only its last forward, so
+-- Backward through time: the unit layers' outputs (S, B, F) and the further states of the
+-- recurrent layers (an lstm's cell, (S, B, dim) each: the layer's state_names after the first,
+-- which is its output) are kept in buffers sized once per batch shape. A layer object keeps only its last forward, so
 -- in training with targets each step runs on its own object of each unit layer (Rec:step_obj:
 -- objects sharing the parameters, made once and kept, up to M.max_step_objects steps), and
 -- backward visits the steps last to first calling every unit layer's backward in reverse order
 -- on that step's object. Beyond M.max_step_objects steps one object runs every step, and for
 -- each step backward first re-runs the unit's forward of that step (the generator reset to the
 -- state it had then, so dropout masks repeat) from the stored outputs. Parameter gradients
--- accumulate across steps in the network's flat buffer (an lstm's or gru's weight gradients
+-- accumulate across steps in the network's flat buffer (a recurrent layer's weight gradients
 -- once after the steps, one product over all of them: Rec:weight_grads), and the gradients of
 -- each layer's output at each step gather in (S, B, F) buffers: from its readers at the same
--- step, from prev: readers at the next step and, for an lstm, from its own state. No
+-- step, from prev: readers at the next step and, for a recurrent layer, from its own state. No
 -- activations are allocated per step.
 local M = {}
 
@@ -362,7 +363,17 @@ function M.create(name, d, srcs, n_from, in_dims, dtype, ext)
         u.loss and type(u.target) == "string" and ext[u.target] and {n_out = ext[u.target].dim})
       if not ok then fail("layer '%s' (rec), unit layer '%s': %s", name, uname, tostring(layer)) end
       unit.obj, unit.n_out = layer, layer.n_out
-      unit.kind = (u.class == "lstm" or u.class == "gru") and u.class or "layer"
+      -- a recurrent layer (lstm, gru, ...) carries its states from step to step
+      unit.kind = layers.has_state(layer) and "recurrent" or "layer"
+      if unit.kind == "recurrent" then
+        unit.state_names, unit.state_dims = layer:state_names()
+        unit.n_states = #unit.state_names
+        -- the step objects run one step each: one mask per sequence has no home there
+        if u.rec_dropout ~= nil and u.rec_dropout ~= 0 then
+          fail("%s: rec_dropout is not supported inside a unit (one mask per sequence over "
+            .. "steps run one at a time); use zoneout or dropout on the unit's inputs", p.where)
+        end
+      end
       -- another object of the same layer (the per-step objects of Rec:step_obj)
       unit.make = function()
         return layers.create(u.class, name .. "/" .. uname, clean, in_d, dtype)
@@ -415,10 +426,10 @@ function M.create(name, d, srcs, n_from, in_dims, dtype, ext)
     end
   end
   self.by_name = made
-  -- the prev: sources an lstm or gru reads as zeros at the first step (initial output 0): their
-  -- products are skipped there (rl_recurrent_set_zero_inputs, layers/layers.h)
+  -- the prev: sources a recurrent layer reads as zeros at the first step (initial output 0):
+  -- their products are skipped there (rl_recurrent_set_zero_inputs, layers/layers.h)
   for _, unit in ipairs(self.units) do
-    if unit.kind == "lstm" or unit.kind == "gru" then
+    if unit.kind == "recurrent" then
       unit.zero_first = 0
       for k, s in ipairs(unit.srcs) do
         if s.kind == "prev" and not unit.sparse_in[k] and made[s.name].initial == 0 then
@@ -437,12 +448,12 @@ function M.create(name, d, srcs, n_from, in_dims, dtype, ext)
   -- Layers outside the recurrence run once over all steps in forward and backward (one large
   -- product instead of S small ones), as the loss layers do: plain layers that read only this
   -- step's layers or data:source and that nothing in the step loop reads, directly or through
-  -- other layers. The loop needs the stateful layers (lstm, gru, attention), whatever is read
+  -- other layers. The loop needs the stateful layers (recurrent, attention), whatever is read
   -- through prev: (but a choice: in training its labels are the targets), and their same-step
   -- sources.
   local need, stack = {}, {}
   for _, unit in ipairs(self.units) do
-    if unit.kind == "lstm" or unit.kind == "gru" or unit.kind == "attention" then
+    if unit.kind == "recurrent" or unit.kind == "attention" then
       stack[#stack + 1] = unit
     end
     for _, src in ipairs(unit.srcs) do
@@ -566,17 +577,23 @@ function Rec:size_buffers(S, B, search)
       unit.init_buf = ensure(unit.init_buf, dt, dev, 1, B, unit.n_out)
     end
     unit.init_buf:fill_(unit.initial)
-    if unit.kind == "lstm" then
-      unit.cells = ensure(unit.cells, dt, dev, S, B, unit.n_out)
-      unit.dc = ensure(unit.dc, dt, dev, B, unit.n_out)
-    end
-    if unit.kind == "lstm" or unit.kind == "gru" then
-      unit.zero_state = ensure(unit.zero_state, dt, dev, B, unit.n_out)
+    if unit.kind == "recurrent" then
+      -- per state: zeros for step 1; beyond the first (the output): its rows over the steps and
+      -- its running gradient in backward
+      unit.zero_states, unit.states, unit.dstates =
+        unit.zero_states or {}, unit.states or {}, unit.dstates or {}
+      for k, d in ipairs(unit.state_dims) do
+        unit.zero_states[k] = ensure(unit.zero_states[k], dt, dev, B, d)
+        if k > 1 then
+          unit.states[k] = ensure(unit.states[k], dt, dev, S, B, d)
+          unit.dstates[k] = ensure(unit.dstates[k], dt, dev, B, d)
+        end
+      end
       -- the gates of every step in one buffer, row t the gates buffer of step t's object
       -- (Rec:run_unit), for the weight gradients over all steps (Rec:weight_grads); not for
       -- a search, which has no backward
       if M.defer_weight_grads and not search and dev == "cpu" then
-        unit.dz = ensure(unit.dz, dt, dev, S, B, 4 * unit.n_out)
+        unit.dz = ensure(unit.dz, dt, dev, S, B, unit.obj:_gates_cols())
         if unit.dz_rows_of ~= unit.dz then
           unit.dz_rows, unit.dz_rows_of = {}, unit.dz
           for t = 1, S do unit.dz_rows[t] = unit.dz:narrow(1, t, 1) end
@@ -629,12 +646,12 @@ end
 -- forward in backward.
 M.max_step_objects = 64
 
--- Whether the step objects of an lstm or gru share their packed weights (packed once per pass
+-- Whether the step objects of a recurrent layer share their packed weights (packed once per pass
 -- for all steps, layers/recurrent.h "Packed operands"); false: each step object packs its own,
 -- once per pass too, so once per step (the tests compare the two: the same numbers).
 M.share_packs = true
 
--- Whether the weight gradients of an lstm or gru in the unit are made once per backward over
+-- Whether the weight gradients of a recurrent layer in the unit are made once per backward over
 -- all steps (Rec:weight_grads: one product with S*B rows per weight matrix) rather than by each
 -- step's backward (B rows each); CPU only. false: the per-step products, which the tests compare
 -- with (the same gradients up to the order of the sums).
@@ -656,7 +673,7 @@ function Rec:step_obj(unit, t)
   if not c then
     c = unit.make()
     c:bind(table.unpack(unit.bound))
-    if unit.kind == "lstm" or unit.kind == "gru" then
+    if unit.kind == "recurrent" then
       if M.share_packs then c:_share_packs(unit.obj) else c:_set_pack_pass(passes) end
     end
     clones[t] = c
@@ -665,12 +682,12 @@ function Rec:step_obj(unit, t)
 end
 
 -- A new pass of the step loop (a forward, a backward, a search): the parameters may have changed
--- since the last one, so the lstm and gru step objects pack their weights anew, once for all
+-- since the last one, so the recurrent layers' step objects pack their weights anew, once for all
 -- steps of the pass (layers/recurrent.h, "Packed operands"); shared packs take the pass once.
 function Rec:new_pass()
   passes = passes + 1
   for _, unit in ipairs(self.units) do
-    if unit.kind == "lstm" or unit.kind == "gru" then
+    if unit.kind == "recurrent" then
       unit.obj:_set_pack_pass(passes)
       if not M.share_packs then
         for _, c in pairs(unit.clones or {}) do c:_set_pack_pass(passes) end
@@ -694,15 +711,16 @@ function Rec:run_unit(unit, t, train)
   if unit.zero_first and unit.zero_first ~= 0 and obj == unit.obj then
     obj:_set_zero_inputs(t == 1 and unit.zero_first or 0)
   end
-  if unit.kind == "lstm" or unit.kind == "gru" then
+  if unit.kind == "recurrent" then
     obj:_set_gates(unit.dz_rows and unit.dz_rows[t] or nil)
-  end
-  if unit.kind == "lstm" then
-    local h0 = t == 1 and unit.zero_state or unit.out:select(1, t - 1)
-    local c0 = t == 1 and unit.zero_state or unit.cells:select(1, t - 1)
-    obj:set_initial_state(h0, c0)
-  elseif unit.kind == "gru" then -- its state is its output
-    obj:set_initial_state(t == 1 and unit.zero_state or unit.out:select(1, t - 1))
+    -- the previous step's states: its output, then the others' rows
+    local init = unit.init_states or {}
+    unit.init_states = init
+    for k = 1, unit.n_states do
+      local rows = k == 1 and unit.out or unit.states[k]
+      init[k] = t == 1 and unit.zero_states[k] or rows:select(1, t - 1)
+    end
+    obj:set_initial_state(table.unpack(init, 1, unit.n_states))
   end
   local ok, out = pcall(obj.forward, obj, ins, self.ones, train)
   if not ok then fail("layer '%s' (rec), unit layer '%s', step %d: %s", self.name, unit.name, t,
@@ -710,13 +728,14 @@ function Rec:run_unit(unit, t, train)
   return out
 end
 
--- Runs unit layer `unit` at step t and keeps its output (and an lstm's cell) as row t.
+-- Runs unit layer `unit` at step t and keeps its output (and a recurrent layer's other states)
+-- as row t.
 function Rec:store_unit(unit, t, train)
   local out = self:run_unit(unit, t, train)
   if unit.kind ~= "attention" then unit.out:narrow(1, t, 1):copy_(out) end
-  if unit.kind == "lstm" then
-    local _, c = self:step_obj(unit, t):final_state()
-    unit.cells:select(1, t):copy_(c)
+  if unit.kind == "recurrent" and unit.n_states > 1 then
+    local final = {self:step_obj(unit, t):final_state()}
+    for k = 2, unit.n_states do unit.states[k]:select(1, t):copy_(final[k]) end
   end
 end
 
@@ -868,7 +887,7 @@ function Rec:backward(grad_out, grad_in)
   local S, B, teacher = self.S, self.B, self.teacher
   for _, unit in ipairs(self.units) do
     if unit.grad then unit.grad:zero_() end
-    if unit.dc then unit.dc:zero_() end
+    for _, d in pairs(unit.dstates or {}) do d:zero_() end
     if unit.kind == "attention" then unit.obj:zero_grad_acc() end
   end
   self.dsource = self.n_from == 1 and grad_in[1] or nil
@@ -931,16 +950,19 @@ function Rec:backward(grad_out, grad_in)
           self:route(unit.srcs[1], t, dq:view(1, B, unit.in_dims[1]))
         else
           local obj = self:step_obj(unit, t)
-          if unit.kind == "lstm" then obj:set_final_state_grad(nil, unit.dc) end
+          if unit.kind == "recurrent" and unit.n_states > 1 then -- the output's comes as g
+            obj:set_final_state_grad(nil, table.unpack(unit.dstates, 2, unit.n_states))
+          end
           local gin = t == 1 and unit.gin_first or unit.gin
           local ok, err = pcall(obj.backward, obj, g, gin)
           if not ok then fail("layer '%s' (rec), unit layer '%s', step %d: %s", self.name,
               unit.name, t, tostring(err)) end
-          if unit.kind == "lstm" or unit.kind == "gru" then
-            -- the state's gradient flows to the previous step's output (= its h)
-            local dh0, dc0 = obj:initial_state_grad()
-            if dc0 then unit.dc:copy_(dc0) end
-            if t > 1 then unit.grad:select(1, t - 1):add_(dh0) end
+          if unit.kind == "recurrent" then
+            -- the first state's gradient flows to the previous step's output (= that state),
+            -- the others' to the step before through dstates
+            local d0 = {obj:initial_state_grad()}
+            for k = 2, unit.n_states do unit.dstates[k]:copy_(d0[k]) end
+            if t > 1 then unit.grad:select(1, t - 1):add_(d0[1]) end
           end
           for k, s in ipairs(unit.srcs) do
             if gin[k] then self:route(s, t, gin[k]) end
@@ -964,7 +986,7 @@ function Rec:backward(grad_out, grad_in)
   end
 end
 
--- The weight gradients of lstm or gru unit layer `unit` over all steps, after the backward
+-- The weight gradients of recurrent unit layer `unit` over all steps, after the backward
 -- steps (whose objects leave them out: their gates buffers are the rows of unit.dz, which holds
 -- every step's gate gradients afterwards): W_k's += X_k^T dZ and U's += Hprev^T dZ, each one
 -- product over the S*B rows of whole-sequence buffers, as the plain lstm layer makes them over
@@ -1320,8 +1342,8 @@ function Rec:search(inputs, geom, opts)
       if unit.kind ~= "choice" then
         local row = unit.out:select(1, t)
         row:copy_(row:index_select(1, idx))
-        if unit.kind == "lstm" then
-          local c = unit.cells:select(1, t)
+        for k = 2, unit.n_states or 0 do
+          local c = unit.states[k]:select(1, t)
           c:copy_(c:index_select(1, idx))
         end
       end

@@ -144,8 +144,9 @@ static void test_lstm(void) {
         double *hd = to_f64(h, B * H), *outd = to_f64(out, B * H);
         const float *pf[3] = {pw, pw + H, pw + 2 * H};
         const double *pd[3] = {pwd, pwd + H, pwd + 2 * H};
-        rl_lstm_cpu_fwd_f32(B, H, T_STEP, LEN, z, bias, peep ? pf : NULL, cp, hp, c, h, out);
-        rl_lstm_cpu_fwd_f64(B, H, T_STEP, LEN, zd, biasd, peep ? pd : NULL, cpd, hpd, cd, hd, outd);
+        rl_lstm_cpu_fwd_f32(B, H, T_STEP, LEN, z, bias, peep ? pf : NULL, cp, hp, c, h, out, NULL);
+        rl_lstm_cpu_fwd_f64(B, H, T_STEP, LEN, zd, biasd, peep ? pd : NULL, cpd, hpd, cd, hd, outd,
+                            NULL);
         worst = fmax(worst, max_diff(z, zd, B * 4 * H));
         worst = fmax(worst, max_diff(c, cd, B * H));
         worst = fmax(worst, max_diff(h, hd, B * H));
@@ -157,8 +158,9 @@ static void test_lstm(void) {
         double *doutd = to_f64(dout, B * H), *dhd = to_f64(dh, B * H), *dcd = to_f64(dc, B * H);
         for (int64_t i = 0; i < B * 4 * H; i++)
             zd[i] = z[i];
-        rl_lstm_cpu_bwd_f32(B, H, T_STEP, LEN, z, peep ? pf : NULL, cp, c, dout, H, dh, dc);
-        rl_lstm_cpu_bwd_f64(B, H, T_STEP, LEN, zd, peep ? pd : NULL, cpd, cd, doutd, H, dhd, dcd);
+        rl_lstm_cpu_bwd_f32(B, H, T_STEP, LEN, z, peep ? pf : NULL, cp, c, dout, H, dh, dc, NULL);
+        rl_lstm_cpu_bwd_f64(B, H, T_STEP, LEN, zd, peep ? pd : NULL, cpd, cd, doutd, H, dhd, dcd,
+                            NULL);
         worst = fmax(worst, max_diff(z, zd, B * 4 * H));
         worst = fmax(worst, max_diff(dh, dhd, B * H));
         worst = fmax(worst, max_diff(dc, dcd, B * H));
@@ -180,8 +182,8 @@ static void test_gru(void) {
     float *h = frand_array(B * H, 1.0f), *out = frand_array(B * H, 1.0f);
     double *gd = to_f64(g, B * 4 * H), *bd = to_f64(b, 3 * H), *bhd = to_f64(bh, 3 * H);
     double *hpd = to_f64(hp, B * H), *hd = to_f64(h, B * H), *outd = to_f64(out, B * H);
-    rl_gru_cpu_fwd_f32(B, H, T_STEP, LEN, g, b, bh, hp, h, out);
-    rl_gru_cpu_fwd_f64(B, H, T_STEP, LEN, gd, bd, bhd, hpd, hd, outd);
+    rl_gru_cpu_fwd_f32(B, H, T_STEP, LEN, g, b, bh, hp, h, out, NULL);
+    rl_gru_cpu_fwd_f64(B, H, T_STEP, LEN, gd, bd, bhd, hpd, hd, outd, NULL);
     worst = fmax(worst, max_diff(g, gd, B * 4 * H));
     worst = fmax(worst, max_diff(h, hd, B * H));
     worst = fmax(worst, max_diff(out, outd, B * H));
@@ -192,8 +194,8 @@ static void test_gru(void) {
     double *dbd = to_f64(db, 3 * H), *dbhd = to_f64(dbh, 3 * H);
     for (int64_t i = 0; i < B * 4 * H; i++)
         gd[i] = g[i];
-    rl_gru_cpu_bwd_f32(B, H, T_STEP, LEN, g, hp, dout, H, dh, db, dbh);
-    rl_gru_cpu_bwd_f64(B, H, T_STEP, LEN, gd, hpd, doutd, H, dhd, dbd, dbhd);
+    rl_gru_cpu_bwd_f32(B, H, T_STEP, LEN, g, hp, dout, H, dh, db, dbh, NULL);
+    rl_gru_cpu_bwd_f64(B, H, T_STEP, LEN, gd, hpd, doutd, H, dhd, dbd, dbhd, NULL);
     worst = fmax(worst, max_diff(g, gd, B * 4 * H));
     worst = fmax(worst, max_diff(dh, dhd, B * H));
     worst = fmax(worst, max_diff(db, dbd, 3 * H));

@@ -506,11 +506,11 @@ static void test_errors(void) {
     CHECK_OK(rl_gru_set_initial_state(f.l, &h));
     io = make_io(&f, &c);
     CHECK(f.l->ops->forward(f.l, &io) == RL_ESHAPE);
-    CHECK(strstr(rl_errmsg(), "'enc'") && strstr(rl_errmsg(), "initial state"));
+    CHECK(strstr(rl_errmsg(), "'enc'") && strstr(rl_errmsg(), "initial h"));
     rl_tensor_release(&h);
     tensor64(&h, 2, hw);
     CHECK(rl_gru_set_initial_state(f.l, &h) == RL_ESHAPE);
-    CHECK(strstr(rl_errmsg(), "'enc'") && strstr(rl_errmsg(), "initial state"));
+    CHECK(strstr(rl_errmsg(), "'enc'") && strstr(rl_errmsg(), "initial h"));
     rl_tensor_release(&h);
     CHECK_OK(rl_gru_set_initial_state(f.l, NULL));
     CHECK_OK(f.l->ops->forward(f.l, &io));
@@ -645,6 +645,59 @@ static void test_float32_large(void) {
     rl_blas_set_threads(saved);
 }
 
+/* A final-state gradient g (rl_gru_set_final_state_grad) is dLoss/dh of each sequence's last
+ * frame in the processing direction, where the output is that state: backward with it equals
+ * backward with g added to grad_out at that frame, bit for bit (the cell adds the running dh and
+ * grad_out in either case; padded frames pass dh through). Both directions, a ragged batch; a
+ * layer ignoring g would miss it in every gradient. */
+static void test_final_state_grad(int dir) {
+    config c = {dir, 1, {2, 0}, true};
+    fixture a, b;
+    fixture_init(&a, &c);
+    fixture_init(&b, &c);
+    int64_t st[2] = {B, H};
+    rl_tensor g = {0};
+    tensor64(&g, 2, st);
+    double *gv = rl_tensor_data(&g), *go = rl_tensor_data(&b.gout);
+    for (int k = 0; k < B * H; k++)
+        gv[k] = val(4, 7 * k + 3);
+    for (int bb = 0; bb < B; bb++) {
+        int last = dir > 0 ? LENS[bb] - 1 : 0;
+        for (int j = 0; j < H; j++)
+            go[(last * B + bb) * H + j] += gv[bb * H + j];
+    }
+    CHECK_OK(rl_gru_set_final_state_grad(a.l, &g));
+    fixture *fs[2] = {&a, &b};
+    for (int k = 0; k < 2; k++) {
+        rl_layer_io io = make_io(fs[k], &c);
+        rl_tensor *gin[1] = {&fs[k]->gin[0]};
+        CHECK_OK(fs[k]->l->ops->forward(fs[k]->l, &io));
+        CHECK_OK(fs[k]->l->ops->backward(fs[k]->l, &io, &fs[k]->gout, gin));
+    }
+    rl_tensor da = {0}, db = {0};
+    CHECK_OK(rl_gru_initial_state_grad(a.l, &da));
+    CHECK_OK(rl_gru_initial_state_grad(b.l, &db));
+    CHECK(max_abs_diff(rl_tensor_data(&da), rl_tensor_data(&db), B * H) == 0.0);
+    CHECK(max_abs_diff(rl_tensor_data(&a.gin[0]), rl_tensor_data(&b.gin[0]), T * B * 2) == 0.0);
+    for (int i = 0; i < a.l->n_params; i++)
+        CHECK(max_abs_diff(rl_tensor_data(&a.l->params[i].grad),
+                           rl_tensor_data(&b.l->params[i].grad),
+                           rl_tensor_numel(&a.l->params[i].grad)) == 0.0);
+    /* a wrong width or an int tensor: an error naming the layer and the state */
+    int64_t bad[2] = {B, H + 1};
+    rl_tensor w = {0};
+    tensor64(&w, 2, bad);
+    CHECK(rl_gru_set_final_state_grad(a.l, &w) == RL_ESHAPE);
+    CHECK(strstr(rl_errmsg(), "'enc'") && strstr(rl_errmsg(), "gradient of final h"));
+    CHECK_OK(rl_gru_set_final_state_grad(a.l, NULL));
+    rl_tensor_release(&w);
+    rl_tensor_release(&da);
+    rl_tensor_release(&db);
+    rl_tensor_release(&g);
+    fixture_free(&a, 1);
+    fixture_free(&b, 1);
+}
+
 int main(void) {
     rl_ops_init();
     for (int dir = -1; dir <= 1; dir += 2)
@@ -657,6 +710,8 @@ int main(void) {
     test_torch(1);
     test_torch(-1);
     test_steps();
+    test_final_state_grad(1);
+    test_final_state_grad(-1);
     test_errors();
     test_params();
     /* the float32 paths (packed products, pointwise passes) at every level this CPU has */

@@ -497,7 +497,7 @@ static void test_steps(void) {
               HP = copy_to(&hp, CUDA0), DO = copy_to(&dout, CUDA0), DH = copy_to(&dh, CUDA0),
               Hd = copy_to(&h, CUDA0), Od = copy_to(&out, CUDA0), L = copy_to(&len, CUDA0);
     rl_gru_cpu_fwd_f32(B, H, t, LENS, rl_tensor_data(&g), rl_tensor_data(&b), rl_tensor_data(&bh),
-                       rl_tensor_data(&hp), rl_tensor_data(&h), rl_tensor_data(&out));
+                       rl_tensor_data(&hp), rl_tensor_data(&h), rl_tensor_data(&out), NULL);
     CHECK_OK(rl_gru_cuda_fwd_f32(NULL, B, H, t, rl_tensor_data(&L), rl_tensor_data(&G),
                                  rl_tensor_data(&Bd), rl_tensor_data(&BHd), rl_tensor_data(&HP),
                                  rl_tensor_data(&Hd), rl_tensor_data(&Od)));
@@ -513,7 +513,7 @@ static void test_steps(void) {
     rl_tensor DB = copy_to(&db, CUDA0), DBH = copy_to(&dbh, CUDA0);
     rl_gru_cpu_bwd_f32(B, H, t, LENS, rl_tensor_data(&g), rl_tensor_data(&hp),
                        rl_tensor_data(&dout), H, rl_tensor_data(&dh), rl_tensor_data(&db),
-                       rl_tensor_data(&dbh));
+                       rl_tensor_data(&dbh), NULL);
     CHECK_OK(rl_gru_cuda_bwd_f32(NULL, B, H, t, rl_tensor_data(&L), rl_tensor_data(&G),
                                  rl_tensor_data(&HP), rl_tensor_data(&DO), H, rl_tensor_data(&DH)));
     int64_t ps[1] = {RL_GRU_CUDA_CHUNKS * 4 * H};

@@ -204,9 +204,11 @@ static rl_status fwd_step(rl_dtype dt, int64_t t, const int32_t *len, void *z, c
                                     hp, c, h, out);
 #endif
     if (dt == RL_FLOAT32)
-        rl_lstm_cpu_fwd_f32(B, H, t, len, z, bias, (const float *const *)peep, cp, hp, c, h, out);
+        rl_lstm_cpu_fwd_f32(B, H, t, len, z, bias, (const float *const *)peep, cp, hp, c, h, out,
+                            NULL);
     else
-        rl_lstm_cpu_fwd_f64(B, H, t, len, z, bias, (const double *const *)peep, cp, hp, c, h, out);
+        rl_lstm_cpu_fwd_f64(B, H, t, len, z, bias, (const double *const *)peep, cp, hp, c, h, out,
+                            NULL);
     return RL_OK;
 }
 
@@ -224,10 +226,12 @@ static rl_status bwd_step(rl_dtype dt, int64_t t, const int32_t *len, void *z,
     /* the CPU step leaves the bias and peephole sums to rl_lstm_cpu_param_grads: over this
      * step's B rows they are what the CUDA step adds */
     if (dt == RL_FLOAT32) {
-        rl_lstm_cpu_bwd_f32(B, H, t, len, z, (const float *const *)peep, cp, c, dout, H, dh, dc);
+        rl_lstm_cpu_bwd_f32(B, H, t, len, z, (const float *const *)peep, cp, c, dout, H, dh, dc,
+                            NULL);
         if (db) rl_lstm_cpu_param_grads_f32(B, H, z, cp, c, db, (float *const *)dpeep);
     } else {
-        rl_lstm_cpu_bwd_f64(B, H, t, len, z, (const double *const *)peep, cp, c, dout, H, dh, dc);
+        rl_lstm_cpu_bwd_f64(B, H, t, len, z, (const double *const *)peep, cp, c, dout, H, dh, dc,
+                            NULL);
         if (db) rl_lstm_cpu_param_grads_f64(B, H, z, cp, c, db, (double *const *)dpeep);
     }
     return RL_OK;

@@ -560,6 +560,31 @@ gradcheck("gradient check: gru + additive attention + embedding unit, ragged enc
   from = {"emb", "prev:att"}, n_out = 4}})), extern_data = select(2, seq2seq("additive")), T = 5,
   B = 3, lengths = {5, 2, 4}, batch = label_batch(), max_inputs = 30})
 
+-- Every caller learns a layer's recurrent state from the layer (state_names), not its class.
+H.test("recurrent state through the layer: names, dims, errors naming the layer", function()
+  local layers = require("rnnlua.layers")
+  local l = layers.create("lstm", "l", {n_out = 4}, {3}, "float32")
+  local g = layers.create("gru", "g", {n_out = 2}, {3}, "float32")
+  local c = layers.create("linear", "c", {n_out = 4}, {3}, "float32")
+  local names, dims = l:state_names()
+  H.check(#names == 2 and names[1] == "h" and names[2] == "c" and dims[1] == 4 and dims[2] == 4,
+    "lstm states")
+  names, dims = g:state_names()
+  H.check(#names == 1 and names[1] == "h" and dims[1] == 2, "gru states")
+  H.check(#c:state_names() == 0 and not layers.has_state(c) and layers.has_state(g),
+    "a linear layer has none")
+  H.expect_error("a state too many", function()
+    g:set_initial_state(rl.zeros(1, 2), rl.zeros(1, 2))
+  end, "layer 'g' (gru) has 1 state (h), got 2")
+  H.expect_error("no state of a linear layer", function() c:final_state() end,
+    "layer 'c' (linear) has no recurrent state")
+  H.expect_error("a state of the wrong width", function()
+    l:set_final_state_grad(nil, rl.zeros(3, 5))
+  end, "layer 'l' (lstm): gradient of final c must be a float (B, 4) tensor")
+  H.expect_error("no final state before a forward", function() g:final_state() end,
+    "layer 'g' has no forward to read")
+end)
+
 do
   local layers = require("rnnlua.layers")
   local a = layers.create("lstm", "a", {n_out = 4}, {3}, "float32")
@@ -572,10 +597,10 @@ do
   H.expect_error("an lstm and a gru share no packed weights", function() g:_share_packs(a) end,
     "layer 'g' and layer 'a' differ in their class")
   H.expect_error("only lstm and gru layers share packed weights", function() c:_share_packs(a) end,
-    "layer 'c' is not an lstm or gru")
+    "layer 'c' (linear) is not a recurrent layer")
   H.expect_error("a negative pass", function() g:_set_pack_pass(-1) end, "must be >= 0")
   H.expect_error("no pack count of a linear layer", function() c:_pack_count() end,
-    "layer 'c' is not an lstm or gru")
+    "layer 'c' (linear) is not a recurrent layer")
 end
 
 -- The weight gradients of a unit's lstm or gru are one product per weight matrix over all steps
@@ -698,7 +723,7 @@ do
   end, "layer 'w': dz is")
   H.expect_error("weight gradients of a linear layer", function()
     layers.create("linear", "c", {n_out = 4}, {3}, "float64"):_weight_grads(0, dz, dz)
-  end, "layer 'c' is not an lstm or gru")
+  end, "layer 'c' (linear) is not a recurrent layer")
   -- a gates buffer of the wrong shape: an error at the forward, naming the layer
   l:_set_gates(rl.zeros({1, 3, 16}, "float64"))
   H.expect_error("a gates buffer of another batch", function()

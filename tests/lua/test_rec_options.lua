@@ -1,0 +1,269 @@
+-- Options of the recurrent family (docs/layers.md, `lstm` and `gru`): zoneout, rec_dropout. Float64 gradient
+-- checks in training (the masks repeat: rl.gradcheck resets the generator) and in evaluation,
+-- both directions, ragged batches, as a layer and inside a rec unit; the evaluation formula
+-- against a reference written from the equations; the training masks' semantics; the options
+-- off giving the same bits; bits across thread counts; bad input naming the layer and option.
+local H = dofile("tests/lua/harness.lua")
+
+local function passed(r)
+  H.check(r.passed, string.format("max relative error %.3g", r.max_rel_error))
+end
+
+for _, dir in ipairs{1, -1} do
+  for _, train in ipairs{true, false} do
+    H.test(string.format("gradcheck lstm zoneout, direction %d, train %s", dir, train), function()
+      passed(rl.gradcheck{layer = {class = "lstm", n_out = 3, direction = dir,
+        zoneout = {cell = 0.3, hidden = 0.4}}, in_dim = 4, train = train})
+    end)
+  end
+  H.test("gradcheck lstm zoneout with peepholes, cell only, direction " .. dir, function()
+    passed(rl.gradcheck{layer = {class = "lstm", n_out = 3, direction = dir, peepholes = true,
+      zoneout = {cell = 0.5}}, in_dim = 2, train = true})
+  end)
+  H.test("gradcheck gru zoneout, direction " .. dir, function()
+    passed(rl.gradcheck{layer = {class = "gru", n_out = 3, direction = dir,
+      zoneout = {hidden = 0.35}}, in_dim = 4, train = true})
+  end)
+end
+
+for _, dir in ipairs{1, -1} do
+  H.test("gradcheck lstm rec_dropout with zoneout, direction " .. dir, function()
+    passed(rl.gradcheck{layer = {class = "lstm", n_out = 4, direction = dir, rec_dropout = 0.4,
+      zoneout = {cell = 0.2, hidden = 0.3}}, in_dim = 3, train = true})
+  end)
+  H.test("gradcheck gru rec_dropout, direction " .. dir, function()
+    passed(rl.gradcheck{layer = {class = "gru", n_out = 4, direction = dir, rec_dropout = 0.4},
+      in_dim = 3, train = true})
+  end)
+end
+
+-- rec_dropout = p close to 1 drops every unit of h_prev (a seeded draw): the recurrent product
+-- adds nothing, so the output is the one of the same layer with U = 0; in evaluation it is the
+-- plain layer's (inverted dropout scales in training).
+H.test("rec_dropout: dropped units feed nothing, evaluation is the plain layer", function()
+  for _, class in ipairs{"lstm", "gru"} do
+    local ext = {data = {dim = 3}}
+    local function net_of(d)
+      rl.manual_seed(31)
+      local dd = {class = class, n_out = 4, from = "data", is_output_layer = true}
+      for k, v in pairs(d) do dd[k] = v end
+      return rl.network({output = dd}, ext, {dtype = "float64"})
+    end
+    local a, b, c = net_of({rec_dropout = 0.999}), net_of({}), net_of({})
+    b:layer("output").params.U:zero()
+    local batch = {data = rl.randn(5, 2, 3, "float64"), lengths = rl.tensor({5, 4}, "int32")}
+    rl.manual_seed(32)
+    a:forward(batch, {train = true})
+    b:forward(batch, {train = true})
+    H.check((a:layer("output").output - b:layer("output").output):abs():max() == 0,
+      class .. ": a dropped recurrent input still contributes")
+    a:forward(batch, {train = false})
+    c:forward(batch, {train = false})
+    H.check((a:layer("output").output - c:layer("output").output):abs():max() == 0,
+      class .. ": evaluation is not the plain layer")
+  end
+end)
+
+H.expect_error("rec_dropout inside a rec unit is refused", function()
+  rl.network({
+    dec = {class = "rec", from = "data", is_output_layer = true,
+      unit = {output = {class = "lstm", n_out = 2, rec_dropout = 0.2}}},
+  }, {data = {dim = 3}})
+end, "rec_dropout is not supported inside a unit")
+
+H.test("gradcheck: zoneout inside a rec unit (lstm and gru), ragged", function()
+  passed(rl.gradcheck{
+    network = {
+      dec = {class = "rec", from = "data", unit = {
+        s = {class = "lstm", n_out = 3, zoneout = {cell = 0.3, hidden = 0.3},
+          from = {"data:source", "prev:output"}},
+        g = {class = "gru", n_out = 2, zoneout = 0.4, from = "s"},
+        output = {class = "linear", activation = "tanh", n_out = 2, from = "g"},
+      }},
+      output = {class = "copy", from = "dec", loss = "mse", target = "target"},
+    },
+    extern_data = {data = {dim = 3}, target = {dim = 2}},
+    T = 5, B = 3, lengths = {5, 2, 4}, train = true,
+  })
+end)
+
+local function sig(x) return 1 / (1 + math.exp(-x)) end
+
+-- Evaluation uses the expectation: c = zc cp + (1 - zc) c~, h = zh hp + (1 - zh) o tanh(c~).
+H.test("lstm zoneout in evaluation: the expectation, against a reference", function()
+  local F, Hd, T, B, zc, zh = 2, 3, 4, 2, 0.3, 0.6
+  rl.manual_seed(3)
+  local net = rl.network({output = {class = "lstm", n_out = Hd, from = "data",
+    zoneout = {cell = zc, hidden = zh}, is_output_layer = true}}, {data = {dim = F}},
+    {dtype = "float64"})
+  local p = net:layer("output").params
+  local W, U, b = p.W:totable(), p.U:totable(), p.b:totable()
+  local x = rl.randn(T, B, F, "float64")
+  local len = rl.tensor({4, 3}, "int32")
+  net:forward({data = x, lengths = len}, {train = false})
+  local out, xs = net:layer("output").output:totable(), x:totable()
+  local err = 0
+  for bb = 1, B do
+    local h, c = {0, 0, 0}, {0, 0, 0}
+    for t = 1, len:totable()[bb] do
+      local nh, nc = {}, {}
+      for j = 1, Hd do
+        local z = {}
+        for g = 0, 3 do
+          local col = g * Hd + j
+          local s = b[col]
+          for i = 1, F do s = s + xs[t][bb][i] * W[i][col] end
+          for i = 1, Hd do s = s + h[i] * U[i][col] end
+          z[g] = s
+        end
+        local ct = sig(z[1]) * c[j] + sig(z[0]) * math.tanh(z[2])
+        local ht = sig(z[3]) * math.tanh(ct)
+        nc[j] = zc * c[j] + (1 - zc) * ct
+        nh[j] = zh * h[j] + (1 - zh) * ht
+      end
+      h, c = nh, nc
+      for j = 1, Hd do err = math.max(err, math.abs(out[t][bb][j] - h[j])) end
+    end
+  end
+  H.check(err < 1e-12, string.format("max difference %.3g", err))
+end)
+
+-- In training each unit keeps its previous value with probability z per step (the mask is 0 or
+-- 1: the kept ones are exactly equal to the previous step's).
+H.test("gru and lstm zoneout in training: the kept fraction is z, kept units exact", function()
+  for _, class in ipairs{"gru", "lstm"} do
+    local Hd, T, B, z = 64, 20, 8, 0.25
+    rl.manual_seed(5)
+    local net = rl.network({output = {class = class, n_out = Hd, from = "data",
+      zoneout = {hidden = z}, is_output_layer = true}}, {data = {dim = 3}})
+    net:forward({data = rl.randn(T, B, 3), lengths = rl.full({B}, T, "int32")}, {train = true})
+    local out = net:layer("output").output:totable()
+    local kept, n = 0, 0
+    for t = 2, T do
+      for bb = 1, B do
+        for j = 1, Hd do
+          n = n + 1
+          if out[t][bb][j] == out[t - 1][bb][j] then kept = kept + 1 end
+        end
+      end
+    end
+    H.near(kept / n, z, 0.03, class .. ": kept fraction")
+  end
+end)
+
+-- The training step's numbers do not depend on the thread count (masks from the one generator,
+-- drawn before the row split).
+H.test("lstm zoneout and rec_dropout: the same bits on 1, 2 and 3 threads", function()
+  H.same_on_threads(function(threads)
+    rl.set_num_threads(threads)
+    rl.manual_seed(7)
+    local net = rl.network({output = {class = "lstm", n_out = 32, from = "data",
+      zoneout = {cell = 0.2, hidden = 0.1}, rec_dropout = 0.3, loss = "mse", target = "y"}},
+      {data = {dim = 5}, y = {dim = 32}})
+    rl.manual_seed(8)
+    local x, y = rl.randn(6, 24, 5), rl.randn(6, 24, 32)
+    net:forward({data = x, y = y, lengths = rl.tensor({6, 5, 4, 3, 2, 1, 6, 6, 6, 6, 6, 6, 6, 6,
+      6, 6, 6, 6, 6, 6, 6, 6, 6, 6}, "int32")}, {train = true})
+    net:zero_grads()
+    net:backward()
+    rl.set_num_threads(1)
+    return {out = net:layer("output").output:view(-1):totable(), grads = net:grads():totable()}
+  end)
+end)
+
+-- The float32 passes (every CPU level's compilation of the fused loops) against float64 with the
+-- same masks (z exact in both: the draws are the same words).
+H.test("zoneout and rec_dropout in float32 are float64's (lstm, gru, both directions, ragged)",
+  function()
+  local desc = {
+    a = {class = "lstm", n_out = 24, from = "data", zoneout = {cell = 0.25, hidden = 0.5},
+      rec_dropout = 0.5},
+    b = {class = "gru", n_out = 20, from = "a", direction = -1, zoneout = 0.25, rec_dropout = 0.25},
+    output = {class = "linear", n_out = 3, from = {"a", "b"}, loss = "mse", target = "y"},
+  }
+  local ext = {data = {dim = 5}, y = {dim = 3}}
+  rl.manual_seed(11)
+  local x, y = rl.randn(7, 4, 5, "float64"), rl.randn(7, 4, 3, "float64")
+  local len = rl.tensor({7, 3, 5, 6}, "int32")
+  local res = {}
+  for _, dt in ipairs{"float64", "float32"} do
+    rl.manual_seed(12)
+    local net = rl.network(desc, ext, {dtype = dt})
+    if res.params then net:params():copy_(res.params) end
+    rl.manual_seed(13)
+    local loss = net:forward({data = x:to(dt), y = y:to(dt), lengths = len}, {train = true})
+    net:zero_grads()
+    net:backward()
+    res.params = res.params or net:params():clone()
+    res[dt] = {loss = loss, grads = net:grads():to("float64")}
+  end
+  H.near(res.float32.loss, res.float64.loss, 1e-4 * math.abs(res.float64.loss), "loss")
+  local d = (res.float32.grads - res.float64.grads):abs():max()
+  local m = res.float64.grads:abs():max()
+  H.check(d < 1e-4 * m, string.format("gradients differ by %.3g (max %.3g)", d, m))
+end)
+
+-- The options travel in the checkpoint's description: a network rebuilt from it is the same.
+H.test("zoneout is stored in checkpoints through the description", function()
+  local dir = H.tmpdir()
+  rl.manual_seed(21)
+  local ext = {data = {dim = 3}}
+  local net = rl.network({output = {class = "lstm", n_out = 4, from = "data",
+    zoneout = {cell = 0.2, hidden = 0.3}, is_output_layer = true}}, ext)
+  rl.save_checkpoint(dir .. "/m.h5", {net = net})
+  local ck = rl.load_checkpoint(dir .. "/m.h5")
+  H.check(ck.description.output.zoneout.cell == 0.2 and ck.description.output.zoneout.hidden == 0.3,
+    "zoneout in the stored description")
+  local again = rl.network(ck.description, ck.extern_data)
+  rl.checkpoint.load_params(ck, again)
+  local batch = {data = rl.randn(5, 2, 3), lengths = rl.tensor({5, 3}, "int32")}
+  net:forward(batch, {train = false})
+  again:forward(batch, {train = false})
+  H.check((net:layer("output").output - again:layer("output").output):abs():max() == 0,
+    "the rebuilt network's evaluation output differs")
+  H.rm_rf(dir)
+end)
+
+-- Options off: the same numbers as the layer without them.
+H.test("zoneout = 0, rec_dropout = 0 give the same bits as neither (lstm and gru)", function()
+  for _, class in ipairs{"lstm", "gru"} do
+    local res = {}
+    for k, extra in ipairs{{}, {zoneout = {cell = class == "lstm" and 0 or nil, hidden = 0},
+      rec_dropout = 0}} do
+      local d = {class = class, n_out = 8, from = "data", loss = "mse", target = "y"}
+      for kk, v in pairs(extra) do d[kk] = v end
+      rl.manual_seed(2)
+      local net = rl.network({output = d}, {data = {dim = 3}, y = {dim = 8}})
+      rl.manual_seed(4)
+      net:forward({data = rl.randn(5, 3, 3), y = rl.randn(5, 3, 8),
+        lengths = rl.tensor({5, 3, 4}, "int32")}, {train = true})
+      net:zero_grads()
+      net:backward()
+      res[k] = net:grads()
+    end
+    H.check((res[1] - res[2]):abs():max() == 0, class .. ": gradients differ")
+  end
+end)
+
+local function build(d)
+  d.from, d.is_output_layer = "data", true
+  return rl.network({l = d}, {data = {dim = 3}})
+end
+for _, bad in ipairs{
+  {{class = "lstm", n_out = 2, zoneout = 1}, "layer 'l' (lstm): option zoneout.cell = 1"},
+  {{class = "lstm", n_out = 2, zoneout = {hidden = -0.1}}, "option zoneout.hidden = -0.1"},
+  {{class = "lstm", n_out = 2, zoneout = {cel = 0.1}}, "option zoneout has no field 'cel'"},
+  {{class = "lstm", n_out = 2, zoneout = "0.1"}, "option zoneout.cell must be a number"},
+  {{class = "gru", n_out = 2, zoneout = {cell = 0.1}},
+    "layer 'l' (class gru): option zoneout has no field 'cell' (it has hidden)"},
+  {{class = "lstm", n_out = 2, zoneout = 0.1, impl = "cudnn"},
+    "option zoneout and impl = \"cudnn\" do not go together"},
+  {{class = "gru", n_out = 2, rec_dropout = 1}, "layer 'l' (gru): option rec_dropout = 1"},
+  {{class = "lstm", n_out = 2, rec_dropout = 0.5, impl = "cudnn"},
+    "option rec_dropout and impl = \"cudnn\" do not go together"},
+  {{class = "lstm", n_out = 2, rec_dropout = true}, "option rec_dropout must be a number"},
+} do
+  H.expect_error("bad option: " .. bad[2], function() build(bad[1]) end, bad[2])
+end
+
+H.done()
