@@ -2,10 +2,11 @@
 -- a conv/MDLSTM/BLSTM network trained with CTC on the CPU (after RETURNN's IAM setups).
 -- Goal: test CER <= 5% within 30 minutes of training on 2 cores.
 --
---   ./rnnlua recipes/htr_lines.lua [minutes=30] [epochs=N] [out=out/htr_lines] [++key value ...]
---   ./rnnlua recipes/htr_lines.lua smoke [out=DIR]     a handful of lines, a tiny network, seconds
---   ./rnnlua recipes/htr_lines.lua score=out/htr_lines/model/net.008.h5   only scores a checkpoint
---   ./rnnlua recipes/htr_lines.lua from=out/htr_lines/model/net.004.h5 minutes=20   trains on
+--   ./rnnlua recipes/htr_lines.lua [++minutes 30] [++num_epochs N] [++out out/htr_lines] [++key v]
+--   ./rnnlua recipes/htr_lines.lua ++smoke [++out DIR]  a handful of lines, a tiny network, seconds
+--   ./rnnlua recipes/htr_lines.lua ++score out/htr_lines/model/net.008.h5  only scores a checkpoint
+--   ./rnnlua recipes/htr_lines.lua ++load out/htr_lines/model/net.004.h5 ++minutes 20  trains on
+--   ./rnnlua recipes/htr_lines.lua --help   every option
 --
 -- Data (recipes/htr_lines_data.lua, converted once to out/htr_lines/data; 6 minutes on the
 -- loaded machine): 16000 training, 300 dev and 1000 test lines of 4..32 characters, each drawn
@@ -21,30 +22,28 @@
 -- Training: Adam, batches of up to 16 lines, the training lines in 4 sub-epochs a pass
 -- (partition_epoch), lines of similar width batched together (laplace ordering); the dev label
 -- error rate is the engine's, after each sub-epoch. Training stops at the first sub-epoch end
--- after which another would overrun `minutes` (or after `epochs`); then the last model is
+-- after which another would overrun ++minutes (or after ++num_epochs); then the last model is
 -- scored on the test lines and on the held-out font with best-path decoding:
 --   test CER X%               (edit distance / reference characters over the 1000 test lines)
 --   held-out font CER Y%      (the same texts in the held-out font)
 --
 -- Measured (2 shared cores, load 24 falling to 6; README): 8 sub-epochs (32000 lines) in 74.9
--- min of training (minutes=55, then from= net.004.h5 and net.007.h5): dev LER 100, 94.8, 80.0,
+-- min of training (++minutes 55, then ++load net.004.h5 and net.007.h5): dev LER 100, 94.8, 80.0,
 -- 68.6, 48.1, 28.6, 17.0, 14.7%; test CER 14.78%, held-out font CER 28.94%. Not yet the 5% goal.
 local t_start = rl.clock()
 local D = dofile("recipes/htr_lines_data.lua")
 
-local opt = {out = "out/htr_lines", minutes = 30, epochs = 1000, score = "", from = ""}
-for _, a in ipairs(arg) do
-  local k, v = a:match("^(%a+)=(.*)$")
-  if a == "smoke" then
-    opt.smoke = true
-  elseif k and opt[k] ~= nil then
-    opt[k] = tonumber(v) or v
-  elseif k then
-    error(string.format("htr_lines: unknown option '%s' (minutes=, epochs=, out=, score=, from=, "
-      .. "smoke)", k), 0)
-  end
-end
-if opt.smoke and opt.from == "" then opt.epochs = 1 end
+local SE = dofile("recipes/sub_epochs.lua")
+local options = {
+  {"out", "string", "out/htr_lines", "directory of the data, the model and its log"},
+  {"smoke", "boolean", false, "a handful of lines, a tiny network, one sub-epoch: seconds"},
+}
+table.move(SE.OPTIONS, 1, #SE.OPTIONS, #options + 1, options)
+local opt, argv = require("rnnlua.cli").parse({
+  usage = "rnnlua recipes/htr_lines.lua [++key value ...]",
+  about = "Handwritten text lines read by conv/MDLSTM/BLSTM with CTC (recipes/htr_lines.lua).",
+  options = options, train = true}, arg)
+if opt.smoke and opt.load == "" then opt.num_epochs = 1 end
 
 local info = D.prepare(opt.out .. "/data", opt.smoke and D.SMOKE or
   {n_train = 16000, n_dev = 300, n_test = 1000})
@@ -101,7 +100,7 @@ local config = {
 
 -- One rl.train call per sub-epoch, each resuming from the last one's checkpoint (bit-exact on
 -- the CPU), so that training can stop on the clock between sub-epochs.
-local r, history, train_time = dofile("recipes/sub_epochs.lua").run("htr_lines", config, arg, opt)
+local r, history, train_time = SE.run("htr_lines", config, argv, opt)
 
 -- Character error rate of a file with best-path decoding.
 local function cer(net, file)
