@@ -51,6 +51,7 @@ static volatile sig_atomic_t prompt_interrupted;
 /* ---- subcommands: `rnnlua NAME args...` ---------------------------------------------------- */
 
 static int docall(lua_State *L, int narg, int nres);
+static int report(lua_State *L, int status);
 
 /* The tools written in Lua (lua/rnnlua/tools.lua): rl.tools.main(argv[0], {argv[1..]}) returns
  * the exit status and reports its own errors; an error escaping it is reported here. */
@@ -66,7 +67,7 @@ static int run_tool(lua_State *L, int argc, char **argv) {
     }
     int status = docall(L, 2, 1);
     if (status != LUA_OK) {
-        fprintf(stderr, PROGNAME " %s: %s\n", argv[0], lua_tostring(L, -1));
+        report(L, status);
         return 1;
     }
     return lua_isinteger(L, -1) ? (int)lua_tointeger(L, -1) : 1;
@@ -79,12 +80,15 @@ static const struct {
     int (*run)(lua_State *L, int argc, char **argv);
     const char *summary;
 } subcommands[] = {
-    {"serve", rl_serve_main, "serve MODEL.h5 [--port P] ...  an HTTP service (serve --help)"},
+    {"train", run_tool, "train CONFIG.lua|CONFIG.json [++key value ...]  rl.train on a config"},
+    {"forward", run_tool, "forward ++model M ++data D ++layer L ++output O  the forward task"},
+    {"search", run_tool, "search ++model M ++data D ++output O ++beam N  beam search"},
+    {"serve", rl_serve_main, "serve MODEL.h5 [++port P] ...  an HTTP service (serve --help)"},
     {"info", run_tool, "info MODEL.h5                   describe a checkpoint"},
-    {"dump-data", run_tool, "dump-data FILE.h5 [--seq N] [--stats]  describe an HDF dataset"},
+    {"dump-data", run_tool, "dump-data FILE.h5 [++seq N] [++stats]  describe an HDF dataset"},
     {"compare", run_tool, "compare A.h5 B.h5               max difference per parameter"},
     {"plot", run_tool,
-     "plot CURVE.jsonl | FILE.h5 --heatmap KEY [-o OUT.png]  a learning curve or a heat map"},
+     "plot CURVE.jsonl | FILE.h5 ++heatmap KEY [++out OUT.png]  a learning curve or a heat map"},
 };
 
 static int find_subcommand(const char *name) {

@@ -11,13 +11,13 @@
 --   ./rnnlua recipes/fashion_mnist_blstm.lua [++layers N] [++key value ...]   (N BLSTM layers,
 --                                                                              default 2)
 local t0 = rl.clock()
-local out = "out/fashion_mnist"
-local data = dofile("recipes/fashion_mnist_data.lua")(out)
-
 local opt, argv = require("rnnlua.cli").parse({
   usage = "rnnlua recipes/fashion_mnist_blstm.lua [++key value ...]",
   about = "Fashion-MNIST read row by row by a BLSTM (the MDLSTM recipe's baseline).",
   options = {{"layers", "integer", 2, "BLSTM layers"}}, train = true}, arg)
+local out = "out/fashion_mnist"
+local data = dofile("recipes/fashion_mnist_data.lua")(out)
+
 local depth = opt.layers
 if depth < 1 then error("++layers: needs N >= 1", 0) end
 local network, prev = {}, "data"

@@ -83,7 +83,7 @@ end
 local TYPE_WORDS = {integer = "an integer", number = "a number", boolean = "true or false",
                     string = "a string", value = "a value"}
 
-local function typed(name, kind, s)
+local function typed(name, kind, s, shown)
   if kind == "string" then return s end
   if kind == "value" then return loose_value(s) end
   if kind == "boolean" then
@@ -98,7 +98,7 @@ local function typed(name, kind, s)
   else
     error("rnnlua.cli: option " .. name .. " has an unknown type '" .. tostring(kind) .. "'")
   end
-  fail("++%s: expects %s, got '%s'", name, TYPE_WORDS[kind], s)
+  fail("%s: expects %s, got '%s'", shown or "++" .. name, TYPE_WORDS[kind], s)
 end
 
 -- "did you mean ++x?" for name among the known names (a list).
@@ -222,14 +222,16 @@ function M.parse(spec, argv)
       local head = key:match("^[^.]*")
       local o = decl[key]
       local value = argv[i + 1]
+      -- messages spell the option as it was written (--seq, -o, ++seq)
+      local shown = a
       if o then
         if o[2] == "boolean" and (value == nil or value:sub(1, 2) == "++" or
-            (spec.dashes and value:sub(1, 2) == "--")) then
+            (spec.dashes and value:sub(1, 1) == "-")) then
           value, i = "true", i - 1
         elseif value == nil then
-          fail("++%s: lacks a value", key)
+          fail("%s: lacks a value", shown)
         end
-        if not note(seen, key, value) then opts[key] = typed(key, o[2], value) end
+        if not note(seen, key, value) then opts[key] = typed(key, o[2], value, shown) end
       elseif spec.train and is_train_key(head) then
         key_path(key)
         if value == nil then fail("++%s: lacks a value", key) end
@@ -239,7 +241,7 @@ function M.parse(spec, argv)
         end
       else
         if key == "" then fail("'++' lacks a key name") end
-        fail("++%s: unknown option%s", key, suggestion(head, all_names()))
+        fail("%s: unknown option%s", shown, suggestion(head, all_names()))
       end
       i = i + 2
     end

@@ -130,8 +130,10 @@ end
 
 -- `--help` among the arguments of rl.train: the config keys, with this config's values.
 local function print_help(config)
-  local lines = {"rl.train config keys (++key value on the command line; nested with dots, "
-    .. "++train.num_seqs 100; docs/training.md); this run's values in brackets:"}
+  local script = type(_G.arg) == "table" and _G.arg[0] or "SCRIPT"
+  local lines = {string.format("usage: rnnlua %s [++key value ...]", script),
+    "rl.train's config keys (nested with dots: ++train.num_seqs 100; docs/training.md), with "
+    .. "this run's values:"}
   local keys = M.known_keys()
   for k in pairs(config) do
     if type(k) == "string" and KEYS[k] == nil then keys[#keys + 1] = k end

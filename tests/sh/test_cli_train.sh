@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Training and the forward task from the shell: a recipe with ++key overrides, resuming with
-# ++load last, recipes/forward.lua with key=value arguments, and non-zero exit codes with a
-# message naming the problem. Usage: test_cli_train.sh path/to/rnnlua (from the repository root)
+# ++load last, rnnlua forward (and recipes/forward.lua, which calls it), rnnlua train on a Lua
+# and a RETURNN JSON config, and non-zero exit codes with a message naming the problem. Usage: test_cli_train.sh path/to/rnnlua (from the repository root)
 set -u
 bin=${1:?usage: test_cli_train.sh path/to/rnnlua}
 pass=0
@@ -40,9 +40,9 @@ grep -q "resumed from $dir/m.001.h5 (epoch 1" "$dir/out" && [ -f "$dir/m.002.h5"
     [ "$(wc -l <"$dir/m.curve.jsonl")" -eq 2 ]
 ok "resumed at epoch 2, curve continued" $?
 
-"$bin" recipes/forward.lua model="$dir/m.002.h5" data="$dir/dev.h5" layer=fw output="$dir/fw.h5" \
+"$bin" forward ++model "$dir/m.002.h5" ++data "$dir/dev.h5" ++layer fw ++output "$dir/fw.h5" \
     >"$dir/out" 2>"$dir/err"
-ok "forward recipe runs" $?
+ok "rnnlua forward runs" $?
 "$bin" -e "
 local ds = rl.dataset{class = 'hdf', files = {'$dir/fw.h5'}}
 local dev = rl.dataset{class = 'hdf', files = {'$dir/dev.h5'}}
@@ -54,8 +54,8 @@ for i = 1, 10 do
 end" >"$dir/err" 2>&1
 ok "forward output: tags and lengths of the dev set, dim of layer fw" $?
 
-"$bin" recipes/forward.lua model="$dir/m.002.h5" data='{class = "12ax", num_seqs = 3}' \
-    output="$dir/o.h5" >"$dir/out" 2>"$dir/err"
+"$bin" recipes/forward.lua ++model "$dir/m.002.h5" ++data '{class = "12ax", num_seqs = 3}' \
+    ++output "$dir/o.h5" >"$dir/out" 2>"$dir/err"
 ok "forward recipe with a dataset config literal" $?
 grep -q "3 sequences" "$dir/out"
 ok "forward reports what it wrote" $?
@@ -64,32 +64,55 @@ ok "forward reports what it wrote" $?
 "$bin" recipes/12ax_blstm.lua ++num_epochs 1 ++model "$dir/x" ++bogus_key 3 >"$dir/out" 2>"$dir/err"
 [ $? -ne 0 ] && grep -q "unknown config key 'bogus_key'" "$dir/err"
 ok "unknown ++key exits non-zero naming it" $?
-"$bin" recipes/forward.lua model="$dir/none.h5" data="$dir/dev.h5" output="$dir/o2.h5" \
+"$bin" recipes/12ax_blstm.lua --num_epochs 3 ++model "$dir/x" >"$dir/out" 2>"$dir/err"
+[ $? -ne 0 ] && grep -q "^rnnlua: recipes/12ax_blstm.lua:[0-9]*: --num_epochs: options are written ++key value (++num_epochs)$" "$dir/err" &&
+    ! grep -q "stack traceback\|lua/rnnlua/" "$dir/err" && [ ! -f "$dir/x.001.h5" ]
+ok "--num_epochs is an error naming ++num_epochs and the recipe's line, not ignored" $?
+"$bin" recipes/12ax_blstm.lua ++num_epochs 1 ++num_epochs 2 >"$dir/out" 2>"$dir/err"
+[ $? -ne 0 ] && grep -q "++num_epochs: given twice, as '1' and as '2'" "$dir/err"
+ok "an option given twice with different values" $?
+"$bin" recipes/12ax_blstm.lua --help >"$dir/out" 2>"$dir/err"
+[ $? -eq 0 ] && grep -q "^  ++num_epochs  *\[8\]" "$dir/out" && grep -q "^  ++learning_rate  *\[0.01\]" "$dir/out"
+ok "recipe --help lists rl.train's keys with the recipe's values" $?
+nohelp=0
+for r in recipes/*.lua; do
+    case $r in *_data.lua|*/sub_epochs.lua) continue ;; esac
+    "$bin" "$r" --help >"$dir/out" 2>"$dir/err" && grep -q "usage: rnnlua" "$dir/out" ||
+        { echo "no --help: $r"; nohelp=1; }
+done
+ok "every recipe answers --help" $nohelp
+"$bin" recipes/char_lm.lua ++hiden 8 >"$dir/out" 2>"$dir/err"
+[ $? -ne 0 ] && grep -q "++hiden: unknown option (did you mean ++hidden?)" "$dir/err"
+ok "a misspelt recipe option names the closest" $?
+"$bin" forward ++model "$dir/none.h5" ++data "$dir/dev.h5" ++output "$dir/o2.h5" \
     >"$dir/out" 2>"$dir/err"
 [ $? -ne 0 ] && grep -q "$dir/none.h5" "$dir/err" && [ ! -f "$dir/o2.h5" ]
 ok "forward with a missing checkpoint exits non-zero naming it" $?
 head -c 3000 "$dir/m.002.h5" >"$dir/cut.h5"
-"$bin" recipes/forward.lua model="$dir/cut.h5" data="$dir/dev.h5" output="$dir/o3.h5" \
+"$bin" forward ++model "$dir/cut.h5" ++data "$dir/dev.h5" ++output "$dir/o3.h5" \
     >"$dir/out" 2>"$dir/err"
 [ $? -ne 0 ] && grep -q "$dir/cut.h5" "$dir/err"
 ok "forward with a truncated checkpoint exits non-zero naming it" $?
-"$bin" recipes/forward.lua model="$dir/m.002.h5" >"$dir/out" 2>"$dir/err"
-[ $? -ne 0 ] && grep -q "usage:" "$dir/err"
-ok "forward without data= prints its usage" $?
+"$bin" forward ++model "$dir/m.002.h5" ++output "$dir/o.h5" >"$dir/out" 2>"$dir/err"
+[ $? -eq 2 ] && grep -q "++data: missing (rnnlua forward --help)" "$dir/err"
+ok "forward without ++data names it" $?
+"$bin" forward model="$dir/m.002.h5" >"$dir/out" 2>"$dir/err"
+[ $? -eq 2 ] && grep -q "model=.*: options are written ++key value (++model " "$dir/err"
+ok "forward with key=value names ++key" $?
 
-# a model with a Lua layer class: lua=FILE registers it before the checkpoint loads
+# a model with a Lua layer class: ++lua FILE registers it before the checkpoint loads
 cp tests/data/scale_layer.lua "$dir/scale.lua"
 echo 'error("not today")' >"$dir/raises.lua"
 "$bin" -e "dofile('$dir/scale.lua')
 rl.save_checkpoint('$dir/lua.h5', {net = rl.network({output = {class = 'scale', k = 3, from = 'data'}},
   {data = {dim = 9}}), epoch = 1})" >"$dir/err" 2>&1
 ok "a checkpoint of a network with a Lua layer class" $?
-"$bin" recipes/forward.lua model="$dir/lua.h5" data="$dir/dev.h5" output="$dir/o4.h5" \
+"$bin" forward ++model "$dir/lua.h5" ++data "$dir/dev.h5" ++output "$dir/o4.h5" \
     >"$dir/out" 2>"$dir/err"
 [ $? -ne 0 ] && grep -q "'scale'" "$dir/err" && [ ! -f "$dir/o4.h5" ]
-ok "forward of it without lua= exits non-zero naming the class" $?
-"$bin" recipes/forward.lua model="$dir/lua.h5" data="$dir/dev.h5" output="$dir/o4.h5" \
-    lua="$dir/scale.lua" >"$dir/out" 2>"$dir/err" &&
+ok "forward of it without ++lua exits non-zero naming the class" $?
+"$bin" forward ++model "$dir/lua.h5" ++data "$dir/dev.h5" ++output "$dir/o4.h5" \
+    ++lua "$dir/scale.lua" >"$dir/out" 2>"$dir/err" &&
     "$bin" -e "
 local o = rl.dataset{class = 'hdf', files = {'$dir/o4.h5'}}
 local d = rl.dataset{class = 'hdf', files = {'$dir/dev.h5'}}
@@ -98,11 +121,11 @@ for i = 1, d:num_seqs() do
   local a, b = o:get_seq(i).data, d:get_seq(i).data
   assert((a - b * 3):abs():max() < 1e-6, 'seq ' .. i)
 end" >"$dir/err" 2>&1
-ok "forward with lua=scale.lua writes 3 x the input" $?
-"$bin" recipes/forward.lua model="$dir/lua.h5" data="$dir/dev.h5" output="$dir/o5.h5" \
-    lua="$dir/raises.lua" >"$dir/out" 2>"$dir/err"
-[ $? -ne 0 ] && grep -q "lua=$dir/raises.lua: .*not today" "$dir/err"
-ok "lua= with a file that raises exits non-zero naming it and the error" $?
+ok "forward with ++lua scale.lua writes 3 x the input" $?
+"$bin" forward ++model "$dir/lua.h5" ++data "$dir/dev.h5" ++output "$dir/o5.h5" \
+    ++lua "$dir/raises.lua" >"$dir/out" 2>"$dir/err"
+[ $? -ne 0 ] && grep -q "++lua $dir/raises.lua: .*not today" "$dir/err"
+ok "++lua with a file that raises exits non-zero naming it and the error" $?
 
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
