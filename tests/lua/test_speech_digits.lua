@@ -70,7 +70,7 @@ test("deterministic, and made once", function()
 end)
 
 test("the recipe's smoke mode trains and prints its WER and CER", function()
-  local p = io.popen(string.format("%s recipes/speech_digits.lua smoke out=%s 2>&1", arg[-1], dir))
+  local p = io.popen(string.format("%s recipes/speech_digits.lua ++smoke ++out %s 2>&1", arg[-1], dir))
   local out = p:read("a")
   local ok = p:close()
   check(ok, "recipe failed:\n" .. out)
