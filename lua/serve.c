@@ -1576,7 +1576,7 @@ static void serve_usage(FILE *f) {
         "POST /v1/reload (or SIGHUP) to load MODEL.h5 again. SIGTERM or SIGINT: answer what\n"
         "is in flight, then exit 0.\n"
         "\n"
-        "Options (defaults in brackets):\n"
+        "Options (defaults in brackets; ++port P is --port P, ++max_body N is --max-body N):\n"
         "  --port P               TCP port; 0 picks a free one [8080]\n"
         "  --listen ADDR          address to listen on [127.0.0.1]\n"
         "  --layer NAME           the layer whose activations are served [output]\n"
@@ -1600,12 +1600,13 @@ static void serve_usage(FILE *f) {
         f);
 }
 
-/* The value of --name VALUE or --name=VALUE at argv[*i] (advancing *i), or NULL. */
-static const char *opt_value(int argc, char **argv, int *i, const char *name) {
+/* The value of --name VALUE or --name=VALUE (arg, the option at argv[*i]; advancing *i), or
+ * NULL. */
+static const char *opt_value(int argc, char **argv, int *i, const char *arg, const char *name) {
     size_t n = strlen(name);
-    if (strncmp(argv[*i], name, n) != 0) return NULL;
-    if (argv[*i][n] == '=') return argv[*i] + n + 1;
-    if (argv[*i][n] != '\0') return NULL;
+    if (strncmp(arg, name, n) != 0) return NULL;
+    if (arg[n] == '=') return argv[*i] + n + 1;
+    if (arg[n] != '\0') return NULL;
     if (*i + 1 >= argc) return "";
     return argv[++*i];
 }
@@ -1665,7 +1666,7 @@ static int parse_options(int argc, char **argv, serve_opts *o) {
             serve_usage(stdout);
             return 0;
         }
-        if (a[0] != '-') {
+        if (a[0] != '-' && !(a[0] == '+' && a[1] == '+')) {
             if (o->model_path) {
                 fprintf(stderr, "rnnlua serve: one model only (got %s and %s)\n", o->model_path, a);
                 return 2;
@@ -1673,10 +1674,20 @@ static int parse_options(int argc, char **argv, serve_opts *o) {
             o->model_path = a;
             continue;
         }
+        /* ++max_batch_frames 2000 is --max-batch-frames 2000: the command-line convention of
+         * every other subcommand (docs/tools.md) */
+        char norm[64];
+        const char *arg = a;
+        if (a[0] == '+' && a[1] == '+' && strlen(a) < sizeof norm) {
+            snprintf(norm, sizeof norm, "--%s", a + 2);
+            for (char *c = norm + 2; *c && *c != '='; c++)
+                if (*c == '_') *c = '-';
+            arg = norm;
+        }
         size_t k = 0;
         const char *v = NULL;
         for (; k < sizeof spec / sizeof spec[0]; k++)
-            if ((v = opt_value(argc, argv, &i, spec[k].name)) != NULL) break;
+            if ((v = opt_value(argc, argv, &i, arg, spec[k].name)) != NULL) break;
         if (v == NULL) {
             fprintf(stderr, "rnnlua serve: unknown option '%s' (rnnlua serve --help)\n", a);
             return 2;

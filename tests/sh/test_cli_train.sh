@@ -127,6 +127,20 @@ ok "forward with ++lua scale.lua writes 3 x the input" $?
 [ $? -ne 0 ] && grep -q "++lua $dir/raises.lua: .*not today" "$dir/err"
 ok "++lua with a file that raises exits non-zero naming it and the error" $?
 
+# rnnlua serve reads ++key value too (++max_batch_frames is --max-batch-frames)
+"$bin" serve "$dir/m.002.h5" ++port 0 ++max_batch_frames 100 ++listen 127.0.0.1 \
+    >"$dir/serve.out" 2>"$dir/serve.err" &
+spid=$!
+for _ in $(seq 100); do grep -q "listening on http://127.0.0.1:" "$dir/serve.out" && break; sleep 0.1; done
+grep -q "listening on http://127.0.0.1:" "$dir/serve.out"
+ok "serve ++port 0 ++max_batch_frames 100 listens" $?
+kill -TERM "$spid" 2>/dev/null
+wait "$spid"
+ok "serve exits 0 on SIGTERM" $?
+"$bin" serve "$dir/m.002.h5" ++prot 0 >"$dir/out" 2>"$dir/err"
+[ $? -eq 2 ] && grep -q "unknown option '++prot'" "$dir/err"
+ok "serve: an unknown ++option" $?
+
 # rnnlua train: the seed paper's Figure 1 network (a BLSTM) as a RETURNN 2016 JSON config learns
 # 12AX to 0% dev frame error (about 15 s on 2 loaded cores)
 "$bin" train recipes/12ax_returnn.json ++model "$dir/j/net" ++log_file "$dir/j/log" \
