@@ -50,6 +50,9 @@ extern "C" {
 #define RL_LAYER_MAX_INPUTS 16
 #define RL_LAYER_MAX_PARAMS 8
 #define RL_LAYER_NAME_MAX 64
+/* The one way a message names a layer, with its name and class as the next two arguments:
+ * "layer 'fw' (class lstm): ..." (util.layer_where on the Lua side). */
+#define RL_LAYER_WHERE "layer '%s' (class %s)"
 
 /* How a parameter is initialised (by the network, from the seeded generator). */
 typedef enum {
