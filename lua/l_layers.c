@@ -102,7 +102,8 @@ static int raise_plain(lua_State *L) {
 /* Pushes msg about layer `name` of class `cls` in the one form a message names a layer,
  * RL_LAYER_WHERE ": what": the layer code's "layer 'name': " or "layer 'name' (...): " at its
  * start is replaced, a message that names no layer gets it in front. */
-static const char *push_layer_msg(lua_State *L, const char *name, const char *cls, const char *msg) {
+static const char *push_layer_msg(lua_State *L, const char *name, const char *cls,
+                                  const char *msg) {
     size_t n = strlen(name);
     const char *rest = msg;
     if (strncmp(msg, "layer '", 7) == 0 && strncmp(msg + 7, name, n) == 0 && msg[7 + n] == '\'') {
@@ -327,7 +328,8 @@ static int l_layer_new(lua_State *L) {
     lua_setiuservalue(L, -2, 1);
     opts_ctx c = {L, 3, 5, name, cls};
     rl_options o = {&c, opt_number, opt_string, opt_boolean};
-    if (rl_layer_create(&ud->layer, cls, name, &o, (int)n, dims) != RL_OK) return raise_named(L, name, cls);
+    if (rl_layer_create(&ud->layer, cls, name, &o, (int)n, dims) != RL_OK)
+        return raise_named(L, name, cls);
     lua_pushvalue(L, 5);
     return 2;
 }

@@ -45,7 +45,8 @@ function M.distance(a, b)
     for j = 1, #b do
       local cost = a:byte(i) == b:byte(j) and 0 or 1
       local d = math.min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + cost)
-      if prev2 and i > 1 and j > 1 and a:byte(i) == b:byte(j - 1) and a:byte(i - 1) == b:byte(j) then
+      if prev2 and i > 1 and j > 1 and a:byte(i) == b:byte(j - 1)
+          and a:byte(i - 1) == b:byte(j) then
         d = math.min(d, prev2[j - 2] + 1)
       end
       cur[j] = d
@@ -134,7 +135,8 @@ local function help_text(spec)
   local opts = spec.options or {}
   if #opts > 0 then
     lines[#lines + 1] = ""
-    lines[#lines + 1] = "Options (++key value; a boolean option alone means true; defaults in brackets):"
+    lines[#lines + 1] = "Options (++key value; a boolean option alone means true; defaults in "
+      .. "brackets):"
     local w = 0
     local heads = {}
     for i, o in ipairs(opts) do

@@ -59,7 +59,8 @@ local function map_layer(path, name, l, out, origin)
   if type(l) ~= "table" then fail(where, "the layer must be an object, got %s", type(l)) end
   local class = l.class
   if type(class) ~= "string" then
-    fail(where, "missing \"class\" (RETURNN classes read: %s)", table.concat(keys_of(CLASSES), ", "))
+    fail(where, "missing \"class\" (RETURNN classes read: %s)",
+      table.concat(keys_of(CLASSES), ", "))
   end
   local cls = CLASSES[class]
   if not cls then

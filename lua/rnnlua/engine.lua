@@ -173,7 +173,8 @@ local function check_config(config, argv)
   for k in pairs(cfg) do
     if type(k) ~= "string" or (KEYS[k] == nil and not is_lr_key(k)) then
       local near = type(k) == "string" and cli.closest(k, M.known_keys())
-      fail("unknown config key '%s'%s", tostring(k), near and " (did you mean " .. near .. "?)" or "")
+      fail("unknown config key '%s'%s", tostring(k),
+        near and " (did you mean " .. near .. "?)" or "")
     end
   end
   apply_overrides(cfg, argv)

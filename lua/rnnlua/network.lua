@@ -151,7 +151,8 @@ local function froms_of(name, d)
   end
   local list = {}
   for i, s in ipairs(f) do
-    if type(s) ~= "string" then fail("%s: from[%d] must be a name, got %s", where(name, d.class), i, type(s)) end
+    if type(s) ~= "string" then fail("%s: from[%d] must be a name, got %s",
+      where(name, d.class), i, type(s)) end
     list[i] = s
   end
   return list
@@ -199,12 +200,14 @@ end
 local function check_target(name, d, ext)
   if type(d.loss) ~= "string" then fail("%s: loss must be a string", where(name, d.class)) end
   if d.target == nil then
-    fail("%s: loss '%s' needs a target (one of the extern_data keys: %s)", where(name, d.class), d.loss,
+    fail("%s: loss '%s' needs a target (one of the extern_data keys: %s)",
+      where(name, d.class), d.loss,
       table.concat(sorted_keys(ext), ", "))
   end
   local t = type(d.target) == "string" and ext[d.target]
   if not t then
-    fail("%s: target '%s' is not in extern_data (keys: %s)", where(name, d.class), tostring(d.target),
+    fail("%s: target '%s' is not in extern_data (keys: %s)",
+      where(name, d.class), tostring(d.target),
       table.concat(sorted_keys(ext), ", "))
   end
   return t
@@ -214,7 +217,8 @@ local function check_loss(node, d, ext)
   local name, layer = node.name, node.layer
   if d.loss == nil then
     if d.target ~= nil and (type(d.target) ~= "string" or not ext[d.target]) then
-      fail("%s: target '%s' is not in extern_data (keys: %s)", where(name, d.class), tostring(d.target),
+      fail("%s: target '%s' is not in extern_data (keys: %s)",
+        where(name, d.class), tostring(d.target),
         table.concat(sorted_keys(ext), ", "))
     end
     return
@@ -229,15 +233,18 @@ local function check_loss(node, d, ext)
   node.loss, node.target, node.loss_scale = d.loss, d.target, d.loss_scale or 1
   if d.loss == "ce" then
     if d.class ~= "softmax" or not layer.is_loss then
-      fail("%s: loss 'ce' needs a softmax layer (this one is class %s)", where(name, d.class), d.class)
+      fail("%s: loss 'ce' needs a softmax layer (this one is class %s)",
+        where(name, d.class), d.class)
     end
     if not t.sparse then
-      fail("%s: loss 'ce' needs a sparse target, extern_data '%s' is dense", where(name, d.class), d.target)
+      fail("%s: loss 'ce' needs a sparse target, extern_data '%s' is dense",
+        where(name, d.class), d.target)
     end
     node.loss_kind = "layer"
   elseif d.loss == "ctc" then
     if d.class ~= "softmax" or not layer.is_loss then
-      fail("%s: loss 'ctc' needs a softmax layer (this one is class %s)", where(name, d.class), d.class)
+      fail("%s: loss 'ctc' needs a softmax layer (this one is class %s)",
+        where(name, d.class), d.class)
     end
     if not t.sparse then
       fail("%s: loss 'ctc' needs a sparse target (label sequences), extern_data '%s' "
@@ -245,7 +252,8 @@ local function check_loss(node, d, ext)
     end
     if t.dim + 1 ~= layer.n_out then
       fail("%s: loss 'ctc': target '%s' has %d labels, so the layer's n_out must be %d "
-        .. "(the labels and the blank), got %d", where(name, d.class), d.target, t.dim, t.dim + 1, layer.n_out)
+        .. "(the labels and the blank), got %d",
+          where(name, d.class), d.target, t.dim, t.dim + 1, layer.n_out)
     end
     node.loss_kind, node.ctc = "layer", true
     return
@@ -259,7 +267,8 @@ local function check_loss(node, d, ext)
     fail("%s: unknown loss '%s' (known: ce, ctc, mse)", where(name, d.class), d.loss)
   end
   if t.dim ~= layer.n_out then
-    fail("%s: target '%s' has dim %d, the layer's n_out is %d", where(name, d.class), d.target, t.dim,
+    fail("%s: target '%s' has dim %d, the layer's n_out is %d",
+      where(name, d.class), d.target, t.dim,
       layer.n_out)
   end
 end
@@ -365,7 +374,8 @@ function M.new(desc, extern_data, opts)
       end
     end
     if d.class == nil then
-      fail("%s: missing class (known: %s)", where(name, d.class), table.concat(layers.classes(), ", "))
+      fail("%s: missing class (known: %s)",
+        where(name, d.class), table.concat(layers.classes(), ", "))
     end
     if type(d.class) ~= "string" then fail("%s: class must be a string", where(name, d.class)) end
     -- as in RETURNN, a loss layer without n_out gets its target's dim
@@ -669,7 +679,8 @@ local function check_frame_target(node, batch, T, geom)
   if y:size(1) ~= T or (own and not same_geometry(own, geom)) then
     fail("%s: loss '%s' scores frames, but target '%s' is not frame-aligned with the "
       .. "layer's output (%d target frames, lengths %s; the layer gives %d frames, lengths %s)",
-      where(node.name, node.layer.class), node.loss, key, y:size(1), own and table.concat(own:totable(), ",") or "-", T,
+      where(node.name, node.layer.class), node.loss, key, y:size(1),
+      own and table.concat(own:totable(), ",") or "-", T,
       table.concat(geom:totable(), ","))
   end
 end
@@ -732,7 +743,8 @@ function Network:gather_inputs(node, batch)
       g = self.ext[src].spatial == 2 and batch.sizes or batch.lengths
     end
     if geom and not same_geometry(geom, g) then
-      fail("%s: its inputs '%s' and '%s' have different %s", where(node.name, node.layer.class), node.srcs[1],
+      fail("%s: its inputs '%s' and '%s' have different %s",
+        where(node.name, node.layer.class), node.srcs[1],
         src, node.rank == 2 and "image sizes" or "sequence lengths")
     end
     geom = g
@@ -949,7 +961,8 @@ function Network:forward(batch, fopts)
         local tlen = batch["lengths_" .. node.target]
         if tlen == nil then
           fail("%s: loss 'ctc' needs batch.lengths_%s, the (B) int32 lengths of the "
-            .. "label sequences in batch.%s (rl.batches gives them)", where(node.name, node.layer.class), node.target,
+            .. "label sequences in batch.%s (rl.batches gives them)",
+              where(node.name, node.layer.class), node.target,
             node.target)
         end
         local r, sk
