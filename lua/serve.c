@@ -1624,7 +1624,31 @@ static bool parse_num(const char *s, double lo, double hi, double *out) {
     return true;
 }
 
-static int parse_options(int argc, char **argv, serve_opts *o) {
+/* The name of spec closest to the unknown option `a` (rnnlua.cli's edit distance, so that every
+ * command line suggests alike), "" when none is found; pushes it on L's stack. */
+static const char *closest_option(lua_State *L, const char *a, const char *const *names, size_t n) {
+    lua_getglobal(L, "require");
+    lua_pushliteral(L, "rnnlua.cli");
+    if (lua_pcall(L, 1, 1, 0) != LUA_OK || !lua_istable(L, -1)) {
+        lua_pop(L, 1);
+        return lua_pushliteral(L, "");
+    }
+    lua_getfield(L, -1, "closest");
+    lua_remove(L, -2);
+    lua_pushstring(L, a);
+    lua_createtable(L, (int)n, 0);
+    for (size_t i = 0; i < n; i++) {
+        lua_pushstring(L, names[i]);
+        lua_rawseti(L, -2, (lua_Integer)i + 1);
+    }
+    if (lua_pcall(L, 2, 1, 0) != LUA_OK || !lua_isstring(L, -1)) {
+        lua_pop(L, 1);
+        return lua_pushliteral(L, "");
+    }
+    return lua_tostring(L, -1);
+}
+
+static int parse_options(lua_State *L, int argc, char **argv, serve_opts *o) {
     *o = (serve_opts){.listen = "127.0.0.1",
                       .layer = "output",
                       .port = 8080,
@@ -1689,7 +1713,19 @@ static int parse_options(int argc, char **argv, serve_opts *o) {
         for (; k < sizeof spec / sizeof spec[0]; k++)
             if ((v = opt_value(argc, argv, &i, arg, spec[k].name)) != NULL) break;
         if (v == NULL) {
-            fprintf(stderr, "rnnlua serve: unknown option '%s' (rnnlua serve --help)\n", a);
+            const char *names[sizeof spec / sizeof spec[0]];
+            for (size_t j = 0; j < sizeof spec / sizeof spec[0]; j++)
+                names[j] = spec[j].name;
+            char key[64];
+            snprintf(key, sizeof key, "--%s", a + strspn(a, "-+"));
+            for (char *c = key + 2; *c && *c != '='; c++)
+                if (*c == '_') *c = '-';
+            char *eq = strchr(key, '=');
+            if (eq) *eq = '\0';
+            const char *near = closest_option(L, key, names, sizeof names / sizeof names[0]);
+            fprintf(stderr, "rnnlua serve: unknown option '%s'%s%s%s (rnnlua serve --help)\n", a,
+                    near[0] ? " (did you mean " : "", near, near[0] ? "?)" : "");
+            lua_pop(L, 1);
             return 2;
         }
         char *field = (char *)o + spec[k].off;
@@ -1796,7 +1832,7 @@ int rl_serve_main(lua_State *L, int argc, char **argv) {
     server S_;
     server *S = &S_;
     memset(S, 0, sizeof *S);
-    int rc = parse_options(argc, argv, &S->o);
+    int rc = parse_options(L, argc, argv, &S->o);
     if (rc >= 0) return rc;
     S->L = L;
     S->model_ref = LUA_NOREF;

@@ -138,7 +138,7 @@ kill -TERM "$spid" 2>/dev/null
 wait "$spid"
 ok "serve exits 0 on SIGTERM" $?
 "$bin" serve "$dir/m.002.h5" ++prot 0 >"$dir/out" 2>"$dir/err"
-[ $? -eq 2 ] && grep -q "unknown option '++prot'" "$dir/err"
+[ $? -eq 2 ] && grep -q "unknown option '++prot' (did you mean --port?)" "$dir/err"
 ok "serve: an unknown ++option" $?
 
 # rnnlua train: the seed paper's Figure 1 network (a BLSTM) as a RETURNN 2016 JSON config learns
