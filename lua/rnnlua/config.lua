@@ -1,7 +1,7 @@
 -- The config files of `rnnlua train CONFIG`: a Lua file returning the rl.train table, or a JSON
--- file in the layout of RETURNN 2016 (and CURRENNT's network files: a `network` map of layer
--- names to {"class": ..., "from": [...], "n_out": ..., "direction": ...}, the training
--- parameters beside it). docs/training.md has the table of every RETURNN key and its meaning
+-- file in the layout of RETURNN 2016 (a `network` map of layer names to {"class": ...,
+-- "from": [...], "n_out": ..., "direction": ...}, the training parameters beside it) or of
+-- CURRENNT's network files (a `layers` list, each reading the one before). docs/training.md has the table of every RETURNN key and its meaning
 -- here; a key rnnlua does not read is an error naming it, never ignored.
 --
 --   local config = require("rnnlua.config")
@@ -137,6 +137,65 @@ local function check_froms(path, net, inputs, origin)
   end
 end
 
+---------------------------------------------------------------------------- CURRENNT's layers
+
+-- CURRENNT's network file: "layers", a list in which each layer reads the one before, from an
+-- "input" layer to an output layer and a post-output layer that names the loss.
+local CURRENNT_TYPES = {
+  feedforward_tanh = {"linear", "tanh"}, feedforward_logistic = {"linear", "sigmoid"},
+  feedforward_identity = {"linear", "identity"}, lstm = {"lstm"}, blstm = {"blstm"},
+  softmax = {"softmax"},
+}
+local CURRENNT_LOSSES = {multiclass_classification = {"ce", true}, sse = {"mse", false}}
+
+local function from_currennt(path, list, net, origin, ext)
+  if type(list) ~= "table" or list[1] == nil then
+    fail(path .. ": layers", "must be a list of layers (CURRENNT's network file)")
+  end
+  local prev
+  for i, l in ipairs(list) do
+    local where = string.format("%s: layers[%d]", path, i)
+    if type(l) ~= "table" then fail(where, "must be an object") end
+    for k, v in pairs(l) do
+      if k == "bias" then
+        -- CURRENNT's bias is an input of constant value; 1.0 is the ordinary bias rnnlua has
+        if v ~= 1 then fail(where .. ".bias", "only 1.0 (an ordinary bias) is read, got %s", v) end
+      elseif k == "weights" then
+        fail(where .. ".weights", "CURRENNT's trained weights are not read (train in rnnlua)")
+      elseif k ~= "name" and k ~= "type" and k ~= "size" then
+        fail(where, "unknown key '%s' (CURRENNT keys read: name, type, size, bias)", k)
+      end
+    end
+    local name, t, size = l.name, l.type, l.size
+    if type(name) ~= "string" then fail(where, "needs a \"name\"") end
+    if math.type(size) ~= "integer" or size < 1 then fail(where .. ".size", "must be a dim") end
+    if i == 1 then
+      if t ~= "input" then fail(where, "the first layer must be of type input") end
+      ext.data = {dim = size}
+      prev = "data"
+    elseif CURRENNT_LOSSES[t] then
+      if i ~= #list then fail(where, "a %s layer must come last", t) end
+      local out = net[prev]
+      if not out or out.class ~= "softmax" and CURRENNT_LOSSES[t][1] == "ce" then
+        fail(where, "%s needs a softmax layer before it", t)
+      end
+      out.loss, out.target = CURRENNT_LOSSES[t][1], "classes"
+      ext.classes = {dim = size, sparse = CURRENNT_LOSSES[t][2]}
+    else
+      local m = CURRENNT_TYPES[t]
+      if not m then
+        local known = keys_of(CURRENNT_TYPES)
+        for k in pairs(CURRENNT_LOSSES) do known[#known + 1] = k end
+        fail(where .. ".type", "'%s' is not read (types: input, %s)", tostring(t),
+          table.concat(known, ", "))
+      end
+      map_layer(path, name, {class = m[1] == "linear" and "hidden" or m[1], n_out = size,
+        activation = m[2], from = {prev}}, net, origin)
+      prev = name
+    end
+  end
+end
+
 ---------------------------------------------------------------------------- RETURNN's top level
 
 local DATASET_CLASSES = {Task12AXDataset = "12ax", HDFDataset = "hdf"}
@@ -195,7 +254,7 @@ end
 local TOP = {
   network = true, num_inputs = true, num_outputs = true, train = true, dev = true, task = true,
   log = true, device = true, adam = true, momentum = true, gradient_clip = true,
-  multiprocessing = true,
+  multiprocessing = true, layers = true,
 }
 M.RETURNN_KEYS = TOP
 
@@ -221,6 +280,10 @@ function M.from_returnn(doc, path)
       end
       cfg.network, origin = {}, {}
       for _, name in ipairs(keys_of(v)) do map_layer(path, name, v[name], cfg.network, origin) end
+    elseif k == "layers" then
+      if doc.network ~= nil then fail(path, "give \"network\" or CURRENNT's \"layers\", not both") end
+      cfg.network, origin = {}, {}
+      from_currennt(path, v, cfg.network, origin, ext)
     elseif k == "num_inputs" then
       if math.type(v) ~= "integer" or v < 1 then fail(path .. ": num_inputs", "must be a dim") end
       ext.data = {dim = v}

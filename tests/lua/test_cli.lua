@@ -121,4 +121,30 @@ H.test("RETURNN JSON configs: the mapping", function()
   bad("[1, 2]", "must hold a JSON object")
 end)
 
+H.test("CURRENNT network files: a list of layers, each reading the one before", function()
+  local config = require("rnnlua.config")
+  local cfg = config.from_returnn(rl.json_decode([[{"layers": [
+    {"size": 9, "name": "input", "type": "input"},
+    {"size": 8, "name": "l1", "bias": 1.0, "type": "blstm"},
+    {"size": 5, "name": "ff", "bias": 1.0, "type": "feedforward_tanh"},
+    {"size": 2, "name": "output", "bias": 1.0, "type": "softmax"},
+    {"size": 2, "name": "postoutput", "type": "multiclass_classification"}]}]]), "c.json")
+  local n = cfg.network
+  H.check(n.l1_fw.from[1] == "data" and n.l1_bw.n_out == 4 and n.l1.class == "copy", "blstm")
+  H.check(n.ff.class == "linear" and n.ff.activation == "tanh" and n.ff.from[1] == "l1", "ff")
+  H.check(n.output.from[1] == "ff" and n.output.loss == "ce" and n.output.target == "classes",
+    "the post-output layer is the loss")
+  H.check(n.postoutput == nil and cfg.extern_data.classes.dim == 2
+    and cfg.extern_data.data.dim == 9, "extern_data from the sizes")
+  local function bad(text, want)
+    local ok, err = pcall(function() return config.from_returnn(rl.json_decode(text), "c.json") end)
+    H.check(not ok and tostring(err):find(want, 1, true), tostring(err) .. " lacks " .. want)
+  end
+  bad([[{"layers": [{"size": 9, "name": "in", "type": "input"},
+    {"size": 2, "name": "o", "type": "rnn"}]}]], "c.json: layers[2].type: 'rnn' is not read")
+  bad([[{"layers": [{"size": 9, "name": "in", "type": "input"},
+    {"size": 2, "name": "o", "type": "lstm", "bias": 0.5}]}]], "layers[2].bias: only 1.0")
+  bad([[{"layers": [{"size": 9, "name": "in", "type": "lstm"}]}]], "must be of type input")
+end)
+
 H.done()
