@@ -774,15 +774,13 @@ end
 
 local FORWARD_OPTIONS = {
   {"model", "string", nil, "a checkpoint (its network description is inside: no recipe needed)"},
-  {"data", "string", nil, "HDF5 files in RETURNN's layout, comma-separated, or a dataset config "
-    .. "as a Lua table literal, e.g. '{class = \"12ax\", num_seqs = 100}'"},
+  {"data", "string", nil, "HDF5 files (comma-separated) or a dataset config: '{class = ...}'"},
   {"layer", "string", nil, "the layer to write [output]"},
   {"output", "string", nil, "the HDF5 file to write"},
   {"batch_size", "integer", nil, "frames of a batch, padding included [5000]"},
   {"max_seqs", "integer", nil, "sequences of a batch [40]"},
   {"device", "string", nil, "cpu, cuda or cuda:N [cpu]"},
-  {"lua", "string", nil, "a Lua file to run first: the rl.layers.register calls of the model's "
-    .. "Lua layer classes (a checkpoint holds only their names)"},
+  {"lua", "string", nil, "a Lua file run first, registering the model's Lua layer classes"},
   {"beam", "integer", nil, "beam size"},
   {"attention", "string", nil, "also write the weights of this attention layer of the rec unit"},
 }
