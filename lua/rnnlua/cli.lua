@@ -224,16 +224,14 @@ function M.parse(spec, argv)
       local head = key:match("^[^.]*")
       local o = decl[key]
       local value = argv[i + 1]
-      -- messages spell the option as it was written (--seq, -o, ++seq)
-      local shown = a
       if o then
         if o[2] == "boolean" and (value == nil or value:sub(1, 2) == "++" or
             (spec.dashes and value:sub(1, 1) == "-")) then
           value, i = "true", i - 1
         elseif value == nil then
-          fail("%s: lacks a value", shown)
+          fail("%s: lacks a value", a) -- as it was written: --seq, -o, ++seq
         end
-        if not note(seen, key, value) then opts[key] = typed(key, o[2], value, shown) end
+        if not note(seen, key, value) then opts[key] = typed(key, o[2], value, a) end
       elseif spec.train and is_train_key(head) then
         key_path(key)
         if value == nil then fail("++%s: lacks a value", key) end
@@ -243,7 +241,7 @@ function M.parse(spec, argv)
         end
       else
         if key == "" then fail("'++' lacks a key name") end
-        fail("%s: unknown option%s", shown, suggestion(head, all_names()))
+        fail("%s: unknown option%s", a, suggestion(head, all_names()))
       end
       i = i + 2
     end

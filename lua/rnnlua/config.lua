@@ -256,7 +256,6 @@ local TOP = {
   log = true, device = true, adam = true, momentum = true, gradient_clip = true,
   multiprocessing = true, layers = true,
 }
-M.RETURNN_KEYS = TOP
 
 function M.from_returnn(doc, path)
   if type(doc) ~= "table" or doc[1] ~= nil then
