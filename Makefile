@@ -223,7 +223,7 @@ fuzz-run: $(FUZZ_TARGETS:%=$(BUILD)/fuzz/fuzz_%)
 	        || { grep -A 30 -E "^==[0-9]+==ERROR|deadly signal|timeout" \
 	             $(BUILD)/fuzz_$$t.log | head -n 40; \
 	             if bash fuzz/in_libhdf5.sh $(BUILD)/fuzz_$$t.log; then \
-	                 echo "fuzz $$t: the finding is inside libhdf5 (README: Fuzzing), not counted"; \
+	                 echo "fuzz $$t: the finding is inside libhdf5 (docs/robustness.md: Fuzzing), not counted"; \
 	             else found="$$found $$t"; fi; }; \
 	    grep -E "^stat::(number_of_executed_units|new_units_added)" $(BUILD)/fuzz_$$t.log; \
 	done; \

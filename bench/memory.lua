@@ -1,10 +1,10 @@
--- The tensor collector's cost (lua/l_tensor.c, README "Memory"): a loop that makes tensors of
+-- The tensor collector's cost (lua/l_tensor.c, docs/tensors.md "Memory"): a loop that makes tensors of
 -- varying shapes and drops them, as a training loop's Lua code does, keeping the last five
 -- steps' alive. Each step fills an (r, 256) float32 input, r = 2000..5999 (2 to 6 MB), and
 -- multiplies it by a (256, 256) matrix (as much again): about 8 MB made a step, about 40 MB
 -- alive. Prints a Markdown section: CPU time (user and system), minor page faults and the peak
 -- resident set of the whole process.
--- Usage: rnnlua bench/memory.lua [STEPS]   (default 1000; the README's figures: 3000)
+-- Usage: rnnlua bench/memory.lua [STEPS]   (default 1000; bench/README.md's figures: 3000)
 local steps = tonumber(arg and arg[1] or "") or 1000
 
 local function read(path)

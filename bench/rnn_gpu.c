@@ -130,8 +130,8 @@ static void model_init(model *m, const topology *tp, const char *cls, const char
  * gradient is the sum over the directions above (rl_op_binary, on the legacy default stream).
  * Only independent layers overlap: the layers order themselves with the ones they read from
  * (events, kernels/cuda/context.h), so a level never reads the level below before it is
- * written, nor a layer's grad_out before the layer above has written it; earlier versions of
- * the layers had no such order and this bench's stacked timings were invalid. */
+ * written, nor a layer's grad_out before the layer above has written it; without that order the
+ * stacked timings would measure a race. */
 static void train_step(model *m) {
     const topology *tp = m->tp;
     rl_layer_io io[MAX_L][MAX_D];

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs every benchmark in turn and prints one Markdown report, ready to paste into the README:
+# Runs every benchmark in turn and prints one Markdown report, ready to paste into bench/README.md:
 # a header naming the machine, then each benchmark's own Markdown section (title, table, notes).
 #   1. the bench programs BUILD/bench/* (built from bench/*.c): gemm first, then the others in
 #      name order;

@@ -12,10 +12,10 @@
  * enough to share is split into blocks of C (whole columns or whole rows, never K, so each
  * element's sum runs in the same order on any thread count) that rnnlua's helper pool
  * (kernels/cpu/parallel.c) deals out, the same helpers the packed small-M GEMM, the LSTM's and
- * GRU's pointwise passes and the MDLSTM sweep use. Before, OpenBLAS kept threads of its own
- * that spun with sched_yield between its calls, and on 2 cores the two pools' waiting threads
- * took cores from each other (15-17% of training samples in sched_yield). rl_threads is the
- * thread count of both. */
+ * GRU's pointwise passes and the MDLSTM sweep use. The library gets no threads of its own
+ * because its pool would spin with sched_yield between calls beside rnnlua's, and on a machine
+ * with few cores the two pools' waiting threads take the cores from each other. rl_threads is
+ * the thread count of both. */
 static atomic_int rl_threads; /* 0: not set yet, every CPU (or the library's env setting) */
 
 #ifdef RL_BLAS_BLIS
@@ -168,10 +168,10 @@ static void gemm_part(void *ctx, int part, int parts) {
         gemm_range(j, b0, b1 - b0, 0, j->n);
 }
 
-/* Below ~1 MFLOP per part (~10 us) a handoff costs more than it saves. It was 4 MFLOP, which
- * left the few-row products of a decoder step serial (G2P: the readout's 64 x 384 x 128, the
- * attention's 64 x 128 x 128 and their gradients): the 2-thread G2P step took 11.89 ms at 1
- * MFLOP, 12.36 at 4 (medians of 7 interleaved rounds, quiet machine); 0.5 MFLOP was no better
+/* Below ~1 MFLOP per part (~10 us) a handoff costs more than it saves. A higher threshold (4
+ * MFLOP) leaves the few-row products of a decoder step serial (G2P: the readout's 64 x 384 x 128,
+ * the attention's 64 x 128 x 128 and their gradients): the 2-thread G2P step takes 11.89 ms at 1
+ * MFLOP, 12.36 at 4 (medians of 7 interleaved rounds, quiet machine); 0.5 MFLOP is no better
  * (12.51 against 12.24). */
 #define MIN_PART_FLOP 1000000
 

@@ -10,6 +10,10 @@
  *   grad: dz = p - onehot(target) on valid rows, 0 on padded rows (or added to dz), and
  *         optionally db = sum over rows of dz (fused: one sweep instead of a second over dz)
  * A NaN or Inf in a row of z gives NaN probabilities and a NaN loss, as the generic path does.
+ * Label smoothing eps in [0, 1) (PyTorch's CrossEntropyLoss(label_smoothing = eps)): the target
+ * is (1 - eps) onehot + eps / C, so a valid row's loss is
+ *   (1 - eps) (max + log sum - z[target]) + eps (max + log sum - mean_c z)
+ * and dz = p - (1 - eps) onehot - eps / C; eps = 0 computes exactly the plain formulas above.
  */
 #ifndef RL_KERNELS_SOFTMAX_CE_H
 #define RL_KERNELS_SOFTMAX_CE_H
@@ -29,30 +33,31 @@ int64_t rl_ce_targets_cpu(int64_t T, int64_t B, int64_t C, const int32_t *target
 /* Rows per block of the bias gradient's partial sums (rl_ce_grad_cpu_f32). */
 #define RL_CE_DB_ROWS 64
 
-/* p = softmax(z) row-wise (p may be z: in place); with tgt (rl_ce_targets_cpu) also *loss and
- * *n_errors over the rows with tgt >= 0. float32 takes an optional bias (C, or NULL) added to
- * every row of z first (so that the affine map's GEMM need not start from a broadcast copy of
- * it), and splits the rows over the BLAS threads (a (T, B, 10000) output would otherwise be a
- * serial tenth of a 2-thread step); each row's loss and error go to row_stats (2 * rows
- * doubles, with tgt; may be NULL without) and are added up in row order afterwards, so the
- * sums do not depend on the split. */
+/* p = softmax(z) row-wise (p may be z: in place); with tgt (rl_ce_targets_cpu) also *loss (with
+ * label smoothing eps) and *n_errors over the rows with tgt >= 0. float32 takes an optional
+ * bias (C, or NULL) added to every row of z first (so that the affine map's GEMM need not start
+ * from a broadcast copy of it), and splits the rows over the BLAS threads (a (T, B, 10000) output
+ * would otherwise be a serial tenth of a 2-thread step); each row's loss and error go to row_stats
+ * (2 * rows doubles, with tgt; may be NULL without) and are added up in row order afterwards, so
+ * the sums do not depend on the split. */
 void rl_softmax_ce_cpu_f32(int64_t rows, int64_t C, const float *z, const float *bias, float *p,
-                           const int32_t *tgt, double *row_stats, double *loss, double *n_errors);
+                           const int32_t *tgt, double eps, double *row_stats, double *loss,
+                           double *n_errors);
 void rl_softmax_ce_cpu_f64(int64_t rows, int64_t C, const double *z, double *p, const int32_t *tgt,
-                           double *loss, double *n_errors);
+                           double eps, double *loss, double *n_errors);
 
 /* Floats of scratch rl_ce_grad_cpu_f32 needs for a bias gradient over rows x C. */
 int64_t rl_ce_grad_scratch_size(int64_t rows, int64_t C);
 
-/* dz = p - onehot(tgt) on rows with tgt >= 0, 0 elsewhere; with accumulate dz += the same.
- * With db (C) also db = the column sums of the resulting dz (the bias gradient of the affine
- * map before the softmax), in the same sweep: float32 sums blocks of RL_CE_DB_ROWS rows into
- * scratch (rl_ce_grad_scratch_size floats) and then the blocks in order, so db does not depend
+/* dz = p - onehot(tgt) (smoothed by eps) on rows with tgt >= 0, 0 elsewhere; with accumulate
+ * dz += the same. With db (C) also db = the column sums of the resulting dz (the bias gradient of
+ * the affine map before the softmax), in the same sweep: float32 sums blocks of RL_CE_DB_ROWS rows
+ * into scratch (rl_ce_grad_scratch_size floats) and then the blocks in order, so db does not depend
  * on how the rows were split over the BLAS threads. */
-void rl_ce_grad_cpu_f32(int64_t rows, int64_t C, const float *p, const int32_t *tgt, float *dz,
-                        bool accumulate, float *db, float *scratch);
-void rl_ce_grad_cpu_f64(int64_t rows, int64_t C, const double *p, const int32_t *tgt, double *dz,
-                        bool accumulate, double *db);
+void rl_ce_grad_cpu_f32(int64_t rows, int64_t C, const float *p, const int32_t *tgt, double eps,
+                        float *dz, bool accumulate, float *db, float *scratch);
+void rl_ce_grad_cpu_f64(int64_t rows, int64_t C, const double *p, const int32_t *tgt, double eps,
+                        double *dz, bool accumulate, double *db);
 
 #ifdef __cplusplus
 }

@@ -2,6 +2,7 @@
  * Losses are summed over valid frames, not averaged.
  *   mse:  loss = sum_{t<len[b], f} (out - target)^2,  d loss/d out = 2 (out - target)
  *   ce:   loss = -sum_{t<len[b]} logp[t, b, target[t, b]],  d loss/d logits = p - onehot
+ *         (with label smoothing eps: onehot -> (1 - eps) onehot + eps / C)
  * The onehot is built on the device from the target (classes == target), so no (T, B, C)
  * tensor crosses between host and device; the (T, B) padding mask is built on the host from
  * the lengths and copied once per batch. */
@@ -157,7 +158,7 @@ rl_status rl_ce_check_args(const char *layer, const rl_tensor *logp, const rl_te
  * target -1, an all-zero row); a valid frame's row sums to 1 exactly when its target is in
  * range, so min(row sum + pad) == 1 checks every target with one scalar read back. */
 rl_status rl_loss_ce(rl_ce_work *w, const char *layer, const rl_tensor *logp,
-                     const rl_tensor *target, const rl_tensor *lengths, double *loss,
+                     const rl_tensor *target, const rl_tensor *lengths, double eps, double *loss,
                      double *n_errors, double *n_frames) {
     int64_t T = logp->shape[0], B = logp->shape[1], C = logp->shape[2];
     rl_dtype dt = logp->dtype;
@@ -201,6 +202,16 @@ rl_status rl_loss_ce(rl_ce_work *w, const char *layer, const rl_tensor *logp,
     RL_TRY(fst);
     double sum = 0;
     RL_TRY(rl_op_reduce_all(&sum, NULL, &w->tmp, RL_RED_SUM));
+    w->eps = eps;
+    if (eps > 0) {
+        /* smoothing: the valid frames' sum over all classes of logp (padded frames filled with
+         * 0 first, so that their values never reach the sum) */
+        double all = 0;
+        RL_TRY(rl_op_copy(&w->tmp, logp));
+        RL_TRY(rl_op_masked_fill(&w->tmp, pad, 0.0));
+        RL_TRY(rl_op_reduce_all(&all, NULL, &w->tmp, RL_RED_SUM));
+        sum = (1 - eps) * sum + eps / (double)C * all;
+    }
 
     double errors = 0;
     RL_TRY(rl_op_reduce_dim(&w->maxv, &w->argmax, logp, 2, false, RL_RED_MAX));
@@ -225,7 +236,14 @@ rl_status rl_loss_ce_grad(rl_ce_work *w, const rl_tensor *p, const rl_tensor *le
         return rl_error(RL_EARG, "ce gradient: no matching rl_loss_ce before it");
     const rl_tensor *pad = rl_tensor_device(p).type == RL_CPU ? &w->pad_host : &w->pad;
     rl_tensor *d = accumulate ? &w->tmp : grad;
-    RL_TRY(rl_op_binary(d, p, &w->onehot, RL_BIN_SUB));
+    if (w->eps > 0) {
+        /* d = p - ((1 - eps) onehot + eps / C) */
+        RL_TRY(rl_op_binary_scalar(d, &w->onehot, 1 - w->eps, RL_BIN_MUL, false));
+        RL_TRY(rl_op_binary_scalar(d, d, w->eps / (double)p->shape[2], RL_BIN_ADD, false));
+        RL_TRY(rl_op_binary(d, p, d, RL_BIN_SUB));
+    } else {
+        RL_TRY(rl_op_binary(d, p, &w->onehot, RL_BIN_SUB));
+    }
     RL_TRY(rl_op_masked_fill(d, pad, 0.0));
     if (accumulate) RL_TRY(rl_op_binary(grad, grad, d, RL_BIN_ADD));
     return RL_OK;

@@ -54,6 +54,7 @@ typedef struct rl_ce_work {
     rl_tensor argmax;   /* (T, B) int32 predicted class */
     rl_tensor wrong;    /* (T, B) int32: argmax != target on valid frames, else 0 */
     rl_tensor target_host; /* (T, B) int32 CPU copy of a device target, only to name a bad one */
+    double eps;            /* the label smoothing of the last rl_loss_ce, for its gradient */
 } rl_ce_work;
 
 /* logp: (T, B, C) log-probabilities (log softmax of the logits); target: (T, B) int32 0-based
@@ -61,14 +62,17 @@ typedef struct rl_ce_work {
  * n_errors = the valid frames whose argmax over C differs from the target, n_frames =
  * sum(lengths), and keeps the onehot for rl_loss_ce_grad. A target outside 0..C-1 on a valid
  * frame is an RL_EINDEX error naming `layer`, the frame, the sequence and the value; targets
- * on padded frames are ignored. A NaN or Inf in logp gives a NaN/Inf loss, not an error. */
+ * on padded frames are ignored. A NaN or Inf in logp gives a NaN/Inf loss, not an error.
+ * Label smoothing eps in [0, 1) (PyTorch's CrossEntropyLoss(label_smoothing = eps)): the
+ * target distribution is (1 - eps) onehot + eps / C, so the loss of a valid frame is
+ * -(1 - eps) logp[target] - eps / C sum_c logp[c]; eps = 0 is the plain loss. */
 rl_status rl_loss_ce(rl_ce_work *w, const char *layer, const rl_tensor *logp,
-                     const rl_tensor *target, const rl_tensor *lengths, double *loss,
+                     const rl_tensor *target, const rl_tensor *lengths, double eps, double *loss,
                      double *n_errors, double *n_frames);
 
-/* After rl_loss_ce: the gradient of that loss with respect to the logits, p - onehot on valid
- * frames and 0 on padded ones, with p = exp(logp) (T, B, C). Written into grad with `=`, or
- * added to it when accumulate. */
+/* After rl_loss_ce: the gradient of that loss with respect to the logits, p - (1 - eps) onehot
+ * - eps / C on valid frames and 0 on padded ones, with p = exp(logp) (T, B, C). Written into
+ * grad with `=`, or added to it when accumulate. */
 rl_status rl_loss_ce_grad(rl_ce_work *w, const rl_tensor *p, const rl_tensor *lengths,
                           rl_tensor *grad, bool accumulate);
 

@@ -9,6 +9,11 @@
  *             dz += p - onehot(target) on valid frames, 0 on padded ones
  *                                                      (a "ce" layer whose forward had a target)
  *             then dW, db, grad_in as in linear.
+ * label_smoothing = eps (option, [0, 1), default 0; "ce" only): in training forwards
+ *           (io->train) the target is (1 - eps) onehot + eps / n_out, PyTorch's
+ *           CrossEntropyLoss(label_smoothing = eps): io->loss = sum over valid frames of
+ *           (1 - eps) (-logp[target]) + eps mean_c (-logp[c]), dz = p - (1 - eps) onehot
+ *           - eps / n_out; forwards with train = false (scoring) compute the plain loss.
  * With grad_out == NULL a "ce" layer starts from its own loss; given grad_out (the output also
  * feeds other layers) both terms are summed, the gradient of loss + <grad_out, out>.
  * loss = "mse" (or no loss) makes a plain softmax output: the network applies rl_loss_mse to
@@ -67,9 +72,11 @@ typedef struct {
     rl_tensor rowst; /* (T * B, 2) float64, CPU float32: each row's loss and error */
     rl_tensor dbs;   /* CPU float32: the bias gradient's block sums (kernels/softmax_ce.h) */
     rl_ce_work ce;
-    bool ctc;       /* loss = "ctc" */
-    bool ctc_ready; /* the last forward computed the CTC loss and cg */
-    int64_t blank;  /* the blank's class index (ctc) */
+    double smoothing; /* the label_smoothing option */
+    double eps;       /* the label smoothing of the last forward's CE (0 unless training) */
+    bool ctc;         /* loss = "ctc" */
+    bool ctc_ready;   /* the last forward computed the CTC loss and cg */
+    int64_t blank;    /* the blank's class index (ctc) */
     rl_ctc_work ctc_w;
     rl_tensor cg;       /* (T, B, n_out) d CTC loss / d z */
     rl_tensor closs;    /* (B) per-sequence CTC loss */
@@ -216,6 +223,7 @@ static rl_status forward_cpu(softmax_layer *S, rl_layer_io *io) {
     RL_TRY(rl_affine_forward(l, io, &l->params[S->iW], f32 ? NULL : bias, p));
     bool ce = l->is_loss && io->target;
     const int32_t *tgt = NULL;
+    S->eps = io->train ? S->smoothing : 0.0;
     if (ce) {
         RL_TRY(rl_ce_check_args(l->name, p, io->target, io->lengths));
         int64_t tb[2] = {T, B};
@@ -232,10 +240,10 @@ static rl_status forward_cpu(softmax_layer *S, rl_layer_io *io) {
     if (p->dtype == RL_FLOAT32) {
         int64_t rs[2] = {T * B, 2};
         if (ce) RL_TRY(rl_buffer_ensure(&S->rowst, RL_FLOAT64, RL_DEVICE_CPU, 2, rs));
-        rl_softmax_ce_cpu_f32(T * B, C, rl_tensor_data(p), bm.p, rl_tensor_data(p), tgt,
+        rl_softmax_ce_cpu_f32(T * B, C, rl_tensor_data(p), bm.p, rl_tensor_data(p), tgt, S->eps,
                               ce ? rl_tensor_data(&S->rowst) : NULL, &loss, &n_errors);
     } else
-        rl_softmax_ce_cpu_f64(T * B, C, rl_tensor_data(p), rl_tensor_data(p), tgt, &loss,
+        rl_softmax_ce_cpu_f64(T * B, C, rl_tensor_data(p), rl_tensor_data(p), tgt, S->eps, &loss,
                               &n_errors);
     if (!ce) return RL_OK;
     io->loss = loss;
@@ -270,8 +278,9 @@ static rl_status softmax_forward(rl_layer *l, rl_layer_io *io) {
     if (S->ctc) return ctc_forward(S, io, T, B);
     RL_TRY(rl_op_unary(&S->rs, &S->rs, RL_UN_LOG, 0, 0));
     RL_TRY(rl_op_binary(&S->z, &S->z, &S->rs, RL_BIN_SUB));
-    RL_TRY(rl_loss_ce(&S->ce, l->name, &S->z, io->target, io->lengths, &io->loss, &io->n_errors,
-                      &io->n_frames));
+    S->eps = io->train ? S->smoothing : 0.0;
+    RL_TRY(rl_loss_ce(&S->ce, l->name, &S->z, io->target, io->lengths, S->eps, &io->loss,
+                      &io->n_errors, &io->n_frames));
     S->ce_ready = true;
     return RL_OK;
 }
@@ -312,11 +321,11 @@ static rl_status softmax_backward(rl_layer *l, rl_layer_io *io, const rl_tensor 
         if (p->dtype == RL_FLOAT32) {
             int64_t n = rl_ce_grad_scratch_size(rows, C);
             if (bias && n > 0) RL_TRY(rl_buffer_ensure(&S->dbs, RL_FLOAT32, RL_DEVICE_CPU, 1, &n));
-            rl_ce_grad_cpu_f32(rows, C, rl_tensor_data(p), tgt, rl_tensor_data(&S->dz),
+            rl_ce_grad_cpu_f32(rows, C, rl_tensor_data(p), tgt, S->eps, rl_tensor_data(&S->dz),
                                grad_out != NULL, db,
                                bias && n > 0 ? rl_tensor_data(&S->dbs) : NULL);
         } else {
-            rl_ce_grad_cpu_f64(rows, C, rl_tensor_data(p), tgt, rl_tensor_data(&S->dz),
+            rl_ce_grad_cpu_f64(rows, C, rl_tensor_data(p), tgt, S->eps, rl_tensor_data(&S->dz),
                                grad_out != NULL, db);
         }
         if (bias) RL_TRY(rl_op_binary(&bias->grad, &bias->grad, &S->db, RL_BIN_ADD));
@@ -365,6 +374,13 @@ rl_status rl_softmax_create(rl_layer **out, const char *name, const rl_options *
     if (loss && strcmp(loss, "ce") != 0 && strcmp(loss, "mse") != 0 && strcmp(loss, "ctc") != 0)
         return rl_error(RL_EARG, "layer '%s': unknown loss '%s' (ce, ctc or mse)", name, loss);
     bool ctc = loss && strcmp(loss, "ctc") == 0;
+    double smoothing;
+    RL_TRY(rl_opt_number(opts, name, "label_smoothing", 0.0, &smoothing));
+    if (!(smoothing >= 0 && smoothing < 1))
+        return rl_error(RL_EARG, "layer '%s': label_smoothing = %g is outside [0, 1)", name,
+                        smoothing);
+    if (smoothing > 0 && !(loss && strcmp(loss, "ce") == 0))
+        return rl_error(RL_EARG, "layer '%s': label_smoothing applies to loss = \"ce\" only", name);
     int64_t blank = n_out - 1;
     if (ctc) {
         if (n_out < 2)
@@ -383,6 +399,7 @@ rl_status rl_softmax_create(rl_layer **out, const char *name, const rl_options *
     (*out)->is_loss = loss && (strcmp(loss, "ce") == 0 || ctc);
     S->ctc = ctc;
     S->blank = blank;
+    S->smoothing = smoothing;
     rl_status st = rl_affine_params(*out, with_bias, &S->iW, &S->ib);
     if (st != RL_OK) {
         rl_layer_free(*out);

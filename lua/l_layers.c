@@ -24,9 +24,9 @@
  *       share no buffer (the network queues the two directions of a bidirectional LSTM pair);
  *       while they run, BLAS and the kernels use one thread each. On one thread
  *       (rl.set_num_threads(1)) they run one after the other. Touching a queued layer before
- *       its _wait is an error; garbage collection drops it from the queue. Before, each call
- *       ran on a thread created for it, beside the pool's helper waiting for work: three
- *       threads on two cores, and a thread creation per call.
+ *       its _wait is an error; garbage collection drops it from the queue. The pool's
+ *       helpers run the parts, not threads created per call: those would add a thread
+ *       creation per call and a third thread beside the helper on two cores.
  *   layer:out_geometry() -> the (B, 2) sizes of a conv2d/pool2d output or the (B) lengths of a
  *       collapse/global_pool output after a forward (a view of the layer's buffer), or nil for
  *       layers whose output keeps its inputs' sizes or lengths

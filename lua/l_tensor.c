@@ -81,7 +81,8 @@ void rl_lua_collect_if_needed(lua_State *L) {
      * glibc holds free; when it holds more than a quarter more (holes between survivors that
      * the next storages do not fit, a working set that shrank or moved), the rest would stay
      * resident for nothing: then, and only then, hand the free pages back. Trimming after
-     * every collection made every page used again fault anew (README, Memory). */
+     * every collection would make every page used again fault anew (docs/tensors.md,
+     * Memory). */
     if ((int64_t)mallinfo2().fordblks > headroom + headroom / 4) malloc_trim(0);
 #endif
     lua_pushinteger(L, (lua_Integer)(live + headroom));

@@ -87,6 +87,7 @@ static const struct {
     {"info", run_tool, "info MODEL.h5                   describe a checkpoint"},
     {"dump-data", run_tool, "dump-data FILE.h5 [++seq N] [++stats]  describe an HDF dataset"},
     {"compare", run_tool, "compare A.h5 B.h5               max difference per parameter"},
+    {"average", run_tool, "average A.h5 B.h5 ... -o OUT.h5  the mean of checkpoints"},
     {"plot", run_tool,
      "plot CURVE.jsonl | FILE.h5 ++heatmap KEY [++out OUT.png]  a learning curve or a heat map"},
 };

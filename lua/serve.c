@@ -215,8 +215,9 @@ static const struct {
     [R_RELOAD] = {"/v1/reload", "POST"},
 };
 
-/* libmicrohttpd decodes %XX in the path before on_request sees it: a %00 cut the C string there,
- * so "/healthz%00x" was answered as GET /healthz. Such a path is left as it came (no route). */
+/* libmicrohttpd decodes %XX in the path before on_request sees it: a %00 would cut the C string
+ * there, so "/healthz%00x" would be answered as GET /healthz. Such a path is left as it came (no
+ * route). */
 static size_t unescape_path(void *cls, struct MHD_Connection *c, char *s) {
     (void)cls;
     (void)c;
@@ -1086,7 +1087,7 @@ static json_t *reload(server *S, int *status) {
                bool_field(L, -1, "sparse") != S->sparse ||
                bool_field(L, -1, "images") != S->images ||
                bool_field(L, -1, "out_images") != S->out_images) {
-        /* the kinds too: a sparse input of the same dim was "(9, 2) differs from (9, 2)" */
+        /* the kinds too: a sparse input of the same dim would read "(9, 2) differs from (9, 2)" */
         char now[128], was[128];
         interface_text(now, int_field(L, -1, "in_dim"), bool_field(L, -1, "sparse"),
                        bool_field(L, -1, "images"), int_field(L, -1, "out_dim"),

@@ -51,4 +51,4 @@ step("devices")
 print("built with CUDA:", rl.cuda_built(), " CUDA devices:", rl.device_count())
 print(pcall(function() return rl.zeros(2, {device = "cuda"}) end))
 
-print("\nNext: run ./rnnlua for the REPL (tab completes rl.<TAB>, t:<TAB>), or see README.md.")
+print("\nNext: run ./rnnlua for the REPL (tab completes rl.<TAB>, t:<TAB>), or see README.md and docs/.")

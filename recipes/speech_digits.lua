@@ -26,7 +26,7 @@
 --   test WER X%   (word edit distance / reference words, 1000 utterances of held-out voices)
 --   test CER Y%   (character edit distance / reference characters)
 --
--- Measured (2 shared cores, load 11 to 22, nice 5; README): 25 sub-epochs in 29.7 min of
+-- Measured (2 shared cores, load 11 to 22, nice 5; docs/recipes.md): 25 sub-epochs in 29.7 min of
 -- training, 8.2 CPU-minutes received: test WER 2.12%, test CER 1.13%, dev label error 1.22%.
 local t_start = rl.clock()
 local D = dofile("recipes/speech_digits_data.lua")

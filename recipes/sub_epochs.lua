@@ -26,7 +26,7 @@ function M.run(name, config, argv, opt)
       error(string.format("++%s: wants a checkpoint NAME.NNN.h5, got %s", what, path), 0)
   end
   local r, history, train_time, first, last = nil, {}, 0, 1, opt.num_epochs
-  -- the sub-epochs are this loop's: a run starts afresh (or at from=) and replaces an earlier
+  -- the sub-epochs are this loop's: a run starts afresh (or at ++load) and replaces an earlier
   -- run's checkpoints of the same model prefix, where rl.train alone would continue from them
   if config.overwrite == nil then config.overwrite = true end
   if opt.score ~= "" then -- score a checkpoint: "training" up to its own epoch loads it

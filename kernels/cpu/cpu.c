@@ -176,7 +176,7 @@ static void fill_part(void *ctx, int part, int parts) {
 }
 
 /* Elements of a contiguous fill worth a handoff: zeroing a model's gradients (G2P: ~0.5 M
- * floats) each step was serial work on the calling thread. */
+ * floats) each step would otherwise be serial work on the calling thread. */
 #define FILL_PAR_MIN (1 << 16)
 
 static rl_status cpu_fill(rl_tensor *t, double value) {

@@ -1,7 +1,7 @@
 /* The helper pool of parallel.h. The parts of a job are claimed, not assigned: the caller and
  * every helper take the next unclaimed part until none is left, so a helper that is not on a
  * core when the job is posted (another process has it, on a loaded machine) costs nothing but
- * its share of the work, which the caller does; before, the caller waited for it. The claim
+ * its share of the work, which the caller does, instead of making the caller wait. The claim
  * counter carries the job's generation and part count, so a helper that wakes late, after its
  * job is over or another has been posted, claims nothing of the wrong job.
  *
@@ -9,10 +9,10 @@
  * time with the CPU's pause instruction (a sched_yield every YIELD_EVERY rounds, which costs a
  * syscall but no context switch when nothing else wants the core, and hands the core to a BLAS
  * thread that does), then sleep on a futex: the helper on the generation, the caller on the
- * count of finished parts. Before, both spun on sched_yield alone (helpers 2000 rounds, the
- * caller without bound): with OpenBLAS's threads also yielding between their jobs, 15-17% of a
- * training run's samples were in sched_yield and the scheduler, and the two pools' threads took
- * cores from each other. A sleeper is woken only by the change it waits for (a new generation;
+ * count of finished parts. Spinning on sched_yield alone, without the sleep, would keep waiting
+ * threads on the cores that working ones need: with other threads also yielding between their
+ * jobs, a training run spends a large share of its time in sched_yield and the scheduler. A
+ * sleeper is woken only by the change it waits for (a new generation;
  * the last part finished), published before the waker reads the sleeper's flag, and the
  * sleeper sets its flag before it reads the value once more and passes that value to the
  * futex, which sleeps only while the value is unchanged: no wake-up is lost. */

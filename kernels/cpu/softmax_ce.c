@@ -78,7 +78,8 @@ static int64_t first_nan_f32(const float *z, int64_t C) {
 
 /* Rows r0 .. r1-1; with tgt each valid row's loss and error into stats[2r], stats[2r+1]. */
 RL_INLINE void softmax_ce_body_f32(int64_t r0, int64_t r1, int64_t C, const float *z,
-                                   const float *bias, float *p, const int32_t *tgt, double *stats) {
+                                   const float *bias, float *p, const int32_t *tgt, double eps,
+                                   double *stats) {
     for (int64_t r = r0; r < r1; r++) {
         const float *zr = z + r * C;
         float *pr = p + r * C;
@@ -120,6 +121,20 @@ RL_INLINE void softmax_ce_body_f32(int64_t r0, int64_t r1, int64_t C, const floa
         else if (first_max)
             for (int64_t i = 0; i < k && first_max; i++)
                 first_max = zr[i] != mx;
+        /* label smoothing's mean logit, before the sweeps below overwrite z */
+        double zmean = 0;
+        if (k >= 0 && eps > 0) {
+            float zs[LANES] = {0};
+            c = 0;
+            for (; c + LANES <= C; c += LANES)
+                for (int j = 0; j < LANES; j++)
+                    zs[j] += zr[c + j];
+            for (int j = 0; j < LANES; j++)
+                zmean += zs[j];
+            for (; c < C; c++)
+                zmean += zr[c];
+            zmean /= (double)C;
+        }
         float s[LANES] = {0};
         c = 0;
         for (; c + LANES <= C; c += LANES)
@@ -140,7 +155,9 @@ RL_INLINE void softmax_ce_body_f32(int64_t r0, int64_t r1, int64_t C, const floa
         for (c = 0; c < C; c++)
             pr[c] *= inv;
         if (k < 0) continue;
-        stats[2 * r] = (double)mx + log((double)sum) - (double)zk;
+        double lse = (double)mx + log((double)sum);
+        stats[2 * r] =
+            eps > 0 ? (1 - eps) * (lse - (double)zk) + eps * (lse - zmean) : lse - (double)zk;
         stats[2 * r + 1] = first_max ? 0.0 : 1.0;
     }
 }
@@ -151,9 +168,11 @@ static inline int64_t db_blocks(int64_t rows) { return (rows + RL_CE_DB_ROWS - 1
 /* Row blocks j0 .. j1-1 of RL_CE_DB_ROWS rows: dz, and with db each block's column sums of dz
  * into its row of scratch (or into db itself when there is one block). */
 RL_INLINE void ce_grad_body_f32(int64_t j0, int64_t j1, int64_t rows, int64_t C, const float *p,
-                                const int32_t *tgt, float *dz, bool accumulate, float *db,
-                                float *scratch) {
+                                const int32_t *tgt, double eps, float *dz, bool accumulate,
+                                float *db, float *scratch) {
     bool one = db_blocks(rows) == 1;
+    /* smoothing: every class of a valid row loses eps / C, the target 1 - eps */
+    const float off = (float)(eps / (double)C), hit = (float)(1 - eps);
     for (int64_t j = j0; j < j1; j++) {
         int64_t r1 = (j + 1) * RL_CE_DB_ROWS < rows ? (j + 1) * RL_CE_DB_ROWS : rows;
         float *restrict acc = db ? (one ? db : scratch + j * C) : NULL;
@@ -163,6 +182,11 @@ RL_INLINE void ce_grad_body_f32(int64_t j0, int64_t j1, int64_t rows, int64_t C,
             float *restrict dr = dz + r * C;
             if (tgt[r] < 0) {
                 if (!accumulate) memset(dr, 0, (size_t)C * sizeof *dr);
+            } else if (eps > 0) {
+                RL_IVDEP
+                for (int64_t c = 0; c < C; c++)
+                    dr[c] = (accumulate ? dr[c] : 0.0f) + (pr[c] - off);
+                dr[tgt[r]] -= hit;
             } else if (accumulate) {
                 RL_IVDEP
                 for (int64_t c = 0; c < C; c++)
@@ -190,29 +214,33 @@ typedef struct {
     float *out, *db, *scratch;
     const int32_t *tgt;
     double *stats;
+    double eps;
     bool accumulate;
     rl_cpu_level level; /* read once per call: every part runs the same code */
 } pass_job;
 
 #ifdef RL_CPU_X86
 RL_TARGET_AVX512 static void softmax_ce_avx512(const pass_job *j, int64_t r0, int64_t r1) {
-    softmax_ce_body_f32(r0, r1, j->C, j->z, j->bias, j->out, j->tgt, j->stats);
+    softmax_ce_body_f32(r0, r1, j->C, j->z, j->bias, j->out, j->tgt, j->eps, j->stats);
 }
 RL_TARGET_AVX2 static void softmax_ce_avx2(const pass_job *j, int64_t r0, int64_t r1) {
-    softmax_ce_body_f32(r0, r1, j->C, j->z, j->bias, j->out, j->tgt, j->stats);
+    softmax_ce_body_f32(r0, r1, j->C, j->z, j->bias, j->out, j->tgt, j->eps, j->stats);
 }
 RL_TARGET_AVX512 static void ce_grad_avx512(const pass_job *j, int64_t j0, int64_t j1) {
-    ce_grad_body_f32(j0, j1, j->rows, j->C, j->p, j->tgt, j->out, j->accumulate, j->db, j->scratch);
+    ce_grad_body_f32(j0, j1, j->rows, j->C, j->p, j->tgt, j->eps, j->out, j->accumulate, j->db,
+                     j->scratch);
 }
 RL_TARGET_AVX2 static void ce_grad_avx2(const pass_job *j, int64_t j0, int64_t j1) {
-    ce_grad_body_f32(j0, j1, j->rows, j->C, j->p, j->tgt, j->out, j->accumulate, j->db, j->scratch);
+    ce_grad_body_f32(j0, j1, j->rows, j->C, j->p, j->tgt, j->eps, j->out, j->accumulate, j->db,
+                     j->scratch);
 }
 #endif
 RL_TARGET_BASE static void softmax_ce_base(const pass_job *j, int64_t r0, int64_t r1) {
-    softmax_ce_body_f32(r0, r1, j->C, j->z, j->bias, j->out, j->tgt, j->stats);
+    softmax_ce_body_f32(r0, r1, j->C, j->z, j->bias, j->out, j->tgt, j->eps, j->stats);
 }
 RL_TARGET_BASE static void ce_grad_base(const pass_job *j, int64_t j0, int64_t j1) {
-    ce_grad_body_f32(j0, j1, j->rows, j->C, j->p, j->tgt, j->out, j->accumulate, j->db, j->scratch);
+    ce_grad_body_f32(j0, j1, j->rows, j->C, j->p, j->tgt, j->eps, j->out, j->accumulate, j->db,
+                     j->scratch);
 }
 
 static void softmax_part(void *ctx, int part, int parts) {
@@ -241,7 +269,8 @@ static void ce_grad_part(void *ctx, int part, int parts) {
 }
 
 void rl_softmax_ce_cpu_f32(int64_t rows, int64_t C, const float *z, const float *bias, float *p,
-                           const int32_t *tgt, double *row_stats, double *loss, double *n_errors) {
+                           const int32_t *tgt, double eps, double *row_stats, double *loss,
+                           double *n_errors) {
     pass_job j = {.rows = rows,
                   .C = C,
                   .z = z,
@@ -249,6 +278,7 @@ void rl_softmax_ce_cpu_f32(int64_t rows, int64_t C, const float *z, const float 
                   .out = p,
                   .tgt = tgt,
                   .stats = row_stats,
+                  .eps = eps,
                   .level = rl_cpu_level_get()};
     rl_cpu_parallel(pass_parts(rows, rows * C), softmax_part, &j);
     if (!tgt) return;
@@ -267,8 +297,8 @@ int64_t rl_ce_grad_scratch_size(int64_t rows, int64_t C) {
     return blocks > 1 ? blocks * C : 0;
 }
 
-void rl_ce_grad_cpu_f32(int64_t rows, int64_t C, const float *p, const int32_t *tgt, float *dz,
-                        bool accumulate, float *db, float *scratch) {
+void rl_ce_grad_cpu_f32(int64_t rows, int64_t C, const float *p, const int32_t *tgt, double eps,
+                        float *dz, bool accumulate, float *db, float *scratch) {
     pass_job j = {.rows = rows,
                   .C = C,
                   .p = p,
@@ -276,6 +306,7 @@ void rl_ce_grad_cpu_f32(int64_t rows, int64_t C, const float *p, const int32_t *
                   .db = db,
                   .scratch = scratch,
                   .tgt = tgt,
+                  .eps = eps,
                   .accumulate = accumulate,
                   .level = rl_cpu_level_get()};
     int64_t blocks = db_blocks(rows);
@@ -293,7 +324,7 @@ void rl_ce_grad_cpu_f32(int64_t rows, int64_t C, const float *p, const int32_t *
 }
 
 void rl_softmax_ce_cpu_f64(int64_t rows, int64_t C, const double *z, double *p, const int32_t *tgt,
-                           double *loss, double *n_errors) {
+                           double eps, double *loss, double *n_errors) {
     double ls = 0, ne = 0;
     for (int64_t r = 0; r < rows; r++) {
         const double *zr = z + r * C;
@@ -307,13 +338,19 @@ void rl_softmax_ce_cpu_f64(int64_t rows, int64_t C, const double *z, double *p, 
                 am = c;
             }
         int32_t k = tgt ? tgt[r] : -1;
-        double zk = k >= 0 ? zr[k] : 0.0, sum = 0;
+        double zk = k >= 0 ? zr[k] : 0.0, sum = 0, zmean = 0;
+        if (k >= 0 && eps > 0) {
+            for (int64_t c = 0; c < C; c++)
+                zmean += zr[c];
+            zmean /= (double)C;
+        }
         for (int64_t c = 0; c < C; c++)
             sum += (pr[c] = exp(zr[c] - mx));
         for (int64_t c = 0; c < C; c++)
             pr[c] /= sum;
         if (k < 0) continue;
-        ls += mx + log(sum) - zk;
+        double lse = mx + log(sum);
+        ls += eps > 0 ? (1 - eps) * (lse - zk) + eps * (lse - zmean) : lse - zk;
         ne += am == k ? 0.0 : 1.0;
     }
     if (tgt) {
@@ -322,15 +359,16 @@ void rl_softmax_ce_cpu_f64(int64_t rows, int64_t C, const double *z, double *p, 
     }
 }
 
-void rl_ce_grad_cpu_f64(int64_t rows, int64_t C, const double *p, const int32_t *tgt, double *dz,
-                        bool accumulate, double *db) {
+void rl_ce_grad_cpu_f64(int64_t rows, int64_t C, const double *p, const int32_t *tgt, double eps,
+                        double *dz, bool accumulate, double *db) {
     if (db) memset(db, 0, (size_t)C * sizeof *db);
+    const double off = eps / (double)C;
     for (int64_t r = 0; r < rows; r++) {
         const double *pr = p + r * C;
         double *dr = dz + r * C;
         for (int64_t c = 0; c < C; c++)
-            dr[c] = (accumulate ? dr[c] : 0.0) + (tgt[r] >= 0 ? pr[c] : 0.0);
-        if (tgt[r] >= 0) dr[tgt[r]] -= 1.0;
+            dr[c] = (accumulate ? dr[c] : 0.0) + (tgt[r] >= 0 ? pr[c] - off : 0.0);
+        if (tgt[r] >= 0) dr[tgt[r]] -= 1.0 - eps;
         for (int64_t c = 0; db && c < C; c++)
             db[c] += dr[c];
     }

@@ -1,6 +1,6 @@
 /* The embedding layer's CUDA kernels (API: kernels/cuda/embedding_cuda.h).
  *
- * Launch geometry (reviewed for issue 17): both kernels are grid-stride loops over (row, column)
+ * Launch geometry: both kernels are grid-stride loops over (row, column)
  * with the column fastest, RL_CUDA_THREADS threads a block and rl_cuda_blocks_for(work) blocks
  * (at most RL_CUDA_MAX_BLOCKS; 64-bit indices throughout), so a warp reads and writes
  * consecutive elements of one row (coalesced) and any D works, also D < 32 (a warp then spans

@@ -385,7 +385,8 @@ __global__ void k_reduce_block(Geo<3> g, const T *a, T *out, int64_t len, int64_
 /* Two-stage full reduction of one long run (nout == 1): stage 1, block b reduces the fixed chunk
  * [b * chunk, (b + 1) * chunk) into part[b]; stage 2, one block joins the parts in a fixed tree
  * and finishes. The chunks depend only on len, so the result is the same on every device and run
- * (deterministic), and a loss's sums over (T * B * C) no longer run on one block of 256 threads. */
+ * (deterministic), and a loss's sums over (T * B * C) use the whole grid, not one block of 256
+ * threads. */
 template <typename A> __device__ __forceinline__ A block_join(A *sh, A acc, rl_reduce_op op) {
     sh[threadIdx.x] = acc;
     __syncthreads();

@@ -3,17 +3,21 @@
 --   rl.save_checkpoint(path, {net =, optimizer =, lr_control =, epoch =, step =
 --                             [, rng_state = (default: rl.get_rng_state())]
 --                             [, pretrain = (rnnlua.pretrain's record of the epoch)]
---                             [, data_norm = {mean = (F), std = (F)}]})
+--                             [, data_norm = {mean = (F), std = (F)}]
+--                             [, engine = (rl.train's own state: rnnlua.practice)]})
 --   rl.load_checkpoint(path) -> {path =, description =, extern_data =, dtype =, params = flat
 --       tensor, param_tensors = {["layer/name"] = tensor}, param_order = {"layer/name", ...},
---       optimizer_state =, lr_control_state =, pretrain_state =, rng_state = {seed =, offset =},
---       epoch =, step =, data_norm = {mean =, std =} or nil}
+--       optimizer_state =, lr_control_state =, pretrain_state =, engine_state =,
+--       rng_state = {seed =, offset =}, epoch =, step =, data_norm = {mean =, std =} or nil}
 --   data_norm: the global normalisation (x - mean) / std the training set applied to input
 --       "data" (an audio dataset with normalize = "global"): part of the model, so rl.forward
 --       and `rnnlua serve` apply it to raw features (rnnlua.forward). Checkpoints without it
 --       (all written before it existed) load with data_norm = nil.
 --   rl.checkpoint.load_params(ck, net [, {partial = true}])  copies the saved values into the
 --       net's parameters by layer and name (partial: the net may hold a subset of them)
+--   rl.checkpoint.save_model(path, {description =, extern_data =, dtype =, params = {{name =
+--       "layer/name", value = tensor}, ...}} [, {epoch =, step =, data_norm =, ...}])  a
+--       checkpoint of parameters without a network object (rnnlua average writes with it)
 --   rl.checkpoint.serialize(value, what) / rl.checkpoint.deserialize(text, what)
 --
 -- Layout:
@@ -21,9 +25,9 @@
 --                      num_params, description and extern_data (Lua literals, see below)
 --   /params/<layer>/<name>   each parameter with its shape; attr order on /params (a Lua
 --                      list of "layer/name" in the flat buffer's order)
---   /optimizer, /lr_control, /pretrain  their state tables: tensors as datasets, numbers and
---                      strings as attributes (integers int64, floats double) for h5dump and h5py, and
---                      attr _values, a Lua literal of every non-tensor entry, which is what
+--   /optimizer, /lr_control, /pretrain, /engine (rl.train's own: rnnlua.practice)  their
+--                      state tables: tensors as datasets, numbers and strings as attributes
+--                      (integers int64, floats double) for h5dump and h5py, and attr _values, a Lua literal of every non-tensor entry, which is what
 --                      load reads: it keeps integers and floats apart and takes booleans
 --                      and tables, and HDF5 attributes cannot be listed through core/h5io
 --   /data_norm         mean and std (F) float32 datasets (with the _values/_tensors attrs of a
@@ -382,6 +386,55 @@ function M.norm_values(mean, std, what)
   return {mean = mean, std = std}
 end
 
+-- Writes a checkpoint of model m = {description =, extern_data =, dtype =, params = {{name =
+-- "layer/name", value = tensor}, ...} (the flat buffer's order)} with the states of s (those of
+-- rl.save_checkpoint but net); errors are raised at `level`.
+local function write(path, m, s, level)
+  local rng = s.rng_state or rl.get_rng_state()
+  local okf, f = pcall(rl.h5file, path, "w")
+  if not okf then
+    error("rl.save_checkpoint: " .. util.file_error(f, path), level)
+  end
+  local ok, err = pcall(function()
+    local total = 0
+    for _, p in ipairs(m.params) do total = total + p.value:numel() end
+    f:set_attr("/", "format", FORMAT)
+    f:set_attr("/", "version", VERSION)
+    f:set_attr("/", "epoch", s.epoch or 0)
+    f:set_attr("/", "step", s.step or 0)
+    f:set_attr("/", "dtype", m.dtype or "float32")
+    f:set_attr("/", "num_params", total)
+    f:set_attr("/", "description", M.serialize(m.description, "network"))
+    f:set_attr("/", "extern_data", M.serialize(m.extern_data, "extern_data"))
+    local order = {}
+    for _, p in ipairs(m.params) do
+      local layer = p.name:match("^(.*)/[^/]*$")
+      if not layer or layer:find("/", 1, true) then
+        error(string.format("layer '%s': a name with '/' cannot be saved", layer or p.name), 0)
+      end
+      f:write("params/" .. p.name, on_host(p.value))
+      order[#order + 1] = p.name
+    end
+    f:set_attr("params", "order", M.serialize(order, "params"))
+    if s.optimizer ~= nil then write_state(f, "optimizer", s.optimizer:state()) end
+    if s.lr_control ~= nil then write_state(f, "lr_control", s.lr_control:state()) end
+    if s.pretrain ~= nil then write_state(f, "pretrain", s.pretrain) end
+    if s.engine ~= nil then write_state(f, "engine", s.engine) end
+    if s.data_norm ~= nil then
+      write_state(f, "data_norm", check_data_norm(s.data_norm, m.extern_data, "data_norm"))
+    end
+    f:set_attr("rng", "seed", rng.seed)
+    f:set_attr("rng", "offset", rng.offset)
+    f:set_attr("rng", "state", M.serialize({seed = rng.seed, offset = rng.offset}, "rng"))
+    f:commit()
+  end)
+  if not ok then
+    f:close()
+    error("rl.save_checkpoint: " .. util.file_error(err, path), level)
+  end
+  return path
+end
+
 function M.save(path, s)
   if type(path) ~= "string" then
     error("rl.save_checkpoint: the path must be a string, got " .. type(path), 2)
@@ -393,46 +446,25 @@ function M.save(path, s)
   check_int(s.epoch or 0, "epoch")
   check_int(s.step or 0, "step")
   local net = s.net
-  local rng = s.rng_state or rl.get_rng_state()
-  local okf, f = pcall(rl.h5file, path, "w")
-  if not okf then
-    error("rl.save_checkpoint: " .. util.file_error(f, path), util.caller_level())
-  end
-  local ok, err = pcall(function()
-    f:set_attr("/", "format", FORMAT)
-    f:set_attr("/", "version", VERSION)
-    f:set_attr("/", "epoch", s.epoch or 0)
-    f:set_attr("/", "step", s.step or 0)
-    f:set_attr("/", "dtype", net.dtype or "float32")
-    f:set_attr("/", "num_params", net:num_params())
-    f:set_attr("/", "description", M.serialize(net.description, "network"))
-    f:set_attr("/", "extern_data", M.serialize(net.extern_data, "extern_data"))
-    local order = {}
-    for _, p in ipairs(net:param_list()) do
-      if p.layer:find("/", 1, true) then
-        error(string.format("layer '%s': a name with '/' cannot be saved", p.layer), 0)
-      end
-      local name = p.layer .. "/" .. p.name
-      f:write("params/" .. name, on_host(p.value))
-      order[#order + 1] = name
+  local params = {}
+  for _, p in ipairs(net:param_list()) do
+    if p.layer:find("/", 1, true) then
+      error(string.format("rl.save_checkpoint: layer '%s': a name with '/' cannot be saved",
+        p.layer), util.caller_level())
     end
-    f:set_attr("params", "order", M.serialize(order, "params"))
-    if s.optimizer ~= nil then write_state(f, "optimizer", s.optimizer:state()) end
-    if s.lr_control ~= nil then write_state(f, "lr_control", s.lr_control:state()) end
-    if s.pretrain ~= nil then write_state(f, "pretrain", s.pretrain) end
-    if s.data_norm ~= nil then
-      write_state(f, "data_norm", check_data_norm(s.data_norm, net.extern_data, "data_norm"))
-    end
-    f:set_attr("rng", "seed", rng.seed)
-    f:set_attr("rng", "offset", rng.offset)
-    f:set_attr("rng", "state", M.serialize({seed = rng.seed, offset = rng.offset}, "rng"))
-    f:commit()
-  end)
-  if not ok then
-    f:close()
-    error("rl.save_checkpoint: " .. util.file_error(err, path), util.caller_level())
+    params[#params + 1] = {name = p.layer .. "/" .. p.name, value = p.value}
   end
-  return path
+  return write(path, {description = net.description, extern_data = net.extern_data,
+                      dtype = net.dtype, params = params}, s, util.caller_level())
+end
+
+-- A checkpoint of parameters without a network object (rnnlua average): m as for write, from a
+-- loaded checkpoint's description, extern_data and dtype.
+function M.save_model(path, m, s)
+  s = s or {}
+  check_int(s.epoch or 0, "epoch")
+  check_int(s.step or 0, "step")
+  return write(path, m, s, util.caller_level())
 end
 
 -- version, epoch, step and num_params: integers >= 0 (a negative epoch would resume training
@@ -522,6 +554,7 @@ function M.load(path)
     if f:exists("optimizer") then ck.optimizer_state = read_state(f, "optimizer") end
     if f:exists("lr_control") then ck.lr_control_state = read_state(f, "lr_control") end
     if f:exists("pretrain") then ck.pretrain_state = read_state(f, "pretrain") end
+    if f:exists("engine") then ck.engine_state = read_state(f, "engine") end
     if f:exists("data_norm") then
       ck.data_norm = check_data_norm(read_state(f, "data_norm"), ck.extern_data, "/data_norm")
     end
@@ -566,7 +599,7 @@ function M.install(module)
   rl.save_checkpoint = M.save
   rl.load_checkpoint = M.load
   rl.checkpoint = {serialize = M.serialize, deserialize = M.deserialize,
-                   load_params = M.load_params}
+                   load_params = M.load_params, save_model = M.save_model}
   return M
 end
 

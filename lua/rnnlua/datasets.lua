@@ -15,7 +15,7 @@
 --   /seqSizes [num_seqs, 2] int32: (height, width) of each sequence's image.
 -- The image's pixels are its rows of /inputs in row-major order (pixel (y, x) at row y*w + x
 -- of the sequence, 0-based), so /seqLengths column 0 is h*w and files without /seqSizes are
--- read as before (a RETURNN tool sees an image as a sequence of h*w pixels). Such a dataset's
+-- read as plain sequences (a RETURNN tool sees an image as a sequence of h*w pixels). Such a dataset's
 -- get_seq gives data (h, w, F), its extern_data says data = {dim = F, spatial = 2}, and
 -- rl.batches gives data (H, W, B, F) zero-padded with sizes (B, 2) int32 = (h, w) per image
 -- and lengths (B) = h*w. Targets stay sequences: one frame per image for classification

@@ -6,7 +6,9 @@
 -- lr/epoch_done/state/load_state instead of the learning_rate* keys).
 --
 -- Per epoch: train:init_epoch(epoch); for each batch of rl.batches: zero the gradients,
--- forward, backward, opt:step(lrc:lr(epoch, step)) (a skipped step is logged); then the dev
+-- forward, backward, opt:step(lrc:lr(epoch, step)) (a skipped step is logged; with
+-- accum_grad = k the gradients of k batches are summed before each step, an epoch's last group
+-- possibly shorter, so every epoch ends with an update); then the dev
 -- set is scored with train = false (loss per frame, frame error rate), a summary line is
 -- logged, one JSON line is appended to learning_curve_file (with plot = true also drawn by
 -- rl.tools.plot into the same name ending in .png instead of .jsonl),
@@ -17,8 +19,15 @@
 -- learning_rate_control_error_measure = "dev_ler" lets newbob follow it; sequences the ctc
 -- loss skipped (no alignment fits) are logged at verbosity 2 and counted as ctc_skipped)
 -- decides the next learning rate and every save_interval epochs (and after the last) a
--- checkpoint model .. ".%03d.h5" is written. `step` counts training batches over the whole
--- run, skipped ones included.
+-- checkpoint model .. ".%03d.h5" is written. `step` counts updates over the whole run,
+-- skipped ones included (with accum_grad = 1 one per batch).
+--
+-- Training practice (rnnlua.practice; docs/training.md): ema = decay keeps an average of the
+-- parameters (written beside each checkpoint as model .. ".%03d.ema.h5"; ema_dev_score = true
+-- scores dev with it), keep_best_n deletes all but the best saved checkpoints and the newest,
+-- early_stopping = {patience = n} stops after n epochs without a better dev score (best_by),
+-- label_smoothing = eps sets that option of every ce softmax; their state is in each
+-- checkpoint's /engine group, so a resume continues them bit for bit.
 --
 -- Devices: device = "cuda" (or "cuda:N"; default "cpu") builds the network on the CPU (the
 -- same initial values as a CPU run), moves it there with net:to, then builds the optimizer, so
@@ -63,15 +72,17 @@
 --
 -- Returns {config = (the config used: defaults and overrides applied), net =, optimizer =,
 -- lr_control =, epoch =, step =, history = {per-epoch records}, checkpoint = last path written
--- or loaded, learning_curve_file =, train_score =, train_error =, dev_score =, dev_error =}
+-- or loaded, learning_curve_file =, train_score =, train_error =, dev_score =, dev_error =
 -- (the scores of the last epoch trained; with nothing to train, the loaded model's dev scores
--- and the train scores its epoch recorded).
+-- and the train scores its epoch recorded), ema = (the average, or nil), stopped_early = (the
+-- epoch early stopping ended the run with, or nil), best_epoch = (early stopping's best)}.
 local M = {}
 local rl -- the module table, set by install
 local checkpoint = require("rnnlua.checkpoint")
 local logmod = require("rnnlua.log")
 local distmod = require("rnnlua.dist")
 local pretrainmod = require("rnnlua.pretrain")
+local practice = require("rnnlua.practice")
 
 -- Every key rl.train knows, with its default (false: no default).
 local KEYS = {
@@ -82,16 +93,26 @@ local KEYS = {
   save_interval = 1, load = false, log_verbosity = 3, log_file = false,
   log_progress_interval = 5, learning_curve_file = false, seed = 1, device = "cpu",
   dtype = "float32", num_threads = false, distributed = false, plot = false, pretrain = false,
-  carry_state = false, overwrite = false,
+  carry_state = false, overwrite = false, accum_grad = 1, ema = false, ema_dev_score = false,
+  keep_best_n = false, early_stopping = false, best_by = false, label_smoothing = false,
 }
--- learning-rate-control options handed to rl.lr_control besides those above
+-- learning-rate-control options handed to rl.lr_control besides those above: newbob's, the
+-- learning_rate* ones and the schedules' (rl.lr_control_options)
+local LR_OPTIONS
 local function is_lr_key(k)
-  return k:match("^newbob_") ~= nil or k:match("^learning_rate") ~= nil or k == "min_learning_rate"
+  if not LR_OPTIONS then
+    LR_OPTIONS = {}
+    for _, o in ipairs(rl.lr_control_options) do LR_OPTIONS[o] = true end
+  end
+  return LR_OPTIONS[k] == true
 end
 
 local function fail(fmt, ...)
   error("rl.train: " .. string.format(fmt, ...), 0)
 end
+
+local smooth_labels -- defined with the configuration
+local ahead_lr -- defined with the loop
 
 ---------------------------------------------------------------------------- configuration
 
@@ -103,9 +124,14 @@ local function is_key(k)
 end
 M.is_key = is_key
 
--- The names of KEYS, sorted (the lr control's newbob_* options are known by their prefix).
+-- The names of KEYS and of the lr control's options, sorted.
 function M.known_keys()
-  return require("rnnlua.util").sorted_keys(KEYS)
+  local keys = require("rnnlua.util").sorted_keys(KEYS)
+  for _, o in ipairs(rl.lr_control_options) do
+    if KEYS[o] == nil then keys[#keys + 1] = o end
+  end
+  table.sort(keys)
+  return keys
 end
 
 -- The ++key value pairs of argv (a list of strings, cli.overrides) applied to cfg.
@@ -163,6 +189,32 @@ local function script_args()
   return list
 end
 
+-- The network description with label_smoothing = eps on every softmax layer with loss "ce"
+-- (also inside rec units) that does not set its own; a network without one is an error.
+smooth_labels = function(network, eps)
+  if type(network) ~= "table" then return network end
+  local net = require("rnnlua.util").deep_copy(network)
+  local n = 0
+  local function walk(layers)
+    for _, d in pairs(layers) do
+      if type(d) == "table" then
+        if d.class == "softmax" and d.loss == "ce" then
+          if d.label_smoothing == nil then d.label_smoothing = eps end
+          n = n + 1
+        elseif d.class == "rec" and type(d.unit) == "table" then
+          walk(d.unit)
+        end
+      end
+    end
+  end
+  walk(net)
+  if n == 0 then
+    fail("config.label_smoothing applies to softmax layers with loss = \"ce\"; the network "
+      .. "has none")
+  end
+  return net
+end
+
 local function check_config(config, argv)
   if type(config) ~= "table" then fail("expects a config table, got %s", type(config)) end
   if type(argv) ~= "table" then fail("argv must be a list of strings, got %s", type(argv)) end
@@ -218,6 +270,54 @@ local function check_config(config, argv)
   if cfg.carry_state and cfg.distributed then
     fail("carry_state = true does not work with distributed training yet")
   end
+  if math.type(cfg.accum_grad) ~= "integer" or cfg.accum_grad < 1 then
+    fail("config.accum_grad must be an integer >= 1 (batches per update), got %s",
+      tostring(cfg.accum_grad))
+  end
+  if cfg.ema ~= nil and (type(cfg.ema) ~= "number" or not (cfg.ema > 0 and cfg.ema < 1)) then
+    fail("config.ema must be a decay in (0, 1) (e.g. 0.999), got %s", tostring(cfg.ema))
+  end
+  if cfg.ema and type(cfg.distributed) == "table" and cfg.distributed.mode == "average" then
+    fail("config.ema does not work with distributed = {mode = \"average\"} (the ranks' "
+      .. "parameters differ between averagings); mode = \"sync\" keeps them identical")
+  end
+  if cfg.ema_dev_score ~= nil and type(cfg.ema_dev_score) ~= "boolean" then
+    fail("config.ema_dev_score must be true or false, got %s", type(cfg.ema_dev_score))
+  end
+  if cfg.ema_dev_score and not cfg.ema then
+    fail("config.ema_dev_score = true needs config.ema (the decay of the averaged parameters)")
+  end
+  if cfg.keep_best_n ~= nil then
+    if math.type(cfg.keep_best_n) ~= "integer" or cfg.keep_best_n < 1 then
+      fail("config.keep_best_n must be an integer >= 1, got %s", tostring(cfg.keep_best_n))
+    end
+    if not cfg.model then fail("config.keep_best_n needs config.model (the checkpoints kept)") end
+    if cfg.dev == nil then fail("config.keep_best_n needs a dev set (config.dev) to rank by") end
+  end
+  if cfg.early_stopping ~= nil then
+    local es = cfg.early_stopping
+    if type(es) ~= "table" then
+      fail("config.early_stopping must be a table {patience = n}, got %s", type(es))
+    end
+    for k in pairs(es) do
+      if k ~= "patience" then fail("config.early_stopping: unknown option '%s' (patience)",
+        tostring(k)) end
+    end
+    if math.type(es.patience) ~= "integer" or es.patience < 1 then
+      fail("config.early_stopping.patience must be an integer >= 1 (epochs without "
+        .. "improvement), got %s", tostring(es.patience))
+    end
+    if cfg.dev == nil then fail("config.early_stopping needs a dev set (config.dev)") end
+  end
+  if cfg.best_by ~= nil and (type(cfg.best_by) ~= "string" or not cfg.best_by:match("^dev_")) then
+    fail("config.best_by must name a dev score (dev_score, dev_error, dev_ler), got %s",
+      tostring(cfg.best_by))
+  end
+  local eps = cfg.label_smoothing
+  if eps ~= nil and (type(eps) ~= "number" or not (eps >= 0 and eps < 1)) then
+    fail("config.label_smoothing must be a number in [0, 1), got %s", tostring(eps))
+  end
+  if eps and eps > 0 then cfg.network = smooth_labels(cfg.network, eps) end
   return cfg
 end
 
@@ -320,6 +420,10 @@ local function make_lr_control(cfg)
   for k, v in pairs(cfg) do
     if is_lr_key(k) then lcfg[k] = v end
   end
+  -- cosine anneals over the whole run unless told otherwise (PyTorch recipes' T_max)
+  if lcfg.learning_rate_control == "cosine" and lcfg.T_max == nil then
+    lcfg.T_max = cfg.num_epochs
+  end
   return rl.lr_control(lcfg)
 end
 
@@ -345,6 +449,20 @@ local function evaluate(net, ds, cfg, which, dist)
   return loss / frames, errors / math.max(units, 1), skipped
 end
 
+-- The lr of a step to come (logs and checks): one_cycle defines none beyond total_steps, and
+-- a run ending exactly there looks one step ahead of its last.
+ahead_lr = function(lrc, epoch, step)
+  return lrc:lr(epoch, lrc.max_step and math.min(step, lrc.max_step) or step)
+end
+
+-- The dev scores of evaluate, with ema_dev_score from the averaged parameters.
+local function score_dev(net, dev, cfg, dist, ctx)
+  if cfg.ema_dev_score then
+    return ctx.ema:with_average(net, function() return evaluate(net, dev, cfg, "dev", dist) end)
+  end
+  return evaluate(net, dev, cfg, "dev", dist)
+end
+
 local function train_epoch(ctx, epoch)
   local cfg, net, opt, lrc, log, ds = ctx.cfg, ctx.net, ctx.opt, ctx.lrc, ctx.log, ctx.train
   local dist = ctx.dist
@@ -358,11 +476,15 @@ local function train_epoch(ctx, epoch)
   local total = ds.total_frames and (cfg.chunking == nil or cfg.carry_state)
     and ds:total_frames() or nil
   local t0 = rl.clock()
-  local loss, errors, frames, seqs, steps, skipped, lr = 0, 0, 0, 0, 0, 0, nil
+  local loss, errors, frames, seqs, steps, skipped, lr, updates = 0, 0, 0, 0, 0, 0, nil, 0
   local units, ctc_skipped = 0, 0
   local ename = net.has_ctc and "LER" or "error"
   local bopts = {batch_size = cfg.batch_size, max_seqs = cfg.max_seqs, chunking = cfg.chunking,
                  carry_state = cfg.carry_state}
+  -- gradient accumulation: the gradients of accum_grad batches are summed (backward adds to
+  -- them) and one update is taken; an epoch's last group may be shorter, so that every
+  -- checkpoint (written at an epoch's end) follows an update and holds no partial sum
+  local accum, in_group, group_has = cfg.accum_grad, 0, false
   local ok, err = pcall(function()
     -- dist: false is an empty step of a rank whose share is used up (others still train)
     local next_batch = dist and dist:batches(ds, bopts) or rl.batches(ds, bopts)
@@ -373,9 +495,8 @@ local function train_epoch(ctx, epoch)
       if not pending[1] then error(pending[2], 0) end
       local batch = pending[2]
       if batch == nil then break end
-      ctx.step = ctx.step + 1
       steps = steps + 1
-      net:zero_grads()
+      if in_group == 0 then net:zero_grads() end
       local l, e = 0, 0
       if batch then l, e = net:forward(batch) end
       if not finite(l) then
@@ -386,23 +507,33 @@ local function train_epoch(ctx, epoch)
       end
       if batch and net.n_skipped > 0 then
         ctc_skipped = ctc_skipped + net.n_skipped
-        log:write(2, "epoch %d step %d: %d sequence(s) skipped by the ctc loss: no alignment "
-          .. "fits (more labels than frames allow; first tag %s)", epoch, ctx.step,
+        log:write(2, "epoch %d batch %d: %d sequence(s) skipped by the ctc loss: no alignment "
+          .. "fits (more labels than frames allow; first tag %s)", epoch, steps,
           net.n_skipped, tostring(batch.tags and batch.tags[1]))
       end
       if batch then net:backward() end
+      in_group, group_has = in_group + 1, group_has or batch ~= false
       -- the next batch is assembled on the host while the device runs this backward
       pending = fetch()
-      lr = lrc:lr(epoch, ctx.step)
-      local applied, reason
-      if dist then
-        applied, reason = dist:step(opt, lr, net, ctx.step, batch ~= false)
-      else
-        applied, reason = opt:step(lr)
-      end
-      if applied == false then
-        skipped = skipped + 1
-        log:write(2, "epoch %d step %d: update skipped (%s)", epoch, ctx.step, tostring(reason))
+      -- every rank of a world sees the same sequence of batches and ends (nil) in lock step,
+      -- so all take their updates (and collectives) at the same batches
+      if in_group == accum or (pending[1] and pending[2] == nil) then
+        ctx.step = ctx.step + 1
+        lr = lrc:lr(epoch, ctx.step)
+        local applied, reason
+        if dist then
+          applied, reason = dist:step(opt, lr, net, ctx.step, group_has)
+        else
+          applied, reason = opt:step(lr)
+        end
+        if applied == false then
+          skipped = skipped + 1
+          log:write(2, "epoch %d step %d: update skipped (%s)", epoch, ctx.step, tostring(reason))
+        elseif ctx.ema then
+          ctx.ema:update(net)
+        end
+        in_group, group_has = 0, false
+        updates = updates + 1
       end
       local nf = batch and net.n_frames or 0
       loss, errors, frames = loss + l, errors + e, frames + nf
@@ -417,9 +548,9 @@ local function train_epoch(ctx, epoch)
       local done = total and frames / total or seqs / nseqs
       local eta = done > 0 and dt * (1 - done) / done or nil
       local line = string.format("epoch %d  batch %d  %d/%d seqs  %.0f frames/s  score %.4f  "
-        .. "%s %s  lr %.3g  ETA %s", epoch, steps, math.min(seqs, nseqs), nseqs,
-        dt > 0 and frames / dt or 0, loss / frames, ename, pct(errors / math.max(units, 1)), lr,
-        fmt_time(math.max(0, eta or 0)))
+        .. "%s %s  lr %s  ETA %s", epoch, steps, math.min(seqs, nseqs), nseqs,
+        dt > 0 and frames / dt or 0, loss / frames, ename, pct(errors / math.max(units, 1)),
+        lr and string.format("%.3g", lr) or "-", fmt_time(math.max(0, eta or 0)))
       if log.verbosity >= 4 then
         log:write(4, "%s  batch loss %.4f", line, l / math.max(nf, 1))
       else
@@ -437,7 +568,7 @@ local function train_epoch(ctx, epoch)
       units, ctc_skipped)
   end
   return {loss = loss / frames, error = errors / math.max(units, 1), frames = frames,
-          steps = steps, skipped = skipped, lr = lr, time = rl.clock() - t0,
+          steps = steps, updates = updates, skipped = skipped, lr = lr, time = rl.clock() - t0,
           ctc_skipped = ctc_skipped}
 end
 
@@ -508,11 +639,14 @@ function M.train(config, argv)
     end
     local net = ctx.net
     ctx.lrc = make_lr_control(cfg)
+    ctx.best_by, ctx.keep_best = cfg.best_by or "dev_score", cfg.keep_best_n
+    ctx.patience = cfg.early_stopping and cfg.early_stopping.patience
+    ctx.saved_scores = {}
     log:write(2, "network: %d parameters, layers %s", net:num_params(),
       table.concat(net.order, ", "))
 
     local start = 1
-    local load = cfg.load
+    local load, loaded = cfg.load, nil
     -- checkpoints of an earlier run with this prefix and no load: go on from the newest, as
     -- RETURNN does, rather than train afresh over them (overwrite = true does that)
     local auto = load == nil and not cfg.overwrite and cfg.model and last_checkpoint(cfg.model)
@@ -552,8 +686,20 @@ function M.train(config, argv)
           .. "run of this model prefix; overwrite = true or another model prefix starts afresh)"
           or "", require("rnnlua.util").strip_internal(lerr))
       end
-      start, ctx.step, ctx.checkpoint = ck.epoch + 1, ck.step, load
+      start, ctx.step, ctx.checkpoint, loaded = ck.epoch + 1, ck.step, load, ck
       log:write(1, "resumed from %s (epoch %d, step %d)", load, ck.epoch, ck.step)
+    end
+    if cfg.ema then ctx.ema = practice.ema(net, cfg.ema) end
+    if loaded then
+      local okr, rerr = pcall(practice.restore, ctx, loaded, log)
+      if not okr then fail("resuming from %s: %s", load, tostring(rerr)) end
+    end
+    -- a run that early stopping ended stays ended unless the patience was raised
+    local stopped = ctx.patience and ctx.es_bad and ctx.es_bad >= ctx.patience
+    if stopped then
+      log:write(1, "early stopping ended this run at epoch %d: %s did not improve for %d epochs "
+        .. "(best %.6g at epoch %d); a larger early_stopping.patience goes on", start - 1,
+        ctx.best_by, ctx.es_bad, ctx.es_best, ctx.es_best_epoch)
     end
     -- a saved model is never replaced unless asked: overwrite = true, or a load of one of this
     -- prefix's own checkpoints (resuming a run from an earlier epoch redoes the epochs after
@@ -577,7 +723,7 @@ function M.train(config, argv)
     end
     if dist then
       -- before the first collective: ranks that differ would pair collectives of other sizes
-      dist:check_world(cfg, net, start, ctx.step, ctx.lrc:lr(start, ctx.step + 1))
+      dist:check_world(cfg, net, start, ctx.step, ahead_lr(ctx.lrc, start, ctx.step + 1))
       dist:sync_params(net)
     end
 
@@ -589,12 +735,17 @@ function M.train(config, argv)
       f:close()
     end
 
-    local last
-    for epoch = start, cfg.num_epochs do
+    local last, stopped_early
+    for epoch = start, stopped and start - 1 or cfg.num_epochs do
       local grown = pre and pre:enter(ctx, epoch, true)
       if grown then
         net = ctx.net
         if dist then dist:sync_params(net) end
+        if cfg.ema then
+          ctx.ema = practice.ema(net, cfg.ema)
+          log:write(2, "epoch %d: the parameter average (ema) starts anew with the grown network",
+            epoch)
+        end
         log:write(2, "epoch %d: pretrain step %d, layers %s: %d parameters (%d tensors copied; "
           .. "new layers: %s%s)", epoch, grown.step, table.concat(net.order, ", "),
           net:num_params(), grown.copied, table.concat(grown.new_layers, ", "),
@@ -607,7 +758,7 @@ function M.train(config, argv)
       local ctc = net.has_ctc
       if ctc then rec.train_ler, rec.ctc_skipped = tr.error, tr.ctc_skipped end
       if dev then
-        local okd, s, e, sk = pcall(evaluate, net, dev, cfg, "dev", dist)
+        local okd, s, e, sk = pcall(score_dev, net, dev, cfg, dist, ctx)
         if not okd then
           fail("epoch %d, dev scoring: %s", epoch, (tostring(s):gsub("^rl%.train: ", "")))
         end
@@ -621,17 +772,20 @@ function M.train(config, argv)
         .. "%.1f s  %.0f frames/s  %d steps%s%s", epoch, cfg.num_epochs, score(rec.train_score),
         ename, pct(rec.train_error), score(rec.dev_score), ename, pct(rec.dev_error), tr.lr,
         tr.time, tr.frames / math.max(tr.time, 1e-9), tr.steps,
-        tr.skipped > 0 and string.format(" (%d skipped)", tr.skipped) or "",
+        (tr.updates ~= tr.steps and string.format(" (%d updates)", tr.updates) or "")
+        .. (tr.skipped > 0 and string.format(" (%d skipped)", tr.skipped) or ""),
         ctc and rec.ctc_skipped > 0
           and string.format(" (%d sequences without a fitting alignment skipped)", rec.ctc_skipped)
           or "")
       ctx.lrc:epoch_done(epoch, {dev_score = rec.dev_score, dev_error = rec.dev_error,
                                  train_score = rec.train_score, train_error = rec.train_error,
                                  dev_ler = rec.dev_ler, train_ler = rec.train_ler})
-      if dist then dist:agree("the next learning rate", ctx.lrc:lr(epoch + 1, ctx.step + 1)) end
+      if dist then
+        dist:agree("the next learning rate", ahead_lr(ctx.lrc, epoch + 1, ctx.step + 1))
+      end
       if ctx.lrc.log_line then
         -- shown by default only when the rate changes
-        local changed = tr.lr ~= ctx.lrc:lr(epoch + 1, ctx.step + 1)
+        local changed = tr.lr ~= ahead_lr(ctx.lrc, epoch + 1, ctx.step + 1)
         log:write(changed and 2 or 4, "lr control: %s", ctx.lrc:log_line())
       end
       if curve_path then
@@ -646,34 +800,57 @@ function M.train(config, argv)
           if not okp then fail("epoch %d, plot: %s", epoch, tostring(perr)) end
         end
       end
-      if cfg.model and (epoch % cfg.save_interval == 0 or epoch == cfg.num_epochs) then
-        local path = cfg.model .. string.format(".%03d.h5", epoch)
+      if ctx.patience and practice.early_stop(ctx, epoch, practice.score_of(ctx, rec)) then
+        stopped_early = epoch
+        log:write(1, "early stopping after epoch %d: %s did not improve for %d epochs (best "
+          .. "%.6g at epoch %d)", epoch, ctx.best_by, ctx.es_bad, ctx.es_best, ctx.es_best_epoch)
+      end
+      if cfg.model and (epoch % cfg.save_interval == 0 or epoch == cfg.num_epochs
+          or stopped_early) then
+        local path, ema_path = practice.paths(cfg.model, epoch)
+        local gone = ctx.keep_best and practice.prune(ctx, epoch, practice.score_of(ctx, rec))
         if writer then
+          -- the average first: a main checkpoint (what a resume finds) always has its average
+          if ctx.ema then
+            ctx.ema:with_average(net, function()
+              rl.save_checkpoint(ema_path, {net = net, lr_control = ctx.lrc, epoch = epoch,
+                                            step = ctx.step, data_norm = data_norm})
+            end)
+            log:write(2, "saved %s (the parameter average, ema = %g)", ema_path, ctx.ema.decay)
+          end
           rl.save_checkpoint(path, {net = net, optimizer = ctx.opt, lr_control = ctx.lrc,
                                     epoch = epoch, step = ctx.step,
-                                    pretrain = pre and pre:state(epoch), data_norm = data_norm})
+                                    pretrain = pre and pre:state(epoch), data_norm = data_norm,
+                                    engine = practice.state(ctx)})
           log:write(2, "saved %s", path)
+          if gone and #gone > 0 then
+            practice.delete(ctx, gone, log)
+            log:write(2, "keep_best_n = %d: deleted the checkpoints of epoch(s) %s", ctx.keep_best,
+              table.concat(gone, ", "))
+          end
         end
         ctx.checkpoint = path
       end
       ctx.history[#ctx.history + 1] = rec
       last = rec
+      if stopped_early then break end
     end
     -- nothing to train (a run continued at or past num_epochs): dev_score and dev_error are
     -- the loaded model's, so a recipe run twice reports its model instead of nil
     local dev_score, dev_error = last and last.dev_score, last and last.dev_error
     local train_score, train_error = last and last.train_score, last and last.train_error
-    if start > cfg.num_epochs then
+    if not last then
       -- the train scores of the loaded epoch, as its lr control state recorded them
       local rec = ctx.lrc.scores and ctx.lrc.scores[start - 1]
       if rec then train_score, train_error = rec.train_score, rec.train_error end
       if dev then
-        local okd, s, e = pcall(evaluate, net, dev, cfg, "dev", dist)
+        local okd, s, e = pcall(score_dev, net, dev, cfg, dist, ctx)
         if not okd then fail("dev scoring: %s", (tostring(s):gsub("^rl%.train: ", ""))) end
         dev_score, dev_error = s, e
       end
-      log:write(1, "nothing to train: the checkpoint is at epoch %d, num_epochs = %d%s",
-        start - 1, cfg.num_epochs, dev_score and string.format("; its dev score %s error %s",
+      log:write(1, "nothing to train: the checkpoint is at epoch %d, num_epochs = %d%s%s",
+        start - 1, cfg.num_epochs, stopped and " (stopped early)" or "",
+        dev_score and string.format("; its dev score %s error %s",
         score(dev_score), pct(dev_error)) or "")
     end
     if dist then dist:finish() end
@@ -681,7 +858,9 @@ function M.train(config, argv)
       epoch = math.max(start - 1, last and last.epoch or 0), step = ctx.step, history = ctx.history,
       checkpoint = ctx.checkpoint, learning_curve_file = curve_path,
       train_score = train_score, train_error = train_error,
-      dev_score = dev_score, dev_error = dev_error}
+      dev_score = dev_score, dev_error = dev_error, ema = ctx.ema,
+      stopped_early = stopped_early or (stopped and start - 1) or nil,
+      best_epoch = ctx.es_best_epoch}
   end)
   if not ok then
     if dist then dist:abandon() end
@@ -702,7 +881,10 @@ function M.install(module)
   require("rnnlua.forward").install(module)
   distmod.install(module)
   pretrainmod.install(module)
+  practice.install(module)
   rl.train = M.train
+  -- a copy, for the documentation test and --help: rl.train's own KEYS stay private
+  rl.train_options = require("rnnlua.util").sorted_keys(KEYS)
   return M
 end
 

@@ -25,8 +25,9 @@
 --    max_abs_error}, ..., ["layer.W"] = same entry}, inputs = {same for each input}, net}
 -- With assert = true a report over tol raises an error describing the worst element.
 -- A NaN or infinite gradient or difference is an error of +inf (it fails the check: math.max
--- drops a NaN, so such a layer passed with max_rel_error 0), and the options are checked
--- (eps = 0 or NaN made every element NaN and the check pass; a misspelt key was ignored).
+-- drops a NaN, so such a layer would pass with max_rel_error 0), and the options are checked
+-- (eps = 0 or NaN would make every element NaN and the check pass; a misspelt key would be
+-- ignored).
 local M = {}
 
 local rl -- the module table, set by install
@@ -51,7 +52,7 @@ local function wrap_layer(o)
   d.from = #froms == 1 and froms[1] or froms
   local probe = copy(d)
   probe.loss, probe.target, probe.loss_scale, probe.is_output_layer = nil, nil, nil, true
-  probe.blank_index = nil
+  probe.blank_index, probe.label_smoothing = nil, nil
   local n_out = rl.network({layer = probe}, extern, {dtype = "float64"}):layer("layer").n_out
   if d.loss == "ce" then
     d.target = d.target or "classes"

@@ -306,8 +306,8 @@ function Network:set_rank(node, d)
   end
 end
 
--- The options of rl.network and of net:forward: a misspelt one was ignored (net:forward(b,
--- {trian = false}) scored with dropout on).
+-- The options of rl.network and of net:forward, checked: a misspelt one would be ignored
+-- (net:forward(b, {trian = false}) would score with dropout on).
 local NETWORK_OPTS = {dtype = true, seed = true, input_grads = true, concurrent = true}
 local FORWARD_OPTS = {train = true}
 

@@ -1198,7 +1198,7 @@ function Rec:search(inputs, geom, opts)
     fail("%s: beam_size must be a positive integer, got %s", where, tostring(K))
   end
   -- hypotheses are rows of int32 index tensors; B * K must not wrap (a crafted checkpoint's
-  -- beam_size of 2^62 made it 0 for 4 sequences) nor exceed those
+  -- beam_size of 2^62 would make it 0 for 4 sequences) nor exceed those
   if K > INT32_MAX // math.max(geom:size(1), 1) then
     fail("%s: beam_size %d for %d sequences gives more than %d hypotheses", where, K,
       geom:size(1), INT32_MAX)

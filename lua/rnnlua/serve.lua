@@ -70,7 +70,7 @@ end
 -- A short zero input through the network: a checkpoint whose network cannot run, or whose
 -- parameters give NaN or Inf, is rejected here and not by the first client's request. Larger
 -- inputs are tried when a small one fails: a network of four 2 x 2 poolings or a 9 x 9 "valid"
--- conv needs images larger than 8 x 8 (such models were refused).
+-- conv needs images larger than 8 x 8.
 local function smoke_test(m)
   local ok, out, what
   for _, n in ipairs(m.images and {8, 32, 128, 256} or {4, 16, 64, 256}) do

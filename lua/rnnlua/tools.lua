@@ -4,13 +4,14 @@
 --                                             optimizer, learning rate, score history
 --   rnnlua dump-data FILE.h5 [++seq N] [++stats]   a RETURNN-layout HDF dataset
 --   rnnlua compare A.h5 B.h5                  parameter-wise max |a - b|; exit 0 iff identical
+--   rnnlua average A.h5 B.h5 ... ++out OUT.h5  the mean of checkpoints of one network
 --   rnnlua plot CURVE.jsonl [++out OUT.png|.svg] the learning curve drawn by gnuplot
 --   rnnlua plot FILE.h5 ++heatmap KEY [++seq N] [++channel C] [++out OUT]   one sequence's
 --                                             matrix (attention weights, images, activations)
 --   rnnlua train CONFIG.lua|CONFIG.json       rl.train on a config file (rnnlua.config)
 --   rnnlua forward ++model M ++data D ...     rl.forward; rnnlua search ...: rl.search
--- Options are parsed by rnnlua.cli (++key value; these four tools also read --key value, and
--- -o for ++out, the spelling of the pinned interface).
+-- Options are parsed by rnnlua.cli (++key value; info, dump-data, compare, average and plot
+-- also read --key value, and -o for ++out, the spelling of the pinned interface).
 -- Checkpoints are read with rl.load_checkpoint (a data-only reader: nothing in the file is
 -- run), datasets with rl.dataset{class = "hdf"}. Exit status: 0 success, 1 a bad or unreadable
 -- file (or, for compare, different parameters), 2 a bad command line. Errors go to stderr as
@@ -117,8 +118,9 @@ Describes an rnnlua checkpoint (written by rl.save_checkpoint / rl.train): the n
 layers with their class, size, inputs and parameter counts, every parameter's shape, the
 total, epoch, step, dtype, the pretraining step (a checkpoint of rl.train with pretrain), the
 input normalisation of a model trained on globally normalised features, the optimizer and its
-step count, the learning rate and the score history kept by the learning-rate control.
-Nothing in the file is executed.]]}
+step count, the learning rate and the score history kept by the learning-rate control, and
+rl.train's own state (accum_grad, the parameter average, the epochs keep_best_n keeps, early
+stopping's best). Nothing in the file is executed.]]}
 
 -- The learning-rate control's state as {epoch = {lr =, <score key> = value}}, epochs sorted.
 local function history_of(st)
@@ -198,6 +200,31 @@ local function info(opts)
         fmt_num(pt.first_epoch), fmt_num(pt.last_epoch),
         fmt_num(pt.pretrain_epochs and pt.pretrain_epochs + 1), tostring(pt.layers))
     end
+  end
+  local en = ck.engine_state
+  if en then
+    local parts = {string.format("accum_grad %s", fmt_num(en.accum_grad))}
+    if rl.is_tensor(en.ema) then
+      parts[#parts + 1] = string.format("parameter average (ema) decay %s over %s updates",
+        fmt_num(en.ema_decay), fmt_num(en.ema_updates))
+    end
+    local saved = {}
+    for k, v in pairs(en) do
+      local e = type(k) == "string" and tonumber(k:match("^saved%.(%d+)$"))
+      if e then saved[#saved + 1] = {e, v} end
+    end
+    table.sort(saved, function(a, b) return a[1] < b[1] end)
+    if #saved > 0 then
+      local t = {}
+      for i, sv in ipairs(saved) do t[i] = string.format("%d (%s)", sv[1], fmt_num(sv[2])) end
+      parts[#parts + 1] = string.format("kept epochs by %s: %s", tostring(en.best_by),
+        table.concat(t, ", "))
+    end
+    if en.es_best then
+      parts[#parts + 1] = string.format("best %s %s at epoch %s, %s epochs without improvement",
+        tostring(en.best_by), fmt_num(en.es_best), fmt_num(en.es_best_epoch), fmt_num(en.es_bad))
+    end
+    out("training: %s", table.concat(parts, "; "))
   end
   local dn = ck.data_norm
   if dn then
@@ -451,6 +478,118 @@ local function compare(opts)
   end
   out("different: max |A-B| = %.6g", worst)
   return 1
+end
+
+---------------------------------------------------------------------------- average
+
+local AVERAGE_SPEC = {usage = "rnnlua average A.h5 B.h5 ... ++out OUT.h5",
+  args = {name = "the checkpoints to average", min = 1}, required = {"out"},
+  options = {{"out", "string", nil, "the averaged checkpoint to write (also -o)"}},
+  aliases = {["-o"] = "out"}, about = [[
+Averages the parameters of rnnlua checkpoints of one network (checkpoint averaging, as ESPnet's
+average_checkpoints and icefall's --avg do): each parameter of OUT is the mean of the inputs',
+summed in float64 and divided by their number, then rounded once to the checkpoints' dtype (k
+identical checkpoints give their parameters bit for bit). OUT holds the network, the input
+normalisation and the epoch and step of the last input, and no optimizer or learning-rate
+state (it is a model to use: rl.forward, serve, info; not a run to resume). It is written to a
+temporary file and renamed, as every checkpoint. Refused: checkpoints of different networks
+(the differing layer or parameter is named), of different dtypes or input normalisations, a
+file that is not a checkpoint, and OUT naming one of the inputs.]]}
+
+-- Why checkpoint b (path pb) is not of a's network, or nil.
+local function network_difference(a, b, pa, pb)
+  for _, name in ipairs(a.param_order) do
+    local tb = b.param_tensors[name]
+    if not tb then return string.format("parameter %s is in %s, not in %s", name, pa, pb) end
+    local ta = a.param_tensors[name]
+    if shape_str(ta) ~= shape_str(tb) then
+      return string.format("parameter %s has shape %s in %s, %s in %s", name, shape_str(ta), pa,
+        shape_str(tb), pb)
+    end
+  end
+  for i, name in ipairs(b.param_order) do
+    if not a.param_tensors[name] then
+      return string.format("parameter %s is in %s, not in %s", name, pb, pa)
+    end
+    if a.param_order[i] ~= name then
+      return string.format("the parameters come in another order (%s in %s, %s in %s)",
+        tostring(a.param_order[i]), pa, name, pb)
+    end
+  end
+  local ser = rl.checkpoint.serialize
+  for _, layer in ipairs(M.sorted_keys(a.description)) do
+    local db = b.description[layer]
+    if db == nil then return string.format("layer '%s' is in %s, not in %s", layer, pa, pb) end
+    if ser(a.description[layer], layer) ~= ser(db, layer) then
+      return string.format("layer '%s' is described differently (%s: %s; %s: %s)", layer, pa,
+        ser(a.description[layer], layer), pb, ser(db, layer))
+    end
+  end
+  for _, layer in ipairs(M.sorted_keys(b.description)) do
+    if a.description[layer] == nil then
+      return string.format("layer '%s' is in %s, not in %s", layer, pb, pa)
+    end
+  end
+  if ser(a.extern_data, "extern_data") ~= ser(b.extern_data, "extern_data") then
+    return string.format("extern_data differs (%s: %s; %s: %s)", pa,
+      ser(a.extern_data, "extern_data"), pb, ser(b.extern_data, "extern_data"))
+  end
+  if a.dtype ~= b.dtype then return string.format("dtype %s in %s, %s in %s", a.dtype, pa, b.dtype,
+    pb) end
+  local na, nb = a.data_norm, b.data_norm
+  if (na == nil) ~= (nb == nil) then
+    return string.format("%s normalises its input (data_norm), %s does not", na and pa or pb,
+      na and pb or pa)
+  end
+  if na then
+    for _, k in ipairs({"mean", "std"}) do
+      local va, vb = flat(na[k]), flat(nb[k])
+      for i = 1, #va do
+        if not same_bits(va[i], vb[i]) then
+          return string.format("the input normalisation differs (data_norm %s[%d]: %s in %s, %s "
+            .. "in %s)", k, i, fmt_num(va[i]), pa, fmt_num(vb[i]), pb)
+        end
+      end
+    end
+  end
+  return nil
+end
+
+local function average(opts)
+  local inputs, outp = opts.args, opts.out
+  local same_file = require("rnnlua.util").same_file
+  for _, p in ipairs(inputs) do
+    if p == outp or same_file(p, outp) then
+      fail("the output %s is one of the inputs: it would be replaced while being averaged", outp)
+    end
+  end
+  local cks = {}
+  for k, p in ipairs(inputs) do
+    cks[k] = load_checkpoint(p)
+    if k > 1 then
+      local why = network_difference(cks[1], cks[k], inputs[1], p)
+      if why then fail("%s is not a checkpoint of the network of %s: %s", p, inputs[1], why) end
+    end
+  end
+  local first, n = cks[1], #cks
+  local params = {}
+  for _, name in ipairs(first.param_order) do
+    local sum = first.param_tensors[name]:double()
+    for k = 2, n do sum:add_(cks[k].param_tensors[name]:double()) end
+    -- a division, not a product with 1/n (inexact): k equal values give back their bits
+    sum:div_(n)
+    params[#params + 1] = {name = name,
+                           value = first.dtype == "float64" and sum or sum:float()}
+  end
+  local last = cks[n]
+  local ok, err = pcall(rl.checkpoint.save_model, outp, {description = first.description,
+    extern_data = first.extern_data, dtype = first.dtype, params = params},
+    {epoch = last.epoch, step = last.step, data_norm = first.data_norm,
+     rng_state = last.rng_state})
+  if not ok then fail("%s", (tostring(err):gsub("^rl%.save_checkpoint: ", ""))) end
+  out("wrote %s: the average of %d checkpoint%s (%d parameters)", outp, n, n == 1 and "" or "s",
+    #params)
+  return 0
 end
 
 ---------------------------------------------------------------------------- plot
@@ -834,9 +973,12 @@ local TOOLS = {
   compare = {compare, COMPARE_SPEC}, plot = {plot, PLOT_SPEC}, train = {train, TRAIN_SPEC},
   forward = {function(o) return forward_task(o, false) end, FORWARD_SPEC},
   search = {function(o) return forward_task(o, true) end, SEARCH_SPEC},
+  average = {average, AVERAGE_SPEC},
 }
 -- the tools whose options the pinned interface spells --key also read them so (docs/tools.md)
-for _, name in ipairs({"info", "dump-data", "compare", "plot"}) do TOOLS[name][2].dashes = true end
+for _, name in ipairs({"info", "dump-data", "compare", "plot", "average"}) do
+  TOOLS[name][2].dashes = true
+end
 
 -- Runs tool `name` on the list of strings `args`; returns the exit status: 0, 1 for an error
 -- of the run, 2 for one of the command line. Errors go to stderr as "rnnlua: WHERE: WHAT".

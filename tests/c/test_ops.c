@@ -243,7 +243,7 @@ static void test_binary(void) {
             set_at(&b, 3, at(&a, 3)); /* equal pairs for the comparisons */
             set_at(&b, 4, at(&a, 4));
             if (integer && op == RL_BIN_DIV) {
-                /* a zero in an int32 divisor tensor is refused (the kernels gave 0), either way
+                /* a zero in an int32 divisor tensor is refused (not 0), either way
                  * round; then the comparison below runs on divisors without zeros */
                 rl_tensor r = {0};
                 set_at(&b, 5, 0);
@@ -293,7 +293,7 @@ static void test_binary(void) {
     /* int32 division by a zero scalar is refused */
     rl_tensor a = mk(RL_INT32, 2, s, NULL, -4, 4), o = {0};
     CHECK(rl_op_binary_scalar(&o, &a, 0, RL_BIN_DIV, false) == RL_EARG);
-    /* INT32_MIN / -1 wraps to INT32_MIN, as -INT32_MIN does (it gave 0) */
+    /* INT32_MIN / -1 wraps to INT32_MIN, as -INT32_MIN does (not 0) */
     int64_t one = 1;
     double lo = INT32_MIN, neg = -1;
     rl_tensor m = mk(RL_INT32, 1, &one, &lo, 0, 0), n1 = mk(RL_INT32, 1, &one, &neg, 0, 0);

@@ -4,7 +4,8 @@
  * its first NaN the argmax), -inf logits (probability 0), very negative logits (exp underflow),
  * padded frames, out-of-range targets, and the gradient written and accumulated with the bias
  * gradient (column sums of dz) fused in; on 1 and on 2 BLAS threads, whose results must be
- * identical (the passes split rows over threads and combine them in row order). */
+ * identical (the passes split rows over threads and combine them in row order); and label
+ * smoothing in the fused passes and the generic path of layers/loss.c. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +15,7 @@
 #include "../../core/blas.h"
 #include "../../kernels/cpu/cpu_level.h"
 #include "../../kernels/softmax_ce.h"
+#include "../../layers/loss.h"
 
 /* reference: probabilities, loss and errors of one row in float64 */
 static void ref_row(const float *z, int64_t C, int32_t k, double *p, double *loss, int *err) {
@@ -88,7 +90,7 @@ static void test_level(int threads, run_out *outs) {
             CHECK(rl_ce_targets_cpu(T, B, C, target, len, tgt) == -1);
             double loss = -1, nerr = -1;
             float *out = inplace ? z : p;
-            rl_softmax_ce_cpu_f32(rows, C, z, NULL, out, tgt, stats, &loss, &nerr);
+            rl_softmax_ce_cpu_f32(rows, C, z, NULL, out, tgt, 0.0, stats, &loss, &nerr);
             double rloss = 0, perr = 0;
             int rerr = 0;
             bool nan_loss = false;
@@ -117,7 +119,7 @@ static void test_level(int threads, run_out *outs) {
                 fprintf(stderr, "%s C=%lld inplace=%d: p err %.3g, errors %g vs %d\n", lv,
                         (long long)C, inplace, perr, nerr, rerr);
             /* gradient: written, then accumulated onto itself (doubling valid rows) */
-            rl_ce_grad_cpu_f32(rows, C, out, tgt, dz, false, db, scratch);
+            rl_ce_grad_cpu_f32(rows, C, out, tgt, 0.0, dz, false, db, scratch);
             bool gok = true;
             for (int64_t r = 0; r < rows; r++)
                 for (int64_t c = 0; c < C; c++) {
@@ -137,9 +139,9 @@ static void test_level(int threads, run_out *outs) {
             }
             CHECK(dberr < 1e-5);
             /* without a bias: the same dz alone */
-            rl_ce_grad_cpu_f32(rows, C, out, tgt, zc, false, NULL, NULL);
+            rl_ce_grad_cpu_f32(rows, C, out, tgt, 0.0, zc, false, NULL, NULL);
             CHECK(memcmp(zc, dz, (size_t)(rows * C) * sizeof *dz) == 0);
-            rl_ce_grad_cpu_f32(rows, C, out, tgt, dz, true, db, scratch);
+            rl_ce_grad_cpu_f32(rows, C, out, tgt, 0.0, dz, true, db, scratch);
             gok = true;
             for (int64_t r = 0; r < rows; r++)
                 for (int64_t c = 0; c < C; c++) {
@@ -190,7 +192,7 @@ static void test_level(int threads, run_out *outs) {
     /* no target: only the probabilities */
     float z1[3] = {1, 2, 3}, p1[3];
     double l = 7, e = 7;
-    rl_softmax_ce_cpu_f32(1, 3, z1, NULL, p1, NULL, NULL, &l, &e);
+    rl_softmax_ce_cpu_f32(1, 3, z1, NULL, p1, NULL, 0.0, NULL, &l, &e);
     CHECK_NEAR(p1[2], exp(3.0) / (exp(1.0) + exp(2.0) + exp(3.0)), 1e-7);
     CHECK(l == 7 && e == 7);
     /* a bias added to every row first, z left alone when not in place; the target's logit
@@ -198,7 +200,7 @@ static void test_level(int threads, run_out *outs) {
     float z2[6] = {1, 2, 3, 1, 2, 3}, b2[3] = {3, 0, 0}, p2[6];
     int32_t t2[2] = {2, -1};
     double st2[4];
-    rl_softmax_ce_cpu_f32(2, 3, z2, b2, p2, t2, st2, &l, &e);
+    rl_softmax_ce_cpu_f32(2, 3, z2, b2, p2, t2, 0.0, st2, &l, &e);
     double s2 = exp(4.0) + exp(2.0) + exp(3.0);
     CHECK_NEAR(p2[0], exp(4.0) / s2, 1e-7);
     CHECK_NEAR(p2[5], exp(3.0) / s2, 1e-7);
@@ -207,7 +209,112 @@ static void test_level(int threads, run_out *outs) {
     CHECK(z2[0] == 1 && z2[3] == 1);
 }
 
+/* Label smoothing eps (PyTorch's CrossEntropyLoss(label_smoothing = eps), summed over the
+ * valid rows): the fused float32 and float64 passes and the generic path of layers/loss.c (what
+ * a CUDA network runs, here on CPU tensors) against a float64 reference of the formula, for
+ * the loss, the gradient written and added, and eps = 0 bit-identical to no smoothing. */
+static void test_smoothing(void) {
+    enum { T = 5, B = 2, C = 7 };
+    const int64_t rows = T * B;
+    const double eps = 0.1;
+    int32_t len[B] = {5, 3}, target[T * B], tgt[T * B];
+    float z[T * B * C], p[T * B * C], dz[T * B * C];
+    double zd[T * B * C], pd[T * B * C], dzd[T * B * C], ref_dz[T * B * C], ref_loss = 0;
+    double stats[2 * T * B], loss = 0, nerr = 0;
+    rnd_state = 777;
+    for (int64_t i = 0; i < rows * C; i++)
+        zd[i] = (double)(z[i] = (float)(6.0 * rnd() - 3.0));
+    for (int64_t r = 0; r < rows; r++)
+        target[r] = (int32_t)(rnd() * C);
+    CHECK(rl_ce_targets_cpu(T, B, C, target, len, tgt) == -1);
+    for (int64_t r = 0; r < rows; r++) {
+        const double *zr = zd + r * C;
+        double mx = -INFINITY, s = 0;
+        for (int c = 0; c < C; c++)
+            mx = fmax(mx, zr[c]);
+        for (int c = 0; c < C; c++)
+            s += exp(zr[c] - mx);
+        double lse = mx + log(s), smooth = 0;
+        for (int c = 0; c < C; c++) {
+            smooth -= (zr[c] - lse) / C;
+            ref_dz[r * C + c] =
+                tgt[r] < 0 ? 0 : exp(zr[c] - lse) - eps / C - (c == tgt[r] ? 1 - eps : 0);
+        }
+        if (tgt[r] >= 0) ref_loss += (1 - eps) * (lse - zr[tgt[r]]) + eps * smooth;
+    }
+    /* fused float32 and float64 */
+    rl_softmax_ce_cpu_f32(rows, C, z, NULL, p, tgt, eps, stats, &loss, &nerr);
+    CHECK_NEAR(loss, ref_loss, 1e-5 * ref_loss);
+    rl_ce_grad_cpu_f32(rows, C, p, tgt, eps, dz, false, NULL, NULL);
+    double err = 0;
+    for (int64_t i = 0; i < rows * C; i++)
+        err = fmax(err, fabs(dz[i] - ref_dz[i]));
+    CHECK(err < 1e-6);
+    rl_softmax_ce_cpu_f64(rows, C, zd, pd, tgt, eps, &loss, &nerr);
+    CHECK_NEAR(loss, ref_loss, 1e-12 * ref_loss);
+    for (int64_t i = 0; i < rows * C; i++)
+        dzd[i] = 1.0;
+    rl_ce_grad_cpu_f64(rows, C, pd, tgt, eps, dzd, true, NULL);
+    err = 0;
+    for (int64_t i = 0; i < rows * C; i++)
+        err = fmax(err, fabs(dzd[i] - 1.0 - (tgt[i / C] < 0 ? 0 : ref_dz[i])));
+    CHECK(err < 1e-12);
+    /* eps = 0: the plain passes, bit for bit */
+    float p0[T * B * C], dz0[T * B * C];
+    double l0 = 0, e0 = 0;
+    rl_softmax_ce_cpu_f32(rows, C, z, NULL, p0, tgt, 0.0, stats, &l0, &e0);
+    rl_ce_grad_cpu_f32(rows, C, p0, tgt, 0.0, dz0, false, NULL, NULL);
+    double ref0 = 0;
+    for (int64_t r = 0; r < rows; r++)
+        if (tgt[r] >= 0) ref0 += stats[2 * r];
+    CHECK(l0 == ref0 && l0 != loss);
+    bool plain = true;
+    for (int64_t i = 0; i < rows * C; i++)
+        plain = plain &&
+                dz0[i] == (tgt[i / C] < 0 ? 0.0f
+                                          : p0[i] - (tgt[i / C] == (int32_t)(i % C) ? 1.0f : 0.0f));
+    CHECK(plain);
+
+    /* the generic path: logp = z - lse as a (T, B, C) float64 CPU tensor */
+    int64_t tbc[3] = {T, B, C}, tb[2] = {T, B}, b1[1] = {B};
+    rl_tensor logp = {0}, pt = {0}, g = {0}, tt = {0}, lt = {0};
+    rl_ce_work w = {0};
+    CHECK_OK(rl_tensor_empty(&logp, RL_FLOAT64, RL_DEVICE_CPU, 3, tbc));
+    CHECK_OK(rl_tensor_empty(&pt, RL_FLOAT64, RL_DEVICE_CPU, 3, tbc));
+    CHECK_OK(rl_tensor_empty(&g, RL_FLOAT64, RL_DEVICE_CPU, 3, tbc));
+    CHECK_OK(rl_tensor_empty(&tt, RL_INT32, RL_DEVICE_CPU, 2, tb));
+    CHECK_OK(rl_tensor_empty(&lt, RL_INT32, RL_DEVICE_CPU, 1, b1));
+    double *lp = rl_tensor_data(&logp), *pp = rl_tensor_data(&pt), *gp = rl_tensor_data(&g);
+    for (int64_t i = 0; i < rows * C; i++) {
+        lp[i] = log(pd[i]);
+        pp[i] = pd[i];
+    }
+    memcpy(rl_tensor_data(&tt), target, sizeof target);
+    memcpy(rl_tensor_data(&lt), len, sizeof len);
+    double gl = 0, ge = 0, gf = 0;
+    CHECK_OK(rl_loss_ce(&w, "out", &logp, &tt, &lt, eps, &gl, &ge, &gf));
+    CHECK_NEAR(gl, ref_loss, 1e-12 * ref_loss);
+    CHECK(gf == 8);
+    CHECK_OK(rl_loss_ce_grad(&w, &pt, &lt, &g, false));
+    err = 0;
+    for (int64_t i = 0; i < rows * C; i++)
+        err = fmax(err, fabs(gp[i] - ref_dz[i]));
+    CHECK(err < 1e-12);
+    CHECK_OK(rl_loss_ce_grad(&w, &pt, &lt, &g, true));
+    err = 0;
+    for (int64_t i = 0; i < rows * C; i++)
+        err = fmax(err, fabs(gp[i] - 2 * ref_dz[i]));
+    CHECK(err < 1e-12);
+    rl_ce_work_release(&w);
+    rl_tensor_release(&logp);
+    rl_tensor_release(&pt);
+    rl_tensor_release(&g);
+    rl_tensor_release(&tt);
+    rl_tensor_release(&lt);
+}
+
 int main(void) {
+    test_smoothing();
     for (int lv = RL_CPU_GENERIC; lv <= (int)rl_cpu_level_supported(); lv++) {
         CHECK_OK(rl_cpu_level_set((rl_cpu_level)lv));
         run_out outs[16];

@@ -229,39 +229,76 @@ H.test("sync: shares deal every sequence once, round robin from the seed", funct
   H.check(n == 37, "all 37 sequences, got " .. n)
 end)
 
-H.test("sync with 2 ranks = 1 process on the union of each step's batches", function()
-  -- the reference: one process, the two ranks' batches of each step accumulated, one step
-  local cfg = config()
+-- The reference of sync mode: one process, the two ranks' batches of `accum` lock steps
+-- accumulated, one sgd update; returns the network and the number of updates.
+local function union_reference(cfg, accum)
   rl.manual_seed(cfg.seed)
   local ds = rl.dataset(cfg.train)
   local net = rl.network(cfg.network, ds:extern_data())
   local opt = rl.optimizer({class = "sgd"}, net:params(), net:grads())
   local shards = {distmod.shard(ds, 0, 2, cfg.seed), distmod.shard(ds, 1, 2, cfg.seed)}
-  local steps = 0
+  local updates = 0
   for epoch = 1, cfg.num_epochs do
     local its = {}
     for r = 1, 2 do
       shards[r]:init_epoch(epoch)
       its[r] = rl.batches(shards[r], {batch_size = cfg.batch_size, max_seqs = cfg.max_seqs})
     end
-    while true do
+    local done = false
+    while not done do
       net:zero_grads()
       local any = false
-      for r = 1, 2 do
-        local b = its[r]()
-        if b then
-          any = true
-          net:forward(b)
-          net:backward()
+      for _ = 1, accum do
+        local step_any = false
+        for r = 1, 2 do
+          local b = its[r]()
+          if b then
+            step_any = true
+            net:forward(b)
+            net:backward()
+          end
+        end
+        any = any or step_any
+        if not step_any then
+          done = true
+          break
         end
       end
-      if not any then break end
-      opt:step(cfg.learning_rate)
-      steps = steps + 1
+      if any then
+        opt:step(cfg.learning_rate)
+        updates = updates + 1
+      end
     end
   end
+  return net, updates
+end
+
+H.test("sync with 2 ranks = 1 process on the union of each step's batches", function()
+  local net, steps = union_reference(config(), 1)
   H.check(steps == sync.step, string.format("%d reference steps, %d distributed", steps, sync.step))
   local d, scale = maxdiff(net:params(), sync.net:params()), net:params():abs():max()
+  H.check(d <= 1e-5 * scale, string.format("max difference %.3g (scale %.3g)", d, scale))
+end)
+
+H.test("sync with accum_grad = 2: one gradient allreduce per update, = 1 process on the "
+    .. "union of 2 lock steps", function()
+  local cfg = config({accum_grad = 2})
+  local n = rl.network(cfg.network, rl.dataset(cfg.train):extern_data()):num_params()
+  local real, reduces = rl.dist.allreduce, 0
+  rl.dist.allreduce = function(t, ...)
+    if t:numel() == n then reduces = reduces + 1 end
+    return real(t, ...)
+  end
+  local ok, acc = pcall(rl.train, cfg)
+  rl.dist.allreduce = real
+  H.check(ok, tostring(acc))
+  local net, updates = union_reference(cfg, 2)
+  H.check(updates == acc.step, string.format("%d reference updates, %d distributed", updates,
+    acc.step))
+  H.check(reduces == acc.step, string.format("%d gradient allreduces for %d updates", reduces,
+    acc.step))
+  H.check(acc.step < sync.step, "fewer updates than without accumulation")
+  local d, scale = maxdiff(net:params(), acc.net:params()), net:params():abs():max()
   H.check(d <= 1e-5 * scale, string.format("max difference %.3g (scale %.3g)", d, scale))
 end)
 

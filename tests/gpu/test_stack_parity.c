@@ -1,5 +1,5 @@
-/* Stacked recurrent layers on a GPU against the CPU: the case of the race between layer streams
- * (issue 17). Each lstm or gru layer queues its work on its own stream, so a layer reading what
+/* Stacked recurrent layers on a GPU against the CPU: the case of a race between layer streams.
+ * Each lstm or gru layer queues its work on its own stream, so a layer reading what
  * another layer wrote (the level below's outputs in forward, the level above's input gradients
  * in backward) depends on the producer/consumer events of kernels/cuda/context.h. Networks: a
  * 3-level unidirectional stack and a 2-level bidirectional one (level 2 reads both directions of

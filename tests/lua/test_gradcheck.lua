@@ -154,7 +154,7 @@ H.expect_error("assert = true raises on a wrong gradient", function()
   rl.gradcheck{layer = {class = "test_wrong_grad"}, in_dim = 3, assert = true}
 end, "max relative error")
 
--- NaN must fail the check: math.max drops a NaN, and a layer whose backward gave NaN passed
+-- NaN must fail the check: math.max drops a NaN, so a layer whose backward gives NaN would pass
 -- with max_rel_error 0
 rl.layers.register("test_nan_grad", {
   init = function(self, opts, in_dims) return in_dims[1] end,

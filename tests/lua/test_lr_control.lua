@@ -190,4 +190,98 @@ for _, c in ipairs{
   end, c[3])
 end
 
+-- The schedules against their definitions: PyTorch's CosineAnnealingLR (closed form),
+-- ESPnet's NoamLR and PyTorch's OneCycleLR, whose fixed points are checked exactly (the first
+-- lr is max_lr / div_factor, step pct_start * total_steps reaches max_lr, the last step
+-- max_lr / div_factor / final_div_factor, a phase's middle the mean of its ends under "cos").
+H.test("cosine per epoch: PyTorch's closed form up to T_max, eta_min after it", function()
+  local l = rl.lr_control{learning_rate_control = "cosine", learning_rate = 0.1, T_max = 4,
+                          eta_min = 0.01}
+  for e = 1, 7 do
+    local t = math.min(e - 1, 4)
+    H.near(l:lr(e, 1000 * e), 0.01 + 0.09 * (1 + math.cos(math.pi * t / 4)) / 2, 1e-16,
+      "epoch " .. e)
+  end
+  H.near(l:lr(3, 1), 0.055, 1e-16, "the middle of the run is the mean")
+  -- epoch_done changes nothing (the schedule is fixed), warmup applies on top
+  l:epoch_done(1, {dev_score = 1})
+  l:epoch_done(2, {dev_score = 5})
+  H.near(l:lr(3, 1), 0.055, 1e-16, "no newbob decision")
+  local w = rl.lr_control{learning_rate_control = "cosine", learning_rate = 0.1, T_max = 4,
+                          learning_rate_warmup_steps = 10}
+  H.near(w:lr(1, 5), 0.05, 1e-16, "warmup halves step 5 of 10")
+end)
+
+H.test("noam per step: ESPnet's NoamLR", function()
+  local l = rl.lr_control{learning_rate_control = "noam", learning_rate = 2, model_size = 64,
+                          warmup_steps = 100}
+  for _, s in ipairs({1, 50, 99, 100, 101, 1000, 12345}) do
+    H.near(l:lr(1, s), 2 * 64 ^ -0.5 * math.min(s ^ -0.5, s * 100 ^ -1.5), 1e-17, "step " .. s)
+  end
+  H.near(l:lr(1, 100), 2 / 8 / 10, 1e-17, "the peak at warmup_steps: lr / sqrt(d * w)")
+  H.check(l:lr(1, 50) < l:lr(1, 100) and l:lr(1, 400) < l:lr(1, 100), "rises, then falls")
+  H.near(l:lr(1, 400), l:lr(1, 100) / 2, 1e-17, "inverse square root after the warmup")
+end)
+
+H.test("one_cycle per step: PyTorch's OneCycleLR fixed points (cos, linear, three phases)",
+    function()
+  local max, div, fdiv = 0.4, 25, 1e4
+  local l = rl.lr_control{learning_rate_control = "one_cycle", learning_rate = max,
+                          total_steps = 100}
+  H.near(l:lr(1, 1), max / div, 1e-15 * max, "first step")
+  H.near(l:lr(1, 30), max, 1e-15 * max, "step pct_start * total_steps (PyTorch's step 29)")
+  H.near(l:lr(1, 100), max / div / fdiv, 1e-15 * max / div / fdiv, "last step")
+  -- the middle of phase 1: PyTorch's steps 0..29, pct 0.5 at its step 14.5: between 15 and 16
+  H.check(l:lr(1, 15) < (max + max / div) / 2 and l:lr(1, 16) > (max + max / div) / 2, "phase 1")
+  -- phase 2 runs over PyTorch's steps 29..99: its middle (step 64) is the mean of its ends
+  H.near(l:lr(1, 65), (max + max / div / fdiv) / 2, 1e-15 * max, "the middle of phase 2")
+  local lin = rl.lr_control{learning_rate_control = "one_cycle", learning_rate = max,
+                            total_steps = 100, anneal_strategy = "linear", pct_start = 0.5}
+  -- linear: PyTorch's step 10 of phase 1 (steps 0..49) is 10/49 of the way
+  H.near(lin:lr(1, 11), max / div + (max - max / div) * 10 / 49, 1e-15 * max, "linear phase 1")
+  local three = rl.lr_control{learning_rate_control = "one_cycle", learning_rate = max,
+                              total_steps = 100, three_phase = true}
+  H.near(three:lr(1, 30), max, 1e-15 * max, "three phases: the peak")
+  H.near(three:lr(1, 59), max / div, 1e-15 * max,
+    "three phases: back to the initial lr at 2 pct - 2")
+  H.near(three:lr(1, 100), max / div / fdiv, 1e-15 * max / div / fdiv, "three phases: the end")
+end)
+
+for _, c in ipairs{
+  {{learning_rate_control = "cosine", T_max = 0}, "T_max must be a finite integer >= 1"},
+  {{learning_rate_control = "cosine", T_max = 2.5}, "T_max must be a finite integer"},
+  {{learning_rate_control = "cosine", eta_min = 2, learning_rate = 1}, "eta_min = 2 is above"},
+  {{learning_rate_control = "noam", warmup_steps = 0}, "warmup_steps must be a finite integer"},
+  {{learning_rate_control = "noam", learning_rate_warmup_steps = 10},
+   "learning_rate_warmup_steps does not combine with noam"},
+  {{learning_rate_control = "one_cycle"}, "one_cycle\" needs total_steps"},
+  {{learning_rate_control = "one_cycle", total_steps = 10, pct_start = 1}, "pct_start"},
+  {{learning_rate_control = "one_cycle", total_steps = 10, anneal_strategy = "exp"},
+   "anneal_strategy"},
+  {{learning_rate_control = "one_cycle", total_steps = 10, div_factor = 0}, "div_factor"},
+  {{learning_rate_control = "newbob", total_steps = 10}, "total_steps is an option of "
+   .. "learning_rate_control = \"one_cycle\", not of newbob_rel"},
+  {{learning_rate_control = "noam", min_learning_rate = 0.1}, "min_learning_rate is newbob's"},
+  {{learning_rate_control = "warmup_cosine"}, "unknown learning_rate_control 'warmup_cosine'"},
+} do
+  H.expect_error("schedule option: " .. c[2], function() rl.lr_control(c[1]) end, c[2])
+end
+
+H.test("schedules: the state round trip, and a state of other options is refused", function()
+  local cfg = {learning_rate_control = "one_cycle", learning_rate = 0.3, total_steps = 50}
+  local a = rl.lr_control(cfg)
+  a:epoch_done(1, {dev_score = 1})
+  local b = rl.lr_control(cfg)
+  b:load_state(a:state())
+  for s = 1, 50 do H.check(a:lr(2, s) == b:lr(2, s), "step " .. s) end
+  local other = rl.lr_control{learning_rate_control = "one_cycle", learning_rate = 0.3,
+                              total_steps = 60}
+  local ok, err = pcall(other.load_state, other, a:state())
+  H.check(not ok and tostring(err):find("total_steps = 50, this config 60", 1, true),
+    tostring(err))
+  H.expect_error("a step beyond total_steps", function() a:lr(2, 51) end,
+    "step 51 is beyond total_steps = 50")
+  H.check(a.max_step == 50, "max_step")
+end)
+
 H.done()

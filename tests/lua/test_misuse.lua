@@ -69,7 +69,7 @@ E("method on non-tensor", function() return a.sum({}) end, "tensor expected")
 E("set_rng_state garbage", function() return rl.set_rng_state({seed = "x"}) end, "set_rng_state")
 E("set_num_threads zero", function() return rl.set_num_threads(0) end, "set_num_threads")
 E("int32 division by zero", function() return i32 / 0 end, "zero")
--- a zero inside a divisor tensor gave 0 silently
+-- a zero inside a divisor tensor must not give 0 silently
 E("int32 division by a tensor holding 0", function() return i32 / rl.tensor({3, 0}, "int32") end,
   "int32 division by zero (element 2 of the divisor")
 E("int32 scalar divided by a tensor holding 0", function() return 6 / rl.tensor({0, 1}, "int32") end,

@@ -770,7 +770,7 @@ def test_model_errors():
 
 
 def test_test_input():
-    # the load's test input grows until the network takes it (it was 8 x 8 only)
+    # the load's test input grows until the network takes it (not only 8 x 8)
     try:
         s = Server(model="pool4.h5")
     except RuntimeError as e:

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The tool subcommands (lua/rnnlua/tools.lua): info, dump-data, compare and plot on fixture files
+# The tool subcommands (lua/rnnlua/tools.lua): info, dump-data, compare, average and plot on
+# fixture files
 # made here, their output checked line by line; bad input (a missing file, a file that is not
 # HDF5, a dataset given as a checkpoint and the other way round, a bad command line) gives an
 # error naming the file and exit status 1 (2 for the command line). rl.train{plot = true}
@@ -129,6 +130,29 @@ check "compare incompatible status" "$rc" 1
 has_line "compare incompatible" out "incompatible: lstm1/W has shape (2, 12) in A, (2, 20) in B; \
 lstm1/U has shape (3, 12) in A, (5, 20) in B; lstm1/b has shape (12) in A, (20) in B; \
 output/W has shape (3, 4) in A, (5, 4) in B"
+
+# ---- average
+run average a.h5 a.h5 a.h5 -o avg.h5
+check "average status" "$rc:$(cat "$dir/err")" "0:"
+has_line "average wrote" out "wrote avg.h5: the average of 3 checkpoints (5 parameters)"
+run compare a.h5 avg.h5
+check "average of 3 identical = the input, bit for bit" "$rc" 0
+run average a.h5 b.h5 -o ab.h5
+run compare ab.h5 a.h5
+has_line "average of a and b" out "lstm1/W (2, 12) 0.125 DIFFERENT"
+run average a.h5 c.h5 -o x.h5
+check "average of other networks status" "$rc" 1
+check "average of other networks names the parameter" "$(cat "$dir/err")" \
+    "rnnlua: c.h5 is not a checkpoint of the network of a.h5: parameter lstm1/W has \
+shape (2, 12) in a.h5, (2, 20) in c.h5"
+run average a.h5 -o a.h5
+check "average into an input status" "$rc" 1
+run average a.h5
+check "average without -o: status 2 naming ++out" "$rc:$(head -1 "$dir/err")" \
+    "2:rnnlua: ++out: missing (rnnlua average --help)"
+run average a.h5 a.h5 ++out avg2.h5
+check "average ++out as -o" "$rc" 0
+check "nothing written by the refused averages" "$(ls x.h5 2>&1 | grep -c 'No such')" 1
 
 # ---- plot
 run plot net.curve.jsonl -o curve.png
