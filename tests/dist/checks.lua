@@ -289,7 +289,7 @@ H.test("sync with accum_grad = 2: one gradient allreduce per update, = 1 process
     if t:numel() == n then reduces = reduces + 1 end
     return real(t, ...)
   end
-  local ok, acc = pcall(rl.train, cfg)
+  local ok, acc = pcall(train, cfg)
   rl.dist.allreduce = real
   H.check(ok, tostring(acc))
   local net, updates = union_reference(cfg, 2)
