@@ -251,7 +251,7 @@ function M.parse(spec, argv)
     if opts[o[1]] == nil then opts[o[1]] = o[3] end
   end
   for _, k in ipairs(spec.required or {}) do
-    if opts[k] == nil then fail("++%s: missing (%s --help)", k, spec.usage:match("^%S+ %S+")) end
+    if opts[k] == nil then fail("++%s: missing", k) end
   end
   if spec.args and #args < (spec.args.min or 0) then
     fail("expects %s", spec.args.name or "an argument")

@@ -94,7 +94,7 @@ head -c 3000 "$dir/m.002.h5" >"$dir/cut.h5"
 [ $? -ne 0 ] && grep -q "$dir/cut.h5" "$dir/err"
 ok "forward with a truncated checkpoint exits non-zero naming it" $?
 "$bin" forward ++model "$dir/m.002.h5" ++output "$dir/o.h5" >"$dir/out" 2>"$dir/err"
-[ $? -eq 2 ] && grep -q "++data: missing (rnnlua forward --help)" "$dir/err"
+[ $? -eq 2 ] && grep -q "^rnnlua: ++data: missing$" "$dir/err" && grep -q "^(rnnlua forward --help)$" "$dir/err"
 ok "forward without ++data names it" $?
 "$bin" forward model="$dir/m.002.h5" >"$dir/out" 2>"$dir/err"
 [ $? -eq 2 ] && grep -q "model=.*: options are written ++key value (++model " "$dir/err"

@@ -149,7 +149,7 @@ run average a.h5 -o a.h5
 check "average into an input status" "$rc" 1
 run average a.h5
 check "average without -o: status 2 naming ++out" "$rc:$(head -1 "$dir/err")" \
-    "2:rnnlua: ++out: missing (rnnlua average --help)"
+    "2:rnnlua: ++out: missing"
 run average a.h5 a.h5 ++out avg2.h5
 check "average ++out as -o" "$rc" 0
 check "nothing written by the refused averages" "$(ls x.h5 2>&1 | grep -c 'No such')" 1
