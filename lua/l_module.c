@@ -9,6 +9,7 @@
 #include "embedded.h"
 #include "l_attention.h"
 #include "l_audio.h"
+#include "l_augment.h"
 #include "l_ctc.h"
 #include "l_dataset.h"
 #include "l_dist.h"
@@ -80,6 +81,7 @@ int luaopen_rnnlua(lua_State *L) {
     rl_lua_open_ctc(L);
     rl_lua_open_dist(L);
     rl_lua_open_audio(L);
+    rl_lua_open_augment(L);
     rl_lua_open_attention(L);
 
     size_t len;

@@ -6,6 +6,7 @@
 --   ./rnnlua recipes/htr_lines.lua ++smoke [++out DIR]  a handful of lines, a tiny network, seconds
 --   ./rnnlua recipes/htr_lines.lua ++score out/htr_lines/model/net.008.h5  only scores a checkpoint
 --   ./rnnlua recipes/htr_lines.lua ++load out/htr_lines/model/net.004.h5 ++minutes 20  trains on
+--   ./rnnlua recipes/htr_lines.lua ++augment 0   trains without the augmentation on the fly
 --   ./rnnlua recipes/htr_lines.lua --help   every option
 --
 -- Data (recipes/htr_lines_data.lua, converted once to out/htr_lines/data; 6 minutes on the
@@ -20,7 +21,9 @@
 -- the 62 characters and the blank.
 --
 -- Training: Adam, batches of up to 16 lines, the training lines in 4 sub-epochs a pass
--- (partition_epoch), lines of similar width batched together (laplace ordering); the dev label
+-- (partition_epoch), lines of similar width batched together (laplace ordering), each line
+-- augmented on the fly (slant, size, rotation, elastic, stroke width, masks: AUGMENT in
+-- recipes/htr_lines_data.lua; dev, test and the held-out font are not augmented); the dev label
 -- error rate is the engine's, after each sub-epoch. Training stops at the first sub-epoch end
 -- after which another would overrun ++minutes (or after ++num_epochs); then the last model is
 -- scored on the test lines and on the held-out font with best-path decoding:
@@ -36,6 +39,7 @@ local SE = dofile("recipes/sub_epochs.lua")
 local options = {
   {"out", "string", "out/htr_lines", "directory of the data, the model and its log"},
   {"smoke", "boolean", false, "a handful of lines, a tiny network, one sub-epoch: seconds"},
+  {"augment", "integer", 1, "1: augmentation on the fly in training, 0: none"},
 }
 table.move(SE.OPTIONS, 1, #SE.OPTIONS, #options + 1, options)
 local opt, argv = require("rnnlua.cli").parse({
@@ -82,7 +86,8 @@ local config = {
   network = network,
   extern_data = {data = {dim = 1, spatial = 2}, classes = {dim = n_labels, sparse = true}},
   train = {class = "hdf", files = info.train, seq_ordering = "laplace:.64",
-           partition_epoch = opt.smoke and 1 or 4, seed = 1},
+           partition_epoch = opt.smoke and 1 or 4, seed = 1,
+           augment = opt.augment ~= 0 and D.AUGMENT or nil},
   dev = {class = "hdf", files = {info.dev}},
   batch_size = 48 * 1000 * 16, -- pixels of the padded batch (max height x max width x lines)
   max_seqs = 16,

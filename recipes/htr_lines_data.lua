@@ -3,7 +3,7 @@
 --                                   labels = {characters}, held_out_font =, train_fonts = {...}}
 --   text(labels, t)        -> the string of a (L) int32 label tensor (0-based, as in the files)
 --   lines(seed)            -> the corpus' distinct line texts in their seeded order
---   FONTS, HELD_OUT, CHARS, SMOKE (the smoke mode's opts)
+--   FONTS, HELD_OUT, CHARS, SMOKE (the smoke mode's opts), AUGMENT (the training lines')
 --
 -- Corpus: the King James Bible of Debian's bible-kjv packages (`bible -f Gen1:1-Rev22:21`, one
 -- verse per line). Each verse is cut at word boundaries into lines of at most 14..32 characters
@@ -49,6 +49,18 @@ M.FONTS = {
   {name = "rufscript", package = "fonts-rufscript", file = TT .. "rufscript/Rufscript010.ttf"},
 }
 M.HELD_OUT = "rufscript"
+
+-- The training lines' augmentation on the fly (the dataset's augment option, drawn anew each
+-- sub-epoch; lua/rnnlua/augment.lua): a slant of up to +-0.3 (about 17 degrees), size +-10%,
+-- rotation up to +-1 degree, a gentle elastic distortion, strokes a pixel thicker or thinner on
+-- a third of the lines, and SpecAugment's masks kept narrower than a character (the image's
+-- height as its frequency axis). The recipe trains with it unless ++augment 0.
+M.AUGMENT = {
+  affine = {p = 0.8, shear = 0.3, scale = 0.1, rotate = 1},
+  elastic = {p = 0.5, alpha = 1, sigma = 5},
+  stroke = {p = 0.3, radius = 1},
+  spec = {p = 0.5, time_masks = 2, time_width = 5, freq_masks = 1, freq_width = 4},
+}
 
 -- The smoke mode's data (tests/lua/test_htr_lines.lua, `htr_lines.lua smoke`): two train parts.
 M.SMOKE = {n_train = 24, n_dev = 4, n_test = 6, part_size = 16}

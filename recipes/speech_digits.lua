@@ -1,20 +1,28 @@
--- Spoken digit strings (in the manner of TIDIGITS) synthesized with espeak-ng over many voices,
--- made noisy and reverberant with sox, recognized by a BLSTM trained with CTC on characters.
--- Goal: test WER <= 5% on held-out voices within 30 minutes of training on 2 cores.
+-- Spoken digit strings (in the manner of TIDIGITS) synthesized with espeak-ng and Festival over
+-- many voices, made noisy and reverberant with sox, recognized by a BLSTM trained with CTC on
+-- characters. Goals: test WER <= 5% on held-out voices within 30 minutes of training on 2 cores;
+-- the Flite synthesizer, which no training utterance comes from, scored apart.
 --
 --   ./rnnlua recipes/speech_digits.lua [++minutes 30] [++num_epochs N] [++out DIR] [++key v]
 --   ./rnnlua recipes/speech_digits.lua ++smoke [++out DIR]  a few utterances, a tiny network
 --   ./rnnlua recipes/speech_digits.lua ++score out/speech_digits/model/net.008.h5  only scores
 --   ./rnnlua recipes/speech_digits.lua ++load out/speech_digits/model/net.004.h5 ++minutes 10
+--   ./rnnlua recipes/speech_digits.lua ++augment 0   trains without the augmentation on the fly
 --   ./rnnlua recipes/speech_digits.lua --help   every option
 --
 -- Data (recipes/speech_digits_data.lua, made once in out/speech_digits/data): 12000 training and
--- 300 dev utterances of 1..7 digits in 90 espeak-ng voice variants x 8 English accents, with
--- their own speed, pitch, word gaps, reverberation and noise; 1000 test utterances in 10 held-out
--- variants. Lists "wav/...wav<TAB>three oh five" read by the audio dataset ({class = "audio"}),
--- which computes 40 log-mel features (25 ms windows every 20 ms, Kaldi's snip_edges = false)
--- once into HDF5 caches (out/speech_digits/cache) and normalises them with the training set's
--- global mean and variance.
+-- 300 dev utterances of 1..7 digits, 70% in 90 espeak-ng voice variants x 8 English accents and
+-- 30% in 3 Festival voices, with their own speed, pitch, word gaps, reverberation and noise; 1000
+-- test utterances in 10 held-out espeak-ng variants, and 1000 "synth" utterances spoken only by
+-- Flite (3 voices). Lists "wav/...wav<TAB>three oh five" read by the audio dataset
+-- ({class = "audio"}), which computes 40 log-mel features (25 ms windows every 20 ms, Kaldi's
+-- snip_edges = false) once into HDF5 caches (out/speech_digits/cache) and normalises them with
+-- the training set's global mean and variance.
+--
+-- Augmentation on the fly (the training set's augment option, drawn anew each sub-epoch; see
+-- AUGMENT below): speed perturbation 0.9..1.1 of 60% of the utterances and added white, pink or
+-- brown noise at 5..25 dB SNR to 40% (these read the utterance's WAV file again), then
+-- SpecAugment: 2 time masks of up to 4 frames and 2 frequency masks of up to 6 mels.
 --
 -- Network: 40 log-mels -> 2 BLSTM layers of 2 x 128 -> softmax with CTC over the 16 characters
 -- of the digit words (space, e f g h i n o r s t u v w x z) and the blank (572k parameters).
@@ -23,11 +31,14 @@
 -- to 32 utterances a batch of similar length (laplace ordering), the training set in 4 sub-epochs
 -- a pass. One rl.train call per sub-epoch, each resuming from the last checkpoint, so training
 -- stops on the clock between sub-epochs. Then the last model is scored with best-path decoding:
---   test WER X%   (word edit distance / reference words, 1000 utterances of held-out voices)
---   test CER Y%   (character edit distance / reference characters)
+--   test WER X%                     (word edit distance / reference words, 1000 utterances of
+--                                    held-out espeak-ng voices)
+--   held-out synthesizer WER Y%     (the same over the 1000 Flite utterances)
+--   test CER Z%                     (character edit distance / reference characters)
 --
--- Measured (2 shared cores, load 11 to 22, nice 5; docs/recipes.md): 25 sub-epochs in 29.7 min of
--- training, 8.2 CPU-minutes received: test WER 2.12%, test CER 1.13%, dev label error 1.22%.
+-- Measured before Festival, Flite and the augmentation (espeak-ng only; 2 shared cores, load 11
+-- to 22, nice 5; docs/recipes.md): 25 sub-epochs in 29.7 min of training, 8.2 CPU-minutes
+-- received: test WER 2.12%, test CER 1.13%, dev label error 1.22%.
 local t_start = rl.clock()
 local D = dofile("recipes/speech_digits_data.lua")
 
@@ -35,6 +46,7 @@ local SE = dofile("recipes/sub_epochs.lua")
 local options = {
   {"out", "string", "out/speech_digits", "directory of the data, features, model and log"},
   {"smoke", "boolean", false, "a few utterances, a tiny network, one sub-epoch: seconds"},
+  {"augment", "integer", 1, "1: augmentation on the fly in training, 0: none"},
   {"n_train", "integer", 12000, "training utterances synthesized"},
 }
 table.move(SE.OPTIONS, 1, #SE.OPTIONS, #options + 1, options)
@@ -55,7 +67,13 @@ local function audio(split, extra)
   for k, v in pairs(extra or {}) do cfg[k] = v end
   return rl.dataset(cfg)
 end
-local train = audio("train", {seq_ordering = "laplace:.64", partition_epoch = opt.smoke and 1 or 4})
+local AUGMENT = {
+  speed = {p = 0.6, min = 0.9, max = 1.1},
+  noise = {p = 0.4, files = info.noise, snr = {5, 25}},
+  spec = {time_masks = 2, time_width = 4, freq_masks = 2, freq_width = 6},
+}
+local train = audio("train", {seq_ordering = "laplace:.64", partition_epoch = opt.smoke and 1 or 4,
+  augment = opt.augment ~= 0 and AUGMENT or nil})
 local dev = audio("dev")
 
 local H = opt.smoke and 8 or 128
@@ -99,6 +117,7 @@ end
 
 local test = audio("test")
 local wer, cer = score(r.net, test)
+local synth_wer = score(r.net, audio("synth"))
 print()
 if opt.score ~= "" then
   print(string.format("speech_digits: scored %s (%d parameters)", opt.score, r.net:num_params()))
@@ -108,5 +127,7 @@ else
     (rl.clock() - t_start) / 60, 100 * history[#history].dev_error))
 end
 print(string.format("test WER %.2f%%", 100 * wer))
+print(string.format("held-out synthesizer WER %.2f%% (Flite: %s)", 100 * synth_wer,
+  table.concat(D.FLITE, ", ")))
 print(string.format("test CER %.2f%% (held-out voices: %s)", 100 * cer,
   table.concat(D.HELD_OUT, ", ")))

@@ -13,6 +13,7 @@
 --   norm_stats = "FILE.h5" | dataset | {mean =, std =},  -- whose statistics (default: own)
 --   skip_bad = false,     -- true: a bad line or file is skipped and logged, not an error
 --   quiet = false,        -- no lines about building the cache or skipping
+--   augment = {...},      -- on-the-fly speed, noise and SpecAugment: lua/rnnlua/augment.lua
 --   seq_ordering =, partition_epoch =, seed =, cache_size =}   -- as for every dataset
 --
 -- Sequences: data (T, F) float32 features; classes (S) int32, the transcript's labels (0-based
@@ -61,7 +62,7 @@ end
 
 local KEYS = {class = true, list = true, vocab = true, features = true, resample = true,
   cache = true, normalize = true, norm_stats = true, skip_bad = true, quiet = true,
-  seq_ordering = true, partition_epoch = true, seed = true, cache_size = true}
+  seq_ordering = true, partition_epoch = true, seed = true, cache_size = true, augment = true}
 
 local VERSION = "rnnlua-audio-cache 1"
 
@@ -295,7 +296,7 @@ function M.new(cfg)
     if not KEYS[k] then
       fail("rl.dataset: unknown option '%s' for class 'audio' (list, vocab, features, " ..
         "resample, cache, normalize, norm_stats, skip_bad, quiet, seq_ordering, " ..
-        "partition_epoch, seed, cache_size)", tostring(k))
+        "partition_epoch, seed, cache_size, augment)", tostring(k))
     end
   end
   local self = setmetatable({}, Audio)
@@ -419,6 +420,13 @@ function M.new(cfg)
   elseif cfg.norm_stats ~= nil then
     fail("%s: norm_stats is given but normalize is not \"global\"", where)
   end
+  -- what augment's speed and noise need to read an utterance again
+  self._rate, self._feat, self._resample = feat.rate, feat, resample
+  self._path_of = {}
+  for _, e in ipairs(entries) do
+    if e.tag then self._path_of[e.tag] = e.path end
+  end
+  D.augment_init(self, cfg, where)
   return self
 end
 
@@ -450,6 +458,17 @@ function Audio:_load(k)
     s = {tag = s.tag, data = (s.data - self._norm.mean):mul_(self._norm.inv), classes = s.classes}
   end
   return s
+end
+
+-- The features of utterance k computed from its waveform passed through wave_fn (augment's
+-- speed and noise), normalised as _load normalises the cached ones.
+function Audio:_wave_features(k, wave_fn)
+  local tag = self._hdf and self._hdf:tag(k) or self._seqs[k].tag
+  local path = self._path_of[tag]
+  local wave = rl.audio.load(path, {rate = self._rate, resample = self._resample})
+  local x = rl.audio.features(wave_fn(wave), self._feat)
+  if self._norm then x = (x - self._norm.mean):mul_(self._norm.inv) end
+  return x
 end
 
 function Audio:close()

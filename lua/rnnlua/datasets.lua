@@ -28,7 +28,8 @@
 --   {class = "12ax" | "copy" | "regression", num_seqs =, seed =, min_len =, max_len =, ...}
 --   {class = "audio", list =, vocab =, features =, cache =, ...}: lua/rnnlua/audio_dataset.lua
 --   common: seq_ordering = "default" | "random" | "sorted" | "sorted_reverse" | "laplace:N" |
---           "laplace:.N", partition_epoch = N (default 1), seed = s (default 1)
+--           "laplace:.N", partition_epoch = N (default 1), seed = s (default 1),
+--           augment = {...} (on-the-fly augmentation in get_seq: lua/rnnlua/augment.lua)
 --   an object with get_seq is returned as it is.
 --
 -- Ordering (RETURNN's): "random" is a permutation drawn from (seed, pass); "sorted" is by input
@@ -323,8 +324,8 @@ local function lru_push_front(head, node)
   head.next = node
 end
 
-function Base:get_seq(i)
-  local k = self:seq_index(i)
+-- The sequence as the subclass loads it, through the LRU cache.
+function Base:_cached_seq(k)
   local node = self._cache[k]
   if node then
     lru_unlink(node)
@@ -346,6 +347,18 @@ function Base:get_seq(i)
     self._cached = self._cached + bytes
   end
   return seq
+end
+
+function Base:get_seq(i)
+  local k = self:seq_index(i)
+  local seq = self:_cached_seq(k)
+  if self._augment then return self._augment:apply(self, k, seq) end
+  return seq
+end
+
+-- cfg.augment (lua/rnnlua/augment.lua) once the subclass knows its streams (self._ext).
+function M.augment_init(self, cfg, where)
+  self._augment = require("rnnlua.augment").new(self, cfg.augment, where)
 end
 
 ---------------------------------------------------------------------------- HDF5 (RETURNN layout)
@@ -554,7 +567,7 @@ local function hdf_open_file(path)
 end
 
 local HDF_KEYS = {class = true, files = true, cache_size = true, seq_ordering = true,
-  partition_epoch = true, seed = true, allow_empty = true}
+  partition_epoch = true, seed = true, allow_empty = true, augment = true}
 
 local function hdf_new(cfg)
   for k in pairs(cfg) do
@@ -604,6 +617,7 @@ local function hdf_new(cfg)
     self._keys[#self._keys + 1] = key
     self._ext[key] = {dim = first.targets[key].dim, sparse = first.targets[key].sparse}
   end
+  M.augment_init(self, cfg, "rl.dataset " .. self.name)
   return self
 end
 
@@ -759,7 +773,7 @@ local function make_12ax(r, len)
 end
 
 local GEN_COMMON = {class = true, num_seqs = true, seed = true, min_len = true, max_len = true,
-  seq_ordering = true, partition_epoch = true, cache_size = true}
+  seq_ordering = true, partition_epoch = true, cache_size = true, augment = true}
 
 local GEN_TASKS = {
   ["12ax"] = {
@@ -862,6 +876,7 @@ local function gen_new(cfg)
   self._n = n
   self._lens = {}
   task.setup(self, cfg)
+  M.augment_init(self, cfg, "rl.dataset " .. self.name)
   return self
 end
 
@@ -1433,6 +1448,7 @@ function M.install(r)
   -- for the audio dataset (lua/rnnlua/audio_dataset.lua), a subclass of Base reading Hdf
   M.Base, M.base_init, M.hdf_new = Base, base_init, hdf_new
   require("rnnlua.audio_dataset").install(r, M)
+  require("rnnlua.augment").install(r)
 end
 
 return M

@@ -3,7 +3,8 @@
 -- (/seqSizes, heights 32..48, ink in [0, 1]), that the character labels read back to the corpus
 -- texts, that the held-out font draws only the test texts and no training line, that no dev or
 -- test text is a training line, that the conversion is deterministic and done once, the
--- batches the recipe trains on, and that the recipe's smoke mode trains and prints its CERs.
+-- batches the recipe trains on, its augmentation of the training lines, and that the recipe's
+-- smoke mode trains (augmented) and prints its CERs.
 local H = dofile("tests/lua/harness.lua")
 local D = dofile("recipes/htr_lines_data.lua")
 local lfs = require("lfs")
@@ -134,6 +135,35 @@ H.test("image batches with the characters as a padded label sequence", function(
   end
   H.check(seen == opts.n_train, "every training line in a batch")
 end)
+
+H.test("the recipe's augmentation of the training lines: drawn per epoch, ink within [0, 1]",
+  function()
+    local raw = rl.dataset{class = "hdf", files = info.train}
+    local aug = rl.dataset{class = "hdf", files = info.train, augment = D.AUGMENT}
+    local again = rl.dataset{class = "hdf", files = info.train, augment = D.AUGMENT}
+    raw:init_epoch(1)
+    aug:init_epoch(1)
+    again:init_epoch(1)
+    local changed, resized = 0, 0
+    for i = 1, aug:num_seqs() do
+      local a, r, b = aug:get_seq(i), raw:get_seq(i), again:get_seq(i)
+      H.check(a.data:dim() == 3 and a.data:size(3) == 1, "an image")
+      H.check(a.data:min() >= -1e-6 and a.data:max() <= 1 + 1e-6, "ink within [0, 1]")
+      H.check(a.data:size(1) == b.data:size(1) and a.data:size(2) == b.data:size(2)
+        and (a.data - b.data):abs():max() == 0, "the same epoch gives the same image")
+      local same = a.data:size(1) == r.data:size(1) and a.data:size(2) == r.data:size(2)
+      if not same then resized = resized + 1 end
+      if not same or (a.data - r.data):abs():max() > 0 then changed = changed + 1 end
+      H.check(a.tag == r.tag and (a.classes - r.classes):abs():max() == 0, "labels as they were")
+    end
+    H.check(changed >= aug:num_seqs() - 2, "most lines changed: " .. changed)
+    H.check(resized >= aug:num_seqs() // 2, "the affine map resized many: " .. resized)
+    aug:init_epoch(2)
+    local a2 = aug:get_seq(1).data
+    aug:init_epoch(1)
+    local a1 = aug:get_seq(1).data
+    H.check(a1:size(2) ~= a2:size(2) or (a1 - a2):abs():max() > 0, "epoch 2 draws anew")
+  end)
 
 H.test("the recipe's smoke mode trains one epoch and prints both CER lines", function()
   local p = io.popen(string.format("%s recipes/htr_lines.lua ++smoke ++out %s 2>&1", arg[-1], dir))

@@ -1,7 +1,8 @@
 -- recipes/speech_digits.lua's data (recipes/speech_digits_data.lua) at the smoke size: the lists
 -- read by the audio dataset, transcripts of digit words, 16 kHz audio, the held-out voices
--- speaking only the test set, a deterministic synthesis done once; and the recipe's smoke mode
--- (a tiny network, one epoch) printing its test WER and CER.
+-- speaking only the test set, Festival in the training set and Flite only in the held-out
+-- synthesizer's set, the noise list for the augmentation, a deterministic synthesis done once;
+-- and the recipe's smoke mode (a tiny network, one augmented epoch) printing its WERs and CER.
 local H = dofile("tests/lua/harness.lua")
 local D = dofile("recipes/speech_digits_data.lua")
 local test, check = H.test, H.check
@@ -17,13 +18,14 @@ end
 
 local data = dir .. "/data"
 local info = D.prepare(data, {n_train = D.SMOKE.n_train, n_dev = D.SMOKE.n_dev,
-  n_test = D.SMOKE.n_test, quiet = true})
+  n_test = D.SMOKE.n_test, n_synth = D.SMOKE.n_synth, quiet = true})
 
 test("lists of digit words, 16 kHz audio", function()
   local words = {}
   for _, w in pairs(D.WORDS) do words[w] = true end
   words.oh = true
-  for split, n in pairs({train = D.SMOKE.n_train, dev = D.SMOKE.n_dev, test = D.SMOKE.n_test}) do
+  for split, n in pairs({train = D.SMOKE.n_train, dev = D.SMOKE.n_dev, test = D.SMOKE.n_test,
+      synth = D.SMOKE.n_synth}) do
     local ls = lines(info[split])
     check(#ls == n, split .. ": " .. #ls .. " lines")
     for _, l in ipairs(ls) do
@@ -43,38 +45,74 @@ test("lists of digit words, 16 kHz audio", function()
   check(#v == #D.VOCAB and v[1] == "<space>", "vocab file")
 end)
 
-test("held-out voices speak only the test set", function()
-  local held = {}
+test("held-out voices speak only the test set, Flite only the held-out synthesizer's", function()
+  local held, flite, festival = {}, {}, {}
   for _, h in ipairs(D.HELD_OUT) do held[h] = true end
-  for _, split in ipairs({"train", "dev", "test"}) do
+  for _, v in ipairs(D.FLITE) do flite["flite+" .. v] = true end
+  for _, v in ipairs(D.FESTIVAL) do festival["festival+" .. v] = true end
+  local n_festival = 0
+  for _, split in ipairs({"train", "dev", "test", "synth"}) do
     for _, l in ipairs(lines(data .. "/" .. split .. ".voices")) do
-      local variant = l:match("%+([^+]+)$")
-      check(variant, "voice of " .. l)
-      check((split == "test") == (held[variant] == true), split .. " voice " .. variant)
+      local voice = l:match("\t(.+)$")
+      check(voice, "voice of " .. l)
+      if split == "synth" then
+        check(flite[voice], "synth: a Flite voice, got " .. voice)
+      else
+        check(not voice:find("^flite"), split .. " has a Flite utterance: " .. l)
+        if festival[voice] then
+          check(split ~= "test", "test: no Festival voice")
+          n_festival = n_festival + 1
+        else
+          local variant = voice:match("%+([^+]+)$")
+          check(variant, "espeak-ng accent+variant: " .. voice)
+          check((split == "test") == (held[variant] == true), split .. " voice " .. variant)
+        end
+      end
     end
+  end
+  check(n_festival >= 3, "Festival speaks some training and dev utterances: " .. n_festival)
+end)
+
+test("the noise list for the augmentation: three 10 s recordings at 16 kHz", function()
+  local ls = lines(info.noise)
+  check(#ls == 3, "three noises")
+  for _, rel in ipairs(ls) do
+    local w, rate = rl.audio.load(data .. "/" .. rel)
+    check(rate == 16000 and w:size(1) == 160000 and w:abs():max() > 0.01, rel)
   end
 end)
 
 test("deterministic, and made once", function()
   local before = lfs.attributes(data .. "/wav/train-00001.wav", "modification")
   D.prepare(data, {n_train = D.SMOKE.n_train, n_dev = D.SMOKE.n_dev, n_test = D.SMOKE.n_test,
-    quiet = true})
+    n_synth = D.SMOKE.n_synth, quiet = true})
   check(lfs.attributes(data .. "/wav/train-00001.wav", "modification") == before, "not redone")
   local other = dir .. "/again"
-  D.prepare(other, {n_train = 3, n_dev = 1, n_test = 1, quiet = true})
+  D.prepare(other, {n_train = 3, n_dev = 1, n_test = 1, n_synth = 2, quiet = true})
   local a, b = lines(info.train), lines(other .. "/train.tsv")
   for i = 1, 3 do check(a[i] == b[i], "same transcripts from the same seed") end
-  local w1 = rl.audio.load(data .. "/wav/train-00002.wav")
-  local w2 = rl.audio.load(other .. "/wav/train-00002.wav")
-  check(w1:size(1) == w2:size(1) and (w1 - w2):abs():max() == 0, "same audio from the same seed")
+  -- (with seed 1, train-00001 is Festival's, train-00002 espeak-ng's, synth-00002 Flite's)
+  for _, name in ipairs({"train-00001", "train-00002", "synth-00002"}) do
+    local w1 = rl.audio.load(data .. "/wav/" .. name .. ".wav")
+    local w2 = rl.audio.load(other .. "/wav/" .. name .. ".wav")
+    check(w1:size(1) == w2:size(1) and (w1 - w2):abs():max() == 0, "same audio from the same " ..
+      "seed: " .. name)
+  end
+  for _, split in ipairs({"train", "synth"}) do
+    local va, vb = lines(data .. "/" .. split .. ".voices"), lines(other .. "/" .. split .. ".voices")
+    for i = 1, #vb do check(va[i] == vb[i], "same voices from the same seed: " .. split) end
+  end
 end)
 
-test("the recipe's smoke mode trains and prints its WER and CER", function()
-  local p = io.popen(string.format("%s recipes/speech_digits.lua ++smoke ++out %s 2>&1", arg[-1], dir))
+test("the recipe's smoke mode trains with augmentation and prints its WERs and CER", function()
+  local p = io.popen(string.format("%s recipes/speech_digits.lua ++smoke ++out %s 2>&1", arg[-1],
+    dir))
   local out = p:read("a")
   local ok = p:close()
   check(ok, "recipe failed:\n" .. out)
-  check(out:match("test WER %d+%.%d+%%"), "prints test WER:\n" .. out)
+  check(out:match("\ntest WER %d+%.%d+%%\n"), "prints test WER:\n" .. out)
+  check(out:match("\nheld%-out synthesizer WER %d+%.%d+%% %(Flite: awb, rms, slt%)\n"),
+    "prints the held-out synthesizer's WER:\n" .. out)
   check(out:match("test CER %d+%.%d+%%"), "prints test CER:\n" .. out)
   check(lfs.attributes(dir .. "/smoke_cache/train.h5"), "feature cache written")
 end)
