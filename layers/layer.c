@@ -452,16 +452,16 @@ static rl_status state_call(const rl_layer *l, const char *fn, int n) {
     if (!l) return rl_error(RL_EARG, "%s: no layer", fn);
     int have = rl_layer_state_info(l, &names, NULL);
     if (have == 0)
-        return rl_error(RL_EARG, "%s: layer '%s' (%s) has no recurrent state", fn, l->name,
-                        l->ops->class_name);
+        return rl_error(RL_EARG, RL_LAYER_WHERE ": %s: the layer has no recurrent state", l->name,
+                        l->ops->class_name, fn);
     if (n < 0 || n > have) {
         char list[128] = "";
         size_t used = 0;
         for (int i = 0; i < have && used < sizeof list; i++)
             used +=
                 (size_t)snprintf(list + used, sizeof list - used, "%s%s", i ? ", " : "", names[i]);
-        return rl_error(RL_EARG, "%s: layer '%s' (%s) has %d state%s (%s), got %d", fn, l->name,
-                        l->ops->class_name, have, have == 1 ? "" : "s", list, n);
+        return rl_error(RL_EARG, RL_LAYER_WHERE ": %s: the layer has %d state%s (%s), got %d",
+                        l->name, l->ops->class_name, fn, have, have == 1 ? "" : "s", list, n);
     }
     return RL_OK;
 }

@@ -53,6 +53,9 @@ extern "C" {
 #define RL_LAYER_MAX_PARAMS 8
 #define RL_LAYER_NAME_MAX 64
 #define RL_LAYER_MAX_STATES 4 /* recurrent state tensors of one layer (rl_state_ops) */
+/* The one way a message names a layer, with its name and class as the next two arguments:
+ * "layer 'fw' (class lstm): ..." (util.layer_where on the Lua side). */
+#define RL_LAYER_WHERE "layer '%s' (class %s)"
 
 /* How a parameter is initialised (by the network, from the seeded generator). */
 typedef enum {

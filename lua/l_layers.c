@@ -102,6 +102,37 @@ static int raise_plain(lua_State *L) {
     return lua_error(L);
 }
 
+/* Pushes msg about layer `name` of class `cls` in the one form a message names a layer,
+ * RL_LAYER_WHERE ": what": the layer code's "layer 'name': " or "layer 'name' (...): " at its
+ * start is replaced, a message that names no layer gets it in front. */
+static const char *push_layer_msg(lua_State *L, const char *name, const char *cls,
+                                  const char *msg) {
+    size_t n = strlen(name);
+    const char *rest = msg;
+    if (strncmp(msg, "layer '", 7) == 0 && strncmp(msg + 7, name, n) == 0 && msg[7 + n] == '\'') {
+        const char *p = msg + 8 + n;
+        const char *close = p[0] == ' ' && p[1] == '(' ? strstr(p, "): ") : NULL;
+        if (p[0] == ':' && p[1] == ' ')
+            rest = p + 2;
+        else if (close != NULL)
+            rest = close + 3;
+    }
+    return lua_pushfstring(L, RL_LAYER_WHERE ": %s", name, cls, rest);
+}
+
+/* Raises the error just set by a call on a layer named name of class cls. */
+static int raise_named(lua_State *L, const char *name, const char *cls) {
+    push_layer_msg(L, name, cls, rl_errmsg());
+    return lua_error(L);
+}
+
+static const char *class_of(const rl_layer *l) { return l->ops->class_name; }
+
+/* Raises the error just set by a call on layer l (push_layer_msg). */
+static int raise_layer(lua_State *L, const rl_layer *l) {
+    return raise_named(L, l->name, class_of(l));
+}
+
 static void run_queued(layer_ud *ud) {
     rl_layer *l = ud->layer;
     ud->status = ud->run_backward ? l->ops->backward(l, &ud->io, ud->gout, ud->gin)
@@ -170,12 +201,11 @@ static layer_ud *check_layer(lua_State *L, int idx) {
     layer_ud *ud = luaL_checkudata(L, idx, RL_LAYER_MT);
     if (!ud->layer) luaL_error(L, "layer: the layer has been freed");
     if (ud->queued)
-        luaL_error(L, "layer '%s': a forward or backward of it is queued (layer:_wait())",
-                   ud->layer->name);
+        luaL_error(L, RL_LAYER_WHERE ": a forward or backward of it is queued (layer:_wait())",
+                   ud->layer->name, class_of(ud->layer));
     return ud;
 }
 
-static const char *class_of(const rl_layer *l) { return l->ops->class_name; }
 
 /* ---------------------------------------------------------------- options over a table */
 
@@ -238,7 +268,7 @@ static int opt_get(opts_ctx *c, const char *key) {
 }
 
 static rl_status opt_type_error(opts_ctx *c, const char *key, const char *want) {
-    rl_status st = rl_error(RL_EARG, "layer '%s' (class %s): option %s must be %s, got %s",
+    rl_status st = rl_error(RL_EARG, RL_LAYER_WHERE ": option %s must be %s, got %s",
                             c->layer, c->cls, key, want, luaL_typename(c->L, -1));
     lua_pop(c->L, 1);
     return st;
@@ -302,7 +332,7 @@ static int l_layer_new(lua_State *L) {
     lua_settop(L, 4);
     lua_Integer n = luaL_len(L, 4);
     if (n > RL_LAYER_MAX_INPUTS)
-        return luaL_error(L, "layer '%s' (class %s): %d inputs, at most %d are supported", name,
+        return luaL_error(L, RL_LAYER_WHERE ": %d inputs, at most %d are supported", name,
                           cls, (int)n, RL_LAYER_MAX_INPUTS);
     int64_t dims[RL_LAYER_MAX_INPUTS];
     for (lua_Integer i = 0; i < n; i++) {
@@ -310,7 +340,7 @@ static int l_layer_new(lua_State *L) {
         int isnum;
         lua_Integer d = lua_tointegerx(L, -1, &isnum);
         if (!isnum || d < 1)
-            return luaL_error(L, "layer '%s' (class %s): input dim %d must be a positive integer",
+            return luaL_error(L, RL_LAYER_WHERE ": input dim %d must be a positive integer",
                               name, cls, (int)i + 1);
         dims[i] = d;
         lua_pop(L, 1);
@@ -324,7 +354,8 @@ static int l_layer_new(lua_State *L) {
     lua_setiuservalue(L, -2, 1);
     opts_ctx c = {L, 3, 5, name, cls};
     rl_options o = {&c, opt_number, opt_string, opt_boolean};
-    if (rl_layer_create(&ud->layer, cls, name, &o, (int)n, dims) != RL_OK) return raise_plain(L);
+    if (rl_layer_create(&ud->layer, cls, name, &o, (int)n, dims) != RL_OK)
+        return raise_named(L, name, cls);
     lua_pushvalue(L, 5);
     return 2;
 }
@@ -401,7 +432,7 @@ static void check_flat(lua_State *L, const rl_layer *l, const rl_tensor *t, cons
     char s[160];
     if (t->ndim != 1 || !rl_tensor_is_contiguous(t) || t->dtype == RL_INT32)
         luaL_error(L,
-                   "layer '%s' (class %s): bind: the %s must be a contiguous 1-D float tensor, "
+                   RL_LAYER_WHERE ": bind: the %s must be a contiguous 1-D float tensor, "
                    "got %s",
                    l->name, class_of(l), what, rl_tensor_describe(t, s, sizeof s));
 }
@@ -423,17 +454,19 @@ static int m_bind(lua_State *L) {
     check_flat(L, l, v, "parameter buffer");
     check_flat(L, l, g, "gradient buffer");
     if (v->dtype != g->dtype || v->shape[0] != g->shape[0])
-        return luaL_error(L, "layer '%s': bind: parameter and gradient buffers differ", l->name);
+        return luaL_error(L, RL_LAYER_WHERE ": bind: parameter and gradient buffers differ",
+                          l->name, class_of(l));
     if (off < 0 || off + rl_layer_num_params(l) > v->shape[0])
         return luaL_error(
-            L, "layer '%s': bind: %I parameters at offset %I do not fit a buffer of %I", l->name,
+            L, RL_LAYER_WHERE ": bind: %I parameters at offset %I do not fit a buffer of %I",
+            l->name, class_of(l),
             (lua_Integer)rl_layer_num_params(l), off, (lua_Integer)v->shape[0]);
     for (int i = 0; i < l->n_params; i++) {
         rl_param *p = &l->params[i];
         rl_tensor nv = {0}, ng = {0};
         if (flat_view(&nv, v, off, p) != RL_OK || flat_view(&ng, g, off, p) != RL_OK) {
             rl_tensor_release(&nv);
-            return raise_plain(L);
+            return raise_layer(L, l);
         }
         rl_tensor_release(&p->value);
         rl_tensor_release(&p->grad);
@@ -449,10 +482,9 @@ static int m_init_params(lua_State *L) {
     rl_layer *l = check_layer(L, 1)->layer;
     for (int i = 0; i < l->n_params; i++)
         if (!l->params[i].value.storage)
-            return luaL_error(L, "layer '%s': init_params before bind", l->name);
+            return luaL_error(L, RL_LAYER_WHERE ": init_params before bind", l->name, class_of(l));
     if (rl_layer_init_params(l, rl_rng_default()) != RL_OK) {
-        lua_pushfstring(L, "layer '%s' (class %s): %s", l->name, class_of(l), rl_errmsg());
-        return lua_error(L);
+        return raise_layer(L, l);
     }
     return 0;
 }
@@ -522,7 +554,7 @@ static layer_ud *forward_prepare(lua_State *L) {
     lua_remove(L, 6); /* the user value table is now at 6 */
     int n = (int)luaL_len(L, 2);
     if (n != l->n_in)
-        luaL_error(L, "layer '%s' (class %s): %d inputs given, %d expected", l->name, class_of(l),
+        luaL_error(L, RL_LAYER_WHERE ": %d inputs given, %d expected", l->name, class_of(l),
                    n, l->n_in);
     ud->forwarded = false;
     rl_layer_io *io = &ud->io;
@@ -531,7 +563,7 @@ static layer_ud *forward_prepare(lua_State *L) {
         lua_geti(L, 2, i + 1);
         rl_tensor *x = rl_lua_to_tensor(L, -1);
         if (!x)
-            luaL_error(L, "layer '%s' (class %s): input %d is a %s, expected a tensor", l->name,
+            luaL_error(L, RL_LAYER_WHERE ": input %d is a %s, expected a tensor", l->name,
                        class_of(l), i + 1, luaL_typename(L, -1));
         lua_seti(L, 6, i + 1);
         io->in[i] = keep(&ud->kept_in[i], x);
@@ -555,7 +587,7 @@ static layer_ud *forward_prepare(lua_State *L) {
 /* forward's results after its status st: out [, loss, n_errors, n_frames, n_labels, n_skipped] */
 static int forward_finish(lua_State *L, layer_ud *ud, rl_tensor *out, rl_status st) {
     rl_layer *l = ud->layer;
-    if (st != RL_OK) return raise_plain(L);
+    if (st != RL_OK) return raise_layer(L, l);
     rl_tensor_share(out, &l->out);
     ud->forwarded = true;
     if (!l->is_loss || !ud->io.target) return 1;
@@ -583,7 +615,7 @@ static void check_grad(lua_State *L, const rl_layer *l, const rl_tensor *g, cons
                        const char *what) {
     char s1[160], s2[160];
     if (!rl_tensor_same_shape(g, like) || g->dtype != like->dtype || !rl_tensor_is_contiguous(g))
-        luaL_error(L, "layer '%s' (class %s): %s must be a contiguous %s, got %s", l->name,
+        luaL_error(L, RL_LAYER_WHERE ": %s must be a contiguous %s, got %s", l->name,
                    class_of(l), what, rl_tensor_describe(like, s1, sizeof s1),
                    rl_tensor_describe(g, s2, sizeof s2));
 }
@@ -594,7 +626,7 @@ static layer_ud *backward_prepare(lua_State *L) {
     rl_layer *l = ud->layer;
     if (!ud->forwarded)
         luaL_error(L,
-                   "layer '%s' (class %s): backward needs a forward before it (once "
+                   RL_LAYER_WHERE ": backward needs a forward before it (once "
                    "per forward)",
                    l->name, class_of(l));
     ud->gout = NULL;
@@ -603,7 +635,7 @@ static layer_ud *backward_prepare(lua_State *L) {
         check_grad(L, l, ud->gout, &l->out, "grad_out");
     } else if (!l->is_loss || !ud->io.target) {
         luaL_error(L,
-                   "layer '%s' (class %s): backward needs grad_out (only a loss layer "
+                   RL_LAYER_WHERE ": backward needs grad_out (only a loss layer "
                    "given a target starts from its own loss)",
                    l->name, class_of(l));
     }
@@ -627,7 +659,7 @@ static layer_ud *backward_prepare(lua_State *L) {
 static int m_backward(lua_State *L) {
     layer_ud *ud = backward_prepare(L);
     rl_layer *l = ud->layer;
-    if (l->ops->backward(l, &ud->io, ud->gout, ud->gin) != RL_OK) return raise_plain(L);
+    if (l->ops->backward(l, &ud->io, ud->gout, ud->gin) != RL_OK) return raise_layer(L, l);
     return 0;
 }
 
@@ -643,7 +675,7 @@ static int m_wait(lua_State *L) {
     if (!ud->queued) return luaL_error(L, "layer:_wait(): nothing was queued");
     bool backward = ud->run_backward;
     rl_status st = wait_call(ud);
-    if (backward) return st == RL_OK ? 0 : raise_plain(L);
+    if (backward) return st == RL_OK ? 0 : raise_layer(L, ud->layer);
     rl_tensor *out = rl_lua_push_tensor(L);
     return forward_finish(L, ud, out, st);
 }
@@ -710,7 +742,7 @@ static int m_set_initial_state(lua_State *L) {
     const rl_tensor *s[RL_LAYER_MAX_STATES];
     int n;
     given_states(L, s, &n);
-    if (rl_layer_set_initial_state(l, n, s) != RL_OK) return raise_plain(L);
+    if (rl_layer_set_initial_state(l, n, s) != RL_OK) return raise_layer(L, l);
     return 0;
 }
 
@@ -721,7 +753,7 @@ static int m_set_final_state_grad(lua_State *L) {
     const rl_tensor *g[RL_LAYER_MAX_STATES];
     int n;
     given_states(L, g, &n);
-    if (rl_layer_set_final_state_grad(l, n, g) != RL_OK) return raise_plain(L);
+    if (rl_layer_set_final_state_grad(l, n, g) != RL_OK) return raise_layer(L, l);
     return 0;
 }
 
@@ -734,7 +766,7 @@ static int push_states(lua_State *L, rl_layer *l,
     luaL_checkstack(L, n, "state tensors");
     for (int i = 0; i < n; i++)
         out[i] = rl_lua_push_tensor(L);
-    if (read(l, n, out) != RL_OK) return raise_plain(L);
+    if (read(l, n, out) != RL_OK) return raise_layer(L, l);
     return n;
 }
 
@@ -751,7 +783,8 @@ static int m_initial_state_grad(lua_State *L) {
 /* layer:_gates_cols() -> the width of its gates buffer (_set_gates, _weight_grads' dz) */
 static int m_gates_cols(lua_State *L) {
     int64_t n;
-    if (rl_recurrent_gates_cols(check_layer(L, 1)->layer, &n) != RL_OK) return raise_plain(L);
+    rl_layer *l = check_layer(L, 1)->layer;
+    if (rl_recurrent_gates_cols(l, &n) != RL_OK) return raise_layer(L, l);
     lua_pushinteger(L, (lua_Integer)n);
     return 1;
 }
@@ -760,7 +793,7 @@ static int m_gates_cols(lua_State *L) {
  * units) */
 static int m_share_packs(lua_State *L) {
     rl_layer *l = check_layer(L, 1)->layer;
-    if (rl_recurrent_share_packs(l, check_layer(L, 2)->layer) != RL_OK) return raise_plain(L);
+    if (rl_recurrent_share_packs(l, check_layer(L, 2)->layer) != RL_OK) return raise_layer(L, l);
     return 0;
 }
 
@@ -770,7 +803,7 @@ static int m_set_pack_pass(lua_State *L) {
     rl_layer *l = check_layer(L, 1)->layer;
     lua_Integer n = luaL_checkinteger(L, 2);
     luaL_argcheck(L, n >= 0, 2, "the pass must be >= 0");
-    if (rl_recurrent_set_pack_pass(l, (uint64_t)n) != RL_OK) return raise_plain(L);
+    if (rl_recurrent_set_pack_pass(l, (uint64_t)n) != RL_OK) return raise_layer(L, l);
     return 0;
 }
 
@@ -780,7 +813,7 @@ static int m_set_zero_inputs(lua_State *L) {
     rl_layer *l = check_layer(L, 1)->layer;
     lua_Integer m = luaL_checkinteger(L, 2);
     luaL_argcheck(L, m >= 0 && m <= 0xffffffff, 2, "the mask must be in 0 .. 2^32 - 1");
-    if (rl_recurrent_set_zero_inputs(l, (uint32_t)m) != RL_OK) return raise_plain(L);
+    if (rl_recurrent_set_zero_inputs(l, (uint32_t)m) != RL_OK) return raise_layer(L, l);
     return 0;
 }
 
@@ -789,7 +822,7 @@ static int m_set_zero_inputs(lua_State *L) {
 static int m_set_gates(lua_State *L) {
     rl_layer *l = check_layer(L, 1)->layer;
     const rl_tensor *g = lua_isnoneornil(L, 2) ? NULL : rl_lua_check_tensor(L, 2);
-    if (rl_recurrent_set_gates(l, g) != RL_OK) return raise_plain(L);
+    if (rl_recurrent_set_gates(l, g) != RL_OK) return raise_layer(L, l);
     return 0;
 }
 
@@ -801,14 +834,15 @@ static int m_weight_grads(lua_State *L) {
                   "k must be an input (1..n_in) or 0 (U)");
     if (rl_recurrent_weight_grads(l, (int)k - 1, rl_lua_check_tensor(L, 3),
                                   rl_lua_check_tensor(L, 4)) != RL_OK)
-        return raise_plain(L);
+        return raise_layer(L, l);
     return 0;
 }
 
 /* layer:_pack_count() -> the operands its packs (shared or not) have packed so far */
 static int m_pack_count(lua_State *L) {
     uint64_t n;
-    if (rl_recurrent_pack_count(check_layer(L, 1)->layer, &n) != RL_OK) return raise_plain(L);
+    rl_layer *l = check_layer(L, 1)->layer;
+    if (rl_recurrent_pack_count(l, &n) != RL_OK) return raise_layer(L, l);
     lua_pushinteger(L, (lua_Integer)n);
     return 1;
 }

@@ -15,6 +15,7 @@
 #include "l_dist.h"
 #include "l_layers.h"
 #include "l_optim.h"
+#include "l_json.h"
 #include "l_sys.h"
 #include "l_tensor.h"
 #include "version.h"
@@ -76,6 +77,7 @@ int luaopen_rnnlua(lua_State *L) {
     rl_lua_open_optim(L);
     rl_lua_open_dataset(L);
     rl_lua_open_sys(L);
+    rl_lua_open_json(L);
     rl_lua_open_ctc(L);
     rl_lua_open_dist(L);
     rl_lua_open_audio(L);

@@ -53,6 +53,7 @@ static volatile sig_atomic_t prompt_interrupted;
 /* ---- subcommands: `rnnlua NAME args...` ---------------------------------------------------- */
 
 static int docall(lua_State *L, int narg, int nres);
+static int report(lua_State *L, int status);
 
 /* The tools written in Lua (lua/rnnlua/tools.lua): rl.tools.main(argv[0], {argv[1..]}) returns
  * the exit status and reports its own errors; an error escaping it is reported here. */
@@ -68,7 +69,7 @@ static int run_tool(lua_State *L, int argc, char **argv) {
     }
     int status = docall(L, 2, 1);
     if (status != LUA_OK) {
-        fprintf(stderr, PROGNAME " %s: %s\n", argv[0], lua_tostring(L, -1));
+        report(L, status);
         return 1;
     }
     return lua_isinteger(L, -1) ? (int)lua_tointeger(L, -1) : 1;
@@ -81,13 +82,16 @@ static const struct {
     int (*run)(lua_State *L, int argc, char **argv);
     const char *summary;
 } subcommands[] = {
-    {"serve", rl_serve_main, "serve MODEL.h5 [--port P] ...  an HTTP service (serve --help)"},
+    {"train", run_tool, "train CONFIG.lua|CONFIG.json [++key value ...]  rl.train on a config"},
+    {"forward", run_tool, "forward ++model M ++data D ++layer L ++output O  the forward task"},
+    {"search", run_tool, "search ++model M ++data D ++output O ++beam N  beam search"},
+    {"serve", rl_serve_main, "serve MODEL.h5 [++port P] ...  an HTTP service (serve --help)"},
     {"info", run_tool, "info MODEL.h5                   describe a checkpoint"},
-    {"dump-data", run_tool, "dump-data FILE.h5 [--seq N] [--stats]  describe an HDF dataset"},
+    {"dump-data", run_tool, "dump-data FILE.h5 [++seq N] [++stats]  describe an HDF dataset"},
     {"compare", run_tool, "compare A.h5 B.h5               max difference per parameter"},
     {"average", run_tool, "average A.h5 B.h5 ... -o OUT.h5  the mean of checkpoints"},
     {"plot", run_tool,
-     "plot CURVE.jsonl | FILE.h5 --heatmap KEY [-o OUT.png]  a learning curve or a heat map"},
+     "plot CURVE.jsonl | FILE.h5 ++heatmap KEY [++out OUT.png]  a learning curve or a heat map"},
 };
 
 static int find_subcommand(const char *name) {
@@ -116,7 +120,8 @@ static void print_help(void) {
           "  --             stop handling options (the next argument is the script)\n"
           "  -              run the standard input as the script\n"
           "The script sees its arguments in the global `arg` (arg[0] the script, arg[1..] the\n"
-          "arguments, negative indices the interpreter and options) and as `...`.\n"
+          "arguments, negative indices the interpreter and options) and as `...`. Recipes and\n"
+          "subcommands take options as ++key value (RECIPE.lua --help, rnnlua train --help).\n"
           "\n"
           "Environment:\n"
           "  " LIB_DIR_ENV "=DIR  load the Lua library (modules rnnlua.*) from the source\n"
@@ -207,13 +212,131 @@ static void on_sigint_prompt(int sig) {
     prompt_interrupted = 1;
 }
 
+/* ---- user-facing errors: "rnnlua: <where>: <what>" ------------------------------------------
+ * <where> is the user's own file and line (the innermost frame of a recipe, config or REPL chunk)
+ * when rnnlua's library raised the error: its message names the layer, option or file, and the
+ * positions inside rnnlua's own Lua modules tell a user nothing, so they are left out, and so is
+ * the traceback. An error raised by the user's own code (its message starts with a position in
+ * a user's file) keeps its traceback, without the lines of rnnlua's own modules.
+ * RNNLUA_TRACEBACK=1 shows every error with the full traceback (for working on rnnlua). */
+
+/* Whether a chunk source is one of rnnlua's own modules: embedded ("@lua/rnnlua/x.lua",
+ * "@layers/x.lua") or read from RNNLUA_LUA_DIR ("@DIR/lua/rnnlua/x.lua", "@DIR/layers/x.lua"). */
+static int internal_source(const char *src) {
+    if (src[0] != '@') return src[0] == '=' && strcmp(src, "=[C]") == 0;
+    src++;
+    if (strncmp(src, "lua/rnnlua/", 11) == 0 || strncmp(src, "layers/", 7) == 0) return 1;
+    const char *dir = getenv(LIB_DIR_ENV);
+    size_t n = dir ? strlen(dir) : 0;
+    if (n == 0 || strncmp(src, dir, n) != 0) return 0;
+    src += n;
+    while (*src == '/')
+        src++;
+    return strncmp(src, "lua/rnnlua/", 11) == 0 || strncmp(src, "layers/", 7) == 0;
+}
+
+/* Pushes msg without the "<module>.lua:N: " positions of rnnlua's own modules. */
+static const char *strip_internal(lua_State *L, const char *msg) {
+    luaL_Buffer b;
+    luaL_buffinit(L, &b);
+    while (*msg) {
+        const char *p = strstr(msg, "lua/rnnlua/");
+        const char *q = strstr(msg, "layers/");
+        if (p == NULL || (q != NULL && q < p)) p = q;
+        if (p == NULL) break;
+        /* back to the start of the path (RNNLUA_LUA_DIR's prefix) */
+        const char *start = p;
+        while (start > msg && start[-1] != ' ' && start[-1] != '\n' && start[-1] != '\t')
+            start--;
+        const char *e = p;
+        while (*e && *e != ':' && *e != ' ' && *e != '\n')
+            e++;
+        /* a position that leads the message or a part of it ("what: pos: ..."); one inside a
+         * sentence (a syntax error of a module loaded from RNNLUA_LUA_DIR) is information */
+        int leads = start == msg || (start - msg >= 2 && start[-2] == ':' && start[-1] == ' ');
+        int is_pos = leads && e - p > 4 && strncmp(e - 4, ".lua", 4) == 0 && e[0] == ':' &&
+                     e[1] >= '0' && e[1] <= '9';
+        if (!is_pos) {
+            luaL_addlstring(&b, msg, (size_t)(e - msg));
+            msg = e;
+            continue;
+        }
+        const char *after = e + 1;
+        while (*after >= '0' && *after <= '9')
+            after++;
+        if (after[0] == ':' && after[1] == ' ') after += 2;
+        luaL_addlstring(&b, msg, (size_t)(start - msg));
+        msg = after;
+    }
+    luaL_addstring(&b, msg);
+    luaL_pushresult(&b);
+    return lua_tostring(L, -1);
+}
+
+/* The traceback of L from `level` on, without the frames of rnnlua's own modules. */
+static void user_traceback(lua_State *L, int level) {
+    luaL_Buffer b;
+    luaL_buffinit(L, &b);
+    luaL_addstring(&b, "stack traceback:");
+    lua_Debug ar;
+    for (; lua_getstack(L, level, &ar); level++) {
+        if (!lua_getinfo(L, "Sln", &ar) || internal_source(ar.source)) continue;
+        lua_pushfstring(L, "\n\t%s:", ar.short_src);
+        luaL_addvalue(&b);
+        if (ar.currentline > 0) {
+            lua_pushfstring(L, "%d:", ar.currentline);
+            luaL_addvalue(&b);
+        }
+        if (*ar.what == 'm')
+            lua_pushliteral(L, " in main chunk");
+        else if (ar.name != NULL)
+            lua_pushfstring(L, " in function '%s'", ar.name);
+        else
+            lua_pushliteral(L, " in ?");
+        luaL_addvalue(&b);
+    }
+    luaL_pushresult(&b);
+}
+
 static int msghandler(lua_State *L) {
     const char *msg = lua_tostring(L, 1);
     if (msg == NULL) {
         if (luaL_callmeta(L, 1, "__tostring") && lua_type(L, -1) == LUA_TSTRING) return 1;
         msg = lua_pushfstring(L, "(error object is a %s value)", luaL_typename(L, 1));
     }
-    luaL_traceback(L, L, msg, 1);
+    const char *full = getenv("RNNLUA_TRACEBACK");
+    if (full != NULL && full[0] != '\0' && strcmp(full, "0") != 0) {
+        luaL_traceback(L, L, msg, 1);
+        return 1;
+    }
+    /* the innermost frame in a user's file; the error is the library's when a frame of
+     * rnnlua's own modules or a C function other than error/assert raised it */
+    lua_Debug ar;
+    int level = 1, found = 0, library = 0;
+    if (lua_getstack(L, 1, &ar) && lua_getinfo(L, "Sn", &ar) && *ar.what == 'C' &&
+        !(ar.name && (strcmp(ar.name, "error") == 0 || strcmp(ar.name, "assert") == 0)))
+        library = 1;
+    for (; lua_getstack(L, level, &ar); level++) {
+        if (!lua_getinfo(L, "Sl", &ar)) continue;
+        if (ar.currentline > 0 && !internal_source(ar.source)) {
+            found = 1;
+            break;
+        }
+        if (*ar.what != 'C') library = 1;
+    }
+    const char *where = found ? lua_pushfstring(L, "%s:%d:", ar.short_src, ar.currentline) : NULL;
+    if (!library && (where == NULL || strncmp(msg, where, strlen(where)) == 0)) {
+        msg = strip_internal(L, msg);
+        user_traceback(L, 1);
+        lua_pushfstring(L, "%s\n%s", msg, lua_tostring(L, -1));
+        return 1;
+    }
+    msg = strip_internal(L, msg);
+    if (where != NULL && strncmp(msg, where, strlen(where)) == 0) return 1;
+    if (where != NULL)
+        lua_pushfstring(L, "%s %s", where, msg);
+    else
+        lua_pushstring(L, msg);
     return 1;
 }
 

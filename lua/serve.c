@@ -1978,7 +1978,7 @@ static void serve_usage(FILE *f) {
         "POST /v1/reload (with --admin-token; or SIGHUP) to load MODEL.h5 again. SIGTERM or\n"
         "SIGINT: answer what is in flight, then exit 0.\n"
         "\n"
-        "Options (defaults in brackets):\n"
+        "Options (defaults in brackets; ++port P is --port P, ++max_body N is --max-body N):\n"
         "  --port P               TCP port; 0 picks a free one [8080]\n"
         "  --listen ADDR          address to listen on [127.0.0.1]\n"
         "  --layer NAME           the layer whose activations are served [output]\n"
@@ -2008,12 +2008,13 @@ static void serve_usage(FILE *f) {
         f);
 }
 
-/* The value of --name VALUE or --name=VALUE at argv[*i] (advancing *i), or NULL. */
-static const char *opt_value(int argc, char **argv, int *i, const char *name) {
+/* The value of --name VALUE or --name=VALUE (arg, the option at argv[*i]; advancing *i), or
+ * NULL. */
+static const char *opt_value(int argc, char **argv, int *i, const char *arg, const char *name) {
     size_t n = strlen(name);
-    if (strncmp(argv[*i], name, n) != 0) return NULL;
-    if (argv[*i][n] == '=') return argv[*i] + n + 1;
-    if (argv[*i][n] != '\0') return NULL;
+    if (strncmp(arg, name, n) != 0) return NULL;
+    if (arg[n] == '=') return argv[*i] + n + 1;
+    if (arg[n] != '\0') return NULL;
     if (*i + 1 >= argc) return "";
     return argv[++*i];
 }
@@ -2031,7 +2032,31 @@ static bool parse_num(const char *s, double lo, double hi, double *out) {
     return true;
 }
 
-static int parse_options(int argc, char **argv, serve_opts *o) {
+/* The name of spec closest to the unknown option `a` (rnnlua.cli's edit distance, so that every
+ * command line suggests alike), "" when none is found; pushes it on L's stack. */
+static const char *closest_option(lua_State *L, const char *a, const char *const *names, size_t n) {
+    lua_getglobal(L, "require");
+    lua_pushliteral(L, "rnnlua.cli");
+    if (lua_pcall(L, 1, 1, 0) != LUA_OK || !lua_istable(L, -1)) {
+        lua_pop(L, 1);
+        return lua_pushliteral(L, "");
+    }
+    lua_getfield(L, -1, "closest");
+    lua_remove(L, -2);
+    lua_pushstring(L, a);
+    lua_createtable(L, (int)n, 0);
+    for (size_t i = 0; i < n; i++) {
+        lua_pushstring(L, names[i]);
+        lua_rawseti(L, -2, (lua_Integer)i + 1);
+    }
+    if (lua_pcall(L, 2, 1, 0) != LUA_OK || !lua_isstring(L, -1)) {
+        lua_pop(L, 1);
+        return lua_pushliteral(L, "");
+    }
+    return lua_tostring(L, -1);
+}
+
+static int parse_options(lua_State *L, int argc, char **argv, serve_opts *o) {
     *o = (serve_opts){.listen = "127.0.0.1",
                       .layer = "output",
                       .port = 8080,
@@ -2076,7 +2101,7 @@ static int parse_options(int argc, char **argv, serve_opts *o) {
             serve_usage(stdout);
             return 0;
         }
-        if (a[0] != '-') {
+        if (a[0] != '-' && !(a[0] == '+' && a[1] == '+')) {
             if (o->model_path) {
                 fprintf(stderr, "rnnlua serve: one model only (got %s and %s)\n", o->model_path, a);
                 return 2;
@@ -2084,12 +2109,34 @@ static int parse_options(int argc, char **argv, serve_opts *o) {
             o->model_path = a;
             continue;
         }
+        /* ++max_batch_frames 2000 is --max-batch-frames 2000: the command-line convention of
+         * every other subcommand (docs/tools.md) */
+        char norm[64];
+        const char *arg = a;
+        if (a[0] == '+' && a[1] == '+' && strlen(a) < sizeof norm) {
+            snprintf(norm, sizeof norm, "--%s", a + 2);
+            for (char *c = norm + 2; *c && *c != '='; c++)
+                if (*c == '_') *c = '-';
+            arg = norm;
+        }
         size_t k = 0;
         const char *v = NULL;
         for (; k < sizeof spec / sizeof spec[0]; k++)
-            if ((v = opt_value(argc, argv, &i, spec[k].name)) != NULL) break;
+            if ((v = opt_value(argc, argv, &i, arg, spec[k].name)) != NULL) break;
         if (v == NULL) {
-            fprintf(stderr, "rnnlua serve: unknown option '%s' (rnnlua serve --help)\n", a);
+            const char *names[sizeof spec / sizeof spec[0]];
+            for (size_t j = 0; j < sizeof spec / sizeof spec[0]; j++)
+                names[j] = spec[j].name;
+            char key[64];
+            snprintf(key, sizeof key, "--%s", a + strspn(a, "-+"));
+            for (char *c = key + 2; *c && *c != '='; c++)
+                if (*c == '_') *c = '-';
+            char *eq = strchr(key, '=');
+            if (eq) *eq = '\0';
+            const char *near = closest_option(L, key, names, sizeof names / sizeof names[0]);
+            fprintf(stderr, "rnnlua serve: unknown option '%s'%s%s%s (rnnlua serve --help)\n", a,
+                    near[0] ? " (did you mean " : "", near, near[0] ? "?)" : "");
+            lua_pop(L, 1);
             return 2;
         }
         char *field = (char *)o + spec[k].off;
@@ -2210,7 +2257,7 @@ int rl_serve_main(lua_State *L, int argc, char **argv) {
     server S_;
     server *S = &S_;
     memset(S, 0, sizeof *S);
-    int rc = parse_options(argc, argv, &S->o);
+    int rc = parse_options(L, argc, argv, &S->o);
     if (rc >= 0) return rc;
     S->L = L;
     S->model_ref = LUA_NOREF;

@@ -8,7 +8,7 @@
 --
 -- Everything can be changed from the command line, e.g.
 --   ./rnnlua recipes/12ax_blstm.lua ++num_epochs 5 ++model /tmp/x/net ++train.num_seqs 500
--- and a run that was stopped continues with ++load last.
+-- and a run that was stopped continues with ++load last (--help lists every key).
 local t0 = rl.clock()
 local out = "out/12ax"
 
@@ -52,5 +52,5 @@ print("learning curve:  " .. r.learning_curve_file)
 print("log:             " .. tostring(cfg.log_file))
 print("dev set (HDF5):  " .. dev_file)
 print("forward output:  " .. fwd_file .. "  (layer 'output', one entry per dev sequence)")
-print("again from the shell: ./rnnlua recipes/forward.lua model=" .. r.checkpoint .. " data="
-  .. dev_file .. " layer=output output=fwd.h5")
+print("again from the shell: ./rnnlua forward ++model " .. r.checkpoint .. " ++data "
+  .. dev_file .. " ++layer output ++output fwd.h5")

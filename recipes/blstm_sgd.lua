@@ -6,8 +6,11 @@
 -- parity of the number of ones in frames 1..t (class 0: even, 1: odd). Sequences have ragged
 -- lengths; padded frames carry no loss. Everything is seeded: two runs print the same lines.
 --
---   rnnlua recipes/blstm_sgd.lua [seed]
-local seed = tonumber(arg and arg[1]) or 1
+--   rnnlua recipes/blstm_sgd.lua [++seed S]
+local seed = require("rnnlua.cli").parse({
+  usage = "rnnlua recipes/blstm_sgd.lua [++seed S]",
+  about = "A small BLSTM learns running parity with plain SGD written in Lua.",
+  options = {{"seed", "integer", 1, "random seed (data and initial weights)"}}}, arg).seed
 rl.manual_seed(seed)
 
 local T_MAX, B, N_TRAIN, N_DEV = 16, 32, 1024, 256

@@ -2,9 +2,9 @@
 -- with the LSTM state carried from chunk to chunk (rl.train{carry_state = true}), scored in
 -- bits per character on a held-out set of chapters; rl.sample draws text from the result.
 --
---   rnnlua recipes/char_lm.lua [--smoke] [--minutes M] [--epochs N] [--hidden H] [--layers L]
---                              [--emb E] [--chunk C] [--streams S] [--partition P] [--lr R]
---                              [--threads N] [--seed S] [--out DIR]
+--   rnnlua recipes/char_lm.lua [++smoke] [++minutes M] [++num_epochs N] [++hidden H] [++layers L]
+--                              [++emb E] [++chunk C] [++streams S] [++partition P] [++lr R]
+--                              [++threads N] [++seed S] [++out DIR]     (--help: every option)
 --
 -- Data: Debian's bible-kjv (`bible -f Gen1:1-Rev22:21`, one verse a line, "Ge1:1 In the
 -- beginning ..."; installed with apt-get when missing). The verse references are dropped; each
@@ -27,40 +27,33 @@
 -- Prints `epoch N dev bpc X` after each epoch and at the end `dev X bits per char`, the
 -- checkpoint (DIR/lm.NNN.h5) and a sample of 300 characters from "In the beginning" (seed 1,
 -- temperature 0.8). Training stops before an epoch that would end after M minutes (judged by
--- the last epoch's time) or after N epochs. --smoke: the first 24 train chapters (cut to 600 characters) and 2 dev chapters, a
+-- the last epoch's time) or after N epochs. ++smoke: the first 24 train chapters (cut to 600 characters) and 2 dev chapters, a
 -- tiny model, 3 epochs, a few seconds (make test: tests/sh/test_char_lm_smoke.sh).
-local args = {...}
-local o = {minutes = 30, epochs = 1000, hidden = 256, layers = 2, emb = 64, chunk = 100,
-  streams = 32, partition = 10, lr = 3e-3, threads = 2, seed = 1, out = "out/char_lm",
-  smoke = false}
-local i = 1
-while i <= #args do
-  local a = args[i]
-  if a == "--smoke" then
-    o.smoke = true
-  elseif a:sub(1, 2) == "--" and args[i + 1] then
-    local k = a:sub(3)
-    if o[k] == nil or k == "smoke" then error("char_lm: unknown option " .. a, 0) end
-    if k == "out" then
-      o.out = args[i + 1]
-    else
-      o[k] = tonumber(args[i + 1]) or error("char_lm: " .. a .. " needs a number", 0)
-    end
-    i = i + 1
-  else
-    error("char_lm: unknown argument " .. a, 0)
-  end
-  i = i + 1
-end
+local o = require("rnnlua.cli").parse({
+  usage = "rnnlua recipes/char_lm.lua [++key value ...]",
+  about = "A character-level LSTM language model on the King James Bible (recipes/char_lm.lua).",
+  options = {
+    {"minutes", "number", 30, "stop before an epoch that would end after this"},
+    {"num_epochs", "integer", 1000, "epochs at most"},
+    {"hidden", "integer", 256, "LSTM units per layer"},
+    {"layers", "integer", 2, "LSTM layers"},
+    {"emb", "integer", 64, "embedding size"},
+    {"chunk", "integer", 100, "characters per chunk (truncated BPTT)"},
+    {"streams", "integer", 32, "chunks per batch, each carrying its state on"},
+    {"partition", "integer", 10, "an epoch is 1/P of the training chapters"},
+    {"lr", "number", 3e-3, "Adam's learning rate"},
+    {"threads", "integer", 2, "CPU threads"},
+    {"seed", "integer", 1, "random seed"},
+    {"out", "string", "out/char_lm", "directory of the data and the model"},
+    {"smoke", "boolean", false, "a tiny subset and model, 3 epochs at most: seconds"},
+  }}, arg)
 if o.smoke then
   o.hidden, o.layers, o.emb, o.chunk, o.streams, o.partition, o.lr = 24, 2, 8, 20, 4, 1, 1e-2
-  o.epochs = math.min(o.epochs, 3)
+  o.num_epochs = math.min(o.num_epochs, 3)
 end
-for _, k in ipairs{"epochs", "hidden", "layers", "emb", "chunk", "streams", "partition",
+for _, k in ipairs{"num_epochs", "hidden", "layers", "emb", "chunk", "streams", "partition",
                    "threads"} do
-  if math.type(o[k]) ~= "integer" or o[k] < 1 then
-    error(string.format("char_lm: --%s must be a positive integer, got %s", k, tostring(o[k])), 0)
-  end
+  if o[k] < 1 then error(string.format("++%s: must be positive, got %d", k, o[k]), 0) end
 end
 rl.set_num_threads(o.threads)
 
@@ -205,7 +198,7 @@ local config = {
   newbob_relative_error_threshold = -0.01, newbob_learning_rate_decay = 0.7,
   model = model, seed = o.seed, log_verbosity = 1,
   -- the epochs are the loop's below: a run starts afresh and replaces an earlier run's
-  -- checkpoints in --out, where rl.train alone would continue from them
+  -- checkpoints in ++out, where rl.train alone would continue from them
   overwrite = true,
 }
 
@@ -217,7 +210,7 @@ print(string.format("char_lm: %d characters, embedding %d, %d x LSTM %d, chunks 
   .. "streams, epoch = 1/%d of the train chapters", V, o.emb, o.layers, o.hidden, o.chunk,
   o.streams, o.partition))
 local epoch_time = 0
-for epoch = 1, o.epochs do
+for epoch = 1, o.num_epochs do
   -- stop when another epoch as long as the last one would overrun the budget
   if epoch > 1 and rl.clock() - t0 + epoch_time > o.minutes * 60 then break end
   local te = rl.clock()

@@ -1,5 +1,7 @@
 -- A tour of rnnlua's tensors, run by `make demo`. Each step prints what it does; open the
 -- REPL (`./rnnlua`) to try the same lines interactively.
+require("rnnlua.cli").parse({usage = "rnnlua recipes/demo.lua",
+  about = "A tour of rnnlua's tensors (make demo); it takes no options."}, arg)
 local function step(title) print("\n== " .. title) end
 
 step("tensors from Lua tables, float32 on the CPU")

@@ -8,18 +8,18 @@
 -- BLSTM layer under the softmax, epoch 2 adds the second (its parameters copied over);
 -- `++pretrain false` trains both layers from the start.
 --
---   ./rnnlua recipes/fashion_mnist_blstm.lua [layers=N] [++key value ...]   (N BLSTM layers,
---                                                                             default 2)
+--   ./rnnlua recipes/fashion_mnist_blstm.lua [++layers N] [++key value ...]   (N BLSTM layers,
+--                                                                              default 2)
 local t0 = rl.clock()
+local opt, argv = require("rnnlua.cli").parse({
+  usage = "rnnlua recipes/fashion_mnist_blstm.lua [++key value ...]",
+  about = "Fashion-MNIST read row by row by a BLSTM (the MDLSTM recipe's baseline).",
+  options = {{"layers", "integer", 2, "BLSTM layers"}}, train = true}, arg)
 local out = "out/fashion_mnist"
 local data = dofile("recipes/fashion_mnist_data.lua")(out)
 
-local depth = 2
-for _, a in ipairs(arg or {}) do
-  local n = tostring(a):match("^layers=(%d+)$")
-  if n then depth = math.tointeger(tonumber(n)) end
-end
-if depth < 1 then error("fashion_mnist_blstm: layers=N needs N >= 1", 0) end
+local depth = opt.layers
+if depth < 1 then error("++layers: needs N >= 1", 0) end
 local network, prev = {}, "data"
 for i = 1, depth do
   network["fw" .. i] = {class = "lstm", n_out = 64, from = prev}
@@ -28,7 +28,7 @@ for i = 1, depth do
 end
 network.output = {class = "softmax", loss = "ce", target = "classes", from = prev}
 
-local r = rl.train{
+local r = rl.train({
   network = network,
   train = {class = "hdf", files = {data.train_rows}, seq_ordering = "random", seed = 1},
   dev = {class = "hdf", files = {data.test_rows}},
@@ -44,7 +44,7 @@ local r = rl.train{
   num_threads = 2,
   seed = 1,
   pretrain = "default",
-}
+}, argv)
 
 -- image accuracy on the test set: argmax of the summed log posteriors of the rows
 local net, ds = r.net, rl.dataset{class = "hdf", files = {data.test_rows}}

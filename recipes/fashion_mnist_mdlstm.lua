@@ -18,10 +18,13 @@
 -- epochs 1-4, 14.2 min of training in all (110 s per epoch on a quiet machine, 230-265 s with
 -- other jobs on the cores). The row BLSTM baseline reached 88.9% after 6 epochs (6.0 min).
 local t0 = rl.clock()
+local _, argv = require("rnnlua.cli").parse({
+  usage = "rnnlua recipes/fashion_mnist_mdlstm.lua [++key value ...]",
+  about = "Fashion-MNIST classified by an MDLSTM network.", train = true}, arg)
 local out = "out/fashion_mnist"
 local data = dofile("recipes/fashion_mnist_data.lua")(out)
 
-local r = rl.train{
+local r = rl.train({
   network = {
     conv1 = {class = "conv2d", n_out = 32, filter_size = {3, 3}, activation = "relu"},
     pool1 = {class = "pool2d", mode = "max", pool_size = {2, 2}, from = "conv1"},
@@ -46,7 +49,7 @@ local r = rl.train{
   log_verbosity = 2,
   num_threads = 2,
   seed = 1,
-}
+}, argv)
 
 local train_time = 0
 for _, h in ipairs(r.history) do train_time = train_time + h.time end

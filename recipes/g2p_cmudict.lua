@@ -2,9 +2,9 @@
 -- with an attention encoder-decoder (a rec layer) trained by teacher forcing and decoded with
 -- beam search.
 --
---   rnnlua recipes/g2p_cmudict.lua [--smoke] [--minutes M] [--epochs N] [--hidden H] [--emb E]
---                                  [--dropout P] [--beam K] [--batch B] [--lr R] [--threads N]
---                                  [--seed S] [--out DIR]
+--   rnnlua recipes/g2p_cmudict.lua [++smoke] [++minutes M] [++num_epochs N] [++hidden H] [++emb E]
+--                                  [++dropout P] [++beam K] [++batch B] [++lr R] [++threads N]
+--                                  [++seed S] [++out DIR]     (--help: every option)
 --
 -- Data: cmudict-0.4.out of Debian's festlex-cmu (/usr/share/festival/dicts/cmu; installed with
 -- apt-get when missing), ~106k entries ("word" pos (((syllable phonemes) stress) ...)).
@@ -20,7 +20,7 @@
 -- context, additive attention over the encoder, a tanh readout (H) from state and context, dropout
 -- P = 0.25 (inverted, training only) on the encoder's output and on the readout (with H = 128 and
 -- no dropout the model overfits after 10 of 28 minutes; H = 256 with dropout goes on improving:
--- docs/recipes.md; `--dropout 0` builds the network without the layers), a softmax over phonemes +
+-- docs/recipes.md; `++dropout 0` builds the network without the layers), a softmax over phonemes +
 -- end-of-sequence (label 0) with the CE loss, and a choice (teacher forcing in training, beam
 -- search at test time, max_seq_len = T + 5). Adam, learning rate 1e-3 halved when the dev score
 -- stops improving, as RETURNN's newbob does: the score is the dev subset's cross entropy per
@@ -31,37 +31,33 @@
 --
 -- Prints per epoch the training loss per phoneme, dev PER (greedy, on a dev subset) and time,
 -- then `test PER X% WER Y%` (beam search): PER = edit distance / reference phonemes, WER =
--- words with any error. --smoke: a tiny subset (256 train words) and model, 4 epochs, seconds
+-- words with any error. ++smoke: a tiny subset (256 train words) and model, 4 epochs, seconds
 -- (run by make test, tests/sh/test_g2p_smoke.sh).
 --
--- Files in --out DIR (default out/g2p): net.h5 the trained model, test.h5 the test words (letters
+-- Files in ++out DIR (default out/g2p): net.h5 the trained model, test.h5 the test words (letters
 -- as sparse inputs, the word as tag), test_hyp.h5 the search task's output on them (rl.search:
 -- the best phonemes, scores, the n-best and the attention weights of each word), so that
---   rnnlua recipes/forward.lua search=true model=DIR/net.h5 data=DIR/test.h5 output=hyp.h5 beam=8
---   rnnlua plot DIR/test_hyp.h5 --heatmap attention --seq N
+--   rnnlua search ++model DIR/net.h5 ++data DIR/test.h5 ++output hyp.h5 ++beam 8
+--   rnnlua plot DIR/test_hyp.h5 ++heatmap attention ++seq N
 -- search again or draw where the decoder looked.
-local args = {...}
-local o = {minutes = 25, epochs = 1000, hidden = 256, emb = 32, beam = 4, batch = 64, threads = 2,
-  seed = 1, lr = 1e-3, dropout = 0.25, smoke = false, out = "out/g2p"}
-local i = 1
-while i <= #args do
-  local a = args[i]
-  if a == "--smoke" then
-    o.smoke = true
-  elseif a == "--out" and args[i + 1] then
-    o.out = args[i + 1]
-    i = i + 1
-  elseif a:sub(1, 2) == "--" and args[i + 1] then
-    local k = a:sub(3)
-    if o[k] == nil then error("g2p: unknown option " .. a, 0) end
-    o[k] = tonumber(args[i + 1]) or error("g2p: " .. a .. " needs a number", 0)
-    i = i + 1
-  else
-    error("g2p: unknown argument " .. a, 0)
-  end
-  i = i + 1
-end
-if o.smoke then o.hidden, o.emb, o.minutes, o.epochs, o.beam, o.lr = 16, 8, 5, 4, 2, 1e-2 end
+local o = require("rnnlua.cli").parse({
+  usage = "rnnlua recipes/g2p_cmudict.lua [++key value ...]",
+  about = "Grapheme-to-phoneme conversion with attention on CMUdict (recipes/g2p_cmudict.lua).",
+  options = {
+    {"minutes", "number", 25, "training budget"},
+    {"num_epochs", "integer", 1000, "epochs at most"},
+    {"hidden", "integer", 256, "LSTM units (encoder per direction, decoder)"},
+    {"emb", "integer", 32, "letter and phoneme embedding size"},
+    {"dropout", "number", 0.25, "dropout on the encoder output and the readout (0: none)"},
+    {"beam", "integer", 4, "beam size of the test search"},
+    {"batch", "integer", 64, "words per batch"},
+    {"lr", "number", 1e-3, "Adam's initial learning rate"},
+    {"threads", "integer", 2, "CPU threads"},
+    {"seed", "integer", 1, "random seed"},
+    {"out", "string", "out/g2p", "directory of the model and the search output"},
+    {"smoke", "boolean", false, "a tiny subset and model, 4 epochs: seconds"},
+  }}, arg)
+if o.smoke then o.hidden, o.emb, o.minutes, o.num_epochs, o.beam, o.lr = 16, 8, 5, 4, 2, 1e-2 end
 rl.set_num_threads(o.threads)
 rl.manual_seed(o.seed)
 math.randomseed(o.seed)
@@ -216,7 +212,7 @@ end
 ---------------------------------------------------------------------------- model
 
 local H, E, P = o.hidden, o.emb, o.dropout
-if not (P >= 0 and P < 1) then error("g2p: --dropout must lie in [0, 1)", 0) end
+if not (P >= 0 and P < 1) then error("++dropout: must lie in [0, 1)", 0) end
 local desc = {
   emb_in = {class = "embedding", from = "data", n_out = E},
   fw = {class = "lstm", from = "emb_in", n_out = H},
@@ -314,7 +310,7 @@ while not stop do
   elseif not o.smoke and lr_epochs >= 2 and lr > o.lr / 64 then
     lr, lr_epochs = lr / 2, 0
   end
-  if epoch >= o.epochs then stop = true end
+  if epoch >= o.num_epochs then stop = true end
 end
 local train_min, cpu_min = (rl.clock() - t0) / 60, (os.clock() - c0) / 60
 

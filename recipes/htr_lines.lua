@@ -2,11 +2,12 @@
 -- a conv/MDLSTM/BLSTM network trained with CTC on the CPU (after RETURNN's IAM setups).
 -- Goal: test CER <= 5% within 30 minutes of training on 2 cores.
 --
---   ./rnnlua recipes/htr_lines.lua [minutes=30] [epochs=N] [out=out/htr_lines] [++key value ...]
---   ./rnnlua recipes/htr_lines.lua smoke [out=DIR]     a handful of lines, a tiny network, seconds
---   ./rnnlua recipes/htr_lines.lua score=out/htr_lines/model/net.008.h5   only scores a checkpoint
---   ./rnnlua recipes/htr_lines.lua from=out/htr_lines/model/net.004.h5 minutes=20   trains on
---   ./rnnlua recipes/htr_lines.lua augment=0   trains without the augmentation on the fly
+--   ./rnnlua recipes/htr_lines.lua [++minutes 30] [++num_epochs N] [++out out/htr_lines] [++key v]
+--   ./rnnlua recipes/htr_lines.lua ++smoke [++out DIR]  a handful of lines, a tiny network, seconds
+--   ./rnnlua recipes/htr_lines.lua ++score out/htr_lines/model/net.008.h5  only scores a checkpoint
+--   ./rnnlua recipes/htr_lines.lua ++load out/htr_lines/model/net.004.h5 ++minutes 20  trains on
+--   ./rnnlua recipes/htr_lines.lua ++augment 0   trains without the augmentation on the fly
+--   ./rnnlua recipes/htr_lines.lua --help   every option
 --
 -- Data (recipes/htr_lines_data.lua, converted once to out/htr_lines/data; 6 minutes on the
 -- loaded machine): 16000 training, 300 dev and 1000 test lines of 4..32 characters, each drawn
@@ -24,13 +25,13 @@
 -- augmented on the fly (slant, size, rotation, elastic, stroke width, masks: AUGMENT in
 -- recipes/htr_lines_data.lua; dev, test and the held-out font are not augmented); the dev label
 -- error rate is the engine's, after each sub-epoch. Training stops at the first sub-epoch end
--- after which another would overrun `minutes` (or after `epochs`); then the last model is
+-- after which another would overrun ++minutes (or after ++num_epochs); then the last model is
 -- scored on the test lines and on the held-out font with best-path decoding, and with prefix
 -- beam search (beam 8) fused with a character n-gram LM:
 --   test CER X% (with LM Y%)            (edit distance / reference characters, 1000 test lines)
 --   held-out font CER X% (with LM Y%)   (the same texts in the held-out font)
 --
--- The LM (lm= order, default 5; lm=0: none): an interpolated Witten-Bell character n-gram
+-- The LM (++lm order, default 5; ++lm 0: none): an interpolated Witten-Bell character n-gram
 -- (rl.ngram_estimate, ARPA, written once to out/htr_lines/data/lm<order>.arpa) of the corpus
 -- lines after the first n_test + n_dev of recipes/htr_lines_data.lua's seeded order: the test
 -- texts (which are also the held-out font's texts) and the dev texts are those first lines, so
@@ -39,24 +40,23 @@
 -- insertion bonus are chosen on the dev lines (a grid of weights x bonuses, lowest dev CER).
 --
 -- Measured (2 cores, quiet; docs/recipes.md): 15 sub-epochs in the 21-minute budget
--- (minutes=21): test CER 4.11%, held-out font CER 20.88%.
+-- (++minutes 21): test CER 4.11%, held-out font CER 20.88%.
 local t_start = rl.clock()
 local D = dofile("recipes/htr_lines_data.lua")
 
-local opt = {out = "out/htr_lines", minutes = 30, epochs = 1000, score = "", from = "",
-  augment = 1, lm = 5}
-for _, a in ipairs(arg) do
-  local k, v = a:match("^(%a+)=(.*)$")
-  if a == "smoke" then
-    opt.smoke = true
-  elseif k and opt[k] ~= nil then
-    opt[k] = tonumber(v) or v
-  elseif k then
-    error(string.format("htr_lines: unknown option '%s' (minutes=, epochs=, out=, score=, from=, "
-      .. "augment=, lm=, smoke)", k), 0)
-  end
-end
-if opt.smoke and opt.from == "" then opt.epochs = 1 end
+local SE = dofile("recipes/sub_epochs.lua")
+local options = {
+  {"out", "string", "out/htr_lines", "directory of the data, the model and its log"},
+  {"smoke", "boolean", false, "a handful of lines, a tiny network, one sub-epoch: seconds"},
+  {"augment", "integer", 1, "1: augmentation on the fly in training, 0: none"},
+  {"lm", "integer", 5, "order of the character n-gram LM fused in beam search (0: no LM)"},
+}
+table.move(SE.OPTIONS, 1, #SE.OPTIONS, #options + 1, options)
+local opt, argv = require("rnnlua.cli").parse({
+  usage = "rnnlua recipes/htr_lines.lua [++key value ...]",
+  about = "Handwritten text lines read by conv/MDLSTM/BLSTM with CTC (recipes/htr_lines.lua).",
+  options = options, train = true}, arg)
+if opt.smoke and opt.load == "" then opt.num_epochs = 1 end
 
 local sizes = opt.smoke and D.SMOKE or {n_train = 16000, n_dev = 300, n_test = 1000}
 local info = D.prepare(opt.out .. "/data", sizes)
@@ -114,7 +114,7 @@ local config = {
 
 -- One rl.train call per sub-epoch, each resuming from the last one's checkpoint (bit-exact on
 -- the CPU), so that training can stop on the clock between sub-epochs.
-local r, history, train_time = dofile("recipes/sub_epochs.lua").run("htr_lines", config, arg, opt)
+local r, history, train_time = SE.run("htr_lines", config, argv, opt)
 
 -- The character LM's ARPA file (made once per order and corpus size), or nil for lm=0.
 local function char_lm()

@@ -54,7 +54,7 @@ M.HELD_OUT = "rufscript"
 -- sub-epoch; lua/rnnlua/augment.lua): a slant of up to +-0.3 (about 17 degrees), size +-10%,
 -- rotation up to +-1 degree, a gentle elastic distortion, strokes a pixel thicker or thinner on
 -- a third of the lines, and SpecAugment's masks kept narrower than a character (the image's
--- height as its frequency axis). The recipe trains with it unless augment=0.
+-- height as its frequency axis). The recipe trains with it unless ++augment 0.
 M.AUGMENT = {
   affine = {p = 0.8, shear = 0.3, scale = 0.1, rotate = 1},
   elastic = {p = 0.5, alpha = 1, sigma = 5},

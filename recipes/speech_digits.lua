@@ -3,11 +3,12 @@
 -- characters. Goals: test WER <= 5% on held-out voices within 30 minutes of training on 2 cores;
 -- the Flite synthesizer, which no training utterance comes from, scored apart.
 --
---   ./rnnlua recipes/speech_digits.lua [minutes=30] [epochs=N] [out=out/speech_digits] [++key v]
---   ./rnnlua recipes/speech_digits.lua smoke [out=DIR]   a few utterances, a tiny network, seconds
---   ./rnnlua recipes/speech_digits.lua score=out/speech_digits/model/net.008.h5   only scores
---   ./rnnlua recipes/speech_digits.lua from=out/speech_digits/model/net.004.h5 minutes=10
---   ./rnnlua recipes/speech_digits.lua augment=0   trains without the augmentation on the fly
+--   ./rnnlua recipes/speech_digits.lua [++minutes 30] [++num_epochs N] [++out DIR] [++key v]
+--   ./rnnlua recipes/speech_digits.lua ++smoke [++out DIR]  a few utterances, a tiny network
+--   ./rnnlua recipes/speech_digits.lua ++score out/speech_digits/model/net.008.h5  only scores
+--   ./rnnlua recipes/speech_digits.lua ++load out/speech_digits/model/net.004.h5 ++minutes 10
+--   ./rnnlua recipes/speech_digits.lua ++augment 0   trains without the augmentation on the fly
+--   ./rnnlua recipes/speech_digits.lua --help   every option
 --
 -- Data (recipes/speech_digits_data.lua, made once in out/speech_digits/data): 12000 training and
 -- 300 dev utterances of 1..7 digits, 70% in 90 espeak-ng voice variants x 8 English accents and
@@ -41,20 +42,19 @@
 local t_start = rl.clock()
 local D = dofile("recipes/speech_digits_data.lua")
 
-local opt = {out = "out/speech_digits", minutes = 30, epochs = 1000, score = "", from = "",
-  n_train = 12000, augment = 1}
-for _, a in ipairs(arg) do
-  local k, v = a:match("^([%a_]+)=(.*)$")
-  if a == "smoke" then
-    opt.smoke = true
-  elseif k and opt[k] ~= nil then
-    opt[k] = tonumber(v) or v
-  elseif k then
-    error(string.format("speech_digits: unknown option '%s' (minutes=, epochs=, out=, score=, " ..
-      "from=, n_train=, augment=, smoke)", k), 0)
-  end
-end
-if opt.smoke and opt.from == "" then opt.epochs = 1 end
+local SE = dofile("recipes/sub_epochs.lua")
+local options = {
+  {"out", "string", "out/speech_digits", "directory of the data, features, model and log"},
+  {"smoke", "boolean", false, "a few utterances, a tiny network, one sub-epoch: seconds"},
+  {"augment", "integer", 1, "1: augmentation on the fly in training, 0: none"},
+  {"n_train", "integer", 12000, "training utterances synthesized"},
+}
+table.move(SE.OPTIONS, 1, #SE.OPTIONS, #options + 1, options)
+local opt, argv = require("rnnlua.cli").parse({
+  usage = "rnnlua recipes/speech_digits.lua [++key value ...]",
+  about = "Spoken digit strings recognized by a BLSTM with CTC (recipes/speech_digits.lua).",
+  options = options, train = true}, arg)
+if opt.smoke and opt.load == "" then opt.num_epochs = 1 end
 
 local data_dir = opt.out .. (opt.smoke and "/smoke_data" or "/data")
 local info = D.prepare(data_dir, opt.smoke and D.SMOKE or {n_train = opt.n_train})
@@ -106,8 +106,7 @@ local config = {
   seed = 1,
 }
 
-local r, history, train_time =
-  dofile("recipes/sub_epochs.lua").run("speech_digits", config, arg, opt)
+local r, history, train_time = SE.run("speech_digits", config, argv, opt)
 
 -- Word and character error rates of a dataset with best-path decoding.
 local function score(net, ds)

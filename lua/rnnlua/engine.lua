@@ -116,57 +116,77 @@ local ahead_lr -- defined with the loop
 
 ---------------------------------------------------------------------------- configuration
 
-local function parse_value(s)
-  if s == "true" then return true end
-  if s == "false" then return false end
-  if s == "nil" then return nil end
-  local n = math.tointeger(tonumber(s)) or tonumber(s)
-  if n ~= nil then return n end
-  return s
+local copy_table = require("rnnlua.util").copy
+local cli = require("rnnlua.cli")
+
+local function is_key(k)
+  return type(k) == "string" and (KEYS[k] ~= nil or is_lr_key(k))
+end
+M.is_key = is_key
+
+-- The names of KEYS and of the lr control's options, sorted.
+function M.known_keys()
+  local keys = require("rnnlua.util").sorted_keys(KEYS)
+  for _, o in ipairs(rl.lr_control_options) do
+    if KEYS[o] == nil then keys[#keys + 1] = o end
+  end
+  table.sort(keys)
+  return keys
 end
 
-local copy_table = require("rnnlua.util").copy
-
--- The ++key value pairs of argv (a list) applied to cfg.
+-- The ++key value pairs of argv (a list of strings, cli.overrides) applied to cfg.
 local function apply_overrides(cfg, argv)
-  if type(argv) ~= "table" then return end
-  local i = 1
-  while argv[i] ~= nil do
-    local a = argv[i]
-    if type(a) == "string" and a:sub(1, 2) == "++" then
-      local key = a:sub(3)
-      if key == "" then fail("override '++' lacks a key name") end
-      if argv[i + 1] == nil then fail("override ++%s lacks a value", key) end
-      local path = {}
-      if key:find("^%.") or key:find("%.$") or key:find("%.%.") then
-        fail("override ++%s: a key part is empty", key)
+  for _, o in ipairs(cli.overrides(argv, is_key, KEYS)) do
+    local t, path = cfg, o.path
+    for j = 1, #path - 1 do
+      local sub = t[path[j]]
+      if sub == nil then sub = {} end
+      if type(sub) ~= "table" then
+        fail("override ++%s: '%s' is a %s, not a table", o.key,
+          table.concat(path, ".", 1, j), type(sub))
       end
-      -- ++train.files.1 sets the list entry files[1], not a key "1" nothing reads
-      for part in key:gmatch("[^.]+") do
-        path[#path + 1] = part:match("^%d+$") and math.tointeger(tonumber(part)) or part
-      end
-      if KEYS[path[1]] == nil and not is_lr_key(path[1]) then
-        fail("unknown config key '%s' (from ++%s)", path[1], key)
-      end
-      local t = cfg
-      for j = 1, #path - 1 do
-        local sub = t[path[j]]
-        if sub == nil then sub = {} end
-        if type(sub) ~= "table" then
-          fail("override ++%s: '%s' is a %s, not a table", key,
-            table.concat(path, ".", 1, j), type(sub))
-        end
-        -- a plain table is copied so that the recipe's own config is not changed
-        if getmetatable(sub) == nil then sub = copy_table(sub) end
-        t[path[j]] = sub
-        t = sub
-      end
-      t[path[#path]] = parse_value(argv[i + 1])
-      i = i + 2
-    else
-      i = i + 1
+      -- a plain table is copied so that the recipe's own config is not changed
+      if getmetatable(sub) == nil then sub = copy_table(sub) end
+      t[path[j]] = sub
+      t = sub
     end
+    t[path[#path]] = o.value
   end
+end
+
+-- `--help` among the arguments of rl.train: the config keys, with this config's values.
+local function print_help(config)
+  local script = type(_G.arg) == "table" and _G.arg[0] or "SCRIPT"
+  local lines = {string.format("usage: rnnlua %s [++key value ...]", script),
+    "rl.train's config keys (nested with dots: ++train.num_seqs 100; docs/training.md), with "
+    .. "this run's values:"}
+  local keys = M.known_keys()
+  for k in pairs(config) do
+    if type(k) == "string" and KEYS[k] == nil then keys[#keys + 1] = k end
+  end
+  for _, k in ipairs(keys) do
+    local v = config[k]
+    if v == nil and KEYS[k] ~= false then v = KEYS[k] end
+    local shown = type(v) == "table" and "{...}" or type(v) == "function" and "(a function)"
+      or v ~= nil and tostring(v) or ""
+    lines[#lines + 1] = string.format("  ++%-32s %s", k, shown ~= "" and "[" .. shown .. "]" or "")
+  end
+  io.stdout:write(table.concat(lines, "\n"), "\n")
+  io.stdout:flush()
+  os.exit(0, true)
+end
+
+-- The global `arg` as overrides: without a script its positive entries are the interpreter's
+-- own options (-e CODE ...), not arguments for rl.train.
+local function script_args()
+  local a = _G.arg
+  if type(a) ~= "table" then return {} end
+  if a[-1] == nil and type(a[1]) == "string" and a[1]:match("^%-") and not a[1]:match("^%+%+") then
+    return {}
+  end
+  local list = {}
+  for i = 1, #a do list[i] = a[i] end
+  return list
 end
 
 -- The network description with label_smoothing = eps on every softmax layer with loss "ce"
@@ -197,10 +217,16 @@ end
 
 local function check_config(config, argv)
   if type(config) ~= "table" then fail("expects a config table, got %s", type(config)) end
+  if type(argv) ~= "table" then fail("argv must be a list of strings, got %s", type(argv)) end
+  for _, a in ipairs(argv) do
+    if a == "--help" or a == "-h" then print_help(config) end
+  end
   local cfg = copy_table(config)
   for k in pairs(cfg) do
     if type(k) ~= "string" or (KEYS[k] == nil and not is_lr_key(k)) then
-      fail("unknown config key '%s'", tostring(k))
+      local near = type(k) == "string" and cli.closest(k, M.known_keys())
+      fail("unknown config key '%s'%s", tostring(k),
+        near and " (did you mean " .. near .. "?)" or "")
     end
   end
   apply_overrides(cfg, argv)
@@ -547,7 +573,7 @@ local function train_epoch(ctx, epoch)
 end
 
 function M.train(config, argv)
-  if argv == nil then argv = _G.arg end
+  if argv == nil then argv = script_args() end
   local cfg = check_config(config, argv)
   -- a world of several processes (mpirun): rnnlua.dist; only rank 0 writes files and the log
   local dist = distmod.setup(cfg)

@@ -37,8 +37,8 @@
 -- search = true runs rl.search (lua/rnnlua/search.lua: beam search through a rec layer's
 -- choice) with the other keys instead.
 --
--- From the shell: rnnlua recipes/forward.lua model=out/net.010.h5 data=dev.h5 layer=output
--- output=fwd.h5  (or rnnlua -e 'rl.forward{...}').
+-- From the shell: rnnlua forward ++model out/net.010.h5 ++data dev.h5 ++layer output
+-- ++output fwd.h5  (lua/rnnlua/tools.lua; or rnnlua -e 'rl.forward{...}').
 local M = {}
 local rl -- the module table, set by install
 local checkpoint = require("rnnlua.checkpoint")

@@ -87,6 +87,8 @@ M.sections = {
     {"rl.set_rng_state", "rl.set_rng_state(state)", "Restores a state of get_rng_state."},
   }},
   {"Files and datasets", {
+    {"rl.json_decode", "rl.json_decode(text [, name]) -> value", "JSON read by jansson into Lua "
+      .. "values (objects as tables, null as rl.json_null); errors name `name`, the line and column."},
     {"rl.save", "rl.save(path, {name = tensor, ...})",
       "Tensors into an HDF5 file (written to a temporary file, then renamed)."},
     {"rl.load", "rl.load(path [, name])", "Every tensor of an HDF5 file, or the one named."},

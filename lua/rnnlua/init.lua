@@ -145,6 +145,7 @@ require("rnnlua.lm").install(rl)        -- language models for decoding (lm = {.
 require("rnnlua.ctc").install(rl)       -- rl.ctc_decode
 require("rnnlua.score").install(rl)     -- rl.scorer, rl.ctc_score (CER, WER, PER)
 require("rnnlua.search").install(rl)    -- rl.search (beam search over a dataset)
+require("rnnlua.config").install(rl)    -- config files of rnnlua train (Lua, RETURNN JSON)
 require("rnnlua.tools").install(rl)     -- rl.tools: info, dump-data, compare, plot
 require("rnnlua.sample").install(rl)    -- rl.sample: text from a character language model
 

@@ -271,7 +271,7 @@ end
 function LuaLayer:init_params()
   for _, s in ipairs(self.specs) do
     local v = self.inst.params[s.name]
-    if not v then fail("layer '%s': init_params before bind", self.name) end
+    if not v then fail("layer '%s' (class %s): init_params before bind", self.name, self.class) end
     if s.init == "ones" then
       v:fill_(1)
     else

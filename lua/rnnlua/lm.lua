@@ -205,7 +205,8 @@ function M.neural_step(r, V, blank)
     if any then
       local ix, states = rl.tensor(idx, "int32"), {}
       for k, b in ipairs(bank) do
-        states[k] = {h = b.h:index_select(1, ix), c = b.c and b.c:index_select(1, ix)}
+        states[k] = {}
+        for j, t in ipairs(b) do states[k][j] = t:index_select(1, ix) end
       end
       net:set_carried_state(states, n)
     end
@@ -215,18 +216,16 @@ function M.neural_step(r, V, blank)
     local lp = y:double():clamp(1e-30, 1):log():index_select(2, colidx):contiguous()
     for k, st in ipairs(net:carried_state()) do
       local b = bank[k]
-      if not b or b.h:size(1) < count + n then
+      if not b or b[1]:size(1) < count + n then
         local cap = math.max(64, 2 * (count + n))
-        local nb = {h = rl.zeros({cap, st.h:size(2)}, st.h:dtype())}
-        if st.c then nb.c = rl.zeros({cap, st.c:size(2)}, st.c:dtype()) end
-        if b and count > 0 then
-          nb.h:narrow(1, 1, count):copy_(b.h:narrow(1, 1, count))
-          if nb.c then nb.c:narrow(1, 1, count):copy_(b.c:narrow(1, 1, count)) end
+        local nb = {}
+        for j, t in ipairs(st) do
+          nb[j] = rl.zeros({cap, t:size(2)}, t:dtype())
+          if b and count > 0 then nb[j]:narrow(1, 1, count):copy_(b[j]:narrow(1, 1, count)) end
         end
         bank[k], b = nb, nb
       end
-      b.h:narrow(1, count + 1, n):copy_(st.h)
-      if st.c then b.c:narrow(1, count + 1, n):copy_(st.c) end
+      for j, t in ipairs(st) do b[j]:narrow(1, count + 1, n):copy_(t) end
     end
     local ids = {}
     for i = 1, n do ids[i] = count + i - 1 end

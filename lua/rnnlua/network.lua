@@ -109,6 +109,7 @@ end
 
 local util = require("rnnlua.util")
 local sorted_keys = util.sorted_keys
+local where = util.layer_where
 
 local function is_int(v) return math.type(v) == "integer" or (type(v) == "number" and v == math.floor(v)) end
 
@@ -149,11 +150,12 @@ local function froms_of(name, d)
   if f == nil then return {"data"} end
   if type(f) == "string" then return {f} end
   if type(f) ~= "table" or #f == 0 then
-    fail("layer '%s': from must be a layer or input name or a non-empty list of them", name)
+    fail("%s: from must be a layer or input name or a non-empty list of them", where(name, d.class))
   end
   local list = {}
   for i, s in ipairs(f) do
-    if type(s) ~= "string" then fail("layer '%s': from[%d] must be a name, got %s", name, i, type(s)) end
+    if type(s) ~= "string" then fail("%s: from[%d] must be a name, got %s",
+      where(name, d.class), i, type(s)) end
     list[i] = s
   end
   return list
@@ -175,14 +177,14 @@ local function topological_order(desc, ext, roots)
       for i, n in ipairs(stack) do if n == name then start = i end end
       for i = start, #stack do path[#path + 1] = stack[i] end
       path[#path + 1] = name
-      fail("layer '%s': cycle in from: %s", name, table.concat(path, " -> "))
+      fail("%s: cycle in from: %s", where(name, desc[name].class), table.concat(path, " -> "))
     end
     state[name] = "active"
     stack[#stack + 1] = name
     for _, src in ipairs((sources_of(desc, name, desc[name]))) do
       if ext[src] == nil then
         if desc[src] == nil then
-          fail("layer '%s': unknown from '%s' (layers: %s; inputs: %s)", name, src,
+          fail("%s: unknown from '%s' (layers: %s; inputs: %s)", where(name, desc[name].class), src,
             table.concat(sorted_keys(desc), ", "), table.concat(sorted_keys(ext), ", "))
         end
         visit(src)
@@ -199,14 +201,16 @@ end
 -- A loss layer's target: checked before the layer is made, since without n_out the layer takes
 -- its size from the target's dim (an unknown target must not read as "missing option n_out").
 local function check_target(name, d, ext)
-  if type(d.loss) ~= "string" then fail("layer '%s': loss must be a string", name) end
+  if type(d.loss) ~= "string" then fail("%s: loss must be a string", where(name, d.class)) end
   if d.target == nil then
-    fail("layer '%s': loss '%s' needs a target (one of the extern_data keys: %s)", name, d.loss,
+    fail("%s: loss '%s' needs a target (one of the extern_data keys: %s)",
+      where(name, d.class), d.loss,
       table.concat(sorted_keys(ext), ", "))
   end
   local t = type(d.target) == "string" and ext[d.target]
   if not t then
-    fail("layer '%s': target '%s' is not in extern_data (keys: %s)", name, tostring(d.target),
+    fail("%s: target '%s' is not in extern_data (keys: %s)",
+      where(name, d.class), tostring(d.target),
       table.concat(sorted_keys(ext), ", "))
   end
   return t
@@ -216,7 +220,8 @@ local function check_loss(node, d, ext)
   local name, layer = node.name, node.layer
   if d.loss == nil then
     if d.target ~= nil and (type(d.target) ~= "string" or not ext[d.target]) then
-      fail("layer '%s': target '%s' is not in extern_data (keys: %s)", name, tostring(d.target),
+      fail("%s: target '%s' is not in extern_data (keys: %s)",
+        where(name, d.class), tostring(d.target),
         table.concat(sorted_keys(ext), ", "))
     end
     return
@@ -226,42 +231,47 @@ local function check_loss(node, d, ext)
   -- from checkpoints)
   local ls = d.loss_scale
   if ls ~= nil and (type(ls) ~= "number" or ls ~= ls or ls == math.huge or ls == -math.huge) then
-    fail("layer '%s': loss_scale must be a finite number, got %s", name, tostring(ls))
+    fail("%s: loss_scale must be a finite number, got %s", where(name, d.class), tostring(ls))
   end
   node.loss, node.target, node.loss_scale = d.loss, d.target, d.loss_scale or 1
   if d.loss == "ce" then
     if d.class ~= "softmax" or not layer.is_loss then
-      fail("layer '%s': loss 'ce' needs a softmax layer (this one is class %s)", name, d.class)
+      fail("%s: loss 'ce' needs a softmax layer (this one is class %s)",
+        where(name, d.class), d.class)
     end
     if not t.sparse then
-      fail("layer '%s': loss 'ce' needs a sparse target, extern_data '%s' is dense", name, d.target)
+      fail("%s: loss 'ce' needs a sparse target, extern_data '%s' is dense",
+        where(name, d.class), d.target)
     end
     node.loss_kind = "layer"
   elseif d.loss == "ctc" then
     if d.class ~= "softmax" or not layer.is_loss then
-      fail("layer '%s': loss 'ctc' needs a softmax layer (this one is class %s)", name, d.class)
+      fail("%s: loss 'ctc' needs a softmax layer (this one is class %s)",
+        where(name, d.class), d.class)
     end
     if not t.sparse then
-      fail("layer '%s': loss 'ctc' needs a sparse target (label sequences), extern_data '%s' "
-        .. "is dense", name, d.target)
+      fail("%s: loss 'ctc' needs a sparse target (label sequences), extern_data '%s' "
+        .. "is dense", where(name, d.class), d.target)
     end
     if t.dim + 1 ~= layer.n_out then
-      fail("layer '%s': loss 'ctc': target '%s' has %d labels, so the layer's n_out must be %d "
-        .. "(the labels and the blank), got %d", name, d.target, t.dim, t.dim + 1, layer.n_out)
+      fail("%s: loss 'ctc': target '%s' has %d labels, so the layer's n_out must be %d "
+        .. "(the labels and the blank), got %d",
+          where(name, d.class), d.target, t.dim, t.dim + 1, layer.n_out)
     end
     node.loss_kind, node.ctc = "layer", true
     return
   elseif d.loss == "mse" then
     if t.sparse then
-      fail("layer '%s': loss 'mse' needs a dense target, extern_data '%s' is sparse", name,
+      fail("%s: loss 'mse' needs a dense target, extern_data '%s' is sparse", where(name, d.class),
         d.target)
     end
     node.loss_kind = layer.is_loss and "layer" or "mse"
   else
-    fail("layer '%s': unknown loss '%s' (known: ce, ctc, mse)", name, d.loss)
+    fail("%s: unknown loss '%s' (known: ce, ctc, mse)", where(name, d.class), d.loss)
   end
   if t.dim ~= layer.n_out then
-    fail("layer '%s': target '%s' has dim %d, the layer's n_out is %d", name, d.target, t.dim,
+    fail("%s: target '%s' has dim %d, the layer's n_out is %d",
+      where(name, d.class), d.target, t.dim,
       layer.n_out)
   end
 end
@@ -276,7 +286,7 @@ function Network:set_rank(node, d)
   for k, src in ipairs(node.srcs) do
     local r = self.ext[src] and (self.ext[src].spatial or 1) or self.by_name[src].rank
     if rank and r ~= rank then
-      fail("layer '%s': its inputs mix %s ('%s') and %s ('%s')", node.name, RANK_NAME[rank],
+      fail("%s: its inputs mix %s ('%s') and %s ('%s')", where(node.name, d.class), RANK_NAME[rank],
         node.srcs[1], RANK_NAME[r], src)
     end
     rank = r
@@ -328,8 +338,8 @@ function M.new(desc, extern_data, opts)
       fail("rl.network: layer name %q cannot be used (a name must be non-empty, not '.' or "
         .. "'..', without '/' and without control characters such as NUL)", name)
     end
-    if type(d) ~= "table" then fail("layer '%s': the description must be a table", name) end
-    if ext[name] then fail("layer '%s': the name is taken by an extern_data input", name) end
+    if type(d) ~= "table" then fail("%s: the description must be a table", where(name)) end
+    if ext[name] then fail("%s: the name is taken by an extern_data input", where(name)) end
     local inner_loss = d.class == "rec" and rec.has_loss(d)
     if d.loss ~= nil or inner_loss then has_loss = true end
     if d.loss ~= nil or inner_loss or d.is_output_layer then roots[#roots + 1] = name end
@@ -357,8 +367,8 @@ function M.new(desc, extern_data, opts)
     for k, src in ipairs(srcs) do
       if ext[src] then
         if ext[src].sparse and (rl._layer_class_flags(d.class or "") or 0) & 8 == 0 then
-          fail("layer '%s': input '%s' is sparse (int32 class indices) and cannot feed a layer "
-            .. "of class %s (embedding takes it)", name, src, tostring(d.class))
+          fail("%s: input '%s' is sparse (int32 class indices) and cannot feed a layer "
+            .. "of class %s (embedding takes it)", where(name, d.class), src, tostring(d.class))
         end
         in_dims[k] = ext[src].dim
         self.used_extern[src], self.input_keys[src] = true, true
@@ -367,9 +377,10 @@ function M.new(desc, extern_data, opts)
       end
     end
     if d.class == nil then
-      fail("layer '%s': missing class (known: %s)", name, table.concat(layers.classes(), ", "))
+      fail("%s: missing class (known: %s)",
+        where(name, d.class), table.concat(layers.classes(), ", "))
     end
-    if type(d.class) ~= "string" then fail("layer '%s': class must be a string", name) end
+    if type(d.class) ~= "string" then fail("%s: class must be a string", where(name, d.class)) end
     -- as in RETURNN, a loss layer without n_out gets its target's dim
     local defaults = {}
     if d.n_out == nil and d.loss ~= nil then
@@ -389,8 +400,8 @@ function M.new(desc, extern_data, opts)
       node.loss, node.loss_kind, node.target, node.loss_scale = "unit", "rec", node.layer.target, 1
     end
     if node.loss and node.rank == 2 then
-      fail("layer '%s': a loss layer must give sequences, its output is images (put a collapse "
-        .. "or global_pool layer before it)", name)
+      fail("%s: a loss layer must give sequences, its output is images (put a collapse "
+        .. "or global_pool layer before it)", where(name, d.class))
     end
     if node.loss then
       self.loss_nodes[#self.loss_nodes + 1] = node
@@ -425,8 +436,8 @@ function M.new(desc, extern_data, opts)
       if c.node.do_backward then node.grad_edges[#node.grad_edges + 1] = c end
     end
     if node.loss_kind == "layer" and node.loss_scale == 0 and #node.grad_edges > 0 then
-      fail("layer '%s': loss_scale = 0 on a loss layer that feeds other layers ('%s') is not "
-        .. "supported", node.name, node.grad_edges[1].node.name)
+      fail("%s: loss_scale = 0 on a loss layer that feeds other layers ('%s') is not "
+        .. "supported", where(node.name, desc[node.name].class), node.grad_edges[1].node.name)
     end
     node.wants_grad_in = {}
     for k, src in ipairs(node.srcs) do
@@ -668,9 +679,10 @@ local function check_frame_target(node, batch, T, geom)
   local key = node.target
   local y, own = batch[key], batch["lengths_" .. key]
   if y:size(1) ~= T or (own and not same_geometry(own, geom)) then
-    fail("layer '%s': loss '%s' scores frames, but target '%s' is not frame-aligned with the "
+    fail("%s: loss '%s' scores frames, but target '%s' is not frame-aligned with the "
       .. "layer's output (%d target frames, lengths %s; the layer gives %d frames, lengths %s)",
-      node.name, node.loss, key, y:size(1), own and table.concat(own:totable(), ",") or "-", T,
+      where(node.name, node.layer.class), node.loss, key, y:size(1),
+      own and table.concat(own:totable(), ",") or "-", T,
       table.concat(geom:totable(), ","))
   end
 end
@@ -741,7 +753,8 @@ function Network:gather_inputs(node, batch)
       g = self.ext[src].spatial == 2 and batch.sizes or batch.lengths
     end
     if geom and not same_geometry(geom, g) then
-      fail("layer '%s': its inputs '%s' and '%s' have different %s", node.name, node.srcs[1],
+      fail("%s: its inputs '%s' and '%s' have different %s",
+        where(node.name, node.layer.class), node.srcs[1],
         src, node.rank == 2 and "image sizes" or "sequence lengths")
     end
     geom = g
@@ -880,15 +893,16 @@ function Network:carry_out(B)
   self.carried_B = B
 end
 
--- The final states the last carrying forward kept: one {h =, c =} (c for lstm only, each
--- (B, H)) per carried layer in self.carried's order, views of the network's buffers (copy what
--- must outlive the next forward). set_carried_state(states, B) puts such states (B rows each)
--- in their place, so that the next forward's state_from = {i, ...} starts from row i: a caller
--- that keeps states of its own (a decoder's hypotheses, lua/rnnlua/lm.lua) restores any of them.
+-- The final states the last carrying forward kept: per carried layer (in self.carried's
+-- order) the list of its state tensors in layer:state_names() order, each (B, dim), views of
+-- the network's buffers (copy what must outlive the next forward). set_carried_state(states, B)
+-- puts such states (B rows each) in their place, so that the next forward's
+-- state_from = {i, ...} starts from row i: a caller that keeps states of its own (a decoder's
+-- hypotheses, lua/rnnlua/lm.lua) restores any of them.
 function Network:carried_state()
   local out = {}
   for k, node in ipairs(self.carried or {}) do
-    out[k] = {h = node.carry.kept_h, c = node.carry.kept_c}
+    out[k] = table.move(node.carry.kept, 1, #node.carry.kept, 1, {})
   end
   return out
 end
@@ -897,9 +911,9 @@ function Network:set_carried_state(states, B)
   local why = self:carry_unfit()
   if why then fail("net:set_carried_state: %s", why) end
   for k, node in ipairs(self.carried) do
-    local st = node.carry or {}
+    local st = node.carry or {init = {}, kept = {}}
     node.carry = st
-    st.kept_h, st.kept_c = states[k].h, states[k].c
+    st.kept = table.move(states[k], 1, #states[k], 1, {})
   end
   self.carried_B = B
 end
@@ -980,8 +994,9 @@ function Network:forward(batch, fopts)
       elseif node.ctc then
         local tlen = batch["lengths_" .. node.target]
         if tlen == nil then
-          fail("layer '%s': loss 'ctc' needs batch.lengths_%s, the (B) int32 lengths of the "
-            .. "label sequences in batch.%s (rl.batches gives them)", node.name, node.target,
+          fail("%s: loss 'ctc' needs batch.lengths_%s, the (B) int32 lengths of the "
+            .. "label sequences in batch.%s (rl.batches gives them)",
+              where(node.name, node.layer.class), node.target,
             node.target)
         end
         local r, sk

@@ -65,9 +65,9 @@ local INT32_MAX = 2147483647
 local function rec_froms(name, d)
   if d.from == nil then return {"data"} end
   local f = list_of(d.from)
-  if type(f) ~= "table" then fail("layer '%s' (rec): from must be a name or a list", name) end
+  if type(f) ~= "table" then fail("layer '%s' (class rec): from must be a name or a list", name) end
   if #f > 1 then
-    fail("layer '%s' (rec): takes one from (data:source), got %d (concatenate them with a copy "
+    fail("layer '%s' (class rec): takes one from (data:source), got %d (concatenate them with a copy "
       .. "layer)", name, #f)
   end
   return f
@@ -76,24 +76,24 @@ end
 -- The unit's layers' sources, parsed: {kind = "same"|"prev"|"base"|"source", name = ...}.
 local function parse_unit(name, d)
   local unit = d.unit
-  if unit == nil then fail("layer '%s' (rec): needs unit, a table of layers", name) end
+  if unit == nil then fail("layer '%s' (class rec): needs unit, a table of layers", name) end
   if type(unit) == "string" then
-    fail("layer '%s' (rec): unit must be a table of layers, got the string '%s' (RETURNN's "
+    fail("layer '%s' (class rec): unit must be a table of layers, got the string '%s' (RETURNN's "
       .. "rec layer with unit = \"%s\" is the layer {class = \"%s\"} here, without a rec "
       .. "layer)", name, unit, unit, unit)
   end
   if type(unit) ~= "table" then
-    fail("layer '%s' (rec): unit must be a table of layers, got a %s", name, type(unit))
+    fail("layer '%s' (class rec): unit must be a table of layers, got a %s", name, type(unit))
   end
   if unit.output == nil then
-    fail("layer '%s' (rec): the unit has no 'output' layer (layers: %s)", name,
+    fail("layer '%s' (class rec): the unit has no 'output' layer (layers: %s)", name,
       table.concat(sorted_keys(unit), ", "))
   end
   local parsed = {}
   for _, uname in ipairs(sorted_keys(unit)) do
     local u = unit[uname]
-    local where = string.format("layer '%s' (rec), unit layer '%s'", name, tostring(uname))
-    if type(uname) ~= "string" then fail("layer '%s' (rec): unit layer names must be strings", name) end
+    local where = string.format("layer '%s' (class rec), unit layer '%s'", name, tostring(uname))
+    if type(uname) ~= "string" then fail("layer '%s' (class rec): unit layer names must be strings", name) end
     if type(u) ~= "table" then fail("%s: the description must be a table", where) end
     if type(u.class) ~= "string" then fail("%s: missing class", where) end
     local srcs = {}
@@ -151,13 +151,13 @@ function M.sources(name, d, desc)
   local froms = rec_froms(name, d)
   local msl = d.max_seq_len
   if type(msl) == "string" then
-    M.length_expr(msl, string.format("layer '%s' (rec)", name))
+    M.length_expr(msl, string.format("layer '%s' (class rec)", name))
   elseif type(msl) == "number" then
     if not (msl >= 1 and msl < math.huge) then
-      fail("layer '%s' (rec): max_seq_len must be >= 1, got %s", name, tostring(msl))
+      fail("layer '%s' (class rec): max_seq_len must be >= 1, got %s", name, tostring(msl))
     end
   elseif msl ~= nil and type(msl) ~= "function" then
-    fail("layer '%s' (rec): max_seq_len must be a number, a function of the input length or an "
+    fail("layer '%s' (class rec): max_seq_len must be a number, a function of the input length or an "
       .. "expression of T such as \"2 * T + 3\", got %s", name, type(msl))
   end
   local parsed = parse_unit(name, d)
@@ -209,7 +209,7 @@ function M.create(name, d, srcs, n_from, in_dims, dtype, ext)
   end
   local parsed = parse_unit(name, d)
   if d.loss ~= nil then
-    fail("layer '%s' (rec): put the loss on a layer of the unit (or on a layer after the rec "
+    fail("layer '%s' (class rec): put the loss on a layer of the unit (or on a layer after the rec "
       .. "layer)", name)
   end
   local self = setmetatable({name = name, class = "rec", dtype = dtype, n_from = n_from,
@@ -244,7 +244,7 @@ function M.create(name, d, srcs, n_from, in_dims, dtype, ext)
   local function visit(uname, path)
     if state[uname] == "done" then return end
     if state[uname] == "active" then
-      fail("layer '%s' (rec), unit layer '%s': cycle within a step: %s (read the previous step "
+      fail("layer '%s' (class rec), unit layer '%s': cycle within a step: %s (read the previous step "
         .. "with prev:)", name, uname, table.concat(path, " -> ") .. " -> " .. uname)
     end
     state[uname] = "active"
@@ -361,7 +361,7 @@ function M.create(name, d, srcs, n_from, in_dims, dtype, ext)
       for k, v in pairs(u) do if not UNIT_KEYS[k] then clean[k] = v end end
       local ok, layer = pcall(layers.create, u.class, name .. "/" .. uname, clean, in_d, dtype,
         u.loss and type(u.target) == "string" and ext[u.target] and {n_out = ext[u.target].dim})
-      if not ok then fail("layer '%s' (rec), unit layer '%s': %s", name, uname, tostring(layer)) end
+      if not ok then fail("layer '%s' (class rec), unit layer '%s': %s", name, uname, tostring(layer)) end
       unit.obj, unit.n_out = layer, layer.n_out
       -- a recurrent layer (lstm, gru, ...) carries its states from step to step
       unit.kind = layers.has_state(layer) and "recurrent" or "layer"
@@ -723,7 +723,7 @@ function Rec:run_unit(unit, t, train)
     obj:set_initial_state(table.unpack(init, 1, unit.n_states))
   end
   local ok, out = pcall(obj.forward, obj, ins, self.ones, train)
-  if not ok then fail("layer '%s' (rec), unit layer '%s', step %d: %s", self.name, unit.name, t,
+  if not ok then fail("layer '%s' (class rec), unit layer '%s', step %d: %s", self.name, unit.name, t,
       tostring(out)) end
   return out
 end
@@ -762,7 +762,7 @@ function Rec:steps_of(inputs, geom, batch)
     if len then
       local lo, hi = len:min(), len:max()
       if lo < 1 then
-        fail("layer '%s' (rec): target '%s' has an empty sequence (lengths_%s = %d); a decoder "
+        fail("layer '%s' (class rec): target '%s' has an empty sequence (lengths_%s = %d); a decoder "
           .. "needs at least one label (end-of-sequence)", self.name, key, key, lo)
       end
       return hi, len, y:narrow(1, 1, hi)
@@ -771,10 +771,10 @@ function Rec:steps_of(inputs, geom, batch)
   end
   if self.source then return self.source:size(1), geom, nil end
   if self.choice then
-    fail("layer '%s' (rec), unit layer '%s': a choice without a target in the batch needs search "
+    fail("layer '%s' (class rec), unit layer '%s': a choice without a target in the batch needs search "
       .. "(net:search), or give target '%s'", self.name, self.choice.name, key)
   end
-  fail("layer '%s' (rec): nothing gives the number of steps: no target and no from "
+  fail("layer '%s' (class rec): nothing gives the number of steps: no target and no from "
     .. "(data:source)", self.name)
 end
 
@@ -787,7 +787,7 @@ function Rec:forward(inputs, geom, train, batch)
   self.B = B
   local S, len, y = self:steps_of(inputs, geom, batch)
   if self.source and self.source:size(1) ~= S then
-    fail("layer '%s' (rec): the unit reads data:source (%d frames) but runs %d steps (target '%s')",
+    fail("layer '%s' (class rec): the unit reads data:source (%d frames) but runs %d steps (target '%s')",
       self.name, self.source:size(1), S, tostring(self.target))
   end
   self.S, self.len, self.train = S, len, train
@@ -807,7 +807,7 @@ function Rec:forward(inputs, geom, train, batch)
       for t, row in ipairs(yc:totable()) do
         for b, v in ipairs(row) do
           if v < 0 or v >= V then
-            fail("layer '%s' (rec), unit layer '%s': label %d at step %d of sequence %d is "
+            fail("layer '%s' (class rec), unit layer '%s': label %d at step %d of sequence %d is "
               .. "outside 0..%d (target '%s')", self.name, (self.choice or self.losses[1]).name,
               v, t, b, V - 1, self.target)
           end
@@ -830,7 +830,7 @@ function Rec:forward(inputs, geom, train, batch)
     for _, unit in ipairs(self.units) do
       if in_loop(unit, teacher) then
         if unit.kind == "choice" then
-          fail("layer '%s' (rec), unit layer '%s': a choice without a target in the batch needs "
+          fail("layer '%s' (class rec), unit layer '%s': a choice without a target in the batch needs "
             .. "search (net:search)", self.name, unit.name)
         end
         self:store_unit(unit, t, train)
@@ -842,7 +842,7 @@ function Rec:forward(inputs, geom, train, batch)
       local ins = {}
       for k, s in ipairs(unit.srcs) do ins[k] = self:whole_input(s) end
       local ok, out = pcall(unit.obj.forward, unit.obj, ins, len, train)
-      if not ok then fail("layer '%s' (rec), unit layer '%s': %s", self.name, unit.name,
+      if not ok then fail("layer '%s' (class rec), unit layer '%s': %s", self.name, unit.name,
           tostring(out)) end
       unit.out:copy_(out)
     end
@@ -852,7 +852,7 @@ function Rec:forward(inputs, geom, train, batch)
     local ins = {}
     for k, s in ipairs(unit.srcs) do ins[k] = self.by_name[s.name].out end
     local ok, out, l, e, f = pcall(unit.obj.forward, unit.obj, ins, len, train, y)
-    if not ok then fail("layer '%s' (rec), unit layer '%s': %s", self.name, unit.name, tostring(out)) end
+    if not ok then fail("layer '%s' (class rec), unit layer '%s': %s", self.name, unit.name, tostring(out)) end
     unit.out:copy_(out)
     loss, errors = loss + l, errors + e
     frames = frames or f
@@ -881,7 +881,7 @@ end
 
 function Rec:backward(grad_out, grad_in)
   if not self.forwarded then
-    fail("layer '%s' (rec): backward needs a forward before it (once per forward)", self.name)
+    fail("layer '%s' (class rec): backward needs a forward before it (once per forward)", self.name)
   end
   self.forwarded = false
   local S, B, teacher = self.S, self.B, self.teacher
@@ -894,7 +894,7 @@ function Rec:backward(grad_out, grad_in)
   if self.dsource then self.dsource:zero_() end
   if grad_out then
     if self.sparse_out then
-      fail("layer '%s' (rec): its output is labels (unit layer 'output' is a choice) and takes "
+      fail("layer '%s' (class rec): its output is labels (unit layer 'output' is a choice) and takes "
         .. "no gradient", self.name)
     end
     self.out_unit.grad:add_(grad_out)
@@ -905,7 +905,7 @@ function Rec:backward(grad_out, grad_in)
     local ok, err = pcall(function()
       unit.obj:backward(nil, gin)
     end)
-    if not ok then fail("layer '%s' (rec), unit layer '%s': %s", self.name, unit.name, tostring(err)) end
+    if not ok then fail("layer '%s' (class rec), unit layer '%s': %s", self.name, unit.name, tostring(err)) end
     for k, s in ipairs(unit.srcs) do self.by_name[s.name].grad:add_(gin[k]) end
   end
   -- the layers outside the recurrence, over all steps at once, readers before what they read
@@ -914,7 +914,7 @@ function Rec:backward(grad_out, grad_in)
     if unit.hoisted then
       local gin = unit.whole_gin
       local ok, err = pcall(unit.obj.backward, unit.obj, unit.grad, gin)
-      if not ok then fail("layer '%s' (rec), unit layer '%s': %s", self.name, unit.name,
+      if not ok then fail("layer '%s' (class rec), unit layer '%s': %s", self.name, unit.name,
           tostring(err)) end
       for k, s in ipairs(unit.srcs) do
         if gin[k] then
@@ -955,7 +955,7 @@ function Rec:backward(grad_out, grad_in)
           end
           local gin = t == 1 and unit.gin_first or unit.gin
           local ok, err = pcall(obj.backward, obj, g, gin)
-          if not ok then fail("layer '%s' (rec), unit layer '%s', step %d: %s", self.name,
+          if not ok then fail("layer '%s' (class rec), unit layer '%s', step %d: %s", self.name,
               unit.name, t, tostring(err)) end
           if unit.kind == "recurrent" then
             -- the first state's gradient flows to the previous step's output (= that state),
@@ -1181,7 +1181,7 @@ end
 -- a string expression of T (M.length_expr).
 function Rec:limits(geom, max_seq_len)
   local f = max_seq_len
-  local where = string.format("layer '%s' (rec), unit layer '%s'", self.name, self.choice.name)
+  local where = string.format("layer '%s' (class rec), unit layer '%s'", self.name, self.choice.name)
   if f == nil then
     fail("%s: search needs max_seq_len (a number, a function of the input length T, or an "
       .. "expression of T such as \"2 * T + 3\")", where)
@@ -1225,9 +1225,9 @@ function Rec:search(inputs, geom, opts)
   opts = opts or {}
   local choice = self.choice
   if not choice then
-    fail("layer '%s' (rec): search needs a choice layer in the unit", self.name)
+    fail("layer '%s' (class rec): search needs a choice layer in the unit", self.name)
   end
-  local where = string.format("layer '%s' (rec), unit layer '%s'", self.name, choice.name)
+  local where = string.format("layer '%s' (class rec), unit layer '%s'", self.name, choice.name)
   local K = opts.beam_size or choice.beam_size
   if math.type(K) ~= "integer" or K < 1 then
     fail("%s: beam_size must be a positive integer, got %s", where, tostring(K))
@@ -1456,7 +1456,7 @@ end
 function Rec:attention_weights(uname)
   local unit = self.by_name[uname]
   if not unit or unit.kind ~= "attention" then
-    fail("layer '%s' (rec): no attention layer '%s' in the unit", self.name, tostring(uname))
+    fail("layer '%s' (class rec): no attention layer '%s' in the unit", self.name, tostring(uname))
   end
   return unit.obj.alpha:narrow(1, 1, self.S)
 end

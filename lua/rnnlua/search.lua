@@ -153,7 +153,7 @@ function M.check_attention(rec, name, who)
     for _, unit in ipairs(rec.units) do
       if unit.kind == "attention" then att[#att + 1] = unit.name end
     end
-    error(string.format("%s: layer '%s' (rec): attention = '%s' is not an attention layer of the "
+    error(string.format("%s: layer '%s' (class rec): attention = '%s' is not an attention layer of the "
       .. "unit (attention layers: %s)", who, rec.name, tostring(name),
       #att > 0 and table.concat(att, ", ") or "none"), 0)
   end
@@ -217,7 +217,7 @@ function M.search(cfg)
   local m = load(cfg)
   local net, rec = m.net, m.rec
   local choice = rec.choice
-  local where = string.format("layer '%s' (rec)", m.layer)
+  local where = string.format("layer '%s' (class rec)", m.layer)
   local beam = cfg.beam or choice.beam_size
   local nbest = cfg.nbest == true and beam or (cfg.nbest or nil)
   if nbest and nbest > beam then

@@ -2,18 +2,23 @@
 -- M.main(name, args)):
 --   rnnlua info MODEL.h5                      a checkpoint: network, parameters, epoch, step,
 --                                             optimizer, learning rate, score history
---   rnnlua dump-data FILE.h5 [--seq N] [--stats]   a RETURNN-layout HDF dataset
+--   rnnlua dump-data FILE.h5 [++seq N] [++stats]   a RETURNN-layout HDF dataset
 --   rnnlua compare A.h5 B.h5                  parameter-wise max |a - b|; exit 0 iff identical
---   rnnlua average A.h5 B.h5 ... -o OUT.h5    the mean of checkpoints of one network
---   rnnlua plot CURVE.jsonl [-o OUT.png|.svg] the learning curve drawn by gnuplot
---   rnnlua plot FILE.h5 --heatmap KEY [--seq N] [--channel C] [-o OUT]   one sequence's matrix
---                                             (attention weights, images, activations)
+--   rnnlua average A.h5 B.h5 ... ++out OUT.h5  the mean of checkpoints of one network
+--   rnnlua plot CURVE.jsonl [++out OUT.png|.svg] the learning curve drawn by gnuplot
+--   rnnlua plot FILE.h5 ++heatmap KEY [++seq N] [++channel C] [++out OUT]   one sequence's
+--                                             matrix (attention weights, images, activations)
+--   rnnlua train CONFIG.lua|CONFIG.json       rl.train on a config file (rnnlua.config)
+--   rnnlua forward ++model M ++data D ...     rl.forward; rnnlua search ...: rl.search
+-- Options are parsed by rnnlua.cli (++key value; info, dump-data, compare, average and plot
+-- also read --key value, and -o for ++out, the spelling of the pinned interface).
 -- Checkpoints are read with rl.load_checkpoint (a data-only reader: nothing in the file is
 -- run), datasets with rl.dataset{class = "hdf"}. Exit status: 0 success, 1 a bad or unreadable
 -- file (or, for compare, different parameters), 2 a bad command line. Errors go to stderr as
--- "rnnlua NAME: message", always naming the file.
+-- "rnnlua: WHERE: WHAT", WHERE the file or the option.
 local M = {}
 local rl -- the module table, set by install
+local cli = require("rnnlua.cli")
 local util = require("rnnlua.util")
 local lfs = require("lfs")
 
@@ -108,15 +113,15 @@ end
 
 ---------------------------------------------------------------------------- info
 
-local INFO_HELP = [[
-usage: rnnlua info MODEL.h5
+local INFO_SPEC = {usage = "rnnlua info MODEL.h5", args = {name = "one checkpoint file",
+  min = 1, max = 1}, about = [[
 Describes an rnnlua checkpoint (written by rl.save_checkpoint / rl.train): the network's
 layers with their class, size, inputs and parameter counts, every parameter's shape, the
 total, epoch, step, dtype, the pretraining step (a checkpoint of rl.train with pretrain), the
 input normalisation of a model trained on globally normalised features, the optimizer and its
 step count, the learning rate and the score history kept by the learning-rate control, and
 rl.train's own state (accum_grad, the parameter average, the epochs keep_best_n keeps, early
-stopping's best). Nothing in the file is executed.]]
+stopping's best). Nothing in the file is executed.]]}
 
 -- The learning-rate control's state as {epoch = {lr =, <score key> = value}}, epochs sorted.
 local function history_of(st)
@@ -139,9 +144,8 @@ local function history_of(st)
   return epochs, by
 end
 
-local function info(args)
-  if #args ~= 1 then usage("expects one checkpoint file, got %d arguments", #args) end
-  local path = args[1]
+local function info(opts)
+  local path = opts.args[1]
   local ck = load_checkpoint(path)
   out("checkpoint %s", path)
   out("epoch %d, step %d, dtype %s", ck.epoch, ck.step, ck.dtype)
@@ -265,13 +269,15 @@ end
 
 ---------------------------------------------------------------------------- dump-data
 
-local DUMP_HELP = [[
-usage: rnnlua dump-data FILE.h5 [--seq N] [--stats]
+local DUMP_SPEC = {usage = "rnnlua dump-data FILE.h5 [++seq N] [++stats]",
+  args = {name = "one dataset file", min = 1, max = 1}, about = [[
 Describes a RETURNN-layout HDF dataset (as rl.dataset{class = "hdf"} reads it): the number of
-sequences and frames, each key's dim and kind, and the length histogram.
-  --seq N   also prints sequence N (1-based, file order): tag, shapes and values of every key
-  --stats   also reads every sequence: mean and standard deviation per feature of dense keys,
-            counts per label of sparse keys (with the label names when the file has them)]]
+sequences and frames, each key's dim and kind, and the length histogram.]],
+  options = {
+    {"seq", "integer", nil, "also print sequence N (1-based, file order): tag, shapes, values"},
+    {"stats", "boolean", false, "also read every sequence: mean and std per feature of dense "
+      .. "keys, counts per label of sparse keys"},
+  }}
 
 local function histogram(lens)
   local lo, hi = math.huge, -math.huge
@@ -313,27 +319,8 @@ local function print_values(t, sparse)
   end
 end
 
-local function dump_data(args)
-  local path, seq, stats
-  local i = 1
-  while i <= #args do
-    local a = args[i]
-    if a == "--seq" then
-      seq = math.tointeger(tonumber(args[i + 1] or ""))
-      if not seq then usage("--seq needs a sequence number, got %s", tostring(args[i + 1])) end
-      i = i + 1
-    elseif a == "--stats" then
-      stats = true
-    elseif a:sub(1, 1) == "-" then
-      usage("unknown option '%s'", a)
-    elseif path then
-      usage("expects one dataset file, got %s and %s", path, a)
-    else
-      path = a
-    end
-    i = i + 1
-  end
-  if not path then usage("expects a dataset file") end
+local function dump_data(opts)
+  local path, seq, stats = opts.args[1], opts.seq, opts.stats
   local ok, ds = pcall(rl.dataset, {class = "hdf", files = path, allow_empty = true})
   if not ok then fail("%s", (tostring(ds):gsub("^rl%.dataset: ", ""))) end
   ds:init_epoch(1)
@@ -358,7 +345,7 @@ local function dump_data(args)
   out("length (data frames): min %d, max %d, mean %.2f", lo, hi, frames / n)
   print_table(hrows)
   if seq then
-    if seq < 1 or seq > n then fail("%s: --seq %d: the dataset has %d sequences", path, seq, n) end
+    if seq < 1 or seq > n then fail("%s: ++seq %d: the dataset has %d sequences", path, seq, n) end
     local s = ds:get_seq(seq)
     out("sequence %d: tag %s", seq, tostring(s.tag))
     for _, key in ipairs(ds:keys()) do
@@ -427,13 +414,13 @@ end
 
 ---------------------------------------------------------------------------- compare
 
-local COMPARE_HELP = [[
-usage: rnnlua compare A.h5 B.h5
+local COMPARE_SPEC = {usage = "rnnlua compare A.h5 B.h5", args = {name = "two checkpoint files",
+  min = 2, max = 2}, about = [[
 Compares the parameters of two rnnlua checkpoints: per parameter the maximum absolute
 difference and whether the values are bit-identical (for checking that a resumed run equals an
 uninterrupted one, or CPU against GPU by hand). Exit status 0 when every parameter is
 bit-identical, 1 when some differ or the networks do not match (the parameters only one file
-has and those of different shapes are named).]]
+has and those of different shapes are named).]]}
 
 -- Same bits as doubles (float32 widens exactly): tells 0 from -0 and compares NaNs.
 local function same_bits(x, y)
@@ -441,8 +428,8 @@ local function same_bits(x, y)
     string.pack("<d", x) == string.pack("<d", y))
 end
 
-local function compare(args)
-  if #args ~= 2 then usage("expects two checkpoint files, got %d arguments", #args) end
+local function compare(opts)
+  local args = opts.args
   local a, b = load_checkpoint(args[1]), load_checkpoint(args[2])
   out("A %s (epoch %d, step %d)", args[1], a.epoch, a.step)
   out("B %s (epoch %d, step %d)", args[2], b.epoch, b.step)
@@ -496,8 +483,10 @@ end
 
 ---------------------------------------------------------------------------- average
 
-local AVERAGE_HELP = [[
-usage: rnnlua average A.h5 B.h5 ... -o OUT.h5
+local AVERAGE_SPEC = {usage = "rnnlua average A.h5 B.h5 ... ++out OUT.h5",
+  args = {name = "the checkpoints to average", min = 1}, required = {"out"},
+  options = {{"out", "string", nil, "the averaged checkpoint to write (also -o)"}},
+  aliases = {["-o"] = "out"}, about = [[
 Averages the parameters of rnnlua checkpoints of one network (checkpoint averaging, as ESPnet's
 average_checkpoints and icefall's --avg do): each parameter of OUT is the mean of the inputs',
 summed in float64 and divided by their number, then rounded once to the checkpoints' dtype (k
@@ -506,7 +495,7 @@ normalisation and the epoch and step of the last input, and no optimizer or lear
 state (it is a model to use: rl.forward, serve, info; not a run to resume). It is written to a
 temporary file and renamed, as every checkpoint. Refused: checkpoints of different networks
 (the differing layer or parameter is named), of different dtypes or input normalisations, a
-file that is not a checkpoint, and OUT naming one of the inputs.]]
+file that is not a checkpoint, and OUT naming one of the inputs.]]}
 
 -- Why checkpoint b (path pb) is not of a's network, or nil.
 local function network_difference(a, b, pa, pb)
@@ -567,25 +556,8 @@ local function network_difference(a, b, pa, pb)
   return nil
 end
 
-local function average(args)
-  local inputs, outp = {}, nil
-  local i = 1
-  while i <= #args do
-    local a = args[i]
-    if a == "-o" then
-      if outp then usage("-o given twice") end
-      outp = args[i + 1]
-      if not outp then usage("-o needs an output file") end
-      i = i + 1
-    elseif a:sub(1, 1) == "-" then
-      usage("unknown option '%s'", a)
-    else
-      inputs[#inputs + 1] = a
-    end
-    i = i + 1
-  end
-  if not outp then usage("expects -o OUT.h5 (the averaged checkpoint)") end
-  if #inputs == 0 then usage("expects the checkpoints to average") end
+local function average(opts)
+  local inputs, outp = opts.args, opts.out
   local same_file = require("rnnlua.util").same_file
   for _, p in ipairs(inputs) do
     if p == outp or same_file(p, outp) then
@@ -623,19 +595,25 @@ end
 
 ---------------------------------------------------------------------------- plot
 
-local PLOT_HELP = [[
-usage: rnnlua plot CURVE.jsonl [-o OUT.png|OUT.svg]
-       rnnlua plot FILE.h5 --heatmap KEY [--seq N] [--channel C] [-o OUT.png|OUT.svg]
+local PLOT_SPEC = {usage = "rnnlua plot CURVE.jsonl [++out OUT.png|OUT.svg]\n"
+  .. "       rnnlua plot FILE.h5 ++heatmap KEY [++seq N] [++channel C] [++out OUT.png|OUT.svg]",
+  args = {name = "one file", min = 1, max = 1}, about = [[
 Draws a learning curve (the JSON lines rl.train appends to MODEL.curve.jsonl) with gnuplot:
 train and dev score per epoch (top), train and dev error (middle) and the learning rate on a
 log scale (bottom). The output's format follows its extension; the default is CURVE.png
 (CURVE.jsonl without .jsonl). rl.train{..., plot = true} draws MODEL.curve.png after every
 epoch.
---heatmap KEY draws one sequence (--seq N, file order, default 1) of a key of a RETURNN-layout
+++heatmap KEY draws one sequence (++seq N, file order, default 1) of a key of a RETURNN-layout
 HDF file as a heat map (row 1 at the top): the attention weights rl.search writes (attention,
 output steps down, input frames across), an image of the forward task (the data of an MDLSTM
 or conv2d layer's output: channel C, default 1), or any dense sequence (features down, frames
-across). The default output is FILE.KEY.N.png (FILE.h5 without .h5).]]
+across). The default output is FILE.KEY.N.png (FILE.h5 without .h5).]],
+  options = {
+    {"out", "string", nil, "the output file, .png or .svg (also -o)"},
+    {"heatmap", "string", nil, "the key of FILE.h5 to draw as a heat map"},
+    {"seq", "integer", nil, "the sequence of the heat map (1-based, file order) [1]"},
+    {"channel", "integer", nil, "the channel of an image sequence [1]"},
+  }, aliases = {["-o"] = "out"}}
 
 -- One line of the learning curve: a flat JSON object of numbers and nulls.
 local function parse_curve_line(line, where)
@@ -893,50 +871,127 @@ function M.heatmap(path, key, outp, opts)
   end)
 end
 
-local function plot(args)
-  local path, outp, key, seq, channel
-  local i = 1
-  local function int_arg(a)
-    local v = math.tointeger(tonumber(args[i + 1] or ""))
-    if not v then usage("%s needs an integer", a) end
-    i = i + 1
-    return v
-  end
-  while i <= #args do
-    local a = args[i]
-    if a == "-o" then
-      outp = args[i + 1]
-      if not outp then usage("-o needs an output file") end
-      i = i + 1
-    elseif a == "--heatmap" then
-      key = args[i + 1]
-      if not key then usage("--heatmap needs a key of the dataset file") end
-      i = i + 1
-    elseif a == "--seq" then
-      seq = int_arg(a)
-    elseif a == "--channel" then
-      channel = int_arg(a)
-    elseif a:sub(1, 1) == "-" then
-      usage("unknown option '%s'", a)
-    elseif path then
-      usage("expects one file, got %s and %s", path, a)
-    else
-      path = a
-    end
-    i = i + 1
-  end
+local function plot(opts)
+  local path, outp, key, seq, channel = opts.args[1], opts.out, opts.heatmap, opts.seq,
+    opts.channel
   if key then
-    if not path then usage("expects a dataset file (FILE.h5) for --heatmap") end
     outp = outp or string.format("%s.%s.%d.png", path:gsub("%.h5$", ""), key, seq or 1)
     M.heatmap(path, key, outp, {seq = seq, channel = channel})
     out("wrote %s", outp)
     return 0
   end
-  if seq or channel then usage("--seq and --channel apply to --heatmap") end
-  if not path then usage("expects a learning-curve file (MODEL.curve.jsonl)") end
+  if seq or channel then usage("++seq and ++channel apply to ++heatmap") end
   outp = outp or (path:gsub("%.jsonl$", "") .. ".png")
   M.plot(path, outp)
   out("wrote %s", outp)
+  return 0
+end
+
+---------------------------------------------------------------------------- train
+
+local TRAIN_SPEC = {usage = "rnnlua train CONFIG.lua|CONFIG.json [++key value ...]",
+  args = {name = "a config file (CONFIG.lua or CONFIG.json)", min = 1, max = 1}, train = true,
+  about = [[
+Trains with rl.train. CONFIG.lua returns the rl.train config table; CONFIG.json is a RETURNN 2016
+config (a "network" map of layers, the training keys beside it; docs/training.md maps every key).
+++key value overrides a config key, as for a recipe. Prints the final dev error rate and the
+last checkpoint.]]}
+
+local function train(opts, rest)
+  local path = opts.args[1]
+  local cfg = require("rnnlua.config").load(path)
+  local ok, r = pcall(rl.train, cfg, rest)
+  if not ok then
+    -- the config is where the mistake is (an override names itself)
+    local msg = util.strip_internal(r)
+    error(msg:sub(1, 2) == "++" and msg or path .. ": " .. msg, 0)
+  end
+  if r.dev_error then
+    local ler = r.history[#r.history] and r.history[#r.history].dev_ler
+    out("final dev %s error rate: %.2f%% (dev score %.4f) after %d epochs",
+      ler and "label" or "frame", 100 * r.dev_error, r.dev_score, r.epoch)
+  end
+  if r.checkpoint then out("checkpoint: %s", r.checkpoint) end
+  return 0
+end
+
+---------------------------------------------------------------------------- forward, search
+
+local FORWARD_OPTIONS = {
+  {"model", "string", nil, "a checkpoint (its network description is inside: no recipe needed)"},
+  {"data", "string", nil, "HDF5 files (comma-separated) or a dataset config: '{class = ...}'"},
+  {"layer", "string", nil, "the layer to write [output]"},
+  {"output", "string", nil, "the HDF5 file to write"},
+  {"batch_size", "integer", nil, "frames of a batch, padding included [5000]"},
+  {"max_seqs", "integer", nil, "sequences of a batch [40]"},
+  {"device", "string", nil, "cpu, cuda or cuda:N [cpu]"},
+  {"lua", "string", nil, "a Lua file run first, registering the model's Lua layer classes"},
+  {"beam", "integer", nil, "beam size"},
+  {"attention", "string", nil, "also write the weights of this attention layer of the rec unit"},
+  {"lm", "string", nil, "a language model fused into the beam search (docs/ctc.md): an ARPA "
+    .. "file, a char-LM checkpoint *.h5 (search), or '{file = ..., weight = ...}'"},
+  {"lm_weight", "number", nil, "the LM's weight"},
+  {"lm_bonus", "number", nil, "the insertion bonus per LM token"},
+  {"lm_word_boundary", "string", nil, "the label that ends a word, for a word-level LM"},
+}
+local FORWARD_SPEC = {usage = "rnnlua forward ++model M ++data D [++layer L] ++output O "
+  .. "[++key value ...]", required = {"model", "data", "output"}, options = {
+  {"decode", "string", nil, "ctc: write the labels of CTC decoding (best path, or ++beam N)"}},
+  about = [[
+RETURNN's forward task (rl.forward): runs the data through the checkpoint and writes the
+activations of one layer per sequence (valid frames, tags kept) in the dataset layout.]]}
+local SEARCH_SPEC = {usage = "rnnlua search ++model M ++data D ++output O [++key value ...]",
+  required = {"model", "data", "output"}, options = {
+  {"eos", "integer", nil, "the end-of-sequence label [0]"},
+  {"max_seq_len", "value", nil, "most output steps: N or an expression of T"},
+  {"length_norm", "boolean", nil, "rank hypotheses by score per label"},
+  {"nbest", "value", nil, "also write the n best: true (the beam) or N"},
+}, about = [[
+RETURNN's search task (rl.search, lua/rnnlua/search.lua): beam search through the choice of a
+rec layer; writes each sequence's best labels (and scores, n-best, attention weights).]]}
+for _, spec in ipairs({FORWARD_SPEC, SEARCH_SPEC}) do
+  table.move(FORWARD_OPTIONS, 1, #FORWARD_OPTIONS, #spec.options + 1, spec.options)
+end
+
+-- ++lm FILE|'{...}' with ++lm_weight, ++lm_bonus, ++lm_word_boundary as rl.forward's lm table
+local function lm_option(opts)
+  if opts.lm == nil then
+    for _, k in ipairs({"lm_weight", "lm_bonus", "lm_word_boundary"}) do
+      if opts[k] ~= nil then fail("++%s: needs ++lm", k) end
+    end
+    return nil
+  end
+  local lm
+  if opts.lm:match("^%s*{") then
+    lm = rl.checkpoint.deserialize(opts.lm, "++lm")
+  else
+    lm = opts.lm:match("%.h5$") and {model = opts.lm} or {file = opts.lm}
+  end
+  lm.weight = opts.lm_weight or lm.weight
+  lm.bonus = opts.lm_bonus or lm.bonus
+  lm.word_boundary = opts.lm_word_boundary or lm.word_boundary
+  return lm
+end
+
+local function forward_task(opts, search)
+  local cfg = {}
+  for k, v in pairs(opts) do
+    if k ~= "args" and k ~= "lua" and k ~= "output" and not k:match("^lm") then cfg[k] = v end
+  end
+  cfg.output_file, cfg.search = opts.output, search or nil
+  cfg.lm = lm_option(opts)
+  if opts.lua then
+    local ok, err = pcall(dofile, opts.lua) -- source only, as every file rnnlua runs
+    if not ok then fail("++lua %s: %s", opts.lua, util.strip_internal(err)) end
+  end
+  if opts.data:match("^%s*{") then
+    cfg.data = rl.checkpoint.deserialize(opts.data, "++data")
+  else
+    local files = {}
+    for f in opts.data:gmatch("[^,]+") do files[#files + 1] = f end
+    cfg.data = {class = "hdf", files = files}
+  end
+  rl.forward(cfg)
   return 0
 end
 
@@ -944,34 +999,44 @@ end
 
 M.sorted_keys = util.sorted_keys
 
+-- name -> {function(opts, rest), the rnnlua.cli spec}
 local TOOLS = {
-  info = {info, INFO_HELP}, ["dump-data"] = {dump_data, DUMP_HELP},
-  compare = {compare, COMPARE_HELP}, plot = {plot, PLOT_HELP},
-  average = {average, AVERAGE_HELP},
+  info = {info, INFO_SPEC}, ["dump-data"] = {dump_data, DUMP_SPEC},
+  compare = {compare, COMPARE_SPEC}, plot = {plot, PLOT_SPEC}, train = {train, TRAIN_SPEC},
+  forward = {function(o) return forward_task(o, false) end, FORWARD_SPEC},
+  search = {function(o) return forward_task(o, true) end, SEARCH_SPEC},
+  average = {average, AVERAGE_SPEC},
 }
+-- the tools whose options the pinned interface spells --key also read them so (docs/tools.md)
+for _, name in ipairs({"info", "dump-data", "compare", "plot", "average"}) do
+  TOOLS[name][2].dashes = true
+end
 
--- Runs tool `name` on the list of strings `args`; returns the exit status.
+-- Runs tool `name` on the list of strings `args`; returns the exit status: 0, 1 for an error
+-- of the run, 2 for one of the command line. Errors go to stderr as "rnnlua: WHERE: WHAT".
 function M.main(name, args)
   local tool = TOOLS[name]
   if not tool then
     io.stderr:write(string.format("rnnlua: no tool '%s'\n", tostring(name)))
     return 2
   end
-  for _, a in ipairs(args) do
-    if a == "--help" or a == "-h" then
-      io.stdout:write(tool[2], "\n")
-      return 0
-    end
+  local spec = util.copy(tool[2])
+  spec.on_help = function(text) return {help = text} end
+  local ok, opts, rest = pcall(cli.parse, spec, args)
+  if ok and opts.help then
+    io.stdout:write(opts.help)
+    return 0
   end
-  local ok, res = pcall(tool[1], args)
+  local res
+  if ok then ok, res = pcall(tool[1], opts, rest) else res = {usage = opts} end
   io.stdout:flush()
   if ok then return res end
   if type(res) == "table" and res.usage then
-    io.stderr:write(string.format("rnnlua %s: %s\n%s\n", name, res.usage,
-      tool[2]:match("^[^\n]*")))
+    io.stderr:write(string.format("rnnlua: %s\n(rnnlua %s --help)\n", shown(res.usage, true),
+      name))
     return 2
   end
-  io.stderr:write(string.format("rnnlua %s: %s\n", name, shown(tostring(res), true)))
+  io.stderr:write(string.format("rnnlua: %s\n", shown(util.strip_internal(res), true)))
   return 1
 end
 

@@ -16,6 +16,8 @@
 --   util.check_options(who, opts, known)   raises "who: unknown option 'k' (known: ...)"
 --                              for a key of opts not in the set known (a misspelt option
 --                              would otherwise be ignored), or when opts is no table
+--   util.layer_where(name, class)  "layer 'name' (class class)": the one way a message names a
+--                              layer (RL_LAYER_WHERE in C); "layer 'name'" while it has no class
 --   util.strip_internal(msg)   msg without the positions inside the library
 --                              ("lua/rnnlua/x.lua:12: ") that an error raised one level up
 --                              from a library function called by the library carries
@@ -75,6 +77,11 @@ function M.check_options(who, opts, known)
         table.concat(M.sorted_keys(known), ", ")), 0)
     end
   end
+end
+
+function M.layer_where(name, class)
+  if type(class) ~= "string" then return string.format("layer '%s'", tostring(name)) end
+  return string.format("layer '%s' (class %s)", tostring(name), class)
 end
 
 -- A user reads "rl.train: epoch 1, step 1: opt:step: ...", not where inside the library the

@@ -8,10 +8,12 @@ local H = require("harness")
 local distmod = require("rnnlua.dist")
 local dir = assert(arg[1], "usage: checks.lua SCRATCH_DIR")
 local rank, size = rl.dist.rank(), rl.dist.size()
+-- this script's arguments are its own (the scratch directory, "resume"), not rl.train overrides
+local function train(cfg) return rl.train(cfg, {}) end
 
 -- 12AX with 2 ranks, and the same run stopped after epoch 2 and resumed.
 local function ax(model, epochs, load)
-  return rl.train({
+  return train({
     network = {fw = {class = "lstm", n_out = 32}, bw = {class = "lstm", n_out = 32, direction = -1},
                output = {class = "softmax", from = {"fw", "bw"}, loss = "ce", target = "classes"}},
     train = {class = "12ax", num_seqs = 1000, seed = 1, seq_ordering = "laplace:20"},
@@ -93,23 +95,23 @@ end, "root 1099511627776 is not a rank of 0..1")
 H.expect_error("an infinite timeout", function() rl.dist.set_timeout(math.huge) end,
   "the timeout must be a finite number of seconds > 0")
 H.expect_error("an infinite distributed.timeout", function()
-  rl.train{network = {output = {class = "softmax", loss = "ce", target = "classes"}},
+  train{network = {output = {class = "softmax", loss = "ce", target = "classes"}},
            train = {class = "12ax", num_seqs = 4}, distributed = {timeout = math.huge}}
 end, "config.distributed.timeout must be a finite number of seconds > 0, got inf")
 H.expect_error("bad distributed mode", function()
-  rl.train{network = {output = {class = "softmax", loss = "ce", target = "classes"}},
+  train{network = {output = {class = "softmax", loss = "ce", target = "classes"}},
            train = {class = "12ax", num_seqs = 4}, distributed = {mode = "ring"}}
 end, "config.distributed.mode must be")
 H.expect_error("scale_lr that is not a boolean", function()
-  rl.train{network = {output = {class = "softmax", loss = "ce", target = "classes"}},
+  train{network = {output = {class = "softmax", loss = "ce", target = "classes"}},
            train = {class = "12ax", num_seqs = 4}, distributed = {mode = "average", scale_lr = 2}}
 end, "scale_lr must be true or false")
 H.expect_error("an unknown key in distributed", function()
-  rl.train{network = {output = {class = "softmax", loss = "ce", target = "classes"}},
+  train{network = {output = {class = "softmax", loss = "ce", target = "classes"}},
            train = {class = "12ax", num_seqs = 4}, distributed = {evry = 2}}
 end, "unknown key 'evry'")
 H.expect_error("gradient noise in sync mode", function()
-  rl.train{network = {output = {class = "softmax", loss = "ce", target = "classes"}},
+  train{network = {output = {class = "softmax", loss = "ce", target = "classes"}},
            train = {class = "12ax", num_seqs = 4}, optimizer = {class = "sgd", gradient_noise = 0.1}}
 end, "gradient_noise does not work")
 
@@ -152,34 +154,34 @@ local function tiny(over)
   return c
 end
 H.expect_error("ranks with different networks", function()
-  rl.train(tiny({network = {fw = {class = "lstm", n_out = 5},
+  train(tiny({network = {fw = {class = "lstm", n_out = 5},
     output = {class = "softmax", from = {"fw"}, loss = "ce", target = "classes"}}}))
 end, "the ranks disagree (every rank must run the same recipe on the same data): the network's "
   .. "number of parameters: rank 0: 234, rank 1: 312")
 H.expect_error("ranks with the same number of parameters in other layers", function()
-  rl.train(tiny({network = {fw = {class = "lstm", n_out = 4, direction = -1},
+  train(tiny({network = {fw = {class = "lstm", n_out = 4, direction = -1},
     output = {class = "softmax", from = {"fw"}, loss = "ce", target = "classes"}}}))
 end, "config.network (its layers and options): rank 1 differs from rank 0")
 H.expect_error("a dev set on one rank only", function()
-  rl.train(tiny({dev = {class = "12ax", num_seqs = 4, seed = 2}}))
+  train(tiny({dev = {class = "12ax", num_seqs = 4, seed = 2}}))
 end, "a dev set (config.dev): rank 0: 0, rank 1: 1")
 H.expect_error("ranks with different dtypes", function()
-  rl.train(tiny({dtype = "float64"}))
+  train(tiny({dtype = "float64"}))
 end, "config.dtype: rank 1 differs from rank 0 (rank " .. rank .. "'s: float"
   .. (rank == 0 and "32" or "64"))
 H.expect_error("ranks with datasets of different sizes", function()
-  rl.train(tiny({train = {class = "12ax", num_seqs = 30, seed = 1, max_len = 20}}))
+  train(tiny({train = {class = "12ax", num_seqs = 30, seed = 1, max_len = 20}}))
 end, "the train dataset's number of sequences (epoch 1): rank 0: 20, rank 1: 30")
 H.expect_error("ranks with datasets of the same size but other content", function()
   rl.train(tiny({train = {class = "12ax", num_seqs = 20, seed = 2, max_len = 20}}))
 end, "the train dataset's content (a fingerprint of 16 of its sequences: tags, keys, shapes and "
   .. "values): rank 1 differs from rank 0")
 H.expect_error("ranks with different seeds, epochs, learning rates and modes", function()
-  rl.train(tiny({seed = 7, num_epochs = 3, learning_rate = 0.5, distributed = {mode = "average"}}))
+  train(tiny({seed = 7, num_epochs = 3, learning_rate = 0.5, distributed = {mode = "average"}}))
 end, "config.seed: rank 0: 1, rank 1: 7; config.num_epochs: rank 0: 1, rank 1: 3; the learning "
   .. "rate of the first step: rank 0: 0.001, rank 1: 0.5")
 H.test("the world is usable after ranks disagreed in rl.train", function()
-  local r = rl.train(tiny())
+  local r = train(tiny())
   H.check(r.epoch == 1 and not rl.dist.broken(), "trained")
 end)
 
@@ -206,7 +208,7 @@ local function config(over)
   return c
 end
 
-local sync = rl.train(config())
+local sync = train(config())
 H.test("sync: bit-identical parameters on every rank", function()
   H.check(maxdiff(sync.net:params(), from_rank1(sync.net:params())) == 0, "ranks differ")
 end)
@@ -220,7 +222,7 @@ H.test("sync with pretraining: the grown network is the same on every rank", fun
     bw2 = {class = "lstm", n_out = 4, direction = -1, from = {"fw1", "bw1"}},
     output = {class = "softmax", from = {"fw2", "bw2"}, loss = "ce", target = "classes"},
   }
-  local r = rl.train(config({network = deep, pretrain = "default"}))
+  local r = train(config({network = deep, pretrain = "default"}))
   H.check(#r.net.order == 5, "the full network in epoch 2")
   H.check(maxdiff(r.net:params(), from_rank1(r.net:params())) == 0, "ranks differ")
 end)
@@ -300,7 +302,7 @@ H.test("sync with accum_grad = 2: one gradient allreduce per update, = 1 process
     if t:numel() == n then reduces = reduces + 1 end
     return real(t, ...)
   end
-  local ok, acc = pcall(rl.train, cfg)
+  local ok, acc = pcall(train, cfg)
   rl.dist.allreduce = real
   H.check(ok, tostring(acc))
   local net, updates = union_reference(cfg, 2)
@@ -314,7 +316,7 @@ H.test("sync with accum_grad = 2: one gradient allreduce per update, = 1 process
 end)
 
 H.test("average with K = 1 and plain SGD = sync", function()
-  local avg = rl.train(config({distributed = {mode = "average", every = 1}}))
+  local avg = train(config({distributed = {mode = "average", every = 1}}))
   local d, scale = maxdiff(avg.net:params(), sync.net:params()), sync.net:params():abs():max()
   H.check(d <= 1e-5 * scale, string.format("max difference %.3g (scale %.3g)", d, scale))
   H.check(maxdiff(avg.net:params(), from_rank1(avg.net:params())) == 0, "ranks differ")
@@ -332,7 +334,7 @@ H.test("average with K = 3: ranks differ between averagings and agree after", fu
             load_state = function(_, st) return inner:load_state(st) end}
   end
   -- 36 sequences of at most 30 frames, 2 to a batch: 9 steps on each rank
-  local r = rl.train(config({num_epochs = 1, optimizer = make_opt, train = {class = "12ax",
+  local r = train(config({num_epochs = 1, optimizer = make_opt, train = {class = "12ax",
     num_seqs = 36, seed = 3, max_len = 30}, distributed = {mode = "average", every = 3}}))
   local mine = rl.tensor(sums, "float64")
   local other = from_rank1(mine)

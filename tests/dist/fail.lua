@@ -29,4 +29,4 @@ rl.train({
   train = {class = "12ax", num_seqs = 160, seed = 1, max_len = 40},
   num_epochs = 3, batch_size = 400, max_seqs = 10, optimizer = make_opt, learning_rate = 0.01,
   model = model, log_verbosity = 1, seed = 1, distributed = {timeout = 3},
-})
+}, {}) -- the script's arguments (the model, how to fail) are its own

@@ -75,7 +75,7 @@ H.test("a layer's own thread: results, errors, misuse", function()
   l:init_params()
   l:_forward_queue({x}, len, true)
   local ok, err = pcall(l.forward, l, {x}, len, true)
-  H.check(not ok and tostring(err):find("layer 'side': a forward or backward of it is queued",
+  H.check(not ok and tostring(err):find("layer 'side' (class lstm): a forward or backward of it is queued",
     1, true), "touching a running layer: " .. tostring(err))
   local out = l:_wait()
   local ref = l:forward({x}, len, true)

@@ -35,7 +35,7 @@ test("n_out is the number of labels plus the blank", function()
 end)
 expect_error("n_out that leaves no room for the blank", function()
   rl.network({output = {class = "softmax", n_out = 4, loss = "ctc", target = "classes"}}, ext)
-end, "layer 'output': loss 'ctc': target 'classes' has 4 labels, so the layer's n_out must be 5")
+end, "layer 'output' (class softmax): loss 'ctc': target 'classes' has 4 labels, so the layer's n_out must be 5")
 expect_error("ctc on a dense target", function()
   rl.network({output = {class = "softmax", loss = "ctc", target = "feat"}},
     {data = {dim = 3}, feat = {dim = 4}})
@@ -45,7 +45,7 @@ expect_error("ctc on another class", function()
 end, "loss 'ctc' needs a softmax layer")
 expect_error("blank_index out of range", function()
   rl.network({output = {class = "softmax", loss = "ctc", target = "classes", blank_index = 5}}, ext)
-end, "layer 'output': blank_index = 5 is outside 0..4")
+end, "layer 'output' (class softmax): blank_index = 5 is outside 0..4")
 expect_error("blank_index without ctc", function()
   rl.network({output = {class = "softmax", loss = "ce", target = "classes", blank_index = 1}},
     {data = {dim = 3}, classes = {dim = 5, sparse = true}})
@@ -61,16 +61,16 @@ end
 expect_error("a batch without lengths_<key>", function()
   net_ctc():forward{data = rl.randn(5, 2, 3), lengths = rl.tensor({5, 4}, "int32"),
     classes = rl.zeros({5, 2}, "int32")}
-end, "layer 'output': loss 'ctc' needs batch.lengths_classes")
+end, "layer 'output' (class softmax): loss 'ctc' needs batch.lengths_classes")
 expect_error("a label outside the target's labels names the layer and the sequence", function()
   net_ctc():forward{data = rl.randn(5, 2, 3), lengths = rl.tensor({5, 4}, "int32"),
     classes = rl.tensor({{0, 1}, {2, 4}}, "int32"), lengths_classes = rl.tensor({2, 2}, "int32")}
-end, "layer 'output': sequence 2: label 4 at position 2 is outside 0..3")
+end, "layer 'output' (class softmax): sequence 2: label 4 at position 2 is outside 0..3")
 expect_error("a target longer than its input names the layer and the sequence", function()
   net_ctc():forward{data = rl.randn(3, 2, 3), lengths = rl.tensor({3, 2}, "int32"),
     classes = rl.tensor({{0, 1}, {2, 2}, {1, 3}}, "int32"),
     lengths_classes = rl.tensor({2, 3}, "int32")}
-end, "layer 'output': sequence 2: its target of 3 labels is longer than its input of 2 frames")
+end, "layer 'output' (class softmax): sequence 2: its target of 3 labels is longer than its input of 2 frames")
 
 test("an infeasible sequence is skipped: finite loss, no gradient from it", function()
   local x = rl.randn(4, 3, 3)

@@ -45,7 +45,7 @@ H.expect_error("an index outside the vocabulary on a valid frame", function()
   local net = emb_net("float32")
   net:forward{data = rl.tensor({{1, 7}}, "int32"), classes = rl.tensor({{0, 0}}, "int32"),
     lengths = rl.tensor({1, 1}, "int32")}
-end, "layer 'emb' (embedding): class index 7 at frame 1 of sequence 2 is outside 0..6")
+end, "layer 'emb' (class embedding): class index 7 at frame 1 of sequence 2 is outside 0..6")
 
 H.expect_error("a negative index", function()
   local net = emb_net("float32")
@@ -56,7 +56,7 @@ end, "class index -1")
 H.expect_error("a dense input", function()
   rl.network({emb = {class = "embedding", n_out = 4, from = "data", is_output_layer = true}},
     {data = {dim = 7}}):forward{data = rl.zeros(2, 1, 7), lengths = rl.tensor({2}, "int32")}
-end, "layer 'emb' (embedding): the input must be (T, B) int32 class indices")
+end, "layer 'emb' (class embedding): the input must be (T, B) int32 class indices")
 
 H.test("linear and softmax take class indices: the same as one-hot vectors", function()
   local x = rl.tensor({{1, 6}, {0, 2}, {5, 3}}, "int32")
@@ -85,7 +85,7 @@ H.expect_error("an index outside the vocabulary into linear", function()
   rl.network({output = {class = "linear", n_out = 2, from = "data"}},
     {data = {dim = 7, sparse = true}}):forward{data = rl.tensor({{3}, {9}}, "int32"),
     lengths = rl.tensor({2}, "int32")}
-end, "layer 'output' (linear): class index 9 at frame 2 of sequence 1 is outside 0..6")
+end, "layer 'output' (class linear): class index 9 at frame 2 of sequence 1 is outside 0..6")
 
 H.test("float64 gradient check: sparse inputs into linear and softmax", function()
   local r = rl.gradcheck{network = {
@@ -98,7 +98,7 @@ end)
 
 H.expect_error("a sparse input into a class that cannot take one", function()
   rl.network({output = {class = "lstm", n_out = 4, from = "data"}}, {data = {dim = 7, sparse = true}})
-end, "layer 'output': input 'data' is sparse")
+end, "layer 'output' (class lstm): input 'data' is sparse")
 
 H.expect_error("embedding without n_out", function()
   rl.network({output = {class = "embedding", from = "data"}}, {data = {dim = 7, sparse = true}})

@@ -129,7 +129,7 @@ H.test("progress and summaries as plain lines when stdout is not a terminal", fu
 end)
 
 H.test("++key value overrides, from argv and from the global arg", function()
-  local r = rl.train(config(), {"x", "++num_epochs", "1", "++train.num_seqs", "10",
+  local r = rl.train(config(), {"++num_epochs", "1", "++train.num_seqs", "10",
                                 "++learning_rate", "0.5", "++log_verbosity", "0"})
   H.check(#r.history == 1, "num_epochs overridden")
   H.check(r.history[1].lr == 0.5, "learning_rate overridden: " .. tostring(r.history[1].lr))
@@ -145,7 +145,18 @@ H.test("unknown keys are errors naming the key", function()
   expect_fail(function() rl.train(config({num_epoch = 2}), {}) end,
     "unknown config key 'num_epoch'")
   expect_fail(function() rl.train(config(), {"++bogus_key", "1"}) end, "bogus_key")
-  expect_fail(function() rl.train(config(), {"++num_epochs"}) end, "++num_epochs lacks a value")
+  expect_fail(function() rl.train(config(), {"++num_epochs"}) end, "++num_epochs: lacks a value")
+  expect_fail(function() rl.train(config({num_epoch = 2}), {}) end, "did you mean num_epochs?")
+  -- other spellings are errors naming the ++key, never silently ignored
+  expect_fail(function() rl.train(config(), {"--num_epochs", "3"}) end,
+    "--num_epochs: options are written ++key value (++num_epochs)")
+  expect_fail(function() rl.train(config(), {"num_epochs=3"}) end, "(++num_epochs)")
+  expect_fail(function() rl.train(config(), {"++num_epoch", "3"}) end,
+    "did you mean ++num_epochs?")
+  expect_fail(function() rl.train(config(), {"++num_epochs", "3", "++num_epochs", "4"}) end,
+    "++num_epochs: given twice, as '3' and as '4'")
+  expect_fail(function() rl.train(config(), {"++num_epochs", "three"}) end,
+    "++num_epochs: expects an integer, got 'three'")
 end)
 
 H.test("a resumed run ends bit-identical to an uninterrupted one", function()

@@ -67,7 +67,7 @@ H.expect_error("gru: set_initial_state takes no cell", function()
   local net = rl.network({g = {class = "gru", n_out = 2, is_output_layer = true}},
     {data = {dim = 3}})
   net:layer("g").object:set_initial_state(rl.zeros(1, 2), rl.zeros(1, 2))
-end, "layer 'g' (gru)")
+end, "layer 'g' (class gru)")
 
 -- Inside a rec unit the gru carries its state from step to step (the rec layer sets each step's
 -- initial state and routes its gradient back): the same numbers as the gru layer.

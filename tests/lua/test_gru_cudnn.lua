@@ -42,6 +42,6 @@ end)
 H.expect_error("gru with impl = \"fast\"", function()
   rl.network({g = {class = "gru", n_out = 3, impl = "fast", is_output_layer = true}},
     {data = {dim = 3}})
-end, "layer 'g' (gru): impl = \"fast\"")
+end, "layer 'g' (class gru): impl = \"fast\"")
 
 H.done()

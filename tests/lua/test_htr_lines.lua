@@ -166,7 +166,7 @@ H.test("the recipe's augmentation of the training lines: drawn per epoch, ink wi
   end)
 
 H.test("the recipe's smoke mode trains one epoch and prints both CER lines", function()
-  local p = io.popen(string.format("%s recipes/htr_lines.lua smoke out=%s 2>&1", arg[-1], dir))
+  local p = io.popen(string.format("%s recipes/htr_lines.lua ++smoke ++out %s 2>&1", arg[-1], dir))
   local out = p:read("a")
   local ok = p:close()
   H.check(ok, "htr_lines.lua smoke failed:\n" .. out)

@@ -84,7 +84,7 @@ expect_error("a ce loss given label sequences names the layer and the key", func
     target = "classes"}}, ext)
   local ds = rl.dataset{class = "hdf", files = path}
   net:forward(rl.batches(ds, {max_seqs = 4})())
-end, "layer 'output': loss 'ce' scores frames, but target 'classes'")
+end, "layer 'output' (class softmax): loss 'ce' scores frames, but target 'classes'")
 
 expect_error("the engine stops on a ce loss with label sequences", function()
   rl.train{network = {output = {class = "softmax", from = "data", loss = "ce",

@@ -171,32 +171,32 @@ end
 local ok_out = {class = "choice", from = "p", target = "classes"}
 local ok_p = {class = "softmax", from = "s", loss = "ce", target = "classes"}
 bad("unknown class in a unit", {s = {class = "lsmt", n_out = 4, from = "prev:s"}, p = ok_p,
-  output = ok_out}, "layer 'dec' (rec), unit layer 's': layer 'dec/s': unknown class 'lsmt'")
+  output = ok_out}, "layer 'dec' (class rec), unit layer 's': layer 'dec/s': unknown class 'lsmt'")
 bad("prev: of a layer not in the unit", {s = {class = "lstm", n_out = 4, from = "prev:x"},
-  p = ok_p, output = ok_out}, "layer 'dec' (rec), unit layer 's': 'prev:x' names no layer")
+  p = ok_p, output = ok_out}, "layer 'dec' (class rec), unit layer 's': 'prev:x' names no layer")
 bad("unknown same-step from", {s = {class = "lstm", n_out = 4, from = "x"},
-  p = ok_p, output = ok_out}, "layer 'dec' (rec), unit layer 's': unknown from 'x'")
+  p = ok_p, output = ok_out}, "layer 'dec' (class rec), unit layer 's': unknown from 'x'")
 bad("a unit without output", {s = {class = "lstm", n_out = 4, from = "prev:s"}, p = ok_p},
-  "layer 'dec' (rec): the unit has no 'output' layer")
+  "layer 'dec' (class rec): the unit has no 'output' layer")
 bad("a choice without target", {s = {class = "lstm", n_out = 4, from = "prev:s"}, p = ok_p,
-  output = {class = "choice", from = "p"}}, "layer 'dec' (rec), unit layer 'output' (choice): needs target")
+  output = {class = "choice", from = "p"}}, "layer 'dec' (class rec), unit layer 'output' (choice): needs target")
 bad("a choice with beam_size 0", {s = {class = "lstm", n_out = 4, from = "prev:s"}, p = ok_p,
   output = {class = "choice", from = "p", target = "classes", beam_size = 0}},
-  "layer 'dec' (rec), unit layer 'output' (choice): beam_size must be a positive integer")
+  "layer 'dec' (class rec), unit layer 'output' (choice): beam_size must be a positive integer")
 bad("a base: that depends on the rec layer", {
   s = {class = "lstm", n_out = 4, from = "prev:s"},
   att = {class = "attention", base = "base:post", from = "s"}, p = {class = "softmax",
   from = {"s", "att"}, loss = "ce", target = "classes"}, output = ok_out},
-  "layer 'dec' (rec), unit layer 'att': base:post depends on layer 'dec' itself",
+  "layer 'dec' (class rec), unit layer 'att': base:post depends on layer 'dec' itself",
   {post = {class = "lstm", n_out = 4, from = "dec2"}, dec2 = {class = "copy", from = "dec"}})
 bad("a base: that names no layer", {
   s = {class = "lstm", n_out = 4, from = "prev:s"},
   att = {class = "attention", base = "base:nope", from = "s"}, p = ok_p, output = ok_out},
-  "layer 'dec' (rec), unit layer 'att': base:nope names no layer")
+  "layer 'dec' (class rec), unit layer 'att': base:nope names no layer")
 bad("a cycle within a step", {s = {class = "lstm", n_out = 4, from = "p"}, p = ok_p,
   output = ok_out}, "cycle within a step: output -> p -> s -> p")
 bad("labels into a dense layer", {s = {class = "lstm", n_out = 4, from = "prev:output"},
-  p = ok_p, output = ok_out}, "layer 'dec' (rec), unit layer 's' (class lstm): 'prev:output' gives labels")
+  p = ok_p, output = ok_out}, "layer 'dec' (class rec), unit layer 's' (class lstm): 'prev:output' gives labels")
 bad("an unknown option of a unit layer", {s = {class = "lstm", n_out = 4, from = "prev:s",
   n_outt = 3}, p = ok_p, output = ok_out}, "unit layer 's': layer 'dec/s' (class lstm): unknown option 'n_outt'")
 
@@ -207,7 +207,7 @@ H.expect_error("a label out of range", function()
   b.classes[2][1] = 6
   b.data, b.lengths = rl.randn(5, 3, 3), rl.tensor({5, 2, 4}, "int32")
   net:forward(b)
-end, "layer 'dec' (rec), unit layer 'output': label 6 at step 2 of sequence 1 is outside 0..5")
+end, "layer 'dec' (class rec), unit layer 'output': label 6 at step 2 of sequence 1 is outside 0..5")
 
 -- search: beam 1 is greedy decoding, computed here by teacher-forced forwards of the prefix
 local function trained_like_net(seed)
@@ -260,7 +260,7 @@ H.expect_error("search: max_seq_len <= 0", function()
   local net = trained_like_net(5)
   net:search({data = rl.randn(3, 1, 3), lengths = rl.tensor({3}, "int32")},
     {max_seq_len = "T - 5"})
-end, "layer 'dec' (rec), unit layer 'output': max_seq_len must be >= 1, got -2")
+end, "layer 'dec' (class rec), unit layer 'output': max_seq_len must be >= 1, got -2")
 
 -- search options: rl.search's names (beam) given to net:search searched silently with the
 -- defaults; a beam of 2^62 for 4 sequences wrapped B * K to 0 hypotheses
@@ -277,7 +277,7 @@ H.expect_error("search: opts not a table", search_with(5), "net:search: opts mus
 H.expect_error("search: an unknown option", search_with({beam = 4}),
   "net:search: unknown option 'beam' (known: beam_size, eos, layer, length_norm, lm, max_seq_len)")
 H.expect_error("search: a beam that wraps B * K", search_with({beam_size = 1 << 62}, 4),
-  "layer 'dec' (rec), unit layer 'output': beam_size 4611686018427387904 for 4 sequences gives "
+  "layer 'dec' (class rec), unit layer 'output': beam_size 4611686018427387904 for 4 sequences gives "
   .. "more than 2147483647 hypotheses")
 H.expect_error("search: a beam beyond int32 rows", search_with({beam_size = 1 << 31}),
   "gives more than 2147483647 hypotheses")
@@ -291,14 +291,14 @@ for _, v in ipairs{2, "2", 0 / 0} do
   bad("loss_scale " .. tostring(v) .. " (" .. type(v) .. ") inside a unit", {s = {class = "lstm", n_out = 4,
     from = "prev:s"}, p = {class = "softmax", from = "s", loss = "ce", target = "classes",
     loss_scale = v}, output = ok_out},
-    "layer 'dec' (rec), unit layer 'p': loss_scale inside a unit is not supported, got ")
+    "layer 'dec' (class rec), unit layer 'p': loss_scale inside a unit is not supported, got ")
 end
 bad("two choice layers in a unit", {s = {class = "lstm", n_out = 4, from = "prev:s"}, p = ok_p,
   output = ok_out, output2 = ok_out},
   "(choice): the unit already has choice layer 'output")
 bad("beam_size on a layer that is not a choice", {s = {class = "lstm", n_out = 4,
   from = "prev:s", beam_size = 4}, p = ok_p, output = ok_out},
-  "layer 'dec' (rec), unit layer 's' (class lstm): beam_size is an option of a choice layer")
+  "layer 'dec' (class rec), unit layer 's' (class lstm): beam_size is an option of a choice layer")
 
 H.expect_error("a choice without a target in the batch, outside search", function()
   local net = trained_like_net(5)
@@ -309,7 +309,7 @@ H.expect_error("a choice without a target in the batch, outside search", functio
   d.dec.unit.output_prob.n_out = 6
   d.dec.is_output_layer = true
   rl.network(d, ext):forward{data = rl.randn(3, 1, 3), lengths = rl.tensor({3}, "int32")}
-end, "layer 'dec' (rec), unit layer 'output': a choice without a target in the batch needs search")
+end, "layer 'dec' (class rec), unit layer 'output': a choice without a target in the batch needs search")
 
 gradcheck("gradient check: dropout inside a unit (the masks repeat in backward through time)",
   {network = {
@@ -575,12 +575,12 @@ H.test("recurrent state through the layer: names, dims, errors naming the layer"
     "a linear layer has none")
   H.expect_error("a state too many", function()
     g:set_initial_state(rl.zeros(1, 2), rl.zeros(1, 2))
-  end, "layer 'g' (gru) has 1 state (h), got 2")
+  end, "layer 'g' (class gru): set_initial_state: the layer has 1 state (h), got 2")
   H.expect_error("no state of a linear layer", function() c:final_state() end,
-    "layer 'c' (linear) has no recurrent state")
+    "layer 'c' (class linear): final_state: the layer has no recurrent state")
   H.expect_error("a state of the wrong width", function()
     l:set_final_state_grad(nil, rl.zeros(3, 5))
-  end, "layer 'l' (lstm): gradient of final c must be a float (B, 4) tensor")
+  end, "layer 'l' (class lstm): gradient of final c must be a float (B, 4) tensor")
   H.expect_error("no final state before a forward", function() g:final_state() end,
     "layer 'g' has no forward to read")
 end)
@@ -729,7 +729,7 @@ do
   H.expect_error("a gates buffer of another batch", function()
     l:forward({rl.zeros({1, 2, 3}, "float64"), rl.zeros({1, 2, 2}, "float64")}, rl.ones({2}, "int32"),
       true)
-  end, "layer 'w' (lstm): the gates buffer given with rl_recurrent_set_gates is")
+  end, "layer 'w' (class lstm): the gates buffer given with rl_recurrent_set_gates is")
   -- dropped again: the layer's own buffer and weight gradients
   l:_set_gates(nil)
   l:forward({rl.ones({1, 2, 3}, "float64"), rl.ones({1, 2, 2}, "float64")}, rl.ones({2}, "int32"), true)
@@ -753,7 +753,7 @@ for _, loss in ipairs({false, true}) do
     rl.network({output = {class = "rec", unit = "lstm", from = "data", loss = loss and "ce" or nil,
       target = loss and "classes" or nil, is_output_layer = not loss or nil}},
       {data = {dim = 3}, classes = {dim = 2, sparse = true}})
-  end, "layer 'output' (rec): unit must be a table of layers, got the string 'lstm' (RETURNN's")
+  end, "layer 'output' (class rec): unit must be a table of layers, got the string 'lstm' (RETURNN's")
 end
 
 H.done()

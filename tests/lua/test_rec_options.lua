@@ -250,7 +250,7 @@ local function build(d)
   return rl.network({l = d}, {data = {dim = 3}})
 end
 for _, bad in ipairs{
-  {{class = "lstm", n_out = 2, zoneout = 1}, "layer 'l' (lstm): option zoneout.cell = 1"},
+  {{class = "lstm", n_out = 2, zoneout = 1}, "layer 'l' (class lstm): option zoneout.cell = 1"},
   {{class = "lstm", n_out = 2, zoneout = {hidden = -0.1}}, "option zoneout.hidden = -0.1"},
   {{class = "lstm", n_out = 2, zoneout = {cel = 0.1}}, "option zoneout has no field 'cel'"},
   {{class = "lstm", n_out = 2, zoneout = "0.1"}, "option zoneout.cell must be a number"},
@@ -258,7 +258,7 @@ for _, bad in ipairs{
     "layer 'l' (class gru): option zoneout has no field 'cell' (it has hidden)"},
   {{class = "lstm", n_out = 2, zoneout = 0.1, impl = "cudnn"},
     "option zoneout and impl = \"cudnn\" do not go together"},
-  {{class = "gru", n_out = 2, rec_dropout = 1}, "layer 'l' (gru): option rec_dropout = 1"},
+  {{class = "gru", n_out = 2, rec_dropout = 1}, "layer 'l' (class gru): option rec_dropout = 1"},
   {{class = "lstm", n_out = 2, rec_dropout = 0.5, impl = "cudnn"},
     "option rec_dropout and impl = \"cudnn\" do not go together"},
   {{class = "lstm", n_out = 2, rec_dropout = true}, "option rec_dropout must be a number"},

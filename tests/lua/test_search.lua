@@ -277,10 +277,10 @@ bad("beam 0", {beam = 0}, "rl.search: beam must be a positive integer, got 0")
 bad("beam 1.5", {beam = 1.5}, "rl.search: beam must be a positive integer, got 1.5")
 bad("max_seq_len 0", {max_seq_len = 0}, "rl.search: max_seq_len must be >= 1, got 0")
 bad("max_seq_len <= 0 for some input", {max_seq_len = "T - 3"},
-  "rl.search: layer 'dec' (rec), unit layer 'output': max_seq_len must be >= 1, got -2 for "
+  "rl.search: layer 'dec' (class rec), unit layer 'output': max_seq_len must be >= 1, got -2 for "
   .. "input length 1")
 bad("an unknown attention layer", {attention = "s"},
-  "rl.search: layer 'dec' (rec): attention = 's' is not an attention layer of the unit "
+  "rl.search: layer 'dec' (class rec): attention = 's' is not an attention layer of the unit "
   .. "(attention layers: att)")
 bad("nbest beyond the beam", {beam = 2, nbest = 3},
   "rl.search: nbest = 3 is more than the beam (2)")
@@ -318,7 +318,7 @@ for _, c in ipairs{
     local d, e = description()
     d.dec.max_seq_len = c[2]
     rl.network(d, e)
-  end, "layer 'dec' (rec): max_seq_len")
+  end, "layer 'dec' (class rec): max_seq_len")
   H.expect_error("max_seq_len with " .. c[1] .. " says what", function()
     local d, e = description()
     d.dec.max_seq_len = c[2]
@@ -330,7 +330,7 @@ for _, c in ipairs{{"NaN", 0 / 0}, {"inf", math.huge}, {"0.5", 0.5}, {"a table",
     local d, e = description()
     d.dec.max_seq_len = c[2]
     rl.network(d, e)
-  end, "layer 'dec' (rec): max_seq_len must be")
+  end, "layer 'dec' (class rec): max_seq_len must be")
 end
 bad("max_seq_len that overflows", {max_seq_len = "1e400 * T"},
   "unit layer 'output': max_seq_len gave inf for input length 1")
@@ -362,7 +362,7 @@ H.test("a checkpoint whose max_seq_len is code", function()
   local ok, err = pcall(rl.search, {model = path("crafted.h5"), data = DATA,
     output_file = path("bad.h5"), log_verbosity = 0})
   debug.sethook()
-  H.check(not ok and tostring(err):find("layer 'dec' (rec): max_seq_len '(function()", 1, true),
+  H.check(not ok and tostring(err):find("layer 'dec' (class rec): max_seq_len '(function()", 1, true),
     tostring(err))
 end)
 
@@ -386,7 +386,7 @@ H.expect_error("a rec layer without max_seq_len", function()
   local d, e = description()
   d.dec.max_seq_len = nil
   rl.search{model = rl.network(d, e), data = DATA, output_file = path("bad.h5")}
-end, "layer 'dec' (rec) of the given network has no max_seq_len")
+end, "layer 'dec' (class rec) of the given network has no max_seq_len")
 
 H.expect_error("an empty dataset", function()
   local w = rl.hdf_writer(path("empty.h5"), {data_dim = 3})

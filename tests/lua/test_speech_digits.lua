@@ -105,7 +105,8 @@ test("deterministic, and made once", function()
 end)
 
 test("the recipe's smoke mode trains with augmentation and prints its WERs and CER", function()
-  local p = io.popen(string.format("%s recipes/speech_digits.lua smoke out=%s 2>&1", arg[-1], dir))
+  local p = io.popen(string.format("%s recipes/speech_digits.lua ++smoke ++out %s 2>&1", arg[-1],
+    dir))
   local out = p:read("a")
   local ok = p:close()
   check(ok, "recipe failed:\n" .. out)

@@ -880,7 +880,7 @@ def test_model_errors():
     try:
         _, alone, _ = s.request("POST", "/v1/forward", good)
         st, doc, _ = s.request("POST", "/v1/forward", bad)
-        text = "layer 'conv' (conv2d): image 1 is 1 x 1, smaller than the 3 x 3 filter"
+        text = "layer 'conv' (class conv2d): image 1 is 1 x 1, smaller than the 3 x 3 filter"
         check("an image the network cannot take -> 422 with the layer's message",
               st == 422 and doc["error"].startswith("the model cannot take this input: ")
               and text in doc["error"], (st, doc))
@@ -954,7 +954,7 @@ def test_test_input():
               st == 200 and len(doc["output"]) == 1, (st, doc))
         st, doc, _ = s.request("POST", "/v1/forward", {"data": [z] * 225, "size": [15, 15]})
         check("  ... a 15 x 15 image -> 422 naming the pooling", st == 422
-              and "layer 'p4' (pool2d)" in doc["error"], (st, doc))
+              and "layer 'p4' (class pool2d)" in doc["error"], (st, doc))
     finally:
         rc = s.stop()
     check("pooling server stops with exit 0", rc == 0, rc)

@@ -248,7 +248,7 @@ if ldd "$bin" 2>/dev/null | grep -q libasan; then
     echo "SKIP beam out of memory (ASan build)"
 else
     fails "a beam of 2^30 out of memory" \
-        "layer 'dec' (rec), unit layer 'output': beam_size 1073741824 for 1 sequences" \
+        "layer 'dec' (class rec), unit layer 'output': beam_size 1073741824 for 1 sequences" \
         bash -c 'ulimit -v 3000000; exec "$0" -e "
           local unit = {emb = {class = \"embedding\", from = \"prev:output\", n_out = 3},
             output_prob = {class = \"softmax\", from = \"emb\", loss = \"ce\", target = \"classes\"},

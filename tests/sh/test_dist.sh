@@ -104,7 +104,7 @@ rc=$?
 took=$(($(date +%s) - start))
 [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] && [ "$took" -lt 30 ]
 ok "a Lua error on one rank ends the job (exit $rc after ${took}s)" $?
-grep -q "rnnlua: rank 1: rl.train: epoch 2, step 12: .*a Lua error on rank 1 only" "$dir/err"
+grep -q "rnnlua: rank 1: tests/dist/fail.lua:[0-9]*: rl.train: epoch 2, step 12: .*a Lua error on rank 1 only" "$dir/err"
 ok "the error names rank 1, the epoch, the step and the error" $?
 loadable "$dir/error/net"
 ok "after the error: every checkpoint loads" $?

@@ -3,7 +3,7 @@
 # encoder-decoder trained for 4 epochs (the loss must fall) and beam search on the test words
 # through the search task (rl.search), ending with the recipe's `test PER X% WER Y%` line; the
 # model, the test words and the search output (with attention weights that `rnnlua plot
-# --heatmap` draws) land in --out. Usage: test_g2p_smoke.sh path/to/rnnlua
+# --heatmap` draws) land in ++out. Usage: test_g2p_smoke.sh path/to/rnnlua
 set -u
 bin=${1:?usage: test_g2p_smoke.sh path/to/rnnlua}
 pass=0
@@ -16,7 +16,7 @@ ok() {
     if [ "$2" -eq 0 ]; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL $1"; tail -n 8 "$out"; fi
 }
 
-"$bin" recipes/g2p_cmudict.lua --smoke --out "$dir" >"$out" 2>&1
+"$bin" recipes/g2p_cmudict.lua ++smoke ++out "$dir" >"$out" 2>&1
 ok "the smoke run exits 0" $?
 grep -Eq '^test PER [0-9.]+% WER [0-9.]+%$' "$out"
 ok "it prints test PER X% WER Y%" $?

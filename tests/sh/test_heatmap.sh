@@ -70,15 +70,17 @@ w:close()
 check "fixtures" "$?" "0"
 
 # ---- the search task from the shell
-run "$recipes/forward.lua" search=true model=s2s.h5 data=d.h5 output=hyp.h5 beam=2 nbest=true \
-    attention=att
-check "search=true" "$rc:$(grep -c '^search: 3 sequences, .* labels (beam 2) of layer .dec. -> hyp.h5$' "$dir/out")" "0:1"
-run "$recipes/forward.lua" search=true model=s2s.h5 data=d.h5 output=bad.h5 beam=0
-check "search=true beam=0" "$rc:$(grep -c 'rl.search: beam must be a positive integer, got 0' "$dir/err")" "1:1"
-run "$recipes/forward.lua" search=maybe model=s2s.h5 data=d.h5 output=bad.h5
-check "search=maybe" "$rc:$(grep -c 'search must be true or false' "$dir/err")" "1:1"
-run "$recipes/forward.lua" search=true model=s2s.h5 data=d.h5 output=bad.h5 attention=s
-check "search=true attention=s" "$rc:$(grep -c "attention = 's' is not an attention layer of the unit (attention layers: att)" "$dir/err")" "1:1"
+run search ++model s2s.h5 ++data d.h5 ++output hyp.h5 ++beam 2 ++nbest true ++attention att
+check "rnnlua search" "$rc:$(grep -c '^search: 3 sequences, .* labels (beam 2) of layer .dec. -> hyp.h5$' "$dir/out")" "0:1"
+run search ++model s2s.h5 ++data d.h5 ++output bad.h5 ++beam 0
+check "search ++beam 0" "$rc:$(grep -c 'rl.search: beam must be a positive integer, got 0' "$dir/err")" "1:1"
+run search ++model s2s.h5 ++data d.h5 ++output bad.h5 ++length_norm maybe
+check "search ++length_norm maybe" "$rc:$(head -n 1 "$dir/err")" \
+    "2:rnnlua: ++length_norm: expects true or false, got 'maybe'"
+run "$recipes/forward.lua" ++search ++model s2s.h5 ++data d.h5 ++output hyp2.h5 ++beam 2
+check "recipes/forward.lua ++search calls the same" "$rc:$(grep -c '^search: 3 sequences' "$dir/out")" "0:1"
+run search ++model s2s.h5 ++data d.h5 ++output bad.h5 ++attention s
+check "search ++attention s" "$rc:$(grep -c "attention = 's' is not an attention layer of the unit (attention layers: att)" "$dir/err")" "1:1"
 
 # ---- heat maps of the attention weights
 run plot hyp.h5 --heatmap attention --seq 2 -o att.png
@@ -112,11 +114,11 @@ run plot named.h5 --heatmap attention --seq 2 -o named.svg
 check "rows named by the labels" "$rc:$(grep -q ">$(cat row1.txt)<" named.svg && echo yes)" "0:yes"
 
 # ---- heat maps of forward outputs: MDLSTM images (a channel), LSTM activations
-"$bin" "$recipes/forward.lua" model=md.h5 data=img.h5 layer=md output=md_out.h5 >"$dir/log" 2>&1
+"$bin" forward ++model md.h5 ++data img.h5 ++layer md ++output md_out.h5 >"$dir/log" 2>&1
 check "forward md" "$?" "0"
 run plot md_out.h5 --heatmap data --seq 2 --channel 3 -o md.png
 check "mdlstm heat map" "$rc:$(png_size md.png)" "0:800x600"
-"$bin" "$recipes/forward.lua" model=s2s.h5 data=d.h5 layer=enc output=enc.h5 >"$dir/log" 2>&1
+"$bin" forward ++model s2s.h5 ++data d.h5 ++layer enc ++output enc.h5 >"$dir/log" 2>&1
 check "forward enc" "$?" "0"
 run plot enc.h5 --heatmap data --seq 2 -o enc.png
 check "lstm activations heat map" "$rc:$(png_size enc.png)" "0:800x600"
@@ -134,30 +136,30 @@ check "a tag with line breaks runs nothing" "$rc:$([ -e pwned ] && echo ran)" "0
 # ---- bad input
 run plot hyp.h5 --heatmap att
 check "unknown key" "$rc:$(cat "$dir/err")" \
-    "1:rnnlua plot: hyp.h5: no key 'att' (keys: attention, attention_2, attention_2_shape, attention_shape, data, nbest, nbest_lengths, nbest_scores, scores)"
+    "1:rnnlua: hyp.h5: no key 'att' (keys: attention, attention_2, attention_2_shape, attention_shape, data, nbest, nbest_lengths, nbest_scores, scores)"
 run plot hyp.h5 --heatmap attention --seq 4
 check "sequence beyond the file" "$rc:$(cat "$dir/err")" \
-    "1:rnnlua plot: hyp.h5: sequence 4 is out of range 1..3"
+    "1:rnnlua: hyp.h5: sequence 4 is out of range 1..3"
 run plot hyp.h5 --heatmap attention --seq 0
-check "sequence 0" "$rc:$(cat "$dir/err")" "1:rnnlua plot: hyp.h5: sequence 0 is out of range 1..3"
+check "sequence 0" "$rc:$(cat "$dir/err")" "1:rnnlua: hyp.h5: sequence 0 is out of range 1..3"
 run plot hyp.h5 --heatmap nbest
 check "a sparse key" "$rc:$(cat "$dir/err")" \
-    "1:rnnlua plot: hyp.h5: sequence 1 ('s1'), key 'nbest' holds labels (sparse), not a matrix"
+    "1:rnnlua: hyp.h5: sequence 1 ('s1'), key 'nbest' holds labels (sparse), not a matrix"
 run plot md_out.h5 --heatmap data --channel 13
 check "channel out of range" "$rc:$(cat "$dir/err")" \
-    "1:rnnlua plot: md_out.h5: sequence 1 ('img1'), key 'data': channel 13 is out of range 1..12"
+    "1:rnnlua: md_out.h5: sequence 1 ('img1'), key 'data': channel 13 is out of range 1..12"
 run plot hyp.h5 --heatmap attention -o att.gif
-check "bad format" "$rc:$(cat "$dir/err")" "1:rnnlua plot: att.gif: the output must end in .png or .svg"
+check "bad format" "$rc:$(cat "$dir/err")" "1:rnnlua: att.gif: the output must end in .png or .svg"
 run plot missing.h5 --heatmap attention
 check "missing file" "$rc:$(grep -c 'missing.h5' "$dir/err")" "1:1"
 run plot hyp.h5 --heatmap
 check "--heatmap without a key" "$rc:$(head -n 1 "$dir/err")" \
-    "2:rnnlua plot: --heatmap needs a key of the dataset file"
+    "2:rnnlua: --heatmap: lacks a value"
 run plot hyp.h5 --heatmap attention --seq two
-check "--seq not a number" "$rc:$(head -n 1 "$dir/err")" "2:rnnlua plot: --seq needs an integer"
+check "--seq not a number" "$rc:$(head -n 1 "$dir/err")" "2:rnnlua: --seq: expects an integer, got 'two'"
 run plot net.curve.jsonl --seq 2
 check "--seq without --heatmap" "$rc:$(head -n 1 "$dir/err")" \
-    "2:rnnlua plot: --seq and --channel apply to --heatmap"
+    "2:rnnlua: ++seq and ++channel apply to ++heatmap"
 
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -99,6 +99,18 @@ check "error message line" "rnnlua: $tmp/err.lua:2: bad thing 7" "$(echo "$err" 
 contains "traceback header" "stack traceback:" "$err"
 contains "traceback names the caller's line" "$tmp/err.lua:4: in " "$err"
 contains "traceback names the main chunk" "$tmp/err.lua:5: in main chunk" "$err"
+# an error of the library called from a script: "rnnlua: FILE:LINE: what", the script's own line
+# first, no positions or traceback of rnnlua's own modules (RNNLUA_TRACEBACK=1 shows them)
+cat >"$tmp/lib.lua" <<'LUA'
+local desc = {output = {class = "lstm", n_out = 2, from = "nope"}}
+local net = rl.network(desc, {data = {dim = 2}})
+LUA
+err=$("$bin" "$tmp/lib.lua" 2>&1 >/dev/null); rc=$?
+check "library error exits 1" 1 "$rc"
+check "library error: the user's line first, one line" \
+    "rnnlua: $tmp/lib.lua:2: layer 'output' (class lstm): unknown from 'nope' (layers: output; inputs: data)" "$err"
+err=$(RNNLUA_TRACEBACK=1 "$bin" "$tmp/lib.lua" 2>&1 >/dev/null)
+contains "RNNLUA_TRACEBACK=1: the full traceback" "lua/rnnlua/network.lua:" "$err"
 err=$("$bin" -e 'error({})' 2>&1); rc=$?
 check "non-string error object exits 1" 1 "$rc"
 contains "non-string error object is described" "(error object is a table value)" "$err"

@@ -114,7 +114,7 @@ has_line "dump-data label 1" out '1 "b" 3 42.86%'
 has_line "dump-data label 2" out '2 "c" 3 42.86%'
 run dump-data d.h5 --seq 4
 check "dump-data --seq out of range" "$rc:$(cat "$dir/err")" \
-    "1:rnnlua dump-data: d.h5: --seq 4: the dataset has 3 sequences"
+    "1:rnnlua: d.h5: ++seq 4: the dataset has 3 sequences"
 
 # ---- compare
 run compare a.h5 a.h5
@@ -143,12 +143,15 @@ has_line "average of a and b" out "lstm1/W (2, 12) 0.125 DIFFERENT"
 run average a.h5 c.h5 -o x.h5
 check "average of other networks status" "$rc" 1
 check "average of other networks names the parameter" "$(cat "$dir/err")" \
-    "rnnlua average: c.h5 is not a checkpoint of the network of a.h5: parameter lstm1/W has \
+    "rnnlua: c.h5 is not a checkpoint of the network of a.h5: parameter lstm1/W has \
 shape (2, 12) in a.h5, (2, 20) in c.h5"
 run average a.h5 -o a.h5
 check "average into an input status" "$rc" 1
 run average a.h5
-check "average without -o status" "$rc" 2
+check "average without -o: status 2 naming ++out" "$rc:$(head -1 "$dir/err")" \
+    "2:rnnlua: ++out: missing"
+run average a.h5 a.h5 ++out avg2.h5
+check "average ++out as -o" "$rc" 0
 check "nothing written by the refused averages" "$(ls x.h5 2>&1 | grep -c 'No such')" 1
 
 # ---- plot
@@ -168,27 +171,27 @@ check "plot default name" "$rc:$(test -s net.curve.png && echo yes)" "0:yes"
 echo '{"epoch": 1, "lr": oops}' >bad.jsonl
 run plot bad.jsonl
 check "plot bad curve" "$rc:$(cat "$dir/err")" \
-    "1:rnnlua plot: bad.jsonl:1: lr is oops, not a number"
+    "1:rnnlua: bad.jsonl:1: lr is oops, not a number"
 run plot net.curve.jsonl -o curve.gif
 check "plot bad format" "$rc:$(cat "$dir/err")" \
-    "1:rnnlua plot: curve.gif: the output must end in .png or .svg"
+    "1:rnnlua: curve.gif: the output must end in .png or .svg"
 # the output naming the input (a curve or a dataset file whose name ends in .png): refused, the
 # input untouched
 cp net.curve.jsonl own.png
 run plot own.png -o own.png
 check "plot onto its own input" "$rc:$(cat "$dir/err"):$(cmp -s own.png net.curve.jsonl && echo same)" \
-    "1:rnnlua plot: own.png: the output is the input file itself:same"
+    "1:rnnlua: own.png: the output is the input file itself:same"
 ln -s own.png link.png
 run plot own.png -o link.png
 check "plot onto a link to its input" "$rc:$(cmp -s own.png net.curve.jsonl && echo same)" "1:same"
 cp d.h5 d.png
 run plot d.png --heatmap data -o d.png
 check "heatmap onto its own input" "$rc:$(cat "$dir/err"):$(cmp -s d.png d.h5 && echo same)" \
-    "1:rnnlua plot: d.png: the output is the input file itself:same"
+    "1:rnnlua: d.png: the output is the input file itself:same"
 mkdir dir.jsonl
 run plot dir.jsonl
 check "plot of a directory" "$rc:$(cat "$dir/err")" \
-    "1:rnnlua plot: dir.jsonl: cannot read: it is a directory"
+    "1:rnnlua: dir.jsonl: cannot read: it is a directory"
 
 # ---- rl.train{plot = true}: the picture after every epoch
 "$bin" -e 'rl.train{network = {output = {class = "softmax", loss = "ce", target = "classes"}},
@@ -209,15 +212,15 @@ done
 run compare a.h5 missing.h5
 check "compare missing file" "$rc:$(grep -c 'missing.h5' "$dir/err")" "1:1"
 run info text.h5
-check "info not hdf5" "$rc:$(cat "$dir/err")" "1:rnnlua info: text.h5: not an HDF5 file"
+check "info not hdf5" "$rc:$(cat "$dir/err")" "1:rnnlua: text.h5: not an HDF5 file"
 run dump-data text.h5
-check "dump-data not hdf5" "$rc:$(cat "$dir/err")" "1:rnnlua dump-data: text.h5: not an HDF5 file"
+check "dump-data not hdf5" "$rc:$(cat "$dir/err")" "1:rnnlua: text.h5: not an HDF5 file"
 run info d.h5
 check "info on a dataset" "$rc:$(cat "$dir/err")" \
-    '1:rnnlua info: d.h5: not an rnnlua checkpoint (no format = "rnnlua-checkpoint" attribute)'
+    '1:rnnlua: d.h5: not an rnnlua checkpoint (no format = "rnnlua-checkpoint" attribute)'
 run dump-data a.h5
 check "dump-data on a checkpoint" "$rc:$(cat "$dir/err")" \
-    "1:rnnlua dump-data: a.h5: not a RETURNN HDF dataset: it has no /inputs"
+    "1:rnnlua: a.h5: not a RETURNN HDF dataset: it has no /inputs"
 run compare a.h5 d.h5
 check "compare with a dataset" "$rc:$(grep -c 'd.h5: not an rnnlua checkpoint' "$dir/err")" "1:1"
 run plot a.h5
@@ -226,13 +229,27 @@ check "plot on a checkpoint" "$rc:$(grep -c 'a.h5:1: not a JSON object' "$dir/er
 # ---- the command line: exit status 2
 run info
 check "info no file" "$rc:$(head -1 "$dir/err")" \
-    "2:rnnlua info: expects one checkpoint file, got 0 arguments"
+    "2:rnnlua: expects one checkpoint file"
 run dump-data d.h5 --bogus
 check "dump-data bad option" "$rc:$(head -1 "$dir/err")" \
-    "2:rnnlua dump-data: unknown option '--bogus'"
+    "2:rnnlua: --bogus: unknown option (did you mean ++stats?)"
 run compare a.h5
 check "compare one file" "$rc:$(head -1 "$dir/err")" \
-    "2:rnnlua compare: expects two checkpoint files, got 1 arguments"
+    "2:rnnlua: expects two checkpoint files"
+# the one convention: ++key value reads as --key value does; a misspelt option names the closest
+run dump-data d.h5 ++seq 3 ++stats
+check "dump-data ++seq ++stats" "$rc:$(grep -c 'sequence 3: tag s3' "$dir/out")" "0:1"
+run dump-data d.h5 ++sqe 3
+check "dump-data misspelt option" "$rc:$(head -1 "$dir/err")" \
+    "2:rnnlua: ++sqe: unknown option (did you mean ++seq?)"
+run dump-data d.h5 ++seq 2 --seq 3
+check "an option given twice" "$rc:$(head -1 "$dir/err")" \
+    "2:rnnlua: ++seq: given twice, as '2' and as '3'"
+run dump-data d.h5 ++seq two
+check "an option of the wrong type" "$rc:$(head -1 "$dir/err")" \
+    "2:rnnlua: ++seq: expects an integer, got 'two'"
+run dump-data --help
+check "dump-data --help lists its options" "$rc:$(grep -c '^  ++seq N\|^  ++stats' "$dir/out")" "0:2"
 
 # ---- strings from a crafted file (a tag with an escape sequence and a line break) are shown
 # with their control characters as \NNN: one line, nothing sent to the terminal
