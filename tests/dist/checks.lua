@@ -173,7 +173,7 @@ H.expect_error("ranks with datasets of different sizes", function()
   train(tiny({train = {class = "12ax", num_seqs = 30, seed = 1, max_len = 20}}))
 end, "the train dataset's number of sequences (epoch 1): rank 0: 20, rank 1: 30")
 H.expect_error("ranks with datasets of the same size but other content", function()
-  rl.train(tiny({train = {class = "12ax", num_seqs = 20, seed = 2, max_len = 20}}))
+  train(tiny({train = {class = "12ax", num_seqs = 20, seed = 2, max_len = 20}}))
 end, "the train dataset's content (a fingerprint of 16 of its sequences: tags, keys, shapes and "
   .. "values): rank 1 differs from rank 0")
 H.expect_error("ranks with different seeds, epochs, learning rates and modes", function()
