@@ -32,7 +32,7 @@ end
 
 local function timed(device, name)
   local t0 = rl.clock()
-  local r = rl.train(config(device, name))
+  local r = rl.train(config(device, name), {})
   print(string.format("%s: dev frame error %.3f%% after %d epochs, %.1f s", name,
     100 * r.dev_error, r.epoch, rl.clock() - t0))
   return r
