@@ -82,8 +82,8 @@ rl_status rl_aug_cfg_check(const char *who, const rl_aug_cfg *c) {
     struct {
         const char *name;
         double p;
-    } probs[] = {{"spec.p", c->spec_p},       {"affine.p", c->affine_p}, {"elastic.p", c->elastic_p},
-                 {"stroke.p", c->stroke_p},   {"speed.p", c->speed_p},   {"noise.p", c->noise_p}};
+    } probs[] = {{"spec.p", c->spec_p},     {"affine.p", c->affine_p}, {"elastic.p", c->elastic_p},
+                 {"stroke.p", c->stroke_p}, {"speed.p", c->speed_p},   {"noise.p", c->noise_p}};
     for (size_t i = 0; i < sizeof probs / sizeof probs[0]; i++)
         if (!prob_ok(probs[i].p))
             return rl_error(RL_EARG, "%s.%s: a probability must be in [0, 1], got %g", who,
@@ -131,8 +131,8 @@ rl_status rl_aug_cfg_check(const char *who, const rl_aug_cfg *c) {
 
 /* ---- SpecAugment ---- */
 
-void rl_aug_mask(float *x, int64_t nt, int64_t ts, int64_t nf, int64_t fs, int64_t nc,
-                 int64_t t0, int64_t width, float value) {
+void rl_aug_mask(float *x, int64_t nt, int64_t ts, int64_t nf, int64_t fs, int64_t nc, int64_t t0,
+                 int64_t width, float value) {
     int64_t lo = t0 < 0 ? 0 : t0, hi = t0 + width > nt ? nt : t0 + width;
     for (int64_t t = lo; t < hi; t++)
         for (int64_t f = 0; f < nf; f++) {
@@ -153,8 +153,8 @@ void rl_aug_warp(float *x, int64_t nt, int64_t ts, int64_t nf, int64_t fs, int64
             memcpy(scratch + (t * nf + f) * nc, x + t * ts + f * fs, (size_t)nc * sizeof(float));
     for (int64_t t = 0; t < nt; t++) {
         double u = t < to ? (double)t * (double)centre / (double)to
-                          : (double)centre + (double)(t - to) * (double)(last - centre) /
-                                                 (double)(last - to);
+                          : (double)centre +
+                                (double)(t - to) * (double)(last - centre) / (double)(last - to);
         int64_t a = (int64_t)floor(u);
         if (a >= last) a = last - 1;
         float w = (float)(u - (double)a);
@@ -198,8 +198,8 @@ static rl_status spec(const rl_aug_cfg *cfg, aug_rng *r, float *x, int64_t nt, i
     return RL_OK;
 }
 
-rl_status rl_augment_features(const rl_aug_cfg *cfg, uint64_t seed, uint64_t epoch,
-                              uint64_t index, float *x, int64_t T, int64_t F) {
+rl_status rl_augment_features(const rl_aug_cfg *cfg, uint64_t seed, uint64_t epoch, uint64_t index,
+                              float *x, int64_t T, int64_t F) {
     if (T < 1 || F < 1) return RL_OK;
     aug_rng r = rng_make(seed, epoch, index, AUG_SPEC);
     return spec(cfg, &r, x, T, F, F, 1, 1);
@@ -234,7 +234,8 @@ rl_status rl_aug_affine(const float *x, int64_t H, int64_t W, int64_t C, double 
     double cx = (double)(W - 1) / 2, cy = (double)(H - 1) / 2;
     double minx = INFINITY, maxx = -INFINITY, miny = INFINITY, maxy = -INFINITY;
     for (int i = 0; i < 4; i++) {
-        double px = (i & 1 ? (double)W - 0.5 : -0.5) - cx, py = (i & 2 ? (double)H - 0.5 : -0.5) - cy;
+        double px = (i & 1 ? (double)W - 0.5 : -0.5) - cx,
+               py = (i & 2 ? (double)H - 0.5 : -0.5) - cy;
         double qx = a00 * px + a01 * py, qy = a10 * px + a11 * py;
         minx = fmin(minx, qx);
         maxx = fmax(maxx, qx);
@@ -246,8 +247,8 @@ rl_status rl_aug_affine(const float *x, int64_t H, int64_t W, int64_t C, double 
     if (W2 < 1) W2 = 1;
     if (H2 < 1) H2 = 1;
     if (W2 > 65536 || H2 > 65536)
-        return rl_error(RL_EARG, "augment: affine map makes a %lld x %lld image",
-                        (long long)H2, (long long)W2);
+        return rl_error(RL_EARG, "augment: affine map makes a %lld x %lld image", (long long)H2,
+                        (long long)W2);
     int64_t shape[3] = {H2, W2, C};
     RL_TRY(rl_tensor_empty(out, RL_FLOAT32, RL_DEVICE_CPU, 3, shape));
     float *y = rl_tensor_data(out);
@@ -438,8 +439,7 @@ void rl_aug_add_noise(float *x, int64_t n, const float *noise, int64_t nn, int64
     *gain = g;
 }
 
-bool rl_augment_wave_fires(const rl_aug_cfg *cfg, uint64_t seed, uint64_t epoch,
-                           uint64_t index) {
+bool rl_augment_wave_fires(const rl_aug_cfg *cfg, uint64_t seed, uint64_t epoch, uint64_t index) {
     aug_rng a = rng_make(seed, epoch, index, AUG_SPEED);
     aug_rng b = rng_make(seed, epoch, index, AUG_NOISE);
     bool speed = rng_unit(&a) < cfg->speed_p, noise = rng_unit(&b) < cfg->noise_p;
@@ -447,8 +447,8 @@ bool rl_augment_wave_fires(const rl_aug_cfg *cfg, uint64_t seed, uint64_t epoch,
 }
 
 rl_status rl_augment_wave(const rl_aug_cfg *cfg, uint64_t seed, uint64_t epoch, uint64_t index,
-                          const float *x, int64_t n, const rl_aug_noise *noises,
-                          int64_t n_noises, rl_tensor *out) {
+                          const float *x, int64_t n, const rl_aug_noise *noises, int64_t n_noises,
+                          rl_tensor *out) {
     aug_rng r = rng_make(seed, epoch, index, AUG_SPEED);
     if (rng_unit(&r) < cfg->speed_p) {
         RL_TRY(rl_aug_speed(x, n, rng_range(&r, cfg->speed_min, cfg->speed_max), out));

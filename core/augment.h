@@ -71,8 +71,8 @@ typedef struct {
 } rl_aug_noise;
 
 /* SpecAugment of a feature sequence x (T, F), in place. */
-rl_status rl_augment_features(const rl_aug_cfg *cfg, uint64_t seed, uint64_t epoch,
-                              uint64_t index, float *x, int64_t T, int64_t F);
+rl_status rl_augment_features(const rl_aug_cfg *cfg, uint64_t seed, uint64_t epoch, uint64_t index,
+                              float *x, int64_t T, int64_t F);
 
 /* stroke, affine, elastic, then SpecAugment of an image x (H, W, C); out: a new (H', W', C)
  * float32 tensor (H' = H and W' = W unless the affine map fired). */
@@ -80,20 +80,19 @@ rl_status rl_augment_image(const rl_aug_cfg *cfg, uint64_t seed, uint64_t epoch,
                            const float *x, int64_t H, int64_t W, int64_t C, rl_tensor *out);
 
 /* Whether speed or noise fires for this sequence (so the caller needs the waveform). */
-bool rl_augment_wave_fires(const rl_aug_cfg *cfg, uint64_t seed, uint64_t epoch,
-                           uint64_t index);
+bool rl_augment_wave_fires(const rl_aug_cfg *cfg, uint64_t seed, uint64_t epoch, uint64_t index);
 
 /* Speed perturbation, then additive noise of a waveform x (n): out a new (N') tensor. */
 rl_status rl_augment_wave(const rl_aug_cfg *cfg, uint64_t seed, uint64_t epoch, uint64_t index,
-                          const float *x, int64_t n, const rl_aug_noise *noises,
-                          int64_t n_noises, rl_tensor *out);
+                          const float *x, int64_t n, const rl_aug_noise *noises, int64_t n_noises,
+                          rl_tensor *out);
 
 /* The deterministic transforms underneath (also what the tests check by hand). */
 
 /* Sets frames [t0, t0 + width) of the time axis (nt steps of stride ts) to value, across the
  * nf x nc other elements (frequency stride fs, channels contiguous); clipped to the axis. */
-void rl_aug_mask(float *x, int64_t nt, int64_t ts, int64_t nf, int64_t fs, int64_t nc,
-                 int64_t t0, int64_t width, float value);
+void rl_aug_mask(float *x, int64_t nt, int64_t ts, int64_t nf, int64_t fs, int64_t nc, int64_t t0,
+                 int64_t width, float value);
 
 /* Time warp of the time axis: frame `centre` moves to centre + dist, both sides stretched
  * linearly, linear interpolation between frames; scratch holds nt * nf * nc floats. */

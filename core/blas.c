@@ -131,8 +131,8 @@ static bool gemm_tail_rows(const gemm_job *j, int64_t rows, const char *a, const
         for (int64_t r = 0; r < rows; r++)
             memcpy(c2 + es * (size_t)(r * n), c + es * (size_t)(r * j->ldc), es * (size_t)n);
     }
-    library_gemm(j->f64, j->ta, j->tb, ROW_GROUP, n, j->k, j->alpha, a2,
-                 j->ta ? ROW_GROUP : j->k, b, j->ldb, j->beta, c2, n);
+    library_gemm(j->f64, j->ta, j->tb, ROW_GROUP, n, j->k, j->alpha, a2, j->ta ? ROW_GROUP : j->k,
+                 b, j->ldb, j->beta, c2, n);
     for (int64_t r = 0; r < rows; r++)
         memcpy(c + es * (size_t)(r * j->ldc), c2 + es * (size_t)(r * n), es * (size_t)n);
     return true;

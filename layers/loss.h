@@ -81,8 +81,8 @@ rl_status rl_loss_ce_grad(rl_ce_work *w, const rl_tensor *p, const rl_tensor *le
 
 void rl_ce_work_release(rl_ce_work *w);
 
-/* The argument checks of rl_loss_ce (target int32 (T, B) on the CPU or logp's device, CPU int32 lengths
- * (B) in 0..T), for a fused CE that computes the rest itself. */
+/* The argument checks of rl_loss_ce (target int32 (T, B) on the CPU or logp's device, CPU int32
+ * lengths (B) in 0..T), for a fused CE that computes the rest itself. */
 rl_status rl_ce_check_args(const char *layer, const rl_tensor *logp, const rl_tensor *target,
                            const rl_tensor *lengths);
 

@@ -67,8 +67,8 @@ static int64_t int_field(lua_State *L, const char *who, const char *group, const
 }
 
 /* {lo, hi} or one number (lo = hi) */
-static void range_field(lua_State *L, const char *who, const char *group, const char *k,
-                        double *lo, double *hi) {
+static void range_field(lua_State *L, const char *who, const char *group, const char *k, double *lo,
+                        double *hi) {
     if (lua_type(L, -1) == LUA_TNUMBER) {
         *lo = *hi = num_field(L, who, group, k);
         return;
@@ -103,52 +103,86 @@ static void parse_group(lua_State *L, const char *who, const char *group, rl_aug
         if (strcmp(k, "p") == 0) {
             double p = num_field(L, who, group, k);
             p_set = true;
-            if (strcmp(group, "spec") == 0) c->spec_p = p;
-            else if (strcmp(group, "affine") == 0) c->affine_p = p;
-            else if (strcmp(group, "elastic") == 0) c->elastic_p = p;
-            else if (strcmp(group, "stroke") == 0) c->stroke_p = p;
-            else if (strcmp(group, "speed") == 0) c->speed_p = p;
-            else c->noise_p = p;
+            if (strcmp(group, "spec") == 0)
+                c->spec_p = p;
+            else if (strcmp(group, "affine") == 0)
+                c->affine_p = p;
+            else if (strcmp(group, "elastic") == 0)
+                c->elastic_p = p;
+            else if (strcmp(group, "stroke") == 0)
+                c->stroke_p = p;
+            else if (strcmp(group, "speed") == 0)
+                c->speed_p = p;
+            else
+                c->noise_p = p;
         } else if (strcmp(group, "spec") == 0) {
-            if (strcmp(k, "time_masks") == 0) c->time_masks = int_field(L, who, group, k);
-            else if (strcmp(k, "time_width") == 0) c->time_width = int_field(L, who, group, k);
-            else if (strcmp(k, "time_ratio") == 0) c->time_ratio = num_field(L, who, group, k);
-            else if (strcmp(k, "freq_masks") == 0) c->freq_masks = int_field(L, who, group, k);
-            else if (strcmp(k, "freq_width") == 0) c->freq_width = int_field(L, who, group, k);
-            else if (strcmp(k, "time_warp") == 0) c->time_warp = int_field(L, who, group, k);
-            else if (strcmp(k, "value") == 0) c->mask_value = (float)num_field(L, who, group, k);
-            else known = false;
+            if (strcmp(k, "time_masks") == 0)
+                c->time_masks = int_field(L, who, group, k);
+            else if (strcmp(k, "time_width") == 0)
+                c->time_width = int_field(L, who, group, k);
+            else if (strcmp(k, "time_ratio") == 0)
+                c->time_ratio = num_field(L, who, group, k);
+            else if (strcmp(k, "freq_masks") == 0)
+                c->freq_masks = int_field(L, who, group, k);
+            else if (strcmp(k, "freq_width") == 0)
+                c->freq_width = int_field(L, who, group, k);
+            else if (strcmp(k, "time_warp") == 0)
+                c->time_warp = int_field(L, who, group, k);
+            else if (strcmp(k, "value") == 0)
+                c->mask_value = (float)num_field(L, who, group, k);
+            else
+                known = false;
         } else if (strcmp(group, "affine") == 0) {
-            if (strcmp(k, "shear") == 0) c->shear = num_field(L, who, group, k);
-            else if (strcmp(k, "scale") == 0) c->scale = num_field(L, who, group, k);
-            else if (strcmp(k, "rotate") == 0) c->rotate = num_field(L, who, group, k);
-            else known = false;
+            if (strcmp(k, "shear") == 0)
+                c->shear = num_field(L, who, group, k);
+            else if (strcmp(k, "scale") == 0)
+                c->scale = num_field(L, who, group, k);
+            else if (strcmp(k, "rotate") == 0)
+                c->rotate = num_field(L, who, group, k);
+            else
+                known = false;
         } else if (strcmp(group, "elastic") == 0) {
-            if (strcmp(k, "alpha") == 0) c->elastic_alpha = num_field(L, who, group, k);
-            else if (strcmp(k, "sigma") == 0) c->elastic_sigma = num_field(L, who, group, k);
-            else known = false;
+            if (strcmp(k, "alpha") == 0)
+                c->elastic_alpha = num_field(L, who, group, k);
+            else if (strcmp(k, "sigma") == 0)
+                c->elastic_sigma = num_field(L, who, group, k);
+            else
+                known = false;
         } else if (strcmp(group, "stroke") == 0) {
-            if (strcmp(k, "radius") == 0) c->stroke_radius = int_field(L, who, group, k);
-            else known = false;
+            if (strcmp(k, "radius") == 0)
+                c->stroke_radius = int_field(L, who, group, k);
+            else
+                known = false;
         } else if (strcmp(group, "speed") == 0) {
-            if (strcmp(k, "min") == 0) c->speed_min = num_field(L, who, group, k);
-            else if (strcmp(k, "max") == 0) c->speed_max = num_field(L, who, group, k);
-            else known = false;
+            if (strcmp(k, "min") == 0)
+                c->speed_min = num_field(L, who, group, k);
+            else if (strcmp(k, "max") == 0)
+                c->speed_max = num_field(L, who, group, k);
+            else
+                known = false;
         } else {
-            if (strcmp(k, "snr") == 0) range_field(L, who, group, k, &c->snr_min, &c->snr_max);
-            else known = strcmp(k, "files") == 0;
+            if (strcmp(k, "snr") == 0)
+                range_field(L, who, group, k, &c->snr_min, &c->snr_max);
+            else
+                known = strcmp(k, "files") == 0;
         }
         if (!known) luaL_error(L, "%s.%s: unknown option '%s' (%s)", who, group, k, keys);
         lua_pop(L, 1);
     }
     /* a group given without p is on: p = 1 */
     if (!p_set) {
-        if (strcmp(group, "spec") == 0) c->spec_p = 1;
-        else if (strcmp(group, "affine") == 0) c->affine_p = 1;
-        else if (strcmp(group, "elastic") == 0) c->elastic_p = 1;
-        else if (strcmp(group, "stroke") == 0) c->stroke_p = 1;
-        else if (strcmp(group, "speed") == 0) c->speed_p = 1;
-        else c->noise_p = 1;
+        if (strcmp(group, "spec") == 0)
+            c->spec_p = 1;
+        else if (strcmp(group, "affine") == 0)
+            c->affine_p = 1;
+        else if (strcmp(group, "elastic") == 0)
+            c->elastic_p = 1;
+        else if (strcmp(group, "stroke") == 0)
+            c->stroke_p = 1;
+        else if (strcmp(group, "speed") == 0)
+            c->speed_p = 1;
+        else
+            c->noise_p = 1;
     }
 }
 
@@ -255,7 +289,8 @@ static int m_wave(lua_State *L) {
         if (!rl_lua_to_tensor(L, -1))
             return luaL_error(L, "augment: noise recording %d is not a tensor", (int)i + 1);
         const rl_tensor *t = float_arg(L, lua_gettop(L), 1, "augment", "a noise recording");
-        if (t->shape[0] < 1) return luaL_error(L, "augment: noise recording %d is empty", (int)i + 1);
+        if (t->shape[0] < 1)
+            return luaL_error(L, "augment: noise recording %d is empty", (int)i + 1);
         z[i].x = rl_tensor_data(t);
         z[i].n = t->shape[0];
         /* both stay on the stack (the recording and its contiguous form) while in use */
@@ -271,8 +306,8 @@ static int m_wave(lua_State *L) {
 static int m_uses(lua_State *L) {
     augcfg_ud *u = luaL_checkudata(L, 1, RL_AUGCFG_MT);
     lua_createtable(L, 0, 6);
-    double p[] = {u->c.spec_p, u->c.affine_p, u->c.elastic_p,
-                  u->c.stroke_p, u->c.speed_p, u->c.noise_p};
+    double p[] = {u->c.spec_p,   u->c.affine_p, u->c.elastic_p,
+                  u->c.stroke_p, u->c.speed_p,  u->c.noise_p};
     for (size_t g = 0; g < sizeof groups / sizeof groups[0]; g++) {
         lua_pushboolean(L, p[g] > 0);
         lua_setfield(L, -2, groups[g]);
@@ -368,8 +403,8 @@ static const luaL_Reg cfg_methods[] = {
 };
 
 static const luaL_Reg augment_funcs[] = {
-    {"config", l_config}, {"affine", l_affine}, {"stroke", l_stroke}, {"speed", l_speed},
-    {"add_noise", l_add_noise}, {"warp", l_warp}, {NULL, NULL},
+    {"config", l_config},       {"affine", l_affine}, {"stroke", l_stroke}, {"speed", l_speed},
+    {"add_noise", l_add_noise}, {"warp", l_warp},     {NULL, NULL},
 };
 
 void rl_lua_open_augment(lua_State *L) {
