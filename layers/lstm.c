@@ -3,15 +3,19 @@
  * Parameters (checkpoint layout; gate order i, f, g, o along every 4H axis, as in PyTorch and
  * cuDNN):
  *   W  (sum_k F_k, 4H)  input weights, the inputs' rows stacked in `from` order   (glorot)
- *   U  (H, 4H)          recurrent weights                                        (orthogonal)
+ *   U  (P, 4H)          recurrent weights                                        (orthogonal)
  *   b  (4H)             bias                                                     (zeros)
  *   p_i, p_f, p_o (H)   peephole weights, only with peepholes = true             (zeros)
- * PyTorch's weight_ih_l0 is W^T, weight_hh_l0 is U^T, bias_ih_l0 + bias_hh_l0 is b. The
+ *   R  (H, P)           the recurrent projection, only with n_proj = P           (glorot)
+ * H is the option n_out (the cell's units); P = n_proj, or H without it: the width of h, of the
+ * output (base.n_out) and of the recurrent product's operand. PyTorch's weight_ih_l0 is W^T,
+ * weight_hh_l0 is U^T, bias_ih_l0 + bias_hh_l0 is b, weight_hr_l0 (proj_size) is R^T. The
  * option forget_bias is the initial value of b's f block (the rest of b starts at 0).
  *
  * Equations, step t in processing order (t = 0..T-1 for direction 1, T-1..0 for -1):
  *   z_t = sum_k x_k,t W_k + h_prev U + b       (B, 4H)
  *   i, f, g, o, c_t, h_t = the cell of kernels/lstm_cell.h
+ *   with n_proj (LSTMP, Sak et al. 2014): the cell's h is m_t (B, H), and h_t = m_t R (B, P)
  *   out_t = h_t on valid frames (t < len[b]), 0 on padded ones, which carry the state
  *   (c_t = c_prev, h_t = h_prev): a backward LSTM starts each sequence at its own last frame.
  * The initial state is zero or the one given with rl_lstm_set_initial_state; backward starts
@@ -23,7 +27,9 @@
  *   zoneout: c_t = m_c c_prev + (1 - m_c) c~_t, h_t = m_h h_prev + (1 - m_h) o tanh(c~_t), c~_t the
  *   cell's new cell, m = Bernoulli(z) per unit and step in training, z in evaluation, inside
  *   the fused passes (kernels/lstm.h, rl_lstm_zo_f32);
- *   rec_dropout (training): z_t's product reads h_prev * m_d, m_d (B, H) one per sequence.
+ *   rec_dropout (training): z_t's product reads h_prev * m_d, m_d (B, P) one per sequence;
+ *   n_proj: above; CPU only (forward on CUDA tensors fails naming it), not with zoneout or
+ *   impl = "cudnn" (errors at creation).
  *
  * Cost: the input projection of all frames is one GEMM per input; each step is one
  * recurrent GEMM (B, H) x (H, 4H) into the step's rows of z and one fused pointwise pass
@@ -40,7 +46,8 @@
  *
  * Buffers (sized per batch shape with rl_buffer_ensure; all kept from forward for backward):
  *   gates (T, B, 4H)     pre-activations, then activations; backward overwrites them with dZ
- *   hs, cs (T+1, B, H)   states in time order plus the initial state: for direction 1 row 0
+ *   hs (T+1, B, P), cs (T+1, B, H)
+ *                        states in time order plus the initial state: for direction 1 row 0
  *                        is the initial state and row t+1 the state after frame t; for -1 row
  *                        t is the state after frame t and row T the initial one. So the
  *                        previous states of all frames are rows 0..T-1 (1) or 1..T (-1).
@@ -51,9 +58,14 @@
  *                        dims cannot be folded into one
  *   mc, mh, ct (T, B, H) zoneout: the masks of the cell and h (each only with its z > 0) and
  *                        the cells before zoneout c~ (o, tanh and p_o's gradient read c~)
- *   md (B, H), hd (T, B, H), dtmp (B, H)  rec_dropout: the mask, the dropped previous states
+ *   md (B, P), hd (T, B, P), dtmp (B, P)  rec_dropout: the mask, the dropped previous states
  *                        of every frame (the products' operand, then dU's), backward's
  *                        recurrent product before the mask
+ *   ms (T+1, B, H)       n_proj: the cells' m in hs's row order (the initial row zeros: a padded
+ *                        frame carries it), read by dR = M^T dH
+ *   mscr (B, H)          n_proj: the pointwise pass's output rows, unused (the output is h)
+ *   drs (T, B, P), dm (B, H)  n_proj: dLoss/dh_t of every frame (0 on padded rows), dLoss/dm
+ *                        of the step backward is at; rpack: R or R^T packed (float32 CPU)
  * Kept in rl_recurrent (layers/recurrent.h): the lengths on the device (CUDA), a contiguous
  * copy of grad_out when it cannot be folded and the packed operands ("Packed operands" below);
  * in rl_rnn_cudnn (layers/rnn_cudnn.h) the cuDNN path's concatenated inputs.
@@ -91,8 +103,10 @@
  * another device drops the cuDNN object before the stream it runs on is destroyed.
  */
 #include <inttypes.h>
+#include <math.h>
 
 #include <stddef.h>
+#include <string.h>
 
 #include "layer.h"
 #include "layers.h"
@@ -115,6 +129,10 @@ typedef struct {
     rl_layer base;
     rl_recurrent rec; /* stream, lengths on the device, batch sizes, final-state row, flags */
     int direction;
+    int64_t H; /* the cell's width (option n_out); the output and h are base.n_out wide: H, or
+                  n_proj's P */
+    bool proj; /* n_proj: h = m R */
+    int p_r;   /* R's index in params (with proj) */
     bool peepholes;
     bool cudnn; /* impl = "cudnn" */
     double forget_bias;
@@ -127,8 +145,13 @@ typedef struct {
     rl_tensor mc, mh, ct;   /* zoneout: the masks (T, B, H) and the cells before zoneout c~ */
     double rd;              /* rec_dropout probability (0: none) */
     bool rdropped;          /* the last forward dropped the recurrent input (its backward too) */
-    rl_tensor md, hd, dtmp; /* rec_dropout: the mask (B, H), the dropped previous states of
-                               every frame (T, B, H), backward's recurrent product (B, H) */
+    rl_tensor md, hd, dtmp; /* rec_dropout: the mask (B, P), the dropped previous states of
+                               every frame (T, B, P), backward's recurrent product (B, P) */
+    rl_tensor ms, mscr;     /* n_proj: the cell outputs m (T+1, B, H) in hs's row order; the
+                               pointwise pass's unused output rows (B, H) */
+    rl_tensor drs, dm;      /* n_proj: dLoss/dh of every frame (T, B, P), 0 on padded rows;
+                               backward's dLoss/dm of a step (B, H) */
+    rl_tensor rpack;        /* n_proj: R (forward) or R^T (backward) packed (float32 CPU) */
 } lstm_layer;
 
 static const rl_layer_ops lstm_ops;
@@ -138,9 +161,8 @@ _Static_assert(offsetof(lstm_layer, rec) == offsetof(rl_recurrent_layer, rec),
 
 /* The input weights form one block of columns (all 4H gates of a product). */
 static rl_status pack_inputs(lstm_layer *L, bool backward, const float *W, float **out) {
-    rl_pack_block all = {0, 4 * L->base.n_out};
-    return rl_recurrent_pack_inputs(&L->rec, &L->base, backward, W, 4 * L->base.n_out, &all, 1,
-                                    out);
+    rl_pack_block all = {0, 4 * L->H};
+    return rl_recurrent_pack_inputs(&L->rec, &L->base, backward, W, 4 * L->H, &all, 1, out);
 }
 
 /* c = op(a) op(b) + beta c on the layer's device: BLAS, or cuBLAS on the layer's stream. */
@@ -154,11 +176,11 @@ static rl_status gemm(const lstm_layer *L, rl_device dev, rl_dtype dt, bool ta, 
 static rl_status lstm_weight_grad(rl_layer *l, rl_device dev, rl_dtype dt, int k, int64_t n,
                                   rl_mat x, rl_mat dz) {
     lstm_layer *L = (lstm_layer *)l;
-    int64_t H = l->n_out, row = 0;
+    int64_t H = L->H, row = 0;
     rl_mat g;
     if (k < 0) {
         RL_TRY(rl_param_mat(l, &l->params[P_U].grad, "U (gradient)", dt, dev, &g));
-        return gemm(L, dev, dt, true, false, H, 4 * H, n, x, dz, 1.0, g);
+        return gemm(L, dev, dt, true, false, l->n_out, 4 * H, n, x, dz, 1.0, g);
     }
     RL_TRY(rl_param_mat(l, &l->params[P_W].grad, "W (gradient)", dt, dev, &g));
     for (int i = 0; i < k; i++)
@@ -189,75 +211,146 @@ typedef struct {
     rl_dtype dt;
     const int32_t *len;
     rl_mat U, bias, dout; /* bias: forward; dout: backward */
+    rl_mat R;             /* n_proj */
     const void *const *peep;
     bool packed, backward;
     float *upack; /* packed U (forward) or U^T (backward) when packed */
+    float *rpack; /* n_proj: packed R (forward) or R^T (backward) when packed */
 } steps_job;
 
 /* Row parts only where each part gets at least a register tile of rows (8) and the packed U
- * (4H x H floats) stays within a core's L2 (1 MiB here); beyond that a step's product is
+ * (4H x P floats) stays within a core's L2 (1 MiB here); beyond that a step's product is
  * bound by streaming U, which the column split reads once rather than once per part. */
 static int row_parts(const lstm_layer *L, bool packed) {
-    int64_t H = L->base.n_out;
+    int64_t H = L->H, P = L->base.n_out;
     int parts = packed ? rl_blas_get_threads() : 1;
     if (parts > RL_CPU_MAX_PARTS) parts = RL_CPU_MAX_PARTS;
     while (parts > 1 && L->rec.B / parts < 8)
         parts--;
-    return 16 * H * H <= (1 << 20) ? parts : 1;
+    return 16 * H * P <= (1 << 20) ? parts : 1;
 }
 
 /* The zoneout buffers of frame t, rows r0.. (NULL when the last forward had none). */
 static bool zo_rows(const lstm_layer *L, int64_t t, int64_t r0, void **mc, void **mh, void **ct) {
     if (!L->zoned) return false;
-    int64_t e = (t * L->rec.B + r0) * L->base.n_out;
+    int64_t e = (t * L->rec.B + r0) * L->H;
     *mc = L->zc > 0 ? at(&L->mc, e) : NULL;
     *mh = L->zh > 0 ? at(&L->mh, e) : NULL;
     *ct = at(&L->ct, e);
     return true;
 }
 
+/* n_proj, after the pointwise pass of frame t, rows r0 .. r0+n-1: h = m R into hs's row cur; a
+ * padded row carries h_prev (its m is m_prev, but the initial state has no m) and outputs 0, a
+ * valid one outputs h. */
+static void project_rows(const steps_job *j, int64_t t, int64_t prev, int64_t cur, int64_t r0,
+                         int64_t n) {
+    lstm_layer *L = j->L;
+    rl_dtype dt = j->dt;
+    int64_t B = L->rec.B, H = L->H, P = L->base.n_out;
+    size_t row = (size_t)P * rl_dtype_size(dt);
+    rl_mat M = {at(&L->ms, (cur * B + r0) * H), H}, Hc = {at(&L->hs, (cur * B + r0) * P), P};
+    if (j->packed)
+        rl_gemm_packed_f32(n, P, H, M.p, H, j->rpack, false, Hc.p, P);
+    else
+        rl_mat_gemm(RL_DEVICE_CPU, NULL, dt, false, false, n, P, H, M, j->R, 0.0, Hc);
+    for (int64_t b = r0; b < r0 + n; b++) {
+        void *h = at(&L->hs, (cur * B + b) * P), *out = at(&L->base.out, (t * B + b) * P);
+        if (t >= j->len[b]) {
+            memcpy(h, at(&L->hs, (prev * B + b) * P), row);
+            memset(out, 0, row);
+        } else {
+            memcpy(out, h, row);
+        }
+    }
+}
+
 /* Forward steps of rows r0 .. r1-1. */
 static void fwd_rows(const steps_job *j, int64_t r0, int64_t r1) {
     lstm_layer *L = j->L;
     rl_dtype dt = j->dt;
-    int64_t T = L->rec.T, B = L->rec.B, H = L->base.n_out, BH = B * H, n = r1 - r0;
+    int64_t T = L->rec.T, B = L->rec.B, H = L->H, P = L->base.n_out, BH = B * H, BP = B * P,
+            n = r1 - r0;
     for (int64_t s = 0; s < T; s++) {
         int64_t t = L->direction > 0 ? s : T - 1 - s;
         int64_t prev = L->direction > 0 ? t : t + 1, cur = L->direction > 0 ? t + 1 : t;
-        rl_mat Hp = {at(&L->hs, prev * BH + r0 * H), H},
+        rl_mat Hp = {at(&L->hs, prev * BP + r0 * P), P},
                Zt = {at(&L->gates, (t * B + r0) * 4 * H), 4 * H}, Hm = Hp;
         if (L->rdropped) { /* the product reads the dropped state */
-            Hm.p = at(&L->hd, t * BH + r0 * H);
-            rl_recurrent_mask_rows(dt, n, H, Hp.p, at(&L->md, r0 * H), Hm.p, false);
+            Hm.p = at(&L->hd, t * BP + r0 * P);
+            rl_recurrent_mask_rows(dt, n, P, Hp.p, at(&L->md, r0 * P), Hm.p, false);
         }
         if (j->packed)
-            rl_gemm_packed_f32(n, 4 * H, H, Hm.p, H, j->upack, true, Zt.p, 4 * H);
+            rl_gemm_packed_f32(n, 4 * H, P, Hm.p, P, j->upack, true, Zt.p, 4 * H);
         else
-            rl_mat_gemm(RL_DEVICE_CPU, NULL, dt, false, false, n, 4 * H, H, Hm, j->U, 1.0, Zt);
+            rl_mat_gemm(RL_DEVICE_CPU, NULL, dt, false, false, n, 4 * H, P, Hm, j->U, 1.0, Zt);
         void *cp = at(&L->cs, prev * BH + r0 * H), *c = at(&L->cs, cur * BH + r0 * H),
-             *h = at(&L->hs, cur * BH + r0 * H), *out = at(&L->base.out, t * BH + r0 * H);
+             *h = at(&L->hs, cur * BP + r0 * P), *out = at(&L->base.out, t * BP + r0 * P);
+        void *hp = Hp.p;
+        if (L->proj) { /* the pass writes m; project_rows makes h and the output of it */
+            hp = at(&L->ms, prev * BH + r0 * H);
+            h = at(&L->ms, cur * BH + r0 * H);
+            out = at(&L->mscr, r0 * H);
+        }
         void *mc = NULL, *mh = NULL, *ct = NULL;
         bool zo = zo_rows(L, t, r0, &mc, &mh, &ct);
         if (dt == RL_FLOAT32) {
             rl_lstm_zo_f32 z = {mc, mh, ct};
             rl_lstm_cpu_fwd_f32(n, H, t, j->len + r0, Zt.p, j->bias.p,
-                                (const float *const *)j->peep, cp, Hp.p, c, h, out, zo ? &z : NULL);
+                                (const float *const *)j->peep, cp, hp, c, h, out, zo ? &z : NULL);
         } else {
             rl_lstm_zo_f64 z = {mc, mh, ct};
             rl_lstm_cpu_fwd_f64(n, H, t, j->len + r0, Zt.p, j->bias.p,
-                                (const double *const *)j->peep, cp, Hp.p, c, h, out,
-                                zo ? &z : NULL);
+                                (const double *const *)j->peep, cp, hp, c, h, out, zo ? &z : NULL);
+        }
+        if (L->proj) project_rows(j, t, prev, cur, r0, n);
+    }
+}
+
+/* n_proj, before the pointwise pass of frame t in backward, rows r0 .. r0+n-1: the frame's
+ * dLoss/dh (the running dh plus dout on a valid row, 0 on a padded one, whose dh passes through)
+ * into drs, dh = 0 on valid rows (the step's dz U^T is added to it after the pass), and
+ * dLoss/dm = drs_t R^T into dm, which the pass reads as its dh. */
+static void unproject_rows(const steps_job *j, int64_t t, int64_t r0, int64_t n, const void *dot) {
+    lstm_layer *L = j->L;
+    rl_dtype dt = j->dt;
+    int64_t B = L->rec.B, H = L->H, P = L->base.n_out;
+    size_t es = rl_dtype_size(dt);
+    for (int64_t i = 0; i < n; i++) {
+        void *d = at(&L->drs, (t * B + r0 + i) * P), *dh = at(&L->dh, (r0 + i) * P);
+        const void *o = dot ? (const char *)dot + (size_t)(i * j->dout.ld) * es : NULL;
+        if (t >= j->len[r0 + i]) {
+            memset(d, 0, (size_t)P * es);
+        } else if (dt == RL_FLOAT32) {
+            float *df = d, *hf = dh;
+            const float *of = o;
+            for (int64_t k = 0; k < P; k++) {
+                df[k] = hf[k] + (of ? of[k] : 0.0f);
+                hf[k] = 0.0f;
+            }
+        } else {
+            double *df = d, *hf = dh;
+            const double *of = o;
+            for (int64_t k = 0; k < P; k++) {
+                df[k] = hf[k] + (of ? of[k] : 0.0);
+                hf[k] = 0.0;
+            }
         }
     }
+    rl_mat D = {at(&L->drs, (t * B + r0) * P), P}, M = {at(&L->dm, r0 * H), H};
+    if (j->packed)
+        rl_gemm_packed_f32(n, H, P, D.p, P, j->rpack, false, M.p, H);
+    else
+        rl_mat_gemm(RL_DEVICE_CPU, NULL, dt, false, true, n, H, P, D, j->R, 0.0, M);
 }
 
 /* Backward steps of rows r0 .. r1-1: dZ over the gates, dh, dc. */
 static void bwd_rows(const steps_job *j, int64_t r0, int64_t r1) {
     lstm_layer *L = j->L;
     rl_dtype dt = j->dt;
-    int64_t T = L->rec.T, B = L->rec.B, H = L->base.n_out, BH = B * H, n = r1 - r0;
+    int64_t T = L->rec.T, B = L->rec.B, H = L->H, P = L->base.n_out, BH = B * H, n = r1 - r0;
     size_t es = rl_dtype_size(dt);
-    rl_mat dH = {at(&L->dh, r0 * H), H};
+    rl_mat dH = {at(&L->dh, r0 * P), P};
     void *dc = at(&L->dc, r0 * H);
     for (int64_t s = T - 1; s >= 0; s--) {
         int64_t t = L->direction > 0 ? s : T - 1 - s;
@@ -266,26 +359,32 @@ static void bwd_rows(const steps_job *j, int64_t r0, int64_t r1) {
         const void *dot =
             j->dout.p ? (char *)j->dout.p + (size_t)((t * B + r0) * j->dout.ld) * es : NULL;
         void *cp = at(&L->cs, prev * BH + r0 * H), *c = at(&L->cs, cur * BH + r0 * H);
+        void *dh = dH.p;
+        if (L->proj) { /* the pass sees dLoss/dm */
+            unproject_rows(j, t, r0, n, dot);
+            dot = NULL;
+            dh = at(&L->dm, r0 * H);
+        }
         void *mc = NULL, *mh = NULL, *ct = NULL;
         bool zo = zo_rows(L, t, r0, &mc, &mh, &ct);
         if (dt == RL_FLOAT32) {
             rl_lstm_zo_f32 z = {mc, mh, ct};
             rl_lstm_cpu_bwd_f32(n, H, t, j->len + r0, Zt.p, (const float *const *)j->peep, cp, c,
-                                dot, j->dout.ld, dH.p, dc, zo ? &z : NULL);
+                                dot, j->dout.ld, dh, dc, zo ? &z : NULL);
         } else {
             rl_lstm_zo_f64 z = {mc, mh, ct};
             rl_lstm_cpu_bwd_f64(n, H, t, j->len + r0, Zt.p, (const double *const *)j->peep, cp, c,
-                                dot, j->dout.ld, dH.p, dc, zo ? &z : NULL);
+                                dot, j->dout.ld, dh, dc, zo ? &z : NULL);
         }
         /* padded rows of dZ_t are 0, so their dh passes through unchanged; with rec_dropout
          * the product's gradient goes through the mask */
-        rl_mat D = L->rdropped ? (rl_mat){at(&L->dtmp, r0 * H), H} : dH;
+        rl_mat D = L->rdropped ? (rl_mat){at(&L->dtmp, r0 * P), P} : dH;
         if (j->packed)
-            rl_gemm_packed_f32(n, H, 4 * H, Zt.p, 4 * H, j->upack, !L->rdropped, D.p, H);
+            rl_gemm_packed_f32(n, P, 4 * H, Zt.p, 4 * H, j->upack, !L->rdropped, D.p, P);
         else
-            rl_mat_gemm(RL_DEVICE_CPU, NULL, dt, false, true, n, H, 4 * H, Zt, j->U,
+            rl_mat_gemm(RL_DEVICE_CPU, NULL, dt, false, true, n, P, 4 * H, Zt, j->U,
                         L->rdropped ? 0.0 : 1.0, D);
-        if (L->rdropped) rl_recurrent_mask_rows(dt, n, H, D.p, at(&L->md, r0 * H), dH.p, true);
+        if (L->rdropped) rl_recurrent_mask_rows(dt, n, P, D.p, at(&L->md, r0 * P), dH.p, true);
     }
 }
 
@@ -298,20 +397,31 @@ static void steps_part(void *ctx, int part, int parts) {
         fwd_rows(j, r0, r1);
 }
 
-/* Packs U (forward) or U^T (backward) for the packed kernel, then runs the steps. */
+/* Packs U (forward) or U^T (backward) for the packed kernel, and so R or R^T with n_proj, then
+ * runs the steps. R is the layer's own buffer, packed at every pass: the packs' slots hold one
+ * operand at a time outside a rec unit. */
 static rl_status run_steps(steps_job *j) {
     lstm_layer *L = j->L;
-    int64_t H = L->base.n_out;
+    int64_t H = L->H, P = L->base.n_out;
     j->packed = j->dt == RL_FLOAT32 && rl_gemm_packed_fast();
     if (j->packed) {
-        int64_t n = j->backward ? rl_gemm_packed_size(4 * H, H) : rl_gemm_packed_size(H, 4 * H);
+        int64_t n = j->backward ? rl_gemm_packed_size(4 * H, P) : rl_gemm_packed_size(P, 4 * H);
         bool stale;
         RL_TRY(rl_recurrent_pack_slot(&L->rec, &L->base, j->backward ? RL_PACK_UT : RL_PACK_U, n,
                                       &j->upack, &stale));
         if (stale && j->backward)
-            rl_gemm_pack_f32(j->upack, j->U.p, 4 * H, true, 4 * H, H);
+            rl_gemm_pack_f32(j->upack, j->U.p, 4 * H, true, 4 * H, P);
         else if (stale)
-            rl_gemm_pack_f32(j->upack, j->U.p, 4 * H, false, H, 4 * H);
+            rl_gemm_pack_f32(j->upack, j->U.p, 4 * H, false, P, 4 * H);
+    }
+    if (j->packed && L->proj) {
+        int64_t n = j->backward ? rl_gemm_packed_size(P, H) : rl_gemm_packed_size(H, P);
+        RL_TRY(rl_buffer_ensure(&L->rpack, RL_FLOAT32, RL_DEVICE_CPU, 1, &n));
+        j->rpack = rl_tensor_data(&L->rpack);
+        if (j->backward)
+            rl_gemm_pack_f32(j->rpack, j->R.p, P, true, P, H);
+        else
+            rl_gemm_pack_f32(j->rpack, j->R.p, P, false, H, P);
     }
     int parts = row_parts(L, j->packed);
     if (parts > 1)
@@ -321,21 +431,22 @@ static rl_status run_steps(steps_job *j) {
     return RL_OK;
 }
 
-/* The forward recurrence on the CPU. peep: NULL without peepholes. */
+/* The forward recurrence on the CPU. peep: NULL without peepholes; R: n_proj's. */
 static rl_status forward_steps_cpu(lstm_layer *L, rl_dtype dt, const int32_t *len, rl_mat U,
-                                   rl_mat bias, const void *const *peep) {
-    steps_job j = {.L = L, .dt = dt, .len = len, .U = U, .bias = bias, .peep = peep};
+                                   rl_mat R, rl_mat bias, const void *const *peep) {
+    steps_job j = {.L = L, .dt = dt, .len = len, .U = U, .R = R, .bias = bias, .peep = peep};
     return run_steps(&j);
 }
 
-/* The backward recurrence on the CPU, then over all frames db, dpeep and dU = Hprev^T dZ (unless
- * the caller makes the weight gradients, rl_recurrent_set_gates). */
+/* The backward recurrence on the CPU, then over all frames db, dpeep, n_proj's dR = M^T dH and
+ * dU = Hprev^T dZ (unless the caller makes the weight gradients of W and U,
+ * rl_recurrent_set_gates). */
 static rl_status backward_steps_cpu(lstm_layer *L, rl_dtype dt, const int32_t *len, rl_mat dout,
-                                    rl_mat U, rl_mat db, const void *const *peep,
-                                    void *const *dpeep) {
-    int64_t T = L->rec.T, B = L->rec.B, H = L->base.n_out, BH = B * H;
+                                    rl_mat U, rl_mat R, rl_mat dR, rl_mat db,
+                                    const void *const *peep, void *const *dpeep) {
+    int64_t T = L->rec.T, B = L->rec.B, H = L->H, P = L->base.n_out, BH = B * H;
     steps_job j = {
-        .L = L, .dt = dt, .len = len, .U = U, .dout = dout, .peep = peep, .backward = true};
+        .L = L, .dt = dt, .len = len, .U = U, .R = R, .dout = dout, .peep = peep, .backward = true};
     RL_TRY(run_steps(&j));
     void *cp = at(&L->cs, L->direction > 0 ? 0 : BH), *c = at(&L->cs, L->direction > 0 ? BH : 0);
     if (L->zoned) c = rl_tensor_data(&L->ct); /* p_o multiplies c~ */
@@ -345,9 +456,13 @@ static rl_status backward_steps_cpu(lstm_layer *L, rl_dtype dt, const int32_t *l
     else
         rl_lstm_cpu_param_grads_f64(T * B, H, rl_tensor_data(&L->gates), cp, c, db.p,
                                     (double *const *)dpeep);
+    if (L->proj) { /* each frame's m (rows cur) against its dLoss/dh (0 on padded rows) */
+        rl_mat M = {at(&L->ms, L->direction > 0 ? BH : 0), H}, D = {rl_tensor_data(&L->drs), P};
+        RL_TRY(gemm(L, RL_DEVICE_CPU, dt, true, false, H, P, T * B, M, D, 1.0, dR));
+    }
     if (L->rec.defer_fwd) return RL_OK;
     rl_mat dZ = {rl_tensor_data(&L->gates), 4 * H};
-    rl_mat Hprev = {at(&L->hs, L->direction > 0 ? 0 : BH), H};
+    rl_mat Hprev = {at(&L->hs, L->direction > 0 ? 0 : B * P), P};
     if (L->rdropped) Hprev.p = rl_tensor_data(&L->hd); /* dU pairs dZ with what U multiplied */
     return lstm_weight_grad(&L->base, RL_DEVICE_CPU, dt, -1, T * B, Hprev, dZ);
 }
@@ -355,23 +470,25 @@ static rl_status backward_steps_cpu(lstm_layer *L, rl_dtype dt, const int32_t *l
 static rl_status lstm_forward(rl_layer *l, rl_layer_io *io) {
     lstm_layer *L = (lstm_layer *)l;
     rl_recurrent *r = &L->rec;
-    int64_t H = l->n_out;
+    int64_t H = L->H, P = l->n_out;
     rl_dtype dt;
     rl_device dev;
     RL_TRY(rl_recurrent_forward_begin(r, l, io, &dt, &dev));
     if (L->zc > 0 || L->zh > 0) RL_TRY(rl_recurrent_cpu_only(r, l, dev, "zoneout"));
     if (L->rd > 0) RL_TRY(rl_recurrent_cpu_only(r, l, dev, "rec_dropout"));
+    if (L->proj) RL_TRY(rl_recurrent_cpu_only(r, l, dev, "n_proj"));
     if (L->cudnn && dev.type != RL_CUDA)
         return rl_error(RL_EDEVICE,
                         "layer '%s' (lstm): impl = \"cudnn\" needs CUDA tensors, the inputs "
                         "are on cpu (use impl = \"own\" on the CPU)",
                         l->name);
     int64_t T = r->T, B = r->B;
-    rl_mat W, U, bias;
+    rl_mat W, U, bias, R = {NULL, 0};
     const void *peep[3] = {NULL, NULL, NULL};
     RL_TRY(rl_param_mat(l, &l->params[P_W].value, "W", dt, dev, &W));
     RL_TRY(rl_param_mat(l, &l->params[P_U].value, "U", dt, dev, &U));
     RL_TRY(rl_param_mat(l, &l->params[P_B].value, "b", dt, dev, &bias));
+    if (L->proj) RL_TRY(rl_param_mat(l, &l->params[L->p_r].value, "R", dt, dev, &R));
     for (int k = 0; k < 3 && L->peepholes; k++) {
         rl_mat pm;
         RL_TRY(rl_param_mat(l, &l->params[P_PI + k].value, l->params[P_PI + k].name, dt, dev, &pm));
@@ -387,10 +504,15 @@ static rl_status lstm_forward(rl_layer *l, rl_layer_io *io) {
         return rl_recurrent_forward_end(r, l, 1, io->train, written, 2);
     }
 #endif
-    int64_t gshape[3] = {T, B, 4 * H}, sshape[3] = {T + 1, B, H};
+    int64_t gshape[3] = {T, B, 4 * H}, sshape[3] = {T + 1, B, H}, hshape[3] = {T + 1, B, P};
     RL_TRY(rl_recurrent_gates(r, l, &L->gates, dt, dev, gshape));
-    RL_TRY(rl_buffer_ensure_synced(&L->hs, dt, dev, 3, sshape));
+    RL_TRY(rl_buffer_ensure_synced(&L->hs, dt, dev, 3, hshape));
     RL_TRY(rl_buffer_ensure_synced(&L->cs, dt, dev, 3, sshape));
+    if (L->proj) {
+        int64_t mshape[2] = {B, H};
+        RL_TRY(rl_buffer_ensure_synced(&L->ms, dt, dev, 3, sshape));
+        RL_TRY(rl_buffer_ensure_synced(&L->mscr, dt, dev, 2, mshape));
+    }
 
     /* the initial state row */
     int64_t init_row = L->direction > 0 ? 0 : T;
@@ -402,6 +524,13 @@ static rl_status lstm_forward(rl_layer *l, rl_layer_io *io) {
     rl_tensor_release(&hrow);
     rl_tensor_release(&crow);
     RL_TRY(st);
+    if (L->proj) { /* a padded first frame carries this m: finite, as dR reads it */
+        rl_tensor mrow = {0};
+        RL_TRY(rl_tensor_select(&mrow, &L->ms, 0, init_row));
+        st = rl_recurrent_write_state(r, &mrow, NULL);
+        rl_tensor_release(&mrow);
+        RL_TRY(st);
+    }
 
     /* input projection of all frames: one GEMM per input, accumulated */
     rl_mat Z = {rl_tensor_data(&L->gates), 4 * H};
@@ -442,13 +571,13 @@ static rl_status lstm_forward(rl_layer *l, rl_layer_io *io) {
     }
     L->rdropped = io->train && L->rd > 0;
     if (L->rdropped) {
-        int64_t dshape[3] = {T, B, H};
+        int64_t dshape[3] = {T, B, P};
         RL_TRY(rl_recurrent_rec_dropout_mask(r, l, io, L->rd, &L->md, dt, dev));
         RL_TRY(rl_buffer_ensure_synced(&L->hd, dt, dev, 3, dshape));
     }
     const void *const *pp = L->peepholes ? peep : NULL;
     if (dev.type == RL_CPU)
-        RL_TRY(forward_steps_cpu(L, dt, rl_tensor_data(io->lengths), U, bias, pp));
+        RL_TRY(forward_steps_cpu(L, dt, rl_tensor_data(io->lengths), U, R, bias, pp));
 #ifdef RL_WITH_CUDA
     else
         RL_TRY(rl_lstm_cuda_forward(r->stream, dt, T, B, H, L->direction,
@@ -463,7 +592,7 @@ static rl_status lstm_backward(rl_layer *l, rl_layer_io *io, const rl_tensor *gr
                                rl_tensor *const *grad_in) {
     lstm_layer *L = (lstm_layer *)l;
     rl_recurrent *r = &L->rec;
-    int64_t H = l->n_out;
+    int64_t H = L->H, P = l->n_out;
     rl_dtype dt;
     rl_device dev;
     rl_mat dout;
@@ -472,7 +601,7 @@ static rl_status lstm_backward(rl_layer *l, rl_layer_io *io, const rl_tensor *gr
             RL_EARG, "layer '%s' (lstm): impl = \"cudnn\" takes no final state gradients", l->name);
     RL_TRY(rl_recurrent_backward_begin(r, l, io, grad_out, grad_in, &dt, &dev, &dout));
     int64_t T = r->T, B = r->B;
-    rl_mat W, U, dW, dU, db;
+    rl_mat W, U, dW, dU, db, R = {NULL, 0}, dR = {NULL, 0};
     const void *peep[3] = {NULL, NULL, NULL};
     void *dpeep[3] = {NULL, NULL, NULL};
     RL_TRY(rl_param_mat(l, &l->params[P_W].value, "W", dt, dev, &W));
@@ -480,6 +609,10 @@ static rl_status lstm_backward(rl_layer *l, rl_layer_io *io, const rl_tensor *gr
     RL_TRY(rl_param_mat(l, &l->params[P_W].grad, "W (gradient)", dt, dev, &dW));
     RL_TRY(rl_param_mat(l, &l->params[P_U].grad, "U (gradient)", dt, dev, &dU));
     RL_TRY(rl_param_mat(l, &l->params[P_B].grad, "b (gradient)", dt, dev, &db));
+    if (L->proj) {
+        RL_TRY(rl_param_mat(l, &l->params[L->p_r].value, "R", dt, dev, &R));
+        RL_TRY(rl_param_mat(l, &l->params[L->p_r].grad, "R (gradient)", dt, dev, &dR));
+    }
     for (int k = 0; k < 3 && L->peepholes; k++) {
         rl_mat pm, gm;
         RL_TRY(rl_param_mat(l, &l->params[P_PI + k].value, l->params[P_PI + k].name, dt, dev, &pm));
@@ -498,14 +631,19 @@ static rl_status lstm_backward(rl_layer *l, rl_layer_io *io, const rl_tensor *gr
 #endif
     RL_TRY(rl_recurrent_start_state_grads(r, dt, dev));
     if (L->rdropped) {
-        int64_t dshape[2] = {B, H};
+        int64_t dshape[2] = {B, P};
         RL_TRY(rl_buffer_ensure_synced(&L->dtmp, dt, dev, 2, dshape));
+    }
+    if (L->proj) {
+        int64_t dshape[3] = {T, B, P}, mshape[2] = {B, H};
+        RL_TRY(rl_buffer_ensure_synced(&L->drs, dt, dev, 3, dshape));
+        RL_TRY(rl_buffer_ensure_synced(&L->dm, dt, dev, 2, mshape));
     }
 
     const void *const *pp = L->peepholes ? peep : NULL;
     void *const *dpp = L->peepholes ? dpeep : NULL;
     if (dev.type == RL_CPU)
-        RL_TRY(backward_steps_cpu(L, dt, rl_tensor_data(io->lengths), dout, U, db, pp, dpp));
+        RL_TRY(backward_steps_cpu(L, dt, rl_tensor_data(io->lengths), dout, U, R, dR, db, pp, dpp));
 #ifdef RL_WITH_CUDA
     else {
         int64_t rshape[2] = {RL_LSTM_CUDA_CHUNKS, 7 * H};
@@ -557,8 +695,9 @@ static void lstm_destroy(rl_layer *l) {
     lstm_layer *L = (lstm_layer *)l;
     rl_recurrent_free(&L->rec); /* drops the cuDNN object, waits for and destroys the stream */
     rl_rnn_cudnn_free(&L->dnn);
-    rl_tensor *ts[] = {&L->gates, &L->hs, &L->cs, &L->dh, &L->dc, &L->red,
-                       &L->mc,    &L->mh, &L->ct, &L->md, &L->hd, &L->dtmp};
+    rl_tensor *ts[] = {&L->gates, &L->hs,   &L->cs,  &L->dh, &L->dc,   &L->red,
+                       &L->mc,    &L->mh,   &L->ct,  &L->md, &L->hd,   &L->dtmp,
+                       &L->ms,    &L->mscr, &L->drs, &L->dm, &L->rpack};
     for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
         rl_tensor_release(ts[i]);
     for (int k = 0; k < RL_LAYER_MAX_INPUTS; k++) {
@@ -573,8 +712,7 @@ static rl_status lstm_init_params(rl_layer *l, rl_rng *g) {
     lstm_layer *L = (lstm_layer *)l;
     if (L->forget_bias == 0.0) return RL_OK;
     rl_tensor f = {0};
-    RL_TRY(
-        rl_tensor_narrow(&f, &l->params[rl_layer_find_param(l, "b")].value, 0, l->n_out, l->n_out));
+    RL_TRY(rl_tensor_narrow(&f, &l->params[rl_layer_find_param(l, "b")].value, 0, L->H, L->H));
     rl_status st = rl_op_fill(&f, L->forget_bias);
     rl_tensor_release(&f);
     return st;
@@ -586,6 +724,33 @@ static const rl_layer_ops lstm_ops = {.class_name = "lstm",
                                       .destroy = lstm_destroy,
                                       .init_params = lstm_init_params,
                                       .state = &rl_recurrent_state_ops};
+
+/* n_proj = P (1 <= P < n_out) in *P, or n_out without the option. */
+static rl_status proj_option(const rl_options *o, const char *name, int64_t H, bool cudnn,
+                             bool zoneout, int64_t *P) {
+    int found = 0;
+    double d = 0;
+    RL_TRY(o->number(o->ctx, "n_proj", &d, &found));
+    *P = H;
+    if (!found) return RL_OK;
+    if (d != floor(d) || d < 1 || d >= (double)H)
+        return rl_error(RL_EARG,
+                        "layer '%s' (lstm): option n_proj = %g, expected an integer in 1..%" PRId64
+                        " (below n_out = %" PRId64 ")",
+                        name, d, H - 1, H);
+    if (cudnn)
+        return rl_error(RL_EARG,
+                        "layer '%s' (lstm): option n_proj and impl = \"cudnn\" do not go together "
+                        "(use impl = \"own\")",
+                        name);
+    if (zoneout)
+        return rl_error(RL_EARG,
+                        "layer '%s' (lstm): options n_proj and zoneout do not go together (zoneout "
+                        "of a projected state is not implemented)",
+                        name);
+    *P = (int64_t)d;
+    return RL_OK;
+}
 
 rl_status rl_lstm_create(rl_layer **out, const char *name, const rl_options *opts, int n_in,
                          const int64_t *in_dims) {
@@ -612,6 +777,8 @@ rl_status rl_lstm_create(rl_layer **out, const char *name, const rl_options *opt
                         "layer '%s' (lstm): peepholes = true and impl = \"cudnn\" do not go "
                         "together (cuDNN's LSTM has no peepholes; use impl = \"own\")",
                         name);
+    int64_t P;
+    RL_TRY(proj_option(opts, name, H, cudnn, zc > 0 || zh > 0, &P));
     int64_t F = 0;
     for (int k = 0; k < n_in; k++) {
         if (in_dims[k] < 1)
@@ -622,7 +789,9 @@ rl_status rl_lstm_create(rl_layer **out, const char *name, const rl_options *opt
     rl_layer *l;
     RL_TRY(rl_layer_alloc(&l, sizeof(lstm_layer), &lstm_ops, name, n_in, in_dims));
     lstm_layer *L = (lstm_layer *)l;
-    l->n_out = H;
+    l->n_out = P;
+    L->H = H;
+    L->proj = P != H;
     L->direction = (int)dir;
     L->peepholes = peep;
     L->cudnn = cudnn;
@@ -636,20 +805,24 @@ rl_status rl_lstm_create(rl_layer **out, const char *name, const rl_options *opt
     L->rec.n_states = 2;
     L->rec.state_names[0] = "h";
     L->rec.state_names[1] = "c";
-    L->rec.state_dims[0] = L->rec.state_dims[1] = H;
+    L->rec.state_dims[0] = P;
+    L->rec.state_dims[1] = H;
     L->rec.seq[0] = &L->hs;
     L->rec.seq[1] = &L->cs;
     L->rec.grad0[0] = &L->dh;
     L->rec.grad0[1] = &L->dc;
     L->rec.gates_cols = 4 * H;
-    int64_t ws[2] = {F, 4 * H}, us[2] = {H, 4 * H}, bs[1] = {4 * H}, ps[1] = {H};
+    int64_t ws[2] = {F, 4 * H}, us[2] = {P, 4 * H}, bs[1] = {4 * H}, ps[1] = {H}, rs[2] = {H, P};
     rl_status st = rl_layer_add_param(l, "W", 2, ws, RL_INIT_GLOROT, 1.0, F, 4 * H, NULL);
     if (st == RL_OK)
-        st = rl_layer_add_param(l, "U", 2, us, RL_INIT_ORTHOGONAL, 1.0, H, 4 * H, NULL);
+        st = rl_layer_add_param(l, "U", 2, us, RL_INIT_ORTHOGONAL, 1.0, P, 4 * H, NULL);
     if (st == RL_OK) st = rl_layer_add_param(l, "b", 1, bs, RL_INIT_ZEROS, 0.0, 0, 0, NULL);
     const char *pn[3] = {"p_i", "p_f", "p_o"};
     for (int k = 0; k < 3 && peep && st == RL_OK; k++)
         st = rl_layer_add_param(l, pn[k], 1, ps, RL_INIT_ZEROS, 0.0, 0, 0, NULL);
+    L->p_r = l->n_params;
+    if (st == RL_OK && L->proj)
+        st = rl_layer_add_param(l, "R", 2, rs, RL_INIT_GLOROT, 1.0, H, P, NULL);
     if (st != RL_OK) {
         rl_layer_free(l);
         return st;
