@@ -4,19 +4,7 @@
 # where a run fails, and never a crash (a signal), a hang or a silent success.
 # Usage: test_bad_input.sh BIN
 set -u
-bin=$(cd "$(dirname "${1:?usage: test_bad_input.sh path/to/rnnlua}")" && pwd)/$(basename "$1")
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-pass=0
-fail=0
-
-ok() { pass=$((pass + 1)); echo "ok   $1"; }
-bad() {
-    fail=$((fail + 1))
-    echo "FAIL $1"
-    shift
-    for l in "$@"; do echo "     $l"; done
-}
+source "${BASH_SOURCE%/*}/lib.sh"
 
 # fails NAME NEEDLE CMD...: CMD exits 1 (an error, not a signal or a timeout) within 60 s and
 # its stderr names NEEDLE.
@@ -270,5 +258,4 @@ for mode in emacs vi; do
     done < <(timeout 120 python3 -u "$tmp/keys.py" "$bin" "$tmp/home" "$mode" 2>&1 || echo "FAIL pty driver ($mode) did not finish")
 done
 
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+finish

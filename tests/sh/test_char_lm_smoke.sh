@@ -4,18 +4,11 @@
 # must fall), the closing `dev X bits per char` line, and a sample drawn by rl.sample from the
 # checkpoint, also at the REPL. Usage: test_char_lm_smoke.sh path/to/rnnlua
 set -u
-bin=${1:?usage: test_char_lm_smoke.sh path/to/rnnlua}
-pass=0
-fail=0
-out=$(mktemp)
-dir=$(mktemp -d)
-trap 'rm -rf "$out" "$dir"' EXIT
+source "${BASH_SOURCE%/*}/lib.sh"
+out=$tmp/run.log
+log=$out
 
-ok() {
-    if [ "$2" -eq 0 ]; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL $1"; tail -n 8 "$out"; fi
-}
-
-"$bin" recipes/char_lm.lua ++smoke ++out "$dir" >"$out" 2>&1
+"$bin" recipes/char_lm.lua ++smoke ++out "$tmp" >"$out" 2>&1
 ok "the smoke run exits 0" $?
 grep -Eq '^dev [0-9.]+ bits per char$' "$out"
 ok "it prints dev X bits per char" $?
@@ -31,9 +24,8 @@ repl() { printf '#rl.sample{model = "%s", prime = "And", length = 40, seed = 3}\
 [ "$(repl | tr '\n' ' ')" = "40 true " ]
 ok "rl.sample at the REPL: 40 characters, the same for the same seed ($(repl | tr '\n' ' '))" $?
 # the converted data is reused by a second run (DONE), which then trains from scratch again
-"$bin" recipes/char_lm.lua ++smoke ++out "$dir" ++num_epochs 1 >"$out" 2>&1
+"$bin" recipes/char_lm.lua ++smoke ++out "$tmp" ++num_epochs 1 >"$out" 2>&1
 ok "a second run reuses the data" $?
 ! grep -q 'converted' "$out"
 ok "... without converting it again" $?
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+finish

@@ -3,14 +3,7 @@
 # start-up with a clear error, rl.cpu_level() reads and sets it, and an LSTM network's loss and
 # gradient norm agree at every level this CPU supports. Usage: test_cpu_level.sh BIN
 set -u
-bin=${1:?usage: test_cpu_level.sh path/to/rnnlua}
-pass=0
-fail=0
-ok() { pass=$((pass + 1)); echo "ok   $1"; }
-bad() { fail=$((fail + 1)); echo "FAIL $1"; shift; for l in "$@"; do echo "     $l"; done; }
-contains() {
-    if [[ "$3" == *"$2"* ]]; then ok "$1"; else bad "$1" "no $(printf %q "$2") in:" "$3"; fi
-}
+source "${BASH_SOURCE%/*}/lib.sh"
 
 out=$(RL_CPU_LEVEL=avx3 "$bin" -e 'print(1)' 2>&1)
 rc=$?
@@ -30,8 +23,6 @@ fi
 
 # One forward and backward of a bidirectional LSTM network (float32, sizes over the packed
 # GEMM's panel and row blocks) at each level: loss and gradient norm within float32 noise.
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
 cat >"$tmp/net.lua" <<'LUA'
 rl.cpu_level(arg[1])
 rl.manual_seed(3)
@@ -64,5 +55,4 @@ for lv in $levels; do
         bad "network at $lv agrees with generic" "generic: $ref" "$lv: $got"
     fi
 done
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+finish

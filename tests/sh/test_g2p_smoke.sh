@@ -5,18 +5,11 @@
 # model, the test words and the search output (with attention weights that `rnnlua plot
 # --heatmap` draws) land in ++out. Usage: test_g2p_smoke.sh path/to/rnnlua
 set -u
-bin=${1:?usage: test_g2p_smoke.sh path/to/rnnlua}
-pass=0
-fail=0
-out=$(mktemp)
-dir=$(mktemp -d)
-trap 'rm -f "$out"; rm -rf "$dir"' EXIT
+source "${BASH_SOURCE%/*}/lib.sh"
+out=$tmp/run.log
+log=$out
 
-ok() {
-    if [ "$2" -eq 0 ]; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL $1"; tail -n 8 "$out"; fi
-}
-
-"$bin" recipes/g2p_cmudict.lua ++smoke ++out "$dir" >"$out" 2>&1
+"$bin" recipes/g2p_cmudict.lua ++smoke ++out "$tmp" >"$out" 2>&1
 ok "the smoke run exits 0" $?
 grep -Eq '^test PER [0-9.]+% WER [0-9.]+%$' "$out"
 ok "it prints test PER X% WER Y%" $?
@@ -24,7 +17,7 @@ first=$(grep -m1 '^epoch 1:' "$out" | sed -E 's/.*train loss ([0-9.]+).*/\1/')
 last=$(grep -m1 '^epoch 4:' "$out" | sed -E 's/.*train loss ([0-9.]+).*/\1/')
 awk -v a="${first:-0}" -v b="${last:-9}" 'BEGIN { exit !(b < a) }'
 ok "the training loss falls (epoch 1: ${first:-none}, epoch 4: ${last:-none})" $?
-cat >"$dir/check.lua" <<'LUA'
+cat >"$tmp/check.lua" <<'LUA'
 local ds = rl.dataset{class = "hdf", files = {arg[1] .. "/test_hyp.h5"}, allow_empty = true}
 ds:init_epoch(1)
 local words = rl.dataset{class = "hdf", files = {arg[1] .. "/test.h5"}}
@@ -34,9 +27,8 @@ for i = 1, ds:num_seqs() do
   assert(ds:get_seq(i).tag == words:get_seq(i).tag, "the words in order")
 end
 LUA
-"$bin" "$dir/check.lua" "$dir" >>"$out" 2>&1
+"$bin" "$tmp/check.lua" "$tmp" >>"$out" 2>&1
 ok "test_hyp.h5 holds one hypothesis per test word, in order" $?
-"$bin" plot "$dir/test_hyp.h5" --heatmap attention --seq 2 -o "$dir/att.png" >>"$out" 2>&1
+"$bin" plot "$tmp/test_hyp.h5" --heatmap attention --seq 2 -o "$tmp/att.png" >>"$out" 2>&1
 ok "its attention weights draw as a heat map" $?
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+finish

@@ -5,27 +5,8 @@
 # the right size; a bad key, sequence, channel or command line is an error naming it.
 # Usage: test_heatmap.sh path/to/rnnlua
 set -u
-bin=${1:?usage: test_heatmap.sh path/to/rnnlua}
-bin=$(cd "$(dirname "$bin")" && pwd)/$(basename "$bin")
+source "${BASH_SOURCE%/*}/lib.sh"
 recipes=$(pwd)/recipes
-pass=0
-fail=0
-dir=$(mktemp -d)
-trap 'rm -rf "$dir"' EXIT
-
-check() { # name, got, expected
-    if [ "$2" = "$3" ]; then
-        pass=$((pass + 1))
-    else
-        fail=$((fail + 1))
-        echo "FAIL $1: got '$2', expected '$3'"
-    fi
-}
-
-run() {
-    "$bin" "$@" >"$dir/out" 2>"$dir/err"
-    rc=$?
-}
 
 png_size() { # the width x height of the PNG's IHDR chunk
     python3 -c '
@@ -35,7 +16,7 @@ assert d[:8] == b"\x89PNG\r\n\x1a\n" and d[12:16] == b"IHDR"
 print("%dx%d" % struct.unpack(">II", d[16:24]))' "$1" 2>&1
 }
 
-cd "$dir" || exit 1
+cd "$tmp" || exit 1
 # fixtures: an encoder-decoder with attention (s2s.h5) and data (d.h5, 3 sequences), an MDLSTM
 # network on images (md.h5) and its images (img.h5)
 "$bin" -e '
@@ -66,32 +47,32 @@ local w = rl.hdf_writer("img.h5", {data_dim = 1, spatial = 2})
 w:add("img1", rl.rand(5, 7, 1))
 w:add("img2", rl.rand(4, 6, 1))
 w:close()
-' >"$dir/log" 2>&1
-check "fixtures" "$?" "0"
+' >"$tmp/log" 2>&1
+check "fixtures" "0" "$?"
 
 # ---- the search task from the shell
 run search ++model s2s.h5 ++data d.h5 ++output hyp.h5 ++beam 2 ++nbest true ++attention att
-check "rnnlua search" "$rc:$(grep -c '^search: 3 sequences, .* labels (beam 2) of layer .dec. -> hyp.h5$' "$dir/out")" "0:1"
+check "rnnlua search" "0:1" "$rc:$(grep -c '^search: 3 sequences, .* labels (beam 2) of layer .dec. -> hyp.h5$' "$tmp/out")"
 run search ++model s2s.h5 ++data d.h5 ++output bad.h5 ++beam 0
-check "search ++beam 0" "$rc:$(grep -c 'rl.search: beam must be a positive integer, got 0' "$dir/err")" "1:1"
+check "search ++beam 0" "1:1" "$rc:$(grep -c 'rl.search: beam must be a positive integer, got 0' "$tmp/err")"
 run search ++model s2s.h5 ++data d.h5 ++output bad.h5 ++length_norm maybe
-check "search ++length_norm maybe" "$rc:$(head -n 1 "$dir/err")" \
-    "2:rnnlua: ++length_norm: expects true or false, got 'maybe'"
+check "search ++length_norm maybe" "2:rnnlua: ++length_norm: expects true or false, got 'maybe'" \
+    "$rc:$(head -n 1 "$tmp/err")"
 run "$recipes/forward.lua" ++search ++model s2s.h5 ++data d.h5 ++output hyp2.h5 ++beam 2
-check "recipes/forward.lua ++search calls the same" "$rc:$(grep -c '^search: 3 sequences' "$dir/out")" "0:1"
+check "recipes/forward.lua ++search calls the same" "0:1" "$rc:$(grep -c '^search: 3 sequences' "$tmp/out")"
 run search ++model s2s.h5 ++data d.h5 ++output bad.h5 ++attention s
-check "search ++attention s" "$rc:$(grep -c "attention = 's' is not an attention layer of the unit (attention layers: att)" "$dir/err")" "1:1"
+check "search ++attention s" "1:1" "$rc:$(grep -c "attention = 's' is not an attention layer of the unit (attention layers: att)" "$tmp/err")"
 
 # ---- heat maps of the attention weights
 run plot hyp.h5 --heatmap attention --seq 2 -o att.png
-check "attention heat map" "$rc:$(cat "$dir/out")" "0:wrote att.png"
-check "attention png size" "$(png_size att.png)" "800x600"
+check "attention heat map" "0:wrote att.png" "$rc:$(cat "$tmp/out")"
+check "attention png size" "800x600" "$(png_size att.png)"
 run plot hyp.h5 --heatmap attention --seq 3 -o att.svg
-check "attention svg" "$rc:$(grep -c '<svg' att.svg)" "0:1"
+check "attention svg" "0:1" "$rc:$(grep -c '<svg' att.svg)"
 run plot hyp.h5 --heatmap attention
-check "default name" "$rc:$(png_size hyp.attention.1.png)" "0:800x600"
+check "default name" "0:800x600" "$rc:$(png_size hyp.attention.1.png)"
 run plot hyp.h5 --heatmap attention_2 --seq 2 -o att2.png
-check "the second best's heat map" "$rc:$(cat "$dir/out")" "0:wrote att2.png"
+check "the second best's heat map" "0:wrote att2.png" "$rc:$(cat "$tmp/out")"
 # the matrix drawn is the one searched: (S_out, T_enc) with rows summing to 1
 "$bin" -e '
 local m = rl.tools.heatmap_matrix("hyp.h5", "attention", 2)
@@ -108,20 +89,20 @@ for k, v in ipairs(r.results[2].labels) do
 end
 assert(#rows == m:size(1) and (#rows == #r.results[2].labels or rows[#rows] == "(end)"), "end row")
 io.open("row1.txt", "w"):write(rows[1], "\n"):close()
-' >"$dir/log" 2>&1
-check "the matrix of sequence 2" "$?:$(tail -n 3 "$dir/log")" "0:"
+' >"$tmp/log" 2>&1
+check "the matrix of sequence 2" "0:" "$?:$(tail -n 3 "$tmp/log")"
 run plot named.h5 --heatmap attention --seq 2 -o named.svg
-check "rows named by the labels" "$rc:$(grep -q ">$(cat row1.txt)<" named.svg && echo yes)" "0:yes"
+check "rows named by the labels" "0:yes" "$rc:$(grep -q ">$(cat row1.txt)<" named.svg && echo yes)"
 
 # ---- heat maps of forward outputs: MDLSTM images (a channel), LSTM activations
-"$bin" forward ++model md.h5 ++data img.h5 ++layer md ++output md_out.h5 >"$dir/log" 2>&1
-check "forward md" "$?" "0"
+"$bin" forward ++model md.h5 ++data img.h5 ++layer md ++output md_out.h5 >"$tmp/log" 2>&1
+check "forward md" "0" "$?"
 run plot md_out.h5 --heatmap data --seq 2 --channel 3 -o md.png
-check "mdlstm heat map" "$rc:$(png_size md.png)" "0:800x600"
-"$bin" forward ++model s2s.h5 ++data d.h5 ++layer enc ++output enc.h5 >"$dir/log" 2>&1
-check "forward enc" "$?" "0"
+check "mdlstm heat map" "0:800x600" "$rc:$(png_size md.png)"
+"$bin" forward ++model s2s.h5 ++data d.h5 ++layer enc ++output enc.h5 >"$tmp/log" 2>&1
+check "forward enc" "0" "$?"
 run plot enc.h5 --heatmap data --seq 2 -o enc.png
-check "lstm activations heat map" "$rc:$(png_size enc.png)" "0:800x600"
+check "lstm activations heat map" "0:800x600" "$rc:$(png_size enc.png)"
 
 # ---- a crafted file: a tag with line breaks (gnuplot would run "!cmd" of its second line in
 # the shell); it is drawn as text and nothing runs
@@ -129,37 +110,36 @@ check "lstm activations heat map" "$rc:$(png_size enc.png)" "0:800x600"
 local w = rl.hdf_writer("crafted.h5", {data_dim = 2})
 w:add("t\n!touch pwned\nset title (", rl.ones(3, 2))
 w:close()
-' >"$dir/log" 2>&1
+' >"$tmp/log" 2>&1
 run plot crafted.h5 --heatmap data -o crafted.svg
-check "a tag with line breaks runs nothing" "$rc:$([ -e pwned ] && echo ran)" "0:"
+check "a tag with line breaks runs nothing" "0:" "$rc:$([ -e pwned ] && echo ran)"
 
 # ---- bad input
 run plot hyp.h5 --heatmap att
-check "unknown key" "$rc:$(cat "$dir/err")" \
-    "1:rnnlua: hyp.h5: no key 'att' (keys: attention, attention_2, attention_2_shape, attention_shape, data, nbest, nbest_lengths, nbest_scores, scores)"
+check "unknown key" "1:rnnlua: hyp.h5: no key 'att' (keys: attention, attention_2, attention_2_shape, attention_shape, data, nbest, nbest_lengths, nbest_scores, scores)" \
+    "$rc:$(cat "$tmp/err")"
 run plot hyp.h5 --heatmap attention --seq 4
-check "sequence beyond the file" "$rc:$(cat "$dir/err")" \
-    "1:rnnlua: hyp.h5: sequence 4 is out of range 1..3"
+check "sequence beyond the file" "1:rnnlua: hyp.h5: sequence 4 is out of range 1..3" \
+    "$rc:$(cat "$tmp/err")"
 run plot hyp.h5 --heatmap attention --seq 0
-check "sequence 0" "$rc:$(cat "$dir/err")" "1:rnnlua: hyp.h5: sequence 0 is out of range 1..3"
+check "sequence 0" "1:rnnlua: hyp.h5: sequence 0 is out of range 1..3" "$rc:$(cat "$tmp/err")"
 run plot hyp.h5 --heatmap nbest
-check "a sparse key" "$rc:$(cat "$dir/err")" \
-    "1:rnnlua: hyp.h5: sequence 1 ('s1'), key 'nbest' holds labels (sparse), not a matrix"
+check "a sparse key" "1:rnnlua: hyp.h5: sequence 1 ('s1'), key 'nbest' holds labels (sparse), not a matrix" \
+    "$rc:$(cat "$tmp/err")"
 run plot md_out.h5 --heatmap data --channel 13
-check "channel out of range" "$rc:$(cat "$dir/err")" \
-    "1:rnnlua: md_out.h5: sequence 1 ('img1'), key 'data': channel 13 is out of range 1..12"
+check "channel out of range" "1:rnnlua: md_out.h5: sequence 1 ('img1'), key 'data': channel 13 is out of range 1..12" \
+    "$rc:$(cat "$tmp/err")"
 run plot hyp.h5 --heatmap attention -o att.gif
-check "bad format" "$rc:$(cat "$dir/err")" "1:rnnlua: att.gif: the output must end in .png or .svg"
+check "bad format" "1:rnnlua: att.gif: the output must end in .png or .svg" "$rc:$(cat "$tmp/err")"
 run plot missing.h5 --heatmap attention
-check "missing file" "$rc:$(grep -c 'missing.h5' "$dir/err")" "1:1"
+check "missing file" "1:1" "$rc:$(grep -c 'missing.h5' "$tmp/err")"
 run plot hyp.h5 --heatmap
-check "--heatmap without a key" "$rc:$(head -n 1 "$dir/err")" \
-    "2:rnnlua: --heatmap: lacks a value"
+check "--heatmap without a key" "2:rnnlua: --heatmap: lacks a value" \
+    "$rc:$(head -n 1 "$tmp/err")"
 run plot hyp.h5 --heatmap attention --seq two
-check "--seq not a number" "$rc:$(head -n 1 "$dir/err")" "2:rnnlua: --seq: expects an integer, got 'two'"
+check "--seq not a number" "2:rnnlua: --seq: expects an integer, got 'two'" "$rc:$(head -n 1 "$tmp/err")"
 run plot net.curve.jsonl --seq 2
-check "--seq without --heatmap" "$rc:$(head -n 1 "$dir/err")" \
-    "2:rnnlua: ++seq and ++channel apply to ++heatmap"
+check "--seq without --heatmap" "2:rnnlua: ++seq and ++channel apply to ++heatmap" \
+    "$rc:$(head -n 1 "$tmp/err")"
 
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+finish

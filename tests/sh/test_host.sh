@@ -3,28 +3,8 @@
 # (lua/embed.c): options, the arg table, errors and tracebacks, exit codes, the preloads
 # (lfs, rnnlua as `rl`), the package searcher and RNNLUA_LUA_DIR. Usage: test_host.sh BIN
 set -u
-bin=$(cd "$(dirname "${1:?usage: test_host.sh path/to/rnnlua}")" && pwd)/$(basename "$1")
+source "${BASH_SOURCE%/*}/lib.sh"
 repo=$(pwd)
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-pass=0
-fail=0
-
-ok() { pass=$((pass + 1)); echo "ok   $1"; }
-bad() {
-    fail=$((fail + 1))
-    echo "FAIL $1"
-    shift
-    for l in "$@"; do echo "     $l"; done
-}
-# check NAME EXPECTED ACTUAL
-check() {
-    if [ "$2" == "$3" ]; then ok "$1"; else bad "$1" "expected: $(printf %q "$2")" "got:      $(printf %q "$3")"; fi
-}
-# contains NAME NEEDLE HAYSTACK
-contains() {
-    if [[ "$3" == *"$2"* ]]; then ok "$1"; else bad "$1" "no $(printf %q "$2") in:" "$3"; fi
-}
 
 # --version: the format, and the number from the one place it is written
 want=$(sed -n 's/^#define RL_VERSION "\(.*\)"$/\1/p' "$repo/lua/version.h")
@@ -212,5 +192,4 @@ else
     echo "skip embed tool tests (no $embed or no cc)"
 fi
 
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+finish

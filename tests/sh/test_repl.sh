@@ -4,25 +4,7 @@
 # history), plus the completion candidates of rnnlua.repl.complete called directly.
 # Usage: test_repl.sh BIN
 set -u
-bin=$(cd "$(dirname "${1:?usage: test_repl.sh path/to/rnnlua}")" && pwd)/$(basename "$1")
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-pass=0
-fail=0
-
-ok() { pass=$((pass + 1)); echo "ok   $1"; }
-bad() {
-    fail=$((fail + 1))
-    echo "FAIL $1"
-    shift
-    for l in "$@"; do echo "     $l"; done
-}
-check() {
-    if [ "$2" == "$3" ]; then ok "$1"; else bad "$1" "expected: $(printf %q "$2")" "got:      $(printf %q "$3")"; fi
-}
-contains() {
-    if [[ "$3" == *"$2"* ]]; then ok "$1"; else bad "$1" "no $(printf %q "$2") in:" "$3"; fi
-}
+source "${BASH_SOURCE%/*}/lib.sh"
 
 # ---- through a pipe: stdout carries exactly the results, errors go to stderr
 repl() { printf "$1" | "$bin" 2>"$tmp/err"; }
@@ -301,5 +283,4 @@ PY
     done < <(timeout 60 python3 "$tmp/drive_pty.py" "$bin" "$tmp/home" 2>&1 || echo "FAIL pty driver did not finish")
 fi
 
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+finish

@@ -5,29 +5,16 @@
 # back in h5py with RETURNN's layout. Needs Debian's python3-h5py (run with /usr/bin/python3):
 # without it the test prints a SKIP note and passes. Usage: test_returnn_layout.sh path/to/rnnlua
 set -u
-bin=${1:?usage: test_returnn_layout.sh path/to/rnnlua}
+source "${BASH_SOURCE%/*}/lib.sh"
 py=/usr/bin/python3
-pass=0
-fail=0
 if ! [ -x "$py" ] || ! "$py" -c "import h5py, numpy" >/dev/null 2>&1; then
     echo "SKIP test_returnn_layout: /usr/bin/python3 with h5py not found (apt-get install python3-h5py)"
     echo "0 passed, 0 failed"
     exit 0
 fi
-dir=$(mktemp -d)
-trap 'rm -rf "$dir"' EXIT
-
-check() { # name, got, expected
-    if [ "$2" = "$3" ]; then
-        pass=$((pass + 1))
-    else
-        fail=$((fail + 1))
-        echo "FAIL $1: got '$2', expected '$3'"
-    fi
-}
 
 # Writes three files and, for each, the text dump rnnlua must reproduce.
-"$py" - "$dir" <<'EOF'
+"$py" - "$tmp" <<'EOF'
 import sys
 import h5py
 import numpy as np
@@ -130,12 +117,12 @@ f.attrs["numTimesteps"] = sum(len(s[1]) for s in seqs)
 f.close()
 dump(d + "/dump.txt", seqs)
 EOF
-check "h5py wrote the files" "$?" "0"
+check "h5py wrote the files" "0" "$?"
 
 for name in simple sparse dump; do
     "$bin" -e "
-local ds = rl.dataset{class = 'hdf', files = {'$dir/$name.h5'}}
-local out = assert(io.open('$dir/$name.got', 'w'))
+local ds = rl.dataset{class = 'hdf', files = {'$tmp/$name.h5'}}
+local out = assert(io.open('$tmp/$name.got', 'w'))
 local function fmt(t)
   local v, s = t:double():view(-1):totable(), {}
   for i, x in ipairs(v) do s[i] = t:dtype() == 'int32' and string.format('%d', x) or string.format('%.4f', x) end
@@ -148,21 +135,21 @@ for i = 1, ds:num_seqs() do
     if k ~= 'data' then out:write(k, ': ', fmt(q[k]), '\n') end
   end
 end
-out:close()" 2>"$dir/err.txt"
-    check "rnnlua reads $name.h5" "$?" "0"
-    [ -s "$dir/err.txt" ] && cat "$dir/err.txt"
-    check "$name.h5 contents" "$(cmp -s "$dir/$name.got" "$dir/$name.txt" && echo same || diff "$dir/$name.got" "$dir/$name.txt" | head -5)" "same"
+out:close()" 2>"$tmp/err.txt"
+    check "rnnlua reads $name.h5" "0" "$?"
+    [ -s "$tmp/err.txt" ] && cat "$tmp/err.txt"
+    check "$name.h5 contents" "same" "$(cmp -s "$tmp/$name.got" "$tmp/$name.txt" && echo same || diff "$tmp/$name.got" "$tmp/$name.txt" | head -5)"
 done
 
 # The other way: rl.dataset_write's file as h5py (and so RETURNN) sees it.
 "$bin" -e "
-local w = rl.hdf_writer('$dir/ours.h5', {data_dim = 3, targets = {classes = {dim = 5, sparse = true},
+local w = rl.hdf_writer('$tmp/ours.h5', {data_dim = 3, targets = {classes = {dim = 5, sparse = true},
   align = {dim = 2}}, target_labels = {classes = {'a', 'b', 'c', 'd', 'e'}}})
 w:add('s/1', rl.tensor{{1, 2, 3}, {4, 5, 6}}, {classes = rl.tensor({4, 0}, 'int32'), align = rl.tensor{{1, 1}}})
 w:add('s/2', rl.tensor{{7, 8, 9}}, {classes = rl.tensor({2}, 'int32'), align = rl.tensor{{2, 2}, {3, 3}}})
 w:close()"
-check "rl.hdf_writer" "$?" "0"
-got=$("$py" - "$dir/ours.h5" <<'EOF'
+check "rl.hdf_writer" "0" "$?"
+got=$("$py" - "$tmp/ours.h5" <<'EOF'
 import sys
 import h5py
 f = h5py.File(sys.argv[1], "r")
@@ -185,7 +172,6 @@ align (3, 2)
 size [5, 1] [2, 2]
 labels ['a', 'b', 'c', 'd', 'e']
 attrs 2 3 3 1 5"
-check "h5py reads rl.hdf_writer's file" "$got" "$want"
+check "h5py reads rl.hdf_writer's file" "$want" "$got"
 
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+finish
