@@ -13,7 +13,7 @@
 -- are "FILE: what" or "FILE:LINE:COLUMN: what" (malformed JSON), and name the key's path in the
 -- file (network.fw.from).
 local M = {}
-local rl -- the module table, set by install
+local rl = require("rnnlua") -- the module table (init.lua registers it before loading its parts)
 local cli = require("rnnlua.cli")
 local util = require("rnnlua.util")
 
@@ -378,11 +378,6 @@ function M.load(path)
   if chunk then return load_lua(path, chunk) end
   fail(path, "neither a Lua config (.lua: %s) nor a JSON one (.json: it does not start with '{')",
     tostring(err):gsub("^[^:]*:(%d+):", "line %1:"))
-end
-
-function M.install(module)
-  rl = module
-  return M
 end
 
 return M

@@ -876,12 +876,9 @@ end
 
 function M.install(module)
   rl = module
-  logmod.install(module)
   checkpoint.install(module)
   require("rnnlua.forward").install(module)
-  distmod.install(module)
   pretrainmod.install(module)
-  practice.install(module)
   rl.train = M.train
   -- a copy, for the documentation test and --help: rl.train's own KEYS stay private
   rl.train_options = require("rnnlua.util").sorted_keys(KEYS)

@@ -16,7 +16,7 @@
 -- The file gets the same lines as stdout, each with a time stamp; it is opened for appending,
 -- so a resumed run continues the log of the run it resumes.
 local M = {}
-local rl -- the module table, set by install
+local rl = require("rnnlua") -- the module table (init.lua registers it before loading its parts)
 
 local Log = {}
 Log.__index = Log
@@ -96,11 +96,6 @@ function Log:close()
     self.file:close()
     self.file = nil
   end
-end
-
-function M.install(module)
-  rl = module
-  return M
 end
 
 return M
