@@ -42,15 +42,24 @@ function M.new(opts)
   if opts.file then
     local f, err = io.open(opts.file, "a")
     if not f then error(string.format("log: cannot open log_file: %s", err), 2) end
-    self.file = f
+    self.file, self.path = f, opts.file
   end
   return self
 end
 
+-- A line the file cannot take (a full disk, a folder remounted read-only) is an error naming
+-- the file and the cause: the run stops rather than going on with a log that lost lines.
 function Log:to_file(line)
   if self.file then
-    self.file:write(os.date("%Y-%m-%d %H:%M:%S "), line, "\n")
-    self.file:flush()
+    local ok, err = self.file:write(os.date("%Y-%m-%d %H:%M:%S "), line, "\n")
+    if ok then ok, err = self.file:flush() end
+    if not ok then
+      local f = self.file
+      self.file = nil
+      f:close()
+      error(string.format("log: cannot write log_file %s: %s", self.path,
+        tostring(err):gsub("^[^:]*: ", "")), 0)
+    end
   end
 end
 
