@@ -6,17 +6,10 @@
 -- be set up. Each torchaudio measurement is one run of bench/torch_audio.py, which warms up and
 -- times its calls itself. Rounds alternate rnnlua, torchaudio, ...; each side's figure is the
 -- median over RL_BENCH_ROUNDS (default 5) rounds of about RL_BENCH_SECONDS (default 0.5) s.
-local seconds = tonumber(os.getenv("RL_BENCH_SECONDS") or "") or 0.5
-local rounds = tonumber(os.getenv("RL_BENCH_ROUNDS") or "") or 5
+local B = dofile("bench/bench.lua")
+local seconds, rounds, median = B.seconds, B.rounds, B.median
 local build = os.getenv("RL_BUILD_DIR") or "build"
 local audio_s, n_mels = 10, 80
-
-local function median(t)
-  local s = table.move(t, 1, #t, 1, {})
-  table.sort(s)
-  local n = #s
-  return n % 2 == 1 and s[(n + 1) // 2] or (s[n // 2] + s[n // 2 + 1]) / 2
-end
 
 local function sh(cmd)
   local p = io.popen(cmd)

@@ -17,8 +17,11 @@
 
 #include "../core/blas.h"
 #include "../core/error.h"
+#include "../core/rng.h"
 #include "../core/tensor.h"
 #include "../kernels/ops.h"
+#include "../layers/layer.h"
+#include "../tests/c/layer_opts.h" /* gc_opts: the options of the layers a benchmark makes */
 
 #define BENCH_MAX_VARIANTS 16
 #define BENCH_MAX_ROUNDS 99
@@ -59,6 +62,40 @@ static inline void bench_check(rl_status st, const char *what) {
     if (st != RL_OK) {
         fprintf(stderr, "bench: %s failed: %s\n", what, rl_errmsg());
         exit(1);
+    }
+}
+
+/* t (unset) <- a float32 tensor of the shape on dev, normal(0, std) from g. It is drawn on the
+ * CPU and copied, so a run on a device starts from the values the CPU run draws. */
+static inline void bench_normal(rl_tensor *t, int ndim, const int64_t *shape, rl_rng *g,
+                                double std, rl_device dev) {
+    rl_tensor h = {0};
+    bench_check(rl_tensor_empty(&h, RL_FLOAT32, RL_DEVICE_CPU, ndim, shape), "tensor");
+    bench_check(rl_op_normal(&h, g, 0, std), "normal");
+    if (rl_device_eq(dev, RL_DEVICE_CPU)) {
+        *t = h;
+        return;
+    }
+    bench_check(rl_op_to(t, &h, RL_FLOAT32, dev), "tensor to the device");
+    rl_tensor_release(&h);
+}
+
+/* Gives every parameter of l a float32 value on dev, initialised by rl_param_init from g (on
+ * the CPU, then copied, as bench_normal), and a zeroed gradient beside it. */
+static inline void bench_layer_params(rl_layer *l, rl_rng *g, rl_device dev) {
+    for (int p = 0; p < l->n_params; p++) {
+        rl_param *pp = &l->params[p];
+        bench_check(rl_tensor_empty(&pp->value, RL_FLOAT32, RL_DEVICE_CPU, pp->ndim, pp->shape),
+                    "param");
+        bench_check(rl_param_init(pp, g), "init");
+        if (!rl_device_eq(dev, RL_DEVICE_CPU)) {
+            rl_tensor d = {0};
+            bench_check(rl_op_to(&d, &pp->value, RL_FLOAT32, dev), "param to the device");
+            rl_tensor_release(&pp->value);
+            pp->value = d;
+        }
+        bench_check(rl_tensor_empty(&pp->grad, RL_FLOAT32, dev, pp->ndim, pp->shape), "grad");
+        bench_check(rl_op_fill(&pp->grad, 0.0), "grad");
     }
 }
 

@@ -12,18 +12,11 @@
 -- each timed call ended by rl.synchronize, PyTorch's with torch.cuda.synchronize();
 -- RL_BENCH_PYTHON names a python that imports torch instead of bench/torch_env.sh's (empty:
 -- none, the PyTorch column is skipped).
-local seconds = tonumber(os.getenv("RL_BENCH_SECONDS") or "") or 0.5
-local rounds = tonumber(os.getenv("RL_BENCH_ROUNDS") or "") or 5
+local B = dofile("bench/bench.lua")
+local seconds, rounds, median = B.seconds, B.rounds, B.median
 local build = os.getenv("RL_BUILD_DIR") or "build"
 local device = os.getenv("RL_BENCH_DEVICE") or "cpu"
 local threads = rl.get_num_threads()
-
-local function median(t)
-  local s = table.move(t, 1, #t, 1, {})
-  table.sort(s)
-  local n = #s
-  return n % 2 == 1 and s[(n + 1) // 2] or (s[n // 2] + s[n // 2 + 1]) / 2
-end
 
 local py = os.getenv("RL_BENCH_PYTHON")
 if py == "" then

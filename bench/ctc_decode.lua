@@ -5,17 +5,10 @@
 -- Rounds alternate C 1 thread, C N threads, Lua; each figure is the median over RL_BENCH_ROUNDS
 -- (default 5) rounds of at least RL_BENCH_SECONDS (default 0.5) s each (the Lua search takes
 -- one call per round where a call is longer). The labels of both are compared.
-local seconds = tonumber(os.getenv("RL_BENCH_SECONDS") or "") or 0.5
-local rounds = tonumber(os.getenv("RL_BENCH_ROUNDS") or "") or 5
+local B = dofile("bench/bench.lua")
+local seconds, rounds, median = B.seconds, B.rounds, B.median
 local threads = rl.get_num_threads()
 local ref = dofile("tests/lua/ctc_beam_ref.lua")
-
-local function median(t)
-  local s = table.move(t, 1, #t, 1, {})
-  table.sort(s)
-  local n = #s
-  return n % 2 == 1 and s[(n + 1) // 2] or (s[n // 2] + s[n // 2 + 1]) / 2
-end
 
 -- seconds per call of fn, calling it until `seconds` have passed
 local function per_call(fn)

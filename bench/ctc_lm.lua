@@ -14,7 +14,8 @@
 -- Both decoders run on 1 thread; each figure is the median of RL_BENCH_ROUNDS (default 5)
 -- interleaved rounds, one round decoding all N_TEST lines (the Python side times only its
 -- decode calls). CER: edit distance / reference characters against the true texts.
-local rounds = tonumber(os.getenv("RL_BENCH_ROUNDS") or "") or 5
+local B = dofile("bench/bench.lua")
+local rounds, median = B.rounds, B.median
 local N_TEST, BEAM, WEIGHT = 200, 8, 0.8
 
 print("### CTC prefix beam search with a character 5-gram LM (beam 8)")
@@ -112,13 +113,6 @@ local function cer(hyps)
     n = n + #refs[b]
   end
   return e / n
-end
-
-local function median(t)
-  local s = table.move(t, 1, #t, 1, {})
-  table.sort(s)
-  local k = #s
-  return k % 2 == 1 and s[(k + 1) // 2] or (s[k // 2] + s[k // 2 + 1]) / 2
 end
 
 local pyf = io.popen("bash bench/flashlight_env.sh " .. (os.getenv("RL_BUILD_DIR") or "build")

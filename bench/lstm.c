@@ -49,53 +49,23 @@ typedef struct {
     bool pairs;            /* run the two directions of a layer concurrently */
 } model;
 
-static rl_status opt_num(void *ctx, const char *key, double *v, int *found) {
-    const double *d = ctx; /* {n_out, direction} */
-    *found = 1;
-    if (strcmp(key, "n_out") == 0)
-        *v = d[0];
-    else if (strcmp(key, "direction") == 0)
-        *v = d[1];
-    else
-        *found = 0;
-    return RL_OK;
-}
-static rl_status opt_str(void *ctx, const char *key, const char **v, int *found) {
-    (void)ctx, (void)key, (void)v;
-    *found = 0;
-    return RL_OK;
-}
-static rl_status opt_bool(void *ctx, const char *key, bool *v, int *found) {
-    (void)ctx, (void)key, (void)v;
-    *found = 0;
-    return RL_OK;
-}
-
 static void model_init(model *m, const topology *tp, rl_rng *g) {
     memset(m, 0, sizeof *m);
     m->tp = tp;
     int64_t T = tp->T, B = tp->B, H = tp->hidden;
     for (int li = 0; li < tp->layers; li++)
         for (int d = 0; d < tp->dirs; d++) {
-            double o[2] = {(double)H, d ? -1.0 : 1.0};
-            rl_options opts = {o, opt_num, opt_str, opt_bool};
+            gc_opts o = {0};
+            gc_opt_num(&o, "n_out", (double)H);
+            gc_opt_num(&o, "direction", d ? -1.0 : 1.0);
+            rl_options opts = gc_options(&o);
             int n_in = li ? tp->dirs : 1;
             int64_t dims[MAX_D] = {li ? H : tp->in, H};
             char name[32];
             snprintf(name, sizeof name, "l%d_%s", li + 1, d ? "bw" : "fw");
             bench_check(rl_layer_create(&m->l[li][d], "lstm", name, &opts, n_in, dims), name);
             rl_layer *l = m->l[li][d];
-            for (int p = 0; p < l->n_params; p++) {
-                rl_param *pp = &l->params[p];
-                bench_check(
-                    rl_tensor_empty(&pp->value, RL_FLOAT32, RL_DEVICE_CPU, pp->ndim, pp->shape),
-                    "param");
-                bench_check(
-                    rl_tensor_empty(&pp->grad, RL_FLOAT32, RL_DEVICE_CPU, pp->ndim, pp->shape),
-                    "grad");
-                bench_check(rl_param_init(pp, g), "init");
-                bench_check(rl_op_fill(&pp->grad, 0.0), "fill");
-            }
+            bench_layer_params(l, g, RL_DEVICE_CPU);
             for (int k = 0; k < n_in && li > 0; k++) {
                 int64_t s[3] = {T, B, H};
                 bench_check(rl_tensor_empty(&m->gin[li][d][k], RL_FLOAT32, RL_DEVICE_CPU, 3, s),

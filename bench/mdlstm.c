@@ -35,43 +35,18 @@ typedef struct {
     rl_layer_io io;
 } model;
 
-static rl_status opt_num(void *ctx, const char *key, double *v, int *found) {
-    *found = strcmp(key, "n_out") == 0;
-    if (*found) *v = *(const double *)ctx;
-    return RL_OK;
-}
-static rl_status opt_str(void *ctx, const char *key, const char **v, int *found) {
-    (void)ctx, (void)key, (void)v;
-    *found = 0;
-    return RL_OK;
-}
-static rl_status opt_bool(void *ctx, const char *key, bool *v, int *found) {
-    (void)ctx, (void)key, (void)v;
-    *found = 0;
-    return RL_OK;
-}
-
 static void model_init(model *m, const shape *s, rl_rng *g) {
     memset(m, 0, sizeof *m);
-    double n_out = (double)s->D;
-    rl_options o = {&n_out, opt_num, opt_str, opt_bool};
+    gc_opts t = {0};
+    gc_opt_num(&t, "n_out", (double)s->D);
+    rl_options o = gc_options(&t);
     bench_check(rl_layer_create(&m->l, "mdlstm", "md", &o, 1, &s->F), "create");
-    for (int p = 0; p < m->l->n_params; p++) {
-        rl_param *pp = &m->l->params[p];
-        bench_check(rl_tensor_empty(&pp->value, RL_FLOAT32, RL_DEVICE_CPU, pp->ndim, pp->shape),
-                    "param");
-        bench_check(rl_tensor_empty(&pp->grad, RL_FLOAT32, RL_DEVICE_CPU, pp->ndim, pp->shape),
-                    "grad");
-        bench_check(rl_param_init(pp, g), "init");
-        bench_check(rl_op_fill(&pp->grad, 0.0), "fill");
-    }
+    bench_layer_params(m->l, g, RL_DEVICE_CPU);
     int64_t xs[4] = {s->H, s->W, s->B, s->F}, ss[2] = {s->B, 2},
             os[4] = {s->H, s->W, s->B, NDIRS * s->D};
-    bench_check(rl_tensor_empty(&m->x, RL_FLOAT32, RL_DEVICE_CPU, 4, xs), "x");
-    bench_check(rl_op_normal(&m->x, g, 0, 1), "x");
+    bench_normal(&m->x, 4, xs, g, 1.0, RL_DEVICE_CPU);
     bench_check(rl_tensor_empty(&m->gin, RL_FLOAT32, RL_DEVICE_CPU, 4, xs), "gin");
-    bench_check(rl_tensor_empty(&m->gout, RL_FLOAT32, RL_DEVICE_CPU, 4, os), "gout");
-    bench_check(rl_op_normal(&m->gout, g, 0, 0.1), "gout");
+    bench_normal(&m->gout, 4, os, g, 0.1, RL_DEVICE_CPU);
     bench_check(rl_tensor_empty(&m->sizes, RL_INT32, RL_DEVICE_CPU, 2, ss), "sizes");
     int32_t *sz = rl_tensor_data(&m->sizes);
     for (int64_t b = 0; b < s->B; b++) {

@@ -31,53 +31,17 @@ typedef struct {
     rl_layer_io io;
 } model;
 
-static rl_status opt_num(void *ctx, const char *key, double *v, int *found) {
-    *found = strcmp(key, "n_out") == 0;
-    if (*found) *v = *(const double *)ctx;
-    return RL_OK;
-}
-static rl_status opt_str(void *ctx, const char *key, const char **v, int *found) {
-    (void)ctx, (void)key, (void)v;
-    *found = 0;
-    return RL_OK;
-}
-static rl_status opt_bool(void *ctx, const char *key, bool *v, int *found) {
-    (void)ctx, (void)key, (void)v;
-    *found = 0;
-    return RL_OK;
-}
-
-/* A device tensor of the shape, normal(0, std) from g (drawn on the CPU, then copied). */
-static void dev_normal(rl_tensor *t, int ndim, const int64_t *dims, rl_rng *g, double std) {
-    rl_tensor h = {0};
-    bench_check(rl_tensor_empty(&h, RL_FLOAT32, RL_DEVICE_CPU, ndim, dims), "tensor");
-    bench_check(rl_op_normal(&h, g, 0, std), "normal");
-    bench_check(rl_op_to(t, &h, RL_FLOAT32, DEV), "to cuda:0");
-    rl_tensor_release(&h);
-}
-
 static void model_init(model *m, const shape *s, rl_rng *g) {
     memset(m, 0, sizeof *m);
-    double n_out = (double)s->D;
-    rl_options o = {&n_out, opt_num, opt_str, opt_bool};
+    gc_opts t = {0};
+    gc_opt_num(&t, "n_out", (double)s->D);
+    rl_options o = gc_options(&t);
     bench_check(rl_layer_create(&m->l, "mdlstm", "md", &o, 1, &s->F), "create");
-    for (int p = 0; p < m->l->n_params; p++) {
-        rl_param *pp = &m->l->params[p];
-        /* initialised on the CPU (rl_param_init), then copied */
-        rl_tensor d = {0};
-        bench_check(rl_tensor_empty(&pp->value, RL_FLOAT32, RL_DEVICE_CPU, pp->ndim, pp->shape),
-                    "param");
-        bench_check(rl_param_init(pp, g), "init");
-        bench_check(rl_op_to(&d, &pp->value, RL_FLOAT32, DEV), "param to cuda:0");
-        rl_tensor_release(&pp->value);
-        pp->value = d;
-        bench_check(rl_tensor_empty(&pp->grad, RL_FLOAT32, DEV, pp->ndim, pp->shape), "grad");
-        bench_check(rl_op_fill(&pp->grad, 0.0), "fill");
-    }
+    bench_layer_params(m->l, g, DEV);
     int64_t xs[4] = {s->H, s->W, s->B, s->F}, ss[2] = {s->B, 2},
             os[4] = {s->H, s->W, s->B, NDIRS * s->D};
-    dev_normal(&m->x, 4, xs, g, 1.0);
-    dev_normal(&m->gout, 4, os, g, 0.1);
+    bench_normal(&m->x, 4, xs, g, 1.0, DEV);
+    bench_normal(&m->gout, 4, os, g, 0.1, DEV);
     bench_check(rl_tensor_empty(&m->gin, RL_FLOAT32, DEV, 4, xs), "gin");
     bench_check(rl_tensor_empty(&m->sizes, RL_INT32, RL_DEVICE_CPU, 2, ss), "sizes");
     int32_t *sz = rl_tensor_data(&m->sizes);

@@ -48,82 +48,35 @@ typedef struct {
     rl_tensor gtop[MAX_D];                      /* the top layer's output gradient */
 } model;
 
-typedef struct {
-    double n_out, direction;
-    const char *impl;
-} opts_ctx;
-
-static rl_status opt_num(void *ctx, const char *key, double *v, int *found) {
-    const opts_ctx *o = ctx;
-    *found = 1;
-    if (strcmp(key, "n_out") == 0)
-        *v = o->n_out;
-    else if (strcmp(key, "direction") == 0)
-        *v = o->direction;
-    else
-        *found = 0;
-    return RL_OK;
-}
-static rl_status opt_str(void *ctx, const char *key, const char **v, int *found) {
-    const opts_ctx *o = ctx;
-    *found = strcmp(key, "impl") == 0;
-    if (*found) *v = o->impl;
-    return RL_OK;
-}
-static rl_status opt_bool(void *ctx, const char *key, bool *v, int *found) {
-    (void)ctx, (void)key, (void)v;
-    *found = 0;
-    return RL_OK;
-}
-
-/* A device tensor of the shape, normal(0, std) from g (drawn on the CPU, then copied). */
-static void dev_normal(rl_tensor *t, int ndim, const int64_t *shape, rl_rng *g, double std) {
-    rl_tensor h = {0};
-    bench_check(rl_tensor_empty(&h, RL_FLOAT32, RL_DEVICE_CPU, ndim, shape), "tensor");
-    bench_check(rl_op_normal(&h, g, 0, std), "normal");
-    bench_check(rl_op_to(t, &h, RL_FLOAT32, DEV), "to cuda");
-    rl_tensor_release(&h);
-}
-
 static void model_init(model *m, const topology *tp, const char *cls, const char *impl, rl_rng *g) {
     memset(m, 0, sizeof *m);
     m->tp = tp;
     int64_t T = tp->T, B = tp->B, H = tp->hidden;
     for (int li = 0; li < tp->layers; li++)
         for (int d = 0; d < tp->dirs; d++) {
-            opts_ctx o = {(double)H, d ? -1.0 : 1.0, impl};
-            rl_options opts = {&o, opt_num, opt_str, opt_bool};
+            gc_opts o = {0};
+            gc_opt_num(&o, "n_out", (double)H);
+            gc_opt_num(&o, "direction", d ? -1.0 : 1.0);
+            gc_opt_str(&o, "impl", impl);
+            rl_options opts = gc_options(&o);
             int n_in = li ? tp->dirs : 1;
             int64_t dims[MAX_D] = {li ? H : tp->in, H};
             char name[32];
             snprintf(name, sizeof name, "l%d_%s", li + 1, d ? "bw" : "fw");
             bench_check(rl_layer_create(&m->l[li][d], cls, name, &opts, n_in, dims), name);
             rl_layer *l = m->l[li][d];
-            for (int p = 0; p < l->n_params; p++) {
-                rl_param *pp = &l->params[p];
-                rl_tensor dv = {0};
-                bench_check(
-                    rl_tensor_empty(&pp->value, RL_FLOAT32, RL_DEVICE_CPU, pp->ndim, pp->shape),
-                    "param");
-                bench_check(rl_param_init(pp, g), "init");
-                bench_check(rl_op_to(&dv, &pp->value, RL_FLOAT32, DEV), "param to cuda");
-                rl_tensor_release(&pp->value);
-                pp->value = dv;
-                bench_check(rl_tensor_empty(&pp->grad, RL_FLOAT32, DEV, pp->ndim, pp->shape),
-                            "grad");
-                bench_check(rl_op_fill(&pp->grad, 0.0), "grad");
-            }
+            bench_layer_params(l, g, DEV);
             for (int k = 0; k < n_in && li > 0; k++) {
                 int64_t s[3] = {T, B, H};
                 bench_check(rl_tensor_empty(&m->gin[li][d][k], RL_FLOAT32, DEV, 3, s), "gin");
             }
         }
     int64_t xs[3] = {T, B, tp->in}, ls[1] = {B}, hs[3] = {T, B, H};
-    dev_normal(&m->x, 3, xs, g, 1.0);
+    bench_normal(&m->x, 3, xs, g, 1.0, DEV);
     bench_check(rl_tensor_empty(&m->len, RL_INT32, RL_DEVICE_CPU, 1, ls), "len");
     bench_check(rl_op_fill(&m->len, (double)T), "len");
     for (int d = 0; d < tp->dirs; d++)
-        dev_normal(&m->gtop[d], 3, hs, g, 0.01);
+        bench_normal(&m->gtop[d], 3, hs, g, 0.01, DEV);
 }
 
 /* One training step of the stack: forward bottom up, backward top down; a lower output's

@@ -11,7 +11,7 @@
 #      which interleaves its measurements with nn.GRU's (alone, with a SKIP line, when that
 #      PyTorch cannot be set up);
 #   2. the Lua scripts bench/*.lua, each run by BUILD/rnnlua (bench/lstm_step.lua is
-#      lstm_compare.sh's worker, not run on its own).
+#      lstm_compare.sh's worker and bench/bench.lua their shared helpers, not run on their own).
 # gemm prints "sgemm peak: X GFLOP/s"; X is exported as RL_SGEMM_PEAK_GFLOPS to everything run
 # after it, so that later benchmarks can report a fraction of the machine's GEMM speed.
 # RL_BENCH_SECONDS (seconds per measurement, default 0.5) and RL_BENCH_ROUNDS (measurements
@@ -82,7 +82,7 @@ for p in "${programs[@]}"; do
 done
 for s in bench/*.lua; do
     [ -f "$s" ] || continue
-    [ "$s" = bench/lstm_step.lua ] && continue
+    [ "$s" = bench/lstm_step.lua ] || [ "$s" = bench/bench.lua ] && continue
     run_one "$s" "$bin" "$s"
 done
 echo "Load average at the end: $(cut -d' ' -f1-3 /proc/loadavg) (the machine's other work" \

@@ -71,6 +71,18 @@ static rl_status resample(const char *path, const float *in, int64_t n, int64_t 
                         (long long)from, (long long)to, src_strerror(err));
     }
     int64_t got = d.output_frames_gen;
+    const float *y = rl_tensor_data(&tmp);
+    /* the filter's sums overflow float32 for samples near FLT_MAX (a float file may hold any
+     * finite value) */
+    for (int64_t i = 0; i < got; i++)
+        if (!isfinite(y[i])) {
+            rl_tensor_release(&tmp);
+            return rl_error(RL_EIO,
+                            "rl.audio.load: '%s': resampling %lld Hz to %lld Hz overflows "
+                            "float32 at output sample %lld (the file's samples are far outside "
+                            "[-1, 1])",
+                            path, (long long)from, (long long)to, (long long)i);
+        }
     if (got == 0) {
         rl_tensor_release(&tmp);
         return rl_error(RL_EIO, "rl.audio.load: '%s': %lld samples resampled to none", path,
@@ -129,14 +141,29 @@ rl_status rl_audio_load(const char *path, int64_t want_rate, bool resample_ok, r
                         "false",
                         path, info.samplerate, (long long)want_rate);
     }
-    float *buf = malloc((size_t)total * sizeof *buf);
-    if (!buf) {
-        sf_close(f);
-        return rl_error(RL_ENOMEM, "rl.audio.load: '%s': no memory for %lld samples", path,
-                        (long long)total);
+    /* The header's frame count is a claim: the buffer grows with what is decoded (a 45-byte
+     * file announced 3.9e9 samples, and the allocation for them came first). */
+    int64_t ch = info.channels, cap = 0, got = 0;
+    float *buf = NULL;
+    int sferr = 0;
+    while (got < info.frames) {
+        if (got == cap) {
+            cap = cap == 0 ? (65536 + ch - 1) / ch : 2 * cap;
+            cap = cap < info.frames ? cap : info.frames;
+            float *nb = realloc(buf, (size_t)(cap * ch) * sizeof *buf);
+            if (!nb) {
+                free(buf);
+                sf_close(f);
+                return rl_error(RL_ENOMEM, "rl.audio.load: '%s': no memory for %lld samples", path,
+                                (long long)(cap * ch));
+            }
+            buf = nb;
+        }
+        sf_count_t r = sf_readf_float(f, buf + got * ch, cap - got);
+        sferr = sf_error(f);
+        if (r <= 0 || sferr) break;
+        got += r;
     }
-    sf_count_t got = sf_readf_float(f, buf, info.frames);
-    int sferr = sf_error(f);
     sf_close(f);
     if (got != info.frames || sferr) {
         free(buf);
@@ -145,7 +172,7 @@ rl_status rl_audio_load(const char *path, int64_t want_rate, bool resample_ok, r
                         "read",
                         path, (long long)got, (long long)info.frames);
     }
-    int64_t n = info.frames, ch = info.channels;
+    int64_t n = info.frames;
     /* a float file can hold NaN or Inf, which would turn every later feature into NaN */
     for (int64_t i = 0; i < total; i++)
         if (!isfinite(buf[i])) {
@@ -511,6 +538,19 @@ rl_status rl_audio_features(const char *who, const rl_audio_cfg *c, const float 
             for (int64_t k = 0; k < mb.off[m + 1] - mb.off[m]; k++)
                 e += wt[k] * s[k];
             en[m] = e;
+            /* samples of a float file may be any finite float: near FLT_MAX (about 1e16 will
+             * do) the power spectrum overflows, and the log's floor would turn the NaN or Inf
+             * into a plausible constant */
+            if (!isfinite(e)) {
+                float peak = 0;
+                for (int64_t i = 0; i < w_n; i++)
+                    peak = fabsf(x[i]) > peak ? fabsf(x[i]) : peak;
+                st = rl_error(RL_EARG,
+                              "%s: frame %lld overflows float32 (its largest sample is %g): the "
+                              "features take a waveform scaled to about [-1, 1]",
+                              who, (long long)t, (double)peak);
+                goto done;
+            }
         }
         log_floor(lm, en, m_n, fl);
         float *row = y + t * f_n;

@@ -475,6 +475,8 @@ rl_status rl_h5_create(rl_h5file **out, const char *path) {
     f->id = H5Fcreate(f->tmp, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
     if (f->id < 0) {
         rl_status s = h5_fail(path, NULL, "cannot create the temporary file %s", f->tmp);
+        /* on a full disk the file exists, empty: the superblock's write is what failed */
+        unlink(f->tmp);
         h5_close_id(&fapl, H5Pclose);
         h5_file_free(f);
         return s;

@@ -13,16 +13,16 @@
 /* Deeper than any config; keeps the C stack of the conversion small. */
 #define MAX_DEPTH 200
 
-static void push_json(lua_State *L, json_t *v, int depth) {
+static void push_json(lua_State *L, json_t *v, int depth, const char *name) {
     luaL_checkstack(L, 4, "json_decode: nesting too deep");
-    if (depth > MAX_DEPTH) luaL_error(L, "json_decode: nesting deeper than %d", MAX_DEPTH);
+    if (depth > MAX_DEPTH) luaL_error(L, "%s: nesting deeper than %d", name, MAX_DEPTH);
     switch (json_typeof(v)) {
     case JSON_OBJECT: {
         lua_createtable(L, 0, (int)json_object_size(v));
         const char *key;
         json_t *x;
         json_object_foreach(v, key, x) {
-            push_json(L, x, depth + 1);
+            push_json(L, x, depth + 1, name);
             lua_setfield(L, -2, key);
         }
         break;
@@ -32,7 +32,7 @@ static void push_json(lua_State *L, json_t *v, int depth) {
         size_t i;
         json_t *x;
         json_array_foreach(v, i, x) {
-            push_json(L, x, depth + 1);
+            push_json(L, x, depth + 1, name);
             lua_rawseti(L, -2, (lua_Integer)i + 1);
         }
         break;
@@ -49,7 +49,7 @@ static void push_json(lua_State *L, json_t *v, int depth) {
 /* The conversion runs under lua_pcall so that the jansson document is freed on every path. */
 static int decode_protected(lua_State *L) {
     json_t *doc = lua_touserdata(L, 1);
-    push_json(L, doc, 0);
+    push_json(L, doc, 0, lua_tostring(L, 2));
     return 1;
 }
 
@@ -62,7 +62,8 @@ static int l_json_decode(lua_State *L) {
     if (doc == NULL) return luaL_error(L, "%s:%d:%d: %s", name, err.line, err.column, err.text);
     lua_pushcfunction(L, decode_protected);
     lua_pushlightuserdata(L, doc);
-    int st = lua_pcall(L, 1, 1, 0);
+    lua_pushstring(L, name);
+    int st = lua_pcall(L, 2, 1, 0);
     json_decref(doc);
     if (st != LUA_OK) return lua_error(L);
     return 1;

@@ -1100,6 +1100,30 @@ static int gate_check(const char *b, size_t n, int *status, const char **reason,
     return 1;
 }
 
+int rl_serve_check_head(const char *b, size_t n, char *msg, size_t msgn) {
+    int status;
+    const char *reason;
+    int v = gate_check(b, n, &status, &reason, msg, msgn);
+    return v < 0 ? status : v;
+}
+
+int rl_serve_check_body(const rl_serve_model *m, const char *body, size_t n, int64_t *frames,
+                        char *msg, size_t msgn) {
+    server S = {.in_dim = m->in_dim, .sparse = m->sparse, .images = m->images};
+    S.o.lm_file = m->lm_file;
+    S.o.max_frames = m->max_frames;
+    S.o.max_beam = m->max_beam;
+    perr e = {{0}, 0};
+    job *j = parse_job(&S, m->decode ? R_DECODE : R_FORWARD, body, n, &e);
+    if (j == NULL) {
+        snprintf(msg, msgn, "%s", e.msg);
+        return e.status;
+    }
+    *frames = j->frames;
+    job_free(j);
+    return 200;
+}
+
 static void *gate_main(void *arg) {
     server *S = arg;
     gate_conn *g = calloc(GATE_MAX, sizeof *g);

@@ -3,10 +3,36 @@
 #define RL_SERVE_H
 
 #include <lua.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
 
 /* Runs the server until SIGTERM or SIGINT; argv[0] is "serve". L holds the rnnlua library
  * (the global `rl`). Returns the process exit status: 0 after a drained shutdown, 1 when the
  * model cannot be loaded or the port cannot be opened, 2 on a bad command line. */
 int rl_serve_main(lua_State *L, int argc, char **argv);
+
+/* The service's request checks, callable without a server (fuzz/fuzz_serve.c runs them in
+ * process on arbitrary bytes).
+ *
+ * rl_serve_check_head: the gate's check of a connection's first `n` bytes (the request line
+ * and headers as they arrive): 0 while the head is incomplete, 1 when it is handed to
+ * libmicrohttpd, or the status of the JSON error answer (400, 414, 431, 505) with its message
+ * in msg.
+ *
+ * rl_serve_check_body: the parser of a POST /v1/forward (or, with decode, /v1/decode) body for
+ * a model whose interface is described by m: 200 when the body makes a job, with its frames in
+ * *frames, or the status of the error answer (400, 413, 422, 503) with its message in msg. */
+typedef struct {
+    int64_t in_dim;
+    bool sparse, images, decode;
+    const char *lm_file; /* the server's --lm, or NULL */
+    int64_t max_frames;
+    int max_beam;
+} rl_serve_model;
+
+int rl_serve_check_head(const char *b, size_t n, char *msg, size_t msgn);
+int rl_serve_check_body(const rl_serve_model *m, const char *body, size_t n, int64_t *frames,
+                        char *msg, size_t msgn);
 
 #endif

@@ -23,7 +23,7 @@
 -- keeping it (S x B x Te x A floats).
 local M = {}
 
-local rl -- the module table, set by install
+local rl = require("rnnlua") -- the module table (init.lua registers it before loading its parts)
 
 local Attention = {}
 Attention.__index = Attention
@@ -158,11 +158,6 @@ function Attention:finish_backward(de)
     self.grads.v:add_(self.dv:sum(1):view(A, 1))
   end
   de:add_(self.de)
-end
-
-function M.install(module)
-  rl = module
-  return M
 end
 
 return M

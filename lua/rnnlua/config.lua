@@ -7,13 +7,14 @@
 --   local config = require("rnnlua.config")
 --   config.load(path) -> the rl.train table
 --   config.from_returnn(doc, path) -> the rl.train table of a decoded RETURNN JSON document
+--   config.from_json(text, path) -> the same of JSON text (file `path`, named in errors)
 --
 -- A file ending in .lua is Lua, one ending in .json JSON; another name is JSON when its first
 -- character that is not a space is "{", Lua when it compiles, and an error otherwise. Errors
 -- are "FILE: what" or "FILE:LINE:COLUMN: what" (malformed JSON), and name the key's path in the
 -- file (network.fw.from).
 local M = {}
-local rl -- the module table, set by install
+local rl = require("rnnlua") -- the module table (init.lua registers it before loading its parts)
 local cli = require("rnnlua.cli")
 local util = require("rnnlua.util")
 
@@ -350,7 +351,8 @@ local function read_all(path)
   return text
 end
 
-local function load_json(path, text)
+-- The rl.train table of the JSON text of file `path`.
+function M.from_json(text, path)
   local ok, doc = pcall(rl.json_decode, text, path)
   if not ok then error(tostring(doc), 0) end
   return M.from_returnn(doc, path)
@@ -368,21 +370,16 @@ end
 function M.load(path)
   local text = read_all(path)
   local lname = path:lower()
-  if lname:match("%.json$") then return load_json(path, text) end
+  if lname:match("%.json$") then return M.from_json(text, path) end
   local chunk, err = load(text, "@" .. path, "t")
   if lname:match("%.lua$") then
     if not chunk then error(err, 0) end
     return load_lua(path, chunk)
   end
-  if text:match("^%s*{") then return load_json(path, text) end
+  if text:match("^%s*{") then return M.from_json(text, path) end
   if chunk then return load_lua(path, chunk) end
   fail(path, "neither a Lua config (.lua: %s) nor a JSON one (.json: it does not start with '{')",
     tostring(err):gsub("^[^:]*:(%d+):", "line %1:"))
-end
-
-function M.install(module)
-  rl = module
-  return M
 end
 
 return M

@@ -47,7 +47,7 @@
 -- seconds with a message naming it. Checkpoints are written to a temporary file and renamed,
 -- so none is ever left half written.
 local M = {}
-local rl -- the module table, set by install
+local rl = require("rnnlua") -- the module table (init.lua registers it before loading its parts)
 
 local function fail(fmt, ...)
   error("rl.train: " .. string.format(fmt, ...), 0)
@@ -439,11 +439,6 @@ function Dist:epoch_ends(net, opt, ...)
     end
   end
   return self:sum(...)
-end
-
-function M.install(module)
-  rl = module
-  return M
 end
 
 return M

@@ -730,8 +730,10 @@ function M.train(config, argv)
     local curve_path = cfg.learning_curve_file or (cfg.model and cfg.model .. ".curve.jsonl")
     if not writer then curve_path = nil end
     if curve_path and start == 1 then
-      local f = io.open(curve_path, "w")
-      if not f then fail("cannot write learning_curve_file %s", curve_path) end
+      local f, err = io.open(curve_path, "w")
+      if not f then
+        fail("cannot write learning_curve_file %s: %s", curve_path, tostring(err):gsub("^[^:]*: ", ""))
+      end
       f:close()
     end
 
@@ -789,10 +791,18 @@ function M.train(config, argv)
         log:write(changed and 2 or 4, "lr control: %s", ctx.lrc:log_line())
       end
       if curve_path then
-        local f = io.open(curve_path, "a")
-        if not f then fail("cannot append to learning_curve_file %s", curve_path) end
-        f:write(curve_line(rec, net.has_ctc), "\n")
-        f:close()
+        -- a full disk or a read-only folder stops the run, naming the file and the cause
+        local f, err = io.open(curve_path, "a")
+        local ok = f ~= nil
+        if ok then ok, err = f:write(curve_line(rec, net.has_ctc), "\n") end
+        if f then
+          local okc, errc = f:close()
+          if ok and not okc then ok, err = false, errc end
+        end
+        if not ok then
+          fail("cannot append to learning_curve_file %s: %s", curve_path,
+            tostring(err):gsub("^[^:]*: ", ""))
+        end
         -- plot = true: the picture next to the curve (MODEL.curve.png), redrawn every epoch
         if cfg.plot then
           local okp, perr = pcall(rl.tools.plot, curve_path, curve_path:gsub("%.jsonl$", "")
@@ -876,12 +886,9 @@ end
 
 function M.install(module)
   rl = module
-  logmod.install(module)
   checkpoint.install(module)
   require("rnnlua.forward").install(module)
-  distmod.install(module)
   pretrainmod.install(module)
-  practice.install(module)
   rl.train = M.train
   -- a copy, for the documentation test and --help: rl.train's own KEYS stay private
   rl.train_options = require("rnnlua.util").sorted_keys(KEYS)

@@ -133,8 +133,12 @@ end
 
 ---------------------------------------------------------------------------- layers and networks
 
+-- Registered before its parts load, so that a part that only needs the module table takes it with
+-- require("rnnlua") (the table is complete by the time the part's functions run).
+package.loaded["rnnlua"] = rl
+
 require("rnnlua.layers").install(rl)    -- rl.layers (and the Lua layer classes)
-require("rnnlua.rec").install(rl)       -- the rec layer (recurrent sub-networks), attention
+require("rnnlua.rec")                  -- the rec layer (recurrent sub-networks), attention
 require("rnnlua.network").install(rl)   -- rl.network
 require("rnnlua.gradcheck").install(rl) -- rl.gradcheck
 require("rnnlua.optim").install(rl)      -- rl.optimizer
@@ -145,7 +149,6 @@ require("rnnlua.lm").install(rl)        -- language models for decoding (lm = {.
 require("rnnlua.ctc").install(rl)       -- rl.ctc_decode
 require("rnnlua.score").install(rl)     -- rl.scorer, rl.ctc_score (CER, WER, PER)
 require("rnnlua.search").install(rl)    -- rl.search (beam search over a dataset)
-require("rnnlua.config").install(rl)    -- config files of rnnlua train (Lua, RETURNN JSON)
 require("rnnlua.tools").install(rl)     -- rl.tools: info, dump-data, compare, plot
 require("rnnlua.sample").install(rl)    -- rl.sample: text from a character language model
 

@@ -16,7 +16,7 @@
 -- The file gets the same lines as stdout, each with a time stamp; it is opened for appending,
 -- so a resumed run continues the log of the run it resumes.
 local M = {}
-local rl -- the module table, set by install
+local rl = require("rnnlua") -- the module table (init.lua registers it before loading its parts)
 
 local Log = {}
 Log.__index = Log
@@ -42,15 +42,24 @@ function M.new(opts)
   if opts.file then
     local f, err = io.open(opts.file, "a")
     if not f then error(string.format("log: cannot open log_file: %s", err), 2) end
-    self.file = f
+    self.file, self.path = f, opts.file
   end
   return self
 end
 
+-- A line the file cannot take (a full disk, a folder remounted read-only) is an error naming
+-- the file and the cause: the run stops rather than going on with a log that lost lines.
 function Log:to_file(line)
   if self.file then
-    self.file:write(os.date("%Y-%m-%d %H:%M:%S "), line, "\n")
-    self.file:flush()
+    local ok, err = self.file:write(os.date("%Y-%m-%d %H:%M:%S "), line, "\n")
+    if ok then ok, err = self.file:flush() end
+    if not ok then
+      local f = self.file
+      self.file = nil
+      f:close()
+      error(string.format("log: cannot write log_file %s: %s", self.path,
+        tostring(err):gsub("^[^:]*: ", "")), 0)
+    end
   end
 end
 
@@ -96,11 +105,6 @@ function Log:close()
     self.file:close()
     self.file = nil
   end
-end
-
-function M.install(module)
-  rl = module
-  return M
 end
 
 return M

@@ -25,7 +25,7 @@
 -- accum_grad, best_by, ema (tensor), ema_decay, ema_updates, es_best, es_best_epoch, es_bad and
 -- "saved.<epoch>" = the score of each kept saved epoch.
 local M = {}
-local rl -- the module table, set by install
+local rl = require("rnnlua") -- the module table (init.lua registers it before loading its parts)
 
 ---------------------------------------------------------------------------- EMA
 
@@ -212,11 +212,6 @@ function M.delete(ctx, epochs, log)
       end
     end
   end
-end
-
-function M.install(module)
-  rl = module
-  return M
 end
 
 return M

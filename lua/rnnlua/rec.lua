@@ -44,7 +44,7 @@ local M = {}
 
 local layers = require("rnnlua.layers")
 local attention = require("rnnlua.attention")
-local rl -- the module table, set by install
+local rl = require("rnnlua") -- the module table (init.lua registers it before loading its parts)
 
 local Rec = {}
 Rec.__index = Rec
@@ -1466,12 +1466,6 @@ end
 function Rec:__tostring()
   return string.format("Layer '%s' (rec, %d unit layers, n_out %d, %d params)", self.name,
     #self.units, self.n_out, self.num_params)
-end
-
-function M.install(module)
-  rl = module
-  attention.install(module)
-  return M
 end
 
 return M

@@ -72,6 +72,39 @@ function H.tmpdir()
   return dir
 end
 
+-- A function that makes a new folder under root each time it is called: root/1, root/2, ...
+function H.subdirs(root)
+  local n = 0
+  return function()
+    n = n + 1
+    local d = root .. "/" .. n
+    assert(require("lfs").mkdir(d))
+    return d
+  end
+end
+
+-- The bytes of a file, or nil when it cannot be opened; and a file written with the bytes s.
+function H.read_file(path)
+  local f = io.open(path, "rb")
+  if not f then return nil end
+  local s = f:read("a")
+  f:close()
+  return s
+end
+
+function H.write_file(path, s)
+  local f = assert(io.open(path, "wb"))
+  f:write(s)
+  f:close()
+end
+
+-- The lines of a file, in a list.
+function H.lines(path)
+  local t = {}
+  for l in io.lines(path) do t[#t + 1] = l end
+  return t
+end
+
 function H.rm_rf(path)
   local lfs = require("lfs")
   for e in lfs.dir(path) do

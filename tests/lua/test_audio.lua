@@ -164,4 +164,26 @@ test("load with resampling to 8 kHz", function()
   check(f:size(1) == 58, "58 frames")
 end)
 
+-- Found by fuzz/fuzz_wav.c: a float WAV may hold any finite sample; near FLT_MAX resampling
+-- gave Inf samples, and the features of such a waveform were the floor's or FLT_MAX's log
+-- (the power spectrum overflowed) instead of an error.
+test("float samples near FLT_MAX: resampling and features are errors", function()
+  local path = os.tmpname() .. ".wav"
+  local n, data = 800, {}
+  for i = 1, n do data[i] = string.pack("<f", i <= n // 2 and 3.3e38 or -3.3e38) end
+  local body = table.concat(data)
+  local f = assert(io.open(path, "wb"))
+  f:write("RIFF", string.pack("<I4", 36 + #body), "WAVEfmt ",
+    string.pack("<I4I2I2I4I4I2I2", 16, 3, 1, 22050, 22050 * 4, 4, 32), "data",
+    string.pack("<I4", #body), body)
+  f:close()
+  local w = rl.audio.load(path)
+  check(w:size(1) == n, "the file loads as it is")
+  expect_error("resampled", function() rl.audio.load(path, {rate = 16000}) end,
+    "resampling 22050 Hz to 16000 Hz overflows float32")
+  expect_error("features", function() rl.audio.features(w, {rate = 22050}) end,
+    "frame 0 overflows float32")
+  os.remove(path)
+end)
+
 H.done()

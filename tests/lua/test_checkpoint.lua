@@ -9,19 +9,6 @@ local dir = os.tmpname()
 os.remove(dir)
 assert(lfs.mkdir(dir))
 
-local function read_bytes(path)
-  local f = assert(io.open(path, "rb"))
-  local s = f:read("a")
-  f:close()
-  return s
-end
-
-local function write_bytes(path, s)
-  local f = assert(io.open(path, "wb"))
-  f:write(s)
-  f:close()
-end
-
 local function same_tensor(a, b)
   return a:dtype() == b:dtype() and table.concat(a:size(), ",") == table.concat(b:size(), ",")
     and (a:numel() == 0 or (a:double() - b:double()):abs():max() == 0)
@@ -180,17 +167,17 @@ end
 
 H.expect_error("a corrupt file names the file", function()
   local path = good_file()
-  local s = read_bytes(path)
+  local s = H.read_file(path)
   local bad = dir .. "/corrupt.h5"
-  write_bytes(bad, s:sub(1, 8) .. string.rep("\xAB", #s - 8))
+  H.write_file(bad, s:sub(1, 8) .. string.rep("\xAB", #s - 8))
   rl.load_checkpoint(bad)
 end, dir .. "/corrupt.h5")
 
 H.expect_error("a truncated file names the file", function()
   local path = good_file()
-  local s = read_bytes(path)
+  local s = H.read_file(path)
   local bad = dir .. "/truncated.h5"
-  write_bytes(bad, s:sub(1, #s // 2))
+  H.write_file(bad, s:sub(1, #s // 2))
   rl.load_checkpoint(bad)
 end, dir .. "/truncated.h5")
 
@@ -228,12 +215,12 @@ end, "output/W")
 
 H.test("a failed save leaves the previous file and no temporary file", function()
   local path, net = good_file()
-  local before = read_bytes(path)
+  local before = H.read_file(path)
   net.description.fw.hook = function() end
   local ok, err = pcall(rl.save_checkpoint, path, {net = net, epoch = 2, step = 3})
   net.description.fw.hook = nil
   H.check(not ok and tostring(err):find("network.fw.hook", 1, true), tostring(err))
-  H.check(read_bytes(path) == before, "the old checkpoint changed")
+  H.check(H.read_file(path) == before, "the old checkpoint changed")
   for entry in lfs.dir(dir) do
     H.check(not entry:find("%.tmp"), "temporary file left: " .. entry)
   end
@@ -351,7 +338,7 @@ H.test("rl.forward and rl.search refuse to write over their data or their model"
     targets = {classes = {dim = 2, sparse = true}}})
   w:add("s1", rl.ones(3, 1), {classes = rl.tensor({0, 1, 0}, "int32")})
   w:close()
-  local before_data, before_model = read_bytes(dir .. "/fdata.h5"), read_bytes(path)
+  local before_data, before_model = H.read_file(dir .. "/fdata.h5"), H.read_file(path)
   local data = {class = "hdf", files = {dir .. "/fdata.h5"}}
   for _, c in ipairs{
     {rl.forward, dir .. "/fdata.h5", "output_file " .. dir .. "/fdata.h5 is a file of the dataset"},
@@ -361,14 +348,14 @@ H.test("rl.forward and rl.search refuse to write over their data or their model"
     local ok, err = pcall(c[1], {model = path, data = data, output_file = c[2], log_verbosity = 0})
     H.check(not ok and tostring(err):find(c[3], 1, true), tostring(err))
   end
-  H.check(read_bytes(dir .. "/fdata.h5") == before_data, "the dataset changed")
+  H.check(H.read_file(dir .. "/fdata.h5") == before_data, "the dataset changed")
   -- a missing model: the message named forward.lua's line (rnnlua serve printed it too; so
   -- did rl.sample, rl.search and rl.train's resume with theirs)
   local ok, err = pcall(rl.forward, {model = dir .. "/none.h5", data = data,
     output_file = dir .. "/o.h5", log_verbosity = 0})
   H.check(not ok and tostring(err):find("rl.load_checkpoint: cannot read checkpoint "
     .. dir .. "/none.h5", 1, true) and not tostring(err):find("%.lua:%d"), tostring(err))
-  H.check(read_bytes(path) == before_model, "the model changed")
+  H.check(H.read_file(path) == before_model, "the model changed")
 end)
 
 -- /data_norm (the training set's input normalisation): read back, and checked against the input
@@ -453,21 +440,21 @@ end)
 for _, case in ipairs({{"2^48 - 1", "\255\255\255\255\255\255\0\0"}, {"2^31", "\0\0\0\128\0\0\0\0"}}) do
   H.expect_error("version 1, global heap object size " .. case[1] .. ": an error, no crash",
     function()
-      local d = read_bytes(V1)
+      local d = H.read_file(V1)
       local g = assert(d:find("GCOL", 1, true))
       local pos = g + 16 + 8
       local path = dir .. "/heap.h5"
-      write_bytes(path, d:sub(1, pos - 1) .. case[2] .. d:sub(pos + 8))
+      H.write_file(path, d:sub(1, pos - 1) .. case[2] .. d:sub(pos + 8))
       rl.load_checkpoint(path)
     end, "heap.h5: libhdf5 crashed reading the file's structure")
 end
 
 H.expect_error("version 2 with a variable-length string attribute is refused unread", function()
-  local d = read_bytes(V1)
+  local d = H.read_file(V1)
   local v = assert(d:find("version\0", 1, true))
   assert(d:byte(v + 32) == 1, "the fixture's version value moved")
   local path = dir .. "/v2vlen.h5"
-  write_bytes(path, d:sub(1, v + 31) .. "\2" .. d:sub(v + 33))
+  H.write_file(path, d:sub(1, v + 31) .. "\2" .. d:sub(v + 33))
   rl.load_checkpoint(path)
 end, "attribute format: a variable-length string, which this kind of file never holds")
 
@@ -491,16 +478,16 @@ H.test("a save removes the temporary files of dead processes, not those of live 
   local live_here = path .. ".tmp." .. host .. ".1"
   local elsewhere = path .. ".tmp.another-host.example." .. dead
   for _, f in ipairs{stale, live, other, stale_here, live_here, elsewhere} do
-    write_bytes(f, "partial")
+    H.write_file(f, "partial")
   end
   local _, net = good_file()
   rl.save_checkpoint(path, {net = net})
   H.check(io.open(stale) == nil, "the stale temporary file (PATH.tmp.PID) is still there")
   H.check(io.open(stale_here) == nil, "the stale temporary file of this host is still there")
-  H.check(read_bytes(live) == "partial", "the file of a live process (pid 1) was removed")
-  H.check(read_bytes(live_here) == "partial", "this host's file of pid 1 was removed")
-  H.check(read_bytes(other) == "partial", "a file that is not PATH.tmp.PID was removed")
-  H.check(read_bytes(elsewhere) == "partial", "another host's temporary file was removed")
+  H.check(H.read_file(live) == "partial", "the file of a live process (pid 1) was removed")
+  H.check(H.read_file(live_here) == "partial", "this host's file of pid 1 was removed")
+  H.check(H.read_file(other) == "partial", "a file that is not PATH.tmp.PID was removed")
+  H.check(H.read_file(elsewhere) == "partial", "another host's temporary file was removed")
   for _, f in ipairs{live, other, live_here, elsewhere} do os.remove(f) end
 end)
 

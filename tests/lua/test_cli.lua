@@ -119,6 +119,12 @@ H.test("RETURNN JSON configs: the mapping", function()
   bad([[{"network": {}, "task": "forward"}]], "t.json: task: 'forward'")
   bad([[{"network": {}, "adam": true, "momentum": 0.9}]], "adam and momentum")
   bad("[1, 2]", "must hold a JSON object")
+  -- found by fuzz/fuzz_config.c: the conversion's depth limit did not name the file
+  local deep = '{"network": ' .. string.rep("[", 300) .. string.rep("]", 300) .. "}"
+  local ok, err = pcall(config.from_json, deep, "t.json")
+  H.check(not ok and err == "t.json: nesting deeper than 200", tostring(err))
+  ok, err = pcall(config.from_json, '{"network": {}', "t.json")
+  H.check(not ok and tostring(err):find("^t%.json:1:%d+: "), tostring(err))
 end)
 
 H.test("CURRENNT network files: a list of layers, each reading the one before", function()

@@ -5,30 +5,8 @@
 local H = dofile("tests/lua/harness.lua")
 local lfs = require("lfs")
 
-local root = os.tmpname()
-os.remove(root)
-assert(lfs.mkdir(root))
-local ndirs = 0
-local function newdir()
-  ndirs = ndirs + 1
-  local d = root .. "/" .. ndirs
-  assert(lfs.mkdir(d))
-  return d
-end
-
-local function read_bytes(path)
-  local f = io.open(path, "rb")
-  if not f then return nil end
-  local s = f:read("a")
-  f:close()
-  return s
-end
-
-local function lines_of(path)
-  local t = {}
-  for l in io.lines(path) do t[#t + 1] = l end
-  return t
-end
+local root = H.tmpdir()
+local newdir = H.subdirs(root)
 
 local NET = {
   fw = {class = "lstm", n_out = 8},
@@ -54,7 +32,7 @@ end
 local function snapshot(dir)
   local s = {}
   for e in lfs.dir(dir) do
-    if e ~= "." and e ~= ".." then s[e] = read_bytes(dir .. "/" .. e) end
+    if e ~= "." and e ~= ".." then s[e] = H.read_file(dir .. "/" .. e) end
   end
   return s
 end
@@ -89,7 +67,7 @@ H.test("a short run lowers the loss and writes curve, checkpoints and log", func
   for e = 1, 3 do
     H.check(lfs.attributes(string.format("%s/m.%03d.h5", d, e)), "checkpoint " .. e)
   end
-  local curve = lines_of(d .. "/m.curve.jsonl")
+  local curve = H.lines(d .. "/m.curve.jsonl")
   H.check(#curve == 3, "3 curve lines")
   for e, l in ipairs(curve) do
     H.check(l:match('^{"epoch": (%d+),') == tostring(e), l)
@@ -99,7 +77,7 @@ H.test("a short run lowers the loss and writes curve, checkpoints and log", func
     end
     H.near(tonumber(l:match('"dev_score": ([%d.e-]+)')), h[e].dev_score, 1e-8, "curve dev_score")
   end
-  local log = read_bytes(d .. "/log.txt")
+  local log = H.read_file(d .. "/log.txt")
   H.check(log:find("epoch   1/3  train score", 1, true), "summary line in log")
   H.check(log:find("%d%d%d%d%-%d%d%-%d%d %d%d:%d%d:%d%d epoch   3/3"), "time stamps")
   H.check(log:find("saved " .. d .. "/m.003.h5", 1, true), "saved line")
@@ -115,7 +93,7 @@ H.test("progress and summaries as plain lines when stdout is not a terminal", fu
   io.output(old)
   out:close()
   H.check(ok, tostring(err))
-  local text = read_bytes(d .. "/stdout.txt")
+  local text = H.read_file(d .. "/stdout.txt")
   H.check(not text:find("\r", 1, true), "no carriage returns off a terminal")
   local n = 0
   for l in text:gmatch("[^\n]+") do
@@ -174,7 +152,7 @@ H.test("a resumed run ends bit-identical to an uninterrupted one", function()
   local other = rl.train(config({seed = 4}), {})
   H.check((other.net:params() - pa):abs():max() > 0, "the seed changes nothing")
   -- the curve of the resumed run continues the old one
-  H.check(#lines_of(b .. "/m.curve.jsonl") == 3, "resumed curve has 3 lines")
+  H.check(#H.lines(b .. "/m.curve.jsonl") == 3, "resumed curve has 3 lines")
 end)
 
 -- A run with checkpoints 1 and 2 to break things against.
@@ -186,18 +164,18 @@ end
 
 H.test("corrupt and truncated checkpoints: clear errors, other files untouched", function()
   local d, before = base_run()
-  local s = read_bytes(d .. "/m.002.h5")
+  local s = H.read_file(d .. "/m.002.h5")
   local f = assert(io.open(d .. "/m.003.h5", "wb"))
   f:write(s:sub(1, #s // 2))
   f:close()
-  before["m.003.h5"] = read_bytes(d .. "/m.003.h5")
+  before["m.003.h5"] = H.read_file(d .. "/m.003.h5")
   expect_fail(function()
     rl.train(config({model = d .. "/m", load = "last", num_epochs = 4}), {})
   end, d .. "/m.003.h5")
   f = assert(io.open(d .. "/junk.h5", "wb"))
   f:write(string.rep("not hdf5 ", 100))
   f:close()
-  before["junk.h5"] = read_bytes(d .. "/junk.h5")
+  before["junk.h5"] = H.read_file(d .. "/junk.h5")
   expect_fail(function() rl.train(config({model = d .. "/m", load = d .. "/junk.h5"}), {}) end,
     d .. "/junk.h5")
   same_snapshot(before, snapshot(d), "bad checkpoints")
@@ -238,7 +216,7 @@ H.test("NaN inputs in an HDF5 dataset: the dataset's error with the epoch", func
                 {tag = "bad", data = x, classes = rl.zeros(6, "int32")}}
   rl.dataset_write(d .. "/nan.hdf", seqs,
     {extern_data = {data = {dim = 9}, classes = {dim = 2, sparse = true}}})
-  before["nan.hdf"] = read_bytes(d .. "/nan.hdf")
+  before["nan.hdf"] = H.read_file(d .. "/nan.hdf")
   local err = expect_fail(function()
     rl.train(config({model = d .. "/m", load = "last", num_epochs = 3,
                      train = {class = "hdf", files = {d .. "/nan.hdf"}}}), {})
@@ -391,15 +369,5 @@ H.expect_error("overwrite that is not a boolean", function()
   rl.train(config({overwrite = "yes"}))
 end, "config.overwrite must be true or false, got string")
 
-local function rmtree(p)
-  if lfs.attributes(p, "mode") == "directory" then
-    for e in lfs.dir(p) do
-      if e ~= "." and e ~= ".." then rmtree(p .. "/" .. e) end
-    end
-    lfs.rmdir(p)
-  else
-    os.remove(p)
-  end
-end
-rmtree(root)
+H.rm_rf(root)
 H.done()

@@ -5,18 +5,9 @@
 -- pretraining ends bit-identical to an uninterrupted one; rnnlua info shows the step; and bad
 -- configs are errors naming the option.
 local H = dofile("tests/lua/harness.lua")
-local lfs = require("lfs")
 
-local root = os.tmpname()
-os.remove(root)
-assert(lfs.mkdir(root))
-local ndirs = 0
-local function newdir()
-  ndirs = ndirs + 1
-  local d = root .. "/" .. ndirs
-  assert(lfs.mkdir(d))
-  return d
-end
+local root = H.tmpdir()
+local newdir = H.subdirs(root)
 
 -- A 3-layer BLSTM with dropout between the layers (the generator matters for resume).
 local function blstm(sizes)

@@ -30,19 +30,6 @@ local function keys(t)
   return table.concat(ks, ",")
 end
 
-local function read_bytes(path)
-  local f = assert(io.open(path, "rb"))
-  local s = f:read("a")
-  f:close()
-  return s
-end
-
-local function write_bytes(path, s)
-  local f = assert(io.open(path, "wb"))
-  f:write(s)
-  f:close()
-end
-
 local function exists(path)
   local f = io.open(path, "rb")
   if f then f:close() end
@@ -112,7 +99,7 @@ H.expect_error("load: missing file", function() rl.load(missing) end, "rl.load: 
 H.expect_error("load: missing file says so", function() rl.load(missing) end, "No such file")
 
 local garbage = tmp(".garbage.h5")
-write_bytes(garbage, string.rep("not hdf5 at all\n", 200))
+H.write_file(garbage, string.rep("not hdf5 at all\n", 200))
 H.expect_error("load: not an HDF5 file", function() rl.load(garbage) end,
                "rl.load: " .. garbage .. ": not an HDF5 file")
 
@@ -120,9 +107,9 @@ H.test("load: truncated file", function()
   local big = {}
   for i = 1, 2000 do big[i] = i end
   rl.save(P, {a = rl.tensor(big), b = rl.tensor(big, "float64")})
-  local bytes = read_bytes(P)
+  local bytes = H.read_file(P)
   local cut = tmp(".cut.h5")
-  write_bytes(cut, bytes:sub(1, #bytes // 2))
+  H.write_file(cut, bytes:sub(1, #bytes // 2))
   local ok, err = pcall(rl.load, cut)
   H.check(not ok, "loading a truncated file succeeded")
   H.check(tostring(err):find("rl.load: " .. cut, 1, true), "message: " .. tostring(err))
@@ -142,12 +129,12 @@ end, "rl.save: " .. base .. ".nodir/x.h5")
 
 H.test("a failed save leaves the existing file unchanged", function()
   rl.save(P, {v = rl.tensor{1, 2, 3}})
-  local before = read_bytes(P)
+  local before = H.read_file(P)
   -- "x" is written first (names are sorted), then "x/y" needs x to be a group
   local ok, err = pcall(rl.save, P, {x = rl.zeros(2), ["x/y"] = rl.zeros(2)})
   H.check(not ok, "the conflicting save succeeded")
   H.check(tostring(err):find("x/y", 1, true), "message names the dataset: " .. tostring(err))
-  H.check(read_bytes(P) == before, "the old file changed")
+  H.check(H.read_file(P) == before, "the old file changed")
   same({1, 2, 3}, rl.load(P).v:totable(), "old contents")
   -- no temporary file is left next to it
   local ls = io.popen("ls -a '" .. P .. "'.tmp.* 2>/dev/null")

@@ -6,13 +6,7 @@ local H = dofile("tests/lua/harness.lua")
 local lfs = require("lfs")
 
 local root = H.tmpdir()
-local ndirs = 0
-local function newdir()
-  ndirs = ndirs + 1
-  local d = root .. "/" .. ndirs
-  assert(lfs.mkdir(d))
-  return d
-end
+local newdir = H.subdirs(root)
 
 local NET = {
   fw = {class = "lstm", n_out = 6},
@@ -441,13 +435,6 @@ end)
 
 ---------------------------------------------------------------------------- average
 
-local function slurp(path)
-  local f = assert(io.open(path))
-  local s = f:read("a")
-  f:close()
-  return s
-end
-
 -- rl.tools.main(name, {...}): its exit status, stderr and stdout
 local function run_tool(name, ...)
   local oldout, olderr = io.stdout, io.stderr
@@ -459,7 +446,7 @@ local function run_tool(name, ...)
   of:close()
   ef:close()
   H.check(ok, tostring(status))
-  return status, slurp(errfile), slurp(outfile)
+  return status, H.read_file(errfile), H.read_file(outfile)
 end
 
 local function tool(...) return run_tool("average", ...) end
