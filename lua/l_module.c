@@ -5,6 +5,7 @@
 
 #include "../core/blas.h"
 #include "../kernels/cpu/cpu_level.h"
+#include "../kernels/cpu/gemm_bf16.h"
 #include "../kernels/ops.h"
 #include "embedded.h"
 #include "l_attention.h"
@@ -13,9 +14,9 @@
 #include "l_ctc.h"
 #include "l_dataset.h"
 #include "l_dist.h"
+#include "l_json.h"
 #include "l_layers.h"
 #include "l_optim.h"
-#include "l_json.h"
 #include "l_sys.h"
 #include "l_tensor.h"
 #include "version.h"
@@ -66,7 +67,8 @@ static const luaL_Reg module_funcs[] = {
 
 int luaopen_rnnlua(lua_State *L) {
     rl_ops_init();
-    if (rl_cpu_level_check_env() != RL_OK) return luaL_error(L, "rnnlua: %s", rl_errmsg());
+    if (rl_cpu_level_check_env() != RL_OK || rl_bf16_level_check_env() != RL_OK)
+        return luaL_error(L, "rnnlua: %s", rl_errmsg());
     lua_newtable(L);
     luaL_setfuncs(L, module_funcs, 0);
     lua_pushstring(L, RL_VERSION);
