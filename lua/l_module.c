@@ -57,7 +57,33 @@ static int l_cpu_level(lua_State *L) {
     return 2;
 }
 
+/* rl._bf16_begin(params, fresh), rl._bf16_mode(on), rl._bf16_end(): the bf16 mode of the
+ * float32 CPU products (kernels/cpu/gemm_bf16.h) around a network's forward or backward;
+ * params is its flat parameter buffer (a contiguous float32 CPU tensor), whose operands are
+ * packed once per fresh begin. For the network module, not for users. */
+static int l_bf16_begin(lua_State *L) {
+    const rl_tensor *p = rl_lua_check_tensor(L, 1);
+    bool fresh = lua_toboolean(L, 2);
+    if (p->dtype != RL_FLOAT32 || rl_tensor_device(p).type != RL_CPU || !rl_tensor_is_contiguous(p))
+        return luaL_argerror(L, 1, "a contiguous float32 CPU tensor expected");
+    rl_bf16_mode_begin(rl_tensor_data(p), (size_t)rl_tensor_numel(p) * sizeof(float), fresh);
+    return 0;
+}
+
+static int l_bf16_mode(lua_State *L) {
+    rl_bf16_mode_set(lua_toboolean(L, 1));
+    return 0;
+}
+
+static int l_bf16_end(lua_State *L) {
+    rl_bf16_mode_end();
+    return 0;
+}
+
 static const luaL_Reg module_funcs[] = {
+    {"_bf16_begin", l_bf16_begin},
+    {"_bf16_mode", l_bf16_mode},
+    {"_bf16_end", l_bf16_end},
     {"cpu_level", l_cpu_level},
     {"cuda_built", l_cuda_built},
     {"set_num_threads", l_set_num_threads},

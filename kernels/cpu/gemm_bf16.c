@@ -477,3 +477,97 @@ rl_status rl_gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t
     rl_bf16_pack(pb, b, ldb, trans_b, k, n);
     return rl_gemm_bf16_packed(trans_a, m, n, k, alpha, a, lda, pb, beta, c, ldc);
 }
+
+/* ---- bf16 mode and the kept packs of weights ---- */
+
+static atomic_bool mode_on;
+static const char *weights_lo, *weights_hi; /* under cache_lock */
+static pthread_mutex_t cache_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* A network's weight operands: a 2-layer BLSTM uses 2 per direction and layer, times forward
+ * and transposed; past this many the rest are packed per call. */
+#define CACHE_SLOTS 64
+typedef struct {
+    const float *b;
+    int64_t ldb, k, n;
+    bool trans, valid;
+    uint16_t *packed;
+    size_t cap; /* elements */
+} cache_slot;
+static cache_slot cache[CACHE_SLOTS];
+static int cache_used;
+
+void rl_bf16_mode_begin(const void *weights, size_t bytes, bool fresh) {
+    pthread_mutex_lock(&cache_lock);
+    weights_lo = weights;
+    weights_hi = (const char *)weights + bytes;
+    if (fresh)
+        for (int i = 0; i < cache_used; i++)
+            cache[i].valid = false;
+    pthread_mutex_unlock(&cache_lock);
+    atomic_store(&mode_on, false);
+}
+
+void rl_bf16_mode_end(void) {
+    atomic_store(&mode_on, false);
+    pthread_mutex_lock(&cache_lock);
+    weights_lo = weights_hi = NULL;
+    pthread_mutex_unlock(&cache_lock);
+}
+
+void rl_bf16_mode_set(bool on) { atomic_store(&mode_on, on); }
+
+bool rl_bf16_mode_on(void) { return atomic_load_explicit(&mode_on, memory_order_relaxed); }
+
+/* The kept pack of op(b) (packed and kept on first use), or NULL when b is no weight or no
+ * slot is left. Called under cache_lock. */
+static const uint16_t *kept_pack(const float *b, int64_t ldb, bool trans, int64_t k, int64_t n,
+                                 rl_status *st) {
+    const char *lo = (const char *)b;
+    int64_t rows = trans ? n : k, cols = trans ? k : n;
+    const char *hi = (const char *)(b + (rows - 1) * ldb + cols);
+    if (!weights_lo || lo < weights_lo || hi > weights_hi) return NULL;
+    cache_slot *s = NULL;
+    for (int i = 0; i < cache_used && !s; i++)
+        if (cache[i].b == b && cache[i].ldb == ldb && cache[i].trans == trans && cache[i].k == k &&
+            cache[i].n == n)
+            s = &cache[i];
+    if (!s) {
+        if (cache_used == CACHE_SLOTS) return NULL;
+        s = &cache[cache_used++];
+        *s = (cache_slot){
+            .b = b, .ldb = ldb, .k = k, .n = n, .trans = trans, .packed = s->packed, .cap = s->cap};
+    }
+    if (s->valid) return s->packed;
+    size_t need = (size_t)rl_bf16_packed_size(k, n);
+    if (need > s->cap) {
+        uint16_t *p = realloc(s->packed, sizeof(uint16_t) * need);
+        if (!p) {
+            *st = rl_error(RL_ENOMEM, "bf16 gemm: cannot allocate %zu bytes for a packed weight",
+                           sizeof(uint16_t) * need);
+            return NULL;
+        }
+        s->packed = p;
+        s->cap = need;
+    }
+    rl_bf16_pack(s->packed, b, ldb, trans, k, n);
+    s->valid = true;
+    return s->packed;
+}
+
+rl_status rl_gemm_bf16_mode(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+                            float alpha, const float *a, int64_t lda, const float *b, int64_t ldb,
+                            float beta, float *c, int64_t ldc) {
+    if (m <= 0 || n <= 0) return RL_OK;
+    if (k > 0) {
+        rl_status st = RL_OK;
+        pthread_mutex_lock(&cache_lock);
+        const uint16_t *p = kept_pack(b, ldb, trans_b, k, n, &st);
+        pthread_mutex_unlock(&cache_lock);
+        if (st != RL_OK) return st;
+        /* a kept pack is only replaced at the next fresh begin, on this (the network's) thread,
+         * after every product of the step has returned */
+        if (p) return rl_gemm_bf16_packed(trans_a, m, n, k, alpha, a, lda, p, beta, c, ldc);
+    }
+    return rl_gemm_bf16(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}

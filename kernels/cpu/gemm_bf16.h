@@ -24,6 +24,7 @@
 #define RL_KERNELS_CPU_GEMM_BF16_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "../../core/error.h"
@@ -74,6 +75,30 @@ rl_status rl_gemm_bf16_packed(bool trans_a, int64_t m, int64_t n, int64_t k, flo
 rl_status rl_gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                        const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
                        float *c, int64_t ldc);
+
+/* ---- bf16 mode of the float32 products (a network's precision = "bf16") ----
+ *
+ * While the mode is on, the float32 CPU products of rl_mat_gemm (layers/matrix.h) and of the
+ * gemm op (rl_op_gemm, rl_op_matmul on the CPU) run through rl_gemm_bf16. The network turns it
+ * on around the layers that have a bf16 path and off around the others. It is process-wide
+ * (the layers of a concurrent pair run their products on helper threads) and meant for one
+ * network running at a time, as the Lua state runs them.
+ *
+ * A right operand that lies inside the weights range (the running network's flat parameter
+ * buffer) is packed once and kept, keyed by its address, leading dimension, shape and
+ * transposition, until rl_bf16_mode_begin is called with fresh (the network does so at each
+ * forward: after an update; its backward reuses the packs of its forward). Any other operand
+ * (activations, gradients) is packed on each call. */
+void rl_bf16_mode_begin(const void *weights, size_t bytes, bool fresh);
+/* Clears the weights range and turns the mode off (the kept packs stay for the next begin). */
+void rl_bf16_mode_end(void);
+void rl_bf16_mode_set(bool on);
+bool rl_bf16_mode_on(void);
+
+/* The float32 product through the bf16 mode: rl_gemm_bf16, with the packs of weights kept. */
+rl_status rl_gemm_bf16_mode(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+                            float alpha, const float *a, int64_t lda, const float *b, int64_t ldb,
+                            float beta, float *c, int64_t ldc);
 
 #ifdef __cplusplus
 }
