@@ -501,9 +501,8 @@ void rl_bf16_mode_begin(const void *weights, size_t bytes, bool fresh) {
     pthread_mutex_lock(&cache_lock);
     weights_lo = weights;
     weights_hi = (const char *)weights + bytes;
-    if (fresh)
-        for (int i = 0; i < cache_used; i++)
-            cache[i].valid = false;
+    /* every operand is packed again; the slots keep their buffers for the coming ones */
+    if (fresh) cache_used = 0;
     pthread_mutex_unlock(&cache_lock);
     atomic_store(&mode_on, false);
 }

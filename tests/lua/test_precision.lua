@@ -158,6 +158,9 @@ end)
 
 ---------------------------------------------------------------------------- training
 
+local dir = H.tmpdir()
+local trained -- the 12AX run's result
+
 H.test("12AX trains to 0% dev frame error in bf16", function()
   local t0 = rl.clock()
   local r = rl.train{
@@ -170,10 +173,49 @@ H.test("12AX trains to 0% dev frame error in bf16", function()
     dev = {class = "12ax", num_seqs = 100, seed = 2}, num_epochs = 10, batch_size = 2500,
     max_seqs = 25, optimizer = {class = "adam", gradient_clip_global_norm = 5},
     learning_rate = 0.01, log_verbosity = 0, seed = 1, precision = "bf16",
+    model = dir .. "/net",
   }
+  trained = r
   print(string.format("  12AX bf16: dev frame error %.3f%% after %d epochs, %.1f s",
     100 * r.dev_error, r.epoch, rl.clock() - t0))
   H.check(r.dev_error == 0, "dev frame error " .. r.dev_error)
 end)
 
+-- The served answers (rnnlua serve's model, rl.forward's computation) of the bf16-trained
+-- float32 checkpoint in bf16 against float32: the served layer's output within 4u of its largest
+-- value, the same class at nearly every frame.
+H.test("served answers in bf16 against float32", function()
+  H.check(trained and trained.checkpoint, "the 12AX run left no checkpoint")
+  local serve = require("rnnlua.serve")
+  local m32 = serve.load(trained.checkpoint, "output", nil, nil, "fp32")
+  local mb = serve.load(trained.checkpoint, "output", nil, nil, "bf16")
+  local ds = rl.dataset{class = "12ax", num_seqs = 20, seed = 5}
+  ds:init_epoch(1)
+  local worst, scale, differ, frames = 0, 0, 0, 0
+  for i = 1, ds:num_seqs() do
+    local xi = ds:get_seq(i).data
+    local x = rl.zeros(xi:size(1), 1, xi:size(2))
+    x:select(2, 1):copy_(xi)
+    local geom = rl.tensor({xi:size(1)}, "int32")
+    local o32, ob = m32:forward(x, geom), mb:forward(x, geom)
+    worst = math.max(worst, ((o32 - ob):abs():max()))
+    scale = math.max(scale, (o32:abs():max()))
+    local t32, tb = o32:totable(), ob:totable()
+    for t = 1, xi:size(1) do
+      local p32, pb = t32[t][1], tb[t][1]
+      if (p32[1] > p32[2]) ~= (pb[1] > pb[2]) then differ = differ + 1 end
+      frames = frames + 1
+    end
+  end
+  print(string.format("  served bf16 vs float32: largest difference %.3g of largest |output| "
+    .. "%.3g, argmax differs at %d of %d frames", worst, scale, differ, frames))
+  H.check(worst <= 4 * U * scale, "output difference " .. worst)
+  H.check(differ <= frames // 100, "argmax differs at " .. differ .. " frames")
+end)
+
+H.expect_error("serve refuses an unknown precision naming --precision", function()
+  require("rnnlua.serve").load("none.h5", "output", nil, nil, "int8")
+end, '--precision: precision must be "fp32", "bf16" or "fp16", got "int8"')
+
+H.rm_rf(dir)
 H.done()
