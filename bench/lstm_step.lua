@@ -1,8 +1,9 @@
 -- One rnnlua process of bench/lstm_compare.sh: a training step (zero the gradients, forward,
 -- backward; no optimizer update) of an LSTM network built with rl.network, as a user writes
 -- it, float32 on the CPU, or on DEVICE ("cuda": the device kit's comparison with PyTorch on the
--- GPU, a step then ends with rl.synchronize). Usage: rnnlua bench/lstm_step.lua CONFIG [SECONDS]
--- [DEVICE]
+-- GPU, a step then ends with rl.synchronize), with PRECISION "fp32" (default) or "bf16"
+-- (rl.network's precision). Usage: rnnlua bench/lstm_step.lua CONFIG [SECONDS] [DEVICE]
+-- [PRECISION]
 -- Prints "RESULT config ms_per_step peak_rss_kib rss_before_model_kib steps cpu_ms_per_step":
 -- the median of the timed steps (after one warm-up step), the process's peak resident set
 -- (VmHWM) after them, its resident set before the network was built, the number of steps, and
@@ -24,6 +25,7 @@ local function status_kib(field)
 end
 
 local name, seconds, device = arg[1], tonumber(arg[2] or "3"), arg[3] or "cpu"
+local precision = arg[4] or "fp32"
 local c = CONFIGS[name]
 if not c then error("lstm_step.lua: unknown config '" .. tostring(name) .. "'") end
 local layers, bidir, inp, hid, classes, T, B = table.unpack(c)
@@ -41,7 +43,8 @@ for li = 1, layers do
 end
 desc.output = {class = "softmax", n_out = classes, from = prev, loss = "ce", target = "classes"}
 rl.manual_seed(1)
-local net = rl.network(desc, {data = {dim = inp}, classes = {dim = classes, sparse = true}})
+local net = rl.network(desc, {data = {dim = inp}, classes = {dim = classes, sparse = true}},
+  {precision = precision})
 local x = rl.randn(T, B, inp)
 local y = rl.zeros(T, B):int()
 for t = 1, T do

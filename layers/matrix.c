@@ -1,6 +1,7 @@
 #include "matrix.h"
 
 #include "../core/blas.h"
+#include "../kernels/cpu/gemm_bf16.h"
 #include "../kernels/ops.h"
 #ifdef RL_WITH_CUDA
 #include "../kernels/cuda/context.h"
@@ -16,6 +17,9 @@ rl_status rl_mat_gemm(rl_device dev, void *stream, rl_dtype dt, bool ta, bool tb
 #else
     (void)dev, (void)stream;
 #endif
+    if (dt == RL_FLOAT32 && rl_bf16_mode_on())
+        return rl_gemm_bf16_mode(ta, tb, m, n, k, 1.0f, a.p, a.ld, b.p, b.ld, (float)beta, c.p,
+                                 c.ld);
     if (dt == RL_FLOAT32)
         rl_blas_sgemm(ta, tb, m, n, k, 1.0f, a.p, a.ld, b.p, b.ld, (float)beta, c.p, c.ld);
     else

@@ -5,6 +5,7 @@
 
 #include "../core/blas.h"
 #include "../kernels/cpu/cpu_level.h"
+#include "../kernels/cpu/gemm_bf16.h"
 #include "../kernels/ops.h"
 #include "embedded.h"
 #include "l_attention.h"
@@ -13,9 +14,9 @@
 #include "l_ctc.h"
 #include "l_dataset.h"
 #include "l_dist.h"
+#include "l_json.h"
 #include "l_layers.h"
 #include "l_optim.h"
-#include "l_json.h"
 #include "l_sys.h"
 #include "l_tensor.h"
 #include "version.h"
@@ -56,7 +57,33 @@ static int l_cpu_level(lua_State *L) {
     return 2;
 }
 
+/* rl._bf16_begin(params, fresh), rl._bf16_mode(on), rl._bf16_end(): the bf16 mode of the
+ * float32 CPU products (kernels/cpu/gemm_bf16.h) around a network's forward or backward;
+ * params is its flat parameter buffer (a contiguous float32 CPU tensor), whose operands are
+ * packed once per fresh begin. For the network module, not for users. */
+static int l_bf16_begin(lua_State *L) {
+    const rl_tensor *p = rl_lua_check_tensor(L, 1);
+    bool fresh = lua_toboolean(L, 2);
+    if (p->dtype != RL_FLOAT32 || rl_tensor_device(p).type != RL_CPU || !rl_tensor_is_contiguous(p))
+        return luaL_argerror(L, 1, "a contiguous float32 CPU tensor expected");
+    rl_bf16_mode_begin(rl_tensor_data(p), (size_t)rl_tensor_numel(p) * sizeof(float), fresh);
+    return 0;
+}
+
+static int l_bf16_mode(lua_State *L) {
+    rl_bf16_mode_set(lua_toboolean(L, 1));
+    return 0;
+}
+
+static int l_bf16_end(lua_State *L) {
+    rl_bf16_mode_end();
+    return 0;
+}
+
 static const luaL_Reg module_funcs[] = {
+    {"_bf16_begin", l_bf16_begin},
+    {"_bf16_mode", l_bf16_mode},
+    {"_bf16_end", l_bf16_end},
     {"cpu_level", l_cpu_level},
     {"cuda_built", l_cuda_built},
     {"set_num_threads", l_set_num_threads},
@@ -66,7 +93,8 @@ static const luaL_Reg module_funcs[] = {
 
 int luaopen_rnnlua(lua_State *L) {
     rl_ops_init();
-    if (rl_cpu_level_check_env() != RL_OK) return luaL_error(L, "rnnlua: %s", rl_errmsg());
+    if (rl_cpu_level_check_env() != RL_OK || rl_bf16_level_check_env() != RL_OK)
+        return luaL_error(L, "rnnlua: %s", rl_errmsg());
     lua_newtable(L);
     luaL_setfuncs(L, module_funcs, 0);
     lua_pushstring(L, RL_VERSION);

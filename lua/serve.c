@@ -60,7 +60,8 @@
 #define GATE_MAX 1024       /* connections waiting for their first head */
 
 typedef struct {
-    const char *model_path, *listen, *layer, *lua_file, *lm_file, *lm_word_boundary, *admin_token;
+    const char *model_path, *listen, *layer, *lua_file, *lm_file, *lm_word_boundary, *admin_token,
+        *precision;
     int port, threads, blas_threads, max_connections, timeout_s, max_beam;
     int64_t max_batch_frames, max_frames, max_queue_frames;
     double max_wait_ms, drain_s;
@@ -112,9 +113,9 @@ typedef struct conn {
     struct conn *prev, *next;
     struct server *S;
     int fd;
-    double since;    /* the connection opened, or its last answer was sent */
-    bool in_request; /* its request's headers have arrived (the body has its own deadline) */
-    double answer_since; /* > 0: its answer is queued since then and not all sent yet */
+    double since;          /* the connection opened, or its last answer was sent */
+    bool in_request;       /* its request's headers have arrived (the body has its own deadline) */
+    double answer_since;   /* > 0: its answer is queued since then and not all sent yet */
     uint64_t answer_bytes; /* of that answer: its size, or what a streamed one has made so far */
 } conn;
 
@@ -142,7 +143,7 @@ typedef struct server {
     atomic_int incoming;      /* forward/decode requests being received or parsed */
     struct MHD_Daemon *daemon;
     int listen_fd;
-    int gate_pipe[2];    /* wakes the gate thread to stop */
+    int gate_pipe[2]; /* wakes the gate thread to stop */
     pthread_t gate_thread;
     bool gate_running;
     pthread_mutex_t cmu; /* the list of open connections */
@@ -1061,8 +1062,8 @@ static int gate_check(const char *b, size_t n, int *status, const char **reason,
     if (sp != NULL && (size_t)(b + line - sp) > 6 && strncmp(sp + 1, "HTTP/", 5) == 0) {
         size_t vl = (size_t)(b + line - sp - 1);
         if (vl > 0 && sp[vl] == '\r') vl--;
-        if (!(vl == 8 && (strncmp(sp + 1, "HTTP/1.1", 8) == 0 ||
-                          strncmp(sp + 1, "HTTP/1.0", 8) == 0))) {
+        if (!(vl == 8 &&
+              (strncmp(sp + 1, "HTTP/1.1", 8) == 0 || strncmp(sp + 1, "HTTP/1.0", 8) == 0))) {
             *status = 505;
             *reason = "HTTP Version Not Supported";
             snprintf(msg, msgn, "HTTP/1.0 and HTTP/1.1 only, got %.*s", (int)(vl < 40 ? vl : 40),
@@ -1072,7 +1073,8 @@ static int gate_check(const char *b, size_t n, int *status, const char **reason,
     }
     /* Content-Length: decimal digits that fit an int64, the same value if given twice */
     long long seen = -1;
-    for (const char *h = nl + 1; h < end; h = (const char *)memchr(h, '\n', (size_t)(end - h)) + 1) {
+    for (const char *h = nl + 1; h < end;
+         h = (const char *)memchr(h, '\n', (size_t)(end - h)) + 1) {
         static const char name[] = "content-length:";
         const char *eol = memchr(h, '\n', (size_t)(end - h));
         if ((size_t)(eol - h) < sizeof name - 1 || strncasecmp(h, name, sizeof name - 1) != 0)
@@ -1148,7 +1150,8 @@ static void *gate_main(void *arg) {
             bool done = false;
             if (k->closing) {
                 ssize_t r = pf[i + 2].revents ? recv(k->fd, buf, GATE_HEAD_MAX, MSG_DONTWAIT) : -1;
-                done = r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR && pf[i + 2].revents) ||
+                done = r == 0 ||
+                       (r < 0 && errno != EAGAIN && errno != EINTR && pf[i + 2].revents) ||
                        now - k->t0 > 1.0;
                 if (done) close(k->fd);
             } else if (pf[i + 2].revents) {
@@ -1306,9 +1309,9 @@ static void close_slow_connections(server *S) {
     for (conn *k = S->conns; k; k = k->next) {
         if (k->fd < 0) continue;
         bool idle = !k->in_request && now - k->since > S->o.timeout_s;
-        bool slow_reader = k->answer_since > 0 &&
-                           now - k->answer_since >
-                               S->o.timeout_s + (double)k->answer_bytes / MIN_READ_RATE;
+        bool slow_reader =
+            k->answer_since > 0 &&
+            now - k->answer_since > S->o.timeout_s + (double)k->answer_bytes / MIN_READ_RATE;
         if (slow_reader) reset_on_close(k->fd);
         if (idle || slow_reader) {
             shutdown(k->fd, SHUT_RDWR);
@@ -1379,8 +1382,8 @@ static int run_lua_file(server *S) {
     return st == LUA_OK ? lua_pcall(S->L, 0, 0, 0) : st;
 }
 
-/* rnnlua.serve.load(path, layer, max_values, lm) under pcall: the model on the stack (LUA_OK), or
- * an error message. */
+/* rnnlua.serve.load(path, layer, max_values, lm, precision) under pcall: the model on the stack
+ * (LUA_OK), or an error message. */
 static int load_model(server *S) {
     lua_State *L = S->L;
     lua_getglobal(L, "require");
@@ -1403,7 +1406,8 @@ static int load_model(server *S) {
     } else {
         lua_pushnil(L);
     }
-    st = lua_pcall(L, 4, 1, 0);
+    lua_pushstring(L, S->o.precision);
+    st = lua_pcall(L, 5, 1, 0);
     /* rnnlua.forward's load_model names its caller, "rnnlua serve: ", which the log line and
      * the reload answer already say ("rnnlua serve: rnnlua serve: no layer 'x' ...") */
     static const char who[] = "rnnlua serve: ";
@@ -2006,6 +2010,8 @@ static void serve_usage(FILE *f) {
         "  --port P               TCP port; 0 picks a free one [8080]\n"
         "  --listen ADDR          address to listen on [127.0.0.1]\n"
         "  --layer NAME           the layer whose activations are served [output]\n"
+        "  --precision P          fp32, or bf16: the products of linear, softmax, lstm and\n"
+        "                         gru layers with bf16 operands, float32 sums [fp32]\n"
         "  --lua FILE             a Lua file to run before the model loads: the\n"
         "                         rl.layers.register calls of the model's Lua layer classes\n"
         "  --lm FILE              an ARPA n-gram LM that POST /v1/decode fuses when a request\n"
@@ -2083,6 +2089,7 @@ static const char *closest_option(lua_State *L, const char *a, const char *const
 static int parse_options(lua_State *L, int argc, char **argv, serve_opts *o) {
     *o = (serve_opts){.listen = "127.0.0.1",
                       .layer = "output",
+                      .precision = "fp32",
                       .port = 8080,
                       .threads = 2,
                       .blas_threads = 1,
@@ -2103,6 +2110,7 @@ static int parse_options(lua_State *L, int argc, char **argv, serve_opts *o) {
     } spec[] = {
         {"--listen", 0, 0, 0, offsetof(serve_opts, listen)},
         {"--layer", 0, 0, 0, offsetof(serve_opts, layer)},
+        {"--precision", 0, 0, 0, offsetof(serve_opts, precision)},
         {"--lua", 0, 0, 0, offsetof(serve_opts, lua_file)},
         {"--lm-word-boundary", 0, 0, 0, offsetof(serve_opts, lm_word_boundary)},
         {"--lm", 0, 0, 0, offsetof(serve_opts, lm_file)},
@@ -2333,10 +2341,10 @@ int rl_serve_main(lua_State *L, int argc, char **argv) {
     S->daemon = MHD_start_daemon(
         flags, 0, NULL, NULL, on_request, S, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, S,
         MHD_OPTION_UNESCAPE_CALLBACK, unescape_path, NULL, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
-        (size_t)(4 * GATE_HEAD_MAX), MHD_OPTION_THREAD_POOL_SIZE, (unsigned)S->o.threads, MHD_OPTION_CONNECTION_LIMIT,
-        (unsigned)(open_limit(S) + 256 * S->o.threads), MHD_OPTION_CONNECTION_TIMEOUT,
-        (unsigned)S->o.timeout_s, MHD_OPTION_NOTIFY_COMPLETED, on_completed, S,
-        MHD_OPTION_NOTIFY_CONNECTION, on_connection, S, MHD_OPTION_END);
+        (size_t)(4 * GATE_HEAD_MAX), MHD_OPTION_THREAD_POOL_SIZE, (unsigned)S->o.threads,
+        MHD_OPTION_CONNECTION_LIMIT, (unsigned)(open_limit(S) + 256 * S->o.threads),
+        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)S->o.timeout_s, MHD_OPTION_NOTIFY_COMPLETED,
+        on_completed, S, MHD_OPTION_NOTIFY_CONNECTION, on_connection, S, MHD_OPTION_END);
     if (S->daemon == NULL) {
         logf_("libmicrohttpd did not start on %s port %d", S->o.listen, port);
         close(S->listen_fd);

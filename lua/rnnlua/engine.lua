@@ -95,6 +95,7 @@ local KEYS = {
   dtype = "float32", num_threads = false, distributed = false, plot = false, pretrain = false,
   carry_state = false, overwrite = false, accum_grad = 1, ema = false, ema_dev_score = false,
   keep_best_n = false, early_stopping = false, best_by = false, label_smoothing = false,
+  precision = "fp32",
 }
 -- learning-rate-control options handed to rl.lr_control besides those above: newbob's, the
 -- learning_rate* ones and the schedules' (rl.lr_control_options)
@@ -248,6 +249,8 @@ local function check_config(config, argv)
       or cfg.device:match("^cuda:%d+$")) then
     fail("config.device must be \"cpu\", \"cuda\" or \"cuda:N\", got %s", tostring(cfg.device))
   end
+  require("rnnlua.network").check_precision("config.precision", cfg.precision, cfg.dtype,
+    cfg.device)
   if cfg.load ~= nil and type(cfg.load) ~= "string" then
     fail("config.load must be \"last\" or a checkpoint path, got %s", type(cfg.load))
   end
@@ -608,7 +611,7 @@ function M.train(config, argv)
     local extern = cfg.extern_data or train:extern_data()
     -- pretraining (rnnlua.pretrain): the network of each epoch, planned before the seed is set
     local pre = pretrainmod.plan(cfg, extern, function(desc)
-      local n = rl.network(desc, extern, {dtype = cfg.dtype})
+      local n = rl.network(desc, extern, {dtype = cfg.dtype, precision = cfg.precision})
       check_dims(train, n, "train")
       if dev then check_dims(dev, n, "dev") end
       return n
@@ -616,7 +619,7 @@ function M.train(config, argv)
     rl.manual_seed(cfg.seed)
     local ctx = {cfg = cfg, log = log, train = train, step = 0, history = {}, dist = dist}
     function ctx.new_network(desc)
-      local n = rl.network(desc, extern, {dtype = cfg.dtype})
+      local n = rl.network(desc, extern, {dtype = cfg.dtype, precision = cfg.precision})
       if cfg.device ~= "cpu" then
         n:to(cfg.device)
         log:write(2, "network moved to %s", n.device)

@@ -46,7 +46,7 @@ local rec = require("rnnlua.rec")
 
 local KEYS = {model = true, data = true, layer = true, output_file = true, batch_size = true,
               max_seqs = true, log_verbosity = true, device = true, decode = true, beam = true,
-              search = true, attention = true, lm = true}
+              search = true, attention = true, lm = true, precision = true}
 
 local function fail(fmt, ...)
   error("rl.forward: " .. string.format(fmt, ...), 0)
@@ -311,9 +311,15 @@ function M.forward(cfg)
     fail("device must be \"cpu\", \"cuda\" or \"cuda:N\", got %s", tostring(device))
   end
   local verbosity = cfg.log_verbosity or 1
+  local precision = cfg.precision or "fp32"
+  require("rnnlua.network").check_precision("rl.forward", precision, "float32", device)
 
   local model = M.load_model(cfg.model, layer, device, "rl.forward")
   local net = model.net
+  if precision ~= "fp32" then
+    local okp, errp = pcall(net.set_precision, net, precision)
+    if not okp then fail("%s: %s", cfg.model, tostring(errp)) end
+  end
 
   local ds = rl.dataset(data_for(model, cfg.data, verbosity))
   local clash = M.output_clash(cfg.output_file, cfg.model, ds)

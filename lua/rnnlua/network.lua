@@ -43,6 +43,9 @@
 --   are shares of the network's buffers (closing one releases only it), net.description,
 --   net.extern_data, net.order (layer names in dependency order), net.dtype, net.device
 --   net:to(device)      moves the network to "cpu", "cuda" or "cuda:N" (returns net)
+--   net:set_precision(p) "fp32" or "bf16" (rl.network's precision option, default "fp32"):
+--                       bf16 operands, float32 sums in the products of linear, softmax, lstm
+--                       and gru layers on the CPU; weights, gradients and states stay float32
 --
 -- Devices. A network is built on the CPU (so its initial values do not depend on the device)
 -- and moved with net:to(device): the flat parameter and gradient buffers are copied once each,
@@ -311,10 +314,42 @@ end
 
 -- The options of rl.network and of net:forward, checked: a misspelt one would be ignored
 -- (net:forward(b, {trian = false}) would score with dropout on).
-local NETWORK_OPTS = {dtype = true, seed = true, input_grads = true, concurrent = true}
+local NETWORK_OPTS = {dtype = true, seed = true, input_grads = true, concurrent = true,
+  precision = true}
 local FORWARD_OPTS = {train = true}
 
 local check_opts = util.check_options
+
+-- precision = "bf16": the classes whose matrix products (linear and softmax layers, the LSTM's
+-- and GRU's input and recurrent products) run with bf16 operands and float32 sums
+-- (kernels/cpu/gemm_bf16.h); parameters, gradients, optimizer state, cell states and losses stay
+-- float32. Layers of the classes without matrix products need no bf16 path; any other layer (a
+-- Lua layer, conv2d, mdlstm, rec, attention) runs its products in float32 and says so once.
+local BF16_CLASSES = {linear = true, softmax = true, lstm = true, gru = true}
+local NO_PRODUCTS = {activation = true, collapse = true, combine = true, copy = true,
+  dropout = true, embedding = true, global_pool = true, pool2d = true, window = true,
+  layer_norm = true}
+local PRECISIONS = {fp32 = true, bf16 = true, fp16 = true}
+
+-- p checked for a network of dtype on device (who names the caller and option)
+local function check_precision(who, p, dtype, device)
+  if not PRECISIONS[p] then
+    fail("%s: precision must be \"fp32\", \"bf16\" or \"fp16\", got %s", who,
+      type(p) == "string" and string.format("%q", p) or tostring(p))
+  end
+  if p == "fp16" then
+    fail("%s: precision \"fp16\" needs a CUDA device's tensor cores, and this version has no "
+      .. "fp16 products (the network is on %s); use \"bf16\" on the CPU", who, device)
+  end
+  if p == "bf16" and dtype ~= "float32" then
+    fail("%s: precision \"bf16\" needs dtype float32 (its master weights), got %s", who, dtype)
+  end
+  if p == "bf16" and device ~= "cpu" then
+    fail("%s: precision \"bf16\" runs on the CPU only in this version (the network is on %s)",
+      who, device)
+  end
+end
+M.check_precision = check_precision
 
 function M.new(desc, extern_data, opts)
   if type(desc) ~= "table" then
@@ -326,6 +361,8 @@ function M.new(desc, extern_data, opts)
   if dtype ~= "float32" and dtype ~= "float64" then
     fail("rl.network: dtype must be float32 or float64, got %s", tostring(dtype))
   end
+  local precision = opts.precision or "fp32"
+  check_precision("rl.network", precision, dtype, "cpu")
   local ext = check_extern(extern_data)
   local names = sorted_keys(desc)
   local roots, has_loss = {}, false
@@ -358,6 +395,7 @@ function M.new(desc, extern_data, opts)
     description = desc, extern_data = extern_data, dtype = dtype, ext = ext, order = {},
     nodes = {}, by_name = {}, loss_nodes = {}, used_extern = {}, input_keys = {}, input_grads_on =
     opts.input_grads == true, input_grad_bufs = {}, forwarded = false, device = "cpu",
+    precision = precision, fp32_noted = {},
   }, Network)
 
   for i, name in ipairs(topological_order(desc, ext, roots)) do
@@ -523,6 +561,7 @@ M.check_device_name = check_device_name
 function Network:to(device)
   local guard <close> = self:enter("net:to")
   check_device_name(device, "net:to")
+  if device ~= "cpu" then check_precision("net:to", self.precision, self.dtype, device) end
   local okp, p = pcall(self.flat_params.to, self.flat_params, device)
   if not okp then
     fail("net:to(\"%s\"): %s", device, (tostring(p):gsub("^to: ", "")))
@@ -945,6 +984,37 @@ function Network:enter(what)
   return setmetatable({net = self}, Guard)
 end
 
+-- net:set_precision(p): "fp32" or "bf16" (see BF16_CLASSES) from the next forward on.
+function Network:set_precision(p)
+  check_precision("net:set_precision", p, self.dtype, self.device)
+  self.precision = p
+  return self
+end
+
+-- The bf16 mode around a forward (fresh: the weights may have changed since the last one, so
+-- their bf16 copies are made again, once) or a backward (the forward's copies serve); closed,
+-- the mode ends also on an error.
+local Bf16Guard = {__close = function() rl._bf16_end() end}
+function Network:bf16_enter(fresh)
+  if self.precision ~= "bf16" then return nil end
+  rl._bf16_begin(self.flat_params, fresh)
+  return setmetatable({}, Bf16Guard)
+end
+
+-- Before a node's layer runs: bf16 products for the classes that have them, float32 for the
+-- rest (said once per layer when it has products of its own).
+function Network:bf16_node(node)
+  if self.precision ~= "bf16" then return end
+  local cls = node.layer.class
+  local on = BF16_CLASSES[cls] and type(node.layer) == "userdata"
+  rl._bf16_mode(on or false)
+  if not on and not NO_PRODUCTS[cls] and not self.fp32_noted[node.name] then
+    self.fp32_noted[node.name] = true
+    io.stderr:write(string.format("rnnlua: %s has no bf16 path: its products run in float32 "
+      .. "(precision \"bf16\")\n", where(node.name, cls)))
+  end
+end
+
 function Network:forward(batch, fopts)
   local guard <close> = self:enter("net:forward")
   local train = true
@@ -963,12 +1033,14 @@ function Network:forward(batch, fopts)
     self:carry_reset()
   end
   self.forwarded = false
+  local bf16 <close> = self:bf16_enter(true)
   local loss, errors, n_frames = 0, 0, nil
   local n_units, n_labels, n_skipped = 0, 0, 0
   local skip = nil
   for i, node in ipairs(self.nodes) do
     if node == skip then goto continue end
     self.running.node = node
+    self:bf16_node(node)
     if node.pair_next and self:concurrent_pairs() then
       skip = self.nodes[i + 1]
       self:forward_pair(node, skip, batch, train)
@@ -1109,10 +1181,12 @@ function Network:backward()
   end
   if #self.loss_nodes == 0 then error("net:backward: the network has no loss", 2) end
   self.forwarded = false
+  local bf16 <close> = self:bf16_enter(false)
   local i = #self.nodes
   while i >= 1 do
     local node, prev = self.nodes[i], self.nodes[i - 1]
     self.running.node = node
+    self:bf16_node(node)
     if prev and prev.pair_next and self:concurrent_pairs() and node.do_backward
         and prev.do_backward then
       -- the pair of forward_pair, both at once

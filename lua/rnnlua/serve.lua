@@ -104,9 +104,12 @@ end
 
 -- max_values: the most values a frame may have (a body of --max-body bytes holds at most half
 -- as many numbers); a network reading more from a dense input cannot be given a single frame.
-function M.load(path, layer, max_values, lm)
+function M.load(path, layer, max_values, lm, precision)
+  precision = precision or "fp32"
+  require("rnnlua.network").check_precision("--precision", precision, "float32", "cpu")
   local fm = forward.load_model(path, layer, "cpu", "rnnlua serve")
   local net = fm.net
+  if precision ~= "fp32" then net:set_precision(precision) end
   local keys = {}
   for k in pairs(net.used_extern) do keys[#keys + 1] = k end
   table.sort(keys)

@@ -1004,6 +1004,11 @@ def test_cli():
     check("unknown layer: exit 1 naming it (once 'rnnlua serve: ')", r.returncode == 1
           and b"rnnlua serve: no layer 'nope' in the network of" in r.stderr
           and b"rnnlua serve: rnnlua serve:" not in r.stderr, r.stderr[-200:])
+    r = subprocess.run([BIN, "serve", os.path.join(DIR, "model.h5"), "--port", "0",
+                        "--precision", "int8"], capture_output=True)
+    check("unknown precision: exit 1 naming --precision", r.returncode == 1
+          and b'--precision: precision must be "fp32", "bf16" or "fp16", got "int8"' in r.stderr,
+          r.stderr[-200:])
     s = Server()
     try:
         r = subprocess.run([BIN, "serve", os.path.join(DIR, "model.h5"), "--port", str(s.port)],

@@ -55,4 +55,25 @@ for lv in $levels; do
         bad "network at $lv agrees with generic" "generic: $ref" "$lv: $got"
     fi
 done
+# The bf16 products' own levels (kernels/cpu/gemm_bf16.h): RL_BF16_LEVEL is checked at start-up,
+# and the same network in precision "bf16" gives the same loss and gradient norm, within bf16's
+# rounding (2^-7 relative), at each bf16 level this machine has (RL_BF16_LEVEL above the CPU's
+# best runs the best, so every name is tried).
+out=$(RL_BF16_LEVEL=amx2 "$bin" -e 'print(1)' 2>&1)
+rc=$?
+contains "unknown RL_BF16_LEVEL is refused" "RL_BF16_LEVEL=amx2: expected generic, avx512bf16 or amx" "$out"
+[ "$rc" -ne 0 ] && ok "unknown RL_BF16_LEVEL exits non-zero" || bad "unknown RL_BF16_LEVEL exits non-zero" "rc $rc"
+sed -i 's/^}, {data = {dim = 13}, classes = {dim = 7, sparse = true}})$/}, {data = {dim = 13}, classes = {dim = 7, sparse = true}}, {precision = arg[2]})/' "$tmp/net.lua"
+ref=$(RL_BF16_LEVEL=generic "$bin" "$tmp/net.lua" "$best" bf16 2>&1)
+for lv in avx512bf16 amx; do
+    got=$(RL_BF16_LEVEL=$lv "$bin" "$tmp/net.lua" "$best" bf16 2>&1)
+    agree=$(awk -v a="$ref" -v b="$got" 'BEGIN { na = split(a, x, " "); nb = split(b, y, " ");
+        d1 = x[1] - y[1]; d2 = x[2] - y[2]; if (d1 < 0) d1 = -d1; if (d2 < 0) d2 = -d2;
+        print (na == 2 && nb == 2 && d1 <= 2^-7 * x[1] && d2 <= 2^-7 * x[2]) ? "yes" : "no" }')
+    if [ "$agree" = yes ]; then
+        ok "bf16 network at bf16 level $lv agrees with generic ($got vs $ref)"
+    else
+        bad "bf16 network at bf16 level $lv agrees with generic" "generic: $ref" "$lv: $got"
+    fi
+done
 finish

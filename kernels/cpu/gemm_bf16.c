@@ -1,0 +1,572 @@
+/* The bf16 products of gemm_bf16.h.
+ *
+ * Buffers: the rounded op(A) is a per-thread scratch of mp x kp bf16 (m rounded up to 16 rows,
+ * k to kp, a multiple of 32, zeros in the padding), so that AMX's 16-row x 32-element A tiles
+ * never read past it; the packed op(B) holds an even number of panels (kp / 2 row pairs x 16
+ * columns x 2 each), so that every kernel works on two panels (32 columns) at once.
+ * Parts of a product (kernels/cpu/parallel.c) get whole pairs of panels or whole blocks of 32
+ * rows; a row of C is summed in the same order whichever part or block holds it.
+ */
+#include "gemm_bf16.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#if defined(__linux__) && defined(__x86_64__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+
+#include "../../core/bf16.h"
+#include "../../core/blas.h"
+#include "cpu_level.h"
+#include "parallel.h"
+
+#ifdef RL_CPU_X86
+#include <immintrin.h>
+#define RL_TARGET_BF16                                                                             \
+    __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,avx2,fma"), RL_VECTORISE))
+#define RL_TARGET_AMX                                                                              \
+    __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,avx2,fma,amx-tile,amx-bf16"),      \
+                   RL_VECTORISE))
+#endif
+
+#define KP_ALIGN 32 /* k padding: one AMX A tile row (64 bytes of bf16) */
+#define MP_ALIGN 16 /* row padding of the rounded op(A): one AMX tile's rows */
+#define ROW_BLOCK 32
+
+/* ---- levels ---- */
+
+static const char *const NAMES[] = {"generic", "avx512bf16", "amx"};
+#define N_LEVELS 3
+#define NAME_LIST "generic, avx512bf16 or amx"
+#define ENV_NAME "RL_BF16_LEVEL"
+
+const char *rl_bf16_level_name(rl_bf16_level level) {
+    return (int)level >= 0 && (int)level < N_LEVELS ? NAMES[level] : "unknown";
+}
+
+rl_status rl_bf16_level_from_name(const char *name, rl_bf16_level *out) {
+    for (int i = 0; i < N_LEVELS; i++)
+        if (strcmp(name, NAMES[i]) == 0) {
+            *out = (rl_bf16_level)i;
+            return RL_OK;
+        }
+    return rl_error(RL_EARG, "bf16 level '%s': expected %s", name, NAME_LIST);
+}
+
+static int best_level = RL_BF16_GENERIC;
+static pthread_once_t best_once = PTHREAD_ONCE_INIT;
+
+/* Linux keeps the AMX tile data out of a process's saved state until it asks for it; a kernel
+ * older than 5.16 (or one that refuses) answers with an error and the tiles stay off. */
+static bool amx_permitted(void) {
+#if defined(__linux__) && defined(__x86_64__)
+    const long arch_req_xcomp_perm = 0x1023, xfeature_xtiledata = 18;
+    return syscall(SYS_arch_prctl, arch_req_xcomp_perm, xfeature_xtiledata) == 0;
+#else
+    return false;
+#endif
+}
+
+static void find_best(void) {
+#ifdef RL_CPU_X86
+    __builtin_cpu_init();
+    bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                  __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx2") &&
+                  __builtin_cpu_supports("fma");
+    if (!avx512 || !__builtin_cpu_supports("avx512bf16")) return;
+    best_level = RL_BF16_AVX512BF16;
+    if (__builtin_cpu_supports("amx-tile") && __builtin_cpu_supports("amx-bf16") && amx_permitted())
+        best_level = RL_BF16_AMX;
+#endif
+}
+
+rl_bf16_level rl_bf16_level_supported(void) {
+    pthread_once(&best_once, find_best);
+    return (rl_bf16_level)best_level;
+}
+
+/* -1: not set by rl_bf16_level_set (then RL_BF16_LEVEL, else the best) */
+static atomic_int chosen = -1;
+
+static int env_level(void) {
+    const char *s = getenv(ENV_NAME);
+    if (!s || !*s) return -1;
+    for (int i = 0; i < N_LEVELS; i++)
+        if (strcmp(s, NAMES[i]) == 0) return i;
+    return -1;
+}
+
+rl_bf16_level rl_bf16_level_get(void) {
+    int best = (int)rl_bf16_level_supported();
+    /* the vector kernels are AVX-512 code: a lower kernel level (RL_CPU_LEVEL=avx2, a
+     * portable build's tests) runs the generic one */
+    if (rl_cpu_level_get() < RL_CPU_AVX512) return RL_BF16_GENERIC;
+    int l = atomic_load_explicit(&chosen, memory_order_relaxed);
+    if (l < 0) {
+        int want = env_level();
+        l = want >= 0 ? want : best;
+        int expected = -1;
+        atomic_compare_exchange_strong(&chosen, &expected, l);
+    }
+    return (rl_bf16_level)(l < best ? l : best);
+}
+
+rl_status rl_bf16_level_set(rl_bf16_level level) {
+    rl_bf16_level best = rl_bf16_level_supported();
+    if ((int)level < 0 || level > best)
+        return rl_error(RL_EARG, "bf16 level: %s is not supported by this CPU (best: %s)",
+                        rl_bf16_level_name(level), rl_bf16_level_name(best));
+    atomic_store_explicit(&chosen, (int)level, memory_order_relaxed);
+    return RL_OK;
+}
+
+rl_status rl_bf16_level_check_env(void) {
+    const char *s = getenv(ENV_NAME);
+    if (s && *s && env_level() < 0)
+        return rl_error(RL_EARG, "%s=%s: expected %s", ENV_NAME, s, NAME_LIST);
+    return RL_OK;
+}
+
+/* ---- packing ---- */
+
+static int64_t round_up(int64_t x, int64_t to) { return (x + to - 1) / to * to; }
+
+static int64_t panel_count(int64_t n) {
+    return round_up((n + RL_BF16_PANEL - 1) / RL_BF16_PANEL, 2);
+}
+
+int64_t rl_bf16_packed_size(int64_t k, int64_t n) {
+    return panel_count(n) * round_up(k, KP_ALIGN) * RL_BF16_PANEL;
+}
+
+/* One row pair of a panel: d[2 jj] = op(b)[i][j0 + jj], d[2 jj + 1] = op(b)[i + 1][j0 + jj],
+ * with r0, r1 those rows' first elements (NULL: a row past k), elements step apart, w valid
+ * columns. The common case (whole panel, rows contiguous) is one vector pass. */
+RL_TARGET_BASE static void pack_pair(uint16_t *d, const float *r0, const float *r1, int64_t step,
+                                     int64_t w) {
+    if (r0 && r1 && step == 1 && w == RL_BF16_PANEL) {
+        uint32_t two[RL_BF16_PANEL];
+        for (int jj = 0; jj < RL_BF16_PANEL; jj++)
+            two[jj] = (uint32_t)rl_f32_to_bf16(r0[jj]) | (uint32_t)rl_f32_to_bf16(r1[jj]) << 16;
+        memcpy(d, two, sizeof two);
+        return;
+    }
+    for (int64_t jj = 0; jj < RL_BF16_PANEL; jj++) {
+        d[2 * jj] = r0 && jj < w ? rl_f32_to_bf16(r0[jj * step]) : 0;
+        d[2 * jj + 1] = r1 && jj < w ? rl_f32_to_bf16(r1[jj * step]) : 0;
+    }
+}
+
+/* Rows in blocks of PACK_ROWS, so that a block's source rows stay in the cache and TLB while
+ * it is written into every panel, 2 KB at a time. */
+#define PACK_ROWS 64
+
+void rl_bf16_pack(uint16_t *dst, const float *b, int64_t ldb, bool trans, int64_t k, int64_t n) {
+    int64_t kp = round_up(k, KP_ALIGN), panels = panel_count(n);
+    int64_t step = trans ? ldb : 1;
+    for (int64_t i0 = 0; i0 < kp; i0 += PACK_ROWS)
+        for (int64_t p = 0; p < panels; p++) {
+            int64_t j0 = p * RL_BF16_PANEL, w = n - j0 < RL_BF16_PANEL ? n - j0 : RL_BF16_PANEL;
+            if (w < 0) w = 0;
+            int64_t i1 = i0 + PACK_ROWS < kp ? i0 + PACK_ROWS : kp;
+            for (int64_t i = i0; i < i1; i += 2) {
+                const float *r0 = NULL, *r1 = NULL;
+                if (w > 0 && i < k) r0 = trans ? b + j0 * ldb + i : b + i * ldb + j0;
+                if (w > 0 && i + 1 < k) r1 = trans ? b + j0 * ldb + i + 1 : b + (i + 1) * ldb + j0;
+                pack_pair(dst + (p * kp + i) * RL_BF16_PANEL, r0, r1, step, w);
+            }
+        }
+}
+
+/* ---- per-thread scratch (only grows; freed when its thread ends) ---- */
+
+typedef struct {
+    void *p;
+    size_t bytes;
+} scratch;
+
+static _Thread_local scratch rounded_a, packed_b;
+static pthread_key_t scratch_key_a, scratch_key_b;
+static pthread_once_t scratch_once = PTHREAD_ONCE_INIT;
+
+static void scratch_keys_init(void) {
+    (void)pthread_key_create(&scratch_key_a, free);
+    (void)pthread_key_create(&scratch_key_b, free);
+}
+
+static void *scratch_get(scratch *s, pthread_key_t *key, size_t bytes, const char *what) {
+    if (bytes == 0) bytes = 1;
+    if (bytes <= s->bytes) return s->p;
+    pthread_once(&scratch_once, scratch_keys_init);
+    void *p = realloc(s->p, bytes);
+    if (!p) {
+        rl_error(RL_ENOMEM, "bf16 gemm: cannot allocate %zu bytes for %s", bytes, what);
+        return NULL;
+    }
+    s->p = p;
+    s->bytes = bytes;
+    (void)pthread_setspecific(*key, p);
+    return p;
+}
+
+/* op(a) (m x k) rounded into dst (mp x kp), zeros in the padding */
+RL_TARGET_BASE static void round_a(uint16_t *dst, bool trans, int64_t m, int64_t k, const float *a,
+                                   int64_t lda, int64_t mp, int64_t kp) {
+    for (int64_t i = 0; i < mp; i++) {
+        uint16_t *d = dst + i * kp;
+        if (i >= m) {
+            memset(d, 0, sizeof(uint16_t) * (size_t)kp);
+            continue;
+        }
+        if (trans)
+            for (int64_t l = 0; l < k; l++)
+                d[l] = rl_f32_to_bf16(a[l * lda + i]);
+        else
+            for (int64_t l = 0; l < k; l++)
+                d[l] = rl_f32_to_bf16(a[i * lda + l]);
+        memset(d + k, 0, sizeof(uint16_t) * (size_t)(kp - k));
+    }
+}
+
+/* ---- kernels: rows [r0, r1) and panels [p0, p1) (p0, p1 even) of C ---- */
+
+typedef struct {
+    int64_t m, n, k, kp, ldc;
+    float alpha, beta;
+    const uint16_t *a, *b;
+    float *c;
+    rl_bf16_level level; /* read once per call: every part runs the same kernel */
+    bool by_cols;        /* parts get pairs of panels (else blocks of ROW_BLOCK rows) */
+    int64_t units;
+} job;
+
+static inline float out_value(float acc, float alpha, float beta, const float *c) {
+    return beta != 0.0f ? alpha * acc + beta * *c : alpha * acc;
+}
+
+#define GEN_ROWS 4
+
+RL_TARGET_BASE static void part_generic(const job *j, int64_t r0, int64_t r1, int64_t p0,
+                                        int64_t p1) {
+    int64_t pairs = (j->k + 1) / 2;
+    for (int64_t p = p0; p < p1; p++) {
+        const uint16_t *bp = j->b + p * j->kp * RL_BF16_PANEL;
+        int64_t c0 = p * RL_BF16_PANEL, w = j->n - c0 < RL_BF16_PANEL ? j->n - c0 : RL_BF16_PANEL;
+        if (w <= 0) break;
+        for (int64_t i0 = r0; i0 < r1; i0 += GEN_ROWS) {
+            int64_t rows = r1 - i0 < GEN_ROWS ? r1 - i0 : GEN_ROWS;
+            float acc[GEN_ROWS][RL_BF16_PANEL] = {{0}};
+            for (int64_t r = 0; r < pairs; r++) {
+                float b0[RL_BF16_PANEL], b1[RL_BF16_PANEL];
+                for (int jj = 0; jj < RL_BF16_PANEL; jj++) {
+                    b0[jj] = rl_bf16_to_f32(bp[r * 2 * RL_BF16_PANEL + 2 * jj]);
+                    b1[jj] = rl_bf16_to_f32(bp[r * 2 * RL_BF16_PANEL + 2 * jj + 1]);
+                }
+                for (int64_t i = 0; i < rows; i++) {
+                    const uint16_t *ar = j->a + (i0 + i) * j->kp + 2 * r;
+                    float a0 = rl_bf16_to_f32(ar[0]), a1 = rl_bf16_to_f32(ar[1]);
+                    for (int jj = 0; jj < RL_BF16_PANEL; jj++)
+                        acc[i][jj] += a0 * b0[jj] + a1 * b1[jj];
+                }
+            }
+            for (int64_t i = 0; i < rows; i++) {
+                float *cr = j->c + (i0 + i) * j->ldc + c0;
+                for (int64_t jj = 0; jj < w; jj++)
+                    cr[jj] = out_value(acc[i][jj], j->alpha, j->beta, cr + jj);
+            }
+        }
+    }
+}
+
+#ifdef RL_CPU_X86
+/* C's columns [c0, c0 + w) (w <= 32) of one row from two accumulators */
+RL_TARGET_BF16 static inline void store_row(float *c, int64_t w, __m512 lo, __m512 hi, float alpha,
+                                            float beta) {
+    __mmask16 m0 = w >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << w) - 1);
+    __mmask16 m1 = w >= 32 ? (__mmask16)0xffff : w > 16 ? (__mmask16)((1u << (w - 16)) - 1) : 0;
+    __m512 va = _mm512_set1_ps(alpha);
+    lo = _mm512_mul_ps(va, lo);
+    hi = _mm512_mul_ps(va, hi);
+    if (beta != 0.0f) {
+        __m512 vb = _mm512_set1_ps(beta);
+        lo = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m0, c), lo);
+        hi = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m1, c + 16), hi);
+    }
+    _mm512_mask_storeu_ps(c, m0, lo);
+    _mm512_mask_storeu_ps(c + 16, m1, hi);
+}
+
+/* mr (1..8) rows x two panels; a at the first row (rows kp apart), b at the first panel */
+RL_TARGET_BF16 static inline __attribute__((always_inline)) void
+tile_avx512(int mr, int64_t pairs, int64_t kp, const uint16_t *a, const uint16_t *b, float *c,
+            int64_t ldc, int64_t w, float alpha, float beta) {
+    __m512 acc[8][2];
+    for (int i = 0; i < mr; i++)
+        acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+    const uint16_t *b1 = b + kp * RL_BF16_PANEL;
+    for (int64_t r = 0; r < pairs; r++) {
+        __m512bh vb0 = (__m512bh)_mm512_loadu_si512(b + r * 2 * RL_BF16_PANEL);
+        __m512bh vb1 = (__m512bh)_mm512_loadu_si512(b1 + r * 2 * RL_BF16_PANEL);
+        for (int i = 0; i < mr; i++) {
+            int32_t two;
+            memcpy(&two, a + i * kp + 2 * r, sizeof two);
+            __m512bh va = (__m512bh)_mm512_set1_epi32(two);
+            acc[i][0] = _mm512_dpbf16_ps(acc[i][0], va, vb0);
+            acc[i][1] = _mm512_dpbf16_ps(acc[i][1], va, vb1);
+        }
+    }
+    for (int i = 0; i < mr; i++)
+        store_row(c + i * ldc, w, acc[i][0], acc[i][1], alpha, beta);
+}
+
+RL_TARGET_BF16 static void part_avx512(const job *j, int64_t r0, int64_t r1, int64_t p0,
+                                       int64_t p1) {
+    int64_t pairs = (j->k + 1) / 2, kp = j->kp;
+    for (int64_t p = p0; p < p1; p += 2) {
+        const uint16_t *bp = j->b + p * kp * RL_BF16_PANEL;
+        int64_t c0 = p * RL_BF16_PANEL, w = j->n - c0 < 32 ? j->n - c0 : 32;
+        if (w <= 0) break;
+        for (int64_t i = r0; i < r1; i += 8) {
+            const uint16_t *ai = j->a + i * kp;
+            float *ci = j->c + i * j->ldc + c0;
+            float al = j->alpha, be = j->beta;
+            switch (r1 - i < 8 ? r1 - i : 8) {
+            case 1: tile_avx512(1, pairs, kp, ai, bp, ci, j->ldc, w, al, be); break;
+            case 2: tile_avx512(2, pairs, kp, ai, bp, ci, j->ldc, w, al, be); break;
+            case 3: tile_avx512(3, pairs, kp, ai, bp, ci, j->ldc, w, al, be); break;
+            case 4: tile_avx512(4, pairs, kp, ai, bp, ci, j->ldc, w, al, be); break;
+            case 5: tile_avx512(5, pairs, kp, ai, bp, ci, j->ldc, w, al, be); break;
+            case 6: tile_avx512(6, pairs, kp, ai, bp, ci, j->ldc, w, al, be); break;
+            case 7: tile_avx512(7, pairs, kp, ai, bp, ci, j->ldc, w, al, be); break;
+            default: tile_avx512(8, pairs, kp, ai, bp, ci, j->ldc, w, al, be); break;
+            }
+        }
+    }
+}
+
+/* The tile configuration (palette 1): every tile 16 rows of 64 bytes. Tiles 0-3 hold a 32 x 32
+ * block of C (2 x 2 tiles of 16 x 16 float32), 4-5 two A tiles (16 rows x 32 bf16), 6-7 two B
+ * tiles (16 row pairs x 16 columns x 2). */
+typedef struct {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} tile_config;
+
+RL_TARGET_AMX static void part_amx(const job *j, int64_t r0, int64_t r1, int64_t p0, int64_t p1) {
+    tile_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette = 1;
+    for (int t = 0; t < 8; t++) {
+        cfg.colsb[t] = 64;
+        cfg.rows[t] = 16;
+    }
+    _tile_loadconfig(&cfg);
+    float blk[32 * 32] __attribute__((aligned(64)));
+    int64_t kp = j->kp, a_stride = kp * (int64_t)sizeof(uint16_t);
+    for (int64_t p = p0; p < p1; p += 2) {
+        const uint16_t *bp = j->b + p * kp * RL_BF16_PANEL;
+        int64_t c0 = p * RL_BF16_PANEL, w = j->n - c0 < 32 ? j->n - c0 : 32;
+        if (w <= 0) break;
+        for (int64_t i = r0; i < r1; i += 32) {
+            bool two_rows = r1 - i > 16;
+            _tile_zero(0);
+            _tile_zero(1);
+            _tile_zero(2);
+            _tile_zero(3);
+            for (int64_t kb = 0; kb < kp; kb += KP_ALIGN) {
+                const uint16_t *ak = j->a + i * kp + kb, *bk = bp + kb * RL_BF16_PANEL;
+                _tile_loadd(4, ak, a_stride);
+                _tile_loadd(6, bk, 64);
+                _tile_loadd(7, bk + kp * RL_BF16_PANEL, 64);
+                _tile_dpbf16ps(0, 4, 6);
+                _tile_dpbf16ps(1, 4, 7);
+                if (two_rows) {
+                    _tile_loadd(5, ak + 16 * kp, a_stride);
+                    _tile_dpbf16ps(2, 5, 6);
+                    _tile_dpbf16ps(3, 5, 7);
+                }
+            }
+            _tile_stored(0, blk, 128);
+            _tile_stored(1, blk + 16, 128);
+            if (two_rows) {
+                _tile_stored(2, blk + 16 * 32, 128);
+                _tile_stored(3, blk + 16 * 32 + 16, 128);
+            }
+            int64_t rows = r1 - i < 32 ? r1 - i : 32;
+            for (int64_t r = 0; r < rows; r++)
+                store_row(j->c + (i + r) * j->ldc + c0, w, _mm512_load_ps(blk + 32 * r),
+                          _mm512_load_ps(blk + 32 * r + 16), j->alpha, j->beta);
+        }
+    }
+    _tile_release();
+}
+#endif
+
+static void run_part(void *ctx, int part, int parts) {
+    const job *j = ctx;
+    int64_t u0 = j->units * part / parts, u1 = j->units * (part + 1) / parts;
+    if (u0 >= u1) return;
+    int64_t panels = panel_count(j->n), r0 = 0, r1 = j->m, p0 = 0, p1 = panels;
+    if (j->by_cols) {
+        p0 = 2 * u0;
+        p1 = 2 * u1;
+    } else {
+        r0 = u0 * ROW_BLOCK;
+        r1 = u1 * ROW_BLOCK < j->m ? u1 * ROW_BLOCK : j->m;
+    }
+#ifdef RL_CPU_X86
+    if (j->level == RL_BF16_AMX) {
+        part_amx(j, r0, r1, p0, p1);
+        return;
+    }
+    if (j->level == RL_BF16_AVX512BF16) {
+        part_avx512(j, r0, r1, p0, p1);
+        return;
+    }
+#endif
+    part_generic(j, r0, r1, p0, p1);
+}
+
+rl_status rl_gemm_bf16_packed(bool trans_a, int64_t m, int64_t n, int64_t k, float alpha,
+                              const float *a, int64_t lda, const uint16_t *packed, float beta,
+                              float *c, int64_t ldc) {
+    if (m <= 0 || n <= 0) return RL_OK;
+    int64_t kp = round_up(k, KP_ALIGN), mp = round_up(m, MP_ALIGN);
+    uint16_t *ra = scratch_get(&rounded_a, &scratch_key_a, sizeof(uint16_t) * (size_t)(mp * kp),
+                               "the rounded left operand");
+    if (!ra) return RL_ENOMEM;
+    round_a(ra, trans_a, m, k, a, lda, mp, kp);
+    job j = {.m = m,
+             .n = n,
+             .k = k,
+             .kp = kp,
+             .ldc = ldc,
+             .alpha = alpha,
+             .beta = beta,
+             .a = ra,
+             .b = packed,
+             .c = c,
+             .level = rl_bf16_level_get()};
+    int64_t col_units = panel_count(n) / 2, row_units = (m + ROW_BLOCK - 1) / ROW_BLOCK;
+    j.by_cols = col_units >= row_units;
+    j.units = j.by_cols ? col_units : row_units;
+    int threads = rl_blas_get_threads();
+    /* below ~1 MFLOP per part a handoff costs more than it saves (as for the float32 products) */
+    int parts = threads < j.units ? threads : (int)j.units;
+    double flop = 2.0 * (double)m * (double)n * (double)k;
+    if (parts > flop / 1e6) parts = (int)(flop / 1e6);
+    if (parts > 1)
+        rl_cpu_parallel(parts, run_part, &j);
+    else
+        run_part(&j, 0, 1);
+    return RL_OK;
+}
+
+rl_status rl_gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                       const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
+                       float *c, int64_t ldc) {
+    if (m <= 0 || n <= 0) return RL_OK;
+    uint16_t *pb =
+        scratch_get(&packed_b, &scratch_key_b, sizeof(uint16_t) * (size_t)rl_bf16_packed_size(k, n),
+                    "the packed right operand");
+    if (!pb) return RL_ENOMEM;
+    rl_bf16_pack(pb, b, ldb, trans_b, k, n);
+    return rl_gemm_bf16_packed(trans_a, m, n, k, alpha, a, lda, pb, beta, c, ldc);
+}
+
+/* ---- bf16 mode and the kept packs of weights ---- */
+
+static atomic_bool mode_on;
+static const char *weights_lo, *weights_hi; /* under cache_lock */
+static pthread_mutex_t cache_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* A network's weight operands: a 2-layer BLSTM uses 2 per direction and layer, times forward
+ * and transposed; past this many the rest are packed per call. */
+#define CACHE_SLOTS 64
+typedef struct {
+    const float *b;
+    int64_t ldb, k, n;
+    bool trans, valid;
+    uint16_t *packed;
+    size_t cap; /* elements */
+} cache_slot;
+static cache_slot cache[CACHE_SLOTS];
+static int cache_used;
+
+void rl_bf16_mode_begin(const void *weights, size_t bytes, bool fresh) {
+    pthread_mutex_lock(&cache_lock);
+    weights_lo = weights;
+    weights_hi = (const char *)weights + bytes;
+    /* every operand is packed again; the slots keep their buffers for the coming ones */
+    if (fresh) cache_used = 0;
+    pthread_mutex_unlock(&cache_lock);
+    atomic_store(&mode_on, false);
+}
+
+void rl_bf16_mode_end(void) {
+    atomic_store(&mode_on, false);
+    pthread_mutex_lock(&cache_lock);
+    weights_lo = weights_hi = NULL;
+    pthread_mutex_unlock(&cache_lock);
+}
+
+void rl_bf16_mode_set(bool on) { atomic_store(&mode_on, on); }
+
+bool rl_bf16_mode_on(void) { return atomic_load_explicit(&mode_on, memory_order_relaxed); }
+
+/* The kept pack of op(b) (packed and kept on first use), or NULL when b is no weight or no
+ * slot is left. Called under cache_lock. */
+static const uint16_t *kept_pack(const float *b, int64_t ldb, bool trans, int64_t k, int64_t n,
+                                 rl_status *st) {
+    const char *lo = (const char *)b;
+    int64_t rows = trans ? n : k, cols = trans ? k : n;
+    const char *hi = (const char *)(b + (rows - 1) * ldb + cols);
+    if (!weights_lo || lo < weights_lo || hi > weights_hi) return NULL;
+    cache_slot *s = NULL;
+    for (int i = 0; i < cache_used && !s; i++)
+        if (cache[i].b == b && cache[i].ldb == ldb && cache[i].trans == trans && cache[i].k == k &&
+            cache[i].n == n)
+            s = &cache[i];
+    if (!s) {
+        if (cache_used == CACHE_SLOTS) return NULL;
+        s = &cache[cache_used++];
+        *s = (cache_slot){
+            .b = b, .ldb = ldb, .k = k, .n = n, .trans = trans, .packed = s->packed, .cap = s->cap};
+    }
+    if (s->valid) return s->packed;
+    size_t need = (size_t)rl_bf16_packed_size(k, n);
+    if (need > s->cap) {
+        uint16_t *p = realloc(s->packed, sizeof(uint16_t) * need);
+        if (!p) {
+            *st = rl_error(RL_ENOMEM, "bf16 gemm: cannot allocate %zu bytes for a packed weight",
+                           sizeof(uint16_t) * need);
+            return NULL;
+        }
+        s->packed = p;
+        s->cap = need;
+    }
+    rl_bf16_pack(s->packed, b, ldb, trans, k, n);
+    s->valid = true;
+    return s->packed;
+}
+
+rl_status rl_gemm_bf16_mode(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+                            float alpha, const float *a, int64_t lda, const float *b, int64_t ldb,
+                            float beta, float *c, int64_t ldc) {
+    if (m <= 0 || n <= 0) return RL_OK;
+    if (k > 0) {
+        rl_status st = RL_OK;
+        pthread_mutex_lock(&cache_lock);
+        const uint16_t *p = kept_pack(b, ldb, trans_b, k, n, &st);
+        pthread_mutex_unlock(&cache_lock);
+        if (st != RL_OK) return st;
+        /* a kept pack is only replaced at the next fresh begin, on this (the network's) thread,
+         * after every product of the step has returned */
+        if (p) return rl_gemm_bf16_packed(trans_a, m, n, k, alpha, a, lda, p, beta, c, ldc);
+    }
+    return rl_gemm_bf16(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}

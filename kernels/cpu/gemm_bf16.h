@@ -1,0 +1,107 @@
+/* The bf16 matrix product of the CPU: C (m x n, float32) = alpha * bf16(op(A)) * bf16(op(B))
+ * + beta * C, operands rounded to bfloat16 (core/bf16.h: nearest, ties to even), products and
+ * sums in float32. Row-major, as the tensors are.
+ *
+ * The right-hand operand (the weights, in the layers) is packed once into column panels of
+ * RL_BF16_PANEL columns, each stored as pairs of rows: panel p, row pair r, column j holds
+ * op(B)[2r][16p + j] then op(B)[2r + 1][16p + j] (zeros past k and n, k padded to a multiple
+ * of 32). That is the operand layout of both vector instructions used: AVX512-BF16's
+ * vdpbf16ps (one pair of rows per instruction, 16 columns) and an AMX-BF16 B tile (16 row
+ * pairs of one panel). The left operand is rounded into a per-thread scratch on each call.
+ *
+ * Three kernels, the bf16 level (chosen at run time, the best the CPU and the OS allow):
+ *   generic     converts to float32 and sums with float32 multiply-adds (any CPU);
+ *   avx512bf16  vdpbf16ps, 8 rows x 32 columns of C in registers (Zen 4, Cooper Lake and later);
+ *   amx         AMX-BF16 tiles, 32 x 32 blocks of C (Sapphire Rapids and later), once Linux
+ *               grants the tile data state (arch_prctl ARCH_REQ_XCOMP_PERM); when it refuses,
+ *               avx512bf16 is the best.
+ * RL_CPU_LEVEL below avx512 (cpu_level.h) makes it generic; RL_BF16_LEVEL (a level name,
+ * read at the first use) or rl_bf16_level_set() lowers it further. Levels differ only in the
+ * order and rounding of the float32 sums; within one level a row of C has the same bits
+ * whatever the rows around it and the thread count.
+ */
+#ifndef RL_KERNELS_CPU_GEMM_BF16_H
+#define RL_KERNELS_CPU_GEMM_BF16_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../../core/error.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define RL_BF16_PANEL 16
+
+typedef enum {
+    RL_BF16_GENERIC = 0,
+    RL_BF16_AVX512BF16 = 1,
+    RL_BF16_AMX = 2,
+} rl_bf16_level;
+
+/* The level in use now (thread-safe; each product reads it once). */
+rl_bf16_level rl_bf16_level_get(void);
+/* The best level of this CPU and OS (asks Linux for the AMX tile state the first time). */
+rl_bf16_level rl_bf16_level_supported(void);
+/* Sets the level; RL_EARG (naming both) when the CPU or OS does not support it. */
+rl_status rl_bf16_level_set(rl_bf16_level level);
+/* "generic", "avx512bf16", "amx"; "unknown" otherwise. */
+const char *rl_bf16_level_name(rl_bf16_level level);
+/* The level of that name; RL_EARG naming the valid ones otherwise. */
+rl_status rl_bf16_level_from_name(const char *name, rl_bf16_level *out);
+/* RL_EARG with a message when RL_BF16_LEVEL names no level (for hosts, at start-up; a level
+ * the CPU lacks is not an error: the best one it has runs). */
+rl_status rl_bf16_level_check_env(void);
+
+/* uint16 elements needed to pack a k x n operand. */
+int64_t rl_bf16_packed_size(int64_t k, int64_t n);
+
+/* Packs op(b) (k x n; op(b)[i][j] is b[i * ldb + j], or b[j * ldb + i] with trans) into dst
+ * (rl_bf16_packed_size(k, n) elements), rounding to bf16. */
+void rl_bf16_pack(uint16_t *dst, const float *b, int64_t ldb, bool trans, int64_t k, int64_t n);
+
+/* c (m x n, rows ldc apart) = alpha * op(a) * packed + beta * c, where op(a) (m x k) is
+ * a[i * lda + l], or a[l * lda + i] with trans_a, and packed holds a k x n operand packed by
+ * rl_bf16_pack. With beta == 0 c is only written (NaN there does not propagate).
+ * RL_ENOMEM when the scratch for the rounded op(a) cannot grow. */
+rl_status rl_gemm_bf16_packed(bool trans_a, int64_t m, int64_t n, int64_t k, float alpha,
+                              const float *a, int64_t lda, const uint16_t *packed, float beta,
+                              float *c, int64_t ldc);
+
+/* The same with op(b) (k x n) given as float32, packed into a per-thread scratch on each call
+ * (for one-off products; callers that reuse the operand pack it once). */
+rl_status rl_gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                       const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
+                       float *c, int64_t ldc);
+
+/* ---- bf16 mode of the float32 products (a network's precision = "bf16") ----
+ *
+ * While the mode is on, the float32 CPU products of rl_mat_gemm (layers/matrix.h) and of the
+ * gemm op (rl_op_gemm, rl_op_matmul on the CPU) run through rl_gemm_bf16. The network turns it
+ * on around the layers that have a bf16 path and off around the others. It is process-wide
+ * (the layers of a concurrent pair run their products on helper threads) and meant for one
+ * network running at a time, as the Lua state runs them.
+ *
+ * A right operand that lies inside the weights range (the running network's flat parameter
+ * buffer) is packed once and kept, keyed by its address, leading dimension, shape and
+ * transposition, until rl_bf16_mode_begin is called with fresh (the network does so at each
+ * forward: after an update; its backward reuses the packs of its forward). Any other operand
+ * (activations, gradients) is packed on each call. */
+void rl_bf16_mode_begin(const void *weights, size_t bytes, bool fresh);
+/* Clears the weights range and turns the mode off (the kept packs stay for the next begin). */
+void rl_bf16_mode_end(void);
+void rl_bf16_mode_set(bool on);
+bool rl_bf16_mode_on(void);
+
+/* The float32 product through the bf16 mode: rl_gemm_bf16, with the packs of weights kept. */
+rl_status rl_gemm_bf16_mode(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+                            float alpha, const float *a, int64_t lda, const float *b, int64_t ldb,
+                            float beta, float *c, int64_t ldc);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

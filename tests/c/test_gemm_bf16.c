@@ -1,0 +1,297 @@
+/* The bf16 products (kernels/cpu/gemm_bf16.h) at every bf16 level this machine has, and the
+ * conversions of core/bf16.h.
+ *
+ * Tolerances, from bf16's unit roundoff u = 2^-8 (8 significand bits) and float32's 2^-24:
+ *  - against a float64 product of the float32 operands: rounding both operands moves each term
+ *    a*b by at most (2u + u^2)|a b|, and k float32 additions plus the alpha/beta step add at
+ *    most (k + 4) 2^-24 of the sum of magnitudes, so per element
+ *        |c - ref| <= (2u + u^2) |alpha| S + (k + 4) 2^-24 (|alpha| S + |beta c0|),
+ *    S = sum_l |a_il b_lj|;
+ *  - a level against the generic one: both multiply the very same bf16 values exactly, only the
+ *    float32 sums differ: twice the second term (S of the rounded operands, <= (1 + u)^2 S);
+ *  - operands that are small integers (exact in bf16, sums exact in float32): every level
+ *    gives the float64 result exactly, which pins packing and indexing.
+ */
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../core/bf16.h"
+#include "../../core/blas.h"
+#include "../../kernels/cpu/cpu_level.h"
+#include "../../kernels/cpu/gemm_bf16.h"
+#include "check.h"
+
+#define U_BF16 (1.0 / 256.0)
+#define U_F32 (1.0 / 16777216.0)
+
+static uint64_t state = 0x9e3779b97f4a7c15ull;
+static double next_value(void) {
+    state ^= state << 13;
+    state ^= state >> 7;
+    state ^= state << 17;
+    return (double)(state >> 11) / 9007199254740992.0 * 2.0 - 1.0;
+}
+
+static uint32_t bits(float x) {
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    return u;
+}
+
+static float from_bits(uint32_t u) {
+    float x;
+    memcpy(&x, &u, sizeof x);
+    return x;
+}
+
+static void test_conversions(void) {
+    CHECK(rl_f32_to_bf16(1.0f) == 0x3f80);
+    CHECK(rl_f32_to_bf16(-2.5f) == 0xc020);
+    /* ties go to the even neighbour: 1 + 2^-8 -> 1, 1 + 3 * 2^-8 -> 1 + 2^-6 */
+    CHECK(rl_f32_to_bf16(1.0f + 1.0f / 256) == 0x3f80);
+    CHECK(rl_f32_to_bf16(1.0f + 3.0f / 256) == 0x3f82);
+    /* past the tie rounds up, below it down (truncation would give 0x3f80 for both) */
+    CHECK(rl_f32_to_bf16(from_bits(0x3f808001u)) == 0x3f81);
+    CHECK(rl_f32_to_bf16(from_bits(0x3f807fffu)) == 0x3f80);
+    CHECK(rl_f32_to_bf16(from_bits(0x3f80ffffu)) == 0x3f81);
+    /* a carry through the significand into the exponent */
+    CHECK(rl_f32_to_bf16(from_bits(0x3fffffffu)) == 0x4000);
+    CHECK(rl_f32_to_bf16(from_bits(0x7f7fffffu)) == 0x7f80); /* FLT_MAX -> inf */
+    CHECK(rl_f32_to_bf16(from_bits(0x7f7f7fffu)) == 0x7f7f);
+    CHECK(rl_f32_to_bf16(from_bits(0x7f800000u)) == 0x7f80);
+    CHECK(rl_f32_to_bf16(from_bits(0xff800000u)) == 0xff80);
+    /* NaNs whose payload is only in the dropped bits stay NaN */
+    uint16_t nan = rl_f32_to_bf16(from_bits(0x7f800001u));
+    CHECK((nan & 0x7f80) == 0x7f80 && (nan & 0x007f) != 0);
+    nan = rl_f32_to_bf16(from_bits(0xffc00000u));
+    CHECK((nan & 0x7f80) == 0x7f80 && (nan & 0x007f) != 0 && (nan & 0x8000));
+    CHECK(rl_f32_to_bf16(0.0f) == 0 && rl_f32_to_bf16(-0.0f) == 0x8000);
+    int bad = 0;
+    for (uint32_t h = 0; h < 0x10000; h++) {
+        if ((h & 0x7f80) == 0x7f80 && (h & 0x7f)) continue; /* NaN payloads get the quiet bit */
+        if (rl_f32_to_bf16(rl_bf16_to_f32((uint16_t)h)) != h) bad++;
+    }
+    CHECK(bad == 0);
+    CHECK(bits(rl_bf16_to_f32(0x3f81)) == 0x3f810000u);
+}
+
+typedef struct {
+    int64_t m, n, k;
+    bool ta, tb, ints;
+    float alpha, beta;
+} gcase;
+
+/* op(A) stored M x K (lda K+3) or K x M (lda M+2); op(B) K x N (ldb N+1) or N x K (ldb K+5);
+ * C M x N with ldc N+3, whose extra columns must stay untouched */
+typedef struct {
+    float *a, *b, *c0, *c;
+    double *ref, *mag;
+    int64_t lda, ldb, ldc;
+} operands;
+
+static float draw(bool ints) {
+    double v = next_value();
+    return ints ? (float)(int)(v * 8.0) : (float)v;
+}
+
+static void make(const gcase *g, operands *o) {
+    o->lda = g->ta ? g->m + 2 : g->k + 3;
+    o->ldb = g->tb ? g->k + 5 : g->n + 1;
+    o->ldc = g->n + 3;
+    size_t na = (size_t)((g->ta ? g->k : g->m) * o->lda + 1),
+           nb = (size_t)((g->tb ? g->n : g->k) * o->ldb + 1), nc = (size_t)(g->m * o->ldc);
+    o->a = malloc(sizeof(float) * na);
+    o->b = malloc(sizeof(float) * nb);
+    o->c0 = malloc(sizeof(float) * nc);
+    o->c = malloc(sizeof(float) * nc);
+    o->ref = malloc(sizeof(double) * nc);
+    o->mag = malloc(sizeof(double) * nc);
+    for (size_t i = 0; i < na; i++)
+        o->a[i] = draw(g->ints);
+    for (size_t i = 0; i < nb; i++)
+        o->b[i] = draw(g->ints);
+    for (size_t i = 0; i < nc; i++)
+        o->c0[i] = draw(g->ints);
+    for (int64_t i = 0; i < g->m; i++)
+        for (int64_t j = 0; j < g->n; j++) {
+            double s = 0, mag = 0;
+            for (int64_t l = 0; l < g->k; l++) {
+                double x = g->ta ? o->a[l * o->lda + i] : o->a[i * o->lda + l];
+                double y = g->tb ? o->b[j * o->ldb + l] : o->b[l * o->ldb + j];
+                s += x * y;
+                mag += fabs(x * y);
+            }
+            double c0 = o->c0[i * o->ldc + j];
+            o->ref[i * o->ldc + j] = g->alpha * s + (g->beta != 0 ? g->beta * c0 : 0);
+            o->mag[i * o->ldc + j] = mag;
+        }
+}
+
+static void release(operands *o) {
+    free(o->a), free(o->b), free(o->c0), free(o->c), free(o->ref), free(o->mag);
+}
+
+/* C through the packed entry point or the one-off one (alternately, both are API) */
+static rl_status run(const gcase *g, operands *o, bool prepacked, float *c) {
+    memcpy(c, o->c0, sizeof(float) * (size_t)(g->m * o->ldc));
+    if (g->beta == 0)
+        for (int64_t i = 0; i < g->m; i++)
+            for (int64_t j = 0; j < g->n; j++)
+                c[i * o->ldc + j] = NAN; /* beta 0 must not read C */
+    if (!prepacked)
+        return rl_gemm_bf16(g->ta, g->tb, g->m, g->n, g->k, g->alpha, o->a, o->lda, o->b, o->ldb,
+                            g->beta, c, o->ldc);
+    uint16_t *p = malloc(sizeof(uint16_t) * (size_t)rl_bf16_packed_size(g->k, g->n));
+    rl_bf16_pack(p, o->b, o->ldb, g->tb, g->k, g->n);
+    rl_status st =
+        rl_gemm_bf16_packed(g->ta, g->m, g->n, g->k, g->alpha, o->a, o->lda, p, g->beta, c, o->ldc);
+    free(p);
+    return st;
+}
+
+/* worst error over the allowed error (<= 1 passes); -1 when C's padding columns changed */
+static double judge(const gcase *g, const operands *o, const float *c, const float *other,
+                    double *worst_abs) {
+    double worst = 0;
+    for (int64_t i = 0; i < g->m; i++) {
+        for (int64_t j = 0; j < g->n; j++) {
+            int64_t ix = i * o->ldc + j;
+            double beta_term = fabs((double)g->beta * o->c0[ix]);
+            double sum_err =
+                (double)(g->k + 4) * U_F32 *
+                (fabs(g->alpha) * o->mag[ix] * (1 + U_BF16) * (1 + U_BF16) + beta_term);
+            double err, tol;
+            if (other) {
+                err = fabs((double)c[ix] - (double)other[ix]);
+                tol = 2 * sum_err;
+            } else {
+                err = fabs((double)c[ix] - o->ref[ix]);
+                tol = g->ints
+                          ? 0
+                          : (2 * U_BF16 + U_BF16 * U_BF16) * fabs(g->alpha) * o->mag[ix] + sum_err;
+            }
+            if (!(err <= tol)) return INFINITY;
+            if (tol > 0 && err / tol > worst) worst = err / tol;
+            if (worst_abs && err > *worst_abs) *worst_abs = err;
+        }
+        for (int64_t j = g->n; j < o->ldc; j++)
+            if (bits(c[i * o->ldc + j]) != bits(o->c0[i * o->ldc + j])) return -1;
+    }
+    return worst;
+}
+
+static int failures_shown;
+
+static void check_case(const gcase *g, rl_bf16_level best) {
+    operands o;
+    make(g, &o);
+    size_t nc = (size_t)(g->m * o.ldc);
+    float *gen = malloc(sizeof(float) * nc);
+    CHECK_OK(rl_bf16_level_set(RL_BF16_GENERIC));
+    CHECK_OK(run(g, &o, false, gen));
+    for (int lv = RL_BF16_GENERIC; lv <= (int)best; lv++) {
+        CHECK_OK(rl_bf16_level_set((rl_bf16_level)lv));
+        CHECK_OK(run(g, &o, (g->m + g->n + lv) % 2 == 0, o.c));
+        double r_ref = judge(g, &o, o.c, NULL, NULL), r_gen = judge(g, &o, o.c, gen, NULL);
+        bool ok = r_ref >= 0 && r_ref <= 1 && r_gen >= 0 && r_gen <= 1;
+        CHECK(ok);
+        if (!ok && failures_shown++ < 10)
+            fprintf(stderr,
+                    "  level %s m %lld n %lld k %lld ta %d tb %d ints %d alpha %g beta %g: "
+                    "error/tolerance vs float64 %g, vs generic %g (-1: padding written)\n",
+                    rl_bf16_level_name((rl_bf16_level)lv), (long long)g->m, (long long)g->n,
+                    (long long)g->k, g->ta, g->tb, g->ints, g->alpha, g->beta, r_ref, r_gen);
+    }
+    free(gen);
+    release(&o);
+}
+
+/* each row alone gives the bits it gives among the others, on 1 and 2 threads */
+static void check_rows_alone(rl_bf16_level lv) {
+    gcase g = {37, 70, 300, false, true, false, 1.0f, 1.0f};
+    operands o;
+    make(&g, &o);
+    CHECK_OK(rl_bf16_level_set(lv));
+    int threads = rl_blas_get_threads();
+    rl_blas_set_threads(2);
+    CHECK_OK(run(&g, &o, true, o.c));
+    rl_blas_set_threads(1);
+    int bad = 0;
+    float *row = malloc(sizeof(float) * (size_t)o.ldc);
+    uint16_t *p = malloc(sizeof(uint16_t) * (size_t)rl_bf16_packed_size(g.k, g.n));
+    rl_bf16_pack(p, o.b, o.ldb, g.tb, g.k, g.n);
+    for (int64_t i = 0; i < g.m; i++) {
+        memcpy(row, o.c0 + i * o.ldc, sizeof(float) * (size_t)o.ldc);
+        CHECK_OK(rl_gemm_bf16_packed(false, 1, g.n, g.k, 1.0f, o.a + i * o.lda, o.lda, p, 1.0f, row,
+                                     o.ldc));
+        if (memcmp(row, o.c + i * o.ldc, sizeof(float) * (size_t)g.n) != 0) bad++;
+    }
+    rl_blas_set_threads(threads);
+    CHECK(bad == 0);
+    if (bad)
+        fprintf(stderr, "  level %s: %d of %lld rows differ alone\n", rl_bf16_level_name(lv), bad,
+                (long long)g.m);
+    free(row);
+    free(p);
+    release(&o);
+}
+
+static void test_levels(rl_bf16_level best) {
+    rl_bf16_level lv;
+    CHECK(rl_bf16_level_from_name("avx512bf16", &lv) == RL_OK && lv == RL_BF16_AVX512BF16);
+    CHECK(rl_bf16_level_from_name("amx", &lv) == RL_OK && lv == RL_BF16_AMX);
+    CHECK(rl_bf16_level_from_name("avx512", &lv) == RL_EARG);
+    CHECK(strstr(rl_errmsg(), "avx512bf16") != NULL);
+    if (best < RL_BF16_AMX) CHECK(rl_bf16_level_set(RL_BF16_AMX) == RL_EARG);
+    CHECK(rl_bf16_level_set((rl_bf16_level)7) == RL_EARG);
+    /* a kernel level below avx512 runs the generic bf16 kernel */
+    rl_cpu_level cpu = rl_cpu_level_get();
+    CHECK_OK(rl_bf16_level_set(best));
+    if (rl_cpu_level_supported() >= RL_CPU_AVX2) {
+        CHECK_OK(rl_cpu_level_set(RL_CPU_AVX2));
+        CHECK(rl_bf16_level_get() == RL_BF16_GENERIC);
+        CHECK_OK(rl_cpu_level_set(cpu));
+    }
+    CHECK(rl_bf16_level_get() == (cpu >= RL_CPU_AVX512 ? best : RL_BF16_GENERIC));
+}
+
+int main(void) {
+    test_conversions();
+    rl_bf16_level best = rl_bf16_level_supported();
+    /* the cpu level may be lowered by RL_CPU_LEVEL: then only the generic kernel runs */
+    if (rl_cpu_level_get() < RL_CPU_AVX512) best = RL_BF16_GENERIC;
+    printf("bf16 levels tested: generic .. %s (CPU and OS support %s)\n", rl_bf16_level_name(best),
+           rl_bf16_level_name(rl_bf16_level_supported()));
+    test_levels(rl_bf16_level_supported());
+    static const int64_t ms[] = {1, 5, 16, 37, 70}, ns[] = {1, 16, 33, 100},
+                         ks[] = {0, 1, 31, 64, 130};
+    for (int t = 0; t < 4; t++)
+        for (size_t im = 0; im < sizeof ms / sizeof *ms; im++)
+            for (size_t in = 0; in < sizeof ns / sizeof *ns; in++)
+                for (size_t ik = 0; ik < sizeof ks / sizeof *ks; ik++) {
+                    gcase g = {ms[im],
+                               ns[in],
+                               ks[ik],
+                               t & 1,
+                               t >> 1,
+                               (im + ik) % 3 == 0,
+                               ik % 2 ? 1.0f : -0.5f,
+                               (float)((im + in) % 3) * 0.5f};
+                    check_case(&g, best);
+                }
+    /* big enough to be split between threads, by columns and by rows */
+    gcase big_cols = {50, 700, 520, false, false, false, 1.0f, 0.0f};
+    gcase big_rows = {300, 40, 700, true, true, false, 0.75f, 1.0f};
+    gcase big_ints = {90, 260, 1000, false, true, true, 1.0f, 1.0f};
+    int threads = rl_blas_get_threads();
+    rl_blas_set_threads(2);
+    check_case(&big_cols, best);
+    check_case(&big_rows, best);
+    check_case(&big_ints, best);
+    rl_blas_set_threads(threads);
+    for (int lv = RL_BF16_GENERIC; lv <= (int)best; lv++)
+        check_rows_alone((rl_bf16_level)lv);
+    TEST_MAIN_END();
+}
