@@ -36,25 +36,7 @@
 -- number takes only a number.
 local M = {}
 
--- Levenshtein distance with adjacent transpositions (a swapped pair of letters is one edit).
-function M.distance(a, b)
-  local prev2, prev = nil, {}
-  for j = 0, #b do prev[j] = j end
-  for i = 1, #a do
-    local cur = {[0] = i}
-    for j = 1, #b do
-      local cost = a:byte(i) == b:byte(j) and 0 or 1
-      local d = math.min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + cost)
-      if prev2 and i > 1 and j > 1 and a:byte(i) == b:byte(j - 1)
-          and a:byte(i - 1) == b:byte(j) then
-        d = math.min(d, prev2[j - 2] + 1)
-      end
-      cur[j] = d
-    end
-    prev2, prev = prev, cur
-  end
-  return prev[#b]
-end
+M.distance = require("rnnlua.util").distance
 
 -- The candidate closest to name (ties: the first in sorted order), or nil when none is.
 function M.closest(name, candidates)
