@@ -64,6 +64,34 @@ function H.same_on_threads(run, counts)
   end
 end
 
+-- True when every layer class in `classes` is registered; else prints a SKIP note for the test
+-- `name` and returns false.
+function H.have_classes(classes, name)
+  local have = {}
+  for _, c in ipairs(rl.layers.classes()) do have[c] = true end
+  for _, c in ipairs(classes) do
+    if not have[c] then
+      print(string.format("SKIP %s: class '%s' is not registered", name, c))
+      return false
+    end
+  end
+  return true
+end
+
+-- A test that rl.gradcheck(o) passes (something checked, every element within tolerance); a
+-- failure names the worst element.
+function H.gradcheck(name, o)
+  H.test(name, function()
+    local r = rl.gradcheck(o)
+    H.check(r.n_checked > 0, "nothing was checked")
+    if not r.passed then
+      local w = r.worst
+      error(string.format("max relative error %.3g at %s[%d]: analytic %.9g, numeric %.9g",
+        r.max_rel_error, w.tensor, w.index, w.analytic, w.numeric), 0)
+    end
+  end)
+end
+
 -- A new empty folder under the system's temporary folder; H.rm_rf removes a folder with all in it.
 function H.tmpdir()
   local dir = os.tmpname()
