@@ -36,6 +36,18 @@ function H.expect_error(name, fn, pattern)
   end)
 end
 
+-- Inside a test: fn must raise an error whose message mentions each of the strings (plain find);
+-- returns the message.
+function H.fails(fn, ...)
+  local ok, err = pcall(fn)
+  H.check(not ok, "expected an error", 2)
+  err = tostring(err)
+  for _, p in ipairs({...}) do
+    H.check(err:find(p, 1, true), string.format("error %q does not mention %q", err, p), 2)
+  end
+  return err
+end
+
 -- run(threads) returns a table of name -> array of numbers; they must be bit-identical on
 -- every thread count in `counts` to those on one thread (and the one-thread ones free of NaN).
 function H.same_on_threads(run, counts)
