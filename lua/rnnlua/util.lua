@@ -21,6 +21,9 @@
 --   util.strip_internal(msg)   msg without the positions inside the library
 --                              ("lua/rnnlua/x.lua:12: ") that an error raised one level up
 --                              from a library function called by the library carries
+--   util.made_with(dir, config) whether dir/DONE records the string config: data made once
+--   util.mark_made(dir, config) (written last, after the data) is not made again for the same
+--                              settings; a run that stops midway leaves no DONE
 --   util.distance(a, b)        edit distance, a swapped pair of letters counting as one edit
 --   util.closest(word, names)  the names (a list) nearest to word by edit distance, when near
 --                              enough to be a misspelling of it (at most a third of its
@@ -113,6 +116,20 @@ function M.mkdir_p(path)
     cur = cur .. "/"
   end
   return true
+end
+
+function M.made_with(dir, config)
+  local f = io.open(dir .. "/DONE", "r")
+  if not f then return false end
+  local have = f:read("a")
+  f:close()
+  return have == config .. "\n"
+end
+
+function M.mark_made(dir, config)
+  local f = assert(io.open(dir .. "/DONE", "w"))
+  f:write(config, "\n")
+  f:close()
 end
 
 -- Edit distance of two strings (bytes): Levenshtein's with adjacent transpositions (a swapped
