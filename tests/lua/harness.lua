@@ -104,6 +104,24 @@ function H.gradcheck(name, o)
   end)
 end
 
+-- The encoder-decoder of the search tests: an lstm encoder; a rec decoder (at most T + 2 steps)
+-- of an embedding of the previous label, an lstm, additive attention over the encoder, a tanh
+-- readout, a softmax and a choice of beam size `beam`. Returns a new description and its extern
+-- data: data dim 3, `classes` labels, 0 ending a sequence.
+function H.seq2seq(classes, beam)
+  return {
+    enc = {class = "lstm", n_out = 4, from = "data"},
+    dec = {class = "rec", from = {}, max_seq_len = "T + 2", unit = {
+      emb = {class = "embedding", from = "prev:output", n_out = 3},
+      s = {class = "lstm", from = {"emb", "prev:att"}, n_out = 4},
+      att = {class = "attention", base = "base:enc", from = "s", kind = "additive"},
+      readout = {class = "linear", from = {"s", "att"}, n_out = 5, activation = "tanh"},
+      output_prob = {class = "softmax", from = "readout", loss = "ce", target = "classes"},
+      output = {class = "choice", from = "output_prob", target = "classes", beam_size = beam},
+    }},
+  }, {data = {dim = 3}, classes = {dim = classes, sparse = true}}
+end
+
 -- A new empty folder under the system's temporary folder; H.rm_rf removes a folder with all in it.
 function H.tmpdir()
   local dir = os.tmpname()
