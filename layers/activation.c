@@ -35,9 +35,10 @@ rl_status rl_activation_parse(const char *s, const char *layer, rl_activation *o
             return RL_OK;
         }
     return rl_error(RL_EARG,
-                    "layer '%s': unknown activation '%s' (known: identity, tanh, sigmoid, relu, "
+                    RL_LAYER_WHERE
+                    ": unknown activation '%s' (known: identity, tanh, sigmoid, relu, "
                     "elu, softplus, exp, square)",
-                    layer, s);
+                    layer, "activation", s);
 }
 
 rl_status rl_activation_forward(rl_activation a, rl_tensor *y, const rl_tensor *x) {
@@ -118,7 +119,7 @@ static rl_status activation_backward(rl_layer *l, rl_layer_io *io, const rl_tens
                                      rl_tensor *const *grad_in) {
     activation_layer *a = (activation_layer *)l;
     if (!grad_out)
-        return rl_error(RL_EARG, "layer '%s' (activation): backward needs grad_out", l->name);
+        return rl_error(RL_EARG, RL_LAYER_WHERE ": backward needs grad_out", l->name, "activation");
     int64_t off = 0;
     for (int i = 0; i < io->n_in; i++) {
         if (grad_in[i]) {
@@ -142,11 +143,12 @@ rl_status rl_activation_create(rl_layer **out, const char *name, const rl_option
                                const int64_t *in_dims) {
     *out = NULL;
     if (n_in < 1)
-        return rl_error(RL_EARG, "layer '%s' (activation): needs at least one input", name);
+        return rl_error(RL_EARG, RL_LAYER_WHERE ": needs at least one input", name, "activation");
     const char *s;
     rl_activation act = RL_ACT_IDENTITY;
     RL_TRY(rl_opt_string(opts, name, "activation", NULL, &s));
-    if (!s) return rl_error(RL_EARG, "layer '%s': missing option activation", name);
+    if (!s)
+        return rl_error(RL_EARG, RL_LAYER_WHERE ": missing option activation", name, "activation");
     RL_TRY(rl_activation_parse(s, name, &act));
     RL_TRY(rl_layer_alloc(out, sizeof(activation_layer), &activation_ops, name, n_in, in_dims));
     ((activation_layer *)*out)->act = act;

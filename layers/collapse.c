@@ -73,8 +73,8 @@ static rl_status forward_cuda(collapse_layer *c, const rl_layer_io *io) {
     return st;
 #else
     (void)io;
-    return rl_error(RL_EDEVICE, "layer '%s' (collapse): rnnlua was built without CUDA",
-                    c->base.name);
+    return rl_error(RL_EDEVICE, RL_LAYER_WHERE ": rnnlua was built without CUDA", c->base.name,
+                    "collapse");
 #endif
 }
 
@@ -87,8 +87,8 @@ static rl_status backward_cuda(collapse_layer *c, const rl_tensor *gc, rl_tensor
                                            rl_tensor_data(gc), rl_tensor_data(grad_in));
 #else
     (void)gc, (void)grad_in;
-    return rl_error(RL_EDEVICE, "layer '%s' (collapse): rnnlua was built without CUDA",
-                    c->base.name);
+    return rl_error(RL_EDEVICE, RL_LAYER_WHERE ": rnnlua was built without CUDA", c->base.name,
+                    "collapse");
 #endif
 }
 
@@ -153,7 +153,7 @@ static rl_status collapse_backward(rl_layer *l, rl_layer_io *io, const rl_tensor
     collapse_layer *c = (collapse_layer *)l;
     (void)io;
     if (!grad_out)
-        return rl_error(RL_EARG, "layer '%s' (collapse): backward needs grad_out", l->name);
+        return rl_error(RL_EARG, RL_LAYER_WHERE ": backward needs grad_out", l->name, "collapse");
     if (!grad_in[0]) return RL_OK;
     rl_tensor gc = {0};
     if (c->dev.type != RL_CPU) {
@@ -212,9 +212,9 @@ rl_status rl_collapse_create(rl_layer **out, const char *name, const rl_options 
     *out = NULL;
     if (n_in != 1)
         return rl_error(RL_EARG,
-                        "layer '%s' (collapse): takes one input, got %d (concatenate images "
-                        "with a copy layer)",
-                        name, n_in);
+                        RL_LAYER_WHERE ": takes one input, got %d (concatenate images "
+                                       "with a copy layer)",
+                        name, "collapse", n_in);
     const char *m;
     RL_TRY(rl_opt_string(opts, name, "mode", "sum", &m));
     int mode = !strcmp(m, "sum")    ? MODE_SUM
@@ -222,9 +222,9 @@ rl_status rl_collapse_create(rl_layer **out, const char *name, const rl_options 
                : !strcmp(m, "last") ? MODE_LAST
                                     : -1;
     if (mode < 0)
-        return rl_error(
-            RL_EARG, "layer '%s' (collapse): mode must be \"sum\", \"max\" or \"last\", got '%s'",
-            name, m);
+        return rl_error(RL_EARG,
+                        RL_LAYER_WHERE ": mode must be \"sum\", \"max\" or \"last\", got '%s'",
+                        name, "collapse", m);
     RL_TRY(rl_layer_alloc(out, sizeof(collapse_layer), &collapse_ops, name, n_in, in_dims));
     ((collapse_layer *)*out)->mode = mode;
     (*out)->n_out = in_dims[0];

@@ -41,7 +41,7 @@ static rl_status combine_backward(rl_layer *l, rl_layer_io *io, const rl_tensor 
                                   rl_tensor *const *grad_in) {
     combine_layer *C = (combine_layer *)l;
     if (!grad_out)
-        return rl_error(RL_EARG, "layer '%s' (combine): backward needs grad_out", l->name);
+        return rl_error(RL_EARG, RL_LAYER_WHERE ": backward needs grad_out", l->name, "combine");
     if (C->kind == COMBINE_CONCAT) return rl_layer_split_grad(l, grad_out, grad_in);
     for (int i = 0; i < io->n_in; i++) {
         if (!grad_in[i]) continue;
@@ -61,7 +61,9 @@ rl_status rl_combine_create(rl_layer **out, const char *name, const rl_options *
     *out = NULL;
     const char *s;
     RL_TRY(rl_opt_string(opts, name, "kind", NULL, &s));
-    if (!s) return rl_error(RL_EARG, "layer '%s': missing option kind (add, concat or mul)", name);
+    if (!s)
+        return rl_error(RL_EARG, RL_LAYER_WHERE ": missing option kind (add, concat or mul)", name,
+                        "combine");
     combine_kind kind;
     if (strcmp(s, "add") == 0)
         kind = COMBINE_ADD;
@@ -70,19 +72,21 @@ rl_status rl_combine_create(rl_layer **out, const char *name, const rl_options *
     else if (strcmp(s, "mul") == 0)
         kind = COMBINE_MUL;
     else
-        return rl_error(RL_EARG, "layer '%s': unknown combine kind '%s' (add, concat or mul)", name,
-                        s);
-    if (n_in < 1) return rl_error(RL_EARG, "layer '%s' (combine): needs at least one input", name);
+        return rl_error(RL_EARG, RL_LAYER_WHERE ": unknown combine kind '%s' (add, concat or mul)",
+                        name, "combine", s);
+    if (n_in < 1)
+        return rl_error(RL_EARG, RL_LAYER_WHERE ": needs at least one input", name, "combine");
     if (kind == COMBINE_MUL && n_in != 2)
-        return rl_error(RL_EARG, "layer '%s': combine kind mul takes two inputs, got %d", name,
-                        n_in);
+        return rl_error(RL_EARG, RL_LAYER_WHERE ": combine kind mul takes two inputs, got %d", name,
+                        "combine", n_in);
     int64_t n_out = 0;
     for (int i = 0; i < n_in; i++) {
         if (kind != COMBINE_CONCAT && in_dims[i] != in_dims[0])
             return rl_error(RL_ESHAPE,
-                            "layer '%s': combine kind %s needs inputs of one dim, input %d has "
+                            RL_LAYER_WHERE
+                            ": combine kind %s needs inputs of one dim, input %d has "
                             "%" PRId64 ", input 1 has %" PRId64,
-                            name, s, i + 1, in_dims[i], in_dims[0]);
+                            name, "combine", s, i + 1, in_dims[i], in_dims[0]);
         n_out = kind == COMBINE_CONCAT ? n_out + in_dims[i] : in_dims[0];
     }
     RL_TRY(rl_layer_alloc(out, sizeof(combine_layer), &combine_ops, name, n_in, in_dims));

@@ -91,7 +91,8 @@ static rl_status cols_cuda(conv2d_layer *C, const rl_tensor *sizes, const rl_ten
     return rl_image_cuda_row_mask(dt, &C->g, ds + 2 * B, rl_tensor_data(&C->mask));
 #else
     (void)sizes, (void)xc;
-    return rl_error(RL_EDEVICE, "layer '%s' (conv2d): rnnlua was built without CUDA", C->base.name);
+    return rl_error(RL_EDEVICE, RL_LAYER_WHERE ": rnnlua was built without CUDA", C->base.name,
+                    "conv2d");
 #endif
 }
 
@@ -168,7 +169,8 @@ static rl_status col2im_cuda(conv2d_layer *C, rl_tensor *grad_in) {
                                 rl_tensor_data(&C->dcols), rl_tensor_data(grad_in));
 #else
     (void)grad_in;
-    return rl_error(RL_EDEVICE, "layer '%s' (conv2d): rnnlua was built without CUDA", C->base.name);
+    return rl_error(RL_EDEVICE, RL_LAYER_WHERE ": rnnlua was built without CUDA", C->base.name,
+                    "conv2d");
 #endif
 }
 
@@ -177,7 +179,7 @@ static rl_status conv2d_backward(rl_layer *l, rl_layer_io *io, const rl_tensor *
     conv2d_layer *C = (conv2d_layer *)l;
     (void)io;
     if (!grad_out)
-        return rl_error(RL_EARG, "layer '%s' (conv2d): backward needs grad_out", l->name);
+        return rl_error(RL_EARG, RL_LAYER_WHERE ": backward needs grad_out", l->name, "conv2d");
     rl_dtype dt = l->out.dtype;
     int64_t R = C->g.Ho * C->g.Wo * C->g.B, KF = C->fh * C->fw * C->g.F;
     RL_TRY(rl_buffer_ensure(&C->dz, dt, C->dev, 4, l->out.shape));
@@ -238,9 +240,9 @@ rl_status rl_conv2d_create(rl_layer **out, const char *name, const rl_options *o
     *out = NULL;
     if (n_in != 1)
         return rl_error(RL_EARG,
-                        "layer '%s' (conv2d): takes one input, got %d (concatenate images with a "
-                        "copy layer)",
-                        name, n_in);
+                        RL_LAYER_WHERE ": takes one input, got %d (concatenate images with a "
+                                       "copy layer)",
+                        name, "conv2d", n_in);
     int64_t n_out, fsize[2], strides[2];
     const char *pad, *act_s;
     bool with_bias;
@@ -250,9 +252,8 @@ rl_status rl_conv2d_create(rl_layer **out, const char *name, const rl_options *o
     RL_TRY(rl_opt_pair(opts, name, "strides", 1, 1, false, strides));
     RL_TRY(rl_opt_string(opts, name, "padding", "same", &pad));
     if (strcmp(pad, "same") != 0 && strcmp(pad, "valid") != 0)
-        return rl_error(RL_EARG,
-                        "layer '%s' (conv2d): padding must be \"same\" or \"valid\", got '%s'",
-                        name, pad);
+        return rl_error(RL_EARG, RL_LAYER_WHERE ": padding must be \"same\" or \"valid\", got '%s'",
+                        name, "conv2d", pad);
     RL_TRY(rl_opt_string(opts, name, "activation", "identity", &act_s));
     RL_TRY(rl_activation_parse(act_s, name, &act));
     RL_TRY(rl_opt_bool(opts, name, "with_bias", true, &with_bias));

@@ -27,7 +27,8 @@ static const rl_layer_ops copy_ops = {
 rl_status rl_copy_create(rl_layer **out, const char *name, const rl_options *opts, int n_in,
                          const int64_t *in_dims) {
     (void)opts;
-    if (n_in < 1) return rl_error(RL_EARG, "layer '%s' (copy): needs at least one input", name);
+    if (n_in < 1)
+        return rl_error(RL_EARG, RL_LAYER_WHERE ": needs at least one input", name, "copy");
     RL_TRY(rl_layer_alloc(out, sizeof(rl_layer), &copy_ops, name, n_in, in_dims));
     for (int i = 0; i < n_in; i++)
         (*out)->n_out += in_dims[i];

@@ -30,8 +30,8 @@ static rl_status dropout_forward(rl_layer *l, rl_layer_io *io) {
     D->masked = io->train && D->p > 0;
     if (D->masked) {
         if (!io->rng)
-            return rl_error(RL_EARG, "layer '%s' (dropout): training needs a random generator",
-                            l->name);
+            return rl_error(RL_EARG, RL_LAYER_WHERE ": training needs a random generator", l->name,
+                            "dropout");
         RL_TRY(rl_buffer_ensure(&D->mask, dt, dev, 3, shape));
         RL_TRY(rl_op_uniform(&D->mask, io->rng, 0.0, 1.0));
         RL_TRY(rl_op_binary_scalar(&D->mask, &D->mask, D->p, RL_BIN_GE, false));
@@ -57,7 +57,7 @@ static rl_status dropout_backward(rl_layer *l, rl_layer_io *io, const rl_tensor 
                                   rl_tensor *const *grad_in) {
     dropout_layer *D = (dropout_layer *)l;
     if (!grad_out)
-        return rl_error(RL_EARG, "layer '%s' (dropout): backward needs grad_out", l->name);
+        return rl_error(RL_EARG, RL_LAYER_WHERE ": backward needs grad_out", l->name, "dropout");
     int64_t off = 0;
     for (int i = 0; i < io->n_in; i++) {
         if (grad_in[i]) {
@@ -87,13 +87,16 @@ static const rl_layer_ops dropout_ops = {.class_name = "dropout",
 rl_status rl_dropout_create(rl_layer **out, const char *name, const rl_options *opts, int n_in,
                             const int64_t *in_dims) {
     *out = NULL;
-    if (n_in < 1) return rl_error(RL_EARG, "layer '%s' (dropout): needs at least one input", name);
+    if (n_in < 1)
+        return rl_error(RL_EARG, RL_LAYER_WHERE ": needs at least one input", name, "dropout");
     double p = 0;
     int found = 0;
     RL_TRY(opts->number(opts->ctx, "dropout", &p, &found));
-    if (!found) return rl_error(RL_EARG, "layer '%s': missing option dropout", name);
+    if (!found)
+        return rl_error(RL_EARG, RL_LAYER_WHERE ": missing option dropout", name, "dropout");
     if (!(p >= 0.0 && p < 1.0))
-        return rl_error(RL_EARG, "layer '%s': option dropout = %g must be in [0, 1)", name, p);
+        return rl_error(RL_EARG, RL_LAYER_WHERE ": option dropout = %g must be in [0, 1)", name,
+                        "dropout", p);
     RL_TRY(rl_layer_alloc(out, sizeof(dropout_layer), &dropout_ops, name, n_in, in_dims));
     ((dropout_layer *)*out)->p = p;
     for (int i = 0; i < n_in; i++)

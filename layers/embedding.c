@@ -76,17 +76,17 @@ static rl_status check_io(const rl_layer *l, const rl_layer_io *io, int64_t *T, 
     char s[128];
     if (io->n_in != 1 || !rl_layer_input_sparse(l, io->in[0]))
         return rl_error(RL_EDTYPE,
-                        "layer '%s' (embedding): the input must be (T, B) int32 class indices "
-                        "(a sparse input), got %s",
-                        l->name,
+                        RL_LAYER_WHERE ": the input must be (T, B) int32 class indices "
+                                       "(a sparse input), got %s",
+                        l->name, "embedding",
                         io->n_in == 1 && io->in[0] && io->in[0]->storage
                             ? rl_tensor_describe(io->in[0], s, sizeof s)
                             : "another number of inputs");
     RL_TRY(rl_layer_check_inputs(l, io, T, B));
     const rl_param *W = &l->params[0];
     if (!W->value.storage || !W->grad.storage)
-        return rl_error(RL_EARG, "layer '%s' (embedding): W is not bound to a parameter buffer",
-                        l->name);
+        return rl_error(RL_EARG, RL_LAYER_WHERE ": W is not bound to a parameter buffer", l->name,
+                        "embedding");
     return RL_OK;
 }
 
@@ -151,9 +151,9 @@ static rl_status embedding_backward(rl_layer *l, rl_layer_io *io, const rl_tenso
         grad_out->shape[2] != D || grad_out->dtype != W->grad.dtype ||
         !rl_device_eq(rl_tensor_device(grad_out), rl_tensor_device(&W->grad)))
         return rl_error(RL_ESHAPE,
-                        "layer '%s' (embedding): grad_out must be a (%" PRId64 ", %" PRId64
-                        ", %" PRId64 ") %s tensor on W's device, got %s",
-                        l->name, T, B, D, rl_dtype_name(W->grad.dtype),
+                        RL_LAYER_WHERE ": grad_out must be a (%" PRId64 ", %" PRId64 ", %" PRId64
+                                       ") %s tensor on W's device, got %s",
+                        l->name, "embedding", T, B, D, rl_dtype_name(W->grad.dtype),
                         grad_out ? rl_tensor_describe(grad_out, s, sizeof s) : "nothing");
     rl_tensor g = {0};
     int64_t rows[2] = {T * B, D};
@@ -165,9 +165,9 @@ static rl_status embedding_backward(rl_layer *l, rl_layer_io *io, const rl_tenso
         if (T * B > INT32_MAX) {
             rl_tensor_release(&g);
             return rl_error(RL_EARG,
-                            "layer '%s' (embedding): %" PRId64 " frames (T*B) are more than the "
-                            "CUDA backward's int32 frame indices hold",
-                            l->name, T * B);
+                            RL_LAYER_WHERE ": %" PRId64 " frames (T*B) are more than the "
+                                           "CUDA backward's int32 frame indices hold",
+                            l->name, "embedding", T * B);
         }
         int64_t np = 2 * T * B, n = 3 * T * B + 1;
         rl_status st = rl_buffer_ensure(&E->pairs, RL_INT32, RL_DEVICE_CPU, 1, &np);
@@ -208,8 +208,8 @@ rl_status rl_embedding_create(rl_layer **out, const char *name, const rl_options
                               const int64_t *in_dims) {
     *out = NULL;
     if (n_in != 1)
-        return rl_error(RL_EARG, "layer '%s' (embedding): takes exactly one sparse input, %d given",
-                        name, n_in);
+        return rl_error(RL_EARG, RL_LAYER_WHERE ": takes exactly one sparse input, %d given", name,
+                        "embedding", n_in);
     int64_t n_out;
     RL_TRY(rl_opt_int(opts, name, "n_out", 0, 1, true, &n_out));
     RL_TRY(rl_layer_alloc(out, sizeof(embedding_layer), &embedding_ops, name, n_in, in_dims));

@@ -51,8 +51,8 @@ static rl_status forward_cuda(global_pool_layer *g, const rl_tensor *x) {
     return st;
 #else
     (void)x;
-    return rl_error(RL_EDEVICE, "layer '%s' (global_pool): rnnlua was built without CUDA",
-                    g->base.name);
+    return rl_error(RL_EDEVICE, RL_LAYER_WHERE ": rnnlua was built without CUDA", g->base.name,
+                    "global_pool");
 #endif
 }
 
@@ -64,8 +64,8 @@ static rl_status backward_cuda(global_pool_layer *g, const rl_tensor *gc, rl_ten
         g->max ? rl_tensor_data(&g->arg) : NULL, rl_tensor_data(gc), rl_tensor_data(grad_in));
 #else
     (void)gc, (void)grad_in;
-    return rl_error(RL_EDEVICE, "layer '%s' (global_pool): rnnlua was built without CUDA",
-                    g->base.name);
+    return rl_error(RL_EDEVICE, RL_LAYER_WHERE ": rnnlua was built without CUDA", g->base.name,
+                    "global_pool");
 #endif
 }
 
@@ -128,7 +128,8 @@ static rl_status global_pool_backward(rl_layer *l, rl_layer_io *io, const rl_ten
     global_pool_layer *g = (global_pool_layer *)l;
     (void)io;
     if (!grad_out)
-        return rl_error(RL_EARG, "layer '%s' (global_pool): backward needs grad_out", l->name);
+        return rl_error(RL_EARG, RL_LAYER_WHERE ": backward needs grad_out", l->name,
+                        "global_pool");
     if (!grad_in[0]) return RL_OK;
     rl_tensor gc = {0};
     if (g->dev.type != RL_CPU) {
@@ -193,15 +194,14 @@ rl_status rl_global_pool_create(rl_layer **out, const char *name, const rl_optio
     *out = NULL;
     if (n_in != 1)
         return rl_error(RL_EARG,
-                        "layer '%s' (global_pool): takes one input, got %d (concatenate images "
-                        "with a copy layer)",
-                        name, n_in);
+                        RL_LAYER_WHERE ": takes one input, got %d (concatenate images "
+                                       "with a copy layer)",
+                        name, "global_pool", n_in);
     const char *m;
     RL_TRY(rl_opt_string(opts, name, "mode", "mean", &m));
     if (strcmp(m, "mean") != 0 && strcmp(m, "max") != 0)
-        return rl_error(RL_EARG,
-                        "layer '%s' (global_pool): mode must be \"mean\" or \"max\", got '%s'",
-                        name, m);
+        return rl_error(RL_EARG, RL_LAYER_WHERE ": mode must be \"mean\" or \"max\", got '%s'",
+                        name, "global_pool", m);
     RL_TRY(rl_layer_alloc(out, sizeof(global_pool_layer), &global_pool_ops, name, n_in, in_dims));
     ((global_pool_layer *)*out)->max = strcmp(m, "max") == 0;
     (*out)->n_out = in_dims[0];

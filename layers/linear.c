@@ -27,9 +27,10 @@ static rl_status rows_of(rl_tensor *out, const rl_tensor *t, bool writable, cons
     if (writable && out->storage != t->storage) {
         rl_tensor_release(out);
         return rl_error(RL_ESHAPE,
-                        "layer '%s': a gradient buffer whose (T, B) dims cannot be merged into "
+                        RL_LAYER_WHERE
+                        ": a gradient buffer whose (T, B) dims cannot be merged into "
                         "one is not supported",
-                        layer);
+                        layer, "linear");
     }
     return RL_OK;
 }
@@ -37,12 +38,13 @@ static rl_status rows_of(rl_tensor *out, const rl_tensor *t, bool writable, cons
 static rl_status check_param(const rl_layer *l, const rl_param *p, const rl_tensor *like) {
     char s[128];
     if (!p->value.storage || !p->grad.storage)
-        return rl_error(RL_EARG, "layer '%s': parameter %s is not bound to a buffer", l->name,
-                        p->name);
+        return rl_error(RL_EARG, RL_LAYER_WHERE ": parameter %s is not bound to a buffer", l->name,
+                        "linear", p->name);
     if (p->value.dtype != like->dtype ||
         !rl_device_eq(rl_tensor_device(&p->value), rl_tensor_device(like)))
-        return rl_error(RL_EDTYPE, "layer '%s': parameter %s is %s, the input %s", l->name, p->name,
-                        rl_dtype_name(p->value.dtype), rl_tensor_describe(like, s, sizeof s));
+        return rl_error(RL_EDTYPE, RL_LAYER_WHERE ": parameter %s is %s, the input %s", l->name,
+                        "linear", p->name, rl_dtype_name(p->value.dtype),
+                        rl_tensor_describe(like, s, sizeof s));
     return RL_OK;
 }
 
@@ -58,7 +60,8 @@ rl_status rl_affine_forward(const rl_layer *l, const rl_layer_io *io, const rl_p
     for (int i = 0; i < io->n_in && st == RL_OK; i++)
         if (rl_layer_input_sparse(l, io->in[i]) && rl_tensor_device(&W->value).type != RL_CPU)
             st = rl_error(RL_EDEVICE,
-                          "layer '%s': class-index inputs work on the CPU only (for now)", l->name);
+                          RL_LAYER_WHERE ": class-index inputs work on the CPU only (for now)",
+                          l->name, "linear");
     int64_t off = 0;
     for (int i = 0; i < io->n_in && st == RL_OK; i++) {
         rl_tensor x2 = {0}, Wi = {0};
@@ -154,7 +157,7 @@ static rl_status linear_backward(rl_layer *l, rl_layer_io *io, const rl_tensor *
                                  rl_tensor *const *grad_in) {
     linear_layer *L = (linear_layer *)l;
     if (!grad_out)
-        return rl_error(RL_EARG, "layer '%s' (linear): backward needs grad_out", l->name);
+        return rl_error(RL_EARG, RL_LAYER_WHERE ": backward needs grad_out", l->name, "linear");
     const rl_tensor *dz = grad_out;
     if (L->act != RL_ACT_IDENTITY) {
         RL_TRY(
@@ -181,7 +184,8 @@ static const rl_layer_ops linear_ops = {.class_name = "linear",
 rl_status rl_linear_create(rl_layer **out, const char *name, const rl_options *opts, int n_in,
                            const int64_t *in_dims) {
     *out = NULL;
-    if (n_in < 1) return rl_error(RL_EARG, "layer '%s' (linear): needs at least one input", name);
+    if (n_in < 1)
+        return rl_error(RL_EARG, RL_LAYER_WHERE ": needs at least one input", name, "linear");
     int64_t n_out;
     const char *s;
     bool with_bias;

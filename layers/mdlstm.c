@@ -243,8 +243,8 @@ static rl_status ensure_cells(mdlstm_layer *L, int64_t cap) {
     if (cap <= L->cells_cap) return RL_OK;
     int64_t *p = realloc(L->cells, (size_t)(L->ndirs * cap) * sizeof *p);
     if (!p)
-        return rl_error(RL_ENOMEM, "layer '%s' (mdlstm): out of memory for %" PRId64 " cells",
-                        L->base.name, cap);
+        return rl_error(RL_ENOMEM, RL_LAYER_WHERE ": out of memory for %" PRId64 " cells",
+                        L->base.name, "mdlstm", cap);
     L->cells = p;
     L->cells_cap = cap;
     return RL_OK;
@@ -291,9 +291,9 @@ static rl_status check_device(const rl_layer *l, rl_device dev) {
 #ifndef RL_WITH_CUDA
     if (dev.type != RL_CPU)
         return rl_error(RL_EDEVICE,
-                        "layer '%s' (mdlstm): the inputs are on a CUDA device, but rnnlua was "
-                        "built without CUDA",
-                        l->name);
+                        RL_LAYER_WHERE ": the inputs are on a CUDA device, but rnnlua was "
+                                       "built without CUDA",
+                        l->name, "mdlstm");
 #else
     (void)l, (void)dev;
 #endif
@@ -305,8 +305,8 @@ static rl_status check_on(const rl_layer *l, const rl_tensor *t, const char *wha
     char s[96], dn[32];
     if (rl_device_eq(rl_tensor_device(t), dev)) return RL_OK;
     rl_device_name(dev, dn, sizeof dn);
-    return rl_error(RL_EDEVICE, "layer '%s' (mdlstm): %s is %s, expected a tensor on %s", l->name,
-                    what, rl_tensor_describe(t, s, sizeof s), dn);
+    return rl_error(RL_EDEVICE, RL_LAYER_WHERE ": %s is %s, expected a tensor on %s", l->name,
+                    "mdlstm", what, rl_tensor_describe(t, s, sizeof s), dn);
 }
 
 /* The CPU sweeps. Directions never read each other's cells, so each runs all its diagonals
@@ -484,14 +484,16 @@ static rl_status device_cells(mdlstm_layer *L, rl_device dev, const int32_t *sz)
         char *p = realloc(L->dhost, bytes);
         if (!p)
             return rl_error(RL_ENOMEM,
-                            "layer '%s' (mdlstm): out of host memory for %" PRId64 " cell lists",
-                            L->base.name, cap);
+                            RL_LAYER_WHERE ": out of host memory for %" PRId64 " cell lists",
+                            L->base.name, "mdlstm", cap);
         L->dhost = p;
         L->dhost_bytes = bytes;
     }
     if (H + W > L->dfirst_cap) {
         int64_t *p = realloc(L->dfirst, (size_t)(H + W) * sizeof *p);
-        if (!p) return rl_error(RL_ENOMEM, "layer '%s' (mdlstm): out of host memory", L->base.name);
+        if (!p)
+            return rl_error(RL_ENOMEM, RL_LAYER_WHERE ": out of host memory", L->base.name,
+                            "mdlstm");
         L->dfirst = p;
         L->dfirst_cap = H + W;
     }
@@ -618,7 +620,7 @@ static rl_status mdlstm_backward(rl_layer *l, rl_layer_io *io, const rl_tensor *
     int64_t N = H * W * B, ldz = nd * 5 * D, ldh = nd * D;
     char s1[96], s2[96];
     if (!L->have_forward)
-        return rl_error(RL_EARG, "layer '%s' (mdlstm): backward without a forward", l->name);
+        return rl_error(RL_EARG, RL_LAYER_WHERE ": backward without a forward", l->name, "mdlstm");
     rl_dtype dt = L->z.dtype;
     rl_device dev = rl_tensor_device(&L->z);
     rl_mat dout = {NULL, 0};
@@ -626,10 +628,10 @@ static rl_status mdlstm_backward(rl_layer *l, rl_layer_io *io, const rl_tensor *
         if (grad_out->ndim != 4 || grad_out->shape[0] != H || grad_out->shape[1] != W ||
             grad_out->shape[2] != B || grad_out->shape[3] != l->n_out || grad_out->dtype != dt)
             return rl_error(RL_ESHAPE,
-                            "layer '%s' (mdlstm): grad_out is %s, expected (%" PRId64 ", %" PRId64
-                            ", %" PRId64 ", %" PRId64 ") %s",
-                            l->name, rl_tensor_describe(grad_out, s1, sizeof s1), H, W, B, l->n_out,
-                            rl_dtype_name(dt));
+                            RL_LAYER_WHERE ": grad_out is %s, expected (%" PRId64 ", %" PRId64
+                                           ", %" PRId64 ", %" PRId64 ") %s",
+                            l->name, "mdlstm", rl_tensor_describe(grad_out, s1, sizeof s1), H, W, B,
+                            l->n_out, rl_dtype_name(dt));
         RL_TRY(check_on(l, grad_out, "grad_out", dev));
         if (!fold_hwb(grad_out, &dout)) {
             RL_TRY(rl_buffer_ensure(&L->gout, dt, dev, 4, grad_out->shape));
@@ -640,8 +642,8 @@ static rl_status mdlstm_backward(rl_layer *l, rl_layer_io *io, const rl_tensor *
     for (int k = 0; k < io->n_in; k++) {
         rl_tensor *gi = grad_in ? grad_in[k] : NULL;
         if (gi && (!rl_tensor_same_shape(gi, io->in[k]) || gi->dtype != dt))
-            return rl_error(RL_ESHAPE, "layer '%s' (mdlstm): grad_in[%d] is %s, expected %s",
-                            l->name, k + 1, rl_tensor_describe(gi, s1, sizeof s1),
+            return rl_error(RL_ESHAPE, RL_LAYER_WHERE ": grad_in[%d] is %s, expected %s", l->name,
+                            "mdlstm", k + 1, rl_tensor_describe(gi, s1, sizeof s1),
                             rl_tensor_describe(io->in[k], s2, sizeof s2));
         RL_TRY(check_on(l, io->in[k], "an input", dev));
         if (gi) RL_TRY(check_on(l, gi, "an input gradient", dev));
@@ -810,21 +812,21 @@ static rl_status parse_dirs(const char *name, const char *s, int *dirs, int *nd)
             if (len == 2 && strncmp(p, DIR_NAMES[k], 2) == 0) found = k;
         if (found < 0)
             return rl_error(RL_EARG,
-                            "layer '%s' (mdlstm): unknown direction '%.*s' in directions = "
-                            "\"%s\" (known: tl, tr, bl, br)",
-                            name, (int)(len < 32 ? len : 32), p, s);
+                            RL_LAYER_WHERE ": unknown direction '%.*s' in directions = "
+                                           "\"%s\" (known: tl, tr, bl, br)",
+                            name, "mdlstm", (int)(len < 32 ? len : 32), p, s);
         for (int k = 0; k < *nd; k++)
             if (dirs[k] == found)
                 return rl_error(RL_EARG,
-                                "layer '%s' (mdlstm): direction %s given twice in directions = "
-                                "\"%s\"",
-                                name, DIR_NAMES[found], s);
+                                RL_LAYER_WHERE ": direction %s given twice in directions = "
+                                               "\"%s\"",
+                                name, "mdlstm", DIR_NAMES[found], s);
         dirs[(*nd)++] = found;
         p += len;
     }
     if (*nd == 0)
-        return rl_error(RL_EARG, "layer '%s' (mdlstm): directions = \"%s\" names no direction",
-                        name, s);
+        return rl_error(RL_EARG, RL_LAYER_WHERE ": directions = \"%s\" names no direction", name,
+                        "mdlstm", s);
     return RL_OK;
 }
 
@@ -835,26 +837,27 @@ rl_status rl_mdlstm_create(rl_layer **out, const char *name, const rl_options *o
     const char *dirs_s, *combine, *cell;
     int dirs[MAX_DIRS], nd;
     *out = NULL;
-    if (n_in < 1) return rl_error(RL_EARG, "layer '%s' (mdlstm): needs at least one input", name);
+    if (n_in < 1)
+        return rl_error(RL_EARG, RL_LAYER_WHERE ": needs at least one input", name, "mdlstm");
     RL_TRY(rl_opt_int(opts, name, "n_out", 0, 1, true, &D));
     RL_TRY(rl_opt_string(opts, name, "directions", "tl,tr,bl,br", &dirs_s));
     RL_TRY(parse_dirs(name, dirs_s, dirs, &nd));
     RL_TRY(rl_opt_string(opts, name, "combine", "concat", &combine));
     if (strcmp(combine, "concat") != 0 && strcmp(combine, "sum") != 0)
         return rl_error(RL_EARG,
-                        "layer '%s' (mdlstm): combine = \"%s\", expected \"concat\" or \"sum\"",
-                        name, combine);
+                        RL_LAYER_WHERE ": combine = \"%s\", expected \"concat\" or \"sum\"", name,
+                        "mdlstm", combine);
     RL_TRY(rl_opt_string(opts, name, "cell", "standard", &cell));
     if (strcmp(cell, "standard") != 0 && strcmp(cell, "stable") != 0)
         return rl_error(RL_EARG,
-                        "layer '%s' (mdlstm): cell = \"%s\", expected \"standard\" or \"stable\"",
-                        name, cell);
+                        RL_LAYER_WHERE ": cell = \"%s\", expected \"standard\" or \"stable\"", name,
+                        "mdlstm", cell);
     RL_TRY(rl_opt_number(opts, name, "forget_bias", 0.0, &fb));
     int64_t F = 0;
     for (int k = 0; k < n_in; k++) {
         if (in_dims[k] < 1)
-            return rl_error(RL_ESHAPE, "layer '%s' (mdlstm): input %d has %" PRId64 " features",
-                            name, k + 1, in_dims[k]);
+            return rl_error(RL_ESHAPE, RL_LAYER_WHERE ": input %d has %" PRId64 " features", name,
+                            "mdlstm", k + 1, in_dims[k]);
         F += in_dims[k];
     }
     rl_layer *l;

@@ -120,7 +120,8 @@ static rl_status forward_cuda(pool2d_layer *P, const rl_tensor *sizes, const rl_
                                       P->max ? rl_tensor_data(&P->darg) : NULL);
 #else
     (void)sizes, (void)xc;
-    return rl_error(RL_EDEVICE, "layer '%s' (pool2d): rnnlua was built without CUDA", P->base.name);
+    return rl_error(RL_EDEVICE, RL_LAYER_WHERE ": rnnlua was built without CUDA", P->base.name,
+                    "pool2d");
 #endif
 }
 
@@ -133,7 +134,8 @@ static rl_status backward_cuda(pool2d_layer *P, const rl_tensor *gc, rl_tensor *
                                        rl_tensor_data(grad_in));
 #else
     (void)gc, (void)grad_in;
-    return rl_error(RL_EDEVICE, "layer '%s' (pool2d): rnnlua was built without CUDA", P->base.name);
+    return rl_error(RL_EDEVICE, RL_LAYER_WHERE ": rnnlua was built without CUDA", P->base.name,
+                    "pool2d");
 #endif
 }
 
@@ -188,7 +190,7 @@ static rl_status pool2d_backward(rl_layer *l, rl_layer_io *io, const rl_tensor *
     pool2d_layer *P = (pool2d_layer *)l;
     (void)io;
     if (!grad_out)
-        return rl_error(RL_EARG, "layer '%s' (pool2d): backward needs grad_out", l->name);
+        return rl_error(RL_EARG, RL_LAYER_WHERE ": backward needs grad_out", l->name, "pool2d");
     if (!grad_in[0]) return RL_OK;
     rl_tensor gc = {0};
     if (P->dev.type != RL_CPU) {
@@ -256,9 +258,9 @@ rl_status rl_pool2d_create(rl_layer **out, const char *name, const rl_options *o
     *out = NULL;
     if (n_in != 1)
         return rl_error(RL_EARG,
-                        "layer '%s' (pool2d): takes one input, got %d (concatenate images with a "
-                        "copy layer)",
-                        name, n_in);
+                        RL_LAYER_WHERE ": takes one input, got %d (concatenate images with a "
+                                       "copy layer)",
+                        name, "pool2d", n_in);
     int64_t psize[2], strides[2];
     const char *mode, *pad;
     RL_TRY(rl_opt_pair(opts, name, "pool_size", 0, 1, true, psize));
@@ -271,12 +273,11 @@ rl_status rl_pool2d_create(rl_layer **out, const char *name, const rl_options *o
     RL_TRY(rl_opt_string(opts, name, "mode", "max", &mode));
     RL_TRY(rl_opt_string(opts, name, "padding", "valid", &pad));
     if (strcmp(mode, "max") != 0 && strcmp(mode, "avg") != 0)
-        return rl_error(RL_EARG, "layer '%s' (pool2d): mode must be \"max\" or \"avg\", got '%s'",
-                        name, mode);
+        return rl_error(RL_EARG, RL_LAYER_WHERE ": mode must be \"max\" or \"avg\", got '%s'", name,
+                        "pool2d", mode);
     if (strcmp(pad, "same") != 0 && strcmp(pad, "valid") != 0)
-        return rl_error(RL_EARG,
-                        "layer '%s' (pool2d): padding must be \"same\" or \"valid\", got '%s'",
-                        name, pad);
+        return rl_error(RL_EARG, RL_LAYER_WHERE ": padding must be \"same\" or \"valid\", got '%s'",
+                        name, "pool2d", pad);
     RL_TRY(rl_layer_alloc(out, sizeof(pool2d_layer), &pool2d_ops, name, n_in, in_dims));
     pool2d_layer *P = (pool2d_layer *)*out;
     P->ph = psize[0];

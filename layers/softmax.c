@@ -93,25 +93,25 @@ static int32_t label_class(int32_t k, int64_t blank) { return k < blank ? k : k 
 /* CTC loss of a forward with a target: loss, gradient cg, skipped sequences, label errors. */
 static rl_status ctc_forward(softmax_layer *S, rl_layer_io *io, int64_t T, int64_t B) {
     rl_layer *l = &S->base;
-    char who[RL_LAYER_NAME_MAX + 16], s1[128];
-    snprintf(who, sizeof who, "layer '%s'", l->name);
+    char who[RL_LAYER_NAME_MAX + 32], s1[128];
+    snprintf(who, sizeof who, RL_LAYER_WHERE, l->name, "softmax");
     const rl_tensor *y = io->target, *yl = io->target_lengths;
     if (!yl)
         return rl_error(RL_EARG,
-                        "layer '%s': loss 'ctc' needs the target's own lengths "
-                        "(batch.lengths_<key>, as rl.batches gives them)",
-                        l->name);
+                        RL_LAYER_WHERE ": loss 'ctc' needs the target's own lengths "
+                                       "(batch.lengths_<key>, as rl.batches gives them)",
+                        l->name, "softmax");
     if (y->ndim != 2 || y->dtype != RL_INT32 || y->shape[1] != B)
         return rl_error(RL_ESHAPE,
-                        "layer '%s': the ctc target must be (S, %" PRId64 ") int32, got %s",
-                        l->name, B, rl_tensor_describe(y, s1, sizeof s1));
+                        RL_LAYER_WHERE ": the ctc target must be (S, %" PRId64 ") int32, got %s",
+                        l->name, "softmax", B, rl_tensor_describe(y, s1, sizeof s1));
     const int64_t Smax = y->shape[0], n_labels = l->n_out - 1;
     if (yl->ndim != 1 || yl->dtype != RL_INT32 || yl->shape[0] != B ||
         rl_tensor_device(yl).type != RL_CPU)
         return rl_error(RL_ESHAPE,
-                        "layer '%s': the target lengths must be a (%" PRId64
-                        ") int32 CPU tensor, got %s",
-                        l->name, B, rl_tensor_describe(yl, s1, sizeof s1));
+                        RL_LAYER_WHERE ": the target lengths must be a (%" PRId64
+                                       ") int32 CPU tensor, got %s",
+                        l->name, "softmax", B, rl_tensor_describe(yl, s1, sizeof s1));
     /* the labels on the host as classes, (B, S), checked against the target's labels */
     rl_tensor yh = {0};
     if (rl_tensor_device(y).type == RL_CPU)
@@ -126,18 +126,18 @@ static rl_status ctc_forward(softmax_layer *S, rl_layer_io *io, int64_t T, int64
         int64_t Sb = (int64_t)rl_tensor_get(yl, &b);
         if (Sb < 0 || Sb > Smax) {
             st = rl_error(RL_EINDEX,
-                          "layer '%s': sequence %" PRId64 ": target length %" PRId64
-                          " is outside 0..%" PRId64 " (S)",
-                          l->name, b + 1, Sb, Smax);
+                          RL_LAYER_WHERE ": sequence %" PRId64 ": target length %" PRId64
+                                         " is outside 0..%" PRId64 " (S)",
+                          l->name, "softmax", b + 1, Sb, Smax);
             break;
         }
         for (int64_t k = 0; k < Smax; k++) {
             int32_t v = k < Sb ? yd[k * yh.stride[0] + b * yh.stride[1]] : 0;
             if (v < 0 || v >= n_labels) {
                 st = rl_error(RL_EINDEX,
-                              "layer '%s': sequence %" PRId64 ": label %d at position %" PRId64
-                              " is outside 0..%" PRId64 " (the target's labels)",
-                              l->name, b + 1, (int)v, k + 1, n_labels - 1);
+                              RL_LAYER_WHERE ": sequence %" PRId64 ": label %d at position %" PRId64
+                                             " is outside 0..%" PRId64 " (the target's labels)",
+                              l->name, "softmax", b + 1, (int)v, k + 1, n_labels - 1);
                 break;
             }
             lab[b * Smax + k] = label_class(v, S->blank);
@@ -170,7 +170,8 @@ static rl_status ctc_forward(softmax_layer *S, rl_layer_io *io, int64_t T, int64
             S->dec = p;
             S->dec_cap = (size_t)T;
         } else {
-            st = rl_error(RL_ENOMEM, "layer '%s': out of memory (ctc decode)", l->name);
+            st = rl_error(RL_ENOMEM, RL_LAYER_WHERE ": out of memory (ctc decode)", l->name,
+                          "softmax");
         }
     }
     if (st == RL_OK && S->row_cap < (size_t)Smax + 1) {
@@ -179,7 +180,8 @@ static rl_status ctc_forward(softmax_layer *S, rl_layer_io *io, int64_t T, int64
             S->row = p;
             S->row_cap = (size_t)Smax + 1;
         } else {
-            st = rl_error(RL_ENOMEM, "layer '%s': out of memory (edit distance)", l->name);
+            st = rl_error(RL_ENOMEM, RL_LAYER_WHERE ": out of memory (edit distance)", l->name,
+                          "softmax");
         }
     }
     double loss = 0, skipped = 0, errors = 0, nlab = 0;
@@ -289,12 +291,12 @@ static rl_status softmax_backward(rl_layer *l, rl_layer_io *io, const rl_tensor 
                                   rl_tensor *const *grad_in) {
     softmax_layer *S = (softmax_layer *)l;
     if (!grad_out && !l->is_loss)
-        return rl_error(RL_EARG, "layer '%s' (softmax without a loss): backward needs grad_out",
-                        l->name);
+        return rl_error(RL_EARG, RL_LAYER_WHERE ": without a loss, backward needs grad_out",
+                        l->name, "softmax");
     if (!grad_out && !S->ce_ready && !S->ctc_ready)
         return rl_error(RL_EARG,
-                        "layer '%s': backward from the %s loss needs a forward with a target",
-                        l->name, S->ctc ? "ctc" : "ce");
+                        RL_LAYER_WHERE ": backward from the %s loss needs a forward with a target",
+                        l->name, "softmax", S->ctc ? "ctc" : "ce");
     const rl_tensor *p = &l->out;
     rl_tensor *dz = &S->dz;
     if (grad_out) {
@@ -364,7 +366,8 @@ static const rl_layer_ops softmax_ops = {.class_name = "softmax",
 rl_status rl_softmax_create(rl_layer **out, const char *name, const rl_options *opts, int n_in,
                             const int64_t *in_dims) {
     *out = NULL;
-    if (n_in < 1) return rl_error(RL_EARG, "layer '%s' (softmax): needs at least one input", name);
+    if (n_in < 1)
+        return rl_error(RL_EARG, RL_LAYER_WHERE ": needs at least one input", name, "softmax");
     int64_t n_out;
     bool with_bias;
     const char *loss;
@@ -372,26 +375,29 @@ rl_status rl_softmax_create(rl_layer **out, const char *name, const rl_options *
     RL_TRY(rl_opt_bool(opts, name, "with_bias", true, &with_bias));
     RL_TRY(rl_opt_string(opts, name, "loss", NULL, &loss));
     if (loss && strcmp(loss, "ce") != 0 && strcmp(loss, "mse") != 0 && strcmp(loss, "ctc") != 0)
-        return rl_error(RL_EARG, "layer '%s': unknown loss '%s' (ce, ctc or mse)", name, loss);
+        return rl_error(RL_EARG, RL_LAYER_WHERE ": unknown loss '%s' (ce, ctc or mse)", name,
+                        "softmax", loss);
     bool ctc = loss && strcmp(loss, "ctc") == 0;
     double smoothing;
     RL_TRY(rl_opt_number(opts, name, "label_smoothing", 0.0, &smoothing));
     if (!(smoothing >= 0 && smoothing < 1))
-        return rl_error(RL_EARG, "layer '%s': label_smoothing = %g is outside [0, 1)", name,
-                        smoothing);
+        return rl_error(RL_EARG, RL_LAYER_WHERE ": label_smoothing = %g is outside [0, 1)", name,
+                        "softmax", smoothing);
     if (smoothing > 0 && !(loss && strcmp(loss, "ce") == 0))
-        return rl_error(RL_EARG, "layer '%s': label_smoothing applies to loss = \"ce\" only", name);
+        return rl_error(RL_EARG, RL_LAYER_WHERE ": label_smoothing applies to loss = \"ce\" only",
+                        name, "softmax");
     int64_t blank = n_out - 1;
     if (ctc) {
         if (n_out < 2)
-            return rl_error(RL_EARG, "layer '%s': loss 'ctc' needs n_out >= 2 (labels + blank)",
-                            name);
+            return rl_error(RL_EARG,
+                            RL_LAYER_WHERE ": loss 'ctc' needs n_out >= 2 (labels + blank)", name,
+                            "softmax");
         RL_TRY(rl_opt_int(opts, name, "blank_index", n_out - 1, 0, false, &blank));
         if (blank >= n_out)
             return rl_error(RL_EARG,
-                            "layer '%s': blank_index = %" PRId64 " is outside 0..%" PRId64
-                            " (n_out - 1)",
-                            name, blank, n_out - 1);
+                            RL_LAYER_WHERE ": blank_index = %" PRId64 " is outside 0..%" PRId64
+                                           " (n_out - 1)",
+                            name, "softmax", blank, n_out - 1);
     }
     RL_TRY(rl_layer_alloc(out, sizeof(softmax_layer), &softmax_ops, name, n_in, in_dims));
     softmax_layer *S = (softmax_layer *)*out;

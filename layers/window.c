@@ -85,7 +85,7 @@ static rl_status window_backward(rl_layer *l, rl_layer_io *io, const rl_tensor *
                                  rl_tensor *const *grad_in) {
     window_layer *w = (window_layer *)l;
     if (!grad_out)
-        return rl_error(RL_EARG, "layer '%s' (window): backward needs grad_out", l->name);
+        return rl_error(RL_EARG, RL_LAYER_WHERE ": backward needs grad_out", l->name, "window");
     int64_t T = grad_out->shape[0], W = w->left + 1 + w->right;
     RL_TRY(
         rl_buffer_ensure(&w->g, grad_out->dtype, rl_tensor_device(grad_out), 3, grad_out->shape));
@@ -134,20 +134,23 @@ static rl_status opt_count(const rl_options *o, const char *layer, const char *k
 rl_status rl_window_create(rl_layer **out, const char *name, const rl_options *opts, int n_in,
                            const int64_t *in_dims) {
     *out = NULL;
-    if (n_in < 1) return rl_error(RL_EARG, "layer '%s' (window): needs at least one input", name);
+    if (n_in < 1)
+        return rl_error(RL_EARG, RL_LAYER_WHERE ": needs at least one input", name, "window");
     int64_t size = 0, left = 0, right = 0;
     bool has_size, has_left, has_right;
     RL_TRY(opt_count(opts, name, "window", 1, &size, &has_size));
     RL_TRY(opt_count(opts, name, "left", 0, &left, &has_left));
     RL_TRY(opt_count(opts, name, "right", 0, &right, &has_right));
     if (has_size && (has_left || has_right))
-        return rl_error(RL_EARG, "layer '%s': give either window or left/right, not both", name);
+        return rl_error(RL_EARG, RL_LAYER_WHERE ": give either window or left/right, not both",
+                        name, "window");
     if (!has_size && !has_left && !has_right)
-        return rl_error(RL_EARG, "layer '%s': missing option window (or left/right)", name);
+        return rl_error(RL_EARG, RL_LAYER_WHERE ": missing option window (or left/right)", name,
+                        "window");
     if (has_size) {
         if (size % 2 == 0)
-            return rl_error(RL_EARG, "layer '%s': option window = %" PRId64 " must be odd", name,
-                            size);
+            return rl_error(RL_EARG, RL_LAYER_WHERE ": option window = %" PRId64 " must be odd",
+                            name, "window", size);
         left = right = (size - 1) / 2;
     }
     RL_TRY(rl_layer_alloc(out, sizeof(window_layer), &window_ops, name, n_in, in_dims));

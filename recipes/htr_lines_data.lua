@@ -220,17 +220,12 @@ function M.prepare(out_dir, opts)
   local config = string.format("n_train=%d n_dev=%d n_test=%d seed=%d part_size=%d fonts=%s",
     n_train, n_dev, n_test, seed, part_size,
     table.concat(info.train_fonts, ",") .. "|" .. held.name)
-  local stamp = out_dir .. "/DONE"
-  local sf = io.open(stamp, "r")
-  if sf then
-    local have = sf:read("a")
-    sf:close()
-    if have == config .. "\n" then return info end
-  end
+  local util = require("rnnlua.util")
+  if util.made_with(out_dir, config) then return info end
 
   local t0 = rl.clock()
-  assert(require("rnnlua.util").mkdir_p(out_dir))
-  os.remove(stamp)
+  assert(util.mkdir_p(out_dir))
+  os.remove(out_dir .. "/DONE")
   ensure_packages()
   local lines = M.lines(seed)
   if n_test + n_dev + n_train > #lines then
@@ -260,9 +255,7 @@ function M.prepare(out_dir, opts)
   for _, s in ipairs(sets) do
     say(string.format("htr_lines: %s: %d lines in %d file(s)", s.name, #s.jobs, #s.files))
   end
-  sf = assert(io.open(stamp, "w"))
-  sf:write(config, "\n")
-  sf:close()
+  util.mark_made(out_dir, config)
   say(string.format("htr_lines: data ready in %s (%.1f s)", out_dir, rl.clock() - t0))
   return info
 end

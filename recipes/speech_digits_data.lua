@@ -199,17 +199,12 @@ function M.prepare(out_dir, opts)
   local config = string.format("n_train=%d n_dev=%d n_test=%d n_synth=%d seed=%d held_out=%s " ..
     "festival=%s flite=%s v3", n_train, n_dev, n_test, n_synth, seed,
     table.concat(M.HELD_OUT, ","), table.concat(M.FESTIVAL, ","), table.concat(M.FLITE, ","))
-  local stamp = out_dir .. "/DONE"
-  local sf = io.open(stamp, "r")
-  if sf then
-    local have = sf:read("a")
-    sf:close()
-    if have == config .. "\n" then return info end
-  end
+  local util = require("rnnlua.util")
+  if util.made_with(out_dir, config) then return info end
   local t0 = rl.clock()
-  assert(require("rnnlua.util").mkdir_p((out_dir .. "/wav")))
-  assert(require("rnnlua.util").mkdir_p((out_dir .. "/noise")))
-  os.remove(stamp)
+  assert(util.mkdir_p((out_dir .. "/wav")))
+  assert(util.mkdir_p((out_dir .. "/noise")))
+  os.remove(out_dir .. "/DONE")
   ensure_packages()
   local train_voices, test_voices = variants()
   info.train_voices, info.test_voices = train_voices, test_voices
@@ -296,9 +291,7 @@ function M.prepare(out_dir, opts)
     os.remove(path .. ".err")
     os.remove(path .. ".scm")
   end
-  sf = assert(io.open(stamp, "w"))
-  sf:write(config, "\n")
-  sf:close()
+  util.mark_made(out_dir, config)
   say(string.format("speech_digits: data ready in %s (%.1f s)", out_dir, rl.clock() - t0))
   return info
 end

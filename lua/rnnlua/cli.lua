@@ -36,25 +36,7 @@
 -- number takes only a number.
 local M = {}
 
--- Levenshtein distance with adjacent transpositions (a swapped pair of letters is one edit).
-function M.distance(a, b)
-  local prev2, prev = nil, {}
-  for j = 0, #b do prev[j] = j end
-  for i = 1, #a do
-    local cur = {[0] = i}
-    for j = 1, #b do
-      local cost = a:byte(i) == b:byte(j) and 0 or 1
-      local d = math.min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + cost)
-      if prev2 and i > 1 and j > 1 and a:byte(i) == b:byte(j - 1)
-          and a:byte(i - 1) == b:byte(j) then
-        d = math.min(d, prev2[j - 2] + 1)
-      end
-      cur[j] = d
-    end
-    prev2, prev = prev, cur
-  end
-  return prev[#b]
-end
+M.distance = require("rnnlua.util").distance
 
 -- The candidate closest to name (ties: the first in sorted order), or nil when none is.
 function M.closest(name, candidates)
@@ -129,6 +111,15 @@ local function key_path(key)
   return path
 end
 
+-- The help line of option o ({name, type, default, help}), its head padded to width w.
+local function option_line(o, w)
+  local word = ({integer = "N", number = "X", boolean = "[true|false]", string = "S",
+                 value = "V"})[o[2]]
+  local head = "++" .. o[1] .. " " .. word
+  local d = o[3] ~= nil and string.format(" [%s]", tostring(o[3])) or ""
+  return string.format("  %-" .. (w or #head) .. "s  %s%s", head, o[4] or "", d), head
+end
+
 local function help_text(spec)
   local lines = {"usage: " .. spec.usage}
   if spec.about then lines[#lines + 1] = spec.about end
@@ -138,26 +129,30 @@ local function help_text(spec)
     lines[#lines + 1] = "Options (++key value; a boolean option alone means true; defaults in "
       .. "brackets):"
     local w = 0
-    local heads = {}
-    for i, o in ipairs(opts) do
-      local word = ({integer = "N", number = "X", boolean = "[true|false]", string = "S",
-                     value = "V"})[o[2]]
-      heads[i] = "++" .. o[1] .. " " .. word
-      w = math.max(w, #heads[i])
-    end
-    for i, o in ipairs(opts) do
-      local d = o[3] ~= nil and string.format(" [%s]", tostring(o[3])) or ""
-      lines[#lines + 1] = string.format("  %-" .. w .. "s  %s%s", heads[i], o[4] or "", d)
-    end
+    for _, o in ipairs(opts) do w = math.max(w, #select(2, option_line(o))) end
+    for _, o in ipairs(opts) do lines[#lines + 1] = (option_line(o, w)) end
   end
   if spec.train then
     lines[#lines + 1] = ""
     lines[#lines + 1] = "Any key of rl.train's config too, nested with dots (++learning_rate 0.01,"
     lines[#lines + 1] = "++train.num_seqs 100): " .. table.concat(train_keys(), ", ")
+    lines[#lines + 1] = "--help KEY describes one of them."
   end
   return table.concat(lines, "\n") .. "\n"
 end
 M.help_text = help_text
+
+-- `--help KEY`: the help of one option of spec (decl: name -> option) or, with spec.train, of
+-- one key of rl.train's config (rnnlua.train_keys); an unknown name is an error naming the
+-- closest known one (all: every name).
+local function key_help(spec, decl, key, all)
+  if decl[key] then return option_line(decl[key]) .. "\n" end
+  if spec.train then
+    local text = require("rnnlua.train_keys").describe(key)
+    if text then return text end
+  end
+  fail("--help %s: no option or config key of that name%s", key, suggestion(key, all))
+end
 
 -- Records ++key = raw: the same key twice must have the same value.
 local function note(seen, key, raw)
@@ -185,7 +180,9 @@ function M.parse(spec, argv)
   local n = #argv
   for i = 1, n do
     if argv[i] == "--help" or argv[i] == "-h" then
-      local text = help_text(spec)
+      local w = argv[i + 1]
+      local key = w and (w:match("^%+%+([%a_][%w_]*)$") or w:match("^([%a_][%w_]*)$"))
+      local text = key and key_help(spec, decl, key, all_names()) or help_text(spec)
       if spec.on_help then return spec.on_help(text) end
       io.stdout:write(text)
       io.stdout:flush()

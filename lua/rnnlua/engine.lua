@@ -155,22 +155,40 @@ local function apply_overrides(cfg, argv)
   end
 end
 
--- `--help` among the arguments of rl.train: the config keys, with this config's values.
-local function print_help(config)
-  local script = type(_G.arg) == "table" and _G.arg[0] or "SCRIPT"
-  local lines = {string.format("usage: rnnlua %s [++key value ...]", script),
-    "rl.train's config keys (nested with dots: ++train.num_seqs 100; docs/training.md), with "
-    .. "this run's values:"}
-  local keys = M.known_keys()
-  for k in pairs(config) do
-    if type(k) == "string" and KEYS[k] == nil then keys[#keys + 1] = k end
-  end
-  for _, k in ipairs(keys) do
-    local v = config[k]
-    if v == nil and KEYS[k] ~= false then v = KEYS[k] end
-    local shown = type(v) == "table" and "{...}" or type(v) == "function" and "(a function)"
-      or v ~= nil and tostring(v) or ""
-    lines[#lines + 1] = string.format("  ++%-32s %s", k, shown ~= "" and "[" .. shown .. "]" or "")
+-- The value of config key k this run would use, as --help shows it ("" when unset).
+local function shown_value(config, k)
+  local v = config[k]
+  if v == nil and KEYS[k] ~= false then v = KEYS[k] end
+  return type(v) == "table" and "{...}" or type(v) == "function" and "(a function)"
+    or v ~= nil and tostring(v) or ""
+end
+
+-- `--help` among the arguments of rl.train: the config keys, with this config's values; `--help
+-- KEY` (the next argument, a key name): that key's type, default and help (rnnlua.train_keys).
+local function print_help(config, word)
+  local key = word and (word:match("^%+%+([%a_][%w_]*)$") or word:match("^([%a_][%w_]*)$"))
+  local lines
+  if key then
+    local text, near = require("rnnlua.train_keys").describe(key)
+    if not text then
+      fail("--help %s: no config key of that name%s", key,
+        near and " (did you mean ++" .. near .. "?)" or "")
+    end
+    local v = shown_value(config, key)
+    lines = {text .. (v ~= "" and "  this run: " .. v or "  this run: unset")}
+  else
+    local script = type(_G.arg) == "table" and _G.arg[0] or "SCRIPT"
+    lines = {string.format("usage: rnnlua %s [++key value ...]", script),
+      "rl.train's config keys (nested with dots: ++train.num_seqs 100; docs/training.md), with "
+      .. "this run's values (--help KEY describes one):"}
+    local keys = M.known_keys()
+    for k in pairs(config) do
+      if not is_key(k) then keys[#keys + 1] = tostring(k) end
+    end
+    for _, k in ipairs(keys) do
+      local shown = shown_value(config, k)
+      lines[#lines + 1] = string.format("  ++%-32s %s", k, shown ~= "" and "[" .. shown .. "]" or "")
+    end
   end
   io.stdout:write(table.concat(lines, "\n"), "\n")
   io.stdout:flush()
@@ -219,8 +237,8 @@ end
 local function check_config(config, argv)
   if type(config) ~= "table" then fail("expects a config table, got %s", type(config)) end
   if type(argv) ~= "table" then fail("argv must be a list of strings, got %s", type(argv)) end
-  for _, a in ipairs(argv) do
-    if a == "--help" or a == "-h" then print_help(config) end
+  for i, a in ipairs(argv) do
+    if a == "--help" or a == "-h" then print_help(config, argv[i + 1]) end
   end
   local cfg = copy_table(config)
   for k in pairs(cfg) do

@@ -21,6 +21,10 @@
 --   util.strip_internal(msg)   msg without the positions inside the library
 --                              ("lua/rnnlua/x.lua:12: ") that an error raised one level up
 --                              from a library function called by the library carries
+--   util.made_with(dir, config) whether dir/DONE records the string config: data made once
+--   util.mark_made(dir, config) (written last, after the data) is not made again for the same
+--                              settings; a run that stops midway leaves no DONE
+--   util.distance(a, b)        edit distance, a swapped pair of letters counting as one edit
 --   util.closest(word, names)  the names (a list) nearest to word by edit distance, when near
 --                              enough to be a misspelling of it (at most a third of its
 --                              letters), sorted; {} when none is
@@ -114,18 +118,37 @@ function M.mkdir_p(path)
   return true
 end
 
--- Levenshtein distance of two strings (bytes).
-local function distance(a, b)
-  local prev = {}
+function M.made_with(dir, config)
+  local f = io.open(dir .. "/DONE", "r")
+  if not f then return false end
+  local have = f:read("a")
+  f:close()
+  return have == config .. "\n"
+end
+
+function M.mark_made(dir, config)
+  local f = assert(io.open(dir .. "/DONE", "w"))
+  f:write(config, "\n")
+  f:close()
+end
+
+-- Edit distance of two strings (bytes): Levenshtein's with adjacent transpositions (a swapped
+-- pair of letters is one edit), the measure of every "did you mean".
+function M.distance(a, b)
+  local prev2, prev = nil, {}
   for j = 0, #b do prev[j] = j end
   for i = 1, #a do
     local cur = {[0] = i}
-    local ca = a:byte(i)
     for j = 1, #b do
-      local sub = prev[j - 1] + (ca == b:byte(j) and 0 or 1)
-      cur[j] = math.min(prev[j] + 1, cur[j - 1] + 1, sub)
+      local cost = a:byte(i) == b:byte(j) and 0 or 1
+      local d = math.min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + cost)
+      if prev2 and i > 1 and j > 1 and a:byte(i) == b:byte(j - 1)
+          and a:byte(i - 1) == b:byte(j) then
+        d = math.min(d, prev2[j - 2] + 1)
+      end
+      cur[j] = d
     end
-    prev = cur
+    prev2, prev = prev, cur
   end
   return prev[#b]
 end
@@ -133,7 +156,7 @@ end
 function M.closest(word, names)
   local best, out = math.max(1, #word // 3), {}
   for _, n in ipairs(names) do
-    local d = distance(word:lower(), n:lower())
+    local d = M.distance(word:lower(), n:lower())
     if d < best then best, out = d, {n} elseif d == best then out[#out + 1] = n end
   end
   table.sort(out)

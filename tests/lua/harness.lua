@@ -36,6 +36,18 @@ function H.expect_error(name, fn, pattern)
   end)
 end
 
+-- Inside a test: fn must raise an error whose message mentions each of the strings (plain find);
+-- returns the message.
+function H.fails(fn, ...)
+  local ok, err = pcall(fn)
+  H.check(not ok, "expected an error", 2)
+  err = tostring(err)
+  for _, p in ipairs({...}) do
+    H.check(err:find(p, 1, true), string.format("error %q does not mention %q", err, p), 2)
+  end
+  return err
+end
+
 -- run(threads) returns a table of name -> array of numbers; they must be bit-identical on
 -- every thread count in `counts` to those on one thread (and the one-thread ones free of NaN).
 function H.same_on_threads(run, counts)
@@ -62,6 +74,52 @@ function H.same_on_threads(run, counts)
       end
     end
   end
+end
+
+-- True when every layer class in `classes` is registered; else prints a SKIP note for the test
+-- `name` and returns false.
+function H.have_classes(classes, name)
+  local have = {}
+  for _, c in ipairs(rl.layers.classes()) do have[c] = true end
+  for _, c in ipairs(classes) do
+    if not have[c] then
+      print(string.format("SKIP %s: class '%s' is not registered", name, c))
+      return false
+    end
+  end
+  return true
+end
+
+-- A test that rl.gradcheck(o) passes (something checked, every element within tolerance); a
+-- failure names the worst element.
+function H.gradcheck(name, o)
+  H.test(name, function()
+    local r = rl.gradcheck(o)
+    H.check(r.n_checked > 0, "nothing was checked")
+    if not r.passed then
+      local w = r.worst
+      error(string.format("max relative error %.3g at %s[%d]: analytic %.9g, numeric %.9g",
+        r.max_rel_error, w.tensor, w.index, w.analytic, w.numeric), 0)
+    end
+  end)
+end
+
+-- The encoder-decoder of the search tests: an lstm encoder; a rec decoder (at most T + 2 steps)
+-- of an embedding of the previous label, an lstm, additive attention over the encoder, a tanh
+-- readout, a softmax and a choice of beam size `beam`. Returns a new description and its extern
+-- data: data dim 3, `classes` labels, 0 ending a sequence.
+function H.seq2seq(classes, beam)
+  return {
+    enc = {class = "lstm", n_out = 4, from = "data"},
+    dec = {class = "rec", from = {}, max_seq_len = "T + 2", unit = {
+      emb = {class = "embedding", from = "prev:output", n_out = 3},
+      s = {class = "lstm", from = {"emb", "prev:att"}, n_out = 4},
+      att = {class = "attention", base = "base:enc", from = "s", kind = "additive"},
+      readout = {class = "linear", from = {"s", "att"}, n_out = 5, activation = "tanh"},
+      output_prob = {class = "softmax", from = "readout", loss = "ce", target = "classes"},
+      output = {class = "choice", from = "output_prob", target = "classes", beam_size = beam},
+    }},
+  }, {data = {dim = 3}, classes = {dim = classes, sparse = true}}
 end
 
 -- A new empty folder under the system's temporary folder; H.rm_rf removes a folder with all in it.

@@ -77,6 +77,30 @@ H.test("--help prints every option", function()
   H.check(text:find("[out/x]", 1, true), "help shows defaults")
 end)
 
+H.test("--help KEY describes one option or rl.train key; an unknown one names the closest", function()
+  local on_help = function(t) return t end
+  local text = cli.parse(spec({on_help = on_help}), {"--help", "lr"})
+  H.check(text == "  ++lr X  learning rate [0.5]\n", "one option's line, got: " .. text)
+  text = cli.parse(spec({on_help = on_help, train = true}), {"--help", "++newbob_learning_rate_decay"})
+  H.check(text:find("++newbob_learning_rate_decay (number, default 0.5)\n  the factor of a decay",
+    1, true), "an rl.train key's type, default and help, got: " .. text)
+  text = cli.parse(spec({on_help = on_help, train = true}), {"-h", "num_epochs"})
+  H.check(text:find("[3]", 1, true), "the recipe's own option wins over the config key: " .. text)
+  text = cli.parse(spec({on_help = on_help}), {"--help", "out/x.lua"})
+  H.check(text:find("^usage: rnnlua x.lua"), "a word that is no key name: the whole help")
+  fails(spec({on_help = on_help, train = true}), {"--help", "lerning_rate"},
+    "--help lerning_rate: no option or config key of that name (did you mean ++learning_rate?)")
+  fails(spec({on_help = on_help}), {"--help", "batch_size"},
+    "--help batch_size: no option or config key of that name")
+end)
+
+H.test("rl.train's --help KEY, from its own argv", function()
+  local cfg = {network = {}, train = {class = "12ax"}, num_epochs = 4}
+  local ok, err = pcall(rl.train, cfg, {"--help", "num_epochs_"})
+  H.check(not ok and tostring(err):find("rl.train: --help num_epochs_: no config key of that name "
+    .. "(did you mean ++num_epochs?)", 1, true), "unknown key: " .. tostring(err))
+end)
+
 H.test("edit distance", function()
   H.check(cli.distance("", "abc") == 3 and cli.distance("abc", "abc") == 0, "trivial")
   H.check(cli.distance("num_epcohs", "num_epochs") == 1, "a transposition is one edit")

@@ -145,6 +145,43 @@ H.test("every rl.train key has a row in docs/training.md", function()
   H.check(#m == 0, "no `| `KEY` |` row for: " .. table.concat(m, ", "))
 end)
 
+-- `| `KEY` | DEFAULT |` rows of docs/training.md: key -> default (code spans unquoted); the
+-- first row of a key counts (a later section may say more of it).
+local function doc_rows(text)
+  local rows = {}
+  for line in (text .. "\n"):gmatch("(.-)\n") do
+    local key, default = line:match("^|%s*`([^`]+)`%s*|%s*(.-)%s*|")
+    if key and rows[key] == nil then rows[key] = default:gsub("`", "") end
+  end
+  return rows
+end
+
+H.test("rnnlua.train_keys, docs/training.md and rl.train name the same keys", function()
+  local tk = require("rnnlua.train_keys")
+  local rows = doc_rows(prose(read("docs/training.md")))
+  local code = {}
+  for _, k in ipairs(all_train_keys()) do code[k] = true end
+  local bad = {}
+  for _, e in ipairs(tk.list) do
+    if rows[e[1]] == nil then bad[#bad + 1] = e[1] .. ": no row in docs/training.md" end
+    if not code[e[1]] then bad[#bad + 1] = e[1] .. ": not a key rl.train takes" end
+    if rows[e[1]] and rows[e[1]] ~= e[3] then
+      bad[#bad + 1] = string.format("%s: default '%s' in the table, '%s' in the manual", e[1],
+        e[3], rows[e[1]])
+    end
+  end
+  for k in pairs(rows) do
+    if not tk.by_key[k] then bad[#bad + 1] = k .. ": a row in docs/training.md, not in the table" end
+  end
+  for k in pairs(code) do
+    if not tk.by_key[k] then bad[#bad + 1] = k .. ": rl.train takes it, the table lacks it" end
+  end
+  table.sort(bad)
+  H.check(#bad == 0, table.concat(bad, "; "))
+  local r = doc_rows("| `a` | `\"x\"` | y |\n| `b` | 1 | z |\n| `a` | 2 | w |\n")
+  H.check(r.a == '"x"' and r.b == "1", "rows: the first of a key, code spans unquoted")
+end)
+
 H.test("relative links point at files and headings that exist", function()
   local bad = {}
   for _, path in ipairs(docs_files()) do

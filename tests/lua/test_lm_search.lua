@@ -12,17 +12,7 @@ local function path(name) return tmp .. "/" .. name end
 
 -- an encoder-decoder with additive attention; classes: 5 labels, 0 = end of sequence
 rl.manual_seed(11)
-local net = rl.network({
-  enc = {class = "lstm", n_out = 4, from = "data"},
-  dec = {class = "rec", from = {}, max_seq_len = "T + 2", unit = {
-    emb = {class = "embedding", from = "prev:output", n_out = 3},
-    s = {class = "lstm", from = {"emb", "prev:att"}, n_out = 4},
-    att = {class = "attention", base = "base:enc", from = "s", kind = "additive"},
-    readout = {class = "linear", from = {"s", "att"}, n_out = 5, activation = "tanh"},
-    output_prob = {class = "softmax", from = "readout", loss = "ce", target = "classes"},
-    output = {class = "choice", from = "output_prob", target = "classes", beam_size = 4},
-  }},
-}, {data = {dim = 3}, classes = {dim = 5, sparse = true}})
+local net = rl.network(H.seq2seq(5, 4))
 net:layer("dec").params["output_prob.W"]:mul_(3)
 local LABELS = {"</e>", "a", "b", "|", "c"} -- class 0 ends; 3 is a word boundary for a word LM
 

@@ -1,28 +1,13 @@
 -- The network builder: build errors, order, flat buffers, losses and masking, Lua layers.
 local H = dofile("tests/lua/harness.lua")
 
-local have = {}
-for _, c in ipairs(rl.layers.classes()) do have[c] = true end
-
 -- Runs the test only when the C classes it needs are registered (else prints a note).
 local function needs(classes, name, fn)
-  for _, c in ipairs(classes) do
-    if not have[c] then
-      print(string.format("SKIP %s: class '%s' is not registered", name, c))
-      return
-    end
-  end
-  H.test(name, fn)
+  if H.have_classes(classes, name) then H.test(name, fn) end
 end
 
 local function needs_error(classes, name, fn, pattern)
-  for _, c in ipairs(classes) do
-    if not have[c] then
-      print(string.format("SKIP %s: class '%s' is not registered", name, c))
-      return
-    end
-  end
-  H.expect_error(name, fn, pattern)
+  if H.have_classes(classes, name) then H.expect_error(name, fn, pattern) end
 end
 
 local dense2 = {data = {dim = 2}}

@@ -45,15 +45,7 @@ end
 
 local function ck(dir, epoch) return rl.load_checkpoint(string.format("%s/m.%03d.h5", dir, epoch)) end
 
-local function expect_fail(fn, ...)
-  local ok, err = pcall(fn)
-  H.check(not ok, "expected an error")
-  err = tostring(err)
-  for _, p in ipairs({...}) do
-    H.check(err:find(p, 1, true), string.format("error %q does not mention %q", err, p), 2)
-  end
-  return err
-end
+local expect_fail = H.fails
 
 local STEP1 = "bw1,drop1,fw1,output"
 local STEP2 = "bw1,bw2,drop1,drop2,fw1,fw2,output"

@@ -6,13 +6,15 @@ local H = dofile("tests/lua/harness.lua")
 
 local function maxdiff(a, b) return (a - b):abs():max() end
 
-H.test("a unit of one lstm over data:source is the lstm layer (outputs and gradients)", function()
+-- A network of one `cls` layer (a) and one of a rec layer whose unit is that layer (b), with the
+-- same parameters, after a forward and backward of the same batch (float64); the losses agree.
+local function rec_of_one(cls)
   local ext = {data = {dim = 3}, target = {dim = 4}}
   rl.manual_seed(1)
-  local a = rl.network({output = {class = "lstm", n_out = 4, from = "data", loss = "mse",
+  local a = rl.network({output = {class = cls, n_out = 4, from = "data", loss = "mse",
     target = "target"}}, ext, {dtype = "float64", input_grads = true})
   local b = rl.network({
-    dec = {class = "rec", from = "data", unit = {output = {class = "lstm", n_out = 4}}},
+    dec = {class = "rec", from = "data", unit = {output = {class = cls, n_out = 4}}},
     output = {class = "copy", from = "dec", loss = "mse", target = "target"},
   }, ext, {dtype = "float64", input_grads = true})
   H.check(a:num_params() == b:num_params(), "parameter counts differ")
@@ -22,40 +24,31 @@ H.test("a unit of one lstm over data:source is the lstm layer (outputs and gradi
   local la = a:forward{data = x, target = y, lengths = len}
   local lb = b:forward{data = x, target = y, lengths = len}
   H.near(la, lb, 1e-12, "loss")
+  a:zero_grads(); a:backward(); b:zero_grads(); b:backward()
+  H.check(maxdiff(a:input_grad("data"), b:input_grad("data")) < 1e-12, "input gradients differ")
+  return a, b, len
+end
+
+H.test("a unit of one lstm over data:source is the lstm layer (outputs and gradients)", function()
+  local a, b, len = rec_of_one("lstm")
   local oa, ob = a:layer("output").output, b:layer("dec").output
   for bb, n in ipairs(len:totable()) do
     H.check(maxdiff(oa:narrow(1, 1, n):select(2, bb), ob:narrow(1, 1, n):select(2, bb)) < 1e-12,
       "outputs differ")
   end
-  a:zero_grads(); a:backward(); b:zero_grads(); b:backward()
   H.check(maxdiff(a:grads(), b:grads()) < 1e-12, "parameter gradients differ")
   -- W's and U's gradients are one product over all frames in both (rec.defer_weight_grads): the
   -- same bits; b's sums the steps one by one in the unit, over all frames at once in the layer
   local nw = (3 + 4) * 16
   H.check(maxdiff(a:grads():narrow(1, 1, nw), b:grads():narrow(1, 1, nw)) == 0,
     "W's and U's gradients differ")
-  H.check(maxdiff(a:input_grad("data"), b:input_grad("data")) < 1e-12, "input gradients differ")
 end)
 
 H.test("a unit of one gru over data:source is the gru layer (outputs and gradients)", function()
-  local ext = {data = {dim = 3}, target = {dim = 4}}
-  rl.manual_seed(1)
-  local a = rl.network({output = {class = "gru", n_out = 4, from = "data", loss = "mse",
-    target = "target"}}, ext, {dtype = "float64", input_grads = true})
-  local b = rl.network({
-    dec = {class = "rec", from = "data", unit = {output = {class = "gru", n_out = 4}}},
-    output = {class = "copy", from = "dec", loss = "mse", target = "target"},
-  }, ext, {dtype = "float64", input_grads = true})
-  b:params():copy_(a:params())
-  local x, y = rl.randn(6, 3, 3, "float64"), rl.randn(6, 3, 4, "float64")
-  local len = rl.tensor({6, 2, 4}, "int32")
-  H.near(a:forward{data = x, target = y, lengths = len}, b:forward{data = x, target = y,
-    lengths = len}, 1e-12, "loss")
-  a:zero_grads(); a:backward(); b:zero_grads(); b:backward()
+  local a, b = rec_of_one("gru")
   -- the weight gradients one product over all frames in both, the biases summed step by step in
   -- both: the same bits
   H.check(maxdiff(a:grads(), b:grads()) == 0, "parameter gradients differ")
-  H.check(maxdiff(a:input_grad("data"), b:input_grad("data")) < 1e-12, "input gradients differ")
 end)
 
 local tanh_unit = {
@@ -81,17 +74,7 @@ H.test("a unit tanh(W x_t + U prev:h + b) matches a hand-written loop", function
   end
 end)
 
-local function gradcheck(name, o)
-  H.test(name, function()
-    local r = rl.gradcheck(o)
-    H.check(r.n_checked > 0, "nothing checked")
-    if not r.passed then
-      local w = r.worst
-      error(string.format("max relative error %.3g at %s[%d]: analytic %.9g, numeric %.9g",
-        r.max_rel_error, w.tensor, w.index, w.analytic, w.numeric), 0)
-    end
-  end)
-end
+local gradcheck = H.gradcheck
 
 gradcheck("gradient check: tanh unit with prev:, ragged lengths", {network = {
   dec = {class = "rec", from = "data", unit = tanh_unit},

@@ -5,25 +5,11 @@
 -- input an error naming what.
 local H = dofile("tests/lua/harness.lua")
 
-local tmp = os.tmpname()
-os.remove(tmp)
-os.execute("mkdir -p " .. tmp)
+local tmp = H.tmpdir()
 local function path(name) return tmp .. "/" .. name end
 
 -- an encoder-decoder with additive attention; classes: 6 labels, 0 = end of sequence
-local function description()
-  return {
-    enc = {class = "lstm", n_out = 4, from = "data"},
-    dec = {class = "rec", from = {}, max_seq_len = "T + 2", unit = {
-      emb = {class = "embedding", from = "prev:output", n_out = 3},
-      s = {class = "lstm", from = {"emb", "prev:att"}, n_out = 4},
-      att = {class = "attention", base = "base:enc", from = "s", kind = "additive"},
-      readout = {class = "linear", from = {"s", "att"}, n_out = 5, activation = "tanh"},
-      output_prob = {class = "softmax", from = "readout", loss = "ce", target = "classes"},
-      output = {class = "choice", from = "output_prob", target = "classes", beam_size = 3},
-    }},
-  }, {data = {dim = 3}, classes = {dim = 6, sparse = true}}
-end
+local function description() return H.seq2seq(6, 3) end
 
 rl.manual_seed(11)
 local desc, ext = description()
@@ -395,5 +381,5 @@ H.expect_error("an empty dataset", function()
     output_file = path("bad.h5")}
 end, "empty.h5: the dataset is empty")
 
-os.execute("rm -rf " .. tmp)
+H.rm_rf(tmp)
 H.done()

@@ -37,15 +37,7 @@ local function same_bits(a, b, what)
   H.check(d == 0, string.format("%s: max difference %.3g, expected bit-identical", what, d), 2)
 end
 
-local function expect_fail(fn, ...)
-  local ok, err = pcall(fn)
-  H.check(not ok, "expected an error")
-  err = tostring(err)
-  for _, p in ipairs({...}) do
-    H.check(err:find(p, 1, true), string.format("error %q does not mention %q", err, p), 2)
-  end
-  return err
-end
+local expect_fail = H.fails
 
 local function files_of(dir)
   local t = {}

@@ -1,10 +1,12 @@
 # What every shell test shares; sourced (after `set -u`) by tests/sh/test_*.sh, which run.sh
 # calls as `bash tests/sh/test_X.sh path/to/rnnlua` from the repository root. It sets
 #   bin   the rnnlua binary under test, as an absolute path (some tests cd elsewhere),
+#   repo  the repository root (where they start),
 #   tmp   a scratch folder removed at exit,
 #   log   the file whose tail `ok NAME STATUS` shows on a failure ($tmp/err unless changed),
 # counts the checks in pass and fail, and `finish` prints the closing line run.sh adds up.
 bin=$(cd "$(dirname "${1:?usage: $0 path/to/rnnlua}")" && pwd)/$(basename "$1")
+repo=$(pwd)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 log=$tmp/err

@@ -140,48 +140,17 @@ rl.load_checkpoint('$tmp/ck.h5')"
 # Meta-x in emacs mode and ':' in vi command mode, crashed on a quote)
 mkdir -p "$tmp/home"
 cat >"$tmp/keys.py" <<'PY'
-import os, pty, select, signal, sys, time
+import os, select, signal, sys, time
+import pty_repl as R
+from pty_repl import expect, alive
 exe, home, vi = sys.argv[1], sys.argv[2], sys.argv[3] == "vi"
 if vi:
     open(os.path.join(home, ".editrc"), "w").write("bind -v\n")
-pid, fd = pty.fork()
-if pid == 0:
-    os.environ["HOME"] = home
-    os.environ["TERM"] = "xterm"
-    os.execv(exe, [exe])
-buf = b""
-
-def expect(pat, timeout=5.0):
-    global buf
-    end = time.time() + timeout
-    while pat not in buf and time.time() < end:
-        r, _, _ = select.select([fd], [], [], 0.05)
-        if r:
-            try:
-                d = os.read(fd, 4096)
-            except OSError:
-                break
-            if not d:
-                break
-            buf += d
-    i = buf.find(pat)
-    if i < 0:
-        return None
-    before, buf = buf[:i], buf[i + len(pat):]
-    return before
-
-status = None
-def alive():
-    global status
-    if status is None:
-        p, st = os.waitpid(pid, os.WNOHANG)
-        if p:
-            status = st
-    return status is None
+R.start(exe, home)
 
 def answers(n):
     # vi mode keeps command mode across lines: Escape then i is insert mode in either
-    os.write(fd, (b"\x1bi" if vi else b"") + b"print('ok'..%d)\n" % n)
+    R.send((b"\x1bi" if vi else b"") + b"print('ok'..%d)\n" % n)
     return expect(b"ok%d" % n) is not None and alive()
 
 mode = "vi" if vi else "emacs"
@@ -198,36 +167,36 @@ else:
 cases_bc = b"print(select(2, load(string.dump(load('return 1')))))\n"
 n, failed = 10, []
 for name, keys in cases:
-    os.write(fd, keys)
+    R.send(keys)
     time.sleep(0.05)
-    os.write(fd, b"\x03")
+    R.send(b"\x03")
     # Ctrl-C gives a fresh prompt; waiting for it keeps a loaded machine from mixing the
     # answer line into the interrupted one
     expect(b"> ")
     time.sleep(0.05)
     if not answers(n):
-        failed.append(name + ": " + repr(buf[-200:]))
+        failed.append(name + ": " + repr(R.buf[-200:]))
         break
     n += 10
-os.write(fd, (b"\x1bi" if vi else b"") + cases_bc)
+R.send((b"\x1bi" if vi else b"") + cases_bc)
 print(("ok   " if expect(b"source text only") is not None and alive() else "FAIL ") +
       "%s mode: load() at the prompt refuses a precompiled chunk" % mode)
 print(("ok   " if not failed else "FAIL ") + "%s mode: %d keystroke sequences, the REPL still "
       "answers%s" % (mode, len(cases), (" (broke at " + failed[0] + ")") if failed else ""))
-os.write(fd, b"\x04")
+R.send(b"\x04")
 # drain what the REPL still prints without ever blocking in read (a REPL that does not take
 # the Ctrl-D at once would otherwise hold the driver until the outer timeout)
 end = time.time() + 5
 while time.time() < end and alive():
-    r, _, _ = select.select([fd], [], [], 0.05)
+    r, _, _ = select.select([R.fd], [], [], 0.05)
     if r:
         try:
-            os.read(fd, 4096)
+            os.read(R.fd, 4096)
         except OSError:
             pass
 if alive():
-    os.kill(pid, signal.SIGKILL)
-    os.waitpid(pid, 0)
+    os.kill(R.pid, signal.SIGKILL)
+    os.waitpid(R.pid, 0)
 PY
 # ---- a beam too large for memory names the layer and beam_size (it said "rec.lua:1045: /: out
 # of host memory ..."), run under a 3 GiB address-space limit (ASan's shadow memory cannot be
@@ -267,7 +236,7 @@ for mode in emacs vi; do
             "FAIL "*) bad "${line#FAIL }" ;;
             *) echo "$line" ;;
         esac
-    done < <(timeout 120 python3 -u "$tmp/keys.py" "$bin" "$tmp/home" "$mode" 2>&1 || echo "FAIL pty driver ($mode) did not finish")
+    done < <(PYTHONPATH="$repo/tests/sh" timeout 120 python3 -u "$tmp/keys.py" "$bin" "$tmp/home" "$mode" 2>&1 || echo "FAIL pty driver ($mode) did not finish")
 done
 
 finish

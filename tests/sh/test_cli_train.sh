@@ -180,4 +180,16 @@ ok "rnnlua train: an option given twice" $?
 [ $? -ne 0 ] && grep -q "rnnlua: $tmp/nothing.json: cannot open" "$tmp/err"
 ok "rnnlua train: a missing config" $?
 
+# --help KEY: one config key's type, default and help; a misspelt one names the closest (exit 2)
+out=$("$bin" train --help num_epochs 2>"$tmp/err")
+ok "rnnlua train --help num_epochs exits 0" $?
+[ "$(head -n 2 <<<"$out")" = "++num_epochs (integer, default 1)
+  epochs to train (the last epoch number)" ]
+ok "rnnlua train --help num_epochs: type, default and help" $?
+"$bin" train --help nm_epochs >/dev/null 2>"$tmp/err"
+[ $? -eq 2 ] && grep -qF "rnnlua: --help nm_epochs: no option or config key of that name (did you mean ++num_epochs?)" "$tmp/err"
+ok "rnnlua train --help nm_epochs: status 2, the closest key named" $?
+"$bin" recipes/12ax_blstm.lua --help learning_rate_control >"$tmp/out" 2>"$tmp/err"
+[ $? -eq 0 ] && grep -qx "  this run: newbob" "$tmp/out"
+ok "rl.train's --help KEY shows the recipe's value" $?
 finish

@@ -4,7 +4,6 @@
 # (lfs, rnnlua as `rl`), the package searcher and RNNLUA_LUA_DIR. Usage: test_host.sh BIN
 set -u
 source "${BASH_SOURCE%/*}/lib.sh"
-repo=$(pwd)
 
 # --version: the format, and the number from the one place it is written
 want=$(sed -n 's/^#define RL_VERSION "\(.*\)"$/\1/p' "$repo/lua/version.h")

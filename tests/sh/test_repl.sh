@@ -151,42 +151,16 @@ if ! command -v python3 >/dev/null; then
 else
     mkdir -p "$tmp/home"
     cat >"$tmp/drive_pty.py" <<'PY'
-import os, pty, select, signal, sys, time
+import os, signal, sys, time
+import pty_repl as R
+from pty_repl import expect, send
 exe, home = sys.argv[1], sys.argv[2]
-pid, fd = pty.fork()
-if pid == 0:
-    os.environ["HOME"] = home
-    os.environ["TERM"] = "xterm"
-    os.execv(exe, [exe])
-buf = b""
-
-def expect(pat, timeout=5.0):
-    """Reads until pat appears; returns the text before it (consumed) or None."""
-    global buf
-    end = time.time() + timeout
-    while pat not in buf and time.time() < end:
-        r, _, _ = select.select([fd], [], [], 0.05)
-        if r:
-            try:
-                d = os.read(fd, 4096)
-            except OSError:
-                break
-            if not d:
-                break
-            buf += d
-    i = buf.find(pat)
-    if i < 0:
-        return None
-    before, buf = buf[:i], buf[i + len(pat):]
-    return before
+R.start(exe, home)
 
 def result(name, good, detail=b""):
     print(("ok   " if good else "FAIL ") + "pty: " + name)
     if not good:
-        print("     output: %r" % (detail or buf))
-
-def send(s):
-    os.write(fd, s)
+        print("     output: %r" % (detail or R.buf))
 
 PROMPT = b"\r\n> "
 result("banner and prompt", expect(b"> ") is not None)
@@ -257,16 +231,16 @@ status = None
 end = time.time() + 5
 while time.time() < end:
     try:
-        os.read(fd, 4096)
+        os.read(R.fd, 4096)
     except OSError:
         pass
-    p, st = os.waitpid(pid, os.WNOHANG)
+    p, st = os.waitpid(R.pid, os.WNOHANG)
     if p:
         status = st
         break
     time.sleep(0.05)
 if status is None:
-    os.kill(pid, signal.SIGKILL)
+    os.kill(R.pid, signal.SIGKILL)
 result("Ctrl-D exits with status 0", status is not None and os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0)
 try:
     hist = open(os.path.join(home, ".rnnlua_history"), "rb").read()
@@ -280,7 +254,7 @@ PY
             "FAIL "*) fail=$((fail + 1)); echo "$line" ;;
             *) echo "$line" ;;
         esac
-    done < <(timeout 60 python3 "$tmp/drive_pty.py" "$bin" "$tmp/home" 2>&1 || echo "FAIL pty driver did not finish")
+    done < <(PYTHONPATH="$repo/tests/sh" timeout 60 python3 "$tmp/drive_pty.py" "$bin" "$tmp/home" 2>&1 || echo "FAIL pty driver did not finish")
 fi
 
 finish
