@@ -123,7 +123,7 @@ LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o) $(CU_SRC:%.cu=$(BUILD)/%.cu.o) $(BUILD)/
 CTESTS   := $(patsubst tests/c/%.c,$(BUILD)/tests/%,$(wildcard tests/c/test_*.c))
 BENCHES  := $(patsubst bench/%.c,$(BUILD)/bench/%,$(wildcard bench/*.c))
 
-.PHONY: all deps test test-gpu demo bench bench-gpu clean format check-cuda fuzz fuzz-run rnnlua \
+.PHONY: all deps test test-gpu demo bench bench-wrk bench-gpu clean format check-cuda fuzz fuzz-run rnnlua \
         device-kit kit-programs
 all: rnnlua
 
@@ -199,6 +199,10 @@ $(BUILD)/tests-gpu/%: tests/gpu/%.c $(RL_LIB) tests/c/check.h tests/gpu/device_s
 
 bench: $(BUILD)/rnnlua $(BENCHES)
 	@bash bench/run.sh $(BUILD)
+
+# `rnnlua serve` under wrk alone (bench/serve_wrk.sh; `make bench` runs it too).
+bench-wrk: $(BUILD)/rnnlua
+	@bash bench/serve_wrk.sh $(BUILD)
 
 # The GPU LSTM and GRU benchmark alone: own kernels vs cuDNN per configuration (one SKIP line without a
 # GPU; `make bench` runs it too).

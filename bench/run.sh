@@ -10,7 +10,8 @@
 #      BUILD/bench/gru runs under bench/torch_gru.py with the PyTorch of bench/torch_env.sh,
 #      which interleaves its measurements with nn.GRU's (alone, with a SKIP line, when that
 #      PyTorch cannot be set up);
-#   2. the Lua scripts bench/*.lua, each run by BUILD/rnnlua (bench/lstm_step.lua is
+#   2. bench/serve_wrk.sh: `rnnlua serve` under wrk for 60 s, good and malformed requests;
+#   3. the Lua scripts bench/*.lua, each run by BUILD/rnnlua (bench/lstm_step.lua is
 #      lstm_compare.sh's worker and bench/bench.lua their shared helpers, not run on their own).
 # gemm prints "sgemm peak: X GFLOP/s"; X is exported as RL_SGEMM_PEAK_GFLOPS to everything run
 # after it, so that later benchmarks can report a fraction of the machine's GEMM speed.
@@ -80,6 +81,7 @@ for p in "${programs[@]}"; do
         fi
     fi
 done
+run_one serve_wrk bash bench/serve_wrk.sh "$build"
 for s in bench/*.lua; do
     [ -f "$s" ] || continue
     [ "$s" = bench/lstm_step.lua ] || [ "$s" = bench/bench.lua ] && continue

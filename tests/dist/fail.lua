@@ -1,6 +1,7 @@
--- Run by tests/sh/test_dist.sh under `mpirun -np 2`: a 12AX training in which rank 1 kills
--- itself (arg[2] = "kill"), hangs (arg[2] = "hang") or raises a Lua error (arg[2] = "error") in
--- the middle of epoch 2. arg[1]: the
+-- Run by tests/sh/test_dist.sh (and test_dist_hosts.sh) under `mpirun -np 2`: a 12AX training
+-- in which rank 1 kills itself (arg[2] = "kill"), hangs (arg[2] = "hang"), raises a Lua error
+-- (arg[2] = "error") or takes its network link down (arg[2] = "cut": `ip link set
+-- $RL_TEST_CUT_LINK down` in its network namespace) in the middle of epoch 2. arg[1]: the
 -- model prefix. The job must end with an error naming rank 1, leaving loadable checkpoints.
 local model, how = assert(arg[1]), assert(arg[2])
 local steps = 0
@@ -11,6 +12,8 @@ local function make_opt(params, grads)
             if rl.dist.rank() == 1 and steps == 12 then
               if how == "kill" then
                 os.execute("kill -9 $PPID") -- the shell's parent: this rank
+              elseif how == "cut" then
+                assert(os.execute("ip link set " .. assert(os.getenv("RL_TEST_CUT_LINK")) .. " down"))
               elseif how == "error" then
                 error("a Lua error on rank 1 only")
               else
