@@ -59,6 +59,7 @@ rl_status rl_bf16_level_from_name(const char *name, rl_bf16_level *out) {
 static int best_level = RL_BF16_GENERIC;
 static pthread_once_t best_once = PTHREAD_ONCE_INIT;
 
+#ifdef RL_CPU_X86
 /* Linux keeps the AMX tile data out of a process's saved state until it asks for it; a kernel
  * older than 5.16 (or one that refuses) answers with an error and the tiles stay off. */
 static bool amx_permitted(void) {
@@ -69,6 +70,7 @@ static bool amx_permitted(void) {
     return false;
 #endif
 }
+#endif
 
 static void find_best(void) {
 #ifdef RL_CPU_X86
