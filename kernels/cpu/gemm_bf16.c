@@ -63,7 +63,7 @@ static pthread_once_t best_once = PTHREAD_ONCE_INIT;
 /* Linux keeps the AMX tile data out of a process's saved state until it asks for it; a kernel
  * older than 5.16 (or one that refuses) answers with an error and the tiles stay off. */
 static bool amx_permitted(void) {
-#if defined(__linux__) && defined(__x86_64__)
+#ifdef __linux__
     const long arch_req_xcomp_perm = 0x1023, xfeature_xtiledata = 18;
     return syscall(SYS_arch_prctl, arch_req_xcomp_perm, xfeature_xtiledata) == 0;
 #else
