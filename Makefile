@@ -194,13 +194,20 @@ INST_INC   := $(DESTDIR)$(PREFIX)/include
 INST_SHARE := $(DESTDIR)$(PREFIX)/share
 .PHONY: install uninstall shared
 
-shared: $(BUILD)/$(SO_NAME)
+shared: $(BUILD)/$(SO_NAME) $(BUILD)/luamod/rnnlua.so
 
 $(BUILD)/$(SO_NAME): $(LIB_OBJ) include/rnnlua.map
 	$(CC) -shared -Wl,-soname,$(SO_NAME) -Wl,--version-script,include/rnnlua.map $(LDFLAGS) \
 	    -o $@ $(LIB_OBJ) $(LDLIBS)
 
-install: $(BUILD)/rnnlua $(BUILD)/$(SO_NAME) $(BUILD)/librnnlua.a
+# The module for a system Lua 5.4 (`require "rnnlua"` from Debian's lua5.4): the same objects,
+# exporting only luaopen_rnnlua, and without liblua: the interpreter that loads it provides Lua.
+$(BUILD)/luamod/rnnlua.so: $(LIB_OBJ) lua/module.map
+	@mkdir -p $(dir $@)
+	$(CC) -shared -Wl,--version-script,lua/module.map $(LDFLAGS) -o $@ $(LIB_OBJ) \
+	    $(filter-out -llua5.4,$(LDLIBS))
+
+install: $(BUILD)/rnnlua $(BUILD)/$(SO_NAME) $(BUILD)/librnnlua.a $(BUILD)/luamod/rnnlua.so
 	install -d $(INST_BIN) $(INST_LIB)/pkgconfig $(INST_INC) $(INST_SHARE)/man/man1 \
 	    $(INST_SHARE)/doc/rnnlua/docs $(INST_SHARE)/doc/rnnlua/examples \
 	    $(INST_SHARE)/rnnlua/lua/rnnlua $(INST_SHARE)/rnnlua/layers
@@ -208,6 +215,8 @@ install: $(BUILD)/rnnlua $(BUILD)/$(SO_NAME) $(BUILD)/librnnlua.a
 	install -m 755 $(BUILD)/$(SO_NAME) $(INST_LIB)/$(SO_NAME)
 	ln -sf $(SO_NAME) $(INST_LIB)/librnnlua.so
 	install -m 644 $(BUILD)/librnnlua.a $(INST_LIB)/librnnlua.a
+	install -d $(INST_LIB)/lua/5.4
+	install -m 755 $(BUILD)/luamod/rnnlua.so $(INST_LIB)/lua/5.4/rnnlua.so
 	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(RL_VER)|' -e 's|@LIBS_PRIVATE@|$(LDLIBS)|' \
 	    scripts/rnnlua.pc.in >$(INST_LIB)/pkgconfig/rnnlua.pc
 	install -m 644 include/rnnlua.h $(INST_INC)/rnnlua.h
@@ -221,11 +230,12 @@ install: $(BUILD)/rnnlua $(BUILD)/$(SO_NAME) $(BUILD)/librnnlua.a
 uninstall:
 	rm -f $(INST_BIN)/rnnlua $(INST_LIB)/$(SO_NAME) $(INST_LIB)/librnnlua.so \
 	    $(INST_LIB)/librnnlua.a $(INST_LIB)/pkgconfig/rnnlua.pc $(INST_INC)/rnnlua.h \
+	    $(INST_LIB)/lua/5.4/rnnlua.so \
 	    $(INST_SHARE)/man/man1/rnnlua.1
 	rm -rf $(INST_SHARE)/doc/rnnlua $(INST_SHARE)/rnnlua
 
 # RL_MAKE_VARS: the variables of this build, for tests/sh/test_embed.sh's `make install`
-test: $(BUILD)/rnnlua $(CTESTS) $(BUILD)/$(SO_NAME)
+test: $(BUILD)/rnnlua $(CTESTS) $(BUILD)/$(SO_NAME) $(BUILD)/luamod/rnnlua.so
 	@RL_MAKE_VARS="CUDA=$(CUDA) MPI=$(MPI) BLAS=$(BLAS) ARCH=$(ARCH) SANITIZE=$(SANITIZE)" \
 	    bash tests/run.sh $(BUILD)
 

@@ -14,6 +14,7 @@
 #include "l_dataset.h"
 #include "l_dist.h"
 #include "l_layers.h"
+#include "l_open.h"
 #include "l_optim.h"
 #include "l_json.h"
 #include "l_sys.h"
@@ -65,6 +66,7 @@ static const luaL_Reg module_funcs[] = {
 };
 
 int luaopen_rnnlua(lua_State *L) {
+    rl_lua_add_module_needs(L);
     rl_ops_init();
     if (rl_cpu_level_check_env() != RL_OK) return luaL_error(L, "rnnlua: %s", rl_errmsg());
     lua_newtable(L);

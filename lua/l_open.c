@@ -81,6 +81,15 @@ static int searcher_rnnlua(lua_State *L) {
 
 /* Inserts searcher_rnnlua as package.searchers[2], right after the preload searcher. */
 void rl_lua_add_searcher(lua_State *L) {
+    /* once a state: the host adds it before require "rnnlua", a system Lua's require "rnnlua"
+     * (luaopen_rnnlua) after */
+    if (lua_getfield(L, LUA_REGISTRYINDEX, "rnnlua.searcher") != LUA_TNIL) {
+        lua_pop(L, 1);
+        return;
+    }
+    lua_pop(L, 1);
+    lua_pushboolean(L, 1);
+    lua_setfield(L, LUA_REGISTRYINDEX, "rnnlua.searcher");
     lua_getglobal(L, "package");
     lua_getfield(L, -1, "searchers");
     lua_Integer n = (lua_Integer)lua_rawlen(L, -1);
@@ -217,6 +226,16 @@ void rl_lua_add_preloads(lua_State *L) {
     lua_pushcfunction(L, luaopen_rnnlua);
     lua_setfield(L, -2, "rnnlua");
     lua_pop(L, 1);
+}
+
+void rl_lua_add_module_needs(lua_State *L) {
+    rl_lua_add_searcher(L);
+    luaL_getsubtable(L, LUA_REGISTRYINDEX, LUA_PRELOAD_TABLE);
+    if (lua_getfield(L, -1, "lfs") == LUA_TNIL) {
+        lua_pushcfunction(L, luaopen_lfs);
+        lua_setfield(L, -3, "lfs");
+    }
+    lua_pop(L, 2);
 }
 
 void rl_lua_open_state(lua_State *L) {

@@ -16,6 +16,9 @@ void rl_lua_add_searcher(lua_State *L);
 void rl_lua_text_only(lua_State *L);
 /* package.preload.lfs and package.preload.rnnlua. */
 void rl_lua_add_preloads(lua_State *L);
+/* What luaopen_rnnlua needs in a state that another program made (a system Lua's
+ * require "rnnlua"): the searcher, and package.preload.lfs unless lfs is there already. */
+void rl_lua_add_module_needs(lua_State *L);
 /* The standard libraries and the three above: a state where require "rnnlua" works. Raises
  * (out of memory) like any Lua API call: call it in protected mode. */
 void rl_lua_open_state(lua_State *L);

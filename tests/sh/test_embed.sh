@@ -5,7 +5,7 @@
 # exactly the functions of the header; examples/embed.c, built with pkg-config against the
 # installed library, gives rl.forward's numbers for a trained 12AX model exactly, and streamed
 # in chunks of 1, 7 and 50 frames the whole-sequence numbers; tests/sh/embed_check.c (bad input,
-# threads, a model freed under a session, refusals).
+# threads, a model freed under a session, refusals); Debian's lua5.4 loads the installed module.
 # Usage: test_embed.sh path/to/rnnlua (from the repository root; BUILD/rnnlua, BUILD/librnnlua.*
 # built by `make test`, whose make variables come in RL_MAKE_VARS).
 set -u
@@ -48,7 +48,7 @@ fi
 ok
 major=$(sed -n 's/^#define RL_API_VERSION \([0-9]*\)$/\1/p' include/rnnlua.h)
 for f in bin/rnnlua lib/librnnlua.so.$major lib/librnnlua.a include/rnnlua.h \
-    lib/pkgconfig/rnnlua.pc share/man/man1/rnnlua.1 share/doc/rnnlua/docs/embedding.md \
+    lib/pkgconfig/rnnlua.pc lib/lua/5.4/rnnlua.so share/man/man1/rnnlua.1 share/doc/rnnlua/docs/embedding.md \
     share/doc/rnnlua/examples/embed.c share/rnnlua/lua/rnnlua/capi.lua share/rnnlua/lua/rnnlua/init.lua; do
     if [ -f "$prefix/$f" ]; then ok; else bad "make install: no $f"; fi
 done
@@ -181,6 +181,31 @@ for i in 1 2 3 4 5; do
         check "sequence $i streamed in chunks of $chunk" "$worst" ""
     done
 done
+
+# ---- the module for a system Lua: Debian's lua5.4 runs rl.forward through the installed
+# lib/lua/5.4/rnnlua.so and writes rl.forward's numbers (a sanitized module needs its runtime
+# loaded first, which lua5.4 is not built for: skipped there)
+if [ -n "$san" ]; then
+    echo "skipped: the system Lua module under the sanitizers"
+elif ! command -v lua5.4 >/dev/null; then
+    bad "no lua5.4 (scripts/deps.sh installs it)"
+else
+    cat >"$dir/sys.lua" <<EOF_LUA
+local rl = require "rnnlua"
+local d = "$dir"
+rl.forward{model = d .. "/model.h5", data = {class = "hdf", files = {d .. "/dev.h5"}},
+           output_file = d .. "/fwd_sys.h5", log_verbosity = 0, max_seqs = 1}
+local f = rl.dataset{class = "hdf", files = {d .. "/fwd_sys.h5"}}
+f:init_epoch(1)
+for _, r in ipairs(f:get_seq(1).data:totable()) do
+  for j, v in ipairs(r) do r[j] = string.format("%.9g", v) end
+  print(table.concat(r, " "))
+end
+EOF_LUA
+    if (cd / && LUA_CPATH="$prefix/lib/lua/5.4/?.so" lua5.4 "$dir/sys.lua") >"$dir/sys.txt" \
+        2>"$dir/err.txt" && cmp -s "$dir/sys.txt" "$dir/ref1.txt"; then ok
+    else bad "lua5.4 with require \"rnnlua\": $(head -c 300 "$dir/err.txt")"; fi
+fi
 
 # ---- embed_check: bad input, threads, refusals
 "$dir/embed_check" "$dir/model.h5" "$dir/blstm.h5" "$dir/dev.h5" "$dir/lua_class.h5" \
