@@ -453,6 +453,7 @@ rl_status rl_session_open(rl_session **out, rl_model *model) {
     if (atomic_load(&model->freed)) return rl_error(RL_EARG, "%s: model: the model was freed", who);
     rl_session *s = calloc(1, sizeof *s);
     if (s == NULL) return rl_error(RL_ENOMEM, "%s: no memory", who);
+    atomic_fetch_add(&model->refs, 1); /* before the model's lock: its memory stays */
     /* the session's network comes from the model's memory (its checkpoint as loaded), not from
      * the file again, which may have changed or gone since */
     pthread_mutex_lock(&model->mu);
@@ -473,9 +474,9 @@ rl_status rl_session_open(rl_session **out, rl_model *model) {
     pthread_mutex_unlock(&model->mu);
     if (st != RL_OK) {
         free(s);
+        model_release(model);
         return st;
     }
-    atomic_fetch_add(&model->refs, 1);
     s->model = model;
     *out = s;
     return RL_OK;
