@@ -5,7 +5,8 @@
 # exactly the functions of the header; examples/embed.c, built with pkg-config against the
 # installed library, gives rl.forward's numbers for a trained 12AX model exactly, and streamed
 # in chunks of 1, 7 and 50 frames the whole-sequence numbers; tests/sh/embed_check.c (bad input,
-# threads, a model freed under a session, refusals); Debian's lua5.4 loads the installed module.
+# threads, a model freed under a session, refusals); Debian's lua5.4 loads the installed module;
+# `rnnlua serve`'s POST /v1/stream/{id} (tests/sh/stream_check.py).
 # Usage: test_embed.sh path/to/rnnlua (from the repository root; BUILD/rnnlua, BUILD/librnnlua.*
 # built by `make test`, whose make variables come in RL_MAKE_VARS).
 set -u
@@ -206,6 +207,37 @@ EOF_LUA
         2>"$dir/err.txt" && cmp -s "$dir/sys.txt" "$dir/ref1.txt"; then ok
     else bad "lua5.4 with require \"rnnlua\": $(head -c 300 "$dir/err.txt")"; fi
 fi
+
+# ---- rnnlua serve's POST /v1/stream/{id} (the same C API): sequence 1 in chunks of 7 frames
+# gives the whole-sequence numbers; --max-streams, --stream-timeout, a model that cannot stream
+serve_stream() { # model, options...; runs tests/sh/stream_check.py against a fresh server
+    local model=$1
+    shift
+    "$bin" serve "$model" --port 0 "$@" >"$dir/serve.out" 2>"$dir/serve.err" &
+    local pid=$!
+    local port=""
+    for _ in $(seq 100); do
+        port=$(sed -n 's/^listening on http:\/\/127.0.0.1:\([0-9]*\)$/\1/p' "$dir/serve.out")
+        [ -n "$port" ] && break
+        sleep 0.1
+    done
+    if [ -z "$port" ]; then
+        bad "rnnlua serve $model did not start: $(tail -c 300 "$dir/serve.err")"
+    else
+        python3 tests/sh/stream_check.py "$port" "$dir" "$(basename "$model")" >"$dir/stream.log" 2>&1
+        grep -v '^[0-9]* passed' "$dir/stream.log"
+        local line
+        line=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$dir/stream.log")
+        pass=$((pass + ${line%% *}))
+        local f=${line#*, }
+        f=${f%% *}
+        fail=$((fail + ${f:-1}))
+    fi
+    kill "$pid" 2>/dev/null
+    wait "$pid" 2>/dev/null
+}
+serve_stream "$dir/model.h5" --max-streams 2 --stream-timeout 1
+serve_stream "$dir/blstm.h5"
 
 # ---- embed_check: bad input, threads, refusals
 "$dir/embed_check" "$dir/model.h5" "$dir/blstm.h5" "$dir/dev.h5" "$dir/lua_class.h5" \
