@@ -81,7 +81,7 @@ typedef struct stream_slot {
     bool expired;        /* closed for idleness; id kept */
 } stream_slot;
 
-enum job_kind { JOB_FORWARD, JOB_DECODE, JOB_RELOAD };
+enum job_kind { JOB_FORWARD, JOB_DECODE, JOB_RELOAD, JOB_STREAM };
 
 /* One request's work for the model thread, and its answer. Sequence s has T[s] valid frames
  * (H[s] x W[s] for images) starting at frame off[s] of x (F floats a frame; one class index
@@ -168,6 +168,7 @@ typedef struct server {
     char *capi_error;
     pthread_mutex_t smu;
     stream_slot *streams;
+    atomic_int stream_workers; /* chunks running in their own threads (stream_main) */
 } server;
 
 /* ---- small helpers --------------------------------------------------------------------- */
@@ -933,8 +934,77 @@ static void take_body(server *S, request *r, const char *data, size_t n) {
 
 /* ---- POST /v1/stream/{id} ---------------------------------------------------------------- */
 
-/* Answers a stream's chunk in the HTTP thread: the chunk goes through the stream's own session
- * (rl_session_push), which carries the recurrent state, so the model thread's queue is not
+/* A chunk of a stream, run in a thread of its own so that the HTTP thread that received it goes
+ * on serving its other connections: the session is opened (the first chunk: a copy of the model)
+ * and pushed, the answer or the error left in the job, the slot updated, the connection resumed
+ * (on_request then writes the answer). */
+typedef struct stream_work {
+    server *S;
+    job *j;
+    stream_slot *slot;
+    rl_session *session; /* NULL: the stream's first chunk */
+    int64_t before;      /* frames pushed before this chunk */
+    char id[STREAM_ID_MAX + 1];
+} stream_work;
+
+static void complete(server *S, job *j);
+
+static void *stream_main(void *arg) {
+    stream_work *w = arg;
+    server *S = w->S;
+    job *j = w->j;
+    rl_session *session = w->session;
+    rl_status st = RL_OK;
+    if (session == NULL) st = rl_session_open(&session, S->capi);
+    rl_output out;
+    if (st == RL_OK) {
+        rl_batch b = {.T = j->T[0],
+                      .B = 1,
+                      .F = S->sparse ? 1 : S->in_dim,
+                      .x = j->x,
+                      .classes = j->xi};
+        st = rl_session_push(session, &b, &out);
+    }
+    if (st == RL_OK) {
+        json_t *rows = json_array();
+        for (int64_t t = 0; rows && t < out.T; t++) {
+            json_t *row = json_array();
+            for (int64_t k = 0; row && k < out.dim; k++)
+                json_array_append_new(row, json_real(out.y[t * out.dim + k]));
+            json_array_append_new(rows, row);
+        }
+        j->extra = json_pack("{s:s, s:o, s:I, s:b}", "id", w->id, "output", rows, "frames",
+                             (json_int_t)(w->before + j->T[0]), "end", j->end);
+        if (j->extra == NULL) {
+            j->status = MHD_HTTP_INTERNAL_SERVER_ERROR;
+            j->error = strdup("out of memory writing the answer");
+        }
+    } else {
+        j->status = st == RL_ENOMEM ? MHD_HTTP_SERVICE_UNAVAILABLE : MHD_HTTP_UNPROCESSABLE_CONTENT;
+        j->error = strdup(rl_errmsg());
+    }
+    rl_session *to_free = NULL;
+    stream_slot *slot = w->slot;
+    pthread_mutex_lock(&S->smu);
+    slot->busy = false;
+    slot->last = now_s();
+    slot->frames = w->before + (st == RL_OK ? j->T[0] : 0);
+    slot->session = session;
+    /* a chunk refused before it ran leaves the stream as it was; "end" closes it */
+    if (j->end || session == NULL) {
+        to_free = session;
+        memset(slot, 0, sizeof *slot);
+    }
+    pthread_mutex_unlock(&S->smu);
+    rl_session_free(to_free);
+    free(w);
+    complete(S, j);
+    atomic_fetch_sub(&S->stream_workers, 1);
+    return NULL;
+}
+
+/* A stream's chunk: checked here, then run by stream_main through the stream's own session
+ * (rl_session_push), which carries the recurrent state; the model thread's queue is not
  * involved and streams run side by side. */
 static enum MHD_Result answer_stream(server *S, request *r, struct MHD_Connection *c,
                                      const char *url) {
@@ -1024,54 +1094,32 @@ static enum MHD_Result answer_stream(server *S, request *r, struct MHD_Connectio
                              cap);
     }
 
-    rl_status st = RL_OK;
-    if (session == NULL) st = rl_session_open(&session, S->capi);
-    rl_output out;
-    if (st == RL_OK) {
-        rl_batch b = {
-            .T = j->T[0], .B = 1, .F = S->sparse ? 1 : S->in_dim, .x = j->x, .classes = j->xi};
-        st = rl_session_push(session, &b, &out);
+    stream_work *w = malloc(sizeof *w);
+    if (w == NULL) {
+        pthread_mutex_lock(&S->smu);
+        slot->busy = false;
+        if (slot->session == NULL) memset(slot, 0, sizeof *slot);
+        pthread_mutex_unlock(&S->smu);
+        job_free(j);
+        return reply_refused(S, r, c, MHD_HTTP_SERVICE_UNAVAILABLE, NULL, "out of memory");
     }
-    json_t *doc = NULL;
-    if (st == RL_OK) {
-        json_t *rows = json_array();
-        for (int64_t t = 0; rows && t < out.T; t++) {
-            json_t *row = json_array();
-            for (int64_t k = 0; row && k < out.dim; k++)
-                json_array_append_new(row, json_real(out.y[t * out.dim + k]));
-            json_array_append_new(rows, row);
-        }
-        doc = json_pack("{s:s, s:o, s:I, s:b}", "id", id, "output", rows, "frames",
-                        (json_int_t)(before + j->T[0]), "end", j->end);
-    }
-    char *why = st != RL_OK ? strdup(rl_errmsg()) : NULL;
-    rl_session *to_free = NULL;
-    pthread_mutex_lock(&S->smu);
-    slot->busy = false;
-    slot->last = now_s();
-    slot->frames = before + (st == RL_OK ? j->T[0] : 0);
-    slot->session = session;
-    /* a chunk refused before it ran leaves the stream as it was; "end" closes it */
-    if (j->end || session == NULL) {
-        to_free = session;
-        memset(slot, 0, sizeof *slot);
-    }
-    pthread_mutex_unlock(&S->smu);
-    rl_session_free(to_free);
-    job_free(j);
-    if (st != RL_OK) {
-        enum MHD_Result ret = reply_refused(S, r, c,
-                                            st == RL_ENOMEM ? MHD_HTTP_SERVICE_UNAVAILABLE
-                                                            : MHD_HTTP_UNPROCESSABLE_CONTENT,
-                                            NULL, "%s", why ? why : "out of memory");
-        free(why);
-        return ret;
-    }
+    *w = (stream_work){.S = S, .j = j, .slot = slot, .session = session, .before = before};
+    memcpy(w->id, id, idn + 1);
+    j->kind = JOB_STREAM;
+    j->frames = 0; /* not in the model queue's count (on_completed subtracts it) */
+    j->conn = c;
+    r->job = j;
     not_incoming(S, r);
-    if (doc == NULL)
-        return reply_error(c, MHD_HTTP_INTERNAL_SERVER_ERROR, NULL,
-                           "out of memory writing the answer");
-    return reply_json(c, MHD_HTTP_OK, doc, NULL);
+    atomic_fetch_add(&S->stream_workers, 1);
+    /* suspended before the worker starts: it may resume the connection at once */
+    MHD_suspend_connection(c);
+    pthread_t th;
+    pthread_attr_t at;
+    pthread_attr_init(&at);
+    pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+    if (pthread_create(&th, &at, stream_main, w) != 0) stream_main(w);
+    pthread_attr_destroy(&at);
+    return MHD_YES;
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
@@ -1096,7 +1144,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         pthread_mutex_unlock(&S->mu);
         if (!done) return MHD_YES;
         if (j->error) return reply_error(c, (unsigned)j->status, NULL, "%s", j->error);
-        if (j->kind == JOB_RELOAD) return reply_json(c, MHD_HTTP_OK, json_incref(j->extra), NULL);
+        if (j->kind == JOB_RELOAD || j->kind == JOB_STREAM)
+            return reply_json(c, MHD_HTTP_OK, json_incref(j->extra), NULL);
         if (j->kind == JOB_FORWARD) return reply_forward(S, c, j);
         json_t *doc = decode_answer(j);
         if (doc == NULL)
@@ -2436,6 +2485,9 @@ static void drain_and_stop(server *S, job **jobs, int cap) {
     }
     int left = atomic_load(&S->requests);
     if (left > 0) logf_("drain timeout: %d requests were not answered", left);
+    /* a stream's chunk resumes its connection when done: the daemon must outlive it */
+    while (atomic_load(&S->stream_workers) > 0)
+        usleep(1000);
     stop_gate(S);
     MHD_stop_daemon(S->daemon);
     S->daemon = NULL;
@@ -2553,6 +2605,8 @@ int rl_serve_main(lua_State *L, int argc, char **argv) {
     if (jobs) {
         drain_and_stop(S, jobs, CAP);
     } else {
+        while (atomic_load(&S->stream_workers) > 0)
+            usleep(1000);
         stop_gate(S);
         MHD_stop_daemon(S->daemon);
     }
