@@ -178,8 +178,66 @@ $(BUILD)/bench/%: bench/%.c $(RL_LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(RL_LIB) $(LDLIBS)
 
-test: $(BUILD)/rnnlua $(CTESTS)
-	@bash tests/run.sh $(BUILD)
+# ---- the installed library: the C API (include/rnnlua.h, docs/embedding.md) and `make install`
+# librnnlua.so.$(SO_MAJOR) is built from the objects of librnnlua.a (LIB_OBJ); its exported
+# symbols are exactly the functions of include/rnnlua.h (include/rnnlua.map), so the library's
+# internal rl_* functions stay its own. tests/sh/test_embed.sh installs into a temporary folder
+# and builds examples/embed.c against it with pkg-config.
+PREFIX     ?= /usr/local
+DESTDIR    ?=
+SO_MAJOR   := $(shell sed -n 's/^\#define RL_API_VERSION \([0-9]*\)$$/\1/p' include/rnnlua.h)
+RL_VER     := $(shell sed -n 's/^\#define RL_VERSION "\(.*\)"$$/\1/p' lua/version.h)
+SO_NAME    := librnnlua.so.$(SO_MAJOR)
+INST_BIN   := $(DESTDIR)$(PREFIX)/bin
+INST_LIB   := $(DESTDIR)$(PREFIX)/lib
+INST_INC   := $(DESTDIR)$(PREFIX)/include
+INST_SHARE := $(DESTDIR)$(PREFIX)/share
+.PHONY: install uninstall shared
+
+shared: $(BUILD)/$(SO_NAME) $(BUILD)/luamod/rnnlua.so
+
+$(BUILD)/$(SO_NAME): $(LIB_OBJ) include/rnnlua.map
+	$(CC) -shared -Wl,-soname,$(SO_NAME) -Wl,--version-script,include/rnnlua.map $(LDFLAGS) \
+	    -o $@ $(LIB_OBJ) $(LDLIBS)
+
+# The module for a system Lua 5.4 (`require "rnnlua"` from Debian's lua5.4): the same objects,
+# exporting only luaopen_rnnlua, and without liblua: the interpreter that loads it provides Lua.
+$(BUILD)/luamod/rnnlua.so: $(LIB_OBJ) lua/module.map
+	@mkdir -p $(dir $@)
+	$(CC) -shared -Wl,--version-script,lua/module.map $(LDFLAGS) -o $@ $(LIB_OBJ) \
+	    $(filter-out -llua5.4,$(LDLIBS))
+
+install: $(BUILD)/rnnlua $(BUILD)/$(SO_NAME) $(BUILD)/librnnlua.a $(BUILD)/luamod/rnnlua.so
+	install -d $(INST_BIN) $(INST_LIB)/pkgconfig $(INST_INC) $(INST_SHARE)/man/man1 \
+	    $(INST_SHARE)/doc/rnnlua/docs $(INST_SHARE)/doc/rnnlua/examples \
+	    $(INST_SHARE)/rnnlua/lua/rnnlua $(INST_SHARE)/rnnlua/layers
+	install -m 755 $(BUILD)/rnnlua $(INST_BIN)/rnnlua
+	install -m 755 $(BUILD)/$(SO_NAME) $(INST_LIB)/$(SO_NAME)
+	ln -sf $(SO_NAME) $(INST_LIB)/librnnlua.so
+	install -m 644 $(BUILD)/librnnlua.a $(INST_LIB)/librnnlua.a
+	install -d $(INST_LIB)/lua/5.4
+	install -m 755 $(BUILD)/luamod/rnnlua.so $(INST_LIB)/lua/5.4/rnnlua.so
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(RL_VER)|' -e 's|@LIBS_PRIVATE@|$(LDLIBS)|' \
+	    scripts/rnnlua.pc.in >$(INST_LIB)/pkgconfig/rnnlua.pc
+	install -m 644 include/rnnlua.h $(INST_INC)/rnnlua.h
+	install -m 644 docs/rnnlua.1 $(INST_SHARE)/man/man1/rnnlua.1
+	install -m 644 README.md LICENSE THIRD_PARTY_NOTICES.md $(INST_SHARE)/doc/rnnlua
+	install -m 644 $(wildcard docs/*.md) $(INST_SHARE)/doc/rnnlua/docs
+	install -m 644 examples/embed.c $(INST_SHARE)/doc/rnnlua/examples
+	install -m 644 $(wildcard lua/rnnlua/*.lua) $(INST_SHARE)/rnnlua/lua/rnnlua
+	install -m 644 $(wildcard layers/*.lua) $(INST_SHARE)/rnnlua/layers
+
+uninstall:
+	rm -f $(INST_BIN)/rnnlua $(INST_LIB)/$(SO_NAME) $(INST_LIB)/librnnlua.so \
+	    $(INST_LIB)/librnnlua.a $(INST_LIB)/pkgconfig/rnnlua.pc $(INST_INC)/rnnlua.h \
+	    $(INST_LIB)/lua/5.4/rnnlua.so \
+	    $(INST_SHARE)/man/man1/rnnlua.1
+	rm -rf $(INST_SHARE)/doc/rnnlua $(INST_SHARE)/rnnlua
+
+# RL_MAKE_VARS: the variables of this build, for tests/sh/test_embed.sh's `make install`
+test: $(BUILD)/rnnlua $(CTESTS) $(BUILD)/$(SO_NAME) $(BUILD)/luamod/rnnlua.so
+	@RL_MAKE_VARS="CUDA=$(CUDA) MPI=$(MPI) BLAS=$(BLAS) ARCH=$(ARCH) SANITIZE=$(SANITIZE)" \
+	    bash tests/run.sh $(BUILD)
 
 # CUDA-vs-CPU parity of every op, of the LSTM (own kernels, cuDNN), of the GRU, of CTC, of attention, of the
 # optimizers and of networks of every other layer class (including whole rl.train runs), of

@@ -16,6 +16,7 @@
 #include "l_dist.h"
 #include "l_json.h"
 #include "l_layers.h"
+#include "l_open.h"
 #include "l_optim.h"
 #include "l_sys.h"
 #include "l_tensor.h"
@@ -92,6 +93,7 @@ static const luaL_Reg module_funcs[] = {
 };
 
 int luaopen_rnnlua(lua_State *L) {
+    rl_lua_add_module_needs(L);
     rl_ops_init();
     if (rl_cpu_level_check_env() != RL_OK || rl_bf16_level_check_env() != RL_OK)
         return luaL_error(L, "rnnlua: %s", rl_errmsg());

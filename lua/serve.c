@@ -48,6 +48,7 @@
 #include <microhttpd.h>
 
 #include "../core/blas.h"
+#include "../include/rnnlua.h"
 #include "l_tensor.h"
 #include "serve.h"
 
@@ -62,13 +63,26 @@
 typedef struct {
     const char *model_path, *listen, *layer, *lua_file, *lm_file, *lm_word_boundary, *admin_token,
         *precision;
-    int port, threads, blas_threads, max_connections, timeout_s, max_beam;
+    int port, threads, blas_threads, max_connections, timeout_s, max_beam, max_streams;
     int64_t max_batch_frames, max_frames, max_queue_frames;
-    double max_wait_ms, drain_s;
+    double max_wait_ms, drain_s, stream_timeout_s;
     size_t max_body;
 } serve_opts;
 
-enum job_kind { JOB_FORWARD, JOB_DECODE, JOB_RELOAD };
+/* POST /v1/stream/{id}: a stream's session of the C API (include/rnnlua.h), which carries the
+ * recurrent state between its chunks. A slot whose stream was closed for idleness keeps the id
+ * (expired) until a new stream needs the slot, so the stream's next chunk is told why. */
+#define STREAM_ID_MAX 64
+typedef struct stream_slot {
+    char id[STREAM_ID_MAX + 1];
+    rl_session *session; /* NULL: a free or expired slot, or its first chunk runs */
+    double last;         /* the last chunk ended then */
+    int64_t frames;      /* pushed so far */
+    bool busy;           /* a chunk is going through */
+    bool expired;        /* closed for idleness; id kept */
+} stream_slot;
+
+enum job_kind { JOB_FORWARD, JOB_DECODE, JOB_RELOAD, JOB_STREAM };
 
 /* One request's work for the model thread, and its answer. Sequence s has T[s] valid frames
  * (H[s] x W[s] for images) starting at frame off[s] of x (F floats a frame; one class index
@@ -79,6 +93,7 @@ typedef struct job {
     struct MHD_Connection *conn;
     double t_queued;
     bool single; /* {"data": ...} (answered as one object), not {"batch": [...]} */
+    bool end;    /* POST /v1/stream: {"end": true} closes the stream after this chunk */
     int beam;
     bool lm;                    /* decode: fuse the server's --lm */
     double lm_weight, lm_bonus; /* its weight and bonus */
@@ -149,6 +164,12 @@ typedef struct server {
     pthread_mutex_t cmu; /* the list of open connections */
     conn *conns;
     pthread_t sig_thread;
+    /* POST /v1/stream: the model through the C API (NULL: capi_error says why), the slots */
+    rl_model *capi;
+    char *capi_error;
+    pthread_mutex_t smu;
+    stream_slot *streams;
+    atomic_int stream_workers; /* chunks running in their own threads (stream_main) */
 } server;
 
 /* ---- small helpers --------------------------------------------------------------------- */
@@ -226,14 +247,14 @@ static enum MHD_Result reply_error(struct MHD_Connection *c, unsigned status, co
 
 /* ---- routes ----------------------------------------------------------------------------- */
 
-enum { R_HEALTH, R_MODEL, R_FORWARD, R_DECODE, R_RELOAD, R_COUNT };
+enum { R_HEALTH, R_MODEL, R_FORWARD, R_DECODE, R_RELOAD, R_STREAM, R_COUNT };
 
 static const struct {
     const char *path, *method;
 } routes[R_COUNT] = {
     [R_HEALTH] = {"/healthz", "GET"},      [R_MODEL] = {"/v1/model", "GET"},
     [R_FORWARD] = {"/v1/forward", "POST"}, [R_DECODE] = {"/v1/decode", "POST"},
-    [R_RELOAD] = {"/v1/reload", "POST"},
+    [R_RELOAD] = {"/v1/reload", "POST"},   [R_STREAM] = {"/v1/stream/", "POST"},
 };
 
 /* libmicrohttpd decodes %XX in the path before on_request sees it: a %00 would cut the C string
@@ -250,6 +271,7 @@ static size_t unescape_path(void *cls, struct MHD_Connection *c, char *s) {
 static int find_route(const char *url) {
     for (int i = 0; i < R_COUNT; i++)
         if (strcmp(url, routes[i].path) == 0) return i;
+    if (strncmp(url, routes[R_STREAM].path, strlen(routes[R_STREAM].path)) == 0) return R_STREAM;
     return -1;
 }
 
@@ -460,10 +482,13 @@ static job *parse_job(const server *S, int route, const char *body, size_t len, 
     json_object_foreach(doc, key, v) {
         bool known = strcmp(key, "data") == 0 || strcmp(key, "batch") == 0 ||
                      (S->images && strcmp(key, "size") == 0) ||
-                     (route == R_DECODE && (strcmp(key, "beam") == 0 || strcmp(key, "lm") == 0));
+                     (route == R_DECODE && (strcmp(key, "beam") == 0 || strcmp(key, "lm") == 0)) ||
+                     (route == R_STREAM && strcmp(key, "end") == 0);
         if (!known) {
             bad(e, 400, "unknown key '%s' (known: data, batch%s%s)", key, S->images ? ", size" : "",
-                route == R_DECODE ? ", beam, lm" : "");
+                route == R_DECODE   ? ", beam, lm"
+                : route == R_STREAM ? ", end"
+                                    : "");
             goto out;
         }
     }
@@ -473,6 +498,15 @@ static job *parse_job(const server *S, int route, const char *body, size_t len, 
         bad(e, 400,
             single ? "the body needs \"data\" (one sequence) or \"batch\" (a list)"
                    : "give either \"data\" or \"batch\", not both");
+        goto out;
+    }
+    if (route == R_STREAM && !single) {
+        bad(e, 400, "a stream's chunk is one sequence: {\"data\": [[f, ...], ...]}, no \"batch\"");
+        goto out;
+    }
+    json_t *jend = json_object_get(doc, "end");
+    if (jend != NULL && !json_is_boolean(jend)) {
+        bad(e, 400, "\"end\" must be true or false");
         goto out;
     }
     if (!single && (!json_is_array(batch) || json_array_size(batch) == 0)) {
@@ -506,6 +540,7 @@ static job *parse_job(const server *S, int route, const char *body, size_t len, 
     }
     j->kind = route == R_DECODE ? JOB_DECODE : JOB_FORWARD;
     j->single = single;
+    j->end = jend != NULL && json_is_true(jend);
     j->beam = beam;
     j->lm = lm;
     j->lm_weight = lm_weight;
@@ -805,7 +840,7 @@ static enum MHD_Result begin_request(server *S, struct MHD_Connection *c, reques
     if (r->route < 0)
         return reply_error(c, MHD_HTTP_NOT_FOUND, NULL,
                            "no such path '%s' (GET /healthz, GET /v1/model, POST /v1/forward, "
-                           "POST /v1/decode, POST /v1/reload)",
+                           "POST /v1/decode, POST /v1/reload, POST /v1/stream/{id})",
                            url);
     /* HEAD is GET without the body (libmicrohttpd leaves it out): monitors use it */
     bool get = strcmp(routes[r->route].method, "GET") == 0;
@@ -898,6 +933,196 @@ static void take_body(server *S, request *r, const char *data, size_t n) {
     r->len += n;
 }
 
+/* ---- POST /v1/stream/{id} ---------------------------------------------------------------- */
+
+/* A chunk of a stream, run in a thread of its own so that the HTTP thread that received it goes
+ * on serving its other connections: the session is opened (the first chunk: a copy of the model)
+ * and pushed, the answer or the error left in the job, the slot updated, the connection resumed
+ * (on_request then writes the answer). */
+typedef struct stream_work {
+    server *S;
+    job *j;
+    stream_slot *slot;
+    rl_session *session; /* NULL: the stream's first chunk */
+    int64_t before;      /* frames pushed before this chunk */
+    char id[STREAM_ID_MAX + 1];
+} stream_work;
+
+static void complete(server *S, job *j);
+
+static void *stream_main(void *arg) {
+    stream_work *w = arg;
+    server *S = w->S;
+    job *j = w->j;
+    rl_session *session = w->session;
+    rl_status st = RL_OK;
+    if (session == NULL) st = rl_session_open(&session, S->capi);
+    rl_output out;
+    if (st == RL_OK) {
+        rl_batch b = {.T = j->T[0],
+                      .B = 1,
+                      .F = S->sparse ? 1 : S->in_dim,
+                      .x = j->x,
+                      .classes = j->xi};
+        st = rl_session_push(session, &b, &out);
+    }
+    if (st == RL_OK) {
+        json_t *rows = json_array();
+        for (int64_t t = 0; rows && t < out.T; t++) {
+            json_t *row = json_array();
+            for (int64_t k = 0; row && k < out.dim; k++)
+                json_array_append_new(row, json_real(out.y[t * out.dim + k]));
+            json_array_append_new(rows, row);
+        }
+        j->extra = json_pack("{s:s, s:o, s:I, s:b}", "id", w->id, "output", rows, "frames",
+                             (json_int_t)(w->before + j->T[0]), "end", j->end);
+        if (j->extra == NULL) {
+            j->status = MHD_HTTP_INTERNAL_SERVER_ERROR;
+            j->error = strdup("out of memory writing the answer");
+        }
+    } else {
+        j->status = st == RL_ENOMEM ? MHD_HTTP_SERVICE_UNAVAILABLE : MHD_HTTP_UNPROCESSABLE_CONTENT;
+        j->error = strdup(rl_errmsg());
+    }
+    rl_session *to_free = NULL;
+    stream_slot *slot = w->slot;
+    pthread_mutex_lock(&S->smu);
+    slot->busy = false;
+    slot->last = now_s();
+    slot->frames = w->before + (st == RL_OK ? j->T[0] : 0);
+    slot->session = session;
+    /* a chunk refused before it ran leaves the stream as it was; "end" closes it */
+    if (j->end || session == NULL) {
+        to_free = session;
+        memset(slot, 0, sizeof *slot);
+    }
+    pthread_mutex_unlock(&S->smu);
+    rl_session_free(to_free);
+    free(w);
+    complete(S, j);
+    atomic_fetch_sub(&S->stream_workers, 1);
+    return NULL;
+}
+
+/* A stream's chunk: checked here, then run by stream_main through the stream's own session
+ * (rl_session_push), which carries the recurrent state; the model thread's queue is not
+ * involved and streams run side by side. */
+static enum MHD_Result answer_stream(server *S, request *r, struct MHD_Connection *c,
+                                     const char *url) {
+    const char *id = url + strlen(routes[R_STREAM].path);
+    size_t idn = strlen(id);
+    bool id_ok = idn >= 1 && idn <= STREAM_ID_MAX;
+    for (size_t i = 0; id_ok && i < idn; i++)
+        id_ok = (id[i] >= 'a' && id[i] <= 'z') || (id[i] >= 'A' && id[i] <= 'Z') ||
+                (id[i] >= '0' && id[i] <= '9') || id[i] == '.' || id[i] == '_' || id[i] == '-';
+    if (!id_ok)
+        return reply_refused(S, r, c, MHD_HTTP_BAD_REQUEST, NULL,
+                             "POST /v1/stream/{id}: the id must be 1..%d characters of A-Z, a-z, "
+                             "0-9, '.', '_' and '-'",
+                             STREAM_ID_MAX);
+    if (S->capi == NULL)
+        return reply_refused(S, r, c, MHD_HTTP_UNPROCESSABLE_CONTENT, NULL,
+                             "POST /v1/stream is off: %s", S->capi_error);
+    rl_info info;
+    rl_model_info(S->capi, &info);
+    if (!info.causal)
+        return reply_refused(S, r, c, MHD_HTTP_UNPROCESSABLE_CONTENT, NULL,
+                             "POST /v1/stream: the model cannot stream: %s", info.not_causal);
+    perr e = {{0}, 0};
+    job *j = parse_job(S, R_STREAM, r->body ? r->body : "", r->len, &e);
+    free(r->body);
+    r->body = NULL;
+    if (j == NULL) return reply_refused(S, r, c, (unsigned)e.status, NULL, "%s", e.msg);
+
+    /* the slot: streams idle past --stream-timeout are closed first (their sessions freed below,
+     * outside the lock), keeping their ids to tell their next chunk */
+    int cap = S->o.max_streams, expired_n = 0;
+    rl_session **expired = calloc((size_t)cap, sizeof *expired);
+    stream_slot *slot = NULL, *spare = NULL;
+    unsigned status = 0;
+    double now = now_s();
+    pthread_mutex_lock(&S->smu);
+    for (int i = 0; expired && i < cap; i++) {
+        stream_slot *q = &S->streams[i];
+        if (q->session && !q->busy && now - q->last > S->o.stream_timeout_s) {
+            expired[expired_n++] = q->session;
+            q->session = NULL;
+            q->expired = true;
+        }
+    }
+    for (int i = 0; i < cap && slot == NULL; i++)
+        if (S->streams[i].id[0] && strcmp(S->streams[i].id, id) == 0) slot = &S->streams[i];
+    if (slot && slot->expired) {
+        memset(slot, 0, sizeof *slot);
+        status = MHD_HTTP_GONE;
+    } else if (slot && slot->busy) {
+        status = MHD_HTTP_CONFLICT;
+    } else if (slot == NULL) {
+        for (int i = 0; i < cap && spare == NULL; i++)
+            if (S->streams[i].id[0] == '\0') spare = &S->streams[i];
+        for (int i = 0; i < cap && spare == NULL; i++)
+            if (S->streams[i].expired) spare = &S->streams[i];
+        if (spare == NULL) {
+            status = MHD_HTTP_SERVICE_UNAVAILABLE;
+        } else {
+            memset(spare, 0, sizeof *spare);
+            memcpy(spare->id, id, idn + 1);
+            slot = spare;
+        }
+    }
+    if (status == 0) slot->busy = true;
+    rl_session *session = status == 0 ? slot->session : NULL;
+    int64_t before = status == 0 ? slot->frames : 0;
+    pthread_mutex_unlock(&S->smu);
+    for (int i = 0; i < expired_n; i++)
+        rl_session_free(expired[i]);
+    free(expired);
+    if (status != 0) {
+        job_free(j);
+        if (status == MHD_HTTP_GONE)
+            return reply_refused(S, r, c, status, NULL,
+                                 "stream '%s' was idle for more than %g s (--stream-timeout) and "
+                                 "was closed; a chunk sent to it again starts a new stream",
+                                 id, S->o.stream_timeout_s);
+        if (status == MHD_HTTP_CONFLICT)
+            return reply_refused(S, r, c, status, NULL,
+                                 "stream '%s': its previous chunk is still going through (send a "
+                                 "stream's chunks one after the other)",
+                                 id);
+        return reply_refused(S, r, c, status, NULL,
+                             "too many streams (%d open; --max-streams): end one with "
+                             "{\"end\": true} or wait for --stream-timeout",
+                             cap);
+    }
+
+    stream_work *w = malloc(sizeof *w);
+    if (w == NULL) {
+        pthread_mutex_lock(&S->smu);
+        slot->busy = false;
+        if (slot->session == NULL) memset(slot, 0, sizeof *slot);
+        pthread_mutex_unlock(&S->smu);
+        job_free(j);
+        return reply_refused(S, r, c, MHD_HTTP_SERVICE_UNAVAILABLE, NULL, "out of memory");
+    }
+    *w = (stream_work){.S = S, .j = j, .slot = slot, .session = session, .before = before};
+    memcpy(w->id, id, idn + 1);
+    j->kind = JOB_STREAM;
+    j->frames = 0; /* not in the model queue's count (on_completed subtracts it) */
+    j->conn = c;
+    r->job = j;
+    not_incoming(S, r);
+    atomic_fetch_add(&S->stream_workers, 1);
+    /* suspended before the worker starts: it may resume the connection at once */
+    MHD_suspend_connection(c);
+    pthread_t th;
+    pthread_attr_t at;
+    pthread_attr_init(&at);
+    pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+    if (pthread_create(&th, &at, stream_main, w) != 0) stream_main(w);
+    pthread_attr_destroy(&at);
+    return MHD_YES;
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
                                   const char *method, const char *version, const char *upload,
                                   size_t *upload_size, void **con_cls) {
@@ -920,7 +1145,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         pthread_mutex_unlock(&S->mu);
         if (!done) return MHD_YES;
         if (j->error) return reply_error(c, (unsigned)j->status, NULL, "%s", j->error);
-        if (j->kind == JOB_RELOAD) return reply_json(c, MHD_HTTP_OK, json_incref(j->extra), NULL);
+        if (j->kind == JOB_RELOAD || j->kind == JOB_STREAM)
+            return reply_json(c, MHD_HTTP_OK, json_incref(j->extra), NULL);
         if (j->kind == JOB_FORWARD) return reply_forward(S, c, j);
         json_t *doc = decode_answer(j);
         if (doc == NULL)
@@ -937,6 +1163,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     if (r->too_large)
         return reply_refused(S, r, c, MHD_HTTP_CONTENT_TOO_LARGE, NULL,
                              "the body is larger than %zu bytes (--max-body)", S->o.max_body);
+    if (r->route == R_STREAM) return answer_stream(S, r, c, url);
     perr e = {{0}, 0};
     job *j;
     if (r->route == R_RELOAD) {
@@ -2004,7 +2231,9 @@ static void serve_usage(FILE *f) {
         "(or {\"batch\": [{\"data\": ...}, ...]}) answers {\"output\": [[...], ...]}, the\n"
         "activations rl.forward writes; also POST /v1/decode, GET /v1/model, GET /healthz,\n"
         "POST /v1/reload (with --admin-token; or SIGHUP) to load MODEL.h5 again. SIGTERM or\n"
-        "SIGINT: answer what is in flight, then exit 0.\n"
+        "SIGINT: answer what is in flight, then exit 0. POST /v1/stream/ID {\"data\": [[...]]}\n"
+        "streams a causal model chunk by chunk (the state kept between chunks; {\"end\": true}\n"
+        "closes the stream), through the C API (include/rnnlua.h) on the model as started.\n"
         "\n"
         "Options (defaults in brackets; ++port P is --port P, ++max_body N is --max-body N):\n"
         "  --port P               TCP port; 0 picks a free one [8080]\n"
@@ -2034,6 +2263,10 @@ static void serve_usage(FILE *f) {
         "  --drain-timeout S      longest wait for in-flight requests at shutdown [30]\n"
         "  --admin-token TOKEN    turns POST /v1/reload on; it must then carry the header\n"
         "                         'Authorization: Bearer TOKEN' [off]\n"
+        "  --max-streams N        open streams of POST /v1/stream/{id} (503 beyond; 0 turns\n"
+        "                         streaming off) [64]\n"
+        "  --stream-timeout S     a stream idle this long is closed (410 for its next chunk)\n"
+        "                         [60]\n"
         "The bound address goes to stdout as \"listening on http://ADDR:PORT\"; logs to stderr.\n",
         f);
 }
@@ -2101,6 +2334,8 @@ static int parse_options(lua_State *L, int argc, char **argv, serve_opts *o) {
                       .max_queue_frames = 200000,
                       .max_wait_ms = 1,
                       .drain_s = 30,
+                      .max_streams = 64,
+                      .stream_timeout_s = 60,
                       .max_body = 4u << 20};
     static const struct {
         const char *name;
@@ -2125,6 +2360,8 @@ static int parse_options(lua_State *L, int argc, char **argv, serve_opts *o) {
         {"--max-queue-frames", 1, 1e12, 3, offsetof(serve_opts, max_queue_frames)},
         {"--max-wait-ms", 0, 60000, 2, offsetof(serve_opts, max_wait_ms)},
         {"--drain-timeout", 0, 86400, 2, offsetof(serve_opts, drain_s)},
+        {"--max-streams", 0, 100000, 1, offsetof(serve_opts, max_streams)},
+        {"--stream-timeout", 0.001, 86400, 2, offsetof(serve_opts, stream_timeout_s)},
         {"--max-body", 16, 1 << 30, 4, offsetof(serve_opts, max_body)},
     };
     for (int i = 1; i < argc; i++) {
@@ -2280,6 +2517,9 @@ static void drain_and_stop(server *S, job **jobs, int cap) {
     }
     int left = atomic_load(&S->requests);
     if (left > 0) logf_("drain timeout: %d requests were not answered", left);
+    /* a stream's chunk resumes its connection when done: the daemon must outlive it */
+    while (atomic_load(&S->stream_workers) > 0)
+        usleep(1000);
     stop_gate(S);
     MHD_stop_daemon(S->daemon);
     S->daemon = NULL;
@@ -2328,6 +2568,19 @@ int rl_serve_main(lua_State *L, int argc, char **argv) {
     }
 
     char err[256];
+    pthread_mutex_init(&S->smu, NULL);
+    if (S->o.max_streams == 0) {
+        S->capi_error = strdup("the server was started with --max-streams 0");
+    } else {
+        rl_model_options mo = {.layer = S->o.layer, .lua_file = S->o.lua_file};
+        if (rl_model_load(&S->capi, S->o.model_path, &mo) != RL_OK)
+            S->capi_error = strdup(rl_errmsg());
+        S->streams = calloc((size_t)S->o.max_streams, sizeof *S->streams);
+        if (S->streams == NULL) {
+            logf_("no memory for --max-streams %d", S->o.max_streams);
+            return 1;
+        }
+    }
     int port = S->o.port;
     S->listen_fd = open_listener(S->o.listen, &port, err, sizeof err);
     if (S->listen_fd < 0) {
@@ -2384,6 +2637,8 @@ int rl_serve_main(lua_State *L, int argc, char **argv) {
     if (jobs) {
         drain_and_stop(S, jobs, CAP);
     } else {
+        while (atomic_load(&S->stream_workers) > 0)
+            usleep(1000);
         stop_gate(S);
         MHD_stop_daemon(S->daemon);
     }
@@ -2398,6 +2653,12 @@ int rl_serve_main(lua_State *L, int argc, char **argv) {
     luaL_unref(L, LUA_REGISTRYINDEX, S->model_ref);
     free(S->info_json);
     free(S->decode_error);
+    for (int i = 0; S->streams && i < S->o.max_streams; i++)
+        rl_session_free(S->streams[i].session);
+    free(S->streams);
+    rl_model_free(S->capi);
+    free(S->capi_error);
+    pthread_mutex_destroy(&S->smu);
     pthread_cond_destroy(&S->cv);
     pthread_mutex_destroy(&S->mu);
     pthread_mutex_destroy(&S->cmu);

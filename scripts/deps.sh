@@ -19,14 +19,16 @@ set -euo pipefail
 # gcc-aarch64-linux-gnu, libc6-dev-arm64-cross and qemu-user build and run the AArch64 (NEON)
 # kernels' test, tests/sh/test_aarch64.sh (about 55 MB to download, 11 s to install);
 # patchelf gives the programs of `make device-kit` their $ORIGIN-relative library path;
-# wrk drives `rnnlua serve` in bench/serve_wrk.sh (`make bench`)
+# wrk drives `rnnlua serve` in bench/serve_wrk.sh (`make bench`);
+# g++ (the C API's header compiled as C++), man-db (`man -l` of the man page) and lua5.4 (the
+# module for a system Lua) for tests/sh/test_embed.sh
 pkgs=(pkg-config liblua5.4-dev lua-filesystem-dev libhdf5-dev libopenblas-dev libedit-dev hdf5-tools
       python3-h5py festlex-cmu bible-kjv python3-pil python3-numpy fonts-dkg-handwriting
       fonts-breip fonts-femkeklaver fonts-kristi fonts-comic-neue fonts-rufscript
       libmicrohttpd-dev libjansson-dev libopenmpi-dev openmpi-bin clang libclang-rt-dev python3-venv
       gnuplot-nox libsndfile1-dev libsamplerate0-dev libfftw3-dev espeak-ng sox festival flite
       festvox-kallpc16k festvox-kdlpc16k festvox-us-slt-hts
-      gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user patchelf wrk)
+      gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user patchelf wrk g++ man-db lua5.4)
 [ "${RL_BLAS:-openblas}" = blis ] && pkgs+=(libblis-dev)
 
 missing=()

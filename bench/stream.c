@@ -1,0 +1,122 @@
+/* Streaming latency of the C API (include/rnnlua.h): one frame a rl_session_push through a causal
+ * 3 x 512 LSTM (40 features in, a 512 -> 40 softmax out), the latency of each push measured
+ * alone; then the same with S sessions pushing in S threads at once (each thread one stream).
+ * The model is an untrained checkpoint that BUILD/rnnlua writes (the bench is next to it:
+ * BUILD/bench/stream). Prints a Markdown section for bench/README.md.
+ * Usage: stream [--frames N] [--streams S] [--threads T] */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../include/rnnlua.h"
+#include "bench.h"
+
+#define NFEAT 40
+
+typedef struct {
+    rl_model *m;
+    int frames;
+    double *lat; /* seconds a push */
+} stream_job;
+
+static void die(const char *what) {
+    fprintf(stderr, "stream: %s: %s\n", what, rl_errmsg());
+    exit(1);
+}
+
+static void *run_stream(void *p) {
+    stream_job *j = p;
+    rl_session *s;
+    rl_output out;
+    float x[NFEAT];
+    if (rl_session_open(&s, j->m) != RL_OK) die("rl_session_open");
+    for (int i = 0; i < j->frames + 50; i++) { /* 50 pushes of warm-up */
+        for (int k = 0; k < NFEAT; k++)
+            x[k] = (float)((i * 31 + k * 7) % 17) / 17.0f - 0.5f;
+        rl_batch c = {.T = 1, .B = 1, .F = NFEAT, .x = x};
+        double t0 = bench_now();
+        if (rl_session_push(s, &c, &out) != RL_OK) die("rl_session_push");
+        if (i >= 50) j->lat[i - 50] = bench_now() - t0;
+    }
+    rl_session_free(s);
+    return NULL;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double pct(const double *sorted, int n, double p) {
+    int i = (int)(p / 100.0 * (n - 1) + 0.5);
+    return sorted[i];
+}
+
+/* S streams at once, frames pushes each: the latencies of all pushes, sorted, into lat. */
+static void run(rl_model *m, int streams, int frames, double *lat) {
+    pthread_t th[64];
+    stream_job jobs[64];
+    for (int i = 0; i < streams; i++) {
+        jobs[i] = (stream_job){.m = m, .frames = frames, .lat = lat + (size_t)i * frames};
+        pthread_create(&th[i], NULL, run_stream, &jobs[i]);
+    }
+    for (int i = 0; i < streams; i++)
+        pthread_join(th[i], NULL);
+    qsort(lat, (size_t)streams * frames, sizeof *lat, cmp_double);
+}
+
+int main(int argc, char **argv) {
+    int frames = 2000, max_streams = 8, threads = 1;
+    for (int i = 1; i + 1 < argc; i += 2) {
+        if (strcmp(argv[i], "--frames") == 0)
+            frames = atoi(argv[i + 1]);
+        else if (strcmp(argv[i], "--streams") == 0)
+            max_streams = atoi(argv[i + 1]);
+        else if (strcmp(argv[i], "--threads") == 0)
+            threads = atoi(argv[i + 1]);
+    }
+    if (frames < 10 || max_streams < 1 || max_streams > 64 || threads < 1) {
+        fputs("usage: stream [--frames N>=10] [--streams 1..64] [--threads T]\n", stderr);
+        return 2;
+    }
+    char dir[4096], cmd[16384], model[256];
+    const char *slash = strrchr(argv[0], '/');
+    snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - argv[0]) : 1, slash ? argv[0] : ".");
+    snprintf(model, sizeof model, "/tmp/rnnlua-bench-stream-%d.h5", (int)getpid());
+    snprintf(cmd, sizeof cmd,
+             "%s/../rnnlua -e \"rl.manual_seed(1); rl.save_checkpoint('%s', {epoch = 1, net = "
+             "rl.network({l1 = {class = 'lstm', n_out = 512}, l2 = {class = 'lstm', n_out = 512, "
+             "from = 'l1'}, l3 = {class = 'lstm', n_out = 512, from = 'l2'}, output = {class = "
+             "'softmax', from = 'l3', loss = 'ce', target = 'classes'}}, {data = {dim = %d}, "
+             "classes = {dim = 40, sparse = true}})})\"",
+             dir, model, NFEAT);
+    if (system(cmd) != 0) {
+        fprintf(stderr, "stream: writing the model failed: %s\n", cmd);
+        return 1;
+    }
+    rl_model *m;
+    rl_model_options o = {.threads = threads};
+    rl_status st = rl_model_load(&m, model, &o);
+    remove(model);
+    if (st != RL_OK) die("rl_model_load");
+    double *lat = malloc(sizeof *lat * (size_t)frames * max_streams);
+    if (lat == NULL) return 1;
+    printf("### Streaming through the C API (bench/stream.c)\n\n"
+           "One 40-value frame a `rl_session_push` through a causal 3 x 512 LSTM (softmax 40 out), "
+           "%d pushes a stream after 50 of warm-up, %d BLAS thread(s); S streams push at once from "
+           "S threads, each with its own session.\n\n"
+           "| streams | p50 ms | p90 ms | p99 ms | max ms |\n|---|---|---|---|---|\n",
+           frames, threads);
+    for (int s = 1; s <= max_streams; s *= 2) {
+        run(m, s, frames, lat);
+        int n = s * frames;
+        printf("| %d | %.3f | %.3f | %.3f | %.3f |\n", s, 1e3 * pct(lat, n, 50),
+               1e3 * pct(lat, n, 90), 1e3 * pct(lat, n, 99), 1e3 * lat[n - 1]);
+        fflush(stdout);
+    }
+    free(lat);
+    rl_model_free(m);
+    return 0;
+}

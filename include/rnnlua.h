@@ -1,0 +1,131 @@
+/* rnnlua's C inference API: load a checkpoint, run padded batches through it, stream frames
+ * through a causal model chunk by chunk. docs/embedding.md explains it; examples/embed.c uses it.
+ *
+ * Linking: `pkg-config --cflags --libs rnnlua` (the shared library librnnlua.so.1; its exported
+ * symbols are exactly the functions below).
+ *
+ * Errors: every function that can fail returns an rl_status; on failure rl_errmsg() gives the
+ * message, "<call>: <argument or file>: <what>", kept per thread until the next failing call
+ * on that thread. Nothing here prints, exits or aborts.
+ *
+ * Threads: a model may be shared by any number of threads. rl_model_forward calls on one model
+ * run one at a time (they share the model's network); for calls in parallel each thread opens
+ * its own session (rl_session_open), which holds its own copy of the network. A session is
+ * used by one thread at a time.
+ *
+ * Ownership: rl_model_load and rl_session_open return handles the caller frees with
+ * rl_model_free and rl_session_free. A session keeps its model's memory alive; once the model
+ * was freed, the session's calls fail (RL_EARG, "the model was freed") until the session is
+ * freed. Outputs (rl_output) point into memory the handle owns, valid until the next call on
+ * that handle or its free.
+ *
+ * Data: a batch is time-major and padded, as everywhere in rnnlua: frame t of sequence b of a
+ * dense input is x[(t * B + b) * input_dim + i]; lengths[b] <= T frames of it are valid. */
+#ifndef RNNLUA_H
+#define RNNLUA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The soname's major number: the ABI of this header. */
+#define RL_API_VERSION 1
+
+typedef enum {
+    RL_OK = 0,
+    RL_EARG,    /* a bad argument: NULL, unknown name, value out of range, a freed model */
+    RL_ESHAPE,  /* shapes or dims that do not fit together */
+    RL_EDTYPE,  /* a dtype the operation does not take */
+    RL_EINDEX,  /* an index out of range */
+    RL_ENOMEM,  /* an allocation failed (host or device) */
+    RL_EIO,     /* a file could not be read, or is not what was expected */
+    RL_EDEVICE, /* no such device, no CUDA build, or a failing device call */
+} rl_status;
+
+/* The message of the last failure on this thread ("" when none). */
+const char *rl_errmsg(void);
+
+/* The library's version, "MAJOR.MINOR.PATCH". */
+const char *rl_version(void);
+
+typedef struct rl_model rl_model;
+typedef struct rl_session rl_session;
+
+typedef struct rl_model_options {
+    const char *layer;    /* the layer whose output the model gives; NULL: "output" */
+    const char *device;   /* "cpu" (NULL) or "cuda:N" (a CUDA build) */
+    int threads;          /* CPU threads of the math (process-wide); 0: leave as it is */
+    const char *lua_file; /* NULL, or a Lua file the model's states run before it loads: the
+                           * rl.layers.register calls of its Lua layer classes (as `rnnlua
+                           * serve --lua`); the checkpoint itself never runs code */
+} rl_model_options;
+
+/* Loads the checkpoint at `path` (an rnnlua checkpoint: parameters and network description)
+ * and builds the network that computes options->layer (losses left out); options may be NULL.
+ * The network is built by rnnlua's own network builder; a layer class that a recipe registered
+ * in Lua (rl.layers.register) is unknown here and refused by name unless options->lua_file
+ * registers it. */
+rl_status rl_model_load(rl_model **out, const char *path, const rl_model_options *options);
+/* Releases the caller's reference; sessions still open keep the memory, not the use. NULL is
+ * ignored. */
+void rl_model_free(rl_model *model);
+
+typedef struct rl_info {
+    const char *input;      /* the name of the network's one input ("data") */
+    int64_t input_dim;      /* values a frame (dense) or classes (sparse) */
+    int input_sparse;       /* 1: a frame is one class index (int32), 0: input_dim floats */
+    const char *output;     /* the model's layer */
+    int64_t output_dim;     /* values a frame of its output */
+    int causal;             /* 1: the model can stream (rl_session_push) */
+    const char *not_causal; /* when causal is 0: why, naming the layer; else NULL */
+    int64_t num_params;     /* parameters of the network */
+} rl_info;
+
+/* Fills *info; its strings are owned by the model. */
+rl_status rl_model_info(const rl_model *model, rl_info *info);
+
+typedef struct rl_batch {
+    int64_t T, B;           /* padded frames, sequences */
+    int64_t F;              /* values a frame: input_dim (dense) or 1 (sparse) */
+    const float *x;         /* dense input: (T, B, input_dim); NULL for a sparse one */
+    const int32_t *classes; /* sparse input: (T, B) class indices; NULL for a dense one */
+    const int32_t *lengths; /* (B) valid frames of each sequence, 1..T (NULL for a push: T) */
+} rl_batch;
+
+typedef struct rl_output {
+    const float *y;         /* (T, B, dim), time-major; zeros past a sequence's length */
+    const int32_t *lengths; /* (B) valid output frames of each sequence */
+    int64_t T, B, dim;
+} rl_output;
+
+/* One batch through the model: the output of `layer` (NULL: the model's layer; any layer the
+ * model's network computes). Calls on one model are serialised. */
+rl_status rl_model_forward(rl_model *model, const rl_batch *batch, const char *layer,
+                           rl_output *out);
+
+/* A session: the model's network of its own, for one thread at a time; it carries the
+ * recurrent state of a stream between rl_session_push calls. */
+rl_status rl_session_open(rl_session **out, rl_model *model);
+void rl_session_free(rl_session *session);
+/* rl_model_forward on the session's own network (calls on different sessions run in
+ * parallel). */
+rl_status rl_session_forward(rl_session *session, const rl_batch *batch, const char *layer,
+                             rl_output *out);
+/* The next chunk->T frames of one stream (chunk->B = 1). The recurrent state is carried from
+ * the previous push, so a sequence pushed in chunks gives the outputs of the whole sequence at
+ * once: out gets (T, 1, output_dim). Models that are not causal (a backward or bidirectional
+ * recurrence, a window over future frames) are refused, naming the layer. A refused chunk (bad
+ * dims, NaN) leaves the stream as it was; a push that fails inside the network ends it (the
+ * next push starts from the initial state). rl_session_forward also ends the stream. */
+rl_status rl_session_push(rl_session *session, const rl_batch *chunk, rl_output *out);
+/* Starts a new stream: the next push begins from the initial (zero) state. */
+rl_status rl_session_reset(rl_session *session);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

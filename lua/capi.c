@@ -1,0 +1,533 @@
+/* The C inference API (include/rnnlua.h) over the library's own Lua layer.
+ *
+ * Networks are described, built and loaded from checkpoints by rnnlua's Lua code
+ * (rnnlua.network, rnnlua.checkpoint, rnnlua.forward), so a handle holds a Lua state of its own
+ * with the library loaded and the model of lua/rnnlua/capi.lua in it; nothing of Lua shows in
+ * the header. A model's state is used under its mutex (rl_model_forward); a session has a state
+ * of its own, so sessions run in parallel. Building a state reads the checkpoint through
+ * libhdf5, which is not thread-safe, so loads take one process-wide lock.
+ *
+ * The model is reference-counted: the caller's reference and one per session. rl_model_free
+ * drops the caller's and marks the model freed, after which its sessions refuse to run; the
+ * memory goes with the last reference. */
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <lauxlib.h>
+#include <lua.h>
+
+#include "../core/blas.h"
+#include "../core/error.h"
+#include "../include/rnnlua.h"
+#include "l_open.h"
+#include "l_tensor.h"
+#include "version.h"
+
+/* A Lua state holding one loaded model, and the buffers its outputs are copied into. */
+typedef struct engine {
+    lua_State *L;
+    int ref; /* the capi Model in the registry */
+    float *y;
+    size_t y_cap; /* floats */
+    int32_t *len;
+    size_t len_cap;
+} engine;
+
+struct rl_model {
+    pthread_mutex_t mu; /* the engine's state and buffers */
+    atomic_int refs;
+    atomic_int freed;
+    engine e;
+    rl_info info; /* strings malloc'ed */
+    char *path, *layer, *device, *lua_file;
+};
+
+struct rl_session {
+    rl_model *model;
+    engine e;
+    int started; /* a push went through since the last reset */
+};
+
+static pthread_mutex_t load_mu = PTHREAD_MUTEX_INITIALIZER;
+
+const char *rl_version(void) { return RL_VERSION; }
+
+/* ---- engines ------------------------------------------------------------------------------ */
+
+typedef struct {
+    engine *e;
+    const char *path, *layer, *device, *lua_file, *who;
+    rl_info *info;     /* NULL: not wanted */
+    lua_State *from_L; /* a session's: the model's state, its snapshot on top; else NULL */
+} load_args;
+
+/* Pushes onto `to` a copy of the value at idx of `from`: nil, booleans, numbers, strings,
+ * tables of them and contiguous CPU tensors (copied, not shared: the two states may run in
+ * different threads). Reads `from` with raw operations only, so only `to` can raise. */
+static void copy_value(lua_State *from, int idx, lua_State *to, int depth) {
+    idx = lua_absindex(from, idx);
+    luaL_checkstack(to, 4, "copying the model");
+    switch (lua_type(from, idx)) {
+    case LUA_TBOOLEAN: lua_pushboolean(to, lua_toboolean(from, idx)); return;
+    case LUA_TNUMBER:
+        if (lua_isinteger(from, idx))
+            lua_pushinteger(to, lua_tointeger(from, idx));
+        else
+            lua_pushnumber(to, lua_tonumber(from, idx));
+        return;
+    case LUA_TSTRING: {
+        size_t n;
+        const char *str = lua_tolstring(from, idx, &n);
+        lua_pushlstring(to, str, n);
+        return;
+    }
+    case LUA_TTABLE:
+        if (depth > 64) luaL_error(to, "copying the model: tables nested too deep");
+        if (!lua_checkstack(from, 3)) luaL_error(to, "copying the model: no stack");
+        lua_newtable(to);
+        lua_pushnil(from);
+        while (lua_next(from, idx) != 0) {
+            copy_value(from, -2, to, depth + 1);
+            copy_value(from, -1, to, depth + 1);
+            lua_rawset(to, -3);
+            lua_pop(from, 1);
+        }
+        return;
+    case LUA_TUSERDATA: {
+        const rl_tensor *src = rl_lua_to_tensor(from, idx);
+        if (src && src->storage && src->storage->device.type == RL_CPU &&
+            rl_tensor_is_contiguous(src)) {
+            rl_tensor *dst = rl_lua_push_tensor(to);
+            if (rl_tensor_empty(dst, src->dtype, RL_DEVICE_CPU, src->ndim, src->shape) != RL_OK)
+                rl_lua_raise(to, "copying the model");
+            memcpy(rl_tensor_data(dst), rl_tensor_data(src),
+                   (size_t)rl_tensor_numel(src) * rl_dtype_size(src->dtype));
+            return;
+        }
+        break;
+    }
+    case LUA_TNIL: lua_pushnil(to); return;
+    default: break;
+    }
+    luaL_error(to, "copying the model: a %s cannot be copied", luaL_typename(from, idx));
+}
+
+static char *dup_field(lua_State *L, int idx, const char *key) {
+    lua_getfield(L, idx, key);
+    const char *s = lua_tostring(L, -1);
+    char *d = s ? strdup(s) : NULL;
+    lua_pop(L, 1);
+    if (s && !d) luaL_error(L, "out of memory");
+    return d;
+}
+
+static int64_t int_field(lua_State *L, int idx, const char *key) {
+    lua_getfield(L, idx, key);
+    int64_t v = (int64_t)lua_tointeger(L, -1);
+    lua_pop(L, 1);
+    return v;
+}
+
+static int load_protected(lua_State *L) {
+    load_args *a = lua_touserdata(L, 1);
+    rl_lua_open_state(L);
+    luaL_requiref(L, "rnnlua", luaopen_rnnlua, 0);
+    lua_setglobal(L, "rl"); /* as in the host: lua_file and Lua layer classes use it */
+    lua_getglobal(L, "require");
+    lua_pushliteral(L, "rnnlua.capi");
+    lua_call(L, 1, 1);
+    lua_getfield(L, -1, "load");
+    if (a->from_L)
+        copy_value(a->from_L, -1, L, 0);
+    else
+        lua_pushstring(L, a->path);
+    lua_pushstring(L, a->layer);
+    lua_pushstring(L, a->device);
+    lua_pushstring(L, a->who);
+    lua_pushstring(L, a->lua_file);
+    lua_call(L, 5, 1);
+    if (a->info) {
+        rl_info *in = a->info;
+        int m = lua_gettop(L);
+        in->input_dim = int_field(L, m, "in_dim");
+        in->output_dim = int_field(L, m, "out_dim");
+        in->num_params = int_field(L, m, "num_params");
+        lua_getfield(L, m, "sparse");
+        in->input_sparse = lua_toboolean(L, -1);
+        lua_pop(L, 1);
+        /* the strings last: a failure among them leaves the ones made for free_info */
+        in->input = dup_field(L, m, "key");
+        in->output = dup_field(L, m, "layer");
+        in->not_causal = dup_field(L, m, "not_causal");
+        in->causal = in->not_causal == NULL;
+    }
+    a->e->ref = luaL_ref(L, LUA_REGISTRYINDEX);
+    return 0;
+}
+
+static void free_info(rl_info *in) {
+    free((char *)in->input);
+    free((char *)in->output);
+    free((char *)in->not_causal);
+    memset(in, 0, sizeof *in);
+}
+
+static void engine_close(engine *e) {
+    if (e->L) lua_close(e->L);
+    free(e->y);
+    free(e->len);
+    memset(e, 0, sizeof *e);
+}
+
+/* The status of a failed pcall, its message moved into the thread's error buffer. */
+static rl_status lua_failure(lua_State *L, rl_status code, const char *who) {
+    const char *msg = lua_tostring(L, -1);
+    if (msg == NULL) msg = "(error object is not a string)";
+    size_t n = strlen(who);
+    rl_status st = strncmp(msg, who, n) == 0 && msg[n] == ':' ? rl_error(code, "%s", msg)
+                                                              : rl_error(code, "%s: %s", who, msg);
+    lua_pop(L, 1);
+    return st;
+}
+
+/* A model's engine from its file (from_L NULL), or a session's from the snapshot of its model
+ * on top of from_L (the model's state, under the model's lock). */
+static rl_status engine_open(engine *e, const rl_model *m, const char *who, rl_info *info,
+                             lua_State *from_L) {
+    memset(e, 0, sizeof *e);
+    e->L = luaL_newstate();
+    if (e->L == NULL) return rl_error(RL_ENOMEM, "%s: no memory for a Lua state", who);
+    load_args a = {.e = e,
+                   .path = m->path,
+                   .layer = m->layer,
+                   .device = m->device,
+                   .lua_file = m->lua_file,
+                   .who = who,
+                   .info = info,
+                   .from_L = from_L};
+    pthread_mutex_lock(&load_mu);
+    lua_pushcfunction(e->L, load_protected);
+    lua_pushlightuserdata(e->L, &a);
+    int status = lua_pcall(e->L, 1, 0, 0);
+    pthread_mutex_unlock(&load_mu);
+    if (status != LUA_OK) {
+        rl_status st = lua_failure(e->L, status == LUA_ERRMEM ? RL_ENOMEM : RL_EIO, who);
+        if (info) free_info(info);
+        engine_close(e);
+        return st;
+    }
+    return RL_OK;
+}
+
+typedef struct {
+    engine *e;
+    const rl_batch *b;
+    int sparse;
+    const char *layer, *who;
+    int state_from; /* -1: a plain batch */
+    rl_output *out;
+} run_args;
+
+static int run_protected(lua_State *L) {
+    run_args *a = lua_touserdata(L, 1);
+    const rl_batch *b = a->b;
+    lua_rawgeti(L, LUA_REGISTRYINDEX, a->e->ref);
+    lua_getfield(L, -1, "run");
+    lua_insert(L, -2);
+    int64_t shape[3] = {b->T, b->B, b->F};
+    rl_tensor *x = rl_lua_push_tensor(L);
+    if (rl_tensor_empty(x, a->sparse ? RL_INT32 : RL_FLOAT32, RL_DEVICE_CPU, a->sparse ? 2 : 3,
+                        shape) != RL_OK)
+        return rl_lua_raise(L, a->who);
+    size_t n = (size_t)(b->T * b->B * (a->sparse ? 1 : b->F));
+    memcpy(rl_tensor_data(x), a->sparse ? (const void *)b->classes : (const void *)b->x,
+           n * (a->sparse ? sizeof(int32_t) : sizeof(float)));
+    rl_tensor *len = rl_lua_push_tensor(L);
+    if (rl_tensor_empty(len, RL_INT32, RL_DEVICE_CPU, 1, &shape[1]) != RL_OK)
+        return rl_lua_raise(L, a->who);
+    int32_t *l = rl_tensor_data(len);
+    for (int64_t i = 0; i < b->B; i++)
+        l[i] = b->lengths ? b->lengths[i] : (int32_t)b->T;
+    if (a->layer)
+        lua_pushstring(L, a->layer);
+    else
+        lua_pushnil(L);
+    if (a->state_from >= 0)
+        lua_pushinteger(L, a->state_from);
+    else
+        lua_pushnil(L);
+    lua_pushstring(L, a->who);
+    lua_call(L, 6, 2);
+    const rl_tensor *out = rl_lua_to_tensor(L, -2), *og = rl_lua_to_tensor(L, -1);
+    if (out == NULL || og == NULL || out->ndim != 3 || og->ndim != 1 ||
+        og->shape[0] != out->shape[1] || og->dtype != RL_INT32)
+        return luaL_error(L, "%s: the network gave no sequence output", a->who);
+    engine *e = a->e;
+    size_t ny = (size_t)rl_tensor_numel(out), nl = (size_t)og->shape[0];
+    if (ny > e->y_cap) {
+        float *p = realloc(e->y, ny * sizeof *p);
+        if (p == NULL) return luaL_error(L, "%s: no memory for the output", a->who);
+        e->y = p, e->y_cap = ny;
+    }
+    if (nl > e->len_cap) {
+        int32_t *p = realloc(e->len, nl * sizeof *p);
+        if (p == NULL) return luaL_error(L, "%s: no memory for the output", a->who);
+        e->len = p, e->len_cap = nl;
+    }
+    memcpy(e->y, rl_tensor_data(out), ny * sizeof(float));
+    memcpy(e->len, rl_tensor_data(og), nl * sizeof(int32_t));
+    /* layers need not write zeros on padded frames (layers/layer.h); the API promises them */
+    int64_t To = out->shape[0], Bo = out->shape[1], D = out->shape[2];
+    for (int64_t t = 0; t < To; t++)
+        for (int64_t s = 0; s < Bo; s++)
+            if (t >= e->len[s]) memset(e->y + (t * Bo + s) * D, 0, (size_t)D * sizeof(float));
+    a->out->y = e->y;
+    a->out->lengths = e->len;
+    a->out->T = out->shape[0];
+    a->out->B = out->shape[1];
+    a->out->dim = out->shape[2];
+    return 0;
+}
+
+/* The checks of a batch against the model, each naming the call and the argument. */
+static rl_status check_batch(const rl_info *in, const rl_batch *b, const char *who, const char *arg,
+                             int stream) {
+    if (b == NULL) return rl_error(RL_EARG, "%s: %s is NULL", who, arg);
+    if (b->T < 1 || b->B < 1)
+        return rl_error(RL_ESHAPE, "%s: %s->T = %lld, %s->B = %lld: both must be at least 1", who,
+                        arg, (long long)b->T, arg, (long long)b->B);
+    if (stream && b->B != 1)
+        return rl_error(RL_ESHAPE, "%s: %s->B = %lld: a push carries one stream (B = 1)", who, arg,
+                        (long long)b->B);
+    int64_t F = in->input_sparse ? 1 : in->input_dim;
+    if (b->F != F)
+        return rl_error(RL_ESHAPE,
+                        "%s: %s->F = %lld values a frame, but input '%s' of the model takes %lld%s",
+                        who, arg, (long long)b->F, in->input, (long long)F,
+                        in->input_sparse ? " (a class index a frame: it is sparse)" : "");
+    if (b->T > INT32_MAX || b->B > INT32_MAX || b->T * b->B > ((int64_t)1 << 40) / (F > 0 ? F : 1))
+        return rl_error(RL_ESHAPE, "%s: %s: %lld x %lld frames is too large", who, arg,
+                        (long long)b->T, (long long)b->B);
+    if (in->input_sparse) {
+        if (b->classes == NULL)
+            return rl_error(RL_EARG, "%s: %s->classes is NULL (input '%s' is sparse)", who, arg,
+                            in->input);
+    } else if (b->x == NULL) {
+        return rl_error(RL_EARG, "%s: %s->x is NULL (input '%s' is dense)", who, arg, in->input);
+    }
+    if (b->lengths == NULL && !stream)
+        return rl_error(RL_EARG, "%s: %s->lengths is NULL", who, arg);
+    for (int64_t i = 0; b->lengths && i < b->B; i++)
+        if (b->lengths[i] < 1 || b->lengths[i] > b->T)
+            return rl_error(RL_ESHAPE, "%s: %s->lengths[%lld] = %d is not in 1..T = %lld", who, arg,
+                            (long long)i, (int)b->lengths[i], (long long)b->T);
+    for (int64_t t = 0; t < b->T; t++)
+        for (int64_t s = 0; s < b->B; s++) {
+            if (b->lengths && t >= b->lengths[s]) continue;
+            if (in->input_sparse) {
+                int32_t c = b->classes[t * b->B + s];
+                if (c < 0 || c >= in->input_dim)
+                    return rl_error(RL_EINDEX,
+                                    "%s: %s->classes[%lld] (frame %lld of sequence %lld) = %d is "
+                                    "not a class 0..%lld",
+                                    who, arg, (long long)(t * b->B + s), (long long)t, (long long)s,
+                                    (int)c, (long long)in->input_dim - 1);
+                continue;
+            }
+            const float *f = b->x + (t * b->B + s) * F;
+            for (int64_t i = 0; i < F; i++)
+                if (!isfinite(f[i]))
+                    return rl_error(RL_EARG,
+                                    "%s: %s->x: value %lld of frame %lld of sequence %lld is %s",
+                                    who, arg, (long long)i, (long long)t, (long long)s,
+                                    isnan(f[i]) ? "NaN" : "infinite");
+        }
+    return RL_OK;
+}
+
+/* One batch (checked by the caller) through the engine's model. */
+static rl_status engine_run(engine *e, const rl_info *in, const rl_batch *b, const char *layer,
+                            int state_from, rl_output *out, const char *who) {
+    run_args a = {.e = e,
+                  .b = b,
+                  .sparse = in->input_sparse,
+                  .layer = layer,
+                  .who = who,
+                  .state_from = state_from,
+                  .out = out};
+    lua_pushcfunction(e->L, run_protected);
+    lua_pushlightuserdata(e->L, &a);
+    int status = lua_pcall(e->L, 1, 0, 0);
+    rl_status st = RL_OK;
+    if (status != LUA_OK) st = lua_failure(e->L, status == LUA_ERRMEM ? RL_ENOMEM : RL_EARG, who);
+    lua_settop(e->L, 0);
+    return st;
+}
+
+/* ---- models ------------------------------------------------------------------------------- */
+
+static void model_release(rl_model *m) {
+    if (atomic_fetch_sub(&m->refs, 1) != 1) return;
+    engine_close(&m->e);
+    free_info(&m->info);
+    free(m->path);
+    free(m->layer);
+    free(m->device);
+    free(m->lua_file);
+    pthread_mutex_destroy(&m->mu);
+    free(m);
+}
+
+rl_status rl_model_load(rl_model **out, const char *path, const rl_model_options *options) {
+    static const char who[] = "rl_model_load";
+    if (out == NULL) return rl_error(RL_EARG, "%s: out is NULL", who);
+    *out = NULL;
+    if (path == NULL) return rl_error(RL_EARG, "%s: path is NULL", who);
+    rl_model_options o = {0};
+    if (options) o = *options;
+    if (o.threads < 0 || o.threads > 1024)
+        return rl_error(RL_EARG, "%s: options->threads = %d is out of range 0..1024", who,
+                        o.threads);
+    rl_model *m = calloc(1, sizeof *m);
+    if (m == NULL) return rl_error(RL_ENOMEM, "%s: no memory", who);
+    m->path = strdup(path);
+    m->layer = strdup(o.layer ? o.layer : "output");
+    m->device = strdup(o.device ? o.device : "cpu");
+    m->lua_file = o.lua_file ? strdup(o.lua_file) : NULL;
+    if (!m->path || !m->layer || !m->device || (o.lua_file && !m->lua_file)) {
+        free(m->path), free(m->layer), free(m->device), free(m->lua_file), free(m);
+        return rl_error(RL_ENOMEM, "%s: no memory", who);
+    }
+    pthread_mutex_init(&m->mu, NULL);
+    atomic_init(&m->refs, 1);
+    atomic_init(&m->freed, 0);
+    if (o.threads > 0) rl_blas_set_threads(o.threads);
+    rl_status st = engine_open(&m->e, m, who, &m->info, NULL);
+    if (st != RL_OK) {
+        model_release(m);
+        return st;
+    }
+    *out = m;
+    return RL_OK;
+}
+
+void rl_model_free(rl_model *model) {
+    if (model == NULL) return;
+    atomic_store(&model->freed, 1);
+    /* the model's own network goes now; its sessions keep only what they read (info, path) */
+    pthread_mutex_lock(&model->mu);
+    engine_close(&model->e);
+    pthread_mutex_unlock(&model->mu);
+    model_release(model);
+}
+
+rl_status rl_model_info(const rl_model *model, rl_info *info) {
+    if (model == NULL) return rl_error(RL_EARG, "rl_model_info: model is NULL");
+    if (info == NULL) return rl_error(RL_EARG, "rl_model_info: info is NULL");
+    *info = model->info;
+    return RL_OK;
+}
+
+rl_status rl_model_forward(rl_model *model, const rl_batch *batch, const char *layer,
+                           rl_output *out) {
+    static const char who[] = "rl_model_forward";
+    if (model == NULL) return rl_error(RL_EARG, "%s: model is NULL", who);
+    if (out == NULL) return rl_error(RL_EARG, "%s: out is NULL", who);
+    RL_TRY(check_batch(&model->info, batch, who, "batch", 0));
+    pthread_mutex_lock(&model->mu);
+    rl_status st = engine_run(&model->e, &model->info, batch, layer, -1, out, who);
+    pthread_mutex_unlock(&model->mu);
+    return st;
+}
+
+/* ---- sessions ----------------------------------------------------------------------------- */
+
+rl_status rl_session_open(rl_session **out, rl_model *model) {
+    static const char who[] = "rl_session_open";
+    if (out == NULL) return rl_error(RL_EARG, "%s: out is NULL", who);
+    *out = NULL;
+    if (model == NULL) return rl_error(RL_EARG, "%s: model is NULL", who);
+    if (atomic_load(&model->freed)) return rl_error(RL_EARG, "%s: model: the model was freed", who);
+    rl_session *s = calloc(1, sizeof *s);
+    if (s == NULL) return rl_error(RL_ENOMEM, "%s: no memory", who);
+    atomic_fetch_add(&model->refs, 1); /* before the model's lock: its memory stays */
+    /* the session's network comes from the model's memory (its checkpoint as loaded), not from
+     * the file again, which may have changed or gone since */
+    pthread_mutex_lock(&model->mu);
+    rl_status st = RL_OK;
+    lua_State *ML = model->e.L;
+    if (ML == NULL) {
+        st = rl_error(RL_EARG, "%s: model: the model was freed", who);
+    } else {
+        lua_rawgeti(ML, LUA_REGISTRYINDEX, model->e.ref);
+        lua_getfield(ML, -1, "snapshot");
+        lua_insert(ML, -2);
+        if (lua_pcall(ML, 1, 1, 0) != LUA_OK)
+            st = lua_failure(ML, RL_ENOMEM, who);
+        else
+            st = engine_open(&s->e, model, who, NULL, ML);
+        lua_settop(ML, 0);
+    }
+    pthread_mutex_unlock(&model->mu);
+    if (st != RL_OK) {
+        free(s);
+        model_release(model);
+        return st;
+    }
+    s->model = model;
+    *out = s;
+    return RL_OK;
+}
+
+void rl_session_free(rl_session *session) {
+    if (session == NULL) return;
+    engine_close(&session->e);
+    model_release(session->model);
+    free(session);
+}
+
+static rl_status session_usable(const rl_session *s, const char *who) {
+    if (s == NULL) return rl_error(RL_EARG, "%s: session is NULL", who);
+    if (atomic_load(&s->model->freed))
+        return rl_error(RL_EARG,
+                        "%s: session: the model was freed (rl_model_free) while the session was "
+                        "open; free the session",
+                        who);
+    return RL_OK;
+}
+
+rl_status rl_session_forward(rl_session *session, const rl_batch *batch, const char *layer,
+                             rl_output *out) {
+    static const char who[] = "rl_session_forward";
+    RL_TRY(session_usable(session, who));
+    if (out == NULL) return rl_error(RL_EARG, "%s: out is NULL", who);
+    RL_TRY(check_batch(&session->model->info, batch, who, "batch", 0));
+    /* a plain batch drops the carried state (rnnlua.network): the stream starts anew */
+    session->started = 0;
+    return engine_run(&session->e, &session->model->info, batch, layer, -1, out, who);
+}
+
+rl_status rl_session_push(rl_session *session, const rl_batch *chunk, rl_output *out) {
+    static const char who[] = "rl_session_push";
+    RL_TRY(session_usable(session, who));
+    const rl_info *in = &session->model->info;
+    if (!in->causal)
+        return rl_error(RL_EARG, "%s: the model of %s cannot stream: %s", who, session->model->path,
+                        in->not_causal);
+    if (out == NULL) return rl_error(RL_EARG, "%s: out is NULL", who);
+    /* a refused chunk leaves the stream as it was */
+    RL_TRY(check_batch(in, chunk, who, "chunk", 1));
+    rl_status st = engine_run(&session->e, in, chunk, NULL, session->started, out, who);
+    /* a push that failed inside the network leaves no carried state: the stream starts anew */
+    session->started = st == RL_OK;
+    return st;
+}
+
+rl_status rl_session_reset(rl_session *session) {
+    RL_TRY(session_usable(session, "rl_session_reset"));
+    session->started = 0;
+    return RL_OK;
+}

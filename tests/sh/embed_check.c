@@ -1,0 +1,245 @@
+/* The C API's checks beyond examples/embed.c (tests/sh/test_embed.sh builds this against the
+ * installed library with pkg-config): bad input of every call gives a status and a message
+ * naming the call and the argument; a session used after its model was freed fails cleanly;
+ * sessions in threads give the numbers of the serial run; any layer's output; refusals of
+ * models that cannot stream or be built.
+ * Usage: embed_check CAUSAL.h5 BIDIRECTIONAL.h5 DATASET.h5 LUACLASS.h5 SPARSE.h5 LUACLASS.lua */
+#include <math.h>
+#include <pthread.h>
+#include <rnnlua.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int pass, fail;
+
+/* A call expected to fail with status `want` and a message holding every one of `words`. */
+static void expect_error(const char *name, rl_status got, rl_status want, const char *words) {
+    const char *msg = rl_errmsg();
+    int ok = got == want;
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", words);
+    for (char *w = strtok(buf, "|"); ok && w; w = strtok(NULL, "|"))
+        ok = strstr(msg, w) != NULL;
+    if (ok) {
+        pass++;
+    } else {
+        fail++;
+        printf("FAIL %s: status %d (expected %d), message \"%s\" (expected the words \"%s\")\n",
+               name, (int)got, (int)want, msg, words);
+    }
+}
+
+static void expect(const char *name, int cond) {
+    if (cond) {
+        pass++;
+    } else {
+        fail++;
+        printf("FAIL %s (%s)\n", name, rl_errmsg());
+    }
+}
+
+enum { T = 40, B = 3, F = 9 };
+static float x[T * B * F];
+static int32_t lengths[B] = {40, 17, 29};
+static float serial[T * B * 2];
+
+typedef struct {
+    rl_model *m;
+    int ok;
+} job;
+
+static void *thread_main(void *p) {
+    job *j = p;
+    rl_session *s;
+    rl_output out;
+    rl_batch b = {.T = T, .B = B, .F = F, .x = x, .lengths = lengths};
+    j->ok = rl_session_open(&s, j->m) == RL_OK;
+    for (int r = 0; j->ok && r < 20; r++)
+        j->ok = rl_session_forward(s, &b, NULL, &out) == RL_OK && out.T == T && out.dim == 2 &&
+                memcmp(out.y, serial, sizeof serial) == 0;
+    rl_session_free(s);
+    return NULL;
+}
+
+int main(int argc, char **argv) {
+    if (argc != 7) {
+        fputs("usage: embed_check CAUSAL.h5 BIDIRECTIONAL.h5 DATASET.h5 LUACLASS.h5 SPARSE.h5 "
+              "LUACLASS.lua\n",
+              stderr);
+        return 2;
+    }
+    for (int i = 0; i < T * B; i++) /* one-hot frames, as the 12AX task gives */
+        x[i * F + (i * 7 + i / 5) % F] = 1;
+    rl_model *m = NULL, *bad = NULL;
+    rl_session *s = NULL;
+    rl_output out;
+    rl_info info;
+
+    /* loading */
+    expect_error("load out NULL", rl_model_load(NULL, argv[1], NULL), RL_EARG,
+                 "rl_model_load|out is NULL");
+    expect_error("load path NULL", rl_model_load(&bad, NULL, NULL), RL_EARG,
+                 "rl_model_load|path is NULL");
+    expect_error("load missing file", rl_model_load(&bad, "no/such/model.h5", NULL), RL_EIO,
+                 "rl_model_load|no/such/model.h5");
+    expect_error("load a dataset", rl_model_load(&bad, argv[3], NULL), RL_EIO, "rl_model_load|");
+    printf("dataset as model: %s\n", rl_errmsg());
+    expect_error("load Lua class", rl_model_load(&bad, argv[4], NULL), RL_EIO,
+                 "rl_model_load|scale");
+    printf("Lua class: %s\n", rl_errmsg());
+    rl_model_options o = {.lua_file = argv[6]};
+    expect("load Lua class with lua_file", rl_model_load(&bad, argv[4], &o) == RL_OK);
+    rl_batch lb = {.T = 2, .B = 1, .F = F, .x = x, .lengths = (int32_t[]){2}};
+    expect("forward Lua class", bad && rl_model_forward(bad, &lb, NULL, &out) == RL_OK);
+    rl_model_free(bad);
+    bad = NULL;
+    o = (rl_model_options){.lua_file = "no/such.lua"};
+    expect_error("load lua_file missing", rl_model_load(&bad, argv[4], &o), RL_EIO,
+                 "rl_model_load|lua_file no/such.lua");
+    o = (rl_model_options){.layer = "nosuch"};
+    expect_error("load unknown layer", rl_model_load(&bad, argv[1], &o), RL_EIO,
+                 "rl_model_load|no layer 'nosuch'");
+    o = (rl_model_options){.threads = -1};
+    expect_error("load threads", rl_model_load(&bad, argv[1], &o), RL_EARG, "options->threads");
+    expect("bad loads give no model", bad == NULL);
+    expect("load", rl_model_load(&m, argv[1], NULL) == RL_OK);
+    if (m == NULL) {
+        printf("%d passed, %d failed\n", pass, fail + 1);
+        return 1;
+    }
+
+    /* info */
+    expect_error("info NULL", rl_model_info(m, NULL), RL_EARG, "rl_model_info|info is NULL");
+    expect("info", rl_model_info(m, &info) == RL_OK && strcmp(info.input, "data") == 0 &&
+                       info.input_dim == 9 && !info.input_sparse && info.output_dim == 2 &&
+                       strcmp(info.output, "output") == 0 && info.causal &&
+                       info.not_causal == NULL && info.num_params > 0);
+
+    /* forward: bad batches */
+    rl_batch b = {.T = T, .B = B, .F = F, .x = x, .lengths = lengths};
+    expect_error("forward model NULL", rl_model_forward(NULL, &b, NULL, &out), RL_EARG,
+                 "rl_model_forward|model is NULL");
+    expect_error("forward batch NULL", rl_model_forward(m, NULL, NULL, &out), RL_EARG,
+                 "rl_model_forward|batch is NULL");
+    expect_error("forward out NULL", rl_model_forward(m, &b, NULL, NULL), RL_EARG,
+                 "rl_model_forward|out is NULL");
+    rl_batch e = b;
+    e.F = 8;
+    expect_error("forward dims disagree", rl_model_forward(m, &e, NULL, &out), RL_ESHAPE,
+                 "rl_model_forward|batch->F = 8|takes 9");
+    e = b;
+    e.x = NULL;
+    expect_error("forward x NULL", rl_model_forward(m, &e, NULL, &out), RL_EARG,
+                 "rl_model_forward|batch->x is NULL");
+    e = b;
+    e.lengths = NULL;
+    expect_error("forward lengths NULL", rl_model_forward(m, &e, NULL, &out), RL_EARG,
+                 "batch->lengths is NULL");
+    int32_t badlen[B] = {40, 41, 3};
+    e = b;
+    e.lengths = badlen;
+    expect_error("forward length > T", rl_model_forward(m, &e, NULL, &out), RL_ESHAPE,
+                 "batch->lengths[1] = 41");
+    e = b;
+    e.T = 0;
+    expect_error("forward T = 0", rl_model_forward(m, &e, NULL, &out), RL_ESHAPE, "batch->T = 0");
+    x[5 * B * F + 1 * F + 3] = NAN;
+    expect_error("forward NaN", rl_model_forward(m, &b, NULL, &out), RL_EARG,
+                 "rl_model_forward|batch->x|frame 5 of sequence 1 is NaN");
+    x[5 * B * F + 1 * F + 3] = 0;
+    expect_error("forward unknown layer", rl_model_forward(m, &b, "nosuch", &out), RL_EARG,
+                 "rl_model_forward|no layer 'nosuch'");
+
+    /* forward: the output, padded frames zero; another layer's output */
+    expect("forward", rl_model_forward(m, &b, NULL, &out) == RL_OK && out.T == T && out.B == B &&
+                          out.dim == 2 && out.lengths[1] == 17);
+    memcpy(serial, out.y, sizeof serial);
+    expect("padded frames are zero", serial[(20 * B + 1) * 2] == 0 && serial[(5 * B + 1) * 2] != 0);
+    expect("softmax rows sum to 1", fabsf(serial[0] + serial[1] - 1) < 1e-5f);
+    expect("layer l1", rl_model_forward(m, &b, "l1", &out) == RL_OK && out.dim == 16 && out.T == T);
+
+    /* sessions in threads give the serial numbers */
+    job jobs[4];
+    pthread_t th[4];
+    for (int i = 0; i < 4; i++) {
+        jobs[i] = (job){.m = m};
+        pthread_create(&th[i], NULL, thread_main, &jobs[i]);
+    }
+    for (int i = 0; i < 4; i++) {
+        pthread_join(th[i], NULL);
+        expect("sessions in 4 threads", jobs[i].ok);
+    }
+
+    /* push: bad chunks */
+    expect_error("open out NULL", rl_session_open(NULL, m), RL_EARG, "rl_session_open|out is NULL");
+    expect_error("open model NULL", rl_session_open(&s, NULL), RL_EARG,
+                 "rl_session_open|model is NULL");
+    expect("open", rl_session_open(&s, m) == RL_OK);
+    rl_batch c = {.T = 5, .B = 1, .F = F, .x = x};
+    expect_error("push session NULL", rl_session_push(NULL, &c, &out), RL_EARG,
+                 "rl_session_push|session is NULL");
+    expect_error("push chunk NULL", rl_session_push(s, NULL, &out), RL_EARG,
+                 "rl_session_push|chunk is NULL");
+    rl_batch cb = c;
+    cb.B = 2;
+    expect_error("push B = 2", rl_session_push(s, &cb, &out), RL_ESHAPE, "chunk->B = 2");
+    cb = c;
+    cb.F = 10;
+    expect_error("push dims", rl_session_push(s, &cb, &out), RL_ESHAPE,
+                 "rl_session_push|chunk->F = 10");
+    x[2 * F] = NAN;
+    expect_error("push NaN", rl_session_push(s, &c, &out), RL_EARG,
+                 "rl_session_push|chunk->x|value 0 of frame 2 of sequence 0 is NaN");
+    x[2 * F] = INFINITY;
+    expect_error("push Inf", rl_session_push(s, &c, &out), RL_EARG, "infinite");
+    x[2 * F] = 0;
+    expect("push", rl_session_push(s, &c, &out) == RL_OK && out.T == 5 && out.B == 1);
+    expect("reset", rl_session_reset(s) == RL_OK);
+    expect_error("reset NULL", rl_session_reset(NULL), RL_EARG, "rl_session_reset|session is NULL");
+
+    /* the model freed under an open session */
+    rl_model_free(m);
+    expect_error("push after model free", rl_session_push(s, &c, &out), RL_EARG,
+                 "rl_session_push|model was freed");
+    expect_error("forward after model free", rl_session_forward(s, &b, NULL, &out), RL_EARG,
+                 "rl_session_forward|model was freed");
+    expect_error("reset after model free", rl_session_reset(s), RL_EARG, "model was freed");
+    rl_session_free(s);
+    rl_session_free(NULL);
+    rl_model_free(NULL);
+
+    /* a bidirectional model: forward works, streaming is refused naming the layer */
+    expect("load bidirectional", rl_model_load(&m, argv[2], NULL) == RL_OK);
+    expect("bidirectional info", rl_model_info(m, &info) == RL_OK && !info.causal &&
+                                     info.not_causal && strstr(info.not_causal, "'bw'"));
+    expect("bidirectional forward", rl_model_forward(m, &b, NULL, &out) == RL_OK);
+    expect("open", rl_session_open(&s, m) == RL_OK);
+    expect_error("push bidirectional", rl_session_push(s, &c, &out), RL_EARG,
+                 "rl_session_push|cannot stream|'bw'");
+    printf("bidirectional push: %s\n", rl_errmsg());
+    rl_session_free(s);
+    rl_model_free(m);
+
+    /* a sparse input: class indices */
+    expect("load sparse", rl_model_load(&m, argv[5], NULL) == RL_OK);
+    expect("sparse info",
+           rl_model_info(m, &info) == RL_OK && info.input_sparse && info.input_dim == 6);
+    int32_t cls[6] = {0, 1, 5, 2, 3, 4};
+    int32_t len6 = 6;
+    rl_batch sb = {.T = 6, .B = 1, .F = 1, .classes = cls, .lengths = &len6};
+    expect("sparse forward", rl_model_forward(m, &sb, NULL, &out) == RL_OK && out.T == 6);
+    cls[3] = 6;
+    expect_error("sparse class out of range", rl_model_forward(m, &sb, NULL, &out), RL_EINDEX,
+                 "batch->classes[3]|= 6|0..5");
+    sb.F = 9;
+    expect_error("sparse F", rl_model_forward(m, &sb, NULL, &out), RL_ESHAPE, "it is sparse");
+    sb.F = 1;
+    sb.classes = NULL;
+    expect_error("sparse classes NULL", rl_model_forward(m, &sb, NULL, &out), RL_EARG,
+                 "batch->classes is NULL");
+    rl_model_free(m);
+
+    printf("%d passed, %d failed\n", pass, fail);
+    return fail != 0;
+}
