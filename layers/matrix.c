@@ -17,9 +17,10 @@ rl_status rl_mat_gemm(rl_device dev, void *stream, rl_dtype dt, bool ta, bool tb
 #else
     (void)dev, (void)stream;
 #endif
-    if (dt == RL_FLOAT32 && rl_bf16_mode_on())
-        return rl_gemm_bf16_mode(ta, tb, m, n, k, 1.0f, a.p, a.ld, b.p, b.ld, (float)beta, c.p,
-                                 c.ld);
+    rl_bf16_ctx *bf16 = dt == RL_FLOAT32 ? rl_bf16_active() : NULL;
+    if (bf16)
+        return rl_gemm_bf16_ctx(bf16, ta, tb, m, n, k, 1.0f, a.p, a.ld, b.p, b.ld, (float)beta, c.p,
+                                c.ld);
     if (dt == RL_FLOAT32)
         rl_blas_sgemm(ta, tb, m, n, k, 1.0f, a.p, a.ld, b.p, b.ld, (float)beta, c.p, c.ld);
     else

@@ -58,33 +58,84 @@ static int l_cpu_level(lua_State *L) {
     return 2;
 }
 
-/* rl._bf16_begin(params, fresh), rl._bf16_mode(on), rl._bf16_end(): the bf16 mode of the
- * float32 CPU products (kernels/cpu/gemm_bf16.h) around a network's forward or backward;
- * params is its flat parameter buffer (a contiguous float32 CPU tensor), whose operands are
- * packed once per fresh begin. For the network module, not for users. */
-static int l_bf16_begin(lua_State *L) {
-    const rl_tensor *p = rl_lua_check_tensor(L, 1);
-    bool fresh = lua_toboolean(L, 2);
-    if (p->dtype != RL_FLOAT32 || rl_tensor_device(p).type != RL_CPU || !rl_tensor_is_contiguous(p))
-        return luaL_argerror(L, 1, "a contiguous float32 CPU tensor expected");
-    rl_bf16_mode_begin(rl_tensor_data(p), (size_t)rl_tensor_numel(p) * sizeof(float), fresh);
+/* A network's bf16 context (kernels/cpu/gemm_bf16.h), for the network module, not for users:
+ *   rl._bf16_ctx() -> a context (freed with it by the garbage collector);
+ *   rl._bf16_enter(ctx | nil, params, fresh) -> prev: makes ctx (nil: none, float32 products)
+ *       the active context of this thread and returns the one it replaces, for _bf16_leave;
+ *       params is the network's flat parameter buffer (a contiguous float32 CPU tensor),
+ *       whose operands ctx packs once per fresh enter;
+ *   rl._bf16_on(ctx | nil): the active context from now on (per layer);
+ *   rl._bf16_leave(prev): restores the context _bf16_enter replaced;
+ *   rl._bf16_bytes(ctx) -> bytes of kept packs. */
+#define BF16_CTX_MT "rnnlua.bf16_ctx"
+
+static int l_bf16_ctx_gc(lua_State *L) {
+    rl_bf16_ctx **u = luaL_checkudata(L, 1, BF16_CTX_MT);
+    rl_bf16_ctx_free(*u);
+    *u = NULL;
     return 0;
 }
 
-static int l_bf16_mode(lua_State *L) {
-    rl_bf16_mode_set(lua_toboolean(L, 1));
+static int l_bf16_ctx(lua_State *L) {
+    rl_bf16_ctx **u = lua_newuserdatauv(L, sizeof *u, 0);
+    *u = NULL;
+    if (luaL_newmetatable(L, BF16_CTX_MT)) {
+        lua_pushcfunction(L, l_bf16_ctx_gc);
+        lua_setfield(L, -2, "__gc");
+    }
+    lua_setmetatable(L, -2);
+    *u = rl_bf16_ctx_new();
+    if (!*u) return luaL_error(L, "rnnlua: precision bf16: out of memory for its context");
+    return 1;
+}
+
+static rl_bf16_ctx *opt_bf16_ctx(lua_State *L, int i) {
+    if (lua_isnoneornil(L, i)) return NULL;
+    return *(rl_bf16_ctx **)luaL_checkudata(L, i, BF16_CTX_MT);
+}
+
+static int l_bf16_enter(lua_State *L) {
+    rl_bf16_ctx *ctx = opt_bf16_ctx(L, 1);
+    if (ctx) {
+        const rl_tensor *p = rl_lua_check_tensor(L, 2);
+        if (p->dtype != RL_FLOAT32 || rl_tensor_device(p).type != RL_CPU ||
+            !rl_tensor_is_contiguous(p))
+            return luaL_argerror(L, 2, "a contiguous float32 CPU tensor expected");
+        rl_bf16_ctx_begin(ctx, rl_tensor_data(p), (size_t)rl_tensor_numel(p) * sizeof(float),
+                          lua_toboolean(L, 3));
+    }
+    rl_bf16_ctx *prev = rl_bf16_active();
+    /* the layers turn it on one by one (_bf16_on) */
+    rl_bf16_activate(NULL);
+    if (prev)
+        lua_pushlightuserdata(L, prev);
+    else
+        lua_pushnil(L);
+    return 1;
+}
+
+static int l_bf16_on(lua_State *L) {
+    rl_bf16_activate(opt_bf16_ctx(L, 1));
     return 0;
 }
 
-static int l_bf16_end(lua_State *L) {
-    rl_bf16_mode_end();
+static int l_bf16_leave(lua_State *L) {
+    rl_bf16_activate(lua_islightuserdata(L, 1) ? lua_touserdata(L, 1) : NULL);
     return 0;
+}
+
+static int l_bf16_bytes(lua_State *L) {
+    lua_pushinteger(
+        L, (lua_Integer)rl_bf16_ctx_bytes(*(rl_bf16_ctx **)luaL_checkudata(L, 1, BF16_CTX_MT)));
+    return 1;
 }
 
 static const luaL_Reg module_funcs[] = {
-    {"_bf16_begin", l_bf16_begin},
-    {"_bf16_mode", l_bf16_mode},
-    {"_bf16_end", l_bf16_end},
+    {"_bf16_bytes", l_bf16_bytes},
+    {"_bf16_ctx", l_bf16_ctx},
+    {"_bf16_enter", l_bf16_enter},
+    {"_bf16_leave", l_bf16_leave},
+    {"_bf16_on", l_bf16_on},
     {"cpu_level", l_cpu_level},
     {"cuda_built", l_cuda_built},
     {"set_num_threads", l_set_num_threads},

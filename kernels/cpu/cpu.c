@@ -795,11 +795,11 @@ static rl_status cpu_gemm(rl_dtype dt, bool trans_a, bool trans_b, int64_t m, in
                           double alpha, const void *a, int64_t lda, int64_t stride_a, const void *b,
                           int64_t ldb, int64_t stride_b, double beta, void *c, int64_t ldc,
                           int64_t stride_c, int64_t batch) {
-    bool bf16 = dt == RL_FLOAT32 && rl_bf16_mode_on();
+    rl_bf16_ctx *bf16 = dt == RL_FLOAT32 ? rl_bf16_active() : NULL;
     for (int64_t i = 0; i < batch; i++) {
         if (bf16)
-            RL_TRY(rl_gemm_bf16_mode(
-                trans_a, trans_b, m, n, k, (float)alpha, (const float *)a + i * stride_a, lda,
+            RL_TRY(rl_gemm_bf16_ctx(
+                bf16, trans_a, trans_b, m, n, k, (float)alpha, (const float *)a + i * stride_a, lda,
                 (const float *)b + i * stride_b, ldb, (float)beta, (float *)c + i * stride_c, ldc));
         else if (dt == RL_FLOAT32)
             rl_blas_sgemm(trans_a, trans_b, m, n, k, (float)alpha, (const float *)a + i * stride_a,

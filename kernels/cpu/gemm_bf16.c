@@ -480,11 +480,7 @@ rl_status rl_gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t
     return rl_gemm_bf16_packed(trans_a, m, n, k, alpha, a, lda, pb, beta, c, ldc);
 }
 
-/* ---- bf16 mode and the kept packs of weights ---- */
-
-static atomic_bool mode_on;
-static const char *weights_lo, *weights_hi; /* under cache_lock */
-static pthread_mutex_t cache_lock = PTHREAD_MUTEX_INITIALIZER;
+/* ---- a network's context and the kept packs of its weights ---- */
 
 /* A network's weight operands: a 2-layer BLSTM uses 2 per direction and layer, times forward
  * and transposed; past this many the rest are packed per call. */
@@ -496,46 +492,67 @@ typedef struct {
     uint16_t *packed;
     size_t cap; /* elements */
 } cache_slot;
-static cache_slot cache[CACHE_SLOTS];
-static int cache_used;
 
-void rl_bf16_mode_begin(const void *weights, size_t bytes, bool fresh) {
-    pthread_mutex_lock(&cache_lock);
-    weights_lo = weights;
-    weights_hi = (const char *)weights + bytes;
+struct rl_bf16_ctx {
+    /* the two layers of a concurrent pair look up packs at once */
+    pthread_mutex_t lock;
+    const char *weights_lo, *weights_hi;
+    cache_slot cache[CACHE_SLOTS];
+    int cache_used;
+};
+
+static _Thread_local rl_bf16_ctx *active;
+
+rl_bf16_ctx *rl_bf16_active(void) { return active; }
+
+void rl_bf16_activate(rl_bf16_ctx *ctx) { active = ctx; }
+
+rl_bf16_ctx *rl_bf16_ctx_new(void) {
+    rl_bf16_ctx *ctx = calloc(1, sizeof *ctx);
+    if (ctx) pthread_mutex_init(&ctx->lock, NULL);
+    return ctx;
+}
+
+void rl_bf16_ctx_free(rl_bf16_ctx *ctx) {
+    if (!ctx) return;
+    for (int i = 0; i < CACHE_SLOTS; i++)
+        free(ctx->cache[i].packed);
+    pthread_mutex_destroy(&ctx->lock);
+    free(ctx);
+}
+
+void rl_bf16_ctx_begin(rl_bf16_ctx *ctx, const void *weights, size_t bytes, bool fresh) {
+    pthread_mutex_lock(&ctx->lock);
+    ctx->weights_lo = weights;
+    ctx->weights_hi = (const char *)weights + bytes;
     /* every operand is packed again; the slots keep their buffers for the coming ones */
-    if (fresh) cache_used = 0;
-    pthread_mutex_unlock(&cache_lock);
-    atomic_store(&mode_on, false);
+    if (fresh) ctx->cache_used = 0;
+    pthread_mutex_unlock(&ctx->lock);
 }
 
-void rl_bf16_mode_end(void) {
-    atomic_store(&mode_on, false);
-    pthread_mutex_lock(&cache_lock);
-    weights_lo = weights_hi = NULL;
-    pthread_mutex_unlock(&cache_lock);
+size_t rl_bf16_ctx_bytes(const rl_bf16_ctx *ctx) {
+    size_t n = 0;
+    for (int i = 0; i < CACHE_SLOTS; i++)
+        n += ctx->cache[i].cap * sizeof(uint16_t);
+    return n;
 }
-
-void rl_bf16_mode_set(bool on) { atomic_store(&mode_on, on); }
-
-bool rl_bf16_mode_on(void) { return atomic_load_explicit(&mode_on, memory_order_relaxed); }
 
 /* The kept pack of op(b) (packed and kept on first use), or NULL when b is no weight or no
- * slot is left. Called under cache_lock. */
-static const uint16_t *kept_pack(const float *b, int64_t ldb, bool trans, int64_t k, int64_t n,
-                                 rl_status *st) {
+ * slot is left. Called under ctx->lock. */
+static const uint16_t *kept_pack(rl_bf16_ctx *ctx, const float *b, int64_t ldb, bool trans,
+                                 int64_t k, int64_t n, rl_status *st) {
     const char *lo = (const char *)b;
     int64_t rows = trans ? n : k, cols = trans ? k : n;
     const char *hi = (const char *)(b + (rows - 1) * ldb + cols);
-    if (!weights_lo || lo < weights_lo || hi > weights_hi) return NULL;
-    cache_slot *s = NULL;
-    for (int i = 0; i < cache_used && !s; i++)
+    if (!ctx->weights_lo || lo < ctx->weights_lo || hi > ctx->weights_hi) return NULL;
+    cache_slot *cache = ctx->cache, *s = NULL;
+    for (int i = 0; i < ctx->cache_used && !s; i++)
         if (cache[i].b == b && cache[i].ldb == ldb && cache[i].trans == trans && cache[i].k == k &&
             cache[i].n == n)
             s = &cache[i];
     if (!s) {
-        if (cache_used == CACHE_SLOTS) return NULL;
-        s = &cache[cache_used++];
+        if (ctx->cache_used == CACHE_SLOTS) return NULL;
+        s = &cache[ctx->cache_used++];
         *s = (cache_slot){
             .b = b, .ldb = ldb, .k = k, .n = n, .trans = trans, .packed = s->packed, .cap = s->cap};
     }
@@ -556,17 +573,17 @@ static const uint16_t *kept_pack(const float *b, int64_t ldb, bool trans, int64_
     return s->packed;
 }
 
-rl_status rl_gemm_bf16_mode(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
-                            float alpha, const float *a, int64_t lda, const float *b, int64_t ldb,
-                            float beta, float *c, int64_t ldc) {
+rl_status rl_gemm_bf16_ctx(rl_bf16_ctx *ctx, bool trans_a, bool trans_b, int64_t m, int64_t n,
+                           int64_t k, float alpha, const float *a, int64_t lda, const float *b,
+                           int64_t ldb, float beta, float *c, int64_t ldc) {
     if (m <= 0 || n <= 0) return RL_OK;
     if (k > 0) {
         rl_status st = RL_OK;
-        pthread_mutex_lock(&cache_lock);
-        const uint16_t *p = kept_pack(b, ldb, trans_b, k, n, &st);
-        pthread_mutex_unlock(&cache_lock);
+        pthread_mutex_lock(&ctx->lock);
+        const uint16_t *p = kept_pack(ctx, b, ldb, trans_b, k, n, &st);
+        pthread_mutex_unlock(&ctx->lock);
         if (st != RL_OK) return st;
-        /* a kept pack is only replaced at the next fresh begin, on this (the network's) thread,
+        /* a kept pack is only replaced at the next fresh begin, on the network's thread,
          * after every product of the step has returned */
         if (p) return rl_gemm_bf16_packed(trans_a, m, n, k, alpha, a, lda, p, beta, c, ldc);
     }

@@ -76,29 +76,39 @@ rl_status rl_gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t
                        const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
                        float *c, int64_t ldc);
 
-/* ---- bf16 mode of the float32 products (a network's precision = "bf16") ----
+/* ---- bf16 products of a network (precision = "bf16") ----
  *
- * While the mode is on, the float32 CPU products of rl_mat_gemm (layers/matrix.h) and of the
- * gemm op (rl_op_gemm, rl_op_matmul on the CPU) run through rl_gemm_bf16. The network turns it
- * on around the layers that have a bf16 path and off around the others. It is process-wide
- * (the layers of a concurrent pair run their products on helper threads) and meant for one
- * network running at a time, as the Lua state runs them.
+ * A network in bf16 owns an rl_bf16_ctx: its weights range (its flat parameter buffer) and the
+ * kept bf16 packs of the weight operands. The context is active on a thread, never process-wide:
+ * while a thread has a context active, the float32 CPU products that thread calls
+ * (rl_mat_gemm in layers/matrix.h, the gemm op rl_op_gemm/rl_op_matmul) run through
+ * rl_gemm_bf16_ctx, and rl_gemm_packed_fast() says false so that the LSTM's and GRU's products
+ * take that path too. rl_cpu_parallel (parallel.h) runs its parts with the caller's active
+ * context, so the layers of a concurrent pair, run on the pool's helpers, see their network's.
+ * Another network (or another thread) running float32 meanwhile is untouched: it has none.
  *
- * A right operand that lies inside the weights range (the running network's flat parameter
- * buffer) is packed once and kept, keyed by its address, leading dimension, shape and
- * transposition, until rl_bf16_mode_begin is called with fresh (the network does so at each
- * forward: after an update; its backward reuses the packs of its forward). Any other operand
- * (activations, gradients) is packed on each call. */
-void rl_bf16_mode_begin(const void *weights, size_t bytes, bool fresh);
-/* Clears the weights range and turns the mode off (the kept packs stay for the next begin). */
-void rl_bf16_mode_end(void);
-void rl_bf16_mode_set(bool on);
-bool rl_bf16_mode_on(void);
+ * A right operand inside the weights range is packed once and kept, keyed by its address,
+ * leading dimension, shape and transposition, until rl_bf16_ctx_begin is called with fresh
+ * (the network does so at each forward: after an update; its backward reuses the packs of its
+ * forward). Any other operand (activations, gradients) is packed on each call. */
+typedef struct rl_bf16_ctx rl_bf16_ctx;
 
-/* The float32 product through the bf16 mode: rl_gemm_bf16, with the packs of weights kept. */
-rl_status rl_gemm_bf16_mode(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
-                            float alpha, const float *a, int64_t lda, const float *b, int64_t ldb,
-                            float beta, float *c, int64_t ldc);
+/* A context with no weights range; NULL when out of memory. */
+rl_bf16_ctx *rl_bf16_ctx_new(void);
+void rl_bf16_ctx_free(rl_bf16_ctx *ctx);
+/* Sets the weights range; fresh drops every kept pack (their buffers are reused). */
+void rl_bf16_ctx_begin(rl_bf16_ctx *ctx, const void *weights, size_t bytes, bool fresh);
+/* bytes of kept packs the context holds now (for tests and memory figures). */
+size_t rl_bf16_ctx_bytes(const rl_bf16_ctx *ctx);
+
+/* The context active on this thread (NULL: float32 products) and setting it (NULL: none). */
+rl_bf16_ctx *rl_bf16_active(void);
+void rl_bf16_activate(rl_bf16_ctx *ctx);
+
+/* The float32 product through ctx: rl_gemm_bf16, with the packs of its weights kept. */
+rl_status rl_gemm_bf16_ctx(rl_bf16_ctx *ctx, bool trans_a, bool trans_b, int64_t m, int64_t n,
+                           int64_t k, float alpha, const float *a, int64_t lda, const float *b,
+                           int64_t ldb, float beta, float *c, int64_t ldc);
 
 #ifdef __cplusplus
 }

@@ -285,8 +285,8 @@ RL_AVX2 static void packed_avx2(int64_t m, int64_t n, int64_t k, const float *a,
 #endif
 
 bool rl_gemm_packed_fast(void) {
-    /* in the bf16 mode the products go through rl_mat_gemm, which runs them in bf16 */
-    if (rl_bf16_mode_on()) return false;
+    /* with a bf16 context active the products go through rl_mat_gemm, which runs them in bf16 */
+    if (rl_bf16_active()) return false;
 #ifdef RL_GEMM_X86
     return rl_cpu_level_get() >= RL_CPU_AVX2;
 #elif defined(__aarch64__)

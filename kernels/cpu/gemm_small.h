@@ -36,8 +36,8 @@ void rl_gemm_packed_f32(int64_t m, int64_t n, int64_t k, const float *a, int64_t
                         const float *packed, bool accumulate, float *c, int64_t ldc);
 
 /* Whether rl_gemm_packed_f32 runs a vector kernel (AVX2+FMA, AVX-512, NEON) at the current
- * level; false in the bf16 mode of gemm_bf16.h, whose products the callers then reach through
- * BLAS's entry points. */
+ * level; false while the calling thread has a bf16 context active (gemm_bf16.h), whose
+ * products the callers then reach through rl_mat_gemm. */
 bool rl_gemm_packed_fast(void);
 
 #ifdef __cplusplus

@@ -18,6 +18,8 @@
  * futex, which sleeps only while the value is unchanged: no wake-up is lost. */
 #include "parallel.h"
 
+#include "gemm_bf16.h"
+
 #include <linux/futex.h>
 #include <pthread.h>
 #include <sched.h>
@@ -46,6 +48,7 @@ static struct {
     unsigned start_gen[MAX_HELPERS + 1]; /* the generation each helper was created at */
     void (*fn)(void *, int, int);        /* the job of the current generation */
     void *ctx;
+    rl_bf16_ctx *bf16; /* the caller's active bf16 context (gemm_bf16.h), the parts' too */
 } pool = {.call_lock = PTHREAD_MUTEX_INITIALIZER};
 
 static void futex_wait(atomic_uint *word, unsigned expected) {
@@ -98,7 +101,10 @@ static void run_parts(unsigned g) {
         if (!atomic_compare_exchange_weak_explicit(&pool.claim, &c, c + 1, memory_order_acq_rel,
                                                    memory_order_acquire))
             continue;
+        rl_bf16_ctx *own = rl_bf16_active();
+        rl_bf16_activate(pool.bf16);
         pool.fn(pool.ctx, part, parts);
+        rl_bf16_activate(own);
         /* sequentially consistent, as the caller's caller_sleeping++ then finished check:
          * either the caller sees this part finished or this sees the caller asleep */
         if (atomic_fetch_add(&pool.finished, 1) + 1 == (unsigned)parts &&
@@ -149,6 +155,7 @@ void rl_cpu_parallel(int parts, void (*fn)(void *ctx, int part, int parts), void
         if (1 + ensure_helpers(parts - 1) >= parts) {
             pool.fn = fn;
             pool.ctx = ctx;
+            pool.bf16 = rl_bf16_active();
             atomic_store_explicit(&pool.finished, 0, memory_order_relaxed);
             unsigned g = atomic_load_explicit(&pool.gen, memory_order_relaxed) + 1;
             atomic_store(&pool.claim, (uint64_t)g << 32 | (uint64_t)parts << 16);

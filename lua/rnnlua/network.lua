@@ -991,14 +991,20 @@ function Network:set_precision(p)
   return self
 end
 
--- The bf16 mode around a forward (fresh: the weights may have changed since the last one, so
--- their bf16 copies are made again, once) or a backward (the forward's copies serve); closed,
--- the mode ends also on an error.
-local Bf16Guard = {__close = function() rl._bf16_end() end}
+-- The bf16 context (kernels/cpu/gemm_bf16.h) around a forward (fresh: the weights may have
+-- changed since the last one, so their bf16 copies are made again, once) or a backward (the
+-- forward's copies serve). It is this network's and active on this thread only: a float32
+-- network enters with none, so that it never runs in the precision of a network that called it
+-- (a Lua layer's); closed, the context of the caller comes back, also on an error.
+local Bf16Guard = {__close = function(g) rl._bf16_leave(g.prev) end}
 function Network:bf16_enter(fresh)
-  if self.precision ~= "bf16" then return nil end
-  rl._bf16_begin(self.flat_params, fresh)
-  return setmetatable({}, Bf16Guard)
+  if self.device ~= "cpu" or self.dtype ~= "float32" then return nil end
+  local ctx = nil
+  if self.precision == "bf16" then
+    self.bf16_ctx = self.bf16_ctx or rl._bf16_ctx()
+    ctx = self.bf16_ctx
+  end
+  return setmetatable({prev = rl._bf16_enter(ctx, self.flat_params, fresh)}, Bf16Guard)
 end
 
 -- Before a node's layer runs: bf16 products for the classes that have them, float32 for the
@@ -1007,7 +1013,7 @@ function Network:bf16_node(node)
   if self.precision ~= "bf16" then return end
   local cls = node.layer.class
   local on = BF16_CLASSES[cls] and type(node.layer) == "userdata"
-  rl._bf16_mode(on or false)
+  rl._bf16_on(on and self.bf16_ctx or nil)
   if not on and not NO_PRODUCTS[cls] and not self.fp32_noted[node.name] then
     self.fp32_noted[node.name] = true
     io.stderr:write(string.format("rnnlua: %s has no bf16 path: its products run in float32 "

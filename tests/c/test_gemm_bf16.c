@@ -12,6 +12,7 @@
  *  - operands that are small integers (exact in bf16, sums exact in float32): every level
  *    gives the float64 result exactly, which pins packing and indexing.
  */
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -21,6 +22,8 @@
 #include "../../core/blas.h"
 #include "../../kernels/cpu/cpu_level.h"
 #include "../../kernels/cpu/gemm_bf16.h"
+#include "../../kernels/cpu/parallel.h"
+#include "../../layers/matrix.h"
 #include "check.h"
 
 #define U_BF16 (1.0 / 256.0)
@@ -257,6 +260,83 @@ static void test_levels(rl_bf16_level best) {
     CHECK(rl_bf16_level_get() == (cpu >= RL_CPU_AVX512 ? best : RL_BF16_GENERIC));
 }
 
+/* ---- a network's bf16 context: active on its thread only ---- */
+
+#define CM 37
+#define CN 150
+#define CK 130
+/* the weights (right operand) and the left operand of the context tests */
+static float ctx_w[CK * CN], ctx_x[CM * CK];
+
+static void ctx_product(float *c) {
+    rl_mat a = {ctx_x, CK}, b = {ctx_w, CN}, cm = {c, CN};
+    CHECK_OK(rl_mat_gemm(RL_DEVICE_CPU, NULL, RL_FLOAT32, false, false, CM, CN, CK, a, b, 0.0, cm));
+}
+
+typedef struct {
+    rl_bf16_ctx *ctx; /* active in the thread, or NULL */
+    const float *want;
+    int bad;
+} ctx_thread;
+
+static void *ctx_thread_main(void *arg) {
+    ctx_thread *t = arg;
+    rl_bf16_activate(t->ctx);
+    static _Thread_local float c[CM * CN];
+    for (int round = 0; round < 300; round++) {
+        ctx_product(c);
+        if (memcmp(c, t->want, sizeof c) != 0) t->bad++;
+    }
+    rl_bf16_activate(NULL);
+    return NULL;
+}
+
+static void record_active(void *ctx, int part, int parts) {
+    ((rl_bf16_ctx **)ctx)[part] = rl_bf16_active();
+}
+
+static void test_ctx(void) {
+    for (int i = 0; i < CK * CN; i++)
+        ctx_w[i] = (float)next_value();
+    for (int i = 0; i < CM * CK; i++)
+        ctx_x[i] = (float)next_value();
+    static float r32[CM * CN], rb[CM * CN];
+    rl_bf16_ctx *ctx = rl_bf16_ctx_new();
+    CHECK(ctx != NULL);
+    rl_bf16_ctx_begin(ctx, ctx_w, sizeof ctx_w, true);
+    CHECK(rl_bf16_active() == NULL);
+    ctx_product(r32);
+    rl_bf16_activate(ctx);
+    ctx_product(rb);
+    rl_bf16_activate(NULL);
+    CHECK(memcmp(r32, rb, sizeof r32) != 0);                     /* bf16 ran under the context */
+    CHECK(rl_bf16_ctx_bytes(ctx) >= sizeof(uint16_t) * CK * CN); /* the weights' pack is kept */
+
+    /* the parts of rl_cpu_parallel run with the caller's context, and the helpers drop it after */
+    rl_bf16_ctx *seen[4] = {NULL, NULL, NULL, NULL};
+    rl_bf16_activate(ctx);
+    rl_cpu_parallel(4, record_active, seen);
+    rl_bf16_activate(NULL);
+    for (int p = 0; p < 4; p++)
+        CHECK(seen[p] == ctx);
+    rl_cpu_parallel(4, record_active, seen);
+    for (int p = 0; p < 4; p++)
+        CHECK(seen[p] == NULL);
+
+    /* a bf16 thread and a float32 thread at once: each gets what it gets alone */
+    ctx_thread tb = {ctx, rb, 0}, tf = {NULL, r32, 0};
+    pthread_t thb, thf;
+    CHECK(pthread_create(&thb, NULL, ctx_thread_main, &tb) == 0);
+    CHECK(pthread_create(&thf, NULL, ctx_thread_main, &tf) == 0);
+    pthread_join(thb, NULL);
+    pthread_join(thf, NULL);
+    if (tb.bad || tf.bad)
+        fprintf(stderr, "  two threads: %d bf16 and %d float32 products of 300 differ\n", tb.bad,
+                tf.bad);
+    CHECK(tb.bad == 0 && tf.bad == 0);
+    rl_bf16_ctx_free(ctx);
+}
+
 int main(void) {
     test_conversions();
     rl_bf16_level best = rl_bf16_level_supported();
@@ -293,5 +373,6 @@ int main(void) {
     rl_blas_set_threads(threads);
     for (int lv = RL_BF16_GENERIC; lv <= (int)best; lv++)
         check_rows_alone((rl_bf16_level)lv);
+    test_ctx();
     TEST_MAIN_END();
 }

@@ -21,13 +21,15 @@ local x = rl.randn(T, B, 9)
 local y = (rl.rand(T, B) * 5):floor():int()
 local len = rl.tensor({20, 17, 20, 5, 11, 20}, "int32")
 
-local DEEP = {
+-- as text too, for a run in another process
+local DEEP_SRC = [[{
   l1 = {class = "linear", n_out = 24, activation = "tanh", from = "data"},
   fw = {class = "lstm", n_out = 32, from = "l1"},
   bw = {class = "lstm", n_out = 32, from = "l1", direction = -1},
   g = {class = "gru", n_out = 16, from = {"fw", "bw"}},
   output = {class = "softmax", from = "g", loss = "ce", target = "classes"},
-}
+}]]
+local DEEP = load("return " .. DEEP_SRC)()
 
 -- loss, gradients (float64) and the network after one forward and backward
 local function run(desc, precision, dtype)
@@ -117,6 +119,75 @@ H.test("float32 results are unchanged bit for bit by bf16 runs and set_precision
   net:backward()
   H.check(l1 == l2, "loss " .. l1 .. " vs " .. l2)
   H.check((g1 - net:grads():double()):abs():max() == 0, "gradients differ")
+end)
+
+-- The precision is the network's: its bf16 context is active on its thread only while it runs
+-- (kernels/cpu/gemm_bf16.h), so networks of both precisions can take turns in one process.
+local function flat(t)
+  local out = {}
+  for i, v in ipairs(t:double():view(-1):totable()) do out[i] = string.format("%a", v) end
+  return table.concat(out, " ")
+end
+
+-- the float32 DEEP network's loss and gradients in a process that never ran bf16
+local function fp32_elsewhere()
+  local script = string.format([[
+    local ext = {data = {dim = 9}, classes = {dim = 5, sparse = true}}
+    rl.manual_seed(11)
+    local x = rl.randn(%d, %d, 9)
+    local y = (rl.rand(%d, %d) * 5):floor():int()
+    local len = rl.tensor({20, 17, 20, 5, 11, 20}, "int32")
+    rl.manual_seed(7)
+    local net = rl.network(%s, ext)
+    net:zero_grads()
+    local loss = net:forward{data = x, classes = y, lengths = len}
+    net:backward()
+    local out = {}
+    for i, v in ipairs(net:grads():double():view(-1):totable()) do
+      out[i] = string.format("%%a", v)
+    end
+    io.write(string.format("%%a\n", loss), table.concat(out, " "), "\n")
+  ]], T, B, T, B, DEEP_SRC)
+  local p = io.popen(string.format("%s -e %q", arg[-1], script))
+  local loss, grads = p:read("l"), p:read("l")
+  p:close()
+  return loss, grads
+end
+
+H.test("a bf16 and a float32 network interleaved: each gives what it gives alone", function()
+  local la, ga = run(DEEP, "bf16")
+  local lf, gf = run(DEEP, "fp32")
+  local el, eg = fp32_elsewhere()
+  H.check(el == string.format("%a", lf) and eg == flat(gf),
+    "float32 here differs from a process that never ran bf16")
+  rl.manual_seed(7)
+  local a = rl.network(DEEP, ext, {precision = "bf16"})
+  rl.manual_seed(7)
+  local f = rl.network(DEEP, ext)
+  local b = rl.network(DEEP, ext, {precision = "bf16"}) -- a second bf16 network, other weights
+  for round = 1, 2 do
+    a:zero_grads(); f:zero_grads(); b:zero_grads()
+    local l1 = a:forward{data = x, classes = y, lengths = len}
+    local l2 = f:forward{data = x, classes = y, lengths = len}
+    b:forward{data = x, classes = y, lengths = len}
+    f:backward()
+    b:backward()
+    a:backward()
+    H.check(l1 == la and flat(a:grads()) == flat(ga), "bf16 network, round " .. round)
+    H.check(l2 == lf and flat(f:grads()) == flat(gf), "float32 network, round " .. round)
+  end
+end)
+
+H.test("bf16 gives the same bits on 1, 2 and 3 threads (the pair's helper runs in bf16)",
+  function()
+  local threads0 = rl.get_num_threads()
+  local ok, err = pcall(H.same_on_threads, function(n)
+    rl.set_num_threads(n)
+    local loss, g = run(DEEP, "bf16")
+    return {loss = {loss}, grads = g:view(-1):totable()}
+  end)
+  rl.set_num_threads(threads0)
+  H.check(ok, tostring(err))
 end)
 
 H.test("the bf16 copies of the weights follow every change of the parameters", function()
