@@ -60,10 +60,10 @@ static int l_cpu_level(lua_State *L) {
 
 /* A network's bf16 context (kernels/cpu/gemm_bf16.h), for the network module, not for users:
  *   rl._bf16_ctx() -> a context (freed with it by the garbage collector);
- *   rl._bf16_enter(ctx | nil, params, fresh) -> prev: makes ctx (nil: none, float32 products)
- *       the active context of this thread and returns the one it replaces, for _bf16_leave;
+ *   rl._bf16_enter(ctx | nil, params) -> prev: makes ctx (nil: none, float32 products) the
+ *       active context of this thread and returns the one it replaces, for _bf16_leave;
  *       params is the network's flat parameter buffer (a contiguous float32 CPU tensor),
- *       whose operands ctx packs once per fresh enter;
+ *       whose operands ctx packs once per enter;
  *   rl._bf16_on(ctx | nil): the active context from now on (per layer);
  *   rl._bf16_leave(prev): restores the context _bf16_enter replaced;
  *   rl._bf16_bytes(ctx) -> bytes of kept packs. */
@@ -101,8 +101,7 @@ static int l_bf16_enter(lua_State *L) {
         if (p->dtype != RL_FLOAT32 || rl_tensor_device(p).type != RL_CPU ||
             !rl_tensor_is_contiguous(p))
             return luaL_argerror(L, 2, "a contiguous float32 CPU tensor expected");
-        rl_bf16_ctx_begin(ctx, rl_tensor_data(p), (size_t)rl_tensor_numel(p) * sizeof(float),
-                          lua_toboolean(L, 3));
+        rl_bf16_ctx_begin(ctx, rl_tensor_data(p), (size_t)rl_tensor_numel(p) * sizeof(float));
     }
     rl_bf16_ctx *prev = rl_bf16_active();
     /* the layers turn it on one by one (_bf16_on) */

@@ -433,15 +433,24 @@ static void run_part(void *ctx, int part, int parts) {
     part_generic(j, r0, r1, p0, p1);
 }
 
-rl_status rl_gemm_bf16_packed(bool trans_a, int64_t m, int64_t n, int64_t k, float alpha,
-                              const float *a, int64_t lda, const uint16_t *packed, float beta,
-                              float *c, int64_t ldc) {
-    if (m <= 0 || n <= 0) return RL_OK;
-    int64_t kp = round_up(k, KP_ALIGN), mp = round_up(m, MP_ALIGN);
-    uint16_t *ra = scratch_get(&rounded_a, &scratch_key_a, sizeof(uint16_t) * (size_t)(mp * kp),
-                               "the rounded left operand");
-    if (!ra) return RL_ENOMEM;
-    round_a(ra, trans_a, m, k, a, lda, mp, kp);
+/* The per-thread scratch of one call stays under SCRATCH_BYTES (bf16 training's peak memory,
+ * beside the float32 one's): a longer op(A) is rounded and multiplied in blocks of rows, a wider
+ * op(B) given as float32 packed and multiplied in blocks of columns. Rows and columns of C are
+ * independent sums, so the blocks give the bits of one whole product. */
+#define SCRATCH_BYTES ((int64_t)2 << 20)
+
+/* rows of op(A) (a multiple of ROW_BLOCK) or columns of op(B) (of 2 panels) per block */
+static int64_t block_of(int64_t kp, int64_t align) {
+    /* k = 0: an empty sum, any block does */
+    int64_t b =
+        SCRATCH_BYTES / (int64_t)sizeof(uint16_t) / (kp > 0 ? kp : KP_ALIGN) / align * align;
+    return b > align ? b : align;
+}
+
+/* c (m x n) = alpha * ra * packed + beta * c, ra rounded (mp x kp) */
+static void run_rounded(int64_t m, int64_t n, int64_t k, int64_t kp, float alpha,
+                        const uint16_t *ra, const uint16_t *packed, float beta, float *c,
+                        int64_t ldc) {
     job j = {.m = m,
              .n = n,
              .k = k,
@@ -465,6 +474,24 @@ rl_status rl_gemm_bf16_packed(bool trans_a, int64_t m, int64_t n, int64_t k, flo
         rl_cpu_parallel(parts, run_part, &j);
     else
         run_part(&j, 0, 1);
+}
+
+rl_status rl_gemm_bf16_packed(bool trans_a, int64_t m, int64_t n, int64_t k, float alpha,
+                              const float *a, int64_t lda, const uint16_t *packed, float beta,
+                              float *c, int64_t ldc) {
+    if (m <= 0 || n <= 0) return RL_OK;
+    int64_t kp = round_up(k, KP_ALIGN), rows = block_of(kp, ROW_BLOCK);
+    if (rows > m) rows = m;
+    int64_t mp = round_up(rows, MP_ALIGN);
+    uint16_t *ra = scratch_get(&rounded_a, &scratch_key_a, sizeof(uint16_t) * (size_t)(mp * kp),
+                               "the rounded left operand");
+    if (!ra) return RL_ENOMEM;
+    for (int64_t i0 = 0; i0 < m; i0 += rows) {
+        int64_t mi = m - i0 < rows ? m - i0 : rows;
+        round_a(ra, trans_a, mi, k, trans_a ? a + i0 : a + i0 * lda, lda, round_up(mi, MP_ALIGN),
+                kp);
+        run_rounded(mi, n, k, kp, alpha, ra, packed, beta, c + i0 * ldc, ldc);
+    }
     return RL_OK;
 }
 
@@ -472,12 +499,18 @@ rl_status rl_gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t
                        const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
                        float *c, int64_t ldc) {
     if (m <= 0 || n <= 0) return RL_OK;
-    uint16_t *pb =
-        scratch_get(&packed_b, &scratch_key_b, sizeof(uint16_t) * (size_t)rl_bf16_packed_size(k, n),
-                    "the packed right operand");
+    int64_t cols = block_of(round_up(k, KP_ALIGN), 2 * RL_BF16_PANEL);
+    if (cols > n) cols = n;
+    uint16_t *pb = scratch_get(&packed_b, &scratch_key_b,
+                               sizeof(uint16_t) * (size_t)rl_bf16_packed_size(k, cols),
+                               "the packed right operand");
     if (!pb) return RL_ENOMEM;
-    rl_bf16_pack(pb, b, ldb, trans_b, k, n);
-    return rl_gemm_bf16_packed(trans_a, m, n, k, alpha, a, lda, pb, beta, c, ldc);
+    for (int64_t j0 = 0; j0 < n; j0 += cols) {
+        int64_t nj = n - j0 < cols ? n - j0 : cols;
+        rl_bf16_pack(pb, trans_b ? b + j0 * ldb : b + j0, ldb, trans_b, k, nj);
+        RL_TRY(rl_gemm_bf16_packed(trans_a, m, nj, k, alpha, a, lda, pb, beta, c + j0, ldc));
+    }
+    return RL_OK;
 }
 
 /* ---- a network's context and the kept packs of its weights ---- */
@@ -521,12 +554,12 @@ void rl_bf16_ctx_free(rl_bf16_ctx *ctx) {
     free(ctx);
 }
 
-void rl_bf16_ctx_begin(rl_bf16_ctx *ctx, const void *weights, size_t bytes, bool fresh) {
+void rl_bf16_ctx_begin(rl_bf16_ctx *ctx, const void *weights, size_t bytes) {
     pthread_mutex_lock(&ctx->lock);
     ctx->weights_lo = weights;
     ctx->weights_hi = (const char *)weights + bytes;
     /* every operand is packed again; the slots keep their buffers for the coming ones */
-    if (fresh) ctx->cache_used = 0;
+    ctx->cache_used = 0;
     pthread_mutex_unlock(&ctx->lock);
 }
 
@@ -550,14 +583,28 @@ static const uint16_t *kept_pack(rl_bf16_ctx *ctx, const float *b, int64_t ldb, 
         if (cache[i].b == b && cache[i].ldb == ldb && cache[i].trans == trans && cache[i].k == k &&
             cache[i].n == n)
             s = &cache[i];
+    size_t need = (size_t)rl_bf16_packed_size(k, n);
     if (!s) {
         if (ctx->cache_used == CACHE_SLOTS) return NULL;
+        /* the free buffer that fits best (a backward's W^T takes its forward's W's, of the same
+         * size), else the largest to grow: one set of packs, not one per orientation */
+        int best = ctx->cache_used;
+        for (int i = ctx->cache_used; i < CACHE_SLOTS; i++) {
+            size_t ci = cache[i].cap, cb = cache[best].cap;
+            if (ci >= need ? cb < need || ci < cb : cb < need && ci > cb) best = i;
+        }
+        cache_slot free_slot = cache[best];
+        cache[best] = cache[ctx->cache_used];
         s = &cache[ctx->cache_used++];
-        *s = (cache_slot){
-            .b = b, .ldb = ldb, .k = k, .n = n, .trans = trans, .packed = s->packed, .cap = s->cap};
+        *s = (cache_slot){.b = b,
+                          .ldb = ldb,
+                          .k = k,
+                          .n = n,
+                          .trans = trans,
+                          .packed = free_slot.packed,
+                          .cap = free_slot.cap};
     }
     if (s->valid) return s->packed;
-    size_t need = (size_t)rl_bf16_packed_size(k, n);
     if (need > s->cap) {
         uint16_t *p = realloc(s->packed, sizeof(uint16_t) * need);
         if (!p) {

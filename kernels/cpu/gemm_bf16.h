@@ -7,7 +7,8 @@
  * op(B)[2r][16p + j] then op(B)[2r + 1][16p + j] (zeros past k and n, k padded to a multiple
  * of 32). That is the operand layout of both vector instructions used: AVX512-BF16's
  * vdpbf16ps (one pair of rows per instruction, 16 columns) and an AMX-BF16 B tile (16 row
- * pairs of one panel). The left operand is rounded into a per-thread scratch on each call.
+ * pairs of one panel). The left operand is rounded into a per-thread scratch on each call, in
+ * blocks of rows that keep the scratch under 2 MB.
  *
  * Three kernels, the bf16 level (chosen at run time, the best the CPU and the OS allow):
  *   generic     converts to float32 and sums with float32 multiply-adds (any CPU);
@@ -88,16 +89,18 @@ rl_status rl_gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t
  * Another network (or another thread) running float32 meanwhile is untouched: it has none.
  *
  * A right operand inside the weights range is packed once and kept, keyed by its address,
- * leading dimension, shape and transposition, until rl_bf16_ctx_begin is called with fresh
- * (the network does so at each forward: after an update; its backward reuses the packs of its
- * forward). Any other operand (activations, gradients) is packed on each call. */
+ * leading dimension, shape and transposition, until the next rl_bf16_ctx_begin (the network
+ * calls it at each forward, after an update, and at each backward, whose products take the
+ * weights transposed): the packs of one pass reuse the buffers of the last, so the context
+ * holds one set of packs (about half the float32 weights' bytes), not one per orientation. Any
+ * other operand (activations, gradients) is packed on each call, in blocks of columns. */
 typedef struct rl_bf16_ctx rl_bf16_ctx;
 
 /* A context with no weights range; NULL when out of memory. */
 rl_bf16_ctx *rl_bf16_ctx_new(void);
 void rl_bf16_ctx_free(rl_bf16_ctx *ctx);
-/* Sets the weights range; fresh drops every kept pack (their buffers are reused). */
-void rl_bf16_ctx_begin(rl_bf16_ctx *ctx, const void *weights, size_t bytes, bool fresh);
+/* Sets the weights range and drops every kept pack (their buffers are reused). */
+void rl_bf16_ctx_begin(rl_bf16_ctx *ctx, const void *weights, size_t bytes);
 /* bytes of kept packs the context holds now (for tests and memory figures). */
 size_t rl_bf16_ctx_bytes(const rl_bf16_ctx *ctx);
 

@@ -991,20 +991,20 @@ function Network:set_precision(p)
   return self
 end
 
--- The bf16 context (kernels/cpu/gemm_bf16.h) around a forward (fresh: the weights may have
--- changed since the last one, so their bf16 copies are made again, once) or a backward (the
--- forward's copies serve). It is this network's and active on this thread only: a float32
+-- The bf16 context (kernels/cpu/gemm_bf16.h) around a forward or a backward: the bf16 copies
+-- of the weights are made once per pass (the weights may have changed since the last forward;
+-- the backward takes them transposed, into the forward's buffers). It is this network's and active on this thread only: a float32
 -- network enters with none, so that it never runs in the precision of a network that called it
 -- (a Lua layer's); closed, the context of the caller comes back, also on an error.
 local Bf16Guard = {__close = function(g) rl._bf16_leave(g.prev) end}
-function Network:bf16_enter(fresh)
+function Network:bf16_enter()
   if self.device ~= "cpu" or self.dtype ~= "float32" then return nil end
   local ctx = nil
   if self.precision == "bf16" then
     self.bf16_ctx = self.bf16_ctx or rl._bf16_ctx()
     ctx = self.bf16_ctx
   end
-  return setmetatable({prev = rl._bf16_enter(ctx, self.flat_params, fresh)}, Bf16Guard)
+  return setmetatable({prev = rl._bf16_enter(ctx, self.flat_params)}, Bf16Guard)
 end
 
 -- Before a node's layer runs: bf16 products for the classes that have them, float32 for the
@@ -1039,7 +1039,7 @@ function Network:forward(batch, fopts)
     self:carry_reset()
   end
   self.forwarded = false
-  local bf16 <close> = self:bf16_enter(true)
+  local bf16 <close> = self:bf16_enter()
   local loss, errors, n_frames = 0, 0, nil
   local n_units, n_labels, n_skipped = 0, 0, 0
   local skip = nil
@@ -1187,7 +1187,7 @@ function Network:backward()
   end
   if #self.loss_nodes == 0 then error("net:backward: the network has no loss", 2) end
   self.forwarded = false
-  local bf16 <close> = self:bf16_enter(false)
+  local bf16 <close> = self:bf16_enter()
   local i = #self.nodes
   while i >= 1 do
     local node, prev = self.nodes[i], self.nodes[i - 1]

@@ -260,6 +260,36 @@ static void test_levels(rl_bf16_level best) {
     CHECK(rl_bf16_level_get() == (cpu >= RL_CPU_AVX512 ? best : RL_BF16_GENERIC));
 }
 
+/* An operand past the 2 MB per-call scratch (rounded op(A) rows, packed op(B) columns, at
+ * k = 8200 blocks of 128) is multiplied in blocks: the result must have the bits of products
+ * small enough to run whole (40 x 40 tiles of C). */
+static void check_blocks(bool ta, bool tb) {
+    const int64_t m = 160, n = 150, k = 8200, T = 40;
+    float *a = malloc(sizeof(float) * (size_t)(m * k)),
+          *b = malloc(sizeof(float) * (size_t)(k * n));
+    float *c = malloc(sizeof(float) * (size_t)(m * n)),
+          *t = malloc(sizeof(float) * (size_t)(T * T));
+    for (int64_t i = 0; i < m * k; i++)
+        a[i] = (float)next_value();
+    for (int64_t i = 0; i < k * n; i++)
+        b[i] = (float)next_value();
+    int64_t lda = ta ? m : k, ldb = tb ? k : n;
+    CHECK_OK(rl_gemm_bf16(ta, tb, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, c, n));
+    int bad = 0;
+    for (int64_t i0 = 0; i0 < m; i0 += T)
+        for (int64_t j0 = 0; j0 < n; j0 += T) {
+            int64_t mi = m - i0 < T ? m - i0 : T, nj = n - j0 < T ? n - j0 : T;
+            CHECK_OK(rl_gemm_bf16(ta, tb, mi, nj, k, 1.0f, ta ? a + i0 : a + i0 * lda, lda,
+                                  tb ? b + j0 * ldb : b + j0, ldb, 0.0f, t, T));
+            for (int64_t i = 0; i < mi; i++)
+                if (memcmp(t + i * T, c + (i0 + i) * n + j0, sizeof(float) * (size_t)nj) != 0)
+                    bad++;
+        }
+    if (bad) fprintf(stderr, "  blocks (ta %d, tb %d): %d tile rows differ\n", ta, tb, bad);
+    CHECK(bad == 0);
+    free(a), free(b), free(c), free(t);
+}
+
 /* ---- a network's bf16 context: active on its thread only ---- */
 
 #define CM 37
@@ -303,7 +333,7 @@ static void test_ctx(void) {
     static float r32[CM * CN], rb[CM * CN];
     rl_bf16_ctx *ctx = rl_bf16_ctx_new();
     CHECK(ctx != NULL);
-    rl_bf16_ctx_begin(ctx, ctx_w, sizeof ctx_w, true);
+    rl_bf16_ctx_begin(ctx, ctx_w, sizeof ctx_w);
     CHECK(rl_bf16_active() == NULL);
     ctx_product(r32);
     rl_bf16_activate(ctx);
@@ -373,6 +403,12 @@ int main(void) {
     rl_blas_set_threads(threads);
     for (int lv = RL_BF16_GENERIC; lv <= (int)best; lv++)
         check_rows_alone((rl_bf16_level)lv);
+    for (int lv = RL_BF16_GENERIC; lv <= (int)best; lv++) {
+        CHECK_OK(rl_bf16_level_set((rl_bf16_level)lv));
+        check_blocks(false, false);
+        check_blocks(true, true);
+    }
+    CHECK_OK(rl_bf16_level_set(best));
     test_ctx();
     TEST_MAIN_END();
 }
