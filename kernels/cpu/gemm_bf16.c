@@ -515,16 +515,21 @@ rl_status rl_gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t
 
 /* ---- a network's context and the kept packs of its weights ---- */
 
-/* A network's weight operands: a 2-layer BLSTM uses 2 per direction and layer, times forward
- * and transposed; past this many the rest are packed per call. */
+/* The weight operands of one pass (a 3-layer BLSTM and its softmax use 13); past this many the
+ * rest are packed per call. */
 #define CACHE_SLOTS 64
 typedef struct {
     const float *b;
     int64_t ldb, k, n;
-    bool trans, valid;
+    bool trans;
+    int buf; /* its pack in bufs, or -1: used once so far, packed per call */
+} cache_slot;
+
+typedef struct {
     uint16_t *packed;
     size_t cap; /* elements */
-} cache_slot;
+    bool used;  /* by a slot of this pass */
+} pack_buf;
 
 struct rl_bf16_ctx {
     /* the two layers of a concurrent pair look up packs at once */
@@ -532,6 +537,7 @@ struct rl_bf16_ctx {
     const char *weights_lo, *weights_hi;
     cache_slot cache[CACHE_SLOTS];
     int cache_used;
+    pack_buf bufs[CACHE_SLOTS];
 };
 
 static _Thread_local rl_bf16_ctx *active;
@@ -549,7 +555,7 @@ rl_bf16_ctx *rl_bf16_ctx_new(void) {
 void rl_bf16_ctx_free(rl_bf16_ctx *ctx) {
     if (!ctx) return;
     for (int i = 0; i < CACHE_SLOTS; i++)
-        free(ctx->cache[i].packed);
+        free(ctx->bufs[i].packed);
     pthread_mutex_destroy(&ctx->lock);
     free(ctx);
 }
@@ -558,20 +564,38 @@ void rl_bf16_ctx_begin(rl_bf16_ctx *ctx, const void *weights, size_t bytes) {
     pthread_mutex_lock(&ctx->lock);
     ctx->weights_lo = weights;
     ctx->weights_hi = (const char *)weights + bytes;
-    /* every operand is packed again; the slots keep their buffers for the coming ones */
+    /* every operand is packed again; the buffers stay for the coming ones */
     ctx->cache_used = 0;
+    for (int i = 0; i < CACHE_SLOTS; i++)
+        ctx->bufs[i].used = false;
     pthread_mutex_unlock(&ctx->lock);
 }
 
 size_t rl_bf16_ctx_bytes(const rl_bf16_ctx *ctx) {
     size_t n = 0;
     for (int i = 0; i < CACHE_SLOTS; i++)
-        n += ctx->cache[i].cap * sizeof(uint16_t);
+        n += ctx->bufs[i].cap * sizeof(uint16_t);
     return n;
 }
 
-/* The kept pack of op(b) (packed and kept on first use), or NULL when b is no weight or no
- * slot is left. Called under ctx->lock. */
+/* The free buffer that fits need best, else the largest (to grow): the recurrent U^T of a
+ * backward takes its forward's U's buffer (rl_bf16_packed_size is symmetric in k and n). */
+static pack_buf *best_buf(rl_bf16_ctx *ctx, size_t need) {
+    pack_buf *best = NULL;
+    for (int i = 0; i < CACHE_SLOTS; i++) {
+        pack_buf *c = &ctx->bufs[i];
+        if (c->used) continue;
+        if (!best || (c->cap >= need ? best->cap < need || c->cap < best->cap
+                                     : best->cap < need && c->cap > best->cap))
+            best = c;
+    }
+    return best;
+}
+
+/* The kept pack of op(b), or NULL when b is no weight, is used for the first time in this pass
+ * (an input projection or a softmax runs once per pass: packing it per call, in blocks, keeps
+ * no copy; the recurrent matrices, used at every time step, are kept from their second use),
+ * or no slot is left. Called under ctx->lock. */
 static const uint16_t *kept_pack(rl_bf16_ctx *ctx, const float *b, int64_t ldb, bool trans,
                                  int64_t k, int64_t n, rl_status *st) {
     const char *lo = (const char *)b;
@@ -583,41 +607,30 @@ static const uint16_t *kept_pack(rl_bf16_ctx *ctx, const float *b, int64_t ldb, 
         if (cache[i].b == b && cache[i].ldb == ldb && cache[i].trans == trans && cache[i].k == k &&
             cache[i].n == n)
             s = &cache[i];
-    size_t need = (size_t)rl_bf16_packed_size(k, n);
     if (!s) {
-        if (ctx->cache_used == CACHE_SLOTS) return NULL;
-        /* the free buffer that fits best (a backward's W^T takes its forward's W's, of the same
-         * size), else the largest to grow: one set of packs, not one per orientation */
-        int best = ctx->cache_used;
-        for (int i = ctx->cache_used; i < CACHE_SLOTS; i++) {
-            size_t ci = cache[i].cap, cb = cache[best].cap;
-            if (ci >= need ? cb < need || ci < cb : cb < need && ci > cb) best = i;
-        }
-        cache_slot free_slot = cache[best];
-        cache[best] = cache[ctx->cache_used];
-        s = &cache[ctx->cache_used++];
-        *s = (cache_slot){.b = b,
-                          .ldb = ldb,
-                          .k = k,
-                          .n = n,
-                          .trans = trans,
-                          .packed = free_slot.packed,
-                          .cap = free_slot.cap};
+        if (ctx->cache_used < CACHE_SLOTS)
+            cache[ctx->cache_used++] =
+                (cache_slot){.b = b, .ldb = ldb, .k = k, .n = n, .trans = trans, .buf = -1};
+        return NULL;
     }
-    if (s->valid) return s->packed;
-    if (need > s->cap) {
-        uint16_t *p = realloc(s->packed, sizeof(uint16_t) * need);
+    if (s->buf >= 0) return ctx->bufs[s->buf].packed;
+    size_t need = (size_t)rl_bf16_packed_size(k, n);
+    pack_buf *pb = best_buf(ctx, need);
+    if (!pb) return NULL;
+    if (need > pb->cap) {
+        uint16_t *p = realloc(pb->packed, sizeof(uint16_t) * need);
         if (!p) {
             *st = rl_error(RL_ENOMEM, "bf16 gemm: cannot allocate %zu bytes for a packed weight",
                            sizeof(uint16_t) * need);
             return NULL;
         }
-        s->packed = p;
-        s->cap = need;
+        pb->packed = p;
+        pb->cap = need;
     }
-    rl_bf16_pack(s->packed, b, ldb, trans, k, n);
-    s->valid = true;
-    return s->packed;
+    rl_bf16_pack(pb->packed, b, ldb, trans, k, n);
+    pb->used = true;
+    s->buf = (int)(pb - ctx->bufs);
+    return pb->packed;
 }
 
 rl_status rl_gemm_bf16_ctx(rl_bf16_ctx *ctx, bool trans_a, bool trans_b, int64_t m, int64_t n,

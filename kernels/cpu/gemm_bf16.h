@@ -88,12 +88,14 @@ rl_status rl_gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t
  * context, so the layers of a concurrent pair, run on the pool's helpers, see their network's.
  * Another network (or another thread) running float32 meanwhile is untouched: it has none.
  *
- * A right operand inside the weights range is packed once and kept, keyed by its address,
+ * A right operand inside the weights range that a pass uses more than once (a recurrent
+ * matrix, at every time step) is packed at its second use and kept, keyed by its address,
  * leading dimension, shape and transposition, until the next rl_bf16_ctx_begin (the network
  * calls it at each forward, after an update, and at each backward, whose products take the
- * weights transposed): the packs of one pass reuse the buffers of the last, so the context
- * holds one set of packs (about half the float32 weights' bytes), not one per orientation. Any
- * other operand (activations, gradients) is packed on each call, in blocks of columns. */
+ * weights transposed); the packs of one pass reuse the buffers of the last, so the context
+ * holds one pack per recurrent matrix. Any other operand (a weight used once per pass, as an
+ * input projection's or a softmax's; activations, gradients) is packed on each call, in blocks
+ * of columns. */
 typedef struct rl_bf16_ctx rl_bf16_ctx;
 
 /* A context with no weights range; NULL when out of memory. */
