@@ -528,7 +528,9 @@ function M.new(desc, extern_data, opts)
   local ok, values = true, shared
   if shared == nil then ok, values = pcall(rl.zeros, total, dtype) end
   local ok2, grads = false, values
-  if ok then ok2, grads = pcall(rl.zeros, total, dtype) end
+  -- on shared parameters the gradient buffer is zeroed on its first use (ready_grads), so a
+  -- network that only runs forward (a C API session) never touches its pages
+  if ok then ok2, grads = pcall(shared and rl.empty or rl.zeros, total, dtype) end
   if not ok2 then
     fail("rl.network: cannot allocate the %d parameters (%s): the largest layer is '%s' "
       .. "(class %s, n_out %d, %d parameters): %s", total, dtype, biggest.name,
@@ -538,8 +540,18 @@ function M.new(desc, extern_data, opts)
   if shared == nil then
     for _, node in ipairs(self.nodes) do node.layer:init_params() end
   end
+  self.grads_unset = shared ~= nil
   self.total = total
   return self
+end
+
+-- The gradient buffer, zeroed first when it was left unset (rl.network's params).
+local function ready_grads(self)
+  if self.grads_unset then
+    self.flat_grads:zero_()
+    self.grads_unset = false
+  end
+  return self.flat_grads
 end
 
 -- Makes p and g (1-D, the network's dtype, one device) the flat parameter and gradient
@@ -584,7 +596,7 @@ function Network:to(device)
   end
   local dev = p:device()
   if dev == self.device then return self end
-  self:bind_buffers(p, self.flat_grads:to(dev))
+  self:bind_buffers(p, ready_grads(self):to(dev))
   self.device = dev
   -- the network's own per-batch buffers are made again on the new device
   for _, node in ipairs(self.nodes) do
@@ -1197,6 +1209,7 @@ function Network:backward()
   end
   if #self.loss_nodes == 0 then error("net:backward: the network has no loss", 2) end
   self.forwarded = false
+  ready_grads(self)
   local bf16 <close> = self:bf16_enter(false)
   local i = #self.nodes
   while i >= 1 do
@@ -1267,11 +1280,12 @@ local function share(t)
 end
 
 function Network:params() return share(self.flat_params) end
-function Network:grads() return share(self.flat_grads) end
-function Network:zero_grads() self.flat_grads:zero_() end
+function Network:grads() return share(ready_grads(self)) end
+function Network:zero_grads() ready_grads(self):zero_() end
 function Network:num_params() return self.total end
 
 function Network:param_list()
+  ready_grads(self)
   local list = {}
   for i, v in ipairs(self.plist) do
     list[i] = {layer = v.layer, name = v.name, value = share(v.value), grad = share(v.grad)}
@@ -1315,6 +1329,7 @@ function Network:layer(name)
     rank = node.rank, geometry = node.geom,
   }, LayerView)
   for i, v in ipairs(node.views) do
+    if self.grads_unset then v.grad:zero_() end -- the layer's part only (ready_grads)
     view.params[v.name], view.grads[v.name], view.param_names[i] = share(v.value), share(v.grad),
       v.name
   end

@@ -552,6 +552,22 @@ needs({"lstm", "gru", "linear", "softmax"}, "params: shared parameters, forward 
   H.check((flat - before):abs():max() == 0, "a forward wrote a parameter")
   flat[1] = 3
   H.check(b:param_list()[1].value:view(-1)[1] == 3, "the buffer is shared")
+  -- its gradients start at zero and backward computes them as the first network's
+  H.check(b:grads():abs():max() == 0, "the gradients start at zero")
+  local loss = {output = {class = "softmax", n_out = 3, from = "h", loss = "ce",
+    target = "classes"}}
+  for k, v in pairs(desc) do if k ~= "output" then loss[k] = v end end
+  local ext = {data = {dim = 2}, classes = {dim = 3, sparse = true}}
+  local c = rl.network(loss, ext)
+  local d = rl.network(loss, ext, {params = c:params()})
+  local batch = {data = x, lengths = len, classes = rl.tensor({{0, 1}, {2, 0}, {1, 1}, {0, 2},
+    {1, 0}, {2, 2}}, "int32")}
+  c:forward(batch)
+  c:backward()
+  d:forward(batch)
+  d:backward()
+  H.check((c:grads() - d:grads()):abs():max() == 0 and c:grads():abs():max() > 0,
+    "the same gradients")
 end)
 needs_error({"linear"}, "params of the wrong size", function()
   rl.network({output = {class = "linear", n_out = 2}}, dense2, {params = rl.zeros(5)})
