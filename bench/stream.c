@@ -3,7 +3,10 @@
  * alone; then the same with S sessions pushing in S threads at once (each thread one stream).
  * The model is an untrained checkpoint that BUILD/rnnlua writes (the bench is next to it:
  * BUILD/bench/stream). Prints a Markdown section for bench/README.md.
- * Usage: stream [--frames N] [--streams S] [--threads T] */
+ * Before that, the cost of a session: N sessions opened one after another (the time of each
+ * rl_session_open), then N opened at once from N threads (the wall time until all are open),
+ * and the process's resident memory with the N sessions open, against the model's alone.
+ * Usage: stream [--frames N] [--streams S] [--threads T] [--sessions N] */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -44,6 +47,23 @@ static void *run_stream(void *p) {
     return NULL;
 }
 
+static void *open_one(void *p) {
+    rl_session **s = p;
+    rl_model *m = (rl_model *)*s;
+    if (rl_session_open(s, m) != RL_OK) die("rl_session_open");
+    return NULL;
+}
+
+/* The resident set of this process in MB (Linux /proc/self/statm; 0 elsewhere). */
+static double rss_mb(void) {
+    FILE *f = fopen("/proc/self/statm", "r");
+    long size = 0, res = 0;
+    if (f == NULL) return 0;
+    if (fscanf(f, "%ld %ld", &size, &res) != 2) res = 0;
+    fclose(f);
+    return (double)res * (double)sysconf(_SC_PAGESIZE) / 1e6;
+}
+
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return x < y ? -1 : x > y;
@@ -68,7 +88,7 @@ static void run(rl_model *m, int streams, int frames, double *lat) {
 }
 
 int main(int argc, char **argv) {
-    int frames = 2000, max_streams = 8, threads = 1;
+    int frames = 2000, max_streams = 8, threads = 1, sessions = 16;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (strcmp(argv[i], "--frames") == 0)
             frames = atoi(argv[i + 1]);
@@ -76,9 +96,14 @@ int main(int argc, char **argv) {
             max_streams = atoi(argv[i + 1]);
         else if (strcmp(argv[i], "--threads") == 0)
             threads = atoi(argv[i + 1]);
+        else if (strcmp(argv[i], "--sessions") == 0)
+            sessions = atoi(argv[i + 1]);
     }
-    if (frames < 10 || max_streams < 1 || max_streams > 64 || threads < 1) {
-        fputs("usage: stream [--frames N>=10] [--streams 1..64] [--threads T]\n", stderr);
+    if (frames < 10 || max_streams < 1 || max_streams > 64 || threads < 1 || sessions < 1 ||
+        sessions > 1024) {
+        fputs("usage: stream [--frames N>=10] [--streams 1..64] [--threads T] [--sessions "
+              "1..1024]\n",
+              stderr);
         return 2;
     }
     char dir[4096], cmd[16384], model[256];
@@ -102,7 +127,40 @@ int main(int argc, char **argv) {
     remove(model);
     if (st != RL_OK) die("rl_model_load");
     double *lat = malloc(sizeof *lat * (size_t)frames * max_streams);
-    if (lat == NULL) return 1;
+    rl_session **ss = calloc((size_t)sessions, sizeof *ss);
+    double *open_s = calloc((size_t)sessions, sizeof *open_s);
+    pthread_t *th = calloc((size_t)sessions, sizeof *th);
+    if (lat == NULL || ss == NULL || open_s == NULL || th == NULL) return 1;
+    double rss0 = rss_mb();
+    for (int i = 0; i < sessions; i++) {
+        double t0 = bench_now();
+        if (rl_session_open(&ss[i], m) != RL_OK) die("rl_session_open");
+        open_s[i] = bench_now() - t0;
+    }
+    double rss_n = rss_mb();
+    for (int i = 0; i < sessions; i++)
+        rl_session_free(ss[i]);
+    qsort(open_s, (size_t)sessions, sizeof *open_s, cmp_double);
+    double t0 = bench_now();
+    for (int i = 0; i < sessions; i++) {
+        ss[i] = (rl_session *)m; /* open_one's argument: the model in, the session out */
+        pthread_create(&th[i], NULL, open_one, &ss[i]);
+    }
+    for (int i = 0; i < sessions; i++)
+        pthread_join(th[i], NULL);
+    double wall = bench_now() - t0;
+    for (int i = 0; i < sessions; i++)
+        rl_session_free(ss[i]);
+    printf("### Opening sessions (bench/stream.c)\n\n"
+           "%d sessions of the model below: opened one after another, rl_session_open took "
+           "%.1f ms at the median and %.1f ms at the most; opened at once from %d threads, all "
+           "were open after %.1f ms. Resident memory: %.0f MB with the model loaded, %.0f MB "
+           "with the %d sessions open (%.1f MB a session).\n\n",
+           sessions, 1e3 * pct(open_s, sessions, 50), 1e3 * open_s[sessions - 1], sessions,
+           1e3 * wall, rss0, rss_n, sessions, (rss_n - rss0) / sessions);
+    free(ss);
+    free(open_s);
+    free(th);
     printf("### Streaming through the C API (bench/stream.c)\n\n"
            "One 40-value frame a `rl_session_push` through a causal 3 x 512 LSTM (softmax 40 out), "
            "%d pushes a stream after 50 of warm-up, %d BLAS thread(s); S streams push at once from "

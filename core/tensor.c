@@ -109,12 +109,14 @@ rl_status rl_storage_new(rl_storage **out, size_t nbytes, rl_device dev) {
     return RL_OK;
 }
 
+/* Atomic: the C API's sessions share their model's parameter storage from threads of their own
+ * (lua/capi.c), each retaining and releasing it. */
 void rl_storage_retain(rl_storage *s) {
-    if (s) s->refcount++;
+    if (s) __atomic_add_fetch(&s->refcount, 1, __ATOMIC_RELAXED);
 }
 
 void rl_storage_release(rl_storage *s) {
-    if (!s || --s->refcount > 0) return;
+    if (!s || __atomic_sub_fetch(&s->refcount, 1, __ATOMIC_ACQ_REL) > 0) return;
     atomic_fetch_sub(&storage_live_bytes, (int64_t)s->nbytes);
     if (s->device.type == RL_CPU)
         free(s->data);

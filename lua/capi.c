@@ -4,8 +4,10 @@
  * (rnnlua.network, rnnlua.checkpoint, rnnlua.forward), so a handle holds a Lua state of its own
  * with the library loaded and the model of lua/rnnlua/capi.lua in it; nothing of Lua shows in
  * the header. A model's state is used under its mutex (rl_model_forward); a session has a state
- * of its own, so sessions run in parallel. Building a state reads the checkpoint through
- * libhdf5, which is not thread-safe, so loads take one process-wide lock.
+ * of its own, so sessions run in parallel. A model's state reads the checkpoint through libhdf5,
+ * which is not thread-safe, so model loads take one process-wide lock. A session's state reads
+ * no file: it shares its model's parameter tensors (the storage refcount is atomic), taken under
+ * the model's lock, and builds its network with no lock held, so sessions open in parallel.
  *
  * The model is reference-counted: the caller's reference and one per session. rl_model_free
  * drops the caller's and marks the model freed, after which its sessions refuse to run; the
@@ -61,12 +63,14 @@ typedef struct {
     engine *e;
     const char *path, *layer, *device, *lua_file, *who;
     rl_info *info;     /* NULL: not wanted */
-    lua_State *from_L; /* a session's: the model's state, its snapshot on top; else NULL */
+    int snap_ref;      /* a session's: its copy of the model's snapshot in its registry; else
+                          LUA_NOREF */
 } load_args;
 
 /* Pushes onto `to` a copy of the value at idx of `from`: nil, booleans, numbers, strings,
- * tables of them and contiguous CPU tensors (copied, not shared: the two states may run in
- * different threads). Reads `from` with raw operations only, so only `to` can raise. */
+ * tables of them and CPU tensors, which are shared (a new view of the same storage, whose
+ * refcount is atomic): the session's network only reads them. Reads `from` with raw operations
+ * only, so only `to` can raise. */
 static void copy_value(lua_State *from, int idx, lua_State *to, int depth) {
     idx = lua_absindex(from, idx);
     luaL_checkstack(to, 4, "copying the model");
@@ -98,13 +102,8 @@ static void copy_value(lua_State *from, int idx, lua_State *to, int depth) {
         return;
     case LUA_TUSERDATA: {
         const rl_tensor *src = rl_lua_to_tensor(from, idx);
-        if (src && src->storage && src->storage->device.type == RL_CPU &&
-            rl_tensor_is_contiguous(src)) {
-            rl_tensor *dst = rl_lua_push_tensor(to);
-            if (rl_tensor_empty(dst, src->dtype, RL_DEVICE_CPU, src->ndim, src->shape) != RL_OK)
-                rl_lua_raise(to, "copying the model");
-            memcpy(rl_tensor_data(dst), rl_tensor_data(src),
-                   (size_t)rl_tensor_numel(src) * rl_dtype_size(src->dtype));
+        if (src && src->storage && src->storage->device.type == RL_CPU) {
+            rl_tensor_share(rl_lua_push_tensor(to), src);
             return;
         }
         break;
@@ -131,19 +130,45 @@ static int64_t int_field(lua_State *L, int idx, const char *key) {
     return v;
 }
 
-static int load_protected(lua_State *L) {
-    load_args *a = lua_touserdata(L, 1);
+/* The library opened in a new state, "rnnlua.capi" left in the registry's field capi. */
+static int open_protected(lua_State *L) {
     rl_lua_open_state(L);
     luaL_requiref(L, "rnnlua", luaopen_rnnlua, 0);
     lua_setglobal(L, "rl"); /* as in the host: lua_file and Lua layer classes use it */
     lua_getglobal(L, "require");
     lua_pushliteral(L, "rnnlua.capi");
     lua_call(L, 1, 1);
+    lua_setfield(L, LUA_REGISTRYINDEX, "capi");
+    return 0;
+}
+
+/* A copy of the snapshot on top of the state at 1 (the model's) into the registry: its ref. */
+static int copy_protected(lua_State *L) {
+    lua_State *from = lua_touserdata(L, 1);
+    int *ref = lua_touserdata(L, 2);
+    copy_value(from, -1, L, 0);
+    *ref = luaL_ref(L, LUA_REGISTRYINDEX);
+    return 0;
+}
+
+/* fn called in protected mode on L with the light userdata p and q as its arguments. */
+static int lua_cpcall_like(lua_State *L, lua_CFunction fn, void *p, void *q) {
+    lua_pushcfunction(L, fn);
+    lua_pushlightuserdata(L, p);
+    lua_pushlightuserdata(L, q);
+    return lua_pcall(L, 2, 0, 0);
+}
+
+static int load_protected(lua_State *L) {
+    load_args *a = lua_touserdata(L, 1);
+    lua_getfield(L, LUA_REGISTRYINDEX, "capi");
     lua_getfield(L, -1, "load");
-    if (a->from_L)
-        copy_value(a->from_L, -1, L, 0);
-    else
+    if (a->snap_ref != LUA_NOREF) {
+        lua_rawgeti(L, LUA_REGISTRYINDEX, a->snap_ref);
+        luaL_unref(L, LUA_REGISTRYINDEX, a->snap_ref);
+    } else {
         lua_pushstring(L, a->path);
+    }
     lua_pushstring(L, a->layer);
     lua_pushstring(L, a->device);
     lua_pushstring(L, a->who);
@@ -193,32 +218,61 @@ static rl_status lua_failure(lua_State *L, rl_status code, const char *who) {
     return st;
 }
 
-/* A model's engine from its file (from_L NULL), or a session's from the snapshot of its model
- * on top of from_L (the model's state, under the model's lock). */
-static rl_status engine_open(engine *e, const rl_model *m, const char *who, rl_info *info,
-                             lua_State *from_L) {
+/* A failed pcall of an engine being opened: its status, the engine closed. */
+static rl_status open_failure(engine *e, int status, rl_info *info, const char *who) {
+    rl_status st = lua_failure(e->L, status == LUA_ERRMEM ? RL_ENOMEM : RL_EIO, who);
+    if (info) free_info(info);
+    engine_close(e);
+    return st;
+}
+
+/* A model's engine from its file (m NULL), or a session's from model m's snapshot, which is
+ * copied under the model's lock; the session's network is built with no lock held. */
+static rl_status engine_open(engine *e, const rl_model *file, rl_model *m, const char *who,
+                             rl_info *info) {
     memset(e, 0, sizeof *e);
     e->L = luaL_newstate();
     if (e->L == NULL) return rl_error(RL_ENOMEM, "%s: no memory for a Lua state", who);
+    int status = lua_cpcall_like(e->L, open_protected, NULL, NULL);
+    if (status != LUA_OK) return open_failure(e, status, info, who);
+    const rl_model *src = m ? m : file;
     load_args a = {.e = e,
-                   .path = m->path,
-                   .layer = m->layer,
-                   .device = m->device,
-                   .lua_file = m->lua_file,
+                   .path = src->path,
+                   .layer = src->layer,
+                   .device = src->device,
+                   .lua_file = src->lua_file,
                    .who = who,
                    .info = info,
-                   .from_L = from_L};
-    pthread_mutex_lock(&load_mu);
-    lua_pushcfunction(e->L, load_protected);
-    lua_pushlightuserdata(e->L, &a);
-    int status = lua_pcall(e->L, 1, 0, 0);
-    pthread_mutex_unlock(&load_mu);
-    if (status != LUA_OK) {
-        rl_status st = lua_failure(e->L, status == LUA_ERRMEM ? RL_ENOMEM : RL_EIO, who);
-        if (info) free_info(info);
-        engine_close(e);
-        return st;
+                   .snap_ref = LUA_NOREF};
+    if (m) {
+        pthread_mutex_lock(&m->mu);
+        lua_State *ML = m->e.L;
+        if (ML == NULL) {
+            pthread_mutex_unlock(&m->mu);
+            engine_close(e);
+            return rl_error(RL_EARG, "%s: model: the model was freed", who);
+        }
+        lua_rawgeti(ML, LUA_REGISTRYINDEX, m->e.ref);
+        lua_getfield(ML, -1, "snapshot");
+        lua_insert(ML, -2);
+        status = lua_pcall(ML, 1, 1, 0);
+        if (status != LUA_OK) {
+            rl_status st = lua_failure(ML, RL_ENOMEM, who);
+            lua_settop(ML, 0);
+            pthread_mutex_unlock(&m->mu);
+            engine_close(e);
+            return st;
+        }
+        status = lua_cpcall_like(e->L, copy_protected, ML, &a.snap_ref);
+        lua_settop(ML, 0);
+        pthread_mutex_unlock(&m->mu);
+        if (status != LUA_OK) return open_failure(e, status, info, who);
+    } else {
+        pthread_mutex_lock(&load_mu);
     }
+    status = lua_cpcall_like(e->L, load_protected, &a, NULL);
+    if (!m) pthread_mutex_unlock(&load_mu);
+    if (status != LUA_OK) return open_failure(e, status, info, who);
     return RL_OK;
 }
 
@@ -405,7 +459,7 @@ rl_status rl_model_load(rl_model **out, const char *path, const rl_model_options
     atomic_init(&m->refs, 1);
     atomic_init(&m->freed, 0);
     if (o.threads > 0) rl_blas_set_threads(o.threads);
-    rl_status st = engine_open(&m->e, m, who, &m->info, NULL);
+    rl_status st = engine_open(&m->e, m, NULL, who, &m->info);
     if (st != RL_OK) {
         model_release(m);
         return st;
@@ -454,24 +508,9 @@ rl_status rl_session_open(rl_session **out, rl_model *model) {
     rl_session *s = calloc(1, sizeof *s);
     if (s == NULL) return rl_error(RL_ENOMEM, "%s: no memory", who);
     atomic_fetch_add(&model->refs, 1); /* before the model's lock: its memory stays */
-    /* the session's network comes from the model's memory (its checkpoint as loaded), not from
-     * the file again, which may have changed or gone since */
-    pthread_mutex_lock(&model->mu);
-    rl_status st = RL_OK;
-    lua_State *ML = model->e.L;
-    if (ML == NULL) {
-        st = rl_error(RL_EARG, "%s: model: the model was freed", who);
-    } else {
-        lua_rawgeti(ML, LUA_REGISTRYINDEX, model->e.ref);
-        lua_getfield(ML, -1, "snapshot");
-        lua_insert(ML, -2);
-        if (lua_pcall(ML, 1, 1, 0) != LUA_OK)
-            st = lua_failure(ML, RL_ENOMEM, who);
-        else
-            st = engine_open(&s->e, model, who, NULL, ML);
-        lua_settop(ML, 0);
-    }
-    pthread_mutex_unlock(&model->mu);
+    /* the session's network comes from the model's memory (its checkpoint as loaded, its
+     * parameters shared), not from the file again, which may have changed or gone since */
+    rl_status st = engine_open(&s->e, NULL, model, who, NULL);
     if (st != RL_OK) {
         free(s);
         model_release(model);

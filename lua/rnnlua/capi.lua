@@ -55,17 +55,25 @@ function Model:run(x, lengths, layer, state_from, who)
   return out:contiguous(), og
 end
 
--- What a session's state builds its network from (lua/capi.c copies it over): the checkpoint
--- as this model loaded it, without the training state.
+-- What a session's state builds its network from (lua/capi.c shares its tensors with the
+-- session's state, not copying them): the checkpoint as this model loaded it, without the
+-- training state, and the network's flat parameter buffer, which the session's network binds
+-- read-only (a forward writes no parameter). A model on a device other than the CPU gives the
+-- saved parameters instead, which the session copies to its device.
 function Model:snapshot()
   local ck = self.fm.ck
-  local params = {}
-  for name, t in pairs(ck.param_tensors) do params[name] = t:cpu():contiguous() end
-  return {path = ck.path, epoch = ck.epoch, step = ck.step, dtype = ck.dtype,
+  local snap = {path = ck.path, epoch = ck.epoch, step = ck.step, dtype = ck.dtype,
           description = ck.description, extern_data = ck.extern_data,
           data_norm = ck.data_norm and {mean = ck.data_norm.mean:cpu():contiguous(),
                                         std = ck.data_norm.std:cpu():contiguous()},
-          param_tensors = params, param_order = ck.param_order}
+          param_order = ck.param_order}
+  if self.net.device == "cpu" then
+    snap.flat_params = self.net.flat_params
+  else
+    snap.param_tensors = {}
+    for name, t in pairs(ck.param_tensors) do snap.param_tensors[name] = t:cpu():contiguous() end
+  end
+  return snap
 end
 
 -- source: a checkpoint's path, or a snapshot of a model (Model:snapshot)

@@ -99,7 +99,9 @@ end
 -- parameters, on `device`: {ck =, net =, layer =, dim = the layer's n_out, images = whether
 -- it gives images, blank = the blank's class of a CTC layer}. rl.forward and `rnnlua serve` (rnnlua.serve) both run it, so the served
 -- answers are rl.forward's. Errors name the file and the layer, prefixed by `who`. ck: the
--- checkpoint of `path` when the caller has loaded it already.
+-- checkpoint of `path` when the caller has loaded it already; ck.flat_params (the flat
+-- parameter buffer of a network load_model built from the same checkpoint and layer) is shared
+-- by the new network, not copied (rl.network's params).
 function M.load_model(path, layer, device, who, ck)
   ck = ck or rl.load_checkpoint(path)
   if type(ck.description[layer]) ~= "table" then
@@ -109,8 +111,8 @@ function M.load_model(path, layer, device, who, ck)
   -- the description is the file's: an error building it names the file
   local okn, net = pcall(function()
     local n = rl.network(forward_description(ck.description, ck.extern_data, layer),
-      ck.extern_data, {dtype = ck.dtype})
-    checkpoint.load_params(ck, n, {partial = true})
+      ck.extern_data, {dtype = ck.dtype, params = ck.flat_params})
+    if not ck.flat_params then checkpoint.load_params(ck, n, {partial = true}) end
     return n
   end)
   if not okn then

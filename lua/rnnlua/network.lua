@@ -1,7 +1,7 @@
 -- rl.network: a network from a RETURNN-style description, with one flat parameter buffer.
 --
 --   local net = rl.network(layers, extern_data [, {dtype = "float32"|"float64", seed = n,
---                                                   input_grads = false}])
+--                                                   input_grads = false, params = flat}])
 --   layers:      name -> {class = ..., from = name | {names} (default "data"), loss = "ce" |
 --                "ctc" | "mse", target = key, loss_scale = 1, is_output_layer = true, ...options}
 --   extern_data: key -> {dim = F} (dense (T, B, F) float input) or {dim = C, sparse = true}
@@ -13,7 +13,12 @@
 -- dependency order (depth first, roots and froms visited in sorted/given order, so the order
 -- is deterministic). All parameters live in one flat buffer and all gradients in another, of
 -- the network's dtype; each layer's weights are views of them, initialised in that order
--- from the seeded generator (rl.manual_seed before rl.network reproduces them).
+-- from the seeded generator (rl.manual_seed before rl.network reproduces them). With
+-- params = flat (a contiguous 1-D CPU tensor of the dtype, as long as the network's parameters:
+-- another network's net:params() of the same description) the network binds flat as its
+-- parameter buffer, shared and not initialised: writes through either network show in both.
+-- The C API's sessions share their model's parameters so (lua/capi.c); nothing of a forward
+-- writes parameters.
 --
 --   net:forward{data = x, classes = y, lengths = len} [, {train = false}] -> loss, errors
 --       with image inputs also sizes = (B, 2) int32; lengths is then needed only when a
@@ -315,7 +320,7 @@ end
 -- The options of rl.network and of net:forward, checked: a misspelt one would be ignored
 -- (net:forward(b, {trian = false}) would score with dropout on).
 local NETWORK_OPTS = {dtype = true, seed = true, input_grads = true, concurrent = true,
-  precision = true}
+  precision = true, params = true}
 local FORWARD_OPTS = {train = true}
 
 local check_opts = util.check_options
@@ -512,18 +517,41 @@ function M.new(desc, extern_data, opts)
     end
     if not biggest or node.layer.num_params > biggest.layer.num_params then biggest = node end
   end
-  local ok, values = pcall(rl.zeros, total, dtype)
+  local shared = opts.params
+  if shared ~= nil and not (rl.is_tensor(shared) and shared:dim() == 1 and shared:numel() == total
+      and shared:dtype() == dtype and shared:device() == "cpu" and shared:is_contiguous()) then
+    fail("rl.network: params must be a contiguous 1-D %s CPU tensor of the network's %d "
+      .. "parameters, got %s", dtype, total, rl.is_tensor(shared)
+        and string.format("%s %s on %s", shared:dtype(), tostring(shared:size()), shared:device())
+        or type(shared))
+  end
+  local ok, values = true, shared
+  if shared == nil then ok, values = pcall(rl.zeros, total, dtype) end
   local ok2, grads = false, values
-  if ok then ok2, grads = pcall(rl.zeros, total, dtype) end
+  -- on shared parameters the gradient buffer is zeroed on its first use (ready_grads), so a
+  -- network that only runs forward (a C API session) never touches its pages
+  if ok then ok2, grads = pcall(shared and rl.empty or rl.zeros, total, dtype) end
   if not ok2 then
     fail("rl.network: cannot allocate the %d parameters (%s): the largest layer is '%s' "
       .. "(class %s, n_out %d, %d parameters): %s", total, dtype, biggest.name,
       biggest.layer.class, biggest.layer.n_out, biggest.layer.num_params, tostring(grads))
   end
   self:bind_buffers(values, grads)
-  for _, node in ipairs(self.nodes) do node.layer:init_params() end
+  if shared == nil then
+    for _, node in ipairs(self.nodes) do node.layer:init_params() end
+  end
+  self.grads_unset = shared ~= nil
   self.total = total
   return self
+end
+
+-- The gradient buffer, zeroed first when it was left unset (rl.network's params).
+local function ready_grads(self)
+  if self.grads_unset then
+    self.flat_grads:zero_()
+    self.grads_unset = false
+  end
+  return self.flat_grads
 end
 
 -- Makes p and g (1-D, the network's dtype, one device) the flat parameter and gradient
@@ -568,7 +596,7 @@ function Network:to(device)
   end
   local dev = p:device()
   if dev == self.device then return self end
-  self:bind_buffers(p, self.flat_grads:to(dev))
+  self:bind_buffers(p, ready_grads(self):to(dev))
   self.device = dev
   -- the network's own per-batch buffers are made again on the new device
   for _, node in ipairs(self.nodes) do
@@ -1187,6 +1215,7 @@ function Network:backward()
   end
   if #self.loss_nodes == 0 then error("net:backward: the network has no loss", 2) end
   self.forwarded = false
+  ready_grads(self)
   local bf16 <close> = self:bf16_enter()
   local i = #self.nodes
   while i >= 1 do
@@ -1257,11 +1286,12 @@ local function share(t)
 end
 
 function Network:params() return share(self.flat_params) end
-function Network:grads() return share(self.flat_grads) end
-function Network:zero_grads() self.flat_grads:zero_() end
+function Network:grads() return share(ready_grads(self)) end
+function Network:zero_grads() ready_grads(self):zero_() end
 function Network:num_params() return self.total end
 
 function Network:param_list()
+  ready_grads(self)
   local list = {}
   for i, v in ipairs(self.plist) do
     list[i] = {layer = v.layer, name = v.name, value = share(v.value), grad = share(v.grad)}
@@ -1305,6 +1335,7 @@ function Network:layer(name)
     rank = node.rank, geometry = node.geom,
   }, LayerView)
   for i, v in ipairs(node.views) do
+    if self.grads_unset then v.grad:zero_() end -- the layer's part only (ready_grads)
     view.params[v.name], view.grads[v.name], view.param_names[i] = share(v.value), share(v.grad),
       v.name
   end

@@ -482,7 +482,7 @@ cases{
    "dtype must be float32 or float64"},
   -- options that were ignored: {trian = false} scored with dropout on
   {"a misspelt network option", function() rl.network(softmax_ce, ext, {dtyp = "float64"}) end,
-   "rl.network: unknown option 'dtyp' (known: concurrent, dtype, input_grads, precision, seed)"},
+   "rl.network: unknown option 'dtyp' (known: concurrent, dtype, input_grads, params, precision, seed)"},
   {"network options that are a string", function() rl.network(softmax_ce, ext, "float64") end,
    "rl.network: opts must be a table, got string"},
   {"a misspelt forward option", function()

@@ -529,4 +529,51 @@ H.test("closing the tensors a network hands out leaves the network whole", funct
   H.check(net:param_list()[1].value:view(-1)[2] == 7, "a share is the network's buffer")
 end)
 
+-- params = flat: a second network on the first one's parameters (the C API's sessions), shared
+-- and not initialised; a forward (plain, carried state, bf16) writes no parameter.
+needs({"lstm", "gru", "linear", "softmax"}, "params: shared parameters, forward writes none",
+  function()
+  local desc = {l1 = {class = "lstm", n_out = 5}, g = {class = "gru", n_out = 4, from = "l1"},
+    h = {class = "linear", n_out = 3, activation = "tanh", from = "g"},
+    output = {class = "softmax", n_out = 3, from = "h"}}
+  local a = rl.network(desc, {data = {dim = 2}})
+  local flat = a:params()
+  local before = flat:clone()
+  local b = rl.network(desc, {data = {dim = 2}}, {params = flat})
+  local x, len = rl.randn(6, 2, 2), rl.tensor({6, 4}, "int32")
+  a:forward({data = x, lengths = len}, {train = false})
+  b:forward({data = x, lengths = len}, {train = false})
+  H.check((a:layer("output").output - b:layer("output").output):abs():max() == 0,
+    "the same outputs")
+  b:forward({data = x, lengths = len, state_from = {0, 0}}, {train = false})
+  b:forward({data = x, lengths = len, state_from = {1, 2}}, {train = false})
+  b:set_precision("bf16")
+  b:forward({data = x, lengths = len}, {train = false})
+  H.check((flat - before):abs():max() == 0, "a forward wrote a parameter")
+  flat[1] = 3
+  H.check(b:param_list()[1].value:view(-1)[1] == 3, "the buffer is shared")
+  -- its gradients start at zero and backward computes them as the first network's
+  H.check(b:grads():abs():max() == 0, "the gradients start at zero")
+  local loss = {output = {class = "softmax", n_out = 3, from = "h", loss = "ce",
+    target = "classes"}}
+  for k, v in pairs(desc) do if k ~= "output" then loss[k] = v end end
+  local ext = {data = {dim = 2}, classes = {dim = 3, sparse = true}}
+  local c = rl.network(loss, ext)
+  local d = rl.network(loss, ext, {params = c:params()})
+  local batch = {data = x, lengths = len, classes = rl.tensor({{0, 1}, {2, 0}, {1, 1}, {0, 2},
+    {1, 0}, {2, 2}}, "int32")}
+  c:forward(batch)
+  c:backward()
+  d:forward(batch)
+  d:backward()
+  H.check((c:grads() - d:grads()):abs():max() == 0 and c:grads():abs():max() > 0,
+    "the same gradients")
+end)
+needs_error({"linear"}, "params of the wrong size", function()
+  rl.network({output = {class = "linear", n_out = 2}}, dense2, {params = rl.zeros(5)})
+end, "params must be a contiguous 1-D float32 CPU tensor of the network's 6 parameters")
+needs_error({"linear"}, "params of the wrong dtype", function()
+  rl.network({output = {class = "linear", n_out = 2}}, dense2, {params = rl.zeros(6, "float64")})
+end, "got float64")
+
 H.done()
