@@ -25,666 +25,139 @@
  *   the fused passes (kernels/lstm.h, rl_lstm_zo_f32);
  *   rec_dropout (training): z_t's product reads h_prev * m_d, m_d (B, H) one per sequence.
  *
- * Cost: the input projection of all frames is one GEMM per input; each step is one
- * recurrent GEMM (B, H) x (H, 4H) into the step's rows of z and one fused pointwise pass
- * (kernels/cpu/lstm.c). Backward runs one pointwise pass (dz_t, in place of the gates) and one
- * GEMM dz_t U^T per step, then dW_k = X_k^T dZ, dU = Hprev^T dZ and dX_k = dZ W_k^T as single
- * GEMMs over all frames, and db, the peephole gradients as one pass over dZ. In float32 on an
- * AVX2+FMA or AVX-512 CPU the per-step products use kernels/cpu/gemm_small.c with U (forward)
- * or U^T (backward) packed once per pass: a BLAS call would repack U on every step and runs
- * those few-row products at a fraction of its speed; float64 and other CPUs use BLAS
- * throughout. With more than one BLAS thread the work is split over them: by batch rows for
- * the whole pass where U is small enough (each thread runs its rows' steps, products and
- * pointwise passes alike, with no handoff per step), else by columns of each step's product
- * (run_steps).
- *
- * Buffers (sized per batch shape with rl_buffer_ensure; all kept from forward for backward):
- *   gates (T, B, 4H)     pre-activations, then activations; backward overwrites them with dZ
- *   hs, cs (T+1, B, H)   states in time order plus the initial state: for direction 1 row 0
- *                        is the initial state and row t+1 the state after frame t; for -1 row
- *                        t is the state after frame t and row T the initial one. So the
- *                        previous states of all frames are rows 0..T-1 (1) or 1..T (-1).
- *   dh, dc (B, H)        backward's running state gradients; at the end the gradients of the
- *                        initial state
- *   red                  CUDA only: the bias and peephole sums' partial sums (lstm_cuda.h)
- *   xs[k], dxs[k]        contiguous copies, only for inputs (or input gradients) whose (T, B)
- *                        dims cannot be folded into one
- *   mc, mh, ct (T, B, H) zoneout: the masks of the cell and h (each only with its z > 0) and
- *                        the cells before zoneout c~ (o, tanh and p_o's gradient read c~)
- *   md (B, H), hd (T, B, H), dtmp (B, H)  rec_dropout: the mask, the dropped previous states
- *                        of every frame (the products' operand, then dU's), backward's
- *                        recurrent product before the mask
- * Kept in rl_recurrent (layers/recurrent.h): the lengths on the device (CUDA), a contiguous
- * copy of grad_out when it cannot be folded and the packed operands ("Packed operands" below);
- * in rl_rnn_cudnn (layers/rnn_cudnn.h) the cuDNN path's concatenated inputs.
- *
- * Devices: one layer for the CPU and CUDA; the device of the inputs decides, and the params,
- * the given initial state and grad_out/grad_in must be on it (checked at every entry, so device
- * memory never reaches a host loop; lengths are CPU tensors by the layer contract). The device
- * branches are few: gemm() (BLAS or rl_cuda_gemm), the recurrence (the CPU step loops
- * below, unchanged, or rl_lstm_cuda_forward/backward of kernels/cuda/lstm.cu, which also do dU,
- * db and the peephole gradients there), buffer growth and the small state writes.
- *
- * impl = "own" (default) or "cudnn". cudnn runs the cuDNN 9 RNN API through layers/rnn_cudnn.c
- * (kernels/cuda/cudnn_rnn.cu) and needs CUDA tensors (on CPU tensors forward fails naming the
- * layer: no silent fallback) and no peepholes (an error at creation). The weights stay W, U, b
- * in the flat buffers in the layout above: they are packed into cuDNN's weight space before every
- * forward and the weight gradients are added back, so a checkpoint is the same whichever impl
- * trained it and loads into either, or into the CPU layer. The final state and the initial
- * state's gradients work as with own (hs, cs are then (2, B, H): initial and final state).
- *
- * Packed operands (float32, AVX2/AVX-512 CPU): the per-step products read U (forward) or U^T
- * (backward) packed for kernels/cpu/gemm_small.c, packed at every forward and backward of a layer
- * on its own, once per pass for the step objects of a rec unit, which share them; with a pass set
- * the input projection (T B = B rows: one step) and the input gradients use the packed kernel
- * too, with W_k and W_k^T packed once per pass. The mechanism is layers/recurrent.h's ("Packed
- * operands"), shared with the gru.
- *
- * Streams (CUDA), the checks at the entry of forward and backward and the final-state
- * bookkeeping are layers/recurrent.c's, shared with the gru: each layer object owns a blocking
- * stream and queues all its work of a forward or backward there (the lengths, the initial state
- * row, the GEMMs, the recurrence, the cuDNN calls), so the two directions of a bidirectional pair
- * run at the same time on the GPU; events order it against the layers it reads from and that
- * read from it (kernels/cuda/context.h, "Streams and ordering"). A few rare cases (an input or
- * grad_out whose (T, B) dims cannot be folded, a given initial state of another dtype or layout)
- * use rl_op_copy on the legacy stream: still ordered, only less overlap. Moving the layer to
- * another device drops the cuDNN object before the stream it runs on is destroyed.
+ * The layer is a cell of the recurrent driver (layers/recurrent.h): the time loop, the products,
+ * the buffers, the threads, the options shared by every cell, the devices and the cuDNN path
+ * (impl = "cudnn": cuDNN 9's LSTM, no peepholes; the weights stay W, U, b in the layout above,
+ * packed into cuDNN's weight space before every forward, so a checkpoint is the same whichever
+ * impl trained it) are the driver's. This file holds what is the LSTM's own: the gate blocks
+ * (one input block [i f g o] and one recurrent product into all four), the states "h", "c",
+ * the parameters b and the peepholes, the fused pointwise passes of kernels/lstm.h (CPU, every
+ * level) and kernels/cuda/lstm_cuda.h (CUDA), and the bias and peephole sums over all frames.
+ * With zoneout the cell keeps one per-frame buffer, c~ (T, B, H): o's gate, tanh and p_o's
+ * gradient read the cell before zoneout.
  */
-#include <inttypes.h>
-
-#include <stddef.h>
+#include <stdbool.h>
 
 #include "layer.h"
 #include "layers.h"
-#include "matrix.h"
 #include "recurrent.h"
-#include "rnn_cudnn.h"
 
-#include "../core/blas.h"
-#include "../kernels/cpu/gemm_small.h"
-#include "../kernels/cpu/parallel.h"
+#include "../kernels/cudnn_layout.h"
 #include "../kernels/lstm.h"
 #include "../kernels/ops.h"
-#ifdef RL_WITH_CUDA
-#include "../kernels/cuda/lstm_cuda.h"
-#endif
 
-enum { P_W, P_U, P_B, P_PI, P_PF, P_PO };
+enum { P_W, P_U, P_B, P_PI }; /* P_PI, P_PI + 1, P_PI + 2: p_i, p_f, p_o */
+enum { OPT_FORGET_BIAS };
 
-typedef struct {
-    rl_layer base;
-    rl_recurrent rec; /* stream, lengths on the device, batch sizes, final-state row, flags */
-    int direction;
-    bool peepholes;
-    bool cudnn; /* impl = "cudnn" */
-    double forget_bias;
-    rl_tensor gates, hs, cs, dh, dc;
-    rl_tensor red; /* CUDA: (RL_LSTM_CUDA_CHUNKS, 7H) partial sums of the bias and peepholes */
-    rl_tensor xs[RL_LAYER_MAX_INPUTS], dxs[RL_LAYER_MAX_INPUTS];
-    rl_rnn_cudnn dnn;       /* impl = "cudnn" */
-    double zc, zh;          /* zoneout probabilities of the cell and the hidden state (0: none) */
-    bool zoned;             /* the last forward applied zoneout (its backward does too) */
-    rl_tensor mc, mh, ct;   /* zoneout: the masks (T, B, H) and the cells before zoneout c~ */
-    double rd;              /* rec_dropout probability (0: none) */
-    bool rdropped;          /* the last forward dropped the recurrent input (its backward too) */
-    rl_tensor md, hd, dtmp; /* rec_dropout: the mask (B, H), the dropped previous states of
-                               every frame (T, B, H), backward's recurrent product (B, H) */
-} lstm_layer;
-
-static const rl_layer_ops lstm_ops;
-
-_Static_assert(offsetof(lstm_layer, rec) == offsetof(rl_recurrent_layer, rec),
-               "lstm_layer starts with rl_recurrent_layer (layers/recurrent.h)");
-
-/* The input weights form one block of columns (all 4H gates of a product). */
-static rl_status pack_inputs(lstm_layer *L, bool backward, const float *W, float **out) {
-    rl_pack_block all = {0, 4 * L->base.n_out};
-    return rl_recurrent_pack_inputs(&L->rec, &L->base, backward, W, 4 * L->base.n_out, &all, 1,
-                                    out);
+/* The peepholes' values (or gradients) p_i, p_f, p_o, or NULL without peepholes. */
+static const void *const *peepholes(const rl_layer *l, const void *const *p) {
+    return l->n_params > P_PI ? p + P_PI : NULL;
 }
 
-/* c = op(a) op(b) + beta c on the layer's device: BLAS, or cuBLAS on the layer's stream. */
-static rl_status gemm(const lstm_layer *L, rl_device dev, rl_dtype dt, bool ta, bool tb, int64_t m,
-                      int64_t n, int64_t k, rl_mat a, rl_mat b, double beta, rl_mat c) {
-    return rl_mat_gemm(dev, L->rec.stream, dt, ta, tb, m, n, k, a, b, beta, c);
-}
-
-/* The weight-gradient products (rl_recurrent.weight_grad): over n rows, k < n_in: dW_k += x^T dz,
- * k = -1: dU += x^T dz. */
-static rl_status lstm_weight_grad(rl_layer *l, rl_device dev, rl_dtype dt, int k, int64_t n,
-                                  rl_mat x, rl_mat dz) {
-    lstm_layer *L = (lstm_layer *)l;
-    int64_t H = l->n_out, row = 0;
-    rl_mat g;
-    if (k < 0) {
-        RL_TRY(rl_param_mat(l, &l->params[P_U].grad, "U (gradient)", dt, dev, &g));
-        return gemm(L, dev, dt, true, false, H, 4 * H, n, x, dz, 1.0, g);
-    }
-    RL_TRY(rl_param_mat(l, &l->params[P_W].grad, "W (gradient)", dt, dev, &g));
-    for (int i = 0; i < k; i++)
-        row += l->in_dims[i];
-    return gemm(L, dev, dt, true, false, l->in_dims[k], 4 * H, n, x, dz, 1.0,
-                rl_mat_sub(g, row, 0, dt));
-}
-
-static void *at(const rl_tensor *t, int64_t elems) {
-    return (char *)rl_tensor_data(t) + (size_t)elems * rl_dtype_size(t->dtype);
-}
-
-/* The cuDNN object runs on the layer's stream: it goes before the stream does. */
-static void drop_stream_users(rl_recurrent *r) {
-    lstm_layer *L = (lstm_layer *)((char *)r - offsetof(lstm_layer, rec));
-    rl_rnn_cudnn_drop(&L->dnn);
-}
-
-/* The CPU recurrence. Batch rows never read each other's state, so with the packed kernel
- * and BLAS threads > 1 the batch is cut into row parts (row_parts), each running every step
- * of the pass (its rows' recurrent product and pointwise pass) on a thread of
- * kernels/cpu/parallel.h: one handoff per pass instead of one per step, and the pointwise
- * passes run in parallel too. Otherwise each step's product is split by columns
- * (rl_gemm_packed_f32) and the pointwise pass runs on the calling thread. The results do not
- * depend on the split. */
-typedef struct {
-    lstm_layer *L;
-    rl_dtype dt;
-    const int32_t *len;
-    rl_mat U, bias, dout; /* bias: forward; dout: backward */
-    const void *const *peep;
-    bool packed, backward;
-    float *upack; /* packed U (forward) or U^T (backward) when packed */
-} steps_job;
-
-/* Row parts only where each part gets at least a register tile of rows (8) and the packed U
- * (4H x H floats) stays within a core's L2 (1 MiB here); beyond that a step's product is
- * bound by streaming U, which the column split reads once rather than once per part. */
-static int row_parts(const lstm_layer *L, bool packed) {
-    int64_t H = L->base.n_out;
-    int parts = packed ? rl_blas_get_threads() : 1;
-    if (parts > RL_CPU_MAX_PARTS) parts = RL_CPU_MAX_PARTS;
-    while (parts > 1 && L->rec.B / parts < 8)
-        parts--;
-    return 16 * H * H <= (1 << 20) ? parts : 1;
-}
-
-/* The zoneout buffers of frame t, rows r0.. (NULL when the last forward had none). */
-static bool zo_rows(const lstm_layer *L, int64_t t, int64_t r0, void **mc, void **mh, void **ct) {
-    if (!L->zoned) return false;
-    int64_t e = (t * L->rec.B + r0) * L->base.n_out;
-    *mc = L->zc > 0 ? at(&L->mc, e) : NULL;
-    *mh = L->zh > 0 ? at(&L->mh, e) : NULL;
-    *ct = at(&L->ct, e);
-    return true;
-}
-
-/* Forward steps of rows r0 .. r1-1. */
-static void fwd_rows(const steps_job *j, int64_t r0, int64_t r1) {
-    lstm_layer *L = j->L;
-    rl_dtype dt = j->dt;
-    int64_t T = L->rec.T, B = L->rec.B, H = L->base.n_out, BH = B * H, n = r1 - r0;
-    for (int64_t s = 0; s < T; s++) {
-        int64_t t = L->direction > 0 ? s : T - 1 - s;
-        int64_t prev = L->direction > 0 ? t : t + 1, cur = L->direction > 0 ? t + 1 : t;
-        rl_mat Hp = {at(&L->hs, prev * BH + r0 * H), H},
-               Zt = {at(&L->gates, (t * B + r0) * 4 * H), 4 * H}, Hm = Hp;
-        if (L->rdropped) { /* the product reads the dropped state */
-            Hm.p = at(&L->hd, t * BH + r0 * H);
-            rl_recurrent_mask_rows(dt, n, H, Hp.p, at(&L->md, r0 * H), Hm.p, false);
-        }
-        if (j->packed)
-            rl_gemm_packed_f32(n, 4 * H, H, Hm.p, H, j->upack, true, Zt.p, 4 * H);
-        else
-            rl_mat_gemm(RL_DEVICE_CPU, NULL, dt, false, false, n, 4 * H, H, Hm, j->U, 1.0, Zt);
-        void *cp = at(&L->cs, prev * BH + r0 * H), *c = at(&L->cs, cur * BH + r0 * H),
-             *h = at(&L->hs, cur * BH + r0 * H), *out = at(&L->base.out, t * BH + r0 * H);
-        void *mc = NULL, *mh = NULL, *ct = NULL;
-        bool zo = zo_rows(L, t, r0, &mc, &mh, &ct);
-        if (dt == RL_FLOAT32) {
-            rl_lstm_zo_f32 z = {mc, mh, ct};
-            rl_lstm_cpu_fwd_f32(n, H, t, j->len + r0, Zt.p, j->bias.p,
-                                (const float *const *)j->peep, cp, Hp.p, c, h, out, zo ? &z : NULL);
-        } else {
-            rl_lstm_zo_f64 z = {mc, mh, ct};
-            rl_lstm_cpu_fwd_f64(n, H, t, j->len + r0, Zt.p, j->bias.p,
-                                (const double *const *)j->peep, cp, Hp.p, c, h, out,
-                                zo ? &z : NULL);
-        }
+static void lstm_fwd(const rl_cell_step *s) {
+    const void *const *peep = peepholes(s->l, s->p);
+    if (s->dt == RL_FLOAT32) {
+        rl_lstm_zo_f32 z = {s->zo[1], s->zo[0], s->aux[0]};
+        rl_lstm_cpu_fwd_f32(s->n, s->H, s->t, s->len, s->g, s->p[P_B], (const float *const *)peep,
+                            s->prev[1], s->prev[0], s->cur[1], s->cur[0], s->out,
+                            s->zoned ? &z : NULL);
+    } else {
+        rl_lstm_zo_f64 z = {s->zo[1], s->zo[0], s->aux[0]};
+        rl_lstm_cpu_fwd_f64(s->n, s->H, s->t, s->len, s->g, s->p[P_B],
+                            (const double *const *)peep, s->prev[1], s->prev[0], s->cur[1],
+                            s->cur[0], s->out, s->zoned ? &z : NULL);
     }
 }
 
-/* Backward steps of rows r0 .. r1-1: dZ over the gates, dh, dc. */
-static void bwd_rows(const steps_job *j, int64_t r0, int64_t r1) {
-    lstm_layer *L = j->L;
-    rl_dtype dt = j->dt;
-    int64_t T = L->rec.T, B = L->rec.B, H = L->base.n_out, BH = B * H, n = r1 - r0;
-    size_t es = rl_dtype_size(dt);
-    rl_mat dH = {at(&L->dh, r0 * H), H};
-    void *dc = at(&L->dc, r0 * H);
-    for (int64_t s = T - 1; s >= 0; s--) {
-        int64_t t = L->direction > 0 ? s : T - 1 - s;
-        int64_t prev = L->direction > 0 ? t : t + 1, cur = L->direction > 0 ? t + 1 : t;
-        rl_mat Zt = {at(&L->gates, (t * B + r0) * 4 * H), 4 * H};
-        const void *dot =
-            j->dout.p ? (char *)j->dout.p + (size_t)((t * B + r0) * j->dout.ld) * es : NULL;
-        void *cp = at(&L->cs, prev * BH + r0 * H), *c = at(&L->cs, cur * BH + r0 * H);
-        void *mc = NULL, *mh = NULL, *ct = NULL;
-        bool zo = zo_rows(L, t, r0, &mc, &mh, &ct);
-        if (dt == RL_FLOAT32) {
-            rl_lstm_zo_f32 z = {mc, mh, ct};
-            rl_lstm_cpu_bwd_f32(n, H, t, j->len + r0, Zt.p, (const float *const *)j->peep, cp, c,
-                                dot, j->dout.ld, dH.p, dc, zo ? &z : NULL);
-        } else {
-            rl_lstm_zo_f64 z = {mc, mh, ct};
-            rl_lstm_cpu_bwd_f64(n, H, t, j->len + r0, Zt.p, (const double *const *)j->peep, cp, c,
-                                dot, j->dout.ld, dH.p, dc, zo ? &z : NULL);
-        }
-        /* padded rows of dZ_t are 0, so their dh passes through unchanged; with rec_dropout
-         * the product's gradient goes through the mask */
-        rl_mat D = L->rdropped ? (rl_mat){at(&L->dtmp, r0 * H), H} : dH;
-        if (j->packed)
-            rl_gemm_packed_f32(n, H, 4 * H, Zt.p, 4 * H, j->upack, !L->rdropped, D.p, H);
-        else
-            rl_mat_gemm(RL_DEVICE_CPU, NULL, dt, false, true, n, H, 4 * H, Zt, j->U,
-                        L->rdropped ? 0.0 : 1.0, D);
-        if (L->rdropped) rl_recurrent_mask_rows(dt, n, H, D.p, at(&L->md, r0 * H), dH.p, true);
+static void lstm_bwd(const rl_cell_step *s) {
+    const void *const *peep = peepholes(s->l, s->p);
+    if (s->dt == RL_FLOAT32) {
+        rl_lstm_zo_f32 z = {s->zo[1], s->zo[0], s->aux[0]};
+        rl_lstm_cpu_bwd_f32(s->n, s->H, s->t, s->len, s->g, (const float *const *)peep,
+                            s->prev[1], s->cur[1], s->dout, s->dout_ld, s->dstate[0],
+                            s->dstate[1], s->zoned ? &z : NULL);
+    } else {
+        rl_lstm_zo_f64 z = {s->zo[1], s->zo[0], s->aux[0]};
+        rl_lstm_cpu_bwd_f64(s->n, s->H, s->t, s->len, s->g, (const double *const *)peep,
+                            s->prev[1], s->cur[1], s->dout, s->dout_ld, s->dstate[0],
+                            s->dstate[1], s->zoned ? &z : NULL);
     }
 }
 
-static void steps_part(void *ctx, int part, int parts) {
-    const steps_job *j = ctx;
-    int64_t B = j->L->rec.B, r0 = B * part / parts, r1 = B * (part + 1) / parts;
-    if (j->backward)
-        bwd_rows(j, r0, r1);
-    else
-        fwd_rows(j, r0, r1);
-}
-
-/* Packs U (forward) or U^T (backward) for the packed kernel, then runs the steps. */
-static rl_status run_steps(steps_job *j) {
-    lstm_layer *L = j->L;
-    int64_t H = L->base.n_out;
-    j->packed = j->dt == RL_FLOAT32 && rl_gemm_packed_fast();
-    if (j->packed) {
-        int64_t n = j->backward ? rl_gemm_packed_size(4 * H, H) : rl_gemm_packed_size(H, 4 * H);
-        bool stale;
-        RL_TRY(rl_recurrent_pack_slot(&L->rec, &L->base, j->backward ? RL_PACK_UT : RL_PACK_U, n,
-                                      &j->upack, &stale));
-        if (stale && j->backward)
-            rl_gemm_pack_f32(j->upack, j->U.p, 4 * H, true, 4 * H, H);
-        else if (stale)
-            rl_gemm_pack_f32(j->upack, j->U.p, 4 * H, false, H, 4 * H);
-    }
-    int parts = row_parts(L, j->packed);
-    if (parts > 1)
-        rl_cpu_parallel(parts, steps_part, j);
-    else
-        steps_part(j, 0, 1);
-    return RL_OK;
-}
-
-/* The forward recurrence on the CPU. peep: NULL without peepholes. */
-static rl_status forward_steps_cpu(lstm_layer *L, rl_dtype dt, const int32_t *len, rl_mat U,
-                                   rl_mat bias, const void *const *peep) {
-    steps_job j = {.L = L, .dt = dt, .len = len, .U = U, .bias = bias, .peep = peep};
-    return run_steps(&j);
-}
-
-/* The backward recurrence on the CPU, then over all frames db, dpeep and dU = Hprev^T dZ (unless
- * the caller makes the weight gradients, rl_recurrent_set_gates). */
-static rl_status backward_steps_cpu(lstm_layer *L, rl_dtype dt, const int32_t *len, rl_mat dout,
-                                    rl_mat U, rl_mat db, const void *const *peep,
-                                    void *const *dpeep) {
-    int64_t T = L->rec.T, B = L->rec.B, H = L->base.n_out, BH = B * H;
-    steps_job j = {
-        .L = L, .dt = dt, .len = len, .U = U, .dout = dout, .peep = peep, .backward = true};
-    RL_TRY(run_steps(&j));
-    void *cp = at(&L->cs, L->direction > 0 ? 0 : BH), *c = at(&L->cs, L->direction > 0 ? BH : 0);
-    if (L->zoned) c = rl_tensor_data(&L->ct); /* p_o multiplies c~ */
-    if (dt == RL_FLOAT32)
-        rl_lstm_cpu_param_grads_f32(T * B, H, rl_tensor_data(&L->gates), cp, c, db.p,
+/* db and the peephole gradients over all frames (p_o multiplies c~ under zoneout). */
+static void lstm_sums(const rl_cell_sums *s) {
+    const void *c = s->zoned ? s->aux[0] : s->cur[1];
+    void *const *dpeep = s->l->n_params > P_PI ? s->dp + P_PI : NULL;
+    if (s->dt == RL_FLOAT32)
+        rl_lstm_cpu_param_grads_f32(s->rows, s->H, s->g, s->prev[1], c, s->dp[P_B],
                                     (float *const *)dpeep);
     else
-        rl_lstm_cpu_param_grads_f64(T * B, H, rl_tensor_data(&L->gates), cp, c, db.p,
+        rl_lstm_cpu_param_grads_f64(s->rows, s->H, s->g, s->prev[1], c, s->dp[P_B],
                                     (double *const *)dpeep);
-    if (L->rec.defer_fwd) return RL_OK;
-    rl_mat dZ = {rl_tensor_data(&L->gates), 4 * H};
-    rl_mat Hprev = {at(&L->hs, L->direction > 0 ? 0 : BH), H};
-    if (L->rdropped) Hprev.p = rl_tensor_data(&L->hd); /* dU pairs dZ with what U multiplied */
-    return lstm_weight_grad(&L->base, RL_DEVICE_CPU, dt, -1, T * B, Hprev, dZ);
 }
 
-static rl_status lstm_forward(rl_layer *l, rl_layer_io *io) {
-    lstm_layer *L = (lstm_layer *)l;
-    rl_recurrent *r = &L->rec;
-    int64_t H = l->n_out;
-    rl_dtype dt;
-    rl_device dev;
-    RL_TRY(rl_recurrent_forward_begin(r, l, io, &dt, &dev));
-    if (L->zc > 0 || L->zh > 0) RL_TRY(rl_recurrent_cpu_only(r, l, dev, "zoneout"));
-    if (L->rd > 0) RL_TRY(rl_recurrent_cpu_only(r, l, dev, "rec_dropout"));
-    if (L->cudnn && dev.type != RL_CUDA)
-        return rl_error(RL_EDEVICE,
-                        "layer '%s' (lstm): impl = \"cudnn\" needs CUDA tensors, the inputs "
-                        "are on cpu (use impl = \"own\" on the CPU)",
+#ifdef RL_WITH_CUDA
+#include "../kernels/cuda/lstm_cuda.h"
+
+static rl_status lstm_cuda_fwd(const rl_cell_pass *p) {
+    return rl_lstm_cuda_forward(p->stream, p->dt, p->T, p->B, p->H, p->direction, p->len,
+                                p->gates, p->U, p->p[P_B], peepholes(p->l, p->p), p->seq[0],
+                                p->seq[1], p->out);
+}
+
+/* Also makes dU, db and the peephole gradients (their partial sums in p->red). */
+static rl_status lstm_cuda_bwd(const rl_cell_pass *p) {
+    int64_t rshape[2] = {RL_LSTM_CUDA_CHUNKS, 7 * p->H};
+    RL_TRY(rl_buffer_ensure_synced(p->red, p->dt, p->dev, 2, rshape));
+    void *const *dpeep = p->l->n_params > P_PI ? p->dp + P_PI : NULL;
+    return rl_lstm_cuda_backward(p->stream, p->dt, p->T, p->B, p->H, p->direction, p->len,
+                                 p->gates, p->U, peepholes(p->l, p->p), p->seq[0], p->seq[1],
+                                 p->dout, p->dout_ld, p->dstate[0], p->dstate[1], p->dU,
+                                 p->dp[P_B], dpeep, rl_tensor_data(p->red));
+}
+#endif
+
+/* peepholes, forget_bias; b and the peepholes after W and U. */
+static rl_status lstm_create(rl_layer *l, const rl_options *o, bool cudnn) {
+    rl_recurrent *r = &((rl_recurrent_layer *)l)->rec;
+    bool peep;
+    RL_TRY(rl_opt_bool(o, l->name, "peepholes", false, &peep));
+    RL_TRY(rl_opt_number(o, l->name, "forget_bias", 0.0, &r->cell_opt[OPT_FORGET_BIAS]));
+    if (cudnn && peep)
+        return rl_error(RL_EARG,
+                        "layer '%s' (lstm): peepholes = true and impl = \"cudnn\" do not go "
+                        "together (cuDNN's LSTM has no peepholes; use impl = \"own\")",
                         l->name);
-    int64_t T = r->T, B = r->B;
-    rl_mat W, U, bias;
-    const void *peep[3] = {NULL, NULL, NULL};
-    RL_TRY(rl_param_mat(l, &l->params[P_W].value, "W", dt, dev, &W));
-    RL_TRY(rl_param_mat(l, &l->params[P_U].value, "U", dt, dev, &U));
-    RL_TRY(rl_param_mat(l, &l->params[P_B].value, "b", dt, dev, &bias));
-    for (int k = 0; k < 3 && L->peepholes; k++) {
-        rl_mat pm;
-        RL_TRY(rl_param_mat(l, &l->params[P_PI + k].value, l->params[P_PI + k].name, dt, dev, &pm));
-        peep[k] = pm.p;
-    }
-    /* hs, cs hold the final state another layer may take as its initial state */
-    const rl_tensor *written[2] = {&L->hs, &L->cs};
-#ifdef RL_WITH_CUDA
-    if (L->cudnn) {
-        rl_mat p[4] = {W, U, bias, {NULL, 0}};
-        RL_TRY(rl_rnn_cudnn_forward(&L->dnn, r, l, RL_CUDNN_LSTM, L->direction, io, dt, dev, p,
-                                    &r->init[0], &r->init[1], &L->hs, &L->cs));
-        return rl_recurrent_forward_end(r, l, 1, io->train, written, 2);
-    }
-#endif
-    int64_t gshape[3] = {T, B, 4 * H}, sshape[3] = {T + 1, B, H};
-    RL_TRY(rl_recurrent_gates(r, l, &L->gates, dt, dev, gshape));
-    RL_TRY(rl_buffer_ensure_synced(&L->hs, dt, dev, 3, sshape));
-    RL_TRY(rl_buffer_ensure_synced(&L->cs, dt, dev, 3, sshape));
-
-    /* the initial state row */
-    int64_t init_row = L->direction > 0 ? 0 : T;
-    rl_tensor hrow = {0}, crow = {0};
-    RL_TRY(rl_tensor_select(&hrow, &L->hs, 0, init_row));
-    rl_status st = rl_tensor_select(&crow, &L->cs, 0, init_row);
-    if (st == RL_OK) st = rl_recurrent_write_state(r, &hrow, &r->init[0]);
-    if (st == RL_OK) st = rl_recurrent_write_state(r, &crow, &r->init[1]);
-    rl_tensor_release(&hrow);
-    rl_tensor_release(&crow);
-    RL_TRY(st);
-
-    /* input projection of all frames: one GEMM per input, accumulated */
-    rl_mat Z = {rl_tensor_data(&L->gates), 4 * H};
-    float *wpack = NULL;
-    if (rl_recurrent_packed_inputs(r, dt, dev)) RL_TRY(pack_inputs(L, false, W.p, &wpack));
-    int64_t row = 0;
-    bool first = true; /* no input's product in Z yet */
-    for (int k = 0; k < io->n_in; k++) {
-        int64_t F = l->in_dims[k];
-        if (rl_recurrent_zero_input(r, k)) { /* its product would add zeros */
-            if (wpack) wpack += rl_gemm_packed_size(F, 4 * H);
-            row += F;
-            continue;
-        }
-        rl_mat X;
-        if (!rl_mat_fold_tb(io->in[k], &X)) {
-            RL_TRY(rl_buffer_ensure_synced(&L->xs[k], dt, dev, 3, io->in[k]->shape));
-            RL_TRY(rl_op_copy(&L->xs[k], io->in[k]));
-            X = (rl_mat){rl_tensor_data(&L->xs[k]), F};
-        }
-        rl_mat Wk = {(char *)W.p + (size_t)(row * 4 * H) * rl_dtype_size(dt), 4 * H};
-        if (wpack) {
-            rl_gemm_packed_f32(T * B, 4 * H, F, X.p, X.ld, wpack, !first, Z.p, 4 * H);
-            wpack += rl_gemm_packed_size(F, 4 * H);
-        } else {
-            RL_TRY(gemm(L, dev, dt, false, false, T * B, 4 * H, F, X, Wk, first ? 0.0 : 1.0, Z));
-        }
-        first = false;
-        row += F;
-    }
-
-    L->zoned = L->zc > 0 || L->zh > 0;
-    if (L->zoned) {
-        int64_t zshape[3] = {T, B, H};
-        RL_TRY(rl_buffer_ensure_synced(&L->ct, dt, dev, 3, zshape));
-        if (L->zc > 0) RL_TRY(rl_recurrent_zoneout_mask(r, l, io, L->zc, &L->mc, dt, dev));
-        if (L->zh > 0) RL_TRY(rl_recurrent_zoneout_mask(r, l, io, L->zh, &L->mh, dt, dev));
-    }
-    L->rdropped = io->train && L->rd > 0;
-    if (L->rdropped) {
-        int64_t dshape[3] = {T, B, H};
-        RL_TRY(rl_recurrent_rec_dropout_mask(r, l, io, L->rd, &L->md, dt, dev));
-        RL_TRY(rl_buffer_ensure_synced(&L->hd, dt, dev, 3, dshape));
-    }
-    const void *const *pp = L->peepholes ? peep : NULL;
-    if (dev.type == RL_CPU)
-        RL_TRY(forward_steps_cpu(L, dt, rl_tensor_data(io->lengths), U, bias, pp));
-#ifdef RL_WITH_CUDA
-    else
-        RL_TRY(rl_lstm_cuda_forward(r->stream, dt, T, B, H, L->direction,
-                                    rl_tensor_data(&r->len_dev), rl_tensor_data(&L->gates), U.p,
-                                    bias.p, pp, rl_tensor_data(&L->hs), rl_tensor_data(&L->cs),
-                                    rl_tensor_data(&l->out)));
-#endif
-    return rl_recurrent_forward_end(r, l, L->direction > 0 ? T : 0, true, written, 2);
-}
-
-static rl_status lstm_backward(rl_layer *l, rl_layer_io *io, const rl_tensor *grad_out,
-                               rl_tensor *const *grad_in) {
-    lstm_layer *L = (lstm_layer *)l;
-    rl_recurrent *r = &L->rec;
-    int64_t H = l->n_out;
-    rl_dtype dt;
-    rl_device dev;
-    rl_mat dout;
-    if (L->cudnn && (r->final_grad[0].storage || r->final_grad[1].storage))
-        return rl_error(
-            RL_EARG, "layer '%s' (lstm): impl = \"cudnn\" takes no final state gradients", l->name);
-    RL_TRY(rl_recurrent_backward_begin(r, l, io, grad_out, grad_in, &dt, &dev, &dout));
-    int64_t T = r->T, B = r->B;
-    rl_mat W, U, dW, dU, db;
-    const void *peep[3] = {NULL, NULL, NULL};
-    void *dpeep[3] = {NULL, NULL, NULL};
-    RL_TRY(rl_param_mat(l, &l->params[P_W].value, "W", dt, dev, &W));
-    RL_TRY(rl_param_mat(l, &l->params[P_U].value, "U", dt, dev, &U));
-    RL_TRY(rl_param_mat(l, &l->params[P_W].grad, "W (gradient)", dt, dev, &dW));
-    RL_TRY(rl_param_mat(l, &l->params[P_U].grad, "U (gradient)", dt, dev, &dU));
-    RL_TRY(rl_param_mat(l, &l->params[P_B].grad, "b (gradient)", dt, dev, &db));
-    for (int k = 0; k < 3 && L->peepholes; k++) {
-        rl_mat pm, gm;
-        RL_TRY(rl_param_mat(l, &l->params[P_PI + k].value, l->params[P_PI + k].name, dt, dev, &pm));
-        RL_TRY(rl_param_mat(l, &l->params[P_PI + k].grad, l->params[P_PI + k].name, dt, dev, &gm));
-        peep[k] = pm.p;
-        dpeep[k] = gm.p;
-    }
-    /* the initial state's gradients, read by whoever gave that state */
-    const rl_tensor *written[2] = {&L->dh, &L->dc};
-#ifdef RL_WITH_CUDA
-    if (L->cudnn) {
-        rl_mat g[4] = {dW, dU, db, {NULL, 0}};
-        RL_TRY(rl_rnn_cudnn_backward(&L->dnn, r, l, io, grad_in, dt, dev, dout, g, &L->dh, &L->dc));
-        return rl_recurrent_backward_end(r, io, grad_in, written, 2);
-    }
-#endif
-    RL_TRY(rl_recurrent_start_state_grads(r, dt, dev));
-    if (L->rdropped) {
-        int64_t dshape[2] = {B, H};
-        RL_TRY(rl_buffer_ensure_synced(&L->dtmp, dt, dev, 2, dshape));
-    }
-
-    const void *const *pp = L->peepholes ? peep : NULL;
-    void *const *dpp = L->peepholes ? dpeep : NULL;
-    if (dev.type == RL_CPU)
-        RL_TRY(backward_steps_cpu(L, dt, rl_tensor_data(io->lengths), dout, U, db, pp, dpp));
-#ifdef RL_WITH_CUDA
-    else {
-        int64_t rshape[2] = {RL_LSTM_CUDA_CHUNKS, 7 * H};
-        RL_TRY(rl_buffer_ensure_synced(&L->red, dt, dev, 2, rshape));
-        RL_TRY(rl_lstm_cuda_backward(r->stream, dt, T, B, H, L->direction,
-                                     rl_tensor_data(&r->len_dev), rl_tensor_data(&L->gates), U.p,
-                                     pp, rl_tensor_data(&L->hs), rl_tensor_data(&L->cs), dout.p,
-                                     dout.ld, rl_tensor_data(&L->dh), rl_tensor_data(&L->dc), dU.p,
-                                     db.p, dpp, rl_tensor_data(&L->red)));
-    }
-#endif
-
-    /* weight gradients (unless the caller makes them over all steps) and input gradients:
-     * single GEMMs over all frames */
-    rl_mat dZ = {rl_tensor_data(&L->gates), 4 * H};
-    float *wtpack = NULL;
-    if (grad_in && rl_recurrent_packed_inputs(r, dt, dev))
-        RL_TRY(pack_inputs(L, true, W.p, &wtpack));
-    int64_t row = 0;
-    for (int k = 0; k < io->n_in; k++) {
-        int64_t F = l->in_dims[k];
-        size_t off = (size_t)(row * 4 * H) * rl_dtype_size(dt);
-        rl_mat X;
-        if (!rl_mat_fold_tb(io->in[k], &X)) X = (rl_mat){rl_tensor_data(&L->xs[k]), F};
-        if (!rl_recurrent_zero_input(r, k) && !r->defer_fwd) /* zero input: X^T dZ = 0 */
-            RL_TRY(lstm_weight_grad(l, dev, dt, k, T * B, X, dZ));
-        rl_tensor *gi = grad_in ? grad_in[k] : NULL;
-        if (gi) {
-            rl_mat G;
-            bool direct = rl_mat_fold_tb(gi, &G);
-            if (!direct) {
-                RL_TRY(rl_buffer_ensure_synced(&L->dxs[k], dt, dev, 3, gi->shape));
-                G = (rl_mat){rl_tensor_data(&L->dxs[k]), F};
-            }
-            if (wtpack)
-                rl_gemm_packed_f32(T * B, F, 4 * H, dZ.p, 4 * H, wtpack, false, G.p, G.ld);
-            else
-                RL_TRY(gemm(L, dev, dt, false, true, T * B, F, 4 * H, dZ,
-                            (rl_mat){(char *)W.p + off, 4 * H}, 0.0, G));
-            if (!direct) RL_TRY(rl_op_copy(gi, &L->dxs[k]));
-        }
-        if (wtpack) wtpack += rl_gemm_packed_size(4 * H, F);
-        row += F;
-    }
-    return rl_recurrent_backward_end(r, io, grad_in, written, 2);
-}
-
-static void lstm_destroy(rl_layer *l) {
-    lstm_layer *L = (lstm_layer *)l;
-    rl_recurrent_free(&L->rec); /* drops the cuDNN object, waits for and destroys the stream */
-    rl_rnn_cudnn_free(&L->dnn);
-    rl_tensor *ts[] = {&L->gates, &L->hs, &L->cs, &L->dh, &L->dc, &L->red,
-                       &L->mc,    &L->mh, &L->ct, &L->md, &L->hd, &L->dtmp};
-    for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
-        rl_tensor_release(ts[i]);
-    for (int k = 0; k < RL_LAYER_MAX_INPUTS; k++) {
-        rl_tensor_release(&L->xs[k]);
-        rl_tensor_release(&L->dxs[k]);
-    }
+    int64_t H = l->n_out, bs[1] = {4 * H}, ps[1] = {H};
+    RL_TRY(rl_layer_add_param(l, "b", 1, bs, RL_INIT_ZEROS, 0.0, 0, 0, NULL));
+    const char *pn[3] = {"p_i", "p_f", "p_o"};
+    for (int k = 0; k < 3 && peep; k++)
+        RL_TRY(rl_layer_add_param(l, pn[k], 1, ps, RL_INIT_ZEROS, 0.0, 0, 0, NULL));
+    return RL_OK;
 }
 
 /* b's f block starts at forget_bias (the other param inits are their kinds'). */
 static rl_status lstm_init_params(rl_layer *l, rl_rng *g) {
     (void)g;
-    lstm_layer *L = (lstm_layer *)l;
-    if (L->forget_bias == 0.0) return RL_OK;
+    double fb = ((rl_recurrent_layer *)l)->rec.cell_opt[OPT_FORGET_BIAS];
+    if (fb == 0.0) return RL_OK;
     rl_tensor f = {0};
-    RL_TRY(
-        rl_tensor_narrow(&f, &l->params[rl_layer_find_param(l, "b")].value, 0, l->n_out, l->n_out));
-    rl_status st = rl_op_fill(&f, L->forget_bias);
+    RL_TRY(rl_tensor_narrow(&f, &l->params[P_B].value, 0, l->n_out, l->n_out));
+    rl_status st = rl_op_fill(&f, fb);
     rl_tensor_release(&f);
     return st;
 }
 
-static const rl_layer_ops lstm_ops = {.class_name = "lstm",
-                                      .forward = lstm_forward,
-                                      .backward = lstm_backward,
-                                      .destroy = lstm_destroy,
-                                      .init_params = lstm_init_params,
-                                      .state = &rl_recurrent_state_ops};
+static const rl_cell lstm_cell = {
+    .ops = {RL_CELL_OPS, .class_name = "lstm", .init_params = lstm_init_params},
+    /* gates [i | f | g | o]: all of W's and U's columns in that order */
+    .gate_blocks = 4, .rec_gates = 4, .n_in_blocks = 1, .in_blocks = {{0, 0, 4}},
+    .n_states = 2, .state_names = {"h", "c"}, .n_aux = 1, /* c~ under zoneout */
+    .cudnn = RL_CUDNN_LSTM,
+    .create = lstm_create, .fwd = lstm_fwd, .bwd = lstm_bwd, .sums = lstm_sums,
+    .cuda_fwd = RL_CUDA_FN(lstm_cuda_fwd), .cuda_bwd = RL_CUDA_FN(lstm_cuda_bwd)};
 
 rl_status rl_lstm_create(rl_layer **out, const char *name, const rl_options *opts, int n_in,
                          const int64_t *in_dims) {
-    int64_t H, dir;
-    bool peep;
-    double fb;
-    *out = NULL;
-    if (n_in < 1) return rl_error(RL_EARG, "layer '%s' (lstm): needs at least one input", name);
-    RL_TRY(rl_opt_int(opts, name, "n_out", 0, 1, true, &H));
-    RL_TRY(rl_opt_int(opts, name, "direction", 1, -1, false, &dir));
-    if (dir != 1 && dir != -1)
-        return rl_error(RL_EARG, "layer '%s' (lstm): direction = %" PRId64 ", expected 1 or -1",
-                        name, dir);
-    RL_TRY(rl_opt_bool(opts, name, "peepholes", false, &peep));
-    RL_TRY(rl_opt_number(opts, name, "forget_bias", 0.0, &fb));
-    bool cudnn;
-    double zc, zh;
-    RL_TRY(rl_rnn_cudnn_option(opts, name, "lstm", &cudnn));
-    RL_TRY(rl_recurrent_zoneout_option(opts, name, "lstm", true, cudnn, &zc, &zh));
-    double rd;
-    RL_TRY(rl_recurrent_rec_dropout_option(opts, name, "lstm", cudnn, &rd));
-    if (cudnn && peep)
-        return rl_error(RL_EARG,
-                        "layer '%s' (lstm): peepholes = true and impl = \"cudnn\" do not go "
-                        "together (cuDNN's LSTM has no peepholes; use impl = \"own\")",
-                        name);
-    int64_t F = 0;
-    for (int k = 0; k < n_in; k++) {
-        if (in_dims[k] < 1)
-            return rl_error(RL_ESHAPE, "layer '%s' (lstm): input %d has %" PRId64 " features", name,
-                            k + 1, in_dims[k]);
-        F += in_dims[k];
-    }
-    rl_layer *l;
-    RL_TRY(rl_layer_alloc(&l, sizeof(lstm_layer), &lstm_ops, name, n_in, in_dims));
-    lstm_layer *L = (lstm_layer *)l;
-    l->n_out = H;
-    L->direction = (int)dir;
-    L->peepholes = peep;
-    L->cudnn = cudnn;
-    L->forget_bias = fb;
-    L->zc = zc;
-    L->zh = zh;
-    L->rd = rd;
-    L->rec.cls = "lstm";
-    L->rec.on_stream_drop = drop_stream_users;
-    L->rec.weight_grad = lstm_weight_grad;
-    L->rec.n_states = 2;
-    L->rec.state_names[0] = "h";
-    L->rec.state_names[1] = "c";
-    L->rec.state_dims[0] = L->rec.state_dims[1] = H;
-    L->rec.seq[0] = &L->hs;
-    L->rec.seq[1] = &L->cs;
-    L->rec.grad0[0] = &L->dh;
-    L->rec.grad0[1] = &L->dc;
-    L->rec.gates_cols = 4 * H;
-    int64_t ws[2] = {F, 4 * H}, us[2] = {H, 4 * H}, bs[1] = {4 * H}, ps[1] = {H};
-    rl_status st = rl_layer_add_param(l, "W", 2, ws, RL_INIT_GLOROT, 1.0, F, 4 * H, NULL);
-    if (st == RL_OK)
-        st = rl_layer_add_param(l, "U", 2, us, RL_INIT_ORTHOGONAL, 1.0, H, 4 * H, NULL);
-    if (st == RL_OK) st = rl_layer_add_param(l, "b", 1, bs, RL_INIT_ZEROS, 0.0, 0, 0, NULL);
-    const char *pn[3] = {"p_i", "p_f", "p_o"};
-    for (int k = 0; k < 3 && peep && st == RL_OK; k++)
-        st = rl_layer_add_param(l, pn[k], 1, ps, RL_INIT_ZEROS, 0.0, 0, 0, NULL);
-    if (st != RL_OK) {
-        rl_layer_free(l);
-        return st;
-    }
-    *out = l;
-    return RL_OK;
-}
-
-static rl_status check_lstm(const rl_layer *l, const char *fn) {
-    if (!l || l->ops != &lstm_ops)
-        return rl_error(RL_EARG, "%s: layer '%s' is not an lstm", fn, l ? l->name : "(null)");
-    return RL_OK;
-}
-
-/* The typed forms of the layer.h state calls, for C callers that know the class. */
-rl_status rl_lstm_set_initial_state(rl_layer *l, const rl_tensor *h0, const rl_tensor *c0) {
-    RL_TRY(check_lstm(l, "rl_lstm_set_initial_state"));
-    const rl_tensor *s[2] = {h0, c0};
-    return rl_layer_set_initial_state(l, 2, s);
-}
-
-rl_status rl_lstm_set_final_state_grad(rl_layer *l, const rl_tensor *dh, const rl_tensor *dc) {
-    RL_TRY(check_lstm(l, "rl_lstm_set_final_state_grad"));
-    const rl_tensor *g[2] = {dh, dc};
-    return rl_layer_set_final_state_grad(l, 2, g);
-}
-
-rl_status rl_lstm_final_state(rl_layer *l, rl_tensor *h, rl_tensor *c) {
-    RL_TRY(check_lstm(l, "rl_lstm_final_state"));
-    rl_tensor *out[2] = {h, c};
-    return rl_layer_final_state(l, 2, out);
-}
-
-rl_status rl_lstm_initial_state_grad(rl_layer *l, rl_tensor *dh0, rl_tensor *dc0) {
-    RL_TRY(check_lstm(l, "rl_lstm_initial_state_grad"));
-    rl_tensor *out[2] = {dh0, dc0};
-    return rl_layer_initial_state_grad(l, 2, out);
+    return rl_recurrent_create(out, &lstm_cell, name, opts, n_in, in_dims);
 }

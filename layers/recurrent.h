@@ -34,6 +34,142 @@
 #include "layer.h"
 #include "matrix.h"
 
+/* ---------------------------------------------------------------- cells
+ *
+ * The driver (rl_recurrent_create and the ops it installs) owns everything but a cell's
+ * pointwise formulas: the options every cell takes, the parameters W and U, the buffers, the
+ * time loop in both directions with ragged lengths, the row split over threads, the input
+ * projection and the recurrent product (packed on the CPU), the weight and input gradients over
+ * all steps, zoneout, rec_dropout and weight_dropout, the CPU/CUDA choice and the cuDNN path.
+ * A cell (layers/lstm.c, layers/gru.c, layers/janet.c) is an rl_cell table: how many gate blocks
+ * of H columns it has, how W's columns reach them, its states, its extra parameters and its
+ * fused pointwise passes.
+ *
+ * Per step (frame t in processing order) on the CPU the driver computes
+ *   gates[:, 0 : rec_gates H] += h_prev U        (U (H, rec_gates H), h_prev = state 0)
+ * on top of the input projection written before the steps (in_blocks: W's columns src H ..
+ * (src + n) H - 1 go to the gates' columns dst H ..; gate columns below rec_gates H that no
+ * block writes start at 0), then calls the cell's fwd; backward calls its bwd, which turns the
+ * activations into the pre-activation gradients dZ and the state gradients into their direct
+ * parts, and adds dZ[:, 0 : rec_gates H] U^T to the gradient of state 0. Then, over all frames,
+ * dW_k[:, block src] += X_k^T dZ[:, block dst], dU += H_prev^T dZ[:, 0 : rec_gates H], the
+ * input gradients, and the cell's sums (its bias gradients). */
+#define RL_CELL_MAX_AUX 2 /* per-frame (T, B, H) buffers a cell keeps with zoneout */
+#define RL_CELL_MAX_OPTS 4
+
+/* One frame's rows r0 .. r0+n-1 as the driver hands them to a cell's fwd and bwd (CPU memory,
+ * float32 or float64 as dt, rows of H elements unless said otherwise). */
+typedef struct rl_cell_step {
+    const rl_layer *l;
+    const double *opt;  /* the cell's options (rl_recurrent.cell_opt) */
+    rl_dtype dt;
+    int64_t n, H, t;    /* rows, units, the frame */
+    const int32_t *len; /* the rows' lengths: row b is valid when t < len[b] */
+    void *g;            /* (n, gate_blocks H): the frame's gates rows */
+    const void *prev[RL_LAYER_MAX_STATES]; /* each state before the frame */
+    void *cur[RL_LAYER_MAX_STATES];        /* each state after it (forward writes them) */
+    void *out;                             /* forward: h on valid rows, 0 on padded ones */
+    const void *dout;                      /* backward: dLoss/dout rows (NULL: zero) */
+    int64_t dout_ld;
+    void *dstate[RL_LAYER_MAX_STATES]; /* backward: the running state gradients */
+    const void *zo[RL_LAYER_MAX_STATES]; /* zoneout weights of each state, NULL: none */
+    void *aux[RL_CELL_MAX_AUX];          /* with zoneout: the cell's per-frame buffers */
+    bool zoned;                          /* zoneout on in this pass */
+    const void *const *p;                /* the params' values (W, U, then the cell's) */
+    void *const *dp; /* backward: the params' gradients where the cell sums its bias gradients
+                        in the steps; NULL: its sums hook does (rl_cell.sums) */
+} rl_cell_step;
+
+/* The backward pass over all frames at once after the steps (rows = T B, in time order). */
+typedef struct rl_cell_sums {
+    const rl_layer *l;
+    const double *opt;
+    rl_dtype dt;
+    int64_t rows, H;
+    const void *g; /* (rows, gate_blocks H) the gate gradients dZ, 0 on padded rows */
+    const void *prev[RL_LAYER_MAX_STATES], *cur[RL_LAYER_MAX_STATES];
+    const void *aux[RL_CELL_MAX_AUX];
+    bool zoned;
+    bool in_steps; /* the steps were given dp (rl_cell_step) */
+    const void *const *p;
+    void *const *dp;
+} rl_cell_sums;
+
+/* One direction's whole recurrence on a CUDA device (the cell's launchers). */
+typedef struct rl_cell_pass {
+    const rl_layer *l;
+    const double *opt;
+    void *stream;
+    rl_device dev;
+    rl_dtype dt;
+    int64_t T, B, H;
+    int direction;
+    const int32_t *len; /* device lengths */
+    void *gates;        /* (T, B, gate_blocks H), the input projection on entry */
+    const void *U;
+    const void *const *p;
+    void *seq[RL_LAYER_MAX_STATES]; /* (T+1, B, H) each (rl_recurrent.seq) */
+    void *out;
+    const void *dout; /* backward; NULL: zero */
+    int64_t dout_ld;
+    void *dstate[RL_LAYER_MAX_STATES];
+    void *const *dp;
+    void *dU;
+    rl_tensor *red; /* the layer's scratch for the launcher's partial sums, sized by it */
+} rl_cell_pass;
+
+typedef struct {
+    int src, dst, n; /* in units of H columns */
+} rl_cell_block;
+
+typedef struct rl_cell {
+    /* class_name and init_params (may be NULL); forward, backward, destroy and state are filled
+     * by the driver (RL_CELL_OPS) */
+    rl_layer_ops ops;
+    int rec_gates, gate_blocks; /* U (H, rec_gates H); gates (T, B, gate_blocks H) */
+    int n_in_blocks;
+    rl_cell_block in_blocks[2]; /* W (F, sum of n H) */
+    int n_states;
+    const char *state_names[RL_LAYER_MAX_STATES]; /* state 0 "h"; a state "c" takes zoneout.cell */
+    int n_aux; /* per-frame buffers (T, B, H) its passes use with zoneout */
+    int cudnn; /* RL_CUDNN_LSTM, RL_CUDNN_GRU (kernels/cudnn_layout.h), or -1: no cuDNN cell */
+    bool cudnn_fallback; /* impl = "cudnn" runs the own passes where cuDNN cannot (CPU tensors,
+                            sizes beyond its descriptors) instead of failing */
+    /* Reads the cell's own options into r->cell_opt and adds its parameters after W and U. */
+    rl_status (*create)(rl_layer *l, const rl_options *o, bool cudnn);
+    void (*fwd)(const rl_cell_step *s);
+    void (*bwd)(const rl_cell_step *s);
+    void (*sums)(const rl_cell_sums *s);
+    /* CUDA launchers, NULL where the cell has none (or in a build without CUDA) */
+    rl_status (*cuda_fwd)(const rl_cell_pass *p);
+    rl_status (*cuda_bwd)(const rl_cell_pass *p);
+} rl_cell;
+
+/* A cell's launcher in a CUDA build, NULL in a build without: a cell defines its launchers in
+ * an #ifdef RL_WITH_CUDA block and names them with it. */
+#ifdef RL_WITH_CUDA
+#define RL_CUDA_FN(f) f
+#else
+#define RL_CUDA_FN(f) NULL
+#endif
+
+/* The ops every cell's layers run: give a cell's table `.ops = {RL_CELL_OPS, .class_name = ...}`. */
+rl_status rl_recurrent_forward(rl_layer *l, rl_layer_io *io);
+rl_status rl_recurrent_backward(rl_layer *l, rl_layer_io *io, const rl_tensor *grad_out,
+                                rl_tensor *const *grad_in);
+void rl_recurrent_destroy(rl_layer *l);
+#define RL_CELL_OPS                                                                                \
+    .forward = rl_recurrent_forward, .backward = rl_recurrent_backward,                            \
+    .destroy = rl_recurrent_destroy, .state = &rl_recurrent_state_ops
+
+/* Creates a layer of the cell's class: reads n_out, direction, impl (a cell with cuDNN),
+ * zoneout, rec_dropout and weight_dropout, adds W (glorot) and U (orthogonal), then runs
+ * cell->create. Errors name the layer, its class and the option. */
+rl_status rl_recurrent_create(rl_layer **out, const rl_cell *cell, const char *name,
+                              const rl_options *opts, int n_in, const int64_t *in_dims);
+/* The rl_cell of a layer built with rl_recurrent_create, or NULL. */
+const rl_cell *rl_recurrent_cell(const rl_layer *l);
+
 typedef struct rl_recurrent {
     const char *cls;   /* the class name, for messages ("lstm", "gru") */
     void *stream;      /* CUDA: the layer's stream (a cudaStream_t), or NULL */
@@ -75,6 +211,25 @@ typedef struct rl_recurrent {
     /* What the caller gave (shared views, or unset): the initial states and the final states'
      * gradients, read at each forward and backward. */
     rl_tensor init[RL_LAYER_MAX_STATES], final_grad[RL_LAYER_MAX_STATES];
+
+    /* The driver's (rl_recurrent_create): the cell, its options and the layer's buffers (the
+     * top of layers/lstm.c describes them). */
+    const rl_cell *cell;
+    double cell_opt[RL_CELL_MAX_OPTS];
+    int direction;
+    bool cudnn, ran_cudnn; /* impl = "cudnn"; the last forward ran it (so does its backward) */
+    struct rl_rnn_cudnn *dnn;
+    double zo[RL_LAYER_MAX_STATES]; /* zoneout probability of each state (0: none) */
+    double rd, wd;                  /* rec_dropout, weight_dropout (0: none) */
+    bool zoned, rdropped, wdropped; /* what the last forward applied (its backward too) */
+    rl_tensor gates, seqs[RL_LAYER_MAX_STATES], dstates[RL_LAYER_MAX_STATES], red;
+    rl_tensor xs[RL_LAYER_MAX_INPUTS], dxs[RL_LAYER_MAX_INPUTS];
+    bool use_xs[RL_LAYER_MAX_INPUTS]; /* the last forward read input k from xs[k] */
+    rl_tensor zmask[RL_LAYER_MAX_STATES], aux[RL_CELL_MAX_AUX];
+    rl_tensor md, hd, dtmp; /* rec_dropout: the mask (B, H), the dropped previous states of every
+                               frame (T, B, H), backward's recurrent product (B, H) */
+    rl_tensor wdm, ud, dud; /* weight_dropout: the mask scaled by 1/(1-p) and U times it
+                               (H, rec_gates H), backward's dU before the mask */
 } rl_recurrent;
 
 /* The state ops of every layer built on rl_recurrent (layer.h's rl_state_ops over the fields

@@ -13,7 +13,7 @@
 #include "../kernels/cudnn_layout.h"
 #include "recurrent.h"
 
-typedef struct {
+typedef struct rl_rnn_cudnn {
     struct rl_cudnn_rnn *rnn; /* made on first use, for this cell, dtype and device */
     rl_dtype dt;
     int dev;
