@@ -29,7 +29,12 @@
  *   the fused passes (kernels/lstm.h, rl_lstm_zo_f32);
  *   rec_dropout (training): z_t's product reads h_prev * m_d, m_d (B, P) one per sequence;
  *   n_proj: above; CPU only (forward on CUDA tensors fails naming it), not with zoneout or
- *   impl = "cudnn" (errors at creation).
+ *   impl = "cudnn" (errors at creation);
+ *   layer_norm (Ba et al. 2016, per gate block; the formulas in kernels/lstm_cell.h):
+ *   a_t = LN(x W; g_x) + LN(h_prev U; g_h) + b, the gates of a_t, c_t = f c_prev + i g,
+ *   h_t = o tanh(LN(c_t; g_c) + b_c); the recurrent product goes to lnh instead of the gates,
+ *   dU pairs Hprev with the recurrent part's gradients lndzh (the layer makes it also when a
+ *   rec unit makes the other weight gradients); CPU only, not with peepholes, zoneout or cudnn.
  *
  * Cost: the input projection of all frames is one GEMM per input; each step is one
  * recurrent GEMM (B, H) x (H, 4H) into the step's rows of z and one fused pointwise pass
@@ -66,6 +71,10 @@
  *   mscr (B, H)          n_proj: the pointwise pass's output rows, unused (the output is h)
  *   drs (T, B, P), dm (B, H)  n_proj: dLoss/dh_t of every frame (0 on padded rows), dLoss/dm
  *                        of the step backward is at; rpack: R or R^T packed (float32 CPU)
+ *   lnx, lnh (T, B, 4H), lnc (T, B, H), lnrs (T, B, 9)  layer_norm: the normalised input and
+ *                        recurrent parts, cells, their 1/std (kernels/lstm.h, rl_lstm_ln_f32)
+ *   lng, lndzh (T, B, 4H), lndu (T, B, H)  layer_norm, backward: the gates' pre-activation
+ *                        gradients, the recurrent part's, the normalised cell's
  * Kept in rl_recurrent (layers/recurrent.h): the lengths on the device (CUDA), a contiguous
  * copy of grad_out when it cannot be folded and the packed operands ("Packed operands" below);
  * in rl_rnn_cudnn (layers/rnn_cudnn.h) the cuDNN path's concatenated inputs.
@@ -133,6 +142,8 @@ typedef struct {
                   n_proj's P */
     bool proj; /* n_proj: h = m R */
     int p_r;   /* R's index in params (with proj) */
+    bool ln;   /* layer_norm */
+    int p_ln;  /* with ln: the index of g_x in params (g_h, g_c, b_c follow) */
     bool peepholes;
     bool cudnn; /* impl = "cudnn" */
     double forget_bias;
@@ -152,6 +163,11 @@ typedef struct {
     rl_tensor drs, dm;      /* n_proj: dLoss/dh of every frame (T, B, P), 0 on padded rows;
                                backward's dLoss/dm of a step (B, H) */
     rl_tensor rpack;        /* n_proj: R (forward) or R^T (backward) packed (float32 CPU) */
+    rl_tensor lnx, lnh, lnc, lnrs; /* layer_norm: the normalised input and recurrent parts
+                                      (T, B, 4H), cells (T, B, H), the 1/std (T, B, 9) */
+    rl_tensor lng, lndzh, lndu;    /* layer_norm, backward: the gates' pre-activation gradients,
+                                      the recurrent part's (T, B, 4H), the normalised cell's
+                                      (T, B, H) */
 } lstm_layer;
 
 static const rl_layer_ops lstm_ops;
@@ -178,6 +194,7 @@ static rl_status lstm_weight_grad(rl_layer *l, rl_device dev, rl_dtype dt, int k
     lstm_layer *L = (lstm_layer *)l;
     int64_t H = L->H, row = 0;
     rl_mat g;
+    if (k < 0 && L->ln) return RL_OK; /* the layer makes dU itself, from the recurrent part's dz */
     if (k < 0) {
         RL_TRY(rl_param_mat(l, &l->params[P_U].grad, "U (gradient)", dt, dev, &g));
         return gemm(L, dev, dt, true, false, l->n_out, 4 * H, n, x, dz, 1.0, g);
@@ -212,6 +229,7 @@ typedef struct {
     const int32_t *len;
     rl_mat U, bias, dout; /* bias: forward; dout: backward */
     rl_mat R;             /* n_proj */
+    const void *ln[4];    /* layer_norm: g_x, g_h, g_c, b_c */
     const void *const *peep;
     bool packed, backward;
     float *upack; /* packed U (forward) or U^T (backward) when packed */
@@ -265,6 +283,53 @@ static void project_rows(const steps_job *j, int64_t t, int64_t prev, int64_t cu
     }
 }
 
+/* layer_norm: the buffers of frame t, rows r0.. (kernels/lstm.h, rl_lstm_ln_f32). */
+static void ln_rows(const steps_job *j, int64_t t, int64_t r0, void **p) {
+    lstm_layer *L = j->L;
+    int64_t e = t * L->rec.B + r0, H = L->H;
+    p[0] = at(&L->lnx, e * 4 * H);
+    p[1] = at(&L->lnh, e * 4 * H);
+    p[2] = at(&L->lnc, e * H);
+    p[3] = at(&L->lnrs, e * 9);
+    p[4] = j->backward ? at(&L->lng, e * 4 * H) : NULL;
+    p[5] = j->backward ? at(&L->lndzh, e * 4 * H) : NULL;
+    p[6] = j->backward ? at(&L->lndu, e * H) : NULL;
+}
+
+/* layer_norm: the pointwise pass of frame t over rows r0..r1-1 (z: the input part). */
+static void ln_step(const steps_job *j, int64_t t, int64_t r0, int64_t n, void *z, const void *cp,
+                    const void *hp, void *c, void *h, void *out) {
+    int64_t H = j->L->H;
+    void *p[7];
+    ln_rows(j, t, r0, p);
+    if (j->dt == RL_FLOAT32) {
+        rl_lstm_ln_f32 ln = {p[0], p[1],     p[2],     p[3],     NULL,    NULL,
+                             NULL, j->ln[0], j->ln[1], j->ln[2], j->ln[3]};
+        rl_lstm_ln_cpu_fwd_f32(n, H, t, j->len + r0, z, j->bias.p, cp, hp, c, h, out, &ln);
+    } else {
+        rl_lstm_ln_f64 ln = {p[0], p[1],     p[2],     p[3],     NULL,    NULL,
+                             NULL, j->ln[0], j->ln[1], j->ln[2], j->ln[3]};
+        rl_lstm_ln_cpu_fwd_f64(n, H, t, j->len + r0, z, j->bias.p, cp, hp, c, h, out, &ln);
+    }
+}
+
+/* layer_norm: the backward pass of frame t over rows r0..r1-1. */
+static void ln_step_back(const steps_job *j, int64_t t, int64_t r0, int64_t n, void *z,
+                         const void *cp, const void *c, const void *dot, void *dh, void *dc) {
+    int64_t H = j->L->H;
+    void *p[7];
+    ln_rows(j, t, r0, p);
+    if (j->dt == RL_FLOAT32) {
+        rl_lstm_ln_f32 ln = {p[0], p[1],     p[2],     p[3],     p[4],    p[5],
+                             p[6], j->ln[0], j->ln[1], j->ln[2], j->ln[3]};
+        rl_lstm_ln_cpu_bwd_f32(n, H, t, j->len + r0, z, cp, c, dot, j->dout.ld, dh, dc, &ln);
+    } else {
+        rl_lstm_ln_f64 ln = {p[0], p[1],     p[2],     p[3],     p[4],    p[5],
+                             p[6], j->ln[0], j->ln[1], j->ln[2], j->ln[3]};
+        rl_lstm_ln_cpu_bwd_f64(n, H, t, j->len + r0, z, cp, c, dot, j->dout.ld, dh, dc, &ln);
+    }
+}
+
 /* Forward steps of rows r0 .. r1-1. */
 static void fwd_rows(const steps_job *j, int64_t r0, int64_t r1) {
     lstm_layer *L = j->L;
@@ -280,10 +345,13 @@ static void fwd_rows(const steps_job *j, int64_t r0, int64_t r1) {
             Hm.p = at(&L->hd, t * BP + r0 * P);
             rl_recurrent_mask_rows(dt, n, P, Hp.p, at(&L->md, r0 * P), Hm.p, false);
         }
+        /* layer_norm normalises the recurrent part on its own: it goes to lnh */
+        rl_mat Zp = L->ln ? (rl_mat){at(&L->lnh, (t * B + r0) * 4 * H), 4 * H} : Zt;
         if (j->packed)
-            rl_gemm_packed_f32(n, 4 * H, P, Hm.p, P, j->upack, true, Zt.p, 4 * H);
+            rl_gemm_packed_f32(n, 4 * H, P, Hm.p, P, j->upack, !L->ln, Zp.p, 4 * H);
         else
-            rl_mat_gemm(RL_DEVICE_CPU, NULL, dt, false, false, n, 4 * H, P, Hm, j->U, 1.0, Zt);
+            rl_mat_gemm(RL_DEVICE_CPU, NULL, dt, false, false, n, 4 * H, P, Hm, j->U,
+                        L->ln ? 0.0 : 1.0, Zp);
         void *cp = at(&L->cs, prev * BH + r0 * H), *c = at(&L->cs, cur * BH + r0 * H),
              *h = at(&L->hs, cur * BP + r0 * P), *out = at(&L->base.out, t * BP + r0 * P);
         void *hp = Hp.p;
@@ -294,7 +362,9 @@ static void fwd_rows(const steps_job *j, int64_t r0, int64_t r1) {
         }
         void *mc = NULL, *mh = NULL, *ct = NULL;
         bool zo = zo_rows(L, t, r0, &mc, &mh, &ct);
-        if (dt == RL_FLOAT32) {
+        if (L->ln) {
+            ln_step(j, t, r0, n, Zt.p, cp, hp, c, h, out);
+        } else if (dt == RL_FLOAT32) {
             rl_lstm_zo_f32 z = {mc, mh, ct};
             rl_lstm_cpu_fwd_f32(n, H, t, j->len + r0, Zt.p, j->bias.p,
                                 (const float *const *)j->peep, cp, hp, c, h, out, zo ? &z : NULL);
@@ -367,7 +437,9 @@ static void bwd_rows(const steps_job *j, int64_t r0, int64_t r1) {
         }
         void *mc = NULL, *mh = NULL, *ct = NULL;
         bool zo = zo_rows(L, t, r0, &mc, &mh, &ct);
-        if (dt == RL_FLOAT32) {
+        if (L->ln) {
+            ln_step_back(j, t, r0, n, Zt.p, cp, c, dot, dh, dc);
+        } else if (dt == RL_FLOAT32) {
             rl_lstm_zo_f32 z = {mc, mh, ct};
             rl_lstm_cpu_bwd_f32(n, H, t, j->len + r0, Zt.p, (const float *const *)j->peep, cp, c,
                                 dot, j->dout.ld, dh, dc, zo ? &z : NULL);
@@ -379,6 +451,7 @@ static void bwd_rows(const steps_job *j, int64_t r0, int64_t r1) {
         /* padded rows of dZ_t are 0, so their dh passes through unchanged; with rec_dropout
          * the product's gradient goes through the mask */
         rl_mat D = L->rdropped ? (rl_mat){at(&L->dtmp, r0 * P), P} : dH;
+        if (L->ln) Zt.p = at(&L->lndzh, (t * B + r0) * 4 * H); /* the recurrent part's dz */
         if (j->packed)
             rl_gemm_packed_f32(n, P, 4 * H, Zt.p, 4 * H, j->upack, !L->rdropped, D.p, P);
         else
@@ -431,10 +504,14 @@ static rl_status run_steps(steps_job *j) {
     return RL_OK;
 }
 
-/* The forward recurrence on the CPU. peep: NULL without peepholes; R: n_proj's. */
+/* The forward recurrence on the CPU. peep: NULL without peepholes; R: n_proj's; lnp: layer_norm's
+ * g_x, g_h, g_c, b_c. */
 static rl_status forward_steps_cpu(lstm_layer *L, rl_dtype dt, const int32_t *len, rl_mat U,
-                                   rl_mat R, rl_mat bias, const void *const *peep) {
+                                   rl_mat R, rl_mat bias, const void *const *peep,
+                                   const void *const *lnp) {
     steps_job j = {.L = L, .dt = dt, .len = len, .U = U, .R = R, .bias = bias, .peep = peep};
+    for (int k = 0; k < 4; k++)
+        j.ln[k] = lnp[k];
     return run_steps(&j);
 }
 
@@ -443,27 +520,47 @@ static rl_status forward_steps_cpu(lstm_layer *L, rl_dtype dt, const int32_t *le
  * rl_recurrent_set_gates). */
 static rl_status backward_steps_cpu(lstm_layer *L, rl_dtype dt, const int32_t *len, rl_mat dout,
                                     rl_mat U, rl_mat R, rl_mat dR, rl_mat db,
-                                    const void *const *peep, void *const *dpeep) {
+                                    const void *const *peep, void *const *dpeep,
+                                    const void *const *lnp, void *const *dlnp) {
     int64_t T = L->rec.T, B = L->rec.B, H = L->H, P = L->base.n_out, BH = B * H;
     steps_job j = {
         .L = L, .dt = dt, .len = len, .U = U, .R = R, .dout = dout, .peep = peep, .backward = true};
+    for (int k = 0; k < 4; k++)
+        j.ln[k] = lnp[k];
     RL_TRY(run_steps(&j));
     void *cp = at(&L->cs, L->direction > 0 ? 0 : BH), *c = at(&L->cs, L->direction > 0 ? BH : 0);
     if (L->zoned) c = rl_tensor_data(&L->ct); /* p_o multiplies c~ */
-    if (dt == RL_FLOAT32)
+    if (L->ln) { /* b and the gains from the gates' and the normalised cell's gradients */
+        void *p[7];
+        ln_rows(&j, 0, 0, p);
+        if (dt == RL_FLOAT32) {
+            rl_lstm_ln_f32 ln = {p[0], p[1], p[2], p[3], p[4], p[5], p[6], NULL, NULL, NULL, NULL};
+            rl_lstm_ln_cpu_param_grads_f32(T * B, H, &ln, db.p, dlnp[0], dlnp[1], dlnp[2], dlnp[3]);
+        } else {
+            rl_lstm_ln_f64 ln = {p[0], p[1], p[2], p[3], p[4], p[5], p[6], NULL, NULL, NULL, NULL};
+            rl_lstm_ln_cpu_param_grads_f64(T * B, H, &ln, db.p, dlnp[0], dlnp[1], dlnp[2], dlnp[3]);
+        }
+    } else if (dt == RL_FLOAT32) {
         rl_lstm_cpu_param_grads_f32(T * B, H, rl_tensor_data(&L->gates), cp, c, db.p,
                                     (float *const *)dpeep);
-    else
+    } else {
         rl_lstm_cpu_param_grads_f64(T * B, H, rl_tensor_data(&L->gates), cp, c, db.p,
                                     (double *const *)dpeep);
+    }
     if (L->proj) { /* each frame's m (rows cur) against its dLoss/dh (0 on padded rows) */
         rl_mat M = {at(&L->ms, L->direction > 0 ? BH : 0), H}, D = {rl_tensor_data(&L->drs), P};
         RL_TRY(gemm(L, RL_DEVICE_CPU, dt, true, false, H, P, T * B, M, D, 1.0, dR));
     }
-    if (L->rec.defer_fwd) return RL_OK;
-    rl_mat dZ = {rl_tensor_data(&L->gates), 4 * H};
     rl_mat Hprev = {at(&L->hs, L->direction > 0 ? 0 : B * P), P};
     if (L->rdropped) Hprev.p = rl_tensor_data(&L->hd); /* dU pairs dZ with what U multiplied */
+    if (L->ln) { /* dU from the recurrent part's gradients, also in a rec unit (lstm_weight_grad) */
+        rl_mat dZH = {rl_tensor_data(&L->lndzh), 4 * H}, dU;
+        RL_TRY(rl_param_mat(&L->base, &L->base.params[P_U].grad, "U (gradient)", dt, RL_DEVICE_CPU,
+                            &dU));
+        return gemm(L, RL_DEVICE_CPU, dt, true, false, P, 4 * H, T * B, Hprev, dZH, 1.0, dU);
+    }
+    if (L->rec.defer_fwd) return RL_OK;
+    rl_mat dZ = {rl_tensor_data(&L->gates), 4 * H};
     return lstm_weight_grad(&L->base, RL_DEVICE_CPU, dt, -1, T * B, Hprev, dZ);
 }
 
@@ -477,6 +574,7 @@ static rl_status lstm_forward(rl_layer *l, rl_layer_io *io) {
     if (L->zc > 0 || L->zh > 0) RL_TRY(rl_recurrent_cpu_only(r, l, dev, "zoneout"));
     if (L->rd > 0) RL_TRY(rl_recurrent_cpu_only(r, l, dev, "rec_dropout"));
     if (L->proj) RL_TRY(rl_recurrent_cpu_only(r, l, dev, "n_proj"));
+    if (L->ln) RL_TRY(rl_recurrent_cpu_only(r, l, dev, "layer_norm"));
     if (L->cudnn && dev.type != RL_CUDA)
         return rl_error(RL_EDEVICE,
                         "layer '%s' (lstm): impl = \"cudnn\" needs CUDA tensors, the inputs "
@@ -489,6 +587,13 @@ static rl_status lstm_forward(rl_layer *l, rl_layer_io *io) {
     RL_TRY(rl_param_mat(l, &l->params[P_U].value, "U", dt, dev, &U));
     RL_TRY(rl_param_mat(l, &l->params[P_B].value, "b", dt, dev, &bias));
     if (L->proj) RL_TRY(rl_param_mat(l, &l->params[L->p_r].value, "R", dt, dev, &R));
+    const void *lnp[4] = {NULL, NULL, NULL, NULL};
+    for (int k = 0; k < 4 && L->ln; k++) {
+        rl_mat pm;
+        RL_TRY(rl_param_mat(l, &l->params[L->p_ln + k].value, l->params[L->p_ln + k].name, dt, dev,
+                            &pm));
+        lnp[k] = pm.p;
+    }
     for (int k = 0; k < 3 && L->peepholes; k++) {
         rl_mat pm;
         RL_TRY(rl_param_mat(l, &l->params[P_PI + k].value, l->params[P_PI + k].name, dt, dev, &pm));
@@ -512,6 +617,13 @@ static rl_status lstm_forward(rl_layer *l, rl_layer_io *io) {
         int64_t mshape[2] = {B, H};
         RL_TRY(rl_buffer_ensure_synced(&L->ms, dt, dev, 3, sshape));
         RL_TRY(rl_buffer_ensure_synced(&L->mscr, dt, dev, 2, mshape));
+    }
+    if (L->ln) {
+        int64_t cshape[3] = {T, B, H}, rshape[3] = {T, B, 9};
+        RL_TRY(rl_buffer_ensure_synced(&L->lnx, dt, dev, 3, gshape));
+        RL_TRY(rl_buffer_ensure_synced(&L->lnh, dt, dev, 3, gshape));
+        RL_TRY(rl_buffer_ensure_synced(&L->lnc, dt, dev, 3, cshape));
+        RL_TRY(rl_buffer_ensure_synced(&L->lnrs, dt, dev, 3, rshape));
     }
 
     /* the initial state row */
@@ -577,7 +689,7 @@ static rl_status lstm_forward(rl_layer *l, rl_layer_io *io) {
     }
     const void *const *pp = L->peepholes ? peep : NULL;
     if (dev.type == RL_CPU)
-        RL_TRY(forward_steps_cpu(L, dt, rl_tensor_data(io->lengths), U, R, bias, pp));
+        RL_TRY(forward_steps_cpu(L, dt, rl_tensor_data(io->lengths), U, R, bias, pp, lnp));
 #ifdef RL_WITH_CUDA
     else
         RL_TRY(rl_lstm_cuda_forward(r->stream, dt, T, B, H, L->direction,
@@ -613,6 +725,16 @@ static rl_status lstm_backward(rl_layer *l, rl_layer_io *io, const rl_tensor *gr
         RL_TRY(rl_param_mat(l, &l->params[L->p_r].value, "R", dt, dev, &R));
         RL_TRY(rl_param_mat(l, &l->params[L->p_r].grad, "R (gradient)", dt, dev, &dR));
     }
+    const void *lnp[4] = {NULL, NULL, NULL, NULL};
+    void *dlnp[4] = {NULL, NULL, NULL, NULL};
+    for (int k = 0; k < 4 && L->ln; k++) {
+        const rl_param *q = &l->params[L->p_ln + k];
+        rl_mat pm, gm;
+        RL_TRY(rl_param_mat(l, &q->value, q->name, dt, dev, &pm));
+        RL_TRY(rl_param_mat(l, &q->grad, q->name, dt, dev, &gm));
+        lnp[k] = pm.p;
+        dlnp[k] = gm.p;
+    }
     for (int k = 0; k < 3 && L->peepholes; k++) {
         rl_mat pm, gm;
         RL_TRY(rl_param_mat(l, &l->params[P_PI + k].value, l->params[P_PI + k].name, dt, dev, &pm));
@@ -639,11 +761,18 @@ static rl_status lstm_backward(rl_layer *l, rl_layer_io *io, const rl_tensor *gr
         RL_TRY(rl_buffer_ensure_synced(&L->drs, dt, dev, 3, dshape));
         RL_TRY(rl_buffer_ensure_synced(&L->dm, dt, dev, 2, mshape));
     }
+    if (L->ln) {
+        int64_t gshape[3] = {T, B, 4 * H}, cshape[3] = {T, B, H};
+        RL_TRY(rl_buffer_ensure_synced(&L->lng, dt, dev, 3, gshape));
+        RL_TRY(rl_buffer_ensure_synced(&L->lndzh, dt, dev, 3, gshape));
+        RL_TRY(rl_buffer_ensure_synced(&L->lndu, dt, dev, 3, cshape));
+    }
 
     const void *const *pp = L->peepholes ? peep : NULL;
     void *const *dpp = L->peepholes ? dpeep : NULL;
     if (dev.type == RL_CPU)
-        RL_TRY(backward_steps_cpu(L, dt, rl_tensor_data(io->lengths), dout, U, R, dR, db, pp, dpp));
+        RL_TRY(backward_steps_cpu(L, dt, rl_tensor_data(io->lengths), dout, U, R, dR, db, pp, dpp,
+                                  lnp, dlnp));
 #ifdef RL_WITH_CUDA
     else {
         int64_t rshape[2] = {RL_LSTM_CUDA_CHUNKS, 7 * H};
@@ -695,9 +824,10 @@ static void lstm_destroy(rl_layer *l) {
     lstm_layer *L = (lstm_layer *)l;
     rl_recurrent_free(&L->rec); /* drops the cuDNN object, waits for and destroys the stream */
     rl_rnn_cudnn_free(&L->dnn);
-    rl_tensor *ts[] = {&L->gates, &L->hs,   &L->cs,  &L->dh, &L->dc,   &L->red,
-                       &L->mc,    &L->mh,   &L->ct,  &L->md, &L->hd,   &L->dtmp,
-                       &L->ms,    &L->mscr, &L->drs, &L->dm, &L->rpack};
+    rl_tensor *ts[] = {&L->gates, &L->hs,   &L->cs,   &L->dh,  &L->dc,    &L->red,
+                       &L->mc,    &L->mh,   &L->ct,   &L->md,  &L->hd,    &L->dtmp,
+                       &L->ms,    &L->mscr, &L->drs,  &L->dm,  &L->rpack, &L->lnx,
+                       &L->lnh,   &L->lnc,  &L->lnrs, &L->lng, &L->lndzh, &L->lndu};
     for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
         rl_tensor_release(ts[i]);
     for (int k = 0; k < RL_LAYER_MAX_INPUTS; k++) {
@@ -779,6 +909,18 @@ rl_status rl_lstm_create(rl_layer **out, const char *name, const rl_options *opt
                         name);
     int64_t P;
     RL_TRY(proj_option(opts, name, H, cudnn, zc > 0 || zh > 0, &P));
+    bool ln;
+    RL_TRY(rl_opt_bool(opts, name, "layer_norm", false, &ln));
+    const char *without = cudnn              ? "impl = \"cudnn\""
+                          : peep             ? "peepholes"
+                          : zc > 0 || zh > 0 ? "zoneout"
+                                             : NULL;
+    if (ln && without)
+        return rl_error(RL_EARG,
+                        "layer '%s' (lstm): option layer_norm and %s do not go together (%s)", name,
+                        without,
+                        cudnn ? "cuDNN's LSTM has no layer normalisation; use impl = \"own\""
+                              : "not implemented");
     int64_t F = 0;
     for (int k = 0; k < n_in; k++) {
         if (in_dims[k] < 1)
@@ -792,6 +934,7 @@ rl_status rl_lstm_create(rl_layer **out, const char *name, const rl_options *opt
     l->n_out = P;
     L->H = H;
     L->proj = P != H;
+    L->ln = ln;
     L->direction = (int)dir;
     L->peepholes = peep;
     L->cudnn = cudnn;
@@ -823,6 +966,13 @@ rl_status rl_lstm_create(rl_layer **out, const char *name, const rl_options *opt
     L->p_r = l->n_params;
     if (st == RL_OK && L->proj)
         st = rl_layer_add_param(l, "R", 2, rs, RL_INIT_GLOROT, 1.0, H, P, NULL);
+    L->p_ln = l->n_params;
+    const char *gn[4] = {"g_x", "g_h", "g_c", "b_c"};
+    for (int k = 0; k < 4 && ln && st == RL_OK; k++) {
+        int64_t gs[1] = {k < 2 ? 4 * H : H};
+        st = rl_layer_add_param(l, gn[k], 1, gs, k < 3 ? RL_INIT_CONSTANT : RL_INIT_ZEROS,
+                                k < 3 ? 1.0 : 0.0, 0, 0, NULL);
+    }
     if (st != RL_OK) {
         rl_layer_free(l);
         return st;
