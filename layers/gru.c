@@ -25,7 +25,12 @@
  *   zoneout (hidden): h_t = m h_prev + (1 - m) h~_t, m = Bernoulli(z) per unit and step in
  *   training, z in evaluation, inside the fused passes (kernels/gru.h);
  *   rec_dropout (training): the product h_prev U reads h_prev * m_d, m_d (B, H) one per
- *   sequence; the interpolation z h_prev keeps the undropped state.
+ *   sequence; the interpolation z h_prev keeps the undropped state;
+ *   layer_norm (kernels/gru.h): the input part x W and the recurrent part h_prev U normalised per
+ *   gate block apart, each with its gain g_x, g_h (3H), before the biases; the recurrent product
+ *   goes to lnh instead of the gates, and dU pairs Hprev with the recurrent part's gradients
+ *   lndzh (the layer makes it also when a rec unit makes the other weight gradients); CPU only,
+ *   not with impl = "cudnn".
  *
  * Cost: the input projection of all frames is two GEMMs per input (the r, z columns and the n
  * columns of W go to their blocks of the gates buffer); each step is one recurrent GEMM
@@ -62,6 +67,9 @@
  *   md (B, H), hd (T, B, H), dtmp (B, H)  rec_dropout: the mask, the dropped previous states of
  *                     every frame (the products' operand, then dU's), backward's recurrent
  *                     product before the mask
+ *   lnx, lnh (T, B, 3H), lnrs (T, B, 6), lng (T, B, 4H), lndzh (T, B, 3H)  layer_norm: the
+ *                     normalised parts, their 1/std; backward: the gates' gradients before the
+ *                     normalisation's, the recurrent part's gradients
  * The lengths on the device, a copy of an unfoldable grad_out and the packed operands are
  * rl_recurrent's (layers/recurrent.h).
  *
@@ -126,6 +134,12 @@ typedef struct {
     bool rdropped;          /* the last forward dropped the recurrent input (its backward too) */
     rl_tensor md, hd, dtmp; /* rec_dropout: the mask (B, H), the dropped previous states of
                                every frame (T, B, H), backward's recurrent product (B, H) */
+    bool ln;                /* layer_norm */
+    int p_ln;               /* with ln: the index of g_x in params (g_h follows) */
+    rl_tensor lnx, lnh, lnrs, lng, lndzh; /* layer_norm (kernels/gru.h, rl_gru_ln_f32): the
+                               normalised input and recurrent parts (T, B, 3H), their 1/std
+                               (T, B, 6); backward: the gates' gradients (T, B, 4H), the
+                               recurrent part's (T, B, 3H) */
 } gru_layer;
 
 static const rl_layer_ops gru_ops;
@@ -153,6 +167,7 @@ static rl_status gru_weight_grad(rl_layer *l, rl_device dev, rl_dtype dt, int k,
     void *stream = ((gru_layer *)l)->rec.stream;
     int64_t H = l->n_out, row = 0;
     rl_mat g;
+    if (k < 0 && ((gru_layer *)l)->ln) return RL_OK; /* the layer makes dU, from lndzh */
     if (k < 0) {
         RL_TRY(rl_param_mat(l, &l->params[P_U].grad, "U (gradient)", dt, dev, &g));
         return rl_mat_gemm(dev, stream, dt, true, false, H, 3 * H, n, x, dg, 1.0, g);
@@ -212,6 +227,7 @@ typedef struct {
     rl_dtype dt;
     const int32_t *len;
     rl_mat U, b, bh, dout, db, dbh; /* b, bh: forward; dout, db, dbh: backward */
+    const void *ln[2];              /* layer_norm: g_x, g_h */
     bool packed;
     const float *upack;
 } gru_steps;
@@ -231,8 +247,31 @@ static int row_parts(const gru_layer *L, bool packed) {
     return parts;
 }
 
-/* Forward steps of rows r0 .. r1-1: per step the recurrent product into [r | z | hn] and the
- * fused pointwise pass of kernels/cpu/gru.c. */
+/* layer_norm: the step's rows r0.. of the buffers (kernels/gru.h); ln_pass runs its forward or
+ * backward normalisation pass over n rows of g. */
+static void ln_pass(const gru_steps *j, bool backward, int64_t t, int64_t r0, int64_t n, void *g) {
+    gru_layer *L = j->L;
+    int64_t e = t * L->rec.B + r0, H = L->base.n_out;
+    void *xh = at(&L->lnx, e * 3 * H), *hh = at(&L->lnh, e * 3 * H), *rs = at(&L->lnrs, e * 6);
+    void *dg = backward ? at(&L->lng, e * 4 * H) : NULL;
+    void *dzh = backward ? at(&L->lndzh, e * 3 * H) : NULL;
+    if (j->dt == RL_FLOAT32) {
+        rl_gru_ln_f32 ln = {xh, hh, rs, dg, dzh, j->ln[0], j->ln[1]};
+        if (backward)
+            rl_gru_ln_cpu_bwd_f32(n, H, t, j->len + r0, g, &ln);
+        else
+            rl_gru_ln_cpu_fwd_f32(n, H, t, j->len + r0, g, &ln);
+    } else {
+        rl_gru_ln_f64 ln = {xh, hh, rs, dg, dzh, j->ln[0], j->ln[1]};
+        if (backward)
+            rl_gru_ln_cpu_bwd_f64(n, H, t, j->len + r0, g, &ln);
+        else
+            rl_gru_ln_cpu_fwd_f64(n, H, t, j->len + r0, g, &ln);
+    }
+}
+
+/* Forward steps of rows r0 .. r1-1: per step the recurrent product into [r | z | hn] (with
+ * layer_norm into lnh, normalised apart) and the fused pointwise pass of kernels/cpu/gru.c. */
 static void fwd_rows(const gru_steps *j, int64_t r0, int64_t r1) {
     gru_layer *L = j->L;
     rl_dtype dt = j->dt;
@@ -246,10 +285,13 @@ static void fwd_rows(const gru_steps *j, int64_t r0, int64_t r1) {
             Hm.p = at(&L->hd, t * BH + r0 * H);
             rl_recurrent_mask_rows(dt, n, H, Hp.p, at(&L->md, r0 * H), Hm.p, false);
         }
+        rl_mat Zp = L->ln ? (rl_mat){at(&L->lnh, (t * B + r0) * 3 * H), 3 * H} : Gt;
         if (j->packed)
-            rl_gemm_packed_f32(n, 3 * H, H, Hm.p, H, j->upack, true, Gt.p, 4 * H);
+            rl_gemm_packed_f32(n, 3 * H, H, Hm.p, H, j->upack, !L->ln, Zp.p, Zp.ld);
         else
-            rl_mat_gemm(RL_DEVICE_CPU, NULL, dt, false, false, n, 3 * H, H, Hm, j->U, 1.0, Gt);
+            rl_mat_gemm(RL_DEVICE_CPU, NULL, dt, false, false, n, 3 * H, H, Hm, j->U,
+                        L->ln ? 0.0 : 1.0, Zp);
+        if (L->ln) ln_pass(j, false, t, r0, n, Gt.p);
         void *h = at(&L->hs, cur * BH + r0 * H), *out = at(&L->base.out, t * BH + r0 * H);
         void *mh = L->zoned ? at(&L->mh, t * BH + r0 * H) : NULL;
         if (dt == RL_FLOAT32)
@@ -282,10 +324,15 @@ static void bwd_rows(const gru_steps *j, int64_t r0, int64_t r1) {
             rl_gru_cpu_bwd_f64(n, H, t, j->len + r0, Gt.p, hp, dot, j->dout.ld, dH.p, j->db.p,
                                j->dbh.p, mh);
         /* padded rows of dG_t are 0, so their dh passes through unchanged; with rec_dropout
-         * the product's gradient goes through the mask */
+         * the product's gradient goes through the mask; with layer_norm it reads the recurrent
+         * part's gradients */
         rl_mat D = L->rdropped ? (rl_mat){at(&L->dtmp, r0 * H), H} : dH;
+        if (L->ln) {
+            ln_pass(j, true, t, r0, n, Gt.p);
+            Gt = (rl_mat){at(&L->lndzh, (t * B + r0) * 3 * H), 3 * H};
+        }
         if (j->packed)
-            rl_gemm_packed_f32(n, H, 3 * H, Gt.p, 4 * H, j->upack, !L->rdropped, D.p, H);
+            rl_gemm_packed_f32(n, H, 3 * H, Gt.p, Gt.ld, j->upack, !L->rdropped, D.p, H);
         else
             rl_mat_gemm(RL_DEVICE_CPU, NULL, dt, false, true, n, H, 3 * H, Gt, j->U,
                         L->rdropped ? 0.0 : 1.0, D);
@@ -323,9 +370,9 @@ static rl_status pack_u(gru_layer *L, gru_steps *j, bool backward) {
     return RL_OK;
 }
 
-/* The forward recurrence on the CPU. */
+/* The forward recurrence on the CPU; lnp: layer_norm's g_x, g_h. */
 static rl_status forward_steps_cpu(gru_layer *L, rl_dtype dt, const int32_t *len, rl_mat U,
-                                   rl_mat b, rl_mat bh) {
+                                   rl_mat b, rl_mat bh, const void *const *lnp) {
     rl_layer *l = &L->base;
     int64_t T = L->rec.T, B = L->rec.B, H = l->n_out;
     size_t es = rl_dtype_size(dt);
@@ -333,7 +380,7 @@ static rl_status forward_steps_cpu(gru_layer *L, rl_dtype dt, const int32_t *len
     char *g0 = rl_tensor_data(&L->gates);
     for (int64_t row = 0; row < T * B; row++)
         memset(g0 + (size_t)(row * 4 * H + 2 * H) * es, 0, (size_t)H * es);
-    gru_steps j = {.L = L, .dt = dt, .len = len, .U = U, .b = b, .bh = bh};
+    gru_steps j = {.L = L, .dt = dt, .len = len, .U = U, .b = b, .bh = bh, .ln = {lnp[0], lnp[1]}};
     RL_TRY(pack_u(L, &j, false));
     int parts = row_parts(L, j.packed);
     if (parts > 1)
@@ -343,26 +390,50 @@ static rl_status forward_steps_cpu(gru_layer *L, rl_dtype dt, const int32_t *len
     return RL_OK;
 }
 
-/* The backward recurrence on the CPU (dG, dh, db, db_h), then dU = Hprev^T dG (unless the
- * caller makes the weight gradients, rl_recurrent_set_gates). */
+/* The backward recurrence on the CPU (dG, dh, db, db_h; with layer_norm the gains too), then
+ * dU = Hprev^T dG (unless the caller makes the weight gradients, rl_recurrent_set_gates; with
+ * layer_norm always here, from the recurrent part's gradients). */
 static rl_status backward_steps_cpu(gru_layer *L, rl_dtype dt, const int32_t *len, rl_mat dout,
-                                    rl_mat U, rl_mat db, rl_mat dbh) {
+                                    rl_mat U, rl_mat db, rl_mat dbh, const void *const *lnp,
+                                    void *const *dlnp) {
     rl_layer *l = &L->base;
     int64_t T = L->rec.T, B = L->rec.B, H = l->n_out, BH = B * H;
-    gru_steps j = {.L = L, .dt = dt, .len = len, .U = U, .dout = dout, .db = db, .dbh = dbh};
+    gru_steps j = {.L = L,
+                   .dt = dt,
+                   .len = len,
+                   .U = U,
+                   .dout = dout,
+                   .db = db,
+                   .dbh = dbh,
+                   .ln = {lnp[0], lnp[1]}};
     RL_TRY(pack_u(L, &j, true));
     bool apart = rows_apart(L, j.packed);
-    if (apart) j.db = j.dbh = (rl_mat){NULL, 0};
+    if (apart || L->ln) j.db = j.dbh = (rl_mat){NULL, 0};
     int parts = row_parts(L, j.packed);
     if (parts > 1)
         rl_cpu_parallel(parts, bwd_part, &j);
     else
         bwd_part(&j, 0, 1);
     rl_mat dG = {rl_tensor_data(&L->gates), 4 * H};
-    if (apart) rl_gru_cpu_bias_grads_f32(T * B, H, dG.p, db.p, dbh.p);
-    if (L->rec.defer_fwd) return RL_OK;
     rl_mat Hprev = {at(&L->hs, L->direction > 0 ? 0 : BH), H};
     if (L->rdropped) Hprev.p = rl_tensor_data(&L->hd); /* dU pairs dG with what U multiplied */
+    if (L->ln) {
+        void *xh = rl_tensor_data(&L->lnx), *hh = rl_tensor_data(&L->lnh);
+        void *dg = rl_tensor_data(&L->lng);
+        if (dt == RL_FLOAT32) {
+            rl_gru_ln_f32 ln = {xh, hh, NULL, dg, NULL, NULL, NULL};
+            rl_gru_ln_cpu_param_grads_f32(T * B, H, &ln, db.p, dbh.p, dlnp[0], dlnp[1]);
+        } else {
+            rl_gru_ln_f64 ln = {xh, hh, NULL, dg, NULL, NULL, NULL};
+            rl_gru_ln_cpu_param_grads_f64(T * B, H, &ln, db.p, dbh.p, dlnp[0], dlnp[1]);
+        }
+        rl_mat dU, dZH = {rl_tensor_data(&L->lndzh), 3 * H};
+        RL_TRY(rl_param_mat(l, &l->params[P_U].grad, "U (gradient)", dt, RL_DEVICE_CPU, &dU));
+        return rl_mat_gemm(RL_DEVICE_CPU, NULL, dt, true, false, H, 3 * H, T * B, Hprev, dZH, 1.0,
+                           dU);
+    }
+    if (apart) rl_gru_cpu_bias_grads_f32(T * B, H, dG.p, db.p, dbh.p);
+    if (L->rec.defer_fwd) return RL_OK;
     return gru_weight_grad(l, RL_DEVICE_CPU, dt, -1, T * B, Hprev, dG);
 }
 
@@ -375,8 +446,16 @@ static rl_status gru_forward(rl_layer *l, rl_layer_io *io) {
     RL_TRY(rl_recurrent_forward_begin(r, l, io, &dt, &dev));
     if (L->zh > 0) RL_TRY(rl_recurrent_cpu_only(r, l, dev, "zoneout"));
     if (L->rd > 0) RL_TRY(rl_recurrent_cpu_only(r, l, dev, "rec_dropout"));
+    if (L->ln) RL_TRY(rl_recurrent_cpu_only(r, l, dev, "layer_norm"));
     int64_t T = r->T, B = r->B;
     rl_mat W, U, b, bh;
+    const void *lnp[2] = {NULL, NULL};
+    for (int k = 0; k < 2 && L->ln; k++) {
+        rl_mat pm;
+        RL_TRY(rl_param_mat(l, &l->params[L->p_ln + k].value, l->params[L->p_ln + k].name, dt, dev,
+                            &pm));
+        lnp[k] = pm.p;
+    }
     RL_TRY(rl_param_mat(l, &l->params[P_W].value, "W", dt, dev, &W));
     RL_TRY(rl_param_mat(l, &l->params[P_U].value, "U", dt, dev, &U));
     RL_TRY(rl_param_mat(l, &l->params[P_B].value, "b", dt, dev, &b));
@@ -395,6 +474,12 @@ static rl_status gru_forward(rl_layer *l, rl_layer_io *io) {
     int64_t gshape[3] = {T, B, 4 * H}, sshape[3] = {T + 1, B, H};
     RL_TRY(rl_recurrent_gates(r, l, &L->gates, dt, dev, gshape));
     RL_TRY(rl_buffer_ensure_synced(&L->hs, dt, dev, 3, sshape));
+    if (L->ln) {
+        int64_t pshape[3] = {T, B, 3 * H}, rshape[3] = {T, B, 6};
+        RL_TRY(rl_buffer_ensure_synced(&L->lnx, dt, dev, 3, pshape));
+        RL_TRY(rl_buffer_ensure_synced(&L->lnh, dt, dev, 3, pshape));
+        RL_TRY(rl_buffer_ensure_synced(&L->lnrs, dt, dev, 3, rshape));
+    }
 
     /* the initial state row */
     rl_tensor hrow = {0};
@@ -447,7 +532,7 @@ static rl_status gru_forward(rl_layer *l, rl_layer_io *io) {
     }
     L->zoned = L->zh > 0;
     if (L->zoned) RL_TRY(rl_recurrent_zoneout_mask(r, l, io, L->zh, &L->mh, dt, dev));
-    if (dev.type == RL_CPU) RL_TRY(forward_steps_cpu(L, dt, len, U, b, bh));
+    if (dev.type == RL_CPU) RL_TRY(forward_steps_cpu(L, dt, len, U, b, bh, lnp));
 #ifdef RL_WITH_CUDA
     else
         RL_TRY(rl_gru_cuda_forward(r->stream, dt, T, B, H, L->direction,
@@ -479,6 +564,16 @@ static rl_status gru_backward(rl_layer *l, rl_layer_io *io, const rl_tensor *gra
     RL_TRY(rl_param_mat(l, &l->params[P_U].grad, "U (gradient)", dt, dev, &dU));
     RL_TRY(rl_param_mat(l, &l->params[P_B].grad, "b (gradient)", dt, dev, &db));
     RL_TRY(rl_param_mat(l, &l->params[P_BH].grad, "b_h (gradient)", dt, dev, &dbh));
+    const void *lnp[2] = {NULL, NULL};
+    void *dlnp[2] = {NULL, NULL};
+    for (int k = 0; k < 2 && L->ln; k++) {
+        const rl_param *q = &l->params[L->p_ln + k];
+        rl_mat pm, gm;
+        RL_TRY(rl_param_mat(l, &q->value, q->name, dt, dev, &pm));
+        RL_TRY(rl_param_mat(l, &q->grad, q->name, dt, dev, &gm));
+        lnp[k] = pm.p;
+        dlnp[k] = gm.p;
+    }
 #ifdef RL_WITH_CUDA
     if (L->ran_cudnn) {
         rl_mat g[4] = {dW, dU, db, dbh};
@@ -492,9 +587,14 @@ static rl_status gru_backward(rl_layer *l, rl_layer_io *io, const rl_tensor *gra
         int64_t dshape[2] = {B, H};
         RL_TRY(rl_buffer_ensure_synced(&L->dtmp, dt, dev, 2, dshape));
     }
+    if (L->ln) {
+        int64_t gshape[3] = {T, B, 4 * H}, pshape[3] = {T, B, 3 * H};
+        RL_TRY(rl_buffer_ensure_synced(&L->lng, dt, dev, 3, gshape));
+        RL_TRY(rl_buffer_ensure_synced(&L->lndzh, dt, dev, 3, pshape));
+    }
 
     if (dev.type == RL_CPU)
-        RL_TRY(backward_steps_cpu(L, dt, rl_tensor_data(io->lengths), dout, U, db, dbh));
+        RL_TRY(backward_steps_cpu(L, dt, rl_tensor_data(io->lengths), dout, U, db, dbh, lnp, dlnp));
 #ifdef RL_WITH_CUDA
     else {
         int64_t rshape[2] = {RL_GRU_CUDA_CHUNKS, 4 * H};
@@ -556,7 +656,8 @@ static void gru_destroy(rl_layer *l) {
     gru_layer *L = (gru_layer *)l;
     rl_recurrent_free(&L->rec); /* drops the cuDNN object, waits for and destroys the stream */
     rl_rnn_cudnn_free(&L->dnn);
-    rl_tensor *ts[] = {&L->gates, &L->hs, &L->dh, &L->red, &L->mh, &L->md, &L->hd, &L->dtmp};
+    rl_tensor *ts[] = {&L->gates, &L->hs,  &L->dh,  &L->red,  &L->mh,  &L->md,   &L->hd,
+                       &L->dtmp,  &L->lnx, &L->lnh, &L->lnrs, &L->lng, &L->lndzh};
     for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
         rl_tensor_release(ts[i]);
     for (int k = 0; k < RL_LAYER_MAX_INPUTS; k++) {
@@ -584,6 +685,13 @@ rl_status rl_gru_create(rl_layer **out, const char *name, const rl_options *opts
     RL_TRY(rl_recurrent_zoneout_option(opts, name, "gru", false, cudnn, &zc, &zh));
     double rd;
     RL_TRY(rl_recurrent_rec_dropout_option(opts, name, "gru", cudnn, &rd));
+    bool ln;
+    RL_TRY(rl_opt_bool(opts, name, "layer_norm", false, &ln));
+    if (ln && cudnn)
+        return rl_error(RL_EARG,
+                        "layer '%s' (gru): option layer_norm and impl = \"cudnn\" do not go "
+                        "together (cuDNN's GRU has no layer normalisation; use impl = \"own\")",
+                        name);
     if (dir != 1 && dir != -1)
         return rl_error(RL_EARG, "layer '%s' (gru): direction = %" PRId64 ", expected 1 or -1",
                         name, dir);
@@ -609,6 +717,7 @@ rl_status rl_gru_create(rl_layer **out, const char *name, const rl_options *opts
     L->cudnn = cudnn;
     L->zh = zh;
     L->rd = rd;
+    L->ln = ln;
     L->rec.on_stream_drop = drop_stream_users;
     L->rec.weight_grad = gru_weight_grad;
     L->rec.n_states = 1;
@@ -624,6 +733,11 @@ rl_status rl_gru_create(rl_layer **out, const char *name, const rl_options *opts
         st = rl_layer_add_param(l, "U", 2, us, RL_INIT_ORTHOGONAL, 1.0, H, 3 * H, NULL);
     if (st == RL_OK) st = rl_layer_add_param(l, "b", 1, bs, RL_INIT_ZEROS, 0.0, 0, 0, NULL);
     if (st == RL_OK) st = rl_layer_add_param(l, "b_h", 1, bs, RL_INIT_ZEROS, 0.0, 0, 0, NULL);
+    L->p_ln = l->n_params;
+    if (st == RL_OK && ln)
+        st = rl_layer_add_param(l, "g_x", 1, bs, RL_INIT_CONSTANT, 1.0, 0, 0, NULL);
+    if (st == RL_OK && ln)
+        st = rl_layer_add_param(l, "g_h", 1, bs, RL_INIT_CONSTANT, 1.0, 0, 0, NULL);
     if (st != RL_OK) {
         rl_layer_free(l);
         return st;
