@@ -25,7 +25,14 @@
  *   zoneout (hidden): h_t = m h_prev + (1 - m) h~_t, m = Bernoulli(z) per unit and step in
  *   training, z in evaluation, inside the fused passes (kernels/gru.h);
  *   rec_dropout (training): the product h_prev U reads h_prev * m_d, m_d (B, H) one per
- *   sequence; the interpolation z h_prev keeps the undropped state.
+ *   sequence; the interpolation z h_prev keeps the undropped state;
+ *   layer_norm (kernels/gru.h, the lstm's formulation, Ba et al. 2016 per gate block): the input
+ *   part x W and the recurrent part h_prev U normalised per block of H apart, with gains g_x, g_h
+ *   (3H, ones, parameters after b_h), before the biases:
+ *   ar = LN(x W_r) g_xr + b_r + LN(h U_r) g_hr + b_hr (az alike),
+ *   n = tanh(LN(x W_n) g_xn + b_n + r (LN(h U_n) g_hn + b_hn)); the recurrent product goes to its
+ *   own buffer (the driver's rec_apart), a normalisation pass runs before the fused forward and
+ *   after the fused backward; CPU only, not with impl = "cudnn".
  *
  * The layer is a cell of the recurrent driver (layers/recurrent.h), which owns the time loop, the
  * products, the buffers, the threads, the shared options, the devices and the cuDNN path
@@ -49,9 +56,38 @@
 #include "../kernels/cudnn_layout.h"
 #include "../kernels/gru.h"
 
-enum { P_W, P_U, P_B, P_BH };
+enum { P_W, P_U, P_B, P_BH, P_GX, P_GH };
+enum { OPT_LAYER_NORM };
+/* layer_norm's frame buffers (rl_recurrent.frame): the recurrent part and its gradients first
+ * (rec_apart), then the kernels/gru.h rl_gru_ln_f32 ones */
+enum { F_HH, F_DZH, F_XH, F_RS, F_DG, N_FRAME };
+
+/* The layer_norm kernels' view of a step's (or all frames') buffers; p: the params, or NULL. */
+#define LN_VIEW(T, fb, p)                                                                          \
+    (T) {                                                                                          \
+        (fb)[F_XH], (fb)[F_HH], (fb)[F_RS], (fb)[F_DG], (fb)[F_DZH], (p) ? (p)[P_GX] : NULL,       \
+            (p) ? (p)[P_GH] : NULL                                                                 \
+    }
+
+/* layer_norm: the normalisation pass of a step before the cell's forward or after its backward. */
+static void gru_ln(const rl_cell_step *s, bool backward) {
+    if (s->dt == RL_FLOAT32) {
+        rl_gru_ln_f32 ln = LN_VIEW(rl_gru_ln_f32, s->fb, s->p);
+        if (backward)
+            rl_gru_ln_cpu_bwd_f32(s->n, s->H, s->t, s->len, s->g, &ln);
+        else
+            rl_gru_ln_cpu_fwd_f32(s->n, s->H, s->t, s->len, s->g, &ln);
+    } else {
+        rl_gru_ln_f64 ln = LN_VIEW(rl_gru_ln_f64, s->fb, s->p);
+        if (backward)
+            rl_gru_ln_cpu_bwd_f64(s->n, s->H, s->t, s->len, s->g, &ln);
+        else
+            rl_gru_ln_cpu_fwd_f64(s->n, s->H, s->t, s->len, s->g, &ln);
+    }
+}
 
 static void gru_fwd(const rl_cell_step *s) {
+    if (s->opt[OPT_LAYER_NORM] != 0) gru_ln(s, false);
     if (s->dt == RL_FLOAT32)
         rl_gru_cpu_fwd_f32(s->n, s->H, s->t, s->len, s->g, s->p[P_B], s->p[P_BH], s->prev[0],
                            s->cur[0], s->out, s->zo[0]);
@@ -60,19 +96,35 @@ static void gru_fwd(const rl_cell_step *s) {
                            s->cur[0], s->out, s->zo[0]);
 }
 
+/* With layer_norm the bias sums are gru_sums' (over the gradients before the normalisation's). */
 static void gru_bwd(const rl_cell_step *s) {
-    void *db = s->dp ? s->dp[P_B] : NULL, *dbh = s->dp ? s->dp[P_BH] : NULL;
+    bool ln = s->opt[OPT_LAYER_NORM] != 0;
+    void *db = s->dp && !ln ? s->dp[P_B] : NULL, *dbh = s->dp && !ln ? s->dp[P_BH] : NULL;
     if (s->dt == RL_FLOAT32)
         rl_gru_cpu_bwd_f32(s->n, s->H, s->t, s->len, s->g, s->prev[0], s->dout, s->dout_ld,
                            s->dstate[0], db, dbh, s->zo[0]);
     else
         rl_gru_cpu_bwd_f64(s->n, s->H, s->t, s->len, s->g, s->prev[0], s->dout, s->dout_ld,
                            s->dstate[0], db, dbh, s->zo[0]);
+    if (ln) gru_ln(s, true);
 }
 
-/* The bias sums the steps left (rows split over threads: float32 only). */
+/* The bias sums the steps left (rows split over threads: float32 only); with layer_norm the
+ * biases' and the gains' over all frames. */
 static void gru_sums(const rl_cell_sums *s) {
-    if (!s->in_steps) rl_gru_cpu_bias_grads_f32(s->rows, s->H, s->g, s->dp[P_B], s->dp[P_BH]);
+    if (s->opt[OPT_LAYER_NORM] != 0) {
+        if (s->dt == RL_FLOAT32) {
+            rl_gru_ln_f32 ln = LN_VIEW(rl_gru_ln_f32, s->fb, (const float *const *)NULL);
+            rl_gru_ln_cpu_param_grads_f32(s->rows, s->H, &ln, s->dp[P_B], s->dp[P_BH],
+                                          s->dp[P_GX], s->dp[P_GH]);
+        } else {
+            rl_gru_ln_f64 ln = LN_VIEW(rl_gru_ln_f64, s->fb, (const double *const *)NULL);
+            rl_gru_ln_cpu_param_grads_f64(s->rows, s->H, &ln, s->dp[P_B], s->dp[P_BH],
+                                          s->dp[P_GX], s->dp[P_GH]);
+        }
+    } else if (!s->in_steps) {
+        rl_gru_cpu_bias_grads_f32(s->rows, s->H, s->g, s->dp[P_B], s->dp[P_BH]);
+    }
 }
 
 #ifdef RL_WITH_CUDA
@@ -93,12 +145,27 @@ static rl_status gru_cuda_bwd(const rl_cell_pass *p) {
 }
 #endif
 
-/* b and b_h after W and U. */
+/* layer_norm; b and b_h after W and U, then layer_norm's gains g_x, g_h (3H, ones). */
 static rl_status gru_create(rl_layer *l, const rl_options *o, bool cudnn) {
-    (void)o, (void)cudnn;
-    int64_t bs[1] = {3 * l->n_out};
+    rl_recurrent *r = &((rl_recurrent_layer *)l)->rec;
+    bool ln;
+    RL_TRY(rl_opt_bool(o, l->name, "layer_norm", false, &ln));
+    if (ln && cudnn)
+        return rl_error(RL_EARG,
+                        RL_LAYER_WHERE ": option layer_norm and impl = \"cudnn\" do not go "
+                                       "together (cuDNN's GRU has no layer normalisation; use "
+                                       "impl = \"own\")",
+                        l->name, r->cls);
+    int64_t H = r->H, bs[1] = {3 * H};
     RL_TRY(rl_layer_add_param(l, "b", 1, bs, RL_INIT_ZEROS, 0.0, 0, 0, NULL));
-    return rl_layer_add_param(l, "b_h", 1, bs, RL_INIT_ZEROS, 0.0, 0, 0, NULL);
+    RL_TRY(rl_layer_add_param(l, "b_h", 1, bs, RL_INIT_ZEROS, 0.0, 0, 0, NULL));
+    if (!ln) return RL_OK;
+    RL_TRY(rl_layer_add_param(l, "g_x", 1, bs, RL_INIT_CONSTANT, 1.0, 0, 0, NULL));
+    RL_TRY(rl_layer_add_param(l, "g_h", 1, bs, RL_INIT_CONSTANT, 1.0, 0, 0, NULL));
+    const int64_t cols[N_FRAME] = {3 * H, 3 * H, 3 * H, 6, 4 * H};
+    r->cell_opt[OPT_LAYER_NORM] = 1;
+    rl_recurrent_rec_apart(r, "layer_norm", N_FRAME, cols);
+    return RL_OK;
 }
 
 static const rl_cell gru_cell = {

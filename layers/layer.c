@@ -304,25 +304,25 @@ rl_status rl_layer_check_inputs_2d(const rl_layer *l, const rl_layer_io *io, int
     return RL_OK;
 }
 
-/* Orthogonalises each (r, r) block of the row-major (r, c) matrix m in place (modified
- * Gram-Schmidt over the block's rows); c must be a multiple of r. */
-static void orthogonalise(double *m, int64_t r, int64_t c) {
-    for (int64_t blk = 0; blk + r <= c; blk += r) {
+/* Orthonormalises the rows of each (r, w) block of the row-major (r, c) matrix m in place
+ * (modified Gram-Schmidt over the block's rows); c must be a multiple of w, and r <= w. */
+static void orthogonalise(double *m, int64_t r, int64_t c, int64_t w) {
+    for (int64_t blk = 0; blk + w <= c; blk += w) {
         for (int64_t i = 0; i < r; i++) {
             double *ri = m + i * c + blk;
             for (int64_t j = 0; j < i; j++) {
                 const double *rj = m + j * c + blk;
                 double dot = 0;
-                for (int64_t k = 0; k < r; k++)
+                for (int64_t k = 0; k < w; k++)
                     dot += ri[k] * rj[k];
-                for (int64_t k = 0; k < r; k++)
+                for (int64_t k = 0; k < w; k++)
                     ri[k] -= dot * rj[k];
             }
             double norm = 0;
-            for (int64_t k = 0; k < r; k++)
+            for (int64_t k = 0; k < w; k++)
                 norm += ri[k] * ri[k];
             norm = sqrt(norm);
-            for (int64_t k = 0; k < r; k++)
+            for (int64_t k = 0; k < w; k++)
                 ri[k] = norm > 0 ? ri[k] / norm : 0;
         }
     }
@@ -341,13 +341,17 @@ rl_status rl_param_init(rl_param *p, rl_rng *g) {
         return rl_op_uniform(v, g, -s, s);
     }
     case RL_INIT_ORTHOGONAL: {
-        if (v->ndim != 2 || v->shape[1] % v->shape[0] != 0)
-            return rl_error(RL_ESHAPE, "orthogonal init of %s needs a (r, k*r) matrix", p->name);
+        /* square blocks where the columns are a multiple of the rows (an lstm's U, (H, 4H));
+         * else whole rows, orthonormal (an lstm's U with n_proj, (P, 4H)) */
+        if (v->ndim != 2 || v->shape[0] > v->shape[1])
+            return rl_error(RL_ESHAPE, "orthogonal init of %s needs a (r, c) matrix, r <= c",
+                            p->name);
+        int64_t w = v->shape[1] % v->shape[0] == 0 ? v->shape[0] : v->shape[1];
         rl_tensor tmp = {0};
         RL_TRY(rl_tensor_empty(&tmp, RL_FLOAT64, RL_DEVICE_CPU, 2, v->shape));
         rl_status st = rl_op_normal(&tmp, g, 0.0, 1.0);
         if (st == RL_OK) {
-            orthogonalise(rl_tensor_data(&tmp), v->shape[0], v->shape[1]);
+            orthogonalise(rl_tensor_data(&tmp), v->shape[0], v->shape[1], w);
             if (p->init_a != 1.0 && p->init_a != 0.0)
                 st = rl_op_binary_scalar(&tmp, &tmp, p->init_a, RL_BIN_MUL, false);
         }

@@ -64,7 +64,8 @@ typedef enum {
     RL_INIT_UNIFORM,    /* U(-a, a) */
     RL_INIT_NORMAL,     /* N(0, a^2) */
     RL_INIT_GLOROT,     /* U(-s, s), s = a * sqrt(6 / (fan_in + fan_out)); a is the gain */
-    RL_INIT_ORTHOGONAL, /* each (rows, rows) block of a 2-D (rows, k*rows) matrix orthogonal */
+    RL_INIT_ORTHOGONAL, /* each (rows, rows) block of a 2-D (rows, k*rows) matrix orthogonal, else
+                           orthonormal rows of a (rows, cols >= rows) one */
 } rl_init_kind;
 
 typedef struct rl_param {

@@ -1,5 +1,6 @@
 /* The recurrent layers' shared plumbing (API: layers/recurrent.h). */
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -756,14 +757,15 @@ static rl_status weight_grad(rl_layer *l, rl_device dev, rl_dtype dt, int k, int
                              rl_mat dz) {
     rl_recurrent *r = rec_of(l);
     const rl_cell *c = r->cell;
-    int64_t H = l->n_out, R = c->rec_gates * H, row = 0;
+    int64_t H = r->H, P = l->n_out, R = c->rec_gates * H, row = 0;
     rl_mat g;
+    if (k < 0 && r->rec_apart) return RL_OK; /* the layer's own (backward_steps_cpu) */
     if (k < 0) {
         RL_TRY(rl_param_mat(l, &l->params[P_U].grad, "U (gradient)", dt, dev, &g));
-        if (!r->wdropped) return rl_mat_gemm(dev, r->stream, dt, true, false, H, R, n, x, dz, 1.0, g);
-        RL_TRY(rl_mat_gemm(dev, r->stream, dt, true, false, H, R, n, x, dz, 0.0,
+        if (!r->wdropped) return rl_mat_gemm(dev, r->stream, dt, true, false, P, R, n, x, dz, 1.0, g);
+        RL_TRY(rl_mat_gemm(dev, r->stream, dt, true, false, P, R, n, x, dz, 0.0,
                            (rl_mat){rl_tensor_data(&r->dud), R}));
-        rl_recurrent_mask_rows(dt, H, R, rl_tensor_data(&r->dud), rl_tensor_data(&r->wdm), g.p,
+        rl_recurrent_mask_rows(dt, P, R, rl_tensor_data(&r->dud), rl_tensor_data(&r->wdm), g.p,
                                true);
         return RL_OK;
     }
@@ -783,7 +785,7 @@ static rl_status weight_grad(rl_layer *l, rl_device dev, rl_dtype dt, int k, int
 static rl_status pack_inputs(rl_recurrent *r, const rl_layer *l, bool backward, const float *W,
                              float **out) {
     const rl_cell *c = r->cell;
-    int64_t H = l->n_out;
+    int64_t H = r->H;
     rl_pack_block blocks[2];
     for (int i = 0; i < c->n_in_blocks; i++)
         blocks[i] = (rl_pack_block){c->in_blocks[i].src * H, c->in_blocks[i].n * H};
@@ -835,10 +837,12 @@ typedef struct {
     void *const *dp;
     bool packed, backward, apart;
     const float *upack; /* packed U (forward) or U^T (backward) when packed */
+    rl_mat R;           /* n_proj's R */
+    const float *rpack; /* packed R (forward) or R^T (backward) when packed with n_proj */
 } steps_job;
 
-static bool rows_apart(const rl_recurrent *r, int64_t H, bool packed) {
-    return packed && 4 * r->cell->rec_gates * H * H <= (1 << 20);
+static bool rows_apart(const rl_recurrent *r, bool packed) {
+    return packed && 4 * r->cell->rec_gates * r->H * r->state_dims[0] <= (1 << 20);
 }
 
 static int row_parts(const steps_job *j) {
@@ -855,23 +859,92 @@ static int row_parts(const steps_job *j) {
 static void step_rows(const steps_job *j, rl_cell_step *s, int64_t t, int64_t prev, int64_t cur,
                       int64_t r0) {
     const rl_recurrent *r = j->r;
-    int64_t H = j->l->n_out, BH = r->B * H;
+    int64_t H = r->H, B = r->B, BH = B * H;
     s->t = t;
-    s->g = at(&r->gates, (t * r->B + r0) * r->cell->gate_blocks * H);
+    s->g = at(&r->gates, (t * B + r0) * r->cell->gate_blocks * H);
     for (int i = 0; i < r->n_states; i++) {
-        s->prev[i] = at(&r->seqs[i], prev * BH + r0 * H);
-        s->cur[i] = at(&r->seqs[i], cur * BH + r0 * H);
-        s->zo[i] = r->zoned && r->zo[i] > 0 ? at(&r->zmask[i], t * BH + r0 * H) : NULL;
+        int64_t D = r->state_dims[i];
+        s->prev[i] = at(&r->seqs[i], (prev * B + r0) * D);
+        s->cur[i] = at(&r->seqs[i], (cur * B + r0) * D);
+        s->zo[i] = r->zoned && r->zo[i] > 0 ? at(&r->zmask[i], (t * B + r0) * D) : NULL;
+    }
+    if (r->p_proj) { /* the cell's state 0 is m */
+        s->prev[0] = at(&r->ms, prev * BH + r0 * H);
+        s->cur[0] = at(&r->ms, cur * BH + r0 * H);
     }
     for (int a = 0; a < r->cell->n_aux; a++)
         s->aux[a] = r->zoned ? at(&r->aux[a], t * BH + r0 * H) : NULL;
+    for (int k = 0; k < r->n_frame; k++)
+        s->fb[k] = at(&r->frame[k], (t * B + r0) * r->frame_cols[k]);
+}
+
+/* n_proj, after the cell's pass of frame t, rows r0 .. r0+n-1: h = m R into state 0's row cur; a
+ * padded row carries h_prev (its m is m_prev, but the initial state has no m) and outputs 0, a
+ * valid one outputs h. */
+static void project_rows(const steps_job *j, int64_t t, int64_t prev, int64_t cur, int64_t r0,
+                         int64_t n) {
+    const rl_recurrent *r = j->r;
+    rl_dtype dt = j->dt;
+    int64_t B = r->B, H = r->H, P = r->state_dims[0];
+    size_t row = (size_t)P * rl_dtype_size(dt);
+    rl_mat M = {at(&r->ms, (cur * B + r0) * H), H}, Hc = {at(&r->seqs[0], (cur * B + r0) * P), P};
+    if (j->packed)
+        rl_gemm_packed_f32(n, P, H, M.p, H, j->rpack, false, Hc.p, P);
+    else
+        rl_mat_gemm(RL_DEVICE_CPU, NULL, dt, false, false, n, P, H, M, j->R, 0.0, Hc);
+    for (int64_t b = r0; b < r0 + n; b++) {
+        void *h = at(&r->seqs[0], (cur * B + b) * P), *out = at(&j->l->out, (t * B + b) * P);
+        if (t >= j->len[b]) {
+            memcpy(h, at(&r->seqs[0], (prev * B + b) * P), row);
+            memset(out, 0, row);
+        } else {
+            memcpy(out, h, row);
+        }
+    }
+}
+
+/* n_proj, before the cell's backward pass of frame t, rows r0 .. r0+n-1: the frame's dLoss/dh
+ * (the running dh plus dout on a valid row, 0 on a padded one, whose dh passes through) into drs,
+ * dh = 0 on valid rows (the step's product adds to it after the pass), and dLoss/dm = drs_t R^T
+ * into dm, which the pass reads as its state 0's gradient. */
+static void unproject_rows(const steps_job *j, int64_t t, int64_t r0, int64_t n, const void *dot) {
+    const rl_recurrent *r = j->r;
+    rl_dtype dt = j->dt;
+    int64_t B = r->B, H = r->H, P = r->state_dims[0];
+    size_t es = rl_dtype_size(dt);
+    for (int64_t i = 0; i < n; i++) {
+        void *d = at(&r->drs, (t * B + r0 + i) * P), *dh = at(&r->dstates[0], (r0 + i) * P);
+        const void *o = dot ? (const char *)dot + (size_t)(i * j->dout.ld) * es : NULL;
+        if (t >= j->len[r0 + i]) {
+            memset(d, 0, (size_t)P * es);
+        } else if (dt == RL_FLOAT32) {
+            float *df = d, *hf = dh;
+            const float *of = o;
+            for (int64_t k = 0; k < P; k++) {
+                df[k] = hf[k] + (of ? of[k] : 0.0f);
+                hf[k] = 0.0f;
+            }
+        } else {
+            double *df = d, *hf = dh;
+            const double *of = o;
+            for (int64_t k = 0; k < P; k++) {
+                df[k] = hf[k] + (of ? of[k] : 0.0);
+                hf[k] = 0.0;
+            }
+        }
+    }
+    rl_mat D = {at(&r->drs, (t * B + r0) * P), P}, M = {at(&r->dm, r0 * H), H};
+    if (j->packed)
+        rl_gemm_packed_f32(n, H, P, D.p, P, j->rpack, false, M.p, H);
+    else
+        rl_mat_gemm(RL_DEVICE_CPU, NULL, dt, false, true, n, H, P, D, j->R, 0.0, M);
 }
 
 static void fwd_rows(const steps_job *j, int64_t r0, int64_t r1) {
     rl_recurrent *r = j->r;
     const rl_cell *c = r->cell;
     rl_dtype dt = j->dt;
-    int64_t T = r->T, B = r->B, H = j->l->n_out, BH = B * H, n = r1 - r0;
+    int64_t T = r->T, B = r->B, H = r->H, P = r->state_dims[0], BP = B * P, n = r1 - r0;
     int64_t G = c->gate_blocks * H, R = c->rec_gates * H;
     rl_cell_step s = {.l = j->l, .opt = r->cell_opt, .dt = dt, .n = n, .H = H,
                       .len = j->len + r0, .zoned = r->zoned, .p = j->p};
@@ -879,17 +952,20 @@ static void fwd_rows(const steps_job *j, int64_t r0, int64_t r1) {
         int64_t t = r->direction > 0 ? k : T - 1 - k;
         int64_t prev = r->direction > 0 ? t : t + 1, cur = r->direction > 0 ? t + 1 : t;
         step_rows(j, &s, t, prev, cur, r0);
-        rl_mat Hp = {(void *)s.prev[0], H}, Gt = {s.g, G}, Hm = Hp;
+        rl_mat Hp = {at(&r->seqs[0], prev * BP + r0 * P), P}, Gt = {s.g, G}, Hm = Hp;
         if (r->rdropped) { /* the product reads the dropped state */
-            Hm.p = at(&r->hd, t * BH + r0 * H);
-            rl_recurrent_mask_rows(dt, n, H, Hp.p, at(&r->md, r0 * H), Hm.p, false);
+            Hm.p = at(&r->hd, t * BP + r0 * P);
+            rl_recurrent_mask_rows(dt, n, P, Hp.p, at(&r->md, r0 * P), Hm.p, false);
         }
+        if (r->rec_apart) Gt = (rl_mat){s.fb[0], R}; /* the cell normalises it apart */
         if (j->packed)
-            rl_gemm_packed_f32(n, R, H, Hm.p, H, j->upack, true, Gt.p, G);
+            rl_gemm_packed_f32(n, R, P, Hm.p, P, j->upack, !r->rec_apart, Gt.p, Gt.ld);
         else
-            rl_mat_gemm(RL_DEVICE_CPU, NULL, dt, false, false, n, R, H, Hm, j->U, 1.0, Gt);
-        s.out = at(&j->l->out, t * BH + r0 * H);
+            rl_mat_gemm(RL_DEVICE_CPU, NULL, dt, false, false, n, R, P, Hm, j->U,
+                        r->rec_apart ? 0.0 : 1.0, Gt);
+        s.out = r->p_proj ? at(&r->mscr, r0 * H) : at(&j->l->out, t * BP + r0 * P);
         c->fwd(&s);
+        if (r->p_proj) project_rows(j, t, prev, cur, r0, n);
     }
 }
 
@@ -899,30 +975,37 @@ static void bwd_rows(const steps_job *j, int64_t r0, int64_t r1) {
     rl_recurrent *r = j->r;
     const rl_cell *c = r->cell;
     rl_dtype dt = j->dt;
-    int64_t T = r->T, B = r->B, H = j->l->n_out, n = r1 - r0;
+    int64_t T = r->T, B = r->B, H = r->H, P = r->state_dims[0], n = r1 - r0;
     int64_t G = c->gate_blocks * H, R = c->rec_gates * H;
     size_t es = rl_dtype_size(dt);
     rl_cell_step s = {.l = j->l, .opt = r->cell_opt, .dt = dt, .n = n, .H = H,
                       .len = j->len + r0, .dout_ld = j->dout.ld, .zoned = r->zoned,
                       .p = j->p, .dp = j->apart ? NULL : j->dp};
     for (int i = 0; i < r->n_states; i++)
-        s.dstate[i] = at(&r->dstates[i], r0 * H);
-    rl_mat dH = {s.dstate[0], H};
+        s.dstate[i] = at(&r->dstates[i], r0 * r->state_dims[i]);
+    rl_mat dH = {s.dstate[0], P};
+    if (r->p_proj) s.dstate[0] = at(&r->dm, r0 * H); /* the cell's pass sees dLoss/dm */
     for (int64_t k = T - 1; k >= 0; k--) {
         int64_t t = r->direction > 0 ? k : T - 1 - k;
         int64_t prev = r->direction > 0 ? t : t + 1, cur = r->direction > 0 ? t + 1 : t;
         step_rows(j, &s, t, prev, cur, r0);
         s.dout = j->dout.p ? (char *)j->dout.p + (size_t)((t * B + r0) * j->dout.ld) * es : NULL;
+        if (r->p_proj) {
+            unproject_rows(j, t, r0, n, s.dout);
+            s.dout = NULL;
+        }
         c->bwd(&s);
         /* padded rows of dZ_t are 0, so their dh passes through unchanged; with rec_dropout
-         * the product's gradient goes through the mask */
-        rl_mat Gt = {s.g, G}, D = r->rdropped ? (rl_mat){at(&r->dtmp, r0 * H), H} : dH;
+         * the product's gradient goes through the mask; with rec_apart it reads the recurrent
+         * part's gradients */
+        rl_mat Gt = r->rec_apart ? (rl_mat){s.fb[1], R} : (rl_mat){s.g, G};
+        rl_mat D = r->rdropped ? (rl_mat){at(&r->dtmp, r0 * P), P} : dH;
         if (j->packed)
-            rl_gemm_packed_f32(n, H, R, Gt.p, G, j->upack, !r->rdropped, D.p, H);
+            rl_gemm_packed_f32(n, P, R, Gt.p, Gt.ld, j->upack, !r->rdropped, D.p, P);
         else
-            rl_mat_gemm(RL_DEVICE_CPU, NULL, dt, false, true, n, H, R, Gt, j->U,
+            rl_mat_gemm(RL_DEVICE_CPU, NULL, dt, false, true, n, P, R, Gt, j->U,
                         r->rdropped ? 0.0 : 1.0, D);
-        if (r->rdropped) rl_recurrent_mask_rows(dt, n, H, D.p, at(&r->md, r0 * H), dH.p, true);
+        if (r->rdropped) rl_recurrent_mask_rows(dt, n, P, D.p, at(&r->md, r0 * P), dH.p, true);
     }
 }
 
@@ -938,20 +1021,33 @@ static void steps_part(void *ctx, int part, int parts) {
 /* Packs U (forward) or U^T (backward) for the packed kernel where it applies, then runs the
  * steps. */
 static rl_status run_steps(steps_job *j) {
-    int64_t H = j->l->n_out, R = j->r->cell->rec_gates * H;
+    rl_recurrent *r = j->r;
+    int64_t H = r->H, P = r->state_dims[0], R = r->cell->rec_gates * H;
     j->packed = j->dt == RL_FLOAT32 && rl_gemm_packed_fast();
-    j->apart = rows_apart(j->r, H, j->packed);
+    j->apart = rows_apart(r, j->packed);
     if (j->packed) {
-        int64_t n = j->backward ? rl_gemm_packed_size(R, H) : rl_gemm_packed_size(H, R);
+        int64_t n = j->backward ? rl_gemm_packed_size(R, P) : rl_gemm_packed_size(P, R);
         bool stale;
         float *d;
-        RL_TRY(rl_recurrent_pack_slot(j->r, j->l, j->backward ? RL_PACK_UT : RL_PACK_U, n, &d,
+        RL_TRY(rl_recurrent_pack_slot(r, j->l, j->backward ? RL_PACK_UT : RL_PACK_U, n, &d,
                                       &stale));
         if (stale && j->backward)
-            rl_gemm_pack_f32(d, j->U.p, R, true, R, H);
+            rl_gemm_pack_f32(d, j->U.p, R, true, R, P);
         else if (stale)
-            rl_gemm_pack_f32(d, j->U.p, R, false, H, R);
+            rl_gemm_pack_f32(d, j->U.p, R, false, P, R);
         j->upack = d;
+    }
+    /* R is the layer's own buffer, packed at every pass: the packs' slots hold one operand at a
+     * time outside a rec unit */
+    if (j->packed && r->p_proj) {
+        int64_t n = j->backward ? rl_gemm_packed_size(P, H) : rl_gemm_packed_size(H, P);
+        RL_TRY(rl_buffer_ensure(&r->rpack, RL_FLOAT32, RL_DEVICE_CPU, 1, &n));
+        float *d = rl_tensor_data(&r->rpack);
+        if (j->backward)
+            rl_gemm_pack_f32(d, j->R.p, P, true, P, H);
+        else
+            rl_gemm_pack_f32(d, j->R.p, P, false, H, P);
+        j->rpack = d;
     }
     int parts = row_parts(j);
     if (parts > 1)
@@ -1030,7 +1126,7 @@ static rl_status param_mats(rl_layer *l, bool grad, rl_dtype dt, rl_device dev, 
 rl_status rl_recurrent_forward(rl_layer *l, rl_layer_io *io) {
     rl_recurrent *r = rec_of(l);
     const rl_cell *c = r->cell;
-    int64_t H = l->n_out;
+    int64_t H = r->H, P = l->n_out;
     rl_dtype dt;
     rl_device dev;
     RL_TRY(rl_recurrent_forward_begin(r, l, io, &dt, &dev));
@@ -1040,6 +1136,8 @@ rl_status rl_recurrent_forward(rl_layer *l, rl_layer_io *io) {
     if (zo) RL_TRY(rl_recurrent_cpu_only(r, l, dev, "zoneout"));
     if (r->rd > 0) RL_TRY(rl_recurrent_cpu_only(r, l, dev, "rec_dropout"));
     if (r->wd > 0) RL_TRY(rl_recurrent_cpu_only(r, l, dev, "weight_dropout"));
+    if (r->p_proj) RL_TRY(rl_recurrent_cpu_only(r, l, dev, "n_proj"));
+    if (r->cpu_only) RL_TRY(rl_recurrent_cpu_only(r, l, dev, r->cpu_only));
     r->ran_cudnn = r->cudnn && dev.type == RL_CUDA &&
                    (!c->cudnn_fallback || rl_rnn_cudnn_serves(r, l));
     if (r->cudnn && !c->cudnn_fallback && dev.type != RL_CUDA)
@@ -1065,15 +1163,27 @@ rl_status rl_recurrent_forward(rl_layer *l, rl_layer_io *io) {
     }
     if (dev.type != RL_CPU && !c->cuda_fwd) return no_cuda_cell(l, dev);
 
-    int64_t gshape[3] = {T, B, G}, sshape[3] = {T + 1, B, H};
+    int64_t gshape[3] = {T, B, G};
     RL_TRY(rl_recurrent_gates(r, l, &r->gates, dt, dev, gshape));
-    for (int i = 0; i < r->n_states; i++)
-        RL_TRY(rl_buffer_ensure_synced(&r->seqs[i], dt, dev, 3, sshape));
-    /* the initial state rows */
     for (int i = 0; i < r->n_states; i++) {
+        int64_t sshape[3] = {T + 1, B, r->state_dims[i]};
+        RL_TRY(rl_buffer_ensure_synced(&r->seqs[i], dt, dev, 3, sshape));
+    }
+    for (int k = 0; k < r->n_frame; k++) {
+        int64_t fshape[3] = {T, B, r->frame_cols[k]};
+        RL_TRY(rl_buffer_ensure_synced(&r->frame[k], dt, dev, 3, fshape));
+    }
+    /* the initial state rows (with n_proj m's too: a padded first frame carries it, and dR
+     * reads it, so it must be finite) */
+    for (int i = r->p_proj ? -1 : 0; i < r->n_states; i++) {
         rl_tensor row = {0};
-        RL_TRY(rl_tensor_select(&row, &r->seqs[i], 0, r->direction > 0 ? 0 : T));
-        rl_status st = rl_recurrent_write_state(r, &row, &r->init[i]);
+        if (i < 0) {
+            int64_t mshape[3] = {T + 1, B, H}, scr[2] = {B, H};
+            RL_TRY(rl_buffer_ensure_synced(&r->ms, dt, dev, 3, mshape));
+            RL_TRY(rl_buffer_ensure_synced(&r->mscr, dt, dev, 2, scr));
+        }
+        RL_TRY(rl_tensor_select(&row, i < 0 ? &r->ms : &r->seqs[i], 0, r->direction > 0 ? 0 : T));
+        rl_status st = rl_recurrent_write_state(r, &row, i < 0 ? NULL : &r->init[i]);
         rl_tensor_release(&row);
         RL_TRY(st);
     }
@@ -1126,7 +1236,7 @@ rl_status rl_recurrent_forward(rl_layer *l, rl_layer_io *io) {
     }
     r->rdropped = io->train && r->rd > 0;
     if (r->rdropped) {
-        int64_t dshape[3] = {T, B, H};
+        int64_t dshape[3] = {T, B, P};
         RL_TRY(rl_recurrent_rec_dropout_mask(r, l, io, r->rd, &r->md, dt, dev));
         RL_TRY(rl_buffer_ensure_synced(&r->hd, dt, dev, 3, dshape));
     }
@@ -1137,7 +1247,8 @@ rl_status rl_recurrent_forward(rl_layer *l, rl_layer_io *io) {
     }
     if (dev.type == RL_CPU) {
         zero_rec_only_cols(r, H, dt);
-        steps_job j = {.l = l, .r = r, .dt = dt, .len = len, .U = U, .p = p};
+        steps_job j = {.l = l, .r = r, .dt = dt, .len = len, .U = U, .p = p,
+                       .R = r->p_proj ? pm[r->p_proj] : (rl_mat){NULL, 0}};
         RL_TRY(run_steps(&j));
     } else {
         rl_cell_pass ps = {.l = l, .opt = r->cell_opt, .stream = r->stream, .dev = dev,
@@ -1154,28 +1265,47 @@ rl_status rl_recurrent_forward(rl_layer *l, rl_layer_io *io) {
 /* The backward recurrence on the CPU, then over all frames the cell's sums and dU = Hprev^T dZ
  * (unless the caller makes the weight gradients, rl_recurrent_set_gates). */
 static rl_status backward_steps_cpu(rl_layer *l, rl_recurrent *r, rl_dtype dt, const int32_t *len,
-                                    rl_mat dout, rl_mat U, const void *const *p, void *const *dp) {
+                                    rl_mat dout, rl_mat U, rl_mat R, const void *const *p,
+                                    void *const *dp) {
     const rl_cell *c = r->cell;
-    int64_t T = r->T, B = r->B, H = l->n_out, BH = B * H;
+    int64_t T = r->T, B = r->B, H = r->H, P = l->n_out;
     steps_job j = {.l = l, .r = r, .dt = dt, .len = len, .U = U, .dout = dout, .p = p, .dp = dp,
-                   .backward = true};
+                   .backward = true, .R = r->p_proj ? R : (rl_mat){NULL, 0}};
     RL_TRY(run_steps(&j));
     /* the previous states of all frames are rows 0..T-1 (direction 1) or 1..T (-1) */
-    int64_t prev = r->direction > 0 ? 0 : BH, cur = r->direction > 0 ? BH : 0;
+    int64_t prev = r->direction > 0 ? 0 : B, cur = r->direction > 0 ? B : 0;
     rl_cell_sums s = {.l = l, .opt = r->cell_opt, .dt = dt, .rows = T * B, .H = H,
                       .g = rl_tensor_data(&r->gates), .zoned = r->zoned, .in_steps = !j.apart,
                       .p = p, .dp = dp};
     for (int i = 0; i < r->n_states; i++) {
-        s.prev[i] = at(&r->seqs[i], prev);
-        s.cur[i] = at(&r->seqs[i], cur);
+        s.prev[i] = at(&r->seqs[i], prev * r->state_dims[i]);
+        s.cur[i] = at(&r->seqs[i], cur * r->state_dims[i]);
+    }
+    if (r->p_proj) {
+        s.prev[0] = at(&r->ms, prev * H);
+        s.cur[0] = at(&r->ms, cur * H);
     }
     for (int a = 0; a < c->n_aux && r->zoned; a++)
         s.aux[a] = rl_tensor_data(&r->aux[a]);
+    for (int k = 0; k < r->n_frame; k++)
+        s.fb[k] = rl_tensor_data(&r->frame[k]);
     c->sums(&s);
+    if (r->p_proj) { /* each frame's m (rows cur) against its dLoss/dh (0 on padded rows) */
+        rl_mat M = {at(&r->ms, cur * H), H}, D = {rl_tensor_data(&r->drs), P}, dR;
+        RL_TRY(rl_param_mat(l, &l->params[r->p_proj].grad, "R (gradient)", dt, RL_DEVICE_CPU,
+                            &dR));
+        RL_TRY(rl_mat_gemm(RL_DEVICE_CPU, NULL, dt, true, false, H, P, T * B, M, D, 1.0, dR));
+    }
+    rl_mat Hprev = {at(&r->seqs[0], prev * P), P};
+    if (r->rdropped) Hprev.p = rl_tensor_data(&r->hd); /* dU pairs dZ with what U multiplied */
+    if (r->rec_apart) { /* dU from the recurrent part's gradients, also under a caller's gates */
+        rl_mat dZH = {rl_tensor_data(&r->frame[1]), c->rec_gates * H}, dU;
+        RL_TRY(rl_param_mat(l, &l->params[P_U].grad, "U (gradient)", dt, RL_DEVICE_CPU, &dU));
+        return rl_mat_gemm(RL_DEVICE_CPU, NULL, dt, true, false, P, c->rec_gates * H, T * B,
+                           Hprev, dZH, 1.0, dU);
+    }
     if (r->defer_fwd) return RL_OK;
     rl_mat dZ = {rl_tensor_data(&r->gates), c->gate_blocks * H};
-    rl_mat Hprev = {at(&r->seqs[0], prev), H};
-    if (r->rdropped) Hprev.p = rl_tensor_data(&r->hd); /* dU pairs dZ with what U multiplied */
     return weight_grad(l, RL_DEVICE_CPU, dt, -1, T * B, Hprev, dZ);
 }
 
@@ -1183,7 +1313,7 @@ rl_status rl_recurrent_backward(rl_layer *l, rl_layer_io *io, const rl_tensor *g
                                 rl_tensor *const *grad_in) {
     rl_recurrent *r = rec_of(l);
     const rl_cell *c = r->cell;
-    int64_t H = l->n_out;
+    int64_t H = r->H, P = l->n_out;
     rl_dtype dt;
     rl_device dev;
     rl_mat dout;
@@ -1214,15 +1344,21 @@ rl_status rl_recurrent_backward(rl_layer *l, rl_layer_io *io, const rl_tensor *g
     }
     RL_TRY(rl_recurrent_start_state_grads(r, dt, dev));
     if (r->rdropped) {
-        int64_t dshape[2] = {B, H};
+        int64_t dshape[2] = {B, P};
         RL_TRY(rl_buffer_ensure_synced(&r->dtmp, dt, dev, 2, dshape));
+    }
+    if (r->p_proj) {
+        int64_t dshape[3] = {T, B, P}, mshape[2] = {B, H};
+        RL_TRY(rl_buffer_ensure_synced(&r->drs, dt, dev, 3, dshape));
+        RL_TRY(rl_buffer_ensure_synced(&r->dm, dt, dev, 2, mshape));
     }
     if (r->wdropped) {
         RL_TRY(rl_buffer_ensure_synced(&r->dud, dt, dev, 2, l->params[P_U].value.shape));
         U.p = rl_tensor_data(&r->ud);
     }
     if (dev.type == RL_CPU) {
-        RL_TRY(backward_steps_cpu(l, r, dt, rl_tensor_data(io->lengths), dout, U, p, dp));
+        RL_TRY(backward_steps_cpu(l, r, dt, rl_tensor_data(io->lengths), dout, U, pm[r->p_proj],
+                                  p, dp));
     } else {
         rl_cell_pass ps = {.l = l, .opt = r->cell_opt, .stream = r->stream, .dev = dev,
                            .dt = dt, .T = T, .B = B, .H = H, .direction = r->direction,
@@ -1295,7 +1431,8 @@ void rl_recurrent_destroy(rl_layer *l) {
     rl_recurrent_free(r); /* drops the cuDNN object, waits for and destroys the stream */
     if (r->dnn) rl_rnn_cudnn_free(r->dnn);
     free(r->dnn);
-    rl_tensor *ts[] = {&r->gates, &r->red, &r->md, &r->hd, &r->dtmp, &r->wdm, &r->ud, &r->dud};
+    rl_tensor *ts[] = {&r->gates, &r->red, &r->md,  &r->hd,   &r->dtmp, &r->wdm, &r->ud,
+                       &r->dud,   &r->ms,  &r->mscr, &r->drs, &r->dm,   &r->rpack};
     for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
         rl_tensor_release(ts[i]);
     for (int i = 0; i < RL_LAYER_MAX_STATES; i++) {
@@ -1305,10 +1442,55 @@ void rl_recurrent_destroy(rl_layer *l) {
     }
     for (int a = 0; a < RL_CELL_MAX_AUX; a++)
         rl_tensor_release(&r->aux[a]);
+    for (int k = 0; k < RL_CELL_MAX_FRAME; k++)
+        rl_tensor_release(&r->frame[k]);
     for (int k = 0; k < RL_LAYER_MAX_INPUTS; k++) {
         rl_tensor_release(&r->xs[k]);
         rl_tensor_release(&r->dxs[k]);
     }
+}
+
+/* n_proj = P (1 <= P < n_out) in *P, or n_out without the option. */
+static rl_status proj_option(const rl_options *o, const char *name, const char *cls, int64_t H,
+                             bool cudnn, bool zoneout, int64_t *P) {
+    int found = 0;
+    double d = 0;
+    RL_TRY(o->number(o->ctx, "n_proj", &d, &found));
+    *P = H;
+    if (!found) return RL_OK;
+    if (d != floor(d) || d < 1 || d >= (double)H)
+        return rl_error(RL_EARG,
+                        RL_LAYER_WHERE ": option n_proj = %g, expected an integer in 1..%" PRId64
+                                       " (below n_out = %" PRId64 ")",
+                        name, cls, d, H - 1, H);
+    if (cudnn)
+        return rl_error(RL_EARG,
+                        RL_LAYER_WHERE ": option n_proj and impl = \"cudnn\" do not go together "
+                                       "(use impl = \"own\")",
+                        name, cls);
+    if (zoneout)
+        return rl_error(RL_EARG,
+                        RL_LAYER_WHERE ": options n_proj and zoneout do not go together (zoneout "
+                                       "of a projected state is not implemented)",
+                        name, cls);
+    *P = (int64_t)d;
+    return RL_OK;
+}
+
+rl_status rl_recurrent_add_proj(rl_layer *l) {
+    rl_recurrent *r = rec_of(l);
+    int64_t H = r->H, P = l->n_out, rs[2] = {H, P};
+    if (P == H) return RL_OK;
+    r->p_proj = l->n_params;
+    return rl_layer_add_param(l, "R", 2, rs, RL_INIT_GLOROT, 1.0, H, P, NULL);
+}
+
+void rl_recurrent_rec_apart(rl_recurrent *r, const char *option, int n, const int64_t *cols) {
+    r->rec_apart = true;
+    r->cpu_only = option;
+    r->n_frame = n;
+    for (int k = 0; k < n; k++)
+        r->frame_cols[k] = cols[k];
 }
 
 /* Sanity bound on the parameter count: keeps every size computation far from overflow; a real
@@ -1338,6 +1520,8 @@ rl_status rl_recurrent_create(rl_layer **out, const rl_cell *c, const char *name
                         "layer '%s' (%s): option weight_dropout and impl = \"cudnn\" do not go "
                         "together (use impl = \"own\")",
                         name, cls);
+    int64_t P = H;
+    if (c->proj) RL_TRY(proj_option(opts, name, cls, H, cudnn, zc > 0 || zh > 0, &P));
     double F = 0;
     for (int k = 0; k < n_in; k++) {
         if (in_dims[k] < 1)
@@ -1355,7 +1539,8 @@ rl_status rl_recurrent_create(rl_layer **out, const rl_cell *c, const char *name
     rl_layer *l;
     RL_TRY(rl_layer_alloc(&l, sizeof(rl_recurrent_layer), &c->ops, name, n_in, in_dims));
     rl_recurrent *r = rec_of(l);
-    l->n_out = H;
+    l->n_out = P;
+    r->H = H;
     r->cell = c;
     r->cls = cls;
     r->direction = (int)dir;
@@ -1369,19 +1554,19 @@ rl_status rl_recurrent_create(rl_layer **out, const rl_cell *c, const char *name
     r->n_states = c->n_states;
     for (int i = 0; i < c->n_states; i++) {
         r->state_names[i] = c->state_names[i];
-        r->state_dims[i] = H;
+        r->state_dims[i] = i == 0 ? P : H;
         r->seq[i] = &r->seqs[i];
         r->grad0[i] = &r->dstates[i];
     }
     r->gates_cols = c->gate_blocks * H;
-    int64_t Fi = (int64_t)F, ws[2] = {Fi, wb * H}, us[2] = {H, c->rec_gates * H};
+    int64_t Fi = (int64_t)F, ws[2] = {Fi, wb * H}, us[2] = {P, c->rec_gates * H};
     rl_status st = RL_OK;
     if (cudnn && !(r->dnn = calloc(1, sizeof *r->dnn)))
         st = rl_error(RL_ENOMEM, "layer '%s' (%s): out of memory", name, cls);
     if (st == RL_OK)
         st = rl_layer_add_param(l, "W", 2, ws, RL_INIT_GLOROT, 1.0, Fi, wb * H, NULL);
     if (st == RL_OK)
-        st = rl_layer_add_param(l, "U", 2, us, RL_INIT_ORTHOGONAL, 1.0, H, c->rec_gates * H,
+        st = rl_layer_add_param(l, "U", 2, us, RL_INIT_ORTHOGONAL, 1.0, P, c->rec_gates * H,
                                 NULL);
     if (st == RL_OK) st = c->create(l, opts, cudnn);
     if (st != RL_OK) {

@@ -46,15 +46,18 @@
  * fused pointwise passes.
  *
  * Per step (frame t in processing order) on the CPU the driver computes
- *   gates[:, 0 : rec_gates H] += h_prev U        (U (H, rec_gates H), h_prev = state 0)
+ *   gates[:, 0 : rec_gates H] += h_prev U        (U (P, rec_gates H), h_prev = state 0)
  * on top of the input projection written before the steps (in_blocks: W's columns src H ..
  * (src + n) H - 1 go to the gates' columns dst H ..; gate columns below rec_gates H that no
  * block writes start at 0), then calls the cell's fwd; backward calls its bwd, which turns the
  * activations into the pre-activation gradients dZ and the state gradients into their direct
  * parts, and adds dZ[:, 0 : rec_gates H] U^T to the gradient of state 0. Then, over all frames,
  * dW_k[:, block src] += X_k^T dZ[:, block dst], dU += H_prev^T dZ[:, 0 : rec_gates H], the
- * input gradients, and the cell's sums (its bias gradients). */
+ * input gradients, and the cell's sums (its bias gradients). P is H, or with n_proj (a cell
+ * with .proj) the projected state's width: see rl_recurrent.H below; a cell that normalises the
+ * recurrent part apart sets rl_recurrent.rec_apart. */
 #define RL_CELL_MAX_AUX 2 /* per-frame (T, B, H) buffers a cell keeps with zoneout */
+#define RL_CELL_MAX_FRAME 8 /* per-frame buffers a cell asks for (rl_recurrent.frame_cols) */
 #define RL_CELL_MAX_OPTS 4
 
 /* One frame's rows r0 .. r0+n-1 as the driver hands them to a cell's fwd and bwd (CPU memory,
@@ -75,6 +78,7 @@ typedef struct rl_cell_step {
     const void *zo[RL_LAYER_MAX_STATES]; /* zoneout weights of each state, NULL: none */
     void *aux[RL_CELL_MAX_AUX];          /* with zoneout: the cell's per-frame buffers */
     bool zoned;                          /* zoneout on in this pass */
+    void *fb[RL_CELL_MAX_FRAME];         /* the frame's rows of the cell's frame buffers */
     const void *const *p;                /* the params' values (W, U, then the cell's) */
     void *const *dp; /* backward: the params' gradients where the cell sums its bias gradients
                         in the steps; NULL: its sums hook does (rl_cell.sums) */
@@ -89,6 +93,7 @@ typedef struct rl_cell_sums {
     const void *g; /* (rows, gate_blocks H) the gate gradients dZ, 0 on padded rows */
     const void *prev[RL_LAYER_MAX_STATES], *cur[RL_LAYER_MAX_STATES];
     const void *aux[RL_CELL_MAX_AUX];
+    void *fb[RL_CELL_MAX_FRAME]; /* the cell's frame buffers (rows = T B) */
     bool zoned;
     bool in_steps; /* the steps were given dp (rl_cell_step) */
     const void *const *p;
@@ -135,6 +140,7 @@ typedef struct rl_cell {
     int cudnn; /* RL_CUDNN_LSTM, RL_CUDNN_GRU (kernels/cudnn_layout.h), or -1: no cuDNN cell */
     bool cudnn_fallback; /* impl = "cudnn" runs the own passes where cuDNN cannot (CPU tensors,
                             sizes beyond its descriptors) instead of failing */
+    bool proj; /* takes n_proj = P: a projected state 0 (rl_recurrent.p_proj) */
     /* Reads the cell's own options into r->cell_opt and adds its parameters after W and U. */
     rl_status (*create)(rl_layer *l, const rl_options *o, bool cudnn);
     void (*fwd)(const rl_cell_step *s);
@@ -167,6 +173,9 @@ void rl_recurrent_destroy(rl_layer *l);
  * cell->create. Errors name the layer, its class and the option. */
 rl_status rl_recurrent_create(rl_layer **out, const rl_cell *cell, const char *name,
                               const rl_options *opts, int n_in, const int64_t *in_dims);
+/* For a cell's create, at the place of R among its parameters: adds the projection R (H, P)
+ * (glorot) when the layer has n_proj = P, and records its index. */
+rl_status rl_recurrent_add_proj(rl_layer *l);
 /* The rl_cell of a layer built with rl_recurrent_create, or NULL. */
 const rl_cell *rl_recurrent_cell(const rl_layer *l);
 
@@ -226,11 +235,39 @@ typedef struct rl_recurrent {
     rl_tensor xs[RL_LAYER_MAX_INPUTS], dxs[RL_LAYER_MAX_INPUTS];
     bool use_xs[RL_LAYER_MAX_INPUTS]; /* the last forward read input k from xs[k] */
     rl_tensor zmask[RL_LAYER_MAX_STATES], aux[RL_CELL_MAX_AUX];
-    rl_tensor md, hd, dtmp; /* rec_dropout: the mask (B, H), the dropped previous states of every
-                               frame (T, B, H), backward's recurrent product (B, H) */
+    rl_tensor md, hd, dtmp; /* rec_dropout: the mask (B, P), the dropped previous states of every
+                               frame (T, B, P), backward's recurrent product (B, P) */
     rl_tensor wdm, ud, dud; /* weight_dropout: the mask scaled by 1/(1-p) and U times it
-                               (H, rec_gates H), backward's dU before the mask */
+                               (P, rec_gates H), backward's dU before the mask */
+    /* H: the cell's units (option n_out); state 0, the output and the recurrent product's
+     * operand are P = base.n_out wide: H, or n_proj's P, where state 0 is h_t = m_t R with m_t
+     * (the cell's own state 0, H wide) kept in ms (T+1, B, H) in the state buffers' row order
+     * (its initial row zeros), R the parameter p_proj (0: none). Forward: the cell's pass writes m
+     * (its output rows go to mscr (B, H), unused), then h = m R, a padded row carrying h_prev and
+     * outputting 0. Backward: drs (T, B, P) the frames' dLoss/dh (0 on padded rows), dm (B, H)
+     * the step's dLoss/dm = drs_t R^T, which the cell's pass reads as its state 0's gradient;
+     * dR = M^T drs over all frames; rpack: R or R^T packed (float32 CPU). */
+    int64_t H;
+    int p_proj;
+    rl_tensor ms, mscr, drs, dm, rpack;
+    /* The cell's per-frame buffers, n_frame of them, (T, B, frame_cols[k]) each, sized at every
+     * forward and handed to its passes (rl_cell_step.fb, rl_cell_sums.fb). With rec_apart the
+     * recurrent product goes to frame buffer 0 (T, B, rec_gates H) instead of adding to the gates
+     * (a cell that normalises it apart), and backward's per-step product and dU read the
+     * recurrent part's gradients from frame buffer 1 (T, B, rec_gates H), which the cell's bwd
+     * writes; dU is then the layer's own also when a caller makes the other weight gradients
+     * (rl_recurrent_set_gates). */
+    const char *cpu_only; /* an option of the cell, on, that its CUDA launchers do not take */
+    int n_frame;
+    int64_t frame_cols[RL_CELL_MAX_FRAME];
+    bool rec_apart;
+    rl_tensor frame[RL_CELL_MAX_FRAME];
 } rl_recurrent;
+
+/* For a cell's create when its option `option` (CPU only) normalises the recurrent part apart:
+ * sets rec_apart, cpu_only and the n <= RL_CELL_MAX_FRAME frame buffers of cols[k] columns, the
+ * first two (T, B, rec_gates H) each (rl_recurrent.frame). */
+void rl_recurrent_rec_apart(rl_recurrent *r, const char *option, int n, const int64_t *cols);
 
 /* The state ops of every layer built on rl_recurrent (layer.h's rl_state_ops over the fields
  * above); they are also how the functions below recognise such a layer. */

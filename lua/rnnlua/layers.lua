@@ -15,7 +15,7 @@
 --   params(self) -> {{name =, shape = {...}, init =, init_scale =, fan_in =, fan_out =}, ...}
 --       (optional) init is "glorot" (default; init_scale is the gain), "zeros", "ones",
 --       "constant" (init_scale is the value), "uniform" (U(-s, s)), "normal" (N(0, s^2)) or
---       "orthogonal" (each (r, r) block of an (r, k*r) matrix); fan_in/fan_out default to
+--       "orthogonal" (each (r, r) block of an (r, k*r) matrix, else whole rows of an (r, c) one); fan_in/fan_out default to
 --       the product of all dims but the last, and the last.
 --   forward(self, inputs, lengths, train) -> out   (required) inputs: list of (T, B, in_dim)
 --       tensors, lengths: (B) int32, train: dropout and the like act only when true. out:

@@ -229,6 +229,8 @@ function M.create(name, d, srcs, n_from, in_dims, dtype, ext)
       end
       return t.dim, true
     end
+    -- a projected recurrent layer (n_proj) outputs its projection
+    if u.n_proj ~= nil then return u.n_proj, false end
     if u.n_out ~= nil then return u.n_out, false end
     if u.class == "attention" and self.base_index[p.base] then
       return in_dims[self.base_index[p.base]], false
