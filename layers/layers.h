@@ -66,6 +66,9 @@ int64_t rl_embedding_groups(const rl_tensor *x, const rl_tensor *len, int32_t *p
  * layer.h state calls (rl_layer_set_initial_state, ...) for callers that know the class. */
 rl_status rl_gru_create(rl_layer **out, const char *name, const rl_options *opts, int n_in,
                         const int64_t *in_dims);
+/* janet (layers/janet.c): the forget-gate-only LSTM; n_out, direction, beta. */
+rl_status rl_janet_create(rl_layer **out, const char *name, const rl_options *opts, int n_in,
+                          const int64_t *in_dims);
 rl_status rl_gru_set_initial_state(rl_layer *l, const rl_tensor *h0);
 rl_status rl_gru_set_final_state_grad(rl_layer *l, const rl_tensor *dh);
 rl_status rl_gru_final_state(rl_layer *l, rl_tensor *h);

@@ -1,12 +1,36 @@
-/* The plumbing the recurrent layers (layers/lstm.c, layers/gru.c) share: the layer's CUDA stream
- * and its events, the batch's lengths on the device, the checks at the entry of forward and
- * backward, the initial-state writes and the final-state bookkeeping. The math (the input
- * projections, the step loops, the kernels) stays in each layer.
+/* The recurrent driver (layers/recurrent.c) and the plumbing it is made of: one implementation of
+ * a recurrent layer's forward and backward for every cell (layers/lstm.c, gru.c, janet.c; "cells"
+ * below says what a cell gives), the layer's CUDA stream and its events, the batch's lengths on
+ * the device, the checks at the entry of forward and backward, the state ops and the packed
+ * operands.
  *
- * A layer embeds one rl_recurrent and calls, per batch:
- *   forward:  rl_recurrent_forward_begin, its own work, rl_recurrent_forward_end
- *   backward: rl_recurrent_backward_begin, its own work, rl_recurrent_backward_end
- * and rl_recurrent_free from its destroy, before it releases its buffers.
+ * The driver's buffers (rl_recurrent, sized per batch shape with rl_buffer_ensure; all kept from
+ * forward for backward):
+ *   gates (T, B, gate_blocks H)  pre-activations, then the cell's activations; backward
+ *                        overwrites them with dZ
+ *   seqs[i] (T+1, B, H)  state i in time order plus the initial state: for direction 1 row 0 is
+ *                        the initial state and row t+1 the state after frame t; for -1 row t is
+ *                        the state after frame t and row T the initial one. So the previous
+ *                        states of all frames are rows 0..T-1 (1) or 1..T (-1). With cuDNN
+ *                        (2, B, H): initial and final state.
+ *   dstates[i] (B, H)    backward's running state gradients; at the end the initial state's
+ *   xs[k], dxs[k]        contiguous copies of inputs (input gradients) whose (T, B) dims cannot be
+ *                        folded into one; in a ragged batch also of every input, with the padded
+ *                        frames zeroed: dW = X^T dZ over all frames would otherwise turn a NaN or
+ *                        Inf in the padding into NaN gradients (0 * NaN), although dZ is 0 there
+ *   zmask[i], aux[a] (T, B, H)  zoneout: the weights of each state with z > 0, and the cell's
+ *                        per-frame buffers (the lstm's c~)
+ *   md (B, H), hd (T, B, H), dtmp (B, H)  rec_dropout: the mask, the dropped previous states of
+ *                        every frame (the products' operand, then dU's), backward's recurrent
+ *                        product before the mask
+ *   wdm, ud, dud (H, rec_gates H)  weight_dropout: the mask (0 or 1/(1-p)), U times it (the
+ *                        steps' operand), backward's dU before the mask
+ *   red                  CUDA: the launchers' partial sums
+ * and in rl_rnn_cudnn (layers/rnn_cudnn.h) the cuDNN path's concatenated inputs.
+ *
+ * Devices: the inputs' device decides, and the params, the given initial state and
+ * grad_out/grad_in must be on it (checked at every entry, so device memory never reaches a host
+ * loop; lengths are CPU tensors by the layer contract).
  *
  * CUDA: the layer's work goes on its own blocking stream (kernels/cuda/context.h); _begin makes
  * that stream wait for the streams that last wrote what the call reads or overwrites, _end
@@ -24,10 +48,9 @@
  * a new number whenever the parameters may have changed, i.e. at each of its forwards and
  * backwards), so that each operand is packed once per pass instead of once per step. With a pass
  * set the input projection (T B = B rows: one step) and the input gradients use the packed kernel
- * too: OpenBLAS repacks W on each of those few-row calls. The lstm and the gru use the same
- * mechanism; a layer's struct starts with its rl_layer and its rl_recurrent
- * (rl_recurrent_layer), which is how rl_recurrent_share_packs and its siblings (layers.h) find
- * the packs. */
+ * too: OpenBLAS repacks W on each of those few-row calls. Every cell's layer is an
+ * rl_recurrent_layer (its rl_layer, then its rl_recurrent), which is how
+ * rl_recurrent_share_packs and its siblings (layers.h) find the packs. */
 #ifndef RL_LAYERS_RECURRENT_H
 #define RL_LAYERS_RECURRENT_H
 
@@ -213,7 +236,7 @@ typedef struct rl_recurrent {
     rl_tensor init[RL_LAYER_MAX_STATES], final_grad[RL_LAYER_MAX_STATES];
 
     /* The driver's (rl_recurrent_create): the cell, its options and the layer's buffers (the
-     * top of layers/lstm.c describes them). */
+     * top of this file describes them). */
     const rl_cell *cell;
     double cell_opt[RL_CELL_MAX_OPTS];
     int direction;
@@ -242,7 +265,7 @@ static inline bool rl_recurrent_zero_input(const rl_recurrent *r, int k) {
     return r->zero_fwd >> k & 1u;
 }
 
-/* The head of every recurrent layer's struct (lstm_layer, gru_layer). */
+/* Every cell's layer (rl_recurrent_create allocates it). */
 typedef struct {
     rl_layer base;
     rl_recurrent rec;
