@@ -125,12 +125,14 @@ static void janet_sums(const rl_cell_sums *s) {
 /* beta; b after W and U. */
 static rl_status janet_create(rl_layer *l, const rl_options *o, bool cudnn) {
     (void)cudnn;
-    RL_TRY(rl_opt_number(o, l->name, "beta", 1.0,
-                         &((rl_recurrent_layer *)l)->rec.cell_opt[OPT_BETA]));
+    RL_TRY(
+        rl_opt_number(o, l->name, "beta", 1.0, &((rl_recurrent_layer *)l)->rec.cell_opt[OPT_BETA]));
     int64_t bs[1] = {2 * l->n_out};
     return rl_layer_add_param(l, "b", 1, bs, RL_INIT_ZEROS, 0.0, 0, 0, NULL);
 }
 
+/* The cell, its fields in groups (clang-format would put one a line). */
+/* clang-format off */
 static const rl_cell janet_cell = {
     .ops = {RL_CELL_OPS, .class_name = "janet"},
     /* gates [f | c~ | i]: W's and U's 2H columns into [s | a]; i kept for backward */
@@ -138,6 +140,7 @@ static const rl_cell janet_cell = {
     .n_states = 1, .state_names = {"h"},
     .cudnn = -1,
     .create = janet_create, .fwd = janet_fwd, .bwd = janet_bwd, .sums = janet_sums};
+/* clang-format on */
 
 rl_status rl_janet_create(rl_layer **out, const char *name, const rl_options *opts, int n_in,
                           const int64_t *in_dims) {

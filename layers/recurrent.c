@@ -7,9 +7,9 @@
 #include "layers.h"
 #include "recurrent.h"
 
+#include "../core/blas.h"
 #include "../kernels/cpu/gemm_small.h"
 #include "../kernels/cpu/parallel.h"
-#include "../core/blas.h"
 #include "../kernels/ops.h"
 #include "rnn_cudnn.h"
 
@@ -760,7 +760,8 @@ static rl_status weight_grad(rl_layer *l, rl_device dev, rl_dtype dt, int k, int
     rl_mat g;
     if (k < 0) {
         RL_TRY(rl_param_mat(l, &l->params[P_U].grad, "U (gradient)", dt, dev, &g));
-        if (!r->wdropped) return rl_mat_gemm(dev, r->stream, dt, true, false, H, R, n, x, dz, 1.0, g);
+        if (!r->wdropped)
+            return rl_mat_gemm(dev, r->stream, dt, true, false, H, R, n, x, dz, 1.0, g);
         RL_TRY(rl_mat_gemm(dev, r->stream, dt, true, false, H, R, n, x, dz, 0.0,
                            (rl_mat){rl_tensor_data(&r->dud), R}));
         rl_recurrent_mask_rows(dt, H, R, rl_tensor_data(&r->dud), rl_tensor_data(&r->wdm), g.p,
@@ -873,8 +874,14 @@ static void fwd_rows(const steps_job *j, int64_t r0, int64_t r1) {
     rl_dtype dt = j->dt;
     int64_t T = r->T, B = r->B, H = j->l->n_out, BH = B * H, n = r1 - r0;
     int64_t G = c->gate_blocks * H, R = c->rec_gates * H;
-    rl_cell_step s = {.l = j->l, .opt = r->cell_opt, .dt = dt, .n = n, .H = H,
-                      .len = j->len + r0, .zoned = r->zoned, .p = j->p};
+    rl_cell_step s = {.l = j->l,
+                      .opt = r->cell_opt,
+                      .dt = dt,
+                      .n = n,
+                      .H = H,
+                      .len = j->len + r0,
+                      .zoned = r->zoned,
+                      .p = j->p};
     for (int64_t k = 0; k < T; k++) {
         int64_t t = r->direction > 0 ? k : T - 1 - k;
         int64_t prev = r->direction > 0 ? t : t + 1, cur = r->direction > 0 ? t + 1 : t;
@@ -902,9 +909,16 @@ static void bwd_rows(const steps_job *j, int64_t r0, int64_t r1) {
     int64_t T = r->T, B = r->B, H = j->l->n_out, n = r1 - r0;
     int64_t G = c->gate_blocks * H, R = c->rec_gates * H;
     size_t es = rl_dtype_size(dt);
-    rl_cell_step s = {.l = j->l, .opt = r->cell_opt, .dt = dt, .n = n, .H = H,
-                      .len = j->len + r0, .dout_ld = j->dout.ld, .zoned = r->zoned,
-                      .p = j->p, .dp = j->apart ? NULL : j->dp};
+    rl_cell_step s = {.l = j->l,
+                      .opt = r->cell_opt,
+                      .dt = dt,
+                      .n = n,
+                      .H = H,
+                      .len = j->len + r0,
+                      .dout_ld = j->dout.ld,
+                      .zoned = r->zoned,
+                      .p = j->p,
+                      .dp = j->apart ? NULL : j->dp};
     for (int i = 0; i < r->n_states; i++)
         s.dstate[i] = at(&r->dstates[i], r0 * H);
     rl_mat dH = {s.dstate[0], H};
@@ -971,8 +985,8 @@ static void zero_rec_only_cols(const rl_recurrent *r, int64_t H, rl_dtype dt) {
     for (int q = 0; q < c->rec_gates; q++) {
         bool written = false;
         for (int i = 0; i < c->n_in_blocks; i++)
-            written = written || (q >= c->in_blocks[i].dst &&
-                                  q < c->in_blocks[i].dst + c->in_blocks[i].n);
+            written = written ||
+                      (q >= c->in_blocks[i].dst && q < c->in_blocks[i].dst + c->in_blocks[i].n);
         if (written) continue;
         for (int64_t row = 0; row < r->T * r->B; row++)
             memset(g0 + (size_t)(row * G + q * H) * es, 0, (size_t)H * es);
@@ -1000,8 +1014,9 @@ static rl_status weight_dropout_mask(rl_recurrent *r, rl_layer *l, const rl_laye
                                        "not one per batch)",
                         l->name, r->cls);
     if (!io->rng)
-        return rl_error(RL_EARG, RL_LAYER_WHERE ": weight_dropout in training needs a random "
-                                                "generator",
+        return rl_error(RL_EARG,
+                        RL_LAYER_WHERE ": weight_dropout in training needs a random "
+                                       "generator",
                         l->name, r->cls);
     const int64_t *shape = l->params[P_U].value.shape;
     RL_TRY(rl_buffer_ensure_synced(&r->wdm, dt, dev, 2, shape));
@@ -1018,8 +1033,8 @@ static rl_status param_mats(rl_layer *l, bool grad, rl_dtype dt, rl_device dev, 
     for (int k = 0; k < l->n_params; k++) {
         char what[48];
         snprintf(what, sizeof what, grad ? "%s (gradient)" : "%s", l->params[k].name);
-        RL_TRY(rl_param_mat(l, grad ? &l->params[k].grad : &l->params[k].value, what, dt, dev,
-                            &m[k]));
+        RL_TRY(
+            rl_param_mat(l, grad ? &l->params[k].grad : &l->params[k].value, what, dt, dev, &m[k]));
         p[k] = m[k].p;
     }
     for (int k = l->n_params; k < 4; k++)
@@ -1040,8 +1055,8 @@ rl_status rl_recurrent_forward(rl_layer *l, rl_layer_io *io) {
     if (zo) RL_TRY(rl_recurrent_cpu_only(r, l, dev, "zoneout"));
     if (r->rd > 0) RL_TRY(rl_recurrent_cpu_only(r, l, dev, "rec_dropout"));
     if (r->wd > 0) RL_TRY(rl_recurrent_cpu_only(r, l, dev, "weight_dropout"));
-    r->ran_cudnn = r->cudnn && dev.type == RL_CUDA &&
-                   (!c->cudnn_fallback || rl_rnn_cudnn_serves(r, l));
+    r->ran_cudnn =
+        r->cudnn && dev.type == RL_CUDA && (!c->cudnn_fallback || rl_rnn_cudnn_serves(r, l));
     if (r->cudnn && !c->cudnn_fallback && dev.type != RL_CUDA)
         return rl_error(RL_EDEVICE,
                         RL_LAYER_WHERE ": impl = \"cudnn\" needs CUDA tensors, the inputs "
@@ -1140,9 +1155,19 @@ rl_status rl_recurrent_forward(rl_layer *l, rl_layer_io *io) {
         steps_job j = {.l = l, .r = r, .dt = dt, .len = len, .U = U, .p = p};
         RL_TRY(run_steps(&j));
     } else {
-        rl_cell_pass ps = {.l = l, .opt = r->cell_opt, .stream = r->stream, .dev = dev,
-                           .dt = dt, .T = T, .B = B, .H = H, .direction = r->direction,
-                           .len = rl_tensor_data(&r->len_dev), .gates = Z.p, .U = U.p, .p = p,
+        rl_cell_pass ps = {.l = l,
+                           .opt = r->cell_opt,
+                           .stream = r->stream,
+                           .dev = dev,
+                           .dt = dt,
+                           .T = T,
+                           .B = B,
+                           .H = H,
+                           .direction = r->direction,
+                           .len = rl_tensor_data(&r->len_dev),
+                           .gates = Z.p,
+                           .U = U.p,
+                           .p = p,
                            .out = rl_tensor_data(&l->out)};
         for (int i = 0; i < r->n_states; i++)
             ps.seq[i] = rl_tensor_data(&r->seqs[i]);
@@ -1157,14 +1182,28 @@ static rl_status backward_steps_cpu(rl_layer *l, rl_recurrent *r, rl_dtype dt, c
                                     rl_mat dout, rl_mat U, const void *const *p, void *const *dp) {
     const rl_cell *c = r->cell;
     int64_t T = r->T, B = r->B, H = l->n_out, BH = B * H;
-    steps_job j = {.l = l, .r = r, .dt = dt, .len = len, .U = U, .dout = dout, .p = p, .dp = dp,
+    steps_job j = {.l = l,
+                   .r = r,
+                   .dt = dt,
+                   .len = len,
+                   .U = U,
+                   .dout = dout,
+                   .p = p,
+                   .dp = dp,
                    .backward = true};
     RL_TRY(run_steps(&j));
     /* the previous states of all frames are rows 0..T-1 (direction 1) or 1..T (-1) */
     int64_t prev = r->direction > 0 ? 0 : BH, cur = r->direction > 0 ? BH : 0;
-    rl_cell_sums s = {.l = l, .opt = r->cell_opt, .dt = dt, .rows = T * B, .H = H,
-                      .g = rl_tensor_data(&r->gates), .zoned = r->zoned, .in_steps = !j.apart,
-                      .p = p, .dp = dp};
+    rl_cell_sums s = {.l = l,
+                      .opt = r->cell_opt,
+                      .dt = dt,
+                      .rows = T * B,
+                      .H = H,
+                      .g = rl_tensor_data(&r->gates),
+                      .zoned = r->zoned,
+                      .in_steps = !j.apart,
+                      .p = p,
+                      .dp = dp};
     for (int i = 0; i < r->n_states; i++) {
         s.prev[i] = at(&r->seqs[i], prev);
         s.cur[i] = at(&r->seqs[i], cur);
@@ -1224,11 +1263,24 @@ rl_status rl_recurrent_backward(rl_layer *l, rl_layer_io *io, const rl_tensor *g
     if (dev.type == RL_CPU) {
         RL_TRY(backward_steps_cpu(l, r, dt, rl_tensor_data(io->lengths), dout, U, p, dp));
     } else {
-        rl_cell_pass ps = {.l = l, .opt = r->cell_opt, .stream = r->stream, .dev = dev,
-                           .dt = dt, .T = T, .B = B, .H = H, .direction = r->direction,
-                           .len = rl_tensor_data(&r->len_dev), .gates = rl_tensor_data(&r->gates),
-                           .U = U.p, .p = p, .dout = dout.p, .dout_ld = dout.ld, .dp = dp,
-                           .dU = gm[P_U].p, .red = &r->red};
+        rl_cell_pass ps = {.l = l,
+                           .opt = r->cell_opt,
+                           .stream = r->stream,
+                           .dev = dev,
+                           .dt = dt,
+                           .T = T,
+                           .B = B,
+                           .H = H,
+                           .direction = r->direction,
+                           .len = rl_tensor_data(&r->len_dev),
+                           .gates = rl_tensor_data(&r->gates),
+                           .U = U.p,
+                           .p = p,
+                           .dout = dout.p,
+                           .dout_ld = dout.ld,
+                           .dp = dp,
+                           .dU = gm[P_U].p,
+                           .red = &r->red};
         for (int i = 0; i < r->n_states; i++) {
             ps.seq[i] = rl_tensor_data(&r->seqs[i]);
             ps.dstate[i] = rl_tensor_data(&r->dstates[i]);
@@ -1267,8 +1319,8 @@ rl_status rl_recurrent_backward(rl_layer *l, rl_layer_io *io, const rl_tensor *g
             for (int i = 0; i < c->n_in_blocks; i++) {
                 const rl_cell_block *b = &c->in_blocks[i];
                 if (wtpack) {
-                    rl_gemm_packed_f32(T * B, F, b->n * H, (const float *)dZ.p + b->dst * H, G,
-                                       wt, i > 0, Gi.p, Gi.ld);
+                    rl_gemm_packed_f32(T * B, F, b->n * H, (const float *)dZ.p + b->dst * H, G, wt,
+                                       i > 0, Gi.p, Gi.ld);
                     wt += rl_gemm_packed_size(b->n * H, F);
                 } else {
                     RL_TRY(rl_mat_gemm(dev, r->stream, dt, false, true, T * B, F, b->n * H,
@@ -1324,8 +1376,8 @@ rl_status rl_recurrent_create(rl_layer **out, const rl_cell *c, const char *name
     RL_TRY(rl_opt_int(opts, name, "n_out", 0, 1, true, &H));
     RL_TRY(rl_opt_int(opts, name, "direction", 1, -1, false, &dir));
     if (dir != 1 && dir != -1)
-        return rl_error(RL_EARG, "layer '%s' (%s): direction = %" PRId64 ", expected 1 or -1",
-                        name, cls, dir);
+        return rl_error(RL_EARG, "layer '%s' (%s): direction = %" PRId64 ", expected 1 or -1", name,
+                        cls, dir);
     bool cudnn = false;
     if (c->cudnn >= 0) RL_TRY(rl_rnn_cudnn_option(opts, name, cls, &cudnn));
     bool has_cell = c->n_states > 1 && strcmp(c->state_names[1], "c") == 0;
@@ -1378,11 +1430,9 @@ rl_status rl_recurrent_create(rl_layer **out, const rl_cell *c, const char *name
     rl_status st = RL_OK;
     if (cudnn && !(r->dnn = calloc(1, sizeof *r->dnn)))
         st = rl_error(RL_ENOMEM, "layer '%s' (%s): out of memory", name, cls);
+    if (st == RL_OK) st = rl_layer_add_param(l, "W", 2, ws, RL_INIT_GLOROT, 1.0, Fi, wb * H, NULL);
     if (st == RL_OK)
-        st = rl_layer_add_param(l, "W", 2, ws, RL_INIT_GLOROT, 1.0, Fi, wb * H, NULL);
-    if (st == RL_OK)
-        st = rl_layer_add_param(l, "U", 2, us, RL_INIT_ORTHOGONAL, 1.0, H, c->rec_gates * H,
-                                NULL);
+        st = rl_layer_add_param(l, "U", 2, us, RL_INIT_ORTHOGONAL, 1.0, H, c->rec_gates * H, NULL);
     if (st == RL_OK) st = c->create(l, opts, cudnn);
     if (st != RL_OK) {
         rl_layer_free(l);

@@ -84,17 +84,17 @@
  * float32 or float64 as dt, rows of H elements unless said otherwise). */
 typedef struct rl_cell_step {
     const rl_layer *l;
-    const double *opt;  /* the cell's options (rl_recurrent.cell_opt) */
+    const double *opt; /* the cell's options (rl_recurrent.cell_opt) */
     rl_dtype dt;
-    int64_t n, H, t;    /* rows, units, the frame */
-    const int32_t *len; /* the rows' lengths: row b is valid when t < len[b] */
-    void *g;            /* (n, gate_blocks H): the frame's gates rows */
+    int64_t n, H, t;                       /* rows, units, the frame */
+    const int32_t *len;                    /* the rows' lengths: row b is valid when t < len[b] */
+    void *g;                               /* (n, gate_blocks H): the frame's gates rows */
     const void *prev[RL_LAYER_MAX_STATES]; /* each state before the frame */
     void *cur[RL_LAYER_MAX_STATES];        /* each state after it (forward writes them) */
     void *out;                             /* forward: h on valid rows, 0 on padded ones */
     const void *dout;                      /* backward: dLoss/dout rows (NULL: zero) */
     int64_t dout_ld;
-    void *dstate[RL_LAYER_MAX_STATES]; /* backward: the running state gradients */
+    void *dstate[RL_LAYER_MAX_STATES];   /* backward: the running state gradients */
     const void *zo[RL_LAYER_MAX_STATES]; /* zoneout weights of each state, NULL: none */
     void *aux[RL_CELL_MAX_AUX];          /* with zoneout: the cell's per-frame buffers */
     bool zoned;                          /* zoneout on in this pass */
@@ -176,7 +176,8 @@ typedef struct rl_cell {
 #define RL_CUDA_FN(f) NULL
 #endif
 
-/* The ops every cell's layers run: give a cell's table `.ops = {RL_CELL_OPS, .class_name = ...}`. */
+/* The ops every cell's layers run: give a cell's table `.ops = {RL_CELL_OPS, .class_name = ...}`.
+ */
 rl_status rl_recurrent_forward(rl_layer *l, rl_layer_io *io);
 rl_status rl_recurrent_backward(rl_layer *l, rl_layer_io *io, const rl_tensor *grad_out,
                                 rl_tensor *const *grad_in);
@@ -222,7 +223,7 @@ typedef struct rl_recurrent {
                              rl_mat dz);
     /* The recurrent state (rl_recurrent_state_ops), filled by the cell at creation: n_states
      * tensors named state_names[i] ("h", "c"; state 0 is the output), each (B, state_dims[i]);
-     * seq[i] the layer's buffer of that state over the steps (T+1 rows as lstm.c's hs, the final
+     * seq[i] the layer's buffer of that state over the steps (T+1 rows as seqs, the final
      * state at row last_row), grad0[i] its backward's running gradient of that state (B, dim),
      * which ends as the initial state's. gates_cols: the width of the gates buffer (for
      * rl_recurrent_set_gates). */
