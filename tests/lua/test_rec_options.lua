@@ -121,6 +121,39 @@ H.test("gru weight_dropout and rec_dropout: the same bits on 1, 2 and 3 threads"
   end)
 end)
 
+-- The masks come from the generator the checkpoint stores: a run resumed from epoch 2 ends with
+-- the bits of the uninterrupted one (every cell of the driver, every mask option).
+H.test("training with weight_dropout, rec_dropout and zoneout resumes bit-identical", function()
+  local function config(extra)
+    local c = {
+      network = {
+        a = {class = "lstm", n_out = 8, from = "data", weight_dropout = 0.3, rec_dropout = 0.2,
+          zoneout = {cell = 0.1, hidden = 0.1}},
+        b = {class = "gru", n_out = 6, from = "a", direction = -1, weight_dropout = 0.2},
+        c = {class = "janet", n_out = 6, from = "b", weight_dropout = 0.25, zoneout = 0.1},
+        output = {class = "softmax", from = "c", loss = "ce", target = "classes"},
+      },
+      train = {class = "12ax", num_seqs = 16, seed = 1, min_len = 5, max_len = 15,
+        seq_ordering = "random"},
+      num_epochs = 3, batch_size = 80, max_seqs = 8, optimizer = {class = "adam"},
+      learning_rate = 0.01, log_verbosity = 0, seed = 3,
+    }
+    for k, v in pairs(extra) do c[k] = v end
+    return c
+  end
+  local a, b = H.tmpdir(), H.tmpdir()
+  local full = rl.train(config({model = a .. "/m"}), {})
+  rl.train(config({model = b .. "/m", num_epochs = 2}), {})
+  local resumed = rl.train(config({model = b .. "/m", load = "last"}), {})
+  H.check(resumed.history[1].epoch == 3, "the resumed run trained epoch 3")
+  H.check((full.net:params() - resumed.net:params()):abs():max() == 0,
+    "parameters differ after resume")
+  local other = rl.train(config({seed = 4}), {})
+  H.check((other.net:params() - full.net:params()):abs():max() > 0, "the seed changes nothing")
+  H.rm_rf(a)
+  H.rm_rf(b)
+end)
+
 H.expect_error("weight_dropout inside a rec unit is refused", function()
   rl.network({
     dec = {class = "rec", from = "data", is_output_layer = true,
