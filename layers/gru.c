@@ -109,7 +109,7 @@ static const rl_cell gru_cell = {
      * h_prev U (3H columns) into r, z, hn */
     .gate_blocks = 4, .rec_gates = 3, .n_in_blocks = 2, .in_blocks = {{0, 0, 2}, {2, 3, 1}},
     .n_states = 1, .state_names = {"h"},
-    .cudnn = RL_CUDNN_GRU, .cudnn_fallback = true,
+    .cudnn = RL_CUDNN_GRU, .cudnn_fallback = true, .rec_dropout_first = true,
     .create = gru_create, .fwd = gru_fwd, .bwd = gru_bwd, .sums = gru_sums,
     .cuda_fwd = RL_CUDA_FN(gru_cuda_fwd), .cuda_bwd = RL_CUDA_FN(gru_cuda_bwd)};
 /* clang-format on */

@@ -74,10 +74,10 @@ rl_status rl_gru_set_final_state_grad(rl_layer *l, const rl_tensor *dh);
 rl_status rl_gru_final_state(rl_layer *l, rl_tensor *h);
 rl_status rl_gru_initial_state_grad(rl_layer *l, rl_tensor *dh0);
 
-/* Recurrent cells (lstm, gru, janet, ...) in per-step use (layers/recurrent.h, "Packed operands"): l, a step object of the
- * same unit layer as owner (same class, inputs and n_out, bound to the same parameters), shares
- * owner's packed weights from now on (an error naming both layers when they differ, or the one
- * that is no recurrent cell). */
+/* Recurrent cells (lstm, gru, janet, ...) in per-step use (layers/recurrent.h, "Packed
+ * operands"): l, a step object of the same unit layer as owner (same class, inputs and n_out,
+ * bound to the same parameters), shares owner's packed weights from now on (an error naming both
+ * layers when they differ, or the one that is no recurrent cell). */
 rl_status rl_recurrent_share_packs(rl_layer *l, rl_layer *owner);
 /* The pass the packed weights of l (and of the layers sharing them) belong to: they are packed
  * once per pass, so the caller gives a new number whenever the parameters may have changed

@@ -1129,21 +1129,23 @@ rl_status rl_recurrent_forward(rl_layer *l, rl_layer_io *io) {
     }
 
     /* the masks, in the order their draws have always had (zoneout's from the last state to the
-     * first, then rec_dropout's, then weight_dropout's) */
+     * first, rec_dropout's before or after them as the cell says, then weight_dropout's) */
     r->zoned = zo;
-    if (zo) {
-        int64_t zshape[3] = {T, B, H};
-        for (int a = 0; a < c->n_aux; a++)
-            RL_TRY(rl_buffer_ensure_synced(&r->aux[a], dt, dev, 3, zshape));
-        for (int i = r->n_states - 1; i >= 0; i--)
-            if (r->zo[i] > 0)
-                RL_TRY(rl_recurrent_zoneout_mask(r, l, io, r->zo[i], &r->zmask[i], dt, dev));
-    }
     r->rdropped = io->train && r->rd > 0;
-    if (r->rdropped) {
-        int64_t dshape[3] = {T, B, H};
-        RL_TRY(rl_recurrent_rec_dropout_mask(r, l, io, r->rd, &r->md, dt, dev));
-        RL_TRY(rl_buffer_ensure_synced(&r->hd, dt, dev, 3, dshape));
+    for (int pass = 0; pass < 2; pass++) {
+        if (r->rdropped && pass == (c->rec_dropout_first ? 0 : 1)) {
+            int64_t dshape[3] = {T, B, H};
+            RL_TRY(rl_recurrent_rec_dropout_mask(r, l, io, r->rd, &r->md, dt, dev));
+            RL_TRY(rl_buffer_ensure_synced(&r->hd, dt, dev, 3, dshape));
+        }
+        if (zo && pass == (c->rec_dropout_first ? 1 : 0)) {
+            int64_t zshape[3] = {T, B, H};
+            for (int a = 0; a < c->n_aux; a++)
+                RL_TRY(rl_buffer_ensure_synced(&r->aux[a], dt, dev, 3, zshape));
+            for (int i = r->n_states - 1; i >= 0; i--)
+                if (r->zo[i] > 0)
+                    RL_TRY(rl_recurrent_zoneout_mask(r, l, io, r->zo[i], &r->zmask[i], dt, dev));
+        }
     }
     r->wdropped = io->train && r->wd > 0;
     if (r->wdropped) {

@@ -156,8 +156,10 @@ typedef struct rl_cell {
     const char *state_names[RL_LAYER_MAX_STATES]; /* state 0 "h"; a state "c" takes zoneout.cell */
     int n_aux; /* per-frame buffers (T, B, H) its passes use with zoneout */
     int cudnn; /* RL_CUDNN_LSTM, RL_CUDNN_GRU (kernels/cudnn_layout.h), or -1: no cuDNN cell */
-    bool cudnn_fallback; /* impl = "cudnn" runs the own passes where cuDNN cannot (CPU tensors,
-                            sizes beyond its descriptors) instead of failing */
+    bool cudnn_fallback;    /* impl = "cudnn" runs the own passes where cuDNN cannot (CPU tensors,
+                               sizes beyond its descriptors) instead of failing */
+    bool rec_dropout_first; /* draw the rec_dropout mask before the zoneout masks (the gru's
+                               order, which its checkpoints' continued training depends on) */
     /* Reads the cell's own options into r->cell_opt and adds its parameters after W and U. */
     rl_status (*create)(rl_layer *l, const rl_options *o, bool cudnn);
     void (*fwd)(const rl_cell_step *s);
