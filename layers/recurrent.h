@@ -337,7 +337,7 @@ rl_status rl_recurrent_pack_inputs(rl_recurrent *r, const rl_layer *l, bool back
                                    const float *W, int64_t ld, const rl_pack_block *blocks,
                                    int n_blocks, float **out);
 
-/* The gates buffer (T, B, 4 n_out) of a forward in *gates: the caller's (a share of
+/* The gates buffer (T, B, gate_blocks n_out) of a forward in *gates: the caller's (a share of
  * r->ext_gates, after checking its shape, dtype and device: CPU only) when one is set, else the
  * layer's own, sized with rl_buffer_ensure_synced. Sets r->defer_fwd accordingly. */
 rl_status rl_recurrent_gates(rl_recurrent *r, const rl_layer *l, rl_tensor *gates, rl_dtype dt,
