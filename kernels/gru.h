@@ -1,5 +1,6 @@
 /* The fused pointwise passes of one GRU step over a batch (B, H), CPU, float32 and float64.
- * The formulas are those of kernels/gru_cell.h; layers/gru.c calls these between its GEMMs.
+ * The formulas are those of kernels/gru_cell.h; the recurrent driver (layers/recurrent.c)
+ * calls these between its GEMMs for the gru cell (layers/gru.c).
  *
  * Layout of one step (all row-major, contiguous, host memory):
  *   g       (B, 4H)  four blocks per row, in the order r, z, hn, n (see below)
@@ -11,11 +12,10 @@
  * A row b is valid when t < len[b]. A padded row carries the state (h = hp) and, in backward,
  * passes the state gradient through unchanged and contributes nothing else.
  *
- * One step on its own (what layers/gru.c does per frame, and what a caller running its own time
- * loop, such as a rec unit, does with explicit state in and out), with W (F, 3H), U (H, 3H) in
- * layers/gru.c's layout:
- *   g[:, 0:2H] = x W[:, 0:2H]   g[:, 3H:4H] = x W[:, 2H:3H]   g[:, 2H:3H] = 0
- *   g[:, 0:3H] += hp U                          (one product: r, z and hn side by side)
+ * One step on its own (what the driver does per frame for the gru, and what a caller running its
+ * own time loop, such as a rec unit, does with explicit state in and out), with W (F, 3H), U (H,
+ * 3H) in layers/gru.c's layout: g[:, 0:2H] = x W[:, 0:2H]   g[:, 3H:4H] = x W[:, 2H:3H]   g[:,
+ * 2H:3H] = 0 g[:, 0:3H] += hp U                          (one product: r, z and hn side by side)
  *   rl_gru_cpu_fwd_*(..., g, b, bh, hp, h, out)  -> g = [r | z | hn | n], h
  * and backward, after setting dh = dLoss/dh from later steps (0 for the last):
  *   rl_gru_cpu_bwd_*(..., g, hp, dout, ..., dh, db, dbh) -> g = [dar | daz | dhn | dan],

@@ -1,5 +1,6 @@
 /* The fused pointwise passes of one LSTM step over a batch (B, H), CPU, float32 and float64.
- * The formulas are those of kernels/lstm_cell.h; layers/lstm.c calls these between its GEMMs.
+ * The formulas are those of kernels/lstm_cell.h; the recurrent driver (layers/recurrent.c)
+ * calls these between its GEMMs for the lstm cell (layers/lstm.c).
  *
  * Layout of one step (all row-major, contiguous, host memory):
  *   z       (B, 4H)  gate blocks in the order i, f, g, o (PyTorch/cuDNN order)

@@ -115,12 +115,12 @@ static void gru_sums(const rl_cell_sums *s) {
     if (s->opt[OPT_LAYER_NORM] != 0) {
         if (s->dt == RL_FLOAT32) {
             rl_gru_ln_f32 ln = LN_VIEW(rl_gru_ln_f32, s->fb, (const float *const *)NULL);
-            rl_gru_ln_cpu_param_grads_f32(s->rows, s->H, &ln, s->dp[P_B], s->dp[P_BH],
-                                          s->dp[P_GX], s->dp[P_GH]);
+            rl_gru_ln_cpu_param_grads_f32(s->rows, s->H, &ln, s->dp[P_B], s->dp[P_BH], s->dp[P_GX],
+                                          s->dp[P_GH]);
         } else {
             rl_gru_ln_f64 ln = LN_VIEW(rl_gru_ln_f64, s->fb, (const double *const *)NULL);
-            rl_gru_ln_cpu_param_grads_f64(s->rows, s->H, &ln, s->dp[P_B], s->dp[P_BH],
-                                          s->dp[P_GX], s->dp[P_GH]);
+            rl_gru_ln_cpu_param_grads_f64(s->rows, s->H, &ln, s->dp[P_B], s->dp[P_BH], s->dp[P_GX],
+                                          s->dp[P_GH]);
         }
     } else if (!s->in_steps) {
         rl_gru_cpu_bias_grads_f32(s->rows, s->H, s->g, s->dp[P_B], s->dp[P_BH]);
@@ -131,17 +131,17 @@ static void gru_sums(const rl_cell_sums *s) {
 #include "../kernels/cuda/gru_cuda.h"
 
 static rl_status gru_cuda_fwd(const rl_cell_pass *p) {
-    return rl_gru_cuda_forward(p->stream, p->dt, p->T, p->B, p->H, p->direction, p->len,
-                               p->gates, p->U, p->p[P_B], p->p[P_BH], p->seq[0], p->out);
+    return rl_gru_cuda_forward(p->stream, p->dt, p->T, p->B, p->H, p->direction, p->len, p->gates,
+                               p->U, p->p[P_B], p->p[P_BH], p->seq[0], p->out);
 }
 
 /* Also makes dU, db and db_h (their partial sums in p->red). */
 static rl_status gru_cuda_bwd(const rl_cell_pass *p) {
     int64_t rshape[2] = {RL_GRU_CUDA_CHUNKS, 4 * p->H};
     RL_TRY(rl_buffer_ensure_synced(p->red, p->dt, p->dev, 2, rshape));
-    return rl_gru_cuda_backward(p->stream, p->dt, p->T, p->B, p->H, p->direction, p->len,
-                                p->gates, p->U, p->seq[0], p->dout, p->dout_ld, p->dstate[0],
-                                p->dU, p->dp[P_B], p->dp[P_BH], rl_tensor_data(p->red));
+    return rl_gru_cuda_backward(p->stream, p->dt, p->T, p->B, p->H, p->direction, p->len, p->gates,
+                                p->U, p->seq[0], p->dout, p->dout_ld, p->dstate[0], p->dU,
+                                p->dp[P_B], p->dp[P_BH], rl_tensor_data(p->red));
 }
 #endif
 
@@ -168,15 +168,18 @@ static rl_status gru_create(rl_layer *l, const rl_options *o, bool cudnn) {
     return RL_OK;
 }
 
+/* The cell, its fields in groups (clang-format would put one a line). */
+/* clang-format off */
 static const rl_cell gru_cell = {
     .ops = {RL_CELL_OPS, .class_name = "gru"},
     /* gates [r | z | hn | n]: W's [r z] columns to blocks 0-1, its n columns to block 3;
      * h_prev U (3H columns) into r, z, hn */
     .gate_blocks = 4, .rec_gates = 3, .n_in_blocks = 2, .in_blocks = {{0, 0, 2}, {2, 3, 1}},
     .n_states = 1, .state_names = {"h"},
-    .cudnn = RL_CUDNN_GRU, .cudnn_fallback = true,
+    .cudnn = RL_CUDNN_GRU, .cudnn_fallback = true, .rec_dropout_first = true,
     .create = gru_create, .fwd = gru_fwd, .bwd = gru_bwd, .sums = gru_sums,
     .cuda_fwd = RL_CUDA_FN(gru_cuda_fwd), .cuda_bwd = RL_CUDA_FN(gru_cuda_bwd)};
+/* clang-format on */
 
 rl_status rl_gru_create(rl_layer **out, const char *name, const rl_options *opts, int n_in,
                         const int64_t *in_dims) {

@@ -78,8 +78,10 @@ static const void *const *ln_params(const rl_layer *l, const void *const *p) {
 
 /* The layer_norm kernels' view of a step's (or all frames') buffers; g: the gains, or NULL. */
 #define LN_VIEW(T, fb, g)                                                                          \
-    (T){(fb)[F_XH], (fb)[F_HH], (fb)[F_CN], (fb)[F_RS], (fb)[F_DG], (fb)[F_DZH], (fb)[F_DU],     \
-        (g) ? (g)[0] : NULL, (g) ? (g)[1] : NULL, (g) ? (g)[2] : NULL, (g) ? (g)[3] : NULL}
+    (T) {                                                                                          \
+        (fb)[F_XH], (fb)[F_HH], (fb)[F_CN], (fb)[F_RS], (fb)[F_DG], (fb)[F_DZH], (fb)[F_DU],       \
+            (g) ? (g)[0] : NULL, (g) ? (g)[1] : NULL, (g) ? (g)[2] : NULL, (g) ? (g)[3] : NULL     \
+    }
 
 static void lstm_fwd(const rl_cell_step *s) {
     const void *const *peep = peepholes(s->opt, s->p);
@@ -103,9 +105,9 @@ static void lstm_fwd(const rl_cell_step *s) {
                             s->zoned ? &z : NULL);
     } else {
         rl_lstm_zo_f64 z = {s->zo[1], s->zo[0], s->aux[0]};
-        rl_lstm_cpu_fwd_f64(s->n, s->H, s->t, s->len, s->g, s->p[P_B],
-                            (const double *const *)peep, s->prev[1], s->prev[0], s->cur[1],
-                            s->cur[0], s->out, s->zoned ? &z : NULL);
+        rl_lstm_cpu_fwd_f64(s->n, s->H, s->t, s->len, s->g, s->p[P_B], (const double *const *)peep,
+                            s->prev[1], s->prev[0], s->cur[1], s->cur[0], s->out,
+                            s->zoned ? &z : NULL);
     }
 }
 
@@ -126,14 +128,14 @@ static void lstm_bwd(const rl_cell_step *s) {
     }
     if (s->dt == RL_FLOAT32) {
         rl_lstm_zo_f32 z = {s->zo[1], s->zo[0], s->aux[0]};
-        rl_lstm_cpu_bwd_f32(s->n, s->H, s->t, s->len, s->g, (const float *const *)peep,
-                            s->prev[1], s->cur[1], s->dout, s->dout_ld, s->dstate[0],
-                            s->dstate[1], s->zoned ? &z : NULL);
+        rl_lstm_cpu_bwd_f32(s->n, s->H, s->t, s->len, s->g, (const float *const *)peep, s->prev[1],
+                            s->cur[1], s->dout, s->dout_ld, s->dstate[0], s->dstate[1],
+                            s->zoned ? &z : NULL);
     } else {
         rl_lstm_zo_f64 z = {s->zo[1], s->zo[0], s->aux[0]};
-        rl_lstm_cpu_bwd_f64(s->n, s->H, s->t, s->len, s->g, (const double *const *)peep,
-                            s->prev[1], s->cur[1], s->dout, s->dout_ld, s->dstate[0],
-                            s->dstate[1], s->zoned ? &z : NULL);
+        rl_lstm_cpu_bwd_f64(s->n, s->H, s->t, s->len, s->g, (const double *const *)peep, s->prev[1],
+                            s->cur[1], s->dout, s->dout_ld, s->dstate[0], s->dstate[1],
+                            s->zoned ? &z : NULL);
     }
 }
 
@@ -167,9 +169,9 @@ static void lstm_sums(const rl_cell_sums *s) {
 #include "../kernels/cuda/lstm_cuda.h"
 
 static rl_status lstm_cuda_fwd(const rl_cell_pass *p) {
-    return rl_lstm_cuda_forward(p->stream, p->dt, p->T, p->B, p->H, p->direction, p->len,
-                                p->gates, p->U, p->p[P_B], peepholes(p->opt, p->p), p->seq[0],
-                                p->seq[1], p->out);
+    return rl_lstm_cuda_forward(p->stream, p->dt, p->T, p->B, p->H, p->direction, p->len, p->gates,
+                                p->U, p->p[P_B], peepholes(p->opt, p->p), p->seq[0], p->seq[1],
+                                p->out);
 }
 
 /* Also makes dU, db and the peephole gradients (their partial sums in p->red). */
@@ -177,10 +179,10 @@ static rl_status lstm_cuda_bwd(const rl_cell_pass *p) {
     int64_t rshape[2] = {RL_LSTM_CUDA_CHUNKS, 7 * p->H};
     RL_TRY(rl_buffer_ensure_synced(p->red, p->dt, p->dev, 2, rshape));
     void *const *dpeep = p->opt[OPT_PEEPHOLES] != 0 ? p->dp + P_PI : NULL;
-    return rl_lstm_cuda_backward(p->stream, p->dt, p->T, p->B, p->H, p->direction, p->len,
-                                 p->gates, p->U, peepholes(p->opt, p->p), p->seq[0], p->seq[1],
-                                 p->dout, p->dout_ld, p->dstate[0], p->dstate[1], p->dU,
-                                 p->dp[P_B], dpeep, rl_tensor_data(p->red));
+    return rl_lstm_cuda_backward(p->stream, p->dt, p->T, p->B, p->H, p->direction, p->len, p->gates,
+                                 p->U, peepholes(p->opt, p->p), p->seq[0], p->seq[1], p->dout,
+                                 p->dout_ld, p->dstate[0], p->dstate[1], p->dU, p->dp[P_B], dpeep,
+                                 rl_tensor_data(p->red));
 }
 #endif
 
@@ -197,12 +199,13 @@ static rl_status lstm_create(rl_layer *l, const rl_options *o, bool cudnn) {
                         "together (cuDNN's LSTM has no peepholes; use impl = \"own\")",
                         l->name);
     RL_TRY(rl_opt_bool(o, l->name, "layer_norm", false, &ln));
-    const char *without = cudnn                    ? "impl = \"cudnn\""
-                          : peep                   ? "peepholes"
+    const char *without = cudnn                     ? "impl = \"cudnn\""
+                          : peep                    ? "peepholes"
                           : r->zo[0] + r->zo[1] > 0 ? "zoneout"
-                                                   : NULL;
+                                                    : NULL;
     if (ln && without)
-        return rl_error(RL_EARG, RL_LAYER_WHERE ": option layer_norm and %s do not go together (%s)",
+        return rl_error(RL_EARG,
+                        RL_LAYER_WHERE ": option layer_norm and %s do not go together (%s)",
                         l->name, r->cls, without,
                         cudnn ? "cuDNN's LSTM has no layer normalisation; use impl = \"own\""
                               : "not implemented");
@@ -239,6 +242,8 @@ static rl_status lstm_init_params(rl_layer *l, rl_rng *g) {
     return st;
 }
 
+/* The cell, its fields in groups (clang-format would put one a line). */
+/* clang-format off */
 static const rl_cell lstm_cell = {
     .ops = {RL_CELL_OPS, .class_name = "lstm", .init_params = lstm_init_params},
     /* gates [i | f | g | o]: all of W's and U's columns in that order */
@@ -247,6 +252,7 @@ static const rl_cell lstm_cell = {
     .cudnn = RL_CUDNN_LSTM, .proj = true,
     .create = lstm_create, .fwd = lstm_fwd, .bwd = lstm_bwd, .sums = lstm_sums,
     .cuda_fwd = RL_CUDA_FN(lstm_cuda_fwd), .cuda_bwd = RL_CUDA_FN(lstm_cuda_bwd)};
+/* clang-format on */
 
 rl_status rl_lstm_create(rl_layer **out, const char *name, const rl_options *opts, int n_in,
                          const int64_t *in_dims) {

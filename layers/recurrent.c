@@ -8,9 +8,9 @@
 #include "layers.h"
 #include "recurrent.h"
 
+#include "../core/blas.h"
 #include "../kernels/cpu/gemm_small.h"
 #include "../kernels/cpu/parallel.h"
-#include "../core/blas.h"
 #include "../kernels/ops.h"
 #include "rnn_cudnn.h"
 
@@ -750,25 +750,30 @@ const rl_cell *rl_recurrent_cell(const rl_layer *l) {
     return rec_of(l)->cell;
 }
 
-/* The weight-gradient products (rl_recurrent.weight_grad) over n rows: k < n_in: for each input
- * block, dW_k[:, src] += x^T dz[:, dst]; k = -1: dU += x^T dz[:, 0 : rec_gates H], through the
+/* dU += x^T dz[:, 0 : rec_gates H] over n rows (x the previous states, P wide), through the
  * weight_dropout mask when the last forward dropped U. */
+static rl_status u_grad(rl_layer *l, rl_device dev, rl_dtype dt, int64_t n, rl_mat x, rl_mat dz) {
+    rl_recurrent *r = rec_of(l);
+    int64_t P = l->n_out, R = r->cell->rec_gates * r->H;
+    rl_mat g;
+    RL_TRY(rl_param_mat(l, &l->params[P_U].grad, "U (gradient)", dt, dev, &g));
+    if (!r->wdropped) return rl_mat_gemm(dev, r->stream, dt, true, false, P, R, n, x, dz, 1.0, g);
+    RL_TRY(rl_mat_gemm(dev, r->stream, dt, true, false, P, R, n, x, dz, 0.0,
+                       (rl_mat){rl_tensor_data(&r->dud), R}));
+    rl_recurrent_mask_rows(dt, P, R, rl_tensor_data(&r->dud), rl_tensor_data(&r->wdm), g.p, true);
+    return RL_OK;
+}
+
+/* The weight-gradient products (rl_recurrent.weight_grad) over n rows: k < n_in: for each input
+ * block, dW_k[:, src] += x^T dz[:, dst]; k = -1: u_grad, unless the recurrent part is apart
+ * (rec_apart: the layer makes dU itself, from that part's gradients). */
 static rl_status weight_grad(rl_layer *l, rl_device dev, rl_dtype dt, int k, int64_t n, rl_mat x,
                              rl_mat dz) {
     rl_recurrent *r = rec_of(l);
     const rl_cell *c = r->cell;
-    int64_t H = r->H, P = l->n_out, R = c->rec_gates * H, row = 0;
+    int64_t H = r->H, row = 0;
     rl_mat g;
-    if (k < 0 && r->rec_apart) return RL_OK; /* the layer's own (backward_steps_cpu) */
-    if (k < 0) {
-        RL_TRY(rl_param_mat(l, &l->params[P_U].grad, "U (gradient)", dt, dev, &g));
-        if (!r->wdropped) return rl_mat_gemm(dev, r->stream, dt, true, false, P, R, n, x, dz, 1.0, g);
-        RL_TRY(rl_mat_gemm(dev, r->stream, dt, true, false, P, R, n, x, dz, 0.0,
-                           (rl_mat){rl_tensor_data(&r->dud), R}));
-        rl_recurrent_mask_rows(dt, P, R, rl_tensor_data(&r->dud), rl_tensor_data(&r->wdm), g.p,
-                               true);
-        return RL_OK;
-    }
+    if (k < 0) return r->rec_apart ? RL_OK : u_grad(l, dev, dt, n, x, dz);
     RL_TRY(rl_param_mat(l, &l->params[P_W].grad, "W (gradient)", dt, dev, &g));
     for (int i = 0; i < k; i++)
         row += l->in_dims[i];
@@ -946,8 +951,14 @@ static void fwd_rows(const steps_job *j, int64_t r0, int64_t r1) {
     rl_dtype dt = j->dt;
     int64_t T = r->T, B = r->B, H = r->H, P = r->state_dims[0], BP = B * P, n = r1 - r0;
     int64_t G = c->gate_blocks * H, R = c->rec_gates * H;
-    rl_cell_step s = {.l = j->l, .opt = r->cell_opt, .dt = dt, .n = n, .H = H,
-                      .len = j->len + r0, .zoned = r->zoned, .p = j->p};
+    rl_cell_step s = {.l = j->l,
+                      .opt = r->cell_opt,
+                      .dt = dt,
+                      .n = n,
+                      .H = H,
+                      .len = j->len + r0,
+                      .zoned = r->zoned,
+                      .p = j->p};
     for (int64_t k = 0; k < T; k++) {
         int64_t t = r->direction > 0 ? k : T - 1 - k;
         int64_t prev = r->direction > 0 ? t : t + 1, cur = r->direction > 0 ? t + 1 : t;
@@ -978,9 +989,16 @@ static void bwd_rows(const steps_job *j, int64_t r0, int64_t r1) {
     int64_t T = r->T, B = r->B, H = r->H, P = r->state_dims[0], n = r1 - r0;
     int64_t G = c->gate_blocks * H, R = c->rec_gates * H;
     size_t es = rl_dtype_size(dt);
-    rl_cell_step s = {.l = j->l, .opt = r->cell_opt, .dt = dt, .n = n, .H = H,
-                      .len = j->len + r0, .dout_ld = j->dout.ld, .zoned = r->zoned,
-                      .p = j->p, .dp = j->apart ? NULL : j->dp};
+    rl_cell_step s = {.l = j->l,
+                      .opt = r->cell_opt,
+                      .dt = dt,
+                      .n = n,
+                      .H = H,
+                      .len = j->len + r0,
+                      .dout_ld = j->dout.ld,
+                      .zoned = r->zoned,
+                      .p = j->p,
+                      .dp = j->apart ? NULL : j->dp};
     for (int i = 0; i < r->n_states; i++)
         s.dstate[i] = at(&r->dstates[i], r0 * r->state_dims[i]);
     rl_mat dH = {s.dstate[0], P};
@@ -1029,8 +1047,8 @@ static rl_status run_steps(steps_job *j) {
         int64_t n = j->backward ? rl_gemm_packed_size(R, P) : rl_gemm_packed_size(P, R);
         bool stale;
         float *d;
-        RL_TRY(rl_recurrent_pack_slot(r, j->l, j->backward ? RL_PACK_UT : RL_PACK_U, n, &d,
-                                      &stale));
+        RL_TRY(
+            rl_recurrent_pack_slot(r, j->l, j->backward ? RL_PACK_UT : RL_PACK_U, n, &d, &stale));
         if (stale && j->backward)
             rl_gemm_pack_f32(d, j->U.p, R, true, R, P);
         else if (stale)
@@ -1067,8 +1085,8 @@ static void zero_rec_only_cols(const rl_recurrent *r, int64_t H, rl_dtype dt) {
     for (int q = 0; q < c->rec_gates; q++) {
         bool written = false;
         for (int i = 0; i < c->n_in_blocks; i++)
-            written = written || (q >= c->in_blocks[i].dst &&
-                                  q < c->in_blocks[i].dst + c->in_blocks[i].n);
+            written = written ||
+                      (q >= c->in_blocks[i].dst && q < c->in_blocks[i].dst + c->in_blocks[i].n);
         if (written) continue;
         for (int64_t row = 0; row < r->T * r->B; row++)
             memset(g0 + (size_t)(row * G + q * H) * es, 0, (size_t)H * es);
@@ -1096,8 +1114,9 @@ static rl_status weight_dropout_mask(rl_recurrent *r, rl_layer *l, const rl_laye
                                        "not one per batch)",
                         l->name, r->cls);
     if (!io->rng)
-        return rl_error(RL_EARG, RL_LAYER_WHERE ": weight_dropout in training needs a random "
-                                                "generator",
+        return rl_error(RL_EARG,
+                        RL_LAYER_WHERE ": weight_dropout in training needs a random "
+                                       "generator",
                         l->name, r->cls);
     const int64_t *shape = l->params[P_U].value.shape;
     RL_TRY(rl_buffer_ensure_synced(&r->wdm, dt, dev, 2, shape));
@@ -1114,8 +1133,8 @@ static rl_status param_mats(rl_layer *l, bool grad, rl_dtype dt, rl_device dev, 
     for (int k = 0; k < l->n_params; k++) {
         char what[48];
         snprintf(what, sizeof what, grad ? "%s (gradient)" : "%s", l->params[k].name);
-        RL_TRY(rl_param_mat(l, grad ? &l->params[k].grad : &l->params[k].value, what, dt, dev,
-                            &m[k]));
+        RL_TRY(
+            rl_param_mat(l, grad ? &l->params[k].grad : &l->params[k].value, what, dt, dev, &m[k]));
         p[k] = m[k].p;
     }
     for (int k = l->n_params; k < 4; k++)
@@ -1138,8 +1157,8 @@ rl_status rl_recurrent_forward(rl_layer *l, rl_layer_io *io) {
     if (r->wd > 0) RL_TRY(rl_recurrent_cpu_only(r, l, dev, "weight_dropout"));
     if (r->p_proj) RL_TRY(rl_recurrent_cpu_only(r, l, dev, "n_proj"));
     if (r->cpu_only) RL_TRY(rl_recurrent_cpu_only(r, l, dev, r->cpu_only));
-    r->ran_cudnn = r->cudnn && dev.type == RL_CUDA &&
-                   (!c->cudnn_fallback || rl_rnn_cudnn_serves(r, l));
+    r->ran_cudnn =
+        r->cudnn && dev.type == RL_CUDA && (!c->cudnn_fallback || rl_rnn_cudnn_serves(r, l));
     if (r->cudnn && !c->cudnn_fallback && dev.type != RL_CUDA)
         return rl_error(RL_EDEVICE,
                         RL_LAYER_WHERE ": impl = \"cudnn\" needs CUDA tensors, the inputs "
@@ -1224,21 +1243,23 @@ rl_status rl_recurrent_forward(rl_layer *l, rl_layer_io *io) {
     }
 
     /* the masks, in the order their draws have always had (zoneout's from the last state to the
-     * first, then rec_dropout's, then weight_dropout's) */
+     * first, rec_dropout's before or after them as the cell says, then weight_dropout's) */
     r->zoned = zo;
-    if (zo) {
-        int64_t zshape[3] = {T, B, H};
-        for (int a = 0; a < c->n_aux; a++)
-            RL_TRY(rl_buffer_ensure_synced(&r->aux[a], dt, dev, 3, zshape));
-        for (int i = r->n_states - 1; i >= 0; i--)
-            if (r->zo[i] > 0)
-                RL_TRY(rl_recurrent_zoneout_mask(r, l, io, r->zo[i], &r->zmask[i], dt, dev));
-    }
     r->rdropped = io->train && r->rd > 0;
-    if (r->rdropped) {
-        int64_t dshape[3] = {T, B, P};
-        RL_TRY(rl_recurrent_rec_dropout_mask(r, l, io, r->rd, &r->md, dt, dev));
-        RL_TRY(rl_buffer_ensure_synced(&r->hd, dt, dev, 3, dshape));
+    for (int pass = 0; pass < 2; pass++) {
+        if (r->rdropped && pass == (c->rec_dropout_first ? 0 : 1)) {
+            int64_t dshape[3] = {T, B, P};
+            RL_TRY(rl_recurrent_rec_dropout_mask(r, l, io, r->rd, &r->md, dt, dev));
+            RL_TRY(rl_buffer_ensure_synced(&r->hd, dt, dev, 3, dshape));
+        }
+        if (zo && pass == (c->rec_dropout_first ? 1 : 0)) {
+            int64_t zshape[3] = {T, B, H};
+            for (int a = 0; a < c->n_aux; a++)
+                RL_TRY(rl_buffer_ensure_synced(&r->aux[a], dt, dev, 3, zshape));
+            for (int i = r->n_states - 1; i >= 0; i--)
+                if (r->zo[i] > 0)
+                    RL_TRY(rl_recurrent_zoneout_mask(r, l, io, r->zo[i], &r->zmask[i], dt, dev));
+        }
     }
     r->wdropped = io->train && r->wd > 0;
     if (r->wdropped) {
@@ -1247,13 +1268,28 @@ rl_status rl_recurrent_forward(rl_layer *l, rl_layer_io *io) {
     }
     if (dev.type == RL_CPU) {
         zero_rec_only_cols(r, H, dt);
-        steps_job j = {.l = l, .r = r, .dt = dt, .len = len, .U = U, .p = p,
+        steps_job j = {.l = l,
+                       .r = r,
+                       .dt = dt,
+                       .len = len,
+                       .U = U,
+                       .p = p,
                        .R = r->p_proj ? pm[r->p_proj] : (rl_mat){NULL, 0}};
         RL_TRY(run_steps(&j));
     } else {
-        rl_cell_pass ps = {.l = l, .opt = r->cell_opt, .stream = r->stream, .dev = dev,
-                           .dt = dt, .T = T, .B = B, .H = H, .direction = r->direction,
-                           .len = rl_tensor_data(&r->len_dev), .gates = Z.p, .U = U.p, .p = p,
+        rl_cell_pass ps = {.l = l,
+                           .opt = r->cell_opt,
+                           .stream = r->stream,
+                           .dev = dev,
+                           .dt = dt,
+                           .T = T,
+                           .B = B,
+                           .H = H,
+                           .direction = r->direction,
+                           .len = rl_tensor_data(&r->len_dev),
+                           .gates = Z.p,
+                           .U = U.p,
+                           .p = p,
                            .out = rl_tensor_data(&l->out)};
         for (int i = 0; i < r->n_states; i++)
             ps.seq[i] = rl_tensor_data(&r->seqs[i]);
@@ -1269,14 +1305,29 @@ static rl_status backward_steps_cpu(rl_layer *l, rl_recurrent *r, rl_dtype dt, c
                                     void *const *dp) {
     const rl_cell *c = r->cell;
     int64_t T = r->T, B = r->B, H = r->H, P = l->n_out;
-    steps_job j = {.l = l, .r = r, .dt = dt, .len = len, .U = U, .dout = dout, .p = p, .dp = dp,
-                   .backward = true, .R = r->p_proj ? R : (rl_mat){NULL, 0}};
+    steps_job j = {.l = l,
+                   .r = r,
+                   .dt = dt,
+                   .len = len,
+                   .U = U,
+                   .dout = dout,
+                   .p = p,
+                   .dp = dp,
+                   .backward = true,
+                   .R = r->p_proj ? R : (rl_mat){NULL, 0}};
     RL_TRY(run_steps(&j));
     /* the previous states of all frames are rows 0..T-1 (direction 1) or 1..T (-1) */
     int64_t prev = r->direction > 0 ? 0 : B, cur = r->direction > 0 ? B : 0;
-    rl_cell_sums s = {.l = l, .opt = r->cell_opt, .dt = dt, .rows = T * B, .H = H,
-                      .g = rl_tensor_data(&r->gates), .zoned = r->zoned, .in_steps = !j.apart,
-                      .p = p, .dp = dp};
+    rl_cell_sums s = {.l = l,
+                      .opt = r->cell_opt,
+                      .dt = dt,
+                      .rows = T * B,
+                      .H = H,
+                      .g = rl_tensor_data(&r->gates),
+                      .zoned = r->zoned,
+                      .in_steps = !j.apart,
+                      .p = p,
+                      .dp = dp};
     for (int i = 0; i < r->n_states; i++) {
         s.prev[i] = at(&r->seqs[i], prev * r->state_dims[i]);
         s.cur[i] = at(&r->seqs[i], cur * r->state_dims[i]);
@@ -1292,17 +1343,14 @@ static rl_status backward_steps_cpu(rl_layer *l, rl_recurrent *r, rl_dtype dt, c
     c->sums(&s);
     if (r->p_proj) { /* each frame's m (rows cur) against its dLoss/dh (0 on padded rows) */
         rl_mat M = {at(&r->ms, cur * H), H}, D = {rl_tensor_data(&r->drs), P}, dR;
-        RL_TRY(rl_param_mat(l, &l->params[r->p_proj].grad, "R (gradient)", dt, RL_DEVICE_CPU,
-                            &dR));
+        RL_TRY(rl_param_mat(l, &l->params[r->p_proj].grad, "R (gradient)", dt, RL_DEVICE_CPU, &dR));
         RL_TRY(rl_mat_gemm(RL_DEVICE_CPU, NULL, dt, true, false, H, P, T * B, M, D, 1.0, dR));
     }
     rl_mat Hprev = {at(&r->seqs[0], prev * P), P};
     if (r->rdropped) Hprev.p = rl_tensor_data(&r->hd); /* dU pairs dZ with what U multiplied */
     if (r->rec_apart) { /* dU from the recurrent part's gradients, also under a caller's gates */
-        rl_mat dZH = {rl_tensor_data(&r->frame[1]), c->rec_gates * H}, dU;
-        RL_TRY(rl_param_mat(l, &l->params[P_U].grad, "U (gradient)", dt, RL_DEVICE_CPU, &dU));
-        return rl_mat_gemm(RL_DEVICE_CPU, NULL, dt, true, false, P, c->rec_gates * H, T * B,
-                           Hprev, dZH, 1.0, dU);
+        rl_mat dZH = {rl_tensor_data(&r->frame[1]), c->rec_gates * H};
+        return u_grad(l, RL_DEVICE_CPU, dt, T * B, Hprev, dZH);
     }
     if (r->defer_fwd) return RL_OK;
     rl_mat dZ = {rl_tensor_data(&r->gates), c->gate_blocks * H};
@@ -1357,14 +1405,27 @@ rl_status rl_recurrent_backward(rl_layer *l, rl_layer_io *io, const rl_tensor *g
         U.p = rl_tensor_data(&r->ud);
     }
     if (dev.type == RL_CPU) {
-        RL_TRY(backward_steps_cpu(l, r, dt, rl_tensor_data(io->lengths), dout, U, pm[r->p_proj],
-                                  p, dp));
+        RL_TRY(backward_steps_cpu(l, r, dt, rl_tensor_data(io->lengths), dout, U, pm[r->p_proj], p,
+                                  dp));
     } else {
-        rl_cell_pass ps = {.l = l, .opt = r->cell_opt, .stream = r->stream, .dev = dev,
-                           .dt = dt, .T = T, .B = B, .H = H, .direction = r->direction,
-                           .len = rl_tensor_data(&r->len_dev), .gates = rl_tensor_data(&r->gates),
-                           .U = U.p, .p = p, .dout = dout.p, .dout_ld = dout.ld, .dp = dp,
-                           .dU = gm[P_U].p, .red = &r->red};
+        rl_cell_pass ps = {.l = l,
+                           .opt = r->cell_opt,
+                           .stream = r->stream,
+                           .dev = dev,
+                           .dt = dt,
+                           .T = T,
+                           .B = B,
+                           .H = H,
+                           .direction = r->direction,
+                           .len = rl_tensor_data(&r->len_dev),
+                           .gates = rl_tensor_data(&r->gates),
+                           .U = U.p,
+                           .p = p,
+                           .dout = dout.p,
+                           .dout_ld = dout.ld,
+                           .dp = dp,
+                           .dU = gm[P_U].p,
+                           .red = &r->red};
         for (int i = 0; i < r->n_states; i++) {
             ps.seq[i] = rl_tensor_data(&r->seqs[i]);
             ps.dstate[i] = rl_tensor_data(&r->dstates[i]);
@@ -1403,8 +1464,8 @@ rl_status rl_recurrent_backward(rl_layer *l, rl_layer_io *io, const rl_tensor *g
             for (int i = 0; i < c->n_in_blocks; i++) {
                 const rl_cell_block *b = &c->in_blocks[i];
                 if (wtpack) {
-                    rl_gemm_packed_f32(T * B, F, b->n * H, (const float *)dZ.p + b->dst * H, G,
-                                       wt, i > 0, Gi.p, Gi.ld);
+                    rl_gemm_packed_f32(T * B, F, b->n * H, (const float *)dZ.p + b->dst * H, G, wt,
+                                       i > 0, Gi.p, Gi.ld);
                     wt += rl_gemm_packed_size(b->n * H, F);
                 } else {
                     RL_TRY(rl_mat_gemm(dev, r->stream, dt, false, true, T * B, F, b->n * H,
@@ -1431,7 +1492,7 @@ void rl_recurrent_destroy(rl_layer *l) {
     rl_recurrent_free(r); /* drops the cuDNN object, waits for and destroys the stream */
     if (r->dnn) rl_rnn_cudnn_free(r->dnn);
     free(r->dnn);
-    rl_tensor *ts[] = {&r->gates, &r->red, &r->md,  &r->hd,   &r->dtmp, &r->wdm, &r->ud,
+    rl_tensor *ts[] = {&r->gates, &r->red, &r->md,   &r->hd,  &r->dtmp, &r->wdm,  &r->ud,
                        &r->dud,   &r->ms,  &r->mscr, &r->drs, &r->dm,   &r->rpack};
     for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
         rl_tensor_release(ts[i]);
@@ -1506,8 +1567,8 @@ rl_status rl_recurrent_create(rl_layer **out, const rl_cell *c, const char *name
     RL_TRY(rl_opt_int(opts, name, "n_out", 0, 1, true, &H));
     RL_TRY(rl_opt_int(opts, name, "direction", 1, -1, false, &dir));
     if (dir != 1 && dir != -1)
-        return rl_error(RL_EARG, "layer '%s' (%s): direction = %" PRId64 ", expected 1 or -1",
-                        name, cls, dir);
+        return rl_error(RL_EARG, "layer '%s' (%s): direction = %" PRId64 ", expected 1 or -1", name,
+                        cls, dir);
     bool cudnn = false;
     if (c->cudnn >= 0) RL_TRY(rl_rnn_cudnn_option(opts, name, cls, &cudnn));
     bool has_cell = c->n_states > 1 && strcmp(c->state_names[1], "c") == 0;
@@ -1563,11 +1624,9 @@ rl_status rl_recurrent_create(rl_layer **out, const rl_cell *c, const char *name
     rl_status st = RL_OK;
     if (cudnn && !(r->dnn = calloc(1, sizeof *r->dnn)))
         st = rl_error(RL_ENOMEM, "layer '%s' (%s): out of memory", name, cls);
+    if (st == RL_OK) st = rl_layer_add_param(l, "W", 2, ws, RL_INIT_GLOROT, 1.0, Fi, wb * H, NULL);
     if (st == RL_OK)
-        st = rl_layer_add_param(l, "W", 2, ws, RL_INIT_GLOROT, 1.0, Fi, wb * H, NULL);
-    if (st == RL_OK)
-        st = rl_layer_add_param(l, "U", 2, us, RL_INIT_ORTHOGONAL, 1.0, P, c->rec_gates * H,
-                                NULL);
+        st = rl_layer_add_param(l, "U", 2, us, RL_INIT_ORTHOGONAL, 1.0, P, c->rec_gates * H, NULL);
     if (st == RL_OK) st = c->create(l, opts, cudnn);
     if (st != RL_OK) {
         rl_layer_free(l);

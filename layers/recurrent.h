@@ -1,12 +1,36 @@
-/* The plumbing the recurrent layers (layers/lstm.c, layers/gru.c) share: the layer's CUDA stream
- * and its events, the batch's lengths on the device, the checks at the entry of forward and
- * backward, the initial-state writes and the final-state bookkeeping. The math (the input
- * projections, the step loops, the kernels) stays in each layer.
+/* The recurrent driver (layers/recurrent.c) and the plumbing it is made of: one implementation of
+ * a recurrent layer's forward and backward for every cell (layers/lstm.c, gru.c, janet.c; "cells"
+ * below says what a cell gives), the layer's CUDA stream and its events, the batch's lengths on
+ * the device, the checks at the entry of forward and backward, the state ops and the packed
+ * operands.
  *
- * A layer embeds one rl_recurrent and calls, per batch:
- *   forward:  rl_recurrent_forward_begin, its own work, rl_recurrent_forward_end
- *   backward: rl_recurrent_backward_begin, its own work, rl_recurrent_backward_end
- * and rl_recurrent_free from its destroy, before it releases its buffers.
+ * The driver's buffers (rl_recurrent, sized per batch shape with rl_buffer_ensure; all kept from
+ * forward for backward):
+ *   gates (T, B, gate_blocks H)  pre-activations, then the cell's activations; backward
+ *                        overwrites them with dZ
+ *   seqs[i] (T+1, B, H)  state i in time order plus the initial state: for direction 1 row 0 is
+ *                        the initial state and row t+1 the state after frame t; for -1 row t is
+ *                        the state after frame t and row T the initial one. So the previous
+ *                        states of all frames are rows 0..T-1 (1) or 1..T (-1). With cuDNN
+ *                        (2, B, H): initial and final state.
+ *   dstates[i] (B, H)    backward's running state gradients; at the end the initial state's
+ *   xs[k], dxs[k]        contiguous copies of inputs (input gradients) whose (T, B) dims cannot be
+ *                        folded into one; in a ragged batch also of every input, with the padded
+ *                        frames zeroed: dW = X^T dZ over all frames would otherwise turn a NaN or
+ *                        Inf in the padding into NaN gradients (0 * NaN), although dZ is 0 there
+ *   zmask[i], aux[a] (T, B, H)  zoneout: the weights of each state with z > 0, and the cell's
+ *                        per-frame buffers (the lstm's c~)
+ *   md (B, H), hd (T, B, H), dtmp (B, H)  rec_dropout: the mask, the dropped previous states of
+ *                        every frame (the products' operand, then dU's), backward's recurrent
+ *                        product before the mask
+ *   wdm, ud, dud (H, rec_gates H)  weight_dropout: the mask (0 or 1/(1-p)), U times it (the
+ *                        steps' operand), backward's dU before the mask
+ *   red                  CUDA: the launchers' partial sums
+ * and in rl_rnn_cudnn (layers/rnn_cudnn.h) the cuDNN path's concatenated inputs.
+ *
+ * Devices: the inputs' device decides, and the params, the given initial state and
+ * grad_out/grad_in must be on it (checked at every entry, so device memory never reaches a host
+ * loop; lengths are CPU tensors by the layer contract).
  *
  * CUDA: the layer's work goes on its own blocking stream (kernels/cuda/context.h); _begin makes
  * that stream wait for the streams that last wrote what the call reads or overwrites, _end
@@ -24,10 +48,9 @@
  * a new number whenever the parameters may have changed, i.e. at each of its forwards and
  * backwards), so that each operand is packed once per pass instead of once per step. With a pass
  * set the input projection (T B = B rows: one step) and the input gradients use the packed kernel
- * too: OpenBLAS repacks W on each of those few-row calls. The lstm and the gru use the same
- * mechanism; a layer's struct starts with its rl_layer and its rl_recurrent
- * (rl_recurrent_layer), which is how rl_recurrent_share_packs and its siblings (layers.h) find
- * the packs. */
+ * too: OpenBLAS repacks W on each of those few-row calls. Every cell's layer is an
+ * rl_recurrent_layer (its rl_layer, then its rl_recurrent), which is how
+ * rl_recurrent_share_packs and its siblings (layers.h) find the packs. */
 #ifndef RL_LAYERS_RECURRENT_H
 #define RL_LAYERS_RECURRENT_H
 
@@ -56,7 +79,7 @@
  * input gradients, and the cell's sums (its bias gradients). P is H, or with n_proj (a cell
  * with .proj) the projected state's width: see rl_recurrent.H below; a cell that normalises the
  * recurrent part apart sets rl_recurrent.rec_apart. */
-#define RL_CELL_MAX_AUX 2 /* per-frame (T, B, H) buffers a cell keeps with zoneout */
+#define RL_CELL_MAX_AUX 2   /* per-frame (T, B, H) buffers a cell keeps with zoneout */
 #define RL_CELL_MAX_FRAME 8 /* per-frame buffers a cell asks for (rl_recurrent.frame_cols) */
 #define RL_CELL_MAX_OPTS 4
 
@@ -64,17 +87,17 @@
  * float32 or float64 as dt, rows of H elements unless said otherwise). */
 typedef struct rl_cell_step {
     const rl_layer *l;
-    const double *opt;  /* the cell's options (rl_recurrent.cell_opt) */
+    const double *opt; /* the cell's options (rl_recurrent.cell_opt) */
     rl_dtype dt;
-    int64_t n, H, t;    /* rows, units, the frame */
-    const int32_t *len; /* the rows' lengths: row b is valid when t < len[b] */
-    void *g;            /* (n, gate_blocks H): the frame's gates rows */
+    int64_t n, H, t;                       /* rows, units, the frame */
+    const int32_t *len;                    /* the rows' lengths: row b is valid when t < len[b] */
+    void *g;                               /* (n, gate_blocks H): the frame's gates rows */
     const void *prev[RL_LAYER_MAX_STATES]; /* each state before the frame */
     void *cur[RL_LAYER_MAX_STATES];        /* each state after it (forward writes them) */
     void *out;                             /* forward: h on valid rows, 0 on padded ones */
     const void *dout;                      /* backward: dLoss/dout rows (NULL: zero) */
     int64_t dout_ld;
-    void *dstate[RL_LAYER_MAX_STATES]; /* backward: the running state gradients */
+    void *dstate[RL_LAYER_MAX_STATES];   /* backward: the running state gradients */
     const void *zo[RL_LAYER_MAX_STATES]; /* zoneout weights of each state, NULL: none */
     void *aux[RL_CELL_MAX_AUX];          /* with zoneout: the cell's per-frame buffers */
     bool zoned;                          /* zoneout on in this pass */
@@ -138,9 +161,11 @@ typedef struct rl_cell {
     const char *state_names[RL_LAYER_MAX_STATES]; /* state 0 "h"; a state "c" takes zoneout.cell */
     int n_aux; /* per-frame buffers (T, B, H) its passes use with zoneout */
     int cudnn; /* RL_CUDNN_LSTM, RL_CUDNN_GRU (kernels/cudnn_layout.h), or -1: no cuDNN cell */
-    bool cudnn_fallback; /* impl = "cudnn" runs the own passes where cuDNN cannot (CPU tensors,
-                            sizes beyond its descriptors) instead of failing */
-    bool proj; /* takes n_proj = P: a projected state 0 (rl_recurrent.p_proj) */
+    bool cudnn_fallback;    /* impl = "cudnn" runs the own passes where cuDNN cannot (CPU tensors,
+                               sizes beyond its descriptors) instead of failing */
+    bool rec_dropout_first; /* draw the rec_dropout mask before the zoneout masks (the gru's
+                               order, which its checkpoints' continued training depends on) */
+    bool proj;              /* takes n_proj = P: a projected state 0 (rl_recurrent.p_proj) */
     /* Reads the cell's own options into r->cell_opt and adds its parameters after W and U. */
     rl_status (*create)(rl_layer *l, const rl_options *o, bool cudnn);
     void (*fwd)(const rl_cell_step *s);
@@ -159,7 +184,8 @@ typedef struct rl_cell {
 #define RL_CUDA_FN(f) NULL
 #endif
 
-/* The ops every cell's layers run: give a cell's table `.ops = {RL_CELL_OPS, .class_name = ...}`. */
+/* The ops every cell's layers run: give a cell's table `.ops = {RL_CELL_OPS, .class_name = ...}`.
+ */
 rl_status rl_recurrent_forward(rl_layer *l, rl_layer_io *io);
 rl_status rl_recurrent_backward(rl_layer *l, rl_layer_io *io, const rl_tensor *grad_out,
                                 rl_tensor *const *grad_in);
@@ -208,7 +234,7 @@ typedef struct rl_recurrent {
                              rl_mat dz);
     /* The recurrent state (rl_recurrent_state_ops), filled by the cell at creation: n_states
      * tensors named state_names[i] ("h", "c"; state 0 is the output), each (B, state_dims[i]);
-     * seq[i] the layer's buffer of that state over the steps (T+1 rows as lstm.c's hs, the final
+     * seq[i] the layer's buffer of that state over the steps (T+1 rows as seqs, the final
      * state at row last_row), grad0[i] its backward's running gradient of that state (B, dim),
      * which ends as the initial state's. gates_cols: the width of the gates buffer (for
      * rl_recurrent_set_gates). */
@@ -222,7 +248,7 @@ typedef struct rl_recurrent {
     rl_tensor init[RL_LAYER_MAX_STATES], final_grad[RL_LAYER_MAX_STATES];
 
     /* The driver's (rl_recurrent_create): the cell, its options and the layer's buffers (the
-     * top of layers/lstm.c describes them). */
+     * top of this file describes them). */
     const rl_cell *cell;
     double cell_opt[RL_CELL_MAX_OPTS];
     int direction;
@@ -279,7 +305,7 @@ static inline bool rl_recurrent_zero_input(const rl_recurrent *r, int k) {
     return r->zero_fwd >> k & 1u;
 }
 
-/* The head of every recurrent layer's struct (lstm_layer, gru_layer). */
+/* Every cell's layer (rl_recurrent_create allocates it). */
 typedef struct {
     rl_layer base;
     rl_recurrent rec;
@@ -348,7 +374,7 @@ rl_status rl_recurrent_pack_inputs(rl_recurrent *r, const rl_layer *l, bool back
                                    const float *W, int64_t ld, const rl_pack_block *blocks,
                                    int n_blocks, float **out);
 
-/* The gates buffer (T, B, 4 n_out) of a forward in *gates: the caller's (a share of
+/* The gates buffer (T, B, gate_blocks n_out) of a forward in *gates: the caller's (a share of
  * r->ext_gates, after checking its shape, dtype and device: CPU only) when one is set, else the
  * layer's own, sized with rl_buffer_ensure_synced. Sets r->defer_fwd accordingly. */
 rl_status rl_recurrent_gates(rl_recurrent *r, const rl_layer *l, rl_tensor *gates, rl_dtype dt,
