@@ -859,12 +859,35 @@ static int row_parts(const steps_job *j) {
     return parts;
 }
 
-/* The step's rows r0.. of every per-frame buffer: states before (prev) and after (cur) frame t,
- * zoneout weights and the cell's buffers. */
-static void step_rows(const steps_job *j, rl_cell_step *s, int64_t t, int64_t prev, int64_t cur,
-                      int64_t r0) {
+/* The rows of the state buffers (T+1, B, .) that hold the states before and after frame t. */
+static int64_t prev_row(const rl_recurrent *r, int64_t t) { return r->direction > 0 ? t : t + 1; }
+static int64_t cur_row(const rl_recurrent *r, int64_t t) { return r->direction > 0 ? t + 1 : t; }
+
+/* One part's step description (rows r0 .. r1-1) with the fields every frame shares. */
+static rl_cell_step step_of(const steps_job *j, int64_t r0, int64_t r1) {
     const rl_recurrent *r = j->r;
-    int64_t H = r->H, B = r->B, BH = B * H;
+    int64_t H = r->H;
+    rl_cell_step s = {.l = j->l,
+                      .opt = r->cell_opt,
+                      .dt = j->dt,
+                      .n = r1 - r0,
+                      .H = H,
+                      .len = j->len + r0,
+                      .dout_ld = j->dout.ld,
+                      .zoned = r->zoned,
+                      .p = j->p,
+                      .dp = j->backward && !j->apart ? j->dp : NULL};
+    for (int i = 0; i < r->n_states && j->backward; i++)
+        s.dstate[i] = at(&r->dstates[i], r0 * r->state_dims[i]);
+    return s;
+}
+
+/* Points s at processing step k's frame t (returned), rows r0..: the gates, the states before
+ * (prev) and after (cur) frame t, zoneout's weights and the cell's buffers. */
+static int64_t step_rows(const steps_job *j, rl_cell_step *s, int64_t k, int64_t r0) {
+    const rl_recurrent *r = j->r;
+    int64_t T = r->T, H = r->H, B = r->B, BH = B * H;
+    int64_t t = r->direction > 0 ? k : T - 1 - k, prev = prev_row(r, t), cur = cur_row(r, t);
     s->t = t;
     s->g = at(&r->gates, (t * B + r0) * r->cell->gate_blocks * H);
     for (int i = 0; i < r->n_states; i++) {
@@ -879,18 +902,18 @@ static void step_rows(const steps_job *j, rl_cell_step *s, int64_t t, int64_t pr
     }
     for (int a = 0; a < r->cell->n_aux; a++)
         s->aux[a] = r->zoned ? at(&r->aux[a], t * BH + r0 * H) : NULL;
-    for (int k = 0; k < r->n_frame; k++)
-        s->fb[k] = at(&r->frame[k], (t * B + r0) * r->frame_cols[k]);
+    for (int f = 0; f < r->n_frame; f++)
+        s->fb[f] = at(&r->frame[f], (t * B + r0) * r->frame_cols[f]);
+    return t;
 }
 
 /* n_proj, after the cell's pass of frame t, rows r0 .. r0+n-1: h = m R into state 0's row cur; a
  * padded row carries h_prev (its m is m_prev, but the initial state has no m) and outputs 0, a
  * valid one outputs h. */
-static void project_rows(const steps_job *j, int64_t t, int64_t prev, int64_t cur, int64_t r0,
-                         int64_t n) {
+static void project_rows(const steps_job *j, int64_t t, int64_t r0, int64_t n) {
     const rl_recurrent *r = j->r;
     rl_dtype dt = j->dt;
-    int64_t B = r->B, H = r->H, P = r->state_dims[0];
+    int64_t B = r->B, H = r->H, P = r->state_dims[0], prev = prev_row(r, t), cur = cur_row(r, t);
     size_t row = (size_t)P * rl_dtype_size(dt);
     rl_mat M = {at(&r->ms, (cur * B + r0) * H), H}, Hc = {at(&r->seqs[0], (cur * B + r0) * P), P};
     if (j->packed)
@@ -951,19 +974,10 @@ static void fwd_rows(const steps_job *j, int64_t r0, int64_t r1) {
     rl_dtype dt = j->dt;
     int64_t T = r->T, B = r->B, H = r->H, P = r->state_dims[0], BP = B * P, n = r1 - r0;
     int64_t G = c->gate_blocks * H, R = c->rec_gates * H;
-    rl_cell_step s = {.l = j->l,
-                      .opt = r->cell_opt,
-                      .dt = dt,
-                      .n = n,
-                      .H = H,
-                      .len = j->len + r0,
-                      .zoned = r->zoned,
-                      .p = j->p};
+    rl_cell_step s = step_of(j, r0, r1);
     for (int64_t k = 0; k < T; k++) {
-        int64_t t = r->direction > 0 ? k : T - 1 - k;
-        int64_t prev = r->direction > 0 ? t : t + 1, cur = r->direction > 0 ? t + 1 : t;
-        step_rows(j, &s, t, prev, cur, r0);
-        rl_mat Hp = {at(&r->seqs[0], prev * BP + r0 * P), P}, Gt = {s.g, G}, Hm = Hp;
+        int64_t t = step_rows(j, &s, k, r0);
+        rl_mat Hp = {at(&r->seqs[0], prev_row(r, t) * BP + r0 * P), P}, Gt = {s.g, G}, Hm = Hp;
         if (r->rdropped) { /* the product reads the dropped state */
             Hm.p = at(&r->hd, t * BP + r0 * P);
             rl_recurrent_mask_rows(dt, n, P, Hp.p, at(&r->md, r0 * P), Hm.p, false);
@@ -976,7 +990,7 @@ static void fwd_rows(const steps_job *j, int64_t r0, int64_t r1) {
                         r->rec_apart ? 0.0 : 1.0, Gt);
         s.out = r->p_proj ? at(&r->mscr, r0 * H) : at(&j->l->out, t * BP + r0 * P);
         c->fwd(&s);
-        if (r->p_proj) project_rows(j, t, prev, cur, r0, n);
+        if (r->p_proj) project_rows(j, t, r0, n);
     }
 }
 
@@ -989,24 +1003,11 @@ static void bwd_rows(const steps_job *j, int64_t r0, int64_t r1) {
     int64_t T = r->T, B = r->B, H = r->H, P = r->state_dims[0], n = r1 - r0;
     int64_t G = c->gate_blocks * H, R = c->rec_gates * H;
     size_t es = rl_dtype_size(dt);
-    rl_cell_step s = {.l = j->l,
-                      .opt = r->cell_opt,
-                      .dt = dt,
-                      .n = n,
-                      .H = H,
-                      .len = j->len + r0,
-                      .dout_ld = j->dout.ld,
-                      .zoned = r->zoned,
-                      .p = j->p,
-                      .dp = j->apart ? NULL : j->dp};
-    for (int i = 0; i < r->n_states; i++)
-        s.dstate[i] = at(&r->dstates[i], r0 * r->state_dims[i]);
+    rl_cell_step s = step_of(j, r0, r1);
     rl_mat dH = {s.dstate[0], P};
     if (r->p_proj) s.dstate[0] = at(&r->dm, r0 * H); /* the cell's pass sees dLoss/dm */
     for (int64_t k = T - 1; k >= 0; k--) {
-        int64_t t = r->direction > 0 ? k : T - 1 - k;
-        int64_t prev = r->direction > 0 ? t : t + 1, cur = r->direction > 0 ? t + 1 : t;
-        step_rows(j, &s, t, prev, cur, r0);
+        int64_t t = step_rows(j, &s, k, r0);
         s.dout = j->dout.p ? (char *)j->dout.p + (size_t)((t * B + r0) * j->dout.ld) * es : NULL;
         if (r->p_proj) {
             unproject_rows(j, t, r0, n, s.dout);
@@ -1140,6 +1141,27 @@ static rl_status param_mats(rl_layer *l, bool grad, rl_dtype dt, rl_device dev, 
     for (int k = l->n_params; k < 4; k++)
         m[k] = (rl_mat){NULL, 0};
     return RL_OK;
+}
+
+/* The fields of a CUDA launcher's pass that forward and backward share. */
+static rl_cell_pass cuda_pass(const rl_layer *l, rl_recurrent *r, rl_dtype dt, rl_device dev,
+                              const void *U, const void *const *p) {
+    rl_cell_pass ps = {.l = l,
+                       .opt = r->cell_opt,
+                       .stream = r->stream,
+                       .dev = dev,
+                       .dt = dt,
+                       .T = r->T,
+                       .B = r->B,
+                       .H = r->H,
+                       .direction = r->direction,
+                       .len = rl_tensor_data(&r->len_dev),
+                       .gates = rl_tensor_data(&r->gates),
+                       .U = U,
+                       .p = p};
+    for (int i = 0; i < r->n_states; i++)
+        ps.seq[i] = rl_tensor_data(&r->seqs[i]);
+    return ps;
 }
 
 rl_status rl_recurrent_forward(rl_layer *l, rl_layer_io *io) {
@@ -1277,22 +1299,8 @@ rl_status rl_recurrent_forward(rl_layer *l, rl_layer_io *io) {
                        .R = r->p_proj ? pm[r->p_proj] : (rl_mat){NULL, 0}};
         RL_TRY(run_steps(&j));
     } else {
-        rl_cell_pass ps = {.l = l,
-                           .opt = r->cell_opt,
-                           .stream = r->stream,
-                           .dev = dev,
-                           .dt = dt,
-                           .T = T,
-                           .B = B,
-                           .H = H,
-                           .direction = r->direction,
-                           .len = rl_tensor_data(&r->len_dev),
-                           .gates = Z.p,
-                           .U = U.p,
-                           .p = p,
-                           .out = rl_tensor_data(&l->out)};
-        for (int i = 0; i < r->n_states; i++)
-            ps.seq[i] = rl_tensor_data(&r->seqs[i]);
+        rl_cell_pass ps = cuda_pass(l, r, dt, dev, U.p, p);
+        ps.out = rl_tensor_data(&l->out);
         RL_TRY(c->cuda_fwd(&ps));
     }
     return rl_recurrent_forward_end(r, l, r->direction > 0 ? T : 0, true, written, r->n_states);
@@ -1408,28 +1416,14 @@ rl_status rl_recurrent_backward(rl_layer *l, rl_layer_io *io, const rl_tensor *g
         RL_TRY(backward_steps_cpu(l, r, dt, rl_tensor_data(io->lengths), dout, U, pm[r->p_proj], p,
                                   dp));
     } else {
-        rl_cell_pass ps = {.l = l,
-                           .opt = r->cell_opt,
-                           .stream = r->stream,
-                           .dev = dev,
-                           .dt = dt,
-                           .T = T,
-                           .B = B,
-                           .H = H,
-                           .direction = r->direction,
-                           .len = rl_tensor_data(&r->len_dev),
-                           .gates = rl_tensor_data(&r->gates),
-                           .U = U.p,
-                           .p = p,
-                           .dout = dout.p,
-                           .dout_ld = dout.ld,
-                           .dp = dp,
-                           .dU = gm[P_U].p,
-                           .red = &r->red};
-        for (int i = 0; i < r->n_states; i++) {
-            ps.seq[i] = rl_tensor_data(&r->seqs[i]);
+        rl_cell_pass ps = cuda_pass(l, r, dt, dev, U.p, p);
+        ps.dout = dout.p;
+        ps.dout_ld = dout.ld;
+        ps.dp = dp;
+        ps.dU = gm[P_U].p;
+        ps.red = &r->red;
+        for (int i = 0; i < r->n_states; i++)
             ps.dstate[i] = rl_tensor_data(&r->dstates[i]);
-        }
         RL_TRY(c->cuda_bwd(&ps));
     }
 

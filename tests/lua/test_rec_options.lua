@@ -51,31 +51,6 @@ H.test("gradcheck lstm weight_dropout with rec_dropout and zoneout", function()
     zoneout = {cell = 0.2, hidden = 0.1}}, in_dim = 2, train = true})
 end)
 
--- weight_dropout = p close to 1 drops every entry of U (one seeded draw per batch): the output is
--- the one of the same layer with U = 0; in evaluation U is used as it is (inverted dropout).
-H.test("weight_dropout: a dropped U feeds nothing, evaluation is the plain layer", function()
-  for _, class in ipairs{"lstm", "gru"} do
-    local ext = {data = {dim = 3}}
-    local function net_of(d)
-      rl.manual_seed(41)
-      local dd = {class = class, n_out = 4, from = "data", is_output_layer = true}
-      for k, v in pairs(d) do dd[k] = v end
-      return rl.network({output = dd}, ext, {dtype = "float64"})
-    end
-    local a, b, c = net_of({weight_dropout = 0.9999}), net_of({}), net_of({})
-    b:layer("output").params.U:zero()
-    local batch = {data = rl.randn(5, 2, 3, "float64"), lengths = rl.tensor({5, 4}, "int32")}
-    a:forward(batch, {train = true})
-    b:forward(batch, {train = true})
-    H.check((a:layer("output").output - b:layer("output").output):abs():max() == 0,
-      class .. ": a dropped U still contributes")
-    a:forward(batch, {train = false})
-    c:forward(batch, {train = false})
-    H.check((a:layer("output").output - c:layer("output").output):abs():max() == 0,
-      class .. ": evaluation is not the plain layer")
-  end
-end)
-
 -- One mask per batch: about p of U's entries are dropped, the rest scaled by 1 / (1 - p), and the
 -- next batch draws another.
 H.test("weight_dropout: dropped fraction p, a new mask per batch", function()
@@ -101,24 +76,6 @@ H.test("weight_dropout: dropped fraction p, a new mask per batch", function()
   end
   H.near(zeros / n, p, 0.03, "dropped fraction of dU")
   H.check(differ > 0.2 * n, "the second batch reused the first one's mask")
-end)
-
-H.test("gru weight_dropout and rec_dropout: the same bits on 1, 2 and 3 threads", function()
-  H.same_on_threads(function(threads)
-    rl.set_num_threads(threads)
-    rl.manual_seed(9)
-    local net = rl.network({output = {class = "gru", n_out = 32, from = "data",
-      weight_dropout = 0.3, rec_dropout = 0.2, loss = "mse", target = "y"}},
-      {data = {dim = 5}, y = {dim = 32}})
-    rl.manual_seed(10)
-    local x, y = rl.randn(6, 24, 5), rl.randn(6, 24, 32)
-    net:forward({data = x, y = y, lengths = rl.tensor({6, 5, 4, 3, 2, 1, 6, 6, 6, 6, 6, 6, 6, 6,
-      6, 6, 6, 6, 6, 6, 6, 6, 6, 6}, "int32")}, {train = true})
-    net:zero_grads()
-    net:backward()
-    rl.set_num_threads(1)
-    return {out = net:layer("output").output:view(-1):totable(), grads = net:grads():totable()}
-  end)
 end)
 
 -- The masks come from the generator the checkpoint stores: a run resumed from epoch 2 ends with
@@ -161,32 +118,35 @@ H.expect_error("weight_dropout inside a rec unit is refused", function()
   }, {data = {dim = 3}})
 end, "weight_dropout is not supported inside a unit")
 
--- rec_dropout = p close to 1 drops every unit of h_prev (a seeded draw): the recurrent product
--- adds nothing, so the output is the one of the same layer with U = 0; in evaluation it is the
--- plain layer's (inverted dropout scales in training).
-H.test("rec_dropout: dropped units feed nothing, evaluation is the plain layer", function()
-  for _, class in ipairs{"lstm", "gru"} do
-    local ext = {data = {dim = 3}}
-    local function net_of(d)
-      rl.manual_seed(31)
-      local dd = {class = class, n_out = 4, from = "data", is_output_layer = true}
-      for k, v in pairs(d) do dd[k] = v end
-      return rl.network({output = dd}, ext, {dtype = "float64"})
+-- rec_dropout = p close to 1 drops every unit of h_prev (a seeded draw), weight_dropout = p close
+-- to 1 every entry of U (one draw per batch): either way the recurrent product adds nothing, so
+-- the output is the one of the same layer with U = 0; in evaluation it is the plain layer's
+-- (inverted dropout scales in training).
+for _, opt in ipairs{{"rec_dropout", 0.999}, {"weight_dropout", 0.9999}} do
+  H.test(opt[1] .. ": dropped inputs feed nothing, evaluation is the plain layer", function()
+    for _, class in ipairs{"lstm", "gru", "janet"} do
+      local ext = {data = {dim = 3}}
+      local function net_of(d)
+        rl.manual_seed(31)
+        local dd = {class = class, n_out = 4, from = "data", is_output_layer = true}
+        for k, v in pairs(d) do dd[k] = v end
+        return rl.network({output = dd}, ext, {dtype = "float64"})
+      end
+      local a, b, c = net_of({[opt[1]] = opt[2]}), net_of({}), net_of({})
+      b:layer("output").params.U:zero()
+      local batch = {data = rl.randn(5, 2, 3, "float64"), lengths = rl.tensor({5, 4}, "int32")}
+      rl.manual_seed(32)
+      a:forward(batch, {train = true})
+      b:forward(batch, {train = true})
+      H.check((a:layer("output").output - b:layer("output").output):abs():max() == 0,
+        class .. ": a dropped recurrent input still contributes")
+      a:forward(batch, {train = false})
+      c:forward(batch, {train = false})
+      H.check((a:layer("output").output - c:layer("output").output):abs():max() == 0,
+        class .. ": evaluation is not the plain layer")
     end
-    local a, b, c = net_of({rec_dropout = 0.999}), net_of({}), net_of({})
-    b:layer("output").params.U:zero()
-    local batch = {data = rl.randn(5, 2, 3, "float64"), lengths = rl.tensor({5, 4}, "int32")}
-    rl.manual_seed(32)
-    a:forward(batch, {train = true})
-    b:forward(batch, {train = true})
-    H.check((a:layer("output").output - b:layer("output").output):abs():max() == 0,
-      class .. ": a dropped recurrent input still contributes")
-    a:forward(batch, {train = false})
-    c:forward(batch, {train = false})
-    H.check((a:layer("output").output - c:layer("output").output):abs():max() == 0,
-      class .. ": evaluation is not the plain layer")
-  end
-end)
+  end)
+end
 
 H.expect_error("rec_dropout inside a rec unit is refused", function()
   rl.network({
@@ -195,14 +155,15 @@ H.expect_error("rec_dropout inside a rec unit is refused", function()
   }, {data = {dim = 3}})
 end, "rec_dropout is not supported inside a unit")
 
-H.test("gradcheck: zoneout inside a rec unit (lstm and gru), ragged", function()
+H.test("gradcheck: zoneout inside a rec unit (lstm, gru, janet), ragged", function()
   passed(rl.gradcheck{
     network = {
       dec = {class = "rec", from = "data", unit = {
         s = {class = "lstm", n_out = 3, zoneout = {cell = 0.3, hidden = 0.3},
           from = {"data:source", "prev:output"}},
         g = {class = "gru", n_out = 2, zoneout = 0.4, from = "s"},
-        output = {class = "linear", activation = "tanh", n_out = 2, from = "g"},
+        j = {class = "janet", n_out = 2, zoneout = 0.3, from = {"g", "prev:j"}},
+        output = {class = "linear", activation = "tanh", n_out = 2, from = "j"},
       }},
       output = {class = "copy", from = "dec", loss = "mse", target = "target"},
     },
@@ -277,23 +238,28 @@ end)
 
 -- The training step's numbers do not depend on the thread count (masks from the one generator,
 -- drawn before the row split).
-H.test("lstm zoneout and rec_dropout: the same bits on 1, 2 and 3 threads", function()
-  H.same_on_threads(function(threads)
-    rl.set_num_threads(threads)
-    rl.manual_seed(7)
-    local net = rl.network({output = {class = "lstm", n_out = 32, from = "data",
-      zoneout = {cell = 0.2, hidden = 0.1}, rec_dropout = 0.3, loss = "mse", target = "y"}},
-      {data = {dim = 5}, y = {dim = 32}})
-    rl.manual_seed(8)
-    local x, y = rl.randn(6, 24, 5), rl.randn(6, 24, 32)
-    net:forward({data = x, y = y, lengths = rl.tensor({6, 5, 4, 3, 2, 1, 6, 6, 6, 6, 6, 6, 6, 6,
-      6, 6, 6, 6, 6, 6, 6, 6, 6, 6}, "int32")}, {train = true})
-    net:zero_grads()
-    net:backward()
-    rl.set_num_threads(1)
-    return {out = net:layer("output").output:view(-1):totable(), grads = net:grads():totable()}
+for _, d in ipairs{
+  {class = "lstm", zoneout = {cell = 0.2, hidden = 0.1}, rec_dropout = 0.3, seed = 7},
+  {class = "gru", weight_dropout = 0.3, rec_dropout = 0.2, seed = 9},
+} do
+  H.test(d.class .. " with masks: the same bits on 1, 2 and 3 threads", function()
+    H.same_on_threads(function(threads)
+      rl.set_num_threads(threads)
+      rl.manual_seed(d.seed)
+      local desc = {n_out = 32, from = "data", loss = "mse", target = "y"}
+      for k, v in pairs(d) do if k ~= "seed" then desc[k] = v end end
+      local net = rl.network({output = desc}, {data = {dim = 5}, y = {dim = 32}})
+      rl.manual_seed(d.seed + 1)
+      local x, y = rl.randn(6, 24, 5), rl.randn(6, 24, 32)
+      net:forward({data = x, y = y, lengths = rl.tensor({6, 5, 4, 3, 2, 1, 6, 6, 6, 6, 6, 6, 6,
+        6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6}, "int32")}, {train = true})
+      net:zero_grads()
+      net:backward()
+      rl.set_num_threads(1)
+      return {out = net:layer("output").output:view(-1):totable(), grads = net:grads():totable()}
+    end)
   end)
-end)
+end
 
 -- The float32 passes (every CPU level's compilation of the fused loops) against float64 with the
 -- same masks (z exact in both: the draws are the same words).
@@ -305,26 +271,10 @@ H.test("zoneout and rec_dropout in float32 are float64's (lstm, gru, both direct
     b = {class = "gru", n_out = 20, from = "a", direction = -1, zoneout = 0.25, rec_dropout = 0.25},
     output = {class = "linear", n_out = 3, from = {"a", "b"}, loss = "mse", target = "y"},
   }
-  local ext = {data = {dim = 5}, y = {dim = 3}}
   rl.manual_seed(11)
-  local x, y = rl.randn(7, 4, 5, "float64"), rl.randn(7, 4, 3, "float64")
-  local len = rl.tensor({7, 3, 5, 6}, "int32")
-  local res = {}
-  for _, dt in ipairs{"float64", "float32"} do
-    rl.manual_seed(12)
-    local net = rl.network(desc, ext, {dtype = dt})
-    if res.params then net:params():copy_(res.params) end
-    rl.manual_seed(13)
-    local loss = net:forward({data = x:to(dt), y = y:to(dt), lengths = len}, {train = true})
-    net:zero_grads()
-    net:backward()
-    res.params = res.params or net:params():clone()
-    res[dt] = {loss = loss, grads = net:grads():to("float64")}
-  end
-  H.near(res.float32.loss, res.float64.loss, 1e-4 * math.abs(res.float64.loss), "loss")
-  local d = (res.float32.grads - res.float64.grads):abs():max()
-  local m = res.float64.grads:abs():max()
-  H.check(d < 1e-4 * m, string.format("gradients differ by %.3g (max %.3g)", d, m))
+  H.float32_is_float64(desc, {data = {dim = 5}, y = {dim = 3}},
+    {data = rl.randn(7, 4, 5, "float64"), y = rl.randn(7, 4, 3, "float64"),
+     lengths = rl.tensor({7, 3, 5, 6}, "int32")})
 end)
 
 -- The options travel in the checkpoint's description: a network rebuilt from it is the same.
@@ -349,7 +299,7 @@ H.test("zoneout is stored in checkpoints through the description", function()
 end)
 
 -- Options off: the same numbers as the layer without them.
-H.test("zoneout, rec_dropout, weight_dropout = 0 give the same bits as none (lstm and gru)", function()
+H.test("zoneout, rec_dropout, weight_dropout = 0: the same bits as none (lstm, gru)", function()
   for _, class in ipairs{"lstm", "gru"} do
     local res = {}
     for k, extra in ipairs{{}, {zoneout = {cell = class == "lstm" and 0 or nil, hidden = 0},
