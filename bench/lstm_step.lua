@@ -3,7 +3,9 @@
 -- it, float32 on the CPU, or on DEVICE ("cuda": the device kit's comparison with PyTorch on the
 -- GPU, a step then ends with rl.synchronize), with PRECISION "fp32" (default) or "bf16"
 -- (rl.network's precision). Usage: rnnlua bench/lstm_step.lua CONFIG [SECONDS] [DEVICE]
--- [PRECISION]
+-- [PRECISION] [OPTIONS]; OPTIONS: lstm options for every layer, "KEY=VALUE,..." with numbers or
+-- true/false (e.g. "n_proj=256" or "layer_norm=true"), to measure an option against the plain
+-- layer.
 -- Prints "RESULT config ms_per_step peak_rss_kib rss_before_model_kib steps cpu_ms_per_step":
 -- the median of the timed steps (after one warm-up step), the process's peak resident set
 -- (VmHWM) after them, its resident set before the network was built, the number of steps, and
@@ -26,6 +28,14 @@ end
 
 local name, seconds, device = arg[1], tonumber(arg[2] or "3"), arg[3] or "cpu"
 local precision = arg[4] or "fp32"
+local extra = {}
+for k, v in (arg[5] or ""):gmatch("([%w_]+)=([^,]+)") do
+  if v == "true" or v == "false" then
+    extra[k] = v == "true"
+  else
+    extra[k] = tonumber(v) or error("lstm_step.lua: option " .. k .. " = " .. v .. " is not a number")
+  end
+end
 local c = CONFIGS[name]
 if not c then error("lstm_step.lua: unknown config '" .. tostring(name) .. "'") end
 local layers, bidir, inp, hid, classes, T, B = table.unpack(c)
@@ -37,6 +47,7 @@ for li = 1, layers do
   for _, d in ipairs(bidir and {1, -1} or {1}) do
     local n = string.format("l%d_%s", li, d > 0 and "fw" or "bw")
     desc[n] = {class = "lstm", n_out = hid, from = prev, direction = d}
+    for k, v in pairs(extra) do desc[n][k] = v end
     cur[#cur + 1] = n
   end
   prev = cur

@@ -1,5 +1,6 @@
 /* The fused pointwise passes of one LSTM step over a batch (B, H), CPU, float32 and float64.
- * The formulas are those of kernels/lstm_cell.h; layers/lstm.c calls these between its GEMMs.
+ * The formulas are those of kernels/lstm_cell.h; the recurrent driver (layers/recurrent.c)
+ * calls these between its GEMMs for the lstm cell (layers/lstm.c).
  *
  * Layout of one step (all row-major, contiguous, host memory):
  *   z       (B, 4H)  gate blocks in the order i, f, g, o (PyTorch/cuDNN order)
@@ -67,6 +68,44 @@ void rl_lstm_cpu_param_grads_f32(int64_t rows, int64_t H, const float *dz, const
                                  const float *c, float *db, float *const *dpeep);
 void rl_lstm_cpu_param_grads_f64(int64_t rows, int64_t H, const double *dz, const double *cp,
                                  const double *c, double *db, double *const *dpeep);
+
+/* layer_norm = true (the formulas of kernels/lstm_cell.h; no peepholes, no zoneout): the step's
+ * rows of the layer's buffers. Forward: z holds the input part x W (without bias) on entry and
+ * the activations i, f, g, o on return; hh the recurrent part h_prev U on entry and its
+ * normalised blocks on return; it writes xh (the input part's normalised blocks), cn (the
+ * normalised cell) and rs (1/std of the 4 input blocks, the 4 recurrent blocks, the cell), and
+ * on padded rows zeros in xh, hh and cn. Backward: z holds the activations on entry and dLoss/d
+ * of the input part on return; it writes dzh (dLoss/d of the recurrent part), dg (the gates'
+ * pre-activation gradients, for b and the gains) and du (the normalised cell's gradient, for
+ * its gain and bias), zeros on padded rows; dh and dc as rl_lstm_cpu_bwd_*. */
+typedef struct {
+    float *xh, *hh, *cn, *rs;       /* (B, 4H), (B, 4H), (B, H), (B, 9) */
+    float *dg, *dzh, *du;           /* backward: (B, 4H), (B, 4H), (B, H) */
+    const float *gx, *gh, *gc, *bc; /* the gains (4H, 4H, H) and the cell's bias (H) */
+} rl_lstm_ln_f32;
+typedef struct {
+    double *xh, *hh, *cn, *rs;
+    double *dg, *dzh, *du;
+    const double *gx, *gh, *gc, *bc;
+} rl_lstm_ln_f64;
+
+void rl_lstm_ln_cpu_fwd_f32(int64_t B, int64_t H, int64_t t, const int32_t *len, float *z,
+                            const float *bias, const float *cp, const float *hp, float *c, float *h,
+                            float *out, const rl_lstm_ln_f32 *ln);
+void rl_lstm_ln_cpu_fwd_f64(int64_t B, int64_t H, int64_t t, const int32_t *len, double *z,
+                            const double *bias, const double *cp, const double *hp, double *c,
+                            double *h, double *out, const rl_lstm_ln_f64 *ln);
+void rl_lstm_ln_cpu_bwd_f32(int64_t B, int64_t H, int64_t t, const int32_t *len, float *z,
+                            const float *cp, const float *c, const float *dout, int64_t dout_ld,
+                            float *dh, float *dc, const rl_lstm_ln_f32 *ln);
+void rl_lstm_ln_cpu_bwd_f64(int64_t B, int64_t H, int64_t t, const int32_t *len, double *z,
+                            const double *cp, const double *c, const double *dout, int64_t dout_ld,
+                            double *dh, double *dc, const rl_lstm_ln_f64 *ln);
+/* Over rows = T * B at once (the buffers of all steps): db, dgx, dgh (4H), dgc, dbc (H) +=. */
+void rl_lstm_ln_cpu_param_grads_f32(int64_t rows, int64_t H, const rl_lstm_ln_f32 *ln, float *db,
+                                    float *dgx, float *dgh, float *dgc, float *dbc);
+void rl_lstm_ln_cpu_param_grads_f64(int64_t rows, int64_t H, const rl_lstm_ln_f64 *ln, double *db,
+                                    double *dgx, double *dgh, double *dgc, double *dbc);
 
 #ifdef __cplusplus
 }

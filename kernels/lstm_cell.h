@@ -89,4 +89,23 @@ RL_HD_INLINE void rl_lstm_cell_bwd_f64(double i, double f, double g, double o, d
     *dcp = dct * f + zi * pi + zf * pf;
 }
 
+/* The layer-normalised cell's output h = o tanh(u), u = g_c chat + b_c the normalised cell,
+ * and its backward: dzo (o's pre-activation) and du from dh. The gates and the cell
+ * c = f cp + i g are the plain cell's (rl_lstm_cell_fwd without peepholes; its backward with
+ * dh = 0 and dc the cell's whole gradient gives dzi, dzf, dzg, dcp). */
+RL_HD_INLINE float rl_lstm_ln_h_f32(float o, float u) { return o * rl_tanhf(u); }
+RL_HD_INLINE double rl_lstm_ln_h_f64(double o, double u) { return o * tanh(u); }
+
+RL_HD_INLINE void rl_lstm_ln_h_bwd_f32(float o, float u, float dh, float *dzo, float *du) {
+    float tu = rl_tanhf(u);
+    *dzo = dh * tu * o * (1.0f - o);
+    *du = dh * o * (1.0f - tu * tu);
+}
+
+RL_HD_INLINE void rl_lstm_ln_h_bwd_f64(double o, double u, double dh, double *dzo, double *du) {
+    double tu = tanh(u);
+    *dzo = dh * tu * o * (1.0 - o);
+    *du = dh * o * (1.0 - tu * tu);
+}
+
 #endif

@@ -270,4 +270,64 @@ static inline RL_HD double rl_box_muller(double u1_open, double u2) {
     return sqrt(-2.0 * log(u1_open)) * cos(6.283185307179586 * u2);
 }
 
+/* Layer normalisation of one row of n values (the recurrent cells' layer_norm = true, Ba et al.
+ * 2016; kernels/lstm_cell.h, kernels/cpu/gru.c): the forward writes xhat = (x - mean) * rs with
+ * rs = 1 / sqrt(var + RL_LN_EPS) (the biased variance, as PyTorch's LayerNorm; xhat may be x)
+ * and returns rs. The backward takes dLoss/dy for y = gain * xhat + bias and writes dLoss/dx =
+ * rs (d - mean(d) - xhat mean(d xhat)), d = dy gain (dx may be xhat or dy: each element is read
+ * before it is written). */
+#define RL_LN_EPS 1e-5
+
+RL_HD_INLINE float rl_ln_fwd_f32(int64_t n, const float *x, float *xhat) {
+    float mu = 0.0f, var = 0.0f;
+    for (int64_t j = 0; j < n; j++)
+        mu += x[j];
+    mu /= (float)n;
+    for (int64_t j = 0; j < n; j++)
+        var += (x[j] - mu) * (x[j] - mu);
+    float rs = 1.0f / sqrtf(var / (float)n + (float)RL_LN_EPS);
+    for (int64_t j = 0; j < n; j++)
+        xhat[j] = (x[j] - mu) * rs;
+    return rs;
+}
+
+RL_HD_INLINE double rl_ln_fwd_f64(int64_t n, const double *x, double *xhat) {
+    double mu = 0.0, var = 0.0;
+    for (int64_t j = 0; j < n; j++)
+        mu += x[j];
+    mu /= (double)n;
+    for (int64_t j = 0; j < n; j++)
+        var += (x[j] - mu) * (x[j] - mu);
+    double rs = 1.0 / sqrt(var / (double)n + RL_LN_EPS);
+    for (int64_t j = 0; j < n; j++)
+        xhat[j] = (x[j] - mu) * rs;
+    return rs;
+}
+
+RL_HD_INLINE void rl_ln_bwd_f32(int64_t n, const float *xhat, float rs, const float *dy,
+                                const float *gain, float *dx) {
+    float a = 0.0f, b = 0.0f;
+    for (int64_t j = 0; j < n; j++) {
+        a += dy[j] * gain[j];
+        b += dy[j] * gain[j] * xhat[j];
+    }
+    a /= (float)n;
+    b /= (float)n;
+    for (int64_t j = 0; j < n; j++)
+        dx[j] = rs * (dy[j] * gain[j] - a - xhat[j] * b);
+}
+
+RL_HD_INLINE void rl_ln_bwd_f64(int64_t n, const double *xhat, double rs, const double *dy,
+                                const double *gain, double *dx) {
+    double a = 0.0, b = 0.0;
+    for (int64_t j = 0; j < n; j++) {
+        a += dy[j] * gain[j];
+        b += dy[j] * gain[j] * xhat[j];
+    }
+    a /= (double)n;
+    b /= (double)n;
+    for (int64_t j = 0; j < n; j++)
+        dx[j] = rs * (dy[j] * gain[j] - a - xhat[j] * b);
+}
+
 #endif

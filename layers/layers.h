@@ -66,15 +66,18 @@ int64_t rl_embedding_groups(const rl_tensor *x, const rl_tensor *len, int32_t *p
  * layer.h state calls (rl_layer_set_initial_state, ...) for callers that know the class. */
 rl_status rl_gru_create(rl_layer **out, const char *name, const rl_options *opts, int n_in,
                         const int64_t *in_dims);
+/* janet (layers/janet.c): the forget-gate-only LSTM; n_out, direction, beta. */
+rl_status rl_janet_create(rl_layer **out, const char *name, const rl_options *opts, int n_in,
+                          const int64_t *in_dims);
 rl_status rl_gru_set_initial_state(rl_layer *l, const rl_tensor *h0);
 rl_status rl_gru_set_final_state_grad(rl_layer *l, const rl_tensor *dh);
 rl_status rl_gru_final_state(rl_layer *l, rl_tensor *h);
 rl_status rl_gru_initial_state_grad(rl_layer *l, rl_tensor *dh0);
 
-/* lstm and gru in per-step use (layers/recurrent.h, "Packed operands"): l, a step object of the
- * same unit layer as owner (same class, inputs and n_out, bound to the same parameters), shares
- * owner's packed weights from now on (an error naming both layers when they differ, or the one
- * that is no lstm or gru). */
+/* Recurrent cells (lstm, gru, janet, ...) in per-step use (layers/recurrent.h, "Packed
+ * operands"): l, a step object of the same unit layer as owner (same class, inputs and n_out,
+ * bound to the same parameters), shares owner's packed weights from now on (an error naming both
+ * layers when they differ, or the one that is no recurrent cell). */
 rl_status rl_recurrent_share_packs(rl_layer *l, rl_layer *owner);
 /* The pass the packed weights of l (and of the layers sharing them) belong to: they are packed
  * once per pass, so the caller gives a new number whenever the parameters may have changed
@@ -86,8 +89,9 @@ rl_status rl_recurrent_set_pack_pass(rl_layer *l, uint64_t pass);
  * weight-gradient products are skipped (they add zeros), the input gradients are computed as
  * usual. An error when the mask names inputs the layer does not have. */
 rl_status rl_recurrent_set_zero_inputs(rl_layer *l, uint32_t mask);
-/* Weight gradients over all steps (a rec unit): gates, a contiguous (T, B, 4 n_out) tensor on
- * the CPU of the layer's dtype (the rows of one step in the caller's (S, B, 4 n_out) buffer),
+/* Weight gradients over all steps (a rec unit): gates, a contiguous (T, B, G) tensor on the CPU
+ * of the layer's dtype, G = rl_recurrent_gates_cols (the rows of one step in the caller's
+ * (S, B, G) buffer),
  * becomes the layer's gates buffer from the next forward on: forward leaves the gate
  * activations there, backward the gate gradients dZ (the gru's [dar | daz | dhn | dan] blocks),
  * and backward skips the weight-gradient products (dW_k = X_k^T dZ, dU = Hprev^T dZ): the caller
@@ -97,7 +101,7 @@ rl_status rl_recurrent_set_zero_inputs(rl_layer *l, uint32_t mask);
  * naming the layer. */
 rl_status rl_recurrent_set_gates(rl_layer *l, const rl_tensor *gates);
 /* Adds x^T dz to the gradient of input k's weights W_k (0-based, k < n_in) or, k = -1, of U:
- * x (N, F) with F input k's dim (n_out for U: the previous states), dz (N, 4 n_out) gate
+ * x (N, F) with F input k's dim (n_out for U: the previous states), dz (N, G) gate
  * gradients as backward leaves them in the gates buffer (rl_recurrent_set_gates), for the same
  * N rows (frames of any steps); each a contiguous 2-D or 3-D tensor read as N rows. */
 rl_status rl_recurrent_weight_grads(rl_layer *l, int k, const rl_tensor *x, const rl_tensor *dz);

@@ -82,10 +82,6 @@
 #include "../kernels/cpu/parallel.h"
 #include "../kernels/mdlstm.h"
 #include "../kernels/ops.h"
-#ifdef RL_WITH_CUDA
-#include "../kernels/cuda/context.h"
-#include "../kernels/cuda/mdlstm_cuda.h"
-#endif
 
 enum { P_W, P_UUP, P_ULEFT, P_B };
 enum { MAX_DIRS = 4 };
@@ -285,21 +281,6 @@ static rl_status pack_u(mdlstm_layer *L, rl_dtype dt, bool backward) {
     return RL_OK;
 }
 
-/* The batch's tensors are on the CPU, or on a CUDA device in a CUDA build: each goes only to
- * its own device's code. */
-static rl_status check_device(const rl_layer *l, rl_device dev) {
-#ifndef RL_WITH_CUDA
-    if (dev.type != RL_CPU)
-        return rl_error(RL_EDEVICE,
-                        RL_LAYER_WHERE ": the inputs are on a CUDA device, but rnnlua was "
-                                       "built without CUDA",
-                        l->name, "mdlstm");
-#else
-    (void)l, (void)dev;
-#endif
-    return RL_OK;
-}
-
 /* t (a tensor the batch hands in) must be on dev, the device of the layer's inputs. */
 static rl_status check_on(const rl_layer *l, const rl_tensor *t, const char *what, rl_device dev) {
     char s[96], dn[32];
@@ -468,7 +449,20 @@ static void sum_dirs_cpu(const mdlstm_layer *L, rl_dtype dt, int64_t N, rl_mat H
     }
 }
 
+/* ---------------------------------------------------------------- the device's part
+ *
+ * Everything that names CUDA, in one place: the cell lists on the device and the passes of
+ * kernels/cuda/mdlstm_cuda.h. A build without CUDA refuses CUDA tensors at the entry
+ * (check_device), so its versions below are never reached past it. */
 #ifdef RL_WITH_CUDA
+#include "../kernels/cuda/context.h"
+#include "../kernels/cuda/mdlstm_cuda.h"
+
+static rl_status check_device(const rl_layer *l, rl_device dev) {
+    (void)l, (void)dev;
+    return RL_OK;
+}
+
 /* Every diagonal's cell lists and the sizes on the device, in one transfer; kept while batches
  * come with the same shape and sizes on the same device. */
 static rl_status device_cells(mdlstm_layer *L, rl_device dev, const int32_t *sz) {
@@ -520,6 +514,80 @@ static const int32_t *dev_sizes(const mdlstm_layer *L) {
     return (const int32_t *)(const void *)((const char *)L->dcells->data +
                                            (size_t)(5 * L->dcap) * sizeof(int64_t));
 }
+
+static rl_status cuda_stack_u(mdlstm_layer *L, rl_dtype dt, rl_mat Uu, rl_mat Ul, bool backward) {
+    return rl_mdlstm_cuda_stack_u(NULL, dt, (int)L->ndirs, L->D, Uu.p, Ul.p,
+                                  rl_tensor_data(&L->ucat), backward);
+}
+
+/* The forward sweep (and the directions' sum) on the device. */
+static rl_status cuda_forward(mdlstm_layer *L, rl_dtype dt, rl_device dev, const int32_t *sz,
+                              rl_mat Z, rl_mat bias, rl_mat Cs, rl_mat Hs) {
+    int64_t H = L->H, W = L->W, D = L->D, nd = L->ndirs, N = H * W * L->B;
+    RL_TRY(device_cells(L, dev, sz));
+    RL_TRY(rl_mdlstm_cuda_forward(NULL, dt, L->stable, (int)nd, D, H + W - 1, L->dfirst,
+                                  dev_cells(L), L->dcap, Z.p, Z.ld, rl_tensor_data(&L->ucat),
+                                  bias.p, Cs.p, Hs.p, Hs.ld, rl_tensor_data(&L->s1),
+                                  rl_tensor_data(&L->s3)));
+    if (!L->sum) return RL_OK;
+    return rl_mdlstm_cuda_sum_dirs(NULL, dt, N, (int)nd, D, Hs.p, rl_tensor_data(&L->base.out));
+}
+
+/* The backward sweep on the device, then dZ's padding and db. */
+static rl_status cuda_backward(mdlstm_layer *L, rl_dtype dt, rl_device dev, rl_mat Z, rl_mat dout,
+                               rl_mat Cs, rl_mat Dcu, rl_mat Dcl, rl_mat db) {
+    int64_t H = L->H, W = L->W, D = L->D, nd = L->ndirs, rs[2] = {RL_MDLSTM_CUDA_CHUNKS, Z.ld};
+    RL_TRY(rl_buffer_ensure(&L->red, dt, dev, 2, rs));
+    RL_TRY(rl_mdlstm_cuda_backward(NULL, dt, L->stable, (int)nd, D, H + W - 1, L->dfirst,
+                                   dev_cells(L), L->dcap, Z.p, Z.ld, rl_tensor_data(&L->ucat),
+                                   dout.p, dout.ld, L->sum ? 0 : D, Cs.p, Dcu.p, Dcl.p, Dcu.ld,
+                                   rl_tensor_data(&L->s1), rl_tensor_data(&L->s3)));
+    return rl_mdlstm_cuda_finish_dz(NULL, dt, H, W, L->B, dev_sizes(L), Z.p, Z.ld,
+                                    rl_tensor_data(&L->red), db.p);
+}
+
+/* The left predecessors' states of every position in Dcl (shifted by one column, 0 outside). */
+static rl_status cuda_shift_left(mdlstm_layer *L, rl_dtype dt, rl_mat Hs, rl_mat Dcl) {
+    unsigned flip_x = 0;
+    for (int k = 0; k < L->ndirs; k++)
+        flip_x |= (L->dirs[k] & 1) ? 1u << k : 0u;
+    return rl_mdlstm_cuda_shift_left(NULL, dt, L->H, L->W, L->B, (int)L->ndirs, flip_x, L->D, Hs.p,
+                                     Dcl.p);
+}
+#else
+static rl_status check_device(const rl_layer *l, rl_device dev) {
+    if (dev.type == RL_CPU) return RL_OK;
+    return rl_error(RL_EDEVICE,
+                    RL_LAYER_WHERE ": the inputs are on a CUDA device, but rnnlua was "
+                                   "built without CUDA",
+                    l->name, "mdlstm");
+}
+
+static rl_status no_cuda(const mdlstm_layer *L) {
+    return check_device(&L->base, (rl_device){RL_CUDA, 0});
+}
+
+static rl_status cuda_stack_u(mdlstm_layer *L, rl_dtype dt, rl_mat Uu, rl_mat Ul, bool backward) {
+    (void)dt, (void)Uu, (void)Ul, (void)backward;
+    return no_cuda(L);
+}
+
+static rl_status cuda_forward(mdlstm_layer *L, rl_dtype dt, rl_device dev, const int32_t *sz,
+                              rl_mat Z, rl_mat bias, rl_mat Cs, rl_mat Hs) {
+    (void)dt, (void)dev, (void)sz, (void)Z, (void)bias, (void)Cs, (void)Hs;
+    return no_cuda(L);
+}
+
+static rl_status cuda_backward(mdlstm_layer *L, rl_dtype dt, rl_device dev, rl_mat Z, rl_mat dout,
+                               rl_mat Cs, rl_mat Dcu, rl_mat Dcl, rl_mat db) {
+    (void)dt, (void)dev, (void)Z, (void)dout, (void)Cs, (void)Dcu, (void)Dcl, (void)db;
+    return no_cuda(L);
+}
+
+static rl_status cuda_shift_left(mdlstm_layer *L, rl_dtype dt, rl_mat Hs, rl_mat Dcl) {
+    (void)dt, (void)Hs, (void)Dcl;
+    return no_cuda(L);
+}
 #endif
 
 static rl_status mdlstm_forward(rl_layer *l, rl_layer_io *io) {
@@ -554,13 +622,9 @@ static rl_status mdlstm_forward(rl_layer *l, rl_layer_io *io) {
         stack_u(L, Uu, Ul, dt);
         RL_TRY(pack_u(L, dt, false));
         RL_TRY(ensure_cells(L, sweep_cells(L)));
+    } else {
+        RL_TRY(cuda_stack_u(L, dt, Uu, Ul, false));
     }
-#ifdef RL_WITH_CUDA
-    else {
-        RL_TRY(rl_mdlstm_cuda_stack_u(NULL, dt, (int)nd, D, Uu.p, Ul.p, rl_tensor_data(&L->ucat),
-                                      false));
-    }
-#endif
     rl_tensor *hst = L->sum ? &L->hs : &l->out;
     RL_TRY(rl_op_fill(hst, 0.0));
     RL_TRY(rl_op_fill(&L->cs, 0.0));
@@ -584,18 +648,9 @@ static rl_status mdlstm_forward(rl_layer *l, rl_layer_io *io) {
         sweep j = {.L = L, .dt = dt, .sz = sz, .Z = Z, .Hs = Hs, .Cs = Cs, .bias = bias};
         sweep_cpu(&j);
         if (L->sum) sum_dirs_cpu(L, dt, N, Hs, rl_tensor_data(&l->out));
+    } else {
+        RL_TRY(cuda_forward(L, dt, dev, sz, Z, bias, Cs, Hs));
     }
-#ifdef RL_WITH_CUDA
-    else {
-        RL_TRY(device_cells(L, dev, sz));
-        RL_TRY(rl_mdlstm_cuda_forward(NULL, dt, L->stable, (int)nd, D, H + W - 1, L->dfirst,
-                                      dev_cells(L), L->dcap, Z.p, ldz, rl_tensor_data(&L->ucat),
-                                      bias.p, Cs.p, Hs.p, ldh, rl_tensor_data(&L->s1),
-                                      rl_tensor_data(&L->s3)));
-        if (L->sum)
-            RL_TRY(rl_mdlstm_cuda_sum_dirs(NULL, dt, N, (int)nd, D, Hs.p, rl_tensor_data(&l->out)));
-    }
-#endif
     L->have_forward = true;
     return RL_OK;
 }
@@ -662,15 +717,9 @@ static rl_status mdlstm_backward(rl_layer *l, rl_layer_io *io, const rl_tensor *
     if (dev.type == RL_CPU) {
         stack_u(L, Uu, Ul, dt);
         RL_TRY(pack_u(L, dt, true));
+    } else {
+        RL_TRY(cuda_stack_u(L, dt, Uu, Ul, true));
     }
-#ifdef RL_WITH_CUDA
-    else {
-        int64_t rs[2] = {RL_MDLSTM_CUDA_CHUNKS, ldz};
-        RL_TRY(rl_buffer_ensure(&L->red, dt, dev, 2, rs));
-        RL_TRY(rl_mdlstm_cuda_stack_u(NULL, dt, (int)nd, D, Uu.p, Ul.p, rl_tensor_data(&L->ucat),
-                                      true));
-    }
-#endif
     L->have_forward = false; /* the gates become dZ */
 
     const int32_t *sz = rl_tensor_data(io->sizes);
@@ -690,17 +739,9 @@ static rl_status mdlstm_backward(rl_layer *l, rl_layer_io *io, const rl_tensor *
                    .backward = true};
         sweep_cpu(&j);
         zero_padding(L, sz, dt, Z.p);
+    } else {
+        RL_TRY(cuda_backward(L, dt, dev, Z, dout, Cs, Dcu, Dcl, db));
     }
-#ifdef RL_WITH_CUDA
-    else {
-        RL_TRY(rl_mdlstm_cuda_backward(NULL, dt, L->stable, (int)nd, D, H + W - 1, L->dfirst,
-                                       dev_cells(L), L->dcap, Z.p, ldz, rl_tensor_data(&L->ucat),
-                                       dout.p, dout.ld, L->sum ? 0 : D, Cs.p, Dcu.p, Dcl.p, ldh,
-                                       rl_tensor_data(&L->s1), rl_tensor_data(&L->s3)));
-        RL_TRY(rl_mdlstm_cuda_finish_dz(NULL, dt, H, W, B, dev_sizes(L), Z.p, ldz,
-                                        rl_tensor_data(&L->red), db.p));
-    }
-#endif
 
     /* dU: the predecessors' states are the stored states shifted by one row (up) or one
      * column (left); a predecessor outside the image is a padded position, whose state is 0,
@@ -723,18 +764,12 @@ static rl_status mdlstm_backward(rl_layer *l, rl_layer_io *io, const rl_tensor *
                      rl_mat_sub(dUl, 0, k * 5 * D, dt));
             }
         }
-    }
-#ifdef RL_WITH_CUDA
-    else if (W > 1) {
-        unsigned flip_x = 0;
-        for (int k = 0; k < nd; k++)
-            flip_x |= (L->dirs[k] & 1) ? 1u << k : 0u;
-        RL_TRY(rl_mdlstm_cuda_shift_left(NULL, dt, H, W, B, (int)nd, flip_x, D, Hs.p, Dcl.p));
+    } else if (W > 1) {
+        RL_TRY(cuda_shift_left(L, dt, Hs, Dcl));
         for (int k = 0; k < nd; k++)
             RL_TRY(gemm(dev, dt, true, false, D, 5 * D, N, rl_mat_sub(Dcl, 0, k * D, dt),
                         rl_mat_sub(Z, 0, k * 5 * D, dt), 1.0, rl_mat_sub(dUl, 0, k * 5 * D, dt)));
     }
-#endif
     int64_t row = 0;
     for (int k = 0; k < io->n_in; k++) {
         int64_t F = l->in_dims[k];

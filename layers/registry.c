@@ -19,6 +19,7 @@ static const struct {
     {"softmax", rl_softmax_create, RL_LAYER_SPARSE_IN},
     {"lstm", rl_lstm_create, 0},
     {"gru", rl_gru_create, 0},
+    {"janet", rl_janet_create, 0},
     {"embedding", rl_embedding_create, RL_LAYER_SPARSE_IN},
     {"conv2d", rl_conv2d_create, RL_LAYER_IN_2D | RL_LAYER_OUT_2D},
     {"pool2d", rl_pool2d_create, RL_LAYER_IN_2D | RL_LAYER_OUT_2D},

@@ -181,6 +181,31 @@ void rl_rnn_cudnn_drop(rl_rnn_cudnn *c) {
     c->rnn = NULL;
 }
 #else
+/* A build without CUDA has no CUDA tensors, so the driver never takes the cuDNN path there; these
+ * answer a call that would. */
+static rl_status no_cuda(const rl_layer *l) {
+    return rl_error(RL_EDEVICE, RL_LAYER_WHERE ": impl = \"cudnn\" needs a build with CUDA",
+                    l->name, l->ops->class_name);
+}
+
+rl_status rl_rnn_cudnn_forward(rl_rnn_cudnn *c, const rl_recurrent *r, rl_layer *l,
+                               rl_cudnn_cell cell, int direction, const rl_layer_io *io,
+                               rl_dtype dt, rl_device dev, const rl_mat p[4], const rl_tensor *h0,
+                               const rl_tensor *c0, rl_tensor *hs, rl_tensor *cs) {
+    (void)c, (void)r, (void)cell, (void)direction, (void)io, (void)dt, (void)dev, (void)p;
+    (void)h0, (void)c0, (void)hs, (void)cs;
+    return no_cuda(l);
+}
+
+rl_status rl_rnn_cudnn_backward(rl_rnn_cudnn *c, rl_recurrent *r, rl_layer *l,
+                                const rl_layer_io *io, rl_tensor *const *grad_in, rl_dtype dt,
+                                rl_device dev, rl_mat dout, const rl_mat g[4], rl_tensor *dh,
+                                rl_tensor *dc) {
+    (void)c, (void)r, (void)io, (void)grad_in, (void)dt, (void)dev, (void)dout, (void)g;
+    (void)dh, (void)dc;
+    return no_cuda(l);
+}
+
 void rl_rnn_cudnn_drop(rl_rnn_cudnn *c) { (void)c; }
 #endif
 

@@ -1,7 +1,8 @@
-/* The cuDNN path of the lstm and gru layers (impl = "cudnn"; layers/lstm.c, layers/gru.c): the
- * glue between a layer's buffers and the cuDNN object of kernels/cuda/cudnn_rnn.cu. CUDA builds
- * only call it; the layer keeps its weights W, U, b (, b_h) in its own layout, packed into cuDNN's
- * weight space before every forward, so checkpoints do not depend on the impl.
+/* The cuDNN path of the lstm and gru layers (impl = "cudnn"; layers/recurrent.c's driver runs it
+ * for the cells with a cuDNN mode): the glue between a layer's buffers and the cuDNN object of
+ * kernels/cuda/cudnn_rnn.cu. A build without CUDA never takes it (its forward and backward there
+ * return an error); the layer keeps its weights W, U, b (, b_h) in its own layout, packed into
+ * cuDNN's weight space before every forward, so checkpoints do not depend on the impl.
  *
  * Buffers it owns: xcat, dxcat (T, B, F): the inputs (their gradients) side by side, when they are
  * not one contiguous input already. The cuDNN object runs on the layer's stream (r->stream): it
@@ -13,7 +14,7 @@
 #include "../kernels/cudnn_layout.h"
 #include "recurrent.h"
 
-typedef struct {
+typedef struct rl_rnn_cudnn {
     struct rl_cudnn_rnn *rnn; /* made on first use, for this cell, dtype and device */
     rl_dtype dt;
     int dev;

@@ -56,11 +56,11 @@ rl_status rl_gru_cuda_bias_grads(void *stream, rl_dtype dt, int64_t N, int64_t H
 rl_status rl_gru_cuda_zero_padding(void *stream, rl_dtype dt, int64_t T, int64_t B, int64_t F,
                                    const int32_t *len, void *x);
 
-/* ---- the whole recurrence of one direction (the step loops of layers/gru.c) ----
+/* ---- the whole recurrence of one direction (the driver's step loops, layers/recurrent.c) ----
  *   gates (T, B, 4H)  forward: the input projections [x W_rz | . | x W_n] on entry (block 2 is
  *                     zeroed here), activations on return; backward: activations on entry,
  *                     dG on return (0 on padded rows)
- *   hs (T+1, B, H)    states, rows as in layers/gru.c; forward reads the initial row (written
+ *   hs (T+1, B, H)    states, rows as in layers/recurrent.h; forward reads the initial row (written
  *                     by the caller) and writes the others; backward reads them
  *   out (T, B, H)     the output
  *   U (H, 3H), b, bh (3H)

@@ -68,7 +68,7 @@ rl_status rl_lstm_cuda_param_grads(void *stream, rl_dtype dt, int64_t N, int64_t
 
 /* ---- own kernels: the whole recurrence of one direction ----
  *
- * The step loops of layers/lstm.c with its buffers (all contiguous, dt float32 or float64):
+ * The step loops of the driver (layers/recurrent.c) with its buffers (all contiguous, dt float32 or float64):
  *   gates (T, B, 4H)  forward: x W on entry (no bias), activations on return;
  *                     backward: activations on entry, dZ on return (0 on padded rows)
  *   hs, cs (T+1, B, H) states; direction 1: row 0 initial, row t+1 after frame t;

@@ -10,7 +10,9 @@
 --       parameter tensor; all by default), max_inputs = 60 (elements of each dense input;
 --       0 skips the inputs), batch = {key = tensor, ...} (entries that replace the random
 --       ones, e.g. a label sequence classes (S, B) with lengths_classes), train = false (with true, dropout masks repeat: the generator
---       is reset before every forward), floor = 1e-5, tol = 1e-3, assert = false
+--       is reset before every forward), floor = 1e-5, tol = 1e-3, assert = false,
+--       init = function(net) called on the built network before the check (e.g. to move
+--       parameters such as gains of 1 away from their initial values)
 --
 -- The network is built in float64 (rl.manual_seed(seed) and math.randomseed(seed) are called,
 -- so the check is reproducible and leaves both generators reseeded), fed random inputs and targets, and every
@@ -89,7 +91,7 @@ end
 local KEYS = {
   network = true, extern_data = true, layer = true, in_dim = true, T = true, B = true,
   lengths = true, eps = true, seed = true, max_params_per_tensor = true, max_inputs = true,
-  batch = true, train = true, floor = true, tol = true, assert = true,
+  batch = true, train = true, floor = true, tol = true, assert = true, init = true,
 }
 
 -- o[key] when given must be a number satisfying ok (described by what).
@@ -125,6 +127,10 @@ function M.gradcheck(o)
   rl.manual_seed(seed)
   math.randomseed(seed)
   local net = rl.network(desc, extern, {dtype = "float64", input_grads = true})
+  if o.init ~= nil then
+    if type(o.init) ~= "function" then fail("rl.gradcheck: init must be a function, got %s", type(o.init)) end
+    o.init(net)
+  end
 
   local lengths = o.lengths
   if lengths == nil then

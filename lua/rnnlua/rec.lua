@@ -370,10 +370,14 @@ function M.create(name, d, srcs, n_from, in_dims, dtype, ext)
       if unit.kind == "recurrent" then
         unit.state_names, unit.state_dims = layer:state_names()
         unit.n_states = #unit.state_names
-        -- the step objects run one step each: one mask per sequence has no home there
-        if u.rec_dropout ~= nil and u.rec_dropout ~= 0 then
-          fail("%s: rec_dropout is not supported inside a unit (one mask per sequence over "
-            .. "steps run one at a time); use zoneout or dropout on the unit's inputs", p.where)
+        -- the step objects run one step each: one mask per sequence (or per batch) has no
+        -- home there
+        for _, opt in ipairs{"rec_dropout", "weight_dropout"} do
+          if u[opt] ~= nil and u[opt] ~= 0 then
+            fail("%s: %s is not supported inside a unit (one mask per %s over steps run one "
+              .. "at a time); use zoneout or dropout on the unit's inputs", p.where, opt,
+              opt == "rec_dropout" and "sequence" or "batch")
+          end
         end
       end
       -- another object of the same layer (the per-step objects of Rec:step_obj)

@@ -122,6 +122,31 @@ function H.seq2seq(classes, beam)
   }, {data = {dim = 3}, classes = {dim = classes, sparse = true}}
 end
 
+-- One training step (forward with train = true, backward) of the network desc in float64 and in
+-- float32 with the same parameters and the same masks (seeded alike): the loss and the gradients
+-- must agree to rel (1e-4 unless given) of their size. batch: float64 tensors and lengths.
+function H.float32_is_float64(desc, ext, batch, rel)
+  rel = rel or 1e-4
+  local res = {}
+  for _, dt in ipairs{"float64", "float32"} do
+    rl.manual_seed(12)
+    local net = rl.network(desc, ext, {dtype = dt})
+    if res.params then net:params():copy_(res.params) end
+    local b = {}
+    for k, v in pairs(batch) do b[k] = k == "lengths" and v or v:to(dt) end
+    rl.manual_seed(13)
+    local loss = net:forward(b, {train = true})
+    net:zero_grads()
+    net:backward()
+    res.params = res.params or net:params():clone()
+    res[dt] = {loss = loss, grads = net:grads():to("float64")}
+  end
+  H.near(res.float32.loss, res.float64.loss, rel * math.abs(res.float64.loss), "loss")
+  local d = (res.float32.grads - res.float64.grads):abs():max()
+  local m = res.float64.grads:abs():max()
+  H.check(d < rel * m, string.format("gradients differ by %.3g (max %.3g)", d, m), 3)
+end
+
 -- A new empty folder under the system's temporary folder; H.rm_rf removes a folder with all in it.
 function H.tmpdir()
   local dir = os.tmpname()

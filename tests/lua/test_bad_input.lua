@@ -370,9 +370,14 @@ cases{
                  output = {class = "softmax", from = "huge", loss = "ce", target = "classes"}},
                 ext) end, "the largest layer is 'output'"},
   {"out of memory names the largest layer", function()
-     rl.network({huge = {class = "lstm", n_out = 1 << 28},
+     -- (within the recurrent layers' sanity bound on the parameter count, 2^44)
+     rl.network({huge = {class = "lstm", n_out = 1 << 20},
                  output = {class = "softmax", from = "huge", loss = "ce", target = "classes"}},
                 ext) end, "the largest layer is 'huge' (class lstm"},
+  {"a recurrent layer beyond the parameter bound names the layer", function()
+     rl.network({huge = {class = "lstm", n_out = 1 << 28},
+                 output = {class = "softmax", from = "huge", loss = "ce", target = "classes"}},
+                ext) end, "layer 'huge' (class lstm): n_out = 268435456 with 3 input features"},
 }
 
 -- A dataset object written in Lua whose methods return the wrong types.
