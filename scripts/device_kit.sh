@@ -89,7 +89,7 @@ done
 mkdir -p "$kit/tests/gpu" "$kit/tests/lua" "$kit/bench"
 cp tests/gpu/test_layers_parity.lua tests/gpu/train_12ax.lua "$kit/tests/gpu/"
 cp tests/lua/harness.lua "$kit/tests/lua/"
-cp bench/lstm_step.lua bench/torch_lstm.py bench/ctc.lua bench/torch_ctc.py "$kit/bench/"
+cp bench/bench.lua bench/lstm_step.lua bench/torch_lstm.py bench/ctc.lua bench/torch_ctc.py "$kit/bench/"
 cp scripts/kit_run.sh "$kit/run.sh"
 # whoever hands the kit on hands on the libraries in it: their licences go with it
 cp LICENSE THIRD_PARTY_NOTICES.md "$kit/"
