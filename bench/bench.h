@@ -67,8 +67,8 @@ static inline void bench_check(rl_status st, const char *what) {
 
 /* t (unset) <- a float32 tensor of the shape on dev, normal(0, std) from g. It is drawn on the
  * CPU and copied, so a run on a device starts from the values the CPU run draws. */
-static inline void bench_normal(rl_tensor *t, int ndim, const int64_t *shape, rl_rng *g,
-                                double std, rl_device dev) {
+static inline void bench_normal(rl_tensor *t, int ndim, const int64_t *shape, rl_rng *g, double std,
+                                rl_device dev) {
     rl_tensor h = {0};
     bench_check(rl_tensor_empty(&h, RL_FLOAT32, RL_DEVICE_CPU, ndim, shape), "tensor");
     bench_check(rl_op_normal(&h, g, 0, std), "normal");

@@ -62,9 +62,9 @@ const char *rl_version(void) { return RL_VERSION; }
 typedef struct {
     engine *e;
     const char *path, *layer, *device, *lua_file, *who;
-    rl_info *info;     /* NULL: not wanted */
-    int snap_ref;      /* a session's: its copy of the model's snapshot in its registry; else
-                          LUA_NOREF */
+    rl_info *info; /* NULL: not wanted */
+    int snap_ref;  /* a session's: its copy of the model's snapshot in its registry; else
+                      LUA_NOREF */
 } load_args;
 
 /* Pushes onto `to` a copy of the value at idx of `from`: nil, booleans, numbers, strings,

@@ -70,8 +70,10 @@ static int l_save(lua_State *L) {
     /* An empty table is most often a table of nils ({x = y} with y unset): replacing a file with
      * an empty one would lose it without a word. */
     if (n == 0)
-        return luaL_error(L, "rl.save: %s: nothing to save (the table has no tensors; a field "
-                          "set to nil is no field)", path);
+        return luaL_error(L,
+                          "rl.save: %s: nothing to save (the table has no tensors; a field "
+                          "set to nil is no field)",
+                          path);
 
     /* The entries and the CPU copies of CUDA tensors live in userdata on the stack (3 and 4),
      * so every error below can simply raise. The name strings are keys of the argument table. */

@@ -269,8 +269,8 @@ RL_TARGET_BASE static void part_generic(const job *j, int64_t r0, int64_t r1, in
                     const uint16_t *br = bp + r * 2 * RL_BF16_PANEL;
                     float a0 = rl_bf16_to_f32(ar[2 * r]), a1 = rl_bf16_to_f32(ar[2 * r + 1]);
                     for (int jj = 0; jj < RL_BF16_PANEL; jj++)
-                        acc[i][jj] += a0 * rl_bf16_to_f32(br[2 * jj]) +
-                                      a1 * rl_bf16_to_f32(br[2 * jj + 1]);
+                        acc[i][jj] +=
+                            a0 * rl_bf16_to_f32(br[2 * jj]) + a1 * rl_bf16_to_f32(br[2 * jj + 1]);
                 }
             }
             for (int64_t i = 0; i < rows; i++) {

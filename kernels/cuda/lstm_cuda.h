@@ -68,25 +68,21 @@ rl_status rl_lstm_cuda_param_grads(void *stream, rl_dtype dt, int64_t N, int64_t
 
 /* ---- own kernels: the whole recurrence of one direction ----
  *
- * The step loops of the driver (layers/recurrent.c) with its buffers (all contiguous, dt float32 or float64):
- *   gates (T, B, 4H)  forward: x W on entry (no bias), activations on return;
- *                     backward: activations on entry, dZ on return (0 on padded rows)
- *   hs, cs (T+1, B, H) states; direction 1: row 0 initial, row t+1 after frame t;
- *                     direction -1: row t after frame t, row T initial. Forward reads the
- *                     initial row (the caller writes it: zeros or the given state) and writes the
- *                     others; backward only reads them.
- *   out (T, B, H)     the output (h on valid rows, 0 on padded ones)
- *   U (H, 4H), bias (4H), peep: host array of 3 device pointers (H each) or NULL
- *   dout              dLoss/dout, a (T*B, dout_ld) matrix (NULL: zero)
- *   dh, dc (B, H)     the state gradients after the last frame on entry (zeros normally), the
- *                     initial state's gradients on return
- *   dU (H, 4H), db (4H), dpeep (3 x H or NULL): += this batch's gradients
- *   partial           the scratch of rl_lstm_cuda_param_grads (RL_LSTM_CUDA_CHUNKS * 7H)
- * Forward per step: z_t += h_prev U (cuBLAS), then the fused pointwise kernel. Backward per
- * step: the pointwise kernel, then dh += dz_t U^T; after the loop dU += Hprev^T dZ as one GEMM
- * over all frames and db, dpeep with rl_lstm_cuda_param_grads. Left to the caller (they depend on
- * the inputs): gates = x W before forward; dW += X^T dZ and dX = dZ W^T after backward, with
- * rl_cuda_gemm on the same stream. */
+ * The step loops of the driver (layers/recurrent.c) with its buffers (all contiguous, dt float32 or
+ * float64): gates (T, B, 4H)  forward: x W on entry (no bias), activations on return; backward:
+ * activations on entry, dZ on return (0 on padded rows) hs, cs (T+1, B, H) states; direction 1: row
+ * 0 initial, row t+1 after frame t; direction -1: row t after frame t, row T initial. Forward reads
+ * the initial row (the caller writes it: zeros or the given state) and writes the others; backward
+ * only reads them. out (T, B, H)     the output (h on valid rows, 0 on padded ones) U (H, 4H), bias
+ * (4H), peep: host array of 3 device pointers (H each) or NULL dout              dLoss/dout, a
+ * (T*B, dout_ld) matrix (NULL: zero) dh, dc (B, H)     the state gradients after the last frame on
+ * entry (zeros normally), the initial state's gradients on return dU (H, 4H), db (4H), dpeep (3 x H
+ * or NULL): += this batch's gradients partial           the scratch of rl_lstm_cuda_param_grads
+ * (RL_LSTM_CUDA_CHUNKS * 7H) Forward per step: z_t += h_prev U (cuBLAS), then the fused pointwise
+ * kernel. Backward per step: the pointwise kernel, then dh += dz_t U^T; after the loop dU +=
+ * Hprev^T dZ as one GEMM over all frames and db, dpeep with rl_lstm_cuda_param_grads. Left to the
+ * caller (they depend on the inputs): gates = x W before forward; dW += X^T dZ and dX = dZ W^T
+ * after backward, with rl_cuda_gemm on the same stream. */
 rl_status rl_lstm_cuda_forward(void *stream, rl_dtype dt, int64_t T, int64_t B, int64_t H,
                                int direction, const int32_t *len, void *gates, const void *U,
                                const void *bias, const void *const *peep, void *hs, void *cs,
