@@ -11,6 +11,7 @@
 --     stroke = {p = 1, radius = 1},                               -- images
 --     fill = 0,                                                   -- images' background
 --     speed = {p = 1, min = 0.9, max = 1.1},                      -- class "audio"
+--     tempo = {p = 1, min = 0.9, max = 1.1},                      -- class "audio"
 --     noise = {p = 1, files = "noise.txt" | {"a.wav", ...}, snr = {5, 20}},  -- class "audio"
 --   }}
 -- A group given is on with p = 1 unless p says otherwise; options left out are 0 (no masks,
@@ -21,7 +22,7 @@
 -- gives the same bits, another epoch other draws, and a resume at epoch e the batches the
 -- uninterrupted run had; the order, partition_epoch and the thread count do not matter. The
 -- data on disk and in the dataset's cache stay as they are: each get_seq returns new tensors.
--- Speed and noise need the waveform: an audio dataset reads the utterance's file again for the
+-- Speed, tempo and noise need the waveform: an audio dataset reads the utterance's file again for the
 -- sequences they apply to (others come from the feature cache), then computes the features and
 -- applies normalize = "global" as for the cache. Noise files: a list file (one path a line,
 -- relative to the list's folder) or a table of paths, read once at the dataset's rate; a
@@ -39,7 +40,7 @@ local function strip(msg)
 end
 
 local IMAGE_ONLY = {"affine", "elastic", "stroke"}
-local WAVE_ONLY = {"speed", "noise"}
+local WAVE_ONLY = {"speed", "tempo", "noise"}
 
 local Aug = {}
 Aug.__index = Aug
@@ -105,7 +106,7 @@ function M.new(ds, opts, where)
   end
   local uses = cfg:uses()
   local self = setmetatable({cfg = cfg, seed = seed, image = image, uses = uses,
-    wave = uses.speed or uses.noise, noises = {}}, Aug)
+    wave = uses.speed or uses.tempo or uses.noise, noises = {}}, Aug)
   if opts.noise ~= nil then
     if opts.noise.files == nil then fail("%s.noise needs files = list file or {paths}", who) end
     for _, p in ipairs(noise_paths(opts.noise.files, who)) do
@@ -125,7 +126,7 @@ function Aug:apply(ds, k, seq)
   local x = seq.data
   if self.wave and self.cfg:wave_fires(self.seed, e, k) then
     x = ds:_wave_features(k, function(w)
-      return self.cfg:wave(w, self.seed, e, k, self.noises)
+      return self.cfg:wave(w, self.seed, e, k, self.noises, ds._rate)
     end)
   end
   if self.image then
