@@ -159,18 +159,12 @@ static void parse_group(lua_State *L, const char *who, const char *group, rl_aug
                 c->stroke_radius = int_field(L, who, group, k);
             else
                 known = false;
-        } else if (strcmp(group, "speed") == 0) {
+        } else if (strcmp(group, "speed") == 0 || strcmp(group, "tempo") == 0) {
+            bool speed = strcmp(group, "speed") == 0;
             if (strcmp(k, "min") == 0)
-                c->speed_min = num_field(L, who, group, k);
+                *(speed ? &c->speed_min : &c->tempo_min) = num_field(L, who, group, k);
             else if (strcmp(k, "max") == 0)
-                c->speed_max = num_field(L, who, group, k);
-            else
-                known = false;
-        } else if (strcmp(group, "tempo") == 0) {
-            if (strcmp(k, "min") == 0)
-                c->tempo_min = num_field(L, who, group, k);
-            else if (strcmp(k, "max") == 0)
-                c->tempo_max = num_field(L, who, group, k);
+                *(speed ? &c->speed_max : &c->tempo_max) = num_field(L, who, group, k);
             else
                 known = false;
         } else {
