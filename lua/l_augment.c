@@ -1,8 +1,8 @@
 /* The Lua face of core/augment.h, the table rl.augment:
  *   rl.augment.config(opts [, who]) -> cfg, a parsed augment = {...} table (see
  *     lua/rnnlua/augment.lua for the options); errors name the option as who.group.name
- *     (who defaults to "augment"). The keys seed (top) and files (in noise) are left to the
- *     Lua side and ignored here.
+ *     (who defaults to "augment"). The keys seed and from_epoch (top) and files (in noise) are
+ *     left to the Lua side and ignored here.
  *   cfg:features(x, seed, epoch, index) -> a new (T, F) tensor, SpecAugment of x (T, F)
  *   cfg:image(x, seed, epoch, index) -> a new (H', W', C) tensor
  *   cfg:wave_fires(seed, epoch, index) -> whether speed, tempo or noise applies to that sequence
@@ -223,10 +223,10 @@ static int l_config(lua_State *L) {
                     return luaL_error(L, "%s.fill must be a number, got %s", who,
                                       luaL_typename(L, -1));
                 u->c.fill = (float)lua_tonumber(L, -1);
-            } else if (strcmp(k, "seed") != 0) {
+            } else if (strcmp(k, "seed") != 0 && strcmp(k, "from_epoch") != 0) {
                 return luaL_error(L,
                                   "%s: unknown option '%s' (spec, affine, elastic, stroke, "
-                                  "speed, tempo, noise, fill, seed)",
+                                  "speed, tempo, noise, fill, seed, from_epoch)",
                                   who, k);
             }
         }

@@ -4,6 +4,7 @@
 --
 --   rl.dataset{class = "hdf", files = {...}, augment = {
 --     seed = s,        -- default: the dataset's seed
+--     from_epoch = 1,  -- the first (sub-)epoch augmented: earlier ones get the data as it is
 --     spec = {p = 1, time_masks = 2, time_width = 20, time_ratio = 1, freq_masks = 2,
 --             freq_width = 8, time_warp = 5, value = 0},          -- features and images
 --     affine = {p = 1, shear = 0.3, scale = 0.1, rotate = 1},     -- images
@@ -86,6 +87,10 @@ function M.new(ds, opts, where)
   if math.type(seed) ~= "integer" then
     fail("%s.seed must be an integer, got %s", who, tostring(seed))
   end
+  local from = opts.from_epoch or 1
+  if math.type(from) ~= "integer" or from < 1 then
+    fail("%s.from_epoch must be an integer >= 1, got %s", who, tostring(from))
+  end
   local data = ds._ext.data
   if data.sparse then
     fail("%s: the data is sparse (class indices): augmentation needs dense features or images",
@@ -105,7 +110,7 @@ function M.new(ds, opts, where)
     end
   end
   local uses = cfg:uses()
-  local self = setmetatable({cfg = cfg, seed = seed, image = image, uses = uses,
+  local self = setmetatable({cfg = cfg, seed = seed, from = from, image = image, uses = uses,
     wave = uses.speed or uses.tempo or uses.noise, noises = {}}, Aug)
   if opts.noise ~= nil then
     if opts.noise.files == nil then fail("%s.noise needs files = list file or {paths}", who) end
@@ -123,6 +128,7 @@ end
 -- the other keys shared with `seq`.
 function Aug:apply(ds, k, seq)
   local e = ds.epoch or 1
+  if e < self.from then return seq end
   local x = seq.data
   if self.wave and self.cfg:wave_fires(self.seed, e, k) then
     x = ds:_wave_features(k, function(w)

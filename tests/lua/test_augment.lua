@@ -264,6 +264,31 @@ test("a dataset's draws: epoch and sequence number, not order or a fresh object"
   check(differ >= 8, "epoch 3 draws other masks: " .. differ .. " of 10 differ")
 end)
 
+test("from_epoch: the epochs before it get the data as it is, it and later ones augmented",
+  function()
+    local function ds(aug)
+      return rl.dataset{class = "regression", num_seqs = 6, seed = 3, augment = aug}
+    end
+    local spec = {time_masks = 2, time_width = 3, freq_masks = 1, freq_width = 2}
+    local plain, late, early = ds(), ds{from_epoch = 3, spec = spec}, ds{spec = spec}
+    for epoch = 1, 4 do
+      plain:init_epoch(epoch)
+      late:init_epoch(epoch)
+      early:init_epoch(epoch)
+      local same, as_early = 0, 0
+      for i = 1, 6 do
+        if same_bits(late:get_seq(i).data, plain:get_seq(i).data) then same = same + 1 end
+        if same_bits(late:get_seq(i).data, early:get_seq(i).data) then as_early = as_early + 1 end
+      end
+      if epoch < 3 then
+        check(same == 6, string.format("epoch %d: %d of 6 as they are", epoch, same))
+      else
+        check(as_early == 6 and same <= 1, string.format("epoch %d: %d of 6 drawn as without " ..
+          "from_epoch, %d of 6 unchanged", epoch, as_early, same))
+      end
+    end
+  end)
+
 test("rl.train: a resume from epoch 1 gives the bits of an uninterrupted 2-epoch run", function()
   local function config(extra)
     local c = {
@@ -498,6 +523,9 @@ expect_error("fractional count", with{spec = {time_masks = 1.5}}, "augment.spec.
 expect_error("unknown group", with{specaugment = {}}, "unknown option 'specaugment'")
 expect_error("unknown option in a group", with{spec = {width = 3}}, "unknown option 'width'")
 expect_error("not a table", with(3), "augment must be a table")
+expect_error("from_epoch 0", with{from_epoch = 0, spec = {}},
+  "augment.from_epoch must be an integer >= 1, got 0")
+expect_error("from_epoch a fraction", with{from_epoch = 1.5, spec = {}}, "augment.from_epoch")
 expect_error("image transform on features", with{affine = {shear = 0.2}},
   "augment.affine applies to images")
 expect_error("speed on a dataset without audio", with{speed = {min = 0.9, max = 1.1}},
