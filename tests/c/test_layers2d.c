@@ -534,7 +534,7 @@ static void test_cuda_unavailable(void) {
         io.in[0] = &xf;
         io.sizes = &f.sizes;
         char needle[64];
-        snprintf(needle, sizeof needle, "(%s)", classes[c]);
+        snprintf(needle, sizeof needle, "(class %s)", classes[c]);
         rl_status st = f.l->ops->forward(f.l, &io);
         CHECK(st == RL_EDEVICE);
         expect_error(st, needle);

@@ -580,10 +580,10 @@ do
   H.expect_error("an lstm and a gru share no packed weights", function() g:_share_packs(a) end,
     "layer 'g' and layer 'a' differ in their class")
   H.expect_error("only lstm and gru layers share packed weights", function() c:_share_packs(a) end,
-    "layer 'c' (linear) is not a recurrent layer")
+    "layer 'c' (class linear) is not a recurrent layer")
   H.expect_error("a negative pass", function() g:_set_pack_pass(-1) end, "must be >= 0")
   H.expect_error("no pack count of a linear layer", function() c:_pack_count() end,
-    "layer 'c' (linear) is not a recurrent layer")
+    "layer 'c' (class linear) is not a recurrent layer")
 end
 
 -- The weight gradients of a unit's lstm or gru are one product per weight matrix over all steps
@@ -706,7 +706,7 @@ do
   end, "layer 'w': dz is")
   H.expect_error("weight gradients of a linear layer", function()
     layers.create("linear", "c", {n_out = 4}, {3}, "float64"):_weight_grads(0, dz, dz)
-  end, "layer 'c' (linear) is not a recurrent layer")
+  end, "layer 'c' (class linear) is not a recurrent layer")
   -- a gates buffer of the wrong shape: an error at the forward, naming the layer
   l:_set_gates(rl.zeros({1, 3, 16}, "float64"))
   H.expect_error("a gates buffer of another batch", function()
