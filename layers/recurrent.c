@@ -681,28 +681,27 @@ rl_status rl_recurrent_rec_dropout_mask(const rl_recurrent *r, const rl_layer *l
     return rl_op_binary_scalar(mask, mask, 1.0 / (1.0 - p), RL_BIN_MUL, false);
 }
 
+/* d = a * k (or d += a * k) over m elements in one precision, REAL float (S f32) or double
+ * (S f64). */
+#define RL_MASK_ROWS(REAL, S)                                                                      \
+    static void mask_rows_##S(int64_t m, const REAL *restrict a, const REAL *restrict k,           \
+                              REAL *restrict d, bool accumulate) {                                 \
+        if (accumulate)                                                                            \
+            for (int64_t i = 0; i < m; i++)                                                        \
+                d[i] += a[i] * k[i];                                                               \
+        else                                                                                       \
+            for (int64_t i = 0; i < m; i++)                                                        \
+                d[i] = a[i] * k[i];                                                                \
+    }
+RL_MASK_ROWS(float, f32)
+RL_MASK_ROWS(double, f64)
+
 void rl_recurrent_mask_rows(rl_dtype dt, int64_t n, int64_t H, const void *src, const void *mask,
                             void *dst, bool accumulate) {
-    int64_t m = n * H;
-    if (dt == RL_FLOAT32) {
-        const float *restrict a = src, *restrict k = mask;
-        float *restrict d = dst;
-        if (accumulate)
-            for (int64_t i = 0; i < m; i++)
-                d[i] += a[i] * k[i];
-        else
-            for (int64_t i = 0; i < m; i++)
-                d[i] = a[i] * k[i];
-    } else {
-        const double *restrict a = src, *restrict k = mask;
-        double *restrict d = dst;
-        if (accumulate)
-            for (int64_t i = 0; i < m; i++)
-                d[i] += a[i] * k[i];
-        else
-            for (int64_t i = 0; i < m; i++)
-                d[i] = a[i] * k[i];
-    }
+    if (dt == RL_FLOAT32)
+        mask_rows_f32(n * H, src, mask, dst, accumulate);
+    else
+        mask_rows_f64(n * H, src, mask, dst, accumulate);
 }
 
 rl_status rl_recurrent_cpu_only(const rl_recurrent *r, const rl_layer *l, rl_device dev,
