@@ -53,11 +53,7 @@ static bool fx_make(fixture *f, const char *cls, const char *name, gc_opts *o, i
         f->pin[i] = &f->in[i];
     }
     if (st == RL_OK) st = gc_lengths(&f->len, B, LENS);
-    if (st == RL_OK) st = gc_bind_params(f->l, dt, &g, &f->pv, &f->pg);
-    /* biases start at zero: make them random so that the tests see them */
-    for (int i = 0; i < f->l->n_params && st == RL_OK; i++)
-        if (f->l->params[i].init == RL_INIT_ZEROS)
-            st = rl_op_uniform(&f->l->params[i].value, &g, -0.5, 0.5);
+    if (st == RL_OK) st = gc_bind_params_nonzero(f->l, dt, &g, &f->pv, &f->pg);
     CHECK_OK(st);
     if (st != RL_OK) fx_free(f);
     return st == RL_OK;
