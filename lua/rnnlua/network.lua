@@ -111,9 +111,7 @@ local rl -- the module table, set by install
 local Network = {}
 Network.__index = Network
 
-local function fail(fmt, ...)
-  error(string.format(fmt, ...), 0)
-end
+local fail = require("rnnlua.util").fail
 
 local util = require("rnnlua.util")
 local sorted_keys = util.sorted_keys
