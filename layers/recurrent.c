@@ -378,8 +378,8 @@ static rl_status state_final(rl_layer *l, rl_tensor *const *out) {
 static rl_status state_initial_grad(rl_layer *l, rl_tensor *const *out) {
     rl_recurrent *r = rec_of(l);
     if (!r->grad0[0]->storage)
-        return rl_error(RL_EARG, "initial_state_grad: layer '%s' (%s) has run no backward", l->name,
-                        r->cls);
+        return rl_error(RL_EARG, "initial_state_grad: " RL_LAYER_WHERE " has run no backward",
+                        l->name, r->cls);
     for (int i = 0; i < r->n_states; i++)
         if (out[i]) rl_tensor_share(out[i], r->grad0[i]);
     return RL_OK;
