@@ -13,6 +13,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "../core/blas.h"
@@ -139,6 +140,18 @@ static inline void bench_row(int n, const bench_variant *vs, double *per_call) {
 
 #define BENCH_MAX_L 3 /* layers of a recurrent stack (bench_stack_*) */
 #define BENCH_MAX_D 2 /* its directions */
+
+/* p <- the training io of a layer of the stack's level li: lengths len, its inputs x (li = 0)
+ * or the dirs outputs of level li - 1. */
+static inline void bench_stack_io(rl_layer_io *p, int li, int dirs, rl_layer *l[][BENCH_MAX_D],
+                                  const rl_tensor *x, const rl_tensor *len) {
+    memset(p, 0, sizeof *p);
+    p->lengths = len;
+    p->train = true;
+    p->n_in = li ? dirs : 1;
+    for (int k = 0; k < p->n_in; k++)
+        p->in[k] = li ? &l[li - 1][k]->out : x;
+}
 
 /* Frees the layers l[li][d] of a stack of `layers` x `dirs` and its input gradients gin[li][d][k].
  */

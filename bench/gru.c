@@ -61,13 +61,7 @@ static void model_init(model *m, const topology *tp, rl_rng *g) {
         for (int d = 0; d < tp->dirs; d++) {
             m->l[li][d] = bench_stack_layer("gru", NULL, li, d, tp->dirs, tp->in, H, T, B,
                                             m->gin[li][d], g, RL_DEVICE_CPU);
-            int n_in = li ? tp->dirs : 1;
-            rl_layer_io *p = &m->io[li][d];
-            p->lengths = &m->len;
-            p->train = true;
-            p->n_in = n_in;
-            for (int k = 0; k < n_in; k++)
-                p->in[k] = li ? &m->l[li - 1][k]->out : &m->x;
+            bench_stack_io(&m->io[li][d], li, tp->dirs, m->l, &m->x, &m->len);
         }
     int64_t xs[3] = {T, B, tp->in}, ls[1] = {B};
     empty(&m->x, 3, xs, "x");

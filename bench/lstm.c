@@ -121,20 +121,8 @@ static void train_step(model *m) {
     int64_t N = tp->T * tp->B, H = tp->hidden, C = tp->classes;
     rl_layer_io io[MAX_L][MAX_D];
     for (int li = 0; li < tp->layers; li++)
-        for (int d = 0; d < tp->dirs; d++) {
-            rl_layer_io *p = &io[li][d];
-            memset(p, 0, sizeof *p);
-            p->lengths = &m->len;
-            p->train = true;
-            if (li == 0) {
-                p->n_in = 1;
-                p->in[0] = &m->x;
-            } else {
-                p->n_in = tp->dirs;
-                for (int k = 0; k < tp->dirs; k++)
-                    p->in[k] = &m->l[li - 1][k]->out;
-            }
-        }
+        for (int d = 0; d < tp->dirs; d++)
+            bench_stack_io(&io[li][d], li, tp->dirs, m->l, &m->x, &m->len);
     for (int li = 0; li < tp->layers; li++) {
         layer_call c[MAX_D];
         for (int d = 0; d < tp->dirs; d++)

@@ -74,15 +74,8 @@ static void train_step(model *m) {
     const topology *tp = m->tp;
     rl_layer_io io[MAX_L][MAX_D];
     for (int li = 0; li < tp->layers; li++)
-        for (int d = 0; d < tp->dirs; d++) {
-            rl_layer_io *p = &io[li][d];
-            memset(p, 0, sizeof *p);
-            p->lengths = &m->len;
-            p->train = true;
-            p->n_in = li ? tp->dirs : 1;
-            for (int k = 0; k < p->n_in; k++)
-                p->in[k] = li ? &m->l[li - 1][k]->out : &m->x;
-        }
+        for (int d = 0; d < tp->dirs; d++)
+            bench_stack_io(&io[li][d], li, tp->dirs, m->l, &m->x, &m->len);
     for (int li = 0; li < tp->layers; li++)
         for (int d = 0; d < tp->dirs; d++)
             bench_check(m->l[li][d]->ops->forward(m->l[li][d], &io[li][d]), "forward");
