@@ -32,9 +32,7 @@ local M = {}
 
 local rl
 
-local function fail(fmt, ...)
-  error(string.format(fmt, ...), 0)
-end
+local fail = require("rnnlua.util").fail
 
 local function strip(msg)
   return (tostring(msg):gsub("^[^:\n]*:%d+: ", ""))
