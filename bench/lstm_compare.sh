@@ -17,6 +17,11 @@
 # verbose mode says so). rnnlua's own -march build flags still apply: build with
 # ARCH=x86-64-v3 for a strict one.
 # RL_SGEMM_PEAK_GFLOPS (exported by bench/run.sh) adds rnnlua's fraction of the sgemm peak.
+# RL_BENCH_PRECISIONS (default "fp32") lists the precisions to run, each a row per config:
+# "fp32 bf16" runs rnnlua with precision = "bf16" and PyTorch under bf16 autocast too, in the
+# same interleaved rounds, and adds each row's speed against rnnlua's float32 row.
+# The tiny-batch configs (tiny1, tiny3: training at batch 1 and 3; utt768, utt512: one
+# utterance's forward at batch 1) are run only when named.
 # PyTorch comes from bench/torch_env.sh; without it the PyTorch columns say "n/a".
 set -u
 build=${1:-build}
@@ -26,6 +31,7 @@ configs=("$@")
 rounds=${RL_BENCH_ROUNDS:-3}
 secs=${RL_BENCH_STEP_SECONDS:-2}
 level=${RL_BENCH_LEVEL:-}
+precs=(${RL_BENCH_PRECISIONS:-fp32})
 bin="$build/rnnlua"
 
 envs=()
@@ -58,18 +64,25 @@ median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{v[NR] = $1} END {
 load0=$(cut -d' ' -f1-3 /proc/loadavg)
 for ((r = 0; r < rounds; r++)); do
     for c in "${configs[@]}"; do
-        if ((r % 2 == 0)); then
-            measure "rl/$c" "$bin" bench/lstm_step.lua "$c" "$secs"
-            [ -n "$py" ] && measure "pt/$c" "$py" bench/torch_lstm.py "$c" "$secs"
-        else
-            [ -n "$py" ] && measure "pt/$c" "$py" bench/torch_lstm.py "$c" "$secs"
-            measure "rl/$c" "$bin" bench/lstm_step.lua "$c" "$secs"
-        fi
+        for p in "${precs[@]}"; do
+            if ((r % 2 == 0)); then
+                measure "rl/$c/$p" "$bin" bench/lstm_step.lua "$c" "$secs" cpu "$p"
+                [ -n "$py" ] && measure "pt/$c/$p" "$py" bench/torch_lstm.py "$c" "$secs" cpu "$p"
+            else
+                [ -n "$py" ] && measure "pt/$c/$p" "$py" bench/torch_lstm.py "$c" "$secs" cpu "$p"
+                measure "rl/$c/$p" "$bin" bench/lstm_step.lua "$c" "$secs" cpu "$p"
+            fi
+        done
     done
 done
 
-# FLOPs per step: 24*T*B*H*(I+H) per LSTM direction and layer + 6*T*B*dirs*H*C (output)
+# FLOPs per step: 24*T*B*H*(I+H) per LSTM direction and layer + 6*T*B*dirs*H*C (output); a
+# forward alone a third of that
 declare -A FLOPS=(
+    [tiny1]=$((24 * 311 * 257 * 514 * 3 + 6 * 311 * 257 * 257))
+    [tiny3]=$((3 * (24 * 311 * 257 * 514 * 3 + 6 * 311 * 257 * 257)))
+    [utt768]=$((8 * 400 * 768 * (80 + 768) + 2 * 8 * 400 * 768 * 1536 + 2 * 400 * 768 * 1000))
+    [utt512]=$((2 * 8 * 500 * 512 * (80 + 512) + 2 * 8 * 500 * 512 * 1536 + 2 * 500 * 1024 * 1000))
     [seqmnist]=$((24 * 28 * 64 * 128 * (28 + 128) + 6 * 28 * 64 * 128 * 10))
     [ptb_small]=$((24 * 20 * 20 * 200 * 400 + 6 * 20 * 20 * 200 * 10000))
     [odd]=$((2 * 24 * 137 * 7 * 300 * (61 + 300) + 2 * 24 * 137 * 7 * 300 * 900 + 6 * 137 * 7 * 600 * 43))
@@ -79,30 +92,36 @@ declare -A FLOPS=(
 peak=${RL_SGEMM_PEAK_GFLOPS:-}
 echo "### LSTM training step: rnnlua vs PyTorch $tv${level:+ (level forced to $level)}"
 echo
-echo "rnnlua \`bench/lstm_step.lua\` (rl.network) vs \`bench/torch_lstm.py\`, float32, CPU," \
+echo "rnnlua \`bench/lstm_step.lua\` (rl.network) vs \`bench/torch_lstm.py\`, ${precs[*]}, CPU," \
     "2 threads each; median of $rounds interleaved rounds (one process per framework, config" \
     "and round, each the median of its steps over ${secs} s); load average $load0 at the start," \
     "$(cut -d' ' -f1-3 /proc/loadavg) at the end."
 echo
-echo "| config | rnnlua ms | PyTorch ms | rnnlua speed / PyTorch | rnnlua GFLOP/s${peak:+ (of sgemm peak)} |" \
+echo "| config | precision | rnnlua ms | PyTorch ms | rnnlua speed / PyTorch |" \
+    "rnnlua speed / its fp32 | rnnlua GFLOP/s${peak:+ (of sgemm peak)} |" \
     "rnnlua peak MiB (above start) | PyTorch peak MiB (above start) |"
-echo "|---|---:|---:|---:|---:|---:|---:|"
+echo "|---|---|---:|---:|---:|---:|---:|---:|---:|"
 for c in "${configs[@]}"; do
-    a=$(echo "${ms[rl/$c]:-}" | median)
-    b=$(echo "${ms[pt/$c]:-}" | median)
-    ma=$(echo "${mem[rl/$c]:-}" | median)
-    mb=$(echo "${mem[pt/$c]:-}" | median)
-    ba=$(echo "${base[rl/$c]:-}" | median)
-    bb=$(echo "${base[pt/$c]:-}" | median)
-    awk -v c="$c" -v a="$a" -v b="$b" -v ma="$ma" -v mb="$mb" -v ba="$ba" -v bb="$bb" \
-        -v f="${FLOPS[$c]}" -v peak="$peak" 'function mib(x, y) {
-            return x == "n/a" ? "n/a" : sprintf("%.0f (%.0f)", x / 1024, (x - y) / 1024) }
-        BEGIN {
-            ratio = (a != "n/a" && b != "n/a") ? sprintf("%.2fx", b / a) : "n/a"
-            gf = a != "n/a" ? sprintf("%.1f", f / (a * 1e-3) / 1e9) : "n/a"
-            if (peak != "" && a != "n/a") gf = gf sprintf(" (%.0f%%)", 100 * f / (a * 1e-3) / 1e9 / peak)
-            printf "| %s | %s | %s | %s | %s | %s | %s |\n", c, a == "n/a" ? a : sprintf("%.1f", a),
-                b == "n/a" ? b : sprintf("%.1f", b), ratio, gf, mib(ma, ba), mib(mb, bb) }'
+    a32=$(echo "${ms[rl/$c/fp32]:-}" | median)
+    for p in "${precs[@]}"; do
+        a=$(echo "${ms[rl/$c/$p]:-}" | median)
+        b=$(echo "${ms[pt/$c/$p]:-}" | median)
+        ma=$(echo "${mem[rl/$c/$p]:-}" | median)
+        mb=$(echo "${mem[pt/$c/$p]:-}" | median)
+        ba=$(echo "${base[rl/$c/$p]:-}" | median)
+        bb=$(echo "${base[pt/$c/$p]:-}" | median)
+        awk -v c="$c" -v p="$p" -v a="$a" -v b="$b" -v a32="$a32" -v ma="$ma" -v mb="$mb" \
+            -v ba="$ba" -v bb="$bb" -v f="${FLOPS[$c]}" -v peak="$peak" 'function mib(x, y) {
+                return x == "n/a" ? "n/a" : sprintf("%.0f (%.0f)", x / 1024, (x - y) / 1024) }
+            BEGIN {
+                ratio = (a != "n/a" && b != "n/a") ? sprintf("%.2fx", b / a) : "n/a"
+                own = (a != "n/a" && a32 != "n/a") ? sprintf("%.2fx", a32 / a) : "n/a"
+                gf = a != "n/a" ? sprintf("%.1f", f / (a * 1e-3) / 1e9) : "n/a"
+                if (peak != "" && a != "n/a") gf = gf sprintf(" (%.0f%%)", 100 * f / (a * 1e-3) / 1e9 / peak)
+                printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", c, p,
+                    a == "n/a" ? a : sprintf("%.1f", a), b == "n/a" ? b : sprintf("%.1f", b),
+                    ratio, own, gf, mib(ma, ba), mib(mb, bb) }'
+    done
 done
 echo
 [ -n "$py" ] || echo "PyTorch: bench/torch_env.sh could not set up a current PyTorch (no PyPI?)."

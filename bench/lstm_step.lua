@@ -6,17 +6,27 @@
 -- [PRECISION] [OPTIONS]; OPTIONS: lstm options for every layer, "KEY=VALUE,..." with numbers or
 -- true/false (e.g. "n_proj=256" or "layer_norm=true"), to measure an option against the plain
 -- layer.
+-- Each training step counts as an update of the weights (no optimizer runs; bf16 packs them
+-- again); a forward-only configuration times net:forward(batch, {train = false}).
 -- Prints "RESULT config ms_per_step peak_rss_kib rss_before_model_kib steps cpu_ms_per_step":
 -- the median of the timed steps (after one warm-up step), the process's peak resident set
 -- (VmHWM) after them, its resident set before the network was built, the number of steps, and
 -- the process CPU time per step (all threads, their spin-waits included; on a machine shared
 -- with other work, CPU time at 1 thread ranks code changes more reliably than wall time).
-local CONFIGS = { -- layers, bidirectional, input, hidden, classes, T, B (as bench/torch_lstm.py)
+-- layers, bidirectional, input, hidden, classes, T, B, forward only (as bench/torch_lstm.py);
+-- the tiny batches: training steps of batch 1 and 3 (tiny1, tiny3: 3 x LSTM 257 over 311
+-- frames of 257 features), and the forward (train = false) of one utterance at batch 1
+-- (utt768: 3 x LSTM 768, T 400; utt512: 2 x BLSTM 512, T 500; 80 features, 1000 classes)
+local CONFIGS = {
   seqmnist = {1, false, 28, 128, 10, 28, 64},
   ptb_small = {1, false, 200, 200, 10000, 20, 20},
   odd = {2, true, 61, 300, 43, 137, 7},
   ptb_large = {2, false, 650, 650, 10000, 50, 20},
   chime = {3, true, 45, 512, 1501, 250, 16},
+  tiny1 = {3, false, 257, 257, 257, 311, 1},
+  tiny3 = {3, false, 257, 257, 257, 311, 3},
+  utt768 = {3, false, 80, 768, 1000, 400, 1, true},
+  utt512 = {2, true, 80, 512, 1000, 500, 1, true},
 }
 
 local function status_kib(field)
@@ -38,7 +48,7 @@ for k, v in (arg[5] or ""):gmatch("([%w_]+)=([^,]+)") do
 end
 local c = CONFIGS[name]
 if not c then error("lstm_step.lua: unknown config '" .. tostring(name) .. "'") end
-local layers, bidir, inp, hid, classes, T, B = table.unpack(c)
+local layers, bidir, inp, hid, classes, T, B, fwd_only = table.unpack(c)
 local rss0 = status_kib("VmRSS")
 
 local desc, prev = {}, {"data"}
@@ -68,6 +78,15 @@ if device ~= "cpu" then
 end
 
 local function step()
+  if fwd_only then
+    -- inference: the weights stay as they are (bf16 keeps its copies of them)
+    net:forward(batch, {train = false})
+    if device ~= "cpu" then rl.synchronize(net.device) end
+    return
+  end
+  -- as after an optimizer update: the weights' storage changes version, so that bf16 makes
+  -- its copies of the weights again (kernels/cpu/gemm_bf16.h) as it does in training
+  net:params()
   net:zero_grads()
   net:forward(batch)
   net:backward()

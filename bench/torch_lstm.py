@@ -4,21 +4,30 @@ A step is zero_grad + forward + backward (no optimizer update) of an nn.LSTM sta
 (bidirectional where the config says so), a Linear output layer and CrossEntropy (summed),
 float32 on the CPU, torch.set_num_threads(2), or on DEVICE ("cuda": cuDNN's LSTM, the device kit's
 comparison; a step then ends with torch.cuda.synchronize()).
-Usage: PYTHON bench/torch_lstm.py CONFIG [SECONDS] [DEVICE]
+Usage: PYTHON bench/torch_lstm.py CONFIG [SECONDS] [DEVICE] [PRECISION]
 with the python of bench/torch_env.sh (a current PyTorch) or any other that imports torch.
+PRECISION "bf16" runs the model under torch.autocast(dtype=torch.bfloat16) (float32 weights,
+bf16 products), as lstm_step.lua's precision "bf16"; a forward-only configuration (utt768,
+utt512) runs under torch.inference_mode().
 Prints "RESULT config ms_per_step peak_rss_kib rss_before_model_kib steps cpu_ms_per_step" as
 lstm_step.lua does, or a SKIP line (exit 0) where torch is not importable.
 """
+import contextlib
 import resource
 import sys
 import time
 
-CONFIGS = {  # layers, bidirectional, input, hidden, classes, T, B (as bench/lstm_step.lua)
-    "seqmnist": (1, False, 28, 128, 10, 28, 64),
-    "ptb_small": (1, False, 200, 200, 10000, 20, 20),
-    "odd": (2, True, 61, 300, 43, 137, 7),
-    "ptb_large": (2, False, 650, 650, 10000, 50, 20),
-    "chime": (3, True, 45, 512, 1501, 250, 16),
+# layers, bidirectional, input, hidden, classes, T, B, forward only (as bench/lstm_step.lua)
+CONFIGS = {
+    "seqmnist": (1, False, 28, 128, 10, 28, 64, False),
+    "ptb_small": (1, False, 200, 200, 10000, 20, 20, False),
+    "odd": (2, True, 61, 300, 43, 137, 7, False),
+    "ptb_large": (2, False, 650, 650, 10000, 50, 20, False),
+    "chime": (3, True, 45, 512, 1501, 250, 16, False),
+    "tiny1": (3, False, 257, 257, 257, 311, 1, False),
+    "tiny3": (3, False, 257, 257, 257, 311, 3, False),
+    "utt768": (3, False, 80, 768, 1000, 400, 1, True),
+    "utt512": (2, True, 80, 512, 1000, 500, 1, True),
 }
 
 
@@ -34,6 +43,10 @@ def main():
     name = sys.argv[1]
     seconds = float(sys.argv[2]) if len(sys.argv) > 2 else 3.0
     device = sys.argv[3] if len(sys.argv) > 3 else "cpu"
+    precision = sys.argv[4] if len(sys.argv) > 4 else "fp32"
+    if precision not in ("fp32", "bf16"):
+        print("torch_lstm: precision must be fp32 or bf16, got %r" % precision, file=sys.stderr)
+        return 2
     try:
         import torch
     except ImportError:
@@ -41,7 +54,7 @@ def main():
         return 0
     torch.set_num_threads(2)
     torch.manual_seed(1)
-    layers, bidir, inp, hid, classes, T, B = CONFIGS[name]
+    layers, bidir, inp, hid, classes, T, B, fwd_only = CONFIGS[name]
     rss0 = status_kib("VmRSS")
     dirs = 2 if bidir else 1
     lstm = torch.nn.LSTM(inp, hid, num_layers=layers, bidirectional=bidir).to(device)
@@ -52,11 +65,23 @@ def main():
     ce = torch.nn.CrossEntropyLoss(reduction="sum")
     sync = torch.cuda.synchronize if device != "cpu" else (lambda: None)
 
+    def amp():
+        if precision == "bf16":
+            return torch.autocast(device.split(":")[0], dtype=torch.bfloat16)
+        return contextlib.nullcontext()
+
     def step():
+        if fwd_only:
+            with torch.inference_mode(), amp():
+                h, _ = lstm(x)
+                out(h.reshape(T * B, dirs * hid))
+            sync()
+            return
         for p in params:
             p.grad = None
-        h, _ = lstm(x)
-        loss = ce(out(h.reshape(T * B, dirs * hid)), y)
+        with amp():
+            h, _ = lstm(x)
+            loss = ce(out(h.reshape(T * B, dirs * hid)), y)
         loss.backward()
         sync()
 

@@ -81,6 +81,16 @@ static _Atomic int64_t storage_live_bytes;
 
 int64_t rl_storage_live_bytes(void) { return atomic_load(&storage_live_bytes); }
 
+static _Atomic uint64_t storage_versions;
+
+void rl_storage_touch(rl_storage *s) {
+    __atomic_store_n(&s->version, atomic_fetch_add(&storage_versions, 1) + 1, __ATOMIC_RELEASE);
+}
+
+uint64_t rl_storage_version(const rl_storage *s) {
+    return __atomic_load_n(&s->version, __ATOMIC_ACQUIRE);
+}
+
 rl_status rl_storage_new(rl_storage **out, size_t nbytes, rl_device dev) {
     *out = NULL;
     RL_TRY(rl_device_check(dev));
@@ -89,6 +99,7 @@ rl_status rl_storage_new(rl_storage **out, size_t nbytes, rl_device dev) {
     s->nbytes = nbytes;
     s->refcount = 1;
     s->device = dev;
+    rl_storage_touch(s);
     if (dev.type == RL_CPU) {
         /* aligned_alloc needs a size that is a multiple of the alignment, and never 0 */
         size_t padded = (nbytes + RL_CPU_ALIGN - 1) / RL_CPU_ALIGN * RL_CPU_ALIGN;

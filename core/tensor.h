@@ -40,6 +40,7 @@ typedef struct rl_storage {
     size_t nbytes;
     long refcount;
     rl_device device;
+    uint64_t version; /* rl_storage_touch */
 } rl_storage;
 
 typedef struct rl_tensor {
@@ -70,6 +71,14 @@ void rl_storage_release(rl_storage *s);
  * garbage collector cannot see them behind its small handles; lua/l_tensor.c reads this to
  * collect garbage tensors in proportion to what they really hold. */
 int64_t rl_storage_live_bytes(void);
+/* The version of a storage's contents: a number no other storage and no earlier version of
+ * this one had (process-wide), given at rl_storage_new and again at each rl_storage_touch.
+ * Whoever may write the data through a handle of a host touches it (lua/l_tensor.c at every
+ * access to a tensor from Lua, reads included), so that what is derived from the data and
+ * kept (the bf16 packs of a network's weights, kernels/cpu/gemm_bf16.h) stays valid exactly
+ * while the storage and its version are the same. Atomic; any thread. */
+void rl_storage_touch(rl_storage *s);
+uint64_t rl_storage_version(const rl_storage *s);
 
 /* Checked arithmetic for shapes, sizes and positions: every product or sum of sizes that comes
  * from a user (a Lua call, a network description, a file) goes through these, so a size near

@@ -486,6 +486,9 @@ static int m_init_params(lua_State *L) {
     if (rl_layer_init_params(l, rl_rng_default()) != RL_OK) {
         return raise_layer(L, l);
     }
+    /* written without a tensor handle: what was derived from the values is stale */
+    for (int i = 0; i < l->n_params; i++)
+        rl_storage_touch(l->params[i].value.storage);
     return 0;
 }
 

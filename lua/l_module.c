@@ -63,10 +63,12 @@ static int l_cpu_level(lua_State *L) {
  *   rl._bf16_enter(ctx | nil, params) -> prev: makes ctx (nil: none, float32 products) the
  *       active context of this thread and returns the one it replaces, for _bf16_leave;
  *       params is the network's flat parameter buffer (a contiguous float32 CPU tensor),
- *       whose operands ctx packs once per enter;
+ *       whose operands ctx keeps packed while the buffer's storage version stays (every
+ *       write from Lua changes it; taking it here does not);
  *   rl._bf16_on(ctx | nil): the active context from now on (per layer);
  *   rl._bf16_leave(prev): restores the context _bf16_enter replaced;
- *   rl._bf16_bytes(ctx) -> bytes of kept packs. */
+ *   rl._bf16_bytes(ctx) -> bytes of kept packs;
+ *   rl._bf16_packs(ctx) -> weight operands packed so far (kept or per product). */
 #define BF16_CTX_MT "rnnlua.bf16_ctx"
 
 static int l_bf16_ctx_gc(lua_State *L) {
@@ -97,11 +99,13 @@ static rl_bf16_ctx *opt_bf16_ctx(lua_State *L, int i) {
 static int l_bf16_enter(lua_State *L) {
     rl_bf16_ctx *ctx = opt_bf16_ctx(L, 1);
     if (ctx) {
-        const rl_tensor *p = rl_lua_check_tensor(L, 2);
+        /* read only: taking it must not make its packs stale */
+        const rl_tensor *p = rl_lua_check_tensor_read(L, 2);
         if (p->dtype != RL_FLOAT32 || rl_tensor_device(p).type != RL_CPU ||
             !rl_tensor_is_contiguous(p))
             return luaL_argerror(L, 2, "a contiguous float32 CPU tensor expected");
-        rl_bf16_ctx_begin(ctx, rl_tensor_data(p), (size_t)rl_tensor_numel(p) * sizeof(float));
+        rl_bf16_ctx_begin(ctx, rl_tensor_data(p), (size_t)rl_tensor_numel(p) * sizeof(float),
+                          rl_storage_version(p->storage));
     }
     rl_bf16_ctx *prev = rl_bf16_active();
     /* the layers turn it on one by one (_bf16_on) */
@@ -123,6 +127,12 @@ static int l_bf16_leave(lua_State *L) {
     return 0;
 }
 
+static int l_bf16_packs(lua_State *L) {
+    lua_pushinteger(
+        L, (lua_Integer)rl_bf16_ctx_packs(*(rl_bf16_ctx **)luaL_checkudata(L, 1, BF16_CTX_MT)));
+    return 1;
+}
+
 static int l_bf16_bytes(lua_State *L) {
     lua_pushinteger(
         L, (lua_Integer)rl_bf16_ctx_bytes(*(rl_bf16_ctx **)luaL_checkudata(L, 1, BF16_CTX_MT)));
@@ -131,6 +141,7 @@ static int l_bf16_bytes(lua_State *L) {
 
 static const luaL_Reg module_funcs[] = {
     {"_bf16_bytes", l_bf16_bytes},
+    {"_bf16_packs", l_bf16_packs},
     {"_bf16_ctx", l_bf16_ctx},
     {"_bf16_enter", l_bf16_enter},
     {"_bf16_leave", l_bf16_leave},

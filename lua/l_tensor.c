@@ -106,11 +106,18 @@ static rl_tensor *live_tensor(lua_State *L, int idx, tensor_ud *u) {
     return u ? &u->t : NULL;
 }
 
-rl_tensor *rl_lua_to_tensor(lua_State *L, int idx) {
-    return live_tensor(L, idx, luaL_testudata(L, idx, RL_TENSOR_MT));
+/* Every function that may write a tensor's data gets it through one of these (any access
+ * from Lua but rl_lua_check_tensor_read's counts as a write) */
+static rl_tensor *touched(rl_tensor *t) {
+    if (t && t->storage) rl_storage_touch(t->storage);
+    return t;
 }
 
-rl_tensor *rl_lua_check_tensor(lua_State *L, int idx) {
+rl_tensor *rl_lua_to_tensor(lua_State *L, int idx) {
+    return touched(live_tensor(L, idx, luaL_testudata(L, idx, RL_TENSOR_MT)));
+}
+
+static rl_tensor *check_live(lua_State *L, int idx) {
     tensor_ud *u = luaL_testudata(L, idx, RL_TENSOR_MT);
     if (!u) {
         const char *msg = lua_pushfstring(L, "tensor expected, got %s", luaL_typename(L, idx));
@@ -118,6 +125,10 @@ rl_tensor *rl_lua_check_tensor(lua_State *L, int idx) {
     }
     return live_tensor(L, idx, u);
 }
+
+rl_tensor *rl_lua_check_tensor(lua_State *L, int idx) { return touched(check_live(L, idx)); }
+
+const rl_tensor *rl_lua_check_tensor_read(lua_State *L, int idx) { return check_live(L, idx); }
 
 int rl_lua_raise(lua_State *L, const char *fname) {
     const char *msg = rl_errmsg();

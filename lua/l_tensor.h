@@ -19,10 +19,13 @@ void rl_lua_collect_if_needed(lua_State *L);
 /* Pushes a new tensor userdata holding an unset tensor; returns its rl_tensor to fill. */
 rl_tensor *rl_lua_push_tensor(lua_State *L);
 /* The tensor at idx, or a Lua argument error ("tensor expected, got X"); both raise for a
- * tensor that was freed (by <close>, a closed coroutine or __gc before a resurrection). */
+ * tensor that was freed (by <close>, a closed coroutine or __gc before a resurrection). Both
+ * touch its storage (rl_storage_touch): the caller may write it. */
 rl_tensor *rl_lua_check_tensor(lua_State *L, int idx);
 /* The tensor at idx, or NULL when it is not a tensor userdata. */
 rl_tensor *rl_lua_to_tensor(lua_State *L, int idx);
+/* rl_lua_check_tensor for a caller that only reads the data: the storage's version stays. */
+const rl_tensor *rl_lua_check_tensor_read(lua_State *L, int idx);
 /* Raises the library's last error (rl_errmsg) as a Lua error prefixed by `fname`. Every C
  * temporary must already be released or owned by a userdata on the stack. */
 int rl_lua_raise(lua_State *L, const char *fname);

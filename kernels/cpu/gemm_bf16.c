@@ -503,29 +503,33 @@ rl_status rl_gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t
 
 /* ---- a network's context and the kept packs of its weights ---- */
 
-/* The weight operands of one pass (a 3-layer BLSTM and its softmax use 13); past this many the
- * rest are packed per call. */
+/* The weight operands a network uses (a 3-layer BLSTM and its softmax, forward and backward
+ * layouts: 26); past this many the rest are packed per call. */
 #define CACHE_SLOTS 64
+
+/* A slot's state. Claimed (SEEN) by one product, whose thread writes its key first; STALE when
+ * the weights changed since (the key stays); PACKING by the one product that won its second
+ * use (or the first since the weights changed, for a slot used twice before: hot), whose thread
+ * alone writes its buffer and hot; READY from then on, read by any. Slots change otherwise only
+ * in rl_bf16_ctx_begin, when no product of the network runs. */
+enum { FREE = 0, SEEN, STALE, PACKING, READY };
+
 typedef struct {
+    _Atomic int state;
     const float *b;
     int64_t ldb, k, n;
     bool trans;
-    int buf; /* its pack in bufs, or -1: used once so far, packed per call */
+    bool hot;         /* used twice while the weights stayed the same, once */
+    uint16_t *packed; /* the slot's buffer, kept for its next key */
+    size_t cap;       /* elements */
 } cache_slot;
 
-typedef struct {
-    uint16_t *packed;
-    size_t cap; /* elements */
-    bool used;  /* by a slot of this pass */
-} pack_buf;
-
 struct rl_bf16_ctx {
-    /* the two layers of a concurrent pair look up packs at once */
-    pthread_mutex_t lock;
     const char *weights_lo, *weights_hi;
+    uint64_t version; /* of the weights' storage when the slots were filled */
+    _Atomic int used; /* slots claimed (may pass CACHE_SLOTS: then all are) */
+    _Atomic uint64_t packs;
     cache_slot cache[CACHE_SLOTS];
-    int cache_used;
-    pack_buf bufs[CACHE_SLOTS];
 };
 
 static _Thread_local rl_bf16_ctx *active;
@@ -534,91 +538,110 @@ rl_bf16_ctx *rl_bf16_active(void) { return active; }
 
 void rl_bf16_activate(rl_bf16_ctx *ctx) { active = ctx; }
 
-rl_bf16_ctx *rl_bf16_ctx_new(void) {
-    rl_bf16_ctx *ctx = calloc(1, sizeof *ctx);
-    if (ctx) pthread_mutex_init(&ctx->lock, NULL);
-    return ctx;
-}
+rl_bf16_ctx *rl_bf16_ctx_new(void) { return calloc(1, sizeof(rl_bf16_ctx)); }
 
 void rl_bf16_ctx_free(rl_bf16_ctx *ctx) {
     if (!ctx) return;
     for (int i = 0; i < CACHE_SLOTS; i++)
-        free(ctx->bufs[i].packed);
-    pthread_mutex_destroy(&ctx->lock);
+        free(ctx->cache[i].packed);
     free(ctx);
 }
 
-void rl_bf16_ctx_begin(rl_bf16_ctx *ctx, const void *weights, size_t bytes) {
-    pthread_mutex_lock(&ctx->lock);
-    ctx->weights_lo = weights;
-    ctx->weights_hi = (const char *)weights + bytes;
-    /* every operand is packed again; the buffers stay for the coming ones */
-    ctx->cache_used = 0;
-    for (int i = 0; i < CACHE_SLOTS; i++)
-        ctx->bufs[i].used = false;
-    pthread_mutex_unlock(&ctx->lock);
+void rl_bf16_ctx_begin(rl_bf16_ctx *ctx, const void *weights, size_t bytes, uint64_t version) {
+    const char *lo = weights, *hi = lo + bytes;
+    bool same_range = lo == ctx->weights_lo && hi == ctx->weights_hi;
+    if (same_range && version == ctx->version) return;
+    ctx->weights_lo = lo;
+    ctx->weights_hi = hi;
+    ctx->version = version;
+    /* every operand is packed again; the buffers stay for the coming ones, and the keys, when
+     * the weights are the same tensors */
+    if (!same_range) atomic_store(&ctx->used, 0);
+    for (int i = 0; i < CACHE_SLOTS; i++) {
+        cache_slot *c = &ctx->cache[i];
+        if (!same_range) c->hot = false;
+        atomic_store(&c->state, same_range && atomic_load(&c->state) != FREE ? STALE : FREE);
+    }
 }
 
 size_t rl_bf16_ctx_bytes(const rl_bf16_ctx *ctx) {
     size_t n = 0;
     for (int i = 0; i < CACHE_SLOTS; i++)
-        n += ctx->bufs[i].cap * sizeof(uint16_t);
+        n += ctx->cache[i].cap * sizeof(uint16_t);
     return n;
 }
 
-/* The free buffer that fits need best, else the largest (to grow): the recurrent U^T of a
- * backward takes its forward's U's buffer (rl_bf16_packed_size is symmetric in k and n). */
-static pack_buf *best_buf(rl_bf16_ctx *ctx, size_t need) {
-    pack_buf *best = NULL;
-    for (int i = 0; i < CACHE_SLOTS; i++) {
-        pack_buf *c = &ctx->bufs[i];
-        if (c->used) continue;
-        if (!best || (c->cap >= need ? best->cap < need || c->cap < best->cap
-                                     : best->cap < need && c->cap > best->cap))
-            best = c;
-    }
-    return best;
-}
+uint64_t rl_bf16_ctx_packs(const rl_bf16_ctx *ctx) { return atomic_load(&ctx->packs); }
 
-/* The kept pack of op(b), or NULL when b is no weight, is used for the first time in this pass
- * (an input projection or a softmax runs once per pass: packing it per call, in blocks, keeps
- * no copy; the recurrent matrices, used at every time step, are kept from their second use),
- * or no slot is left. Called under ctx->lock. */
+/* The kept pack of op(b), or NULL: when b is no weight; at the first use of the operand since
+ * the weights changed, unless it was used twice under some earlier weights (a weight used
+ * once per update, as an input projection's or a softmax's in training, is packed per call, in
+ * blocks, and keeps no copy; a recurrent matrix, used at every time step, is kept from its
+ * second use under the first weights, from its first use under the next ones; any weight in a
+ * second forward of the same weights is kept); while another product packs it; when no slot
+ * is left. Lock-free: the two layers of a concurrent pair look up their packs at once. */
 static const uint16_t *kept_pack(rl_bf16_ctx *ctx, const float *b, int64_t ldb, bool trans,
                                  int64_t k, int64_t n, rl_status *st) {
     const char *lo = (const char *)b;
     int64_t rows = trans ? n : k, cols = trans ? k : n;
     const char *hi = (const char *)(b + (rows - 1) * ldb + cols);
     if (!ctx->weights_lo || lo < ctx->weights_lo || hi > ctx->weights_hi) return NULL;
-    cache_slot *cache = ctx->cache, *s = NULL;
-    for (int i = 0; i < ctx->cache_used && !s; i++)
-        if (cache[i].b == b && cache[i].ldb == ldb && cache[i].trans == trans && cache[i].k == k &&
-            cache[i].n == n)
-            s = &cache[i];
+    int used = atomic_load(&ctx->used);
+    if (used > CACHE_SLOTS) used = CACHE_SLOTS;
+    cache_slot *s = NULL;
+    int state = FREE;
+    for (int i = 0; i < used && !s; i++) {
+        cache_slot *c = &ctx->cache[i];
+        /* the key is written before the state leaves FREE (sequentially consistent atomics) */
+        state = atomic_load(&c->state);
+        if (state != FREE && c->b == b && c->ldb == ldb && c->trans == trans && c->k == k &&
+            c->n == n)
+            s = c;
+    }
     if (!s) {
-        if (ctx->cache_used < CACHE_SLOTS)
-            cache[ctx->cache_used++] =
-                (cache_slot){.b = b, .ldb = ldb, .k = k, .n = n, .trans = trans, .buf = -1};
+        int i = atomic_fetch_add(&ctx->used, 1);
+        if (i < CACHE_SLOTS) {
+            cache_slot *c = &ctx->cache[i];
+            c->b = b;
+            c->ldb = ldb;
+            c->k = k;
+            c->n = n;
+            c->trans = trans;
+            atomic_store(&c->state, SEEN);
+        }
         return NULL;
     }
-    if (s->buf >= 0) return ctx->bufs[s->buf].packed;
+    if (state == READY) return s->packed;
+    if (state == STALE) {
+        /* its first use since the weights changed */
+        int stale = STALE;
+        if (!atomic_compare_exchange_strong(&s->state, &stale, PACKING)) return NULL;
+        if (!s->hot) {
+            atomic_store(&s->state, SEEN);
+            return NULL;
+        }
+    } else {
+        int seen = SEEN;
+        if (state != SEEN || !atomic_compare_exchange_strong(&s->state, &seen, PACKING))
+            return NULL;
+    }
+    s->hot = true;
     size_t need = (size_t)rl_bf16_packed_size(k, n);
-    pack_buf *pb = best_buf(ctx, need);
-    if (!pb) return NULL;
-    if (need > pb->cap) {
-        uint16_t *p = realloc(pb->packed, sizeof(uint16_t) * need);
+    if (need > s->cap) {
+        uint16_t *p = realloc(s->packed, sizeof(uint16_t) * need);
         if (!p) {
+            atomic_store(&s->state, SEEN);
             *st = rl_error(RL_ENOMEM, "bf16 gemm: cannot allocate %zu bytes for a packed weight",
                            sizeof(uint16_t) * need);
             return NULL;
         }
-        pb->packed = p;
-        pb->cap = need;
+        s->packed = p;
+        s->cap = need;
     }
-    rl_bf16_pack(pb->packed, b, ldb, trans, k, n);
-    pb->used = true;
-    s->buf = (int)(pb - ctx->bufs);
-    return pb->packed;
+    rl_bf16_pack(s->packed, b, ldb, trans, k, n);
+    atomic_fetch_add(&ctx->packs, 1);
+    atomic_store(&s->state, READY);
+    return s->packed;
 }
 
 rl_status rl_gemm_bf16_ctx(rl_bf16_ctx *ctx, bool trans_a, bool trans_b, int64_t m, int64_t n,
@@ -627,13 +650,14 @@ rl_status rl_gemm_bf16_ctx(rl_bf16_ctx *ctx, bool trans_a, bool trans_b, int64_t
     if (m <= 0 || n <= 0) return RL_OK;
     if (k > 0) {
         rl_status st = RL_OK;
-        pthread_mutex_lock(&ctx->lock);
         const uint16_t *p = kept_pack(ctx, b, ldb, trans_b, k, n, &st);
-        pthread_mutex_unlock(&ctx->lock);
         if (st != RL_OK) return st;
-        /* a kept pack is only replaced at the next fresh begin, on the network's thread,
-         * after every product of the step has returned */
+        /* a kept pack is only replaced at a begin that finds the weights changed, on the
+         * network's thread, after every product of the pass has returned */
         if (p) return rl_gemm_bf16_packed(trans_a, m, n, k, alpha, a, lda, p, beta, c, ldc);
+        const char *lo = (const char *)b;
+        if (ctx->weights_lo && lo >= ctx->weights_lo && lo < ctx->weights_hi)
+            atomic_fetch_add(&ctx->packs, 1);
     }
     return rl_gemm_bf16(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }

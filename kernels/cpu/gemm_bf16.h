@@ -88,23 +88,31 @@ rl_status rl_gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t
  * context, so the layers of a concurrent pair, run on the pool's helpers, see their network's.
  * Another network (or another thread) running float32 meanwhile is untouched: it has none.
  *
- * A right operand inside the weights range that a pass uses more than once (a recurrent
- * matrix, at every time step) is packed at its second use and kept, keyed by its address,
- * leading dimension, shape and transposition, until the next rl_bf16_ctx_begin (the network
- * calls it at each forward, after an update, and at each backward, whose products take the
- * weights transposed); the packs of one pass reuse the buffers of the last, so the context
- * holds one pack per recurrent matrix. Any other operand (a weight used once per pass, as an
- * input projection's or a softmax's; activations, gradients) is packed on each call, in blocks
- * of columns. */
+ * A right operand inside the weights range that is used more than once while the weights stay
+ * the same (a recurrent matrix, at every time step; any weight, from the second forward of
+ * unchanged weights on) is packed at its second use and kept, keyed by its address, leading
+ * dimension, shape and transposition (the forward's and the backward's layouts of one weight are
+ * two packs), until a rl_bf16_ctx_begin finds the weights changed: another range, or another
+ * version of their storage (rl_storage_version, core/tensor.h; every write from Lua, an
+ * optimizer step, a checkpoint load, changes it). An operand once kept is packed and kept at its
+ * first use under the next weights. Training thus packs each weight once per update and layout,
+ * inference once. Any other operand (a weight used once per pass in training, activations,
+ * gradients) is packed on each call, in blocks of columns. A kept pack
+ * holds the bits a per-call one would: the products are the same whichever path packed them.
+ * Looking packs up takes no lock (the layers of a concurrent pair do it at once). */
 typedef struct rl_bf16_ctx rl_bf16_ctx;
 
 /* A context with no weights range; NULL when out of memory. */
 rl_bf16_ctx *rl_bf16_ctx_new(void);
 void rl_bf16_ctx_free(rl_bf16_ctx *ctx);
-/* Sets the weights range and drops every kept pack (their buffers are reused). */
-void rl_bf16_ctx_begin(rl_bf16_ctx *ctx, const void *weights, size_t bytes);
+/* Before a pass, with no product of ctx running: sets the weights range and the version of
+ * their contents; when either differs from the last begin's, drops every kept pack (their
+ * buffers are reused). */
+void rl_bf16_ctx_begin(rl_bf16_ctx *ctx, const void *weights, size_t bytes, uint64_t version);
 /* bytes of kept packs the context holds now (for tests and memory figures). */
 size_t rl_bf16_ctx_bytes(const rl_bf16_ctx *ctx);
+/* weight operands packed through ctx so far, kept or per call (for tests). */
+uint64_t rl_bf16_ctx_packs(const rl_bf16_ctx *ctx);
 
 /* The context active on this thread (NULL: float32 products) and setting it (NULL: none). */
 rl_bf16_ctx *rl_bf16_active(void);

@@ -333,19 +333,67 @@ static void test_ctx(void) {
     static float r32[CM * CN], rb[CM * CN];
     rl_bf16_ctx *ctx = rl_bf16_ctx_new();
     CHECK(ctx != NULL);
-    rl_bf16_ctx_begin(ctx, ctx_w, sizeof ctx_w);
+    rl_bf16_ctx_begin(ctx, ctx_w, sizeof ctx_w, 1);
     CHECK(rl_bf16_active() == NULL);
     ctx_product(r32);
     static float rb2[CM * CN];
     rl_bf16_activate(ctx);
     ctx_product(rb);
     CHECK(rl_bf16_ctx_bytes(ctx) == 0); /* a weight used once is packed per call */
+    CHECK(rl_bf16_ctx_packs(ctx) == 1);
     ctx_product(rb2);
-    /* the second use of the pass keeps its pack, and gives the same bits */
+    /* the second use keeps its pack, and gives the same bits */
     CHECK(rl_bf16_ctx_bytes(ctx) >= sizeof(uint16_t) * CK * CN);
+    CHECK(rl_bf16_ctx_packs(ctx) == 2);
     CHECK(memcmp(rb, rb2, sizeof rb) == 0);
+    /* a begin with the same weights and version keeps it: no pack in the next passes */
+    for (int pass = 0; pass < 3; pass++) {
+        rl_bf16_ctx_begin(ctx, ctx_w, sizeof ctx_w, 1);
+        ctx_product(rb2);
+        CHECK(memcmp(rb, rb2, sizeof rb) == 0);
+    }
+    CHECK(rl_bf16_ctx_packs(ctx) == 2);
+    /* another version (the weights were written): packed again, from the new values, and kept
+     * at its first use, since it was used twice under the first ones */
+    float w0 = ctx_w[0];
+    ctx_w[0] += 1.0f;
+    rl_bf16_ctx_begin(ctx, ctx_w, sizeof ctx_w, 2);
+    ctx_product(rb2);
+    CHECK(rl_bf16_ctx_packs(ctx) == 3);
+    CHECK(memcmp(rb, rb2, sizeof rb) != 0);
+    ctx_product(rb2);
+    CHECK(rl_bf16_ctx_packs(ctx) == 3);
     rl_bf16_activate(NULL);
+    {
+        /* what a fresh context gives for the new weights: the kept pack is not stale */
+        static float fresh[CM * CN];
+        rl_bf16_ctx *c2 = rl_bf16_ctx_new();
+        CHECK(c2 != NULL);
+        rl_bf16_ctx_begin(c2, ctx_w, sizeof ctx_w, 7);
+        rl_bf16_activate(c2);
+        ctx_product(fresh);
+        rl_bf16_activate(NULL);
+        rl_bf16_ctx_free(c2);
+        CHECK(memcmp(fresh, rb2, sizeof rb2) == 0);
+    }
+    ctx_w[0] = w0;
+    rl_bf16_ctx_begin(ctx, ctx_w, sizeof ctx_w, 3);
     CHECK(memcmp(r32, rb, sizeof r32) != 0); /* bf16 ran under the context */
+    {
+        /* another weights range forgets the keys: a weight is packed per call at first use */
+        static float other_w[CK * CN];
+        rl_bf16_ctx_begin(ctx, other_w, sizeof other_w, 3);
+        rl_bf16_activate(ctx);
+        ctx_product(rb2);
+        rl_bf16_activate(NULL);
+        CHECK(rl_bf16_ctx_packs(ctx) == 3);
+        rl_bf16_ctx_begin(ctx, ctx_w, sizeof ctx_w, 3);
+        rl_bf16_activate(ctx);
+        ctx_product(rb2);
+        rl_bf16_activate(NULL);
+        CHECK(rl_bf16_ctx_packs(ctx) == 4);
+        CHECK(memcmp(rb, rb2, sizeof rb) == 0);
+    }
 
     /* the parts of rl_cpu_parallel run with the caller's context, and the helpers drop it after */
     rl_bf16_ctx *seen[4] = {NULL, NULL, NULL, NULL};
@@ -358,17 +406,23 @@ static void test_ctx(void) {
     for (int p = 0; p < 4; p++)
         CHECK(seen[p] == NULL);
 
-    /* a bf16 thread and a float32 thread at once: each gets what it gets alone */
-    ctx_thread tb = {ctx, rb, 0}, tf = {NULL, r32, 0};
-    pthread_t thb, thf;
+    /* two bf16 threads of one context (a concurrent pair: they look up and keep the packs at
+     * once, without a lock) and a float32 thread: each gets what it gets alone */
+    ctx_thread tb = {ctx, rb, 0}, tb2 = {ctx, rb, 0}, tf = {NULL, r32, 0};
+    pthread_t thb, thb2, thf;
     CHECK(pthread_create(&thb, NULL, ctx_thread_main, &tb) == 0);
+    CHECK(pthread_create(&thb2, NULL, ctx_thread_main, &tb2) == 0);
     CHECK(pthread_create(&thf, NULL, ctx_thread_main, &tf) == 0);
     pthread_join(thb, NULL);
+    pthread_join(thb2, NULL);
     pthread_join(thf, NULL);
-    if (tb.bad || tf.bad)
-        fprintf(stderr, "  two threads: %d bf16 and %d float32 products of 300 differ\n", tb.bad,
-                tf.bad);
-    CHECK(tb.bad == 0 && tf.bad == 0);
+    if (tb.bad || tb2.bad || tf.bad)
+        fprintf(stderr, "  three threads: %d, %d bf16 and %d float32 products of 300 differ\n",
+                tb.bad, tb2.bad, tf.bad);
+    CHECK(tb.bad == 0 && tb2.bad == 0 && tf.bad == 0);
+    /* the weight was kept, not packed per product (600 products; a thread finding the other
+     * packing it packs its own product's copy meanwhile) */
+    CHECK(rl_bf16_ctx_packs(ctx) < 3 + 300);
     rl_bf16_ctx_free(ctx);
 }
 

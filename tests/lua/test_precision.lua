@@ -200,6 +200,49 @@ H.test("the bf16 copies of the weights follow every change of the parameters", f
   H.check(la == lb, string.format("after a change %.17g, fresh %.17g", la, lb))
 end)
 
+H.test("the bf16 copies are made once per update and layout, once for inference", function()
+  rl.manual_seed(7)
+  local net = rl.network(DEEP, ext, {precision = "bf16"})
+  local view = net:param_list()[1].value -- held from before the passes below
+  local opt = rl.optimizer({class = "adam"}, net:params(), net:grads())
+  local function packs() return rl._bf16_packs(net.bf16_ctx) end
+  local function step()
+    net:zero_grads()
+    net:forward{data = x, classes = y, lengths = len}
+    net:backward()
+    opt:step(1e-3)
+  end
+  step()
+  local p1 = packs()
+  step()
+  local per_step = packs() - p1
+  step()
+  -- one pack of each weight operand in each of its two layouts (forward, backward): at most 11
+  -- per layout (the linear's; each LSTM's input and recurrent one; the GRU's two input blocks
+  -- and two recurrent products; the softmax's), whatever the T = 20 steps of the recurrences
+  H.check(per_step >= 10 and per_step <= 2 * 11, "packs per training step: " .. per_step)
+  H.check(packs() - p1 == 2 * per_step, "packs per step vary: " .. per_step .. ", "
+    .. (packs() - p1 - per_step))
+  local function eval() return net:forward({data = x, classes = y, lengths = len}, {train = false}) end
+  local l1 = eval()
+  eval()
+  local p2 = packs()
+  for _ = 1, 3 do H.check(eval() == l1, "the same weights give the same loss") end
+  H.check(packs() == p2, "inference repacked unchanged weights: " .. (packs() - p2))
+  -- every way of changing them from Lua repacks: a held view, an optimizer step
+  view:mul_(0.5)
+  local l2 = eval()
+  H.check(packs() > p2 and l2 ~= l1, "a write through a held view was not seen")
+  rl.manual_seed(7)
+  local fresh = rl.network(DEEP, ext, {precision = "bf16"})
+  fresh:params():copy_(net:params())
+  H.check(fresh:forward({data = x, classes = y, lengths = len}, {train = false}) == l2,
+    "the repacked weights differ from a fresh network's")
+  local p3 = packs()
+  step()
+  H.check(packs() > p3 and eval() ~= l2, "an optimizer step was not seen")
+end)
+
 H.test("a layer without a bf16 path runs in float32 and says so once", function()
   local script = [[
     rl.layers.register("t_scale", {
