@@ -200,7 +200,8 @@ parity("softmax with ctc, blank first, loss_scale", {
 }, EXT_CTC, true, ctc_batch)
 
 -- The recurrent layers: a stacked and a bidirectional lstm (their layers on different streams
--- hand outputs and gradients on through events on a GPU), a gru pair, and an mdlstm on images.
+-- hand outputs and gradients on through events on a GPU), a gru pair, a janet pair, and an mdlstm
+-- on images.
 parity("lstm stacked, 2 levels", ce_on("l2", {
   l1 = {class = "lstm", n_out = 5},
   l2 = {class = "lstm", from = "l1", n_out = 4},
@@ -213,6 +214,10 @@ parity("gru both directions over two inputs", ce_on({"fw", "bw"}, {
   a = {class = "linear", n_out = 3, activation = "tanh"},
   fw = {class = "gru", n_out = 4, from = {"a", "data"}},
   bw = {class = "gru", n_out = 3, from = {"a", "data"}, direction = -1},
+}), EXT)
+parity("janet both directions, stacked, beta on one", ce_on({"fw", "bw"}, {
+  fw = {class = "janet", n_out = 4},
+  bw = {class = "janet", n_out = 3, from = "fw", direction = -1, beta = 0.5},
 }), EXT)
 
 -- embedding: the gather forward and the grouped, deterministic scatter-add backward on the
