@@ -29,8 +29,9 @@
  *   cell's new cell, m = Bernoulli(z) per unit and step in training, z in evaluation, inside
  *   the fused passes (kernels/lstm.h, rl_lstm_zo_f32);
  *   rec_dropout (training): z_t's product reads h_prev * m_d, m_d (B, P) one per sequence;
- *   n_proj: above, the driver's projected state 0 (layers/recurrent.h); CPU only, not with
- *   zoneout or impl = "cudnn" (errors at creation);
+ *   n_proj: above, the driver's projected state 0 (layers/recurrent.h; on CUDA inside the
+ *   launchers of kernels/cuda/lstm_cuda.h); not with zoneout or impl = "cudnn" (errors at
+ *   creation);
  *   layer_norm (Ba et al. 2016, per gate block; the formulas in kernels/lstm_cell.h):
  *   a_t = LN(x W; g_x) + LN(h_prev U; g_h) + b, the gates of a_t, c_t = f c_prev + i g,
  *   h_t = o tanh(LN(c_t; g_c) + b_c), LN without shift, eps 1e-5, biased variance (PyTorch's
@@ -168,21 +169,30 @@ static void lstm_sums(const rl_cell_sums *s) {
 #ifdef RL_WITH_CUDA
 #include "../kernels/cuda/lstm_cuda.h"
 
-static rl_status lstm_cuda_fwd(const rl_cell_pass *p) {
-    return rl_lstm_cuda_forward(p->stream, p->dt, p->T, p->B, p->H, p->direction, p->len, p->gates,
-                                p->U, p->p[P_B], peepholes(p->opt, p->p), p->seq[0], p->seq[1],
-                                p->out);
+/* n_proj's buffers in the kernels' terms, or NULL without it. */
+static const rl_lstm_cuda_proj *cuda_proj(const rl_cell_pass *p, rl_lstm_cuda_proj *pj) {
+    if (!p->R) return NULL;
+    *pj = (rl_lstm_cuda_proj){p->P, p->R, p->ms, p->mscr, p->drs, p->dm, p->dR};
+    return pj;
 }
 
-/* Also makes dU, db and the peephole gradients (their partial sums in p->red). */
+static rl_status lstm_cuda_fwd(const rl_cell_pass *p) {
+    rl_lstm_cuda_proj pj;
+    return rl_lstm_cuda_forward(p->stream, p->dt, p->T, p->B, p->H, p->direction, p->len, p->gates,
+                                p->U, p->p[P_B], peepholes(p->opt, p->p), p->seq[0], p->seq[1],
+                                p->out, cuda_proj(p, &pj));
+}
+
+/* Also makes dU, db, the peephole gradients (their partial sums in p->red) and with n_proj dR. */
 static rl_status lstm_cuda_bwd(const rl_cell_pass *p) {
     int64_t rshape[2] = {RL_LSTM_CUDA_CHUNKS, 7 * p->H};
     RL_TRY(rl_buffer_ensure_synced(p->red, p->dt, p->dev, 2, rshape));
     void *const *dpeep = p->opt[OPT_PEEPHOLES] != 0 ? p->dp + P_PI : NULL;
+    rl_lstm_cuda_proj pj;
     return rl_lstm_cuda_backward(p->stream, p->dt, p->T, p->B, p->H, p->direction, p->len, p->gates,
                                  p->U, peepholes(p->opt, p->p), p->seq[0], p->seq[1], p->dout,
                                  p->dout_ld, p->dstate[0], p->dstate[1], p->dU, p->dp[P_B], dpeep,
-                                 rl_tensor_data(p->red));
+                                 rl_tensor_data(p->red), cuda_proj(p, &pj));
 }
 #endif
 

@@ -144,6 +144,12 @@ typedef struct rl_cell_pass {
     void *const *dp;
     void *dU;
     rl_tensor *red; /* the layer's scratch for the launcher's partial sums, sized by it */
+    /* n_proj (a cell with .proj; R NULL: none): P, seq[0], out, dout, dstate[0] and U's rows are
+     * P wide, and the cell's own state 0 is m: R (H, P), ms (T+1, B, H), forward's mscr (B, H),
+     * backward's drs (T, B, P), dm (B, H) and dR, R's gradient (rl_recurrent's fields) */
+    int64_t P;
+    const void *R;
+    void *ms, *mscr, *drs, *dm, *dR;
 } rl_cell_pass;
 
 typedef struct {

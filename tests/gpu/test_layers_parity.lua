@@ -215,6 +215,13 @@ parity("gru both directions over two inputs", ce_on({"fw", "bw"}, {
   fw = {class = "gru", n_out = 4, from = {"a", "data"}},
   bw = {class = "gru", n_out = 3, from = {"a", "data"}, direction = -1},
 }), EXT)
+-- n_proj (LSTMP): the projection inside the CUDA launchers, both directions, with peepholes on
+-- one, stacked on a projected layer (its P-wide output the next layer's input)
+parity("lstmp: n_proj both directions, peepholes on one, stacked", ce_on({"fw", "bw"}, {
+  l1 = {class = "lstm", n_out = 6, n_proj = 3},
+  fw = {class = "lstm", n_out = 5, n_proj = 2, from = "l1", peepholes = true},
+  bw = {class = "lstm", n_out = 4, n_proj = 3, from = "l1", direction = -1},
+}), EXT)
 parity("janet both directions, stacked, beta on one", ce_on({"fw", "bw"}, {
   fw = {class = "janet", n_out = 4},
   bw = {class = "janet", n_out = 3, from = "fw", direction = -1, beta = 0.5},
