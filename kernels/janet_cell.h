@@ -20,8 +20,8 @@
 #include "../core/hd.h"
 #include "pointwise.h"
 
-RL_HD_INLINE void rl_janet_cell_fwd_f32(float s, float a, float hp, float beta, float *f,
-                                        float *c, float *i, float *h) {
+RL_HD_INLINE void rl_janet_cell_fwd_f32(float s, float a, float hp, float beta, float *f, float *c,
+                                        float *i, float *h) {
     float ff = rl_sigmoidf(s), ii = 1.0f - rl_sigmoidf(s - beta), cc = rl_tanhf(a);
     *f = ff;
     *c = cc;

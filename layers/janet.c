@@ -48,8 +48,8 @@ static void janet_fwd(const rl_cell_step *s) {
         rl_janet_cpu_fwd_f32(s->n, s->H, s->t, s->len, s->g, s->p[P_B], (float)beta, s->prev[0],
                              s->cur[0], s->out, s->zo[0]);
     else
-        rl_janet_cpu_fwd_f64(s->n, s->H, s->t, s->len, s->g, s->p[P_B], beta, s->prev[0],
-                             s->cur[0], s->out, s->zo[0]);
+        rl_janet_cpu_fwd_f64(s->n, s->H, s->t, s->len, s->g, s->p[P_B], beta, s->prev[0], s->cur[0],
+                             s->out, s->zo[0]);
 }
 
 static void janet_bwd(const rl_cell_step *s) {
@@ -73,8 +73,8 @@ static void janet_sums(const rl_cell_sums *s) {
 #include "../kernels/cuda/janet_cuda.h"
 
 static rl_status janet_cuda_fwd(const rl_cell_pass *p) {
-    return rl_janet_cuda_forward(p->stream, p->dt, p->T, p->B, p->H, p->direction, p->len,
-                                 p->gates, p->U, p->p[P_B], p->opt[OPT_BETA], p->seq[0], p->out);
+    return rl_janet_cuda_forward(p->stream, p->dt, p->T, p->B, p->H, p->direction, p->len, p->gates,
+                                 p->U, p->p[P_B], p->opt[OPT_BETA], p->seq[0], p->out);
 }
 
 /* Also makes dU and db (their partial sums in p->red). */

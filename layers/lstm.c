@@ -37,7 +37,8 @@
  *   h_t = o tanh(LN(c_t; g_c) + b_c), LN without shift, eps 1e-5, biased variance (PyTorch's
  *   LayerNorm); the carried state is the unnormalised cell. The recurrent product goes to its
  *   own buffer (the driver's rec_apart), the fused passes of kernels/lstm.h (rl_lstm_ln_f32)
- *   keep their per-frame buffers in the driver's frame buffers (F_* below); CPU only, not with
+ *   keep their per-frame buffers in the driver's frame buffers (F_* below); on CUDA the row
+ *   formulas of kernels/lstm_ln_row.h inside the launchers (one thread per row); not with
  *   peepholes, zoneout or impl = "cudnn".
  *
  * The layer is a cell of the recurrent driver (layers/recurrent.h): the time loop, the products,
@@ -176,23 +177,49 @@ static const rl_lstm_cuda_proj *cuda_proj(const rl_cell_pass *p, rl_lstm_cuda_pr
     return pj;
 }
 
-static rl_status lstm_cuda_fwd(const rl_cell_pass *p) {
-    rl_lstm_cuda_proj pj;
-    return rl_lstm_cuda_forward(p->stream, p->dt, p->T, p->B, p->H, p->direction, p->len, p->gates,
-                                p->U, p->p[P_B], peepholes(p->opt, p->p), p->seq[0], p->seq[1],
-                                p->out, cuda_proj(p, &pj));
+/* layer_norm's buffers, gains and (backward) their gradients in the kernels' terms, or NULL. */
+static const rl_lstm_cuda_ln *cuda_ln(const rl_cell_pass *p, rl_lstm_cuda_ln *ln) {
+    if (p->opt[OPT_LAYER_NORM] == 0) return NULL;
+    const void *const *g = ln_params(p->l, p->p);
+    void *const *dg = p->dp ? p->dp + p->l->n_params - 4 : NULL;
+    *ln = (rl_lstm_cuda_ln){p->fb[F_XH],
+                            p->fb[F_HH],
+                            p->fb[F_CN],
+                            p->fb[F_RS],
+                            p->fb[F_DG],
+                            p->fb[F_DZH],
+                            p->fb[F_DU],
+                            g[0],
+                            g[1],
+                            g[2],
+                            g[3],
+                            dg ? dg[0] : NULL,
+                            dg ? dg[1] : NULL,
+                            dg ? dg[2] : NULL,
+                            dg ? dg[3] : NULL};
+    return ln;
 }
 
-/* Also makes dU, db, the peephole gradients (their partial sums in p->red) and with n_proj dR. */
+static rl_status lstm_cuda_fwd(const rl_cell_pass *p) {
+    rl_lstm_cuda_proj pj;
+    rl_lstm_cuda_ln ln;
+    return rl_lstm_cuda_forward(p->stream, p->dt, p->T, p->B, p->H, p->direction, p->len, p->gates,
+                                p->U, p->p[P_B], peepholes(p->opt, p->p), p->seq[0], p->seq[1],
+                                p->out, cuda_proj(p, &pj), cuda_ln(p, &ln));
+}
+
+/* Also makes dU, db, the peephole gradients (their partial sums in p->red), with n_proj dR and
+ * with layer_norm the gains' and b_c's gradients. */
 static rl_status lstm_cuda_bwd(const rl_cell_pass *p) {
     int64_t rshape[2] = {RL_LSTM_CUDA_CHUNKS, 7 * p->H};
     RL_TRY(rl_buffer_ensure_synced(p->red, p->dt, p->dev, 2, rshape));
     void *const *dpeep = p->opt[OPT_PEEPHOLES] != 0 ? p->dp + P_PI : NULL;
     rl_lstm_cuda_proj pj;
+    rl_lstm_cuda_ln ln;
     return rl_lstm_cuda_backward(p->stream, p->dt, p->T, p->B, p->H, p->direction, p->len, p->gates,
                                  p->U, peepholes(p->opt, p->p), p->seq[0], p->seq[1], p->dout,
                                  p->dout_ld, p->dstate[0], p->dstate[1], p->dU, p->dp[P_B], dpeep,
-                                 rl_tensor_data(p->red), cuda_proj(p, &pj));
+                                 rl_tensor_data(p->red), cuda_proj(p, &pj), cuda_ln(p, &ln));
 }
 #endif
 
@@ -235,7 +262,7 @@ static rl_status lstm_create(rl_layer *l, const rl_options *o, bool cudnn) {
                                   k < 3 ? 1.0 : 0.0, 0, 0, NULL));
     }
     const int64_t cols[N_FRAME] = {4 * H, 4 * H, 4 * H, H, 9, 4 * H, H};
-    rl_recurrent_rec_apart(r, "layer_norm", N_FRAME, cols);
+    rl_recurrent_rec_apart(r, NULL, N_FRAME, cols); /* the CUDA launchers take it */
     return RL_OK;
 }
 

@@ -1161,6 +1161,8 @@ static rl_cell_pass cuda_pass(const rl_layer *l, rl_recurrent *r, rl_dtype dt, r
                        .p = p};
     for (int i = 0; i < r->n_states; i++)
         ps.seq[i] = rl_tensor_data(&r->seqs[i]);
+    for (int k = 0; k < r->n_frame; k++)
+        ps.fb[k] = rl_tensor_data(&r->frame[k]);
     ps.P = l->n_out;
     if (r->p_proj) {
         ps.R = p[r->p_proj];
@@ -1550,9 +1552,9 @@ rl_status rl_recurrent_add_proj(rl_layer *l) {
     return rl_layer_add_param(l, "R", 2, rs, RL_INIT_GLOROT, 1.0, H, P, NULL);
 }
 
-void rl_recurrent_rec_apart(rl_recurrent *r, const char *option, int n, const int64_t *cols) {
+void rl_recurrent_rec_apart(rl_recurrent *r, const char *cpu_only, int n, const int64_t *cols) {
     r->rec_apart = true;
-    r->cpu_only = option;
+    r->cpu_only = cpu_only;
     r->n_frame = n;
     for (int k = 0; k < n; k++)
         r->frame_cols[k] = cols[k];

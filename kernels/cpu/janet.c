@@ -73,8 +73,8 @@ RL_INLINE void bwd_body(bool zo, const step_f32 *a) {
         for (int64_t j = 0; j < H; j++) {
             float ds, da, dhp, d = dhr[j] + (dor ? dor[j] : 0.0f);
             /* with zoneout the cell sees (1 - m) of the state's gradient */
-            rl_janet_cell_bwd_f32(gs[j], ga[j], gi[j], hpr[j], zo ? (1.0f - m[j]) * d : d, &ds,
-                                  &da, &dhp);
+            rl_janet_cell_bwd_f32(gs[j], ga[j], gi[j], hpr[j], zo ? (1.0f - m[j]) * d : d, &ds, &da,
+                                  &dhp);
             gs[j] = ds;
             ga[j] = da;
             gi[j] = 0.0f;
@@ -113,16 +113,33 @@ static void run_f32(const step_f32 *a, bool backward) {
 void rl_janet_cpu_fwd_f32(int64_t B, int64_t H, int64_t t, const int32_t *len, float *g,
                           const float *b, float beta, const float *hp, float *h, float *out,
                           const float *mh) {
-    step_f32 a = {.B = B, .H = H, .t = t, .len = len, .g = g, .b = b, .hp = hp, .mh = mh,
-                  .beta = beta, .h = h, .out = out};
+    step_f32 a = {.B = B,
+                  .H = H,
+                  .t = t,
+                  .len = len,
+                  .g = g,
+                  .b = b,
+                  .hp = hp,
+                  .mh = mh,
+                  .beta = beta,
+                  .h = h,
+                  .out = out};
     run_f32(&a, false);
 }
 
 void rl_janet_cpu_bwd_f32(int64_t B, int64_t H, int64_t t, const int32_t *len, float *g,
                           const float *hp, const float *dout, int64_t dout_ld, float *dh,
                           const float *mh) {
-    step_f32 a = {.B = B, .H = H, .t = t, .len = len, .g = g, .hp = hp, .mh = mh, .dout = dout,
-                  .dout_ld = dout_ld, .dh = dh};
+    step_f32 a = {.B = B,
+                  .H = H,
+                  .t = t,
+                  .len = len,
+                  .g = g,
+                  .hp = hp,
+                  .mh = mh,
+                  .dout = dout,
+                  .dout_ld = dout_ld,
+                  .dh = dh};
     run_f32(&a, true);
 }
 

@@ -18,8 +18,8 @@ extern "C" {
 
 namespace {
 
-__device__ __forceinline__ void cell_fwd(float s, float a, float hp, float beta, float *f,
-                                         float *c, float *i, float *h) {
+__device__ __forceinline__ void cell_fwd(float s, float a, float hp, float beta, float *f, float *c,
+                                         float *i, float *h) {
     rl_janet_cell_fwd_f32(s, a, hp, beta, f, c, i, h);
 }
 __device__ __forceinline__ void cell_fwd(double s, double a, double hp, double beta, double *f,
@@ -68,8 +68,8 @@ __global__ void k_step_bwd(int64_t B, int64_t H, int64_t t, const int32_t *__res
             continue;
         }
         T ds, da, dhp;
-        cell_bwd(gr[0], gr[H], gr[2 * H], hp[e], dh[e] + (dout ? dout[r * dout_ld + j] : T(0)),
-                 &ds, &da, &dhp);
+        cell_bwd(gr[0], gr[H], gr[2 * H], hp[e], dh[e] + (dout ? dout[r * dout_ld + j] : T(0)), &ds,
+                 &da, &dhp);
         gr[0] = ds;
         gr[H] = da;
         gr[2 * H] = T(0);
@@ -113,8 +113,8 @@ rl_status forward_loop(const char *fn, const pass_args<T> &a, const T *b, T beta
         int64_t t = step_frame(a, st), prev = a.dir > 0 ? t : t + 1, cur = a.dir > 0 ? t + 1 : t;
         T *gt = a.gates + t * a.B * 3 * a.H;
         RL_TRY(rl_cuda_gemm_batched(fn, a.s, dt, false, false, a.B, 2 * a.H, a.H, 1.0,
-                                    a.hs + prev * BH, a.H, 0, a.U, 2 * a.H, 0, 1.0, gt, 3 * a.H,
-                                    0, 1));
+                                    a.hs + prev * BH, a.H, 0, a.U, 2 * a.H, 0, 1.0, gt, 3 * a.H, 0,
+                                    1));
         k_step_fwd<T><<<rl_cuda_blocks_for(BH), RL_CUDA_THREADS, 0, a.s>>>(
             a.B, a.H, t, a.len, gt, b, beta, a.hs + prev * BH, a.hs + cur * BH, out + t * BH);
         RL_TRY(rl_cuda_launched("%s: launching k_step_fwd (B=%lld H=%lld t=%lld)", fn,
@@ -137,8 +137,8 @@ rl_status backward_loop(const char *fn, const pass_args<T> &a, const T *dout, in
         RL_TRY(rl_cuda_launched("%s: launching k_step_bwd (B=%lld H=%lld t=%lld)", fn,
                                 (long long)a.B, (long long)H, (long long)t));
         /* padded rows of dG_t are 0: their dh passes through unchanged */
-        RL_TRY(rl_cuda_gemm_batched(fn, a.s, dt, false, true, a.B, H, 2 * H, 1.0, gt, 3 * H, 0,
-                                    a.U, 2 * H, 0, 1.0, dh, H, 0, 1));
+        RL_TRY(rl_cuda_gemm_batched(fn, a.s, dt, false, true, a.B, H, 2 * H, 1.0, gt, 3 * H, 0, a.U,
+                                    2 * H, 0, 1.0, dh, H, 0, 1));
     }
     /* the previous states of all frames are rows 0..T-1 (direction 1) or 1..T (-1) */
     int64_t N = a.T_ * a.B;
@@ -159,8 +159,8 @@ rl_status backward_loop(const char *fn, const pass_args<T> &a, const T *dout, in
 template <typename T>
 pass_args<T> args_of(void *stream, int64_t T_, int64_t B, int64_t H, int dir, const int32_t *len,
                      void *gates, const void *U, const void *hs) {
-    return pass_args<T>{rl_cuda_stream(stream), T_, B, H, dir, len, (T *)gates, (const T *)U,
-                        (T *)hs};
+    return pass_args<T>{rl_cuda_stream(stream), T_,     B, H, dir, len, (T *)gates,
+                        (const T *)U,           (T *)hs};
 }
 
 } // namespace
@@ -174,7 +174,8 @@ extern "C" rl_status rl_janet_cuda_forward(void *stream, rl_dtype dt, int64_t T,
     if (T == 0 || B == 0) return RL_OK;
     RL_TRY(rl_cuda_enter(fn, gates));
     if (dt == RL_FLOAT32)
-        return forward_loop<float>(fn, args_of<float>(stream, T, B, H, direction, len, gates, U, hs),
+        return forward_loop<float>(fn,
+                                   args_of<float>(stream, T, B, H, direction, len, gates, U, hs),
                                    (const float *)b, (float)beta, (float *)out);
     return forward_loop<double>(fn, args_of<double>(stream, T, B, H, direction, len, gates, U, hs),
                                 (const double *)b, beta, (double *)out);
@@ -198,7 +199,7 @@ extern "C" rl_status rl_janet_cuda_backward(void *stream, rl_dtype dt, int64_t T
         return backward_loop<float>(
             fn, args_of<float>(stream, T, B, H, direction, len, gates, U, hs), (const float *)dout,
             dout_ld, (float *)dh, (float *)dU, (float *)db, (float *)partial);
-    return backward_loop<double>(
-        fn, args_of<double>(stream, T, B, H, direction, len, gates, U, hs), (const double *)dout,
-        dout_ld, (double *)dh, (double *)dU, (double *)db, (double *)partial);
+    return backward_loop<double>(fn, args_of<double>(stream, T, B, H, direction, len, gates, U, hs),
+                                 (const double *)dout, dout_ld, (double *)dh, (double *)dU,
+                                 (double *)db, (double *)partial);
 }

@@ -25,6 +25,7 @@
 
 extern "C" {
 #include "../lstm_cell.h"
+#include "../lstm_ln_row.h"
 #include "lstm_cuda.h"
 }
 #include "launch.h"
@@ -358,25 +359,148 @@ template <typename T> struct Proj {
 
 template <typename T> Proj<T> proj_of(const rl_lstm_cuda_proj *p, int64_t H) {
     if (!p) return Proj<T>{H, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr};
-    return Proj<T>{p->P,         (const T *)p->R, (T *)p->ms, (T *)p->mscr,
+    return Proj<T>{p->P,        (const T *)p->R, (T *)p->ms, (T *)p->mscr,
                    (T *)p->drs, (T *)p->dm,      (T *)p->dR};
+}
+
+/* ---- layer_norm: kernels/lstm_ln_row.h per row ---- */
+
+template <typename T> struct LnOf;
+template <> struct LnOf<float> { typedef rl_lstm_ln_f32 type; };
+template <> struct LnOf<double> { typedef rl_lstm_ln_f64 type; };
+
+__device__ __forceinline__ void ln_row_fwd(int64_t H, int64_t b, bool valid, float *z,
+                                           const float *bias, const float *cp, const float *hp,
+                                           float *c, float *h, float *out,
+                                           const rl_lstm_ln_f32 *ln) {
+    rl_lstm_ln_row_fwd_f32(H, b, valid, z, bias, cp, hp, c, h, out, ln);
+}
+__device__ __forceinline__ void ln_row_fwd(int64_t H, int64_t b, bool valid, double *z,
+                                           const double *bias, const double *cp, const double *hp,
+                                           double *c, double *h, double *out,
+                                           const rl_lstm_ln_f64 *ln) {
+    rl_lstm_ln_row_fwd_f64(H, b, valid, z, bias, cp, hp, c, h, out, ln);
+}
+__device__ __forceinline__ void ln_row_bwd(int64_t H, int64_t b, bool valid, float *z,
+                                           const float *cp, const float *c, const float *dout,
+                                           float *dh, float *dc, const rl_lstm_ln_f32 *ln) {
+    rl_lstm_ln_row_bwd_f32(H, b, valid, z, cp, c, dout, dh, dc, ln);
+}
+__device__ __forceinline__ void ln_row_bwd(int64_t H, int64_t b, bool valid, double *z,
+                                           const double *cp, const double *c, const double *dout,
+                                           double *dh, double *dc, const rl_lstm_ln_f64 *ln) {
+    rl_lstm_ln_row_bwd_f64(H, b, valid, z, cp, c, dout, dh, dc, ln);
+}
+
+template <typename T>
+__global__ void k_ln_fwd(int64_t B, int64_t H, int64_t t, const int32_t *__restrict__ len, T *z,
+                         const T *bias, const T *cp, const T *hp, T *c, T *h, T *out,
+                         typename LnOf<T>::type ln) {
+    RL_CUDA_GRID_LOOP(b, B) {
+        ln_row_fwd(H, b, t < (int64_t)len[b], z, bias, cp, hp, c, h, out, &ln);
+    }
+}
+
+template <typename T>
+__global__ void k_ln_bwd(int64_t B, int64_t H, int64_t t, const int32_t *__restrict__ len, T *z,
+                         const T *cp, const T *c, const T *dout, int64_t dout_ld, T *dh, T *dc,
+                         typename LnOf<T>::type ln) {
+    RL_CUDA_GRID_LOOP(b, B) {
+        ln_row_bwd(H, b, t < (int64_t)len[b], z, cp, c, dout ? dout + b * dout_ld : nullptr, dh, dc,
+                   &ln);
+    }
+}
+
+/* db, dgx, dgh (4H) and dgc, dbc (H) += the sums over N rows (kernels/lstm.h's
+ * rl_lstm_ln_cpu_param_grads): one thread per column, rows in order. */
+template <typename T>
+__global__ void k_ln_sums(int64_t N, int64_t H, typename LnOf<T>::type ln, T *db, T *dgx, T *dgh,
+                          T *dgc, T *dbc) {
+    RL_CUDA_GRID_LOOP(e, 5 * H) {
+        T s0 = T(0), s1 = T(0), s2 = T(0);
+        if (e < 4 * H) {
+            for (int64_t r = 0; r < N; r++) {
+                T d = ln.dg[r * 4 * H + e];
+                s0 += d;
+                s1 += d * ln.xh[r * 4 * H + e];
+                s2 += d * ln.hh[r * 4 * H + e];
+            }
+            db[e] += s0;
+            dgx[e] += s1;
+            dgh[e] += s2;
+        } else {
+            int64_t j = e - 4 * H;
+            for (int64_t r = 0; r < N; r++) {
+                s0 += ln.du[r * H + j] * ln.cn[r * H + j];
+                s1 += ln.du[r * H + j];
+            }
+            dgc[j] += s0;
+            dbc[j] += s1;
+        }
+    }
+}
+
+/* The layer_norm buffers typed, and their rows of frame t (L.gx NULL: none). */
+template <typename T> struct Ln {
+    typename LnOf<T>::type all;
+    T *dgx, *dgh, *dgc, *dbc;
+};
+
+template <typename T> Ln<T> ln_of(const rl_lstm_cuda_ln *p) {
+    Ln<T> L = {};
+    if (!p) return L;
+    L.all = {(T *)p->xh,       (T *)p->hh,       (T *)p->cn,      (T *)p->rs,
+             (T *)p->dg,       (T *)p->dzh,      (T *)p->du,      (const T *)p->gx,
+             (const T *)p->gh, (const T *)p->gc, (const T *)p->bc};
+    L.dgx = (T *)p->dgx;
+    L.dgh = (T *)p->dgh;
+    L.dgc = (T *)p->dgc;
+    L.dbc = (T *)p->dbc;
+    return L;
+}
+
+template <typename T>
+typename LnOf<T>::type ln_frame(const Ln<T> &L, int64_t t, int64_t B, int64_t H) {
+    typename LnOf<T>::type f = L.all;
+    if (!f.gx) return f;
+    int64_t r = t * B;
+    f.xh += r * 4 * H;
+    f.hh += r * 4 * H;
+    f.cn += r * H;
+    f.rs += r * 9;
+    f.dg += r * 4 * H;
+    f.dzh += r * 4 * H;
+    f.du += r * H;
+    return f;
 }
 
 template <typename T>
 rl_status forward_loop(cudaStream_t s, rl_dtype dt, int64_t T_, int64_t B, int64_t H, int dir,
                        const int32_t *len, T *gates, const T *U, const T *bias,
-                       const T *const *peep, T *hs, T *cs, T *out, const Proj<T> &pj) {
+                       const T *const *peep, T *hs, T *cs, T *out, const Proj<T> &pj,
+                       const Ln<T> &L) {
     const char *fn = "rl_lstm_cuda_forward";
     int64_t BH = B * H, P = pj.P, BP = B * P;
     T *ms = pj.R ? pj.ms : hs; /* the cell's state 0 */
     for (int64_t st = 0; st < T_; st++) {
         int64_t t = dir > 0 ? st : T_ - 1 - st;
         int64_t prev = dir > 0 ? t : t + 1, cur = dir > 0 ? t + 1 : t;
-        T *zt = gates + t * B * 4 * H;
+        T *zt = gates + t * B * 4 * H, *cellout = pj.R ? pj.mscr : out + t * BH;
+        typename LnOf<T>::type lt = ln_frame(L, t, B, H);
+        /* with layer_norm the product is the recurrent part, normalised apart */
         RL_TRY(rl_cuda_gemm_batched(fn, s, dt, false, false, B, 4 * H, P, 1.0, hs + prev * BP, P, 0,
-                                    U, 4 * H, 0, 1.0, zt, 4 * H, 0, 1));
-        RL_TRY(fwd_step<T>(fn, s, B, H, t, len, zt, bias, peep, cs + prev * BH, ms + prev * BH,
-                           cs + cur * BH, ms + cur * BH, pj.R ? pj.mscr : out + t * BH));
+                                    U, 4 * H, 0, L.all.gx ? 0.0 : 1.0, L.all.gx ? lt.hh : zt, 4 * H,
+                                    0, 1));
+        if (L.all.gx) {
+            k_ln_fwd<T><<<rl_cuda_blocks_for(B), RL_CUDA_THREADS, 0, s>>>(
+                B, H, t, len, zt, bias, cs + prev * BH, ms + prev * BH, cs + cur * BH,
+                ms + cur * BH, cellout, lt);
+            RL_TRY(rl_cuda_launched("%s: launching k_ln_fwd (B=%lld H=%lld t=%lld)", fn,
+                                    (long long)B, (long long)H, (long long)t));
+        } else {
+            RL_TRY(fwd_step<T>(fn, s, B, H, t, len, zt, bias, peep, cs + prev * BH, ms + prev * BH,
+                               cs + cur * BH, ms + cur * BH, cellout));
+        }
         if (!pj.R) continue;
         RL_TRY(rl_cuda_gemm_batched(fn, s, dt, false, false, B, P, H, 1.0, ms + cur * BH, H, 0,
                                     pj.R, P, 0, 0.0, hs + cur * BP, P, 0, 1));
@@ -392,7 +516,7 @@ template <typename T>
 rl_status backward_loop(cudaStream_t s, rl_dtype dt, int64_t T_, int64_t B, int64_t H, int dir,
                         const int32_t *len, T *gates, const T *U, const T *const *peep, const T *hs,
                         const T *cs, const T *dout, int64_t dout_ld, T *dh, T *dc, T *dU, T *db,
-                        T *const *dpeep, T *partial, const Proj<T> &pj) {
+                        T *const *dpeep, T *partial, const Proj<T> &pj, const Ln<T> &L) {
     const char *fn = "rl_lstm_cuda_backward";
     int64_t BH = B * H, P = pj.P, BP = B * P;
     for (int64_t st = T_ - 1; st >= 0; st--) {
@@ -405,27 +529,41 @@ rl_status backward_loop(cudaStream_t s, rl_dtype dt, int64_t T_, int64_t B, int6
                 B, P, t, len, dh, dot, dout_ld, pj.drs + t * BP);
             RL_TRY(rl_cuda_launched("%s: launching k_unproj_rows (B=%lld P=%lld t=%lld)", fn,
                                     (long long)B, (long long)P, (long long)t));
-            RL_TRY(rl_cuda_gemm_batched(fn, s, dt, false, true, B, H, P, 1.0, pj.drs + t * BP, P,
-                                        0, pj.R, P, 0, 0.0, pj.dm, H, 0, 1));
+            RL_TRY(rl_cuda_gemm_batched(fn, s, dt, false, true, B, H, P, 1.0, pj.drs + t * BP, P, 0,
+                                        pj.R, P, 0, 0.0, pj.dm, H, 0, 1));
             dcell = pj.dm;
             dot = nullptr;
         }
-        RL_TRY(bwd_step<T>(fn, s, B, H, t, len, zt, peep, cs + prev * BH, cs + cur * BH, dot,
-                           dout_ld, dcell, dc, nullptr, nullptr));
-        /* padded rows of dz_t are 0, so their dh passes through unchanged */
-        RL_TRY(rl_cuda_gemm_batched(fn, s, dt, false, true, B, P, 4 * H, 1.0, zt, 4 * H, 0, U,
-                                    4 * H, 0, 1.0, dh, P, 0, 1));
+        typename LnOf<T>::type lt = ln_frame(L, t, B, H);
+        if (L.all.gx) {
+            k_ln_bwd<T><<<rl_cuda_blocks_for(B), RL_CUDA_THREADS, 0, s>>>(
+                B, H, t, len, zt, cs + prev * BH, cs + cur * BH, dot, dout_ld, dcell, dc, lt);
+            RL_TRY(rl_cuda_launched("%s: launching k_ln_bwd (B=%lld H=%lld t=%lld)", fn,
+                                    (long long)B, (long long)H, (long long)t));
+        } else {
+            RL_TRY(bwd_step<T>(fn, s, B, H, t, len, zt, peep, cs + prev * BH, cs + cur * BH, dot,
+                               dout_ld, dcell, dc, nullptr, nullptr));
+        }
+        /* padded rows of dz_t are 0, so their dh passes through unchanged; with layer_norm the
+         * product reads the recurrent part's gradients */
+        RL_TRY(rl_cuda_gemm_batched(fn, s, dt, false, true, B, P, 4 * H, 1.0,
+                                    L.all.gx ? lt.dzh : zt, 4 * H, 0, U, 4 * H, 0, 1.0, dh, P, 0,
+                                    1));
     }
     /* the previous states of all frames are rows 0..T-1 (direction 1) or 1..T (-1) */
     const T *hprev = hs + (dir > 0 ? 0 : BP), *cprev = cs + (dir > 0 ? 0 : BH);
     const T *ccur = cs + (dir > 0 ? BH : 0);
-    RL_TRY(rl_cuda_gemm_batched(fn, s, dt, true, false, P, 4 * H, T_ * B, 1.0, hprev, P, 0, gates,
-                                4 * H, 0, 1.0, dU, 4 * H, 0, 1));
+    RL_TRY(rl_cuda_gemm_batched(fn, s, dt, true, false, P, 4 * H, T_ * B, 1.0, hprev, P, 0,
+                                L.all.gx ? L.all.dzh : gates, 4 * H, 0, 1.0, dU, 4 * H, 0, 1));
     if (pj.R) /* each frame's m (rows cur) against its dLoss/dh */
         RL_TRY(rl_cuda_gemm_batched(fn, s, dt, true, false, H, P, T_ * B, 1.0,
                                     pj.ms + (dir > 0 ? BH : 0), H, 0, pj.drs, P, 0, 1.0, pj.dR, P,
                                     0, 1));
-    return param_grads<T>(s, T_ * B, H, gates, cprev, ccur, partial, db, dpeep);
+    if (!L.all.gx) return param_grads<T>(s, T_ * B, H, gates, cprev, ccur, partial, db, dpeep);
+    k_ln_sums<T><<<rl_cuda_blocks_for(5 * H), RL_CUDA_THREADS, 0, s>>>(T_ * B, H, L.all, db, L.dgx,
+                                                                       L.dgh, L.dgc, L.dbc);
+    return rl_cuda_launched("%s: launching k_ln_sums (N=%lld H=%lld)", fn, (long long)(T_ * B),
+                            (long long)H);
 }
 
 } // namespace
@@ -440,8 +578,23 @@ static rl_status check_proj(const char *fn, const rl_lstm_cuda_proj *p, bool bac
         (backward && (!p->drs || !p->dm || !p->dR)))
         return rl_error(RL_EARG,
                         "%s: n_proj needs P >= 1, R, ms and %s (T=%lld B=%lld H=%lld P=%lld)", fn,
-                        backward ? "drs, dm, dR" : "mscr", (long long)T, (long long)B,
-                        (long long)H, (long long)p->P);
+                        backward ? "drs, dm, dR" : "mscr", (long long)T, (long long)B, (long long)H,
+                        (long long)p->P);
+    return RL_OK;
+}
+
+/* layer_norm's buffers a forward (or backward) needs; not with peepholes. */
+static rl_status check_ln(const char *fn, const rl_lstm_cuda_ln *p, bool peep, bool backward,
+                          int64_t T, int64_t B, int64_t H) {
+    if (!p) return RL_OK;
+    bool fwd_ok = p->xh && p->hh && p->cn && p->rs && p->gx && p->gh && p->gc && p->bc;
+    bool bwd_ok = p->dg && p->dzh && p->du && p->dgx && p->dgh && p->dgc && p->dbc;
+    if (peep || !fwd_ok || (backward && !bwd_ok))
+        return rl_error(RL_EARG,
+                        "%s: layer_norm needs its buffers and gains%s and takes no peepholes "
+                        "(T=%lld B=%lld H=%lld)",
+                        fn, backward ? ", their gradients" : "", (long long)T, (long long)B,
+                        (long long)H);
     return RL_OK;
 }
 
@@ -518,32 +671,36 @@ extern "C" rl_status rl_lstm_cuda_forward(void *stream, rl_dtype dt, int64_t T, 
                                           int64_t H, int direction, const int32_t *len, void *gates,
                                           const void *U, const void *bias, const void *const *peep,
                                           void *hs, void *cs, void *out,
-                                          const rl_lstm_cuda_proj *proj) {
+                                          const rl_lstm_cuda_proj *proj,
+                                          const rl_lstm_cuda_ln *ln) {
     const char *fn = "rl_lstm_cuda_forward";
     RL_TRY(rl_cuda_check_recurrence(fn, dt, T, B, H, direction, len));
     RL_TRY(check_proj(fn, proj, false, T, B, H));
+    RL_TRY(check_ln(fn, ln, peep != NULL, false, T, B, H));
     if (T == 0 || B == 0) return RL_OK;
     RL_TRY(rl_cuda_enter(fn, gates));
     cudaStream_t s = rl_cuda_stream(stream);
     if (dt == RL_FLOAT32)
         return forward_loop<float>(s, dt, T, B, H, direction, len, (float *)gates, (const float *)U,
                                    (const float *)bias, (const float *const *)peep, (float *)hs,
-                                   (float *)cs, (float *)out, proj_of<float>(proj, H));
+                                   (float *)cs, (float *)out, proj_of<float>(proj, H),
+                                   ln_of<float>(ln));
     return forward_loop<double>(s, dt, T, B, H, direction, len, (double *)gates, (const double *)U,
                                 (const double *)bias, (const double *const *)peep, (double *)hs,
-                                (double *)cs, (double *)out, proj_of<double>(proj, H));
+                                (double *)cs, (double *)out, proj_of<double>(proj, H),
+                                ln_of<double>(ln));
 }
 
-extern "C" rl_status rl_lstm_cuda_backward(void *stream, rl_dtype dt, int64_t T, int64_t B,
-                                           int64_t H, int direction, const int32_t *len,
-                                           void *gates, const void *U, const void *const *peep,
-                                           const void *hs, const void *cs, const void *dout,
-                                           int64_t dout_ld, void *dh, void *dc, void *dU, void *db,
-                                           void *const *dpeep, void *partial,
-                                           const rl_lstm_cuda_proj *proj) {
+extern "C" rl_status
+rl_lstm_cuda_backward(void *stream, rl_dtype dt, int64_t T, int64_t B, int64_t H, int direction,
+                      const int32_t *len, void *gates, const void *U, const void *const *peep,
+                      const void *hs, const void *cs, const void *dout, int64_t dout_ld, void *dh,
+                      void *dc, void *dU, void *db, void *const *dpeep, void *partial,
+                      const rl_lstm_cuda_proj *proj, const rl_lstm_cuda_ln *ln) {
     const char *fn = "rl_lstm_cuda_backward";
     RL_TRY(rl_cuda_check_recurrence(fn, dt, T, B, H, direction, len));
     RL_TRY(check_proj(fn, proj, true, T, B, H));
+    RL_TRY(check_ln(fn, ln, peep != NULL, true, T, B, H));
     if (T == 0 || B == 0) return RL_OK;
     if (!dU || !db || !partial || (peep && !dpeep))
         return rl_error(RL_EARG,
@@ -559,11 +716,11 @@ extern "C" rl_status rl_lstm_cuda_backward(void *stream, rl_dtype dt, int64_t T,
                                     (const float *)cs, (const float *)dout, dout_ld, (float *)dh,
                                     (float *)dc, (float *)dU, (float *)db,
                                     peep ? (float *const *)dpeep : nullptr, (float *)partial,
-                                    proj_of<float>(proj, H));
+                                    proj_of<float>(proj, H), ln_of<float>(ln));
     return backward_loop<double>(s, dt, T, B, H, direction, len, (double *)gates, (const double *)U,
                                  (const double *const *)peep, (const double *)hs,
                                  (const double *)cs, (const double *)dout, dout_ld, (double *)dh,
                                  (double *)dc, (double *)dU, (double *)db,
                                  peep ? (double *const *)dpeep : nullptr, (double *)partial,
-                                 proj_of<double>(proj, H));
+                                 proj_of<double>(proj, H), ln_of<double>(ln));
 }

@@ -103,16 +103,29 @@ typedef struct {
     void *ms, *mscr, *drs, *dm, *dR;
 } rl_lstm_cuda_proj;
 
+/* layer_norm = true (NULL: none; no peepholes): the layer's per-frame buffers over all frames,
+ * (T, B, .) each with the widths of rl_lstm_ln_f32 (kernels/lstm.h): xh, hh, dg, dzh 4H, cn, du
+ * H, rs 9; the gains gx, gh (4H), gc (H) and the cell's bias bc (H); backward's gradients of them
+ * (+=). The per-step product then writes the recurrent part hh_t = h_prev U (it is normalised
+ * apart) and the step is kernels/lstm_ln_row.h's, one thread per row; backward's per-step product
+ * and dU read the recurrent part's gradients dzh, and db, dgx, dgh, dgc, dbc are column sums over
+ * all frames (one thread per column, rows in order: deterministic). */
+typedef struct {
+    void *xh, *hh, *cn, *rs, *dg, *dzh, *du;
+    const void *gx, *gh, *gc, *bc;
+    void *dgx, *dgh, *dgc, *dbc;
+} rl_lstm_cuda_ln;
+
 rl_status rl_lstm_cuda_forward(void *stream, rl_dtype dt, int64_t T, int64_t B, int64_t H,
                                int direction, const int32_t *len, void *gates, const void *U,
                                const void *bias, const void *const *peep, void *hs, void *cs,
-                               void *out, const rl_lstm_cuda_proj *proj);
+                               void *out, const rl_lstm_cuda_proj *proj, const rl_lstm_cuda_ln *ln);
 rl_status rl_lstm_cuda_backward(void *stream, rl_dtype dt, int64_t T, int64_t B, int64_t H,
                                 int direction, const int32_t *len, void *gates, const void *U,
                                 const void *const *peep, const void *hs, const void *cs,
                                 const void *dout, int64_t dout_ld, void *dh, void *dc, void *dU,
                                 void *db, void *const *dpeep, void *partial,
-                                const rl_lstm_cuda_proj *proj);
+                                const rl_lstm_cuda_proj *proj, const rl_lstm_cuda_ln *ln);
 
 /* The cuDNN 9 path (impl = "cudnn") is kernels/cuda/cudnn_rnn.h, shared with the gru. */
 
