@@ -134,15 +134,10 @@ static void gru_sums(const rl_cell_sums *s) {
 /* layer_norm's buffers, gains and (backward) their gradients in the kernels' terms, or NULL. */
 static const rl_gru_cuda_ln *cuda_ln(const rl_cell_pass *p, rl_gru_cuda_ln *ln) {
     if (p->opt[OPT_LAYER_NORM] == 0) return NULL;
-    *ln = (rl_gru_cuda_ln){p->fb[F_XH],
-                           p->fb[F_HH],
-                           p->fb[F_RS],
-                           p->fb[F_DG],
-                           p->fb[F_DZH],
-                           p->p[P_GX],
-                           p->p[P_GH],
-                           p->dp ? p->dp[P_GX] : NULL,
-                           p->dp ? p->dp[P_GH] : NULL};
+    void *const *d = p->dp;
+    *ln = (rl_gru_cuda_ln){p->fb[F_XH], p->fb[F_HH],        p->fb[F_RS],
+                           p->fb[F_DG], p->fb[F_DZH],       p->p[P_GX],
+                           p->p[P_GH],  d ? d[P_GX] : NULL, d ? d[P_GH] : NULL};
     return ln;
 }
 

@@ -181,22 +181,10 @@ static const rl_lstm_cuda_proj *cuda_proj(const rl_cell_pass *p, rl_lstm_cuda_pr
 static const rl_lstm_cuda_ln *cuda_ln(const rl_cell_pass *p, rl_lstm_cuda_ln *ln) {
     if (p->opt[OPT_LAYER_NORM] == 0) return NULL;
     const void *const *g = ln_params(p->l, p->p);
-    void *const *dg = p->dp ? p->dp + p->l->n_params - 4 : NULL;
-    *ln = (rl_lstm_cuda_ln){p->fb[F_XH],
-                            p->fb[F_HH],
-                            p->fb[F_CN],
-                            p->fb[F_RS],
-                            p->fb[F_DG],
-                            p->fb[F_DZH],
-                            p->fb[F_DU],
-                            g[0],
-                            g[1],
-                            g[2],
-                            g[3],
-                            dg ? dg[0] : NULL,
-                            dg ? dg[1] : NULL,
-                            dg ? dg[2] : NULL,
-                            dg ? dg[3] : NULL};
+    void *const *d = p->dp ? p->dp + p->l->n_params - 4 : (void *const[4]){NULL, NULL, NULL, NULL};
+    *ln = (rl_lstm_cuda_ln){p->fb[F_XH],  p->fb[F_HH], p->fb[F_CN], p->fb[F_RS], p->fb[F_DG],
+                            p->fb[F_DZH], p->fb[F_DU], g[0],        g[1],        g[2],
+                            g[3],         d[0],        d[1],        d[2],        d[3]};
     return ln;
 }
 

@@ -36,9 +36,11 @@ RL_INLINE void fwd_body(bool zo, const step_f32 *a) {
     for (int64_t r = 0; r < a->B; r++) {
         const float *restrict hpr = a->hp + r * H;
         float *restrict hr = a->h + r * H, *restrict orow = a->out + r * H;
-        if (a->t >= a->len[r]) {
-            memcpy(hr, hpr, (size_t)H * sizeof *hr);
-            memset(orow, 0, (size_t)H * sizeof *orow);
+        if (a->t >= a->len[r]) { /* the state carried, output 0 */
+            for (int64_t j = 0; j < H; j++) {
+                hr[j] = hpr[j];
+                orow[j] = 0.0f;
+            }
             continue;
         }
         float *restrict gs = a->g + r * 3 * H, *restrict ga = gs + H, *restrict gi = gs + 2 * H;
@@ -46,14 +48,10 @@ RL_INLINE void fwd_body(bool zo, const step_f32 *a) {
         /* the row pointers never overlap; restrict on locals does not tell GCC so */
         RL_IVDEP
         for (int64_t j = 0; j < H; j++) {
-            float f, c, i, h;
-            rl_janet_cell_fwd_f32(gs[j] + bf[j], ga[j] + bc[j], hpr[j], a->beta, &f, &c, &i, &h);
-            if (zo) h = rl_zoneoutf(m[j], hpr[j], h);
-            gs[j] = f;
-            ga[j] = c;
-            gi[j] = i;
-            hr[j] = h;
-            orow[j] = h;
+            float h;
+            rl_janet_cell_fwd_f32(gs[j] + bf[j], ga[j] + bc[j], hpr[j], a->beta, &gs[j], &ga[j],
+                                  &gi[j], &h);
+            orow[j] = hr[j] = zo ? rl_zoneoutf(m[j], hpr[j], h) : h;
         }
     }
 }
@@ -113,34 +111,13 @@ static void run_f32(const step_f32 *a, bool backward) {
 void rl_janet_cpu_fwd_f32(int64_t B, int64_t H, int64_t t, const int32_t *len, float *g,
                           const float *b, float beta, const float *hp, float *h, float *out,
                           const float *mh) {
-    step_f32 a = {.B = B,
-                  .H = H,
-                  .t = t,
-                  .len = len,
-                  .g = g,
-                  .b = b,
-                  .hp = hp,
-                  .mh = mh,
-                  .beta = beta,
-                  .h = h,
-                  .out = out};
-    run_f32(&a, false);
+    run_f32(&(step_f32){B, H, t, len, g, b, hp, mh, NULL, beta, h, out, 0, NULL}, false);
 }
 
 void rl_janet_cpu_bwd_f32(int64_t B, int64_t H, int64_t t, const int32_t *len, float *g,
                           const float *hp, const float *dout, int64_t dout_ld, float *dh,
                           const float *mh) {
-    step_f32 a = {.B = B,
-                  .H = H,
-                  .t = t,
-                  .len = len,
-                  .g = g,
-                  .hp = hp,
-                  .mh = mh,
-                  .dout = dout,
-                  .dout_ld = dout_ld,
-                  .dh = dh};
-    run_f32(&a, true);
+    run_f32(&(step_f32){B, H, t, len, g, NULL, hp, mh, dout, 0.0f, NULL, NULL, dout_ld, dh}, true);
 }
 
 void rl_janet_cpu_fwd_f64(int64_t B, int64_t H, int64_t t, const int32_t *len, double *g,

@@ -172,25 +172,26 @@ template <typename T> struct LnOf;
 template <> struct LnOf<float> { typedef rl_gru_ln_f32 type; };
 template <> struct LnOf<double> { typedef rl_gru_ln_f64 type; };
 
-__device__ __forceinline__ void ln_row(bool backward, int64_t H, int64_t b, bool valid, float *g,
-                                       const rl_gru_ln_f32 *ln) {
-    if (backward)
-        rl_gru_ln_row_bwd_f32(H, b, valid, g, ln);
-    else
-        rl_gru_ln_row_fwd_f32(H, b, valid, g, ln);
-}
-__device__ __forceinline__ void ln_row(bool backward, int64_t H, int64_t b, bool valid, double *g,
-                                       const rl_gru_ln_f64 *ln) {
-    if (backward)
-        rl_gru_ln_row_bwd_f64(H, b, valid, g, ln);
-    else
-        rl_gru_ln_row_fwd_f64(H, b, valid, g, ln);
+template <typename T>
+__device__ __forceinline__ void ln_row(bool backward, int64_t H, int64_t b, bool valid, T *g,
+                                       const typename LnOf<T>::type *ln) {
+    if constexpr (sizeof(T) == sizeof(float)) {
+        if (backward)
+            rl_gru_ln_row_bwd_f32(H, b, valid, g, ln);
+        else
+            rl_gru_ln_row_fwd_f32(H, b, valid, g, ln);
+    } else {
+        if (backward)
+            rl_gru_ln_row_bwd_f64(H, b, valid, g, ln);
+        else
+            rl_gru_ln_row_fwd_f64(H, b, valid, g, ln);
+    }
 }
 
 template <typename T>
 __global__ void k_ln_rows(bool backward, int64_t B, int64_t H, int64_t t,
                           const int32_t *__restrict__ len, T *g, typename LnOf<T>::type ln) {
-    RL_CUDA_GRID_LOOP(b, B) { ln_row(backward, H, b, t < (int64_t)len[b], g, &ln); }
+    RL_CUDA_GRID_LOOP(b, B) { ln_row<T>(backward, H, b, t < (int64_t)len[b], g, &ln); }
 }
 
 /* db, dbh, dgx, dgh (3H) += the sums over N rows (rl_gru_ln_cpu_param_grads's): one thread per
@@ -200,56 +201,36 @@ template <typename T>
 __global__ void k_ln_sums(int64_t N, int64_t H, typename LnOf<T>::type ln, T *db, T *dbh, T *dgx,
                           T *dgh) {
     RL_CUDA_GRID_LOOP(e, 3 * H) {
-        int64_t ex = e < 2 * H ? e : e + H, eh = e;
-        T sx = T(0), sh = T(0), gx = T(0), gh = T(0);
-        for (int64_t r = 0; r < N; r++) {
-            T dx = ln.dg[r * 4 * H + ex], dhh = ln.dg[r * 4 * H + eh];
-            sx += dx;
-            sh += dhh;
-            gx += dx * ln.xh[r * 3 * H + e];
-            gh += dhh * ln.hh[r * 3 * H + e];
+        /* k = 0: the input side (dg's column of e, xh, db, dgx), 1: the recurrent side */
+        int64_t col[2] = {e < 2 * H ? e : e + H, e};
+        const T *nrm[2] = {ln.xh, ln.hh};
+        T *bias[2] = {db, dbh}, *gain[2] = {dgx, dgh};
+        for (int k = 0; k < 2; k++) {
+            T sb = T(0), sg = T(0);
+            for (int64_t r = 0; r < N; r++) {
+                sb += ln.dg[r * 4 * H + col[k]];
+                sg += ln.dg[r * 4 * H + col[k]] * nrm[k][r * 3 * H + e];
+            }
+            bias[k][e] += sb;
+            gain[k][e] += sg;
         }
-        db[e] += sx;
-        dbh[e] += sh;
-        dgx[e] += gx;
-        dgh[e] += gh;
     }
 }
 
-/* The layer_norm buffers typed (all.gx NULL: none), and their rows of frame t. */
-template <typename T> struct Ln {
-    typename LnOf<T>::type all;
-    T *dgx, *dgh;
-};
-
-template <typename T> Ln<T> ln_of(const rl_gru_cuda_ln *p) {
-    Ln<T> L = {};
-    if (!p) return L;
-    L.all = {(T *)p->xh,  (T *)p->hh,       (T *)p->rs,      (T *)p->dg,
-             (T *)p->dzh, (const T *)p->gx, (const T *)p->gh};
-    L.dgx = (T *)p->dgx;
-    L.dgh = (T *)p->dgh;
-    return L;
-}
-
+/* The layer_norm buffers' rows of frame t, typed (frame 0: all frames). */
 template <typename T>
-typename LnOf<T>::type ln_frame(const Ln<T> &L, int64_t t, int64_t B, int64_t H) {
-    typename LnOf<T>::type f = L.all;
-    if (!f.gx) return f;
+typename LnOf<T>::type ln_frame(const rl_gru_cuda_ln *p, int64_t t, int64_t B, int64_t H) {
     int64_t r = t * B;
-    f.xh += r * 3 * H;
-    f.hh += r * 3 * H;
-    f.rs += r * 6;
-    f.dg += r * 4 * H;
-    f.dzh += r * 3 * H;
-    return f;
+    return {(T *)p->xh + r * 3 * H, (T *)p->hh + r * 3 * H,  (T *)p->rs + r * 6,
+            (T *)p->dg + r * 4 * H, (T *)p->dzh + r * 3 * H, (const T *)p->gx,
+            (const T *)p->gh};
 }
 
 template <typename T>
 rl_status ln_step(const char *fn, cudaStream_t s, bool backward, int64_t B, int64_t H, int64_t t,
-                  const int32_t *len, T *g, const Ln<T> &L) {
+                  const int32_t *len, T *g, const rl_gru_cuda_ln *ln) {
     k_ln_rows<T><<<rl_cuda_blocks_for(B), RL_CUDA_THREADS, 0, s>>>(backward, B, H, t, len, g,
-                                                                   ln_frame(L, t, B, H));
+                                                                   ln_frame<T>(ln, t, B, H));
     return rl_cuda_launched("%s: launching k_ln_rows (B=%lld H=%lld t=%lld)", fn, (long long)B,
                             (long long)H, (long long)t);
 }
@@ -257,15 +238,15 @@ rl_status ln_step(const char *fn, cudaStream_t s, bool backward, int64_t B, int6
 template <typename T>
 rl_status forward_loop(void *stream, int64_t T_, int64_t B, int64_t H, int dir, const int32_t *len,
                        T *gates, const T *U, const T *b, const T *bh, T *hs, T *out,
-                       const Ln<T> &L) {
+                       const rl_gru_cuda_ln *ln) {
     const char *fn = "rl_gru_cuda_forward";
     cudaStream_t s = rl_cuda_stream(stream);
     rl_dtype dt = dtype_of(T(0));
     int64_t BH = B * H;
     /* the hn block receives the recurrent product alone (with layer_norm: its normalised part) */
-    cudaError_t e = L.all.gx ? cudaSuccess
-                             : cudaMemset2DAsync(gates + 2 * H, (size_t)(4 * H) * sizeof(T), 0,
-                                                 (size_t)H * sizeof(T), (size_t)(T_ * B), s);
+    cudaError_t e = ln ? cudaSuccess
+                       : cudaMemset2DAsync(gates + 2 * H, (size_t)(4 * H) * sizeof(T), 0,
+                                           (size_t)H * sizeof(T), (size_t)(T_ * B), s);
     if (e != cudaSuccess)
         return rl_cuda_fail(e, "%s: cudaMemset2DAsync (T=%lld B=%lld H=%lld)", fn, (long long)T_,
                             (long long)B, (long long)H);
@@ -273,11 +254,11 @@ rl_status forward_loop(void *stream, int64_t T_, int64_t B, int64_t H, int dir, 
         int64_t t = dir > 0 ? st : T_ - 1 - st;
         int64_t prev = dir > 0 ? t : t + 1, cur = dir > 0 ? t + 1 : t;
         T *gt = gates + t * B * 4 * H;
-        if (L.all.gx) { /* the recurrent part apart, then both parts normalised into gt */
+        if (ln) { /* the recurrent part apart, then both parts normalised into gt */
             RL_TRY(rl_cuda_gemm_batched(fn, s, dt, false, false, B, 3 * H, H, 1.0, hs + prev * BH,
-                                        H, 0, U, 3 * H, 0, 0.0, ln_frame(L, t, B, H).hh, 3 * H, 0,
-                                        1));
-            RL_TRY(ln_step<T>(fn, s, false, B, H, t, len, gt, L));
+                                        H, 0, U, 3 * H, 0, 0.0, ln_frame<T>(ln, t, B, H).hh, 3 * H,
+                                        0, 1));
+            RL_TRY(ln_step<T>(fn, s, false, B, H, t, len, gt, ln));
         } else {
             RL_TRY(rl_cuda_gemm_batched(fn, s, dt, false, false, B, 3 * H, H, 1.0, hs + prev * BH,
                                         H, 0, U, 3 * H, 0, 1.0, gt, 4 * H, 0, 1));
@@ -291,7 +272,7 @@ rl_status forward_loop(void *stream, int64_t T_, int64_t B, int64_t H, int dir, 
 template <typename T>
 rl_status backward_loop(void *stream, int64_t T_, int64_t B, int64_t H, int dir, const int32_t *len,
                         T *gates, const T *U, const T *hs, const T *dout, int64_t dout_ld, T *dh,
-                        T *dU, T *db, T *dbh, T *partial, const Ln<T> &L) {
+                        T *dU, T *db, T *dbh, T *partial, const rl_gru_cuda_ln *ln) {
     const char *fn = "rl_gru_cuda_backward";
     cudaStream_t s = rl_cuda_stream(stream);
     rl_dtype dt = dtype_of(T(0));
@@ -304,19 +285,19 @@ rl_status backward_loop(void *stream, int64_t T_, int64_t B, int64_t H, int dir,
                            dout ? dout + t * B * dout_ld : nullptr, dout_ld, dh));
         /* padded rows of dG_t are 0, so their dh passes through unchanged; with layer_norm the
          * product reads the recurrent part's gradients */
-        if (L.all.gx) RL_TRY(ln_step<T>(fn, s, true, B, H, t, len, gt, L));
+        if (ln) RL_TRY(ln_step<T>(fn, s, true, B, H, t, len, gt, ln));
         RL_TRY(rl_cuda_gemm_batched(fn, s, dt, false, true, B, H, 3 * H, 1.0,
-                                    L.all.gx ? ln_frame(L, t, B, H).dzh : gt,
-                                    L.all.gx ? 3 * H : 4 * H, 0, U, 3 * H, 0, 1.0, dh, H, 0, 1));
+                                    ln ? ln_frame<T>(ln, t, B, H).dzh : gt, ln ? 3 * H : 4 * H, 0,
+                                    U, 3 * H, 0, 1.0, dh, H, 0, 1));
     }
     /* the previous states of all frames are rows 0..T-1 (direction 1) or 1..T (-1) */
     const T *hprev = hs + (dir > 0 ? 0 : BH);
     RL_TRY(rl_cuda_gemm_batched(fn, s, dt, true, false, H, 3 * H, T_ * B, 1.0, hprev, H, 0,
-                                L.all.gx ? L.all.dzh : gates, L.all.gx ? 3 * H : 4 * H, 0, 1.0, dU,
+                                ln ? (const T *)ln->dzh : gates, ln ? 3 * H : 4 * H, 0, 1.0, dU,
                                 3 * H, 0, 1));
-    if (!L.all.gx) return bias_grads<T>(s, T_ * B, H, gates, partial, db, dbh);
-    k_ln_sums<T><<<rl_cuda_blocks_for(3 * H), RL_CUDA_THREADS, 0, s>>>(T_ * B, H, L.all, db, dbh,
-                                                                       L.dgx, L.dgh);
+    if (!ln) return bias_grads<T>(s, T_ * B, H, gates, partial, db, dbh);
+    k_ln_sums<T><<<rl_cuda_blocks_for(3 * H), RL_CUDA_THREADS, 0, s>>>(
+        T_ * B, H, ln_frame<T>(ln, 0, B, H), db, dbh, (T *)ln->dgx, (T *)ln->dgh);
     return rl_cuda_launched("%s: launching k_ln_sums (N=%lld H=%lld)", fn, (long long)(T_ * B),
                             (long long)H);
 }
@@ -422,10 +403,10 @@ extern "C" rl_status rl_gru_cuda_forward(void *stream, rl_dtype dt, int64_t T, i
     if (dt == RL_FLOAT32)
         return forward_loop<float>(stream, T, B, H, direction, len, (float *)gates,
                                    (const float *)U, (const float *)b, (const float *)bh,
-                                   (float *)hs, (float *)out, ln_of<float>(ln));
+                                   (float *)hs, (float *)out, ln);
     return forward_loop<double>(stream, T, B, H, direction, len, (double *)gates, (const double *)U,
                                 (const double *)b, (const double *)bh, (double *)hs, (double *)out,
-                                ln_of<double>(ln));
+                                ln);
 }
 
 extern "C" rl_status rl_gru_cuda_backward(void *stream, rl_dtype dt, int64_t T, int64_t B,
@@ -447,9 +428,9 @@ extern "C" rl_status rl_gru_cuda_backward(void *stream, rl_dtype dt, int64_t T, 
         return backward_loop<float>(stream, T, B, H, direction, len, (float *)gates,
                                     (const float *)U, (const float *)hs, (const float *)dout,
                                     dout_ld, (float *)dh, (float *)dU, (float *)db, (float *)dbh,
-                                    (float *)partial, ln_of<float>(ln));
+                                    (float *)partial, ln);
     return backward_loop<double>(stream, T, B, H, direction, len, (double *)gates,
                                  (const double *)U, (const double *)hs, (const double *)dout,
                                  dout_ld, (double *)dh, (double *)dU, (double *)db, (double *)dbh,
-                                 (double *)partial, ln_of<double>(ln));
+                                 (double *)partial, ln);
 }

@@ -18,21 +18,20 @@ extern "C" {
 
 namespace {
 
-__device__ __forceinline__ void cell_fwd(float s, float a, float hp, float beta, float *f, float *c,
-                                         float *i, float *h) {
-    rl_janet_cell_fwd_f32(s, a, hp, beta, f, c, i, h);
+/* The cell of kernels/janet_cell.h for either type. */
+template <typename T>
+__device__ __forceinline__ void cell_fwd(T s, T a, T hp, T beta, T *f, T *c, T *i, T *h) {
+    if constexpr (sizeof(T) == sizeof(float))
+        rl_janet_cell_fwd_f32(s, a, hp, beta, f, c, i, h);
+    else
+        rl_janet_cell_fwd_f64(s, a, hp, beta, f, c, i, h);
 }
-__device__ __forceinline__ void cell_fwd(double s, double a, double hp, double beta, double *f,
-                                         double *c, double *i, double *h) {
-    rl_janet_cell_fwd_f64(s, a, hp, beta, f, c, i, h);
-}
-__device__ __forceinline__ void cell_bwd(float f, float c, float i, float hp, float dh, float *ds,
-                                         float *da, float *dhp) {
-    rl_janet_cell_bwd_f32(f, c, i, hp, dh, ds, da, dhp);
-}
-__device__ __forceinline__ void cell_bwd(double f, double c, double i, double hp, double dh,
-                                         double *ds, double *da, double *dhp) {
-    rl_janet_cell_bwd_f64(f, c, i, hp, dh, ds, da, dhp);
+template <typename T>
+__device__ __forceinline__ void cell_bwd(T f, T c, T i, T hp, T dh, T *ds, T *da, T *dhp) {
+    if constexpr (sizeof(T) == sizeof(float))
+        rl_janet_cell_bwd_f32(f, c, i, hp, dh, ds, da, dhp);
+    else
+        rl_janet_cell_bwd_f64(f, c, i, hp, dh, ds, da, dhp);
 }
 
 template <typename T>
@@ -41,18 +40,12 @@ __global__ void k_step_fwd(int64_t B, int64_t H, int64_t t, const int32_t *__res
                            const T *__restrict__ hp, T *__restrict__ h, T *__restrict__ out) {
     RL_CUDA_GRID_LOOP(e, B * H) {
         int64_t r = e / H, j = e - r * H;
-        if (t >= (int64_t)len[r]) {
-            h[e] = hp[e];
-            out[e] = T(0);
-            continue;
-        }
-        T *gr = g + r * 3 * H + j, f, c, i, hh;
-        cell_fwd(gr[0] + b[j], gr[H] + b[H + j], hp[e], beta, &f, &c, &i, &hh);
-        gr[0] = f;
-        gr[H] = c;
-        gr[2 * H] = i;
+        bool valid = t < (int64_t)len[r];
+        T *gr = g + r * 3 * H + j, hh = hp[e]; /* a padded row carries the state */
+        if (valid)
+            cell_fwd<T>(gr[0] + b[j], gr[H] + b[H + j], hp[e], beta, gr, gr + H, gr + 2 * H, &hh);
         h[e] = hh;
-        out[e] = hh;
+        out[e] = valid ? hh : T(0);
     }
 }
 
@@ -67,13 +60,10 @@ __global__ void k_step_bwd(int64_t B, int64_t H, int64_t t, const int32_t *__res
             gr[0] = gr[H] = gr[2 * H] = T(0);
             continue;
         }
-        T ds, da, dhp;
-        cell_bwd(gr[0], gr[H], gr[2 * H], hp[e], dh[e] + (dout ? dout[r * dout_ld + j] : T(0)), &ds,
-                 &da, &dhp);
-        gr[0] = ds;
-        gr[H] = da;
+        /* the cell reads its inputs before it writes [ds | da] over them */
+        cell_bwd<T>(gr[0], gr[H], gr[2 * H], hp[e], dh[e] + (dout ? dout[r * dout_ld + j] : T(0)),
+                    gr, gr + H, dh + e);
         gr[2 * H] = T(0);
-        dh[e] = dhp;
     }
 }
 

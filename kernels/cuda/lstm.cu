@@ -369,27 +369,23 @@ template <typename T> struct LnOf;
 template <> struct LnOf<float> { typedef rl_lstm_ln_f32 type; };
 template <> struct LnOf<double> { typedef rl_lstm_ln_f64 type; };
 
-__device__ __forceinline__ void ln_row_fwd(int64_t H, int64_t b, bool valid, float *z,
-                                           const float *bias, const float *cp, const float *hp,
-                                           float *c, float *h, float *out,
-                                           const rl_lstm_ln_f32 *ln) {
-    rl_lstm_ln_row_fwd_f32(H, b, valid, z, bias, cp, hp, c, h, out, ln);
+template <typename T>
+__device__ __forceinline__ void ln_row_fwd(int64_t H, int64_t b, bool valid, T *z, const T *bias,
+                                           const T *cp, const T *hp, T *c, T *h, T *out,
+                                           const typename LnOf<T>::type *ln) {
+    if constexpr (sizeof(T) == sizeof(float))
+        rl_lstm_ln_row_fwd_f32(H, b, valid, z, bias, cp, hp, c, h, out, ln);
+    else
+        rl_lstm_ln_row_fwd_f64(H, b, valid, z, bias, cp, hp, c, h, out, ln);
 }
-__device__ __forceinline__ void ln_row_fwd(int64_t H, int64_t b, bool valid, double *z,
-                                           const double *bias, const double *cp, const double *hp,
-                                           double *c, double *h, double *out,
-                                           const rl_lstm_ln_f64 *ln) {
-    rl_lstm_ln_row_fwd_f64(H, b, valid, z, bias, cp, hp, c, h, out, ln);
-}
-__device__ __forceinline__ void ln_row_bwd(int64_t H, int64_t b, bool valid, float *z,
-                                           const float *cp, const float *c, const float *dout,
-                                           float *dh, float *dc, const rl_lstm_ln_f32 *ln) {
-    rl_lstm_ln_row_bwd_f32(H, b, valid, z, cp, c, dout, dh, dc, ln);
-}
-__device__ __forceinline__ void ln_row_bwd(int64_t H, int64_t b, bool valid, double *z,
-                                           const double *cp, const double *c, const double *dout,
-                                           double *dh, double *dc, const rl_lstm_ln_f64 *ln) {
-    rl_lstm_ln_row_bwd_f64(H, b, valid, z, cp, c, dout, dh, dc, ln);
+template <typename T>
+__device__ __forceinline__ void ln_row_bwd(int64_t H, int64_t b, bool valid, T *z, const T *cp,
+                                           const T *c, const T *dout, T *dh, T *dc,
+                                           const typename LnOf<T>::type *ln) {
+    if constexpr (sizeof(T) == sizeof(float))
+        rl_lstm_ln_row_bwd_f32(H, b, valid, z, cp, c, dout, dh, dc, ln);
+    else
+        rl_lstm_ln_row_bwd_f64(H, b, valid, z, cp, c, dout, dh, dc, ln);
 }
 
 template <typename T>
@@ -397,7 +393,7 @@ __global__ void k_ln_fwd(int64_t B, int64_t H, int64_t t, const int32_t *__restr
                          const T *bias, const T *cp, const T *hp, T *c, T *h, T *out,
                          typename LnOf<T>::type ln) {
     RL_CUDA_GRID_LOOP(b, B) {
-        ln_row_fwd(H, b, t < (int64_t)len[b], z, bias, cp, hp, c, h, out, &ln);
+        ln_row_fwd<T>(H, b, t < (int64_t)len[b], z, bias, cp, hp, c, h, out, &ln);
     }
 }
 
@@ -406,8 +402,8 @@ __global__ void k_ln_bwd(int64_t B, int64_t H, int64_t t, const int32_t *__restr
                          const T *cp, const T *c, const T *dout, int64_t dout_ld, T *dh, T *dc,
                          typename LnOf<T>::type ln) {
     RL_CUDA_GRID_LOOP(b, B) {
-        ln_row_bwd(H, b, t < (int64_t)len[b], z, cp, c, dout ? dout + b * dout_ld : nullptr, dh, dc,
-                   &ln);
+        ln_row_bwd<T>(H, b, t < (int64_t)len[b], z, cp, c, dout ? dout + b * dout_ld : nullptr, dh,
+                      dc, &ln);
     }
 }
 
@@ -440,45 +436,20 @@ __global__ void k_ln_sums(int64_t N, int64_t H, typename LnOf<T>::type ln, T *db
     }
 }
 
-/* The layer_norm buffers typed, and their rows of frame t (L.gx NULL: none). */
-template <typename T> struct Ln {
-    typename LnOf<T>::type all;
-    T *dgx, *dgh, *dgc, *dbc;
-};
-
-template <typename T> Ln<T> ln_of(const rl_lstm_cuda_ln *p) {
-    Ln<T> L = {};
-    if (!p) return L;
-    L.all = {(T *)p->xh,       (T *)p->hh,       (T *)p->cn,      (T *)p->rs,
-             (T *)p->dg,       (T *)p->dzh,      (T *)p->du,      (const T *)p->gx,
-             (const T *)p->gh, (const T *)p->gc, (const T *)p->bc};
-    L.dgx = (T *)p->dgx;
-    L.dgh = (T *)p->dgh;
-    L.dgc = (T *)p->dgc;
-    L.dbc = (T *)p->dbc;
-    return L;
-}
-
+/* The layer_norm buffers' rows of frame t, typed (frame 0: all frames). */
 template <typename T>
-typename LnOf<T>::type ln_frame(const Ln<T> &L, int64_t t, int64_t B, int64_t H) {
-    typename LnOf<T>::type f = L.all;
-    if (!f.gx) return f;
+typename LnOf<T>::type ln_frame(const rl_lstm_cuda_ln *p, int64_t t, int64_t B, int64_t H) {
     int64_t r = t * B;
-    f.xh += r * 4 * H;
-    f.hh += r * 4 * H;
-    f.cn += r * H;
-    f.rs += r * 9;
-    f.dg += r * 4 * H;
-    f.dzh += r * 4 * H;
-    f.du += r * H;
-    return f;
+    return {(T *)p->xh + r * 4 * H, (T *)p->hh + r * 4 * H,  (T *)p->cn + r * H, (T *)p->rs + r * 9,
+            (T *)p->dg + r * 4 * H, (T *)p->dzh + r * 4 * H, (T *)p->du + r * H, (const T *)p->gx,
+            (const T *)p->gh,       (const T *)p->gc,        (const T *)p->bc};
 }
 
 template <typename T>
 rl_status forward_loop(cudaStream_t s, rl_dtype dt, int64_t T_, int64_t B, int64_t H, int dir,
                        const int32_t *len, T *gates, const T *U, const T *bias,
                        const T *const *peep, T *hs, T *cs, T *out, const Proj<T> &pj,
-                       const Ln<T> &L) {
+                       const rl_lstm_cuda_ln *ln) {
     const char *fn = "rl_lstm_cuda_forward";
     int64_t BH = B * H, P = pj.P, BP = B * P;
     T *ms = pj.R ? pj.ms : hs; /* the cell's state 0 */
@@ -486,12 +457,11 @@ rl_status forward_loop(cudaStream_t s, rl_dtype dt, int64_t T_, int64_t B, int64
         int64_t t = dir > 0 ? st : T_ - 1 - st;
         int64_t prev = dir > 0 ? t : t + 1, cur = dir > 0 ? t + 1 : t;
         T *zt = gates + t * B * 4 * H, *cellout = pj.R ? pj.mscr : out + t * BH;
-        typename LnOf<T>::type lt = ln_frame(L, t, B, H);
+        typename LnOf<T>::type lt = ln ? ln_frame<T>(ln, t, B, H) : typename LnOf<T>::type{};
         /* with layer_norm the product is the recurrent part, normalised apart */
         RL_TRY(rl_cuda_gemm_batched(fn, s, dt, false, false, B, 4 * H, P, 1.0, hs + prev * BP, P, 0,
-                                    U, 4 * H, 0, L.all.gx ? 0.0 : 1.0, L.all.gx ? lt.hh : zt, 4 * H,
-                                    0, 1));
-        if (L.all.gx) {
+                                    U, 4 * H, 0, ln ? 0.0 : 1.0, ln ? lt.hh : zt, 4 * H, 0, 1));
+        if (ln) {
             k_ln_fwd<T><<<rl_cuda_blocks_for(B), RL_CUDA_THREADS, 0, s>>>(
                 B, H, t, len, zt, bias, cs + prev * BH, ms + prev * BH, cs + cur * BH,
                 ms + cur * BH, cellout, lt);
@@ -516,7 +486,7 @@ template <typename T>
 rl_status backward_loop(cudaStream_t s, rl_dtype dt, int64_t T_, int64_t B, int64_t H, int dir,
                         const int32_t *len, T *gates, const T *U, const T *const *peep, const T *hs,
                         const T *cs, const T *dout, int64_t dout_ld, T *dh, T *dc, T *dU, T *db,
-                        T *const *dpeep, T *partial, const Proj<T> &pj, const Ln<T> &L) {
+                        T *const *dpeep, T *partial, const Proj<T> &pj, const rl_lstm_cuda_ln *ln) {
     const char *fn = "rl_lstm_cuda_backward";
     int64_t BH = B * H, P = pj.P, BP = B * P;
     for (int64_t st = T_ - 1; st >= 0; st--) {
@@ -534,8 +504,8 @@ rl_status backward_loop(cudaStream_t s, rl_dtype dt, int64_t T_, int64_t B, int6
             dcell = pj.dm;
             dot = nullptr;
         }
-        typename LnOf<T>::type lt = ln_frame(L, t, B, H);
-        if (L.all.gx) {
+        typename LnOf<T>::type lt = ln ? ln_frame<T>(ln, t, B, H) : typename LnOf<T>::type{};
+        if (ln) {
             k_ln_bwd<T><<<rl_cuda_blocks_for(B), RL_CUDA_THREADS, 0, s>>>(
                 B, H, t, len, zt, cs + prev * BH, cs + cur * BH, dot, dout_ld, dcell, dc, lt);
             RL_TRY(rl_cuda_launched("%s: launching k_ln_bwd (B=%lld H=%lld t=%lld)", fn,
@@ -546,22 +516,22 @@ rl_status backward_loop(cudaStream_t s, rl_dtype dt, int64_t T_, int64_t B, int6
         }
         /* padded rows of dz_t are 0, so their dh passes through unchanged; with layer_norm the
          * product reads the recurrent part's gradients */
-        RL_TRY(rl_cuda_gemm_batched(fn, s, dt, false, true, B, P, 4 * H, 1.0,
-                                    L.all.gx ? lt.dzh : zt, 4 * H, 0, U, 4 * H, 0, 1.0, dh, P, 0,
-                                    1));
+        RL_TRY(rl_cuda_gemm_batched(fn, s, dt, false, true, B, P, 4 * H, 1.0, ln ? lt.dzh : zt,
+                                    4 * H, 0, U, 4 * H, 0, 1.0, dh, P, 0, 1));
     }
     /* the previous states of all frames are rows 0..T-1 (direction 1) or 1..T (-1) */
     const T *hprev = hs + (dir > 0 ? 0 : BP), *cprev = cs + (dir > 0 ? 0 : BH);
     const T *ccur = cs + (dir > 0 ? BH : 0);
     RL_TRY(rl_cuda_gemm_batched(fn, s, dt, true, false, P, 4 * H, T_ * B, 1.0, hprev, P, 0,
-                                L.all.gx ? L.all.dzh : gates, 4 * H, 0, 1.0, dU, 4 * H, 0, 1));
+                                ln ? (const T *)ln->dzh : gates, 4 * H, 0, 1.0, dU, 4 * H, 0, 1));
     if (pj.R) /* each frame's m (rows cur) against its dLoss/dh */
         RL_TRY(rl_cuda_gemm_batched(fn, s, dt, true, false, H, P, T_ * B, 1.0,
                                     pj.ms + (dir > 0 ? BH : 0), H, 0, pj.drs, P, 0, 1.0, pj.dR, P,
                                     0, 1));
-    if (!L.all.gx) return param_grads<T>(s, T_ * B, H, gates, cprev, ccur, partial, db, dpeep);
-    k_ln_sums<T><<<rl_cuda_blocks_for(5 * H), RL_CUDA_THREADS, 0, s>>>(T_ * B, H, L.all, db, L.dgx,
-                                                                       L.dgh, L.dgc, L.dbc);
+    if (!ln) return param_grads<T>(s, T_ * B, H, gates, cprev, ccur, partial, db, dpeep);
+    k_ln_sums<T><<<rl_cuda_blocks_for(5 * H), RL_CUDA_THREADS, 0, s>>>(
+        T_ * B, H, ln_frame<T>(ln, 0, B, H), db, (T *)ln->dgx, (T *)ln->dgh, (T *)ln->dgc,
+        (T *)ln->dbc);
     return rl_cuda_launched("%s: launching k_ln_sums (N=%lld H=%lld)", fn, (long long)(T_ * B),
                             (long long)H);
 }
@@ -683,12 +653,10 @@ extern "C" rl_status rl_lstm_cuda_forward(void *stream, rl_dtype dt, int64_t T, 
     if (dt == RL_FLOAT32)
         return forward_loop<float>(s, dt, T, B, H, direction, len, (float *)gates, (const float *)U,
                                    (const float *)bias, (const float *const *)peep, (float *)hs,
-                                   (float *)cs, (float *)out, proj_of<float>(proj, H),
-                                   ln_of<float>(ln));
+                                   (float *)cs, (float *)out, proj_of<float>(proj, H), ln);
     return forward_loop<double>(s, dt, T, B, H, direction, len, (double *)gates, (const double *)U,
                                 (const double *)bias, (const double *const *)peep, (double *)hs,
-                                (double *)cs, (double *)out, proj_of<double>(proj, H),
-                                ln_of<double>(ln));
+                                (double *)cs, (double *)out, proj_of<double>(proj, H), ln);
 }
 
 extern "C" rl_status
@@ -711,16 +679,14 @@ rl_lstm_cuda_backward(void *stream, rl_dtype dt, int64_t T, int64_t B, int64_t H
     RL_TRY(rl_cuda_enter(fn, gates));
     cudaStream_t s = rl_cuda_stream(stream);
     if (dt == RL_FLOAT32)
-        return backward_loop<float>(s, dt, T, B, H, direction, len, (float *)gates,
-                                    (const float *)U, (const float *const *)peep, (const float *)hs,
-                                    (const float *)cs, (const float *)dout, dout_ld, (float *)dh,
-                                    (float *)dc, (float *)dU, (float *)db,
-                                    peep ? (float *const *)dpeep : nullptr, (float *)partial,
-                                    proj_of<float>(proj, H), ln_of<float>(ln));
-    return backward_loop<double>(s, dt, T, B, H, direction, len, (double *)gates, (const double *)U,
-                                 (const double *const *)peep, (const double *)hs,
-                                 (const double *)cs, (const double *)dout, dout_ld, (double *)dh,
-                                 (double *)dc, (double *)dU, (double *)db,
-                                 peep ? (double *const *)dpeep : nullptr, (double *)partial,
-                                 proj_of<double>(proj, H), ln_of<double>(ln));
+        return backward_loop<float>(
+            s, dt, T, B, H, direction, len, (float *)gates, (const float *)U,
+            (const float *const *)peep, (const float *)hs, (const float *)cs, (const float *)dout,
+            dout_ld, (float *)dh, (float *)dc, (float *)dU, (float *)db,
+            peep ? (float *const *)dpeep : nullptr, (float *)partial, proj_of<float>(proj, H), ln);
+    return backward_loop<double>(
+        s, dt, T, B, H, direction, len, (double *)gates, (const double *)U,
+        (const double *const *)peep, (const double *)hs, (const double *)cs, (const double *)dout,
+        dout_ld, (double *)dh, (double *)dc, (double *)dU, (double *)db,
+        peep ? (double *const *)dpeep : nullptr, (double *)partial, proj_of<double>(proj, H), ln);
 }
