@@ -85,19 +85,33 @@ static const void *const *ln_params(const rl_layer *l, const void *const *p) {
             (g) ? (g)[0] : NULL, (g) ? (g)[1] : NULL, (g) ? (g)[2] : NULL, (g) ? (g)[3] : NULL     \
     }
 
+/* layer_norm's pass of a step (kernels/lstm.h), forward or backward. */
+static void lstm_ln(const rl_cell_step *s, bool backward) {
+    const void *const *g = ln_params(s->l, s->p);
+    const void *cp = s->prev[1], *c = s->cur[1];
+    if (s->dt == RL_FLOAT32) {
+        rl_lstm_ln_f32 ln = LN_VIEW(rl_lstm_ln_f32, s->fb, g);
+        if (backward)
+            rl_lstm_ln_cpu_bwd_f32(s->n, s->H, s->t, s->len, s->g, cp, c, s->dout, s->dout_ld,
+                                   s->dstate[0], s->dstate[1], &ln);
+        else
+            rl_lstm_ln_cpu_fwd_f32(s->n, s->H, s->t, s->len, s->g, s->p[P_B], cp, s->prev[0],
+                                   s->cur[1], s->cur[0], s->out, &ln);
+        return;
+    }
+    rl_lstm_ln_f64 ln = LN_VIEW(rl_lstm_ln_f64, s->fb, g);
+    if (backward)
+        rl_lstm_ln_cpu_bwd_f64(s->n, s->H, s->t, s->len, s->g, cp, c, s->dout, s->dout_ld,
+                               s->dstate[0], s->dstate[1], &ln);
+    else
+        rl_lstm_ln_cpu_fwd_f64(s->n, s->H, s->t, s->len, s->g, s->p[P_B], cp, s->prev[0], s->cur[1],
+                               s->cur[0], s->out, &ln);
+}
+
 static void lstm_fwd(const rl_cell_step *s) {
     const void *const *peep = peepholes(s->opt, s->p);
     if (s->opt[OPT_LAYER_NORM] != 0) {
-        const void *const *g = ln_params(s->l, s->p);
-        if (s->dt == RL_FLOAT32) {
-            rl_lstm_ln_f32 ln = LN_VIEW(rl_lstm_ln_f32, s->fb, g);
-            rl_lstm_ln_cpu_fwd_f32(s->n, s->H, s->t, s->len, s->g, s->p[P_B], s->prev[1],
-                                   s->prev[0], s->cur[1], s->cur[0], s->out, &ln);
-        } else {
-            rl_lstm_ln_f64 ln = LN_VIEW(rl_lstm_ln_f64, s->fb, g);
-            rl_lstm_ln_cpu_fwd_f64(s->n, s->H, s->t, s->len, s->g, s->p[P_B], s->prev[1],
-                                   s->prev[0], s->cur[1], s->cur[0], s->out, &ln);
-        }
+        lstm_ln(s, false);
         return;
     }
     if (s->dt == RL_FLOAT32) {
@@ -116,16 +130,7 @@ static void lstm_fwd(const rl_cell_step *s) {
 static void lstm_bwd(const rl_cell_step *s) {
     const void *const *peep = peepholes(s->opt, s->p);
     if (s->opt[OPT_LAYER_NORM] != 0) {
-        const void *const *g = ln_params(s->l, s->p);
-        if (s->dt == RL_FLOAT32) {
-            rl_lstm_ln_f32 ln = LN_VIEW(rl_lstm_ln_f32, s->fb, g);
-            rl_lstm_ln_cpu_bwd_f32(s->n, s->H, s->t, s->len, s->g, s->prev[1], s->cur[1], s->dout,
-                                   s->dout_ld, s->dstate[0], s->dstate[1], &ln);
-        } else {
-            rl_lstm_ln_f64 ln = LN_VIEW(rl_lstm_ln_f64, s->fb, g);
-            rl_lstm_ln_cpu_bwd_f64(s->n, s->H, s->t, s->len, s->g, s->prev[1], s->cur[1], s->dout,
-                                   s->dout_ld, s->dstate[0], s->dstate[1], &ln);
-        }
+        lstm_ln(s, true);
         return;
     }
     if (s->dt == RL_FLOAT32) {

@@ -684,21 +684,13 @@ void rl_recurrent_mask_rows(rl_dtype dt, int64_t n, int64_t H, const void *src, 
     if (dt == RL_FLOAT32) {
         const float *restrict a = src, *restrict k = mask;
         float *restrict d = dst;
-        if (accumulate)
-            for (int64_t i = 0; i < m; i++)
-                d[i] += a[i] * k[i];
-        else
-            for (int64_t i = 0; i < m; i++)
-                d[i] = a[i] * k[i];
+        for (int64_t i = 0; i < m; i++)
+            d[i] = accumulate ? d[i] + a[i] * k[i] : a[i] * k[i];
     } else {
         const double *restrict a = src, *restrict k = mask;
         double *restrict d = dst;
-        if (accumulate)
-            for (int64_t i = 0; i < m; i++)
-                d[i] += a[i] * k[i];
-        else
-            for (int64_t i = 0; i < m; i++)
-                d[i] = a[i] * k[i];
+        for (int64_t i = 0; i < m; i++)
+            d[i] = accumulate ? d[i] + a[i] * k[i] : a[i] * k[i];
     }
 }
 
