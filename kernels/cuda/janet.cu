@@ -177,13 +177,10 @@ extern "C" rl_status rl_janet_cuda_backward(void *stream, rl_dtype dt, int64_t T
                                             const void *dout, int64_t dout_ld, void *dh, void *dU,
                                             void *db, void *partial) {
     const char *fn = "rl_janet_cuda_backward";
+    if (!dh || !dU || !db || !partial)
+        return rl_error(RL_EARG, "%s: dh, dU, db and the partial sums' scratch must be given", fn);
     RL_TRY(rl_cuda_check_recurrence(fn, dt, T, B, H, direction, len));
     if (T == 0 || B == 0) return RL_OK;
-    if (!dh || !dU || !db || !partial)
-        return rl_error(RL_EARG,
-                        "%s: dh, dU, db and the partial sums' scratch must be given (T=%lld B=%lld "
-                        "H=%lld)",
-                        fn, (long long)T, (long long)B, (long long)H);
     RL_TRY(rl_cuda_enter(fn, gates));
     if (dt == RL_FLOAT32)
         return backward_loop<float>(
