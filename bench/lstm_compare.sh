@@ -23,6 +23,9 @@
 # The tiny-batch configs (tiny1, tiny3: training at batch 1 and 3; utt768, utt512: one
 # utterance's forward at batch 1) are run only when named.
 # PyTorch comes from bench/torch_env.sh; without it the PyTorch columns say "n/a".
+# With chime among the configs the same rounds also time LSTMP on its shapes (n_out = 1024,
+# n_proj = 256 in every layer against nn.LSTM's proj_size = 256), for a second table: LSTMP
+# against PyTorch's and against the plain 512 LSTM of the first, all in the same run.
 set -u
 build=${1:-build}
 shift || true
@@ -73,6 +76,10 @@ for ((r = 0; r < rounds; r++)); do
                 measure "rl/$c/$p" "$bin" bench/lstm_step.lua "$c" "$secs" cpu "$p"
             fi
         done
+        [ "$c" = chime ] || continue
+        measure rl/lstmp "$bin" bench/lstm_step.lua chime "$secs" cpu fp32 "n_out=1024,n_proj=256"
+        [ -n "$py" ] && measure pt/lstmp "$py" bench/torch_lstm.py chime "$secs" cpu fp32 \
+            "hidden=1024,proj=256"
     done
 done
 
@@ -124,6 +131,24 @@ for c in "${configs[@]}"; do
     done
 done
 echo
+if [ -n "${ms[rl/lstmp]:-}" ]; then
+    a=$(echo "${ms[rl/lstmp]}" | median)
+    b=$(echo "${ms[pt/lstmp]:-}" | median)
+    p=$(echo "${ms[rl/chime/fp32]:-}" | median)
+    echo "### LSTMP (n_proj) on the chime shapes: rnnlua vs PyTorch's proj_size, and vs the plain LSTM"
+    echo
+    echo '3 bidirectional layers of LSTMP 1024 -> 256 (rnnlua `n_out = 1024, n_proj = 256`,' \
+        'PyTorch `nn.LSTM(hidden_size=1024, proj_size=256)`), input 45, T 250, B 16, 1501' \
+        'classes, measured in the same rounds as the table above.'
+    echo
+    awk -v a="$a" -v b="$b" -v p="$p" 'function f(x) { return x == "n/a" ? x : sprintf("%.1f", x) }
+        function r(x, y) { return (x == "n/a" || y == "n/a") ? "n/a" : sprintf("%.2fx", x / y) }
+        BEGIN {
+            print "| model | rnnlua ms | PyTorch ms | rnnlua speed / PyTorch | LSTMP speed / plain 512 (rnnlua) |"
+            print "|---|---:|---:|---:|---:|"
+            printf "| LSTMP 1024 -> 256 | %s | %s | %s | %s |\n", f(a), f(b), r(b, a), r(p, a) }'
+    echo
+fi
 [ -n "$py" ] || echo "PyTorch: bench/torch_env.sh could not set up a current PyTorch (no PyPI?)."
 if [ -n "$py" ]; then # the instruction set PyTorch's oneDNN (its LSTM products) ran with
     isa=$(env "${envs[@]}" ONEDNN_VERBOSE=1 timeout 120 "$py" -c 'import torch

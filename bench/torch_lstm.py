@@ -4,11 +4,13 @@ A step is zero_grad + forward + backward (no optimizer update) of an nn.LSTM sta
 (bidirectional where the config says so), a Linear output layer and CrossEntropy (summed),
 float32 on the CPU, torch.set_num_threads(2), or on DEVICE ("cuda": cuDNN's LSTM, the device kit's
 comparison; a step then ends with torch.cuda.synchronize()).
-Usage: PYTHON bench/torch_lstm.py CONFIG [SECONDS] [DEVICE] [PRECISION]
+Usage: PYTHON bench/torch_lstm.py CONFIG [SECONDS] [DEVICE] [PRECISION] [OPTIONS]
 with the python of bench/torch_env.sh (a current PyTorch) or any other that imports torch.
 PRECISION "bf16" runs the model under torch.autocast(dtype=torch.bfloat16) (float32 weights,
 bf16 products), as lstm_step.lua's precision "bf16"; a forward-only configuration (utt768,
 utt512) runs under torch.inference_mode().
+OPTIONS: "hidden=H,proj=P" (either may be left out) overrides the config's hidden size and gives
+nn.LSTM proj_size = P (LSTMP), as lstm_step.lua's "n_out=H,n_proj=P".
 Prints "RESULT config ms_per_step peak_rss_kib rss_before_model_kib steps cpu_ms_per_step" as
 lstm_step.lua does, or a SKIP line (exit 0) where torch is not importable.
 """
@@ -55,10 +57,15 @@ def main():
     torch.set_num_threads(2)
     torch.manual_seed(1)
     layers, bidir, inp, hid, classes, T, B, fwd_only = CONFIGS[name]
+    opts = dict(kv.split("=") for kv in sys.argv[5].split(",")) if len(sys.argv) > 5 else {}
+    hid = int(opts.get("hidden", hid))
+    proj = int(opts.get("proj", 0))
     rss0 = status_kib("VmRSS")
     dirs = 2 if bidir else 1
-    lstm = torch.nn.LSTM(inp, hid, num_layers=layers, bidirectional=bidir).to(device)
-    out = torch.nn.Linear(dirs * hid, classes).to(device)
+    lstm = torch.nn.LSTM(inp, hid, num_layers=layers, bidirectional=bidir, proj_size=proj)
+    lstm = lstm.to(device)
+    width = proj if proj else hid  # of each direction's output
+    out = torch.nn.Linear(dirs * width, classes).to(device)
     params = list(lstm.parameters()) + list(out.parameters())
     x = torch.randn(T, B, inp).to(device)
     y = torch.tensor([(i * 2654435761) % classes for i in range(T * B)]).to(device)
@@ -74,14 +81,14 @@ def main():
         if fwd_only:
             with torch.inference_mode(), amp():
                 h, _ = lstm(x)
-                out(h.reshape(T * B, dirs * hid))
+                out(h.reshape(T * B, dirs * width))
             sync()
             return
         for p in params:
             p.grad = None
         with amp():
             h, _ = lstm(x)
-            loss = ce(out(h.reshape(T * B, dirs * hid)), y)
+            loss = ce(out(h.reshape(T * B, dirs * width)), y)
         loss.backward()
         sync()
 

@@ -32,7 +32,8 @@
  *   ar = LN(x W_r) g_xr + b_r + LN(h U_r) g_hr + b_hr (az alike),
  *   n = tanh(LN(x W_n) g_xn + b_n + r (LN(h U_n) g_hn + b_hn)); the recurrent product goes to its
  *   own buffer (the driver's rec_apart), a normalisation pass runs before the fused forward and
- *   after the fused backward; CPU only, not with impl = "cudnn".
+ *   after the fused backward (kernels/gru_ln_row.h, on CUDA one thread per row inside the
+ *   launchers); not with impl = "cudnn".
  *
  * The layer is a cell of the recurrent driver (layers/recurrent.h), which owns the time loop, the
  * products, the buffers, the threads, the shared options, the devices and the cuDNN path
@@ -130,18 +131,31 @@ static void gru_sums(const rl_cell_sums *s) {
 #ifdef RL_WITH_CUDA
 #include "../kernels/cuda/gru_cuda.h"
 
-static rl_status gru_cuda_fwd(const rl_cell_pass *p) {
-    return rl_gru_cuda_forward(p->stream, p->dt, p->T, p->B, p->H, p->direction, p->len, p->gates,
-                               p->U, p->p[P_B], p->p[P_BH], p->seq[0], p->out);
+/* layer_norm's buffers, gains and (backward) their gradients in the kernels' terms, or NULL. */
+static const rl_gru_cuda_ln *cuda_ln(const rl_cell_pass *p, rl_gru_cuda_ln *ln) {
+    if (p->opt[OPT_LAYER_NORM] == 0) return NULL;
+    void *const *d = p->dp;
+    *ln = (rl_gru_cuda_ln){p->fb[F_XH], p->fb[F_HH],        p->fb[F_RS],
+                           p->fb[F_DG], p->fb[F_DZH],       p->p[P_GX],
+                           p->p[P_GH],  d ? d[P_GX] : NULL, d ? d[P_GH] : NULL};
+    return ln;
 }
 
-/* Also makes dU, db and db_h (their partial sums in p->red). */
+static rl_status gru_cuda_fwd(const rl_cell_pass *p) {
+    rl_gru_cuda_ln ln;
+    return rl_gru_cuda_forward(p->stream, p->dt, p->T, p->B, p->H, p->direction, p->len, p->gates,
+                               p->U, p->p[P_B], p->p[P_BH], p->seq[0], p->out, cuda_ln(p, &ln));
+}
+
+/* Also makes dU, db and db_h (their partial sums in p->red), with layer_norm the gains'
+ * gradients. */
 static rl_status gru_cuda_bwd(const rl_cell_pass *p) {
     int64_t rshape[2] = {RL_GRU_CUDA_CHUNKS, 4 * p->H};
     RL_TRY(rl_buffer_ensure_synced(p->red, p->dt, p->dev, 2, rshape));
+    rl_gru_cuda_ln ln;
     return rl_gru_cuda_backward(p->stream, p->dt, p->T, p->B, p->H, p->direction, p->len, p->gates,
                                 p->U, p->seq[0], p->dout, p->dout_ld, p->dstate[0], p->dU,
-                                p->dp[P_B], p->dp[P_BH], rl_tensor_data(p->red));
+                                p->dp[P_B], p->dp[P_BH], rl_tensor_data(p->red), cuda_ln(p, &ln));
 }
 #endif
 
@@ -164,7 +178,7 @@ static rl_status gru_create(rl_layer *l, const rl_options *o, bool cudnn) {
     RL_TRY(rl_layer_add_param(l, "g_h", 1, bs, RL_INIT_CONSTANT, 1.0, 0, 0, NULL));
     const int64_t cols[N_FRAME] = {3 * H, 3 * H, 3 * H, 6, 4 * H};
     r->cell_opt[OPT_LAYER_NORM] = 1;
-    rl_recurrent_rec_apart(r, "layer_norm", N_FRAME, cols);
+    rl_recurrent_rec_apart(r, NULL, N_FRAME, cols); /* the CUDA launchers take it */
     return RL_OK;
 }
 

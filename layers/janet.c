@@ -25,9 +25,11 @@
  *
  * Buffers: the gates buffer (T, B, 3H) holds, per row, [s | a] on entry of a step (input
  * projection plus recurrent product, no bias), then the activations [f | c~ | i] for backward,
- * which overwrites them with [ds | da | 0]. The pointwise passes below run on the CPU at the
- * build's level (float32 and float64) from the shared formulas of kernels/pointwise.h; the cell
- * has no CUDA launchers, so on CUDA tensors forward stops with an error naming the layer.
+ * which overwrites them with [ds | da | 0]. The formulas are kernels/janet_cell.h's, one
+ * definition for the CPU's fused passes (kernels/janet.h, float32 at every CPU level, and
+ * float64) and the CUDA kernels (kernels/cuda/janet_cuda.h, whose launchers run one direction's
+ * whole recurrence: zoneout, rec_dropout and weight_dropout stay CPU-only there, as for every
+ * cell).
  */
 #include <stdbool.h>
 
@@ -35,92 +37,55 @@
 #include "layers.h"
 #include "recurrent.h"
 
-#include "../kernels/pointwise.h"
+#include "../kernels/janet.h"
 
 enum { P_W, P_U, P_B };
 enum { OPT_BETA };
 
-/* Element i of a float32 or float64 row. */
-static inline double get(const void *p, int64_t i, bool f32) {
-    return f32 ? (double)((const float *)p)[i] : ((const double *)p)[i];
-}
-
-static inline void put(void *p, int64_t i, double v, bool f32) {
-    if (f32)
-        ((float *)p)[i] = (float)v;
-    else
-        ((double *)p)[i] = v;
-}
-
 static void janet_fwd(const rl_cell_step *s) {
-    bool f32 = s->dt == RL_FLOAT32;
-    int64_t H = s->H;
     double beta = s->opt[OPT_BETA];
-    for (int64_t b = 0; b < s->n; b++) {
-        int64_t r = b * H, gr = b * 3 * H;
-        bool valid = s->t < s->len[b];
-        for (int64_t j = 0; j < H; j++) {
-            double hp = get(s->prev[0], r + j, f32);
-            if (!valid) {
-                put(s->cur[0], r + j, hp, f32);
-                put(s->out, r + j, 0.0, f32);
-                continue;
-            }
-            double sf = get(s->g, gr + j, f32) + get(s->p[P_B], j, f32);
-            double a = get(s->g, gr + H + j, f32) + get(s->p[P_B], H + j, f32);
-            double f = rl_sigmoid(sf), i = 1.0 - rl_sigmoid(sf - beta), c = tanh(a);
-            double h = f * hp + i * c;
-            if (s->zo[0]) h = rl_zoneout(get(s->zo[0], r + j, f32), hp, h);
-            put(s->g, gr + j, f, f32);
-            put(s->g, gr + H + j, c, f32);
-            put(s->g, gr + 2 * H + j, i, f32);
-            put(s->cur[0], r + j, h, f32);
-            put(s->out, r + j, h, f32);
-        }
-    }
+    if (s->dt == RL_FLOAT32)
+        rl_janet_cpu_fwd_f32(s->n, s->H, s->t, s->len, s->g, s->p[P_B], (float)beta, s->prev[0],
+                             s->cur[0], s->out, s->zo[0]);
+    else
+        rl_janet_cpu_fwd_f64(s->n, s->H, s->t, s->len, s->g, s->p[P_B], beta, s->prev[0], s->cur[0],
+                             s->out, s->zo[0]);
 }
 
 static void janet_bwd(const rl_cell_step *s) {
-    bool f32 = s->dt == RL_FLOAT32;
-    int64_t H = s->H;
-    for (int64_t b = 0; b < s->n; b++) {
-        int64_t r = b * H, gr = b * 3 * H;
-        bool valid = s->t < s->len[b];
-        for (int64_t j = 0; j < H; j++) {
-            if (!valid) { /* dZ = 0; the state's gradient passes through */
-                for (int q = 0; q < 3; q++)
-                    put(s->g, gr + q * H + j, 0.0, f32);
-                continue;
-            }
-            double dh = get(s->dstate[0], r + j, f32);
-            if (s->dout) dh += get(s->dout, b * s->dout_ld + j, f32);
-            double direct = 0.0;
-            if (s->zo[0]) { /* h = m h_prev + (1 - m) h~ */
-                double m = get(s->zo[0], r + j, f32);
-                direct = m * dh;
-                dh *= 1.0 - m;
-            }
-            double hp = get(s->prev[0], r + j, f32), f = get(s->g, gr + j, f32);
-            double c = get(s->g, gr + H + j, f32), i = get(s->g, gr + 2 * H + j, f32);
-            put(s->g, gr + j, dh * (hp * rl_dsigmoid(f) - c * rl_dsigmoid(i)), f32);
-            put(s->g, gr + H + j, dh * i * rl_dtanh(c), f32);
-            put(s->g, gr + 2 * H + j, 0.0, f32);
-            put(s->dstate[0], r + j, direct + dh * f, f32);
-        }
-    }
+    if (s->dt == RL_FLOAT32)
+        rl_janet_cpu_bwd_f32(s->n, s->H, s->t, s->len, s->g, s->prev[0], s->dout, s->dout_ld,
+                             s->dstate[0], s->zo[0]);
+    else
+        rl_janet_cpu_bwd_f64(s->n, s->H, s->t, s->len, s->g, s->prev[0], s->dout, s->dout_ld,
+                             s->dstate[0], s->zo[0]);
 }
 
 /* db += the column sums of [ds | da] over all frames. */
 static void janet_sums(const rl_cell_sums *s) {
-    bool f32 = s->dt == RL_FLOAT32;
-    int64_t H = s->H;
-    for (int64_t j = 0; j < 2 * H; j++) {
-        double sum = 0.0;
-        for (int64_t row = 0; row < s->rows; row++)
-            sum += get(s->g, row * 3 * H + j, f32);
-        put(s->dp[P_B], j, get(s->dp[P_B], j, f32) + sum, f32);
-    }
+    if (s->dt == RL_FLOAT32)
+        rl_janet_cpu_bias_grads_f32(s->rows, s->H, s->g, s->dp[P_B]);
+    else
+        rl_janet_cpu_bias_grads_f64(s->rows, s->H, s->g, s->dp[P_B]);
 }
+
+#ifdef RL_WITH_CUDA
+#include "../kernels/cuda/janet_cuda.h"
+
+static rl_status janet_cuda_fwd(const rl_cell_pass *p) {
+    return rl_janet_cuda_forward(p->stream, p->dt, p->T, p->B, p->H, p->direction, p->len, p->gates,
+                                 p->U, p->p[P_B], p->opt[OPT_BETA], p->seq[0], p->out);
+}
+
+/* Also makes dU and db (their partial sums in p->red). */
+static rl_status janet_cuda_bwd(const rl_cell_pass *p) {
+    int64_t rshape[2] = {RL_JANET_CUDA_CHUNKS, 3 * p->H};
+    RL_TRY(rl_buffer_ensure_synced(p->red, p->dt, p->dev, 2, rshape));
+    return rl_janet_cuda_backward(p->stream, p->dt, p->T, p->B, p->H, p->direction, p->len,
+                                  p->gates, p->U, p->seq[0], p->dout, p->dout_ld, p->dstate[0],
+                                  p->dU, p->dp[P_B], rl_tensor_data(p->red));
+}
+#endif
 
 /* beta; b after W and U. */
 static rl_status janet_create(rl_layer *l, const rl_options *o, bool cudnn) {
@@ -139,7 +104,8 @@ static const rl_cell janet_cell = {
     .gate_blocks = 3, .rec_gates = 2, .n_in_blocks = 1, .in_blocks = {{0, 0, 2}},
     .n_states = 1, .state_names = {"h"},
     .cudnn = -1,
-    .create = janet_create, .fwd = janet_fwd, .bwd = janet_bwd, .sums = janet_sums};
+    .create = janet_create, .fwd = janet_fwd, .bwd = janet_bwd, .sums = janet_sums,
+    .cuda_fwd = RL_CUDA_FN(janet_cuda_fwd), .cuda_bwd = RL_CUDA_FN(janet_cuda_bwd)};
 /* clang-format on */
 
 rl_status rl_janet_create(rl_layer **out, const char *name, const rl_options *opts, int n_in,

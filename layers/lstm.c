@@ -29,14 +29,16 @@
  *   cell's new cell, m = Bernoulli(z) per unit and step in training, z in evaluation, inside
  *   the fused passes (kernels/lstm.h, rl_lstm_zo_f32);
  *   rec_dropout (training): z_t's product reads h_prev * m_d, m_d (B, P) one per sequence;
- *   n_proj: above, the driver's projected state 0 (layers/recurrent.h); CPU only, not with
- *   zoneout or impl = "cudnn" (errors at creation);
+ *   n_proj: above, the driver's projected state 0 (layers/recurrent.h; on CUDA inside the
+ *   launchers of kernels/cuda/lstm_cuda.h); not with zoneout or impl = "cudnn" (errors at
+ *   creation);
  *   layer_norm (Ba et al. 2016, per gate block; the formulas in kernels/lstm_cell.h):
  *   a_t = LN(x W; g_x) + LN(h_prev U; g_h) + b, the gates of a_t, c_t = f c_prev + i g,
  *   h_t = o tanh(LN(c_t; g_c) + b_c), LN without shift, eps 1e-5, biased variance (PyTorch's
  *   LayerNorm); the carried state is the unnormalised cell. The recurrent product goes to its
  *   own buffer (the driver's rec_apart), the fused passes of kernels/lstm.h (rl_lstm_ln_f32)
- *   keep their per-frame buffers in the driver's frame buffers (F_* below); CPU only, not with
+ *   keep their per-frame buffers in the driver's frame buffers (F_* below); on CUDA the row
+ *   formulas of kernels/lstm_ln_row.h inside the launchers (one thread per row); not with
  *   peepholes, zoneout or impl = "cudnn".
  *
  * The layer is a cell of the recurrent driver (layers/recurrent.h): the time loop, the products,
@@ -83,19 +85,33 @@ static const void *const *ln_params(const rl_layer *l, const void *const *p) {
             (g) ? (g)[0] : NULL, (g) ? (g)[1] : NULL, (g) ? (g)[2] : NULL, (g) ? (g)[3] : NULL     \
     }
 
+/* layer_norm's pass of a step (kernels/lstm.h), forward or backward. */
+static void lstm_ln(const rl_cell_step *s, bool backward) {
+    const void *const *g = ln_params(s->l, s->p);
+    const void *cp = s->prev[1], *c = s->cur[1];
+    if (s->dt == RL_FLOAT32) {
+        rl_lstm_ln_f32 ln = LN_VIEW(rl_lstm_ln_f32, s->fb, g);
+        if (backward)
+            rl_lstm_ln_cpu_bwd_f32(s->n, s->H, s->t, s->len, s->g, cp, c, s->dout, s->dout_ld,
+                                   s->dstate[0], s->dstate[1], &ln);
+        else
+            rl_lstm_ln_cpu_fwd_f32(s->n, s->H, s->t, s->len, s->g, s->p[P_B], cp, s->prev[0],
+                                   s->cur[1], s->cur[0], s->out, &ln);
+        return;
+    }
+    rl_lstm_ln_f64 ln = LN_VIEW(rl_lstm_ln_f64, s->fb, g);
+    if (backward)
+        rl_lstm_ln_cpu_bwd_f64(s->n, s->H, s->t, s->len, s->g, cp, c, s->dout, s->dout_ld,
+                               s->dstate[0], s->dstate[1], &ln);
+    else
+        rl_lstm_ln_cpu_fwd_f64(s->n, s->H, s->t, s->len, s->g, s->p[P_B], cp, s->prev[0], s->cur[1],
+                               s->cur[0], s->out, &ln);
+}
+
 static void lstm_fwd(const rl_cell_step *s) {
     const void *const *peep = peepholes(s->opt, s->p);
     if (s->opt[OPT_LAYER_NORM] != 0) {
-        const void *const *g = ln_params(s->l, s->p);
-        if (s->dt == RL_FLOAT32) {
-            rl_lstm_ln_f32 ln = LN_VIEW(rl_lstm_ln_f32, s->fb, g);
-            rl_lstm_ln_cpu_fwd_f32(s->n, s->H, s->t, s->len, s->g, s->p[P_B], s->prev[1],
-                                   s->prev[0], s->cur[1], s->cur[0], s->out, &ln);
-        } else {
-            rl_lstm_ln_f64 ln = LN_VIEW(rl_lstm_ln_f64, s->fb, g);
-            rl_lstm_ln_cpu_fwd_f64(s->n, s->H, s->t, s->len, s->g, s->p[P_B], s->prev[1],
-                                   s->prev[0], s->cur[1], s->cur[0], s->out, &ln);
-        }
+        lstm_ln(s, false);
         return;
     }
     if (s->dt == RL_FLOAT32) {
@@ -114,16 +130,7 @@ static void lstm_fwd(const rl_cell_step *s) {
 static void lstm_bwd(const rl_cell_step *s) {
     const void *const *peep = peepholes(s->opt, s->p);
     if (s->opt[OPT_LAYER_NORM] != 0) {
-        const void *const *g = ln_params(s->l, s->p);
-        if (s->dt == RL_FLOAT32) {
-            rl_lstm_ln_f32 ln = LN_VIEW(rl_lstm_ln_f32, s->fb, g);
-            rl_lstm_ln_cpu_bwd_f32(s->n, s->H, s->t, s->len, s->g, s->prev[1], s->cur[1], s->dout,
-                                   s->dout_ld, s->dstate[0], s->dstate[1], &ln);
-        } else {
-            rl_lstm_ln_f64 ln = LN_VIEW(rl_lstm_ln_f64, s->fb, g);
-            rl_lstm_ln_cpu_bwd_f64(s->n, s->H, s->t, s->len, s->g, s->prev[1], s->cur[1], s->dout,
-                                   s->dout_ld, s->dstate[0], s->dstate[1], &ln);
-        }
+        lstm_ln(s, true);
         return;
     }
     if (s->dt == RL_FLOAT32) {
@@ -168,21 +175,44 @@ static void lstm_sums(const rl_cell_sums *s) {
 #ifdef RL_WITH_CUDA
 #include "../kernels/cuda/lstm_cuda.h"
 
-static rl_status lstm_cuda_fwd(const rl_cell_pass *p) {
-    return rl_lstm_cuda_forward(p->stream, p->dt, p->T, p->B, p->H, p->direction, p->len, p->gates,
-                                p->U, p->p[P_B], peepholes(p->opt, p->p), p->seq[0], p->seq[1],
-                                p->out);
+/* n_proj's buffers in the kernels' terms, or NULL without it. */
+static const rl_lstm_cuda_proj *cuda_proj(const rl_cell_pass *p, rl_lstm_cuda_proj *pj) {
+    if (!p->R) return NULL;
+    *pj = (rl_lstm_cuda_proj){p->P, p->R, p->ms, p->mscr, p->drs, p->dm, p->dR};
+    return pj;
 }
 
-/* Also makes dU, db and the peephole gradients (their partial sums in p->red). */
+/* layer_norm's buffers, gains and (backward) their gradients in the kernels' terms, or NULL. */
+static const rl_lstm_cuda_ln *cuda_ln(const rl_cell_pass *p, rl_lstm_cuda_ln *ln) {
+    if (p->opt[OPT_LAYER_NORM] == 0) return NULL;
+    const void *const *g = ln_params(p->l, p->p);
+    void *const *d = p->dp ? p->dp + p->l->n_params - 4 : (void *const[4]){NULL, NULL, NULL, NULL};
+    *ln = (rl_lstm_cuda_ln){p->fb[F_XH],  p->fb[F_HH], p->fb[F_CN], p->fb[F_RS], p->fb[F_DG],
+                            p->fb[F_DZH], p->fb[F_DU], g[0],        g[1],        g[2],
+                            g[3],         d[0],        d[1],        d[2],        d[3]};
+    return ln;
+}
+
+static rl_status lstm_cuda_fwd(const rl_cell_pass *p) {
+    rl_lstm_cuda_proj pj;
+    rl_lstm_cuda_ln ln;
+    return rl_lstm_cuda_forward(p->stream, p->dt, p->T, p->B, p->H, p->direction, p->len, p->gates,
+                                p->U, p->p[P_B], peepholes(p->opt, p->p), p->seq[0], p->seq[1],
+                                p->out, cuda_proj(p, &pj), cuda_ln(p, &ln));
+}
+
+/* Also makes dU, db, the peephole gradients (their partial sums in p->red), with n_proj dR and
+ * with layer_norm the gains' and b_c's gradients. */
 static rl_status lstm_cuda_bwd(const rl_cell_pass *p) {
     int64_t rshape[2] = {RL_LSTM_CUDA_CHUNKS, 7 * p->H};
     RL_TRY(rl_buffer_ensure_synced(p->red, p->dt, p->dev, 2, rshape));
     void *const *dpeep = p->opt[OPT_PEEPHOLES] != 0 ? p->dp + P_PI : NULL;
+    rl_lstm_cuda_proj pj;
+    rl_lstm_cuda_ln ln;
     return rl_lstm_cuda_backward(p->stream, p->dt, p->T, p->B, p->H, p->direction, p->len, p->gates,
                                  p->U, peepholes(p->opt, p->p), p->seq[0], p->seq[1], p->dout,
                                  p->dout_ld, p->dstate[0], p->dstate[1], p->dU, p->dp[P_B], dpeep,
-                                 rl_tensor_data(p->red));
+                                 rl_tensor_data(p->red), cuda_proj(p, &pj), cuda_ln(p, &ln));
 }
 #endif
 
@@ -225,7 +255,7 @@ static rl_status lstm_create(rl_layer *l, const rl_options *o, bool cudnn) {
                                   k < 3 ? 1.0 : 0.0, 0, 0, NULL));
     }
     const int64_t cols[N_FRAME] = {4 * H, 4 * H, 4 * H, H, 9, 4 * H, H};
-    rl_recurrent_rec_apart(r, "layer_norm", N_FRAME, cols);
+    rl_recurrent_rec_apart(r, NULL, N_FRAME, cols); /* the CUDA launchers take it */
     return RL_OK;
 }
 

@@ -1163,6 +1163,14 @@ static rl_cell_pass cuda_pass(const rl_layer *l, rl_recurrent *r, rl_dtype dt, r
                        .p = p};
     for (int i = 0; i < r->n_states; i++)
         ps.seq[i] = rl_tensor_data(&r->seqs[i]);
+    for (int k = 0; k < r->n_frame; k++)
+        ps.fb[k] = rl_tensor_data(&r->frame[k]);
+    ps.P = l->n_out;
+    if (r->p_proj) {
+        ps.R = p[r->p_proj];
+        ps.ms = rl_tensor_data(&r->ms);
+        ps.mscr = rl_tensor_data(&r->mscr);
+    }
     return ps;
 }
 
@@ -1179,7 +1187,6 @@ rl_status rl_recurrent_forward(rl_layer *l, rl_layer_io *io) {
     if (zo) RL_TRY(rl_recurrent_cpu_only(r, l, dev, "zoneout"));
     if (r->rd > 0) RL_TRY(rl_recurrent_cpu_only(r, l, dev, "rec_dropout"));
     if (r->wd > 0) RL_TRY(rl_recurrent_cpu_only(r, l, dev, "weight_dropout"));
-    if (r->p_proj) RL_TRY(rl_recurrent_cpu_only(r, l, dev, "n_proj"));
     if (r->cpu_only) RL_TRY(rl_recurrent_cpu_only(r, l, dev, r->cpu_only));
     r->ran_cudnn =
         r->cudnn && dev.type == RL_CUDA && (!c->cudnn_fallback || rl_rnn_cudnn_serves(r, l));
@@ -1426,6 +1433,11 @@ rl_status rl_recurrent_backward(rl_layer *l, rl_layer_io *io, const rl_tensor *g
         ps.red = &r->red;
         for (int i = 0; i < r->n_states; i++)
             ps.dstate[i] = rl_tensor_data(&r->dstates[i]);
+        if (r->p_proj) {
+            ps.drs = rl_tensor_data(&r->drs);
+            ps.dm = rl_tensor_data(&r->dm);
+            ps.dR = dp[r->p_proj];
+        }
         RL_TRY(c->cuda_bwd(&ps));
     }
 
@@ -1542,9 +1554,9 @@ rl_status rl_recurrent_add_proj(rl_layer *l) {
     return rl_layer_add_param(l, "R", 2, rs, RL_INIT_GLOROT, 1.0, H, P, NULL);
 }
 
-void rl_recurrent_rec_apart(rl_recurrent *r, const char *option, int n, const int64_t *cols) {
+void rl_recurrent_rec_apart(rl_recurrent *r, const char *cpu_only, int n, const int64_t *cols) {
     r->rec_apart = true;
-    r->cpu_only = option;
+    r->cpu_only = cpu_only;
     r->n_frame = n;
     for (int k = 0; k < n; k++)
         r->frame_cols[k] = cols[k];

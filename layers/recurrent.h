@@ -144,6 +144,13 @@ typedef struct rl_cell_pass {
     void *const *dp;
     void *dU;
     rl_tensor *red; /* the layer's scratch for the launcher's partial sums, sized by it */
+    /* n_proj (a cell with .proj; R NULL: none): P, seq[0], out, dout, dstate[0] and U's rows are
+     * P wide, and the cell's own state 0 is m: R (H, P), ms (T+1, B, H), forward's mscr (B, H),
+     * backward's drs (T, B, P), dm (B, H) and dR, R's gradient (rl_recurrent's fields) */
+    int64_t P;
+    const void *R;
+    void *ms, *mscr, *drs, *dm, *dR;
+    void *fb[RL_CELL_MAX_FRAME]; /* the cell's frame buffers over all frames (rl_recurrent.frame) */
 } rl_cell_pass;
 
 typedef struct {
@@ -290,10 +297,12 @@ typedef struct rl_recurrent {
     rl_tensor frame[RL_CELL_MAX_FRAME];
 } rl_recurrent;
 
-/* For a cell's create when its option `option` (CPU only) normalises the recurrent part apart:
- * sets rec_apart, cpu_only and the n <= RL_CELL_MAX_FRAME frame buffers of cols[k] columns, the
- * first two (T, B, rec_gates H) each (rl_recurrent.frame). */
-void rl_recurrent_rec_apart(rl_recurrent *r, const char *option, int n, const int64_t *cols);
+/* For a cell's create when its option `option` normalises the recurrent part apart: sets
+ * rec_apart and the n <= RL_CELL_MAX_FRAME frame buffers of cols[k] columns, the first two (T, B,
+ * rec_gates H) each (rl_recurrent.frame), and cpu_only = cpu_only (the option's name when the
+ * cell's CUDA launchers do not take it, else NULL). On CUDA the launchers get the frame buffers
+ * (rl_cell_pass.fb) and make dU themselves. */
+void rl_recurrent_rec_apart(rl_recurrent *r, const char *cpu_only, int n, const int64_t *cols);
 
 /* The state ops of every layer built on rl_recurrent (layer.h's rl_state_ops over the fields
  * above); they are also how the functions below recognise such a layer. */

@@ -12,6 +12,7 @@
 
 #include "../gru.h"
 #include "../gru_cell.h"
+#include "../gru_ln_row.h"
 #include "cpu_level.h"
 
 #define RL_INLINE static inline __attribute__((always_inline))
@@ -258,45 +259,14 @@ RL_TARGET_BASE void rl_gru_cpu_bias_grads_f32(int64_t rows, int64_t H, const flo
 #define RL_GRU_LN_CPU(REAL, S)                                                                     \
     void rl_gru_ln_cpu_fwd_##S(int64_t B, int64_t H, int64_t t, const int32_t *len, REAL *g,       \
                                const rl_gru_ln_##S *ln) {                                          \
-        for (int64_t b = 0; b < B; b++) {                                                          \
-            REAL *gr = g + b * 4 * H, *xh = ln->xh + b * 3 * H, *hh = ln->hh + b * 3 * H;          \
-            REAL *rs = ln->rs + b * 6;                                                             \
-            if (t >= len[b]) { /* zeros where backward's sums over all rows read */                \
-                memset(xh, 0, (size_t)(3 * H) * sizeof *xh);                                       \
-                memset(hh, 0, (size_t)(3 * H) * sizeof *hh);                                       \
-                continue;                                                                          \
-            }                                                                                      \
-            for (int k = 0; k < 3; k++) { /* the input part's blocks r, z, n are g's 0, 1, 3 */    \
-                rs[k] = rl_ln_fwd_##S(H, gr + (k < 2 ? k : 3) * H, xh + k * H);                    \
-                rs[3 + k] = rl_ln_fwd_##S(H, hh + k * H, hh + k * H);                              \
-            }                                                                                      \
-            for (int64_t e = 0; e < 2 * H; e++)                                                    \
-                gr[e] = ln->gx[e] * xh[e] + ln->gh[e] * hh[e];                                     \
-            for (int64_t j = 0; j < H; j++) {                                                      \
-                gr[2 * H + j] = ln->gh[2 * H + j] * hh[2 * H + j];                                 \
-                gr[3 * H + j] = ln->gx[2 * H + j] * xh[2 * H + j];                                 \
-            }                                                                                      \
-        }                                                                                          \
+        for (int64_t b = 0; b < B; b++)                                                            \
+            rl_gru_ln_row_fwd_##S(H, b, t < len[b], g, ln);                                        \
     }                                                                                              \
                                                                                                    \
     void rl_gru_ln_cpu_bwd_##S(int64_t B, int64_t H, int64_t t, const int32_t *len, REAL *g,       \
                                const rl_gru_ln_##S *ln) {                                          \
-        for (int64_t b = 0; b < B; b++) {                                                          \
-            REAL *gr = g + b * 4 * H, *dg = ln->dg + b * 4 * H, *dzh = ln->dzh + b * 3 * H;        \
-            if (t >= len[b]) { /* g's row is 0 already */                                          \
-                memset(dg, 0, (size_t)(4 * H) * sizeof *dg);                                       \
-                memset(dzh, 0, (size_t)(3 * H) * sizeof *dzh);                                     \
-                continue;                                                                          \
-            }                                                                                      \
-            const REAL *xh = ln->xh + b * 3 * H, *hh = ln->hh + b * 3 * H, *rs = ln->rs + b * 6;   \
-            memcpy(dg, gr, (size_t)(4 * H) * sizeof *dg);                                          \
-            for (int k = 0; k < 3; k++) {                                                          \
-                int64_t gx = (k < 2 ? k : 3) * H; /* dar, daz, dan: g's blocks 0, 1, 3 */          \
-                rl_ln_bwd_##S(H, xh + k * H, rs[k], dg + gx, ln->gx + k * H, gr + gx);             \
-                rl_ln_bwd_##S(H, hh + k * H, rs[3 + k], dg + k * H, ln->gh + k * H, dzh + k * H);  \
-            }                                                                                      \
-            memset(gr + 2 * H, 0, (size_t)H * sizeof *gr);                                         \
-        }                                                                                          \
+        for (int64_t b = 0; b < B; b++)                                                            \
+            rl_gru_ln_row_bwd_##S(H, b, t < len[b], g, ln);                                        \
     }                                                                                              \
                                                                                                    \
     void rl_gru_ln_cpu_param_grads_##S(int64_t rows, int64_t H, const rl_gru_ln_##S *ln, REAL *db, \

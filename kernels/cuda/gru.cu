@@ -19,6 +19,7 @@
 
 extern "C" {
 #include "../gru_cell.h"
+#include "../gru_ln_row.h"
 #include "gru_cuda.h"
 }
 #include "launch.h"
@@ -165,16 +166,87 @@ rl_status bias_grads(cudaStream_t s, int64_t N, int64_t H, const T *dg, T *parti
                             (long long)N, (long long)H);
 }
 
+/* ---- layer_norm: kernels/gru_ln_row.h per row ---- */
+
+template <typename T> struct LnOf;
+template <> struct LnOf<float> { typedef rl_gru_ln_f32 type; };
+template <> struct LnOf<double> { typedef rl_gru_ln_f64 type; };
+
+template <typename T>
+__device__ __forceinline__ void ln_row(bool backward, int64_t H, int64_t b, bool valid, T *g,
+                                       const typename LnOf<T>::type *ln) {
+    if constexpr (sizeof(T) == sizeof(float)) {
+        if (backward)
+            rl_gru_ln_row_bwd_f32(H, b, valid, g, ln);
+        else
+            rl_gru_ln_row_fwd_f32(H, b, valid, g, ln);
+    } else {
+        if (backward)
+            rl_gru_ln_row_bwd_f64(H, b, valid, g, ln);
+        else
+            rl_gru_ln_row_fwd_f64(H, b, valid, g, ln);
+    }
+}
+
+template <typename T>
+__global__ void k_ln_rows(bool backward, int64_t B, int64_t H, int64_t t,
+                          const int32_t *__restrict__ len, T *g, typename LnOf<T>::type ln) {
+    RL_CUDA_GRID_LOOP(b, B) { ln_row<T>(backward, H, b, t < (int64_t)len[b], g, &ln); }
+}
+
+/* db, dbh, dgx, dgh (3H) += the sums over N rows (rl_gru_ln_cpu_param_grads's): one thread per
+ * column k of the blocks r, z, n, rows in order; g's input-side block of k is dg's 0, 1, 3 and its
+ * recurrent-side one dg's 0, 1, 2. */
+template <typename T>
+__global__ void k_ln_sums(int64_t N, int64_t H, typename LnOf<T>::type ln, T *db, T *dbh, T *dgx,
+                          T *dgh) {
+    RL_CUDA_GRID_LOOP(e, 3 * H) {
+        /* k = 0: the input side (dg's column of e, xh, db, dgx), 1: the recurrent side */
+        int64_t col[2] = {e < 2 * H ? e : e + H, e};
+        const T *nrm[2] = {ln.xh, ln.hh};
+        T *bias[2] = {db, dbh}, *gain[2] = {dgx, dgh};
+        for (int k = 0; k < 2; k++) {
+            T sb = T(0), sg = T(0);
+            for (int64_t r = 0; r < N; r++) {
+                sb += ln.dg[r * 4 * H + col[k]];
+                sg += ln.dg[r * 4 * H + col[k]] * nrm[k][r * 3 * H + e];
+            }
+            bias[k][e] += sb;
+            gain[k][e] += sg;
+        }
+    }
+}
+
+/* The layer_norm buffers' rows of frame t, typed (frame 0: all frames). */
+template <typename T>
+typename LnOf<T>::type ln_frame(const rl_gru_cuda_ln *p, int64_t t, int64_t B, int64_t H) {
+    int64_t r = t * B;
+    return {(T *)p->xh + r * 3 * H, (T *)p->hh + r * 3 * H,  (T *)p->rs + r * 6,
+            (T *)p->dg + r * 4 * H, (T *)p->dzh + r * 3 * H, (const T *)p->gx,
+            (const T *)p->gh};
+}
+
+template <typename T>
+rl_status ln_step(const char *fn, cudaStream_t s, bool backward, int64_t B, int64_t H, int64_t t,
+                  const int32_t *len, T *g, const rl_gru_cuda_ln *ln) {
+    k_ln_rows<T><<<rl_cuda_blocks_for(B), RL_CUDA_THREADS, 0, s>>>(backward, B, H, t, len, g,
+                                                                   ln_frame<T>(ln, t, B, H));
+    return rl_cuda_launched("%s: launching k_ln_rows (B=%lld H=%lld t=%lld)", fn, (long long)B,
+                            (long long)H, (long long)t);
+}
+
 template <typename T>
 rl_status forward_loop(void *stream, int64_t T_, int64_t B, int64_t H, int dir, const int32_t *len,
-                       T *gates, const T *U, const T *b, const T *bh, T *hs, T *out) {
+                       T *gates, const T *U, const T *b, const T *bh, T *hs, T *out,
+                       const rl_gru_cuda_ln *ln) {
     const char *fn = "rl_gru_cuda_forward";
     cudaStream_t s = rl_cuda_stream(stream);
     rl_dtype dt = dtype_of(T(0));
     int64_t BH = B * H;
-    /* the hn block receives the recurrent product alone */
-    cudaError_t e = cudaMemset2DAsync(gates + 2 * H, (size_t)(4 * H) * sizeof(T), 0,
-                                      (size_t)H * sizeof(T), (size_t)(T_ * B), s);
+    /* the hn block receives the recurrent product alone (with layer_norm: its normalised part) */
+    cudaError_t e = ln ? cudaSuccess
+                       : cudaMemset2DAsync(gates + 2 * H, (size_t)(4 * H) * sizeof(T), 0,
+                                           (size_t)H * sizeof(T), (size_t)(T_ * B), s);
     if (e != cudaSuccess)
         return rl_cuda_fail(e, "%s: cudaMemset2DAsync (T=%lld B=%lld H=%lld)", fn, (long long)T_,
                             (long long)B, (long long)H);
@@ -182,8 +254,15 @@ rl_status forward_loop(void *stream, int64_t T_, int64_t B, int64_t H, int dir, 
         int64_t t = dir > 0 ? st : T_ - 1 - st;
         int64_t prev = dir > 0 ? t : t + 1, cur = dir > 0 ? t + 1 : t;
         T *gt = gates + t * B * 4 * H;
-        RL_TRY(rl_cuda_gemm_batched(fn, s, dt, false, false, B, 3 * H, H, 1.0, hs + prev * BH, H, 0,
-                                    U, 3 * H, 0, 1.0, gt, 4 * H, 0, 1));
+        if (ln) { /* the recurrent part apart, then both parts normalised into gt */
+            RL_TRY(rl_cuda_gemm_batched(fn, s, dt, false, false, B, 3 * H, H, 1.0, hs + prev * BH,
+                                        H, 0, U, 3 * H, 0, 0.0, ln_frame<T>(ln, t, B, H).hh, 3 * H,
+                                        0, 1));
+            RL_TRY(ln_step<T>(fn, s, false, B, H, t, len, gt, ln));
+        } else {
+            RL_TRY(rl_cuda_gemm_batched(fn, s, dt, false, false, B, 3 * H, H, 1.0, hs + prev * BH,
+                                        H, 0, U, 3 * H, 0, 1.0, gt, 4 * H, 0, 1));
+        }
         RL_TRY(fwd_step<T>(fn, s, B, H, t, len, gt, b, bh, hs + prev * BH, hs + cur * BH,
                            out + t * BH));
     }
@@ -193,7 +272,7 @@ rl_status forward_loop(void *stream, int64_t T_, int64_t B, int64_t H, int dir, 
 template <typename T>
 rl_status backward_loop(void *stream, int64_t T_, int64_t B, int64_t H, int dir, const int32_t *len,
                         T *gates, const T *U, const T *hs, const T *dout, int64_t dout_ld, T *dh,
-                        T *dU, T *db, T *dbh, T *partial) {
+                        T *dU, T *db, T *dbh, T *partial, const rl_gru_cuda_ln *ln) {
     const char *fn = "rl_gru_cuda_backward";
     cudaStream_t s = rl_cuda_stream(stream);
     rl_dtype dt = dtype_of(T(0));
@@ -204,20 +283,40 @@ rl_status backward_loop(void *stream, int64_t T_, int64_t B, int64_t H, int dir,
         T *gt = gates + t * B * 4 * H;
         RL_TRY(bwd_step<T>(fn, s, B, H, t, len, gt, hs + prev * BH,
                            dout ? dout + t * B * dout_ld : nullptr, dout_ld, dh));
-        /* padded rows of dG_t are 0, so their dh passes through unchanged */
-        RL_TRY(rl_cuda_gemm_batched(fn, s, dt, false, true, B, H, 3 * H, 1.0, gt, 4 * H, 0, U,
-                                    3 * H, 0, 1.0, dh, H, 0, 1));
+        /* padded rows of dG_t are 0, so their dh passes through unchanged; with layer_norm the
+         * product reads the recurrent part's gradients */
+        if (ln) RL_TRY(ln_step<T>(fn, s, true, B, H, t, len, gt, ln));
+        RL_TRY(rl_cuda_gemm_batched(fn, s, dt, false, true, B, H, 3 * H, 1.0,
+                                    ln ? ln_frame<T>(ln, t, B, H).dzh : gt, ln ? 3 * H : 4 * H, 0,
+                                    U, 3 * H, 0, 1.0, dh, H, 0, 1));
     }
     /* the previous states of all frames are rows 0..T-1 (direction 1) or 1..T (-1) */
     const T *hprev = hs + (dir > 0 ? 0 : BH);
-    RL_TRY(rl_cuda_gemm_batched(fn, s, dt, true, false, H, 3 * H, T_ * B, 1.0, hprev, H, 0, gates,
-                                4 * H, 0, 1.0, dU, 3 * H, 0, 1));
-    return bias_grads<T>(s, T_ * B, H, gates, partial, db, dbh);
+    RL_TRY(rl_cuda_gemm_batched(fn, s, dt, true, false, H, 3 * H, T_ * B, 1.0, hprev, H, 0,
+                                ln ? (const T *)ln->dzh : gates, ln ? 3 * H : 4 * H, 0, 1.0, dU,
+                                3 * H, 0, 1));
+    if (!ln) return bias_grads<T>(s, T_ * B, H, gates, partial, db, dbh);
+    k_ln_sums<T><<<rl_cuda_blocks_for(3 * H), RL_CUDA_THREADS, 0, s>>>(
+        T_ * B, H, ln_frame<T>(ln, 0, B, H), db, dbh, (T *)ln->dgx, (T *)ln->dgh);
+    return rl_cuda_launched("%s: launching k_ln_sums (N=%lld H=%lld)", fn, (long long)(T_ * B),
+                            (long long)H);
 }
 
 } // namespace
 
 /* ---- the C API ---- */
+
+/* layer_norm's buffers a forward (or backward) needs. */
+static rl_status check_ln(const char *fn, const rl_gru_cuda_ln *p, bool backward, int64_t T,
+                          int64_t B, int64_t H) {
+    if (!p) return RL_OK;
+    if (!p->xh || !p->hh || !p->rs || !p->gx || !p->gh ||
+        (backward && (!p->dg || !p->dzh || !p->dgx || !p->dgh)))
+        return rl_error(
+            RL_EARG, "%s: layer_norm needs its buffers and gains%s (T=%lld B=%lld H=%lld)", fn,
+            backward ? ", their gradients" : "", (long long)T, (long long)B, (long long)H);
+    return RL_OK;
+}
 
 extern "C" rl_status rl_gru_cuda_fwd_f32(void *stream, int64_t B, int64_t H, int64_t t,
                                          const int32_t *len, float *g, const float *b,
@@ -295,26 +394,29 @@ extern "C" rl_status rl_gru_cuda_zero_padding(void *stream, rl_dtype dt, int64_t
 extern "C" rl_status rl_gru_cuda_forward(void *stream, rl_dtype dt, int64_t T, int64_t B, int64_t H,
                                          int direction, const int32_t *len, void *gates,
                                          const void *U, const void *b, const void *bh, void *hs,
-                                         void *out) {
+                                         void *out, const rl_gru_cuda_ln *ln) {
     const char *fn = "rl_gru_cuda_forward";
     RL_TRY(rl_cuda_check_recurrence(fn, dt, T, B, H, direction, len));
+    RL_TRY(check_ln(fn, ln, false, T, B, H));
     if (T == 0 || B == 0) return RL_OK;
     RL_TRY(rl_cuda_enter(fn, gates));
     if (dt == RL_FLOAT32)
         return forward_loop<float>(stream, T, B, H, direction, len, (float *)gates,
                                    (const float *)U, (const float *)b, (const float *)bh,
-                                   (float *)hs, (float *)out);
+                                   (float *)hs, (float *)out, ln);
     return forward_loop<double>(stream, T, B, H, direction, len, (double *)gates, (const double *)U,
-                                (const double *)b, (const double *)bh, (double *)hs, (double *)out);
+                                (const double *)b, (const double *)bh, (double *)hs, (double *)out,
+                                ln);
 }
 
 extern "C" rl_status rl_gru_cuda_backward(void *stream, rl_dtype dt, int64_t T, int64_t B,
                                           int64_t H, int direction, const int32_t *len, void *gates,
                                           const void *U, const void *hs, const void *dout,
                                           int64_t dout_ld, void *dh, void *dU, void *db, void *dbh,
-                                          void *partial) {
+                                          void *partial, const rl_gru_cuda_ln *ln) {
     const char *fn = "rl_gru_cuda_backward";
     RL_TRY(rl_cuda_check_recurrence(fn, dt, T, B, H, direction, len));
+    RL_TRY(check_ln(fn, ln, true, T, B, H));
     if (T == 0 || B == 0) return RL_OK;
     if (!dU || !db || !dbh || !partial)
         return rl_error(RL_EARG,
@@ -326,9 +428,9 @@ extern "C" rl_status rl_gru_cuda_backward(void *stream, rl_dtype dt, int64_t T, 
         return backward_loop<float>(stream, T, B, H, direction, len, (float *)gates,
                                     (const float *)U, (const float *)hs, (const float *)dout,
                                     dout_ld, (float *)dh, (float *)dU, (float *)db, (float *)dbh,
-                                    (float *)partial);
+                                    (float *)partial, ln);
     return backward_loop<double>(stream, T, B, H, direction, len, (double *)gates,
                                  (const double *)U, (const double *)hs, (const double *)dout,
                                  dout_ld, (double *)dh, (double *)dU, (double *)db, (double *)dbh,
-                                 (double *)partial);
+                                 (double *)partial, ln);
 }

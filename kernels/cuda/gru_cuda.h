@@ -72,13 +72,28 @@ rl_status rl_gru_cuda_zero_padding(void *stream, rl_dtype dt, int64_t T, int64_t
  * Backward per step: the pointwise kernel, then dh += dG_t[:, 0:3H] U^T; after the loop
  * dU += Hprev^T dG[:, 0:3H] as one GEMM over all frames and the bias gradients. Left to the
  * caller: the input projections before forward, dW and dX after backward. */
+/* layer_norm = true (NULL: none): the layer's per-frame buffers over all frames, (T, B, .) each
+ * with the widths of rl_gru_ln_f32 (kernels/gru.h): xh, hh, dzh 3H, dg 4H, rs 6; the gains gx, gh
+ * (3H) and backward's gradients of them (+=). The per-step product then writes the recurrent part
+ * hh_t = h_prev U (normalised apart), and kernels/gru_ln_row.h's normalisation runs per row (one
+ * thread each) before the fused kernel; in backward after it, the per-step product and dU read
+ * the recurrent part's gradients dzh, and db, dbh, dgx, dgh are column sums over all frames (one
+ * thread per column, rows in order: deterministic) instead of the chunked bias sums. */
+typedef struct {
+    void *xh, *hh, *rs, *dg, *dzh;
+    const void *gx, *gh;
+    void *dgx, *dgh;
+} rl_gru_cuda_ln;
+
 rl_status rl_gru_cuda_forward(void *stream, rl_dtype dt, int64_t T, int64_t B, int64_t H,
                               int direction, const int32_t *len, void *gates, const void *U,
-                              const void *b, const void *bh, void *hs, void *out);
+                              const void *b, const void *bh, void *hs, void *out,
+                              const rl_gru_cuda_ln *ln);
 rl_status rl_gru_cuda_backward(void *stream, rl_dtype dt, int64_t T, int64_t B, int64_t H,
                                int direction, const int32_t *len, void *gates, const void *U,
                                const void *hs, const void *dout, int64_t dout_ld, void *dh,
-                               void *dU, void *db, void *dbh, void *partial);
+                               void *dU, void *db, void *dbh, void *partial,
+                               const rl_gru_cuda_ln *ln);
 
 #ifdef __cplusplus
 }

@@ -25,6 +25,7 @@
 
 extern "C" {
 #include "../lstm_cell.h"
+#include "../lstm_ln_row.h"
 #include "lstm_cuda.h"
 }
 #include "launch.h"
@@ -320,20 +321,163 @@ rl_status param_grads(cudaStream_t s, int64_t N, int64_t H, const T *dz, const T
 
 /* ---- whole recurrences ---- */
 
+/* n_proj, forward: after h_t = m_t R, a padded row carries h_prev and outputs 0, a valid one
+ * outputs h_t (rows of P). */
+template <typename T>
+__global__ void k_proj_rows(int64_t B, int64_t P, int64_t t, const int32_t *__restrict__ len,
+                            const T *__restrict__ hp, T *__restrict__ h, T *__restrict__ out) {
+    RL_CUDA_GRID_LOOP(e, B * P) {
+        bool valid = t < (int64_t)len[e / P];
+        if (!valid) h[e] = hp[e];
+        out[e] = valid ? h[e] : T(0);
+    }
+}
+
+/* n_proj, backward: drs = dh + dout and dh = 0 on valid rows; drs = 0 on padded ones, whose dh
+ * passes through (rows of P). */
+template <typename T>
+__global__ void k_unproj_rows(int64_t B, int64_t P, int64_t t, const int32_t *__restrict__ len,
+                              T *__restrict__ dh, const T *__restrict__ dout, int64_t dout_ld,
+                              T *__restrict__ drs) {
+    RL_CUDA_GRID_LOOP(e, B * P) {
+        int64_t i = e / P;
+        if (t >= (int64_t)len[i]) {
+            drs[e] = T(0);
+            continue;
+        }
+        drs[e] = dh[e] + (dout ? dout[i * dout_ld + e - i * P] : T(0));
+        dh[e] = T(0);
+    }
+}
+
+/* The projection's buffers typed (all NULL, P = H: none). */
+template <typename T> struct Proj {
+    int64_t P;
+    const T *R;
+    T *ms, *mscr, *drs, *dm, *dR;
+};
+
+template <typename T> Proj<T> proj_of(const rl_lstm_cuda_proj *p, int64_t H) {
+    if (!p) return Proj<T>{H, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr};
+    return Proj<T>{p->P,        (const T *)p->R, (T *)p->ms, (T *)p->mscr,
+                   (T *)p->drs, (T *)p->dm,      (T *)p->dR};
+}
+
+/* ---- layer_norm: kernels/lstm_ln_row.h per row ---- */
+
+template <typename T> struct LnOf;
+template <> struct LnOf<float> { typedef rl_lstm_ln_f32 type; };
+template <> struct LnOf<double> { typedef rl_lstm_ln_f64 type; };
+
+template <typename T>
+__device__ __forceinline__ void ln_row_fwd(int64_t H, int64_t b, bool valid, T *z, const T *bias,
+                                           const T *cp, const T *hp, T *c, T *h, T *out,
+                                           const typename LnOf<T>::type *ln) {
+    if constexpr (sizeof(T) == sizeof(float))
+        rl_lstm_ln_row_fwd_f32(H, b, valid, z, bias, cp, hp, c, h, out, ln);
+    else
+        rl_lstm_ln_row_fwd_f64(H, b, valid, z, bias, cp, hp, c, h, out, ln);
+}
+template <typename T>
+__device__ __forceinline__ void ln_row_bwd(int64_t H, int64_t b, bool valid, T *z, const T *cp,
+                                           const T *c, const T *dout, T *dh, T *dc,
+                                           const typename LnOf<T>::type *ln) {
+    if constexpr (sizeof(T) == sizeof(float))
+        rl_lstm_ln_row_bwd_f32(H, b, valid, z, cp, c, dout, dh, dc, ln);
+    else
+        rl_lstm_ln_row_bwd_f64(H, b, valid, z, cp, c, dout, dh, dc, ln);
+}
+
+template <typename T>
+__global__ void k_ln_fwd(int64_t B, int64_t H, int64_t t, const int32_t *__restrict__ len, T *z,
+                         const T *bias, const T *cp, const T *hp, T *c, T *h, T *out,
+                         typename LnOf<T>::type ln) {
+    RL_CUDA_GRID_LOOP(b, B) {
+        ln_row_fwd<T>(H, b, t < (int64_t)len[b], z, bias, cp, hp, c, h, out, &ln);
+    }
+}
+
+template <typename T>
+__global__ void k_ln_bwd(int64_t B, int64_t H, int64_t t, const int32_t *__restrict__ len, T *z,
+                         const T *cp, const T *c, const T *dout, int64_t dout_ld, T *dh, T *dc,
+                         typename LnOf<T>::type ln) {
+    RL_CUDA_GRID_LOOP(b, B) {
+        ln_row_bwd<T>(H, b, t < (int64_t)len[b], z, cp, c, dout ? dout + b * dout_ld : nullptr, dh,
+                      dc, &ln);
+    }
+}
+
+/* db, dgx, dgh (4H) and dgc, dbc (H) += the sums over N rows (kernels/lstm.h's
+ * rl_lstm_ln_cpu_param_grads): one thread per column, rows in order. */
+template <typename T>
+__global__ void k_ln_sums(int64_t N, int64_t H, typename LnOf<T>::type ln, T *db, T *dgx, T *dgh,
+                          T *dgc, T *dbc) {
+    RL_CUDA_GRID_LOOP(e, 5 * H) {
+        T s0 = T(0), s1 = T(0), s2 = T(0);
+        if (e < 4 * H) {
+            for (int64_t r = 0; r < N; r++) {
+                T d = ln.dg[r * 4 * H + e];
+                s0 += d;
+                s1 += d * ln.xh[r * 4 * H + e];
+                s2 += d * ln.hh[r * 4 * H + e];
+            }
+            db[e] += s0;
+            dgx[e] += s1;
+            dgh[e] += s2;
+        } else {
+            int64_t j = e - 4 * H;
+            for (int64_t r = 0; r < N; r++) {
+                s0 += ln.du[r * H + j] * ln.cn[r * H + j];
+                s1 += ln.du[r * H + j];
+            }
+            dgc[j] += s0;
+            dbc[j] += s1;
+        }
+    }
+}
+
+/* The layer_norm buffers' rows of frame t, typed (frame 0: all frames). */
+template <typename T>
+typename LnOf<T>::type ln_frame(const rl_lstm_cuda_ln *p, int64_t t, int64_t B, int64_t H) {
+    int64_t r = t * B;
+    return {(T *)p->xh + r * 4 * H, (T *)p->hh + r * 4 * H,  (T *)p->cn + r * H, (T *)p->rs + r * 9,
+            (T *)p->dg + r * 4 * H, (T *)p->dzh + r * 4 * H, (T *)p->du + r * H, (const T *)p->gx,
+            (const T *)p->gh,       (const T *)p->gc,        (const T *)p->bc};
+}
+
 template <typename T>
 rl_status forward_loop(cudaStream_t s, rl_dtype dt, int64_t T_, int64_t B, int64_t H, int dir,
                        const int32_t *len, T *gates, const T *U, const T *bias,
-                       const T *const *peep, T *hs, T *cs, T *out) {
+                       const T *const *peep, T *hs, T *cs, T *out, const Proj<T> &pj,
+                       const rl_lstm_cuda_ln *ln) {
     const char *fn = "rl_lstm_cuda_forward";
-    int64_t BH = B * H;
+    int64_t BH = B * H, P = pj.P, BP = B * P;
+    T *ms = pj.R ? pj.ms : hs; /* the cell's state 0 */
     for (int64_t st = 0; st < T_; st++) {
         int64_t t = dir > 0 ? st : T_ - 1 - st;
         int64_t prev = dir > 0 ? t : t + 1, cur = dir > 0 ? t + 1 : t;
-        T *zt = gates + t * B * 4 * H;
-        RL_TRY(rl_cuda_gemm_batched(fn, s, dt, false, false, B, 4 * H, H, 1.0, hs + prev * BH, H, 0,
-                                    U, 4 * H, 0, 1.0, zt, 4 * H, 0, 1));
-        RL_TRY(fwd_step<T>(fn, s, B, H, t, len, zt, bias, peep, cs + prev * BH, hs + prev * BH,
-                           cs + cur * BH, hs + cur * BH, out + t * BH));
+        T *zt = gates + t * B * 4 * H, *cellout = pj.R ? pj.mscr : out + t * BH;
+        typename LnOf<T>::type lt = ln ? ln_frame<T>(ln, t, B, H) : typename LnOf<T>::type{};
+        /* with layer_norm the product is the recurrent part, normalised apart */
+        RL_TRY(rl_cuda_gemm_batched(fn, s, dt, false, false, B, 4 * H, P, 1.0, hs + prev * BP, P, 0,
+                                    U, 4 * H, 0, ln ? 0.0 : 1.0, ln ? lt.hh : zt, 4 * H, 0, 1));
+        if (ln) {
+            k_ln_fwd<T><<<rl_cuda_blocks_for(B), RL_CUDA_THREADS, 0, s>>>(
+                B, H, t, len, zt, bias, cs + prev * BH, ms + prev * BH, cs + cur * BH,
+                ms + cur * BH, cellout, lt);
+            RL_TRY(rl_cuda_launched("%s: launching k_ln_fwd (B=%lld H=%lld t=%lld)", fn,
+                                    (long long)B, (long long)H, (long long)t));
+        } else {
+            RL_TRY(fwd_step<T>(fn, s, B, H, t, len, zt, bias, peep, cs + prev * BH, ms + prev * BH,
+                               cs + cur * BH, ms + cur * BH, cellout));
+        }
+        if (!pj.R) continue;
+        RL_TRY(rl_cuda_gemm_batched(fn, s, dt, false, false, B, P, H, 1.0, ms + cur * BH, H, 0,
+                                    pj.R, P, 0, 0.0, hs + cur * BP, P, 0, 1));
+        k_proj_rows<T><<<rl_cuda_blocks_for(BP), RL_CUDA_THREADS, 0, s>>>(
+            B, P, t, len, hs + prev * BP, hs + cur * BP, out + t * BP);
+        RL_TRY(rl_cuda_launched("%s: launching k_proj_rows (B=%lld P=%lld t=%lld)", fn,
+                                (long long)B, (long long)P, (long long)t));
     }
     return RL_OK;
 }
@@ -342,31 +486,87 @@ template <typename T>
 rl_status backward_loop(cudaStream_t s, rl_dtype dt, int64_t T_, int64_t B, int64_t H, int dir,
                         const int32_t *len, T *gates, const T *U, const T *const *peep, const T *hs,
                         const T *cs, const T *dout, int64_t dout_ld, T *dh, T *dc, T *dU, T *db,
-                        T *const *dpeep, T *partial) {
+                        T *const *dpeep, T *partial, const Proj<T> &pj, const rl_lstm_cuda_ln *ln) {
     const char *fn = "rl_lstm_cuda_backward";
-    int64_t BH = B * H;
+    int64_t BH = B * H, P = pj.P, BP = B * P;
     for (int64_t st = T_ - 1; st >= 0; st--) {
         int64_t t = dir > 0 ? st : T_ - 1 - st;
         int64_t prev = dir > 0 ? t : t + 1, cur = dir > 0 ? t + 1 : t;
-        T *zt = gates + t * B * 4 * H;
-        RL_TRY(bwd_step<T>(fn, s, B, H, t, len, zt, peep, cs + prev * BH, cs + cur * BH,
-                           dout ? dout + t * B * dout_ld : nullptr, dout_ld, dh, dc, nullptr,
-                           nullptr));
-        /* padded rows of dz_t are 0, so their dh passes through unchanged */
-        RL_TRY(rl_cuda_gemm_batched(fn, s, dt, false, true, B, H, 4 * H, 1.0, zt, 4 * H, 0, U,
-                                    4 * H, 0, 1.0, dh, H, 0, 1));
+        T *zt = gates + t * B * 4 * H, *dcell = dh;
+        const T *dot = dout ? dout + t * B * dout_ld : nullptr;
+        if (pj.R) { /* the cell kernel sees dLoss/dm */
+            k_unproj_rows<T><<<rl_cuda_blocks_for(BP), RL_CUDA_THREADS, 0, s>>>(
+                B, P, t, len, dh, dot, dout_ld, pj.drs + t * BP);
+            RL_TRY(rl_cuda_launched("%s: launching k_unproj_rows (B=%lld P=%lld t=%lld)", fn,
+                                    (long long)B, (long long)P, (long long)t));
+            RL_TRY(rl_cuda_gemm_batched(fn, s, dt, false, true, B, H, P, 1.0, pj.drs + t * BP, P, 0,
+                                        pj.R, P, 0, 0.0, pj.dm, H, 0, 1));
+            dcell = pj.dm;
+            dot = nullptr;
+        }
+        typename LnOf<T>::type lt = ln ? ln_frame<T>(ln, t, B, H) : typename LnOf<T>::type{};
+        if (ln) {
+            k_ln_bwd<T><<<rl_cuda_blocks_for(B), RL_CUDA_THREADS, 0, s>>>(
+                B, H, t, len, zt, cs + prev * BH, cs + cur * BH, dot, dout_ld, dcell, dc, lt);
+            RL_TRY(rl_cuda_launched("%s: launching k_ln_bwd (B=%lld H=%lld t=%lld)", fn,
+                                    (long long)B, (long long)H, (long long)t));
+        } else {
+            RL_TRY(bwd_step<T>(fn, s, B, H, t, len, zt, peep, cs + prev * BH, cs + cur * BH, dot,
+                               dout_ld, dcell, dc, nullptr, nullptr));
+        }
+        /* padded rows of dz_t are 0, so their dh passes through unchanged; with layer_norm the
+         * product reads the recurrent part's gradients */
+        RL_TRY(rl_cuda_gemm_batched(fn, s, dt, false, true, B, P, 4 * H, 1.0, ln ? lt.dzh : zt,
+                                    4 * H, 0, U, 4 * H, 0, 1.0, dh, P, 0, 1));
     }
     /* the previous states of all frames are rows 0..T-1 (direction 1) or 1..T (-1) */
-    const T *hprev = hs + (dir > 0 ? 0 : BH), *cprev = cs + (dir > 0 ? 0 : BH);
+    const T *hprev = hs + (dir > 0 ? 0 : BP), *cprev = cs + (dir > 0 ? 0 : BH);
     const T *ccur = cs + (dir > 0 ? BH : 0);
-    RL_TRY(rl_cuda_gemm_batched(fn, s, dt, true, false, H, 4 * H, T_ * B, 1.0, hprev, H, 0, gates,
-                                4 * H, 0, 1.0, dU, 4 * H, 0, 1));
-    return param_grads<T>(s, T_ * B, H, gates, cprev, ccur, partial, db, dpeep);
+    RL_TRY(rl_cuda_gemm_batched(fn, s, dt, true, false, P, 4 * H, T_ * B, 1.0, hprev, P, 0,
+                                ln ? (const T *)ln->dzh : gates, 4 * H, 0, 1.0, dU, 4 * H, 0, 1));
+    if (pj.R) /* each frame's m (rows cur) against its dLoss/dh */
+        RL_TRY(rl_cuda_gemm_batched(fn, s, dt, true, false, H, P, T_ * B, 1.0,
+                                    pj.ms + (dir > 0 ? BH : 0), H, 0, pj.drs, P, 0, 1.0, pj.dR, P,
+                                    0, 1));
+    if (!ln) return param_grads<T>(s, T_ * B, H, gates, cprev, ccur, partial, db, dpeep);
+    k_ln_sums<T><<<rl_cuda_blocks_for(5 * H), RL_CUDA_THREADS, 0, s>>>(
+        T_ * B, H, ln_frame<T>(ln, 0, B, H), db, (T *)ln->dgx, (T *)ln->dgh, (T *)ln->dgc,
+        (T *)ln->dbc);
+    return rl_cuda_launched("%s: launching k_ln_sums (N=%lld H=%lld)", fn, (long long)(T_ * B),
+                            (long long)H);
 }
 
 } // namespace
 
 /* ---- the C API ---- */
+
+/* The projection's buffers a forward (or backward) needs, and 1 <= P. */
+static rl_status check_proj(const char *fn, const rl_lstm_cuda_proj *p, bool backward, int64_t T,
+                            int64_t B, int64_t H) {
+    if (!p) return RL_OK;
+    if (p->P < 1 || !p->R || !p->ms || (!backward && !p->mscr) ||
+        (backward && (!p->drs || !p->dm || !p->dR)))
+        return rl_error(RL_EARG,
+                        "%s: n_proj needs P >= 1, R, ms and %s (T=%lld B=%lld H=%lld P=%lld)", fn,
+                        backward ? "drs, dm, dR" : "mscr", (long long)T, (long long)B, (long long)H,
+                        (long long)p->P);
+    return RL_OK;
+}
+
+/* layer_norm's buffers a forward (or backward) needs; not with peepholes. */
+static rl_status check_ln(const char *fn, const rl_lstm_cuda_ln *p, bool peep, bool backward,
+                          int64_t T, int64_t B, int64_t H) {
+    if (!p) return RL_OK;
+    bool fwd_ok = p->xh && p->hh && p->cn && p->rs && p->gx && p->gh && p->gc && p->bc;
+    bool bwd_ok = p->dg && p->dzh && p->du && p->dgx && p->dgh && p->dgc && p->dbc;
+    if (peep || !fwd_ok || (backward && !bwd_ok))
+        return rl_error(RL_EARG,
+                        "%s: layer_norm needs its buffers and gains%s and takes no peepholes "
+                        "(T=%lld B=%lld H=%lld)",
+                        fn, backward ? ", their gradients" : "", (long long)T, (long long)B,
+                        (long long)H);
+    return RL_OK;
+}
 
 extern "C" rl_status rl_lstm_cuda_fwd_f32(void *stream, int64_t B, int64_t H, int64_t t,
                                           const int32_t *len, float *z, const float *bias,
@@ -440,29 +640,35 @@ extern "C" rl_status rl_lstm_cuda_param_grads(void *stream, rl_dtype dt, int64_t
 extern "C" rl_status rl_lstm_cuda_forward(void *stream, rl_dtype dt, int64_t T, int64_t B,
                                           int64_t H, int direction, const int32_t *len, void *gates,
                                           const void *U, const void *bias, const void *const *peep,
-                                          void *hs, void *cs, void *out) {
+                                          void *hs, void *cs, void *out,
+                                          const rl_lstm_cuda_proj *proj,
+                                          const rl_lstm_cuda_ln *ln) {
     const char *fn = "rl_lstm_cuda_forward";
     RL_TRY(rl_cuda_check_recurrence(fn, dt, T, B, H, direction, len));
+    RL_TRY(check_proj(fn, proj, false, T, B, H));
+    RL_TRY(check_ln(fn, ln, peep != NULL, false, T, B, H));
     if (T == 0 || B == 0) return RL_OK;
     RL_TRY(rl_cuda_enter(fn, gates));
     cudaStream_t s = rl_cuda_stream(stream);
     if (dt == RL_FLOAT32)
         return forward_loop<float>(s, dt, T, B, H, direction, len, (float *)gates, (const float *)U,
                                    (const float *)bias, (const float *const *)peep, (float *)hs,
-                                   (float *)cs, (float *)out);
+                                   (float *)cs, (float *)out, proj_of<float>(proj, H), ln);
     return forward_loop<double>(s, dt, T, B, H, direction, len, (double *)gates, (const double *)U,
                                 (const double *)bias, (const double *const *)peep, (double *)hs,
-                                (double *)cs, (double *)out);
+                                (double *)cs, (double *)out, proj_of<double>(proj, H), ln);
 }
 
-extern "C" rl_status rl_lstm_cuda_backward(void *stream, rl_dtype dt, int64_t T, int64_t B,
-                                           int64_t H, int direction, const int32_t *len,
-                                           void *gates, const void *U, const void *const *peep,
-                                           const void *hs, const void *cs, const void *dout,
-                                           int64_t dout_ld, void *dh, void *dc, void *dU, void *db,
-                                           void *const *dpeep, void *partial) {
+extern "C" rl_status
+rl_lstm_cuda_backward(void *stream, rl_dtype dt, int64_t T, int64_t B, int64_t H, int direction,
+                      const int32_t *len, void *gates, const void *U, const void *const *peep,
+                      const void *hs, const void *cs, const void *dout, int64_t dout_ld, void *dh,
+                      void *dc, void *dU, void *db, void *const *dpeep, void *partial,
+                      const rl_lstm_cuda_proj *proj, const rl_lstm_cuda_ln *ln) {
     const char *fn = "rl_lstm_cuda_backward";
     RL_TRY(rl_cuda_check_recurrence(fn, dt, T, B, H, direction, len));
+    RL_TRY(check_proj(fn, proj, true, T, B, H));
+    RL_TRY(check_ln(fn, ln, peep != NULL, true, T, B, H));
     if (T == 0 || B == 0) return RL_OK;
     if (!dU || !db || !partial || (peep && !dpeep))
         return rl_error(RL_EARG,
@@ -473,14 +679,14 @@ extern "C" rl_status rl_lstm_cuda_backward(void *stream, rl_dtype dt, int64_t T,
     RL_TRY(rl_cuda_enter(fn, gates));
     cudaStream_t s = rl_cuda_stream(stream);
     if (dt == RL_FLOAT32)
-        return backward_loop<float>(s, dt, T, B, H, direction, len, (float *)gates,
-                                    (const float *)U, (const float *const *)peep, (const float *)hs,
-                                    (const float *)cs, (const float *)dout, dout_ld, (float *)dh,
-                                    (float *)dc, (float *)dU, (float *)db,
-                                    peep ? (float *const *)dpeep : nullptr, (float *)partial);
-    return backward_loop<double>(s, dt, T, B, H, direction, len, (double *)gates, (const double *)U,
-                                 (const double *const *)peep, (const double *)hs,
-                                 (const double *)cs, (const double *)dout, dout_ld, (double *)dh,
-                                 (double *)dc, (double *)dU, (double *)db,
-                                 peep ? (double *const *)dpeep : nullptr, (double *)partial);
+        return backward_loop<float>(
+            s, dt, T, B, H, direction, len, (float *)gates, (const float *)U,
+            (const float *const *)peep, (const float *)hs, (const float *)cs, (const float *)dout,
+            dout_ld, (float *)dh, (float *)dc, (float *)dU, (float *)db,
+            peep ? (float *const *)dpeep : nullptr, (float *)partial, proj_of<float>(proj, H), ln);
+    return backward_loop<double>(
+        s, dt, T, B, H, direction, len, (double *)gates, (const double *)U,
+        (const double *const *)peep, (const double *)hs, (const double *)cs, (const double *)dout,
+        dout_ld, (double *)dh, (double *)dc, (double *)dU, (double *)db,
+        peep ? (double *const *)dpeep : nullptr, (double *)partial, proj_of<double>(proj, H), ln);
 }

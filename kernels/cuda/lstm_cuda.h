@@ -83,15 +83,49 @@ rl_status rl_lstm_cuda_param_grads(void *stream, rl_dtype dt, int64_t N, int64_t
  * Hprev^T dZ as one GEMM over all frames and db, dpeep with rl_lstm_cuda_param_grads. Left to the
  * caller (they depend on the inputs): gates = x W before forward; dW += X^T dZ and dX = dZ W^T
  * after backward, with rl_cuda_gemm on the same stream. */
+/* n_proj = P (LSTMP, layers/lstm.c; NULL: none): the cell's own state is m (H wide), the carried
+ * and output state h = m R is P wide, so hs (T+1, B, P), out (T, B, P), U (P, 4H), dh (B, P) and
+ * dU (P, 4H) are P wide, and
+ *   R (H, P)          the projection
+ *   ms (T+1, B, H)    m in hs's row order; forward reads the initial row (the caller writes
+ *                     zeros) and writes the others, backward reads them
+ *   mscr (B, H)       forward's scratch (the cell kernel's output rows, unused)
+ *   drs (T, B, P)     backward: each frame's dLoss/dh (0 on padded rows)
+ *   dm (B, H)         backward: a step's dLoss/dm = drs_t R^T, the cell kernel's state gradient
+ *   dR (H, P)         backward: += M^T drs over all frames
+ * Forward per step after the cell kernel: h_t = m_t R (cuBLAS), then padded rows carry h_prev and
+ * output 0, valid ones output h_t. Backward per step before it: drs_t = dh + dout on valid rows (0
+ * on padded ones, whose dh passes through), dh = 0 there, dm = drs_t R^T; the per-step product
+ * then adds dz_t U^T to dh. */
+typedef struct {
+    int64_t P;
+    const void *R;
+    void *ms, *mscr, *drs, *dm, *dR;
+} rl_lstm_cuda_proj;
+
+/* layer_norm = true (NULL: none; no peepholes): the layer's per-frame buffers over all frames,
+ * (T, B, .) each with the widths of rl_lstm_ln_f32 (kernels/lstm.h): xh, hh, dg, dzh 4H, cn, du
+ * H, rs 9; the gains gx, gh (4H), gc (H) and the cell's bias bc (H); backward's gradients of them
+ * (+=). The per-step product then writes the recurrent part hh_t = h_prev U (it is normalised
+ * apart) and the step is kernels/lstm_ln_row.h's, one thread per row; backward's per-step product
+ * and dU read the recurrent part's gradients dzh, and db, dgx, dgh, dgc, dbc are column sums over
+ * all frames (one thread per column, rows in order: deterministic). */
+typedef struct {
+    void *xh, *hh, *cn, *rs, *dg, *dzh, *du;
+    const void *gx, *gh, *gc, *bc;
+    void *dgx, *dgh, *dgc, *dbc;
+} rl_lstm_cuda_ln;
+
 rl_status rl_lstm_cuda_forward(void *stream, rl_dtype dt, int64_t T, int64_t B, int64_t H,
                                int direction, const int32_t *len, void *gates, const void *U,
                                const void *bias, const void *const *peep, void *hs, void *cs,
-                               void *out);
+                               void *out, const rl_lstm_cuda_proj *proj, const rl_lstm_cuda_ln *ln);
 rl_status rl_lstm_cuda_backward(void *stream, rl_dtype dt, int64_t T, int64_t B, int64_t H,
                                 int direction, const int32_t *len, void *gates, const void *U,
                                 const void *const *peep, const void *hs, const void *cs,
                                 const void *dout, int64_t dout_ld, void *dh, void *dc, void *dU,
-                                void *db, void *const *dpeep, void *partial);
+                                void *db, void *const *dpeep, void *partial,
+                                const rl_lstm_cuda_proj *proj, const rl_lstm_cuda_ln *ln);
 
 /* The cuDNN 9 path (impl = "cudnn") is kernels/cuda/cudnn_rnn.h, shared with the gru. */
 

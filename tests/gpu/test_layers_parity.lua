@@ -200,7 +200,8 @@ parity("softmax with ctc, blank first, loss_scale", {
 }, EXT_CTC, true, ctc_batch)
 
 -- The recurrent layers: a stacked and a bidirectional lstm (their layers on different streams
--- hand outputs and gradients on through events on a GPU), a gru pair, and an mdlstm on images.
+-- hand outputs and gradients on through events on a GPU), a gru pair, a janet pair, and an mdlstm
+-- on images.
 parity("lstm stacked, 2 levels", ce_on("l2", {
   l1 = {class = "lstm", n_out = 5},
   l2 = {class = "lstm", from = "l1", n_out = 4},
@@ -213,6 +214,28 @@ parity("gru both directions over two inputs", ce_on({"fw", "bw"}, {
   a = {class = "linear", n_out = 3, activation = "tanh"},
   fw = {class = "gru", n_out = 4, from = {"a", "data"}},
   bw = {class = "gru", n_out = 3, from = {"a", "data"}, direction = -1},
+}), EXT)
+-- n_proj (LSTMP): the projection inside the CUDA launchers, both directions, with peepholes on
+-- one, stacked on a projected layer (its P-wide output the next layer's input)
+parity("lstmp: n_proj both directions, peepholes on one, stacked", ce_on({"fw", "bw"}, {
+  l1 = {class = "lstm", n_out = 6, n_proj = 3},
+  fw = {class = "lstm", n_out = 5, n_proj = 2, from = "l1", peepholes = true},
+  bw = {class = "lstm", n_out = 4, n_proj = 3, from = "l1", direction = -1},
+}), EXT)
+-- layer_norm: the row formulas of kernels/lstm_ln_row.h and kernels/gru_ln_row.h inside the
+-- launchers (one thread per row), with the projection on one lstm
+parity("lstm layer_norm both directions, n_proj on one", ce_on({"fw", "bw"}, {
+  fw = {class = "lstm", n_out = 5, layer_norm = true, forget_bias = 1},
+  bw = {class = "lstm", n_out = 4, n_proj = 3, layer_norm = true, direction = -1},
+}), EXT)
+parity("gru layer_norm both directions over two inputs", ce_on({"fw", "bw"}, {
+  a = {class = "linear", n_out = 3, activation = "tanh"},
+  fw = {class = "gru", n_out = 4, from = {"a", "data"}, layer_norm = true},
+  bw = {class = "gru", n_out = 3, from = "data", direction = -1, layer_norm = true},
+}), EXT)
+parity("janet both directions, stacked, beta on one", ce_on({"fw", "bw"}, {
+  fw = {class = "janet", n_out = 4},
+  bw = {class = "janet", n_out = 3, from = "fw", direction = -1, beta = 0.5},
 }), EXT)
 
 -- embedding: the gather forward and the grouped, deterministic scatter-add backward on the

@@ -393,7 +393,7 @@ local function f32_batch(b)
     lengths = b.lengths}
 end
 
-for _, cell in ipairs({"lstm", "gru"}) do
+for _, cell in ipairs({"lstm", "gru", "janet"}) do
   H.test("float32 per-step " .. cell .. ": packed weights follow the parameters from pass to pass",
     function()
     each_level_and_path(function(lv, max)

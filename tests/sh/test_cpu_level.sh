@@ -43,21 +43,31 @@ local loss = net:forward{data = x, classes = y, lengths = len}
 net:backward()
 io.write(string.format("%.6f %.6f", loss, net:grads():norm()))
 LUA
-ref=$("$bin" "$tmp/net.lua" generic 2>&1)
-levels=""
-[ "$best" = avx2 ] && levels="avx2"
-[ "$best" = avx512 ] && levels="avx2 avx512"
-for lv in $levels; do
-    got=$("$bin" "$tmp/net.lua" "$lv" 2>&1)
-    agree=$(awk -v a="$ref" -v b="$got" 'BEGIN { na = split(a, x, " "); nb = split(b, y, " ");
-        d1 = x[1] - y[1]; d2 = x[2] - y[2]; if (d1 < 0) d1 = -d1; if (d2 < 0) d2 = -d2;
-        print (na == 2 && nb == 2 && d1 <= 1e-4 * (1 + x[1]) && d2 <= 1e-4 * (1 + x[2])) ? "yes" : "no" }')
-    if [ "$agree" = yes ]; then
-        ok "network at $lv agrees with generic ($got vs $ref)"
-    else
-        bad "network at $lv agrees with generic" "generic: $ref" "$lv: $got"
-    fi
-done
+# levels_agree NAME SCRIPT: the script's two figures at each level above generic against generic's
+levels_agree() {
+    local ref got agree lv levels=""
+    ref=$("$bin" "$2" generic 2>&1)
+    [ "$best" = avx2 ] && levels="avx2"
+    [ "$best" = avx512 ] && levels="avx2 avx512"
+    for lv in $levels; do
+        got=$("$bin" "$2" "$lv" 2>&1)
+        agree=$(awk -v a="$ref" -v b="$got" 'BEGIN { na = split(a, x, " "); nb = split(b, y, " ");
+            d1 = x[1] - y[1]; d2 = x[2] - y[2]; if (d1 < 0) d1 = -d1; if (d2 < 0) d2 = -d2;
+            print (na == 2 && nb == 2 && d1 <= 1e-4 * (1 + x[1]) && d2 <= 1e-4 * (1 + x[2])) ? "yes" : "no" }')
+        if [ "$agree" = yes ]; then
+            ok "$1 at $lv agrees with generic ($got vs $ref)"
+        else
+            bad "$1 at $lv agrees with generic" "generic: $ref" "$lv: $got"
+        fi
+    done
+}
+levels_agree network "$tmp/net.lua"
+# The same with janet layers (kernels/cpu/janet.c, one pass per level; H = 37 leaves a remainder
+# after the vectors) in both directions, one with zoneout.
+sed -e 's/class = "lstm", n_out = 53, from = "data"}/class = "janet", n_out = 37, from = "data", zoneout = 0.2}/' \
+    -e 's/class = "lstm", n_out = 53, from = "data", direction = -1}/class = "janet", n_out = 37, from = "data", direction = -1}/' \
+    "$tmp/net.lua" >"$tmp/janet.lua"
+levels_agree "janet network" "$tmp/janet.lua"
 # The bf16 products' own levels (kernels/cpu/gemm_bf16.h): RL_BF16_LEVEL is checked at start-up,
 # and the same network in precision "bf16" gives the same loss and gradient norm, within bf16's
 # rounding (2^-7 relative), at each bf16 level this machine has (RL_BF16_LEVEL above the CPU's
