@@ -24,6 +24,7 @@
 #include "../core/blas.h"
 #include "../core/error.h"
 #include "../include/rnnlua.h"
+#include "l_layers.h"
 #include "l_open.h"
 #include "l_tensor.h"
 #include "version.h"
@@ -69,7 +70,8 @@ typedef struct {
 
 /* Pushes onto `to` a copy of the value at idx of `from`: nil, booleans, numbers, strings,
  * tables of them and CPU tensors, which are shared (a new view of the same storage, whose
- * refcount is atomic): the session's network only reads them. Reads `from` with raw operations
+ * refcount is atomic): the session's network only reads them; light userdata are the model's
+ * frozen packed weights, shared the same way (their refcount is atomic too). Reads `from` with raw operations
  * only, so only `to` can raise. */
 static void copy_value(lua_State *from, int idx, lua_State *to, int depth) {
     idx = lua_absindex(from, idx);
@@ -108,6 +110,9 @@ static void copy_value(lua_State *from, int idx, lua_State *to, int depth) {
         }
         break;
     }
+    case LUA_TLIGHTUSERDATA: /* frozen packed weights (Model:snapshot): held by `to` */
+        rl_lua_push_packs(to, lua_touserdata(from, idx));
+        return;
     case LUA_TNIL: lua_pushnil(to); return;
     default: break;
     }

@@ -69,11 +69,40 @@ function Model:snapshot()
           param_order = ck.param_order}
   if self.net.device == "cpu" then
     snap.flat_params = self.net.flat_params
+    snap.packs = {}
+    for _, node in ipairs(self.net.nodes) do
+      if type(node.layer) == "userdata" then snap.packs[node.name] = node.layer:_frozen_packs() end
+    end
   else
     snap.param_tensors = {}
     for name, t in pairs(ck.param_tensors) do snap.param_tensors[name] = t:cpu():contiguous() end
   end
   return snap
+end
+
+-- The parameters of a loaded model never change, so its recurrent layers pack their recurrent
+-- weights for the per-step kernel once (layer:_freeze_packs) instead of at every forward, and
+-- the sessions' networks read the model's packs (Model:snapshot, layer:_adopt_packs) instead of
+-- packing copies of their own: a one-frame push then streams the weights once, not three times.
+-- The model packs them in a one-frame forward here, so that sessions in many threads only read
+-- them (packs a session lacks, of layers off the model layer's path, it makes itself).
+local function share_packs(fm, snap, ext)
+  local net = fm.net
+  if snap then
+    for name, p in pairs(snap.packs or {}) do
+      local node = net.by_name[name]
+      if node and type(node.layer) == "userdata" then node.layer:_adopt_packs(p) end
+    end
+    return
+  end
+  local frozen = false
+  for _, node in ipairs(net.nodes) do
+    if type(node.layer) == "userdata" and node.layer:_freeze_packs() then frozen = true end
+  end
+  if not frozen then return end
+  local x = ext.sparse and rl.zeros({1, 1}, "int32") or rl.zeros({1, 1, ext.dim}, net.dtype)
+  local key = util.sorted_keys(net.used_extern)[1]
+  forward.run(fm, {[key] = x, lengths = rl.tensor({1}, "int32")})
 end
 
 -- source: a checkpoint's path, or a snapshot of a model (Model:snapshot)
@@ -95,6 +124,7 @@ function M.load(source, layer, device, who, lua_file)
   if e.spatial == 2 or fm.images then
     fail("%s: %s: the network reads or gives images; the C API takes sequences", who, path)
   end
+  if net.device == "cpu" then share_packs(fm, ck, e) end
   return setmetatable({path = path, layer = layer, fm = fm, net = net, key = keys[1],
     in_dim = e.dim, sparse = e.sparse == true, out_dim = fm.dim, not_causal = net:carry_unfit(),
     num_params = net:num_params()}, Model)
