@@ -73,6 +73,13 @@ rl_status rl_model_load(rl_model **out, const char *path, const rl_model_options
  * ignored. */
 void rl_model_free(rl_model *model);
 
+/* The precision of the model's matrix products: "fp32" (the default) or "bf16" (operands rounded
+ * to bfloat16, sums in float32: half the bytes of weights to read; AVX512-BF16 or AMX where
+ * the CPU has them, a float32 emulation elsewhere; a CPU model of dtype float32 only). It holds
+ * for rl_model_forward and for the sessions opened after the call; sessions already open keep
+ * theirs. The bf16 copies of the weights are made once, here, and shared by those sessions. */
+rl_status rl_model_set_precision(rl_model *model, const char *precision);
+
 typedef struct rl_info {
     const char *input;      /* the name of the network's one input ("data") */
     int64_t input_dim;      /* values a frame (dense) or classes (sparse) */

@@ -71,7 +71,8 @@ typedef struct {
 /* Pushes onto `to` a copy of the value at idx of `from`: nil, booleans, numbers, strings,
  * tables of them and CPU tensors, which are shared (a new view of the same storage, whose
  * refcount is atomic): the session's network only reads them; light userdata are the model's
- * frozen packed weights, shared the same way (their refcount is atomic too). Reads `from` with raw operations
+ * frozen packed weights and a userdata the model's frozen bf16 context, shared the same way
+ * (their refcounts are atomic too). Reads `from` with raw operations
  * only, so only `to` can raise. */
 static void copy_value(lua_State *from, int idx, lua_State *to, int depth) {
     idx = lua_absindex(from, idx);
@@ -106,6 +107,11 @@ static void copy_value(lua_State *from, int idx, lua_State *to, int depth) {
         const rl_tensor *src = rl_lua_to_tensor(from, idx);
         if (src && src->storage && src->storage->device.type == RL_CPU) {
             rl_tensor_share(rl_lua_push_tensor(to), src);
+            return;
+        }
+        struct rl_bf16_ctx *ctx = src ? NULL : rl_lua_test_bf16_ctx(from, idx);
+        if (ctx) { /* a frozen bf16 context (Model:snapshot): held by `to` */
+            rl_lua_push_bf16_ctx(to, ctx);
             return;
         }
         break;
@@ -481,6 +487,44 @@ void rl_model_free(rl_model *model) {
     engine_close(&model->e);
     pthread_mutex_unlock(&model->mu);
     model_release(model);
+}
+
+typedef struct {
+    engine *e;
+    const char *precision, *who;
+} precision_args;
+
+static int precision_protected(lua_State *L) {
+    precision_args *a = lua_touserdata(L, 1);
+    lua_rawgeti(L, LUA_REGISTRYINDEX, a->e->ref);
+    lua_getfield(L, -1, "set_precision");
+    lua_insert(L, -2);
+    lua_pushstring(L, a->precision);
+    lua_pushstring(L, a->who);
+    lua_call(L, 3, 0);
+    return 0;
+}
+
+rl_status rl_model_set_precision(rl_model *model, const char *precision) {
+    static const char who[] = "rl_model_set_precision";
+    if (model == NULL) return rl_error(RL_EARG, "%s: model is NULL", who);
+    if (precision == NULL) return rl_error(RL_EARG, "%s: precision is NULL", who);
+    if (atomic_load(&model->freed)) return rl_error(RL_EARG, "%s: model: the model was freed", who);
+    precision_args a = {.e = &model->e, .precision = precision, .who = who};
+    pthread_mutex_lock(&model->mu);
+    rl_status st = RL_OK;
+    if (model->e.L == NULL) {
+        st = rl_error(RL_EARG, "%s: model: the model was freed", who);
+    } else {
+        lua_pushcfunction(model->e.L, precision_protected);
+        lua_pushlightuserdata(model->e.L, &a);
+        int status = lua_pcall(model->e.L, 1, 0, 0);
+        if (status != LUA_OK)
+            st = lua_failure(model->e.L, status == LUA_ERRMEM ? RL_ENOMEM : RL_EARG, who);
+        lua_settop(model->e.L, 0);
+    }
+    pthread_mutex_unlock(&model->mu);
+    return st;
 }
 
 rl_status rl_model_info(const rl_model *model, rl_info *info) {

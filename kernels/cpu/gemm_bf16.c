@@ -531,8 +531,11 @@ typedef struct {
 } pack_buf;
 
 struct rl_bf16_ctx {
-    /* the two layers of a concurrent pair look up packs at once */
+    /* the two layers of a concurrent pair look up packs at once, and so do the networks of
+     * threads sharing a frozen context */
     pthread_mutex_t lock;
+    atomic_int refs;
+    bool frozen; /* rl_bf16_ctx_freeze */
     const char *weights_lo, *weights_hi;
     cache_slot cache[CACHE_SLOTS];
     int cache_used;
@@ -547,12 +550,25 @@ void rl_bf16_activate(rl_bf16_ctx *ctx) { active = ctx; }
 
 rl_bf16_ctx *rl_bf16_ctx_new(void) {
     rl_bf16_ctx *ctx = calloc(1, sizeof *ctx);
-    if (ctx) pthread_mutex_init(&ctx->lock, NULL);
+    if (ctx) {
+        pthread_mutex_init(&ctx->lock, NULL);
+        atomic_init(&ctx->refs, 1);
+    }
     return ctx;
 }
 
+void rl_bf16_ctx_hold(rl_bf16_ctx *ctx) {
+    if (ctx) atomic_fetch_add(&ctx->refs, 1);
+}
+
+void rl_bf16_ctx_freeze(rl_bf16_ctx *ctx) {
+    pthread_mutex_lock(&ctx->lock);
+    ctx->frozen = true;
+    pthread_mutex_unlock(&ctx->lock);
+}
+
 void rl_bf16_ctx_free(rl_bf16_ctx *ctx) {
-    if (!ctx) return;
+    if (!ctx || atomic_fetch_sub(&ctx->refs, 1) > 1) return;
     for (int i = 0; i < CACHE_SLOTS; i++)
         free(ctx->bufs[i].packed);
     pthread_mutex_destroy(&ctx->lock);
@@ -561,6 +577,10 @@ void rl_bf16_ctx_free(rl_bf16_ctx *ctx) {
 
 void rl_bf16_ctx_begin(rl_bf16_ctx *ctx, const void *weights, size_t bytes) {
     pthread_mutex_lock(&ctx->lock);
+    if (ctx->frozen && ctx->weights_lo) { /* its packs stay for good (other threads read them) */
+        pthread_mutex_unlock(&ctx->lock);
+        return;
+    }
     ctx->weights_lo = weights;
     ctx->weights_hi = (const char *)weights + bytes;
     /* every operand is packed again; the buffers stay for the coming ones */
@@ -593,8 +613,9 @@ static pack_buf *best_buf(rl_bf16_ctx *ctx, size_t need) {
 
 /* The kept pack of op(b), or NULL when b is no weight, is used for the first time in this pass
  * (an input projection or a softmax runs once per pass: packing it per call, in blocks, keeps
- * no copy; the recurrent matrices, used at every time step, are kept from their second use),
- * or no slot is left. Called under ctx->lock. */
+ * no copy; the recurrent matrices, used at every time step, are kept from their second use;
+ * a frozen context keeps every weight from its first use), or no slot is left. Called under
+ * ctx->lock. */
 static const uint16_t *kept_pack(rl_bf16_ctx *ctx, const float *b, int64_t ldb, bool trans,
                                  int64_t k, int64_t n, rl_status *st) {
     const char *lo = (const char *)b;
@@ -607,10 +628,10 @@ static const uint16_t *kept_pack(rl_bf16_ctx *ctx, const float *b, int64_t ldb, 
             cache[i].n == n)
             s = &cache[i];
     if (!s) {
-        if (ctx->cache_used < CACHE_SLOTS)
-            cache[ctx->cache_used++] =
-                (cache_slot){.b = b, .ldb = ldb, .k = k, .n = n, .trans = trans, .buf = -1};
-        return NULL;
+        if (ctx->cache_used == CACHE_SLOTS) return NULL;
+        s = &cache[ctx->cache_used++];
+        *s = (cache_slot){.b = b, .ldb = ldb, .k = k, .n = n, .trans = trans, .buf = -1};
+        if (!ctx->frozen) return NULL; /* frozen: every weight is kept from its first use */
     }
     if (s->buf >= 0) return ctx->bufs[s->buf].packed;
     size_t need = (size_t)rl_bf16_packed_size(k, n);

@@ -98,9 +98,16 @@ rl_status rl_gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t
  * of columns. */
 typedef struct rl_bf16_ctx rl_bf16_ctx;
 
-/* A context with no weights range; NULL when out of memory. */
+/* A context with no weights range, one reference held; NULL when out of memory. */
 rl_bf16_ctx *rl_bf16_ctx_new(void);
+/* Releases a reference (the context goes with the last); rl_bf16_ctx_hold takes one. */
 void rl_bf16_ctx_free(rl_bf16_ctx *ctx);
+void rl_bf16_ctx_hold(rl_bf16_ctx *ctx);
+/* For weights that never change (an inference model's): from now on every weight operand is
+ * packed at its first use and kept for good, and rl_bf16_ctx_begin keeps the first weights range
+ * and the packs (products of operands outside it pack per call), so that networks in several
+ * threads that read the same parameter buffer can share the context. */
+void rl_bf16_ctx_freeze(rl_bf16_ctx *ctx);
 /* Sets the weights range and drops every kept pack (their buffers are reused). */
 void rl_bf16_ctx_begin(rl_bf16_ctx *ctx, const void *weights, size_t bytes);
 /* bytes of kept packs the context holds now (for tests and memory figures). */

@@ -198,6 +198,46 @@ int main(int argc, char **argv) {
     expect("reset", rl_session_reset(s) == RL_OK);
     expect_error("reset NULL", rl_session_reset(NULL), RL_EARG, "rl_session_reset|session is NULL");
 
+    /* precision: bad arguments; bf16 close to float32; streamed in bf16 the whole sequence's bf16
+     * numbers; a session opened before keeps float32; back to fp32 the float32 numbers */
+    expect_error("precision model NULL", rl_model_set_precision(NULL, "bf16"), RL_EARG,
+                 "rl_model_set_precision|model is NULL");
+    expect_error("precision NULL", rl_model_set_precision(m, NULL), RL_EARG,
+                 "rl_model_set_precision|precision is NULL");
+    expect_error("precision fp16", rl_model_set_precision(m, "fp16"), RL_EARG,
+                 "rl_model_set_precision|precision|\"fp16\"");
+    expect("precision bf16", rl_model_set_precision(m, "bf16") == RL_OK);
+    static float half[T * B * 2], seq0[T * F];
+    expect("bf16 forward", rl_model_forward(m, &b, NULL, &out) == RL_OK && out.T == T);
+    memcpy(half, out.y, sizeof half);
+    float d_half = 0, d_stream = 0, d_old = 0;
+    for (int i = 0; i < T * B * 2; i++)
+        d_half = fmaxf(d_half, fabsf(half[i] - serial[i]));
+    expect("bf16 differs from float32 by rounding only", d_half > 0 && d_half < 0.05f);
+    for (int t = 0; t < T; t++)
+        memcpy(seq0 + t * F, x + (size_t)t * B * F, F * sizeof(float));
+    rl_session *s16;
+    expect("open bf16", rl_session_open(&s16, m) == RL_OK);
+    for (int t0 = 0; s16 && t0 < T; t0 += 7) {
+        rl_batch k = {.T = t0 + 7 <= T ? 7 : T - t0, .B = 1, .F = F, .x = seq0 + t0 * F};
+        expect("push bf16", rl_session_push(s16, &k, &out) == RL_OK && out.T == k.T);
+        for (int t = 0; t < k.T; t++)
+            for (int j = 0; j < 2; j++)
+                d_stream = fmaxf(d_stream, fabsf(out.y[t * 2 + j] - half[((t0 + t) * B) * 2 + j]));
+    }
+    expect("bf16 streamed = bf16 whole", d_stream < 1e-6f);
+    rl_session_free(s16);
+    rl_batch whole0 = {.T = T, .B = 1, .F = F, .x = seq0};
+    expect("push float32 session", rl_session_push(s, &whole0, &out) == RL_OK && out.T == T);
+    for (int t = 0; t < T; t++)
+        for (int j = 0; j < 2; j++)
+            d_old = fmaxf(d_old, fabsf(out.y[t * 2 + j] - serial[(t * B) * 2 + j]));
+    expect("a session opened before bf16 keeps float32", d_old < 1e-6f);
+    expect("reset", rl_session_reset(s) == RL_OK);
+    expect("precision fp32", rl_model_set_precision(m, "fp32") == RL_OK &&
+                                 rl_model_forward(m, &b, NULL, &out) == RL_OK &&
+                                 memcmp(out.y, serial, sizeof serial) == 0);
+
     /* the model freed under an open session */
     rl_model_free(m);
     expect_error("push after model free", rl_session_push(s, &c, &out), RL_EARG,
