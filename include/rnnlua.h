@@ -113,6 +113,25 @@ typedef struct rl_output {
 rl_status rl_model_forward(rl_model *model, const rl_batch *batch, const char *layer,
                            rl_output *out);
 
+/* CTC models (a softmax layer trained with loss = "ctc"): *blank gets the blank's class of the
+ * model's layer (-1: the layer is no CTC layer), *n and *labels the text of each target class
+ * as the checkpoint stores it (its target's labels, e.g. the characters of a recipe's
+ * alphabet; the blank is not among them: label i names class i of rl_ctc_decode), owned by the
+ * model; *n = 0 and *labels = NULL when the checkpoint has none. */
+rl_status rl_model_labels(const rl_model *model, int32_t *blank, int64_t *n,
+                          const char *const **labels);
+
+/* The labels of sequence b of out, a CTC layer's output (its softmax probabilities, from
+ * rl_model_forward, rl_session_forward or rl_session_push), blank its blank class: beam = 1
+ * takes the best path (the likeliest class of each frame, repeats merged, blanks removed),
+ * beam > 1 a prefix beam search of that width (rl.ctc_decode's, without an LM). The labels are
+ * numbered as the targets are (the blank taken out: class c > blank is label c - 1); at most
+ * cap of them go to labels, their number to *n (a sequence with more than cap is RL_ESHAPE,
+ * *n saying how many it has). A stream decoded chunk by chunk is not the whole stream's
+ * decoding: decode the outputs of all its pushes at once. */
+rl_status rl_ctc_decode(const rl_output *out, int64_t b, int32_t blank, int beam, int32_t *labels,
+                        int64_t cap, int64_t *n);
+
 /* A session: the model's network of its own, for one thread at a time; it carries the
  * recurrent state of a stream between rl_session_push calls. */
 rl_status rl_session_open(rl_session **out, rl_model *model);

@@ -7,6 +7,8 @@
 --   m.layer, m.out_dim             the model's layer and its n_out
 --   m.not_causal                   why the network cannot stream (naming the layer), or nil
 --   m.num_params
+--   m.blank, m.labels              a CTC layer's blank class and its target's labels in the
+--                                  checkpoint (a list of strings), each nil when none
 --   m:set_precision(p, who)        "fp32" or "bf16": this model's and its later sessions' products
 --   m:run(x, lengths, layer, state_from, who) -> out, out_lengths
 --       x: (T, B, F) float32 or (T, B) int32 class indices, lengths (B) int32; layer: nil (the
@@ -156,7 +158,7 @@ function M.load(source, layer, device, who, lua_file)
   if net.device == "cpu" then share_packs(fm, ck, e) end
   return setmetatable({path = path, layer = layer, fm = fm, net = net, key = keys[1],
     in_dim = e.dim, sparse = e.sparse == true, out_dim = fm.dim, not_causal = net:carry_unfit(),
-    num_params = net:num_params()}, Model)
+    num_params = net:num_params(), blank = fm.blank, labels = forward.target_labels(fm)}, Model)
 end
 
 return M
