@@ -96,6 +96,12 @@ void *rl_recurrent_frozen_packs(rl_layer *l);
 void rl_recurrent_packs_hold(void *packs);
 void rl_recurrent_packs_drop(void *packs);
 rl_status rl_recurrent_adopt_packs(rl_layer *l, void *packs);
+/* on: the input products of l, which adopted frozen packs, read the packed W of the owner (which
+ * packs it without using it, keeping OpenBLAS's numbers) from the next forward on, instead of
+ * OpenBLAS, which repacks W at each call (the cost of a one-frame step); the numbers then
+ * differ from the owner's by float32 rounding. off (the default): OpenBLAS's product. An error
+ * for on when l adopted no packs. */
+rl_status rl_recurrent_adopted_inputs(rl_layer *l, bool on);
 /* Inputs the caller promises to be all zeros in the following forwards (bit k: input k; 0 for
  * none), such as a rec unit's prev: sources at the first step: their input projections and
  * weight-gradient products are skipped (they add zeros), the input gradients are computed as

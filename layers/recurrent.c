@@ -461,7 +461,8 @@ rl_status rl_recurrent_pack_slot(rl_recurrent *r, const rl_layer *l, int kind, i
 }
 
 bool rl_recurrent_packed_inputs(const rl_recurrent *r, rl_dtype dt, rl_device dev) {
-    return r->packs && r->packs->pass && dt == RL_FLOAT32 && dev.type == RL_CPU &&
+    return r->packs && (r->packs->pass || (r->adopted && r->adopted_w)) && dt == RL_FLOAT32 &&
+           dev.type == RL_CPU &&
            rl_gemm_packed_fast();
 }
 
@@ -565,6 +566,18 @@ rl_status rl_recurrent_adopt_packs(rl_layer *l, void *packs) {
     atomic_fetch_add(&P->refs, 1);
     packs_release(r->packs);
     r->packs = P;
+    r->adopted = true;
+    return RL_OK;
+}
+
+rl_status rl_recurrent_adopted_inputs(rl_layer *l, bool on) {
+    rl_recurrent *r = NULL;
+    RL_TRY(recurrent_of(l, "rl_recurrent_adopted_inputs", &r));
+    if (on && !r->adopted)
+        return rl_error(RL_EARG,
+                        "rl_recurrent_adopted_inputs: layer '%s' (%s) reads no adopted packs",
+                        l->name, r->cls);
+    r->adopted_w = on;
     return RL_OK;
 }
 
@@ -1304,7 +1317,16 @@ rl_status rl_recurrent_forward(rl_layer *l, rl_layer_io *io) {
         ragged = ragged || len[i] < T;
     rl_mat Z = {rl_tensor_data(&r->gates), G};
     float *wpack = NULL;
-    if (rl_recurrent_packed_inputs(r, dt, dev)) RL_TRY(pack_inputs(r, l, false, W.p, &wpack));
+    if (rl_recurrent_packed_inputs(r, dt, dev)) {
+        RL_TRY(pack_inputs(r, l, false, W.p, &wpack));
+    } else if (r->packs && r->packs->frozen && dt == RL_FLOAT32 && dev.type == RL_CPU &&
+               rl_gemm_packed_fast()) {
+        /* the owner of frozen packs packs W for the networks that adopt them (their few-row
+         * input products: OpenBLAS would repack W at each) and keeps OpenBLAS's product itself,
+         * whose numbers are rl.forward's */
+        float *unused;
+        RL_TRY(pack_inputs(r, l, false, W.p, &unused));
+    }
     int64_t row = 0;
     bool first = true; /* no input's product in Z yet */
     for (int k = 0; k < io->n_in; k++) {

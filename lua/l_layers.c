@@ -849,6 +849,13 @@ void rl_lua_push_packs(lua_State *L, void *packs) {
     *u = packs;
 }
 
+/* layer:_adopted_inputs(on): its input products read the adopted packs' W (on) or OpenBLAS's */
+static int m_adopted_inputs(lua_State *L) {
+    rl_layer *l = check_layer(L, 1)->layer;
+    if (rl_recurrent_adopted_inputs(l, lua_toboolean(L, 2)) != RL_OK) return raise_layer(L, l);
+    return 0;
+}
+
 /* layer:_adopt_packs(packs): reads the frozen packs of another network's layer (a C API
  * session's network, rl_lua_push_packs) instead of packing its own */
 static int m_adopt_packs(lua_State *L) {
@@ -989,6 +996,7 @@ static const luaL_Reg layer_methods[] = {
     {"_freeze_packs", m_freeze_packs},
     {"_frozen_packs", m_frozen_packs},
     {"_adopt_packs", m_adopt_packs},
+    {"_adopted_inputs", m_adopted_inputs},
     {"_set_gates", m_set_gates},
     {"_weight_grads", m_weight_grads},
     {"_gates_cols", m_gates_cols},

@@ -48,6 +48,12 @@ function Model:run(x, lengths, layer, state_from, who)
   end
   local batch = {[self.key] = x, lengths = lengths}
   if state_from ~= nil then batch.state_from = {state_from} end
+  -- a push's few-row input products read the model's packed W; a batch gives the model's numbers
+  local pushing = state_from ~= nil
+  if self.adopted and pushing ~= self.pushing then
+    for _, l in ipairs(self.adopted) do l:_adopted_inputs(pushing) end
+    self.pushing = pushing
+  end
   local ok, out, og = pcall(forward.run, fm, batch)
   if not ok then fail("%s: %s", who, util.strip_internal(tostring(out))) end
   if out:dtype() ~= "float32" then out = out:float() end
@@ -95,7 +101,10 @@ end
 -- The parameters of a loaded model never change, so its recurrent layers pack their recurrent
 -- weights for the per-step kernel once (layer:_freeze_packs) instead of at every forward, and
 -- the sessions' networks read the model's packs (Model:snapshot, layer:_adopt_packs) instead of
--- packing copies of their own: a one-frame push then streams the weights once, not three times.
+-- packing copies of their own. The model packs its input weights W too without using them (its
+-- forward keeps OpenBLAS's product, rl.forward's numbers); a session's pushes read them
+-- (layer:_adopted_inputs): OpenBLAS repacks W at every one-frame product. Pushes then differ
+-- from the whole sequence's numbers by float32 rounding. Returns a session's adopting layers.
 -- The model packs them in a one-frame forward here, so that sessions in many threads only read
 -- them (packs a session lacks, of layers off the model layer's path, it makes itself).
 local function share_packs(fm, snap, ext)
@@ -105,11 +114,15 @@ local function share_packs(fm, snap, ext)
       net:set_precision("bf16")
       net.bf16_ctx = snap.bf16_ctx
     end
+    local adopted = {}
     for name, p in pairs(snap.packs or {}) do
       local node = net.by_name[name]
-      if node and type(node.layer) == "userdata" then node.layer:_adopt_packs(p) end
+      if node and type(node.layer) == "userdata" then
+        node.layer:_adopt_packs(p)
+        adopted[#adopted + 1] = node.layer
+      end
     end
-    return
+    return adopted
   end
   local frozen = false
   for _, node in ipairs(net.nodes) do
@@ -155,8 +168,9 @@ function M.load(source, layer, device, who, lua_file)
   if e.spatial == 2 or fm.images then
     fail("%s: %s: the network reads or gives images; the C API takes sequences", who, path)
   end
-  if net.device == "cpu" then share_packs(fm, ck, e) end
+  local adopted = net.device == "cpu" and share_packs(fm, ck, e) or nil
   return setmetatable({path = path, layer = layer, fm = fm, net = net, key = keys[1],
+    adopted = adopted, pushing = false,
     in_dim = e.dim, sparse = e.sparse == true, out_dim = fm.dim, not_causal = net:carry_unfit(),
     num_params = net:num_params(), blank = fm.blank, labels = forward.target_labels(fm)}, Model)
 end
