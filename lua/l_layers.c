@@ -832,18 +832,15 @@ static int m_frozen_packs(lua_State *L) {
 
 static int packs_gc(lua_State *L) {
     void **u = luaL_checkudata(L, 1, PACKS_MT);
-    rl_recurrent_packs_drop(*u);
-    *u = NULL;
+    rl_recurrent_packs_drop(*u), *u = NULL;
     return 0;
 }
 
 void rl_lua_push_packs(lua_State *L, void *packs) {
+    static const luaL_Reg meta[] = {{"__gc", packs_gc}, {NULL, NULL}};
     void **u = lua_newuserdatauv(L, sizeof *u, 0);
-    *u = NULL;
-    if (luaL_newmetatable(L, PACKS_MT)) {
-        lua_pushcfunction(L, packs_gc);
-        lua_setfield(L, -2, "__gc");
-    }
+    *u = NULL; /* until the metatable is set: nothing to drop if that raises */
+    if (luaL_newmetatable(L, PACKS_MT)) luaL_setfuncs(L, meta, 0);
     lua_setmetatable(L, -2);
     rl_recurrent_packs_hold(packs);
     *u = packs;
