@@ -6,7 +6,8 @@
  * Before that, the cost of a session: N sessions opened one after another (the time of each
  * rl_session_open), then N opened at once from N threads (the wall time until all are open),
  * and the process's resident memory with the N sessions open, against the model's alone.
- * Usage: stream [--frames N] [--streams S] [--threads T] [--sessions N] */
+ * --precision bf16: the model's products in bf16 (rl_model_set_precision).
+ * Usage: stream [--frames N] [--streams S] [--threads T] [--sessions N] [--precision P] */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -89,6 +90,7 @@ static void run(rl_model *m, int streams, int frames, double *lat) {
 
 int main(int argc, char **argv) {
     int frames = 2000, max_streams = 8, threads = 1, sessions = 16;
+    const char *precision = "fp32";
     for (int i = 1; i + 1 < argc; i += 2) {
         if (strcmp(argv[i], "--frames") == 0)
             frames = atoi(argv[i + 1]);
@@ -98,11 +100,13 @@ int main(int argc, char **argv) {
             threads = atoi(argv[i + 1]);
         else if (strcmp(argv[i], "--sessions") == 0)
             sessions = atoi(argv[i + 1]);
+        else if (strcmp(argv[i], "--precision") == 0)
+            precision = argv[i + 1];
     }
     if (frames < 10 || max_streams < 1 || max_streams > 64 || threads < 1 || sessions < 1 ||
         sessions > 1024) {
         fputs("usage: stream [--frames N>=10] [--streams 1..64] [--threads T] [--sessions "
-              "1..1024]\n",
+              "1..1024] [--precision fp32|bf16]\n",
               stderr);
         return 2;
     }
@@ -126,6 +130,7 @@ int main(int argc, char **argv) {
     rl_status st = rl_model_load(&m, model, &o);
     remove(model);
     if (st != RL_OK) die("rl_model_load");
+    if (rl_model_set_precision(m, precision) != RL_OK) die("rl_model_set_precision");
     double *lat = malloc(sizeof *lat * (size_t)frames * max_streams);
     rl_session **ss = calloc((size_t)sessions, sizeof *ss);
     double *open_s = calloc((size_t)sessions, sizeof *open_s);
@@ -163,10 +168,10 @@ int main(int argc, char **argv) {
     free(th);
     printf("### Streaming through the C API (bench/stream.c)\n\n"
            "One 40-value frame a `rl_session_push` through a causal 3 x 512 LSTM (softmax 40 out), "
-           "%d pushes a stream after 50 of warm-up, %d BLAS thread(s); S streams push at once from "
-           "S threads, each with its own session.\n\n"
+           "%d pushes a stream after 50 of warm-up, %d BLAS thread(s), precision %s; S streams push "
+           "at once from S threads, each with its own session.\n\n"
            "| streams | p50 ms | p90 ms | p99 ms | max ms |\n|---|---|---|---|---|\n",
-           frames, threads);
+           frames, threads, precision);
     for (int s = 1; s <= max_streams; s *= 2) {
         run(m, s, frames, lat);
         int n = s * frames;

@@ -73,6 +73,13 @@ rl_status rl_model_load(rl_model **out, const char *path, const rl_model_options
  * ignored. */
 void rl_model_free(rl_model *model);
 
+/* The precision of the model's matrix products: "fp32" (the default) or "bf16" (operands rounded
+ * to bfloat16, sums in float32: half the bytes of weights to read; AVX512-BF16 or AMX where
+ * the CPU has them, a float32 emulation elsewhere; a CPU model of dtype float32 only). It holds
+ * for rl_model_forward and for the sessions opened after the call; sessions already open keep
+ * theirs. The bf16 copies of the weights are made once, here, and shared by those sessions. */
+rl_status rl_model_set_precision(rl_model *model, const char *precision);
+
 typedef struct rl_info {
     const char *input;      /* the name of the network's one input ("data") */
     int64_t input_dim;      /* values a frame (dense) or classes (sparse) */
@@ -105,6 +112,25 @@ typedef struct rl_output {
  * model's network computes). Calls on one model are serialised. */
 rl_status rl_model_forward(rl_model *model, const rl_batch *batch, const char *layer,
                            rl_output *out);
+
+/* CTC models (a softmax layer trained with loss = "ctc"): *blank gets the blank's class of the
+ * model's layer (-1: the layer is no CTC layer), *n and *labels the text of each target class
+ * as the checkpoint stores it (its target's labels, e.g. the characters of a recipe's
+ * alphabet; the blank is not among them: label i names class i of rl_ctc_decode), owned by the
+ * model; *n = 0 and *labels = NULL when the checkpoint has none. */
+rl_status rl_model_labels(const rl_model *model, int32_t *blank, int64_t *n,
+                          const char *const **labels);
+
+/* The labels of sequence b of out, a CTC layer's output (its softmax probabilities, from
+ * rl_model_forward, rl_session_forward or rl_session_push), blank its blank class: beam = 1
+ * takes the best path (the likeliest class of each frame, repeats merged, blanks removed),
+ * beam > 1 a prefix beam search of that width (rl.ctc_decode's, without an LM). The labels are
+ * numbered as the targets are (the blank taken out: class c > blank is label c - 1); at most
+ * cap of them go to labels, their number to *n (a sequence with more than cap is RL_ESHAPE,
+ * *n saying how many it has). A stream decoded chunk by chunk is not the whole stream's
+ * decoding: decode the outputs of all its pushes at once. */
+rl_status rl_ctc_decode(const rl_output *out, int64_t b, int32_t blank, int beam, int32_t *labels,
+                        int64_t cap, int64_t *n);
 
 /* A session: the model's network of its own, for one thread at a time; it carries the
  * recurrent state of a stream between rl_session_push calls. */

@@ -84,6 +84,24 @@ rl_status rl_recurrent_share_packs(rl_layer *l, rl_layer *owner);
  * since the last forward or backward; 0 (the default) packs them at every forward and
  * backward. */
 rl_status rl_recurrent_set_pack_pass(rl_layer *l, uint64_t pass);
+/* Frozen parameters (an inference model whose weights never change): l packs each operand once,
+ * at the first product that needs it, and keeps it. rl_recurrent_frozen_packs gives those packs
+ * (NULL when l packed none yet or is no recurrent cell) for another network's layer of the same
+ * description and parameters to read: rl_recurrent_adopt_packs makes l read them (holding a
+ * reference); rl_recurrent_packs_hold / _drop take and release a reference for a caller that
+ * carries them between the two. Shared frozen packs are read-only: an operand the owner never
+ * packed is an error when a sharer needs it. An error when l is a rec unit's step object. */
+rl_status rl_recurrent_freeze_packs(rl_layer *l);
+void *rl_recurrent_frozen_packs(rl_layer *l);
+void rl_recurrent_packs_hold(void *packs);
+void rl_recurrent_packs_drop(void *packs);
+rl_status rl_recurrent_adopt_packs(rl_layer *l, void *packs);
+/* on: the input products of l, which adopted frozen packs, read the packed W of the owner (which
+ * packs it without using it, keeping OpenBLAS's numbers) from the next forward on, instead of
+ * OpenBLAS, which repacks W at each call (the cost of a one-frame step); the numbers then
+ * differ from the owner's by float32 rounding. off (the default): OpenBLAS's product. An error
+ * for on when l adopted no packs. */
+rl_status rl_recurrent_adopted_inputs(rl_layer *l, bool on);
 /* Inputs the caller promises to be all zeros in the following forwards (bit k: input k; 0 for
  * none), such as a rec unit's prev: sources at the first step: their input projections and
  * weight-gradient products are skipped (they add zeros), the input gradients are computed as

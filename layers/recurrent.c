@@ -1,6 +1,7 @@
 /* The recurrent layers' shared plumbing (API: layers/recurrent.h). */
 #include <inttypes.h>
 #include <math.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -393,18 +394,22 @@ const rl_state_ops rl_recurrent_state_ops = {.info = state_info,
 
 /* ---------------------------------------------------------------- packed operands */
 
-/* refs: the layer objects sharing them. pass: 0 (pack at every call, all kinds into slot
- * RL_PACK_U) or the rec layer's current pass; a slot is fresh when it was packed in that pass.
- * count: operands packed so far. */
+/* refs: the layer objects sharing them (atomic: frozen packs are shared by the networks of
+ * threads that free them apart). pass: 0 (pack at every call, all kinds into slot RL_PACK_U) or
+ * the rec layer's current pass; a slot is fresh when it was packed in that pass. frozen: the
+ * parameters never change, so each kind is packed once, into its own slot, while one layer
+ * holds the packs; once shared, frozen packs are only read (a stale slot is an error, not a
+ * repack into a buffer other threads read). count: operands packed so far. */
 typedef struct rl_packs {
-    int refs;
+    atomic_int refs;
+    bool frozen;
     uint64_t pass, count;
     rl_tensor buf[RL_PACK_KINDS];
     uint64_t packed_in[RL_PACK_KINDS];
 } rl_packs;
 
 static void packs_release(rl_packs *P) {
-    if (!P || --P->refs > 0) return;
+    if (!P || atomic_fetch_sub(&P->refs, 1) > 1) return;
     for (int k = 0; k < RL_PACK_KINDS; k++)
         rl_tensor_release(&P->buf[k]);
     free(P);
@@ -415,7 +420,7 @@ static rl_status packs_of(rl_recurrent *r, const rl_layer *l, rl_packs **P) {
         r->packs = calloc(1, sizeof *r->packs);
         if (!r->packs)
             return rl_error(RL_ENOMEM, RL_LAYER_WHERE ": out of memory", l->name, r->cls);
-        r->packs->refs = 1;
+        atomic_init(&r->packs->refs, 1);
     }
     *P = r->packs;
     return RL_OK;
@@ -425,6 +430,25 @@ rl_status rl_recurrent_pack_slot(rl_recurrent *r, const rl_layer *l, int kind, i
                                  float **dst, bool *stale) {
     rl_packs *P = NULL;
     RL_TRY(packs_of(r, l, &P));
+    if (P->frozen) {
+        rl_tensor *b = &P->buf[kind];
+        *stale = !P->packed_in[kind] || rl_tensor_numel(b) != n;
+        if (*stale && atomic_load(&P->refs) > 1)
+            return rl_error(RL_EARG,
+                            RL_LAYER_WHERE ": its frozen packed weights are shared and hold no "
+                                           "operand %d of %" PRId64
+                                           " floats (the network that made them did "
+                                           "not run this product before they were shared)",
+                            l->name, r->cls, kind, n);
+        if (*stale) {
+            P->packed_in[kind] = 0;
+            RL_TRY(rl_buffer_ensure(b, RL_FLOAT32, RL_DEVICE_CPU, 1, &n));
+            P->packed_in[kind] = 1;
+            P->count++;
+        }
+        *dst = rl_tensor_data(b);
+        return RL_OK;
+    }
     int k = P->pass ? kind : RL_PACK_U;
     *stale = !P->pass || P->packed_in[k] != P->pass;
     if (*stale) {
@@ -438,8 +462,8 @@ rl_status rl_recurrent_pack_slot(rl_recurrent *r, const rl_layer *l, int kind, i
 }
 
 bool rl_recurrent_packed_inputs(const rl_recurrent *r, rl_dtype dt, rl_device dev) {
-    return r->packs && r->packs->pass && dt == RL_FLOAT32 && dev.type == RL_CPU &&
-           rl_gemm_packed_fast();
+    return r->packs && (r->packs->pass || (r->adopted && r->adopted_w)) && dt == RL_FLOAT32 &&
+           dev.type == RL_CPU && rl_gemm_packed_fast();
 }
 
 rl_status rl_recurrent_pack_inputs(rl_recurrent *r, const rl_layer *l, bool backward,
@@ -497,7 +521,64 @@ rl_status rl_recurrent_share_packs(rl_layer *l, rl_layer *owner) {
     if (r->packs == P) return RL_OK;
     packs_release(r->packs);
     r->packs = P;
-    P->refs++;
+    atomic_fetch_add(&P->refs, 1);
+    return RL_OK;
+}
+
+rl_status rl_recurrent_freeze_packs(rl_layer *l) {
+    rl_recurrent *r = NULL;
+    rl_packs *P = NULL;
+    RL_TRY(recurrent_of(l, "rl_recurrent_freeze_packs", &r));
+    RL_TRY(packs_of(r, l, &P));
+    if (P->pass || atomic_load(&P->refs) > 1)
+        return rl_error(RL_EARG,
+                        "rl_recurrent_freeze_packs: " RL_LAYER_WHERE " shares its packs or has a "
+                        "pack pass (a rec unit's step object)",
+                        l->name, r->cls);
+    if (!P->frozen) {
+        for (int k = 0; k < RL_PACK_KINDS; k++)
+            P->packed_in[k] = 0;
+        P->frozen = true;
+    }
+    return RL_OK;
+}
+
+void *rl_recurrent_frozen_packs(rl_layer *l) {
+    if (!l || l->ops->state != &rl_recurrent_state_ops) return NULL;
+    rl_packs *P = ((rl_recurrent_layer *)l)->rec.packs;
+    return P && P->frozen && P->count > 0 ? P : NULL;
+}
+
+void rl_recurrent_packs_hold(void *packs) {
+    if (packs) atomic_fetch_add(&((rl_packs *)packs)->refs, 1);
+}
+
+void rl_recurrent_packs_drop(void *packs) { packs_release(packs); }
+
+rl_status rl_recurrent_adopt_packs(rl_layer *l, void *packs) {
+    rl_recurrent *r = NULL;
+    RL_TRY(recurrent_of(l, "rl_recurrent_adopt_packs", &r));
+    rl_packs *P = packs;
+    if (!P || !P->frozen)
+        return rl_error(RL_EARG,
+                        "rl_recurrent_adopt_packs: " RL_LAYER_WHERE ": no frozen packs given",
+                        l->name, r->cls);
+    if (r->packs == P) return RL_OK;
+    atomic_fetch_add(&P->refs, 1);
+    packs_release(r->packs);
+    r->packs = P;
+    r->adopted = true;
+    return RL_OK;
+}
+
+rl_status rl_recurrent_adopted_inputs(rl_layer *l, bool on) {
+    rl_recurrent *r = NULL;
+    RL_TRY(recurrent_of(l, "rl_recurrent_adopted_inputs", &r));
+    if (on && !r->adopted)
+        return rl_error(RL_EARG,
+                        "rl_recurrent_adopted_inputs: " RL_LAYER_WHERE " reads no adopted packs",
+                        l->name, r->cls);
+    r->adopted_w = on;
     return RL_OK;
 }
 
@@ -1246,7 +1327,16 @@ rl_status rl_recurrent_forward(rl_layer *l, rl_layer_io *io) {
         ragged = ragged || len[i] < T;
     rl_mat Z = {rl_tensor_data(&r->gates), G};
     float *wpack = NULL;
-    if (rl_recurrent_packed_inputs(r, dt, dev)) RL_TRY(pack_inputs(r, l, false, W.p, &wpack));
+    if (rl_recurrent_packed_inputs(r, dt, dev)) {
+        RL_TRY(pack_inputs(r, l, false, W.p, &wpack));
+    } else if (r->packs && r->packs->frozen && dt == RL_FLOAT32 && dev.type == RL_CPU &&
+               rl_gemm_packed_fast()) {
+        /* the owner of frozen packs packs W for the networks that adopt them (their few-row
+         * input products: OpenBLAS would repack W at each) and keeps OpenBLAS's product itself,
+         * whose numbers are rl.forward's */
+        float *unused;
+        RL_TRY(pack_inputs(r, l, false, W.p, &unused));
+    }
     int64_t row = 0;
     bool first = true; /* no input's product in Z yet */
     for (int k = 0; k < io->n_in; k++) {

@@ -15,6 +15,7 @@
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -23,7 +24,9 @@
 
 #include "../core/blas.h"
 #include "../core/error.h"
+#include "../kernels/ctc.h"
 #include "../include/rnnlua.h"
+#include "l_layers.h"
 #include "l_open.h"
 #include "l_tensor.h"
 #include "version.h"
@@ -44,6 +47,9 @@ struct rl_model {
     atomic_int freed;
     engine e;
     rl_info info; /* strings malloc'ed */
+    int32_t blank;  /* a CTC layer's blank class, else -1 */
+    int64_t n_labels;
+    char **labels; /* the target's labels the checkpoint stores (n_labels), malloc'ed */
     char *path, *layer, *device, *lua_file;
 };
 
@@ -63,13 +69,16 @@ typedef struct {
     engine *e;
     const char *path, *layer, *device, *lua_file, *who;
     rl_info *info; /* NULL: not wanted */
+    rl_model *model; /* with info: its blank and labels filled */
     int snap_ref;  /* a session's: its copy of the model's snapshot in its registry; else
                       LUA_NOREF */
 } load_args;
 
 /* Pushes onto `to` a copy of the value at idx of `from`: nil, booleans, numbers, strings,
  * tables of them and CPU tensors, which are shared (a new view of the same storage, whose
- * refcount is atomic): the session's network only reads them. Reads `from` with raw operations
+ * refcount is atomic): the session's network only reads them; light userdata are the model's
+ * frozen packed weights and a userdata the model's frozen bf16 context, shared the same way
+ * (their refcounts are atomic too). Reads `from` with raw operations
  * only, so only `to` can raise. */
 static void copy_value(lua_State *from, int idx, lua_State *to, int depth) {
     idx = lua_absindex(from, idx);
@@ -106,8 +115,16 @@ static void copy_value(lua_State *from, int idx, lua_State *to, int depth) {
             rl_tensor_share(rl_lua_push_tensor(to), src);
             return;
         }
+        struct rl_bf16_ctx *ctx = src ? NULL : rl_lua_test_bf16_ctx(from, idx);
+        if (ctx) { /* a frozen bf16 context (Model:snapshot): held by `to` */
+            rl_lua_push_bf16_ctx(to, ctx);
+            return;
+        }
         break;
     }
+    case LUA_TLIGHTUSERDATA: /* frozen packed weights (Model:snapshot): held by `to` */
+        rl_lua_push_packs(to, lua_touserdata(from, idx));
+        return;
     case LUA_TNIL: lua_pushnil(to); return;
     default: break;
     }
@@ -188,6 +205,25 @@ static int load_protected(lua_State *L) {
         in->output = dup_field(L, m, "layer");
         in->not_causal = dup_field(L, m, "not_causal");
         in->causal = in->not_causal == NULL;
+        rl_model *md = a->model;
+        lua_getfield(L, m, "blank");
+        md->blank = lua_isinteger(L, -1) ? (int32_t)lua_tointeger(L, -1) : -1;
+        lua_pop(L, 1);
+        lua_getfield(L, m, "labels");
+        if (lua_istable(L, -1)) {
+            int64_t n = (int64_t)lua_rawlen(L, -1);
+            md->labels = calloc((size_t)n + 1, sizeof *md->labels);
+            if (md->labels == NULL) luaL_error(L, "out of memory");
+            for (int64_t i = 0; i < n; i++) {
+                lua_rawgeti(L, -1, i + 1);
+                const char *t = lua_tostring(L, -1);
+                md->labels[i] = strdup(t ? t : "");
+                if (md->labels[i] == NULL) luaL_error(L, "out of memory");
+                md->n_labels = i + 1;
+                lua_pop(L, 1);
+            }
+        }
+        lua_pop(L, 1);
     }
     a->e->ref = luaL_ref(L, LUA_REGISTRYINDEX);
     return 0;
@@ -243,6 +279,7 @@ static rl_status engine_open(engine *e, const rl_model *file, rl_model *m, const
                    .lua_file = src->lua_file,
                    .who = who,
                    .info = info,
+                   .model = (rl_model *)file,
                    .snap_ref = LUA_NOREF};
     if (m) {
         pthread_mutex_lock(&m->mu);
@@ -427,6 +464,9 @@ static void model_release(rl_model *m) {
     if (atomic_fetch_sub(&m->refs, 1) != 1) return;
     engine_close(&m->e);
     free_info(&m->info);
+    for (int64_t i = 0; i < m->n_labels; i++)
+        free(m->labels[i]);
+    free(m->labels);
     free(m->path);
     free(m->layer);
     free(m->device);
@@ -476,6 +516,131 @@ void rl_model_free(rl_model *model) {
     engine_close(&model->e);
     pthread_mutex_unlock(&model->mu);
     model_release(model);
+}
+
+typedef struct {
+    engine *e;
+    const char *precision, *who;
+} precision_args;
+
+static int precision_protected(lua_State *L) {
+    precision_args *a = lua_touserdata(L, 1);
+    lua_rawgeti(L, LUA_REGISTRYINDEX, a->e->ref);
+    lua_getfield(L, -1, "set_precision");
+    lua_insert(L, -2);
+    lua_pushstring(L, a->precision);
+    lua_pushstring(L, a->who);
+    lua_call(L, 3, 0);
+    return 0;
+}
+
+rl_status rl_model_set_precision(rl_model *model, const char *precision) {
+    static const char who[] = "rl_model_set_precision";
+    if (model == NULL) return rl_error(RL_EARG, "%s: model is NULL", who);
+    if (precision == NULL) return rl_error(RL_EARG, "%s: precision is NULL", who);
+    if (atomic_load(&model->freed)) return rl_error(RL_EARG, "%s: model: the model was freed", who);
+    precision_args a = {.e = &model->e, .precision = precision, .who = who};
+    pthread_mutex_lock(&model->mu);
+    rl_status st = RL_OK;
+    if (model->e.L == NULL) {
+        st = rl_error(RL_EARG, "%s: model: the model was freed", who);
+    } else {
+        lua_pushcfunction(model->e.L, precision_protected);
+        lua_pushlightuserdata(model->e.L, &a);
+        int status = lua_pcall(model->e.L, 1, 0, 0);
+        if (status != LUA_OK)
+            st = lua_failure(model->e.L, status == LUA_ERRMEM ? RL_ENOMEM : RL_EARG, who);
+        lua_settop(model->e.L, 0);
+    }
+    pthread_mutex_unlock(&model->mu);
+    return st;
+}
+
+rl_status rl_model_labels(const rl_model *model, int32_t *blank, int64_t *n,
+                          const char *const **labels) {
+    static const char who[] = "rl_model_labels";
+    if (model == NULL) return rl_error(RL_EARG, "%s: model is NULL", who);
+    if (blank == NULL) return rl_error(RL_EARG, "%s: blank is NULL", who);
+    if (n == NULL) return rl_error(RL_EARG, "%s: n is NULL", who);
+    if (labels == NULL) return rl_error(RL_EARG, "%s: labels is NULL", who);
+    *blank = model->blank;
+    *n = model->n_labels;
+    *labels = (const char *const *)model->labels;
+    return RL_OK;
+}
+
+rl_status rl_ctc_decode(const rl_output *out, int64_t b, int32_t blank, int beam, int32_t *labels,
+                        int64_t cap, int64_t *n) {
+    static const char who[] = "rl_ctc_decode";
+    if (out == NULL) return rl_error(RL_EARG, "%s: out is NULL", who);
+    if (labels == NULL) return rl_error(RL_EARG, "%s: labels is NULL", who);
+    if (n == NULL) return rl_error(RL_EARG, "%s: n is NULL", who);
+    *n = 0;
+    if (out->y == NULL || out->lengths == NULL || out->T < 1 || out->B < 1 || out->dim < 2)
+        return rl_error(RL_ESHAPE,
+                        "%s: out: %lld x %lld x %lld (y %s, lengths %s) is no output of a model "
+                        "(rl_model_forward, rl_session_push) with 2 or more classes",
+                        who, (long long)out->T, (long long)out->B, (long long)out->dim,
+                        out->y ? "set" : "NULL", out->lengths ? "set" : "NULL");
+    if (b < 0 || b >= out->B)
+        return rl_error(RL_EINDEX, "%s: b = %lld is no sequence of out (0..%lld)", who,
+                        (long long)b, (long long)out->B - 1);
+    if (blank < 0 || blank >= out->dim)
+        return rl_error(RL_EARG, "%s: blank = %d is no class of out (0..%lld)", who, (int)blank,
+                        (long long)out->dim - 1);
+    if (beam < 1 || beam > 4096)
+        return rl_error(RL_EARG, "%s: beam = %d is out of range 1..4096", who, beam);
+    if (cap < 0) return rl_error(RL_EARG, "%s: cap = %lld is negative", who, (long long)cap);
+    int64_t T = out->lengths[b], V = out->dim, B = out->B;
+    if (T < 0 || T > out->T)
+        return rl_error(RL_ESHAPE, "%s: out->lengths[%lld] = %lld is not in 0..T = %lld", who,
+                        (long long)b, (long long)T, (long long)out->T);
+    int32_t *path = malloc(sizeof *path * (size_t)(T > 0 ? T : 1));
+    if (path == NULL) return rl_error(RL_ENOMEM, "%s: no memory for %lld frames", who, (long long)T);
+    rl_status st = RL_OK;
+    int64_t got = 0;
+    if (beam == 1) { /* best path: the likeliest class of each frame, repeats merged, blanks out */
+        for (int64_t t = 0; t < T && st == RL_OK; t++) {
+            const float *p = out->y + (t * B + b) * V;
+            int32_t best = 0;
+            for (int64_t c = 0; c < V; c++) {
+                if (isnan(p[c]))
+                    st = rl_error(RL_EARG, "%s: out->y: class %lld of frame %lld of sequence %lld "
+                                  "is NaN", who, (long long)c, (long long)t, (long long)b);
+                else if (p[c] > p[best])
+                    best = (int32_t)c;
+            }
+            path[t] = best;
+        }
+        if (st == RL_OK) got = rl_ctc_collapse(path, T, 1, blank, path);
+    } else { /* prefix beam search over the log of the probabilities */
+        double *logp = malloc(sizeof *logp * (size_t)(T > 0 ? T * V : 1));
+        if (logp == NULL) {
+            free(path);
+            return rl_error(RL_ENOMEM, "%s: no memory for %lld frames", who, (long long)T);
+        }
+        for (int64_t t = 0; t < T; t++)
+            for (int64_t c = 0; c < V; c++)
+                logp[t * V + c] = log((double)out->y[(t * B + b) * V + c]);
+        int32_t len = (int32_t)T;
+        st = rl_ctc_beam_search_cpu(T, 1, V, logp, &len, blank, beam, NULL, path, &got, 1);
+        free(logp);
+        if (st != RL_OK) {
+            char msg[512];
+            snprintf(msg, sizeof msg, "%s", rl_errmsg());
+            st = rl_error(st, "%s: %s", who, msg);
+        }
+    }
+    if (st == RL_OK) {
+        *n = got;
+        if (got > cap)
+            st = rl_error(RL_ESHAPE, "%s: cap = %lld: the sequence has %lld labels", who,
+                          (long long)cap, (long long)got);
+        for (int64_t i = 0; i < got && i < cap; i++)
+            labels[i] = path[i] < blank ? path[i] : path[i] - 1;
+    }
+    free(path);
+    return st;
 }
 
 rl_status rl_model_info(const rl_model *model, rl_info *info) {

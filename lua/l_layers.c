@@ -810,6 +810,61 @@ static int m_set_pack_pass(lua_State *L) {
     return 0;
 }
 
+/* layer:_freeze_packs() -> whether it is a recurrent cell, whose packed weights are from now on
+ * packed once (the parameters of an inference model never change) */
+static int m_freeze_packs(lua_State *L) {
+    rl_layer *l = check_layer(L, 1)->layer;
+    /* refused: no recurrent cell (or a rec unit's step object), which packs as it always does */
+    bool cell = rl_recurrent_freeze_packs(l) == RL_OK;
+    lua_pushboolean(L, cell);
+    return 1;
+}
+
+/* layer:_frozen_packs() -> its frozen packs as a light userdata (valid while the layer lives;
+ * rl_lua_push_packs holds them for another state), or nil */
+static int m_frozen_packs(lua_State *L) {
+    void *p = rl_recurrent_frozen_packs(check_layer(L, 1)->layer);
+    if (p)
+        lua_pushlightuserdata(L, p);
+    else
+        lua_pushnil(L);
+    return 1;
+}
+
+#define PACKS_MT "rnnlua.Packs"
+
+static int packs_gc(lua_State *L) {
+    void **u = luaL_checkudata(L, 1, PACKS_MT);
+    rl_recurrent_packs_drop(*u), *u = NULL;
+    return 0;
+}
+
+void rl_lua_push_packs(lua_State *L, void *packs) {
+    static const luaL_Reg meta[] = {{"__gc", packs_gc}, {NULL, NULL}};
+    void **u = lua_newuserdatauv(L, sizeof *u, 0);
+    *u = NULL; /* until the metatable is set: nothing to drop if that raises */
+    if (luaL_newmetatable(L, PACKS_MT)) luaL_setfuncs(L, meta, 0);
+    lua_setmetatable(L, -2);
+    rl_recurrent_packs_hold(packs);
+    *u = packs;
+}
+
+/* layer:_adopted_inputs(on): its input products read the adopted packs' W (on) or OpenBLAS's */
+static int m_adopted_inputs(lua_State *L) {
+    rl_layer *l = check_layer(L, 1)->layer;
+    if (rl_recurrent_adopted_inputs(l, lua_toboolean(L, 2)) != RL_OK) return raise_layer(L, l);
+    return 0;
+}
+
+/* layer:_adopt_packs(packs): reads the frozen packs of another network's layer (a C API
+ * session's network, rl_lua_push_packs) instead of packing its own */
+static int m_adopt_packs(lua_State *L) {
+    rl_layer *l = check_layer(L, 1)->layer;
+    void **u = luaL_checkudata(L, 2, PACKS_MT);
+    if (rl_recurrent_adopt_packs(l, *u) != RL_OK) return raise_layer(L, l);
+    return 0;
+}
+
 /* layer:_set_zero_inputs(mask): the inputs of bit mask are all zeros in the following forwards
  * (rec units: prev: sources at the first step) */
 static int m_set_zero_inputs(lua_State *L) {
@@ -938,6 +993,10 @@ static const luaL_Reg layer_methods[] = {
     {"_set_pack_pass", m_set_pack_pass},
     {"_pack_count", m_pack_count},
     {"_set_zero_inputs", m_set_zero_inputs},
+    {"_freeze_packs", m_freeze_packs},
+    {"_frozen_packs", m_frozen_packs},
+    {"_adopt_packs", m_adopt_packs},
+    {"_adopted_inputs", m_adopted_inputs},
     {"_set_gates", m_set_gates},
     {"_weight_grads", m_weight_grads},
     {"_gates_cols", m_gates_cols},

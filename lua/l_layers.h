@@ -10,5 +10,9 @@
 /* Registers the Layer metatable and rl._layer_new, rl._layer_classes, rl._param_init and
  * rl._loss_mse into the module table on top of the stack. */
 void rl_lua_open_layers(lua_State *L);
+/* Pushes a userdata holding a reference to frozen packed weights (layer:_frozen_packs of another
+ * state's network, rl_recurrent_frozen_packs), released by the garbage collector; a layer of
+ * this state reads them after layer:_adopt_packs(u). */
+void rl_lua_push_packs(lua_State *L, void *packs);
 
 #endif

@@ -68,7 +68,8 @@ static int l_cpu_level(lua_State *L) {
  *   rl._bf16_on(ctx | nil): the active context from now on (per layer);
  *   rl._bf16_leave(prev): restores the context _bf16_enter replaced;
  *   rl._bf16_bytes(ctx) -> bytes of kept packs;
- *   rl._bf16_packs(ctx) -> weight operands packed so far (kept or per product). */
+ *   rl._bf16_packs(ctx) -> weight operands packed so far (kept or per product).;
+ *   rl._bf16_freeze(ctx): its weights never change (rl_bf16_ctx_freeze; the C API's models). */
 #define BF16_CTX_MT "rnnlua.bf16_ctx"
 
 static int l_bf16_ctx_gc(lua_State *L) {
@@ -78,7 +79,7 @@ static int l_bf16_ctx_gc(lua_State *L) {
     return 0;
 }
 
-static int l_bf16_ctx(lua_State *L) {
+static rl_bf16_ctx **push_bf16_ud(lua_State *L) {
     rl_bf16_ctx **u = lua_newuserdatauv(L, sizeof *u, 0);
     *u = NULL;
     if (luaL_newmetatable(L, BF16_CTX_MT)) {
@@ -86,9 +87,31 @@ static int l_bf16_ctx(lua_State *L) {
         lua_setfield(L, -2, "__gc");
     }
     lua_setmetatable(L, -2);
+    return u;
+}
+
+static int l_bf16_ctx(lua_State *L) {
+    rl_bf16_ctx **u = push_bf16_ud(L);
     *u = rl_bf16_ctx_new();
     if (!*u) return luaL_error(L, "rnnlua: precision bf16: out of memory for its context");
     return 1;
+}
+
+rl_bf16_ctx *rl_lua_test_bf16_ctx(lua_State *L, int idx) {
+    rl_bf16_ctx **u = luaL_testudata(L, idx, BF16_CTX_MT);
+    return u ? *u : NULL;
+}
+
+void rl_lua_push_bf16_ctx(lua_State *L, rl_bf16_ctx *ctx) {
+    rl_bf16_ctx **u = push_bf16_ud(L);
+    rl_bf16_ctx_hold(ctx);
+    *u = ctx;
+}
+
+static int l_bf16_freeze(lua_State *L) {
+    rl_bf16_ctx *ctx = *(rl_bf16_ctx **)luaL_checkudata(L, 1, BF16_CTX_MT);
+    if (ctx) rl_bf16_ctx_freeze(ctx);
+    return 0;
 }
 
 static rl_bf16_ctx *opt_bf16_ctx(lua_State *L, int i) {
@@ -144,6 +167,7 @@ static const luaL_Reg module_funcs[] = {
     {"_bf16_packs", l_bf16_packs},
     {"_bf16_ctx", l_bf16_ctx},
     {"_bf16_enter", l_bf16_enter},
+    {"_bf16_freeze", l_bf16_freeze},
     {"_bf16_leave", l_bf16_leave},
     {"_bf16_on", l_bf16_on},
     {"cpu_level", l_cpu_level},

@@ -23,4 +23,11 @@ void rl_lua_add_module_needs(lua_State *L);
  * (out of memory) like any Lua API call: call it in protected mode. */
 void rl_lua_open_state(lua_State *L);
 
+/* A network's bf16 context (rl._bf16_ctx) shared between the Lua states of the C API
+ * (lua/capi.c): the context of the userdata at idx, or NULL when it is none; pushing one onto
+ * another state holds a reference, released by that state's garbage collector. */
+struct rl_bf16_ctx;
+struct rl_bf16_ctx *rl_lua_test_bf16_ctx(lua_State *L, int idx);
+void rl_lua_push_bf16_ctx(lua_State *L, struct rl_bf16_ctx *ctx);
+
 #endif

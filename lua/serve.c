@@ -2574,8 +2574,13 @@ int rl_serve_main(lua_State *L, int argc, char **argv) {
         S->capi_error = strdup("the server was started with --max-streams 0");
     } else {
         rl_model_options mo = {.layer = S->o.layer, .lua_file = S->o.lua_file};
-        if (rl_model_load(&S->capi, S->o.model_path, &mo) != RL_OK)
+        /* the streams run in the precision of the batch endpoints */
+        if (rl_model_load(&S->capi, S->o.model_path, &mo) != RL_OK ||
+            rl_model_set_precision(S->capi, S->o.precision) != RL_OK) {
             S->capi_error = strdup(rl_errmsg());
+            rl_model_free(S->capi);
+            S->capi = NULL;
+        }
         S->streams = calloc((size_t)S->o.max_streams, sizeof *S->streams);
         if (S->streams == NULL) {
             logf_("no memory for --max-streams %d", S->o.max_streams);

@@ -525,6 +525,9 @@ typedef struct {
 } cache_slot;
 
 struct rl_bf16_ctx {
+    /* shared by the networks of threads that read one frozen model's parameters */
+    atomic_int refs;
+    _Atomic bool frozen; /* rl_bf16_ctx_freeze */
     const char *weights_lo, *weights_hi;
     uint64_t version; /* of the weights' storage when the slots were filled */
     _Atomic int used; /* slots claimed (may pass CACHE_SLOTS: then all are) */
@@ -538,10 +541,20 @@ rl_bf16_ctx *rl_bf16_active(void) { return active; }
 
 void rl_bf16_activate(rl_bf16_ctx *ctx) { active = ctx; }
 
-rl_bf16_ctx *rl_bf16_ctx_new(void) { return calloc(1, sizeof(rl_bf16_ctx)); }
+rl_bf16_ctx *rl_bf16_ctx_new(void) {
+    rl_bf16_ctx *ctx = calloc(1, sizeof *ctx);
+    if (ctx) atomic_init(&ctx->refs, 1);
+    return ctx;
+}
+
+void rl_bf16_ctx_hold(rl_bf16_ctx *ctx) {
+    if (ctx) atomic_fetch_add(&ctx->refs, 1);
+}
+
+void rl_bf16_ctx_freeze(rl_bf16_ctx *ctx) { atomic_store(&ctx->frozen, true); }
 
 void rl_bf16_ctx_free(rl_bf16_ctx *ctx) {
-    if (!ctx) return;
+    if (!ctx || atomic_fetch_sub(&ctx->refs, 1) > 1) return;
     for (int i = 0; i < CACHE_SLOTS; i++)
         free(ctx->cache[i].packed);
     free(ctx);
@@ -549,6 +562,9 @@ void rl_bf16_ctx_free(rl_bf16_ctx *ctx) {
 
 void rl_bf16_ctx_begin(rl_bf16_ctx *ctx, const void *weights, size_t bytes, uint64_t version) {
     const char *lo = weights, *hi = lo + bytes;
+    /* a frozen context keeps its first weights and their packs for good (other threads read
+     * them) */
+    if (atomic_load(&ctx->frozen) && ctx->weights_lo) return;
     bool same_range = lo == ctx->weights_lo && hi == ctx->weights_hi;
     if (same_range && version == ctx->version) return;
     ctx->weights_lo = lo;
@@ -579,7 +595,8 @@ uint64_t rl_bf16_ctx_packs(const rl_bf16_ctx *ctx) { return atomic_load(&ctx->pa
  * blocks, and keeps no copy; a recurrent matrix, used at every time step, is kept from its
  * second use under the first weights, from its first use under the next ones; any weight in a
  * second forward of the same weights is kept); while another product packs it; when no slot
- * is left. Lock-free: the two layers of a concurrent pair look up their packs at once. */
+ * is left. A frozen context keeps every weight from its first use. Lock-free: the two layers of a
+ * concurrent pair look up their packs at once. */
 static const uint16_t *kept_pack(rl_bf16_ctx *ctx, const float *b, int64_t ldb, bool trans,
                                  int64_t k, int64_t n, rl_status *st) {
     const char *lo = (const char *)b;
@@ -600,16 +617,17 @@ static const uint16_t *kept_pack(rl_bf16_ctx *ctx, const float *b, int64_t ldb, 
     }
     if (!s) {
         int i = atomic_fetch_add(&ctx->used, 1);
-        if (i < CACHE_SLOTS) {
-            cache_slot *c = &ctx->cache[i];
-            c->b = b;
-            c->ldb = ldb;
-            c->k = k;
-            c->n = n;
-            c->trans = trans;
-            atomic_store(&c->state, SEEN);
-        }
-        return NULL;
+        if (i >= CACHE_SLOTS) return NULL;
+        cache_slot *c = &ctx->cache[i];
+        c->b = b;
+        c->ldb = ldb;
+        c->k = k;
+        c->n = n;
+        c->trans = trans;
+        atomic_store(&c->state, SEEN);
+        if (!atomic_load(&ctx->frozen)) return NULL;
+        s = c; /* frozen: every weight is kept from its first use */
+        state = SEEN;
     }
     if (state == READY) return s->packed;
     if (state == STALE) {

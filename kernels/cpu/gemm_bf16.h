@@ -102,9 +102,17 @@ rl_status rl_gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t
  * Looking packs up takes no lock (the layers of a concurrent pair do it at once). */
 typedef struct rl_bf16_ctx rl_bf16_ctx;
 
-/* A context with no weights range; NULL when out of memory. */
+/* A context with no weights range, one reference held; NULL when out of memory. */
 rl_bf16_ctx *rl_bf16_ctx_new(void);
+/* Releases a reference (the context goes with the last); rl_bf16_ctx_hold takes one. */
 void rl_bf16_ctx_free(rl_bf16_ctx *ctx);
+void rl_bf16_ctx_hold(rl_bf16_ctx *ctx);
+/* For weights that never change (an inference model's): from now on every weight operand is
+ * packed at its first use and kept for good, and rl_bf16_ctx_begin keeps the first weights range
+ * and the packs (products of operands outside it pack per call), so that networks in several
+ * threads that read the same parameter buffer can share the context. Called before the context
+ * is shared. */
+void rl_bf16_ctx_freeze(rl_bf16_ctx *ctx);
 /* Before a pass, with no product of ctx running: sets the weights range and the version of
  * their contents; when either differs from the last begin's, drops every kept pack (their
  * buffers are reused). */

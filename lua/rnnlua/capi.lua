@@ -7,6 +7,9 @@
 --   m.layer, m.out_dim             the model's layer and its n_out
 --   m.not_causal                   why the network cannot stream (naming the layer), or nil
 --   m.num_params
+--   m.blank, m.labels              a CTC layer's blank class and its target's labels in the
+--                                  checkpoint (a list of strings), each nil when none
+--   m:set_precision(p, who)        "fp32" or "bf16": this model's and its later sessions' products
 --   m:run(x, lengths, layer, state_from, who) -> out, out_lengths
 --       x: (T, B, F) float32 or (T, B) int32 class indices, lengths (B) int32; layer: nil (the
 --       model's) or any layer of the network; state_from: nil (a plain batch) or 0/1 for the one
@@ -43,6 +46,12 @@ function Model:run(x, lengths, layer, state_from, who)
   end
   local batch = {[self.key] = x, lengths = lengths}
   if state_from ~= nil then batch.state_from = {state_from} end
+  -- a push's few-row input products read the model's packed W; a batch gives the model's numbers
+  local pushing = state_from ~= nil
+  if self.adopted and pushing ~= self.pushing then
+    for _, l in ipairs(self.adopted) do l:_adopted_inputs(pushing) end
+    self.pushing = pushing
+  end
   local ok, out, og = pcall(forward.run, fm, batch)
   if not ok then fail("%s: %s", who, util.strip_internal(tostring(out))) end
   if out:dtype() ~= "float32" then out = out:float() end
@@ -67,11 +76,75 @@ function Model:snapshot()
           param_order = ck.param_order}
   if self.net.device == "cpu" then
     snap.flat_params = self.net.flat_params
+    snap.precision, snap.bf16_ctx = self.net.precision, self.net.bf16_ctx
+    snap.packs = {}
+    for _, node in ipairs(self.net.nodes) do
+      if type(node.layer) == "userdata" then snap.packs[node.name] = node.layer:_frozen_packs() end
+    end
   else
     snap.param_tensors = {}
     for name, t in pairs(ck.param_tensors) do snap.param_tensors[name] = t:cpu():contiguous() end
   end
   return snap
+end
+
+-- One frame of zeros through the model: the packs of its weights made.
+local function warm_up(fm, ext)
+  local net = fm.net
+  local x = ext.sparse and rl.zeros({1, 1}, "int32") or rl.zeros({1, 1, ext.dim}, net.dtype)
+  local key = util.sorted_keys(net.used_extern)[1]
+  forward.run(fm, {[key] = x, lengths = rl.tensor({1}, "int32")})
+end
+
+-- The parameters of a loaded model never change, so its recurrent layers pack their recurrent
+-- weights for the per-step kernel once (layer:_freeze_packs) instead of at every forward, and
+-- the sessions' networks read the model's packs (Model:snapshot, layer:_adopt_packs) instead of
+-- packing copies of their own. The model packs its input weights W too without using them (its
+-- forward keeps OpenBLAS's product, rl.forward's numbers); a session's pushes read them
+-- (layer:_adopted_inputs): OpenBLAS repacks W at every one-frame product. Pushes then differ
+-- from the whole sequence's numbers by float32 rounding. Returns a session's adopting layers.
+-- The model packs them in a one-frame forward here, so that sessions in many threads only read
+-- them (packs a session lacks, of layers off the model layer's path, it makes itself).
+local function share_packs(fm, snap, ext)
+  local net = fm.net
+  if snap then
+    if snap.precision == "bf16" then
+      net:set_precision("bf16")
+      net.bf16_ctx = snap.bf16_ctx
+    end
+    local adopted = {}
+    for name, p in pairs(snap.packs or {}) do
+      local node = net.by_name[name]
+      if node and type(node.layer) == "userdata" then
+        node.layer:_adopt_packs(p)
+        adopted[#adopted + 1] = node.layer
+      end
+    end
+    return adopted
+  end
+  local frozen = false
+  for _, node in ipairs(net.nodes) do
+    if type(node.layer) == "userdata" and node.layer:_freeze_packs() then frozen = true end
+  end
+  if not frozen then return end
+  warm_up(fm, ext)
+end
+
+-- The precision of the model's products ("fp32" or "bf16", rl.network's precision option) for
+-- its forwards and the sessions opened from now on. In bf16 the weights are rounded and packed
+-- once, into a context that never drops them (rl._bf16_freeze), which those sessions share.
+function Model:set_precision(p, who)
+  if p ~= "fp32" and p ~= "bf16" then
+    fail("%s: precision: \"%s\" is none of \"fp32\", \"bf16\"", who, p)
+  end
+  local net = self.net
+  local ok, err = pcall(net.set_precision, net, p)
+  if not ok then fail("%s: precision: %s: %s", who, self.path, util.strip_internal(tostring(err))) end
+  if p == "bf16" and not net.bf16_ctx then
+    net.bf16_ctx = rl._bf16_ctx()
+    rl._bf16_freeze(net.bf16_ctx)
+    warm_up(self.fm, net.ext[self.key])
+  end
 end
 
 -- source: a checkpoint's path, or a snapshot of a model (Model:snapshot)
@@ -93,9 +166,11 @@ function M.load(source, layer, device, who, lua_file)
   if e.spatial == 2 or fm.images then
     fail("%s: %s: the network reads or gives images; the C API takes sequences", who, path)
   end
+  local adopted = net.device == "cpu" and share_packs(fm, ck, e) or nil
   return setmetatable({path = path, layer = layer, fm = fm, net = net, key = keys[1],
+    adopted = adopted, pushing = false,
     in_dim = e.dim, sparse = e.sparse == true, out_dim = fm.dim, not_causal = net:carry_unfit(),
-    num_params = net:num_params()}, Model)
+    num_params = net:num_params(), blank = fm.blank, labels = forward.target_labels(fm)}, Model)
 end
 
 return M

@@ -424,6 +424,33 @@ static void test_ctx(void) {
      * packing it packs its own product's copy meanwhile) */
     CHECK(rl_bf16_ctx_packs(ctx) < 3 + 300);
     rl_bf16_ctx_free(ctx);
+
+    /* frozen (a C API model's, shared by its sessions' threads): a weight is kept from its first
+     * use, the same bits; a later begin (another range) keeps the packs; held by two owners */
+    rl_bf16_ctx *fz = rl_bf16_ctx_new();
+    CHECK(fz != NULL);
+    rl_bf16_ctx_freeze(fz);
+    rl_bf16_ctx_begin(fz, ctx_w, sizeof ctx_w, 1);
+    rl_bf16_activate(fz);
+    ctx_product(rb2);
+    CHECK(rl_bf16_ctx_bytes(fz) >= sizeof(uint16_t) * CK * CN);
+    CHECK(memcmp(rb, rb2, sizeof rb) == 0);
+    size_t kept = rl_bf16_ctx_bytes(fz);
+    rl_bf16_ctx_begin(fz, ctx_x, sizeof ctx_x, 2);
+    rl_bf16_ctx_hold(fz);
+    rl_bf16_ctx_free(fz); /* the other owner's reference is left */
+    memset(rb2, 0, sizeof rb2);
+    ctx_product(rb2);
+    CHECK(rl_bf16_ctx_bytes(fz) == kept && memcmp(rb, rb2, sizeof rb) == 0);
+    tb = (ctx_thread){fz, rb, 0};
+    tb2 = (ctx_thread){fz, rb, 0};
+    CHECK(pthread_create(&thb, NULL, ctx_thread_main, &tb) == 0);
+    CHECK(pthread_create(&thf, NULL, ctx_thread_main, &tb2) == 0);
+    pthread_join(thb, NULL);
+    pthread_join(thf, NULL);
+    CHECK(tb.bad == 0 && tb2.bad == 0);
+    rl_bf16_activate(NULL);
+    rl_bf16_ctx_free(fz);
 }
 
 int main(void) {

@@ -62,10 +62,88 @@ static void *thread_main(void *p) {
     return NULL;
 }
 
+/* A CTC model (3 labels "a", "b", "c" and the blank 3): its labels; decoding a model's output and
+ * hand-made outputs whose labels are known; bad arguments. */
+static void check_ctc(const char *file, rl_model *ce) {
+    rl_model *m = NULL;
+    int32_t blank = 0;
+    int64_t n = -1;
+    const char *const *names = NULL;
+    expect("load ctc", rl_model_load(&m, file, NULL) == RL_OK);
+    if (m == NULL) return;
+    expect("ctc labels", rl_model_labels(m, &blank, &n, &names) == RL_OK && blank == 3 &&
+                             n == 3 && names && strcmp(names[0], "a") == 0 &&
+                             strcmp(names[2], "c") == 0);
+    expect("no ctc layer: blank -1", rl_model_labels(ce, &blank, &n, &names) == RL_OK &&
+                                         blank == -1 && n == 0 && names == NULL);
+    expect_error("labels model NULL", rl_model_labels(NULL, &blank, &n, &names), RL_EARG,
+                 "rl_model_labels|model is NULL");
+    expect_error("labels blank NULL", rl_model_labels(m, NULL, &n, &names), RL_EARG,
+                 "rl_model_labels|blank is NULL");
+    expect_error("labels labels NULL", rl_model_labels(m, &blank, &n, NULL), RL_EARG,
+                 "rl_model_labels|labels is NULL");
+
+    /* hand-made: a a _ b b c | a _ a (shorter) -> {0, 1, 2} and {0, 0} by both decoders */
+    enum { HT = 6, HB = 2, V = 4 };
+    static const int path[HB][HT] = {{0, 0, 3, 1, 1, 2}, {0, 3, 0, 1, 1, 1}};
+    static float y[HT * HB * V];
+    int32_t len[HB] = {6, 3}, got[8];
+    for (int t = 0; t < HT; t++)
+        for (int b = 0; b < HB; b++)
+            for (int c = 0; c < V; c++)
+                y[(t * HB + b) * V + c] = c == path[b][t] ? 0.97f : 0.01f;
+    rl_output h = {.y = y, .lengths = len, .T = HT, .B = HB, .dim = V};
+    for (int beam = 1; beam <= 8; beam += 7) {
+        expect("decode best path / beam",
+               rl_ctc_decode(&h, 0, 3, beam, got, 8, &n) == RL_OK && n == 3 && got[0] == 0 &&
+                   got[1] == 1 && got[2] == 2);
+        expect("decode a blank between repeats",
+               rl_ctc_decode(&h, 1, 3, beam, got, 8, &n) == RL_OK && n == 2 && got[0] == 0 &&
+                   got[1] == 0);
+    }
+    /* the blank elsewhere: class 3 is then label 2 and class 2 is the blank */
+    expect("decode blank 2", rl_ctc_decode(&h, 0, 2, 1, got, 8, &n) == RL_OK && n == 3 &&
+                                 got[0] == 0 && got[1] == 2 && got[2] == 1);
+
+    /* the model's own output: labels of the target's classes, at most one a frame */
+    rl_batch b = {.T = T, .B = B, .F = F, .x = x, .lengths = lengths};
+    rl_output out;
+    expect("ctc forward", rl_model_forward(m, &b, NULL, &out) == RL_OK && out.dim == V);
+    int32_t many[T];
+    int ok = 1;
+    for (int s = 0; s < B; s++)
+        for (int beam = 1; beam <= 4; beam += 3) {
+            ok = ok && rl_ctc_decode(&out, s, 3, beam, many, T, &n) == RL_OK && n >= 0 &&
+                 n <= lengths[s];
+            for (int64_t i = 0; ok && i < n; i++)
+                ok = many[i] >= 0 && many[i] < 3;
+        }
+    expect("decode the model's output", ok);
+
+    expect_error("decode out NULL", rl_ctc_decode(NULL, 0, 3, 1, got, 8, &n), RL_EARG,
+                 "rl_ctc_decode|out is NULL");
+    expect_error("decode labels NULL", rl_ctc_decode(&h, 0, 3, 1, NULL, 8, &n), RL_EARG,
+                 "rl_ctc_decode|labels is NULL");
+    expect_error("decode b", rl_ctc_decode(&h, 2, 3, 1, got, 8, &n), RL_EINDEX,
+                 "rl_ctc_decode|b = 2");
+    expect_error("decode blank", rl_ctc_decode(&h, 0, 4, 1, got, 8, &n), RL_EARG,
+                 "rl_ctc_decode|blank = 4");
+    expect_error("decode beam", rl_ctc_decode(&h, 0, 3, 0, got, 8, &n), RL_EARG,
+                 "rl_ctc_decode|beam = 0");
+    expect_error("decode cap", rl_ctc_decode(&h, 0, 3, 1, got, 2, &n), RL_ESHAPE,
+                 "rl_ctc_decode|cap = 2|3 labels");
+    expect("decode cap gives the count", n == 3);
+    y[(2 * HB + 0) * V + 1] = NAN;
+    for (int beam = 1; beam <= 8; beam += 7)
+        expect_error("decode NaN", rl_ctc_decode(&h, 0, 3, beam, got, 8, &n), RL_EARG,
+                     "rl_ctc_decode|NaN");
+    rl_model_free(m);
+}
+
 int main(int argc, char **argv) {
-    if (argc != 7) {
+    if (argc != 8) {
         fputs("usage: embed_check CAUSAL.h5 BIDIRECTIONAL.h5 DATASET.h5 LUACLASS.h5 SPARSE.h5 "
-              "LUACLASS.lua\n",
+              "LUACLASS.lua CTC.h5\n",
               stderr);
         return 2;
     }
@@ -197,6 +275,48 @@ int main(int argc, char **argv) {
     expect("push", rl_session_push(s, &c, &out) == RL_OK && out.T == 5 && out.B == 1);
     expect("reset", rl_session_reset(s) == RL_OK);
     expect_error("reset NULL", rl_session_reset(NULL), RL_EARG, "rl_session_reset|session is NULL");
+
+    /* precision: bad arguments; bf16 close to float32; streamed in bf16 the whole sequence's bf16
+     * numbers; a session opened before keeps float32; back to fp32 the float32 numbers */
+    expect_error("precision model NULL", rl_model_set_precision(NULL, "bf16"), RL_EARG,
+                 "rl_model_set_precision|model is NULL");
+    expect_error("precision NULL", rl_model_set_precision(m, NULL), RL_EARG,
+                 "rl_model_set_precision|precision is NULL");
+    expect_error("precision fp16", rl_model_set_precision(m, "fp16"), RL_EARG,
+                 "rl_model_set_precision|precision|\"fp16\"");
+    expect("precision bf16", rl_model_set_precision(m, "bf16") == RL_OK);
+    static float half[T * B * 2], seq0[T * F];
+    expect("bf16 forward", rl_model_forward(m, &b, NULL, &out) == RL_OK && out.T == T);
+    memcpy(half, out.y, sizeof half);
+    float d_half = 0, d_stream = 0, d_old = 0;
+    for (int i = 0; i < T * B * 2; i++)
+        d_half = fmaxf(d_half, fabsf(half[i] - serial[i]));
+    expect("bf16 differs from float32 by rounding only", d_half > 0 && d_half < 0.05f);
+    for (int t = 0; t < T; t++)
+        memcpy(seq0 + t * F, x + (size_t)t * B * F, F * sizeof(float));
+    rl_session *s16;
+    expect("open bf16", rl_session_open(&s16, m) == RL_OK);
+    for (int t0 = 0; s16 && t0 < T; t0 += 7) {
+        rl_batch k = {.T = t0 + 7 <= T ? 7 : T - t0, .B = 1, .F = F, .x = seq0 + t0 * F};
+        expect("push bf16", rl_session_push(s16, &k, &out) == RL_OK && out.T == k.T);
+        for (int t = 0; t < k.T; t++)
+            for (int j = 0; j < 2; j++)
+                d_stream = fmaxf(d_stream, fabsf(out.y[t * 2 + j] - half[((t0 + t) * B) * 2 + j]));
+    }
+    expect("bf16 streamed = bf16 whole", d_stream < 1e-6f);
+    rl_session_free(s16);
+    rl_batch whole0 = {.T = T, .B = 1, .F = F, .x = seq0};
+    expect("push float32 session", rl_session_push(s, &whole0, &out) == RL_OK && out.T == T);
+    for (int t = 0; t < T; t++)
+        for (int j = 0; j < 2; j++)
+            d_old = fmaxf(d_old, fabsf(out.y[t * 2 + j] - serial[(t * B) * 2 + j]));
+    expect("a session opened before bf16 keeps float32", d_old < 1e-6f);
+    expect("reset", rl_session_reset(s) == RL_OK);
+    expect("precision fp32", rl_model_set_precision(m, "fp32") == RL_OK &&
+                                 rl_model_forward(m, &b, NULL, &out) == RL_OK &&
+                                 memcmp(out.y, serial, sizeof serial) == 0);
+
+    check_ctc(argv[7], m);
 
     /* the model freed under an open session */
     rl_model_free(m);

@@ -155,6 +155,10 @@ rl.save_checkpoint(d .. '/sparse.h5', {epoch = 1, net = rl.network({
   emb = {class = 'embedding', n_out = 4, from = 'data'}, l = {class = 'gru', n_out = 5, from = 'emb'},
   output = {class = 'softmax', from = 'l', loss = 'ce', target = 'classes'}},
   {data = {dim = 6, sparse = true}, classes = {dim = 2, sparse = true}})})
+rl.save_checkpoint(d .. '/ctc.h5', {epoch = 1, net = rl.network({
+  l = {class = 'lstm', n_out = 8},
+  output = {class = 'softmax', from = 'l', loss = 'ctc', target = 'classes'}},
+  {data = {dim = 9}, classes = {dim = 3, sparse = true, labels = {'a', 'b', 'c'}}})})
 " >"$dir/models.log" 2>&1; then
     cat "$dir/models.log"
     bad "training the 12AX model and writing rl.forward's answers"
@@ -241,7 +245,7 @@ serve_stream "$dir/blstm.h5"
 
 # ---- embed_check: bad input, threads, refusals
 "$dir/embed_check" "$dir/model.h5" "$dir/blstm.h5" "$dir/dev.h5" "$dir/lua_class.h5" \
-    "$dir/sparse.h5" "$dir/scale.lua" >"$dir/check.log" 2>&1
+    "$dir/sparse.h5" "$dir/scale.lua" "$dir/ctc.h5" >"$dir/check.log" 2>&1
 rc=$?
 line=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$dir/check.log")
 grep -v '^[0-9]* passed' "$dir/check.log"
