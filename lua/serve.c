@@ -145,9 +145,9 @@ typedef struct server {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     job *head, *tail;
-    int64_t queued_frames;
+    atomic_llong queued_frames; /* changed under mu; atomic for /healthz, which takes no lock */
     char *info_json;
-    long long epoch;
+    atomic_llong epoch; /* the same */
     char *decode_error; /* why POST /v1/decode cannot be answered (NULL: it can) */
     int decode_status;
     bool stop, reload;
@@ -783,16 +783,23 @@ static void queue_push(server *S, job *j, request *r) {
 
 /* ---- HTTP handlers (libmicrohttpd's threads) ---------------------------------------------- */
 
+/* The answer of GET /healthz, from atomics only: it takes no lock, so neither the queue nor the
+ * model thread can make it wait. *status: 200, or 503 while the server drains. */
+static json_t *health_doc(server *S, unsigned *status) {
+    bool draining = atomic_load(&S->draining);
+    *status = draining ? MHD_HTTP_SERVICE_UNAVAILABLE : MHD_HTTP_OK;
+    return json_pack("{s:s,s:I,s:I,s:i,s:I}", "status", draining ? "draining" : "ok", "epoch",
+                     (json_int_t)atomic_load(&S->epoch), "queued_frames",
+                     (json_int_t)atomic_load(&S->queued_frames), "connections",
+                     atomic_load(&S->connections), "batches_run",
+                     (json_int_t)atomic_load(&S->batches_run));
+}
+
 static enum MHD_Result answer_get(server *S, struct MHD_Connection *c, int route) {
     if (route == R_HEALTH) {
-        bool draining = atomic_load(&S->draining);
-        pthread_mutex_lock(&S->mu);
-        json_t *doc = json_pack(
-            "{s:s,s:I,s:I,s:i,s:I}", "status", draining ? "draining" : "ok", "epoch",
-            (json_int_t)S->epoch, "queued_frames", (json_int_t)S->queued_frames, "connections",
-            atomic_load(&S->connections), "batches_run", (json_int_t)atomic_load(&S->batches_run));
-        pthread_mutex_unlock(&S->mu);
-        return reply_json(c, draining ? MHD_HTTP_SERVICE_UNAVAILABLE : MHD_HTTP_OK, doc, NULL);
+        unsigned status;
+        json_t *doc = health_doc(S, &status);
+        return reply_json(c, status, doc, NULL);
     }
     pthread_mutex_lock(&S->mu);
     json_error_t jerr;
@@ -1256,10 +1263,11 @@ typedef struct {
     socklen_t alen;
 } gate_conn;
 
-/* The first `n` bytes of a connection: 0 while its head is incomplete, 1 to hand it over, or
- * -1 with the answer's status and message. */
+/* The first `n` bytes of a connection: 0 while its head is incomplete, 1 to hand it over
+ * (*head_len: the head's bytes, up to its empty line), or -1 with the answer's status and
+ * message. */
 static int gate_check(const char *b, size_t n, int *status, const char **reason, char *msg,
-                      size_t msgn) {
+                      size_t msgn, size_t *head_len) {
     const char *nl = memchr(b, '\n', n);
     size_t line = nl ? (size_t)(nl - b) : n;
     if (line > GATE_LINE_MAX) {
@@ -1326,13 +1334,68 @@ static int gate_check(const char *b, size_t n, int *status, const char **reason,
         }
         seen = x;
     }
+    *head_len = (size_t)(end - b) + (*end == '\r' ? 2 : 1);
     return 1;
+}
+
+/* Whether the head b[0, n) (checked by gate_check) is a GET or HEAD of /healthz without a body,
+ * which the gate answers itself; *head_only: HEAD; *close: the client asked for the connection
+ * to end (HTTP/1.0 without keep-alive, or "Connection: close"). */
+static bool gate_health(const char *b, size_t n, bool *head_only, bool *close) {
+    static const char get[] = "GET /healthz", head[] = "HEAD /healthz";
+    *head_only = n > sizeof head && strncmp(b, head, sizeof head - 1) == 0;
+    size_t k = *head_only ? sizeof head - 1 : sizeof get - 1;
+    if (!*head_only && !(n > k && strncmp(b, get, k) == 0)) return false;
+    if (b[k] != ' ' && b[k] != '?') return false;
+    const char *nl = memchr(b, '\n', n);
+    size_t line = (size_t)(nl - b);
+    if (line > 0 && b[line - 1] == '\r') line--;
+    if (line < k + 9 || strncmp(b + line - 9, " HTTP/1.", 8) != 0) return false;
+    bool keep_alive = b[line - 1] == '1', asked_close = false;
+    for (const char *h = nl + 1; h < b + n; h = (const char *)memchr(h, '\n', (size_t)(b + n - h)) + 1) {
+        const char *eol = memchr(h, '\n', (size_t)(b + n - h));
+        size_t hl = (size_t)(eol - h);
+        if ((hl >= 15 && strncasecmp(h, "content-length:", 15) == 0 &&
+             strspn(h + 15, " \t0") < hl - 15 - (eol[-1] == '\r')) ||
+            (hl >= 18 && strncasecmp(h, "transfer-encoding:", 18) == 0))
+            return false; /* a body: libmicrohttpd reads it */
+        if (hl >= 11 && strncasecmp(h, "connection:", 11) == 0) {
+            for (const char *q = h + 11; q + 5 <= eol; q++) {
+                if (strncasecmp(q, "close", 5) == 0) asked_close = true;
+                if (q + 10 <= eol && strncasecmp(q, "keep-alive", 10) == 0) keep_alive = true;
+            }
+        }
+    }
+    *close = asked_close || !keep_alive;
+    return true;
+}
+
+/* Answers a /healthz straight on the socket: the gate thread takes no lock and waits on
+ * nothing, so a monitor is answered however busy the model and libmicrohttpd's threads are.
+ * False when the answer could not be sent whole (the client is not reading its answers). */
+static bool gate_answer_health(server *S, int fd, bool head_only, bool close) {
+    unsigned status;
+    json_t *doc = health_doc(S, &status);
+    char *body = doc ? json_dumps(doc, JSON_COMPACT) : NULL;
+    json_decref(doc);
+    if (body == NULL) return false;
+    char text[600];
+    int nh = snprintf(text, sizeof text,
+                      "HTTP/1.1 %u %s\r\nContent-Type: " JSON_TYPE
+                      "\r\nContent-Length: %zu\r\n%s\r\n%s%s",
+                      status, status == MHD_HTTP_OK ? "OK" : "Service Unavailable",
+                      strlen(body) + 1, close ? "Connection: close\r\n" : "",
+                      head_only ? "" : body, head_only ? "" : "\n");
+    free(body);
+    if (nh <= 0 || nh >= (int)sizeof text) return false;
+    return send(fd, text, (size_t)nh, MSG_NOSIGNAL | MSG_DONTWAIT) == nh;
 }
 
 int rl_serve_check_head(const char *b, size_t n, char *msg, size_t msgn) {
     int status;
     const char *reason;
-    int v = gate_check(b, n, &status, &reason, msg, msgn);
+    size_t head_len;
+    int v = gate_check(b, n, &status, &reason, msg, msgn, &head_len);
     return v < 0 ? status : v;
 }
 
@@ -1390,11 +1453,23 @@ static void *gate_main(void *arg) {
                     int status;
                     const char *reason;
                     char msg[200];
-                    int v = gate_check(buf, (size_t)r, &status, &reason, msg, sizeof msg);
+                    size_t hl = 0;
+                    bool head_only, end_it;
+                    int v = gate_check(buf, (size_t)r, &status, &reason, msg, sizeof msg, &hl);
                     if (v < 0) {
                         raw_error(k->fd, status, reason, msg);
                         shutdown(k->fd, SHUT_WR);
                         k->closing = true;
+                        k->t0 = now;
+                    } else if (v > 0 && gate_health(buf, hl, &head_only, &end_it)) {
+                        /* the head is taken (a request pipelined behind it stays for the next
+                         * turn); the connection stays here until a request of another kind */
+                        bool sent = recv(k->fd, buf, hl, MSG_DONTWAIT) == (ssize_t)hl &&
+                                    gate_answer_health(S, k->fd, head_only, end_it);
+                        if (!sent || end_it) {
+                            shutdown(k->fd, SHUT_WR);
+                            k->closing = true;
+                        }
                         k->t0 = now;
                     } else if (v > 0) {
                         /* libmicrohttpd closes the socket if it cannot take it */
@@ -1750,7 +1825,7 @@ static json_t *reload(server *S, int *status) {
         *status = MHD_HTTP_CONFLICT;
         return doc;
     }
-    logf_("reloaded %s: epoch %lld (was %lld)", S->o.model_path, S->epoch, old_epoch);
+    logf_("reloaded %s: epoch %lld (was %lld)", S->o.model_path, (long long)S->epoch, old_epoch);
     *status = MHD_HTTP_OK;
     return json_pack("{s:b,s:s,s:I,s:I}", "reloaded", 1, "model", S->o.model_path, "epoch",
                      (json_int_t)S->epoch, "previous_epoch", (json_int_t)old_epoch);
@@ -2622,7 +2697,7 @@ int rl_serve_main(lua_State *L, int argc, char **argv) {
     fflush(stdout);
     logf_("%s (epoch %lld), layer '%s', input dim %lld, output dim %lld; %d HTTP threads, "
           "batches up to %lld frames, waiting up to %g ms",
-          S->o.model_path, S->epoch, S->o.layer, (long long)S->in_dim, (long long)S->out_dim,
+          S->o.model_path, (long long)S->epoch, S->o.layer, (long long)S->in_dim, (long long)S->out_dim,
           S->o.threads, (long long)S->o.max_batch_frames, S->o.max_wait_ms);
 
     enum { CAP = 1024 };
