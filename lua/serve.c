@@ -132,6 +132,11 @@ typedef struct conn {
     bool in_request;       /* its request's headers have arrived (the body has its own deadline) */
     double answer_since;   /* > 0: its answer is queued since then and not all sent yet */
     uint64_t answer_bytes; /* of that answer: its size, or what a streamed one has made so far */
+    /* a request line has been read and its headers are being parsed, by this thread of
+     * libmicrohttpd's: the connection its log message of a bad Content-Length is about */
+    bool head_pending;
+    pthread_t thread;
+    struct MHD_Connection *mhd;
 } conn;
 
 typedef struct server {
@@ -832,6 +837,22 @@ static enum MHD_Result add_header_size(void *cls, enum MHD_ValueKind kind, const
     return MHD_YES;
 }
 
+/* Whether a request's Content-Length headers differ (libmicrohttpd takes the first). */
+typedef struct {
+    const char *first;
+    bool differ;
+} lengths_seen;
+
+static enum MHD_Result compare_length(void *cls, enum MHD_ValueKind kind, const char *key,
+                                      const char *value) {
+    (void)kind;
+    lengths_seen *l = cls;
+    if (strcasecmp(key, "Content-Length") != 0 || value == NULL) return MHD_YES;
+    if (l->first == NULL) l->first = value;
+    if (strcmp(l->first, value) != 0) l->differ = true;
+    return MHD_YES;
+}
+
 static enum MHD_Result begin_request(server *S, struct MHD_Connection *c, request *r,
                                      const char *url, const char *method) {
     /* the gate's limits, for the later requests of a kept-alive connection */
@@ -843,6 +864,13 @@ static enum MHD_Result begin_request(server *S, struct MHD_Connection *c, reques
     if (head > GATE_HEAD_MAX)
         return reply_error(c, MHD_HTTP_REQUEST_HEADER_FIELDS_TOO_LARGE, NULL,
                            "the request's headers are larger than %d bytes", GATE_HEAD_MAX);
+    lengths_seen cls = {NULL, false};
+    MHD_get_connection_values(c, MHD_HEADER_KIND, compare_length, &cls);
+    if (cls.differ)
+        return reply_error(c, MHD_HTTP_BAD_REQUEST, NULL,
+                           "bad Content-Length '%.40s' (decimal digits, at most 18, the same each "
+                           "time)",
+                           cls.first);
     r->route = find_route(url);
     if (r->route < 0)
         return reply_error(c, MHD_HTTP_NOT_FOUND, NULL,
@@ -1252,8 +1280,9 @@ static int open_limit(const server *S) { return S->o.max_connections + 16 * S->o
  * has arrived, peeks at it without taking it, answers those cases in JSON and ends the
  * connection, and hands every other connection to libmicrohttpd (MHD_add_connection), which
  * reads the request from its start. The later requests of a kept-alive connection have their
- * sizes checked by begin_request (libmicrohttpd's buffer is made larger than these limits); a
- * malformed Content-Length there still gets libmicrohttpd's own answer. */
+ * sizes checked by begin_request (libmicrohttpd's buffer is made larger than these limits), and
+ * a malformed Content-Length there is answered by answer_bad_length. A connection whose
+ * requests are all GET /healthz stays in the gate, which answers them itself. */
 
 typedef struct {
     int fd;
@@ -1568,6 +1597,7 @@ static void conn_mark(server *S, struct MHD_Connection *c, bool in_request) {
     if (k == NULL) return;
     pthread_mutex_lock(&S->cmu);
     k->in_request = in_request;
+    k->head_pending = false;
     k->since = now_s();
     k->answer_since = 0;
     pthread_mutex_unlock(&S->cmu);
@@ -1623,8 +1653,61 @@ static void close_slow_connections(server *S) {
     pthread_mutex_unlock(&S->cmu);
 }
 
+/* libmicrohttpd calls this when it has read a request line, before it parses the headers. */
+static void *on_request_line(void *cls, const char *uri, struct MHD_Connection *c) {
+    (void)uri;
+    server *S = cls;
+    conn *k = conn_of(c);
+    if (k != NULL) {
+        pthread_mutex_lock(&S->cmu);
+        k->head_pending = true;
+        k->thread = pthread_self();
+        k->mhd = c;
+        pthread_mutex_unlock(&S->cmu);
+    }
+    return NULL; /* the request's context: on_request's first call is told by NULL */
+}
+
+/* libmicrohttpd 0.9.75 checks Content-Length when it parses a request's headers, before any
+ * callback of that request, and answers a bad one itself in HTML. The gate checks the first
+ * request of a connection; for a later one, the only sign is this log message, written in the
+ * thread that handles the connection just before it sends its answer. The connection is the one
+ * of this thread whose request line was read and whose headers were not accepted yet: if
+ * exactly one is, it gets the JSON answer and its sending side is shut, so libmicrohttpd's
+ * answer fails to go out and the connection is closed. (Two such connections on one thread,
+ * both waiting for the rest of their headers, would leave libmicrohttpd's answer.) */
+static void answer_bad_length(server *S) {
+    pthread_t self = pthread_self();
+    struct MHD_Connection *c = NULL;
+    int found = 0;
+    pthread_mutex_lock(&S->cmu);
+    for (conn *k = S->conns; k; k = k->next) {
+        if (k->head_pending && pthread_equal(k->thread, self)) {
+            c = k->mhd;
+            found++;
+        }
+    }
+    pthread_mutex_unlock(&S->cmu);
+    const union MHD_ConnectionInfo *ci =
+        found == 1 ? MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD) : NULL;
+    if (ci == NULL) return;
+    const char *v = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
+    char msg[200];
+    snprintf(msg, sizeof msg, "bad Content-Length '%.40s' (decimal digits, at most 18)",
+             v ? v : "");
+    raw_error(ci->connect_fd, 400, "Bad Request", msg);
+    /* what the client sent after the head is read and dropped, so that closing the socket
+     * does not reset the connection before the client has read the answer */
+    char buf[4096];
+    for (int i = 0; i < 256 && recv(ci->connect_fd, buf, sizeof buf, MSG_DONTWAIT) > 0; i++)
+        ;
+    shutdown(ci->connect_fd, SHUT_WR);
+}
+
 static void on_mhd_log(void *cls, const char *fmt, va_list ap) {
-    (void)cls;
+    if (strncmp(fmt, "Failed to parse `Content-Length'", 32) == 0 ||
+        strncmp(fmt, "Too large value of 'Content-Length'", 35) == 0)
+        answer_bad_length(cls);
     char *msg = vformat(fmt, ap);
     if (msg == NULL) return;
     size_t n = strlen(msg);
@@ -2668,7 +2751,8 @@ int rl_serve_main(lua_State *L, int argc, char **argv) {
                      MHD_USE_ERROR_LOG | MHD_USE_NO_LISTEN_SOCKET | MHD_USE_ITC;
     S->daemon = MHD_start_daemon(
         flags, 0, NULL, NULL, on_request, S, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, S,
-        MHD_OPTION_UNESCAPE_CALLBACK, unescape_path, NULL, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
+        MHD_OPTION_UNESCAPE_CALLBACK, unescape_path, NULL, MHD_OPTION_URI_LOG_CALLBACK,
+        on_request_line, S, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
         (size_t)(4 * GATE_HEAD_MAX), MHD_OPTION_THREAD_POOL_SIZE, (unsigned)S->o.threads,
         MHD_OPTION_CONNECTION_LIMIT, (unsigned)(open_limit(S) + 256 * S->o.threads),
         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)S->o.timeout_s, MHD_OPTION_NOTIFY_COMPLETED,

@@ -353,6 +353,21 @@ def test_malformed(s, max_body, max_frames):
           st == 200 and st2 == 414 and "longer than 8192" in doc2["error"], (st, st2, doc2))
     n += 1
     check("  ... and the next good request is answered", good_request(s, 1))
+    # a bad Content-Length on a kept-alive connection's second request: libmicrohttpd parses it
+    # before any callback and answered it in HTML
+    good = json.dumps({"data": frames(0)}).encode()
+    for bad in (b"abc", b"99999999999999999999999", b"-5", b"5\r\ncontent-length: 6"):
+        got = raw_exchange(s.port, b"POST /v1/forward HTTP/1.1\r\nHost: x\r\nContent-Length: %d"
+                           b"\r\n\r\n" % len(good) + good + b"POST /v1/forward HTTP/1.1\r\nHost: x"
+                           b"\r\nContent-Length: " + bad + b"\r\n\r\n{\"data\": [[1]]}", timeout=5)
+        parts = got.split(b"HTTP/1.1 ")
+        second = json_answer(b"HTTP/1.1 " + parts[2]) if len(parts) == 3 else (b"", None)
+        check("malformed: Content-Length: %s on a kept-alive connection's second request -> "
+              "400 in JSON, one answer" % bad.split(b"\r")[0].decode(),
+              parts[1].startswith(b"200 OK") and second[0].startswith(b"HTTP/1.1 400")
+              and second[1] is not None and "bad Content-Length" in second[1]["error"]
+              and got.count(b"\r\n\r\n") == 2, got[-300:])
+        n += 1
     check("at least 30 malformed requests tried (%d)" % n, n >= 30)
 
 
