@@ -1368,9 +1368,9 @@ static int gate_check(const char *b, size_t n, int *status, const char **reason,
 }
 
 /* Whether the head b[0, n) (checked by gate_check) is a GET or HEAD of /healthz without a body,
- * which the gate answers itself; *head_only: HEAD; *close: the client asked for the connection
+ * which the gate answers itself; *head_only: HEAD; *closing: the client asked for the connection
  * to end (HTTP/1.0 without keep-alive, or "Connection: close"). */
-static bool gate_health(const char *b, size_t n, bool *head_only, bool *close) {
+static bool gate_health(const char *b, size_t n, bool *head_only, bool *closing) {
     static const char get[] = "GET /healthz", head[] = "HEAD /healthz";
     *head_only = n > sizeof head && strncmp(b, head, sizeof head - 1) == 0;
     size_t k = *head_only ? sizeof head - 1 : sizeof get - 1;
@@ -1381,7 +1381,8 @@ static bool gate_health(const char *b, size_t n, bool *head_only, bool *close) {
     if (line > 0 && b[line - 1] == '\r') line--;
     if (line < k + 9 || strncmp(b + line - 9, " HTTP/1.", 8) != 0) return false;
     bool keep_alive = b[line - 1] == '1', asked_close = false;
-    for (const char *h = nl + 1; h < b + n; h = (const char *)memchr(h, '\n', (size_t)(b + n - h)) + 1) {
+    for (const char *h = nl + 1; h < b + n;
+         h = (const char *)memchr(h, '\n', (size_t)(b + n - h)) + 1) {
         const char *eol = memchr(h, '\n', (size_t)(b + n - h));
         size_t hl = (size_t)(eol - h);
         if ((hl >= 15 && strncasecmp(h, "content-length:", 15) == 0 &&
@@ -1395,26 +1396,25 @@ static bool gate_health(const char *b, size_t n, bool *head_only, bool *close) {
             }
         }
     }
-    *close = asked_close || !keep_alive;
+    *closing = asked_close || !keep_alive;
     return true;
 }
 
 /* Answers a /healthz straight on the socket: the gate thread takes no lock and waits on
  * nothing, so a monitor is answered however busy the model and libmicrohttpd's threads are.
  * False when the answer could not be sent whole (the client is not reading its answers). */
-static bool gate_answer_health(server *S, int fd, bool head_only, bool close) {
+static bool gate_answer_health(server *S, int fd, bool head_only, bool closing) {
     unsigned status;
     json_t *doc = health_doc(S, &status);
     char *body = doc ? json_dumps(doc, JSON_COMPACT) : NULL;
     json_decref(doc);
     if (body == NULL) return false;
     char text[600];
-    int nh = snprintf(text, sizeof text,
-                      "HTTP/1.1 %u %s\r\nContent-Type: " JSON_TYPE
-                      "\r\nContent-Length: %zu\r\n%s\r\n%s%s",
-                      status, status == MHD_HTTP_OK ? "OK" : "Service Unavailable",
-                      strlen(body) + 1, close ? "Connection: close\r\n" : "",
-                      head_only ? "" : body, head_only ? "" : "\n");
+    int nh = snprintf(
+        text, sizeof text,
+        "HTTP/1.1 %u %s\r\nContent-Type: " JSON_TYPE "\r\nContent-Length: %zu\r\n%s\r\n%s%s",
+        status, status == MHD_HTTP_OK ? "OK" : "Service Unavailable", strlen(body) + 1,
+        closing ? "Connection: close\r\n" : "", head_only ? "" : body, head_only ? "" : "\n");
     free(body);
     if (nh <= 0 || nh >= (int)sizeof text) return false;
     return send(fd, text, (size_t)nh, MSG_NOSIGNAL | MSG_DONTWAIT) == nh;
@@ -1425,6 +1425,8 @@ int rl_serve_check_head(const char *b, size_t n, char *msg, size_t msgn) {
     const char *reason;
     size_t head_len;
     int v = gate_check(b, n, &status, &reason, msg, msgn, &head_len);
+    bool head_only, closing;
+    if (v > 0 && gate_health(b, head_len, &head_only, &closing)) return 2;
     return v < 0 ? status : v;
 }
 
@@ -2752,11 +2754,11 @@ int rl_serve_main(lua_State *L, int argc, char **argv) {
     S->daemon = MHD_start_daemon(
         flags, 0, NULL, NULL, on_request, S, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, S,
         MHD_OPTION_UNESCAPE_CALLBACK, unescape_path, NULL, MHD_OPTION_URI_LOG_CALLBACK,
-        on_request_line, S, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
-        (size_t)(4 * GATE_HEAD_MAX), MHD_OPTION_THREAD_POOL_SIZE, (unsigned)S->o.threads,
-        MHD_OPTION_CONNECTION_LIMIT, (unsigned)(open_limit(S) + 256 * S->o.threads),
-        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)S->o.timeout_s, MHD_OPTION_NOTIFY_COMPLETED,
-        on_completed, S, MHD_OPTION_NOTIFY_CONNECTION, on_connection, S, MHD_OPTION_END);
+        on_request_line, S, MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(4 * GATE_HEAD_MAX),
+        MHD_OPTION_THREAD_POOL_SIZE, (unsigned)S->o.threads, MHD_OPTION_CONNECTION_LIMIT,
+        (unsigned)(open_limit(S) + 256 * S->o.threads), MHD_OPTION_CONNECTION_TIMEOUT,
+        (unsigned)S->o.timeout_s, MHD_OPTION_NOTIFY_COMPLETED, on_completed, S,
+        MHD_OPTION_NOTIFY_CONNECTION, on_connection, S, MHD_OPTION_END);
     if (S->daemon == NULL) {
         logf_("libmicrohttpd did not start on %s port %d", S->o.listen, port);
         close(S->listen_fd);
@@ -2781,8 +2783,8 @@ int rl_serve_main(lua_State *L, int argc, char **argv) {
     fflush(stdout);
     logf_("%s (epoch %lld), layer '%s', input dim %lld, output dim %lld; %d HTTP threads, "
           "batches up to %lld frames, waiting up to %g ms",
-          S->o.model_path, (long long)S->epoch, S->o.layer, (long long)S->in_dim, (long long)S->out_dim,
-          S->o.threads, (long long)S->o.max_batch_frames, S->o.max_wait_ms);
+          S->o.model_path, (long long)S->epoch, S->o.layer, (long long)S->in_dim,
+          (long long)S->out_dim, S->o.threads, (long long)S->o.max_batch_frames, S->o.max_wait_ms);
 
     enum { CAP = 1024 };
     job **jobs = malloc(CAP * sizeof *jobs);
