@@ -1693,10 +1693,13 @@ static void answer_bad_length(server *S) {
     const union MHD_ConnectionInfo *ci =
         found == 1 ? MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD) : NULL;
     if (ci == NULL) return;
+    /* and that connection's Content-Length is indeed bad (a connection libmicrohttpd handles
+     * without a record here, for want of memory, would leave another one alone) */
     const char *v = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
+    size_t nd = v ? strspn(v, "0123456789") : 0;
+    if (v == NULL || (nd >= 1 && nd <= 18 && v[nd] == '\0')) return;
     char msg[200];
-    snprintf(msg, sizeof msg, "bad Content-Length '%.40s' (decimal digits, at most 18)",
-             v ? v : "");
+    snprintf(msg, sizeof msg, "bad Content-Length '%.40s' (decimal digits, at most 18)", v);
     raw_error(ci->connect_fd, 400, "Bad Request", msg);
     /* what the client sent after the head is read and dropped, so that closing the socket
      * does not reset the connection before the client has read the answer */
