@@ -13,6 +13,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "../core/blas.h"
@@ -135,6 +136,71 @@ static inline void bench_row(int n, const bench_variant *vs, double *per_call) {
         per_call[i] = rounds % 2 ? times[i][rounds / 2]
                                  : 0.5 * (times[i][rounds / 2 - 1] + times[i][rounds / 2]);
     }
+}
+
+#define BENCH_MAX_L 3 /* layers of a recurrent stack (bench_stack_*) */
+#define BENCH_MAX_D 2 /* its directions */
+
+/* p <- the training io of a layer of the stack's level li: lengths len, its inputs x (li = 0)
+ * or the dirs outputs of level li - 1. */
+static inline void bench_stack_io(rl_layer_io *p, int li, int dirs, rl_layer *l[][BENCH_MAX_D],
+                                  const rl_tensor *x, const rl_tensor *len) {
+    memset(p, 0, sizeof *p);
+    p->lengths = len;
+    p->train = true;
+    p->n_in = li ? dirs : 1;
+    for (int k = 0; k < p->n_in; k++)
+        p->in[k] = li ? &l[li - 1][k]->out : x;
+}
+
+/* Frees the layers l[li][d] of a stack of `layers` x `dirs` and its input gradients gin[li][d][k].
+ */
+static inline void bench_stack_free(int layers, int dirs, rl_layer *l[][BENCH_MAX_D],
+                                    rl_tensor gin[][BENCH_MAX_D][BENCH_MAX_D]) {
+    for (int li = 0; li < layers; li++)
+        for (int d = 0; d < dirs; d++) {
+            rl_layer_free(l[li][d]);
+            for (int k = 0; k < BENCH_MAX_D; k++)
+                rl_tensor_release(&gin[li][d][k]);
+        }
+}
+
+/* After layer li's backward: the gradient of the layer below's output k is the sum over the
+ * directions d of gin[li][d][k], accumulated into gin[li][0][k], where gout[k] then points. */
+static inline void bench_stack_sum_grads(int li, int dirs,
+                                         rl_tensor gin[][BENCH_MAX_D][BENCH_MAX_D],
+                                         rl_tensor **gout) {
+    for (int k = 0; k < dirs; k++) {
+        for (int d = 1; d < dirs; d++)
+            bench_check(rl_op_binary(&gin[li][0][k], &gin[li][0][k], &gin[li][d][k], RL_BIN_ADD),
+                        "add");
+        gout[k] = &gin[li][0][k];
+    }
+}
+
+/* Layer li (from 0), direction d (0 forward, 1 backward) of a stack of recurrent layers of class
+ * cls (impl: its "impl" option, or NULL): n_out H, reading the data (in features) at li = 0, else
+ * the dirs outputs of the layer below; named l<li+1>_fw / l<li+1>_bw; parameters from g on dev
+ * (bench_layer_params). Above the first layer, gin[0..dirs-1] (unset) get its input gradients,
+ * float32 (T, B, H) on dev. */
+static inline rl_layer *bench_stack_layer(const char *cls, const char *impl, int li, int d,
+                                          int dirs, int64_t in, int64_t H, int64_t T, int64_t B,
+                                          rl_tensor *gin, rl_rng *g, rl_device dev) {
+    gc_opts o = {0};
+    gc_opt_num(&o, "n_out", (double)H);
+    gc_opt_num(&o, "direction", d ? -1.0 : 1.0);
+    if (impl) gc_opt_str(&o, "impl", impl);
+    rl_options opts = gc_options(&o);
+    int n_in = li ? dirs : 1;
+    int64_t dims[2] = {li ? H : in, H}, s[3] = {T, B, H};
+    char name[32];
+    snprintf(name, sizeof name, "l%d_%s", li + 1, d ? "bw" : "fw");
+    rl_layer *l = NULL;
+    bench_check(rl_layer_create(&l, cls, name, &opts, n_in, dims), name);
+    bench_layer_params(l, g, dev);
+    for (int k = 0; k < n_in && li > 0; k++)
+        bench_check(rl_tensor_empty(&gin[k], RL_FLOAT32, dev, 3, s), "gin");
+    return l;
 }
 
 /* The machine's sgemm speed in GFLOP/s: the best of 1024^3 and 2048^3 products through the

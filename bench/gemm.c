@@ -31,7 +31,6 @@
 #include "../core/rng.h"
 #include "../kernels/cpu/cpu_level.h"
 #include "../kernels/ops.h"
-#include "../lua/embedded.h"
 #include "../lua/l_tensor.h"
 #include "bench.h"
 
@@ -91,20 +90,6 @@ static void run_lua(void *p, int64_t reps) {
     }
 }
 
-/* package.searchers entry for rnnlua.* modules of the embedded library (as the host has). */
-static int searcher_embedded(lua_State *L) {
-    const char *module = luaL_checkstring(L, 1);
-    size_t len;
-    const char *src = rl_embedded_find(module, &len);
-    if (!src) {
-        lua_pushfstring(L, "no embedded module '%s'", module);
-        return 1;
-    }
-    if (luaL_loadbuffer(L, src, len, module) != LUA_OK) return lua_error(L);
-    lua_pushstring(L, module);
-    return 2;
-}
-
 static lua_State *new_lua(void) {
     lua_State *L = luaL_newstate();
     if (!L) {
@@ -113,11 +98,7 @@ static lua_State *new_lua(void) {
     }
     luaL_openlibs(L);
     lua_gc(L, LUA_GCGEN, 0, 0);
-    lua_getglobal(L, "package");
-    lua_getfield(L, -1, "searchers");
-    lua_pushcfunction(L, searcher_embedded);
-    lua_rawseti(L, -2, (lua_Integer)lua_rawlen(L, -2) + 1);
-    lua_pop(L, 2);
+    /* luaopen_rnnlua installs the searcher of the embedded rnnlua.* modules */
     luaL_requiref(L, "rnnlua", luaopen_rnnlua, 0);
     lua_setglobal(L, "rl");
     return L;

@@ -39,8 +39,8 @@ static const topology TOPOS[] = {
     {"seqmnist", 1, 1, 28, 128, 28, 64},
 };
 
-#define MAX_L 3
-#define MAX_D 2
+#define MAX_L BENCH_MAX_L
+#define MAX_D BENCH_MAX_D
 
 typedef struct {
     const topology *tp;
@@ -59,25 +59,9 @@ static void model_init(model *m, const topology *tp, rl_rng *g) {
     int64_t T = tp->T, B = tp->B, H = tp->hidden, hs[3] = {T, B, H};
     for (int li = 0; li < tp->layers; li++)
         for (int d = 0; d < tp->dirs; d++) {
-            gc_opts o = {0};
-            gc_opt_num(&o, "n_out", (double)H);
-            gc_opt_num(&o, "direction", d ? -1.0 : 1.0);
-            rl_options opts = gc_options(&o);
-            int n_in = li ? tp->dirs : 1;
-            int64_t dims[MAX_D] = {li ? H : tp->in, H};
-            char name[32];
-            snprintf(name, sizeof name, "l%d_%s", li + 1, d ? "bw" : "fw");
-            bench_check(rl_layer_create(&m->l[li][d], "gru", name, &opts, n_in, dims), name);
-            rl_layer *l = m->l[li][d];
-            bench_layer_params(l, g, RL_DEVICE_CPU);
-            for (int k = 0; k < n_in && li > 0; k++)
-                empty(&m->gin[li][d][k], 3, hs, "gin");
-            rl_layer_io *p = &m->io[li][d];
-            p->lengths = &m->len;
-            p->train = true;
-            p->n_in = n_in;
-            for (int k = 0; k < n_in; k++)
-                p->in[k] = li ? &m->l[li - 1][k]->out : &m->x;
+            m->l[li][d] = bench_stack_layer("gru", NULL, li, d, tp->dirs, tp->in, H, T, B,
+                                            m->gin[li][d], g, RL_DEVICE_CPU);
+            bench_stack_io(&m->io[li][d], li, tp->dirs, m->l, &m->x, &m->len);
         }
     int64_t xs[3] = {T, B, tp->in}, ls[1] = {B};
     empty(&m->x, 3, xs, "x");
@@ -118,12 +102,7 @@ static void train_step(model *m) {
 }
 
 static void model_free(model *m) {
-    for (int li = 0; li < m->tp->layers; li++)
-        for (int d = 0; d < m->tp->dirs; d++) {
-            rl_layer_free(m->l[li][d]);
-            for (int k = 0; k < MAX_D; k++)
-                rl_tensor_release(&m->gin[li][d][k]);
-        }
+    bench_stack_free(m->tp->layers, m->tp->dirs, m->l, m->gin);
     rl_tensor *ts[] = {&m->x, &m->len, &m->gtop, &m->gsum[0], &m->gsum[1]};
     for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
         rl_tensor_release(ts[i]);

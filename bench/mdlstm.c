@@ -21,51 +21,7 @@
 #include "../kernels/ops.h"
 #include "../layers/layer.h"
 #include "../layers/layers.h"
-
-typedef struct {
-    int64_t H, W, B, F, D;
-} shape;
-
-static const shape SHAPES[] = {{32, 256, 16, 16, 16}, {16, 256, 10, 105, 120}};
-enum { NDIRS = 4 };
-
-typedef struct {
-    rl_layer *l;
-    rl_tensor x, sizes, gout, gin;
-    rl_layer_io io;
-} model;
-
-static void model_init(model *m, const shape *s, rl_rng *g) {
-    memset(m, 0, sizeof *m);
-    gc_opts t = {0};
-    gc_opt_num(&t, "n_out", (double)s->D);
-    rl_options o = gc_options(&t);
-    bench_check(rl_layer_create(&m->l, "mdlstm", "md", &o, 1, &s->F), "create");
-    bench_layer_params(m->l, g, RL_DEVICE_CPU);
-    int64_t xs[4] = {s->H, s->W, s->B, s->F}, ss[2] = {s->B, 2},
-            os[4] = {s->H, s->W, s->B, NDIRS * s->D};
-    bench_normal(&m->x, 4, xs, g, 1.0, RL_DEVICE_CPU);
-    bench_check(rl_tensor_empty(&m->gin, RL_FLOAT32, RL_DEVICE_CPU, 4, xs), "gin");
-    bench_normal(&m->gout, 4, os, g, 0.1, RL_DEVICE_CPU);
-    bench_check(rl_tensor_empty(&m->sizes, RL_INT32, RL_DEVICE_CPU, 2, ss), "sizes");
-    int32_t *sz = rl_tensor_data(&m->sizes);
-    for (int64_t b = 0; b < s->B; b++) {
-        sz[2 * b] = (int32_t)s->H;
-        sz[2 * b + 1] = (int32_t)s->W;
-    }
-    m->io.n_in = 1;
-    m->io.in[0] = &m->x;
-    m->io.sizes = &m->sizes;
-    m->io.train = true;
-}
-
-static void model_free(model *m) {
-    rl_layer_free(m->l);
-    rl_tensor_release(&m->x);
-    rl_tensor_release(&m->sizes);
-    rl_tensor_release(&m->gout);
-    rl_tensor_release(&m->gin);
-}
+#include "mdlstm_model.h"
 
 static double cpu_seconds(void) {
     struct timespec ts;
@@ -73,14 +29,7 @@ static double cpu_seconds(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static void run_step(void *ctx, int64_t reps) {
-    model *m = ctx;
-    rl_tensor *gin[1] = {&m->gin};
-    for (int64_t r = 0; r < reps; r++) {
-        bench_check(m->l->ops->forward(m->l, &m->io), "mdlstm forward");
-        bench_check(m->l->ops->backward(m->l, &m->io, &m->gout, gin), "mdlstm backward");
-    }
-}
+static void run_step(void *ctx, int64_t reps) { model_steps(ctx, reps); }
 
 int main(void) {
     rl_ops_init();
@@ -105,7 +54,7 @@ int main(void) {
         const shape *s = &SHAPES[i];
         if (only && strcmp(only, i == 0 ? "small" : "large") != 0) continue;
         model m;
-        model_init(&m, s, &g);
+        model_init(&m, s, &g, RL_DEVICE_CPU);
         bench_variant v[2] = {{run_step, &m}, {bench_run_sgemm, &sg}};
         double sec[2];
         bench_row(2, v, sec);

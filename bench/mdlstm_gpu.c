@@ -17,59 +17,12 @@
 #include "../layers/layers.h"
 
 #ifdef RL_WITH_CUDA
-typedef struct {
-    int64_t H, W, B, F, D;
-} shape;
+#include "mdlstm_model.h"
 
-static const shape SHAPES[] = {{32, 256, 16, 16, 16}, {16, 256, 10, 105, 120}};
-enum { NDIRS = 4 };
 static const rl_device DEV = {RL_CUDA, 0};
 
-typedef struct {
-    rl_layer *l;
-    rl_tensor x, sizes, gout, gin;
-    rl_layer_io io;
-} model;
-
-static void model_init(model *m, const shape *s, rl_rng *g) {
-    memset(m, 0, sizeof *m);
-    gc_opts t = {0};
-    gc_opt_num(&t, "n_out", (double)s->D);
-    rl_options o = gc_options(&t);
-    bench_check(rl_layer_create(&m->l, "mdlstm", "md", &o, 1, &s->F), "create");
-    bench_layer_params(m->l, g, DEV);
-    int64_t xs[4] = {s->H, s->W, s->B, s->F}, ss[2] = {s->B, 2},
-            os[4] = {s->H, s->W, s->B, NDIRS * s->D};
-    bench_normal(&m->x, 4, xs, g, 1.0, DEV);
-    bench_normal(&m->gout, 4, os, g, 0.1, DEV);
-    bench_check(rl_tensor_empty(&m->gin, RL_FLOAT32, DEV, 4, xs), "gin");
-    bench_check(rl_tensor_empty(&m->sizes, RL_INT32, RL_DEVICE_CPU, 2, ss), "sizes");
-    int32_t *sz = rl_tensor_data(&m->sizes);
-    for (int64_t b = 0; b < s->B; b++) {
-        sz[2 * b] = (int32_t)s->H;
-        sz[2 * b + 1] = (int32_t)s->W;
-    }
-    m->io.n_in = 1;
-    m->io.in[0] = &m->x;
-    m->io.sizes = &m->sizes;
-    m->io.train = true;
-}
-
-static void model_free(model *m) {
-    rl_layer_free(m->l);
-    rl_tensor_release(&m->x);
-    rl_tensor_release(&m->sizes);
-    rl_tensor_release(&m->gout);
-    rl_tensor_release(&m->gin);
-}
-
 static void run_step(void *ctx, int64_t reps) {
-    model *m = ctx;
-    rl_tensor *gin[1] = {&m->gin};
-    for (int64_t r = 0; r < reps; r++) {
-        bench_check(m->l->ops->forward(m->l, &m->io), "mdlstm forward");
-        bench_check(m->l->ops->backward(m->l, &m->io, &m->gout, gin), "mdlstm backward");
-    }
+    model_steps(ctx, reps);
     bench_check(rl_op_synchronize(DEV), "synchronize");
 }
 #endif
@@ -90,7 +43,7 @@ int main(void) {
     for (size_t i = 0; i < sizeof SHAPES / sizeof SHAPES[0]; i++) {
         const shape *s = &SHAPES[i];
         model m;
-        model_init(&m, s, &g);
+        model_init(&m, s, &g, DEV);
         bench_variant v = {run_step, &m};
         double sec;
         bench_row(1, &v, &sec);

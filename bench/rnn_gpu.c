@@ -36,8 +36,8 @@ static const topology TOPOS[] = {
     {"deepbench_h256", 1, 1, 256, 256, 150, 32},
 };
 
-#define MAX_L 3
-#define MAX_D 2
+#define MAX_L BENCH_MAX_L
+#define MAX_D BENCH_MAX_D
 
 static const rl_device DEV = {RL_CUDA, 0};
 
@@ -53,24 +53,9 @@ static void model_init(model *m, const topology *tp, const char *cls, const char
     m->tp = tp;
     int64_t T = tp->T, B = tp->B, H = tp->hidden;
     for (int li = 0; li < tp->layers; li++)
-        for (int d = 0; d < tp->dirs; d++) {
-            gc_opts o = {0};
-            gc_opt_num(&o, "n_out", (double)H);
-            gc_opt_num(&o, "direction", d ? -1.0 : 1.0);
-            gc_opt_str(&o, "impl", impl);
-            rl_options opts = gc_options(&o);
-            int n_in = li ? tp->dirs : 1;
-            int64_t dims[MAX_D] = {li ? H : tp->in, H};
-            char name[32];
-            snprintf(name, sizeof name, "l%d_%s", li + 1, d ? "bw" : "fw");
-            bench_check(rl_layer_create(&m->l[li][d], cls, name, &opts, n_in, dims), name);
-            rl_layer *l = m->l[li][d];
-            bench_layer_params(l, g, DEV);
-            for (int k = 0; k < n_in && li > 0; k++) {
-                int64_t s[3] = {T, B, H};
-                bench_check(rl_tensor_empty(&m->gin[li][d][k], RL_FLOAT32, DEV, 3, s), "gin");
-            }
-        }
+        for (int d = 0; d < tp->dirs; d++)
+            m->l[li][d] = bench_stack_layer(cls, impl, li, d, tp->dirs, tp->in, H, T, B,
+                                            m->gin[li][d], g, DEV);
     int64_t xs[3] = {T, B, tp->in}, ls[1] = {B}, hs[3] = {T, B, H};
     bench_normal(&m->x, 3, xs, g, 1.0, DEV);
     bench_check(rl_tensor_empty(&m->len, RL_INT32, RL_DEVICE_CPU, 1, ls), "len");
@@ -89,15 +74,8 @@ static void train_step(model *m) {
     const topology *tp = m->tp;
     rl_layer_io io[MAX_L][MAX_D];
     for (int li = 0; li < tp->layers; li++)
-        for (int d = 0; d < tp->dirs; d++) {
-            rl_layer_io *p = &io[li][d];
-            memset(p, 0, sizeof *p);
-            p->lengths = &m->len;
-            p->train = true;
-            p->n_in = li ? tp->dirs : 1;
-            for (int k = 0; k < p->n_in; k++)
-                p->in[k] = li ? &m->l[li - 1][k]->out : &m->x;
-        }
+        for (int d = 0; d < tp->dirs; d++)
+            bench_stack_io(&io[li][d], li, tp->dirs, m->l, &m->x, &m->len);
     for (int li = 0; li < tp->layers; li++)
         for (int d = 0; d < tp->dirs; d++)
             bench_check(m->l[li][d]->ops->forward(m->l[li][d], &io[li][d]), "forward");
@@ -111,23 +89,12 @@ static void train_step(model *m) {
                         "backward");
         }
         if (li == 0) break;
-        for (int k = 0; k < tp->dirs; k++) {
-            for (int d = 1; d < tp->dirs; d++)
-                bench_check(rl_op_binary(&m->gin[li][0][k], &m->gin[li][0][k], &m->gin[li][d][k],
-                                         RL_BIN_ADD),
-                            "add");
-            gout[k] = &m->gin[li][0][k];
-        }
+        bench_stack_sum_grads(li, tp->dirs, m->gin, gout);
     }
 }
 
 static void model_free(model *m) {
-    for (int li = 0; li < m->tp->layers; li++)
-        for (int d = 0; d < m->tp->dirs; d++) {
-            rl_layer_free(m->l[li][d]);
-            for (int k = 0; k < MAX_D; k++)
-                rl_tensor_release(&m->gin[li][d][k]);
-        }
+    bench_stack_free(m->tp->layers, m->tp->dirs, m->l, m->gin);
     rl_tensor *ts[] = {&m->x, &m->len, &m->gtop[0], &m->gtop[1]};
     for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
         rl_tensor_release(ts[i]);

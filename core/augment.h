@@ -1,6 +1,6 @@
 /* Data augmentation on the fly (core/augment.c): SpecAugment for feature sequences and images,
  * random affine maps, elastic distortion and stroke-width change for images, speed perturbation
- * and additive noise for waveforms.
+ * and tempo perturbation and additive noise for waveforms.
  *
  * Every random draw comes from Philox4x32-10 (philox.h) under the key `seed`, on the stream
  * (epoch << 32) | index, so a sequence's augmentation depends only on (seed, epoch, index):
@@ -51,8 +51,12 @@ typedef struct {
     double stroke_p;
     int64_t stroke_radius;
     float fill; /* the background: pixels mapped from outside the image */
-    /* waveforms: speed factor uniform in [speed_min, speed_max] (1.1 = 10% faster, shorter) */
+    /* waveforms: speed factor uniform in [speed_min, speed_max] (1.1 = 10% faster, shorter,
+     * and higher pitched) */
     double speed_p, speed_min, speed_max;
+    /* tempo factor uniform in [tempo_min, tempo_max]: 1.1 = 10% faster and shorter, the pitch
+     * kept (WSOLA, rl_aug_tempo) */
+    double tempo_p, tempo_min, tempo_max;
     /* additive noise: a noise file chosen uniformly, a start uniform in it (looped when
      * shorter than the utterance), at an SNR uniform in [snr_min, snr_max] dB */
     double noise_p, snr_min, snr_max;
@@ -79,13 +83,14 @@ rl_status rl_augment_features(const rl_aug_cfg *cfg, uint64_t seed, uint64_t epo
 rl_status rl_augment_image(const rl_aug_cfg *cfg, uint64_t seed, uint64_t epoch, uint64_t index,
                            const float *x, int64_t H, int64_t W, int64_t C, rl_tensor *out);
 
-/* Whether speed or noise fires for this sequence (so the caller needs the waveform). */
+/* Whether speed, tempo or noise fires for this sequence (so the caller needs the waveform). */
 bool rl_augment_wave_fires(const rl_aug_cfg *cfg, uint64_t seed, uint64_t epoch, uint64_t index);
 
-/* Speed perturbation, then additive noise of a waveform x (n): out a new (N') tensor. */
+/* Speed perturbation, tempo perturbation, then additive noise of a waveform x (n) sampled at
+ * `rate` Hz (the tempo's window lengths follow from it): out a new (N') tensor. */
 rl_status rl_augment_wave(const rl_aug_cfg *cfg, uint64_t seed, uint64_t epoch, uint64_t index,
-                          const float *x, int64_t n, const rl_aug_noise *noises, int64_t n_noises,
-                          rl_tensor *out);
+                          const float *x, int64_t n, double rate, const rl_aug_noise *noises,
+                          int64_t n_noises, rl_tensor *out);
 
 /* The deterministic transforms underneath (also what the tests check by hand). */
 
@@ -113,6 +118,13 @@ void rl_aug_stroke(const float *x, int64_t H, int64_t W, int64_t C, int64_t r, f
 /* Resampling by 1 / factor with libsamplerate (sinc, medium quality): about n / factor
  * samples into out. */
 rl_status rl_aug_speed(const float *x, int64_t n, double factor, rl_tensor *out);
+
+/* Tempo change by `factor` keeping the pitch, by WSOLA (Verhelst and Roelands 1993), the
+ * time-scale modification of sox's `tempo` effect: Hann-windowed frames of about 30 ms taken
+ * from the input every 15 ms * factor, each moved by up to +-10 ms to the offset whose samples
+ * best continue the previous frame (the largest normalised cross-correlation), overlap-added
+ * every 15 ms. round(n / factor) samples into out; factor 1 copies x. */
+rl_status rl_aug_tempo(const float *x, int64_t n, double factor, double rate, rl_tensor *out);
 
 /* x += g * noise[(offset + i) mod nn], g making 10 log10(P_x / P_noise) = snr_db over the n
  * samples; *gain receives g (0, nothing added, when x or the noise segment is silent). */

@@ -138,14 +138,9 @@ rl_status rl_ctc_loss(rl_ctc_work *w, const char *who, const rl_tensor *logits,
         char *work = rl_tensor_data(&w->scratch);
         work += (64 - (uintptr_t)work % 64) % 64;
         const int32_t *lab_data = rl_tensor_data(lab);
-        if (logits->dtype == RL_FLOAT32)
-            rl_ctc_cpu_f32(T, B, V, rl_tensor_data(logits), lab_data, lab->stride[0],
-                           lab->stride[1], inb, lnb, (int32_t)blank, zero_infinity,
-                           rl_tensor_data(loss), grad ? rl_tensor_data(grad) : NULL, work, threads);
-        else
-            rl_ctc_cpu_f64(T, B, V, rl_tensor_data(logits), lab_data, lab->stride[0],
-                           lab->stride[1], inb, lnb, (int32_t)blank, zero_infinity,
-                           rl_tensor_data(loss), grad ? rl_tensor_data(grad) : NULL, work, threads);
+        rl_ctc_cpu(logits->dtype != RL_FLOAT32, T, B, V, rl_tensor_data(logits), lab_data,
+                   lab->stride[0], lab->stride[1], inb, lnb, (int32_t)blank, zero_infinity,
+                   rl_tensor_data(loss), grad ? rl_tensor_data(grad) : NULL, work, threads);
     }
     rl_tensor_release(&lens);
     return st;

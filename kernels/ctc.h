@@ -48,17 +48,13 @@ void rl_ctc_work_release(rl_ctc_work *w);
 
 /* The CPU kernel (kernels/cpu/ctc.c), arguments already checked. Sequences are spread over
  * `threads` threads (the caller's plus threads - 1 started for the call), longest first.
- * work: rl_ctc_cpu_work_bytes(...) bytes, 64-byte aligned. loss (B) contiguous; grad (T, B, V)
- * contiguous or NULL. */
+ * work: rl_ctc_cpu_work_bytes(...) bytes, 64-byte aligned. logits (T, B, V), loss (B) contiguous
+ * and grad (T, B, V) contiguous or NULL, all float64 with f64, else float32. */
 size_t rl_ctc_cpu_work_bytes(size_t elem, int64_t T, int64_t B, int64_t V, int64_t S, int threads);
-void rl_ctc_cpu_f32(int64_t T, int64_t B, int64_t V, const float *logits, const int32_t *labels,
-                    int64_t lab_stride_b, int64_t lab_stride_s, const int32_t *input_len,
-                    const int32_t *label_len, int32_t blank, bool zero_infinity, float *loss,
-                    float *grad, void *work, int threads);
-void rl_ctc_cpu_f64(int64_t T, int64_t B, int64_t V, const double *logits, const int32_t *labels,
-                    int64_t lab_stride_b, int64_t lab_stride_s, const int32_t *input_len,
-                    const int32_t *label_len, int32_t blank, bool zero_infinity, double *loss,
-                    double *grad, void *work, int threads);
+void rl_ctc_cpu(bool f64, int64_t T, int64_t B, int64_t V, const void *logits,
+                const int32_t *labels, int64_t lab_stride_b, int64_t lab_stride_s,
+                const int32_t *input_len, const int32_t *label_len, int32_t blank,
+                bool zero_infinity, void *loss, void *grad, void *work, int threads);
 
 /* Decoding and error counting (kernels/ctc_decode.c), host memory.
  * rl_ctc_collapse: the labels of a frame-wise path path[t * stride], t < n: repeats merged, then

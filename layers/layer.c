@@ -17,7 +17,8 @@ rl_status rl_opt_number(const rl_options *o, const char *layer, const char *key,
     *v = def;
     RL_TRY(o->number(o->ctx, key, v, &found));
     if (found && !isfinite(*v))
-        return rl_error(RL_EARG, "layer '%s': option %s must be a finite number", layer, key);
+        return rl_error(RL_EARG, RL_LAYER_WHERE ": option %s must be a finite number", layer,
+                        o->class_name, key);
     return RL_OK;
 }
 
@@ -26,11 +27,12 @@ rl_status rl_opt_int(const rl_options *o, const char *layer, const char *key, in
     int found = 0;
     double d = (double)def;
     RL_TRY(o->number(o->ctx, key, &d, &found));
-    if (!found && required) return rl_error(RL_EARG, "layer '%s': missing option %s", layer, key);
+    if (!found && required)
+        return rl_error(RL_EARG, RL_LAYER_WHERE ": missing option %s", layer, o->class_name, key);
     if (d != floor(d) || d < (double)min || d > 1e15)
         return rl_error(RL_EARG,
-                        "layer '%s': option %s = %g must be an integer in %" PRId64 "..1e15", layer,
-                        key, d, min);
+                        RL_LAYER_WHERE ": option %s = %g must be an integer in %" PRId64 "..1e15",
+                        layer, o->class_name, key, d, min);
     *v = (int64_t)d;
     return RL_OK;
 }
@@ -63,13 +65,13 @@ rl_status rl_layer_alloc(rl_layer **out, size_t size, const rl_layer_ops *ops, c
                          int n_in, const int64_t *in_dims) {
     *out = NULL;
     if (n_in < 0 || n_in > RL_LAYER_MAX_INPUTS)
-        return rl_error(RL_EARG, "layer '%s': %d inputs, at most %d are supported", name, n_in,
-                        RL_LAYER_MAX_INPUTS);
+        return rl_error(RL_EARG, RL_LAYER_WHERE ": %d inputs, at most %d are supported", name,
+                        ops->class_name, n_in, RL_LAYER_MAX_INPUTS);
     if (strlen(name) >= RL_LAYER_NAME_MAX)
         return rl_error(RL_EARG, "layer name '%s' is longer than %d characters", name,
                         RL_LAYER_NAME_MAX - 1);
     rl_layer *l = calloc(1, size);
-    if (!l) return rl_error(RL_ENOMEM, "layer '%s': out of memory", name);
+    if (!l) return rl_error(RL_ENOMEM, RL_LAYER_WHERE ": out of memory", name, ops->class_name);
     l->ops = ops;
     snprintf(l->name, sizeof l->name, "%s", name);
     l->n_in = n_in;
@@ -83,15 +85,16 @@ rl_status rl_layer_add_param(rl_layer *l, const char *pname, int ndim, const int
                              rl_init_kind init, double init_a, int64_t fan_in, int64_t fan_out,
                              int *index) {
     if (l->n_params == RL_LAYER_MAX_PARAMS)
-        return rl_error(RL_EARG, "layer '%s': more than %d parameters", l->name,
-                        RL_LAYER_MAX_PARAMS);
+        return rl_error(RL_EARG, RL_LAYER_WHERE ": more than %d parameters", l->name,
+                        l->ops->class_name, RL_LAYER_MAX_PARAMS);
     char what[160];
-    snprintf(what, sizeof what, "layer '%s': parameter %s", l->name, pname);
+    snprintf(what, sizeof what, RL_LAYER_WHERE ": parameter %s", l->name, l->ops->class_name,
+             pname);
     int64_t numel, total;
     RL_TRY(rl_shape_numel(what, ndim, shape, &numel));
     if (!rl_add_ok(rl_layer_num_params(l), numel, &total) || total > RL_MAX_NUMEL)
-        return rl_error(RL_ESHAPE, "layer '%s': more than %" PRId64 " parameters", l->name,
-                        RL_MAX_NUMEL);
+        return rl_error(RL_ESHAPE, RL_LAYER_WHERE ": more than %" PRId64 " parameters", l->name,
+                        l->ops->class_name, RL_MAX_NUMEL);
     rl_param *p = &l->params[l->n_params];
     memset(p, 0, sizeof *p);
     snprintf(p->name, sizeof p->name, "%s", pname);
@@ -127,8 +130,9 @@ bool rl_layer_input_sparse(const rl_layer *l, const rl_tensor *x) {
 static rl_status check_indices(const rl_layer *l, int i, const rl_tensor *x, const rl_tensor *len) {
     if (rl_tensor_device(x).type != RL_CPU)
         return rl_error(RL_EDEVICE,
-                        "layer '%s': sparse input %d (class indices) must be on the CPU for now",
-                        l->name, i + 1);
+                        RL_LAYER_WHERE
+                        ": sparse input %d (class indices) must be on the CPU for now",
+                        l->name, l->ops->class_name, i + 1);
     const int32_t *xp = rl_tensor_data(x);
     const int32_t *lp = rl_tensor_data(len);
     int64_t V = l->in_dims[i];
@@ -137,8 +141,8 @@ static rl_status check_indices(const rl_layer *l, int i, const rl_tensor *x, con
             int64_t v = xp[t * x->stride[0] + b * x->stride[1]];
             if (v < 0 || v >= V)
                 return rl_error(RL_EARG,
-                                "layer '%s' (%s): class index %" PRId64 " at frame %" PRId64
-                                " of sequence %" PRId64 " is outside 0..%" PRId64,
+                                RL_LAYER_WHERE ": class index %" PRId64 " at frame %" PRId64
+                                               " of sequence %" PRId64 " is outside 0..%" PRId64,
                                 l->name, l->ops->class_name, v, t + 1, b + 1, V - 1);
         }
     return RL_OK;
@@ -147,40 +151,42 @@ static rl_status check_indices(const rl_layer *l, int i, const rl_tensor *x, con
 rl_status rl_layer_check_inputs(const rl_layer *l, const rl_layer_io *io, int64_t *T, int64_t *B) {
     char s[128];
     if (io->n_in != l->n_in)
-        return rl_error(RL_EARG, "layer '%s': %d inputs given, %d expected", l->name, io->n_in,
-                        l->n_in);
+        return rl_error(RL_EARG, RL_LAYER_WHERE ": %d inputs given, %d expected", l->name,
+                        l->ops->class_name, io->n_in, l->n_in);
     const rl_tensor *dense0 = NULL; /* the first dense input: dtype and device of the others */
     for (int i = 0; i < io->n_in; i++) {
         const rl_tensor *x = io->in[i];
         bool sparse = rl_layer_input_sparse(l, x);
         if (!x || !x->storage || (x->ndim != 3 && !sparse))
             return rl_error(RL_ESHAPE,
-                            "layer '%s': input %d must be a (T, B, %" PRId64 ") tensor%s, got %s",
-                            l->name, i + 1, l->in_dims[i],
+                            RL_LAYER_WHERE ": input %d must be a (T, B, %" PRId64
+                                           ") tensor%s, got %s",
+                            l->name, l->ops->class_name, i + 1, l->in_dims[i],
                             (rl_layer_class_flags(l->ops->class_name) & RL_LAYER_SPARSE_IN)
                                 ? " or (T, B) int32 class indices"
                                 : "",
                             x && x->storage ? rl_shape_str(x, s, sizeof s) : "nothing");
         if (!sparse && x->shape[2] != l->in_dims[i])
-            return rl_error(
-                RL_ESHAPE,
-                "layer '%s': input %d has %" PRId64 " features, expected %" PRId64 " (shape %s)",
-                l->name, i + 1, x->shape[2], l->in_dims[i], rl_shape_str(x, s, sizeof s));
+            return rl_error(RL_ESHAPE,
+                            RL_LAYER_WHERE ": input %d has %" PRId64 " features, expected %" PRId64
+                                           " (shape %s)",
+                            l->name, l->ops->class_name, i + 1, x->shape[2], l->in_dims[i],
+                            rl_shape_str(x, s, sizeof s));
         if (i > 0 && (x->shape[0] != io->in[0]->shape[0] || x->shape[1] != io->in[0]->shape[1]))
-            return rl_error(RL_ESHAPE, "layer '%s': input %d is %s, input 1 is %s", l->name, i + 1,
-                            rl_tensor_describe(x, s, sizeof s),
+            return rl_error(RL_ESHAPE, RL_LAYER_WHERE ": input %d is %s, input 1 is %s", l->name,
+                            l->ops->class_name, i + 1, rl_tensor_describe(x, s, sizeof s),
                             rl_tensor_describe(io->in[0], s + 64, 64));
         if (sparse) continue;
         if (dense0 && (x->dtype != dense0->dtype ||
                        !rl_device_eq(rl_tensor_device(x), rl_tensor_device(dense0))))
-            return rl_error(RL_ESHAPE, "layer '%s': input %d is %s, input 1 is %s", l->name, i + 1,
-                            rl_tensor_describe(x, s, sizeof s),
+            return rl_error(RL_ESHAPE, RL_LAYER_WHERE ": input %d is %s, input 1 is %s", l->name,
+                            l->ops->class_name, i + 1, rl_tensor_describe(x, s, sizeof s),
                             rl_tensor_describe(dense0, s + 64, 64));
         if (x->dtype == RL_INT32)
             return rl_error(RL_EDTYPE,
-                            "layer '%s': input %d is int32, expected float32 or "
-                            "float64",
-                            l->name, i + 1);
+                            RL_LAYER_WHERE ": input %d is int32, expected float32 or "
+                                           "float64",
+                            l->name, l->ops->class_name, i + 1);
         if (!dense0) dense0 = x;
     }
     *T = io->n_in ? io->in[0]->shape[0] : 0;
@@ -189,16 +195,16 @@ rl_status rl_layer_check_inputs(const rl_layer *l, const rl_layer_io *io, int64_
     if (!len || !len->storage || len->ndim != 1 || len->dtype != RL_INT32 ||
         rl_tensor_device(len).type != RL_CPU || len->shape[0] != *B)
         return rl_error(RL_ESHAPE,
-                        "layer '%s': lengths must be a CPU int32 tensor of shape "
-                        "(%" PRId64 ")",
-                        l->name, *B);
+                        RL_LAYER_WHERE ": lengths must be a CPU int32 tensor of shape "
+                                       "(%" PRId64 ")",
+                        l->name, l->ops->class_name, *B);
     for (int64_t b = 0; b < *B; b++) {
         int64_t v = (int64_t)rl_tensor_get(len, &b);
         if (v < 1 || v > *T)
             return rl_error(RL_ESHAPE,
-                            "layer '%s': lengths[%" PRId64 "] = %" PRId64 " is outside 1..%" PRId64
-                            " (T)",
-                            l->name, b + 1, v, *T);
+                            RL_LAYER_WHERE ": lengths[%" PRId64 "] = %" PRId64
+                                           " is outside 1..%" PRId64 " (T)",
+                            l->name, l->ops->class_name, b + 1, v, *T);
     }
     for (int i = 0; i < io->n_in; i++)
         if (rl_layer_input_sparse(l, io->in[i])) RL_TRY(check_indices(l, i, io->in[i], len));
@@ -214,7 +220,8 @@ rl_status rl_layer_compute_type(const rl_layer *l, const rl_layer_io *io, rl_dty
             return RL_OK;
         }
     if (l->n_params < 1 || !l->params[0].value.storage)
-        return rl_error(RL_EARG, "layer '%s': parameters are not bound to a buffer", l->name);
+        return rl_error(RL_EARG, RL_LAYER_WHERE ": parameters are not bound to a buffer", l->name,
+                        l->ops->class_name);
     *dt = l->params[0].value.dtype;
     *dev = rl_tensor_device(&l->params[0].value);
     return RL_OK;
@@ -254,32 +261,33 @@ rl_status rl_layer_check_inputs_2d(const rl_layer *l, const rl_layer_io *io, int
                                    int64_t *B) {
     char s[128], s0[128];
     if (io->n_in != l->n_in || io->n_in < 1)
-        return rl_error(RL_EARG, "layer '%s': %d inputs given, %d expected", l->name, io->n_in,
-                        l->n_in);
+        return rl_error(RL_EARG, RL_LAYER_WHERE ": %d inputs given, %d expected", l->name,
+                        l->ops->class_name, io->n_in, l->n_in);
     const rl_tensor *x0 = io->in[0];
     for (int i = 0; i < io->n_in; i++) {
         const rl_tensor *x = io->in[i];
         if (!x || !x->storage || x->ndim != 4)
             return rl_error(RL_ESHAPE,
-                            "layer '%s': input %d must be an (H, W, B, %" PRId64
-                            ") image tensor, got %s",
-                            l->name, i + 1, l->in_dims[i],
+                            RL_LAYER_WHERE ": input %d must be an (H, W, B, %" PRId64
+                                           ") image tensor, got %s",
+                            l->name, l->ops->class_name, i + 1, l->in_dims[i],
                             x && x->storage ? rl_shape_str(x, s, sizeof s) : "nothing");
         if (x->shape[3] != l->in_dims[i])
-            return rl_error(
-                RL_ESHAPE,
-                "layer '%s': input %d has %" PRId64 " features, expected %" PRId64 " (shape %s)",
-                l->name, i + 1, x->shape[3], l->in_dims[i], rl_shape_str(x, s, sizeof s));
+            return rl_error(RL_ESHAPE,
+                            RL_LAYER_WHERE ": input %d has %" PRId64 " features, expected %" PRId64
+                                           " (shape %s)",
+                            l->name, l->ops->class_name, i + 1, x->shape[3], l->in_dims[i],
+                            rl_shape_str(x, s, sizeof s));
         if (x->dtype == RL_INT32)
             return rl_error(RL_EDTYPE,
-                            "layer '%s': input %d is int32, expected float32 or "
-                            "float64",
-                            l->name, i + 1);
+                            RL_LAYER_WHERE ": input %d is int32, expected float32 or "
+                                           "float64",
+                            l->name, l->ops->class_name, i + 1);
         if (i > 0 && (x->shape[0] != x0->shape[0] || x->shape[1] != x0->shape[1] ||
                       x->shape[2] != x0->shape[2] || x->dtype != x0->dtype ||
                       !rl_device_eq(rl_tensor_device(x), rl_tensor_device(x0))))
-            return rl_error(RL_ESHAPE, "layer '%s': input %d is %s, input 1 is %s", l->name, i + 1,
-                            rl_tensor_describe(x, s, sizeof s),
+            return rl_error(RL_ESHAPE, RL_LAYER_WHERE ": input %d is %s, input 1 is %s", l->name,
+                            l->ops->class_name, i + 1, rl_tensor_describe(x, s, sizeof s),
                             rl_tensor_describe(x0, s0, sizeof s0));
     }
     *H = x0->shape[0];
@@ -289,17 +297,17 @@ rl_status rl_layer_check_inputs_2d(const rl_layer *l, const rl_layer_io *io, int
     if (!sz || !sz->storage || sz->ndim != 2 || sz->shape[0] != *B || sz->shape[1] != 2 ||
         sz->dtype != RL_INT32 || rl_tensor_device(sz).type != RL_CPU)
         return rl_error(RL_ESHAPE,
-                        "layer '%s': sizes must be a CPU int32 tensor of shape (%" PRId64
-                        ", 2) (height, width per image)",
-                        l->name, *B);
+                        RL_LAYER_WHERE ": sizes must be a CPU int32 tensor of shape (%" PRId64
+                                       ", 2) (height, width per image)",
+                        l->name, l->ops->class_name, *B);
     for (int64_t b = 0; b < *B; b++) {
         int64_t ih[2] = {b, 0}, iw[2] = {b, 1};
         int64_t h = (int64_t)rl_tensor_get(sz, ih), w = (int64_t)rl_tensor_get(sz, iw);
         if (h < 1 || h > *H || w < 1 || w > *W)
             return rl_error(RL_ESHAPE,
-                            "layer '%s': image %" PRId64 " has size %" PRId64 " x %" PRId64
-                            ", outside 1..%" PRId64 " x 1..%" PRId64,
-                            l->name, b + 1, h, w, *H, *W);
+                            RL_LAYER_WHERE ": image %" PRId64 " has size %" PRId64 " x %" PRId64
+                                           ", outside 1..%" PRId64 " x 1..%" PRId64,
+                            l->name, l->ops->class_name, b + 1, h, w, *H, *W);
     }
     return RL_OK;
 }
@@ -368,7 +376,7 @@ rl_status rl_layer_check_device(const rl_layer *l, rl_device dev) {
     char why[256], dn[32];
     snprintf(why, sizeof why, "%s", rl_errmsg());
     rl_device_name(dev, dn, sizeof dn);
-    return rl_error(RL_EDEVICE, "layer '%s' (%s): its input is on %s: %s", l->name,
+    return rl_error(RL_EDEVICE, RL_LAYER_WHERE ": its input is on %s: %s", l->name,
                     l->ops->class_name, dn, why);
 }
 
@@ -376,7 +384,7 @@ rl_status rl_layer_grow_index(const rl_layer *l, int64_t **p, size_t *cap, size_
     if (n <= *cap) return RL_OK;
     int64_t *m = realloc(*p, n * sizeof *m);
     if (!m)
-        return rl_error(RL_ENOMEM, "layer '%s' (%s): out of memory for %zu index entries", l->name,
+        return rl_error(RL_ENOMEM, RL_LAYER_WHERE ": out of memory for %zu index entries", l->name,
                         l->ops->class_name, n);
     *p = m;
     *cap = n;
@@ -415,8 +423,8 @@ rl_status rl_layer_split_grad(const rl_layer *l, const rl_tensor *grad_out,
 rl_status rl_layer_init_params(rl_layer *l, rl_rng *g) {
     for (int i = 0; i < l->n_params; i++) {
         if (!l->params[i].value.storage)
-            return rl_error(RL_EARG, "layer '%s': parameter %s is not bound", l->name,
-                            l->params[i].name);
+            return rl_error(RL_EARG, RL_LAYER_WHERE ": parameter %s is not bound", l->name,
+                            l->ops->class_name, l->params[i].name);
         RL_TRY(rl_param_init(&l->params[i], g));
     }
     return l->ops->init_params ? l->ops->init_params(l, g) : RL_OK;

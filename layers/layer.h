@@ -90,11 +90,14 @@ typedef struct rl_options {
     rl_status (*number)(void *ctx, const char *key, double *v, int *found);
     rl_status (*string)(void *ctx, const char *key, const char **v, int *found);
     rl_status (*boolean)(void *ctx, const char *key, bool *v, int *found);
+    /* the class being created, for the messages (RL_LAYER_WHERE): rl_layer_create fills it */
+    const char *class_name;
 } rl_options;
 
 rl_status rl_opt_number(const rl_options *o, const char *layer, const char *key, double def,
                         double *v);
-/* An integer >= min; `required` makes absence an error ("layer 'x': missing n_out"). */
+/* An integer >= min; `required` makes absence an error
+ * ("layer 'x' (class linear): missing option n_out"). */
 rl_status rl_opt_int(const rl_options *o, const char *layer, const char *key, int64_t def,
                      int64_t min, bool required, int64_t *v);
 /* A pair option such as filter_size = {fh, fw}: read as the numbers "KEY[1]" and "KEY[2]"

@@ -35,8 +35,8 @@ rl_status rl_param_mat(const rl_layer *l, const rl_tensor *t, const char *what, 
         !rl_device_eq(rl_tensor_device(t), dev)) {
         rl_device_name(dev, d, sizeof d);
         return rl_error(RL_EARG,
-                        "layer '%s' (%s): parameter %s must be a contiguous %s tensor on %s "
-                        "(the inputs' device), got %s",
+                        RL_LAYER_WHERE ": parameter %s must be a contiguous %s tensor on %s "
+                                       "(the inputs' device), got %s",
                         l->name, l->ops->class_name, what, rl_dtype_name(dt), d,
                         t->storage ? rl_tensor_describe(t, s, sizeof s) : "nothing");
     }

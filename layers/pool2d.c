@@ -48,56 +48,36 @@ typedef struct {
 
 static const rl_layer_ops pool2d_ops;
 
-/* One output row r: the window's taps map[0..K-1] over x, F features, into y (and arg). */
-static void pool_row_f32(float *y, int64_t *arg, const float *x, const int64_t *map, int64_t K,
-                         int64_t F, bool max) {
-    int64_t n = 0;
-    for (int64_t f = 0; f < F; f++) {
-        y[f] = 0;
-        if (arg) arg[f] = -1;
+/* One output row r in one precision, REAL float (S f32) or double (S f64): the window's taps
+ * map[0..K-1] over x, F features, into y (and arg). */
+#define RL_POOL_ROW(REAL, S)                                                                       \
+    static void pool_row_##S(REAL *y, int64_t *arg, const REAL *x, const int64_t *map, int64_t K,  \
+                             int64_t F, bool max) {                                                \
+        int64_t n = 0;                                                                             \
+        for (int64_t f = 0; f < F; f++) {                                                          \
+            y[f] = 0;                                                                              \
+            if (arg) arg[f] = -1;                                                                  \
+        }                                                                                          \
+        for (int64_t k = 0; k < K; k++) {                                                          \
+            if (map[k] < 0) continue;                                                              \
+            const REAL *v = x + map[k];                                                            \
+            for (int64_t f = 0; f < F; f++) {                                                      \
+                if (!max)                                                                          \
+                    y[f] += v[f];                                                                  \
+                else if (n == 0 || v[f] > y[f]) {                                                  \
+                    y[f] = v[f];                                                                   \
+                    arg[f] = map[k] + f;                                                           \
+                }                                                                                  \
+            }                                                                                      \
+            n++;                                                                                   \
+        }                                                                                          \
+        if (!max && n > 0)                                                                         \
+            for (int64_t f = 0; f < F; f++)                                                        \
+                y[f] /= (REAL)n;                                                                   \
     }
-    for (int64_t k = 0; k < K; k++) {
-        if (map[k] < 0) continue;
-        const float *v = x + map[k];
-        for (int64_t f = 0; f < F; f++) {
-            if (!max)
-                y[f] += v[f];
-            else if (n == 0 || v[f] > y[f]) {
-                y[f] = v[f];
-                arg[f] = map[k] + f;
-            }
-        }
-        n++;
-    }
-    if (!max && n > 0)
-        for (int64_t f = 0; f < F; f++)
-            y[f] /= (float)n;
-}
 
-static void pool_row_f64(double *y, int64_t *arg, const double *x, const int64_t *map, int64_t K,
-                         int64_t F, bool max) {
-    int64_t n = 0;
-    for (int64_t f = 0; f < F; f++) {
-        y[f] = 0;
-        if (arg) arg[f] = -1;
-    }
-    for (int64_t k = 0; k < K; k++) {
-        if (map[k] < 0) continue;
-        const double *v = x + map[k];
-        for (int64_t f = 0; f < F; f++) {
-            if (!max)
-                y[f] += v[f];
-            else if (n == 0 || v[f] > y[f]) {
-                y[f] = v[f];
-                arg[f] = map[k] + f;
-            }
-        }
-        n++;
-    }
-    if (!max && n > 0)
-        for (int64_t f = 0; f < F; f++)
-            y[f] /= (double)n;
-}
+RL_POOL_ROW(float, f32)
+RL_POOL_ROW(double, f64)
 
 /* The CUDA half of forward: the sizes and output sizes to the device, then one kernel. A
  * CPU-only build never has CUDA data (rl_layer_check_device refuses it). */

@@ -115,7 +115,7 @@ static rl_status use_device(rl_recurrent *r, const rl_layer *l, rl_device dev) {
     if (cuda || dev.type == RL_CPU) return RL_OK;
     char d[32];
     rl_device_name(dev, d, sizeof d);
-    return rl_error(RL_EDEVICE, "layer '%s' (%s): tensors on %s are not supported by this build",
+    return rl_error(RL_EDEVICE, RL_LAYER_WHERE ": tensors on %s are not supported by this build",
                     l->name, r->cls, d);
 }
 
@@ -128,12 +128,12 @@ static rl_status check_state(const rl_recurrent *r, const rl_layer *l, const rl_
     if (t->ndim != 2 || t->shape[0] != B || t->shape[1] != H)
         return rl_error(
             RL_ESHAPE,
-            "layer '%s' (%s): %s %s is %s, expected (%" PRId64 ", %" PRId64 ") for this batch",
+            RL_LAYER_WHERE ": %s %s is %s, expected (%" PRId64 ", %" PRId64 ") for this batch",
             l->name, r->cls, what, r->state_names[i], rl_shape_str(t, buf, sizeof buf), B, H);
     if (!rl_device_eq(rl_tensor_device(t), dev)) {
         rl_device_name(dev, d, sizeof d);
         return rl_error(
-            RL_EDEVICE, "layer '%s' (%s): %s %s is %s, expected it on %s (the inputs' device)",
+            RL_EDEVICE, RL_LAYER_WHERE ": %s %s is %s, expected it on %s (the inputs' device)",
             l->name, r->cls, what, r->state_names[i], rl_tensor_describe(t, buf, sizeof buf), d);
     }
     return RL_OK;
@@ -166,7 +166,7 @@ rl_status rl_recurrent_forward_begin(rl_recurrent *r, rl_layer *l, const rl_laye
     int64_t T, B;
     RL_TRY(rl_layer_check_inputs(l, io, &T, &B));
     if (!rl_tensor_is_contiguous(io->lengths))
-        return rl_error(RL_ESHAPE, "layer '%s' (%s): lengths must be contiguous", l->name, r->cls);
+        return rl_error(RL_ESHAPE, RL_LAYER_WHERE ": lengths must be contiguous", l->name, r->cls);
     *dt = io->in[0]->dtype;
     *dev = rl_tensor_device(io->in[0]);
     /* The layer's own parameters before its states: a layer whose weights live on another
@@ -206,7 +206,7 @@ static rl_status check_backward_io(const rl_recurrent *r, const rl_layer *l, con
                                    rl_dtype dt, rl_device dev) {
     char s[96];
     if (io->n_in != l->n_in)
-        return rl_error(RL_EARG, "layer '%s' (%s): backward got %d inputs, expected %d", l->name,
+        return rl_error(RL_EARG, RL_LAYER_WHERE ": backward got %d inputs, expected %d", l->name,
                         r->cls, io->n_in, l->n_in);
     for (int k = 0; k < io->n_in; k++) {
         const rl_tensor *x = io->in[k];
@@ -214,8 +214,8 @@ static rl_status check_backward_io(const rl_recurrent *r, const rl_layer *l, con
             x->shape[2] != l->in_dims[k] || x->dtype != dt ||
             !rl_device_eq(rl_tensor_device(x), dev))
             return rl_error(RL_ESHAPE,
-                            "layer '%s' (%s): backward's input %d is %s, not the forward's "
-                            "(%" PRId64 ", %" PRId64 ", %" PRId64 ") %s",
+                            RL_LAYER_WHERE ": backward's input %d is %s, not the forward's "
+                                           "(%" PRId64 ", %" PRId64 ", %" PRId64 ") %s",
                             l->name, r->cls, k + 1,
                             x && x->storage ? rl_tensor_describe(x, s, sizeof s) : "nothing", r->T,
                             r->B, l->in_dims[k], rl_dtype_name(dt));
@@ -225,8 +225,8 @@ static rl_status check_backward_io(const rl_recurrent *r, const rl_layer *l, con
         rl_tensor_device(len).type != RL_CPU || len->shape[0] != r->B ||
         !rl_tensor_is_contiguous(len))
         return rl_error(RL_ESHAPE,
-                        "layer '%s' (%s): backward needs the forward's lengths, a CPU int32 "
-                        "tensor of shape (%" PRId64 ")",
+                        RL_LAYER_WHERE ": backward needs the forward's lengths, a CPU int32 "
+                                       "tensor of shape (%" PRId64 ")",
                         l->name, r->cls, r->B);
     return RL_OK;
 }
@@ -237,11 +237,11 @@ rl_status rl_recurrent_backward_begin(rl_recurrent *r, rl_layer *l, const rl_lay
     int64_t T = r->T, B = r->B, H = l->n_out;
     char s1[96], s2[96];
     if (!r->have_forward)
-        return rl_error(RL_EARG, "layer '%s' (%s): backward without a forward", l->name, r->cls);
+        return rl_error(RL_EARG, RL_LAYER_WHERE ": backward without a forward", l->name, r->cls);
     if (!r->trained)
         return rl_error(RL_EARG,
-                        "layer '%s' (%s): backward after a forward with train = false "
-                        "(impl = \"cudnn\" keeps nothing for backward then)",
+                        RL_LAYER_WHERE ": backward after a forward with train = false "
+                                       "(impl = \"cudnn\" keeps nothing for backward then)",
                         l->name, r->cls);
     *dt = l->out.dtype;
     *dev = rl_tensor_device(&l->out);
@@ -259,8 +259,8 @@ rl_status rl_recurrent_backward_begin(rl_recurrent *r, rl_layer *l, const rl_lay
             grad_out->shape[2] != H || grad_out->dtype != *dt ||
             !rl_device_eq(rl_tensor_device(grad_out), *dev))
             return rl_error(RL_ESHAPE,
-                            "layer '%s' (%s): grad_out is %s, expected (%" PRId64 ", %" PRId64
-                            ", %" PRId64 ") %s on the output's device",
+                            RL_LAYER_WHERE ": grad_out is %s, expected (%" PRId64 ", %" PRId64
+                                           ", %" PRId64 ") %s on the output's device",
                             l->name, r->cls, rl_tensor_describe(grad_out, s1, sizeof s1), T, B, H,
                             rl_dtype_name(*dt));
         if (!rl_mat_fold_tb(grad_out, dout)) {
@@ -273,7 +273,7 @@ rl_status rl_recurrent_backward_begin(rl_recurrent *r, rl_layer *l, const rl_lay
         rl_tensor *gi = grad_in[k];
         if (gi && (!gi->storage || !rl_tensor_same_shape(gi, io->in[k]) || gi->dtype != *dt ||
                    !rl_device_eq(rl_tensor_device(gi), *dev)))
-            return rl_error(RL_ESHAPE, "layer '%s' (%s): grad_in[%d] is %s, expected %s", l->name,
+            return rl_error(RL_ESHAPE, RL_LAYER_WHERE ": grad_in[%d] is %s, expected %s", l->name,
                             r->cls, k + 1,
                             gi->storage ? rl_tensor_describe(gi, s1, sizeof s1) : "nothing",
                             rl_tensor_describe(io->in[k], s2, sizeof s2));
@@ -342,7 +342,7 @@ static rl_status set_given(rl_layer *l, rl_tensor *dst, const rl_tensor *const *
         if (t && (!t->storage || t->ndim != 2 || t->shape[1] != r->state_dims[i] ||
                   t->dtype == RL_INT32))
             return rl_error(
-                RL_ESHAPE, "layer '%s' (%s): %s %s must be a float (B, %" PRId64 ") tensor, got %s",
+                RL_ESHAPE, RL_LAYER_WHERE ": %s %s must be a float (B, %" PRId64 ") tensor, got %s",
                 l->name, r->cls, what, r->state_names[i], r->state_dims[i],
                 t && t->storage ? rl_tensor_describe(t, s, sizeof s) : "nothing");
     }
@@ -378,8 +378,8 @@ static rl_status state_final(rl_layer *l, rl_tensor *const *out) {
 static rl_status state_initial_grad(rl_layer *l, rl_tensor *const *out) {
     rl_recurrent *r = rec_of(l);
     if (!r->grad0[0]->storage)
-        return rl_error(RL_EARG, "initial_state_grad: layer '%s' (%s) has run no backward", l->name,
-                        r->cls);
+        return rl_error(RL_EARG, "initial_state_grad: " RL_LAYER_WHERE " has run no backward",
+                        l->name, r->cls);
     for (int i = 0; i < r->n_states; i++)
         if (out[i]) rl_tensor_share(out[i], r->grad0[i]);
     return RL_OK;
@@ -414,7 +414,7 @@ static rl_status packs_of(rl_recurrent *r, const rl_layer *l, rl_packs **P) {
     if (!r->packs) {
         r->packs = calloc(1, sizeof *r->packs);
         if (!r->packs)
-            return rl_error(RL_ENOMEM, "layer '%s' (%s): out of memory", l->name, r->cls);
+            return rl_error(RL_ENOMEM, RL_LAYER_WHERE ": out of memory", l->name, r->cls);
         r->packs->refs = 1;
     }
     *P = r->packs;
@@ -475,7 +475,7 @@ rl_status rl_recurrent_pack_inputs(rl_recurrent *r, const rl_layer *l, bool back
 /* The rl_recurrent of l, a layer built on it (its struct starts with rl_recurrent_layer). */
 static rl_status recurrent_of(rl_layer *l, const char *fn, rl_recurrent **r) {
     if (!l || l->ops->state != &rl_recurrent_state_ops)
-        return rl_error(RL_EARG, "%s: layer '%s' (%s) is not a recurrent layer", fn,
+        return rl_error(RL_EARG, "%s: " RL_LAYER_WHERE " is not a recurrent layer", fn,
                         l ? l->name : "(null)", l ? l->ops->class_name : "none");
     *r = &((rl_recurrent_layer *)l)->rec;
     return RL_OK;
@@ -546,7 +546,8 @@ rl_status rl_recurrent_gates(rl_recurrent *r, const rl_layer *l, rl_tensor *gate
         g->ndim != 3 || g->shape[0] != shape[0] || g->shape[1] != shape[1] ||
         g->shape[2] != shape[2] || !rl_tensor_is_contiguous(g))
         return rl_error(RL_ESHAPE,
-                        "layer '%s' (%s): the gates buffer given with rl_recurrent_set_gates is "
+                        RL_LAYER_WHERE
+                        ": the gates buffer given with rl_recurrent_set_gates is "
                         "%s, expected a contiguous (%" PRId64 ", %" PRId64 ", %" PRId64
                         ") %s tensor on the cpu (the inputs' dtype; the weight gradients over "
                         "all steps run on the CPU only)",
@@ -615,7 +616,7 @@ rl_status rl_recurrent_prob_option(const rl_options *o, const char *name, const 
     RL_TRY(rl_opt_number(o, name, key, 0.0, p));
     if (!(*p >= 0.0 && *p < 1.0))
         return rl_error(RL_EARG,
-                        "layer '%s' (%s): option %s = %g, expected a probability in [0, 1)", name,
+                        RL_LAYER_WHERE ": option %s = %g, expected a probability in [0, 1)", name,
                         cls, key, *p);
     return RL_OK;
 }
@@ -629,8 +630,8 @@ rl_status rl_recurrent_zoneout_option(const rl_options *o, const char *name, con
     RL_TRY(rl_recurrent_prob_option(o, name, cls, "zoneout.hidden", zh));
     if (cudnn && (*zc > 0 || *zh > 0))
         return rl_error(RL_EARG,
-                        "layer '%s' (%s): option zoneout and impl = \"cudnn\" do not go together "
-                        "(cuDNN's cells have no zoneout; use impl = \"own\")",
+                        RL_LAYER_WHERE ": option zoneout and impl = \"cudnn\" do not go together "
+                                       "(cuDNN's cells have no zoneout; use impl = \"own\")",
                         name, cls);
     return RL_OK;
 }
@@ -641,7 +642,7 @@ rl_status rl_recurrent_zoneout_mask(const rl_recurrent *r, const rl_layer *l, co
     RL_TRY(rl_buffer_ensure_synced(mask, dt, dev, 3, shape));
     if (!io->train) return rl_op_fill(mask, z);
     if (!io->rng)
-        return rl_error(RL_EARG, "layer '%s' (%s): zoneout in training needs a random generator",
+        return rl_error(RL_EARG, RL_LAYER_WHERE ": zoneout in training needs a random generator",
                         l->name, r->cls);
     RL_TRY(rl_op_uniform(mask, io->rng, 0.0, 1.0));
     return rl_op_binary_scalar(mask, mask, z, RL_BIN_LT, false);
@@ -652,7 +653,8 @@ rl_status rl_recurrent_rec_dropout_option(const rl_options *o, const char *name,
     RL_TRY(rl_recurrent_prob_option(o, name, cls, "rec_dropout", p));
     if (cudnn && *p > 0)
         return rl_error(RL_EARG,
-                        "layer '%s' (%s): option rec_dropout and impl = \"cudnn\" do not go "
+                        RL_LAYER_WHERE
+                        ": option rec_dropout and impl = \"cudnn\" do not go "
                         "together (cuDNN's cells have no recurrent dropout; use impl = \"own\")",
                         name, cls);
     return RL_OK;
@@ -663,13 +665,14 @@ rl_status rl_recurrent_rec_dropout_mask(const rl_recurrent *r, const rl_layer *l
                                         rl_dtype dt, rl_device dev) {
     if (r->ext_gates.storage)
         return rl_error(RL_EARG,
-                        "layer '%s' (%s): option rec_dropout is not supported inside a rec unit "
+                        RL_LAYER_WHERE
+                        ": option rec_dropout is not supported inside a rec unit "
                         "(its step objects would draw a new mask at every step, not one per "
                         "sequence)",
                         l->name, r->cls);
     if (!io->rng)
         return rl_error(RL_EARG,
-                        "layer '%s' (%s): rec_dropout in training needs a random generator",
+                        RL_LAYER_WHERE ": rec_dropout in training needs a random generator",
                         l->name, r->cls);
     int64_t shape[2] = {r->B, r->state_dims[0]};
     RL_TRY(rl_buffer_ensure_synced(mask, dt, dev, 2, shape));
@@ -678,28 +681,27 @@ rl_status rl_recurrent_rec_dropout_mask(const rl_recurrent *r, const rl_layer *l
     return rl_op_binary_scalar(mask, mask, 1.0 / (1.0 - p), RL_BIN_MUL, false);
 }
 
+/* d = a * k (or d += a * k) over m elements in one precision, REAL float (S f32) or double
+ * (S f64). */
+#define RL_MASK_ROWS(REAL, S)                                                                      \
+    static void mask_rows_##S(int64_t m, const REAL *restrict a, const REAL *restrict k,           \
+                              REAL *restrict d, bool accumulate) {                                 \
+        if (accumulate)                                                                            \
+            for (int64_t i = 0; i < m; i++)                                                        \
+                d[i] += a[i] * k[i];                                                               \
+        else                                                                                       \
+            for (int64_t i = 0; i < m; i++)                                                        \
+                d[i] = a[i] * k[i];                                                                \
+    }
+RL_MASK_ROWS(float, f32)
+RL_MASK_ROWS(double, f64)
+
 void rl_recurrent_mask_rows(rl_dtype dt, int64_t n, int64_t H, const void *src, const void *mask,
                             void *dst, bool accumulate) {
-    int64_t m = n * H;
-    if (dt == RL_FLOAT32) {
-        const float *restrict a = src, *restrict k = mask;
-        float *restrict d = dst;
-        if (accumulate)
-            for (int64_t i = 0; i < m; i++)
-                d[i] += a[i] * k[i];
-        else
-            for (int64_t i = 0; i < m; i++)
-                d[i] = a[i] * k[i];
-    } else {
-        const double *restrict a = src, *restrict k = mask;
-        double *restrict d = dst;
-        if (accumulate)
-            for (int64_t i = 0; i < m; i++)
-                d[i] += a[i] * k[i];
-        else
-            for (int64_t i = 0; i < m; i++)
-                d[i] = a[i] * k[i];
-    }
+    if (dt == RL_FLOAT32)
+        mask_rows_f32(n * H, src, mask, dst, accumulate);
+    else
+        mask_rows_f64(n * H, src, mask, dst, accumulate);
 }
 
 rl_status rl_recurrent_cpu_only(const rl_recurrent *r, const rl_layer *l, rl_device dev,
@@ -708,8 +710,8 @@ rl_status rl_recurrent_cpu_only(const rl_recurrent *r, const rl_layer *l, rl_dev
     char d[32];
     rl_device_name(dev, d, sizeof d);
     return rl_error(RL_EDEVICE,
-                    "layer '%s' (%s): option %s runs in the CPU's fused passes only; the inputs "
-                    "are on %s (the CUDA kernels do not take it)",
+                    RL_LAYER_WHERE ": option %s runs in the CPU's fused passes only; the inputs "
+                                   "are on %s (the CUDA kernels do not take it)",
                     l->name, r->cls, what, d);
 }
 
@@ -1557,11 +1559,11 @@ rl_status rl_recurrent_create(rl_layer **out, const rl_cell *c, const char *name
     const char *cls = c->ops.class_name;
     int64_t H, dir;
     *out = NULL;
-    if (n_in < 1) return rl_error(RL_EARG, "layer '%s' (%s): needs at least one input", name, cls);
+    if (n_in < 1) return rl_error(RL_EARG, RL_LAYER_WHERE ": needs at least one input", name, cls);
     RL_TRY(rl_opt_int(opts, name, "n_out", 0, 1, true, &H));
     RL_TRY(rl_opt_int(opts, name, "direction", 1, -1, false, &dir));
     if (dir != 1 && dir != -1)
-        return rl_error(RL_EARG, "layer '%s' (%s): direction = %" PRId64 ", expected 1 or -1", name,
+        return rl_error(RL_EARG, RL_LAYER_WHERE ": direction = %" PRId64 ", expected 1 or -1", name,
                         cls, dir);
     bool cudnn = false;
     if (c->cudnn >= 0) RL_TRY(rl_rnn_cudnn_option(opts, name, cls, &cudnn));
@@ -1572,15 +1574,15 @@ rl_status rl_recurrent_create(rl_layer **out, const rl_cell *c, const char *name
     RL_TRY(rl_recurrent_prob_option(opts, name, cls, "weight_dropout", &wd));
     if (cudnn && wd > 0)
         return rl_error(RL_EARG,
-                        "layer '%s' (%s): option weight_dropout and impl = \"cudnn\" do not go "
-                        "together (use impl = \"own\")",
+                        RL_LAYER_WHERE ": option weight_dropout and impl = \"cudnn\" do not go "
+                                       "together (use impl = \"own\")",
                         name, cls);
     int64_t P = H;
     if (c->proj) RL_TRY(proj_option(opts, name, cls, H, cudnn, zc > 0 || zh > 0, &P));
     double F = 0;
     for (int k = 0; k < n_in; k++) {
         if (in_dims[k] < 1)
-            return rl_error(RL_ESHAPE, "layer '%s' (%s): input %d has %" PRId64 " features", name,
+            return rl_error(RL_ESHAPE, RL_LAYER_WHERE ": input %d has %" PRId64 " features", name,
                             cls, k + 1, in_dims[k]);
         F += (double)in_dims[k];
     }
@@ -1588,8 +1590,8 @@ rl_status rl_recurrent_create(rl_layer **out, const rl_cell *c, const char *name
     double n_params = (F + (double)H + 2.0) * wb * (double)H;
     if (n_params > RL_RECURRENT_MAX_PARAMS)
         return rl_error(RL_EARG,
-                        "layer '%s' (%s): n_out = %" PRId64 " with %.0f input features needs "
-                        "%.3g parameters, more than the %.3g this layer supports",
+                        RL_LAYER_WHERE ": n_out = %" PRId64 " with %.0f input features needs "
+                                       "%.3g parameters, more than the %.3g this layer supports",
                         name, cls, H, F, n_params, RL_RECURRENT_MAX_PARAMS);
     rl_layer *l;
     RL_TRY(rl_layer_alloc(&l, sizeof(rl_recurrent_layer), &c->ops, name, n_in, in_dims));
@@ -1617,7 +1619,7 @@ rl_status rl_recurrent_create(rl_layer **out, const rl_cell *c, const char *name
     int64_t Fi = (int64_t)F, ws[2] = {Fi, wb * H}, us[2] = {P, c->rec_gates * H};
     rl_status st = RL_OK;
     if (cudnn && !(r->dnn = calloc(1, sizeof *r->dnn)))
-        st = rl_error(RL_ENOMEM, "layer '%s' (%s): out of memory", name, cls);
+        st = rl_error(RL_ENOMEM, RL_LAYER_WHERE ": out of memory", name, cls);
     if (st == RL_OK) st = rl_layer_add_param(l, "W", 2, ws, RL_INIT_GLOROT, 1.0, Fi, wb * H, NULL);
     if (st == RL_OK)
         st = rl_layer_add_param(l, "U", 2, us, RL_INIT_ORTHOGONAL, 1.0, P, c->rec_gates * H, NULL);

@@ -48,8 +48,11 @@ rl_status rl_layer_create(rl_layer **out, const char *class_name, const char *na
                           const rl_options *opts, int n_in, const int64_t *in_dims) {
     *out = NULL;
     for (size_t i = 0; i < N_CLASSES; i++)
-        if (strcmp(classes[i].name, class_name) == 0)
-            return classes[i].create(out, name, opts, n_in, in_dims);
+        if (strcmp(classes[i].name, class_name) == 0) {
+            rl_options o = *opts;
+            o.class_name = classes[i].name;
+            return classes[i].create(out, name, &o, n_in, in_dims);
+        }
     char known[512];
     size_t used = 0;
     known[0] = '\0';

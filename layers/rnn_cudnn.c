@@ -19,7 +19,7 @@ rl_status rl_rnn_cudnn_option(const rl_options *opts, const char *name, const ch
     RL_TRY(rl_opt_string(opts, name, "impl", "own", &impl));
     *cudnn = impl && strcmp(impl, "cudnn") == 0;
     if (!impl || (!*cudnn && strcmp(impl, "own") != 0))
-        return rl_error(RL_EARG, "layer '%s' (%s): impl = \"%s\", expected \"own\" or \"cudnn\"",
+        return rl_error(RL_EARG, RL_LAYER_WHERE ": impl = \"%s\", expected \"own\" or \"cudnn\"",
                         name, cls, impl ? impl : "(null)");
     return RL_OK;
 }

@@ -41,8 +41,8 @@ rl_status rl_sliding_geometry(const rl_layer *l, const char *window, const rl_la
             rl_tensor_release(sizes);
             return rl_error(
                 RL_ESHAPE,
-                "layer '%s' (%s): image %" PRId64 " is %d x %d, smaller than the %" PRId64
-                " x %" PRId64 " %s (padding \"valid\")",
+                RL_LAYER_WHERE ": image %" PRId64 " is %d x %d, smaller than the %" PRId64
+                               " x %" PRId64 " %s (padding \"valid\")",
                 l->name, l->ops->class_name, b + 1, s[2 * b], s[2 * b + 1], fh, fw, window);
         }
         os[2 * b] = (int32_t)ho;

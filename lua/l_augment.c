@@ -1,16 +1,19 @@
 /* The Lua face of core/augment.h, the table rl.augment:
  *   rl.augment.config(opts [, who]) -> cfg, a parsed augment = {...} table (see
  *     lua/rnnlua/augment.lua for the options); errors name the option as who.group.name
- *     (who defaults to "augment"). The keys seed (top) and files (in noise) are left to the
- *     Lua side and ignored here.
+ *     (who defaults to "augment"). The keys seed and from_epoch (top) and files (in noise) are
+ *     left to the Lua side and ignored here.
  *   cfg:features(x, seed, epoch, index) -> a new (T, F) tensor, SpecAugment of x (T, F)
  *   cfg:image(x, seed, epoch, index) -> a new (H', W', C) tensor
- *   cfg:wave_fires(seed, epoch, index) -> whether speed or noise applies to that sequence
- *   cfg:wave(x, seed, epoch, index, {noise tensors}) -> a new (N') tensor
- *   cfg:uses() -> {spec =, affine =, elastic =, stroke =, speed =, noise = } booleans (p > 0)
+ *   cfg:wave_fires(seed, epoch, index) -> whether speed, tempo or noise applies to that sequence
+ *   cfg:wave(x, seed, epoch, index, {noise tensors} [, rate]) -> a new (N') tensor (rate: the
+ *     waveform's sample rate, which tempo needs)
+ *   cfg:uses() -> {spec =, affine =, elastic =, stroke =, speed =, tempo =, noise = } booleans
+ *     (p > 0)
  * The transforms with their parameters given, for tests and tools:
  *   rl.augment.affine(img, {scale = 1, shear = 0, rotate = 0 (degrees), fill = 0}) -> img
  *   rl.augment.stroke(img, r) -> img        rl.augment.speed(wave, factor) -> wave
+ *   rl.augment.tempo(wave, factor, rate) -> wave (the pitch kept)
  *   rl.augment.add_noise(wave, noise, offset (0-based), snr_db) -> wave, gain
  *   rl.augment.warp(x (T, F), centre (0-based frame), distance) -> x
  * Inputs are float32 CPU tensors (made contiguous here); outputs are new tensors. */
@@ -94,6 +97,7 @@ static void parse_group(lua_State *L, const char *who, const char *group, rl_aug
                        : strcmp(group, "elastic") == 0 ? "p, alpha, sigma"
                        : strcmp(group, "stroke") == 0  ? "p, radius"
                        : strcmp(group, "speed") == 0   ? "p, min, max"
+                       : strcmp(group, "tempo") == 0   ? "p, min, max"
                                                        : "p, files, snr";
     bool p_set = false;
     lua_pushnil(L);
@@ -113,6 +117,8 @@ static void parse_group(lua_State *L, const char *who, const char *group, rl_aug
                 c->stroke_p = p;
             else if (strcmp(group, "speed") == 0)
                 c->speed_p = p;
+            else if (strcmp(group, "tempo") == 0)
+                c->tempo_p = p;
             else
                 c->noise_p = p;
         } else if (strcmp(group, "spec") == 0) {
@@ -153,11 +159,12 @@ static void parse_group(lua_State *L, const char *who, const char *group, rl_aug
                 c->stroke_radius = int_field(L, who, group, k);
             else
                 known = false;
-        } else if (strcmp(group, "speed") == 0) {
+        } else if (strcmp(group, "speed") == 0 || strcmp(group, "tempo") == 0) {
+            bool speed = strcmp(group, "speed") == 0;
             if (strcmp(k, "min") == 0)
-                c->speed_min = num_field(L, who, group, k);
+                *(speed ? &c->speed_min : &c->tempo_min) = num_field(L, who, group, k);
             else if (strcmp(k, "max") == 0)
-                c->speed_max = num_field(L, who, group, k);
+                *(speed ? &c->speed_max : &c->tempo_max) = num_field(L, who, group, k);
             else
                 known = false;
         } else {
@@ -181,12 +188,15 @@ static void parse_group(lua_State *L, const char *who, const char *group, rl_aug
             c->stroke_p = 1;
         else if (strcmp(group, "speed") == 0)
             c->speed_p = 1;
+        else if (strcmp(group, "tempo") == 0)
+            c->tempo_p = 1;
         else
             c->noise_p = 1;
     }
 }
 
-static const char *const groups[] = {"spec", "affine", "elastic", "stroke", "speed", "noise"};
+static const char *const groups[] = {"spec",  "affine", "elastic", "stroke",
+                                     "speed", "noise",  "tempo"};
 
 static int l_config(lua_State *L) {
     luaL_checktype(L, 1, LUA_TTABLE);
@@ -213,10 +223,10 @@ static int l_config(lua_State *L) {
                     return luaL_error(L, "%s.fill must be a number, got %s", who,
                                       luaL_typename(L, -1));
                 u->c.fill = (float)lua_tonumber(L, -1);
-            } else if (strcmp(k, "seed") != 0) {
+            } else if (strcmp(k, "seed") != 0 && strcmp(k, "from_epoch") != 0) {
                 return luaL_error(L,
                                   "%s: unknown option '%s' (spec, affine, elastic, stroke, "
-                                  "speed, noise, fill, seed)",
+                                  "speed, tempo, noise, fill, seed, from_epoch)",
                                   who, k);
             }
         }
@@ -273,7 +283,7 @@ static int m_wave_fires(lua_State *L) {
 }
 
 static int m_wave(lua_State *L) {
-    lua_settop(L, 6);
+    lua_settop(L, 7);
     augcfg_ud *u = luaL_checkudata(L, 1, RL_AUGCFG_MT);
     const rl_tensor *x = float_arg(L, 2, 1, "augment", "a waveform");
     uint64_t seed = key_arg(L, 3, "seed"), epoch = key_arg(L, 4, "epoch"),
@@ -282,6 +292,15 @@ static int m_wave(lua_State *L) {
     if (!lua_isnoneornil(L, 6)) {
         luaL_checktype(L, 6, LUA_TTABLE);
         nn = (int64_t)lua_rawlen(L, 6);
+    }
+    double rate = 0;
+    if (!lua_isnoneornil(L, 7)) {
+        rate = luaL_checknumber(L, 7);
+        if (!(rate > 0 && isfinite(rate)))
+            return luaL_error(L, "augment: rate must be a number of samples a second > 0, got %f",
+                              rate);
+    } else if (u->c.tempo_p > 0) {
+        return luaL_error(L, "augment: tempo needs the waveform's rate (cfg:wave's 6th argument)");
     }
     rl_aug_noise *z = lua_newuserdatauv(L, (size_t)(nn > 0 ? nn : 1) * sizeof *z, 0);
     for (int64_t i = 0; i < nn; i++) {
@@ -297,17 +316,17 @@ static int m_wave(lua_State *L) {
         luaL_checkstack(L, 4, "augment: noise recordings");
     }
     rl_tensor *out = rl_lua_push_tensor(L);
-    if (rl_augment_wave(&u->c, seed, epoch, index, rl_tensor_data(x), x->shape[0], z, nn, out) !=
-        RL_OK)
+    if (rl_augment_wave(&u->c, seed, epoch, index, rl_tensor_data(x), x->shape[0], rate, z, nn,
+                        out) != RL_OK)
         return rl_lua_raise(L, "augment");
     return 1;
 }
 
 static int m_uses(lua_State *L) {
     augcfg_ud *u = luaL_checkudata(L, 1, RL_AUGCFG_MT);
-    lua_createtable(L, 0, 6);
-    double p[] = {u->c.spec_p,   u->c.affine_p, u->c.elastic_p,
-                  u->c.stroke_p, u->c.speed_p,  u->c.noise_p};
+    lua_createtable(L, 0, 7);
+    double p[] = {u->c.spec_p,  u->c.affine_p, u->c.elastic_p, u->c.stroke_p,
+                  u->c.speed_p, u->c.noise_p,  u->c.tempo_p};
     for (size_t g = 0; g < sizeof groups / sizeof groups[0]; g++) {
         lua_pushboolean(L, p[g] > 0);
         lua_setfield(L, -2, groups[g]);
@@ -363,6 +382,21 @@ static int l_speed(lua_State *L) {
     return 1;
 }
 
+static int l_tempo(lua_State *L) {
+    lua_settop(L, 3);
+    const rl_tensor *x = float_arg(L, 1, 1, "rl.augment.tempo", "the waveform");
+    double f = luaL_checknumber(L, 2), rate = luaL_checknumber(L, 3);
+    if (!(f >= 0.5 && f <= 2))
+        return luaL_error(L, "rl.augment.tempo: factor must be in [0.5, 2], got %f", f);
+    if (!(rate > 0 && isfinite(rate)))
+        return luaL_error(L, "rl.augment.tempo: rate must be > 0 samples a second, got %f", rate);
+    if (x->shape[0] < 1) return luaL_error(L, "rl.augment.tempo: the waveform is empty");
+    rl_tensor *out = rl_lua_push_tensor(L);
+    if (rl_aug_tempo(rl_tensor_data(x), x->shape[0], f, rate, out) != RL_OK)
+        return rl_lua_raise(L, "rl.augment.tempo");
+    return 1;
+}
+
 static int l_add_noise(lua_State *L) {
     lua_settop(L, 4);
     const rl_tensor *x = float_arg(L, 1, 1, "rl.augment.add_noise", "the waveform");
@@ -403,8 +437,8 @@ static const luaL_Reg cfg_methods[] = {
 };
 
 static const luaL_Reg augment_funcs[] = {
-    {"config", l_config},       {"affine", l_affine}, {"stroke", l_stroke}, {"speed", l_speed},
-    {"add_noise", l_add_noise}, {"warp", l_warp},     {NULL, NULL},
+    {"config", l_config}, {"affine", l_affine},       {"stroke", l_stroke}, {"speed", l_speed},
+    {"tempo", l_tempo},   {"add_noise", l_add_noise}, {"warp", l_warp},     {NULL, NULL},
 };
 
 void rl_lua_open_augment(lua_State *L) {

@@ -353,7 +353,7 @@ static int l_layer_new(lua_State *L) {
     lua_newtable(L);
     lua_setiuservalue(L, -2, 1);
     opts_ctx c = {L, 3, 5, name, cls};
-    rl_options o = {&c, opt_number, opt_string, opt_boolean};
+    rl_options o = {&c, opt_number, opt_string, opt_boolean, NULL};
     if (rl_layer_create(&ud->layer, cls, name, &o, (int)n, dims) != RL_OK)
         return raise_named(L, name, cls);
     lua_pushvalue(L, 5);

@@ -146,7 +146,7 @@ int luaopen_rnnlua(lua_State *L) {
     rl_lua_add_module_needs(L);
     rl_ops_init();
     if (rl_cpu_level_check_env() != RL_OK || rl_bf16_level_check_env() != RL_OK)
-        return luaL_error(L, "rnnlua: %s", rl_errmsg());
+        return luaL_error(L, "%s", rl_errmsg()); /* the host adds "rnnlua: " */
     lua_newtable(L);
     luaL_setfuncs(L, module_funcs, 0);
     lua_pushstring(L, RL_VERSION);

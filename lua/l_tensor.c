@@ -712,35 +712,33 @@ static int m_item(lua_State *L) {
 
 /* ---------------------------------------------------------------- filling */
 
-static int m_fill_(lua_State *L) {
-    rl_tensor *t = rl_lua_check_tensor(L, 1);
-    raise_if(L, rl_op_fill(t, luaL_checknumber(L, 2)), "fill_");
+/* The end of an in-place method: raises fname's error, else returns the tensor itself. */
+static int self_or_raise(lua_State *L, rl_status st, const char *fname) {
+    raise_if(L, st, fname);
     lua_settop(L, 1);
     return 1;
+}
+
+static int m_fill_(lua_State *L) {
+    rl_tensor *t = rl_lua_check_tensor(L, 1);
+    return self_or_raise(L, rl_op_fill(t, luaL_checknumber(L, 2)), "fill_");
 }
 
 static int m_zero_(lua_State *L) {
-    rl_tensor *t = rl_lua_check_tensor(L, 1);
-    raise_if(L, rl_op_fill(t, 0.0), "zero_");
-    lua_settop(L, 1);
-    return 1;
+    return self_or_raise(L, rl_op_fill(rl_lua_check_tensor(L, 1), 0.0), "zero_");
 }
 
-static int m_uniform_(lua_State *L) {
+/* t:uniform_([lo = 0 [, hi = 1]]), t:normal_([mean = 0 [, sd = 1]]) from the default generator */
+static int random_fill(lua_State *L, bool normal) {
     rl_tensor *t = rl_lua_check_tensor(L, 1);
-    double lo = luaL_optnumber(L, 2, 0.0), hi = luaL_optnumber(L, 3, 1.0);
-    raise_if(L, rl_op_uniform(t, rl_rng_default(), lo, hi), "uniform_");
-    lua_settop(L, 1);
-    return 1;
+    double a = luaL_optnumber(L, 2, 0.0), b = luaL_optnumber(L, 3, 1.0);
+    rl_rng *g = rl_rng_default();
+    return self_or_raise(L, normal ? rl_op_normal(t, g, a, b) : rl_op_uniform(t, g, a, b),
+                         normal ? "normal_" : "uniform_");
 }
 
-static int m_normal_(lua_State *L) {
-    rl_tensor *t = rl_lua_check_tensor(L, 1);
-    double mean = luaL_optnumber(L, 2, 0.0), sd = luaL_optnumber(L, 3, 1.0);
-    raise_if(L, rl_op_normal(t, rl_rng_default(), mean, sd), "normal_");
-    lua_settop(L, 1);
-    return 1;
-}
+static int m_uniform_(lua_State *L) { return random_fill(L, false); }
+static int m_normal_(lua_State *L) { return random_fill(L, true); }
 
 static int m_masked_fill(lua_State *L, bool inplace) {
     const char *fname = inplace ? "masked_fill_" : "masked_fill";
@@ -907,17 +905,18 @@ static void indices_to_lua(lua_State *L, rl_tensor *idx, const char *fname) {
 
 /* t:max() -> value, position (1-based, flat); t:max(dim [, keepdim]) -> values, positions;
  * t:max(other_tensor) is the elementwise maximum. */
-static int minmax(lua_State *L, rl_reduce_op op, const char *fname) {
+/* max/min (values true): the values and 1-based indices; argmax/argmin: the indices alone. */
+static int minmax(lua_State *L, rl_reduce_op op, const char *fname, bool values) {
     rl_tensor *t = rl_lua_check_tensor(L, 1);
-    if (rl_lua_to_tensor(L, 2))
+    if (values && rl_lua_to_tensor(L, 2))
         return binary(L, 1, 2, op == RL_RED_MAX ? RL_BIN_MAX : RL_BIN_MIN, fname, NULL), 1;
     if (lua_isnoneornil(L, 2)) {
         double r;
         int64_t index;
         raise_if(L, rl_op_reduce_all(&r, &index, t, op), fname);
-        push_number(L, t, r);
+        if (values) push_number(L, t, r);
         lua_pushinteger(L, index + 1);
-        return 2;
+        return values ? 2 : 1;
     }
     int dim = rl_lua_check_dim(L, 2, t, fname);
     bool keep = lua_toboolean(L, 3);
@@ -925,32 +924,13 @@ static int minmax(lua_State *L, rl_reduce_op op, const char *fname) {
     rl_tensor *idx = rl_lua_push_tensor(L);
     raise_if(L, rl_op_reduce_dim(vals, idx, t, dim, keep, op), fname);
     indices_to_lua(L, idx, fname);
-    return 2;
+    return values ? 2 : 1;
 }
 
-static int m_max(lua_State *L) { return minmax(L, RL_RED_MAX, "max"); }
-static int m_min(lua_State *L) { return minmax(L, RL_RED_MIN, "min"); }
-
-static int argminmax(lua_State *L, rl_reduce_op op, const char *fname) {
-    rl_tensor *t = rl_lua_check_tensor(L, 1);
-    if (lua_isnoneornil(L, 2)) {
-        double r;
-        int64_t index;
-        raise_if(L, rl_op_reduce_all(&r, &index, t, op), fname);
-        lua_pushinteger(L, index + 1);
-        return 1;
-    }
-    int dim = rl_lua_check_dim(L, 2, t, fname);
-    bool keep = lua_toboolean(L, 3);
-    rl_tensor *vals = rl_lua_push_tensor(L);
-    rl_tensor *idx = rl_lua_push_tensor(L);
-    raise_if(L, rl_op_reduce_dim(vals, idx, t, dim, keep, op), fname);
-    indices_to_lua(L, idx, fname);
-    return 1;
-}
-
-static int m_argmax(lua_State *L) { return argminmax(L, RL_RED_MAX, "argmax"); }
-static int m_argmin(lua_State *L) { return argminmax(L, RL_RED_MIN, "argmin"); }
+static int m_max(lua_State *L) { return minmax(L, RL_RED_MAX, "max", true); }
+static int m_min(lua_State *L) { return minmax(L, RL_RED_MIN, "min", true); }
+static int m_argmax(lua_State *L) { return minmax(L, RL_RED_MAX, "argmax", false); }
+static int m_argmin(lua_State *L) { return minmax(L, RL_RED_MIN, "argmin", false); }
 
 /* ---------------------------------------------------------------- products, joins, gathers */
 

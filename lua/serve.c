@@ -188,7 +188,7 @@ static double now_s(void) {
 static void logf_(const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    fputs("rnnlua serve: ", stderr);
+    fputs("rnnlua: serve: ", stderr); /* "rnnlua: <where>: <what>" (docs/tools.md) */
     vfprintf(stderr, fmt, ap);
     fputc('\n', stderr);
     fflush(stderr);
@@ -1799,7 +1799,7 @@ static int load_model(server *S) {
     lua_pushstring(L, S->o.precision);
     st = lua_pcall(L, 5, 1, 0);
     /* rnnlua.forward's load_model names its caller, "rnnlua serve: ", which the log line and
-     * the reload answer already say ("rnnlua serve: rnnlua serve: no layer 'x' ...") */
+     * the reload answer already say ("rnnlua: serve: rnnlua serve: no layer 'x' ...") */
     static const char who[] = "rnnlua serve: ";
     const char *msg = st != LUA_OK ? lua_tostring(L, -1) : NULL;
     if (msg && strncmp(msg, who, sizeof who - 1) == 0) {
@@ -2535,7 +2535,8 @@ static int parse_options(lua_State *L, int argc, char **argv, serve_opts *o) {
         }
         if (a[0] != '-' && !(a[0] == '+' && a[1] == '+')) {
             if (o->model_path) {
-                fprintf(stderr, "rnnlua serve: one model only (got %s and %s)\n", o->model_path, a);
+                fprintf(stderr, "rnnlua: serve: one model only (got %s and %s)\n", o->model_path,
+                        a);
                 return 2;
             }
             o->model_path = a;
@@ -2566,7 +2567,7 @@ static int parse_options(lua_State *L, int argc, char **argv, serve_opts *o) {
             char *eq = strchr(key, '=');
             if (eq) *eq = '\0';
             const char *near = closest_option(L, key, names, sizeof names / sizeof names[0]);
-            fprintf(stderr, "rnnlua serve: unknown option '%s'%s%s%s (rnnlua serve --help)\n", a,
+            fprintf(stderr, "rnnlua: %s: unknown option%s%s%s\n(rnnlua serve --help)\n", a,
                     near[0] ? " (did you mean " : "", near, near[0] ? "?)" : "");
             lua_pop(L, 1);
             return 2;
@@ -2586,9 +2587,9 @@ static int parse_options(lua_State *L, int argc, char **argv, serve_opts *o) {
             continue;
         }
         if (spec[k].kind == 0)
-            fprintf(stderr, "rnnlua serve: %s needs a value, got '%s'\n", spec[k].name, v);
+            fprintf(stderr, "rnnlua: %s: needs a value, got '%s'\n", spec[k].name, v);
         else
-            fprintf(stderr, "rnnlua serve: %s needs %s in %.15g..%.15g, got '%s'\n", spec[k].name,
+            fprintf(stderr, "rnnlua: %s: needs %s in %.15g..%.15g, got '%s'\n", spec[k].name,
                     spec[k].kind == 2 ? "a number" : "an integer", spec[k].lo, spec[k].hi, v);
         return 2;
     }

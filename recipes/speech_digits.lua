@@ -20,16 +20,21 @@
 -- the training set's global mean and variance.
 --
 -- Augmentation on the fly (the training set's augment option, drawn anew each sub-epoch; see
--- AUGMENT below): speed perturbation 0.9..1.1 of 60% of the utterances and added white, pink or
--- brown noise at 5..25 dB SNR to 40% (these read the utterance's WAV file again), then
--- SpecAugment: 2 time masks of up to 4 frames and 2 frequency masks of up to 6 mels.
+-- AUGMENT below), from the sub-epoch after the first 2000 training utterances on (a CTC model
+-- first has to leave its all-blank output, which augmented data delays): tempo perturbation
+-- 0.9..1.1 (the pitch kept) of 50% of the utterances and added white, pink or brown noise at
+-- 10..30 dB SNR to 30% (these read the utterance's WAV file again), then SpecAugment: 2 time
+-- masks of up to 4 frames and 2 frequency masks of up to 6 mels. The data already varies in
+-- speaking rate, pitch and noise (recipes/speech_digits_data.lua), so the augmentation is mild:
+-- speed 0.9..1.1 on 60% and noise at 5..25 dB on 40% from the first sub-epoch trained worse in
+-- short runs (docs/recipes.md).
 --
 -- Network: 40 log-mels -> 2 BLSTM layers of 2 x 128 -> softmax with CTC over the 16 characters
 -- of the digit words (space, e f g h i n o r s t u v w x z) and the blank (572k parameters).
 --
--- Training: Adam 2e-3 (x0.8 per sub-epoch after the 4th), global gradient norm clipped at 5, up
--- to 32 utterances a batch of similar length (laplace ordering), the training set in 4 sub-epochs
--- a pass. One rl.train call per sub-epoch, each resuming from the last checkpoint, so training
+-- Training: Adam 2e-3 (x0.8 per 3000 utterances after the first 12000: per sub-epoch after the
+-- 4th at the default n_train), global gradient norm clipped at 5, up to 32 utterances a batch of
+-- similar length (laplace ordering), the training set in 4 sub-epochs a pass. One rl.train call per sub-epoch, each resuming from the last checkpoint, so training
 -- stops on the clock between sub-epochs. Then the last model is scored with best-path decoding:
 --   test WER X%                     (word edit distance / reference words, 1000 utterances of
 --                                    held-out espeak-ng voices)
@@ -67,12 +72,16 @@ local function audio(split, extra)
   for k, v in pairs(extra or {}) do cfg[k] = v end
   return rl.dataset(cfg)
 end
+local partition = opt.smoke and 1 or 4
+local sub_epoch_size = (opt.smoke and D.SMOKE.n_train or opt.n_train) // partition
 local AUGMENT = {
-  speed = {p = 0.6, min = 0.9, max = 1.1},
-  noise = {p = 0.4, files = info.noise, snr = {5, 25}},
+  -- (the smoke mode's one sub-epoch is augmented, so that it runs every transform)
+  from_epoch = opt.smoke and 1 or 1 + math.ceil(2000 / sub_epoch_size),
+  tempo = {p = 0.5, min = 0.9, max = 1.1},
+  noise = {p = 0.3, files = info.noise, snr = {10, 30}},
   spec = {time_masks = 2, time_width = 4, freq_masks = 2, freq_width = 6},
 }
-local train = audio("train", {seq_ordering = "laplace:.64", partition_epoch = opt.smoke and 1 or 4,
+local train = audio("train", {seq_ordering = "laplace:.64", partition_epoch = partition,
   augment = opt.augment ~= 0 and AUGMENT or nil})
 local dev = audio("dev")
 
@@ -98,7 +107,12 @@ local config = {
   max_seqs = 32,
   optimizer = {class = "adam", gradient_clip_global_norm = 5},
   learning_rate = 2e-3,
-  learning_rate_control = function(epoch) return 2e-3 * 0.8 ^ math.max(0, epoch - 4) end,
+  -- x0.8 per 3000 training utterances after the first 12000: the decay follows the updates
+  -- made, not the sub-epochs, whose size is n_train / 4
+  learning_rate_control = function(epoch)
+    local seen = epoch * sub_epoch_size
+    return 2e-3 * 0.8 ^ math.max(0, (seen - 12000) / 3000)
+  end,
   model = model_dir .. "/net",
   log_file = model_dir .. "/train.log",
   log_verbosity = 2,

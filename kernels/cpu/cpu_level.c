@@ -20,17 +20,37 @@ static const char *const NAMES[] = {"generic"};
 #endif
 #define N_LEVELS ((int)(sizeof NAMES / sizeof NAMES[0]))
 
+const char *rl_level_name(int level, const char *const *names, int n) {
+    return level >= 0 && level < n ? names[level] : "unknown";
+}
+
+int rl_level_index(const char *name, const char *const *names, int n) {
+    for (int i = 0; i < n; i++)
+        if (strcmp(name, names[i]) == 0) return i;
+    return -1;
+}
+
+int rl_level_env(const char *env, const char *const *names, int n) {
+    const char *s = getenv(env);
+    return s && *s ? rl_level_index(s, names, n) : -1;
+}
+
+rl_status rl_level_check_set(const char *family, int level, int best, const char *const *names,
+                             int n) {
+    if (level >= 0 && level <= best) return RL_OK;
+    return rl_error(RL_EARG, "%s level: %s is not supported by this CPU (best: %s)", family,
+                    rl_level_name(level, names, n), rl_level_name(best, names, n));
+}
+
 const char *rl_cpu_level_name(rl_cpu_level level) {
-    return (int)level >= 0 && (int)level < N_LEVELS ? NAMES[level] : "unknown";
+    return rl_level_name((int)level, NAMES, N_LEVELS);
 }
 
 rl_status rl_cpu_level_from_name(const char *name, rl_cpu_level *out) {
-    for (int i = 0; i < N_LEVELS; i++)
-        if (strcmp(name, NAMES[i]) == 0) {
-            *out = (rl_cpu_level)i;
-            return RL_OK;
-        }
-    return rl_error(RL_EARG, "cpu level '%s': expected %s", name, NAME_LIST);
+    int i = rl_level_index(name, NAMES, N_LEVELS);
+    if (i < 0) return rl_error(RL_EARG, "cpu level '%s': expected %s", name, NAME_LIST);
+    *out = (rl_cpu_level)i;
+    return RL_OK;
 }
 
 rl_cpu_level rl_cpu_level_supported(void) {
@@ -46,14 +66,7 @@ rl_cpu_level rl_cpu_level_supported(void) {
     return RL_CPU_GENERIC;
 }
 
-/* -1: the environment is not read yet, or it named nothing valid */
-static int env_level(void) {
-    const char *s = getenv(ENV_NAME);
-    if (!s || !*s) return -1;
-    for (int i = 0; i < N_LEVELS; i++)
-        if (strcmp(s, NAMES[i]) == 0) return i;
-    return -1;
-}
+static int env_level(void) { return rl_level_env(ENV_NAME, NAMES, N_LEVELS); }
 
 static atomic_int current = -1;
 
@@ -67,10 +80,7 @@ rl_cpu_level rl_cpu_level_get(void) {
 }
 
 rl_status rl_cpu_level_set(rl_cpu_level level) {
-    rl_cpu_level best = rl_cpu_level_supported();
-    if ((int)level < 0 || level > best)
-        return rl_error(RL_EARG, "cpu level: %s is not supported by this CPU (best: %s)",
-                        rl_cpu_level_name(level), rl_cpu_level_name(best));
+    RL_TRY(rl_level_check_set("cpu", (int)level, (int)rl_cpu_level_supported(), NAMES, N_LEVELS));
     atomic_store_explicit(&current, (int)level, memory_order_relaxed);
     return RL_OK;
 }

@@ -80,6 +80,17 @@ const char *rl_cpu_level_name(rl_cpu_level level);
 /* The level of that name on this architecture; RL_EARG naming the valid ones otherwise. */
 rl_status rl_cpu_level_from_name(const char *name, rl_cpu_level *out);
 
+/* Shared by the level families (these levels, the bf16 GEMM's in gemm_bf16.c), each a list of
+ * names ranked from 0: rl_level_name gives names[level] or "unknown"; rl_level_index the rank
+ * of name, or -1; rl_level_env the rank named by the environment variable env, or -1 when it is
+ * unset, empty or no name; rl_level_check_set RL_EARG naming the family and both levels when
+ * level is outside 0..best. */
+const char *rl_level_name(int level, const char *const *names, int n);
+int rl_level_index(const char *name, const char *const *names, int n);
+int rl_level_env(const char *env, const char *const *names, int n);
+rl_status rl_level_check_set(const char *family, int level, int best, const char *const *names,
+                             int n);
+
 #ifdef __cplusplus
 }
 #endif

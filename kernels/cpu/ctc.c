@@ -86,52 +86,29 @@ static void run(rl_ctc_cpu_job *j, int threads) {
         pthread_join(th[i], NULL);
 }
 
-static void setup(rl_ctc_cpu_job *j, int64_t T, int64_t B, int64_t V, const int32_t *labels,
-                  int64_t sb, int64_t ss, const int32_t *input_len, const int32_t *label_len,
-                  int32_t blank, bool zero_infinity, void *work) {
+void rl_ctc_cpu(bool f64, int64_t T, int64_t B, int64_t V, const void *logits,
+                const int32_t *labels, int64_t lab_stride_b, int64_t lab_stride_s,
+                const int32_t *input_len, const int32_t *label_len, int32_t blank,
+                bool zero_infinity, void *loss, void *grad, void *work, int threads) {
     int64_t S_max = 0;
     for (int64_t b = 0; b < B; b++)
         S_max = label_len[b] > S_max ? label_len[b] : S_max;
-    *j = (rl_ctc_cpu_job){.T = T,
-                          .B = B,
-                          .V = V,
-                          .W = 2 * S_max + 3,
-                          .labels = labels,
-                          .sb = sb,
-                          .ss = ss,
-                          .in_len = input_len,
-                          .lab_len = label_len,
-                          .blank = blank,
-                          .zero_inf = zero_infinity,
-                          .work = work};
-}
-
-void rl_ctc_cpu_f32(int64_t T, int64_t B, int64_t V, const float *logits, const int32_t *labels,
-                    int64_t lab_stride_b, int64_t lab_stride_s, const int32_t *input_len,
-                    const int32_t *label_len, int32_t blank, bool zero_infinity, float *loss,
-                    float *grad, void *work, int threads) {
-    rl_ctc_cpu_job j;
-    setup(&j, T, B, V, labels, lab_stride_b, lab_stride_s, input_len, label_len, blank,
-          zero_infinity, work);
+    rl_ctc_cpu_job j = {.T = T,
+                        .B = B,
+                        .V = V,
+                        .W = 2 * S_max + 3,
+                        .labels = labels,
+                        .sb = lab_stride_b,
+                        .ss = lab_stride_s,
+                        .in_len = input_len,
+                        .lab_len = label_len,
+                        .blank = blank,
+                        .zero_inf = zero_infinity,
+                        .work = work};
     j.logits = logits;
     j.loss = loss;
     j.grad = grad;
-    j.elem = sizeof(float);
-    j.seq = rl_ctc_cpu_seq_f32;
-    run(&j, threads);
-}
-
-void rl_ctc_cpu_f64(int64_t T, int64_t B, int64_t V, const double *logits, const int32_t *labels,
-                    int64_t lab_stride_b, int64_t lab_stride_s, const int32_t *input_len,
-                    const int32_t *label_len, int32_t blank, bool zero_infinity, double *loss,
-                    double *grad, void *work, int threads) {
-    rl_ctc_cpu_job j;
-    setup(&j, T, B, V, labels, lab_stride_b, lab_stride_s, input_len, label_len, blank,
-          zero_infinity, work);
-    j.logits = logits;
-    j.loss = loss;
-    j.grad = grad;
-    j.elem = sizeof(double);
-    j.seq = rl_ctc_cpu_seq_f64;
+    j.elem = f64 ? sizeof(double) : sizeof(float);
+    j.seq = f64 ? rl_ctc_cpu_seq_f64 : rl_ctc_cpu_seq_f32;
     run(&j, threads);
 }

@@ -9,7 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* One call of rl_ctc_cpu_f32/f64: its arguments, the per-thread scratch and the queue. */
+/* One call of rl_ctc_cpu: its arguments, the per-thread scratch and the queue. */
 typedef struct rl_ctc_cpu_job {
     int64_t T, B, V, W; /* W = U_max + 2 */
     const void *logits;

@@ -44,16 +44,14 @@ static const char *const NAMES[] = {"generic", "avx512bf16", "amx"};
 #define ENV_NAME "RL_BF16_LEVEL"
 
 const char *rl_bf16_level_name(rl_bf16_level level) {
-    return (int)level >= 0 && (int)level < N_LEVELS ? NAMES[level] : "unknown";
+    return rl_level_name((int)level, NAMES, N_LEVELS);
 }
 
 rl_status rl_bf16_level_from_name(const char *name, rl_bf16_level *out) {
-    for (int i = 0; i < N_LEVELS; i++)
-        if (strcmp(name, NAMES[i]) == 0) {
-            *out = (rl_bf16_level)i;
-            return RL_OK;
-        }
-    return rl_error(RL_EARG, "bf16 level '%s': expected %s", name, NAME_LIST);
+    int i = rl_level_index(name, NAMES, N_LEVELS);
+    if (i < 0) return rl_error(RL_EARG, "bf16 level '%s': expected %s", name, NAME_LIST);
+    *out = (rl_bf16_level)i;
+    return RL_OK;
 }
 
 static int best_level = RL_BF16_GENERIC;
@@ -93,13 +91,7 @@ rl_bf16_level rl_bf16_level_supported(void) {
 /* -1: not set by rl_bf16_level_set (then RL_BF16_LEVEL, else the best) */
 static atomic_int chosen = -1;
 
-static int env_level(void) {
-    const char *s = getenv(ENV_NAME);
-    if (!s || !*s) return -1;
-    for (int i = 0; i < N_LEVELS; i++)
-        if (strcmp(s, NAMES[i]) == 0) return i;
-    return -1;
-}
+static int env_level(void) { return rl_level_env(ENV_NAME, NAMES, N_LEVELS); }
 
 rl_bf16_level rl_bf16_level_get(void) {
     int best = (int)rl_bf16_level_supported();
@@ -117,10 +109,7 @@ rl_bf16_level rl_bf16_level_get(void) {
 }
 
 rl_status rl_bf16_level_set(rl_bf16_level level) {
-    rl_bf16_level best = rl_bf16_level_supported();
-    if ((int)level < 0 || level > best)
-        return rl_error(RL_EARG, "bf16 level: %s is not supported by this CPU (best: %s)",
-                        rl_bf16_level_name(level), rl_bf16_level_name(best));
+    RL_TRY(rl_level_check_set("bf16", (int)level, (int)rl_bf16_level_supported(), NAMES, N_LEVELS));
     atomic_store_explicit(&chosen, (int)level, memory_order_relaxed);
     return RL_OK;
 }

@@ -253,126 +253,71 @@ RL_TARGET_BASE void rl_gru_cpu_bias_grads_f32(int64_t rows, int64_t H, const flo
 
 /* ---------------------------------------------------------------- layer_norm (kernels/gru.h) */
 
-void rl_gru_ln_cpu_fwd_f32(int64_t B, int64_t H, int64_t t, const int32_t *len, float *g,
-                           const rl_gru_ln_f32 *ln) {
-    for (int64_t b = 0; b < B; b++) {
-        float *gr = g + b * 4 * H, *xh = ln->xh + b * 3 * H, *hh = ln->hh + b * 3 * H;
-        float *rs = ln->rs + b * 6;
-        if (t >= len[b]) { /* zeros where backward's sums over all rows read */
-            memset(xh, 0, (size_t)(3 * H) * sizeof *xh);
-            memset(hh, 0, (size_t)(3 * H) * sizeof *hh);
-            continue;
-        }
-        for (int k = 0; k < 3; k++) { /* the input part's blocks r, z, n are g's 0, 1, 3 */
-            rs[k] = rl_ln_fwd_f32(H, gr + (k < 2 ? k : 3) * H, xh + k * H);
-            rs[3 + k] = rl_ln_fwd_f32(H, hh + k * H, hh + k * H);
-        }
-        for (int64_t e = 0; e < 2 * H; e++)
-            gr[e] = ln->gx[e] * xh[e] + ln->gh[e] * hh[e];
-        for (int64_t j = 0; j < H; j++) {
-            gr[2 * H + j] = ln->gh[2 * H + j] * hh[2 * H + j];
-            gr[3 * H + j] = ln->gx[2 * H + j] * xh[2 * H + j];
-        }
+/* The layer_norm step kernels in one precision, REAL float (S f32) or double (S f64): one body for
+ * both, the same formulas in the same order */
+#define RL_GRU_LN_CPU(REAL, S)                                                                     \
+    void rl_gru_ln_cpu_fwd_##S(int64_t B, int64_t H, int64_t t, const int32_t *len, REAL *g,       \
+                               const rl_gru_ln_##S *ln) {                                          \
+        for (int64_t b = 0; b < B; b++) {                                                          \
+            REAL *gr = g + b * 4 * H, *xh = ln->xh + b * 3 * H, *hh = ln->hh + b * 3 * H;          \
+            REAL *rs = ln->rs + b * 6;                                                             \
+            if (t >= len[b]) { /* zeros where backward's sums over all rows read */                \
+                memset(xh, 0, (size_t)(3 * H) * sizeof *xh);                                       \
+                memset(hh, 0, (size_t)(3 * H) * sizeof *hh);                                       \
+                continue;                                                                          \
+            }                                                                                      \
+            for (int k = 0; k < 3; k++) { /* the input part's blocks r, z, n are g's 0, 1, 3 */    \
+                rs[k] = rl_ln_fwd_##S(H, gr + (k < 2 ? k : 3) * H, xh + k * H);                    \
+                rs[3 + k] = rl_ln_fwd_##S(H, hh + k * H, hh + k * H);                              \
+            }                                                                                      \
+            for (int64_t e = 0; e < 2 * H; e++)                                                    \
+                gr[e] = ln->gx[e] * xh[e] + ln->gh[e] * hh[e];                                     \
+            for (int64_t j = 0; j < H; j++) {                                                      \
+                gr[2 * H + j] = ln->gh[2 * H + j] * hh[2 * H + j];                                 \
+                gr[3 * H + j] = ln->gx[2 * H + j] * xh[2 * H + j];                                 \
+            }                                                                                      \
+        }                                                                                          \
+    }                                                                                              \
+                                                                                                   \
+    void rl_gru_ln_cpu_bwd_##S(int64_t B, int64_t H, int64_t t, const int32_t *len, REAL *g,       \
+                               const rl_gru_ln_##S *ln) {                                          \
+        for (int64_t b = 0; b < B; b++) {                                                          \
+            REAL *gr = g + b * 4 * H, *dg = ln->dg + b * 4 * H, *dzh = ln->dzh + b * 3 * H;        \
+            if (t >= len[b]) { /* g's row is 0 already */                                          \
+                memset(dg, 0, (size_t)(4 * H) * sizeof *dg);                                       \
+                memset(dzh, 0, (size_t)(3 * H) * sizeof *dzh);                                     \
+                continue;                                                                          \
+            }                                                                                      \
+            const REAL *xh = ln->xh + b * 3 * H, *hh = ln->hh + b * 3 * H, *rs = ln->rs + b * 6;   \
+            memcpy(dg, gr, (size_t)(4 * H) * sizeof *dg);                                          \
+            for (int k = 0; k < 3; k++) {                                                          \
+                int64_t gx = (k < 2 ? k : 3) * H; /* dar, daz, dan: g's blocks 0, 1, 3 */          \
+                rl_ln_bwd_##S(H, xh + k * H, rs[k], dg + gx, ln->gx + k * H, gr + gx);             \
+                rl_ln_bwd_##S(H, hh + k * H, rs[3 + k], dg + k * H, ln->gh + k * H, dzh + k * H);  \
+            }                                                                                      \
+            memset(gr + 2 * H, 0, (size_t)H * sizeof *gr);                                         \
+        }                                                                                          \
+    }                                                                                              \
+                                                                                                   \
+    void rl_gru_ln_cpu_param_grads_##S(int64_t rows, int64_t H, const rl_gru_ln_##S *ln, REAL *db, \
+                                       REAL *dbh, REAL *dgx, REAL *dgh) {                          \
+        for (int64_t r = 0; r < rows; r++) {                                                       \
+            const REAL *dg = ln->dg + r * 4 * H, *xh = ln->xh + r * 3 * H,                         \
+                       *hh = ln->hh + r * 3 * H;                                                   \
+            for (int64_t e = 0; e < 2 * H; e++) {                                                  \
+                db[e] += dg[e];                                                                    \
+                dbh[e] += dg[e];                                                                   \
+                dgx[e] += dg[e] * xh[e];                                                           \
+                dgh[e] += dg[e] * hh[e];                                                           \
+            }                                                                                      \
+            for (int64_t j = 0; j < H; j++) {                                                      \
+                db[2 * H + j] += dg[3 * H + j];                                                    \
+                dbh[2 * H + j] += dg[2 * H + j];                                                   \
+                dgx[2 * H + j] += dg[3 * H + j] * xh[2 * H + j];                                   \
+                dgh[2 * H + j] += dg[2 * H + j] * hh[2 * H + j];                                   \
+            }                                                                                      \
+        }                                                                                          \
     }
-}
 
-void rl_gru_ln_cpu_bwd_f32(int64_t B, int64_t H, int64_t t, const int32_t *len, float *g,
-                           const rl_gru_ln_f32 *ln) {
-    for (int64_t b = 0; b < B; b++) {
-        float *gr = g + b * 4 * H, *dg = ln->dg + b * 4 * H, *dzh = ln->dzh + b * 3 * H;
-        if (t >= len[b]) { /* g's row is 0 already */
-            memset(dg, 0, (size_t)(4 * H) * sizeof *dg);
-            memset(dzh, 0, (size_t)(3 * H) * sizeof *dzh);
-            continue;
-        }
-        const float *xh = ln->xh + b * 3 * H, *hh = ln->hh + b * 3 * H, *rs = ln->rs + b * 6;
-        memcpy(dg, gr, (size_t)(4 * H) * sizeof *dg);
-        for (int k = 0; k < 3; k++) {
-            int64_t gx = (k < 2 ? k : 3) * H; /* dar, daz, dan: g's blocks 0, 1, 3 */
-            rl_ln_bwd_f32(H, xh + k * H, rs[k], dg + gx, ln->gx + k * H, gr + gx);
-            rl_ln_bwd_f32(H, hh + k * H, rs[3 + k], dg + k * H, ln->gh + k * H, dzh + k * H);
-        }
-        memset(gr + 2 * H, 0, (size_t)H * sizeof *gr);
-    }
-}
-
-void rl_gru_ln_cpu_param_grads_f32(int64_t rows, int64_t H, const rl_gru_ln_f32 *ln, float *db,
-                                   float *dbh, float *dgx, float *dgh) {
-    for (int64_t r = 0; r < rows; r++) {
-        const float *dg = ln->dg + r * 4 * H, *xh = ln->xh + r * 3 * H, *hh = ln->hh + r * 3 * H;
-        for (int64_t e = 0; e < 2 * H; e++) {
-            db[e] += dg[e];
-            dbh[e] += dg[e];
-            dgx[e] += dg[e] * xh[e];
-            dgh[e] += dg[e] * hh[e];
-        }
-        for (int64_t j = 0; j < H; j++) {
-            db[2 * H + j] += dg[3 * H + j];
-            dbh[2 * H + j] += dg[2 * H + j];
-            dgx[2 * H + j] += dg[3 * H + j] * xh[2 * H + j];
-            dgh[2 * H + j] += dg[2 * H + j] * hh[2 * H + j];
-        }
-    }
-}
-
-void rl_gru_ln_cpu_fwd_f64(int64_t B, int64_t H, int64_t t, const int32_t *len, double *g,
-                           const rl_gru_ln_f64 *ln) {
-    for (int64_t b = 0; b < B; b++) {
-        double *gr = g + b * 4 * H, *xh = ln->xh + b * 3 * H, *hh = ln->hh + b * 3 * H;
-        double *rs = ln->rs + b * 6;
-        if (t >= len[b]) { /* zeros where backward's sums over all rows read */
-            memset(xh, 0, (size_t)(3 * H) * sizeof *xh);
-            memset(hh, 0, (size_t)(3 * H) * sizeof *hh);
-            continue;
-        }
-        for (int k = 0; k < 3; k++) { /* the input part's blocks r, z, n are g's 0, 1, 3 */
-            rs[k] = rl_ln_fwd_f64(H, gr + (k < 2 ? k : 3) * H, xh + k * H);
-            rs[3 + k] = rl_ln_fwd_f64(H, hh + k * H, hh + k * H);
-        }
-        for (int64_t e = 0; e < 2 * H; e++)
-            gr[e] = ln->gx[e] * xh[e] + ln->gh[e] * hh[e];
-        for (int64_t j = 0; j < H; j++) {
-            gr[2 * H + j] = ln->gh[2 * H + j] * hh[2 * H + j];
-            gr[3 * H + j] = ln->gx[2 * H + j] * xh[2 * H + j];
-        }
-    }
-}
-
-void rl_gru_ln_cpu_bwd_f64(int64_t B, int64_t H, int64_t t, const int32_t *len, double *g,
-                           const rl_gru_ln_f64 *ln) {
-    for (int64_t b = 0; b < B; b++) {
-        double *gr = g + b * 4 * H, *dg = ln->dg + b * 4 * H, *dzh = ln->dzh + b * 3 * H;
-        if (t >= len[b]) { /* g's row is 0 already */
-            memset(dg, 0, (size_t)(4 * H) * sizeof *dg);
-            memset(dzh, 0, (size_t)(3 * H) * sizeof *dzh);
-            continue;
-        }
-        const double *xh = ln->xh + b * 3 * H, *hh = ln->hh + b * 3 * H, *rs = ln->rs + b * 6;
-        memcpy(dg, gr, (size_t)(4 * H) * sizeof *dg);
-        for (int k = 0; k < 3; k++) {
-            int64_t gx = (k < 2 ? k : 3) * H; /* dar, daz, dan: g's blocks 0, 1, 3 */
-            rl_ln_bwd_f64(H, xh + k * H, rs[k], dg + gx, ln->gx + k * H, gr + gx);
-            rl_ln_bwd_f64(H, hh + k * H, rs[3 + k], dg + k * H, ln->gh + k * H, dzh + k * H);
-        }
-        memset(gr + 2 * H, 0, (size_t)H * sizeof *gr);
-    }
-}
-
-void rl_gru_ln_cpu_param_grads_f64(int64_t rows, int64_t H, const rl_gru_ln_f64 *ln, double *db,
-                                   double *dbh, double *dgx, double *dgh) {
-    for (int64_t r = 0; r < rows; r++) {
-        const double *dg = ln->dg + r * 4 * H, *xh = ln->xh + r * 3 * H, *hh = ln->hh + r * 3 * H;
-        for (int64_t e = 0; e < 2 * H; e++) {
-            db[e] += dg[e];
-            dbh[e] += dg[e];
-            dgx[e] += dg[e] * xh[e];
-            dgh[e] += dg[e] * hh[e];
-        }
-        for (int64_t j = 0; j < H; j++) {
-            db[2 * H + j] += dg[3 * H + j];
-            dbh[2 * H + j] += dg[2 * H + j];
-            dgx[2 * H + j] += dg[3 * H + j] * xh[2 * H + j];
-            dgh[2 * H + j] += dg[2 * H + j] * hh[2 * H + j];
-        }
-    }
-}
+RL_GRU_LN_CPU(float, f32)
+RL_GRU_LN_CPU(double, f64)

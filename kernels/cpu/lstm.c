@@ -334,188 +334,104 @@ void rl_lstm_cpu_bwd_f64(int64_t B, int64_t H, int64_t t, const int32_t *len, do
 
 /* ---------------------------------------------------------------- layer_norm (kernels/lstm.h) */
 
-void rl_lstm_ln_cpu_fwd_f32(int64_t B, int64_t H, int64_t t, const int32_t *len, float *z,
-                            const float *bias, const float *cp, const float *hp, float *c, float *h,
-                            float *out, const rl_lstm_ln_f32 *ln) {
-    for (int64_t b = 0; b < B; b++) {
-        float *zr = z + b * 4 * H, *xh = ln->xh + b * 4 * H, *hh = ln->hh + b * 4 * H;
-        float *cn = ln->cn + b * H, *rs = ln->rs + b * 9;
-        float *cr = c + b * H, *hr = h + b * H, *outr = out + b * H;
-        const float *cpr = cp + b * H;
-        if (t >= len[b]) { /* zeros where backward's sums over all rows read */
-            memcpy(cr, cpr, (size_t)H * sizeof *cr);
-            memcpy(hr, hp + b * H, (size_t)H * sizeof *hr);
-            memset(outr, 0, (size_t)H * sizeof *outr);
-            memset(xh, 0, (size_t)(4 * H) * sizeof *xh);
-            memset(hh, 0, (size_t)(4 * H) * sizeof *hh);
-            memset(cn, 0, (size_t)H * sizeof *cn);
-            continue;
-        }
-        for (int k = 0; k < 4; k++) {
-            rs[k] = rl_ln_fwd_f32(H, zr + k * H, xh + k * H);
-            rs[4 + k] = rl_ln_fwd_f32(H, hh + k * H, hh + k * H);
-        }
-        for (int64_t j = 0; j < H; j++) {
-            float a[4], unused;
-            for (int k = 0; k < 4; k++) {
-                int64_t e = k * H + j;
-                a[k] = ln->gx[e] * xh[e] + ln->gh[e] * hh[e] + bias[e];
-            }
-            rl_lstm_cell_fwd_f32(a[0], a[1], a[2], a[3], cpr[j], 0.0f, 0.0f, 0.0f, &zr[j],
-                                 &zr[H + j], &zr[2 * H + j], &zr[3 * H + j], &cr[j], &unused);
-        }
-        rs[8] = rl_ln_fwd_f32(H, cr, cn);
-        for (int64_t j = 0; j < H; j++) {
-            hr[j] = rl_lstm_ln_h_f32(zr[3 * H + j], ln->gc[j] * cn[j] + ln->bc[j]);
-            outr[j] = hr[j];
-        }
+/* The layer_norm step kernels in one precision, REAL float (S f32) or double (S f64): one body for
+ * both, the same formulas in the same order */
+#define RL_LSTM_LN_CPU(REAL, S)                                                                    \
+    void rl_lstm_ln_cpu_fwd_##S(int64_t B, int64_t H, int64_t t, const int32_t *len, REAL *z,      \
+                                const REAL *bias, const REAL *cp, const REAL *hp, REAL *c,         \
+                                REAL *h, REAL *out, const rl_lstm_ln_##S *ln) {                    \
+        for (int64_t b = 0; b < B; b++) {                                                          \
+            REAL *zr = z + b * 4 * H, *xh = ln->xh + b * 4 * H, *hh = ln->hh + b * 4 * H;          \
+            REAL *cn = ln->cn + b * H, *rs = ln->rs + b * 9;                                       \
+            REAL *cr = c + b * H, *hr = h + b * H, *outr = out + b * H;                            \
+            const REAL *cpr = cp + b * H;                                                          \
+            if (t >= len[b]) { /* zeros where backward's sums over all rows read */                \
+                memcpy(cr, cpr, (size_t)H * sizeof *cr);                                           \
+                memcpy(hr, hp + b * H, (size_t)H * sizeof *hr);                                    \
+                memset(outr, 0, (size_t)H * sizeof *outr);                                         \
+                memset(xh, 0, (size_t)(4 * H) * sizeof *xh);                                       \
+                memset(hh, 0, (size_t)(4 * H) * sizeof *hh);                                       \
+                memset(cn, 0, (size_t)H * sizeof *cn);                                             \
+                continue;                                                                          \
+            }                                                                                      \
+            for (int k = 0; k < 4; k++) {                                                          \
+                rs[k] = rl_ln_fwd_##S(H, zr + k * H, xh + k * H);                                  \
+                rs[4 + k] = rl_ln_fwd_##S(H, hh + k * H, hh + k * H);                              \
+            }                                                                                      \
+            for (int64_t j = 0; j < H; j++) {                                                      \
+                REAL a[4], unused;                                                                 \
+                for (int k = 0; k < 4; k++) {                                                      \
+                    int64_t e = k * H + j;                                                         \
+                    a[k] = ln->gx[e] * xh[e] + ln->gh[e] * hh[e] + bias[e];                        \
+                }                                                                                  \
+                rl_lstm_cell_fwd_##S(a[0], a[1], a[2], a[3], cpr[j], (REAL)0, (REAL)0, (REAL)0,    \
+                                     &zr[j], &zr[H + j], &zr[2 * H + j], &zr[3 * H + j], &cr[j],   \
+                                     &unused);                                                     \
+            }                                                                                      \
+            rs[8] = rl_ln_fwd_##S(H, cr, cn);                                                      \
+            for (int64_t j = 0; j < H; j++) {                                                      \
+                hr[j] = rl_lstm_ln_h_##S(zr[3 * H + j], ln->gc[j] * cn[j] + ln->bc[j]);            \
+                outr[j] = hr[j];                                                                   \
+            }                                                                                      \
+        }                                                                                          \
+    }                                                                                              \
+                                                                                                   \
+    void rl_lstm_ln_cpu_bwd_##S(int64_t B, int64_t H, int64_t t, const int32_t *len, REAL *z,      \
+                                const REAL *cp, const REAL *c, const REAL *dout, int64_t dout_ld,  \
+                                REAL *dh, REAL *dc, const rl_lstm_ln_##S *ln) {                    \
+        for (int64_t b = 0; b < B; b++) {                                                          \
+            REAL *zr = z + b * 4 * H, *dg = ln->dg + b * 4 * H, *dzh = ln->dzh + b * 4 * H;        \
+            REAL *du = ln->du + b * H;                                                             \
+            if (t >= len[b]) {                                                                     \
+                memset(zr, 0, (size_t)(4 * H) * sizeof *zr);                                       \
+                memset(dg, 0, (size_t)(4 * H) * sizeof *dg);                                       \
+                memset(dzh, 0, (size_t)(4 * H) * sizeof *dzh);                                     \
+                memset(du, 0, (size_t)H * sizeof *du);                                             \
+                continue;                                                                          \
+            }                                                                                      \
+            const REAL *xh = ln->xh + b * 4 * H, *hh = ln->hh + b * 4 * H, *cn = ln->cn + b * H;   \
+            const REAL *rs = ln->rs + b * 9, *cpr = cp + b * H, *cr = c + b * H;                   \
+            const REAL *dor = dout ? dout + b * dout_ld : NULL;                                    \
+            REAL *dhr = dh + b * H, *dcr = dc + b * H;                                             \
+            /* h's part: dzo and du; dg's first block holds the cell's gradient from h meanwhile   \
+             */                                                                                    \
+            for (int64_t j = 0; j < H; j++) {                                                      \
+                REAL dhj = dhr[j] + (dor ? dor[j] : (REAL)0);                                      \
+                rl_lstm_ln_h_bwd_##S(zr[3 * H + j], ln->gc[j] * cn[j] + ln->bc[j], dhj,            \
+                                     &dg[3 * H + j], &du[j]);                                      \
+                dhr[j] = (REAL)0;                                                                  \
+            }                                                                                      \
+            rl_ln_bwd_##S(H, cn, rs[8], du, ln->gc, dg);                                           \
+            for (int64_t j = 0; j < H; j++) {                                                      \
+                REAL dzo;                                                                          \
+                rl_lstm_cell_bwd_##S(zr[j], zr[H + j], zr[2 * H + j], zr[3 * H + j], cpr[j],       \
+                                     cr[j], (REAL)0, (REAL)0, (REAL)0, (REAL)0, dcr[j] + dg[j],    \
+                                     &dg[j], &dg[H + j], &dg[2 * H + j], &dzo, &dcr[j]);           \
+            }                                                                                      \
+            for (int k = 0; k < 4; k++) {                                                          \
+                rl_ln_bwd_##S(H, xh + k * H, rs[k], dg + k * H, ln->gx + k * H, zr + k * H);       \
+                rl_ln_bwd_##S(H, hh + k * H, rs[4 + k], dg + k * H, ln->gh + k * H, dzh + k * H);  \
+            }                                                                                      \
+        }                                                                                          \
+    }                                                                                              \
+                                                                                                   \
+    void rl_lstm_ln_cpu_param_grads_##S(int64_t rows, int64_t H, const rl_lstm_ln_##S *ln,         \
+                                        REAL *db, REAL *dgx, REAL *dgh, REAL *dgc, REAL *dbc) {    \
+        for (int64_t r = 0; r < rows; r++) {                                                       \
+            const REAL *dg = ln->dg + r * 4 * H, *xh = ln->xh + r * 4 * H,                         \
+                       *hh = ln->hh + r * 4 * H;                                                   \
+            const REAL *du = ln->du + r * H, *cn = ln->cn + r * H;                                 \
+            for (int64_t e = 0; e < 4 * H; e++) {                                                  \
+                db[e] += dg[e];                                                                    \
+                dgx[e] += dg[e] * xh[e];                                                           \
+                dgh[e] += dg[e] * hh[e];                                                           \
+            }                                                                                      \
+            for (int64_t j = 0; j < H; j++) {                                                      \
+                dgc[j] += du[j] * cn[j];                                                           \
+                dbc[j] += du[j];                                                                   \
+            }                                                                                      \
+        }                                                                                          \
     }
-}
 
-void rl_lstm_ln_cpu_bwd_f32(int64_t B, int64_t H, int64_t t, const int32_t *len, float *z,
-                            const float *cp, const float *c, const float *dout, int64_t dout_ld,
-                            float *dh, float *dc, const rl_lstm_ln_f32 *ln) {
-    for (int64_t b = 0; b < B; b++) {
-        float *zr = z + b * 4 * H, *dg = ln->dg + b * 4 * H, *dzh = ln->dzh + b * 4 * H;
-        float *du = ln->du + b * H;
-        if (t >= len[b]) {
-            memset(zr, 0, (size_t)(4 * H) * sizeof *zr);
-            memset(dg, 0, (size_t)(4 * H) * sizeof *dg);
-            memset(dzh, 0, (size_t)(4 * H) * sizeof *dzh);
-            memset(du, 0, (size_t)H * sizeof *du);
-            continue;
-        }
-        const float *xh = ln->xh + b * 4 * H, *hh = ln->hh + b * 4 * H, *cn = ln->cn + b * H;
-        const float *rs = ln->rs + b * 9, *cpr = cp + b * H, *cr = c + b * H;
-        const float *dor = dout ? dout + b * dout_ld : NULL;
-        float *dhr = dh + b * H, *dcr = dc + b * H;
-        /* h's part: dzo and du; dg's first block holds the cell's gradient from h meanwhile */
-        for (int64_t j = 0; j < H; j++) {
-            float dhj = dhr[j] + (dor ? dor[j] : 0.0f);
-            rl_lstm_ln_h_bwd_f32(zr[3 * H + j], ln->gc[j] * cn[j] + ln->bc[j], dhj, &dg[3 * H + j],
-                                 &du[j]);
-            dhr[j] = 0.0f;
-        }
-        rl_ln_bwd_f32(H, cn, rs[8], du, ln->gc, dg);
-        for (int64_t j = 0; j < H; j++) {
-            float dzo;
-            rl_lstm_cell_bwd_f32(zr[j], zr[H + j], zr[2 * H + j], zr[3 * H + j], cpr[j], cr[j],
-                                 0.0f, 0.0f, 0.0f, 0.0f, dcr[j] + dg[j], &dg[j], &dg[H + j],
-                                 &dg[2 * H + j], &dzo, &dcr[j]);
-        }
-        for (int k = 0; k < 4; k++) {
-            rl_ln_bwd_f32(H, xh + k * H, rs[k], dg + k * H, ln->gx + k * H, zr + k * H);
-            rl_ln_bwd_f32(H, hh + k * H, rs[4 + k], dg + k * H, ln->gh + k * H, dzh + k * H);
-        }
-    }
-}
-
-void rl_lstm_ln_cpu_param_grads_f32(int64_t rows, int64_t H, const rl_lstm_ln_f32 *ln, float *db,
-                                    float *dgx, float *dgh, float *dgc, float *dbc) {
-    for (int64_t r = 0; r < rows; r++) {
-        const float *dg = ln->dg + r * 4 * H, *xh = ln->xh + r * 4 * H, *hh = ln->hh + r * 4 * H;
-        const float *du = ln->du + r * H, *cn = ln->cn + r * H;
-        for (int64_t e = 0; e < 4 * H; e++) {
-            db[e] += dg[e];
-            dgx[e] += dg[e] * xh[e];
-            dgh[e] += dg[e] * hh[e];
-        }
-        for (int64_t j = 0; j < H; j++) {
-            dgc[j] += du[j] * cn[j];
-            dbc[j] += du[j];
-        }
-    }
-}
-
-void rl_lstm_ln_cpu_fwd_f64(int64_t B, int64_t H, int64_t t, const int32_t *len, double *z,
-                            const double *bias, const double *cp, const double *hp, double *c,
-                            double *h, double *out, const rl_lstm_ln_f64 *ln) {
-    for (int64_t b = 0; b < B; b++) {
-        double *zr = z + b * 4 * H, *xh = ln->xh + b * 4 * H, *hh = ln->hh + b * 4 * H;
-        double *cn = ln->cn + b * H, *rs = ln->rs + b * 9;
-        double *cr = c + b * H, *hr = h + b * H, *outr = out + b * H;
-        const double *cpr = cp + b * H;
-        if (t >= len[b]) { /* zeros where backward's sums over all rows read */
-            memcpy(cr, cpr, (size_t)H * sizeof *cr);
-            memcpy(hr, hp + b * H, (size_t)H * sizeof *hr);
-            memset(outr, 0, (size_t)H * sizeof *outr);
-            memset(xh, 0, (size_t)(4 * H) * sizeof *xh);
-            memset(hh, 0, (size_t)(4 * H) * sizeof *hh);
-            memset(cn, 0, (size_t)H * sizeof *cn);
-            continue;
-        }
-        for (int k = 0; k < 4; k++) {
-            rs[k] = rl_ln_fwd_f64(H, zr + k * H, xh + k * H);
-            rs[4 + k] = rl_ln_fwd_f64(H, hh + k * H, hh + k * H);
-        }
-        for (int64_t j = 0; j < H; j++) {
-            double a[4], unused;
-            for (int k = 0; k < 4; k++) {
-                int64_t e = k * H + j;
-                a[k] = ln->gx[e] * xh[e] + ln->gh[e] * hh[e] + bias[e];
-            }
-            rl_lstm_cell_fwd_f64(a[0], a[1], a[2], a[3], cpr[j], 0.0, 0.0, 0.0, &zr[j], &zr[H + j],
-                                 &zr[2 * H + j], &zr[3 * H + j], &cr[j], &unused);
-        }
-        rs[8] = rl_ln_fwd_f64(H, cr, cn);
-        for (int64_t j = 0; j < H; j++) {
-            hr[j] = rl_lstm_ln_h_f64(zr[3 * H + j], ln->gc[j] * cn[j] + ln->bc[j]);
-            outr[j] = hr[j];
-        }
-    }
-}
-
-void rl_lstm_ln_cpu_bwd_f64(int64_t B, int64_t H, int64_t t, const int32_t *len, double *z,
-                            const double *cp, const double *c, const double *dout, int64_t dout_ld,
-                            double *dh, double *dc, const rl_lstm_ln_f64 *ln) {
-    for (int64_t b = 0; b < B; b++) {
-        double *zr = z + b * 4 * H, *dg = ln->dg + b * 4 * H, *dzh = ln->dzh + b * 4 * H;
-        double *du = ln->du + b * H;
-        if (t >= len[b]) {
-            memset(zr, 0, (size_t)(4 * H) * sizeof *zr);
-            memset(dg, 0, (size_t)(4 * H) * sizeof *dg);
-            memset(dzh, 0, (size_t)(4 * H) * sizeof *dzh);
-            memset(du, 0, (size_t)H * sizeof *du);
-            continue;
-        }
-        const double *xh = ln->xh + b * 4 * H, *hh = ln->hh + b * 4 * H, *cn = ln->cn + b * H;
-        const double *rs = ln->rs + b * 9, *cpr = cp + b * H, *cr = c + b * H;
-        const double *dor = dout ? dout + b * dout_ld : NULL;
-        double *dhr = dh + b * H, *dcr = dc + b * H;
-        /* h's part: dzo and du; dg's first block holds the cell's gradient from h meanwhile */
-        for (int64_t j = 0; j < H; j++) {
-            double dhj = dhr[j] + (dor ? dor[j] : 0.0);
-            rl_lstm_ln_h_bwd_f64(zr[3 * H + j], ln->gc[j] * cn[j] + ln->bc[j], dhj, &dg[3 * H + j],
-                                 &du[j]);
-            dhr[j] = 0.0;
-        }
-        rl_ln_bwd_f64(H, cn, rs[8], du, ln->gc, dg);
-        for (int64_t j = 0; j < H; j++) {
-            double dzo;
-            rl_lstm_cell_bwd_f64(zr[j], zr[H + j], zr[2 * H + j], zr[3 * H + j], cpr[j], cr[j], 0.0,
-                                 0.0, 0.0, 0.0, dcr[j] + dg[j], &dg[j], &dg[H + j], &dg[2 * H + j],
-                                 &dzo, &dcr[j]);
-        }
-        for (int k = 0; k < 4; k++) {
-            rl_ln_bwd_f64(H, xh + k * H, rs[k], dg + k * H, ln->gx + k * H, zr + k * H);
-            rl_ln_bwd_f64(H, hh + k * H, rs[4 + k], dg + k * H, ln->gh + k * H, dzh + k * H);
-        }
-    }
-}
-
-void rl_lstm_ln_cpu_param_grads_f64(int64_t rows, int64_t H, const rl_lstm_ln_f64 *ln, double *db,
-                                    double *dgx, double *dgh, double *dgc, double *dbc) {
-    for (int64_t r = 0; r < rows; r++) {
-        const double *dg = ln->dg + r * 4 * H, *xh = ln->xh + r * 4 * H, *hh = ln->hh + r * 4 * H;
-        const double *du = ln->du + r * H, *cn = ln->cn + r * H;
-        for (int64_t e = 0; e < 4 * H; e++) {
-            db[e] += dg[e];
-            dgx[e] += dg[e] * xh[e];
-            dgh[e] += dg[e] * hh[e];
-        }
-        for (int64_t j = 0; j < H; j++) {
-            dgc[j] += du[j] * cn[j];
-            dbc[j] += du[j];
-        }
-    }
-}
+RL_LSTM_LN_CPU(float, f32)
+RL_LSTM_LN_CPU(double, f64)

@@ -25,81 +25,50 @@ static double noise_at(const rl_optim_coef *c, rl_philox_block *b, uint64_t i) {
  * noise loop stays scalar: Philox and Box-Muller per element). */
 #define LOOP_ATTR static inline __attribute__((always_inline))
 
-LOOP_ATTR void elem_f32(const rl_optim_coef *c, float *restrict w, const float *restrict g,
-                        float *restrict s1, float *restrict s2, int64_t i, double nz) {
-    bool has1 = rl_optim_states_of(c->kind) >= 1, has2 = rl_optim_states_of(c->kind) >= 2;
-    double a = has1 ? s1[i] : 0.0, z = has2 ? s2[i] : 0.0;
-    w[i] = (float)rl_optim_rule(c, w[i], g[i], nz, &a, &z);
-    if (has1) s1[i] = (float)a;
-    if (has2) s2[i] = (float)z;
-}
-
-LOOP_ATTR void elem_f64(const rl_optim_coef *c, double *restrict w, const double *restrict g,
-                        double *restrict s1, double *restrict s2, int64_t i, double nz) {
-    bool has1 = rl_optim_states_of(c->kind) >= 1, has2 = rl_optim_states_of(c->kind) >= 2;
-    double a = has1 ? s1[i] : 0.0, z = has2 ? s2[i] : 0.0;
-    w[i] = rl_optim_rule(c, w[i], g[i], nz, &a, &z);
-    if (has1) s1[i] = a;
-    if (has2) s2[i] = z;
-}
-
-LOOP_ATTR void loop_f32(rl_optim_kind kind, float *restrict w, const float *restrict g,
-                        float *restrict s1, float *restrict s2, int64_t lo, int64_t hi,
-                        const rl_optim_coef *coef) {
-    rl_optim_coef c = *coef;
-    c.kind = kind;
-    if (c.noise_std != 0) {
-        rl_philox_block b = {{0, 0, 0, 0}};
-        for (int64_t i = lo; i < hi; i++)
-            elem_f32(&c, w, g, s1, s2, i, noise_at(&c, &b, (uint64_t)i));
-    } else {
-        for (int64_t i = lo; i < hi; i++)
-            elem_f32(&c, w, g, s1, s2, i, 0.0);
+/* elem_S, loop_S and update_S in one precision, REAL float (S f32) or double (S f64): the
+ * same rule for both, converted to double and back to REAL (a no-op for double). RL_TARGET_BASE
+ * on update_S: the full cost model vectorises the loops without noise (at -O2 GCC leaves them
+ * scalar); the double math is unchanged element by element, so results are too. */
+#define RL_OPTIM_LOOPS(REAL, S)                                                                    \
+    LOOP_ATTR void elem_##S(const rl_optim_coef *c, REAL *restrict w, const REAL *restrict g,      \
+                            REAL *restrict s1, REAL *restrict s2, int64_t i, double nz) {          \
+        bool has1 = rl_optim_states_of(c->kind) >= 1, has2 = rl_optim_states_of(c->kind) >= 2;     \
+        double a = has1 ? s1[i] : 0.0, z = has2 ? s2[i] : 0.0;                                     \
+        w[i] = (REAL)rl_optim_rule(c, w[i], g[i], nz, &a, &z);                                     \
+        if (has1) s1[i] = (REAL)a;                                                                 \
+        if (has2) s2[i] = (REAL)z;                                                                 \
+    }                                                                                              \
+                                                                                                   \
+    LOOP_ATTR void loop_##S(rl_optim_kind kind, REAL *restrict w, const REAL *restrict g,          \
+                            REAL *restrict s1, REAL *restrict s2, int64_t lo, int64_t hi,          \
+                            const rl_optim_coef *coef) {                                           \
+        rl_optim_coef c = *coef;                                                                   \
+        c.kind = kind;                                                                             \
+        if (c.noise_std != 0) {                                                                    \
+            rl_philox_block b = {{0, 0, 0, 0}};                                                    \
+            for (int64_t i = lo; i < hi; i++)                                                      \
+                elem_##S(&c, w, g, s1, s2, i, noise_at(&c, &b, (uint64_t)i));                      \
+        } else {                                                                                   \
+            for (int64_t i = lo; i < hi; i++)                                                      \
+                elem_##S(&c, w, g, s1, s2, i, 0.0);                                                \
+        }                                                                                          \
+    }                                                                                              \
+                                                                                                   \
+    RL_TARGET_BASE static void update_##S(REAL *w, const REAL *g, REAL *s1, REAL *s2, int64_t lo,  \
+                                          int64_t hi, const rl_optim_coef *c) {                    \
+        switch (c->kind) {                                                                         \
+        case RL_OPT_MOMENTUM: loop_##S(RL_OPT_MOMENTUM, w, g, s1, s2, lo, hi, c); break;           \
+        case RL_OPT_NESTEROV: loop_##S(RL_OPT_NESTEROV, w, g, s1, s2, lo, hi, c); break;           \
+        case RL_OPT_ADAGRAD: loop_##S(RL_OPT_ADAGRAD, w, g, s1, s2, lo, hi, c); break;             \
+        case RL_OPT_ADADELTA: loop_##S(RL_OPT_ADADELTA, w, g, s1, s2, lo, hi, c); break;           \
+        case RL_OPT_ADAM: loop_##S(RL_OPT_ADAM, w, g, s1, s2, lo, hi, c); break;                   \
+        case RL_OPT_ADAMW: loop_##S(RL_OPT_ADAMW, w, g, s1, s2, lo, hi, c); break;                 \
+        default: loop_##S(RL_OPT_SGD, w, g, s1, s2, lo, hi, c); break;                             \
+        }                                                                                          \
     }
-}
 
-LOOP_ATTR void loop_f64(rl_optim_kind kind, double *restrict w, const double *restrict g,
-                        double *restrict s1, double *restrict s2, int64_t lo, int64_t hi,
-                        const rl_optim_coef *coef) {
-    rl_optim_coef c = *coef;
-    c.kind = kind;
-    if (c.noise_std != 0) {
-        rl_philox_block b = {{0, 0, 0, 0}};
-        for (int64_t i = lo; i < hi; i++)
-            elem_f64(&c, w, g, s1, s2, i, noise_at(&c, &b, (uint64_t)i));
-    } else {
-        for (int64_t i = lo; i < hi; i++)
-            elem_f64(&c, w, g, s1, s2, i, 0.0);
-    }
-}
-
-/* RL_TARGET_BASE: the full cost model vectorises the loops without noise (at -O2 GCC leaves
- * them scalar); the double math is unchanged element by element, so results are too. */
-RL_TARGET_BASE static void update_f32(float *w, const float *g, float *s1, float *s2, int64_t lo,
-                                      int64_t hi, const rl_optim_coef *c) {
-    switch (c->kind) {
-    case RL_OPT_MOMENTUM: loop_f32(RL_OPT_MOMENTUM, w, g, s1, s2, lo, hi, c); break;
-    case RL_OPT_NESTEROV: loop_f32(RL_OPT_NESTEROV, w, g, s1, s2, lo, hi, c); break;
-    case RL_OPT_ADAGRAD: loop_f32(RL_OPT_ADAGRAD, w, g, s1, s2, lo, hi, c); break;
-    case RL_OPT_ADADELTA: loop_f32(RL_OPT_ADADELTA, w, g, s1, s2, lo, hi, c); break;
-    case RL_OPT_ADAM: loop_f32(RL_OPT_ADAM, w, g, s1, s2, lo, hi, c); break;
-    case RL_OPT_ADAMW: loop_f32(RL_OPT_ADAMW, w, g, s1, s2, lo, hi, c); break;
-    default: loop_f32(RL_OPT_SGD, w, g, s1, s2, lo, hi, c); break;
-    }
-}
-
-RL_TARGET_BASE static void update_f64(double *w, const double *g, double *s1, double *s2,
-                                      int64_t lo, int64_t hi, const rl_optim_coef *c) {
-    switch (c->kind) {
-    case RL_OPT_MOMENTUM: loop_f64(RL_OPT_MOMENTUM, w, g, s1, s2, lo, hi, c); break;
-    case RL_OPT_NESTEROV: loop_f64(RL_OPT_NESTEROV, w, g, s1, s2, lo, hi, c); break;
-    case RL_OPT_ADAGRAD: loop_f64(RL_OPT_ADAGRAD, w, g, s1, s2, lo, hi, c); break;
-    case RL_OPT_ADADELTA: loop_f64(RL_OPT_ADADELTA, w, g, s1, s2, lo, hi, c); break;
-    case RL_OPT_ADAM: loop_f64(RL_OPT_ADAM, w, g, s1, s2, lo, hi, c); break;
-    case RL_OPT_ADAMW: loop_f64(RL_OPT_ADAMW, w, g, s1, s2, lo, hi, c); break;
-    default: loop_f64(RL_OPT_SGD, w, g, s1, s2, lo, hi, c); break;
-    }
-}
+RL_OPTIM_LOOPS(float, f32)
+RL_OPTIM_LOOPS(double, f64)
 
 typedef struct {
     rl_tensor *params, *s1, *s2;

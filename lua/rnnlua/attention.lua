@@ -28,9 +28,7 @@ local rl = require("rnnlua") -- the module table (init.lua registers it before l
 local Attention = {}
 Attention.__index = Attention
 
-local function fail(fmt, ...)
-  error(string.format(fmt, ...), 0)
-end
+local fail = require("rnnlua.util").fail
 
 -- where: "layer 'dec' (rec), unit layer 'att'" for messages; q_dim: the query's dim;
 -- e_dim: the encoder's dim.

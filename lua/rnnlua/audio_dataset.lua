@@ -56,9 +56,7 @@ local M = {}
 
 local rl, D
 
-local function fail(fmt, ...)
-  error(string.format(fmt, ...), 0)
-end
+local fail = require("rnnlua.util").fail
 
 local KEYS = {class = true, list = true, vocab = true, features = true, resample = true,
   cache = true, normalize = true, norm_stats = true, skip_bad = true, quiet = true,

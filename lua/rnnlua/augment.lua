@@ -4,6 +4,7 @@
 --
 --   rl.dataset{class = "hdf", files = {...}, augment = {
 --     seed = s,        -- default: the dataset's seed
+--     from_epoch = 1,  -- the first (sub-)epoch augmented: earlier ones get the data as it is
 --     spec = {p = 1, time_masks = 2, time_width = 20, time_ratio = 1, freq_masks = 2,
 --             freq_width = 8, time_warp = 5, value = 0},          -- features and images
 --     affine = {p = 1, shear = 0.3, scale = 0.1, rotate = 1},     -- images
@@ -11,6 +12,7 @@
 --     stroke = {p = 1, radius = 1},                               -- images
 --     fill = 0,                                                   -- images' background
 --     speed = {p = 1, min = 0.9, max = 1.1},                      -- class "audio"
+--     tempo = {p = 1, min = 0.9, max = 1.1},                      -- class "audio"
 --     noise = {p = 1, files = "noise.txt" | {"a.wav", ...}, snr = {5, 20}},  -- class "audio"
 --   }}
 -- A group given is on with p = 1 unless p says otherwise; options left out are 0 (no masks,
@@ -21,7 +23,7 @@
 -- gives the same bits, another epoch other draws, and a resume at epoch e the batches the
 -- uninterrupted run had; the order, partition_epoch and the thread count do not matter. The
 -- data on disk and in the dataset's cache stay as they are: each get_seq returns new tensors.
--- Speed and noise need the waveform: an audio dataset reads the utterance's file again for the
+-- Speed, tempo and noise need the waveform: an audio dataset reads the utterance's file again for the
 -- sequences they apply to (others come from the feature cache), then computes the features and
 -- applies normalize = "global" as for the cache. Noise files: a list file (one path a line,
 -- relative to the list's folder) or a table of paths, read once at the dataset's rate; a
@@ -30,16 +32,14 @@ local M = {}
 
 local rl
 
-local function fail(fmt, ...)
-  error(string.format(fmt, ...), 0)
-end
+local fail = require("rnnlua.util").fail
 
 local function strip(msg)
   return (tostring(msg):gsub("^[^:\n]*:%d+: ", ""))
 end
 
 local IMAGE_ONLY = {"affine", "elastic", "stroke"}
-local WAVE_ONLY = {"speed", "noise"}
+local WAVE_ONLY = {"speed", "tempo", "noise"}
 
 local Aug = {}
 Aug.__index = Aug
@@ -85,6 +85,10 @@ function M.new(ds, opts, where)
   if math.type(seed) ~= "integer" then
     fail("%s.seed must be an integer, got %s", who, tostring(seed))
   end
+  local from = opts.from_epoch or 1
+  if math.type(from) ~= "integer" or from < 1 then
+    fail("%s.from_epoch must be an integer >= 1, got %s", who, tostring(from))
+  end
   local data = ds._ext.data
   if data.sparse then
     fail("%s: the data is sparse (class indices): augmentation needs dense features or images",
@@ -104,8 +108,8 @@ function M.new(ds, opts, where)
     end
   end
   local uses = cfg:uses()
-  local self = setmetatable({cfg = cfg, seed = seed, image = image, uses = uses,
-    wave = uses.speed or uses.noise, noises = {}}, Aug)
+  local self = setmetatable({cfg = cfg, seed = seed, from = from, image = image, uses = uses,
+    wave = uses.speed or uses.tempo or uses.noise, noises = {}}, Aug)
   if opts.noise ~= nil then
     if opts.noise.files == nil then fail("%s.noise needs files = list file or {paths}", who) end
     for _, p in ipairs(noise_paths(opts.noise.files, who)) do
@@ -122,10 +126,11 @@ end
 -- the other keys shared with `seq`.
 function Aug:apply(ds, k, seq)
   local e = ds.epoch or 1
+  if e < self.from then return seq end
   local x = seq.data
   if self.wave and self.cfg:wave_fires(self.seed, e, k) then
     x = ds:_wave_features(k, function(w)
-      return self.cfg:wave(w, self.seed, e, k, self.noises)
+      return self.cfg:wave(w, self.seed, e, k, self.noises, ds._rate)
     end)
   end
   if self.image then

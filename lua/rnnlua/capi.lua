@@ -25,9 +25,7 @@ local util = require("rnnlua.util")
 local Model = {}
 Model.__index = Model
 
-local function fail(fmt, ...)
-  error(string.format(fmt, ...), 0)
-end
+local fail = require("rnnlua.util").fail
 
 function Model:run(x, lengths, layer, state_from, who)
   if state_from ~= nil and self.not_causal then

@@ -51,9 +51,7 @@ function M.closest(name, candidates)
   return best
 end
 
-local function fail(fmt, ...)
-  error(string.format(fmt, ...), 0)
-end
+local fail = require("rnnlua.util").fail
 
 -- A value as rl.train's overrides read it: true, false, nil ("nil"), a number or the string.
 local function loose_value(s)

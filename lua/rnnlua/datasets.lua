@@ -98,9 +98,7 @@ local M = {}
 
 local rl
 
-local function fail(fmt, ...)
-  error(string.format(fmt, ...), 0)
-end
+local fail = require("rnnlua.util").fail
 
 local util = require("rnnlua.util")
 local sorted_keys = util.sorted_keys

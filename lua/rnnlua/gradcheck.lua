@@ -34,9 +34,7 @@ local M = {}
 
 local rl -- the module table, set by install
 
-local function fail(fmt, ...)
-  error(string.format(fmt, ...), 0)
-end
+local fail = require("rnnlua.util").fail
 
 local copy = require("rnnlua.util").copy
 

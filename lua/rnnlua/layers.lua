@@ -52,9 +52,7 @@ local lua_classes = {}
 
 ---------------------------------------------------------------------------- helpers
 
-local function fail(fmt, ...)
-  error(string.format(fmt, ...), 0)
-end
+local fail = require("rnnlua.util").fail
 
 local function c_class_set()
   local set = {}

@@ -111,9 +111,7 @@ local rl -- the module table, set by install
 local Network = {}
 Network.__index = Network
 
-local function fail(fmt, ...)
-  error(string.format(fmt, ...), 0)
-end
+local fail = require("rnnlua.util").fail
 
 local util = require("rnnlua.util")
 local sorted_keys = util.sorted_keys
@@ -887,9 +885,9 @@ function Network:carry_unfit()
     local class = node.rec and "rec" or node.layer.class
     if not node.rec and layers.has_state(node.layer) then
       if d.direction == -1 then
-        return string.format("layer '%s' (%s, direction = -1) runs backwards in time: its state "
-          .. "cannot be carried from one chunk to the next (a backward or bidirectional model "
-          .. "sees the rest of the sequence, which a chunk does not have)", node.name, class)
+        return util.layer_where(node.name, class) .. " runs backwards in time (direction = -1): "
+          .. "its state cannot be carried from one chunk to the next (a backward or bidirectional "
+          .. "model sees the rest of the sequence, which a chunk does not have)"
       end
       carried[#carried + 1] = node
     elseif not FRAME_WISE[class] then

@@ -49,9 +49,7 @@ local rl = require("rnnlua") -- the module table (init.lua registers it before l
 local Rec = {}
 Rec.__index = Rec
 
-local function fail(fmt, ...)
-  error(string.format(fmt, ...), 0)
-end
+local fail = require("rnnlua.util").fail
 
 local util = require("rnnlua.util")
 local lmod = require("rnnlua.lm")

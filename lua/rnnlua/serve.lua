@@ -29,9 +29,7 @@ local util = require("rnnlua.util")
 local Model = {}
 Model.__index = Model
 
-local function fail(fmt, ...)
-  error(string.format(fmt, ...), 0)
-end
+local fail = require("rnnlua.util").fail
 
 function Model:batch(x, geom)
   local batch = {lengths = geom}

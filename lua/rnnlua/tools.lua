@@ -27,9 +27,7 @@ local function usage(fmt, ...)
   error({usage = string.format(fmt, ...)}, 0)
 end
 
-local function fail(fmt, ...)
-  error(string.format(fmt, ...), 0)
-end
+local fail = require("rnnlua.util").fail
 
 -- Text for the terminal. Its strings come from the files shown (tags, layer names, optimizer
 -- classes): a control character other than a tab (and a line break, where `lines`) is written

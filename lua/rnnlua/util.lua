@@ -16,6 +16,7 @@
 --   util.check_options(who, opts, known)   raises "who: unknown option 'k' (known: ...)"
 --                              for a key of opts not in the set known (a misspelt option
 --                              would otherwise be ignored), or when opts is no table
+--   util.fail(fmt, ...)        raises string.format(fmt, ...) without a Lua position
 --   util.layer_where(name, class)  "layer 'name' (class class)": the one way a message names a
 --                              layer (RL_LAYER_WHERE in C); "layer 'name'" while it has no class
 --   util.strip_internal(msg)   msg without the positions inside the library
@@ -81,6 +82,12 @@ function M.check_options(who, opts, known)
         table.concat(M.sorted_keys(known), ", ")), 0)
     end
   end
+end
+
+-- Raises string.format(fmt, ...) without a position: the message names what and where itself
+-- (rnnlua's errors read "<where>: <what>"; a Lua position inside rnnlua tells a user nothing).
+function M.fail(fmt, ...)
+  error(string.format(fmt, ...), 0)
 end
 
 function M.layer_where(name, class)

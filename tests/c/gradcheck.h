@@ -87,6 +87,17 @@ static inline rl_status gc_bind_params(rl_layer *l, rl_dtype dt, rl_rng *g, rl_t
     return rl_layer_init_params(l, g);
 }
 
+/* gc_bind_params, then the parameters that start at zero (biases) drawn from U(-0.5, 0.5) with
+ * g, so that a test sees them. */
+static inline rl_status gc_bind_params_nonzero(rl_layer *l, rl_dtype dt, rl_rng *g,
+                                               rl_tensor *flat_val, rl_tensor *flat_grad) {
+    RL_TRY(gc_bind_params(l, dt, g, flat_val, flat_grad));
+    for (int i = 0; i < l->n_params; i++)
+        if (l->params[i].init == RL_INIT_ZEROS)
+            RL_TRY(rl_op_uniform(&l->params[i].value, g, -0.5, 0.5));
+    return RL_OK;
+}
+
 /* ---- the check ---- */
 
 typedef struct {

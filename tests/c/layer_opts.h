@@ -79,7 +79,7 @@ static inline rl_status gc_boolean_(void *ctx, const char *key, bool *v, int *fo
     return RL_OK;
 }
 static inline rl_options gc_options(gc_opts *t) {
-    rl_options o = {t, gc_number_, gc_string_, gc_boolean_};
+    rl_options o = {t, gc_number_, gc_string_, gc_boolean_, NULL};
     return o;
 }
 

@@ -12,7 +12,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../../lua/embedded.h"
 #include "../../lua/l_tensor.h"
 #include "check.h"
 
@@ -136,28 +135,6 @@ static int l_check(lua_State *L) {
     return 0;
 }
 
-/* The embedded Lua library (the rnnlua host installs the same searcher). */
-static int searcher(lua_State *L) {
-    const char *module = luaL_checkstring(L, 1);
-    size_t len;
-    const char *src = rl_embedded_find(module, &len);
-    if (!src) {
-        lua_pushfstring(L, "no embedded module '%s'", module);
-        return 1;
-    }
-    if (luaL_loadbuffer(L, src, len, module) != LUA_OK) return lua_error(L);
-    lua_pushstring(L, module);
-    return 2;
-}
-
-static void add_searcher(lua_State *L) {
-    lua_getglobal(L, "package");
-    lua_getfield(L, -1, "searchers");
-    lua_pushcfunction(L, searcher);
-    lua_rawseti(L, -2, (lua_Integer)lua_rawlen(L, -2) + 1);
-    lua_pop(L, 2);
-}
-
 /* Reads both files as one dataset; expected values are those written above. */
 static const char *reader =
     "local a, b = ...\n"
@@ -201,7 +178,7 @@ int main(void) {
 
     lua_State *L = luaL_newstate();
     luaL_openlibs(L);
-    add_searcher(L);
+    /* luaopen_rnnlua installs the searcher of the embedded rnnlua.* modules */
     luaL_requiref(L, "rnnlua", luaopen_rnnlua, 0);
     lua_setglobal(L, "rl");
     lua_register(L, "CHECK", l_check);

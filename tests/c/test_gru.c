@@ -52,7 +52,7 @@ static rl_status opt_bool(void *ctx, const char *key, bool *v, int *found) {
 static rl_status make_layer(rl_layer **l, const char *name, double H, double dir, int n_in,
                             const int64_t *F) {
     opt_table t = {{"n_out", "direction"}, {H, dir}, 2};
-    rl_options o = {&t, opt_num, opt_str, opt_bool};
+    rl_options o = {&t, opt_num, opt_str, opt_bool, NULL};
     return rl_layer_create(l, "gru", name, &o, n_in, F);
 }
 
@@ -472,7 +472,7 @@ static void test_errors(void) {
         CHECK(strstr(rl_errmsg(), "'dec'") && strstr(rl_errmsg(), bad[i].what));
     }
     opt_table none = {{"direction"}, {1}, 1};
-    rl_options o = {&none, opt_num, opt_str, opt_bool};
+    rl_options o = {&none, opt_num, opt_str, opt_bool, NULL};
     CHECK(rl_layer_create(&l, "gru", "dec", &o, 1, F) != RL_OK && !l);
     CHECK(strstr(rl_errmsg(), "'dec'") && strstr(rl_errmsg(), "n_out"));
     int64_t F0[1] = {0};
@@ -535,7 +535,7 @@ static void test_errors(void) {
     /* the state functions on another class */
     rl_layer *lstm = NULL;
     opt_table t = {{"n_out"}, {3}, 1};
-    rl_options ol = {&t, opt_num, opt_str, opt_bool};
+    rl_options ol = {&t, opt_num, opt_str, opt_bool, NULL};
     CHECK_OK(rl_layer_create(&lstm, "lstm", "other", &ol, 1, F));
     CHECK(rl_gru_set_initial_state(lstm, NULL) == RL_EARG);
     CHECK(strstr(rl_errmsg(), "'other'") && strstr(rl_errmsg(), "not a gru"));

@@ -49,10 +49,7 @@ static bool fx_make(fixture *f, const char *cls, gc_opts *o, int64_t h, int64_t 
     st = gc2d_random_input(&f->x, RL_FLOAT64, h, w, nb, F, &g);
     f->px = &f->x;
     if (st == RL_OK) st = gc2d_sizes(&f->sizes, nb, hw);
-    if (st == RL_OK) st = gc_bind_params(f->l, RL_FLOAT64, &g, &f->pv, &f->pg);
-    for (int i = 0; i < f->l->n_params && st == RL_OK; i++)
-        if (f->l->params[i].init == RL_INIT_ZEROS)
-            st = rl_op_uniform(&f->l->params[i].value, &g, -0.5, 0.5);
+    if (st == RL_OK) st = gc_bind_params_nonzero(f->l, RL_FLOAT64, &g, &f->pv, &f->pg);
     CHECK_OK(st);
     if (st != RL_OK) fx_free(f);
     return st == RL_OK;
@@ -534,7 +531,7 @@ static void test_cuda_unavailable(void) {
         io.in[0] = &xf;
         io.sizes = &f.sizes;
         char needle[64];
-        snprintf(needle, sizeof needle, "(%s)", classes[c]);
+        snprintf(needle, sizeof needle, "(class %s)", classes[c]);
         rl_status st = f.l->ops->forward(f.l, &io);
         CHECK(st == RL_EDEVICE);
         expect_error(st, needle);

@@ -82,7 +82,7 @@ static void fill_rand(rl_tensor *t, uint64_t *s, double scale) {
 static rl_status make_layer(rl_layer **l, const config *c) {
     opt_table t = {
         {"n_out", "direction", "peepholes", "forget_bias"}, {H, c->dir, c->peep, c->fb}, 4};
-    rl_options o = {&t, opt_num, opt_str, opt_bool};
+    rl_options o = {&t, opt_num, opt_str, opt_bool, NULL};
     return rl_layer_create(l, "lstm", "enc", &o, c->n_in, c->F);
 }
 
@@ -328,7 +328,7 @@ static void test_config(const config *c) {
 
 static void test_errors(void) {
     opt_table t = {{"direction"}, {1}, 1};
-    rl_options o = {&t, opt_num, opt_str, opt_bool};
+    rl_options o = {&t, opt_num, opt_str, opt_bool, NULL};
     int64_t F[1] = {2};
     rl_layer *l = NULL;
     CHECK(rl_layer_create(&l, "lstm", "enc", &o, 1, F) != RL_OK);
@@ -379,7 +379,7 @@ static void test_impl(void) {
     rl_layer *l = NULL;
     opt_table tp = {{"n_out", "peepholes"}, {H, 1}, 2};
     impl_opt = "cudnn";
-    rl_options o = {&tp, opt_num, opt_str, opt_bool};
+    rl_options o = {&tp, opt_num, opt_str, opt_bool, NULL};
     CHECK(rl_layer_create(&l, "lstm", "enc", &o, 1, F) == RL_EARG && !l);
     CHECK(strstr(rl_errmsg(), "'enc'") && strstr(rl_errmsg(), "peepholes") &&
           strstr(rl_errmsg(), "cudnn"));
@@ -575,7 +575,7 @@ static void test_float32_large(void) {
                 rl_blas_set_threads(v == 2 ? 1 : 2);
                 uint64_t s = 4242;
                 opt_table t = {{"n_out", "direction", "peepholes"}, {HL, dir, peep}, 3};
-                rl_options o = {&t, opt_num, opt_str, opt_bool};
+                rl_options o = {&t, opt_num, opt_str, opt_bool, NULL};
                 CHECK_OK(rl_layer_create(&l[v], "lstm", "big", &o, 1, F));
                 if (!l[v]) return;
                 for (int i = 0; i < l[v]->n_params; i++) {

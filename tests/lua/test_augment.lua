@@ -1,7 +1,8 @@
 -- Augmentation on the fly (core/augment.c, lua/rnnlua/augment.lua): each transform on a small
 -- case checked by hand (masks only inside the sequence and within their widths, identity at
 -- probability 0 and for the identity affine map, a disk dilation and erosion, a time warp that
--- moves its centre, speed changing the length by the factor, the SNR of the added noise), the
+-- moves its centre, speed changing the length by the factor and keeping the band, tempo
+-- changing the duration by the factor and keeping the pitch, the SNR of the added noise), the
 -- draws keyed by (seed, epoch, sequence) (same bits for the same key, other masks in another
 -- epoch, a resumed rl.train equal to the uninterrupted one), the datasets' augment option on
 -- features, images and audio, and every bad option or noise file as an error naming it.
@@ -263,6 +264,31 @@ test("a dataset's draws: epoch and sequence number, not order or a fresh object"
   check(differ >= 8, "epoch 3 draws other masks: " .. differ .. " of 10 differ")
 end)
 
+test("from_epoch: the epochs before it get the data as it is, it and later ones augmented",
+  function()
+    local function ds(aug)
+      return rl.dataset{class = "regression", num_seqs = 6, seed = 3, augment = aug}
+    end
+    local spec = {time_masks = 2, time_width = 3, freq_masks = 1, freq_width = 2}
+    local plain, late, early = ds(), ds{from_epoch = 3, spec = spec}, ds{spec = spec}
+    for epoch = 1, 4 do
+      plain:init_epoch(epoch)
+      late:init_epoch(epoch)
+      early:init_epoch(epoch)
+      local same, as_early = 0, 0
+      for i = 1, 6 do
+        if same_bits(late:get_seq(i).data, plain:get_seq(i).data) then same = same + 1 end
+        if same_bits(late:get_seq(i).data, early:get_seq(i).data) then as_early = as_early + 1 end
+      end
+      if epoch < 3 then
+        check(same == 6, string.format("epoch %d: %d of 6 as they are", epoch, same))
+      else
+        check(as_early == 6 and same <= 1, string.format("epoch %d: %d of 6 drawn as without " ..
+          "from_epoch, %d of 6 unchanged", epoch, as_early, same))
+      end
+    end
+  end)
+
 test("rl.train: a resume from epoch 1 gives the bits of an uninterrupted 2-epoch run", function()
   local function config(extra)
     local c = {
@@ -302,6 +328,92 @@ test("speed perturbation changes the length by the factor", function()
     check(math.abs(y:size(1) - want) <= 2, string.format("factor %g: %d samples, want %.1f", f,
       y:size(1), want))
   end
+end)
+
+-- the frequency of a (nearly) pure tone from its zero crossings over the middle 80%
+local function tone_hz(y, rate)
+  local t = y:totable()
+  local lo, hi = math.floor(#t * 0.1), math.floor(#t * 0.9)
+  local c = 0
+  for i = lo + 1, hi do
+    if (t[i - 1] < 0) ~= (t[i] < 0) then c = c + 1 end
+  end
+  return c / 2 / ((hi - lo) / rate)
+end
+
+local function rms(y) return math.sqrt(y:double():square():mean()) end
+
+test("speed keeps the band: factor 1 is a copy, a 6 kHz tone passes at 0.95 and 1.05", function()
+  local x = rl.zeros(16000)
+  for i = 1, 16000 do x[i] = 0.5 * math.sin(2 * math.pi * 6000 * i / RATE) end
+  check(same_bits(rl.augment.speed(x, 1), x), "factor 1: the input")
+  for _, f in ipairs({0.95, 1.05}) do
+    local y = rl.augment.speed(x, f)
+    local r = rms(y:narrow(1, 2001, y:size(1) - 4000)) / rms(x)
+    check(r > 0.97 and r < 1.03, string.format("factor %g: RMS ratio %.3f", f, r))
+  end
+end)
+
+test("tempo changes the duration by the factor and keeps the pitch", function()
+  local x = rl.zeros(2 * RATE)
+  for i = 1, 2 * RATE do x[i] = 0.5 * math.sin(2 * math.pi * 200 * i / RATE) end
+  H.near(tone_hz(x, RATE), 200, 1, "the input's tone")
+  for _, f in ipairs({0.5, 0.8, 0.9, 1.1, 1.25, 2}) do
+    local y = rl.augment.tempo(x, f, RATE)
+    local want = math.floor(2 * RATE / f + 0.5)
+    check(y:size(1) == want, string.format("factor %g: %d samples, want %d", f, y:size(1), want))
+    local hz = tone_hz(y, RATE)
+    check(math.abs(hz - 200) < 4, string.format("factor %g: tempo's tone at %.1f Hz", f, hz))
+    local r = rms(y) / rms(x)
+    check(r > 0.97 and r < 1.03, string.format("factor %g: RMS ratio %.3f", f, r))
+    -- speed, by contrast, moves the tone with the factor (what the measure tells apart)
+    local s = tone_hz(rl.augment.speed(x, f), RATE)
+    check(math.abs(s - 200 * f) < 4 * f, string.format("factor %g: speed's tone %.1f Hz", f, s))
+  end
+  check(same_bits(rl.augment.tempo(x, 1, RATE), x), "factor 1: the input")
+  -- a voice-like signal: two harmonics of 120 Hz under a slow envelope keep their period
+  local v = rl.zeros(RATE)
+  for i = 1, RATE do
+    local a = 0.3 + 0.2 * math.sin(2 * math.pi * 3 * i / RATE)
+    v[i] = a * (math.sin(2 * math.pi * 120 * i / RATE) + 0.5 * math.sin(2 * math.pi * 240 * i / RATE))
+  end
+  for _, f in ipairs({0.85, 1.15}) do
+    local hz = tone_hz(rl.augment.tempo(v, f, RATE), RATE)
+    check(math.abs(hz - tone_hz(v, RATE)) < 0.03 * 120,
+      string.format("factor %g: %.1f Hz, the input %.1f Hz", f, hz, tone_hz(v, RATE)))
+  end
+end)
+
+test("tempo draws: keyed by (seed, epoch, sequence), the factor within [min, max]", function()
+  local x = rl.zeros(RATE)
+  for i = 1, RATE do x[i] = sine(i) end
+  local cfg = rl.augment.config{tempo = {min = 0.8, max = 1.25}}
+  local lens = {}
+  for index = 1, 12 do
+    local y = cfg:wave(x, 5, 1, index, nil, RATE)
+    check(y:size(1) >= RATE / 1.25 - 1 and y:size(1) <= RATE / 0.8 + 1,
+      string.format("sequence %d: %d samples", index, y:size(1)))
+    check(same_bits(y, cfg:wave(x, 5, 1, index, nil, RATE)), "the same key, the same bits")
+    lens[y:size(1)] = true
+  end
+  local distinct = 0
+  for _ in pairs(lens) do distinct = distinct + 1 end
+  check(distinct >= 10, string.format("12 sequences, %d lengths", distinct))
+  local other = 0
+  for index = 1, 12 do
+    if not same_bits(cfg:wave(x, 5, 2, index, nil, RATE), cfg:wave(x, 5, 1, index, nil, RATE)) then
+      other = other + 1
+    end
+  end
+  check(other == 12, string.format("another epoch: %d of 12 differ", other))
+  -- tempo's draws take their own counter range: speed and noise draw as without it
+  local z = {rl.randn(3000)}
+  local sn = rl.augment.config{speed = {min = 0.9, max = 1.1}, noise = {snr = {5, 20}}}
+  local snt = rl.augment.config{speed = {min = 0.9, max = 1.1}, noise = {snr = {5, 20}},
+    tempo = {p = 0, min = 0.8, max = 1.25}}
+  check(same_bits(sn:wave(x, 5, 1, 3, z), snt:wave(x, 5, 1, 3, z, RATE)), "tempo p = 0")
+  check(cfg:wave_fires(5, 1, 3), "tempo p = 1 fires")
+  check(not rl.augment.config{tempo = {p = 0}}:wave_fires(5, 1, 3), "tempo p = 0 does not")
 end)
 
 test("noise is added at the SNR asked for", function()
@@ -380,6 +492,14 @@ test("audio: speed changes the frame count, noise changes values, cached feature
     local e2 = noisy:get_seq(3).data
     noisy:init_epoch(1)
     check(not same_bits(e2, noisy:get_seq(3).data), "another epoch, other noise")
+    local slow = audio{tempo = {min = 0.8, max = 0.8}}
+    slow:init_epoch(1)
+    for i = 1, 3 do
+      local T, s = plain:get_seq(i).data:size(1), slow:get_seq(i)
+      check(math.abs(s.data:size(1) - T / 0.8) <= 2, string.format("tempo: frames %d -> %d", T,
+        s.data:size(1)))
+      check(same_bits(s.classes, plain:get_seq(i).classes), "tempo: labels kept")
+    end
     local off = audio{speed = {p = 0}, noise = {p = 0, files = dir .. "/noise.txt"}}
     off:init_epoch(1)
     check(same_bits(off:get_seq(1).data, plain:get_seq(1).data), "p = 0: the cached features")
@@ -403,12 +523,36 @@ expect_error("fractional count", with{spec = {time_masks = 1.5}}, "augment.spec.
 expect_error("unknown group", with{specaugment = {}}, "unknown option 'specaugment'")
 expect_error("unknown option in a group", with{spec = {width = 3}}, "unknown option 'width'")
 expect_error("not a table", with(3), "augment must be a table")
+expect_error("from_epoch 0", with{from_epoch = 0, spec = {}},
+  "augment.from_epoch must be an integer >= 1, got 0")
+expect_error("from_epoch a fraction", with{from_epoch = 1.5, spec = {}}, "augment.from_epoch")
 expect_error("image transform on features", with{affine = {shear = 0.2}},
   "augment.affine applies to images")
 expect_error("speed on a dataset without audio", with{speed = {min = 0.9, max = 1.1}},
   "augment.speed applies to audio")
 expect_error("speed factors reversed", function() audio{speed = {min = 1.2, max = 0.9}} end,
   "augment.speed")
+expect_error("tempo on a dataset without audio", with{tempo = {min = 0.9, max = 1.1}},
+  "augment.tempo applies to audio")
+expect_error("tempo factors reversed", function() audio{tempo = {min = 1.2, max = 0.9}} end,
+  "augment.tempo: the factors must satisfy")
+expect_error("tempo factor 0", function() audio{tempo = {min = 0, max = 1.1}} end,
+  "augment.tempo: the factors must satisfy 0.5 <= min <= max <= 2, got min 0")
+expect_error("tempo factor negative", function() audio{tempo = {min = -1, max = -0.5}} end,
+  "augment.tempo")
+expect_error("tempo probability above 1", function() audio{tempo = {p = 1.5}} end,
+  "augment.tempo.p: a probability must be in [0, 1], got 1.5")
+expect_error("tempo probability below 0", function() audio{tempo = {p = -0.2}} end,
+  "augment.tempo.p")
+expect_error("tempo unknown option", function() audio{tempo = {factor = 1.1}} end,
+  "augment.tempo: unknown option 'factor' (p, min, max)")
+expect_error("tempo without the rate", function()
+  rl.augment.config{tempo = {}}:wave(rl.ones(100), 1, 1, 1)
+end, "tempo needs the waveform's rate")
+expect_error("rl.augment.tempo factor 0", function() rl.augment.tempo(rl.ones(100), 0, RATE) end,
+  "rl.augment.tempo: factor must be in [0.5, 2]")
+expect_error("rl.augment.tempo rate 0", function() rl.augment.tempo(rl.ones(100), 1.1, 0) end,
+  "rl.augment.tempo: rate must be > 0")
 rl.dataset_write(dir .. "/sparse.h5", {{tag = "a", data = rl.tensor({1, 0, 2}, "int32")}},
   {extern_data = {data = {dim = 3, sparse = true}}})
 expect_error("sparse data", function()

@@ -150,12 +150,12 @@ H.expect_error("a bidirectional network cannot carry its state", function()
     bw = {class = "lstm", n_out = 3, from = "emb", direction = -1},
     output = {class = "softmax", from = {"r2", "bw"}, loss = "ce", target = "classes"}})
   net:forward(carry_batch())
-end, "layer 'bw' (lstm, direction = -1) runs backwards in time")
+end, "layer 'bw' (class lstm) runs backwards in time (direction = -1)")
 
 H.expect_error("a backward gru cannot carry its state", function()
   local net = net_of("gru", {r2 = {class = "gru", n_out = 3, from = "r1", direction = -1}})
   net:forward(carry_batch())
-end, "layer 'r2' (gru, direction = -1)")
+end, "layer 'r2' (class gru) runs backwards in time (direction = -1)")
 
 H.expect_error("rl.train{carry_state} rejects a bidirectional network before training", function()
   rl.train{network = {
@@ -163,7 +163,7 @@ H.expect_error("rl.train{carry_state} rejects a bidirectional network before tra
       bw = {class = "lstm", n_out = 3, from = "emb", direction = -1},
       output = {class = "softmax", from = "bw", loss = "ce", target = "classes"}},
     train = ds, chunking = "3", carry_state = true, log_verbosity = 0}
-end, "carry_state = true: layer 'bw' (lstm, direction = -1)")
+end, "carry_state = true: layer 'bw' (class lstm) runs backwards in time (direction = -1)")
 
 H.expect_error("a window layer cannot carry", function()
   local net = net_of("lstm", {r2 = {class = "window", window = 3, from = "r1"}})

@@ -69,29 +69,8 @@ H.expect_error("gru: set_initial_state takes no cell", function()
   net:layer("g").object:set_initial_state(rl.zeros(1, 2), rl.zeros(1, 2))
 end, "layer 'g' (class gru)")
 
--- Inside a rec unit the gru carries its state from step to step (the rec layer sets each step's
--- initial state and routes its gradient back): the same numbers as the gru layer.
-H.test("a rec unit of one gru over data:source is the gru layer (outputs and gradients)", function()
-  local ext = {data = {dim = 3}, target = {dim = 4}}
-  rl.manual_seed(1)
-  local a = rl.network({output = {class = "gru", n_out = 4, from = "data", loss = "mse",
-    target = "target"}}, ext, {dtype = "float64", input_grads = true})
-  local b = rl.network({
-    dec = {class = "rec", from = "data", unit = {output = {class = "gru", n_out = 4}}},
-    output = {class = "copy", from = "dec", loss = "mse", target = "target"},
-  }, ext, {dtype = "float64", input_grads = true})
-  H.check(a:num_params() == b:num_params(), "parameter counts differ")
-  b:params():copy_(a:params())
-  local x, y = rl.randn(6, 3, 3, "float64"), rl.randn(6, 3, 4, "float64")
-  local len = rl.tensor({6, 2, 4}, "int32")
-  local la = a:forward{data = x, target = y, lengths = len}
-  local lb = b:forward{data = x, target = y, lengths = len}
-  H.near(la, lb, 1e-12, "loss")
-  a:zero_grads(); a:backward(); b:zero_grads(); b:backward()
-  H.check((a:grads() - b:grads()):abs():max() < 1e-12, "parameter gradients differ")
-  H.check((a:input_grad("data") - b:input_grad("data")):abs():max() < 1e-12,
-    "input gradients differ")
-end)
+-- A rec unit of one gru over data:source equals the gru layer to the bit: tests/lua/test_rec.lua
+-- (rec_of_one, beside the lstm's).
 
 H.test("gradcheck: a rec unit with a gru reading prev: of another unit layer", function()
   local r = rl.gradcheck{

@@ -294,16 +294,21 @@ H.expect_error("a choice without a target in the batch, outside search", functio
   rl.network(d, ext):forward{data = rl.randn(3, 1, 3), lengths = rl.tensor({3}, "int32")}
 end, "layer 'dec' (class rec), unit layer 'output': a choice without a target in the batch needs search")
 
+-- A unit with dropout on its recurrent input (the masks repeat in backward through time).
+local function dropout_unit_case()
+  return {network = {
+      dec = {class = "rec", from = "data", unit = {
+        d = {class = "dropout", dropout = 0.3, from = "prev:h"},
+        h = {class = "linear", activation = "tanh", n_out = 4, from = {"data:source", "d"}},
+        output = {class = "copy", from = "h"},
+      }},
+      output = {class = "softmax", from = "dec", loss = "ce", target = "classes"},
+    }, extern_data = {data = {dim = 3}, classes = {dim = 3, sparse = true}}, T = 5, B = 3,
+    lengths = {5, 2, 4}, train = true}
+end
+
 gradcheck("gradient check: dropout inside a unit (the masks repeat in backward through time)",
-  {network = {
-    dec = {class = "rec", from = "data", unit = {
-      d = {class = "dropout", dropout = 0.3, from = "prev:h"},
-      h = {class = "linear", activation = "tanh", n_out = 4, from = {"data:source", "d"}},
-      output = {class = "copy", from = "h"},
-    }},
-    output = {class = "softmax", from = "dec", loss = "ce", target = "classes"},
-  }, extern_data = {data = {dim = 3}, classes = {dim = 3, sparse = true}}, T = 5, B = 3,
-  lengths = {5, 2, 4}, train = true})
+  dropout_unit_case())
 
 -- Beyond rec.max_step_objects steps backward re-runs each step's forward on one layer object:
 -- the same gradients, checked on the networks above with that path forced.
@@ -314,15 +319,7 @@ do
   local net, ext = seq2seq("additive")
   gradcheck("gradient check (re-run path): lstm + additive attention unit", {network = net,
     extern_data = ext, T = 5, B = 3, lengths = {5, 2, 4}, batch = label_batch(), max_inputs = 30})
-  gradcheck("gradient check (re-run path): dropout inside a unit", {network = {
-    dec = {class = "rec", from = "data", unit = {
-      d = {class = "dropout", dropout = 0.3, from = "prev:h"},
-      h = {class = "linear", activation = "tanh", n_out = 4, from = {"data:source", "d"}},
-      output = {class = "copy", from = "h"},
-    }},
-    output = {class = "softmax", from = "dec", loss = "ce", target = "classes"},
-  }, extern_data = {data = {dim = 3}, classes = {dim = 3, sparse = true}}, T = 5, B = 3,
-    lengths = {5, 2, 4}, train = true})
+  gradcheck("gradient check (re-run path): dropout inside a unit", dropout_unit_case())
   H.test("per-step objects and the re-run path give the same gradients", function()
     local grads = {}
     for i, max in ipairs({64, 0}) do
@@ -580,10 +577,10 @@ do
   H.expect_error("an lstm and a gru share no packed weights", function() g:_share_packs(a) end,
     "layer 'g' and layer 'a' differ in their class")
   H.expect_error("only lstm and gru layers share packed weights", function() c:_share_packs(a) end,
-    "layer 'c' (linear) is not a recurrent layer")
+    "layer 'c' (class linear) is not a recurrent layer")
   H.expect_error("a negative pass", function() g:_set_pack_pass(-1) end, "must be >= 0")
   H.expect_error("no pack count of a linear layer", function() c:_pack_count() end,
-    "layer 'c' (linear) is not a recurrent layer")
+    "layer 'c' (class linear) is not a recurrent layer")
 end
 
 -- The weight gradients of a unit's lstm or gru are one product per weight matrix over all steps
@@ -706,7 +703,7 @@ do
   end, "layer 'w': dz is")
   H.expect_error("weight gradients of a linear layer", function()
     layers.create("linear", "c", {n_out = 4}, {3}, "float64"):_weight_grads(0, dz, dz)
-  end, "layer 'c' (linear) is not a recurrent layer")
+  end, "layer 'c' (class linear) is not a recurrent layer")
   -- a gates buffer of the wrong shape: an error at the forward, naming the layer
   l:_set_gates(rl.zeros({1, 3, 16}, "float64"))
   H.expect_error("a gates buffer of another batch", function()

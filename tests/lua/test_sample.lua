@@ -171,7 +171,7 @@ H.expect_error("a bidirectional LM cannot be sampled", function()
     bw = {class = "lstm", n_out = 4, from = "emb", direction = -1},
     output = {class = "softmax", from = {"l1", "bw"}, loss = "ce", target = "classes"}}, EXT)
   rl.sample{model = net, prime = "a"}
-end, "layer 'bw' (lstm, direction = -1) runs backwards in time")
+end, "layer 'bw' (class lstm) runs backwards in time (direction = -1)")
 
 os.remove(ckpt)
 os.remove(dir .. "/lm.curve.jsonl")

@@ -1076,13 +1076,14 @@ def test_cli():
           and b"usage: rnnlua serve" in r.stderr, r.returncode)
     r = subprocess.run([BIN, "serve", os.path.join(DIR, "model.h5"), "--frobnicate"],
                        capture_output=True)
-    check("unknown option: exit 2 naming it", r.returncode == 2 and b"--frobnicate" in r.stderr)
+    check("unknown option: exit 2 naming it as rnnlua: <where>: <what>", r.returncode == 2
+          and b"rnnlua: --frobnicate: unknown option" in r.stderr, r.stderr[-200:])
     r = subprocess.run([BIN, "serve", os.path.join(DIR, "model.h5"), "--port", "x"],
                        capture_output=True)
     check("bad --port: exit 2 naming it", r.returncode == 2 and b"--port" in r.stderr)
-    for opt, val, text in (("--port", "0x10", b"--port needs an integer in 0..65535, got '0x10'"),
-                           ("--threads", "0", b"--threads needs an integer in 1..256"),
-                           ("--max-wait-ms", "-1", b"--max-wait-ms needs a number in 0..60000")):
+    for opt, val, text in (("--port", "0x10", b"rnnlua: --port: needs an integer in 0..65535, got '0x10'"),
+                           ("--threads", "0", b"rnnlua: --threads: needs an integer in 1..256"),
+                           ("--max-wait-ms", "-1", b"rnnlua: --max-wait-ms: needs a number in 0..60000")):
         try:  # --port 0x10 listened on port 16
             r = subprocess.run([BIN, "serve", os.path.join(DIR, "model.h5"), opt, val, "--port",
                                 "0"], capture_output=True, timeout=10)
@@ -1096,9 +1097,9 @@ def test_cli():
           and b"missing.h5" in r.stderr, r.stderr[-200:])
     r = subprocess.run([BIN, "serve", os.path.join(DIR, "model.h5"), "--port", "0", "--layer",
                         "nope"], capture_output=True)
-    check("unknown layer: exit 1 naming it (once 'rnnlua serve: ')", r.returncode == 1
-          and b"rnnlua serve: no layer 'nope' in the network of" in r.stderr
-          and b"rnnlua serve: rnnlua serve:" not in r.stderr, r.stderr[-200:])
+    check("unknown layer: exit 1 naming it (once 'rnnlua: serve: ')", r.returncode == 1
+          and b"rnnlua: serve: no layer 'nope' in the network of" in r.stderr
+          and b"rnnlua serve:" not in r.stderr, r.stderr[-200:])
     r = subprocess.run([BIN, "serve", os.path.join(DIR, "model.h5"), "--port", "0",
                         "--precision", "int8"], capture_output=True)
     check("unknown precision: exit 1 naming --precision", r.returncode == 1

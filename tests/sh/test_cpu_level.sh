@@ -7,7 +7,10 @@ source "${BASH_SOURCE%/*}/lib.sh"
 
 out=$(RL_CPU_LEVEL=avx3 "$bin" -e 'print(1)' 2>&1)
 rc=$?
-contains "unknown RL_CPU_LEVEL is refused" "RL_CPU_LEVEL=avx3: expected generic, avx2 or avx512" "$out"
+contains "unknown RL_CPU_LEVEL is refused as rnnlua: <where>: <what>" \
+    "rnnlua: RL_CPU_LEVEL=avx3: expected generic, avx2 or avx512" "$out"
+[[ "$out" != *"rnnlua: rnnlua:"* ]] && ok "the RL_CPU_LEVEL error has one prefix" ||
+    bad "the RL_CPU_LEVEL error has one prefix" "$out"
 [ "$rc" -ne 0 ] && ok "unknown RL_CPU_LEVEL exits non-zero" || bad "unknown RL_CPU_LEVEL exits non-zero" "rc $rc"
 
 best=$("$bin" -e 'local _, b = rl.cpu_level(); io.write(b)')
