@@ -1335,12 +1335,21 @@ static int gate_check(const char *b, size_t n, int *status, const char **reason,
             return -1;
         }
     }
-    /* Content-Length: decimal digits that fit an int64, the same value if given twice */
+    /* every header line "name: value" (or a folded one's continuation, which libmicrohttpd
+     * takes); Content-Length: decimal digits that fit an int64, the same value if given twice */
     long long seen = -1;
     for (const char *h = nl + 1; h < end;
          h = (const char *)memchr(h, '\n', (size_t)(end - h)) + 1) {
         static const char name[] = "content-length:";
         const char *eol = memchr(h, '\n', (size_t)(end - h));
+        size_t len = (size_t)(eol - h) - (eol > h && eol[-1] == '\r');
+        if (len > 0 && h[0] != ' ' && h[0] != '\t' && memchr(h, ':', len) == NULL) {
+            *status = 400;
+            *reason = "Bad Request";
+            snprintf(msg, msgn, "a header line without a colon: '%.*s'", (int)(len < 40 ? len : 40),
+                     h);
+            return -1;
+        }
         if ((size_t)(eol - h) < sizeof name - 1 || strncasecmp(h, name, sizeof name - 1) != 0)
             continue;
         const char *v = h + sizeof name - 1, *ve = eol;

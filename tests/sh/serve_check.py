@@ -334,6 +334,8 @@ def test_malformed(s, max_body, max_frames):
              b"Content-Length: 99999999999999999999999\r\n\r\n", 400, "bad Content-Length"),
             ("Content-Length: -5", b"POST /v1/forward HTTP/1.1\r\nHost: x\r\n"
              b"Content-Length: -5\r\n\r\n", 400, "bad Content-Length '-5'"),
+            ("a header line without a colon", b"GET /v1/model HTTP/1.1\r\nHost: x\r\nBadHeader"
+             b"\r\n\r\n", 400, "a header line without a colon: 'BadHeader'"),
             ("two different Content-Lengths", b"POST /v1/forward HTTP/1.1\r\nHost: x\r\n"
              b"Content-Length: 5\r\ncontent-length: 6\r\n\r\n{}   ", 400, "the same each time")):
         got = raw_exchange(s.port, raw, timeout=5)
