@@ -132,6 +132,11 @@ typedef struct conn {
     bool in_request;       /* its request's headers have arrived (the body has its own deadline) */
     double answer_since;   /* > 0: its answer is queued since then and not all sent yet */
     uint64_t answer_bytes; /* of that answer: its size, or what a streamed one has made so far */
+    /* a request line has been read and its headers are being parsed, by this thread of
+     * libmicrohttpd's: the connection its log message of a bad Content-Length is about */
+    bool head_pending;
+    pthread_t thread;
+    struct MHD_Connection *mhd;
 } conn;
 
 typedef struct server {
@@ -145,9 +150,9 @@ typedef struct server {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     job *head, *tail;
-    int64_t queued_frames;
+    atomic_llong queued_frames; /* changed under mu; atomic for /healthz, which takes no lock */
     char *info_json;
-    long long epoch;
+    atomic_llong epoch; /* the same */
     char *decode_error; /* why POST /v1/decode cannot be answered (NULL: it can) */
     int decode_status;
     bool stop, reload;
@@ -783,16 +788,23 @@ static void queue_push(server *S, job *j, request *r) {
 
 /* ---- HTTP handlers (libmicrohttpd's threads) ---------------------------------------------- */
 
+/* The answer of GET /healthz, from atomics only: it takes no lock, so neither the queue nor the
+ * model thread can make it wait. *status: 200, or 503 while the server drains. */
+static json_t *health_doc(server *S, unsigned *status) {
+    bool draining = atomic_load(&S->draining);
+    *status = draining ? MHD_HTTP_SERVICE_UNAVAILABLE : MHD_HTTP_OK;
+    return json_pack("{s:s,s:I,s:I,s:i,s:I}", "status", draining ? "draining" : "ok", "epoch",
+                     (json_int_t)atomic_load(&S->epoch), "queued_frames",
+                     (json_int_t)atomic_load(&S->queued_frames), "connections",
+                     atomic_load(&S->connections), "batches_run",
+                     (json_int_t)atomic_load(&S->batches_run));
+}
+
 static enum MHD_Result answer_get(server *S, struct MHD_Connection *c, int route) {
     if (route == R_HEALTH) {
-        bool draining = atomic_load(&S->draining);
-        pthread_mutex_lock(&S->mu);
-        json_t *doc = json_pack(
-            "{s:s,s:I,s:I,s:i,s:I}", "status", draining ? "draining" : "ok", "epoch",
-            (json_int_t)S->epoch, "queued_frames", (json_int_t)S->queued_frames, "connections",
-            atomic_load(&S->connections), "batches_run", (json_int_t)atomic_load(&S->batches_run));
-        pthread_mutex_unlock(&S->mu);
-        return reply_json(c, draining ? MHD_HTTP_SERVICE_UNAVAILABLE : MHD_HTTP_OK, doc, NULL);
+        unsigned status;
+        json_t *doc = health_doc(S, &status);
+        return reply_json(c, status, doc, NULL);
     }
     pthread_mutex_lock(&S->mu);
     json_error_t jerr;
@@ -825,6 +837,22 @@ static enum MHD_Result add_header_size(void *cls, enum MHD_ValueKind kind, const
     return MHD_YES;
 }
 
+/* Whether a request's Content-Length headers differ (libmicrohttpd takes the first). */
+typedef struct {
+    const char *first;
+    bool differ;
+} lengths_seen;
+
+static enum MHD_Result compare_length(void *cls, enum MHD_ValueKind kind, const char *key,
+                                      const char *value) {
+    (void)kind;
+    lengths_seen *l = cls;
+    if (strcasecmp(key, "Content-Length") != 0 || value == NULL) return MHD_YES;
+    if (l->first == NULL) l->first = value;
+    if (strcmp(l->first, value) != 0) l->differ = true;
+    return MHD_YES;
+}
+
 static enum MHD_Result begin_request(server *S, struct MHD_Connection *c, request *r,
                                      const char *url, const char *method) {
     /* the gate's limits, for the later requests of a kept-alive connection */
@@ -836,6 +864,13 @@ static enum MHD_Result begin_request(server *S, struct MHD_Connection *c, reques
     if (head > GATE_HEAD_MAX)
         return reply_error(c, MHD_HTTP_REQUEST_HEADER_FIELDS_TOO_LARGE, NULL,
                            "the request's headers are larger than %d bytes", GATE_HEAD_MAX);
+    lengths_seen cls = {NULL, false};
+    MHD_get_connection_values(c, MHD_HEADER_KIND, compare_length, &cls);
+    if (cls.differ)
+        return reply_error(c, MHD_HTTP_BAD_REQUEST, NULL,
+                           "bad Content-Length '%.40s' (decimal digits, at most 18, the same each "
+                           "time)",
+                           cls.first);
     r->route = find_route(url);
     if (r->route < 0)
         return reply_error(c, MHD_HTTP_NOT_FOUND, NULL,
@@ -1245,8 +1280,9 @@ static int open_limit(const server *S) { return S->o.max_connections + 16 * S->o
  * has arrived, peeks at it without taking it, answers those cases in JSON and ends the
  * connection, and hands every other connection to libmicrohttpd (MHD_add_connection), which
  * reads the request from its start. The later requests of a kept-alive connection have their
- * sizes checked by begin_request (libmicrohttpd's buffer is made larger than these limits); a
- * malformed Content-Length there still gets libmicrohttpd's own answer. */
+ * sizes checked by begin_request (libmicrohttpd's buffer is made larger than these limits), and
+ * a malformed Content-Length there is answered by answer_bad_length. A connection whose
+ * requests are all GET /healthz stays in the gate, which answers them itself. */
 
 typedef struct {
     int fd;
@@ -1256,10 +1292,11 @@ typedef struct {
     socklen_t alen;
 } gate_conn;
 
-/* The first `n` bytes of a connection: 0 while its head is incomplete, 1 to hand it over, or
- * -1 with the answer's status and message. */
+/* The first `n` bytes of a connection: 0 while its head is incomplete, 1 to hand it over
+ * (*head_len: the head's bytes, up to its empty line), or -1 with the answer's status and
+ * message. */
 static int gate_check(const char *b, size_t n, int *status, const char **reason, char *msg,
-                      size_t msgn) {
+                      size_t msgn, size_t *head_len) {
     const char *nl = memchr(b, '\n', n);
     size_t line = nl ? (size_t)(nl - b) : n;
     if (line > GATE_LINE_MAX) {
@@ -1298,12 +1335,21 @@ static int gate_check(const char *b, size_t n, int *status, const char **reason,
             return -1;
         }
     }
-    /* Content-Length: decimal digits that fit an int64, the same value if given twice */
+    /* every header line "name: value" (or a folded one's continuation, which libmicrohttpd
+     * takes); Content-Length: decimal digits that fit an int64, the same value if given twice */
     long long seen = -1;
     for (const char *h = nl + 1; h < end;
          h = (const char *)memchr(h, '\n', (size_t)(end - h)) + 1) {
         static const char name[] = "content-length:";
         const char *eol = memchr(h, '\n', (size_t)(end - h));
+        size_t len = (size_t)(eol - h) - (eol > h && eol[-1] == '\r');
+        if (len > 0 && h[0] != ' ' && h[0] != '\t' && memchr(h, ':', len) == NULL) {
+            *status = 400;
+            *reason = "Bad Request";
+            snprintf(msg, msgn, "a header line without a colon: '%.*s'", (int)(len < 40 ? len : 40),
+                     h);
+            return -1;
+        }
         if ((size_t)(eol - h) < sizeof name - 1 || strncasecmp(h, name, sizeof name - 1) != 0)
             continue;
         const char *v = h + sizeof name - 1, *ve = eol;
@@ -1326,13 +1372,70 @@ static int gate_check(const char *b, size_t n, int *status, const char **reason,
         }
         seen = x;
     }
+    *head_len = (size_t)(end - b) + (*end == '\r' ? 2 : 1);
     return 1;
+}
+
+/* Whether the head b[0, n) (checked by gate_check) is a GET or HEAD of /healthz without a body,
+ * which the gate answers itself; *head_only: HEAD; *closing: the client asked for the connection
+ * to end (HTTP/1.0 without keep-alive, or "Connection: close"). */
+static bool gate_health(const char *b, size_t n, bool *head_only, bool *closing) {
+    static const char get[] = "GET /healthz", head[] = "HEAD /healthz";
+    *head_only = n > sizeof head && strncmp(b, head, sizeof head - 1) == 0;
+    size_t k = *head_only ? sizeof head - 1 : sizeof get - 1;
+    if (!*head_only && !(n > k && strncmp(b, get, k) == 0)) return false;
+    if (b[k] != ' ' && b[k] != '?') return false;
+    const char *nl = memchr(b, '\n', n);
+    size_t line = (size_t)(nl - b);
+    if (line > 0 && b[line - 1] == '\r') line--;
+    if (line < k + 9 || strncmp(b + line - 9, " HTTP/1.", 8) != 0) return false;
+    bool keep_alive = b[line - 1] == '1', asked_close = false;
+    for (const char *h = nl + 1; h < b + n;
+         h = (const char *)memchr(h, '\n', (size_t)(b + n - h)) + 1) {
+        const char *eol = memchr(h, '\n', (size_t)(b + n - h));
+        size_t hl = (size_t)(eol - h);
+        if ((hl >= 15 && strncasecmp(h, "content-length:", 15) == 0 &&
+             strspn(h + 15, " \t0") < hl - 15 - (eol[-1] == '\r')) ||
+            (hl >= 18 && strncasecmp(h, "transfer-encoding:", 18) == 0))
+            return false; /* a body: libmicrohttpd reads it */
+        if (hl >= 11 && strncasecmp(h, "connection:", 11) == 0) {
+            for (const char *q = h + 11; q + 5 <= eol; q++) {
+                if (strncasecmp(q, "close", 5) == 0) asked_close = true;
+                if (q + 10 <= eol && strncasecmp(q, "keep-alive", 10) == 0) keep_alive = true;
+            }
+        }
+    }
+    *closing = asked_close || !keep_alive;
+    return true;
+}
+
+/* Answers a /healthz straight on the socket: the gate thread takes no lock and waits on
+ * nothing, so a monitor is answered however busy the model and libmicrohttpd's threads are.
+ * False when the answer could not be sent whole (the client is not reading its answers). */
+static bool gate_answer_health(server *S, int fd, bool head_only, bool closing) {
+    unsigned status;
+    json_t *doc = health_doc(S, &status);
+    char *body = doc ? json_dumps(doc, JSON_COMPACT) : NULL;
+    json_decref(doc);
+    if (body == NULL) return false;
+    char text[600];
+    int nh = snprintf(
+        text, sizeof text,
+        "HTTP/1.1 %u %s\r\nContent-Type: " JSON_TYPE "\r\nContent-Length: %zu\r\n%s\r\n%s%s",
+        status, status == MHD_HTTP_OK ? "OK" : "Service Unavailable", strlen(body) + 1,
+        closing ? "Connection: close\r\n" : "", head_only ? "" : body, head_only ? "" : "\n");
+    free(body);
+    if (nh <= 0 || nh >= (int)sizeof text) return false;
+    return send(fd, text, (size_t)nh, MSG_NOSIGNAL | MSG_DONTWAIT) == nh;
 }
 
 int rl_serve_check_head(const char *b, size_t n, char *msg, size_t msgn) {
     int status;
     const char *reason;
-    int v = gate_check(b, n, &status, &reason, msg, msgn);
+    size_t head_len;
+    int v = gate_check(b, n, &status, &reason, msg, msgn, &head_len);
+    bool head_only, closing;
+    if (v > 0 && gate_health(b, head_len, &head_only, &closing)) return 2;
     return v < 0 ? status : v;
 }
 
@@ -1390,11 +1493,23 @@ static void *gate_main(void *arg) {
                     int status;
                     const char *reason;
                     char msg[200];
-                    int v = gate_check(buf, (size_t)r, &status, &reason, msg, sizeof msg);
+                    size_t hl = 0;
+                    bool head_only, end_it;
+                    int v = gate_check(buf, (size_t)r, &status, &reason, msg, sizeof msg, &hl);
                     if (v < 0) {
                         raw_error(k->fd, status, reason, msg);
                         shutdown(k->fd, SHUT_WR);
                         k->closing = true;
+                        k->t0 = now;
+                    } else if (v > 0 && gate_health(buf, hl, &head_only, &end_it)) {
+                        /* the head is taken (a request pipelined behind it stays for the next
+                         * turn); the connection stays here until a request of another kind */
+                        bool sent = recv(k->fd, buf, hl, MSG_DONTWAIT) == (ssize_t)hl &&
+                                    gate_answer_health(S, k->fd, head_only, end_it);
+                        if (!sent || end_it) {
+                            shutdown(k->fd, SHUT_WR);
+                            k->closing = true;
+                        }
                         k->t0 = now;
                     } else if (v > 0) {
                         /* libmicrohttpd closes the socket if it cannot take it */
@@ -1493,6 +1608,7 @@ static void conn_mark(server *S, struct MHD_Connection *c, bool in_request) {
     if (k == NULL) return;
     pthread_mutex_lock(&S->cmu);
     k->in_request = in_request;
+    k->head_pending = false;
     k->since = now_s();
     k->answer_since = 0;
     pthread_mutex_unlock(&S->cmu);
@@ -1548,8 +1664,64 @@ static void close_slow_connections(server *S) {
     pthread_mutex_unlock(&S->cmu);
 }
 
+/* libmicrohttpd calls this when it has read a request line, before it parses the headers. */
+static void *on_request_line(void *cls, const char *uri, struct MHD_Connection *c) {
+    (void)uri;
+    server *S = cls;
+    conn *k = conn_of(c);
+    if (k != NULL) {
+        pthread_mutex_lock(&S->cmu);
+        k->head_pending = true;
+        k->thread = pthread_self();
+        k->mhd = c;
+        pthread_mutex_unlock(&S->cmu);
+    }
+    return NULL; /* the request's context: on_request's first call is told by NULL */
+}
+
+/* libmicrohttpd 0.9.75 checks Content-Length when it parses a request's headers, before any
+ * callback of that request, and answers a bad one itself in HTML. The gate checks the first
+ * request of a connection; for a later one, the only sign is this log message, written in the
+ * thread that handles the connection just before it sends its answer. The connection is the one
+ * of this thread whose request line was read and whose headers were not accepted yet: if
+ * exactly one is, it gets the JSON answer and its sending side is shut, so libmicrohttpd's
+ * answer fails to go out and the connection is closed. (Two such connections on one thread,
+ * both waiting for the rest of their headers, would leave libmicrohttpd's answer.) */
+static void answer_bad_length(server *S) {
+    pthread_t self = pthread_self();
+    struct MHD_Connection *c = NULL;
+    int found = 0;
+    pthread_mutex_lock(&S->cmu);
+    for (conn *k = S->conns; k; k = k->next) {
+        if (k->head_pending && pthread_equal(k->thread, self)) {
+            c = k->mhd;
+            found++;
+        }
+    }
+    pthread_mutex_unlock(&S->cmu);
+    const union MHD_ConnectionInfo *ci =
+        found == 1 ? MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD) : NULL;
+    if (ci == NULL) return;
+    /* and that connection's Content-Length is indeed bad (a connection libmicrohttpd handles
+     * without a record here, for want of memory, would leave another one alone) */
+    const char *v = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
+    size_t nd = v ? strspn(v, "0123456789") : 0;
+    if (v == NULL || (nd >= 1 && nd <= 18 && v[nd] == '\0')) return;
+    char msg[200];
+    snprintf(msg, sizeof msg, "bad Content-Length '%.40s' (decimal digits, at most 18)", v);
+    raw_error(ci->connect_fd, 400, "Bad Request", msg);
+    /* what the client sent after the head is read and dropped, so that closing the socket
+     * does not reset the connection before the client has read the answer */
+    char buf[4096];
+    for (int i = 0; i < 256 && recv(ci->connect_fd, buf, sizeof buf, MSG_DONTWAIT) > 0; i++)
+        ;
+    shutdown(ci->connect_fd, SHUT_WR);
+}
+
 static void on_mhd_log(void *cls, const char *fmt, va_list ap) {
-    (void)cls;
+    if (strncmp(fmt, "Failed to parse `Content-Length'", 32) == 0 ||
+        strncmp(fmt, "Too large value of 'Content-Length'", 35) == 0)
+        answer_bad_length(cls);
     char *msg = vformat(fmt, ap);
     if (msg == NULL) return;
     size_t n = strlen(msg);
@@ -1750,7 +1922,7 @@ static json_t *reload(server *S, int *status) {
         *status = MHD_HTTP_CONFLICT;
         return doc;
     }
-    logf_("reloaded %s: epoch %lld (was %lld)", S->o.model_path, S->epoch, old_epoch);
+    logf_("reloaded %s: epoch %lld (was %lld)", S->o.model_path, (long long)S->epoch, old_epoch);
     *status = MHD_HTTP_OK;
     return json_pack("{s:b,s:s,s:I,s:I}", "reloaded", 1, "model", S->o.model_path, "epoch",
                      (json_int_t)S->epoch, "previous_epoch", (json_int_t)old_epoch);
@@ -2599,11 +2771,12 @@ int rl_serve_main(lua_State *L, int argc, char **argv) {
                      MHD_USE_ERROR_LOG | MHD_USE_NO_LISTEN_SOCKET | MHD_USE_ITC;
     S->daemon = MHD_start_daemon(
         flags, 0, NULL, NULL, on_request, S, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, S,
-        MHD_OPTION_UNESCAPE_CALLBACK, unescape_path, NULL, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
-        (size_t)(4 * GATE_HEAD_MAX), MHD_OPTION_THREAD_POOL_SIZE, (unsigned)S->o.threads,
-        MHD_OPTION_CONNECTION_LIMIT, (unsigned)(open_limit(S) + 256 * S->o.threads),
-        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)S->o.timeout_s, MHD_OPTION_NOTIFY_COMPLETED,
-        on_completed, S, MHD_OPTION_NOTIFY_CONNECTION, on_connection, S, MHD_OPTION_END);
+        MHD_OPTION_UNESCAPE_CALLBACK, unescape_path, NULL, MHD_OPTION_URI_LOG_CALLBACK,
+        on_request_line, S, MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(4 * GATE_HEAD_MAX),
+        MHD_OPTION_THREAD_POOL_SIZE, (unsigned)S->o.threads, MHD_OPTION_CONNECTION_LIMIT,
+        (unsigned)(open_limit(S) + 256 * S->o.threads), MHD_OPTION_CONNECTION_TIMEOUT,
+        (unsigned)S->o.timeout_s, MHD_OPTION_NOTIFY_COMPLETED, on_completed, S,
+        MHD_OPTION_NOTIFY_CONNECTION, on_connection, S, MHD_OPTION_END);
     if (S->daemon == NULL) {
         logf_("libmicrohttpd did not start on %s port %d", S->o.listen, port);
         close(S->listen_fd);
@@ -2628,8 +2801,8 @@ int rl_serve_main(lua_State *L, int argc, char **argv) {
     fflush(stdout);
     logf_("%s (epoch %lld), layer '%s', input dim %lld, output dim %lld; %d HTTP threads, "
           "batches up to %lld frames, waiting up to %g ms",
-          S->o.model_path, S->epoch, S->o.layer, (long long)S->in_dim, (long long)S->out_dim,
-          S->o.threads, (long long)S->o.max_batch_frames, S->o.max_wait_ms);
+          S->o.model_path, (long long)S->epoch, S->o.layer, (long long)S->in_dim,
+          (long long)S->out_dim, S->o.threads, (long long)S->o.max_batch_frames, S->o.max_wait_ms);
 
     enum { CAP = 1024 };
     job **jobs = malloc(CAP * sizeof *jobs);

@@ -17,7 +17,7 @@ int rl_serve_main(lua_State *L, int argc, char **argv);
  *
  * rl_serve_check_head: the gate's check of a connection's first `n` bytes (the request line
  * and headers as they arrive): 0 while the head is incomplete, 1 when it is handed to
- * libmicrohttpd, or the status of the JSON error answer (400, 414, 431, 505) with its message
+ * libmicrohttpd, 2 when it is a /healthz the gate answers itself, or the status of the JSON error answer (400, 414, 431, 505) with its message
  * in msg.
  *
  * rl_serve_check_body: the parser of a POST /v1/forward (or, with decode, /v1/decode) body for

@@ -1,5 +1,6 @@
 -- Run by tests/sh/test_dist.sh (and test_dist_hosts.sh) under `mpirun -np 2`: a 12AX training
--- in which rank 1 kills itself (arg[2] = "kill"), hangs (arg[2] = "hang"), raises a Lua error
+-- in which rank 1 kills itself (arg[2] = "kill"), hangs (arg[2] = "hang"), stops itself with
+-- SIGSTOP (arg[2] = "stop": a process that answers nothing and takes no CPU), raises a Lua error
 -- (arg[2] = "error") or takes its network link down (arg[2] = "cut": `ip link set
 -- $RL_TEST_CUT_LINK down` in its network namespace) in the middle of epoch 2. arg[1]: the
 -- model prefix. The job must end with an error naming rank 1, leaving loadable checkpoints.
@@ -12,6 +13,8 @@ local function make_opt(params, grads)
             if rl.dist.rank() == 1 and steps == 12 then
               if how == "kill" then
                 os.execute("kill -9 $PPID") -- the shell's parent: this rank
+              elseif how == "stop" then
+                os.execute("kill -STOP $PPID")
               elseif how == "cut" then
                 assert(os.execute("ip link set " .. assert(os.getenv("RL_TEST_CUT_LINK")) .. " down"))
               elseif how == "error" then

@@ -5,7 +5,7 @@
 # namespace (and a UTS namespace with its own host name, so Open MPI sees two nodes and talks
 # TCP between them, not shared memory). Over that: tests/dist/checks.lua (2 ranks equal one
 # process on the union of their batches, 12AX, resume), then tests/dist/fail.lua with rank 1
-# killed, hanging, and cutting its link mid-epoch: the job ends within the distributed timeout
+# killed, hanging, stopped (SIGSTOP), and cutting its link mid-epoch: the job ends within the distributed timeout
 # with an error naming rank 1, and every checkpoint left loads. Needs root, ip netns and an MPI
 # build; prints SKIP otherwise.
 # Usage: test_dist_hosts.sh path/to/rnnlua (from the repository root)
@@ -114,6 +114,39 @@ for how in kill hang; do
     loadable "$dir/$how/net"
     ok "  ... every checkpoint left loads" $?
 done
+
+# rank 1 stops itself with SIGSTOP mid-epoch (alive to the kernel and to TCP, answering nothing):
+# rank 0 must say within its timeout that rank 1 is lost, and the job must end (mpirun's
+# daemons end a stopped rank too)
+timeout 120 "${mpi[@]}" "$bin" tests/dist/fail.lua "$dir/stop/net" stop >"$dir/out" 2>"$dir/err" &
+job=$!
+stop_at=""
+for _ in $(seq 1200); do
+    if ps -eo stat=,args= | grep -v grep | grep "$dir/stop/net" | grep -q '^T'; then
+        stop_at=$(date +%s%N)
+        break
+    fi
+    kill -0 "$job" 2>/dev/null || break
+    sleep 0.05
+done
+said=-1
+if [ -n "$stop_at" ]; then
+    for _ in $(seq 600); do
+        grep -q "rnnlua: rank 0: " "$dir/err" && break
+        sleep 0.05
+    done
+    said=$((($(date +%s%N) - stop_at) / 1000000))
+fi
+wait "$job"
+rc=$?
+took=$((($(date +%s%N) - ${stop_at:-0}) / 1000000))
+[ -n "$stop_at" ] && grep -q "rnnlua: rank 0: .*rank 1" "$dir/err" && [ "$said" -ge 0 ] &&
+    [ "$said" -lt 6000 ]
+ok "rank 1 on the other host stopped (SIGSTOP): rank 0 names rank 1 ${said} ms after (timeout 3 s)" $?
+[ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] && [ "$took" -lt 60000 ]
+ok "  ... the job ends (exit $rc, ${took} ms after the stop)" $?
+loadable "$dir/stop/net"
+ok "  ... every checkpoint left loads" $?
 
 # rank 1 takes its host's link down mid-epoch: rank 0 must say within its timeout that rank 1
 # is lost; then the link comes back, so that mpirun can reach the other host's daemon and end
