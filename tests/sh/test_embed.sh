@@ -13,6 +13,12 @@ set -u
 bin=$(cd "$(dirname "${1:?usage: test_embed.sh path/to/rnnlua}")" && pwd)/$(basename "$1")
 build=$(dirname "$bin")
 root=$(pwd)
+# the build folder is where `make install` below builds and reads: a wrong argument (a folder, the
+# repository root) would make it build into the source tree
+if [ ! -f "$bin" ] || [ ! -x "$bin" ] || [ "$build" = "$root" ] || [ ! -f Makefile ]; then
+    echo "test_embed.sh: $1 is not a built rnnlua inside a build folder (usage: test_embed.sh BUILD/rnnlua, run from the repository root)" >&2
+    exit 2
+fi
 pass=0
 fail=0
 dir=$(mktemp -d)
