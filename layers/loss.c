@@ -9,8 +9,10 @@
 #include "loss.h"
 
 #include <inttypes.h>
+#include <stdio.h>
 
 #include "../kernels/ops.h"
+#include "layer.h"
 
 static rl_status check_lengths(const char *who, const rl_tensor *lengths, int64_t T, int64_t B) {
     if (!lengths || !lengths->storage || lengths->ndim != 1 || lengths->dtype != RL_INT32 ||
@@ -108,17 +110,18 @@ static rl_status build_pad(rl_ce_work *w, const rl_tensor **pad, const rl_tensor
     return RL_OK;
 }
 
-rl_status rl_ce_bad_target(const char *layer, int64_t t, int64_t b, double value, int64_t C) {
+rl_status rl_ce_bad_target(const char *layer, const char *cls, int64_t t, int64_t b, double value,
+                           int64_t C) {
     return rl_error(RL_EINDEX,
-                    "layer '%s': target %g at frame %" PRId64 " of sequence %" PRId64
-                    " (1-based) is outside 0..%" PRId64 " (n_out = %" PRId64 ")",
-                    layer, value, t + 1, b + 1, C - 1, C);
+                    RL_LAYER_WHERE ": target %g at frame %" PRId64 " of sequence %" PRId64
+                                   " (1-based) is outside 0..%" PRId64 " (n_out = %" PRId64 ")",
+                    layer, cls, value, t + 1, b + 1, C - 1, C);
 }
 
 /* The error for the first valid frame whose target is outside 0..C-1 (the range check found
  * one); reads the target on the host. */
-static rl_status bad_target(rl_ce_work *w, const char *layer, const rl_tensor *target,
-                            const rl_tensor *lengths, int64_t C) {
+static rl_status bad_target(rl_ce_work *w, const char *layer, const char *cls,
+                            const rl_tensor *target, const rl_tensor *lengths, int64_t C) {
     const rl_tensor *th = target;
     if (rl_tensor_device(target).type != RL_CPU) {
         RL_TRY(rl_buffer_ensure(&w->target_host, RL_INT32, RL_DEVICE_CPU, 2, target->shape));
@@ -130,43 +133,44 @@ static rl_status bad_target(rl_ce_work *w, const char *layer, const rl_tensor *t
         for (int64_t t = 0; t < len; t++) {
             int64_t idx[2] = {t, b};
             double c = rl_tensor_get(th, idx);
-            if (c < 0 || c >= (double)C) return rl_ce_bad_target(layer, t, b, c, C);
+            if (c < 0 || c >= (double)C) return rl_ce_bad_target(layer, cls, t, b, c, C);
         }
     }
-    return rl_error(RL_EINDEX, "layer '%s': a target is outside 0..%" PRId64, layer, C - 1);
+    return rl_error(RL_EINDEX, RL_LAYER_WHERE ": a target is outside 0..%" PRId64, layer, cls,
+                    C - 1);
 }
 
-rl_status rl_ce_check_args(const char *layer, const rl_tensor *logp, const rl_tensor *target,
-                           const rl_tensor *lengths) {
-    char s[128], s2[128];
+rl_status rl_ce_check_args(const char *layer, const char *cls, const rl_tensor *logp,
+                           const rl_tensor *target, const rl_tensor *lengths) {
+    char s[128], s2[128], where[2 * RL_LAYER_NAME_MAX + 32];
+    snprintf(where, sizeof where, RL_LAYER_WHERE, layer, cls);
     int64_t T = logp->shape[0], B = logp->shape[1];
     if (!target || !target->storage || target->dtype != RL_INT32 || target->ndim != 2 ||
         target->shape[0] != T || target->shape[1] != B)
         return rl_error(
-            RL_ESHAPE,
-            "layer '%s': ce target must be int32 (T, B) = (%" PRId64 ", %" PRId64 "), got %s",
-            layer, T, B,
+            RL_ESHAPE, "%s: ce target must be int32 (T, B) = (%" PRId64 ", %" PRId64 "), got %s",
+            where, T, B,
             target && target->storage ? rl_tensor_describe(target, s, sizeof s) : "nothing");
     if (rl_tensor_device(target).type != RL_CPU &&
         !rl_device_eq(rl_tensor_device(target), rl_tensor_device(logp)))
         return rl_error(RL_EDEVICE,
-                        "layer '%s': ce target %s is neither on the CPU nor on the device of the "
+                        "%s: ce target %s is neither on the CPU nor on the device of the "
                         "output %s",
-                        layer, rl_tensor_describe(target, s, sizeof s),
+                        where, rl_tensor_describe(target, s, sizeof s),
                         rl_tensor_describe(logp, s2, sizeof s2));
-    return check_lengths(layer, lengths, T, B);
+    return check_lengths(where, lengths, T, B);
 }
 
 /* Everything runs on the logits' device: the onehot is classes == target (padded frames get
  * target -1, an all-zero row); a valid frame's row sums to 1 exactly when its target is in
  * range, so min(row sum + pad) == 1 checks every target with one scalar read back. */
-rl_status rl_loss_ce(rl_ce_work *w, const char *layer, const rl_tensor *logp,
+rl_status rl_loss_ce(rl_ce_work *w, const char *layer, const char *cls, const rl_tensor *logp,
                      const rl_tensor *target, const rl_tensor *lengths, double eps, double *loss,
                      double *n_errors, double *n_frames) {
     int64_t T = logp->shape[0], B = logp->shape[1], C = logp->shape[2];
     rl_dtype dt = logp->dtype;
     rl_device dev = rl_tensor_device(logp);
-    RL_TRY(rl_ce_check_args(layer, logp, target, lengths));
+    RL_TRY(rl_ce_check_args(layer, cls, logp, target, lengths));
     if (!rl_device_eq(rl_tensor_device(target), dev)) {
         int64_t tb[2] = {T, B};
         RL_TRY(rl_buffer_ensure(&w->target_dev, RL_INT32, dev, 2, tb));
@@ -198,7 +202,7 @@ rl_status rl_loss_ce(rl_ce_work *w, const char *layer, const rl_tensor *logp,
     RL_TRY(rl_op_reduce_dim(&w->rows, NULL, &w->onehot, 2, true, RL_RED_SUM));
     RL_TRY(rl_op_binary(&w->rows, &w->rows, pad, RL_BIN_ADD));
     if (T * B > 0) RL_TRY(rl_op_reduce_all(&in_range, NULL, &w->rows, RL_RED_MIN));
-    if (in_range != 1) return bad_target(w, layer, target, lengths, C);
+    if (in_range != 1) return bad_target(w, layer, cls, target, lengths, C);
 
     /* the target's log-probabilities by selection: tmp = logp where onehot, 0 elsewhere. A
      * product onehot * logp would turn a -inf (an underflowed class) or a NaN in a padded frame

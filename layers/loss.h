@@ -69,7 +69,7 @@ typedef struct rl_ce_work {
  * Label smoothing eps in [0, 1) (PyTorch's CrossEntropyLoss(label_smoothing = eps)): the
  * target distribution is (1 - eps) onehot + eps / C, so the loss of a valid frame is
  * -(1 - eps) logp[target] - eps / C sum_c logp[c]; eps = 0 is the plain loss. */
-rl_status rl_loss_ce(rl_ce_work *w, const char *layer, const rl_tensor *logp,
+rl_status rl_loss_ce(rl_ce_work *w, const char *layer, const char *cls, const rl_tensor *logp,
                      const rl_tensor *target, const rl_tensor *lengths, double eps, double *loss,
                      double *n_errors, double *n_frames);
 
@@ -83,11 +83,12 @@ void rl_ce_work_release(rl_ce_work *w);
 
 /* The argument checks of rl_loss_ce (target int32 (T, B) on the CPU or logp's device, CPU int32
  * lengths (B) in 0..T), for a fused CE that computes the rest itself. */
-rl_status rl_ce_check_args(const char *layer, const rl_tensor *logp, const rl_tensor *target,
-                           const rl_tensor *lengths);
+rl_status rl_ce_check_args(const char *layer, const char *cls, const rl_tensor *logp,
+                           const rl_tensor *target, const rl_tensor *lengths);
 
 /* The RL_EINDEX error of a target `value` outside 0..C-1 at frame t of sequence b (0-based). */
-rl_status rl_ce_bad_target(const char *layer, int64_t t, int64_t b, double value, int64_t C);
+rl_status rl_ce_bad_target(const char *layer, const char *cls, int64_t t, int64_t b, double value,
+                           int64_t C);
 
 #ifdef __cplusplus
 }

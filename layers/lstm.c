@@ -225,9 +225,10 @@ static rl_status lstm_create(rl_layer *l, const rl_options *o, bool cudnn) {
     RL_TRY(rl_opt_number(o, l->name, "forget_bias", 0.0, &r->cell_opt[OPT_FORGET_BIAS]));
     if (cudnn && peep)
         return rl_error(RL_EARG,
-                        "layer '%s' (lstm): peepholes = true and impl = \"cudnn\" do not go "
+                        RL_LAYER_WHERE
+                        ": peepholes = true and impl = \"cudnn\" do not go "
                         "together (cuDNN's LSTM has no peepholes; use impl = \"own\")",
-                        l->name);
+                        l->name, "lstm");
     RL_TRY(rl_opt_bool(o, l->name, "layer_norm", false, &ln));
     const char *without = cudnn                     ? "impl = \"cudnn\""
                           : peep                    ? "peepholes"

@@ -227,7 +227,7 @@ static rl_status forward_cpu(softmax_layer *S, rl_layer_io *io) {
     const int32_t *tgt = NULL;
     S->eps = io->train ? S->smoothing : 0.0;
     if (ce) {
-        RL_TRY(rl_ce_check_args(l->name, p, io->target, io->lengths));
+        RL_TRY(rl_ce_check_args(l->name, l->ops->class_name, p, io->target, io->lengths));
         int64_t tb[2] = {T, B};
         RL_TRY(rl_buffer_ensure(&S->tgt, RL_INT32, RL_DEVICE_CPU, 2, tb));
         RL_TRY(rl_buffer_ensure(&S->lens, RL_INT32, RL_DEVICE_CPU, 1, &B));
@@ -235,7 +235,8 @@ static rl_status forward_cpu(softmax_layer *S, rl_layer_io *io) {
         RL_TRY(rl_op_copy(&S->lens, io->lengths));
         int32_t *t32 = rl_tensor_data(&S->tgt);
         int64_t bad = rl_ce_targets_cpu(T, B, C, t32, rl_tensor_data(&S->lens), t32);
-        if (bad >= 0) return rl_ce_bad_target(l->name, bad / B, bad % B, t32[bad], C);
+        if (bad >= 0)
+            return rl_ce_bad_target(l->name, l->ops->class_name, bad / B, bad % B, t32[bad], C);
         tgt = t32;
     }
     double loss = 0, n_errors = 0;
@@ -281,8 +282,8 @@ static rl_status softmax_forward(rl_layer *l, rl_layer_io *io) {
     RL_TRY(rl_op_unary(&S->rs, &S->rs, RL_UN_LOG, 0, 0));
     RL_TRY(rl_op_binary(&S->z, &S->z, &S->rs, RL_BIN_SUB));
     S->eps = io->train ? S->smoothing : 0.0;
-    RL_TRY(rl_loss_ce(&S->ce, l->name, &S->z, io->target, io->lengths, S->eps, &io->loss,
-                      &io->n_errors, &io->n_frames));
+    RL_TRY(rl_loss_ce(&S->ce, l->name, l->ops->class_name, &S->z, io->target, io->lengths, S->eps,
+                      &io->loss, &io->n_errors, &io->n_frames));
     S->ce_ready = true;
     return RL_OK;
 }

@@ -53,6 +53,7 @@ local lua_classes = {}
 ---------------------------------------------------------------------------- helpers
 
 local fail = require("rnnlua.util").fail
+local layer_where = require("rnnlua.util").layer_where
 
 local function c_class_set()
   local set = {}
@@ -123,7 +124,7 @@ local function check_unknown(name, cls, desc, read)
   local unknown = {}
   for k in pairs(desc) do
     if type(k) ~= "string" then
-      fail("layer '%s' (class %s): option names must be strings, got %s", name, cls, type(k))
+      fail("%s: option names must be strings, got %s", layer_where(name, cls), type(k))
     end
     if not read[k] and not M.network_keys[k] then unknown[#unknown + 1] = k end
     -- an option with named fields (zoneout = {cell = .., hidden = ..}): read[k] is the set of
@@ -134,17 +135,17 @@ local function check_unknown(name, cls, desc, read)
           local known = {}
           for n in pairs(read[k]) do known[#known + 1] = n end
           table.sort(known)
-          fail("layer '%s' (class %s): option %s has no field '%s' (it has %s)", name, cls, k,
+          fail("%s: option %s has no field '%s' (it has %s)", layer_where(name, cls), k,
             tostring(f), table.concat(known, ", "))
         end
       end
     end
   end
   if #unknown == 1 then
-    fail("layer '%s' (class %s): unknown option '%s'", name, cls, unknown[1])
+    fail("%s: unknown option '%s'", layer_where(name, cls), unknown[1])
   elseif #unknown > 1 then
     table.sort(unknown)
-    fail("layer '%s' (class %s): unknown options '%s'", name, cls, table.concat(unknown, "', '"))
+    fail("%s: unknown options '%s'", layer_where(name, cls), table.concat(unknown, "', '"))
   end
 end
 
@@ -173,19 +174,19 @@ local default_scale = {glorot = 1, constant = 0, uniform = 0.1, normal = 0.1, or
 -- Calls class function f; a Lua error becomes one naming the layer and the class.
 local function call(self, what, f, ...)
   local res = table.pack(pcall(f, self.inst, ...))
-  if not res[1] then fail("layer '%s' (class %s): %s: %s", self.name, self.class, what,
+  if not res[1] then fail("%s: %s: %s", layer_where(self.name, self.class), what,
       tostring(res[2])) end
   return table.unpack(res, 2, res.n)
 end
 
 local function check_specs(self, specs)
   if type(specs) ~= "table" then
-    fail("layer '%s' (class %s): params must return a list, got %s", self.name, self.class,
+    fail("%s: params must return a list, got %s", layer_where(self.name, self.class),
       type(specs))
   end
   local seen, out, total = {}, {}, 0
   for i, s in ipairs(specs) do
-    local where = string.format("layer '%s' (class %s): parameter %d", self.name, self.class, i)
+    local where = string.format("%s: parameter %d", layer_where(self.name, self.class), i)
     if type(s) ~= "table" or type(s.name) ~= "string" or s.name == "" then
       fail("%s: needs a name", where)
     end
@@ -217,7 +218,7 @@ local function check_specs(self, specs)
     }
     total = total + numel
     if total > rl.MAX_NUMEL then
-      fail("layer '%s' (class %s): more than %d parameters", self.name, self.class, rl.MAX_NUMEL)
+      fail("%s: more than %d parameters", layer_where(self.name, self.class), rl.MAX_NUMEL)
     end
   end
   return out, total
@@ -235,8 +236,8 @@ local function new_lua_layer(cls_name, class, name, desc, in_dims, dtype)
   local read = {}
   local n_out = call(self, "init", class.init, options_proxy(desc, read), {table.unpack(in_dims)})
   if math.type(n_out) ~= "integer" or n_out < 1 then
-    fail("layer '%s' (class %s): init must return n_out, a positive integer (got %s)", name,
-      cls_name, tostring(n_out))
+    fail("%s: init must return n_out, a positive integer (got %s)", layer_where(name, cls_name),
+      tostring(n_out))
   end
   self.n_out, inst.n_out = n_out, n_out
   local specs = {}
@@ -269,7 +270,7 @@ end
 function LuaLayer:init_params()
   for _, s in ipairs(self.specs) do
     local v = self.inst.params[s.name]
-    if not v then fail("layer '%s' (class %s): init_params before bind", self.name, self.class) end
+    if not v then fail("%s: init_params before bind", layer_where(self.name, self.class)) end
     if s.init == "ones" then
       v:fill_(1)
     else
@@ -285,25 +286,25 @@ end
 function LuaLayer:forward(inputs, lengths, train)
   self.forwarded = false
   if #inputs ~= self.n_in then
-    fail("layer '%s' (class %s): %d inputs given, %d expected", self.name, self.class, #inputs,
+    fail("%s: %d inputs given, %d expected", layer_where(self.name, self.class), #inputs,
       self.n_in)
   end
   local x1 = inputs[1]
   for i, x in ipairs(inputs) do
     if not rl.is_tensor(x) or x:dim() ~= 3 or x:size(3) ~= self.in_dims[i] then
-      fail("layer '%s' (class %s): input %d must be a (T, B, %d) tensor, got %s", self.name,
-        self.class, i, self.in_dims[i], rl.is_tensor(x) and describe(x) or type(x))
+      fail("%s: input %d must be a (T, B, %d) tensor, got %s", layer_where(self.name, self.class),
+        i, self.in_dims[i], rl.is_tensor(x) and describe(x) or type(x))
     end
     if x:size(1) ~= x1:size(1) or x:size(2) ~= x1:size(2) then
-      fail("layer '%s' (class %s): input %d is %s, input 1 is %s", self.name, self.class, i,
+      fail("%s: input %d is %s, input 1 is %s", layer_where(self.name, self.class), i,
         describe(x), describe(x1))
     end
   end
   local out = call(self, "forward", self.cls.forward, inputs, lengths, train)
   if not rl.is_tensor(out) or out:dim() ~= 3 or out:size(1) ~= x1:size(1)
       or out:size(2) ~= x1:size(2) or out:size(3) ~= self.n_out or out:dtype() ~= x1:dtype() then
-    fail("layer '%s' (class %s): forward must return a %s (%d, %d, %d) tensor, got %s", self.name,
-      self.class, x1:dtype(), x1:size(1), x1:size(2), self.n_out,
+    fail("%s: forward must return a %s (%d, %d, %d) tensor, got %s",
+      layer_where(self.name, self.class), x1:dtype(), x1:size(1), x1:size(2), self.n_out,
       rl.is_tensor(out) and describe(out) or type(out))
   end
   self.inputs, self.lengths, self.forwarded = inputs, lengths, true
@@ -312,22 +313,22 @@ end
 
 function LuaLayer:backward(grad_out, grad_in)
   if not self.forwarded then
-    fail("layer '%s' (class %s): backward needs a forward before it (once per forward)", self.name,
-      self.class)
+    fail("%s: backward needs a forward before it (once per forward)",
+      layer_where(self.name, self.class))
   end
   self.forwarded = false
   local grads = call(self, "backward", self.cls.backward, grad_out, self.inputs, self.lengths)
   if type(grads) ~= "table" then
-    fail("layer '%s' (class %s): backward must return a list of input gradients, got %s",
-      self.name, self.class, type(grads))
+    fail("%s: backward must return a list of input gradients, got %s",
+      layer_where(self.name, self.class), type(grads))
   end
   for i = 1, self.n_in do
     local buf = grad_in[i]
     if buf then
       local g = grads[i]
       if not rl.is_tensor(g) or g:size() ~= self.inputs[i]:size() then
-        fail("layer '%s' (class %s): backward returned %s for input %d, expected a %s tensor",
-          self.name, self.class, rl.is_tensor(g) and describe(g) or type(g), i,
+        fail("%s: backward returned %s for input %d, expected a %s tensor",
+          layer_where(self.name, self.class), rl.is_tensor(g) and describe(g) or type(g), i,
           describe(self.inputs[i]))
       end
       buf:copy_(g)
@@ -367,9 +368,10 @@ function M.create(cls, name, desc, in_dims, dtype, defaults)
   end
   if not c_class_set()[cls] then
     -- a checkpoint names a Lua layer's class, never holds its code: the user registers it
-    fail("layer '%s': unknown class '%s' (known: %s; a Lua layer class is registered with "
+    fail("%s: unknown class '%s' (known: %s; a Lua layer class is registered with "
       .. "rl.layers.register before the network is built or loaded: rnnlua serve --lua FILE, "
-      .. "recipes/forward.lua lua=FILE)", name, tostring(cls), table.concat(M.classes(), ", "))
+      .. "rnnlua forward ++lua FILE)", layer_where(name), tostring(cls),
+      table.concat(M.classes(), ", "))
   end
   local layer, read = rl._layer_new(cls, name, opts, in_dims)
   check_unknown(name, cls, desc, read)

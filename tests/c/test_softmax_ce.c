@@ -292,7 +292,7 @@ static void test_smoothing(void) {
     memcpy(rl_tensor_data(&tt), target, sizeof target);
     memcpy(rl_tensor_data(&lt), len, sizeof len);
     double gl = 0, ge = 0, gf = 0;
-    CHECK_OK(rl_loss_ce(&w, "out", &logp, &tt, &lt, eps, &gl, &ge, &gf));
+    CHECK_OK(rl_loss_ce(&w, "out", "softmax", &logp, &tt, &lt, eps, &gl, &ge, &gf));
     CHECK_NEAR(gl, ref_loss, 1e-12 * ref_loss);
     CHECK(gf == 8);
     CHECK_OK(rl_loss_ce_grad(&w, &pt, &lt, &g, false));

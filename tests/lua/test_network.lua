@@ -257,6 +257,21 @@ needs({"softmax"}, "ce: loss and frame errors against a reference, padding ignor
   H.near((net:forward{data = x, c = c, lengths = lengths}), want, 1e-9, "padded target")
 end)
 
+-- The ce checks name the layer with its class, in float32 (the fused CPU path) and float64
+-- (rl_loss_ce), like every other layer error.
+for _, dt in ipairs({"float32", "float64"}) do
+  local function ce_net()
+    return rl.network({output = {class = "softmax", n_out = 3, loss = "ce", target = "c"}},
+      {data = {dim = 2}, c = {dim = 3, sparse = true}}, {dtype = dt})
+  end
+  local lengths = rl.tensor({3, 2}, "int32")
+  needs_error({"softmax"}, "ce: a target outside 0..C-1 names the layer and class (" .. dt .. ")",
+    function()
+      local c = rl.tensor({{0, 2}, {1, 7}, {2, 0}}, "int32")
+      ce_net():forward{data = rl.randn(3, 2, 2, dt), c = c, lengths = lengths}
+    end, "layer 'output' (class softmax): target 7 at frame 2 of sequence 2 (1-based) is outside 0..2")
+end
+
 H.test("loss_scale scales the loss", function()
   local ext = {data = {dim = 2}, y = {dim = 2}}
   local batch = {data = rl.randn(2, 2, 2), y = rl.randn(2, 2, 2), lengths = rl.tensor({2, 1}, "int32")}
