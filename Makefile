@@ -244,7 +244,7 @@ test: $(BUILD)/rnnlua $(CTESTS) $(BUILD)/$(SO_NAME) $(BUILD)/luamod/rnnlua.so
 # rl.dist through NCCL (mpirun -np 2, one GPU per rank). Without a GPU the harnesses run with the
 # CPU as the device side (what needs a device is skipped and said so), so a broken test shows.
 # The parity programs in the order they run (the device kit runs the same list).
-GPU_TESTS := test_parity test_stack_parity test_lstm_parity test_gru_parity test_optim_parity \
+GPU_TESTS := test_parity test_bf16_parity test_stack_parity test_lstm_parity test_gru_parity test_optim_parity \
              test_mdlstm_parity test_ctc_parity test_attention_parity
 test-gpu: $(BUILD)/rnnlua $(GPU_TESTS:%=$(BUILD)/tests-gpu/%)
 	@set -e; for t in $(GPU_TESTS); do echo "$(BUILD)/tests-gpu/$$t"; $(BUILD)/tests-gpu/$$t; done

@@ -19,6 +19,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include <cuda_bf16.h>
+
 #include <map>
 #include <mutex>
 #include <utility>
@@ -216,6 +218,75 @@ extern "C" rl_status rl_cuda_gemm(void *stream, rl_dtype dt, bool trans_a, bool 
     RL_TRY(rl_cuda_enter(fn, c));
     return rl_cuda_gemm_batched(fn, rl_cuda_stream(stream), dt, trans_a, trans_b, m, n, k, alpha, a,
                                 lda, 0, b, ldb, 0, beta, c, ldc, 0, 1);
+}
+
+/* ---- bf16 products: bf16 operands, float32 accumulation and result ---- */
+
+__global__ void k_to_bf16(__nv_bfloat16 *__restrict__ dst, const float *__restrict__ src,
+                          int64_t rows, int64_t cols, int64_t ld) {
+    RL_CUDA_GRID_LOOP(i, rows * cols) dst[i] = __float2bfloat16_rn(src[(i / cols) * ld + i % cols]);
+}
+
+/* src (rows x cols, rows ld apart) rounded to bf16 into dst (dense, rows cols apart) */
+static rl_status to_bf16(const char *fn, cudaStream_t s, __nv_bfloat16 *dst, const float *src,
+                         int64_t rows, int64_t cols, int64_t ld) {
+    k_to_bf16<<<rl_cuda_blocks_for(rows * cols), RL_CUDA_THREADS, 0, s>>>(dst, src, rows, cols,
+                                                                          ld);
+    cudaError_t e = cudaGetLastError();
+    return e == cudaSuccess ? RL_OK
+                            : rl_cuda_fail(e, "%s: rounding a %lld x %lld operand to bf16", fn,
+                                           (long long)rows, (long long)cols);
+}
+
+extern "C" rl_status rl_cuda_gemm_bf16(void *stream, bool trans_a, bool trans_b, int64_t m,
+                                       int64_t n, int64_t k, float alpha, const float *a,
+                                       int64_t lda, const float *b, int64_t ldb, float beta,
+                                       float *c, int64_t ldc) {
+    const char *fn = "rl_cuda_gemm_bf16";
+    if (m <= 0 || n <= 0) return RL_OK;
+    if (m > INT32_MAX || n > INT32_MAX || k > INT32_MAX || ldc > INT32_MAX)
+        return rl_error(RL_EARG, "%s: m=%lld n=%lld k=%lld ldc=%lld: cublasGemmEx takes sizes up to "
+                        "2^31 - 1", fn, (long long)m, (long long)n, (long long)k, (long long)ldc);
+    RL_TRY(rl_cuda_enter(fn, c));
+    cudaStream_t s = rl_cuda_stream(stream);
+    cublasHandle_t h;
+    RL_TRY(rl_cuda_blas_handle(fn, s, &h));
+    /* stored shapes of a and b (rows x cols) */
+    int64_t ar = trans_a ? k : m, ac = trans_a ? m : k;
+    int64_t br = trans_b ? n : k, bc = trans_b ? k : n;
+    lda = fix_ld(ar, ac, lda);
+    ldb = fix_ld(br, bc, ldb);
+    ldc = fix_ld(m, n, ldc);
+    size_t na = (size_t)(ar * ac), nb = (size_t)(br * bc);
+    __nv_bfloat16 *buf = nullptr;
+    if (na + nb > 0) {
+        cudaError_t e = cudaMallocAsync((void **)&buf, (na + nb) * sizeof *buf, s);
+        if (e != cudaSuccess)
+            return rl_cuda_fail(e, "%s: cudaMallocAsync of the bf16 operands (%zu elements)", fn,
+                                na + nb);
+    }
+    rl_status st = RL_OK;
+    if (na) st = to_bf16(fn, s, buf, a, ar, ac, lda);
+    if (st == RL_OK && nb) st = to_bf16(fn, s, buf + na, b, br, bc, ldb);
+    if (st == RL_OK) {
+        /* row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T, as in the float32 path;
+         * the rounded copies are dense, so their leading dimensions are their column counts */
+        cublasStatus_t bs = cublasGemmEx(
+            h, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, (int)n,
+            (int)m, (int)k, &alpha, buf + na, CUDA_R_16BF, (int)(bc ? bc : 1), buf, CUDA_R_16BF,
+            (int)(ac ? ac : 1), &beta, c, CUDA_R_32F, (int)ldc, CUBLAS_COMPUTE_32F,
+            CUBLAS_GEMM_DEFAULT);
+        if (bs != CUBLAS_STATUS_SUCCESS)
+            st = rl_error(RL_EDEVICE, "%s: cublasGemmEx: %s (m=%lld n=%lld k=%lld, %s%s)", fn,
+                          cublasGetStatusString(bs), (long long)m, (long long)n, (long long)k,
+                          trans_a ? "A^T" : "A", trans_b ? " B^T" : " B");
+    }
+    if (buf) {
+        cudaError_t e = cudaFreeAsync(buf, s);
+        if (e != cudaSuccess && st == RL_OK)
+            st = rl_cuda_fail(e, "%s: cudaFreeAsync of the bf16 operands", fn);
+    }
+    return st;
 }
 
 /* ---- side streams and their events ---- */

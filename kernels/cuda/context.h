@@ -93,6 +93,13 @@ rl_status rl_cuda_copy_rows(void *stream, void *dst, size_t dst_pitch, const voi
 rl_status rl_cuda_gemm(void *stream, rl_dtype dt, bool trans_a, bool trans_b, int64_t m, int64_t n,
                        int64_t k, double alpha, const void *a, int64_t lda, const void *b,
                        int64_t ldb, double beta, void *c, int64_t ldc);
+/* The same in float32 with both operands rounded to bf16 (round to nearest even) by a conversion
+ * kernel into a stream-ordered scratch on each call, then cublasGemmEx with bf16 inputs,
+ * CUBLAS_COMPUTE_32F and a float32 c: the rounding of rl_gemm_bf16 on the CPU. Matrices up to
+ * 2^31 - 1 rows and columns (cublasGemmEx's int sizes). */
+rl_status rl_cuda_gemm_bf16(void *stream, bool trans_a, bool trans_b, int64_t m, int64_t n,
+                            int64_t k, float alpha, const float *a, int64_t lda, const float *b,
+                            int64_t ldb, float beta, float *c, int64_t ldc);
 
 #ifdef __cplusplus
 }
