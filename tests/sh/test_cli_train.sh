@@ -124,7 +124,7 @@ kill -TERM "$spid" 2>/dev/null
 wait "$spid"
 ok "serve exits 0 on SIGTERM" $?
 "$bin" serve "$tmp/m.002.h5" ++prot 0 >"$tmp/out" 2>"$tmp/err"
-[ $? -eq 2 ] && grep -q "unknown option '++prot' (did you mean --port?)" "$tmp/err"
+[ $? -eq 2 ] && grep -qF "rnnlua: ++prot: unknown option (did you mean --port?)" "$tmp/err"
 ok "serve: an unknown ++option" $?
 
 # rnnlua train: the seed paper's Figure 1 network (a BLSTM) as a RETURNN 2016 JSON config learns
