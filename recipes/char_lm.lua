@@ -4,6 +4,8 @@
 --
 --   rnnlua recipes/char_lm.lua [++smoke] [++minutes M] [++num_epochs N] [++hidden H] [++layers L]
 --                              [++emb E] [++chunk C] [++streams S] [++partition P] [++lr R]
+--                              [++proj P] [++layer_norm] [++weight_dropout p] [++rec_dropout p]
+--                              [++zoneout p] [++precision fp32|bf16]
 --                              [++threads N] [++seed S] [++out DIR]     (--help: every option)
 --
 -- Data: Debian's bible-kjv (`bible -f Gen1:1-Rev22:21`, one verse a line, "Ge1:1 In the
@@ -17,6 +19,11 @@
 -- with the vocabulary).
 --
 -- Model: embedding (E) -> L LSTM layers (H) -> softmax over the characters with the CE loss.
+-- ++proj P makes each an LSTMP (n_proj: the recurrent and output state h has P units, the cell
+-- H; the carried state is that h and c), ++layer_norm, ++weight_dropout, ++rec_dropout and
+-- ++zoneout set the LSTM options of the same names (docs/layers.md), ++precision bf16 the
+-- network's precision (bf16 operands, float32 sums: much faster where the CPU has AMX or
+-- AVX512-BF16; docs/training.md). Off by default: the default model is the plain LSTM in fp32.
 -- Training: chunks of C characters, S streams (the batch: S chunks, each continuing the chunk
 -- of its slot in the batch before, the LSTM state carried over, no gradient across the
 -- boundary; a chapter starts from the zero state), Adam with global-norm clipping at 5,
@@ -42,6 +49,12 @@ local o = require("rnnlua.cli").parse({
     {"streams", "integer", 32, "chunks per batch, each carrying its state on"},
     {"partition", "integer", 10, "an epoch is 1/P of the training chapters"},
     {"lr", "number", 3e-3, "Adam's learning rate"},
+    {"proj", "integer", 0, "LSTMP: project the recurrent state to P units (n_proj; 0 = none)"},
+    {"layer_norm", "boolean", false, "layer-normalised LSTM layers"},
+    {"weight_dropout", "number", 0, "DropConnect on the recurrent weights U (p; 0 = off)"},
+    {"rec_dropout", "number", 0, "dropout on the recurrent input h (p; 0 = off)"},
+    {"zoneout", "number", 0, "zoneout of cell and hidden state (p; 0 = off)"},
+    {"precision", "string", "fp32", "fp32 or bf16 (bf16 operands in the matrix products)"},
     {"threads", "integer", 2, "CPU threads"},
     {"seed", "integer", 1, "random seed"},
     {"out", "string", "out/char_lm", "directory of the data and the model"},
@@ -54,6 +67,18 @@ end
 for _, k in ipairs{"num_epochs", "hidden", "layers", "emb", "chunk", "streams", "partition",
                    "threads"} do
   if o[k] < 1 then error(string.format("++%s: must be positive, got %d", k, o[k]), 0) end
+end
+if o.proj < 0 or (o.proj > 0 and o.proj >= o.hidden) then
+  error(string.format("++proj: must be 0 (none) or in 1..%d (below ++hidden), got %d",
+    o.hidden - 1, o.proj), 0)
+end
+for _, k in ipairs{"weight_dropout", "rec_dropout", "zoneout"} do
+  if not (o[k] >= 0 and o[k] < 1) then
+    error(string.format("++%s: must be in [0, 1), got %s", k, tostring(o[k])), 0)
+  end
+end
+if o.precision ~= "fp32" and o.precision ~= "bf16" then
+  error(string.format("++precision: must be fp32 or bf16, got %q", o.precision), 0)
 end
 rl.set_num_threads(o.threads)
 
@@ -178,8 +203,13 @@ local network = {
   output = {class = "softmax", from = "lstm" .. o.layers, loss = "ce", target = "classes"},
 }
 for l = 1, o.layers do
+  -- the options are left out when off, so the default layer is exactly the plain LSTM
   network["lstm" .. l] = {class = "lstm", n_out = o.hidden, from = l == 1 and "emb"
-    or "lstm" .. (l - 1)}
+    or "lstm" .. (l - 1), n_proj = o.proj > 0 and o.proj or nil,
+    layer_norm = o.layer_norm or nil,
+    weight_dropout = o.weight_dropout > 0 and o.weight_dropout or nil,
+    rec_dropout = o.rec_dropout > 0 and o.rec_dropout or nil,
+    zoneout = o.zoneout > 0 and o.zoneout or nil}
 end
 -- the vocabulary travels with the model (the checkpoint's extern_data): rl.sample reads it
 local extern_data = {data = {dim = V, sparse = true, labels = vocab},
@@ -196,7 +226,7 @@ local config = {
   optimizer = {class = "adam", gradient_clip_global_norm = 5},
   learning_rate = o.lr, learning_rate_control = "newbob_rel",
   newbob_relative_error_threshold = -0.01, newbob_learning_rate_decay = 0.7,
-  model = model, seed = o.seed, log_verbosity = 1,
+  precision = o.precision, model = model, seed = o.seed, log_verbosity = 1,
   -- the epochs are the loop's below: a run starts afresh and replaces an earlier run's
   -- checkpoints in ++out, where rl.train alone would continue from them
   overwrite = true,
@@ -206,9 +236,9 @@ local LN2 = math.log(2)
 local t0 = rl.clock()
 local cpu0 = os.clock()
 local last
-print(string.format("char_lm: %d characters, embedding %d, %d x LSTM %d, chunks of %d, %d "
-  .. "streams, epoch = 1/%d of the train chapters", V, o.emb, o.layers, o.hidden, o.chunk,
-  o.streams, o.partition))
+print(string.format("char_lm: %d characters, embedding %d, %d x LSTM %d%s, chunks of %d, %d "
+  .. "streams, epoch = 1/%d of the train chapters, %s", V, o.emb, o.layers, o.hidden,
+  o.proj > 0 and (" proj " .. o.proj) or "", o.chunk, o.streams, o.partition, o.precision))
 local epoch_time = 0
 for epoch = 1, o.num_epochs do
   -- stop when another epoch as long as the last one would overrun the budget

@@ -99,6 +99,26 @@ for _, rnn in ipairs{"lstm", "gru"} do
   end)
 end
 
+-- an LSTMP carries h of P units and c of H (n_out) units; layer norm carries the same state
+for _, opt in ipairs{{n_proj = 2}, {n_proj = 3, layer_norm = true}, {layer_norm = true}} do
+  local name = (opt.n_proj and ("n_proj " .. opt.n_proj) or "")
+    .. (opt.layer_norm and " layer_norm" or "")
+  H.test("lstm " .. name .. ": chunks with carried state give the whole outputs", function()
+    local ds = make_ds({23, 17, 30, 5, 12}, 7)
+    local r1 = {class = "lstm", n_out = 5, from = "emb"}
+    local r2 = {class = "lstm", n_out = 4, from = "r1"}
+    for k, v in pairs(opt) do r1[k], r2[k] = v, v end
+    local net = net_of("lstm", {r1 = r1, r2 = r2})
+    local ref, ref_loss = whole(net, ds)
+    for _, c in ipairs{{7, 2}, {1, 3}, {4, 1}} do
+      local d, loss = chunked(net, ds, c[1], c[2], ref)
+      H.check(d < 1e-12, string.format("size %d, %d streams: max output difference %.3g",
+        c[1], c[2], d))
+      H.near(loss, ref_loss, 1e-9 * math.abs(ref_loss), "summed chunk loss")
+    end
+  end)
+end
+
 H.test("chunk sizes 1 and longer than every sequence, one stream and many", function()
   local ds = make_ds({9, 4, 13}, 11)
   local net = net_of("lstm")
