@@ -410,7 +410,9 @@ local function write(path, m, s, level)
     for _, p in ipairs(m.params) do
       local layer = p.name:match("^(.*)/[^/]*$")
       if not layer or layer:find("/", 1, true) then
-        error(string.format("layer '%s': a name with '/' cannot be saved", layer or p.name), 0)
+        local d = type(m.description) == "table" and m.description[layer or p.name]
+        error(string.format("%s: a name with '/' cannot be saved",
+          util.layer_where(layer or p.name, type(d) == "table" and d.class)), 0)
       end
       f:write("params/" .. p.name, on_host(p.value))
       order[#order + 1] = p.name
@@ -449,8 +451,9 @@ function M.save(path, s)
   local params = {}
   for _, p in ipairs(net:param_list()) do
     if p.layer:find("/", 1, true) then
-      error(string.format("rl.save_checkpoint: layer '%s': a name with '/' cannot be saved",
-        p.layer), util.caller_level())
+      local d = type(net.description) == "table" and net.description[p.layer]
+      error(string.format("rl.save_checkpoint: %s: a name with '/' cannot be saved",
+        util.layer_where(p.layer, type(d) == "table" and d.class)), util.caller_level())
     end
     params[#params + 1] = {name = p.layer .. "/" .. p.name, value = p.value}
   end

@@ -52,6 +52,9 @@ Rec.__index = Rec
 local fail = require("rnnlua.util").fail
 
 local util = require("rnnlua.util")
+
+-- where a message of rec layer `name` points: util.layer_where, the one layer prefix
+local function rec_where(name) return util.layer_where(name, "rec") end
 local lmod = require("rnnlua.lm")
 local sorted_keys, list_of = util.sorted_keys, util.list_of
 
@@ -63,10 +66,10 @@ local INT32_MAX = 2147483647
 local function rec_froms(name, d)
   if d.from == nil then return {"data"} end
   local f = list_of(d.from)
-  if type(f) ~= "table" then fail("layer '%s' (class rec): from must be a name or a list", name) end
+  if type(f) ~= "table" then fail("%s: from must be a name or a list", rec_where(name)) end
   if #f > 1 then
-    fail("layer '%s' (class rec): takes one from (data:source), got %d (concatenate them with a copy "
-      .. "layer)", name, #f)
+    fail("%s: takes one from (data:source), got %d (concatenate them with a copy "
+      .. "layer)", rec_where(name), #f)
   end
   return f
 end
@@ -74,24 +77,24 @@ end
 -- The unit's layers' sources, parsed: {kind = "same"|"prev"|"base"|"source", name = ...}.
 local function parse_unit(name, d)
   local unit = d.unit
-  if unit == nil then fail("layer '%s' (class rec): needs unit, a table of layers", name) end
+  if unit == nil then fail("%s: needs unit, a table of layers", rec_where(name)) end
   if type(unit) == "string" then
-    fail("layer '%s' (class rec): unit must be a table of layers, got the string '%s' (RETURNN's "
+    fail("%s: unit must be a table of layers, got the string '%s' (RETURNN's "
       .. "rec layer with unit = \"%s\" is the layer {class = \"%s\"} here, without a rec "
-      .. "layer)", name, unit, unit, unit)
+      .. "layer)", rec_where(name), unit, unit, unit)
   end
   if type(unit) ~= "table" then
-    fail("layer '%s' (class rec): unit must be a table of layers, got a %s", name, type(unit))
+    fail("%s: unit must be a table of layers, got a %s", rec_where(name), type(unit))
   end
   if unit.output == nil then
-    fail("layer '%s' (class rec): the unit has no 'output' layer (layers: %s)", name,
+    fail("%s: the unit has no 'output' layer (layers: %s)", rec_where(name),
       table.concat(sorted_keys(unit), ", "))
   end
   local parsed = {}
   for _, uname in ipairs(sorted_keys(unit)) do
     local u = unit[uname]
-    local where = string.format("layer '%s' (class rec), unit layer '%s'", name, tostring(uname))
-    if type(uname) ~= "string" then fail("layer '%s' (class rec): unit layer names must be strings", name) end
+    local where = string.format("%s, unit layer '%s'", rec_where(name), tostring(uname))
+    if type(uname) ~= "string" then fail("%s: unit layer names must be strings", rec_where(name)) end
     if type(u) ~= "table" then fail("%s: the description must be a table", where) end
     if type(u.class) ~= "string" then fail("%s: missing class", where) end
     local srcs = {}
@@ -149,14 +152,14 @@ function M.sources(name, d, desc)
   local froms = rec_froms(name, d)
   local msl = d.max_seq_len
   if type(msl) == "string" then
-    M.length_expr(msl, string.format("layer '%s' (class rec)", name))
+    M.length_expr(msl, rec_where(name))
   elseif type(msl) == "number" then
     if not (msl >= 1 and msl < math.huge) then
-      fail("layer '%s' (class rec): max_seq_len must be >= 1, got %s", name, tostring(msl))
+      fail("%s: max_seq_len must be >= 1, got %s", rec_where(name), tostring(msl))
     end
   elseif msl ~= nil and type(msl) ~= "function" then
-    fail("layer '%s' (class rec): max_seq_len must be a number, a function of the input length or an "
-      .. "expression of T such as \"2 * T + 3\", got %s", name, type(msl))
+    fail("%s: max_seq_len must be a number, a function of the input length or an "
+      .. "expression of T such as \"2 * T + 3\", got %s", rec_where(name), type(msl))
   end
   local parsed = parse_unit(name, d)
   local bases = base_names(parsed)
@@ -202,13 +205,13 @@ end
 function M.create(name, d, srcs, n_from, in_dims, dtype, ext)
   for k in pairs(d) do
     if not (k == "unit" or k == "max_seq_len" or layers.network_keys[k]) then
-      fail("layer '%s' (class rec): unknown option '%s'", name, tostring(k))
+      fail("%s: unknown option '%s'", rec_where(name), tostring(k))
     end
   end
   local parsed = parse_unit(name, d)
   if d.loss ~= nil then
-    fail("layer '%s' (class rec): put the loss on a layer of the unit (or on a layer after the rec "
-      .. "layer)", name)
+    fail("%s: put the loss on a layer of the unit (or on a layer after the rec "
+      .. "layer)", rec_where(name))
   end
   local self = setmetatable({name = name, class = "rec", dtype = dtype, n_from = n_from,
     n_in = #srcs, in_dims = {table.unpack(in_dims)}, is_loss = false, ext = ext, units = {},
@@ -244,8 +247,8 @@ function M.create(name, d, srcs, n_from, in_dims, dtype, ext)
   local function visit(uname, path)
     if state[uname] == "done" then return end
     if state[uname] == "active" then
-      fail("layer '%s' (class rec), unit layer '%s': cycle within a step: %s (read the previous step "
-        .. "with prev:)", name, uname, table.concat(path, " -> ") .. " -> " .. uname)
+      fail("%s, unit layer '%s': cycle within a step: %s (read the previous step "
+        .. "with prev:)", rec_where(name), uname, table.concat(path, " -> ") .. " -> " .. uname)
     end
     state[uname] = "active"
     local p = parsed[uname]
@@ -361,7 +364,7 @@ function M.create(name, d, srcs, n_from, in_dims, dtype, ext)
       for k, v in pairs(u) do if not UNIT_KEYS[k] then clean[k] = v end end
       local ok, layer = pcall(layers.create, u.class, name .. "/" .. uname, clean, in_d, dtype,
         u.loss and type(u.target) == "string" and ext[u.target] and {n_out = ext[u.target].dim})
-      if not ok then fail("layer '%s' (class rec), unit layer '%s': %s", name, uname, tostring(layer)) end
+      if not ok then fail("%s, unit layer '%s': %s", rec_where(name), uname, tostring(layer)) end
       unit.obj, unit.n_out = layer, layer.n_out
       -- a recurrent layer (lstm, gru, ...) carries its states from step to step
       unit.kind = layers.has_state(layer) and "recurrent" or "layer"
@@ -727,7 +730,7 @@ function Rec:run_unit(unit, t, train)
     obj:set_initial_state(table.unpack(init, 1, unit.n_states))
   end
   local ok, out = pcall(obj.forward, obj, ins, self.ones, train)
-  if not ok then fail("layer '%s' (class rec), unit layer '%s', step %d: %s", self.name, unit.name, t,
+  if not ok then fail("%s, unit layer '%s', step %d: %s", rec_where(self.name), unit.name, t,
       tostring(out)) end
   return out
 end
@@ -766,8 +769,8 @@ function Rec:steps_of(inputs, geom, batch)
     if len then
       local lo, hi = len:min(), len:max()
       if lo < 1 then
-        fail("layer '%s' (class rec): target '%s' has an empty sequence (lengths_%s = %d); a decoder "
-          .. "needs at least one label (end-of-sequence)", self.name, key, key, lo)
+        fail("%s: target '%s' has an empty sequence (lengths_%s = %d); a decoder "
+          .. "needs at least one label (end-of-sequence)", rec_where(self.name), key, key, lo)
       end
       return hi, len, y:narrow(1, 1, hi)
     end
@@ -775,11 +778,11 @@ function Rec:steps_of(inputs, geom, batch)
   end
   if self.source then return self.source:size(1), geom, nil end
   if self.choice then
-    fail("layer '%s' (class rec), unit layer '%s': a choice without a target in the batch needs search "
-      .. "(net:search), or give target '%s'", self.name, self.choice.name, key)
+    fail("%s, unit layer '%s': a choice without a target in the batch needs search "
+      .. "(net:search), or give target '%s'", rec_where(self.name), self.choice.name, key)
   end
-  fail("layer '%s' (class rec): nothing gives the number of steps: no target and no from "
-    .. "(data:source)", self.name)
+  fail("%s: nothing gives the number of steps: no target and no from "
+    .. "(data:source)", rec_where(self.name))
 end
 
 -- forward(inputs, geom, train, batch) -> out [, loss, errors, frames]
@@ -791,8 +794,8 @@ function Rec:forward(inputs, geom, train, batch)
   self.B = B
   local S, len, y = self:steps_of(inputs, geom, batch)
   if self.source and self.source:size(1) ~= S then
-    fail("layer '%s' (class rec): the unit reads data:source (%d frames) but runs %d steps (target '%s')",
-      self.name, self.source:size(1), S, tostring(self.target))
+    fail("%s: the unit reads data:source (%d frames) but runs %d steps (target '%s')",
+      rec_where(self.name), self.source:size(1), S, tostring(self.target))
   end
   self.S, self.len, self.train = S, len, train
   self:size_buffers(S, B)
@@ -811,8 +814,8 @@ function Rec:forward(inputs, geom, train, batch)
       for t, row in ipairs(yc:totable()) do
         for b, v in ipairs(row) do
           if v < 0 or v >= V then
-            fail("layer '%s' (class rec), unit layer '%s': label %d at step %d of sequence %d is "
-              .. "outside 0..%d (target '%s')", self.name, (self.choice or self.losses[1]).name,
+            fail("%s, unit layer '%s': label %d at step %d of sequence %d is "
+              .. "outside 0..%d (target '%s')", rec_where(self.name), (self.choice or self.losses[1]).name,
               v, t, b, V - 1, self.target)
           end
         end
@@ -834,8 +837,8 @@ function Rec:forward(inputs, geom, train, batch)
     for _, unit in ipairs(self.units) do
       if in_loop(unit, teacher) then
         if unit.kind == "choice" then
-          fail("layer '%s' (class rec), unit layer '%s': a choice without a target in the batch needs "
-            .. "search (net:search)", self.name, unit.name)
+          fail("%s, unit layer '%s': a choice without a target in the batch needs "
+            .. "search (net:search)", rec_where(self.name), unit.name)
         end
         self:store_unit(unit, t, train)
       end
@@ -846,7 +849,7 @@ function Rec:forward(inputs, geom, train, batch)
       local ins = {}
       for k, s in ipairs(unit.srcs) do ins[k] = self:whole_input(s) end
       local ok, out = pcall(unit.obj.forward, unit.obj, ins, len, train)
-      if not ok then fail("layer '%s' (class rec), unit layer '%s': %s", self.name, unit.name,
+      if not ok then fail("%s, unit layer '%s': %s", rec_where(self.name), unit.name,
           tostring(out)) end
       unit.out:copy_(out)
     end
@@ -856,7 +859,7 @@ function Rec:forward(inputs, geom, train, batch)
     local ins = {}
     for k, s in ipairs(unit.srcs) do ins[k] = self.by_name[s.name].out end
     local ok, out, l, e, f = pcall(unit.obj.forward, unit.obj, ins, len, train, y)
-    if not ok then fail("layer '%s' (class rec), unit layer '%s': %s", self.name, unit.name, tostring(out)) end
+    if not ok then fail("%s, unit layer '%s': %s", rec_where(self.name), unit.name, tostring(out)) end
     unit.out:copy_(out)
     loss, errors = loss + l, errors + e
     frames = frames or f
@@ -885,7 +888,7 @@ end
 
 function Rec:backward(grad_out, grad_in)
   if not self.forwarded then
-    fail("layer '%s' (class rec): backward needs a forward before it (once per forward)", self.name)
+    fail("%s: backward needs a forward before it (once per forward)", rec_where(self.name))
   end
   self.forwarded = false
   local S, B, teacher = self.S, self.B, self.teacher
@@ -898,8 +901,8 @@ function Rec:backward(grad_out, grad_in)
   if self.dsource then self.dsource:zero_() end
   if grad_out then
     if self.sparse_out then
-      fail("layer '%s' (class rec): its output is labels (unit layer 'output' is a choice) and takes "
-        .. "no gradient", self.name)
+      fail("%s: its output is labels (unit layer 'output' is a choice) and takes "
+        .. "no gradient", rec_where(self.name))
     end
     self.out_unit.grad:add_(grad_out)
   end
@@ -909,7 +912,7 @@ function Rec:backward(grad_out, grad_in)
     local ok, err = pcall(function()
       unit.obj:backward(nil, gin)
     end)
-    if not ok then fail("layer '%s' (class rec), unit layer '%s': %s", self.name, unit.name, tostring(err)) end
+    if not ok then fail("%s, unit layer '%s': %s", rec_where(self.name), unit.name, tostring(err)) end
     for k, s in ipairs(unit.srcs) do self.by_name[s.name].grad:add_(gin[k]) end
   end
   -- the layers outside the recurrence, over all steps at once, readers before what they read
@@ -918,7 +921,7 @@ function Rec:backward(grad_out, grad_in)
     if unit.hoisted then
       local gin = unit.whole_gin
       local ok, err = pcall(unit.obj.backward, unit.obj, unit.grad, gin)
-      if not ok then fail("layer '%s' (class rec), unit layer '%s': %s", self.name, unit.name,
+      if not ok then fail("%s, unit layer '%s': %s", rec_where(self.name), unit.name,
           tostring(err)) end
       for k, s in ipairs(unit.srcs) do
         if gin[k] then
@@ -959,7 +962,7 @@ function Rec:backward(grad_out, grad_in)
           end
           local gin = t == 1 and unit.gin_first or unit.gin
           local ok, err = pcall(obj.backward, obj, g, gin)
-          if not ok then fail("layer '%s' (class rec), unit layer '%s', step %d: %s", self.name,
+          if not ok then fail("%s, unit layer '%s', step %d: %s", rec_where(self.name),
               unit.name, t, tostring(err)) end
           if unit.kind == "recurrent" then
             -- the first state's gradient flows to the previous step's output (= that state),
@@ -1185,7 +1188,7 @@ end
 -- a string expression of T (M.length_expr).
 function Rec:limits(geom, max_seq_len)
   local f = max_seq_len
-  local where = string.format("layer '%s' (class rec), unit layer '%s'", self.name, self.choice.name)
+  local where = string.format("%s, unit layer '%s'", rec_where(self.name), self.choice.name)
   if f == nil then
     fail("%s: search needs max_seq_len (a number, a function of the input length T, or an "
       .. "expression of T such as \"2 * T + 3\")", where)
@@ -1229,9 +1232,9 @@ function Rec:search(inputs, geom, opts)
   opts = opts or {}
   local choice = self.choice
   if not choice then
-    fail("layer '%s' (class rec): search needs a choice layer in the unit", self.name)
+    fail("%s: search needs a choice layer in the unit", rec_where(self.name))
   end
-  local where = string.format("layer '%s' (class rec), unit layer '%s'", self.name, choice.name)
+  local where = string.format("%s, unit layer '%s'", rec_where(self.name), choice.name)
   local K = opts.beam_size or choice.beam_size
   if math.type(K) ~= "integer" or K < 1 then
     fail("%s: beam_size must be a positive integer, got %s", where, tostring(K))
@@ -1460,7 +1463,7 @@ end
 function Rec:attention_weights(uname)
   local unit = self.by_name[uname]
   if not unit or unit.kind ~= "attention" then
-    fail("layer '%s' (class rec): no attention layer '%s' in the unit", self.name, tostring(uname))
+    fail("%s: no attention layer '%s' in the unit", rec_where(self.name), tostring(uname))
   end
   return unit.obj.alpha:narrow(1, 1, self.S)
 end
