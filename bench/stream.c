@@ -166,12 +166,13 @@ int main(int argc, char **argv) {
     free(ss);
     free(open_s);
     free(th);
-    printf("### Streaming through the C API (bench/stream.c)\n\n"
-           "One 40-value frame a `rl_session_push` through a causal 3 x 512 LSTM (softmax 40 out), "
-           "%d pushes a stream after 50 of warm-up, %d BLAS thread(s), precision %s; S streams push "
-           "at once from S threads, each with its own session.\n\n"
-           "| streams | p50 ms | p90 ms | p99 ms | max ms |\n|---|---|---|---|---|\n",
-           frames, threads, precision);
+    printf(
+        "### Streaming through the C API (bench/stream.c)\n\n"
+        "One 40-value frame a `rl_session_push` through a causal 3 x 512 LSTM (softmax 40 out), "
+        "%d pushes a stream after 50 of warm-up, %d BLAS thread(s), precision %s; S streams push "
+        "at once from S threads, each with its own session.\n\n"
+        "| streams | p50 ms | p90 ms | p99 ms | max ms |\n|---|---|---|---|---|\n",
+        frames, threads, precision);
     for (int s = 1; s <= max_streams; s *= 2) {
         run(m, s, frames, lat);
         int n = s * frames;

@@ -649,7 +649,7 @@ static rl_status rows_of(const rl_layer *l, const char *fn, const char *what, co
         rl_tensor_device(t).type != RL_CPU)
         return rl_error(RL_ESHAPE,
                         RL_LAYER_WHERE ": %s: %s is %s, expected a contiguous float CPU tensor "
-                        "of rows of %" PRId64,
+                                       "of rows of %" PRId64,
                         l->name, l->ops->class_name, fn, what,
                         t && t->storage ? rl_tensor_describe(t, s, sizeof s) : "nothing", cols);
     *n = rl_tensor_numel(t) / cols;
@@ -661,7 +661,8 @@ rl_status rl_recurrent_weight_grads(rl_layer *l, int k, const rl_tensor *x, cons
     rl_recurrent *r = NULL;
     RL_TRY(recurrent_of(l, fn, &r));
     if (k < -1 || k >= l->n_in)
-        return rl_error(RL_EARG, RL_LAYER_WHERE ": %s: the layer has %d inputs, k = %d names none (-1: U)",
+        return rl_error(RL_EARG,
+                        RL_LAYER_WHERE ": %s: the layer has %d inputs, k = %d names none (-1: U)",
                         l->name, l->ops->class_name, fn, l->n_in, k);
     int64_t F = k < 0 ? l->n_out : l->in_dims[k], nx, nz;
     RL_TRY(rows_of(l, fn, k < 0 ? "x (the previous states)" : "x", x, F, &nx));
@@ -669,7 +670,7 @@ rl_status rl_recurrent_weight_grads(rl_layer *l, int k, const rl_tensor *x, cons
     if (nx != nz || x->dtype != dz->dtype)
         return rl_error(RL_ESHAPE,
                         RL_LAYER_WHERE ": %s: x has %" PRId64 " rows of %s, dz %" PRId64
-                        " rows of %s; expected the same rows and dtype",
+                                       " rows of %s; expected the same rows and dtype",
                         l->name, l->ops->class_name, fn, nx, rl_dtype_name(x->dtype), nz,
                         rl_dtype_name(dz->dtype));
     if (nx == 0) return RL_OK;

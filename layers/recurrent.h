@@ -228,7 +228,7 @@ typedef struct rl_recurrent {
     void (*on_stream_drop)(struct rl_recurrent *r);
     struct rl_packs *packs; /* packed operands, possibly shared with other step objects; made on
                                first use */
-    bool adopted;   /* packs are another network's frozen ones (rl_recurrent_adopt_packs) */
+    bool adopted;           /* packs are another network's frozen ones (rl_recurrent_adopt_packs) */
     bool adopted_w; /* and the input products read their packed W (rl_recurrent_adopted_inputs) */
     uint32_t zero_inputs; /* inputs the caller gives as all zeros (rl_recurrent_set_zero_inputs) */
     uint32_t zero_fwd;    /* the part of it the last forward used (and its backward uses) */

@@ -1,6 +1,6 @@
 /* The instruction-set level of the CPU kernels that are compiled more than once (the packed
- * small-M GEMM, the LSTM's, GRU's, janet's and MDLSTM's fused pointwise passes, the softmax rows) and
- * picked at run time, so that one binary runs its fastest path on AVX-512 machines and on
+ * small-M GEMM, the LSTM's, GRU's, janet's and MDLSTM's fused pointwise passes, the softmax rows)
+ * and picked at run time, so that one binary runs its fastest path on AVX-512 machines and on
  * AVX2-only ones alike.
  *
  * Levels are ranks within one architecture, 0 being plain C: x86-64 has generic, avx2 and

@@ -230,8 +230,7 @@ __global__ void k_to_bf16(__nv_bfloat16 *__restrict__ dst, const float *__restri
 /* src (rows x cols, rows ld apart) rounded to bf16 into dst (dense, rows cols apart) */
 static rl_status to_bf16(const char *fn, cudaStream_t s, __nv_bfloat16 *dst, const float *src,
                          int64_t rows, int64_t cols, int64_t ld) {
-    k_to_bf16<<<rl_cuda_blocks_for(rows * cols), RL_CUDA_THREADS, 0, s>>>(dst, src, rows, cols,
-                                                                          ld);
+    k_to_bf16<<<rl_cuda_blocks_for(rows * cols), RL_CUDA_THREADS, 0, s>>>(dst, src, rows, cols, ld);
     cudaError_t e = cudaGetLastError();
     return e == cudaSuccess ? RL_OK
                             : rl_cuda_fail(e, "%s: rounding a %lld x %lld operand to bf16", fn,
@@ -245,8 +244,10 @@ extern "C" rl_status rl_cuda_gemm_bf16(void *stream, bool trans_a, bool trans_b,
     const char *fn = "rl_cuda_gemm_bf16";
     if (m <= 0 || n <= 0) return RL_OK;
     if (m > INT32_MAX || n > INT32_MAX || k > INT32_MAX || ldc > INT32_MAX)
-        return rl_error(RL_EARG, "%s: m=%lld n=%lld k=%lld ldc=%lld: cublasGemmEx takes sizes up to "
-                        "2^31 - 1", fn, (long long)m, (long long)n, (long long)k, (long long)ldc);
+        return rl_error(RL_EARG,
+                        "%s: m=%lld n=%lld k=%lld ldc=%lld: cublasGemmEx takes sizes up to "
+                        "2^31 - 1",
+                        fn, (long long)m, (long long)n, (long long)k, (long long)ldc);
     RL_TRY(rl_cuda_enter(fn, c));
     cudaStream_t s = rl_cuda_stream(stream);
     cublasHandle_t h;
@@ -271,11 +272,11 @@ extern "C" rl_status rl_cuda_gemm_bf16(void *stream, bool trans_a, bool trans_b,
     if (st == RL_OK) {
         /* row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T, as in the float32 path;
          * the rounded copies are dense, so their leading dimensions are their column counts */
-        cublasStatus_t bs = cublasGemmEx(
-            h, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, (int)n,
-            (int)m, (int)k, &alpha, buf + na, CUDA_R_16BF, (int)(bc ? bc : 1), buf, CUDA_R_16BF,
-            (int)(ac ? ac : 1), &beta, c, CUDA_R_32F, (int)ldc, CUBLAS_COMPUTE_32F,
-            CUBLAS_GEMM_DEFAULT);
+        cublasStatus_t bs = cublasGemmEx(h, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                         trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, (int)n, (int)m,
+                                         (int)k, &alpha, buf + na, CUDA_R_16BF, (int)(bc ? bc : 1),
+                                         buf, CUDA_R_16BF, (int)(ac ? ac : 1), &beta, c, CUDA_R_32F,
+                                         (int)ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
         if (bs != CUBLAS_STATUS_SUCCESS)
             st = rl_error(RL_EDEVICE, "%s: cublasGemmEx: %s (m=%lld n=%lld k=%lld, %s%s)", fn,
                           cublasGetStatusString(bs), (long long)m, (long long)n, (long long)k,
