@@ -150,6 +150,59 @@ rl_status rl_session_push(rl_session *session, const rl_batch *chunk, rl_output 
 /* Starts a new stream: the next push begins from the initial (zero) state. */
 rl_status rl_session_reset(rl_session *session);
 
+/* ---- Language models in decoding -------------------------------------------------------------
+ * Shallow fusion of a language model into CTC's prefix beam search, as rl.ctc_decode{lm = ...}
+ * and rl.forward{decode = "ctc", lm = ...} do it (docs/ctc.md): a prefix ranks by
+ *   log p_ctc + weight * log p_lm + bonus * (LM tokens),
+ * the end of the sentence scored before the best is chosen. The LM is an ARPA n-gram file
+ * (character-level, or word-level with a word boundary label) or an rnnlua character LM
+ * checkpoint (recipes/char_lm.lua's).
+ *
+ * Ownership: rl_lm_load returns a handle the caller frees with rl_lm_free, after the last call
+ * that uses it has returned (an LM holds no model: it keeps the model's blank, classes and labels
+ * from the load). Calls that use one LM run one at a time (they share its state); for decoding
+ * in parallel, load the LM once per thread. The structs below begin with their size, which the
+ * caller sets to sizeof the struct: a later version of the library appends fields (taking the
+ * ones a caller's older struct lacks as 0) without a new RL_API_VERSION. */
+typedef struct rl_lm rl_lm;
+
+typedef struct rl_lm_options {
+    size_t size;               /* sizeof(rl_lm_options) */
+    const char *const *labels; /* NULL: the model's labels (rl_model_labels; the class numbers
+                                * "0", "1", ... when it has none); else n_labels strings, the
+                                * LM token of each label (the blank left out) */
+    int64_t n_labels;
+    const char *word_boundary; /* NULL: every label is one LM token (a character LM); else the
+                                * label (its text) that ends words: a word n-gram scoring the
+                                * labels between two boundaries as one word (lexicon-free) */
+    const char *layer;         /* a neural LM's softmax layer; NULL: "output" */
+} rl_lm_options;
+
+/* Loads the LM at path for the outputs of model's CTC layer (rl_model_labels: blank >= 0): an
+ * ARPA file, or an rnnlua checkpoint (an HDF5 file) of a character LM. Each label must be in the
+ * LM's vocabulary (a character LM; a word LM scores unknown words as <unk>): a label outside it
+ * is refused, named. options may be NULL. */
+rl_status rl_lm_load(rl_lm **out, const rl_model *model, const char *path,
+                     const rl_lm_options *options);
+/* NULL is ignored. */
+void rl_lm_free(rl_lm *lm);
+
+typedef struct rl_decode_options {
+    size_t size;     /* sizeof(rl_decode_options) */
+    int32_t blank;   /* the blank class (rl_model_labels); with an LM, the LM's model's */
+    int beam;        /* 1..4096; with an LM the prefix beam search runs at every beam (1 too) */
+    const rl_lm *lm; /* NULL: rl_ctc_decode's decoding */
+    double weight;   /* the LM's weight (finite) */
+    double bonus;    /* added per LM token (finite) */
+} rl_decode_options;
+
+/* rl_ctc_decode with the options above: sequence b of out, a CTC layer's output, decoded into
+ * labels (numbered as the targets are, cap of them at most, their number in *n) exactly as
+ * rl.forward{decode = "ctc", beam =, lm = {file =, weight =, bonus =}} decodes it. With an LM,
+ * out must be an output of the LM's model's layer (its classes and blank). */
+rl_status rl_ctc_decode_lm(const rl_output *out, int64_t b, const rl_decode_options *options,
+                           int32_t *labels, int64_t cap, int64_t *n);
+
 #ifdef __cplusplus
 }
 #endif

@@ -12,6 +12,7 @@
  * The model is reference-counted: the caller's reference and one per session. rl_model_free
  * drops the caller's and marks the model freed, after which its sessions refuse to run; the
  * memory goes with the last reference. */
+#include <errno.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -24,8 +25,8 @@
 
 #include "../core/blas.h"
 #include "../core/error.h"
-#include "../kernels/ctc.h"
 #include "../include/rnnlua.h"
+#include "../kernels/ctc.h"
 #include "l_layers.h"
 #include "l_open.h"
 #include "l_tensor.h"
@@ -46,8 +47,8 @@ struct rl_model {
     atomic_int refs;
     atomic_int freed;
     engine e;
-    rl_info info; /* strings malloc'ed */
-    int32_t blank;  /* a CTC layer's blank class, else -1 */
+    rl_info info;  /* strings malloc'ed */
+    int32_t blank; /* a CTC layer's blank class, else -1 */
     int64_t n_labels;
     char **labels; /* the target's labels the checkpoint stores (n_labels), malloc'ed */
     char *path, *layer, *device, *lua_file;
@@ -68,10 +69,10 @@ const char *rl_version(void) { return RL_VERSION; }
 typedef struct {
     engine *e;
     const char *path, *layer, *device, *lua_file, *who;
-    rl_info *info; /* NULL: not wanted */
+    rl_info *info;   /* NULL: not wanted */
     rl_model *model; /* with info: its blank and labels filled */
-    int snap_ref;  /* a session's: its copy of the model's snapshot in its registry; else
-                      LUA_NOREF */
+    int snap_ref;    /* a session's: its copy of the model's snapshot in its registry; else
+                        LUA_NOREF */
 } load_args;
 
 /* Pushes onto `to` a copy of the value at idx of `from`: nil, booleans, numbers, strings,
@@ -569,9 +570,21 @@ rl_status rl_model_labels(const rl_model *model, int32_t *blank, int64_t *n,
     return RL_OK;
 }
 
-rl_status rl_ctc_decode(const rl_output *out, int64_t b, int32_t blank, int beam, int32_t *labels,
-                        int64_t cap, int64_t *n) {
-    static const char who[] = "rl_ctc_decode";
+/* RL_OK, or an error naming the first NaN among the T frames of sequence b of out. */
+static rl_status check_frames(const rl_output *out, int64_t b, int64_t T, const char *who) {
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t c = 0; c < out->dim; c++)
+            if (isnan(out->y[(t * out->B + b) * out->dim + c]))
+                return rl_error(RL_EARG,
+                                "%s: out->y: class %lld of frame %lld of sequence %lld is NaN", who,
+                                (long long)c, (long long)t, (long long)b);
+    return RL_OK;
+}
+
+/* The checks of rl_ctc_decode's arguments; *T gets the frames of sequence b. */
+static rl_status decode_checks(const rl_output *out, int64_t b, int32_t blank, int beam,
+                               const int32_t *labels, int64_t cap, int64_t *n, const char *who,
+                               int64_t *T) {
     if (out == NULL) return rl_error(RL_EARG, "%s: out is NULL", who);
     if (labels == NULL) return rl_error(RL_EARG, "%s: labels is NULL", who);
     if (n == NULL) return rl_error(RL_EARG, "%s: n is NULL", who);
@@ -591,25 +604,41 @@ rl_status rl_ctc_decode(const rl_output *out, int64_t b, int32_t blank, int beam
     if (beam < 1 || beam > 4096)
         return rl_error(RL_EARG, "%s: beam = %d is out of range 1..4096", who, beam);
     if (cap < 0) return rl_error(RL_EARG, "%s: cap = %lld is negative", who, (long long)cap);
-    int64_t T = out->lengths[b], V = out->dim, B = out->B;
-    if (T < 0 || T > out->T)
+    *T = out->lengths[b];
+    if (*T < 0 || *T > out->T)
         return rl_error(RL_ESHAPE, "%s: out->lengths[%lld] = %lld is not in 0..T = %lld", who,
-                        (long long)b, (long long)T, (long long)out->T);
+                        (long long)b, (long long)*T, (long long)out->T);
+    return RL_OK;
+}
+
+/* got decoded labels (numbered as the targets) into the caller's labels, at most cap. */
+static rl_status put_labels(const int32_t *got_labels, int64_t got, int32_t *labels, int64_t cap,
+                            int64_t *n, const char *who) {
+    *n = got;
+    for (int64_t i = 0; i < got && i < cap; i++)
+        labels[i] = got_labels[i];
+    if (got > cap)
+        return rl_error(RL_ESHAPE, "%s: cap = %lld: the sequence has %lld labels", who,
+                        (long long)cap, (long long)got);
+    return RL_OK;
+}
+
+/* rl_ctc_decode for `who`, the arguments checked: no LM. */
+static rl_status decode_plain(const rl_output *out, int64_t b, int64_t T, int32_t blank, int beam,
+                              int32_t *labels, int64_t cap, int64_t *n, const char *who) {
+    int64_t V = out->dim, B = out->B;
     int32_t *path = malloc(sizeof *path * (size_t)(T > 0 ? T : 1));
-    if (path == NULL) return rl_error(RL_ENOMEM, "%s: no memory for %lld frames", who, (long long)T);
+    if (path == NULL)
+        return rl_error(RL_ENOMEM, "%s: no memory for %lld frames", who, (long long)T);
     rl_status st = RL_OK;
     int64_t got = 0;
     if (beam == 1) { /* best path: the likeliest class of each frame, repeats merged, blanks out */
+        st = check_frames(out, b, T, who);
         for (int64_t t = 0; t < T && st == RL_OK; t++) {
             const float *p = out->y + (t * B + b) * V;
             int32_t best = 0;
-            for (int64_t c = 0; c < V; c++) {
-                if (isnan(p[c]))
-                    st = rl_error(RL_EARG, "%s: out->y: class %lld of frame %lld of sequence %lld "
-                                  "is NaN", who, (long long)c, (long long)t, (long long)b);
-                else if (p[c] > p[best])
-                    best = (int32_t)c;
-            }
+            for (int64_t c = 0; c < V; c++)
+                if (p[c] > p[best]) best = (int32_t)c;
             path[t] = best;
         }
         if (st == RL_OK) got = rl_ctc_collapse(path, T, 1, blank, path);
@@ -632,15 +661,20 @@ rl_status rl_ctc_decode(const rl_output *out, int64_t b, int32_t blank, int beam
         }
     }
     if (st == RL_OK) {
-        *n = got;
-        if (got > cap)
-            st = rl_error(RL_ESHAPE, "%s: cap = %lld: the sequence has %lld labels", who,
-                          (long long)cap, (long long)got);
-        for (int64_t i = 0; i < got && i < cap; i++)
-            labels[i] = path[i] < blank ? path[i] : path[i] - 1;
+        for (int64_t i = 0; i < got; i++)
+            path[i] = path[i] < blank ? path[i] : path[i] - 1;
+        st = put_labels(path, got, labels, cap, n, who);
     }
     free(path);
     return st;
+}
+
+rl_status rl_ctc_decode(const rl_output *out, int64_t b, int32_t blank, int beam, int32_t *labels,
+                        int64_t cap, int64_t *n) {
+    static const char who[] = "rl_ctc_decode";
+    int64_t T = 0;
+    RL_TRY(decode_checks(out, b, blank, beam, labels, cap, n, who, &T));
+    return decode_plain(out, b, T, blank, beam, labels, cap, n, who);
 }
 
 rl_status rl_model_info(const rl_model *model, rl_info *info) {
@@ -734,4 +768,243 @@ rl_status rl_session_reset(rl_session *session) {
     RL_TRY(session_usable(session, "rl_session_reset"));
     session->started = 0;
     return RL_OK;
+}
+
+/* ---- language models: rl_lm_load, rl_ctc_decode_lm --------------------------------------------
+ * An LM handle holds a Lua state of its own with the LM as rl.forward's decoding takes it
+ * (lua/rnnlua/capi.lua's lm_load: forward.ctc_lm, the n-gram model read by kernels/ngram.c or
+ * the character LM's network), so rl_ctc_decode_lm decodes by the very function rl.forward
+ * decodes with (forward.ctc_labels, rl.ctc_decode). Its state is used under its mutex. */
+
+struct rl_lm {
+    pthread_mutex_t mu;
+    lua_State *L;
+    int ref;       /* capi.lm_load's table in the registry */
+    int32_t blank; /* the model's CTC blank */
+    int64_t V;     /* classes of the model's layer */
+};
+
+typedef struct {
+    rl_lm *lm;
+    const rl_model *model;
+    const char *kind, *path, *word_boundary, *layer, *who;
+    const char *const *labels; /* the caller's, or NULL */
+    int64_t n_labels;
+} lm_load_args;
+
+static void push_strings(lua_State *L, const char *const *s, int64_t n) {
+    lua_createtable(L, (int)n, 0);
+    for (int64_t i = 0; i < n; i++) {
+        lua_pushstring(L, s[i] ? s[i] : "");
+        lua_rawseti(L, -2, i + 1);
+    }
+}
+
+static int lm_load_protected(lua_State *L) {
+    lm_load_args *a = lua_touserdata(L, 1);
+    lua_getfield(L, LUA_REGISTRYINDEX, "capi");
+    lua_getfield(L, -1, "lm_load");
+    lua_pushstring(L, a->kind);
+    lua_pushstring(L, a->path);
+    lua_pushinteger(L, a->model->blank);
+    lua_pushinteger(L, a->model->info.output_dim);
+    if (a->model->n_labels > 0)
+        push_strings(L, (const char *const *)a->model->labels, a->model->n_labels);
+    else
+        lua_pushnil(L);
+    if (a->labels)
+        push_strings(L, a->labels, a->n_labels);
+    else
+        lua_pushnil(L);
+    lua_pushstring(L, a->word_boundary);
+    lua_pushstring(L, a->layer);
+    lua_pushstring(L, a->who);
+    lua_call(L, 9, 1);
+    a->lm->ref = luaL_ref(L, LUA_REGISTRYINDEX);
+    return 0;
+}
+
+/* The fields of a caller's struct that begins with its size: the bytes its size covers, the rest
+ * 0. A size below the first version's or above this library's is refused. */
+static rl_status sized_struct(void *dst, size_t dst_size, const void *src, size_t first_size,
+                              const char *who, const char *arg, const char *type) {
+    memset(dst, 0, dst_size);
+    if (src == NULL) return RL_OK;
+    size_t size = *(const size_t *)src;
+    if (size < first_size || size > dst_size)
+        return rl_error(RL_EARG, "%s: %s->size = %zu is not sizeof(%s) (%zu): set it so", who, arg,
+                        size, type, dst_size);
+    memcpy(dst, src, size);
+    return RL_OK;
+}
+
+void rl_lm_free(rl_lm *lm) {
+    if (lm == NULL) return;
+    if (lm->L) lua_close(lm->L);
+    pthread_mutex_destroy(&lm->mu);
+    free(lm);
+}
+
+rl_status rl_lm_load(rl_lm **out, const rl_model *model, const char *path,
+                     const rl_lm_options *options) {
+    static const char who[] = "rl_lm_load";
+    if (out == NULL) return rl_error(RL_EARG, "%s: out is NULL", who);
+    *out = NULL;
+    if (model == NULL) return rl_error(RL_EARG, "%s: model is NULL", who);
+    if (path == NULL) return rl_error(RL_EARG, "%s: path is NULL", who);
+    if (atomic_load(&model->freed)) return rl_error(RL_EARG, "%s: model: the model was freed", who);
+    rl_lm_options o;
+    RL_TRY(sized_struct(&o, sizeof o, options, sizeof o, who, "options", "rl_lm_options"));
+    if (model->blank < 0)
+        return rl_error(RL_EARG,
+                        "%s: model: layer '%s' of %s is no CTC layer (a softmax trained with "
+                        "loss = \"ctc\"): an LM fuses into CTC decoding",
+                        who, model->info.output, model->path);
+    int64_t want = model->info.output_dim - 1;
+    if (o.labels && o.n_labels != want)
+        return rl_error(RL_EARG,
+                        "%s: options->n_labels = %lld: the model's layer '%s' has %lld labels (its "
+                        "classes, the blank left out)",
+                        who, (long long)o.n_labels, model->info.output, (long long)want);
+    for (int64_t i = 0; o.labels && i < o.n_labels; i++)
+        if (o.labels[i] == NULL)
+            return rl_error(RL_EARG, "%s: options->labels[%lld] is NULL", who, (long long)i);
+    /* an rnnlua checkpoint is an HDF5 file: a neural LM; anything else is read as ARPA text */
+    FILE *f = fopen(path, "rb");
+    if (f == NULL)
+        return rl_error(RL_EIO, "%s: path: cannot open %s: %s", who, path, strerror(errno));
+    unsigned char magic[8] = {0};
+    size_t got = fread(magic, 1, sizeof magic, f);
+    fclose(f);
+    int hdf5 = got == 8 && memcmp(magic, "\x89HDF\r\n\x1a\n", 8) == 0;
+    if (o.layer && !hdf5)
+        return rl_error(RL_EARG,
+                        "%s: options->layer = '%s' names a neural LM's layer, but %s is no rnnlua "
+                        "checkpoint (read as an ARPA file)",
+                        who, o.layer, path);
+    rl_lm *lm = calloc(1, sizeof *lm);
+    if (lm == NULL) return rl_error(RL_ENOMEM, "%s: no memory", who);
+    pthread_mutex_init(&lm->mu, NULL);
+    lm->blank = model->blank;
+    lm->V = model->info.output_dim;
+    lm->L = luaL_newstate();
+    if (lm->L == NULL) {
+        rl_lm_free(lm);
+        return rl_error(RL_ENOMEM, "%s: no memory for a Lua state", who);
+    }
+    int status = lua_cpcall_like(lm->L, open_protected, NULL, NULL);
+    if (status == LUA_OK) {
+        lm_load_args a = {.lm = lm,
+                          .model = model,
+                          .kind = hdf5 ? "model" : "file",
+                          .path = path,
+                          .word_boundary = o.word_boundary,
+                          .layer = o.layer,
+                          .who = who,
+                          .labels = o.labels,
+                          .n_labels = o.n_labels};
+        pthread_mutex_lock(&load_mu); /* a neural LM's checkpoint is read through libhdf5 */
+        status = lua_cpcall_like(lm->L, lm_load_protected, &a, NULL);
+        pthread_mutex_unlock(&load_mu);
+    }
+    if (status != LUA_OK) {
+        rl_status st = lua_failure(lm->L, status == LUA_ERRMEM ? RL_ENOMEM : RL_EIO, who);
+        rl_lm_free(lm);
+        return st;
+    }
+    *out = lm;
+    return RL_OK;
+}
+
+typedef struct {
+    const rl_lm *lm;
+    const rl_output *out;
+    int64_t b, T;
+    int beam;
+    double weight, bonus;
+    int32_t *path; /* T labels at most */
+    int64_t got;
+    const char *who;
+} lm_decode_args;
+
+static int lm_decode_protected(lua_State *L) {
+    lm_decode_args *a = lua_touserdata(L, 1);
+    const rl_output *o = a->out;
+    lua_getfield(L, LUA_REGISTRYINDEX, "capi");
+    lua_getfield(L, -1, "lm_decode");
+    lua_rawgeti(L, LUA_REGISTRYINDEX, a->lm->ref);
+    /* the sequence's frames, (T, 1, V); a sequence of no frames gets one frame, not read */
+    int64_t Tp = a->T > 0 ? a->T : 1, V = o->dim;
+    int64_t shape[3] = {Tp, 1, V};
+    rl_tensor *y = rl_lua_push_tensor(L);
+    if (rl_tensor_empty(y, RL_FLOAT32, RL_DEVICE_CPU, 3, shape) != RL_OK)
+        return rl_lua_raise(L, a->who);
+    float *yd = rl_tensor_data(y);
+    for (int64_t t = 0; t < Tp; t++)
+        memcpy(yd + t * V, o->y + ((t < a->T ? t : 0) * o->B + a->b) * V,
+               (size_t)V * sizeof(float));
+    rl_tensor *len = rl_lua_push_tensor(L);
+    if (rl_tensor_empty(len, RL_INT32, RL_DEVICE_CPU, 1, &shape[1]) != RL_OK)
+        return rl_lua_raise(L, a->who);
+    *(int32_t *)rl_tensor_data(len) = (int32_t)a->T;
+    lua_pushinteger(L, a->beam);
+    lua_pushnumber(L, a->weight);
+    lua_pushnumber(L, a->bonus);
+    lua_call(L, 6, 1);
+    int64_t n = (int64_t)lua_rawlen(L, -1);
+    if (n > a->T)
+        return luaL_error(L, "%s: %lld labels of %lld frames", a->who, (long long)n,
+                          (long long)a->T);
+    for (int64_t i = 0; i < n; i++) {
+        lua_rawgeti(L, -1, i + 1);
+        a->path[i] = (int32_t)lua_tointeger(L, -1);
+        lua_pop(L, 1);
+    }
+    a->got = n;
+    return 0;
+}
+
+static int finite_d(double v) { return !isnan(v) && !isinf(v); }
+
+rl_status rl_ctc_decode_lm(const rl_output *out, int64_t b, const rl_decode_options *options,
+                           int32_t *labels, int64_t cap, int64_t *n) {
+    static const char who[] = "rl_ctc_decode_lm";
+    if (options == NULL) return rl_error(RL_EARG, "%s: options is NULL", who);
+    rl_decode_options o;
+    RL_TRY(sized_struct(&o, sizeof o, options, sizeof o, who, "options", "rl_decode_options"));
+    int64_t T = 0;
+    RL_TRY(decode_checks(out, b, o.blank, o.beam, labels, cap, n, who, &T));
+    if (o.lm == NULL) return decode_plain(out, b, T, o.blank, o.beam, labels, cap, n, who);
+    const rl_lm *lm = o.lm;
+    if (!finite_d(o.weight))
+        return rl_error(RL_EARG, "%s: options->weight = %g is not a finite number", who, o.weight);
+    if (!finite_d(o.bonus))
+        return rl_error(RL_EARG, "%s: options->bonus = %g is not a finite number", who, o.bonus);
+    if (out->dim != lm->V || o.blank != lm->blank)
+        return rl_error(RL_ESHAPE,
+                        "%s: out has %lld classes with blank %d (options->blank), the LM's model "
+                        "%lld classes with blank %d: out is no output of that model's layer",
+                        who, (long long)out->dim, (int)o.blank, (long long)lm->V, (int)lm->blank);
+    RL_TRY(check_frames(out, b, T, who));
+    int32_t *path = malloc(sizeof *path * (size_t)(T > 0 ? T : 1));
+    if (path == NULL)
+        return rl_error(RL_ENOMEM, "%s: no memory for %lld frames", who, (long long)T);
+    lm_decode_args a = {.lm = lm,
+                        .out = out,
+                        .b = b,
+                        .T = T,
+                        .beam = o.beam,
+                        .weight = o.weight,
+                        .bonus = o.bonus,
+                        .path = path,
+                        .who = who};
+    pthread_mutex_lock((pthread_mutex_t *)&lm->mu);
+    int status = lua_cpcall_like(lm->L, lm_decode_protected, &a, NULL);
+    rl_status st = RL_OK;
+    if (status != LUA_OK) st = lua_failure(lm->L, status == LUA_ERRMEM ? RL_ENOMEM : RL_EARG, who);
+    lua_settop(lm->L, 0);
+    pthread_mutex_unlock((pthread_mutex_t *)&lm->mu);
+    if (st == RL_OK) st = put_labels(path, a.got, labels, cap, n, who);
+    free(path);
+    return st;
 }

@@ -173,4 +173,25 @@ function M.load(source, layer, device, who, lua_file)
     num_params = net:num_params(), blank = fm.blank, labels = forward.target_labels(fm)}, Model)
 end
 
+
+-- ---- language models: rl_lm_load, rl_ctc_decode_lm (an LM handle has a Lua state of its own)
+
+-- The LM of a handle: rl.ctc_decode's lm option for a CTC layer of V classes with blank `blank`
+-- as rl.forward makes it (forward.ctc_lm: the labels in the targets' numbering, model_labels the
+-- checkpoint's, the LM loaded and checked against them here); kind "file" (an ARPA file) or
+-- "model" (a character LM checkpoint).
+function M.lm_load(kind, path, blank, V, model_labels, labels, word_boundary, layer, who)
+  local spec = {[kind] = path, weight = 0, labels = labels, word_boundary = word_boundary,
+    layer = layer}
+  return {lm = forward.ctc_lm(spec, blank, V, model_labels, who), blank = blank}
+end
+
+-- The labels of the one sequence of y, (T, 1, V) float32 probabilities with lengths (1) int32,
+-- by rl.forward's decoding (forward.ctc_labels) with the LM at weight and bonus.
+function M.lm_decode(h, y, lengths, beam, weight, bonus)
+  local opt = util.copy(h.lm)
+  opt.weight, opt.bonus = weight, bonus
+  return forward.ctc_labels({blank = h.blank}, y, lengths, beam, opt)[1]
+end
+
 return M

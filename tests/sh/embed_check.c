@@ -3,7 +3,8 @@
  * naming the call and the argument; a session used after its model was freed fails cleanly;
  * sessions in threads give the numbers of the serial run; any layer's output; refusals of
  * models that cannot stream or be built.
- * Usage: embed_check CAUSAL.h5 BIDIRECTIONAL.h5 DATASET.h5 LUACLASS.h5 SPARSE.h5 LUACLASS.lua */
+ * Usage: embed_check CAUSAL.h5 BIDIRECTIONAL.h5 DATASET.h5 LUACLASS.h5 SPARSE.h5 LUACLASS.lua
+ *        CTC.h5 DIR (test_embed.sh's folder: the dev sequences, LMs and rl.forward's decodings) */
 #include <math.h>
 #include <pthread.h>
 #include <rnnlua.h>
@@ -71,9 +72,8 @@ static void check_ctc(const char *file, rl_model *ce) {
     const char *const *names = NULL;
     expect("load ctc", rl_model_load(&m, file, NULL) == RL_OK);
     if (m == NULL) return;
-    expect("ctc labels", rl_model_labels(m, &blank, &n, &names) == RL_OK && blank == 3 &&
-                             n == 3 && names && strcmp(names[0], "a") == 0 &&
-                             strcmp(names[2], "c") == 0);
+    expect("ctc labels", rl_model_labels(m, &blank, &n, &names) == RL_OK && blank == 3 && n == 3 &&
+                             names && strcmp(names[0], "a") == 0 && strcmp(names[2], "c") == 0);
     expect("no ctc layer: blank -1", rl_model_labels(ce, &blank, &n, &names) == RL_OK &&
                                          blank == -1 && n == 0 && names == NULL);
     expect_error("labels model NULL", rl_model_labels(NULL, &blank, &n, &names), RL_EARG,
@@ -94,9 +94,8 @@ static void check_ctc(const char *file, rl_model *ce) {
                 y[(t * HB + b) * V + c] = c == path[b][t] ? 0.97f : 0.01f;
     rl_output h = {.y = y, .lengths = len, .T = HT, .B = HB, .dim = V};
     for (int beam = 1; beam <= 8; beam += 7) {
-        expect("decode best path / beam",
-               rl_ctc_decode(&h, 0, 3, beam, got, 8, &n) == RL_OK && n == 3 && got[0] == 0 &&
-                   got[1] == 1 && got[2] == 2);
+        expect("decode best path / beam", rl_ctc_decode(&h, 0, 3, beam, got, 8, &n) == RL_OK &&
+                                              n == 3 && got[0] == 0 && got[1] == 1 && got[2] == 2);
         expect("decode a blank between repeats",
                rl_ctc_decode(&h, 1, 3, beam, got, 8, &n) == RL_OK && n == 2 && got[0] == 0 &&
                    got[1] == 0);
@@ -140,10 +139,238 @@ static void check_ctc(const char *file, rl_model *ce) {
     rl_model_free(m);
 }
 
+/* ---- language models in CTC decoding (rl_lm_load, rl_ctc_decode_lm) */
+
+/* Sequence i of DIR/in<i>.txt ("T F", then T x F numbers) into x (malloc'ed); 0 when unreadable. */
+static int read_seq(const char *dir, int i, float **xs, int *Ts) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/in%d.txt", dir, i);
+    FILE *f = fopen(path, "r");
+    int Fs = 0;
+    if (f == NULL || fscanf(f, "%d %d", Ts, &Fs) != 2 || *Ts < 1 || Fs != F) {
+        if (f) fclose(f);
+        return 0;
+    }
+    *xs = malloc(sizeof **xs * (size_t)(*Ts * F));
+    for (int k = 0; *xs && k < *Ts * F; k++)
+        if (fscanf(f, "%f", &(*xs)[k]) != 1) return fclose(f), 0;
+    fclose(f);
+    return *xs != NULL;
+}
+
+/* Line i (1-based) of DIR/<name>.txt: the labels rl.forward decoded. Returns their number, -1 when
+ * unreadable. */
+static int64_t read_ref(const char *dir, const char *name, int i, int32_t *ref, int64_t cap) {
+    char path[4096], line[8192];
+    snprintf(path, sizeof path, "%s/%s.txt", dir, name);
+    FILE *f = fopen(path, "r");
+    if (f == NULL) return -1;
+    int64_t n = -1;
+    for (int k = 1; fgets(line, sizeof line, f); k++) {
+        if (k != i) continue;
+        n = 0;
+        for (char *tok = strtok(line, " \n"); tok && n < cap; tok = strtok(NULL, " \n"))
+            ref[n++] = (int32_t)atoi(tok);
+        break;
+    }
+    fclose(f);
+    return n;
+}
+
+/* The labels of the 5 dev sequences, each alone through the CTC model and decoded with opt, equal
+ * rl.forward's (DIR/<name>.txt). Returns how many sequences differ from DIR/<other>.txt. */
+static int same_as_lua(rl_model *m, const char *dir, const rl_decode_options *opt, const char *name,
+                       const char *other) {
+    int ok = 1, differ = 0;
+    for (int i = 1; i <= 5; i++) {
+        float *xs = NULL;
+        int Ts = 0;
+        int32_t len, got[256], ref[256], alt[256];
+        int64_t n = -1;
+        if (!read_seq(dir, i, &xs, &Ts)) {
+            ok = 0;
+            printf("FAIL %s: cannot read %s/in%d.txt\n", name, dir, i);
+            break;
+        }
+        len = Ts;
+        rl_batch b1 = {.T = Ts, .B = 1, .F = F, .x = xs, .lengths = &len};
+        rl_output o;
+        rl_status st = rl_model_forward(m, &b1, NULL, &o);
+        if (st == RL_OK) st = rl_ctc_decode_lm(&o, 0, opt, got, 256, &n);
+        int64_t nr = read_ref(dir, name, i, ref, 256), na = read_ref(dir, other, i, alt, 256);
+        int same = st == RL_OK && n == nr && memcmp(got, ref, sizeof *got * (size_t)n) == 0;
+        if (!same) {
+            printf("FAIL %s: sequence %d: %lld labels (%s), rl.forward %lld:", name, i,
+                   (long long)n, st == RL_OK ? "ok" : rl_errmsg(), (long long)nr);
+            for (int64_t k = 0; k < n && k < 20; k++)
+                printf(" %d", got[k]);
+            printf(" vs");
+            for (int64_t k = 0; k < nr && k < 20; k++)
+                printf(" %d", ref[k]);
+            printf("\n");
+        }
+        ok = ok && same;
+        differ += na != nr || (nr > 0 && memcmp(alt, ref, sizeof *ref * (size_t)nr) != 0);
+        free(xs);
+    }
+    expect(name, ok);
+    return differ;
+}
+
+static void check_lm(const char *file, const char *dir, rl_model *ce) {
+    rl_model *m = NULL;
+    rl_lm *lm = NULL, *word = NULL, *neural = NULL, *bad = NULL;
+    char arpa[4096], ab[4096], charlm[4096], junk[4096], dev[4096];
+    snprintf(arpa, sizeof arpa, "%s/lm.arpa", dir);
+    snprintf(ab, sizeof ab, "%s/lm_ab.arpa", dir);
+    snprintf(charlm, sizeof charlm, "%s/charlm.h5", dir);
+    snprintf(junk, sizeof junk, "%s/junk.arpa", dir);
+    snprintf(dev, sizeof dev, "%s/dev.h5", dir);
+    expect("lm: load ctc", rl_model_load(&m, file, NULL) == RL_OK);
+    if (m == NULL) return;
+    rl_lm_options wo = {.size = sizeof wo, .word_boundary = "b"};
+    expect("lm: load arpa", rl_lm_load(&lm, m, arpa, NULL) == RL_OK);
+    expect("lm: load a word LM", rl_lm_load(&word, m, arpa, &wo) == RL_OK);
+    expect("lm: load a neural LM", rl_lm_load(&neural, m, charlm, NULL) == RL_OK);
+
+    /* rl.forward{decode = "ctc", lm = ...}'s labels, and the LM changes them */
+    rl_decode_options o = {.size = sizeof o, .blank = 3, .beam = 4};
+    same_as_lua(m, dir, &o, "dec_plain", "dec_plain");
+    o = (rl_decode_options){
+        .size = sizeof o, .blank = 3, .beam = 4, .lm = lm, .weight = 1.5, .bonus = 0.5};
+    expect("lm: the n-gram LM changes the labels",
+           same_as_lua(m, dir, &o, "dec_arpa", "dec_plain") > 0);
+    o = (rl_decode_options){
+        .size = sizeof o, .blank = 3, .beam = 1, .lm = lm, .weight = 1, .bonus = -0.25};
+    same_as_lua(m, dir, &o, "dec_arpa1", "dec_plain");
+    o = (rl_decode_options){
+        .size = sizeof o, .blank = 3, .beam = 4, .lm = word, .weight = 1, .bonus = 0.5};
+    same_as_lua(m, dir, &o, "dec_word", "dec_plain");
+    o = (rl_decode_options){
+        .size = sizeof o, .blank = 3, .beam = 3, .lm = neural, .weight = 1, .bonus = 0.2};
+    expect("lm: the neural LM changes the labels",
+           same_as_lua(m, dir, &o, "dec_neural", "dec_plain") > 0);
+    /* the labels given: the model's own are the same LM */
+    const char *abc[3] = {"a", "b", "c"}, *xbc[3] = {"x", "b", "c"};
+    rl_lm_options lo = {.size = sizeof lo, .labels = abc, .n_labels = 3};
+    expect("lm: labels given", rl_lm_load(&bad, m, arpa, &lo) == RL_OK);
+    o = (rl_decode_options){
+        .size = sizeof o, .blank = 3, .beam = 4, .lm = bad, .weight = 1.5, .bonus = 0.5};
+    same_as_lua(m, dir, &o, "dec_arpa", "dec_arpa");
+    rl_lm_free(bad);
+    bad = NULL;
+
+    /* bad LMs */
+    expect_error("lm: out NULL", rl_lm_load(NULL, m, arpa, NULL), RL_EARG,
+                 "rl_lm_load|out is NULL");
+    expect_error("lm: model NULL", rl_lm_load(&bad, NULL, arpa, NULL), RL_EARG,
+                 "rl_lm_load|model is NULL");
+    expect_error("lm: path NULL", rl_lm_load(&bad, m, NULL, NULL), RL_EARG,
+                 "rl_lm_load|path is NULL");
+    expect_error("lm: missing file", rl_lm_load(&bad, m, "no/such.arpa", NULL), RL_EIO,
+                 "rl_lm_load|path|no/such.arpa");
+    FILE *f = fopen(junk, "w");
+    fputs("\\data\\\nngram 1=x\n", f);
+    fclose(f);
+    expect_error("lm: corrupt ARPA", rl_lm_load(&bad, m, junk, NULL), RL_EIO,
+                 "rl_lm_load|junk.arpa:2");
+    printf("corrupt ARPA: %s\n", rl_errmsg());
+    f = fopen(junk, "w");
+    fputs("hello world\n", f);
+    fclose(f);
+    expect_error("lm: not ARPA", rl_lm_load(&bad, m, junk, NULL), RL_EIO, "rl_lm_load|junk.arpa");
+    expect_error("lm: a dataset", rl_lm_load(&bad, m, dev, NULL), RL_EIO, "rl_lm_load|dev.h5");
+    printf("dataset as LM: %s\n", rl_errmsg());
+    expect_error("lm: vocabulary lacks a label", rl_lm_load(&bad, m, ab, NULL), RL_EIO,
+                 "rl_lm_load|lm_ab.arpa|does not cover|'c'");
+    printf("uncovered: %s\n", rl_errmsg());
+    lo.labels = xbc;
+    expect_error("lm: given label not in the vocabulary", rl_lm_load(&bad, m, arpa, &lo), RL_EIO,
+                 "rl_lm_load|does not cover|'x'");
+    lo.labels = abc;
+    lo.n_labels = 2;
+    expect_error("lm: n_labels", rl_lm_load(&bad, m, arpa, &lo), RL_EARG,
+                 "rl_lm_load|options->n_labels = 2");
+    lo = (rl_lm_options){.size = 3};
+    expect_error("lm: options size", rl_lm_load(&bad, m, arpa, &lo), RL_EARG,
+                 "rl_lm_load|options->size = 3");
+    lo = (rl_lm_options){.size = sizeof lo, .word_boundary = "z"};
+    expect_error("lm: word boundary no label", rl_lm_load(&bad, m, arpa, &lo), RL_EIO,
+                 "rl_lm_load|word_boundary 'z'");
+    lo = (rl_lm_options){.size = sizeof lo, .layer = "output"};
+    expect_error("lm: layer of an ARPA file", rl_lm_load(&bad, m, arpa, &lo), RL_EARG,
+                 "rl_lm_load|options->layer");
+    expect_error("lm: model without a CTC layer", rl_lm_load(&bad, ce, arpa, NULL), RL_EARG,
+                 "rl_lm_load|model|no CTC layer");
+    expect("lm: bad loads give no LM", bad == NULL);
+
+    /* bad decodes */
+    enum { HT = 4, V = 4 };
+    static float y[HT * V];
+    int32_t len = HT, got[8];
+    int64_t n;
+    for (int i = 0; i < HT * V; i++)
+        y[i] = 0.25f;
+    rl_output h = {.y = y, .lengths = &len, .T = HT, .B = 1, .dim = V};
+    o = (rl_decode_options){.size = sizeof o, .blank = 3, .beam = 4, .lm = lm, .weight = 1};
+    expect("lm: decode uniform", rl_ctc_decode_lm(&h, 0, &o, got, 8, &n) == RL_OK);
+    expect_error("lm: options NULL", rl_ctc_decode_lm(&h, 0, NULL, got, 8, &n), RL_EARG,
+                 "rl_ctc_decode_lm|options is NULL");
+    expect_error("lm: decode out NULL", rl_ctc_decode_lm(NULL, 0, &o, got, 8, &n), RL_EARG,
+                 "rl_ctc_decode_lm|out is NULL");
+    expect_error("lm: decode labels NULL", rl_ctc_decode_lm(&h, 0, &o, NULL, 8, &n), RL_EARG,
+                 "rl_ctc_decode_lm|labels is NULL");
+    rl_decode_options e = o;
+    e.weight = NAN;
+    expect_error("lm: weight NaN", rl_ctc_decode_lm(&h, 0, &e, got, 8, &n), RL_EARG,
+                 "rl_ctc_decode_lm|options->weight = nan");
+    e = o;
+    e.bonus = INFINITY;
+    expect_error("lm: bonus inf", rl_ctc_decode_lm(&h, 0, &e, got, 8, &n), RL_EARG,
+                 "rl_ctc_decode_lm|options->bonus = inf");
+    e = o;
+    e.beam = 0;
+    expect_error("lm: beam 0", rl_ctc_decode_lm(&h, 0, &e, got, 8, &n), RL_EARG,
+                 "rl_ctc_decode_lm|beam = 0|1..4096");
+    e.beam = 5000;
+    expect_error("lm: beam 5000", rl_ctc_decode_lm(&h, 0, &e, got, 8, &n), RL_EARG,
+                 "rl_ctc_decode_lm|beam = 5000");
+    e = o;
+    e.blank = 0;
+    expect_error("lm: blank not the LM's", rl_ctc_decode_lm(&h, 0, &e, got, 8, &n), RL_ESHAPE,
+                 "rl_ctc_decode_lm|blank 0|blank 3");
+    e = o;
+    e.size = sizeof e + 8;
+    expect_error("lm: decode options size", rl_ctc_decode_lm(&h, 0, &e, got, 8, &n), RL_EARG,
+                 "rl_ctc_decode_lm|options->size");
+    rl_output h3 = h;
+    h3.dim = 3;
+    e = o;
+    e.blank = 2;
+    expect_error("lm: classes not the LM's", rl_ctc_decode_lm(&h3, 0, &e, got, 8, &n), RL_ESHAPE,
+                 "rl_ctc_decode_lm|out has 3 classes");
+    y[2 * V + 1] = NAN;
+    expect_error("lm: NaN", rl_ctc_decode_lm(&h, 0, &o, got, 8, &n), RL_EARG,
+                 "rl_ctc_decode_lm|out->y|class 1 of frame 2 of sequence 0 is NaN");
+    y[2 * V + 1] = 0.25f;
+    for (int t = 0; t < HT; t++) /* a b a b: 4 labels */
+        for (int c = 0; c < V; c++)
+            y[t * V + c] = c == t % 2 ? 0.97f : 0.01f;
+    o.weight = 0; /* the CTC labels alone */
+    expect_error("lm: cap", rl_ctc_decode_lm(&h, 0, &o, got, 2, &n), RL_ESHAPE,
+                 "rl_ctc_decode_lm|cap = 2|4 labels");
+    expect("lm: cap gives the count", n == 4);
+    rl_lm_free(lm);
+    rl_lm_free(word);
+    rl_lm_free(neural);
+    rl_lm_free(NULL);
+    rl_model_free(m);
+}
+
 int main(int argc, char **argv) {
-    if (argc != 8) {
+    if (argc != 9) {
         fputs("usage: embed_check CAUSAL.h5 BIDIRECTIONAL.h5 DATASET.h5 LUACLASS.h5 SPARSE.h5 "
-              "LUACLASS.lua CTC.h5\n",
+              "LUACLASS.lua CTC.h5 DIR\n",
               stderr);
         return 2;
     }
@@ -317,6 +544,7 @@ int main(int argc, char **argv) {
                                  memcmp(out.y, serial, sizeof serial) == 0);
 
     check_ctc(argv[7], m);
+    check_lm(argv[7], argv[8], m);
 
     /* the model freed under an open session */
     rl_model_free(m);

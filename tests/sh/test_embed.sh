@@ -165,6 +165,35 @@ rl.save_checkpoint(d .. '/ctc.h5', {epoch = 1, net = rl.network({
   l = {class = 'lstm', n_out = 8},
   output = {class = 'softmax', from = 'l', loss = 'ctc', target = 'classes'}},
   {data = {dim = 9}, classes = {dim = 3, sparse = true, labels = {'a', 'b', 'c'}}})})
+-- LMs of the CTC model's labels a, b, c: a character 3-gram, a 2-gram whose vocabulary lacks c, a
+-- neural character LM; rl.forward's decodings of the dev sequences with them (a line a sequence)
+rl.ngram_estimate{sentences = {{'a', 'b', 'c'}, {'a', 'b'}, {'c', 'a', 'b'}, {'b', 'c', 'c', 'a'},
+  {'a', 'b', 'c', 'a', 'b'}}, order = 3, output = d .. '/lm.arpa'}
+rl.ngram_estimate{sentences = {{'a', 'b'}}, order = 2, output = d .. '/lm_ab.arpa'}
+local chars = {'\n', 'a', 'b', 'c', 'd'}
+rl.manual_seed(5)
+rl.save_checkpoint(d .. '/charlm.h5', {epoch = 1, net = rl.network({
+  emb = {class = 'embedding', n_out = 5, from = 'data'}, l1 = {class = 'lstm', n_out = 8, from = 'emb'},
+  output = {class = 'softmax', from = 'l1', loss = 'ce', target = 'classes'}},
+  {data = {dim = 5, sparse = true, labels = chars}, classes = {dim = 5, sparse = true, labels = chars}})})
+local function decode(name, beam, lm)
+  rl.forward{model = d .. '/ctc.h5', data = {class = 'hdf', files = {d .. '/dev.h5'}},
+    output_file = d .. '/' .. name .. '.h5', log_verbosity = 0, max_seqs = 1, decode = 'ctc',
+    beam = beam, lm = lm}
+  local r = rl.dataset{class = 'hdf', files = {d .. '/' .. name .. '.h5'}, allow_empty = true}
+  r:init_epoch(1)
+  local f = assert(io.open(d .. '/' .. name .. '.txt', 'w'))
+  for i = 1, r:num_seqs() do
+    local t = r:get_seq(i).data
+    f:write(t:numel() > 0 and table.concat(t:totable(), ' ') or '', '\n')
+  end
+  f:close()
+end
+decode('dec_plain', 4)
+decode('dec_arpa', 4, {file = d .. '/lm.arpa', weight = 1.5, bonus = 0.5})
+decode('dec_arpa1', 1, {file = d .. '/lm.arpa', weight = 1, bonus = -0.25})
+decode('dec_word', 4, {file = d .. '/lm.arpa', weight = 1, bonus = 0.5, word_boundary = 'b'})
+decode('dec_neural', 3, {model = d .. '/charlm.h5', weight = 1, bonus = 0.2})
 " >"$dir/models.log" 2>&1; then
     cat "$dir/models.log"
     bad "training the 12AX model and writing rl.forward's answers"
@@ -251,7 +280,7 @@ serve_stream "$dir/blstm.h5"
 
 # ---- embed_check: bad input, threads, refusals
 "$dir/embed_check" "$dir/model.h5" "$dir/blstm.h5" "$dir/dev.h5" "$dir/lua_class.h5" \
-    "$dir/sparse.h5" "$dir/scale.lua" "$dir/ctc.h5" >"$dir/check.log" 2>&1
+    "$dir/sparse.h5" "$dir/scale.lua" "$dir/ctc.h5" "$dir" >"$dir/check.log" 2>&1
 rc=$?
 line=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$dir/check.log")
 grep -v '^[0-9]* passed' "$dir/check.log"
