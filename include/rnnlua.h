@@ -170,7 +170,8 @@ typedef struct rl_lm_options {
     size_t size;               /* sizeof(rl_lm_options) */
     const char *const *labels; /* NULL: the model's labels (rl_model_labels; the class numbers
                                 * "0", "1", ... when it has none); else n_labels strings, the
-                                * LM token of each label (the blank left out) */
+                                * LM token of each label (a CTC layer's: the blank left out; an
+                                * attention decoder's: all, the end label 0 too) */
     int64_t n_labels;
     const char *word_boundary; /* NULL: every label is one LM token (a character LM); else the
                                 * label (its text) that ends words: a word n-gram scoring the
@@ -178,10 +179,11 @@ typedef struct rl_lm_options {
     const char *layer;         /* a neural LM's softmax layer; NULL: "output" */
 } rl_lm_options;
 
-/* Loads the LM at path for the outputs of model's CTC layer (rl_model_labels: blank >= 0): an
- * ARPA file, or an rnnlua checkpoint (an HDF5 file) of a character LM. Each label must be in the
- * LM's vocabulary (a character LM; a word LM scores unknown words as <unk>): a label outside it
- * is refused, named. options may be NULL. */
+/* Loads the LM at path for the outputs of model's CTC layer (rl_model_labels: blank >= 0) or
+ * for its attention decoder (rl_model_search, below): an ARPA file, or an rnnlua checkpoint (an
+ * HDF5 file) of a character LM. Each label must be in the LM's vocabulary (a character LM; a
+ * word LM scores unknown words as <unk>): a label outside it is refused, named. options may be
+ * NULL. */
 rl_status rl_lm_load(rl_lm **out, const rl_model *model, const char *path,
                      const rl_lm_options *options);
 /* NULL is ignored. */
@@ -202,6 +204,37 @@ typedef struct rl_decode_options {
  * out must be an output of the LM's model's layer (its classes and blank). */
 rl_status rl_ctc_decode_lm(const rl_output *out, int64_t b, const rl_decode_options *options,
                            int32_t *labels, int64_t cap, int64_t *n);
+
+/* ---- Attention decoding ----------------------------------------------------------------------
+ * A model whose layer (rl_model_options.layer) is an attention decoder, a rec layer with a
+ * choice layer in its unit (docs/rec.md), gives label sequences by a beam search, exactly as
+ * rl.search does it (the end label 0, the rec layer's max_seq_len). Its rl_model_forward and its
+ * sessions' forwards and pushes are refused (its network runs with the labels it chooses); the
+ * network's input is its one input other than the choice's target. An LM for it is loaded with
+ * rl_lm_load on that model: labels then names each of the choice's labels, the end label 0 among
+ * them (default: the target's labels the checkpoint stores, else the class numbers). */
+typedef struct rl_search_options {
+    size_t size;     /* sizeof(rl_search_options) */
+    int beam;        /* 0: the choice layer's beam_size; else 1..4096 */
+    const rl_lm *lm; /* NULL: none; else an LM loaded for this model */
+    double weight;   /* the LM's weight (finite) */
+    double bonus;    /* added per label the LM scores (finite) */
+} rl_search_options;
+
+typedef struct rl_hyps {
+    size_t size;            /* sizeof(rl_hyps), set by the caller */
+    int64_t B;              /* sequences */
+    const int32_t *labels;  /* the best label sequence of each, one after another (end label left
+                             * out): sequence b's are labels[offsets[b] .. offsets[b + 1]) */
+    const int64_t *offsets; /* (B + 1) */
+    const double *scores;   /* (B) each best hypothesis' score (log p, plus the LM's terms) */
+} rl_hyps;
+
+/* The beam search of the model's attention decoder over a padded batch (as rl_model_forward's);
+ * out's arrays are owned by the model, valid until its next rl_model_search or its free. Calls on
+ * one model are serialised with its other calls; with an LM they hold its lock too. */
+rl_status rl_model_search(rl_model *model, const rl_batch *batch, const rl_search_options *options,
+                          rl_hyps *out);
 
 #ifdef __cplusplus
 }

@@ -780,25 +780,18 @@ struct rl_lm {
     pthread_mutex_t mu;
     lua_State *L;
     int ref;       /* capi.lm_load's table in the registry */
-    int32_t blank; /* the model's CTC blank */
-    int64_t V;     /* classes of the model's layer */
+    int32_t blank; /* the model's CTC blank; -1: an LM for an attention decoder */
+    int64_t V;     /* classes of the model's layer (a decoder's: of its choice) */
+    int search;    /* an LM for an attention decoder (rl_model_search) */
 };
 
 typedef struct {
     rl_lm *lm;
-    const rl_model *model;
+    int target_ref; /* Model:lm_target()'s table, copied into the LM's state */
     const char *kind, *path, *word_boundary, *layer, *who;
     const char *const *labels; /* the caller's, or NULL */
     int64_t n_labels;
 } lm_load_args;
-
-static void push_strings(lua_State *L, const char *const *s, int64_t n) {
-    lua_createtable(L, (int)n, 0);
-    for (int64_t i = 0; i < n; i++) {
-        lua_pushstring(L, s[i] ? s[i] : "");
-        lua_rawseti(L, -2, i + 1);
-    }
-}
 
 static int lm_load_protected(lua_State *L) {
     lm_load_args *a = lua_touserdata(L, 1);
@@ -806,22 +799,39 @@ static int lm_load_protected(lua_State *L) {
     lua_getfield(L, -1, "lm_load");
     lua_pushstring(L, a->kind);
     lua_pushstring(L, a->path);
-    lua_pushinteger(L, a->model->blank);
-    lua_pushinteger(L, a->model->info.output_dim);
-    if (a->model->n_labels > 0)
-        push_strings(L, (const char *const *)a->model->labels, a->model->n_labels);
-    else
+    lua_rawgeti(L, LUA_REGISTRYINDEX, a->target_ref);
+    if (a->labels) {
+        lua_createtable(L, (int)a->n_labels, 0);
+        for (int64_t i = 0; i < a->n_labels; i++) {
+            lua_pushstring(L, a->labels[i]);
+            lua_rawseti(L, -2, i + 1);
+        }
+    } else {
         lua_pushnil(L);
-    if (a->labels)
-        push_strings(L, a->labels, a->n_labels);
-    else
-        lua_pushnil(L);
+    }
     lua_pushstring(L, a->word_boundary);
     lua_pushstring(L, a->layer);
     lua_pushstring(L, a->who);
-    lua_call(L, 9, 1);
+    lua_call(L, 7, 1);
+    int h = lua_gettop(L);
+    lua_getfield(L, h, "blank");
+    a->lm->blank = lua_isinteger(L, -1) ? (int32_t)lua_tointeger(L, -1) : -1;
+    a->lm->V = int_field(L, h, "V");
+    lua_getfield(L, h, "search");
+    a->lm->search = lua_toboolean(L, -1);
+    lua_settop(L, h);
     a->lm->ref = luaL_ref(L, LUA_REGISTRYINDEX);
     return 0;
+}
+
+/* Pushes Model:lm_target() of the model's state (its CTC layer or decoder, or nil). */
+static int lm_target_protected(lua_State *L) {
+    const rl_model *m = lua_touserdata(L, 1);
+    lua_rawgeti(L, LUA_REGISTRYINDEX, m->e.ref);
+    lua_getfield(L, -1, "lm_target");
+    lua_insert(L, -2);
+    lua_call(L, 1, 1);
+    return 1;
 }
 
 /* The fields of a caller's struct that begins with its size: the bytes its size covers, the rest
@@ -855,20 +865,12 @@ rl_status rl_lm_load(rl_lm **out, const rl_model *model, const char *path,
     if (atomic_load(&model->freed)) return rl_error(RL_EARG, "%s: model: the model was freed", who);
     rl_lm_options o;
     RL_TRY(sized_struct(&o, sizeof o, options, sizeof o, who, "options", "rl_lm_options"));
-    if (model->blank < 0)
-        return rl_error(RL_EARG,
-                        "%s: model: layer '%s' of %s is no CTC layer (a softmax trained with "
-                        "loss = \"ctc\"): an LM fuses into CTC decoding",
-                        who, model->info.output, model->path);
-    int64_t want = model->info.output_dim - 1;
-    if (o.labels && o.n_labels != want)
-        return rl_error(RL_EARG,
-                        "%s: options->n_labels = %lld: the model's layer '%s' has %lld labels (its "
-                        "classes, the blank left out)",
-                        who, (long long)o.n_labels, model->info.output, (long long)want);
     for (int64_t i = 0; o.labels && i < o.n_labels; i++)
         if (o.labels[i] == NULL)
             return rl_error(RL_EARG, "%s: options->labels[%lld] is NULL", who, (long long)i);
+    if (o.labels && o.n_labels < 1)
+        return rl_error(RL_EARG, "%s: options->n_labels = %lld with labels given", who,
+                        (long long)o.n_labels);
     /* an rnnlua checkpoint is an HDF5 file: a neural LM; anything else is read as ARPA text */
     FILE *f = fopen(path, "rb");
     if (f == NULL)
@@ -885,24 +887,49 @@ rl_status rl_lm_load(rl_lm **out, const rl_model *model, const char *path,
     rl_lm *lm = calloc(1, sizeof *lm);
     if (lm == NULL) return rl_error(RL_ENOMEM, "%s: no memory", who);
     pthread_mutex_init(&lm->mu, NULL);
-    lm->blank = model->blank;
-    lm->V = model->info.output_dim;
     lm->L = luaL_newstate();
     if (lm->L == NULL) {
         rl_lm_free(lm);
         return rl_error(RL_ENOMEM, "%s: no memory for a Lua state", who);
     }
     int status = lua_cpcall_like(lm->L, open_protected, NULL, NULL);
+    lm_load_args a = {.lm = lm, .target_ref = LUA_NOREF};
+    if (status == LUA_OK) { /* what the LM is for: the model's lm_target, copied */
+        rl_model *mm = (rl_model *)model;
+        pthread_mutex_lock(&mm->mu);
+        lua_State *ML = mm->e.L;
+        rl_status st = RL_OK;
+        if (ML == NULL) {
+            st = rl_error(RL_EARG, "%s: model: the model was freed", who);
+        } else if (lua_pushcfunction(ML, lm_target_protected), lua_pushlightuserdata(ML, mm),
+                   lua_pcall(ML, 1, 1, 0) != LUA_OK) {
+            st = lua_failure(ML, RL_EARG, who);
+        } else if (lua_isnil(ML, -1)) {
+            st = rl_error(RL_EARG,
+                          "%s: model: layer '%s' of %s is neither a CTC layer (a softmax trained "
+                          "with loss = \"ctc\") nor an attention decoder (a rec layer with a "
+                          "choice): an LM fuses into their decoding",
+                          who, model->info.output, model->path);
+        } else {
+            status = lua_cpcall_like(lm->L, copy_protected, ML, &a.target_ref);
+        }
+        lua_settop(ML, 0);
+        pthread_mutex_unlock(&mm->mu);
+        if (st != RL_OK) {
+            rl_lm_free(lm);
+            return st;
+        }
+    }
     if (status == LUA_OK) {
-        lm_load_args a = {.lm = lm,
-                          .model = model,
-                          .kind = hdf5 ? "model" : "file",
-                          .path = path,
-                          .word_boundary = o.word_boundary,
-                          .layer = o.layer,
-                          .who = who,
-                          .labels = o.labels,
-                          .n_labels = o.n_labels};
+        a = (lm_load_args){.lm = lm,
+                           .target_ref = a.target_ref,
+                           .kind = hdf5 ? "model" : "file",
+                           .path = path,
+                           .word_boundary = o.word_boundary,
+                           .layer = o.layer,
+                           .who = who,
+                           .labels = o.labels,
+                           .n_labels = o.n_labels};
         pthread_mutex_lock(&load_mu); /* a neural LM's checkpoint is read through libhdf5 */
         status = lua_cpcall_like(lm->L, lm_load_protected, &a, NULL);
         pthread_mutex_unlock(&load_mu);
@@ -976,6 +1003,11 @@ rl_status rl_ctc_decode_lm(const rl_output *out, int64_t b, const rl_decode_opti
     RL_TRY(decode_checks(out, b, o.blank, o.beam, labels, cap, n, who, &T));
     if (o.lm == NULL) return decode_plain(out, b, T, o.blank, o.beam, labels, cap, n, who);
     const rl_lm *lm = o.lm;
+    if (lm->search)
+        return rl_error(RL_EARG,
+                        "%s: options->lm was loaded for an attention decoder (rl_model_search), "
+                        "not a CTC layer",
+                        who);
     if (!finite_d(o.weight))
         return rl_error(RL_EARG, "%s: options->weight = %g is not a finite number", who, o.weight);
     if (!finite_d(o.bonus))
@@ -1006,5 +1038,152 @@ rl_status rl_ctc_decode_lm(const rl_output *out, int64_t b, const rl_decode_opti
     pthread_mutex_unlock((pthread_mutex_t *)&lm->mu);
     if (st == RL_OK) st = put_labels(path, a.got, labels, cap, n, who);
     free(path);
+    return st;
+}
+
+/* ---- attention decoding: rl_model_search ------------------------------------------------------
+ * The beam search of an attention decoder (a rec layer with a choice in its unit) over one batch,
+ * by rl.search's own search (net:search, lua/rnnlua/rec.lua) in the model's state: capi.lua's
+ * Model:search. The results live in a userdata of the model's state, kept in its registry until
+ * the next search replaces it. */
+
+typedef struct {
+    rl_model *m;
+    const rl_batch *b;
+    int beam;
+    const rl_lm *lm;
+    double weight, bonus;
+    rl_hyps *out;
+    const char *who;
+} search_args;
+
+static int search_protected(lua_State *L) {
+    search_args *a = lua_touserdata(L, 1);
+    const rl_batch *b = a->b;
+    const rl_info *in = &a->m->info;
+    lua_rawgeti(L, LUA_REGISTRYINDEX, a->m->e.ref);
+    lua_getfield(L, -1, "search");
+    lua_insert(L, -2);
+    int64_t shape[3] = {b->T, b->B, b->F};
+    rl_tensor *x = rl_lua_push_tensor(L);
+    if (rl_tensor_empty(x, in->input_sparse ? RL_INT32 : RL_FLOAT32, RL_DEVICE_CPU,
+                        in->input_sparse ? 2 : 3, shape) != RL_OK)
+        return rl_lua_raise(L, a->who);
+    size_t n = (size_t)(b->T * b->B * (in->input_sparse ? 1 : b->F));
+    memcpy(rl_tensor_data(x), in->input_sparse ? (const void *)b->classes : (const void *)b->x,
+           n * (in->input_sparse ? sizeof(int32_t) : sizeof(float)));
+    rl_tensor *len = rl_lua_push_tensor(L);
+    if (rl_tensor_empty(len, RL_INT32, RL_DEVICE_CPU, 1, &shape[1]) != RL_OK)
+        return rl_lua_raise(L, a->who);
+    memcpy(rl_tensor_data(len), b->lengths, (size_t)b->B * sizeof(int32_t));
+    if (a->beam > 0)
+        lua_pushinteger(L, a->beam);
+    else
+        lua_pushnil(L);
+    if (a->lm) /* the LM's table, copied from its state (the caller holds its lock) */
+        copy_value(a->lm->L, -1, L, 0);
+    else
+        lua_pushnil(L);
+    lua_pushnumber(L, a->weight);
+    lua_pushnumber(L, a->bonus);
+    lua_pushstring(L, a->who);
+    lua_call(L, 8, 1);
+    int res = lua_gettop(L);
+    int64_t B = b->B, total = 0;
+    for (int64_t i = 0; i < B; i++) {
+        lua_rawgeti(L, res, i + 1);
+        lua_getfield(L, -1, "labels");
+        total += (int64_t)lua_rawlen(L, -1);
+        lua_pop(L, 2);
+    }
+    /* offsets (B + 1) and scores (B), then the labels */
+    size_t bytes = sizeof(int64_t) * (size_t)(B + 1) + sizeof(double) * (size_t)B +
+                   sizeof(int32_t) * (size_t)(total > 0 ? total : 1);
+    char *mem = lua_newuserdatauv(L, bytes, 0);
+    lua_setfield(L, LUA_REGISTRYINDEX, "rl_model_search");
+    int64_t *off = (int64_t *)mem;
+    double *score = (double *)(off + B + 1);
+    int32_t *labels = (int32_t *)(score + B);
+    off[0] = 0;
+    for (int64_t i = 0; i < B; i++) {
+        lua_rawgeti(L, res, i + 1);
+        lua_getfield(L, -1, "score");
+        score[i] = lua_tonumber(L, -1);
+        lua_getfield(L, -2, "labels");
+        int64_t k = (int64_t)lua_rawlen(L, -1);
+        for (int64_t j = 0; j < k; j++) {
+            lua_rawgeti(L, -1, j + 1);
+            labels[off[i] + j] = (int32_t)lua_tointeger(L, -1);
+            lua_pop(L, 1);
+        }
+        off[i + 1] = off[i] + k;
+        lua_pop(L, 3);
+    }
+    rl_hyps *h = a->out;
+    h->B = B;
+    h->labels = labels;
+    h->offsets = off;
+    h->scores = score;
+    return 0;
+}
+
+rl_status rl_model_search(rl_model *model, const rl_batch *batch, const rl_search_options *options,
+                          rl_hyps *out) {
+    static const char who[] = "rl_model_search";
+    if (model == NULL) return rl_error(RL_EARG, "%s: model is NULL", who);
+    if (out == NULL) return rl_error(RL_EARG, "%s: out is NULL", who);
+    if (out->size != sizeof *out)
+        return rl_error(RL_EARG, "%s: out->size = %zu is not sizeof(rl_hyps) (%zu): set it so", who,
+                        out->size, sizeof *out);
+    rl_search_options o;
+    RL_TRY(sized_struct(&o, sizeof o, options, sizeof o, who, "options", "rl_search_options"));
+    if (o.beam < 0 || o.beam > 4096)
+        return rl_error(RL_EARG,
+                        "%s: options->beam = %d is out of range 0..4096 (0: the choice "
+                        "layer's beam_size)",
+                        who, o.beam);
+    if (o.lm) {
+        if (!o.lm->search)
+            return rl_error(RL_EARG,
+                            "%s: options->lm was loaded for a CTC layer, not an "
+                            "attention decoder",
+                            who);
+        if (!finite_d(o.weight))
+            return rl_error(RL_EARG, "%s: options->weight = %g is not a finite number", who,
+                            o.weight);
+        if (!finite_d(o.bonus))
+            return rl_error(RL_EARG, "%s: options->bonus = %g is not a finite number", who,
+                            o.bonus);
+    }
+    if (atomic_load(&model->freed)) return rl_error(RL_EARG, "%s: model: the model was freed", who);
+    RL_TRY(check_batch(&model->info, batch, who, "batch", 0));
+    search_args a = {.m = model,
+                     .b = batch,
+                     .beam = o.beam,
+                     .lm = o.lm,
+                     .weight = o.weight,
+                     .bonus = o.bonus,
+                     .out = out,
+                     .who = who};
+    /* the model's lock, then the LM's (rl_ctc_decode_lm takes the LM's alone) */
+    pthread_mutex_lock(&model->mu);
+    rl_status st = RL_OK;
+    if (model->e.L == NULL) {
+        st = rl_error(RL_EARG, "%s: model: the model was freed", who);
+    } else {
+        if (o.lm) {
+            pthread_mutex_lock((pthread_mutex_t *)&o.lm->mu);
+            lua_rawgeti(o.lm->L, LUA_REGISTRYINDEX, o.lm->ref);
+        }
+        int status = lua_cpcall_like(model->e.L, search_protected, &a, NULL);
+        if (o.lm) {
+            lua_settop(o.lm->L, 0);
+            pthread_mutex_unlock((pthread_mutex_t *)&o.lm->mu);
+        }
+        if (status != LUA_OK)
+            st = lua_failure(model->e.L, status == LUA_ERRMEM ? RL_ENOMEM : RL_EARG, who);
+        lua_settop(model->e.L, 0);
+    }
+    pthread_mutex_unlock(&model->mu);
     return st;
 }

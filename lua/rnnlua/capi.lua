@@ -31,6 +31,11 @@ Model.__index = Model
 local fail = require("rnnlua.util").fail
 
 function Model:run(x, lengths, layer, state_from, who)
+  if self.choice then -- its network runs only with the labels it chooses (or a target)
+    fail("%s: layer '%s' (class rec) of %s is an attention decoder: its labels come from its beam "
+      .. "search (rl_model_search); for another layer's output load the model with that layer",
+      who, self.layer, self.path)
+  end
   if state_from ~= nil and self.not_causal then
     fail("%s: %s: the model cannot stream: %s", who, self.path, self.not_causal)
   end
@@ -67,6 +72,35 @@ end
 -- training state, and the network's flat parameter buffer, which the session's network binds
 -- read-only (a forward writes no parameter). A model on a device other than the CPU gives the
 -- saved parameters instead, which the session copies to its device.
+-- What an LM (rl_lm_load) is fused into: this model's CTC layer or attention decoder, or nil.
+function Model:lm_target()
+  if self.blank then
+    return {kind = "ctc", blank = self.blank, V = self.out_dim, labels = self.labels}
+  end
+  if self.choice then return {kind = "search", V = self.choice.V, labels = self.choice.labels} end
+  return nil
+end
+
+-- rl_model_search: the beam search of the model's layer, an attention decoder, over one batch
+-- as rl.search runs it (net:search, the end label 0, the choice's max_seq_len): per sequence
+-- {labels = {0-based labels, the end label left out}, score =}. beam: nil (the choice's
+-- beam_size) or the beam; lm: nil or an LM handle's table (M.lm_load's, search = true).
+function Model:search(x, lengths, beam, lm, weight, bonus, who)
+  if not self.choice then
+    fail("%s: model: layer '%s' of %s is no attention decoder (a rec layer with a choice layer "
+      .. "in its unit; load the model with options->layer naming one)", who, self.layer, self.path)
+  end
+  if not self.sparse and self.net.dtype ~= "float32" then x = x:double() end
+  local opts = {layer = self.layer, beam_size = beam}
+  if lm then
+    opts.lm = util.copy(lm.lm)
+    opts.lm.weight, opts.lm.bonus = weight, bonus
+  end
+  local ok, res = pcall(self.net.search, self.net, {[self.key] = x, lengths = lengths}, opts)
+  if not ok then fail("%s: %s", who, util.strip_internal(tostring(res))) end
+  return res
+end
+
 function Model:snapshot()
   local ck = self.fm.ck
   local snap = {path = ck.path, epoch = ck.epoch, step = ck.step, dtype = ck.dtype,
@@ -147,6 +181,19 @@ function Model:set_precision(p, who)
   end
 end
 
+-- The choice layer of layer `layer` of net when it is an attention decoder (a rec layer with a
+-- choice in its unit), else nil.
+function M.decoder_choice(net, layer)
+  local node = net.by_name[layer]
+  return node and node.rec and type(node.layer) == "table" and node.layer.choice or nil
+end
+
+-- The labels extern_data stores for `key` in checkpoint ck, or nil.
+local function ck_labels(ck, key)
+  local e = ck.extern_data and ck.extern_data[key]
+  return e and type(e.labels) == "table" and e.labels or nil
+end
+
 -- source: a checkpoint's path, or a snapshot of a model (Model:snapshot)
 function M.load(source, layer, device, who, lua_file)
   if lua_file then
@@ -157,7 +204,11 @@ function M.load(source, layer, device, who, lua_file)
   if type(source) == "table" then path, ck = source.path, source end
   local fm = forward.load_model(path, layer, device, who, ck)
   local net = fm.net
-  local keys = util.sorted_keys(net.used_extern)
+  local choice = M.decoder_choice(net, layer)
+  local keys = {}
+  for _, k in ipairs(util.sorted_keys(net.used_extern)) do
+    if not (choice and k == choice.target) then keys[#keys + 1] = k end
+  end
   if #keys ~= 1 then
     fail("%s: %s: layer '%s' reads %d inputs (%s); the C API takes networks with one input", who,
       path, layer, #keys, table.concat(keys, ", "))
@@ -166,9 +217,11 @@ function M.load(source, layer, device, who, lua_file)
   if e.spatial == 2 or fm.images then
     fail("%s: %s: the network reads or gives images; the C API takes sequences", who, path)
   end
-  local adopted = net.device == "cpu" and share_packs(fm, ck, e) or nil
+  -- a decoder's network runs as rl.search runs it, its packs its own
+  local adopted = net.device == "cpu" and not choice and share_packs(fm, ck, e) or nil
   return setmetatable({path = path, layer = layer, fm = fm, net = net, key = keys[1],
-    adopted = adopted, pushing = false,
+    adopted = adopted, pushing = false, choice = choice and {V = choice.n_out,
+      labels = ck_labels(fm.ck, choice.target)},
     in_dim = e.dim, sparse = e.sparse == true, out_dim = fm.dim, not_causal = net:carry_unfit(),
     num_params = net:num_params(), blank = fm.blank, labels = forward.target_labels(fm)}, Model)
 end
@@ -176,14 +229,21 @@ end
 
 -- ---- language models: rl_lm_load, rl_ctc_decode_lm (an LM handle has a Lua state of its own)
 
--- The LM of a handle: rl.ctc_decode's lm option for a CTC layer of V classes with blank `blank`
--- as rl.forward makes it (forward.ctc_lm: the labels in the targets' numbering, model_labels the
--- checkpoint's, the LM loaded and checked against them here); kind "file" (an ARPA file) or
--- "model" (a character LM checkpoint).
-function M.lm_load(kind, path, blank, V, model_labels, labels, word_boundary, layer, who)
+-- The LM of a handle for the model's target (Model:lm_target): for a CTC layer rl.ctc_decode's
+-- lm option as rl.forward makes it (forward.ctc_lm: labels in the targets' numbering, the blank
+-- left out, default the checkpoint's); for an attention decoder rl.search's, labels naming the
+-- choice's V labels, the end label 0 among them. The LM is loaded and checked against them here;
+-- kind "file" (an ARPA file) or "model" (a character LM checkpoint).
+function M.lm_load(kind, path, target, labels, word_boundary, layer, who)
   local spec = {[kind] = path, weight = 0, labels = labels, word_boundary = word_boundary,
     layer = layer}
-  return {lm = forward.ctc_lm(spec, blank, V, model_labels, who), blank = blank}
+  if target.kind == "ctc" then
+    return {lm = forward.ctc_lm(spec, target.blank, target.V, target.labels, who),
+      blank = target.blank, V = target.V}
+  end
+  spec.labels = labels or target.labels
+  require("rnnlua.lm").resolve(spec, target.V, 0, who)
+  return {lm = spec, V = target.V, search = true}
 end
 
 -- The labels of the one sequence of y, (T, 1, V) float32 probabilities with lengths (1) int32,

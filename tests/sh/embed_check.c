@@ -177,6 +177,25 @@ static int64_t read_ref(const char *dir, const char *name, int i, int32_t *ref, 
     return n;
 }
 
+/* Whether got[0..n) are the labels of line i of DIR/<name>.txt (printing both when not); *same
+ * gets whether they are those of line i of DIR/<other>.txt. */
+static int match_ref(const char *dir, const char *name, const char *other, int i,
+                     const int32_t *got, int64_t n, int *same) {
+    int32_t ref[256], alt[256];
+    int64_t nr = read_ref(dir, name, i, ref, 256), na = read_ref(dir, other, i, alt, 256);
+    *same = na == n && memcmp(alt, got, sizeof *got * (size_t)(n > 0 ? n : 0)) == 0;
+    if (n == nr && memcmp(got, ref, sizeof *got * (size_t)(n > 0 ? n : 0)) == 0) return 1;
+    printf("FAIL %s: sequence %d: %lld labels, rl.forward/rl.search %lld:", name, i, (long long)n,
+           (long long)nr);
+    for (int64_t k = 0; k < n && k < 20; k++)
+        printf(" %d", got[k]);
+    printf(" vs");
+    for (int64_t k = 0; k < nr && k < 20; k++)
+        printf(" %d", ref[k]);
+    printf("\n");
+    return 0;
+}
+
 /* The labels of the 5 dev sequences, each alone through the CTC model and decoded with opt, equal
  * rl.forward's (DIR/<name>.txt). Returns how many sequences differ from DIR/<other>.txt. */
 static int same_as_lua(rl_model *m, const char *dir, const rl_decode_options *opt, const char *name,
@@ -184,8 +203,8 @@ static int same_as_lua(rl_model *m, const char *dir, const rl_decode_options *op
     int ok = 1, differ = 0;
     for (int i = 1; i <= 5; i++) {
         float *xs = NULL;
-        int Ts = 0;
-        int32_t len, got[256], ref[256], alt[256];
+        int Ts = 0, same = 0;
+        int32_t len, got[256];
         int64_t n = -1;
         if (!read_seq(dir, i, &xs, &Ts)) {
             ok = 0;
@@ -197,21 +216,51 @@ static int same_as_lua(rl_model *m, const char *dir, const rl_decode_options *op
         rl_output o;
         rl_status st = rl_model_forward(m, &b1, NULL, &o);
         if (st == RL_OK) st = rl_ctc_decode_lm(&o, 0, opt, got, 256, &n);
-        int64_t nr = read_ref(dir, name, i, ref, 256), na = read_ref(dir, other, i, alt, 256);
-        int same = st == RL_OK && n == nr && memcmp(got, ref, sizeof *got * (size_t)n) == 0;
-        if (!same) {
-            printf("FAIL %s: sequence %d: %lld labels (%s), rl.forward %lld:", name, i,
-                   (long long)n, st == RL_OK ? "ok" : rl_errmsg(), (long long)nr);
-            for (int64_t k = 0; k < n && k < 20; k++)
-                printf(" %d", got[k]);
-            printf(" vs");
-            for (int64_t k = 0; k < nr && k < 20; k++)
-                printf(" %d", ref[k]);
-            printf("\n");
-        }
-        ok = ok && same;
-        differ += na != nr || (nr > 0 && memcmp(alt, ref, sizeof *ref * (size_t)nr) != 0);
+        if (st != RL_OK) printf("FAIL %s: sequence %d: %s\n", name, i, rl_errmsg());
+        ok = ok && st == RL_OK && match_ref(dir, name, other, i, got, n, &same);
+        differ += !same;
         free(xs);
+    }
+    expect(name, ok);
+    return differ;
+}
+
+/* The search of the 5 dev sequences' first 12 frames in one batch equals rl.search's labels
+ * (DIR/<name>.txt). Returns how many sequences differ from DIR/<other>.txt. */
+static int search_as_lua(rl_model *m, const char *dir, const rl_search_options *opt,
+                         const char *name, const char *other) {
+    enum { ST = 12, SB = 5 };
+    static float xs[ST * SB * F];
+    int32_t len[SB] = {ST, ST, ST, ST, ST};
+    int ok = 1, differ = 0;
+    for (int i = 1; i <= SB; i++) {
+        float *seq = NULL;
+        int Ts = 0;
+        if (!read_seq(dir, i, &seq, &Ts) || Ts < ST) {
+            printf("FAIL %s: cannot read %s/in%d.txt\n", name, dir, i);
+            free(seq);
+            expect(name, 0);
+            return 0;
+        }
+        for (int t = 0; t < ST; t++)
+            memcpy(xs + ((size_t)t * SB + (size_t)(i - 1)) * F, seq + (size_t)t * F,
+                   F * sizeof(float));
+        free(seq);
+    }
+    rl_batch b = {.T = ST, .B = SB, .F = F, .x = xs, .lengths = len};
+    rl_hyps h = {.size = sizeof h};
+    if (rl_model_search(m, &b, opt, &h) != RL_OK || h.B != SB) {
+        printf("FAIL %s: %s\n", name, rl_errmsg());
+        expect(name, 0);
+        return 0;
+    }
+    for (int i = 1; i <= SB; i++) {
+        int same = 0;
+        ok = match_ref(dir, name, other, i, h.labels + h.offsets[i - 1],
+                       h.offsets[i] - h.offsets[i - 1], &same) &&
+             ok;
+        ok = ok && isfinite(h.scores[i - 1]) && h.scores[i - 1] <= 0;
+        differ += !same;
     }
     expect(name, ok);
     return differ;
@@ -289,8 +338,8 @@ static void check_lm(const char *file, const char *dir, rl_model *ce) {
                  "rl_lm_load|does not cover|'x'");
     lo.labels = abc;
     lo.n_labels = 2;
-    expect_error("lm: n_labels", rl_lm_load(&bad, m, arpa, &lo), RL_EARG,
-                 "rl_lm_load|options->n_labels = 2");
+    expect_error("lm: n_labels", rl_lm_load(&bad, m, arpa, &lo), RL_EIO,
+                 "rl_lm_load|labels must be a list of 3 strings");
     lo = (rl_lm_options){.size = 3};
     expect_error("lm: options size", rl_lm_load(&bad, m, arpa, &lo), RL_EARG,
                  "rl_lm_load|options->size = 3");
@@ -301,7 +350,7 @@ static void check_lm(const char *file, const char *dir, rl_model *ce) {
     expect_error("lm: layer of an ARPA file", rl_lm_load(&bad, m, arpa, &lo), RL_EARG,
                  "rl_lm_load|options->layer");
     expect_error("lm: model without a CTC layer", rl_lm_load(&bad, ce, arpa, NULL), RL_EARG,
-                 "rl_lm_load|model|no CTC layer");
+                 "rl_lm_load|model|neither a CTC layer");
     expect("lm: bad loads give no LM", bad == NULL);
 
     /* bad decodes */
@@ -364,6 +413,92 @@ static void check_lm(const char *file, const char *dir, rl_model *ce) {
     rl_lm_free(word);
     rl_lm_free(neural);
     rl_lm_free(NULL);
+    rl_model_free(m);
+}
+
+/* ---- attention decoding (rl_model_search) */
+static void check_search(const char *dir, const char *ctc_file, rl_model *ce) {
+    char s2s[4096], lmfile[4096], arpa[4096];
+    snprintf(s2s, sizeof s2s, "%s/s2s.h5", dir);
+    snprintf(lmfile, sizeof lmfile, "%s/lm_s2s.arpa", dir);
+    snprintf(arpa, sizeof arpa, "%s/lm.arpa", dir);
+    rl_model *m = NULL, *ctc = NULL;
+    rl_model_options mo = {.layer = "dec"};
+    expect("search: load the decoder", rl_model_load(&m, s2s, &mo) == RL_OK);
+    if (m == NULL) return;
+    rl_search_options so = {.size = sizeof so};
+    search_as_lua(m, dir, &so, "search_plain", "search_plain");
+    so.beam = 1;
+    search_as_lua(m, dir, &so, "search_beam1", "search_plain");
+    rl_lm *lm = NULL, *ctc_lm = NULL;
+    expect("search: load an LM for the decoder", rl_lm_load(&lm, m, lmfile, NULL) == RL_OK);
+    so = (rl_search_options){.size = sizeof so, .lm = lm, .weight = 1, .bonus = 0.3};
+    expect("search: the LM changes the labels",
+           search_as_lua(m, dir, &so, "search_lm", "search_plain") > 0);
+
+    /* bad input */
+    float x1[4 * F] = {0};
+    int32_t l1 = 4;
+    rl_batch b = {.T = 4, .B = 1, .F = F, .x = x1, .lengths = &l1};
+    rl_hyps h = {.size = sizeof h};
+    rl_output out;
+    so = (rl_search_options){.size = sizeof so};
+    expect_error("search: model NULL", rl_model_search(NULL, &b, &so, &h), RL_EARG,
+                 "rl_model_search|model is NULL");
+    expect_error("search: batch NULL", rl_model_search(m, NULL, &so, &h), RL_EARG,
+                 "rl_model_search|batch is NULL");
+    expect_error("search: out NULL", rl_model_search(m, &b, &so, NULL), RL_EARG,
+                 "rl_model_search|out is NULL");
+    h.size = 0;
+    expect_error("search: out size", rl_model_search(m, &b, &so, &h), RL_EARG,
+                 "rl_model_search|out->size = 0");
+    h.size = sizeof h;
+    so.size = 1;
+    expect_error("search: options size", rl_model_search(m, &b, &so, &h), RL_EARG,
+                 "rl_model_search|options->size = 1");
+    so = (rl_search_options){.size = sizeof so, .beam = 5000};
+    expect_error("search: beam", rl_model_search(m, &b, &so, &h), RL_EARG,
+                 "rl_model_search|options->beam = 5000");
+    so = (rl_search_options){.size = sizeof so, .lm = lm, .weight = NAN};
+    expect_error("search: weight NaN", rl_model_search(m, &b, &so, &h), RL_EARG,
+                 "rl_model_search|options->weight = nan");
+    so = (rl_search_options){.size = sizeof so};
+    x1[3] = NAN;
+    expect_error("search: NaN input", rl_model_search(m, &b, &so, &h), RL_EARG,
+                 "rl_model_search|batch->x|NaN");
+    x1[3] = 0;
+    expect("search: NULL options", rl_model_search(m, &b, NULL, &h) == RL_OK && h.B == 1);
+    expect_error("search: a model without a decoder", rl_model_search(ce, &b, &so, &h), RL_EARG,
+                 "rl_model_search|model|no attention decoder");
+    expect_error("search: forward of the decoder", rl_model_forward(m, &b, NULL, &out), RL_EARG,
+                 "rl_model_forward|attention decoder|rl_model_search");
+    expect_error("search: forward of the encoder", rl_model_forward(m, &b, "enc", &out), RL_EARG,
+                 "rl_model_forward|attention decoder|load the model with that layer");
+    if (rl_model_load(&ctc, ctc_file, NULL) == RL_OK &&
+        rl_lm_load(&ctc_lm, ctc, arpa, NULL) == RL_OK) {
+        so = (rl_search_options){.size = sizeof so, .lm = ctc_lm, .weight = 1};
+        expect_error("search: a CTC layer's LM", rl_model_search(m, &b, &so, &h), RL_EARG,
+                     "rl_model_search|options->lm|CTC layer");
+    } else {
+        expect("search: load the CTC model and its LM", 0);
+    }
+    static float y[2 * 4];
+    int32_t yl = 2;
+    rl_output yo = {.y = y, .lengths = &yl, .T = 2, .B = 1, .dim = 4};
+    rl_decode_options dopt = {.size = sizeof dopt, .blank = 3, .beam = 2, .lm = lm, .weight = 1};
+    int32_t got[4];
+    int64_t n;
+    expect_error("search: the decoder's LM in CTC decoding",
+                 rl_ctc_decode_lm(&yo, 0, &dopt, got, 4, &n), RL_EARG,
+                 "rl_ctc_decode_lm|options->lm|attention decoder");
+    rl_lm_options lo = {
+        .size = sizeof lo, .labels = (const char *const[]){"a", "b"}, .n_labels = 2};
+    rl_lm *bad = NULL;
+    expect_error("search: labels of the decoder", rl_lm_load(&bad, m, lmfile, &lo), RL_EIO,
+                 "rl_lm_load|labels must be a list of 6 strings");
+    rl_lm_free(ctc_lm);
+    rl_model_free(ctc);
+    rl_lm_free(lm);
     rl_model_free(m);
 }
 
@@ -545,6 +680,7 @@ int main(int argc, char **argv) {
 
     check_ctc(argv[7], m);
     check_lm(argv[7], argv[8], m);
+    check_search(argv[8], argv[7], m);
 
     /* the model freed under an open session */
     rl_model_free(m);

@@ -194,6 +194,41 @@ decode('dec_arpa', 4, {file = d .. '/lm.arpa', weight = 1.5, bonus = 0.5})
 decode('dec_arpa1', 1, {file = d .. '/lm.arpa', weight = 1, bonus = -0.25})
 decode('dec_word', 4, {file = d .. '/lm.arpa', weight = 1, bonus = 0.5, word_boundary = 'b'})
 decode('dec_neural', 3, {model = d .. '/charlm.h5', weight = 1, bonus = 0.2})
+-- an attention decoder (untrained, its output layer sharpened so that hypotheses end at different
+-- steps) and rl.search's labels of the dev sequences' first 12 frames, without and with an LM
+local LBL = {'</e>', 'a', 'b', 'c', 'd', 'e'}
+rl.manual_seed(11)
+local s2s = rl.network({
+  enc = {class = 'lstm', n_out = 4, from = 'data'},
+  dec = {class = 'rec', from = {}, max_seq_len = 'T + 2', unit = {
+    emb = {class = 'embedding', from = 'prev:output', n_out = 3},
+    s = {class = 'lstm', from = {'emb', 'prev:att'}, n_out = 4},
+    att = {class = 'attention', base = 'base:enc', from = 's', kind = 'additive'},
+    readout = {class = 'linear', from = {'s', 'att'}, n_out = 5, activation = 'tanh'},
+    output_prob = {class = 'softmax', from = 'readout', loss = 'ce', target = 'classes'},
+    output = {class = 'choice', from = 'output_prob', target = 'classes', beam_size = 3}}}},
+  {data = {dim = 9}, classes = {dim = 6, sparse = true, labels = LBL}})
+s2s:layer('dec').params['output_prob.W']:mul_(4)
+rl.save_checkpoint(d .. '/s2s.h5', {epoch = 1, net = s2s})
+local seqs = {}
+for i = 1, 5 do
+  seqs[i] = {tag = 's' .. i, data = dev:get_seq(i).data:narrow(1, 1, 12):contiguous(),
+    classes = rl.tensor({1, 2}, 'int32')}
+end
+rl.dataset_write(d .. '/s2s_data.h5', seqs,
+  {extern_data = {data = {dim = 9}, classes = {dim = 6, sparse = true}}})
+rl.ngram_estimate{sentences = {{'a', 'b'}, {'b', 'c', 'd'}, {'e', 'a'}, {'c', 'c', 'e'}},
+  order = 2, output = d .. '/lm_s2s.arpa'}
+local function search(name, beam, lm)
+  local r = rl.search{model = d .. '/s2s.h5', data = {class = 'hdf', files = {d .. '/s2s_data.h5'}},
+    output_file = d .. '/' .. name .. '.h5', layer = 'dec', beam = beam, lm = lm, log_verbosity = 0}
+  local f = assert(io.open(d .. '/' .. name .. '.txt', 'w'))
+  for _, res in ipairs(r.results) do f:write(table.concat(res.labels, ' '), '\n') end
+  f:close()
+end
+search('search_plain')
+search('search_beam1', 1)
+search('search_lm', nil, {file = d .. '/lm_s2s.arpa', weight = 1, bonus = 0.3, labels = LBL})
 " >"$dir/models.log" 2>&1; then
     cat "$dir/models.log"
     bad "training the 12AX model and writing rl.forward's answers"
