@@ -15,6 +15,12 @@
 --       model's) or any layer of the network; state_from: nil (a plain batch) or 0/1 for the one
 --       stream of a push (0: it starts here, 1: it goes on from the previous push). out: the
 --       layer's output as a contiguous float32 CPU tensor (T', B, dim), out_lengths (B) int32.
+--       Refused for an attention decoder (m.choice).
+--   m.choice                       the model's layer is an attention decoder (a rec layer with a
+--                                  choice): {V = its labels, labels = their names or nil}
+--   m:search(x, lengths, beam, lm, weight, bonus, who) -> {{labels =, score =}, ...}  (rl.search's)
+--   m:lm_target()                  what an LM is fused into (a CTC layer, a decoder), or nil
+--   M.lm_load(...), M.lm_decode(...)  an LM handle's state (rl_lm_load, rl_ctc_decode_lm)
 --
 -- The network is the one rl.forward builds (rnnlua.forward's load_model, losses left out) and
 -- every batch goes through rnnlua.forward's run, so the C API gives the numbers rl.forward
