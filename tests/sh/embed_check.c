@@ -266,6 +266,53 @@ static int search_as_lua(rl_model *m, const char *dir, const rl_search_options *
     return differ;
 }
 
+typedef struct {
+    const rl_output *out;
+    const rl_decode_options *opt;
+    const int32_t *want;
+    int64_t n_want;
+    int ok;
+} lm_job;
+
+static void *lm_thread(void *p) {
+    lm_job *j = p;
+    int32_t got[256];
+    int64_t n = -1;
+    j->ok = 1;
+    for (int r = 0; j->ok && r < 10; r++)
+        j->ok = rl_ctc_decode_lm(j->out, 0, j->opt, got, 256, &n) == RL_OK && n == j->n_want &&
+                memcmp(got, j->want, sizeof *got * (size_t)n) == 0;
+    return NULL;
+}
+
+/* Threads decoding with one LM (its calls serialised) give the serial labels. */
+static void lm_threads(rl_model *m, const char *dir, const rl_decode_options *opt) {
+    float *xs = NULL;
+    int Ts = 0;
+    int32_t len, want[256];
+    int64_t n = -1;
+    rl_output o;
+    if (!read_seq(dir, 1, &xs, &Ts)) {
+        expect("lm: threads: read", 0);
+        return;
+    }
+    len = Ts;
+    rl_batch b1 = {.T = Ts, .B = 1, .F = F, .x = xs, .lengths = &len};
+    expect("lm: threads: serial", rl_model_forward(m, &b1, NULL, &o) == RL_OK &&
+                                      rl_ctc_decode_lm(&o, 0, opt, want, 256, &n) == RL_OK);
+    lm_job jobs[3];
+    pthread_t th[3];
+    for (int i = 0; i < 3; i++) {
+        jobs[i] = (lm_job){.out = &o, .opt = opt, .want = want, .n_want = n};
+        pthread_create(&th[i], NULL, lm_thread, &jobs[i]);
+    }
+    for (int i = 0; i < 3; i++) {
+        pthread_join(th[i], NULL);
+        expect("lm: 3 threads with one LM", jobs[i].ok);
+    }
+    free(xs);
+}
+
 static void check_lm(const char *file, const char *dir, rl_model *ce) {
     rl_model *m = NULL;
     rl_lm *lm = NULL, *word = NULL, *neural = NULL, *bad = NULL;
@@ -299,6 +346,7 @@ static void check_lm(const char *file, const char *dir, rl_model *ce) {
         .size = sizeof o, .blank = 3, .beam = 3, .lm = neural, .weight = 1, .bonus = 0.2};
     expect("lm: the neural LM changes the labels",
            same_as_lua(m, dir, &o, "dec_neural", "dec_plain") > 0);
+    lm_threads(m, dir, &o);
     /* the labels given: the model's own are the same LM */
     const char *abc[3] = {"a", "b", "c"}, *xbc[3] = {"x", "b", "c"};
     rl_lm_options lo = {.size = sizeof lo, .labels = abc, .n_labels = 3};
@@ -498,8 +546,17 @@ static void check_search(const char *dir, const char *ctc_file, rl_model *ce) {
                  "rl_lm_load|labels must be a list of 6 strings");
     rl_lm_free(ctc_lm);
     rl_model_free(ctc);
-    rl_lm_free(lm);
+    /* the model freed under an open session: its LMs and searches refused, not a crash */
+    rl_session *s = NULL;
+    expect("search: open a session", rl_session_open(&s, m) == RL_OK);
     rl_model_free(m);
+    expect_error("search: LM after model free", rl_lm_load(&bad, m, lmfile, NULL), RL_EARG,
+                 "rl_lm_load|model was freed");
+    so = (rl_search_options){.size = sizeof so};
+    expect_error("search after model free", rl_model_search(m, &b, &so, &h), RL_EARG,
+                 "rl_model_search|model was freed");
+    rl_session_free(s);
+    rl_lm_free(lm);
 }
 
 int main(int argc, char **argv) {
