@@ -1,5 +1,7 @@
 /* rnnlua's C inference API: load a checkpoint, run padded batches through it, stream frames
- * through a causal model chunk by chunk. docs/embedding.md explains it; examples/embed.c uses it.
+ * through a causal model chunk by chunk, decode a CTC layer's outputs and search with an
+ * attention decoder, with or without a language model. docs/embedding.md explains it;
+ * examples/embed.c uses it.
  *
  * Linking: `pkg-config --cflags --libs rnnlua` (the shared library librnnlua.so.1; its exported
  * symbols are exactly the functions below).
