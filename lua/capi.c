@@ -865,12 +865,12 @@ rl_status rl_lm_load(rl_lm **out, const rl_model *model, const char *path,
     if (atomic_load(&model->freed)) return rl_error(RL_EARG, "%s: model: the model was freed", who);
     rl_lm_options o;
     RL_TRY(sized_struct(&o, sizeof o, options, sizeof o, who, "options", "rl_lm_options"));
+    if (o.labels && (o.n_labels < 1 || o.n_labels > (1 << 24)))
+        return rl_error(RL_EARG, "%s: options->n_labels = %lld is out of range 1..%d", who,
+                        (long long)o.n_labels, 1 << 24);
     for (int64_t i = 0; o.labels && i < o.n_labels; i++)
         if (o.labels[i] == NULL)
             return rl_error(RL_EARG, "%s: options->labels[%lld] is NULL", who, (long long)i);
-    if (o.labels && o.n_labels < 1)
-        return rl_error(RL_EARG, "%s: options->n_labels = %lld with labels given", who,
-                        (long long)o.n_labels);
     /* an rnnlua checkpoint is an HDF5 file: a neural LM; anything else is read as ARPA text */
     FILE *f = fopen(path, "rb");
     if (f == NULL)

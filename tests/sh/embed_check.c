@@ -388,6 +388,11 @@ static void check_lm(const char *file, const char *dir, rl_model *ce) {
     lo.n_labels = 2;
     expect_error("lm: n_labels", rl_lm_load(&bad, m, arpa, &lo), RL_EIO,
                  "rl_lm_load|labels must be a list of 3 strings");
+    const char *anull[3] = {"a", NULL, "c"};
+    lo.labels = anull;
+    lo.n_labels = 3;
+    expect_error("lm: a label NULL", rl_lm_load(&bad, m, arpa, &lo), RL_EARG,
+                 "rl_lm_load|options->labels[1] is NULL");
     lo = (rl_lm_options){.size = 3};
     expect_error("lm: options size", rl_lm_load(&bad, m, arpa, &lo), RL_EARG,
                  "rl_lm_load|options->size = 3");
