@@ -193,12 +193,18 @@ static const rl_lstm_cuda_ln *cuda_ln(const rl_cell_pass *p, rl_lstm_cuda_ln *ln
     return ln;
 }
 
+/* The driver's rec_dropout and zoneout (states h, c; c~ its aux buffer) in the kernels' terms. */
+static rl_cuda_rec_opts cuda_opts(const rl_cell_pass *p) {
+    return (rl_cuda_rec_opts){p->md, p->hd, p->dtmp, p->zo[0], p->zo[1], p->aux[0]};
+}
+
 static rl_status lstm_cuda_fwd(const rl_cell_pass *p) {
     rl_lstm_cuda_proj pj;
     rl_lstm_cuda_ln ln;
+    rl_cuda_rec_opts o = cuda_opts(p);
     return rl_lstm_cuda_forward(p->stream, p->dt, p->T, p->B, p->H, p->direction, p->len, p->gates,
                                 p->U, p->p[P_B], peepholes(p->opt, p->p), p->seq[0], p->seq[1],
-                                p->out, cuda_proj(p, &pj), cuda_ln(p, &ln));
+                                p->out, cuda_proj(p, &pj), cuda_ln(p, &ln), &o);
 }
 
 /* Also makes dU, db, the peephole gradients (their partial sums in p->red), with n_proj dR and
@@ -209,10 +215,11 @@ static rl_status lstm_cuda_bwd(const rl_cell_pass *p) {
     void *const *dpeep = p->opt[OPT_PEEPHOLES] != 0 ? p->dp + P_PI : NULL;
     rl_lstm_cuda_proj pj;
     rl_lstm_cuda_ln ln;
+    rl_cuda_rec_opts o = cuda_opts(p);
     return rl_lstm_cuda_backward(p->stream, p->dt, p->T, p->B, p->H, p->direction, p->len, p->gates,
                                  p->U, peepholes(p->opt, p->p), p->seq[0], p->seq[1], p->dout,
                                  p->dout_ld, p->dstate[0], p->dstate[1], p->dU, p->dp[P_B], dpeep,
-                                 rl_tensor_data(p->red), cuda_proj(p, &pj), cuda_ln(p, &ln));
+                                 rl_tensor_data(p->red), cuda_proj(p, &pj), cuda_ln(p, &ln), &o);
 }
 #endif
 
@@ -256,7 +263,7 @@ static rl_status lstm_create(rl_layer *l, const rl_options *o, bool cudnn) {
                                   k < 3 ? 1.0 : 0.0, 0, 0, NULL));
     }
     const int64_t cols[N_FRAME] = {4 * H, 4 * H, 4 * H, H, 9, 4 * H, H};
-    rl_recurrent_rec_apart(r, NULL, N_FRAME, cols); /* the CUDA launchers take it */
+    rl_recurrent_rec_apart(r, N_FRAME, cols);
     return RL_OK;
 }
 
