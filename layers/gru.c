@@ -150,8 +150,7 @@ static rl_status gru_cuda_fwd(const rl_cell_pass *p) {
     rl_gru_cuda_ln ln;
     rl_cuda_rec_opts o = cuda_opts(p);
     return rl_gru_cuda_forward(p->stream, p->dt, p->T, p->B, p->H, p->direction, p->len, p->gates,
-                               p->U, p->p[P_B], p->p[P_BH], p->seq[0], p->out, cuda_ln(p, &ln),
-                               &o);
+                               p->U, p->p[P_B], p->p[P_BH], p->seq[0], p->out, cuda_ln(p, &ln), &o);
 }
 
 /* Also makes dU, db and db_h (their partial sums in p->red), with layer_norm the gains'

@@ -28,8 +28,7 @@
  * which overwrites them with [ds | da | 0]. The formulas are kernels/janet_cell.h's, one
  * definition for the CPU's fused passes (kernels/janet.h, float32 at every CPU level, and
  * float64) and the CUDA kernels (kernels/cuda/janet_cuda.h, whose launchers run one direction's
- * whole recurrence: zoneout, rec_dropout and weight_dropout stay CPU-only there, as for every
- * cell).
+ * whole recurrence, zoneout and rec_dropout inside, as for every cell).
  */
 #include <stdbool.h>
 

@@ -27,7 +27,8 @@
  * Options (docs/layers.md), each off by default and then not touching the loops above:
  *   zoneout: c_t = m_c c_prev + (1 - m_c) c~_t, h_t = m_h h_prev + (1 - m_h) o tanh(c~_t), c~_t the
  *   cell's new cell, m = Bernoulli(z) per unit and step in training, z in evaluation, inside
- *   the fused passes (kernels/lstm.h, rl_lstm_zo_f32);
+ *   the fused passes (kernels/lstm.h, rl_lstm_zo_f32; on CUDA the step kernels of
+ *   kernels/cuda/lstm.cu);
  *   rec_dropout (training): z_t's product reads h_prev * m_d, m_d (B, P) one per sequence;
  *   n_proj: above, the driver's projected state 0 (layers/recurrent.h; on CUDA inside the
  *   launchers of kernels/cuda/lstm_cuda.h); not with zoneout or impl = "cudnn" (errors at

@@ -10,10 +10,10 @@
 #include "recurrent.h"
 
 #include "../core/blas.h"
-#include "../kernels/pointwise.h"
 #include "../kernels/cpu/gemm_small.h"
 #include "../kernels/cpu/parallel.h"
 #include "../kernels/ops.h"
+#include "../kernels/pointwise.h"
 #include "rnn_cudnn.h"
 
 /* ---------------------------------------------------------------- the device's part

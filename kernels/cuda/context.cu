@@ -486,7 +486,8 @@ extern "C" rl_status rl_cuda_mask(void *stream, rl_dtype dt, int64_t n, const vo
     const char *fn = "rl_cuda_mask";
     RL_TRY(rl_cuda_check_dtype(fn, dt));
     if (n <= 0) return RL_OK;
-    if (!src || !mask || !dst) return rl_error(RL_EARG, "%s: a NULL buffer (n=%lld)", fn, (long long)n);
+    if (!src || !mask || !dst)
+        return rl_error(RL_EARG, "%s: a NULL buffer (n=%lld)", fn, (long long)n);
     RL_TRY(rl_cuda_enter(fn, dst));
     cudaStream_t s = rl_cuda_stream(stream);
     if (dt == RL_FLOAT32)

@@ -168,8 +168,8 @@ rl_status backward_loop(const char *fn, const pass_args<T> &a, const T *dout, in
 template <typename T>
 pass_args<T> args_of(void *stream, int64_t T_, int64_t B, int64_t H, int dir, const int32_t *len,
                      void *gates, const void *U, const void *hs, const rl_cuda_rec_opts *o) {
-    return pass_args<T>{rl_cuda_stream(stream), T_, B, H, dir, len, (T *)gates, (const T *)U,
-                        (T *)hs, o};
+    return pass_args<T>{rl_cuda_stream(stream), T_,      B, H, dir, len, (T *)gates,
+                        (const T *)U,           (T *)hs, o};
 }
 
 } // namespace
@@ -204,10 +204,9 @@ extern "C" rl_status rl_janet_cuda_backward(void *stream, rl_dtype dt, int64_t T
     RL_TRY(rl_cuda_enter(fn, gates));
     if (dt == RL_FLOAT32)
         return backward_loop<float>(
-            fn, args_of<float>(stream, T, B, H, direction, len, gates, U, hs, o), (const float *)dout,
-            dout_ld, (float *)dh, (float *)dU, (float *)db, (float *)partial);
-    return backward_loop<double>(fn,
-                                 args_of<double>(stream, T, B, H, direction, len, gates, U, hs, o),
-                                 (const double *)dout, dout_ld, (double *)dh, (double *)dU,
-                                 (double *)db, (double *)partial);
+            fn, args_of<float>(stream, T, B, H, direction, len, gates, U, hs, o),
+            (const float *)dout, dout_ld, (float *)dh, (float *)dU, (float *)db, (float *)partial);
+    return backward_loop<double>(
+        fn, args_of<double>(stream, T, B, H, direction, len, gates, U, hs, o), (const double *)dout,
+        dout_ld, (double *)dh, (double *)dU, (double *)db, (double *)partial);
 }

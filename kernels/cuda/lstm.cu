@@ -149,8 +149,8 @@ bwd_elem(int64_t b, int64_t j, int64_t H, int64_t t, const int32_t *__restrict__
     bool zoned = zo.ct != nullptr;
     T mc = zo.mc ? zo.mc[e] : T(0), mh = zo.mh ? zo.mh[e] : T(0);
     cell_bwd(zr[0], zr[H], zr[2 * H], zr[3 * H], cp[e], zoned ? zo.ct[e] : c[e], pi, pf, po,
-             zoned ? rl_cuda_zoneout_new(mh, dhe) : dhe, zoned ? rl_cuda_zoneout_new(mc, dce) : dce, &dz[0], &dz[1],
-             &dz[2], &dz[3], &dcp);
+             zoned ? rl_cuda_zoneout_new(mh, dhe) : dhe, zoned ? rl_cuda_zoneout_new(mc, dce) : dce,
+             &dz[0], &dz[1], &dz[2], &dz[3], &dcp);
     zr[0] = dz[0];
     zr[H] = dz[1];
     zr[2 * H] = dz[2];
@@ -680,8 +680,8 @@ extern "C" rl_status rl_lstm_cuda_forward(void *stream, rl_dtype dt, int64_t T, 
                                           int64_t H, int direction, const int32_t *len, void *gates,
                                           const void *U, const void *bias, const void *const *peep,
                                           void *hs, void *cs, void *out,
-                                          const rl_lstm_cuda_proj *proj,
-                                          const rl_lstm_cuda_ln *ln, const rl_cuda_rec_opts *o) {
+                                          const rl_lstm_cuda_proj *proj, const rl_lstm_cuda_ln *ln,
+                                          const rl_cuda_rec_opts *o) {
     const char *fn = "rl_lstm_cuda_forward";
     RL_TRY(rl_cuda_check_recurrence(fn, dt, T, B, H, direction, len));
     RL_TRY(check_proj(fn, proj, false, T, B, H));
@@ -698,13 +698,14 @@ extern "C" rl_status rl_lstm_cuda_forward(void *stream, rl_dtype dt, int64_t T, 
                                 (double *)cs, (double *)out, proj_of<double>(proj, H), ln, o);
 }
 
-extern "C" rl_status
-rl_lstm_cuda_backward(void *stream, rl_dtype dt, int64_t T, int64_t B, int64_t H, int direction,
-                      const int32_t *len, void *gates, const void *U, const void *const *peep,
-                      const void *hs, const void *cs, const void *dout, int64_t dout_ld, void *dh,
-                      void *dc, void *dU, void *db, void *const *dpeep, void *partial,
-                      const rl_lstm_cuda_proj *proj, const rl_lstm_cuda_ln *ln,
-                      const rl_cuda_rec_opts *o) {
+extern "C" rl_status rl_lstm_cuda_backward(void *stream, rl_dtype dt, int64_t T, int64_t B,
+                                           int64_t H, int direction, const int32_t *len,
+                                           void *gates, const void *U, const void *const *peep,
+                                           const void *hs, const void *cs, const void *dout,
+                                           int64_t dout_ld, void *dh, void *dc, void *dU, void *db,
+                                           void *const *dpeep, void *partial,
+                                           const rl_lstm_cuda_proj *proj, const rl_lstm_cuda_ln *ln,
+                                           const rl_cuda_rec_opts *o) {
     const char *fn = "rl_lstm_cuda_backward";
     RL_TRY(rl_cuda_check_recurrence(fn, dt, T, B, H, direction, len));
     RL_TRY(check_proj(fn, proj, true, T, B, H));
@@ -719,14 +720,16 @@ rl_lstm_cuda_backward(void *stream, rl_dtype dt, int64_t T, int64_t B, int64_t H
     RL_TRY(rl_cuda_enter(fn, gates));
     cudaStream_t s = rl_cuda_stream(stream);
     if (dt == RL_FLOAT32)
-        return backward_loop<float>(
-            s, dt, T, B, H, direction, len, (float *)gates, (const float *)U,
-            (const float *const *)peep, (const float *)hs, (const float *)cs, (const float *)dout,
-            dout_ld, (float *)dh, (float *)dc, (float *)dU, (float *)db,
-            peep ? (float *const *)dpeep : nullptr, (float *)partial, proj_of<float>(proj, H), ln, o);
-    return backward_loop<double>(
-        s, dt, T, B, H, direction, len, (double *)gates, (const double *)U,
-        (const double *const *)peep, (const double *)hs, (const double *)cs, (const double *)dout,
-        dout_ld, (double *)dh, (double *)dc, (double *)dU, (double *)db,
-        peep ? (double *const *)dpeep : nullptr, (double *)partial, proj_of<double>(proj, H), ln, o);
+        return backward_loop<float>(s, dt, T, B, H, direction, len, (float *)gates,
+                                    (const float *)U, (const float *const *)peep, (const float *)hs,
+                                    (const float *)cs, (const float *)dout, dout_ld, (float *)dh,
+                                    (float *)dc, (float *)dU, (float *)db,
+                                    peep ? (float *const *)dpeep : nullptr, (float *)partial,
+                                    proj_of<float>(proj, H), ln, o);
+    return backward_loop<double>(s, dt, T, B, H, direction, len, (double *)gates, (const double *)U,
+                                 (const double *const *)peep, (const double *)hs,
+                                 (const double *)cs, (const double *)dout, dout_ld, (double *)dh,
+                                 (double *)dc, (double *)dU, (double *)db,
+                                 peep ? (double *const *)dpeep : nullptr, (double *)partial,
+                                 proj_of<double>(proj, H), ln, o);
 }
