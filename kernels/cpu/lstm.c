@@ -37,6 +37,8 @@ RL_INLINE void fwd_body_f32(bool has_peep, bool has_zo, int64_t B, int64_t H, in
             memcpy(cr, cpr, (size_t)H * sizeof *cr);
             memcpy(hr, hp + b * H, (size_t)H * sizeof *hr);
             memset(outr, 0, (size_t)H * sizeof *outr);
+            /* c~ of a padded row: the carried cell (p_o's gradient reads it, times dz_o = 0) */
+            if (has_zo) memcpy(zo->ct + b * H, cpr, (size_t)H * sizeof *cr);
             continue;
         }
         float *restrict zi = z + b * 4 * H, *restrict zf = zi + H, *restrict zg = zi + 2 * H,
@@ -286,6 +288,7 @@ void rl_lstm_cpu_fwd_f64(int64_t B, int64_t H, int64_t t, const int32_t *len, do
             memcpy(cr, cpr, (size_t)H * sizeof *cr);
             memcpy(hr, hp + b * H, (size_t)H * sizeof *hr);
             memset(outr, 0, (size_t)H * sizeof *outr);
+            if (zo) memcpy(zo->ct + b * H, cpr, (size_t)H * sizeof *cr);
             continue;
         }
         double *zr = z + b * 4 * H;

@@ -86,6 +86,7 @@ __global__ void k_fwd(int64_t B, int64_t H, int64_t t, const int32_t *__restrict
             c[e] = cp[e];
             h[e] = hp[e];
             out[e] = T(0);
+            if (zo.ct) zo.ct[e] = cp[e]; /* as the CPU's: finite for p_o's gradient */
             continue;
         }
         T *zr = z + b * 4 * H + j;
