@@ -141,14 +141,10 @@ static const rl_gru_cuda_ln *cuda_ln(const rl_cell_pass *p, rl_gru_cuda_ln *ln) 
     return ln;
 }
 
-/* The driver's rec_dropout and zoneout (state h) in the kernels' terms. */
-static rl_cuda_rec_opts cuda_opts(const rl_cell_pass *p) {
-    return (rl_cuda_rec_opts){p->md, p->hd, p->dtmp, p->zo[0], NULL, NULL};
-}
-
 static rl_status gru_cuda_fwd(const rl_cell_pass *p) {
     rl_gru_cuda_ln ln;
-    rl_cuda_rec_opts o = cuda_opts(p);
+    rl_cuda_rec_opts o;
+    rl_recurrent_cuda_opts(p, &o);
     return rl_gru_cuda_forward(p->stream, p->dt, p->T, p->B, p->H, p->direction, p->len, p->gates,
                                p->U, p->p[P_B], p->p[P_BH], p->seq[0], p->out, cuda_ln(p, &ln), &o);
 }
@@ -159,7 +155,8 @@ static rl_status gru_cuda_bwd(const rl_cell_pass *p) {
     int64_t rshape[2] = {RL_GRU_CUDA_CHUNKS, 4 * p->H};
     RL_TRY(rl_buffer_ensure_synced(p->red, p->dt, p->dev, 2, rshape));
     rl_gru_cuda_ln ln;
-    rl_cuda_rec_opts o = cuda_opts(p);
+    rl_cuda_rec_opts o;
+    rl_recurrent_cuda_opts(p, &o);
     return rl_gru_cuda_backward(p->stream, p->dt, p->T, p->B, p->H, p->direction, p->len, p->gates,
                                 p->U, p->seq[0], p->dout, p->dout_ld, p->dstate[0], p->dU,
                                 p->dp[P_B], p->dp[P_BH], rl_tensor_data(p->red), cuda_ln(p, &ln),

@@ -71,13 +71,9 @@ static void janet_sums(const rl_cell_sums *s) {
 #ifdef RL_WITH_CUDA
 #include "../kernels/cuda/janet_cuda.h"
 
-/* The driver's rec_dropout and zoneout (state h) in the kernels' terms. */
-static rl_cuda_rec_opts cuda_opts(const rl_cell_pass *p) {
-    return (rl_cuda_rec_opts){p->md, p->hd, p->dtmp, p->zo[0], NULL, NULL};
-}
-
 static rl_status janet_cuda_fwd(const rl_cell_pass *p) {
-    rl_cuda_rec_opts o = cuda_opts(p);
+    rl_cuda_rec_opts o;
+    rl_recurrent_cuda_opts(p, &o);
     return rl_janet_cuda_forward(p->stream, p->dt, p->T, p->B, p->H, p->direction, p->len, p->gates,
                                  p->U, p->p[P_B], p->opt[OPT_BETA], p->seq[0], p->out, &o);
 }
@@ -86,7 +82,8 @@ static rl_status janet_cuda_fwd(const rl_cell_pass *p) {
 static rl_status janet_cuda_bwd(const rl_cell_pass *p) {
     int64_t rshape[2] = {RL_JANET_CUDA_CHUNKS, 3 * p->H};
     RL_TRY(rl_buffer_ensure_synced(p->red, p->dt, p->dev, 2, rshape));
-    rl_cuda_rec_opts o = cuda_opts(p);
+    rl_cuda_rec_opts o;
+    rl_recurrent_cuda_opts(p, &o);
     return rl_janet_cuda_backward(p->stream, p->dt, p->T, p->B, p->H, p->direction, p->len,
                                   p->gates, p->U, p->seq[0], p->dout, p->dout_ld, p->dstate[0],
                                   p->dU, p->dp[P_B], rl_tensor_data(p->red), &o);

@@ -194,15 +194,11 @@ static const rl_lstm_cuda_ln *cuda_ln(const rl_cell_pass *p, rl_lstm_cuda_ln *ln
     return ln;
 }
 
-/* The driver's rec_dropout and zoneout (states h, c; c~ its aux buffer) in the kernels' terms. */
-static rl_cuda_rec_opts cuda_opts(const rl_cell_pass *p) {
-    return (rl_cuda_rec_opts){p->md, p->hd, p->dtmp, p->zo[0], p->zo[1], p->aux[0]};
-}
-
 static rl_status lstm_cuda_fwd(const rl_cell_pass *p) {
     rl_lstm_cuda_proj pj;
     rl_lstm_cuda_ln ln;
-    rl_cuda_rec_opts o = cuda_opts(p);
+    rl_cuda_rec_opts o;
+    rl_recurrent_cuda_opts(p, &o);
     return rl_lstm_cuda_forward(p->stream, p->dt, p->T, p->B, p->H, p->direction, p->len, p->gates,
                                 p->U, p->p[P_B], peepholes(p->opt, p->p), p->seq[0], p->seq[1],
                                 p->out, cuda_proj(p, &pj), cuda_ln(p, &ln), &o);
@@ -216,7 +212,8 @@ static rl_status lstm_cuda_bwd(const rl_cell_pass *p) {
     void *const *dpeep = p->opt[OPT_PEEPHOLES] != 0 ? p->dp + P_PI : NULL;
     rl_lstm_cuda_proj pj;
     rl_lstm_cuda_ln ln;
-    rl_cuda_rec_opts o = cuda_opts(p);
+    rl_cuda_rec_opts o;
+    rl_recurrent_cuda_opts(p, &o);
     return rl_lstm_cuda_backward(p->stream, p->dt, p->T, p->B, p->H, p->direction, p->len, p->gates,
                                  p->U, peepholes(p->opt, p->p), p->seq[0], p->seq[1], p->dout,
                                  p->dout_ld, p->dstate[0], p->dstate[1], p->dU, p->dp[P_B], dpeep,

@@ -77,6 +77,10 @@ static rl_status stream_zero_padding(const rl_recurrent *r, rl_dtype dt, int64_t
     return rl_gru_cuda_zero_padding(r->stream, dt, r->T, r->B, F, rl_tensor_data(&r->len_dev), x);
 }
 
+void rl_recurrent_cuda_opts(const rl_cell_pass *p, rl_cuda_rec_opts *o) {
+    *o = (rl_cuda_rec_opts){p->md, p->hd, p->dtmp, p->zo[0], p->zo[1], p->aux[0]};
+}
+
 /* dst += src * mask over n elements on the stream (weight_dropout's dU). */
 static rl_status stream_mask_add(const rl_recurrent *r, rl_dtype dt, int64_t n, const void *src,
                                  const void *mask, void *dst) {

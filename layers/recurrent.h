@@ -153,9 +153,9 @@ typedef struct rl_cell_pass {
     void *fb[RL_CELL_MAX_FRAME]; /* the cell's frame buffers over all frames (rl_recurrent.frame) */
     /* The driver's options that the launchers apply inside their loops (NULL: off): rec_dropout's
      * md (B, P), hd (T, B, P), dtmp (B, P) and zoneout's weights zo[i] (T, B, H) of each state
-     * with z > 0 and the cell's per-frame buffers aux[a] (rl_recurrent's fields, and
-     * kernels/cuda/context.h's rl_cuda_rec_opts, how a cell hands them on). weight_dropout is the
-     * driver's alone: U is then U times the mask, and dU goes through the mask after the pass. */
+     * with z > 0 and the cell's per-frame buffers aux[a] (rl_recurrent's fields; a cell hands
+     * them on with rl_recurrent_cuda_opts). weight_dropout is the driver's alone: U is then U
+     * times the mask, and dU goes through the mask after the pass. */
     const void *md;
     void *hd, *dtmp;
     const void *zo[RL_LAYER_MAX_STATES];
@@ -191,6 +191,12 @@ typedef struct rl_cell {
     rl_status (*cuda_fwd)(const rl_cell_pass *p);
     rl_status (*cuda_bwd)(const rl_cell_pass *p);
 } rl_cell;
+
+/* For a cell's launchers (CUDA builds only): the pass's rec_dropout and zoneout buffers as
+ * kernels/cuda/context.h's rl_cuda_rec_opts (zh, zc: the weights of states 0 and 1, ct: the
+ * cell's aux buffer 0). */
+struct rl_cuda_rec_opts;
+void rl_recurrent_cuda_opts(const rl_cell_pass *p, struct rl_cuda_rec_opts *o);
 
 /* A cell's launcher in a CUDA build, NULL in a build without: a cell defines its launchers in
  * an #ifdef RL_WITH_CUDA block and names them with it. */

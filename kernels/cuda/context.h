@@ -120,7 +120,7 @@ rl_status rl_cuda_mask(void *stream, rl_dtype dt, int64_t n, const void *src, co
  *   ct (T, B, H)    the lstm under zoneout: the cell before zoneout c~ (forward writes it)
  * weight_dropout needs nothing here: the driver hands U times its mask as U and makes dU through
  * the mask (rl_cuda_mask) after the launcher. */
-typedef struct {
+typedef struct rl_cuda_rec_opts {
     const void *md;
     void *hd, *dtmp;
     const void *zh, *zc;
