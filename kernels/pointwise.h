@@ -124,6 +124,16 @@ RL_HD_INLINE float rl_zoneoutf(float m, float prev, float nw) { return m * prev 
 RL_HD_INLINE double rl_zoneout(double m, double prev, double nw) {
     return m * prev + (1.0 - m) * nw;
 }
+/* Zoneout's backward: the share (1 - m) ds of the state's gradient ds that reaches the new value
+ * (the cell's own pass), and the share m ds that passes to the previous state directly. */
+RL_HD_INLINE float rl_zoneout_newf(float m, float ds) { return (1.0f - m) * ds; }
+RL_HD_INLINE double rl_zoneout_new(double m, double ds) { return (1.0 - m) * ds; }
+RL_HD_INLINE float rl_zoneout_prevf(float m, float ds) { return m * ds; }
+RL_HD_INLINE double rl_zoneout_prev(double m, double ds) { return m * ds; }
+/* Dropout by a mask k (0, or 1/(1 - p) for a kept unit: rec_dropout's recurrent operand and its
+ * gradient, weight_dropout's U and dU): a k, the same rule on the way back. */
+RL_HD_INLINE float rl_dropf(float a, float k) { return a * k; }
+RL_HD_INLINE double rl_drop(double a, double k) { return a * k; }
 /* log(1 + e^x) without overflow for large x */
 static inline RL_HD float rl_softplusf(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
 static inline RL_HD double rl_softplus(double x) { return x > 30.0 ? x : log1p(exp(x)); }

@@ -143,8 +143,10 @@ static const rl_gru_cuda_ln *cuda_ln(const rl_cell_pass *p, rl_gru_cuda_ln *ln) 
 
 static rl_status gru_cuda_fwd(const rl_cell_pass *p) {
     rl_gru_cuda_ln ln;
+    rl_cuda_rec_opts o;
+    rl_recurrent_cuda_opts(p, &o);
     return rl_gru_cuda_forward(p->stream, p->dt, p->T, p->B, p->H, p->direction, p->len, p->gates,
-                               p->U, p->p[P_B], p->p[P_BH], p->seq[0], p->out, cuda_ln(p, &ln));
+                               p->U, p->p[P_B], p->p[P_BH], p->seq[0], p->out, cuda_ln(p, &ln), &o);
 }
 
 /* Also makes dU, db and db_h (their partial sums in p->red), with layer_norm the gains'
@@ -153,9 +155,12 @@ static rl_status gru_cuda_bwd(const rl_cell_pass *p) {
     int64_t rshape[2] = {RL_GRU_CUDA_CHUNKS, 4 * p->H};
     RL_TRY(rl_buffer_ensure_synced(p->red, p->dt, p->dev, 2, rshape));
     rl_gru_cuda_ln ln;
+    rl_cuda_rec_opts o;
+    rl_recurrent_cuda_opts(p, &o);
     return rl_gru_cuda_backward(p->stream, p->dt, p->T, p->B, p->H, p->direction, p->len, p->gates,
                                 p->U, p->seq[0], p->dout, p->dout_ld, p->dstate[0], p->dU,
-                                p->dp[P_B], p->dp[P_BH], rl_tensor_data(p->red), cuda_ln(p, &ln));
+                                p->dp[P_B], p->dp[P_BH], rl_tensor_data(p->red), cuda_ln(p, &ln),
+                                &o);
 }
 #endif
 
@@ -178,7 +183,7 @@ static rl_status gru_create(rl_layer *l, const rl_options *o, bool cudnn) {
     RL_TRY(rl_layer_add_param(l, "g_h", 1, bs, RL_INIT_CONSTANT, 1.0, 0, 0, NULL));
     const int64_t cols[N_FRAME] = {3 * H, 3 * H, 3 * H, 6, 4 * H};
     r->cell_opt[OPT_LAYER_NORM] = 1;
-    rl_recurrent_rec_apart(r, NULL, N_FRAME, cols); /* the CUDA launchers take it */
+    rl_recurrent_rec_apart(r, N_FRAME, cols);
     return RL_OK;
 }
 

@@ -28,8 +28,7 @@
  * which overwrites them with [ds | da | 0]. The formulas are kernels/janet_cell.h's, one
  * definition for the CPU's fused passes (kernels/janet.h, float32 at every CPU level, and
  * float64) and the CUDA kernels (kernels/cuda/janet_cuda.h, whose launchers run one direction's
- * whole recurrence: zoneout, rec_dropout and weight_dropout stay CPU-only there, as for every
- * cell).
+ * whole recurrence, zoneout and rec_dropout inside, as for every cell).
  */
 #include <stdbool.h>
 
@@ -73,17 +72,21 @@ static void janet_sums(const rl_cell_sums *s) {
 #include "../kernels/cuda/janet_cuda.h"
 
 static rl_status janet_cuda_fwd(const rl_cell_pass *p) {
+    rl_cuda_rec_opts o;
+    rl_recurrent_cuda_opts(p, &o);
     return rl_janet_cuda_forward(p->stream, p->dt, p->T, p->B, p->H, p->direction, p->len, p->gates,
-                                 p->U, p->p[P_B], p->opt[OPT_BETA], p->seq[0], p->out);
+                                 p->U, p->p[P_B], p->opt[OPT_BETA], p->seq[0], p->out, &o);
 }
 
 /* Also makes dU and db (their partial sums in p->red). */
 static rl_status janet_cuda_bwd(const rl_cell_pass *p) {
     int64_t rshape[2] = {RL_JANET_CUDA_CHUNKS, 3 * p->H};
     RL_TRY(rl_buffer_ensure_synced(p->red, p->dt, p->dev, 2, rshape));
+    rl_cuda_rec_opts o;
+    rl_recurrent_cuda_opts(p, &o);
     return rl_janet_cuda_backward(p->stream, p->dt, p->T, p->B, p->H, p->direction, p->len,
                                   p->gates, p->U, p->seq[0], p->dout, p->dout_ld, p->dstate[0],
-                                  p->dU, p->dp[P_B], rl_tensor_data(p->red));
+                                  p->dU, p->dp[P_B], rl_tensor_data(p->red), &o);
 }
 #endif
 

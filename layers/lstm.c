@@ -27,7 +27,8 @@
  * Options (docs/layers.md), each off by default and then not touching the loops above:
  *   zoneout: c_t = m_c c_prev + (1 - m_c) c~_t, h_t = m_h h_prev + (1 - m_h) o tanh(c~_t), c~_t the
  *   cell's new cell, m = Bernoulli(z) per unit and step in training, z in evaluation, inside
- *   the fused passes (kernels/lstm.h, rl_lstm_zo_f32);
+ *   the fused passes (kernels/lstm.h, rl_lstm_zo_f32; on CUDA the step kernels of
+ *   kernels/cuda/lstm.cu);
  *   rec_dropout (training): z_t's product reads h_prev * m_d, m_d (B, P) one per sequence;
  *   n_proj: above, the driver's projected state 0 (layers/recurrent.h; on CUDA inside the
  *   launchers of kernels/cuda/lstm_cuda.h); not with zoneout or impl = "cudnn" (errors at
@@ -196,9 +197,11 @@ static const rl_lstm_cuda_ln *cuda_ln(const rl_cell_pass *p, rl_lstm_cuda_ln *ln
 static rl_status lstm_cuda_fwd(const rl_cell_pass *p) {
     rl_lstm_cuda_proj pj;
     rl_lstm_cuda_ln ln;
+    rl_cuda_rec_opts o;
+    rl_recurrent_cuda_opts(p, &o);
     return rl_lstm_cuda_forward(p->stream, p->dt, p->T, p->B, p->H, p->direction, p->len, p->gates,
                                 p->U, p->p[P_B], peepholes(p->opt, p->p), p->seq[0], p->seq[1],
-                                p->out, cuda_proj(p, &pj), cuda_ln(p, &ln));
+                                p->out, cuda_proj(p, &pj), cuda_ln(p, &ln), &o);
 }
 
 /* Also makes dU, db, the peephole gradients (their partial sums in p->red), with n_proj dR and
@@ -209,10 +212,12 @@ static rl_status lstm_cuda_bwd(const rl_cell_pass *p) {
     void *const *dpeep = p->opt[OPT_PEEPHOLES] != 0 ? p->dp + P_PI : NULL;
     rl_lstm_cuda_proj pj;
     rl_lstm_cuda_ln ln;
+    rl_cuda_rec_opts o;
+    rl_recurrent_cuda_opts(p, &o);
     return rl_lstm_cuda_backward(p->stream, p->dt, p->T, p->B, p->H, p->direction, p->len, p->gates,
                                  p->U, peepholes(p->opt, p->p), p->seq[0], p->seq[1], p->dout,
                                  p->dout_ld, p->dstate[0], p->dstate[1], p->dU, p->dp[P_B], dpeep,
-                                 rl_tensor_data(p->red), cuda_proj(p, &pj), cuda_ln(p, &ln));
+                                 rl_tensor_data(p->red), cuda_proj(p, &pj), cuda_ln(p, &ln), &o);
 }
 #endif
 
@@ -256,7 +261,7 @@ static rl_status lstm_create(rl_layer *l, const rl_options *o, bool cudnn) {
                                   k < 3 ? 1.0 : 0.0, 0, 0, NULL));
     }
     const int64_t cols[N_FRAME] = {4 * H, 4 * H, 4 * H, H, 9, 4 * H, H};
-    rl_recurrent_rec_apart(r, NULL, N_FRAME, cols); /* the CUDA launchers take it */
+    rl_recurrent_rec_apart(r, N_FRAME, cols);
     return RL_OK;
 }
 

@@ -13,6 +13,7 @@
 #include "../kernels/cpu/gemm_small.h"
 #include "../kernels/cpu/parallel.h"
 #include "../kernels/ops.h"
+#include "../kernels/pointwise.h"
 #include "rnn_cudnn.h"
 
 /* ---------------------------------------------------------------- the device's part
@@ -75,6 +76,16 @@ static rl_status stream_write_state(const rl_recurrent *r, rl_tensor *dst, const
 static rl_status stream_zero_padding(const rl_recurrent *r, rl_dtype dt, int64_t F, void *x) {
     return rl_gru_cuda_zero_padding(r->stream, dt, r->T, r->B, F, rl_tensor_data(&r->len_dev), x);
 }
+
+void rl_recurrent_cuda_opts(const rl_cell_pass *p, rl_cuda_rec_opts *o) {
+    *o = (rl_cuda_rec_opts){p->md, p->hd, p->dtmp, p->zo[0], p->zo[1], p->aux[0]};
+}
+
+/* dst += src * mask over n elements on the stream (weight_dropout's dU). */
+static rl_status stream_mask_add(const rl_recurrent *r, rl_dtype dt, int64_t n, const void *src,
+                                 const void *mask, void *dst) {
+    return rl_cuda_mask(r->stream, dt, n, src, mask, dst, true);
+}
 #else
 static rl_status stream_drop(rl_recurrent *r) {
     (void)r;
@@ -105,6 +116,11 @@ static rl_status stream_write_state(const rl_recurrent *r, rl_tensor *dst, const
 }
 static rl_status stream_zero_padding(const rl_recurrent *r, rl_dtype dt, int64_t F, void *x) {
     (void)r, (void)dt, (void)F, (void)x;
+    return RL_OK;
+}
+static rl_status stream_mask_add(const rl_recurrent *r, rl_dtype dt, int64_t n, const void *src,
+                                 const void *mask, void *dst) {
+    (void)r, (void)dt, (void)n, (void)src, (void)mask, (void)dst;
     return RL_OK;
 }
 #endif
@@ -765,19 +781,19 @@ rl_status rl_recurrent_rec_dropout_mask(const rl_recurrent *r, const rl_layer *l
 }
 
 /* d = a * k (or d += a * k) over m elements in one precision, REAL float (S f32) or double
- * (S f64). */
-#define RL_MASK_ROWS(REAL, S)                                                                      \
+ * (S f64), with kernels/pointwise.h's DROP (the CUDA kernel's rule too, rl_cuda_mask). */
+#define RL_MASK_ROWS(REAL, S, DROP)                                                                \
     static void mask_rows_##S(int64_t m, const REAL *restrict a, const REAL *restrict k,           \
                               REAL *restrict d, bool accumulate) {                                 \
         if (accumulate)                                                                            \
             for (int64_t i = 0; i < m; i++)                                                        \
-                d[i] += a[i] * k[i];                                                               \
+                d[i] += DROP(a[i], k[i]);                                                          \
         else                                                                                       \
             for (int64_t i = 0; i < m; i++)                                                        \
-                d[i] = a[i] * k[i];                                                                \
+                d[i] = DROP(a[i], k[i]);                                                           \
     }
-RL_MASK_ROWS(float, f32)
-RL_MASK_ROWS(double, f64)
+RL_MASK_ROWS(float, f32, rl_dropf)
+RL_MASK_ROWS(double, f64, rl_drop)
 
 void rl_recurrent_mask_rows(rl_dtype dt, int64_t n, int64_t H, const void *src, const void *mask,
                             void *dst, bool accumulate) {
@@ -785,17 +801,6 @@ void rl_recurrent_mask_rows(rl_dtype dt, int64_t n, int64_t H, const void *src, 
         mask_rows_f32(n * H, src, mask, dst, accumulate);
     else
         mask_rows_f64(n * H, src, mask, dst, accumulate);
-}
-
-rl_status rl_recurrent_cpu_only(const rl_recurrent *r, const rl_layer *l, rl_device dev,
-                                const char *what) {
-    if (dev.type == RL_CPU) return RL_OK;
-    char d[32];
-    rl_device_name(dev, d, sizeof d);
-    return rl_error(RL_EDEVICE,
-                    RL_LAYER_WHERE ": option %s runs in the CPU's fused passes only; the inputs "
-                                   "are on %s (the CUDA kernels do not take it)",
-                    l->name, r->cls, what, d);
 }
 
 void rl_recurrent_free(rl_recurrent *r) {
@@ -1249,6 +1254,14 @@ static rl_cell_pass cuda_pass(const rl_layer *l, rl_recurrent *r, rl_dtype dt, r
     for (int k = 0; k < r->n_frame; k++)
         ps.fb[k] = rl_tensor_data(&r->frame[k]);
     ps.P = l->n_out;
+    if (r->rdropped) {
+        ps.md = rl_tensor_data(&r->md);
+        ps.hd = rl_tensor_data(&r->hd);
+    }
+    for (int i = 0; i < r->n_states && r->zoned; i++)
+        ps.zo[i] = r->zo[i] > 0 ? rl_tensor_data(&r->zmask[i]) : NULL;
+    for (int a = 0; a < r->cell->n_aux && r->zoned; a++)
+        ps.aux[a] = rl_tensor_data(&r->aux[a]);
     if (r->p_proj) {
         ps.R = p[r->p_proj];
         ps.ms = rl_tensor_data(&r->ms);
@@ -1267,10 +1280,6 @@ rl_status rl_recurrent_forward(rl_layer *l, rl_layer_io *io) {
     bool zo = false;
     for (int i = 0; i < r->n_states; i++)
         zo = zo || r->zo[i] > 0;
-    if (zo) RL_TRY(rl_recurrent_cpu_only(r, l, dev, "zoneout"));
-    if (r->rd > 0) RL_TRY(rl_recurrent_cpu_only(r, l, dev, "rec_dropout"));
-    if (r->wd > 0) RL_TRY(rl_recurrent_cpu_only(r, l, dev, "weight_dropout"));
-    if (r->cpu_only) RL_TRY(rl_recurrent_cpu_only(r, l, dev, r->cpu_only));
     r->ran_cudnn =
         r->cudnn && dev.type == RL_CUDA && (!c->cudnn_fallback || rl_rnn_cudnn_serves(r, l));
     if (r->cudnn && !c->cudnn_fallback && dev.type != RL_CUDA)
@@ -1523,6 +1532,11 @@ rl_status rl_recurrent_backward(rl_layer *l, rl_layer_io *io, const rl_tensor *g
         ps.dp = dp;
         ps.dU = gm[P_U].p;
         ps.red = &r->red;
+        if (r->rdropped) ps.dtmp = rl_tensor_data(&r->dtmp);
+        if (r->wdropped) { /* the launcher's dU (+=) into dud, then dU += dud * mask */
+            RL_TRY(rl_recurrent_write_state(r, &r->dud, NULL));
+            ps.dU = rl_tensor_data(&r->dud);
+        }
         for (int i = 0; i < r->n_states; i++)
             ps.dstate[i] = rl_tensor_data(&r->dstates[i]);
         if (r->p_proj) {
@@ -1531,6 +1545,9 @@ rl_status rl_recurrent_backward(rl_layer *l, rl_layer_io *io, const rl_tensor *g
             ps.dR = dp[r->p_proj];
         }
         RL_TRY(c->cuda_bwd(&ps));
+        if (r->wdropped)
+            RL_TRY(stream_mask_add(r, dt, rl_tensor_numel(&r->dud), rl_tensor_data(&r->dud),
+                                   rl_tensor_data(&r->wdm), gm[P_U].p));
     }
 
     /* weight gradients (unless the caller makes them over all steps) and input gradients:
@@ -1646,9 +1663,8 @@ rl_status rl_recurrent_add_proj(rl_layer *l) {
     return rl_layer_add_param(l, "R", 2, rs, RL_INIT_GLOROT, 1.0, H, P, NULL);
 }
 
-void rl_recurrent_rec_apart(rl_recurrent *r, const char *cpu_only, int n, const int64_t *cols) {
+void rl_recurrent_rec_apart(rl_recurrent *r, int n, const int64_t *cols) {
     r->rec_apart = true;
-    r->cpu_only = cpu_only;
     r->n_frame = n;
     for (int k = 0; k < n; k++)
         r->frame_cols[k] = cols[k];

@@ -151,6 +151,15 @@ typedef struct rl_cell_pass {
     const void *R;
     void *ms, *mscr, *drs, *dm, *dR;
     void *fb[RL_CELL_MAX_FRAME]; /* the cell's frame buffers over all frames (rl_recurrent.frame) */
+    /* The driver's options that the launchers apply inside their loops (NULL: off): rec_dropout's
+     * md (B, P), hd (T, B, P), dtmp (B, P) and zoneout's weights zo[i] (T, B, H) of each state
+     * with z > 0 and the cell's per-frame buffers aux[a] (rl_recurrent's fields; a cell hands
+     * them on with rl_recurrent_cuda_opts). weight_dropout is the driver's alone: U is then U
+     * times the mask, and dU goes through the mask after the pass. */
+    const void *md;
+    void *hd, *dtmp;
+    const void *zo[RL_LAYER_MAX_STATES];
+    void *aux[RL_CELL_MAX_AUX];
 } rl_cell_pass;
 
 typedef struct {
@@ -182,6 +191,12 @@ typedef struct rl_cell {
     rl_status (*cuda_fwd)(const rl_cell_pass *p);
     rl_status (*cuda_bwd)(const rl_cell_pass *p);
 } rl_cell;
+
+/* For a cell's launchers (CUDA builds only): the pass's rec_dropout and zoneout buffers as
+ * kernels/cuda/context.h's rl_cuda_rec_opts (zh, zc: the weights of states 0 and 1, ct: the
+ * cell's aux buffer 0). */
+struct rl_cuda_rec_opts;
+void rl_recurrent_cuda_opts(const rl_cell_pass *p, struct rl_cuda_rec_opts *o);
 
 /* A cell's launcher in a CUDA build, NULL in a build without: a cell defines its launchers in
  * an #ifdef RL_WITH_CUDA block and names them with it. */
@@ -292,19 +307,17 @@ typedef struct rl_recurrent {
      * recurrent part's gradients from frame buffer 1 (T, B, rec_gates H), which the cell's bwd
      * writes; dU is then the layer's own also when a caller makes the other weight gradients
      * (rl_recurrent_set_gates). */
-    const char *cpu_only; /* an option of the cell, on, that its CUDA launchers do not take */
     int n_frame;
     int64_t frame_cols[RL_CELL_MAX_FRAME];
     bool rec_apart;
     rl_tensor frame[RL_CELL_MAX_FRAME];
 } rl_recurrent;
 
-/* For a cell's create when its option `option` normalises the recurrent part apart: sets
- * rec_apart and the n <= RL_CELL_MAX_FRAME frame buffers of cols[k] columns, the first two (T, B,
- * rec_gates H) each (rl_recurrent.frame), and cpu_only = cpu_only (the option's name when the
- * cell's CUDA launchers do not take it, else NULL). On CUDA the launchers get the frame buffers
+/* For a cell's create when an option of it normalises the recurrent part apart: sets rec_apart
+ * and the n <= RL_CELL_MAX_FRAME frame buffers of cols[k] columns, the first two (T, B,
+ * rec_gates H) each (rl_recurrent.frame). On CUDA the launchers get the frame buffers
  * (rl_cell_pass.fb) and make dU themselves. */
-void rl_recurrent_rec_apart(rl_recurrent *r, const char *cpu_only, int n, const int64_t *cols);
+void rl_recurrent_rec_apart(rl_recurrent *r, int n, const int64_t *cols);
 
 /* The state ops of every layer built on rl_recurrent (layer.h's rl_state_ops over the fields
  * above); they are also how the functions below recognise such a layer. */
@@ -419,10 +432,6 @@ rl_status rl_recurrent_rec_dropout_mask(const rl_recurrent *r, const rl_layer *l
  * float64 CPU memory (the rec_dropout products' operand and their state gradients). */
 void rl_recurrent_mask_rows(rl_dtype dt, int64_t n, int64_t H, const void *src, const void *mask,
                             void *dst, bool accumulate);
-/* RL_OK on the CPU; else an error naming the layer and `what`, an option whose arithmetic runs
- * in the CPU's fused passes only (the CUDA kernels do not take it). */
-rl_status rl_recurrent_cpu_only(const rl_recurrent *r, const rl_layer *l, rl_device dev,
-                                const char *what);
 
 /* Waits for and destroys the stream (after on_stream_drop), releases len_dev, gout and the packs
  * (freed with their last sharer). The layer calls it before releasing its own buffers, which the

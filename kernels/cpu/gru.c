@@ -77,13 +77,14 @@ RL_INLINE void bwd_body_f32(bool sums, bool zo, int64_t B, int64_t H, int64_t t,
             float dar, daz, dan, dhn, dhp;
             float dhj = dhr[j] + (dor ? dor[j] : 0.0f);
             /* with zoneout the cell sees (1 - m) of the state's gradient */
-            rl_gru_cell_bwd_f32(gr[j], gz[j], gn[j], gh[j], hpr[j], zo ? (1.0f - mr[j]) * dhj : dhj,
-                                &dar, &daz, &dan, &dhn, &dhp);
+            rl_gru_cell_bwd_f32(gr[j], gz[j], gn[j], gh[j], hpr[j],
+                                zo ? rl_zoneout_newf(mr[j], dhj) : dhj, &dar, &daz, &dan, &dhn,
+                                &dhp);
             gr[j] = dar;
             gz[j] = daz;
             gh[j] = dhn;
             gn[j] = dan;
-            dhr[j] = zo ? dhp + mr[j] * dhj : dhp;
+            dhr[j] = zo ? dhp + rl_zoneout_prevf(mr[j], dhj) : dhp;
             if (sums) {
                 dbr[j] += dar;
                 dbz[j] += daz;
@@ -216,9 +217,9 @@ void rl_gru_cpu_bwd_f64(int64_t B, int64_t H, int64_t t, const int32_t *len, dou
         for (int64_t j = 0; j < H; j++) {
             double dhj = dhr[j] + (dout ? dout[i * dout_ld + j] : 0.0);
             double m = mh ? mh[i * H + j] : 0.0;
-            rl_gru_cell_bwd_f64(gr[j], gz[j], gn[j], gh[j], hpr[j], (1.0 - m) * dhj, &gr[j], &gz[j],
-                                &gn[j], &gh[j], &dhr[j]);
-            if (mh) dhr[j] += m * dhj;
+            rl_gru_cell_bwd_f64(gr[j], gz[j], gn[j], gh[j], hpr[j], rl_zoneout_new(m, dhj), &gr[j],
+                                &gz[j], &gn[j], &gh[j], &dhr[j]);
+            if (mh) dhr[j] += rl_zoneout_prev(m, dhj);
             if (db) {
                 db[j] += gr[j];
                 db[H + j] += gz[j];

@@ -71,12 +71,12 @@ RL_INLINE void bwd_body(bool zo, const step_f32 *a) {
         for (int64_t j = 0; j < H; j++) {
             float ds, da, dhp, d = dhr[j] + (dor ? dor[j] : 0.0f);
             /* with zoneout the cell sees (1 - m) of the state's gradient */
-            rl_janet_cell_bwd_f32(gs[j], ga[j], gi[j], hpr[j], zo ? (1.0f - m[j]) * d : d, &ds, &da,
-                                  &dhp);
+            rl_janet_cell_bwd_f32(gs[j], ga[j], gi[j], hpr[j], zo ? rl_zoneout_newf(m[j], d) : d,
+                                  &ds, &da, &dhp);
             gs[j] = ds;
             ga[j] = da;
             gi[j] = 0.0f;
-            dhr[j] = zo ? dhp + m[j] * d : dhp;
+            dhr[j] = zo ? dhp + rl_zoneout_prevf(m[j], d) : dhp;
         }
     }
 }
@@ -153,9 +153,9 @@ void rl_janet_cpu_bwd_f64(int64_t B, int64_t H, int64_t t, const int32_t *len, d
             double d = dhr[j] + (dout ? dout[r * dout_ld + j] : 0.0);
             double m = mh ? mh[r * H + j] : 0.0, dhp;
             rl_janet_cell_bwd_f64(gs[j], gs[H + j], gs[2 * H + j], hp[r * H + j],
-                                  mh ? (1.0 - m) * d : d, &gs[j], &gs[H + j], &dhp);
+                                  mh ? rl_zoneout_new(m, d) : d, &gs[j], &gs[H + j], &dhp);
             gs[2 * H + j] = 0.0;
-            dhr[j] = mh ? m * d + dhp : dhp;
+            dhr[j] = mh ? rl_zoneout_prev(m, d) + dhp : dhp;
         }
     }
 }

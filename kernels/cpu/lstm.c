@@ -37,6 +37,8 @@ RL_INLINE void fwd_body_f32(bool has_peep, bool has_zo, int64_t B, int64_t H, in
             memcpy(cr, cpr, (size_t)H * sizeof *cr);
             memcpy(hr, hp + b * H, (size_t)H * sizeof *hr);
             memset(outr, 0, (size_t)H * sizeof *outr);
+            /* c~ of a padded row: the carried cell (p_o's gradient reads it, times dz_o = 0) */
+            if (has_zo) memcpy(zo->ct + b * H, cpr, (size_t)H * sizeof *cr);
             continue;
         }
         float *restrict zi = z + b * 4 * H, *restrict zf = zi + H, *restrict zg = zi + 2 * H,
@@ -96,14 +98,15 @@ RL_INLINE void bwd_body_f32(bool has_peep, bool has_zo, int64_t B, int64_t H, in
             /* with zoneout the cell sees (1 - m) of each state's gradient and c~ */
             rl_lstm_cell_bwd_f32(zi[j], zf[j], zg[j], zo_b[j], cpr[j], has_zo ? ctr[j] : cr[j],
                                  has_peep ? pi[j] : 0.0f, has_peep ? pf[j] : 0.0f,
-                                 has_peep ? po[j] : 0.0f, has_zo ? (1.0f - mh) * dhj : dhj,
-                                 has_zo ? (1.0f - mc) * dcj : dcj, &dzi, &dzf, &dzg, &dzo, &dcp);
+                                 has_peep ? po[j] : 0.0f, has_zo ? rl_zoneout_newf(mh, dhj) : dhj,
+                                 has_zo ? rl_zoneout_newf(mc, dcj) : dcj, &dzi, &dzf, &dzg, &dzo,
+                                 &dcp);
             zi[j] = dzi;
             zf[j] = dzf;
             zg[j] = dzg;
             zo_b[j] = dzo;
-            dcr[j] = has_zo ? dcp + mc * dcj : dcp;
-            dhr[j] = has_zo ? mh * dhj : 0.0f;
+            dcr[j] = has_zo ? dcp + rl_zoneout_prevf(mc, dcj) : dcp;
+            dhr[j] = has_zo ? rl_zoneout_prevf(mh, dhj) : 0.0f;
         }
     }
 }
@@ -285,6 +288,7 @@ void rl_lstm_cpu_fwd_f64(int64_t B, int64_t H, int64_t t, const int32_t *len, do
             memcpy(cr, cpr, (size_t)H * sizeof *cr);
             memcpy(hr, hp + b * H, (size_t)H * sizeof *hr);
             memset(outr, 0, (size_t)H * sizeof *outr);
+            if (zo) memcpy(zo->ct + b * H, cpr, (size_t)H * sizeof *cr);
             continue;
         }
         double *zr = z + b * 4 * H;
@@ -325,10 +329,10 @@ void rl_lstm_cpu_bwd_f64(int64_t B, int64_t H, int64_t t, const int32_t *len, do
             /* with zoneout the cell sees (1 - m) of each state's gradient and c~ */
             rl_lstm_cell_bwd_f64(*zi, *zf, *zg, *zog, cpr[j], zo ? zo->ct[e] : cr[j],
                                  peep ? peep[0][j] : 0.0, peep ? peep[1][j] : 0.0,
-                                 peep ? peep[2][j] : 0.0, (1.0 - mh) * dhj, (1.0 - mc) * dcj, zi,
-                                 zf, zg, zog, &dcr[j]);
-            dcr[j] += mc * dcj;
-            dhr[j] = mh * dhj;
+                                 peep ? peep[2][j] : 0.0, rl_zoneout_new(mh, dhj),
+                                 rl_zoneout_new(mc, dcj), zi, zf, zg, zog, &dcr[j]);
+            dcr[j] += rl_zoneout_prev(mc, dcj);
+            dhr[j] = rl_zoneout_prev(mh, dhj);
         }
     }
 }

@@ -465,3 +465,63 @@ extern "C" rl_status rl_cuda_copy_rows(void *stream, void *dst, size_t dst_pitch
                             : rl_cuda_fail(e, "%s: cudaMemcpy2DAsync (%lld rows of %zu bytes)", fn,
                                            (long long)rows, row_bytes);
 }
+
+/* ---- the recurrent driver's masks ---- */
+
+namespace {
+
+__device__ __forceinline__ float drop(float a, float k) { return rl_dropf(a, k); }
+__device__ __forceinline__ double drop(double a, double k) { return rl_drop(a, k); }
+
+template <typename T>
+__global__ void k_mask(int64_t n, const T *__restrict__ a, const T *__restrict__ k,
+                       T *__restrict__ d, bool accumulate) {
+    RL_CUDA_GRID_LOOP(i, n) { d[i] = accumulate ? d[i] + drop(a[i], k[i]) : drop(a[i], k[i]); }
+}
+
+} // namespace
+
+extern "C" rl_status rl_cuda_mask(void *stream, rl_dtype dt, int64_t n, const void *src,
+                                  const void *mask, void *dst, bool accumulate) {
+    const char *fn = "rl_cuda_mask";
+    RL_TRY(rl_cuda_check_dtype(fn, dt));
+    if (n <= 0) return RL_OK;
+    if (!src || !mask || !dst)
+        return rl_error(RL_EARG, "%s: a NULL buffer (n=%lld)", fn, (long long)n);
+    RL_TRY(rl_cuda_enter(fn, dst));
+    cudaStream_t s = rl_cuda_stream(stream);
+    if (dt == RL_FLOAT32)
+        k_mask<float><<<rl_cuda_blocks_for(n), RL_CUDA_THREADS, 0, s>>>(
+            n, (const float *)src, (const float *)mask, (float *)dst, accumulate);
+    else
+        k_mask<double><<<rl_cuda_blocks_for(n), RL_CUDA_THREADS, 0, s>>>(
+            n, (const double *)src, (const double *)mask, (double *)dst, accumulate);
+    return rl_cuda_launched("%s: launching k_mask (n=%lld)", fn, (long long)n);
+}
+
+extern "C" rl_status rl_cuda_rec_operand(void *stream, rl_dtype dt, const rl_cuda_rec_opts *o,
+                                         int64_t t, int64_t B, int64_t P, const void *hp,
+                                         const void **x) {
+    *x = hp;
+    if (!o || !o->md) return RL_OK;
+    char *hd = (char *)o->hd + (size_t)(t * B * P) * rl_dtype_size(dt);
+    *x = hd;
+    return rl_cuda_mask(stream, dt, B * P, hp, o->md, hd, false);
+}
+
+extern "C" void rl_cuda_rec_product_dst(const rl_cuda_rec_opts *o, void *dh, void **dst,
+                                        double *beta) {
+    bool masked = o && o->md;
+    *dst = masked ? o->dtmp : dh;
+    *beta = masked ? 0.0 : 1.0;
+}
+
+extern "C" rl_status rl_cuda_rec_unmask(void *stream, rl_dtype dt, const rl_cuda_rec_opts *o,
+                                        int64_t B, int64_t P, void *dh) {
+    if (!o || !o->md) return RL_OK;
+    return rl_cuda_mask(stream, dt, B * P, o->dtmp, o->md, dh, true);
+}
+
+extern "C" const void *rl_cuda_rec_dU_operand(const rl_cuda_rec_opts *o, const void *hprev) {
+    return o && o->md ? o->hd : hprev;
+}

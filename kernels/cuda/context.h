@@ -101,6 +101,44 @@ rl_status rl_cuda_gemm_bf16(void *stream, bool trans_a, bool trans_b, int64_t m,
                             int64_t k, float alpha, const float *a, int64_t lda, const float *b,
                             int64_t ldb, float beta, float *c, int64_t ldc);
 
+/* dst = src * mask, or dst += src * mask with accumulate (kernels/pointwise.h's rl_drop), n
+ * elements of dt (float32 or float64) on the stream: the recurrent driver's dropout masks
+ * (layers/recurrent.h: rec_dropout's operand and state gradient, weight_dropout's dU). */
+rl_status rl_cuda_mask(void *stream, rl_dtype dt, int64_t n, const void *src, const void *mask,
+                       void *dst, bool accumulate);
+
+/* ---- the recurrent driver's options inside a cell's whole-recurrence launchers ----
+ *
+ * What layers/recurrent.c hands every cell's launchers (kernels/cuda/lstm_cuda.h, gru_cuda.h,
+ * janet_cuda.h) besides the cell's own buffers; NULL pointers (or a NULL struct): that option is
+ * off. P is the width of state 0 and of the product's operand (n_proj's P, else H).
+ *   md (B, P)       rec_dropout's mask (0 or 1/(1 - p), one per sequence)
+ *   hd (T, B, P)    forward writes frame t's dropped previous state hd_t = h_prev * md, which the
+ *                   step's product reads; backward's dU = Hd^T dZ reads all of them
+ *   dtmp (B, P)     backward: the step's product dZ_t U^T before the mask (dh += dtmp * md)
+ *   zh, zc (T, B, H)  zoneout's weights of the hidden state and of the cell (NULL: none)
+ *   ct (T, B, H)    the lstm under zoneout: the cell before zoneout c~ (forward writes it)
+ * weight_dropout needs nothing here: the driver hands U times its mask as U and makes dU through
+ * the mask (rl_cuda_mask) after the launcher. */
+typedef struct rl_cuda_rec_opts {
+    const void *md;
+    void *hd, *dtmp;
+    const void *zh, *zc;
+    void *ct;
+} rl_cuda_rec_opts;
+
+/* The operand of frame t's recurrent product in *x: hp itself, or with rec_dropout hd_t = hp * md
+ * (queued on the stream). */
+rl_status rl_cuda_rec_operand(void *stream, rl_dtype dt, const rl_cuda_rec_opts *o, int64_t t,
+                              int64_t B, int64_t P, const void *hp, const void **x);
+/* Backward's per-step product dZ_t U^T goes to *dst with beta *beta: dh (beta 1) or, with
+ * rec_dropout, dtmp (beta 0), after which rl_cuda_rec_unmask adds dtmp * md to dh. */
+void rl_cuda_rec_product_dst(const rl_cuda_rec_opts *o, void *dh, void **dst, double *beta);
+rl_status rl_cuda_rec_unmask(void *stream, rl_dtype dt, const rl_cuda_rec_opts *o, int64_t B,
+                             int64_t P, void *dh);
+/* dU's left operand over all frames: hprev, or with rec_dropout hd. */
+const void *rl_cuda_rec_dU_operand(const rl_cuda_rec_opts *o, const void *hprev);
+
 #ifdef __cplusplus
 }
 #endif

@@ -55,7 +55,8 @@ __device__ __forceinline__ void cell_bwd(double r, double z, double n, double hn
 template <typename T>
 __global__ void k_fwd(int64_t B, int64_t H, int64_t t, const int32_t *__restrict__ len,
                       T *__restrict__ g, const T *__restrict__ b, const T *__restrict__ bh,
-                      const T *__restrict__ hp, T *__restrict__ h, T *__restrict__ out) {
+                      const T *__restrict__ hp, T *__restrict__ h, T *__restrict__ out,
+                      const T *__restrict__ mh) {
     int64_t n = B * H;
     RL_CUDA_GRID_LOOP(e, n) {
         int64_t i = e / H, j = e - i * H;
@@ -68,6 +69,7 @@ __global__ void k_fwd(int64_t B, int64_t H, int64_t t, const int32_t *__restrict
         T r, z, nn, hh, hn = gr[2 * H] + bh[2 * H + j];
         cell_fwd(gr[0] + b[j] + bh[j], gr[H] + b[H + j] + bh[H + j], gr[3 * H] + b[2 * H + j], hn,
                  hp[e], &r, &z, &nn, &hh);
+        if (mh) hh = rl_cuda_zoneout(mh[e], hp[e], hh);
         gr[0] = r;
         gr[H] = z;
         gr[2 * H] = hn;
@@ -80,7 +82,7 @@ __global__ void k_fwd(int64_t B, int64_t H, int64_t t, const int32_t *__restrict
 template <typename T>
 __global__ void k_bwd(int64_t B, int64_t H, int64_t t, const int32_t *__restrict__ len,
                       T *__restrict__ g, const T *__restrict__ hp, const T *__restrict__ dout,
-                      int64_t dout_ld, T *__restrict__ dh) {
+                      int64_t dout_ld, T *__restrict__ dh, const T *__restrict__ mh) {
     int64_t n = B * H;
     RL_CUDA_GRID_LOOP(e, n) {
         int64_t i = e / H, j = e - i * H;
@@ -91,12 +93,14 @@ __global__ void k_bwd(int64_t B, int64_t H, int64_t t, const int32_t *__restrict
         }
         T dar, daz, dan, dhn, dhp;
         T d = dh[e] + (dout ? dout[i * dout_ld + j] : T(0));
-        cell_bwd(gr[0], gr[H], gr[3 * H], gr[2 * H], hp[e], d, &dar, &daz, &dan, &dhn, &dhp);
+        /* with zoneout the cell sees (1 - m) of the state's gradient */
+        cell_bwd(gr[0], gr[H], gr[3 * H], gr[2 * H], hp[e], mh ? rl_cuda_zoneout_new(mh[e], d) : d,
+                 &dar, &daz, &dan, &dhn, &dhp);
         gr[0] = dar;
         gr[H] = daz;
         gr[2 * H] = dhn;
         gr[3 * H] = dan;
-        dh[e] = dhp;
+        dh[e] = mh ? dhp + rl_cuda_zoneout_prev(mh[e], d) : dhp;
     }
 }
 
@@ -133,20 +137,22 @@ __global__ void k_zero_padding(int64_t T_, int64_t B, int64_t F, const int32_t *
 
 template <typename T>
 rl_status fwd_step(const char *fn, cudaStream_t s, int64_t B, int64_t H, int64_t t,
-                   const int32_t *len, T *g, const T *b, const T *bh, const T *hp, T *h, T *out) {
+                   const int32_t *len, T *g, const T *b, const T *bh, const T *hp, T *h, T *out,
+                   const T *mh = nullptr) {
     if (B <= 0 || H <= 0) return RL_OK;
-    k_fwd<T>
-        <<<rl_cuda_blocks_for(B * H), RL_CUDA_THREADS, 0, s>>>(B, H, t, len, g, b, bh, hp, h, out);
+    k_fwd<T><<<rl_cuda_blocks_for(B * H), RL_CUDA_THREADS, 0, s>>>(B, H, t, len, g, b, bh, hp, h,
+                                                                   out, mh);
     return rl_cuda_launched("%s: launching k_fwd (B=%lld H=%lld t=%lld)", fn, (long long)B,
                             (long long)H, (long long)t);
 }
 
 template <typename T>
 rl_status bwd_step(const char *fn, cudaStream_t s, int64_t B, int64_t H, int64_t t,
-                   const int32_t *len, T *g, const T *hp, const T *dout, int64_t dout_ld, T *dh) {
+                   const int32_t *len, T *g, const T *hp, const T *dout, int64_t dout_ld, T *dh,
+                   const T *mh = nullptr) {
     if (B <= 0 || H <= 0) return RL_OK;
     k_bwd<T><<<rl_cuda_blocks_for(B * H), RL_CUDA_THREADS, 0, s>>>(B, H, t, len, g, hp, dout,
-                                                                   dout_ld, dh);
+                                                                   dout_ld, dh, mh);
     return rl_cuda_launched("%s: launching k_bwd (B=%lld H=%lld t=%lld)", fn, (long long)B,
                             (long long)H, (long long)t);
 }
@@ -235,10 +241,15 @@ rl_status ln_step(const char *fn, cudaStream_t s, bool backward, int64_t B, int6
                             (long long)H, (long long)t);
 }
 
+/* Zoneout's weights of frame t, or NULL. */
+template <typename T> const T *zo_frame(const rl_cuda_rec_opts *o, int64_t t, int64_t BH) {
+    return o && o->zh ? (const T *)o->zh + t * BH : nullptr;
+}
+
 template <typename T>
 rl_status forward_loop(void *stream, int64_t T_, int64_t B, int64_t H, int dir, const int32_t *len,
                        T *gates, const T *U, const T *b, const T *bh, T *hs, T *out,
-                       const rl_gru_cuda_ln *ln) {
+                       const rl_gru_cuda_ln *ln, const rl_cuda_rec_opts *o) {
     const char *fn = "rl_gru_cuda_forward";
     cudaStream_t s = rl_cuda_stream(stream);
     rl_dtype dt = dtype_of(T(0));
@@ -254,17 +265,18 @@ rl_status forward_loop(void *stream, int64_t T_, int64_t B, int64_t H, int dir, 
         int64_t t = dir > 0 ? st : T_ - 1 - st;
         int64_t prev = dir > 0 ? t : t + 1, cur = dir > 0 ? t + 1 : t;
         T *gt = gates + t * B * 4 * H;
+        const void *x; /* with rec_dropout the dropped state */
+        RL_TRY(rl_cuda_rec_operand(s, dt, o, t, B, H, hs + prev * BH, &x));
         if (ln) { /* the recurrent part apart, then both parts normalised into gt */
-            RL_TRY(rl_cuda_gemm_batched(fn, s, dt, false, false, B, 3 * H, H, 1.0, hs + prev * BH,
-                                        H, 0, U, 3 * H, 0, 0.0, ln_frame<T>(ln, t, B, H).hh, 3 * H,
-                                        0, 1));
+            RL_TRY(rl_cuda_gemm_batched(fn, s, dt, false, false, B, 3 * H, H, 1.0, x, H, 0, U,
+                                        3 * H, 0, 0.0, ln_frame<T>(ln, t, B, H).hh, 3 * H, 0, 1));
             RL_TRY(ln_step<T>(fn, s, false, B, H, t, len, gt, ln));
         } else {
-            RL_TRY(rl_cuda_gemm_batched(fn, s, dt, false, false, B, 3 * H, H, 1.0, hs + prev * BH,
-                                        H, 0, U, 3 * H, 0, 1.0, gt, 4 * H, 0, 1));
+            RL_TRY(rl_cuda_gemm_batched(fn, s, dt, false, false, B, 3 * H, H, 1.0, x, H, 0, U,
+                                        3 * H, 0, 1.0, gt, 4 * H, 0, 1));
         }
         RL_TRY(fwd_step<T>(fn, s, B, H, t, len, gt, b, bh, hs + prev * BH, hs + cur * BH,
-                           out + t * BH));
+                           out + t * BH, zo_frame<T>(o, t, BH)));
     }
     return RL_OK;
 }
@@ -272,7 +284,8 @@ rl_status forward_loop(void *stream, int64_t T_, int64_t B, int64_t H, int dir, 
 template <typename T>
 rl_status backward_loop(void *stream, int64_t T_, int64_t B, int64_t H, int dir, const int32_t *len,
                         T *gates, const T *U, const T *hs, const T *dout, int64_t dout_ld, T *dh,
-                        T *dU, T *db, T *dbh, T *partial, const rl_gru_cuda_ln *ln) {
+                        T *dU, T *db, T *dbh, T *partial, const rl_gru_cuda_ln *ln,
+                        const rl_cuda_rec_opts *o) {
     const char *fn = "rl_gru_cuda_backward";
     cudaStream_t s = rl_cuda_stream(stream);
     rl_dtype dt = dtype_of(T(0));
@@ -282,16 +295,23 @@ rl_status backward_loop(void *stream, int64_t T_, int64_t B, int64_t H, int dir,
         int64_t prev = dir > 0 ? t : t + 1;
         T *gt = gates + t * B * 4 * H;
         RL_TRY(bwd_step<T>(fn, s, B, H, t, len, gt, hs + prev * BH,
-                           dout ? dout + t * B * dout_ld : nullptr, dout_ld, dh));
+                           dout ? dout + t * B * dout_ld : nullptr, dout_ld, dh,
+                           zo_frame<T>(o, t, BH)));
         /* padded rows of dG_t are 0, so their dh passes through unchanged; with layer_norm the
-         * product reads the recurrent part's gradients */
+         * product reads the recurrent part's gradients; with rec_dropout it goes through the
+         * mask */
         if (ln) RL_TRY(ln_step<T>(fn, s, true, B, H, t, len, gt, ln));
+        void *dprod;
+        double beta;
+        rl_cuda_rec_product_dst(o, dh, &dprod, &beta);
         RL_TRY(rl_cuda_gemm_batched(fn, s, dt, false, true, B, H, 3 * H, 1.0,
                                     ln ? ln_frame<T>(ln, t, B, H).dzh : gt, ln ? 3 * H : 4 * H, 0,
-                                    U, 3 * H, 0, 1.0, dh, H, 0, 1));
+                                    U, 3 * H, 0, beta, dprod, H, 0, 1));
+        RL_TRY(rl_cuda_rec_unmask(s, dt, o, B, H, dh));
     }
-    /* the previous states of all frames are rows 0..T-1 (direction 1) or 1..T (-1) */
-    const T *hprev = hs + (dir > 0 ? 0 : BH);
+    /* the previous states of all frames are rows 0..T-1 (direction 1) or 1..T (-1), or with
+     * rec_dropout what the products read */
+    const T *hprev = (const T *)rl_cuda_rec_dU_operand(o, hs + (dir > 0 ? 0 : BH));
     RL_TRY(rl_cuda_gemm_batched(fn, s, dt, true, false, H, 3 * H, T_ * B, 1.0, hprev, H, 0,
                                 ln ? (const T *)ln->dzh : gates, ln ? 3 * H : 4 * H, 0, 1.0, dU,
                                 3 * H, 0, 1));
@@ -394,7 +414,8 @@ extern "C" rl_status rl_gru_cuda_zero_padding(void *stream, rl_dtype dt, int64_t
 extern "C" rl_status rl_gru_cuda_forward(void *stream, rl_dtype dt, int64_t T, int64_t B, int64_t H,
                                          int direction, const int32_t *len, void *gates,
                                          const void *U, const void *b, const void *bh, void *hs,
-                                         void *out, const rl_gru_cuda_ln *ln) {
+                                         void *out, const rl_gru_cuda_ln *ln,
+                                         const rl_cuda_rec_opts *o) {
     const char *fn = "rl_gru_cuda_forward";
     RL_TRY(rl_cuda_check_recurrence(fn, dt, T, B, H, direction, len));
     RL_TRY(check_ln(fn, ln, false, T, B, H));
@@ -403,17 +424,18 @@ extern "C" rl_status rl_gru_cuda_forward(void *stream, rl_dtype dt, int64_t T, i
     if (dt == RL_FLOAT32)
         return forward_loop<float>(stream, T, B, H, direction, len, (float *)gates,
                                    (const float *)U, (const float *)b, (const float *)bh,
-                                   (float *)hs, (float *)out, ln);
+                                   (float *)hs, (float *)out, ln, o);
     return forward_loop<double>(stream, T, B, H, direction, len, (double *)gates, (const double *)U,
                                 (const double *)b, (const double *)bh, (double *)hs, (double *)out,
-                                ln);
+                                ln, o);
 }
 
 extern "C" rl_status rl_gru_cuda_backward(void *stream, rl_dtype dt, int64_t T, int64_t B,
                                           int64_t H, int direction, const int32_t *len, void *gates,
                                           const void *U, const void *hs, const void *dout,
                                           int64_t dout_ld, void *dh, void *dU, void *db, void *dbh,
-                                          void *partial, const rl_gru_cuda_ln *ln) {
+                                          void *partial, const rl_gru_cuda_ln *ln,
+                                          const rl_cuda_rec_opts *o) {
     const char *fn = "rl_gru_cuda_backward";
     RL_TRY(rl_cuda_check_recurrence(fn, dt, T, B, H, direction, len));
     RL_TRY(check_ln(fn, ln, true, T, B, H));
@@ -428,9 +450,9 @@ extern "C" rl_status rl_gru_cuda_backward(void *stream, rl_dtype dt, int64_t T, 
         return backward_loop<float>(stream, T, B, H, direction, len, (float *)gates,
                                     (const float *)U, (const float *)hs, (const float *)dout,
                                     dout_ld, (float *)dh, (float *)dU, (float *)db, (float *)dbh,
-                                    (float *)partial, ln);
+                                    (float *)partial, ln, o);
     return backward_loop<double>(stream, T, B, H, direction, len, (double *)gates,
                                  (const double *)U, (const double *)hs, (const double *)dout,
                                  dout_ld, (double *)dh, (double *)dU, (double *)db, (double *)dbh,
-                                 (double *)partial, ln);
+                                 (double *)partial, ln, o);
 }

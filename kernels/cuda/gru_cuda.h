@@ -19,6 +19,7 @@
 
 #include "../../core/error.h"
 #include "../../core/tensor.h"
+#include "context.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -85,15 +86,17 @@ typedef struct {
     void *dgx, *dgh;
 } rl_gru_cuda_ln;
 
+/* o (kernels/cuda/context.h; NULL: none): the driver's rec_dropout inside the loops and zoneout
+ * (zh) in the fused step kernels with kernels/gru.h's formulas. */
 rl_status rl_gru_cuda_forward(void *stream, rl_dtype dt, int64_t T, int64_t B, int64_t H,
                               int direction, const int32_t *len, void *gates, const void *U,
                               const void *b, const void *bh, void *hs, void *out,
-                              const rl_gru_cuda_ln *ln);
+                              const rl_gru_cuda_ln *ln, const rl_cuda_rec_opts *o);
 rl_status rl_gru_cuda_backward(void *stream, rl_dtype dt, int64_t T, int64_t B, int64_t H,
                                int direction, const int32_t *len, void *gates, const void *U,
                                const void *hs, const void *dout, int64_t dout_ld, void *dh,
                                void *dU, void *db, void *dbh, void *partial,
-                               const rl_gru_cuda_ln *ln);
+                               const rl_gru_cuda_ln *ln, const rl_cuda_rec_opts *o);
 
 #ifdef __cplusplus
 }

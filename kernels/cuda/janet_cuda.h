@@ -15,6 +15,7 @@
 
 #include "../../core/error.h"
 #include "../../core/tensor.h"
+#include "context.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -35,14 +36,17 @@ extern "C" {
  * Forward per step: gates_t[:, 0:2H] += h_prev U (cuBLAS), then the fused pointwise kernel.
  * Backward per step: the pointwise kernel, then dh += dG_t[:, 0:2H] U^T; after the loop dU +=
  * Hprev^T dG[:, 0:2H] over all frames and db. Left to the caller: the input projections before
- * forward, dW and dX after backward. */
+ * forward, dW and dX after backward.
+ * o (kernels/cuda/context.h; NULL: none): the driver's rec_dropout inside the loops and zoneout
+ * (zh) in the fused step kernels with kernels/janet.h's formulas. */
 rl_status rl_janet_cuda_forward(void *stream, rl_dtype dt, int64_t T, int64_t B, int64_t H,
                                 int direction, const int32_t *len, void *gates, const void *U,
-                                const void *b, double beta, void *hs, void *out);
+                                const void *b, double beta, void *hs, void *out,
+                                const rl_cuda_rec_opts *o);
 rl_status rl_janet_cuda_backward(void *stream, rl_dtype dt, int64_t T, int64_t B, int64_t H,
                                  int direction, const int32_t *len, void *gates, const void *U,
                                  const void *hs, const void *dout, int64_t dout_ld, void *dh,
-                                 void *dU, void *db, void *partial);
+                                 void *dU, void *db, void *partial, const rl_cuda_rec_opts *o);
 
 #ifdef __cplusplus
 }

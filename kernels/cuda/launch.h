@@ -14,7 +14,28 @@
 extern "C" {
 #include "../../core/error.h"
 #include "../../core/tensor.h"
+#include "../pointwise.h"
 #include "context.h"
+}
+
+/* kernels/pointwise.h's zoneout formulas for either type (the recurrent cells' step kernels). */
+__device__ __forceinline__ float rl_cuda_zoneout(float m, float prev, float nw) {
+    return rl_zoneoutf(m, prev, nw);
+}
+__device__ __forceinline__ double rl_cuda_zoneout(double m, double prev, double nw) {
+    return rl_zoneout(m, prev, nw);
+}
+__device__ __forceinline__ float rl_cuda_zoneout_new(float m, float ds) {
+    return rl_zoneout_newf(m, ds);
+}
+__device__ __forceinline__ double rl_cuda_zoneout_new(double m, double ds) {
+    return rl_zoneout_new(m, ds);
+}
+__device__ __forceinline__ float rl_cuda_zoneout_prev(float m, float ds) {
+    return rl_zoneout_prevf(m, ds);
+}
+__device__ __forceinline__ double rl_cuda_zoneout_prev(double m, double ds) {
+    return rl_zoneout_prev(m, ds);
 }
 
 /* Threads per block of the elementwise kernels, and the most blocks a grid-stride launch uses

@@ -60,6 +60,14 @@ __device__ __forceinline__ void cell_bwd(double i, double f, double g, double o,
     rl_lstm_cell_bwd_f64(i, f, g, o, cp, c, pi, pf, po, dh, dc, dzi, dzf, dzg, dzo, dcp);
 }
 
+/* Zoneout of one frame (kernels/lstm.h's rl_lstm_zo_f32 on the device): the weights mc, mh of
+ * the previous cell and hidden state (NULL: that state has none) and c~, the cell before zoneout;
+ * ct NULL: no zoneout. */
+template <typename T> struct Zo {
+    const T *mc, *mh;
+    T *ct;
+};
+
 /* The three peephole vectors by value (kernel arguments), null without peepholes. */
 template <typename T> struct Peep { const T *p[3]; };
 template <typename T> struct DPeep { T *p[3]; };
@@ -70,7 +78,7 @@ template <typename T, bool PEEP>
 __global__ void k_fwd(int64_t B, int64_t H, int64_t t, const int32_t *__restrict__ len,
                       T *__restrict__ z, const T *__restrict__ bias, Peep<T> peep,
                       const T *__restrict__ cp, const T *__restrict__ hp, T *__restrict__ c,
-                      T *__restrict__ h, T *__restrict__ out) {
+                      T *__restrict__ h, T *__restrict__ out, Zo<T> zo) {
     int64_t n = B * H;
     RL_CUDA_GRID_LOOP(e, n) {
         int64_t b = e / H, j = e - b * H;
@@ -78,6 +86,7 @@ __global__ void k_fwd(int64_t B, int64_t H, int64_t t, const int32_t *__restrict
             c[e] = cp[e];
             h[e] = hp[e];
             out[e] = T(0);
+            if (zo.ct) zo.ct[e] = cp[e]; /* as the CPU's: finite for p_o's gradient */
             continue;
         }
         T *zr = z + b * 4 * H + j;
@@ -85,6 +94,11 @@ __global__ void k_fwd(int64_t B, int64_t H, int64_t t, const int32_t *__restrict
         cell_fwd(zr[0] + bias[j], zr[H] + bias[H + j], zr[2 * H] + bias[2 * H + j],
                  zr[3 * H] + bias[3 * H + j], cp[e], PEEP ? peep.p[0][j] : T(0),
                  PEEP ? peep.p[1][j] : T(0), PEEP ? peep.p[2][j] : T(0), &i, &f, &g, &o, &cc, &hh);
+        if (zo.ct) {
+            zo.ct[e] = cc;
+            if (zo.mc) cc = rl_cuda_zoneout(zo.mc[e], cp[e], cc);
+            if (zo.mh) hh = rl_cuda_zoneout(zo.mh[e], hp[e], hh);
+        }
         zr[0] = i;
         zr[H] = f;
         zr[2 * H] = g;
@@ -123,7 +137,7 @@ __device__ __forceinline__ bool
 bwd_elem(int64_t b, int64_t j, int64_t H, int64_t t, const int32_t *__restrict__ len,
          T *__restrict__ z, T pi, T pf, T po, const T *__restrict__ cp, const T *__restrict__ c,
          const T *__restrict__ dout, int64_t dout_ld, T *__restrict__ dh, T *__restrict__ dc,
-         T dz[4]) {
+         T dz[4], Zo<T> zo) {
     T *zr = z + b * 4 * H + j;
     if (t >= (int64_t)len[b]) {
         zr[0] = zr[H] = zr[2 * H] = zr[3 * H] = T(0);
@@ -131,15 +145,19 @@ bwd_elem(int64_t b, int64_t j, int64_t H, int64_t t, const int32_t *__restrict__
     }
     int64_t e = b * H + j;
     T dcp;
-    T dhe = dh[e] + (dout ? dout[b * dout_ld + j] : T(0));
-    cell_bwd(zr[0], zr[H], zr[2 * H], zr[3 * H], cp[e], c[e], pi, pf, po, dhe, dc[e], &dz[0],
-             &dz[1], &dz[2], &dz[3], &dcp);
+    T dhe = dh[e] + (dout ? dout[b * dout_ld + j] : T(0)), dce = dc[e];
+    /* with zoneout the cell sees (1 - m) of each state's gradient and c~ */
+    bool zoned = zo.ct != nullptr;
+    T mc = zo.mc ? zo.mc[e] : T(0), mh = zo.mh ? zo.mh[e] : T(0);
+    cell_bwd(zr[0], zr[H], zr[2 * H], zr[3 * H], cp[e], zoned ? zo.ct[e] : c[e], pi, pf, po,
+             zoned ? rl_cuda_zoneout_new(mh, dhe) : dhe, zoned ? rl_cuda_zoneout_new(mc, dce) : dce,
+             &dz[0], &dz[1], &dz[2], &dz[3], &dcp);
     zr[0] = dz[0];
     zr[H] = dz[1];
     zr[2 * H] = dz[2];
     zr[3 * H] = dz[3];
-    dc[e] = dcp;
-    dh[e] = T(0);
+    dc[e] = zoned ? dcp + rl_cuda_zoneout_prev(mc, dce) : dcp;
+    dh[e] = zoned ? rl_cuda_zoneout_prev(mh, dhe) : T(0);
     return true;
 }
 
@@ -159,7 +177,8 @@ __global__ void k_bwd(int64_t B, int64_t H, int64_t t, const int32_t *__restrict
           po = PEEP ? peep.p[2][j] : T(0);
         for (int64_t b = threadIdx.y; b < B; b += kRows) {
             T dz[4];
-            if (!bwd_elem(b, j, H, t, len, z, pi, pf, po, cp, c, dout, dout_ld, dh, dc, dz))
+            if (!bwd_elem(b, j, H, t, len, z, pi, pf, po, cp, c, dout, dout_ld, dh, dc, dz,
+                          Zo<T>{}))
                 continue;
             for (int k = 0; k < 4; k++)
                 part[k] += dz[k];
@@ -182,13 +201,13 @@ template <typename T, bool PEEP>
 __global__ void k_bwd_pw(int64_t B, int64_t H, int64_t t, const int32_t *__restrict__ len,
                          T *__restrict__ z, Peep<T> peep, const T *__restrict__ cp,
                          const T *__restrict__ c, const T *__restrict__ dout, int64_t dout_ld,
-                         T *__restrict__ dh, T *__restrict__ dc) {
+                         T *__restrict__ dh, T *__restrict__ dc, Zo<T> zo) {
     int64_t n = B * H;
     RL_CUDA_GRID_LOOP(e, n) {
         int64_t b = e / H, j = e - b * H;
         T dz[4];
         (void)bwd_elem(b, j, H, t, len, z, PEEP ? peep.p[0][j] : T(0), PEEP ? peep.p[1][j] : T(0),
-                       PEEP ? peep.p[2][j] : T(0), cp, c, dout, dout_ld, dh, dc, dz);
+                       PEEP ? peep.p[2][j] : T(0), cp, c, dout, dout_ld, dh, dc, dz, zo);
     }
 }
 
@@ -245,14 +264,16 @@ __global__ void k_param_final(int64_t H, int64_t chunks, const T *__restrict__ p
 template <typename T>
 rl_status fwd_step(const char *fn, cudaStream_t s, int64_t B, int64_t H, int64_t t,
                    const int32_t *len, T *z, const T *bias, const T *const *peep, const T *cp,
-                   const T *hp, T *c, T *h, T *out) {
+                   const T *hp, T *c, T *h, T *out, Zo<T> zo = Zo<T>{}) {
     if (B <= 0 || H <= 0) return RL_OK;
     Peep<T> pp = {{peep ? peep[0] : nullptr, peep ? peep[1] : nullptr, peep ? peep[2] : nullptr}};
     unsigned g = rl_cuda_blocks_for(B * H);
     if (peep)
-        k_fwd<T, true><<<g, RL_CUDA_THREADS, 0, s>>>(B, H, t, len, z, bias, pp, cp, hp, c, h, out);
+        k_fwd<T, true>
+            <<<g, RL_CUDA_THREADS, 0, s>>>(B, H, t, len, z, bias, pp, cp, hp, c, h, out, zo);
     else
-        k_fwd<T, false><<<g, RL_CUDA_THREADS, 0, s>>>(B, H, t, len, z, bias, pp, cp, hp, c, h, out);
+        k_fwd<T, false>
+            <<<g, RL_CUDA_THREADS, 0, s>>>(B, H, t, len, z, bias, pp, cp, hp, c, h, out, zo);
     return rl_cuda_launched("%s: launching k_fwd (B=%lld H=%lld t=%lld)", fn, (long long)B,
                             (long long)H, (long long)t);
 }
@@ -260,7 +281,8 @@ rl_status fwd_step(const char *fn, cudaStream_t s, int64_t B, int64_t H, int64_t
 template <typename T>
 rl_status bwd_step(const char *fn, cudaStream_t s, int64_t B, int64_t H, int64_t t,
                    const int32_t *len, T *z, const T *const *peep, const T *cp, const T *c,
-                   const T *dout, int64_t dout_ld, T *dh, T *dc, T *db, T *const *dpeep) {
+                   const T *dout, int64_t dout_ld, T *dh, T *dc, T *db, T *const *dpeep,
+                   Zo<T> zo = Zo<T>{}) {
     if (B <= 0 || H <= 0) return RL_OK;
     if (dpeep && !db)
         return rl_error(RL_EARG, "%s: peephole gradients need the bias gradient too (H=%lld)", fn,
@@ -271,11 +293,11 @@ rl_status bwd_step(const char *fn, cudaStream_t s, int64_t B, int64_t H, int64_t
     if (!db) { /* no column sums: the forward's geometry */
         unsigned g = rl_cuda_blocks_for(B * H);
         if (peep)
-            k_bwd_pw<T, true>
-                <<<g, RL_CUDA_THREADS, 0, s>>>(B, H, t, len, z, pp, cp, c, dout, dout_ld, dh, dc);
+            k_bwd_pw<T, true><<<g, RL_CUDA_THREADS, 0, s>>>(B, H, t, len, z, pp, cp, c, dout,
+                                                            dout_ld, dh, dc, zo);
         else
-            k_bwd_pw<T, false>
-                <<<g, RL_CUDA_THREADS, 0, s>>>(B, H, t, len, z, pp, cp, c, dout, dout_ld, dh, dc);
+            k_bwd_pw<T, false><<<g, RL_CUDA_THREADS, 0, s>>>(B, H, t, len, z, pp, cp, c, dout,
+                                                             dout_ld, dh, dc, zo);
         return rl_cuda_launched("%s: launching k_bwd_pw (B=%lld H=%lld t=%lld)", fn, (long long)B,
                                 (long long)H, (long long)t);
     }
@@ -445,11 +467,18 @@ typename LnOf<T>::type ln_frame(const rl_lstm_cuda_ln *p, int64_t t, int64_t B, 
             (const T *)p->gh,       (const T *)p->gc,        (const T *)p->bc};
 }
 
+/* Zoneout's weights and c~ of frame t (all NULL without zoneout). */
+template <typename T> Zo<T> zo_frame(const rl_cuda_rec_opts *o, int64_t t, int64_t BH) {
+    if (!o || !o->ct) return Zo<T>{};
+    return Zo<T>{o->zc ? (const T *)o->zc + t * BH : nullptr,
+                 o->zh ? (const T *)o->zh + t * BH : nullptr, (T *)o->ct + t * BH};
+}
+
 template <typename T>
 rl_status forward_loop(cudaStream_t s, rl_dtype dt, int64_t T_, int64_t B, int64_t H, int dir,
                        const int32_t *len, T *gates, const T *U, const T *bias,
                        const T *const *peep, T *hs, T *cs, T *out, const Proj<T> &pj,
-                       const rl_lstm_cuda_ln *ln) {
+                       const rl_lstm_cuda_ln *ln, const rl_cuda_rec_opts *o) {
     const char *fn = "rl_lstm_cuda_forward";
     int64_t BH = B * H, P = pj.P, BP = B * P;
     T *ms = pj.R ? pj.ms : hs; /* the cell's state 0 */
@@ -458,9 +487,12 @@ rl_status forward_loop(cudaStream_t s, rl_dtype dt, int64_t T_, int64_t B, int64
         int64_t prev = dir > 0 ? t : t + 1, cur = dir > 0 ? t + 1 : t;
         T *zt = gates + t * B * 4 * H, *cellout = pj.R ? pj.mscr : out + t * BH;
         typename LnOf<T>::type lt = ln ? ln_frame<T>(ln, t, B, H) : typename LnOf<T>::type{};
-        /* with layer_norm the product is the recurrent part, normalised apart */
-        RL_TRY(rl_cuda_gemm_batched(fn, s, dt, false, false, B, 4 * H, P, 1.0, hs + prev * BP, P, 0,
-                                    U, 4 * H, 0, ln ? 0.0 : 1.0, ln ? lt.hh : zt, 4 * H, 0, 1));
+        /* with layer_norm the product is the recurrent part, normalised apart; with rec_dropout
+         * it reads the dropped state */
+        const void *x;
+        RL_TRY(rl_cuda_rec_operand(s, dt, o, t, B, P, hs + prev * BP, &x));
+        RL_TRY(rl_cuda_gemm_batched(fn, s, dt, false, false, B, 4 * H, P, 1.0, x, P, 0, U, 4 * H, 0,
+                                    ln ? 0.0 : 1.0, ln ? lt.hh : zt, 4 * H, 0, 1));
         if (ln) {
             k_ln_fwd<T><<<rl_cuda_blocks_for(B), RL_CUDA_THREADS, 0, s>>>(
                 B, H, t, len, zt, bias, cs + prev * BH, ms + prev * BH, cs + cur * BH,
@@ -469,7 +501,7 @@ rl_status forward_loop(cudaStream_t s, rl_dtype dt, int64_t T_, int64_t B, int64
                                     (long long)B, (long long)H, (long long)t));
         } else {
             RL_TRY(fwd_step<T>(fn, s, B, H, t, len, zt, bias, peep, cs + prev * BH, ms + prev * BH,
-                               cs + cur * BH, ms + cur * BH, cellout));
+                               cs + cur * BH, ms + cur * BH, cellout, zo_frame<T>(o, t, BH)));
         }
         if (!pj.R) continue;
         RL_TRY(rl_cuda_gemm_batched(fn, s, dt, false, false, B, P, H, 1.0, ms + cur * BH, H, 0,
@@ -486,7 +518,8 @@ template <typename T>
 rl_status backward_loop(cudaStream_t s, rl_dtype dt, int64_t T_, int64_t B, int64_t H, int dir,
                         const int32_t *len, T *gates, const T *U, const T *const *peep, const T *hs,
                         const T *cs, const T *dout, int64_t dout_ld, T *dh, T *dc, T *dU, T *db,
-                        T *const *dpeep, T *partial, const Proj<T> &pj, const rl_lstm_cuda_ln *ln) {
+                        T *const *dpeep, T *partial, const Proj<T> &pj, const rl_lstm_cuda_ln *ln,
+                        const rl_cuda_rec_opts *o) {
     const char *fn = "rl_lstm_cuda_backward";
     int64_t BH = B * H, P = pj.P, BP = B * P;
     for (int64_t st = T_ - 1; st >= 0; st--) {
@@ -512,16 +545,23 @@ rl_status backward_loop(cudaStream_t s, rl_dtype dt, int64_t T_, int64_t B, int6
                                     (long long)B, (long long)H, (long long)t));
         } else {
             RL_TRY(bwd_step<T>(fn, s, B, H, t, len, zt, peep, cs + prev * BH, cs + cur * BH, dot,
-                               dout_ld, dcell, dc, nullptr, nullptr));
+                               dout_ld, dcell, dc, nullptr, nullptr, zo_frame<T>(o, t, BH)));
         }
         /* padded rows of dz_t are 0, so their dh passes through unchanged; with layer_norm the
-         * product reads the recurrent part's gradients */
+         * product reads the recurrent part's gradients; with rec_dropout it goes through the
+         * mask */
+        void *dprod;
+        double beta;
+        rl_cuda_rec_product_dst(o, dh, &dprod, &beta);
         RL_TRY(rl_cuda_gemm_batched(fn, s, dt, false, true, B, P, 4 * H, 1.0, ln ? lt.dzh : zt,
-                                    4 * H, 0, U, 4 * H, 0, 1.0, dh, P, 0, 1));
+                                    4 * H, 0, U, 4 * H, 0, beta, dprod, P, 0, 1));
+        RL_TRY(rl_cuda_rec_unmask(s, dt, o, B, P, dh));
     }
     /* the previous states of all frames are rows 0..T-1 (direction 1) or 1..T (-1) */
     const T *hprev = hs + (dir > 0 ? 0 : BP), *cprev = cs + (dir > 0 ? 0 : BH);
-    const T *ccur = cs + (dir > 0 ? BH : 0);
+    /* p_o's gradient pairs dz_o with c~ under zoneout */
+    const T *ccur = o && o->ct ? (const T *)o->ct : cs + (dir > 0 ? BH : 0);
+    hprev = (const T *)rl_cuda_rec_dU_operand(o, hprev);
     RL_TRY(rl_cuda_gemm_batched(fn, s, dt, true, false, P, 4 * H, T_ * B, 1.0, hprev, P, 0,
                                 ln ? (const T *)ln->dzh : gates, 4 * H, 0, 1.0, dU, 4 * H, 0, 1));
     if (pj.R) /* each frame's m (rows cur) against its dLoss/dh */
@@ -641,8 +681,8 @@ extern "C" rl_status rl_lstm_cuda_forward(void *stream, rl_dtype dt, int64_t T, 
                                           int64_t H, int direction, const int32_t *len, void *gates,
                                           const void *U, const void *bias, const void *const *peep,
                                           void *hs, void *cs, void *out,
-                                          const rl_lstm_cuda_proj *proj,
-                                          const rl_lstm_cuda_ln *ln) {
+                                          const rl_lstm_cuda_proj *proj, const rl_lstm_cuda_ln *ln,
+                                          const rl_cuda_rec_opts *o) {
     const char *fn = "rl_lstm_cuda_forward";
     RL_TRY(rl_cuda_check_recurrence(fn, dt, T, B, H, direction, len));
     RL_TRY(check_proj(fn, proj, false, T, B, H));
@@ -653,18 +693,20 @@ extern "C" rl_status rl_lstm_cuda_forward(void *stream, rl_dtype dt, int64_t T, 
     if (dt == RL_FLOAT32)
         return forward_loop<float>(s, dt, T, B, H, direction, len, (float *)gates, (const float *)U,
                                    (const float *)bias, (const float *const *)peep, (float *)hs,
-                                   (float *)cs, (float *)out, proj_of<float>(proj, H), ln);
+                                   (float *)cs, (float *)out, proj_of<float>(proj, H), ln, o);
     return forward_loop<double>(s, dt, T, B, H, direction, len, (double *)gates, (const double *)U,
                                 (const double *)bias, (const double *const *)peep, (double *)hs,
-                                (double *)cs, (double *)out, proj_of<double>(proj, H), ln);
+                                (double *)cs, (double *)out, proj_of<double>(proj, H), ln, o);
 }
 
-extern "C" rl_status
-rl_lstm_cuda_backward(void *stream, rl_dtype dt, int64_t T, int64_t B, int64_t H, int direction,
-                      const int32_t *len, void *gates, const void *U, const void *const *peep,
-                      const void *hs, const void *cs, const void *dout, int64_t dout_ld, void *dh,
-                      void *dc, void *dU, void *db, void *const *dpeep, void *partial,
-                      const rl_lstm_cuda_proj *proj, const rl_lstm_cuda_ln *ln) {
+extern "C" rl_status rl_lstm_cuda_backward(void *stream, rl_dtype dt, int64_t T, int64_t B,
+                                           int64_t H, int direction, const int32_t *len,
+                                           void *gates, const void *U, const void *const *peep,
+                                           const void *hs, const void *cs, const void *dout,
+                                           int64_t dout_ld, void *dh, void *dc, void *dU, void *db,
+                                           void *const *dpeep, void *partial,
+                                           const rl_lstm_cuda_proj *proj, const rl_lstm_cuda_ln *ln,
+                                           const rl_cuda_rec_opts *o) {
     const char *fn = "rl_lstm_cuda_backward";
     RL_TRY(rl_cuda_check_recurrence(fn, dt, T, B, H, direction, len));
     RL_TRY(check_proj(fn, proj, true, T, B, H));
@@ -679,14 +721,16 @@ rl_lstm_cuda_backward(void *stream, rl_dtype dt, int64_t T, int64_t B, int64_t H
     RL_TRY(rl_cuda_enter(fn, gates));
     cudaStream_t s = rl_cuda_stream(stream);
     if (dt == RL_FLOAT32)
-        return backward_loop<float>(
-            s, dt, T, B, H, direction, len, (float *)gates, (const float *)U,
-            (const float *const *)peep, (const float *)hs, (const float *)cs, (const float *)dout,
-            dout_ld, (float *)dh, (float *)dc, (float *)dU, (float *)db,
-            peep ? (float *const *)dpeep : nullptr, (float *)partial, proj_of<float>(proj, H), ln);
-    return backward_loop<double>(
-        s, dt, T, B, H, direction, len, (double *)gates, (const double *)U,
-        (const double *const *)peep, (const double *)hs, (const double *)cs, (const double *)dout,
-        dout_ld, (double *)dh, (double *)dc, (double *)dU, (double *)db,
-        peep ? (double *const *)dpeep : nullptr, (double *)partial, proj_of<double>(proj, H), ln);
+        return backward_loop<float>(s, dt, T, B, H, direction, len, (float *)gates,
+                                    (const float *)U, (const float *const *)peep, (const float *)hs,
+                                    (const float *)cs, (const float *)dout, dout_ld, (float *)dh,
+                                    (float *)dc, (float *)dU, (float *)db,
+                                    peep ? (float *const *)dpeep : nullptr, (float *)partial,
+                                    proj_of<float>(proj, H), ln, o);
+    return backward_loop<double>(s, dt, T, B, H, direction, len, (double *)gates, (const double *)U,
+                                 (const double *const *)peep, (const double *)hs,
+                                 (const double *)cs, (const double *)dout, dout_ld, (double *)dh,
+                                 (double *)dc, (double *)dU, (double *)db,
+                                 peep ? (double *const *)dpeep : nullptr, (double *)partial,
+                                 proj_of<double>(proj, H), ln, o);
 }

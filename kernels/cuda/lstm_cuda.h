@@ -24,6 +24,7 @@
 
 #include "../../core/error.h"
 #include "../../core/tensor.h"
+#include "context.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -110,6 +111,9 @@ typedef struct {
  * apart) and the step is kernels/lstm_ln_row.h's, one thread per row; backward's per-step product
  * and dU read the recurrent part's gradients dzh, and db, dgx, dgh, dgc, dbc are column sums over
  * all frames (one thread per column, rows in order: deterministic). */
+/* o (kernels/cuda/context.h; NULL: none): the driver's rec_dropout and zoneout inside the loops;
+ * zoneout (not with n_proj or layer_norm) in the fused step kernels with kernels/lstm.h's
+ * formulas (zc, zh the weights, ct = c~, which p_o's gradient then pairs with). */
 typedef struct {
     void *xh, *hh, *cn, *rs, *dg, *dzh, *du;
     const void *gx, *gh, *gc, *bc;
@@ -119,13 +123,15 @@ typedef struct {
 rl_status rl_lstm_cuda_forward(void *stream, rl_dtype dt, int64_t T, int64_t B, int64_t H,
                                int direction, const int32_t *len, void *gates, const void *U,
                                const void *bias, const void *const *peep, void *hs, void *cs,
-                               void *out, const rl_lstm_cuda_proj *proj, const rl_lstm_cuda_ln *ln);
+                               void *out, const rl_lstm_cuda_proj *proj, const rl_lstm_cuda_ln *ln,
+                               const rl_cuda_rec_opts *o);
 rl_status rl_lstm_cuda_backward(void *stream, rl_dtype dt, int64_t T, int64_t B, int64_t H,
                                 int direction, const int32_t *len, void *gates, const void *U,
                                 const void *const *peep, const void *hs, const void *cs,
                                 const void *dout, int64_t dout_ld, void *dh, void *dc, void *dU,
                                 void *db, void *const *dpeep, void *partial,
-                                const rl_lstm_cuda_proj *proj, const rl_lstm_cuda_ln *ln);
+                                const rl_lstm_cuda_proj *proj, const rl_lstm_cuda_ln *ln,
+                                const rl_cuda_rec_opts *o);
 
 /* The cuDNN 9 path (impl = "cudnn") is kernels/cuda/cudnn_rnn.h, shared with the gru. */
 

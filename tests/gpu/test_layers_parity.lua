@@ -237,6 +237,37 @@ parity("janet both directions, stacked, beta on one", ce_on({"fw", "bw"}, {
   fw = {class = "janet", n_out = 4},
   bw = {class = "janet", n_out = 3, from = "fw", direction = -1, beta = 0.5},
 }), EXT)
+-- The driver's options inside the launchers (layers/recurrent.h): zoneout in each cell's fused
+-- step kernels, rec_dropout's masked operand and state gradient around the per-step products,
+-- weight_dropout's masked U and dU. The masks come from the shared counter-based generator, so
+-- both sides draw the same; in evaluation zoneout mixes with its expectation.
+for _, train in ipairs({true, false}) do
+  local mode = train and "training" or "evaluation"
+  parity("lstm zoneout cell and hidden both directions, peepholes on one (" .. mode .. ")",
+    ce_on({"fw", "bw"}, {
+      fw = {class = "lstm", n_out = 5, zoneout = {cell = 0.3, hidden = 0.2}, peepholes = true},
+      bw = {class = "lstm", n_out = 4, zoneout = {hidden = 0.4}, direction = -1},
+    }), EXT, train)
+  parity("gru zoneout and rec_dropout both directions, layer_norm on one (" .. mode .. ")",
+    ce_on({"fw", "bw"}, {
+      fw = {class = "gru", n_out = 4, zoneout = 0.3, rec_dropout = 0.25},
+      bw = {class = "gru", n_out = 3, zoneout = 0.2, layer_norm = true, direction = -1},
+    }), EXT, train)
+  parity("janet zoneout, rec_dropout and weight_dropout both directions (" .. mode .. ")",
+    ce_on({"fw", "bw"}, {
+      fw = {class = "janet", n_out = 4, zoneout = 0.3, rec_dropout = 0.2, weight_dropout = 0.3},
+      bw = {class = "janet", n_out = 3, zoneout = 0.2, direction = -1, weight_dropout = 0.4},
+    }), EXT, train)
+end
+parity("lstm rec_dropout and weight_dropout: plain, n_proj, layer_norm, stacked", ce_on({"l2", "ln"}, {
+  l1 = {class = "lstm", n_out = 5, rec_dropout = 0.3, weight_dropout = 0.25},
+  l2 = {class = "lstm", n_out = 6, n_proj = 3, from = "l1", rec_dropout = 0.2, direction = -1},
+  ln = {class = "lstm", n_out = 4, from = "l1", layer_norm = true, rec_dropout = 0.25,
+        weight_dropout = 0.3},
+}), EXT)
+parity("gru weight_dropout and rec_dropout with layer_norm", ce_on("g", {
+  g = {class = "gru", n_out = 4, layer_norm = true, rec_dropout = 0.3, weight_dropout = 0.25},
+}), EXT)
 
 -- embedding: the gather forward and the grouped, deterministic scatter-add backward on the
 -- device (a class repeats within and across sequences; padded frames are never read)

@@ -256,14 +256,14 @@ static rl_status loop_forward(void *s, const dev_run *d, const ref *r) {
     RL_TRY(input_projection(s, d, r->dt));
     return rl_lstm_cuda_forward(s, r->dt, T, B, H, r->dir, D(&d->len), D(&d->gates), D(&d->U),
                                 D(&d->b), r->peep ? d->peep : NULL, D(&d->hs), D(&d->cs),
-                                D(&d->out), NULL, NULL);
+                                D(&d->out), NULL, NULL, NULL);
 }
 
 static rl_status loop_backward(void *s, const dev_run *d, const ref *r) {
-    RL_TRY(rl_lstm_cuda_backward(s, r->dt, T, B, H, r->dir, D(&d->len), D(&d->gates), D(&d->U),
-                                 r->peep ? d->peep : NULL, D(&d->hs), D(&d->cs), D(&d->gout), H,
-                                 D(&d->dh), D(&d->dc), D(&d->dU), D(&d->db),
-                                 r->peep ? (void *const *)d->dpeep : NULL, D(&d->red), NULL, NULL));
+    RL_TRY(rl_lstm_cuda_backward(
+        s, r->dt, T, B, H, r->dir, D(&d->len), D(&d->gates), D(&d->U), r->peep ? d->peep : NULL,
+        D(&d->hs), D(&d->cs), D(&d->gout), H, D(&d->dh), D(&d->dc), D(&d->dU), D(&d->db),
+        r->peep ? (void *const *)d->dpeep : NULL, D(&d->red), NULL, NULL, NULL));
     return input_grads(s, d, r->dt);
 }
 #endif
