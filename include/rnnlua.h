@@ -150,6 +150,19 @@ rl_status rl_session_push(rl_session *session, const rl_batch *chunk, rl_output 
 /* Starts a new stream: the next push begins from the initial (zero) state. */
 rl_status rl_session_reset(rl_session *session);
 
+/* The next chunk of n streams at once, one batched forward: chunks[i] (chunks[i].B = 1, any
+ * T) goes on the stream of sessions[i], from the state that stream carries, and outs[i] gets
+ * what rl_session_push(sessions[i], &chunks[i], &outs[i]) would give (to float32 rounding: a
+ * product of n rows sums in another order than one of one row), the stream's new state kept
+ * by its session. A server's streams whose chunks wait at the same time read the weights once
+ * instead of n times. The sessions are n different sessions of one model, opened at one
+ * precision; the batch runs in the thread that calls, on sessions[0]'s network, and no other
+ * thread may use any of the n sessions meanwhile. A refused call (a NULL, a duplicate, a
+ * session of another model, a bad chunk: the argument named) leaves every stream as it was; a
+ * batch that fails inside the network ends all n streams (their next push starts anew). */
+rl_status rl_session_push_many(rl_session *const *sessions, const rl_batch *chunks, int n,
+                               rl_output *outs);
+
 #ifdef __cplusplus
 }
 #endif

@@ -24,8 +24,8 @@
 
 #include "../core/blas.h"
 #include "../core/error.h"
-#include "../kernels/ctc.h"
 #include "../include/rnnlua.h"
+#include "../kernels/ctc.h"
 #include "l_layers.h"
 #include "l_open.h"
 #include "l_tensor.h"
@@ -46,17 +46,19 @@ struct rl_model {
     atomic_int refs;
     atomic_int freed;
     engine e;
-    rl_info info; /* strings malloc'ed */
-    int32_t blank;  /* a CTC layer's blank class, else -1 */
+    rl_info info;  /* strings malloc'ed */
+    int32_t blank; /* a CTC layer's blank class, else -1 */
     int64_t n_labels;
     char **labels; /* the target's labels the checkpoint stores (n_labels), malloc'ed */
     char *path, *layer, *device, *lua_file;
+    char precision[8]; /* of the sessions opened now (rl_model_set_precision) */
 };
 
 struct rl_session {
     rl_model *model;
     engine e;
-    int started; /* a push went through since the last reset */
+    int started;       /* a push went through since the last reset */
+    char precision[8]; /* the model's when the session was opened */
 };
 
 static pthread_mutex_t load_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -68,10 +70,10 @@ const char *rl_version(void) { return RL_VERSION; }
 typedef struct {
     engine *e;
     const char *path, *layer, *device, *lua_file, *who;
-    rl_info *info; /* NULL: not wanted */
+    rl_info *info;   /* NULL: not wanted */
     rl_model *model; /* with info: its blank and labels filled */
-    int snap_ref;  /* a session's: its copy of the model's snapshot in its registry; else
-                      LUA_NOREF */
+    int snap_ref;    /* a session's: its copy of the model's snapshot in its registry; else
+                        LUA_NOREF */
 } load_args;
 
 /* Pushes onto `to` a copy of the value at idx of `from`: nil, booleans, numbers, strings,
@@ -322,26 +324,45 @@ typedef struct {
     rl_output *out;
 } run_args;
 
+/* Pushes the input tensors of batch b: x (T, B, F) float32 or (T, B) int32 classes, and the
+ * lengths (B) int32 (T each when b->lengths is NULL). */
+static void push_input(lua_State *L, const rl_batch *b, int sparse, const char *who) {
+    int64_t shape[3] = {b->T, b->B, b->F};
+    rl_tensor *x = rl_lua_push_tensor(L);
+    if (rl_tensor_empty(x, sparse ? RL_INT32 : RL_FLOAT32, RL_DEVICE_CPU, sparse ? 2 : 3, shape) !=
+        RL_OK)
+        rl_lua_raise(L, who);
+    size_t n = (size_t)(b->T * b->B * (sparse ? 1 : b->F));
+    memcpy(rl_tensor_data(x), sparse ? (const void *)b->classes : (const void *)b->x,
+           n * (sparse ? sizeof(int32_t) : sizeof(float)));
+    rl_tensor *len = rl_lua_push_tensor(L);
+    if (rl_tensor_empty(len, RL_INT32, RL_DEVICE_CPU, 1, &shape[1]) != RL_OK) rl_lua_raise(L, who);
+    int32_t *l = rl_tensor_data(len);
+    for (int64_t i = 0; i < b->B; i++)
+        l[i] = b->lengths ? b->lengths[i] : (int32_t)b->T;
+}
+
+/* e's output buffers grown to ny floats and nl lengths (raises naming who). */
+static void engine_reserve(lua_State *L, engine *e, size_t ny, size_t nl, const char *who) {
+    if (ny > e->y_cap) {
+        float *p = realloc(e->y, ny * sizeof *p);
+        if (p == NULL) luaL_error(L, "%s: no memory for the output", who);
+        e->y = p, e->y_cap = ny;
+    }
+    if (nl > e->len_cap) {
+        int32_t *p = realloc(e->len, nl * sizeof *p);
+        if (p == NULL) luaL_error(L, "%s: no memory for the output", who);
+        e->len = p, e->len_cap = nl;
+    }
+}
+
 static int run_protected(lua_State *L) {
     run_args *a = lua_touserdata(L, 1);
     const rl_batch *b = a->b;
     lua_rawgeti(L, LUA_REGISTRYINDEX, a->e->ref);
     lua_getfield(L, -1, "run");
     lua_insert(L, -2);
-    int64_t shape[3] = {b->T, b->B, b->F};
-    rl_tensor *x = rl_lua_push_tensor(L);
-    if (rl_tensor_empty(x, a->sparse ? RL_INT32 : RL_FLOAT32, RL_DEVICE_CPU, a->sparse ? 2 : 3,
-                        shape) != RL_OK)
-        return rl_lua_raise(L, a->who);
-    size_t n = (size_t)(b->T * b->B * (a->sparse ? 1 : b->F));
-    memcpy(rl_tensor_data(x), a->sparse ? (const void *)b->classes : (const void *)b->x,
-           n * (a->sparse ? sizeof(int32_t) : sizeof(float)));
-    rl_tensor *len = rl_lua_push_tensor(L);
-    if (rl_tensor_empty(len, RL_INT32, RL_DEVICE_CPU, 1, &shape[1]) != RL_OK)
-        return rl_lua_raise(L, a->who);
-    int32_t *l = rl_tensor_data(len);
-    for (int64_t i = 0; i < b->B; i++)
-        l[i] = b->lengths ? b->lengths[i] : (int32_t)b->T;
+    push_input(L, b, a->sparse, a->who);
     if (a->layer)
         lua_pushstring(L, a->layer);
     else
@@ -358,16 +379,7 @@ static int run_protected(lua_State *L) {
         return luaL_error(L, "%s: the network gave no sequence output", a->who);
     engine *e = a->e;
     size_t ny = (size_t)rl_tensor_numel(out), nl = (size_t)og->shape[0];
-    if (ny > e->y_cap) {
-        float *p = realloc(e->y, ny * sizeof *p);
-        if (p == NULL) return luaL_error(L, "%s: no memory for the output", a->who);
-        e->y = p, e->y_cap = ny;
-    }
-    if (nl > e->len_cap) {
-        int32_t *p = realloc(e->len, nl * sizeof *p);
-        if (p == NULL) return luaL_error(L, "%s: no memory for the output", a->who);
-        e->len = p, e->len_cap = nl;
-    }
+    engine_reserve(L, e, ny, nl, a->who);
     memcpy(e->y, rl_tensor_data(out), ny * sizeof(float));
     memcpy(e->len, rl_tensor_data(og), nl * sizeof(int32_t));
     /* layers need not write zeros on padded frames (layers/layer.h); the API promises them */
@@ -495,6 +507,7 @@ rl_status rl_model_load(rl_model **out, const char *path, const rl_model_options
         free(m->path), free(m->layer), free(m->device), free(m->lua_file), free(m);
         return rl_error(RL_ENOMEM, "%s: no memory", who);
     }
+    snprintf(m->precision, sizeof m->precision, "fp32");
     pthread_mutex_init(&m->mu, NULL);
     atomic_init(&m->refs, 1);
     atomic_init(&m->freed, 0);
@@ -550,6 +563,8 @@ rl_status rl_model_set_precision(rl_model *model, const char *precision) {
         int status = lua_pcall(model->e.L, 1, 0, 0);
         if (status != LUA_OK)
             st = lua_failure(model->e.L, status == LUA_ERRMEM ? RL_ENOMEM : RL_EARG, who);
+        else
+            snprintf(model->precision, sizeof model->precision, "%s", precision);
         lua_settop(model->e.L, 0);
     }
     pthread_mutex_unlock(&model->mu);
@@ -596,7 +611,8 @@ rl_status rl_ctc_decode(const rl_output *out, int64_t b, int32_t blank, int beam
         return rl_error(RL_ESHAPE, "%s: out->lengths[%lld] = %lld is not in 0..T = %lld", who,
                         (long long)b, (long long)T, (long long)out->T);
     int32_t *path = malloc(sizeof *path * (size_t)(T > 0 ? T : 1));
-    if (path == NULL) return rl_error(RL_ENOMEM, "%s: no memory for %lld frames", who, (long long)T);
+    if (path == NULL)
+        return rl_error(RL_ENOMEM, "%s: no memory for %lld frames", who, (long long)T);
     rl_status st = RL_OK;
     int64_t got = 0;
     if (beam == 1) { /* best path: the likeliest class of each frame, repeats merged, blanks out */
@@ -605,8 +621,10 @@ rl_status rl_ctc_decode(const rl_output *out, int64_t b, int32_t blank, int beam
             int32_t best = 0;
             for (int64_t c = 0; c < V; c++) {
                 if (isnan(p[c]))
-                    st = rl_error(RL_EARG, "%s: out->y: class %lld of frame %lld of sequence %lld "
-                                  "is NaN", who, (long long)c, (long long)t, (long long)b);
+                    st = rl_error(RL_EARG,
+                                  "%s: out->y: class %lld of frame %lld of sequence %lld "
+                                  "is NaN",
+                                  who, (long long)c, (long long)t, (long long)b);
                 else if (p[c] > p[best])
                     best = (int32_t)c;
             }
@@ -673,6 +691,9 @@ rl_status rl_session_open(rl_session **out, rl_model *model) {
     rl_session *s = calloc(1, sizeof *s);
     if (s == NULL) return rl_error(RL_ENOMEM, "%s: no memory", who);
     atomic_fetch_add(&model->refs, 1); /* before the model's lock: its memory stays */
+    pthread_mutex_lock(&model->mu);
+    memcpy(s->precision, model->precision, sizeof s->precision);
+    pthread_mutex_unlock(&model->mu);
     /* the session's network comes from the model's memory (its checkpoint as loaded, its
      * parameters shared), not from the file again, which may have changed or gone since */
     rl_status st = engine_open(&s->e, NULL, model, who, NULL);
@@ -734,4 +755,226 @@ rl_status rl_session_reset(rl_session *session) {
     RL_TRY(session_usable(session, "rl_session_reset"));
     session->started = 0;
     return RL_OK;
+}
+
+/* ---- batched pushes ----------------------------------------------------------------------- */
+
+/* Streams pushed as one batch (rl_session_push_many) run in the network of the first session's
+ * state (the runner): each other stream's carried state is read from its own state (shared
+ * tensors, copy_value), the batch goes through Model:run_many, and each stream takes its row of
+ * the final states back into its own state (Model:take_state), so that it goes on alone or in
+ * another batch. */
+typedef struct {
+    rl_session *const *s;
+    const rl_batch *chunks;
+    int n;
+    int sparse;
+    const rl_batch *all; /* the chunks as one padded batch, stream i its sequence i */
+    rl_output *outs;
+    const char *who;
+} many_args;
+
+/* In a session's own state: its carried state (Model:state) on top of the stack. */
+static int state_protected(lua_State *L) {
+    engine *e = lua_touserdata(L, 1);
+    lua_rawgeti(L, LUA_REGISTRYINDEX, e->ref);
+    lua_getfield(L, -1, "state");
+    lua_insert(L, -2);
+    lua_call(L, 1, 1);
+    return 1;
+}
+
+/* In the runner's state: the batch, each stream's outputs into its session's buffers, the
+ * runner's own state taken; returns the final states for the other streams. */
+static int many_protected(lua_State *L) {
+    many_args *a = lua_touserdata(L, 1);
+    engine *e0 = &a->s[0]->e;
+    lua_rawgeti(L, LUA_REGISTRYINDEX, e0->ref); /* 2: the Model */
+    lua_getfield(L, 2, "run_many");
+    lua_pushvalue(L, 2);
+    push_input(L, a->all, a->sparse, a->who);
+    lua_createtable(L, a->n, 0);
+    for (int i = 0; i < a->n; i++) {
+        if (!a->s[i]->started) {
+            lua_pushboolean(L, 0);
+        } else if (i == 0) {
+            lua_getfield(L, 2, "state");
+            lua_pushvalue(L, 2);
+            lua_call(L, 1, 1);
+        } else { /* left on its state's stack by state_protected */
+            copy_value(a->s[i]->e.L, -1, L, 0);
+        }
+        lua_rawseti(L, -2, i + 1);
+    }
+    lua_pushstring(L, a->who);
+    lua_call(L, 5, 3);
+    const rl_tensor *out = rl_lua_to_tensor(L, -3), *og = rl_lua_to_tensor(L, -2);
+    if (out == NULL || og == NULL || out->ndim != 3 || og->ndim != 1 || out->shape[1] != a->n ||
+        og->shape[0] != a->n || og->dtype != RL_INT32 || out->shape[0] < a->all->T)
+        return luaL_error(L, "%s: the network gave no sequence output", a->who);
+    const float *y = rl_tensor_data(out);
+    const int32_t *ol = rl_tensor_data(og);
+    int64_t n = a->n, D = out->shape[2];
+    for (int64_t i = 0; i < n; i++) { /* stream i: frames t < T of row i */
+        engine *e = &a->s[i]->e;
+        int64_t T = a->chunks[i].T;
+        engine_reserve(L, e, (size_t)(T * D), 1, a->who);
+        e->len[0] = ol[i] < T ? ol[i] : (int32_t)T;
+        for (int64_t t = 0; t < T; t++) {
+            float *row = e->y + t * D;
+            if (t < e->len[0])
+                memcpy(row, y + (t * n + i) * D, (size_t)D * sizeof *row);
+            else
+                memset(row, 0, (size_t)D * sizeof *row);
+        }
+        a->outs[i] = (rl_output){.y = e->y, .lengths = e->len, .T = T, .B = 1, .dim = D};
+    }
+    lua_insert(L, 2); /* the final states below the Model: 2 final, 3 Model */
+    lua_settop(L, 3);
+    lua_getfield(L, 3, "take_state");
+    lua_pushvalue(L, 3);
+    lua_pushvalue(L, 2);
+    lua_pushinteger(L, 1);
+    lua_call(L, 3, 0);
+    lua_pushvalue(L, 2);
+    return 1;
+}
+
+typedef struct {
+    lua_State *from; /* the runner's state, the final states at its index 1 */
+    engine *e;
+    lua_Integer b;
+} take_args;
+
+/* In a session's own state: row b of the runner's final states becomes its stream's state. */
+static int take_protected(lua_State *L) {
+    take_args *a = lua_touserdata(L, 1);
+    lua_rawgeti(L, LUA_REGISTRYINDEX, a->e->ref);
+    lua_getfield(L, -1, "take_state");
+    lua_insert(L, -2);
+    copy_value(a->from, 1, L, 0);
+    lua_pushinteger(L, a->b);
+    lua_call(L, 3, 0);
+    return 0;
+}
+
+rl_status rl_session_push_many(rl_session *const *sessions, const rl_batch *chunks, int n,
+                               rl_output *outs) {
+    static const char who[] = "rl_session_push_many";
+    if (sessions == NULL) return rl_error(RL_EARG, "%s: sessions is NULL", who);
+    if (chunks == NULL) return rl_error(RL_EARG, "%s: chunks is NULL", who);
+    if (outs == NULL) return rl_error(RL_EARG, "%s: outs is NULL", who);
+    if (n < 1 || n > 65536) return rl_error(RL_EARG, "%s: n = %d is out of range 1..65536", who, n);
+    for (int i = 0; i < n; i++) {
+        const rl_session *s = sessions[i];
+        if (s == NULL) return rl_error(RL_EARG, "%s: sessions[%d] is NULL", who, i);
+        if (atomic_load(&s->model->freed))
+            return rl_error(RL_EARG,
+                            "%s: sessions[%d]: the model was freed (rl_model_free) while the "
+                            "session was open; free the session",
+                            who, i);
+        if (s->model != sessions[0]->model)
+            return rl_error(RL_EARG,
+                            "%s: sessions[%d] is a session of another model (%s) than "
+                            "sessions[0] (%s): one batch runs one model",
+                            who, i, s->model->path, sessions[0]->model->path);
+        if (strcmp(s->precision, sessions[0]->precision) != 0)
+            return rl_error(RL_EARG,
+                            "%s: sessions[%d] runs in %s, sessions[0] in %s (opened before and "
+                            "after rl_model_set_precision): one batch runs one precision",
+                            who, i, s->precision, sessions[0]->precision);
+        for (int k = 0; k < i; k++)
+            if (sessions[k] == s)
+                return rl_error(RL_EARG,
+                                "%s: sessions[%d] and sessions[%d] are the same session: a "
+                                "stream pushes one chunk at a time",
+                                who, k, i);
+    }
+    const rl_info *in = &sessions[0]->model->info;
+    if (!in->causal)
+        return rl_error(RL_EARG, "%s: the model of %s cannot stream: %s", who,
+                        sessions[0]->model->path, in->not_causal);
+    int64_t T = 0, F = in->input_sparse ? 1 : in->input_dim;
+    for (int i = 0; i < n; i++) {
+        char arg[32];
+        snprintf(arg, sizeof arg, "chunks[%d]", i);
+        RL_TRY(check_batch(in, &chunks[i], who, arg, 1));
+        if (chunks[i].T > T) T = chunks[i].T;
+    }
+    if (T * n > ((int64_t)1 << 40) / F)
+        return rl_error(RL_ESHAPE, "%s: %lld x %d frames is too large", who, (long long)T, n);
+    /* the chunks as one padded batch, time-major */
+    size_t esz = in->input_sparse ? sizeof(int32_t) : sizeof(float);
+    char *x = calloc((size_t)(T * n * F), esz);
+    int32_t *lengths = malloc(sizeof *lengths * (size_t)n);
+    if (x == NULL || lengths == NULL) {
+        free(x), free(lengths);
+        return rl_error(RL_ENOMEM, "%s: no memory for %lld x %d frames", who, (long long)T, n);
+    }
+    for (int i = 0; i < n; i++) {
+        const rl_batch *c = &chunks[i];
+        const char *src = in->input_sparse ? (const char *)c->classes : (const char *)c->x;
+        lengths[i] = (int32_t)c->T;
+        for (int64_t t = 0; t < c->T; t++)
+            memcpy(x + (size_t)((t * n + i) * F) * esz, src + (size_t)(t * F) * esz,
+                   (size_t)F * esz);
+    }
+    rl_batch all = {.T = T,
+                    .B = n,
+                    .F = F,
+                    .x = in->input_sparse ? NULL : (const float *)x,
+                    .classes = in->input_sparse ? (const int32_t *)x : NULL,
+                    .lengths = lengths};
+    /* the other streams' states, each on top of its own state's stack */
+    rl_status st = RL_OK;
+    for (int i = 1; i < n && st == RL_OK; i++) {
+        lua_State *SL = sessions[i]->e.L;
+        if (!sessions[i]->started) continue;
+        lua_pushcfunction(SL, state_protected);
+        lua_pushlightuserdata(SL, &sessions[i]->e);
+        int status = lua_pcall(SL, 1, 1, 0);
+        if (status != LUA_OK) st = lua_failure(SL, status == LUA_ERRMEM ? RL_ENOMEM : RL_EARG, who);
+    }
+    lua_State *L = sessions[0]->e.L;
+    if (st == RL_OK) {
+        many_args a = {.s = sessions,
+                       .chunks = chunks,
+                       .n = n,
+                       .sparse = in->input_sparse,
+                       .all = &all,
+                       .outs = outs,
+                       .who = who};
+        lua_pushcfunction(L, many_protected);
+        lua_pushlightuserdata(L, &a);
+        int status = lua_pcall(L, 1, 1, 0);
+        if (status != LUA_OK) {
+            st = lua_failure(L, status == LUA_ERRMEM ? RL_ENOMEM : RL_EARG, who);
+            for (int i = 0; i < n; i++) /* the runner's network lost the carried states */
+                sessions[i]->started = 0;
+        }
+    }
+    for (int i = 1; i < n; i++)
+        lua_settop(sessions[i]->e.L, 0);
+    free(x);
+    free(lengths);
+    if (st != RL_OK) {
+        lua_settop(L, 0);
+        return st;
+    }
+    sessions[0]->started = 1;
+    for (int i = 1; i < n; i++) {
+        take_args ta = {.from = L, .e = &sessions[i]->e, .b = i + 1};
+        int status = lua_cpcall_like(sessions[i]->e.L, take_protected, &ta, NULL);
+        sessions[i]->started = status == LUA_OK;
+        if (status != LUA_OK && st == RL_OK) {
+            char msg[512];
+            rl_status s2 =
+                lua_failure(sessions[i]->e.L, status == LUA_ERRMEM ? RL_ENOMEM : RL_EARG, who);
+            snprintf(msg, sizeof msg, "%s", rl_errmsg());
+            st = rl_error(s2, "%s (sessions[%d]: its stream ended)", msg, i);
+        }
+        lua_settop(sessions[i]->e.L, 0);
+    }
+    lua_settop(L, 0);
+    return st;
 }

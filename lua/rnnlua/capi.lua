@@ -15,6 +15,12 @@
 --       model's) or any layer of the network; state_from: nil (a plain batch) or 0/1 for the one
 --       stream of a push (0: it starts here, 1: it goes on from the previous push). out: the
 --       layer's output as a contiguous float32 CPU tensor (T', B, dim), out_lengths (B) int32.
+--   m:state() -> the stream's carried state: a flat list of (1, dim) tensors (each carried layer's
+--       states in net:carried_state() order), views of the network's buffers
+--   m:run_many(x, lengths, rows, who) -> out, out_lengths, final: the pushes of B streams as one
+--       batch (rl_session_push_many); rows[b]: false (stream b starts) or its m:state() list;
+--       final: the flat list of the (B, dim) final states (row b: stream b's)
+--   m:take_state(final, b)         row b of a run_many's final states becomes this stream's state
 --
 -- The network is the one rl.forward builds (rnnlua.forward's load_model, losses left out) and
 -- every batch goes through rnnlua.forward's run, so the C API gives the numbers rl.forward
@@ -45,7 +51,9 @@ function Model:run(x, lengths, layer, state_from, who)
     fm.layer = layer
   end
   local batch = {[self.key] = x, lengths = lengths}
-  if state_from ~= nil then batch.state_from = {state_from} end
+  if state_from ~= nil then
+    batch.state_from = type(state_from) == "table" and state_from or {state_from}
+  end
   -- a push's few-row input products read the model's packed W; a batch gives the model's numbers
   local pushing = state_from ~= nil
   if self.adopted and pushing ~= self.pushing then
@@ -60,6 +68,66 @@ function Model:run(x, lengths, layer, state_from, who)
       who, fm.layer, out:dim())
   end
   return out:contiguous(), og
+end
+
+-- The carried state of the stream (see the header), after net:carry_unfit() filled net.carried.
+function Model:state()
+  local flat = {}
+  for _, states in ipairs(self.net:carried_state()) do
+    for _, t in ipairs(states) do flat[#flat + 1] = t end
+  end
+  return flat
+end
+
+-- Per carried layer the list of its states, each a zeroed (rows, dim) tensor.
+local function state_buffers(net, rows)
+  local out = {}
+  for k, node in ipairs(net.carried) do
+    local _, dims = node.layer:state_names()
+    out[k] = {}
+    for s, d in ipairs(dims) do out[k][s] = rl.zeros({rows, d}, net.dtype, net.device) end
+  end
+  return out
+end
+
+-- Streams pushed together: each stream is a row of one batch that starts from its own state
+-- (net:set_carried_state puts the rows in place, state_from picks them), so every row gets the
+-- numbers its stream pushed alone would get, up to the float32 rounding of a product of B rows
+-- against one of one row.
+function Model:run_many(x, lengths, rows, who)
+  if self.not_causal then fail("%s: %s: the model cannot stream: %s", who, self.path, self.not_causal) end
+  local net, n = self.net, #rows
+  if self.stack_n ~= n then self.stack, self.stack_n = state_buffers(net, n), n end
+  local state_from = {}
+  for b = 1, n do
+    local r = rows[b]
+    state_from[b] = r and b or 0
+    if r then
+      local j = 0
+      for _, states in ipairs(self.stack) do
+        for _, t in ipairs(states) do
+          j = j + 1
+          t:select(1, b):copy_(r[j]:select(1, 1))
+        end
+      end
+    end
+  end
+  net:set_carried_state(self.stack, n)
+  local out, og = self:run(x, lengths, nil, state_from, who)
+  return out, og, self:state()
+end
+
+function Model:take_state(final, b)
+  local net = self.net
+  self.own_state = self.own_state or state_buffers(net, 1)
+  local j = 0
+  for _, states in ipairs(self.own_state) do
+    for _, t in ipairs(states) do
+      j = j + 1
+      t:copy_(final[j]:narrow(1, b, 1))
+    end
+  end
+  net:set_carried_state(self.own_state, 1)
 end
 
 -- What a session's state builds its network from (lua/capi.c shares its tensors with the
