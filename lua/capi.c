@@ -52,6 +52,10 @@ struct rl_model {
     char **labels; /* the target's labels the checkpoint stores (n_labels), malloc'ed */
     char *path, *layer, *device, *lua_file;
     char precision[8]; /* of the sessions opened now (rl_model_set_precision) */
+    /* rl_session_push_many's network: one batch at a time (run_mu), at runner_precision */
+    pthread_mutex_t run_mu;
+    engine runner;
+    char runner_precision[8];
 };
 
 struct rl_session {
@@ -475,6 +479,8 @@ static rl_status engine_run(engine *e, const rl_info *in, const rl_batch *b, con
 static void model_release(rl_model *m) {
     if (atomic_fetch_sub(&m->refs, 1) != 1) return;
     engine_close(&m->e);
+    engine_close(&m->runner);
+    pthread_mutex_destroy(&m->run_mu);
     free_info(&m->info);
     for (int64_t i = 0; i < m->n_labels; i++)
         free(m->labels[i]);
@@ -509,6 +515,7 @@ rl_status rl_model_load(rl_model **out, const char *path, const rl_model_options
     }
     snprintf(m->precision, sizeof m->precision, "fp32");
     pthread_mutex_init(&m->mu, NULL);
+    pthread_mutex_init(&m->run_mu, NULL);
     atomic_init(&m->refs, 1);
     atomic_init(&m->freed, 0);
     if (o.threads > 0) rl_blas_set_threads(o.threads);
@@ -528,6 +535,9 @@ void rl_model_free(rl_model *model) {
     pthread_mutex_lock(&model->mu);
     engine_close(&model->e);
     pthread_mutex_unlock(&model->mu);
+    pthread_mutex_lock(&model->run_mu);
+    engine_close(&model->runner);
+    pthread_mutex_unlock(&model->run_mu);
     model_release(model);
 }
 
@@ -759,16 +769,23 @@ rl_status rl_session_reset(rl_session *session) {
 
 /* ---- batched pushes ----------------------------------------------------------------------- */
 
-/* Streams pushed as one batch (rl_session_push_many) run in the network of the first session's
- * state (the runner): each other stream's carried state is read from its own state (shared
- * tensors, copy_value), the batch goes through Model:run_many, and each stream takes its row of
- * the final states back into its own state (Model:take_state), so that it goes on alone or in
- * another batch. */
+/* Streams pushed as one batch (rl_session_push_many) run in a network the model keeps for
+ * batches (the runner: an engine like a session's, opened at the first batch), not in one of
+ * the streams' sessions: its buffers keep their shapes from batch to batch, where a session's
+ * would be made anew whenever it led a batch of another size (garbage that every Lua state of
+ * the process would collect for). Each stream's carried state is read from its own state
+ * (shared tensors, copy_value), the batch goes through Model:run_many, and each stream takes its
+ * row of the final states back into its own state (Model:take_state), so that it goes on alone
+ * or in another batch. The batch is padded to a multiple of 8 streams (rows of one zero frame
+ * that start from zeros, their outputs dropped), so that its size, and the runner's buffers,
+ * change seldom while the streams of a server come and go. */
+#define MANY_ROUND 8
 typedef struct {
     rl_session *const *s;
     const rl_batch *chunks;
-    int n;
+    int n; /* streams */
     int sparse;
+    engine *runner;
     const rl_batch *all; /* the chunks as one padded batch, stream i its sequence i */
     rl_output *outs;
     const char *who;
@@ -784,38 +801,33 @@ static int state_protected(lua_State *L) {
     return 1;
 }
 
-/* In the runner's state: the batch, each stream's outputs into its session's buffers, the
- * runner's own state taken; returns the final states for the other streams. */
+/* In the runner's state: the batch, each stream's outputs into its session's buffers; returns
+ * the final states for the streams. */
 static int many_protected(lua_State *L) {
     many_args *a = lua_touserdata(L, 1);
-    engine *e0 = &a->s[0]->e;
-    lua_rawgeti(L, LUA_REGISTRYINDEX, e0->ref); /* 2: the Model */
+    lua_rawgeti(L, LUA_REGISTRYINDEX, a->runner->ref); /* 2: the Model */
     lua_getfield(L, 2, "run_many");
     lua_pushvalue(L, 2);
     push_input(L, a->all, a->sparse, a->who);
-    lua_createtable(L, a->n, 0);
-    for (int i = 0; i < a->n; i++) {
-        if (!a->s[i]->started) {
+    lua_createtable(L, (int)a->all->B, 0);
+    for (int i = 0; i < a->all->B; i++) {
+        if (i >= a->n || !a->s[i]->started) /* a padding row, a stream that starts */
             lua_pushboolean(L, 0);
-        } else if (i == 0) {
-            lua_getfield(L, 2, "state");
-            lua_pushvalue(L, 2);
-            lua_call(L, 1, 1);
-        } else { /* left on its state's stack by state_protected */
+        else /* left on its state's stack by state_protected */
             copy_value(a->s[i]->e.L, -1, L, 0);
-        }
         lua_rawseti(L, -2, i + 1);
     }
     lua_pushstring(L, a->who);
     lua_call(L, 5, 3);
     const rl_tensor *out = rl_lua_to_tensor(L, -3), *og = rl_lua_to_tensor(L, -2);
-    if (out == NULL || og == NULL || out->ndim != 3 || og->ndim != 1 || out->shape[1] != a->n ||
-        og->shape[0] != a->n || og->dtype != RL_INT32 || out->shape[0] < a->all->T)
+    if (out == NULL || og == NULL || out->ndim != 3 || og->ndim != 1 ||
+        out->shape[1] != a->all->B || og->shape[0] != a->all->B || og->dtype != RL_INT32 ||
+        out->shape[0] < a->all->T)
         return luaL_error(L, "%s: the network gave no sequence output", a->who);
     const float *y = rl_tensor_data(out);
     const int32_t *ol = rl_tensor_data(og);
-    int64_t n = a->n, D = out->shape[2];
-    for (int64_t i = 0; i < n; i++) { /* stream i: frames t < T of row i */
+    int64_t n = a->all->B, D = out->shape[2];
+    for (int64_t i = 0; i < a->n; i++) { /* stream i: frames t < T of row i */
         engine *e = &a->s[i]->e;
         int64_t T = a->chunks[i].T;
         engine_reserve(L, e, (size_t)(T * D), 1, a->who);
@@ -829,15 +841,7 @@ static int many_protected(lua_State *L) {
         }
         a->outs[i] = (rl_output){.y = e->y, .lengths = e->len, .T = T, .B = 1, .dim = D};
     }
-    lua_insert(L, 2); /* the final states below the Model: 2 final, 3 Model */
-    lua_settop(L, 3);
-    lua_getfield(L, 3, "take_state");
-    lua_pushvalue(L, 3);
-    lua_pushvalue(L, 2);
-    lua_pushinteger(L, 1);
-    lua_call(L, 3, 0);
-    lua_pushvalue(L, 2);
-    return 1;
+    return 1; /* the final states */
 }
 
 typedef struct {
@@ -901,33 +905,53 @@ rl_status rl_session_push_many(rl_session *const *sessions, const rl_batch *chun
         RL_TRY(check_batch(in, &chunks[i], who, arg, 1));
         if (chunks[i].T > T) T = chunks[i].T;
     }
-    if (T * n > ((int64_t)1 << 40) / F)
+    int64_t rows = n == 1 ? 1 : (n + MANY_ROUND - 1) / MANY_ROUND * MANY_ROUND;
+    if (T * rows > ((int64_t)1 << 40) / F)
         return rl_error(RL_ESHAPE, "%s: %lld x %d frames is too large", who, (long long)T, n);
-    /* the chunks as one padded batch, time-major */
+    /* the chunks as one padded batch, time-major; padding rows: one frame of zeros */
     size_t esz = in->input_sparse ? sizeof(int32_t) : sizeof(float);
-    char *x = calloc((size_t)(T * n * F), esz);
-    int32_t *lengths = malloc(sizeof *lengths * (size_t)n);
+    char *x = calloc((size_t)(T * rows * F), esz);
+    int32_t *lengths = malloc(sizeof *lengths * (size_t)rows);
     if (x == NULL || lengths == NULL) {
         free(x), free(lengths);
         return rl_error(RL_ENOMEM, "%s: no memory for %lld x %d frames", who, (long long)T, n);
     }
-    for (int i = 0; i < n; i++) {
+    for (int64_t i = 0; i < rows; i++) {
+        if (i >= n) {
+            lengths[i] = 1;
+            continue;
+        }
         const rl_batch *c = &chunks[i];
         const char *src = in->input_sparse ? (const char *)c->classes : (const char *)c->x;
         lengths[i] = (int32_t)c->T;
         for (int64_t t = 0; t < c->T; t++)
-            memcpy(x + (size_t)((t * n + i) * F) * esz, src + (size_t)(t * F) * esz,
+            memcpy(x + (size_t)((t * rows + i) * F) * esz, src + (size_t)(t * F) * esz,
                    (size_t)F * esz);
     }
     rl_batch all = {.T = T,
-                    .B = n,
+                    .B = rows,
                     .F = F,
                     .x = in->input_sparse ? NULL : (const float *)x,
                     .classes = in->input_sparse ? (const int32_t *)x : NULL,
                     .lengths = lengths};
-    /* the other streams' states, each on top of its own state's stack */
+    rl_model *m = sessions[0]->model;
+    pthread_mutex_lock(&m->run_mu);
     rl_status st = RL_OK;
-    for (int i = 1; i < n && st == RL_OK; i++) {
+    if (m->runner.L && strcmp(m->runner_precision, sessions[0]->precision) != 0)
+        engine_close(&m->runner); /* the model's precision changed since: a runner of theirs */
+    if (m->runner.L == NULL) {
+        st = engine_open(&m->runner, NULL, m, who, NULL);
+        if (st == RL_OK && strcmp(m->precision, sessions[0]->precision) != 0) {
+            engine_close(&m->runner);
+            st = rl_error(RL_EARG,
+                          "%s: sessions: opened in %s, but the model runs in %s now "
+                          "(rl_model_set_precision): reopen the sessions",
+                          who, sessions[0]->precision, m->precision);
+        }
+        memcpy(m->runner_precision, sessions[0]->precision, sizeof m->runner_precision);
+    }
+    /* the streams' states, each on top of its own state's stack */
+    for (int i = 0; i < n && st == RL_OK; i++) {
         lua_State *SL = sessions[i]->e.L;
         if (!sessions[i]->started) continue;
         lua_pushcfunction(SL, state_protected);
@@ -935,46 +959,42 @@ rl_status rl_session_push_many(rl_session *const *sessions, const rl_batch *chun
         int status = lua_pcall(SL, 1, 1, 0);
         if (status != LUA_OK) st = lua_failure(SL, status == LUA_ERRMEM ? RL_ENOMEM : RL_EARG, who);
     }
-    lua_State *L = sessions[0]->e.L;
+    lua_State *L = m->runner.L;
     if (st == RL_OK) {
         many_args a = {.s = sessions,
                        .chunks = chunks,
                        .n = n,
                        .sparse = in->input_sparse,
+                       .runner = &m->runner,
                        .all = &all,
                        .outs = outs,
                        .who = who};
         lua_pushcfunction(L, many_protected);
         lua_pushlightuserdata(L, &a);
         int status = lua_pcall(L, 1, 1, 0);
-        if (status != LUA_OK) {
-            st = lua_failure(L, status == LUA_ERRMEM ? RL_ENOMEM : RL_EARG, who);
-            for (int i = 0; i < n; i++) /* the runner's network lost the carried states */
-                sessions[i]->started = 0;
-        }
+        if (status != LUA_OK) st = lua_failure(L, status == LUA_ERRMEM ? RL_ENOMEM : RL_EARG, who);
     }
-    for (int i = 1; i < n; i++)
+    for (int i = 0; i < n; i++)
         lua_settop(sessions[i]->e.L, 0);
     free(x);
     free(lengths);
-    if (st != RL_OK) {
-        lua_settop(L, 0);
-        return st;
-    }
-    sessions[0]->started = 1;
-    for (int i = 1; i < n; i++) {
+    /* each stream takes its row of the final states */
+    for (int i = 0; i < n && st == RL_OK; i++) {
         take_args ta = {.from = L, .e = &sessions[i]->e, .b = i + 1};
         int status = lua_cpcall_like(sessions[i]->e.L, take_protected, &ta, NULL);
         sessions[i]->started = status == LUA_OK;
-        if (status != LUA_OK && st == RL_OK) {
+        if (status != LUA_OK) {
             char msg[512];
             rl_status s2 =
                 lua_failure(sessions[i]->e.L, status == LUA_ERRMEM ? RL_ENOMEM : RL_EARG, who);
             snprintf(msg, sizeof msg, "%s", rl_errmsg());
             st = rl_error(s2, "%s (sessions[%d]: its stream ended)", msg, i);
+            for (int k = i + 1; k < n; k++) /* their states were not taken */
+                sessions[k]->started = 0;
         }
         lua_settop(sessions[i]->e.L, 0);
     }
-    lua_settop(L, 0);
+    if (L) lua_settop(L, 0);
+    pthread_mutex_unlock(&m->run_mu);
     return st;
 }
