@@ -38,6 +38,7 @@ typedef struct {
     double *lat; /* the kept latencies of all rounds */
     size_t n, cap;
     int64_t late, failed;
+    double sent, wall; /* frames sent and seconds taken, all rounds */
 } server;
 
 typedef struct {
@@ -175,8 +176,11 @@ static void measure(server *sv, int streams, double seconds) {
                          .start = &start};
         pthread_create(&th[i], NULL, client_main, &cs[i]);
     }
-    for (int i = 0; i < streams; i++) {
+    for (int i = 0; i < streams; i++)
         pthread_join(th[i], NULL);
+    sv->wall += bench_now() - t0;
+    sv->sent += (double)streams * (int)(seconds / PERIOD);
+    for (int i = 0; i < streams; i++) {
         if (sv->n + (size_t)cs[i].n > sv->cap) {
             sv->cap = 2 * (sv->n + (size_t)cs[i].n);
             sv->lat = realloc(sv->lat, sizeof *sv->lat * sv->cap);
@@ -253,7 +257,7 @@ int main(int argc, char **argv) {
     }
     for (int i = 0; status == 0 && i < ns; i++) { /* the sessions opened, not measured */
         measure(&svs[i], streams, 0.3);
-        svs[i].n = 0, svs[i].late = 0;
+        svs[i].n = 0, svs[i].late = 0, svs[i].sent = 0, svs[i].wall = 0;
     }
     for (int r = 0; status == 0 && r < rounds; r++)
         for (int i = 0; i < ns; i++)
@@ -266,23 +270,29 @@ int main(int argc, char **argv) {
     }
     remove(model);
     if (status != 0) return status;
-    printf("### Streams in real time through rnnlua serve (bench/serve_paced.c)\n\n"
-           "%d streams, each one 40-value frame (10 ms of audio) every 10 ms to `POST "
-           "/v1/stream/{id}` of a causal 3 x 512 LSTM (softmax 40 out); latency from the time a "
-           "frame was due to its answer; %d rounds of %g s per server, interleaved, the first %d "
-           "frames of each stream in a round left out; servers with --blas-threads %d; load "
-           "average %.2f %.2f %.2f at the start. `--stream-batch 1`: each chunk its own forward; "
-           "%d: the chunks waiting at "
-           "once as one batched forward.\n\n"
-           "| precision | --stream-batch | frames | p50 ms | p90 ms | p99 ms | max ms | later "
-           "than 10 ms | clients failed |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n",
-           streams, rounds, seconds, SKIP, blas_threads, load[0], load[1], load[2], streams);
+    printf(
+        "### Streams in real time through rnnlua serve (bench/serve_paced.c)\n\n"
+        "%d streams, each one 40-value frame (10 ms of audio) every 10 ms to `POST "
+        "/v1/stream/{id}` of a causal 3 x 512 LSTM (softmax 40 out); latency from the time a "
+        "frame was due to its answer; %d rounds of %g s per server, interleaved, the first %d "
+        "frames of each stream in a round left out; servers with --blas-threads %d; load "
+        "average %.2f %.2f %.2f at the start. `--stream-batch 1`: each chunk its own forward; "
+        "%d: the chunks waiting at "
+        "once as one batched forward. Frames/s: all frames sent over the time the rounds took "
+        "(real "
+        "time is %d frames/s); below it the streams fall behind and the latencies grow with "
+        "the length of the run.\n\n"
+        "| precision | --stream-batch | frames | frames/s | p50 ms | p90 ms | p99 ms | max ms | "
+        "later than 10 ms | clients failed |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+        streams, rounds, seconds, SKIP, blas_threads, load[0], load[1], load[2], streams,
+        (int)(streams / PERIOD + 0.5));
     for (int i = 0; i < ns; i++) {
         server *sv = &svs[i];
         qsort(sv->lat, sv->n, sizeof *sv->lat, cmp_double);
-        printf("| %s | %d | %zu | %.2f | %.2f | %.2f | %.2f | %.1f%% | %lld |\n", sv->precision,
-               sv->batch, sv->n, pct(sv->lat, sv->n, 50), pct(sv->lat, sv->n, 90),
-               pct(sv->lat, sv->n, 99), sv->n ? 1e3 * sv->lat[sv->n - 1] : 0,
+        printf("| %s | %d | %zu | %.0f | %.2f | %.2f | %.2f | %.2f | %.1f%% | %lld |\n",
+               sv->precision, sv->batch, sv->n, sv->wall > 0 ? sv->sent / sv->wall : 0,
+               pct(sv->lat, sv->n, 50), pct(sv->lat, sv->n, 90), pct(sv->lat, sv->n, 99),
+               sv->n ? 1e3 * sv->lat[sv->n - 1] : 0,
                sv->n ? 100.0 * (double)sv->late / (double)sv->n : 0, (long long)sv->failed);
         free(sv->lat);
     }
