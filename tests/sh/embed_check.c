@@ -487,6 +487,32 @@ int main(int argc, char **argv) {
     sb.classes = NULL;
     expect_error("sparse classes NULL", rl_model_forward(m, &sb, NULL, &out), RL_EARG,
                  "batch->classes is NULL");
+    /* sparse streams pushed together: each gets what it gets pushed alone */
+    cls[3] = 2;
+    rl_session *sp[4] = {NULL, NULL, NULL, NULL};
+    for (int i = 0; i < 4; i++)
+        expect("sparse open", rl_session_open(&sp[i], m) == RL_OK);
+    rl_batch sc[2] = {{.T = 4, .B = 1, .F = 1, .classes = cls},
+                      {.T = 2, .B = 1, .F = 1, .classes = cls + 3}};
+    rl_output so[2], alone;
+    static float want_sparse[2][4 * 64];
+    int sparse_ok = 1;
+    for (int r = 0; r < 3 && sp[3]; r++) {
+        for (int i = 0; i < 2; i++) {
+            sparse_ok &= rl_session_push(sp[2 + i], &sc[i], &alone) == RL_OK;
+            memcpy(want_sparse[i], alone.y, (size_t)(alone.T * alone.dim) * sizeof(float));
+        }
+        sparse_ok &= rl_session_push_many(sp, sc, 2, so) == RL_OK;
+        for (int i = 0; sparse_ok && i < 2; i++)
+            for (int64_t j = 0; j < so[i].T * so[i].dim; j++)
+                sparse_ok &= fabsf(so[i].y[j] - want_sparse[i][j]) < 1e-6f;
+    }
+    expect("sparse push_many = pushing alone", sparse_ok);
+    cls[3] = 6;
+    expect_error("sparse push_many class out of range", rl_session_push_many(sp, sc, 2, so),
+                 RL_EINDEX, "rl_session_push_many|chunks[0]->classes[3]|= 6");
+    for (int i = 0; i < 4; i++)
+        rl_session_free(sp[i]);
     rl_model_free(m);
 
     printf("%d passed, %d failed\n", pass, fail);
