@@ -4,13 +4,12 @@
  * so a stream that falls behind counts its waiting too. The model is bench/stream.c's causal
  * 3 x 512 LSTM. Four servers run side by side: fp32 and bf16, each with --stream-batch 1 (each
  * chunk its own forward, in its own thread) and --stream-batch S (the chunks of different
- * streams waiting at the same time as one batched forward, rl_session_push_many); they are
- * measured in turn, R rounds of N seconds each (the others idle meanwhile), and the first 20
- * frames of a stream in each round are left out (and a first short round opens the sessions).
- * Prints a
- * Markdown section for bench/README.md. The clients are threads of this process on the same
- * cores: their CPU time is in the figures.
- * The servers run with --blas-threads B (2: the math of a push or a batch on both cores).
+ * streams waiting at the same time as one batched forward, rl_session_push_many), all with
+ * --blas-threads B (2: the math of a push or a batch on both cores). They are measured in turn,
+ * R rounds (2) of N seconds (2) each, the others idle meanwhile; a first short round opens the
+ * sessions, and the first 20 frames of each stream in a round are left out. Prints a Markdown
+ * section for bench/README.md. The clients are threads of this process on the same cores:
+ * their CPU time is in the figures.
  * Usage: serve_paced [--streams S] [--seconds N] [--rounds R] [--precision fp32|bf16]
  *                    [--blas-threads B] */
 #include <arpa/inet.h>
@@ -206,7 +205,7 @@ static double pct(const double *v, size_t n, double p) {
 
 int main(int argc, char **argv) {
     int streams = 64, rounds = 2, blas_threads = 2;
-    double seconds = 5;
+    double seconds = 2;
     const char *only = NULL;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (strcmp(argv[i], "--streams") == 0)
