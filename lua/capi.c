@@ -773,10 +773,11 @@ rl_status rl_session_reset(rl_session *session) {
  * batches (the runner: an engine like a session's, opened at the first batch), not in one of
  * the streams' sessions: its buffers keep their shapes from batch to batch, where a session's
  * would be made anew whenever it led a batch of another size (garbage that every Lua state of
- * the process would collect for). Each stream's carried state is read from its own state
- * (shared tensors, copy_value), the batch goes through Model:run_many, and each stream takes its
- * row of the final states back into its own state (Model:take_state), so that it goes on alone
- * or in another batch. The batch is padded to a multiple of 8 streams (rows of one zero frame
+ * the process would collect for). Each stream's carried state is copied (copy_rows, in C:
+ * no tensor handle made a row) from its own state's tensors into its row of the batch's
+ * (Model:batch_state), the batch goes through Model:run_many, and each stream's row of the final
+ * states is copied into the stream's own state buffers (Model:own_state), so that it goes on
+ * alone or in another batch. The batch is padded to a multiple of 8 streams (rows of one zero frame
  * that start from zeros, their outputs dropped), so that its size, and the runner's buffers,
  * change seldom while the streams of a server come and go. */
 #define MANY_ROUND 8
@@ -791,13 +792,42 @@ typedef struct {
     const char *who;
 } many_args;
 
-/* In a session's own state: its carried state (Model:state) on top of the stack. */
+/* In a session's own state: the flat list of its states on top of the stack: what it carries
+ * (Model:state) when `own` is NULL, else its own buffers made its carried state
+ * (Model:own_state), which the batch's final states are copied into. */
 static int state_protected(lua_State *L) {
     engine *e = lua_touserdata(L, 1);
     lua_rawgeti(L, LUA_REGISTRYINDEX, e->ref);
-    lua_getfield(L, -1, "state");
+    lua_getfield(L, -1, lua_touserdata(L, 2) ? "own_state" : "state");
     lua_insert(L, -2);
     lua_call(L, 1, 1);
+    return 1;
+}
+
+/* Row `fr` of each tensor of the flat list at index fi of state F into row `tr` of the tensor
+ * at the same place of the list at index ti of state T, with raw reads only (no Lua error);
+ * 0 when the lists do not fit together (lengths, shapes, dtypes, a tensor not on the CPU or not
+ * contiguous). */
+static int copy_rows(lua_State *F, int fi, int64_t fr, lua_State *T, int ti, int64_t tr) {
+    fi = lua_absindex(F, fi), ti = lua_absindex(T, ti);
+    size_t n = lua_rawlen(F, fi);
+    if (n != lua_rawlen(T, ti) || !lua_checkstack(F, 2) || !lua_checkstack(T, 2)) return 0;
+    for (size_t j = 1; j <= n; j++) {
+        lua_rawgeti(F, fi, (lua_Integer)j);
+        const rl_tensor *a = rl_lua_to_tensor(F, -1);
+        lua_pop(F, 1); /* the list keeps it */
+        lua_rawgeti(T, ti, (lua_Integer)j);
+        const rl_tensor *b = rl_lua_to_tensor(T, -1);
+        lua_pop(T, 1);
+        if (a == NULL || b == NULL || a->ndim != 2 || b->ndim != 2 || a->dtype != b->dtype ||
+            a->shape[1] != b->shape[1] || fr >= a->shape[0] || tr >= b->shape[0] || !a->storage ||
+            !b->storage || a->storage->device.type != RL_CPU || b->storage->device.type != RL_CPU ||
+            !rl_tensor_is_contiguous(a) || !rl_tensor_is_contiguous(b))
+            return 0;
+        size_t row = (size_t)a->shape[1] * rl_dtype_size(a->dtype);
+        memcpy((char *)rl_tensor_data(b) + (size_t)tr * row,
+               (const char *)rl_tensor_data(a) + (size_t)fr * row, row);
+    }
     return 1;
 }
 
@@ -806,15 +836,22 @@ static int state_protected(lua_State *L) {
 static int many_protected(lua_State *L) {
     many_args *a = lua_touserdata(L, 1);
     lua_rawgeti(L, LUA_REGISTRYINDEX, a->runner->ref); /* 2: the Model */
+    lua_getfield(L, 2, "batch_state");
+    lua_pushvalue(L, 2);
+    lua_pushinteger(L, a->all->B);
+    lua_call(L, 2, 1);               /* 3: the batch's states */
+    for (int i = 0; i < a->n; i++) { /* the streams' states, left by state_protected */
+        lua_State *SL = a->s[i]->e.L;
+        if (a->s[i]->started && !copy_rows(SL, lua_gettop(SL), 0, L, 3, i))
+            return luaL_error(L, "%s: sessions[%d]: its carried state does not fit the batch's",
+                              a->who, i);
+    }
     lua_getfield(L, 2, "run_many");
     lua_pushvalue(L, 2);
     push_input(L, a->all, a->sparse, a->who);
-    lua_createtable(L, (int)a->all->B, 0);
+    lua_createtable(L, (int)a->all->B, 0); /* state_from: a padding row, a stream that starts: 0 */
     for (int i = 0; i < a->all->B; i++) {
-        if (i >= a->n || !a->s[i]->started) /* a padding row, a stream that starts */
-            lua_pushboolean(L, 0);
-        else /* left on its state's stack by state_protected */
-            copy_value(a->s[i]->e.L, -1, L, 0);
+        lua_pushinteger(L, i < a->n && a->s[i]->started ? i + 1 : 0);
         lua_rawseti(L, -2, i + 1);
     }
     lua_pushstring(L, a->who);
@@ -842,24 +879,6 @@ static int many_protected(lua_State *L) {
         a->outs[i] = (rl_output){.y = e->y, .lengths = e->len, .T = T, .B = 1, .dim = D};
     }
     return 1; /* the final states */
-}
-
-typedef struct {
-    lua_State *from; /* the runner's state, the final states at its index 1 */
-    engine *e;
-    lua_Integer b;
-} take_args;
-
-/* In a session's own state: row b of the runner's final states becomes its stream's state. */
-static int take_protected(lua_State *L) {
-    take_args *a = lua_touserdata(L, 1);
-    lua_rawgeti(L, LUA_REGISTRYINDEX, a->e->ref);
-    lua_getfield(L, -1, "take_state");
-    lua_insert(L, -2);
-    copy_value(a->from, 1, L, 0);
-    lua_pushinteger(L, a->b);
-    lua_call(L, 3, 0);
-    return 0;
 }
 
 rl_status rl_session_push_many(rl_session *const *sessions, const rl_batch *chunks, int n,
@@ -956,7 +975,8 @@ rl_status rl_session_push_many(rl_session *const *sessions, const rl_batch *chun
         if (!sessions[i]->started) continue;
         lua_pushcfunction(SL, state_protected);
         lua_pushlightuserdata(SL, &sessions[i]->e);
-        int status = lua_pcall(SL, 1, 1, 0);
+        lua_pushlightuserdata(SL, NULL);
+        int status = lua_pcall(SL, 2, 1, 0);
         if (status != LUA_OK) st = lua_failure(SL, status == LUA_ERRMEM ? RL_ENOMEM : RL_EARG, who);
     }
     lua_State *L = m->runner.L;
@@ -969,6 +989,7 @@ rl_status rl_session_push_many(rl_session *const *sessions, const rl_batch *chun
                        .all = &all,
                        .outs = outs,
                        .who = who};
+        lua_settop(L, 0); /* the final states at index 1 */
         lua_pushcfunction(L, many_protected);
         lua_pushlightuserdata(L, &a);
         int status = lua_pcall(L, 1, 1, 0);
@@ -980,8 +1001,15 @@ rl_status rl_session_push_many(rl_session *const *sessions, const rl_batch *chun
     free(lengths);
     /* each stream takes its row of the final states */
     for (int i = 0; i < n && st == RL_OK; i++) {
-        take_args ta = {.from = L, .e = &sessions[i]->e, .b = i + 1};
-        int status = lua_cpcall_like(sessions[i]->e.L, take_protected, &ta, NULL);
+        lua_State *SL = sessions[i]->e.L;
+        lua_pushcfunction(SL, state_protected);
+        lua_pushlightuserdata(SL, &sessions[i]->e);
+        lua_pushlightuserdata(SL, sessions[i]); /* any non-NULL: its own buffers */
+        int status = lua_pcall(SL, 2, 1, 0);
+        if (status == LUA_OK && !copy_rows(L, 1, i, SL, -1, 0)) {
+            lua_pushfstring(SL, "sessions[%d]: the batch's states do not fit its own", i);
+            status = LUA_ERRRUN;
+        }
         sessions[i]->started = status == LUA_OK;
         if (status != LUA_OK) {
             char msg[512];

@@ -17,10 +17,11 @@
 --       layer's output as a contiguous float32 CPU tensor (T', B, dim), out_lengths (B) int32.
 --   m:state() -> the stream's carried state: a flat list of (1, dim) tensors (each carried layer's
 --       states in net:carried_state() order), views of the network's buffers
---   m:run_many(x, lengths, rows, who) -> out, out_lengths, final: the pushes of B streams as one
---       batch (rl_session_push_many); rows[b]: false (stream b starts) or its m:state() list;
+--   m:batch_state(B) -> the flat list of the (B, dim) states a batch of B streams starts from
+--   m:run_many(x, lengths, state_from, who) -> out, out_lengths, final: the pushes of B streams
+--       as one batch (rl_session_push_many) from m:batch_state(B), which lua/capi.c filled;
 --       final: the flat list of the (B, dim) final states (row b: stream b's)
---   m:take_state(final, b)         row b of a run_many's final states becomes this stream's state
+--   m:own_state() -> the flat list of this stream's (1, dim) states, made its carried state
 --
 -- The network is the one rl.forward builds (rnnlua.forward's load_model, losses left out) and
 -- every batch goes through rnnlua.forward's run, so the C API gives the numbers rl.forward
@@ -93,41 +94,42 @@ end
 -- Streams pushed together: each stream is a row of one batch that starts from its own state
 -- (net:set_carried_state puts the rows in place, state_from picks them), so every row gets the
 -- numbers its stream pushed alone would get, up to the float32 rounding of a product of B rows
--- against one of one row.
-function Model:run_many(x, lengths, rows, who)
-  if self.not_causal then fail("%s: %s: the model cannot stream: %s", who, self.path, self.not_causal) end
-  local net, n = self.net, #rows
-  if self.stack_n ~= n then self.stack, self.stack_n = state_buffers(net, n), n end
-  local state_from = {}
-  for b = 1, n do
-    local r = rows[b]
-    state_from[b] = r and b or 0
-    if r then
-      local j = 0
-      for _, states in ipairs(self.stack) do
-        for _, t in ipairs(states) do
-          j = j + 1
-          t:select(1, b):copy_(r[j]:select(1, 1))
-        end
-      end
+-- against one of one row. lua/capi.c copies the rows: each stream's state into the batch's
+-- (m:batch_state(B), before m:run_many) and the batch's final states into each stream's
+-- (m:own_state(), after), so that no tensor handle is made a row.
+function Model:batch_state(n)
+  if self.stack_n ~= n then
+    self.stack, self.stack_n = state_buffers(self.net, n), n
+    local flat = {}
+    for _, states in ipairs(self.stack) do
+      for _, t in ipairs(states) do flat[#flat + 1] = t end
     end
+    self.stack_flat = flat
   end
-  net:set_carried_state(self.stack, n)
+  return self.stack_flat
+end
+
+function Model:run_many(x, lengths, state_from, who)
+  if self.not_causal then fail("%s: %s: the model cannot stream: %s", who, self.path, self.not_causal) end
+  self.net:set_carried_state(self.stack, self.stack_n)
   local out, og = self:run(x, lengths, nil, state_from, who)
   return out, og, self:state()
 end
 
-function Model:take_state(final, b)
+-- This stream's state buffers (1, dim) as its carried state; their flat list, which lua/capi.c
+-- fills with the stream's row of a batch's final states.
+function Model:own_state()
   local net = self.net
-  self.own_state = self.own_state or state_buffers(net, 1)
-  local j = 0
-  for _, states in ipairs(self.own_state) do
-    for _, t in ipairs(states) do
-      j = j + 1
-      t:copy_(final[j]:narrow(1, b, 1))
+  if not self.own then
+    self.own = state_buffers(net, 1)
+    local flat = {}
+    for _, states in ipairs(self.own) do
+      for _, t in ipairs(states) do flat[#flat + 1] = t end
     end
+    self.own_flat = flat
   end
-  net:set_carried_state(self.own_state, 1)
+  net:set_carried_state(self.own, 1)
+  return self.own_flat
 end
 
 -- What a session's state builds its network from (lua/capi.c shares its tensors with the
