@@ -59,6 +59,26 @@ static inline int bench_rounds(void) {
     return (int)bench_env("RL_BENCH_ROUNDS", 5, 1, BENCH_MAX_ROUNDS);
 }
 
+/* The streaming benchmarks' model (bench/stream.c, bench/serve_paced.c): a causal 3 x 512 LSTM
+ * over 40 features, a 512 -> 40 softmax out, untrained (seed 1), written to `path` by the rnnlua
+ * next to the bench's folder (argv0: BUILD/bench/NAME). Returns 0 when written. */
+#define BENCH_STREAM_FEATURES 40
+static inline int bench_write_stream_model(const char *argv0, const char *path) {
+    char dir[4096], cmd[16384];
+    const char *slash = strrchr(argv0, '/');
+    snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - argv0) : 1, slash ? argv0 : ".");
+    snprintf(cmd, sizeof cmd,
+             "%s/../rnnlua -e \"rl.manual_seed(1); rl.save_checkpoint('%s', {epoch = 1, net = "
+             "rl.network({l1 = {class = 'lstm', n_out = 512}, l2 = {class = 'lstm', n_out = 512, "
+             "from = 'l1'}, l3 = {class = 'lstm', n_out = 512, from = 'l2'}, output = {class = "
+             "'softmax', from = 'l3', loss = 'ce', target = 'classes'}}, {data = {dim = %d}, "
+             "classes = {dim = 40, sparse = true}})})\"",
+             dir, path, BENCH_STREAM_FEATURES);
+    if (system(cmd) == 0) return 0;
+    fprintf(stderr, "bench: writing the model failed: %s\n", cmd);
+    return 1;
+}
+
 static inline void bench_check(rl_status st, const char *what) {
     if (st != RL_OK) {
         fprintf(stderr, "bench: %s failed: %s\n", what, rl_errmsg());

@@ -17,7 +17,7 @@
 #include "../include/rnnlua.h"
 #include "bench.h"
 
-#define NFEAT 40
+#define NFEAT BENCH_STREAM_FEATURES
 
 typedef struct {
     rl_model *m;
@@ -48,6 +48,48 @@ static void *run_stream(void *p) {
     return NULL;
 }
 
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* S streams pushed together, one frame each a rl_session_push_many, frames calls after 50 of
+ * warm-up from one thread: the latency of each call, sorted, into lat; interleaved with them,
+ * the same S frames as one plain batch (rl_session_forward of S sequences of one frame, no
+ * carried state) in another session, sorted into plain: what the batch's products cost
+ * without the streams' states. */
+static void run_many(rl_model *m, int streams, int frames, double *lat, double *plain) {
+    rl_session *ss[64];
+    rl_batch cs[64];
+    rl_output outs[64];
+    float x[64][NFEAT];
+    int32_t ones[64];
+    rl_session *one;
+    if (rl_session_open(&one, m) != RL_OK) die("rl_session_open");
+    for (int i = 0; i < streams; i++) {
+        if (rl_session_open(&ss[i], m) != RL_OK) die("rl_session_open");
+        ones[i] = 1;
+    }
+    for (int k = 0; k < frames + 50; k++) {
+        for (int i = 0; i < streams; i++) {
+            for (int f = 0; f < NFEAT; f++)
+                x[i][f] = (float)((k * 31 + f * 7 + i) % 17) / 17.0f - 0.5f;
+            cs[i] = (rl_batch){.T = 1, .B = 1, .F = NFEAT, .x = x[i]};
+        }
+        double t0 = bench_now();
+        if (rl_session_push_many(ss, cs, streams, outs) != RL_OK) die("rl_session_push_many");
+        double t1 = bench_now();
+        rl_batch all = {.T = 1, .B = streams, .F = NFEAT, .x = x[0], .lengths = ones};
+        if (rl_session_forward(one, &all, NULL, &outs[0]) != RL_OK) die("rl_session_forward");
+        if (k >= 50) lat[k - 50] = t1 - t0, plain[k - 50] = bench_now() - t1;
+    }
+    for (int i = 0; i < streams; i++)
+        rl_session_free(ss[i]);
+    rl_session_free(one);
+    qsort(lat, (size_t)frames, sizeof *lat, cmp_double);
+    qsort(plain, (size_t)frames, sizeof *plain, cmp_double);
+}
+
 static void *open_one(void *p) {
     rl_session **s = p;
     rl_model *m = (rl_model *)*s;
@@ -63,11 +105,6 @@ static double rss_mb(void) {
     if (fscanf(f, "%ld %ld", &size, &res) != 2) res = 0;
     fclose(f);
     return (double)res * (double)sysconf(_SC_PAGESIZE) / 1e6;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
 }
 
 static double pct(const double *sorted, int n, double p) {
@@ -110,21 +147,9 @@ int main(int argc, char **argv) {
               stderr);
         return 2;
     }
-    char dir[4096], cmd[16384], model[256];
-    const char *slash = strrchr(argv[0], '/');
-    snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - argv[0]) : 1, slash ? argv[0] : ".");
+    char model[256];
     snprintf(model, sizeof model, "/tmp/rnnlua-bench-stream-%d.h5", (int)getpid());
-    snprintf(cmd, sizeof cmd,
-             "%s/../rnnlua -e \"rl.manual_seed(1); rl.save_checkpoint('%s', {epoch = 1, net = "
-             "rl.network({l1 = {class = 'lstm', n_out = 512}, l2 = {class = 'lstm', n_out = 512, "
-             "from = 'l1'}, l3 = {class = 'lstm', n_out = 512, from = 'l2'}, output = {class = "
-             "'softmax', from = 'l3', loss = 'ce', target = 'classes'}}, {data = {dim = %d}, "
-             "classes = {dim = 40, sparse = true}})})\"",
-             dir, model, NFEAT);
-    if (system(cmd) != 0) {
-        fprintf(stderr, "stream: writing the model failed: %s\n", cmd);
-        return 1;
-    }
+    if (bench_write_stream_model(argv[0], model) != 0) return 1;
     rl_model *m;
     rl_model_options o = {.threads = threads};
     rl_status st = rl_model_load(&m, model, &o);
@@ -180,7 +205,23 @@ int main(int argc, char **argv) {
                1e3 * pct(lat, n, 90), 1e3 * pct(lat, n, 99), 1e3 * lat[n - 1]);
         fflush(stdout);
     }
+    printf("\nThe same S streams pushed together from one thread, one frame each a "
+           "`rl_session_push_many` (one batched forward); interleaved with them, the same S "
+           "frames as one plain batch of S one-frame sequences (`rl_session_forward`, no "
+           "carried state):\n\n"
+           "| streams | p50 ms | p90 ms | p99 ms | max ms | plain batch p50 ms |\n"
+           "|---|---|---|---|---|---|\n");
+    double *plain = malloc(sizeof *plain * (size_t)frames);
+    if (plain == NULL) return 1;
+    for (int s = 1; s <= max_streams; s *= 2) {
+        run_many(m, s, frames, lat, plain);
+        printf("| %d | %.3f | %.3f | %.3f | %.3f | %.3f |\n", s, 1e3 * pct(lat, frames, 50),
+               1e3 * pct(lat, frames, 90), 1e3 * pct(lat, frames, 99), 1e3 * lat[frames - 1],
+               1e3 * pct(plain, frames, 50));
+        fflush(stdout);
+    }
     free(lat);
+    free(plain);
     rl_model_free(m);
     return 0;
 }

@@ -152,6 +152,20 @@ rl_status rl_session_push(rl_session *session, const rl_batch *chunk, rl_output 
 /* Starts a new stream: the next push begins from the initial (zero) state. */
 rl_status rl_session_reset(rl_session *session);
 
+/* The next chunk of n streams at once, one batched forward: chunks[i] (chunks[i].B = 1, any
+ * T) goes on the stream of sessions[i], from the state that stream carries, and outs[i] gets
+ * what rl_session_push(sessions[i], &chunks[i], &outs[i]) would give (to float32 rounding: a
+ * product of n rows may sum in another order than one of one row), in sessions[i]'s memory;
+ * the stream's new state is kept by its session. Streams whose chunks wait at the same time
+ * read the weights once instead of n times. The sessions are n different sessions of one
+ * model, opened at the model's present precision; the batch runs in the calling thread on a
+ * network the model keeps for batches (calls on one model run one at a time), and no other
+ * thread may use any of the n sessions meanwhile. A refused call (a NULL, a duplicate, a
+ * session of another model or precision, a bad chunk: the argument named) leaves every stream
+ * as it was; a batch that fails inside the network ends all n streams (their next push starts
+ * anew). */
+rl_status rl_session_push_many(rl_session *const *sessions, const rl_batch *chunks, int n,
+                               rl_output *outs);
 /* ---- Language models in decoding -------------------------------------------------------------
  * Shallow fusion of a language model into CTC's prefix beam search, as rl.ctc_decode{lm = ...}
  * and rl.forward{decode = "ctc", lm = ...} do it (docs/ctc.md): a prefix ranks by

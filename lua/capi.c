@@ -52,12 +52,18 @@ struct rl_model {
     int64_t n_labels;
     char **labels; /* the target's labels the checkpoint stores (n_labels), malloc'ed */
     char *path, *layer, *device, *lua_file;
+    char precision[8]; /* of the sessions opened now (rl_model_set_precision) */
+    /* rl_session_push_many's network: one batch at a time (run_mu), at runner_precision */
+    pthread_mutex_t run_mu;
+    engine runner;
+    char runner_precision[8];
 };
 
 struct rl_session {
     rl_model *model;
     engine e;
-    int started; /* a push went through since the last reset */
+    int started;       /* a push went through since the last reset */
+    char precision[8]; /* the model's when the session was opened */
 };
 
 static pthread_mutex_t load_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -323,26 +329,45 @@ typedef struct {
     rl_output *out;
 } run_args;
 
+/* Pushes the input tensors of batch b: x (T, B, F) float32 or (T, B) int32 classes, and the
+ * lengths (B) int32 (T each when b->lengths is NULL). */
+static void push_input(lua_State *L, const rl_batch *b, int sparse, const char *who) {
+    int64_t shape[3] = {b->T, b->B, b->F};
+    rl_tensor *x = rl_lua_push_tensor(L);
+    if (rl_tensor_empty(x, sparse ? RL_INT32 : RL_FLOAT32, RL_DEVICE_CPU, sparse ? 2 : 3, shape) !=
+        RL_OK)
+        rl_lua_raise(L, who);
+    size_t n = (size_t)(b->T * b->B * (sparse ? 1 : b->F));
+    memcpy(rl_tensor_data(x), sparse ? (const void *)b->classes : (const void *)b->x,
+           n * (sparse ? sizeof(int32_t) : sizeof(float)));
+    rl_tensor *len = rl_lua_push_tensor(L);
+    if (rl_tensor_empty(len, RL_INT32, RL_DEVICE_CPU, 1, &shape[1]) != RL_OK) rl_lua_raise(L, who);
+    int32_t *l = rl_tensor_data(len);
+    for (int64_t i = 0; i < b->B; i++)
+        l[i] = b->lengths ? b->lengths[i] : (int32_t)b->T;
+}
+
+/* e's output buffers grown to ny floats and nl lengths (raises naming who). */
+static void engine_reserve(lua_State *L, engine *e, size_t ny, size_t nl, const char *who) {
+    if (ny > e->y_cap) {
+        float *p = realloc(e->y, ny * sizeof *p);
+        if (p == NULL) luaL_error(L, "%s: no memory for the output", who);
+        e->y = p, e->y_cap = ny;
+    }
+    if (nl > e->len_cap) {
+        int32_t *p = realloc(e->len, nl * sizeof *p);
+        if (p == NULL) luaL_error(L, "%s: no memory for the output", who);
+        e->len = p, e->len_cap = nl;
+    }
+}
+
 static int run_protected(lua_State *L) {
     run_args *a = lua_touserdata(L, 1);
     const rl_batch *b = a->b;
     lua_rawgeti(L, LUA_REGISTRYINDEX, a->e->ref);
     lua_getfield(L, -1, "run");
     lua_insert(L, -2);
-    int64_t shape[3] = {b->T, b->B, b->F};
-    rl_tensor *x = rl_lua_push_tensor(L);
-    if (rl_tensor_empty(x, a->sparse ? RL_INT32 : RL_FLOAT32, RL_DEVICE_CPU, a->sparse ? 2 : 3,
-                        shape) != RL_OK)
-        return rl_lua_raise(L, a->who);
-    size_t n = (size_t)(b->T * b->B * (a->sparse ? 1 : b->F));
-    memcpy(rl_tensor_data(x), a->sparse ? (const void *)b->classes : (const void *)b->x,
-           n * (a->sparse ? sizeof(int32_t) : sizeof(float)));
-    rl_tensor *len = rl_lua_push_tensor(L);
-    if (rl_tensor_empty(len, RL_INT32, RL_DEVICE_CPU, 1, &shape[1]) != RL_OK)
-        return rl_lua_raise(L, a->who);
-    int32_t *l = rl_tensor_data(len);
-    for (int64_t i = 0; i < b->B; i++)
-        l[i] = b->lengths ? b->lengths[i] : (int32_t)b->T;
+    push_input(L, b, a->sparse, a->who);
     if (a->layer)
         lua_pushstring(L, a->layer);
     else
@@ -359,16 +384,7 @@ static int run_protected(lua_State *L) {
         return luaL_error(L, "%s: the network gave no sequence output", a->who);
     engine *e = a->e;
     size_t ny = (size_t)rl_tensor_numel(out), nl = (size_t)og->shape[0];
-    if (ny > e->y_cap) {
-        float *p = realloc(e->y, ny * sizeof *p);
-        if (p == NULL) return luaL_error(L, "%s: no memory for the output", a->who);
-        e->y = p, e->y_cap = ny;
-    }
-    if (nl > e->len_cap) {
-        int32_t *p = realloc(e->len, nl * sizeof *p);
-        if (p == NULL) return luaL_error(L, "%s: no memory for the output", a->who);
-        e->len = p, e->len_cap = nl;
-    }
+    engine_reserve(L, e, ny, nl, a->who);
     memcpy(e->y, rl_tensor_data(out), ny * sizeof(float));
     memcpy(e->len, rl_tensor_data(og), nl * sizeof(int32_t));
     /* layers need not write zeros on padded frames (layers/layer.h); the API promises them */
@@ -464,6 +480,8 @@ static rl_status engine_run(engine *e, const rl_info *in, const rl_batch *b, con
 static void model_release(rl_model *m) {
     if (atomic_fetch_sub(&m->refs, 1) != 1) return;
     engine_close(&m->e);
+    engine_close(&m->runner);
+    pthread_mutex_destroy(&m->run_mu);
     free_info(&m->info);
     for (int64_t i = 0; i < m->n_labels; i++)
         free(m->labels[i]);
@@ -496,7 +514,9 @@ rl_status rl_model_load(rl_model **out, const char *path, const rl_model_options
         free(m->path), free(m->layer), free(m->device), free(m->lua_file), free(m);
         return rl_error(RL_ENOMEM, "%s: no memory", who);
     }
+    snprintf(m->precision, sizeof m->precision, "fp32");
     pthread_mutex_init(&m->mu, NULL);
+    pthread_mutex_init(&m->run_mu, NULL);
     atomic_init(&m->refs, 1);
     atomic_init(&m->freed, 0);
     if (o.threads > 0) rl_blas_set_threads(o.threads);
@@ -516,6 +536,9 @@ void rl_model_free(rl_model *model) {
     pthread_mutex_lock(&model->mu);
     engine_close(&model->e);
     pthread_mutex_unlock(&model->mu);
+    pthread_mutex_lock(&model->run_mu);
+    engine_close(&model->runner);
+    pthread_mutex_unlock(&model->run_mu);
     model_release(model);
 }
 
@@ -551,6 +574,8 @@ rl_status rl_model_set_precision(rl_model *model, const char *precision) {
         int status = lua_pcall(model->e.L, 1, 0, 0);
         if (status != LUA_OK)
             st = lua_failure(model->e.L, status == LUA_ERRMEM ? RL_ENOMEM : RL_EARG, who);
+        else
+            snprintf(model->precision, sizeof model->precision, "%s", precision);
         lua_settop(model->e.L, 0);
     }
     pthread_mutex_unlock(&model->mu);
@@ -707,6 +732,9 @@ rl_status rl_session_open(rl_session **out, rl_model *model) {
     rl_session *s = calloc(1, sizeof *s);
     if (s == NULL) return rl_error(RL_ENOMEM, "%s: no memory", who);
     atomic_fetch_add(&model->refs, 1); /* before the model's lock: its memory stays */
+    pthread_mutex_lock(&model->mu);
+    memcpy(s->precision, model->precision, sizeof s->precision);
+    pthread_mutex_unlock(&model->mu);
     /* the session's network comes from the model's memory (its checkpoint as loaded, its
      * parameters shared), not from the file again, which may have changed or gone since */
     rl_status st = engine_open(&s->e, NULL, model, who, NULL);
@@ -1185,5 +1213,265 @@ rl_status rl_model_search(rl_model *model, const rl_batch *batch, const rl_searc
         lua_settop(model->e.L, 0);
     }
     pthread_mutex_unlock(&model->mu);
+    return st;
+}
+
+/* ---- batched pushes ----------------------------------------------------------------------- */
+
+/* Streams pushed as one batch (rl_session_push_many) run in a network the model keeps for
+ * batches (the runner: an engine like a session's, opened at the first batch), not in one of
+ * the streams' sessions: its buffers keep their shapes from batch to batch, where a session's
+ * would be made anew whenever it led a batch of another size (garbage that every Lua state of
+ * the process would collect for). Each stream's carried state is copied (copy_rows, in C:
+ * no tensor handle made a row) from its own state's tensors into its row of the batch's
+ * (Model:batch_state), the batch goes through Model:run_many, and each stream's row of the final
+ * states is copied into the stream's own state buffers (Model:own_state), so that it goes on
+ * alone or in another batch. The batch is padded to a multiple of 8 streams (rows of one zero frame
+ * that start from zeros, their outputs dropped), so that its size, and the runner's buffers,
+ * change seldom while the streams of a server come and go. */
+#define MANY_ROUND 8
+typedef struct {
+    rl_session *const *s;
+    const rl_batch *chunks;
+    int n; /* streams */
+    int sparse;
+    engine *runner;
+    const rl_batch *all; /* the chunks as one padded batch, stream i its sequence i */
+    rl_output *outs;
+    const char *who;
+} many_args;
+
+/* In a session's own state: the flat list of its states on top of the stack: what it carries
+ * (Model:state) when `own` is NULL, else its own buffers made its carried state
+ * (Model:own_state), which the batch's final states are copied into. */
+static int state_protected(lua_State *L) {
+    engine *e = lua_touserdata(L, 1);
+    lua_rawgeti(L, LUA_REGISTRYINDEX, e->ref);
+    lua_getfield(L, -1, lua_touserdata(L, 2) ? "own_state" : "state");
+    lua_insert(L, -2);
+    lua_call(L, 1, 1);
+    return 1;
+}
+
+/* Row `fr` of each tensor of the flat list at index fi of state F into row `tr` of the tensor
+ * at the same place of the list at index ti of state T, with raw reads only (no Lua error);
+ * 0 when the lists do not fit together (lengths, shapes, dtypes, a tensor not on the CPU or not
+ * contiguous). */
+static int copy_rows(lua_State *F, int fi, int64_t fr, lua_State *T, int ti, int64_t tr) {
+    fi = lua_absindex(F, fi), ti = lua_absindex(T, ti);
+    size_t n = lua_rawlen(F, fi);
+    if (n != lua_rawlen(T, ti) || !lua_checkstack(F, 2) || !lua_checkstack(T, 2)) return 0;
+    for (size_t j = 1; j <= n; j++) {
+        lua_rawgeti(F, fi, (lua_Integer)j);
+        const rl_tensor *a = rl_lua_to_tensor(F, -1);
+        lua_pop(F, 1); /* the list keeps it */
+        lua_rawgeti(T, ti, (lua_Integer)j);
+        const rl_tensor *b = rl_lua_to_tensor(T, -1);
+        lua_pop(T, 1);
+        if (a == NULL || b == NULL || a->ndim != 2 || b->ndim != 2 || a->dtype != b->dtype ||
+            a->shape[1] != b->shape[1] || fr >= a->shape[0] || tr >= b->shape[0] || !a->storage ||
+            !b->storage || a->storage->device.type != RL_CPU || b->storage->device.type != RL_CPU ||
+            !rl_tensor_is_contiguous(a) || !rl_tensor_is_contiguous(b))
+            return 0;
+        size_t row = (size_t)a->shape[1] * rl_dtype_size(a->dtype);
+        memcpy((char *)rl_tensor_data(b) + (size_t)tr * row,
+               (const char *)rl_tensor_data(a) + (size_t)fr * row, row);
+    }
+    return 1;
+}
+
+/* In the runner's state: the batch, each stream's outputs into its session's buffers; returns
+ * the final states for the streams. */
+static int many_protected(lua_State *L) {
+    many_args *a = lua_touserdata(L, 1);
+    lua_rawgeti(L, LUA_REGISTRYINDEX, a->runner->ref); /* 2: the Model */
+    lua_getfield(L, 2, "batch_state");
+    lua_pushvalue(L, 2);
+    lua_pushinteger(L, a->all->B);
+    lua_call(L, 2, 1);               /* 3: the batch's states */
+    for (int i = 0; i < a->n; i++) { /* the streams' states, left by state_protected */
+        lua_State *SL = a->s[i]->e.L;
+        if (a->s[i]->started && !copy_rows(SL, lua_gettop(SL), 0, L, 3, i))
+            return luaL_error(L, "%s: sessions[%d]: its carried state does not fit the batch's",
+                              a->who, i);
+    }
+    lua_getfield(L, 2, "run_many");
+    lua_pushvalue(L, 2);
+    push_input(L, a->all, a->sparse, a->who);
+    lua_createtable(L, (int)a->all->B, 0); /* state_from: a padding row, a stream that starts: 0 */
+    for (int i = 0; i < a->all->B; i++) {
+        lua_pushinteger(L, i < a->n && a->s[i]->started ? i + 1 : 0);
+        lua_rawseti(L, -2, i + 1);
+    }
+    lua_pushstring(L, a->who);
+    lua_call(L, 5, 3);
+    const rl_tensor *out = rl_lua_to_tensor(L, -3), *og = rl_lua_to_tensor(L, -2);
+    if (out == NULL || og == NULL || out->ndim != 3 || og->ndim != 1 ||
+        out->shape[1] != a->all->B || og->shape[0] != a->all->B || og->dtype != RL_INT32 ||
+        out->shape[0] < a->all->T)
+        return luaL_error(L, "%s: the network gave no sequence output", a->who);
+    const float *y = rl_tensor_data(out);
+    const int32_t *ol = rl_tensor_data(og);
+    int64_t n = a->all->B, D = out->shape[2];
+    for (int64_t i = 0; i < a->n; i++) { /* stream i: frames t < T of row i */
+        engine *e = &a->s[i]->e;
+        int64_t T = a->chunks[i].T;
+        engine_reserve(L, e, (size_t)(T * D), 1, a->who);
+        e->len[0] = ol[i] < T ? ol[i] : (int32_t)T;
+        for (int64_t t = 0; t < T; t++) {
+            float *row = e->y + t * D;
+            if (t < e->len[0])
+                memcpy(row, y + (t * n + i) * D, (size_t)D * sizeof *row);
+            else
+                memset(row, 0, (size_t)D * sizeof *row);
+        }
+        a->outs[i] = (rl_output){.y = e->y, .lengths = e->len, .T = T, .B = 1, .dim = D};
+    }
+    return 1; /* the final states */
+}
+
+rl_status rl_session_push_many(rl_session *const *sessions, const rl_batch *chunks, int n,
+                               rl_output *outs) {
+    static const char who[] = "rl_session_push_many";
+    if (sessions == NULL) return rl_error(RL_EARG, "%s: sessions is NULL", who);
+    if (chunks == NULL) return rl_error(RL_EARG, "%s: chunks is NULL", who);
+    if (outs == NULL) return rl_error(RL_EARG, "%s: outs is NULL", who);
+    if (n < 1 || n > 65536) return rl_error(RL_EARG, "%s: n = %d is out of range 1..65536", who, n);
+    for (int i = 0; i < n; i++) {
+        const rl_session *s = sessions[i];
+        if (s == NULL) return rl_error(RL_EARG, "%s: sessions[%d] is NULL", who, i);
+        if (atomic_load(&s->model->freed))
+            return rl_error(RL_EARG,
+                            "%s: sessions[%d]: the model was freed (rl_model_free) while the "
+                            "session was open; free the session",
+                            who, i);
+        if (s->model != sessions[0]->model)
+            return rl_error(RL_EARG,
+                            "%s: sessions[%d] is a session of another model (%s) than "
+                            "sessions[0] (%s): one batch runs one model",
+                            who, i, s->model->path, sessions[0]->model->path);
+        if (strcmp(s->precision, sessions[0]->precision) != 0)
+            return rl_error(RL_EARG,
+                            "%s: sessions[%d] runs in %s, sessions[0] in %s (opened before and "
+                            "after rl_model_set_precision): one batch runs one precision",
+                            who, i, s->precision, sessions[0]->precision);
+        for (int k = 0; k < i; k++)
+            if (sessions[k] == s)
+                return rl_error(RL_EARG,
+                                "%s: sessions[%d] and sessions[%d] are the same session: a "
+                                "stream pushes one chunk at a time",
+                                who, k, i);
+    }
+    const rl_info *in = &sessions[0]->model->info;
+    if (!in->causal)
+        return rl_error(RL_EARG, "%s: the model of %s cannot stream: %s", who,
+                        sessions[0]->model->path, in->not_causal);
+    int64_t T = 0, F = in->input_sparse ? 1 : in->input_dim;
+    for (int i = 0; i < n; i++) {
+        char arg[32];
+        snprintf(arg, sizeof arg, "chunks[%d]", i);
+        RL_TRY(check_batch(in, &chunks[i], who, arg, 1));
+        if (chunks[i].T > T) T = chunks[i].T;
+    }
+    int64_t rows = n == 1 ? 1 : (n + MANY_ROUND - 1) / MANY_ROUND * MANY_ROUND;
+    if (T * rows > ((int64_t)1 << 40) / F)
+        return rl_error(RL_ESHAPE, "%s: %lld x %d frames is too large", who, (long long)T, n);
+    /* the chunks as one padded batch, time-major; padding rows: one frame of zeros */
+    size_t esz = in->input_sparse ? sizeof(int32_t) : sizeof(float);
+    char *x = calloc((size_t)(T * rows * F), esz);
+    int32_t *lengths = malloc(sizeof *lengths * (size_t)rows);
+    if (x == NULL || lengths == NULL) {
+        free(x), free(lengths);
+        return rl_error(RL_ENOMEM, "%s: no memory for %lld x %d frames", who, (long long)T, n);
+    }
+    for (int64_t i = 0; i < rows; i++) {
+        if (i >= n) {
+            lengths[i] = 1;
+            continue;
+        }
+        const rl_batch *c = &chunks[i];
+        const char *src = in->input_sparse ? (const char *)c->classes : (const char *)c->x;
+        lengths[i] = (int32_t)c->T;
+        for (int64_t t = 0; t < c->T; t++)
+            memcpy(x + (size_t)((t * rows + i) * F) * esz, src + (size_t)(t * F) * esz,
+                   (size_t)F * esz);
+    }
+    rl_batch all = {.T = T,
+                    .B = rows,
+                    .F = F,
+                    .x = in->input_sparse ? NULL : (const float *)x,
+                    .classes = in->input_sparse ? (const int32_t *)x : NULL,
+                    .lengths = lengths};
+    rl_model *m = sessions[0]->model;
+    pthread_mutex_lock(&m->run_mu);
+    rl_status st = RL_OK;
+    if (m->runner.L && strcmp(m->runner_precision, sessions[0]->precision) != 0)
+        engine_close(&m->runner); /* the model's precision changed since: a runner of theirs */
+    if (m->runner.L == NULL) {
+        st = engine_open(&m->runner, NULL, m, who, NULL);
+        if (st == RL_OK && strcmp(m->precision, sessions[0]->precision) != 0) {
+            engine_close(&m->runner);
+            st = rl_error(RL_EARG,
+                          "%s: sessions: opened in %s, but the model runs in %s now "
+                          "(rl_model_set_precision): reopen the sessions",
+                          who, sessions[0]->precision, m->precision);
+        }
+        memcpy(m->runner_precision, sessions[0]->precision, sizeof m->runner_precision);
+    }
+    /* the streams' states, each on top of its own state's stack */
+    for (int i = 0; i < n && st == RL_OK; i++) {
+        lua_State *SL = sessions[i]->e.L;
+        if (!sessions[i]->started) continue;
+        lua_pushcfunction(SL, state_protected);
+        lua_pushlightuserdata(SL, &sessions[i]->e);
+        lua_pushlightuserdata(SL, NULL);
+        int status = lua_pcall(SL, 2, 1, 0);
+        if (status != LUA_OK) st = lua_failure(SL, status == LUA_ERRMEM ? RL_ENOMEM : RL_EARG, who);
+    }
+    lua_State *L = m->runner.L;
+    if (st == RL_OK) {
+        many_args a = {.s = sessions,
+                       .chunks = chunks,
+                       .n = n,
+                       .sparse = in->input_sparse,
+                       .runner = &m->runner,
+                       .all = &all,
+                       .outs = outs,
+                       .who = who};
+        lua_settop(L, 0); /* the final states at index 1 */
+        lua_pushcfunction(L, many_protected);
+        lua_pushlightuserdata(L, &a);
+        int status = lua_pcall(L, 1, 1, 0);
+        if (status != LUA_OK) st = lua_failure(L, status == LUA_ERRMEM ? RL_ENOMEM : RL_EARG, who);
+    }
+    for (int i = 0; i < n; i++)
+        lua_settop(sessions[i]->e.L, 0);
+    free(x);
+    free(lengths);
+    /* each stream takes its row of the final states */
+    for (int i = 0; i < n && st == RL_OK; i++) {
+        lua_State *SL = sessions[i]->e.L;
+        lua_pushcfunction(SL, state_protected);
+        lua_pushlightuserdata(SL, &sessions[i]->e);
+        lua_pushlightuserdata(SL, sessions[i]); /* any non-NULL: its own buffers */
+        int status = lua_pcall(SL, 2, 1, 0);
+        if (status == LUA_OK && !copy_rows(L, 1, i, SL, -1, 0)) {
+            lua_pushfstring(SL, "sessions[%d]: the batch's states do not fit its own", i);
+            status = LUA_ERRRUN;
+        }
+        sessions[i]->started = status == LUA_OK;
+        if (status != LUA_OK) {
+            char msg[512];
+            rl_status s2 =
+                lua_failure(sessions[i]->e.L, status == LUA_ERRMEM ? RL_ENOMEM : RL_EARG, who);
+            snprintf(msg, sizeof msg, "%s", rl_errmsg());
+            st = rl_error(s2, "%s (sessions[%d]: its stream ended)", msg, i);
+            for (int k = i + 1; k < n; k++) /* their states were not taken */
+                sessions[k]->started = 0;
+        }
+        lua_settop(sessions[i]->e.L, 0);
+    }
+    if (L) lua_settop(L, 0);
+    pthread_mutex_unlock(&m->run_mu);
     return st;
 }

@@ -63,7 +63,8 @@
 typedef struct {
     const char *model_path, *listen, *layer, *lua_file, *lm_file, *lm_word_boundary, *admin_token,
         *precision;
-    int port, threads, blas_threads, max_connections, timeout_s, max_beam, max_streams;
+    int port, threads, blas_threads, max_connections, timeout_s, max_beam, max_streams,
+        stream_batch;
     int64_t max_batch_frames, max_frames, max_queue_frames;
     double max_wait_ms, drain_s, stream_timeout_s;
     size_t max_body;
@@ -175,6 +176,10 @@ typedef struct server {
     pthread_mutex_t smu;
     stream_slot *streams;
     atomic_int stream_workers; /* chunks running in their own threads (stream_main) */
+    pthread_mutex_t bmu;       /* the chunks waiting for a batched push (stream_push) */
+    pthread_cond_t bcv;
+    struct stream_work *waiting;
+    bool batching; /* a thread runs a batch */
 } server;
 
 /* ---- small helpers --------------------------------------------------------------------- */
@@ -981,7 +986,85 @@ typedef struct stream_work {
     rl_session *session; /* NULL: the stream's first chunk */
     int64_t before;      /* frames pushed before this chunk */
     char id[STREAM_ID_MAX + 1];
+    /* stream_push: the chunk, its output, status and message (the run may be another thread's) */
+    struct stream_work *next;
+    rl_batch chunk;
+    rl_output out;
+    rl_status st;
+    char *err;
+    bool done;
 } stream_work;
+
+/* The chunk of w through its session; its st, out and err (the message of a failure) set.
+ * Chunks of different streams that wait at the same time go through as one batched forward
+ * (rl_session_push_many: the weights read once for all of them, not once a stream): the thread
+ * that finds no batch running takes every chunk waiting (its own among them, at most
+ * --stream-batch) and runs them, the others wait for it and then build their own answers. A
+ * batch the C API refuses (a chunk it cannot take) runs again chunk by chunk, so that each
+ * stream gets its own answer. --stream-batch 1 pushes each chunk in its own thread. */
+static void stream_push(server *S, stream_work *w) {
+    if (S->o.stream_batch == 1) {
+        w->st = rl_session_push(w->session, &w->chunk, &w->out);
+        if (w->st != RL_OK) w->err = strdup(rl_errmsg());
+        return;
+    }
+    pthread_mutex_lock(&S->bmu);
+    w->next = S->waiting;
+    S->waiting = w;
+    while (!w->done && S->batching)
+        pthread_cond_wait(&S->bcv, &S->bmu);
+    if (w->done) {
+        pthread_mutex_unlock(&S->bmu);
+        return;
+    }
+    S->batching = true;
+    /* the oldest chunks first: the list is newest first */
+    int n = 0;
+    stream_work *list = NULL, *rest = S->waiting;
+    S->waiting = NULL;
+    while (rest) {
+        stream_work *q = rest;
+        rest = q->next;
+        q->next = list;
+        list = q;
+        n++;
+    }
+    int take = n < S->o.stream_batch ? n : S->o.stream_batch;
+    stream_work *later = list;
+    for (int i = 0; i < take; i++)
+        later = later->next;
+    while (later) { /* the rest back to the waiting list, newest first */
+        stream_work *nq = later->next;
+        later->next = S->waiting;
+        S->waiting = later;
+        later = nq;
+    }
+    pthread_mutex_unlock(&S->bmu);
+    rl_session **ss = malloc(sizeof *ss * (size_t)take);
+    rl_batch *cs = malloc(sizeof *cs * (size_t)take);
+    rl_output *os = malloc(sizeof *os * (size_t)take);
+    stream_work *q = list;
+    for (int i = 0; ss && cs && os && i < take; i++, q = q->next)
+        ss[i] = q->session, cs[i] = q->chunk;
+    rl_status st = ss && cs && os ? rl_session_push_many(ss, cs, take, os) : RL_ENOMEM;
+    q = list;
+    for (int i = 0; i < take; i++, q = q->next) {
+        if (st == RL_OK) {
+            q->st = RL_OK, q->out = os[i];
+        } else {
+            q->st = rl_session_push(q->session, &q->chunk, &q->out);
+            if (q->st != RL_OK) q->err = strdup(rl_errmsg());
+        }
+    }
+    free(ss), free(cs), free(os);
+    pthread_mutex_lock(&S->bmu);
+    q = list;
+    for (int i = 0; i < take; i++, q = q->next)
+        q->done = true;
+    S->batching = false;
+    pthread_cond_broadcast(&S->bcv);
+    pthread_mutex_unlock(&S->bmu);
+}
 
 static void complete(server *S, job *j);
 
@@ -992,15 +1075,15 @@ static void *stream_main(void *arg) {
     rl_session *session = w->session;
     rl_status st = RL_OK;
     if (session == NULL) st = rl_session_open(&session, S->capi);
-    rl_output out;
+    char *err = st == RL_OK ? NULL : strdup(rl_errmsg());
     if (st == RL_OK) {
-        rl_batch b = {.T = j->T[0],
-                      .B = 1,
-                      .F = S->sparse ? 1 : S->in_dim,
-                      .x = j->x,
-                      .classes = j->xi};
-        st = rl_session_push(session, &b, &out);
+        w->session = session;
+        w->chunk = (rl_batch){
+            .T = j->T[0], .B = 1, .F = S->sparse ? 1 : S->in_dim, .x = j->x, .classes = j->xi};
+        stream_push(S, w);
+        st = w->st, err = w->err;
     }
+    rl_output out = w->out;
     if (st == RL_OK) {
         json_t *rows = json_array();
         for (int64_t t = 0; rows && t < out.T; t++) {
@@ -1017,8 +1100,10 @@ static void *stream_main(void *arg) {
         }
     } else {
         j->status = st == RL_ENOMEM ? MHD_HTTP_SERVICE_UNAVAILABLE : MHD_HTTP_UNPROCESSABLE_CONTENT;
-        j->error = strdup(rl_errmsg());
+        j->error = err ? err : strdup("out of memory");
+        err = NULL;
     }
+    free(err);
     rl_session *to_free = NULL;
     stream_slot *slot = w->slot;
     pthread_mutex_lock(&S->smu);
@@ -2439,6 +2524,8 @@ static void serve_usage(FILE *f) {
         "                         streaming off) [64]\n"
         "  --stream-timeout S     a stream idle this long is closed (410 for its next chunk)\n"
         "                         [60]\n"
+        "  --stream-batch N       most chunks of different streams waiting at once that go\n"
+        "                         through as one batched forward (1: each alone) [64]\n"
         "The bound address goes to stdout as \"listening on http://ADDR:PORT\"; logs to stderr.\n",
         f);
 }
@@ -2507,6 +2594,7 @@ static int parse_options(lua_State *L, int argc, char **argv, serve_opts *o) {
                       .max_wait_ms = 1,
                       .drain_s = 30,
                       .max_streams = 64,
+                      .stream_batch = 64,
                       .stream_timeout_s = 60,
                       .max_body = 4u << 20};
     static const struct {
@@ -2533,6 +2621,7 @@ static int parse_options(lua_State *L, int argc, char **argv, serve_opts *o) {
         {"--max-wait-ms", 0, 60000, 2, offsetof(serve_opts, max_wait_ms)},
         {"--drain-timeout", 0, 86400, 2, offsetof(serve_opts, drain_s)},
         {"--max-streams", 0, 100000, 1, offsetof(serve_opts, max_streams)},
+        {"--stream-batch", 1, 100000, 1, offsetof(serve_opts, stream_batch)},
         {"--stream-timeout", 0.001, 86400, 2, offsetof(serve_opts, stream_timeout_s)},
         {"--max-body", 16, 1 << 30, 4, offsetof(serve_opts, max_body)},
     };
@@ -2742,6 +2831,8 @@ int rl_serve_main(lua_State *L, int argc, char **argv) {
 
     char err[256];
     pthread_mutex_init(&S->smu, NULL);
+    pthread_mutex_init(&S->bmu, NULL);
+    pthread_cond_init(&S->bcv, NULL);
     if (S->o.max_streams == 0) {
         S->capi_error = strdup("the server was started with --max-streams 0");
     } else {
@@ -2838,6 +2929,8 @@ int rl_serve_main(lua_State *L, int argc, char **argv) {
     rl_model_free(S->capi);
     free(S->capi_error);
     pthread_mutex_destroy(&S->smu);
+    pthread_mutex_destroy(&S->bmu);
+    pthread_cond_destroy(&S->bcv);
     pthread_cond_destroy(&S->cv);
     pthread_mutex_destroy(&S->mu);
     pthread_mutex_destroy(&S->cmu);

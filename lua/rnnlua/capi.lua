@@ -16,6 +16,13 @@
 --       stream of a push (0: it starts here, 1: it goes on from the previous push). out: the
 --       layer's output as a contiguous float32 CPU tensor (T', B, dim), out_lengths (B) int32.
 --       Refused for an attention decoder (m.choice).
+--   m:state() -> the stream's carried state: a flat list of (1, dim) tensors (each carried layer's
+--       states in net:carried_state() order), views of the network's buffers
+--   m:batch_state(B) -> the flat list of the (B, dim) states a batch of B streams starts from
+--   m:run_many(x, lengths, state_from, who) -> out, out_lengths, final: the pushes of B streams
+--       as one batch (rl_session_push_many) from m:batch_state(B), which lua/capi.c filled;
+--       final: the flat list of the (B, dim) final states (row b: stream b's)
+--   m:own_state() -> the flat list of this stream's (1, dim) states, made its carried state
 --   m.choice                       the model's layer is an attention decoder (a rec layer with a
 --                                  choice): {V = its labels, labels = their names or nil}
 --   m:search(x, lengths, beam, lm, weight, bonus, who) -> {{labels =, score =}, ...}  (rl.search's)
@@ -56,7 +63,9 @@ function Model:run(x, lengths, layer, state_from, who)
     fm.layer = layer
   end
   local batch = {[self.key] = x, lengths = lengths}
-  if state_from ~= nil then batch.state_from = {state_from} end
+  if state_from ~= nil then
+    batch.state_from = type(state_from) == "table" and state_from or {state_from}
+  end
   -- a push's few-row input products read the model's packed W; a batch gives the model's numbers
   local pushing = state_from ~= nil
   if self.adopted and pushing ~= self.pushing then
@@ -71,6 +80,67 @@ function Model:run(x, lengths, layer, state_from, who)
       who, fm.layer, out:dim())
   end
   return out:contiguous(), og
+end
+
+-- The carried state of the stream (see the header), after net:carry_unfit() filled net.carried.
+function Model:state()
+  local flat = {}
+  for _, states in ipairs(self.net:carried_state()) do
+    for _, t in ipairs(states) do flat[#flat + 1] = t end
+  end
+  return flat
+end
+
+-- Per carried layer the list of its states, each a zeroed (rows, dim) tensor.
+local function state_buffers(net, rows)
+  local out = {}
+  for k, node in ipairs(net.carried) do
+    local _, dims = node.layer:state_names()
+    out[k] = {}
+    for s, d in ipairs(dims) do out[k][s] = rl.zeros({rows, d}, net.dtype, net.device) end
+  end
+  return out
+end
+
+-- Streams pushed together: each stream is a row of one batch that starts from its own state
+-- (net:set_carried_state puts the rows in place, state_from picks them), so every row gets the
+-- numbers its stream pushed alone would get, up to the float32 rounding of a product of B rows
+-- against one of one row. lua/capi.c copies the rows: each stream's state into the batch's
+-- (m:batch_state(B), before m:run_many) and the batch's final states into each stream's
+-- (m:own_state(), after), so that no tensor handle is made a row.
+function Model:batch_state(n)
+  if self.stack_n ~= n then
+    self.stack, self.stack_n = state_buffers(self.net, n), n
+    local flat = {}
+    for _, states in ipairs(self.stack) do
+      for _, t in ipairs(states) do flat[#flat + 1] = t end
+    end
+    self.stack_flat = flat
+  end
+  return self.stack_flat
+end
+
+function Model:run_many(x, lengths, state_from, who)
+  if self.not_causal then fail("%s: %s: the model cannot stream: %s", who, self.path, self.not_causal) end
+  self.net:set_carried_state(self.stack, self.stack_n)
+  local out, og = self:run(x, lengths, nil, state_from, who)
+  return out, og, self:state()
+end
+
+-- This stream's state buffers (1, dim) as its carried state; their flat list, which lua/capi.c
+-- fills with the stream's row of a batch's final states.
+function Model:own_state()
+  local net = self.net
+  if not self.own then
+    self.own = state_buffers(net, 1)
+    local flat = {}
+    for _, states in ipairs(self.own) do
+      for _, t in ipairs(states) do flat[#flat + 1] = t end
+    end
+    self.own_flat = flat
+  end
+  net:set_carried_state(self.own, 1)
+  return self.own_flat
 end
 
 -- What a session's state builds its network from (lua/capi.c shares its tensors with the

@@ -564,6 +564,127 @@ static void check_search(const char *dir, const char *ctc_file, rl_model *ce) {
     rl_lm_free(lm);
 }
 
+/* rl_session_push_many: 4 streams (sequences 0, 1, 2 of x and 0 again) in chunks of different
+ * lengths, pushed together in rounds whose members and order change (a stream pushed alone in
+ * between, one reset midway), each stream's outputs against the same stream pushed alone in a
+ * session of its own; refused calls leave the streams as they were. */
+static void check_push_many(rl_model *m, const char *file) {
+    enum { S = 4 };
+    rl_session *bat[S] = {0}, *ref[S] = {0}, *other = NULL;
+    rl_model *m2 = NULL;
+    static float seq[S][T * F];
+    int pos[S] = {0};
+    for (int k = 0; k < S; k++) {
+        expect("push_many open",
+               rl_session_open(&bat[k], m) == RL_OK && rl_session_open(&ref[k], m) == RL_OK);
+        for (int t = 0; t < T; t++)
+            memcpy(seq[k] + t * F, x + ((size_t)t * B + (size_t)(k % B)) * F, F * sizeof(float));
+    }
+    if (!bat[S - 1] || !ref[S - 1]) return;
+    float dmax = 0;
+    int rounds = 0, alone = 0;
+    for (int r = 0;; r++) {
+        rl_session *list[S];
+        rl_batch chunks[S];
+        rl_output outs[S], o1;
+        static float want[S][T * 2];
+        int n = 0, who[S];
+        if (r == 3) { /* stream 2 starts again from its first frame */
+            pos[2] = 0;
+            expect("push_many reset",
+                   rl_session_reset(bat[2]) == RL_OK && rl_session_reset(ref[2]) == RL_OK);
+        }
+        for (int i = 0; i < S; i++) {
+            int k = r % 2 ? S - 1 - i : i; /* another stream leads the batch every round */
+            if (pos[k] >= T) continue;
+            int len = (int[]){1, 3, 7, 2, 5}[(k + r) % 5];
+            if (len > T - pos[k]) len = T - pos[k];
+            chunks[n] = (rl_batch){.T = len, .B = 1, .F = F, .x = seq[k] + pos[k] * F};
+            if (rl_session_push(ref[k], &chunks[n], &o1) != RL_OK || o1.T != len) {
+                expect("push_many reference push", 0);
+                goto done;
+            }
+            memcpy(want[k], o1.y, (size_t)len * 2 * sizeof(float));
+            if (r == 2 && k == 1) { /* pushed alone this round */
+                expect("push between batches",
+                       rl_session_push(bat[k], &chunks[n], &o1) == RL_OK && o1.T == len &&
+                           memcmp(o1.y, want[k], (size_t)len * 2 * sizeof(float)) == 0);
+                alone++;
+                pos[k] += len;
+                continue;
+            }
+            list[n] = bat[k];
+            who[n++] = k;
+        }
+        if (n == 0) break;
+        if (r == 1) { /* refusals between rounds leave the streams as they were */
+            rl_session *dup[3] = {list[0], list[1], list[0]};
+            expect_error("push_many sessions NULL", rl_session_push_many(NULL, chunks, n, outs),
+                         RL_EARG, "rl_session_push_many|sessions is NULL");
+            expect_error("push_many chunks NULL", rl_session_push_many(list, NULL, n, outs),
+                         RL_EARG, "rl_session_push_many|chunks is NULL");
+            expect_error("push_many outs NULL", rl_session_push_many(list, chunks, n, NULL),
+                         RL_EARG, "rl_session_push_many|outs is NULL");
+            expect_error("push_many n = 0", rl_session_push_many(list, chunks, 0, outs), RL_EARG,
+                         "rl_session_push_many|n = 0");
+            expect_error("push_many duplicate", rl_session_push_many(dup, chunks, 3, outs), RL_EARG,
+                         "rl_session_push_many|sessions[0] and sessions[2] are the same");
+            rl_session *withnull[2] = {list[0], NULL};
+            expect_error("push_many NULL session", rl_session_push_many(withnull, chunks, 2, outs),
+                         RL_EARG, "rl_session_push_many|sessions[1] is NULL");
+            expect("push_many other model",
+                   rl_model_load(&m2, file, NULL) == RL_OK && rl_session_open(&other, m2) == RL_OK);
+            rl_session *mixed[2] = {list[0], other};
+            expect_error("push_many another model", rl_session_push_many(mixed, chunks, 2, outs),
+                         RL_EARG, "rl_session_push_many|sessions[1] is a session of another model");
+            rl_batch badc[S];
+            memcpy(badc, chunks, sizeof badc);
+            badc[1].F = 10;
+            expect_error("push_many chunk dims", rl_session_push_many(list, badc, n, outs),
+                         RL_ESHAPE, "rl_session_push_many|chunks[1]->F = 10");
+            badc[1] = chunks[1];
+            badc[1].B = 2;
+            expect_error("push_many chunk B", rl_session_push_many(list, badc, n, outs), RL_ESHAPE,
+                         "chunks[1]->B = 2");
+            static float nan_frame[7 * F];
+            memcpy(nan_frame, chunks[n - 1].x, (size_t)chunks[n - 1].T * F * sizeof(float));
+            nan_frame[0] = NAN;
+            memcpy(badc, chunks, sizeof badc);
+            badc[n - 1].x = nan_frame;
+            char words[64];
+            snprintf(words, sizeof words, "chunks[%d]->x|NaN", n - 1);
+            expect_error("push_many NaN", rl_session_push_many(list, badc, n, outs), RL_EARG,
+                         words);
+        }
+        if (rl_session_push_many(list, chunks, n, outs) != RL_OK) {
+            expect("push_many", 0);
+            goto done;
+        }
+        rounds++;
+        for (int i = 0; i < n; i++) {
+            int k = who[i];
+            expect("push_many output shape", outs[i].T == chunks[i].T && outs[i].B == 1 &&
+                                                 outs[i].dim == 2 &&
+                                                 outs[i].lengths[0] == chunks[i].T);
+            for (int j = 0; j < chunks[i].T * 2; j++)
+                dmax = fmaxf(dmax, fabsf(outs[i].y[j] - want[k][j]));
+            pos[k] += (int)chunks[i].T;
+        }
+    }
+    printf("push_many: %d rounds, %d pushes alone between; largest difference to pushing alone "
+           "%g\n",
+           rounds, alone, dmax);
+    expect("push_many = pushing alone (float32 rounding)",
+           rounds >= 8 && alone == 1 && dmax < 1e-5f);
+done:
+    for (int k = 0; k < S; k++) {
+        rl_session_free(bat[k]);
+        rl_session_free(ref[k]);
+    }
+    rl_session_free(other);
+    rl_model_free(m2);
+}
+
 int main(int argc, char **argv) {
     if (argc != 9) {
         fputs("usage: embed_check CAUSAL.h5 BIDIRECTIONAL.h5 DATASET.h5 LUACLASS.h5 SPARSE.h5 "
@@ -699,6 +820,7 @@ int main(int argc, char **argv) {
     expect("push", rl_session_push(s, &c, &out) == RL_OK && out.T == 5 && out.B == 1);
     expect("reset", rl_session_reset(s) == RL_OK);
     expect_error("reset NULL", rl_session_reset(NULL), RL_EARG, "rl_session_reset|session is NULL");
+    check_push_many(m, argv[1]);
 
     /* precision: bad arguments; bf16 close to float32; streamed in bf16 the whole sequence's bf16
      * numbers; a session opened before keeps float32; back to fp32 the float32 numbers */
@@ -728,6 +850,11 @@ int main(int argc, char **argv) {
                 d_stream = fmaxf(d_stream, fabsf(out.y[t * 2 + j] - half[((t0 + t) * B) * 2 + j]));
     }
     expect("bf16 streamed = bf16 whole", d_stream < 1e-6f);
+    rl_output outs2[2];
+    rl_batch two[2] = {c, c};
+    expect_error("push_many precisions",
+                 rl_session_push_many((rl_session *[]){s, s16}, two, 2, outs2), RL_EARG,
+                 "rl_session_push_many|sessions[1] runs in bf16, sessions[0] in fp32");
     rl_session_free(s16);
     rl_batch whole0 = {.T = T, .B = 1, .F = F, .x = seq0};
     expect("push float32 session", rl_session_push(s, &whole0, &out) == RL_OK && out.T == T);
@@ -751,6 +878,8 @@ int main(int argc, char **argv) {
     expect_error("forward after model free", rl_session_forward(s, &b, NULL, &out), RL_EARG,
                  "rl_session_forward|model was freed");
     expect_error("reset after model free", rl_session_reset(s), RL_EARG, "model was freed");
+    expect_error("push_many after model free", rl_session_push_many(&s, &c, 1, &out), RL_EARG,
+                 "rl_session_push_many|sessions[0]|model was freed");
     rl_session_free(s);
     rl_session_free(NULL);
     rl_model_free(NULL);
@@ -764,6 +893,8 @@ int main(int argc, char **argv) {
     expect_error("push bidirectional", rl_session_push(s, &c, &out), RL_EARG,
                  "rl_session_push|cannot stream|'bw'");
     printf("bidirectional push: %s\n", rl_errmsg());
+    expect_error("push_many bidirectional", rl_session_push_many(&s, &c, 1, &out), RL_EARG,
+                 "rl_session_push_many|cannot stream|'bw'");
     rl_session_free(s);
     rl_model_free(m);
 
@@ -784,6 +915,32 @@ int main(int argc, char **argv) {
     sb.classes = NULL;
     expect_error("sparse classes NULL", rl_model_forward(m, &sb, NULL, &out), RL_EARG,
                  "batch->classes is NULL");
+    /* sparse streams pushed together: each gets what it gets pushed alone */
+    cls[3] = 2;
+    rl_session *sp[4] = {NULL, NULL, NULL, NULL};
+    for (int i = 0; i < 4; i++)
+        expect("sparse open", rl_session_open(&sp[i], m) == RL_OK);
+    rl_batch sc[2] = {{.T = 4, .B = 1, .F = 1, .classes = cls},
+                      {.T = 2, .B = 1, .F = 1, .classes = cls + 3}};
+    rl_output so[2], alone;
+    static float want_sparse[2][4 * 64];
+    int sparse_ok = 1;
+    for (int r = 0; r < 3 && sp[3]; r++) {
+        for (int i = 0; i < 2; i++) {
+            sparse_ok &= rl_session_push(sp[2 + i], &sc[i], &alone) == RL_OK;
+            memcpy(want_sparse[i], alone.y, (size_t)(alone.T * alone.dim) * sizeof(float));
+        }
+        sparse_ok &= rl_session_push_many(sp, sc, 2, so) == RL_OK;
+        for (int i = 0; sparse_ok && i < 2; i++)
+            for (int64_t j = 0; j < so[i].T * so[i].dim; j++)
+                sparse_ok &= fabsf(so[i].y[j] - want_sparse[i][j]) < 1e-6f;
+    }
+    expect("sparse push_many = pushing alone", sparse_ok);
+    cls[3] = 6;
+    expect_error("sparse push_many class out of range", rl_session_push_many(sp, sc, 2, so),
+                 RL_EINDEX, "rl_session_push_many|chunks[0]->classes[3]|= 6");
+    for (int i = 0; i < 4; i++)
+        rl_session_free(sp[i]);
     rl_model_free(m);
 
     printf("%d passed, %d failed\n", pass, fail);

@@ -2,11 +2,13 @@
 Usage: stream_check.py PORT DIR MODEL, with DIR holding in1.txt (embed's input: "T F", then T
 rows) and out1.txt (the whole sequence's outputs, a row a frame) of the causal model. For
 model.h5 (served with --max-streams 2 --stream-timeout 1): the chunks of 7 frames give the
-whole-sequence numbers to float32 rounding, "end" closes a stream, a third stream is refused
+whole-sequence numbers to float32 rounding, so do two streams sent at once in chunks of 3 and
+5 (batched together where their chunks wait at the same time), "end" closes a stream, a third stream is refused
 (503), a stream idle past the timeout answers 410 once, bad chunks 400/422. For blstm.h5: 422
 naming the layer."""
 import json
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -40,6 +42,27 @@ if model == "blstm.h5":
     check("bidirectional model refused", st == 422 and "'bw'" in ans.get("error", ""), f"{st} {ans}")
 else:
     ref = [[float(v) for v in line.split()] for line in open(f"{d}/out1.txt").read().splitlines()]
+    # two streams at once, in chunks of 3 and 5 frames: chunks that wait together go through one
+    # batched forward (rl_session_push_many), and each stream still gets its whole sequence
+    def stream(sid, size, out):
+        for t in range(0, len(frames), size):
+            st, ans = post(sid, {"data": frames[t:t + size], "end": t + size >= len(frames)})
+            if st != 200:
+                out.append(None)
+                return
+            out += ans["output"]
+
+    outs = {3: [], 5: []}
+    threads = [threading.Thread(target=stream, args=(f"c{k}", k, outs[k])) for k in outs]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    for k, o in outs.items():
+        w = max((abs(a - b) - 2.4e-7 * abs(b) for ra, rb in zip(o, ref) for a, b in zip(ra, rb)),
+                default=1) if None not in o else 1
+        check(f"stream in chunks of {k} beside another = whole sequence",
+              len(o) == len(ref) and w <= 1e-7, f"{len(o)} rows, {w}")
     got = []
     for t in range(0, len(frames), 7):
         st, ans = post("s1", {"data": frames[t:t + 7]})
