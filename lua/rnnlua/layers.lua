@@ -349,6 +349,17 @@ function M.has_state(layer)
   return type(layer) == "userdata" and #layer:state_names() > 0
 end
 
+-- Whether a layer described by `desc` draws from the shared generator in a training forward
+-- besides a dropout layer's own (the recurrent driver's masks: zoneout, rec_dropout,
+-- weight_dropout; layers/recurrent.c). Such layers must draw in layer order, so the network
+-- never runs them concurrently in training (Network:forward_pair).
+function M.draws_in_training(desc)
+  local z = desc.zoneout
+  if type(z) == "table" then z = (tonumber(z.cell) or 0) + (tonumber(z.hidden) or 0) end
+  return (tonumber(z) or 0) > 0 or (tonumber(desc.rec_dropout) or 0) > 0
+    or (tonumber(desc.weight_dropout) or 0) > 0
+end
+
 -- One layer object of class `cls`, named `name`, from the description `desc`, with inputs of
 -- feature dims in_dims, computing in dtype. `defaults` (optional) supplies options the
 -- description lacks (the network gives n_out from a loss layer's target); a layer need not

@@ -433,6 +433,7 @@ function M.new(desc, extern_data, opts)
       layer = d.class == "rec" and rec.create(name, d, srcs, n_from, in_dims, dtype, ext)
         or layers.create(d.class, name, d, in_dims, dtype, defaults),
       in_dims = in_dims, consumers = {}, grad_in = {}, inputs = {},
+      draws = layers.draws_in_training(d),
     }
     self:set_rank(node, d)
     check_loss(node, d, ext)
@@ -1073,7 +1074,10 @@ function Network:forward(batch, fopts)
     if node == skip then goto continue end
     self.running.node = node
     self:bf16_node(node)
-    if node.pair_next and self:concurrent_pairs() then
+    -- a pair whose layers draw masks runs one layer after the other in training: both would
+    -- take their draws from the one generator at once, in whichever order the threads reach it
+    if node.pair_next and self:concurrent_pairs()
+        and not (train and (node.draws or self.nodes[i + 1].draws)) then
       skip = self.nodes[i + 1]
       self:forward_pair(node, skip, batch, train)
       goto continue
