@@ -48,6 +48,26 @@
 #endif
 #define RL_TARGET_BASE __attribute__((RL_VECTORISE))
 
+/* Defines NAME PARAMS (a void function) running BODY ARGS, BODY an always-inline function, compiled
+ * once per level (static NAME_avx512, NAME_avx2 on x86-64, NAME_base) and picked by
+ * rl_cpu_level_get() at each call. PARAMS and ARGS are parenthesised lists. */
+#ifdef RL_CPU_X86
+#define RL_CPU_LEVELS(NAME, BODY, PARAMS, ARGS)                                                    \
+    RL_TARGET_AVX512 static void NAME##_avx512 PARAMS { BODY ARGS; }                               \
+    RL_TARGET_AVX2 static void NAME##_avx2 PARAMS { BODY ARGS; }                                   \
+    RL_TARGET_BASE static void NAME##_base PARAMS { BODY ARGS; }                                   \
+    void NAME PARAMS {                                                                             \
+        switch (rl_cpu_level_get()) {                                                              \
+        case RL_CPU_AVX512: NAME##_avx512 ARGS; return;                                            \
+        case RL_CPU_AVX2: NAME##_avx2 ARGS; return;                                                \
+        default: NAME##_base ARGS; return;                                                         \
+        }                                                                                          \
+    }
+#else
+#define RL_CPU_LEVELS(NAME, BODY, PARAMS, ARGS)                                                    \
+    RL_TARGET_BASE void NAME PARAMS { BODY ARGS; }
+#endif
+
 #ifdef __cplusplus
 extern "C" {
 #endif

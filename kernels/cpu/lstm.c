@@ -339,35 +339,38 @@ void rl_lstm_cpu_bwd_f64(int64_t B, int64_t H, int64_t t, const int32_t *len, do
 
 /* ---------------------------------------------------------------- layer_norm (kernels/lstm.h) */
 
-/* The layer_norm step kernels in one precision, REAL float (S f32) or double (S f64): one body for
- * both, the same formulas in the same order */
+/* The layer_norm step kernels' bodies in one precision, REAL float (S f32) or double (S f64): one
+ * body for both, the same formulas in the same order */
 #define RL_LSTM_LN_CPU(REAL, S)                                                                    \
-    void rl_lstm_ln_cpu_fwd_##S(int64_t B, int64_t H, int64_t t, const int32_t *len, REAL *z,      \
-                                const REAL *bias, const REAL *cp, const REAL *hp, REAL *c,         \
-                                REAL *h, REAL *out, const rl_lstm_ln_##S *ln) {                    \
+    RL_INLINE void ln_fwd_##S(int64_t B, int64_t H, int64_t t, const int32_t *len, REAL *z,        \
+                              const REAL *bias, const REAL *cp, const REAL *hp, REAL *c, REAL *h,  \
+                              REAL *out, const rl_lstm_ln_##S *ln) {                               \
         for (int64_t b = 0; b < B; b++)                                                            \
             rl_lstm_ln_row_fwd_##S(H, b, t < len[b], z, bias, cp, hp, c, h, out, ln);              \
     }                                                                                              \
                                                                                                    \
-    void rl_lstm_ln_cpu_bwd_##S(int64_t B, int64_t H, int64_t t, const int32_t *len, REAL *z,      \
-                                const REAL *cp, const REAL *c, const REAL *dout, int64_t dout_ld,  \
-                                REAL *dh, REAL *dc, const rl_lstm_ln_##S *ln) {                    \
+    RL_INLINE void ln_bwd_##S(int64_t B, int64_t H, int64_t t, const int32_t *len, REAL *z,        \
+                              const REAL *cp, const REAL *c, const REAL *dout, int64_t dout_ld,    \
+                              REAL *dh, REAL *dc, const rl_lstm_ln_##S *ln) {                      \
         for (int64_t b = 0; b < B; b++)                                                            \
             rl_lstm_ln_row_bwd_##S(H, b, t < len[b], z, cp, c, dout ? dout + b * dout_ld : NULL,   \
                                    dh, dc, ln);                                                    \
     }                                                                                              \
                                                                                                    \
-    void rl_lstm_ln_cpu_param_grads_##S(int64_t rows, int64_t H, const rl_lstm_ln_##S *ln,         \
-                                        REAL *db, REAL *dgx, REAL *dgh, REAL *dgc, REAL *dbc) {    \
+    RL_INLINE void ln_param_grads_##S(int64_t rows, int64_t H, const rl_lstm_ln_##S *ln,           \
+                                      REAL *restrict db, REAL *restrict dgx, REAL *restrict dgh,   \
+                                      REAL *restrict dgc, REAL *restrict dbc) {                    \
         for (int64_t r = 0; r < rows; r++) {                                                       \
-            const REAL *dg = ln->dg + r * 4 * H, *xh = ln->xh + r * 4 * H,                         \
-                       *hh = ln->hh + r * 4 * H;                                                   \
-            const REAL *du = ln->du + r * H, *cn = ln->cn + r * H;                                 \
+            const REAL *restrict dg = ln->dg + r * 4 * H, *restrict xh = ln->xh + r * 4 * H,       \
+                                 *restrict hh = ln->hh + r * 4 * H;                                \
+            const REAL *restrict du = ln->du + r * H, *restrict cn = ln->cn + r * H;               \
+            RL_IVDEP                                                                               \
             for (int64_t e = 0; e < 4 * H; e++) {                                                  \
                 db[e] += dg[e];                                                                    \
                 dgx[e] += dg[e] * xh[e];                                                           \
                 dgh[e] += dg[e] * hh[e];                                                           \
             }                                                                                      \
+            RL_IVDEP                                                                               \
             for (int64_t j = 0; j < H; j++) {                                                      \
                 dgc[j] += du[j] * cn[j];                                                           \
                 dbc[j] += du[j];                                                                   \
@@ -377,3 +380,35 @@ void rl_lstm_cpu_bwd_f64(int64_t B, int64_t H, int64_t t, const int32_t *len, do
 
 RL_LSTM_LN_CPU(float, f32)
 RL_LSTM_LN_CPU(double, f64)
+
+/* float32 at every level (the sums of kernels/pointwise.h's rl_ln_* vectorise there); float64 (the
+ * gradient checks) once */
+RL_CPU_LEVELS(rl_lstm_ln_cpu_fwd_f32, ln_fwd_f32,
+              (int64_t B, int64_t H, int64_t t, const int32_t *len, float *z, const float *bias,
+               const float *cp, const float *hp, float *c, float *h, float *out,
+               const rl_lstm_ln_f32 *ln),
+              (B, H, t, len, z, bias, cp, hp, c, h, out, ln))
+RL_CPU_LEVELS(rl_lstm_ln_cpu_bwd_f32, ln_bwd_f32,
+              (int64_t B, int64_t H, int64_t t, const int32_t *len, float *z, const float *cp,
+               const float *c, const float *dout, int64_t dout_ld, float *dh, float *dc,
+               const rl_lstm_ln_f32 *ln),
+              (B, H, t, len, z, cp, c, dout, dout_ld, dh, dc, ln))
+RL_CPU_LEVELS(rl_lstm_ln_cpu_param_grads_f32, ln_param_grads_f32,
+              (int64_t rows, int64_t H, const rl_lstm_ln_f32 *ln, float *db, float *dgx, float *dgh,
+               float *dgc, float *dbc),
+              (rows, H, ln, db, dgx, dgh, dgc, dbc))
+
+void rl_lstm_ln_cpu_fwd_f64(int64_t B, int64_t H, int64_t t, const int32_t *len, double *z,
+                            const double *bias, const double *cp, const double *hp, double *c,
+                            double *h, double *out, const rl_lstm_ln_f64 *ln) {
+    ln_fwd_f64(B, H, t, len, z, bias, cp, hp, c, h, out, ln);
+}
+void rl_lstm_ln_cpu_bwd_f64(int64_t B, int64_t H, int64_t t, const int32_t *len, double *z,
+                            const double *cp, const double *c, const double *dout, int64_t dout_ld,
+                            double *dh, double *dc, const rl_lstm_ln_f64 *ln) {
+    ln_bwd_f64(B, H, t, len, z, cp, c, dout, dout_ld, dh, dc, ln);
+}
+void rl_lstm_ln_cpu_param_grads_f64(int64_t rows, int64_t H, const rl_lstm_ln_f64 *ln, double *db,
+                                    double *dgx, double *dgh, double *dgc, double *dbc) {
+    ln_param_grads_f64(rows, H, ln, db, dgx, dgh, dgc, dbc);
+}
