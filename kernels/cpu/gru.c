@@ -255,32 +255,35 @@ RL_TARGET_BASE void rl_gru_cpu_bias_grads_f32(int64_t rows, int64_t H, const flo
 
 /* ---------------------------------------------------------------- layer_norm (kernels/gru.h) */
 
-/* The layer_norm step kernels in one precision, REAL float (S f32) or double (S f64): one body for
- * both, the same formulas in the same order */
+/* The layer_norm step kernels' bodies in one precision, REAL float (S f32) or double (S f64): one
+ * body for both, the same formulas in the same order */
 #define RL_GRU_LN_CPU(REAL, S)                                                                     \
-    void rl_gru_ln_cpu_fwd_##S(int64_t B, int64_t H, int64_t t, const int32_t *len, REAL *g,       \
-                               const rl_gru_ln_##S *ln) {                                          \
+    RL_INLINE void ln_fwd_##S(int64_t B, int64_t H, int64_t t, const int32_t *len, REAL *g,        \
+                              const rl_gru_ln_##S *ln) {                                           \
         for (int64_t b = 0; b < B; b++)                                                            \
             rl_gru_ln_row_fwd_##S(H, b, t < len[b], g, ln);                                        \
     }                                                                                              \
                                                                                                    \
-    void rl_gru_ln_cpu_bwd_##S(int64_t B, int64_t H, int64_t t, const int32_t *len, REAL *g,       \
-                               const rl_gru_ln_##S *ln) {                                          \
+    RL_INLINE void ln_bwd_##S(int64_t B, int64_t H, int64_t t, const int32_t *len, REAL *g,        \
+                              const rl_gru_ln_##S *ln) {                                           \
         for (int64_t b = 0; b < B; b++)                                                            \
             rl_gru_ln_row_bwd_##S(H, b, t < len[b], g, ln);                                        \
     }                                                                                              \
                                                                                                    \
-    void rl_gru_ln_cpu_param_grads_##S(int64_t rows, int64_t H, const rl_gru_ln_##S *ln, REAL *db, \
-                                       REAL *dbh, REAL *dgx, REAL *dgh) {                          \
+    RL_INLINE void ln_param_grads_##S(int64_t rows, int64_t H, const rl_gru_ln_##S *ln,            \
+                                      REAL *restrict db, REAL *restrict dbh, REAL *restrict dgx,   \
+                                      REAL *restrict dgh) {                                        \
         for (int64_t r = 0; r < rows; r++) {                                                       \
-            const REAL *dg = ln->dg + r * 4 * H, *xh = ln->xh + r * 3 * H,                         \
-                       *hh = ln->hh + r * 3 * H;                                                   \
+            const REAL *restrict dg = ln->dg + r * 4 * H, *restrict xh = ln->xh + r * 3 * H,       \
+                                 *restrict hh = ln->hh + r * 3 * H;                                \
+            RL_IVDEP                                                                               \
             for (int64_t e = 0; e < 2 * H; e++) {                                                  \
                 db[e] += dg[e];                                                                    \
                 dbh[e] += dg[e];                                                                   \
                 dgx[e] += dg[e] * xh[e];                                                           \
                 dgh[e] += dg[e] * hh[e];                                                           \
             }                                                                                      \
+            RL_IVDEP                                                                               \
             for (int64_t j = 0; j < H; j++) {                                                      \
                 db[2 * H + j] += dg[3 * H + j];                                                    \
                 dbh[2 * H + j] += dg[2 * H + j];                                                   \
@@ -292,3 +295,31 @@ RL_TARGET_BASE void rl_gru_cpu_bias_grads_f32(int64_t rows, int64_t H, const flo
 
 RL_GRU_LN_CPU(float, f32)
 RL_GRU_LN_CPU(double, f64)
+
+/* float32 at every level (the sums of kernels/pointwise.h's rl_ln_* vectorise there); float64 (the
+ * gradient checks) once */
+RL_CPU_LEVELS(rl_gru_ln_cpu_fwd_f32, ln_fwd_f32,
+              (int64_t B, int64_t H, int64_t t, const int32_t *len, float *g,
+               const rl_gru_ln_f32 *ln),
+              (B, H, t, len, g, ln))
+RL_CPU_LEVELS(rl_gru_ln_cpu_bwd_f32, ln_bwd_f32,
+              (int64_t B, int64_t H, int64_t t, const int32_t *len, float *g,
+               const rl_gru_ln_f32 *ln),
+              (B, H, t, len, g, ln))
+RL_CPU_LEVELS(rl_gru_ln_cpu_param_grads_f32, ln_param_grads_f32,
+              (int64_t rows, int64_t H, const rl_gru_ln_f32 *ln, float *db, float *dbh, float *dgx,
+               float *dgh),
+              (rows, H, ln, db, dbh, dgx, dgh))
+
+void rl_gru_ln_cpu_fwd_f64(int64_t B, int64_t H, int64_t t, const int32_t *len, double *g,
+                           const rl_gru_ln_f64 *ln) {
+    ln_fwd_f64(B, H, t, len, g, ln);
+}
+void rl_gru_ln_cpu_bwd_f64(int64_t B, int64_t H, int64_t t, const int32_t *len, double *g,
+                           const rl_gru_ln_f64 *ln) {
+    ln_bwd_f64(B, H, t, len, g, ln);
+}
+void rl_gru_ln_cpu_param_grads_f64(int64_t rows, int64_t H, const rl_gru_ln_f64 *ln, double *db,
+                                   double *dbh, double *dgx, double *dgh) {
+    ln_param_grads_f64(rows, H, ln, db, dbh, dgx, dgh);
+}
