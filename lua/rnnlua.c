@@ -19,6 +19,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/select.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 #include <wchar.h>
 
@@ -32,6 +34,18 @@
 #include "lua/l_tensor.h"
 #include "lua/serve.h"
 #include "lua/version.h"
+
+/* libmicrohttpd sends an answer's head and body with one sendmsg. The executable defines
+ * sendmsg so that the library's calls come here first (a definition in the program comes before
+ * the C library's for every shared library): `rnnlua serve` puts a JSON answer in place of the
+ * library's own HTML error answers (lua/serve.c, rl_serve_own_answer); every other message goes
+ * to the kernel unchanged. Only the executable does this, never librnnlua, so a program that
+ * embeds the library keeps its C library's sendmsg. */
+ssize_t sendmsg(int fd, const struct msghdr *m, int flags) {
+    ssize_t r;
+    if (rl_serve_own_answer(fd, m, &r)) return r;
+    return syscall(SYS_sendmsg, fd, m, flags);
+}
 
 #define PROGNAME "rnnlua"
 #define PROMPT "> "

@@ -133,11 +133,6 @@ typedef struct conn {
     bool in_request;       /* its request's headers have arrived (the body has its own deadline) */
     double answer_since;   /* > 0: its answer is queued since then and not all sent yet */
     uint64_t answer_bytes; /* of that answer: its size, or what a streamed one has made so far */
-    /* a request line has been read and its headers are being parsed, by this thread of
-     * libmicrohttpd's: the connection its log message of a bad Content-Length is about */
-    bool head_pending;
-    pthread_t thread;
-    struct MHD_Connection *mhd;
 } conn;
 
 typedef struct server {
@@ -1366,8 +1361,10 @@ static int open_limit(const server *S) { return S->o.max_connections + 16 * S->o
  * connection, and hands every other connection to libmicrohttpd (MHD_add_connection), which
  * reads the request from its start. The later requests of a kept-alive connection have their
  * sizes checked by begin_request (libmicrohttpd's buffer is made larger than these limits), and
- * a malformed Content-Length there is answered by answer_bad_length. A connection whose
- * requests are all GET /healthz stays in the gate, which answers them itself. */
+ * what the library still answers itself there goes out in JSON (rl_serve_own_answer). The gate
+ * keeps its own checks for the first request: its answers name the bad line or value, and it
+ * answers before 0.9.75's defects (the headers twice for a huge Content-Length). A connection
+ * whose requests are all GET /healthz stays in the gate, which answers them itself. */
 
 typedef struct {
     int fd;
@@ -1693,7 +1690,6 @@ static void conn_mark(server *S, struct MHD_Connection *c, bool in_request) {
     if (k == NULL) return;
     pthread_mutex_lock(&S->cmu);
     k->in_request = in_request;
-    k->head_pending = false;
     k->since = now_s();
     k->answer_since = 0;
     pthread_mutex_unlock(&S->cmu);
@@ -1749,64 +1745,124 @@ static void close_slow_connections(server *S) {
     pthread_mutex_unlock(&S->cmu);
 }
 
-/* libmicrohttpd calls this when it has read a request line, before it parses the headers. */
-static void *on_request_line(void *cls, const char *uri, struct MHD_Connection *c) {
-    (void)uri;
-    server *S = cls;
-    conn *k = conn_of(c);
-    if (k != NULL) {
-        pthread_mutex_lock(&S->cmu);
-        k->head_pending = true;
-        k->thread = pthread_self();
-        k->mhd = c;
-        pthread_mutex_unlock(&S->cmu);
+/* ---- libmicrohttpd's own error answers, in JSON ---------------------------------------------
+ *
+ * libmicrohttpd 0.9.75 answers some malformed requests itself, with a static HTML body and before
+ * any callback of ours runs for them: a header or trailer line without a colon, a malformed
+ * chunked body or too large a chunk, a bad Content-Length, an HTTP version it does not speak, an
+ * HTTP/1.1 request without Host, a head larger than its buffer. The gate answers these in a
+ * connection's first request before the library sees it; a later request of a kept-alive
+ * connection goes to the library alone. Just before queuing such an answer the library logs
+ * "Error processing request (HTTP response code is %u ('%s'))" with the body's address, which
+ * on_mhd_log notes here (a handful of the library's static strings). The library sends an
+ * answer's head and body with one sendmsg, which the rnnlua executable defines (lua/rnnlua.c)
+ * to ask rl_serve_own_answer first: a message whose body is one of those strings goes out as a
+ * JSON answer of the same status instead, and the library closes the connection as it would have
+ * after its own. The connection is known exactly (the socket being written), whichever of a
+ * thread's connections the log message was about. */
+#define MHD_BODIES 32
+static _Atomic(const char *) mhd_bodies[MHD_BODIES];
+
+static void note_mhd_body(const char *body) {
+    if (body == NULL || body[0] != '<') return;
+    for (int i = 0; i < MHD_BODIES; i++) {
+        const char *cur = atomic_load_explicit(&mhd_bodies[i], memory_order_acquire);
+        if (cur == body) return;
+        /* slots fill in order; a slot taken meanwhile by another body moves us on */
+        if (cur == NULL &&
+            (atomic_compare_exchange_strong(&mhd_bodies[i], &cur, body) || cur == body))
+            return;
     }
-    return NULL; /* the request's context: on_request's first call is told by NULL */
 }
 
-/* libmicrohttpd 0.9.75 checks Content-Length when it parses a request's headers, before any
- * callback of that request, and answers a bad one itself in HTML. The gate checks the first
- * request of a connection; for a later one, the only sign is this log message, written in the
- * thread that handles the connection just before it sends its answer. The connection is the one
- * of this thread whose request line was read and whose headers were not accepted yet: if
- * exactly one is, it gets the JSON answer and its sending side is shut, so libmicrohttpd's
- * answer fails to go out and the connection is closed. (Two such connections on one thread,
- * both waiting for the rest of their headers, would leave libmicrohttpd's answer.) */
-static void answer_bad_length(server *S) {
-    pthread_t self = pthread_self();
-    struct MHD_Connection *c = NULL;
-    int found = 0;
-    pthread_mutex_lock(&S->cmu);
-    for (conn *k = S->conns; k; k = k->next) {
-        if (k->head_pending && pthread_equal(k->thread, self)) {
-            c = k->mhd;
-            found++;
-        }
+static bool is_mhd_body(const void *p) {
+    for (int i = 0; i < MHD_BODIES; i++) {
+        const char *cur = atomic_load_explicit(&mhd_bodies[i], memory_order_acquire);
+        if (cur == NULL) return false;
+        if ((const void *)cur == p) return true;
     }
-    pthread_mutex_unlock(&S->cmu);
-    const union MHD_ConnectionInfo *ci =
-        found == 1 ? MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD) : NULL;
-    if (ci == NULL) return;
-    /* and that connection's Content-Length is indeed bad (a connection libmicrohttpd handles
-     * without a record here, for want of memory, would leave another one alone) */
-    const char *v = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
-    size_t nd = v ? strspn(v, "0123456789") : 0;
-    if (v == NULL || (nd >= 1 && nd <= 18 && v[nd] == '\0')) return;
-    char msg[200];
-    snprintf(msg, sizeof msg, "bad Content-Length '%.40s' (decimal digits, at most 18)", v);
-    raw_error(ci->connect_fd, 400, "Bad Request", msg);
-    /* what the client sent after the head is read and dropped, so that closing the socket
-     * does not reset the connection before the client has read the answer */
-    char buf[4096];
-    for (int i = 0; i < 256 && recv(ci->connect_fd, buf, sizeof buf, MSG_DONTWAIT) > 0; i++)
-        ;
-    shutdown(ci->connect_fd, SHUT_WR);
+    return false;
+}
+
+/* What a body of the library's says, in the words of the gate's own answers; *status is the
+ * library's, changed where the gate answers the same request otherwise (413 for a Content-Length
+ * over 64 bits, which the gate answers 400 as every other bad Content-Length). */
+static const char *mhd_answer_text(const char *html, size_t n, int *status) {
+    static const struct {
+        const char *says, *text;
+    } known[] = {
+        {"chunked encoding was syntactically", "malformed chunked request body: a chunk size "
+                                               "line, or the line end after a chunk's data"},
+        {"chunk size used", "a chunk size of the chunked request body is too large"},
+        {"too large value for <b>Content-Length",
+         "bad Content-Length (decimal digits, at most 18): too large"},
+        {"wrong value for <b>Content-Length", "bad Content-Length (decimal digits, at most 18)"},
+        {"&quot;Host:&quot;", "an HTTP/1.1 request without a Host header"},
+        {"request was syntactically incorrect",
+         "malformed request: a header or trailer line without a colon, or a bad HTTP version"},
+        {"version is too old", "HTTP version not supported (1.0 and 1.1 are)"},
+        {"version is not supported", "HTTP version not supported (1.0 and 1.1 are)"},
+        {"Internal server error", "internal error of the HTTP library"},
+    };
+    if (memmem(html, n, "header was too big", 18) != NULL)
+        return *status == 414 ? "request line is longer than the server's buffer"
+                              : "request headers are larger than the server's buffer";
+    for (size_t i = 0; i < sizeof known / sizeof known[0]; i++) {
+        if (memmem(html, n, known[i].says, strlen(known[i].says)) == NULL) continue;
+        if (strstr(known[i].text, "Content-Length") != NULL) *status = 400;
+        return known[i].text;
+    }
+    return "malformed request (answered by the HTTP library)";
+}
+
+bool rl_serve_own_answer(int fd, const struct msghdr *m, ssize_t *ret) {
+    if (m == NULL || m->msg_iovlen != 2 || m->msg_iov == NULL ||
+        !is_mhd_body(m->msg_iov[1].iov_base))
+        return false;
+    const char *h = m->msg_iov[0].iov_base;
+    size_t hl = m->msg_iov[0].iov_len, bl = m->msg_iov[1].iov_len;
+    int status = 400;
+    if (hl >= 12 && memcmp(h, "HTTP/1.", 7) == 0 && h[8] == ' ' && h[9] >= '1' && h[9] <= '5' &&
+        h[10] >= '0' && h[10] <= '9' && h[11] >= '0' && h[11] <= '9')
+        status = (h[9] - '0') * 100 + (h[10] - '0') * 10 + (h[11] - '0');
+    const char *text = mhd_answer_text(m->msg_iov[1].iov_base, bl, &status);
+    const char *reason = MHD_get_reason_phrase_for((unsigned)status);
+    json_t *doc = json_pack("{s:s}", "error", text);
+    char *body = doc ? json_dumps(doc, JSON_COMPACT) : NULL;
+    json_decref(doc);
+    char *reply = NULL;
+    int n = body ? asprintf(&reply,
+                            "HTTP/1.1 %d %s\r\nContent-Type: " JSON_TYPE
+                            "\r\nContent-Length: %zu\r\nConnection: close\r\n\r\n%s\n",
+                            status, reason && reason[0] ? reason : "Error", strlen(body) + 1, body)
+                 : -1;
+    free(body);
+    if (n > 0 && send(fd, reply, (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT) == n) {
+        /* what the client sent after the bad part is read and dropped, so that the library's
+         * close does not reset the connection before the client has read the answer */
+        char buf[4096];
+        for (int i = 0; i < 256 && recv(fd, buf, sizeof buf, MSG_DONTWAIT) > 0; i++)
+            ;
+        *ret = (ssize_t)(hl + bl); /* the library's answer counts as sent */
+    } else {
+        shutdown(fd, SHUT_RDWR); /* no room for the answer, or no memory: the library closes */
+        errno = EPIPE;
+        *ret = -1;
+    }
+    free(reply);
+    return true;
 }
 
 static void on_mhd_log(void *cls, const char *fmt, va_list ap) {
-    if (strncmp(fmt, "Failed to parse `Content-Length'", 32) == 0 ||
-        strncmp(fmt, "Too large value of 'Content-Length'", 35) == 0)
-        answer_bad_length(cls);
+    (void)cls;
+    static const char error_answer[] = "Error processing request (HTTP response code is %u ('%s'))";
+    if (strncmp(fmt, error_answer, sizeof error_answer - 1) == 0) {
+        va_list aq;
+        va_copy(aq, ap);
+        (void)va_arg(aq, unsigned);
+        note_mhd_body(va_arg(aq, const char *));
+        va_end(aq);
+    }
     char *msg = vformat(fmt, ap);
     if (msg == NULL) return;
     size_t n = strlen(msg);
@@ -2862,12 +2918,11 @@ int rl_serve_main(lua_State *L, int argc, char **argv) {
                      MHD_USE_ERROR_LOG | MHD_USE_NO_LISTEN_SOCKET | MHD_USE_ITC;
     S->daemon = MHD_start_daemon(
         flags, 0, NULL, NULL, on_request, S, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, S,
-        MHD_OPTION_UNESCAPE_CALLBACK, unescape_path, NULL, MHD_OPTION_URI_LOG_CALLBACK,
-        on_request_line, S, MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(4 * GATE_HEAD_MAX),
-        MHD_OPTION_THREAD_POOL_SIZE, (unsigned)S->o.threads, MHD_OPTION_CONNECTION_LIMIT,
-        (unsigned)(open_limit(S) + 256 * S->o.threads), MHD_OPTION_CONNECTION_TIMEOUT,
-        (unsigned)S->o.timeout_s, MHD_OPTION_NOTIFY_COMPLETED, on_completed, S,
-        MHD_OPTION_NOTIFY_CONNECTION, on_connection, S, MHD_OPTION_END);
+        MHD_OPTION_UNESCAPE_CALLBACK, unescape_path, NULL, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
+        (size_t)(4 * GATE_HEAD_MAX), MHD_OPTION_THREAD_POOL_SIZE, (unsigned)S->o.threads,
+        MHD_OPTION_CONNECTION_LIMIT, (unsigned)(open_limit(S) + 256 * S->o.threads),
+        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)S->o.timeout_s, MHD_OPTION_NOTIFY_COMPLETED,
+        on_completed, S, MHD_OPTION_NOTIFY_CONNECTION, on_connection, S, MHD_OPTION_END);
     if (S->daemon == NULL) {
         logf_("libmicrohttpd did not start on %s port %d", S->o.listen, port);
         close(S->listen_fd);

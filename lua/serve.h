@@ -6,6 +6,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/socket.h>
+#include <sys/types.h>
 
 /* Runs the server until SIGTERM or SIGINT; argv[0] is "serve". L holds the rnnlua library
  * (the global `rl`). Returns the process exit status: 0 after a drained shutdown, 1 when the
@@ -17,8 +19,8 @@ int rl_serve_main(lua_State *L, int argc, char **argv);
  *
  * rl_serve_check_head: the gate's check of a connection's first `n` bytes (the request line
  * and headers as they arrive): 0 while the head is incomplete, 1 when it is handed to
- * libmicrohttpd, 2 when it is a /healthz the gate answers itself, or the status of the JSON error answer (400, 414, 431, 505) with its message
- * in msg.
+ * libmicrohttpd, 2 when it is a /healthz the gate answers itself, or the status of the JSON error
+ * answer (400, 414, 431, 505) with its message in msg.
  *
  * rl_serve_check_body: the parser of a POST /v1/forward (or, with decode, /v1/decode) body for
  * a model whose interface is described by m: 200 when the body makes a job, with its frames in
@@ -34,5 +36,10 @@ typedef struct {
 int rl_serve_check_head(const char *b, size_t n, char *msg, size_t msgn);
 int rl_serve_check_body(const rl_serve_model *m, const char *body, size_t n, int64_t *frames,
                         char *msg, size_t msgn);
+
+/* Whether the message that libmicrohttpd is sending on fd with sendmsg is one of its own HTML
+ * error answers, which has then been answered in JSON instead (*ret: what sendmsg returns to
+ * the library). The rnnlua executable's sendmsg asks this first (lua/rnnlua.c). */
+bool rl_serve_own_answer(int fd, const struct msghdr *m, ssize_t *ret);
 
 #endif

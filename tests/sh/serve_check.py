@@ -370,6 +370,39 @@ def test_malformed(s, max_body, max_frames):
               and second[1] is not None and "bad Content-Length" in second[1]["error"]
               and got.count(b"\r\n\r\n") == 2, got[-300:])
         n += 1
+    # what libmicrohttpd answers itself on a later request of a kept-alive connection (the gate
+    # sees only the first), and a malformed chunked body on any request: JSON, one answer, the
+    # connection closed after it (lua/serve.c, rl_serve_own_answer)
+    first = (b"POST /v1/forward HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(good)
+             + good)
+    chunked = b"POST /v1/forward HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+    for name, later, status, text in (
+            ("a header line without a colon", b"GET /v1/model HTTP/1.1\r\nHost: x\r\nBadHeader"
+             b"\r\n\r\n", 400, "without a colon"),
+            ("HTTP/9.9", b"GET /v1/model HTTP/9.9\r\nHost: x\r\n\r\n", 505,
+             "HTTP version not supported"),
+            ("a chunk size that is not hexadecimal", chunked + b"zz\r\n{}\r\n0\r\n\r\n", 400,
+             "malformed chunked request body"),
+            ("no line end after a chunk's data", chunked + b"2\r\n{}XY\r\n0\r\n\r\n", 400,
+             "malformed chunked request body"),
+            ("a chunk size over 64 bits", chunked + b"fffffffffffffffffffff\r\n", 413,
+             "chunk size of the chunked request body is too large"),
+            ("a trailer line without a colon", chunked + b"2\r\n{}\r\n0\r\nBadTrailer\r\n\r\n",
+             400, "without a colon")):
+        for where, raw, answers in (("a kept-alive connection's second request", first + later, 2),
+                                    ("a first request", later, 1)):
+            if answers == 1 and not later.startswith(b"POST"):
+                continue  # the gate's own answers to these are checked above
+            got = raw_exchange(s.port, raw, timeout=5)
+            parts = got.split(b"HTTP/1.1 ")
+            last = json_answer(b"HTTP/1.1 " + parts[-1]) if len(parts) == answers + 1 else (b"", None)
+            check("malformed: %s on %s -> %d in JSON, one answer, closed" % (name, where, status),
+                  (answers == 1 or parts[1].startswith(b"200 OK"))
+                  and last[0].startswith(b"HTTP/1.1 %d" % status) and b"Connection: close" in last[0]
+                  and last[1] is not None and text in last[1]["error"]
+                  and got.count(b"\r\n\r\n") == answers and b"<html>" not in got, got[-300:])
+            n += 1
+    check("  ... and the next good request is answered", good_request(s, 1))
     check("at least 30 malformed requests tried (%d)" % n, n >= 30)
 
 
