@@ -22,10 +22,8 @@
 #include "layers.h"
 
 #include "../core/device.h"
-#include "../kernels/ops.h"
-#ifdef RL_WITH_CUDA
 #include "../kernels/cuda/image_cuda.h"
-#endif
+#include "../kernels/ops.h"
 
 enum { MODE_SUM, MODE_MAX, MODE_LAST };
 #ifdef RL_WITH_CUDA

@@ -35,11 +35,9 @@
 #include "layers.h"
 
 #include "../core/device.h"
+#include "../kernels/cuda/image_cuda.h"
 #include "../kernels/im2col.h"
 #include "../kernels/ops.h"
-#ifdef RL_WITH_CUDA
-#include "../kernels/cuda/image_cuda.h"
-#endif
 
 typedef struct {
     rl_layer base;

@@ -24,10 +24,8 @@
 #include "layer.h"
 #include "layers.h"
 
-#include "../kernels/ops.h"
-#ifdef RL_WITH_CUDA
 #include "../kernels/cuda/embedding_cuda.h"
-#endif
+#include "../kernels/ops.h"
 
 typedef struct {
     rl_layer base;

@@ -20,10 +20,8 @@
 #include "layers.h"
 
 #include "../core/device.h"
-#include "../kernels/ops.h"
-#ifdef RL_WITH_CUDA
 #include "../kernels/cuda/image_cuda.h"
-#endif
+#include "../kernels/ops.h"
 
 typedef struct {
     rl_layer base;

@@ -2,10 +2,8 @@
 
 #include "../core/blas.h"
 #include "../kernels/cpu/gemm_bf16.h"
-#include "../kernels/ops.h"
-#ifdef RL_WITH_CUDA
 #include "../kernels/cuda/context.h"
-#endif
+#include "../kernels/ops.h"
 
 rl_status rl_mat_gemm(rl_device dev, void *stream, rl_dtype dt, bool ta, bool tb, int64_t m,
                       int64_t n, int64_t k, rl_mat a, rl_mat b, double beta, rl_mat c) {
