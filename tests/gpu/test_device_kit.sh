@@ -12,7 +12,9 @@
 #     HDF5 modules) are hidden behind empty files and LD_LIBRARY_PATH is empty, and its report
 #     must show every parity suite passed, the 12AX run and the benchmarks;
 #   - the same run from a copy of the kit with one library taken out must fail, quickly, with a
-#     report that says rnnlua does not start (so the hiding hides: a missing library fails here).
+#     report that says rnnlua does not start (so the hiding hides: a missing library fails here);
+#   - the kit's build (MPI=0, the only such build CI makes) passes test_dist.sh's checks for a
+#     build without MPI.
 # Libraries that the shell tools run.sh uses (bash, tar, python3, ...) need themselves stay
 # visible (a GPU machine has them too); the loader trace above still shows the kit's copies used.
 # Prints "N passed, N failed"; a SKIP line without nvcc (the kit is a CUDA build).
@@ -209,6 +211,15 @@ if [ "$rc" -eq 1 ] && [ $(($(date +%s) - t3)) -le 10 ] &&
     ok "SIGTERM: $(grep -o 'stopped by SIGTERM after [0-9]* s (during: [^)]*)' "$out/term/report.md"), exit 1"
 else
     bad "SIGTERM: exit $rc, $(grep -c . "$out/term/report.md" 2>/dev/null) report lines"
+fi
+
+# The kit's build is the one MPI=0 build that CI makes: test_dist.sh's branch for a build without
+# MPI (distributed training asked of it is a clear error) runs on its rnnlua here.
+dlog=$(LD_LIBRARY_PATH=$PWD/build-device/build bash tests/sh/test_dist.sh build-device/build/rnnlua 2>&1)
+if echo "$dlog" | grep -q "^3 passed, 0 failed$"; then
+    ok "the MPI=0 build: test_dist.sh's checks without MPI (3 passed)"
+else
+    bad "the MPI=0 build: test_dist.sh: $(echo "$dlog" | grep -m3 -e FAIL -e passed | paste -sd' ')"
 fi
 
 rm -rf "$out" "$unp"
