@@ -1,5 +1,6 @@
-# Writes tests/lua/lstm_proj_torch_ref.lua: PyTorch's nn.LSTM with proj_size (LSTMP) on a small
-# ragged batch, for tests/lua/test_lstm_proj.lua.
+# Writes tests/lua/lstm_proj_torch_ref.lua: PyTorch's nn.LSTM with proj_size (LSTMP) and a plain
+# nn.LSTM (under `plain`: its own weights, h0 (B, H), outputs (T, B, H)) on a small ragged batch,
+# for tests/lua/test_lstm_proj.lua.
 #   PY=$(bash bench/torch_env.sh) && $PY tests/lua/lstm_proj_torch_ref.py > tests/lua/lstm_proj_torch_ref.lua
 # The file is a Lua table literal in PyTorch's own layout: the module's weights (weight_ih_l0,
 # weight_hh_l0, bias_ih_l0, bias_hh_l0, weight_hr_l0, as PyTorch initialises them from seed 1),
@@ -18,9 +19,11 @@ lstm = torch.nn.LSTM(F, H, proj_size=P, dtype=torch.float64)
 x = torch.randn(T, B, F, dtype=torch.float64)
 h0 = 0.5 * torch.randn(B, P, dtype=torch.float64)
 c0 = 0.5 * torch.randn(B, H, dtype=torch.float64)
+plain = torch.nn.LSTM(F, H, dtype=torch.float64)
+h0_plain = 0.5 * torch.randn(B, H, dtype=torch.float64)
 
 
-def run(direction):
+def run(direction, lstm=lstm, h0=h0, P=P):
     out = torch.zeros(T, B, P, dtype=torch.float64)
     hT, cT = [], []
     with torch.no_grad():
@@ -57,4 +60,15 @@ for d, tag in ((1, "fw"), (-1, "bw")):
     for name, t in res.items():
         print("    %s = %s," % (name, lua(t)))
     print("  },")
+print("  plain = {")
+for name in ("weight_ih_l0", "weight_hh_l0", "bias_ih_l0", "bias_hh_l0"):
+    print("    %s = %s," % (name, lua(getattr(plain, name).detach())))
+print("    h0 = %s," % lua(h0_plain))
+for d, tag in ((1, "fw"), (-1, "bw")):
+    res = run(d, plain, h0_plain, H)
+    print("    %s = {" % tag)
+    for name, t in res.items():
+        print("      %s = %s," % (name, lua(t)))
+    print("    },")
+print("  },")
 print("}")

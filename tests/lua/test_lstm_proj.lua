@@ -1,9 +1,9 @@
 -- lstm with n_proj = P (LSTMP, docs/layers.md `lstm`): float64 gradient checks (both directions,
 -- ragged, peepholes, rec_dropout, several inputs, inside a rec unit), outputs and final states
--- equal to PyTorch's nn.LSTM(proj_size = P) with its weights converted (the numbers of
--- tests/lua/lstm_proj_torch_ref.py), the float32 packed and threaded paths against float64 and
--- across thread counts, checkpoints (round trip; a projection shape that disagrees with the
--- description), and bad input naming the layer and the option.
+-- equal to PyTorch's nn.LSTM(proj_size = P) and to a plain nn.LSTM with their weights converted
+-- (the numbers of tests/lua/lstm_proj_torch_ref.py), the float32 packed and threaded paths
+-- against float64 and across thread counts, checkpoints (round trip; a projection shape that
+-- disagrees with the description), and bad input naming the layer and the option.
 local H = dofile("tests/lua/harness.lua")
 
 local function passed(r)
@@ -94,6 +94,33 @@ for _, dt in ipairs{"float64", "float32"} do
       l:set_initial_state(t(ref.h0):to(dt), t(ref.c0):to(dt))
       net:forward{data = t(ref.x):to(dt), lengths = rl.tensor(ref.lengths, "int32")}
       local want = dir > 0 and ref.fw or ref.bw
+      local tol = dt == "float64" and 1e-12 or 2e-6
+      local h, c = l:final_state()
+      H.near((net:layer("output").output:double() - t(want.out)):abs():max(), 0, tol, "output")
+      H.near((h:double() - t(want.hT)):abs():max(), 0, tol, "final h")
+      H.near((c:double() - t(want.cT)):abs():max(), 0, tol, "final c")
+      l:set_initial_state(nil)
+    end)
+  end
+end
+
+-- The plain LSTM (no projection) against PyTorch's nn.LSTM, converted the same way.
+for _, dt in ipairs{"float64", "float32"} do
+  for _, dir in ipairs{1, -1} do
+    H.test(string.format("outputs and final states equal PyTorch's plain LSTM (%s, direction %d)",
+      dt, dir), function()
+      local pr = ref.plain
+      local net = rl.network({output = {class = "lstm", n_out = ref.H, direction = dir,
+        from = "data", is_output_layer = true}}, {data = {dim = ref.F}}, {dtype = dt})
+      local p = net:layer("output").params
+      local function t(v) return rl.tensor(v, "float64") end
+      p.W:copy_(t(pr.weight_ih_l0):t())
+      p.U:copy_(t(pr.weight_hh_l0):t())
+      p.b:copy_(t(pr.bias_ih_l0) + t(pr.bias_hh_l0))
+      local l = net:layer("output").object
+      l:set_initial_state(t(pr.h0):to(dt), t(ref.c0):to(dt))
+      net:forward{data = t(ref.x):to(dt), lengths = rl.tensor(ref.lengths, "int32")}
+      local want = dir > 0 and pr.fw or pr.bw
       local tol = dt == "float64" and 1e-12 or 2e-6
       local h, c = l:final_state()
       H.near((net:layer("output").output:double() - t(want.out)):abs():max(), 0, tol, "output")
