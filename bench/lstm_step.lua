@@ -51,18 +51,7 @@ if not c then error("lstm_step.lua: unknown config '" .. tostring(name) .. "'") 
 local layers, bidir, inp, hid, classes, T, B, fwd_only = table.unpack(c)
 local rss0 = status_kib("VmRSS")
 
-local desc, prev = {}, {"data"}
-for li = 1, layers do
-  local cur = {}
-  for _, d in ipairs(bidir and {1, -1} or {1}) do
-    local n = string.format("l%d_%s", li, d > 0 and "fw" or "bw")
-    desc[n] = {class = "lstm", n_out = hid, from = prev, direction = d}
-    for k, v in pairs(extra) do desc[n][k] = v end
-    cur[#cur + 1] = n
-  end
-  prev = cur
-end
-desc.output = {class = "softmax", n_out = classes, from = prev, loss = "ce", target = "classes"}
+local desc = dofile("bench/bench.lua").stack_desc("lstm", layers, bidir, hid, classes, extra)
 rl.manual_seed(1)
 local net = rl.network(desc, {data = {dim = inp}, classes = {dim = classes, sparse = true}},
   {precision = precision})

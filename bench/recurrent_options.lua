@@ -30,21 +30,10 @@ local VARIANTS = {
 }
 
 local function build(cfg, cls, opts)
-  local layers, bidir, inp, hid, classes, T, Bn = table.unpack(cfg)
-  local desc, prev = {}, {"data"}
-  for li = 1, layers do
-    local cur = {}
-    for _, d in ipairs(bidir and {1, -1} or {1}) do
-      local n = string.format("l%d_%s", li, d > 0 and "fw" or "bw")
-      desc[n] = {class = cls, n_out = hid, from = prev, direction = d}
-      for k, v in pairs(opts) do desc[n][k] = v end
-      cur[#cur + 1] = n
-    end
-    prev = cur
-  end
-  desc.output = {class = "softmax", n_out = classes, from = prev, loss = "ce", target = "classes"}
+  local layers, bidir, inp, hid, classes = table.unpack(cfg)
   rl.manual_seed(1)
-  return rl.network(desc, {data = {dim = inp}, classes = {dim = classes, sparse = true}})
+  return rl.network(B.stack_desc(cls, layers, bidir, hid, classes, opts),
+    {data = {dim = inp}, classes = {dim = classes, sparse = true}})
 end
 
 local function batch_of(cfg)

@@ -75,59 +75,36 @@ H.test("a rec unit of one LSTMP equals the LSTMP layer", function()
 end)
 
 -- PyTorch: W = weight_ih_l0^T, U = weight_hh_l0^T, b = bias_ih_l0 + bias_hh_l0,
--- R = weight_hr_l0^T, as a user converting a model writes it.
+-- R = weight_hr_l0^T, as a user converting a model writes it: the LSTMP of the reference and its
+-- plain LSTM (ref.plain: its own weights and h0, no projection).
 local ref = dofile("tests/lua/lstm_proj_torch_ref.lua")
-for _, dt in ipairs{"float64", "float32"} do
-  for _, dir in ipairs{1, -1} do
-    H.test(string.format("outputs and final states equal PyTorch's proj_size LSTM (%s, direction %d)",
-      dt, dir), function()
-      local net = rl.network({output = {class = "lstm", n_out = ref.H, n_proj = ref.P,
-        direction = dir, from = "data", is_output_layer = true}}, {data = {dim = ref.F}},
-        {dtype = dt})
-      local p = net:layer("output").params
-      local function t(v) return rl.tensor(v, "float64") end
-      p.W:copy_(t(ref.weight_ih_l0):t())
-      p.U:copy_(t(ref.weight_hh_l0):t())
-      p.b:copy_(t(ref.bias_ih_l0) + t(ref.bias_hh_l0))
-      p.R:copy_(t(ref.weight_hr_l0):t())
-      local l = net:layer("output").object
-      l:set_initial_state(t(ref.h0):to(dt), t(ref.c0):to(dt))
-      net:forward{data = t(ref.x):to(dt), lengths = rl.tensor(ref.lengths, "int32")}
-      local want = dir > 0 and ref.fw or ref.bw
-      local tol = dt == "float64" and 1e-12 or 2e-6
-      local h, c = l:final_state()
-      H.near((net:layer("output").output:double() - t(want.out)):abs():max(), 0, tol, "output")
-      H.near((h:double() - t(want.hT)):abs():max(), 0, tol, "final h")
-      H.near((c:double() - t(want.cT)):abs():max(), 0, tol, "final c")
-      l:set_initial_state(nil)
-    end)
-  end
-end
-
--- The plain LSTM (no projection) against PyTorch's nn.LSTM, converted the same way.
-for _, dt in ipairs{"float64", "float32"} do
-  for _, dir in ipairs{1, -1} do
-    H.test(string.format("outputs and final states equal PyTorch's plain LSTM (%s, direction %d)",
-      dt, dir), function()
-      local pr = ref.plain
-      local net = rl.network({output = {class = "lstm", n_out = ref.H, direction = dir,
-        from = "data", is_output_layer = true}}, {data = {dim = ref.F}}, {dtype = dt})
-      local p = net:layer("output").params
-      local function t(v) return rl.tensor(v, "float64") end
-      p.W:copy_(t(pr.weight_ih_l0):t())
-      p.U:copy_(t(pr.weight_hh_l0):t())
-      p.b:copy_(t(pr.bias_ih_l0) + t(pr.bias_hh_l0))
-      local l = net:layer("output").object
-      l:set_initial_state(t(pr.h0):to(dt), t(ref.c0):to(dt))
-      net:forward{data = t(ref.x):to(dt), lengths = rl.tensor(ref.lengths, "int32")}
-      local want = dir > 0 and pr.fw or pr.bw
-      local tol = dt == "float64" and 1e-12 or 2e-6
-      local h, c = l:final_state()
-      H.near((net:layer("output").output:double() - t(want.out)):abs():max(), 0, tol, "output")
-      H.near((h:double() - t(want.hT)):abs():max(), 0, tol, "final h")
-      H.near((c:double() - t(want.cT)):abs():max(), 0, tol, "final c")
-      l:set_initial_state(nil)
-    end)
+for _, case in ipairs{{"proj_size LSTM", ref, ref.P}, {"plain LSTM", ref.plain, nil}} do
+  local what, m, P = table.unpack(case)
+  for _, dt in ipairs{"float64", "float32"} do
+    for _, dir in ipairs{1, -1} do
+      H.test(string.format("outputs and final states equal PyTorch's %s (%s, direction %d)", what,
+        dt, dir), function()
+        local net = rl.network({output = {class = "lstm", n_out = ref.H, n_proj = P,
+          direction = dir, from = "data", is_output_layer = true}}, {data = {dim = ref.F}},
+          {dtype = dt})
+        local p = net:layer("output").params
+        local function t(v) return rl.tensor(v, "float64") end
+        p.W:copy_(t(m.weight_ih_l0):t())
+        p.U:copy_(t(m.weight_hh_l0):t())
+        p.b:copy_(t(m.bias_ih_l0) + t(m.bias_hh_l0))
+        if P then p.R:copy_(t(m.weight_hr_l0):t()) end
+        local l = net:layer("output").object
+        l:set_initial_state(t(m.h0):to(dt), t(ref.c0):to(dt))
+        net:forward{data = t(ref.x):to(dt), lengths = rl.tensor(ref.lengths, "int32")}
+        local want = dir > 0 and m.fw or m.bw
+        local tol = dt == "float64" and 1e-12 or 2e-6
+        local h, c = l:final_state()
+        H.near((net:layer("output").output:double() - t(want.out)):abs():max(), 0, tol, "output")
+        H.near((h:double() - t(want.hT)):abs():max(), 0, tol, "final h")
+        H.near((c:double() - t(want.cT)):abs():max(), 0, tol, "final c")
+        l:set_initial_state(nil)
+      end)
+    end
   end
 end
 
