@@ -26,7 +26,9 @@
 #include "../core/blas.h"
 #include "../core/error.h"
 #include "../include/rnnlua.h"
+#include "../kernels/cpu/gemm_bf16.h"
 #include "../kernels/ctc.h"
+#include "../layers/layer.h"
 #include "l_layers.h"
 #include "l_open.h"
 #include "l_tensor.h"
@@ -53,17 +55,44 @@ struct rl_model {
     char **labels; /* the target's labels the checkpoint stores (n_labels), malloc'ed */
     char *path, *layer, *device, *lua_file;
     char precision[8]; /* of the sessions opened now (rl_model_set_precision) */
+    /* its sessions' pushes run in C (c_push, below) when push_lua is NULL; else why they go
+     * through the Lua network (malloc'ed) */
+    char *push_lua;
     /* rl_session_push_many's network: one batch at a time (run_mu), at runner_precision */
     pthread_mutex_t run_mu;
     engine runner;
     char runner_precision[8];
 };
 
+/* A push run in C: the session's own network, its C layers called in the order net:forward
+ * calls them (lua/rnnlua/capi.lua: Model:c_push_unfit, Model:c_push_plan), with the tensors
+ * net:forward would hand them, so that a push gives the Lua path's numbers bit for bit and
+ * neither calls Lua nor allocates (the layers' buffers, the chunk's and the output's are kept
+ * from push to push; a chunk longer than any before grows them). */
+typedef struct push_node {
+    rl_layer *l; /* owned by the session's Lua state (the plan keeps it referenced) */
+    int n_in;
+    int src[RL_LAYER_MAX_INPUTS];          /* -1: the chunk, else the node whose output it reads */
+    bool bf16;                             /* its products in bf16 (precision "bf16") */
+    int n_states;                          /* a carried layer's: its states, in state[] */
+    rl_tensor *state[RL_LAYER_MAX_STATES]; /* the stream's (1, dim) own buffers (Lua's) */
+} push_node;
+
+typedef struct c_push {
+    int ref; /* the plan in the session's registry; LUA_NOREF: none taken since the last forward */
+    int n, cap, out;
+    push_node *nodes;
+    rl_bf16_ctx *bf16; /* the network's context in bf16, else NULL */
+    const rl_tensor *params;
+    rl_tensor x, len; /* the chunk and its length, owned */
+} c_push;
+
 struct rl_session {
     rl_model *model;
     engine e;
     int started;       /* a push went through since the last reset */
     char precision[8]; /* the model's when the session was opened */
+    c_push cp;         /* when the model's pushes run in C */
 };
 
 static pthread_mutex_t load_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -213,6 +242,7 @@ static int load_protected(lua_State *L) {
         in->not_causal = dup_field(L, m, "not_causal");
         in->causal = in->not_causal == NULL;
         rl_model *md = a->model;
+        md->push_lua = dup_field(L, m, "c_push_unfit_why");
         lua_getfield(L, m, "blank");
         md->blank = lua_isinteger(L, -1) ? (int32_t)lua_tointeger(L, -1) : -1;
         lua_pop(L, 1);
@@ -490,6 +520,7 @@ static void model_release(rl_model *m) {
     free(m->layer);
     free(m->device);
     free(m->lua_file);
+    free(m->push_lua);
     pthread_mutex_destroy(&m->mu);
     free(m);
 }
@@ -525,6 +556,15 @@ rl_status rl_model_load(rl_model **out, const char *path, const rl_model_options
         model_release(m);
         return st;
     }
+    /* RNNLUA_CAPI_PUSH=lua: every push through the Lua network (to compare the paths) */
+    const char *force = getenv("RNNLUA_CAPI_PUSH");
+    if (m->info.causal && !m->push_lua && force && strcmp(force, "lua") == 0)
+        m->push_lua = strdup("RNNLUA_CAPI_PUSH=lua");
+    /* RNNLUA_CAPI_DEBUG=1: the one line the library prints, which path the pushes take */
+    const char *debug = getenv("RNNLUA_CAPI_DEBUG");
+    if (debug && *debug && strcmp(debug, "0") != 0 && m->info.causal)
+        fprintf(stderr, "%s: %s: pushes run %s%s\n", who, path,
+                m->push_lua ? "through the Lua network: " : "in C", m->push_lua ? m->push_lua : "");
     *out = m;
     return RL_OK;
 }
@@ -744,12 +784,16 @@ rl_status rl_session_open(rl_session **out, rl_model *model) {
         return st;
     }
     s->model = model;
+    s->cp.ref = LUA_NOREF;
     *out = s;
     return RL_OK;
 }
 
 void rl_session_free(rl_session *session) {
     if (session == NULL) return;
+    free(session->cp.nodes);
+    rl_tensor_release(&session->cp.x);
+    rl_tensor_release(&session->cp.len);
     engine_close(&session->e);
     model_release(session->model);
     free(session);
@@ -771,9 +815,196 @@ rl_status rl_session_forward(rl_session *session, const rl_batch *batch, const c
     RL_TRY(session_usable(session, who));
     if (out == NULL) return rl_error(RL_EARG, "%s: out is NULL", who);
     RL_TRY(check_batch(&session->model->info, batch, who, "batch", 0));
-    /* a plain batch drops the carried state (rnnlua.network): the stream starts anew */
+    /* a plain batch drops the carried state (rnnlua.network): the stream starts anew; it also
+     * turns the pushes' settings of the layers off, so the next push takes its plan anew */
     session->started = 0;
+    if (session->cp.ref != LUA_NOREF) {
+        luaL_unref(session->e.L, LUA_REGISTRYINDEX, session->cp.ref);
+        session->cp.ref = LUA_NOREF;
+    }
     return engine_run(&session->e, &session->model->info, batch, layer, -1, out, who);
+}
+
+/* The tensor at index i of the list at idx: a contiguous float32 CPU (1, dim) one (raises). */
+static rl_tensor *plan_state(lua_State *L, int idx, int i, int64_t dim, const char *who) {
+    lua_rawgeti(L, idx, i);
+    rl_tensor *t = rl_lua_to_tensor(L, -1);
+    lua_pop(L, 1); /* the plan keeps it */
+    if (t == NULL || t->ndim != 2 || t->shape[0] != 1 || t->shape[1] != dim ||
+        t->dtype != RL_FLOAT32 || !t->storage || t->storage->device.type != RL_CPU ||
+        !rl_tensor_is_contiguous(t))
+        luaL_error(L, "%s: the push plan's state %d does not fit its layer", who, i);
+    return t;
+}
+
+/* Model:c_push_plan() of the session's state into s->cp (its table kept in the registry). */
+static int plan_protected(lua_State *L) {
+    rl_session *s = lua_touserdata(L, 1);
+    const char *who = lua_touserdata(L, 2);
+    c_push *p = &s->cp;
+    lua_rawgeti(L, LUA_REGISTRYINDEX, s->e.ref);
+    lua_getfield(L, -1, "c_push_plan");
+    lua_insert(L, -2);
+    lua_call(L, 1, 1);
+    int t = lua_gettop(L);
+    lua_getfield(L, t, "nodes"); /* t + 1 */
+    int n = (int)lua_rawlen(L, t + 1);
+    if (n > p->cap) {
+        push_node *nodes = realloc(p->nodes, sizeof *nodes * (size_t)n);
+        if (nodes == NULL) return luaL_error(L, "%s: no memory for the push plan", who);
+        p->nodes = nodes, p->cap = n;
+    }
+    memset(p->nodes, 0, sizeof *p->nodes * (size_t)n);
+    for (int i = 0; i < n; i++) {
+        push_node *d = &p->nodes[i];
+        lua_rawgeti(L, t + 1, i + 1); /* t + 2 */
+        lua_getfield(L, t + 2, "layer");
+        d->l = rl_lua_to_layer(L, -1);
+        lua_getfield(L, t + 2, "bf16");
+        d->bf16 = lua_toboolean(L, -1);
+        lua_getfield(L, t + 2, "srcs"); /* t + 5 */
+        d->n_in = (int)lua_rawlen(L, t + 5);
+        if (d->l == NULL || d->n_in != d->l->n_in)
+            return luaL_error(L, "%s: node %d of the push plan is no C layer", who, i + 1);
+        for (int k = 0; k < d->n_in; k++) {
+            lua_rawgeti(L, t + 5, k + 1);
+            int src = (int)lua_tointeger(L, -1) - 1;
+            lua_pop(L, 1);
+            if (src < -1 || src >= i)
+                return luaL_error(L, "%s: node %d of the push plan reads node %d", who, i + 1,
+                                  src + 1);
+            d->src[k] = src;
+        }
+        lua_settop(L, t + 1);
+    }
+    p->n = n;
+    p->out = (int)int_field(L, t, "out") - 1;
+    if (p->out < 0 || p->out >= n) return luaL_error(L, "%s: the push plan has no output", who);
+    lua_getfield(L, t, "carried"); /* t + 2 */
+    lua_getfield(L, t, "states");  /* t + 3 */
+    int carried = (int)lua_rawlen(L, t + 2), j = 1;
+    for (int k = 0; k < carried; k++) {
+        lua_rawgeti(L, t + 2, k + 1);
+        int i = (int)lua_tointeger(L, -1) - 1;
+        lua_pop(L, 1);
+        if (i < 0 || i >= n) return luaL_error(L, "%s: the push plan carries no node", who);
+        push_node *d = &p->nodes[i];
+        const int64_t *dims;
+        d->n_states = rl_layer_state_info(d->l, NULL, &dims);
+        for (int q = 0; q < d->n_states; q++)
+            d->state[q] = plan_state(L, t + 3, j++, dims[q], who);
+    }
+    if (j - 1 != (int)lua_rawlen(L, t + 3))
+        return luaL_error(L, "%s: the push plan's states do not fit its layers", who);
+    lua_getfield(L, t, "bf16_ctx");
+    p->bf16 = lua_isnil(L, -1) ? NULL : rl_lua_test_bf16_ctx(L, -1);
+    lua_getfield(L, t, "params");
+    p->params = rl_lua_to_tensor(L, -1);
+    if (p->bf16 && (p->params == NULL || p->params->dtype != RL_FLOAT32 ||
+                    !rl_tensor_is_contiguous(p->params)))
+        return luaL_error(L, "%s: the push plan's parameters are no float32 buffer", who);
+    lua_settop(L, t);
+    p->ref = luaL_ref(L, LUA_REGISTRYINDEX);
+    return 0;
+}
+
+/* The chunk (checked) through the session's network in C, the carried state updated. */
+static rl_status c_push_run(rl_session *s, const rl_batch *chunk, rl_output *out, const char *who) {
+    c_push *p = &s->cp;
+    const rl_info *in = &s->model->info;
+    int sparse = in->input_sparse;
+    int64_t shape[3] = {chunk->T, 1, in->input_dim}, one = 1;
+    RL_TRY(rl_buffer_ensure(&p->x, sparse ? RL_INT32 : RL_FLOAT32, RL_DEVICE_CPU, sparse ? 2 : 3,
+                            shape));
+    RL_TRY(rl_buffer_ensure(&p->len, RL_INT32, RL_DEVICE_CPU, 1, &one));
+    memcpy(rl_tensor_data(&p->x), sparse ? (const void *)chunk->classes : (const void *)chunk->x,
+           (size_t)(chunk->T * (sparse ? 1 : in->input_dim)) * 4);
+    *(int32_t *)rl_tensor_data(&p->len) = (int32_t)chunk->T;
+    /* as net:forward's bf16_enter and bf16_node: float32 products unless a node has bf16 */
+    rl_bf16_ctx *prev = rl_bf16_active();
+    if (p->bf16)
+        rl_bf16_ctx_begin(p->bf16, rl_tensor_data(p->params),
+                          (size_t)rl_tensor_numel(p->params) * sizeof(float),
+                          rl_storage_version(p->params->storage));
+    rl_bf16_activate(NULL);
+    rl_status st = RL_OK;
+    for (int i = 0; i < p->n && st == RL_OK; i++) {
+        push_node *d = &p->nodes[i];
+        rl_layer_io io = {.n_in = d->n_in, .lengths = &p->len, .rng = rl_rng_default()};
+        for (int k = 0; k < d->n_in; k++)
+            io.in[k] = d->src[k] < 0 ? &p->x : &p->nodes[d->src[k]].l->out;
+        if (d->n_states) {
+            const rl_tensor *init[RL_LAYER_MAX_STATES] = {NULL};
+            for (int q = 0; s->started && q < d->n_states; q++)
+                init[q] = d->state[q];
+            st = rl_layer_set_initial_state(d->l, d->n_states, init);
+        }
+        if (p->bf16) rl_bf16_activate(d->bf16 ? p->bf16 : NULL);
+        if (st == RL_OK) st = d->l->ops->forward(d->l, &io);
+    }
+    rl_bf16_activate(prev);
+    /* each carried layer's final state becomes the stream's */
+    for (int i = 0; i < p->n && st == RL_OK; i++) {
+        push_node *d = &p->nodes[i];
+        if (!d->n_states) continue;
+        rl_tensor fin[RL_LAYER_MAX_STATES];
+        rl_tensor *to[RL_LAYER_MAX_STATES];
+        memset(fin, 0, sizeof fin);
+        for (int q = 0; q < RL_LAYER_MAX_STATES; q++)
+            to[q] = &fin[q];
+        st = rl_layer_final_state(d->l, d->n_states, to);
+        for (int q = 0; q < d->n_states && st == RL_OK; q++) {
+            if (fin[q].dtype != RL_FLOAT32 || rl_tensor_numel(&fin[q]) != d->state[q]->shape[1] ||
+                !rl_tensor_is_contiguous(&fin[q]))
+                st = rl_error(RL_ESHAPE,
+                              RL_LAYER_WHERE ": its final state does not fit the stream's",
+                              d->l->name, d->l->ops->class_name);
+            else
+                memcpy(rl_tensor_data(d->state[q]), rl_tensor_data(&fin[q]),
+                       (size_t)d->state[q]->shape[1] * sizeof(float));
+        }
+        for (int q = 0; q < d->n_states; q++)
+            rl_tensor_release(&fin[q]);
+    }
+    if (st != RL_OK) {
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", rl_errmsg());
+        return rl_error(st, "%s: %s", who, msg);
+    }
+    const rl_tensor *y = &p->nodes[p->out].l->out;
+    if (y->ndim != 3 || y->shape[0] != chunk->T || y->shape[1] != 1 || y->dtype != RL_FLOAT32 ||
+        !rl_tensor_is_contiguous(y))
+        return rl_error(RL_ESHAPE, "%s: the network gave no sequence output", who);
+    engine *e = &s->e;
+    size_t ny = (size_t)rl_tensor_numel(y);
+    if (ny > e->y_cap) {
+        float *q = realloc(e->y, ny * sizeof *q);
+        if (q == NULL) return rl_error(RL_ENOMEM, "%s: no memory for the output", who);
+        e->y = q, e->y_cap = ny;
+    }
+    if (e->len_cap < 1) {
+        int32_t *q = realloc(e->len, sizeof *q);
+        if (q == NULL) return rl_error(RL_ENOMEM, "%s: no memory for the output", who);
+        e->len = q, e->len_cap = 1;
+    }
+    memcpy(e->y, rl_tensor_data(y), ny * sizeof(float));
+    e->len[0] = (int32_t)chunk->T;
+    *out = (rl_output){.y = e->y, .lengths = e->len, .T = chunk->T, .B = 1, .dim = y->shape[2]};
+    return RL_OK;
+}
+
+/* A push of a model whose pushes run in C: the plan taken at the session's first push (and
+ * after a plain forward, which turns the layers' push settings off), then c_push_run. */
+static rl_status push_in_c(rl_session *s, const rl_batch *chunk, rl_output *out, const char *who) {
+    if (s->cp.ref == LUA_NOREF) {
+        lua_State *L = s->e.L;
+        int status = lua_cpcall_like(L, plan_protected, s, (void *)who);
+        rl_status st = RL_OK;
+        if (status != LUA_OK) st = lua_failure(L, status == LUA_ERRMEM ? RL_ENOMEM : RL_EARG, who);
+        lua_settop(L, 0);
+        RL_TRY(st);
+    }
+    return c_push_run(s, chunk, out, who);
 }
 
 rl_status rl_session_push(rl_session *session, const rl_batch *chunk, rl_output *out) {
@@ -786,7 +1017,9 @@ rl_status rl_session_push(rl_session *session, const rl_batch *chunk, rl_output 
     if (out == NULL) return rl_error(RL_EARG, "%s: out is NULL", who);
     /* a refused chunk leaves the stream as it was */
     RL_TRY(check_batch(in, chunk, who, "chunk", 1));
-    rl_status st = engine_run(&session->e, in, chunk, NULL, session->started, out, who);
+    rl_status st = session->model->push_lua
+                       ? engine_run(&session->e, in, chunk, NULL, session->started, out, who)
+                       : push_in_c(session, chunk, out, who);
     /* a push that failed inside the network leaves no carried state: the stream starts anew */
     session->started = st == RL_OK;
     return st;
