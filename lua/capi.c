@@ -9,6 +9,11 @@
  * no file: it shares its model's parameter tensors (the storage refcount is atomic), taken under
  * the model's lock, and builds its network with no lock held, so sessions open in parallel.
  *
+ * Pushes (rl_session_push, rl_session_push_many) of a model whose network is a stack of C layers
+ * run in C: the session's layers (or the runner's) called as net:forward calls them, with no
+ * Lua call and no allocation a push (push_node, below); other models' pushes run the Lua
+ * network's forward, as every rl_session_forward and rl_model_forward does.
+ *
  * The model is reference-counted: the caller's reference and one per session. rl_model_free
  * drops the caller's and marks the model freed, after which its sessions refuse to run; the
  * memory goes with the last reference. */
@@ -62,6 +67,7 @@ struct rl_model {
     pthread_mutex_t run_mu;
     engine runner;
     char runner_precision[8];
+    struct c_push *runner_cp; /* the runner's pushes in C (push_lua NULL), malloc'ed */
 };
 
 /* A push run in C: the session's own network, its C layers called in the order net:forward
@@ -85,6 +91,7 @@ typedef struct c_push {
     rl_bf16_ctx *bf16; /* the network's context in bf16, else NULL */
     const rl_tensor *params;
     rl_tensor x, len; /* the chunk and its length, owned */
+    int64_t rows;     /* the runner's: the rows of its batches; a session's: 0 */
 } c_push;
 
 struct rl_session {
@@ -507,10 +514,19 @@ static rl_status engine_run(engine *e, const rl_info *in, const rl_batch *b, con
 
 /* ---- models ------------------------------------------------------------------------------- */
 
+static void c_push_clear(c_push *p);
+
+/* The runner closed, and its pushes' plan with it. */
+static void runner_close(rl_model *m) {
+    engine_close(&m->runner);
+    if (m->runner_cp) c_push_clear(m->runner_cp);
+}
+
 static void model_release(rl_model *m) {
     if (atomic_fetch_sub(&m->refs, 1) != 1) return;
     engine_close(&m->e);
-    engine_close(&m->runner);
+    runner_close(m);
+    free(m->runner_cp);
     pthread_mutex_destroy(&m->run_mu);
     free_info(&m->info);
     for (int64_t i = 0; i < m->n_labels; i++)
@@ -577,7 +593,7 @@ void rl_model_free(rl_model *model) {
     engine_close(&model->e);
     pthread_mutex_unlock(&model->mu);
     pthread_mutex_lock(&model->run_mu);
-    engine_close(&model->runner);
+    runner_close(model);
     pthread_mutex_unlock(&model->run_mu);
     model_release(model);
 }
@@ -791,9 +807,7 @@ rl_status rl_session_open(rl_session **out, rl_model *model) {
 
 void rl_session_free(rl_session *session) {
     if (session == NULL) return;
-    free(session->cp.nodes);
-    rl_tensor_release(&session->cp.x);
-    rl_tensor_release(&session->cp.len);
+    c_push_clear(&session->cp);
     engine_close(&session->e);
     model_release(session->model);
     free(session);
@@ -825,27 +839,39 @@ rl_status rl_session_forward(rl_session *session, const rl_batch *batch, const c
     return engine_run(&session->e, &session->model->info, batch, layer, -1, out, who);
 }
 
-/* The tensor at index i of the list at idx: a contiguous float32 CPU (1, dim) one (raises). */
-static rl_tensor *plan_state(lua_State *L, int idx, int i, int64_t dim, const char *who) {
+/* The tensor at index i of the list at idx: a contiguous float32 CPU (rows, dim) one (raises). */
+static rl_tensor *plan_state(lua_State *L, int idx, int i, int64_t rows, int64_t dim,
+                             const char *who) {
     lua_rawgeti(L, idx, i);
     rl_tensor *t = rl_lua_to_tensor(L, -1);
     lua_pop(L, 1); /* the plan keeps it */
-    if (t == NULL || t->ndim != 2 || t->shape[0] != 1 || t->shape[1] != dim ||
+    if (t == NULL || t->ndim != 2 || t->shape[0] != rows || t->shape[1] != dim ||
         t->dtype != RL_FLOAT32 || !t->storage || t->storage->device.type != RL_CPU ||
         !rl_tensor_is_contiguous(t))
         luaL_error(L, "%s: the push plan's state %d does not fit its layer", who, i);
     return t;
 }
 
-/* Model:c_push_plan() of the session's state into s->cp (its table kept in the registry). */
+typedef struct {
+    engine *e;
+    c_push *p;
+    int64_t rows; /* 0: a session's plan; else the runner's for batches of rows streams */
+    const char *who;
+} plan_args;
+
+/* Model:c_push_plan(rows) of e's state into p (its table kept in the registry). */
 static int plan_protected(lua_State *L) {
-    rl_session *s = lua_touserdata(L, 1);
-    const char *who = lua_touserdata(L, 2);
-    c_push *p = &s->cp;
-    lua_rawgeti(L, LUA_REGISTRYINDEX, s->e.ref);
+    plan_args *a = lua_touserdata(L, 1);
+    c_push *p = a->p;
+    const char *who = a->who;
+    lua_rawgeti(L, LUA_REGISTRYINDEX, a->e->ref);
     lua_getfield(L, -1, "c_push_plan");
     lua_insert(L, -2);
-    lua_call(L, 1, 1);
+    if (a->rows)
+        lua_pushinteger(L, a->rows);
+    else
+        lua_pushnil(L);
+    lua_call(L, 2, 1);
     int t = lua_gettop(L);
     lua_getfield(L, t, "nodes"); /* t + 1 */
     int n = (int)lua_rawlen(L, t + 1);
@@ -892,7 +918,7 @@ static int plan_protected(lua_State *L) {
         const int64_t *dims;
         d->n_states = rl_layer_state_info(d->l, NULL, &dims);
         for (int q = 0; q < d->n_states; q++)
-            d->state[q] = plan_state(L, t + 3, j++, dims[q], who);
+            d->state[q] = plan_state(L, t + 3, j++, a->rows ? a->rows : 1, dims[q], who);
     }
     if (j - 1 != (int)lua_rawlen(L, t + 3))
         return luaL_error(L, "%s: the push plan's states do not fit its layers", who);
@@ -908,18 +934,52 @@ static int plan_protected(lua_State *L) {
     return 0;
 }
 
-/* The chunk (checked) through the session's network in C, the carried state updated. */
-static rl_status c_push_run(rl_session *s, const rl_batch *chunk, rl_output *out, const char *who) {
-    c_push *p = &s->cp;
-    const rl_info *in = &s->model->info;
+/* p's plan taken from e's state when it has none (rows as plan_args'). */
+static rl_status take_plan(engine *e, c_push *p, int64_t rows, const char *who) {
+    if (p->ref != LUA_NOREF) return RL_OK;
+    plan_args a = {.e = e, .p = p, .rows = rows, .who = who};
+    int status = lua_cpcall_like(e->L, plan_protected, &a, NULL);
+    rl_status st = RL_OK;
+    if (status != LUA_OK) st = lua_failure(e->L, status == LUA_ERRMEM ? RL_ENOMEM : RL_EARG, who);
+    lua_settop(e->L, 0);
+    return st;
+}
+
+/* What p holds beyond its plan (the state that owns the plan's table closes apart). */
+static void c_push_clear(c_push *p) {
+    free(p->nodes);
+    rl_tensor_release(&p->x);
+    rl_tensor_release(&p->len);
+    memset(p, 0, sizeof *p);
+    p->ref = LUA_NOREF;
+}
+
+/* The n chunks (checked) as one padded batch of `rows` rows in p->x and p->len: chunk i in row i,
+ * the rows past n one frame of zeros (as rl_session_push_many's Lua batch), T the longest. */
+static rl_status plan_input(c_push *p, const rl_info *in, const rl_batch *chunks, int n,
+                            int64_t rows, int64_t T) {
     int sparse = in->input_sparse;
-    int64_t shape[3] = {chunk->T, 1, in->input_dim}, one = 1;
+    int64_t shape[3] = {T, rows, in->input_dim};
     RL_TRY(rl_buffer_ensure(&p->x, sparse ? RL_INT32 : RL_FLOAT32, RL_DEVICE_CPU, sparse ? 2 : 3,
                             shape));
-    RL_TRY(rl_buffer_ensure(&p->len, RL_INT32, RL_DEVICE_CPU, 1, &one));
-    memcpy(rl_tensor_data(&p->x), sparse ? (const void *)chunk->classes : (const void *)chunk->x,
-           (size_t)(chunk->T * (sparse ? 1 : in->input_dim)) * 4);
-    *(int32_t *)rl_tensor_data(&p->len) = (int32_t)chunk->T;
+    RL_TRY(rl_buffer_ensure(&p->len, RL_INT32, RL_DEVICE_CPU, 1, &rows));
+    char *x = rl_tensor_data(&p->x);
+    int32_t *len = rl_tensor_data(&p->len);
+    size_t frame = (size_t)(sparse ? 1 : in->input_dim) * 4; /* float or int32 */
+    if (rows > 1) memset(x, 0, (size_t)(T * rows) * frame);
+    for (int64_t i = 0; i < rows; i++) {
+        len[i] = i < n ? (int32_t)chunks[i].T : 1;
+        if (i >= n) continue;
+        const char *src = sparse ? (const char *)chunks[i].classes : (const char *)chunks[i].x;
+        for (int64_t t = 0; t < chunks[i].T; t++)
+            memcpy(x + (size_t)(t * rows + i) * frame, src + (size_t)t * frame, frame);
+    }
+    return RL_OK;
+}
+
+/* The plan's layers over p->x and p->len, each carried layer from its plan states (from_state)
+ * or zeros, their final states written into the plan states after. */
+static rl_status plan_forward(c_push *p, int from_state) {
     /* as net:forward's bf16_enter and bf16_node: float32 products unless a node has bf16 */
     rl_bf16_ctx *prev = rl_bf16_active();
     if (p->bf16)
@@ -935,7 +995,7 @@ static rl_status c_push_run(rl_session *s, const rl_batch *chunk, rl_output *out
             io.in[k] = d->src[k] < 0 ? &p->x : &p->nodes[d->src[k]].l->out;
         if (d->n_states) {
             const rl_tensor *init[RL_LAYER_MAX_STATES] = {NULL};
-            for (int q = 0; s->started && q < d->n_states; q++)
+            for (int q = 0; from_state && q < d->n_states; q++)
                 init[q] = d->state[q];
             st = rl_layer_set_initial_state(d->l, d->n_states, init);
         }
@@ -943,7 +1003,7 @@ static rl_status c_push_run(rl_session *s, const rl_batch *chunk, rl_output *out
         if (st == RL_OK) st = d->l->ops->forward(d->l, &io);
     }
     rl_bf16_activate(prev);
-    /* each carried layer's final state becomes the stream's */
+    /* each carried layer's final states (each row's after its own last frame) */
     for (int i = 0; i < p->n && st == RL_OK; i++) {
         push_node *d = &p->nodes[i];
         if (!d->n_states) continue;
@@ -954,29 +1014,24 @@ static rl_status c_push_run(rl_session *s, const rl_batch *chunk, rl_output *out
             to[q] = &fin[q];
         st = rl_layer_final_state(d->l, d->n_states, to);
         for (int q = 0; q < d->n_states && st == RL_OK; q++) {
-            if (fin[q].dtype != RL_FLOAT32 || rl_tensor_numel(&fin[q]) != d->state[q]->shape[1] ||
+            int64_t numel = rl_tensor_numel(d->state[q]);
+            if (fin[q].dtype != RL_FLOAT32 || rl_tensor_numel(&fin[q]) != numel ||
                 !rl_tensor_is_contiguous(&fin[q]))
                 st = rl_error(RL_ESHAPE,
                               RL_LAYER_WHERE ": its final state does not fit the stream's",
                               d->l->name, d->l->ops->class_name);
             else
                 memcpy(rl_tensor_data(d->state[q]), rl_tensor_data(&fin[q]),
-                       (size_t)d->state[q]->shape[1] * sizeof(float));
+                       (size_t)numel * sizeof(float));
         }
         for (int q = 0; q < d->n_states; q++)
             rl_tensor_release(&fin[q]);
     }
-    if (st != RL_OK) {
-        char msg[1024];
-        snprintf(msg, sizeof msg, "%s", rl_errmsg());
-        return rl_error(st, "%s: %s", who, msg);
-    }
-    const rl_tensor *y = &p->nodes[p->out].l->out;
-    if (y->ndim != 3 || y->shape[0] != chunk->T || y->shape[1] != 1 || y->dtype != RL_FLOAT32 ||
-        !rl_tensor_is_contiguous(y))
-        return rl_error(RL_ESHAPE, "%s: the network gave no sequence output", who);
-    engine *e = &s->e;
-    size_t ny = (size_t)rl_tensor_numel(y);
+    return st;
+}
+
+/* e's output buffers grown to ny floats and one length, without Lua. */
+static rl_status out_reserve(engine *e, size_t ny, const char *who) {
     if (ny > e->y_cap) {
         float *q = realloc(e->y, ny * sizeof *q);
         if (q == NULL) return rl_error(RL_ENOMEM, "%s: no memory for the output", who);
@@ -987,24 +1042,45 @@ static rl_status c_push_run(rl_session *s, const rl_batch *chunk, rl_output *out
         if (q == NULL) return rl_error(RL_ENOMEM, "%s: no memory for the output", who);
         e->len = q, e->len_cap = 1;
     }
-    memcpy(e->y, rl_tensor_data(y), ny * sizeof(float));
-    e->len[0] = (int32_t)chunk->T;
-    *out = (rl_output){.y = e->y, .lengths = e->len, .T = chunk->T, .B = 1, .dim = y->shape[2]};
+    return RL_OK;
+}
+
+/* A failure inside the network: st with who in front of its message. */
+static rl_status network_failure(rl_status st, const char *who) {
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", rl_errmsg());
+    return rl_error(st, "%s: %s", who, msg);
+}
+
+/* The output of the plan's model layer, (T, rows, D) float32: *y, or an error. */
+static rl_status plan_output(const c_push *p, int64_t T, int64_t rows, const rl_tensor **y,
+                             const char *who) {
+    *y = &p->nodes[p->out].l->out;
+    const rl_tensor *o = *y;
+    if (o->ndim != 3 || o->shape[0] != T || o->shape[1] != rows || o->dtype != RL_FLOAT32 ||
+        !rl_tensor_is_contiguous(o))
+        return rl_error(RL_ESHAPE, "%s: the network gave no sequence output", who);
     return RL_OK;
 }
 
 /* A push of a model whose pushes run in C: the plan taken at the session's first push (and
- * after a plain forward, which turns the layers' push settings off), then c_push_run. */
+ * after a plain forward, which turns the layers' push settings off), then the chunk through
+ * the plan, the carried state updated in place. */
 static rl_status push_in_c(rl_session *s, const rl_batch *chunk, rl_output *out, const char *who) {
-    if (s->cp.ref == LUA_NOREF) {
-        lua_State *L = s->e.L;
-        int status = lua_cpcall_like(L, plan_protected, s, (void *)who);
-        rl_status st = RL_OK;
-        if (status != LUA_OK) st = lua_failure(L, status == LUA_ERRMEM ? RL_ENOMEM : RL_EARG, who);
-        lua_settop(L, 0);
-        RL_TRY(st);
-    }
-    return c_push_run(s, chunk, out, who);
+    c_push *p = &s->cp;
+    RL_TRY(take_plan(&s->e, p, 0, who));
+    RL_TRY(plan_input(p, &s->model->info, chunk, 1, 1, chunk->T));
+    rl_status st = plan_forward(p, s->started);
+    if (st != RL_OK) return network_failure(st, who);
+    const rl_tensor *y;
+    RL_TRY(plan_output(p, chunk->T, 1, &y, who));
+    engine *e = &s->e;
+    size_t ny = (size_t)rl_tensor_numel(y);
+    RL_TRY(out_reserve(e, ny, who));
+    memcpy(e->y, rl_tensor_data(y), ny * sizeof(float));
+    e->len[0] = (int32_t)chunk->T;
+    *out = (rl_output){.y = e->y, .lengths = e->len, .T = chunk->T, .B = 1, .dim = y->shape[2]};
+    return RL_OK;
 }
 
 rl_status rl_session_push(rl_session *session, const rl_batch *chunk, rl_output *out) {
@@ -1563,6 +1639,78 @@ static int many_protected(lua_State *L) {
     return 1; /* the final states */
 }
 
+/* rl_session_push_many of a model whose pushes run in C (run_mu held, the runner open): each
+ * stream's state (its session's plan states) copied into its row of the runner's, the batch
+ * through the runner's plan, each row's final state copied back, with no Lua call once the
+ * sessions and the runner (for this number of rows) have their plans. */
+static rl_status many_in_c(rl_session *const *ss, const rl_batch *chunks, int n, int64_t rows,
+                           int64_t T, rl_output *outs, const char *who) {
+    rl_model *m = ss[0]->model;
+    if (m->runner_cp == NULL) {
+        m->runner_cp = calloc(1, sizeof *m->runner_cp);
+        if (m->runner_cp == NULL) return rl_error(RL_ENOMEM, "%s: no memory", who);
+        m->runner_cp->ref = LUA_NOREF;
+    }
+    c_push *r = m->runner_cp;
+    if (r->ref != LUA_NOREF && r->rows != rows) { /* another batch size: its plan anew */
+        luaL_unref(m->runner.L, LUA_REGISTRYINDEX, r->ref);
+        r->ref = LUA_NOREF;
+    }
+    RL_TRY(take_plan(&m->runner, r, rows, who));
+    r->rows = rows;
+    for (int i = 0; i < n; i++) {
+        RL_TRY(take_plan(&ss[i]->e, &ss[i]->cp, 0, who));
+        if (ss[i]->cp.n != r->n)
+            return rl_error(RL_EARG, "%s: sessions[%d]: its network does not fit the batch's", who,
+                            i);
+    }
+    RL_TRY(plan_input(r, &m->info, chunks, n, rows, T));
+    /* row i starts from stream i's state, zeros where the stream starts or the row pads */
+    for (int k = 0; k < r->n; k++)
+        for (int q = 0; q < r->nodes[k].n_states; q++) {
+            int64_t dim = r->nodes[k].state[q]->shape[1];
+            float *rowq = rl_tensor_data(r->nodes[k].state[q]);
+            for (int64_t i = 0; i < rows; i++) {
+                float *dst = rowq + i * dim;
+                if (i < n && ss[i]->started && ss[i]->cp.nodes[k].n_states > q)
+                    memcpy(dst, rl_tensor_data(ss[i]->cp.nodes[k].state[q]),
+                           (size_t)dim * sizeof *dst);
+                else
+                    memset(dst, 0, (size_t)dim * sizeof *dst);
+            }
+        }
+    rl_status st = plan_forward(r, 1);
+    if (st != RL_OK) st = network_failure(st, who);
+    const rl_tensor *y = NULL;
+    if (st == RL_OK) st = plan_output(r, T, rows, &y, who);
+    for (int i = 0; i < n && st == RL_OK; i++)
+        st = out_reserve(&ss[i]->e, (size_t)(chunks[i].T * y->shape[2]), who);
+    if (st != RL_OK) { /* the batch failed inside the network: its streams end */
+        for (int i = 0; i < n; i++)
+            ss[i]->started = 0;
+        return st;
+    }
+    for (int k = 0; k < r->n; k++)
+        for (int q = 0; q < r->nodes[k].n_states; q++) {
+            int64_t dim = r->nodes[k].state[q]->shape[1];
+            const float *rowq = rl_tensor_data(r->nodes[k].state[q]);
+            for (int i = 0; i < n; i++)
+                memcpy(rl_tensor_data(ss[i]->cp.nodes[k].state[q]), rowq + i * dim,
+                       (size_t)dim * sizeof *rowq);
+        }
+    const float *yd = rl_tensor_data(y);
+    int64_t D = y->shape[2];
+    for (int i = 0; i < n; i++) { /* stream i: frames t < its T of row i */
+        engine *e = &ss[i]->e;
+        for (int64_t t = 0; t < chunks[i].T; t++)
+            memcpy(e->y + t * D, yd + (t * rows + i) * D, (size_t)D * sizeof *yd);
+        e->len[0] = (int32_t)chunks[i].T;
+        outs[i] = (rl_output){.y = e->y, .lengths = e->len, .T = chunks[i].T, .B = 1, .dim = D};
+        ss[i]->started = 1;
+    }
+    return RL_OK;
+}
+
 rl_status rl_session_push_many(rl_session *const *sessions, const rl_batch *chunks, int n,
                                rl_output *outs) {
     static const char who[] = "rl_session_push_many";
@@ -1609,12 +1757,34 @@ rl_status rl_session_push_many(rl_session *const *sessions, const rl_batch *chun
     int64_t rows = n == 1 ? 1 : (n + MANY_ROUND - 1) / MANY_ROUND * MANY_ROUND;
     if (T * rows > ((int64_t)1 << 40) / F)
         return rl_error(RL_ESHAPE, "%s: %lld x %d frames is too large", who, (long long)T, n);
+    rl_model *m = sessions[0]->model;
+    pthread_mutex_lock(&m->run_mu);
+    rl_status st = RL_OK;
+    if (m->runner.L && strcmp(m->runner_precision, sessions[0]->precision) != 0)
+        runner_close(m); /* the model's precision changed since: a runner of theirs */
+    if (m->runner.L == NULL) {
+        st = engine_open(&m->runner, NULL, m, who, NULL);
+        if (st == RL_OK && strcmp(m->precision, sessions[0]->precision) != 0) {
+            runner_close(m);
+            st = rl_error(RL_EARG,
+                          "%s: sessions: opened in %s, but the model runs in %s now "
+                          "(rl_model_set_precision): reopen the sessions",
+                          who, sessions[0]->precision, m->precision);
+        }
+        memcpy(m->runner_precision, sessions[0]->precision, sizeof m->runner_precision);
+    }
+    if (st != RL_OK || !m->push_lua) {
+        if (st == RL_OK) st = many_in_c(sessions, chunks, n, rows, T, outs, who);
+        pthread_mutex_unlock(&m->run_mu);
+        return st;
+    }
     /* the chunks as one padded batch, time-major; padding rows: one frame of zeros */
     size_t esz = in->input_sparse ? sizeof(int32_t) : sizeof(float);
     char *x = calloc((size_t)(T * rows * F), esz);
     int32_t *lengths = malloc(sizeof *lengths * (size_t)rows);
     if (x == NULL || lengths == NULL) {
         free(x), free(lengths);
+        pthread_mutex_unlock(&m->run_mu);
         return rl_error(RL_ENOMEM, "%s: no memory for %lld x %d frames", who, (long long)T, n);
     }
     for (int64_t i = 0; i < rows; i++) {
@@ -1635,22 +1805,6 @@ rl_status rl_session_push_many(rl_session *const *sessions, const rl_batch *chun
                     .x = in->input_sparse ? NULL : (const float *)x,
                     .classes = in->input_sparse ? (const int32_t *)x : NULL,
                     .lengths = lengths};
-    rl_model *m = sessions[0]->model;
-    pthread_mutex_lock(&m->run_mu);
-    rl_status st = RL_OK;
-    if (m->runner.L && strcmp(m->runner_precision, sessions[0]->precision) != 0)
-        engine_close(&m->runner); /* the model's precision changed since: a runner of theirs */
-    if (m->runner.L == NULL) {
-        st = engine_open(&m->runner, NULL, m, who, NULL);
-        if (st == RL_OK && strcmp(m->precision, sessions[0]->precision) != 0) {
-            engine_close(&m->runner);
-            st = rl_error(RL_EARG,
-                          "%s: sessions: opened in %s, but the model runs in %s now "
-                          "(rl_model_set_precision): reopen the sessions",
-                          who, sessions[0]->precision, m->precision);
-        }
-        memcpy(m->runner_precision, sessions[0]->precision, sizeof m->runner_precision);
-    }
     /* the streams' states, each on top of its own state's stack */
     for (int i = 0; i < n && st == RL_OK; i++) {
         lua_State *SL = sessions[i]->e.L;

@@ -23,6 +23,9 @@
 --       as one batch (rl_session_push_many) from m:batch_state(B), which lua/capi.c filled;
 --       final: the flat list of the (B, dim) final states (row b: stream b's)
 --   m:own_state() -> the flat list of this stream's (1, dim) states, made its carried state
+--   m.c_push_unfit_why             why lua/capi.c cannot run a push itself (m:c_push_unfit()),
+--                                  or nil: then its pushes (and batched pushes) run in C
+--   m:c_push_plan(rows) -> what they run: the layers, their wiring and the state buffers
 --   m.choice                       the model's layer is an attention decoder (a rec layer with a
 --                                  choice): {V = its labels, labels = their names or nil}
 --   m:search(x, lengths, beam, lm, weight, bonus, who) -> {{labels =, score =}, ...}  (rl.search's)
@@ -181,10 +184,12 @@ end
 -- first push and after every plain forward: {nodes = {{layer =, srcs = {0: the input, k: node
 -- k}, bf16 = its products in bf16}, ...}, out = the model layer's node, states = the own state
 -- buffers (Model:own_state, the carried layers' in net.carried order, the one state the Lua path
--- and rl_session_push_many read and write too), carried = their nodes, bf16_ctx =, params =}.
--- The recurrent layers' input products read the adopted packs, as Model:run's pushes do, and
--- net.carry_active makes the next plain forward drop the initial states the C side set.
-function Model:c_push_plan()
+-- reads and writes too), carried = their nodes, bf16_ctx =, params =}. rows: nil for a
+-- session, or the rows of rl_session_push_many's batches on the model's batch network, whose
+-- states are then Model:batch_state(rows). The recurrent layers' input products read the
+-- adopted packs, as Model:run's pushes do, and net.carry_active makes the next plain forward
+-- drop the initial states the C side set.
+function Model:c_push_plan(rows)
   local net = self.net
   if self.adopted and not self.pushing then
     for _, l in ipairs(self.adopted) do l:_adopted_inputs(true) end
@@ -201,7 +206,7 @@ function Model:c_push_plan()
   end
   local carried = {}
   for k, node in ipairs(net.carried) do carried[k] = index[node.name] end
-  local states = self:own_state()
+  local states = rows and self:batch_state(rows) or self:own_state()
   net.carry_active = true
   return {nodes = nodes, out = index[self.layer], states = states, carried = carried,
     bf16_ctx = bf16 and net.bf16_ctx or nil, params = net.flat_params}

@@ -757,9 +757,12 @@ static void check_c_push(const char *file) {
         const char *p = prec ? "bf16" : "fp32";
         expect("precision for pushes",
                rl_model_set_precision(mc, p) == RL_OK && rl_model_set_precision(ml, p) == RL_OK);
-        rl_session *sc = NULL, *sl = NULL;
-        if (rl_session_open(&sc, mc) != RL_OK || rl_session_open(&sl, ml) != RL_OK) {
+        rl_session *sc = NULL, *sl = NULL, *sc2 = NULL, *sl2 = NULL;
+        if (rl_session_open(&sc, mc) != RL_OK || rl_session_open(&sl, ml) != RL_OK ||
+            rl_session_open(&sc2, mc) != RL_OK || rl_session_open(&sl2, ml) != RL_OK) {
             expect("open for pushes", 0);
+            rl_session_free(sc2);
+            rl_session_free(sl2);
             rl_session_free(sc);
             rl_session_free(sl);
             break;
@@ -775,14 +778,17 @@ static void check_c_push(const char *file) {
                         rl_session_forward(sl, &b, NULL, &o2) == RL_OK &&
                         memcmp(o1.y, o2.y, sizeof(float) * (size_t)(o1.T * o1.B * o1.dim)) == 0;
             }
-            if (k == 2) { /* a batched push of both streams, one each */
+            if (k == 2) { /* a batched push: the stream (2 frames) and another one (3 frames) */
                 rl_batch c2[2] = {{.T = 2, .B = 1, .F = F, .x = x + (size_t)t0 * F},
-                                  {.T = 2, .B = 1, .F = F, .x = x + (size_t)t0 * F}};
-                rl_output o2[2];
-                rl_session *one[1] = {sc}, *two[1] = {sl};
-                same &= rl_session_push_many(one, c2, 1, o2) == RL_OK &&
-                        rl_session_push_many(two, c2 + 1, 1, o2 + 1) == RL_OK &&
-                        memcmp(o2[0].y, o2[1].y, sizeof(float) * 2 * (size_t)o2[0].dim) == 0;
+                                  {.T = 3, .B = 1, .F = F, .x = x + (size_t)(N - 3) * F}};
+                rl_output oc2[2], ol2[2];
+                rl_session *two_c[2] = {sc, sc2}, *two_l[2] = {sl, sl2};
+                same &= rl_session_push_many(two_c, c2, 2, oc2) == RL_OK &&
+                        rl_session_push_many(two_l, c2, 2, ol2) == RL_OK;
+                for (int i = 0; same && i < 2; i++)
+                    same &= oc2[i].T == c2[i].T && ol2[i].T == c2[i].T &&
+                            memcmp(oc2[i].y, ol2[i].y,
+                                   sizeof(float) * (size_t)(c2[i].T * oc2[i].dim)) == 0;
                 t0 += 2;
             }
             if (k == 3) { /* refused: the stream stays as it was */
@@ -851,7 +857,28 @@ static void check_c_push(const char *file) {
             snprintf(name, sizeof name, "%s: pushes in C allocate nothing (Lua's: %ld)", p,
                      allocs_lua);
             expect(name, allocs_c == 0 && allocs_lua > 0);
+            /* batched pushes in C: nothing allocated once the batch had its size */
+            long many[2] = {0, 0};
+            for (int r = 0; r < 3; r++)
+                for (int v = 0; v < 2; v++) {
+                    rl_session *two[2] = {v ? sl : sc, v ? sl2 : sc2};
+                    rl_batch c2[2] = {{.T = 1, .B = 1, .F = F, .x = x + (size_t)r * F},
+                                      {.T = 2, .B = 1, .F = F, .x = x + (size_t)r * F}};
+                    rl_output o2[2];
+                    atomic_store(&n_allocs, 0), atomic_store(&counting, r > 0);
+                    rl_status stm = rl_session_push_many(two, c2, 2, o2);
+                    atomic_store(&counting, 0);
+                    many[v] += atomic_load(&n_allocs);
+                    expect("push_many for the allocations", stm == RL_OK);
+                }
+            printf("push in C (%s, %s): allocations of 2 batched pushes of 2 streams: %ld in C, "
+                   "%ld in Lua\n",
+                   file, p, many[0], many[1]);
+            snprintf(name, sizeof name, "%s: batched pushes in C allocate nothing", p);
+            expect(name, many[0] == 0 && many[1] > 0);
         }
+        rl_session_free(sc2);
+        rl_session_free(sl2);
         rl_session_free(sc);
         rl_session_free(sl);
     }
