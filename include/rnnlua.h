@@ -8,7 +8,9 @@
  *
  * Errors: every function that can fail returns an rl_status; on failure rl_errmsg() gives the
  * message, "<call>: <argument or file>: <what>", kept per thread until the next failing call
- * on that thread. Nothing here prints, exits or aborts.
+ * on that thread. Nothing here prints, exits or aborts; the environment variable
+ * RNNLUA_CAPI_DEBUG=1 makes rl_model_load write one line to stderr saying whether the model's
+ * pushes run in C or through its Lua network (docs/embedding.md, "Streaming").
  *
  * Threads: a model may be shared by any number of threads. rl_model_forward calls on one model
  * run one at a time (they share the model's network); for calls in parallel each thread opens

@@ -9,6 +9,11 @@
  * no file: it shares its model's parameter tensors (the storage refcount is atomic), taken under
  * the model's lock, and builds its network with no lock held, so sessions open in parallel.
  *
+ * Pushes (rl_session_push, rl_session_push_many) of a model whose network is a stack of C layers
+ * run in C: the session's layers (or the runner's) called as net:forward calls them, with no
+ * Lua call and no allocation a push (push_node, below); other models' pushes run the Lua
+ * network's forward, as every rl_session_forward and rl_model_forward does.
+ *
  * The model is reference-counted: the caller's reference and one per session. rl_model_free
  * drops the caller's and marks the model freed, after which its sessions refuse to run; the
  * memory goes with the last reference. */
@@ -26,7 +31,9 @@
 #include "../core/blas.h"
 #include "../core/error.h"
 #include "../include/rnnlua.h"
+#include "../kernels/cpu/gemm_bf16.h"
 #include "../kernels/ctc.h"
+#include "../layers/layer.h"
 #include "l_layers.h"
 #include "l_open.h"
 #include "l_tensor.h"
@@ -53,17 +60,46 @@ struct rl_model {
     char **labels; /* the target's labels the checkpoint stores (n_labels), malloc'ed */
     char *path, *layer, *device, *lua_file;
     char precision[8]; /* of the sessions opened now (rl_model_set_precision) */
+    /* its sessions' pushes run in C (c_push, below) when push_lua is NULL; else why they go
+     * through the Lua network (malloc'ed) */
+    char *push_lua;
     /* rl_session_push_many's network: one batch at a time (run_mu), at runner_precision */
     pthread_mutex_t run_mu;
     engine runner;
     char runner_precision[8];
+    struct c_push *runner_cp; /* the runner's pushes in C (push_lua NULL), malloc'ed */
 };
+
+/* A push run in C: the session's own network, its C layers called in the order net:forward
+ * calls them (lua/rnnlua/capi.lua: Model:c_push_unfit, Model:c_push_plan), with the tensors
+ * net:forward would hand them, so that a push gives the Lua path's numbers bit for bit and
+ * neither calls Lua nor allocates (the layers' buffers, the chunk's and the output's are kept
+ * from push to push; a chunk longer than any before grows them). */
+typedef struct push_node {
+    rl_layer *l; /* owned by the session's Lua state (the plan keeps it referenced) */
+    int n_in;
+    int src[RL_LAYER_MAX_INPUTS];          /* -1: the chunk, else the node whose output it reads */
+    bool bf16;                             /* its products in bf16 (precision "bf16") */
+    int n_states;                          /* a carried layer's: its states, in state[] */
+    rl_tensor *state[RL_LAYER_MAX_STATES]; /* the stream's (1, dim) own buffers (Lua's) */
+} push_node;
+
+typedef struct c_push {
+    int ref; /* the plan in the session's registry; LUA_NOREF: none taken since the last forward */
+    int n, cap, out;
+    push_node *nodes;
+    rl_bf16_ctx *bf16; /* the network's context in bf16, else NULL */
+    const rl_tensor *params;
+    rl_tensor x, len; /* the chunk and its length, owned */
+    int64_t rows;     /* the runner's: the rows of its batches; a session's: 0 */
+} c_push;
 
 struct rl_session {
     rl_model *model;
     engine e;
     int started;       /* a push went through since the last reset */
     char precision[8]; /* the model's when the session was opened */
+    c_push cp;         /* when the model's pushes run in C */
 };
 
 static pthread_mutex_t load_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -213,6 +249,7 @@ static int load_protected(lua_State *L) {
         in->not_causal = dup_field(L, m, "not_causal");
         in->causal = in->not_causal == NULL;
         rl_model *md = a->model;
+        md->push_lua = dup_field(L, m, "c_push_unfit_why");
         lua_getfield(L, m, "blank");
         md->blank = lua_isinteger(L, -1) ? (int32_t)lua_tointeger(L, -1) : -1;
         lua_pop(L, 1);
@@ -477,10 +514,19 @@ static rl_status engine_run(engine *e, const rl_info *in, const rl_batch *b, con
 
 /* ---- models ------------------------------------------------------------------------------- */
 
+static void c_push_clear(c_push *p);
+
+/* The runner closed, and its pushes' plan with it. */
+static void runner_close(rl_model *m) {
+    engine_close(&m->runner);
+    if (m->runner_cp) c_push_clear(m->runner_cp);
+}
+
 static void model_release(rl_model *m) {
     if (atomic_fetch_sub(&m->refs, 1) != 1) return;
     engine_close(&m->e);
-    engine_close(&m->runner);
+    runner_close(m);
+    free(m->runner_cp);
     pthread_mutex_destroy(&m->run_mu);
     free_info(&m->info);
     for (int64_t i = 0; i < m->n_labels; i++)
@@ -490,6 +536,7 @@ static void model_release(rl_model *m) {
     free(m->layer);
     free(m->device);
     free(m->lua_file);
+    free(m->push_lua);
     pthread_mutex_destroy(&m->mu);
     free(m);
 }
@@ -525,6 +572,15 @@ rl_status rl_model_load(rl_model **out, const char *path, const rl_model_options
         model_release(m);
         return st;
     }
+    /* RNNLUA_CAPI_PUSH=lua: every push through the Lua network (to compare the paths) */
+    const char *force = getenv("RNNLUA_CAPI_PUSH");
+    if (m->info.causal && !m->push_lua && force && strcmp(force, "lua") == 0)
+        m->push_lua = strdup("RNNLUA_CAPI_PUSH=lua");
+    /* RNNLUA_CAPI_DEBUG=1: the one line the library prints, which path the pushes take */
+    const char *debug = getenv("RNNLUA_CAPI_DEBUG");
+    if (debug && *debug && strcmp(debug, "0") != 0 && m->info.causal)
+        fprintf(stderr, "%s: %s: pushes run %s%s\n", who, path,
+                m->push_lua ? "through the Lua network: " : "in C", m->push_lua ? m->push_lua : "");
     *out = m;
     return RL_OK;
 }
@@ -537,7 +593,7 @@ void rl_model_free(rl_model *model) {
     engine_close(&model->e);
     pthread_mutex_unlock(&model->mu);
     pthread_mutex_lock(&model->run_mu);
-    engine_close(&model->runner);
+    runner_close(model);
     pthread_mutex_unlock(&model->run_mu);
     model_release(model);
 }
@@ -744,12 +800,14 @@ rl_status rl_session_open(rl_session **out, rl_model *model) {
         return st;
     }
     s->model = model;
+    s->cp.ref = LUA_NOREF;
     *out = s;
     return RL_OK;
 }
 
 void rl_session_free(rl_session *session) {
     if (session == NULL) return;
+    c_push_clear(&session->cp);
     engine_close(&session->e);
     model_release(session->model);
     free(session);
@@ -771,9 +829,258 @@ rl_status rl_session_forward(rl_session *session, const rl_batch *batch, const c
     RL_TRY(session_usable(session, who));
     if (out == NULL) return rl_error(RL_EARG, "%s: out is NULL", who);
     RL_TRY(check_batch(&session->model->info, batch, who, "batch", 0));
-    /* a plain batch drops the carried state (rnnlua.network): the stream starts anew */
+    /* a plain batch drops the carried state (rnnlua.network): the stream starts anew; it also
+     * turns the pushes' settings of the layers off, so the next push takes its plan anew */
     session->started = 0;
+    if (session->cp.ref != LUA_NOREF) {
+        luaL_unref(session->e.L, LUA_REGISTRYINDEX, session->cp.ref);
+        session->cp.ref = LUA_NOREF;
+    }
     return engine_run(&session->e, &session->model->info, batch, layer, -1, out, who);
+}
+
+/* The tensor at index i of the list at idx: a contiguous float32 CPU (rows, dim) one (raises). */
+static rl_tensor *plan_state(lua_State *L, int idx, int i, int64_t rows, int64_t dim,
+                             const char *who) {
+    lua_rawgeti(L, idx, i);
+    rl_tensor *t = rl_lua_to_tensor(L, -1);
+    lua_pop(L, 1); /* the plan keeps it */
+    if (t == NULL || t->ndim != 2 || t->shape[0] != rows || t->shape[1] != dim ||
+        t->dtype != RL_FLOAT32 || !t->storage || t->storage->device.type != RL_CPU ||
+        !rl_tensor_is_contiguous(t))
+        luaL_error(L, "%s: the push plan's state %d does not fit its layer", who, i);
+    return t;
+}
+
+typedef struct {
+    engine *e;
+    c_push *p;
+    int64_t rows; /* 0: a session's plan; else the runner's for batches of rows streams */
+    const char *who;
+} plan_args;
+
+/* Model:c_push_plan(rows) of e's state into p (its table kept in the registry). */
+static int plan_protected(lua_State *L) {
+    plan_args *a = lua_touserdata(L, 1);
+    c_push *p = a->p;
+    const char *who = a->who;
+    lua_rawgeti(L, LUA_REGISTRYINDEX, a->e->ref);
+    lua_getfield(L, -1, "c_push_plan");
+    lua_insert(L, -2);
+    if (a->rows)
+        lua_pushinteger(L, a->rows);
+    else
+        lua_pushnil(L);
+    lua_call(L, 2, 1);
+    int t = lua_gettop(L);
+    lua_getfield(L, t, "nodes"); /* t + 1 */
+    int n = (int)lua_rawlen(L, t + 1);
+    if (n > p->cap) {
+        push_node *nodes = realloc(p->nodes, sizeof *nodes * (size_t)n);
+        if (nodes == NULL) return luaL_error(L, "%s: no memory for the push plan", who);
+        p->nodes = nodes, p->cap = n;
+    }
+    memset(p->nodes, 0, sizeof *p->nodes * (size_t)n);
+    for (int i = 0; i < n; i++) {
+        push_node *d = &p->nodes[i];
+        lua_rawgeti(L, t + 1, i + 1); /* t + 2 */
+        lua_getfield(L, t + 2, "layer");
+        d->l = rl_lua_to_layer(L, -1);
+        lua_getfield(L, t + 2, "bf16");
+        d->bf16 = lua_toboolean(L, -1);
+        lua_getfield(L, t + 2, "srcs"); /* t + 5 */
+        d->n_in = (int)lua_rawlen(L, t + 5);
+        if (d->l == NULL || d->n_in != d->l->n_in)
+            return luaL_error(L, "%s: node %d of the push plan is no C layer", who, i + 1);
+        for (int k = 0; k < d->n_in; k++) {
+            lua_rawgeti(L, t + 5, k + 1);
+            int src = (int)lua_tointeger(L, -1) - 1;
+            lua_pop(L, 1);
+            if (src < -1 || src >= i)
+                return luaL_error(L, "%s: node %d of the push plan reads node %d", who, i + 1,
+                                  src + 1);
+            d->src[k] = src;
+        }
+        lua_settop(L, t + 1);
+    }
+    p->n = n;
+    p->out = (int)int_field(L, t, "out") - 1;
+    if (p->out < 0 || p->out >= n) return luaL_error(L, "%s: the push plan has no output", who);
+    lua_getfield(L, t, "carried"); /* t + 2 */
+    lua_getfield(L, t, "states");  /* t + 3 */
+    int carried = (int)lua_rawlen(L, t + 2), j = 1;
+    for (int k = 0; k < carried; k++) {
+        lua_rawgeti(L, t + 2, k + 1);
+        int i = (int)lua_tointeger(L, -1) - 1;
+        lua_pop(L, 1);
+        if (i < 0 || i >= n) return luaL_error(L, "%s: the push plan carries no node", who);
+        push_node *d = &p->nodes[i];
+        const int64_t *dims;
+        d->n_states = rl_layer_state_info(d->l, NULL, &dims);
+        for (int q = 0; q < d->n_states; q++)
+            d->state[q] = plan_state(L, t + 3, j++, a->rows ? a->rows : 1, dims[q], who);
+    }
+    if (j - 1 != (int)lua_rawlen(L, t + 3))
+        return luaL_error(L, "%s: the push plan's states do not fit its layers", who);
+    lua_getfield(L, t, "bf16_ctx");
+    p->bf16 = lua_isnil(L, -1) ? NULL : rl_lua_test_bf16_ctx(L, -1);
+    lua_getfield(L, t, "params");
+    p->params = rl_lua_to_tensor(L, -1);
+    if (p->bf16 && (p->params == NULL || p->params->dtype != RL_FLOAT32 ||
+                    !rl_tensor_is_contiguous(p->params)))
+        return luaL_error(L, "%s: the push plan's parameters are no float32 buffer", who);
+    lua_settop(L, t);
+    p->ref = luaL_ref(L, LUA_REGISTRYINDEX);
+    return 0;
+}
+
+/* p's plan taken from e's state when it has none (rows as plan_args'). */
+static rl_status take_plan(engine *e, c_push *p, int64_t rows, const char *who) {
+    if (p->ref != LUA_NOREF) return RL_OK;
+    plan_args a = {.e = e, .p = p, .rows = rows, .who = who};
+    int status = lua_cpcall_like(e->L, plan_protected, &a, NULL);
+    rl_status st = RL_OK;
+    if (status != LUA_OK) st = lua_failure(e->L, status == LUA_ERRMEM ? RL_ENOMEM : RL_EARG, who);
+    lua_settop(e->L, 0);
+    return st;
+}
+
+/* What p holds beyond its plan (the state that owns the plan's table closes apart). */
+static void c_push_clear(c_push *p) {
+    free(p->nodes);
+    rl_tensor_release(&p->x);
+    rl_tensor_release(&p->len);
+    memset(p, 0, sizeof *p);
+    p->ref = LUA_NOREF;
+}
+
+/* The n chunks (checked) as one padded batch of `rows` rows in p->x and p->len: chunk i in row i,
+ * the rows past n one frame of zeros (as rl_session_push_many's Lua batch), T the longest. */
+static rl_status plan_input(c_push *p, const rl_info *in, const rl_batch *chunks, int n,
+                            int64_t rows, int64_t T) {
+    int sparse = in->input_sparse;
+    int64_t shape[3] = {T, rows, in->input_dim};
+    RL_TRY(rl_buffer_ensure(&p->x, sparse ? RL_INT32 : RL_FLOAT32, RL_DEVICE_CPU, sparse ? 2 : 3,
+                            shape));
+    RL_TRY(rl_buffer_ensure(&p->len, RL_INT32, RL_DEVICE_CPU, 1, &rows));
+    char *x = rl_tensor_data(&p->x);
+    int32_t *len = rl_tensor_data(&p->len);
+    size_t frame = (size_t)(sparse ? 1 : in->input_dim) * 4; /* float or int32 */
+    if (rows > 1) memset(x, 0, (size_t)(T * rows) * frame);
+    for (int64_t i = 0; i < rows; i++) {
+        len[i] = i < n ? (int32_t)chunks[i].T : 1;
+        if (i >= n) continue;
+        const char *src = sparse ? (const char *)chunks[i].classes : (const char *)chunks[i].x;
+        for (int64_t t = 0; t < chunks[i].T; t++)
+            memcpy(x + (size_t)(t * rows + i) * frame, src + (size_t)t * frame, frame);
+    }
+    return RL_OK;
+}
+
+/* The plan's layers over p->x and p->len, each carried layer from its plan states (from_state)
+ * or zeros, their final states written into the plan states after. */
+static rl_status plan_forward(c_push *p, int from_state) {
+    /* as net:forward's bf16_enter and bf16_node: float32 products unless a node has bf16 */
+    rl_bf16_ctx *prev = rl_bf16_active();
+    if (p->bf16)
+        rl_bf16_ctx_begin(p->bf16, rl_tensor_data(p->params),
+                          (size_t)rl_tensor_numel(p->params) * sizeof(float),
+                          rl_storage_version(p->params->storage));
+    rl_bf16_activate(NULL);
+    rl_status st = RL_OK;
+    for (int i = 0; i < p->n && st == RL_OK; i++) {
+        push_node *d = &p->nodes[i];
+        rl_layer_io io = {.n_in = d->n_in, .lengths = &p->len, .rng = rl_rng_default()};
+        for (int k = 0; k < d->n_in; k++)
+            io.in[k] = d->src[k] < 0 ? &p->x : &p->nodes[d->src[k]].l->out;
+        if (d->n_states) {
+            const rl_tensor *init[RL_LAYER_MAX_STATES] = {NULL};
+            for (int q = 0; from_state && q < d->n_states; q++)
+                init[q] = d->state[q];
+            st = rl_layer_set_initial_state(d->l, d->n_states, init);
+        }
+        if (p->bf16) rl_bf16_activate(d->bf16 ? p->bf16 : NULL);
+        if (st == RL_OK) st = d->l->ops->forward(d->l, &io);
+    }
+    rl_bf16_activate(prev);
+    /* each carried layer's final states (each row's after its own last frame) */
+    for (int i = 0; i < p->n && st == RL_OK; i++) {
+        push_node *d = &p->nodes[i];
+        if (!d->n_states) continue;
+        rl_tensor fin[RL_LAYER_MAX_STATES];
+        rl_tensor *to[RL_LAYER_MAX_STATES];
+        memset(fin, 0, sizeof fin);
+        for (int q = 0; q < RL_LAYER_MAX_STATES; q++)
+            to[q] = &fin[q];
+        st = rl_layer_final_state(d->l, d->n_states, to);
+        for (int q = 0; q < d->n_states && st == RL_OK; q++) {
+            int64_t numel = rl_tensor_numel(d->state[q]);
+            if (fin[q].dtype != RL_FLOAT32 || rl_tensor_numel(&fin[q]) != numel ||
+                !rl_tensor_is_contiguous(&fin[q]))
+                st = rl_error(RL_ESHAPE,
+                              RL_LAYER_WHERE ": its final state does not fit the stream's",
+                              d->l->name, d->l->ops->class_name);
+            else
+                memcpy(rl_tensor_data(d->state[q]), rl_tensor_data(&fin[q]),
+                       (size_t)numel * sizeof(float));
+        }
+        for (int q = 0; q < d->n_states; q++)
+            rl_tensor_release(&fin[q]);
+    }
+    return st;
+}
+
+/* e's output buffers grown to ny floats and one length, without Lua. */
+static rl_status out_reserve(engine *e, size_t ny, const char *who) {
+    if (ny > e->y_cap) {
+        float *q = realloc(e->y, ny * sizeof *q);
+        if (q == NULL) return rl_error(RL_ENOMEM, "%s: no memory for the output", who);
+        e->y = q, e->y_cap = ny;
+    }
+    if (e->len_cap < 1) {
+        int32_t *q = realloc(e->len, sizeof *q);
+        if (q == NULL) return rl_error(RL_ENOMEM, "%s: no memory for the output", who);
+        e->len = q, e->len_cap = 1;
+    }
+    return RL_OK;
+}
+
+/* A failure inside the network: st with who in front of its message. */
+static rl_status network_failure(rl_status st, const char *who) {
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", rl_errmsg());
+    return rl_error(st, "%s: %s", who, msg);
+}
+
+/* The output of the plan's model layer, (T, rows, D) float32: *y, or an error. */
+static rl_status plan_output(const c_push *p, int64_t T, int64_t rows, const rl_tensor **y,
+                             const char *who) {
+    *y = &p->nodes[p->out].l->out;
+    const rl_tensor *o = *y;
+    if (o->ndim != 3 || o->shape[0] != T || o->shape[1] != rows || o->dtype != RL_FLOAT32 ||
+        !rl_tensor_is_contiguous(o))
+        return rl_error(RL_ESHAPE, "%s: the network gave no sequence output", who);
+    return RL_OK;
+}
+
+/* A push of a model whose pushes run in C: the plan taken at the session's first push (and
+ * after a plain forward, which turns the layers' push settings off), then the chunk through
+ * the plan, the carried state updated in place. */
+static rl_status push_in_c(rl_session *s, const rl_batch *chunk, rl_output *out, const char *who) {
+    c_push *p = &s->cp;
+    RL_TRY(take_plan(&s->e, p, 0, who));
+    RL_TRY(plan_input(p, &s->model->info, chunk, 1, 1, chunk->T));
+    rl_status st = plan_forward(p, s->started);
+    if (st != RL_OK) return network_failure(st, who);
+    const rl_tensor *y;
+    RL_TRY(plan_output(p, chunk->T, 1, &y, who));
+    engine *e = &s->e;
+    size_t ny = (size_t)rl_tensor_numel(y);
+    RL_TRY(out_reserve(e, ny, who));
+    memcpy(e->y, rl_tensor_data(y), ny * sizeof(float));
+    e->len[0] = (int32_t)chunk->T;
+    *out = (rl_output){.y = e->y, .lengths = e->len, .T = chunk->T, .B = 1, .dim = y->shape[2]};
+    return RL_OK;
 }
 
 rl_status rl_session_push(rl_session *session, const rl_batch *chunk, rl_output *out) {
@@ -786,7 +1093,9 @@ rl_status rl_session_push(rl_session *session, const rl_batch *chunk, rl_output 
     if (out == NULL) return rl_error(RL_EARG, "%s: out is NULL", who);
     /* a refused chunk leaves the stream as it was */
     RL_TRY(check_batch(in, chunk, who, "chunk", 1));
-    rl_status st = engine_run(&session->e, in, chunk, NULL, session->started, out, who);
+    rl_status st = session->model->push_lua
+                       ? engine_run(&session->e, in, chunk, NULL, session->started, out, who)
+                       : push_in_c(session, chunk, out, who);
     /* a push that failed inside the network leaves no carried state: the stream starts anew */
     session->started = st == RL_OK;
     return st;
@@ -1330,6 +1639,78 @@ static int many_protected(lua_State *L) {
     return 1; /* the final states */
 }
 
+/* rl_session_push_many of a model whose pushes run in C (run_mu held, the runner open): each
+ * stream's state (its session's plan states) copied into its row of the runner's, the batch
+ * through the runner's plan, each row's final state copied back, with no Lua call once the
+ * sessions and the runner (for this number of rows) have their plans. */
+static rl_status many_in_c(rl_session *const *ss, const rl_batch *chunks, int n, int64_t rows,
+                           int64_t T, rl_output *outs, const char *who) {
+    rl_model *m = ss[0]->model;
+    if (m->runner_cp == NULL) {
+        m->runner_cp = calloc(1, sizeof *m->runner_cp);
+        if (m->runner_cp == NULL) return rl_error(RL_ENOMEM, "%s: no memory", who);
+        m->runner_cp->ref = LUA_NOREF;
+    }
+    c_push *r = m->runner_cp;
+    if (r->ref != LUA_NOREF && r->rows != rows) { /* another batch size: its plan anew */
+        luaL_unref(m->runner.L, LUA_REGISTRYINDEX, r->ref);
+        r->ref = LUA_NOREF;
+    }
+    RL_TRY(take_plan(&m->runner, r, rows, who));
+    r->rows = rows;
+    for (int i = 0; i < n; i++) {
+        RL_TRY(take_plan(&ss[i]->e, &ss[i]->cp, 0, who));
+        if (ss[i]->cp.n != r->n)
+            return rl_error(RL_EARG, "%s: sessions[%d]: its network does not fit the batch's", who,
+                            i);
+    }
+    RL_TRY(plan_input(r, &m->info, chunks, n, rows, T));
+    /* row i starts from stream i's state, zeros where the stream starts or the row pads */
+    for (int k = 0; k < r->n; k++)
+        for (int q = 0; q < r->nodes[k].n_states; q++) {
+            int64_t dim = r->nodes[k].state[q]->shape[1];
+            float *rowq = rl_tensor_data(r->nodes[k].state[q]);
+            for (int64_t i = 0; i < rows; i++) {
+                float *dst = rowq + i * dim;
+                if (i < n && ss[i]->started && ss[i]->cp.nodes[k].n_states > q)
+                    memcpy(dst, rl_tensor_data(ss[i]->cp.nodes[k].state[q]),
+                           (size_t)dim * sizeof *dst);
+                else
+                    memset(dst, 0, (size_t)dim * sizeof *dst);
+            }
+        }
+    rl_status st = plan_forward(r, 1);
+    if (st != RL_OK) st = network_failure(st, who);
+    const rl_tensor *y = NULL;
+    if (st == RL_OK) st = plan_output(r, T, rows, &y, who);
+    for (int i = 0; i < n && st == RL_OK; i++)
+        st = out_reserve(&ss[i]->e, (size_t)(chunks[i].T * y->shape[2]), who);
+    if (st != RL_OK) { /* the batch failed inside the network: its streams end */
+        for (int i = 0; i < n; i++)
+            ss[i]->started = 0;
+        return st;
+    }
+    for (int k = 0; k < r->n; k++)
+        for (int q = 0; q < r->nodes[k].n_states; q++) {
+            int64_t dim = r->nodes[k].state[q]->shape[1];
+            const float *rowq = rl_tensor_data(r->nodes[k].state[q]);
+            for (int i = 0; i < n; i++)
+                memcpy(rl_tensor_data(ss[i]->cp.nodes[k].state[q]), rowq + i * dim,
+                       (size_t)dim * sizeof *rowq);
+        }
+    const float *yd = rl_tensor_data(y);
+    int64_t D = y->shape[2];
+    for (int i = 0; i < n; i++) { /* stream i: frames t < its T of row i */
+        engine *e = &ss[i]->e;
+        for (int64_t t = 0; t < chunks[i].T; t++)
+            memcpy(e->y + t * D, yd + (t * rows + i) * D, (size_t)D * sizeof *yd);
+        e->len[0] = (int32_t)chunks[i].T;
+        outs[i] = (rl_output){.y = e->y, .lengths = e->len, .T = chunks[i].T, .B = 1, .dim = D};
+        ss[i]->started = 1;
+    }
+    return RL_OK;
+}
+
 rl_status rl_session_push_many(rl_session *const *sessions, const rl_batch *chunks, int n,
                                rl_output *outs) {
     static const char who[] = "rl_session_push_many";
@@ -1376,12 +1757,34 @@ rl_status rl_session_push_many(rl_session *const *sessions, const rl_batch *chun
     int64_t rows = n == 1 ? 1 : (n + MANY_ROUND - 1) / MANY_ROUND * MANY_ROUND;
     if (T * rows > ((int64_t)1 << 40) / F)
         return rl_error(RL_ESHAPE, "%s: %lld x %d frames is too large", who, (long long)T, n);
+    rl_model *m = sessions[0]->model;
+    pthread_mutex_lock(&m->run_mu);
+    rl_status st = RL_OK;
+    if (m->runner.L && strcmp(m->runner_precision, sessions[0]->precision) != 0)
+        runner_close(m); /* the model's precision changed since: a runner of theirs */
+    if (m->runner.L == NULL) {
+        st = engine_open(&m->runner, NULL, m, who, NULL);
+        if (st == RL_OK && strcmp(m->precision, sessions[0]->precision) != 0) {
+            runner_close(m);
+            st = rl_error(RL_EARG,
+                          "%s: sessions: opened in %s, but the model runs in %s now "
+                          "(rl_model_set_precision): reopen the sessions",
+                          who, sessions[0]->precision, m->precision);
+        }
+        memcpy(m->runner_precision, sessions[0]->precision, sizeof m->runner_precision);
+    }
+    if (st != RL_OK || !m->push_lua) {
+        if (st == RL_OK) st = many_in_c(sessions, chunks, n, rows, T, outs, who);
+        pthread_mutex_unlock(&m->run_mu);
+        return st;
+    }
     /* the chunks as one padded batch, time-major; padding rows: one frame of zeros */
     size_t esz = in->input_sparse ? sizeof(int32_t) : sizeof(float);
     char *x = calloc((size_t)(T * rows * F), esz);
     int32_t *lengths = malloc(sizeof *lengths * (size_t)rows);
     if (x == NULL || lengths == NULL) {
         free(x), free(lengths);
+        pthread_mutex_unlock(&m->run_mu);
         return rl_error(RL_ENOMEM, "%s: no memory for %lld x %d frames", who, (long long)T, n);
     }
     for (int64_t i = 0; i < rows; i++) {
@@ -1402,22 +1805,6 @@ rl_status rl_session_push_many(rl_session *const *sessions, const rl_batch *chun
                     .x = in->input_sparse ? NULL : (const float *)x,
                     .classes = in->input_sparse ? (const int32_t *)x : NULL,
                     .lengths = lengths};
-    rl_model *m = sessions[0]->model;
-    pthread_mutex_lock(&m->run_mu);
-    rl_status st = RL_OK;
-    if (m->runner.L && strcmp(m->runner_precision, sessions[0]->precision) != 0)
-        engine_close(&m->runner); /* the model's precision changed since: a runner of theirs */
-    if (m->runner.L == NULL) {
-        st = engine_open(&m->runner, NULL, m, who, NULL);
-        if (st == RL_OK && strcmp(m->precision, sessions[0]->precision) != 0) {
-            engine_close(&m->runner);
-            st = rl_error(RL_EARG,
-                          "%s: sessions: opened in %s, but the model runs in %s now "
-                          "(rl_model_set_precision): reopen the sessions",
-                          who, sessions[0]->precision, m->precision);
-        }
-        memcpy(m->runner_precision, sessions[0]->precision, sizeof m->runner_precision);
-    }
     /* the streams' states, each on top of its own state's stack */
     for (int i = 0; i < n && st == RL_OK; i++) {
         lua_State *SL = sessions[i]->e.L;

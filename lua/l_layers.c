@@ -197,6 +197,11 @@ static void drop_call(layer_ud *ud) {
     ud->queued = false;
 }
 
+rl_layer *rl_lua_to_layer(lua_State *L, int idx) {
+    layer_ud *ud = luaL_testudata(L, idx, RL_LAYER_MT);
+    return ud && !ud->queued ? ud->layer : NULL;
+}
+
 static layer_ud *check_layer(lua_State *L, int idx) {
     layer_ud *ud = luaL_checkudata(L, idx, RL_LAYER_MT);
     if (!ud->layer) luaL_error(L, "layer: the layer has been freed");
@@ -205,7 +210,6 @@ static layer_ud *check_layer(lua_State *L, int idx) {
                    ud->layer->name, class_of(ud->layer));
     return ud;
 }
-
 
 /* ---------------------------------------------------------------- options over a table */
 
@@ -268,8 +272,8 @@ static int opt_get(opts_ctx *c, const char *key) {
 }
 
 static rl_status opt_type_error(opts_ctx *c, const char *key, const char *want) {
-    rl_status st = rl_error(RL_EARG, RL_LAYER_WHERE ": option %s must be %s, got %s",
-                            c->layer, c->cls, key, want, luaL_typename(c->L, -1));
+    rl_status st = rl_error(RL_EARG, RL_LAYER_WHERE ": option %s must be %s, got %s", c->layer,
+                            c->cls, key, want, luaL_typename(c->L, -1));
     lua_pop(c->L, 1);
     return st;
 }
@@ -332,16 +336,16 @@ static int l_layer_new(lua_State *L) {
     lua_settop(L, 4);
     lua_Integer n = luaL_len(L, 4);
     if (n > RL_LAYER_MAX_INPUTS)
-        return luaL_error(L, RL_LAYER_WHERE ": %d inputs, at most %d are supported", name,
-                          cls, (int)n, RL_LAYER_MAX_INPUTS);
+        return luaL_error(L, RL_LAYER_WHERE ": %d inputs, at most %d are supported", name, cls,
+                          (int)n, RL_LAYER_MAX_INPUTS);
     int64_t dims[RL_LAYER_MAX_INPUTS];
     for (lua_Integer i = 0; i < n; i++) {
         lua_geti(L, 4, i + 1);
         int isnum;
         lua_Integer d = lua_tointegerx(L, -1, &isnum);
         if (!isnum || d < 1)
-            return luaL_error(L, RL_LAYER_WHERE ": input dim %d must be a positive integer",
-                              name, cls, (int)i + 1);
+            return luaL_error(L, RL_LAYER_WHERE ": input dim %d must be a positive integer", name,
+                              cls, (int)i + 1);
         dims[i] = d;
         lua_pop(L, 1);
     }
@@ -433,7 +437,7 @@ static void check_flat(lua_State *L, const rl_layer *l, const rl_tensor *t, cons
     if (t->ndim != 1 || !rl_tensor_is_contiguous(t) || t->dtype == RL_INT32)
         luaL_error(L,
                    RL_LAYER_WHERE ": bind: the %s must be a contiguous 1-D float tensor, "
-                   "got %s",
+                                  "got %s",
                    l->name, class_of(l), what, rl_tensor_describe(t, s, sizeof s));
 }
 
@@ -459,8 +463,8 @@ static int m_bind(lua_State *L) {
     if (off < 0 || off + rl_layer_num_params(l) > v->shape[0])
         return luaL_error(
             L, RL_LAYER_WHERE ": bind: %I parameters at offset %I do not fit a buffer of %I",
-            l->name, class_of(l),
-            (lua_Integer)rl_layer_num_params(l), off, (lua_Integer)v->shape[0]);
+            l->name, class_of(l), (lua_Integer)rl_layer_num_params(l), off,
+            (lua_Integer)v->shape[0]);
     for (int i = 0; i < l->n_params; i++) {
         rl_param *p = &l->params[i];
         rl_tensor nv = {0}, ng = {0};
@@ -557,8 +561,8 @@ static layer_ud *forward_prepare(lua_State *L) {
     lua_remove(L, 6); /* the user value table is now at 6 */
     int n = (int)luaL_len(L, 2);
     if (n != l->n_in)
-        luaL_error(L, RL_LAYER_WHERE ": %d inputs given, %d expected", l->name, class_of(l),
-                   n, l->n_in);
+        luaL_error(L, RL_LAYER_WHERE ": %d inputs given, %d expected", l->name, class_of(l), n,
+                   l->n_in);
     ud->forwarded = false;
     rl_layer_io *io = &ud->io;
     memset(io, 0, sizeof *io);
@@ -618,8 +622,8 @@ static void check_grad(lua_State *L, const rl_layer *l, const rl_tensor *g, cons
                        const char *what) {
     char s1[160], s2[160];
     if (!rl_tensor_same_shape(g, like) || g->dtype != like->dtype || !rl_tensor_is_contiguous(g))
-        luaL_error(L, RL_LAYER_WHERE ": %s must be a contiguous %s, got %s", l->name,
-                   class_of(l), what, rl_tensor_describe(like, s1, sizeof s1),
+        luaL_error(L, RL_LAYER_WHERE ": %s must be a contiguous %s, got %s", l->name, class_of(l),
+                   what, rl_tensor_describe(like, s1, sizeof s1),
                    rl_tensor_describe(g, s2, sizeof s2));
 }
 
@@ -630,7 +634,7 @@ static layer_ud *backward_prepare(lua_State *L) {
     if (!ud->forwarded)
         luaL_error(L,
                    RL_LAYER_WHERE ": backward needs a forward before it (once "
-                   "per forward)",
+                                  "per forward)",
                    l->name, class_of(l));
     ud->gout = NULL;
     if (!lua_isnoneornil(L, 2)) {
@@ -639,7 +643,7 @@ static layer_ud *backward_prepare(lua_State *L) {
     } else if (!l->is_loss || !ud->io.target) {
         luaL_error(L,
                    RL_LAYER_WHERE ": backward needs grad_out (only a loss layer "
-                   "given a target starts from its own loss)",
+                                  "given a target starts from its own loss)",
                    l->name, class_of(l));
     }
     luaL_checktype(L, 3, LUA_TTABLE);

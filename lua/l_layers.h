@@ -14,5 +14,8 @@ void rl_lua_open_layers(lua_State *L);
  * state's network, rl_recurrent_frozen_packs), released by the garbage collector; a layer of
  * this state reads them after layer:_adopt_packs(u). */
 void rl_lua_push_packs(lua_State *L, void *packs);
+/* The C layer of the Layer userdata at idx, or NULL (another value, a freed or queued layer).
+ * The userdata owns it: it lives while the value is referenced. */
+struct rl_layer *rl_lua_to_layer(lua_State *L, int idx);
 
 #endif

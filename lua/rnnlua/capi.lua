@@ -23,6 +23,9 @@
 --       as one batch (rl_session_push_many) from m:batch_state(B), which lua/capi.c filled;
 --       final: the flat list of the (B, dim) final states (row b: stream b's)
 --   m:own_state() -> the flat list of this stream's (1, dim) states, made its carried state
+--   m.c_push_unfit_why             why lua/capi.c cannot run a push itself (m:c_push_unfit()),
+--                                  or nil: then its pushes (and batched pushes) run in C
+--   m:c_push_plan(rows) -> what they run: the layers, their wiring and the state buffers
 --   m.choice                       the model's layer is an attention decoder (a rec layer with a
 --                                  choice): {V = its labels, labels = their names or nil}
 --   m:search(x, lengths, beam, lm, weight, bonus, who) -> {{labels =, score =}, ...}  (rl.search's)
@@ -37,6 +40,7 @@
 local M = {}
 local forward = require("rnnlua.forward")
 local util = require("rnnlua.util")
+local BF16_PRODUCTS = require("rnnlua.network").BF16_CLASSES
 
 local Model = {}
 Model.__index = Model
@@ -141,6 +145,71 @@ function Model:own_state()
   end
   net:set_carried_state(self.own, 1)
   return self.own_flat
+end
+
+-- Why lua/capi.c cannot run a push of this model itself (a message naming the layer or the
+-- option), or nil when it can: a float32 CPU network that streams, has no data_norm, and whose
+-- every node is a C layer fed by the input or by nodes before it, one at a time (no rec unit,
+-- image, loss, or pair of layers run at once). The network of such a model is a stack of C
+-- layers that net:forward would only hand tensors from one to the next.
+function Model:c_push_unfit()
+  local net = self.net
+  if self.not_causal then return self.not_causal end
+  if self.choice then return "the model's layer is an attention decoder" end
+  if net.device ~= "cpu" or net.dtype ~= "float32" then
+    return string.format("the network runs on %s in %s (the C path: the CPU in float32)",
+      net.device, net.dtype)
+  end
+  if self.fm.norm then return "the checkpoint normalises its input (data_norm)" end
+  local index = {}
+  for i, node in ipairs(net.nodes) do
+    local class = node.rec and "rec" or node.layer.class
+    local why = type(node.layer) ~= "userdata" and "is a Lua layer"
+      or node.rec and "is a rec unit" or node.rank ~= 1 and "takes or gives images"
+      or node.fold and "takes images" or node.loss and "computes a loss"
+      or node.pair_next and "runs beside the next layer (a pair)"
+    if why then return util.layer_where(node.name, class) .. " " .. why end
+    for _, src in ipairs(node.srcs) do
+      if not index[src] and src ~= self.key then
+        return util.layer_where(node.name, class) .. " reads '" .. src .. "'"
+      end
+    end
+    index[node.name] = i
+  end
+  if not index[self.layer] then return "the model's layer is not among the network's nodes" end
+  return nil
+end
+
+-- What lua/capi.c runs a session's pushes with (Model:c_push_unfit() is nil), taken at its
+-- first push and after every plain forward: {nodes = {{layer =, srcs = {0: the input, k: node
+-- k}, bf16 = its products in bf16}, ...}, out = the model layer's node, states = the own state
+-- buffers (Model:own_state, the carried layers' in net.carried order, the one state the Lua path
+-- reads and writes too), carried = their nodes, bf16_ctx =, params =}. rows: nil for a
+-- session, or the rows of rl_session_push_many's batches on the model's batch network, whose
+-- states are then Model:batch_state(rows). The recurrent layers' input products read the
+-- adopted packs, as Model:run's pushes do, and net.carry_active makes the next plain forward
+-- drop the initial states the C side set.
+function Model:c_push_plan(rows)
+  local net = self.net
+  if self.adopted and not self.pushing then
+    for _, l in ipairs(self.adopted) do l:_adopted_inputs(true) end
+    self.pushing = true
+  end
+  local bf16 = net.precision == "bf16"
+  if bf16 then net.bf16_ctx = net.bf16_ctx or rl._bf16_ctx() end
+  local index, nodes = {}, {}
+  for i, node in ipairs(net.nodes) do
+    index[node.name] = i
+    local srcs = {}
+    for k, src in ipairs(node.srcs) do srcs[k] = index[src] or 0 end
+    nodes[i] = {layer = node.layer, srcs = srcs, bf16 = bf16 and BF16_PRODUCTS[node.layer.class]}
+  end
+  local carried = {}
+  for k, node in ipairs(net.carried) do carried[k] = index[node.name] end
+  local states = rows and self:batch_state(rows) or self:own_state()
+  net.carry_active = true
+  return {nodes = nodes, out = index[self.layer], states = states, carried = carried,
+    bf16_ctx = bf16 and net.bf16_ctx or nil, params = net.flat_params}
 end
 
 -- What a session's state builds its network from (lua/capi.c shares its tensors with the
@@ -295,11 +364,13 @@ function M.load(source, layer, device, who, lua_file)
   end
   -- a decoder's network runs as rl.search runs it, its packs its own
   local adopted = net.device == "cpu" and not choice and share_packs(fm, ck, e) or nil
-  return setmetatable({path = path, layer = layer, fm = fm, net = net, key = keys[1],
+  local m = setmetatable({path = path, layer = layer, fm = fm, net = net, key = keys[1],
     adopted = adopted, pushing = false, choice = choice and {V = choice.n_out,
       labels = ck_labels(fm.ck, choice.target)},
     in_dim = e.dim, sparse = e.sparse == true, out_dim = fm.dim, not_causal = net:carry_unfit(),
     num_params = net:num_params(), blank = fm.blank, labels = forward.target_labels(fm)}, Model)
+  m.c_push_unfit_why = m:c_push_unfit()
+  return m
 end
 
 

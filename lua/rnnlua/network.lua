@@ -329,6 +329,7 @@ local check_opts = util.check_options
 -- float32. Layers of the classes without matrix products need no bf16 path; any other layer (a
 -- Lua layer, conv2d, mdlstm, rec, attention) runs its products in float32 and says so once.
 local BF16_CLASSES = {linear = true, softmax = true, lstm = true, gru = true}
+M.BF16_CLASSES = BF16_CLASSES -- lua/rnnlua/capi.lua's pushes in C turn bf16 on for these too
 local NO_PRODUCTS = {activation = true, collapse = true, combine = true, copy = true,
   dropout = true, embedding = true, global_pool = true, pool2d = true, window = true,
   layer_norm = true}

@@ -3,14 +3,64 @@
  * naming the call and the argument; a session used after its model was freed fails cleanly;
  * sessions in threads give the numbers of the serial run; any layer's output; refusals of
  * models that cannot stream or be built.
+ * Pushes in C against the Lua network's (check_c_push).
  * Usage: embed_check CAUSAL.h5 BIDIRECTIONAL.h5 DATASET.h5 LUACLASS.h5 SPARSE.h5 LUACLASS.lua
- *        CTC.h5 DIR (test_embed.sh's folder: the dev sequences, LMs and rl.forward's decodings) */
+ *        CTC.h5 DIR (test_embed.sh's folder: the dev sequences, LMs and rl.forward's decodings)
+ *        STACK.h5 (a causal model of data dim 9 with more kinds of C layers) */
+#define _POSIX_C_SOURCE 200809L /* setenv */
 #include <math.h>
 #include <pthread.h>
 #include <rnnlua.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* Allocations counted while `counting` (check_c_push: a push in C allocates nothing): this
+ * program's malloc family, which the library's calls reach, over glibc's. Not with
+ * AddressSanitizer, which has its own. */
+#if defined(__SANITIZE_ADDRESS__)
+#define COUNT_ALLOCS 0
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define COUNT_ALLOCS 0
+#endif
+#endif
+#ifndef COUNT_ALLOCS
+#define COUNT_ALLOCS 1
+#endif
+static atomic_int counting;
+static atomic_long n_allocs;
+#if COUNT_ALLOCS
+extern void *__libc_malloc(size_t n);
+extern void *__libc_calloc(size_t n, size_t k);
+extern void *__libc_realloc(void *p, size_t n);
+extern void *__libc_memalign(size_t a, size_t n);
+static void counted(void) {
+    if (atomic_load(&counting)) atomic_fetch_add(&n_allocs, 1);
+}
+void *malloc(size_t n) {
+    counted();
+    return __libc_malloc(n);
+}
+void *calloc(size_t n, size_t k) {
+    counted();
+    return __libc_calloc(n, k);
+}
+void *realloc(void *p, size_t n) {
+    counted();
+    return __libc_realloc(p, n);
+}
+int posix_memalign(void **p, size_t a, size_t n) {
+    counted();
+    *p = __libc_memalign(a, n);
+    return *p ? 0 : 12; /* ENOMEM */
+}
+void *aligned_alloc(size_t a, size_t n) {
+    counted();
+    return __libc_memalign(a, n);
+}
+#endif
 
 static int pass, fail;
 
@@ -685,10 +735,161 @@ done:
     rl_model_free(m2);
 }
 
+/* Pushes in C (the default for a stack of C layers) against the Lua network's pushes
+ * (RNNLUA_CAPI_PUSH=lua) of the same model: one stream of 120 frames (x's frames one after
+ * another) in chunks of 1, 7, 50, 3 and 2 frames, a refused chunk, a reset midway, a plain
+ * forward and a batched push between, in fp32 and bf16: the same numbers bit for bit; after the
+ * reset the stream equals the whole rest at once to float32 rounding (the pushes' products read
+ * the packed weights); and pushes no longer than one before allocate nothing (the Lua
+ * network's did). */
+static void check_c_push(const char *file) {
+    enum { N = T * B };
+    rl_model *mc = NULL, *ml = NULL;
+    setenv("RNNLUA_CAPI_PUSH", "lua", 1);
+    int okl = rl_model_load(&ml, file, NULL) == RL_OK;
+    unsetenv("RNNLUA_CAPI_PUSH");
+    int okc = rl_model_load(&mc, file, NULL) == RL_OK;
+    expect("load for pushes in C and in Lua", okl && okc);
+    /* chunk k's frames; before chunk 1 a plain forward, before 2 a batched push, before 3 a
+     * refused chunk, before 4 a reset */
+    static const int lens[] = {1, 7, 3, 2, 1, 7, 50, 3, 1, 7, 1, 50};
+    for (int prec = 0; okl && okc && prec < 2; prec++) {
+        const char *p = prec ? "bf16" : "fp32";
+        expect("precision for pushes",
+               rl_model_set_precision(mc, p) == RL_OK && rl_model_set_precision(ml, p) == RL_OK);
+        rl_session *sc = NULL, *sl = NULL, *sc2 = NULL, *sl2 = NULL;
+        if (rl_session_open(&sc, mc) != RL_OK || rl_session_open(&sl, ml) != RL_OK ||
+            rl_session_open(&sc2, mc) != RL_OK || rl_session_open(&sl2, ml) != RL_OK) {
+            expect("open for pushes", 0);
+            rl_session_free(sc2);
+            rl_session_free(sl2);
+            rl_session_free(sc);
+            rl_session_free(sl);
+            break;
+        }
+        static float rest[N * 64];
+        int same = 1, pushes = 0, start = 0, k = 0, longest = 0;
+        long allocs_c = -1, allocs_lua = -1;
+        for (int t0 = 0; t0 < N; k++) {
+            if (k == 1) { /* a plain batch in between: the stream starts anew after it */
+                rl_batch b = {.T = T, .B = B, .F = F, .x = x, .lengths = lengths};
+                rl_output o1, o2;
+                same &= rl_session_forward(sc, &b, NULL, &o1) == RL_OK &&
+                        rl_session_forward(sl, &b, NULL, &o2) == RL_OK &&
+                        memcmp(o1.y, o2.y, sizeof(float) * (size_t)(o1.T * o1.B * o1.dim)) == 0;
+            }
+            if (k == 2) { /* a batched push: the stream (2 frames) and another one (3 frames) */
+                rl_batch c2[2] = {{.T = 2, .B = 1, .F = F, .x = x + (size_t)t0 * F},
+                                  {.T = 3, .B = 1, .F = F, .x = x + (size_t)(N - 3) * F}};
+                rl_output oc2[2], ol2[2];
+                rl_session *two_c[2] = {sc, sc2}, *two_l[2] = {sl, sl2};
+                same &= rl_session_push_many(two_c, c2, 2, oc2) == RL_OK &&
+                        rl_session_push_many(two_l, c2, 2, ol2) == RL_OK;
+                for (int i = 0; same && i < 2; i++)
+                    same &= oc2[i].T == c2[i].T && ol2[i].T == c2[i].T &&
+                            memcmp(oc2[i].y, ol2[i].y,
+                                   sizeof(float) * (size_t)(c2[i].T * oc2[i].dim)) == 0;
+                t0 += 2;
+            }
+            if (k == 3) { /* refused: the stream stays as it was */
+                float bad[2 * F];
+                memcpy(bad, x + (size_t)t0 * F, sizeof bad);
+                bad[F + 2] = NAN;
+                rl_batch c = {.T = 2, .B = 1, .F = F, .x = bad};
+                rl_output o;
+                expect_error("push in C: NaN", rl_session_push(sc, &c, &o), RL_EARG,
+                             "rl_session_push|chunk->x|value 2 of frame 1 of sequence 0 is NaN");
+            }
+            if (k == 4) { /* midway: a new stream from here, compared with the rest at once */
+                expect("reset for pushes",
+                       rl_session_reset(sc) == RL_OK && rl_session_reset(sl) == RL_OK);
+                start = t0;
+            }
+            int len = lens[k % 12] < N - t0 ? lens[k % 12] : N - t0;
+            rl_batch c = {.T = len, .B = 1, .F = F, .x = x + (size_t)t0 * F};
+            rl_output oc, ol;
+            int counted_push = k >= 4 && len <= longest; /* no buffer to grow */
+            if (len > longest) longest = len;
+            if (counted_push) atomic_store(&n_allocs, 0), atomic_store(&counting, 1);
+            rl_status stc = rl_session_push(sc, &c, &oc);
+            atomic_store(&counting, 0);
+            if (counted_push) allocs_c = (allocs_c < 0 ? 0 : allocs_c) + atomic_load(&n_allocs);
+            if (counted_push) atomic_store(&n_allocs, 0), atomic_store(&counting, 1);
+            rl_status stl = rl_session_push(sl, &c, &ol);
+            atomic_store(&counting, 0);
+            if (counted_push)
+                allocs_lua = (allocs_lua < 0 ? 0 : allocs_lua) + atomic_load(&n_allocs);
+            if (stc != RL_OK || stl != RL_OK || oc.T != len || ol.T != len || oc.dim != ol.dim ||
+                oc.dim > 64) {
+                printf("push in C: %s: chunk %d (%d frames at %d): %s\n", p, k, len, t0,
+                       rl_errmsg());
+                same = 0;
+                break;
+            }
+            same &= memcmp(oc.y, ol.y, sizeof(float) * (size_t)(len * oc.dim)) == 0;
+            if (k >= 4)
+                memcpy(rest + (size_t)(t0 - start) * oc.dim, oc.y,
+                       sizeof(float) * (size_t)(len * oc.dim));
+            t0 += len;
+            pushes++;
+        }
+        char name[96];
+        snprintf(name, sizeof name, "%s: %d pushes in C = in Lua, bit for bit", p, pushes);
+        expect(name, same);
+        rl_batch whole = {.T = N - start,
+                          .B = 1,
+                          .F = F,
+                          .x = x + (size_t)start * F,
+                          .lengths = (int32_t[]){N - start}};
+        rl_output o;
+        float d = 1;
+        if (rl_session_forward(sc, &whole, NULL, &o) == RL_OK) {
+            d = 0;
+            for (int64_t i = 0; i < o.T * o.dim; i++)
+                d = fmaxf(d, fabsf(o.y[i] - rest[i]));
+        }
+        printf("push in C (%s, %s): largest difference to the whole sequence %g; allocations "
+               "of the pushes after the reset: %ld in C, %ld in Lua\n",
+               file, p, (double)d, allocs_c, allocs_lua);
+        snprintf(name, sizeof name, "%s: streamed after a reset = the whole rest", p);
+        expect(name, d < 1e-5f);
+        if (COUNT_ALLOCS) {
+            snprintf(name, sizeof name, "%s: pushes in C allocate nothing (Lua's: %ld)", p,
+                     allocs_lua);
+            expect(name, allocs_c == 0 && allocs_lua > 0);
+            /* batched pushes in C: nothing allocated once the batch had its size */
+            long many[2] = {0, 0};
+            for (int r = 0; r < 3; r++)
+                for (int v = 0; v < 2; v++) {
+                    rl_session *two[2] = {v ? sl : sc, v ? sl2 : sc2};
+                    rl_batch c2[2] = {{.T = 1, .B = 1, .F = F, .x = x + (size_t)r * F},
+                                      {.T = 2, .B = 1, .F = F, .x = x + (size_t)r * F}};
+                    rl_output o2[2];
+                    atomic_store(&n_allocs, 0), atomic_store(&counting, r > 0);
+                    rl_status stm = rl_session_push_many(two, c2, 2, o2);
+                    atomic_store(&counting, 0);
+                    many[v] += atomic_load(&n_allocs);
+                    expect("push_many for the allocations", stm == RL_OK);
+                }
+            printf("push in C (%s, %s): allocations of 2 batched pushes of 2 streams: %ld in C, "
+                   "%ld in Lua\n",
+                   file, p, many[0], many[1]);
+            snprintf(name, sizeof name, "%s: batched pushes in C allocate nothing", p);
+            expect(name, many[0] == 0 && many[1] > 0);
+        }
+        rl_session_free(sc2);
+        rl_session_free(sl2);
+        rl_session_free(sc);
+        rl_session_free(sl);
+    }
+    rl_model_free(mc);
+    rl_model_free(ml);
+}
+
 int main(int argc, char **argv) {
-    if (argc != 9) {
+    if (argc != 10) {
         fputs("usage: embed_check CAUSAL.h5 BIDIRECTIONAL.h5 DATASET.h5 LUACLASS.h5 SPARSE.h5 "
-              "LUACLASS.lua CTC.h5 DIR\n",
+              "LUACLASS.lua CTC.h5 DIR STACK.h5\n",
               stderr);
         return 2;
     }
@@ -821,6 +1022,8 @@ int main(int argc, char **argv) {
     expect("reset", rl_session_reset(s) == RL_OK);
     expect_error("reset NULL", rl_session_reset(NULL), RL_EARG, "rl_session_reset|session is NULL");
     check_push_many(m, argv[1]);
+    check_c_push(argv[1]);
+    check_c_push(argv[9]);
 
     /* precision: bad arguments; bf16 close to float32; streamed in bf16 the whole sequence's bf16
      * numbers; a session opened before keeps float32; back to fp32 the float32 numbers */

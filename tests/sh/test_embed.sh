@@ -157,6 +157,16 @@ dofile(d .. '/scale.lua')
 rl.save_checkpoint(d .. '/lua_class.h5', {epoch = 1, net = rl.network({
   sc = {class = 'scale', k = 3, from = 'data'},
   output = {class = 'softmax', from = 'sc', loss = 'ce', target = 'classes'}}, ext)})
+-- a causal stack of more kinds of C layers (pushes in C); two forward LSTMs side by side, which
+-- net:forward runs as a pair (pushes through the Lua network)
+rl.save_checkpoint(d .. '/stack.h5', {epoch = 1, net = rl.network({
+  l1 = {class = 'lstm', n_out = 8}, g = {class = 'gru', n_out = 6, from = 'l1'},
+  lin = {class = 'linear', n_out = 5, activation = 'tanh', from = {'l1', 'g'}},
+  c = {class = 'copy', from = 'lin'},
+  output = {class = 'softmax', from = {'c', 'g'}, loss = 'ce', target = 'classes'}}, ext)})
+rl.save_checkpoint(d .. '/pair.h5', {epoch = 1, net = rl.network({
+  a = {class = 'lstm', n_out = 4}, b = {class = 'lstm', n_out = 4},
+  output = {class = 'softmax', from = {'a', 'b'}, loss = 'ce', target = 'classes'}}, ext)})
 rl.save_checkpoint(d .. '/sparse.h5', {epoch = 1, net = rl.network({
   emb = {class = 'embedding', n_out = 4, from = 'data'}, l = {class = 'gru', n_out = 5, from = 'emb'},
   output = {class = 'softmax', from = 'l', loss = 'ce', target = 'classes'}},
@@ -257,6 +267,17 @@ for i in 1 2 3 4 5; do
     done
 done
 
+# which path a model's pushes take (RNNLUA_CAPI_DEBUG=1, said at rl_model_load): in C for a stack
+# of C layers, through the Lua network for a pair of layers that net:forward runs at once
+for m in model stack pair; do
+    RNNLUA_CAPI_DEBUG=1 "$dir/embed" "$dir/$m.h5" 7 <"$dir/in1.txt" >/dev/null 2>"$dir/err.txt"
+    case $m in
+        pair) want="pushes run through the Lua network: layer 'a' (class lstm) runs beside" ;;
+        *) want="pushes run in C" ;;
+    esac
+    check "$m.h5: $want" "$(grep -c -F "$dir/$m.h5: $want" "$dir/err.txt")" 1
+done
+
 # ---- the module for a system Lua: Debian's lua5.4 runs rl.forward through the installed
 # lib/lua/5.4/rnnlua.so and writes rl.forward's numbers (a sanitized module needs its runtime
 # loaded first, which lua5.4 is not built for: skipped there)
@@ -315,7 +336,7 @@ serve_stream "$dir/blstm.h5"
 
 # ---- embed_check: bad input, threads, refusals
 "$dir/embed_check" "$dir/model.h5" "$dir/blstm.h5" "$dir/dev.h5" "$dir/lua_class.h5" \
-    "$dir/sparse.h5" "$dir/scale.lua" "$dir/ctc.h5" "$dir" >"$dir/check.log" 2>&1
+    "$dir/sparse.h5" "$dir/scale.lua" "$dir/ctc.h5" "$dir" "$dir/stack.h5" >"$dir/check.log" 2>&1
 rc=$?
 line=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$dir/check.log")
 grep -v '^[0-9]* passed' "$dir/check.log"
