@@ -205,18 +205,22 @@ RL_TARGET_BASE static void part_generic(const job *j, int64_t r0, int64_t r1, in
         const int8_t *bt = j->q + c0 * kq;
         for (int64_t i = r0; i < r1; i++) {
             const uint8_t *ar = j->qa + i * kq;
-            int32_t acc[RL_INT8_COLS] = {0};
+            int32_t acc[RL_INT8_COLS];
             for (int p = 0; p < RL_INT8_COLS / RL_INT8_PANEL; p++) {
                 const int8_t *bp = bt + p * kq * RL_INT8_PANEL;
-                int32_t *ap = acc + p * RL_INT8_PANEL;
+                /* lane e of a quad row holds column e / 4, element e % 4: sums per lane over
+                 * contiguous bytes (a loop that vectorises), the 4 lanes of a column added
+                 * after */
+                int32_t lanes[4 * RL_INT8_PANEL] = {0};
                 for (int64_t r = 0; r < quads; r++) {
                     const int8_t *br = bp + r * 4 * RL_INT8_PANEL;
-                    int32_t a0 = ar[4 * r], a1 = ar[4 * r + 1], a2 = ar[4 * r + 2],
-                            a3 = ar[4 * r + 3];
-                    for (int jj = 0; jj < RL_INT8_PANEL; jj++)
-                        ap[jj] += a0 * br[4 * jj] + a1 * br[4 * jj + 1] + a2 * br[4 * jj + 2] +
-                                  a3 * br[4 * jj + 3];
+                    int32_t a4[4] = {ar[4 * r], ar[4 * r + 1], ar[4 * r + 2], ar[4 * r + 3]};
+                    for (int e = 0; e < 4 * RL_INT8_PANEL; e++)
+                        lanes[e] += a4[e & 3] * br[e];
                 }
+                for (int jj = 0; jj < RL_INT8_PANEL; jj++)
+                    acc[p * RL_INT8_PANEL + jj] =
+                        lanes[4 * jj] + lanes[4 * jj + 1] + lanes[4 * jj + 2] + lanes[4 * jj + 3];
             }
             float *cr = j->c + i * j->ldc + c0;
             for (int64_t jj = 0; jj < w; jj++)
