@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # rnnlua against a current PyTorch on LSTM training steps, as a user writes them: rnnlua runs
 # bench/lstm_step.lua (rl.network, softmax output with CE loss), PyTorch bench/torch_lstm.py
-# (nn.LSTM, Linear, CrossEntropyLoss), same sizes, float32, 2 threads each.
+# (nn.LSTM, Linear, CrossEntropyLoss), same sizes, float32, 2 threads each (RL_BENCH_THREADS
+# sets another count for both).
 #   bash bench/lstm_compare.sh [BUILD_DIR] [CONFIG...]     (default: every config)
 # Each measurement is one process of each framework per config and round, the rounds
 # interleaved (rnnlua, PyTorch, next config, ...; who goes first alternates by round), so that
@@ -19,7 +20,9 @@
 # RL_SGEMM_PEAK_GFLOPS (exported by bench/run.sh) adds rnnlua's fraction of the sgemm peak.
 # RL_BENCH_PRECISIONS (default "fp32") lists the precisions to run, each a row per config:
 # "fp32 bf16" runs rnnlua with precision = "bf16" and PyTorch under bf16 autocast too, in the
-# same interleaved rounds, and adds each row's speed against rnnlua's float32 row.
+# same interleaved rounds, and adds each row's speed against rnnlua's float32 row; "int8" (the
+# forward-only configs utt768, utt512) runs rnnlua with precision = "int8" and PyTorch's
+# quantize_dynamic copy of the model (qint8 LSTM and Linear).
 # The tiny-batch configs (tiny1, tiny3: training at batch 1 and 3; utt768, utt512: one
 # utterance's forward at batch 1) are run only when named.
 # PyTorch comes from bench/torch_env.sh; without it the PyTorch columns say "n/a".
@@ -100,7 +103,7 @@ peak=${RL_SGEMM_PEAK_GFLOPS:-}
 echo "### LSTM training step: rnnlua vs PyTorch $tv${level:+ (level forced to $level)}"
 echo
 echo "rnnlua \`bench/lstm_step.lua\` (rl.network) vs \`bench/torch_lstm.py\`, ${precs[*]}, CPU," \
-    "2 threads each; median of $rounds interleaved rounds (one process per framework, config" \
+    "${RL_BENCH_THREADS:-2} thread(s) each; median of $rounds interleaved rounds (one process per framework, config" \
     "and round, each the median of its steps over ${secs} s); load average $load0 at the start," \
     "$(cut -d' ' -f1-3 /proc/loadavg) at the end."
 echo

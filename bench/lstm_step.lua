@@ -1,8 +1,9 @@
 -- One rnnlua process of bench/lstm_compare.sh: a training step (zero the gradients, forward,
 -- backward; no optimizer update) of an LSTM network built with rl.network, as a user writes
 -- it, float32 on the CPU, or on DEVICE ("cuda": the device kit's comparison with PyTorch on the
--- GPU, a step then ends with rl.synchronize), with PRECISION "fp32" (default) or "bf16"
--- (rl.network's precision). Usage: rnnlua bench/lstm_step.lua CONFIG [SECONDS] [DEVICE]
+-- GPU, a step then ends with rl.synchronize), with PRECISION "fp32" (default), "bf16" or, for
+-- the forward-only configurations, "int8" (rl.network's precision). RL_BENCH_THREADS sets
+-- rl.set_num_threads (default: rnnlua's, every CPU). Usage: rnnlua bench/lstm_step.lua CONFIG [SECONDS] [DEVICE]
 -- [PRECISION] [OPTIONS]; OPTIONS: lstm options for every layer, "KEY=VALUE,..." with numbers or
 -- true/false (e.g. "n_proj=256" or "layer_norm=true"), to measure an option against the plain
 -- layer.
@@ -50,6 +51,10 @@ local c = CONFIGS[name]
 if not c then error("lstm_step.lua: unknown config '" .. tostring(name) .. "'") end
 local layers, bidir, inp, hid, classes, T, B, fwd_only = table.unpack(c)
 local rss0 = status_kib("VmRSS")
+if os.getenv("RL_BENCH_THREADS") then
+  rl.set_num_threads(math.tointeger(tonumber(os.getenv("RL_BENCH_THREADS")))
+    or error("lstm_step.lua: RL_BENCH_THREADS must be an integer"))
+end
 
 local desc = dofile("bench/bench.lua").stack_desc("lstm", layers, bidir, hid, classes, extra)
 rl.manual_seed(1)

@@ -2,19 +2,22 @@
 
 A step is zero_grad + forward + backward (no optimizer update) of an nn.LSTM stack
 (bidirectional where the config says so), a Linear output layer and CrossEntropy (summed),
-float32 on the CPU, torch.set_num_threads(2), or on DEVICE ("cuda": cuDNN's LSTM, the device kit's
+float32 on the CPU, torch.set_num_threads(2) (RL_BENCH_THREADS overrides), or on DEVICE ("cuda": cuDNN's LSTM, the device kit's
 comparison; a step then ends with torch.cuda.synchronize()).
 Usage: PYTHON bench/torch_lstm.py CONFIG [SECONDS] [DEVICE] [PRECISION] [OPTIONS]
 with the python of bench/torch_env.sh (a current PyTorch) or any other that imports torch.
 PRECISION "bf16" runs the model under torch.autocast(dtype=torch.bfloat16) (float32 weights,
 bf16 products), as lstm_step.lua's precision "bf16"; a forward-only configuration (utt768,
-utt512) runs under torch.inference_mode().
+utt512) runs under torch.inference_mode(). PRECISION "int8" (forward-only configurations) runs
+torch.ao.quantization.quantize_dynamic's copy of the LSTM and Linear (qint8 weights, activations
+quantized dynamically at each product), as lstm_step.lua's precision "int8".
 OPTIONS: "hidden=H,proj=P" (either may be left out) overrides the config's hidden size and gives
 nn.LSTM proj_size = P (LSTMP), as lstm_step.lua's "n_out=H,n_proj=P".
 Prints "RESULT config ms_per_step peak_rss_kib rss_before_model_kib steps cpu_ms_per_step" as
 lstm_step.lua does, or a SKIP line (exit 0) where torch is not importable.
 """
 import contextlib
+import os
 import resource
 import sys
 import time
@@ -46,15 +49,16 @@ def main():
     seconds = float(sys.argv[2]) if len(sys.argv) > 2 else 3.0
     device = sys.argv[3] if len(sys.argv) > 3 else "cpu"
     precision = sys.argv[4] if len(sys.argv) > 4 else "fp32"
-    if precision not in ("fp32", "bf16"):
-        print("torch_lstm: precision must be fp32 or bf16, got %r" % precision, file=sys.stderr)
+    if precision not in ("fp32", "bf16", "int8"):
+        print("torch_lstm: precision must be fp32, bf16 or int8, got %r" % precision,
+              file=sys.stderr)
         return 2
     try:
         import torch
     except ImportError:
         print("SKIP torch_lstm: PyTorch is not importable by %s" % sys.executable)
         return 0
-    torch.set_num_threads(2)
+    torch.set_num_threads(int(os.environ.get("RL_BENCH_THREADS", "2")))
     torch.manual_seed(1)
     layers, bidir, inp, hid, classes, T, B, fwd_only = CONFIGS[name]
     opts = dict(kv.split("=") for kv in sys.argv[5].split(",")) if len(sys.argv) > 5 else {}
@@ -67,6 +71,13 @@ def main():
     width = proj if proj else hid  # of each direction's output
     out = torch.nn.Linear(dirs * width, classes).to(device)
     params = list(lstm.parameters()) + list(out.parameters())
+    if precision == "int8":
+        if not fwd_only or device != "cpu":
+            print("torch_lstm: int8 is for the CPU's forward-only configurations", file=sys.stderr)
+            return 2
+        both = torch.ao.quantization.quantize_dynamic(
+            torch.nn.ModuleList([lstm, out]), {torch.nn.LSTM, torch.nn.Linear}, dtype=torch.qint8)
+        lstm, out = both[0], both[1]
     x = torch.randn(T, B, inp).to(device)
     y = torch.tensor([(i * 2654435761) % classes for i in range(T * B)]).to(device)
     ce = torch.nn.CrossEntropyLoss(reduction="sum")

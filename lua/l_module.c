@@ -2,6 +2,8 @@
  * (lua/rnnlua/init.lua), which receives the module table and completes it. */
 #include <lauxlib.h>
 #include <lua.h>
+#include <stdbool.h>
+#include <string.h>
 
 #include "../core/blas.h"
 #include "../kernels/cpu/cpu_level.h"
@@ -59,7 +61,8 @@ static int l_cpu_level(lua_State *L) {
 }
 
 /* A network's bf16 context (kernels/cpu/gemm_bf16.h), for the network module, not for users:
- *   rl._bf16_ctx() -> a context (freed with it by the garbage collector);
+ *   rl._bf16_ctx([kind]) -> a context (freed with it by the garbage collector); kind "bf16"
+ *       (default) or "int8" (rl_bf16_ctx_set_int8: int8 weights, for inference);
  *   rl._bf16_enter(ctx | nil, params) -> prev: makes ctx (nil: none, float32 products) the
  *       active context of this thread and returns the one it replaces, for _bf16_leave;
  *       params is the network's flat parameter buffer (a contiguous float32 CPU tensor),
@@ -69,6 +72,7 @@ static int l_cpu_level(lua_State *L) {
  *   rl._bf16_leave(prev): restores the context _bf16_enter replaced;
  *   rl._bf16_bytes(ctx) -> bytes of kept packs;
  *   rl._bf16_packs(ctx) -> weight operands packed so far (kept or per product).;
+ *   rl._bf16_is_int8(ctx) -> whether it is an int8 context;
  *   rl._bf16_freeze(ctx): its weights never change (rl_bf16_ctx_freeze; the C API's models). */
 #define BF16_CTX_MT "rnnlua.bf16_ctx"
 
@@ -91,9 +95,14 @@ static rl_bf16_ctx **push_bf16_ud(lua_State *L) {
 }
 
 static int l_bf16_ctx(lua_State *L) {
+    const char *kind = luaL_optstring(L, 1, "bf16");
+    bool int8 = strcmp(kind, "int8") == 0;
+    if (!int8 && strcmp(kind, "bf16") != 0)
+        return luaL_argerror(L, 1, "\"bf16\" or \"int8\" expected");
     rl_bf16_ctx **u = push_bf16_ud(L);
     *u = rl_bf16_ctx_new();
-    if (!*u) return luaL_error(L, "rnnlua: precision bf16: out of memory for its context");
+    if (!*u) return luaL_error(L, "rnnlua: precision %s: out of memory for its context", kind);
+    if (int8) rl_bf16_ctx_set_int8(*u);
     return 1;
 }
 
@@ -150,6 +159,12 @@ static int l_bf16_leave(lua_State *L) {
     return 0;
 }
 
+static int l_bf16_is_int8(lua_State *L) {
+    rl_bf16_ctx *ctx = *(rl_bf16_ctx **)luaL_checkudata(L, 1, BF16_CTX_MT);
+    lua_pushboolean(L, ctx && rl_bf16_ctx_is_int8(ctx));
+    return 1;
+}
+
 static int l_bf16_packs(lua_State *L) {
     lua_pushinteger(
         L, (lua_Integer)rl_bf16_ctx_packs(*(rl_bf16_ctx **)luaL_checkudata(L, 1, BF16_CTX_MT)));
@@ -168,6 +183,7 @@ static const luaL_Reg module_funcs[] = {
     {"_bf16_ctx", l_bf16_ctx},
     {"_bf16_enter", l_bf16_enter},
     {"_bf16_freeze", l_bf16_freeze},
+    {"_bf16_is_int8", l_bf16_is_int8},
     {"_bf16_leave", l_bf16_leave},
     {"_bf16_on", l_bf16_on},
     {"cpu_level", l_cpu_level},

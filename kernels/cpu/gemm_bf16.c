@@ -21,6 +21,7 @@
 #include "../../core/bf16.h"
 #include "../../core/blas.h"
 #include "cpu_level.h"
+#include "gemm_int8.h"
 #include "parallel.h"
 
 #ifdef RL_CPU_X86
@@ -519,15 +520,16 @@ typedef struct {
     const float *b;
     int64_t ldb, k, n;
     bool trans;
-    bool hot;         /* used twice while the weights stayed the same, once */
-    uint16_t *packed; /* the slot's buffer, kept for its next key */
-    size_t cap;       /* elements */
+    bool hot;     /* used twice while the weights stayed the same, once */
+    void *packed; /* the slot's buffer (bf16 pack or int8 pack), kept for its next key */
+    size_t cap;   /* bytes */
 } cache_slot;
 
 struct rl_bf16_ctx {
     /* shared by the networks of threads that read one frozen model's parameters */
     atomic_int refs;
     _Atomic bool frozen; /* rl_bf16_ctx_freeze */
+    bool int8;           /* rl_bf16_ctx_set_int8: int8 packs and products */
     const char *weights_lo, *weights_hi;
     uint64_t version; /* of the weights' storage when the slots were filled */
     _Atomic int used; /* slots claimed (may pass CACHE_SLOTS: then all are) */
@@ -552,6 +554,10 @@ void rl_bf16_ctx_hold(rl_bf16_ctx *ctx) {
 }
 
 void rl_bf16_ctx_freeze(rl_bf16_ctx *ctx) { atomic_store(&ctx->frozen, true); }
+
+void rl_bf16_ctx_set_int8(rl_bf16_ctx *ctx) { ctx->int8 = true; }
+
+bool rl_bf16_ctx_is_int8(const rl_bf16_ctx *ctx) { return ctx->int8; }
 
 void rl_bf16_ctx_free(rl_bf16_ctx *ctx) {
     if (!ctx || atomic_fetch_sub(&ctx->refs, 1) > 1) return;
@@ -583,7 +589,7 @@ void rl_bf16_ctx_begin(rl_bf16_ctx *ctx, const void *weights, size_t bytes, uint
 size_t rl_bf16_ctx_bytes(const rl_bf16_ctx *ctx) {
     size_t n = 0;
     for (int i = 0; i < CACHE_SLOTS; i++)
-        n += ctx->cache[i].cap * sizeof(uint16_t);
+        n += ctx->cache[i].cap;
     return n;
 }
 
@@ -597,8 +603,8 @@ uint64_t rl_bf16_ctx_packs(const rl_bf16_ctx *ctx) { return atomic_load(&ctx->pa
  * second forward of the same weights is kept); while another product packs it; when no slot
  * is left. A frozen context keeps every weight from its first use. Lock-free: the two layers of a
  * concurrent pair look up their packs at once. */
-static const uint16_t *kept_pack(rl_bf16_ctx *ctx, const float *b, int64_t ldb, bool trans,
-                                 int64_t k, int64_t n, rl_status *st) {
+static const void *kept_pack(rl_bf16_ctx *ctx, const float *b, int64_t ldb, bool trans, int64_t k,
+                             int64_t n, rl_status *st) {
     const char *lo = (const char *)b;
     int64_t rows = trans ? n : k, cols = trans ? k : n;
     const char *hi = (const char *)(b + (rows - 1) * ldb + cols);
@@ -644,19 +650,23 @@ static const uint16_t *kept_pack(rl_bf16_ctx *ctx, const float *b, int64_t ldb, 
             return NULL;
     }
     s->hot = true;
-    size_t need = (size_t)rl_bf16_packed_size(k, n);
+    size_t need = ctx->int8 ? rl_int8_packed_bytes(k, n)
+                            : sizeof(uint16_t) * (size_t)rl_bf16_packed_size(k, n);
     if (need > s->cap) {
-        uint16_t *p = realloc(s->packed, sizeof(uint16_t) * need);
+        void *p = realloc(s->packed, need);
         if (!p) {
             atomic_store(&s->state, SEEN);
-            *st = rl_error(RL_ENOMEM, "bf16 gemm: cannot allocate %zu bytes for a packed weight",
-                           sizeof(uint16_t) * need);
+            *st = rl_error(RL_ENOMEM, "%s gemm: cannot allocate %zu bytes for a packed weight",
+                           ctx->int8 ? "int8" : "bf16", need);
             return NULL;
         }
         s->packed = p;
         s->cap = need;
     }
-    rl_bf16_pack(s->packed, b, ldb, trans, k, n);
+    if (ctx->int8)
+        rl_int8_pack(s->packed, b, ldb, trans, k, n);
+    else
+        rl_bf16_pack(s->packed, b, ldb, trans, k, n);
     atomic_fetch_add(&ctx->packs, 1);
     atomic_store(&s->state, READY);
     return s->packed;
@@ -668,14 +678,23 @@ rl_status rl_gemm_bf16_ctx(rl_bf16_ctx *ctx, bool trans_a, bool trans_b, int64_t
     if (m <= 0 || n <= 0) return RL_OK;
     if (k > 0) {
         rl_status st = RL_OK;
-        const uint16_t *p = kept_pack(ctx, b, ldb, trans_b, k, n, &st);
+        const void *p = kept_pack(ctx, b, ldb, trans_b, k, n, &st);
         if (st != RL_OK) return st;
         /* a kept pack is only replaced at a begin that finds the weights changed, on the
          * network's thread, after every product of the pass has returned */
+        if (p && ctx->int8)
+            return rl_gemm_int8_packed(trans_a, m, n, k, alpha, a, lda, p, beta, c, ldc);
         if (p) return rl_gemm_bf16_packed(trans_a, m, n, k, alpha, a, lda, p, beta, c, ldc);
         const char *lo = (const char *)b;
-        if (ctx->weights_lo && lo >= ctx->weights_lo && lo < ctx->weights_hi)
-            atomic_fetch_add(&ctx->packs, 1);
+        bool weight = ctx->weights_lo && lo >= ctx->weights_lo && lo < ctx->weights_hi;
+        if (weight) atomic_fetch_add(&ctx->packs, 1);
+        /* int8 quantizes weights only: a product of two activations stays float32 */
+        if (ctx->int8 && weight)
+            return rl_gemm_int8(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+        if (ctx->int8) {
+            rl_blas_sgemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+            return RL_OK;
+        }
     }
     return rl_gemm_bf16(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }

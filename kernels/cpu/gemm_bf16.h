@@ -113,6 +113,12 @@ void rl_bf16_ctx_hold(rl_bf16_ctx *ctx);
  * threads that read the same parameter buffer can share the context. Called before the context
  * is shared. */
 void rl_bf16_ctx_freeze(rl_bf16_ctx *ctx);
+/* Makes ctx an int8 context (before its first product): weight operands are quantized as
+ * gemm_int8.h says (per output unit) instead of rounded to bf16, kept the same way, and products
+ * with them run rl_gemm_int8_packed; products of operands outside the weights run in float32.
+ * For inference: the int8 products have no backward of their own. */
+void rl_bf16_ctx_set_int8(rl_bf16_ctx *ctx);
+bool rl_bf16_ctx_is_int8(const rl_bf16_ctx *ctx);
 /* Before a pass, with no product of ctx running: sets the weights range and the version of
  * their contents; when either differs from the last begin's, drops every kept pack (their
  * buffers are reused). */

@@ -9,7 +9,7 @@
 --   m.num_params
 --   m.blank, m.labels              a CTC layer's blank class and its target's labels in the
 --                                  checkpoint (a list of strings), each nil when none
---   m:set_precision(p, who)        "fp32" or "bf16": this model's and its later sessions' products
+--   m:set_precision(p, who)        "fp32", "bf16" or "int8": this model's and its later sessions' products
 --   m:run(x, lengths, layer, state_from, who) -> out, out_lengths
 --       x: (T, B, F) float32 or (T, B) int32 class indices, lengths (B) int32; layer: nil (the
 --       model's) or any layer of the network; state_from: nil (a plain batch) or 0/1 for the one
@@ -287,8 +287,8 @@ end
 local function share_packs(fm, snap, ext)
   local net = fm.net
   if snap then
-    if snap.precision == "bf16" then
-      net:set_precision("bf16")
+    if snap.precision == "bf16" or snap.precision == "int8" then
+      net:set_precision(snap.precision)
       net.bf16_ctx = snap.bf16_ctx
     end
     local adopted = {}
@@ -309,18 +309,22 @@ local function share_packs(fm, snap, ext)
   warm_up(fm, ext)
 end
 
--- The precision of the model's products ("fp32" or "bf16", rl.network's precision option) for
--- its forwards and the sessions opened from now on. In bf16 the weights are rounded and packed
--- once, into a context that never drops them (rl._bf16_freeze), which those sessions share.
+-- The precision of the model's products ("fp32", "bf16" or "int8", rl.network's precision
+-- option) for its forwards and the sessions opened from now on. In bf16 (int8) the weights are
+-- rounded (quantized) and packed once, into a context that never drops them (rl._bf16_freeze),
+-- which those sessions share.
 function Model:set_precision(p, who)
-  if p ~= "fp32" and p ~= "bf16" then
-    fail("%s: precision: \"%s\" is none of \"fp32\", \"bf16\"", who, p)
+  if p ~= "fp32" and p ~= "bf16" and p ~= "int8" then
+    fail("%s: precision: \"%s\" is none of \"fp32\", \"bf16\", \"int8\"", who, p)
   end
   local net = self.net
   local ok, err = pcall(net.set_precision, net, p)
   if not ok then fail("%s: precision: %s: %s", who, self.path, util.strip_internal(tostring(err))) end
-  if p == "bf16" and not net.bf16_ctx then
-    net.bf16_ctx = rl._bf16_ctx()
+  if net.bf16_ctx and p ~= "fp32" and rl._bf16_is_int8(net.bf16_ctx) ~= (p == "int8") then
+    net.bf16_ctx = nil -- the other kind's
+  end
+  if p ~= "fp32" and not net.bf16_ctx then
+    net.bf16_ctx = rl._bf16_ctx(p)
     rl._bf16_freeze(net.bf16_ctx)
     warm_up(self.fm, net.ext[self.key])
   end

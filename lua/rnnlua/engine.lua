@@ -268,7 +268,7 @@ local function check_config(config, argv)
     fail("config.device must be \"cpu\", \"cuda\" or \"cuda:N\", got %s", tostring(cfg.device))
   end
   require("rnnlua.network").check_precision("config.precision", cfg.precision, cfg.dtype,
-    cfg.device)
+    cfg.device, true)
   if cfg.load ~= nil and type(cfg.load) ~= "string" then
     fail("config.load must be \"last\" or a checkpoint path, got %s", type(cfg.load))
   end

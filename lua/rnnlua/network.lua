@@ -48,9 +48,12 @@
 --   are shares of the network's buffers (closing one releases only it), net.description,
 --   net.extern_data, net.order (layer names in dependency order), net.dtype, net.device
 --   net:to(device)      moves the network to "cpu", "cuda" or "cuda:N" (returns net)
---   net:set_precision(p) "fp32" or "bf16" (rl.network's precision option, default "fp32"):
---                       bf16 operands, float32 sums in the products of linear, softmax, lstm
---                       and gru layers on the CPU; weights, gradients and states stay float32
+--   net:set_precision(p) "fp32", "bf16" or "int8" (rl.network's precision option, default
+--                       "fp32"): bf16 operands, float32 sums in the products of linear,
+--                       softmax, lstm and gru layers on the CPU; weights, gradients and states
+--                       stay float32. "int8" (inference only: net:backward refuses it): those
+--                       products with int8 weights (per output unit scales) and activations
+--                       quantized per row at each product, int32 sums (kernels/cpu/gemm_int8.h)
 --
 -- Devices. A network is built on the CPU (so its initial values do not depend on the device)
 -- and moved with net:to(device): the flat parameter and gradient buffers are copied once each,
@@ -333,24 +336,29 @@ M.BF16_CLASSES = BF16_CLASSES -- lua/rnnlua/capi.lua's pushes in C turn bf16 on 
 local NO_PRODUCTS = {activation = true, collapse = true, combine = true, copy = true,
   dropout = true, embedding = true, global_pool = true, pool2d = true, window = true,
   layer_norm = true}
-local PRECISIONS = {fp32 = true, bf16 = true, fp16 = true}
+local PRECISIONS = {fp32 = true, bf16 = true, int8 = true, fp16 = true}
 
--- p checked for a network of dtype on device (who names the caller and option)
-local function check_precision(who, p, dtype, device)
+-- p checked for a network of dtype on device (who names the caller and option; training: the
+-- network is to be trained)
+local function check_precision(who, p, dtype, device, training)
   if not PRECISIONS[p] then
-    fail("%s: precision must be \"fp32\", \"bf16\" or \"fp16\", got %s", who,
+    fail("%s: precision must be \"fp32\", \"bf16\", \"int8\" or \"fp16\", got %s", who,
       type(p) == "string" and string.format("%q", p) or tostring(p))
+  end
+  if p == "int8" and training then
+    fail("%s: precision \"int8\" is for inference only (its products have no backward); "
+      .. "train in \"fp32\" or \"bf16\" and run the trained model in \"int8\"", who)
   end
   if p == "fp16" then
     fail("%s: precision \"fp16\" needs a CUDA device's tensor cores, and this version has no "
       .. "fp16 products (the network is on %s); use \"bf16\" on the CPU", who, device)
   end
-  if p == "bf16" and dtype ~= "float32" then
-    fail("%s: precision \"bf16\" needs dtype float32 (its master weights), got %s", who, dtype)
+  if (p == "bf16" or p == "int8") and dtype ~= "float32" then
+    fail("%s: precision \"%s\" needs dtype float32 (its master weights), got %s", who, p, dtype)
   end
-  if p == "bf16" and device ~= "cpu" then
-    fail("%s: precision \"bf16\" runs on the CPU only in this version (the network is on %s)",
-      who, device)
+  if (p == "bf16" or p == "int8") and device ~= "cpu" then
+    fail("%s: precision \"%s\" runs on the CPU only in this version (the network is on %s)",
+      who, p, device)
   end
 end
 M.check_precision = check_precision
@@ -1012,7 +1020,7 @@ function Network:enter(what)
   return setmetatable({net = self}, Guard)
 end
 
--- net:set_precision(p): "fp32" or "bf16" (see BF16_CLASSES) from the next forward on.
+-- net:set_precision(p): "fp32", "bf16" or "int8" (see BF16_CLASSES) from the next forward on.
 function Network:set_precision(p)
   check_precision("net:set_precision", p, self.dtype, self.device)
   self.precision = p
@@ -1028,8 +1036,13 @@ local Bf16Guard = {__close = function(g) rl._bf16_leave(g.prev) end}
 function Network:bf16_enter()
   if self.device ~= "cpu" or self.dtype ~= "float32" then return nil end
   local ctx = nil
-  if self.precision == "bf16" then
-    self.bf16_ctx = self.bf16_ctx or rl._bf16_ctx()
+  local p = self.precision
+  if p == "bf16" or p == "int8" then
+    -- one context per kind: a network switched between bf16 and int8 gets a new one
+    if self.bf16_ctx and rl._bf16_is_int8(self.bf16_ctx) ~= (p == "int8") then
+      self.bf16_ctx = nil
+    end
+    self.bf16_ctx = self.bf16_ctx or rl._bf16_ctx(p)
     ctx = self.bf16_ctx
   end
   return setmetatable({prev = rl._bf16_enter(ctx, self.flat_params)}, Bf16Guard)
@@ -1038,14 +1051,15 @@ end
 -- Before a node's layer runs: bf16 products for the classes that have them, float32 for the
 -- rest (said once per layer when it has products of its own).
 function Network:bf16_node(node)
-  if self.precision ~= "bf16" then return end
+  local p = self.precision
+  if p ~= "bf16" and p ~= "int8" then return end
   local cls = node.layer.class
   local on = BF16_CLASSES[cls] and type(node.layer) == "userdata"
   rl._bf16_on(on and self.bf16_ctx or nil)
   if not on and not NO_PRODUCTS[cls] and not self.fp32_noted[node.name] then
     self.fp32_noted[node.name] = true
-    io.stderr:write(string.format("rnnlua: %s has no bf16 path: its products run in float32 "
-      .. "(precision \"bf16\")\n", where(node.name, cls)))
+    io.stderr:write(string.format("rnnlua: %s has no %s path: its products run in float32 "
+      .. "(precision \"%s\")\n", where(node.name, cls), p, p))
   end
 end
 
@@ -1217,6 +1231,10 @@ function Network:backward()
     error("net:backward: needs a net:forward before it (once per forward)", 2)
   end
   if #self.loss_nodes == 0 then error("net:backward: the network has no loss", 2) end
+  if self.precision == "int8" then
+    error("net:backward: precision \"int8\" is for inference only (its products have no "
+      .. "backward); net:set_precision(\"fp32\") or \"bf16\" to train", 2)
+  end
   self.forwarded = false
   ready_grads(self)
   local bf16 <close> = self:bf16_enter()

@@ -56,7 +56,7 @@ M.list = {
   {"device", "string", "\"cpu\"", "\"cuda\" or \"cuda:N\" (docs/gpu.md)"},
   {"dtype", "string", "\"float32\"", "\"float64\" for references and checks"},
   {"precision", "string", "\"fp32\"",
-    "\"bf16\": bf16 operands and float32 sums in the matrix products (float32 master weights)"},
+    "\"bf16\": bf16 operands and float32 sums in the matrix products (float32 master weights); \"int8\" is refused (inference only)"},
   {"num_threads", "integer", "all CPUs", "rl.set_num_threads for the run"},
   {"distributed", "table", "none (sync with several processes)",
     "{mode = \"sync\" | \"average\", ...} (docs/distributed.md)"},

@@ -13,6 +13,7 @@
 
 #include "../../core/error.h"
 #include "../../kernels/cpu/cpu_level.h"
+#include "../../kernels/cpu/gemm_int8.h"
 #include "../../kernels/cpu/gemm_small.h"
 #include "../../kernels/gru.h"
 #include "../../kernels/lstm.h"
@@ -23,6 +24,24 @@
 static int blas_threads = 1;
 int rl_blas_get_threads(void);
 int rl_blas_get_threads(void) { return blas_threads; }
+
+/* gemm_bf16.c's int8 context runs products of two activations through sgemm (a plain loop
+ * here; these tests do not reach it) */
+void rl_blas_sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                   const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c,
+                   int64_t ldc);
+void rl_blas_sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                   const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c,
+                   int64_t ldc) {
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < n; j++) {
+            float s = 0;
+            for (int64_t l = 0; l < k; l++)
+                s += (trans_a ? a[l * lda + i] : a[i * lda + l]) *
+                     (trans_b ? b[j * ldb + l] : b[l * ldb + j]);
+            c[i * ldc + j] = alpha * s + (beta != 0 ? beta * c[i * ldc + j] : 0);
+        }
+}
 
 static uint64_t rng_state = 0x9e3779b97f4a7c15u;
 
@@ -209,6 +228,35 @@ static void test_gru(void) {
     CHECK(worst < 1e-5);
 }
 
+/* The int8 product's generic kernel (gemm_int8.h): operands that are integers with 127 as the
+ * largest magnitude of each row of A and each column of B quantize exactly (scale 1), so C is
+ * the exact integer product (pins the packing, the offset of 128 and the column sums). */
+static void test_int8(void) {
+    enum { M = 5, N = 67, K = 37 };
+    static float a[M * K], b[N * K], c[M * N];
+    for (int i = 0; i < M * K; i++)
+        a[i] = (float)((int)(rng_state = rng_state * 6364136223846793005u + 1442695040888963407u) %
+                       128);
+    for (int i = 0; i < N * K; i++)
+        b[i] = (float)((int)(rng_state = rng_state * 6364136223846793005u + 1442695040888963407u) %
+                       128);
+    for (int i = 0; i < M; i++)
+        a[i * K + i % K] = i % 2 ? 127.0f : -127.0f;
+    for (int j = 0; j < N; j++)
+        b[j * K + j % K] = j % 2 ? -127.0f : 127.0f;
+    CHECK(rl_int8_level_get() == RL_INT8_GENERIC);
+    CHECK_OK(rl_gemm_int8(false, true, M, N, K, 1.0f, a, K, b, K, 0.0f, c, N));
+    int bad = 0;
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++) {
+            double s = 0;
+            for (int l = 0; l < K; l++)
+                s += (double)a[i * K + l] * b[j * K + l];
+            if (c[i * N + j] != (float)s) bad++;
+        }
+    CHECK(bad == 0);
+}
+
 int main(void) {
     test_levels();
     for (int lv = RL_CPU_GENERIC; lv <= (int)rl_cpu_level_supported(); lv++) {
@@ -217,6 +265,7 @@ int main(void) {
         test_packed_gemm();
         test_lstm();
         test_gru();
+        test_int8();
     }
     TEST_MAIN_END();
 }

@@ -50,7 +50,7 @@ end
 
 H.expect_error("an unknown precision names the option", function()
   rl.network(DEEP, ext, {precision = "fp8"})
-end, 'precision must be "fp32", "bf16" or "fp16", got "fp8"')
+end, 'precision must be "fp32", "bf16", "int8" or "fp16", got "fp8"')
 H.expect_error("fp16 on the CPU is an error naming it", function()
   rl.network(DEEP, ext, {precision = "fp16"})
 end, 'precision "fp16" needs a CUDA')
@@ -61,7 +61,7 @@ H.expect_error("net:set_precision checks its argument", function()
   rl.network(DEEP, ext):set_precision(16)
 end, "net:set_precision: precision must be")
 H.expect_error("rl.train checks precision before it starts", function()
-  rl.train{network = DEEP, train = {class = "12ax", num_seqs = 4, seed = 1}, precision = "int8",
+  rl.train{network = DEEP, train = {class = "12ax", num_seqs = 4, seed = 1}, precision = "fp8",
            log_verbosity = 0}
 end, "config.precision: precision must be")
 H.expect_error("rl.forward checks precision", function()
@@ -328,8 +328,8 @@ H.test("served answers in bf16 against float32", function()
 end)
 
 H.expect_error("serve refuses an unknown precision naming --precision", function()
-  require("rnnlua.serve").load("none.h5", "output", nil, nil, "int8")
-end, '--precision: precision must be "fp32", "bf16" or "fp16", got "int8"')
+  require("rnnlua.serve").load("none.h5", "output", nil, nil, "int4")
+end, '--precision: precision must be "fp32", "bf16", "int8" or "fp16", got "int4"')
 
 H.rm_rf(dir)
 H.done()

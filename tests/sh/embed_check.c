@@ -1070,6 +1070,32 @@ int main(int argc, char **argv) {
                                  rl_model_forward(m, &b, NULL, &out) == RL_OK &&
                                  memcmp(out.y, serial, sizeof serial) == 0);
 
+    /* int8: close to float32 (within 8/254, tests/lua/test_int8.lua's bound), and streamed the
+     * whole sequence's int8 numbers (the activations are quantized per row, each frame alone) */
+    expect("precision int8", rl_model_set_precision(m, "int8") == RL_OK);
+    static float q8[T * B * 2];
+    expect("int8 forward", rl_model_forward(m, &b, NULL, &out) == RL_OK && out.T == T);
+    memcpy(q8, out.y, sizeof q8);
+    float d_q8 = 0, d_q8_stream = 0;
+    for (int i = 0; i < T * B * 2; i++)
+        d_q8 = fmaxf(d_q8, fabsf(q8[i] - serial[i]));
+    expect("int8 differs from float32 by quantization only", d_q8 > 0 && d_q8 <= 8.0f / 254);
+    rl_session *s8;
+    expect("open int8", rl_session_open(&s8, m) == RL_OK);
+    for (int t0 = 0; s8 && t0 < T; t0 += 7) {
+        rl_batch k = {.T = t0 + 7 <= T ? 7 : T - t0, .B = 1, .F = F, .x = seq0 + t0 * F};
+        expect("push int8", rl_session_push(s8, &k, &out) == RL_OK && out.T == k.T);
+        for (int t = 0; t < k.T; t++)
+            for (int j = 0; j < 2; j++)
+                d_q8_stream =
+                    fmaxf(d_q8_stream, fabsf(out.y[t * 2 + j] - q8[((t0 + t) * B) * 2 + j]));
+    }
+    expect("int8 streamed = int8 whole", d_q8_stream < 1e-6f);
+    rl_session_free(s8);
+    expect("precision int8 -> fp32", rl_model_set_precision(m, "fp32") == RL_OK &&
+                                         rl_model_forward(m, &b, NULL, &out) == RL_OK &&
+                                         memcmp(out.y, serial, sizeof serial) == 0);
+
     check_ctc(argv[7], m);
     check_lm(argv[7], argv[8], m);
     check_search(argv[8], argv[7], m);

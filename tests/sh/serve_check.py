@@ -1124,6 +1124,26 @@ def test_test_input():
           in r.stderr and b"smaller than the 300 x 300 filter" in r.stderr, r.stderr[-300:])
 
 
+def test_int8():
+    """--precision int8: the answers are rl.forward{precision = "int8"}'s bit for bit (each row
+    of an int8 product is quantized on its own: batching does not change it), and within 8/254
+    of the float32 answers (tests/lua/test_int8.lua's bound), not equal to them."""
+    ref8 = read_seqs(os.path.join(DIR, "fwd_int8.h5"))
+    s = Server("--precision", "int8")
+    try:
+        check("--precision int8: each dev sequence equals rl.forward's int8 output",
+              all(good_request(s, i, ref8) for i in range(len(INPUTS))))
+        st, doc, _ = s.request("POST", "/v1/forward",
+                               {"batch": [{"data": frames(i)} for i in range(len(INPUTS))]})
+        check("  ... and so does one batch request of all of them", st == 200 and all(
+            equal(d, ref8[i]) for i, d in enumerate(doc["batch"])), st)
+    finally:
+        rc = s.stop()
+    check("int8 server stops with exit 0", rc == 0, rc)
+    worst = max(float(np.abs(a - b).max()) for a, b in zip(ref8, REF))
+    check("int8 answers within 8/254 of float32's and not equal", 0 < worst <= 8 / 254, worst)
+
+
 def test_cli():
     r = subprocess.run([BIN, "serve"], capture_output=True)
     check("serve without a model: exit 2 with the usage", r.returncode == 2
@@ -1155,10 +1175,10 @@ def test_cli():
           and b"rnnlua: serve: no layer 'nope' in the network of" in r.stderr
           and b"rnnlua serve:" not in r.stderr, r.stderr[-200:])
     r = subprocess.run([BIN, "serve", os.path.join(DIR, "model.h5"), "--port", "0",
-                        "--precision", "int8"], capture_output=True)
+                        "--precision", "int4"], capture_output=True)
     check("unknown precision: exit 1 naming --precision", r.returncode == 1
-          and b'--precision: precision must be "fp32", "bf16" or "fp16", got "int8"' in r.stderr,
-          r.stderr[-200:])
+          and b'--precision: precision must be "fp32", "bf16", "int8" or "fp16", got "int4"'
+          in r.stderr, r.stderr[-200:])
     s = Server()
     try:
         r = subprocess.run([BIN, "serve", os.path.join(DIR, "model.h5"), "--port", str(s.port)],
@@ -1257,6 +1277,7 @@ def main():
     test_model_errors()
     test_test_input()
     test_cli()
+    test_int8()
     test_lua_layers()
     print("%d passed, %d failed" % (PASSED[0], FAILED[0]))
     return 1 if FAILED[0] else 0

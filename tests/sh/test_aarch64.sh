@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The AArch64 paths of the CPU kernels (the NEON packed GEMM, the level names, the LSTM and GRU
-# pointwise passes; the bf16 products' generic path is compiled in, as gemm_small.c asks for its
+# pointwise passes; the bf16 products' generic path, and the int8 products' it calls, are compiled
+# in, as gemm_small.c asks for its
 # mode): tests/aarch64/test_kernels.c cross-compiled with aarch64-linux-gnu-gcc and
 # run under qemu-aarch64 (both from scripts/deps.sh). Prints SKIP without them. The argument
 # (the rnnlua binary) is not used: the program links the kernel sources directly.
@@ -23,7 +24,8 @@ trap 'rm -rf "$tmp"' EXIT
 if ! "$cc" -O2 -g -std=c11 -D_GNU_SOURCE -fno-trapping-math -fno-math-errno -Wall -Wextra \
     -Wshadow -Wmissing-prototypes -Wno-unused-parameter -Werror -I. -static \
     -o "$tmp/test_kernels" tests/aarch64/test_kernels.c kernels/cpu/gemm_small.c \
-    kernels/cpu/gemm_neon.c kernels/cpu/gemm_bf16.c kernels/cpu/cpu_level.c kernels/cpu/parallel.c \
+    kernels/cpu/gemm_neon.c kernels/cpu/gemm_bf16.c kernels/cpu/gemm_int8.c kernels/cpu/cpu_level.c \
+    kernels/cpu/parallel.c \
     kernels/cpu/lstm.c kernels/cpu/gru.c core/error.c -lm -lpthread; then
     echo "FAIL test_aarch64: the cross compilation failed"
     echo "0 passed, 1 failed"

@@ -59,6 +59,8 @@ os.rename(r.checkpoint, '$dir/model.h5')
 rl.dataset_write('$dir/dev.h5', rl.dataset{class = '12ax', num_seqs = 24, seed = 2, max_len = 60})
 rl.forward{model = '$dir/model.h5', data = {class = 'hdf', files = {'$dir/dev.h5'}},
            output_file = '$dir/fwd.h5', log_verbosity = 0}
+rl.forward{model = '$dir/model.h5', data = {class = 'hdf', files = {'$dir/dev.h5'}},
+           output_file = '$dir/fwd_int8.h5', log_verbosity = 0, precision = 'int8'}
 rl.manual_seed(5)
 local net = rl.network(cfg.network, {data = {dim = 9}, classes = {dim = 2, sparse = true}})
 rl.save_checkpoint('$dir/other.h5', {net = net, epoch = 7})
