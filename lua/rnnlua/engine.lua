@@ -628,8 +628,10 @@ function M.train(config, argv)
     end
     local extern = cfg.extern_data or train:extern_data()
     -- pretraining (rnnlua.pretrain): the network of each epoch, planned before the seed is set
+    -- a network is built on the CPU and moved: one in fp16 (CUDA only) takes its precision there
+    local built_precision = cfg.precision == "fp16" and "fp32" or cfg.precision
     local pre = pretrainmod.plan(cfg, extern, function(desc)
-      local n = rl.network(desc, extern, {dtype = cfg.dtype, precision = cfg.precision})
+      local n = rl.network(desc, extern, {dtype = cfg.dtype, precision = built_precision})
       check_dims(train, n, "train")
       if dev then check_dims(dev, n, "dev") end
       return n
@@ -637,11 +639,12 @@ function M.train(config, argv)
     rl.manual_seed(cfg.seed)
     local ctx = {cfg = cfg, log = log, train = train, step = 0, history = {}, dist = dist}
     function ctx.new_network(desc)
-      local n = rl.network(desc, extern, {dtype = cfg.dtype, precision = cfg.precision})
+      local n = rl.network(desc, extern, {dtype = cfg.dtype, precision = built_precision})
       if cfg.device ~= "cpu" then
         n:to(cfg.device)
         log:write(2, "network moved to %s", n.device)
       end
+      if built_precision ~= cfg.precision then n:set_precision(cfg.precision) end
       check_dims(train, n, "train")
       if dev then check_dims(dev, n, "dev") end
       if cfg.carry_state then

@@ -48,9 +48,12 @@
 --   are shares of the network's buffers (closing one releases only it), net.description,
 --   net.extern_data, net.order (layer names in dependency order), net.dtype, net.device
 --   net:to(device)      moves the network to "cpu", "cuda" or "cuda:N" (returns net)
---   net:set_precision(p) "fp32" or "bf16" (rl.network's precision option, default "fp32"):
---                       bf16 operands, float32 sums in the products of linear, softmax, lstm
---                       and gru layers on the CPU; weights, gradients and states stay float32
+--   net:set_precision(p) "fp32", "bf16" or (on a CUDA device) "fp16" (rl.network's precision
+--                       option, default "fp32"):
+--                       bf16 (fp16) operands, float32 sums in the products of linear,
+--                       softmax, lstm and gru layers (CPU: kernels/cpu/gemm_bf16.h; CUDA:
+--                       cublasGemmEx, kernels/cuda/context.h); weights, gradients and states
+--                       stay float32
 --
 -- Devices. A network is built on the CPU (so its initial values do not depend on the device)
 -- and moved with net:to(device): the flat parameter and gradient buffers are copied once each,
@@ -323,9 +326,10 @@ local FORWARD_OPTS = {train = true}
 
 local check_opts = util.check_options
 
--- precision = "bf16": the classes whose matrix products (linear and softmax layers, the LSTM's
--- and GRU's input and recurrent products) run with bf16 operands and float32 sums
--- (kernels/cpu/gemm_bf16.h); parameters, gradients, optimizer state, cell states and losses stay
+-- precision = "bf16" (or "fp16", CUDA only): the classes whose matrix products (linear and
+-- softmax layers, the LSTM's and GRU's input and recurrent products) run with bf16 (fp16)
+-- operands and float32 sums (kernels/cpu/gemm_bf16.h; on CUDA kernels/cuda/context.h's half
+-- context); parameters, gradients, optimizer state, cell states and losses stay
 -- float32. Layers of the classes without matrix products need no bf16 path; any other layer (a
 -- Lua layer, conv2d, mdlstm, rec, attention) runs its products in float32 and says so once.
 local BF16_CLASSES = {linear = true, softmax = true, lstm = true, gru = true}
@@ -340,16 +344,13 @@ local function check_precision(who, p, dtype, device)
     fail("%s: precision must be \"fp32\", \"bf16\" or \"fp16\", got %s", who,
       type(p) == "string" and string.format("%q", p) or tostring(p))
   end
-  if p == "fp16" then
-    fail("%s: precision \"fp16\" needs a CUDA device's tensor cores, and this version has no "
-      .. "fp16 products (the network is on %s); use \"bf16\" on the CPU", who, device)
+  if p ~= "fp32" and dtype ~= "float32" then
+    fail("%s: precision \"%s\" needs dtype float32 (its master weights), got %s", who, p, dtype)
   end
-  if p == "bf16" and dtype ~= "float32" then
-    fail("%s: precision \"bf16\" needs dtype float32 (its master weights), got %s", who, dtype)
-  end
-  if p == "bf16" and device ~= "cpu" then
-    fail("%s: precision \"bf16\" runs on the CPU only in this version (the network is on %s)",
-      who, device)
+  if p == "fp16" and device == "cpu" then
+    fail("%s: precision \"fp16\" needs a CUDA device (its products run on tensor cores; the "
+      .. "network is on cpu): move the network first (net:to(\"cuda\"), then "
+      .. "net:set_precision(\"fp16\")), or use \"bf16\" on the CPU", who)
   end
 end
 M.check_precision = check_precision
@@ -433,7 +434,7 @@ function M.new(desc, extern_data, opts)
       layer = d.class == "rec" and rec.create(name, d, srcs, n_from, in_dims, dtype, ext)
         or layers.create(d.class, name, d, in_dims, dtype, defaults),
       in_dims = in_dims, consumers = {}, grad_in = {}, inputs = {},
-      draws = layers.draws_in_training(d),
+      draws = layers.draws_in_training(d), cudnn = d.impl == "cudnn",
     }
     self:set_rank(node, d)
     check_loss(node, d, ext)
@@ -588,7 +589,7 @@ M.check_device_name = check_device_name
 function Network:to(device)
   local guard <close> = self:enter("net:to")
   check_device_name(device, "net:to")
-  if device ~= "cpu" then check_precision("net:to", self.precision, self.dtype, device) end
+  check_precision("net:to", self.precision, self.dtype, device)
   local okp, p = pcall(self.flat_params.to, self.flat_params, device)
   if not okp then
     fail("net:to(\"%s\"): %s", device, (tostring(p):gsub("^to: ", "")))
@@ -1011,21 +1012,37 @@ function Network:enter(what)
   return setmetatable({net = self}, Guard)
 end
 
--- net:set_precision(p): "fp32" or "bf16" (see BF16_CLASSES) from the next forward on.
+-- net:set_precision(p): "fp32", "bf16" or, on a CUDA device, "fp16" (see BF16_CLASSES) from the
+-- next forward on.
 function Network:set_precision(p)
   check_precision("net:set_precision", p, self.dtype, self.device)
   self.precision = p
   return self
 end
 
--- The bf16 context (kernels/cpu/gemm_bf16.h) around a forward or a backward: the bf16 copies
--- of the weights are made once per pass (the weights may have changed since the last forward;
--- the backward takes them transposed, into the forward's buffers). It is this network's and active on this thread only: a float32
--- network enters with none, so that it never runs in the precision of a network that called it
--- (a Lua layer's); closed, the context of the caller comes back, also on an error.
+-- The precision context around a forward or a backward: on the CPU the bf16 context
+-- (kernels/cpu/gemm_bf16.h), whose bf16 copies of the weights are made once per pass (the
+-- weights may have changed since the last forward; the backward takes them transposed, into the
+-- forward's buffers); on a CUDA device the half context (kernels/cuda/context.h), which rounds
+-- the flat parameters to bf16 or fp16 when their storage version changed. It is this network's
+-- and active on this thread only: a float32 network enters with none, so that it never runs in
+-- the precision of a network that called it (a Lua layer's); closed, the context of the caller
+-- comes back, also on an error.
 local Bf16Guard = {__close = function(g) rl._bf16_leave(g.prev) end}
+local HalfGuard = {__close = function(g) rl._cuda_half_leave(g.prev) end}
 function Network:bf16_enter()
-  if self.device ~= "cpu" or self.dtype ~= "float32" then return nil end
+  if self.dtype ~= "float32" then return nil end
+  if self.device ~= "cpu" then
+    if not rl._cuda_half_enter then return nil end -- a build without CUDA has no such network
+    local ctx = nil
+    if self.precision ~= "fp32" then
+      if self.half_fmt ~= self.precision then
+        self.half_ctx, self.half_fmt = rl._cuda_half_ctx(self.precision), self.precision
+      end
+      ctx = self.half_ctx
+    end
+    return setmetatable({prev = rl._cuda_half_enter(ctx, self.flat_params)}, HalfGuard)
+  end
   local ctx = nil
   if self.precision == "bf16" then
     self.bf16_ctx = self.bf16_ctx or rl._bf16_ctx()
@@ -1034,17 +1051,24 @@ function Network:bf16_enter()
   return setmetatable({prev = rl._bf16_enter(ctx, self.flat_params)}, Bf16Guard)
 end
 
--- Before a node's layer runs: bf16 products for the classes that have them, float32 for the
--- rest (said once per layer when it has products of its own).
+-- Before a node's layer runs: bf16 (fp16) products for the classes that have them, float32 for
+-- the rest (said once per layer when it has products of its own). cuDNN's RNNs (impl = "cudnn")
+-- take their float32 path: their products are cuDNN's, not the context's.
 function Network:bf16_node(node)
-  if self.precision ~= "bf16" then return end
+  if self.precision == "fp32" then return end
   local cls = node.layer.class
-  local on = BF16_CLASSES[cls] and type(node.layer) == "userdata"
-  rl._bf16_on(on and self.bf16_ctx or nil)
+  local gpu = self.device ~= "cpu"
+  local on = BF16_CLASSES[cls] and type(node.layer) == "userdata" and not (gpu and node.cudnn)
+  if gpu then
+    rl._cuda_half_on(on and self.half_ctx or nil)
+  else
+    rl._bf16_on(on and self.bf16_ctx or nil)
+  end
   if not on and not NO_PRODUCTS[cls] and not self.fp32_noted[node.name] then
     self.fp32_noted[node.name] = true
-    io.stderr:write(string.format("rnnlua: %s has no bf16 path: its products run in float32 "
-      .. "(precision \"bf16\")\n", where(node.name, cls)))
+    io.stderr:write(string.format("rnnlua: %s has no %s path%s: its products run in float32 "
+      .. "(precision \"%s\")\n", where(node.name, cls), self.precision,
+      (gpu and node.cudnn) and " with impl = \"cudnn\"" or "", self.precision))
   end
 end
 
