@@ -54,6 +54,8 @@
 --                       softmax, lstm and gru layers (CPU: kernels/cpu/gemm_bf16.h; CUDA:
 --                       cublasGemmEx, kernels/cuda/context.h); weights, gradients and states
 --                       stay float32
+--   net.grad_scale      1 unless set: net:backward multiplies the gradient of every loss by it
+--                       (rl.train's fp16 loss scaling, rnnlua.grad_scaler)
 --
 -- Devices. A network is built on the CPU (so its initial values do not depend on the device)
 -- and moved with net:to(device): the flat parameter and gradient buffers are copied once each,
@@ -399,7 +401,7 @@ function M.new(desc, extern_data, opts)
     description = desc, extern_data = extern_data, dtype = dtype, ext = ext, order = {},
     nodes = {}, by_name = {}, loss_nodes = {}, used_extern = {}, input_keys = {}, input_grads_on =
     opts.input_grads == true, input_grad_bufs = {}, forwarded = false, device = "cpu",
-    precision = precision, fp32_noted = {},
+    precision = precision, fp32_noted = {}, grad_scale = 1,
   }, Network)
 
   for i, name in ipairs(topological_order(desc, ext, roots)) do
@@ -1200,8 +1202,8 @@ end
 -- The backward of a layer that computes its own loss, with that loss scaled by s: the layer
 -- adds the gradient of (own loss + <grad_out, out>), so it gets grad_out / s and the result
 -- is scaled by s (param grads: old + s * (new - old); input grads: s * new).
-local function scaled_loss_backward(node, gout, grad_in)
-  local s, before = node.loss_scale, {}
+local function scaled_loss_backward(node, gout, grad_in, s)
+  local before = {}
   if gout then gout:mul_(1 / s) end
   for i, v in ipairs(node.views) do before[i] = v.grad:clone() end
   node.layer:backward(gout, grad_in)
@@ -1216,6 +1218,8 @@ function Network:prepare_backward(node)
   local edges = node.grad_edges
   if node.loss_kind == "mse" then
     gout = node.loss_grad
+    -- the loss gradient times the dynamic loss scale (the forward made it with loss_scale)
+    if self.grad_scale ~= 1 then gout:mul_(self.grad_scale) end
     sum_into(gout, edges, true)
   elseif #edges == 1 and node.loss_kind == nil then
     gout = edges[1].node.grad_in[edges[1].slot]
@@ -1264,8 +1268,9 @@ function Network:backward()
           local gin = {}
           for k = 1, #node.srcs do gin[k] = node.grad_in[k] and fold(node.grad_in[k]) end
           node.layer:backward(gout and fold(gout), gin)
-        elseif node.loss_kind == "layer" and node.loss_scale ~= 1 then
-          scaled_loss_backward(node, gout, node.grad_in)
+        elseif (node.loss_kind == "layer" or node.loss_kind == "rec")
+            and node.loss_scale * self.grad_scale ~= 1 then
+          scaled_loss_backward(node, gout, node.grad_in, node.loss_scale * self.grad_scale)
         else
           node.layer:backward(gout, node.grad_in)
         end
