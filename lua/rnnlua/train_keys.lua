@@ -58,7 +58,7 @@ M.list = {
   {"precision", "string", "\"fp32\"",
     "\"bf16\" (CPU or CUDA) or \"fp16\" (CUDA): half operands and float32 sums in the matrix "
       .. "products (float32 master weights)"},
-  {"grad_scaler", "boolean | table", "true with fp16, else false",
+  {"grad_scaler", "boolean | table", "true with \"fp16\", else false",
     "fp16 dynamic loss scaling: true or {init_scale = 2^16, growth_factor = 2, "
       .. "backoff_factor = 0.5, growth_interval = 2000}"},
   {"num_threads", "integer", "all CPUs", "rl.set_num_threads for the run"},
