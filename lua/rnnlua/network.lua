@@ -1244,6 +1244,11 @@ function Network:backward()
     error("net:backward: needs a net:forward before it (once per forward)", 2)
   end
   if #self.loss_nodes == 0 then error("net:backward: the network has no loss", 2) end
+  local gs = self.grad_scale
+  if math.type(gs) == nil or not (gs > 0 and gs < math.huge) then
+    error(string.format("net:backward: net.grad_scale must be a finite number > 0, got %s",
+      tostring(gs)), 2)
+  end
   self.forwarded = false
   ready_grads(self)
   local bf16 <close> = self:bf16_enter()

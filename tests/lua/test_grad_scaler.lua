@@ -116,6 +116,15 @@ for name, desc in pairs(NETS) do
   end)
 end
 
+for _, bad in ipairs{0, -1, 0 / 0, math.huge, "2"} do
+  H.expect_error("net.grad_scale = " .. tostring(bad) .. " is refused by net:backward", function()
+    local net = rl.network(NETS.ce, ext)
+    net:forward(batch)
+    net.grad_scale = bad
+    net:backward()
+  end, "net:backward: net.grad_scale must be a finite number > 0, got " .. tostring(bad))
+end
+
 ---------------------------------------------------------------------------- rl.train
 
 local root = H.tmpdir()
