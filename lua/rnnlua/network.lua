@@ -350,9 +350,12 @@ local function check_precision(who, p, dtype, device)
     fail("%s: precision \"%s\" needs dtype float32 (its master weights), got %s", who, p, dtype)
   end
   if p == "fp16" and device == "cpu" then
+    -- a network is built on the CPU and moved; a config names its device
+    local how = (who == "rl.network" or who:sub(1, 4) == "net:")
+      and "move the network first (net:to(\"cuda\"), then net:set_precision(\"fp16\"))"
+      or "set device = \"cuda\""
     fail("%s: precision \"fp16\" needs a CUDA device (its products run on tensor cores; the "
-      .. "network is on cpu): move the network first (net:to(\"cuda\"), then "
-      .. "net:set_precision(\"fp16\")), or use \"bf16\" on the CPU", who)
+      .. "network is on cpu): %s, or use \"bf16\" on the CPU", who, how)
   end
 end
 M.check_precision = check_precision

@@ -75,7 +75,8 @@ end, "config.precision: precision must be")
 H.expect_error("rl.forward checks precision", function()
   rl.forward{model = "none.h5", data = {class = "12ax", num_seqs = 4, seed = 1},
              output_file = "none_out.h5", precision = "fp16"}
-end, 'rl.forward: precision "fp16"')
+end, 'rl.forward: precision "fp16" needs a CUDA device (its products run on tensor cores; the '
+  .. 'network is on cpu): set device = "cuda", or use "bf16" on the CPU')
 
 ---------------------------------------------------------------------------- accuracy
 
