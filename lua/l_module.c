@@ -8,6 +8,7 @@
 #include "../core/blas.h"
 #include "../kernels/cpu/cpu_level.h"
 #include "../kernels/cpu/gemm_bf16.h"
+#include "../kernels/cuda/context.h"
 #include "../kernels/ops.h"
 #include "embedded.h"
 #include "l_attention.h"
@@ -177,7 +178,91 @@ static int l_bf16_bytes(lua_State *L) {
     return 1;
 }
 
+#ifdef RL_WITH_CUDA
+/* A network's half-precision context on a CUDA device (kernels/cuda/context.h), for the network
+ * module, as the bf16 one above:
+ *   rl._cuda_half_ctx("bf16" | "fp16") -> a context (freed with it by the garbage collector);
+ *   rl._cuda_half_enter(ctx | nil, params) -> prev: rounds params (the network's flat parameter
+ *       buffer, a contiguous float32 CUDA tensor) into ctx's copy when its storage version
+ *       changed, makes no context active (the layers turn it on) and returns the one replaced;
+ *   rl._cuda_half_on(ctx | nil), rl._cuda_half_leave(prev): as _bf16_on and _bf16_leave;
+ *   rl._cuda_half_conversions(ctx) -> how many times the weights were rounded. */
+#define HALF_CTX_MT "rnnlua.cuda_half_ctx"
+
+static int l_half_ctx_gc(lua_State *L) {
+    rl_cuda_half_ctx **u = luaL_checkudata(L, 1, HALF_CTX_MT);
+    rl_cuda_half_ctx_free(*u);
+    *u = NULL;
+    return 0;
+}
+
+static int l_half_ctx(lua_State *L) {
+    static const char *const names[] = {"bf16", "fp16", NULL};
+    int i = luaL_checkoption(L, 1, NULL, names);
+    rl_cuda_half_ctx **u = lua_newuserdatauv(L, sizeof *u, 0);
+    *u = NULL;
+    if (luaL_newmetatable(L, HALF_CTX_MT)) {
+        lua_pushcfunction(L, l_half_ctx_gc);
+        lua_setfield(L, -2, "__gc");
+    }
+    lua_setmetatable(L, -2);
+    *u = rl_cuda_half_ctx_new(i == 0 ? RL_CUDA_BF16 : RL_CUDA_FP16);
+    if (!*u) return luaL_error(L, "rnnlua: precision %s: out of memory for its context", names[i]);
+    return 1;
+}
+
+static rl_cuda_half_ctx *opt_half_ctx(lua_State *L, int i) {
+    if (lua_isnoneornil(L, i)) return NULL;
+    return *(rl_cuda_half_ctx **)luaL_checkudata(L, i, HALF_CTX_MT);
+}
+
+static int l_half_enter(lua_State *L) {
+    rl_cuda_half_ctx *ctx = opt_half_ctx(L, 1);
+    if (ctx) {
+        const rl_tensor *p = rl_lua_check_tensor_read(L, 2);
+        if (p->dtype != RL_FLOAT32 || rl_tensor_device(p).type != RL_CUDA ||
+            !rl_tensor_is_contiguous(p))
+            return luaL_argerror(L, 2, "a contiguous float32 CUDA tensor expected");
+        if (rl_cuda_half_ctx_begin(ctx, rl_tensor_data(p), rl_tensor_numel(p),
+                                   rl_storage_version(p->storage)) != RL_OK)
+            return luaL_error(L, "rnnlua: precision %s: %s",
+                              rl_cuda_half_ctx_format(ctx) == RL_CUDA_BF16 ? "bf16" : "fp16",
+                              rl_errmsg());
+    }
+    rl_cuda_half_ctx *prev = rl_cuda_half_active();
+    rl_cuda_half_activate(NULL);
+    if (prev)
+        lua_pushlightuserdata(L, prev);
+    else
+        lua_pushnil(L);
+    return 1;
+}
+
+static int l_half_on(lua_State *L) {
+    rl_cuda_half_activate(opt_half_ctx(L, 1));
+    return 0;
+}
+
+static int l_half_leave(lua_State *L) {
+    rl_cuda_half_activate(lua_islightuserdata(L, 1) ? lua_touserdata(L, 1) : NULL);
+    return 0;
+}
+
+static int l_half_conversions(lua_State *L) {
+    lua_pushinteger(L, (lua_Integer)rl_cuda_half_ctx_conversions(
+                           *(rl_cuda_half_ctx **)luaL_checkudata(L, 1, HALF_CTX_MT)));
+    return 1;
+}
+#endif
+
 static const luaL_Reg module_funcs[] = {
+#ifdef RL_WITH_CUDA
+    {"_cuda_half_ctx", l_half_ctx},
+    {"_cuda_half_enter", l_half_enter},
+    {"_cuda_half_on", l_half_on},
+    {"_cuda_half_leave", l_half_leave},
+    {"_cuda_half_conversions", l_half_conversions},
+#endif
     {"_bf16_bytes", l_bf16_bytes},
     {"_bf16_packs", l_bf16_packs},
     {"_bf16_ctx", l_bf16_ctx},

@@ -19,6 +19,9 @@
 #include "parallel.h"
 
 #include "gemm_bf16.h"
+#ifdef RL_WITH_CUDA
+#include "../cuda/context.h"
+#endif
 
 #include <linux/futex.h>
 #include <pthread.h>
@@ -49,6 +52,9 @@ static struct {
     void (*fn)(void *, int, int);        /* the job of the current generation */
     void *ctx;
     rl_bf16_ctx *bf16; /* the caller's active bf16 context (gemm_bf16.h), the parts' too */
+#ifdef RL_WITH_CUDA
+    rl_cuda_half_ctx *half; /* the same for its CUDA products (kernels/cuda/context.h) */
+#endif
 } pool = {.call_lock = PTHREAD_MUTEX_INITIALIZER};
 
 static void futex_wait(atomic_uint *word, unsigned expected) {
@@ -103,8 +109,15 @@ static void run_parts(unsigned g) {
             continue;
         rl_bf16_ctx *own = rl_bf16_active();
         rl_bf16_activate(pool.bf16);
+#ifdef RL_WITH_CUDA
+        rl_cuda_half_ctx *own_half = rl_cuda_half_active();
+        rl_cuda_half_activate(pool.half);
+#endif
         pool.fn(pool.ctx, part, parts);
         rl_bf16_activate(own);
+#ifdef RL_WITH_CUDA
+        rl_cuda_half_activate(own_half);
+#endif
         /* sequentially consistent, as the caller's caller_sleeping++ then finished check:
          * either the caller sees this part finished or this sees the caller asleep */
         if (atomic_fetch_add(&pool.finished, 1) + 1 == (unsigned)parts &&
@@ -156,6 +169,9 @@ void rl_cpu_parallel(int parts, void (*fn)(void *ctx, int part, int parts), void
             pool.fn = fn;
             pool.ctx = ctx;
             pool.bf16 = rl_bf16_active();
+#ifdef RL_WITH_CUDA
+            pool.half = rl_cuda_half_active();
+#endif
             atomic_store_explicit(&pool.finished, 0, memory_order_relaxed);
             unsigned g = atomic_load_explicit(&pool.gen, memory_order_relaxed) + 1;
             atomic_store(&pool.claim, (uint64_t)g << 32 | (uint64_t)parts << 16);

@@ -20,6 +20,9 @@
 #include <stdio.h>
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <new>
 
 #include <map>
 #include <mutex>
@@ -168,6 +171,14 @@ rl_status rl_cuda_blas_handle(const char *fn, cudaStream_t s, cublasHandle_t *ou
     return RL_OK;
 }
 
+namespace {
+rl_status half_gemm(const char *fn, cudaStream_t s, rl_cuda_half fmt, const rl_cuda_half_ctx *ctx,
+                    bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                    const float *a, int64_t lda, int64_t stride_a, const float *b, int64_t ldb,
+                    int64_t stride_b, float beta, float *c, int64_t ldc, int64_t stride_c,
+                    int64_t batch);
+} // namespace
+
 rl_status rl_cuda_gemm_batched(const char *fn, cudaStream_t s, rl_dtype dt, bool trans_a,
                                bool trans_b, int64_t m, int64_t n, int64_t k, double alpha,
                                const void *a, int64_t lda, int64_t stride_a, const void *b,
@@ -180,6 +191,12 @@ rl_status rl_cuda_gemm_batched(const char *fn, cudaStream_t s, rl_dtype dt, bool
     lda = trans_a ? fix_ld(k, m, lda) : fix_ld(m, k, lda);
     ldb = trans_b ? fix_ld(n, k, ldb) : fix_ld(k, n, ldb);
     ldc = fix_ld(m, n, ldc);
+    /* a network in bf16 or fp16 (rl_cuda_half_active): its float32 products take half operands */
+    rl_cuda_half_ctx *half = dt == RL_FLOAT32 ? rl_cuda_half_active() : nullptr;
+    if (half)
+        return half_gemm(fn, s, rl_cuda_half_ctx_format(half), half, trans_a, trans_b, m, n, k,
+                         (float)alpha, (const float *)a, lda, stride_a, (const float *)b, ldb,
+                         stride_b, (float)beta, (float *)c, ldc, stride_c, batch);
     cublasOperation_t oa = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
     cublasOperation_t ob = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
     cublasStatus_t st;
@@ -220,22 +237,230 @@ extern "C" rl_status rl_cuda_gemm(void *stream, rl_dtype dt, bool trans_a, bool 
                                 lda, 0, b, ldb, 0, beta, c, ldc, 0, 1);
 }
 
-/* ---- bf16 products: bf16 operands, float32 accumulation and result ---- */
+/* ---- half-precision products: bf16 or fp16 operands, float32 accumulation and result ---- */
 
-__global__ void k_to_bf16(__nv_bfloat16 *__restrict__ dst, const float *__restrict__ src,
-                          int64_t rows, int64_t cols, int64_t ld) {
-    RL_CUDA_GRID_LOOP(i, rows * cols) dst[i] = __float2bfloat16_rn(src[(i / cols) * ld + i % cols]);
+namespace {
+
+constexpr size_t HALF_BYTES = 2; /* bf16 and fp16 alike */
+
+template <typename H> __device__ H to_half(float x);
+template <> __device__ __nv_bfloat16 to_half<__nv_bfloat16>(float x) {
+    return __float2bfloat16_rn(x);
+}
+template <> __device__ __half to_half<__half>(float x) { return __float2half_rn(x); }
+
+template <typename H>
+__global__ void k_to_half(H *__restrict__ dst, const float *__restrict__ src, int64_t rows,
+                          int64_t cols, int64_t ld) {
+    RL_CUDA_GRID_LOOP(i, rows * cols) dst[i] = to_half<H>(src[(i / cols) * ld + i % cols]);
 }
 
-/* src (rows x cols, rows ld apart) rounded to bf16 into dst (dense, rows cols apart) */
-static rl_status to_bf16(const char *fn, cudaStream_t s, __nv_bfloat16 *dst, const float *src,
-                         int64_t rows, int64_t cols, int64_t ld) {
-    k_to_bf16<<<rl_cuda_blocks_for(rows * cols), RL_CUDA_THREADS, 0, s>>>(dst, src, rows, cols, ld);
+const char *half_name(rl_cuda_half fmt) { return fmt == RL_CUDA_BF16 ? "bf16" : "fp16"; }
+
+/* src (rows x cols, rows ld apart) rounded to fmt (nearest even; fp16 past 65504 becomes Inf)
+ * into dst (dense, rows cols apart) */
+rl_status to_half_fmt(const char *fn, cudaStream_t s, rl_cuda_half fmt, void *dst, const float *src,
+                      int64_t rows, int64_t cols, int64_t ld) {
+    if (rows * cols == 0) return RL_OK;
+    if (fmt == RL_CUDA_BF16)
+        k_to_half<__nv_bfloat16><<<rl_cuda_blocks_for(rows * cols), RL_CUDA_THREADS, 0, s>>>(
+            (__nv_bfloat16 *)dst, src, rows, cols, ld);
+    else
+        k_to_half<__half><<<rl_cuda_blocks_for(rows * cols), RL_CUDA_THREADS, 0, s>>>(
+            (__half *)dst, src, rows, cols, ld);
     cudaError_t e = cudaGetLastError();
     return e == cudaSuccess ? RL_OK
-                            : rl_cuda_fail(e, "%s: rounding a %lld x %lld operand to bf16", fn,
-                                           (long long)rows, (long long)cols);
+                            : rl_cuda_fail(e, "%s: rounding a %lld x %lld operand to %s", fn,
+                                           (long long)rows, (long long)cols, half_name(fmt));
 }
+
+} // namespace
+
+/* The weights range of a network in bf16 or fp16 and its rounded copy (same layout, 2 bytes an
+ * element), valid for one (range, version). */
+struct rl_cuda_half_ctx {
+    rl_cuda_half fmt;
+    const float *w;   /* the range, device memory; NULL: none yet */
+    int64_t n;        /* its elements */
+    uint64_t version; /* of its contents when copy was made */
+    int device;       /* of w and copy */
+    void *copy;       /* n elements of fmt */
+    int64_t cap;      /* copy's elements */
+    uint64_t conversions;
+};
+
+static thread_local rl_cuda_half_ctx *t_half_active;
+
+extern "C" rl_cuda_half_ctx *rl_cuda_half_ctx_new(rl_cuda_half fmt) {
+    if (fmt != RL_CUDA_BF16 && fmt != RL_CUDA_FP16) return nullptr;
+    rl_cuda_half_ctx *c = new (std::nothrow) rl_cuda_half_ctx();
+    if (c) c->fmt = fmt;
+    return c;
+}
+
+extern "C" void rl_cuda_half_ctx_free(rl_cuda_half_ctx *ctx) {
+    if (!ctx) return;
+    if (t_half_active == ctx) t_half_active = nullptr;
+    if (ctx->copy) {
+        int cur = -1;
+        bool have = cudaGetDevice(&cur) == cudaSuccess;
+        cudaSetDevice(ctx->device);
+        cudaFree(ctx->copy); /* synchronises: no queued product still reads it */
+        if (have) cudaSetDevice(cur);
+        cudaGetLastError();
+    }
+    delete ctx;
+}
+
+extern "C" rl_cuda_half rl_cuda_half_ctx_format(const rl_cuda_half_ctx *ctx) { return ctx->fmt; }
+
+extern "C" uint64_t rl_cuda_half_ctx_conversions(const rl_cuda_half_ctx *ctx) {
+    return ctx->conversions;
+}
+
+extern "C" rl_status rl_cuda_half_ctx_begin(rl_cuda_half_ctx *ctx, const float *weights, int64_t n,
+                                            uint64_t version) {
+    const char *fn = "rl_cuda_half_ctx_begin";
+    if (ctx->w == weights && ctx->n == n && ctx->version == version && ctx->copy) return RL_OK;
+    ctx->w = nullptr; /* invalid until the new copy is queued */
+    if (n <= 0) return RL_OK;
+    RL_TRY(rl_cuda_enter(fn, weights));
+    int dev = 0;
+    cudaGetDevice(&dev);
+    if (ctx->copy && (ctx->cap < n || ctx->device != dev)) {
+        int cur = dev;
+        cudaSetDevice(ctx->device);
+        cudaFree(ctx->copy);
+        cudaSetDevice(cur);
+        ctx->copy = nullptr;
+        ctx->cap = 0;
+    }
+    if (!ctx->copy) {
+        cudaError_t e = cudaMalloc(&ctx->copy, (size_t)n * HALF_BYTES);
+        if (e != cudaSuccess) {
+            ctx->copy = nullptr;
+            return rl_cuda_fail(e, "%s: cudaMalloc of the %s copy of %lld weights", fn,
+                                half_name(ctx->fmt), (long long)n);
+        }
+        ctx->cap = n;
+        ctx->device = dev;
+    }
+    /* on the legacy stream: after the optimizer's update, before every layer's stream (blocking
+     * streams wait for it) */
+    RL_TRY(to_half_fmt(fn, 0, ctx->fmt, ctx->copy, weights, 1, n, n));
+    ctx->w = weights;
+    ctx->n = n;
+    ctx->version = version;
+    ctx->conversions++;
+    return RL_OK;
+}
+
+extern "C" rl_cuda_half_ctx *rl_cuda_half_active(void) { return t_half_active; }
+extern "C" void rl_cuda_half_activate(rl_cuda_half_ctx *ctx) { t_half_active = ctx; }
+
+namespace {
+
+/* Whether x (rows x cols stored, rows ld apart, `batch` of them stride apart) lies in the ctx's
+ * weights range, whose rounded copy is kept. */
+bool in_ctx(const rl_cuda_half_ctx *ctx, const float *x, int64_t rows, int64_t ld, int64_t cols,
+            int64_t stride, int64_t batch) {
+    int64_t span = (batch - 1) * stride + (rows - 1) * ld + cols;
+    return ctx && ctx->w && x >= ctx->w && stride >= 0 && x - ctx->w + span <= ctx->n;
+}
+
+/* The rounded operand x: inside the ctx's weights range, its place in the kept copy (same ld and
+ * stride); otherwise rounded into scratch (dense: ld cols, stride rows * cols). */
+const void *half_operand(const char *fn, cudaStream_t s, rl_cuda_half fmt,
+                         const rl_cuda_half_ctx *ctx, const float *x, int64_t rows, int64_t cols,
+                         int64_t *ld, int64_t *stride, int64_t batch, char *scratch,
+                         rl_status *st) {
+    if (in_ctx(ctx, x, rows, *ld, cols, *stride, batch))
+        return (const char *)ctx->copy + (size_t)(x - ctx->w) * HALF_BYTES;
+    for (int64_t i = 0; i < batch && *st == RL_OK; i++)
+        *st = to_half_fmt(fn, s, fmt, scratch + (size_t)(i * rows * cols) * HALF_BYTES,
+                          x + i * *stride, rows, cols, *ld);
+    *ld = cols;
+    *stride = rows * cols;
+    return scratch;
+}
+
+/* Row-major C_i = alpha op(A_i) op(B_i) + beta C_i (float32 A, B, C; batch strided) with both
+ * operands rounded to fmt (ctx's kept copy for a weight, a stream-ordered scratch otherwise),
+ * cublasGemmEx with CUBLAS_COMPUTE_32F: the one definition of the half products. */
+rl_status half_gemm(const char *fn, cudaStream_t s, rl_cuda_half fmt, const rl_cuda_half_ctx *ctx,
+                    bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                    const float *a, int64_t lda, int64_t stride_a, const float *b, int64_t ldb,
+                    int64_t stride_b, float beta, float *c, int64_t ldc, int64_t stride_c,
+                    int64_t batch) {
+    if (m <= 0 || n <= 0 || batch <= 0) return RL_OK;
+    if (m > INT32_MAX || n > INT32_MAX || k > INT32_MAX || ldc > INT32_MAX || lda > INT32_MAX ||
+        ldb > INT32_MAX || batch > INT32_MAX)
+        return rl_error(RL_EARG,
+                        "%s: m=%lld n=%lld k=%lld lda=%lld ldb=%lld ldc=%lld: the %s products "
+                        "(cublasGemmEx) take sizes up to 2^31 - 1",
+                        fn, (long long)m, (long long)n, (long long)k, (long long)lda,
+                        (long long)ldb, (long long)ldc, half_name(fmt));
+    cublasHandle_t h;
+    RL_TRY(rl_cuda_blas_handle(fn, s, &h));
+    if (batch == 1) stride_a = stride_b = stride_c = 0;
+    /* stored shapes of a and b (rows x cols) */
+    int64_t ar = trans_a ? k : m, ac = trans_a ? m : k;
+    int64_t br = trans_b ? n : k, bc = trans_b ? k : n;
+    lda = fix_ld(ar, ac, lda);
+    ldb = fix_ld(br, bc, ldb);
+    ldc = fix_ld(m, n, ldc);
+    size_t need = 0;
+    if (!in_ctx(ctx, a, ar, lda, ac, stride_a, batch)) need += (size_t)(batch * ar * ac);
+    if (!in_ctx(ctx, b, br, ldb, bc, stride_b, batch)) need += (size_t)(batch * br * bc);
+    char *buf = nullptr;
+    if (need > 0) {
+        cudaError_t e = cudaMallocAsync((void **)&buf, need * HALF_BYTES, s);
+        if (e != cudaSuccess)
+            return rl_cuda_fail(e, "%s: cudaMallocAsync of the %s operands (%zu elements)", fn,
+                                half_name(fmt), need);
+    }
+    rl_status st = RL_OK;
+    char *next = buf;
+    bool a_kept = in_ctx(ctx, a, ar, lda, ac, stride_a, batch);
+    const void *ha = half_operand(fn, s, fmt, ctx, a, ar, ac, &lda, &stride_a, batch, next, &st);
+    if (!a_kept) next += (size_t)(batch * ar * ac) * HALF_BYTES;
+    const void *hb =
+        st == RL_OK ? half_operand(fn, s, fmt, ctx, b, br, bc, &ldb, &stride_b, batch, next, &st)
+                    : nullptr;
+    lda = fix_ld(ar, ac, lda); /* a scratch's ld is its column count */
+    ldb = fix_ld(br, bc, ldb);
+    if (st == RL_OK) {
+        cudaDataType_t t = fmt == RL_CUDA_BF16 ? CUDA_R_16BF : CUDA_R_16F;
+        cublasOperation_t oa = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+        cublasOperation_t ob = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+        /* row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T, as in the float32
+         * path */
+        cublasStatus_t bs =
+            batch == 1
+                ? cublasGemmEx(h, ob, oa, (int)n, (int)m, (int)k, &alpha, hb, t, (int)ldb, ha, t,
+                               (int)lda, &beta, c, CUDA_R_32F, (int)ldc, CUBLAS_COMPUTE_32F,
+                               CUBLAS_GEMM_DEFAULT)
+                : cublasGemmStridedBatchedEx(h, ob, oa, (int)n, (int)m, (int)k, &alpha, hb, t,
+                                             (int)ldb, stride_b, ha, t, (int)lda, stride_a, &beta,
+                                             c, CUDA_R_32F, (int)ldc, stride_c, (int)batch,
+                                             CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+        if (bs != CUBLAS_STATUS_SUCCESS)
+            st = rl_error(RL_EDEVICE,
+                          "%s: cublasGemmEx (%s operands): %s (m=%lld n=%lld k=%lld batch=%lld, "
+                          "%s%s)",
+                          fn, half_name(fmt), cublasGetStatusString(bs), (long long)m, (long long)n,
+                          (long long)k, (long long)batch, trans_a ? "A^T" : "A",
+                          trans_b ? " B^T" : " B");
+    }
+    if (buf) {
+        cudaError_t e = cudaFreeAsync(buf, s);
+        if (e != cudaSuccess && st == RL_OK)
+            st = rl_cuda_fail(e, "%s: cudaFreeAsync of the %s operands", fn, half_name(fmt));
+    }
+    return st;
+}
+
+} // namespace
 
 extern "C" rl_status rl_cuda_gemm_bf16(void *stream, bool trans_a, bool trans_b, int64_t m,
                                        int64_t n, int64_t k, float alpha, const float *a,
@@ -243,51 +468,9 @@ extern "C" rl_status rl_cuda_gemm_bf16(void *stream, bool trans_a, bool trans_b,
                                        float *c, int64_t ldc) {
     const char *fn = "rl_cuda_gemm_bf16";
     if (m <= 0 || n <= 0) return RL_OK;
-    if (m > INT32_MAX || n > INT32_MAX || k > INT32_MAX || ldc > INT32_MAX)
-        return rl_error(RL_EARG,
-                        "%s: m=%lld n=%lld k=%lld ldc=%lld: cublasGemmEx takes sizes up to "
-                        "2^31 - 1",
-                        fn, (long long)m, (long long)n, (long long)k, (long long)ldc);
     RL_TRY(rl_cuda_enter(fn, c));
-    cudaStream_t s = rl_cuda_stream(stream);
-    cublasHandle_t h;
-    RL_TRY(rl_cuda_blas_handle(fn, s, &h));
-    /* stored shapes of a and b (rows x cols) */
-    int64_t ar = trans_a ? k : m, ac = trans_a ? m : k;
-    int64_t br = trans_b ? n : k, bc = trans_b ? k : n;
-    lda = fix_ld(ar, ac, lda);
-    ldb = fix_ld(br, bc, ldb);
-    ldc = fix_ld(m, n, ldc);
-    size_t na = (size_t)(ar * ac), nb = (size_t)(br * bc);
-    __nv_bfloat16 *buf = nullptr;
-    if (na + nb > 0) {
-        cudaError_t e = cudaMallocAsync((void **)&buf, (na + nb) * sizeof *buf, s);
-        if (e != cudaSuccess)
-            return rl_cuda_fail(e, "%s: cudaMallocAsync of the bf16 operands (%zu elements)", fn,
-                                na + nb);
-    }
-    rl_status st = RL_OK;
-    if (na) st = to_bf16(fn, s, buf, a, ar, ac, lda);
-    if (st == RL_OK && nb) st = to_bf16(fn, s, buf + na, b, br, bc, ldb);
-    if (st == RL_OK) {
-        /* row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T, as in the float32 path;
-         * the rounded copies are dense, so their leading dimensions are their column counts */
-        cublasStatus_t bs = cublasGemmEx(h, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
-                                         trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, (int)n, (int)m,
-                                         (int)k, &alpha, buf + na, CUDA_R_16BF, (int)(bc ? bc : 1),
-                                         buf, CUDA_R_16BF, (int)(ac ? ac : 1), &beta, c, CUDA_R_32F,
-                                         (int)ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
-        if (bs != CUBLAS_STATUS_SUCCESS)
-            st = rl_error(RL_EDEVICE, "%s: cublasGemmEx: %s (m=%lld n=%lld k=%lld, %s%s)", fn,
-                          cublasGetStatusString(bs), (long long)m, (long long)n, (long long)k,
-                          trans_a ? "A^T" : "A", trans_b ? " B^T" : " B");
-    }
-    if (buf) {
-        cudaError_t e = cudaFreeAsync(buf, s);
-        if (e != cudaSuccess && st == RL_OK)
-            st = rl_cuda_fail(e, "%s: cudaFreeAsync of the bf16 operands", fn);
-    }
-    return st;
+    return half_gemm(fn, rl_cuda_stream(stream), RL_CUDA_BF16, nullptr, trans_a, trans_b, m, n, k,
+                     alpha, a, lda, 0, b, ldb, 0, beta, c, ldc, 0, 1);
 }
 
 /* ---- side streams and their events ---- */

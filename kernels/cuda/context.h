@@ -94,12 +94,47 @@ rl_status rl_cuda_gemm(void *stream, rl_dtype dt, bool trans_a, bool trans_b, in
                        int64_t k, double alpha, const void *a, int64_t lda, const void *b,
                        int64_t ldb, double beta, void *c, int64_t ldc);
 /* The same in float32 with both operands rounded to bf16 (round to nearest even) by a conversion
- * kernel into a stream-ordered scratch on each call, then cublasGemmEx with bf16 inputs,
+ * kernel into a stream-ordered scratch on each call (no context: the network products below share
+ * its definition), then cublasGemmEx with bf16 inputs,
  * CUBLAS_COMPUTE_32F and a float32 c: the rounding of rl_gemm_bf16 on the CPU. Matrices up to
  * 2^31 - 1 rows and columns (cublasGemmEx's int sizes). */
 rl_status rl_cuda_gemm_bf16(void *stream, bool trans_a, bool trans_b, int64_t m, int64_t n,
                             int64_t k, float alpha, const float *a, int64_t lda, const float *b,
                             int64_t ldb, float beta, float *c, int64_t ldc);
+
+/* ---- half-precision products of a network (precision "bf16" or "fp16" on a CUDA device) ----
+ *
+ * A network in bf16 or fp16 on a CUDA device owns an rl_cuda_half_ctx: its format, its weights
+ * range (its flat parameter buffer, float32 device memory) and a copy of that range rounded to
+ * the format (nearest even; fp16 past 65504 becomes Inf), made by rl_cuda_half_ctx_begin once per
+ * version of the weights' storage (rl_storage_version: every optimizer step, write from Lua or
+ * checkpoint load changes it), so training converts the weights once per update and inference
+ * once. While a thread has a context active (rl_cuda_half_activate; rl_cpu_parallel hands the
+ * caller's to its parts), every float32 product that thread queues through the context's cuBLAS
+ * path (rl_cuda_gemm, the tensor ops' gemm, the recurrent cells' launchers: all of them go
+ * through rl_cuda_gemm_batched) takes both operands in the format and sums in float32
+ * (cublasGemmEx, CUBLAS_COMPUTE_32F, float32 result): an operand inside the weights range is read
+ * from the kept copy (same leading dimension), any other (activations, gradients, a weight times
+ * its dropout mask) is rounded into a stream-ordered scratch on each call. Float64 products are
+ * untouched. */
+typedef enum { RL_CUDA_BF16 = 1, RL_CUDA_FP16 = 2 } rl_cuda_half;
+typedef struct rl_cuda_half_ctx rl_cuda_half_ctx;
+/* A context of that format with no weights yet; NULL when out of memory or fmt is neither. */
+rl_cuda_half_ctx *rl_cuda_half_ctx_new(rl_cuda_half fmt);
+/* Frees it and its copy (after the products queued on it have finished). */
+void rl_cuda_half_ctx_free(rl_cuda_half_ctx *ctx);
+rl_cuda_half rl_cuda_half_ctx_format(const rl_cuda_half_ctx *ctx);
+/* Before a pass: weights (n float32 elements, device) at that version of their contents; when
+ * the range or the version differs from the last begin's, rounds them into the copy, queued on
+ * the legacy stream (so after the optimizer's update and before every layer's blocking stream).
+ * RL_ENOMEM/RL_EDEVICE naming the sizes when the copy cannot be made. */
+rl_status rl_cuda_half_ctx_begin(rl_cuda_half_ctx *ctx, const float *weights, int64_t n,
+                                 uint64_t version);
+/* How many times begin rounded the weights (for tests: once per weights version). */
+uint64_t rl_cuda_half_ctx_conversions(const rl_cuda_half_ctx *ctx);
+/* The context active on this thread (NULL: float32 products) and setting it. */
+rl_cuda_half_ctx *rl_cuda_half_active(void);
+void rl_cuda_half_activate(rl_cuda_half_ctx *ctx);
 
 /* dst = src * mask, or dst += src * mask with accumulate (kernels/pointwise.h's rl_drop), n
  * elements of dt (float32 or float64) on the stream: the recurrent driver's dropout masks

@@ -83,6 +83,7 @@ local logmod = require("rnnlua.log")
 local distmod = require("rnnlua.dist")
 local pretrainmod = require("rnnlua.pretrain")
 local practice = require("rnnlua.practice")
+local grad_scaler = require("rnnlua.grad_scaler")
 
 -- Every key rl.train knows, with its default (false: no default).
 local KEYS = {
@@ -95,7 +96,7 @@ local KEYS = {
   dtype = "float32", num_threads = false, distributed = false, plot = false, pretrain = false,
   carry_state = false, overwrite = false, accum_grad = 1, ema = false, ema_dev_score = false,
   keep_best_n = false, early_stopping = false, best_by = false, label_smoothing = false,
-  precision = "fp32",
+  precision = "fp32", grad_scaler = false,
 }
 -- learning-rate-control options handed to rl.lr_control besides those above: newbob's, the
 -- learning_rate* ones and the schedules' (rl.lr_control_options)
@@ -339,6 +340,18 @@ local function check_config(config, argv)
     fail("config.label_smoothing must be a number in [0, 1), got %s", tostring(eps))
   end
   if eps and eps > 0 then cfg.network = smooth_labels(cfg.network, eps) end
+  -- dynamic loss scaling (rnnlua.grad_scaler): on by default in fp16 only (bf16 and fp32 have
+  -- float32's range), allowed in any precision
+  if cfg.grad_scaler == nil then cfg.grad_scaler = cfg.precision == "fp16" end
+  if cfg.grad_scaler ~= false then
+    if cfg.distributed then
+      fail("config.grad_scaler does not work with distributed training yet (grad_scaler = false "
+        .. "trains fp16 without loss scaling)")
+    end
+    local okg, o = pcall(grad_scaler.options, "config.grad_scaler", cfg.grad_scaler)
+    if not okg then fail("%s", o) end
+    cfg.grad_scaler = o
+  end
   return cfg
 end
 
@@ -532,7 +545,10 @@ local function train_epoch(ctx, epoch)
           .. "fits (more labels than frames allow; first tag %s)", epoch, steps,
           net.n_skipped, tostring(batch.tags and batch.tags[1]))
       end
-      if batch then net:backward() end
+      if batch then
+        net.grad_scale = ctx.scaler and ctx.scaler.scale or 1
+        net:backward()
+      end
       in_group, group_has = in_group + 1, group_has or batch ~= false
       -- the next batch is assembled on the host while the device runs this backward
       pending = fetch()
@@ -542,10 +558,22 @@ local function train_epoch(ctx, epoch)
         ctx.step = ctx.step + 1
         lr = lrc:lr(epoch, ctx.step)
         local applied, reason
-        if dist then
+        local scaler = ctx.scaler
+        local overflow = scaler and scaler:unscale(net:grads())
+        if overflow then
+          -- an fp16 overflow: nothing of this group reaches the parameters or the optimizer
+          local was = scaler.scale
+          scaler:update(true)
+          applied, reason = false, string.format("gradients not finite at loss scale %g; "
+            .. "scale now %g", was, scaler.scale)
+        elseif dist then
           applied, reason = dist:step(opt, lr, net, ctx.step, group_has)
         else
           applied, reason = opt:step(lr)
+        end
+        if scaler and not overflow and scaler:update(false) == "grow" then
+          log:write(2, "epoch %d step %d: loss scale grown to %g after %d clean steps", epoch,
+            ctx.step, scaler.scale, scaler.opts.growth_interval)
         end
         if applied == false then
           skipped = skipped + 1
@@ -628,20 +656,24 @@ function M.train(config, argv)
     end
     local extern = cfg.extern_data or train:extern_data()
     -- pretraining (rnnlua.pretrain): the network of each epoch, planned before the seed is set
+    -- a network is built on the CPU and moved: one in fp16 (CUDA only) takes its precision there
+    local built_precision = cfg.precision == "fp16" and "fp32" or cfg.precision
     local pre = pretrainmod.plan(cfg, extern, function(desc)
-      local n = rl.network(desc, extern, {dtype = cfg.dtype, precision = cfg.precision})
+      local n = rl.network(desc, extern, {dtype = cfg.dtype, precision = built_precision})
       check_dims(train, n, "train")
       if dev then check_dims(dev, n, "dev") end
       return n
     end)
     rl.manual_seed(cfg.seed)
-    local ctx = {cfg = cfg, log = log, train = train, step = 0, history = {}, dist = dist}
+    local ctx = {cfg = cfg, log = log, train = train, step = 0, history = {}, dist = dist,
+      scaler = cfg.grad_scaler and grad_scaler.new(cfg.grad_scaler) or nil}
     function ctx.new_network(desc)
-      local n = rl.network(desc, extern, {dtype = cfg.dtype, precision = cfg.precision})
+      local n = rl.network(desc, extern, {dtype = cfg.dtype, precision = built_precision})
       if cfg.device ~= "cpu" then
         n:to(cfg.device)
         log:write(2, "network moved to %s", n.device)
       end
+      if built_precision ~= cfg.precision then n:set_precision(cfg.precision) end
       check_dims(train, n, "train")
       if dev then check_dims(dev, n, "dev") end
       if cfg.carry_state then

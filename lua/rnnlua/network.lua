@@ -48,12 +48,16 @@
 --   are shares of the network's buffers (closing one releases only it), net.description,
 --   net.extern_data, net.order (layer names in dependency order), net.dtype, net.device
 --   net:to(device)      moves the network to "cpu", "cuda" or "cuda:N" (returns net)
---   net:set_precision(p) "fp32", "bf16" or "int8" (rl.network's precision option, default
---                       "fp32"): bf16 operands, float32 sums in the products of linear,
---                       softmax, lstm and gru layers on the CPU; weights, gradients and states
---                       stay float32. "int8" (inference only: net:backward refuses it): those
---                       products with int8 weights (per output unit scales) and activations
---                       quantized per row at each product, int32 sums (kernels/cpu/gemm_int8.h)
+--   net:set_precision(p) "fp32", "bf16", "int8" or (on a CUDA device) "fp16" (rl.network's
+--                       precision option, default "fp32"): bf16 (fp16) operands, float32 sums in
+--                       the products of linear, softmax, lstm and gru layers (CPU:
+--                       kernels/cpu/gemm_bf16.h; CUDA: cublasGemmEx, kernels/cuda/context.h);
+--                       weights, gradients and states stay float32. "int8" (CPU, inference only:
+--                       net:backward refuses it): those products with int8 weights (per output
+--                       unit scales) and activations quantized per row at each product, int32
+--                       sums (kernels/cpu/gemm_int8.h)
+--   net.grad_scale      1 unless set: net:backward multiplies the gradient of every loss by it
+--                       (rl.train's fp16 loss scaling, rnnlua.grad_scaler)
 --
 -- Devices. A network is built on the CPU (so its initial values do not depend on the device)
 -- and moved with net:to(device): the flat parameter and gradient buffers are copied once each,
@@ -326,9 +330,10 @@ local FORWARD_OPTS = {train = true}
 
 local check_opts = util.check_options
 
--- precision = "bf16": the classes whose matrix products (linear and softmax layers, the LSTM's
--- and GRU's input and recurrent products) run with bf16 operands and float32 sums
--- (kernels/cpu/gemm_bf16.h); parameters, gradients, optimizer state, cell states and losses stay
+-- precision = "bf16" (or "fp16", CUDA only): the classes whose matrix products (linear and
+-- softmax layers, the LSTM's and GRU's input and recurrent products) run with bf16 (fp16)
+-- operands and float32 sums (kernels/cpu/gemm_bf16.h; on CUDA kernels/cuda/context.h's half
+-- context); parameters, gradients, optimizer state, cell states and losses stay
 -- float32. Layers of the classes without matrix products need no bf16 path; any other layer (a
 -- Lua layer, conv2d, mdlstm, rec, attention) runs its products in float32 and says so once.
 local BF16_CLASSES = {linear = true, softmax = true, lstm = true, gru = true}
@@ -349,16 +354,20 @@ local function check_precision(who, p, dtype, device, training)
     fail("%s: precision \"int8\" is for inference only (its products have no backward); "
       .. "train in \"fp32\" or \"bf16\" and run the trained model in \"int8\"", who)
   end
-  if p == "fp16" then
-    fail("%s: precision \"fp16\" needs a CUDA device's tensor cores, and this version has no "
-      .. "fp16 products (the network is on %s); use \"bf16\" on the CPU", who, device)
-  end
-  if (p == "bf16" or p == "int8") and dtype ~= "float32" then
+  if p ~= "fp32" and dtype ~= "float32" then
     fail("%s: precision \"%s\" needs dtype float32 (its master weights), got %s", who, p, dtype)
   end
-  if (p == "bf16" or p == "int8") and device ~= "cpu" then
-    fail("%s: precision \"%s\" runs on the CPU only in this version (the network is on %s)",
-      who, p, device)
+  if p == "int8" and device ~= "cpu" then
+    fail("%s: precision \"int8\" runs on the CPU only in this version (the network is on %s)",
+      who, device)
+  end
+  if p == "fp16" and device == "cpu" then
+    -- a network is built on the CPU and moved; a config names its device
+    local how = (who == "rl.network" or who:sub(1, 4) == "net:")
+      and "move the network first (net:to(\"cuda\"), then net:set_precision(\"fp16\"))"
+      or "set device = \"cuda\""
+    fail("%s: precision \"fp16\" needs a CUDA device (its products run on tensor cores; the "
+      .. "network is on cpu): %s, or use \"bf16\" on the CPU", who, how)
   end
 end
 M.check_precision = check_precision
@@ -407,7 +416,7 @@ function M.new(desc, extern_data, opts)
     description = desc, extern_data = extern_data, dtype = dtype, ext = ext, order = {},
     nodes = {}, by_name = {}, loss_nodes = {}, used_extern = {}, input_keys = {}, input_grads_on =
     opts.input_grads == true, input_grad_bufs = {}, forwarded = false, device = "cpu",
-    precision = precision, fp32_noted = {},
+    precision = precision, fp32_noted = {}, grad_scale = 1,
   }, Network)
 
   for i, name in ipairs(topological_order(desc, ext, roots)) do
@@ -442,7 +451,7 @@ function M.new(desc, extern_data, opts)
       layer = d.class == "rec" and rec.create(name, d, srcs, n_from, in_dims, dtype, ext)
         or layers.create(d.class, name, d, in_dims, dtype, defaults),
       in_dims = in_dims, consumers = {}, grad_in = {}, inputs = {},
-      draws = layers.draws_in_training(d),
+      draws = layers.draws_in_training(d), cudnn = d.impl == "cudnn",
     }
     self:set_rank(node, d)
     check_loss(node, d, ext)
@@ -597,7 +606,7 @@ M.check_device_name = check_device_name
 function Network:to(device)
   local guard <close> = self:enter("net:to")
   check_device_name(device, "net:to")
-  if device ~= "cpu" then check_precision("net:to", self.precision, self.dtype, device) end
+  check_precision("net:to", self.precision, self.dtype, device)
   local okp, p = pcall(self.flat_params.to, self.flat_params, device)
   if not okp then
     fail("net:to(\"%s\"): %s", device, (tostring(p):gsub("^to: ", "")))
@@ -1020,21 +1029,37 @@ function Network:enter(what)
   return setmetatable({net = self}, Guard)
 end
 
--- net:set_precision(p): "fp32", "bf16" or "int8" (see BF16_CLASSES) from the next forward on.
+-- net:set_precision(p): "fp32", "bf16", "int8" or, on a CUDA device, "fp16" (see BF16_CLASSES)
+-- from the next forward on.
 function Network:set_precision(p)
   check_precision("net:set_precision", p, self.dtype, self.device)
   self.precision = p
   return self
 end
 
--- The bf16 context (kernels/cpu/gemm_bf16.h) around a forward or a backward: the bf16 copies
--- of the weights are made once per pass (the weights may have changed since the last forward;
--- the backward takes them transposed, into the forward's buffers). It is this network's and active on this thread only: a float32
--- network enters with none, so that it never runs in the precision of a network that called it
--- (a Lua layer's); closed, the context of the caller comes back, also on an error.
+-- The precision context around a forward or a backward: on the CPU the bf16 context
+-- (kernels/cpu/gemm_bf16.h), whose bf16 copies of the weights are made once per pass (the
+-- weights may have changed since the last forward; the backward takes them transposed, into the
+-- forward's buffers); on a CUDA device the half context (kernels/cuda/context.h), which rounds
+-- the flat parameters to bf16 or fp16 when their storage version changed. It is this network's
+-- and active on this thread only: a float32 network enters with none, so that it never runs in
+-- the precision of a network that called it (a Lua layer's); closed, the context of the caller
+-- comes back, also on an error.
 local Bf16Guard = {__close = function(g) rl._bf16_leave(g.prev) end}
+local HalfGuard = {__close = function(g) rl._cuda_half_leave(g.prev) end}
 function Network:bf16_enter()
-  if self.device ~= "cpu" or self.dtype ~= "float32" then return nil end
+  if self.dtype ~= "float32" then return nil end
+  if self.device ~= "cpu" then
+    if not rl._cuda_half_enter then return nil end -- a build without CUDA has no such network
+    local ctx = nil
+    if self.precision ~= "fp32" then
+      if self.half_fmt ~= self.precision then
+        self.half_ctx, self.half_fmt = rl._cuda_half_ctx(self.precision), self.precision
+      end
+      ctx = self.half_ctx
+    end
+    return setmetatable({prev = rl._cuda_half_enter(ctx, self.flat_params)}, HalfGuard)
+  end
   local ctx = nil
   local p = self.precision
   if p == "bf16" or p == "int8" then
@@ -1048,18 +1073,25 @@ function Network:bf16_enter()
   return setmetatable({prev = rl._bf16_enter(ctx, self.flat_params)}, Bf16Guard)
 end
 
--- Before a node's layer runs: bf16 products for the classes that have them, float32 for the
--- rest (said once per layer when it has products of its own).
+-- Before a node's layer runs: bf16 (fp16) products for the classes that have them, float32 for
+-- the rest (said once per layer when it has products of its own). cuDNN's RNNs (impl = "cudnn")
+-- take their float32 path: their products are cuDNN's, not the context's.
 function Network:bf16_node(node)
   local p = self.precision
-  if p ~= "bf16" and p ~= "int8" then return end
+  if p == "fp32" then return end
   local cls = node.layer.class
-  local on = BF16_CLASSES[cls] and type(node.layer) == "userdata"
-  rl._bf16_on(on and self.bf16_ctx or nil)
+  local gpu = self.device ~= "cpu"
+  local on = BF16_CLASSES[cls] and type(node.layer) == "userdata" and not (gpu and node.cudnn)
+  if gpu then
+    rl._cuda_half_on(on and self.half_ctx or nil)
+  else
+    rl._bf16_on(on and self.bf16_ctx or nil)
+  end
   if not on and not NO_PRODUCTS[cls] and not self.fp32_noted[node.name] then
     self.fp32_noted[node.name] = true
-    io.stderr:write(string.format("rnnlua: %s has no %s path: its products run in float32 "
-      .. "(precision \"%s\")\n", where(node.name, cls), p, p))
+    io.stderr:write(string.format("rnnlua: %s has no %s path%s: its products run in float32 "
+      .. "(precision \"%s\")\n", where(node.name, cls), p,
+      (gpu and node.cudnn) and " with impl = \"cudnn\"" or "", p))
   end
 end
 
@@ -1191,8 +1223,8 @@ end
 -- The backward of a layer that computes its own loss, with that loss scaled by s: the layer
 -- adds the gradient of (own loss + <grad_out, out>), so it gets grad_out / s and the result
 -- is scaled by s (param grads: old + s * (new - old); input grads: s * new).
-local function scaled_loss_backward(node, gout, grad_in)
-  local s, before = node.loss_scale, {}
+local function scaled_loss_backward(node, gout, grad_in, s)
+  local before = {}
   if gout then gout:mul_(1 / s) end
   for i, v in ipairs(node.views) do before[i] = v.grad:clone() end
   node.layer:backward(gout, grad_in)
@@ -1207,6 +1239,8 @@ function Network:prepare_backward(node)
   local edges = node.grad_edges
   if node.loss_kind == "mse" then
     gout = node.loss_grad
+    -- the loss gradient times the dynamic loss scale (the forward made it with loss_scale)
+    if self.grad_scale ~= 1 then gout:mul_(self.grad_scale) end
     sum_into(gout, edges, true)
   elseif #edges == 1 and node.loss_kind == nil then
     gout = edges[1].node.grad_in[edges[1].slot]
@@ -1235,6 +1269,11 @@ function Network:backward()
     error("net:backward: precision \"int8\" is for inference only (its products have no "
       .. "backward); net:set_precision(\"fp32\") or \"bf16\" to train", 2)
   end
+  local gs = self.grad_scale
+  if math.type(gs) == nil or not (gs > 0 and gs < math.huge) then
+    error(string.format("net:backward: net.grad_scale must be a finite number > 0, got %s",
+      tostring(gs)), 2)
+  end
   self.forwarded = false
   ready_grads(self)
   local bf16 <close> = self:bf16_enter()
@@ -1259,8 +1298,9 @@ function Network:backward()
           local gin = {}
           for k = 1, #node.srcs do gin[k] = node.grad_in[k] and fold(node.grad_in[k]) end
           node.layer:backward(gout and fold(gout), gin)
-        elseif node.loss_kind == "layer" and node.loss_scale ~= 1 then
-          scaled_loss_backward(node, gout, node.grad_in)
+        elseif (node.loss_kind == "layer" or node.loss_kind == "rec")
+            and node.loss_scale * self.grad_scale ~= 1 then
+          scaled_loss_backward(node, gout, node.grad_in, node.loss_scale * self.grad_scale)
         else
           node.layer:backward(gout, node.grad_in)
         end

@@ -22,8 +22,9 @@
 --     epoch; after n bad epochs in a row training stops (logged) with that epoch's checkpoint
 --     saved. A resume of a stopped run trains nothing unless the patience is raised.
 -- State (/engine in the checkpoint, a state table of rnnlua.checkpoint): model (the prefix),
--- accum_grad, best_by, ema (tensor), ema_decay, ema_updates, es_best, es_best_epoch, es_bad and
--- "saved.<epoch>" = the score of each kept saved epoch.
+-- accum_grad, best_by, ema (tensor), ema_decay, ema_updates, es_best, es_best_epoch, es_bad,
+-- grad_scale and grad_scale_good (fp16 loss scaling, rnnlua.grad_scaler) and "saved.<epoch>" =
+-- the score of each kept saved epoch.
 local M = {}
 local rl = require("rnnlua") -- the module table (init.lua registers it before loading its parts)
 
@@ -67,6 +68,9 @@ function M.state(ctx)
   end
   if ctx.es_best then st.es_best, st.es_best_epoch = ctx.es_best, ctx.es_best_epoch end
   st.es_bad = ctx.es_bad or 0
+  if ctx.scaler then
+    for k, v in pairs(ctx.scaler:state()) do st[k] = v end
+  end
   for e, v in pairs(ctx.saved_scores) do st["saved." .. e] = v end
   return st
 end
@@ -116,6 +120,10 @@ function M.restore(ctx, ck, log)
   end
   if not ctx.ema and rl.is_tensor(st.ema) then
     log:write(1, "%s holds a parameter average: without config.ema it is not continued", ck.path)
+  end
+  if ctx.scaler and not ctx.scaler:load_state(st) then
+    log:write(1, "%s holds no loss scale: fp16 loss scaling starts at %g", ck.path,
+      ctx.scaler.scale)
   end
   local k = num("accum_grad", true)
   if k and k ~= cfg.accum_grad then

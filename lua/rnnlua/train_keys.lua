@@ -56,7 +56,11 @@ M.list = {
   {"device", "string", "\"cpu\"", "\"cuda\" or \"cuda:N\" (docs/gpu.md)"},
   {"dtype", "string", "\"float32\"", "\"float64\" for references and checks"},
   {"precision", "string", "\"fp32\"",
-    "\"bf16\": bf16 operands and float32 sums in the matrix products (float32 master weights); \"int8\" is refused (inference only)"},
+    "\"bf16\" (CPU or CUDA) or \"fp16\" (CUDA): half operands and float32 sums in the matrix "
+      .. "products (float32 master weights); \"int8\" is refused (inference only)"},
+  {"grad_scaler", "boolean | table", "true with \"fp16\", else false",
+    "fp16 dynamic loss scaling: true or {init_scale = 2^16, growth_factor = 2, "
+      .. "backoff_factor = 0.5, growth_interval = 2000}"},
   {"num_threads", "integer", "all CPUs", "rl.set_num_threads for the run"},
   {"distributed", "table", "none (sync with several processes)",
     "{mode = \"sync\" | \"average\", ...} (docs/distributed.md)"},

@@ -354,6 +354,118 @@ parity("global_pool mean and max on the data", ce_on("cat", {
   cat = {class = "copy", from = {"gm", "gx"}},
 }), IMG, true, img_batch(1, {1, 1, 1}))
 
+-- Half precision on the device side (precision "bf16" and "fp16": kernels/cuda/context.h's half
+-- context, cublasGemmEx with half operands and float32 sums) against a float64 network of the
+-- same seed on the CPU. Tolerances from the format's unit roundoff u (bf16 2^-8, fp16 2^-11; half
+-- the machine epsilon, rounding to nearest even), as tests/lua/test_precision.lua derives them:
+-- rounding both operands moves a product by at most 2u of its sum of magnitudes, a layer's output
+-- (tanh/sigmoid of such sums) by a few u of its largest entry: outputs at 4u, the loss at 2u,
+-- parameter and input gradients (the products of both passes compounded) at 8u, each relative to
+-- the largest magnitude of the float64 tensor. The half rounding must show: the last output's
+-- error above u/64 (float32 alone stays near 2^-24). Without a CUDA device the bf16 cases run the
+-- CPU's bf16 products as the device side; the CPU has no fp16 products, so there the fp16 cases
+-- only check that the CPU refuses fp16 naming the option (printed as not run).
+local HALF_U = {bf16 = 2 ^ -8, fp16 = 2 ^ -11}
+
+local function half_run(desc, ext, bt, prec)
+  rl.manual_seed(7)
+  local net
+  if prec == "float64" then
+    net = rl.network(desc, ext, {input_grads = true, dtype = "float64"})
+    local b = {}
+    for k, v in pairs(bt) do
+      b[k] = (k ~= "lengths" and v:dtype() == "float32") and v:double() or v
+    end
+    bt = b
+  else
+    net = rl.network(desc, ext, {input_grads = true})
+    if DEV ~= "cpu" then net:to(DEV) end
+    net:set_precision(prec)
+  end
+  rl.manual_seed(9)
+  net:zero_grads()
+  local loss = net:forward(bt, {train = true})
+  net:backward()
+  return net, loss
+end
+
+local function half_parity(name, desc, ext, prec)
+  H.test(name .. " in " .. prec .. " vs float64", function()
+    if prec == "fp16" and DEV == "cpu" then
+      local ok, err = pcall(function() rl.network(desc, ext):set_precision("fp16") end)
+      H.check(not ok and tostring(err):find('precision "fp16" needs a CUDA device', 1, true),
+        tostring(err))
+      print(string.format("  %s fp16: not run (no CUDA device; the CPU refuses fp16)", name))
+      return
+    end
+    local u = HALF_U[prec]
+    local bt = seq_batch(ext)
+    local ref, lr = half_run(desc, ext, bt, "float64")
+    local net, lh = half_run(desc, ext, bt, prec)
+    local last
+    for _, lname in ipairs(ref.order) do
+      local o = net:layer(lname).output
+      H.check(o:device() == DEV, lname .. " output is on " .. o:device())
+      close(o, ref:layer(lname).output, prec .. " output of " .. lname, 4 * u)
+      last = rel_diff(o, ref:layer(lname).output)
+    end
+    H.check(last > u / 64, string.format("%s: the output's error %.3g shows no %s rounding",
+      name, last, prec))
+    close_num(lh, lr, prec .. " loss", 2 * u)
+    close(net:grads(), ref:grads(), prec .. " parameter gradients", 8 * u)
+    for key in pairs(ref.input_keys) do
+      local want = ref:input_grad(key)
+      if want then close(net:input_grad(key), want, prec .. " input gradient of " .. key, 8 * u) end
+    end
+    print(string.format("  %s %s: last output error %.3g (tolerance %.3g)", name, prec, last,
+      4 * u))
+    if GPU then
+      -- the weights were rounded once for this version, for the forward and the backward
+      H.check(rl._cuda_half_conversions(net.half_ctx) == 1, "weights rounded "
+        .. rl._cuda_half_conversions(net.half_ctx) .. " times for one version")
+      net:params():add_(0) -- a write from Lua: a new version, rounded again at the next pass
+      net:forward(bt, {train = false})
+      H.check(rl._cuda_half_conversions(net.half_ctx) == 2, "not rounded again after a write")
+    end
+  end)
+end
+
+local HALF_EXT = {data = {dim = F}, classes = {dim = C, sparse = true}, target = {dim = 2}}
+local HALF_NETS = {
+  {"linear, lstm both directions, gru, softmax ce", {
+    l1 = {class = "linear", n_out = 8, activation = "tanh", from = "data"},
+    fw = {class = "lstm", n_out = 6, from = "l1"},
+    bw = {class = "lstm", n_out = 6, from = "l1", direction = -1},
+    g = {class = "gru", n_out = 5, from = {"fw", "bw"}},
+    output = {class = "softmax", from = "g", loss = "ce", target = "classes"},
+  }},
+  {"lstm n_proj with rec_dropout, linear mse", {
+    fw = {class = "lstm", n_out = 7, n_proj = 4, rec_dropout = 0.2, from = "data"},
+    output = {class = "linear", n_out = 2, from = "fw", loss = "mse", target = "target"},
+  }},
+}
+for _, c in ipairs(HALF_NETS) do
+  for _, prec in ipairs({"bf16", "fp16"}) do half_parity(c[1], c[2], HALF_EXT, prec) end
+end
+
+H.test("rl.train in fp16 on the device: loss scaling on, finite scores", function()
+  if DEV == "cpu" then
+    print("  rl.train fp16: not run (no CUDA device)")
+    return
+  end
+  local r = rl.train({
+    network = {
+      fw = {class = "lstm", n_out = 16},
+      output = {class = "softmax", from = "fw", loss = "ce", target = "classes"},
+    },
+    train = {class = "12ax", num_seqs = 24, seed = 1, min_len = 5, max_len = 20},
+    num_epochs = 2, batch_size = 120, max_seqs = 8, optimizer = {class = "adam"},
+    learning_rate = 1e-2, log_verbosity = 0, seed = 3, device = KIND, precision = "fp16",
+  }, {})
+  H.check(r.train_score == r.train_score and r.train_score < math.huge, "train score")
+  H.check(r.net.precision == "fp16" and r.net.device == DEV)
+end)
+
 H.test("net:to round trip cpu -> device -> cpu keeps every value", function()
   rl.manual_seed(7)
   local net = rl.network(ce_on("h", {h = {class = "linear", n_out = 7}}), EXT)

@@ -54,6 +54,14 @@ end, 'precision must be "fp32", "bf16", "int8" or "fp16", got "fp8"')
 H.expect_error("fp16 on the CPU is an error naming it", function()
   rl.network(DEEP, ext, {precision = "fp16"})
 end, 'precision "fp16" needs a CUDA')
+H.expect_error("fp16 on a CPU network says how to get it on a CUDA device", function()
+  rl.network(DEEP, ext):set_precision("fp16")
+end, 'net:set_precision: precision "fp16" needs a CUDA device (its products run on tensor '
+  .. 'cores; the network is on cpu): move the network first (net:to("cuda"), then '
+  .. 'net:set_precision("fp16")), or use "bf16" on the CPU')
+H.expect_error("fp16 needs float32 master weights too", function()
+  rl.network(DEEP, ext, {dtype = "float64"}):set_precision("fp16")
+end, 'precision "fp16" needs dtype float32')
 H.expect_error("bf16 needs float32 master weights", function()
   rl.network(DEEP, ext, {precision = "bf16", dtype = "float64"})
 end, 'precision "bf16" needs dtype float32')
@@ -67,7 +75,8 @@ end, "config.precision: precision must be")
 H.expect_error("rl.forward checks precision", function()
   rl.forward{model = "none.h5", data = {class = "12ax", num_seqs = 4, seed = 1},
              output_file = "none_out.h5", precision = "fp16"}
-end, 'rl.forward: precision "fp16"')
+end, 'rl.forward: precision "fp16" needs a CUDA device (its products run on tensor cores; the '
+  .. 'network is on cpu): set device = "cuda", or use "bf16" on the CPU')
 
 ---------------------------------------------------------------------------- accuracy
 
