@@ -182,7 +182,7 @@ end
 
 -- What lua/capi.c runs a session's pushes with (Model:c_push_unfit() is nil), taken at its
 -- first push and after every plain forward: {nodes = {{layer =, srcs = {0: the input, k: node
--- k}, bf16 = its products in bf16}, ...}, out = the model layer's node, states = the own state
+-- k}, bf16 = its products in the network's precision (bf16 or int8)}, ...}, out = the model layer's node, states = the own state
 -- buffers (Model:own_state, the carried layers' in net.carried order, the one state the Lua path
 -- reads and writes too), carried = their nodes, bf16_ctx =, params =}. rows: nil for a
 -- session, or the rows of rl_session_push_many's batches on the model's batch network, whose
@@ -195,8 +195,13 @@ function Model:c_push_plan(rows)
     for _, l in ipairs(self.adopted) do l:_adopted_inputs(true) end
     self.pushing = true
   end
-  local bf16 = net.precision == "bf16"
-  if bf16 then net.bf16_ctx = net.bf16_ctx or rl._bf16_ctx() end
+  -- bf16 and int8 products both run through the precision context (kernels/cpu/gemm_bf16.h),
+  -- of the network's kind
+  local p = net.precision
+  local bf16 = p == "bf16" or p == "int8"
+  if bf16 and not (net.bf16_ctx and rl._bf16_is_int8(net.bf16_ctx) == (p == "int8")) then
+    net.bf16_ctx = rl._bf16_ctx(p)
+  end
   local index, nodes = {}, {}
   for i, node in ipairs(net.nodes) do
     index[node.name] = i
