@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "../kernels/cpu/parallel.h"
+#include "../kernels/cpu/scratch.h"
 
 /* One pool of threads for products: the BLAS library runs single-threaded, and a product big
  * enough to share is split into blocks of C (whole columns or whole rows, never K, so each
@@ -98,27 +99,15 @@ static void library_gemm(bool f64, bool trans_a, bool trans_b, int64_t m, int64_
  * grows, so steady batches of one shape allocate nothing; if it cannot grow, the library runs
  * the rows as they are (right to rounding). */
 #define ROW_GROUP 4
-static _Thread_local void *row_scratch;
-static _Thread_local size_t row_scratch_bytes;
-static pthread_key_t row_scratch_key; /* frees a thread's scratch when the thread ends */
-static pthread_once_t row_scratch_once = PTHREAD_ONCE_INIT;
-
-static void row_scratch_key_init(void) { (void)pthread_key_create(&row_scratch_key, free); }
 
 /* rows (< ROW_GROUP) rows of A from a (row 0 of them) into C at c, n columns */
 static bool gemm_tail_rows(const gemm_job *j, int64_t rows, const char *a, const char *b, char *c,
                            int64_t n) {
     size_t es = j->f64 ? sizeof(double) : sizeof(float);
     size_t need = es * (size_t)(ROW_GROUP * (j->k + n));
-    if (need > row_scratch_bytes) {
-        pthread_once(&row_scratch_once, row_scratch_key_init);
-        void *p = realloc(row_scratch, need);
-        if (!p) return false;
-        row_scratch = p;
-        row_scratch_bytes = need;
-        (void)pthread_setspecific(row_scratch_key, p);
-    }
-    char *a2 = row_scratch, *c2 = a2 + es * (size_t)(ROW_GROUP * j->k);
+    char *a2 = rl_thread_scratch(RL_SCRATCH_BLAS_ROWS, need, NULL);
+    if (!a2) return false;
+    char *c2 = a2 + es * (size_t)(ROW_GROUP * j->k);
     /* the caller's transposition, so the same packing and kernels run: A's rows are rows of
      * A (lda apart) or columns of the stored A' (K x M); rows past `rows` are zeros */
     memset(a2, 0, es * (size_t)(ROW_GROUP * j->k));

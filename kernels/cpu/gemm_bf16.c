@@ -23,6 +23,7 @@
 #include "cpu_level.h"
 #include "gemm_int8.h"
 #include "parallel.h"
+#include "scratch.h"
 
 #ifdef RL_CPU_X86
 #include <immintrin.h>
@@ -171,37 +172,6 @@ void rl_bf16_pack(uint16_t *dst, const float *b, int64_t ldb, bool trans, int64_
                 pack_pair(dst + (p * kp + i) * RL_BF16_PANEL, r0, r1, step, w);
             }
         }
-}
-
-/* ---- per-thread scratch (only grows; freed when its thread ends) ---- */
-
-typedef struct {
-    void *p;
-    size_t bytes;
-} scratch;
-
-static _Thread_local scratch rounded_a, packed_b;
-static pthread_key_t scratch_key_a, scratch_key_b;
-static pthread_once_t scratch_once = PTHREAD_ONCE_INIT;
-
-static void scratch_keys_init(void) {
-    (void)pthread_key_create(&scratch_key_a, free);
-    (void)pthread_key_create(&scratch_key_b, free);
-}
-
-static void *scratch_get(scratch *s, pthread_key_t *key, size_t bytes, const char *what) {
-    if (bytes == 0) bytes = 1;
-    if (bytes <= s->bytes) return s->p;
-    pthread_once(&scratch_once, scratch_keys_init);
-    void *p = realloc(s->p, bytes);
-    if (!p) {
-        rl_error(RL_ENOMEM, "bf16 gemm: cannot allocate %zu bytes for %s", bytes, what);
-        return NULL;
-    }
-    s->p = p;
-    s->bytes = bytes;
-    (void)pthread_setspecific(*key, p);
-    return p;
 }
 
 /* op(a) (m x k) rounded into dst (mp x kp), zeros in the padding */
@@ -472,8 +442,8 @@ rl_status rl_gemm_bf16_packed(bool trans_a, int64_t m, int64_t n, int64_t k, flo
     int64_t kp = round_up(k, KP_ALIGN), rows = block_of(kp, ROW_BLOCK);
     if (rows > m) rows = m;
     int64_t mp = round_up(rows, MP_ALIGN);
-    uint16_t *ra = scratch_get(&rounded_a, &scratch_key_a, sizeof(uint16_t) * (size_t)(mp * kp),
-                               "the rounded left operand");
+    uint16_t *ra = rl_thread_scratch(RL_SCRATCH_BF16_A, sizeof(uint16_t) * (size_t)(mp * kp),
+                                     "bf16 gemm: the rounded left operand");
     if (!ra) return RL_ENOMEM;
     for (int64_t i0 = 0; i0 < m; i0 += rows) {
         int64_t mi = m - i0 < rows ? m - i0 : rows;
@@ -490,9 +460,9 @@ rl_status rl_gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t
     if (m <= 0 || n <= 0) return RL_OK;
     int64_t cols = block_of(round_up(k, KP_ALIGN), 2 * RL_BF16_PANEL);
     if (cols > n) cols = n;
-    uint16_t *pb = scratch_get(&packed_b, &scratch_key_b,
-                               sizeof(uint16_t) * (size_t)rl_bf16_packed_size(k, cols),
-                               "the packed right operand");
+    uint16_t *pb = rl_thread_scratch(RL_SCRATCH_BF16_B,
+                                     sizeof(uint16_t) * (size_t)rl_bf16_packed_size(k, cols),
+                                     "bf16 gemm: the packed right operand");
     if (!pb) return RL_ENOMEM;
     for (int64_t j0 = 0; j0 < n; j0 += cols) {
         int64_t nj = n - j0 < cols ? n - j0 : cols;

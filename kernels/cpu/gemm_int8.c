@@ -16,6 +16,7 @@
 #include "../../core/blas.h"
 #include "cpu_level.h"
 #include "parallel.h"
+#include "scratch.h"
 
 #ifdef RL_CPU_X86
 #include <immintrin.h>
@@ -338,39 +339,6 @@ static void run_part(void *ctx, int part, int parts) {
     part_generic(j, r0, r1, t0, t1);
 }
 
-/* ---- per-thread scratch (only grows; freed when its thread ends) ---- */
-
-typedef struct {
-    void *p;
-    size_t bytes;
-} scratch;
-
-static _Thread_local scratch quant_a, packed_b;
-static pthread_key_t scratch_key_a, scratch_key_b;
-static pthread_once_t scratch_once = PTHREAD_ONCE_INIT;
-
-static void scratch_keys_init(void) {
-    (void)pthread_key_create(&scratch_key_a, free);
-    (void)pthread_key_create(&scratch_key_b, free);
-}
-
-static void *scratch_get(scratch *s, pthread_key_t *key, size_t bytes, const char *what) {
-    bytes = (bytes + 63) / 64 * 64;
-    if (bytes == 0) bytes = 64;
-    if (bytes <= s->bytes) return s->p;
-    pthread_once(&scratch_once, scratch_keys_init);
-    void *p = aligned_alloc(64, bytes);
-    if (!p) {
-        rl_error(RL_ENOMEM, "int8 gemm: cannot allocate %zu bytes for %s", bytes, what);
-        return NULL;
-    }
-    free(s->p);
-    s->p = p;
-    s->bytes = bytes;
-    (void)pthread_setspecific(*key, p);
-    return p;
-}
-
 #define SCRATCH_BYTES ((int64_t)2 << 20)
 
 rl_status rl_gemm_int8_packed(bool trans_a, int64_t m, int64_t n, int64_t k, float alpha,
@@ -381,8 +349,8 @@ rl_status rl_gemm_int8_packed(bool trans_a, int64_t m, int64_t n, int64_t k, flo
     int64_t rows = SCRATCH_BYTES / (kq + 4) / ROW_BLOCK * ROW_BLOCK;
     if (rows < ROW_BLOCK) rows = ROW_BLOCK;
     if (rows > m) rows = m;
-    uint8_t *qa = scratch_get(&quant_a, &scratch_key_a, (size_t)(rows * (kq + 4)) + 64,
-                              "the quantized left operand");
+    uint8_t *qa = rl_thread_scratch(RL_SCRATCH_INT8_A, (size_t)(rows * (kq + 4)) + 64,
+                                    "int8 gemm: the quantized left operand");
     if (!qa) return RL_ENOMEM;
     float *sa = (float *)(qa + round_up(rows * kq, 64));
     const float *scale = packed;
@@ -426,8 +394,8 @@ rl_status rl_gemm_int8(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t
     int64_t cols = SCRATCH_BYTES / (kq + 8) / RL_INT8_COLS * RL_INT8_COLS;
     if (cols < RL_INT8_COLS) cols = RL_INT8_COLS;
     if (cols > n) cols = n;
-    void *pb = scratch_get(&packed_b, &scratch_key_b, rl_int8_packed_bytes(k, cols),
-                           "the quantized right operand");
+    void *pb = rl_thread_scratch(RL_SCRATCH_INT8_B, rl_int8_packed_bytes(k, cols),
+                                 "int8 gemm: the quantized right operand");
     if (!pb) return RL_ENOMEM;
     for (int64_t j0 = 0; j0 < n; j0 += cols) {
         int64_t nj = n - j0 < cols ? n - j0 : cols;

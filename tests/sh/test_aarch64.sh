@@ -25,7 +25,7 @@ if ! "$cc" -O2 -g -std=c11 -D_GNU_SOURCE -fno-trapping-math -fno-math-errno -Wal
     -Wshadow -Wmissing-prototypes -Wno-unused-parameter -Werror -I. -static \
     -o "$tmp/test_kernels" tests/aarch64/test_kernels.c kernels/cpu/gemm_small.c \
     kernels/cpu/gemm_neon.c kernels/cpu/gemm_bf16.c kernels/cpu/gemm_int8.c kernels/cpu/cpu_level.c \
-    kernels/cpu/parallel.c \
+    kernels/cpu/parallel.c kernels/cpu/scratch.c \
     kernels/cpu/lstm.c kernels/cpu/gru.c core/error.c -lm -lpthread; then
     echo "FAIL test_aarch64: the cross compilation failed"
     echo "0 passed, 1 failed"
