@@ -11,7 +11,7 @@
 -- (plain and layer_norm) as well.
 -- Usage: rnnlua bench/recurrent_options.lua [CONFIG ...]   (default: ptb_large chime)
 -- RL_BENCH_ROUNDS rounds (default 5; at least 3 for the median to mean anything); the thread
--- count is rnnlua's default (rl.set_num_threads before, e.g. `rnnlua -e`, to change it).
+-- count is rnnlua's default (OPENBLAS_NUM_THREADS=1 in the environment runs one thread).
 local B = dofile("bench/bench.lua")
 
 local CONFIGS = {

@@ -740,8 +740,8 @@ done:
  * another) in chunks of 1, 7, 50, 3 and 2 frames, a refused chunk, a reset midway, a plain
  * forward and a batched push between, in fp32 and bf16: the same numbers bit for bit; after the
  * reset the stream equals the whole rest at once to float32 rounding (the pushes' products read
- * the packed weights); and pushes no longer than one before allocate nothing (the Lua
- * network's did). */
+ * the packed weights); and a push whose chunk is no longer than an earlier chunk of the stream
+ * allocates nothing in C (through the Lua network it allocates). */
 static void check_c_push(const char *file) {
     enum { N = T * B };
     rl_model *mc = NULL, *ml = NULL;
