@@ -2,10 +2,12 @@
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "../kernels/cpu/cpu_level.h"
 #include "../kernels/cpu/parallel.h"
 #include "../kernels/cpu/scratch.h"
 
@@ -18,6 +20,7 @@
  * with few cores the two pools' waiting threads take the cores from each other. rl_threads is
  * the thread count of both. */
 static atomic_int rl_threads; /* 0: not set yet, every CPU (or the library's env setting) */
+static char core_found[32], core_used[32]; /* rl_blas_core's answers */
 
 #ifdef RL_BLAS_BLIS
 /* BLIS (make BLAS=blis) through its CBLAS layer. */
@@ -36,13 +39,80 @@ static void library_single_thread(void) { bli_thread_set_num_threads(1); }
 static int library_threads(void) { return openblas_get_num_threads(); }
 
 static void library_single_thread(void) { openblas_set_num_threads(1); }
+
+/* OpenBLAS built with DYNAMIC_ARCH (Debian's) picks its kernels by the CPU's family and model
+ * number when it is loaded, and a model it does not know gets the generic SSE3 kernels
+ * ("Prescott"): OpenBLAS 0.3.21 on an Emerald Rapids Xeon (family 6, model 207) runs float32
+ * products 4x slower than with its AVX-512 ones (the ptb_large training step 1845 against 438
+ * ms). Where the CPU's instruction set (rnnlua's CPU level, which RL_CPU_LEVEL may lower) is
+ * above the kernels OpenBLAS chose, the library is initialised again with the right ones
+ * (SkylakeX for AVX-512, Haswell for AVX2), through the same entry points its loader uses and
+ * the OPENBLAS_CORETYPE variable it reads there, restored afterwards. A user's own
+ * OPENBLAS_CORETYPE is left alone, and so is an OpenBLAS without these entry points (built for
+ * one CPU). It runs once, before the first product, when no product can be running. */
+extern void gotoblas_dynamic_init(void) __attribute__((weak));
+extern void gotoblas_dynamic_quit(void) __attribute__((weak));
+
+/* The CPU level (kernels/cpu/cpu_level.h) of an OpenBLAS core's kernels */
+static int core_level(const char *name) {
+    static const char *const avx512[] = {"SkylakeX", "Cooperlake", "SapphireRapids"};
+    static const char *const avx2[] = {"Haswell", "Zen"};
+    for (size_t i = 0; i < sizeof avx512 / sizeof *avx512; i++)
+        if (!strcmp(name, avx512[i])) return RL_CPU_AVX512;
+    for (size_t i = 0; i < sizeof avx2 / sizeof *avx2; i++)
+        if (!strcmp(name, avx2[i])) return RL_CPU_AVX2;
+    return RL_CPU_GENERIC;
+}
+
+static void copy_name(char *dst, const char *src) {
+    snprintf(dst, sizeof core_found, "%s", src ? src : "unknown");
+}
+
+static void library_core(void) {
+    copy_name(core_found, openblas_get_corename());
+    copy_name(core_used, core_found);
+#ifdef __x86_64__ /* the levels' names below are x86-64's */
+    if (!gotoblas_dynamic_init || !gotoblas_dynamic_quit || getenv("OPENBLAS_CORETYPE")) return;
+    int level = rl_cpu_level_get();
+    if (core_level(core_found) >= level) return;
+    const char *want = level == RL_CPU_AVX512 ? "SkylakeX"
+                       : level == RL_CPU_AVX2 ? "Haswell"
+                                              : NULL;
+    if (!want || setenv("OPENBLAS_CORETYPE", want, 1) != 0) return;
+    gotoblas_dynamic_quit();
+    gotoblas_dynamic_init();
+    unsetenv("OPENBLAS_CORETYPE");
+    copy_name(core_used, openblas_get_corename());
 #endif
+}
+#endif
+
+static pthread_once_t core_once = PTHREAD_ONCE_INIT;
+
+static void choose_core(void) {
+#ifdef RL_BLAS_BLIS
+    snprintf(core_used, sizeof core_used, "BLIS");
+#else
+    library_core();
+#endif
+}
+
+const char *rl_blas_core(const char **found) {
+    pthread_once(&core_once, choose_core);
+#ifdef RL_BLAS_BLIS
+    if (found) *found = core_used;
+#else
+    if (found) *found = core_found;
+#endif
+    return core_used;
+}
 
 /* The default, once: the library's own count (OPENBLAS_NUM_THREADS, BLIS_NUM_THREADS) or every
  * CPU; from then on the library itself runs one thread. */
 static int threads_now(void) {
-    int n = atomic_load_explicit(&rl_threads, memory_order_relaxed);
+    int n = atomic_load_explicit(&rl_threads, memory_order_acquire);
     if (n > 0) return n;
+    rl_blas_core(NULL);
     n = library_threads();
     if (n < 1) {
         long cpus = sysconf(_SC_NPROCESSORS_ONLN);

@@ -61,6 +61,15 @@ static int l_cpu_level(lua_State *L) {
     return 2;
 }
 
+/* rl.blas_core() -> the BLAS kernels in use (OpenBLAS's core name), the ones the library chose
+ * for itself (core/blas.c replaces those below the CPU's level) */
+static int l_blas_core(lua_State *L) {
+    const char *found;
+    lua_pushstring(L, rl_blas_core(&found));
+    lua_pushstring(L, found);
+    return 2;
+}
+
 /* A network's bf16 context (kernels/cpu/gemm_bf16.h), for the network module, not for users:
  *   rl._bf16_ctx([kind]) -> a context (freed with it by the garbage collector); kind "bf16"
  *       (default) or "int8" (rl_bf16_ctx_set_int8: int8 weights, for inference);
@@ -272,6 +281,7 @@ static const luaL_Reg module_funcs[] = {
     {"_bf16_leave", l_bf16_leave},
     {"_bf16_on", l_bf16_on},
     {"cpu_level", l_cpu_level},
+    {"blas_core", l_blas_core},
     {"cuda_built", l_cuda_built},
     {"set_num_threads", l_set_num_threads},
     {"get_num_threads", l_get_num_threads},

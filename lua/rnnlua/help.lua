@@ -139,6 +139,8 @@ M.sections = {
     {"rl.synchronize", "rl.synchronize()", "Waits for the device's queued work."},
     {"rl.cpu_level", "rl.cpu_level([name]) -> in_use, best",
       "The CPU kernel level in use and the best this CPU supports; with a name, selects it."},
+    {"rl.blas_core", "rl.blas_core() -> in_use, found",
+      "OpenBLAS's kernels in use and the ones it chose itself (replaced where below the CPU's)."},
     {"rl.set_num_threads", "rl.set_num_threads(n)", "The CPU threads of kernels and BLAS."},
     {"rl.get_num_threads", "rl.get_num_threads() -> n", "Their number."},
     {"rl.isatty", "rl.isatty(fd) -> boolean", "Whether the file descriptor is a terminal."},

@@ -1,0 +1,65 @@
+-- OpenBLAS's kernels (core/blas.c, rl.blas_core): where OpenBLAS's own choice is below the
+-- CPU's level (a CPU model it does not know gets its generic "Prescott" kernels), rnnlua runs
+-- it again with the kernels of the level; a user's OPENBLAS_CORETYPE and a lowered RL_CPU_LEVEL
+-- are followed. Each case runs in its own process, since the kernels are chosen once.
+local H = dofile("tests/lua/harness.lua")
+
+local exe = arg[-1]
+local LEVEL = {SkylakeX = 2, Cooperlake = 2, SapphireRapids = 2, Haswell = 1, Zen = 1}
+
+-- in_use, found of a fresh process with ENV (a shell prefix), after one product
+local function cores(env)
+  local cmd = string.format("%s %q -e %q 2>&1", env or "", exe,
+    "rl.tensor({{1, 2}}, 'float32'):matmul(rl.tensor({{3}, {4}}, 'float32'))" ..
+    " local u, f = rl.blas_core() io.write(u, ' ', f, ' ', tostring(os.getenv('OPENBLAS_CORETYPE')))")
+  local p = io.popen(cmd)
+  local out = p:read("a")
+  p:close()
+  local u, f, env_after = out:match("^(%S+) (%S+) (%S+)$")
+  H.check(u, "unexpected output of " .. cmd .. ": " .. out)
+  return u, f, env_after
+end
+
+local _, best = rl.cpu_level()
+local in_use, found = rl.blas_core()
+local dynamic = in_use ~= "BLIS" and (LEVEL[found] ~= nil or in_use ~= found or
+  found == "Prescott" or found == "Nehalem" or found == "Sandybridge" or found == "Core2")
+
+H.test("rl.blas_core names the kernels", function()
+  H.check(type(in_use) == "string" and in_use ~= "", "in_use: " .. tostring(in_use))
+  H.check(type(found) == "string" and found ~= "", "found: " .. tostring(found))
+end)
+
+if dynamic and (best == "avx512" or best == "avx2") then
+  local want = best == "avx512" and 2 or 1
+  H.test("the kernels in use are at least the CPU's level (" .. best .. ")", function()
+    local u, f, env_after = cores()
+    H.check((LEVEL[u] or 0) >= want,
+      string.format("OpenBLAS runs %s (it chose %s) on a CPU of level %s", u, f, best))
+    H.check(env_after == "nil", "OPENBLAS_CORETYPE left set to " .. env_after)
+  end)
+  H.test("a lowered RL_CPU_LEVEL=avx2 gets at least the AVX2 kernels", function()
+    local u, f = cores("RL_CPU_LEVEL=avx2")
+    H.check((LEVEL[u] or 0) >= 1, string.format("runs %s (OpenBLAS chose %s)", u, f))
+    H.check(u == f or u == "Haswell", "replaced " .. f .. " by " .. u .. " at avx2")
+  end)
+  H.test("RL_CPU_LEVEL=generic keeps OpenBLAS's own choice", function()
+    local u, f = cores("RL_CPU_LEVEL=generic")
+    H.check(u == f, "replaced " .. f .. " by " .. u)
+  end)
+  H.test("the user's OPENBLAS_CORETYPE is followed", function()
+    local u = cores("OPENBLAS_CORETYPE=Haswell")
+    H.check(u == "Haswell", "OPENBLAS_CORETYPE=Haswell but " .. u .. " in use")
+  end)
+end
+
+H.test("products are right after the choice", function()
+  local a = rl.randn({37, 53}, "float64")
+  local b = rl.randn({53, 29}, "float64")
+  local ref = a:matmul(b)
+  local got = a:float():matmul(b:float()):double()
+  local err = (got - ref):abs():max()
+  H.check(err < 1e-4, "float32 product off by " .. err)
+end)
+
+H.done()
