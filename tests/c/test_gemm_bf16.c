@@ -453,6 +453,63 @@ static void test_ctx(void) {
     rl_bf16_ctx_free(fz);
 }
 
+/* The transposed passes (rl_bf16_pack of b^T, the rounding of a^T) take 16 x 16 vector blocks at
+ * the avx512bf16 and amx levels and element loops at the generic one: the packs must be the same
+ * bits, and a product of a^T the same bits as the product of an explicit transposed copy (one
+ * kernel, one rounded operand). Values include NaN, infinities, subnormals and rounding ties;
+ * sizes leave tails of rows and columns outside the blocks. */
+static void test_transposed_passes(rl_bf16_level best) {
+    static const int64_t ks[] = {1, 31, 32, 33, 64, 100, 130}, ns[] = {1, 15, 16, 17, 48, 70};
+    static const uint32_t special[] = {0x7fc00000u, 0x7f800001u, 0xff800000u, 0x7f800000u,
+                                       0x00000001u, 0x807fffffu, 0x3f808000u, 0x3f818000u,
+                                       0x7f7fffffu, 0xffffffffu};
+    int bad_pack = 0, bad_round = 0;
+    for (size_t ik = 0; ik < sizeof ks / sizeof *ks; ik++)
+        for (size_t in = 0; in < sizeof ns / sizeof *ns; in++) {
+            int64_t k = ks[ik], n = ns[in], ldb = k + 3;
+            float *b = malloc(sizeof(float) * (size_t)(n * ldb));
+            for (int64_t i = 0; i < n * ldb; i++)
+                b[i] = i % 7 == 3 ? from_bits(special[(i / 7) % 10]) : (float)next_value();
+            size_t bytes = sizeof(uint16_t) * (size_t)rl_bf16_packed_size(k, n);
+            uint16_t *ref = malloc(bytes), *got = malloc(bytes);
+            CHECK_OK(rl_bf16_level_set(RL_BF16_GENERIC));
+            rl_bf16_pack(ref, b, ldb, true, k, n);
+            for (int lv = RL_BF16_GENERIC + 1; lv <= (int)best; lv++) {
+                CHECK_OK(rl_bf16_level_set((rl_bf16_level)lv));
+                memset(got, 0xa5, bytes);
+                rl_bf16_pack(got, b, ldb, true, k, n);
+                if (memcmp(ref, got, bytes) != 0) bad_pack++;
+            }
+            /* a^T (n x k, a stored k x lda) times a packed b (k x 5), against the transposed copy
+             */
+            int64_t m = n, lda = n + 2, cols = 5;
+            float *a = malloc(sizeof(float) * (size_t)(k * lda)),
+                  *at = malloc(sizeof(float) * (size_t)(m * k));
+            float *w = malloc(sizeof(float) * (size_t)(k * cols));
+            for (int64_t i = 0; i < k * lda; i++)
+                a[i] = i % 11 == 5 ? from_bits(special[(i / 11) % 10]) : (float)next_value();
+            for (int64_t i = 0; i < m; i++)
+                for (int64_t l = 0; l < k; l++)
+                    at[i * k + l] = a[l * lda + i];
+            for (int64_t i = 0; i < k * cols; i++)
+                w[i] = (float)next_value();
+            uint16_t *pw = malloc(sizeof(uint16_t) * (size_t)rl_bf16_packed_size(k, cols));
+            rl_bf16_pack(pw, w, cols, false, k, cols);
+            float *c1 = malloc(sizeof(float) * (size_t)(m * cols)),
+                  *c2 = malloc(sizeof(float) * (size_t)(m * cols));
+            for (int lv = RL_BF16_GENERIC; lv <= (int)best; lv++) {
+                CHECK_OK(rl_bf16_level_set((rl_bf16_level)lv));
+                CHECK_OK(rl_gemm_bf16_packed(true, m, cols, k, 1.0f, a, lda, pw, 0.0f, c1, cols));
+                CHECK_OK(rl_gemm_bf16_packed(false, m, cols, k, 1.0f, at, k, pw, 0.0f, c2, cols));
+                if (memcmp(c1, c2, sizeof(float) * (size_t)(m * cols)) != 0) bad_round++;
+            }
+            free(b), free(ref), free(got), free(a), free(at), free(w), free(pw), free(c1), free(c2);
+        }
+    CHECK(bad_pack == 0);
+    CHECK(bad_round == 0);
+    CHECK_OK(rl_bf16_level_set(best));
+}
+
 int main(void) {
     test_conversions();
     rl_bf16_level best = rl_bf16_level_supported();
@@ -461,6 +518,7 @@ int main(void) {
     printf("bf16 levels tested: generic .. %s (CPU and OS support %s)\n", rl_bf16_level_name(best),
            rl_bf16_level_name(rl_bf16_level_supported()));
     test_levels(rl_bf16_level_supported());
+    test_transposed_passes(best);
     static const int64_t ms[] = {1, 5, 16, 37, 70}, ns[] = {1, 16, 33, 100},
                          ks[] = {0, 1, 31, 64, 130};
     for (int t = 0; t < 4; t++)
