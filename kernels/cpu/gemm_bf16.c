@@ -270,8 +270,10 @@ RL_TARGET_BASE static void round_a(uint16_t *dst, bool trans, int64_t m, int64_t
     if (trans && vector_transpose()) {
         rows = m / 16 * 16;
         cols = k / 16 * 16;
-        for (int64_t i = 0; i < rows; i += 16)
-            for (int64_t l = 0; l < cols; l += 16)
+        /* 16 source rows at a time, read from start to end (the destination, at most
+         * SCRATCH_BYTES, stays in the cache) */
+        for (int64_t l = 0; l < cols; l += 16)
+            for (int64_t i = 0; i < rows; i += 16)
                 round_block_trans(dst + i * kp + l, kp, a + l * lda + i, lda);
     }
 #endif
