@@ -211,6 +211,12 @@ RL_TARGET_BF16 static void pack_block_trans(uint16_t *d, const float *b, int64_t
         _mm512_storeu_si512(d + q * 2 * RL_BF16_PANEL, r[q]);
 }
 
+/* one row pair of a whole panel, rows r0 and r1 contiguous: pack_pair's common case */
+RL_TARGET_BF16 static void pack_pair_vec(uint16_t *d, const float *r0, const float *r1) {
+    __m512i w = _mm512_or_si512(round_lanes(r0), _mm512_slli_epi32(round_lanes(r1), 16));
+    _mm512_storeu_si512(d, w);
+}
+
 /* dst rows i..i+15, columns l..l+15 of op(a) = a^T: a points at a[l][i] */
 RL_TARGET_BF16 static void round_block_trans(uint16_t *dst, int64_t kp, const float *a,
                                              int64_t lda) {
@@ -223,8 +229,8 @@ RL_TARGET_BF16 static void round_block_trans(uint16_t *dst, int64_t kp, const fl
 }
 #endif
 
-/* whether the transposed passes take the vector blocks above */
-static bool vector_transpose(void) {
+/* whether the passes take the vector code above */
+static bool vector_passes(void) {
 #ifdef RL_CPU_X86
     return rl_bf16_level_get() != RL_BF16_GENERIC;
 #else
@@ -239,7 +245,7 @@ static bool vector_transpose(void) {
 void rl_bf16_pack(uint16_t *dst, const float *b, int64_t ldb, bool trans, int64_t k, int64_t n) {
     int64_t kp = round_up(k, KP_ALIGN), panels = panel_count(n);
     int64_t step = trans ? ldb : 1;
-    bool blocks = trans && vector_transpose();
+    bool vec = vector_passes();
     for (int64_t i0 = 0; i0 < kp; i0 += PACK_ROWS)
         for (int64_t p = 0; p < panels; p++) {
             int64_t j0 = p * RL_BF16_PANEL, w = n - j0 < RL_BF16_PANEL ? n - j0 : RL_BF16_PANEL;
@@ -247,11 +253,15 @@ void rl_bf16_pack(uint16_t *dst, const float *b, int64_t ldb, bool trans, int64_
             int64_t i1 = i0 + PACK_ROWS < kp ? i0 + PACK_ROWS : kp;
             int64_t i = i0;
 #ifdef RL_CPU_X86
-            if (blocks && w == RL_BF16_PANEL)
+            if (vec && trans && w == RL_BF16_PANEL)
                 for (; i + 32 <= i1 && i + 32 <= k; i += 32)
                     pack_block_trans(dst + (p * kp + i) * RL_BF16_PANEL, b + j0 * ldb + i, ldb);
+            if (vec && !trans && w == RL_BF16_PANEL)
+                for (; i + 2 <= i1 && i + 2 <= k; i += 2)
+                    pack_pair_vec(dst + (p * kp + i) * RL_BF16_PANEL, b + i * ldb + j0,
+                                  b + (i + 1) * ldb + j0);
 #else
-            (void)blocks;
+            (void)vec;
 #endif
             for (; i < i1; i += 2) {
                 const float *r0 = NULL, *r1 = NULL;
@@ -267,7 +277,7 @@ RL_TARGET_BASE static void round_a(uint16_t *dst, bool trans, int64_t m, int64_t
                                    int64_t lda, int64_t mp, int64_t kp) {
     int64_t rows = 0, cols = 0; /* op(a)'s rows and columns done by vector blocks */
 #ifdef RL_CPU_X86
-    if (trans && vector_transpose()) {
+    if (trans && vector_passes()) {
         rows = m / 16 * 16;
         cols = k / 16 * 16;
         /* 16 source rows at a time, read from start to end (the destination, at most

@@ -453,12 +453,12 @@ static void test_ctx(void) {
     rl_bf16_ctx_free(fz);
 }
 
-/* The transposed passes (rl_bf16_pack of b^T, the rounding of a^T) take 16 x 16 vector blocks at
- * the avx512bf16 and amx levels and element loops at the generic one: the packs must be the same
- * bits, and a product of a^T the same bits as the product of an explicit transposed copy (one
+/* The packing and rounding passes take vector code at the avx512bf16 and amx levels (16 x 16
+ * blocks for the transposed operands) and element loops at the generic one: the packs must be the
+ * same bits, and a product of a^T the same bits as the product of an explicit transposed copy (one
  * kernel, one rounded operand). Values include NaN, infinities, subnormals and rounding ties;
  * sizes leave tails of rows and columns outside the blocks. */
-static void test_transposed_passes(rl_bf16_level best) {
+static void test_vector_passes(rl_bf16_level best) {
     static const int64_t ks[] = {1, 31, 32, 33, 64, 100, 130}, ns[] = {1, 15, 16, 17, 48, 70};
     static const uint32_t special[] = {0x7fc00000u, 0x7f800001u, 0xff800000u, 0x7f800000u,
                                        0x00000001u, 0x807fffffu, 0x3f808000u, 0x3f818000u,
@@ -466,19 +466,23 @@ static void test_transposed_passes(rl_bf16_level best) {
     int bad_pack = 0, bad_round = 0;
     for (size_t ik = 0; ik < sizeof ks / sizeof *ks; ik++)
         for (size_t in = 0; in < sizeof ns / sizeof *ns; in++) {
-            int64_t k = ks[ik], n = ns[in], ldb = k + 3;
-            float *b = malloc(sizeof(float) * (size_t)(n * ldb));
-            for (int64_t i = 0; i < n * ldb; i++)
-                b[i] = i % 7 == 3 ? from_bits(special[(i / 7) % 10]) : (float)next_value();
-            size_t bytes = sizeof(uint16_t) * (size_t)rl_bf16_packed_size(k, n);
-            uint16_t *ref = malloc(bytes), *got = malloc(bytes);
-            CHECK_OK(rl_bf16_level_set(RL_BF16_GENERIC));
-            rl_bf16_pack(ref, b, ldb, true, k, n);
-            for (int lv = RL_BF16_GENERIC + 1; lv <= (int)best; lv++) {
-                CHECK_OK(rl_bf16_level_set((rl_bf16_level)lv));
-                memset(got, 0xa5, bytes);
-                rl_bf16_pack(got, b, ldb, true, k, n);
-                if (memcmp(ref, got, bytes) != 0) bad_pack++;
+            int64_t k = ks[ik], n = ns[in];
+            for (int trans = 0; trans < 2; trans++) {
+                int64_t ldb = trans ? k + 3 : n + 3, rows = trans ? n : k;
+                float *b = malloc(sizeof(float) * (size_t)(rows * ldb));
+                for (int64_t i = 0; i < rows * ldb; i++)
+                    b[i] = i % 7 == 3 ? from_bits(special[(i / 7) % 10]) : (float)next_value();
+                size_t bytes = sizeof(uint16_t) * (size_t)rl_bf16_packed_size(k, n);
+                uint16_t *ref = malloc(bytes), *got = malloc(bytes);
+                CHECK_OK(rl_bf16_level_set(RL_BF16_GENERIC));
+                rl_bf16_pack(ref, b, ldb, trans, k, n);
+                for (int lv = RL_BF16_GENERIC + 1; lv <= (int)best; lv++) {
+                    CHECK_OK(rl_bf16_level_set((rl_bf16_level)lv));
+                    memset(got, 0xa5, bytes);
+                    rl_bf16_pack(got, b, ldb, trans, k, n);
+                    if (memcmp(ref, got, bytes) != 0) bad_pack++;
+                }
+                free(b), free(ref), free(got);
             }
             /* a^T (n x k, a stored k x lda) times a packed b (k x 5), against the transposed copy
              */
@@ -503,7 +507,7 @@ static void test_transposed_passes(rl_bf16_level best) {
                 CHECK_OK(rl_gemm_bf16_packed(false, m, cols, k, 1.0f, at, k, pw, 0.0f, c2, cols));
                 if (memcmp(c1, c2, sizeof(float) * (size_t)(m * cols)) != 0) bad_round++;
             }
-            free(b), free(ref), free(got), free(a), free(at), free(w), free(pw), free(c1), free(c2);
+            free(a), free(at), free(w), free(pw), free(c1), free(c2);
         }
     CHECK(bad_pack == 0);
     CHECK(bad_round == 0);
@@ -518,7 +522,7 @@ int main(void) {
     printf("bf16 levels tested: generic .. %s (CPU and OS support %s)\n", rl_bf16_level_name(best),
            rl_bf16_level_name(rl_bf16_level_supported()));
     test_levels(rl_bf16_level_supported());
-    test_transposed_passes(best);
+    test_vector_passes(best);
     static const int64_t ms[] = {1, 5, 16, 37, 70}, ns[] = {1, 16, 33, 100},
                          ks[] = {0, 1, 31, 64, 130};
     for (int t = 0; t < 4; t++)
