@@ -42,27 +42,33 @@ static void library_single_thread(void) { openblas_set_num_threads(1); }
 
 /* OpenBLAS built with DYNAMIC_ARCH (Debian's) picks its kernels by the CPU's family and model
  * number when it is loaded, and a model it does not know gets the generic SSE3 kernels
- * ("Prescott"): OpenBLAS 0.3.21 on an Emerald Rapids Xeon (family 6, model 207) runs float32
- * products 4x slower than with its AVX-512 ones (the ptb_large training step 1845 against 438
- * ms). Where the CPU's instruction set (rnnlua's CPU level, which RL_CPU_LEVEL may lower) is
- * above the kernels OpenBLAS chose, the library is initialised again with the right ones
- * (SkylakeX for AVX-512, Haswell for AVX2), through the same entry points its loader uses and
- * the OPENBLAS_CORETYPE variable it reads there, restored afterwards. A user's own
- * OPENBLAS_CORETYPE is left alone, and so is an OpenBLAS without these entry points (built for
- * one CPU). It runs once, before the first product, when no product can be running. */
+ * ("Prescott"): OpenBLAS 0.3.21 does so on an Emerald Rapids Xeon (family 6, model 207). Where
+ * the CPU has AVX (rnnlua's CPU level avx2 or avx512; RL_CPU_LEVEL may lower it) and OpenBLAS
+ * chose kernels older than AVX, the library is initialised again with its AVX kernels
+ * ("Sandybridge"), through the same entry points its loader uses and the OPENBLAS_CORETYPE
+ * variable it reads there, restored afterwards: float32 products run 1.9x faster (1024^3, CPU time
+ * of one thread, 29.8 -> 56.7 GFLOP/s). Not the AVX2 or AVX-512 kernels, though they are faster
+ * (77.9 and 139.8): their sums for a row of C depend on how many rows the product has (the AVX-512
+ * ones take other kernels for products under 10^6 multiply-adds, the AVX2 ones for row counts
+ * that are not multiples of their blocking), so a frame's output would depend on the batch it
+ * came in, which tests/c/test_blas.c forbids; the AVX kernels give every row the same bits at
+ * any row count. A user's own OPENBLAS_CORETYPE is left alone, and so is an OpenBLAS without
+ * these entry points (built for one CPU). It runs once, before the first product, when no
+ * product can be running. */
 extern void gotoblas_dynamic_init(void) __attribute__((weak));
 extern void gotoblas_dynamic_quit(void) __attribute__((weak));
 
-/* The CPU level (kernels/cpu/cpu_level.h) of an OpenBLAS core's kernels */
-static int core_level(const char *name) {
-    static const char *const avx512[] = {"SkylakeX", "Cooperlake", "SapphireRapids"};
-    static const char *const avx2[] = {"Haswell", "Zen"};
-    for (size_t i = 0; i < sizeof avx512 / sizeof *avx512; i++)
-        if (!strcmp(name, avx512[i])) return RL_CPU_AVX512;
-    for (size_t i = 0; i < sizeof avx2 / sizeof *avx2; i++)
-        if (!strcmp(name, avx2[i])) return RL_CPU_AVX2;
-    return RL_CPU_GENERIC;
+#ifdef __x86_64__
+/* Whether OpenBLAS's core `name` has kernels of AVX or later */
+static bool core_has_avx(const char *name) {
+    static const char *const avx[] = {"Sandybridge", "Haswell",        "Zen",       "SkylakeX",
+                                      "Cooperlake",  "SapphireRapids", "Bulldozer", "Piledriver",
+                                      "Steamroller", "Excavator"};
+    for (size_t i = 0; i < sizeof avx / sizeof *avx; i++)
+        if (!strcmp(name, avx[i])) return true;
+    return false;
 }
+#endif
 
 static void copy_name(char *dst, const char *src) {
     snprintf(dst, sizeof core_found, "%s", src ? src : "unknown");
@@ -71,14 +77,10 @@ static void copy_name(char *dst, const char *src) {
 static void library_core(void) {
     copy_name(core_found, openblas_get_corename());
     copy_name(core_used, core_found);
-#ifdef __x86_64__ /* the levels' names below are x86-64's */
+#ifdef __x86_64__
     if (!gotoblas_dynamic_init || !gotoblas_dynamic_quit || getenv("OPENBLAS_CORETYPE")) return;
-    int level = rl_cpu_level_get();
-    if (core_level(core_found) >= level) return;
-    const char *want = level == RL_CPU_AVX512 ? "SkylakeX"
-                       : level == RL_CPU_AVX2 ? "Haswell"
-                                              : NULL;
-    if (!want || setenv("OPENBLAS_CORETYPE", want, 1) != 0) return;
+    if (rl_cpu_level_get() < RL_CPU_AVX2 || core_has_avx(core_found)) return;
+    if (setenv("OPENBLAS_CORETYPE", "Sandybridge", 1) != 0) return;
     gotoblas_dynamic_quit();
     gotoblas_dynamic_init();
     unsetenv("OPENBLAS_CORETYPE");
