@@ -8,6 +8,7 @@
 #include "../core/blas.h"
 #include "../kernels/cpu/cpu_level.h"
 #include "../kernels/cpu/gemm_bf16.h"
+#include "../kernels/cpu/gemm_int8.h"
 #include "../kernels/cuda/context.h"
 #include "../kernels/ops.h"
 #include "embedded.h"
@@ -291,7 +292,8 @@ static const luaL_Reg module_funcs[] = {
 int luaopen_rnnlua(lua_State *L) {
     rl_lua_add_module_needs(L);
     rl_ops_init();
-    if (rl_cpu_level_check_env() != RL_OK || rl_bf16_level_check_env() != RL_OK)
+    if (rl_cpu_level_check_env() != RL_OK || rl_bf16_level_check_env() != RL_OK ||
+        rl_int8_level_check_env() != RL_OK)
         return luaL_error(L, "%s", rl_errmsg()); /* the host adds "rnnlua: " */
     lua_newtable(L);
     luaL_setfuncs(L, module_funcs, 0);

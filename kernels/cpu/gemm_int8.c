@@ -25,28 +25,46 @@
 #endif
 
 #define ROW_BLOCK 32
-#define MR 4 /* rows of C per kernel tile */
+#define MR 4  /* rows of C per kernel tile */
+#define MRY 2 /* rows of C per tile of the 256-bit kernels (16 registers: 8 sums) */
+#define HALF (2 * RL_INT8_PANEL) /* columns per tile of the 256-bit kernels: two panels */
 
 /* ---- levels ---- */
 
-static const char *const NAMES[] = {"generic", "avx512vnni"};
-#define N_LEVELS 2
+static const char *const NAMES[] = {"generic", "avx2", "avxvnni", "avx512vnni"};
+#define N_LEVELS 4
+#define NAME_LIST "generic, avx2, avxvnni or avx512vnni"
+#define ENV_NAME "RL_INT8_LEVEL"
 
 const char *rl_int8_level_name(rl_int8_level level) {
     return rl_level_name((int)level, NAMES, N_LEVELS);
 }
 
+rl_status rl_int8_level_from_name(const char *name, rl_int8_level *out) {
+    int i = rl_level_index(name, NAMES, N_LEVELS);
+    if (i < 0) return rl_error(RL_EARG, "int8 level '%s': expected %s", name, NAME_LIST);
+    *out = (rl_int8_level)i;
+    return RL_OK;
+}
+
+/* bit l set: this CPU has level l's instructions (the levels are ranks, not nested sets: an
+ * AVX-512 CPU may lack AVX-VNNI, as Ice Lake and Zen 4 do) */
+static unsigned available_mask = 1u << RL_INT8_GENERIC;
 static int best_level = RL_INT8_GENERIC;
 static pthread_once_t best_once = PTHREAD_ONCE_INIT;
 
 static void find_best(void) {
 #ifdef RL_CPU_X86
     __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni") &&
-        __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
-        best_level = RL_INT8_AVX512VNNI;
+    bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    if (avx2) available_mask |= 1u << RL_INT8_AVX2;
+    if (avx2 && __builtin_cpu_supports("avxvnni")) available_mask |= 1u << RL_INT8_AVXVNNI;
+    if (avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni"))
+        available_mask |= 1u << RL_INT8_AVX512VNNI;
 #endif
+    for (int l = 0; l < N_LEVELS; l++)
+        if (available_mask & (1u << l)) best_level = l;
 }
 
 rl_int8_level rl_int8_level_supported(void) {
@@ -54,21 +72,51 @@ rl_int8_level rl_int8_level_supported(void) {
     return (rl_int8_level)best_level;
 }
 
-/* -1: not set by rl_int8_level_set (then the best) */
+bool rl_int8_level_available(rl_int8_level level) {
+    pthread_once(&best_once, find_best);
+    return (int)level >= 0 && (int)level < N_LEVELS && (available_mask & (1u << level));
+}
+
+/* -1: not set by rl_int8_level_set (then RL_INT8_LEVEL, else the best) */
 static atomic_int chosen = -1;
+
+static int env_level(void) { return rl_level_env(ENV_NAME, NAMES, N_LEVELS); }
 
 rl_int8_level rl_int8_level_get(void) {
     int best = (int)rl_int8_level_supported();
-    /* the vector kernel is AVX-512 code: a lower kernel level runs the generic one */
-    if (rl_cpu_level_get() < RL_CPU_AVX512) return RL_INT8_GENERIC;
     int l = atomic_load_explicit(&chosen, memory_order_relaxed);
-    if (l < 0) l = best;
-    return (rl_int8_level)(l < best ? l : best);
+    if (l < 0) {
+        int want = env_level();
+        l = want >= 0 ? want : best;
+        int expected = -1;
+        atomic_compare_exchange_strong(&chosen, &expected, l);
+    }
+    if (l > best) l = best;
+    /* the kernel level caps the instruction set: avx2 runs the 256-bit kernels, generic the
+     * portable one */
+    rl_cpu_level cpu = rl_cpu_level_get();
+    if (cpu < RL_CPU_AVX2) return RL_INT8_GENERIC;
+    if (cpu < RL_CPU_AVX512 && l > RL_INT8_AVXVNNI) l = RL_INT8_AVXVNNI;
+    /* a level this CPU lacks (RL_INT8_LEVEL=avxvnni on Ice Lake, or the cap above) runs the
+     * next one down */
+    while (l > 0 && !(available_mask & (1u << l)))
+        l--;
+    return (rl_int8_level)l;
 }
 
 rl_status rl_int8_level_set(rl_int8_level level) {
     RL_TRY(rl_level_check_set("int8", (int)level, (int)rl_int8_level_supported(), NAMES, N_LEVELS));
+    if (!rl_int8_level_available(level))
+        return rl_error(RL_EARG, "int8 level: %s is not supported by this CPU (best: %s)",
+                        rl_int8_level_name(level), rl_int8_level_name(rl_int8_level_supported()));
     atomic_store_explicit(&chosen, (int)level, memory_order_relaxed);
+    return RL_OK;
+}
+
+rl_status rl_int8_level_check_env(void) {
+    const char *s = getenv(ENV_NAME);
+    if (s && *s && env_level() < 0)
+        return rl_error(RL_EARG, "%s=%s: expected %s", ENV_NAME, s, NAME_LIST);
     return RL_OK;
 }
 
@@ -191,10 +239,13 @@ typedef struct {
     int64_t units;
 } job;
 
-static inline float out_value(int32_t acc, int32_t sum, float sa, float sw, float alpha, float beta,
+/* The scaling of an integer sum d, one rounding per step in this order at every level (the
+ * vector kernels do the same multiplies and one fused beta * c + v), so that all levels give
+ * the same bits. */
+static inline float out_value(int32_t d, float sa, float sw, float alpha, float beta,
                               const float *c) {
-    float v = (float)(acc - 128 * sum) * (sa * sw);
-    return beta != 0.0f ? alpha * v + beta * *c : alpha * v;
+    float v = alpha * ((float)d * (sa * sw));
+    return beta != 0.0f ? fmaf(beta, *c, v) : v;
 }
 
 RL_TARGET_BASE static void part_generic(const job *j, int64_t r0, int64_t r1, int64_t t0,
@@ -225,8 +276,8 @@ RL_TARGET_BASE static void part_generic(const job *j, int64_t r0, int64_t r1, in
             }
             float *cr = j->c + i * j->ldc + c0;
             for (int64_t jj = 0; jj < w; jj++)
-                cr[jj] = out_value(acc[jj], j->sum[c0 + jj], j->sa[i], j->scale[c0 + jj], j->alpha,
-                                   j->beta, cr + jj);
+                cr[jj] = out_value(acc[jj] - 128 * j->sum[c0 + jj], j->sa[i], j->scale[c0 + jj],
+                                   j->alpha, j->beta, cr + jj);
         }
     }
 }
@@ -316,6 +367,130 @@ RL_TARGET_VNNI static void part_vnni(const job *j, int64_t r0, int64_t r1, int64
         }
     }
 }
+
+/* The 256-bit kernels: mr (1..MRY) rows x one half tile (two panels, 32 columns, 4 vectors of
+ * 8 int32 sums per row); a at the first row, b at the first panel, w valid columns (1..32).
+ *
+ * vnni (AVX-VNNI's vpdpbusd on ymm): the unsigned offset activations times the signed weights,
+ * and the offset's share 128 * sum taken off after, as the AVX-512 kernel does.
+ *
+ * Without VNNI the activations are made signed again (x ^ 0x80 is x - 128 as an int8: -127..127,
+ * 0 in the padding) and each quad goes through vpmaddubsw(|a|, sign(a) * b) and vpmaddwd by
+ * ones. vpmaddubsw saturates its int16 pair sums, but here |a| <= 127 and |b| <= 127 (both are
+ * clamped to [-127, 127] when quantized), so a pair sums to at most 2 * 127 * 127 = 32258 <
+ * 32767: it never saturates, and the int32 sums are the exact integer dot products. */
+/* AVX-VNNI's vpdpbusd (VEX, ymm): acc + the 4-byte dot products of unsigned a and signed b, per
+ * int32 lane. Written out because tile_ymm serves both 256-bit levels and so is compiled for
+ * AVX2 only, where GCC refuses the avxvnni intrinsic; "x" keeps the operands in ymm0-15, which
+ * the VEX encoding can name. */
+RL_TARGET_AVX2 static inline __attribute__((always_inline)) __m256i
+dpbusd_vex(__m256i acc, __m256i a, __m256i b) {
+    __asm__("%{vex%} vpdpbusd %2, %1, %0" : "+x"(acc) : "x"(a), "x"(b));
+    return acc;
+}
+
+RL_TARGET_AVX2 static inline __attribute__((always_inline)) void
+tile_ymm(bool vnni, int mr, int64_t kq, const uint8_t *a, const float *sa, const int8_t *b,
+         const float *scale, const int32_t *sum, float *c, int64_t ldc, int64_t w, float alpha,
+         float beta) {
+    enum { NV = HALF / 8 };
+    int64_t quads = kq / 4, ps = kq * RL_INT8_PANEL;
+    __m256i acc[MRY][NV];
+    for (int i = 0; i < mr; i++)
+        for (int v = 0; v < NV; v++)
+            acc[i][v] = _mm256_setzero_si256();
+    const __m256i ones = _mm256_set1_epi16(1), flip = _mm256_set1_epi8((char)0x80);
+    int64_t r = 0;
+    if (vnni && mr == 1) {
+        /* one row: sums of even and odd quads apart, so that 8 chains of vpdpbusd overlap */
+        __m256i odd[NV];
+        for (int v = 0; v < NV; v++)
+            odd[v] = _mm256_setzero_si256();
+        for (; r + 1 < quads; r += 2) {
+            int32_t x0, x1;
+            memcpy(&x0, a + 4 * r, 4);
+            memcpy(&x1, a + 4 * r + 4, 4);
+            __m256i va0 = _mm256_set1_epi32(x0), va1 = _mm256_set1_epi32(x1);
+            for (int v = 0; v < NV; v++) {
+                const int8_t *bp = b + (v / 2) * ps + r * 64 + (v % 2) * 32;
+                acc[0][v] = dpbusd_vex(acc[0][v], va0, _mm256_loadu_si256((const __m256i *)bp));
+                odd[v] = dpbusd_vex(odd[v], va1, _mm256_loadu_si256((const __m256i *)(bp + 64)));
+            }
+        }
+        for (int v = 0; v < NV; v++)
+            acc[0][v] = _mm256_add_epi32(acc[0][v], odd[v]);
+    }
+    for (; r < quads; r++) {
+        __m256i vb[NV];
+        for (int v = 0; v < NV; v++)
+            vb[v] = _mm256_loadu_si256((const __m256i *)(b + (v / 2) * ps + r * 64 + (v % 2) * 32));
+        for (int i = 0; i < mr; i++) {
+            int32_t x;
+            memcpy(&x, a + i * kq + 4 * r, 4);
+            __m256i va = _mm256_set1_epi32(x);
+            if (vnni) {
+                for (int v = 0; v < NV; v++)
+                    acc[i][v] = dpbusd_vex(acc[i][v], va, vb[v]);
+            } else {
+                __m256i sa8 = _mm256_xor_si256(va, flip), ua = _mm256_abs_epi8(sa8);
+                for (int v = 0; v < NV; v++) {
+                    __m256i p = _mm256_maddubs_epi16(ua, _mm256_sign_epi8(vb[v], sa8));
+                    acc[i][v] = _mm256_add_epi32(acc[i][v], _mm256_madd_epi16(p, ones));
+                }
+            }
+        }
+    }
+    __m256 valpha = _mm256_set1_ps(alpha), vbeta = _mm256_set1_ps(beta);
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    for (int v = 0; v < NV; v++) {
+        int64_t off = v * 8, left = w - off;
+        if (left <= 0) break;
+        __m256i mk = _mm256_cmpgt_epi32(_mm256_set1_epi32(left < 8 ? (int)left : 8), lane);
+        __m256 vs = _mm256_loadu_ps(scale + off);
+        __m256i vsum = _mm256_slli_epi32(_mm256_loadu_si256((const __m256i *)(sum + off)), 7);
+        for (int i = 0; i < mr; i++) {
+            __m256i d = vnni ? _mm256_sub_epi32(acc[i][v], vsum) : acc[i][v];
+            __m256 sc = _mm256_mul_ps(_mm256_set1_ps(sa[i]), vs);
+            __m256 x = _mm256_mul_ps(valpha, _mm256_mul_ps(_mm256_cvtepi32_ps(d), sc));
+            float *cp = c + i * ldc + off;
+            if (beta != 0.0f) x = _mm256_fmadd_ps(vbeta, _mm256_maskload_ps(cp, mk), x);
+            _mm256_maskstore_ps(cp, mk, x);
+        }
+    }
+}
+
+/* rows [r0, r1) and column tiles [t0, t1) with tile_ymm, each 64-column tile as two halves */
+RL_TARGET_AVX2 static inline __attribute__((always_inline)) void
+part_ymm(bool vnni, const job *j, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
+    int64_t kq = j->kq;
+    for (int64_t t = t0; t < t1; t++)
+        for (int h = 0; h < RL_INT8_COLS / HALF; h++) {
+            int64_t c0 = t * RL_INT8_COLS + h * HALF, w = j->n - c0 < HALF ? j->n - c0 : HALF;
+            if (w <= 0) return;
+            const int8_t *bt = j->q + c0 * kq;
+            for (int64_t i = r0; i < r1; i += MRY) {
+                const uint8_t *ai = j->qa + i * kq;
+                const float *sa = j->sa + i;
+                float *ci = j->c + i * j->ldc + c0;
+                const float *sc = j->scale + c0;
+                const int32_t *su = j->sum + c0;
+                if (r1 - i == 1)
+                    tile_ymm(vnni, 1, kq, ai, sa, bt, sc, su, ci, j->ldc, w, j->alpha, j->beta);
+                else
+                    tile_ymm(vnni, 2, kq, ai, sa, bt, sc, su, ci, j->ldc, w, j->alpha, j->beta);
+            }
+        }
+}
+
+RL_TARGET_AVX2 static void part_avx2(const job *j, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
+    part_ymm(false, j, r0, r1, t0, t1);
+}
+
+/* the CPU has AVX-VNNI when this level is chosen (rl_int8_level_get) */
+RL_TARGET_AVX2 static void part_avxvnni(const job *j, int64_t r0, int64_t r1, int64_t t0,
+                                        int64_t t1) {
+    part_ymm(true, j, r0, r1, t0, t1);
+}
 #endif
 
 static void run_part(void *ctx, int part, int parts) {
@@ -331,9 +506,11 @@ static void run_part(void *ctx, int part, int parts) {
         r1 = u1 * ROW_BLOCK < j->m ? u1 * ROW_BLOCK : j->m;
     }
 #ifdef RL_CPU_X86
-    if (j->level == RL_INT8_AVX512VNNI) {
-        part_vnni(j, r0, r1, t0, t1);
-        return;
+    switch (j->level) {
+    case RL_INT8_AVX512VNNI: part_vnni(j, r0, r1, t0, t1); return;
+    case RL_INT8_AVXVNNI: part_avxvnni(j, r0, r1, t0, t1); return;
+    case RL_INT8_AVX2: part_avx2(j, r0, r1, t0, t1); return;
+    default: break;
     }
 #endif
     part_generic(j, r0, r1, t0, t1);

@@ -19,10 +19,14 @@
  * activations go in with an offset of 128 (0..255), and the offset's share, 128 times the
  * column's sum of quantized weights, is taken off the int32 sum.
  *
- * Two kernels, the int8 level (chosen at run time): generic (portable C, the same int32 sums)
- * and avx512vnni (vpdpbusd, 4 rows x 64 columns of C in registers). RL_CPU_LEVEL below avx512
- * (cpu_level.h) runs the generic one; so does rl_int8_level_set(RL_INT8_GENERIC). Both levels
- * compute the same integer sums; the float32 scaling may round differently in the last bit.
+ * Four kernels, the int8 level (chosen at run time): generic (portable C), avx2 (vpmaddubsw of
+ * the activations' magnitudes by the weights with their signs, which provably never saturates
+ * at magnitudes <= 127, then vpmaddwd by ones: 2 rows x 32 columns of C in registers), avxvnni
+ * (AVX-VNNI's vpdpbusd on ymm, Alder Lake and later, Zen 5: 2 rows x 32 columns) and avx512vnni
+ * (vpdpbusd on zmm, 4 rows x 64 columns). RL_CPU_LEVEL=avx2 (cpu_level.h) caps it at avxvnni,
+ * generic at generic; RL_INT8_LEVEL (a level name, read at the first use) or
+ * rl_int8_level_set() lowers it. Every level computes the same integer sums and scales them
+ * with the same float32 steps: the results are the same bits at every level.
  */
 #ifndef RL_KERNELS_CPU_GEMM_INT8_H
 #define RL_KERNELS_CPU_GEMM_INT8_H
@@ -42,17 +46,28 @@ extern "C" {
 
 typedef enum {
     RL_INT8_GENERIC = 0,
-    RL_INT8_AVX512VNNI = 1,
+    RL_INT8_AVX2 = 1,       /* vpmaddubsw + vpmaddwd on ymm */
+    RL_INT8_AVXVNNI = 2,    /* AVX-VNNI vpdpbusd on ymm */
+    RL_INT8_AVX512VNNI = 3, /* AVX512-VNNI vpdpbusd on zmm */
 } rl_int8_level;
 
-/* The level in use now (each product reads it once). */
+/* The level in use now (each product reads it once): the one set (else RL_INT8_LEVEL's, else
+ * the best), at most the best, capped by the kernel level (RL_CPU_LEVEL=avx2: avxvnni at most;
+ * generic: generic), and stepped down past levels this CPU lacks. */
 rl_int8_level rl_int8_level_get(void);
 /* The best level of this CPU. */
 rl_int8_level rl_int8_level_supported(void);
+/* Whether this CPU has that level's instructions (an AVX-512 CPU may lack AVX-VNNI). */
+bool rl_int8_level_available(rl_int8_level level);
 /* Sets the level; RL_EARG (naming both) when the CPU does not support it. */
 rl_status rl_int8_level_set(rl_int8_level level);
-/* "generic", "avx512vnni"; "unknown" otherwise. */
+/* "generic", "avx2", "avxvnni", "avx512vnni"; "unknown" otherwise. */
 const char *rl_int8_level_name(rl_int8_level level);
+/* The level of that name; RL_EARG naming the valid ones otherwise. */
+rl_status rl_int8_level_from_name(const char *name, rl_int8_level *out);
+/* RL_EARG with a message when RL_INT8_LEVEL names no level (for hosts, at start-up; a level
+ * the CPU lacks runs the next one down). */
+rl_status rl_int8_level_check_env(void);
 
 /* Bytes needed to pack a k x n operand (a multiple of 64). */
 size_t rl_int8_packed_bytes(int64_t k, int64_t n);

@@ -146,27 +146,66 @@ static void run_shapes(void) {
             }
 }
 
-/* every level gives the same integer sums: results within a rounding of each other */
-static void check_levels_agree(void) {
-    if (rl_int8_level_supported() < RL_INT8_AVX512VNNI || rl_cpu_level_get() < RL_CPU_AVX512)
-        return;
-    const int64_t m = 37, n = 200, k = 301;
-    float *a = malloc(sizeof(float) * m * k), *b = malloc(sizeof(float) * n * k),
-          *c1 = malloc(sizeof(float) * m * n), *c2 = malloc(sizeof(float) * m * n);
-    for (int64_t i = 0; i < m * k; i++)
-        a[i] = (float)next_value();
-    for (int64_t i = 0; i < n * k; i++)
-        b[i] = (float)next_value();
-    CHECK_OK(rl_int8_level_set(RL_INT8_GENERIC));
-    CHECK(rl_int8_level_get() == RL_INT8_GENERIC);
-    CHECK_OK(rl_gemm_int8(false, true, m, n, k, 1.0f, a, k, b, k, 0.0f, c1, n));
-    CHECK_OK(rl_int8_level_set(RL_INT8_AVX512VNNI));
-    CHECK(rl_int8_level_get() == RL_INT8_AVX512VNNI);
-    CHECK_OK(rl_gemm_int8(false, true, m, n, k, 1.0f, a, k, b, k, 0.0f, c2, n));
-    int bad = 0;
+/* c = one product of a fixed set of operands at the int8 level in use */
+static void product(int64_t m, int64_t n, int64_t k, bool ta, bool tb, float beta, const float *a,
+                    const float *b, float *c) {
     for (int64_t i = 0; i < m * n; i++)
-        if (!(fabsf(c1[i] - c2[i]) <= 2.4e-7f * fabsf(c1[i]))) bad++;
-    CHECK(bad == 0);
+        c[i] = (float)(i % 13) * 0.25f - 1.5f;
+    CHECK_OK(rl_gemm_int8(ta, tb, m, n, k, 0.75f, a, ta ? m : k, b, tb ? k : n, beta, c, n));
+}
+
+/* Every level computes the same integer sums and scales them in the same float32 steps: the
+ * same bits as the generic level, on random operands (shapes around the 2-row and 4-row tiles
+ * and the 32- and 64-column tiles, beta 0 and not) and on the largest sums there are: every
+ * activation and weight at +-127 with matching signs, where each pair of products in AVX2's
+ * vpmaddubsw reaches 2 * 127 * 127 = 32258, just under its int16 saturation at 32767. */
+static void check_levels_agree(void) {
+    static const int64_t ms[] = {1, 2, 3, 5, 37}, ns[] = {7, 33, 200}, ks[] = {1, 61, 301};
+    const int64_t mmax = 37, nmax = 200, kmax = 301;
+    float *a = malloc(sizeof(float) * mmax * kmax), *b = malloc(sizeof(float) * nmax * kmax),
+          *c1 = malloc(sizeof(float) * mmax * nmax), *c2 = malloc(sizeof(float) * mmax * nmax);
+    int t = 0;
+    for (int extreme = 0; extreme < 2; extreme++)
+        for (size_t im = 0; im < sizeof ms / sizeof *ms; im++)
+            for (size_t in = 0; in < sizeof ns / sizeof *ns; in++)
+                for (size_t ik = 0; ik < sizeof ks / sizeof *ks; ik++, t++) {
+                    int64_t m = ms[im], n = ns[in], k = ks[ik];
+                    bool ta = t & 1, tb = (t >> 1) & 1;
+                    float beta = t % 3 ? 0.0f : -0.5f;
+                    /* op(a)[i][l] and op(b)[l][j] from index pairs; extreme: signs of l % 3 */
+                    for (int64_t i = 0; i < m; i++)
+                        for (int64_t l = 0; l < k; l++) {
+                            float v = extreme ? (l % 3 ? 2.0f : -2.0f) : (float)next_value();
+                            a[ta ? l * m + i : i * k + l] = v;
+                        }
+                    for (int64_t l = 0; l < k; l++)
+                        for (int64_t j = 0; j < n; j++) {
+                            float v = extreme ? (l % 3 ? 0.5f : -0.5f) * (float)(1 + j % 4)
+                                              : (float)next_value();
+                            b[tb ? j * k + l : l * n + j] = v;
+                        }
+                    CHECK_OK(rl_int8_level_set(RL_INT8_GENERIC));
+                    product(m, n, k, ta, tb, beta, a, b, c1);
+                    for (int il = 1; il <= (int)rl_int8_level_supported(); il++) {
+                        if (!rl_int8_level_available((rl_int8_level)il)) continue;
+                        CHECK_OK(rl_int8_level_set((rl_int8_level)il));
+                        if ((int)rl_int8_level_get() != il) continue; /* capped: ran already */
+                        product(m, n, k, ta, tb, beta, a, b, c2);
+                        bool same = memcmp(c1, c2, sizeof(float) * (size_t)(m * n)) == 0;
+                        if (!same)
+                            fprintf(stderr,
+                                    "int8 level %s differs from generic: m=%lld n=%lld k=%lld "
+                                    "ta=%d tb=%d beta=%g extreme=%d\n",
+                                    rl_int8_level_name((rl_int8_level)il), (long long)m,
+                                    (long long)n, (long long)k, ta, tb, beta, extreme);
+                        CHECK(same);
+                    }
+                    if (extreme && !ta && !tb && beta == 0.0f) {
+                        /* column 0: k products of 2 * 0.5, each quantized to 127 * 127 */
+                        double want = 0.75 * (double)k;
+                        CHECK(fabs(c1[0] - want) <= 1e-6 * want);
+                    }
+                }
     free(a), free(b), free(c1), free(c2);
 }
 
@@ -215,21 +254,34 @@ static void check_blocks_threads(void) {
 int main(void) {
     rl_cpu_level cpu = rl_cpu_level_get();
     CHECK(rl_int8_level_set((rl_int8_level)5) == RL_EARG);
+    CHECK(rl_int8_level_set((rl_int8_level)-1) == RL_EARG);
     printf("cpu level %s, int8 levels supported: generic .. %s\n", rl_cpu_level_name(cpu),
            rl_int8_level_name(rl_int8_level_supported()));
     for (int lv = 0; lv <= (int)rl_cpu_level_supported() && lv <= (int)cpu; lv++) {
         CHECK_OK(rl_cpu_level_set((rl_cpu_level)lv));
         for (int il = 0; il <= (int)rl_int8_level_supported(); il++) {
+            if (!rl_int8_level_available((rl_int8_level)il)) {
+                CHECK(rl_int8_level_set((rl_int8_level)il) == RL_EARG);
+                continue;
+            }
             CHECK_OK(rl_int8_level_set((rl_int8_level)il));
-            if (lv < RL_CPU_AVX512) CHECK(rl_int8_level_get() == RL_INT8_GENERIC);
-            if (lv < RL_CPU_AVX512 && il > 0) continue; /* the same kernel again */
+            rl_int8_level got = rl_int8_level_get();
+            /* the kernel level caps the int8 level: generic, then the 256-bit kernels */
+            if (lv < RL_CPU_AVX2) CHECK(got == RL_INT8_GENERIC);
+            if (lv < RL_CPU_AVX512) CHECK(got <= RL_INT8_AVXVNNI);
+            CHECK(got <= (rl_int8_level)il);
+            if ((int)got != il) continue; /* a lower level's kernel: it ran already */
             printf("level %s / int8 %s\n", rl_cpu_level_name((rl_cpu_level)lv),
-                   rl_int8_level_name(rl_int8_level_get()));
+                   rl_int8_level_name(got));
             run_shapes();
             check_non_finite();
         }
     }
     CHECK_OK(rl_cpu_level_set(cpu));
+    rl_int8_level name_level;
+    CHECK_OK(rl_int8_level_from_name("avx2", &name_level));
+    CHECK(name_level == RL_INT8_AVX2);
+    CHECK(rl_int8_level_from_name("sse9", &name_level) == RL_EARG);
     check_levels_agree();
     CHECK_OK(rl_int8_level_set(rl_int8_level_supported()));
     check_blocks_threads();

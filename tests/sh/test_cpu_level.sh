@@ -89,4 +89,41 @@ for lv in avx512bf16 amx; do
         bad "bf16 network at bf16 level $lv agrees with generic" "generic: $ref" "$lv: $got"
     fi
 done
+# The int8 products' own levels (kernels/cpu/gemm_int8.h): RL_INT8_LEVEL is checked at start-up,
+# and an int8 network's forward gives the same bits at every int8 level (the same integer sums,
+# scaled in the same steps) as the generic one at the same kernel level, RL_CPU_LEVEL=avx2 too
+# (capped at the 256-bit kernels). A level this CPU lacks runs the next one down, so every name
+# is tried.
+out=$(RL_INT8_LEVEL=vnni "$bin" -e 'print(1)' 2>&1)
+rc=$?
+contains "unknown RL_INT8_LEVEL is refused" "RL_INT8_LEVEL=vnni: expected generic, avx2, avxvnni or avx512vnni" "$out"
+[ "$rc" -ne 0 ] && ok "unknown RL_INT8_LEVEL exits non-zero" || bad "unknown RL_INT8_LEVEL exits non-zero" "rc $rc"
+cat >"$tmp/int8.lua" <<'LUA'
+rl.manual_seed(5)
+local net = rl.network({
+  l1 = {class = "linear", n_out = 45, activation = "tanh", from = "data"},
+  fw = {class = "lstm", n_out = 70, from = "l1"},
+  bw = {class = "lstm", n_out = 70, from = "l1", direction = -1},
+  output = {class = "softmax", from = {"fw", "bw"}, loss = "ce", target = "classes"},
+}, {data = {dim = 13}, classes = {dim = 7, sparse = true}}, {precision = "int8"})
+local T, B = 9, 3
+local x = rl.randn(T, B, 13)
+local y = rl.zeros(T, B):int()
+local loss = net:forward{data = x, classes = y, lengths = rl.tensor({9, 4, 7}, "int32")}
+io.write(string.format("%.9g %.9g", loss, net:layer("fw").output:double():abs():sum()))
+LUA
+for cl in avx512 avx2; do
+    [ "$cl" = avx512 ] && [ "$best" != avx512 ] && continue
+    [ "$best" = generic ] && continue
+    # the reference at the same kernel level (the pointwise passes' bits may differ by level)
+    ref=$(RL_CPU_LEVEL=$cl RL_INT8_LEVEL=generic "$bin" "$tmp/int8.lua" 2>&1)
+    for lv in avx2 avxvnni avx512vnni; do
+        got=$(RL_CPU_LEVEL=$cl RL_INT8_LEVEL=$lv "$bin" "$tmp/int8.lua" 2>&1)
+        if [[ "$ref" =~ ^[0-9.e+-]+\ [0-9.e+-]+$ ]] && [ "$got" = "$ref" ]; then
+            ok "int8 network at cpu level $cl, int8 level $lv: the bits of generic ($got)"
+        else
+            bad "int8 network at cpu level $cl, int8 level $lv: the bits of generic" "generic: $ref" "$lv: $got"
+        fi
+    done
+done
 finish
