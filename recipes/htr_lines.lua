@@ -20,12 +20,14 @@
 -- (64) -> collapse (sum over the height) -> 2 BLSTM layers of 2 x 128 -> softmax with CTC over
 -- the 62 characters and the blank.
 --
--- Training: Adam, batches of up to 16 lines, the training lines in 4 sub-epochs a pass
--- (partition_epoch), lines of similar width batched together (laplace ordering), each line
--- augmented on the fly (slant, size, rotation, elastic, stroke width, masks: AUGMENT in
--- recipes/htr_lines_data.lua; dev, test and the held-out font are not augmented); the dev label
--- error rate is the engine's, after each sub-epoch. Training stops at the first sub-epoch end
--- after which another would overrun ++minutes (or after ++num_epochs); then the last model is
+-- Training: Adam at ++lr (3e-3: CTC's early all-blank output lasts some hundred updates, and a
+-- larger rate leaves it sooner; docs/recipes.md), batches of up to 16 lines, the training lines
+-- in 4 sub-epochs a pass (partition_epoch), lines of similar width batched together (laplace
+-- ordering), each line augmented on the fly from sub-epoch ++aug_from on (slant, size,
+-- rotation, elastic, stroke width, masks: AUGMENT in recipes/htr_lines_data.lua; dev, test and
+-- the held-out font are not augmented); the dev label error rate is the engine's, after each
+-- sub-epoch. Training stops at the first sub-epoch end after which another would overrun
+-- ++minutes (or after ++num_epochs); then the last model is
 -- scored on the test lines and on the held-out font with best-path decoding, and with prefix
 -- beam search (beam 8) fused with a character n-gram LM:
 --   test CER X% (with LM Y%)            (edit distance / reference characters, 1000 test lines)
@@ -39,8 +41,11 @@
 -- rest of the Bible's lines that are not rendered. Spaces are the token <sp>. Its weight and
 -- insertion bonus are chosen on the dev lines (a grid of weights x bonuses, lowest dev CER).
 --
--- Measured (2 cores, quiet; docs/recipes.md): 15 sub-epochs in the 21-minute budget
--- (++minutes 21): test CER 4.11%, held-out font CER 20.88%.
+-- Measured (2 cores, quiet; docs/recipes.md), with Adam at 1e-3: without augmentation (the
+-- recipe had none then), 15 sub-epochs in a 21-minute budget: test CER 4.11%, held-out font CER
+-- 20.88%; with augmentation and the LM, 11 sub-epochs in 28 minutes (bf16): test CER 24.91%
+-- (with LM 17.16%), held-out font 40.05% (with LM 34.64%). The default rate is 3e-3 since
+-- short side-by-side runs left the all-blank phase earlier with it; no 30-minute run yet.
 local t_start = rl.clock()
 local D = dofile("recipes/htr_lines_data.lua")
 
@@ -50,6 +55,8 @@ local options = {
   {"smoke", "boolean", false, "a handful of lines, a tiny network, one sub-epoch: seconds"},
   {"augment", "integer", 1, "1: augmentation on the fly in training, 0: none"},
   {"lm", "integer", 5, "order of the character n-gram LM fused in beam search (0: no LM)"},
+  {"aug_from", "integer", 1, "the first sub-epoch that is augmented (augment.from_epoch)"},
+  {"lr", "number", 3e-3, "Adam's learning rate (decaying by 0.8 a sub-epoch after the 8th)"},
 }
 table.move(SE.OPTIONS, 1, #SE.OPTIONS, #options + 1, options)
 local opt, argv = require("rnnlua.cli").parse({
@@ -57,6 +64,13 @@ local opt, argv = require("rnnlua.cli").parse({
   about = "Handwritten text lines read by conv/MDLSTM/BLSTM with CTC (recipes/htr_lines.lua).",
   options = options, train = true}, arg)
 if opt.smoke and opt.load == "" then opt.num_epochs = 1 end
+if math.type(opt.aug_from) ~= "integer" or opt.aug_from < 1 then
+  error(string.format("htr_lines: aug_from= wants a sub-epoch >= 1, got %s",
+    tostring(opt.aug_from)), 0)
+end
+if not (opt.lr > 0) then
+  error(string.format("htr_lines: lr= wants a learning rate > 0, got %s", tostring(opt.lr)), 0)
+end
 
 local sizes = opt.smoke and D.SMOKE or {n_train = 16000, n_dev = 300, n_test = 1000}
 local info = D.prepare(opt.out .. "/data", sizes)
@@ -91,20 +105,23 @@ else
   }
 end
 
+local augment = {from_epoch = opt.aug_from}
+for k, v in pairs(D.AUGMENT) do augment[k] = v end
+
 local model_dir = opt.out .. (opt.smoke and "/smoke" or "/model")
 local config = {
   network = network,
   extern_data = {data = {dim = 1, spatial = 2}, classes = {dim = n_labels, sparse = true}},
   train = {class = "hdf", files = info.train, seq_ordering = "laplace:.64",
            partition_epoch = opt.smoke and 1 or 4, seed = 1,
-           augment = opt.augment ~= 0 and D.AUGMENT or nil},
+           augment = opt.augment ~= 0 and augment or nil},
   dev = {class = "hdf", files = {info.dev}},
   batch_size = 48 * 1000 * 16, -- pixels of the padded batch (max height x max width x lines)
   max_seqs = 16,
   optimizer = {class = "adam"},
-  learning_rate = 1e-3,
+  learning_rate = opt.lr,
   -- constant, then decaying over the sub-epochs that a 30-minute run reaches last
-  learning_rate_control = function(epoch) return 1e-3 * 0.8 ^ math.max(0, epoch - 8) end,
+  learning_rate_control = function(epoch) return opt.lr * 0.8 ^ math.max(0, epoch - 8) end,
   model = model_dir .. "/net",
   log_file = model_dir .. "/train.log",
   log_verbosity = 2,

@@ -179,6 +179,18 @@ H.test("the recipe's smoke mode trains one epoch and prints both CER lines", fun
   H.check(lfs.attributes(dir .. "/smoke/net.001.h5", "mode") == "file", "a checkpoint")
 end)
 
+H.test("the recipe's ++aug_from and ++lr: a bad value is an error naming the option", function()
+  for _, case in ipairs{{"++aug_from 0", "aug_from= wants a sub-epoch >= 1, got 0"},
+      {"++lr 0", "lr= wants a learning rate > 0, got 0"}} do
+    local p = io.popen(string.format("%s recipes/htr_lines.lua ++smoke ++out %s %s 2>&1", arg[-1],
+      dir, case[1]))
+    local out = p:read("a")
+    local ok = p:close()
+    H.check(not ok, case[1] .. " must fail")
+    H.check(out:find(case[2], 1, true), case[1] .. ": " .. out)
+  end
+end)
+
 H.expect_error("more lines than the corpus has", function()
   D.prepare(dir .. "/big", {n_train = 10 ^ 7, quiet = true})
 end, "distinct ones")

@@ -218,6 +218,18 @@ test("comparisons and masked_fill", function()
   local b = rl.zeros(2, 3)
   b:masked_fill_(rl.tensor{1, 0, 1}, 5)
   same(b:totable(), {{5, 0, 5}, {5, 0, 5}})
+  -- a mask broadcast along the last axis (one value a row, conv2d's padded positions), in
+  -- every dtype and on a transposed (strided) tensor
+  local rows = rl.tensor{{1}, {0}, {2}}
+  for _, conv in ipairs{"float", "double", "int"} do
+    local c = rl.tensor{{1, 2, 3, 4}, {5, 6, 7, 8}, {9, 10, 11, 12}}
+    c = c[conv](c)
+    same(c:masked_fill(rows, -3):totable(), {{-3, -3, -3, -3}, {5, 6, 7, 8}, {-3, -3, -3, -3}})
+    local t = c:t():contiguous():t() -- the same values, column-major
+    t:masked_fill_(rows, 2.5)
+    local v = conv == "int" and 2 or 2.5
+    same(t:totable(), {{v, v, v, v}, {5, 6, 7, 8}, {v, v, v, v}})
+  end
 end)
 
 test("reductions", function()
