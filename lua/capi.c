@@ -95,7 +95,10 @@ typedef struct c_push {
     rl_bf16_ctx *bf16; /* the network's context in bf16, else NULL */
     const rl_tensor *params;
     rl_tensor x, len; /* the chunk and its length, owned */
-    int64_t rows;     /* the runner's: the rows of its batches; a session's: 0 */
+    /* the checkpoint's data_norm, (x - mean) * inv a feature (the plan's tensors), or NULL */
+    const float *norm_mean, *norm_inv;
+    int64_t norm_n;
+    int64_t rows; /* the runner's: the rows of its batches; a session's: 0 */
 } c_push;
 
 struct rl_session {
@@ -932,6 +935,24 @@ static int plan_protected(lua_State *L) {
     }
     if (j - 1 != (int)lua_rawlen(L, t + 3))
         return luaL_error(L, "%s: the push plan's states do not fit its layers", who);
+    p->norm_mean = p->norm_inv = NULL;
+    p->norm_n = 0;
+    if (lua_getfield(L, t, "norm") == LUA_TTABLE) {
+        lua_getfield(L, -1, "mean");
+        lua_getfield(L, -2, "inv");
+        const rl_tensor *mean = rl_lua_to_tensor(L, -2), *inv = rl_lua_to_tensor(L, -1);
+        if (mean == NULL || inv == NULL || mean->dtype != RL_FLOAT32 || inv->dtype != RL_FLOAT32 ||
+            !mean->storage || mean->storage->device.type != RL_CPU || !inv->storage ||
+            inv->storage->device.type != RL_CPU || !rl_tensor_is_contiguous(mean) ||
+            !rl_tensor_is_contiguous(inv) || rl_tensor_numel(mean) != rl_tensor_numel(inv))
+            return luaL_error(L, "%s: the push plan's data_norm is no pair of float32 vectors",
+                              who);
+        p->norm_mean = rl_tensor_data(mean);
+        p->norm_inv = rl_tensor_data(inv);
+        p->norm_n = rl_tensor_numel(mean);
+        lua_pop(L, 2);
+    }
+    lua_pop(L, 1);
     lua_getfield(L, t, "bf16_ctx");
     p->bf16 = lua_isnil(L, -1) ? NULL : rl_lua_test_bf16_ctx(L, -1);
     lua_getfield(L, t, "params");
@@ -965,7 +986,9 @@ static void c_push_clear(c_push *p) {
 }
 
 /* The n chunks (checked) as one padded batch of `rows` rows in p->x and p->len: chunk i in row i,
- * the rows past n one frame of zeros (as rl_session_push_many's Lua batch), T the longest. */
+ * the rows past n one frame of zeros (as rl_session_push_many's Lua batch), T the longest; with
+ * the checkpoint's data_norm each chunk's frames normalised as forward.lua's `normalized` does,
+ * (x - mean) * inv in float32 (the padding stays zeros: its outputs are never read). */
 static rl_status plan_input(c_push *p, const rl_info *in, const rl_batch *chunks, int n,
                             int64_t rows, int64_t T) {
     int sparse = in->input_sparse;
@@ -976,13 +999,23 @@ static rl_status plan_input(c_push *p, const rl_info *in, const rl_batch *chunks
     char *x = rl_tensor_data(&p->x);
     int32_t *len = rl_tensor_data(&p->len);
     size_t frame = (size_t)(sparse ? 1 : in->input_dim) * 4; /* float or int32 */
+    if (p->norm_mean && (sparse || p->norm_n != in->input_dim))
+        return rl_error(RL_ESHAPE, "the model's data_norm has %lld values for an input of %lld",
+                        (long long)p->norm_n, (long long)in->input_dim);
     if (rows > 1) memset(x, 0, (size_t)(T * rows) * frame);
     for (int64_t i = 0; i < rows; i++) {
         len[i] = i < n ? (int32_t)chunks[i].T : 1;
         if (i >= n) continue;
         const char *src = sparse ? (const char *)chunks[i].classes : (const char *)chunks[i].x;
-        for (int64_t t = 0; t < chunks[i].T; t++)
-            memcpy(x + (size_t)(t * rows + i) * frame, src + (size_t)t * frame, frame);
+        for (int64_t t = 0; t < chunks[i].T; t++) {
+            char *dst = x + (size_t)(t * rows + i) * frame;
+            memcpy(dst, src + (size_t)t * frame, frame);
+            if (p->norm_mean) {
+                float *f = (float *)dst;
+                for (int64_t k = 0; k < p->norm_n; k++)
+                    f[k] = (f[k] - p->norm_mean[k]) * p->norm_inv[k];
+            }
+        }
     }
     return RL_OK;
 }

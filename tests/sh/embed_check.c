@@ -887,9 +887,9 @@ static void check_c_push(const char *file) {
 }
 
 int main(int argc, char **argv) {
-    if (argc != 10) {
+    if (argc != 11) {
         fputs("usage: embed_check CAUSAL.h5 BIDIRECTIONAL.h5 DATASET.h5 LUACLASS.h5 SPARSE.h5 "
-              "LUACLASS.lua CTC.h5 DIR STACK.h5\n",
+              "LUACLASS.lua CTC.h5 DIR STACK.h5 NORM.h5\n",
               stderr);
         return 2;
     }
@@ -1024,6 +1024,7 @@ int main(int argc, char **argv) {
     check_push_many(m, argv[1]);
     check_c_push(argv[1]);
     check_c_push(argv[9]);
+    check_c_push(argv[10]); /* the stack with data_norm: its chunks normalised in C */
 
     /* precision: bad arguments; bf16 close to float32; streamed in bf16 the whole sequence's bf16
      * numbers; a session opened before keeps float32; back to fp32 the float32 numbers */
