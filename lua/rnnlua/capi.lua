@@ -150,9 +150,10 @@ end
 -- Why lua/capi.c cannot run a push of this model itself (a message naming the layer or the
 -- option), or nil when it can: a float32 CPU network that streams (a checkpoint's data_norm
 -- with a dense input is applied in C as Model:run's forward applies it), and whose
--- every node is a C layer fed by the input or by nodes before it, one at a time (no rec unit,
--- image, loss, or pair of layers run at once). The network of such a model is a stack of C
--- layers that net:forward would only hand tensors from one to the next.
+-- every node is a C layer fed by the input or by nodes before it (no rec unit, image or loss;
+-- a pair of layers that net:forward runs at once runs one after the other, the same bits). The
+-- network of such a model is a stack of C layers that net:forward would only hand tensors from
+-- one to the next.
 function Model:c_push_unfit()
   local net = self.net
   if self.not_causal then return self.not_causal end
@@ -171,7 +172,6 @@ function Model:c_push_unfit()
     local why = type(node.layer) ~= "userdata" and "is a Lua layer"
       or node.rec and "is a rec unit" or node.rank ~= 1 and "takes or gives images"
       or node.fold and "takes images" or node.loss and "computes a loss"
-      or node.pair_next and "runs beside the next layer (a pair)"
     if why then return util.layer_where(node.name, class) .. " " .. why end
     for _, src in ipairs(node.srcs) do
       if not index[src] and src ~= self.key then
