@@ -789,6 +789,8 @@ rl_status rl_model_forward(rl_model *model, const rl_batch *batch, const char *l
 
 /* ---- sessions ----------------------------------------------------------------------------- */
 
+static rl_status take_plan(engine *e, struct c_push *p, int64_t rows, const char *who);
+
 rl_status rl_session_open(rl_session **out, rl_model *model) {
     static const char who[] = "rl_session_open";
     if (out == NULL) return rl_error(RL_EARG, "%s: out is NULL", who);
@@ -811,6 +813,11 @@ rl_status rl_session_open(rl_session **out, rl_model *model) {
     }
     s->model = model;
     s->cp.ref = LUA_NOREF;
+    /* a push in C takes its plan at the session's first push when it has none; taking it here
+     * keeps that cost (1-2 ms: the plan's state buffers start a collection of the session's Lua
+     * heap) out of the first push, which a server runs in one batch with the other streams'
+     * frames. A failure here leaves it to the push, which reports it. */
+    if (model->info.causal && !model->push_lua) (void)take_plan(&s->e, &s->cp, 0, who);
     *out = s;
     return RL_OK;
 }
