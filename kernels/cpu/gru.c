@@ -10,12 +10,10 @@
 #include <stdbool.h>
 #include <string.h>
 
-#include "../../core/blas.h"
 #include "../gru.h"
 #include "../gru_cell.h"
 #include "../gru_ln_row.h"
 #include "cpu_level.h"
-#include "parallel.h"
 
 #define RL_INLINE static inline __attribute__((always_inline))
 
@@ -157,8 +155,9 @@ RL_TARGET_BASE static void bwd_base(int64_t B, int64_t H, int64_t t, const int32
     bwd_flags(B, H, t, len, g, hp, dout, dout_ld, dh, db, dbh, mh);
 }
 
-static void fwd_level(int64_t B, int64_t H, int64_t t, const int32_t *len, float *g, const float *b,
-                      const float *bh, const float *hp, float *h, float *out, const float *mh) {
+void rl_gru_cpu_fwd_f32(int64_t B, int64_t H, int64_t t, const int32_t *len, float *g,
+                        const float *b, const float *bh, const float *hp, float *h, float *out,
+                        const float *mh) {
     switch (rl_cpu_level_get()) {
 #ifdef RL_CPU_X86
     case RL_CPU_AVX512: fwd_avx512(B, H, t, len, g, b, bh, hp, h, out, mh); return;
@@ -166,42 +165,6 @@ static void fwd_level(int64_t B, int64_t H, int64_t t, const int32_t *len, float
 #endif
     default: fwd_base(B, H, t, len, g, b, bh, hp, h, out, mh); return;
     }
-}
-
-typedef struct {
-    int64_t B, H, t;
-    const int32_t *len;
-    float *g;
-    const float *b, *bh, *hp;
-    float *h, *out;
-    const float *mh;
-} fwd_job;
-
-/* Part `part` of `parts`: a range of rows (each row's values depend on that row alone). */
-static void fwd_part(void *ctx, int part, int parts) {
-    const fwd_job *j = ctx;
-    int64_t r0 = j->B * part / parts, r1 = j->B * (part + 1) / parts, H = j->H;
-    if (r0 < r1)
-        fwd_level(r1 - r0, H, j->t, j->len + r0, j->g + r0 * 4 * H, j->b, j->bh, j->hp + r0 * H,
-                  j->h + r0 * H, j->out + r0 * H, j->mh ? j->mh + r0 * H : NULL);
-}
-
-/* As the LSTM's (kernels/cpu/lstm.c): the pass of a step of many rows is split by rows over the
- * product threads, which would otherwise wait for it. */
-#define FWD_SPLIT_VALUES 16384
-
-void rl_gru_cpu_fwd_f32(int64_t B, int64_t H, int64_t t, const int32_t *len, float *g,
-                        const float *b, const float *bh, const float *hp, float *h, float *out,
-                        const float *mh) {
-    int parts = rl_blas_get_threads();
-    if (parts > RL_CPU_MAX_PARTS) parts = RL_CPU_MAX_PARTS;
-    if (parts > B) parts = (int)B;
-    if (parts > 1 && B * H >= FWD_SPLIT_VALUES) {
-        fwd_job j = {B, H, t, len, g, b, bh, hp, h, out, mh};
-        rl_cpu_parallel(parts, fwd_part, &j);
-        return;
-    }
-    fwd_level(B, H, t, len, g, b, bh, hp, h, out, mh);
 }
 
 void rl_gru_cpu_bwd_f32(int64_t B, int64_t H, int64_t t, const int32_t *len, float *g,

@@ -181,9 +181,10 @@ RL_TARGET_BASE static void bwd_base(int64_t B, int64_t H, int64_t t, const int32
     bwd_flags(B, H, t, len, z, peep, cp, c, dout, dout_ld, dh, dc, zo);
 }
 
-static void fwd_level(int64_t B, int64_t H, int64_t t, const int32_t *len, float *z,
-                      const float *bias, const float *const *peep, const float *cp, const float *hp,
-                      float *c, float *h, float *out, const rl_lstm_zo_f32 *zo) {
+void rl_lstm_cpu_fwd_f32(int64_t B, int64_t H, int64_t t, const int32_t *len, float *z,
+                         const float *bias, const float *const *peep, const float *cp,
+                         const float *hp, float *c, float *h, float *out,
+                         const rl_lstm_zo_f32 *zo) {
     switch (rl_cpu_level_get()) {
 #ifdef RL_CPU_X86
     case RL_CPU_AVX512: fwd_avx512(B, H, t, len, z, bias, peep, cp, hp, c, h, out, zo); return;
@@ -191,46 +192,6 @@ static void fwd_level(int64_t B, int64_t H, int64_t t, const int32_t *len, float
 #endif
     default: fwd_base(B, H, t, len, z, bias, peep, cp, hp, c, h, out, zo); return;
     }
-}
-
-typedef struct {
-    int64_t B, H, t;
-    const int32_t *len;
-    float *z;
-    const float *bias;
-    const float *const *peep;
-    const float *cp, *hp;
-    float *c, *h, *out;
-} fwd_job;
-
-/* Part `part` of `parts`: a range of rows (each row's values depend on that row alone). */
-static void fwd_part(void *ctx, int part, int parts) {
-    const fwd_job *j = ctx;
-    int64_t r0 = j->B * part / parts, r1 = j->B * (part + 1) / parts, H = j->H;
-    if (r0 < r1)
-        fwd_level(r1 - r0, H, j->t, j->len + r0, j->z + r0 * 4 * H, j->bias, j->peep,
-                  j->cp + r0 * H, j->hp + r0 * H, j->c + r0 * H, j->h + r0 * H, j->out + r0 * H,
-                  NULL);
-}
-
-/* The pass of a step of many rows (64 streams of a 512-unit layer: ~0.1 ms, as long as the
- * step's products on two threads) is split by rows over the product threads, which would
- * otherwise wait for it; zoneout (training only) keeps one pass. */
-#define FWD_SPLIT_VALUES 16384
-
-void rl_lstm_cpu_fwd_f32(int64_t B, int64_t H, int64_t t, const int32_t *len, float *z,
-                         const float *bias, const float *const *peep, const float *cp,
-                         const float *hp, float *c, float *h, float *out,
-                         const rl_lstm_zo_f32 *zo) {
-    int parts = rl_blas_get_threads();
-    if (parts > RL_CPU_MAX_PARTS) parts = RL_CPU_MAX_PARTS;
-    if (parts > B) parts = (int)B;
-    if (zo == NULL && parts > 1 && B * H >= FWD_SPLIT_VALUES) {
-        fwd_job j = {B, H, t, len, z, bias, peep, cp, hp, c, h, out};
-        rl_cpu_parallel(parts, fwd_part, &j);
-        return;
-    }
-    fwd_level(B, H, t, len, z, bias, peep, cp, hp, c, h, out, zo);
 }
 
 void rl_lstm_cpu_bwd_f32(int64_t B, int64_t H, int64_t t, const int32_t *len, float *z,

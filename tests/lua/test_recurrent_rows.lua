@@ -1,8 +1,7 @@
--- The float32 lstm's and gru's pointwise pass of a step of many rows (B x H >= 16384 values: 64
--- streams of a 512-unit layer pushed as one batch) is split by rows over the threads
--- (kernels/cpu/lstm.c, gru.c): outputs and final states have the same bits on 1 and 2 threads,
--- with ragged lengths (padded rows carry their state through) and an initial state, in both
--- directions.
+-- A float32 lstm's and gru's step of many rows (33 x 512: a batch of streams pushed together, whose
+-- products are split over the threads): outputs and final states have the same bits on 1 and 2
+-- threads, with ragged lengths (padded rows carry their state through) and an initial state, in
+-- both directions.
 local H = dofile("tests/lua/harness.lua")
 
 local function same_bits(class)
