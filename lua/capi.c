@@ -82,6 +82,10 @@ typedef struct push_node {
     bool bf16;                             /* its products in bf16 (precision "bf16") */
     int n_states;                          /* a carried layer's: its states, in state[] */
     rl_tensor *state[RL_LAYER_MAX_STATES]; /* the stream's (1, dim) own buffers (Lua's) */
+    /* their data and widths, taken with the plan: a batch of 64 streams reads them for every
+     * stream, and a pointer chase through each session's tensors misses the cache */
+    float *sdata[RL_LAYER_MAX_STATES];
+    int64_t sdim[RL_LAYER_MAX_STATES];
 } push_node;
 
 typedef struct c_push {
@@ -91,7 +95,10 @@ typedef struct c_push {
     rl_bf16_ctx *bf16; /* the network's context in bf16, else NULL */
     const rl_tensor *params;
     rl_tensor x, len; /* the chunk and its length, owned */
-    int64_t rows;     /* the runner's: the rows of its batches; a session's: 0 */
+    /* the checkpoint's data_norm, (x - mean) * inv a feature (the plan's tensors), or NULL */
+    const float *norm_mean, *norm_inv;
+    int64_t norm_n;
+    int64_t rows; /* the runner's: the rows of its batches; a session's: 0 */
 } c_push;
 
 struct rl_session {
@@ -101,6 +108,9 @@ struct rl_session {
     char precision[8]; /* the model's when the session was opened */
     c_push cp;         /* when the model's pushes run in C */
 };
+
+/* State q of node k of s's plan (its plan taken). */
+static float *session_state(const rl_session *s, int k, int q) { return s->cp.nodes[k].sdata[q]; }
 
 static pthread_mutex_t load_mu = PTHREAD_MUTEX_INITIALIZER;
 
@@ -779,6 +789,8 @@ rl_status rl_model_forward(rl_model *model, const rl_batch *batch, const char *l
 
 /* ---- sessions ----------------------------------------------------------------------------- */
 
+static rl_status take_plan(engine *e, struct c_push *p, int64_t rows, const char *who);
+
 rl_status rl_session_open(rl_session **out, rl_model *model) {
     static const char who[] = "rl_session_open";
     if (out == NULL) return rl_error(RL_EARG, "%s: out is NULL", who);
@@ -801,6 +813,11 @@ rl_status rl_session_open(rl_session **out, rl_model *model) {
     }
     s->model = model;
     s->cp.ref = LUA_NOREF;
+    /* a push in C takes its plan at the session's first push when it has none; taking it here
+     * keeps that cost (1-2 ms: the plan's state buffers start a collection of the session's Lua
+     * heap) out of the first push, which a server runs in one batch with the other streams'
+     * frames. A failure here leaves it to the push, which reports it. */
+    if (model->info.causal && !model->push_lua) (void)take_plan(&s->e, &s->cp, 0, who);
     *out = s;
     return RL_OK;
 }
@@ -917,11 +934,32 @@ static int plan_protected(lua_State *L) {
         push_node *d = &p->nodes[i];
         const int64_t *dims;
         d->n_states = rl_layer_state_info(d->l, NULL, &dims);
-        for (int q = 0; q < d->n_states; q++)
+        for (int q = 0; q < d->n_states; q++) {
             d->state[q] = plan_state(L, t + 3, j++, a->rows ? a->rows : 1, dims[q], who);
+            d->sdata[q] = rl_tensor_data(d->state[q]);
+            d->sdim[q] = dims[q];
+        }
     }
     if (j - 1 != (int)lua_rawlen(L, t + 3))
         return luaL_error(L, "%s: the push plan's states do not fit its layers", who);
+    p->norm_mean = p->norm_inv = NULL;
+    p->norm_n = 0;
+    if (lua_getfield(L, t, "norm") == LUA_TTABLE) {
+        lua_getfield(L, -1, "mean");
+        lua_getfield(L, -2, "inv");
+        const rl_tensor *mean = rl_lua_to_tensor(L, -2), *inv = rl_lua_to_tensor(L, -1);
+        if (mean == NULL || inv == NULL || mean->dtype != RL_FLOAT32 || inv->dtype != RL_FLOAT32 ||
+            !mean->storage || mean->storage->device.type != RL_CPU || !inv->storage ||
+            inv->storage->device.type != RL_CPU || !rl_tensor_is_contiguous(mean) ||
+            !rl_tensor_is_contiguous(inv) || rl_tensor_numel(mean) != rl_tensor_numel(inv))
+            return luaL_error(L, "%s: the push plan's data_norm is no pair of float32 vectors",
+                              who);
+        p->norm_mean = rl_tensor_data(mean);
+        p->norm_inv = rl_tensor_data(inv);
+        p->norm_n = rl_tensor_numel(mean);
+        lua_pop(L, 2);
+    }
+    lua_pop(L, 1);
     lua_getfield(L, t, "bf16_ctx");
     p->bf16 = lua_isnil(L, -1) ? NULL : rl_lua_test_bf16_ctx(L, -1);
     lua_getfield(L, t, "params");
@@ -955,7 +993,9 @@ static void c_push_clear(c_push *p) {
 }
 
 /* The n chunks (checked) as one padded batch of `rows` rows in p->x and p->len: chunk i in row i,
- * the rows past n one frame of zeros (as rl_session_push_many's Lua batch), T the longest. */
+ * the rows past n one frame of zeros (as rl_session_push_many's Lua batch), T the longest; with
+ * the checkpoint's data_norm each chunk's frames normalised as forward.lua's `normalized` does,
+ * (x - mean) * inv in float32 (the padding stays zeros: its outputs are never read). */
 static rl_status plan_input(c_push *p, const rl_info *in, const rl_batch *chunks, int n,
                             int64_t rows, int64_t T) {
     int sparse = in->input_sparse;
@@ -966,20 +1006,34 @@ static rl_status plan_input(c_push *p, const rl_info *in, const rl_batch *chunks
     char *x = rl_tensor_data(&p->x);
     int32_t *len = rl_tensor_data(&p->len);
     size_t frame = (size_t)(sparse ? 1 : in->input_dim) * 4; /* float or int32 */
+    if (p->norm_mean && (sparse || p->norm_n != in->input_dim))
+        return rl_error(RL_ESHAPE, "the model's data_norm has %lld values for an input of %lld",
+                        (long long)p->norm_n, (long long)in->input_dim);
     if (rows > 1) memset(x, 0, (size_t)(T * rows) * frame);
     for (int64_t i = 0; i < rows; i++) {
         len[i] = i < n ? (int32_t)chunks[i].T : 1;
         if (i >= n) continue;
         const char *src = sparse ? (const char *)chunks[i].classes : (const char *)chunks[i].x;
-        for (int64_t t = 0; t < chunks[i].T; t++)
-            memcpy(x + (size_t)(t * rows + i) * frame, src + (size_t)t * frame, frame);
+        for (int64_t t = 0; t < chunks[i].T; t++) {
+            char *dst = x + (size_t)(t * rows + i) * frame;
+            memcpy(dst, src + (size_t)t * frame, frame);
+            if (p->norm_mean) {
+                float *f = (float *)dst;
+                for (int64_t k = 0; k < p->norm_n; k++)
+                    f[k] = (f[k] - p->norm_mean[k]) * p->norm_inv[k];
+            }
+        }
     }
     return RL_OK;
 }
 
+struct rl_session;
+static float *session_state(const struct rl_session *s, int k, int q);
+
 /* The plan's layers over p->x and p->len, each carried layer from its plan states (from_state)
- * or zeros, their final states written into the plan states after. */
-static rl_status plan_forward(c_push *p, int from_state) {
+ * or zeros, their final states written after into the plan states, or with ss (the runner's
+ * batch of n streams) row i straight into stream i's own. */
+static rl_status plan_forward(c_push *p, int from_state, struct rl_session *const *ss, int n) {
     /* as net:forward's bf16_enter and bf16_node: float32 products unless a node has bf16 */
     rl_bf16_ctx *prev = rl_bf16_active();
     if (p->bf16)
@@ -1014,15 +1068,18 @@ static rl_status plan_forward(c_push *p, int from_state) {
             to[q] = &fin[q];
         st = rl_layer_final_state(d->l, d->n_states, to);
         for (int q = 0; q < d->n_states && st == RL_OK; q++) {
-            int64_t numel = rl_tensor_numel(d->state[q]);
+            int64_t numel = rl_tensor_numel(d->state[q]), dim = d->sdim[q];
+            const float *f = rl_tensor_data(&fin[q]);
             if (fin[q].dtype != RL_FLOAT32 || rl_tensor_numel(&fin[q]) != numel ||
                 !rl_tensor_is_contiguous(&fin[q]))
                 st = rl_error(RL_ESHAPE,
                               RL_LAYER_WHERE ": its final state does not fit the stream's",
                               d->l->name, d->l->ops->class_name);
+            else if (ss == NULL)
+                memcpy(d->sdata[q], f, (size_t)numel * sizeof(float));
             else
-                memcpy(rl_tensor_data(d->state[q]), rl_tensor_data(&fin[q]),
-                       (size_t)numel * sizeof(float));
+                for (int r = 0; r < n; r++)
+                    memcpy(session_state(ss[r], i, q), f + r * dim, (size_t)dim * sizeof(float));
         }
         for (int q = 0; q < d->n_states; q++)
             rl_tensor_release(&fin[q]);
@@ -1070,7 +1127,7 @@ static rl_status push_in_c(rl_session *s, const rl_batch *chunk, rl_output *out,
     c_push *p = &s->cp;
     RL_TRY(take_plan(&s->e, p, 0, who));
     RL_TRY(plan_input(p, &s->model->info, chunk, 1, 1, chunk->T));
-    rl_status st = plan_forward(p, s->started);
+    rl_status st = plan_forward(p, s->started, NULL, 0);
     if (st != RL_OK) return network_failure(st, who);
     const rl_tensor *y;
     RL_TRY(plan_output(p, chunk->T, 1, &y, who));
@@ -1668,18 +1725,19 @@ static rl_status many_in_c(rl_session *const *ss, const rl_batch *chunks, int n,
     /* row i starts from stream i's state, zeros where the stream starts or the row pads */
     for (int k = 0; k < r->n; k++)
         for (int q = 0; q < r->nodes[k].n_states; q++) {
-            int64_t dim = r->nodes[k].state[q]->shape[1];
-            float *rowq = rl_tensor_data(r->nodes[k].state[q]);
+            int64_t dim = r->nodes[k].sdim[q];
+            float *rowq = r->nodes[k].sdata[q];
             for (int64_t i = 0; i < rows; i++) {
                 float *dst = rowq + i * dim;
                 if (i < n && ss[i]->started && ss[i]->cp.nodes[k].n_states > q)
-                    memcpy(dst, rl_tensor_data(ss[i]->cp.nodes[k].state[q]),
-                           (size_t)dim * sizeof *dst);
+                    memcpy(dst, session_state(ss[i], k, q), (size_t)dim * sizeof *dst);
                 else
                     memset(dst, 0, (size_t)dim * sizeof *dst);
             }
         }
-    rl_status st = plan_forward(r, 1);
+    /* each row's final state goes straight to its stream's buffers (a batch that fails ends
+     * its streams, whatever those hold then) */
+    rl_status st = plan_forward(r, 1, ss, n);
     if (st != RL_OK) st = network_failure(st, who);
     const rl_tensor *y = NULL;
     if (st == RL_OK) st = plan_output(r, T, rows, &y, who);
@@ -1690,14 +1748,6 @@ static rl_status many_in_c(rl_session *const *ss, const rl_batch *chunks, int n,
             ss[i]->started = 0;
         return st;
     }
-    for (int k = 0; k < r->n; k++)
-        for (int q = 0; q < r->nodes[k].n_states; q++) {
-            int64_t dim = r->nodes[k].state[q]->shape[1];
-            const float *rowq = rl_tensor_data(r->nodes[k].state[q]);
-            for (int i = 0; i < n; i++)
-                memcpy(rl_tensor_data(ss[i]->cp.nodes[k].state[q]), rowq + i * dim,
-                       (size_t)dim * sizeof *rowq);
-        }
     const float *yd = rl_tensor_data(y);
     int64_t D = y->shape[2];
     for (int i = 0; i < n; i++) { /* stream i: frames t < its T of row i */

@@ -148,10 +148,12 @@ function Model:own_state()
 end
 
 -- Why lua/capi.c cannot run a push of this model itself (a message naming the layer or the
--- option), or nil when it can: a float32 CPU network that streams, has no data_norm, and whose
--- every node is a C layer fed by the input or by nodes before it, one at a time (no rec unit,
--- image, loss, or pair of layers run at once). The network of such a model is a stack of C
--- layers that net:forward would only hand tensors from one to the next.
+-- option), or nil when it can: a float32 CPU network that streams (a checkpoint's data_norm
+-- with a dense input is applied in C as Model:run's forward applies it), and whose
+-- every node is a C layer fed by the input or by nodes before it (no rec unit, image or loss;
+-- a pair of layers that net:forward runs at once runs one after the other, the same bits). The
+-- network of such a model is a stack of C layers that net:forward would only hand tensors from
+-- one to the next.
 function Model:c_push_unfit()
   local net = self.net
   if self.not_causal then return self.not_causal end
@@ -160,14 +162,16 @@ function Model:c_push_unfit()
     return string.format("the network runs on %s in %s (the C path: the CPU in float32)",
       net.device, net.dtype)
   end
-  if self.fm.norm then return "the checkpoint normalises its input (data_norm)" end
+  local ext = net.ext and net.ext[self.key]
+  if self.fm.norm and (not ext or ext.sparse) then
+    return "the checkpoint normalises its input (data_norm), which is sparse"
+  end
   local index = {}
   for i, node in ipairs(net.nodes) do
     local class = node.rec and "rec" or node.layer.class
     local why = type(node.layer) ~= "userdata" and "is a Lua layer"
       or node.rec and "is a rec unit" or node.rank ~= 1 and "takes or gives images"
       or node.fold and "takes images" or node.loss and "computes a loss"
-      or node.pair_next and "runs beside the next layer (a pair)"
     if why then return util.layer_where(node.name, class) .. " " .. why end
     for _, src in ipairs(node.srcs) do
       if not index[src] and src ~= self.key then
@@ -182,7 +186,8 @@ end
 
 -- What lua/capi.c runs a session's pushes with (Model:c_push_unfit() is nil), taken at its
 -- first push and after every plain forward: {nodes = {{layer =, srcs = {0: the input, k: node
--- k}, bf16 = its products in the network's precision (bf16 or int8)}, ...}, out = the model layer's node, states = the own state
+-- k}, bf16 = its products in the network's precision (bf16 or int8)}, ...}, out = the model layer's node,
+-- norm = {mean =, inv =} (F) of the checkpoint's data_norm, or nil, states = the own state
 -- buffers (Model:own_state, the carried layers' in net.carried order, the one state the Lua path
 -- reads and writes too), carried = their nodes, bf16_ctx =, params =}. rows: nil for a
 -- session, or the rows of rl_session_push_many's batches on the model's batch network, whose
@@ -213,8 +218,10 @@ function Model:c_push_plan(rows)
   for k, node in ipairs(net.carried) do carried[k] = index[node.name] end
   local states = rows and self:batch_state(rows) or self:own_state()
   net.carry_active = true
+  local n = self.fm.norm
   return {nodes = nodes, out = index[self.layer], states = states, carried = carried,
-    bf16_ctx = bf16 and net.bf16_ctx or nil, params = net.flat_params}
+    bf16_ctx = bf16 and net.bf16_ctx or nil, params = net.flat_params,
+    norm = n and {mean = n.mean:contiguous(), inv = n.inv:contiguous()}}
 end
 
 -- What a session's state builds its network from (lua/capi.c shares its tensors with the

@@ -742,13 +742,14 @@ done:
  * reset the stream equals the whole rest at once to float32 rounding (the pushes' products read
  * the packed weights); and a push whose chunk is no longer than an earlier chunk of the stream
  * allocates nothing in C (through the Lua network it allocates). */
-static void check_c_push(const char *file) {
+static void check_c_push(const char *file, int threads) {
     enum { N = T * B };
     rl_model *mc = NULL, *ml = NULL;
+    rl_model_options o = {.threads = threads}; /* process-wide; 0: as it is */
     setenv("RNNLUA_CAPI_PUSH", "lua", 1);
-    int okl = rl_model_load(&ml, file, NULL) == RL_OK;
+    int okl = rl_model_load(&ml, file, &o) == RL_OK;
     unsetenv("RNNLUA_CAPI_PUSH");
-    int okc = rl_model_load(&mc, file, NULL) == RL_OK;
+    int okc = rl_model_load(&mc, file, &o) == RL_OK;
     expect("load for pushes in C and in Lua", okl && okc);
     /* chunk k's frames; before chunk 1 a plain forward, before 2 a batched push, before 3 a
      * refused chunk, before 4 a reset */
@@ -887,9 +888,9 @@ static void check_c_push(const char *file) {
 }
 
 int main(int argc, char **argv) {
-    if (argc != 10) {
+    if (argc != 11) {
         fputs("usage: embed_check CAUSAL.h5 BIDIRECTIONAL.h5 DATASET.h5 LUACLASS.h5 SPARSE.h5 "
-              "LUACLASS.lua CTC.h5 DIR STACK.h5\n",
+              "LUACLASS.lua CTC.h5 DIR STACK.h5 NORM.h5\n",
               stderr);
         return 2;
     }
@@ -1022,8 +1023,14 @@ int main(int argc, char **argv) {
     expect("reset", rl_session_reset(s) == RL_OK);
     expect_error("reset NULL", rl_session_reset(NULL), RL_EARG, "rl_session_reset|session is NULL");
     check_push_many(m, argv[1]);
-    check_c_push(argv[1]);
-    check_c_push(argv[9]);
+    check_c_push(argv[1], 0);
+    check_c_push(argv[9], 0);
+    check_c_push(argv[10], 0); /* the stack with data_norm: its chunks normalised in C */
+    char pair[512];
+    snprintf(pair, sizeof pair, "%s/pair.h5", argv[8]);
+    /* two forward LSTMs that net:forward runs at once on 2 threads (each on its own thread): in C
+     * one after the other, the same bits */
+    check_c_push(pair, 2);
 
     /* precision: bad arguments; bf16 close to float32; streamed in bf16 the whole sequence's bf16
      * numbers; a session opened before keeps float32; back to fp32 the float32 numbers */

@@ -164,6 +164,14 @@ rl.save_checkpoint(d .. '/stack.h5', {epoch = 1, net = rl.network({
   lin = {class = 'linear', n_out = 5, activation = 'tanh', from = {'l1', 'g'}},
   c = {class = 'copy', from = 'lin'},
   output = {class = 'softmax', from = {'c', 'g'}, loss = 'ce', target = 'classes'}}, ext)})
+-- the stack again with the input normalisation of its training set (data_norm: pushes in C too)
+rl.manual_seed(6)
+rl.save_checkpoint(d .. '/norm.h5', {epoch = 1, net = rl.network({
+  l1 = {class = 'lstm', n_out = 8}, g = {class = 'gru', n_out = 6, from = 'l1'},
+  lin = {class = 'linear', n_out = 5, activation = 'tanh', from = {'l1', 'g'}},
+  c = {class = 'copy', from = 'lin'},
+  output = {class = 'softmax', from = {'c', 'g'}, loss = 'ce', target = 'classes'}}, ext),
+  data_norm = {mean = rl.randn(9), std = rl.rand(9):add(0.5)}})
 rl.save_checkpoint(d .. '/pair.h5', {epoch = 1, net = rl.network({
   a = {class = 'lstm', n_out = 4}, b = {class = 'lstm', n_out = 4},
   output = {class = 'softmax', from = {'a', 'b'}, loss = 'ce', target = 'classes'}}, ext)})
@@ -268,15 +276,17 @@ for i in 1 2 3 4 5; do
 done
 
 # which path a model's pushes take (RNNLUA_CAPI_DEBUG=1, said at rl_model_load): in C for a stack
-# of C layers, through the Lua network for a pair of layers that net:forward runs at once
-for m in model stack pair; do
+# of C layers, with data_norm too, and with a pair of layers that net:forward runs at once;
+# through the Lua network when RNNLUA_CAPI_PUSH=lua asks for it
+for m in model stack norm pair; do
     RNNLUA_CAPI_DEBUG=1 "$dir/embed" "$dir/$m.h5" 7 <"$dir/in1.txt" >/dev/null 2>"$dir/err.txt"
-    case $m in
-        pair) want="pushes run through the Lua network: layer 'a' (class lstm) runs beside" ;;
-        *) want="pushes run in C" ;;
-    esac
+    want="pushes run in C"
     check "$m.h5: $want" "$(grep -c -F "$dir/$m.h5: $want" "$dir/err.txt")" 1
 done
+RNNLUA_CAPI_DEBUG=1 RNNLUA_CAPI_PUSH=lua "$dir/embed" "$dir/pair.h5" 7 <"$dir/in1.txt" >/dev/null \
+    2>"$dir/err.txt"
+want="pushes run through the Lua network: RNNLUA_CAPI_PUSH=lua"
+check "pair.h5: $want" "$(grep -c -F "$dir/pair.h5: $want" "$dir/err.txt")" 1
 
 # ---- the module for a system Lua: Debian's lua5.4 runs rl.forward through the installed
 # lib/lua/5.4/rnnlua.so and writes rl.forward's numbers (a sanitized module needs its runtime
@@ -336,7 +346,8 @@ serve_stream "$dir/blstm.h5"
 
 # ---- embed_check: bad input, threads, refusals
 "$dir/embed_check" "$dir/model.h5" "$dir/blstm.h5" "$dir/dev.h5" "$dir/lua_class.h5" \
-    "$dir/sparse.h5" "$dir/scale.lua" "$dir/ctc.h5" "$dir" "$dir/stack.h5" >"$dir/check.log" 2>&1
+    "$dir/sparse.h5" "$dir/scale.lua" "$dir/ctc.h5" "$dir" "$dir/stack.h5" "$dir/norm.h5" \
+    >"$dir/check.log" 2>&1
 rc=$?
 line=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$dir/check.log")
 grep -v '^[0-9]* passed' "$dir/check.log"
