@@ -43,18 +43,24 @@ static int check_case(bool f64, bool ta, bool tb, int64_t n, int64_t k, double b
          *c = malloc(es * MBIG * (size_t)n);
     for (int64_t i = 0; i < MBIG * k; i++) {
         double v = next_value();
-        if (f64) ((double *)a)[i] = v;
-        else ((float *)a)[i] = (float)v;
+        if (f64)
+            ((double *)a)[i] = v;
+        else
+            ((float *)a)[i] = (float)v;
     }
     for (int64_t i = 0; i < k * n; i++) {
         double v = next_value();
-        if (f64) ((double *)b)[i] = v;
-        else ((float *)b)[i] = (float)v;
+        if (f64)
+            ((double *)b)[i] = v;
+        else
+            ((float *)b)[i] = (float)v;
     }
     for (int64_t i = 0; i < MBIG * n; i++) {
         double v = next_value();
-        if (f64) ((double *)c0)[i] = v;
-        else ((float *)c0)[i] = (float)v;
+        if (f64)
+            ((double *)c0)[i] = v;
+        else
+            ((float *)c0)[i] = (float)v;
     }
     memcpy(ref, c0, es * MBIG * (size_t)n);
     gemm(f64, ta, tb, MBIG, n, k, a, b, beta, ref);
