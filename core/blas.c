@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "../kernels/cpu/cpu_level.h"
+#include "../kernels/cpu/gemm_small.h"
 #include "../kernels/cpu/parallel.h"
 #include "../kernels/cpu/scratch.h"
 
@@ -40,21 +41,23 @@ static int library_threads(void) { return openblas_get_num_threads(); }
 
 static void library_single_thread(void) { openblas_set_num_threads(1); }
 
-/* OpenBLAS built with DYNAMIC_ARCH (Debian's) picks its kernels by the CPU's family and model
- * number when it is loaded, and a model it does not know gets the generic SSE3 kernels
- * ("Prescott"): OpenBLAS 0.3.21 does so on an Emerald Rapids Xeon (family 6, model 207). Where
- * the CPU has AVX (rnnlua's CPU level avx2 or avx512; RL_CPU_LEVEL may lower it) and OpenBLAS
- * chose kernels older than AVX, the library is initialised again with its AVX kernels
- * ("Sandybridge"), through the same entry points its loader uses and the OPENBLAS_CORETYPE
- * variable it reads there, restored afterwards: float32 products run 1.9x faster (1024^3, CPU time
- * of one thread, 29.8 -> 56.7 GFLOP/s). Not the AVX2 or AVX-512 kernels, though they are faster
- * (77.9 and 139.8): their sums for a row of C depend on how many rows the product has (the AVX-512
- * ones take other kernels for products under 10^6 multiply-adds, the AVX2 ones for row counts
- * that are not multiples of their blocking), so a frame's output would depend on the batch it
- * came in, which tests/c/test_blas.c forbids; the AVX kernels give every row the same bits at
- * any row count. A user's own OPENBLAS_CORETYPE is left alone, and so is an OpenBLAS without
- * these entry points (built for one CPU). It runs once, before the first product, when no
- * product can be running. */
+/* At the avx2 and avx512 levels, float32 products run rnnlua's own kernels (rl_gemm_f32 of
+ * kernels/cpu/gemm_small.h: each element one chain of FMAs, so a row has the same bits at any
+ * row count); OpenBLAS runs the float64 products, and the float32 ones at the generic level.
+ * rnnlua promises that a sequence gives the same bits alone as inside a batch
+ * (tests/c/test_blas.c), and which of OpenBLAS's kernels keep that promise depends on its core:
+ * its AVX-512 ones (SkylakeX, Cooperlake, SapphireRapids) take other kernels for products under
+ * 10^6 multiply-adds (float32 and float64 rows then differ), its AVX2 ones (Haswell, Zen) give
+ * other float32 bits for row counts off their blocking but keep float64's, its AVX ones
+ * (Sandybridge) and older keep both. Debian's OpenBLAS (DYNAMIC_ARCH) picks its core by the
+ * CPU's family and model when it is loaded, and a model it does not know gets the generic SSE3
+ * kernels ("Prescott": OpenBLAS 0.3.21 on an Emerald Rapids Xeon, family 6, model 207). So
+ * once, before the first product, when no product can be running, rnnlua has it load the
+ * fastest kernels that keep the promise: Haswell where rnnlua's level is avx2 or avx512 (unless
+ * it chose Haswell or Zen), Sandybridge at the generic level where it chose AVX2 or AVX-512
+ * ones; through the entry points its loader uses and the OPENBLAS_CORETYPE variable it reads
+ * there, restored afterwards. A user's own OPENBLAS_CORETYPE is followed as it is, and an
+ * OpenBLAS without these entry points (built for one CPU) is left alone. */
 extern void gotoblas_dynamic_init(void) __attribute__((weak));
 extern void gotoblas_dynamic_quit(void) __attribute__((weak));
 
@@ -79,8 +82,13 @@ static void library_core(void) {
     copy_name(core_used, core_found);
 #ifdef __x86_64__
     if (!gotoblas_dynamic_init || !gotoblas_dynamic_quit || getenv("OPENBLAS_CORETYPE")) return;
-    if (rl_cpu_level_get() < RL_CPU_AVX2 || core_has_avx(core_found)) return;
-    if (setenv("OPENBLAS_CORETYPE", "Sandybridge", 1) != 0) return;
+    const char *want = NULL;
+    if (rl_cpu_level_get() >= RL_CPU_AVX2) {
+        if (strcmp(core_found, "Haswell") != 0 && strcmp(core_found, "Zen") != 0) want = "Haswell";
+    } else if (core_has_avx(core_found) && strcmp(core_found, "Sandybridge") != 0) {
+        want = "Sandybridge";
+    }
+    if (!want || setenv("OPENBLAS_CORETYPE", want, 1) != 0) return;
     gotoblas_dynamic_quit();
     gotoblas_dynamic_init();
     unsetenv("OPENBLAS_CORETYPE");
@@ -205,6 +213,9 @@ static void gemm_range(const gemm_job *j, int64_t m0, int64_t m, int64_t n0, int
     const char *a = (const char *)j->a + es * (size_t)(j->ta ? m0 : m0 * j->lda);
     const char *b = (const char *)j->b + es * (size_t)(j->tb ? n0 * j->ldb : n0);
     char *c = (char *)j->c + es * (size_t)(m0 * j->ldc + n0);
+    if (!j->f64 && rl_gemm_f32(j->ta, j->tb, m, n, j->k, (float)j->alpha, (const float *)a, j->lda,
+                               (const float *)b, j->ldb, (float)j->beta, (float *)c, j->ldc))
+        return;
     int64_t tail = j->k > 0 ? m % ROW_GROUP : 0, body = m - tail;
     if (body > 0)
         library_gemm(j->f64, j->ta, j->tb, body, n, j->k, j->alpha, a, j->lda, b, j->ldb, j->beta,

@@ -1,5 +1,5 @@
-/* The packed small-M float32 GEMM of gemm_small.h: packing, the AVX-512 and AVX2+FMA kernels
- * (picked at run time by kernels/cpu/cpu_level.h) and their portable counterpart.
+/* The float32 GEMMs of gemm_small.h: packing, the AVX-512 and AVX2+FMA kernels (picked at run
+ * time by kernels/cpu/cpu_level.h), their portable counterpart, and the general product.
  *
  * AVX-512: a tile of up to 8 rows of c by one 48-column panel lives in 24 zmm accumulators;
  * each k loads three panel vectors and broadcasts 8 values of a, i.e. 11 loads for 24 FMAs,
@@ -12,6 +12,12 @@
  * is read B/4 times per step, so k is cut into blocks of KC rows (KC x 48 floats, 24 KiB, stay
  * in L1 across the row tiles and both halves); partial sums go through c between blocks, in
  * the same order of k, so the rounding does not depend on the blocking.
+ *
+ * The general product packs one panel of op(b) at a time (k x 48, kept in L2) and streams all
+ * rows of a past it in the same tiles; a transposed a is first copied row-major. Its sums
+ * start from zero and run over all of k in one chain (no k blocks, whose partial sums would
+ * have to go through c before alpha and beta), so the AVX-512 and AVX2 tiles give the same
+ * bits, those of a scalar fmaf loop (tests/c/test_gemm_f32.c).
  */
 #include "gemm_small.h"
 
@@ -22,6 +28,7 @@
 #include "gemm_bf16.h"
 #include "gemm_neon.h"
 #include "parallel.h"
+#include "scratch.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #define RL_GEMM_X86 1
@@ -41,22 +48,33 @@
 
 int64_t rl_gemm_packed_size(int64_t k, int64_t n) { return (n + NR - 1) / NR * NR * k; }
 
+/* Columns p0 .. p0+w-1 (w <= NR) of op(b) into one k-major panel at d, zero-padded to NR. */
+static void pack_one(float *d, const float *b, int64_t ldb, bool trans, int64_t k, int64_t p0,
+                     int64_t w) {
+    if (trans) {
+        /* each column of the panel is a row of b: read it in order */
+        for (int64_t j = 0; j < w; j++) {
+            const float *bj = b + (p0 + j) * ldb;
+            for (int64_t i = 0; i < k; i++)
+                d[i * NR + j] = bj[i];
+        }
+        for (int64_t i = 0; i < k; i++)
+            for (int64_t j = w; j < NR; j++)
+                d[i * NR + j] = 0.0f;
+        return;
+    }
+    for (int64_t i = 0; i < k; i++, d += NR) {
+        memcpy(d, b + i * ldb + p0, (size_t)w * sizeof *d);
+        for (int64_t j = w; j < NR; j++)
+            d[j] = 0.0f;
+    }
+}
+
 /* Panels p0 .. p1-1 (column offsets, multiples of NR). */
 static void pack_panels(float *dst, const float *b, int64_t ldb, bool trans, int64_t k, int64_t n,
                         int64_t p0, int64_t p1) {
-    for (; p0 < p1 && p0 < n; p0 += NR) {
-        int64_t w = n - p0 < NR ? n - p0 : NR;
-        float *d = dst + p0 * k;
-        for (int64_t i = 0; i < k; i++, d += NR) {
-            if (trans)
-                for (int64_t j = 0; j < w; j++)
-                    d[j] = b[(p0 + j) * ldb + i];
-            else
-                memcpy(d, b + i * ldb + p0, (size_t)w * sizeof *d);
-            for (int64_t j = w; j < NR; j++)
-                d[j] = 0.0f;
-        }
-    }
+    for (; p0 < p1 && p0 < n; p0 += NR)
+        pack_one(dst + p0 * k, b, ldb, trans, k, p0, n - p0 < NR ? n - p0 : NR);
 }
 
 typedef struct {
@@ -105,6 +123,15 @@ static void packed_portable(int64_t m, int64_t n, int64_t k, const float *a, int
     }
 }
 
+/* How a tile's sums reach c: stored, added to c (the packed GEMM's accumulate), or, for the
+ * general GEMM, alpha * sum (beta 0: c is not read, as BLAS does) or alpha * sum + beta * c.
+ * Alpha 1 with beta 0 or 1 takes the first two, which give the same bits as the last. */
+typedef enum { EP_STORE, EP_ADD, EP_SCALE, EP_AXPBY } epilogue_kind;
+typedef struct {
+    epilogue_kind kind;
+    float alpha, beta;
+} epilogue;
+
 #ifdef RL_GEMM_X86
 #define RL_AVX512 __attribute__((target("avx512f")))
 /* the row loops must unroll fully (-O2 leaves them rolled, the accumulators on the stack) */
@@ -112,17 +139,20 @@ static void packed_portable(int64_t m, int64_t n, int64_t k, const float *a, int
 
 /* One mr x 48 tile over all k, of which the first nv 16-column vectors are computed (a last
  * panel of w <= 32 columns needs fewer: the MDLSTM's narrow products would otherwise spend up
- * to two thirds of their FMAs on padding); mr and nv are constants in each instantiation, so
- * the loops unroll and the accumulators stay in registers. w (1..48) masks the columns
- * stored. */
+ * to two thirds of their FMAs on padding); mr, nv and pf are constants in each
+ * instantiation, so the loops unroll and the accumulators stay in registers. The panel's
+ * rows are ldp floats apart (RL_GEMM_PANEL when packed, B's own stride when read in place).
+ * Each element's sum is one chain of FMAs in the order of k from zero, whatever the tile,
+ * which is what makes a row's bits independent of the rows around it; ep then stores it (w
+ * columns, 1..48). */
 RL_AVX512 static inline __attribute__((always_inline)) void
 tile(const int mr, const int nv, const bool pf, int64_t k, const float *a, int64_t lda,
-     const float *pp, bool accumulate, float *c, int64_t ldc, int64_t w) {
+     const float *pp, int64_t ldp, epilogue ep, float *c, int64_t ldc, int64_t w) {
     __m512 c0[MR], c1[MR], c2[MR];
     RL_UNROLL
     for (int r = 0; r < mr; r++)
         c0[r] = c1[r] = c2[r] = _mm512_setzero_ps();
-    for (int64_t i = 0; i < k; i++, pp += NR) {
+    for (int64_t i = 0; i < k; i++, pp += ldp) {
         if (pf) {
             _mm_prefetch((const char *)(pp + PF_DIST * NR), _MM_HINT_T0);
             _mm_prefetch((const char *)(pp + PF_DIST * NR + 16), _MM_HINT_T0);
@@ -142,13 +172,27 @@ tile(const int mr, const int nv, const bool pf, int64_t k, const float *a, int64
     __mmask16 m0 = (__mmask16)(w >= 16 ? 0xffff : (1u << w) - 1);
     __mmask16 m1 = (__mmask16)(w >= 32 ? 0xffff : w <= 16 ? 0 : (1u << (w - 16)) - 1);
     __mmask16 m2 = (__mmask16)(w >= 48 ? 0xffff : w <= 32 ? 0 : (1u << (w - 32)) - 1);
+    __m512 alpha = _mm512_set1_ps(ep.alpha), beta = _mm512_set1_ps(ep.beta);
     RL_UNROLL
     for (int r = 0; r < mr; r++) {
         float *cr = c + r * ldc;
-        if (accumulate) {
+        if (ep.kind == EP_ADD) {
             c0[r] = _mm512_add_ps(c0[r], _mm512_maskz_loadu_ps(m0, cr));
             if (nv > 1) c1[r] = _mm512_add_ps(c1[r], _mm512_maskz_loadu_ps(m1, cr + 16));
             if (nv > 2) c2[r] = _mm512_add_ps(c2[r], _mm512_maskz_loadu_ps(m2, cr + 32));
+        } else if (ep.kind == EP_SCALE) {
+            c0[r] = _mm512_mul_ps(alpha, c0[r]);
+            if (nv > 1) c1[r] = _mm512_mul_ps(alpha, c1[r]);
+            if (nv > 2) c2[r] = _mm512_mul_ps(alpha, c2[r]);
+        } else if (ep.kind == EP_AXPBY) {
+            c0[r] =
+                _mm512_fmadd_ps(beta, _mm512_maskz_loadu_ps(m0, cr), _mm512_mul_ps(alpha, c0[r]));
+            if (nv > 1)
+                c1[r] = _mm512_fmadd_ps(beta, _mm512_maskz_loadu_ps(m1, cr + 16),
+                                        _mm512_mul_ps(alpha, c1[r]));
+            if (nv > 2)
+                c2[r] = _mm512_fmadd_ps(beta, _mm512_maskz_loadu_ps(m2, cr + 32),
+                                        _mm512_mul_ps(alpha, c2[r]));
         }
         _mm512_mask_storeu_ps(cr, m0, c0[r]);
         if (nv > 1) _mm512_mask_storeu_ps(cr + 16, m1, c1[r]);
@@ -159,43 +203,49 @@ tile(const int mr, const int nv, const bool pf, int64_t k, const float *a, int64
 /* All row tiles of one panel with nv vectors. */
 RL_AVX512 static inline __attribute__((always_inline)) void
 panel_avx512(const int nv, int64_t m, int64_t k, const float *a, int64_t lda, const float *pp,
-             bool accumulate, float *c, int64_t ldc, int64_t w) {
+             int64_t ldp, epilogue ep, float *c, int64_t ldc, int64_t w) {
     /* the panel's only row tile streams it from L2 once: there the prefetch pays */
-    if (m >= 2 && m <= PF_ROWS) {
+    if (ldp == NR && m >= 2 && m <= PF_ROWS) {
         switch (m) {
-        case 2: tile(2, nv, true, k, a, lda, pp, accumulate, c, ldc, w); return;
-        case 3: tile(3, nv, true, k, a, lda, pp, accumulate, c, ldc, w); return;
-        default: tile(4, nv, true, k, a, lda, pp, accumulate, c, ldc, w); return;
+        case 2: tile(2, nv, true, k, a, lda, pp, NR, ep, c, ldc, w); return;
+        case 3: tile(3, nv, true, k, a, lda, pp, NR, ep, c, ldc, w); return;
+        default: tile(4, nv, true, k, a, lda, pp, NR, ep, c, ldc, w); return;
         }
     }
     for (int64_t r0 = 0; r0 < m; r0 += MR) {
         const float *ar = a + r0 * lda;
         float *cr = c + r0 * ldc;
         switch (m - r0 < MR ? m - r0 : MR) {
-        case 1: tile(1, nv, false, k, ar, lda, pp, accumulate, cr, ldc, w); break;
-        case 2: tile(2, nv, false, k, ar, lda, pp, accumulate, cr, ldc, w); break;
-        case 3: tile(3, nv, false, k, ar, lda, pp, accumulate, cr, ldc, w); break;
-        case 4: tile(4, nv, false, k, ar, lda, pp, accumulate, cr, ldc, w); break;
-        case 5: tile(5, nv, false, k, ar, lda, pp, accumulate, cr, ldc, w); break;
-        case 6: tile(6, nv, false, k, ar, lda, pp, accumulate, cr, ldc, w); break;
-        case 7: tile(7, nv, false, k, ar, lda, pp, accumulate, cr, ldc, w); break;
-        default: tile(8, nv, false, k, ar, lda, pp, accumulate, cr, ldc, w); break;
+        case 1: tile(1, nv, false, k, ar, lda, pp, ldp, ep, cr, ldc, w); break;
+        case 2: tile(2, nv, false, k, ar, lda, pp, ldp, ep, cr, ldc, w); break;
+        case 3: tile(3, nv, false, k, ar, lda, pp, ldp, ep, cr, ldc, w); break;
+        case 4: tile(4, nv, false, k, ar, lda, pp, ldp, ep, cr, ldc, w); break;
+        case 5: tile(5, nv, false, k, ar, lda, pp, ldp, ep, cr, ldc, w); break;
+        case 6: tile(6, nv, false, k, ar, lda, pp, ldp, ep, cr, ldc, w); break;
+        case 7: tile(7, nv, false, k, ar, lda, pp, ldp, ep, cr, ldc, w); break;
+        default: tile(8, nv, false, k, ar, lda, pp, ldp, ep, cr, ldc, w); break;
         }
     }
 }
 
+/* c's w columns (1..48) of one panel whose rows are ldp floats apart. */
+RL_AVX512 static void panel_run_avx512(int64_t m, int64_t k, const float *a, int64_t lda,
+                                       const float *pp, int64_t ldp, epilogue ep, float *c,
+                                       int64_t ldc, int64_t w) {
+    if (w > 32)
+        panel_avx512(3, m, k, a, lda, pp, ldp, ep, c, ldc, w);
+    else if (w > 16)
+        panel_avx512(2, m, k, a, lda, pp, ldp, ep, c, ldc, w);
+    else
+        panel_avx512(1, m, k, a, lda, pp, ldp, ep, c, ldc, w);
+}
+
 RL_AVX512 static void packed_avx512(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
                                     const float *packed, bool accumulate, float *c, int64_t ldc) {
-    for (int64_t p0 = 0; p0 < n; p0 += NR) {
-        int64_t w = n - p0 < NR ? n - p0 : NR;
-        const float *pp = packed + p0 * k;
-        if (w > 32)
-            panel_avx512(3, m, k, a, lda, pp, accumulate, c + p0, ldc, w);
-        else if (w > 16)
-            panel_avx512(2, m, k, a, lda, pp, accumulate, c + p0, ldc, w);
-        else
-            panel_avx512(1, m, k, a, lda, pp, accumulate, c + p0, ldc, w);
-    }
+    epilogue ep = {accumulate ? EP_ADD : EP_STORE, 1.0f, 0.0f};
+    for (int64_t p0 = 0; p0 < n; p0 += NR)
+        panel_run_avx512(m, k, a, lda, packed + p0 * k, NR, ep, c + p0, ldc,
+                         n - p0 < NR ? n - p0 : NR);
 }
 
 #define RL_AVX2 __attribute__((target("avx2,fma")))
@@ -205,12 +255,13 @@ RL_AVX512 static void packed_avx512(int64_t m, int64_t n, int64_t k, const float
 
 /* One mr x 24 tile over kc rows of k, of which the first nv 8-column vectors are computed (as
  * in the AVX-512 tile: a narrow last half panel); with load_c the tile starts from c (a
- * partial sum of earlier k blocks, or the accumulate operand), else from zero. w (1..8 nv)
- * columns are stored; masked moves only where w < 8 nv, since AMD cores microcode vmaskmovps
- * stores. */
+ * partial sum of earlier k blocks, or the accumulate operand), else from zero. The panel's
+ * rows are ldp floats apart, and ep (EP_STORE, EP_SCALE or
+ * EP_AXPBY) finishes the sums. w (1..8 nv) columns are stored; masked moves only where w < 8
+ * nv, since AMD cores microcode vmaskmovps stores. */
 RL_AVX2 static inline __attribute__((always_inline)) void
 tile_avx2(const int mr, const int nv, int64_t kc, const float *a, int64_t lda, const float *pp,
-          bool load_c, float *c, int64_t ldc, int64_t w) {
+          int64_t ldp, bool load_c, epilogue ep, float *c, int64_t ldc, int64_t w) {
     const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
     __m256i m0 = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)w), lane),
             m1 = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)w - 8), lane),
@@ -231,7 +282,7 @@ tile_avx2(const int mr, const int nv, int64_t kc, const float *a, int64_t lda, c
             if (nv > 2) c2[r] = _mm256_maskload_ps(cr + 16, m2);
         }
     }
-    for (int64_t i = 0; i < kc; i++, pp += NR) {
+    for (int64_t i = 0; i < kc; i++, pp += ldp) {
         __m256 b0 = _mm256_loadu_ps(pp);
         __m256 b1 = nv > 1 ? _mm256_loadu_ps(pp + 8) : b0;
         __m256 b2 = nv > 2 ? _mm256_loadu_ps(pp + 16) : b0;
@@ -246,9 +297,25 @@ tile_avx2(const int mr, const int nv, int64_t kc, const float *a, int64_t lda, c
             if (nv > 2) c2[r] = _mm256_fmadd_ps(ar, b2, c2[r]);
         }
     }
+    __m256 alpha = _mm256_set1_ps(ep.alpha), beta = _mm256_set1_ps(ep.beta);
     RL_UNROLL
     for (int r = 0; r < mr; r++) {
         float *cr = c + r * ldc;
+        if (ep.kind == EP_SCALE || ep.kind == EP_AXPBY) {
+            c0[r] = _mm256_mul_ps(alpha, c0[r]);
+            if (nv > 1) c1[r] = _mm256_mul_ps(alpha, c1[r]);
+            if (nv > 2) c2[r] = _mm256_mul_ps(alpha, c2[r]);
+        }
+        if (ep.kind == EP_AXPBY) {
+            c0[r] = _mm256_fmadd_ps(beta, full ? _mm256_loadu_ps(cr) : _mm256_maskload_ps(cr, m0),
+                                    c0[r]);
+            if (nv > 1)
+                c1[r] = _mm256_fmadd_ps(
+                    beta, full ? _mm256_loadu_ps(cr + 8) : _mm256_maskload_ps(cr + 8, m1), c1[r]);
+            if (nv > 2)
+                c2[r] = _mm256_fmadd_ps(
+                    beta, full ? _mm256_loadu_ps(cr + 16) : _mm256_maskload_ps(cr + 16, m2), c2[r]);
+        }
         if (full) {
             _mm256_storeu_ps(cr, c0[r]);
             if (nv > 1) _mm256_storeu_ps(cr + 8, c1[r]);
@@ -264,41 +331,61 @@ tile_avx2(const int mr, const int nv, int64_t kc, const float *a, int64_t lda, c
 /* All row tiles of one half panel (kc rows of k) with nv vectors. */
 RL_AVX2 static inline __attribute__((always_inline)) void
 half_avx2(const int nv, int64_t m, int64_t kc, const float *a, int64_t lda, const float *pb,
-          bool load_c, float *c, int64_t ldc, int64_t wh) {
+          int64_t ldp, bool load_c, epilogue ep, float *c, int64_t ldc, int64_t wh) {
     for (int64_t r0 = 0; r0 < m; r0 += MR2) {
         const float *ar = a + r0 * lda;
         float *cr = c + r0 * ldc;
         switch (m - r0 < MR2 ? m - r0 : MR2) {
-        case 1: tile_avx2(1, nv, kc, ar, lda, pb, load_c, cr, ldc, wh); break;
-        case 2: tile_avx2(2, nv, kc, ar, lda, pb, load_c, cr, ldc, wh); break;
-        case 3: tile_avx2(3, nv, kc, ar, lda, pb, load_c, cr, ldc, wh); break;
-        default: tile_avx2(4, nv, kc, ar, lda, pb, load_c, cr, ldc, wh); break;
+        case 1: tile_avx2(1, nv, kc, ar, lda, pb, ldp, load_c, ep, cr, ldc, wh); break;
+        case 2: tile_avx2(2, nv, kc, ar, lda, pb, ldp, load_c, ep, cr, ldc, wh); break;
+        case 3: tile_avx2(3, nv, kc, ar, lda, pb, ldp, load_c, ep, cr, ldc, wh); break;
+        default: tile_avx2(4, nv, kc, ar, lda, pb, ldp, load_c, ep, cr, ldc, wh); break;
         }
+    }
+}
+
+/* How a panel of w columns splits into halves: a 25..32-column panel as 16 + 16, not 24 + 8: an
+ * 8-column tile has 4 accumulators, each waiting out the FMA latency every k, and 16 + 16 does
+ * the same vectors in two 8-accumulator tiles (the sums do not change) */
+static inline int64_t half_width(int64_t w) { return w > NH && w <= 32 ? 16 : NH; }
+
+/* The general GEMM's panel (w columns, rows ldp apart) over all of k, no k blocks: ep needs c
+ * as it was, which partial sums through c would overwrite. */
+RL_AVX2 static void panel_run_avx2(int64_t m, int64_t k, const float *a, int64_t lda,
+                                   const float *pp, int64_t ldp, epilogue ep, float *c, int64_t ldc,
+                                   int64_t w) {
+    int64_t h1 = half_width(w);
+    for (int64_t h = 0; h < w; h += h1) {
+        int64_t wh = w - h < h1 ? w - h : h1;
+        if (wh > 16)
+            half_avx2(3, m, k, a, lda, pp + h, ldp, false, ep, c + h, ldc, wh);
+        else if (wh > 8)
+            half_avx2(2, m, k, a, lda, pp + h, ldp, false, ep, c + h, ldc, wh);
+        else
+            half_avx2(1, m, k, a, lda, pp + h, ldp, false, ep, c + h, ldc, wh);
     }
 }
 
 RL_AVX2 static void packed_avx2(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
                                 const float *packed, bool accumulate, float *c, int64_t ldc) {
+    epilogue st = {EP_STORE, 1.0f, 0.0f};
     for (int64_t p0 = 0; p0 < n; p0 += NR) {
         int64_t w = n - p0 < NR ? n - p0 : NR;
         const float *pp = packed + p0 * k;
         for (int64_t k0 = 0; k0 < k; k0 += KC) {
             int64_t kc = k - k0 < KC ? k - k0 : KC;
             bool load_c = accumulate || k0 > 0;
-            /* a 25..32-column panel as 16 + 16, not 24 + 8: an 8-column tile has 4
-             * accumulators, each waiting out the FMA latency every k, and 16 + 16 does the
-             * same vectors in two 8-accumulator tiles (the sums do not change) */
-            int64_t h1 = w > NH && w <= 32 ? 16 : NH;
+            int64_t h1 = half_width(w);
             for (int64_t h = 0; h < w; h += h1) {
                 int64_t wh = w - h < h1 ? w - h : h1;
                 const float *pb = pp + k0 * NR + h, *ak = a + k0;
                 float *ch = c + p0 + h;
                 if (wh > 16)
-                    half_avx2(3, m, kc, ak, lda, pb, load_c, ch, ldc, wh);
+                    half_avx2(3, m, kc, ak, lda, pb, NR, load_c, st, ch, ldc, wh);
                 else if (wh > 8)
-                    half_avx2(2, m, kc, ak, lda, pb, load_c, ch, ldc, wh);
+                    half_avx2(2, m, kc, ak, lda, pb, NR, load_c, st, ch, ldc, wh);
                 else
-                    half_avx2(1, m, kc, ak, lda, pb, load_c, ch, ldc, wh);
+                    half_avx2(1, m, kc, ak, lda, pb, NR, load_c, st, ch, ldc, wh);
             }
         }
     }
@@ -358,4 +445,77 @@ void rl_gemm_packed_f32(int64_t m, int64_t n, int64_t k, const float *a, int64_t
         rl_cpu_parallel(parts, run_part, &j);
     else
         run_part(&j, 0, 1);
+}
+
+/* The general product of gemm_small.h's rl_gemm_f32: the level's panel kernel, or NULL. */
+typedef void (*panel_fn)(int64_t, int64_t, const float *, int64_t, const float *, int64_t, epilogue,
+                         float *, int64_t, int64_t);
+
+static panel_fn general_panel(void) {
+#ifdef RL_GEMM_X86
+    switch (rl_cpu_level_get()) {
+    case RL_CPU_AVX512: return panel_run_avx512;
+    case RL_CPU_AVX2: return panel_run_avx2;
+    default: return NULL;
+    }
+#else
+    return NULL;
+#endif
+}
+
+/* Up to this many rows, a product with B as stored (not transposed) reads B's rows in place
+ * rather than packing each panel first: with so few row tiles the copy would cost about as
+ * much as the product. */
+#define DIRECT_ROWS 16
+
+/* op(a) = a' (a stored k x m, lda apart) copied row-major into t (m x k), in 32 x 32 blocks so
+ * that both sides stay in cache lines. A transposed left operand (the weight gradient's
+ * activations, frames x inputs) read in place would take a cache line and a page per k for
+ * each row tile; the copy costs m k moves against the product's m k n FMAs. */
+static void transpose_a(float *t, const float *a, int64_t lda, int64_t m, int64_t k) {
+    for (int64_t i0 = 0; i0 < k; i0 += 32)
+        for (int64_t r0 = 0; r0 < m; r0 += 32) {
+            int64_t i1 = i0 + 32 < k ? i0 + 32 : k, r1 = r0 + 32 < m ? r0 + 32 : m;
+            for (int64_t i = i0; i < i1; i++)
+                for (int64_t r = r0; r < r1; r++)
+                    t[r * k + i] = a[i * lda + r];
+        }
+}
+
+bool rl_gemm_f32(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                 const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c,
+                 int64_t ldc) {
+    panel_fn run = general_panel();
+    if (!run) return false;
+    if (m <= 0 || n <= 0) return true;
+    if (k < 0) k = 0;
+    epilogue ep = {alpha == 1.0f && beta == 0.0f ? EP_STORE
+                   : beta == 0.0f                ? EP_SCALE
+                                                 : EP_AXPBY,
+                   alpha, beta};
+    bool direct = !trans_b && m <= DIRECT_ROWS;
+    float *panel = NULL;
+    if (k > 0 && (!direct || n % NR)) {
+        panel = rl_thread_scratch(RL_SCRATCH_F32_PANEL, sizeof(float) * (size_t)(NR * k), NULL);
+        if (!panel) return false;
+    }
+    if (k > 0 && trans_a) {
+        float *t = rl_thread_scratch(RL_SCRATCH_F32_A, sizeof(float) * (size_t)(m * k), NULL);
+        if (!t) return false;
+        transpose_a(t, a, lda, m, k);
+        a = t;
+        lda = k;
+    }
+    /* panels outermost: one panel (k x 48) stays in L2 while every row tile of A streams past
+     * it, so only one panel's copy is kept */
+    for (int64_t p0 = 0; p0 < n; p0 += NR) {
+        int64_t w = n - p0 < NR ? n - p0 : NR;
+        if (k == 0 || (direct && w == NR)) {
+            run(m, k, a, lda, b + p0, ldb, ep, c + p0, ldc, w);
+            continue;
+        }
+        pack_one(panel, b, ldb, trans_b, k, p0, w);
+        run(m, k, a, lda, panel, NR, ep, c + p0, ldc, w);
+    }
+    return true;
 }

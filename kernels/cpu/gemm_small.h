@@ -1,4 +1,5 @@
-/* A float32 GEMM for few rows against a pre-packed right-hand side, CPU.
+/* rnnlua's own float32 GEMMs, CPU: a few rows against a pre-packed right-hand side, and the
+ * general product that core/blas.c runs for every float32 product at the avx2 and avx512 levels.
  *
  * The LSTM's per-step recurrent products are (B x H) x (H x 4H) forward and
  * (B x 4H) x (4H x H) backward with B small (16-64): a BLAS call repacks the whole large
@@ -10,6 +11,11 @@
  * kernels/cpu/cpu_level.h's level.
  * At the generic level a portable loop computes the same result (rl_gemm_packed_fast() then
  * says false, so callers may prefer BLAS).
+ *
+ * The general product (rl_gemm_f32) runs the same register tiles over panels packed one at a
+ * time, so that every float32 product gives each element the same chain of FMAs whatever the
+ * number of rows: the promise that a sequence gives the same bits alone as in a batch, which
+ * OpenBLAS's faster kernels do not keep.
  */
 #ifndef RL_KERNELS_CPU_GEMM_SMALL_H
 #define RL_KERNELS_CPU_GEMM_SMALL_H
@@ -34,6 +40,18 @@ void rl_gemm_pack_f32(float *dst, const float *b, int64_t ldb, bool trans, int64
 /* c (m x n, rows ldc apart) = a (m x k, rows lda apart) * packed (+ c with accumulate). */
 void rl_gemm_packed_f32(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
                         const float *packed, bool accumulate, float *c, int64_t ldc);
+
+/* The general float32 product of core/blas.c: c (m x n, rows ldc apart) = alpha * op(a) *
+ * op(b) + beta * c, row-major, op(a) m x k (a stored k x m with trans_a), op(b) k x n, on the
+ * calling thread (core/blas.c splits it over threads by whole columns or rows). Each element is
+ * one chain of float32 FMAs over k in order, from zero, then alpha * sum + beta * c (c not read
+ * when beta is 0): a row's bits depend neither on the rows around it nor on the thread split,
+ * and are the same at the AVX-512 and AVX2 levels. Returns false, computing nothing, where the
+ * level has no kernel (generic, non-x86) or the panel's scratch cannot be had: the caller then
+ * uses BLAS. */
+bool rl_gemm_f32(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                 const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c,
+                 int64_t ldc);
 
 /* Whether rl_gemm_packed_f32 runs a vector kernel (AVX2+FMA, AVX-512, NEON) at the current
  * level; false while the calling thread has a bf16 context active (gemm_bf16.h), whose

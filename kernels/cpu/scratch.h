@@ -17,6 +17,8 @@ typedef enum {
     RL_SCRATCH_BF16_B,
     RL_SCRATCH_INT8_A,
     RL_SCRATCH_INT8_B,
+    RL_SCRATCH_F32_PANEL,
+    RL_SCRATCH_F32_A,
     RL_SCRATCH_SLOTS
 } rl_scratch_slot;
 
