@@ -123,14 +123,24 @@ static void packed_portable(int64_t m, int64_t n, int64_t k, const float *a, int
     }
 }
 
-/* How a tile's sums reach c: stored, added to c (the packed GEMM's accumulate), or, for the
- * general GEMM, alpha * sum (beta 0: c is not read, as BLAS does) or alpha * sum + beta * c.
- * Alpha 1 with beta 0 or 1 takes the first two, which give the same bits as the last. */
+/* How a tile's sums start and reach c. They start from zero, or from `start` (lds floats a row
+ * apart: the partial sums of earlier blocks of k, continuing their chains). They are stored,
+ * added to c (the packed GEMM's accumulate), or, for the general GEMM, alpha * sum (beta 0: c
+ * is not read, as BLAS does) or alpha * sum + beta * c. Alpha 1 with beta 0 or 1 takes the
+ * first two, which give the same bits as the last. */
 typedef enum { EP_STORE, EP_ADD, EP_SCALE, EP_AXPBY } epilogue_kind;
 typedef struct {
     epilogue_kind kind;
     float alpha, beta;
+    const float *start;
+    int64_t lds;
 } epilogue;
+
+/* ep for the tile rows from r0 and the columns from col on */
+static inline epilogue ep_at(epilogue ep, int64_t r0, int64_t col) {
+    if (ep.start) ep.start += r0 * ep.lds + col;
+    return ep;
+}
 
 #ifdef RL_GEMM_X86
 #define RL_AVX512 __attribute__((target("avx512f")))
@@ -148,10 +158,20 @@ typedef struct {
 RL_AVX512 static inline __attribute__((always_inline)) void
 tile(const int mr, const int nv, const bool pf, int64_t k, const float *a, int64_t lda,
      const float *pp, int64_t ldp, epilogue ep, float *c, int64_t ldc, int64_t w) {
+    __mmask16 m0 = (__mmask16)(w >= 16 ? 0xffff : (1u << w) - 1);
+    __mmask16 m1 = (__mmask16)(w >= 32 ? 0xffff : w <= 16 ? 0 : (1u << (w - 16)) - 1);
+    __mmask16 m2 = (__mmask16)(w >= 48 ? 0xffff : w <= 32 ? 0 : (1u << (w - 32)) - 1);
     __m512 c0[MR], c1[MR], c2[MR];
     RL_UNROLL
-    for (int r = 0; r < mr; r++)
+    for (int r = 0; r < mr; r++) {
         c0[r] = c1[r] = c2[r] = _mm512_setzero_ps();
+        if (ep.start) {
+            const float *sr = ep.start + r * ep.lds;
+            c0[r] = _mm512_maskz_loadu_ps(m0, sr);
+            if (nv > 1) c1[r] = _mm512_maskz_loadu_ps(m1, sr + 16);
+            if (nv > 2) c2[r] = _mm512_maskz_loadu_ps(m2, sr + 32);
+        }
+    }
     for (int64_t i = 0; i < k; i++, pp += ldp) {
         if (pf) {
             _mm_prefetch((const char *)(pp + PF_DIST * NR), _MM_HINT_T0);
@@ -169,9 +189,6 @@ tile(const int mr, const int nv, const bool pf, int64_t k, const float *a, int64
             if (nv > 2) c2[r] = _mm512_fmadd_ps(ar, b2, c2[r]);
         }
     }
-    __mmask16 m0 = (__mmask16)(w >= 16 ? 0xffff : (1u << w) - 1);
-    __mmask16 m1 = (__mmask16)(w >= 32 ? 0xffff : w <= 16 ? 0 : (1u << (w - 16)) - 1);
-    __mmask16 m2 = (__mmask16)(w >= 48 ? 0xffff : w <= 32 ? 0 : (1u << (w - 32)) - 1);
     __m512 alpha = _mm512_set1_ps(ep.alpha), beta = _mm512_set1_ps(ep.beta);
     RL_UNROLL
     for (int r = 0; r < mr; r++) {
@@ -215,15 +232,16 @@ panel_avx512(const int nv, int64_t m, int64_t k, const float *a, int64_t lda, co
     for (int64_t r0 = 0; r0 < m; r0 += MR) {
         const float *ar = a + r0 * lda;
         float *cr = c + r0 * ldc;
+        epilogue e = ep_at(ep, r0, 0);
         switch (m - r0 < MR ? m - r0 : MR) {
-        case 1: tile(1, nv, false, k, ar, lda, pp, ldp, ep, cr, ldc, w); break;
-        case 2: tile(2, nv, false, k, ar, lda, pp, ldp, ep, cr, ldc, w); break;
-        case 3: tile(3, nv, false, k, ar, lda, pp, ldp, ep, cr, ldc, w); break;
-        case 4: tile(4, nv, false, k, ar, lda, pp, ldp, ep, cr, ldc, w); break;
-        case 5: tile(5, nv, false, k, ar, lda, pp, ldp, ep, cr, ldc, w); break;
-        case 6: tile(6, nv, false, k, ar, lda, pp, ldp, ep, cr, ldc, w); break;
-        case 7: tile(7, nv, false, k, ar, lda, pp, ldp, ep, cr, ldc, w); break;
-        default: tile(8, nv, false, k, ar, lda, pp, ldp, ep, cr, ldc, w); break;
+        case 1: tile(1, nv, false, k, ar, lda, pp, ldp, e, cr, ldc, w); break;
+        case 2: tile(2, nv, false, k, ar, lda, pp, ldp, e, cr, ldc, w); break;
+        case 3: tile(3, nv, false, k, ar, lda, pp, ldp, e, cr, ldc, w); break;
+        case 4: tile(4, nv, false, k, ar, lda, pp, ldp, e, cr, ldc, w); break;
+        case 5: tile(5, nv, false, k, ar, lda, pp, ldp, e, cr, ldc, w); break;
+        case 6: tile(6, nv, false, k, ar, lda, pp, ldp, e, cr, ldc, w); break;
+        case 7: tile(7, nv, false, k, ar, lda, pp, ldp, e, cr, ldc, w); break;
+        default: tile(8, nv, false, k, ar, lda, pp, ldp, e, cr, ldc, w); break;
         }
     }
 }
@@ -242,7 +260,7 @@ RL_AVX512 static void panel_run_avx512(int64_t m, int64_t k, const float *a, int
 
 RL_AVX512 static void packed_avx512(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
                                     const float *packed, bool accumulate, float *c, int64_t ldc) {
-    epilogue ep = {accumulate ? EP_ADD : EP_STORE, 1.0f, 0.0f};
+    epilogue ep = {accumulate ? EP_ADD : EP_STORE, 1.0f, 0.0f, NULL, 0};
     for (int64_t p0 = 0; p0 < n; p0 += NR)
         panel_run_avx512(m, k, a, lda, packed + p0 * k, NR, ep, c + p0, ldc,
                          n - p0 < NR ? n - p0 : NR);
@@ -255,8 +273,8 @@ RL_AVX512 static void packed_avx512(int64_t m, int64_t n, int64_t k, const float
 
 /* One mr x 24 tile over kc rows of k, of which the first nv 8-column vectors are computed (as
  * in the AVX-512 tile: a narrow last half panel); with load_c the tile starts from c (a
- * partial sum of earlier k blocks, or the accumulate operand), else from zero. The panel's
- * rows are ldp floats apart, and ep (EP_STORE, EP_SCALE or
+ * partial sum of earlier k blocks, or the accumulate operand), else from zero; so does
+ * ep.start. The panel's rows are ldp floats apart, and ep (EP_STORE, EP_SCALE or
  * EP_AXPBY) finishes the sums. w (1..8 nv) columns are stored; masked moves only where w < 8
  * nv, since AMD cores microcode vmaskmovps stores. */
 RL_AVX2 static inline __attribute__((always_inline)) void
@@ -270,13 +288,13 @@ tile_avx2(const int mr, const int nv, int64_t kc, const float *a, int64_t lda, c
     __m256 c0[MR2], c1[MR2], c2[MR2];
     RL_UNROLL
     for (int r = 0; r < mr; r++) {
-        const float *cr = c + r * ldc;
+        const float *cr = load_c ? c + r * ldc : ep.start ? ep.start + r * ep.lds : NULL;
         c0[r] = c1[r] = c2[r] = _mm256_setzero_ps();
-        if (load_c && full) {
+        if (cr && full) {
             c0[r] = _mm256_loadu_ps(cr);
             if (nv > 1) c1[r] = _mm256_loadu_ps(cr + 8);
             if (nv > 2) c2[r] = _mm256_loadu_ps(cr + 16);
-        } else if (load_c) {
+        } else if (cr) {
             c0[r] = _mm256_maskload_ps(cr, m0);
             if (nv > 1) c1[r] = _mm256_maskload_ps(cr + 8, m1);
             if (nv > 2) c2[r] = _mm256_maskload_ps(cr + 16, m2);
@@ -335,11 +353,12 @@ half_avx2(const int nv, int64_t m, int64_t kc, const float *a, int64_t lda, cons
     for (int64_t r0 = 0; r0 < m; r0 += MR2) {
         const float *ar = a + r0 * lda;
         float *cr = c + r0 * ldc;
+        epilogue e = ep_at(ep, r0, 0);
         switch (m - r0 < MR2 ? m - r0 : MR2) {
-        case 1: tile_avx2(1, nv, kc, ar, lda, pb, ldp, load_c, ep, cr, ldc, wh); break;
-        case 2: tile_avx2(2, nv, kc, ar, lda, pb, ldp, load_c, ep, cr, ldc, wh); break;
-        case 3: tile_avx2(3, nv, kc, ar, lda, pb, ldp, load_c, ep, cr, ldc, wh); break;
-        default: tile_avx2(4, nv, kc, ar, lda, pb, ldp, load_c, ep, cr, ldc, wh); break;
+        case 1: tile_avx2(1, nv, kc, ar, lda, pb, ldp, load_c, e, cr, ldc, wh); break;
+        case 2: tile_avx2(2, nv, kc, ar, lda, pb, ldp, load_c, e, cr, ldc, wh); break;
+        case 3: tile_avx2(3, nv, kc, ar, lda, pb, ldp, load_c, e, cr, ldc, wh); break;
+        default: tile_avx2(4, nv, kc, ar, lda, pb, ldp, load_c, e, cr, ldc, wh); break;
         }
     }
 }
@@ -358,17 +377,17 @@ RL_AVX2 static void panel_run_avx2(int64_t m, int64_t k, const float *a, int64_t
     for (int64_t h = 0; h < w; h += h1) {
         int64_t wh = w - h < h1 ? w - h : h1;
         if (wh > 16)
-            half_avx2(3, m, k, a, lda, pp + h, ldp, false, ep, c + h, ldc, wh);
+            half_avx2(3, m, k, a, lda, pp + h, ldp, false, ep_at(ep, 0, h), c + h, ldc, wh);
         else if (wh > 8)
-            half_avx2(2, m, k, a, lda, pp + h, ldp, false, ep, c + h, ldc, wh);
+            half_avx2(2, m, k, a, lda, pp + h, ldp, false, ep_at(ep, 0, h), c + h, ldc, wh);
         else
-            half_avx2(1, m, k, a, lda, pp + h, ldp, false, ep, c + h, ldc, wh);
+            half_avx2(1, m, k, a, lda, pp + h, ldp, false, ep_at(ep, 0, h), c + h, ldc, wh);
     }
 }
 
 RL_AVX2 static void packed_avx2(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
                                 const float *packed, bool accumulate, float *c, int64_t ldc) {
-    epilogue st = {EP_STORE, 1.0f, 0.0f};
+    epilogue st = {EP_STORE, 1.0f, 0.0f, NULL, 0};
     for (int64_t p0 = 0; p0 < n; p0 += NR) {
         int64_t w = n - p0 < NR ? n - p0 : NR;
         const float *pp = packed + p0 * k;
@@ -468,6 +487,12 @@ static panel_fn general_panel(void) {
  * much as the product. */
 #define DIRECT_ROWS 16
 
+/* Rows of k a panel block has when k is long: 1024 x 48 floats (192 KiB) stay in L2 beside the
+ * rows of A streaming past, where a whole panel of k = 6000 (1.1 MiB) would not. */
+#ifndef KB_GENERAL
+#define KB_GENERAL 1024
+#endif
+
 /* op(a) = a' (a stored k x m, lda apart) copied row-major into t (m x k), in 32 x 32 blocks so
  * that both sides stay in cache lines. A transposed left operand (the weight gradient's
  * activations, frames x inputs) read in place would take a cache line and a page per k for
@@ -492,7 +517,7 @@ bool rl_gemm_f32(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, fl
     epilogue ep = {alpha == 1.0f && beta == 0.0f ? EP_STORE
                    : beta == 0.0f                ? EP_SCALE
                                                  : EP_AXPBY,
-                   alpha, beta};
+                   alpha, beta, NULL, 0};
     bool direct = !trans_b && m <= DIRECT_ROWS;
     float *panel = NULL;
     if (k > 0 && (!direct || n % NR)) {
@@ -506,16 +531,38 @@ bool rl_gemm_f32(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, fl
         a = t;
         lda = k;
     }
+    /* a long k in blocks of KB_GENERAL rows of the panel, each block's sums continuing the
+     * chains of the one before through `part` (m x 48), the last one finishing them into c */
+    float *part = NULL;
+    if (k > KB_GENERAL + KB_GENERAL / 2) {
+        part = rl_thread_scratch(RL_SCRATCH_F32_SUMS, sizeof(float) * (size_t)(m * NR), NULL);
+        if (!part) return false;
+    }
     /* panels outermost: one panel (k x 48) stays in L2 while every row tile of A streams past
      * it, so only one panel's copy is kept */
     for (int64_t p0 = 0; p0 < n; p0 += NR) {
-        int64_t w = n - p0 < NR ? n - p0 : NR;
+        int64_t w = n - p0 < NR ? n - p0 : NR, ldp = NR;
+        const float *pp = panel;
         if (k == 0 || (direct && w == NR)) {
-            run(m, k, a, lda, b + p0, ldb, ep, c + p0, ldc, w);
+            pp = b + p0;
+            ldp = ldb;
+        } else {
+            pack_one(panel, b, ldb, trans_b, k, p0, w);
+        }
+        if (!part) {
+            run(m, k, a, lda, pp, ldp, ep, c + p0, ldc, w);
             continue;
         }
-        pack_one(panel, b, ldb, trans_b, k, p0, w);
-        run(m, k, a, lda, panel, NR, ep, c + p0, ldc, w);
+        for (int64_t k0 = 0; k0 < k; k0 += KB_GENERAL) {
+            int64_t kc = k - k0 < KB_GENERAL ? k - k0 : KB_GENERAL;
+            bool last = k0 + kc >= k;
+            epilogue e = ep;
+            if (!last) e.kind = EP_STORE;
+            e.start = k0 > 0 ? part : NULL;
+            e.lds = NR;
+            run(m, kc, a + k0, lda, pp + k0 * ldp, ldp, e, last ? c + p0 : part, last ? ldc : NR,
+                w);
+        }
     }
     return true;
 }

@@ -4,7 +4,8 @@
  * reference below. That one definition is what makes a row's bits independent of the rows
  * around it, of the thread split and of the level, so the test compares exact bits: every
  * transpose, row counts around the 8-row (AVX-512) and 4-row (AVX2) tiles and the 16-row in-place
- * bound, widths around the 48-column panels and their 16/24-column halves, k from 0, four
+ * bound, widths around the 48-column panels and their 16/24-column halves, k from 0 (and a k
+ * of 2600, which runs in blocks), four
  * alpha/beta pairs, a C with a wider stride whose extra columns must stay untouched, and NaN in C
  * with beta 0 (BLAS does not read C then). Then the same through rl_blas_sgemm on 1 and 2
  * threads, and at the generic level rl_gemm_f32 must decline (BLAS runs there). */
@@ -107,6 +108,20 @@ static void level_cases(route how) {
     CHECK(failed == 0);
 }
 
+/* A k long enough to run in blocks whose partial sums continue each other's chains */
+static void long_k_cases(void) {
+    static const int64_t long_rows[] = {1, 9, 33}, long_widths[] = {20, 100};
+    int failed = 0;
+    for (int tr = 0; tr < 4; tr++)
+        for (size_t r = 0; r < 3; r++)
+            for (size_t w = 0; w < 2; w++)
+                for (size_t e = 0; e < sizeof alphas / sizeof *alphas; e++)
+                    if (failed < 10 && one_case(DIRECT, tr & 1, tr & 2, long_rows[r],
+                                                long_widths[w], 2600, alphas[e], betas[e], false))
+                        failed++;
+    CHECK(failed == 0);
+}
+
 /* Products big enough for core/blas.c to split them over 2 threads, by columns and by rows */
 static void split_cases(void) {
     static const int64_t shapes[][3] = {{64, 1300, 200}, {600, 100, 300}, {129, 777, 65}};
@@ -130,6 +145,7 @@ int main(void) {
         if (!has) continue;
         levels++;
         level_cases(DIRECT);
+        long_k_cases();
         for (int threads = 1; threads <= 2; threads++) {
             rl_blas_set_threads(threads);
             level_cases(THROUGH_BLAS);
