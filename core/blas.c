@@ -247,6 +247,34 @@ static void gemm_part(void *ctx, int part, int parts) {
  * (12.51 against 12.24). */
 #define MIN_PART_FLOP 1000000
 
+typedef struct {
+    float *t;
+    const float *a;
+    int64_t lda, m, k;
+} transpose_job;
+
+static void transpose_part(void *ctx, int part, int parts) {
+    const transpose_job *t = ctx;
+    rl_gemm_f32_transpose(t->t, t->a, t->lda, t->k, t->m * part / parts, t->m * (part + 1) / parts);
+}
+
+/* A float32 product with a transposed A split by columns would have every part copy all of A
+ * row-major for rnnlua's kernels (gemm_small.h): the parts copy their share of it once, into
+ * the calling thread's scratch, and all multiply from there. False when the scratch cannot
+ * grow (then each part copies for itself). */
+static bool share_transposed_a(gemm_job *j, int parts) {
+    if (j->f64 || !j->ta || !j->by_cols || j->k <= 0 || !rl_gemm_f32_fast()) return false;
+    float *t =
+        rl_thread_scratch(RL_SCRATCH_F32_A_SHARED, sizeof(float) * (size_t)(j->m * j->k), NULL);
+    if (!t) return false;
+    transpose_job tj = {t, j->a, j->lda, j->m, j->k};
+    rl_cpu_parallel(parts, transpose_part, &tj);
+    j->a = t;
+    j->lda = j->k;
+    j->ta = false;
+    return true;
+}
+
 static void gemm(gemm_job *j) {
     j->by_cols = j->n >= j->m;
     j->blocks = ((j->by_cols ? j->n : j->m) + BLOCK - 1) / BLOCK;
@@ -254,6 +282,7 @@ static void gemm(gemm_job *j) {
     double flop = 2.0 * (double)j->m * (double)j->n * (double)j->k;
     if (parts > j->blocks) parts = (int)j->blocks;
     if (parts > flop / MIN_PART_FLOP) parts = (int)(flop / MIN_PART_FLOP);
+    if (parts > 1) share_transposed_a(j, parts);
     if (parts > 1)
         rl_cpu_parallel(parts, gemm_part, j);
     else

@@ -497,19 +497,21 @@ static panel_fn general_panel(void) {
 #define KB_GENERAL 1024
 #endif
 
-/* op(a) = a' (a stored k x m, lda apart) copied row-major into t (m x k), in 32 x 32 blocks so
- * that both sides stay in cache lines. A transposed left operand (the weight gradient's
- * activations, frames x inputs) read in place would take a cache line and a page per k for
- * each row tile; the copy costs m k moves against the product's m k n FMAs. */
-static void transpose_a(float *t, const float *a, int64_t lda, int64_t m, int64_t k) {
+/* In 32 x 32 blocks so that both sides stay in cache lines. A transposed left operand (the
+ * weight gradient's activations, frames x inputs) read in place would take a cache line and a
+ * page per k for each row tile; the copy costs m k moves against the product's m k n FMAs. */
+void rl_gemm_f32_transpose(float *t, const float *a, int64_t lda, int64_t k, int64_t m0,
+                           int64_t m1) {
     for (int64_t i0 = 0; i0 < k; i0 += 32)
-        for (int64_t r0 = 0; r0 < m; r0 += 32) {
-            int64_t i1 = i0 + 32 < k ? i0 + 32 : k, r1 = r0 + 32 < m ? r0 + 32 : m;
+        for (int64_t r0 = m0; r0 < m1; r0 += 32) {
+            int64_t i1 = i0 + 32 < k ? i0 + 32 : k, r1 = r0 + 32 < m1 ? r0 + 32 : m1;
             for (int64_t i = i0; i < i1; i++)
                 for (int64_t r = r0; r < r1; r++)
                     t[r * k + i] = a[i * lda + r];
         }
 }
+
+bool rl_gemm_f32_fast(void) { return general_panel() != NULL; }
 
 bool rl_gemm_f32(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                  const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c,
@@ -531,7 +533,7 @@ bool rl_gemm_f32(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, fl
     if (k > 0 && trans_a) {
         float *t = rl_thread_scratch(RL_SCRATCH_F32_A, sizeof(float) * (size_t)(m * k), NULL);
         if (!t) return false;
-        transpose_a(t, a, lda, m, k);
+        rl_gemm_f32_transpose(t, a, lda, k, 0, m);
         a = t;
         lda = k;
     }

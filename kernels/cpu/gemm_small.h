@@ -53,6 +53,15 @@ bool rl_gemm_f32(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, fl
                  const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c,
                  int64_t ldc);
 
+/* Whether rl_gemm_f32 has a kernel at the current level (it computes rather than declines). */
+bool rl_gemm_f32_fast(void);
+
+/* Rows m0 .. m1-1 of op(a) = a' (a stored k x m, lda apart) copied row-major into t (m x k
+ * floats, row r at t + r * k): what rl_gemm_f32 does with a transposed a, for a caller that
+ * shares one copy among the parts of a product split by columns. */
+void rl_gemm_f32_transpose(float *t, const float *a, int64_t lda, int64_t k, int64_t m0,
+                           int64_t m1);
+
 /* Whether rl_gemm_packed_f32 runs a vector kernel (AVX2+FMA, AVX-512, NEON) at the current
  * level; false while the calling thread has a bf16 context active (gemm_bf16.h), whose
  * products the callers then reach through rl_mat_gemm. */

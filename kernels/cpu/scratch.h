@@ -19,6 +19,7 @@ typedef enum {
     RL_SCRATCH_INT8_B,
     RL_SCRATCH_F32_PANEL,
     RL_SCRATCH_F32_A,
+    RL_SCRATCH_F32_A_SHARED,
     RL_SCRATCH_F32_SUMS,
     RL_SCRATCH_SLOTS
 } rl_scratch_slot;
