@@ -497,18 +497,107 @@ static panel_fn general_panel(void) {
 #define KB_GENERAL 1024
 #endif
 
-/* In 32 x 32 blocks so that both sides stay in cache lines. A transposed left operand (the
- * weight gradient's activations, frames x inputs) read in place would take a cache line and a
- * page per k for each row tile; the copy costs m k moves against the product's m k n FMAs. */
-void rl_gemm_f32_transpose(float *t, const float *a, int64_t lda, int64_t k, int64_t m0,
-                           int64_t m1) {
-    for (int64_t i0 = 0; i0 < k; i0 += 32)
+#ifdef RL_GEMM_X86
+/* t (16 rows, ldt apart) = the transpose of a's 16 x 16 block (rows lda apart) */
+RL_AVX512 static inline void transpose16(float *t, int64_t ldt, const float *a, int64_t lda) {
+    __m512 r[16], u[16];
+    for (int i = 0; i < 16; i++)
+        r[i] = _mm512_loadu_ps(a + i * lda);
+    for (int i = 0; i < 16; i += 2) {
+        u[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+        u[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+    }
+    for (int i = 0; i < 16; i += 4) {
+        r[i] = _mm512_shuffle_ps(u[i], u[i + 2], 0x44);
+        r[i + 1] = _mm512_shuffle_ps(u[i], u[i + 2], 0xEE);
+        r[i + 2] = _mm512_shuffle_ps(u[i + 1], u[i + 3], 0x44);
+        r[i + 3] = _mm512_shuffle_ps(u[i + 1], u[i + 3], 0xEE);
+    }
+    for (int i = 0; i < 4; i++) {
+        u[i] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0x88);
+        u[i + 4] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0xDD);
+        u[i + 8] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0x88);
+        u[i + 12] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0xDD);
+    }
+    for (int i = 0; i < 8; i++) {
+        _mm512_storeu_ps(t + i * ldt, _mm512_shuffle_f32x4(u[i], u[i + 8], 0x88));
+        _mm512_storeu_ps(t + (i + 8) * ldt, _mm512_shuffle_f32x4(u[i], u[i + 8], 0xDD));
+    }
+}
+
+/* the same for 8 x 8 */
+RL_AVX2 static inline void transpose8(float *t, int64_t ldt, const float *a, int64_t lda) {
+    __m256 r[8], u[8];
+    for (int i = 0; i < 8; i++)
+        r[i] = _mm256_loadu_ps(a + i * lda);
+    for (int i = 0; i < 8; i += 2) {
+        u[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+        u[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+    }
+    for (int i = 0; i < 8; i += 4) {
+        r[i] = _mm256_shuffle_ps(u[i], u[i + 2], 0x44);
+        r[i + 1] = _mm256_shuffle_ps(u[i], u[i + 2], 0xEE);
+        r[i + 2] = _mm256_shuffle_ps(u[i + 1], u[i + 3], 0x44);
+        r[i + 3] = _mm256_shuffle_ps(u[i + 1], u[i + 3], 0xEE);
+    }
+    for (int i = 0; i < 4; i++) {
+        _mm256_storeu_ps(t + i * ldt, _mm256_permute2f128_ps(r[i], r[i + 4], 0x20));
+        _mm256_storeu_ps(t + (i + 4) * ldt, _mm256_permute2f128_ps(r[i], r[i + 4], 0x31));
+    }
+}
+
+RL_AVX512 static void blocks16(float *t, const float *a, int64_t lda, int64_t k, int64_t kb,
+                               int64_t m0, int64_t m1) {
+    for (int64_t r0 = m0; r0 < m1; r0 += 16)
+        for (int64_t i0 = 0; i0 < kb; i0 += 16)
+            transpose16(t + r0 * k + i0, k, a + i0 * lda + r0, lda);
+}
+
+RL_AVX2 static void blocks8(float *t, const float *a, int64_t lda, int64_t k, int64_t kb,
+                            int64_t m0, int64_t m1) {
+    for (int64_t r0 = m0; r0 < m1; r0 += 8)
+        for (int64_t i0 = 0; i0 < kb; i0 += 8)
+            transpose8(t + r0 * k + i0, k, a + i0 * lda + r0, lda);
+}
+#endif
+
+/* Rows r0 .. r1-1 and k i0 .. i1-1 of the copy, one element at a time, in 32 x 32 blocks so
+ * that both sides stay in cache lines */
+static void transpose_scalar(float *t, const float *a, int64_t lda, int64_t k, int64_t m0,
+                             int64_t m1, int64_t k0, int64_t k1) {
+    for (int64_t i0 = k0; i0 < k1; i0 += 32)
         for (int64_t r0 = m0; r0 < m1; r0 += 32) {
-            int64_t i1 = i0 + 32 < k ? i0 + 32 : k, r1 = r0 + 32 < m1 ? r0 + 32 : m1;
+            int64_t i1 = i0 + 32 < k1 ? i0 + 32 : k1, r1 = r0 + 32 < m1 ? r0 + 32 : m1;
             for (int64_t i = i0; i < i1; i++)
                 for (int64_t r = r0; r < r1; r++)
                     t[r * k + i] = a[i * lda + r];
         }
+}
+
+/* A transposed left operand (the weight gradient's activations, frames x inputs) read in place
+ * would take a cache line and a page per k for each row tile; the copy costs m k moves against
+ * the product's m k n FMAs, in 16 x 16 (AVX-512) or 8 x 8 (AVX2) register transposes, a
+ * conv2d's weight gradient, whose n (the filters) is small, being where it shows. */
+void rl_gemm_f32_transpose(float *t, const float *a, int64_t lda, int64_t k, int64_t m0,
+                           int64_t m1) {
+    int64_t bs = 1;
+#ifdef RL_GEMM_X86
+    rl_cpu_level level = rl_cpu_level_get();
+    bs = level >= RL_CPU_AVX512 ? 16 : level >= RL_CPU_AVX2 ? 8 : 1;
+#endif
+    /* whole blocks: rows m0 .. mb-1 (a multiple of bs past m0), k 0 .. kb-1 */
+    int64_t mb = m0 + (m1 - m0) / bs * bs, kb = k / bs * bs;
+#ifdef RL_GEMM_X86
+    if (bs == 16 && mb > m0 && kb > 0) blocks16(t, a, lda, k, kb, m0, mb);
+    if (bs == 8 && mb > m0 && kb > 0) blocks8(t, a, lda, k, kb, m0, mb);
+#endif
+    if (bs == 1) {
+        transpose_scalar(t, a, lda, k, m0, m1, 0, k);
+        return;
+    }
+    /* the edges: k past the blocks for the block rows, then the rows past them */
+    if (kb < k) transpose_scalar(t, a, lda, k, m0, mb, kb, k);
+    if (mb < m1) transpose_scalar(t, a, lda, k, mb, m1, 0, k);
 }
 
 bool rl_gemm_f32_fast(void) { return general_panel() != NULL; }
