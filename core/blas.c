@@ -263,7 +263,8 @@ static void transpose_part(void *ctx, int part, int parts) {
  * the calling thread's scratch, and all multiply from there. False when the scratch cannot
  * grow (then each part copies for itself). */
 static bool share_transposed_a(gemm_job *j, int parts) {
-    if (j->f64 || !j->ta || !j->by_cols || j->k <= 0 || !rl_gemm_f32_fast()) return false;
+    if (j->f64 || !j->by_cols || j->k <= 0 || !rl_gemm_f32_copies_a(j->ta, j->tb, j->n))
+        return false;
     float *t =
         rl_thread_scratch(RL_SCRATCH_F32_A_SHARED, sizeof(float) * (size_t)(j->m * j->k), NULL);
     if (!t) return false;

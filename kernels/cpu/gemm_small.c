@@ -156,12 +156,14 @@ static inline epilogue ep_at(epilogue ep, int64_t r0, int64_t col) {
  * to two thirds of their FMAs on padding); mr, nv and pf are constants in each
  * instantiation, so the loops unroll and the accumulators stay in registers. The panel's
  * rows are ldp floats apart (RL_GEMM_PANEL when packed, B's own stride when read in place).
+ * With tn (a transposed product read in place) element i of row r of a is a[i * lda + r] and
+ * the panel's rows are B's own, w columns read with masked loads.
  * Each element's sum is one chain of FMAs in the order of k from zero, whatever the tile,
  * which is what makes a row's bits independent of the rows around it; ep then stores it (w
  * columns, 1..48). */
 RL_AVX512 static inline __attribute__((always_inline)) void
-tile(const int mr, const int nv, const bool pf, int64_t k, const float *a, int64_t lda,
-     const float *pp, int64_t ldp, epilogue ep, float *c, int64_t ldc, int64_t w) {
+tile(const int mr, const int nv, const bool pf, const bool tn, int64_t k, const float *a,
+     int64_t lda, const float *pp, int64_t ldp, epilogue ep, float *c, int64_t ldc, int64_t w) {
     __mmask16 m0 = (__mmask16)(w >= 16 ? 0xffff : (1u << w) - 1);
     __mmask16 m1 = (__mmask16)(w >= 32 ? 0xffff : w <= 16 ? 0 : (1u << (w - 16)) - 1);
     __mmask16 m2 = (__mmask16)(w >= 48 ? 0xffff : w <= 32 ? 0 : (1u << (w - 32)) - 1);
@@ -182,12 +184,16 @@ tile(const int mr, const int nv, const bool pf, int64_t k, const float *a, int64
             _mm_prefetch((const char *)(pp + PF_DIST * NR + 16), _MM_HINT_T0);
             _mm_prefetch((const char *)(pp + PF_DIST * NR + 32), _MM_HINT_T0);
         }
-        __m512 b0 = _mm512_loadu_ps(pp);
-        __m512 b1 = nv > 1 ? _mm512_loadu_ps(pp + 16) : b0;
-        __m512 b2 = nv > 2 ? _mm512_loadu_ps(pp + 32) : b0;
+        __m512 b0 = tn ? _mm512_maskz_loadu_ps(m0, pp) : _mm512_loadu_ps(pp);
+        __m512 b1 = nv < 2 ? b0
+                    : tn   ? _mm512_maskz_loadu_ps(m1, pp + 16)
+                           : _mm512_loadu_ps(pp + 16);
+        __m512 b2 = nv < 3 ? b0
+                    : tn   ? _mm512_maskz_loadu_ps(m2, pp + 32)
+                           : _mm512_loadu_ps(pp + 32);
         RL_UNROLL
         for (int r = 0; r < mr; r++) {
-            __m512 ar = _mm512_set1_ps(a[r * lda + i]);
+            __m512 ar = _mm512_set1_ps(tn ? a[i * lda + r] : a[r * lda + i]);
             c0[r] = _mm512_fmadd_ps(ar, b0, c0[r]);
             if (nv > 1) c1[r] = _mm512_fmadd_ps(ar, b1, c1[r]);
             if (nv > 2) c2[r] = _mm512_fmadd_ps(ar, b2, c2[r]);
@@ -228,9 +234,9 @@ panel_avx512(const int nv, int64_t m, int64_t k, const float *a, int64_t lda, co
     /* the panel's only row tile streams it from L2 once: there the prefetch pays */
     if (ldp == NR && m >= 2 && m <= PF_ROWS) {
         switch (m) {
-        case 2: tile(2, nv, true, k, a, lda, pp, NR, ep, c, ldc, w); return;
-        case 3: tile(3, nv, true, k, a, lda, pp, NR, ep, c, ldc, w); return;
-        default: tile(4, nv, true, k, a, lda, pp, NR, ep, c, ldc, w); return;
+        case 2: tile(2, nv, true, false, k, a, lda, pp, NR, ep, c, ldc, w); return;
+        case 3: tile(3, nv, true, false, k, a, lda, pp, NR, ep, c, ldc, w); return;
+        default: tile(4, nv, true, false, k, a, lda, pp, NR, ep, c, ldc, w); return;
         }
     }
     for (int64_t r0 = 0; r0 < m; r0 += MR) {
@@ -238,14 +244,14 @@ panel_avx512(const int nv, int64_t m, int64_t k, const float *a, int64_t lda, co
         float *cr = c + r0 * ldc;
         epilogue e = ep_at(ep, r0, 0);
         switch (m - r0 < MR ? m - r0 : MR) {
-        case 1: tile(1, nv, false, k, ar, lda, pp, ldp, e, cr, ldc, w); break;
-        case 2: tile(2, nv, false, k, ar, lda, pp, ldp, e, cr, ldc, w); break;
-        case 3: tile(3, nv, false, k, ar, lda, pp, ldp, e, cr, ldc, w); break;
-        case 4: tile(4, nv, false, k, ar, lda, pp, ldp, e, cr, ldc, w); break;
-        case 5: tile(5, nv, false, k, ar, lda, pp, ldp, e, cr, ldc, w); break;
-        case 6: tile(6, nv, false, k, ar, lda, pp, ldp, e, cr, ldc, w); break;
-        case 7: tile(7, nv, false, k, ar, lda, pp, ldp, e, cr, ldc, w); break;
-        default: tile(8, nv, false, k, ar, lda, pp, ldp, e, cr, ldc, w); break;
+        case 1: tile(1, nv, false, false, k, ar, lda, pp, ldp, e, cr, ldc, w); break;
+        case 2: tile(2, nv, false, false, k, ar, lda, pp, ldp, e, cr, ldc, w); break;
+        case 3: tile(3, nv, false, false, k, ar, lda, pp, ldp, e, cr, ldc, w); break;
+        case 4: tile(4, nv, false, false, k, ar, lda, pp, ldp, e, cr, ldc, w); break;
+        case 5: tile(5, nv, false, false, k, ar, lda, pp, ldp, e, cr, ldc, w); break;
+        case 6: tile(6, nv, false, false, k, ar, lda, pp, ldp, e, cr, ldc, w); break;
+        case 7: tile(7, nv, false, false, k, ar, lda, pp, ldp, e, cr, ldc, w); break;
+        default: tile(8, nv, false, false, k, ar, lda, pp, ldp, e, cr, ldc, w); break;
         }
     }
 }
@@ -260,6 +266,38 @@ RL_AVX512 static void panel_run_avx512(int64_t m, int64_t k, const float *a, int
         panel_avx512(2, m, k, a, lda, pp, ldp, ep, c, ldc, w);
     else
         panel_avx512(1, m, k, a, lda, pp, ldp, ep, c, ldc, w);
+}
+
+/* All row tiles of a transposed product read in place (tile's tn), nv vectors. */
+RL_AVX512 static inline __attribute__((always_inline)) void
+panel_tn(const int nv, int64_t m, int64_t k, const float *a, int64_t lda, const float *pp,
+         int64_t ldp, epilogue ep, float *c, int64_t ldc, int64_t w) {
+    for (int64_t r0 = 0; r0 < m; r0 += MR) {
+        const float *ar = a + r0;
+        float *cr = c + r0 * ldc;
+        epilogue e = ep_at(ep, r0, 0);
+        switch (m - r0 < MR ? m - r0 : MR) {
+        case 1: tile(1, nv, false, true, k, ar, lda, pp, ldp, e, cr, ldc, w); break;
+        case 2: tile(2, nv, false, true, k, ar, lda, pp, ldp, e, cr, ldc, w); break;
+        case 3: tile(3, nv, false, true, k, ar, lda, pp, ldp, e, cr, ldc, w); break;
+        case 4: tile(4, nv, false, true, k, ar, lda, pp, ldp, e, cr, ldc, w); break;
+        case 5: tile(5, nv, false, true, k, ar, lda, pp, ldp, e, cr, ldc, w); break;
+        case 6: tile(6, nv, false, true, k, ar, lda, pp, ldp, e, cr, ldc, w); break;
+        case 7: tile(7, nv, false, true, k, ar, lda, pp, ldp, e, cr, ldc, w); break;
+        default: tile(8, nv, false, true, k, ar, lda, pp, ldp, e, cr, ldc, w); break;
+        }
+    }
+}
+
+RL_AVX512 static void panel_tn_avx512(int64_t m, int64_t k, const float *a, int64_t lda,
+                                      const float *pp, int64_t ldp, epilogue ep, float *c,
+                                      int64_t ldc, int64_t w) {
+    if (w > 32)
+        panel_tn(3, m, k, a, lda, pp, ldp, ep, c, ldc, w);
+    else if (w > 16)
+        panel_tn(2, m, k, a, lda, pp, ldp, ep, c, ldc, w);
+    else
+        panel_tn(1, m, k, a, lda, pp, ldp, ep, c, ldc, w);
 }
 
 RL_AVX512 static void packed_avx512(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
@@ -602,6 +640,47 @@ void rl_gemm_f32_transpose(float *t, const float *a, int64_t lda, int64_t k, int
 
 bool rl_gemm_f32_fast(void) { return general_panel() != NULL; }
 
+#ifdef RL_GEMM_X86
+/* A transposed product with few columns (a conv2d's weight gradient: the filters' inputs x the
+ * filters, summed over every pixel of the batch) reads a (k x m) and b (k x n) in place, k in
+ * blocks of KB_TN rows (both blocks stay in L2 while the row tiles pass), the blocks' sums
+ * continuing each other's chains through `part`: copying a transposed and b into panels would
+ * move more bytes than such a product has FMAs. */
+#define TN_MAX_N 96
+#define KB_TN 256
+
+static bool tn_in_place(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
+                        const float *b, int64_t ldb, epilogue ep, float *c, int64_t ldc) {
+    int64_t np = (n + NR - 1) / NR * NR;
+    float *part = NULL;
+    if (k > KB_TN) {
+        part = rl_thread_scratch(RL_SCRATCH_F32_SUMS, sizeof(float) * (size_t)(m * np), NULL);
+        if (!part) return false;
+    }
+    for (int64_t k0 = 0; k0 < k; k0 += KB_TN) {
+        int64_t kc = k - k0 < KB_TN ? k - k0 : KB_TN;
+        bool last = k0 + kc >= k;
+        for (int64_t p0 = 0; p0 < n; p0 += NR) {
+            epilogue e = ep;
+            if (!last) e.kind = EP_STORE;
+            e.start = k0 > 0 ? part + p0 : NULL;
+            e.lds = np;
+            panel_tn_avx512(m, kc, a + k0 * lda, lda, b + k0 * ldb + p0, ldb, e,
+                            last ? c + p0 : part + p0, last ? ldc : np, n - p0 < NR ? n - p0 : NR);
+        }
+    }
+    return true;
+}
+#endif
+
+bool rl_gemm_f32_copies_a(bool trans_a, bool trans_b, int64_t n) {
+    if (!trans_a || !rl_gemm_f32_fast()) return false;
+#ifdef RL_GEMM_X86
+    if (!trans_b && n <= TN_MAX_N && rl_cpu_level_get() >= RL_CPU_AVX512) return false;
+#endif
+    return true;
+}
+
 bool rl_gemm_f32(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                  const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c,
                  int64_t ldc) {
@@ -619,6 +698,10 @@ bool rl_gemm_f32(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, fl
         panel = rl_thread_scratch(RL_SCRATCH_F32_PANEL, sizeof(float) * (size_t)(NR * k), NULL);
         if (!panel) return false;
     }
+#ifdef RL_GEMM_X86
+    if (trans_a && !trans_b && n <= TN_MAX_N && k > 0 && rl_cpu_level_get() >= RL_CPU_AVX512)
+        return tn_in_place(m, n, k, a, lda, b, ldb, ep, c, ldc);
+#endif
     if (k > 0 && trans_a) {
         float *t = rl_thread_scratch(RL_SCRATCH_F32_A, sizeof(float) * (size_t)(m * k), NULL);
         if (!t) return false;

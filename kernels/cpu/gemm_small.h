@@ -56,6 +56,10 @@ bool rl_gemm_f32(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, fl
 /* Whether rl_gemm_f32 has a kernel at the current level (it computes rather than declines). */
 bool rl_gemm_f32_fast(void);
 
+/* Whether rl_gemm_f32 copies a transposed a row-major (it reads a transposed a in place for a
+ * product of an untransposed b with few columns, at the avx512 level). */
+bool rl_gemm_f32_copies_a(bool trans_a, bool trans_b, int64_t n);
+
 /* Rows m0 .. m1-1 of op(a) = a' (a stored k x m, lda apart) copied row-major into t (m x k
  * floats, row r at t + r * k): what rl_gemm_f32 does with a transposed a, for a caller that
  * shares one copy among the parts of a product split by columns. */

@@ -5,10 +5,10 @@
  * around it, of the thread split and of the level, so the test compares exact bits: every
  * transpose, row counts around the 8-row (AVX-512) and 4-row (AVX2) tiles and the 16-row in-place
  * bound, widths around the 48-column panels and their 16/24-column halves, k from 0 (and a k
- * of 2600, which runs in blocks), four
- * alpha/beta pairs, a C with a wider stride whose extra columns must stay untouched, and NaN in C
- * with beta 0 (BLAS does not read C then). Then the same through rl_blas_sgemm on 1 and 2
- * threads, and at the generic level rl_gemm_f32 must decline (BLAS runs there). */
+ * of 2600, which runs in blocks), four alpha/beta pairs, a C with a wider stride whose extra
+ * columns must stay untouched, and NaN in C with beta 0 (BLAS does not read C then); a transposed A is copied or, with few columns, read
+ * in place. Then the same through rl_blas_sgemm on 1 and 2 threads, and at the generic level
+ * rl_gemm_f32 must decline (BLAS runs there). */
 #include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -124,7 +124,8 @@ static void long_k_cases(void) {
 
 /* Products big enough for core/blas.c to split them over 2 threads, by columns and by rows */
 static void split_cases(void) {
-    static const int64_t shapes[][3] = {{64, 1300, 200}, {600, 100, 300}, {129, 777, 65}};
+    static const int64_t shapes[][3] = {
+        {64, 1300, 200}, {600, 100, 300}, {129, 777, 65}, {600, 40, 700}, {40, 90, 1000}};
     for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++)
         for (int tr = 0; tr < 4; tr++)
             CHECK(one_case(THROUGH_BLAS, tr & 1, tr & 2, shapes[s][0], shapes[s][1], shapes[s][2],
