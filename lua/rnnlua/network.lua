@@ -334,12 +334,9 @@ local check_opts = util.check_options
 -- softmax layers, the LSTM's and GRU's input and recurrent products) run with bf16 (fp16)
 -- operands and float32 sums (kernels/cpu/gemm_bf16.h; on CUDA kernels/cuda/context.h's half
 -- context); parameters, gradients, optimizer state, cell states and losses stay
--- float32. conv2d's products (its im2col columns by the filters) run in bf16 on the CPU only
--- (BF16_CPU_CLASSES; not in int8, and on a CUDA device in float32). Layers of the classes
--- without matrix products need no bf16 path; any other layer (a Lua layer, mdlstm, rec,
--- attention) runs its products in float32 and says so once.
+-- float32. Layers of the classes without matrix products need no bf16 path; any other layer (a
+-- Lua layer, conv2d, mdlstm, rec, attention) runs its products in float32 and says so once.
 local BF16_CLASSES = {linear = true, softmax = true, lstm = true, gru = true}
-local BF16_CPU_CLASSES = {conv2d = true}
 M.BF16_CLASSES = BF16_CLASSES -- lua/rnnlua/capi.lua's pushes in C turn bf16 on for these too
 local NO_PRODUCTS = {activation = true, collapse = true, combine = true, copy = true,
   dropout = true, embedding = true, global_pool = true, pool2d = true, window = true,
@@ -1084,8 +1081,7 @@ function Network:bf16_node(node)
   if p == "fp32" then return end
   local cls = node.layer.class
   local gpu = self.device ~= "cpu"
-  local on = (BF16_CLASSES[cls] or (not gpu and p == "bf16" and BF16_CPU_CLASSES[cls]))
-    and type(node.layer) == "userdata" and not (gpu and node.cudnn)
+  local on = BF16_CLASSES[cls] and type(node.layer) == "userdata" and not (gpu and node.cudnn)
   if gpu then
     rl._cuda_half_on(on and self.half_ctx or nil)
   else

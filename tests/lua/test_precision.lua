@@ -1,5 +1,5 @@
--- precision = "bf16": the products of linear, softmax, lstm, gru and (on the CPU) conv2d layers
--- with bf16 operands and float32 sums (kernels/cpu/gemm_bf16.h), everything else float32.
+-- precision = "bf16": the products of linear, softmax, lstm and gru layers with bf16 operands and
+-- float32 sums (kernels/cpu/gemm_bf16.h), everything else float32.
 --
 -- Tolerances, from bf16's unit roundoff u = 2^-8: rounding both operands of a product moves it
 -- by at most 2u of the sum of magnitudes of its terms; a layer's output (the tanh/sigmoid of
@@ -104,48 +104,6 @@ for _, cls in ipairs({"linear", "lstm", "gru"}) do
     H.check(so <= 4 * U, "softmax output error " .. so)
   end)
   ::continue::
-end
-
--- conv2d on images (CPU): its im2col products in bf16, with a collapse and a softmax on top
-if have.conv2d then
-  H.test("conv2d in bf16: output within 4u of float64, far from float32's error; gradients",
-    function()
-    local img = {data = {dim = 3, spatial = 2}, classes = {dim = 5, sparse = true}}
-    local desc = {
-      conv = {class = "conv2d", n_out = 12, filter_size = 3, activation = "tanh"},
-      col = {class = "collapse", mode = "sum", from = "conv"},
-      output = {class = "softmax", from = "col", loss = "ce", target = "classes"},
-    }
-    rl.manual_seed(21)
-    local xi = rl.randn(6, 9, 3, 3)
-    local sizes = rl.tensor({{6, 9}, {6, 9}, {6, 9}}, "int32")
-    local yi = (rl.rand(9, 3) * 5):floor():int()
-    local function run2(precision, dtype)
-      rl.manual_seed(7)
-      local net = rl.network(desc, img, {precision = precision, dtype = dtype})
-      net:zero_grads()
-      local loss = net:forward{data = dtype == "float64" and xi:double() or xi, sizes = sizes,
-        classes = yi}
-      net:backward()
-      return loss, net:grads():double(), net
-    end
-    local l64, g64, n64 = run2("fp32", "float64")
-    local _, g32, n32 = run2("fp32")
-    local lb, gb, nb = run2("bf16")
-    local ref = n64:layer("conv").output
-    local e32, eb = max_rel(n32:layer("conv").output, ref), max_rel(nb:layer("conv").output, ref)
-    print(string.format("  conv2d: output error float32 %.3g, bf16 %.3g (tolerance %.3g)", e32, eb,
-      4 * U))
-    H.check(eb <= 4 * U, "bf16 output error " .. eb)
-    H.check(eb > 16 * e32 and eb > 2 ^ -14, "bf16 did not run: error " .. eb)
-    H.check(math.abs(lb - l64) <= U * math.abs(l64), "loss " .. lb .. " against " .. l64)
-    local eg = (gb - g64):norm() / g64:norm()
-    local eg32 = (g32 - g64):norm() / g64:norm()
-    print(string.format("  conv2d: gradient error float32 %.3g, bf16 %.3g (tolerance %.3g)", eg32,
-      eg, 8 * U))
-    H.check(eg <= 8 * U, "bf16 gradient error " .. eg)
-    H.check(eg > 16 * eg32, "bf16 did not run in the gradients")
-  end)
 end
 
 H.test("a deep network's loss and gradients in bf16 against float64", function()
