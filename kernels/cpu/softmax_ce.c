@@ -69,11 +69,11 @@ RL_INLINE float exp_f32(float x) {
     return x != x ? x : e;
 }
 
-/* The first NaN of a row that has one (the argmax of rl_op_reduce_dim: a NaN wins). */
+/* The first NaN of a row (the argmax of rl_op_reduce_dim: a NaN wins), -1 when it has none. */
 static int64_t first_nan_f32(const float *z, int64_t C) {
     for (int64_t c = 0; c < C; c++)
         if (z[c] != z[c]) return c;
-    return 0;
+    return -1;
 }
 
 /* Rows r0 .. r1-1; with tgt each valid row's loss and error into stats[2r], stats[2r+1]. */
@@ -89,38 +89,32 @@ RL_INLINE void softmax_ce_body_f32(int64_t r0, int64_t r1, int64_t C, const floa
                 pr[c] = zr[c] + bias[c];
             zr = pr;
         }
+        /* the row's maximum, NaN passed over (comparisons with it are false): a plain
+         * maximum vectorises, one that also flags NaN did not */
         float m[LANES];
-        int nan[LANES];
-        for (int j = 0; j < LANES; j++) {
+        for (int j = 0; j < LANES; j++)
             m[j] = -INFINITY;
-            nan[j] = 0;
-        }
         int64_t c = 0;
         for (; c + LANES <= C; c += LANES)
-            for (int j = 0; j < LANES; j++) {
+            for (int j = 0; j < LANES; j++)
                 m[j] = zr[c + j] > m[j] ? zr[c + j] : m[j];
-                nan[j] |= zr[c + j] != zr[c + j];
-            }
         float mx = -INFINITY;
-        bool has_nan = false;
-        for (int j = 0; j < LANES; j++) {
+        for (int j = 0; j < LANES; j++)
             mx = m[j] > mx ? m[j] : mx;
-            has_nan |= nan[j] != 0;
-        }
-        for (; c < C; c++) {
+        for (; c < C; c++)
             mx = zr[c] > mx ? zr[c] : mx;
-            has_nan |= zr[c] != zr[c];
-        }
-        /* the target's logit and whether it is the argmax, before an in-place sweep
-         * overwrites z: the first maximum, or the first NaN */
+        /* the target's logit and whether it is the first maximum, before an in-place sweep
+         * overwrites z; a NaN in the row is the argmax instead (rl_op_reduce_dim's rule), so
+         * the first NaN is looked for: with a finite maximum the sweep below leaves a NaN in p
+         * exactly where z has one, and only an infinite maximum (inf - inf) needs z itself */
         int32_t k = tgt ? tgt[r] : -1;
         float zk = k >= 0 ? zr[k] : 0.0f;
         bool first_max = k >= 0 && zk == mx;
-        if (k >= 0 && has_nan)
-            first_max = first_nan_f32(zr, C) == k;
-        else if (first_max)
-            for (int64_t i = 0; i < k && first_max; i++)
-                first_max = zr[i] != mx;
+        for (int64_t i = 0; i < k && first_max; i++)
+            first_max = zr[i] != mx;
+        bool finite_max = mx > -INFINITY && mx < INFINITY;
+        int64_t nan_at = -1;
+        if (k >= 0 && !finite_max) nan_at = first_nan_f32(zr, C);
         /* label smoothing's mean logit, before the sweeps below overwrite z */
         double zmean = 0;
         if (k >= 0 && eps > 0) {
@@ -151,6 +145,8 @@ RL_INLINE void softmax_ce_body_f32(int64_t r0, int64_t r1, int64_t C, const floa
             pr[c] = e;
             sum += e;
         }
+        if (k >= 0 && finite_max && sum != sum) nan_at = first_nan_f32(pr, C);
+        if (nan_at >= 0) first_max = nan_at == k;
         float inv = 1.0f / sum;
         for (c = 0; c < C; c++)
             pr[c] *= inv;

@@ -1,11 +1,11 @@
 /* The fused softmax / cross-entropy row passes (kernels/softmax_ce.h) against a float64
  * reference written here, at every CPU level this machine has: odd row lengths around the
- * 16-lane blocks, in place and not, ties (the first maximum is the argmax), a NaN row (NaN loss,
- * its first NaN the argmax), -inf logits (probability 0), very negative logits (exp underflow),
- * padded frames, out-of-range targets, and the gradient written and accumulated with the bias
- * gradient (column sums of dz) fused in; on 1 and on 2 BLAS threads, whose results must be
- * identical (the passes split rows over threads and combine them in row order); and label
- * smoothing in the fused passes and the generic path of layers/loss.c. */
+ * 16-lane blocks, in place and not, ties (the first maximum is the argmax), NaN rows (NaN loss,
+ * the first NaN the argmax, also beside +inf), +inf at the target, -inf logits (probability 0),
+ * very negative logits (exp underflow), padded frames, out-of-range targets, and the gradient
+ * written and accumulated with the bias gradient (column sums of dz) fused in; on 1 and on 2 BLAS
+ * threads, whose results must be identical (the passes split rows over threads and combine them in
+ * row order); and label smoothing in the fused passes and the generic path of layers/loss.c. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -85,6 +85,17 @@ static void test_level(int threads, run_out *outs) {
                 z[3 * C + 1] = -INFINITY;
                 z[3 * C + 0] = -200.0f;
                 z[4 * C + C - 1] = NAN;
+            }
+            /* row 6: a NaN at the target (the argmax: no error); row 9: +inf, then a NaN at the
+             * target (the first NaN wins over the infinite maximum); row 12: +inf at the target */
+            if (C > 5) {
+                z[6 * C + 5] = NAN;
+                target[6] = 5;
+                z[9 * C + 1] = INFINITY;
+                z[9 * C + 3] = NAN;
+                target[9] = 3;
+                z[12 * C + 4] = INFINITY;
+                target[12] = 4;
             }
             memcpy(zc, z, (size_t)(rows * C) * sizeof *z);
             CHECK(rl_ce_targets_cpu(T, B, C, target, len, tgt) == -1);
