@@ -3,7 +3,7 @@
  * chain of fmaf over k in order from zero followed by alpha * sum (+ beta * c), the scalar
  * reference below. That one definition is what makes a row's bits independent of the rows
  * around it, of the thread split and of the level, so the test compares exact bits: every
- * transpose, row counts around the 8-row (AVX-512) and 4-row (AVX2) tiles and the 16-row in-place
+ * transpose, row counts around the 8-row (AVX-512) and 4-row (AVX2) tiles and the 8-row in-place
  * bound, widths around the 48-column panels and their 16/24-column halves, k from 0 (and a k
  * of 2600, which runs in blocks), four alpha/beta pairs, a C with a wider stride whose extra
  * columns must stay untouched, and NaN in C with beta 0 (BLAS does not read C then); a transposed A is copied or, with few columns, read
