@@ -173,10 +173,9 @@ typedef struct server {
     pthread_mutex_t smu;
     stream_slot *streams;
     atomic_int stream_workers; /* chunks running in their own threads (stream_main) */
-    pthread_mutex_t bmu;       /* the chunks waiting for a batched push (stream_push) */
-    pthread_cond_t bcv;
-    struct stream_work *waiting;
-    bool batching; /* a thread runs a batch */
+    pthread_mutex_t bmu;       /* the chunks waiting for a batched push (stream_run_batches) */
+    struct stream_work *waiting, *waiting_tail; /* oldest first */
+    bool batching;                              /* stream_run_batches is running, or about to */
     /* the threads that run the chunks (stream_thread_main): started when no idle one is left,
      * so every chunk gets a thread at once, as many as there are chunks in flight */
     pthread_mutex_t pmu;
@@ -1136,10 +1135,10 @@ static void take_body(server *S, request *r, const char *data, size_t n) {
 
 /* ---- POST /v1/stream/{id} ---------------------------------------------------------------- */
 
-/* A chunk of a stream, run in a thread of the pool (stream_dispatch) so that the HTTP thread that
- * received it goes on serving its other connections: the session is opened (the first chunk) and
- * pushed, the answer or the error left in the job, the slot updated, the connection resumed
- * (on_request then writes the answer). */
+/* A chunk of a stream. Its session is opened (the first chunk) in a thread of the pool
+ * (stream_dispatch), so that the HTTP thread that received it goes on serving its other
+ * connections; it is pushed (stream_enqueue), the answer or the error left in the job, the slot
+ * updated and the connection resumed (stream_finish; on_request then writes the answer). */
 typedef struct stream_work {
     server *S;
     job *j;
@@ -1147,85 +1146,9 @@ typedef struct stream_work {
     rl_session *session; /* NULL: the stream's first chunk */
     int64_t before;      /* frames pushed before this chunk */
     char id[STREAM_ID_MAX + 1];
-    /* stream_push: the chunk, its output, status and message (the run may be another thread's) */
-    struct stream_work *next;
+    struct stream_work *next; /* in S->waiting */
     rl_batch chunk;
-    rl_output out;
-    rl_status st;
-    char *err;
-    bool done;
 } stream_work;
-
-/* The chunk of w through its session; its st, out and err (the message of a failure) set.
- * Chunks of different streams that wait at the same time go through as one batched forward
- * (rl_session_push_many: the weights read once for all of them, not once a stream): the thread
- * that finds no batch running takes every chunk waiting (its own among them, at most
- * --stream-batch) and runs them, the others wait for it and then build their own answers. A
- * batch the C API refuses (a chunk it cannot take) runs again chunk by chunk, so that each
- * stream gets its own answer. --stream-batch 1 pushes each chunk in its own thread. */
-static void stream_push(server *S, stream_work *w) {
-    if (S->o.stream_batch == 1) {
-        w->st = rl_session_push(w->session, &w->chunk, &w->out);
-        if (w->st != RL_OK) w->err = strdup(rl_errmsg());
-        return;
-    }
-    pthread_mutex_lock(&S->bmu);
-    w->next = S->waiting;
-    S->waiting = w;
-    while (!w->done && S->batching)
-        pthread_cond_wait(&S->bcv, &S->bmu);
-    if (w->done) {
-        pthread_mutex_unlock(&S->bmu);
-        return;
-    }
-    S->batching = true;
-    /* the oldest chunks first: the list is newest first */
-    int n = 0;
-    stream_work *list = NULL, *rest = S->waiting;
-    S->waiting = NULL;
-    while (rest) {
-        stream_work *q = rest;
-        rest = q->next;
-        q->next = list;
-        list = q;
-        n++;
-    }
-    int take = n < S->o.stream_batch ? n : S->o.stream_batch;
-    stream_work *later = list;
-    for (int i = 0; i < take; i++)
-        later = later->next;
-    while (later) { /* the rest back to the waiting list, newest first */
-        stream_work *nq = later->next;
-        later->next = S->waiting;
-        S->waiting = later;
-        later = nq;
-    }
-    pthread_mutex_unlock(&S->bmu);
-    rl_session **ss = malloc(sizeof *ss * (size_t)take);
-    rl_batch *cs = malloc(sizeof *cs * (size_t)take);
-    rl_output *os = malloc(sizeof *os * (size_t)take);
-    stream_work *q = list;
-    for (int i = 0; ss && cs && os && i < take; i++, q = q->next)
-        ss[i] = q->session, cs[i] = q->chunk;
-    rl_status st = ss && cs && os ? rl_session_push_many(ss, cs, take, os) : RL_ENOMEM;
-    q = list;
-    for (int i = 0; i < take; i++, q = q->next) {
-        if (st == RL_OK) {
-            q->st = RL_OK, q->out = os[i];
-        } else {
-            q->st = rl_session_push(q->session, &q->chunk, &q->out);
-            if (q->st != RL_OK) q->err = strdup(rl_errmsg());
-        }
-    }
-    free(ss), free(cs), free(os);
-    pthread_mutex_lock(&S->bmu);
-    q = list;
-    for (int i = 0; i < take; i++, q = q->next)
-        q->done = true;
-    S->batching = false;
-    pthread_cond_broadcast(&S->bcv);
-    pthread_mutex_unlock(&S->bmu);
-}
 
 static void complete(server *S, job *j);
 
@@ -1261,25 +1184,17 @@ static char *stream_answer(const char *id, const rl_output *out, int64_t frames,
     return text;
 }
 
-static void *stream_main(void *arg) {
-    stream_work *w = arg;
-    server *S = w->S;
+/* Ends the chunk w: st and err (taken; NULL: out of memory) say how its push went, out is its
+ * output; the answer or the error into its job, the slot updated, w freed, the connection
+ * resumed. */
+static void stream_finish(server *S, stream_work *w, rl_status st, char *err,
+                          const rl_output *out) {
     job *j = w->j;
     rl_session *session = w->session;
-    rl_status st = RL_OK;
-    if (session == NULL) st = rl_session_open(&session, S->capi);
-    char *err = st == RL_OK ? NULL : strdup(rl_errmsg());
-    if (st == RL_OK) {
-        w->session = session;
-        w->chunk = (rl_batch){
-            .T = j->T[0], .B = 1, .F = S->sparse ? 1 : S->in_dim, .x = j->x, .classes = j->xi};
-        stream_push(S, w);
-        st = w->st, err = w->err;
-    }
     if (st == RL_OK) {
         int64_t bad_t = -1, bad_k = 0;
-        j->text = stream_answer(w->id, &w->out, w->before + j->T[0], j->end, &j->text_len, &bad_t,
-                                &bad_k);
+        j->text =
+            stream_answer(w->id, out, w->before + j->T[0], j->end, &j->text_len, &bad_t, &bad_k);
         if (j->text == NULL) {
             j->status = MHD_HTTP_INTERNAL_SERVER_ERROR;
             j->error = bad_t >= 0 ? format("the chunk's output[%lld][%lld] is not a finite number, "
@@ -1310,10 +1225,95 @@ static void *stream_main(void *arg) {
     free(w);
     complete(S, j);
     atomic_fetch_sub(&S->stream_workers, 1);
-    return NULL;
 }
 
-/* A thread of the pool: runs its chunk, then waits for the next one. Threads are kept rather
+/* Runs the waiting chunks until none is left (a task of the pool, one at a time: S->batching).
+ * Chunks of different streams that wait at the same time go through as one batched forward
+ * (rl_session_push_many: the weights read once for all of them, not once a stream), the oldest
+ * first, at most --stream-batch; the chunks that arrive meanwhile wait for the next batch. A
+ * batch the C API refuses (a chunk it cannot take) runs again chunk by chunk, so that each
+ * stream gets its own answer. The answers are written and their connections resumed here: a
+ * chunk waiting for its batch holds no thread, and no thread is woken a chunk but the HTTP
+ * thread that sends its answer. */
+static void stream_run_batches(void *arg) {
+    server *S = arg;
+    int cap = S->o.stream_batch;
+    rl_session **ss = malloc(sizeof *ss * (size_t)cap);
+    rl_batch *cs = malloc(sizeof *cs * (size_t)cap);
+    rl_output *os = malloc(sizeof *os * (size_t)cap);
+    pthread_mutex_lock(&S->bmu);
+    while (S->waiting) {
+        stream_work *list = S->waiting, *last = list;
+        int take = 1;
+        while (take < cap && last->next)
+            last = last->next, take++;
+        S->waiting = last->next;
+        if (S->waiting == NULL) S->waiting_tail = NULL;
+        last->next = NULL;
+        pthread_mutex_unlock(&S->bmu);
+        stream_work *q = list;
+        for (int i = 0; ss && cs && os && i < take; i++, q = q->next)
+            ss[i] = q->session, cs[i] = q->chunk;
+        rl_status st = ss && cs && os ? rl_session_push_many(ss, cs, take, os) : RL_ENOMEM;
+        q = list;
+        for (int i = 0; i < take; i++) {
+            stream_work *nq = q->next;
+            if (st == RL_OK) {
+                stream_finish(S, q, RL_OK, NULL, &os[i]);
+            } else {
+                rl_output out;
+                rl_status st1 = rl_session_push(q->session, &q->chunk, &out);
+                stream_finish(S, q, st1, st1 == RL_OK ? NULL : strdup(rl_errmsg()), &out);
+            }
+            q = nq;
+        }
+        pthread_mutex_lock(&S->bmu);
+    }
+    S->batching = false;
+    pthread_mutex_unlock(&S->bmu);
+    free(ss), free(cs), free(os);
+}
+
+static void stream_dispatch(server *S, void (*fn)(void *), void *arg);
+
+/* Pushes the chunk of w (its session open): alone in this thread with --stream-batch 1 (each
+ * chunk in a thread of its own, side by side), else queued for stream_run_batches, which is
+ * started on the pool when it is not running. */
+static void stream_enqueue(server *S, stream_work *w) {
+    if (S->o.stream_batch == 1) {
+        rl_output out;
+        rl_status st = rl_session_push(w->session, &w->chunk, &out);
+        stream_finish(S, w, st, st == RL_OK ? NULL : strdup(rl_errmsg()), &out);
+        return;
+    }
+    pthread_mutex_lock(&S->bmu);
+    w->next = NULL;
+    if (S->waiting_tail)
+        S->waiting_tail->next = w;
+    else
+        S->waiting = w;
+    S->waiting_tail = w;
+    bool start = !S->batching;
+    S->batching = true;
+    pthread_mutex_unlock(&S->bmu);
+    if (start) stream_dispatch(S, stream_run_batches, S);
+}
+
+/* A chunk in a thread of the pool: its stream's session opened if it is the first, then
+ * pushed. */
+static void stream_main(void *arg) {
+    stream_work *w = arg;
+    server *S = w->S;
+    rl_status st = w->session ? RL_OK : rl_session_open(&w->session, S->capi);
+    if (st != RL_OK) {
+        w->session = NULL;
+        stream_finish(S, w, st, strdup(rl_errmsg()), NULL);
+        return;
+    }
+    stream_enqueue(S, w);
+}
+
+/* A thread of the pool: runs its task, then waits for the next one. Threads are kept rather
  * than started a chunk: starting one cost about a quarter of the server's CPU time at 64 streams
  * of 10 ms frames (the stack, and the thread-local blocks of the libraries, OpenBLAS's 60 KB,
  * cleared each time). One idle for STREAM_THREAD_IDLE_S ends. */
@@ -1321,7 +1321,8 @@ static void *stream_main(void *arg) {
 
 typedef struct stream_thread {
     server *S;
-    stream_work *w; /* the chunk handed to this thread (NULL: none yet) */
+    void (*fn)(void *); /* the task handed to this thread (NULL: none yet) */
+    void *arg;
     pthread_cond_t cv;
     struct stream_thread *next; /* in S->idle */
 } stream_thread;
@@ -1332,10 +1333,11 @@ static void *stream_thread_main(void *arg) {
     pthread_setname_np(pthread_self(), "rl-stream");
     pthread_mutex_lock(&S->pmu);
     for (;;) {
-        stream_work *w = t->w;
-        t->w = NULL;
+        void (*fn)(void *) = t->fn;
+        void *fa = t->arg;
+        t->fn = NULL;
         pthread_mutex_unlock(&S->pmu);
-        stream_main(w);
+        fn(fa);
         pthread_mutex_lock(&S->pmu);
         if (S->pool_quit) break;
         t->next = S->idle;
@@ -1343,9 +1345,9 @@ static void *stream_thread_main(void *arg) {
         struct timespec until;
         clock_gettime(CLOCK_MONOTONIC, &until);
         until.tv_sec += STREAM_THREAD_IDLE_S;
-        while (t->w == NULL && !S->pool_quit)
+        while (t->fn == NULL && !S->pool_quit)
             if (pthread_cond_timedwait(&t->cv, &S->pmu, &until) == ETIMEDOUT) break;
-        if (t->w == NULL) { /* idle too long, or the server stops: out of the idle list */
+        if (t->fn == NULL) { /* idle too long, or the server stops: out of the idle list */
             for (stream_thread **q = &S->idle; *q; q = &(*q)->next)
                 if (*q == t) {
                     *q = t->next;
@@ -1362,14 +1364,15 @@ static void *stream_thread_main(void *arg) {
     return NULL;
 }
 
-/* Runs w (counted in S->stream_workers) in an idle thread of the pool, or a new one; in this
- * thread when no thread can be started. */
-static void stream_dispatch(server *S, stream_work *w) {
+/* Runs fn(arg) in an idle thread of the pool, or a new one; in this thread when no thread can
+ * be started. The tasks are the chunks' (stream_main, counted in S->stream_workers) and the
+ * batches' (stream_run_batches, which runs only while a chunk waits). */
+static void stream_dispatch(server *S, void (*fn)(void *), void *arg) {
     pthread_mutex_lock(&S->pmu);
     stream_thread *t = S->idle;
     if (t) {
         S->idle = t->next;
-        t->w = w;
+        t->fn = fn, t->arg = arg;
         pthread_cond_signal(&t->cv);
         pthread_mutex_unlock(&S->pmu);
         return;
@@ -1379,7 +1382,7 @@ static void stream_dispatch(server *S, stream_work *w) {
     t = malloc(sizeof *t);
     bool started = false;
     if (t) {
-        *t = (stream_thread){.S = S, .w = w};
+        *t = (stream_thread){.S = S, .fn = fn, .arg = arg};
         pthread_condattr_t ca;
         pthread_condattr_init(&ca);
         pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -1400,7 +1403,7 @@ static void stream_dispatch(server *S, stream_work *w) {
     pthread_mutex_lock(&S->pmu);
     S->pool_threads--;
     pthread_mutex_unlock(&S->pmu);
-    stream_main(w);
+    fn(arg);
 }
 
 /* Ends the pool's threads; no chunk may be running (S->stream_workers is 0). */
@@ -1414,9 +1417,9 @@ static void stream_pool_stop(server *S) {
     pthread_mutex_unlock(&S->pmu);
 }
 
-/* A stream's chunk: checked here, then run by stream_main through the stream's own session
- * (rl_session_push), which carries the recurrent state; the model thread's queue is not
- * involved and streams run side by side. */
+/* A stream's chunk: checked here, then pushed through the stream's own session, which carries
+ * the recurrent state (stream_main, stream_enqueue); the model thread's queue is not involved
+ * and streams run side by side. */
 static enum MHD_Result answer_stream(server *S, request *r, struct MHD_Connection *c,
                                      const char *url) {
     const char *id = url + strlen(routes[R_STREAM].path);
@@ -1523,9 +1526,14 @@ static enum MHD_Result answer_stream(server *S, request *r, struct MHD_Connectio
     r->job = j;
     not_incoming(S, r);
     atomic_fetch_add(&S->stream_workers, 1);
-    /* suspended before the worker starts: it may resume the connection at once */
+    w->chunk = (rl_batch){
+        .T = j->T[0], .B = 1, .F = S->sparse ? 1 : S->in_dim, .x = j->x, .classes = j->xi};
+    /* suspended before the chunk is handed on: it may resume the connection at once */
     MHD_suspend_connection(c);
-    stream_dispatch(S, w);
+    if (session && S->o.stream_batch > 1)
+        stream_enqueue(S, w);
+    else
+        stream_dispatch(S, stream_main, w);
     return MHD_YES;
 }
 
@@ -3184,7 +3192,6 @@ int rl_serve_main(lua_State *L, int argc, char **argv) {
     char err[256];
     pthread_mutex_init(&S->smu, NULL);
     pthread_mutex_init(&S->bmu, NULL);
-    pthread_cond_init(&S->bcv, NULL);
     pthread_mutex_init(&S->pmu, NULL);
     pthread_cond_init(&S->pcv, NULL);
     if (S->o.max_streams == 0) {
@@ -3284,7 +3291,6 @@ int rl_serve_main(lua_State *L, int argc, char **argv) {
     free(S->capi_error);
     pthread_mutex_destroy(&S->smu);
     pthread_mutex_destroy(&S->bmu);
-    pthread_cond_destroy(&S->bcv);
     pthread_mutex_destroy(&S->pmu);
     pthread_cond_destroy(&S->pcv);
     pthread_cond_destroy(&S->cv);
