@@ -49,6 +49,7 @@
 
 #include "../core/blas.h"
 #include "../include/rnnlua.h"
+#include "json_real.h"
 #include "l_tensor.h"
 #include "serve.h"
 
@@ -788,25 +789,9 @@ typedef struct {
     size_t pend_len, pend_off;
 } answer_text;
 
-static int format_real(char *buf, size_t n, double v) {
-    int len = snprintf(buf, n, "%.9g", v);
-    if (strchr(buf, '.') == NULL && strchr(buf, 'e') == NULL) {
-        memcpy(buf + len, ".0", 3);
-        len += 2;
-    }
-    char *start = strchr(buf, 'e');
-    if (start) { /* jansson's jsonp_dtostr: "1e+39" -> "1e39", "1e-05" -> "1e-5" */
-        start++;
-        char *end = start + 1;
-        if (*start == '-') start++;
-        while (*end == '0')
-            end++;
-        if (end != start) {
-            memmove(start, end, (size_t)len - (size_t)(end - buf) + 1);
-            len -= (int)(end - start);
-        }
-    }
-    return len;
+/* v as jansson writes it (lua/json_real.h); NaN and infinities as snprintf writes them. */
+static int format_real(char *buf, float v) {
+    return isfinite(v) ? rl_json_real(buf, v) : rl_json_real_slow(buf, (double)v);
 }
 
 /* The next piece of the answer into tok (at most 96 bytes); 0 at the end. */
@@ -827,7 +812,7 @@ static size_t answer_piece(answer_text *w, char *tok) {
         if (w->d == 0) tok[n++] = w->t > 0 ? ',' : '[';
         if (w->d == 0 && w->t > 0) tok[n++] = '[';
         if (w->d > 0) tok[n++] = ',';
-        n += (size_t)format_real(tok + n, 48, (double)j->outs[w->s][w->t * D + w->d]);
+        n += (size_t)format_real(tok + n, j->outs[w->s][w->t * D + w->d]);
         if (++w->d == D) {
             tok[n++] = ']';
             w->d = 0;
@@ -1175,7 +1160,7 @@ static char *stream_answer(const char *id, const rl_output *out, int64_t frames,
         if (t) *p++ = '[';
         for (int64_t k = 0; k < out->dim; k++) {
             if (k) *p++ = ',';
-            p += format_real(p, 48, (double)out->y[t * out->dim + k]);
+            p += format_real(p, out->y[t * out->dim + k]);
         }
         *p++ = ']';
     }
