@@ -1182,9 +1182,9 @@ static void stream_finish(server *S, stream_work *w, rl_status st, char *err,
             stream_answer(w->id, out, w->before + j->T[0], j->end, &j->text_len, &bad_t, &bad_k);
         if (j->text == NULL) {
             j->status = MHD_HTTP_INTERNAL_SERVER_ERROR;
-            j->error = bad_t >= 0 ? format("the chunk's output[%lld][%lld] is not a finite number, "
-                                           "which JSON cannot write",
-                                           (long long)bad_t, (long long)bad_k)
+            j->error = bad_t >= 0 ? format("layer '%s' gave NaN or Inf (output[%lld][%lld] of the "
+                                           "chunk), which JSON cannot write",
+                                           S->o.layer, (long long)bad_t, (long long)bad_k)
                                   : strdup("out of memory writing the answer");
         }
     } else {
