@@ -39,6 +39,7 @@ typedef struct {
     int64_t late, failed;
     double sent, wall;            /* frames sent and seconds taken, all rounds */
     double cpu_server, cpu_bench; /* CPU seconds of the server and of this process, all rounds */
+    double cpu_all;               /* CPU seconds of the whole machine meanwhile (/proc/stat) */
 } server;
 
 typedef struct {
@@ -176,6 +177,18 @@ static double cpu_of(pid_t pid) {
     return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
 }
 
+/* CPU seconds the whole machine has been busy (all cores; steal time counted as busy). */
+static double cpu_machine(void) {
+    FILE *f = fopen("/proc/stat", "r");
+    unsigned long long v[8] = {0};
+    int n = f ? fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3],
+                       &v[4], &v[5], &v[6], &v[7])
+              : 0;
+    if (f) fclose(f);
+    if (n != 8) return 0;
+    return (double)(v[0] + v[1] + v[2] + v[5] + v[6] + v[7]) / (double)sysconf(_SC_CLK_TCK);
+}
+
 static void measure(server *sv, int streams, double seconds) {
     pthread_t th[1024];
     client cs[1024];
@@ -183,7 +196,7 @@ static void measure(server *sv, int streams, double seconds) {
     pthread_barrier_init(&start, NULL, (unsigned)streams);
     int per = (int)(seconds / PERIOD) + 1;
     double t0 = bench_now() + 0.05 + 0.002 * streams;
-    double cpu_s = cpu_of(sv->pid), cpu_b = cpu_of(getpid());
+    double cpu_s = cpu_of(sv->pid), cpu_b = cpu_of(getpid()), cpu_m = cpu_machine();
     for (int i = 0; i < streams; i++) {
         cs[i] = (client){.sv = sv,
                          .id = i,
@@ -199,6 +212,7 @@ static void measure(server *sv, int streams, double seconds) {
     sv->wall += bench_now() - t0;
     sv->cpu_server += cpu_of(sv->pid) - cpu_s;
     sv->cpu_bench += cpu_of(getpid()) - cpu_b;
+    sv->cpu_all += cpu_machine() - cpu_m;
     sv->sent += (double)streams * (int)(seconds / PERIOD);
     for (int i = 0; i < streams; i++) {
         if (sv->n + (size_t)cs[i].n > sv->cap) {
@@ -289,7 +303,7 @@ int main(int argc, char **argv) {
     for (int i = 0; status == 0 && i < ns; i++) { /* the sessions opened, not measured */
         measure(&svs[i], streams, 0.3);
         svs[i].n = 0, svs[i].late = 0, svs[i].sent = 0, svs[i].wall = 0;
-        svs[i].cpu_server = 0, svs[i].cpu_bench = 0;
+        svs[i].cpu_server = 0, svs[i].cpu_bench = 0, svs[i].cpu_all = 0;
     }
     for (int r = 0; status == 0 && r < rounds; r++)
         for (int i = 0; i < ns; i++)
@@ -314,23 +328,28 @@ int main(int argc, char **argv) {
            "time is %d frames/s); below it the streams fall behind and the latencies grow with "
            "the length of the run. CPU a frame: the server's and the clients' (this process) CPU "
            "time over the frames sent (2 cores: 0.31 ms a frame in all is the whole machine at "
-           "6400 frames/s).\n\n"
+           "6400 frames/s); other CPU: the cores the rest of the machine kept busy meanwhile "
+           "(/proc/stat, steal time included).\n\n"
            "| precision | --stream-batch | frames | frames/s | p50 ms | p90 ms | p99 ms | max ms | "
-           "later than 10 ms | server CPU ms a frame | clients' CPU ms a frame | clients failed "
-           "|\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+           "later than 10 ms | server CPU ms a frame | clients' CPU ms a frame | other CPU "
+           "(cores) | clients failed "
+           "|\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
            streams, rounds, seconds, SKIP, blas_threads, load[0], load[1], load[2], streams,
            (int)(streams / PERIOD + 0.5));
     for (int i = 0; i < ns; i++) {
         server *sv = &svs[i];
         qsort(sv->lat, sv->n, sizeof *sv->lat, cmp_double);
-        printf(
-            "| %s | %d | %zu | %.0f | %.2f | %.2f | %.2f | %.2f | %.1f%% | %.3f | %.3f | %lld |\n",
-            sv->precision, sv->batch, sv->n, sv->wall > 0 ? sv->sent / sv->wall : 0,
-            pct(sv->lat, sv->n, 50), pct(sv->lat, sv->n, 90), pct(sv->lat, sv->n, 99),
-            sv->n ? 1e3 * sv->lat[sv->n - 1] : 0,
-            sv->n ? 100.0 * (double)sv->late / (double)sv->n : 0,
-            sv->sent > 0 ? 1e3 * sv->cpu_server / sv->sent : 0,
-            sv->sent > 0 ? 1e3 * sv->cpu_bench / sv->sent : 0, (long long)sv->failed);
+        printf("| %s | %d | %zu | %.0f | %.2f | %.2f | %.2f | %.2f | %.1f%% | %.3f | %.3f | %.2f | "
+               "%lld "
+               "|\n",
+               sv->precision, sv->batch, sv->n, sv->wall > 0 ? sv->sent / sv->wall : 0,
+               pct(sv->lat, sv->n, 50), pct(sv->lat, sv->n, 90), pct(sv->lat, sv->n, 99),
+               sv->n ? 1e3 * sv->lat[sv->n - 1] : 0,
+               sv->n ? 100.0 * (double)sv->late / (double)sv->n : 0,
+               sv->sent > 0 ? 1e3 * sv->cpu_server / sv->sent : 0,
+               sv->sent > 0 ? 1e3 * sv->cpu_bench / sv->sent : 0,
+               sv->wall > 0 ? (sv->cpu_all - sv->cpu_server - sv->cpu_bench) / sv->wall : 0,
+               (long long)sv->failed);
         free(sv->lat);
     }
     return 0;
