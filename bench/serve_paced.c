@@ -2,16 +2,17 @@
  * features) every 10 ms to POST /v1/stream/{id}, over a keep-alive connection of their own, their
  * phases spread over the 10 ms; a frame's latency runs from the time it was due to its answer,
  * so a stream that falls behind counts its waiting too. The model is bench/stream.c's causal
- * 3 x 512 LSTM. Four servers run side by side: fp32 and bf16, each with --stream-batch 1 (each
- * chunk its own forward, in its own thread) and --stream-batch S (the chunks of different
- * streams waiting at the same time as one batched forward, rl_session_push_many), all with
- * --blas-threads B (2: the math of a push or a batch on both cores). They are measured in turn,
- * R rounds (2) of N seconds (2) each, the others idle meanwhile; a first short round opens the
- * sessions, and the first 20 frames of each stream in a round are left out. Prints a Markdown
- * section for bench/README.md. The clients are threads of this process on the same cores:
- * their CPU time is in the figures.
+ * 3 x 512 LSTM. Up to four servers run side by side: fp32 and bf16 (--precision: one), each
+ * with --stream-batch 1 (each chunk its own forward, in its own thread) and --stream-batch S
+ * (the chunks of different streams waiting at the same time as one batched forward,
+ * rl_session_push_many; --stream-batch: only those), all with --blas-threads B (2: the math of
+ * a push or a batch on both cores). They are measured in turn, R rounds (2) of N seconds (2)
+ * each, the others idle meanwhile; a first short round opens the sessions, and the first 20
+ * frames of each stream in a round are left out. Prints a Markdown section for
+ * bench/README.md. The clients are threads of this process on the same cores: their CPU time
+ * is in the figures, and printed apart with the server's and the rest of the machine's.
  * Usage: serve_paced [--streams S] [--seconds N] [--rounds R] [--precision fp32|bf16]
- *                    [--blas-threads B] */
+ *                    [--blas-threads B] [--stream-batch 1|S] */
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
