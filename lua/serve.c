@@ -173,15 +173,16 @@ typedef struct server {
     char *capi_error;
     pthread_mutex_t smu;
     stream_slot *streams;
-    atomic_int stream_workers; /* chunks running in their own threads (stream_main) */
+    atomic_int stream_workers; /* chunks in flight (answer_stream until stream_finish) */
     pthread_mutex_t bmu;       /* the chunks waiting for a batched push (stream_run_batches) */
     struct stream_work *waiting, *waiting_tail; /* oldest first */
     bool batching;                              /* stream_run_batches is running, or about to */
-    /* the threads that run the chunks (stream_thread_main): started when no idle one is left,
-     * so every chunk gets a thread at once, as many as there are chunks in flight */
+    /* the threads that run the streams' tasks (stream_thread_main): a stream's first chunk (its
+     * session opened), each chunk with --stream-batch 1, the batches; one is started when none
+     * is idle, so a task never waits for a thread */
     pthread_mutex_t pmu;
     pthread_cond_t pcv;         /* signalled when a thread ends (stream_pool_stop) */
-    struct stream_thread *idle; /* waiting for a chunk */
+    struct stream_thread *idle; /* waiting for a task */
     int pool_threads;           /* alive */
     bool pool_quit;
 } server;
@@ -615,8 +616,8 @@ out:
 
 /* ---- a stream's chunk without the jansson tree ------------------------------------------- */
 
-/* A stream's chunk is parsed a few hundred times a second per stream; jansson's tree (a malloc
- * a number) was about a seventh of the server's CPU time at 64 streams of 10 ms frames. The
+/* A stream's chunk is parsed 100 times a second per stream; jansson's tree (a malloc a number)
+ * was about a seventh of the server's CPU time at 64 streams of 10 ms frames. The
  * plain form, {"data": [[v, ...], ...]} and an optional "end": true/false, is read here into
  * the numbers jansson would give; anything else (another key, a key twice, an escape, a number
  * jansson refuses or a value that is not a finite float32, a sparse or image model, too many
