@@ -1223,7 +1223,8 @@ static void stream_finish(server *S, stream_work *w, rl_status st, char *err,
  * thread that sends its answer. */
 static void stream_run_batches(void *arg) {
     server *S = arg;
-    int cap = S->o.stream_batch;
+    /* at most one chunk a stream waits (409 beyond) */
+    int cap = S->o.stream_batch < S->o.max_streams ? S->o.stream_batch : S->o.max_streams;
     rl_session **ss = malloc(sizeof *ss * (size_t)cap);
     rl_batch *cs = malloc(sizeof *cs * (size_t)cap);
     rl_output *os = malloc(sizeof *os * (size_t)cap);
