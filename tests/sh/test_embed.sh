@@ -153,6 +153,13 @@ local ext = {data = {dim = 9}, classes = {dim = 2, sparse = true}}
 rl.save_checkpoint(d .. '/blstm.h5', {epoch = 1, net = rl.network({
   fw = {class = 'lstm', n_out = 4}, bw = {class = 'lstm', n_out = 4, direction = -1},
   output = {class = 'softmax', from = {'fw', 'bw'}, loss = 'ce', target = 'classes'}}, ext)})
+-- finite on a zero input (serve checks that at start-up), but a large input overflows to Inf
+local ovf = rl.network({l1 = {class = 'lstm', n_out = 2},
+  h = {class = 'linear', n_out = 3, from = {'l1', 'data'}},
+  output = {class = 'linear', n_out = 3, from = 'h', loss = 'mse', target = 'y'}},
+  {data = {dim = 2}, y = {dim = 3}})
+ovf:params():fill_(1e15)
+rl.save_checkpoint(d .. '/overflow.h5', {epoch = 1, net = ovf})
 dofile(d .. '/scale.lua')
 rl.save_checkpoint(d .. '/lua_class.h5', {epoch = 1, net = rl.network({
   sc = {class = 'scale', k = 3, from = 'data'},
@@ -343,6 +350,7 @@ serve_stream() { # model, options...; runs tests/sh/stream_check.py against a fr
 }
 serve_stream "$dir/model.h5" --max-streams 2 --stream-timeout 1
 serve_stream "$dir/blstm.h5"
+serve_stream "$dir/overflow.h5"
 
 # ---- embed_check: bad input, threads, refusals
 "$dir/embed_check" "$dir/model.h5" "$dir/blstm.h5" "$dir/dev.h5" "$dir/lua_class.h5" \
