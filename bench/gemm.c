@@ -184,13 +184,16 @@ typedef struct {
 } step_shape;
 
 static const step_shape step_shapes[] = {
-    {"ptb_large input product (700 frames, 1500 -> 4 x 1500)", 700, 6000, 1500, false, false},
-    {"ptb_large input gradient", 700, 1500, 6000, false, true},
-    {"ptb_large weight gradient", 1500, 6000, 700, true, false},
+    {"ptb_large input product (1000 frames, 650 -> 4 x 650)", 1000, 2600, 650, false, false},
+    {"ptb_large input gradient", 1000, 650, 2600, false, true},
+    {"ptb_large weight gradient", 650, 2600, 1000, true, false},
+    {"ptb_large output layer (650 -> 10000)", 1000, 10000, 650, false, false},
+    {"ptb_large output layer's input gradient", 1000, 650, 10000, false, true},
     {"chime input product (4000 frames, 1024 -> 4 x 512)", 4000, 2048, 1024, false, false},
     {"chime weight gradient", 1024, 2048, 4000, true, false},
     {"seqmnist input product (1792 frames, 28 -> 4 x 128)", 1792, 512, 28, false, false},
-    {"a 20-row product (1500 -> 6000)", 20, 6000, 1500, false, false},
+    {"a conv2d's weight gradient (3 x 3 x 16 -> 32, 50000 pixels)", 144, 32, 50000, true, false},
+    {"a 20-row product (650 -> 2600)", 20, 2600, 650, false, false},
 };
 
 typedef struct {
