@@ -14,10 +14,12 @@
  * the same order of k, so the rounding does not depend on the blocking.
  *
  * The general product packs one panel of op(b) at a time (k x 48, kept in L2) and streams all
- * rows of a past it in the same tiles; a transposed a is first copied row-major. Its sums
- * start from zero and run over all of k in one chain (no k blocks, whose partial sums would
- * have to go through c before alpha and beta), so the AVX-512 and AVX2 tiles give the same
- * bits, those of a scalar fmaf loop (tests/c/test_gemm_f32.c).
+ * rows of a past it in the same tiles; a transposed a is first copied row-major (or, with few
+ * columns, read in place). Each element's sum starts from zero and runs over k in order as one
+ * chain of FMAs: a long k goes in blocks whose partial sums are stored and reloaded as the next
+ * block's start (a float32 store and load change no bit), and alpha and beta apply after the
+ * last. So the AVX-512 and AVX2 tiles give the same bits, those of a scalar fmaf loop, at any
+ * row count and thread split (tests/c/test_gemm_f32.c).
  */
 #include "gemm_small.h"
 
@@ -693,16 +695,16 @@ bool rl_gemm_f32(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, fl
                    : beta == 0.0f                ? EP_SCALE
                                                  : EP_AXPBY,
                    alpha, beta, NULL, 0};
+#ifdef RL_GEMM_X86
+    if (trans_a && !trans_b && n <= TN_MAX_N && k > 0 && rl_cpu_level_get() >= RL_CPU_AVX512)
+        return tn_in_place(m, n, k, a, lda, b, ldb, ep, c, ldc);
+#endif
     bool direct = !trans_b && m <= DIRECT_ROWS;
     float *panel = NULL;
     if (k > 0 && (!direct || n % NR)) {
         panel = rl_thread_scratch(RL_SCRATCH_F32_PANEL, sizeof(float) * (size_t)(NR * k), NULL);
         if (!panel) return false;
     }
-#ifdef RL_GEMM_X86
-    if (trans_a && !trans_b && n <= TN_MAX_N && k > 0 && rl_cpu_level_get() >= RL_CPU_AVX512)
-        return tn_in_place(m, n, k, a, lda, b, ldb, ep, c, ldc);
-#endif
     if (k > 0 && trans_a) {
         float *t = rl_thread_scratch(RL_SCRATCH_F32_A, sizeof(float) * (size_t)(m * k), NULL);
         if (!t) return false;
