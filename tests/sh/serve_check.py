@@ -1025,7 +1025,9 @@ def test_wide():
 def test_model_errors():
     """A network that raises on one input (an image smaller than a "valid" 3 x 3 conv): 422 for
     that request naming the sequence and the layer, answers for the requests batched with it."""
-    s = Server("--layer", "conv", "--max-wait-ms", "5000", model="valid.h5")
+    # --timeout and --max-wait-ms far above what the test needs: on a loaded machine the
+    # requests below take seconds to queue, and the body held back must not be cut off meanwhile
+    s = Server("--layer", "conv", "--max-wait-ms", "20000", "--timeout", "60", model="valid.h5")
     z = [0.5, -0.25]
     good, bad = {"data": [z] * 16, "size": [4, 4]}, {"data": [z], "size": [1, 1]}
     try:
@@ -1040,7 +1042,7 @@ def test_model_errors():
               st == 422 and doc["error"].startswith("batch[1]: the model cannot take")
               and text in doc["error"], (st, doc))
         # three requests in one model batch: a body still on its way keeps the model thread
-        # waiting (--max-wait-ms 5000) until the good and the bad request are both queued
+        # waiting (--max-wait-ms) until the good and the bad request are both queued
         body = json.dumps(good).encode()
         sk = socket.create_connection(("127.0.0.1", s.port), timeout=30)
         sk.sendall(b"POST /v1/forward HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
@@ -1052,8 +1054,10 @@ def test_model_errors():
         ts = [threading.Thread(target=one, args=(k, b)) for k, b in (("good", good), ("bad", bad))]
         [t.start() for t in ts]
         t0, queued = time.time(), 0
-        while time.time() - t0 < 10 and queued != 17:
+        while time.time() - t0 < 30 and queued != 17:
             queued = s.request("GET", "/healthz")[1]["queued_frames"]
+        check("the good and the bad request are queued beside the held-back body",
+              queued == 17, queued)
         sk.sendall(body[10:])
         got = b""
         while True:
