@@ -78,8 +78,11 @@ static inline int rl_json_real_scaled(uint32_t m, int e, int s, unsigned __int12
 }
 
 /* Writes f into buf (at least 32 bytes) as jansson writes (double)f with JSON_REAL_PRECISION(9);
- * returns the length (the zero that ends it not counted). Not for NaN or infinities. */
+ * returns the length (the zero that ends it not counted). NaN and infinities (which JSON cannot
+ * hold; the server refuses them before) take snprintf's path, so no input reaches the integer
+ * arithmetic below with an exponent it cannot hold. */
 static inline int rl_json_real(char *buf, float f) {
+    if (!isfinite(f)) return rl_json_real_slow(buf, (double)f);
     uint32_t bits;
     memcpy(&bits, &f, sizeof bits);
     char *p = buf;
