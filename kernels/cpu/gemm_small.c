@@ -229,12 +229,12 @@ tile(const int mr, const int nv, const bool pf, const bool tn, int64_t k, const 
     }
 }
 
-/* All row tiles of one panel with nv vectors. */
+/* All row tiles of one panel with nv vectors (tn: a transposed a read in place). */
 RL_AVX512 static inline __attribute__((always_inline)) void
-panel_avx512(const int nv, int64_t m, int64_t k, const float *a, int64_t lda, const float *pp,
-             int64_t ldp, epilogue ep, float *c, int64_t ldc, int64_t w) {
+panel_avx512(const int nv, const bool tn, int64_t m, int64_t k, const float *a, int64_t lda,
+             const float *pp, int64_t ldp, epilogue ep, float *c, int64_t ldc, int64_t w) {
     /* the panel's only row tile streams it from L2 once: there the prefetch pays */
-    if (ldp == NR && m >= 2 && m <= PF_ROWS) {
+    if (!tn && ldp == NR && m >= 2 && m <= PF_ROWS) {
         switch (m) {
         case 2: tile(2, nv, true, false, k, a, lda, pp, NR, ep, c, ldc, w); return;
         case 3: tile(3, nv, true, false, k, a, lda, pp, NR, ep, c, ldc, w); return;
@@ -242,18 +242,18 @@ panel_avx512(const int nv, int64_t m, int64_t k, const float *a, int64_t lda, co
         }
     }
     for (int64_t r0 = 0; r0 < m; r0 += MR) {
-        const float *ar = a + r0 * lda;
+        const float *ar = tn ? a + r0 : a + r0 * lda;
         float *cr = c + r0 * ldc;
         epilogue e = ep_at(ep, r0, 0);
         switch (m - r0 < MR ? m - r0 : MR) {
-        case 1: tile(1, nv, false, false, k, ar, lda, pp, ldp, e, cr, ldc, w); break;
-        case 2: tile(2, nv, false, false, k, ar, lda, pp, ldp, e, cr, ldc, w); break;
-        case 3: tile(3, nv, false, false, k, ar, lda, pp, ldp, e, cr, ldc, w); break;
-        case 4: tile(4, nv, false, false, k, ar, lda, pp, ldp, e, cr, ldc, w); break;
-        case 5: tile(5, nv, false, false, k, ar, lda, pp, ldp, e, cr, ldc, w); break;
-        case 6: tile(6, nv, false, false, k, ar, lda, pp, ldp, e, cr, ldc, w); break;
-        case 7: tile(7, nv, false, false, k, ar, lda, pp, ldp, e, cr, ldc, w); break;
-        default: tile(8, nv, false, false, k, ar, lda, pp, ldp, e, cr, ldc, w); break;
+        case 1: tile(1, nv, false, tn, k, ar, lda, pp, ldp, e, cr, ldc, w); break;
+        case 2: tile(2, nv, false, tn, k, ar, lda, pp, ldp, e, cr, ldc, w); break;
+        case 3: tile(3, nv, false, tn, k, ar, lda, pp, ldp, e, cr, ldc, w); break;
+        case 4: tile(4, nv, false, tn, k, ar, lda, pp, ldp, e, cr, ldc, w); break;
+        case 5: tile(5, nv, false, tn, k, ar, lda, pp, ldp, e, cr, ldc, w); break;
+        case 6: tile(6, nv, false, tn, k, ar, lda, pp, ldp, e, cr, ldc, w); break;
+        case 7: tile(7, nv, false, tn, k, ar, lda, pp, ldp, e, cr, ldc, w); break;
+        default: tile(8, nv, false, tn, k, ar, lda, pp, ldp, e, cr, ldc, w); break;
         }
     }
 }
@@ -263,43 +263,23 @@ RL_AVX512 static void panel_run_avx512(int64_t m, int64_t k, const float *a, int
                                        const float *pp, int64_t ldp, epilogue ep, float *c,
                                        int64_t ldc, int64_t w) {
     if (w > 32)
-        panel_avx512(3, m, k, a, lda, pp, ldp, ep, c, ldc, w);
+        panel_avx512(3, false, m, k, a, lda, pp, ldp, ep, c, ldc, w);
     else if (w > 16)
-        panel_avx512(2, m, k, a, lda, pp, ldp, ep, c, ldc, w);
+        panel_avx512(2, false, m, k, a, lda, pp, ldp, ep, c, ldc, w);
     else
-        panel_avx512(1, m, k, a, lda, pp, ldp, ep, c, ldc, w);
+        panel_avx512(1, false, m, k, a, lda, pp, ldp, ep, c, ldc, w);
 }
 
-/* All row tiles of a transposed product read in place (tile's tn), nv vectors. */
-RL_AVX512 static inline __attribute__((always_inline)) void
-panel_tn(const int nv, int64_t m, int64_t k, const float *a, int64_t lda, const float *pp,
-         int64_t ldp, epilogue ep, float *c, int64_t ldc, int64_t w) {
-    for (int64_t r0 = 0; r0 < m; r0 += MR) {
-        const float *ar = a + r0;
-        float *cr = c + r0 * ldc;
-        epilogue e = ep_at(ep, r0, 0);
-        switch (m - r0 < MR ? m - r0 : MR) {
-        case 1: tile(1, nv, false, true, k, ar, lda, pp, ldp, e, cr, ldc, w); break;
-        case 2: tile(2, nv, false, true, k, ar, lda, pp, ldp, e, cr, ldc, w); break;
-        case 3: tile(3, nv, false, true, k, ar, lda, pp, ldp, e, cr, ldc, w); break;
-        case 4: tile(4, nv, false, true, k, ar, lda, pp, ldp, e, cr, ldc, w); break;
-        case 5: tile(5, nv, false, true, k, ar, lda, pp, ldp, e, cr, ldc, w); break;
-        case 6: tile(6, nv, false, true, k, ar, lda, pp, ldp, e, cr, ldc, w); break;
-        case 7: tile(7, nv, false, true, k, ar, lda, pp, ldp, e, cr, ldc, w); break;
-        default: tile(8, nv, false, true, k, ar, lda, pp, ldp, e, cr, ldc, w); break;
-        }
-    }
-}
-
+/* The same for a transposed product read in place (tile's tn). */
 RL_AVX512 static void panel_tn_avx512(int64_t m, int64_t k, const float *a, int64_t lda,
                                       const float *pp, int64_t ldp, epilogue ep, float *c,
                                       int64_t ldc, int64_t w) {
     if (w > 32)
-        panel_tn(3, m, k, a, lda, pp, ldp, ep, c, ldc, w);
+        panel_avx512(3, true, m, k, a, lda, pp, ldp, ep, c, ldc, w);
     else if (w > 16)
-        panel_tn(2, m, k, a, lda, pp, ldp, ep, c, ldc, w);
+        panel_avx512(2, true, m, k, a, lda, pp, ldp, ep, c, ldc, w);
     else
-        panel_tn(1, m, k, a, lda, pp, ldp, ep, c, ldc, w);
+        panel_avx512(1, true, m, k, a, lda, pp, ldp, ep, c, ldc, w);
 }
 
 RL_AVX512 static void packed_avx512(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,

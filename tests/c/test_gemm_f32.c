@@ -6,9 +6,9 @@
  * transpose, row counts around the 8-row (AVX-512) and 4-row (AVX2) tiles and the 8-row in-place
  * bound, widths around the 48-column panels and their 16/24-column halves, k from 0 (and a k
  * of 2600, which runs in blocks), four alpha/beta pairs, a C with a wider stride whose extra
- * columns must stay untouched, and NaN in C with beta 0 (BLAS does not read C then); a transposed A is copied or, with few columns, read
- * in place. Then the same through rl_blas_sgemm on 1 and 2 threads, and at the generic level
- * rl_gemm_f32 must decline (BLAS runs there). */
+ * columns must stay untouched, and NaN in C with beta 0 (BLAS does not read C then); a transposed A
+ * is copied or, with few columns, read in place. Then the same through rl_blas_sgemm on 1 and 2
+ * threads, and at the generic level rl_gemm_f32 must decline (BLAS runs there). */
 #include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
