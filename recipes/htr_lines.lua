@@ -24,9 +24,9 @@
 -- learns far worse, updates skipped for exploding gradients; docs/recipes.md), batches of up
 -- to 16 lines, the training lines in 4 sub-epochs a pass (partition_epoch), lines of similar
 -- width batched together (laplace ordering), each line augmented on the fly from sub-epoch
--- ++aug_from on (slant, size, rotation, elastic, stroke width, masks: AUGMENT in recipes/htr_lines_data.lua; dev, test and
--- the held-out font are not augmented); the dev label error rate is the engine's, after each
--- sub-epoch. Training stops at the first sub-epoch end after which another would overrun
+-- ++aug_from on (slant, size, rotation, elastic, stroke width, masks: AUGMENT in
+-- recipes/htr_lines_data.lua; dev, test and the held-out font are not augmented); the dev
+-- label error rate is the engine's, after each sub-epoch. Training stops at the first sub-epoch end after which another would overrun
 -- ++minutes (or after ++num_epochs); then the last model is
 -- scored on the test lines and on the held-out font with best-path decoding, and with prefix
 -- beam search (beam 8) fused with a character n-gram LM:
