@@ -26,9 +26,9 @@
 -- width batched together (laplace ordering), each line augmented on the fly from sub-epoch
 -- ++aug_from on (slant, size, rotation, elastic, stroke width, masks: AUGMENT in
 -- recipes/htr_lines_data.lua; dev, test and the held-out font are not augmented); the dev
--- label error rate is the engine's, after each sub-epoch. Training stops at the first sub-epoch end after which another would overrun
--- ++minutes (or after ++num_epochs); then the last model is
--- scored on the test lines and on the held-out font with best-path decoding, and with prefix
+-- label error rate is the engine's, after each sub-epoch. Training stops at the first sub-epoch
+-- end after which another would overrun ++minutes (or after ++num_epochs); then the last model
+-- is scored on the test lines and on the held-out font with best-path decoding, and with prefix
 -- beam search (beam 8) fused with a character n-gram LM:
 --   test CER X% (with LM Y%)            (edit distance / reference characters, 1000 test lines)
 --   held-out font CER X% (with LM Y%)   (the same texts in the held-out font)
