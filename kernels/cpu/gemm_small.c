@@ -50,23 +50,13 @@
 
 int64_t rl_gemm_packed_size(int64_t k, int64_t n) { return (n + NR - 1) / NR * NR * k; }
 
+static void pack_trans(float *d, const float *b, int64_t ldb, int64_t k, int64_t p0, int64_t w);
+
 /* Columns p0 .. p0+w-1 (w <= NR) of op(b) into one k-major panel at d, zero-padded to NR. */
 static void pack_one(float *d, const float *b, int64_t ldb, bool trans, int64_t k, int64_t p0,
                      int64_t w) {
     if (trans) {
-        /* each column of the panel is a row of b; 16 of its k (a cache line of b) at a time, so
-         * that the 16 panel rows written (3 KiB) stay in L1 while the w rows of b are read */
-        for (int64_t i0 = 0; i0 < k; i0 += 16) {
-            int64_t i1 = i0 + 16 < k ? i0 + 16 : k;
-            for (int64_t j = 0; j < w; j++) {
-                const float *bj = b + (p0 + j) * ldb;
-                for (int64_t i = i0; i < i1; i++)
-                    d[i * NR + j] = bj[i];
-            }
-            for (int64_t i = i0; i < i1; i++)
-                for (int64_t j = w; j < NR; j++)
-                    d[i * NR + j] = 0.0f;
-        }
+        pack_trans(d, b, ldb, k, p0, w);
         return;
     }
     for (int64_t i = 0; i < k; i++, d += NR) {
@@ -580,7 +570,54 @@ RL_AVX2 static void blocks8(float *t, const float *a, int64_t lda, int64_t k, in
         for (int64_t i0 = 0; i0 < kb; i0 += 8)
             transpose8(t + r0 * k + i0, k, a + i0 * lda + r0, lda);
 }
+
+/* panel rows i0 .. i0+bs-1 from bs rows of b at a time: the panel's columns [0, wb) */
+RL_AVX512 static void panel_blocks16(float *d, const float *b, int64_t ldb, int64_t kb,
+                                     int64_t wb) {
+    for (int64_t i0 = 0; i0 < kb; i0 += 16)
+        for (int64_t j0 = 0; j0 < wb; j0 += 16)
+            transpose16(d + i0 * NR + j0, NR, b + j0 * ldb + i0, ldb);
+}
+
+RL_AVX2 static void panel_blocks8(float *d, const float *b, int64_t ldb, int64_t kb, int64_t wb) {
+    for (int64_t i0 = 0; i0 < kb; i0 += 8)
+        for (int64_t j0 = 0; j0 < wb; j0 += 8)
+            transpose8(d + i0 * NR + j0, NR, b + j0 * ldb + i0, ldb);
+}
 #endif
+
+/* The panel of a transposed op(b): each of its columns is a row of b. Whole blocks go through
+ * the register transposes (a backward product's W^T: the element loop below made the input
+ * gradient's products 0.91x OpenBLAS's on an AVX-512 core, mostly in this copy); the edges go
+ * one element at a time, 16 of k (a cache line of b) per pass so that the 16 panel rows written
+ * (3 KiB) stay in L1 while the w rows of b are read. */
+static void pack_trans(float *d, const float *b, int64_t ldb, int64_t k, int64_t p0, int64_t w) {
+    b += p0 * ldb;
+    int64_t bs = 1;
+#ifdef RL_GEMM_X86
+    rl_cpu_level level = rl_cpu_level_get();
+    bs = level >= RL_CPU_AVX512 ? 16 : level >= RL_CPU_AVX2 ? 8 : 1;
+#endif
+    int64_t kb = k / bs * bs, wb = w / bs * bs;
+    if (bs == 1) kb = wb = 0;
+#ifdef RL_GEMM_X86
+    if (bs == 16 && kb > 0 && wb > 0) panel_blocks16(d, b, ldb, kb, wb);
+    if (bs == 8 && kb > 0 && wb > 0) panel_blocks8(d, b, ldb, kb, wb);
+#endif
+    for (int64_t i0 = 0; i0 < k; i0 += 16) {
+        int64_t i1 = i0 + 16 < k ? i0 + 16 : k;
+        /* rows i0 .. done-1 have their first wb columns from the blocks */
+        int64_t done = kb < i0 ? i0 : kb > i1 ? i1 : kb;
+        for (int64_t j = 0; j < w; j++) {
+            const float *bj = b + j * ldb;
+            for (int64_t i = j < wb ? done : i0; i < i1; i++)
+                d[i * NR + j] = bj[i];
+        }
+        for (int64_t i = i0; i < i1; i++)
+            for (int64_t j = w; j < NR; j++)
+                d[i * NR + j] = 0.0f;
+    }
+}
 
 /* Rows r0 .. r1-1 and k i0 .. i1-1 of the copy, one element at a time, in 32 x 32 blocks so
  * that both sides stay in cache lines */

@@ -89,7 +89,7 @@ static int one_case(route how, bool ta, bool tb, int64_t m, int64_t n, int64_t k
 
 static const int64_t rows[] = {1, 3, 4, 8, 9, 16, 17, 33, 70};
 static const int64_t widths[] = {1, 5, 16, 20, 24, 30, 47, 48, 49, 100, 130};
-static const int64_t depths[] = {0, 1, 7, 64, 129};
+static const int64_t depths[] = {0, 1, 7, 30, 64, 129};
 static const float alphas[] = {1.0f, 1.0f, 0.5f, -2.0f};
 static const float betas[] = {0.0f, 1.0f, 0.0f, 0.25f};
 
