@@ -242,12 +242,14 @@ static bool vector_passes(void) {
  * it is written into every panel, 2 KB at a time. */
 #define PACK_ROWS 64
 
-void rl_bf16_pack(uint16_t *dst, const float *b, int64_t ldb, bool trans, int64_t k, int64_t n) {
-    int64_t kp = round_up(k, KP_ALIGN), panels = panel_count(n);
+/* panels [p0, p1) of the pack */
+static void pack_panels(uint16_t *dst, const float *b, int64_t ldb, bool trans, int64_t k,
+                        int64_t n, int64_t p0, int64_t p1) {
+    int64_t kp = round_up(k, KP_ALIGN);
     int64_t step = trans ? ldb : 1;
     bool vec = vector_passes();
     for (int64_t i0 = 0; i0 < kp; i0 += PACK_ROWS)
-        for (int64_t p = 0; p < panels; p++) {
+        for (int64_t p = p0; p < p1; p++) {
             int64_t j0 = p * RL_BF16_PANEL, w = n - j0 < RL_BF16_PANEL ? n - j0 : RL_BF16_PANEL;
             if (w < 0) w = 0;
             int64_t i1 = i0 + PACK_ROWS < kp ? i0 + PACK_ROWS : kp;
@@ -272,35 +274,111 @@ void rl_bf16_pack(uint16_t *dst, const float *b, int64_t ldb, bool trans, int64_
         }
 }
 
-/* op(a) (m x k) rounded into dst (mp x kp), zeros in the padding */
-RL_TARGET_BASE static void round_a(uint16_t *dst, bool trans, int64_t m, int64_t k, const float *a,
-                                   int64_t lda, int64_t mp, int64_t kp) {
-    int64_t rows = 0, cols = 0; /* op(a)'s rows and columns done by vector blocks */
+/* How many parts a pass over `elements` floats gets: the rounding and packing passes are
+ * serial work the other threads would wait for (ptb_large in bf16 on 2 threads: 13% of the
+ * step's time, on one), so they are split too, where the handoff costs less than the work. */
+static int pass_parts(int64_t elements, int64_t units) {
+    int parts = rl_blas_get_threads();
+    if (parts > RL_CPU_MAX_PARTS) parts = RL_CPU_MAX_PARTS;
+    if (parts > units) parts = (int)units;
+    return elements >= ((int64_t)1 << 16) ? parts : 1;
+}
+
+typedef struct {
+    uint16_t *dst;
+    const float *b;
+    int64_t ldb, k, n;
+    bool trans;
+} pack_job;
+
+static void pack_part(void *ctx, int part, int parts) {
+    const pack_job *j = ctx;
+    int64_t panels = panel_count(j->n);
+    pack_panels(j->dst, j->b, j->ldb, j->trans, j->k, j->n, panels * part / parts,
+                panels * (part + 1) / parts);
+}
+
+void rl_bf16_pack(uint16_t *dst, const float *b, int64_t ldb, bool trans, int64_t k, int64_t n) {
+    pack_job j = {dst, b, ldb, k, n, trans};
+    int parts = pass_parts(k * n, panel_count(n));
+    if (parts > 1)
+        rl_cpu_parallel(parts, pack_part, &j);
+    else
+        pack_part(&j, 0, 1);
+}
+
 #ifdef RL_CPU_X86
-    if (trans && vector_passes()) {
-        rows = m / 16 * 16;
+/* one row of op(a) = a: k elements rounded, 16 at a time */
+RL_TARGET_BF16 static int64_t round_row_vec(uint16_t *d, const float *a, int64_t k) {
+    int64_t l = 0;
+    for (; l + 16 <= k; l += 16)
+        _mm256_storeu_si256((__m256i *)(d + l), _mm512_cvtepi32_epi16(round_lanes(a + l)));
+    return l;
+}
+#endif
+
+/* Rows [r0, r1) (multiples of 16, r1 <= mp) of op(a) (m x k) rounded into dst (mp x kp), zeros
+ * in the padding */
+RL_TARGET_BASE static void round_rows(uint16_t *dst, bool trans, int64_t m, int64_t k,
+                                      const float *a, int64_t lda, int64_t kp, int64_t r0,
+                                      int64_t r1) {
+    int64_t rows = r0, cols = 0; /* op(a)'s rows and columns done by vector blocks */
+    bool vec = vector_passes();
+#ifdef RL_CPU_X86
+    if (trans && vec) {
+        rows = m / 16 * 16 < r1 ? m / 16 * 16 : r1;
         cols = k / 16 * 16;
         /* 16 source rows at a time, read from start to end (the destination, at most
          * SCRATCH_BYTES, stays in the cache) */
         for (int64_t l = 0; l < cols; l += 16)
-            for (int64_t i = 0; i < rows; i += 16)
+            for (int64_t i = r0; i < rows; i += 16)
                 round_block_trans(dst + i * kp + l, kp, a + l * lda + i, lda);
     }
 #endif
-    for (int64_t i = 0; i < mp; i++) {
+    for (int64_t i = r0; i < r1; i++) {
         uint16_t *d = dst + i * kp;
         if (i >= m) {
             memset(d, 0, sizeof(uint16_t) * (size_t)kp);
             continue;
         }
-        if (trans)
-            for (int64_t l = i < rows ? cols : 0; l < k; l++)
+        int64_t l = 0;
+        if (trans) {
+            for (l = i < rows ? cols : 0; l < k; l++)
                 d[l] = rl_f32_to_bf16(a[l * lda + i]);
-        else
-            for (int64_t l = 0; l < k; l++)
+        } else {
+#ifdef RL_CPU_X86
+            if (vec) l = round_row_vec(d, a + i * lda, k);
+#endif
+            for (; l < k; l++)
                 d[l] = rl_f32_to_bf16(a[i * lda + l]);
+        }
         memset(d + k, 0, sizeof(uint16_t) * (size_t)(kp - k));
     }
+}
+
+typedef struct {
+    uint16_t *dst;
+    bool trans;
+    int64_t m, k, lda, mp, kp;
+    const float *a;
+} round_job;
+
+static void round_part(void *ctx, int part, int parts) {
+    const round_job *j = ctx;
+    int64_t blocks = j->mp / 16;
+    round_rows(j->dst, j->trans, j->m, j->k, j->a, j->lda, j->kp, blocks * part / parts * 16,
+               blocks * (part + 1) / parts * 16);
+}
+
+/* op(a) (m x k) rounded into dst (mp x kp, mp a multiple of 16), zeros in the padding */
+static void round_a(uint16_t *dst, bool trans, int64_t m, int64_t k, const float *a, int64_t lda,
+                    int64_t mp, int64_t kp) {
+    round_job j = {dst, trans, m, k, lda, mp, kp, a};
+    int parts = pass_parts(m * k, mp / 16);
+    if (parts > 1)
+        rl_cpu_parallel(parts, round_part, &j);
+    else
+        round_part(&j, 0, 1);
 }
 
 /* ---- kernels: rows [r0, r1) and panels [p0, p1) (p0, p1 even) of C ---- */
@@ -574,10 +652,24 @@ rl_status rl_gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t
                                      sizeof(uint16_t) * (size_t)rl_bf16_packed_size(k, cols),
                                      "bf16 gemm: the packed right operand");
     if (!pb) return RL_ENOMEM;
+    /* An op(A) that fits one block of rows is rounded once for all the column blocks (a
+     * weight gradient's X^T against a 10000-class output's dY has ten), not once per block */
+    int64_t kp = round_up(k, KP_ALIGN);
+    uint16_t *ra = NULL;
+    if (n > cols && m <= block_of(kp, ROW_BLOCK)) {
+        ra = rl_thread_scratch(RL_SCRATCH_BF16_A,
+                               sizeof(uint16_t) * (size_t)(round_up(m, MP_ALIGN) * kp),
+                               "bf16 gemm: the rounded left operand");
+        if (!ra) return RL_ENOMEM;
+        round_a(ra, trans_a, m, k, a, lda, round_up(m, MP_ALIGN), kp);
+    }
     for (int64_t j0 = 0; j0 < n; j0 += cols) {
         int64_t nj = n - j0 < cols ? n - j0 : cols;
         rl_bf16_pack(pb, trans_b ? b + j0 * ldb : b + j0, ldb, trans_b, k, nj);
-        RL_TRY(rl_gemm_bf16_packed(trans_a, m, nj, k, alpha, a, lda, pb, beta, c + j0, ldc));
+        if (ra)
+            run_rounded(m, nj, k, kp, alpha, ra, pb, beta, c + j0, ldc);
+        else
+            RL_TRY(rl_gemm_bf16_packed(trans_a, m, nj, k, alpha, a, lda, pb, beta, c + j0, ldc));
     }
     return RL_OK;
 }
