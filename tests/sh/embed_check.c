@@ -616,8 +616,8 @@ static void check_search(const char *dir, const char *ctc_file, rl_model *ce) {
 
 /* rl_session_push_many: 4 streams (sequences 0, 1, 2 of x and 0 again) in chunks of different
  * lengths, pushed together in rounds whose members and order change (a stream pushed alone in
- * between, one reset midway), each stream's outputs against the same stream pushed alone in a
- * session of its own; refused calls leave the streams as they were. */
+ * between, a batch of one, one reset midway), each stream's outputs against the same stream pushed
+ * alone in a session of its own; refused calls leave the streams as they were. */
 static void check_push_many(rl_model *m, const char *file) {
     enum { S = 4 };
     rl_session *bat[S] = {0}, *ref[S] = {0}, *other = NULL;
@@ -646,6 +646,9 @@ static void check_push_many(rl_model *m, const char *file) {
         }
         for (int i = 0; i < S; i++) {
             int k = r % 2 ? S - 1 - i : i; /* another stream leads the batch every round */
+            /* a batch of one stream between batches of more: the runner goes back to the plan
+             * of the larger size that it keeps */
+            if (r == 4 && i > 0) continue;
             if (pos[k] >= T) continue;
             int len = (int[]){1, 3, 7, 2, 5}[(k + r) % 5];
             if (len > T - pos[k]) len = T - pos[k];
