@@ -7,7 +7,9 @@
 #include <math.h>
 #include <stdio.h>
 
-static int check_passed, check_failed;
+/* atomic: some tests check from several threads at once (a plain int lost counts there, and
+ * with them possibly a failure) */
+static _Atomic int check_passed, check_failed;
 
 #define CHECK(cond)                                                                                \
     do {                                                                                           \
