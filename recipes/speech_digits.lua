@@ -32,18 +32,22 @@
 -- Network: 40 log-mels -> 2 BLSTM layers of 2 x 128 -> softmax with CTC over the 16 characters
 -- of the digit words (space, e f g h i n o r s t u v w x z) and the blank (572k parameters).
 --
--- Training: Adam 2e-3 (x0.8 per 3000 utterances after the first 12000: per sub-epoch after the
--- 4th at the default n_train), global gradient norm clipped at 5, up to 32 utterances a batch of
--- similar length (laplace ordering), the training set in 4 sub-epochs a pass. One rl.train call per sub-epoch, each resuming from the last checkpoint, so training
--- stops on the clock between sub-epochs. Then the last model is scored with best-path decoding:
+-- Training: Adam 2e-3, newbob on the dev label error (x0.7 when its relative fall, averaged over
+-- the last 4 sub-epochs, is under 1%; decided every 2nd sub-epoch; floor 1e-5), so that the rate
+-- follows the model however many sub-epochs the budget holds on the machine (++schedule decay:
+-- x0.8 per 3000 utterances after the first 12000, which on a fast machine is down to 1e-5 after
+-- a quarter of the budget), global gradient norm clipped at 5, up to 32 utterances a batch of
+-- similar length (laplace ordering), the training set in 4 sub-epochs a pass. One rl.train call
+-- per sub-epoch, each resuming from the last checkpoint, so training stops on the clock between
+-- sub-epochs. Then the last model is scored with best-path decoding:
 --   test WER X%                     (word edit distance / reference words, 1000 utterances of
 --                                    held-out espeak-ng voices)
 --   held-out synthesizer WER Y%     (the same over the 1000 Flite utterances)
 --   test CER Z%                     (character edit distance / reference characters)
 --
--- Measured before Festival, Flite and the augmentation (espeak-ng only; 2 shared cores, load 11
--- to 22, nice 5; docs/recipes.md): 25 sub-epochs in 29.7 min of training, 8.2 CPU-minutes
--- received: test WER 2.12%, test CER 1.13%, dev label error 1.22%.
+-- Measured (docs/recipes.md): 30 minutes on one core (++num_threads 1, beside another run on
+-- the other core of a 2-core Zen 4): 81 sub-epochs, test WER 1.29%, held-out synthesizer WER
+-- 14.33%, test CER 0.57%, dev label error 0.87%.
 local t_start = rl.clock()
 local D = dofile("recipes/speech_digits_data.lua")
 
@@ -53,6 +57,9 @@ local options = {
   {"smoke", "boolean", false, "a few utterances, a tiny network, one sub-epoch: seconds"},
   {"augment", "integer", 1, "1: augmentation on the fly in training, 0: none"},
   {"n_train", "integer", 12000, "training utterances synthesized"},
+  {"units", "integer", 128, "LSTM units of each direction and layer"},
+  {"schedule", "string", "newbob", "learning rate: newbob (x0.7 when the dev label error stops "
+    .. "falling) or decay (x0.8 per 3000 utterances after 12000)"},
 }
 table.move(SE.OPTIONS, 1, #SE.OPTIONS, #options + 1, options)
 local opt, argv = require("rnnlua.cli").parse({
@@ -60,6 +67,12 @@ local opt, argv = require("rnnlua.cli").parse({
   about = "Spoken digit strings recognized by a BLSTM with CTC (recipes/speech_digits.lua).",
   options = options, train = true}, arg)
 if opt.smoke and opt.load == "" then opt.num_epochs = 1 end
+if opt.units < 1 then
+  error("speech_digits: ++units: wants a positive count, got " .. opt.units, 0)
+end
+if opt.schedule ~= "decay" and opt.schedule ~= "newbob" then
+  error("speech_digits: ++schedule: wants decay or newbob, got " .. opt.schedule, 0)
+end
 
 local data_dir = opt.out .. (opt.smoke and "/smoke_data" or "/data")
 local info = D.prepare(data_dir, opt.smoke and D.SMOKE or {n_train = opt.n_train})
@@ -85,7 +98,7 @@ local train = audio("train", {seq_ordering = "laplace:.64", partition_epoch = pa
   augment = opt.augment ~= 0 and AUGMENT or nil})
 local dev = audio("dev")
 
-local H = opt.smoke and 8 or 128
+local H = opt.smoke and 8 or opt.units
 local network = {
   fw1 = {class = "lstm", n_out = H}, bw1 = {class = "lstm", n_out = H, direction = -1},
   fw2 = {class = "lstm", n_out = H, from = {"fw1", "bw1"}},
@@ -107,18 +120,31 @@ local config = {
   max_seqs = 32,
   optimizer = {class = "adam", gradient_clip_global_norm = 5},
   learning_rate = 2e-3,
-  -- x0.8 per 3000 training utterances after the first 12000: the decay follows the updates
-  -- made, not the sub-epochs, whose size is n_train / 4
-  learning_rate_control = function(epoch)
-    local seen = epoch * sub_epoch_size
-    return 2e-3 * 0.8 ^ math.max(0, (seen - 12000) / 3000)
-  end,
   model = model_dir .. "/net",
   log_file = model_dir .. "/train.log",
   log_verbosity = 2,
   num_threads = 2,
   seed = 1,
 }
+
+if opt.schedule == "decay" then
+  -- x0.8 per 3000 training utterances after the first 12000: the decay follows the updates
+  -- made, not the sub-epochs, whose size is n_train / 4
+  config.learning_rate_control = function(epoch)
+    local seen = epoch * sub_epoch_size
+    return 2e-3 * 0.8 ^ math.max(0, (seen - 12000) / 3000)
+  end
+else
+  -- newbob on the dev label error, its relative change averaged over the last 4 sub-epochs
+  -- (one pass over the data) and decided every 2nd: the rate falls when the error stops
+  -- falling, however many sub-epochs the time budget holds on this machine
+  config.learning_rate_control = "newbob_multi_epoch"
+  config.learning_rate_control_error_measure = "dev_ler"
+  config.newbob_multi_num_epochs = 4
+  config.newbob_multi_update_interval = 2
+  config.newbob_learning_rate_decay = 0.7
+  config.min_learning_rate = 1e-5
+end
 
 local r, history, train_time = SE.run("speech_digits", config, argv, opt)
 

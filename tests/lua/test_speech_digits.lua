@@ -117,5 +117,17 @@ test("the recipe's smoke mode trains with augmentation and prints its WERs and C
   check(lfs.attributes(dir .. "/smoke_cache/train.h5"), "feature cache written")
 end)
 
+test("a bad ++schedule or ++units is an error naming it, before any data is made", function()
+  for _, case in ipairs({{"++schedule cosine", "++schedule: wants decay or newbob, got cosine"},
+      {"++units 0", "++units: wants a positive count, got 0"}}) do
+    local p = io.popen(string.format("%s recipes/speech_digits.lua %s ++out %s/bad 2>&1", arg[-1],
+      case[1], dir))
+    local out = p:read("a")
+    check(not p:close(), case[1] .. ": the recipe ran:\n" .. out)
+    check(out:find(case[2], 1, true), case[1] .. ": " .. out)
+    check(not lfs.attributes(dir .. "/bad/data"), case[1] .. ": data made")
+  end
+end)
+
 rm_rf(dir)
 H.done()
