@@ -324,7 +324,9 @@ RL_TARGET_BASE static void round_rows(uint16_t *dst, bool trans, int64_t m, int6
                                       int64_t r1) {
     int64_t rows = r0, cols = 0; /* op(a)'s rows and columns done by vector blocks */
     bool vec = vector_passes();
-#ifdef RL_CPU_X86
+#ifndef RL_CPU_X86
+    (void)vec; /* the vector passes are x86's */
+#else
     if (trans && vec) {
         rows = m / 16 * 16 < r1 ? m / 16 * 16 : r1;
         cols = k / 16 * 16;
