@@ -617,9 +617,8 @@ static void run_rounded(int64_t m, int64_t n, int64_t k, int64_t kp, float alpha
     int threads = rl_blas_get_threads();
     /* parts of at least 0.25 MFLOP: a recurrent step of batch 1-3 (an LSTM 257's U, 0.5
      * MFLOP a row) is shared by two threads, which each keep their half of the packed U in
-     * cache; with 1 MFLOP a part, as before, training steps of batch 1 took 24-29 ms against
-     * 19-20 and of batch 3 41-43 against 35-38 (tiny1, tiny3 in bf16 on a Zen 4, 2 threads,
-     * quiet, three alternating runs; seqmnist unchanged) */
+     * cache (tiny1 and tiny3 in bf16 on a Zen 4, 2 threads: 19-20 and 35-38 ms a step, where
+     * parts of at least 1 MFLOP give 24-29 and 41-43; seqmnist the same either way) */
     int parts = threads < j.units ? threads : (int)j.units;
     double flop = 2.0 * (double)m * (double)n * (double)k;
     if (parts > flop / 2.5e5) parts = (int)(flop / 2.5e5);

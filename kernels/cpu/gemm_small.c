@@ -473,9 +473,8 @@ void rl_gemm_packed_f32(int64_t m, int64_t n, int64_t k, const float *a, int64_t
     int threads = rl_blas_get_threads();
     /* column parts of whole panels, from 0.5 MFLOP on: a recurrent step's product of 1-3 rows
      * by an LSTM 257's packed U (1.1 MB, past a Zen 4 core's 1 MB L2) split in two keeps each
-     * half in its core's L2 from step to step; with the split at 2 MFLOP as before, training
-     * steps of batch 3 took 75-86 ms against 56-62 and of batch 1 36-39 against 24-25
-     * (tiny3, tiny1: 2 threads, quiet, three alternating runs each) */
+     * half in its core's L2 from step to step (tiny3 and tiny1 on 2 threads: 56-62 and 24-25
+     * ms a step, where a split only from 2 MFLOP gives 75-86 and 36-39) */
     int parts = threads < panels ? threads : (int)panels;
     if (parts > 1 && 2 * m * n * k >= 500000)
         rl_cpu_parallel(parts, run_part, &j);
