@@ -58,6 +58,10 @@ local options = {
   {"augment", "integer", 1, "1: augmentation on the fly in training, 0: none"},
   {"n_train", "integer", 12000, "training utterances synthesized"},
   {"units", "integer", 128, "LSTM units of each direction and layer"},
+  {"norm", "string", "global", "feature normalisation: global (the training set's mean and "
+    .. "variance) or utterance (each utterance's own)"},
+  {"perturb", "string", "tempo", "waveform perturbation: tempo (the pitch kept) or speed (pitch "
+    .. "and formants move with it)"},
   {"schedule", "string", "newbob", "learning rate: newbob (x0.7 when the dev label error stops "
     .. "falling) or decay (x0.8 per 3000 utterances after 12000)"},
 }
@@ -70,18 +74,28 @@ if opt.smoke and opt.load == "" then opt.num_epochs = 1 end
 if opt.units < 1 then
   error("speech_digits: ++units: wants a positive count, got " .. opt.units, 0)
 end
+if opt.norm ~= "global" and opt.norm ~= "utterance" then
+  error("speech_digits: ++norm: wants global or utterance, got " .. opt.norm, 0)
+end
+if opt.perturb ~= "tempo" and opt.perturb ~= "speed" then
+  error("speech_digits: ++perturb: wants tempo or speed, got " .. opt.perturb, 0)
+end
 if opt.schedule ~= "decay" and opt.schedule ~= "newbob" then
   error("speech_digits: ++schedule: wants decay or newbob, got " .. opt.schedule, 0)
 end
 
 local data_dir = opt.out .. (opt.smoke and "/smoke_data" or "/data")
 local info = D.prepare(data_dir, opt.smoke and D.SMOKE or {n_train = opt.n_train})
-local FEATURES = {n_mels = 40, window_ms = 25, hop_ms = 20, snip_edges = false}
+local FEATURES = {n_mels = 40, window_ms = 25, hop_ms = 20, snip_edges = false,
+  normalize = opt.norm == "utterance"}
 local cache = opt.out .. (opt.smoke and "/smoke_cache" or "/cache")
 local function audio(split, extra)
   local cfg = {class = "audio", list = info[split], vocab = info.vocab, features = FEATURES,
-    cache = cache .. "/" .. split .. ".h5", normalize = "global",
-    norm_stats = split ~= "train" and cache .. "/train.h5" or nil}
+    cache = cache .. "/" .. split .. ".h5"}
+  if opt.norm == "global" then
+    cfg.normalize = "global"
+    cfg.norm_stats = split ~= "train" and cache .. "/train.h5" or nil
+  end
   for k, v in pairs(extra or {}) do cfg[k] = v end
   return rl.dataset(cfg)
 end
@@ -90,7 +104,7 @@ local sub_epoch_size = (opt.smoke and D.SMOKE.n_train or opt.n_train) // partiti
 local AUGMENT = {
   -- (the smoke mode's one sub-epoch is augmented, so that it runs every transform)
   from_epoch = opt.smoke and 1 or 1 + math.ceil(2000 / sub_epoch_size),
-  tempo = {p = 0.5, min = 0.9, max = 1.1},
+  [opt.perturb] = {p = 0.5, min = 0.9, max = 1.1},
   noise = {p = 0.3, files = info.noise, snr = {10, 30}},
   spec = {time_masks = 2, time_width = 4, freq_masks = 2, freq_width = 6},
 }

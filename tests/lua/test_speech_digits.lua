@@ -117,9 +117,11 @@ test("the recipe's smoke mode trains with augmentation and prints its WERs and C
   check(lfs.attributes(dir .. "/smoke_cache/train.h5"), "feature cache written")
 end)
 
-test("a bad ++schedule or ++units is an error naming it, before any data is made", function()
+test("a bad ++schedule, ++units, ++norm or ++perturb is an error naming it, before data", function()
   for _, case in ipairs({{"++schedule cosine", "++schedule: wants decay or newbob, got cosine"},
-      {"++units 0", "++units: wants a positive count, got 0"}}) do
+      {"++units 0", "++units: wants a positive count, got 0"},
+      {"++norm cmvn", "++norm: wants global or utterance, got cmvn"},
+      {"++perturb pitch", "++perturb: wants tempo or speed, got pitch"}}) do
     local p = io.popen(string.format("%s recipes/speech_digits.lua %s ++out %s/bad 2>&1", arg[-1],
       case[1], dir))
     local out = p:read("a")
