@@ -274,16 +274,6 @@ static void pack_panels(uint16_t *dst, const float *b, int64_t ldb, bool trans, 
         }
 }
 
-/* How many parts a pass over `elements` floats gets: the rounding and packing passes are
- * serial work the other threads would wait for (ptb_large in bf16 on 2 threads: 13% of the
- * step's time, on one), so they are split too, where the handoff costs less than the work. */
-static int pass_parts(int64_t elements, int64_t units) {
-    int parts = rl_blas_get_threads();
-    if (parts > RL_CPU_MAX_PARTS) parts = RL_CPU_MAX_PARTS;
-    if (parts > units) parts = (int)units;
-    return elements >= ((int64_t)1 << 16) ? parts : 1;
-}
-
 typedef struct {
     uint16_t *dst;
     const float *b;
@@ -300,7 +290,7 @@ static void pack_part(void *ctx, int part, int parts) {
 
 void rl_bf16_pack(uint16_t *dst, const float *b, int64_t ldb, bool trans, int64_t k, int64_t n) {
     pack_job j = {dst, b, ldb, k, n, trans};
-    int parts = pass_parts(k * n, panel_count(n));
+    int parts = rl_cpu_pass_parts(k * n, panel_count(n));
     if (parts > 1)
         rl_cpu_parallel(parts, pack_part, &j);
     else
@@ -376,7 +366,7 @@ static void round_part(void *ctx, int part, int parts) {
 static void round_a(uint16_t *dst, bool trans, int64_t m, int64_t k, const float *a, int64_t lda,
                     int64_t mp, int64_t kp) {
     round_job j = {dst, trans, m, k, lda, mp, kp, a};
-    int parts = pass_parts(m * k, mp / 16);
+    int parts = rl_cpu_pass_parts(m * k, mp / 16);
     if (parts > 1)
         rl_cpu_parallel(parts, round_part, &j);
     else

@@ -87,15 +87,11 @@ static void pack_part(void *ctx, int part, int parts) {
                 panels * (part + 1) / parts * NR);
 }
 
-/* Packing runs once per pass but is serial work the other threads would wait for: with several
- * threads and enough of it, whole panels go to each. */
+/* Packing runs once per pass, split into whole panels (rl_cpu_pass_parts). */
 void rl_gemm_pack_f32(float *dst, const float *b, int64_t ldb, bool trans, int64_t k, int64_t n) {
     pack_job j = {dst, b, ldb, k, n, trans};
-    int64_t panels = (n + NR - 1) / NR;
-    int parts = rl_blas_get_threads();
-    if (parts > RL_CPU_MAX_PARTS) parts = RL_CPU_MAX_PARTS;
-    if (parts > panels) parts = (int)panels;
-    if (parts > 1 && k * n >= (1 << 16))
+    int parts = rl_cpu_pass_parts(k * n, (n + NR - 1) / NR);
+    if (parts > 1)
         rl_cpu_parallel(parts, pack_part, &j);
     else
         pack_panels(dst, b, ldb, trans, k, n, 0, n);

@@ -18,6 +18,8 @@
  * futex, which sleeps only while the value is unchanged: no wake-up is lost. */
 #include "parallel.h"
 
+#include "../../core/blas.h"
+
 #include "gemm_bf16.h"
 #ifdef RL_WITH_CUDA
 #include "../cuda/context.h"
@@ -196,4 +198,11 @@ void rl_cpu_parallel(int parts, void (*fn)(void *ctx, int part, int parts), void
     }
     for (int p = 0; p < parts; p++)
         fn(ctx, p, parts);
+}
+
+int rl_cpu_pass_parts(int64_t elements, int64_t units) {
+    int parts = rl_blas_get_threads();
+    if (parts > RL_CPU_MAX_PARTS) parts = RL_CPU_MAX_PARTS;
+    if (parts > units) parts = (int)units;
+    return parts > 1 && elements >= ((int64_t)1 << 16) ? parts : 1;
 }

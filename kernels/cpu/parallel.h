@@ -13,6 +13,8 @@
 #ifndef RL_KERNELS_CPU_PARALLEL_H
 #define RL_KERNELS_CPU_PARALLEL_H
 
+#include <stdint.h>
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -25,6 +27,12 @@ extern "C" {
  * cap is that of a big machine's cores (OpenBLAS's own limit in Debian's build is 64). */
 #define RL_CPU_MAX_PARTS 64
 void rl_cpu_parallel(int parts, void (*fn)(void *ctx, int part, int parts), void *ctx);
+
+/* How many parts a serial pass over `elements` values (packing or rounding a GEMM operand) gets
+ * when it splits into `units` equal pieces (panels, row blocks): one per BLAS thread where the
+ * pass is big enough (64K elements) for the handoff to cost less than the work, else 1. Such a
+ * pass runs once per product while the other threads would wait for it. */
+int rl_cpu_pass_parts(int64_t elements, int64_t units);
 
 #ifdef __cplusplus
 }
