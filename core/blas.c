@@ -21,6 +21,7 @@
  * with few cores the two pools' waiting threads take the cores from each other. rl_threads is
  * the thread count of both. */
 static atomic_int rl_threads; /* 0: not set yet, every CPU (or the library's env setting) */
+static _Thread_local int local_threads;    /* rl_blas_set_local_threads; 0: rl_threads */
 static char core_found[32], core_used[32]; /* rl_blas_core's answers */
 
 #ifdef RL_BLAS_BLIS
@@ -139,7 +140,9 @@ void rl_blas_set_threads(int n) {
     atomic_store(&rl_threads, n < 1 ? 1 : n);
 }
 
-int rl_blas_get_threads(void) { return threads_now(); }
+void rl_blas_set_local_threads(int n) { local_threads = n < 0 ? 0 : n; }
+
+int rl_blas_get_threads(void) { return local_threads > 0 ? local_threads : threads_now(); }
 
 typedef struct {
     bool ta, tb, f64;
@@ -279,7 +282,7 @@ static bool share_transposed_a(gemm_job *j, int parts) {
 static void gemm(gemm_job *j) {
     j->by_cols = j->n >= j->m;
     j->blocks = ((j->by_cols ? j->n : j->m) + BLOCK - 1) / BLOCK;
-    int parts = threads_now();
+    int parts = rl_blas_get_threads();
     double flop = 2.0 * (double)j->m * (double)j->n * (double)j->k;
     if (parts > j->blocks) parts = (int)j->blocks;
     if (parts > flop / MIN_PART_FLOP) parts = (int)(flop / MIN_PART_FLOP);

@@ -19,6 +19,10 @@ void rl_blas_dgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, 
 /* Threads used by BLAS and by rnnlua's own CPU loops. */
 void rl_blas_set_threads(int n);
 int rl_blas_get_threads(void);
+/* A thread count for the products and loops that the calling thread starts (0: the process's
+ * again); rl_blas_get_threads answers it on that thread. The stream server's batch task runs
+ * its usual small batches on one thread and a backlog on all. */
+void rl_blas_set_local_threads(int n);
 /* The BLAS library's kernels in use (OpenBLAS's core name, e.g. "SkylakeX"; "BLIS" and its
  * configuration); *found (when not NULL) the ones the library chose for itself, which rnnlua
  * replaces where they are below the CPU's level (core/blas.c). Chosen once, at the first product

@@ -1241,6 +1241,11 @@ static void stream_run_batches(void *arg) {
         stream_work *q = list;
         for (int i = 0; ss && cs && os && i < take; i++, q = q->next)
             ss[i] = q->session, cs[i] = q->chunk;
+        /* One thread for the usual batch of a few chunks, whose products are too small to
+         * gain from a second: its helper would spin between them on the core that the HTTP
+         * threads need. A backlog (after a disturbance, 16 to --stream-batch chunks at once)
+         * takes every --blas-threads, so that it clears sooner. */
+        rl_blas_set_local_threads(take >= 16 ? S->o.blas_threads : 1);
         rl_status st = ss && cs && os ? rl_session_push_many(ss, cs, take, os) : RL_ENOMEM;
         q = list;
         for (int i = 0; i < take; i++) {
@@ -1258,6 +1263,7 @@ static void stream_run_batches(void *arg) {
     }
     S->batching = false;
     pthread_mutex_unlock(&S->bmu);
+    rl_blas_set_local_threads(0); /* the pool's thread runs other tasks next */
     free(ss), free(cs), free(os);
 }
 
@@ -2852,8 +2858,9 @@ static void serve_usage(FILE *f) {
         "                         the checkpoint's target labels (else the class numbers)\n"
         "  --lm-word-boundary L   the label that ends words: a word-level LM [char-level]\n"
         "  --threads N            HTTP threads (parsing JSON, writing answers) [2]\n"
-        "  --blas-threads N       OpenBLAS threads of the model thread [1]: the HTTP threads\n"
-        "                         need the other cores, and idle OpenBLAS threads spin\n"
+        "  --blas-threads N       threads of the model's products [1]: the HTTP threads\n"
+        "                         need the other cores; stream batches of fewer than 16\n"
+        "                         chunks run on one, a backlog on N\n"
         "  --max-batch-frames F   padded frames per model batch; 0 runs each request alone\n"
         "                         [1000]\n"
         "  --max-wait-ms W        longest wait for more requests to fill a batch [1]\n"

@@ -5,7 +5,7 @@
  * an alarm turns that into a failure); nested and concurrent callers run their parts
  * themselves; products split over the pool (core/blas.c) equal a float64 reference and are
  * bit-identical on 1, 2 and 3 threads, split by columns and by rows, every transpose, padded
- * leading dimensions, beta != 0. */
+ * leading dimensions, beta != 0; a thread's own thread count stays its own. */
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -243,6 +243,33 @@ static void test_split_products(void) {
     rl_blas_set_threads(saved);
 }
 
+static void *local_threads_thread(void *arg) {
+    int *seen = arg;
+    rl_blas_set_local_threads(1);
+    seen[0] = rl_blas_get_threads();
+    seen[1] = rl_cpu_pass_parts(1 << 20, 100);
+    rl_blas_set_local_threads(0);
+    seen[2] = rl_blas_get_threads();
+    return NULL;
+}
+
+/* A thread's own count (the stream server's batch task) applies to that thread alone; the
+ * passes' part count follows it, the elements (64K at least) and the units. */
+static void test_local_threads(void) {
+    int saved = rl_blas_get_threads();
+    rl_blas_set_threads(3);
+    CHECK(rl_cpu_pass_parts(1 << 20, 100) == 3);
+    CHECK(rl_cpu_pass_parts(1 << 20, 2) == 2);
+    CHECK(rl_cpu_pass_parts((1 << 16) - 1, 100) == 1);
+    int seen[3] = {0, 0, 0};
+    pthread_t th;
+    CHECK(pthread_create(&th, NULL, local_threads_thread, seen) == 0);
+    pthread_join(th, NULL);
+    CHECK(seen[0] == 1 && seen[1] == 1 && seen[2] == 3);
+    CHECK(rl_blas_get_threads() == 3);
+    rl_blas_set_threads(saved);
+}
+
 int main(void) {
     signal(SIGALRM, on_alarm);
     alarm(60);
@@ -252,6 +279,7 @@ int main(void) {
     test_nested();
     test_concurrent_callers();
     test_split_products();
+    test_local_threads();
     alarm(0);
     TEST_MAIN_END();
 }
