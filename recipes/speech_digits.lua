@@ -58,10 +58,11 @@ local options = {
   {"augment", "integer", 1, "1: augmentation on the fly in training, 0: none"},
   {"n_train", "integer", 12000, "training utterances synthesized"},
   {"units", "integer", 128, "LSTM units of each direction and layer"},
-  {"norm", "string", "global", "feature normalisation: global (the training set's mean and "
-    .. "variance) or utterance (each utterance's own)"},
+  {"norm", "string", "utterance", "feature normalisation: utterance (each utterance's own mean "
+    .. "and variance) or global (the training set's)"},
   {"perturb", "string", "tempo", "waveform perturbation: tempo (the pitch kept) or speed (pitch "
     .. "and formants move with it)"},
+  {"freq_width", "integer", 6, "SpecAugment: the widest of the 2 frequency masks, in mels"},
   {"schedule", "string", "newbob", "learning rate: newbob (x0.7 when the dev label error stops "
     .. "falling) or decay (x0.8 per 3000 utterances after 12000)"},
 }
@@ -79,6 +80,9 @@ if opt.norm ~= "global" and opt.norm ~= "utterance" then
 end
 if opt.perturb ~= "tempo" and opt.perturb ~= "speed" then
   error("speech_digits: ++perturb: wants tempo or speed, got " .. opt.perturb, 0)
+end
+if opt.freq_width < 0 or opt.freq_width > 40 then
+  error("speech_digits: ++freq_width: wants 0..40 mels, got " .. opt.freq_width, 0)
 end
 if opt.schedule ~= "decay" and opt.schedule ~= "newbob" then
   error("speech_digits: ++schedule: wants decay or newbob, got " .. opt.schedule, 0)
@@ -106,7 +110,7 @@ local AUGMENT = {
   from_epoch = opt.smoke and 1 or 1 + math.ceil(2000 / sub_epoch_size),
   [opt.perturb] = {p = 0.5, min = 0.9, max = 1.1},
   noise = {p = 0.3, files = info.noise, snr = {10, 30}},
-  spec = {time_masks = 2, time_width = 4, freq_masks = 2, freq_width = 6},
+  spec = {time_masks = 2, time_width = 4, freq_masks = 2, freq_width = opt.freq_width},
 }
 local train = audio("train", {seq_ordering = "laplace:.64", partition_epoch = partition,
   augment = opt.augment ~= 0 and AUGMENT or nil})
@@ -172,6 +176,26 @@ end
 local test = audio("test")
 local wer, cer = score(r.net, test)
 local synth_wer = score(r.net, audio("synth"))
+-- the held-out synthesizer's WER of each Flite voice (synth.voices: "wav/...<TAB>flite+v")
+local voice_of = {}
+for line in io.lines(data_dir .. "/synth.voices") do
+  local path, voice = line:match("^(.-)\t(.*)$")
+  voice_of[path] = voice
+end
+local by_voice = {}
+for line in io.lines(info.synth) do
+  local path, text = line:match("^(.-)\t(.*)$")
+  local voice = voice_of[path]
+  by_voice[voice] = by_voice[voice] or {}
+  table.insert(by_voice[voice], {data_dir .. "/" .. path, text})
+end
+local voice_wers = {}
+for _, v in ipairs(D.FLITE) do
+  local list = by_voice["flite+" .. v]
+  voice_wers[#voice_wers + 1] = list and string.format("%s %.2f%%", v,
+    100 * score(r.net, audio("synth", {list = list, cache = cache .. "/synth-" .. v .. ".h5"})))
+    or v .. " -"
+end
 print()
 if opt.score ~= "" then
   print(string.format("speech_digits: scored %s (%d parameters)", opt.score, r.net:num_params()))
@@ -182,6 +206,6 @@ else
 end
 print(string.format("test WER %.2f%%", 100 * wer))
 print(string.format("held-out synthesizer WER %.2f%% (Flite: %s)", 100 * synth_wer,
-  table.concat(D.FLITE, ", ")))
+  table.concat(voice_wers, ", ")))
 print(string.format("test CER %.2f%% (held-out voices: %s)", 100 * cer,
   table.concat(D.HELD_OUT, ", ")))

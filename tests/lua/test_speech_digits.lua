@@ -111,17 +111,19 @@ test("the recipe's smoke mode trains with augmentation and prints its WERs and C
   local ok = p:close()
   check(ok, "recipe failed:\n" .. out)
   check(out:match("\ntest WER %d+%.%d+%%\n"), "prints test WER:\n" .. out)
-  check(out:match("\nheld%-out synthesizer WER %d+%.%d+%% %(Flite: awb, rms, slt%)\n"),
+  check(out:match("\nheld%-out synthesizer WER %d+%.%d+%% %(Flite: awb [%d.%%-]+, rms [%d.%%-]+, "
+    .. "slt [%d.%%-]+%)\n"),
     "prints the held-out synthesizer's WER:\n" .. out)
   check(out:match("test CER %d+%.%d+%%"), "prints test CER:\n" .. out)
   check(lfs.attributes(dir .. "/smoke_cache/train.h5"), "feature cache written")
 end)
 
-test("a bad ++schedule, ++units, ++norm or ++perturb is an error naming it, before data", function()
+test("a bad option of the recipe's own is an error naming it, before any data is made", function()
   for _, case in ipairs({{"++schedule cosine", "++schedule: wants decay or newbob, got cosine"},
       {"++units 0", "++units: wants a positive count, got 0"},
       {"++norm cmvn", "++norm: wants global or utterance, got cmvn"},
-      {"++perturb pitch", "++perturb: wants tempo or speed, got pitch"}}) do
+      {"++perturb pitch", "++perturb: wants tempo or speed, got pitch"},
+      {"++freq_width 41", "++freq_width: wants 0..40 mels, got 41"}}) do
     local p = io.popen(string.format("%s recipes/speech_digits.lua %s ++out %s/bad 2>&1", arg[-1],
       case[1], dir))
     local out = p:read("a")
