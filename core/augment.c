@@ -4,6 +4,13 @@
  *   time warp W: centre c uniform in [W, T - W), distance d uniform in [-W, W]; output frame t
  *     reads the input at u = t c / (c + d) for t < c + d, else c + (t - c - d) (T - 1 - c) /
  *     (T - 1 - c - d), linearly interpolated (frames 0 and T - 1 stay where they are).
+ *   frequency warp a: a factor alpha uniform in [1 - a, 1 + a] (a <= 0.2); with the boundary
+ *     c = 0.8 (F - 1), output bin g reads the input at u = g / alpha for g < alpha c, else
+ *     c + (g - alpha c) (F - 1 - c) / (F - 1 - alpha c), linearly interpolated: the spectral
+ *     envelope (the formants) below the boundary moves by alpha, the rest is squeezed or
+ *     stretched to keep the last bin, as VTLP (Jaitly and Hinton 2013) warps the filterbank:
+ *     the speaker's vocal tract length, which CMVN leaves. Its draw comes from a counter range
+ *     of its own, so the time warp's and the masks' are those of a config without it.
  *   time masks: width w uniform in [0, min(time_width, floor(time_ratio T))], first frame
  *     uniform in [0, T - w]; frequency masks alike over F with freq_width. Masks only ever
  *     cover frames of the sequence itself: padding is added later, by the batcher.
@@ -40,7 +47,16 @@
 
 /* ---- random numbers: one stream per (seed, epoch, index), one counter range per transform */
 
-enum { AUG_SPEC = 1, AUG_AFFINE, AUG_ELASTIC, AUG_STROKE, AUG_SPEED, AUG_NOISE, AUG_TEMPO };
+enum {
+    AUG_SPEC = 1,
+    AUG_AFFINE,
+    AUG_ELASTIC,
+    AUG_STROKE,
+    AUG_SPEED,
+    AUG_NOISE,
+    AUG_TEMPO,
+    AUG_FREQ_WARP
+};
 
 typedef struct {
     uint64_t seed, stream, counter;
@@ -116,6 +132,9 @@ rl_status rl_aug_cfg_check(const char *who, const rl_aug_cfg *c) {
     if (!(c->time_ratio > 0 && c->time_ratio <= 1))
         return rl_error(RL_EARG, "%s.spec.time_ratio must be in (0, 1], got %g", who,
                         c->time_ratio);
+    if (!(c->freq_warp >= 0 && c->freq_warp <= 0.2))
+        return rl_error(RL_EARG, "%s.spec.freq_warp must be in [0, 0.2], got %g", who,
+                        c->freq_warp);
     if (!(c->shear >= 0 && c->shear <= 2))
         return rl_error(RL_EARG, "%s.affine.shear must be in [0, 2], got %g", who, c->shear);
     if (!(c->scale >= 0 && c->scale < 1))
@@ -162,21 +181,22 @@ void rl_aug_mask(float *x, int64_t nt, int64_t ts, int64_t nf, int64_t fs, int64
         }
 }
 
-void rl_aug_warp(float *x, int64_t nt, int64_t ts, int64_t nf, int64_t fs, int64_t nc,
-                 int64_t centre, int64_t dist, float *scratch) {
-    if (dist == 0 || nt < 3) return;
-    int64_t to = centre + dist, last = nt - 1;
+/* The piecewise linear warp of both: input position centre moves to `to` along the axis of nt
+ * (stride ts), positions 0 and nt - 1 stay. */
+static void warp_axis(float *x, int64_t nt, int64_t ts, int64_t nf, int64_t fs, int64_t nc,
+                      double centre, double to, float *scratch) {
+    double last = (double)(nt - 1);
+    if (to == centre || nt < 3) return;
     if (centre <= 0 || centre >= last || to <= 0 || to >= last) return;
     /* scratch: the input, packed (t, f, c) */
     for (int64_t t = 0; t < nt; t++)
         for (int64_t f = 0; f < nf; f++)
             memcpy(scratch + (t * nf + f) * nc, x + t * ts + f * fs, (size_t)nc * sizeof(float));
     for (int64_t t = 0; t < nt; t++) {
-        double u = t < to ? (double)t * (double)centre / (double)to
-                          : (double)centre +
-                                (double)(t - to) * (double)(last - centre) / (double)(last - to);
+        double u = (double)t < to ? (double)t * centre / to
+                                  : centre + ((double)t - to) * (last - centre) / (last - to);
         int64_t a = (int64_t)floor(u);
-        if (a >= last) a = last - 1;
+        if (a >= nt - 1) a = nt - 2;
         float w = (float)(u - (double)a);
         for (int64_t f = 0; f < nf; f++) {
             const float *p = scratch + (a * nf + f) * nc, *q = p + nf * nc;
@@ -187,6 +207,11 @@ void rl_aug_warp(float *x, int64_t nt, int64_t ts, int64_t nf, int64_t fs, int64
     }
 }
 
+void rl_aug_warp(float *x, int64_t nt, int64_t ts, int64_t nf, int64_t fs, int64_t nc,
+                 int64_t centre, int64_t dist, float *scratch) {
+    warp_axis(x, nt, ts, nf, fs, nc, (double)centre, (double)(centre + dist), scratch);
+}
+
 /* SpecAugment over an axis layout; scratch for the warp is allocated here. */
 static rl_status spec(const rl_aug_cfg *cfg, aug_rng *r, float *x, int64_t nt, int64_t ts,
                       int64_t nf, int64_t fs, int64_t nc) {
@@ -195,10 +220,20 @@ static rl_status spec(const rl_aug_cfg *cfg, aug_rng *r, float *x, int64_t nt, i
     /* the draws are made whether or not the sequence is long enough to use them, so that one
      * sequence's masks do not depend on whether its warp applied */
     int64_t centre = rng_int(r, W, nt - 1 - W), dist = rng_int(r, -W, W);
-    if (W > 0 && nt > 2 * W + 1) {
+    double alpha = 1;
+    if (cfg->freq_warp > 0) {
+        aug_rng fr = *r;
+        fr.counter = (uint64_t)AUG_FREQ_WARP << 48, fr.pos = 4;
+        alpha = rng_range(&fr, 1 - cfg->freq_warp, 1 + cfg->freq_warp);
+    }
+    bool twarp = W > 0 && nt > 2 * W + 1, fwarp = alpha != 1 && nf >= 3;
+    if (twarp || fwarp) {
         float *scratch = malloc((size_t)(nt * nf * nc) * sizeof *scratch);
-        if (!scratch) return rl_error(RL_ENOMEM, "augment: no memory for the time warp");
-        rl_aug_warp(x, nt, ts, nf, fs, nc, centre, dist, scratch);
+        if (!scratch) return rl_error(RL_ENOMEM, "augment: no memory for the warp");
+        if (twarp) rl_aug_warp(x, nt, ts, nf, fs, nc, centre, dist, scratch);
+        /* the frequency axis as the "time" of the warp: the boundary moves by alpha */
+        double boundary = 0.8 * (double)(nf - 1);
+        if (fwarp) warp_axis(x, nf, fs, nt, ts, nc, boundary, alpha * boundary, scratch);
         free(scratch);
     }
     int64_t tw = cfg->time_width, cap = (int64_t)floor(cfg->time_ratio * (double)nt);

@@ -32,12 +32,15 @@ typedef struct {
      * (and at most time_ratio * T) frames, freq_masks masks of width uniform in
      * [0, freq_width] columns (image rows), set to mask_value; time warping of the sequence by
      * a distance uniform in [-time_warp, time_warp] frames at a point uniform in
-     * [time_warp, T - time_warp), the length kept. */
+     * [time_warp, T - time_warp), the length kept; frequency warping (vocal tract length
+     * perturbation, after Jaitly and Hinton's VTLP, 2013, on the features) by a factor uniform
+     * in [1 - freq_warp, 1 + freq_warp] (0 <= freq_warp <= 0.2), see core/augment.c. */
     double spec_p;
     int64_t time_masks, time_width;
     double time_ratio;
     int64_t freq_masks, freq_width;
     int64_t time_warp;
+    double freq_warp;
     float mask_value;
     /* images: the affine map scale (uniform in [1 - scale, 1 + scale]), then shear (slant,
      * x += s (y_c - y) with s uniform in [-shear, shear]), then rotation (uniform in

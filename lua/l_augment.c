@@ -92,7 +92,7 @@ static void parse_group(lua_State *L, const char *who, const char *group, rl_aug
         luaL_error(L, "%s.%s must be a table of options, got %s", who, group, luaL_typename(L, -1));
     const char *keys = strcmp(group, "spec") == 0
                            ? "p, time_masks, time_width, time_ratio, freq_masks, freq_width, "
-                             "time_warp, value"
+                             "time_warp, freq_warp, value"
                        : strcmp(group, "affine") == 0  ? "p, shear, scale, rotate"
                        : strcmp(group, "elastic") == 0 ? "p, alpha, sigma"
                        : strcmp(group, "stroke") == 0  ? "p, radius"
@@ -134,6 +134,8 @@ static void parse_group(lua_State *L, const char *who, const char *group, rl_aug
                 c->freq_width = int_field(L, who, group, k);
             else if (strcmp(k, "time_warp") == 0)
                 c->time_warp = int_field(L, who, group, k);
+            else if (strcmp(k, "freq_warp") == 0)
+                c->freq_warp = num_field(L, who, group, k);
             else if (strcmp(k, "value") == 0)
                 c->mask_value = (float)num_field(L, who, group, k);
             else

@@ -63,6 +63,7 @@ local options = {
   {"perturb", "string", "tempo", "waveform perturbation: tempo (the pitch kept) or speed (pitch "
     .. "and formants move with it)"},
   {"freq_width", "integer", 6, "SpecAugment: the widest of the 2 frequency masks, in mels"},
+  {"freq_warp", "number", 0, "SpecAugment: frequency warp (VTLP) by a factor in [1 - a, 1 + a]"},
   {"schedule", "string", "newbob", "learning rate: newbob (x0.7 when the dev label error stops "
     .. "falling) or decay (x0.8 per 3000 utterances after 12000)"},
 }
@@ -83,6 +84,9 @@ if opt.perturb ~= "tempo" and opt.perturb ~= "speed" then
 end
 if opt.freq_width < 0 or opt.freq_width > 40 then
   error("speech_digits: ++freq_width: wants 0..40 mels, got " .. opt.freq_width, 0)
+end
+if not (opt.freq_warp >= 0 and opt.freq_warp <= 0.2) then
+  error("speech_digits: ++freq_warp: wants a factor range in [0, 0.2], got " .. opt.freq_warp, 0)
 end
 if opt.schedule ~= "decay" and opt.schedule ~= "newbob" then
   error("speech_digits: ++schedule: wants decay or newbob, got " .. opt.schedule, 0)
@@ -110,7 +114,8 @@ local AUGMENT = {
   from_epoch = opt.smoke and 1 or 1 + math.ceil(2000 / sub_epoch_size),
   [opt.perturb] = {p = 0.5, min = 0.9, max = 1.1},
   noise = {p = 0.3, files = info.noise, snr = {10, 30}},
-  spec = {time_masks = 2, time_width = 4, freq_masks = 2, freq_width = opt.freq_width},
+  spec = {time_masks = 2, time_width = 4, freq_masks = 2, freq_width = opt.freq_width,
+    freq_warp = opt.freq_warp},
 }
 local train = audio("train", {seq_ordering = "laplace:.64", partition_epoch = partition,
   augment = opt.augment ~= 0 and AUGMENT or nil})

@@ -6,7 +6,7 @@
 --     seed = s,        -- default: the dataset's seed
 --     from_epoch = 1,  -- the first (sub-)epoch augmented: earlier ones get the data as it is
 --     spec = {p = 1, time_masks = 2, time_width = 20, time_ratio = 1, freq_masks = 2,
---             freq_width = 8, time_warp = 5, value = 0},          -- features and images
+--             freq_width = 8, time_warp = 5, freq_warp = 0.1, value = 0},  -- features, images
 --     affine = {p = 1, shear = 0.3, scale = 0.1, rotate = 1},     -- images
 --     elastic = {p = 1, alpha = 1, sigma = 4},                    -- images
 --     stroke = {p = 1, radius = 1},                               -- images

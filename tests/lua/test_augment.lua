@@ -130,6 +130,38 @@ test("time warp: the centre frame moves to centre + distance, the ends stay", fu
   for t = 2, 11 do check(y[t][1] >= y[t - 1][1], "monotone") end
 end)
 
+test("frequency warp: along the frequency axis only, its ends kept, the other draws unchanged",
+  function()
+    -- frames constant along the frequency axis, which a warp along it leaves as they are: the
+    -- time warp and the masks are the same with and without the frequency warp
+    local flat, ramp = {}, {}
+    for t = 1, 40 do
+      flat[t], ramp[t] = {}, {}
+      for f = 1, 12 do flat[t][f], ramp[t][f] = t, f - 1 end
+    end
+    local spec = {time_masks = 2, time_width = 4, freq_masks = 1, freq_width = 3, time_warp = 2}
+    local a = rl.augment.config{spec = spec}:features(rl.tensor(flat), 1, 2, 3)
+    spec.freq_warp = 0.2
+    local b = rl.augment.config{spec = spec}:features(rl.tensor(flat), 1, 2, 3)
+    check(same_bits(a, b), "time warp and masks unchanged")
+    -- a ramp along frequency: every frame warped alike, monotone, its first and last bins kept;
+    -- below the boundary (0.8 x 11 = 8.8) bin g reads the input at g / alpha, alpha in [0.9, 1.1]
+    local cfg, moved = rl.augment.config{spec = {freq_warp = 0.1}}, false
+    for i = 1, 20 do
+      local y = cfg:features(rl.tensor(ramp), 1, 1, i):totable()
+      for t = 1, 40 do
+        check(y[t][1] == 0 and y[t][12] == 11, "ends kept")
+        for f = 2, 12 do check(y[t][f] >= y[t][f - 1], "monotone") end
+        for f = 1, 12 do check(y[t][f] == y[1][f], "every frame alike") end
+      end
+      local alpha = 1 / y[1][2] -- bin 1 reads the input at 1 / alpha
+      check(alpha >= 0.9 - 1e-6 and alpha <= 1.1 + 1e-6, "factor in range: " .. alpha)
+      for f = 2, 8 do H.near(y[1][f], (f - 1) / alpha, 1e-5, "bin g reads g / alpha") end
+      for f = 2, 11 do moved = moved or y[1][f] ~= f - 1 end
+    end
+    check(moved, "some sequence's bins moved")
+  end)
+
 test("probability 0 is the identity for features and images", function()
   local off = rl.augment.config{spec = {p = 0, time_masks = 3, time_width = 5, time_warp = 2},
     affine = {p = 0, shear = 0.5}, elastic = {p = 0, alpha = 2}, stroke = {p = 0, radius = 1}}
@@ -520,6 +552,10 @@ expect_error("probability below 0", with{spec = {p = -0.1}}, "augment.spec.p")
 expect_error("negative width", with{spec = {time_width = -2}}, "augment.spec.time_width")
 expect_error("negative count", with{spec = {freq_masks = -1}}, "augment.spec.freq_masks")
 expect_error("fractional count", with{spec = {time_masks = 1.5}}, "augment.spec.time_masks")
+expect_error("frequency warp beyond 0.2", with{spec = {freq_warp = 0.3}},
+  "augment.spec.freq_warp must be in [0, 0.2], got 0.3")
+expect_error("negative frequency warp", with{spec = {freq_warp = -0.1}},
+  "augment.spec.freq_warp must be in [0, 0.2], got -0.1")
 expect_error("unknown group", with{specaugment = {}}, "unknown option 'specaugment'")
 expect_error("unknown option in a group", with{spec = {width = 3}}, "unknown option 'width'")
 expect_error("not a table", with(3), "augment must be a table")
