@@ -62,6 +62,8 @@ local options = {
   {"lm", "integer", 5, "order of the character n-gram LM fused in beam search (0: no LM)"},
   {"aug_from", "integer", 6, "the first sub-epoch that is augmented (augment.from_epoch)"},
   {"lr", "number", 1e-3, "Adam's learning rate (newbob on the dev label error)"},
+  {"freq_warp", "number", 0, "vertical warp of the lines' proportions (augment spec.freq_warp, "
+    .. "0..0.2)"},
 }
 table.move(SE.OPTIONS, 1, #SE.OPTIONS, #options + 1, options)
 local opt, argv = require("rnnlua.cli").parse({
@@ -72,6 +74,10 @@ if opt.smoke and opt.load == "" then opt.num_epochs = 1 end
 if math.type(opt.aug_from) ~= "integer" or opt.aug_from < 1 then
   error(string.format("htr_lines: aug_from= wants a sub-epoch >= 1, got %s",
     tostring(opt.aug_from)), 0)
+end
+if not (opt.freq_warp >= 0 and opt.freq_warp <= 0.2) then
+  error(string.format("htr_lines: freq_warp= wants a factor range in [0, 0.2], got %s",
+    tostring(opt.freq_warp)), 0)
 end
 if not (opt.lr > 0) then
   error(string.format("htr_lines: lr= wants a learning rate > 0, got %s", tostring(opt.lr)), 0)
@@ -113,6 +119,10 @@ end
 -- the smoke run's one sub-epoch is augmented, so that it exercises the augmentation
 local augment = {from_epoch = opt.smoke and 1 or opt.aug_from}
 for k, v in pairs(D.AUGMENT) do augment[k] = v end
+if opt.freq_warp > 0 then
+  augment.spec = {freq_warp = opt.freq_warp}
+  for k, v in pairs(D.AUGMENT.spec) do augment.spec[k] = v end
+end
 
 local model_dir = opt.out .. (opt.smoke and "/smoke" or "/model")
 local config = {
