@@ -42,15 +42,8 @@
 -- rest of the Bible's lines that are not rendered. Spaces are the token <sp>. Its weight and
 -- insertion bonus are chosen on the dev lines (a grid of weights x bonuses, lowest dev CER).
 --
--- Measured (2 cores, quiet; docs/recipes.md), with Adam at 1e-3: without augmentation (the
--- recipe had none then), 15 sub-epochs in a 21-minute budget: test CER 4.11%, held-out font CER
--- 20.88%; with augmentation and the LM, 11 sub-epochs in 28 minutes (bf16): test CER 24.91%
--- (with LM 17.16%), held-out font 40.05% (with LM 34.64%); at 3e-3 (++lr 3e-3), 16 sub-epochs
--- in 30 minutes: test CER 69.97% (with LM 68.63%), held-out font 70.57% (with LM 70.56%); with
--- augmentation from the 6th sub-epoch (++aug_from 6, now the default), 13 sub-epochs in 29
--- minutes on a loaded machine: test CER 8.97% (with LM 4.23%), held-out font 25.31% (with LM
--- 16.38%); alone on the machine with rnnlua's own float32 products, 18 sub-epochs: test CER
--- 6.45% (with LM 2.71%), held-out font 25.89% (with LM 15.11%).
+-- Measured (docs/recipes.md): 30 minutes on the 2 cores of a quiet Zen 4 EPYC, ++precision bf16:
+-- 31 sub-epochs, test CER 2.05% (with LM 0.86%), held-out font CER 19.29% (with LM 12.32%).
 local t_start = rl.clock()
 local D = dofile("recipes/htr_lines_data.lua")
 
