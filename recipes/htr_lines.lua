@@ -68,10 +68,8 @@ if math.type(opt.aug_from) ~= "integer" or opt.aug_from < 1 then
   error(string.format("htr_lines: aug_from= wants a sub-epoch >= 1, got %s",
     tostring(opt.aug_from)), 0)
 end
-if not (opt.freq_warp >= 0 and opt.freq_warp <= 0.2) then
-  error(string.format("htr_lines: freq_warp= wants a factor range in [0, 0.2], got %s",
-    tostring(opt.freq_warp)), 0)
-end
+-- the augmentation's own check of the warp, before any data is made
+rl.augment.config({spec = {freq_warp = opt.freq_warp}}, "htr_lines: freq_warp= augment")
 if not (opt.lr > 0) then
   error(string.format("htr_lines: lr= wants a learning rate > 0, got %s", tostring(opt.lr)), 0)
 end

@@ -88,9 +88,8 @@ end
 if opt.freq_width < 0 or opt.freq_width > 40 then
   error("speech_digits: ++freq_width: wants 0..40 mels, got " .. opt.freq_width, 0)
 end
-if not (opt.freq_warp >= 0 and opt.freq_warp <= 0.2) then
-  error("speech_digits: ++freq_warp: wants a factor range in [0, 0.2], got " .. opt.freq_warp, 0)
-end
+-- the augmentation's own check of the warp, before any data is made
+rl.augment.config({spec = {freq_warp = opt.freq_warp}}, "speech_digits: ++freq_warp: augment")
 if opt.schedule ~= "decay" and opt.schedule ~= "newbob" then
   error("speech_digits: ++schedule: wants decay or newbob, got " .. opt.schedule, 0)
 end

@@ -124,7 +124,7 @@ test("a bad option of the recipe's own is an error naming it, before any data is
       {"++norm cmvn", "++norm: wants global or utterance, got cmvn"},
       {"++perturb pitch", "++perturb: wants tempo or speed, got pitch"},
       {"++freq_width 41", "++freq_width: wants 0..40 mels, got 41"},
-      {"++freq_warp 0.3", "++freq_warp: wants a factor range in [0, 0.2], got 0.3"}}) do
+      {"++freq_warp 0.3", "++freq_warp: augment.spec.freq_warp must be in [0, 0.2], got 0.3"}}) do
     local p = io.popen(string.format("%s recipes/speech_digits.lua %s ++out %s/bad 2>&1", arg[-1],
       case[1], dir))
     local out = p:read("a")
