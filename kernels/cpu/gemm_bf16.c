@@ -463,9 +463,54 @@ tile_avx512(int mr, int64_t pairs, int64_t kp, const uint16_t *a, const uint16_t
         store_row(c + i * ldc, w, acc[i][0], acc[i][1], alpha, beta);
 }
 
+/* mr (1..2) rows x np (4 or 8) panels: each column's sum in tile_avx512's order (so a row has
+ * the same bits whatever the rows around it), with np accumulators a row. A product of one or
+ * two rows (a recurrent step at batch 1-2) would have only 2 or 4 of tile_avx512's dependent
+ * vdpbf16ps chains; with 8 the loads of the weights run further ahead. Such a step is bound by
+ * reading the weights from L3, so this gains only 1-3% (bench/README.md, tiny batches). */
+RL_TARGET_BF16 static inline __attribute__((always_inline)) void
+tile_wide_avx512(int mr, int np, int64_t pairs, int64_t kp, const uint16_t *a, const uint16_t *b,
+                 float *c, int64_t ldc, int64_t w, float alpha, float beta) {
+    __m512 acc[2][8];
+    for (int i = 0; i < mr; i++)
+        for (int q = 0; q < np; q++)
+            acc[i][q] = _mm512_setzero_ps();
+    for (int64_t r = 0; r < pairs; r++) {
+        __m512bh va[2];
+        for (int i = 0; i < mr; i++) {
+            int32_t two;
+            memcpy(&two, a + i * kp + 2 * r, sizeof two);
+            va[i] = (__m512bh)_mm512_set1_epi32(two);
+        }
+        for (int q = 0; q < np; q++) {
+            __m512bh vb = (__m512bh)_mm512_loadu_si512(b + (q * kp + r * 2) * RL_BF16_PANEL);
+            for (int i = 0; i < mr; i++)
+                acc[i][q] = _mm512_dpbf16_ps(acc[i][q], va[i], vb);
+        }
+    }
+    for (int i = 0; i < mr; i++)
+        for (int q = 0; q < np && w - 16 * q > 0; q += 2)
+            store_row(c + i * ldc + 16 * q, w - 16 * q, acc[i][q], acc[i][q + 1], alpha, beta);
+}
+
 RL_TARGET_BF16 static void part_avx512(const job *j, int64_t r0, int64_t r1, int64_t p0,
                                        int64_t p1) {
     int64_t pairs = (j->k + 1) / 2, kp = j->kp;
+    if (r1 - r0 <= 2) {
+        int np = r1 - r0 == 1 ? 8 : 4;
+        for (; p0 + np <= p1; p0 += np) {
+            int64_t c0 = p0 * RL_BF16_PANEL, w = j->n - c0;
+            if (w <= 0) return;
+            const uint16_t *bp = j->b + p0 * kp * RL_BF16_PANEL;
+            float *ci = j->c + r0 * j->ldc + c0;
+            if (r1 - r0 == 1)
+                tile_wide_avx512(1, 8, pairs, kp, j->a + r0 * kp, bp, ci, j->ldc, w, j->alpha,
+                                 j->beta);
+            else
+                tile_wide_avx512(2, 4, pairs, kp, j->a + r0 * kp, bp, ci, j->ldc, w, j->alpha,
+                                 j->beta);
+        }
+    }
     for (int64_t p = p0; p < p1; p += 2) {
         const uint16_t *bp = j->b + p * kp * RL_BF16_PANEL;
         int64_t c0 = p * RL_BF16_PANEL, w = j->n - c0 < 32 ? j->n - c0 : 32;
