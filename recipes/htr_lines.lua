@@ -34,8 +34,9 @@
 --   test CER X% (with LM Y%)            (edit distance / reference characters, 1000 test lines)
 --   held-out font CER X% (with LM Y%)   (the same texts in the held-out font)
 --
--- The LM (++lm order, default 5; ++lm 0: none): an interpolated Witten-Bell character n-gram
--- (rl.ngram_estimate, ARPA, written once to out/htr_lines/data/lm<order>.arpa) of the corpus
+-- The LM (++lm order, default 7; ++lm 0: none; recipes/lm_fusion.lua, shared with
+-- speech_digits): an interpolated Witten-Bell character n-gram (rl.ngram_estimate, ARPA, written
+-- once to out/htr_lines/data/lm<order>-<first>-<last>.arpa) of the corpus
 -- lines after the first n_test + n_dev of recipes/htr_lines_data.lua's seeded order: the test
 -- texts (which are also the held-out font's texts) and the dev texts are those first lines, so
 -- the LM never saw a test, held-out-font or dev line; it did see the training lines and the
@@ -43,7 +44,8 @@
 -- insertion bonus are chosen on the dev lines (a grid of weights x bonuses, lowest dev CER).
 --
 -- Measured (docs/recipes.md): 30 minutes on the 2 cores of a quiet Zen 4 EPYC, ++precision bf16:
--- 31 sub-epochs, test CER 2.05% (with LM 0.86%), held-out font CER 19.29% (with LM 12.32%).
+-- 31 sub-epochs, test CER 2.05% (with the 7-gram LM 0.75%), held-out font CER 19.30% (with LM
+-- 11.16%).
 local t_start = rl.clock()
 local D = dofile("recipes/htr_lines_data.lua")
 
@@ -52,7 +54,7 @@ local options = {
   {"out", "string", "out/htr_lines", "directory of the data, the model and its log"},
   {"smoke", "boolean", false, "a handful of lines, a tiny network, one sub-epoch: seconds"},
   {"augment", "integer", 1, "1: augmentation on the fly in training, 0: none"},
-  {"lm", "integer", 5, "order of the character n-gram LM fused in beam search (0: no LM)"},
+  {"lm", "integer", 7, "order of the character n-gram LM fused in beam search (0: no LM)"},
   {"aug_from", "integer", 6, "the first sub-epoch that is augmented (augment.from_epoch)"},
   {"lr", "number", 1e-3, "Adam's learning rate (newbob on the dev label error)"},
   {"freq_warp", "number", 0, "vertical warp of the lines' proportions (augment spec.freq_warp, "
@@ -149,6 +151,7 @@ local config = {
 local r, history, train_time = SE.run("htr_lines", config, argv, opt)
 
 -- The character LM's ARPA file (made once per order and corpus size), or nil for lm=0.
+local F = dofile("recipes/lm_fusion.lua")
 local function char_lm()
   if opt.lm == 0 then return nil end
   if math.type(opt.lm) ~= "integer" or opt.lm < 1 then
@@ -158,80 +161,26 @@ local function char_lm()
   local lines = D.lines(sizes.seed or 1)
   local first = sizes.n_test + sizes.n_dev + 1 -- the test/font and dev texts come first
   local last = opt.smoke and math.min(#lines, first + 2999) or #lines
-  local path = string.format("%s/data/lm%d-%d-%d.arpa", opt.out, opt.lm, first, last)
-  local f = io.open(path, "r")
-  if f then
-    f:close()
-    return path
-  end
-  local t0, sents = rl.clock(), {}
-  for i = first, last do
-    local t = {}
-    for c in lines[i]:gmatch(".") do t[#t + 1] = c == " " and "<sp>" or c end
-    sents[#sents + 1] = t
-  end
-  local vocab = {}
-  for i, c in ipairs(info.labels) do vocab[i] = c == " " and "<sp>" or c end
-  local r = rl.ngram_estimate{sentences = sents, order = opt.lm, output = path .. ".tmp",
-    vocab = vocab} -- every character the network can read, seen in the text or not
-  assert(os.rename(path .. ".tmp", path))
-  print(string.format("htr_lines: character %d-gram LM of %d lines (%s n-grams) -> %s (%.1f s)",
-    opt.lm, #sents, table.concat(r.counts, "/"), path, rl.clock() - t0))
-  return path
+  return F.char_lm(string.format("%s/data/lm%d-%d-%d.arpa", opt.out, opt.lm, first, last),
+    table.move(lines, first, last, 1, {}), info.labels, opt.lm)
 end
 
--- The network's output on every line of a file, run once: {{logp =, lengths =, refs =}, ...}
--- (logp (T, B, V) log-probabilities, refs the target label lists).
-local function outputs(net, file)
-  local ds = rl.dataset{class = "hdf", files = {file}}
-  ds:init_epoch(1)
-  local all = {}
-  for batch in rl.batches(ds, {batch_size = config.batch_size, max_seqs = config.max_seqs}) do
-    net:forward(batch, {train = false})
-    local out = net:layer("output")
-    local refs, lens = batch.classes:totable(), batch.lengths_classes:totable()
-    local r = {}
-    for b = 1, #lens do
-      r[b] = {}
-      for i = 1, lens[b] do r[b][i] = refs[i][b] end
-    end
-    all[#all + 1] = {logp = out.output:double():log(), lengths = out.geometry:clone(), refs = r}
-  end
-  return all
+local function outputs(file)
+  return F.outputs(r.net, rl.dataset{class = "hdf", files = {file}},
+    {batch_size = config.batch_size, max_seqs = config.max_seqs})
 end
-
--- The character error rate of outputs decoded with rl.ctc_decode options opts (the blank is
--- the last class, so the labels need no renumbering).
-local function cer(outs, opts)
-  local s = rl.scorer()
-  for _, o in ipairs(outs) do
-    for b, h in ipairs(rl.ctc_decode(o.logp, o.lengths, opts)) do s:add(h, o.refs[b]) end
-  end
-  return s:result().label_error_rate
+local function cer(outs, decode)
+  return F.score(outs, decode).label_error_rate
 end
 
 local lm_file = char_lm()
-local lm_labels = {}
-for i, c in ipairs(info.labels) do lm_labels[i] = c == " " and "<sp>" or c end
-lm_labels[n_labels + 1] = "<blank>"
 local best_path = {blank = n_labels}
-local test_out, font_out = outputs(r.net, info.test), outputs(r.net, info.font)
+local test_out, font_out = outputs(info.test), outputs(info.font)
 local test_cer, font_cer = cer(test_out, best_path), cer(font_out, best_path)
 local lm_opts, dev_note
 if lm_file then
-  -- the LM's weight and bonus: the lowest dev CER of a small grid (ties: the first)
-  local dev_out, best = outputs(r.net, info.dev), nil
-  for _, w in ipairs({0.3, 0.5, 0.8, 1.2}) do
-    for _, bonus in ipairs({0, 0.5, 1.5, 3}) do
-      local o = {blank = n_labels, beam = 8, lm = {file = lm_file, weight = w, bonus = bonus,
-        labels = lm_labels}}
-      local e = cer(dev_out, o)
-      if not best or e < best.e then best = {e = e, opts = o} end
-    end
-  end
-  lm_opts = best.opts
-  dev_note = string.format("LM weight %.1f, bonus %.1f (dev CER %.2f%% with LM, %.2f%% best path)",
-    lm_opts.lm.weight, lm_opts.lm.bonus, 100 * best.e, 100 * cer(dev_out, best_path))
+  lm_opts, dev_note = F.tune(outputs(info.dev), lm_file, info.labels, nil, "label_error_rate",
+    "CER")
 end
 local function with_lm(outs)
   return lm_opts and string.format(" (with LM %.2f%%)", 100 * cer(outs, lm_opts)) or ""

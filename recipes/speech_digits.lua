@@ -41,16 +41,25 @@
 -- a quarter of the budget), global gradient norm clipped at 5, up to 32 utterances a batch of
 -- similar length (laplace ordering), the training set in 4 sub-epochs a pass. One rl.train call
 -- per sub-epoch, each resuming from the last checkpoint, so training stops on the clock between
--- sub-epochs. Then the last model is scored with best-path decoding:
---   test WER X%                     (word edit distance / reference words, 1000 utterances of
+-- sub-epochs. Then the last model is scored with best-path decoding, and with prefix beam search
+-- (beam 8) fused with a character n-gram LM:
+--   test WER X% (with LM X'%)       (word edit distance / reference words, 1000 utterances of
 --                                    held-out espeak-ng voices)
---   held-out synthesizer WER Y%     (the same over the 1000 Flite utterances; then each Flite
---                                    voice's)
---   test CER Z%                     (character edit distance / reference characters)
+--   held-out synthesizer WER Y% (with LM Y'%)  (the same over the 1000 Flite utterances; then
+--                                    each Flite voice's)
+--   test CER Z%                     (character edit distance / reference characters, best path)
 --
--- Measured (docs/recipes.md): 30 minutes on one core (++num_threads 1, beside another run on
--- the other core of a 2-core Zen 4): 85 sub-epochs, test WER 1.14%, held-out synthesizer WER
--- 10.44%, test CER 0.51%, dev label error 1.20%.
+-- The LM (++lm order, default 6; ++lm 0: none; recipes/lm_fusion.lua, shared with htr_lines):
+-- an interpolated Witten-Bell character n-gram of the training transcripts, written once to
+-- DATA/lm<order>-<n_train>.arpa. The digits of a string are drawn independently, so it knows
+-- nothing of which digit comes next: what it knows is how the digit words are spelt, and most
+-- errors of a character CTC model on an unfamiliar voice are misspellings (264 of the 427 word
+-- errors of a 30-minute model on the Flite set: "seve", "zer", "eigh"). Its weight and
+-- insertion bonus are chosen on the dev set (the lowest dev WER of a grid).
+--
+-- Measured (docs/recipes.md): 30 minutes on the 2 cores of a quiet Zen 4 EPYC: 136 sub-epochs,
+-- test WER 1.09% (with LM 0.66%), held-out synthesizer WER 10.61% (with LM 5.94%), test CER
+-- 0.51%, dev label error 1.26%.
 local t_start = rl.clock()
 local D = dofile("recipes/speech_digits_data.lua")
 
@@ -67,6 +76,7 @@ local options = {
     .. "and formants move with it)"},
   {"freq_width", "integer", 6, "SpecAugment: the widest of the 2 frequency masks, in mels"},
   {"freq_warp", "number", 0, "SpecAugment: frequency warp (VTLP) by a factor in [1 - a, 1 + a]"},
+  {"lm", "integer", 6, "order of the character n-gram LM fused in beam search (0: no LM)"},
   {"schedule", "string", "newbob", "learning rate: newbob (x0.7 when the dev label error stops "
     .. "falling) or decay (x0.8 per 3000 utterances after 12000)"},
 }
@@ -84,6 +94,9 @@ if opt.norm ~= "global" and opt.norm ~= "utterance" then
 end
 if opt.perturb ~= "tempo" and opt.perturb ~= "speed" then
   error("speech_digits: ++perturb: wants tempo or speed, got " .. opt.perturb, 0)
+end
+if opt.lm < 0 then
+  error("speech_digits: ++lm: wants an order >= 1 (0: no LM), got " .. opt.lm, 0)
 end
 if opt.freq_width < 0 or opt.freq_width > 40 then
   error("speech_digits: ++freq_width: wants 0..40 mels, got " .. opt.freq_width, 0)
@@ -173,17 +186,33 @@ end
 
 local r, history, train_time = SE.run("speech_digits", config, argv, opt)
 
--- Word and character error rates of a dataset with best-path decoding.
-local function score(net, ds)
-  local r = rl.ctc_score(net, ds, {batch_size = config.batch_size, max_seqs = config.max_seqs,
-    labels = ds.vocab, words = true})
-  return r.word_error_rate, r.label_error_rate
+-- Scoring: best-path decoding, and prefix beam search fused with a character n-gram LM of the
+-- training transcripts (its weight and bonus chosen on dev).
+local F = dofile("recipes/lm_fusion.lua")
+local labels = train.vocab
+local words = {labels = labels, words = true}
+local function outputs(ds)
+  return F.outputs(r.net, ds, {batch_size = config.batch_size, max_seqs = config.max_seqs})
+end
+local best_path = {blank = #labels}
+local lm_decode, dev_note
+if opt.lm > 0 then
+  local texts = {}
+  for line in io.lines(info.train) do texts[#texts + 1] = line:match("\t(.*)$") end
+  local path = string.format("%s/lm%d-%d.arpa", data_dir, opt.lm, #texts)
+  lm_decode, dev_note = F.tune(outputs(dev), F.char_lm(path, texts, labels, opt.lm), labels,
+    words, "word_error_rate", "WER")
+end
+-- "X%", or "X% (with LM Y%)"
+local function wer(outs)
+  local function rate(decode) return 100 * F.score(outs, decode, words).word_error_rate end
+  local s = string.format("%.2f%%", rate(best_path))
+  return lm_decode and s .. string.format(" (with LM %.2f%%)", rate(lm_decode)) or s
 end
 
-local test = audio("test")
-local wer, cer = score(r.net, test)
-local synth_wer = score(r.net, audio("synth"))
--- the held-out synthesizer's WER of each Flite voice (synth.voices: "wav/...<TAB>flite+v")
+local test_out = outputs(audio("test"))
+local cer = F.score(test_out, best_path, {labels = labels}).label_error_rate
+-- the held-out synthesizer's utterances by Flite voice (synth.voices: "wav/...<TAB>flite+v")
 local voice_of = {}
 for line in io.lines(data_dir .. "/synth.voices") do
   local path, voice = line:match("^(.-)\t(.*)$")
@@ -196,12 +225,16 @@ for line in io.lines(info.synth) do
   by_voice[voice] = by_voice[voice] or {}
   table.insert(by_voice[voice], {data_dir .. "/" .. path, text})
 end
-local voice_wers = {}
+local synth_out, voice_wers = {}, {}
 for _, v in ipairs(D.FLITE) do
   local list = by_voice["flite+" .. v]
-  voice_wers[#voice_wers + 1] = list and string.format("%s %.2f%%", v,
-    100 * score(r.net, audio("synth", {list = list, cache = cache .. "/synth-" .. v .. ".h5"})))
-    or v .. " -"
+  if list then
+    local outs = outputs(audio("synth", {list = list, cache = cache .. "/synth-" .. v .. ".h5"}))
+    table.move(outs, 1, #outs, #synth_out + 1, synth_out)
+    voice_wers[#voice_wers + 1] = v .. " " .. wer(outs)
+  else
+    voice_wers[#voice_wers + 1] = v .. " -"
+  end
 end
 print()
 if opt.score ~= "" then
@@ -211,8 +244,9 @@ else
     "in all; last dev label error rate %.2f%%", #history, r.net:num_params(), train_time / 60,
     (rl.clock() - t_start) / 60, 100 * history[#history].dev_error))
 end
-print(string.format("test WER %.2f%%", 100 * wer))
-print(string.format("held-out synthesizer WER %.2f%% (Flite: %s)", 100 * synth_wer,
+if dev_note then print("speech_digits: " .. dev_note) end
+print("test WER " .. wer(test_out))
+print(string.format("held-out synthesizer WER %s (Flite: %s)", wer(synth_out),
   table.concat(voice_wers, ", ")))
 print(string.format("test CER %.2f%% (held-out voices: %s)", 100 * cer,
   table.concat(D.HELD_OUT, ", ")))

@@ -174,7 +174,7 @@ H.test("the recipe's smoke mode trains one epoch and prints both CER lines", fun
   H.check(out:find("\ntest CER %d+%.%d+%% %(with LM %d+%.%d+%%%)\n"), "the test CER line:\n" .. out)
   H.check(out:find("\nheld%-out font CER %d+%.%d+%% %(with LM %d+%.%d+%%%) %(rufscript%)\n"),
     "the font CER line:\n" .. out)
-  H.check(out:find("character 5-gram LM of 3000 lines", 1, true), "the LM line:\n" .. out)
+  H.check(out:find("character 7-gram LM of 3000 lines", 1, true), "the LM line:\n" .. out)
   H.check(not out:find("htr_lines: test:", 1, true), "the data converted above is reused")
   H.check(lfs.attributes(dir .. "/smoke/net.001.h5", "mode") == "file", "a checkpoint")
 end)

@@ -110,10 +110,14 @@ test("the recipe's smoke mode trains with augmentation and prints its WERs and C
   local out = p:read("a")
   local ok = p:close()
   check(ok, "recipe failed:\n" .. out)
-  check(out:match("\ntest WER %d+%.%d+%%\n"), "prints test WER:\n" .. out)
-  check(out:match("\nheld%-out synthesizer WER %d+%.%d+%% %(Flite: awb [%d.%%-]+, rms [%d.%%-]+, "
-    .. "slt [%d.%%-]+%)\n"),
-    "prints the held-out synthesizer's WER:\n" .. out)
+  local wer = "%d+%.%d+%% %(with LM %d+%.%d+%%%)"
+  check(out:match("\ntest WER " .. wer .. "\n"), "prints test WER:\n" .. out)
+  -- (a voice the 6 smoke utterances lack is "-")
+  check(out:match("\nheld%-out synthesizer WER " .. wer .. " %(Flite: awb [^\n]+, rms [^\n]+, "
+    .. "slt [^\n]+%)\n"), "prints the held-out synthesizer's WER:\n" .. out)
+  check(out:find("character 6-gram LM of ", 1, true), "makes the LM:\n" .. out)
+  check(out:match("\nspeech_digits: LM weight %d%.%d, bonus %d%.%d %(dev WER "), "its tuning:\n"
+    .. out)
   check(out:match("test CER %d+%.%d+%%"), "prints test CER:\n" .. out)
   check(lfs.attributes(dir .. "/smoke_cache/train.h5"), "feature cache written")
 end)
@@ -121,6 +125,7 @@ end)
 test("a bad option of the recipe's own is an error naming it, before any data is made", function()
   for _, case in ipairs({{"++schedule cosine", "++schedule: wants decay or newbob, got cosine"},
       {"++units 0", "++units: wants a positive count, got 0"},
+      {"++lm -1", "++lm: wants an order >= 1 (0: no LM), got -1"},
       {"++norm cmvn", "++norm: wants global or utterance, got cmvn"},
       {"++perturb pitch", "++perturb: wants tempo or speed, got pitch"},
       {"++freq_width 41", "++freq_width: wants 0..40 mels, got 41"},
