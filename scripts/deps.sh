@@ -25,6 +25,8 @@ set -euo pipefail
 pkgs=(pkg-config liblua5.4-dev lua-filesystem-dev libhdf5-dev libopenblas-dev libedit-dev hdf5-tools
       python3-h5py festlex-cmu bible-kjv python3-pil python3-numpy fonts-dkg-handwriting
       fonts-breip fonts-femkeklaver fonts-kristi fonts-comic-neue fonts-rufscript
+      fonts-dancingscript fonts-kaushanscript fonts-havana fonts-ecolier-court fonts-cabinsketch
+      fonts-seto fonts-klee
       libmicrohttpd-dev libjansson-dev libopenmpi-dev openmpi-bin clang libclang-rt-dev python3-venv
       gnuplot-nox libsndfile1-dev libsamplerate0-dev libfftw3-dev espeak-ng sox festival flite
       festvox-kallpc16k festvox-kdlpc16k festvox-us-slt-hts
