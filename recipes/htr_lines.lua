@@ -74,6 +74,9 @@ rl.augment.config({spec = {freq_warp = opt.freq_warp}}, "htr_lines: freq_warp= a
 if not (opt.lr > 0) then
   error(string.format("htr_lines: lr= wants a learning rate > 0, got %s", tostring(opt.lr)), 0)
 end
+if opt.lm < 0 then
+  error(string.format("htr_lines: lm= wants an order >= 1 (0: no LM), got %d", opt.lm), 0)
+end
 
 local sizes = opt.smoke and D.SMOKE or {n_train = 16000, n_dev = 300, n_test = 1000}
 local info = D.prepare(opt.out .. "/data", sizes)
@@ -153,10 +156,6 @@ local r, history, train_time = SE.run("htr_lines", config, argv, opt)
 local F = dofile("recipes/lm_fusion.lua")
 local function char_lm()
   if opt.lm == 0 then return nil end
-  if math.type(opt.lm) ~= "integer" or opt.lm < 1 then
-    error(string.format("htr_lines: lm= wants an order >= 1 (0: no LM), got %s",
-      tostring(opt.lm)), 0)
-  end
   local lines = D.lines(sizes.seed or 1)
   local first = sizes.n_test + sizes.n_dev + 1 -- the test/font and dev texts come first
   local last = opt.smoke and math.min(#lines, first + 2999) or #lines

@@ -179,10 +179,11 @@ H.test("the recipe's smoke mode trains one epoch and prints both CER lines", fun
   H.check(lfs.attributes(dir .. "/smoke/net.001.h5", "mode") == "file", "a checkpoint")
 end)
 
-H.test("the recipe's ++aug_from, ++lr and ++freq_warp: a bad value is an error naming the option",
-  function()
+H.test("the recipe's ++aug_from, ++lr, ++lm and ++freq_warp: a bad value is an error naming the "
+  .. "option, before any training", function()
   for _, case in ipairs{{"++aug_from 0", "aug_from= wants a sub-epoch >= 1, got 0"},
       {"++lr 0", "lr= wants a learning rate > 0, got 0"},
+      {"++lm -2", "lm= wants an order >= 1 (0: no LM), got -2"},
       {"++freq_warp 0.5", "freq_warp= augment.spec.freq_warp must be in [0, 0.2], got 0.5"}} do
     local p = io.popen(string.format("%s recipes/htr_lines.lua ++smoke ++out %s %s 2>&1", arg[-1],
       dir, case[1]))
@@ -190,6 +191,7 @@ H.test("the recipe's ++aug_from, ++lr and ++freq_warp: a bad value is an error n
     local ok = p:close()
     H.check(not ok, case[1] .. " must fail")
     H.check(out:find(case[2], 1, true), case[1] .. ": " .. out)
+    H.check(not out:find("epoch +%d+/%d+"), case[1] .. ": trained first: " .. out)
   end
 end)
 
