@@ -944,11 +944,11 @@ static void queue_push(server *S, job *j, request *r) {
 static json_t *health_doc(server *S, unsigned *status) {
     bool draining = atomic_load(&S->draining);
     *status = draining ? MHD_HTTP_SERVICE_UNAVAILABLE : MHD_HTTP_OK;
-    return json_pack("{s:s,s:I,s:I,s:i,s:I}", "status", draining ? "draining" : "ok", "epoch",
+    return json_pack("{s:s,s:I,s:I,s:i,s:i,s:I}", "status", draining ? "draining" : "ok", "epoch",
                      (json_int_t)atomic_load(&S->epoch), "queued_frames",
-                     (json_int_t)atomic_load(&S->queued_frames), "connections",
-                     atomic_load(&S->connections), "batches_run",
-                     (json_int_t)atomic_load(&S->batches_run));
+                     (json_int_t)atomic_load(&S->queued_frames), "incoming",
+                     atomic_load(&S->incoming), "connections", atomic_load(&S->connections),
+                     "batches_run", (json_int_t)atomic_load(&S->batches_run));
 }
 
 static enum MHD_Result answer_get(server *S, struct MHD_Connection *c, int route) {

@@ -1047,6 +1047,13 @@ def test_model_errors():
         sk = socket.create_connection(("127.0.0.1", s.port), timeout=30)
         sk.sendall(b"POST /v1/forward HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
                    b"Content-Length: %d\r\n\r\n" % len(body) + body[:10])
+        # the server has read its headers (on a loaded machine that can come after the other
+        # two requests, which then run alone)
+        t0, incoming = time.time(), 0
+        while time.time() - t0 < 30 and incoming != 1:
+            incoming = s.request("GET", "/healthz")[1]["incoming"]
+        check("a forward request whose body is on its way is counted as incoming", incoming == 1,
+              incoming)
         res = {}
 
         def one(k, b):
