@@ -302,8 +302,8 @@ fuzz-run: $(FUZZ_TARGETS:%=$(BUILD)/fuzz/fuzz_%)
 	        $(BUILD)/fuzz/fuzz_$$t $(BUILD)/corpus/$$t fuzz/corpus/$$t \
 	        -max_total_time=$(FUZZ_TIME) -timeout=10 -rss_limit_mb=4096 -print_final_stats=1 \
 	        -artifact_prefix=$(BUILD)/crashes/$$t- 2>$(BUILD)/fuzz_$$t.log \
-	        || { grep -A 30 -E "^==[0-9]+==ERROR|deadly signal|timeout" \
-	             $(BUILD)/fuzz_$$t.log | head -n 40; \
+	        || { grep -A 30 -E "^==[0-9]+== ?ERROR|deadly signal|timeout|out-of-memory" \
+	             $(BUILD)/fuzz_$$t.log | head -n 40 | grep . || tail -n 30 $(BUILD)/fuzz_$$t.log; \
 	             if bash fuzz/in_libhdf5.sh $(BUILD)/fuzz_$$t.log; then \
 	                 echo "fuzz $$t: the finding is inside libhdf5 (docs/robustness.md: Fuzzing), not counted"; \
 	             else found="$$found $$t"; fi; }; \

@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -183,8 +184,11 @@ static double h5_child_seconds(void) {
     return v > 0 ? v : 30.0;
 }
 
+/* In a child: the write end of its pipe, for what it reports to the parent. */
+static int h5_child_pipe = -1;
+
 /* Forks a child that runs fn(ctx) and exits with its return value; the pipe's write end is
- * held by the child only, so the parent sees its end as EOF. */
+ * held by the child only (h5_child_pipe there), so the parent sees its end as EOF. */
 static rl_status h5_child_start(h5_child *c, const char *path, const char *obj, int (*fn)(void *),
                                 void *ctx, double seconds) {
     int fds[2];
@@ -202,6 +206,7 @@ static rl_status h5_child_start(h5_child *c, const char *path, const char *obj, 
         close(fds[0]);
         int devnull = open("/dev/null", O_WRONLY);
         if (devnull >= 0) dup2(devnull, STDERR_FILENO);
+        h5_child_pipe = fds[1];
         _exit(fn(ctx));
     }
     close(fds[1]);
@@ -336,22 +341,62 @@ static herr_t probe_link(hid_t root, const char *name, const H5L_info_t *info, v
     return 0;
 }
 
+/* The memory the probe may grow by, in bytes, for a file of `size` bytes. libhdf5 allocates
+ * for a variable-length string the length the file states, and a crafted length makes a
+ * 10 KB file take a gigabyte in the reader (and in rnnlua after the probe, whose reads are the
+ * same). The probe's own reads take at most its 64 MiB datasets, converted, and libhdf5's
+ * caches: well under 256 MiB beside what the file's bytes can hold. */
+static double probe_budget(double size) { return 256.0 * (1 << 20) + 4.0 * size; }
+
+/* peak resident set of this process, bytes */
+static double peak_rss(void) {
+    struct rusage r;
+    return getrusage(RUSAGE_SELF, &r) == 0 ? (double)r.ru_maxrss * 1024.0 : 0.0;
+}
+
+/* Exits 0 whatever libhdf5 says of the file; when reading it took more memory than the file's
+ * size allows, writes that many MiB to the pipe. The peak resident set a child starts with is
+ * what it shares with the parent, so the growth is counted from there. */
 static int probe_child(void *ctx) {
     const char *path = ctx;
-    if (H5Fis_hdf5(path) <= 0) return 0;
+    double before = peak_rss();
+    struct stat st;
+    if (stat(path, &st) != 0 || H5Fis_hdf5(path) <= 0) return 0;
     hid_t fapl = h5_fapl();
     hid_t f = H5Fopen(path, H5F_ACC_RDONLY, fapl);
     if (f < 0) return 0;
     H5Lvisit(f, H5_INDEX_NAME, H5_ITER_NATIVE, probe_link, NULL);
     H5Ovisit(f, H5_INDEX_NAME, H5_ITER_NATIVE, probe_obj, NULL);
+    double grew = peak_rss() - before;
+    if (grew > probe_budget((double)st.st_size)) {
+        char msg[32];
+        int n = snprintf(msg, sizeof msg, "%.0f", grew / (1 << 20));
+        if (write(h5_child_pipe, msg, (size_t)n) != n) return 1;
+    }
     return 0;
 }
 
 static rl_status h5_probe(const char *path) {
     h5_child c;
     RL_TRY(h5_child_start(&c, path, NULL, probe_child, (void *)path, h5_child_seconds()));
+    char mib[32];
+    size_t got = 0;
+    ssize_t k;
+    while (got < sizeof mib - 1 && (k = h5_child_read(&c, mib + got, sizeof mib - 1 - got)) > 0)
+        got += (size_t)k;
+    mib[got] = '\0';
     int code = h5_child_finish(&c);
-    return code == 0 ? RL_OK : h5_child_error(&c, path, NULL, "reading the file's structure", code);
+    if (code != 0) return h5_child_error(&c, path, NULL, "reading the file's structure", code);
+    if (got > 0) {
+        struct stat st;
+        double size = stat(path, &st) == 0 ? (double)st.st_size : 0;
+        return rl_error(RL_EIO,
+                        "%s: reading the file's structure took %s MiB of memory, more than a file "
+                        "of %.0f bytes can need (at most %.0f MiB): a length in it is corrupt or "
+                        "crafted",
+                        path, mib, size, probe_budget(size) / (1 << 20));
+    }
+    return RL_OK;
 }
 
 /* This host's name for temporary files: gethostname's, '/' made '_' (never seen, but a file
@@ -742,6 +787,34 @@ static rl_status h5_open_dataset(rl_h5file *f, const char *rel, hid_t *ds) {
     return RL_OK;
 }
 
+/* HDF5 reads what a file never stored for a dataset (no data, or missing chunks) as its fill
+ * value, so a 2 KB file may claim a dataset of gigabytes of zeros, and reading even a few of its
+ * rows (a sequence of a crafted rl.dataset file) would make and fill that much memory. Data that
+ * was written is stored whole or compressed, and deflate, the usual filter of HDF5 files,
+ * stores at least one byte for every 1032; so a dataset of over 16 MiB that claims more than
+ * 4096 times the bytes the file stores for it is refused as corrupt, whatever part is read. */
+#define H5_MAX_FILL_RATIO 4096
+#define H5_FILL_FREE_BYTES ((double)(16 << 20))
+
+static rl_status h5_check_stored(const char *path, const char *obj, hid_t ds, hid_t ftype,
+                                 int ndim, const int64_t *shape) {
+    double claimed = (double)H5Tget_size(ftype);
+    for (int d = 0; d < ndim; d++)
+        claimed *= (double)shape[d];
+    if (claimed <= H5_FILL_FREE_BYTES) return RL_OK;
+    double stored = (double)H5Dget_storage_size(ds);
+    if (claimed <= stored * H5_MAX_FILL_RATIO) return RL_OK;
+    char dims[RL_MAX_DIMS * 24] = "";
+    for (int d = 0, at = 0; d < ndim; d++)
+        at += snprintf(dims + at, sizeof dims - (size_t)at, "%s%lld", d ? ", " : "",
+                       (long long)shape[d]);
+    return rl_error(RL_EIO,
+                    "%s: %s: its shape [%s] claims %.0f bytes of data but the file stores %.0f "
+                    "bytes for it (the rest would read as zeros): the file is corrupt or was "
+                    "never written whole",
+                    path, obj, dims, claimed, stored);
+}
+
 /* Shared by read_tensor (rows < 0: everything) and read_rows. */
 static rl_status h5_read_dataset(rl_h5file *f, const char *name, int64_t start, int64_t rows,
                                  rl_tensor *out) {
@@ -758,6 +831,8 @@ static rl_status h5_read_dataset(rl_h5file *f, const char *name, int64_t start, 
         goto done;
     }
     s = h5_space_shape(f->path, rel, fspace, &ndim, shape);
+    if (s != RL_OK) goto done;
+    s = h5_check_stored(f->path, rel, ds, ftype, ndim, shape);
     if (s != RL_OK) goto done;
     if (rows >= 0) {
         if (ndim == 0) {

@@ -1,8 +1,8 @@
 /* core/h5io: round trips of every dtype, strided views, 0-dim tensors, nested groups, string
  * datasets and attributes; files written by other writers (raw HDF5 calls standing in for h5py:
  * int64, uint8, big-endian doubles, 6 dims, compound); the error cases (missing, garbage,
- * truncated files, missing datasets) and the atomic-save guarantee. Every check of a file also
- * checks that no HDF5 handle stayed open. */
+ * truncated files, missing datasets, data the file never stored) and the atomic-save guarantee.
+ * Every check of a file also checks that no HDF5 handle stayed open. */
 #include <hdf5.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -407,6 +407,56 @@ static void test_bad_files(void) {
     CHECK(rl_h5_create(&f, nodir) == RL_EIO && f == NULL && msg_has(nodir));
 }
 
+/* A dataset of n float32 values, chunked (n / 8 a chunk) and deflated when `deflate`, filled
+ * with zeros when `write`, otherwise never written (HDF5 then stores nothing for it). */
+static void add_floats(hid_t file, const char *name, hsize_t n, bool deflate, bool write) {
+    hsize_t chunk[1] = {n / 8};
+    hid_t sp = H5Screate_simple(1, &n, NULL), pl = H5Pcreate(H5P_DATASET_CREATE);
+    CHECK(sp >= 0 && pl >= 0);
+    if (deflate) CHECK(H5Pset_chunk(pl, 1, chunk) >= 0 && H5Pset_deflate(pl, 9) >= 0);
+    hid_t d = H5Dcreate2(file, name, H5T_IEEE_F32LE, sp, H5P_DEFAULT, pl, H5P_DEFAULT);
+    CHECK(d >= 0);
+    if (write) {
+        float *z = calloc(n, sizeof *z);
+        CHECK(z && H5Dwrite(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, z) >= 0);
+        free(z);
+    }
+    H5Dclose(d);
+    H5Pclose(pl);
+    H5Sclose(sp);
+}
+
+/* HDF5 reads what a file never stored as zeros: a dataset of over 16 MiB that claims more than
+ * 4096 times what is stored is refused before anything is allocated; a deflated one of zeros
+ * (about 1000 times smaller) and a small unwritten one read. */
+static void test_unstored_data(void) {
+    const char *p = in_dir("unstored.h5");
+    hid_t file = H5Fcreate(p, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    CHECK(file >= 0);
+    const hsize_t big = (hsize_t)6 << 20; /* 24 MiB of float32 */
+    add_floats(file, "never", big, false, false);
+    add_floats(file, "chunks_never", big, true, false);
+    add_floats(file, "zeros_deflated", big, true, true);
+    add_floats(file, "small_never", 1 << 20, false, false);
+    H5Fclose(file);
+
+    rl_h5file *f;
+    CHECK_OK(rl_h5_open(&f, p, false));
+    rl_tensor r = {0};
+    CHECK(rl_h5_read_tensor(f, "never", &r) == RL_EIO && msg_has(p) && msg_has(": never: ") &&
+          msg_has("[6291456]") && msg_has("stores 0 bytes") && r.storage == NULL);
+    CHECK(rl_h5_read_rows(f, "chunks_never", 0, 2, &r) == RL_EIO && msg_has(": chunks_never: ") &&
+          msg_has("corrupt") && r.storage == NULL);
+    CHECK_OK(rl_h5_read_rows(f, "zeros_deflated", 5, 3, &r));
+    CHECK(rl_tensor_numel(&r) == 3 && ((float *)rl_tensor_data(&r))[2] == 0.0f);
+    rl_tensor_release(&r);
+    CHECK_OK(rl_h5_read_tensor(f, "small_never", &r));
+    CHECK(rl_tensor_numel(&r) == 1 << 20 && ((float *)rl_tensor_data(&r))[12345] == 0.0f);
+    rl_tensor_release(&r);
+    CHECK(rl_h5_open_handles(f) == 0);
+    rl_h5_close(f);
+}
+
 static double f_one(int64_t i) { return 1.0 + (double)i; }
 static double f_two(int64_t i) { return 2.0; }
 
@@ -487,6 +537,7 @@ int main(void) {
     test_groups_attrs_strings();
     test_foreign_types();
     test_bad_files();
+    test_unstored_data();
     test_atomic_save();
     cleanup();
     TEST_MAIN_END();
