@@ -463,15 +463,26 @@ tile_avx512(int mr, int64_t pairs, int64_t kp, const uint16_t *a, const uint16_t
         store_row(c + i * ldc, w, acc[i][0], acc[i][1], alpha, beta);
 }
 
-/* mr (1..2) rows x np (4 or 8) panels: each column's sum in tile_avx512's order (so a row has
- * the same bits whatever the rows around it), with np accumulators a row. A product of one or
- * two rows (a recurrent step at batch 1-2) would have only 2 or 4 of tile_avx512's dependent
- * vdpbf16ps chains; with 8 the loads of the weights run further ahead. Such a step is bound by
- * reading the weights from L3, so this gains only 1-3% (bench/README.md, tiny batches). */
+/* Panels of a wide tile: a product of one or two rows (a recurrent step at batch 1-2) is bound
+ * by reading the packed weights from L3, each panel a separate stream. tile_avx512's 2 panels
+ * leave too few vdpbf16ps chains in flight, 8 streams too many: on a Zen 4, one thread, a batch-1
+ * step of U 512 x 2048 / 768 x 3072 read 80-81 / 82-83 GB/s with 6 panels, 78 / 77 with 8, 80 /
+ * 82 with 4 (257 x 1028, in L2: 98, 98, 95); two rows 76-79 / 80 with 6, 77-78 / 79 with 4.
+ * Where a part's panels exceed one core's L2 (WIDE_L2), each stream is also prefetched into L1
+ * WIDE_PREFETCH row pairs (256 bytes) ahead: 84 / 86 GB/s (8 ahead 82-83 / 85, 16 ahead 81 /
+ * 80); from L2 that cost 2% (257 x 1028: 96 against 98; a batch-1 training step of tiny1). */
+#define WIDE_PANELS 6
+#define WIDE_PREFETCH 4
+#define WIDE_L2 ((int64_t)1 << 20)
+
+/* mr (1..2) rows x WIDE_PANELS panels: each column's sum in tile_avx512's order (so a row has
+ * the same bits whatever the rows around it), with one accumulator a panel and row; pf:
+ * prefetch the panels. */
 RL_TARGET_BF16 static inline __attribute__((always_inline)) void
-tile_wide_avx512(int mr, int np, int64_t pairs, int64_t kp, const uint16_t *a, const uint16_t *b,
+tile_wide_avx512(int mr, bool pf, int64_t pairs, int64_t kp, const uint16_t *a, const uint16_t *b,
                  float *c, int64_t ldc, int64_t w, float alpha, float beta) {
-    __m512 acc[2][8];
+    enum { np = WIDE_PANELS };
+    __m512 acc[2][WIDE_PANELS];
     for (int i = 0; i < mr; i++)
         for (int q = 0; q < np; q++)
             acc[i][q] = _mm512_setzero_ps();
@@ -483,6 +494,9 @@ tile_wide_avx512(int mr, int np, int64_t pairs, int64_t kp, const uint16_t *a, c
             va[i] = (__m512bh)_mm512_set1_epi32(two);
         }
         for (int q = 0; q < np; q++) {
+            if (pf)
+                _mm_prefetch((const char *)(b + (q * kp + (r + WIDE_PREFETCH) * 2) * RL_BF16_PANEL),
+                             _MM_HINT_T0);
             __m512bh vb = (__m512bh)_mm512_loadu_si512(b + (q * kp + r * 2) * RL_BF16_PANEL);
             for (int i = 0; i < mr; i++)
                 acc[i][q] = _mm512_dpbf16_ps(acc[i][q], va[i], vb);
@@ -497,18 +511,21 @@ RL_TARGET_BF16 static void part_avx512(const job *j, int64_t r0, int64_t r1, int
                                        int64_t p1) {
     int64_t pairs = (j->k + 1) / 2, kp = j->kp;
     if (r1 - r0 <= 2) {
-        int np = r1 - r0 == 1 ? 8 : 4;
-        for (; p0 + np <= p1; p0 += np) {
+        bool pf = (p1 - p0) * kp * RL_BF16_PANEL * (int64_t)sizeof(uint16_t) > WIDE_L2;
+        for (; p0 + WIDE_PANELS <= p1; p0 += WIDE_PANELS) {
             int64_t c0 = p0 * RL_BF16_PANEL, w = j->n - c0;
             if (w <= 0) return;
-            const uint16_t *bp = j->b + p0 * kp * RL_BF16_PANEL;
+            const uint16_t *bp = j->b + p0 * kp * RL_BF16_PANEL, *ai = j->a + r0 * kp;
             float *ci = j->c + r0 * j->ldc + c0;
-            if (r1 - r0 == 1)
-                tile_wide_avx512(1, 8, pairs, kp, j->a + r0 * kp, bp, ci, j->ldc, w, j->alpha,
-                                 j->beta);
+            float al = j->alpha, be = j->beta;
+            if (r1 - r0 == 1 && pf)
+                tile_wide_avx512(1, true, pairs, kp, ai, bp, ci, j->ldc, w, al, be);
+            else if (r1 - r0 == 1)
+                tile_wide_avx512(1, false, pairs, kp, ai, bp, ci, j->ldc, w, al, be);
+            else if (pf)
+                tile_wide_avx512(2, true, pairs, kp, ai, bp, ci, j->ldc, w, al, be);
             else
-                tile_wide_avx512(2, 4, pairs, kp, j->a + r0 * kp, bp, ci, j->ldc, w, j->alpha,
-                                 j->beta);
+                tile_wide_avx512(2, false, pairs, kp, ai, bp, ci, j->ldc, w, al, be);
         }
     }
     for (int64_t p = p0; p < p1; p += 2) {
