@@ -342,10 +342,10 @@ static herr_t probe_link(hid_t root, const char *name, const H5L_info_t *info, v
 }
 
 /* The memory the probe may grow by, in bytes, for a file of `size` bytes. libhdf5 allocates
- * for a variable-length string the length the file states, and a crafted length makes a
- * 10 KB file take a gigabyte in the reader (and in rnnlua after the probe, whose reads are the
- * same). The probe's own reads take at most its 64 MiB datasets, converted, and libhdf5's
- * caches: well under 256 MiB beside what the file's bytes can hold. */
+ * for a variable-length string the length the file states, and a crafted length made a 6 KB
+ * file take 900 MiB in the reader (and in rnnlua after the probe, whose reads are the same). The
+ * probe's own reads take at most its 64 MiB datasets, converted, and libhdf5's caches: well under
+ * 256 MiB beside what the file's bytes can hold. */
 static double probe_budget(double size) { return 256.0 * (1 << 20) + 4.0 * size; }
 
 /* peak resident set of this process, bytes */
@@ -788,20 +788,24 @@ static rl_status h5_open_dataset(rl_h5file *f, const char *rel, hid_t *ds) {
 }
 
 /* HDF5 reads what a file never stored for a dataset (no data, or missing chunks) as its fill
- * value, so a 2 KB file may claim a dataset of gigabytes of zeros, and reading even a few of its
- * rows (a sequence of a crafted rl.dataset file) would make and fill that much memory. Data that
- * was written is stored whole or compressed, and deflate, the usual filter of HDF5 files,
- * stores at least one byte for every 1032; so a dataset of over 16 MiB that claims more than
- * 4096 times the bytes the file stores for it is refused as corrupt, whatever part is read. */
+ * value, so a 2 KB file may claim a dataset of gigabytes of zeros, and reading its rows (the
+ * sequences of a crafted rl.dataset file) would make and fill that much memory. Data that was
+ * written is stored whole or compressed, and deflate, the usual filter of HDF5 files, stores at
+ * least one byte for every 1032; so a read of over 16 MiB from a dataset that claims more than
+ * 4096 times the bytes the file stores for it is refused as corrupt. Smaller reads are not
+ * checked: the stored size of a chunked dataset walks its chunk index, and a dataset's rows
+ * (a sequence) are read one call at a time. */
 #define H5_MAX_FILL_RATIO 4096
 #define H5_FILL_FREE_BYTES ((double)(16 << 20))
 
-static rl_status h5_check_stored(const char *path, const char *obj, hid_t ds, hid_t ftype,
-                                 int ndim, const int64_t *shape) {
+static rl_status h5_check_stored(const char *path, const char *obj, hid_t ds, hid_t ftype, int ndim,
+                                 const int64_t *shape, int64_t rows) {
     double claimed = (double)H5Tget_size(ftype);
     for (int d = 0; d < ndim; d++)
         claimed *= (double)shape[d];
-    if (claimed <= H5_FILL_FREE_BYTES) return RL_OK;
+    if (claimed <= H5_FILL_FREE_BYTES) return RL_OK; /* no read is larger */
+    double want = rows < 0 || ndim == 0 ? claimed : claimed / (double)shape[0] * (double)rows;
+    if (want <= H5_FILL_FREE_BYTES) return RL_OK;
     double stored = (double)H5Dget_storage_size(ds);
     if (claimed <= stored * H5_MAX_FILL_RATIO) return RL_OK;
     char dims[RL_MAX_DIMS * 24] = "";
@@ -832,7 +836,7 @@ static rl_status h5_read_dataset(rl_h5file *f, const char *name, int64_t start, 
     }
     s = h5_space_shape(f->path, rel, fspace, &ndim, shape);
     if (s != RL_OK) goto done;
-    s = h5_check_stored(f->path, rel, ds, ftype, ndim, shape);
+    s = h5_check_stored(f->path, rel, ds, ftype, ndim, shape, rows);
     if (s != RL_OK) goto done;
     if (rows >= 0) {
         if (ndim == 0) {
