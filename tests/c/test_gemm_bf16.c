@@ -268,9 +268,11 @@ static void test_levels(rl_bf16_level best) {
 /* An operand past the 2 MB per-call scratch (rounded op(A) rows, packed op(B) columns, at
  * k = 8200 blocks of 96) is multiplied in blocks: the result must have the bits of products
  * small enough to run whole (40 x 40 tiles of C). With m = 90 op(A) fits one block and is
- * rounded once for both column blocks. */
-static void check_blocks(bool ta, bool tb, int64_t m) {
-    const int64_t n = 150, k = 8200, T = 40;
+ * rounded once for both column blocks (96 + 54); with m = 160 it is rounded in two blocks of
+ * rows for each block of columns, which are then up to twice as wide and of equal width (n =
+ * 150: one block; n = 250: 128 + 122). */
+static void check_blocks(bool ta, bool tb, int64_t m, int64_t n) {
+    const int64_t k = 8200, T = 40;
     float *a = malloc(sizeof(float) * (size_t)(m * k)),
           *b = malloc(sizeof(float) * (size_t)(k * n));
     float *c = malloc(sizeof(float) * (size_t)(m * n)),
@@ -559,10 +561,12 @@ int main(void) {
         check_rows_alone((rl_bf16_level)lv);
     for (int lv = RL_BF16_GENERIC; lv <= (int)best; lv++) {
         CHECK_OK(rl_bf16_level_set((rl_bf16_level)lv));
-        check_blocks(false, false, 160);
-        check_blocks(true, true, 160);
-        check_blocks(false, true, 90);
-        check_blocks(true, false, 90);
+        check_blocks(false, false, 160, 150);
+        check_blocks(true, true, 160, 150);
+        check_blocks(false, true, 90, 150);
+        check_blocks(true, false, 90, 150);
+        check_blocks(false, false, 160, 250);
+        check_blocks(true, false, 160, 250);
     }
     CHECK_OK(rl_bf16_level_set(best));
     test_ctx();
