@@ -637,8 +637,8 @@ static void run_part(void *ctx, int part, int parts) {
 /* The per-thread scratch of one call stays under SCRATCH_BYTES (bf16 training's peak memory,
  * beside the float32 one's; twice that for op(B) in rl_gemm_bf16's one case): a longer op(A) is
  * rounded and multiplied in blocks of rows, a wider op(B) given as float32 packed and multiplied
- * in blocks of columns. Rows and columns of C are
- * independent sums, so the blocks give the bits of one whole product. */
+ * in blocks of columns. Rows and columns of C are independent sums, so the blocks give the bits
+ * of one whole product. */
 #define SCRATCH_BYTES ((int64_t)2 << 20)
 
 /* rows of op(A) (a multiple of ROW_BLOCK) or columns of op(B) (of 2 panels) per block */
