@@ -383,6 +383,12 @@ typedef struct {
     rl_bf16_level level; /* read once per call: every part runs the same kernel */
     bool by_cols;        /* parts get pairs of panels (else blocks of ROW_BLOCK rows) */
     int64_t units;
+    /* by columns only: op(B) as float32 (b unused), packed a pair of panels at a time by the
+     * part that multiplies it, into part * 2 kp x RL_BF16_PANEL elements of pairs */
+    const float *b32;
+    int64_t ldb;
+    bool trans_b;
+    uint16_t *pairs;
 } job;
 
 static inline float out_value(float acc, float alpha, float beta, const float *c) {
@@ -609,18 +615,7 @@ RL_TARGET_AMX static void part_amx(const job *j, int64_t r0, int64_t r1, int64_t
 }
 #endif
 
-static void run_part(void *ctx, int part, int parts) {
-    const job *j = ctx;
-    int64_t u0 = j->units * part / parts, u1 = j->units * (part + 1) / parts;
-    if (u0 >= u1) return;
-    int64_t panels = panel_count(j->n), r0 = 0, r1 = j->m, p0 = 0, p1 = panels;
-    if (j->by_cols) {
-        p0 = 2 * u0;
-        p1 = 2 * u1;
-    } else {
-        r0 = u0 * ROW_BLOCK;
-        r1 = u1 * ROW_BLOCK < j->m ? u1 * ROW_BLOCK : j->m;
-    }
+static void run_level(const job *j, int64_t r0, int64_t r1, int64_t p0, int64_t p1) {
 #ifdef RL_CPU_X86
     if (j->level == RL_BF16_AMX) {
         part_amx(j, r0, r1, p0, p1);
@@ -634,14 +629,48 @@ static void run_part(void *ctx, int part, int parts) {
     part_generic(j, r0, r1, p0, p1);
 }
 
-/* The per-thread scratch of one call stays under SCRATCH_BYTES (bf16 training's peak memory,
- * beside the float32 one's; twice that for op(B) in rl_gemm_bf16's one case): a longer op(A) is
- * rounded and multiplied in blocks of rows, a wider op(B) given as float32 packed and multiplied
- * in blocks of columns. Rows and columns of C are independent sums, so the blocks give the bits
- * of one whole product. */
+static void run_part(void *ctx, int part, int parts) {
+    const job *j = ctx;
+    int64_t u0 = j->units * part / parts, u1 = j->units * (part + 1) / parts;
+    if (u0 >= u1) return;
+    int64_t panels = panel_count(j->n), r0 = 0, r1 = j->m, p0 = 0, p1 = panels;
+    if (j->by_cols) {
+        p0 = 2 * u0;
+        p1 = 2 * u1;
+    } else {
+        r0 = u0 * ROW_BLOCK;
+        r1 = u1 * ROW_BLOCK < j->m ? u1 * ROW_BLOCK : j->m;
+    }
+    if (!j->b32) {
+        run_level(j, r0, r1, p0, p1);
+        return;
+    }
+    /* the pair is packed where it is multiplied, while it is in this core's cache */
+    uint16_t *pair = j->pairs + (size_t)part * (size_t)(2 * j->kp * RL_BF16_PANEL);
+    for (int64_t p = p0; p < p1; p += 2) {
+        int64_t c0 = p * RL_BF16_PANEL, w = j->n - c0 < 32 ? j->n - c0 : 32;
+        if (w <= 0) break;
+        pack_panels(pair, j->trans_b ? j->b32 + c0 * j->ldb : j->b32 + c0, j->ldb, j->trans_b, j->k,
+                    w, 0, 2);
+        job jp = *j;
+        jp.b = pair;
+        jp.c = j->c + c0;
+        jp.n = w;
+        run_level(&jp, r0, r1, 0, 2);
+    }
+}
+
+/* One call's scratch is one per-thread buffer: the rounded op(A), and beside it the packed op(B)
+ * or each part's pair of panels (a call needs both at once, and the largest of each come from
+ * different calls: one buffer holds the largest pair, not the largest of each). Each operand's
+ * part stays under SCRATCH_BYTES (twice that for op(B) in rl_gemm_bf16's one case): a longer
+ * op(A) is rounded and multiplied in blocks of rows, a wider packed op(B) in blocks of columns,
+ * as few blocks as that allows and of equal size, so that none is a sliver and the buffer no
+ * larger than they need. Rows and columns of C are independent sums, so the blocks give the
+ * bits of one whole product. */
 #define SCRATCH_BYTES ((int64_t)2 << 20)
 
-/* rows of op(A) (a multiple of ROW_BLOCK) or columns of op(B) (of 2 panels) per block */
+/* rows of op(A) (a multiple of ROW_BLOCK) or columns of op(B) (of 2 panels) per block, at most */
 static int64_t block_of(int64_t kp, int64_t align) {
     /* k = 0: an empty sum, any block does */
     int64_t b =
@@ -649,10 +678,17 @@ static int64_t block_of(int64_t kp, int64_t align) {
     return b > align ? b : align;
 }
 
-/* c (m x n) = alpha * ra * packed + beta * c, ra rounded (mp x kp) */
-static void run_rounded(int64_t m, int64_t n, int64_t k, int64_t kp, float alpha,
-                        const uint16_t *ra, const uint16_t *packed, float beta, float *c,
-                        int64_t ldc) {
+/* the size of as few equal blocks of total (each a multiple of align, max one) as cover it */
+static int64_t even_block(int64_t total, int64_t max, int64_t align) {
+    if (total <= max) return total;
+    int64_t blocks = (total + max - 1) / max;
+    return round_up((total + blocks - 1) / blocks, align);
+}
+
+/* The job of c (m x n) = alpha * ra * packed + beta * c, ra rounded (mp x kp), and how many
+ * parts share it */
+static job plan(int64_t m, int64_t n, int64_t k, int64_t kp, float alpha, const uint16_t *ra,
+                const uint16_t *packed, float beta, float *c, int64_t ldc, int *parts) {
     job j = {.m = m,
              .n = n,
              .k = k,
@@ -672,31 +708,50 @@ static void run_rounded(int64_t m, int64_t n, int64_t k, int64_t kp, float alpha
      * MFLOP a row) is shared by two threads, which each keep their half of the packed U in
      * cache (tiny1 and tiny3 in bf16 on a Zen 4, 2 threads: 19-20 and 35-38 ms a step, where
      * parts of at least 1 MFLOP give 24-29 and 41-43; seqmnist the same either way) */
-    int parts = threads < j.units ? threads : (int)j.units;
+    *parts = threads < j.units ? threads : (int)j.units;
     double flop = 2.0 * (double)m * (double)n * (double)k;
-    if (parts > flop / 2.5e5) parts = (int)(flop / 2.5e5);
-    if (parts > 1)
-        rl_cpu_parallel(parts, run_part, &j);
-    else
-        run_part(&j, 0, 1);
+    if (*parts > flop / 2.5e5) *parts = (int)(flop / 2.5e5);
+    if (*parts < 1) *parts = 1;
+    return j;
 }
 
-rl_status rl_gemm_bf16_packed(bool trans_a, int64_t m, int64_t n, int64_t k, float alpha,
-                              const float *a, int64_t lda, const uint16_t *packed, float beta,
-                              float *c, int64_t ldc) {
-    if (m <= 0 || n <= 0) return RL_OK;
-    int64_t kp = round_up(k, KP_ALIGN), rows = block_of(kp, ROW_BLOCK);
-    if (rows > m) rows = m;
-    int64_t mp = round_up(rows, MP_ALIGN);
-    uint16_t *ra = rl_thread_scratch(RL_SCRATCH_BF16_A, sizeof(uint16_t) * (size_t)(mp * kp),
-                                     "bf16 gemm: the rounded left operand");
-    if (!ra) return RL_ENOMEM;
+static void run(job *j, int parts) {
+    if (parts > 1)
+        rl_cpu_parallel(parts, run_part, j);
+    else
+        run_part(j, 0, 1);
+}
+
+static void run_rounded(int64_t m, int64_t n, int64_t k, int64_t kp, float alpha,
+                        const uint16_t *ra, const uint16_t *packed, float beta, float *c,
+                        int64_t ldc) {
+    int parts;
+    job j = plan(m, n, k, kp, alpha, ra, packed, beta, c, ldc, &parts);
+    run(&j, parts);
+}
+
+/* c = alpha * op(a) * packed + beta * c, op(a) rounded into ra in blocks of `rows` */
+static void run_blocks(bool trans_a, int64_t m, int64_t n, int64_t k, int64_t kp, int64_t rows,
+                       float alpha, const float *a, int64_t lda, uint16_t *ra,
+                       const uint16_t *packed, float beta, float *c, int64_t ldc) {
     for (int64_t i0 = 0; i0 < m; i0 += rows) {
         int64_t mi = m - i0 < rows ? m - i0 : rows;
         round_a(ra, trans_a, mi, k, trans_a ? a + i0 : a + i0 * lda, lda, round_up(mi, MP_ALIGN),
                 kp);
         run_rounded(mi, n, k, kp, alpha, ra, packed, beta, c + i0 * ldc, ldc);
     }
+}
+
+rl_status rl_gemm_bf16_packed(bool trans_a, int64_t m, int64_t n, int64_t k, float alpha,
+                              const float *a, int64_t lda, const uint16_t *packed, float beta,
+                              float *c, int64_t ldc) {
+    if (m <= 0 || n <= 0) return RL_OK;
+    int64_t kp = round_up(k, KP_ALIGN), rows = even_block(m, block_of(kp, ROW_BLOCK), ROW_BLOCK);
+    uint16_t *ra = rl_thread_scratch(RL_SCRATCH_BF16,
+                                     sizeof(uint16_t) * (size_t)(round_up(rows, MP_ALIGN) * kp),
+                                     "bf16 gemm: the rounded left operand");
+    if (!ra) return RL_ENOMEM;
+    run_blocks(trans_a, m, n, k, kp, rows, alpha, a, lda, ra, packed, beta, c, ldc);
     return RL_OK;
 }
 
@@ -705,39 +760,54 @@ rl_status rl_gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t
                        float *c, int64_t ldc) {
     if (m <= 0 || n <= 0) return RL_OK;
     int64_t kp = round_up(k, KP_ALIGN);
-    int64_t cols = block_of(kp, 2 * RL_BF16_PANEL);
-    /* An op(A) too long for one block of rows is rounded again for every block of columns (the
-     * backward of a 10000-class output: dY, 1000 x 10000 for ptb_large, against the weights'
-     * 650 columns, 7 blocks): there the blocks of columns may be up to twice as wide, as few
-     * as that allows and of equal width. ptb_large's and ptb_small's bf16 steps took 5-6% less
-     * time (2 threads, 2026-11-29, Zen 4), chime's 3%; their peak resident sets grew by 0.5-4
-     * MiB (ptb_small's to 57.5 MiB, float32's 57.9). */
-    if (n > cols && m > block_of(kp, ROW_BLOCK)) {
-        int64_t blocks = (n + 2 * cols - 1) / (2 * cols);
-        cols = round_up((n + blocks - 1) / blocks, 2 * RL_BF16_PANEL);
-    }
-    if (cols > n) cols = n;
-    uint16_t *pb = rl_thread_scratch(RL_SCRATCH_BF16_B,
-                                     sizeof(uint16_t) * (size_t)rl_bf16_packed_size(k, cols),
-                                     "bf16 gemm: the packed right operand");
-    if (!pb) return RL_ENOMEM;
-    /* An op(A) that fits one block of rows is rounded once for all the column blocks (a
-     * weight gradient's X^T against a 10000-class output's dY has ten), not once per block */
-    uint16_t *ra = NULL;
-    if (n > cols && m <= block_of(kp, ROW_BLOCK)) {
-        ra = rl_thread_scratch(RL_SCRATCH_BF16_A,
-                               sizeof(uint16_t) * (size_t)(round_up(m, MP_ALIGN) * kp),
-                               "bf16 gemm: the rounded left operand");
+    int64_t cols = block_of(kp, 2 * RL_BF16_PANEL), rows = block_of(kp, ROW_BLOCK);
+    if (m <= rows) {
+        /* An op(A) that fits one block of rows is rounded once. Where parts get pairs of
+         * panels (a weight gradient: X^T against dY, k = T x B), each part packs its pairs one
+         * at a time, just before it multiplies them, into a pair of panels of its own: the
+         * whole op(B) is never packed (seqmnist's H^T dG: 1.8 MB), and a pair is multiplied
+         * while it is still in the core's cache. */
+        int parts;
+        job j = plan(m, n, k, kp, alpha, NULL, NULL, beta, c, ldc, &parts);
+        int64_t a_elems = round_up(m, MP_ALIGN) * kp; /* a multiple of 512: pairs stay aligned */
+        int64_t pb_elems = j.by_cols ? parts * 2 * kp * RL_BF16_PANEL
+                                     : rl_bf16_packed_size(k, n); /* n < m: under 2 MB */
+        uint16_t *ra =
+            rl_thread_scratch(RL_SCRATCH_BF16, sizeof(uint16_t) * (size_t)(a_elems + pb_elems),
+                              "bf16 gemm: the rounded and packed operands");
         if (!ra) return RL_ENOMEM;
         round_a(ra, trans_a, m, k, a, lda, round_up(m, MP_ALIGN), kp);
+        j.a = ra;
+        if (j.by_cols) {
+            j.b32 = b;
+            j.ldb = ldb;
+            j.trans_b = trans_b;
+            j.pairs = ra + a_elems;
+        } else {
+            rl_bf16_pack(ra + a_elems, b, ldb, trans_b, k, n);
+            j.b = ra + a_elems;
+        }
+        run(&j, parts);
+        return RL_OK;
     }
+    /* A longer op(A) is rounded in blocks of rows, again for every block of columns of the
+     * packed op(B) (the backward of a 10000-class output: dY, 1000 x 10000 for ptb_large,
+     * against the weights' 650 columns), so the blocks of columns may be twice as wide as
+     * SCRATCH_BYTES allows: ptb_large's and ptb_small's bf16 steps took 5-6% less time (2 threads,
+     * 2026-11-29, Zen 4), chime's 3%. Packing op(B) again for every block of rows instead would
+     * read W^T (10000 x 650) 11 times over, against dY's 4. */
+    cols = even_block(n, 2 * cols, 2 * RL_BF16_PANEL);
+    rows = even_block(m, rows, ROW_BLOCK);
+    int64_t pb_elems = rl_bf16_packed_size(k, cols); /* a multiple of 1024: ra stays aligned */
+    uint16_t *pb = rl_thread_scratch(
+        RL_SCRATCH_BF16, sizeof(uint16_t) * (size_t)(pb_elems + round_up(rows, MP_ALIGN) * kp),
+        "bf16 gemm: the rounded and packed operands");
+    if (!pb) return RL_ENOMEM;
     for (int64_t j0 = 0; j0 < n; j0 += cols) {
         int64_t nj = n - j0 < cols ? n - j0 : cols;
         rl_bf16_pack(pb, trans_b ? b + j0 * ldb : b + j0, ldb, trans_b, k, nj);
-        if (ra)
-            run_rounded(m, nj, k, kp, alpha, ra, pb, beta, c + j0, ldc);
-        else
-            RL_TRY(rl_gemm_bf16_packed(trans_a, m, nj, k, alpha, a, lda, pb, beta, c + j0, ldc));
+        run_blocks(trans_a, m, nj, k, kp, rows, alpha, a, lda, pb + pb_elems, pb, beta, c + j0,
+                   ldc);
     }
     return RL_OK;
 }

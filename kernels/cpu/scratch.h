@@ -13,8 +13,7 @@ extern "C" {
 
 typedef enum {
     RL_SCRATCH_BLAS_ROWS,
-    RL_SCRATCH_BF16_A,
-    RL_SCRATCH_BF16_B,
+    RL_SCRATCH_BF16,
     RL_SCRATCH_INT8_A,
     RL_SCRATCH_INT8_B,
     RL_SCRATCH_F32_PANEL,
