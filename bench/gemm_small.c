@@ -30,6 +30,9 @@ static const shape shapes[] = {
     {"odd fwd", 7, 1200, 300},
     {"odd bwd", 7, 300, 1200},
     {"chime fwd", 16, 2048, 512},
+    /* a batch-3 step of an LSTM 257 (tiny3), each of 2 threads on its half of U */
+    {"tiny3 fwd, 2 threads", 3, 528, 257},
+    {"tiny3 bwd, 2 threads", 3, 144, 1028},
     /* the input projections of all frames where the input is narrow */
     {"seqmnist input projection", 1792, 512, 28},
     {"odd layer 1 input projection", 959, 1200, 61},

@@ -179,6 +179,8 @@ tile(const int mr, const int nv, const bool pf, const bool tn, int64_t k, const 
         __m512 b2 = nv < 3 ? b0
                     : tn   ? _mm512_maskz_loadu_ps(m2, pp + 32)
                            : _mm512_loadu_ps(pp + 32);
+        /* as in tile_avx2: the panel's vectors stay in registers, not folded into mr FMAs */
+        __asm__("" : "+v"(b0), "+v"(b1), "+v"(b2));
         RL_UNROLL
         for (int r = 0; r < mr; r++) {
             __m512 ar = _mm512_set1_ps(tn ? a[i * lda + r] : a[r * lda + i]);
