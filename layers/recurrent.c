@@ -10,6 +10,7 @@
 #include "recurrent.h"
 
 #include "../core/blas.h"
+#include "../kernels/cpu/gemm_bf16.h"
 #include "../kernels/cpu/gemm_small.h"
 #include "../kernels/cpu/parallel.h"
 #include "../kernels/ops.h"
@@ -913,7 +914,8 @@ static rl_status input_mat(rl_recurrent *r, const rl_layer *l, const rl_layer_io
 }
 
 /* The CPU recurrence. Batch rows never read each other's state, so where the packed U
- * (rec_gates H x H floats) stays within a core's L2 (1 MiB here) the batch is cut into row
+ * (rec_gates H x H floats, or bf16 with a bf16 context active, whose products go through
+ * rl_mat_gemm and keep U packed) stays within a core's L2 (1 MiB here) the batch is cut into row
  * parts, one per BLAS thread with at least a register tile (8) of rows each, and each part runs
  * every step of the pass (its rows' recurrent product and pointwise pass) on a thread of
  * kernels/cpu/parallel.h: one handoff per pass instead of one per step. There the cell's bias
@@ -936,8 +938,11 @@ typedef struct {
     const float *rpack; /* packed R (forward) or R^T (backward) when packed with n_proj */
 } steps_job;
 
-static bool rows_apart(const rl_recurrent *r, bool packed) {
-    return packed && 4 * r->cell->rec_gates * r->H * r->state_dims[0] <= (1 << 20);
+static bool rows_apart(const rl_recurrent *r, rl_dtype dt, bool packed) {
+    /* a bf16 (or int8) product sums a row in the same order whatever rows are beside it, as the
+     * packed float32 one does (kernels/cpu/gemm_bf16.c); its pack of U holds 2 bytes a weight */
+    int64_t bytes = packed ? 4 : dt == RL_FLOAT32 && rl_bf16_active() ? 2 : 0;
+    return bytes * r->cell->rec_gates * r->H * r->state_dims[0] <= (1 << 20) && bytes > 0;
 }
 
 static int row_parts(const steps_job *j) {
@@ -1133,7 +1138,7 @@ static rl_status run_steps(steps_job *j) {
     rl_recurrent *r = j->r;
     int64_t H = r->H, P = r->state_dims[0], R = r->cell->rec_gates * H;
     j->packed = j->dt == RL_FLOAT32 && rl_gemm_packed_fast();
-    j->apart = rows_apart(r, j->packed);
+    j->apart = rows_apart(r, j->dt, j->packed);
     if (j->packed) {
         int64_t n = j->backward ? rl_gemm_packed_size(R, P) : rl_gemm_packed_size(P, R);
         bool stale;

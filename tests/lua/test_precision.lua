@@ -199,6 +199,31 @@ H.test("bf16 gives the same bits on 1, 2 and 3 threads (the pair's helper runs i
   H.check(ok, tostring(err))
 end)
 
+-- With 16 rows, 2 threads cut the batch into two parts of 8 that each run every step of a
+-- recurrent pass on their own thread (layers/recurrent.c), where 1 thread runs them whole: the
+-- bf16 products sum a row alike either way, so the bits are the same.
+H.test("bf16 recurrences cut into row parts give the bits of the whole batch", function()
+  local threads0 = rl.get_num_threads()
+  local xb = rl.randn(9, 16, 9)
+  local yb = (rl.rand(9, 16) * 5):floor():int()
+  local lb = rl.tensor({9, 9, 3, 9, 7, 9, 1, 9, 9, 8, 9, 2, 9, 9, 5, 9}, "int32")
+  local ok, err = pcall(H.same_on_threads, function(n)
+    rl.set_num_threads(n)
+    rl.manual_seed(7)
+    local net = rl.network({
+      l = {class = "lstm", n_out = 32, from = "data"},
+      g = {class = "gru", n_out = 16, from = "l"},
+      output = {class = "softmax", from = "g", loss = "ce", target = "classes"},
+    }, ext, {precision = "bf16"})
+    net:zero_grads()
+    local loss = net:forward{data = xb, classes = yb, lengths = lb}
+    net:backward()
+    return {loss = {loss}, grads = net:grads():double():view(-1):totable()}
+  end)
+  rl.set_num_threads(threads0)
+  H.check(ok, tostring(err))
+end)
+
 H.test("the bf16 copies of the weights follow every change of the parameters", function()
   local _, _, a = run(DEEP, "bf16")
   a:params():mul_(0.75) -- as an update does, between two forwards
