@@ -265,12 +265,15 @@ static void pack_panels(uint16_t *dst, const float *b, int64_t ldb, bool trans, 
 #else
             (void)vec;
 #endif
-            for (; i < i1; i += 2) {
-                const float *r0 = NULL, *r1 = NULL;
-                if (w > 0 && i < k) r0 = trans ? b + j0 * ldb + i : b + i * ldb + j0;
-                if (w > 0 && i + 1 < k) r1 = trans ? b + j0 * ldb + i + 1 : b + (i + 1) * ldb + j0;
+            for (; i < i1 && i < k && w > 0; i += 2) {
+                const float *r0 = b + (trans ? j0 * ldb + i : i * ldb + j0);
+                const float *r1 = i + 1 < k ? (trans ? r0 + 1 : r0 + ldb) : NULL;
                 pack_pair(dst + (p * kp + i) * RL_BF16_PANEL, r0, r1, step, w);
             }
+            /* k's padding (ptb_small's 200 -> 224: a tenth of the rows) and panels past n */
+            if (i < i1)
+                memset(dst + (p * kp + i) * RL_BF16_PANEL, 0,
+                       sizeof(uint16_t) * (size_t)((i1 - i) * RL_BF16_PANEL));
         }
 }
 
