@@ -317,8 +317,11 @@ tile_vnni(int mr, int64_t kq, const uint8_t *a, const float *sa, const int8_t *b
     }
     for (; r < quads; r++) {
         __m512i vb[NP];
-        for (int p = 0; p < NP; p++)
+        for (int p = 0; p < NP; p++) {
             vb[p] = _mm512_loadu_si512(b + p * ps + r * 64);
+            /* in a register, not folded into each of the mr rows' vpdpbusd as a load */
+            __asm__("" : "+v"(vb[p]));
+        }
         for (int i = 0; i < mr; i++) {
             int32_t x;
             memcpy(&x, a + i * kq + 4 * r, 4);
