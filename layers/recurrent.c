@@ -942,7 +942,7 @@ static bool rows_apart(const rl_recurrent *r, rl_dtype dt, bool packed) {
     /* a bf16 (or int8) product sums a row in the same order whatever rows are beside it, as the
      * packed float32 one does (kernels/cpu/gemm_bf16.c); its pack of U holds 2 bytes a weight */
     int64_t bytes = packed ? 4 : dt == RL_FLOAT32 && rl_bf16_active() ? 2 : 0;
-    return bytes * r->cell->rec_gates * r->H * r->state_dims[0] <= (1 << 20) && bytes > 0;
+    return bytes > 0 && bytes * r->cell->rec_gates * r->H * r->state_dims[0] <= (1 << 20);
 }
 
 static int row_parts(const steps_job *j) {

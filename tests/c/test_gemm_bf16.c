@@ -266,11 +266,11 @@ static void test_levels(rl_bf16_level best) {
 }
 
 /* An operand past the 2 MB per-call scratch (rounded op(A) rows, packed op(B) columns, at
- * k = 8200 blocks of 96) is multiplied in blocks: the result must have the bits of products
- * small enough to run whole (40 x 40 tiles of C). With m = 90 op(A) fits one block and is
- * rounded once for both column blocks (96 + 54); with m = 160 it is rounded in two blocks of
- * rows for each block of columns, which are then up to twice as wide and of equal width (n =
- * 150: one block; n = 250: 128 + 122). */
+ * k = 8200 blocks of at most 96) is multiplied in blocks: the result must have the bits of
+ * products small enough to run whole (40 x 40 tiles of C). With m = 90 op(A) fits one block, is
+ * rounded once, and each part packs op(B)'s pairs of panels as it multiplies them; with m = 160
+ * it is rounded in two blocks of rows (96 + 64) for each block of columns, which are then up to
+ * twice as wide and of equal width (n = 150: one block; n = 250: 128 + 122). */
 static void check_blocks(bool ta, bool tb, int64_t m, int64_t n) {
     const int64_t k = 8200, T = 40;
     float *a = malloc(sizeof(float) * (size_t)(m * k)),
