@@ -58,6 +58,12 @@ void rl_ce_grad_cpu_f32(int64_t rows, int64_t C, const float *p, const int32_t *
                         float *dz, bool accumulate, float *db, float *scratch);
 void rl_ce_grad_cpu_f64(int64_t rows, int64_t C, const double *p, const int32_t *tgt, double eps,
                         double *dz, bool accumulate, double *db);
+/* For a network in bf16 (kernels/cpu/gemm_bf16.h), whose products round dz to bf16 anyway: the
+ * float32 pass without accumulate, dz written only rounded, in the layout of a rounded left
+ * operand of rows x C (rl_bf16_lhs_size elements: rows of rl_bf16_lhs_stride(C), zeros in the
+ * padding), for rl_gemm_bf16_lhs and _rhs; db as the float32 pass's, bit for bit. */
+void rl_ce_grad_cpu_bf16(int64_t rows, int64_t C, const float *p, const int32_t *tgt, double eps,
+                         uint16_t *dz, float *db, float *scratch);
 
 #ifdef __cplusplus
 }

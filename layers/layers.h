@@ -203,6 +203,16 @@ rl_status rl_affine_forward(const rl_layer *l, const rl_layer_io *io, const rl_p
 /* dW += x^T dz, db += sum_rows dz (db_scratch: an (n_out) buffer), grad_in[i] = dz W_i^T. */
 rl_status rl_affine_backward(const rl_layer *l, const rl_layer_io *io, rl_param *W, rl_param *b,
                              const rl_tensor *dz, rl_tensor *db_scratch, rl_tensor *const *grad_in);
+/* Whether rl_affine_backward_bf16 can run: a bf16 network's products (kernels/cpu/gemm_bf16.h:
+ * a bf16 context active on this thread), W float32 on the CPU, every input dense (no class
+ * indices) with rows of unit stride, as the gradient buffers. */
+bool rl_affine_bf16_ok(const rl_layer *l, const rl_layer_io *io, const rl_param *W,
+                       rl_tensor *const *grad_in);
+/* rl_affine_backward without a bias, dz (rows = T*B x n_out) given rounded to bf16 in the layout
+ * of rl_bf16_lhs_size: the products rl_affine_backward would run, with their bits, dz rounded
+ * once instead of in each. */
+rl_status rl_affine_backward_bf16(const rl_layer *l, const rl_layer_io *io, rl_param *W,
+                                  const uint16_t *dz, int64_t rows, rl_tensor *const *grad_in);
 
 #ifdef __cplusplus
 }

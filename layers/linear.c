@@ -17,6 +17,7 @@
 #include "layer.h"
 #include "layers.h"
 
+#include "../kernels/cpu/gemm_bf16.h"
 #include "../kernels/ops.h"
 
 /* t (T, B, F) as (T*B, F): a view when the strides allow (always for the network's buffers),
@@ -113,6 +114,48 @@ rl_status rl_affine_backward(const rl_layer *l, const rl_layer_io *io, rl_param 
     }
     rl_tensor_release(&dz2);
     return st;
+}
+
+/* (T, B, F) as rows of F with unit stride, T*B rows ld apart */
+static bool plain_rows(const rl_tensor *t, int64_t *ld) {
+    *ld = t->stride[1];
+    return t->ndim == 3 && t->stride[2] == 1 && t->stride[0] == t->shape[1] * t->stride[1];
+}
+
+bool rl_affine_bf16_ok(const rl_layer *l, const rl_layer_io *io, const rl_param *W,
+                       rl_tensor *const *grad_in) {
+    int64_t ld;
+    rl_bf16_ctx *ctx = rl_bf16_active();
+    if (!ctx || rl_bf16_ctx_is_int8(ctx) || W->value.dtype != RL_FLOAT32 ||
+        rl_tensor_device(&W->value).type != RL_CPU || W->value.stride[1] != 1 ||
+        W->grad.stride[1] != 1)
+        return false;
+    for (int i = 0; i < io->n_in; i++) {
+        if (rl_layer_input_sparse(l, io->in[i]) || !plain_rows(io->in[i], &ld)) return false;
+        if (grad_in[i] && !plain_rows(grad_in[i], &ld)) return false;
+    }
+    return true;
+}
+
+rl_status rl_affine_backward_bf16(const rl_layer *l, const rl_layer_io *io, rl_param *W,
+                                  const uint16_t *dz, int64_t rows, rl_tensor *const *grad_in) {
+    int64_t n = l->n_out, ld16 = rl_bf16_lhs_stride(n), off = 0;
+    int64_t ldw = W->value.stride[0], ldg = W->grad.stride[0];
+    for (int i = 0; i < io->n_in; i++) {
+        int64_t F = l->in_dims[i], ldx, ldd;
+        plain_rows(io->in[i], &ldx);
+        const float *x = rl_tensor_data(io->in[i]),
+                    *Wi = (const float *)rl_tensor_data(&W->value) + off * ldw;
+        float *dWi = (float *)rl_tensor_data(&W->grad) + off * ldg;
+        RL_TRY(rl_gemm_bf16_rhs(true, F, n, rows, 1.0f, x, ldx, dz, ld16, 1.0f, dWi, ldg));
+        if (grad_in[i]) {
+            plain_rows(grad_in[i], &ldd);
+            RL_TRY(rl_gemm_bf16_ctx_lhs(rl_bf16_active(), rows, F, n, 1.0f, dz, true, Wi, ldw, 0.0f,
+                                        rl_tensor_data(grad_in[i]), ldd));
+        }
+        off += F;
+    }
+    return RL_OK;
 }
 
 rl_status rl_affine_params(rl_layer *l, bool with_bias, int *iW, int *ib) {

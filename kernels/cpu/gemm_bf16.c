@@ -211,6 +211,13 @@ RL_TARGET_BF16 static void pack_block_trans(uint16_t *d, const float *b, int64_t
         _mm512_storeu_si512(d + q * 2 * RL_BF16_PANEL, r[q]);
 }
 
+/* one row pair of a whole panel from bf16 rows (an operand rounded beforehand) */
+RL_TARGET_BF16 static void pack_pair16_vec(uint16_t *d, const uint16_t *r0, const uint16_t *r1) {
+    __m512i lo = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)r0));
+    __m512i hi = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)r1));
+    _mm512_storeu_si512(d, _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16)));
+}
+
 /* one row pair of a whole panel, rows r0 and r1 contiguous: pack_pair's common case */
 RL_TARGET_BF16 static void pack_pair_vec(uint16_t *d, const float *r0, const float *r1) {
     __m512i w = _mm512_or_si512(round_lanes(r0), _mm512_slli_epi32(round_lanes(r1), 16));
@@ -242,10 +249,37 @@ static bool vector_passes(void) {
  * it is written into every panel, 2 KB at a time. */
 #define PACK_ROWS 64
 
-/* panels [p0, p1) of the pack */
-static void pack_panels(uint16_t *dst, const float *b, int64_t ldb, bool trans, int64_t k,
-                        int64_t n, int64_t p0, int64_t p1) {
-    int64_t kp = round_up(k, KP_ALIGN);
+/* pack_pair from bf16 rows (r1 NULL: a row past k) */
+static void pack_pair16(uint16_t *d, const uint16_t *r0, const uint16_t *r1, int64_t w) {
+    for (int64_t jj = 0; jj < RL_BF16_PANEL; jj++) {
+        d[2 * jj] = jj < w ? r0[jj] : 0;
+        d[2 * jj + 1] = r1 && jj < w ? r1[jj] : 0;
+    }
+}
+
+/* A matrix operand: float32 (f, op(f) its transpose with trans) or bf16 already rounded (h,
+ * never transposed), rows ld elements apart. */
+typedef struct {
+    const float *f;
+    const uint16_t *h;
+    int64_t ld;
+    bool trans;
+} operand;
+
+/* the operand from row (or column, of op(x)) r0 of op(x) and column c0 on */
+static operand offset(operand x, int64_t r0, int64_t c0) {
+    if (x.h)
+        x.h += r0 * x.ld + c0;
+    else
+        x.f += x.trans ? c0 * x.ld + r0 : r0 * x.ld + c0;
+    return x;
+}
+
+/* panels [p0, p1) of the pack of op(B) (k x n) */
+static void pack_panels(uint16_t *dst, operand B, int64_t k, int64_t n, int64_t p0, int64_t p1) {
+    int64_t kp = round_up(k, KP_ALIGN), ldb = B.ld;
+    bool trans = B.trans;
+    const float *b = B.f;
     int64_t step = trans ? ldb : 1;
     bool vec = vector_passes();
     for (int64_t i0 = 0; i0 < kp; i0 += PACK_ROWS)
@@ -254,18 +288,30 @@ static void pack_panels(uint16_t *dst, const float *b, int64_t ldb, bool trans, 
             if (w < 0) w = 0;
             int64_t i1 = i0 + PACK_ROWS < kp ? i0 + PACK_ROWS : kp;
             int64_t i = i0;
+            if (B.h) {
+                const uint16_t *h = B.h + j0;
 #ifdef RL_CPU_X86
-            if (vec && trans && w == RL_BF16_PANEL)
+                if (vec && w == RL_BF16_PANEL)
+                    for (; i + 2 <= i1 && i + 2 <= k; i += 2)
+                        pack_pair16_vec(dst + (p * kp + i) * RL_BF16_PANEL, h + i * ldb,
+                                        h + (i + 1) * ldb);
+#endif
+                for (; i < i1 && i < k && w > 0; i += 2)
+                    pack_pair16(dst + (p * kp + i) * RL_BF16_PANEL, h + i * ldb,
+                                i + 1 < k ? h + (i + 1) * ldb : NULL, w);
+            }
+#ifdef RL_CPU_X86
+            if (vec && !B.h && trans && w == RL_BF16_PANEL)
                 for (; i + 32 <= i1 && i + 32 <= k; i += 32)
                     pack_block_trans(dst + (p * kp + i) * RL_BF16_PANEL, b + j0 * ldb + i, ldb);
-            if (vec && !trans && w == RL_BF16_PANEL)
+            if (vec && !B.h && !trans && w == RL_BF16_PANEL)
                 for (; i + 2 <= i1 && i + 2 <= k; i += 2)
                     pack_pair_vec(dst + (p * kp + i) * RL_BF16_PANEL, b + i * ldb + j0,
                                   b + (i + 1) * ldb + j0);
 #else
             (void)vec;
 #endif
-            for (; i < i1 && i < k && w > 0; i += 2) {
+            for (; !B.h && i < i1 && i < k && w > 0; i += 2) {
                 const float *r0 = b + (trans ? j0 * ldb + i : i * ldb + j0);
                 const float *r1 = i + 1 < k ? (trans ? r0 + 1 : r0 + ldb) : NULL;
                 pack_pair(dst + (p * kp + i) * RL_BF16_PANEL, r0, r1, step, w);
@@ -279,25 +325,27 @@ static void pack_panels(uint16_t *dst, const float *b, int64_t ldb, bool trans, 
 
 typedef struct {
     uint16_t *dst;
-    const float *b;
-    int64_t ldb, k, n;
-    bool trans;
+    operand b;
+    int64_t k, n;
 } pack_job;
 
 static void pack_part(void *ctx, int part, int parts) {
     const pack_job *j = ctx;
     int64_t panels = panel_count(j->n);
-    pack_panels(j->dst, j->b, j->ldb, j->trans, j->k, j->n, panels * part / parts,
-                panels * (part + 1) / parts);
+    pack_panels(j->dst, j->b, j->k, j->n, panels * part / parts, panels * (part + 1) / parts);
 }
 
-void rl_bf16_pack(uint16_t *dst, const float *b, int64_t ldb, bool trans, int64_t k, int64_t n) {
-    pack_job j = {dst, b, ldb, k, n, trans};
+static void pack_operand(uint16_t *dst, operand b, int64_t k, int64_t n) {
+    pack_job j = {dst, b, k, n};
     int parts = rl_cpu_pass_parts(k * n, panel_count(n));
     if (parts > 1)
         rl_cpu_parallel(parts, pack_part, &j);
     else
         pack_part(&j, 0, 1);
+}
+
+void rl_bf16_pack(uint16_t *dst, const float *b, int64_t ldb, bool trans, int64_t k, int64_t n) {
+    pack_operand(dst, (operand){.f = b, .ld = ldb, .trans = trans}, k, n);
 }
 
 #ifdef RL_CPU_X86
@@ -380,17 +428,16 @@ static void round_a(uint16_t *dst, bool trans, int64_t m, int64_t k, const float
 
 typedef struct {
     int64_t m, n, k, kp, ldc;
+    int64_t lda; /* the rounded op(A)'s rows: kp apart in the scratch, or the caller's */
     float alpha, beta;
     const uint16_t *a, *b;
     float *c;
     rl_bf16_level level; /* read once per call: every part runs the same kernel */
     bool by_cols;        /* parts get pairs of panels (else blocks of ROW_BLOCK rows) */
     int64_t units;
-    /* by columns only: op(B) as float32 (b unused), packed a pair of panels at a time by the
-     * part that multiplies it, into part * 2 kp x RL_BF16_PANEL elements of pairs */
-    const float *b32;
-    int64_t ldb;
-    bool trans_b;
+    /* by columns only: op(B) unpacked (b unused: b_src.f or .h set), packed a pair of panels at
+     * a time by the part that multiplies it, into part * 2 kp x RL_BF16_PANEL elements of pairs */
+    operand b_src;
     uint16_t *pairs;
 } job;
 
@@ -413,7 +460,7 @@ RL_TARGET_BASE static void part_generic(const job *j, int64_t r0, int64_t r1, in
             /* one row at a time: with the rows innermost, GCC 12 at -O2 vectorised the row loop
              * into loads past the last row of the rounded A (a fault at its end) */
             for (int64_t i = 0; i < rows; i++) {
-                const uint16_t *ar = j->a + (i0 + i) * j->kp;
+                const uint16_t *ar = j->a + (i0 + i) * j->lda;
                 for (int64_t r = 0; r < pairs; r++) {
                     const uint16_t *br = bp + r * 2 * RL_BF16_PANEL;
                     float a0 = rl_bf16_to_f32(ar[2 * r]), a1 = rl_bf16_to_f32(ar[2 * r + 1]);
@@ -449,10 +496,11 @@ RL_TARGET_BF16 static inline void store_row(float *c, int64_t w, __m512 lo, __m5
     _mm512_mask_storeu_ps(c + 16, m1, hi);
 }
 
-/* mr (1..8) rows x two panels; a at the first row (rows kp apart), b at the first panel */
+/* mr (1..8) rows x two panels; a at the first row (rows lda apart), b at the first panel (panels
+ * kp apart) */
 RL_TARGET_BF16 static inline __attribute__((always_inline)) void
-tile_avx512(int mr, int64_t pairs, int64_t kp, const uint16_t *a, const uint16_t *b, float *c,
-            int64_t ldc, int64_t w, float alpha, float beta) {
+tile_avx512(int mr, int64_t pairs, int64_t kp, int64_t lda, const uint16_t *a, const uint16_t *b,
+            float *c, int64_t ldc, int64_t w, float alpha, float beta) {
     __m512 acc[8][2];
     for (int i = 0; i < mr; i++)
         acc[i][0] = acc[i][1] = _mm512_setzero_ps();
@@ -462,7 +510,7 @@ tile_avx512(int mr, int64_t pairs, int64_t kp, const uint16_t *a, const uint16_t
         __m512bh vb1 = (__m512bh)_mm512_loadu_si512(b1 + r * 2 * RL_BF16_PANEL);
         for (int i = 0; i < mr; i++) {
             int32_t two;
-            memcpy(&two, a + i * kp + 2 * r, sizeof two);
+            memcpy(&two, a + i * lda + 2 * r, sizeof two);
             __m512bh va = (__m512bh)_mm512_set1_epi32(two);
             acc[i][0] = _mm512_dpbf16_ps(acc[i][0], va, vb0);
             acc[i][1] = _mm512_dpbf16_ps(acc[i][1], va, vb1);
@@ -488,8 +536,8 @@ tile_avx512(int mr, int64_t pairs, int64_t kp, const uint16_t *a, const uint16_t
  * the same bits whatever the rows around it), with one accumulator a panel and row; pf:
  * prefetch the panels. */
 RL_TARGET_BF16 static inline __attribute__((always_inline)) void
-tile_wide_avx512(int mr, bool pf, int64_t pairs, int64_t kp, const uint16_t *a, const uint16_t *b,
-                 float *c, int64_t ldc, int64_t w, float alpha, float beta) {
+tile_wide_avx512(int mr, bool pf, int64_t pairs, int64_t kp, int64_t lda, const uint16_t *a,
+                 const uint16_t *b, float *c, int64_t ldc, int64_t w, float alpha, float beta) {
     enum { np = WIDE_PANELS };
     __m512 acc[2][WIDE_PANELS];
     for (int i = 0; i < mr; i++)
@@ -499,7 +547,7 @@ tile_wide_avx512(int mr, bool pf, int64_t pairs, int64_t kp, const uint16_t *a, 
         __m512bh va[2];
         for (int i = 0; i < mr; i++) {
             int32_t two;
-            memcpy(&two, a + i * kp + 2 * r, sizeof two);
+            memcpy(&two, a + i * lda + 2 * r, sizeof two);
             va[i] = (__m512bh)_mm512_set1_epi32(two);
         }
         for (int q = 0; q < np; q++) {
@@ -518,23 +566,23 @@ tile_wide_avx512(int mr, bool pf, int64_t pairs, int64_t kp, const uint16_t *a, 
 
 RL_TARGET_BF16 static void part_avx512(const job *j, int64_t r0, int64_t r1, int64_t p0,
                                        int64_t p1) {
-    int64_t pairs = (j->k + 1) / 2, kp = j->kp;
+    int64_t pairs = (j->k + 1) / 2, kp = j->kp, lda = j->lda;
     if (r1 - r0 <= 2) {
         bool pf = (p1 - p0) * kp * RL_BF16_PANEL * (int64_t)sizeof(uint16_t) > WIDE_L2;
         for (; p0 + WIDE_PANELS <= p1; p0 += WIDE_PANELS) {
             int64_t c0 = p0 * RL_BF16_PANEL, w = j->n - c0;
             if (w <= 0) return;
-            const uint16_t *bp = j->b + p0 * kp * RL_BF16_PANEL, *ai = j->a + r0 * kp;
+            const uint16_t *bp = j->b + p0 * kp * RL_BF16_PANEL, *ai = j->a + r0 * lda;
             float *ci = j->c + r0 * j->ldc + c0;
             float al = j->alpha, be = j->beta;
             if (r1 - r0 == 1 && pf)
-                tile_wide_avx512(1, true, pairs, kp, ai, bp, ci, j->ldc, w, al, be);
+                tile_wide_avx512(1, true, pairs, kp, lda, ai, bp, ci, j->ldc, w, al, be);
             else if (r1 - r0 == 1)
-                tile_wide_avx512(1, false, pairs, kp, ai, bp, ci, j->ldc, w, al, be);
+                tile_wide_avx512(1, false, pairs, kp, lda, ai, bp, ci, j->ldc, w, al, be);
             else if (pf)
-                tile_wide_avx512(2, true, pairs, kp, ai, bp, ci, j->ldc, w, al, be);
+                tile_wide_avx512(2, true, pairs, kp, lda, ai, bp, ci, j->ldc, w, al, be);
             else
-                tile_wide_avx512(2, false, pairs, kp, ai, bp, ci, j->ldc, w, al, be);
+                tile_wide_avx512(2, false, pairs, kp, lda, ai, bp, ci, j->ldc, w, al, be);
         }
     }
     for (int64_t p = p0; p < p1; p += 2) {
@@ -542,18 +590,18 @@ RL_TARGET_BF16 static void part_avx512(const job *j, int64_t r0, int64_t r1, int
         int64_t c0 = p * RL_BF16_PANEL, w = j->n - c0 < 32 ? j->n - c0 : 32;
         if (w <= 0) break;
         for (int64_t i = r0; i < r1; i += 8) {
-            const uint16_t *ai = j->a + i * kp;
+            const uint16_t *ai = j->a + i * lda;
             float *ci = j->c + i * j->ldc + c0;
             float al = j->alpha, be = j->beta;
             switch (r1 - i < 8 ? r1 - i : 8) {
-            case 1: tile_avx512(1, pairs, kp, ai, bp, ci, j->ldc, w, al, be); break;
-            case 2: tile_avx512(2, pairs, kp, ai, bp, ci, j->ldc, w, al, be); break;
-            case 3: tile_avx512(3, pairs, kp, ai, bp, ci, j->ldc, w, al, be); break;
-            case 4: tile_avx512(4, pairs, kp, ai, bp, ci, j->ldc, w, al, be); break;
-            case 5: tile_avx512(5, pairs, kp, ai, bp, ci, j->ldc, w, al, be); break;
-            case 6: tile_avx512(6, pairs, kp, ai, bp, ci, j->ldc, w, al, be); break;
-            case 7: tile_avx512(7, pairs, kp, ai, bp, ci, j->ldc, w, al, be); break;
-            default: tile_avx512(8, pairs, kp, ai, bp, ci, j->ldc, w, al, be); break;
+            case 1: tile_avx512(1, pairs, kp, lda, ai, bp, ci, j->ldc, w, al, be); break;
+            case 2: tile_avx512(2, pairs, kp, lda, ai, bp, ci, j->ldc, w, al, be); break;
+            case 3: tile_avx512(3, pairs, kp, lda, ai, bp, ci, j->ldc, w, al, be); break;
+            case 4: tile_avx512(4, pairs, kp, lda, ai, bp, ci, j->ldc, w, al, be); break;
+            case 5: tile_avx512(5, pairs, kp, lda, ai, bp, ci, j->ldc, w, al, be); break;
+            case 6: tile_avx512(6, pairs, kp, lda, ai, bp, ci, j->ldc, w, al, be); break;
+            case 7: tile_avx512(7, pairs, kp, lda, ai, bp, ci, j->ldc, w, al, be); break;
+            default: tile_avx512(8, pairs, kp, lda, ai, bp, ci, j->ldc, w, al, be); break;
             }
         }
     }
@@ -578,7 +626,9 @@ RL_TARGET_AMX static void part_amx(const job *j, int64_t r0, int64_t r1, int64_t
     }
     _tile_loadconfig(&cfg);
     float blk[32 * 32] __attribute__((aligned(64)));
-    int64_t kp = j->kp, a_stride = kp * (int64_t)sizeof(uint16_t);
+    /* kp: the panels' stride; a block of k (rl_gemm_bf16_packed) may end before it */
+    int64_t kp = j->kp, kend = round_up(j->k, KP_ALIGN),
+            a_stride = j->lda * (int64_t)sizeof(uint16_t);
     for (int64_t p = p0; p < p1; p += 2) {
         const uint16_t *bp = j->b + p * kp * RL_BF16_PANEL;
         int64_t c0 = p * RL_BF16_PANEL, w = j->n - c0 < 32 ? j->n - c0 : 32;
@@ -589,15 +639,15 @@ RL_TARGET_AMX static void part_amx(const job *j, int64_t r0, int64_t r1, int64_t
             _tile_zero(1);
             _tile_zero(2);
             _tile_zero(3);
-            for (int64_t kb = 0; kb < kp; kb += KP_ALIGN) {
-                const uint16_t *ak = j->a + i * kp + kb, *bk = bp + kb * RL_BF16_PANEL;
+            for (int64_t kb = 0; kb < kend; kb += KP_ALIGN) {
+                const uint16_t *ak = j->a + i * j->lda + kb, *bk = bp + kb * RL_BF16_PANEL;
                 _tile_loadd(4, ak, a_stride);
                 _tile_loadd(6, bk, 64);
                 _tile_loadd(7, bk + kp * RL_BF16_PANEL, 64);
                 _tile_dpbf16ps(0, 4, 6);
                 _tile_dpbf16ps(1, 4, 7);
                 if (two_rows) {
-                    _tile_loadd(5, ak + 16 * kp, a_stride);
+                    _tile_loadd(5, ak + 16 * j->lda, a_stride);
                     _tile_dpbf16ps(2, 5, 6);
                     _tile_dpbf16ps(3, 5, 7);
                 }
@@ -644,7 +694,7 @@ static void run_part(void *ctx, int part, int parts) {
         r0 = u0 * ROW_BLOCK;
         r1 = u1 * ROW_BLOCK < j->m ? u1 * ROW_BLOCK : j->m;
     }
-    if (!j->b32) {
+    if (!j->b_src.f && !j->b_src.h) {
         run_level(j, r0, r1, p0, p1);
         return;
     }
@@ -653,8 +703,7 @@ static void run_part(void *ctx, int part, int parts) {
     for (int64_t p = p0; p < p1; p += 2) {
         int64_t c0 = p * RL_BF16_PANEL, w = j->n - c0 < 32 ? j->n - c0 : 32;
         if (w <= 0) break;
-        pack_panels(pair, j->trans_b ? j->b32 + c0 * j->ldb : j->b32 + c0, j->ldb, j->trans_b, j->k,
-                    w, 0, 2);
+        pack_panels(pair, offset(j->b_src, 0, c0), j->k, w, 0, 2);
         job jp = *j;
         jp.b = pair;
         jp.c = j->c + c0;
@@ -699,6 +748,7 @@ static job plan(int64_t m, int64_t n, int64_t k, int64_t kp, float alpha, const 
              .ldc = ldc,
              .alpha = alpha,
              .beta = beta,
+             .lda = kp,
              .a = ra,
              .b = packed,
              .c = c,
@@ -725,82 +775,111 @@ static void run(job *j, int parts) {
         run_part(j, 0, 1);
 }
 
+/* c (m x n) = alpha * ra * packed + beta * c, ra's rounded rows lda apart */
 static void run_rounded(int64_t m, int64_t n, int64_t k, int64_t kp, float alpha,
-                        const uint16_t *ra, const uint16_t *packed, float beta, float *c,
-                        int64_t ldc) {
+                        const uint16_t *ra, int64_t lda, const uint16_t *packed, float beta,
+                        float *c, int64_t ldc) {
     int parts;
     job j = plan(m, n, k, kp, alpha, ra, packed, beta, c, ldc, &parts);
+    j.lda = lda;
     run(&j, parts);
 }
 
-/* c = alpha * op(a) * packed + beta * c, op(a) rounded into ra in blocks of `rows` */
-static void run_blocks(bool trans_a, int64_t m, int64_t n, int64_t k, int64_t kp, int64_t rows,
-                       float alpha, const float *a, int64_t lda, uint16_t *ra,
-                       const uint16_t *packed, float beta, float *c, int64_t ldc) {
+/* c = alpha * op(A) * packed + beta * c, packed's panels kp apart (k <= kp: a block of k may
+ * end before their end): a rounded op(A) at once, a float32 one rounded into ra in blocks of
+ * `rows` */
+static void run_blocks(operand A, int64_t m, int64_t n, int64_t k, int64_t kp, int64_t rows,
+                       float alpha, uint16_t *ra, const uint16_t *packed, float beta, float *c,
+                       int64_t ldc) {
+    if (A.h) {
+        run_rounded(m, n, k, kp, alpha, A.h, A.ld, packed, beta, c, ldc);
+        return;
+    }
+    int64_t ka = round_up(k, KP_ALIGN);
     for (int64_t i0 = 0; i0 < m; i0 += rows) {
         int64_t mi = m - i0 < rows ? m - i0 : rows;
-        round_a(ra, trans_a, mi, k, trans_a ? a + i0 : a + i0 * lda, lda, round_up(mi, MP_ALIGN),
-                kp);
-        run_rounded(mi, n, k, kp, alpha, ra, packed, beta, c + i0 * ldc, ldc);
+        round_a(ra, A.trans, mi, k, offset(A, i0, 0).f, A.ld, round_up(mi, MP_ALIGN), ka);
+        run_rounded(mi, n, k, kp, alpha, ra, ka, packed, beta, c + i0 * ldc, ldc);
     }
+}
+
+static int64_t k_block(int64_t k, int64_t n);
+
+/* c = alpha * op(A) * packed + beta * c, over the blocks of k that rl_gemm_bf16 takes */
+static rl_status packed_split_k(operand A, int64_t m, int64_t n, int64_t k, float alpha,
+                                const uint16_t *packed, float beta, float *c, int64_t ldc) {
+    if (m <= 0 || n <= 0) return RL_OK;
+    int64_t kp = round_up(k, KP_ALIGN), kb = k_block(k, n), ka = round_up(kb, KP_ALIGN);
+    int64_t rows = A.h ? 0 : even_block(m, block_of(ka, ROW_BLOCK), ROW_BLOCK);
+    uint16_t *ra = NULL;
+    if (!A.h) {
+        ra = rl_thread_scratch(RL_SCRATCH_BF16,
+                               sizeof(uint16_t) * (size_t)(round_up(rows, MP_ALIGN) * ka),
+                               "bf16 gemm: the rounded left operand");
+        if (!ra) return RL_ENOMEM;
+    }
+    int64_t k0 = 0;
+    do { /* k = 0 too: C = beta * C */
+        int64_t kk = k - k0 < kb ? k - k0 : kb;
+        run_blocks(offset(A, 0, k0), m, n, kk, kp, rows, alpha, ra, packed + k0 * RL_BF16_PANEL,
+                   k0 ? 1.0f : beta, c, ldc);
+        k0 += kb;
+    } while (k0 < k);
+    return RL_OK;
 }
 
 rl_status rl_gemm_bf16_packed(bool trans_a, int64_t m, int64_t n, int64_t k, float alpha,
                               const float *a, int64_t lda, const uint16_t *packed, float beta,
                               float *c, int64_t ldc) {
-    if (m <= 0 || n <= 0) return RL_OK;
-    int64_t kp = round_up(k, KP_ALIGN), rows = even_block(m, block_of(kp, ROW_BLOCK), ROW_BLOCK);
-    uint16_t *ra = rl_thread_scratch(RL_SCRATCH_BF16,
-                                     sizeof(uint16_t) * (size_t)(round_up(rows, MP_ALIGN) * kp),
-                                     "bf16 gemm: the rounded left operand");
-    if (!ra) return RL_ENOMEM;
-    run_blocks(trans_a, m, n, k, kp, rows, alpha, a, lda, ra, packed, beta, c, ldc);
-    return RL_OK;
+    return packed_split_k((operand){.f = a, .ld = lda, .trans = trans_a}, m, n, k, alpha, packed,
+                          beta, c, ldc);
 }
 
-rl_status rl_gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
-                       const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
-                       float *c, int64_t ldc) {
-    if (m <= 0 || n <= 0) return RL_OK;
+/* c = alpha * op(A) * op(B) + beta * c, its k in one pass */
+static rl_status gemm_whole_k(operand A, operand B, int64_t m, int64_t n, int64_t k, float alpha,
+                              float beta, float *c, int64_t ldc) {
     int64_t kp = round_up(k, KP_ALIGN);
     int64_t cols = block_of(kp, 2 * RL_BF16_PANEL), rows = block_of(kp, ROW_BLOCK);
-    if (m <= rows) {
-        /* An op(A) that fits one block of rows is rounded once. Where parts get pairs of
-         * panels (a weight gradient: X^T against dY, k = T x B), each part packs its pairs one
-         * at a time, just before it multiplies them, into a pair of panels of its own: the
-         * whole op(B) is never packed (seqmnist's H^T dG: 1.8 MB), and a pair is multiplied
-         * while it is still in the core's cache. */
+    if (A.h ? rl_bf16_packed_size(k, n) <= 2 * SCRATCH_BYTES / (int64_t)sizeof(uint16_t)
+            : m <= rows) {
+        /* An op(A) that fits one block of rows is rounded once (a rounded one is used as it
+         * is). Where parts get pairs of panels (a weight gradient: X^T against dY, k = T x B),
+         * each part packs its pairs one at a time, just before it multiplies them, into a pair
+         * of panels of its own: the whole op(B) is never packed (seqmnist's H^T dG: 1.8 MB),
+         * and a pair is multiplied while it is still in the core's cache. */
         int parts;
         job j = plan(m, n, k, kp, alpha, NULL, NULL, beta, c, ldc, &parts);
-        int64_t a_elems = round_up(m, MP_ALIGN) * kp; /* a multiple of 512: pairs stay aligned */
+        /* a multiple of 512: pairs stay aligned */
+        int64_t a_elems = A.h ? 0 : round_up(m, MP_ALIGN) * kp;
         int64_t pb_elems = j.by_cols ? parts * 2 * kp * RL_BF16_PANEL
                                      : rl_bf16_packed_size(k, n); /* n < m: under 2 MB */
         uint16_t *ra =
             rl_thread_scratch(RL_SCRATCH_BF16, sizeof(uint16_t) * (size_t)(a_elems + pb_elems),
                               "bf16 gemm: the rounded and packed operands");
         if (!ra) return RL_ENOMEM;
-        round_a(ra, trans_a, m, k, a, lda, round_up(m, MP_ALIGN), kp);
-        j.a = ra;
+        if (A.h) {
+            j.a = A.h;
+            j.lda = A.ld;
+        } else {
+            round_a(ra, A.trans, m, k, A.f, A.ld, round_up(m, MP_ALIGN), kp);
+            j.a = ra;
+        }
         if (j.by_cols) {
-            j.b32 = b;
-            j.ldb = ldb;
-            j.trans_b = trans_b;
+            j.b_src = B;
             j.pairs = ra + a_elems;
         } else {
-            rl_bf16_pack(ra + a_elems, b, ldb, trans_b, k, n);
+            pack_operand(ra + a_elems, B, k, n);
             j.b = ra + a_elems;
         }
         run(&j, parts);
         return RL_OK;
     }
     /* A longer op(A) is rounded in blocks of rows, again for every block of columns of the
-     * packed op(B) (the backward of a 10000-class output: dY, 1000 x 10000 for ptb_large,
-     * against the weights' 650 columns), so the blocks of columns may be twice as wide as
-     * SCRATCH_BYTES allows: ptb_large's and ptb_small's bf16 steps took 5-6% less time (2 threads,
-     * 2026-11-29, Zen 4), chime's 3%. Packing op(B) again for every block of rows instead would
-     * read W^T (10000 x 650) 11 times over, against dY's 4. */
+     * packed op(B), so the blocks of columns may be twice as wide as SCRATCH_BYTES allows
+     * (rl_gemm_bf16 splits k so that one block of columns holds them all where it can).
+     * Packing op(B) again for every block of rows instead would read it once per block. */
     cols = even_block(n, 2 * cols, 2 * RL_BF16_PANEL);
-    rows = even_block(m, rows, ROW_BLOCK);
+    rows = A.h ? 0 : even_block(m, rows, ROW_BLOCK);
     int64_t pb_elems = rl_bf16_packed_size(k, cols); /* a multiple of 1024: ra stays aligned */
     uint16_t *pb = rl_thread_scratch(
         RL_SCRATCH_BF16, sizeof(uint16_t) * (size_t)(pb_elems + round_up(rows, MP_ALIGN) * kp),
@@ -808,11 +887,75 @@ rl_status rl_gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t
     if (!pb) return RL_ENOMEM;
     for (int64_t j0 = 0; j0 < n; j0 += cols) {
         int64_t nj = n - j0 < cols ? n - j0 : cols;
-        rl_bf16_pack(pb, trans_b ? b + j0 * ldb : b + j0, ldb, trans_b, k, nj);
-        run_blocks(trans_a, m, nj, k, kp, rows, alpha, a, lda, pb + pb_elems, pb, beta, c + j0,
-                   ldc);
+        pack_operand(pb, offset(B, 0, j0), k, nj);
+        run_blocks(A, m, nj, k, kp, rows, alpha, pb + pb_elems, pb, beta, c + j0, ldc);
     }
     return RL_OK;
+}
+
+/* The sums' length at most, of a product whose op(B) packed whole would pass twice
+ * SCRATCH_BYTES: a long k with few columns (the backward of a 10000-class output, dY W^T,
+ * k = 10000 against 200 or 650 columns). In one pass over k, op(B) would be packed in blocks of
+ * columns and op(A) rounded again for each (ptb_large's dY four times); split into blocks of k
+ * whose packed op(B) fits, each operand is rounded once, and each block's C is added to the
+ * last. Blocks of at least K_BLOCK_MIN (past that width, n > 4000, splitting k would add more
+ * passes over C than it saves). The split depends on k and n alone: a row's bits stay those it
+ * has in any other product of the same k and n. */
+#define K_BLOCK_MIN 512
+
+static int64_t k_block(int64_t k, int64_t n) {
+    int64_t cols = panel_count(n) * RL_BF16_PANEL,
+            max_elems = 2 * SCRATCH_BYTES / (int64_t)sizeof(uint16_t);
+    if (rl_bf16_packed_size(k, n) <= max_elems) return k;
+    int64_t kb = max_elems / cols / KP_ALIGN * KP_ALIGN;
+    return kb < K_BLOCK_MIN ? k : even_block(k, kb, KP_ALIGN);
+}
+
+static rl_status gemm_split_k(operand A, operand B, int64_t m, int64_t n, int64_t k, float alpha,
+                              float beta, float *c, int64_t ldc) {
+    if (m <= 0 || n <= 0) return RL_OK;
+    int64_t kb = k_block(k, n), k0 = 0;
+    do { /* k = 0 too: C = beta * C */
+        int64_t kk = k - k0 < kb ? k - k0 : kb;
+        RL_TRY(gemm_whole_k(offset(A, 0, k0), offset(B, k0, 0), m, n, kk, alpha, k0 ? 1.0f : beta,
+                            c, ldc));
+        k0 += kb;
+    } while (k0 < k);
+    return RL_OK;
+}
+
+rl_status rl_gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                       const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
+                       float *c, int64_t ldc) {
+    return gemm_split_k((operand){.f = a, .ld = lda, .trans = trans_a},
+                        (operand){.f = b, .ld = ldb, .trans = trans_b}, m, n, k, alpha, beta, c,
+                        ldc);
+}
+
+int64_t rl_bf16_lhs_stride(int64_t k) { return round_up(k, KP_ALIGN); }
+
+int64_t rl_bf16_lhs_size(int64_t m, int64_t k) {
+    return round_up(m, MP_ALIGN) * round_up(k, KP_ALIGN);
+}
+
+void rl_bf16_round_lhs(uint16_t *dst, bool trans, int64_t m, int64_t k, const float *a,
+                       int64_t lda) {
+    round_a(dst, trans, m, k, a, lda, round_up(m, MP_ALIGN), round_up(k, KP_ALIGN));
+}
+
+rl_status rl_gemm_bf16_lhs(int64_t m, int64_t n, int64_t k, float alpha, const uint16_t *ra,
+                           bool trans_b, const float *b, int64_t ldb, float beta, float *c,
+                           int64_t ldc) {
+    return gemm_split_k((operand){.h = ra, .ld = rl_bf16_lhs_stride(k)},
+                        (operand){.f = b, .ld = ldb, .trans = trans_b}, m, n, k, alpha, beta, c,
+                        ldc);
+}
+
+rl_status rl_gemm_bf16_rhs(bool trans_a, int64_t m, int64_t n, int64_t k, float alpha,
+                           const float *a, int64_t lda, const uint16_t *b, int64_t ldb, float beta,
+                           float *c, int64_t ldc) {
+    return gemm_split_k((operand){.f = a, .ld = lda, .trans = trans_a},
+                        (operand){.h = b, .ld = ldb}, m, n, k, alpha, beta, c, ldc);
 }
 
 /* ---- a network's context and the kept packs of its weights ---- */
@@ -1010,4 +1153,24 @@ rl_status rl_gemm_bf16_ctx(rl_bf16_ctx *ctx, bool trans_a, bool trans_b, int64_t
         }
     }
     return rl_gemm_bf16(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+rl_status rl_gemm_bf16_ctx_lhs(rl_bf16_ctx *ctx, int64_t m, int64_t n, int64_t k, float alpha,
+                               const uint16_t *a, bool trans_b, const float *b, int64_t ldb,
+                               float beta, float *c, int64_t ldc) {
+    if (ctx->int8)
+        return rl_error(RL_EARG, "int8 gemm: an operand rounded to bf16 has no int8 product "
+                                 "(int8 is for inference)");
+    operand A = {.h = a, .ld = rl_bf16_lhs_stride(k)};
+    if (m > 0 && n > 0 && k > 0) {
+        rl_status st = RL_OK;
+        const void *p = kept_pack(ctx, b, ldb, trans_b, k, n, &st);
+        if (st != RL_OK) return st;
+        if (p) return packed_split_k(A, m, n, k, alpha, p, beta, c, ldc);
+        const char *lo = (const char *)b;
+        if (ctx->weights_lo && lo >= ctx->weights_lo && lo < ctx->weights_hi)
+            atomic_fetch_add(&ctx->packs, 1);
+    }
+    return gemm_split_k(A, (operand){.f = b, .ld = ldb, .trans = trans_b}, m, n, k, alpha, beta, c,
+                        ldc);
 }

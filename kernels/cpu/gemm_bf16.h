@@ -77,6 +77,29 @@ rl_status rl_gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t
                        const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
                        float *c, int64_t ldc);
 
+/* ---- operands rounded once, for two products ----
+ *
+ * An operand used by two products (the output layer's dY: the left operand of dX = dY W^T and
+ * the right one of dW = X^T dY) can be rounded once, where it is made (rl_ce_grad_cpu_bf16,
+ * kernels/softmax_ce.h), into the layout of a rounded left operand: an m x k matrix in rows of
+ * rl_bf16_lhs_stride(k) elements (k padded to a multiple of 32), m padded to a multiple of 16
+ * rows, zeros in the padding (rl_bf16_lhs_size(m, k) elements in all). Products of it give the
+ * bits rl_gemm_bf16 gives for the float32 operand it was rounded from. */
+int64_t rl_bf16_lhs_stride(int64_t k);
+int64_t rl_bf16_lhs_size(int64_t m, int64_t k);
+/* op(a) (m x k, as in rl_gemm_bf16) rounded into dst in that layout */
+void rl_bf16_round_lhs(uint16_t *dst, bool trans, int64_t m, int64_t k, const float *a,
+                       int64_t lda);
+/* c = alpha * A * op(b) + beta * c, A (m x k) rounded in that layout */
+rl_status rl_gemm_bf16_lhs(int64_t m, int64_t n, int64_t k, float alpha, const uint16_t *a,
+                           bool trans_b, const float *b, int64_t ldb, float beta, float *c,
+                           int64_t ldc);
+/* c = alpha * op(a) * B + beta * c, B (k x n) bf16 in rows ldb >= n elements apart (a rounded
+ * left operand's rows serve) */
+rl_status rl_gemm_bf16_rhs(bool trans_a, int64_t m, int64_t n, int64_t k, float alpha,
+                           const float *a, int64_t lda, const uint16_t *b, int64_t ldb, float beta,
+                           float *c, int64_t ldc);
+
 /* ---- bf16 products of a network (precision = "bf16") ----
  *
  * A network in bf16 owns an rl_bf16_ctx: its weights range (its flat parameter buffer) and the
@@ -136,6 +159,10 @@ void rl_bf16_activate(rl_bf16_ctx *ctx);
 rl_status rl_gemm_bf16_ctx(rl_bf16_ctx *ctx, bool trans_a, bool trans_b, int64_t m, int64_t n,
                            int64_t k, float alpha, const float *a, int64_t lda, const float *b,
                            int64_t ldb, float beta, float *c, int64_t ldc);
+/* rl_gemm_bf16_lhs through ctx (op(b) a weight or not); RL_EARG in an int8 context */
+rl_status rl_gemm_bf16_ctx_lhs(rl_bf16_ctx *ctx, int64_t m, int64_t n, int64_t k, float alpha,
+                               const uint16_t *a, bool trans_b, const float *b, int64_t ldb,
+                               float beta, float *c, int64_t ldc);
 
 #ifdef __cplusplus
 }

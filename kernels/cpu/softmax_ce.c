@@ -14,9 +14,11 @@
 #include <math.h>
 #include <string.h>
 
+#include "../../core/bf16.h"
 #include "../../core/blas.h"
 #include "../softmax_ce.h"
 #include "cpu_level.h"
+#include "gemm_bf16.h"
 #include "parallel.h"
 
 #define RL_INLINE static inline __attribute__((always_inline))
@@ -204,10 +206,52 @@ RL_INLINE void ce_grad_body_f32(int64_t j0, int64_t j1, int64_t rows, int64_t C,
     }
 }
 
+/* ce_grad_body_f32 without accumulate, dz written rounded to bf16 (rows ld apart, zeros past C)
+ * and db summed from the float32 values, so db and the rounded dz are those of the float32 pass */
+RL_INLINE void ce_grad16_body(int64_t j0, int64_t j1, int64_t rows, int64_t C, const float *p,
+                              const int32_t *tgt, double eps, uint16_t *dz, int64_t ld, float *db,
+                              float *scratch) {
+    bool one = db_blocks(rows) == 1;
+    /* eps = 0: off 0 and hit 1, and p - 0 is p (as is the float32 pass's 0 + (p - off)) */
+    const float off = (float)(eps / (double)C), hit = (float)(1 - eps);
+    for (int64_t j = j0; j < j1; j++) {
+        int64_t r1 = (j + 1) * RL_CE_DB_ROWS < rows ? (j + 1) * RL_CE_DB_ROWS : rows;
+        float *restrict acc = db ? (one ? db : scratch + j * C) : NULL;
+        if (acc) memset(acc, 0, (size_t)C * sizeof *acc);
+        for (int64_t r = j * RL_CE_DB_ROWS; r < r1; r++) {
+            const float *restrict pr = p + r * C;
+            uint16_t *restrict dr = dz + r * ld;
+            int64_t t = tgt[r];
+            if (t < 0) {
+                memset(dr, 0, (size_t)ld * sizeof *dr);
+                continue;
+            }
+            if (acc) {
+                RL_IVDEP
+                for (int64_t c = 0; c < C; c++) {
+                    float v = pr[c] - off;
+                    v = c == t ? v - hit : v;
+                    dr[c] = rl_f32_to_bf16(v);
+                    acc[c] += v;
+                }
+            } else {
+                RL_IVDEP
+                for (int64_t c = 0; c < C; c++) {
+                    float v = pr[c] - off;
+                    dr[c] = rl_f32_to_bf16(c == t ? v - hit : v);
+                }
+            }
+            memset(dr + C, 0, (size_t)(ld - C) * sizeof *dr);
+        }
+    }
+}
+
 typedef struct {
     int64_t rows, C;
     const float *z, *p, *bias;
     float *out, *db, *scratch;
+    uint16_t *out16; /* ce_grad16: dz rounded, rows ld16 apart */
+    int64_t ld16;
     const int32_t *tgt;
     double *stats;
     double eps;
@@ -230,7 +274,19 @@ RL_TARGET_AVX2 static void ce_grad_avx2(const pass_job *j, int64_t j0, int64_t j
     ce_grad_body_f32(j0, j1, j->rows, j->C, j->p, j->tgt, j->eps, j->out, j->accumulate, j->db,
                      j->scratch);
 }
+RL_TARGET_AVX512 static void ce_grad16_avx512(const pass_job *j, int64_t j0, int64_t j1) {
+    ce_grad16_body(j0, j1, j->rows, j->C, j->p, j->tgt, j->eps, j->out16, j->ld16, j->db,
+                   j->scratch);
+}
+RL_TARGET_AVX2 static void ce_grad16_avx2(const pass_job *j, int64_t j0, int64_t j1) {
+    ce_grad16_body(j0, j1, j->rows, j->C, j->p, j->tgt, j->eps, j->out16, j->ld16, j->db,
+                   j->scratch);
+}
 #endif
+RL_TARGET_BASE static void ce_grad16_base(const pass_job *j, int64_t j0, int64_t j1) {
+    ce_grad16_body(j0, j1, j->rows, j->C, j->p, j->tgt, j->eps, j->out16, j->ld16, j->db,
+                   j->scratch);
+}
 RL_TARGET_BASE static void softmax_ce_base(const pass_job *j, int64_t r0, int64_t r1) {
     softmax_ce_body_f32(r0, r1, j->C, j->z, j->bias, j->out, j->tgt, j->eps, j->stats);
 }
@@ -257,10 +313,10 @@ static void ce_grad_part(void *ctx, int part, int parts) {
     int64_t j0 = blocks * part / parts, j1 = blocks * (part + 1) / parts;
     switch (j->level) {
 #ifdef RL_CPU_X86
-    case RL_CPU_AVX512: ce_grad_avx512(j, j0, j1); return;
-    case RL_CPU_AVX2: ce_grad_avx2(j, j0, j1); return;
+    case RL_CPU_AVX512: j->out16 ? ce_grad16_avx512(j, j0, j1) : ce_grad_avx512(j, j0, j1); return;
+    case RL_CPU_AVX2: j->out16 ? ce_grad16_avx2(j, j0, j1) : ce_grad_avx2(j, j0, j1); return;
 #endif
-    default: ce_grad_base(j, j0, j1); return;
+    default: j->out16 ? ce_grad16_base(j, j0, j1) : ce_grad_base(j, j0, j1); return;
     }
 }
 
@@ -293,20 +349,13 @@ int64_t rl_ce_grad_scratch_size(int64_t rows, int64_t C) {
     return blocks > 1 ? blocks * C : 0;
 }
 
-void rl_ce_grad_cpu_f32(int64_t rows, int64_t C, const float *p, const int32_t *tgt, double eps,
-                        float *dz, bool accumulate, float *db, float *scratch) {
-    pass_job j = {.rows = rows,
-                  .C = C,
-                  .p = p,
-                  .out = dz,
-                  .db = db,
-                  .scratch = scratch,
-                  .tgt = tgt,
-                  .eps = eps,
-                  .accumulate = accumulate,
-                  .level = rl_cpu_level_get()};
-    int64_t blocks = db_blocks(rows);
-    rl_cpu_parallel(pass_parts(blocks, rows * C), ce_grad_part, &j);
+/* the pass of rl_ce_grad_cpu_f32 (out16: rl_ce_grad_cpu_bf16's), then db from its blocks */
+static void ce_grad(pass_job *j, float *db, float *scratch) {
+    int64_t rows = j->rows, C = j->C, blocks = db_blocks(rows);
+    j->db = db;
+    j->scratch = scratch;
+    j->level = rl_cpu_level_get();
+    rl_cpu_parallel(pass_parts(blocks, rows * C), ce_grad_part, j);
     if (!db) return;
     if (blocks == 0) memset(db, 0, (size_t)C * sizeof *db);
     if (blocks <= 1) return;
@@ -317,6 +366,21 @@ void rl_ce_grad_cpu_f32(int64_t rows, int64_t C, const float *p, const int32_t *
         for (int64_t c = 0; c < C; c++)
             db[c] += s[c];
     }
+}
+
+void rl_ce_grad_cpu_f32(int64_t rows, int64_t C, const float *p, const int32_t *tgt, double eps,
+                        float *dz, bool accumulate, float *db, float *scratch) {
+    pass_job j = {
+        .rows = rows, .C = C, .p = p, .out = dz, .tgt = tgt, .eps = eps, .accumulate = accumulate};
+    ce_grad(&j, db, scratch);
+}
+
+void rl_ce_grad_cpu_bf16(int64_t rows, int64_t C, const float *p, const int32_t *tgt, double eps,
+                         uint16_t *dz, float *db, float *scratch) {
+    int64_t ld = rl_bf16_lhs_stride(C), mp = rl_bf16_lhs_size(rows, C) / ld;
+    pass_job j = {.rows = rows, .C = C, .p = p, .out16 = dz, .ld16 = ld, .tgt = tgt, .eps = eps};
+    ce_grad(&j, db, scratch);
+    memset(dz + rows * ld, 0, sizeof *dz * (size_t)((mp - rows) * ld));
 }
 
 void rl_softmax_ce_cpu_f64(int64_t rows, int64_t C, const double *z, double *p, const int32_t *tgt,

@@ -267,16 +267,18 @@ static void test_levels(rl_bf16_level best) {
 
 /* An operand past the 2 MB per-call scratch (rounded op(A) rows, packed op(B) columns, at
  * k = 8200 blocks of at most 96) is multiplied in blocks: the result must have the bits of
- * products small enough to run whole (40 x 40 tiles of C). With m = 90 op(A) fits one block, is
- * rounded once, and each part packs op(B)'s pairs of panels as it multiplies them; with m = 160
- * it is rounded in two blocks of rows (96 + 64) for each block of columns, which are then up to
- * twice as wide and of equal width (n = 150: one block; n = 250: 128 + 122). */
+ * products small enough to run whole (blocks of 40 rows, every column). With m = 90 op(A) fits
+ * one block, is rounded once, and each part packs op(B)'s pairs of panels as it multiplies them;
+ * with m = 160 it is rounded in two blocks of rows (96 + 64) for each block of columns (n = 150:
+ * one block). With n = 250 op(B) packed whole would pass 4 MB: k is split in two (4128 + 4072),
+ * so that it fits in one block of columns, whatever m. The split depends on k and n: columns of
+ * C share their bits with a narrower product's only where the split is the same. */
 static void check_blocks(bool ta, bool tb, int64_t m, int64_t n) {
     const int64_t k = 8200, T = 40;
     float *a = malloc(sizeof(float) * (size_t)(m * k)),
           *b = malloc(sizeof(float) * (size_t)(k * n));
     float *c = malloc(sizeof(float) * (size_t)(m * n)),
-          *t = malloc(sizeof(float) * (size_t)(T * T));
+          *t = malloc(sizeof(float) * (size_t)(T * n));
     for (int64_t i = 0; i < m * k; i++)
         a[i] = (float)next_value();
     for (int64_t i = 0; i < k * n; i++)
@@ -284,18 +286,77 @@ static void check_blocks(bool ta, bool tb, int64_t m, int64_t n) {
     int64_t lda = ta ? m : k, ldb = tb ? k : n;
     CHECK_OK(rl_gemm_bf16(ta, tb, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, c, n));
     int bad = 0;
-    for (int64_t i0 = 0; i0 < m; i0 += T)
-        for (int64_t j0 = 0; j0 < n; j0 += T) {
-            int64_t mi = m - i0 < T ? m - i0 : T, nj = n - j0 < T ? n - j0 : T;
-            CHECK_OK(rl_gemm_bf16(ta, tb, mi, nj, k, 1.0f, ta ? a + i0 : a + i0 * lda, lda,
-                                  tb ? b + j0 * ldb : b + j0, ldb, 0.0f, t, T));
-            for (int64_t i = 0; i < mi; i++)
-                if (memcmp(t + i * T, c + (i0 + i) * n + j0, sizeof(float) * (size_t)nj) != 0)
-                    bad++;
-        }
-    if (bad) fprintf(stderr, "  blocks (ta %d, tb %d): %d tile rows differ\n", ta, tb, bad);
+    for (int64_t i0 = 0; i0 < m; i0 += T) {
+        int64_t mi = m - i0 < T ? m - i0 : T;
+        CHECK_OK(rl_gemm_bf16(ta, tb, mi, n, k, 1.0f, ta ? a + i0 : a + i0 * lda, lda, b, ldb, 0.0f,
+                              t, n));
+        for (int64_t i = 0; i < mi; i++)
+            if (memcmp(t + i * n, c + (i0 + i) * n, sizeof(float) * (size_t)n) != 0) bad++;
+    }
+    if (bad) fprintf(stderr, "  blocks (ta %d, tb %d): %d rows differ\n", ta, tb, bad);
     CHECK(bad == 0);
     free(a), free(b), free(c), free(t);
+}
+
+/* rl_gemm_bf16_lhs and _rhs with operands rounded once give rl_gemm_bf16's bits: as the left
+ * operand (dX = dY W^T), op(B) both ways, and as the right one (dW = X^T dY) from the same
+ * rows; as does rl_gemm_bf16_packed; odd k, k split (k = 8200, n = 250), m past a block of rows
+ * (160), 1 and 2 threads. */
+static void check_rounded_once(bool tb, int64_t m, int64_t n, int64_t k, int threads) {
+    float *y = malloc(sizeof(float) * (size_t)(m * k)),
+          *w = malloc(sizeof(float) * (size_t)(k * n)),
+          *x = malloc(sizeof(float) * (size_t)(m * n));
+    float *c1 = malloc(sizeof(float) * (size_t)(m * n)),
+          *c2 = malloc(sizeof(float) * (size_t)(m * n));
+    float *g1 = malloc(sizeof(float) * (size_t)(n * k)),
+          *g2 = malloc(sizeof(float) * (size_t)(n * k));
+    uint16_t *y16 = malloc(sizeof(uint16_t) * (size_t)rl_bf16_lhs_size(m, k));
+    for (int64_t i = 0; i < m * k; i++)
+        y[i] = (float)next_value();
+    for (int64_t i = 0; i < k * n; i++)
+        w[i] = (float)next_value();
+    for (int64_t i = 0; i < m * n; i++)
+        x[i] = (float)next_value();
+    int saved = rl_blas_get_threads();
+    rl_blas_set_threads(threads);
+    memset(y16, 0xff, sizeof(uint16_t) * (size_t)rl_bf16_lhs_size(m, k));
+    rl_bf16_round_lhs(y16, false, m, k, y, k);
+    int64_t ld16 = rl_bf16_lhs_stride(k), ldw = tb ? k : n;
+    /* the layout: k padded to 32 and m to 16, zeros there */
+    bool layout = ld16 % 32 == 0 && ld16 >= k && rl_bf16_lhs_size(m, k) % (16 * ld16) == 0;
+    for (int64_t i = 0; i < rl_bf16_lhs_size(m, k) / ld16; i++)
+        for (int64_t l = 0; l < ld16; l++) {
+            uint16_t want = i < m && l < k ? rl_f32_to_bf16(y[i * k + l]) : 0;
+            if (y16[i * ld16 + l] != want) layout = false;
+        }
+    CHECK(layout);
+    /* dX = dY op(W): the float32 product, with beta 0.5 over a C of ones */
+    for (int64_t i = 0; i < m * n; i++)
+        c1[i] = c2[i] = 1.0f;
+    CHECK_OK(rl_gemm_bf16(false, tb, m, n, k, 1.0f, y, k, w, ldw, 0.5f, c1, n));
+    CHECK_OK(rl_gemm_bf16_lhs(m, n, k, 1.0f, y16, tb, w, ldw, 0.5f, c2, n));
+    bool same_lhs = memcmp(c1, c2, sizeof(float) * (size_t)(m * n)) == 0;
+    /* a weight's kept pack (rl_gemm_bf16_packed) gives them too: the same blocks of k */
+    uint16_t *pw = malloc(sizeof(uint16_t) * (size_t)rl_bf16_packed_size(k, n));
+    rl_bf16_pack(pw, w, ldw, tb, k, n);
+    for (int64_t i = 0; i < m * n; i++)
+        c2[i] = 1.0f;
+    CHECK_OK(rl_gemm_bf16_packed(false, m, n, k, 1.0f, y, k, pw, 0.5f, c2, n));
+    same_lhs = same_lhs && memcmp(c1, c2, sizeof(float) * (size_t)(m * n)) == 0;
+    free(pw);
+    /* dW (n x k) = X^T dY, alpha -1, beta 0 over NaN */
+    for (int64_t i = 0; i < n * k; i++)
+        g1[i] = g2[i] = NAN;
+    CHECK_OK(rl_gemm_bf16(true, false, n, k, m, -1.0f, x, n, y, k, 0.0f, g1, k));
+    CHECK_OK(rl_gemm_bf16_rhs(true, n, k, m, -1.0f, x, n, y16, ld16, 0.0f, g2, k));
+    bool same_rhs = memcmp(g1, g2, sizeof(float) * (size_t)(n * k)) == 0;
+    rl_blas_set_threads(saved);
+    CHECK(same_lhs);
+    CHECK(same_rhs);
+    if (!same_lhs || !same_rhs)
+        fprintf(stderr, "  rounded once: tb %d m %lld n %lld k %lld, %d threads: lhs %d rhs %d\n",
+                tb, (long long)m, (long long)n, (long long)k, threads, same_lhs, same_rhs);
+    free(y), free(w), free(x), free(c1), free(c2), free(g1), free(g2), free(y16);
 }
 
 /* ---- a network's bf16 context: active on its thread only ---- */
@@ -567,6 +628,12 @@ int main(void) {
         check_blocks(true, false, 90, 150);
         check_blocks(false, false, 160, 250);
         check_blocks(true, false, 160, 250);
+        check_blocks(false, true, 90, 250);
+        static const int64_t rm[] = {1, 37, 160}, rn[] = {16, 45, 250}, rk[] = {1, 63, 8200};
+        for (size_t i = 0; i < 3; i++)
+            for (size_t q = 0; q < 3; q++)
+                for (size_t l = 0; l < 3; l++)
+                    check_rounded_once((i + q + l) % 2, rm[i], rn[q], rk[l], 1 + (int)(l % 2));
     }
     CHECK_OK(rl_bf16_level_set(best));
     test_ctx();

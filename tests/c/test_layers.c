@@ -6,10 +6,13 @@
  * errors that name the layer; no reallocation for a second batch of the same shape. */
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "../../core/tensor.h"
+#include "../../kernels/cpu/gemm_bf16.h"
 #include "../../kernels/ops.h"
+#include "../../kernels/softmax_ce.h"
 #include "../../layers/layer.h"
 #include "../../layers/layers.h"
 #include "../../layers/loss.h"
@@ -510,6 +513,73 @@ static void test_softmax(void) {
     fx_free(&f);
 }
 
+/* A CE softmax in a bf16 network writes dz only rounded, once (rl_ce_grad_cpu_bf16), for both
+ * products: its gradients must have the bits of the float32 dz's products, each rounding it
+ * (rl_gemm_bf16, as rl_op_gemm runs them under a bf16 context); with and without label
+ * smoothing, and with C = 8200 classes against 250 features, where dX's k is split in two. */
+static void check_softmax_bf16(int64_t C, double smoothing) {
+    int64_t dims[2] = {250, 33};
+    gc_opts o = {0};
+    gc_opt_num(&o, "n_out", (double)C);
+    gc_opt_str(&o, "loss", "ce");
+    if (smoothing > 0) gc_opt_num(&o, "label_smoothing", smoothing);
+    fixture f;
+    if (!fx_make(&f, "softmax", "out", &o, 2, dims, RL_FLOAT32, 62)) return;
+    rl_tensor tgt = {0}, gi[2] = {{0}, {0}};
+    rl_tensor *gp[2] = {&gi[0], &gi[1]};
+    int64_t tshape[2] = {T, B}, rows = T * B;
+    CHECK_OK(rl_tensor_empty(&tgt, RL_INT32, RL_DEVICE_CPU, 2, tshape));
+    int32_t *target = rl_tensor_data(&tgt);
+    for (int64_t r = 0; r < rows; r++)
+        target[r] = (int32_t)((r * 2654435761u) % (uint64_t)C);
+    for (int i = 0; i < 2; i++)
+        CHECK_OK(rl_tensor_empty_like(&gi[i], &f.in[i]));
+    rl_bf16_ctx *ctx = rl_bf16_ctx_new();
+    rl_bf16_activate(ctx);
+    rl_layer_io io = fx_io(&f, true, &tgt, NULL);
+    CHECK_OK(f.l->ops->forward(f.l, &io));
+    CHECK_OK(rl_op_fill(&f.pg, 0.0));
+    /* the layer takes the rounded path (and would not without a bf16 context) */
+    CHECK(rl_affine_bf16_ok(f.l, &io, &f.l->params[0], gp));
+    CHECK_OK(f.l->ops->backward(f.l, &io, NULL, gp));
+    rl_bf16_activate(NULL);
+    CHECK(!rl_affine_bf16_ok(f.l, &io, &f.l->params[0], gp));
+    rl_bf16_ctx_free(ctx);
+    /* the float32 dz and db, then each product as the float32 path runs it */
+    int32_t tg[T * B];
+    CHECK(rl_ce_targets_cpu(T, B, C, target, rl_tensor_data(&f.len), tg) < 0);
+    float *dz = malloc(sizeof(float) * (size_t)(rows * C)), *db = malloc(sizeof(float) * (size_t)C);
+    rl_ce_grad_cpu_f32(rows, C, rl_tensor_data(&f.l->out), tg, smoothing, dz, false, db, NULL);
+    int bad_w = 0, bad_x = 0;
+    int64_t off = 0;
+    const float *W = rl_tensor_data(&f.l->params[0].value),
+                *dW = rl_tensor_data(&f.l->params[0].grad);
+    for (int i = 0; i < 2; i++) {
+        int64_t F = dims[i];
+        float *rw = calloc((size_t)(F * C), sizeof(float)),
+              *rx = malloc(sizeof(float) * (size_t)(rows * F));
+        CHECK_OK(rl_gemm_bf16(true, false, F, C, rows, 1.0f, rl_tensor_data(&f.in[i]), F, dz, C,
+                              1.0f, rw, C));
+        CHECK_OK(rl_gemm_bf16(false, true, rows, F, C, 1.0f, dz, C, W + off * C, C, 0.0f, rx, F));
+        bad_w += memcmp(rw, dW + off * C, sizeof(float) * (size_t)(F * C)) != 0;
+        bad_x += memcmp(rx, rl_tensor_data(&gi[i]), sizeof(float) * (size_t)(rows * F)) != 0;
+        free(rw), free(rx);
+        off += F;
+    }
+    bool same_db = memcmp(db, rl_tensor_data(&f.l->params[1].grad), sizeof(float) * (size_t)C) == 0;
+    CHECK(bad_w == 0);
+    CHECK(bad_x == 0);
+    CHECK(same_db);
+    if (bad_w || bad_x || !same_db)
+        fprintf(stderr, "  softmax bf16, C %lld, smoothing %g: dW %d dX %d inputs differ, db %s\n",
+                (long long)C, smoothing, bad_w, bad_x, same_db ? "same" : "differs");
+    free(dz), free(db);
+    for (int i = 0; i < 2; i++)
+        rl_tensor_release(&gi[i]);
+    rl_tensor_release(&tgt);
+    fx_free(&f);
+}
+
 static void test_mse(void) {
     rl_rng g;
     rl_rng_seed(&g, 70);
@@ -688,6 +758,8 @@ int main(void) {
     test_combine();
     test_window();
     test_softmax();
+    check_softmax_bf16(45, 0.0);
+    check_softmax_bf16(8200, 0.1);
     test_mse();
     test_errors();
     test_no_realloc();
