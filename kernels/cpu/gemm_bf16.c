@@ -429,6 +429,7 @@ static void round_a(uint16_t *dst, bool trans, int64_t m, int64_t k, const float
 typedef struct {
     int64_t m, n, k, kp, ldc;
     int64_t lda; /* the rounded op(A)'s rows: kp apart in the scratch, or the caller's */
+    int64_t kb;  /* > 0: k summed in blocks of kb, each added to C (k_block) */
     float alpha, beta;
     const uint16_t *a, *b;
     float *c;
@@ -668,7 +669,7 @@ RL_TARGET_AMX static void part_amx(const job *j, int64_t r0, int64_t r1, int64_t
 }
 #endif
 
-static void run_level(const job *j, int64_t r0, int64_t r1, int64_t p0, int64_t p1) {
+static void level_kernel(const job *j, int64_t r0, int64_t r1, int64_t p0, int64_t p1) {
 #ifdef RL_CPU_X86
     if (j->level == RL_BF16_AMX) {
         part_amx(j, r0, r1, p0, p1);
@@ -680,6 +681,24 @@ static void run_level(const job *j, int64_t r0, int64_t r1, int64_t p0, int64_t 
     }
 #endif
     part_generic(j, r0, r1, p0, p1);
+}
+
+/* A part of the product; with kb, over blocks of k, within the part: a product with a kept pack
+ * sums as rl_gemm_bf16 does (k_block), with no hand-off between threads per block (a recurrent
+ * step of batch 1 with U 768 x 3072 splits its k in two). */
+static void run_level(const job *j, int64_t r0, int64_t r1, int64_t p0, int64_t p1) {
+    if (j->kb <= 0 || j->kb >= j->k) {
+        level_kernel(j, r0, r1, p0, p1);
+        return;
+    }
+    for (int64_t k0 = 0; k0 < j->k; k0 += j->kb) {
+        job jk = *j;
+        jk.k = j->k - k0 < j->kb ? j->k - k0 : j->kb;
+        jk.a = j->a + k0;
+        jk.b = j->b + k0 * RL_BF16_PANEL;
+        if (k0) jk.beta = 1.0f;
+        level_kernel(&jk, r0, r1, p0, p1);
+    }
 }
 
 static void run_part(void *ctx, int part, int parts) {
@@ -776,62 +795,55 @@ static void run(job *j, int parts) {
 }
 
 /* c (m x n) = alpha * ra * packed + beta * c, ra's rounded rows lda apart */
-static void run_rounded(int64_t m, int64_t n, int64_t k, int64_t kp, float alpha,
+static void run_rounded(int64_t m, int64_t n, int64_t k, int64_t kp, int64_t kb, float alpha,
                         const uint16_t *ra, int64_t lda, const uint16_t *packed, float beta,
                         float *c, int64_t ldc) {
     int parts;
     job j = plan(m, n, k, kp, alpha, ra, packed, beta, c, ldc, &parts);
     j.lda = lda;
+    j.kb = kb;
     run(&j, parts);
 }
 
-/* c = alpha * op(A) * packed + beta * c, packed's panels kp apart (k <= kp: a block of k may
- * end before their end): a rounded op(A) at once, a float32 one rounded into ra in blocks of
- * `rows` */
-static void run_blocks(operand A, int64_t m, int64_t n, int64_t k, int64_t kp, int64_t rows,
-                       float alpha, uint16_t *ra, const uint16_t *packed, float beta, float *c,
-                       int64_t ldc) {
+/* c = alpha * op(A) * packed + beta * c, packed's panels kp apart, k summed in blocks of kb
+ * (0: whole): a rounded op(A) at once, a float32 one rounded into ra in blocks of `rows` */
+static void run_blocks(operand A, int64_t m, int64_t n, int64_t k, int64_t kp, int64_t kb,
+                       int64_t rows, float alpha, uint16_t *ra, const uint16_t *packed, float beta,
+                       float *c, int64_t ldc) {
     if (A.h) {
-        run_rounded(m, n, k, kp, alpha, A.h, A.ld, packed, beta, c, ldc);
+        run_rounded(m, n, k, kp, kb, alpha, A.h, A.ld, packed, beta, c, ldc);
         return;
     }
-    int64_t ka = round_up(k, KP_ALIGN);
     for (int64_t i0 = 0; i0 < m; i0 += rows) {
         int64_t mi = m - i0 < rows ? m - i0 : rows;
-        round_a(ra, A.trans, mi, k, offset(A, i0, 0).f, A.ld, round_up(mi, MP_ALIGN), ka);
-        run_rounded(mi, n, k, kp, alpha, ra, ka, packed, beta, c + i0 * ldc, ldc);
+        round_a(ra, A.trans, mi, k, offset(A, i0, 0).f, A.ld, round_up(mi, MP_ALIGN), kp);
+        run_rounded(mi, n, k, kp, kb, alpha, ra, kp, packed, beta, c + i0 * ldc, ldc);
     }
 }
 
 static int64_t k_block(int64_t k, int64_t n);
 
-/* c = alpha * op(A) * packed + beta * c, over the blocks of k that rl_gemm_bf16 takes */
-static rl_status packed_split_k(operand A, int64_t m, int64_t n, int64_t k, float alpha,
+/* c = alpha * op(A) * packed + beta * c, summed over the blocks of k that rl_gemm_bf16 takes */
+static rl_status packed_product(operand A, int64_t m, int64_t n, int64_t k, float alpha,
                                 const uint16_t *packed, float beta, float *c, int64_t ldc) {
     if (m <= 0 || n <= 0) return RL_OK;
-    int64_t kp = round_up(k, KP_ALIGN), kb = k_block(k, n), ka = round_up(kb, KP_ALIGN);
-    int64_t rows = A.h ? 0 : even_block(m, block_of(ka, ROW_BLOCK), ROW_BLOCK);
+    int64_t kp = round_up(k, KP_ALIGN), kb = k_block(k, n);
+    int64_t rows = A.h ? 0 : even_block(m, block_of(kp, ROW_BLOCK), ROW_BLOCK);
     uint16_t *ra = NULL;
     if (!A.h) {
         ra = rl_thread_scratch(RL_SCRATCH_BF16,
-                               sizeof(uint16_t) * (size_t)(round_up(rows, MP_ALIGN) * ka),
+                               sizeof(uint16_t) * (size_t)(round_up(rows, MP_ALIGN) * kp),
                                "bf16 gemm: the rounded left operand");
         if (!ra) return RL_ENOMEM;
     }
-    int64_t k0 = 0;
-    do { /* k = 0 too: C = beta * C */
-        int64_t kk = k - k0 < kb ? k - k0 : kb;
-        run_blocks(offset(A, 0, k0), m, n, kk, kp, rows, alpha, ra, packed + k0 * RL_BF16_PANEL,
-                   k0 ? 1.0f : beta, c, ldc);
-        k0 += kb;
-    } while (k0 < k);
+    run_blocks(A, m, n, k, kp, kb, rows, alpha, ra, packed, beta, c, ldc);
     return RL_OK;
 }
 
 rl_status rl_gemm_bf16_packed(bool trans_a, int64_t m, int64_t n, int64_t k, float alpha,
                               const float *a, int64_t lda, const uint16_t *packed, float beta,
                               float *c, int64_t ldc) {
-    return packed_split_k((operand){.f = a, .ld = lda, .trans = trans_a}, m, n, k, alpha, packed,
+    return packed_product((operand){.f = a, .ld = lda, .trans = trans_a}, m, n, k, alpha, packed,
                           beta, c, ldc);
 }
 
@@ -888,25 +900,28 @@ static rl_status gemm_whole_k(operand A, operand B, int64_t m, int64_t n, int64_
     for (int64_t j0 = 0; j0 < n; j0 += cols) {
         int64_t nj = n - j0 < cols ? n - j0 : cols;
         pack_operand(pb, offset(B, 0, j0), k, nj);
-        run_blocks(A, m, nj, k, kp, rows, alpha, pb + pb_elems, pb, beta, c + j0, ldc);
+        run_blocks(A, m, nj, k, kp, 0, rows, alpha, pb + pb_elems, pb, beta, c + j0, ldc);
     }
     return RL_OK;
 }
 
-/* The sums' length at most, of a product whose op(B) packed whole would pass twice
- * SCRATCH_BYTES: a long k with few columns (the backward of a 10000-class output, dY W^T,
- * k = 10000 against 200 or 650 columns). In one pass over k, op(B) would be packed in blocks of
- * columns and op(A) rounded again for each (ptb_large's dY four times); split into blocks of k
- * whose packed op(B) fits, each operand is rounded once, and each block's C is added to the
- * last. Blocks of at least K_BLOCK_MIN (past that width, n > 4000, splitting k would add more
- * passes over C than it saves). The split depends on k and n alone: a row's bits stay those it
- * has in any other product of the same k and n. */
+/* The sums' length at most, of a product with a long k whose op(B) packed whole would pass
+ * twice SCRATCH_BYTES (the backward of a 10000-class output, dY W^T, k = 10000 against 200 or
+ * 650 columns; a weight gradient over 4000 frames). In one pass over k, op(B) would be packed in
+ * blocks of columns and op(A) rounded again for each (ptb_large's dY four times, chime's X^T four
+ * times); split into blocks of k whose packed op(B) fits, each operand is rounded once, and each
+ * block's C is added to the last. The split depends on k and n alone, so that a row's bits stay
+ * those it has in any other product of the same k and n, a kept pack's (rl_gemm_bf16_packed)
+ * included. Sums of at most K_SPLIT_MIN are never split: a recurrent or input weight is
+ * multiplied whole (a batch-1 step of U 768 x 3072 split in two took 7% longer, 2 threads on a
+ * Zen 4); nor into blocks below K_BLOCK_MIN (n > 4000: more passes over C than it saves). */
+#define K_SPLIT_MIN 2048
 #define K_BLOCK_MIN 512
 
 static int64_t k_block(int64_t k, int64_t n) {
     int64_t cols = panel_count(n) * RL_BF16_PANEL,
             max_elems = 2 * SCRATCH_BYTES / (int64_t)sizeof(uint16_t);
-    if (rl_bf16_packed_size(k, n) <= max_elems) return k;
+    if (k <= K_SPLIT_MIN || rl_bf16_packed_size(k, n) <= max_elems) return k;
     int64_t kb = max_elems / cols / KP_ALIGN * KP_ALIGN;
     return kb < K_BLOCK_MIN ? k : even_block(k, kb, KP_ALIGN);
 }
@@ -1166,7 +1181,7 @@ rl_status rl_gemm_bf16_ctx_lhs(rl_bf16_ctx *ctx, int64_t m, int64_t n, int64_t k
         rl_status st = RL_OK;
         const void *p = kept_pack(ctx, b, ldb, trans_b, k, n, &st);
         if (st != RL_OK) return st;
-        if (p) return packed_split_k(A, m, n, k, alpha, p, beta, c, ldc);
+        if (p) return packed_product(A, m, n, k, alpha, p, beta, c, ldc);
         const char *lo = (const char *)b;
         if (ctx->weights_lo && lo >= ctx->weights_lo && lo < ctx->weights_hi)
             atomic_fetch_add(&ctx->packs, 1);
