@@ -8,7 +8,9 @@
  * of 32). That is the operand layout of both vector instructions used: AVX512-BF16's
  * vdpbf16ps (one pair of rows per instruction, 16 columns) and an AMX-BF16 B tile (16 row
  * pairs of one panel). The left operand is rounded into a per-thread scratch on each call, in
- * blocks of rows that keep the scratch under 2 MB.
+ * blocks of rows that keep the scratch under 2 MB (or comes rounded: rl_gemm_bf16_lhs). A sum
+ * longer than 2048 whose op(B) packed whole would pass 4 MB is split into blocks of k that fit,
+ * each added to C in turn, by every entry point alike (the split depends on k and n only).
  *
  * Three kernels, the bf16 level (chosen at run time, the best the CPU and the OS allow):
  *   generic     converts to float32 and sums with float32 multiply-adds (any CPU);
