@@ -163,11 +163,35 @@ RL_INLINE void softmax_ce_body_f32(int64_t r0, int64_t r1, int64_t C, const floa
 /* The number of RL_CE_DB_ROWS-row blocks the gradient pass cuts rows into. */
 static inline int64_t db_blocks(int64_t rows) { return (rows + RL_CE_DB_ROWS - 1) / RL_CE_DB_ROWS; }
 
+/* One valid row (target t) of a bf16 network's dz: written rounded to bf16 (zeros past C, to
+ * ld), summed into acc (or NULL) in float32, so that db and the rounded dz are those of the
+ * float32 row (eps = 0: off 0 and hit 1, and p - 0 is p, as the float32 row's p or 0 + p) */
+RL_INLINE void grad_row16(const float *restrict pr, int64_t t, int64_t C, float off, float hit,
+                          uint16_t *restrict dr, int64_t ld, float *restrict acc) {
+    if (acc) {
+        RL_IVDEP
+        for (int64_t c = 0; c < C; c++) {
+            float v = pr[c] - off;
+            v = c == t ? v - hit : v;
+            dr[c] = rl_f32_to_bf16(v);
+            acc[c] += v;
+        }
+    } else {
+        RL_IVDEP
+        for (int64_t c = 0; c < C; c++) {
+            float v = pr[c] - off;
+            dr[c] = rl_f32_to_bf16(c == t ? v - hit : v);
+        }
+    }
+    memset(dr + C, 0, (size_t)(ld - C) * sizeof *dr);
+}
+
 /* Row blocks j0 .. j1-1 of RL_CE_DB_ROWS rows: dz, and with db each block's column sums of dz
- * into its row of scratch (or into db itself when there is one block). */
+ * into its row of scratch (or into db itself when there is one block). With dz16 (and without
+ * accumulate) dz is written only rounded, rows ld apart (rl_ce_grad_cpu_bf16). */
 RL_INLINE void ce_grad_body_f32(int64_t j0, int64_t j1, int64_t rows, int64_t C, const float *p,
-                                const int32_t *tgt, double eps, float *dz, bool accumulate,
-                                float *db, float *scratch) {
+                                const int32_t *tgt, double eps, float *dz, uint16_t *dz16,
+                                int64_t ld, bool accumulate, float *db, float *scratch) {
     bool one = db_blocks(rows) == 1;
     /* smoothing: every class of a valid row loses eps / C, the target 1 - eps */
     const float off = (float)(eps / (double)C), hit = (float)(1 - eps);
@@ -177,6 +201,14 @@ RL_INLINE void ce_grad_body_f32(int64_t j0, int64_t j1, int64_t rows, int64_t C,
         if (acc) memset(acc, 0, (size_t)C * sizeof *acc);
         for (int64_t r = j * RL_CE_DB_ROWS; r < r1; r++) {
             const float *restrict pr = p + r * C;
+            if (dz16 && tgt[r] < 0) {
+                memset(dz16 + r * ld, 0, (size_t)ld * sizeof *dz16);
+                continue;
+            }
+            if (dz16) {
+                grad_row16(pr, tgt[r], C, off, hit, dz16 + r * ld, ld, acc);
+                continue;
+            }
             float *restrict dr = dz + r * C;
             if (tgt[r] < 0) {
                 if (!accumulate) memset(dr, 0, (size_t)C * sizeof *dr);
@@ -206,51 +238,11 @@ RL_INLINE void ce_grad_body_f32(int64_t j0, int64_t j1, int64_t rows, int64_t C,
     }
 }
 
-/* ce_grad_body_f32 without accumulate, dz written rounded to bf16 (rows ld apart, zeros past C)
- * and db summed from the float32 values, so db and the rounded dz are those of the float32 pass */
-RL_INLINE void ce_grad16_body(int64_t j0, int64_t j1, int64_t rows, int64_t C, const float *p,
-                              const int32_t *tgt, double eps, uint16_t *dz, int64_t ld, float *db,
-                              float *scratch) {
-    bool one = db_blocks(rows) == 1;
-    /* eps = 0: off 0 and hit 1, and p - 0 is p (as is the float32 pass's 0 + (p - off)) */
-    const float off = (float)(eps / (double)C), hit = (float)(1 - eps);
-    for (int64_t j = j0; j < j1; j++) {
-        int64_t r1 = (j + 1) * RL_CE_DB_ROWS < rows ? (j + 1) * RL_CE_DB_ROWS : rows;
-        float *restrict acc = db ? (one ? db : scratch + j * C) : NULL;
-        if (acc) memset(acc, 0, (size_t)C * sizeof *acc);
-        for (int64_t r = j * RL_CE_DB_ROWS; r < r1; r++) {
-            const float *restrict pr = p + r * C;
-            uint16_t *restrict dr = dz + r * ld;
-            int64_t t = tgt[r];
-            if (t < 0) {
-                memset(dr, 0, (size_t)ld * sizeof *dr);
-                continue;
-            }
-            if (acc) {
-                RL_IVDEP
-                for (int64_t c = 0; c < C; c++) {
-                    float v = pr[c] - off;
-                    v = c == t ? v - hit : v;
-                    dr[c] = rl_f32_to_bf16(v);
-                    acc[c] += v;
-                }
-            } else {
-                RL_IVDEP
-                for (int64_t c = 0; c < C; c++) {
-                    float v = pr[c] - off;
-                    dr[c] = rl_f32_to_bf16(c == t ? v - hit : v);
-                }
-            }
-            memset(dr + C, 0, (size_t)(ld - C) * sizeof *dr);
-        }
-    }
-}
-
 typedef struct {
     int64_t rows, C;
     const float *z, *p, *bias;
     float *out, *db, *scratch;
-    uint16_t *out16; /* ce_grad16: dz rounded, rows ld16 apart */
+    uint16_t *out16; /* rl_ce_grad_cpu_bf16: dz rounded, rows ld16 apart */
     int64_t ld16;
     const int32_t *tgt;
     double *stats;
@@ -267,32 +259,20 @@ RL_TARGET_AVX2 static void softmax_ce_avx2(const pass_job *j, int64_t r0, int64_
     softmax_ce_body_f32(r0, r1, j->C, j->z, j->bias, j->out, j->tgt, j->eps, j->stats);
 }
 RL_TARGET_AVX512 static void ce_grad_avx512(const pass_job *j, int64_t j0, int64_t j1) {
-    ce_grad_body_f32(j0, j1, j->rows, j->C, j->p, j->tgt, j->eps, j->out, j->accumulate, j->db,
-                     j->scratch);
+    ce_grad_body_f32(j0, j1, j->rows, j->C, j->p, j->tgt, j->eps, j->out, j->out16, j->ld16,
+                     j->accumulate, j->db, j->scratch);
 }
 RL_TARGET_AVX2 static void ce_grad_avx2(const pass_job *j, int64_t j0, int64_t j1) {
-    ce_grad_body_f32(j0, j1, j->rows, j->C, j->p, j->tgt, j->eps, j->out, j->accumulate, j->db,
-                     j->scratch);
-}
-RL_TARGET_AVX512 static void ce_grad16_avx512(const pass_job *j, int64_t j0, int64_t j1) {
-    ce_grad16_body(j0, j1, j->rows, j->C, j->p, j->tgt, j->eps, j->out16, j->ld16, j->db,
-                   j->scratch);
-}
-RL_TARGET_AVX2 static void ce_grad16_avx2(const pass_job *j, int64_t j0, int64_t j1) {
-    ce_grad16_body(j0, j1, j->rows, j->C, j->p, j->tgt, j->eps, j->out16, j->ld16, j->db,
-                   j->scratch);
+    ce_grad_body_f32(j0, j1, j->rows, j->C, j->p, j->tgt, j->eps, j->out, j->out16, j->ld16,
+                     j->accumulate, j->db, j->scratch);
 }
 #endif
-RL_TARGET_BASE static void ce_grad16_base(const pass_job *j, int64_t j0, int64_t j1) {
-    ce_grad16_body(j0, j1, j->rows, j->C, j->p, j->tgt, j->eps, j->out16, j->ld16, j->db,
-                   j->scratch);
-}
 RL_TARGET_BASE static void softmax_ce_base(const pass_job *j, int64_t r0, int64_t r1) {
     softmax_ce_body_f32(r0, r1, j->C, j->z, j->bias, j->out, j->tgt, j->eps, j->stats);
 }
 RL_TARGET_BASE static void ce_grad_base(const pass_job *j, int64_t j0, int64_t j1) {
-    ce_grad_body_f32(j0, j1, j->rows, j->C, j->p, j->tgt, j->eps, j->out, j->accumulate, j->db,
-                     j->scratch);
+    ce_grad_body_f32(j0, j1, j->rows, j->C, j->p, j->tgt, j->eps, j->out, j->out16, j->ld16,
+                     j->accumulate, j->db, j->scratch);
 }
 
 static void softmax_part(void *ctx, int part, int parts) {
@@ -313,10 +293,10 @@ static void ce_grad_part(void *ctx, int part, int parts) {
     int64_t j0 = blocks * part / parts, j1 = blocks * (part + 1) / parts;
     switch (j->level) {
 #ifdef RL_CPU_X86
-    case RL_CPU_AVX512: j->out16 ? ce_grad16_avx512(j, j0, j1) : ce_grad_avx512(j, j0, j1); return;
-    case RL_CPU_AVX2: j->out16 ? ce_grad16_avx2(j, j0, j1) : ce_grad_avx2(j, j0, j1); return;
+    case RL_CPU_AVX512: ce_grad_avx512(j, j0, j1); return;
+    case RL_CPU_AVX2: ce_grad_avx2(j, j0, j1); return;
 #endif
-    default: j->out16 ? ce_grad16_base(j, j0, j1) : ce_grad_base(j, j0, j1); return;
+    default: ce_grad_base(j, j0, j1); return;
     }
 }
 
