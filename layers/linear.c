@@ -126,9 +126,9 @@ bool rl_affine_bf16_ok(const rl_layer *l, const rl_layer_io *io, const rl_param 
                        rl_tensor *const *grad_in) {
     int64_t ld;
     rl_bf16_ctx *ctx = rl_bf16_active();
-    if (!ctx || rl_bf16_ctx_is_int8(ctx) || W->value.dtype != RL_FLOAT32 ||
-        rl_tensor_device(&W->value).type != RL_CPU || W->value.stride[1] != 1 ||
-        W->grad.stride[1] != 1)
+    if (!ctx || rl_bf16_ctx_is_int8(ctx) || !W->value.storage || !W->grad.storage ||
+        W->value.dtype != RL_FLOAT32 || rl_tensor_device(&W->value).type != RL_CPU ||
+        W->value.stride[1] != 1 || W->grad.stride[1] != 1)
         return false;
     for (int i = 0; i < io->n_in; i++) {
         if (rl_layer_input_sparse(l, io->in[i]) || !plain_rows(io->in[i], &ld)) return false;

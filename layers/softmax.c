@@ -36,9 +36,10 @@
  * into out, one sweep per row turns them into p in place and adds up the loss and the errors,
  * and backward writes p - onehot in one more; the (T, B) targets are kept, -1 on padded frames.
  * Elsewhere (CUDA) they are generic ops over (T, B, n_out) with the state of loss.h.
- * Buffers: out = p (T, B, n_out); dz (T, B, n_out) and db (n_out) in backward; CPU: tgt (T, B)
- * int32, lens (B) int32; the generic path: z (T, B, n_out) logits, then logp; rs (T, B, 1) row
- * max/sum; the CE state (loss.h: onehot, ...).
+ * Buffers: out = p (T, B, n_out); dz (T, B, n_out) and db (n_out) in backward (a bf16 network
+ * on the CPU: dz16 instead of dz, dz rounded to bf16 where it is made, for both products);
+ * CPU: tgt (T, B) int32, lens (B) int32; the generic path: z (T, B, n_out) logits, then logp;
+ * rs (T, B, 1) row max/sum; the CE state (loss.h: onehot, ...).
  * Backward keeps out and the targets (CPU) or the CE onehot from forward and reads the inputs
  * again.
  * CTC (on every device, the generic path below): cg (T, B, n_out), closs (B), the CTC work,
