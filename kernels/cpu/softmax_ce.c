@@ -360,7 +360,7 @@ void rl_ce_grad_cpu_bf16(int64_t rows, int64_t C, const float *p, const int32_t 
     int64_t ld = rl_bf16_lhs_stride(C), mp = rl_bf16_lhs_size(rows, C) / ld;
     pass_job j = {.rows = rows, .C = C, .p = p, .out16 = dz, .ld16 = ld, .tgt = tgt, .eps = eps};
     ce_grad(&j, db, scratch);
-    memset(dz + rows * ld, 0, sizeof *dz * (size_t)((mp - rows) * ld));
+    if (mp > rows) memset(dz + rows * ld, 0, sizeof *dz * (size_t)((mp - rows) * ld));
 }
 
 void rl_softmax_ce_cpu_f64(int64_t rows, int64_t C, const double *z, double *p, const int32_t *tgt,
