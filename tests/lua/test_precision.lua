@@ -224,6 +224,30 @@ H.test("bf16 recurrences cut into row parts give the bits of the whole batch", f
   H.check(ok, tostring(err))
 end)
 
+-- A cross-entropy softmax in bf16 writes its logits' gradient rounded, once, for both of its
+-- products (layers/softmax.c); with 3000 classes those products are shared between threads
+-- by columns and by rows, and the bias gradient's sums by blocks of rows.
+H.test("a wide bf16 softmax gives the same bits on 1, 2 and 3 threads", function()
+  local threads0 = rl.get_num_threads()
+  local xw = rl.randn(12, 10, 9)
+  local yw = (rl.rand(12, 10) * 3000):floor():int()
+  local lw = rl.tensor({12, 12, 3, 12, 7, 12, 1, 12, 12, 8}, "int32")
+  local ok, err = pcall(H.same_on_threads, function(n)
+    rl.set_num_threads(n)
+    rl.manual_seed(7)
+    local net = rl.network({
+      l = {class = "linear", n_out = 40, activation = "tanh", from = "data"},
+      output = {class = "softmax", n_out = 3000, from = "l", loss = "ce", target = "classes"},
+    }, {data = {dim = 9}, classes = {dim = 3000, sparse = true}}, {precision = "bf16"})
+    net:zero_grads()
+    local loss = net:forward{data = xw, classes = yw, lengths = lw}
+    net:backward()
+    return {loss = {loss}, grads = net:grads():double():view(-1):totable()}
+  end)
+  rl.set_num_threads(threads0)
+  H.check(ok, tostring(err))
+end)
+
 H.test("the bf16 copies of the weights follow every change of the parameters", function()
   local _, _, a = run(DEEP, "bf16")
   a:params():mul_(0.75) -- as an update does, between two forwards
