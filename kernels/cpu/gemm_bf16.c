@@ -863,8 +863,8 @@ static rl_status gemm_whole_k(operand A, operand B, int64_t m, int64_t n, int64_
         job j = plan(m, n, k, kp, alpha, NULL, NULL, beta, c, ldc, &parts);
         /* a multiple of 512: pairs stay aligned */
         int64_t a_elems = A.h ? 0 : round_up(m, MP_ALIGN) * kp;
-        int64_t pb_elems = j.by_cols ? parts * 2 * kp * RL_BF16_PANEL
-                                     : rl_bf16_packed_size(k, n); /* n < m: under 2 MB */
+        /* op(B) whole: n < m, under 2 MB with a float32 op(A), under 4 MB with a rounded one */
+        int64_t pb_elems = j.by_cols ? parts * 2 * kp * RL_BF16_PANEL : rl_bf16_packed_size(k, n);
         uint16_t *ra =
             rl_thread_scratch(RL_SCRATCH_BF16, sizeof(uint16_t) * (size_t)(a_elems + pb_elems),
                               "bf16 gemm: the rounded and packed operands");
