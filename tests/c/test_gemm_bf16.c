@@ -300,8 +300,8 @@ static void check_blocks(bool ta, bool tb, int64_t m, int64_t n) {
 
 /* rl_gemm_bf16_lhs and _rhs with operands rounded once give rl_gemm_bf16's bits: as the left
  * operand (dX = dY W^T), op(B) both ways, and as the right one (dW = X^T dY) from the same
- * rows; as does rl_gemm_bf16_packed; odd k, k split (k = 8200, n = 250), m past a block of rows
- * (160), 1 and 2 threads. */
+ * rows; as does rl_gemm_bf16_packed; odd k, k split (k = 8200, n = 250; for dW, 2100 rows
+ * against 1100 columns), m past a block of rows (160), 1 and 2 threads. */
 static void check_rounded_once(bool tb, int64_t m, int64_t n, int64_t k, int threads) {
     float *y = malloc(sizeof(float) * (size_t)(m * k)),
           *w = malloc(sizeof(float) * (size_t)(k * n)),
@@ -634,6 +634,8 @@ int main(void) {
             for (size_t q = 0; q < 3; q++)
                 for (size_t l = 0; l < 3; l++)
                     check_rounded_once((i + q + l) % 2, rm[i], rn[q], rk[l], 1 + (int)(l % 2));
+        /* the right operand's sums split: dW over 2100 rows against 1100 columns */
+        check_rounded_once(false, 2100, 16, 1100, 2);
     }
     CHECK_OK(rl_bf16_level_set(best));
     test_ctx();
