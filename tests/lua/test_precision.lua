@@ -199,53 +199,45 @@ H.test("bf16 gives the same bits on 1, 2 and 3 threads (the pair's helper runs i
   H.check(ok, tostring(err))
 end)
 
--- With 16 rows, 2 threads cut the batch into two parts of 8 that each run every step of a
--- recurrent pass on their own thread (layers/recurrent.c), where 1 thread runs them whole: the
--- bf16 products sum a row alike either way, so the bits are the same.
-H.test("bf16 recurrences cut into row parts give the bits of the whole batch", function()
+-- One forward and backward of desc in bf16 gives the same loss and gradients on 1, 2 and 3
+-- threads.
+local function same_bits_on_threads(desc, extern, batch)
   local threads0 = rl.get_num_threads()
-  local xb = rl.randn(9, 16, 9)
-  local yb = (rl.rand(9, 16) * 5):floor():int()
-  local lb = rl.tensor({9, 9, 3, 9, 7, 9, 1, 9, 9, 8, 9, 2, 9, 9, 5, 9}, "int32")
   local ok, err = pcall(H.same_on_threads, function(n)
     rl.set_num_threads(n)
     rl.manual_seed(7)
-    local net = rl.network({
-      l = {class = "lstm", n_out = 32, from = "data"},
-      g = {class = "gru", n_out = 16, from = "l"},
-      output = {class = "softmax", from = "g", loss = "ce", target = "classes"},
-    }, ext, {precision = "bf16"})
+    local net = rl.network(desc, extern, {precision = "bf16"})
     net:zero_grads()
-    local loss = net:forward{data = xb, classes = yb, lengths = lb}
+    local loss = net:forward(batch)
     net:backward()
     return {loss = {loss}, grads = net:grads():double():view(-1):totable()}
   end)
   rl.set_num_threads(threads0)
   H.check(ok, tostring(err))
+end
+
+-- With 16 rows, 2 threads cut the batch into two parts of 8 that each run every step of a
+-- recurrent pass on their own thread (layers/recurrent.c), where 1 thread runs them whole: the
+-- bf16 products sum a row alike either way, so the bits are the same.
+H.test("bf16 recurrences cut into row parts give the bits of the whole batch", function()
+  same_bits_on_threads({
+    l = {class = "lstm", n_out = 32, from = "data"},
+    g = {class = "gru", n_out = 16, from = "l"},
+    output = {class = "softmax", from = "g", loss = "ce", target = "classes"},
+  }, ext, {data = rl.randn(9, 16, 9), classes = (rl.rand(9, 16) * 5):floor():int(),
+           lengths = rl.tensor({9, 9, 3, 9, 7, 9, 1, 9, 9, 8, 9, 2, 9, 9, 5, 9}, "int32")})
 end)
 
 -- A cross-entropy softmax in bf16 writes its logits' gradient rounded, once, for both of its
 -- products (layers/softmax.c); with 3000 classes those products are shared between threads
 -- by columns and by rows, and the bias gradient's sums by blocks of rows.
 H.test("a wide bf16 softmax gives the same bits on 1, 2 and 3 threads", function()
-  local threads0 = rl.get_num_threads()
-  local xw = rl.randn(12, 10, 9)
-  local yw = (rl.rand(12, 10) * 3000):floor():int()
-  local lw = rl.tensor({12, 12, 3, 12, 7, 12, 1, 12, 12, 8}, "int32")
-  local ok, err = pcall(H.same_on_threads, function(n)
-    rl.set_num_threads(n)
-    rl.manual_seed(7)
-    local net = rl.network({
-      l = {class = "linear", n_out = 40, activation = "tanh", from = "data"},
-      output = {class = "softmax", n_out = 3000, from = "l", loss = "ce", target = "classes"},
-    }, {data = {dim = 9}, classes = {dim = 3000, sparse = true}}, {precision = "bf16"})
-    net:zero_grads()
-    local loss = net:forward{data = xw, classes = yw, lengths = lw}
-    net:backward()
-    return {loss = {loss}, grads = net:grads():double():view(-1):totable()}
-  end)
-  rl.set_num_threads(threads0)
-  H.check(ok, tostring(err))
+  same_bits_on_threads({
+    l = {class = "linear", n_out = 40, activation = "tanh", from = "data"},
+    output = {class = "softmax", n_out = 3000, from = "l", loss = "ce", target = "classes"},
+  }, {data = {dim = 9}, classes = {dim = 3000, sparse = true}},
+  {data = rl.randn(12, 10, 9), classes = (rl.rand(12, 10) * 3000):floor():int(),
+   lengths = rl.tensor({12, 12, 3, 12, 7, 12, 1, 12, 12, 8}, "int32")})
 end)
 
 H.test("the bf16 copies of the weights follow every change of the parameters", function()
