@@ -130,9 +130,18 @@ bool rl_affine_bf16_ok(const rl_layer *l, const rl_layer_io *io, const rl_param 
         W->value.dtype != RL_FLOAT32 || rl_tensor_device(&W->value).type != RL_CPU ||
         W->value.stride[1] != 1 || W->grad.stride[1] != 1)
         return false;
+    /* anything else (a gradient buffer of another shape, say) takes rl_affine_backward, whose
+     * products report it */
     for (int i = 0; i < io->n_in; i++) {
-        if (rl_layer_input_sparse(l, io->in[i]) || !plain_rows(io->in[i], &ld)) return false;
-        if (grad_in[i] && !plain_rows(grad_in[i], &ld)) return false;
+        const rl_tensor *x = io->in[i], *g = grad_in[i];
+        if (rl_layer_input_sparse(l, x) || !plain_rows(x, &ld) || x->dtype != RL_FLOAT32 ||
+            rl_tensor_device(x).type != RL_CPU || x->shape[2] != l->in_dims[i] ||
+            x->shape[0] != io->in[0]->shape[0] || x->shape[1] != io->in[0]->shape[1])
+            return false;
+        if (g && (!plain_rows(g, &ld) || g->dtype != RL_FLOAT32 ||
+                  rl_tensor_device(g).type != RL_CPU || g->shape[0] != x->shape[0] ||
+                  g->shape[1] != x->shape[1] || g->shape[2] != x->shape[2]))
+            return false;
     }
     return true;
 }

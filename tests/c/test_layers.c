@@ -544,7 +544,6 @@ static void check_softmax_bf16(int64_t C, double smoothing) {
     CHECK_OK(f.l->ops->backward(f.l, &io, NULL, gp));
     rl_bf16_activate(NULL);
     CHECK(!rl_affine_bf16_ok(f.l, &io, &f.l->params[0], gp));
-    rl_bf16_ctx_free(ctx);
     /* the float32 dz and db, then each product as the float32 path runs it */
     int32_t tg[T * B];
     CHECK(rl_ce_targets_cpu(T, B, C, target, rl_tensor_data(&f.len), tg) < 0);
@@ -574,6 +573,18 @@ static void check_softmax_bf16(int64_t C, double smoothing) {
         fprintf(stderr, "  softmax bf16, C %lld, smoothing %g: dW %d dX %d inputs differ, db %s\n",
                 (long long)C, smoothing, bad_w, bad_x, same_db ? "same" : "differs");
     free(dz), free(db);
+    /* a gradient buffer of another shape takes the float32 path, whose products report it */
+    rl_bf16_activate(ctx);
+    rl_tensor bad = {0};
+    int64_t bad_shape[3] = {T, B, dims[0] + 1};
+    CHECK_OK(rl_tensor_empty(&bad, RL_FLOAT32, RL_DEVICE_CPU, 3, bad_shape));
+    rl_tensor *bp[2] = {&bad, NULL};
+    CHECK(!rl_affine_bf16_ok(f.l, &io, &f.l->params[0], bp));
+    CHECK_OK(f.l->ops->forward(f.l, &io));
+    CHECK(f.l->ops->backward(f.l, &io, NULL, bp) != RL_OK);
+    rl_bf16_activate(NULL);
+    rl_bf16_ctx_free(ctx);
+    rl_tensor_release(&bad);
     for (int i = 0; i < 2; i++)
         rl_tensor_release(&gi[i]);
     rl_tensor_release(&tgt);
