@@ -913,7 +913,7 @@ static rl_status gemm_whole_k(operand A, operand B, int64_t m, int64_t n, int64_
  * block's C is added to the last. The split depends on k and n alone, so that a row's bits stay
  * those it has in any other product of the same k and n, a kept pack's (rl_gemm_bf16_packed)
  * included. Sums of at most K_SPLIT_MIN are never split: a recurrent or input weight is
- * multiplied whole (a batch-1 step of U 768 x 3072 split in two took 7% longer, 2 threads on a
+ * multiplied whole (a batch-1 step of U 768 x 3072 split in two took 7-9% longer, 2 threads on a
  * Zen 4); nor into blocks below K_BLOCK_MIN (n > 4000: more passes over C than it saves). */
 #define K_SPLIT_MIN 2048
 #define K_BLOCK_MIN 512
@@ -1143,6 +1143,12 @@ static const void *kept_pack(rl_bf16_ctx *ctx, const float *b, int64_t ldb, bool
     return s->packed;
 }
 
+/* whether b lies in ctx's weights (a weight operand, packed per call when not kept) */
+static bool in_weights(const rl_bf16_ctx *ctx, const float *b) {
+    const char *lo = (const char *)b;
+    return ctx->weights_lo && lo >= ctx->weights_lo && lo < ctx->weights_hi;
+}
+
 rl_status rl_gemm_bf16_ctx(rl_bf16_ctx *ctx, bool trans_a, bool trans_b, int64_t m, int64_t n,
                            int64_t k, float alpha, const float *a, int64_t lda, const float *b,
                            int64_t ldb, float beta, float *c, int64_t ldc) {
@@ -1156,8 +1162,7 @@ rl_status rl_gemm_bf16_ctx(rl_bf16_ctx *ctx, bool trans_a, bool trans_b, int64_t
         if (p && ctx->int8)
             return rl_gemm_int8_packed(trans_a, m, n, k, alpha, a, lda, p, beta, c, ldc);
         if (p) return rl_gemm_bf16_packed(trans_a, m, n, k, alpha, a, lda, p, beta, c, ldc);
-        const char *lo = (const char *)b;
-        bool weight = ctx->weights_lo && lo >= ctx->weights_lo && lo < ctx->weights_hi;
+        bool weight = in_weights(ctx, b);
         if (weight) atomic_fetch_add(&ctx->packs, 1);
         /* int8 quantizes weights only: a product of two activations stays float32 */
         if (ctx->int8 && weight)
@@ -1176,16 +1181,14 @@ rl_status rl_gemm_bf16_ctx_lhs(rl_bf16_ctx *ctx, int64_t m, int64_t n, int64_t k
     if (ctx->int8)
         return rl_error(RL_EARG, "int8 gemm: an operand rounded to bf16 has no int8 product "
                                  "(int8 is for inference)");
-    operand A = {.h = a, .ld = rl_bf16_lhs_stride(k)};
     if (m > 0 && n > 0 && k > 0) {
         rl_status st = RL_OK;
         const void *p = kept_pack(ctx, b, ldb, trans_b, k, n, &st);
         if (st != RL_OK) return st;
-        if (p) return packed_product(A, m, n, k, alpha, p, beta, c, ldc);
-        const char *lo = (const char *)b;
-        if (ctx->weights_lo && lo >= ctx->weights_lo && lo < ctx->weights_hi)
-            atomic_fetch_add(&ctx->packs, 1);
+        if (p)
+            return packed_product((operand){.h = a, .ld = rl_bf16_lhs_stride(k)}, m, n, k, alpha, p,
+                                  beta, c, ldc);
+        if (in_weights(ctx, b)) atomic_fetch_add(&ctx->packs, 1);
     }
-    return gemm_split_k(A, (operand){.f = b, .ld = ldb, .trans = trans_b}, m, n, k, alpha, beta, c,
-                        ldc);
+    return rl_gemm_bf16_lhs(m, n, k, alpha, a, trans_b, b, ldb, beta, c, ldc);
 }

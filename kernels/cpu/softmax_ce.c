@@ -201,12 +201,11 @@ RL_INLINE void ce_grad_body_f32(int64_t j0, int64_t j1, int64_t rows, int64_t C,
         if (acc) memset(acc, 0, (size_t)C * sizeof *acc);
         for (int64_t r = j * RL_CE_DB_ROWS; r < r1; r++) {
             const float *restrict pr = p + r * C;
-            if (dz16 && tgt[r] < 0) {
-                memset(dz16 + r * ld, 0, (size_t)ld * sizeof *dz16);
-                continue;
-            }
             if (dz16) {
-                grad_row16(pr, tgt[r], C, off, hit, dz16 + r * ld, ld, acc);
+                if (tgt[r] < 0)
+                    memset(dz16 + r * ld, 0, (size_t)ld * sizeof *dz16);
+                else
+                    grad_row16(pr, tgt[r], C, off, hit, dz16 + r * ld, ld, acc);
                 continue;
             }
             float *restrict dr = dz + r * C;
